@@ -1,0 +1,180 @@
+/* Core-internal structures shared by the core's translation units: device
+ * state, streams, tensors and storage, the allocator's internal interface and
+ * the autograd recording hook. Never installed. */
+#ifndef AG_CORE_INTERNAL_H
+#define AG_CORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "anygrad/alloc.h"
+#include "anygrad/backend.h"
+#include "anygrad/device.h"
+#include "anygrad/ops.h"
+#include "anygrad/status.h"
+#include "anygrad/tensor.h"
+
+#define AG_HIDDEN __attribute__((visibility("hidden")))
+#define AG_LIKELY(x) __builtin_expect(!!(x), 1)
+#define AG_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+struct ag_allocator; /* core/alloc.c */
+
+/* Per-device state, created once by the registry (registry.c) and never freed
+ * before exit. */
+typedef struct ag_devstate {
+  ag_device dev;
+  const ag_backend *be;
+  int ord;
+  ag_stream *default_stream;
+  struct ag_allocator *alloc;
+  char label[24]; /* "cuda:0" */
+} ag_devstate;
+
+struct ag_stream {
+  ag_devstate *ds;
+  ag_bstream *bs;
+  bool is_default;
+  uint32_t id; /* unique per device, 0 = default stream */
+};
+
+struct ag_event {
+  ag_devstate *ds;
+  ag_bevent *be;
+  bool timing;
+  bool recorded;
+};
+
+/* ---- registry (registry.c) ---- */
+
+/* Device state for d, loading backends on first use. NULL with the error set
+ * if the backend is unavailable or the ordinal is out of range. */
+AG_HIDDEN ag_devstate *ag__devstate(ag_device d);
+AG_HIDDEN ag_stream *ag__current_stream(ag_devstate *ds);
+
+/* ---- host syncs (sync.c): every host<->device synchronization goes through
+ * here so sync-debug mode and counters see it. `what` names the public call. */
+AG_HIDDEN ag_status ag__sync_stream(ag_stream *s, const char *what);
+AG_HIDDEN ag_status ag__sync_device(ag_devstate *ds, const char *what);
+AG_HIDDEN ag_status ag__sync_event(ag_event *e, const char *what);
+
+/* ---- allocator internal interface (alloc.c) ---- */
+
+typedef struct ag_block ag_block; /* opaque; owned by the allocator */
+
+/* Allocate `bytes` of device memory usable on stream s, tagged with the
+ * thread's current category (or `cat` when cat != AG_MEM_OTHER). */
+AG_HIDDEN ag_status ag__alloc(ag_devstate *ds, size_t bytes, ag_stream *s, ag_mem_category cat,
+                              ag_block **out_block);
+/* Return a block; reusable in stream order on its allocation stream. */
+AG_HIDDEN void ag__free(ag_block *b);
+/* Mark that b is used by work on stream s (record-stream). */
+AG_HIDDEN void ag__block_record_stream(ag_block *b, ag_stream *s);
+AG_HIDDEN void *ag__block_base(const ag_block *b);
+AG_HIDDEN size_t ag__block_offset(const ag_block *b);
+AG_HIDDEN void ag__block_set_category(ag_block *b, ag_mem_category cat);
+AG_HIDDEN struct ag_allocator *ag__allocator_create(ag_devstate *ds);
+
+/* ---- tensors ---- */
+
+typedef struct ag_storage {
+  atomic_int refcount;
+  ag_devstate *ds;
+  ag_block *block;
+  void *base;    /* segment base handle (copy of the block's) */
+  size_t offset; /* bytes from base */
+  size_t nbytes;
+} ag_storage;
+
+struct ag_node;
+struct ag_scope;
+
+struct ag_tensor {
+  atomic_int refcount;
+  ag_dtype dtype;
+  int ndim;
+  int64_t numel;
+  int64_t shape[AG_MAX_DIMS];
+  int64_t strides[AG_MAX_DIMS];
+  int64_t offset; /* elements from the storage start */
+  ag_storage *st;
+  /* autograd (autograd.c) */
+  bool requires_grad;
+  ag_tensor *grad;
+  struct ag_node *grad_fn; /* owned reference */
+  int out_index;
+  /* scope ownership */
+  struct ag_scope *scope;
+  int32_t scope_slot;
+};
+
+/* New tensor with fresh contiguous storage on ds (registered in the current
+ * scope). */
+AG_HIDDEN ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t *shape);
+/* New tensor header sharing t's storage with the given layout. */
+AG_HIDDEN ag_tensor *ag__tensor_view(ag_tensor *t, int ndim, const int64_t *shape,
+                                     const int64_t *strides, int64_t offset);
+AG_HIDDEN void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides);
+AG_HIDDEN void ag__operand(ag_koperand *o, const ag_tensor *t);
+static inline ag_devstate *ag__ds(const ag_tensor *t) { return t->st->ds; }
+
+/* Launch on the current stream of ds; checks backend support first. */
+AG_HIDDEN ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c);
+AG_HIDDEN bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char *name);
+
+/* ---- autograd recording hook (autograd.c) ---- */
+
+typedef enum ag_gop {
+  AG_G_ADD, AG_G_SUB, AG_G_MUL, AG_G_DIV, AG_G_MAXIMUM, AG_G_MINIMUM,
+  AG_G_AFFINE,      /* y = x*s[0] + s[1] */
+  AG_G_RSUB_DIV,    /* y = s[0] / x */
+  AG_G_POW, AG_G_NEG, AG_G_EXP, AG_G_LOG, AG_G_SQRT, AG_G_RSQRT, AG_G_ABS,
+  AG_G_RELU, AG_G_GELU, AG_G_SILU, AG_G_SIGMOID, AG_G_TANH,
+  AG_G_WHERE,       /* inputs cond, a, b (cond not differentiable) */
+  AG_G_SUM, AG_G_MEAN, AG_G_MAX, AG_G_MIN, /* dims in p, keepdim in p */
+  AG_G_MATMUL,
+  AG_G_SOFTMAX, AG_G_LOG_SOFTMAX, /* dim in p->i[0] */
+  AG_G_CROSS_ENTROPY, /* inputs logits, targets; p->i[0] reduction, i[1] ignore */
+  AG_G_MSE,
+  AG_G_LAYER_NORM,  /* inputs x, weight, bias (NULL allowed); saved mean, rstd */
+  AG_G_EMBEDDING,   /* inputs table, indices */
+  AG_G_CONCAT,      /* n inputs; dim in p->i[0] */
+  AG_G_DROPOUT,     /* saved mask */
+  AG_G_VIEW,        /* reshape/view/flatten/squeeze/unsqueeze: input shape in p */
+  AG_G_PERMUTE,     /* dims in p */
+  AG_G_SLICE,       /* p->i: dim, start, end, step */
+  AG_G_EXPAND,      /* input shape in p */
+  AG_G_CAST,        /* input dtype in p->i[0] */
+  AG_G_TO_DEVICE,
+  AG_GOP_COUNT
+} ag_gop;
+
+typedef struct ag_gparams {
+  double s[4];
+  int64_t i[4];
+  int n_dims;
+  int dims[AG_MAX_DIMS];
+  bool keepdim;
+  int ndim; /* an input shape the backward needs */
+  int64_t shape[AG_MAX_DIMS];
+} ag_gparams;
+
+/* True when grad mode is on and any non-NULL input requires grad. */
+AG_HIDDEN bool ag__grad_needed(int n, ag_tensor *const *inputs);
+/* Attach a backward node to out. inputs may hold NULLs (absent optional
+ * inputs); saved tensors are retained by the node until it is freed. */
+AG_HIDDEN ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs,
+                                    ag_tensor *const *inputs, int n_saved,
+                                    ag_tensor *const *saved, const ag_gparams *p);
+/* Release t's autograd fields when t is destroyed. */
+AG_HIDDEN void ag__grad_tensor_free(ag_tensor *t);
+
+/* ---- misc ---- */
+AG_HIDDEN const char *ag__devlabel(const ag_tensor *t);
+/* The common device of n tensors (NULLs skipped), or an AG_ERR_DEVICE error
+ * naming the op. NULL on error. */
+AG_HIDDEN ag_devstate *ag__same_device(const char *op, int n, ag_tensor *const *ts);
+
+#endif

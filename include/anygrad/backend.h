@@ -1,0 +1,271 @@
+/* The backend contract: a table of function pointers that a backend module
+ * fills in. The core owns policy (validation, caching, autograd, scheduling);
+ * a backend owns mechanism (raw memory, queues, kernels). Backends never
+ * validate user input: every call they receive has been checked by the core.
+ *
+ * A run-time module (libanygrad-<name>.so) exports one symbol,
+ * ag_backend_module_get (see AG_BACKEND_MODULE_SYMBOL), and keeps every other
+ * symbol hidden so several modules can share one process. */
+#ifndef ANYGRAD_BACKEND_H
+#define ANYGRAD_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "anygrad/device.h"
+#include "anygrad/status.h"
+#include "anygrad/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AG_BACKEND_ABI_VERSION 1u
+
+/* ---- kernel calls ----
+ * A kernel call names an op, operands and scalar parameters. Operands are
+ * strided views of device memory given as (segment base handle, byte offset):
+ * an OpenCL cl_mem cannot be offset like a pointer, so kernels take offsets.
+ * Strides are in elements and may be 0 (broadcast). Unless an op says
+ * otherwise, operand 0 is the output and the remaining operands are inputs,
+ * all with the output's ndim and shape (the core has broadcast them). */
+
+typedef enum ag_kop {
+  AG_K_FILL = 0,      /* o0 = s[0] (strided o0) */
+  AG_K_ARANGE,        /* o0 contiguous 1-D: o0[i] = s[0] + i*s[1] */
+  AG_K_RAND_UNIFORM,  /* o0 contiguous: u*(s[1]-s[0])+s[0]; seed, offset (tensor.h) */
+  AG_K_RAND_NORMAL,   /* o0 contiguous: n*s[1]+s[0] */
+  AG_K_UNARY,         /* o0 = f(o1); sub = ag_unary_op; o0, o1 dtypes may differ (COPY casts) */
+  AG_K_BINARY,        /* o0 = f(o1, o2); sub = ag_binary_op */
+  AG_K_WHERE,         /* o0 = o1 != 0 ? o2 : o3 */
+  AG_K_REDUCE,        /* o1 contiguous viewed as [i[0]=outer, i[1]=r, i[2]=inner];
+                         o0 contiguous [outer, inner]; sub = ag_reduce_op;
+                         SUM result multiplied by s[0] (mean: 1/r) */
+  AG_K_MATMUL,        /* o0[b] = s[0] * o1[b] @ o2[b] + s[1] * o0[b];
+                         o1 [B, M, K], o2 [B, K, N], o0 [B, M, N] contiguous;
+                         in o1/o2 one of the two matrix strides is 1 (row- or
+                         column-major); batch stride may be 0. f16/bf16
+                         accumulate in f32. s[1] == 0 means o0 is not read. */
+  AG_K_SOFTMAX,       /* o1 contiguous [rows=i[0], cols=i[1]] -> o0 same;
+                         sub 0 softmax, 1 log-softmax */
+  AG_K_SOFTMAX_BWD,   /* o0 = dx, o1 = dy, o2 = y (softmax or log-softmax output),
+                         all contiguous [rows, cols]; sub as AG_K_SOFTMAX.
+                         softmax: dx = y*(dy - sum(dy*y)); log: dx = dy - exp(y)*sum(dy) */
+  AG_K_CROSS_ENTROPY, /* o1 logits contiguous [N=i[0], C=i[1]], o2 targets i32 [N]
+                         contiguous; o0 f32 [N] loss per row (0 where target ==
+                         i[2] ignore_index). Out-of-range target: o0 row = NAN
+                         and the error word is set (below). */
+  AG_K_CROSS_ENTROPY_BWD, /* o0 dlogits [N, C] contiguous (logits dtype), o1 logits,
+                         o2 targets, o3 f32 [N] upstream grad per row (stride may
+                         be 0); dl = (softmax(l) - onehot(t)) * g; ignored rows 0 */
+  AG_K_LAYERNORM,     /* o1 x contiguous [N=i[0], D=i[1]], o2 weight [D] or base NULL,
+                         o3 bias [D] or base NULL; o0 y [N, D]; o4 mean f32 [N],
+                         o5 rstd f32 [N]; eps s[0] */
+  AG_K_LAYERNORM_BWD, /* o0 dx [N, D], o1 dy, o2 x, o3 mean, o4 rstd, o5 weight
+                         (base NULL: ones); dw and db in f32 [D] are written to
+                         multi->t[0] and multi->t[1] when multi is given (not
+                         accumulated: overwritten) */
+  AG_K_EMBEDDING,     /* o0 [N=i[0], D=i[1]] contiguous, o1 table [V=i[2], D]
+                         contiguous, o2 i32 indices [N] contiguous. Out of range:
+                         row zeroed, error word set. */
+  AG_K_EMBEDDING_BWD, /* o0 dtable f32 [V, D] contiguous, accumulated into (+=);
+                         o1 dout [N, D] contiguous; o2 indices [N] */
+  AG_K_DROPOUT,       /* o0 = o1 * m, o2 = m where m = keep/(1-p), keep when
+                         uniform(seed, offset, i) >= p; p = s[0]; all contiguous */
+  AG_K_ADAMW,         /* multi-tensor: multi->t[4k+0..3] = param, grad, exp_avg,
+                         exp_avg_sq (all f32, contiguous, same numel per group).
+                         s[0]=lr s[1]=beta1 s[2]=beta2 s[3]=eps s[4]=weight_decay
+                         s[5]=bias_correction1 s[6]=bias_correction2 (1-beta^t);
+                         o0 (optional, base NULL if absent) f32 scalar: grad
+                         scale inverse multiplier; o1 (optional) f32 scalar
+                         found_inf: when != 0 the update is skipped. */
+  AG_K_SGD,           /* multi-tensor: multi->t[3k+0..2] = param, grad, momentum
+                         buffer (base NULL: no momentum). s[0]=lr s[1]=momentum
+                         s[2]=dampening s[3]=weight_decay s[4]=nesterov(0/1)
+                         s[5]=first_step(0/1: buffer initialised to grad);
+                         o0, o1 as AG_K_ADAMW. */
+  AG_K_NONFINITE_CHECK, /* multi: each tensor t[k] (f32/f16/bf16) multiplied
+                         in place by *o1 (f32 scalar, inverse scale, base NULL
+                         = 1) and o0 (f32 scalar) set to 1 if any element is
+                         inf or nan (never cleared by the kernel) */
+  AG_K_SUMSQ,         /* multi: o0 f32 scalar = sum over tensors t[k] of sum(x^2)
+                         (overwrites o0) */
+  AG_KOP_COUNT
+} ag_kop;
+
+typedef enum ag_unary_op {
+  AG_U_COPY = 0, /* also casts between dtypes */
+  AG_U_NEG, AG_U_EXP, AG_U_LOG, AG_U_SQRT, AG_U_RSQRT, AG_U_ABS,
+  AG_U_RELU, AG_U_GELU, AG_U_SILU, AG_U_SIGMOID, AG_U_TANH,
+  AG_U_POW,        /* x^s[0] */
+  AG_U_AFFINE,     /* x*s[0] + s[1] (scalar add/sub/mul/div) */
+  AG_U_RSUB_DIV,   /* s[0] / x */
+  AG_U_SQUARE,
+  AG_UNARY_COUNT
+} ag_unary_op;
+
+typedef enum ag_binary_op {
+  AG_B_ADD = 0,  /* a + s[0]*b  (the core passes s[0] = 1 for plain add) */
+  AG_B_SUB, AG_B_MUL, AG_B_DIV, AG_B_MAX, AG_B_MIN,
+  AG_B_EQ, AG_B_GT, AG_B_LT, /* 1 or 0 in the output dtype */
+  /* backward helpers: a = upstream grad, b = saved tensor */
+  AG_B_RELU_BWD,    /* b = x: a * (x > 0) */
+  AG_B_GELU_BWD,    /* b = x */
+  AG_B_SILU_BWD,    /* b = x */
+  AG_B_SIGMOID_BWD, /* b = y: a * y * (1 - y) */
+  AG_B_TANH_BWD,    /* b = y: a * (1 - y*y) */
+  AG_B_POW_BWD,     /* b = x: a * s[0] * x^(s[0]-1) */
+  AG_B_ABS_BWD,     /* b = x: a * sign(x) */
+  AG_BINARY_COUNT
+} ag_binary_op;
+
+typedef enum ag_reduce_op {
+  AG_R_SUM = 0, AG_R_MAX, AG_R_MIN,
+  AG_R_ARGMAX,  /* output i32: index of the first maximum */
+  AG_REDUCE_COUNT
+} ag_reduce_op;
+
+typedef struct ag_koperand {
+  void *base;      /* segment base handle; NULL means "absent" where allowed */
+  size_t offset;   /* bytes from the segment base */
+  ag_dtype dtype;
+  int ndim;
+  int64_t shape[AG_MAX_DIMS];
+  int64_t strides[AG_MAX_DIMS]; /* elements */
+} ag_koperand;
+
+#define AG_KMAX_OPERANDS 6
+#define AG_KMAX_MULTI 512
+
+/* A list of contiguous tensors for multi-tensor kernels. */
+typedef struct ag_kmulti {
+  int count;
+  struct {
+    void *base;
+    size_t offset;
+    ag_dtype dtype;
+    int64_t numel;
+  } t[AG_KMAX_MULTI];
+} ag_kmulti;
+
+typedef struct ag_kernel_call {
+  ag_kop op;
+  int sub;                 /* ag_unary_op / ag_binary_op / ag_reduce_op / variant */
+  int n_operands;
+  ag_koperand o[AG_KMAX_OPERANDS];
+  double s[8];             /* scalar parameters (meaning per op) */
+  int64_t i[4];            /* integer parameters (meaning per op) */
+  uint64_t seed, offset;   /* Philox key and counter offset */
+  const ag_kmulti *multi;  /* multi-tensor list, or NULL. Borrowed for the call:
+                              a backend that runs the call later copies it. */
+  const char *name;        /* the public op for messages ("ag_embedding") */
+} ag_kernel_call;
+
+/* Index errors found by kernels (embedding index, cross-entropy target) are
+ * not fatal: the kernel writes a safe value and stores the op and the bad
+ * index in the stream's error word, which the core reads at the next host
+ * sync (see docs/design/errors.md). */
+typedef struct ag_kernel_error {
+  int32_t code;   /* 0 none, else ag_status (AG_ERR_INDEX) */
+  int32_t kop;    /* ag_kop that failed */
+  int64_t index;  /* offending value */
+  int64_t limit;  /* valid range is [0, limit) */
+} ag_kernel_error;
+
+/* Opaque backend objects. */
+typedef struct ag_bstream ag_bstream;
+typedef struct ag_bevent ag_bevent;
+
+/* ---- the vtable ----
+ * Every function returns AG_OK or an error status with ag_error_set called.
+ * `dev` is the ordinal within the backend. Functions not marked optional are
+ * required. Thread safety: every entry may be called from any thread; calls on
+ * one stream are serialised by the core. */
+typedef struct ag_backend {
+  uint32_t abi_version;   /* AG_BACKEND_ABI_VERSION */
+  const char *name;       /* "cpu", "cuda", "hip", "opencl" */
+
+  /* Load the vendor runtime and count devices. On failure, write a reason
+   * into reason (reason_len bytes) and return AG_ERR_UNAVAILABLE. */
+  ag_status (*init)(int *out_device_count, char *reason, size_t reason_len);
+  void (*shutdown)(void); /* optional */
+
+  ag_status (*device_props)(int dev, ag_device_props *out);
+  ag_status (*mem_info)(int dev, size_t *out_free, size_t *out_total);
+
+  /* raw device memory; only the caching allocator calls these. *out_base is
+   * the segment base handle passed back in ag_koperand.base. */
+  ag_status (*segment_alloc)(int dev, size_t bytes, void **out_base);
+  void (*segment_free)(int dev, void *base);
+
+  /* optional virtual memory for expandable segments (all NULL if absent):
+   * reserve an address range, map/unmap granule-aligned physical chunks. */
+  size_t (*vm_granularity)(int dev);
+  ag_status (*vm_reserve)(int dev, size_t bytes, void **out_base);
+  ag_status (*vm_map)(int dev, void *base, size_t offset, size_t bytes);
+  ag_status (*vm_unmap)(int dev, void *base, size_t offset, size_t bytes);
+  void (*vm_release)(int dev, void *base, size_t bytes);
+
+  /* page-locked host memory usable for async copies; only the host caching
+   * allocator calls these. */
+  ag_status (*pinned_alloc)(int dev, size_t bytes, void **out_ptr);
+  void (*pinned_free)(int dev, void *ptr);
+
+  /* streams: in-order queues */
+  ag_status (*stream_create)(int dev, ag_bstream **out);
+  void (*stream_destroy)(ag_bstream *s);
+  ag_status (*stream_synchronize)(ag_bstream *s);
+  ag_status (*stream_query)(ag_bstream *s, bool *out_done);
+
+  /* events */
+  ag_status (*event_create)(int dev, bool timing, ag_bevent **out);
+  void (*event_destroy)(ag_bevent *e);
+  ag_status (*event_record)(ag_bevent *e, ag_bstream *s);
+  ag_status (*stream_wait_event)(ag_bstream *s, ag_bevent *e);
+  ag_status (*event_query)(ag_bevent *e, bool *out_done);
+  ag_status (*event_synchronize)(ag_bevent *e);
+  ag_status (*event_elapsed_ms)(ag_bevent *start, ag_bevent *end, float *out_ms);
+
+  /* copies, enqueued on s. For copy_h2d with src_pinned == false the backend
+   * must have consumed src before returning (src may be reused at once).
+   * copy_d2h into pageable memory may complete before returning; the core
+   * synchronizes the stream before reading dst either way. */
+  ag_status (*copy_h2d)(ag_bstream *s, void *dst_base, size_t dst_off, const void *src,
+                        size_t bytes, bool src_pinned);
+  ag_status (*copy_d2h)(ag_bstream *s, void *dst, const void *src_base, size_t src_off,
+                        size_t bytes);
+  ag_status (*copy_d2d)(ag_bstream *s, void *dst_base, size_t dst_off, const void *src_base,
+                        size_t src_off, size_t bytes);
+
+  /* Enqueue a kernel on s. `call` is borrowed for the duration of this call. */
+  ag_status (*launch)(ag_bstream *s, const ag_kernel_call *call);
+  /* Whether launch implements op (sub variant) for dtype (the output's, or
+   * for casts the input's). Must be cheap and never fail. */
+  bool (*supports)(int dev, ag_kop op, int sub, ag_dtype dtype);
+
+  /* Read and clear the stream's kernel error word (ag_kernel_error). Called
+   * by the core after a stream synchronize; must not block. */
+  ag_status (*take_kernel_error)(ag_bstream *s, ag_kernel_error *out);
+} ag_backend;
+
+/* The one symbol a backend module exports. */
+#define AG_BACKEND_MODULE_SYMBOL "ag_backend_module_get"
+typedef const ag_backend *(*ag_backend_module_get_fn)(void);
+
+/* ---- helpers the core exports for backends ---- */
+
+/* f32 <-> f16/bf16 with round-to-nearest-even, NaN preserved. */
+AG_API uint16_t ag_f32_to_f16(float f);
+AG_API float ag_f16_to_f32(uint16_t h);
+AG_API uint16_t ag_f32_to_bf16(float f);
+AG_API float ag_bf16_to_f32(uint16_t b);
+
+/* Philox 4x32-10: fills out[4] for counter (ctr_lo, ctr_hi, 0, 0) and key
+ * (seed low, seed high). The reference every backend must match. */
+AG_API void ag_philox4x32(uint64_t counter, uint64_t seed, uint32_t out[4]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,113 @@
+/* Forward ops. Each returns a new tensor (ownership as in tensor.h), runs
+ * asynchronously on the current stream of its inputs' device, and records an
+ * autograd node when grad mode is on and an input requires grad.
+ *
+ * Common errors: NULL input -> NULL (message of the first failure kept);
+ * AG_ERR_DEVICE when inputs live on different devices ("ag_add: expected all
+ * tensors on one device, got cuda:0 and cpu"); AG_ERR_SHAPE when shapes do not
+ * broadcast; AG_ERR_DTYPE for dtypes the op does not take; AG_ERR_UNSUPPORTED
+ * when the backend lacks the op for that dtype.
+ *
+ * dtypes: binary ops need equal dtypes (cast first). f16/bf16 compute in f32
+ * and store in their own type. Integer (i32) tensors take add, sub, mul, neg,
+ * abs, max/min reductions, comparisons, where, and casts. */
+#ifndef ANYGRAD_OPS_H
+#define ANYGRAD_OPS_H
+
+#include "anygrad/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- elementwise, NumPy broadcasting ---- */
+AG_API ag_tensor *ag_add(ag_tensor *a, ag_tensor *b);
+AG_API ag_tensor *ag_sub(ag_tensor *a, ag_tensor *b);
+AG_API ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b);
+AG_API ag_tensor *ag_div(ag_tensor *a, ag_tensor *b);
+AG_API ag_tensor *ag_maximum(ag_tensor *a, ag_tensor *b);
+AG_API ag_tensor *ag_minimum(ag_tensor *a, ag_tensor *b);
+/* Comparisons return the inputs' dtype holding 0 or 1. */
+AG_API ag_tensor *ag_eq(ag_tensor *a, ag_tensor *b);
+AG_API ag_tensor *ag_gt(ag_tensor *a, ag_tensor *b);
+AG_API ag_tensor *ag_lt(ag_tensor *a, ag_tensor *b);
+
+AG_API ag_tensor *ag_add_scalar(ag_tensor *a, double s);
+AG_API ag_tensor *ag_sub_scalar(ag_tensor *a, double s); /* a - s */
+AG_API ag_tensor *ag_rsub_scalar(ag_tensor *a, double s); /* s - a */
+AG_API ag_tensor *ag_mul_scalar(ag_tensor *a, double s);
+AG_API ag_tensor *ag_div_scalar(ag_tensor *a, double s); /* a / s */
+AG_API ag_tensor *ag_pow_scalar(ag_tensor *a, double exponent);
+
+AG_API ag_tensor *ag_neg(ag_tensor *a);
+AG_API ag_tensor *ag_exp(ag_tensor *a);
+AG_API ag_tensor *ag_log(ag_tensor *a);
+AG_API ag_tensor *ag_sqrt(ag_tensor *a);
+AG_API ag_tensor *ag_rsqrt(ag_tensor *a);
+AG_API ag_tensor *ag_abs(ag_tensor *a);
+AG_API ag_tensor *ag_relu(ag_tensor *a);
+AG_API ag_tensor *ag_gelu(ag_tensor *a); /* tanh approximation */
+AG_API ag_tensor *ag_silu(ag_tensor *a);
+AG_API ag_tensor *ag_sigmoid(ag_tensor *a);
+AG_API ag_tensor *ag_tanh(ag_tensor *a);
+
+/* out = cond != 0 ? a : b, all three broadcast together; cond any dtype. */
+AG_API ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b);
+/* out = mask != 0 ? value : a. */
+AG_API ag_tensor *ag_masked_fill(ag_tensor *a, ag_tensor *mask, double value);
+
+/* ---- reductions ----
+ * dims: n_dims entries (negative count from the end); n_dims == 0 or dims
+ * NULL reduces over all dims. keepdim keeps reduced dims with size 1. */
+AG_API ag_tensor *ag_sum(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
+AG_API ag_tensor *ag_mean(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
+AG_API ag_tensor *ag_max(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
+AG_API ag_tensor *ag_min(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
+/* Index (i32) of the first maximum along dim. */
+AG_API ag_tensor *ag_argmax(ag_tensor *a, int dim, bool keepdim);
+
+/* ---- linear algebra ----
+ * matmul follows torch.matmul: 1-D operands are promoted and the added dim
+ * removed; batch dims broadcast. f16/bf16 accumulate in f32. */
+AG_API ag_tensor *ag_matmul(ag_tensor *a, ag_tensor *b);
+
+/* ---- normalisation and losses ---- */
+AG_API ag_tensor *ag_softmax(ag_tensor *a, int dim);
+AG_API ag_tensor *ag_log_softmax(ag_tensor *a, int dim);
+
+typedef enum ag_reduction {
+  AG_REDUCTION_MEAN = 0, /* mean over non-ignored targets */
+  AG_REDUCTION_SUM = 1,
+  AG_REDUCTION_NONE = 2,
+} ag_reduction;
+
+/* logits [N, C] (or [C]), targets i32 [N] (or scalar). Result f32-typed like
+ * logits: a scalar, or [N] for AG_REDUCTION_NONE. Targets equal to
+ * ignore_index contribute nothing. A target outside [0, C) is AG_ERR_INDEX,
+ * reported by the next host sync on asynchronous devices (see docs). */
+AG_API ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets,
+                                   ag_reduction reduction, int32_t ignore_index);
+/* Mean squared error; a and b must have equal shapes. */
+AG_API ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction);
+
+/* Normalise over the last dim (size D). weight and bias are [D]; either may
+ * be NULL (treated as ones / zeros). Statistics are computed in f32. */
+AG_API ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias,
+                                double eps);
+
+/* Rows of table [V, D] for i32 indices of any shape: result [..., D].
+ * An index outside [0, V) is AG_ERR_INDEX (see ag_cross_entropy). */
+AG_API ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices);
+
+/* Concatenate n tensors along dim; all other dims equal, one dtype, one device. */
+AG_API ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim);
+
+/* Zero each element with probability p and scale the rest by 1/(1-p), with
+ * a mask drawn from g (NULL: default generator). train=false returns a
+ * retained. Deterministic for a given generator state on every backend. */
+AG_API ag_tensor *ag_dropout(ag_tensor *a, double p, bool train, ag_generator *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
