@@ -1,0 +1,482 @@
+/* The autograd tape: nodes recorded by differentiable ops, the backward
+ * engine (reverse topological order by dependency counting), gradient
+ * accumulation into leaves, and the thread-local grad modes.
+ * Backward formulas live in grad_ops.c; this file owns graph structure. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grad_internal.h"
+
+/* Live node count for leak tests: an atomic counter, safe from any thread. */
+static atomic_llong g_live_nodes;
+
+int64_t ag_live_nodes(void) { return (int64_t)atomic_load(&g_live_nodes); }
+
+/* ---------------- grad modes (thread-local stack) ---------------- */
+
+enum { MODE_NO_GRAD = 1, MODE_INFERENCE = 2, MODE_ENABLE = 3 };
+#define MODE_DEPTH 64
+
+static _Thread_local unsigned char tl_modes[MODE_DEPTH];
+static _Thread_local int tl_depth;    /* entries used in tl_modes */
+static _Thread_local int tl_overflow; /* regions beyond MODE_DEPTH (all no-grad) */
+static _Thread_local int tl_inference;
+
+static void mode_push(unsigned char m) {
+  if (m == MODE_INFERENCE) tl_inference++;
+  if (tl_depth < MODE_DEPTH) tl_modes[tl_depth++] = m;
+  else tl_overflow++;
+}
+
+void ag_no_grad_begin(void) { mode_push(MODE_NO_GRAD); }
+void ag_inference_mode_begin(void) { mode_push(MODE_INFERENCE); }
+void ag_enable_grad_begin(void) { mode_push(MODE_ENABLE); }
+
+ag_status ag_grad_mode_end(void) {
+  if (tl_overflow) {
+    tl_overflow--;
+    return AG_OK;
+  }
+  if (!tl_depth) return ag_error_set(AG_ERR_STATE, "ag_grad_mode_end: no grad-mode region is open");
+  if (tl_modes[--tl_depth] == MODE_INFERENCE) tl_inference--;
+  return AG_OK;
+}
+
+bool ag_inference_mode(void) { return tl_inference > 0; }
+
+bool ag_grad_enabled(void) {
+  if (tl_inference) return false;
+  if (tl_overflow) return false;
+  return tl_depth == 0 || tl_modes[tl_depth - 1] == MODE_ENABLE;
+}
+
+/* ---------------- tensor-level API ---------------- */
+
+ag_status ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
+  if (!t) return ag_error_set(AG_ERR_INVALID, "ag_tensor_set_requires_grad: NULL tensor");
+  if (t->grad_fn) {
+    if (requires_grad) return AG_OK;
+    return ag_error_set(AG_ERR_STATE,
+                        "ag_tensor_set_requires_grad: cannot clear requires_grad of a non-leaf "
+                        "tensor (use ag_detach)");
+  }
+  if (requires_grad && !ag_dtype_is_float(t->dtype))
+    return ag_error_set(AG_ERR_DTYPE, "ag_tensor_set_requires_grad: %s tensors cannot require grad "
+                        "(only floating-point tensors have gradients)", ag_dtype_name(t->dtype));
+  if (requires_grad && tl_inference)
+    return ag_error_set(AG_ERR_STATE,
+                        "ag_tensor_set_requires_grad: not allowed in inference mode");
+  t->requires_grad = requires_grad;
+  return AG_OK;
+}
+
+bool ag_tensor_requires_grad(const ag_tensor *t) { return t && t->requires_grad; }
+bool ag_tensor_is_leaf(const ag_tensor *t) { return t && !t->grad_fn; }
+ag_tensor *ag_tensor_grad(const ag_tensor *t) { return t ? t->grad : NULL; }
+
+void ag_tensor_zero_grad(ag_tensor *t) {
+  if (!t || !t->grad) return;
+  ag_tensor *g = t->grad;
+  t->grad = NULL;
+  ag_tensor_release(g);
+}
+
+ag_tensor *ag_detach(ag_tensor *t) {
+  if (!t) return NULL;
+  ag_tensor *d = ag__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+  if (!d) return NULL;
+  d->requires_grad = false;
+  return d;
+}
+
+/* ---------------- recording ---------------- */
+
+bool ag__grad_needed(int n, ag_tensor *const *inputs) {
+  if (!ag_grad_enabled()) return false;
+  for (int i = 0; i < n; i++)
+    if (inputs[i] && inputs[i]->requires_grad) return true;
+  return false;
+}
+
+ag_tensor *ag__grad_own(ag_tensor *t) {
+  /* retain + release moves a scope-owned reference to the caller. */
+  if (t) {
+    ag_tensor_retain(t);
+    ag_tensor_release(t);
+  }
+  return t;
+}
+
+void ag__grad_tag(ag_tensor *t, ag_mem_category cat) {
+  if (t && t->st && t->st->block) ag__block_set_category(t->st->block, cat);
+}
+
+/* Whether the backward of op reads input i's values. */
+static bool needs_input(ag_gop op, int i) {
+  switch (op) {
+    case AG_G_MUL: case AG_G_DIV: case AG_G_MAXIMUM: case AG_G_MINIMUM:
+    case AG_G_MATMUL: case AG_G_MSE:
+      return true;
+    case AG_G_RSUB_DIV: case AG_G_POW: case AG_G_LOG: case AG_G_SQRT: case AG_G_RSQRT:
+    case AG_G_ABS: case AG_G_RELU: case AG_G_GELU: case AG_G_SILU: case AG_G_MAX: case AG_G_MIN:
+      return i == 0;
+    case AG_G_WHERE: return i == 0;              /* the condition */
+    case AG_G_CROSS_ENTROPY: return true;        /* logits and targets */
+    case AG_G_LAYER_NORM: return i <= 1;         /* x and weight */
+    case AG_G_EMBEDDING: return i == 1;          /* indices */
+    default: return false;
+  }
+}
+
+static bool needs_output(ag_gop op) {
+  switch (op) {
+    case AG_G_EXP: case AG_G_SIGMOID: case AG_G_TANH: case AG_G_SOFTMAX: case AG_G_LOG_SOFTMAX:
+    case AG_G_MAX: case AG_G_MIN:
+      return true;
+    default: return false;
+  }
+}
+
+/* A tensor kept by a node counts as activation memory unless it is a
+ * user-created leaf (a parameter or input batch keeps its own category). */
+static ag_tensor *save(ag_tensor *t, bool tag) {
+  ag_tensor_retain(t);
+  if (tag) ag__grad_tag(t, AG_MEM_ACTIVATIONS);
+  return t;
+}
+
+ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *const *inputs,
+                          int n_saved, ag_tensor *const *saved, const ag_gparams *p) {
+  if (!out) return ag_last_status();
+  if ((unsigned)op >= AG_GOP_COUNT || n_inputs < 0 || n_saved < 0 || n_saved > AG_NODE_MAX_SAVED)
+    return ag_error_set(AG_ERR_INTERNAL, "autograd: bad record (op %d, %d inputs, %d saved)", (int)op,
+                        n_inputs, n_saved);
+  if (out->grad_fn)
+    return ag_error_set(AG_ERR_INTERNAL, "autograd: output already has a grad_fn");
+  ag_node *n = calloc(1, sizeof *n + (size_t)n_inputs * sizeof(ag_edge));
+  if (!n) return ag_error_set(AG_ERR_OOM, "autograd: out of host memory recording a node");
+  atomic_init(&n->refcount, 1);
+  n->op = op;
+  if (p) n->p = *p;
+  n->n_in = n_inputs;
+  n->out_dtype = out->dtype;
+  n->out_ndim = out->ndim;
+  memcpy(n->out_shape, out->shape, sizeof n->out_shape);
+  n->out_dev = ag_tensor_device(out);
+  for (int i = 0; i < n_inputs; i++) {
+    ag_tensor *in = inputs[i];
+    ag_edge *e = &n->e[i];
+    if (!in) continue;
+    e->present = true;
+    e->dtype = in->dtype;
+    e->dev = ag_tensor_device(in);
+    e->ndim = in->ndim;
+    memcpy(e->shape, in->shape, sizeof e->shape);
+    if (in->grad_fn) {
+      e->fn = in->grad_fn;
+      atomic_fetch_add(&e->fn->refcount, 1);
+    } else if (in->requires_grad) {
+      e->leaf = ag_tensor_retain(in);
+    }
+    if (needs_input(op, i)) e->val = save(in, in->grad_fn != NULL);
+  }
+  for (int i = 0; i < n_saved; i++) {
+    if (!saved[i]) continue;
+    if (saved[i] == out) {
+      n->want_out = true; /* an alias below, never out itself: no cycle */
+      continue;
+    }
+    n->saved[i] = save(saved[i], true);
+  }
+  n->n_saved = n_saved;
+  if (needs_output(op) || n->want_out) {
+    /* A storage-sharing header without history: keeping `out` itself would
+     * make out -> node -> out a reference cycle. */
+    n->out_val = ag__grad_own(ag__tensor_view(out, out->ndim, out->shape, out->strides, out->offset));
+    if (!n->out_val) {
+      ag__node_release(n);
+      return ag_last_status();
+    }
+    ag__grad_tag(n->out_val, AG_MEM_ACTIVATIONS);
+  }
+  atomic_fetch_add(&g_live_nodes, 1);
+  n->counted = true;
+  out->grad_fn = n;
+  out->out_index = 0;
+  out->requires_grad = true;
+  return AG_OK;
+}
+
+/* Drop what a node keeps for backward; with edges, also its links to earlier
+ * nodes (pushed on `stack` for the caller to release without recursion). */
+static void node_clear(ag_node *n, ag_node ***stack, int *sn, int *scap) {
+  for (int i = 0; i < n->n_in; i++) {
+    ag_edge *e = &n->e[i];
+    if (e->val) ag_tensor_release(e->val);
+    e->val = NULL;
+    if (e->leaf) ag_tensor_release(e->leaf);
+    e->leaf = NULL;
+    if (e->fn) {
+      if (*sn == *scap) {
+        int nc = *scap ? *scap * 2 : 64;
+        ag_node **ns = realloc(*stack, (size_t)nc * sizeof *ns);
+        if (!ns) {
+          /* Cannot grow: release recursively (rare; bounded by graph depth). */
+          ag__node_release(e->fn);
+          e->fn = NULL;
+          continue;
+        }
+        *stack = ns;
+        *scap = nc;
+      }
+      (*stack)[(*sn)++] = e->fn;
+      e->fn = NULL;
+    }
+  }
+  for (int i = 0; i < AG_NODE_MAX_SAVED; i++) {
+    if (n->saved[i]) ag_tensor_release(n->saved[i]);
+    n->saved[i] = NULL;
+  }
+  if (n->out_val) ag_tensor_release(n->out_val);
+  n->out_val = NULL;
+}
+
+void ag__node_release(ag_node *first) {
+  ag_node **stack = NULL;
+  int sn = 0, scap = 0;
+  ag_node *n = first;
+  for (;;) {
+    if (n && atomic_fetch_sub(&n->refcount, 1) == 1) {
+      node_clear(n, &stack, &sn, &scap);
+      if (n->counted) atomic_fetch_sub(&g_live_nodes, 1);
+      free(n);
+    }
+    if (!sn) break;
+    n = stack[--sn];
+  }
+  free(stack);
+}
+
+void ag__grad_tensor_free(ag_tensor *t) {
+  if (t->grad) {
+    ag_tensor *g = t->grad;
+    t->grad = NULL;
+    ag_tensor_release(g);
+  }
+  if (t->grad_fn) {
+    ag_node *n = t->grad_fn;
+    t->grad_fn = NULL;
+    ag__node_release(n);
+  }
+}
+
+/* ---------------- backward engine ---------------- */
+
+/* Copy (with cast) or add g into leaf->grad. The first gradient is always
+ * copied: g may be shared with another leaf or still be read elsewhere. */
+static ag_status accumulate(ag_tensor *leaf, ag_tensor *g) {
+  if (g->ndim != leaf->ndim || memcmp(g->shape, leaf->shape, (size_t)g->ndim * sizeof(int64_t)))
+    return ag_error_set(AG_ERR_INTERNAL, "ag_backward: gradient shape does not match its leaf");
+  ag_devstate *ds = ag__ds(leaf);
+  ag_kernel_call c;
+  memset(&c, 0, sizeof c);
+  if (!leaf->grad) {
+    ag_mem_category_push(AG_MEM_GRADIENTS);
+    ag_tensor *d = ag__tensor_new(ds, leaf->dtype, leaf->ndim, leaf->shape);
+    ag_mem_category_pop();
+    if (!d) return ag_last_status();
+    ag__grad_own(d);
+    ag__grad_tag(d, AG_MEM_GRADIENTS);
+    c.op = AG_K_UNARY;
+    c.sub = AG_U_COPY;
+    c.n_operands = 2;
+    ag__operand(&c.o[0], d);
+    ag__operand(&c.o[1], g);
+    c.name = "ag_backward";
+    ag_status st = d->numel ? ag__launch(ds, &c) : AG_OK;
+    if (st != AG_OK) {
+      ag_tensor_release(d);
+      return st;
+    }
+    leaf->grad = d;
+    return AG_OK;
+  }
+  ag_tensor *gc = g->dtype == leaf->dtype ? ag_tensor_retain(g) : ag_cast(g, leaf->dtype);
+  if (!gc) return ag_last_status();
+  c.op = AG_K_BINARY;
+  c.sub = AG_B_ADD;
+  c.n_operands = 3;
+  c.s[0] = 1.0;
+  ag__operand(&c.o[0], leaf->grad);
+  ag__operand(&c.o[1], leaf->grad);
+  ag__operand(&c.o[2], gc);
+  c.name = "ag_backward";
+  ag_status st = leaf->numel ? ag__launch(ds, &c) : AG_OK;
+  ag_tensor_release(gc);
+  return st;
+}
+
+typedef struct topo {
+  ag_node **nodes;
+  int *deps;
+  ag_tensor **gbuf;
+  int n, cap;
+} topo;
+
+static ag_status topo_add(topo *t, ag_node *n) {
+  if (t->n == t->cap) {
+    int nc = t->cap ? t->cap * 2 : 64;
+    ag_node **nn = realloc(t->nodes, (size_t)nc * sizeof *nn);
+    if (!nn) return ag_error_set(AG_ERR_OOM, "ag_backward: out of host memory");
+    t->nodes = nn;
+    t->cap = nc;
+  }
+  n->tmp_idx = t->n;
+  n->tmp_mark = true;
+  t->nodes[t->n++] = n;
+  return AG_OK;
+}
+
+/* Collect every node reachable from root (iterative DFS). */
+static ag_status collect(topo *t, ag_node *root) {
+  ag_status st = topo_add(t, root);
+  for (int k = 0; st == AG_OK && k < t->n; k++) {
+    ag_node *n = t->nodes[k];
+    if (n->released)
+      return ag_error_set(AG_ERR_STATE,
+                          "ag_backward: trying to backward through a graph a second time; its saved "
+                          "tensors were freed by the first ag_backward (pass retain_graph=true to it)");
+    for (int i = 0; i < n->n_in && st == AG_OK; i++) {
+      ag_node *f = n->e[i].fn;
+      if (f && !f->tmp_mark) st = topo_add(t, f);
+    }
+  }
+  return st;
+}
+
+static ag_status add_into(ag_tensor **slot, ag_tensor *g) {
+  if (!*slot) {
+    *slot = g;
+    return AG_OK;
+  }
+  ag_tensor *s = ag_add(*slot, g);
+  ag_tensor_release(*slot);
+  ag_tensor_release(g);
+  *slot = s;
+  return s ? AG_OK : ag_last_status();
+}
+
+ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
+  if (!out) return ag_last_status() != AG_OK ? ag_last_status()
+                                             : ag_error_set(AG_ERR_INVALID, "ag_backward: NULL tensor");
+  if (tl_inference) return ag_error_set(AG_ERR_STATE, "ag_backward: not allowed in inference mode");
+  if (!ag_dtype_is_float(out->dtype))
+    return ag_error_set(AG_ERR_DTYPE, "ag_backward: %s tensors have no gradient", ag_dtype_name(out->dtype));
+  if (!out->requires_grad)
+    return ag_error_set(AG_ERR_STATE, "ag_backward: tensor does not require grad and has no graph "
+                        "(was it computed under no-grad, or from tensors without requires_grad?)");
+  if (!grad && out->numel != 1)
+    return ag_error_set(AG_ERR_SHAPE, "ag_backward: a gradient is needed for a non-scalar output "
+                        "(%lld elements)", (long long)out->numel);
+  if (grad && (grad->ndim != out->ndim ||
+               memcmp(grad->shape, out->shape, (size_t)out->ndim * sizeof(int64_t)))) {
+    char a[96], b[96];
+    return ag_error_set(AG_ERR_SHAPE, "ag_backward: gradient %s does not match output %s",
+                        ag_tensor_describe(grad, a, sizeof a), ag_tensor_describe(out, b, sizeof b));
+  }
+  if (grad && ag__ds(grad) != ag__ds(out))
+    return ag_error_set(AG_ERR_DEVICE, "ag_backward: gradient on %s, output on %s", ag__devlabel(grad),
+                        ag__devlabel(out));
+  if (grad && !ag_dtype_is_float(grad->dtype))
+    return ag_error_set(AG_ERR_DTYPE, "ag_backward: gradient must be floating point");
+
+  ag_status st = AG_OK;
+  topo t = {0};
+  ag_scope_begin();
+  ag_no_grad_begin();
+  ag_tensor *seed = grad ? ag_cast(grad, out->dtype)
+                         : ag_full(ag_tensor_device(out), out->dtype, out->ndim, out->shape, 1.0);
+  if (!seed) st = ag_last_status();
+  if (st == AG_OK && !out->grad_fn) {
+    st = accumulate(out, seed);
+    goto done;
+  }
+  if (st == AG_OK) st = collect(&t, out->grad_fn);
+  if (st == AG_OK) {
+    t.deps = calloc((size_t)t.n, sizeof *t.deps);
+    t.gbuf = calloc((size_t)t.n, sizeof *t.gbuf);
+    if (!t.deps || !t.gbuf) st = ag_error_set(AG_ERR_OOM, "ag_backward: out of host memory");
+  }
+  if (st == AG_OK) {
+    for (int k = 0; k < t.n; k++)
+      for (int i = 0; i < t.nodes[k]->n_in; i++)
+        if (t.nodes[k]->e[i].fn) t.deps[t.nodes[k]->e[i].fn->tmp_idx]++;
+    t.gbuf[0] = seed;
+    seed = NULL;
+    /* Kahn's algorithm: a node runs once every consumer has sent its
+     * gradient. The ready list reuses a stack of indices. */
+    int *ready = malloc((size_t)t.n * sizeof *ready);
+    int nr = 0;
+    if (!ready) st = ag_error_set(AG_ERR_OOM, "ag_backward: out of host memory");
+    else ready[nr++] = 0;
+    ag_tensor *gi[AG_NODE_MAX_INPUTS_STACK];
+    while (st == AG_OK && nr) {
+      int k = ready[--nr];
+      ag_node *n = t.nodes[k];
+      ag_tensor *g = t.gbuf[k];
+      t.gbuf[k] = NULL;
+      ag_tensor **gin = n->n_in <= AG_NODE_MAX_INPUTS_STACK ? gi : calloc((size_t)n->n_in, sizeof *gin);
+      if (!gin) {
+        ag_tensor_release(g);
+        st = ag_error_set(AG_ERR_OOM, "ag_backward: out of host memory");
+        break;
+      }
+      memset(gin, 0, (size_t)n->n_in * sizeof *gin);
+      st = g ? ag__node_backward(n, g, gin) : AG_OK;
+      ag_tensor_release(g);
+      for (int i = 0; i < n->n_in; i++) {
+        ag_edge *e = &n->e[i];
+        if (st == AG_OK && gin[i]) {
+          if (e->leaf) {
+            st = accumulate(e->leaf, gin[i]);
+            ag_tensor_release(gin[i]);
+          } else if (e->fn) {
+            st = add_into(&t.gbuf[e->fn->tmp_idx], gin[i]);
+          } else {
+            ag_tensor_release(gin[i]);
+          }
+        } else if (gin[i]) {
+          ag_tensor_release(gin[i]);
+        }
+        if (e->fn && --t.deps[e->fn->tmp_idx] == 0) ready[nr++] = e->fn->tmp_idx;
+      }
+      if (gin != gi) free(gin);
+    }
+    free(ready);
+  }
+done:
+  for (int k = 0; k < t.n; k++) {
+    t.nodes[k]->tmp_mark = false;
+    if (t.gbuf && t.gbuf[k]) ag_tensor_release(t.gbuf[k]);
+  }
+  if (st == AG_OK && !retain_graph) {
+    ag_node **stack = NULL;
+    int sn = 0, scap = 0;
+    for (int k = 0; k < t.n; k++) {
+      node_clear(t.nodes[k], &stack, &sn, &scap);
+      t.nodes[k]->released = true;
+    }
+    /* Edge references dropped by node_clear: nodes still referenced by the
+     * collected set stay alive until their tensors go. */
+    for (int k = 0; k < sn; k++) ag__node_release(stack[k]);
+    free(stack);
+  }
+  if (seed) ag_tensor_release(seed);
+  free(t.nodes);
+  free(t.deps);
+  free(t.gbuf);
+  ag_grad_mode_end();
+  ag_status se = ag_scope_end();
+  if (st == AG_OK) st = se;
+  return st;
+}

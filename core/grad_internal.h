@@ -1,0 +1,56 @@
+/* Autograd node layout shared by the tape (autograd.c) and the backward
+ * formulas (grad_ops.c). Never installed. */
+#ifndef AG_CORE_GRAD_INTERNAL_H
+#define AG_CORE_GRAD_INTERNAL_H
+
+#include "anygrad/autograd.h"
+#include "internal.h"
+
+#define AG_NODE_MAX_SAVED 4
+#define AG_NODE_MAX_INPUTS_STACK 8
+
+/* Where an input's gradient goes: the node that produced it, or the leaf
+ * that accumulates it (both retained), plus the input's metadata so the
+ * backward can reduce broadcast gradients and cast back. */
+typedef struct ag_edge {
+  struct ag_node *fn;
+  ag_tensor *leaf;
+  ag_tensor *val; /* input values, kept only when the formula reads them */
+  bool present;
+  ag_dtype dtype;
+  ag_device dev;
+  int ndim;
+  int64_t shape[AG_MAX_DIMS];
+} ag_edge;
+
+typedef struct ag_node {
+  atomic_int refcount;
+  ag_gop op;
+  ag_gparams p;
+  bool released; /* saved tensors freed by a backward without retain_graph */
+  bool counted;
+  bool want_out;
+  /* scratch of one backward pass (graphs are not walked by two threads at once) */
+  bool tmp_mark;
+  int tmp_idx;
+  ag_tensor *out_val; /* history-free alias of the output, when needed */
+  ag_dtype out_dtype;
+  ag_device out_dev;
+  int out_ndim;
+  int64_t out_shape[AG_MAX_DIMS];
+  int n_saved;
+  ag_tensor *saved[AG_NODE_MAX_SAVED];
+  int n_in;
+  ag_edge e[];
+} ag_node;
+
+/* Gradients of n's inputs given the gradient g of its output. gin[i] is set
+ * (a new reference) only for edges with a node or leaf. Runs with grad mode
+ * off inside the backward's scope. */
+AG_HIDDEN ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
+AG_HIDDEN void ag__node_release(ag_node *n);
+/* Move a scope-owned reference to the caller (returns t). */
+AG_HIDDEN ag_tensor *ag__grad_own(ag_tensor *t);
+AG_HIDDEN void ag__grad_tag(ag_tensor *t, ag_mem_category cat);
+
+#endif

@@ -1,0 +1,504 @@
+/* Backward formulas, one per recorded op. Built from public ops, and from
+ * the dedicated backward kernels of backend.h through ag__launch so every
+ * backend runs them. Broadcast gradients are summed back to input shapes. */
+#include <math.h>
+#include <string.h>
+
+#include "grad_internal.h"
+
+#define NEED(i) (n->e[(i)].fn || n->e[(i)].leaf)
+
+static ag_status fail(void) {
+  ag_status st = ag_last_status();
+  return st != AG_OK ? st : ag_error_set(AG_ERR_INTERNAL, "ag_backward: an op failed without a message");
+}
+
+/* Sum g over the dims that broadcasting added or expanded, giving `shape`. */
+static ag_tensor *reduce_to(ag_tensor *g, int ndim, const int64_t *shape) {
+  if (!g) return NULL;
+  int lead = g->ndim - ndim, dims[AG_MAX_DIMS], nd = 0;
+  if (lead < 0) {
+    ag_error_set(AG_ERR_INTERNAL, "ag_backward: gradient has fewer dims than its input");
+    return NULL;
+  }
+  for (int i = 0; i < g->ndim; i++)
+    if (i < lead || (shape[i - lead] == 1 && g->shape[i] != 1)) dims[nd++] = i;
+  if (nd == 0 && lead == 0) return ag_tensor_retain(g);
+  ag_tensor *s = nd ? ag_sum(g, nd, dims, true) : ag_tensor_retain(g);
+  ag_tensor *r = ag_reshape(s, ndim, shape);
+  ag_tensor_release(s);
+  return r;
+}
+
+static ag_tensor *reduce_edge(ag_tensor *g, const ag_edge *e) {
+  ag_tensor *r = reduce_to(g, e->ndim, e->shape);
+  if (r && r->dtype != e->dtype) {
+    ag_tensor *c = ag_cast(r, e->dtype);
+    ag_tensor_release(r);
+    r = c;
+  }
+  return r;
+}
+
+/* out = f(a, b) for a backward sub-op of AG_K_BINARY (a = upstream grad). */
+static ag_tensor *binary_bwd(ag_binary_op sub, ag_tensor *g, ag_tensor *x, double s0) {
+  ag_tensor *out = ag__tensor_new(ag__ds(g), g->dtype, g->ndim, g->shape);
+  if (!out) return NULL;
+  ag_kernel_call c;
+  memset(&c, 0, sizeof c);
+  c.op = AG_K_BINARY;
+  c.sub = sub;
+  c.n_operands = 3;
+  c.s[0] = s0;
+  c.name = "ag_backward";
+  ag__operand(&c.o[0], out);
+  ag__operand(&c.o[1], g);
+  ag__operand(&c.o[2], x);
+  if (out->numel && ag__launch(ag__ds(g), &c) != AG_OK) {
+    ag_tensor_release(out);
+    return NULL;
+  }
+  return out;
+}
+
+static int norm_dim(int d, int ndim) { return d < 0 ? d + ndim : d; }
+
+/* Shape of a reduction's output with its reduced dims kept as 1. */
+static void keep_shape(const ag_node *n, const ag_edge *in, int64_t *ks) {
+  memcpy(ks, in->shape, sizeof(int64_t) * AG_MAX_DIMS);
+  if (n->p.n_dims == 0) {
+    for (int i = 0; i < in->ndim; i++) ks[i] = 1;
+  } else {
+    for (int k = 0; k < n->p.n_dims; k++) ks[norm_dim(n->p.dims[k], in->ndim)] = 1;
+  }
+}
+
+static ag_tensor *scalar_like(ag_tensor *g, double v) {
+  return ag_full(ag_tensor_device(g), g->dtype, 0, NULL, v);
+}
+
+/* Move dim to the end and make contiguous (for row-wise kernels). */
+static ag_tensor *last_dim_contig(ag_tensor *t, int dim) {
+  if (dim == t->ndim - 1) return ag_contiguous(t);
+  ag_tensor *tr = ag_transpose(t, dim, t->ndim - 1);
+  ag_tensor *c = ag_contiguous(tr);
+  ag_tensor_release(tr);
+  return c;
+}
+
+static ag_status softmax_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  ag_tensor *y = n->out_val;
+  int dim = y->ndim ? norm_dim((int)n->p.i[0], y->ndim) : 0;
+  if (y->ndim == 0) {
+    /* softmax of a scalar is 1 (log: 0): the gradient is zero. */
+    gin[0] = ag_zeros_like(g);
+    return gin[0] ? AG_OK : fail();
+  }
+  ag_tensor *yc = last_dim_contig(y, dim), *gc = last_dim_contig(g, dim);
+  ag_tensor *dx = yc ? ag_empty_like(yc) : NULL;
+  ag_status st = (yc && gc && dx) ? AG_OK : fail();
+  if (st == AG_OK && dx->numel) {
+    int64_t cols = yc->shape[yc->ndim - 1];
+    ag_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.op = AG_K_SOFTMAX_BWD;
+    c.sub = n->op == AG_G_LOG_SOFTMAX;
+    c.n_operands = 3;
+    c.i[0] = dx->numel / cols;
+    c.i[1] = cols;
+    c.name = "ag_softmax backward";
+    ag__operand(&c.o[0], dx);
+    ag__operand(&c.o[1], gc);
+    ag__operand(&c.o[2], yc);
+    st = ag__launch(ag__ds(dx), &c);
+  }
+  if (st == AG_OK) {
+    gin[0] = dim == y->ndim - 1 ? ag_tensor_retain(dx) : ag_transpose(dx, dim, y->ndim - 1);
+    if (!gin[0]) st = fail();
+  }
+  ag_tensor_release(yc);
+  ag_tensor_release(gc);
+  ag_tensor_release(dx);
+  return st;
+}
+
+static ag_status cross_entropy_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  ag_tensor *logits = n->e[0].val, *targets = n->e[1].val;
+  int red = (int)n->p.i[0];
+  int32_t ignore = (int32_t)n->p.i[1];
+  int64_t C = logits->shape[logits->ndim - 1];
+  int64_t N = logits->ndim == 2 ? logits->shape[0] : 1;
+  int64_t s2[2] = {N, C}, s1[1] = {N};
+  ag_device dev = ag_tensor_device(logits);
+  ag_tensor *lc = ag_contiguous(logits), *l2 = ag_reshape(lc, 2, s2);
+  ag_tensor *tc = ag_contiguous(targets), *t1 = ag_reshape(tc, 1, s1);
+  ag_tensor *g32 = ag_cast(g, AG_F32), *rows = NULL;
+  if (red == AG_REDUCTION_NONE) {
+    rows = ag_reshape(g32, 1, s1);
+  } else {
+    ag_tensor *scale = NULL;
+    if (red == AG_REDUCTION_MEAN) {
+      /* The forward divided by the count of non-ignored targets; count them
+       * again on the device rather than syncing to read it. */
+      ag_tensor *ig = ag_full(dev, AG_I32, 0, NULL, ignore);
+      ag_tensor *eq = ag_eq(t1, ig), *eqf = ag_cast(eq, AG_F32);
+      ag_tensor *valid = ag_rsub_scalar(eqf, 1.0), *cnt = ag_sum(valid, 0, NULL, false);
+      scale = ag_div(g32, cnt);
+      ag_tensor_release(ig);
+      ag_tensor_release(eq);
+      ag_tensor_release(eqf);
+      ag_tensor_release(valid);
+      ag_tensor_release(cnt);
+    } else {
+      scale = ag_tensor_retain(g32);
+    }
+    int64_t one = 1;
+    ag_tensor *s1d = ag_reshape(scale, 1, &one);
+    rows = ag_expand(s1d, 1, s1);
+    ag_tensor_release(s1d);
+    ag_tensor_release(scale);
+  }
+  ag_tensor *dl = l2 ? ag_empty_like(l2) : NULL;
+  ag_status st = (l2 && t1 && rows && dl) ? AG_OK : fail();
+  if (st == AG_OK && dl->numel) {
+    ag_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.op = AG_K_CROSS_ENTROPY_BWD;
+    c.n_operands = 4;
+    c.i[0] = N;
+    c.i[1] = C;
+    c.i[2] = ignore;
+    c.name = "ag_cross_entropy backward";
+    ag__operand(&c.o[0], dl);
+    ag__operand(&c.o[1], l2);
+    ag__operand(&c.o[2], t1);
+    ag__operand(&c.o[3], rows);
+    st = ag__launch(ag__ds(dl), &c);
+  }
+  if (st == AG_OK) {
+    gin[0] = ag_reshape(dl, logits->ndim, logits->shape);
+    if (!gin[0]) st = fail();
+  }
+  ag_tensor *rel[] = {lc, l2, tc, t1, g32, rows, dl};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  return st;
+}
+
+static ag_status layer_norm_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  ag_tensor *x = n->e[0].val, *w = n->e[1].val;
+  ag_tensor *mean = n->saved[0], *rstd = n->saved[1];
+  if (!mean || !rstd) return ag_error_set(AG_ERR_INTERNAL, "ag_layer_norm backward: mean/rstd not saved");
+  int64_t D = x->shape[x->ndim - 1], N = D ? x->numel / D : 0;
+  int64_t s2[2] = {N, D}, sd[1] = {D};
+  ag_device dev = ag_tensor_device(x);
+  ag_tensor *xc = ag_contiguous(x), *x2 = ag_reshape(xc, 2, s2);
+  ag_tensor *gc = ag_contiguous(g), *g2 = ag_reshape(gc, 2, s2);
+  ag_tensor *wc = w ? ag_contiguous(w) : NULL;
+  ag_tensor *dx = x2 ? ag_empty_like(x2) : NULL;
+  bool want_wb = (n->n_in > 1 && NEED(1)) || (n->n_in > 2 && NEED(2));
+  ag_tensor *dw = want_wb ? ag_empty(dev, AG_F32, 1, sd) : NULL;
+  ag_tensor *db = want_wb ? ag_empty(dev, AG_F32, 1, sd) : NULL;
+  ag_status st = (x2 && g2 && dx && (!w || wc) && (!want_wb || (dw && db))) ? AG_OK : fail();
+  if (st == AG_OK && dx->numel) {
+    ag_kmulti m;
+    ag_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.op = AG_K_LAYERNORM_BWD;
+    c.n_operands = 6;
+    c.i[0] = N;
+    c.i[1] = D;
+    c.name = "ag_layer_norm backward";
+    ag__operand(&c.o[0], dx);
+    ag__operand(&c.o[1], g2);
+    ag__operand(&c.o[2], x2);
+    ag__operand(&c.o[3], mean);
+    ag__operand(&c.o[4], rstd);
+    if (wc) ag__operand(&c.o[5], wc);
+    if (want_wb) {
+      m.count = 2;
+      ag_tensor *t2[2] = {dw, db};
+      for (int k = 0; k < 2; k++) {
+        m.t[k].base = t2[k]->st->base;
+        m.t[k].offset = t2[k]->st->offset + (size_t)t2[k]->offset * sizeof(float);
+        m.t[k].dtype = AG_F32;
+        m.t[k].numel = D;
+      }
+      c.multi = &m;
+    }
+    st = ag__launch(ag__ds(dx), &c);
+  }
+  if (st == AG_OK && NEED(0)) gin[0] = ag_reshape(dx, x->ndim, x->shape);
+  if (st == AG_OK && n->n_in > 1 && NEED(1)) gin[1] = reduce_edge(dw, &n->e[1]);
+  if (st == AG_OK && n->n_in > 2 && NEED(2)) gin[2] = reduce_edge(db, &n->e[2]);
+  if (st == AG_OK)
+    for (int i = 0; i < n->n_in && i < 3; i++)
+      if (NEED(i) && !gin[i]) st = fail();
+  ag_tensor *rel[] = {xc, x2, gc, g2, wc, dx, dw, db};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  return st;
+}
+
+static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  const ag_edge *te = &n->e[0];
+  ag_tensor *idx = n->e[1].val;
+  int64_t V = te->shape[0], D = te->shape[1], N = idx->numel;
+  int64_t s2[2] = {N, D}, s1[1] = {N};
+  ag_tensor *ic = ag_contiguous(idx), *i1 = ag_reshape(ic, 1, s1);
+  ag_tensor *gc = ag_contiguous(g), *g2 = ag_reshape(gc, 2, s2);
+  int64_t vs[2] = {V, D};
+  ag_tensor *dt = ag_zeros(te->dev, AG_F32, 2, vs);
+  ag_status st = (i1 && g2 && dt) ? AG_OK : fail();
+  if (st == AG_OK && N && D) {
+    ag_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.op = AG_K_EMBEDDING_BWD;
+    c.n_operands = 3;
+    c.i[0] = N;
+    c.i[1] = D;
+    c.i[2] = V;
+    c.name = "ag_embedding backward";
+    ag__operand(&c.o[0], dt);
+    ag__operand(&c.o[1], g2);
+    ag__operand(&c.o[2], i1);
+    st = ag__launch(ag__ds(dt), &c);
+  }
+  if (st == AG_OK) {
+    gin[0] = te->dtype == AG_F32 ? ag_tensor_retain(dt) : ag_cast(dt, te->dtype);
+    if (!gin[0]) st = fail();
+  }
+  ag_tensor *rel[] = {ic, i1, gc, g2, dt};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  return st;
+}
+
+static ag_status matmul_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  ag_tensor *a = n->e[0].val, *b = n->e[1].val;
+  bool a1 = a->ndim == 1, b1 = b->ndim == 1;
+  ag_tensor *A = a1 ? ag_unsqueeze(a, 0) : ag_tensor_retain(a);
+  ag_tensor *B = b1 ? ag_unsqueeze(b, 1) : ag_tensor_retain(b);
+  ag_tensor *G = ag_tensor_retain(g), *t;
+  if (b1 && G) {
+    t = ag_unsqueeze(G, G->ndim);
+    ag_tensor_release(G);
+    G = t;
+  }
+  if (a1 && G) {
+    t = ag_unsqueeze(G, G->ndim - 1);
+    ag_tensor_release(G);
+    G = t;
+  }
+  ag_status st = (A && B && G) ? AG_OK : fail();
+  if (st == AG_OK && NEED(0)) {
+    ag_tensor *bt = ag_transpose(B, B->ndim - 1, B->ndim - 2);
+    ag_tensor *da = ag_matmul(G, bt);
+    ag_tensor *r = reduce_to(da, A->ndim, A->shape);
+    gin[0] = r ? ag_reshape(r, a->ndim, a->shape) : NULL;
+    ag_tensor_release(bt);
+    ag_tensor_release(da);
+    ag_tensor_release(r);
+    if (!gin[0]) st = fail();
+  }
+  if (st == AG_OK && NEED(1)) {
+    ag_tensor *at = ag_transpose(A, A->ndim - 1, A->ndim - 2);
+    ag_tensor *db = ag_matmul(at, G);
+    ag_tensor *r = reduce_to(db, B->ndim, B->shape);
+    gin[1] = r ? ag_reshape(r, b->ndim, b->shape) : NULL;
+    ag_tensor_release(at);
+    ag_tensor_release(db);
+    ag_tensor_release(r);
+    if (!gin[1]) st = fail();
+  }
+  ag_tensor_release(A);
+  ag_tensor_release(B);
+  ag_tensor_release(G);
+  return st;
+}
+
+static ag_status reduce_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  const ag_edge *in = &n->e[0];
+  int64_t ks[AG_MAX_DIMS];
+  keep_shape(n, in, ks);
+  ag_tensor *gk = ag_reshape(g, in->ndim, ks), *r = NULL;
+  if (n->op == AG_G_SUM || n->op == AG_G_MEAN) {
+    if (n->op == AG_G_MEAN && gk) {
+      int64_t in_numel = 1, kept = 1;
+      for (int i = 0; i < in->ndim; i++) {
+        in_numel *= in->shape[i];
+        kept *= ks[i];
+      }
+      ag_tensor *s = ag_mul_scalar(gk, kept ? (double)kept / (double)in_numel : 0.0);
+      ag_tensor_release(gk);
+      gk = s;
+    }
+    ag_tensor *e = gk ? ag_expand(gk, in->ndim, in->shape) : NULL;
+    r = e ? ag_contiguous(e) : NULL;
+    ag_tensor_release(e);
+  } else {
+    /* max/min: the gradient is shared equally by every element that
+     * attains the extremum. */
+    ag_tensor *x = in->val, *yk = ag_reshape(n->out_val, in->ndim, ks);
+    ag_tensor *mask = ag_eq(x, yk);
+    ag_tensor *cnt = ag_sum(mask, n->p.n_dims, n->p.dims, true);
+    ag_tensor *share = ag_div(gk, cnt);
+    r = ag_mul(mask, share);
+    ag_tensor_release(yk);
+    ag_tensor_release(mask);
+    ag_tensor_release(cnt);
+    ag_tensor_release(share);
+  }
+  ag_tensor_release(gk);
+  gin[0] = r;
+  return r ? AG_OK : fail();
+}
+
+static ag_status slice_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  const ag_edge *in = &n->e[0];
+  ag_tensor *z = ag_zeros(in->dev, g->dtype, in->ndim, in->shape);
+  ag_tensor *v = z ? ag_slice(z, (int)n->p.i[0], n->p.i[1], n->p.i[2], n->p.i[3]) : NULL;
+  ag_status st = v ? ag_copy_(v, g) : fail();
+  ag_tensor_release(v);
+  if (st != AG_OK) {
+    ag_tensor_release(z);
+    return st;
+  }
+  gin[0] = z;
+  return AG_OK;
+}
+
+static ag_status concat_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  int dim = norm_dim((int)n->p.i[0], g->ndim);
+  int64_t off = 0;
+  for (int k = 0; k < n->n_in; k++) {
+    if (!n->e[k].present) continue;
+    int64_t sz = n->e[k].shape[dim];
+    if (NEED(k)) {
+      gin[k] = ag_slice(g, dim, off, off + sz, 1);
+      if (!gin[k]) return fail();
+    }
+    off += sz;
+  }
+  return AG_OK;
+}
+
+/* Unary formulas: each returns the input gradient (before reduction). */
+static ag_tensor *unary_bwd(ag_node *n, ag_tensor *g) {
+  ag_tensor *x = n->e[0].val, *y = n->out_val, *t, *r;
+  switch (n->op) {
+    case AG_G_AFFINE: return ag_mul_scalar(g, n->p.s[0]);
+    case AG_G_NEG: return ag_neg(g);
+    case AG_G_EXP: return ag_mul(g, y);
+    case AG_G_LOG: return ag_div(g, x);
+    case AG_G_POW: return binary_bwd(AG_B_POW_BWD, g, x, n->p.s[0]);
+    case AG_G_SQRT: return binary_bwd(AG_B_POW_BWD, g, x, 0.5);
+    case AG_G_RSQRT: return binary_bwd(AG_B_POW_BWD, g, x, -0.5);
+    case AG_G_ABS: return binary_bwd(AG_B_ABS_BWD, g, x, 0);
+    case AG_G_RELU: return binary_bwd(AG_B_RELU_BWD, g, x, 0);
+    case AG_G_GELU: return binary_bwd(AG_B_GELU_BWD, g, x, 0);
+    case AG_G_SILU: return binary_bwd(AG_B_SILU_BWD, g, x, 0);
+    case AG_G_SIGMOID: return binary_bwd(AG_B_SIGMOID_BWD, g, y, 0);
+    case AG_G_TANH: return binary_bwd(AG_B_TANH_BWD, g, y, 0);
+    case AG_G_RSUB_DIV: /* d(s/x) = -s/x^2 */
+      t = ag_mul(x, x);
+      r = ag_div(g, t);
+      ag_tensor_release(t);
+      t = ag_mul_scalar(r, -n->p.s[0]);
+      ag_tensor_release(r);
+      return t;
+    case AG_G_DROPOUT: return ag_mul(g, n->saved[0]);
+    default:
+      ag_error_set(AG_ERR_INTERNAL, "ag_backward: no formula for op %d", (int)n->op);
+      return NULL;
+  }
+}
+
+ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  ag_tensor *a = n->n_in > 0 ? n->e[0].val : NULL, *b = n->n_in > 1 ? n->e[1].val : NULL;
+  ag_tensor *t = NULL, *u = NULL, *m = NULL;
+  switch (n->op) {
+    case AG_G_ADD: case AG_G_SUB:
+      if (NEED(0)) gin[0] = reduce_edge(g, &n->e[0]);
+      if (NEED(1)) {
+        t = n->op == AG_G_SUB ? ag_neg(g) : ag_tensor_retain(g);
+        gin[1] = reduce_edge(t, &n->e[1]);
+      }
+      break;
+    case AG_G_MUL:
+      if (NEED(0)) gin[0] = reduce_edge(t = ag_mul(g, b), &n->e[0]);
+      if (NEED(1)) gin[1] = reduce_edge(u = ag_mul(g, a), &n->e[1]);
+      break;
+    case AG_G_DIV:
+      if (NEED(0)) gin[0] = reduce_edge(t = ag_div(g, b), &n->e[0]);
+      if (NEED(1)) { /* -g*a/b^2 */
+        ag_tensor *ga = ag_mul(g, a), *bb = ag_mul(b, b), *q = ag_div(ga, bb);
+        u = ag_neg(q);
+        ag_tensor_release(ga);
+        ag_tensor_release(bb);
+        ag_tensor_release(q);
+        gin[1] = reduce_edge(u, &n->e[1]);
+      }
+      break;
+    case AG_G_MAXIMUM: case AG_G_MINIMUM: {
+      /* Ties split the gradient evenly, as torch.maximum does. */
+      ag_tensor *sel = n->op == AG_G_MAXIMUM ? ag_gt(a, b) : ag_lt(a, b);
+      ag_tensor *eq = ag_eq(a, b), *half = ag_mul_scalar(eq, 0.5);
+      m = ag_add(sel, half);
+      ag_tensor_release(sel);
+      ag_tensor_release(eq);
+      ag_tensor_release(half);
+      t = ag_mul(g, m);
+      if (NEED(0)) gin[0] = reduce_edge(t, &n->e[0]);
+      if (NEED(1)) gin[1] = reduce_edge(u = ag_sub(g, t), &n->e[1]);
+      break;
+    }
+    case AG_G_WHERE: {
+      ag_tensor *z = scalar_like(g, 0.0);
+      if (n->n_in > 1 && NEED(1)) gin[1] = reduce_edge(t = ag_where(a, g, z), &n->e[1]);
+      if (n->n_in > 2 && NEED(2)) gin[2] = reduce_edge(u = ag_where(a, z, g), &n->e[2]);
+      ag_tensor_release(z);
+      break;
+    }
+    case AG_G_SUM: case AG_G_MEAN: case AG_G_MAX: case AG_G_MIN:
+      return reduce_bwd(n, g, gin);
+    case AG_G_MATMUL: return matmul_bwd(n, g, gin);
+    case AG_G_SOFTMAX: case AG_G_LOG_SOFTMAX: return softmax_bwd(n, g, gin);
+    case AG_G_CROSS_ENTROPY: return NEED(0) ? cross_entropy_bwd(n, g, gin) : AG_OK;
+    case AG_G_MSE: {
+      int red = (int)n->p.i[0];
+      int64_t numel = 1;
+      for (int i = 0; i < n->e[0].ndim; i++) numel *= n->e[0].shape[i];
+      ag_tensor *d = ag_sub(a, b);
+      m = ag_mul_scalar(d, red == AG_REDUCTION_MEAN ? 2.0 / (double)(numel ? numel : 1) : 2.0);
+      ag_tensor_release(d);
+      t = ag_mul(m, g);
+      if (NEED(0)) gin[0] = reduce_edge(t, &n->e[0]);
+      if (NEED(1)) gin[1] = reduce_edge(u = ag_neg(t), &n->e[1]);
+      break;
+    }
+    case AG_G_LAYER_NORM: return layer_norm_bwd(n, g, gin);
+    case AG_G_EMBEDDING: return NEED(0) ? embedding_bwd(n, g, gin) : AG_OK;
+    case AG_G_CONCAT: return concat_bwd(n, g, gin);
+    case AG_G_VIEW: gin[0] = ag_reshape(g, n->e[0].ndim, n->e[0].shape); break;
+    case AG_G_PERMUTE: {
+      int inv[AG_MAX_DIMS];
+      for (int i = 0; i < n->p.n_dims; i++) inv[n->p.dims[i]] = i;
+      gin[0] = ag_permute(g, inv);
+      break;
+    }
+    case AG_G_SLICE: return slice_bwd(n, g, gin);
+    case AG_G_EXPAND: gin[0] = reduce_edge(g, &n->e[0]); break;
+    case AG_G_CAST: gin[0] = ag_cast(g, n->e[0].dtype); break;
+    case AG_G_TO_DEVICE: gin[0] = ag_to_device(g, n->e[0].dev); break;
+    default:
+      if (NEED(0)) gin[0] = reduce_edge(t = unary_bwd(n, g), &n->e[0]);
+      break;
+  }
+  ag_tensor_release(t);
+  ag_tensor_release(u);
+  ag_tensor_release(m);
+  for (int i = 0; i < n->n_in; i++)
+    if (NEED(i) && !gin[i] && n->op != AG_G_WHERE) return fail();
+  if (n->op == AG_G_WHERE)
+    for (int i = 1; i < n->n_in; i++)
+      if (NEED(i) && !gin[i]) return fail();
+  return AG_OK;
+}
