@@ -1,0 +1,32 @@
+/* The caching allocator's object-level interface: what the public wrappers in
+ * alloc.c call after looking up a device, and what white-box tests call on an
+ * allocator built over a fake backend. Never installed. */
+#ifndef AG_CORE_ALLOC_INTERNAL_H
+#define AG_CORE_ALLOC_INTERNAL_H
+
+#include <stdio.h>
+
+#include "internal.h"
+
+typedef struct ag_allocator ag_allocator;
+
+/* Release everything the allocator holds back to the backend and free it.
+ * Blocks still allocated become invalid. Only for tests and teardown. */
+AG_HIDDEN void ag__allocator_destroy(ag_allocator *a);
+
+AG_HIDDEN void ag__alloc_stats(ag_allocator *a, ag_memory_stats *out);
+AG_HIDDEN void ag__alloc_reset_peak(ag_allocator *a);
+AG_HIDDEN ag_status ag__alloc_empty_cache(ag_allocator *a);
+AG_HIDDEN ag_status ag__alloc_set_cap(ag_allocator *a, size_t bytes);
+AG_HIDDEN ag_status ag__alloc_set_fraction(ag_allocator *a, double fraction);
+AG_HIDDEN ag_status ag__alloc_configure(ag_allocator *a, const char *conf);
+AG_HIDDEN void ag__alloc_summary(ag_allocator *a, char *buf, size_t len);
+AG_HIDDEN ag_status ag__alloc_snapshot(ag_allocator *a, FILE *f);
+AG_HIDDEN ag_status ag__alloc_inject(ag_allocator *a, int nth, int count);
+
+/* Block accessors for tests and diagnostics. */
+AG_HIDDEN size_t ag__block_size(const ag_block *b);
+AG_HIDDEN size_t ag__block_requested(const ag_block *b);
+AG_HIDDEN ag_mem_category ag__block_category(const ag_block *b);
+
+#endif
