@@ -31,6 +31,9 @@ typedef struct ag_devstate {
   ag_stream *default_stream;
   struct ag_allocator *alloc;
   char label[24]; /* "cuda:0" */
+  pthread_mutex_t lock;     /* guards the stream list */
+  struct ag_stream *streams; /* every stream of the device, default first */
+  uint32_t next_stream_id;
 } ag_devstate;
 
 struct ag_stream {
@@ -38,6 +41,7 @@ struct ag_stream {
   ag_bstream *bs;
   bool is_default;
   uint32_t id; /* unique per device, 0 = default stream */
+  struct ag_stream *next; /* in ds->streams */
 };
 
 struct ag_event {
@@ -59,6 +63,8 @@ AG_HIDDEN ag_stream *ag__current_stream(ag_devstate *ds);
 AG_HIDDEN ag_status ag__sync_stream(ag_stream *s, const char *what);
 AG_HIDDEN ag_status ag__sync_device(ag_devstate *ds, const char *what);
 AG_HIDDEN ag_status ag__sync_event(ag_event *e, const char *what);
+/* Non-blocking: turn a kernel error word left on s into a status. */
+AG_HIDDEN ag_status ag__kernel_error_check(ag_stream *s);
 
 /* ---- allocator internal interface (alloc.c) ---- */
 
@@ -161,6 +167,19 @@ typedef struct ag_gparams {
   int64_t shape[AG_MAX_DIMS];
 } ag_gparams;
 
+/* Saved tensors passed by the forward ops (core/ops.c, core/tensor.c):
+ *   MUL, DIV, MAXIMUM, MINIMUM: saved a, b (the inputs as given)
+ *   EXP, SQRT, RSQRT, SIGMOID, TANH: saved out;  LOG, ABS, RELU, GELU, SILU,
+ *   POW, RSUB_DIV: saved x (the input);  ADD/SUB/NEG/AFFINE: none
+ *   WHERE: saved cond;  MAX/MIN reductions: saved x, out (keepdim=true
+ *   shape view of out);  MATMUL: saved a, b (inputs as given)
+ *   SOFTMAX, LOG_SOFTMAX: saved out;  CROSS_ENTROPY: saved logits as [N, C]
+ *   contiguous, targets [N] contiguous i32, and for MEAN the f32 scalar count
+ *   of non-ignored targets;  MSE: saved diff = a - b;  LAYER_NORM: saved x
+ *   as [N, D] contiguous, mean f32 [N], rstd f32 [N];  EMBEDDING: saved
+ *   indices contiguous i32;  DROPOUT: saved mask (out = x * mask)
+ * The node's output is `out` (its shape is out's); inputs are the forward
+ * op's tensor arguments in order. */
 /* True when grad mode is on and any non-NULL input requires grad. */
 AG_HIDDEN bool ag__grad_needed(int n, ag_tensor *const *inputs);
 /* Attach a backward node to out. inputs may hold NULLs (absent optional
@@ -172,6 +191,11 @@ AG_HIDDEN ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs,
 AG_HIDDEN void ag__grad_tensor_free(ag_tensor *t);
 
 /* ---- misc ---- */
+/* Reserve `blocks` Philox blocks of generator g (NULL: default). */
+AG_HIDDEN void ag__generator_take(ag_generator *g, uint64_t blocks, uint64_t *seed, uint64_t *offset);
+/* Operand viewing t broadcast to ndim/shape (zero strides); false if the
+ * shapes do not broadcast. */
+AG_HIDDEN bool ag__broadcast_operand(ag_koperand *o, const ag_tensor *t, int ndim, const int64_t *shape);
 AG_HIDDEN const char *ag__devlabel(const ag_tensor *t);
 /* The common device of n tensors (NULLs skipped), or an AG_ERR_DEVICE error
  * naming the op. NULL on error. */

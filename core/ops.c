@@ -1,0 +1,995 @@
+/* The ops front end: validate arguments (NULLs, devices, dtypes, shapes),
+ * allocate outputs, describe the work as one kernel call, record the
+ * autograd node. Backends see only checked, broadcast operands. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "anygrad/autograd.h"
+#include "internal.h"
+
+/* NULL input: keep the first error if there is one, else say which op. */
+static bool null_args(const char *op, int n, ag_tensor *const *ts) {
+  for (int i = 0; i < n; i++)
+    if (!ts[i]) {
+      if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: argument %d is NULL", op, i + 1);
+      return true;
+    }
+  return false;
+}
+
+static inline void call_init(ag_kernel_call *c, ag_kop op, int sub, int n, const char *name) {
+  c->op = op;
+  c->sub = sub;
+  c->n_operands = n;
+  c->multi = NULL;
+  c->name = name;
+}
+
+static ag_tensor *finish(ag_tensor *out, ag_status st) {
+  if (st != AG_OK) {
+    ag_tensor_release(out);
+    return NULL;
+  }
+  return out;
+}
+
+static ag_tensor *record(ag_tensor *out, ag_gop op, int n_in, ag_tensor *const *in, int n_saved,
+                         ag_tensor *const *saved, const ag_gparams *p) {
+  if (!out || !ag__grad_needed(n_in, in)) return out;
+  ag_gparams zero;
+  if (!p) {
+    memset(&zero, 0, sizeof zero);
+    p = &zero;
+  }
+  return finish(out, ag__grad_record(out, op, n_in, in, n_saved, saved, p));
+}
+
+/* Internal views and copies that never touch the tape. */
+static ag_tensor *raw_contiguous(ag_tensor *t) {
+  ag_no_grad_begin();
+  ag_tensor *r = ag_contiguous(t);
+  ag_grad_mode_end();
+  return r;
+}
+
+static ag_tensor *raw_view(ag_tensor *t, int ndim, const int64_t *shape) {
+  ag_no_grad_begin();
+  ag_tensor *r = ag_reshape(t, ndim, shape);
+  ag_grad_mode_end();
+  return r;
+}
+
+static ag_tensor *raw_transpose(ag_tensor *t, int a, int b) {
+  ag_no_grad_begin();
+  ag_tensor *r = ag_transpose(t, a, b);
+  ag_grad_mode_end();
+  return r;
+}
+
+static bool broadcast_shapes(const char *op, int n, ag_tensor *const *ts, int *out_ndim, int64_t *out_shape) {
+  int nd = 0;
+  for (int i = 0; i < n; i++)
+    if (ts[i]->ndim > nd) nd = ts[i]->ndim;
+  for (int d = 0; d < nd; d++) out_shape[d] = 1;
+  for (int i = 0; i < n; i++) {
+    const ag_tensor *t = ts[i];
+    int lead = nd - t->ndim;
+    for (int j = 0; j < t->ndim; j++) {
+      int64_t s = t->shape[j], *o = &out_shape[lead + j];
+      if (s == *o || s == 1) continue;
+      if (*o == 1) {
+        *o = s;
+        continue;
+      }
+      char a[96], b[96];
+      ag_error_set(AG_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast", op,
+                   ag_tensor_describe(ts[0], a, sizeof a), ag_tensor_describe(t, b, sizeof b));
+      return false;
+    }
+  }
+  *out_ndim = nd;
+  return true;
+}
+
+/* ---------------- elementwise ---------------- */
+
+static ag_tensor *binary(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b,
+                         int save) {
+  ag_tensor *in[2] = {a, b};
+  if (null_args(name, 2, in)) return NULL;
+  ag_devstate *ds = ag__same_device(name, 2, in);
+  if (!ds) return NULL;
+  if (a->dtype != b->dtype) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtypes %s and %s differ (cast one first)", name, ag_dtype_name(a->dtype),
+                 ag_dtype_name(b->dtype));
+    return NULL;
+  }
+  int nd;
+  int64_t shape[AG_MAX_DIMS];
+  if (!broadcast_shapes(name, 2, in, &nd, shape)) return NULL;
+  if (!ag__supported(ds, AG_K_BINARY, bop, a->dtype, name)) return NULL;
+  ag_tensor *out = ag__tensor_new(ds, a->dtype, nd, shape);
+  if (!out) return NULL;
+  if (out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_BINARY, bop, 3, name);
+    ag__operand(&c.o[0], out);
+    ag__broadcast_operand(&c.o[1], a, nd, shape);
+    ag__broadcast_operand(&c.o[2], b, nd, shape);
+    c.s[0] = 1.0;
+    if (ag__launch(ds, &c) != AG_OK) return finish(out, AG_ERR_BACKEND);
+  }
+  if ((int)gop < 0) return out;
+  return record(out, gop, 2, in, save ? 2 : 0, in, NULL);
+}
+
+ag_tensor *ag_add(ag_tensor *a, ag_tensor *b) { return binary("ag_add", AG_B_ADD, AG_G_ADD, a, b, 0); }
+ag_tensor *ag_sub(ag_tensor *a, ag_tensor *b) { return binary("ag_sub", AG_B_SUB, AG_G_SUB, a, b, 0); }
+ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b) { return binary("ag_mul", AG_B_MUL, AG_G_MUL, a, b, 1); }
+ag_tensor *ag_div(ag_tensor *a, ag_tensor *b) { return binary("ag_div", AG_B_DIV, AG_G_DIV, a, b, 1); }
+ag_tensor *ag_maximum(ag_tensor *a, ag_tensor *b) {
+  return binary("ag_maximum", AG_B_MAX, AG_G_MAXIMUM, a, b, 1);
+}
+ag_tensor *ag_minimum(ag_tensor *a, ag_tensor *b) {
+  return binary("ag_minimum", AG_B_MIN, AG_G_MINIMUM, a, b, 1);
+}
+ag_tensor *ag_eq(ag_tensor *a, ag_tensor *b) { return binary("ag_eq", AG_B_EQ, (ag_gop)-1, a, b, 0); }
+ag_tensor *ag_gt(ag_tensor *a, ag_tensor *b) { return binary("ag_gt", AG_B_GT, (ag_gop)-1, a, b, 0); }
+ag_tensor *ag_lt(ag_tensor *a, ag_tensor *b) { return binary("ag_lt", AG_B_LT, (ag_gop)-1, a, b, 0); }
+
+enum { SAVE_NONE, SAVE_X, SAVE_OUT };
+
+static ag_tensor *unary(const char *name, ag_unary_op uop, ag_gop gop, ag_tensor *a, double s0, double s1,
+                        int save, bool float_only) {
+  if (null_args(name, 1, &a)) return NULL;
+  ag_devstate *ds = ag__ds(a);
+  if (float_only && !ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_UNARY, uop, a->dtype, name)) return NULL;
+  ag_tensor *out = ag__tensor_new(ds, a->dtype, a->ndim, a->shape);
+  if (!out) return NULL;
+  if (out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_UNARY, uop, 2, name);
+    ag__operand(&c.o[0], out);
+    ag__operand(&c.o[1], a);
+    c.s[0] = s0;
+    c.s[1] = s1;
+    if (ag__launch(ds, &c) != AG_OK) return finish(out, AG_ERR_BACKEND);
+  }
+  if ((int)gop < 0) return out;
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.s[0] = s0;
+  p.s[1] = s1;
+  ag_tensor *sv = save == SAVE_X ? a : out;
+  return record(out, gop, 1, &a, save == SAVE_NONE ? 0 : 1, &sv, &p);
+}
+
+/* i32 allows affine maps with integral scalars only. */
+static bool int_scalars_ok(const char *name, ag_tensor *a, double s0, double s1) {
+  if (!a || a->dtype != AG_I32 || (s0 == floor(s0) && s1 == floor(s1))) return true;
+  ag_error_set(AG_ERR_DTYPE, "%s: non-integral scalar on an i32 tensor (cast to f32 first)", name);
+  return false;
+}
+
+static ag_tensor *affine(const char *name, ag_tensor *a, double mul, double add) {
+  if (!int_scalars_ok(name, a, mul, add)) return NULL;
+  return unary(name, AG_U_AFFINE, AG_G_AFFINE, a, mul, add, SAVE_NONE, false);
+}
+
+ag_tensor *ag_add_scalar(ag_tensor *a, double s) { return affine("ag_add_scalar", a, 1.0, s); }
+ag_tensor *ag_sub_scalar(ag_tensor *a, double s) { return affine("ag_sub_scalar", a, 1.0, -s); }
+ag_tensor *ag_rsub_scalar(ag_tensor *a, double s) { return affine("ag_rsub_scalar", a, -1.0, s); }
+ag_tensor *ag_mul_scalar(ag_tensor *a, double s) { return affine("ag_mul_scalar", a, s, 0.0); }
+ag_tensor *ag_div_scalar(ag_tensor *a, double s) {
+  if (a && a->dtype == AG_I32) {
+    ag_error_set(AG_ERR_DTYPE, "ag_div_scalar: i32 division is not defined (cast to f32 first)");
+    return NULL;
+  }
+  return affine("ag_div_scalar", a, 1.0 / s, 0.0);
+}
+ag_tensor *ag_pow_scalar(ag_tensor *a, double e) {
+  return unary("ag_pow_scalar", AG_U_POW, AG_G_POW, a, e, 0, SAVE_X, true);
+}
+ag_tensor *ag_neg(ag_tensor *a) { return unary("ag_neg", AG_U_NEG, AG_G_NEG, a, 0, 0, SAVE_NONE, false); }
+ag_tensor *ag_exp(ag_tensor *a) { return unary("ag_exp", AG_U_EXP, AG_G_EXP, a, 0, 0, SAVE_OUT, true); }
+ag_tensor *ag_log(ag_tensor *a) { return unary("ag_log", AG_U_LOG, AG_G_LOG, a, 0, 0, SAVE_X, true); }
+ag_tensor *ag_sqrt(ag_tensor *a) { return unary("ag_sqrt", AG_U_SQRT, AG_G_SQRT, a, 0, 0, SAVE_OUT, true); }
+ag_tensor *ag_rsqrt(ag_tensor *a) {
+  return unary("ag_rsqrt", AG_U_RSQRT, AG_G_RSQRT, a, 0, 0, SAVE_OUT, true);
+}
+ag_tensor *ag_abs(ag_tensor *a) { return unary("ag_abs", AG_U_ABS, AG_G_ABS, a, 0, 0, SAVE_X, false); }
+ag_tensor *ag_relu(ag_tensor *a) { return unary("ag_relu", AG_U_RELU, AG_G_RELU, a, 0, 0, SAVE_X, true); }
+ag_tensor *ag_gelu(ag_tensor *a) { return unary("ag_gelu", AG_U_GELU, AG_G_GELU, a, 0, 0, SAVE_X, true); }
+ag_tensor *ag_silu(ag_tensor *a) { return unary("ag_silu", AG_U_SILU, AG_G_SILU, a, 0, 0, SAVE_X, true); }
+ag_tensor *ag_sigmoid(ag_tensor *a) {
+  return unary("ag_sigmoid", AG_U_SIGMOID, AG_G_SIGMOID, a, 0, 0, SAVE_OUT, true);
+}
+ag_tensor *ag_tanh(ag_tensor *a) { return unary("ag_tanh", AG_U_TANH, AG_G_TANH, a, 0, 0, SAVE_OUT, true); }
+
+ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
+  static const char name[] = "ag_where";
+  ag_tensor *in[3] = {cond, a, b};
+  if (null_args(name, 3, in)) return NULL;
+  ag_devstate *ds = ag__same_device(name, 3, in);
+  if (!ds) return NULL;
+  if (a->dtype != b->dtype) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtypes %s and %s differ (cast one first)", name, ag_dtype_name(a->dtype),
+                 ag_dtype_name(b->dtype));
+    return NULL;
+  }
+  int nd;
+  int64_t shape[AG_MAX_DIMS];
+  if (!broadcast_shapes(name, 3, in, &nd, shape)) return NULL;
+  if (!ag__supported(ds, AG_K_WHERE, 0, a->dtype, name) || !ag__supported(ds, AG_K_WHERE, 0, cond->dtype, name))
+    return NULL;
+  ag_tensor *out = ag__tensor_new(ds, a->dtype, nd, shape);
+  if (!out) return NULL;
+  if (out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_WHERE, 0, 4, name);
+    ag__operand(&c.o[0], out);
+    for (int i = 0; i < 3; i++) ag__broadcast_operand(&c.o[i + 1], in[i], nd, shape);
+    if (ag__launch(ds, &c) != AG_OK) return finish(out, AG_ERR_BACKEND);
+  }
+  return record(out, AG_G_WHERE, 3, in, 1, &cond, NULL);
+}
+
+ag_tensor *ag_masked_fill(ag_tensor *a, ag_tensor *mask, double value) {
+  ag_tensor *in[2] = {a, mask};
+  if (null_args("ag_masked_fill", 2, in)) return NULL;
+  ag_tensor *v = ag_full(ag_tensor_device(a), a->dtype, 0, NULL, value);
+  if (!v) return NULL;
+  ag_tensor *r = ag_where(mask, v, a);
+  ag_tensor_release(v);
+  return r;
+}
+
+/* ---------------- reductions ---------------- */
+
+typedef struct reduce_plan {
+  int64_t outer, r, inner;
+  int out_ndim;
+  int64_t out_shape[AG_MAX_DIMS];  /* keepdim or not, as requested */
+  int64_t keep_shape[AG_MAX_DIMS]; /* keepdim=true shape */
+  ag_tensor *src;                  /* contiguous source (owned) */
+} reduce_plan;
+
+static bool plan_reduce(const char *name, ag_tensor *a, int n_dims, const int *dims, bool keepdim, reduce_plan *pl) {
+  bool red[AG_MAX_DIMS] = {0};
+  if (n_dims == 0 || !dims) {
+    for (int i = 0; i < a->ndim; i++) red[i] = true;
+  } else {
+    for (int k = 0; k < n_dims; k++) {
+      int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
+      if (d < 0 || d >= a->ndim) {
+        ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dims[k], a->ndim);
+        return false;
+      }
+      red[d] = true;
+    }
+  }
+  pl->out_ndim = 0;
+  int first = -1, last = -1;
+  for (int i = 0; i < a->ndim; i++) {
+    pl->keep_shape[i] = red[i] ? 1 : a->shape[i];
+    if (red[i]) {
+      if (first < 0) first = i;
+      last = i;
+      if (keepdim) pl->out_shape[pl->out_ndim++] = 1;
+    } else {
+      pl->out_shape[pl->out_ndim++] = a->shape[i];
+    }
+  }
+  bool block = true; /* reduced dims form one consecutive range */
+  for (int i = first; i >= 0 && i <= last; i++)
+    if (!red[i]) block = false;
+  if (first < 0) { /* 0-d tensor: reduce over nothing */
+    pl->outer = a->numel;
+    pl->r = 1;
+    pl->inner = 1;
+    pl->src = raw_contiguous(a);
+    return pl->src != NULL;
+  }
+  if (block) {
+    pl->outer = 1;
+    pl->r = 1;
+    pl->inner = 1;
+    for (int i = 0; i < first; i++) pl->outer *= a->shape[i];
+    for (int i = first; i <= last; i++) pl->r *= a->shape[i];
+    for (int i = last + 1; i < a->ndim; i++) pl->inner *= a->shape[i];
+    pl->src = raw_contiguous(a);
+    return pl->src != NULL;
+  }
+  /* Move the kept dims first, then the reduced ones, and copy. */
+  int perm[AG_MAX_DIMS], k = 0;
+  pl->outer = 1;
+  pl->r = 1;
+  pl->inner = 1;
+  for (int i = 0; i < a->ndim; i++)
+    if (!red[i]) {
+      perm[k++] = i;
+      pl->outer *= a->shape[i];
+    }
+  for (int i = 0; i < a->ndim; i++)
+    if (red[i]) {
+      perm[k++] = i;
+      pl->r *= a->shape[i];
+    }
+  ag_no_grad_begin();
+  ag_tensor *p = ag_permute(a, perm);
+  pl->src = p ? ag_contiguous(p) : NULL;
+  ag_tensor_release(p);
+  ag_grad_mode_end();
+  return pl->src != NULL;
+}
+
+static ag_tensor *reduce(const char *name, ag_reduce_op rop, ag_gop gop, ag_tensor *a, int n_dims, const int *dims,
+                         bool keepdim, bool mean) {
+  if (null_args(name, 1, &a)) return NULL;
+  ag_devstate *ds = ag__ds(a);
+  if (mean && !ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_REDUCE, rop, a->dtype, name)) return NULL;
+  reduce_plan pl;
+  if (!plan_reduce(name, a, n_dims, dims, keepdim, &pl)) return NULL;
+  if (pl.r == 0 && rop != AG_R_SUM) {
+    ag_tensor_release(pl.src);
+    ag_error_set(AG_ERR_SHAPE, "%s: reduction over an empty dim has no identity", name);
+    return NULL;
+  }
+  ag_dtype odt = rop == AG_R_ARGMAX ? AG_I32 : a->dtype;
+  ag_tensor *out = ag__tensor_new(ds, odt, pl.out_ndim, pl.out_shape);
+  ag_status st = out ? AG_OK : AG_ERR_OOM;
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_REDUCE, rop, 2, name);
+    ag__operand(&c.o[0], out);
+    ag__operand(&c.o[1], pl.src);
+    c.i[0] = pl.outer;
+    c.i[1] = pl.r;
+    c.i[2] = pl.inner;
+    c.s[0] = mean ? 1.0 / (double)pl.r : 1.0;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(pl.src);
+  if (st != AG_OK) return finish(out, st);
+  if ((int)gop < 0) return out;
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.keepdim = keepdim;
+  p.ndim = a->ndim;
+  memcpy(p.shape, pl.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
+  p.n_dims = 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (pl.keep_shape[i] == 1 && (a->shape[i] != 1 || n_dims == 0 || !dims)) p.dims[p.n_dims++] = i;
+  p.s[0] = mean ? (double)pl.r : 1.0;
+  if (gop == AG_G_MAX || gop == AG_G_MIN) {
+    ag_tensor *kv = raw_view(out, a->ndim, pl.keep_shape);
+    ag_tensor *sv[2] = {a, kv};
+    ag_tensor *r = record(out, gop, 1, &a, 2, sv, &p);
+    ag_tensor_release(kv);
+    return r;
+  }
+  return record(out, gop, 1, &a, 0, NULL, &p);
+}
+
+ag_tensor *ag_sum(ag_tensor *a, int n, const int *dims, bool keepdim) {
+  return reduce("ag_sum", AG_R_SUM, AG_G_SUM, a, n, dims, keepdim, false);
+}
+ag_tensor *ag_mean(ag_tensor *a, int n, const int *dims, bool keepdim) {
+  return reduce("ag_mean", AG_R_SUM, AG_G_MEAN, a, n, dims, keepdim, true);
+}
+ag_tensor *ag_max(ag_tensor *a, int n, const int *dims, bool keepdim) {
+  return reduce("ag_max", AG_R_MAX, AG_G_MAX, a, n, dims, keepdim, false);
+}
+ag_tensor *ag_min(ag_tensor *a, int n, const int *dims, bool keepdim) {
+  return reduce("ag_min", AG_R_MIN, AG_G_MIN, a, n, dims, keepdim, false);
+}
+ag_tensor *ag_argmax(ag_tensor *a, int dim, bool keepdim) {
+  return reduce("ag_argmax", AG_R_ARGMAX, (ag_gop)-1, a, 1, &dim, keepdim, false);
+}
+
+/* ---------------- matmul ---------------- */
+
+/* Make the last two dims usable by a GEMM: row-major (col stride 1) or
+ * column-major (row stride 1); size-1 dims get canonical strides. */
+static bool gemm_layout(ag_koperand *o) {
+  int r = o->ndim - 2, c = o->ndim - 1;
+  int64_t R = o->shape[r], C = o->shape[c];
+  if (C == 1) o->strides[c] = 1;
+  if (R == 1) o->strides[r] = (o->strides[c] == 1) ? (C > 0 ? C : 1) : 1;
+  if (o->strides[c] == 1 && o->strides[r] >= (C > 1 ? C : 1)) return true;
+  if (o->strides[r] == 1 && o->strides[c] >= (R > 1 ? R : 1)) return true;
+  return false;
+}
+
+/* Collapse the batch dims of an operand (already broadcast to the common
+ * batch shape) into [B, R, C]; false if they cannot share one stride. */
+static bool collapse_batch(ag_koperand *o, int64_t B) {
+  int nb = o->ndim - 2;
+  int64_t stride = 0;
+  bool any = false;
+  for (int i = nb - 1; i >= 0; i--) {
+    if (o->shape[i] == 1) continue;
+    if (!any) {
+      stride = o->strides[i];
+      any = true;
+      continue;
+    }
+    /* the next outer dim must continue the same progression */
+    int64_t inner_span = 1;
+    for (int j = i + 1; j < nb; j++) inner_span *= o->shape[j];
+    if (o->strides[i] != stride * inner_span) return false;
+  }
+  int64_t R = o->shape[nb], C = o->shape[nb + 1], rs = o->strides[nb], cs = o->strides[nb + 1];
+  o->ndim = 3;
+  o->shape[0] = B;
+  o->strides[0] = any ? stride : 0;
+  o->shape[1] = R;
+  o->strides[1] = rs;
+  o->shape[2] = C;
+  o->strides[2] = cs;
+  return true;
+}
+
+ag_tensor *ag_matmul(ag_tensor *a, ag_tensor *b) {
+  static const char name[] = "ag_matmul";
+  ag_tensor *in[2] = {a, b};
+  if (null_args(name, 2, in)) return NULL;
+  ag_devstate *ds = ag__same_device(name, 2, in);
+  if (!ds) return NULL;
+  if (a->dtype != b->dtype || !ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: needs two floating tensors of one dtype, got %s and %s", name,
+                 ag_dtype_name(a->dtype), ag_dtype_name(b->dtype));
+    return NULL;
+  }
+  if (a->ndim == 0 || b->ndim == 0) {
+    ag_error_set(AG_ERR_SHAPE, "%s: both arguments need at least one dim", name);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_MATMUL, 0, a->dtype, name)) return NULL;
+  /* Promote 1-D operands: a [K] -> [1, K], b [K] -> [K, 1]. */
+  int64_t as[AG_MAX_DIMS], ast[AG_MAX_DIMS], bs[AG_MAX_DIMS], bst[AG_MAX_DIMS];
+  int and_ = a->ndim, bnd = b->ndim;
+  memcpy(as, a->shape, sizeof as);
+  memcpy(ast, a->strides, sizeof ast);
+  memcpy(bs, b->shape, sizeof bs);
+  memcpy(bst, b->strides, sizeof bst);
+  if (and_ == 1) {
+    as[1] = as[0];
+    ast[1] = ast[0];
+    as[0] = 1;
+    ast[0] = as[1];
+    and_ = 2;
+  }
+  if (bnd == 1) {
+    bs[1] = 1;
+    bst[1] = 1;
+    bnd = 2;
+  }
+  int64_t M = as[and_ - 2], K = as[and_ - 1], K2 = bs[bnd - 2], N = bs[bnd - 1];
+  if (K != K2) {
+    char x[96], y[96];
+    ag_error_set(AG_ERR_SHAPE, "%s: shapes %s and %s cannot be multiplied (%lld != %lld)", name,
+                 ag_tensor_describe(a, x, sizeof x), ag_tensor_describe(b, y, sizeof y), (long long)K, (long long)K2);
+    return NULL;
+  }
+  /* Broadcast batch dims. */
+  int nba = and_ - 2, nbb = bnd - 2, nb = nba > nbb ? nba : nbb;
+  if (nb + 2 > AG_MAX_DIMS) {
+    ag_error_set(AG_ERR_SHAPE, "%s: too many dims", name);
+    return NULL;
+  }
+  int64_t batch[AG_MAX_DIMS];
+  int64_t B = 1;
+  for (int i = 0; i < nb; i++) {
+    int ia = i - (nb - nba), ib = i - (nb - nbb);
+    int64_t sa = ia >= 0 ? as[ia] : 1, sb = ib >= 0 ? bs[ib] : 1;
+    if (sa != sb && sa != 1 && sb != 1) {
+      char x[96], y[96];
+      ag_error_set(AG_ERR_SHAPE, "%s: batch dims of %s and %s cannot be broadcast", name,
+                   ag_tensor_describe(a, x, sizeof x), ag_tensor_describe(b, y, sizeof y));
+      return NULL;
+    }
+    batch[i] = sa == 1 ? sb : sa;
+    B *= batch[i];
+  }
+  /* Operands [batch..., R, C] with zero strides on broadcast dims. */
+  ag_koperand oa, ob;
+  ag_tensor *ca = NULL, *cb = NULL;
+  ag_status st = AG_OK;
+  for (int pass = 0; pass < 2 && st == AG_OK; pass++) {
+    ag_tensor *t = pass ? b : a;
+    ag_koperand *o = pass ? &ob : &oa;
+    int64_t *ts = pass ? bs : as, *tst = pass ? bst : ast;
+    int tnd = pass ? bnd : and_, tnb = tnd - 2;
+    for (int attempt = 0; attempt < 2; attempt++) {
+      const ag_tensor *src = attempt ? (pass ? cb : ca) : t;
+      o->base = src->st->base;
+      o->offset = src->st->offset + (size_t)src->offset * ag_dtype_size(src->dtype);
+      o->dtype = src->dtype;
+      o->ndim = nb + 2;
+      if (attempt) { /* contiguous copy: recompute strides for the promoted shape */
+        ag__contiguous_strides(tnd, ts, tst);
+      }
+      for (int i = 0; i < nb; i++) {
+        int j = i - (nb - tnb);
+        o->shape[i] = batch[i];
+        o->strides[i] = (j >= 0 && ts[j] == batch[i] && batch[i] != 1) ? tst[j] : 0;
+      }
+      o->shape[nb] = ts[tnd - 2];
+      o->strides[nb] = tst[tnd - 2];
+      o->shape[nb + 1] = ts[tnd - 1];
+      o->strides[nb + 1] = tst[tnd - 1];
+      if (collapse_batch(o, B) && gemm_layout(o)) break;
+      if (attempt) {
+        st = ag_error_set(AG_ERR_INTERNAL, "%s: no GEMM layout for a contiguous operand", name);
+        break;
+      }
+      ag_tensor *c = raw_contiguous(t);
+      if (!c) {
+        st = ag_last_status();
+        break;
+      }
+      if (pass) cb = c;
+      else ca = c;
+    }
+  }
+  ag_tensor *out = NULL;
+  if (st == AG_OK) {
+    int64_t oshape[AG_MAX_DIMS];
+    int ond = 0;
+    for (int i = 0; i < nb; i++) oshape[ond++] = batch[i];
+    if (a->ndim > 1) oshape[ond++] = M;
+    if (b->ndim > 1) oshape[ond++] = N;
+    out = ag__tensor_new(ds, a->dtype, ond, oshape);
+    if (!out) st = ag_last_status();
+  }
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_MATMUL, 0, 3, name);
+    c.o[0].base = out->st->base;
+    c.o[0].offset = out->st->offset;
+    c.o[0].dtype = out->dtype;
+    c.o[0].ndim = 3;
+    c.o[0].shape[0] = B;
+    c.o[0].shape[1] = M;
+    c.o[0].shape[2] = N;
+    c.o[0].strides[0] = M * N;
+    c.o[0].strides[1] = N;
+    c.o[0].strides[2] = 1;
+    c.o[1] = oa;
+    c.o[2] = ob;
+    /* One GEMM instead of a batch loop when b is shared and a's rows are
+     * evenly spaced across the batch (the Linear-layer case). */
+    if (B > 1 && ob.strides[0] == 0 && oa.strides[2] == 1 && oa.strides[0] == M * oa.strides[1]) {
+      c.o[1].shape[0] = 1;
+      c.o[1].shape[1] = B * M;
+      c.o[0].shape[0] = 1;
+      c.o[0].shape[1] = B * M;
+      c.o[2].shape[0] = 1;
+    }
+    c.s[0] = 1.0;
+    c.s[1] = 0.0;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(ca);
+  ag_tensor_release(cb);
+  if (st != AG_OK) return finish(out, st);
+  return record(out, AG_G_MATMUL, 2, in, 2, in, NULL);
+}
+
+/* ---------------- softmax and losses ---------------- */
+
+static ag_tensor *softmax_impl(const char *name, int variant, ag_gop gop, ag_tensor *a, int dim) {
+  if (null_args(name, 1, &a)) return NULL;
+  if (!ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
+  int nd = a->ndim ? a->ndim : 1;
+  int d = dim < 0 ? dim + nd : dim;
+  if (d < 0 || d >= nd) {
+    ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, a->ndim);
+    return NULL;
+  }
+  ag_devstate *ds = ag__ds(a);
+  if (!ag__supported(ds, AG_K_SOFTMAX, variant, a->dtype, name)) return NULL;
+  bool last = a->ndim == 0 || d == a->ndim - 1;
+  ag_tensor *src = last ? raw_contiguous(a) : NULL;
+  if (!last) {
+    ag_tensor *t = raw_transpose(a, d, -1);
+    src = t ? raw_contiguous(t) : NULL;
+    ag_tensor_release(t);
+  }
+  if (!src) return NULL;
+  ag_tensor *y = ag__tensor_new(ds, a->dtype, src->ndim, src->shape);
+  ag_status st = y ? AG_OK : ag_last_status();
+  int64_t cols = a->ndim ? src->shape[src->ndim - 1] : 1;
+  if (st == AG_OK && y->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_SOFTMAX, variant, 2, name);
+    ag__operand(&c.o[0], y);
+    ag__operand(&c.o[1], src);
+    c.i[0] = y->numel / cols;
+    c.i[1] = cols;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(src);
+  if (st != AG_OK) return finish(y, st);
+  ag_tensor *out = y;
+  if (!last) {
+    ag_tensor *t = raw_transpose(y, d, -1);
+    out = t ? raw_contiguous(t) : NULL;
+    ag_tensor_release(t);
+    ag_tensor_release(y);
+    if (!out) return NULL;
+  }
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.i[0] = d;
+  return record(out, gop, 1, &a, 1, &out, &p);
+}
+
+ag_tensor *ag_softmax(ag_tensor *a, int dim) { return softmax_impl("ag_softmax", 0, AG_G_SOFTMAX, a, dim); }
+ag_tensor *ag_log_softmax(ag_tensor *a, int dim) {
+  return softmax_impl("ag_log_softmax", 1, AG_G_LOG_SOFTMAX, a, dim);
+}
+
+/* Scalar f32 count of targets != ignore, computed on the device. */
+static ag_tensor *count_valid(ag_tensor *targets, int32_t ignore_index) {
+  ag_tensor *ig = ag_full(ag_tensor_device(targets), AG_I32, 0, NULL, ignore_index);
+  ag_tensor *eq = ag_eq(targets, ig);
+  ag_tensor *n_ig = ag_sum(eq, 0, NULL, false);
+  ag_tensor *f = ag_cast(n_ig, AG_F32);
+  ag_tensor *cnt = ag_rsub_scalar(f, (double)targets->numel);
+  ag_tensor_release(ig);
+  ag_tensor_release(eq);
+  ag_tensor_release(n_ig);
+  ag_tensor_release(f);
+  return cnt;
+}
+
+ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, ag_reduction reduction, int32_t ignore_index) {
+  static const char name[] = "ag_cross_entropy";
+  ag_tensor *in[2] = {logits, targets};
+  if (null_args(name, 2, in)) return NULL;
+  ag_devstate *ds = ag__same_device(name, 2, in);
+  if (!ds) return NULL;
+  if (!ag_dtype_is_float(logits->dtype) || targets->dtype != AG_I32) {
+    ag_error_set(AG_ERR_DTYPE, "%s: needs floating logits and i32 targets, got %s and %s", name,
+                 ag_dtype_name(logits->dtype), ag_dtype_name(targets->dtype));
+    return NULL;
+  }
+  if ((unsigned)reduction > AG_REDUCTION_NONE) {
+    ag_error_set(AG_ERR_INVALID, "%s: invalid reduction %d", name, (int)reduction);
+    return NULL;
+  }
+  int64_t N, C;
+  if (logits->ndim == 2 && targets->ndim == 1 && targets->shape[0] == logits->shape[0]) {
+    N = logits->shape[0];
+    C = logits->shape[1];
+  } else if (logits->ndim == 1 && targets->ndim == 0) {
+    N = 1;
+    C = logits->shape[0];
+  } else {
+    char x[96], y[96];
+    ag_error_set(AG_ERR_SHAPE, "%s: logits %s and targets %s: expected [N, C] and [N]", name,
+                 ag_tensor_describe(logits, x, sizeof x), ag_tensor_describe(targets, y, sizeof y));
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_CROSS_ENTROPY, 0, logits->dtype, name)) return NULL;
+  ag_no_grad_begin();
+  int64_t s2[2] = {N, C}, s1[1] = {N};
+  ag_tensor *lc0 = raw_contiguous(logits), *tc0 = raw_contiguous(targets);
+  ag_tensor *lc = lc0 ? ag_reshape(lc0, 2, s2) : NULL, *tc = tc0 ? ag_reshape(tc0, 1, s1) : NULL;
+  ag_tensor_release(lc0);
+  ag_tensor_release(tc0);
+  ag_tensor *rows = (lc && tc) ? ag__tensor_new(ds, AG_F32, 1, s1) : NULL;
+  ag_status st = rows ? AG_OK : ag_last_status();
+  if (st == AG_OK && N) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_CROSS_ENTROPY, 0, 3, name);
+    ag__operand(&c.o[0], rows);
+    ag__operand(&c.o[1], lc);
+    ag__operand(&c.o[2], tc);
+    c.i[0] = N;
+    c.i[1] = C;
+    c.i[2] = ignore_index;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor *out = NULL, *cnt = NULL;
+  if (st == AG_OK) {
+    if (reduction == AG_REDUCTION_NONE) {
+      out = logits->ndim == 1 ? ag_reshape(rows, 0, NULL) : ag_tensor_retain(rows);
+    } else {
+      ag_tensor *sum = ag_sum(rows, 0, NULL, false);
+      if (reduction == AG_REDUCTION_SUM) {
+        out = sum;
+      } else {
+        cnt = count_valid(tc, ignore_index);
+        out = (sum && cnt) ? ag_div(sum, cnt) : NULL;
+        ag_tensor_release(sum);
+      }
+    }
+    if (out && out->dtype != logits->dtype) {
+      ag_tensor *o2 = ag_cast(out, logits->dtype);
+      ag_tensor_release(out);
+      out = o2;
+    }
+    if (!out) st = ag_last_status();
+  }
+  ag_grad_mode_end();
+  ag_tensor_release(rows);
+  if (st == AG_OK) {
+    ag_gparams p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = reduction;
+    p.i[1] = ignore_index;
+    ag_tensor *sv[3] = {lc, tc, cnt};
+    out = record(out, AG_G_CROSS_ENTROPY, 2, in, cnt ? 3 : 2, sv, &p);
+  }
+  ag_tensor_release(lc);
+  ag_tensor_release(tc);
+  ag_tensor_release(cnt);
+  return st == AG_OK ? out : finish(out, st);
+}
+
+ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
+  static const char name[] = "ag_mse_loss";
+  ag_tensor *in[2] = {a, b};
+  if (null_args(name, 2, in)) return NULL;
+  if (!ag__same_device(name, 2, in)) return NULL;
+  if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) {
+    char x[96], y[96];
+    ag_error_set(AG_ERR_SHAPE, "%s: shapes %s and %s differ", name, ag_tensor_describe(a, x, sizeof x),
+                 ag_tensor_describe(b, y, sizeof y));
+    return NULL;
+  }
+  if (!ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
+  ag_no_grad_begin();
+  ag_tensor *diff = ag_sub(a, b);
+  ag_tensor *sq = ag_mul(diff, diff);
+  ag_tensor *out = reduction == AG_REDUCTION_NONE ? ag_tensor_retain(sq)
+                   : reduction == AG_REDUCTION_SUM ? ag_sum(sq, 0, NULL, false)
+                                                   : ag_mean(sq, 0, NULL, false);
+  ag_grad_mode_end();
+  ag_tensor_release(sq);
+  if (out) {
+    ag_gparams p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = reduction;
+    out = record(out, AG_G_MSE, 2, in, 1, &diff, &p);
+  }
+  ag_tensor_release(diff);
+  return out;
+}
+
+ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias, double eps) {
+  static const char name[] = "ag_layer_norm";
+  if (null_args(name, 1, &x)) return NULL;
+  ag_tensor *in[3] = {x, weight, bias};
+  ag_devstate *ds = ag__same_device(name, 3, in);
+  if (!ds) return NULL;
+  if (!ag_dtype_is_float(x->dtype) || x->ndim == 0) {
+    ag_error_set(AG_ERR_DTYPE, "%s: needs a floating tensor with at least one dim", name);
+    return NULL;
+  }
+  int64_t D = x->shape[x->ndim - 1], N = D ? x->numel / D : 0;
+  for (int i = 1; i < 3; i++) {
+    ag_tensor *w = in[i];
+    if (!w) continue;
+    if (w->dtype != x->dtype || w->ndim != 1 || w->shape[0] != D) {
+      char b1[96], b2[96];
+      ag_error_set(AG_ERR_SHAPE, "%s: %s %s must be %s[%lld] for input %s", name, i == 1 ? "weight" : "bias",
+                   ag_tensor_describe(w, b1, sizeof b1), ag_dtype_name(x->dtype), (long long)D,
+                   ag_tensor_describe(x, b2, sizeof b2));
+      return NULL;
+    }
+  }
+  if (!(eps >= 0)) {
+    ag_error_set(AG_ERR_INVALID, "%s: eps must be >= 0", name);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_LAYERNORM, 0, x->dtype, name)) return NULL;
+  int64_t s2[2] = {N, D}, s1[1] = {N};
+  ag_tensor *xc0 = raw_contiguous(x);
+  ag_tensor *xc = xc0 ? raw_view(xc0, 2, s2) : NULL;
+  ag_tensor_release(xc0);
+  ag_tensor *wc = weight ? raw_contiguous(weight) : NULL, *bc = bias ? raw_contiguous(bias) : NULL;
+  ag_tensor *y = xc ? ag__tensor_new(ds, x->dtype, x->ndim, x->shape) : NULL;
+  ag_tensor *mean = y ? ag__tensor_new(ds, AG_F32, 1, s1) : NULL;
+  ag_tensor *rstd = mean ? ag__tensor_new(ds, AG_F32, 1, s1) : NULL;
+  ag_status st = (rstd && (!weight || wc) && (!bias || bc)) ? AG_OK : ag_last_status();
+  if (st == AG_OK && N && D) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_LAYERNORM, 0, 6, name);
+    ag__operand(&c.o[0], y);
+    c.o[0].ndim = 2;
+    c.o[0].shape[0] = N;
+    c.o[0].shape[1] = D;
+    c.o[0].strides[0] = D;
+    c.o[0].strides[1] = 1;
+    ag__operand(&c.o[1], xc);
+    if (wc) ag__operand(&c.o[2], wc);
+    else memset(&c.o[2], 0, sizeof c.o[2]);
+    if (bc) ag__operand(&c.o[3], bc);
+    else memset(&c.o[3], 0, sizeof c.o[3]);
+    ag__operand(&c.o[4], mean);
+    ag__operand(&c.o[5], rstd);
+    c.i[0] = N;
+    c.i[1] = D;
+    c.s[0] = eps;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(wc);
+  ag_tensor_release(bc);
+  if (st == AG_OK) {
+    ag_gparams p;
+    memset(&p, 0, sizeof p);
+    p.s[0] = eps;
+    ag_tensor *sv[3] = {xc, mean, rstd};
+    y = record(y, AG_G_LAYER_NORM, 3, in, 3, sv, &p);
+  } else {
+    ag_tensor_release(y);
+    y = NULL;
+  }
+  ag_tensor_release(xc);
+  ag_tensor_release(mean);
+  ag_tensor_release(rstd);
+  return y;
+}
+
+ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices) {
+  static const char name[] = "ag_embedding";
+  ag_tensor *in[2] = {table, indices};
+  if (null_args(name, 2, in)) return NULL;
+  ag_devstate *ds = ag__same_device(name, 2, in);
+  if (!ds) return NULL;
+  if (indices->dtype != AG_I32) {
+    ag_error_set(AG_ERR_DTYPE, "%s: indices must be i32, got %s", name, ag_dtype_name(indices->dtype));
+    return NULL;
+  }
+  if (table->ndim != 2 || indices->ndim + 1 > AG_MAX_DIMS) {
+    char x[96];
+    ag_error_set(AG_ERR_SHAPE, "%s: table %s must be 2-d [V, D]", name, ag_tensor_describe(table, x, sizeof x));
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_EMBEDDING, 0, table->dtype, name)) return NULL;
+  int64_t V = table->shape[0], D = table->shape[1], N = indices->numel;
+  int64_t oshape[AG_MAX_DIMS];
+  memcpy(oshape, indices->shape, sizeof(int64_t) * (size_t)indices->ndim);
+  oshape[indices->ndim] = D;
+  ag_tensor *tc = raw_contiguous(table), *ic = raw_contiguous(indices);
+  ag_tensor *out = (tc && ic) ? ag__tensor_new(ds, table->dtype, indices->ndim + 1, oshape) : NULL;
+  ag_status st = out ? AG_OK : ag_last_status();
+  if (st == AG_OK && N && D) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_EMBEDDING, 0, 3, name);
+    ag__operand(&c.o[0], out);
+    c.o[0].ndim = 2;
+    c.o[0].shape[0] = N;
+    c.o[0].shape[1] = D;
+    c.o[0].strides[0] = D;
+    c.o[0].strides[1] = 1;
+    ag__operand(&c.o[1], tc);
+    ag__operand(&c.o[2], ic);
+    c.o[2].ndim = 1;
+    c.o[2].shape[0] = N;
+    c.o[2].strides[0] = 1;
+    c.i[0] = N;
+    c.i[1] = D;
+    c.i[2] = V;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(tc);
+  if (st == AG_OK) out = record(out, AG_G_EMBEDDING, 2, in, 1, &ic, NULL);
+  else out = finish(out, st);
+  ag_tensor_release(ic);
+  return out;
+}
+
+ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim) {
+  static const char name[] = "ag_concat";
+  if (n <= 0 || !ts) {
+    ag_error_set(AG_ERR_INVALID, "%s: needs at least one tensor", name);
+    return NULL;
+  }
+  if (null_args(name, n, ts)) return NULL;
+  ag_devstate *ds = ag__same_device(name, n, ts);
+  if (!ds) return NULL;
+  const ag_tensor *t0 = ts[0];
+  int d = dim < 0 ? dim + t0->ndim : dim;
+  if (d < 0 || d >= t0->ndim) {
+    ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, t0->ndim);
+    return NULL;
+  }
+  int64_t shape[AG_MAX_DIMS];
+  memcpy(shape, t0->shape, sizeof shape);
+  shape[d] = 0;
+  for (int k = 0; k < n; k++) {
+    const ag_tensor *t = ts[k];
+    bool ok = t->dtype == t0->dtype && t->ndim == t0->ndim;
+    for (int i = 0; ok && i < t0->ndim; i++)
+      if (i != d && t->shape[i] != t0->shape[i]) ok = false;
+    if (!ok) {
+      char x[96], y[96];
+      ag_error_set(AG_ERR_SHAPE, "%s: %s and %s differ outside dim %d", name, ag_tensor_describe(t0, x, sizeof x),
+                   ag_tensor_describe(t, y, sizeof y), d);
+      return NULL;
+    }
+    shape[d] += t->shape[d];
+  }
+  ag_tensor *out = ag__tensor_new(ds, t0->dtype, t0->ndim, shape);
+  if (!out) return NULL;
+  int64_t at = 0;
+  ag_status st = AG_OK;
+  for (int k = 0; k < n && st == AG_OK; k++) {
+    ag_tensor *t = ts[k];
+    if (t->numel) {
+      int64_t vs[AG_MAX_DIMS];
+      memcpy(vs, out->shape, sizeof vs);
+      vs[d] = t->shape[d];
+      ag_tensor *dst = ag__tensor_view(out, out->ndim, vs, out->strides, at * out->strides[d]);
+      st = dst ? ag_copy_(dst, t) : ag_last_status();
+      ag_tensor_release(dst);
+    }
+    at += t->shape[d];
+  }
+  if (st != AG_OK) return finish(out, st);
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.i[0] = d;
+  return record(out, AG_G_CONCAT, n, ts, 0, NULL, &p);
+}
+
+ag_tensor *ag_dropout(ag_tensor *a, double p, bool train, ag_generator *g) {
+  static const char name[] = "ag_dropout";
+  if (null_args(name, 1, &a)) return NULL;
+  if (!(p >= 0 && p < 1)) {
+    ag_error_set(AG_ERR_INVALID, "%s: p must be in [0, 1), got %g", name, p);
+    return NULL;
+  }
+  if (!ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
+  if (!train || p == 0) return ag_tensor_retain(a);
+  ag_devstate *ds = ag__ds(a);
+  if (!ag__supported(ds, AG_K_DROPOUT, 0, a->dtype, name)) return NULL;
+  ag_tensor *src = raw_contiguous(a);
+  ag_tensor *out = src ? ag__tensor_new(ds, a->dtype, a->ndim, a->shape) : NULL;
+  ag_tensor *mask = out ? ag__tensor_new(ds, a->dtype, a->ndim, a->shape) : NULL;
+  ag_status st = mask ? AG_OK : ag_last_status();
+  if (st == AG_OK && a->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_DROPOUT, 0, 3, name);
+    ag__operand(&c.o[0], out);
+    ag__operand(&c.o[1], src);
+    ag__operand(&c.o[2], mask);
+    c.s[0] = p;
+    ag__generator_take(g, ((uint64_t)a->numel + 3) / 4, &c.seed, &c.offset);
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(src);
+  if (st == AG_OK) {
+    ag_gparams gp;
+    memset(&gp, 0, sizeof gp);
+    gp.s[0] = p;
+    out = record(out, AG_G_DROPOUT, 1, &a, 1, &mask, &gp);
+  } else {
+    out = finish(out, st);
+  }
+  ag_tensor_release(mask);
+  return out;
+}

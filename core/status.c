@@ -1,0 +1,48 @@
+/* Status names and the thread-local error message. Each thread keeps the
+ * message of its most recent failure; ops given NULL inputs leave it alone so
+ * the first failure of a chain is what the caller reads. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "internal.h"
+
+static _Thread_local char tl_msg[1024];
+static _Thread_local ag_status tl_status;
+
+const char *ag_status_name(ag_status s) {
+  switch (s) {
+    case AG_OK: return "AG_OK";
+    case AG_ERR_INVALID: return "AG_ERR_INVALID";
+    case AG_ERR_SHAPE: return "AG_ERR_SHAPE";
+    case AG_ERR_DTYPE: return "AG_ERR_DTYPE";
+    case AG_ERR_DEVICE: return "AG_ERR_DEVICE";
+    case AG_ERR_UNAVAILABLE: return "AG_ERR_UNAVAILABLE";
+    case AG_ERR_UNSUPPORTED: return "AG_ERR_UNSUPPORTED";
+    case AG_ERR_OOM: return "AG_ERR_OOM";
+    case AG_ERR_INDEX: return "AG_ERR_INDEX";
+    case AG_ERR_BACKEND: return "AG_ERR_BACKEND";
+    case AG_ERR_IO: return "AG_ERR_IO";
+    case AG_ERR_CORRUPT: return "AG_ERR_CORRUPT";
+    case AG_ERR_STATE: return "AG_ERR_STATE";
+    case AG_ERR_SYNC: return "AG_ERR_SYNC";
+    case AG_ERR_INTERNAL: return "AG_ERR_INTERNAL";
+  }
+  return "AG_ERR_?";
+}
+
+const char *ag_last_error(void) { return tl_msg; }
+ag_status ag_last_status(void) { return tl_status; }
+
+void ag_error_clear(void) {
+  tl_msg[0] = 0;
+  tl_status = AG_OK;
+}
+
+ag_status ag_error_set(ag_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+  va_end(ap);
+  tl_status = s;
+  return s;
+}

@@ -1,0 +1,975 @@
+/* Tensor objects: storage and headers, scopes, creation, host transfers,
+ * views and copies. Everything here is backend-neutral: memory comes from the
+ * device's caching allocator and work goes through ag__launch. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static atomic_llong g_live;
+
+/* ---------------- dtypes ---------------- */
+
+static const char *const k_dtype_names[AG_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "f64"};
+static const size_t k_dtype_sizes[AG_DTYPE_COUNT] = {4, 2, 2, 4, 8};
+
+const char *ag_dtype_name(ag_dtype dt) {
+  return ((unsigned)dt < AG_DTYPE_COUNT) ? k_dtype_names[dt] : "?";
+}
+size_t ag_dtype_size(ag_dtype dt) { return ((unsigned)dt < AG_DTYPE_COUNT) ? k_dtype_sizes[dt] : 0; }
+bool ag_dtype_is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16 || dt == AG_F64; }
+
+ag_status ag_dtype_parse(const char *s, ag_dtype *out_dtype) {
+  if (!s || !out_dtype) return ag_error_set(AG_ERR_INVALID, "ag_dtype_parse: NULL argument");
+  for (int i = 0; i < AG_DTYPE_COUNT; i++)
+    if (!strcmp(s, k_dtype_names[i])) {
+      *out_dtype = (ag_dtype)i;
+      return AG_OK;
+    }
+  return ag_error_set(AG_ERR_INVALID, "ag_dtype_parse: '%s' is not a dtype (f32, f16, bf16, i32, f64)", s);
+}
+
+/* ---------------- scopes ---------------- */
+
+typedef struct ag_scope {
+  ag_tensor **items;
+  int32_t n, cap;
+  struct ag_scope *parent;
+} ag_scope;
+
+static _Thread_local ag_scope *tl_scope;
+
+static bool scope_add(ag_scope *s, ag_tensor *t) {
+  if (s->n == s->cap) {
+    int32_t cap = s->cap ? s->cap * 2 : 64;
+    ag_tensor **p = realloc(s->items, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    s->items = p;
+    s->cap = cap;
+  }
+  t->scope = s;
+  t->scope_slot = s->n;
+  s->items[s->n++] = t;
+  return true;
+}
+
+static void scope_remove(ag_tensor *t) {
+  ag_scope *s = t->scope;
+  s->items[t->scope_slot] = NULL;
+  /* Popping trailing holes keeps a loop of create/release inside one scope
+   * from growing the list. */
+  while (s->n > 0 && s->items[s->n - 1] == NULL) s->n--;
+  t->scope = NULL;
+}
+
+void ag_scope_begin(void) {
+  ag_scope *s = calloc(1, sizeof *s);
+  if (!s) {
+    ag_error_set(AG_ERR_OOM, "ag_scope_begin: out of host memory");
+    return;
+  }
+  s->parent = tl_scope;
+  tl_scope = s;
+}
+
+ag_status ag_scope_end(void) {
+  ag_scope *s = tl_scope;
+  if (!s) return ag_error_set(AG_ERR_STATE, "ag_scope_end: no scope is open");
+  /* Release in reverse creation order: later tensors tend to depend on
+   * earlier ones through autograd nodes. */
+  for (int32_t i = s->n - 1; i >= 0; i--) {
+    ag_tensor *t = s->items[i];
+    if (!t) continue;
+    t->scope = NULL;
+    s->items[i] = NULL;
+    ag_tensor_release(t);
+  }
+  tl_scope = s->parent;
+  free(s->items);
+  free(s);
+  return AG_OK;
+}
+
+ag_tensor *ag_tensor_keep(ag_tensor *t) {
+  if (!t || !t->scope) return t;
+  ag_scope *parent = t->scope->parent;
+  scope_remove(t);
+  if (parent && !scope_add(parent, t)) ag_error_set(AG_ERR_OOM, "ag_tensor_keep: out of host memory");
+  return t;
+}
+
+int64_t ag_live_tensors(void) { return atomic_load(&g_live); }
+
+/* ---------------- headers and storage ---------------- */
+
+void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out) {
+  int64_t s = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    out[i] = s;
+    s *= shape[i] > 0 ? shape[i] : 1;
+  }
+}
+
+static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
+  ag_tensor *t = malloc(sizeof *t);
+  if (AG_UNLIKELY(!t)) {
+    ag_error_set(AG_ERR_OOM, "out of host memory");
+    return NULL;
+  }
+  atomic_init(&t->refcount, 1);
+  t->dtype = dt;
+  t->ndim = ndim;
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    t->shape[i] = shape[i];
+    n *= shape[i];
+  }
+  t->numel = n;
+  t->offset = 0;
+  t->st = NULL;
+  t->requires_grad = false;
+  t->grad = NULL;
+  t->grad_fn = NULL;
+  t->out_index = 0;
+  t->scope = NULL;
+  t->scope_slot = -1;
+  atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);
+  if (tl_scope && AG_UNLIKELY(!scope_add(tl_scope, t))) {
+    ag_error_set(AG_ERR_OOM, "out of host memory");
+    free(t);
+    atomic_fetch_sub(&g_live, 1);
+    return NULL;
+  }
+  return t;
+}
+
+static void storage_release(ag_storage *st) {
+  if (atomic_fetch_sub_explicit(&st->refcount, 1, memory_order_acq_rel) != 1) return;
+  if (st->block) ag__free(st->block);
+  free(st);
+}
+
+ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t *shape) {
+  size_t bytes = ag_dtype_size(dt);
+  for (int i = 0; i < ndim; i++) bytes *= (size_t)shape[i];
+  ag_storage *st = malloc(sizeof *st);
+  if (AG_UNLIKELY(!st)) {
+    ag_error_set(AG_ERR_OOM, "out of host memory");
+    return NULL;
+  }
+  atomic_init(&st->refcount, 1);
+  st->ds = ds;
+  st->nbytes = bytes;
+  st->block = NULL;
+  if (AG_UNLIKELY(ag__alloc(ds, bytes ? bytes : 1, ag__current_stream(ds), AG_MEM_OTHER, &st->block) != AG_OK)) {
+    free(st);
+    return NULL;
+  }
+  st->base = ag__block_base(st->block);
+  st->offset = ag__block_offset(st->block);
+  ag_tensor *t = header_new(dt, ndim, shape);
+  if (AG_UNLIKELY(!t)) {
+    storage_release(st);
+    return NULL;
+  }
+  t->st = st;
+  ag__contiguous_strides(ndim, shape, t->strides);
+  return t;
+}
+
+ag_tensor *ag__tensor_view(ag_tensor *src, int ndim, const int64_t *shape, const int64_t *strides,
+                           int64_t offset) {
+  ag_tensor *t = header_new(src->dtype, ndim, shape);
+  if (!t) return NULL;
+  atomic_fetch_add_explicit(&src->st->refcount, 1, memory_order_relaxed);
+  t->st = src->st;
+  for (int i = 0; i < ndim; i++) t->strides[i] = strides[i];
+  t->offset = offset;
+  return t;
+}
+
+ag_tensor *ag_tensor_retain(ag_tensor *t) {
+  if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
+  return t;
+}
+
+void ag_tensor_release(ag_tensor *t) {
+  if (!t) return;
+  if (t->scope) scope_remove(t);
+  if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
+  ag__grad_tensor_free(t);
+  storage_release(t->st);
+  atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
+  free(t);
+}
+
+void ag__operand(ag_koperand *o, const ag_tensor *t) {
+  o->base = t->st->base;
+  o->offset = t->st->offset + (size_t)t->offset * ag_dtype_size(t->dtype);
+  o->dtype = t->dtype;
+  o->ndim = t->ndim;
+  for (int i = 0; i < t->ndim; i++) {
+    o->shape[i] = t->shape[i];
+    o->strides[i] = t->strides[i];
+  }
+}
+
+const char *ag__devlabel(const ag_tensor *t) { return t->st->ds->label; }
+
+ag_devstate *ag__same_device(const char *op, int n, ag_tensor *const *ts) {
+  ag_devstate *ds = NULL;
+  const ag_tensor *first = NULL;
+  for (int i = 0; i < n; i++) {
+    if (!ts[i]) continue;
+    if (!ds) {
+      ds = ts[i]->st->ds;
+      first = ts[i];
+    } else if (ts[i]->st->ds != ds) {
+      ag_error_set(AG_ERR_DEVICE, "%s: expected all tensors on one device, got %s and %s", op,
+                   ag__devlabel(first), ag__devlabel(ts[i]));
+      return NULL;
+    }
+  }
+  return ds;
+}
+
+bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char *name) {
+  if (AG_LIKELY(ds->be->supports(ds->ord, op, sub, dt))) return true;
+  ag_error_set(AG_ERR_UNSUPPORTED, "%s for %s is not supported on %s", name, ag_dtype_name(dt),
+               ds->label);
+  return false;
+}
+
+ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
+  ag_stream *s = ag__current_stream(ds);
+  ag_status st = ds->be->launch(s->bs, c);
+  if (AG_UNLIKELY(st != AG_OK)) return st;
+  /* Ops that validate indices on the device report through the error word;
+   * checking it right away is free on synchronous backends. */
+  if (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY) return ag__kernel_error_check(s);
+  return AG_OK;
+}
+
+/* ---------------- properties ---------------- */
+
+int ag_tensor_ndim(const ag_tensor *t) { return t ? t->ndim : 0; }
+const int64_t *ag_tensor_shape(const ag_tensor *t) { return t ? t->shape : NULL; }
+const int64_t *ag_tensor_strides(const ag_tensor *t) { return t ? t->strides : NULL; }
+int64_t ag_tensor_numel(const ag_tensor *t) { return t ? t->numel : 0; }
+ag_dtype ag_tensor_dtype(const ag_tensor *t) { return t ? t->dtype : AG_F32; }
+ag_device ag_tensor_device(const ag_tensor *t) { return t ? t->st->ds->dev : AG_CPU; }
+
+int64_t ag_tensor_dim(const ag_tensor *t, int dim) {
+  if (!t) return 0;
+  if (dim < 0) dim += t->ndim;
+  return (dim >= 0 && dim < t->ndim) ? t->shape[dim] : 0;
+}
+
+bool ag_tensor_is_contiguous(const ag_tensor *t) {
+  if (!t) return false;
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != 1 && t->strides[i] != s) return false;
+    s *= t->shape[i];
+  }
+  return true;
+}
+
+char *ag_tensor_describe(const ag_tensor *t, char *buf, size_t len) {
+  if (!buf || !len) return buf;
+  if (!t) {
+    snprintf(buf, len, "(null)");
+    return buf;
+  }
+  size_t n = (size_t)snprintf(buf, len, "%s[", ag_dtype_name(t->dtype));
+  for (int i = 0; i < t->ndim && n < len; i++)
+    n += (size_t)snprintf(buf + n, len - n, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+  if (n < len) snprintf(buf + n, len - n, "] %s", ag__devlabel(t));
+  return buf;
+}
+
+/* ---------------- creation ---------------- */
+
+static bool check_shape(const char *op, ag_dtype dt, int ndim, const int64_t *shape) {
+  if ((unsigned)dt >= AG_DTYPE_COUNT) {
+    ag_error_set(AG_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dt);
+    return false;
+  }
+  if (ndim < 0 || ndim > AG_MAX_DIMS || (ndim > 0 && !shape)) {
+    ag_error_set(AG_ERR_SHAPE, "%s: ndim %d out of range [0, %d]", op, ndim, AG_MAX_DIMS);
+    return false;
+  }
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] < 0) {
+      ag_error_set(AG_ERR_SHAPE, "%s: negative size %lld in dim %d", op, (long long)shape[i], i);
+      return false;
+    }
+  return true;
+}
+
+ag_tensor *ag_empty(ag_device d, ag_dtype dt, int ndim, const int64_t *shape) {
+  if (!check_shape("ag_empty", dt, ndim, shape)) return NULL;
+  ag_devstate *ds = ag__devstate(d);
+  if (!ds) return NULL;
+  return ag__tensor_new(ds, dt, ndim, shape);
+}
+
+static ag_status fill(ag_tensor *t, double v) {
+  if (t->numel == 0) return AG_OK;
+  ag_devstate *ds = ag__ds(t);
+  if (!ag__supported(ds, AG_K_FILL, 0, t->dtype, "ag_fill")) return ag_last_status();
+  ag_kernel_call c;
+  c.op = AG_K_FILL;
+  c.sub = 0;
+  c.n_operands = 1;
+  ag__operand(&c.o[0], t);
+  c.s[0] = v;
+  c.multi = NULL;
+  c.name = "ag_fill";
+  return ag__launch(ds, &c);
+}
+
+ag_tensor *ag_full(ag_device d, ag_dtype dt, int ndim, const int64_t *shape, double value) {
+  if (!check_shape("ag_full", dt, ndim, shape)) return NULL;
+  ag_devstate *ds = ag__devstate(d);
+  if (!ds) return NULL;
+  ag_tensor *t = ag__tensor_new(ds, dt, ndim, shape);
+  if (t && fill(t, value) != AG_OK) {
+    ag_tensor_release(t);
+    return NULL;
+  }
+  return t;
+}
+
+ag_tensor *ag_zeros(ag_device d, ag_dtype dt, int ndim, const int64_t *shape) {
+  return ag_full(d, dt, ndim, shape, 0.0);
+}
+ag_tensor *ag_ones(ag_device d, ag_dtype dt, int ndim, const int64_t *shape) {
+  return ag_full(d, dt, ndim, shape, 1.0);
+}
+ag_tensor *ag_scalar(ag_device d, ag_dtype dt, double value) { return ag_full(d, dt, 0, NULL, value); }
+
+ag_tensor *ag_empty_like(const ag_tensor *t) {
+  return t ? ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape) : NULL;
+}
+ag_tensor *ag_zeros_like(const ag_tensor *t) {
+  if (!t) return NULL;
+  ag_tensor *r = ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape);
+  if (r && fill(r, 0.0) != AG_OK) {
+    ag_tensor_release(r);
+    return NULL;
+  }
+  return r;
+}
+
+ag_tensor *ag_arange(ag_device d, ag_dtype dt, double start, double end, double step) {
+  if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
+    ag_error_set(AG_ERR_INVALID, "ag_arange: invalid range start=%g end=%g step=%g", start, end, step);
+    return NULL;
+  }
+  double nd = ceil((end - start) / step);
+  if (nd < 0) nd = 0;
+  if (nd > 1e15) {
+    ag_error_set(AG_ERR_INVALID, "ag_arange: %g elements is too many", nd);
+    return NULL;
+  }
+  int64_t n = (int64_t)nd;
+  ag_tensor *t = ag_empty(d, dt, 1, &n);
+  if (!t || n == 0) return t;
+  ag_devstate *ds = ag__ds(t);
+  ag_kernel_call c;
+  c.op = AG_K_ARANGE;
+  c.sub = 0;
+  c.n_operands = 1;
+  ag__operand(&c.o[0], t);
+  c.s[0] = start;
+  c.s[1] = step;
+  c.multi = NULL;
+  c.name = "ag_arange";
+  if (!ag__supported(ds, AG_K_ARANGE, 0, dt, "ag_arange") || ag__launch(ds, &c) != AG_OK) {
+    ag_tensor_release(t);
+    return NULL;
+  }
+  return t;
+}
+
+/* ---------------- generators ---------------- */
+
+struct ag_generator {
+  _Atomic uint64_t seed;
+  _Atomic uint64_t offset; /* Philox blocks consumed */
+};
+
+static ag_generator g_default_gen; /* thread-safe through atomics */
+
+ag_generator *ag_generator_create(uint64_t seed) {
+  ag_generator *g = calloc(1, sizeof *g);
+  if (!g) {
+    ag_error_set(AG_ERR_OOM, "ag_generator_create: out of host memory");
+    return NULL;
+  }
+  atomic_init(&g->seed, seed);
+  atomic_init(&g->offset, 0);
+  return g;
+}
+void ag_generator_free(ag_generator *g) {
+  if (g && g != &g_default_gen) free(g);
+}
+void ag_generator_set_state(ag_generator *g, uint64_t seed, uint64_t offset) {
+  if (!g) g = &g_default_gen;
+  atomic_store(&g->seed, seed);
+  atomic_store(&g->offset, offset);
+}
+void ag_generator_get_state(const ag_generator *g, uint64_t *out_seed, uint64_t *out_offset) {
+  if (!g) g = &g_default_gen;
+  if (out_seed) *out_seed = atomic_load(&((ag_generator *)g)->seed);
+  if (out_offset) *out_offset = atomic_load(&((ag_generator *)g)->offset);
+}
+ag_generator *ag_default_generator(void) { return &g_default_gen; }
+void ag_manual_seed(uint64_t seed) { ag_generator_set_state(&g_default_gen, seed, 0); }
+
+/* Reserve `blocks` Philox blocks; returns (seed, first block). */
+AG_HIDDEN void ag__generator_take(ag_generator *g, uint64_t blocks, uint64_t *seed, uint64_t *offset) {
+  if (!g) g = &g_default_gen;
+  *seed = atomic_load(&g->seed);
+  *offset = atomic_fetch_add(&g->offset, blocks);
+}
+
+static ag_tensor *random_fill(const char *op, ag_kop kop, ag_device d, ag_dtype dt, int ndim,
+                              const int64_t *shape, double a, double b, ag_generator *g) {
+  if (!check_shape(op, dt, ndim, shape)) return NULL;
+  if (!ag_dtype_is_float(dt)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", op, ag_dtype_name(dt));
+    return NULL;
+  }
+  ag_devstate *ds = ag__devstate(d);
+  if (!ds || !ag__supported(ds, kop, 0, dt, op)) return NULL;
+  ag_tensor *t = ag__tensor_new(ds, dt, ndim, shape);
+  if (!t || t->numel == 0) return t;
+  uint64_t per = kop == AG_K_RAND_UNIFORM ? 4 : 2;
+  ag_kernel_call c;
+  c.op = kop;
+  c.sub = 0;
+  c.n_operands = 1;
+  ag__operand(&c.o[0], t);
+  c.s[0] = a;
+  c.s[1] = b;
+  ag__generator_take(g, ((uint64_t)t->numel + per - 1) / per, &c.seed, &c.offset);
+  c.multi = NULL;
+  c.name = op;
+  if (ag__launch(ds, &c) != AG_OK) {
+    ag_tensor_release(t);
+    return NULL;
+  }
+  return t;
+}
+
+ag_tensor *ag_rand(ag_device d, ag_dtype dt, int ndim, const int64_t *shape, double low, double high,
+                   ag_generator *g) {
+  return random_fill("ag_rand", AG_K_RAND_UNIFORM, d, dt, ndim, shape, low, high, g);
+}
+ag_tensor *ag_randn(ag_device d, ag_dtype dt, int ndim, const int64_t *shape, double mean, double std,
+                    ag_generator *g) {
+  return random_fill("ag_randn", AG_K_RAND_NORMAL, d, dt, ndim, shape, mean, std, g);
+}
+
+/* ---------------- host transfers ---------------- */
+
+ag_tensor *ag_from_host(ag_device d, ag_dtype dt, int ndim, const int64_t *shape, const void *data) {
+  if (!check_shape("ag_from_host", dt, ndim, shape)) return NULL;
+  ag_devstate *ds = ag__devstate(d);
+  if (!ds) return NULL;
+  ag_tensor *t = ag__tensor_new(ds, dt, ndim, shape);
+  if (!t) return NULL;
+  if (t->numel == 0) return t;
+  if (!data) {
+    ag_tensor_release(t);
+    ag_error_set(AG_ERR_INVALID, "ag_from_host: NULL data for %lld elements", (long long)t->numel);
+    return NULL;
+  }
+  ag_stream *s = ag__current_stream(ds);
+  if (ds->be->copy_h2d(s->bs, t->st->base, t->st->offset, data, t->st->nbytes, false) != AG_OK) {
+    ag_tensor_release(t);
+    return NULL;
+  }
+  return t;
+}
+
+ag_status ag_to_host(const ag_tensor *t, void *out, size_t n_bytes) {
+  if (!t) return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_to_host: NULL tensor");
+  size_t need = (size_t)t->numel * ag_dtype_size(t->dtype);
+  if (n_bytes != need)
+    return ag_error_set(AG_ERR_INVALID, "ag_to_host: buffer of %zu bytes, tensor needs %zu", n_bytes, need);
+  if (need == 0) return AG_OK;
+  if (!out) return ag_error_set(AG_ERR_INVALID, "ag_to_host: NULL output buffer");
+  ag_tensor *c = ag_contiguous((ag_tensor *)t);
+  if (!c) return ag_last_status();
+  ag_devstate *ds = ag__ds(c);
+  ag_stream *s = ag__current_stream(ds);
+  ag_status st = ds->be->copy_d2h(s->bs, out, c->st->base,
+                                  c->st->offset + (size_t)c->offset * ag_dtype_size(c->dtype), need);
+  if (st == AG_OK) st = ag__sync_stream(s, "ag_to_host");
+  ag_tensor_release(c);
+  return st;
+}
+
+double ag_item(const ag_tensor *t) {
+  if (!t) {
+    if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "ag_item: NULL tensor");
+    return NAN;
+  }
+  if (t->numel != 1) {
+    ag_error_set(AG_ERR_SHAPE, "ag_item: tensor has %lld elements, expected 1", (long long)t->numel);
+    return NAN;
+  }
+  union {
+    float f;
+    double d;
+    int32_t i;
+    uint16_t h;
+  } v;
+  ag_devstate *ds = ag__ds(t);
+  ag_stream *s = ag__current_stream(ds);
+  size_t es = ag_dtype_size(t->dtype);
+  ag_status st = ds->be->copy_d2h(s->bs, &v, t->st->base, t->st->offset + (size_t)t->offset * es, es);
+  if (st == AG_OK) st = ag__sync_stream(s, "ag_item");
+  if (st != AG_OK) return NAN;
+  switch (t->dtype) {
+    case AG_F32: return v.f;
+    case AG_F64: return v.d;
+    case AG_I32: return v.i;
+    case AG_F16: return ag_f16_to_f32(v.h);
+    case AG_BF16: return ag_bf16_to_f32(v.h);
+    default: return NAN;
+  }
+}
+
+/* ---------------- views ---------------- */
+
+static int norm_dim(const char *op, int dim, int ndim) {
+  int d = dim < 0 ? dim + ndim : dim;
+  if (d < 0 || d >= ndim) {
+    ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", op, dim, ndim);
+    return -1;
+  }
+  return d;
+}
+
+static ag_tensor *record_view(ag_tensor *out, ag_tensor *in, ag_gop op, const ag_gparams *p) {
+  if (out && ag__grad_needed(1, &in) && ag__grad_record(out, op, 1, &in, 0, NULL, p) != AG_OK) {
+    ag_tensor_release(out);
+    return NULL;
+  }
+  return out;
+}
+
+static ag_gparams shape_params(const ag_tensor *t) {
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.ndim = t->ndim;
+  memcpy(p.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  return p;
+}
+
+/* Resolve a -1 and check the element count. */
+static bool infer_shape(const char *op, const ag_tensor *t, int ndim, const int64_t *shape, int64_t *out) {
+  if (ndim < 0 || ndim > AG_MAX_DIMS || (ndim && !shape)) {
+    ag_error_set(AG_ERR_SHAPE, "%s: ndim %d out of range", op, ndim);
+    return false;
+  }
+  int infer = -1;
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == -1) {
+      if (infer >= 0) {
+        ag_error_set(AG_ERR_SHAPE, "%s: only one dim may be -1", op);
+        return false;
+      }
+      infer = i;
+    } else if (shape[i] < 0) {
+      ag_error_set(AG_ERR_SHAPE, "%s: negative size %lld", op, (long long)shape[i]);
+      return false;
+    } else {
+      n *= shape[i];
+    }
+    out[i] = shape[i];
+  }
+  if (infer >= 0) {
+    if (n == 0 || t->numel % n) {
+      ag_error_set(AG_ERR_SHAPE, "%s: cannot infer dim %d of %lld elements", op, infer, (long long)t->numel);
+      return false;
+    }
+    out[infer] = t->numel / n;
+    n *= out[infer];
+  }
+  if (n != t->numel) {
+    char b[96];
+    ag_error_set(AG_ERR_SHAPE, "%s: %s has %lld elements, cannot view as %lld", op,
+                 ag_tensor_describe(t, b, sizeof b), (long long)t->numel, (long long)n);
+    return false;
+  }
+  return true;
+}
+
+/* Strides for viewing t as `shape` without a copy, or false (PyTorch's
+ * computeStride: split t into runs of dims that are contiguous with each
+ * other, and map each new dim onto one run). */
+static bool view_strides(const ag_tensor *t, int ndim, const int64_t *shape, int64_t *out) {
+  if (t->numel == 0) {
+    ag__contiguous_strides(ndim, shape, out);
+    return true;
+  }
+  int view_d = ndim - 1;
+  int64_t chunk_base_stride = t->ndim ? t->strides[t->ndim - 1] : 1;
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int td = t->ndim - 1; td >= 0; td--) {
+    tensor_numel *= t->shape[td];
+    if (td == 0 || (t->shape[td - 1] != 1 && t->strides[td - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= shape[view_d];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (td > 0) {
+        chunk_base_stride = t->strides[td - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) {
+    /* leftover size-1 dims */
+    for (; view_d >= 0; view_d--) {
+      if (shape[view_d] != 1) return false;
+      out[view_d] = 1;
+    }
+  }
+  return true;
+}
+
+ag_tensor *ag_view(ag_tensor *t, int ndim, const int64_t *shape) {
+  if (!t) return NULL;
+  int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
+  if (!infer_shape("ag_view", t, ndim, shape, s)) return NULL;
+  if (!view_strides(t, ndim, s, st)) {
+    ag_error_set(AG_ERR_SHAPE, "ag_view: layout cannot be viewed with this shape (use ag_reshape)");
+    return NULL;
+  }
+  ag_gparams p = shape_params(t);
+  return record_view(ag__tensor_view(t, ndim, s, st, t->offset), t, AG_G_VIEW, &p);
+}
+
+ag_tensor *ag_reshape(ag_tensor *t, int ndim, const int64_t *shape) {
+  if (!t) return NULL;
+  int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
+  if (!infer_shape("ag_reshape", t, ndim, shape, s)) return NULL;
+  if (view_strides(t, ndim, s, st)) {
+    ag_gparams p = shape_params(t);
+    return record_view(ag__tensor_view(t, ndim, s, st, t->offset), t, AG_G_VIEW, &p);
+  }
+  ag_tensor *c = ag_contiguous(t);
+  if (!c) return NULL;
+  ag_tensor *r = ag_view(c, ndim, s);
+  ag_tensor_release(c);
+  return r;
+}
+
+ag_tensor *ag_flatten(ag_tensor *t) {
+  if (!t) return NULL;
+  int64_t n = t->numel;
+  return ag_reshape(t, 1, &n);
+}
+
+ag_tensor *ag_permute(ag_tensor *t, const int *dims) {
+  if (!t) return NULL;
+  if (t->ndim && !dims) {
+    ag_error_set(AG_ERR_INVALID, "ag_permute: NULL dims");
+    return NULL;
+  }
+  int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
+  bool used[AG_MAX_DIMS] = {0};
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.n_dims = t->ndim;
+  for (int i = 0; i < t->ndim; i++) {
+    int d = norm_dim("ag_permute", dims[i], t->ndim);
+    if (d < 0) return NULL;
+    if (used[d]) {
+      ag_error_set(AG_ERR_SHAPE, "ag_permute: dim %d repeated", d);
+      return NULL;
+    }
+    used[d] = true;
+    s[i] = t->shape[d];
+    st[i] = t->strides[d];
+    p.dims[i] = d;
+  }
+  return record_view(ag__tensor_view(t, t->ndim, s, st, t->offset), t, AG_G_PERMUTE, &p);
+}
+
+ag_tensor *ag_transpose(ag_tensor *t, int dim0, int dim1) {
+  if (!t) return NULL;
+  int a = norm_dim("ag_transpose", dim0, t->ndim), b = a < 0 ? -1 : norm_dim("ag_transpose", dim1, t->ndim);
+  if (a < 0 || b < 0) return NULL;
+  int dims[AG_MAX_DIMS];
+  for (int i = 0; i < t->ndim; i++) dims[i] = i;
+  dims[a] = b;
+  dims[b] = a;
+  return ag_permute(t, dims);
+}
+
+ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
+  if (!t) return NULL;
+  int d = norm_dim("ag_slice", dim, t->ndim);
+  if (d < 0) return NULL;
+  if (step <= 0) {
+    ag_error_set(AG_ERR_INVALID, "ag_slice: step must be positive, got %lld", (long long)step);
+    return NULL;
+  }
+  int64_t n = t->shape[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  if (start < 0) start = 0;
+  if (end > n) end = n;
+  if (start > n) start = n;
+  if (end < start) end = start;
+  int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
+  memcpy(s, t->shape, sizeof s);
+  memcpy(st, t->strides, sizeof st);
+  s[d] = (end - start + step - 1) / step;
+  st[d] = t->strides[d] * step;
+  ag_gparams p = shape_params(t);
+  p.i[0] = d;
+  p.i[1] = start;
+  p.i[2] = end;
+  p.i[3] = step;
+  return record_view(ag__tensor_view(t, t->ndim, s, st, t->offset + start * t->strides[d]), t,
+                     AG_G_SLICE, &p);
+}
+
+ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
+  if (!t) return NULL;
+  if (ndim < t->ndim || ndim > AG_MAX_DIMS || (ndim && !shape)) {
+    ag_error_set(AG_ERR_SHAPE, "ag_expand: cannot expand a %d-d tensor to %d dims", t->ndim, ndim);
+    return NULL;
+  }
+  int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
+  int lead = ndim - t->ndim;
+  for (int i = 0; i < ndim; i++) {
+    int j = i - lead;
+    int64_t want = shape[i];
+    if (j < 0) {
+      if (want < 0) {
+        ag_error_set(AG_ERR_SHAPE, "ag_expand: -1 not allowed for a new leading dim");
+        return NULL;
+      }
+      s[i] = want;
+      st[i] = 0;
+    } else if (want == -1 || want == t->shape[j]) {
+      s[i] = t->shape[j];
+      st[i] = t->strides[j];
+    } else if (t->shape[j] == 1 && want >= 0) {
+      s[i] = want;
+      st[i] = 0;
+    } else {
+      ag_error_set(AG_ERR_SHAPE, "ag_expand: dim %d of size %lld cannot expand to %lld", j,
+                   (long long)t->shape[j], (long long)want);
+      return NULL;
+    }
+  }
+  ag_gparams p = shape_params(t);
+  return record_view(ag__tensor_view(t, ndim, s, st, t->offset), t, AG_G_EXPAND, &p);
+}
+
+ag_tensor *ag_unsqueeze(ag_tensor *t, int dim) {
+  if (!t) return NULL;
+  if (t->ndim >= AG_MAX_DIMS) {
+    ag_error_set(AG_ERR_SHAPE, "ag_unsqueeze: tensor already has %d dims", AG_MAX_DIMS);
+    return NULL;
+  }
+  int d = norm_dim("ag_unsqueeze", dim, t->ndim + 1);
+  if (d < 0) return NULL;
+  int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
+  for (int i = 0, j = 0; i <= t->ndim; i++) {
+    if (i == d) {
+      s[i] = 1;
+      st[i] = (j < t->ndim) ? t->shape[j] * t->strides[j] : 1;
+    } else {
+      s[i] = t->shape[j];
+      st[i] = t->strides[j];
+      j++;
+    }
+  }
+  ag_gparams p = shape_params(t);
+  return record_view(ag__tensor_view(t, t->ndim + 1, s, st, t->offset), t, AG_G_VIEW, &p);
+}
+
+ag_tensor *ag_squeeze(ag_tensor *t, int dim) {
+  if (!t) return NULL;
+  int d = norm_dim("ag_squeeze", dim, t->ndim);
+  if (d < 0) return NULL;
+  if (t->shape[d] != 1) {
+    ag_error_set(AG_ERR_SHAPE, "ag_squeeze: dim %d has size %lld, not 1", d, (long long)t->shape[d]);
+    return NULL;
+  }
+  int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
+  for (int i = 0, j = 0; i < t->ndim; i++)
+    if (i != d) {
+      s[j] = t->shape[i];
+      st[j] = t->strides[i];
+      j++;
+    }
+  ag_gparams p = shape_params(t);
+  return record_view(ag__tensor_view(t, t->ndim - 1, s, st, t->offset), t, AG_G_VIEW, &p);
+}
+
+/* ---------------- copies ---------------- */
+
+/* dst[...] = src[...] with a cast; src already has dst's shape (strides may be 0). */
+static ag_status launch_copy(ag_tensor *dst, const ag_koperand *src, const char *name) {
+  ag_devstate *ds = ag__ds(dst);
+  if (!ds->be->supports(ds->ord, AG_K_UNARY, AG_U_COPY, dst->dtype) ||
+      !ds->be->supports(ds->ord, AG_K_UNARY, AG_U_COPY, src->dtype))
+    return ag_error_set(AG_ERR_UNSUPPORTED, "%s from %s to %s is not supported on %s", name,
+                        ag_dtype_name(src->dtype), ag_dtype_name(dst->dtype), ds->label);
+  ag_kernel_call c;
+  c.op = AG_K_UNARY;
+  c.sub = AG_U_COPY;
+  c.n_operands = 2;
+  ag__operand(&c.o[0], dst);
+  c.o[1] = *src;
+  c.multi = NULL;
+  c.name = name;
+  return ag__launch(ds, &c);
+}
+
+ag_tensor *ag_contiguous(ag_tensor *t) {
+  if (!t) return NULL;
+  if (ag_tensor_is_contiguous(t)) return ag_tensor_retain(t);
+  ag_tensor *r = ag__tensor_new(ag__ds(t), t->dtype, t->ndim, t->shape);
+  if (!r) return NULL;
+  ag_koperand src;
+  ag__operand(&src, t);
+  if (t->numel && launch_copy(r, &src, "ag_contiguous") != AG_OK) {
+    ag_tensor_release(r);
+    return NULL;
+  }
+  /* Identity for autograd: a view-shaped node with the same shape. */
+  ag_gparams p = shape_params(t);
+  return record_view(r, t, AG_G_VIEW, &p);
+}
+
+ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt) {
+  if (!t) return NULL;
+  if ((unsigned)dt >= AG_DTYPE_COUNT) {
+    ag_error_set(AG_ERR_DTYPE, "ag_cast: invalid dtype %d", (int)dt);
+    return NULL;
+  }
+  if (dt == t->dtype) return ag_tensor_retain(t);
+  ag_tensor *r = ag__tensor_new(ag__ds(t), dt, t->ndim, t->shape);
+  if (!r) return NULL;
+  ag_koperand src;
+  ag__operand(&src, t);
+  if (t->numel && launch_copy(r, &src, "ag_cast") != AG_OK) {
+    ag_tensor_release(r);
+    return NULL;
+  }
+  ag_gparams p = shape_params(t);
+  p.i[0] = t->dtype;
+  if (ag_dtype_is_float(dt) && ag_dtype_is_float(t->dtype)) return record_view(r, t, AG_G_CAST, &p);
+  return r;
+}
+
+ag_status ag_fill_(ag_tensor *dst, double value) {
+  if (!dst) return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_fill_: NULL tensor");
+  return fill(dst, value);
+}
+
+/* Broadcast operand of t to ndim/shape (zero strides); false if impossible. */
+AG_HIDDEN bool ag__broadcast_operand(ag_koperand *o, const ag_tensor *t, int ndim, const int64_t *shape) {
+  if (t->ndim > ndim) return false;
+  o->base = t->st->base;
+  o->offset = t->st->offset + (size_t)t->offset * ag_dtype_size(t->dtype);
+  o->dtype = t->dtype;
+  o->ndim = ndim;
+  int lead = ndim - t->ndim;
+  for (int i = 0; i < ndim; i++) {
+    int j = i - lead;
+    o->shape[i] = shape[i];
+    if (j < 0) o->strides[i] = 0;
+    else if (t->shape[j] == shape[i]) o->strides[i] = shape[i] == 1 ? 0 : t->strides[j];
+    else if (t->shape[j] == 1) o->strides[i] = 0;
+    else return false;
+  }
+  return true;
+}
+
+ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
+  if (!dst || !src)
+    return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_copy_: NULL tensor");
+  if (dst->numel == 0) return AG_OK;
+  if (ag__ds(dst) != ag__ds(src)) {
+    ag_tensor *moved = ag_to_device(src, ag_tensor_device(dst));
+    if (!moved) return ag_last_status();
+    ag_status st = ag_copy_(dst, moved);
+    ag_tensor_release(moved);
+    return st;
+  }
+  ag_koperand o;
+  if (!ag__broadcast_operand(&o, src, dst->ndim, dst->shape)) {
+    char a[96], b[96];
+    return ag_error_set(AG_ERR_SHAPE, "ag_copy_: cannot copy %s into %s", ag_tensor_describe(src, a, sizeof a),
+                        ag_tensor_describe(dst, b, sizeof b));
+  }
+  return launch_copy(dst, &o, "ag_copy_");
+}
+
+ag_tensor *ag_to_device(ag_tensor *t, ag_device d) {
+  if (!t) return NULL;
+  ag_devstate *dst_ds = ag__devstate(d);
+  if (!dst_ds) return NULL;
+  ag_devstate *src_ds = ag__ds(t);
+  if (dst_ds == src_ds) return ag_tensor_retain(t);
+  if (t->dtype == AG_F64 && !dst_ds->be->supports(dst_ds->ord, AG_K_UNARY, AG_U_COPY, AG_F64)) {
+    ag_error_set(AG_ERR_UNSUPPORTED, "ag_to_device: f64 is not supported on %s", dst_ds->label);
+    return NULL;
+  }
+  ag_tensor *c = ag_contiguous(t);
+  if (!c) return NULL;
+  ag_tensor *r = ag__tensor_new(dst_ds, t->dtype, t->ndim, t->shape);
+  ag_status st = r ? AG_OK : ag_last_status();
+  size_t bytes = r ? r->st->nbytes : 0;
+  size_t src_off = c->st->offset + (size_t)c->offset * ag_dtype_size(c->dtype);
+  if (st == AG_OK && bytes) {
+    ag_stream *ss = ag__current_stream(src_ds), *ds_ = ag__current_stream(dst_ds);
+    if (src_ds->dev.backend == AG_BACKEND_CPU) {
+      /* CPU memory is host memory: wait for pending CPU work, then one
+       * host->device copy straight from it. */
+      st = ag__sync_stream(ss, "ag_to_device");
+      if (st == AG_OK)
+        st = dst_ds->be->copy_h2d(ds_->bs, r->st->base, r->st->offset, (char *)c->st->base + src_off, bytes, false);
+    } else if (dst_ds->dev.backend == AG_BACKEND_CPU) {
+      st = ag__sync_stream(ds_, "ag_to_device");
+      if (st == AG_OK)
+        st = src_ds->be->copy_d2h(ss->bs, (char *)r->st->base + r->st->offset, c->st->base, src_off, bytes);
+      if (st == AG_OK) st = ag__sync_stream(ss, "ag_to_device");
+    } else {
+      /* Between two accelerators: through host memory. */
+      void *tmp = malloc(bytes);
+      if (!tmp) st = ag_error_set(AG_ERR_OOM, "ag_to_device: out of host memory for %zu bytes", bytes);
+      if (st == AG_OK) st = src_ds->be->copy_d2h(ss->bs, tmp, c->st->base, src_off, bytes);
+      if (st == AG_OK) st = ag__sync_stream(ss, "ag_to_device");
+      if (st == AG_OK) st = dst_ds->be->copy_h2d(ds_->bs, r->st->base, r->st->offset, tmp, bytes, false);
+      free(tmp);
+    }
+  }
+  ag_tensor_release(c);
+  if (st != AG_OK) {
+    ag_tensor_release(r);
+    return NULL;
+  }
+  ag_gparams p = shape_params(t);
+  return record_view(r, t, AG_G_TO_DEVICE, &p);
+}

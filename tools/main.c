@@ -1,0 +1,54 @@
+/* The anygrad command line: one binary, one subcommand per task. Each
+ * subcommand lives in its own tools/cmd_<name>.c; a subcommand whose file is
+ * not part of the build is reported as such. */
+#include <stdio.h>
+#include <string.h>
+
+#include "anygrad/anygrad.h"
+
+int ag_cmd_info(int argc, char **argv);
+int ag_cmd_check(int argc, char **argv) __attribute__((weak));
+int ag_cmd_bench(int argc, char **argv) __attribute__((weak));
+int ag_cmd_train(int argc, char **argv) __attribute__((weak));
+int ag_cmd_compare(int argc, char **argv) __attribute__((weak));
+int ag_cmd_memory(int argc, char **argv) __attribute__((weak));
+
+typedef struct command {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *help;
+} command;
+
+static void usage(const command *cmds, int n) {
+  printf("usage: anygrad <command> [options]\n\ncommands:\n");
+  for (int i = 0; i < n; i++)
+    if (cmds[i].fn) printf("  %-8s %s\n", cmds[i].name, cmds[i].help);
+  printf("\n'anygrad <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+  const command cmds[] = {
+      {"info", ag_cmd_info, "backends, devices, properties and memory"},
+      {"check", ag_cmd_check, "op conformance of each backend against the CPU reference"},
+      {"bench", ag_cmd_bench, "per-op throughput and launch overhead per backend"},
+      {"train", ag_cmd_train, "train the character-level language model on the word list"},
+      {"compare", ag_cmd_compare, "run one training job on several devices in lockstep"},
+      {"memory", ag_cmd_memory, "caching allocator statistics of a device"},
+  };
+  int n = (int)(sizeof cmds / sizeof cmds[0]);
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(cmds, n);
+    return argc < 2 ? 2 : 0;
+  }
+  for (int i = 0; i < n; i++)
+    if (!strcmp(argv[1], cmds[i].name)) {
+      if (!cmds[i].fn) {
+        fprintf(stderr, "anygrad: '%s' is not part of this build\n", argv[1]);
+        return 2;
+      }
+      return cmds[i].fn(argc - 1, argv + 1);
+    }
+  fprintf(stderr, "anygrad: unknown command '%s'\n\n", argv[1]);
+  usage(cmds, n);
+  return 2;
+}
