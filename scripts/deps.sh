@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install what anygrad needs to build and test on Debian 12, only if missing.
+# Usage: scripts/deps.sh [--test]   (--test adds the sanitizer runtimes and HIP)
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
+      ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo)
+if [[ "${1:-}" == "--test" ]]; then
+  pkgs+=(libcmocka-dev hipcc libamdhip64-dev)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

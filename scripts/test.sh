@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite: install what is missing, then build and run CTest in
+# three configurations: release (every backend that builds here, PoCL for
+# OpenCL), ASan+UBSan, and TSan for the threaded parts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh --test
+jobs=$(nproc)
+run() { # name, ctest args, cmake args...
+  local dir=build-test-$1 ctest_args=$2; shift 2
+  echo "=== $dir: configure ($*)"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs"
+  echo "=== $dir: test"
+  (cd "$dir" && ctest --output-on-failure --timeout 600 -j"$jobs" $ctest_args)
+}
+run release ""
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+run asan "-LE nosan" -DAG_SANITIZE="address;undefined" -DAG_CUDA=OFF -DAG_HIP=OFF
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+run tsan "-L threads" -DAG_SANITIZE=thread -DAG_CUDA=OFF -DAG_HIP=OFF -DAG_OPENCL=OFF -DAG_OPENMP=OFF
+echo "all test configurations passed"
