@@ -7,8 +7,4 @@ scripts/deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAG_TESTS=OFF >/dev/null
 cmake --build build -j"$(nproc)"
 build/bin/anygrad info
-if build/bin/anygrad train --help >/dev/null 2>&1; then
-  build/bin/anygrad train "$@"
-else
-  build/bin/example_basics
-fi
+build/bin/anygrad train "$@"
