@@ -1,0 +1,106 @@
+/* Internal interface of the OpenCL backend module: device table, streams,
+ * events, the program cache and the kernel launcher. Nothing here is
+ * exported; the module's only public symbol is ag_backend_module_get. */
+#ifndef AG_CL_INTERNAL_H
+#define AG_CL_INTERNAL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "anygrad/backend.h"
+
+#define CLB_HIDDEN __attribute__((visibility("hidden")))
+
+/* Kernels of the embedded program, looked up by name once per stream. */
+typedef enum clb_kernel {
+  CLK_UNARY, CLK_BINARY, CLK_WHERE, CLK_FILL, CLK_ARANGE, CLK_RAND, CLK_DROPOUT,
+  CLK_REDUCE_ROWS, CLK_REDUCE_COLS, CLK_SUMSQ_PART, CLK_SUMSQ_FINAL,
+  CLK_SOFTMAX, CLK_SOFTMAX_BWD, CLK_CE, CLK_CE_BWD, CLK_LN, CLK_LN_BWD, CLK_LN_BWD_WB,
+  CLK_EMB, CLK_EMB_BWD, CLK_ADAMW, CLK_SGD, CLK_NONFINITE,
+  CLK_COUNT
+} clb_kernel;
+
+/* Shape and per-operand strides of an elementwise launch; the layout equals
+ * ew_meta in kernels/opencl/common.cl (passed by value). */
+typedef struct clb_ew_meta {
+  cl_long shape[AG_MAX_DIMS];
+  cl_long st[4][AG_MAX_DIMS];
+} clb_ew_meta;
+
+typedef struct clb_device {
+  cl_platform_id platform;
+  cl_device_id id;
+  cl_context ctx;
+  char name[128], vendor[64], version[64], driver[64], platform_version[128];
+  size_t total_mem, max_alloc, max_wg;
+  int compute_units;
+  bool fp16, unified, amd_free_mem;
+  /* Guards the program build; the program is built once, on first launch. */
+  pthread_mutex_t lock;
+  bool prog_tried;
+  cl_program prog;
+  ag_status prog_status;
+  char prog_error[1024];
+} clb_device;
+
+struct ag_bstream {
+  clb_device *d;
+  int dev;
+  cl_command_queue q;
+  cl_mem err;        /* ag_kernel_error, zeroed */
+  bool err_armed;    /* a kernel that may set err ran since the last take */
+  bool have_kernels;
+  cl_kernel k[CLK_COUNT];
+  size_t kwg[CLK_COUNT]; /* work-group limit per kernel */
+  cl_mem scratch;    /* grow-only workspace, reused in queue order */
+  size_t scratch_bytes;
+};
+
+struct ag_bevent {
+  clb_device *d;
+  bool timing;
+  cl_event ev; /* NULL until recorded */
+};
+
+/* The one translation from OpenCL (and CLBlast) codes to ag_status; sets the
+ * message "opencl: <what>: <code name>". */
+CLB_HIDDEN ag_status clb_error(cl_int err, const char *what);
+CLB_HIDDEN clb_device *clb_dev(int dev);
+
+/* Builds (or loads from the on-disk cache) the device's program once. */
+CLB_HIDDEN ag_status clb_program(clb_device *d, cl_program *out);
+/* The embedded kernel source (generated at build time). */
+CLB_HIDDEN extern const char clb_kernel_source[];
+CLB_HIDDEN extern const size_t clb_kernel_source_len;
+
+CLB_HIDDEN ag_status clb_stream_kernels(ag_bstream *s);
+CLB_HIDDEN ag_status clb_scratch(ag_bstream *s, size_t bytes, cl_mem *out);
+
+CLB_HIDDEN ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c);
+CLB_HIDDEN bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt);
+
+/* queue objects (cl_queue.c) */
+CLB_HIDDEN ag_status clb_stream_create(int dev, ag_bstream **out);
+CLB_HIDDEN void clb_stream_destroy(ag_bstream *s);
+CLB_HIDDEN ag_status clb_stream_synchronize(ag_bstream *s);
+CLB_HIDDEN ag_status clb_stream_query(ag_bstream *s, bool *out_done);
+CLB_HIDDEN ag_status clb_event_create(int dev, bool timing, ag_bevent **out);
+CLB_HIDDEN void clb_event_destroy(ag_bevent *e);
+CLB_HIDDEN ag_status clb_event_record(ag_bevent *e, ag_bstream *s);
+CLB_HIDDEN ag_status clb_stream_wait_event(ag_bstream *s, ag_bevent *e);
+CLB_HIDDEN ag_status clb_event_query(ag_bevent *e, bool *out_done);
+CLB_HIDDEN ag_status clb_event_synchronize(ag_bevent *e);
+CLB_HIDDEN ag_status clb_event_elapsed_ms(ag_bevent *a, ag_bevent *b, float *out_ms);
+CLB_HIDDEN ag_status clb_copy_h2d(ag_bstream *s, void *dst, size_t doff, const void *src,
+                                  size_t bytes, bool pinned);
+CLB_HIDDEN ag_status clb_copy_d2h(ag_bstream *s, void *dst, const void *src, size_t soff,
+                                  size_t bytes);
+CLB_HIDDEN ag_status clb_copy_d2d(ag_bstream *s, void *dst, size_t doff, const void *src,
+                                  size_t soff, size_t bytes);
+CLB_HIDDEN ag_status clb_take_kernel_error(ag_bstream *s, ag_kernel_error *out);
+
+#endif

@@ -1,0 +1,706 @@
+/* Kernel launches: maps each ag_kop to one of the embedded kernels (sub-op and
+ * dtypes are kernel arguments), collapses elementwise layouts to the fewest
+ * dims, and runs GEMM through CLBlast (half types through f32 scratch). */
+#include "cl_internal.h"
+
+#include <clblast_c.h>
+#include <math.h>
+#include <string.h>
+
+static const char *const k_names[CLK_COUNT] = {
+    [CLK_UNARY] = "ag_unary", [CLK_BINARY] = "ag_binary", [CLK_WHERE] = "ag_where",
+    [CLK_FILL] = "ag_fill", [CLK_ARANGE] = "ag_arange", [CLK_RAND] = "ag_rand",
+    [CLK_DROPOUT] = "ag_dropout", [CLK_REDUCE_ROWS] = "ag_reduce_rows",
+    [CLK_REDUCE_COLS] = "ag_reduce_cols", [CLK_SUMSQ_PART] = "ag_sumsq_part",
+    [CLK_SUMSQ_FINAL] = "ag_sumsq_final", [CLK_SOFTMAX] = "ag_softmax",
+    [CLK_SOFTMAX_BWD] = "ag_softmax_bwd", [CLK_CE] = "ag_cross_entropy",
+    [CLK_CE_BWD] = "ag_cross_entropy_bwd", [CLK_LN] = "ag_layernorm",
+    [CLK_LN_BWD] = "ag_layernorm_bwd", [CLK_LN_BWD_WB] = "ag_layernorm_bwd_wb",
+    [CLK_EMB] = "ag_embedding", [CLK_EMB_BWD] = "ag_embedding_bwd", [CLK_ADAMW] = "ag_adamw",
+    [CLK_SGD] = "ag_sgd", [CLK_NONFINITE] = "ag_nonfinite",
+};
+
+#define CLB_WG 256 /* AG_WG in the program */
+#define SUMSQ_GROUPS 64
+
+/* cl_kernel objects are not safe for concurrent clSetKernelArg, so each
+ * stream (serialised by the core) has its own set. */
+ag_status clb_stream_kernels(ag_bstream *s) {
+  if (s->have_kernels) return AG_OK;
+  cl_program prog;
+  ag_status st = clb_program(s->d, &prog);
+  if (st != AG_OK) return st;
+  for (int i = 0; i < CLK_COUNT; i++) {
+    cl_int err;
+    s->k[i] = clCreateKernel(prog, k_names[i], &err);
+    if (!s->k[i]) {
+      for (int j = 0; j < i; j++) {
+        clReleaseKernel(s->k[j]);
+        s->k[j] = NULL;
+      }
+      return clb_error(err, k_names[i]);
+    }
+    size_t wg = CLB_WG;
+    clGetKernelWorkGroupInfo(s->k[i], s->d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
+    size_t p = 1;
+    while (p * 2 <= wg && p * 2 <= CLB_WG && p * 2 <= s->d->max_wg) p *= 2;
+    s->kwg[i] = p;
+  }
+  s->have_kernels = true;
+  return AG_OK;
+}
+
+/* ---- argument helper ---- */
+
+typedef struct kargs {
+  ag_bstream *s;
+  clb_kernel which;
+  cl_uint n;
+  cl_int err;
+} kargs;
+
+#define KA(a, T, v)                                                             \
+  do {                                                                          \
+    T ka_v_ = (T)(v);                                                           \
+    if ((a)->err == CL_SUCCESS)                                                 \
+      (a)->err = clSetKernelArg((a)->s->k[(a)->which], (a)->n, sizeof ka_v_, &ka_v_); \
+    (a)->n++;                                                                   \
+  } while (0)
+#define KBUF(a, op)      \
+  do {                   \
+    KA(a, cl_mem, (op)->base); \
+    KA(a, cl_ulong, (op)->offset); \
+  } while (0)
+
+static kargs ka_begin(ag_bstream *s, clb_kernel which) { return (kargs){s, which, 0, CL_SUCCESS}; }
+
+/* 1-D launch of `items` work-items in groups of `local` (0: the kernel's
+ * preferred size); the kernels bound-check the padding. */
+static ag_status ka_run(kargs *a, size_t items, size_t local) {
+  if (a->err != CL_SUCCESS) return clb_error(a->err, k_names[a->which]);
+  if (!local || local > a->s->kwg[a->which]) local = a->s->kwg[a->which];
+  size_t global = (items + local - 1) / local * local;
+  if (!global) return AG_OK;
+  cl_int err = clEnqueueNDRangeKernel(a->s->q, a->s->k[a->which], 1, NULL, &global, &local, 0,
+                                      NULL, NULL);
+  return err == CL_SUCCESS ? AG_OK : clb_error(err, k_names[a->which]);
+}
+
+/* Work-group size for a row kernel: a power of two covering cols, at most
+ * the kernel's limit. */
+static size_t row_local(ag_bstream *s, clb_kernel k, int64_t cols) {
+  size_t l = 1;
+  while (l < (size_t)cols && l < s->kwg[k]) l *= 2;
+  return l < 32 && s->kwg[k] >= 32 ? 32 : l;
+}
+
+static int64_t numel(const ag_koperand *o) {
+  int64_t n = 1;
+  for (int d = 0; d < o->ndim; d++) n *= o->shape[d];
+  return n;
+}
+
+/* Drops size-1 dims and merges dims that are contiguous in every operand.
+ * Returns the dims left, 0 when every operand is plainly contiguous. */
+static int collapse(const ag_koperand *o0, int nop, const ag_koperand *const *ops,
+                    clb_ew_meta *m) {
+  memset(m, 0, sizeof *m);
+  int r = 0;
+  for (int d = 0; d < o0->ndim; d++) {
+    if (o0->shape[d] == 1) continue;
+    bool merge = r > 0;
+    for (int k = 0; k < nop && merge; k++)
+      merge = m->st[k][r - 1] == ops[k]->strides[d] * o0->shape[d];
+    if (merge) {
+      m->shape[r - 1] *= o0->shape[d];
+      for (int k = 0; k < nop; k++) m->st[k][r - 1] = ops[k]->strides[d];
+    } else {
+      m->shape[r] = o0->shape[d];
+      for (int k = 0; k < nop; k++) m->st[k][r] = ops[k]->strides[d];
+      r++;
+    }
+  }
+  bool contig = r <= 1;
+  for (int k = 0; k < nop && r == 1; k++) contig = contig && m->st[k][0] == 1;
+  return contig ? 0 : r;
+}
+
+/* Local copy: the module must not need core symbols beyond errors. */
+static size_t dsize(ag_dtype dt) { return dt == AG_F16 || dt == AG_BF16 ? 2 : 4; }
+
+static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
+
+/* ---- elementwise ---- */
+
+static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub,
+                           double s0, double s1) {
+  int64_t n = numel(o);
+  if (!n) return AG_OK;
+  const ag_koperand *ops[2] = {o, x};
+  clb_ew_meta m;
+  int nd = collapse(o, 2, ops, &m);
+  kargs a = ka_begin(s, CLK_UNARY);
+  KBUF(&a, o);
+  KA(&a, cl_int, o->dtype);
+  KBUF(&a, x);
+  KA(&a, cl_int, x->dtype);
+  KA(&a, cl_int, sub);
+  KA(&a, cl_float, s0);
+  KA(&a, cl_float, s1);
+  KA(&a, cl_long, (int64_t)s0);
+  KA(&a, cl_long, (int64_t)s1);
+  KA(&a, cl_int, s0 == floor(s0) && s1 == floor(s1));
+  KA(&a, cl_long, n);
+  KA(&a, cl_int, nd);
+  KA(&a, clb_ew_meta, m);
+  return ka_run(&a, (size_t)n, 0);
+}
+
+static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_koperand *o = &c->o[0];
+  int64_t n = numel(o);
+  if (!n) return AG_OK;
+  const ag_koperand *ops[3] = {o, &c->o[1], &c->o[2]};
+  clb_ew_meta m;
+  int nd = collapse(o, 3, ops, &m);
+  kargs a = ka_begin(s, CLK_BINARY);
+  KBUF(&a, o);
+  KBUF(&a, &c->o[1]);
+  KBUF(&a, &c->o[2]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KA(&a, cl_int, c->sub);
+  KA(&a, cl_float, c->s[0]);
+  KA(&a, cl_long, (int64_t)c->s[0]);
+  KA(&a, cl_long, n);
+  KA(&a, cl_int, nd);
+  KA(&a, clb_ew_meta, m);
+  return ka_run(&a, (size_t)n, 0);
+}
+
+static ag_status run_where(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_koperand *o = &c->o[0];
+  int64_t n = numel(o);
+  if (!n) return AG_OK;
+  const ag_koperand *ops[4] = {o, &c->o[1], &c->o[2], &c->o[3]};
+  clb_ew_meta m;
+  int nd = collapse(o, 4, ops, &m);
+  kargs a = ka_begin(s, CLK_WHERE);
+  KBUF(&a, o);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KBUF(&a, &c->o[2]);
+  KBUF(&a, &c->o[3]);
+  KA(&a, cl_int, (int)dsize(o->dtype));
+  KA(&a, cl_long, n);
+  KA(&a, cl_int, nd);
+  KA(&a, clb_ew_meta, m);
+  return ka_run(&a, (size_t)n, 0);
+}
+
+static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
+  int64_t n = numel(o);
+  if (!n) return AG_OK;
+  const ag_koperand *ops[1] = {o};
+  clb_ew_meta m;
+  int nd = collapse(o, 1, ops, &m);
+  kargs a = ka_begin(s, CLK_FILL);
+  KBUF(&a, o);
+  KA(&a, cl_int, o->dtype);
+  KA(&a, cl_float, v);
+  KA(&a, cl_int, (int32_t)v);
+  KA(&a, cl_long, n);
+  KA(&a, cl_int, nd);
+  KA(&a, clb_ew_meta, m);
+  return ka_run(&a, (size_t)n, 0);
+}
+
+static ag_status run_arange(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_koperand *o = &c->o[0];
+  int64_t n = numel(o);
+  kargs a = ka_begin(s, CLK_ARANGE);
+  KBUF(&a, o);
+  KA(&a, cl_int, o->dtype);
+  KA(&a, cl_float, c->s[0]);
+  KA(&a, cl_float, c->s[1]);
+  KA(&a, cl_long, (int64_t)c->s[0]);
+  KA(&a, cl_long, (int64_t)c->s[1]);
+  KA(&a, cl_long, n);
+  return ka_run(&a, (size_t)n, 0);
+}
+
+static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_koperand *o = &c->o[0];
+  int64_t n = numel(o);
+  kargs a = ka_begin(s, CLK_RAND);
+  KBUF(&a, o);
+  KA(&a, cl_int, o->dtype);
+  KA(&a, cl_int, c->op == AG_K_RAND_NORMAL);
+  KA(&a, cl_float, c->s[0]);
+  KA(&a, cl_float, c->s[1]);
+  KA(&a, cl_ulong, c->seed);
+  KA(&a, cl_ulong, c->offset);
+  KA(&a, cl_long, n);
+  return ka_run(&a, (size_t)n, 0);
+}
+
+static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t n = numel(&c->o[0]);
+  kargs a = ka_begin(s, CLK_DROPOUT);
+  KBUF(&a, &c->o[0]);
+  KA(&a, cl_int, c->o[0].dtype);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  bool has_mask = c->n_operands > 2 && c->o[2].base;
+  KA(&a, cl_mem, has_mask ? c->o[2].base : NULL);
+  KA(&a, cl_ulong, has_mask ? c->o[2].offset : 0);
+  KA(&a, cl_int, has_mask ? c->o[2].dtype : AG_F32);
+  KA(&a, cl_float, c->s[0]);
+  KA(&a, cl_ulong, c->seed);
+  KA(&a, cl_ulong, c->offset);
+  KA(&a, cl_long, n);
+  return ka_run(&a, (size_t)n, 0);
+}
+
+/* ---- reductions ---- */
+
+static ag_status run_reduce(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
+  if (outer * inner == 0) return AG_OK;
+  float scale = c->sub == AG_R_SUM ? (float)c->s[0] : 1.0f;
+  if (inner == 1) {
+    kargs a = ka_begin(s, CLK_REDUCE_ROWS);
+    KBUF(&a, &c->o[0]);
+    KA(&a, cl_int, c->o[0].dtype);
+    KBUF(&a, &c->o[1]);
+    KA(&a, cl_int, c->o[1].dtype);
+    KA(&a, cl_int, c->sub);
+    KA(&a, cl_float, scale);
+    KA(&a, cl_long, r);
+    size_t l = row_local(s, CLK_REDUCE_ROWS, r);
+    return ka_run(&a, (size_t)outer * l, l);
+  }
+  kargs a = ka_begin(s, CLK_REDUCE_COLS);
+  KBUF(&a, &c->o[0]);
+  KA(&a, cl_int, c->o[0].dtype);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KA(&a, cl_int, c->sub);
+  KA(&a, cl_float, scale);
+  KA(&a, cl_long, outer);
+  KA(&a, cl_long, r);
+  KA(&a, cl_long, inner);
+  return ka_run(&a, (size_t)(outer * inner), 0);
+}
+
+static ag_status run_sumsq(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_kmulti *mt = c->multi;
+  int count = mt ? mt->count : 0;
+  cl_mem part;
+  ag_status st = clb_scratch(s, sizeof(float) * SUMSQ_GROUPS * (size_t)(count ? count : 1), &part);
+  if (st != AG_OK) return st;
+  int64_t np = 0;
+  size_t l = s->kwg[CLK_SUMSQ_PART];
+  for (int k = 0; k < count; k++) {
+    int64_t n = mt->t[k].numel;
+    if (!n) continue;
+    int64_t groups = (n + (int64_t)l - 1) / (int64_t)l;
+    if (groups > SUMSQ_GROUPS) groups = SUMSQ_GROUPS;
+    kargs a = ka_begin(s, CLK_SUMSQ_PART);
+    KA(&a, cl_mem, part);
+    KA(&a, cl_long, np);
+    KA(&a, cl_mem, mt->t[k].base);
+    KA(&a, cl_ulong, mt->t[k].offset);
+    KA(&a, cl_int, mt->t[k].dtype);
+    KA(&a, cl_long, n);
+    if ((st = ka_run(&a, (size_t)groups * l, l)) != AG_OK) return st;
+    np += groups;
+  }
+  kargs a = ka_begin(s, CLK_SUMSQ_FINAL);
+  KBUF(&a, &c->o[0]);
+  KA(&a, cl_mem, part);
+  KA(&a, cl_long, np);
+  size_t lf = s->kwg[CLK_SUMSQ_FINAL];
+  return ka_run(&a, lf, lf);
+}
+
+/* ---- row kernels ---- */
+
+static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
+  int64_t rows = c->i[0], cols = c->i[1];
+  if (!rows) return AG_OK;
+  clb_kernel k = bwd ? CLK_SOFTMAX_BWD : CLK_SOFTMAX;
+  kargs a = ka_begin(s, k);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[1]);
+  if (bwd) KBUF(&a, &c->o[2]);
+  KA(&a, cl_int, c->o[0].dtype);
+  KA(&a, cl_long, cols);
+  KA(&a, cl_int, c->sub);
+  size_t l = row_local(s, k, cols);
+  return ka_run(&a, (size_t)rows * l, l);
+}
+
+static ag_status run_ce(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
+  int64_t rows = c->i[0], cols = c->i[1];
+  if (!rows) return AG_OK;
+  clb_kernel k = bwd ? CLK_CE_BWD : CLK_CE;
+  kargs a = ka_begin(s, k);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KBUF(&a, &c->o[2]);
+  if (bwd) {
+    KBUF(&a, &c->o[3]);
+    KA(&a, cl_long, c->o[3].ndim ? c->o[3].strides[0] : 0);
+  }
+  KA(&a, cl_long, cols);
+  KA(&a, cl_int, (int32_t)c->i[2]);
+  KA(&a, cl_mem, s->err);
+  s->err_armed = true;
+  size_t l = row_local(s, k, cols);
+  return ka_run(&a, (size_t)rows * l, l);
+}
+
+static const ag_koperand *opt_op(const ag_kernel_call *c, int i) {
+  static const ag_koperand absent = {0};
+  return i < c->n_operands && c->o[i].base ? &c->o[i] : &absent;
+}
+
+static ag_status run_layernorm(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t rows = c->i[0], cols = c->i[1];
+  if (!rows) return AG_OK;
+  kargs a = ka_begin(s, CLK_LN);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KBUF(&a, opt_op(c, 2));
+  KBUF(&a, opt_op(c, 3));
+  KBUF(&a, opt_op(c, 4));
+  KBUF(&a, opt_op(c, 5));
+  KA(&a, cl_long, cols);
+  KA(&a, cl_float, c->s[0]);
+  size_t l = row_local(s, CLK_LN, cols);
+  return ka_run(&a, (size_t)rows * l, l);
+}
+
+static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_koperand *dx = &c->o[0];
+  int64_t cols = dx->ndim ? dx->shape[dx->ndim - 1] : 1;
+  int64_t rows = cols ? numel(dx) / cols : 0;
+  if (!rows || !cols) return AG_OK;
+  kargs a = ka_begin(s, CLK_LN_BWD);
+  KBUF(&a, dx);
+  KBUF(&a, &c->o[1]);
+  KBUF(&a, &c->o[2]);
+  KA(&a, cl_int, dx->dtype);
+  KBUF(&a, &c->o[3]);
+  KBUF(&a, &c->o[4]);
+  KBUF(&a, opt_op(c, 5));
+  KA(&a, cl_long, cols);
+  size_t l = row_local(s, CLK_LN_BWD, cols);
+  ag_status st = ka_run(&a, (size_t)rows * l, l);
+  if (st != AG_OK || !c->multi || c->multi->count < 1) return st;
+  const ag_kmulti *mt = c->multi;
+  a = ka_begin(s, CLK_LN_BWD_WB);
+  KA(&a, cl_mem, mt->t[0].base);
+  KA(&a, cl_ulong, mt->t[0].offset);
+  KA(&a, cl_mem, mt->count > 1 ? mt->t[1].base : NULL);
+  KA(&a, cl_ulong, mt->count > 1 ? mt->t[1].offset : 0);
+  KBUF(&a, &c->o[1]);
+  KBUF(&a, &c->o[2]);
+  KA(&a, cl_int, dx->dtype);
+  KBUF(&a, &c->o[3]);
+  KBUF(&a, &c->o[4]);
+  KA(&a, cl_long, rows);
+  KA(&a, cl_long, cols);
+  return ka_run(&a, (size_t)cols, 0);
+}
+
+static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t n = c->i[0], d = c->i[1], v = c->i[2];
+  if (!n || !d) return AG_OK;
+  kargs a = ka_begin(s, CLK_EMB);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KBUF(&a, &c->o[2]);
+  KA(&a, cl_long, n);
+  KA(&a, cl_long, d);
+  KA(&a, cl_long, v);
+  KA(&a, cl_mem, s->err);
+  s->err_armed = true;
+  return ka_run(&a, (size_t)(n * d), 0);
+}
+
+static ag_status run_embedding_bwd(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_koperand *t = &c->o[0];
+  int64_t v = t->shape[0], d = t->ndim > 1 ? t->shape[1] : 1, n = numel(&c->o[2]);
+  if (!n || !d) return AG_OK;
+  kargs a = ka_begin(s, CLK_EMB_BWD);
+  KBUF(&a, t);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KBUF(&a, &c->o[2]);
+  KA(&a, cl_long, n);
+  KA(&a, cl_long, d);
+  KA(&a, cl_long, v);
+  return ka_run(&a, (size_t)d, 0);
+}
+
+/* ---- optimizers ---- */
+
+static ag_status run_optim(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_kmulti *mt = c->multi;
+  if (!mt) return AG_OK;
+  bool adam = c->op == AG_K_ADAMW;
+  int per = adam ? 4 : 3;
+  const ag_koperand *sc = opt_op(c, 0), *fi = opt_op(c, 1);
+  for (int g = 0; g + per <= mt->count; g += per) {
+    int64_t n = mt->t[g].numel;
+    if (!n) continue;
+    kargs a = ka_begin(s, adam ? CLK_ADAMW : CLK_SGD);
+    for (int j = 0; j < per; j++) {
+      KA(&a, cl_mem, mt->t[g + j].base);
+      KA(&a, cl_ulong, mt->t[g + j].offset);
+    }
+    KA(&a, cl_long, n);
+    if (adam) {
+      for (int j = 0; j < 7; j++) KA(&a, cl_float, c->s[j]);
+    } else {
+      for (int j = 0; j < 4; j++) KA(&a, cl_float, c->s[j]);
+      KA(&a, cl_int, c->s[4] != 0);
+      KA(&a, cl_int, c->s[5] != 0);
+    }
+    KBUF(&a, sc);
+    KBUF(&a, fi);
+    ag_status st = ka_run(&a, (size_t)n, 0);
+    if (st != AG_OK) return st;
+  }
+  return AG_OK;
+}
+
+static ag_status run_nonfinite(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_kmulti *mt = c->multi;
+  for (int k = 0; mt && k < mt->count; k++) {
+    if (!mt->t[k].numel) continue;
+    kargs a = ka_begin(s, CLK_NONFINITE);
+    KA(&a, cl_mem, mt->t[k].base);
+    KA(&a, cl_ulong, mt->t[k].offset);
+    KA(&a, cl_int, mt->t[k].dtype);
+    KA(&a, cl_long, mt->t[k].numel);
+    KBUF(&a, opt_op(c, 1));
+    KBUF(&a, &c->o[0]);
+    ag_status st = ka_run(&a, (size_t)mt->t[k].numel, 0);
+    if (st != AG_OK) return st;
+  }
+  return AG_OK;
+}
+
+/* ---- GEMM ---- */
+
+/* A [B, R, C] operand as CLBlast sees it (row-major, optional transpose). */
+typedef struct gemm_op {
+  cl_mem mem;
+  size_t off;    /* elements */
+  size_t ld, stride;
+  bool trans;
+} gemm_op;
+
+static void mat_dims(const ag_koperand *o, int64_t *b, int64_t *r, int64_t *cc, int64_t *sb,
+                     int64_t *sr, int64_t *sc) {
+  int nd = o->ndim;
+  *b = nd >= 3 ? o->shape[nd - 3] : 1;
+  *sb = nd >= 3 ? o->strides[nd - 3] : 0;
+  *r = o->shape[nd - 2];
+  *cc = o->shape[nd - 1];
+  *sr = o->strides[nd - 2];
+  *sc = o->strides[nd - 1];
+}
+
+/* True if CLBlast can read o in place. */
+static bool gemm_direct(const ag_koperand *o, gemm_op *g) {
+  int64_t b, r, cc, sb, sr, sc;
+  mat_dims(o, &b, &r, &cc, &sb, &sr, &sc);
+  g->mem = o->base;
+  g->off = o->offset / dsize(o->dtype);
+  g->stride = b > 1 ? (size_t)sb : 0;
+  if (sb < 0 || o->dtype != AG_F32) return false;
+  if (sc == 1 && (r == 1 || sr >= cc)) {
+    g->trans = false;
+    g->ld = (size_t)(r == 1 ? (cc > 0 ? cc : 1) : sr);
+    return true;
+  }
+  if (sr == 1 && (cc == 1 || sc >= r)) {
+    g->trans = true;
+    g->ld = (size_t)(cc == 1 ? (r > 0 ? r : 1) : sc);
+    return true;
+  }
+  return false;
+}
+
+/* Copies o (any layout and float dtype) into scratch as contiguous f32;
+ * a batch stride of 0 stays 0 (one matrix). */
+static ag_status gemm_stage(ag_bstream *s, const ag_koperand *o, cl_mem scratch, size_t off_el,
+                            gemm_op *g) {
+  int64_t b, r, cc, sb, sr, sc;
+  mat_dims(o, &b, &r, &cc, &sb, &sr, &sc);
+  int64_t bs = (b > 1 && sb != 0) ? b : 1;
+  ag_koperand src = *o, dst = {0};
+  src.ndim = 3;
+  src.shape[0] = bs;
+  src.shape[1] = r;
+  src.shape[2] = cc;
+  src.strides[0] = sb;
+  src.strides[1] = sr;
+  src.strides[2] = sc;
+  dst = src;
+  dst.base = scratch;
+  dst.offset = off_el * sizeof(float);
+  dst.dtype = AG_F32;
+  dst.strides[0] = r * cc;
+  dst.strides[1] = cc;
+  dst.strides[2] = 1;
+  g->mem = scratch;
+  g->off = off_el;
+  g->ld = (size_t)(cc > 0 ? cc : 1);
+  g->stride = bs > 1 ? (size_t)(r * cc) : 0;
+  g->trans = false;
+  return run_unary(s, &dst, &src, AG_U_COPY, 0, 0);
+}
+
+static size_t align_el(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_koperand *o = &c->o[0], *x = &c->o[1], *y = &c->o[2];
+  int64_t B, M, K, N, t0, t1, t2;
+  mat_dims(x, &B, &M, &K, &t0, &t1, &t2);
+  mat_dims(o, &B, &M, &N, &t0, &t1, &t2);
+  if (!B || !M || !N) return AG_OK;
+  if (!K) {
+    /* alpha * (empty product) = 0: C = beta * C. */
+    if (c->s[1] == 0) return run_fill(s, o, 0.0);
+    return run_unary(s, o, o, AG_U_AFFINE, c->s[1], 0.0);
+  }
+  gemm_op ga, gb, gc = {o->base, o->offset / dsize(o->dtype), (size_t)N,
+                        (size_t)(M * N), false};
+  bool da = gemm_direct(x, &ga), db = gemm_direct(y, &gb), dc = o->dtype == AG_F32;
+  size_t need = 0, off_a = 0, off_b = 0, off_c = 0;
+  /* Scratch offsets must also respect the device's sub-buffer alignment on
+   * some CLBlast paths, hence 64-element (256 B) alignment. */
+  if (!da) {
+    off_a = need;
+    need += align_el((size_t)((x->ndim >= 3 && x->strides[x->ndim - 3] == 0) ? 1 : B) * M * K);
+  }
+  if (!db) {
+    off_b = need;
+    need += align_el((size_t)((y->ndim >= 3 && y->strides[y->ndim - 3] == 0) ? 1 : B) * K * N);
+  }
+  if (!dc) {
+    off_c = need;
+    need += align_el((size_t)(B * M * N));
+  }
+  cl_mem scratch = NULL;
+  ag_status st = AG_OK;
+  if (need && (st = clb_scratch(s, need * sizeof(float), &scratch)) != AG_OK) return st;
+  if (!da && (st = gemm_stage(s, x, scratch, off_a, &ga)) != AG_OK) return st;
+  if (!db && (st = gemm_stage(s, y, scratch, off_b, &gb)) != AG_OK) return st;
+  if (!dc) {
+    gc = (gemm_op){scratch, off_c, (size_t)N, (size_t)(M * N), false};
+    if (c->s[1] != 0 && (st = gemm_stage(s, o, scratch, off_c, &gc)) != AG_OK) return st;
+  }
+  CLBlastStatusCode e;
+  CLBlastTranspose ta = ga.trans ? CLBlastTransposeYes : CLBlastTransposeNo;
+  CLBlastTranspose tb = gb.trans ? CLBlastTransposeYes : CLBlastTransposeNo;
+  if (B == 1)
+    e = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, (size_t)M, (size_t)N, (size_t)K,
+                     (float)c->s[0], ga.mem, ga.off, ga.ld, gb.mem, gb.off, gb.ld, (float)c->s[1],
+                     gc.mem, gc.off, gc.ld, &s->q, NULL);
+  else
+    e = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, (size_t)M, (size_t)N,
+                                   (size_t)K, (float)c->s[0], ga.mem, ga.off, ga.ld, ga.stride,
+                                   gb.mem, gb.off, gb.ld, gb.stride, (float)c->s[1], gc.mem,
+                                   gc.off, gc.ld, gc.stride, (size_t)B, &s->q, NULL);
+  if (e != CLBlastSuccess) return clb_error((cl_int)e, B == 1 ? "CLBlastSgemm" : "CLBlastSgemmStridedBatched");
+  if (!dc) {
+    ag_koperand src = *o;
+    src.base = scratch;
+    src.offset = off_c * sizeof(float);
+    src.dtype = AG_F32;
+    ag_koperand dst = *o;
+    /* Both sides are contiguous [B, M, N] with o's shape. */
+    int64_t st_el = 1;
+    for (int d = o->ndim - 1; d >= 0; d--) {
+      src.strides[d] = dst.strides[d] = st_el;
+      st_el *= o->shape[d];
+    }
+    return run_unary(s, &dst, &src, AG_U_COPY, 0, 0);
+  }
+  return AG_OK;
+}
+
+ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
+  ag_status st = clb_stream_kernels(s);
+  if (st != AG_OK) return st;
+  switch (c->op) {
+    case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
+    case AG_K_ARANGE: return run_arange(s, c);
+    case AG_K_RAND_UNIFORM:
+    case AG_K_RAND_NORMAL: return run_rand(s, c);
+    case AG_K_UNARY: return run_unary(s, &c->o[0], &c->o[1], c->sub, c->s[0], c->s[1]);
+    case AG_K_BINARY: return run_binary(s, c);
+    case AG_K_WHERE: return run_where(s, c);
+    case AG_K_REDUCE: return run_reduce(s, c);
+    case AG_K_MATMUL: return run_matmul(s, c);
+    case AG_K_SOFTMAX: return run_softmax(s, c, false);
+    case AG_K_SOFTMAX_BWD: return run_softmax(s, c, true);
+    case AG_K_CROSS_ENTROPY: return run_ce(s, c, false);
+    case AG_K_CROSS_ENTROPY_BWD: return run_ce(s, c, true);
+    case AG_K_LAYERNORM: return run_layernorm(s, c);
+    case AG_K_LAYERNORM_BWD: return run_layernorm_bwd(s, c);
+    case AG_K_EMBEDDING: return run_embedding(s, c);
+    case AG_K_EMBEDDING_BWD: return run_embedding_bwd(s, c);
+    case AG_K_DROPOUT: return run_dropout(s, c);
+    case AG_K_ADAMW:
+    case AG_K_SGD: return run_optim(s, c);
+    case AG_K_NONFINITE_CHECK: return run_nonfinite(s, c);
+    case AG_K_SUMSQ: return run_sumsq(s, c);
+    case AG_KOP_COUNT: break;
+  }
+  return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
+                      c->name ? c->name : "launch", (int)c->op);
+}
+
+bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
+  bool fl = is_float(dt), i32 = dt == AG_I32;
+  switch (op) {
+    case AG_K_FILL:
+    case AG_K_ARANGE:
+    case AG_K_WHERE: return fl || i32;
+    case AG_K_UNARY:
+      if (sub < 0 || sub >= AG_UNARY_COUNT) return false;
+      return fl || (i32 && (sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS ||
+                            sub == AG_U_AFFINE));
+    case AG_K_BINARY:
+      if (sub < 0 || sub >= AG_BINARY_COUNT) return false;
+      return fl || (i32 && sub <= AG_B_LT && sub != AG_B_DIV);
+    case AG_K_REDUCE: return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || i32);
+    case AG_K_SOFTMAX:
+    case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && fl;
+    case AG_K_RAND_UNIFORM:
+    case AG_K_RAND_NORMAL:
+    case AG_K_MATMUL:
+    case AG_K_CROSS_ENTROPY:
+    case AG_K_CROSS_ENTROPY_BWD:
+    case AG_K_LAYERNORM:
+    case AG_K_LAYERNORM_BWD:
+    case AG_K_EMBEDDING:
+    case AG_K_EMBEDDING_BWD:
+    case AG_K_DROPOUT:
+    case AG_K_NONFINITE_CHECK:
+    case AG_K_SUMSQ: return fl;
+    case AG_K_ADAMW:
+    case AG_K_SGD: return dt == AG_F32;
+    case AG_KOP_COUNT: break;
+  }
+  return false;
+}

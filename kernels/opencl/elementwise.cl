@@ -1,0 +1,174 @@
+/* Elementwise kernels: unary, binary, where, fill, arange, random fills and
+ * dropout. Any layout up to 8 dims through ew_meta; the op code is a kernel
+ * argument so one compiled kernel serves every sub-op and dtype. */
+
+float unary_f(int op, float x, float s0, float s1) {
+  switch (op) {
+    case 0: return x;
+    case 1: return -x;
+    case 2: return exp(x);
+    case 3: return log(x);
+    case 4: return sqrt(x);
+    case 5: return rsqrt(x);
+    case 6: return fabs(x);
+    case 7: return x > 0.0f ? x : 0.0f;
+    case 8: return 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+    case 9: return x / (1.0f + exp(-x));
+    case 10: return 1.0f / (1.0f + exp(-x));
+    case 11: return tanh(x);
+    case 12: return pow(x, s0);
+    case 13: return x * s0 + s1;
+    case 14: return s0 / x;
+    case 15: return x * x;
+  }
+  return NAN;
+}
+
+int unary_i(int op, int x, long s0, long s1) {
+  switch (op) {
+    case 1: return -x;
+    case 6: return x < 0 ? -x : x;
+    case 13: return (int)((long)x * s0 + s1);
+    default: return x;
+  }
+}
+
+/* sint: the scalars are integral and the i32 path uses is0/is1 exactly. */
+__kernel void ag_unary(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, int op,
+                       float s0, float s1, long is0, long is1, int sint, long n, int nd,
+                       ew_meta m) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  long off[2];
+  ew_offsets(i, nd, &m, 2, off);
+  if (odt == DT_I32) {
+    int v = ldi(x, xo, off[1], xdt);
+    if (op == 13 && !sint)
+      v = convert_int_sat_rtz((float)v * s0 + s1);
+    else
+      v = unary_i(op, v, is0, is1);
+    sti(o, oo, off[0], v);
+  } else {
+    stf(o, oo, off[0], odt, unary_f(op, ldf(x, xo, off[1], xdt), s0, s1));
+  }
+}
+
+float binary_f(int op, float a, float b, float s0) {
+  const float k = 0.7978845608f;
+  switch (op) {
+    case 0: return a + s0 * b;
+    case 1: return a - b;
+    case 2: return a * b;
+    case 3: return a / b;
+    case 4: return (a > b || isnan(a)) ? a : b;
+    case 5: return (a < b || isnan(a)) ? a : b;
+    case 6: return a == b ? 1.0f : 0.0f;
+    case 7: return a > b ? 1.0f : 0.0f;
+    case 8: return a < b ? 1.0f : 0.0f;
+    case 9: return b > 0.0f ? a : 0.0f;
+    case 10: {
+      float t = tanh(k * (b + 0.044715f * b * b * b));
+      return a * (0.5f * (1.0f + t) + 0.5f * b * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * b * b));
+    }
+    case 11: {
+      float sg = 1.0f / (1.0f + exp(-b));
+      return a * sg * (1.0f + b * (1.0f - sg));
+    }
+    case 12: return a * b * (1.0f - b);
+    case 13: return a * (1.0f - b * b);
+    case 14: return a * s0 * pow(b, s0 - 1.0f);
+    case 15: return a * sign(b);
+  }
+  return NAN;
+}
+
+int binary_i(int op, int a, int b, long s0) {
+  switch (op) {
+    case 0: return (int)(a + s0 * b);
+    case 1: return a - b;
+    case 2: return a * b;
+    case 4: return max(a, b);
+    case 5: return min(a, b);
+    case 6: return a == b;
+    case 7: return a > b;
+    case 8: return a < b;
+  }
+  return 0;
+}
+
+__kernel void ag_binary(gbuf *o, ulong oo, const gbuf *a, ulong ao, const gbuf *b, ulong bo,
+                        int dt, int op, float s0, long is0, long n, int nd, ew_meta m) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  long off[3];
+  ew_offsets(i, nd, &m, 3, off);
+  if (dt == DT_I32)
+    sti(o, oo, off[0], binary_i(op, ldi(a, ao, off[1], dt), ldi(b, bo, off[2], dt), is0));
+  else
+    stf(o, oo, off[0], dt, binary_f(op, ldf(a, ao, off[1], dt), ldf(b, bo, off[2], dt), s0));
+}
+
+/* Bits are copied, so every dtype is exact; esz is the element size. */
+__kernel void ag_where(gbuf *o, ulong oo, const gbuf *c, ulong co, int cdt, const gbuf *a,
+                       ulong ao, const gbuf *b, ulong bo, int esz, long n, int nd, ew_meta m) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  long off[4];
+  ew_offsets(i, nd, &m, 4, off);
+  bool take_a = cdt == DT_I32 ? ldi(c, co, off[1], cdt) != 0 : ldf(c, co, off[1], cdt) != 0.0f;
+  if (esz == 4)
+    ((__global uint *)(o + oo))[off[0]] =
+        take_a ? ((const __global uint *)(a + ao))[off[2]] : ((const __global uint *)(b + bo))[off[3]];
+  else
+    ((__global ushort *)(o + oo))[off[0]] =
+        take_a ? ((const __global ushort *)(a + ao))[off[2]] : ((const __global ushort *)(b + bo))[off[3]];
+}
+
+__kernel void ag_fill(gbuf *o, ulong oo, int dt, float v, int iv, long n, int nd, ew_meta m) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  long off[1];
+  ew_offsets(i, nd, &m, 1, off);
+  if (dt == DT_I32)
+    sti(o, oo, off[0], iv);
+  else
+    stf(o, oo, off[0], dt, v);
+}
+
+__kernel void ag_arange(gbuf *o, ulong oo, int dt, float start, float step, long istart,
+                        long istep, long n) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  if (dt == DT_I32)
+    sti(o, oo, i, (int)(istart + i * istep));
+  else
+    stf(o, oo, i, dt, start + (float)i * step);
+}
+
+/* normal != 0: Box-Muller on block (offset + i/2), lanes 2*(i%2), 2*(i%2)+1;
+ * u1 in (0, 1] so the log is finite. Must match core/philox.c. */
+__kernel void ag_rand(gbuf *o, ulong oo, int dt, int normal, float s0, float s1, ulong seed,
+                      ulong offset, long n) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  float v;
+  if (normal) {
+    uint4 r = philox(offset + (ulong)i / 2, seed);
+    int l = 2 * (int)(i % 2);
+    float u1 = ((float)(lane4(r, l) >> 8) + 1.0f) * 0x1.0p-24f;
+    float u2 = (float)(lane4(r, l + 1) >> 8) * 0x1.0p-24f;
+    v = sqrt(-2.0f * log(u1)) * cos(6.2831853071795865f * u2) * s1 + s0;
+  } else {
+    v = uniform_at(seed, offset, i) * (s1 - s0) + s0;
+  }
+  stf(o, oo, i, dt, v);
+}
+
+__kernel void ag_dropout(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, gbuf *mk,
+                         ulong mo, int mdt, float p, ulong seed, ulong offset, long n) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  float m = uniform_at(seed, offset, i) >= p ? 1.0f / (1.0f - p) : 0.0f;
+  stf(o, oo, i, odt, ldf(x, xo, i, xdt) * m);
+  if (mk) stf(mk, mo, i, mdt, m);
+}

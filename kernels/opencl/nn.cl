@@ -1,0 +1,187 @@
+/* Row-wise network kernels: softmax, cross-entropy, layer norm (one
+ * work-group per row, statistics in f32) and embedding lookups. */
+
+__kernel void ag_softmax(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long cols, int logm) {
+  __local float sh[AG_WG];
+  long base = (long)get_group_id(0) * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  float m = -INFINITY;
+  for (long j = l; j < cols; j += L) m = fmax(m, ldf(x, xo, base + j, dt));
+  m = wg_max(m, sh);
+  float s = 0.0f;
+  for (long j = l; j < cols; j += L) s += exp(ldf(x, xo, base + j, dt) - m);
+  s = wg_sum(s, sh);
+  float ls = log(s), inv = 1.0f / s;
+  for (long j = l; j < cols; j += L) {
+    float v = ldf(x, xo, base + j, dt) - m;
+    stf(y, yo, base + j, dt, logm ? v - ls : exp(v) * inv);
+  }
+}
+
+__kernel void ag_softmax_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *y,
+                             ulong yo, int dt, long cols, int logm) {
+  __local float sh[AG_WG];
+  long base = (long)get_group_id(0) * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  float s = 0.0f;
+  for (long j = l; j < cols; j += L) {
+    float g = ldf(dy, dyo, base + j, dt);
+    s += logm ? g : g * ldf(y, yo, base + j, dt);
+  }
+  s = wg_sum(s, sh);
+  for (long j = l; j < cols; j += L) {
+    float g = ldf(dy, dyo, base + j, dt), yv = ldf(y, yo, base + j, dt);
+    stf(dx, dxo, base + j, dt, logm ? g - exp(yv) * s : yv * (g - s));
+  }
+}
+
+/* loss[row] = logsumexp(x) - x[t]; KOP is the ag_kop number for errors. */
+#define KOP_CROSS_ENTROPY 11
+#define KOP_CROSS_ENTROPY_BWD 12
+#define KOP_EMBEDDING 15
+
+__kernel void ag_cross_entropy(gbuf *loss, ulong lo, const gbuf *x, ulong xo, int dt,
+                               const gbuf *tg, ulong to, long cols, int ignore,
+                               __global int *err) {
+  __local float sh[AG_WG];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  int t = ((const __global int *)(tg + to))[row];
+  if (t == ignore) {
+    if (l == 0) stf(loss, lo, row, DT_F32, 0.0f);
+    return;
+  }
+  if (t < 0 || t >= cols) {
+    if (l == 0) {
+      stf(loss, lo, row, DT_F32, NAN);
+      set_error(err, 8, KOP_CROSS_ENTROPY, t, cols);
+    }
+    return;
+  }
+  float m = -INFINITY;
+  for (long j = l; j < cols; j += L) m = fmax(m, ldf(x, xo, base + j, dt));
+  m = wg_max(m, sh);
+  float s = 0.0f;
+  for (long j = l; j < cols; j += L) s += exp(ldf(x, xo, base + j, dt) - m);
+  s = wg_sum(s, sh);
+  if (l == 0) stf(loss, lo, row, DT_F32, log(s) + m - ldf(x, xo, base + t, dt));
+}
+
+__kernel void ag_cross_entropy_bwd(gbuf *dl, ulong dlo, const gbuf *x, ulong xo, int dt,
+                                   const gbuf *tg, ulong to, const gbuf *g, ulong go, long gstride,
+                                   long cols, int ignore, __global int *err) {
+  __local float sh[AG_WG];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  int t = ((const __global int *)(tg + to))[row];
+  if (t == ignore || t < 0 || t >= cols) {
+    for (long j = l; j < cols; j += L) stf(dl, dlo, base + j, dt, 0.0f);
+    if (t != ignore && l == 0) set_error(err, 8, KOP_CROSS_ENTROPY_BWD, t, cols);
+    return;
+  }
+  float m = -INFINITY;
+  for (long j = l; j < cols; j += L) m = fmax(m, ldf(x, xo, base + j, dt));
+  m = wg_max(m, sh);
+  float s = 0.0f;
+  for (long j = l; j < cols; j += L) s += exp(ldf(x, xo, base + j, dt) - m);
+  s = wg_sum(s, sh);
+  float gr = ldf(g, go, row * gstride, DT_F32), inv = 1.0f / s;
+  for (long j = l; j < cols; j += L) {
+    float p = exp(ldf(x, xo, base + j, dt) - m) * inv;
+    stf(dl, dlo, base + j, dt, (p - (j == t ? 1.0f : 0.0f)) * gr);
+  }
+}
+
+__kernel void ag_layernorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *w,
+                           ulong wo, const gbuf *b, ulong bo, __global float *mean, ulong mo,
+                           __global float *rstd, ulong ro, long cols, float eps) {
+  __local float sh[AG_WG];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  float s = 0.0f;
+  for (long j = l; j < cols; j += L) s += ldf(x, xo, base + j, dt);
+  float mu = wg_sum(s, sh) / (float)cols;
+  float v = 0.0f;
+  for (long j = l; j < cols; j += L) {
+    float d = ldf(x, xo, base + j, dt) - mu;
+    v += d * d;
+  }
+  float rs = rsqrt(wg_sum(v, sh) / (float)cols + eps);
+  for (long j = l; j < cols; j += L) {
+    float o = (ldf(x, xo, base + j, dt) - mu) * rs;
+    if (w) o *= ldf(w, wo, j, dt);
+    if (b) o += ldf(b, bo, j, dt);
+    stf(y, yo, base + j, dt, o);
+  }
+  if (l == 0) {
+    if (mean) stf((gbuf *)mean, mo, row, DT_F32, mu);
+    if (rstd) stf((gbuf *)rstd, ro, row, DT_F32, rs);
+  }
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w. */
+__kernel void ag_layernorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *x,
+                               ulong xo, int dt, const gbuf *mean, ulong mo, const gbuf *rstd,
+                               ulong ro, const gbuf *w, ulong wo, long cols) {
+  __local float sh[AG_WG];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  float mu = ldf(mean, mo, row, DT_F32), rs = ldf(rstd, ro, row, DT_F32);
+  float s1 = 0.0f, s2 = 0.0f;
+  for (long j = l; j < cols; j += L) {
+    float g = ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f);
+    s1 += g;
+    s2 += g * (ldf(x, xo, base + j, dt) - mu) * rs;
+  }
+  s1 = wg_sum(s1, sh) / (float)cols;
+  s2 = wg_sum(s2, sh) / (float)cols;
+  for (long j = l; j < cols; j += L) {
+    float g = ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f);
+    float xh = (ldf(x, xo, base + j, dt) - mu) * rs;
+    stf(dx, dxo, base + j, dt, rs * (g - s1 - xh * s2));
+  }
+}
+
+/* dw[j] = sum_n dy*xhat, db[j] = sum_n dy: one work-item per column, rows in
+ * order, so the result does not depend on the device. */
+__kernel void ag_layernorm_bwd_wb(gbuf *dw, ulong dwo, gbuf *db, ulong dbo, const gbuf *dy,
+                                  ulong dyo, const gbuf *x, ulong xo, int dt, const gbuf *mean,
+                                  ulong mo, const gbuf *rstd, ulong ro, long rows, long cols) {
+  long j = get_global_id(0);
+  if (j >= cols) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (long r = 0; r < rows; r++) {
+    float g = ldf(dy, dyo, r * cols + j, dt);
+    sw += g * (ldf(x, xo, r * cols + j, dt) - ldf(mean, mo, r, DT_F32)) * ldf(rstd, ro, r, DT_F32);
+    sb += g;
+  }
+  if (dw) stf(dw, dwo, j, DT_F32, sw);
+  if (db) stf(db, dbo, j, DT_F32, sb);
+}
+
+__kernel void ag_embedding(gbuf *o, ulong oo, const gbuf *tab, ulong tbo, int dt, const gbuf *ix,
+                           ulong ixo, long n, long d, long v, __global int *err) {
+  long i = get_global_id(0);
+  if (i >= n * d) return;
+  long row = i / d, col = i % d;
+  int t = ((const __global int *)(ix + ixo))[row];
+  if (t < 0 || t >= v) {
+    stf(o, oo, i, dt, 0.0f);
+    if (col == 0) set_error(err, 8, KOP_EMBEDDING, t, v);
+    return;
+  }
+  stf(o, oo, i, dt, ldf(tab, tbo, (long)t * d + col, dt));
+}
+
+/* One work-item per column walks the indices in order: duplicates need no
+ * atomics and the sum order equals the CPU's. */
+__kernel void ag_embedding_bwd(gbuf *dt_, ulong dto, const gbuf *dout, ulong doo, int dt,
+                               const gbuf *ix, ulong ixo, long n, long d, long v) {
+  long col = get_global_id(0);
+  if (col >= d) return;
+  __global float *tab = (__global float *)(dt_ + dto);
+  for (long r = 0; r < n; r++) {
+    int t = ((const __global int *)(ix + ixo))[r];
+    if (t >= 0 && t < v) tab[(long)t * d + col] += ldf(dout, doo, r * d + col, dt);
+  }
+}

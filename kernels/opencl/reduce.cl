@@ -1,0 +1,127 @@
+/* Reductions over the middle axis of a contiguous [outer, r, inner] view.
+ * inner == 1 uses one work-group per row with a local tree; otherwise one
+ * work-item per output walks r (neighbouring items read neighbouring inner
+ * elements). op: 0 sum (times scale), 1 max, 2 min, 3 argmax (i32 output). */
+
+float red_f(int op, float acc, float v) {
+  if (op == 0) return acc + v;
+  if (op == 2) return (v < acc || isnan(v)) ? v : acc;
+  return (v > acc || isnan(v)) ? v : acc;
+}
+
+int red_i(int op, int acc, int v) { return op == 0 ? acc + v : op == 2 ? min(acc, v) : max(acc, v); }
+
+void store_red(gbuf *o, ulong oo, int odt, long i, int op, float acc, int iacc, int idx,
+               int isint, float scale) {
+  if (op == 3)
+    sti(o, oo, i, idx);
+  else if (isint)
+    sti(o, oo, i, (op == 0 && scale != 1.0f) ? convert_int_sat_rtz((float)iacc * scale) : iacc);
+  else
+    stf(o, oo, i, odt, op == 0 ? acc * scale : acc);
+}
+
+__kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, int op,
+                             float scale, long r) {
+  __local float sf[AG_WG];
+  __local int si[AG_WG];
+  __local int sx[AG_WG];
+  long base = (long)get_group_id(0) * r;
+  int l = get_local_id(0), L = get_local_size(0);
+  int isint = xdt == DT_I32;
+  float acc = op == 0 ? 0.0f : op == 2 ? INFINITY : -INFINITY;
+  int iacc = op == 0 ? 0 : op == 2 ? INT_MAX : INT_MIN;
+  int idx = INT_MAX;
+  for (long j = l; j < r; j += L) {
+    if (isint) {
+      int v = ldi(x, xo, base + j, xdt);
+      if (op == 3) {
+        if (idx == INT_MAX || v > iacc) { iacc = v; idx = (int)j; }
+      } else {
+        iacc = red_i(op, iacc, v);
+      }
+    } else {
+      float v = ldf(x, xo, base + j, xdt);
+      if (op == 3) {
+        if (idx == INT_MAX || v > acc) { acc = v; idx = (int)j; }
+      } else {
+        acc = red_f(op, acc, v);
+      }
+    }
+  }
+  sf[l] = acc;
+  si[l] = iacc;
+  sx[l] = idx;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = L / 2; s > 0; s >>= 1) {
+    if (l < s) {
+      if (op == 3) {
+        int ia = sx[l], ib = sx[l + s];
+        bool take_b;
+        if (ib == INT_MAX) take_b = false;
+        else if (ia == INT_MAX) take_b = true;
+        else if (isint) take_b = si[l + s] > si[l] || (si[l + s] == si[l] && ib < ia);
+        else take_b = sf[l + s] > sf[l] || (sf[l + s] == sf[l] && ib < ia);
+        if (take_b) { sf[l] = sf[l + s]; si[l] = si[l + s]; sx[l] = ib; }
+      } else if (isint) {
+        si[l] = red_i(op, si[l], si[l + s]);
+      } else {
+        sf[l] = red_f(op, sf[l], sf[l + s]);
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (l == 0)
+    store_red(o, oo, odt, get_group_id(0), op, sf[0], si[0], sx[0] == INT_MAX ? 0 : sx[0], isint,
+              scale);
+}
+
+__kernel void ag_reduce_cols(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, int op,
+                             float scale, long outer, long r, long inner) {
+  long i = get_global_id(0);
+  if (i >= outer * inner) return;
+  long ou = i / inner, in = i % inner, base = ou * r * inner + in;
+  int isint = xdt == DT_I32;
+  float acc = op == 0 ? 0.0f : op == 2 ? INFINITY : -INFINITY;
+  int iacc = op == 0 ? 0 : op == 2 ? INT_MAX : INT_MIN;
+  int idx = 0;
+  for (long j = 0; j < r; j++) {
+    if (isint) {
+      int v = ldi(x, xo, base + j * inner, xdt);
+      if (op == 3) {
+        if (j == 0 || v > iacc) { iacc = v; idx = (int)j; }
+      } else {
+        iacc = red_i(op, iacc, v);
+      }
+    } else {
+      float v = ldf(x, xo, base + j * inner, xdt);
+      if (op == 3) {
+        if (j == 0 || v > acc) { acc = v; idx = (int)j; }
+      } else {
+        acc = red_f(op, acc, v);
+      }
+    }
+  }
+  store_red(o, oo, odt, i, op, acc, iacc, idx, isint, scale);
+}
+
+/* Sum of squares of one contiguous tensor, one partial per work-group. */
+__kernel void ag_sumsq_part(__global float *part, long pbase, const gbuf *x, ulong xo, int dt,
+                            long n) {
+  __local float sf[AG_WG];
+  float acc = 0.0f;
+  for (long j = get_global_id(0); j < n; j += get_global_size(0)) {
+    float v = ldf(x, xo, j, dt);
+    acc += v * v;
+  }
+  acc = wg_sum(acc, sf);
+  if (get_local_id(0) == 0) part[pbase + get_group_id(0)] = acc;
+}
+
+__kernel void ag_sumsq_final(gbuf *o, ulong oo, const __global float *part, long n) {
+  __local float sf[AG_WG];
+  float acc = 0.0f;
+  for (long j = get_local_id(0); j < n; j += get_local_size(0)) acc += part[j];
+  acc = wg_sum(acc, sf);
+  if (get_local_id(0) == 0) stf(o, oo, 0, DT_F32, acc);
+}
