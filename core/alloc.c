@@ -969,8 +969,10 @@ ag_status ag__alloc(ag_devstate *ds, size_t bytes, ag_stream *s, ag_mem_category
     for (int attempt = 0; !b && attempt < 2; attempt++) {
       if (attempt == 1) {
         ag_status st;
-        /* One retry after returning the cache; syncs once, counted. */
-        if (!release_cached(a, &st)) break;
+        /* One retry after returning the cache (syncs once, counted, when
+         * there is something to return); a transient failure retries too. */
+        release_cached(a, &st);
+        if (st != AG_OK) break;
         a->st.num_alloc_retries++;
         b = find_free(a, pool, s, size);
         if (b) break;
