@@ -1,0 +1,734 @@
+/* safetensors reader and writer: a strict parser for the small JSON subset
+ * the format uses, validation of every byte range before any tensor is
+ * created, and atomic saves (temp file, fsync, rename, directory fsync).
+ * Hosts are assumed little-endian, as the format's data is. */
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "anygrad/autograd.h"
+#include "anygrad/serialize.h"
+#include "internal.h"
+
+#define MAX_HEADER (100u << 20)
+
+typedef struct st_entry {
+  char *name;
+  ag_dtype dtype;
+  int ndim;
+  int64_t shape[AG_MAX_DIMS];
+  uint64_t begin, end;
+} st_entry;
+
+struct ag_safetensors {
+  char *path;
+  unsigned char *file;
+  size_t file_size;
+  const unsigned char *data; /* data section */
+  uint64_t data_size;
+  int n, cap;
+  st_entry *e;
+  int n_meta;
+  char **meta_k, **meta_v;
+};
+
+static const struct { const char *s; ag_dtype dt; } k_dtypes[] = {
+    {"F32", AG_F32}, {"F16", AG_F16}, {"BF16", AG_BF16}, {"I32", AG_I32}, {"F64", AG_F64}};
+
+static const char *dtype_str(ag_dtype dt) {
+  for (size_t i = 0; i < sizeof k_dtypes / sizeof *k_dtypes; i++)
+    if (k_dtypes[i].dt == dt) return k_dtypes[i].s;
+  return NULL;
+}
+
+/* ---------------- writing ---------------- */
+
+typedef struct sbuf {
+  char *p;
+  size_t n, cap;
+  bool oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (b->n + n + 1 > b->cap) {
+    size_t nc = (b->cap ? b->cap * 2 : 1024) + n;
+    char *np = realloc(b->p, nc);
+    if (!np) {
+      b->oom = true;
+      return;
+    }
+    b->p = np;
+    b->cap = nc;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  char tmp[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  sb_put(b, tmp, (size_t)(n < (int)sizeof tmp ? n : (int)sizeof tmp - 1));
+}
+
+/* JSON string; false for characters the format's keys should never hold. */
+static bool sb_str(sbuf *b, const char *s) {
+  sb_put(b, "\"", 1);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c < 0x20) return false;
+    if (c == '"' || c == '\\') sb_put(b, "\\", 1);
+    sb_put(b, s, 1);
+  }
+  sb_put(b, "\"", 1);
+  return true;
+}
+
+static bool write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    c += w;
+    n -= (size_t)w;
+  }
+  return true;
+}
+
+ag_status ag_safetensors_save(const char *path, const ag_param_list *l, int n_meta,
+                              const char *const *meta_keys, const char *const *meta_values) {
+  if (!path || !l || (n_meta > 0 && (!meta_keys || !meta_values)))
+    return ag_error_set(AG_ERR_INVALID, "ag_safetensors_save: NULL argument");
+  for (int i = 0; i < l->count; i++) {
+    if (!l->names[i][0] || !strcmp(l->names[i], "__metadata__"))
+      return ag_error_set(AG_ERR_INVALID, "ag_safetensors_save: invalid tensor name '%s'", l->names[i]);
+    for (int j = 0; j < i; j++)
+      if (!strcmp(l->names[i], l->names[j]))
+        return ag_error_set(AG_ERR_INVALID, "ag_safetensors_save: duplicate tensor name '%s'", l->names[i]);
+  }
+  sbuf h = {0};
+  bool ok = true;
+  sb_put(&h, "{", 1);
+  if (n_meta > 0) {
+    sb_put(&h, "\"__metadata__\":{", 16);
+    for (int i = 0; i < n_meta; i++) {
+      if (i) sb_put(&h, ",", 1);
+      ok = ok && sb_str(&h, meta_keys[i]);
+      sb_put(&h, ":", 1);
+      ok = ok && sb_str(&h, meta_values[i]);
+    }
+    sb_put(&h, "}", 1);
+  }
+  uint64_t off = 0;
+  for (int i = 0; i < l->count; i++) {
+    ag_tensor *t = l->tensors[i];
+    uint64_t bytes = (uint64_t)t->numel * ag_dtype_size(t->dtype);
+    if (n_meta > 0 || i) sb_put(&h, ",", 1);
+    ok = ok && sb_str(&h, l->names[i]);
+    sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", dtype_str(t->dtype));
+    for (int d = 0; d < t->ndim; d++) sb_printf(&h, d ? ",%lld" : "%lld", (long long)t->shape[d]);
+    sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+              (unsigned long long)(off + bytes));
+    off += bytes;
+  }
+  sb_put(&h, "}", 1);
+  while (h.n % 8) sb_put(&h, " ", 1); /* keeps the data section 8-byte aligned */
+  if (h.oom) {
+    free(h.p);
+    return ag_error_set(AG_ERR_OOM, "ag_safetensors_save: out of host memory");
+  }
+  if (!ok) {
+    free(h.p);
+    return ag_error_set(AG_ERR_INVALID, "ag_safetensors_save: a name or metadata string holds a control character");
+  }
+
+  size_t plen = strlen(path) + 32;
+  char *tmp = malloc(plen);
+  if (!tmp) {
+    free(h.p);
+    return ag_error_set(AG_ERR_OOM, "ag_safetensors_save: out of host memory");
+  }
+  snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
+  ag_status st = AG_OK;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    st = ag_error_set(AG_ERR_IO, "ag_safetensors_save: cannot create %s: %s", tmp, strerror(errno));
+    goto out;
+  }
+  unsigned char len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
+  if (!write_all(fd, len8, 8) || !write_all(fd, h.p, h.n))
+    st = ag_error_set(AG_ERR_IO, "ag_safetensors_save: write %s: %s", tmp, strerror(errno));
+  for (int i = 0; st == AG_OK && i < l->count; i++) {
+    ag_tensor *t = l->tensors[i];
+    size_t bytes = (size_t)t->numel * ag_dtype_size(t->dtype);
+    if (!bytes) continue;
+    void *buf = malloc(bytes);
+    if (!buf) {
+      st = ag_error_set(AG_ERR_OOM, "ag_safetensors_save: out of host memory for '%s'", l->names[i]);
+      break;
+    }
+    st = ag_to_host(t, buf, bytes);
+    if (st == AG_OK && !write_all(fd, buf, bytes))
+      st = ag_error_set(AG_ERR_IO, "ag_safetensors_save: write %s: %s", tmp, strerror(errno));
+    free(buf);
+  }
+  if (st == AG_OK && fsync(fd) != 0)
+    st = ag_error_set(AG_ERR_IO, "ag_safetensors_save: fsync %s: %s", tmp, strerror(errno));
+  if (close(fd) != 0 && st == AG_OK)
+    st = ag_error_set(AG_ERR_IO, "ag_safetensors_save: close %s: %s", tmp, strerror(errno));
+  if (st == AG_OK && rename(tmp, path) != 0)
+    st = ag_error_set(AG_ERR_IO, "ag_safetensors_save: rename %s -> %s: %s", tmp, path, strerror(errno));
+  if (st != AG_OK) {
+    unlink(tmp);
+  } else {
+    /* The rename is durable only once the directory entry is. */
+    char *dcopy = strdup(path);
+    if (dcopy) {
+      int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+      }
+      free(dcopy);
+    }
+  }
+out:
+  free(tmp);
+  free(h.p);
+  return st;
+}
+
+/* ---------------- reading: a strict JSON subset ---------------- */
+
+typedef struct jp {
+  const char *s, *end;
+  const char *path;
+  char err[160];
+} jp;
+
+static void jfail(jp *p, const char *what) {
+  if (!p->err[0])
+    snprintf(p->err, sizeof p->err, "%s", what);
+}
+
+static void ws(jp *p) {
+  while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r')) p->s++;
+}
+
+static bool lit(jp *p, char c) {
+  ws(p);
+  if (p->s < p->end && *p->s == c) {
+    p->s++;
+    return true;
+  }
+  return false;
+}
+
+/* A string into a new buffer (escapes \" \\ \/ \b \f \n \r \t \uXXXX for ASCII). */
+static char *jstr(jp *p) {
+  if (!lit(p, '"')) {
+    jfail(p, "expected a string");
+    return NULL;
+  }
+  size_t cap = 32, n = 0;
+  char *out = malloc(cap);
+  while (out && p->s < p->end && *p->s != '"') {
+    char c = *p->s++;
+    if ((unsigned char)c < 0x20) {
+      free(out);
+      jfail(p, "control character in a string");
+      return NULL;
+    }
+    if (c == '\\') {
+      if (p->s >= p->end) break;
+      char e = *p->s++;
+      switch (e) {
+        case '"': case '\\': case '/': c = e; break;
+        case 'b': c = '\b'; break;
+        case 'f': c = '\f'; break;
+        case 'n': c = '\n'; break;
+        case 'r': c = '\r'; break;
+        case 't': c = '\t'; break;
+        case 'u': {
+          unsigned v = 0;
+          for (int k = 0; k < 4; k++) {
+            char h = p->s < p->end ? *p->s++ : 0;
+            v <<= 4;
+            if (h >= '0' && h <= '9') v |= (unsigned)(h - '0');
+            else if (h >= 'a' && h <= 'f') v |= (unsigned)(h - 'a' + 10);
+            else if (h >= 'A' && h <= 'F') v |= (unsigned)(h - 'A' + 10);
+            else v = 0x10000;
+          }
+          if (v == 0 || v > 0x7f) {
+            free(out);
+            jfail(p, "unsupported \\u escape");
+            return NULL;
+          }
+          c = (char)v;
+          break;
+        }
+        default:
+          free(out);
+          jfail(p, "bad escape in a string");
+          return NULL;
+      }
+    }
+    if (n + 2 > cap) {
+      char *no = realloc(out, cap *= 2);
+      if (!no) {
+        free(out);
+        out = NULL;
+        break;
+      }
+      out = no;
+    }
+    out[n++] = c;
+  }
+  if (!out) {
+    jfail(p, "out of host memory");
+    return NULL;
+  }
+  if (p->s >= p->end) {
+    free(out);
+    jfail(p, "unterminated string");
+    return NULL;
+  }
+  p->s++;
+  out[n] = 0;
+  return out;
+}
+
+static bool juint(jp *p, uint64_t *out) {
+  ws(p);
+  const char *st = p->s;
+  uint64_t v = 0;
+  while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
+    uint64_t d = (uint64_t)(*p->s++ - '0');
+    if (v > (UINT64_MAX - d) / 10) {
+      jfail(p, "integer overflow");
+      return false;
+    }
+    v = v * 10 + d;
+  }
+  if (p->s == st) {
+    jfail(p, "expected a non-negative integer");
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+/* [u, u, ...] into out (at most max entries). */
+static int juint_array(jp *p, uint64_t *out, int max) {
+  if (!lit(p, '[')) {
+    jfail(p, "expected '['");
+    return -1;
+  }
+  int n = 0;
+  if (lit(p, ']')) return 0;
+  do {
+    uint64_t v;
+    if (!juint(p, &v)) return -1;
+    if (n == max) {
+      jfail(p, "array too long");
+      return -1;
+    }
+    out[n++] = v;
+  } while (lit(p, ','));
+  if (!lit(p, ']')) {
+    jfail(p, "expected ']'");
+    return -1;
+  }
+  return n;
+}
+
+static void st_free_contents(ag_safetensors *f) {
+  for (int i = 0; i < f->n; i++) free(f->e[i].name);
+  for (int i = 0; i < f->n_meta; i++) {
+    free(f->meta_k[i]);
+    free(f->meta_v[i]);
+  }
+  free(f->e);
+  free(f->meta_k);
+  free(f->meta_v);
+  free(f->file);
+  free(f->path);
+}
+
+void ag_safetensors_close(ag_safetensors *f) {
+  if (!f) return;
+  st_free_contents(f);
+  free(f);
+}
+
+static bool parse_meta(jp *p, ag_safetensors *f) {
+  if (!lit(p, '{')) {
+    jfail(p, "__metadata__ must be an object");
+    return false;
+  }
+  if (lit(p, '}')) return true;
+  do {
+    char *k = jstr(p);
+    if (!k) return false;
+    if (!lit(p, ':')) {
+      free(k);
+      jfail(p, "expected ':'");
+      return false;
+    }
+    char *v = jstr(p);
+    if (!v) {
+      free(k);
+      return false;
+    }
+    char **nk = realloc(f->meta_k, (size_t)(f->n_meta + 1) * sizeof *nk);
+    if (nk) f->meta_k = nk;
+    char **nv = nk ? realloc(f->meta_v, (size_t)(f->n_meta + 1) * sizeof *nv) : NULL;
+    if (nv) f->meta_v = nv;
+    if (!nk || !nv) {
+      free(k);
+      free(v);
+      jfail(p, "out of host memory");
+      return false;
+    }
+    f->meta_k[f->n_meta] = k;
+    f->meta_v[f->n_meta++] = v;
+  } while (lit(p, ','));
+  if (!lit(p, '}')) {
+    jfail(p, "expected '}' after metadata");
+    return false;
+  }
+  return true;
+}
+
+static bool parse_entry(jp *p, st_entry *e) {
+  if (!lit(p, '{')) {
+    jfail(p, "tensor entry must be an object");
+    return false;
+  }
+  bool have_dt = false, have_shape = false, have_off = false;
+  do {
+    char *k = jstr(p);
+    if (!k) return false;
+    if (!lit(p, ':')) {
+      free(k);
+      jfail(p, "expected ':'");
+      return false;
+    }
+    if (!strcmp(k, "dtype") && !have_dt) {
+      char *v = jstr(p);
+      if (!v) {
+        free(k);
+        return false;
+      }
+      bool found = false;
+      for (size_t i = 0; i < sizeof k_dtypes / sizeof *k_dtypes; i++)
+        if (!strcmp(v, k_dtypes[i].s)) {
+          e->dtype = k_dtypes[i].dt;
+          found = true;
+        }
+      if (!found) snprintf(p->err, sizeof p->err, "tensor '%s': unsupported dtype '%s'", e->name, v);
+      free(v);
+      if (!found) {
+        free(k);
+        return false;
+      }
+      have_dt = true;
+    } else if (!strcmp(k, "shape") && !have_shape) {
+      uint64_t s[AG_MAX_DIMS];
+      int n = juint_array(p, s, AG_MAX_DIMS);
+      if (n < 0) {
+        free(k);
+        return false;
+      }
+      e->ndim = n;
+      for (int i = 0; i < n; i++) {
+        if (s[i] > (uint64_t)INT64_MAX / 2) {
+          free(k);
+          jfail(p, "dimension too large");
+          return false;
+        }
+        e->shape[i] = (int64_t)s[i];
+      }
+      have_shape = true;
+    } else if (!strcmp(k, "data_offsets") && !have_off) {
+      uint64_t o[2];
+      if (juint_array(p, o, 2) != 2) {
+        free(k);
+        jfail(p, "data_offsets must hold two integers");
+        return false;
+      }
+      e->begin = o[0];
+      e->end = o[1];
+      have_off = true;
+    } else {
+      snprintf(p->err, sizeof p->err, "tensor '%s': unexpected or repeated field '%s'", e->name, k);
+      free(k);
+      return false;
+    }
+    free(k);
+  } while (lit(p, ','));
+  if (!lit(p, '}')) {
+    jfail(p, "expected '}' after a tensor entry");
+    return false;
+  }
+  if (!have_dt || !have_shape || !have_off) {
+    snprintf(p->err, sizeof p->err, "tensor '%s': needs dtype, shape and data_offsets", e->name);
+    return false;
+  }
+  return true;
+}
+
+static int cmp_begin(const void *a, const void *b) {
+  const st_entry *x = *(st_entry *const *)a, *y = *(st_entry *const *)b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+static ag_status corrupt(const char *path, const char *msg) {
+  return ag_error_set(AG_ERR_CORRUPT, "%s: not a valid safetensors file: %s", path, msg);
+}
+
+static ag_status validate(ag_safetensors *f) {
+  char msg[200];
+  st_entry **sorted = malloc((size_t)(f->n + 1) * sizeof *sorted);
+  if (!sorted) return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
+  for (int i = 0; i < f->n; i++) {
+    st_entry *e = &f->e[i];
+    for (int j = 0; j < i; j++)
+      if (!strcmp(f->e[j].name, e->name)) {
+        snprintf(msg, sizeof msg, "tensor '%s' appears twice", e->name);
+        free(sorted);
+        return corrupt(f->path, msg);
+      }
+    uint64_t numel = 1;
+    for (int d = 0; d < e->ndim; d++) {
+      if (e->shape[d] && numel > UINT64_MAX / (uint64_t)e->shape[d] / 8) {
+        free(sorted);
+        return corrupt(f->path, "shape too large");
+      }
+      numel *= (uint64_t)e->shape[d];
+    }
+    uint64_t want = numel * ag_dtype_size(e->dtype);
+    if (e->end < e->begin || e->end - e->begin != want) {
+      snprintf(msg, sizeof msg, "tensor '%s': %s%s needs %llu bytes, data_offsets give [%llu, %llu)", e->name,
+               ag_dtype_name(e->dtype), e->ndim ? " tensor" : " scalar", (unsigned long long)want,
+               (unsigned long long)e->begin, (unsigned long long)e->end);
+      free(sorted);
+      return corrupt(f->path, msg);
+    }
+    sorted[i] = e;
+  }
+  qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
+  uint64_t pos = 0;
+  for (int i = 0; i < f->n; i++) {
+    if (sorted[i]->begin != pos) {
+      snprintf(msg, sizeof msg, "tensor '%s' starts at byte %llu, expected %llu (gap or overlap)",
+               sorted[i]->name, (unsigned long long)sorted[i]->begin, (unsigned long long)pos);
+      free(sorted);
+      return corrupt(f->path, msg);
+    }
+    pos = sorted[i]->end;
+  }
+  free(sorted);
+  if (pos != f->data_size) {
+    snprintf(msg, sizeof msg, "%s: header describes %llu data bytes, file has %llu",
+             pos > f->data_size ? "truncated" : "trailing bytes", (unsigned long long)pos,
+             (unsigned long long)f->data_size);
+    return corrupt(f->path, msg);
+  }
+  return AG_OK;
+}
+
+ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
+  if (!path || !out) return ag_error_set(AG_ERR_INVALID, "ag_safetensors_open: NULL argument");
+  *out = NULL;
+  ag_safetensors *f = calloc(1, sizeof *f);
+  if (!f || !(f->path = strdup(path))) {
+    free(f);
+    return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
+  }
+  ag_status st = AG_OK;
+  FILE *fp = fopen(path, "rb");
+  if (!fp) {
+    st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: cannot open %s: %s", path, strerror(errno));
+    goto fail;
+  }
+  struct stat sb;
+  if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    fclose(fp);
+    st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: %s is not a regular file", path);
+    goto fail;
+  }
+  f->file_size = (size_t)sb.st_size;
+  f->file = malloc(f->file_size ? f->file_size : 1);
+  if (!f->file) {
+    fclose(fp);
+    st = ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory for %zu bytes", f->file_size);
+    goto fail;
+  }
+  size_t got = fread(f->file, 1, f->file_size, fp);
+  fclose(fp);
+  if (got != f->file_size) {
+    st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: short read of %s", path);
+    goto fail;
+  }
+  if (f->file_size < 8) {
+    st = corrupt(path, "truncated: shorter than the 8-byte header length");
+    goto fail;
+  }
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; i++) hlen |= (uint64_t)f->file[i] << (8 * i);
+  if (hlen > MAX_HEADER || hlen > f->file_size - 8) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "truncated or bad header length %llu (file has %zu bytes)",
+             (unsigned long long)hlen, f->file_size);
+    st = corrupt(path, msg);
+    goto fail;
+  }
+  f->data = f->file + 8 + hlen;
+  f->data_size = f->file_size - 8 - hlen;
+  jp p = {.s = (const char *)f->file + 8, .end = (const char *)f->file + 8 + hlen, .path = path};
+  const char *hstart = p.s;
+  if (!lit(&p, '{')) jfail(&p, "header is not a JSON object");
+  if (!p.err[0] && !lit(&p, '}')) {
+    do {
+      char *k = jstr(&p);
+      if (!k) break;
+      if (!lit(&p, ':')) {
+        free(k);
+        jfail(&p, "expected ':'");
+        break;
+      }
+      if (!strcmp(k, "__metadata__")) {
+        free(k);
+        if (!parse_meta(&p, f)) break;
+        continue;
+      }
+      if (f->n == f->cap) {
+        int nc = f->cap ? f->cap * 2 : 16;
+        st_entry *ne = realloc(f->e, (size_t)nc * sizeof *ne);
+        if (!ne) {
+          free(k);
+          jfail(&p, "out of host memory");
+          break;
+        }
+        f->e = ne;
+        f->cap = nc;
+      }
+      st_entry *e = &f->e[f->n++];
+      memset(e, 0, sizeof *e);
+      e->name = k;
+      if (!parse_entry(&p, e)) break;
+    } while (lit(&p, ','));
+    if (!p.err[0] && !lit(&p, '}')) jfail(&p, "expected '}' or ',' in the header");
+  }
+  if (!p.err[0]) {
+    ws(&p);
+    if (p.s != p.end) jfail(&p, "bytes after the header object");
+  }
+  if (p.err[0]) {
+    char msg[240];
+    snprintf(msg, sizeof msg, "header JSON: %s (near byte %ld of %llu)", p.err, (long)(p.s - hstart),
+             (unsigned long long)hlen);
+    st = corrupt(path, msg);
+    goto fail;
+  }
+  st = validate(f);
+  if (st != AG_OK) goto fail;
+  *out = f;
+  return AG_OK;
+fail:
+  ag_safetensors_close(f);
+  return st;
+}
+
+int ag_safetensors_count(const ag_safetensors *f) { return f ? f->n : 0; }
+
+const char *ag_safetensors_name(const ag_safetensors *f, int i) {
+  return f && i >= 0 && i < f->n ? f->e[i].name : NULL;
+}
+
+const char *ag_safetensors_meta(const ag_safetensors *f, const char *key) {
+  for (int i = 0; f && key && i < f->n_meta; i++)
+    if (!strcmp(f->meta_k[i], key)) return f->meta_v[i];
+  return NULL;
+}
+
+static const st_entry *find(const ag_safetensors *f, const char *name) {
+  for (int i = 0; i < f->n; i++)
+    if (!strcmp(f->e[i].name, name)) return &f->e[i];
+  return NULL;
+}
+
+static ag_tensor *entry_tensor(const ag_safetensors *f, const st_entry *e, ag_device d) {
+  const unsigned char *src = f->data + e->begin;
+  size_t bytes = (size_t)(e->end - e->begin);
+  /* The format does not promise aligned data; copy when it is not. */
+  void *aligned = NULL;
+  if ((uintptr_t)src % 8 && bytes) {
+    aligned = malloc(bytes);
+    if (!aligned) {
+      ag_error_set(AG_ERR_OOM, "ag_safetensors_get: out of host memory");
+      return NULL;
+    }
+    memcpy(aligned, src, bytes);
+    src = aligned;
+  }
+  static const char zero[8];
+  ag_tensor *t = ag_from_host(d, e->dtype, e->ndim, e->shape, bytes ? (const void *)src : zero);
+  free(aligned);
+  return t;
+}
+
+ag_tensor *ag_safetensors_get(const ag_safetensors *f, const char *name, ag_device d) {
+  if (!f || !name) {
+    ag_error_set(AG_ERR_INVALID, "ag_safetensors_get: NULL argument");
+    return NULL;
+  }
+  const st_entry *e = find(f, name);
+  if (!e) {
+    ag_error_set(AG_ERR_INVALID, "ag_safetensors_get: %s has no tensor '%s'", f->path, name);
+    return NULL;
+  }
+  return entry_tensor(f, e, d);
+}
+
+ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list *l) {
+  if (!f || !l) return ag_error_set(AG_ERR_INVALID, "ag_safetensors_load_into: NULL argument");
+  for (int i = 0; i < l->count; i++) {
+    const st_entry *e = find(f, l->names[i]);
+    ag_tensor *t = l->tensors[i];
+    if (!e) return ag_error_set(AG_ERR_CORRUPT, "%s: missing tensor '%s'", f->path, l->names[i]);
+    bool same = e->dtype == t->dtype && e->ndim == t->ndim;
+    for (int d = 0; same && d < e->ndim; d++) same = e->shape[d] == t->shape[d];
+    if (!same) {
+      char a[96];
+      return ag_error_set(AG_ERR_CORRUPT, "%s: tensor '%s' is %s with %d dims in the file, expected %s", f->path,
+                          l->names[i], ag_dtype_name(e->dtype), e->ndim, ag_tensor_describe(t, a, sizeof a));
+    }
+  }
+  ag_status st = AG_OK;
+  ag_no_grad_begin();
+  for (int i = 0; i < l->count && st == AG_OK; i++) {
+    ag_tensor *t = l->tensors[i];
+    ag_tensor *src = entry_tensor(f, find(f, l->names[i]), ag_tensor_device(t));
+    st = src ? ag_copy_(t, src) : ag_last_status();
+    ag_tensor_release(src);
+  }
+  ag_grad_mode_end();
+  return st;
+}

@@ -1,0 +1,168 @@
+/* Neural-network building blocks as plain C structs: parameter lists,
+ * Linear, Embedding, LayerNorm, Dropout, activations, an MLP, a causal
+ * self-attention block and a small GPT. Parameters are leaf tensors with
+ * requires_grad, counted as AG_MEM_PARAMETERS, initialised from a seeded
+ * generator so every backend starts from the same weights.
+ *
+ * Ownership: a module owns its parameter tensors (references outside any
+ * scope) until its *_free. Forward functions return new tensors (tensor.h
+ * rules) and record autograd nodes when grad mode is on. */
+#ifndef ANYGRAD_NN_H
+#define ANYGRAD_NN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "anygrad/ops.h"
+#include "anygrad/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- parameter lists ---- */
+
+/* A named list of tensors; holds one reference per entry. Zero-initialise
+ * ({0}) before use. */
+typedef struct ag_param_list {
+  int count, cap;
+  ag_tensor **tensors;
+  char **names;
+} ag_param_list;
+
+/* Append t under name (copied); retains t. Errors: AG_ERR_INVALID (NULL),
+ * AG_ERR_OOM. */
+AG_API ag_status ag_params_add(ag_param_list *l, const char *name, ag_tensor *t);
+/* Append every entry of src with prefix prepended to its name. */
+AG_API ag_status ag_params_extend(ag_param_list *l, const char *prefix, const ag_param_list *src);
+/* Release every entry and the list's memory; the list is empty afterwards. */
+AG_API void ag_params_free(ag_param_list *l);
+/* Entry by name, borrowed, or NULL. */
+AG_API ag_tensor *ag_params_find(const ag_param_list *l, const char *name);
+/* Total number of elements. */
+AG_API int64_t ag_params_numel(const ag_param_list *l);
+/* Drop the gradient of every entry (set to none). */
+AG_API void ag_params_zero_grad(const ag_param_list *l);
+
+/* ---- layers ---- */
+
+typedef struct ag_linear {
+  ag_tensor *weight; /* [out, in], U(-1/sqrt(in), 1/sqrt(in)) as torch.nn.Linear */
+  ag_tensor *bias;   /* [out] or NULL */
+  int64_t in, out;
+} ag_linear;
+
+/* g NULL: the default generator. Errors: AG_ERR_SHAPE for sizes < 1, tensor
+ * creation errors. On error m holds nothing. */
+AG_API ag_status ag_linear_init(ag_linear *m, ag_device d, ag_dtype dt, int64_t in, int64_t out,
+                                bool bias, ag_generator *g);
+/* y = x @ weight^T + bias for x [..., in] -> [..., out]. */
+AG_API ag_tensor *ag_linear_forward(const ag_linear *m, ag_tensor *x);
+AG_API ag_status ag_linear_params(const ag_linear *m, const char *prefix, ag_param_list *l);
+AG_API void ag_linear_free(ag_linear *m);
+
+typedef struct ag_embedding_layer {
+  ag_tensor *weight; /* [num, dim], N(0, 1) as torch.nn.Embedding */
+  int64_t num, dim;
+} ag_embedding_layer;
+
+AG_API ag_status ag_embedding_init(ag_embedding_layer *m, ag_device d, ag_dtype dt, int64_t num,
+                                   int64_t dim, ag_generator *g);
+AG_API ag_tensor *ag_embedding_forward(const ag_embedding_layer *m, ag_tensor *indices);
+AG_API ag_status ag_embedding_params(const ag_embedding_layer *m, const char *prefix, ag_param_list *l);
+AG_API void ag_embedding_free(ag_embedding_layer *m);
+
+typedef struct ag_layer_norm_layer {
+  ag_tensor *weight, *bias; /* [dim]: ones, zeros */
+  int64_t dim;
+  double eps;
+} ag_layer_norm_layer;
+
+AG_API ag_status ag_layer_norm_init(ag_layer_norm_layer *m, ag_device d, ag_dtype dt, int64_t dim,
+                                    double eps);
+AG_API ag_tensor *ag_layer_norm_forward(const ag_layer_norm_layer *m, ag_tensor *x);
+AG_API ag_status ag_layer_norm_params(const ag_layer_norm_layer *m, const char *prefix,
+                                      ag_param_list *l);
+AG_API void ag_layer_norm_free(ag_layer_norm_layer *m);
+
+typedef enum ag_activation {
+  AG_ACT_NONE = 0, AG_ACT_RELU, AG_ACT_GELU, AG_ACT_TANH, AG_ACT_SILU, AG_ACT_SIGMOID
+} ag_activation;
+
+/* f(x); AG_ACT_NONE returns x retained. */
+AG_API ag_tensor *ag_activation_forward(ag_activation act, ag_tensor *x);
+/* Dropout: identity when !train or p == 0. */
+AG_API ag_tensor *ag_dropout_forward(double p, ag_tensor *x, bool train, ag_generator *g);
+
+/* ---- a multi-layer perceptron: Linear, act, ..., Linear ---- */
+
+typedef struct ag_mlp {
+  int n_layers;
+  ag_linear *layers;
+  ag_activation act;
+  ag_param_list params; /* "0.weight", "0.bias", ... as torch.nn.Sequential */
+} ag_mlp;
+
+/* sizes[0] inputs, sizes[n_sizes-1] outputs; n_sizes >= 2. Layer i is
+ * registered as "<2i>.weight"/"<2i>.bias" (torch.nn.Sequential numbering
+ * with an activation between linears). */
+AG_API ag_status ag_mlp_init(ag_mlp *m, ag_device d, ag_dtype dt, int n_sizes, const int64_t *sizes,
+                             ag_activation act, ag_generator *g);
+AG_API ag_tensor *ag_mlp_forward(const ag_mlp *m, ag_tensor *x);
+AG_API void ag_mlp_free(ag_mlp *m);
+
+/* ---- causal self-attention and a small GPT ---- */
+
+typedef struct ag_causal_attention {
+  ag_linear qkv, proj;
+  int n_head;
+  int64_t dim, max_len;
+  double dropout;
+  ag_tensor *mask; /* [max_len, max_len], 1 above the diagonal */
+} ag_causal_attention;
+
+AG_API ag_status ag_causal_attention_init(ag_causal_attention *m, ag_device d, ag_dtype dt,
+                                          int64_t dim, int n_head, int64_t max_len, double dropout,
+                                          ag_generator *g);
+/* x [B, T, dim] with T <= max_len -> [B, T, dim]. */
+AG_API ag_tensor *ag_causal_attention_forward(const ag_causal_attention *m, ag_tensor *x, bool train,
+                                              ag_generator *g);
+AG_API ag_status ag_causal_attention_params(const ag_causal_attention *m, const char *prefix,
+                                            ag_param_list *l);
+AG_API void ag_causal_attention_free(ag_causal_attention *m);
+
+typedef struct ag_gpt_config {
+  int64_t vocab_size, block_size, n_layer, n_embd;
+  int n_head;
+  double dropout;
+} ag_gpt_config;
+
+typedef struct ag_gpt_block {
+  ag_layer_norm_layer ln1, ln2;
+  ag_causal_attention attn;
+  ag_linear fc, proj;
+} ag_gpt_block;
+
+typedef struct ag_gpt {
+  ag_gpt_config cfg;
+  ag_embedding_layer wte, wpe;
+  ag_gpt_block *blocks;
+  ag_layer_norm_layer ln_f;
+  ag_linear head;
+  ag_tensor *pos; /* i32 [block_size]: 0, 1, ... */
+  ag_param_list params;
+} ag_gpt;
+
+/* GPT-2 style init: N(0, 0.02), residual projections scaled by
+ * 1/sqrt(2*n_layer), zero biases. Errors: AG_ERR_SHAPE when n_embd is not a
+ * multiple of n_head or a size is < 1. */
+AG_API ag_status ag_gpt_init(ag_gpt *m, const ag_gpt_config *cfg, ag_device d, ag_dtype dt,
+                             ag_generator *g);
+/* idx i32 [B, T], T <= block_size -> logits [B, T, vocab_size]. */
+AG_API ag_tensor *ag_gpt_forward(const ag_gpt *m, ag_tensor *idx, bool train, ag_generator *g);
+AG_API void ag_gpt_free(ag_gpt *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

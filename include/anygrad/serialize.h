@@ -1,0 +1,55 @@
+/* Checkpoints in the safetensors format: an 8-byte little-endian header
+ * length, a JSON header naming each tensor's dtype, shape and byte range,
+ * then the raw little-endian data. Files are readable by the Python
+ * safetensors / PyTorch ecosystem. Saving is atomic (temp file, fsync,
+ * rename); loading validates everything before any tensor is created. */
+#ifndef ANYGRAD_SERIALIZE_H
+#define ANYGRAD_SERIALIZE_H
+
+#include "anygrad/nn.h"
+#include "anygrad/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Write the tensors of l (names as keys) and optional string metadata
+ * (n_meta key/value pairs, may be 0) to path. Reads tensors to the host (a
+ * host sync). The previous file at path survives any failure: data goes to
+ * "<path>.tmp.<pid>", is fsync'ed, then renamed over path, and the directory
+ * is fsync'ed. Errors: AG_ERR_INVALID (NULL, duplicate or empty names, a
+ * name or value with a control character), AG_ERR_IO (with errno text). */
+AG_API ag_status ag_safetensors_save(const char *path, const ag_param_list *l, int n_meta,
+                                     const char *const *meta_keys, const char *const *meta_values);
+
+typedef struct ag_safetensors ag_safetensors;
+
+/* Read and validate a file: header length within the file, JSON syntax,
+ * known dtypes (F32 F16 BF16 I32 F64), shapes, byte ranges equal to
+ * numel*dtype size, in bounds, non-overlapping and covering the data
+ * section. Owned by the caller: ag_safetensors_close.
+ * Errors: AG_ERR_IO (cannot open/read), AG_ERR_CORRUPT naming the problem
+ * ("ckpt.safetensors: truncated: header says 9000 data bytes, file has 120"). */
+AG_API ag_status ag_safetensors_open(const char *path, ag_safetensors **out);
+AG_API void ag_safetensors_close(ag_safetensors *f);
+
+AG_API int ag_safetensors_count(const ag_safetensors *f);
+/* Borrowed; NULL when i is out of range. */
+AG_API const char *ag_safetensors_name(const ag_safetensors *f, int i);
+/* Metadata value for key, borrowed, or NULL. */
+AG_API const char *ag_safetensors_meta(const ag_safetensors *f, const char *key);
+
+/* A new tensor on device d with the stored contents. NULL with
+ * AG_ERR_INVALID when there is no such name. */
+AG_API ag_tensor *ag_safetensors_get(const ag_safetensors *f, const char *name, ag_device d);
+
+/* Copy every tensor of l from the file (names must all be present with equal
+ * dtype and shape; extra tensors in the file are ignored). Nothing is
+ * copied unless all match. Errors: AG_ERR_CORRUPT naming the first missing
+ * or mismatched tensor. */
+AG_API ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
