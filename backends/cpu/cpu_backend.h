@@ -1,0 +1,34 @@
+/* The built-in CPU backend: entry point for the registry and the interface
+ * between the stream machinery (cpu_backend.c) and the kernels
+ * (cpu_kernels.c, cpu_matmul.c). */
+#ifndef AG_CPU_BACKEND_H
+#define AG_CPU_BACKEND_H
+
+#include "internal.h"
+
+/* The CPU backend's vtable. Borrowed, static; never NULL. */
+AG_HIDDEN const ag_backend *ag__cpu_backend(void);
+
+/* Run one kernel call to completion on the calling thread. Index errors are
+ * recorded into *err unless it already holds one (the first error wins).
+ * Returns AG_OK, or AG_ERR_OOM (with ag_error_set) when scratch memory could
+ * not be allocated. */
+AG_HIDDEN ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err);
+
+/* Whether ag__cpu_run implements op/sub for dtype (see ag_backend.supports). */
+AG_HIDDEN bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt);
+
+/* Matmul (cpu_matmul.c): AG_K_MATMUL for f32, f64, f16, bf16. */
+AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
+
+/* Element count above which kernels split work across OpenMP threads; below
+ * it they stay on the calling thread so small ops cost no thread wake-ups. */
+#define AG_CPU_PAR_MIN 32768
+
+static inline size_t ag__cpu_dtsize(ag_dtype dt) {
+  return dt == AG_F64 ? 8 : (dt == AG_F16 || dt == AG_BF16) ? 2 : 4;
+}
+
+static inline char *ag__cpu_ptr(const ag_koperand *o) { return (char *)o->base + o->offset; }
+
+#endif

@@ -1,0 +1,1230 @@
+/* CPU kernels for every ag_kop: a strided elementwise engine (tiles of up
+ * to 256 elements converted to a compute type, so any dtype mix and any
+ * strides share one loop), reductions, row kernels (softmax, losses, layer
+ * norm), random numbers and multi-tensor optimizer updates.
+ * Compute types: f32 for f32/f16/bf16, f64 for f64, i32 for i32. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tgmath.h>
+
+#include "cpu_backend.h"
+#include "half.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define TILE 256
+
+/* ---- parallel loop: [0, n) in contiguous chunks, threads only when the
+ * total work is large enough to pay for waking them ---- */
+
+typedef void (*range_fn)(void *ctx, int64_t a, int64_t b);
+
+static void par_for(int64_t n, int64_t work, range_fn fn, void *ctx) {
+#ifdef _OPENMP
+  if (work >= AG_CPU_PAR_MIN && n > 1) {
+    int nt = omp_get_max_threads();
+    if ((int64_t)nt > n) nt = (int)n;
+    if (nt > 1) {
+#pragma omp parallel num_threads(nt)
+      {
+        int64_t t = omp_get_thread_num(), m = omp_get_num_threads();
+        int64_t a = n * t / m, b = n * (t + 1) / m;
+        if (a < b) fn(ctx, a, b);
+      }
+      return;
+    }
+  }
+#endif
+  if (n > 0) fn(ctx, 0, n);
+}
+
+/* ---- scalar conversions ---- */
+
+static inline int32_t sat_i32(double v) {
+  if (!(v == v)) return 0;
+  if (v >= 2147483647.0) return INT32_MAX;
+  if (v <= -2147483648.0) return INT32_MIN;
+  return (int32_t)v;
+}
+
+static void kerr(ag_kernel_error *e, ag_kop op, int64_t idx, int64_t limit) {
+  if (e->code) return;
+  e->code = AG_ERR_INDEX;
+  e->kop = op;
+  e->index = idx;
+  e->limit = limit;
+}
+
+/* ---- strided tile loads and stores into the compute types ---- */
+
+static void load_f(ag_dtype dt, const char *p, int64_t st, int64_t n, float *o) {
+  switch (dt) {
+    case AG_F32: {
+      const float *s = (const float *)p;
+      if (st == 1) memcpy(o, s, (size_t)n * 4);
+      else for (int64_t i = 0; i < n; i++) o[i] = s[i * st];
+    } break;
+    case AG_F16: {
+      const uint16_t *s = (const uint16_t *)p;
+      if (st == 1) ag__f16_to_f32_n(s, o, (size_t)n);
+      else for (int64_t i = 0; i < n; i++) o[i] = ag_f16_to_f32(s[i * st]);
+    } break;
+    case AG_BF16: {
+      const uint16_t *s = (const uint16_t *)p;
+      if (st == 1) ag__bf16_to_f32_n(s, o, (size_t)n);
+      else for (int64_t i = 0; i < n; i++) o[i] = ag_bf16_to_f32(s[i * st]);
+    } break;
+    case AG_I32: {
+      const int32_t *s = (const int32_t *)p;
+      for (int64_t i = 0; i < n; i++) o[i] = (float)s[i * st];
+    } break;
+    default: {
+      const double *s = (const double *)p;
+      for (int64_t i = 0; i < n; i++) o[i] = (float)s[i * st];
+    } break;
+  }
+}
+
+static void store_f(ag_dtype dt, char *p, int64_t st, int64_t n, const float *v) {
+  switch (dt) {
+    case AG_F32: {
+      float *d = (float *)p;
+      if (st == 1) memcpy(d, v, (size_t)n * 4);
+      else for (int64_t i = 0; i < n; i++) d[i * st] = v[i];
+    } break;
+    case AG_F16: {
+      uint16_t *d = (uint16_t *)p;
+      if (st == 1) ag__f32_to_f16_n(v, d, (size_t)n);
+      else for (int64_t i = 0; i < n; i++) d[i * st] = ag_f32_to_f16(v[i]);
+    } break;
+    case AG_BF16: {
+      uint16_t *d = (uint16_t *)p;
+      if (st == 1) ag__f32_to_bf16_n(v, d, (size_t)n);
+      else for (int64_t i = 0; i < n; i++) d[i * st] = ag_f32_to_bf16(v[i]);
+    } break;
+    case AG_I32: {
+      int32_t *d = (int32_t *)p;
+      for (int64_t i = 0; i < n; i++) d[i * st] = sat_i32(v[i]);
+    } break;
+    default: {
+      double *d = (double *)p;
+      for (int64_t i = 0; i < n; i++) d[i * st] = v[i];
+    } break;
+  }
+}
+
+static void load_d(ag_dtype dt, const char *p, int64_t st, int64_t n, double *o) {
+  switch (dt) {
+    case AG_F64: {
+      const double *s = (const double *)p;
+      if (st == 1) memcpy(o, s, (size_t)n * 8);
+      else for (int64_t i = 0; i < n; i++) o[i] = s[i * st];
+    } break;
+    case AG_I32: {
+      const int32_t *s = (const int32_t *)p;
+      for (int64_t i = 0; i < n; i++) o[i] = s[i * st];
+    } break;
+    default: {
+      float tmp[TILE];
+      for (int64_t i = 0; i < n; i += TILE) {
+        int64_t m = n - i < TILE ? n - i : TILE;
+        load_f(dt, p + (size_t)(i * st) * ag__cpu_dtsize(dt), st, m, tmp);
+        for (int64_t j = 0; j < m; j++) o[i + j] = tmp[j];
+      }
+    } break;
+  }
+}
+
+static void store_d(ag_dtype dt, char *p, int64_t st, int64_t n, const double *v) {
+  switch (dt) {
+    case AG_F64: {
+      double *d = (double *)p;
+      if (st == 1) memcpy(d, v, (size_t)n * 8);
+      else for (int64_t i = 0; i < n; i++) d[i * st] = v[i];
+    } break;
+    case AG_I32: {
+      int32_t *d = (int32_t *)p;
+      for (int64_t i = 0; i < n; i++) d[i * st] = sat_i32(v[i]);
+    } break;
+    default: {
+      float tmp[TILE];
+      for (int64_t i = 0; i < n; i += TILE) {
+        int64_t m = n - i < TILE ? n - i : TILE;
+        for (int64_t j = 0; j < m; j++) tmp[j] = (float)v[i + j];
+        store_f(dt, p + (size_t)(i * st) * ag__cpu_dtsize(dt), st, m, tmp);
+      }
+    } break;
+  }
+}
+
+/* i32 compute type: only i32 operands reach it. */
+static void load_i(ag_dtype dt, const char *p, int64_t st, int64_t n, int32_t *o) {
+  const int32_t *s = (const int32_t *)p;
+  if (st == 1) memcpy(o, s, (size_t)n * 4);
+  else for (int64_t i = 0; i < n; i++) o[i] = s[i * st];
+}
+
+static void store_i(ag_dtype dt, char *p, int64_t st, int64_t n, const int32_t *v) {
+  int32_t *d = (int32_t *)p;
+  if (st == 1) memcpy(d, v, (size_t)n * 4);
+  else for (int64_t i = 0; i < n; i++) d[i * st] = v[i];
+}
+
+/* cond != 0 in the condition's own dtype (a tiny f64 is still true). */
+static void load_mask(ag_dtype dt, const char *p, int64_t st, int64_t n, uint8_t *m) {
+  switch (dt) {
+    case AG_F32: for (int64_t i = 0; i < n; i++) m[i] = ((const float *)p)[i * st] != 0; break;
+    case AG_F64: for (int64_t i = 0; i < n; i++) m[i] = ((const double *)p)[i * st] != 0; break;
+    case AG_I32: for (int64_t i = 0; i < n; i++) m[i] = ((const int32_t *)p)[i * st] != 0; break;
+    default: /* f16/bf16: any bit but the sign (NaN counts as true, as in C) */
+      for (int64_t i = 0; i < n; i++) m[i] = (((const uint16_t *)p)[i * st] & 0x7fffu) != 0;
+      break;
+  }
+}
+
+/* ---- row I/O for the row kernels: a direct pointer when the data is
+ * already in the compute type, else a converted copy in buf ---- */
+
+static const float *rowin_f(ag_dtype dt, const char *p, int64_t n, float *buf) {
+  if (dt == AG_F32) return (const float *)p;
+  load_f(dt, p, 1, n, buf);
+  return buf;
+}
+static float *rowdst_f(ag_dtype dt, char *p, float *buf) { return dt == AG_F32 ? (float *)p : buf; }
+static void rowout_f(ag_dtype dt, char *p, int64_t n, const float *v) {
+  if ((const char *)v != p) store_f(dt, p, 1, n, v);
+}
+static const double *rowin_d(ag_dtype dt, const char *p, int64_t n, double *buf) {
+  if (dt == AG_F64) return (const double *)p;
+  load_d(dt, p, 1, n, buf);
+  return buf;
+}
+static double *rowdst_d(ag_dtype dt, char *p, double *buf) { return dt == AG_F64 ? (double *)p : buf; }
+static void rowout_d(ag_dtype dt, char *p, int64_t n, const double *v) {
+  if ((const char *)v != p) store_d(dt, p, 1, n, v);
+}
+
+/* ---- type-generic bodies ---- */
+
+#define T float
+#define SUF(x) x##_f
+#include "cpu_ops.inc"
+#undef T
+#undef SUF
+#define T double
+#define SUF(x) x##_d
+#include "cpu_ops.inc"
+#undef T
+#undef SUF
+
+/* ---- i32 elementwise: wrap-around arithmetic as in two's complement ---- */
+
+static inline int32_t wrap(uint32_t u) { return (int32_t)u; }
+
+static void unary_i(int sub, int32_t *o, const int32_t *a, int64_t n, const double *s) {
+  switch (sub) {
+    case AG_U_COPY:
+      if (o != a) memcpy(o, a, (size_t)n * 4);
+      break;
+    case AG_U_NEG: for (int64_t i = 0; i < n; i++) o[i] = wrap(0u - (uint32_t)a[i]); break;
+    case AG_U_ABS:
+      for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? wrap(0u - (uint32_t)a[i]) : a[i];
+      break;
+    case AG_U_AFFINE: /* exact in f64 for integral scalars; truncates otherwise */
+      for (int64_t i = 0; i < n; i++) o[i] = sat_i32((double)a[i] * s[0] + s[1]);
+      break;
+    default: break;
+  }
+}
+
+static void binary_i(int sub, int32_t *o, const int32_t *a, const int32_t *b, int64_t n,
+                     const double *s) {
+  switch (sub) {
+    case AG_B_ADD:
+      if (s[0] == 1.0)
+        for (int64_t i = 0; i < n; i++) o[i] = wrap((uint32_t)a[i] + (uint32_t)b[i]);
+      else if (s[0] == (double)(int32_t)s[0]) {
+        uint32_t k = (uint32_t)(int32_t)s[0];
+        for (int64_t i = 0; i < n; i++) o[i] = wrap((uint32_t)a[i] + k * (uint32_t)b[i]);
+      } else
+        for (int64_t i = 0; i < n; i++) o[i] = sat_i32((double)a[i] + s[0] * (double)b[i]);
+      break;
+    case AG_B_SUB: for (int64_t i = 0; i < n; i++) o[i] = wrap((uint32_t)a[i] - (uint32_t)b[i]); break;
+    case AG_B_MUL: for (int64_t i = 0; i < n; i++) o[i] = wrap((uint32_t)a[i] * (uint32_t)b[i]); break;
+    case AG_B_MAX: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
+    case AG_B_MIN: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
+    case AG_B_EQ: for (int64_t i = 0; i < n; i++) o[i] = a[i] == b[i]; break;
+    case AG_B_GT: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i]; break;
+    case AG_B_LT: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i]; break;
+    default: break;
+  }
+}
+
+/* ---- the elementwise engine ---- */
+
+enum { DOM_F, DOM_D, DOM_I, DOM_RAW };
+enum { EW_UNARY, EW_BINARY, EW_WHERE, EW_FILL };
+
+typedef struct ew {
+  const ag_kernel_call *c;
+  int kind, dom, nops, nd;
+  int64_t numel;
+  int64_t shape[AG_MAX_DIMS];
+  int64_t st[4][AG_MAX_DIMS];
+  char *p[4];
+  ag_dtype dt[4];
+  size_t sz[4];
+  bool native[4]; /* operand already in the compute type */
+} ew;
+
+static int dom_of(ag_dtype dt) { return dt == AG_F64 ? DOM_D : dt == AG_I32 ? DOM_I : DOM_F; }
+
+static void ew_compute(const ew *e, void *o, void *const *in, int64_t n) {
+  const ag_kernel_call *c = e->c;
+  switch (e->dom) {
+    case DOM_F:
+      if (e->kind == EW_UNARY) unary_f(c->sub, o, in[0], n, c->s);
+      else if (e->kind == EW_BINARY) binary_f(c->sub, o, in[0], in[1], n, c->s);
+      else if (e->kind == EW_WHERE) where_f(o, in[0], in[1], in[2], n);
+      else for (int64_t i = 0; i < n; i++) ((float *)o)[i] = (float)c->s[0];
+      break;
+    case DOM_D:
+      if (e->kind == EW_UNARY) unary_d(c->sub, o, in[0], n, c->s);
+      else if (e->kind == EW_BINARY) binary_d(c->sub, o, in[0], in[1], n, c->s);
+      else if (e->kind == EW_WHERE) where_d(o, in[0], in[1], in[2], n);
+      else for (int64_t i = 0; i < n; i++) ((double *)o)[i] = c->s[0];
+      break;
+    default:
+      if (e->kind == EW_UNARY) unary_i(c->sub, o, in[0], n, c->s);
+      else if (e->kind == EW_BINARY) binary_i(c->sub, o, in[0], in[1], n, c->s);
+      else if (e->kind == EW_WHERE) {
+        int32_t *r = o;
+        const uint8_t *m = in[0];
+        const int32_t *a = in[1], *b = in[2];
+        for (int64_t i = 0; i < n; i++) r[i] = m[i] ? a[i] : b[i];
+      } else {
+        int32_t v = sat_i32(c->s[0]);
+        for (int64_t i = 0; i < n; i++) ((int32_t *)o)[i] = v;
+      }
+      break;
+  }
+}
+
+static void ew_load(int dom, ag_dtype dt, const char *p, int64_t st, int64_t n, void *buf) {
+  if (dom == DOM_F) load_f(dt, p, st, n, buf);
+  else if (dom == DOM_D) load_d(dt, p, st, n, buf);
+  else load_i(dt, p, st, n, buf);
+}
+
+static void ew_store(int dom, ag_dtype dt, char *p, int64_t st, int64_t n, const void *buf) {
+  if (dom == DOM_F) store_f(dt, p, st, n, buf);
+  else if (dom == DOM_D) store_d(dt, p, st, n, buf);
+  else store_i(dt, p, st, n, buf);
+}
+
+/* n elements along the innermost dim starting at ptr[k], stride st[k]. */
+static void ew_segment(const ew *e, char *const *ptr, const int64_t *st, int64_t n) {
+  if (e->dom == DOM_RAW) {
+    size_t sz = e->sz[0];
+    char *d = ptr[0];
+    const char *s = ptr[1];
+    if (st[0] == 1 && st[1] == 1) {
+      memmove(d, s, (size_t)n * sz);
+    } else if (sz == 4) {
+      for (int64_t i = 0; i < n; i++) ((uint32_t *)d)[i * st[0]] = ((const uint32_t *)s)[i * st[1]];
+    } else if (sz == 2) {
+      for (int64_t i = 0; i < n; i++) ((uint16_t *)d)[i * st[0]] = ((const uint16_t *)s)[i * st[1]];
+    } else {
+      for (int64_t i = 0; i < n; i++) ((uint64_t *)d)[i * st[0]] = ((const uint64_t *)s)[i * st[1]];
+    }
+    return;
+  }
+  _Alignas(64) double buf[4][TILE];
+  _Alignas(64) uint8_t mask[TILE];
+  for (int64_t off = 0; off < n; off += TILE) {
+    int64_t m = n - off < TILE ? n - off : TILE;
+    void *in[3];
+    for (int k = 1; k < e->nops; k++) {
+      char *q = ptr[k] + (size_t)(off * st[k]) * e->sz[k];
+      if (e->kind == EW_WHERE && k == 1) {
+        load_mask(e->dt[1], q, st[1], m, mask);
+        in[0] = mask;
+      } else if (e->native[k] && st[k] == 1) {
+        in[k - 1] = q;
+      } else {
+        ew_load(e->dom, e->dt[k], q, st[k], m, buf[k]);
+        in[k - 1] = buf[k];
+      }
+    }
+    char *q0 = ptr[0] + (size_t)(off * st[0]) * e->sz[0];
+    void *o = (e->native[0] && st[0] == 1) ? (void *)q0 : (void *)buf[0];
+    ew_compute(e, o, in, m);
+    if (o != (void *)q0) ew_store(e->dom, e->dt[0], q0, st[0], m, o);
+  }
+}
+
+/* Linear output indices [a, b) in row-major order of the coalesced shape. */
+static void ew_range(void *ctx, int64_t a, int64_t b) {
+  const ew *e = ctx;
+  const int nd = e->nd, last = nd - 1;
+  int64_t idx[AG_MAX_DIMS];
+  int64_t r = a;
+  for (int d = last; d >= 0; d--) {
+    idx[d] = r % e->shape[d];
+    r /= e->shape[d];
+  }
+  int64_t inner_st[4];
+  for (int k = 0; k < e->nops; k++) inner_st[k] = e->st[k][last];
+  int64_t lin = a;
+  while (lin < b) {
+    char *ptr[4];
+    for (int k = 0; k < e->nops; k++) {
+      int64_t off = 0;
+      for (int d = 0; d < nd; d++) off += idx[d] * e->st[k][d];
+      ptr[k] = e->p[k] + off * (int64_t)e->sz[k];
+    }
+    int64_t n = e->shape[last] - idx[last];
+    if (n > b - lin) n = b - lin;
+    ew_segment(e, ptr, inner_st, n);
+    lin += n;
+    idx[last] += n;
+    for (int d = last; d > 0 && idx[d] == e->shape[d]; d--) {
+      idx[d] = 0;
+      idx[d - 1]++;
+    }
+  }
+}
+
+static void ew_run(const ag_kernel_call *c, int kind, int nops) {
+  ew e;
+  e.c = c;
+  e.kind = kind;
+  e.nops = nops;
+  const ag_koperand *o0 = &c->o[0];
+  for (int k = 0; k < nops; k++) {
+    e.p[k] = ag__cpu_ptr(&c->o[k]);
+    e.dt[k] = c->o[k].dtype;
+    e.sz[k] = ag__cpu_dtsize(e.dt[k]);
+  }
+  /* Compute type: the output's, except that casts involving f64 go through
+   * f64 and same-dtype copies move raw bits (NaN payloads survive). */
+  e.dom = dom_of(e.dt[0]);
+  if (kind == EW_UNARY && nops == 2 && c->sub == AG_U_COPY) {
+    if (e.dt[0] == e.dt[1]) e.dom = DOM_RAW;
+    else if (e.dt[0] == AG_F64 || e.dt[1] == AG_F64) e.dom = DOM_D;
+    else e.dom = DOM_F;
+  }
+  const ag_dtype nat = e.dom == DOM_F ? AG_F32 : e.dom == DOM_D ? AG_F64 : AG_I32;
+  for (int k = 0; k < nops; k++) e.native[k] = e.dt[k] == nat;
+  if (kind == EW_WHERE) e.native[1] = false;
+
+  /* Drop size-1 dims, then merge dims that are contiguous in every operand,
+   * so contiguous tensors become one flat loop. */
+  int64_t numel = 1;
+  int m = 0;
+  for (int d = 0; d < o0->ndim; d++) {
+    int64_t s = o0->shape[d];
+    numel *= s;
+    if (s == 1) continue;
+    bool merge = m > 0;
+    for (int k = 0; k < nops && merge; k++) merge = e.st[k][m - 1] == c->o[k].strides[d] * s;
+    if (merge) {
+      e.shape[m - 1] *= s;
+      for (int k = 0; k < nops; k++) e.st[k][m - 1] = c->o[k].strides[d];
+    } else {
+      e.shape[m] = s;
+      for (int k = 0; k < nops; k++) e.st[k][m] = c->o[k].strides[d];
+      m++;
+    }
+  }
+  if (numel <= 0) return;
+  if (m == 0) {
+    m = 1;
+    e.shape[0] = 1;
+    for (int k = 0; k < nops; k++) e.st[k][0] = 1;
+  }
+  e.nd = m;
+  e.numel = numel;
+  par_for(numel, numel, ew_range, &e);
+}
+
+/* ---- creation kernels ---- */
+
+static void k_arange(const ag_kernel_call *c) {
+  int64_t n = c->o[0].ndim ? c->o[0].shape[0] : 1;
+  char *p = ag__cpu_ptr(&c->o[0]);
+  size_t sz = ag__cpu_dtsize(c->o[0].dtype);
+  double buf[TILE];
+  for (int64_t i = 0; i < n; i += TILE) {
+    int64_t m = n - i < TILE ? n - i : TILE;
+    for (int64_t j = 0; j < m; j++) buf[j] = c->s[0] + (double)(i + j) * c->s[1];
+    store_d(c->o[0].dtype, p + (size_t)i * sz, 1, m, buf);
+  }
+}
+
+static inline float u24(uint32_t r) { return (float)(r >> 8) * 0x1p-24f; }
+
+/* Tiles of TILE elements (a multiple of 4), so no Philox block straddles two
+ * chunks of the parallel loop. */
+static void rand_range(void *ctx, int64_t ta, int64_t tb) {
+  const ag_kernel_call *c = ctx;
+  const ag_koperand *o = &c->o[0];
+  int64_t n = 1;
+  for (int d = 0; d < o->ndim; d++) n *= o->shape[d];
+  const bool normal = c->op == AG_K_RAND_NORMAL, dbl = o->dtype == AG_F64;
+  const size_t sz = ag__cpu_dtsize(o->dtype);
+  char *p = ag__cpu_ptr(o);
+  float bf[TILE];
+  double bd[TILE];
+  for (int64_t t = ta; t < tb; t++) {
+    int64_t i0 = t * TILE, m = n - i0 < TILE ? n - i0 : TILE;
+    uint32_t r[4];
+    if (!normal) {
+      const float lo = (float)c->s[0], scale = (float)(c->s[1] - c->s[0]);
+      for (int64_t j = 0; j < m; j++) {
+        int64_t i = i0 + j;
+        if (j == 0 || (i & 3) == 0) ag_philox4x32(c->offset + (uint64_t)(i >> 2), c->seed, r);
+        float u = u24(r[i & 3]);
+        if (dbl) bd[j] = (double)u * (c->s[1] - c->s[0]) + c->s[0];
+        else bf[j] = u * scale + lo;
+      }
+    } else {
+      for (int64_t j = 0; j < m; j++) {
+        int64_t i = i0 + j;
+        if (j == 0 || (i & 1) == 0) ag_philox4x32(c->offset + (uint64_t)(i >> 1), c->seed, r);
+        uint32_t a = r[2 * (i & 1)], b = r[2 * (i & 1) + 1];
+        float u1 = (float)((a >> 8) + 1) * 0x1p-24f, u2 = u24(b);
+        if (dbl)
+          bd[j] = sqrt(-2.0 * log((double)u1)) * cos(6.283185307179586 * (double)u2) * c->s[1] +
+                  c->s[0];
+        else
+          bf[j] = sqrtf(-2.0f * logf(u1)) * cosf(6.2831855f * u2) * (float)c->s[1] +
+                  (float)c->s[0];
+      }
+    }
+    if (dbl) store_d(o->dtype, p + (size_t)i0 * sz, 1, m, bd);
+    else store_f(o->dtype, p + (size_t)i0 * sz, 1, m, bf);
+  }
+}
+
+static void k_rand(const ag_kernel_call *c) {
+  int64_t n = 1;
+  for (int d = 0; d < c->o[0].ndim; d++) n *= c->o[0].shape[d];
+  par_for((n + TILE - 1) / TILE, n * 8, rand_range, (void *)c);
+}
+
+static void dropout_range(void *ctx, int64_t ta, int64_t tb) {
+  const ag_kernel_call *c = ctx;
+  int64_t n = 1;
+  for (int d = 0; d < c->o[1].ndim; d++) n *= c->o[1].shape[d];
+  const double p = c->s[0];
+  const double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+  const float pf = (float)p;
+  const ag_dtype dx = c->o[1].dtype, dy = c->o[0].dtype, dm = c->o[2].dtype;
+  double x[TILE], y[TILE], mk[TILE];
+  for (int64_t t = ta; t < tb; t++) {
+    int64_t i0 = t * TILE, m = n - i0 < TILE ? n - i0 : TILE;
+    load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)i0 * ag__cpu_dtsize(dx), 1, m, x);
+    uint32_t r[4];
+    for (int64_t j = 0; j < m; j++) {
+      int64_t i = i0 + j;
+      if (j == 0 || (i & 3) == 0) ag_philox4x32(c->offset + (uint64_t)(i >> 2), c->seed, r);
+      mk[j] = u24(r[i & 3]) >= pf ? scale : 0.0;
+      y[j] = x[j] * mk[j];
+    }
+    store_d(dy, ag__cpu_ptr(&c->o[0]) + (size_t)i0 * ag__cpu_dtsize(dy), 1, m, y);
+    if (c->n_operands > 2 && c->o[2].base)
+      store_d(dm, ag__cpu_ptr(&c->o[2]) + (size_t)i0 * ag__cpu_dtsize(dm), 1, m, mk);
+  }
+}
+
+static void k_dropout(const ag_kernel_call *c) {
+  int64_t n = 1;
+  for (int d = 0; d < c->o[1].ndim; d++) n *= c->o[1].shape[d];
+  par_for((n + TILE - 1) / TILE, n * 4, dropout_range, (void *)c);
+}
+
+/* ---- reductions: every dtype is exact in f64, so values are combined in
+ * f64 (sums accumulate in f64; max/min/argmax compare exactly) ---- */
+
+typedef struct racc {
+  double v;
+  int64_t i;
+} racc;
+
+static inline void rcombine(int op, racc *a, double v, int64_t i) {
+  switch (op) {
+    case AG_R_SUM: a->v += v; break;
+    case AG_R_MAX: if (v > a->v || v != v) a->v = v; break;  /* once NaN, stays NaN */
+    case AG_R_MIN: if (v < a->v || v != v) a->v = v; break;
+    default: /* argmax: first maximum; NaN counts as the maximum */
+      if ((v > a->v || (v != v && a->v == a->v))) {
+        a->v = v;
+        a->i = i;
+      }
+      break;
+  }
+}
+
+static inline racc rinit(int op) {
+  racc a = {0, 0};
+  if (op == AG_R_MAX || op == AG_R_ARGMAX) a.v = -INFINITY;
+  else if (op == AG_R_MIN) a.v = INFINITY;
+  return a;
+}
+
+/* Reduce x[k*st] for k in [k0, k1) into *a (indices reported as k). */
+static void reduce_line(int op, ag_dtype dt, const char *x, int64_t st, int64_t k0, int64_t k1,
+                        racc *a) {
+  double buf[TILE];
+  size_t sz = ag__cpu_dtsize(dt);
+  for (int64_t k = k0; k < k1; k += TILE) {
+    int64_t m = k1 - k < TILE ? k1 - k : TILE;
+    load_d(dt, x + (size_t)(k * st) * sz, st, m, buf);
+    if (op == AG_R_SUM) {
+      double s = 0;
+      for (int64_t j = 0; j < m; j++) s += buf[j];
+      a->v += s;
+    } else {
+      for (int64_t j = 0; j < m; j++) rcombine(op, a, buf[j], k + j);
+    }
+  }
+}
+
+typedef struct rctx {
+  const ag_kernel_call *c;
+  int64_t outer, r, inner;
+  racc *part; /* split reductions: per-chunk partials */
+  int64_t chunk;
+} rctx;
+
+static void rstore(const ag_kernel_call *c, int64_t pos, int64_t n, const racc *a) {
+  const ag_koperand *o = &c->o[0];
+  size_t sz = ag__cpu_dtsize(o->dtype);
+  double v[TILE];
+  for (int64_t j = 0; j < n; j++)
+    v[j] = c->sub == AG_R_ARGMAX ? (double)a[j].i : c->sub == AG_R_SUM ? a[j].v * c->s[0] : a[j].v;
+  store_d(o->dtype, ag__cpu_ptr(o) + (size_t)pos * sz, 1, n, v);
+}
+
+/* inner == 1: one output per contiguous row. */
+static void reduce_rows(void *ctx, int64_t a, int64_t b) {
+  const rctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const ag_koperand *x = &c->o[1];
+  size_t sz = ag__cpu_dtsize(x->dtype);
+  for (int64_t o = a; o < b; o++) {
+    racc acc = rinit(c->sub);
+    reduce_line(c->sub, x->dtype, ag__cpu_ptr(x) + (size_t)(o * r->r) * sz, 1, 0, r->r, &acc);
+    rstore(c, o, 1, &acc);
+  }
+}
+
+/* inner > 1: tiles of up to TILE adjacent outputs, combined row by row so
+ * the loads stay contiguous. Work item w = (outer index, inner tile). */
+static void reduce_cols(void *ctx, int64_t a, int64_t b) {
+  const rctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const ag_koperand *x = &c->o[1];
+  size_t sz = ag__cpu_dtsize(x->dtype);
+  int64_t tiles = (r->inner + TILE - 1) / TILE;
+  racc acc[TILE];
+  double buf[TILE];
+  for (int64_t w = a; w < b; w++) {
+    int64_t o = w / tiles, j0 = (w % tiles) * TILE;
+    int64_t m = r->inner - j0 < TILE ? r->inner - j0 : TILE;
+    for (int64_t j = 0; j < m; j++) acc[j] = rinit(c->sub);
+    const char *base = ag__cpu_ptr(x) + (size_t)(o * r->r * r->inner + j0) * sz;
+    for (int64_t k = 0; k < r->r; k++) {
+      load_d(x->dtype, base + (size_t)(k * r->inner) * sz, 1, m, buf);
+      if (c->sub == AG_R_SUM)
+        for (int64_t j = 0; j < m; j++) acc[j].v += buf[j];
+      else
+        for (int64_t j = 0; j < m; j++) rcombine(c->sub, &acc[j], buf[j], k);
+    }
+    rstore(c, o * r->inner + j0, m, acc);
+  }
+}
+
+/* Few long rows: fixed-size chunks reduced in parallel, partials combined
+ * in order, so the result does not depend on the thread count. */
+static void reduce_chunks(void *ctx, int64_t a, int64_t b) {
+  const rctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const ag_koperand *x = &c->o[1];
+  size_t sz = ag__cpu_dtsize(x->dtype);
+  int64_t per = (r->r + r->chunk - 1) / r->chunk;
+  for (int64_t w = a; w < b; w++) {
+    int64_t o = w / per, k0 = (w % per) * r->chunk;
+    int64_t k1 = k0 + r->chunk < r->r ? k0 + r->chunk : r->r;
+    racc acc = rinit(c->sub);
+    if (c->sub == AG_R_ARGMAX && k0 < k1) { /* seed with the first element */
+      double v0;
+      load_d(x->dtype, ag__cpu_ptr(x) + (size_t)(o * r->r + k0) * sz, 1, 1, &v0);
+      acc.v = v0;
+      acc.i = k0;
+    }
+    reduce_line(c->sub, x->dtype, ag__cpu_ptr(x) + (size_t)(o * r->r) * sz, 1, k0, k1, &acc);
+    r->part[w] = acc;
+  }
+}
+
+static ag_status k_reduce(const ag_kernel_call *c) {
+  rctx r = {.c = c, .outer = c->i[0], .r = c->i[1], .inner = c->i[2]};
+  int64_t total = r.outer * r.r * r.inner;
+  if (r.outer * r.inner == 0) return AG_OK;
+  if (r.inner == 1 && r.outer < 8 && total >= AG_CPU_PAR_MIN) {
+    r.chunk = 16384;
+    int64_t per = (r.r + r.chunk - 1) / r.chunk;
+    r.part = malloc((size_t)(per * r.outer) * sizeof *r.part);
+    if (!r.part) return ag_error_set(AG_ERR_OOM, "%s: no memory for partial sums", c->name ? c->name : "reduce");
+    par_for(per * r.outer, total, reduce_chunks, &r);
+    for (int64_t o = 0; o < r.outer; o++) {
+      racc acc = rinit(c->sub);
+      for (int64_t w = 0; w < per; w++) {
+        racc p = r.part[o * per + w];
+        if (c->sub == AG_R_SUM) acc.v += p.v;
+        else rcombine(c->sub, &acc, p.v, p.i);
+      }
+      rstore(c, o, 1, &acc);
+    }
+    free(r.part);
+  } else if (r.inner == 1) {
+    par_for(r.outer, total, reduce_rows, &r);
+  } else {
+    par_for(r.outer * ((r.inner + TILE - 1) / TILE), total, reduce_cols, &r);
+  }
+  return AG_OK;
+}
+
+/* ---- row kernels ---- */
+
+typedef struct rowctx {
+  const ag_kernel_call *c;
+  int64_t rows, cols;
+  atomic_bool oom;
+  ag_kernel_error err; /* index errors found by the serial pre-scan */
+} rowctx;
+
+/* Scratch for `nbuf` converted rows of `cols` elements of `esz` bytes. */
+static void *row_scratch(rowctx *r, int nbuf, size_t esz) {
+  void *p = malloc((size_t)nbuf * (size_t)(r->cols > 0 ? r->cols : 1) * esz);
+  if (!p) atomic_store(&r->oom, true);
+  return p;
+}
+
+static void softmax_rows(void *ctx, int64_t a, int64_t b) {
+  rowctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t n = r->cols;
+  const ag_dtype dy = c->o[0].dtype, dx = c->o[1].dtype;
+  char *yp = ag__cpu_ptr(&c->o[0]);
+  const char *xp = ag__cpu_ptr(&c->o[1]);
+  size_t sy = ag__cpu_dtsize(dy) * (size_t)n, sx = ag__cpu_dtsize(dx) * (size_t)n;
+  if (dy == AG_F64) {
+    double *buf = row_scratch(r, 2, 8);
+    if (!buf) return;
+    for (int64_t i = a; i < b; i++) {
+      const double *x = rowin_d(dx, xp + i * sx, n, buf);
+      double *y = rowdst_d(dy, yp + i * sy, buf + n);
+      softmax_row_d(c->sub, y, x, n);
+      rowout_d(dy, yp + i * sy, n, y);
+    }
+    free(buf);
+  } else {
+    float *buf = row_scratch(r, 2, 4);
+    if (!buf) return;
+    for (int64_t i = a; i < b; i++) {
+      const float *x = rowin_f(dx, xp + i * sx, n, buf);
+      float *y = rowdst_f(dy, yp + i * sy, buf + n);
+      softmax_row_f(c->sub, y, x, n);
+      rowout_f(dy, yp + i * sy, n, y);
+    }
+    free(buf);
+  }
+}
+
+static void softmax_bwd_rows(void *ctx, int64_t a, int64_t b) {
+  rowctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t n = r->cols;
+  const ag_dtype d0 = c->o[0].dtype, d1 = c->o[1].dtype, d2 = c->o[2].dtype;
+  char *p0 = ag__cpu_ptr(&c->o[0]);
+  const char *p1 = ag__cpu_ptr(&c->o[1]), *p2 = ag__cpu_ptr(&c->o[2]);
+  size_t s0 = ag__cpu_dtsize(d0) * (size_t)n, s1 = ag__cpu_dtsize(d1) * (size_t)n,
+         s2 = ag__cpu_dtsize(d2) * (size_t)n;
+  if (d0 == AG_F64) {
+    double *buf = row_scratch(r, 3, 8);
+    if (!buf) return;
+    for (int64_t i = a; i < b; i++) {
+      const double *dy = rowin_d(d1, p1 + i * s1, n, buf);
+      const double *y = rowin_d(d2, p2 + i * s2, n, buf + n);
+      double *dx = rowdst_d(d0, p0 + i * s0, buf + 2 * n);
+      softmax_bwd_row_d(c->sub, dx, dy, y, n);
+      rowout_d(d0, p0 + i * s0, n, dx);
+    }
+    free(buf);
+  } else {
+    float *buf = row_scratch(r, 3, 4);
+    if (!buf) return;
+    for (int64_t i = a; i < b; i++) {
+      const float *dy = rowin_f(d1, p1 + i * s1, n, buf);
+      const float *y = rowin_f(d2, p2 + i * s2, n, buf + n);
+      float *dx = rowdst_f(d0, p0 + i * s0, buf + 2 * n);
+      softmax_bwd_row_f(c->sub, dx, dy, y, n);
+      rowout_f(d0, p0 + i * s0, n, dx);
+    }
+    free(buf);
+  }
+}
+
+/* Target of row i, or -1 when ignored or out of range (the pre-scan has
+ * recorded the error; such rows get the safe value). */
+static int64_t ce_target(const ag_kernel_call *c, int64_t i, int64_t C, bool *bad) {
+  int32_t t = ((const int32_t *)ag__cpu_ptr(&c->o[2]))[i];
+  *bad = false;
+  if (t == (int32_t)c->i[2]) return -1;
+  if (t < 0 || t >= C) {
+    *bad = true;
+    return -1;
+  }
+  return t;
+}
+
+static void ce_rows(void *ctx, int64_t a, int64_t b) {
+  rowctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t n = r->cols;
+  const ag_dtype dl = c->o[1].dtype, dloss = c->o[0].dtype;
+  const char *lp = ag__cpu_ptr(&c->o[1]);
+  char *op = ag__cpu_ptr(&c->o[0]);
+  size_t sl = ag__cpu_dtsize(dl) * (size_t)n, so = ag__cpu_dtsize(dloss);
+  void *buf = row_scratch(r, 1, dl == AG_F64 ? 8 : 4);
+  if (!buf) return;
+  for (int64_t i = a; i < b; i++) {
+    bool bad;
+    int64_t t = ce_target(c, i, n, &bad);
+    double loss = 0;
+    if (bad) loss = NAN;
+    else if (t >= 0) {
+      if (dl == AG_F64) {
+        const double *x = rowin_d(dl, lp + i * sl, n, buf);
+        loss = logsumexp_d(x, n) - x[t];
+      } else {
+        const float *x = rowin_f(dl, lp + i * sl, n, buf);
+        loss = (double)(logsumexp_f(x, n) - x[t]);
+      }
+    }
+    store_d(dloss, op + (size_t)i * so, 1, 1, &loss);
+  }
+  free(buf);
+}
+
+static void ce_bwd_rows(void *ctx, int64_t a, int64_t b) {
+  rowctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t n = r->cols;
+  const ag_dtype d0 = c->o[0].dtype, dl = c->o[1].dtype, dg = c->o[3].dtype;
+  char *p0 = ag__cpu_ptr(&c->o[0]);
+  const char *lp = ag__cpu_ptr(&c->o[1]), *gp = ag__cpu_ptr(&c->o[3]);
+  const int64_t gst = c->o[3].ndim ? c->o[3].strides[0] : 0;
+  size_t s0 = ag__cpu_dtsize(d0) * (size_t)n, sl = ag__cpu_dtsize(dl) * (size_t)n;
+  size_t sg = ag__cpu_dtsize(dg);
+  const bool dbl = d0 == AG_F64;
+  char *buf = row_scratch(r, 2, dbl ? 8 : 4);
+  if (!buf) return;
+  for (int64_t i = a; i < b; i++) {
+    bool bad;
+    int64_t t = ce_target(c, i, n, &bad);
+    double g;
+    load_d(dg, gp + (size_t)(i * gst) * sg, 1, 1, &g);
+    bool zero = bad || t < 0;
+    if (dbl) {
+      double *dx = rowdst_d(d0, p0 + i * s0, (double *)buf + n);
+      if (zero) memset(dx, 0, (size_t)n * 8);
+      else ce_bwd_row_d(dx, rowin_d(dl, lp + i * sl, n, (double *)buf), n, t, g);
+      rowout_d(d0, p0 + i * s0, n, dx);
+    } else {
+      float *dx = rowdst_f(d0, p0 + i * s0, (float *)buf + n);
+      if (zero) memset(dx, 0, (size_t)n * 4);
+      else ce_bwd_row_f(dx, rowin_f(dl, lp + i * sl, n, (float *)buf), n, t, (float)g);
+      rowout_f(d0, p0 + i * s0, n, dx);
+    }
+  }
+  free(buf);
+}
+
+static void ce_prescan(rowctx *r, ag_kop op) {
+  const int32_t *t = (const int32_t *)ag__cpu_ptr(&r->c->o[2]);
+  for (int64_t i = 0; i < r->rows; i++)
+    if (t[i] != (int32_t)r->c->i[2] && (t[i] < 0 || t[i] >= r->cols)) {
+      kerr(&r->err, op, t[i], r->cols);
+      break;
+    }
+}
+
+static bool present(const ag_kernel_call *c, int k) { return c->n_operands > k && c->o[k].base; }
+
+static void layernorm_rows(void *ctx, int64_t a, int64_t b) {
+  rowctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t n = r->cols;
+  const ag_dtype dy = c->o[0].dtype, dx = c->o[1].dtype;
+  char *yp = ag__cpu_ptr(&c->o[0]);
+  const char *xp = ag__cpu_ptr(&c->o[1]);
+  size_t sy = ag__cpu_dtsize(dy) * (size_t)n, sx = ag__cpu_dtsize(dx) * (size_t)n;
+  const bool dbl = dy == AG_F64, hw = present(c, 2), hb = present(c, 3);
+  char *buf = row_scratch(r, 4, dbl ? 8 : 4);
+  if (!buf) return;
+  const size_t esz = dbl ? 8 : 4;
+  const void *w = NULL, *bias = NULL;
+  if (dbl) {
+    if (hw) w = rowin_d(c->o[2].dtype, ag__cpu_ptr(&c->o[2]), n, (double *)(buf + 2 * n * esz));
+    if (hb) bias = rowin_d(c->o[3].dtype, ag__cpu_ptr(&c->o[3]), n, (double *)(buf + 3 * n * esz));
+  } else {
+    if (hw) w = rowin_f(c->o[2].dtype, ag__cpu_ptr(&c->o[2]), n, (float *)(buf + 2 * n * esz));
+    if (hb) bias = rowin_f(c->o[3].dtype, ag__cpu_ptr(&c->o[3]), n, (float *)(buf + 3 * n * esz));
+  }
+  for (int64_t i = a; i < b; i++) {
+    float mean, rstd;
+    if (dbl) {
+      const double *x = rowin_d(dx, xp + i * sx, n, (double *)buf);
+      double *y = rowdst_d(dy, yp + i * sy, (double *)buf + n);
+      layernorm_row_d(y, x, w, bias, n, c->s[0], &mean, &rstd);
+      rowout_d(dy, yp + i * sy, n, y);
+    } else {
+      const float *x = rowin_f(dx, xp + i * sx, n, (float *)buf);
+      float *y = rowdst_f(dy, yp + i * sy, (float *)buf + n);
+      layernorm_row_f(y, x, w, bias, n, c->s[0], &mean, &rstd);
+      rowout_f(dy, yp + i * sy, n, y);
+    }
+    if (present(c, 4)) store_f(c->o[4].dtype, ag__cpu_ptr(&c->o[4]) + (size_t)i * ag__cpu_dtsize(c->o[4].dtype), 1, 1, &mean);
+    if (present(c, 5)) store_f(c->o[5].dtype, ag__cpu_ptr(&c->o[5]) + (size_t)i * ag__cpu_dtsize(c->o[5].dtype), 1, 1, &rstd);
+  }
+  free(buf);
+}
+
+static double scalar_at(const ag_koperand *o, int64_t i) {
+  double v;
+  load_d(o->dtype, ag__cpu_ptr(o) + (size_t)i * ag__cpu_dtsize(o->dtype), 1, 1, &v);
+  return v;
+}
+
+static void layernorm_bwd_rows(void *ctx, int64_t a, int64_t b) {
+  rowctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t n = r->cols;
+  const ag_dtype d0 = c->o[0].dtype, d1 = c->o[1].dtype, d2 = c->o[2].dtype;
+  char *p0 = ag__cpu_ptr(&c->o[0]);
+  const char *p1 = ag__cpu_ptr(&c->o[1]), *p2 = ag__cpu_ptr(&c->o[2]);
+  size_t s0 = ag__cpu_dtsize(d0) * (size_t)n, s1 = ag__cpu_dtsize(d1) * (size_t)n,
+         s2 = ag__cpu_dtsize(d2) * (size_t)n;
+  const bool dbl = d0 == AG_F64, hw = present(c, 5);
+  const size_t esz = dbl ? 8 : 4;
+  char *buf = row_scratch(r, 4, esz);
+  if (!buf) return;
+  const void *w = NULL;
+  if (hw)
+    w = dbl ? (const void *)rowin_d(c->o[5].dtype, ag__cpu_ptr(&c->o[5]), n, (double *)(buf + 3 * n * esz))
+            : (const void *)rowin_f(c->o[5].dtype, ag__cpu_ptr(&c->o[5]), n, (float *)(buf + 3 * n * esz));
+  for (int64_t i = a; i < b; i++) {
+    double mean = scalar_at(&c->o[3], i), rstd = scalar_at(&c->o[4], i);
+    if (dbl) {
+      const double *dy = rowin_d(d1, p1 + i * s1, n, (double *)buf);
+      const double *x = rowin_d(d2, p2 + i * s2, n, (double *)buf + n);
+      double *dx = rowdst_d(d0, p0 + i * s0, (double *)buf + 2 * n);
+      layernorm_bwd_row_d(dx, dy, x, w, n, mean, rstd);
+      rowout_d(d0, p0 + i * s0, n, dx);
+    } else {
+      const float *dy = rowin_f(d1, p1 + i * s1, n, (float *)buf);
+      const float *x = rowin_f(d2, p2 + i * s2, n, (float *)buf + n);
+      float *dx = rowdst_f(d0, p0 + i * s0, (float *)buf + 2 * n);
+      layernorm_bwd_row_f(dx, dy, x, w, n, (float)mean, (float)rstd);
+      rowout_f(d0, p0 + i * s0, n, dx);
+    }
+  }
+  free(buf);
+}
+
+/* dw = sum_rows dy * xhat, db = sum_rows dy, in f64, overwriting t[0], t[1]. */
+static ag_status layernorm_bwd_params(const ag_kernel_call *c, int64_t N, int64_t D) {
+  double *acc = calloc((size_t)(4 * (D > 0 ? D : 1)), sizeof(double));
+  if (!acc) return ag_error_set(AG_ERR_OOM, "%s: no memory for weight gradients", c->name ? c->name : "layer_norm");
+  double *dw = acc, *db = acc + D, *dy = acc + 2 * D, *x = acc + 3 * D;
+  const ag_dtype d1 = c->o[1].dtype, d2 = c->o[2].dtype;
+  for (int64_t i = 0; i < N; i++) {
+    double mean = scalar_at(&c->o[3], i), rstd = scalar_at(&c->o[4], i);
+    load_d(d1, ag__cpu_ptr(&c->o[1]) + (size_t)(i * D) * ag__cpu_dtsize(d1), 1, D, dy);
+    load_d(d2, ag__cpu_ptr(&c->o[2]) + (size_t)(i * D) * ag__cpu_dtsize(d2), 1, D, x);
+    for (int64_t j = 0; j < D; j++) {
+      dw[j] += dy[j] * ((x[j] - mean) * rstd);
+      db[j] += dy[j];
+    }
+  }
+  const ag_kmulti *m = c->multi;
+  for (int k = 0; k < 2 && k < m->count; k++)
+    if (m->t[k].base)
+      store_d(m->t[k].dtype, (char *)m->t[k].base + m->t[k].offset, 1, D, k == 0 ? dw : db);
+  free(acc);
+  return AG_OK;
+}
+
+static int64_t pick(int64_t given, int64_t fallback) { return given > 0 ? given : fallback; }
+
+static ag_status run_rows(const ag_kernel_call *c, int64_t rows, int64_t cols, range_fn fn,
+                          ag_kernel_error *err, bool ce) {
+  rowctx r = {.c = c, .rows = rows, .cols = cols};
+  atomic_init(&r.oom, false);
+  if (ce) ce_prescan(&r, c->op);
+  par_for(rows, rows * cols * 4, fn, &r);
+  if (r.err.code) kerr(err, (ag_kop)r.err.kop, r.err.index, r.err.limit);
+  if (atomic_load(&r.oom))
+    return ag_error_set(AG_ERR_OOM, "%s: no memory for row scratch", c->name ? c->name : "cpu kernel");
+  return AG_OK;
+}
+
+/* ---- embedding ---- */
+
+static void k_embedding(const ag_kernel_call *c, ag_kernel_error *err) {
+  int64_t N = pick(c->i[0], c->o[2].ndim ? c->o[2].shape[0] : 1);
+  int64_t D = pick(c->i[1], c->o[1].ndim > 1 ? c->o[1].shape[1] : 1);
+  int64_t V = pick(c->i[2], c->o[1].ndim ? c->o[1].shape[0] : 0);
+  const int32_t *idx = (const int32_t *)ag__cpu_ptr(&c->o[2]);
+  size_t row = (size_t)D * ag__cpu_dtsize(c->o[0].dtype);
+  char *out = ag__cpu_ptr(&c->o[0]);
+  const char *tab = ag__cpu_ptr(&c->o[1]);
+  for (int64_t i = 0; i < N; i++) {
+    int32_t v = idx[i];
+    if (v < 0 || v >= V) {
+      kerr(err, AG_K_EMBEDDING, v, V);
+      memset(out + (size_t)i * row, 0, row);
+    } else {
+      memcpy(out + (size_t)i * row, tab + (size_t)v * row, row);
+    }
+  }
+}
+
+static void k_embedding_bwd(const ag_kernel_call *c, ag_kernel_error *err) {
+  int64_t N = pick(c->i[0], c->o[2].ndim ? c->o[2].shape[0] : 1);
+  int64_t D = pick(c->i[1], c->o[0].ndim > 1 ? c->o[0].shape[1] : 1);
+  int64_t V = pick(c->i[2], c->o[0].ndim ? c->o[0].shape[0] : 0);
+  const int32_t *idx = (const int32_t *)ag__cpu_ptr(&c->o[2]);
+  const ag_dtype dt = c->o[0].dtype, dd = c->o[1].dtype;
+  char *tab = ag__cpu_ptr(&c->o[0]);
+  const char *dout = ag__cpu_ptr(&c->o[1]);
+  double g[TILE];
+  for (int64_t i = 0; i < N; i++) {
+    int32_t v = idx[i];
+    if (v < 0 || v >= V) {
+      kerr(err, AG_K_EMBEDDING_BWD, v, V);
+      continue;
+    }
+    for (int64_t j = 0; j < D; j += TILE) {
+      int64_t m = D - j < TILE ? D - j : TILE;
+      load_d(dd, dout + (size_t)(i * D + j) * ag__cpu_dtsize(dd), 1, m, g);
+      if (dt == AG_F64) {
+        double *t = (double *)tab + v * D + j;
+        for (int64_t k = 0; k < m; k++) t[k] += g[k];
+      } else if (dt == AG_F32) {
+        float *t = (float *)tab + v * D + j;
+        for (int64_t k = 0; k < m; k++) t[k] += (float)g[k];
+      } else {
+        double cur[TILE];
+        char *t = tab + (size_t)(v * D + j) * ag__cpu_dtsize(dt);
+        load_d(dt, t, 1, m, cur);
+        for (int64_t k = 0; k < m; k++) cur[k] += g[k];
+        store_d(dt, t, 1, m, cur);
+      }
+    }
+  }
+}
+
+/* ---- multi-tensor kernels ---- */
+
+static float opt_scalar(const ag_kernel_call *c, int k, float dflt) {
+  if (!present(c, k)) return dflt;
+  return (float)scalar_at(&c->o[k], 0);
+}
+
+#define MT_PTR(m, k) ((float *)((char *)(m)->t[k].base + (m)->t[k].offset))
+
+typedef struct mctx {
+  const ag_kernel_call *c;
+  int g; /* group */
+  float inv;
+} mctx;
+
+static void adamw_range(void *ctx, int64_t a, int64_t b) {
+  const mctx *x = ctx;
+  const ag_kernel_call *c = x->c;
+  const ag_kmulti *m = c->multi;
+  float *p = MT_PTR(m, 4 * x->g), *g = MT_PTR(m, 4 * x->g + 1);
+  float *ea = MT_PTR(m, 4 * x->g + 2), *es = MT_PTR(m, 4 * x->g + 3);
+  const float b1 = (float)c->s[1], b2 = (float)c->s[2], eps = (float)c->s[3];
+  const float decay = (float)(1.0 - c->s[0] * c->s[4]);
+  const float step = (float)(c->s[0] / c->s[5]), rbc2 = (float)(1.0 / sqrt(c->s[6]));
+  const float inv = x->inv;
+  for (int64_t i = a; i < b; i++) {
+    float gi = g[i] * inv;
+    float mi = b1 * ea[i] + (1.0f - b1) * gi;
+    float vi = b2 * es[i] + (1.0f - b2) * gi * gi;
+    ea[i] = mi;
+    es[i] = vi;
+    p[i] = p[i] * decay - step * mi / (sqrtf(vi) * rbc2 + eps);
+  }
+}
+
+static void sgd_range(void *ctx, int64_t a, int64_t b) {
+  const mctx *x = ctx;
+  const ag_kernel_call *c = x->c;
+  const ag_kmulti *m = c->multi;
+  float *p = MT_PTR(m, 3 * x->g), *g = MT_PTR(m, 3 * x->g + 1);
+  float *buf = m->t[3 * x->g + 2].base ? MT_PTR(m, 3 * x->g + 2) : NULL;
+  const float lr = (float)c->s[0], mom = (float)c->s[1], damp = (float)c->s[2];
+  const float wd = (float)c->s[3];
+  const bool nesterov = c->s[4] != 0, first = c->s[5] != 0;
+  const float inv = x->inv;
+  for (int64_t i = a; i < b; i++) {
+    float d = g[i] * inv;
+    if (wd != 0) d += wd * p[i];
+    if (buf && mom != 0) {
+      float bi = first ? d : mom * buf[i] + (1.0f - damp) * d;
+      buf[i] = bi;
+      d = nesterov ? d + mom * bi : bi;
+    }
+    p[i] -= lr * d;
+  }
+}
+
+static void k_optimizer(const ag_kernel_call *c) {
+  if (opt_scalar(c, 1, 0.0f) != 0) return; /* found_inf: skip the step */
+  const ag_kmulti *m = c->multi;
+  if (!m) return;
+  const int per = c->op == AG_K_ADAMW ? 4 : 3;
+  mctx x = {.c = c, .inv = opt_scalar(c, 0, 1.0f)};
+  for (x.g = 0; x.g * per + per - 1 < m->count; x.g++) {
+    int64_t n = m->t[x.g * per].numel;
+    par_for(n, n * 8, c->op == AG_K_ADAMW ? adamw_range : sgd_range, &x);
+  }
+}
+
+static void k_nonfinite(const ag_kernel_call *c) {
+  const ag_kmulti *m = c->multi;
+  if (!m) return;
+  const float inv = opt_scalar(c, 1, 1.0f);
+  bool found = false;
+  float buf[TILE];
+  for (int k = 0; k < m->count; k++) {
+    const ag_dtype dt = m->t[k].dtype;
+    const size_t sz = ag__cpu_dtsize(dt);
+    char *base = (char *)m->t[k].base + m->t[k].offset;
+    for (int64_t i = 0; i < m->t[k].numel; i += TILE) {
+      int64_t n = m->t[k].numel - i < TILE ? m->t[k].numel - i : TILE;
+      char *p = base + (size_t)i * sz;
+      load_f(dt, p, 1, n, buf);
+      for (int64_t j = 0; j < n; j++) found |= !isfinite(buf[j]);
+      if (inv != 1.0f) {
+        for (int64_t j = 0; j < n; j++) buf[j] *= inv;
+        store_f(dt, p, 1, n, buf);
+      }
+    }
+  }
+  if (found && present(c, 0)) {
+    float one = 1.0f;
+    store_f(c->o[0].dtype, ag__cpu_ptr(&c->o[0]), 1, 1, &one);
+  }
+}
+
+static void k_sumsq(const ag_kernel_call *c) {
+  const ag_kmulti *m = c->multi;
+  double total = 0, buf[TILE];
+  for (int k = 0; m && k < m->count; k++) {
+    const ag_dtype dt = m->t[k].dtype;
+    const char *base = (const char *)m->t[k].base + m->t[k].offset;
+    for (int64_t i = 0; i < m->t[k].numel; i += TILE) {
+      int64_t n = m->t[k].numel - i < TILE ? m->t[k].numel - i : TILE;
+      load_d(dt, base + (size_t)i * ag__cpu_dtsize(dt), 1, n, buf);
+      for (int64_t j = 0; j < n; j++) total += buf[j] * buf[j];
+    }
+  }
+  store_d(c->o[0].dtype, ag__cpu_ptr(&c->o[0]), 1, 1, &total);
+}
+
+/* ---- dispatch ---- */
+
+ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
+  switch (c->op) {
+    case AG_K_FILL: ew_run(c, EW_FILL, 1); return AG_OK;
+    case AG_K_ARANGE: k_arange(c); return AG_OK;
+    case AG_K_RAND_UNIFORM:
+    case AG_K_RAND_NORMAL: k_rand(c); return AG_OK;
+    case AG_K_UNARY: ew_run(c, EW_UNARY, 2); return AG_OK;
+    case AG_K_BINARY: ew_run(c, EW_BINARY, 3); return AG_OK;
+    case AG_K_WHERE: ew_run(c, EW_WHERE, 4); return AG_OK;
+    case AG_K_REDUCE: return k_reduce(c);
+    case AG_K_MATMUL: return ag__cpu_matmul(c);
+    case AG_K_SOFTMAX: return run_rows(c, c->i[0], c->i[1], softmax_rows, err, false);
+    case AG_K_SOFTMAX_BWD:
+      return run_rows(c, pick(c->i[0], c->o[0].shape[0]), pick(c->i[1], c->o[0].shape[1]),
+                      softmax_bwd_rows, err, false);
+    case AG_K_CROSS_ENTROPY: return run_rows(c, c->i[0], c->i[1], ce_rows, err, true);
+    case AG_K_CROSS_ENTROPY_BWD:
+      return run_rows(c, pick(c->i[0], c->o[1].shape[0]), pick(c->i[1], c->o[1].shape[1]),
+                      ce_bwd_rows, err, true);
+    case AG_K_LAYERNORM: return run_rows(c, c->i[0], c->i[1], layernorm_rows, err, false);
+    case AG_K_LAYERNORM_BWD: {
+      int64_t N = pick(c->i[0], c->o[2].shape[0]), D = pick(c->i[1], c->o[2].shape[1]);
+      ag_status st = run_rows(c, N, D, layernorm_bwd_rows, err, false);
+      if (st == AG_OK && c->multi && c->multi->count > 0) st = layernorm_bwd_params(c, N, D);
+      return st;
+    }
+    case AG_K_EMBEDDING: k_embedding(c, err); return AG_OK;
+    case AG_K_EMBEDDING_BWD: k_embedding_bwd(c, err); return AG_OK;
+    case AG_K_DROPOUT: k_dropout(c); return AG_OK;
+    case AG_K_ADAMW:
+    case AG_K_SGD: k_optimizer(c); return AG_OK;
+    case AG_K_NONFINITE_CHECK: k_nonfinite(c); return AG_OK;
+    case AG_K_SUMSQ: k_sumsq(c); return AG_OK;
+    default: break;
+  }
+  return ag_error_set(AG_ERR_UNSUPPORTED, "%s: cpu backend has no kernel for op %d",
+                      c->name ? c->name : "launch", (int)c->op);
+}
+
+bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
+  if ((unsigned)dt >= AG_DTYPE_COUNT) return false;
+  const bool fl = dt != AG_I32;
+  switch (op) {
+    case AG_K_FILL:
+    case AG_K_ARANGE:
+    case AG_K_WHERE:
+    case AG_K_EMBEDDING: return true;
+    case AG_K_RAND_UNIFORM:
+    case AG_K_RAND_NORMAL:
+    case AG_K_MATMUL:
+    case AG_K_CROSS_ENTROPY:
+    case AG_K_CROSS_ENTROPY_BWD:
+    case AG_K_LAYERNORM:
+    case AG_K_LAYERNORM_BWD:
+    case AG_K_EMBEDDING_BWD:
+    case AG_K_DROPOUT:
+    case AG_K_SUMSQ: return fl;
+    case AG_K_UNARY:
+      if (sub < 0 || sub >= AG_UNARY_COUNT) return false;
+      return fl || sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS || sub == AG_U_AFFINE;
+    case AG_K_BINARY:
+      if (sub < 0 || sub >= AG_BINARY_COUNT) return false;
+      return fl || (sub <= AG_B_LT && sub != AG_B_DIV);
+    case AG_K_REDUCE: return sub >= 0 && sub < AG_REDUCE_COUNT;
+    case AG_K_SOFTMAX:
+    case AG_K_SOFTMAX_BWD: return fl && (sub == 0 || sub == 1);
+    case AG_K_ADAMW:
+    case AG_K_SGD: return dt == AG_F32;
+    case AG_K_NONFINITE_CHECK: return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16;
+    default: return false;
+  }
+}

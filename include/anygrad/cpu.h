@@ -1,0 +1,36 @@
+/* CPU backend controls. The CPU backend is built into libanygrad; these
+ * functions tune how its streams execute. */
+#ifndef ANYGRAD_CPU_H
+#define ANYGRAD_CPU_H
+
+#include "anygrad/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ag_cpu_stream_mode {
+  /* Kernels and copies run synchronously on the calling thread; events
+   * complete when recorded. Lowest per-op overhead (the default). */
+  AG_CPU_STREAMS_INLINE = 0,
+  /* One worker thread per stream runs its queue in order; the host returns
+   * at once, so host work (data loading) overlaps CPU compute and two
+   * streams run concurrently. */
+  AG_CPU_STREAMS_THREADED = 1,
+} ag_cpu_stream_mode;
+
+/* Choose how CPU streams execute. The environment variable
+ * AG_CPU_STREAMS=inline|threaded gives the initial mode; this call overrides
+ * it. Valid only before the first CPU stream exists (the default stream is
+ * created by the first use of the CPU device): afterwards it returns
+ * AG_ERR_STATE and changes nothing, unless `mode` equals the current mode.
+ * Errors: AG_ERR_INVALID for an unknown mode. Thread-safe. */
+AG_API ag_status ag_cpu_set_stream_mode(ag_cpu_stream_mode mode);
+
+/* The mode CPU streams use (or will use once created). Thread-safe. */
+AG_API ag_cpu_stream_mode ag_cpu_stream_mode_get(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
