@@ -1,0 +1,257 @@
+/* `anygrad bench`: per-op launch overhead (small tensors, host time per
+ * launch) and throughput (large tensors: GB/s, GFLOP/s for matmul) on every
+ * available backend, as one table, CSV or JSON. The measuring functions are
+ * shared with bench/ops_bench.c through conformance.h. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "anygrad/anygrad.h"
+#include "conformance.h"
+
+double ag_bench_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+ag_bench_opts ag_bench_default_opts(void) {
+  return (ag_bench_opts){.large_numel = 4 << 20, .small_numel = 16, .matmul_n = 512, .reps = 7, .ops = NULL};
+}
+
+enum { K_ADD, K_MUL, K_EXP, K_GELU, K_RELU, K_SUM, K_SOFTMAX, K_CAST, K_CONTIG, K_MATMUL, K_COUNT };
+static const char *const BNAMES[K_COUNT] = {"add", "mul", "exp", "gelu", "relu",
+                                            "sum", "softmax", "cast_f16", "transpose_copy", "matmul"};
+/* bytes moved per element of the large case, f32 operands */
+static const double BYTES_PER_ELEM[K_COUNT] = {12, 12, 8, 8, 8, 4, 8, 6, 8, 0};
+
+static ag_tensor *bench_call(int k, ag_tensor *a, ag_tensor *b) {
+  switch (k) {
+    case K_ADD: return ag_add(a, b);
+    case K_MUL: return ag_mul(a, b);
+    case K_EXP: return ag_exp(a);
+    case K_GELU: return ag_gelu(a);
+    case K_RELU: return ag_relu(a);
+    case K_SUM: return ag_sum(a, 0, NULL, false);
+    case K_SOFTMAX: return ag_softmax(a, -1);
+    case K_CAST: return ag_cast(a, AG_F16);
+    case K_CONTIG: return ag_contiguous(a);
+    default: return ag_matmul(a, b);
+  }
+}
+
+static int cmp_d(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n ? v[n / 2] : 0;
+}
+
+static bool selected(const char *list, const char *name) {
+  if (!list) return true;
+  size_t n = strlen(name);
+  for (const char *p = list; (p = strstr(p, name)); p += n)
+    if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return true;
+  return false;
+}
+
+/* Operands for op k: [n] (softmax: [n/1024, 1024]; transpose copy: a
+ * transposed [rows, 1024] view; matmul: [m, m]). */
+static ag_status operands(ag_device d, int k, int64_t n, int m, ag_tensor **a, ag_tensor **b) {
+  int64_t s1[1] = {n}, s2[2] = {n >= 1024 ? n / 1024 : 1, n >= 1024 ? 1024 : n}, sm[2] = {m, m};
+  if (k == K_MATMUL) {
+    *a = ag_rand(d, AG_F32, 2, sm, -1, 1, NULL);
+    *b = ag_rand(d, AG_F32, 2, sm, -1, 1, NULL);
+  } else if (k == K_SOFTMAX) {
+    *a = ag_rand(d, AG_F32, 2, s2, -1, 1, NULL);
+    *b = NULL;
+  } else if (k == K_CONTIG) {
+    int64_t st[2] = {s2[1], s2[0]};
+    ag_tensor *base = ag_rand(d, AG_F32, 2, st, -1, 1, NULL);
+    *a = base ? ag_transpose(base, 0, 1) : NULL;
+    ag_tensor_release(base);
+    *b = NULL;
+  } else {
+    *a = ag_rand(d, AG_F32, 1, s1, 0.5, 1.5, NULL);
+    *b = ag_rand(d, AG_F32, 1, s1, 0.5, 1.5, NULL);
+  }
+  return *a && (*b || k >= K_EXP) && (k != K_MATMUL || *b) ? AG_OK : ag_last_status();
+}
+
+int ag_bench_device(ag_device d, const ag_bench_opts *o, ag_bench_row *rows, int max_rows) {
+  if (ag_device_synchronize(d) != AG_OK) return -1;
+  char label[24];
+  ag_device_str(d, label, sizeof label);
+  int nr = 0;
+  double *t = malloc(sizeof(double) * (size_t)(o->reps > 0 ? o->reps : 1));
+  if (!t) return -1;
+  for (int k = 0; k < K_COUNT && nr < max_rows; k++) {
+    if (!selected(o->ops, BNAMES[k])) continue;
+    ag_bench_row *r = &rows[nr++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->op, sizeof r->op, "%s", BNAMES[k]);
+    snprintf(r->device, sizeof r->device, "%s", label);
+    snprintf(r->dtype, sizeof r->dtype, "f32");
+    ag_tensor *a, *b;
+    /* small: host time per launch, including the release of the result */
+    if (operands(d, k, o->small_numel, 4, &a, &b) != AG_OK) {
+      r->unsupported = true;
+      ag_error_clear();
+      continue;
+    }
+    const int batch = 2000;
+    bool ok = true;
+    for (int rep = -1; rep < o->reps && ok; rep++) {
+      ag_device_synchronize(d);
+      double t0 = ag_bench_now_ns();
+      for (int i = 0; i < batch; i++) {
+        ag_tensor *y = bench_call(k, a, b);
+        if (!y) {
+          ok = false;
+          break;
+        }
+        ag_tensor_release(y);
+      }
+      double t1 = ag_bench_now_ns();
+      if (rep >= 0) t[rep] = (t1 - t0) / batch;
+    }
+    ag_device_synchronize(d);
+    ag_tensor_release(a);
+    ag_tensor_release(b);
+    if (!ok) {
+      r->unsupported = true;
+      ag_error_clear();
+      continue;
+    }
+    r->overhead_ns = median(t, o->reps);
+    /* large: synchronized time per op */
+    r->numel = k == K_MATMUL ? (int64_t)o->matmul_n * o->matmul_n : o->large_numel;
+    if (operands(d, k, o->large_numel, o->matmul_n, &a, &b) != AG_OK) {
+      ag_error_clear();
+      ag_tensor_release(a);
+      ag_tensor_release(b);
+      continue;
+    }
+    for (int rep = -1; rep < o->reps; rep++) {
+      ag_device_synchronize(d);
+      double t0 = ag_bench_now_ns();
+      ag_tensor *y = bench_call(k, a, b);
+      ag_device_synchronize(d);
+      double t1 = ag_bench_now_ns();
+      ag_tensor_release(y);
+      if (rep >= 0) t[rep] = (t1 - t0) / 1e6;
+    }
+    ag_tensor_release(a);
+    ag_tensor_release(b);
+    r->large_ms = median(t, o->reps);
+    if (k == K_MATMUL) r->gflops = 2.0 * o->matmul_n * o->matmul_n * o->matmul_n / (r->large_ms * 1e6);
+    else r->gbps = BYTES_PER_ELEM[k] * (double)o->large_numel / (r->large_ms * 1e6);
+  }
+  free(t);
+  ag_error_clear();
+  return nr;
+}
+
+static void bench_usage(void) {
+  printf(
+      "usage: anygrad bench [--backend B[,B...]] [--ops a,b] [--numel N] [--matmul N] [--reps R]\n"
+      "                     [--json | --csv]\n\n"
+      "Per op and backend: host time per launch of a %d-element op (median of R batches of\n"
+      "2000 launches, result released each time) and the synchronized time of one op on N\n"
+      "elements (default 4M f32) as GB/s (bytes read + written), or GFLOP/s for an N x N\n"
+      "matmul (default 512). Ops: add,mul,exp,gelu,relu,sum,softmax,cast_f16,transpose_copy,\n"
+      "matmul.\n",
+      16);
+}
+
+int ag_cmd_bench(int argc, char **argv) {
+  ag_bench_opts o = ag_bench_default_opts();
+  const char *backends = NULL;
+  int fmt = 0; /* 0 table, 1 csv, 2 json */
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool has = i + 1 < argc;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      bench_usage();
+      return 0;
+    } else if (!strcmp(a, "--backend") && has) backends = argv[++i];
+    else if (!strcmp(a, "--ops") && has) o.ops = argv[++i];
+    else if (!strcmp(a, "--numel") && has) o.large_numel = strtoll(argv[++i], NULL, 0);
+    else if (!strcmp(a, "--matmul") && has) o.matmul_n = atoi(argv[++i]);
+    else if (!strcmp(a, "--reps") && has) o.reps = atoi(argv[++i]);
+    else if (!strcmp(a, "--csv")) fmt = 1;
+    else if (!strcmp(a, "--json")) fmt = 2;
+    else {
+      fprintf(stderr, "anygrad bench: unknown or incomplete option '%s'\n", a);
+      bench_usage();
+      return 2;
+    }
+  }
+  if (o.reps < 1 || o.large_numel < 1 || o.matmul_n < 1) {
+    fprintf(stderr, "anygrad bench: --reps, --numel and --matmul must be positive\n");
+    return 2;
+  }
+  ag_device devs[16];
+  int nd = 0;
+  if (backends) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", backends);
+    for (char *tok = strtok(buf, ","); tok && nd < 16; tok = strtok(NULL, ",")) {
+      ag_status st = ag_device_parse(tok, &devs[nd]);
+      if (st == AG_OK) nd++;
+      else if (st == AG_ERR_UNAVAILABLE || st == AG_ERR_DEVICE)
+        fprintf(stderr, "anygrad bench: %s: skipped (%s)\n", tok, ag_last_error());
+      else {
+        fprintf(stderr, "anygrad bench: %s\n", ag_last_error());
+        return 2;
+      }
+    }
+  } else {
+    for (int k = 0; k < AG_BACKEND_COUNT; k++) {
+      const char *why = NULL;
+      if (ag_backend_available((ag_backend_kind)k, &why)) devs[nd++] = (ag_device){(int16_t)k, 0};
+      else fprintf(stderr, "anygrad bench: %s: skipped (%s)\n", ag_backend_name((ag_backend_kind)k), why ? why : "unavailable");
+    }
+  }
+  ag_bench_row rows[16 * 16];
+  int n = 0, rc = 0;
+  for (int i = 0; i < nd; i++) {
+    int got = ag_bench_device(devs[i], &o, rows + n, 16);
+    if (got < 0) {
+      fprintf(stderr, "anygrad bench: %s\n", ag_last_error());
+      rc = 1;
+      continue;
+    }
+    n += got;
+  }
+  if (fmt == 1) {
+    printf("op,device,dtype,numel,overhead_ns,large_ms,gbps,gflops,unsupported\n");
+    for (int i = 0; i < n; i++)
+      printf("%s,%s,%s,%lld,%.1f,%.4f,%.2f,%.2f,%d\n", rows[i].op, rows[i].device, rows[i].dtype,
+             (long long)rows[i].numel, rows[i].overhead_ns, rows[i].large_ms, rows[i].gbps, rows[i].gflops,
+             rows[i].unsupported);
+  } else if (fmt == 2) {
+    printf("[\n");
+    for (int i = 0; i < n; i++)
+      printf("  {\"op\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", \"numel\": %lld, \"overhead_ns\": %.1f, "
+             "\"large_ms\": %.4f, \"gbps\": %.2f, \"gflops\": %.2f, \"unsupported\": %s}%s\n",
+             rows[i].op, rows[i].device, rows[i].dtype, (long long)rows[i].numel, rows[i].overhead_ns,
+             rows[i].large_ms, rows[i].gbps, rows[i].gflops, rows[i].unsupported ? "true" : "false",
+             i + 1 < n ? "," : "");
+    printf("]\n");
+  } else {
+    printf("%-15s %-10s %12s %12s %10s %10s\n", "op", "device", "launch ns", "large ms", "GB/s", "GFLOP/s");
+    for (int i = 0; i < n; i++) {
+      if (rows[i].unsupported) {
+        printf("%-15s %-10s %12s\n", rows[i].op, rows[i].device, "unsupported");
+        continue;
+      }
+      printf("%-15s %-10s %12.0f %12.3f %10.2f %10.2f\n", rows[i].op, rows[i].device, rows[i].overhead_ns,
+             rows[i].large_ms, rows[i].gbps, rows[i].gflops);
+    }
+  }
+  return rc;
+}
