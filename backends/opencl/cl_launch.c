@@ -171,6 +171,7 @@ static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
   KA(&a, cl_int, c->sub);
   KA(&a, cl_float, c->s[0]);
   KA(&a, cl_long, (int64_t)c->s[0]);
+  KA(&a, cl_int, c->s[0] == (double)(int32_t)c->s[0]);
   KA(&a, cl_long, n);
   KA(&a, cl_int, nd);
   KA(&a, clb_ew_meta, m);
@@ -416,13 +417,18 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   return ka_run(&a, (size_t)cols, 0);
 }
 
+static int64_t pick(int64_t v, int64_t dflt) { return v > 0 ? v : dflt; }
+
 static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t n = c->i[0], d = c->i[1], v = c->i[2];
+  const ag_koperand *tab = &c->o[1];
+  int64_t n = pick(c->i[0], numel(&c->o[2]));
+  int64_t d = pick(c->i[1], tab->ndim > 1 ? tab->shape[1] : 1);
+  int64_t v = pick(c->i[2], tab->ndim ? tab->shape[0] : 0);
   if (!n || !d) return AG_OK;
   kargs a = ka_begin(s, CLK_EMB);
   KBUF(&a, &c->o[0]);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
+  KBUF(&a, tab);
+  KA(&a, cl_int, (int)dsize(tab->dtype));
   KBUF(&a, &c->o[2]);
   KA(&a, cl_long, n);
   KA(&a, cl_long, d);
@@ -434,16 +440,21 @@ static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c) {
 
 static ag_status run_embedding_bwd(ag_bstream *s, const ag_kernel_call *c) {
   const ag_koperand *t = &c->o[0];
-  int64_t v = t->shape[0], d = t->ndim > 1 ? t->shape[1] : 1, n = numel(&c->o[2]);
+  int64_t n = pick(c->i[0], numel(&c->o[2]));
+  int64_t d = pick(c->i[1], t->ndim > 1 ? t->shape[1] : 1);
+  int64_t v = pick(c->i[2], t->ndim ? t->shape[0] : 0);
   if (!n || !d) return AG_OK;
   kargs a = ka_begin(s, CLK_EMB_BWD);
   KBUF(&a, t);
+  KA(&a, cl_int, t->dtype);
   KBUF(&a, &c->o[1]);
   KA(&a, cl_int, c->o[1].dtype);
   KBUF(&a, &c->o[2]);
   KA(&a, cl_long, n);
   KA(&a, cl_long, d);
   KA(&a, cl_long, v);
+  KA(&a, cl_mem, s->err);
+  s->err_armed = true;
   return ka_run(&a, (size_t)d, 0);
 }
 
@@ -465,7 +476,13 @@ static ag_status run_optim(ag_bstream *s, const ag_kernel_call *c) {
     }
     KA(&a, cl_long, n);
     if (adam) {
-      for (int j = 0; j < 7; j++) KA(&a, cl_float, c->s[j]);
+      /* Folded in f64 on the host exactly as the CPU backend folds them. */
+      KA(&a, cl_float, c->s[1]);
+      KA(&a, cl_float, c->s[2]);
+      KA(&a, cl_float, c->s[3]);
+      KA(&a, cl_float, 1.0 - c->s[0] * c->s[4]);
+      KA(&a, cl_float, c->s[0] / c->s[5]);
+      KA(&a, cl_float, 1.0 / sqrt(c->s[6]));
     } else {
       for (int j = 0; j < 4; j++) KA(&a, cl_float, c->s[j]);
       KA(&a, cl_int, c->s[4] != 0);
@@ -675,7 +692,8 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
   switch (op) {
     case AG_K_FILL:
     case AG_K_ARANGE:
-    case AG_K_WHERE: return fl || i32;
+    case AG_K_WHERE:
+    case AG_K_EMBEDDING: return fl || i32;
     case AG_K_UNARY:
       if (sub < 0 || sub >= AG_UNARY_COUNT) return false;
       return fl || (i32 && (sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS ||
@@ -693,7 +711,6 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_CROSS_ENTROPY_BWD:
     case AG_K_LAYERNORM:
     case AG_K_LAYERNORM_BWD:
-    case AG_K_EMBEDDING:
     case AG_K_EMBEDDING_BWD:
     case AG_K_DROPOUT:
     case AG_K_NONFINITE_CHECK:

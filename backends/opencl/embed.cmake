@@ -1,5 +1,6 @@
 # Joins the OpenCL kernel sources (in the given order) into a C source file
-# defining clb_kernel_source. Run at build time: cmake -DOUT=.. -DSOURCES=a;b -P
+# defining clb_kernel_source. Run at build time: cmake -DOUT=.. -DSOURCES=a|b -P
+string(REPLACE "|" ";" SOURCES "${SOURCES}")
 set(_hex "")
 foreach(_f ${SOURCES})
   file(READ ${_f} _h HEX)

@@ -11,7 +11,7 @@ float unary_f(int op, float x, float s0, float s1) {
     case 4: return sqrt(x);
     case 5: return rsqrt(x);
     case 6: return fabs(x);
-    case 7: return x > 0.0f ? x : 0.0f;
+    case 7: return x < 0.0f ? 0.0f : x; /* NaN passes, as torch.relu */
     case 8: return 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
     case 9: return x / (1.0f + exp(-x));
     case 10: return 1.0f / (1.0f + exp(-x));
@@ -24,11 +24,15 @@ float unary_f(int op, float x, float s0, float s1) {
   return NAN;
 }
 
+/* i32 arithmetic wraps (two's complement) like the CPU backend; AFFINE
+ * saturates. */
+int sat_i32(long v) { return v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v; }
+
 int unary_i(int op, int x, long s0, long s1) {
   switch (op) {
-    case 1: return -x;
-    case 6: return x < 0 ? -x : x;
-    case 13: return (int)((long)x * s0 + s1);
+    case 1: return (int)(0u - (uint)x);
+    case 6: return x < 0 ? (int)(0u - (uint)x) : x;
+    case 13: return sat_i32((long)x * s0 + s1);
     default: return x;
   }
 }
@@ -41,7 +45,13 @@ __kernel void ag_unary(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int 
   if (i >= n) return;
   long off[2];
   ew_offsets(i, nd, &m, 2, off);
-  if (odt == DT_I32) {
+  if (op == 0 && odt == xdt) {
+    /* Same-dtype copies move bits, so NaN payloads and large ints survive. */
+    if (odt == DT_F16 || odt == DT_BF16)
+      ((__global ushort *)(o + oo))[off[0]] = ((const __global ushort *)(x + xo))[off[1]];
+    else
+      ((__global uint *)(o + oo))[off[0]] = ((const __global uint *)(x + xo))[off[1]];
+  } else if (odt == DT_I32) {
     int v = ldi(x, xo, off[1], xdt);
     if (op == 13 && !sint)
       v = convert_int_sat_rtz((float)v * s0 + s1);
@@ -84,9 +94,9 @@ float binary_f(int op, float a, float b, float s0) {
 
 int binary_i(int op, int a, int b, long s0) {
   switch (op) {
-    case 0: return (int)(a + s0 * b);
-    case 1: return a - b;
-    case 2: return a * b;
+    case 0: return (int)((uint)a + (uint)s0 * (uint)b);
+    case 1: return (int)((uint)a - (uint)b);
+    case 2: return (int)((uint)a * (uint)b);
     case 4: return max(a, b);
     case 5: return min(a, b);
     case 6: return a == b;
@@ -97,12 +107,14 @@ int binary_i(int op, int a, int b, long s0) {
 }
 
 __kernel void ag_binary(gbuf *o, ulong oo, const gbuf *a, ulong ao, const gbuf *b, ulong bo,
-                        int dt, int op, float s0, long is0, long n, int nd, ew_meta m) {
+                        int dt, int op, float s0, long is0, int sint, long n, int nd, ew_meta m) {
   long i = get_global_id(0);
   if (i >= n) return;
   long off[3];
   ew_offsets(i, nd, &m, 3, off);
-  if (dt == DT_I32)
+  if (dt == DT_I32 && op == 0 && !sint)
+    sti(o, oo, off[0], convert_int_sat_rtz((float)ldi(a, ao, off[1], dt) + s0 * (float)ldi(b, bo, off[2], dt)));
+  else if (dt == DT_I32)
     sti(o, oo, off[0], binary_i(op, ldi(a, ao, off[1], dt), ldi(b, bo, off[2], dt), is0));
   else
     stf(o, oo, off[0], dt, binary_f(op, ldf(a, ao, off[1], dt), ldf(b, bo, off[2], dt), s0));

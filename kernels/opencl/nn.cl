@@ -39,6 +39,7 @@ __kernel void ag_softmax_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, con
 #define KOP_CROSS_ENTROPY 11
 #define KOP_CROSS_ENTROPY_BWD 12
 #define KOP_EMBEDDING 15
+#define KOP_EMBEDDING_BWD 16
 
 __kernel void ag_cross_entropy(gbuf *loss, ulong lo, const gbuf *x, ulong xo, int dt,
                                const gbuf *tg, ulong to, long cols, int ignore,
@@ -159,29 +160,36 @@ __kernel void ag_layernorm_bwd_wb(gbuf *dw, ulong dwo, gbuf *db, ulong dbo, cons
   if (db) stf(db, dbo, j, DT_F32, sb);
 }
 
-__kernel void ag_embedding(gbuf *o, ulong oo, const gbuf *tab, ulong tbo, int dt, const gbuf *ix,
+/* Rows are copied as bits (esz bytes per element), so every dtype is exact. */
+__kernel void ag_embedding(gbuf *o, ulong oo, const gbuf *tab, ulong tbo, int esz, const gbuf *ix,
                            ulong ixo, long n, long d, long v, __global int *err) {
   long i = get_global_id(0);
   if (i >= n * d) return;
   long row = i / d, col = i % d;
   int t = ((const __global int *)(ix + ixo))[row];
-  if (t < 0 || t >= v) {
-    stf(o, oo, i, dt, 0.0f);
-    if (col == 0) set_error(err, 8, KOP_EMBEDDING, t, v);
-    return;
-  }
-  stf(o, oo, i, dt, ldf(tab, tbo, (long)t * d + col, dt));
+  bool bad = t < 0 || t >= v;
+  if (bad && col == 0) set_error(err, 8, KOP_EMBEDDING, t, v);
+  long src = (long)t * d + col;
+  if (esz == 2)
+    ((__global ushort *)(o + oo))[i] = bad ? 0 : ((const __global ushort *)(tab + tbo))[src];
+  else
+    ((__global uint *)(o + oo))[i] = bad ? 0 : ((const __global uint *)(tab + tbo))[src];
 }
 
 /* One work-item per column walks the indices in order: duplicates need no
  * atomics and the sum order equals the CPU's. */
-__kernel void ag_embedding_bwd(gbuf *dt_, ulong dto, const gbuf *dout, ulong doo, int dt,
-                               const gbuf *ix, ulong ixo, long n, long d, long v) {
+__kernel void ag_embedding_bwd(gbuf *tab, ulong to, int tdt, const gbuf *dout, ulong doo, int dt,
+                               const gbuf *ix, ulong ixo, long n, long d, long v,
+                               __global int *err) {
   long col = get_global_id(0);
   if (col >= d) return;
-  __global float *tab = (__global float *)(dt_ + dto);
   for (long r = 0; r < n; r++) {
     int t = ((const __global int *)(ix + ixo))[r];
-    if (t >= 0 && t < v) tab[(long)t * d + col] += ldf(dout, doo, r * d + col, dt);
+    if (t >= 0 && t < v) {
+      long k = (long)t * d + col;
+      stf(tab, to, k, tdt, ldf(tab, to, k, tdt) + ldf(dout, doo, r * d + col, dt));
+    } else if (col == 0) {
+      set_error(err, 8, KOP_EMBEDDING_BWD, t, v);
+    }
   }
 }

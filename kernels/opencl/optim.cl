@@ -8,19 +8,18 @@
 float opt_scalar(const gbuf *b, ulong o, float dflt) { return b ? ((const __global float *)(b + o))[0] : dflt; }
 
 __kernel void ag_adamw(gbuf *pb, ulong po, gbuf *gb, ulong go, gbuf *mb, ulong mo, gbuf *vb,
-                       ulong vo, long n, float lr, float b1, float b2, float eps, float wd,
-                       float bc1, float bc2, const gbuf *sc, ulong sco, const gbuf *fi,
+                       ulong vo, long n, float b1, float b2, float eps, float decay,
+                       float step, float rbc2, const gbuf *sc, ulong sco, const gbuf *fi,
                        ulong fio) {
   long i = get_global_id(0);
   if (i >= n || opt_scalar(fi, fio, 0.0f) != 0.0f) return;
   __global float *p = FP(pb, po), *m = FP(mb, mo), *v = FP(vb, vo);
   float gr = FP(gb, go)[i] * opt_scalar(sc, sco, 1.0f);
-  float pr = p[i] * (1.0f - lr * wd);
   float mm = b1 * m[i] + (1.0f - b1) * gr;
   float vv = b2 * v[i] + (1.0f - b2) * gr * gr;
   m[i] = mm;
   v[i] = vv;
-  p[i] = pr - (lr / bc1) * mm / (sqrt(vv) / sqrt(bc2) + eps);
+  p[i] = p[i] * decay - step * mm / (sqrt(vv) * rbc2 + eps);
 }
 
 __kernel void ag_sgd(gbuf *pb, ulong po, gbuf *gb, ulong go, gbuf *bb, ulong bo, long n, float lr,
@@ -31,7 +30,7 @@ __kernel void ag_sgd(gbuf *pb, ulong po, gbuf *gb, ulong go, gbuf *bb, ulong bo,
   __global float *p = FP(pb, po);
   float gr = FP(gb, go)[i] * opt_scalar(sc, sco, 1.0f);
   if (wd != 0.0f) gr += wd * p[i];
-  if (bb) {
+  if (bb && mom != 0.0f) {
     __global float *buf = FP(bb, bo);
     float b = first ? gr : mom * buf[i] + (1.0f - damp) * gr;
     buf[i] = b;
