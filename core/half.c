@@ -54,7 +54,8 @@ float ag_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t e = (h >> 10) & 0x1fu;
   uint32_t m = h & 0x3ffu;
-  if (e == 0x1f) return u2f(sign | 0x7f800000u | (m << 13));
+  if (e == 0x1f) /* NaN comes back quiet, as vcvtph2ps returns it */
+    return u2f(sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0));
   if (e == 0) {
     if (m == 0) return u2f(sign);
     /* Subnormal: normalise the significand into an f32 normal. */
