@@ -122,6 +122,8 @@ AG_HIDDEN ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, cons
 /* New tensor header sharing t's storage with the given layout. */
 AG_HIDDEN ag_tensor *ag__tensor_view(ag_tensor *t, int ndim, const int64_t *shape,
                                      const int64_t *strides, int64_t offset);
+/* New reference viewing all of t (identity view on the tape). */
+AG_HIDDEN ag_tensor *ag__alias(ag_tensor *t);
 AG_HIDDEN void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides);
 AG_HIDDEN void ag__operand(ag_koperand *o, const ag_tensor *t);
 static inline ag_devstate *ag__ds(const ag_tensor *t) { return t->st->ds; }

@@ -708,7 +708,7 @@ ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, ag_reduction 
   ag_tensor *out = NULL, *cnt = NULL;
   if (st == AG_OK) {
     if (reduction == AG_REDUCTION_NONE) {
-      out = logits->ndim == 1 ? ag_reshape(rows, 0, NULL) : ag_tensor_retain(rows);
+      out = logits->ndim == 1 ? ag_reshape(rows, 0, NULL) : ag__alias(rows);
     } else {
       ag_tensor *sum = ag_sum(rows, 0, NULL, false);
       if (reduction == AG_REDUCTION_SUM) {
@@ -760,7 +760,7 @@ ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
   ag_no_grad_begin();
   ag_tensor *diff = ag_sub(a, b);
   ag_tensor *sq = ag_mul(diff, diff);
-  ag_tensor *out = reduction == AG_REDUCTION_NONE ? ag_tensor_retain(sq)
+  ag_tensor *out = reduction == AG_REDUCTION_NONE ? ag__alias(sq)
                    : reduction == AG_REDUCTION_SUM ? ag_sum(sq, 0, NULL, false)
                                                    : ag_mean(sq, 0, NULL, false);
   ag_grad_mode_end();
@@ -964,7 +964,7 @@ ag_tensor *ag_dropout(ag_tensor *a, double p, bool train, ag_generator *g) {
     ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
     return NULL;
   }
-  if (!train || p == 0) return ag_tensor_retain(a);
+  if (!train || p == 0) return ag__alias(a);
   ag_devstate *ds = ag__ds(a);
   if (!ag__supported(ds, AG_K_DROPOUT, 0, a->dtype, name)) return NULL;
   ag_tensor *src = raw_contiguous(a);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../backends/cpu/cpu_backend.h"
 #include "internal.h"
@@ -49,11 +50,15 @@ static bool backend_enabled(const char *name) {
 static void *try_open(const char *dir, const char *file, char *err, size_t errlen) {
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/%s", dir, file);
+  if (access(path, F_OK) != 0) {
+    if (!err[0]) snprintf(err, errlen, "not found in %s (backend not built)", dir);
+    return NULL;
+  }
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char *m = dlerror();
     /* Prefer a message about a present-but-broken module over "not found". */
-    if (m && (!err[0] || !strstr(m, "No such file"))) snprintf(err, errlen, "%s", m);
+    if (m) snprintf(err, errlen, "failed to load: %s", m);
   }
   return h;
 }
@@ -79,14 +84,13 @@ static void load_module(ag_backend_kind kind) {
   if (!h) {
     Dl_info info;
     if (dladdr((void *)&ag_backend_name, &info) && info.dli_fname) {
-      char self[PATH_MAX];
-      snprintf(self, sizeof self, "%s", info.dli_fname);
+      char self[PATH_MAX], real[PATH_MAX];
+      snprintf(self, sizeof self, "%s", realpath(info.dli_fname, real) ? real : info.dli_fname);
       h = try_open(dirname(self), file, err, sizeof err);
     }
   }
   if (!h) {
-    snprintf(sl->reason, sizeof sl->reason, "%s not loaded: %s", file,
-             err[0] ? err : "module not built");
+    snprintf(sl->reason, sizeof sl->reason, "%s %s", file, err[0] ? err : "not found (backend not built)");
     return;
   }
   ag_backend_module_get_fn get = (ag_backend_module_get_fn)dlsym(h, AG_BACKEND_MODULE_SYMBOL);

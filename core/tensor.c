@@ -845,9 +845,18 @@ static ag_status launch_copy(ag_tensor *dst, const ag_koperand *src, const char 
   return ag__launch(ds, &c);
 }
 
+/* A new header over t's storage with t's layout. Ops that may return their
+ * input unchanged return this instead, so every returned tensor is a fresh
+ * reference that a scope can own. */
+ag_tensor *ag__alias(ag_tensor *t) {
+  ag_tensor *r = ag__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+  ag_gparams p = shape_params(t);
+  return record_view(r, t, AG_G_VIEW, &p);
+}
+
 ag_tensor *ag_contiguous(ag_tensor *t) {
   if (!t) return NULL;
-  if (ag_tensor_is_contiguous(t)) return ag_tensor_retain(t);
+  if (ag_tensor_is_contiguous(t)) return ag__alias(t);
   ag_tensor *r = ag__tensor_new(ag__ds(t), t->dtype, t->ndim, t->shape);
   if (!r) return NULL;
   ag_koperand src;
@@ -867,7 +876,7 @@ ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt) {
     ag_error_set(AG_ERR_DTYPE, "ag_cast: invalid dtype %d", (int)dt);
     return NULL;
   }
-  if (dt == t->dtype) return ag_tensor_retain(t);
+  if (dt == t->dtype) return ag__alias(t);
   ag_tensor *r = ag__tensor_new(ag__ds(t), dt, t->ndim, t->shape);
   if (!r) return NULL;
   ag_koperand src;
@@ -931,7 +940,7 @@ ag_tensor *ag_to_device(ag_tensor *t, ag_device d) {
   ag_devstate *dst_ds = ag__devstate(d);
   if (!dst_ds) return NULL;
   ag_devstate *src_ds = ag__ds(t);
-  if (dst_ds == src_ds) return ag_tensor_retain(t);
+  if (dst_ds == src_ds) return ag__alias(t);
   if (t->dtype == AG_F64 && !dst_ds->be->supports(dst_ds->ord, AG_K_UNARY, AG_U_COPY, AG_F64)) {
     ag_error_set(AG_ERR_UNSUPPORTED, "ag_to_device: f64 is not supported on %s", dst_ds->label);
     return NULL;

@@ -103,8 +103,8 @@ AG_API ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices);
 AG_API ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim);
 
 /* Zero each element with probability p and scale the rest by 1/(1-p), with
- * a mask drawn from g (NULL: default generator). train=false returns a
- * retained. Deterministic for a given generator state on every backend. */
+ * a mask drawn from g (NULL: default generator). train=false (or p = 0)
+ * returns a view of a. Deterministic for a given generator state on every backend. */
 AG_API ag_tensor *ag_dropout(ag_tensor *a, double p, bool train, ag_generator *g);
 
 #ifdef __cplusplus

@@ -114,10 +114,13 @@ AG_API char *ag_tensor_describe(const ag_tensor *t, char *buf, size_t len);
 /* ---- lifetime ---- */
 
 /* Add a reference; returns t. The caller owns the new reference (it is not
- * placed in any scope). */
+ * placed in any scope) and drops it with ag_tensor_release, normally after
+ * the scope that owns t has ended (to hold t beyond its scope; ag_tensor_keep
+ * is the simpler way). */
 AG_API ag_tensor *ag_tensor_retain(ag_tensor *t);
-/* Drop a reference the caller owns (NULL ignored). Releasing a reference
- * that a scope owns removes it from the scope. */
+/* Drop a reference (NULL ignored). For a tensor a scope owns, this drops the
+ * scope's reference early and removes it from the scope: library code can
+ * free intermediates as it goes even when its caller has a scope open. */
 AG_API void ag_tensor_release(ag_tensor *t);
 
 /* Open a scope on this thread. Scopes nest. */
@@ -147,16 +150,17 @@ AG_API ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, in
 AG_API ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape);
 AG_API ag_tensor *ag_unsqueeze(ag_tensor *t, int dim);
 AG_API ag_tensor *ag_squeeze(ag_tensor *t, int dim);
-/* t itself (retained) if contiguous, else a contiguous copy. */
+/* A contiguous tensor with t's values: a view of t when t is already
+ * contiguous, else a copy. Always a new reference. */
 AG_API ag_tensor *ag_contiguous(ag_tensor *t);
 
 /* ---- copies ---- */
 
-/* New tensor of dtype dt (round-to-nearest-even into f16/bf16). Returns t
- * retained when dt equals t's dtype. */
+/* New tensor of dtype dt (round-to-nearest-even into f16/bf16); a view of t
+ * when dt is t's dtype. */
 AG_API ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt);
-/* New tensor on device d (a contiguous copy). Returns t retained when d is
- * t's device. Asynchronous on both devices' current streams except when the
+/* New tensor on device d (a contiguous copy); a view of t when d is t's
+ * device. Asynchronous on both devices' current streams except when the
  * host must stage the data (documented in docs/streams.md). */
 AG_API ag_tensor *ag_to_device(ag_tensor *t, ag_device d);
 /* Copy src into dst (same shape after broadcasting src; dtypes may differ;
