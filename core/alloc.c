@@ -27,10 +27,10 @@
 enum { POOL_SMALL = 0, POOL_LARGE = 1 };
 enum { B_FREE = 0, B_ALLOC = 1, B_PENDING = 2 };
 enum {
-  T_ALLOC, T_FREE_REQUESTED, T_FREE_COMPLETED, T_SEGMENT_ALLOC, T_SEGMENT_FREE, T_SEGMENT_MAP,
+  T_ALLOC, T_FREE, T_FREE_REQUESTED, T_FREE_COMPLETED, T_SEGMENT_ALLOC, T_SEGMENT_FREE, T_SEGMENT_MAP,
   T_SEGMENT_UNMAP, T_OOM, T_EMPTY_CACHE
 };
-static const char *const k_trace_names[] = {"alloc",       "free_requested", "free_completed",
+static const char *const k_trace_names[] = {"alloc", "free", "free_requested", "free_completed",
                                             "segment_alloc", "segment_free", "segment_map",
                                             "segment_unmap", "oom",          "empty_cache"};
 
@@ -125,6 +125,7 @@ struct ag_allocator {
   trace_ev *ring;
   size_t ring_cap, ring_head, ring_n;
   uint64_t seq;
+  uint64_t stamp0, ns0; /* reference point for trace timestamps */
   char be_msg[256]; /* the backend's message for the last failed raw allocation */
 };
 
@@ -297,12 +298,24 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Trace timestamps: a clock read per event would double the cost of a cached
+ * alloc+free pair, so x86 records the cycle counter and the snapshot maps it
+ * to CLOCK_MONOTONIC nanoseconds by two reference points. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+static inline uint64_t stamp(void) { return __rdtsc(); }
+#define AG_STAMP_IS_TSC 1
+#else
+static inline uint64_t stamp(void) { return now_ns(); }
+#define AG_STAMP_IS_TSC 0
+#endif
+
 static void trace(ag_allocator *a, int action, const seg *sg, size_t offset, size_t size,
                   const ag_stream *s, int cat) {
   if (!a->ring_cap) return;
   trace_ev *e = &a->ring[a->ring_head];
   e->seq = a->seq++;
-  e->t_ns = now_ns();
+  e->t_ns = stamp();
   e->seg_id = sg ? sg->id : 0;
   e->offset = offset;
   e->size = size;
@@ -850,7 +863,9 @@ static ag_status oom_error(ag_allocator *a, size_t bytes, const char *why, const
     fmt_bytes(c, sizeof c, (double)a->cap);
     snprintf(s_cap, sizeof s_cap, " (capped at %s)", c);
   }
-  const char *hint = (resv - alloc) > bytes / 2 || (resv - alloc) > ((size_t)64 << 20)
+  /* Fragmentation is the likely cause when the cached but unusable memory
+   * alone would have held the request. */
+  const char *hint = resv - alloc >= bytes
                          ? (a->cfg.expandable
                                 ? "memory is fragmented: free tensors or reduce the batch size"
                                 : "memory is fragmented: try AG_ALLOC_CONF=expandable_segments:1, "
@@ -897,6 +912,8 @@ struct ag_allocator *ag__allocator_create(ag_devstate *ds) {
       if (be->mem_info(ds->ord, &fr, &total) == AG_OK) a->cap = (size_t)(a->cfg.fraction * (double)total);
     }
   }
+  a->stamp0 = stamp();
+  a->ns0 = now_ns();
   pthread_mutex_init(&a->mu, NULL);
   return a;
 }
@@ -1011,16 +1028,17 @@ void ag__free(ag_block *b) {
   stat_pool(a->st.requested_bytes, pool, -(int64_t)b->requested);
   stat_add(&a->st.category_bytes[b->category], -(int64_t)b->size);
   if (b->oversize) stat_add(&a->st.oversize_allocations, -1);
-  trace(a, T_FREE_REQUESTED, b->seg, b->offset, b->size, b->stream, b->category);
   if (b->seg->bypass) {
+    trace(a, T_FREE, b->seg, b->offset, b->size, b->stream, b->category);
     stat_pool(a->st.active, pool, -1);
     stat_pool(a->st.active_bytes, pool, -(int64_t)b->size);
     b->seg->first = b; /* seg_release recycles the block */
     seg_release(a, b->seg);
   } else if (b->n_uses) {
+    trace(a, T_FREE_REQUESTED, b->seg, b->offset, b->size, b->stream, b->category);
     free_with_events(a, b);
   } else {
-    trace(a, T_FREE_COMPLETED, b->seg, b->offset, b->size, b->stream, b->category);
+    trace(a, T_FREE, b->seg, b->offset, b->size, b->stream, b->category);
     free_block(a, b);
   }
   pthread_mutex_unlock(&a->mu);
@@ -1320,12 +1338,19 @@ ag_status ag__alloc_snapshot(ag_allocator *a, FILE *f) {
     fprintf(f, "]}");
   }
   fprintf(f, "],\n\"trace\":[");
+  /* Map recorded stamps to nanoseconds of CLOCK_MONOTONIC. */
+  uint64_t st1 = stamp(), ns1 = now_ns();
+  double per = st1 > a->stamp0 ? (double)(ns1 - a->ns0) / (double)(st1 - a->stamp0) : 1.0;
+  if (!AG_STAMP_IS_TSC) per = 1.0;
   size_t start = (a->ring_head + a->ring_cap - a->ring_n) % (a->ring_cap ? a->ring_cap : 1);
   for (size_t k = 0; k < a->ring_n; k++) {
     const trace_ev *e = &a->ring[(start + k) % a->ring_cap];
     fprintf(f, "%s\n{\"seq\":%" PRIu64 ",\"time_ns\":%" PRIu64 ",\"action\":\"%s\",\"segment\":%" PRIu64
                ",\"offset\":%zu,\"size\":%zu,\"stream\":%u,\"category\":\"%s\"}",
-            k ? "," : "", e->seq, e->t_ns, k_trace_names[e->action], e->seg_id, e->offset, e->size,
+            k ? "," : "", e->seq,
+            AG_STAMP_IS_TSC ? a->ns0 + (uint64_t)((double)(int64_t)(e->t_ns - a->stamp0) * per)
+                            : e->t_ns,
+            k_trace_names[e->action], e->seg_id, e->offset, e->size,
             e->stream, ag_mem_category_name((ag_mem_category)e->category));
   }
   fprintf(f, "]}\n");

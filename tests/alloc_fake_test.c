@@ -641,6 +641,11 @@ static void test_summary_and_snapshot(void **state) {
   ag_mem_category_pop();
   ag_block *b = alloc_on(d, &d->s1, 1000);
   ag__free(b);
+  ag_block *c = alloc0(d, 1000); /* used on stream 1: freed when its event completes */
+  ag__block_record_stream(c, &d->s1);
+  ag__free(c);
+  atomic_store(&d->b1.done, atomic_load(&d->b1.queued));
+  ag__free(alloc0(d, 1000));
   char buf[16384];
   ag__alloc_summary(d->ds.alloc, buf, sizeof buf);
   assert_non_null(strstr(buf, "Allocated memory"));
@@ -665,8 +670,18 @@ static void test_summary_and_snapshot(void **state) {
   assert_non_null(strstr(js, "\"requested_size\":5242880"));
   assert_non_null(strstr(js, "\"category\":\"parameters\",\"state\":\"active_allocated\""));
   assert_non_null(strstr(js, "\"action\":\"segment_alloc\""));
-  assert_non_null(strstr(js, "\"action\":\"free_completed\""));
+  assert_non_null(strstr(js, "\"action\":\"free\""));
   assert_non_null(strstr(js, "\"stream\":1"));
+  const char *rq = strstr(js, "\"action\":\"free_requested\"");
+  assert_non_null(rq);
+  assert_non_null(strstr(rq, "\"action\":\"free_completed\"")); /* in order */
+  /* timestamps are nanoseconds and never go backwards */
+  unsigned long long last = 0;
+  for (const char *p = js; (p = strstr(p, "\"time_ns\":")); p++) {
+    unsigned long long v = strtoull(p + 10, NULL, 10);
+    assert_true(v + 1000 >= last); /* tolerate rounding of the cycle-counter mapping */
+    last = v;
+  }
   free(js);
   /* The ring is bounded: only the newest entries remain. */
   assert_int_equal(ag__alloc_configure(d->ds.alloc, "trace_max_entries:8"), AG_OK);
