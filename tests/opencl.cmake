@@ -1,0 +1,11 @@
+# OpenCL backend: the vtable driven directly through the dlopened module.
+# Skips (does not fail) on machines without an OpenCL device.
+if(TARGET anygrad-opencl)
+  add_executable(opencl_test ${CMAKE_CURRENT_SOURCE_DIR}/opencl_test.c)
+  target_include_directories(opencl_test PRIVATE ${AG_CMOCKA_INCLUDE})
+  target_compile_definitions(opencl_test PRIVATE AG_OPENCL_MODULE="$<TARGET_FILE:anygrad-opencl>")
+  target_link_libraries(opencl_test PRIVATE anygrad ${AG_CMOCKA_LIB} ${CMAKE_DL_LIBS} m)
+  add_dependencies(opencl_test anygrad-opencl)
+  add_test(NAME opencl COMMAND opencl_test)
+  set_tests_properties(opencl PROPERTIES TIMEOUT 600 LABELS opencl)
+endif()
