@@ -1,0 +1,18 @@
+# Conformance: the op engine of tools/conformance.c run per backend, and the
+# `anygrad check` command as CI runs it.
+set(AG_CONF_SRC ${CMAKE_SOURCE_DIR}/tools/conformance.c)
+
+add_executable(ops_test ${CMAKE_CURRENT_SOURCE_DIR}/ops_test.c ${AG_CONF_SRC})
+target_include_directories(ops_test PRIVATE ${AG_CMOCKA_INCLUDE} ${CMAKE_SOURCE_DIR}/tools)
+target_link_libraries(ops_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
+add_test(NAME ops_cpu COMMAND ops_test cpu)
+add_test(NAME ops_opencl COMMAND ops_test opencl)
+set_tests_properties(ops_cpu ops_opencl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
+
+add_test(NAME check_cpu COMMAND $<TARGET_FILE:anygrad-cli> check --backend cpu)
+set_tests_properties(check_cpu PROPERTIES TIMEOUT 600)
+if("opencl" IN_LIST AG_BUILT_BACKENDS)
+  # An absent OpenCL device is listed as skipped and the command exits 0.
+  add_test(NAME check_opencl COMMAND $<TARGET_FILE:anygrad-cli> check --backend opencl:0)
+  set_tests_properties(check_opencl PROPERTIES TIMEOUT 600)
+endif()
