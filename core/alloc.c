@@ -866,7 +866,7 @@ static ag_status oom_error(ag_allocator *a, size_t bytes, const char *why, const
   /* Fragmentation is the likely cause when the cached but unusable memory
    * alone would have held the request. */
   const char *hint = resv - alloc >= bytes
-                         ? (a->cfg.expandable
+                         ? (a->cfg.expandable || !a->vm_ok
                                 ? "memory is fragmented: free tensors or reduce the batch size"
                                 : "memory is fragmented: try AG_ALLOC_CONF=expandable_segments:1, "
                                   "or reduce the batch size")
@@ -989,7 +989,10 @@ ag_status ag__alloc(ag_devstate *ds, size_t bytes, ag_stream *s, ag_mem_category
         /* One retry after returning the cache (syncs once, counted, when
          * there is something to return); a transient failure retries too. */
         release_cached(a, &st);
-        if (st != AG_OK) break;
+        if (st != AG_OK) {
+          why = "the cache could not be released: its host sync was refused";
+          break;
+        }
         a->st.num_alloc_retries++;
         b = find_free(a, pool, s, size);
         if (b) break;
