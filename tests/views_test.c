@@ -1,0 +1,141 @@
+/* Views share storage and carry the right shapes and strides; scopes and
+ * reference counts return ag_live_tensors() to where it started. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+
+static ag_tensor *iota(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  ag_tensor *a = ag_arange(AG_CPU, AG_F32, 0, (double)n, 1);
+  ag_tensor *r = ag_reshape(a, ndim, shape);
+  ag_tensor_release(a);
+  return r;
+}
+
+static void view_metadata(void **state) {
+  int64_t live = ag_live_tensors();
+  ag_tensor *a = iota(2, (int64_t[]){3, 4});
+  ag_tensor *t = ag_transpose(a, 0, 1);
+  assert_int_equal(ag_tensor_dim(t, 0), 4);
+  assert_int_equal(ag_tensor_dim(t, -1), 3);
+  assert_int_equal(ag_tensor_strides(t)[0], 1);
+  assert_int_equal(ag_tensor_strides(t)[1], 4);
+  assert_false(ag_tensor_is_contiguous(t));
+  ag_tensor *s = ag_slice(a, 1, -3, 4, 2); /* columns 1, 3 */
+  assert_int_equal(ag_tensor_dim(s, 1), 2);
+  assert_int_equal(ag_tensor_strides(s)[1], 2);
+  float v[6];
+  assert_int_equal(ag_to_host(s, v, sizeof v), AG_OK);
+  const float want_s[6] = {1, 3, 5, 7, 9, 11};
+  assert_memory_equal(v, want_s, sizeof v);
+  ag_tensor *e = ag_expand(ag_slice(a, 0, 0, 1, 1), 2, (int64_t[]){5, 4});
+  assert_int_equal(ag_tensor_strides(e)[0], 0);
+  ag_tensor *u = ag_unsqueeze(a, 0);
+  assert_int_equal(ag_tensor_ndim(u), 3);
+  ag_tensor *q = ag_squeeze(u, 0);
+  assert_int_equal(ag_tensor_ndim(q), 2);
+  const int perm[3] = {2, 0, 1};
+  ag_tensor *p3 = ag_permute(iota(3, (int64_t[]){2, 3, 4}), perm);
+  assert_int_equal(ag_tensor_dim(p3, 0), 4);
+  assert_int_equal(ag_tensor_strides(p3)[0], 1);
+  /* a view fails on a transposed layout; reshape copies instead */
+  assert_null(ag_view(t, 1, (int64_t[]){12}));
+  ag_tensor *r = ag_reshape(t, 1, (int64_t[]){12});
+  float w[12];
+  assert_int_equal(ag_to_host(r, w, sizeof w), AG_OK);
+  const float want_t[12] = {0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11};
+  assert_memory_equal(w, want_t, sizeof w);
+  ag_tensor *ts[] = {a, t, s, e, u, q, p3, r};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) ag_tensor_release(ts[i]);
+  ag_error_clear();
+  /* the slice base of `e` and permute's input were owned by nobody but the views */
+  assert_true(ag_live_tensors() - live <= 2);
+}
+
+static void views_share_storage(void **state) {
+  ag_tensor *a = ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){4, 6});
+  ag_tensor *col = ag_slice(a, 1, 2, 3, 1);
+  assert_int_equal(ag_fill_(col, 5), AG_OK); /* write through the view */
+  ag_tensor *flat = ag_view(a, 1, (int64_t[]){24});
+  float v[24];
+  assert_int_equal(ag_to_host(flat, v, sizeof v), AG_OK);
+  for (int i = 0; i < 24; i++) assert_float_equal(v[i], (i % 6 == 2 ? 5 : 0), 0);
+  /* the view keeps the storage alive after the base is released */
+  ag_tensor_release(a);
+  ag_tensor_release(flat);
+  float c[4];
+  assert_int_equal(ag_to_host(col, c, sizeof c), AG_OK);
+  for (int i = 0; i < 4; i++) assert_float_equal(c[i], 5, 0);
+  ag_tensor_release(col);
+}
+
+static void refcount(void **state) {
+  int64_t live = ag_live_tensors();
+  ag_tensor *a = ag_ones(AG_CPU, AG_F32, 1, (int64_t[]){8});
+  assert_int_equal(ag_live_tensors(), live + 1);
+  ag_tensor *b = ag_tensor_retain(a);
+  assert_ptr_equal(a, b);
+  ag_tensor_release(a);
+  assert_int_equal(ag_live_tensors(), live + 1);
+  assert_float_equal(ag_item(ag_sum(b, 0, NULL, false)) , 8, 0);
+  ag_tensor_release(b);
+  ag_error_clear();
+}
+
+static void scopes(void **state) {
+  int64_t live = ag_live_tensors();
+  ag_scope_begin();
+  ag_tensor *a = ag_ones(AG_CPU, AG_F32, 2, (int64_t[]){3, 3});
+  ag_tensor *b = ag_mul_scalar(ag_add(a, a), 3);
+  ag_tensor *t = ag_transpose(b, 0, 1);
+  ag_tensor *early = ag_exp(a);
+  ag_tensor_release(early); /* releasing a scope-owned reference removes it */
+  ag_scope_begin();
+  ag_tensor *inner = ag_sum(t, 0, NULL, false);
+  ag_tensor *kept = ag_tensor_keep(ag_neg(inner));
+  assert_int_equal(ag_scope_end(), AG_OK); /* inner released, kept moved out */
+  assert_float_equal(ag_item(kept), -54, 0);
+  ag_tensor *kept2 = ag_tensor_keep(kept); /* to the caller */
+  assert_int_equal(ag_scope_end(), AG_OK);
+  assert_int_equal(ag_live_tensors(), live + 1);
+  assert_float_equal(ag_item(kept2), -54, 0);
+  ag_tensor_release(kept2);
+  assert_int_equal(ag_live_tensors(), live);
+}
+
+/* Ops that may hand back their input (contiguous of a contiguous tensor, a
+ * cast to the same dtype, reshape to the same shape, to_device on the same
+ * device, eval dropout) still return a reference the scope releases. */
+static void scopes_with_identity_results(void **state) {
+  int64_t live = ag_live_tensors();
+  ag_scope_begin();
+  ag_tensor *a = ag_ones(AG_CPU, AG_F32, 1, (int64_t[]){8});
+  ag_contiguous(a);
+  ag_cast(a, AG_F32);
+  ag_reshape(a, 1, (int64_t[]){8});
+  ag_to_device(a, AG_CPU);
+  ag_dropout(a, 0.5, false, NULL);
+  float v[8];
+  assert_int_equal(ag_to_host(a, v, sizeof v), AG_OK);
+  ag_sum(a, 0, NULL, false);
+  assert_int_equal(ag_scope_end(), AG_OK);
+  assert_int_equal(ag_live_tensors(), live);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(view_metadata),
+      cmocka_unit_test(views_share_storage),
+      cmocka_unit_test(refcount),
+      cmocka_unit_test(scopes),
+      cmocka_unit_test(scopes_with_identity_results),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
