@@ -245,6 +245,7 @@ static void test_streams_events(void **state) {
   assert_int_equal(B->event_elapsed_ms(t0, t1, &ms), AG_OK);
   assert_true(ms >= 0 && ms < 60000);
   assert_int_equal(B->event_elapsed_ms(e, t1, &ms), AG_ERR_INVALID);
+  assert_int_equal(B->stream_synchronize(S), AG_OK);
   assert_int_equal(B->stream_query(S, &done), AG_OK);
   assert_true(done);
   B->event_destroy(e);

@@ -53,6 +53,9 @@ struct ag_bstream {
   cl_command_queue q;
   cl_mem err;        /* ag_kernel_error, zeroed */
   bool err_armed;    /* a kernel that may set err ran since the last take */
+  bool busy;         /* work enqueued since the queue was last seen idle */
+  bool since_probe;  /* work enqueued after `probe` */
+  cl_event probe;    /* marker used by stream_query */
   bool have_kernels;
   cl_kernel k[CLK_COUNT];
   size_t kwg[CLK_COUNT]; /* work-group limit per kernel */
@@ -76,6 +79,13 @@ CLB_HIDDEN ag_status clb_program(clb_device *d, cl_program *out);
 /* The embedded kernel source (generated at build time). */
 CLB_HIDDEN extern const char clb_kernel_source[];
 CLB_HIDDEN extern const size_t clb_kernel_source_len;
+
+/* Every enqueue calls this, so stream_query can answer without a marker
+ * when nothing was queued since the queue was last idle. */
+static inline void clb_touch(ag_bstream *s) {
+  s->busy = true;
+  s->since_probe = true;
+}
 
 CLB_HIDDEN ag_status clb_stream_kernels(ag_bstream *s);
 CLB_HIDDEN ag_status clb_scratch(ag_bstream *s, size_t bytes, cl_mem *out);

@@ -658,6 +658,7 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
 ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
   ag_status st = clb_stream_kernels(s);
   if (st != AG_OK) return st;
+  clb_touch(s);
   switch (c->op) {
     case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
     case AG_K_ARANGE: return run_arange(s, c);

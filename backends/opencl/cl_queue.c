@@ -33,6 +33,7 @@ ag_status clb_stream_create(int dev, ag_bstream **out) {
 void clb_stream_destroy(ag_bstream *s) {
   if (!s) return;
   clFinish(s->q);
+  if (s->probe) clReleaseEvent(s->probe);
   for (int i = 0; i < CLK_COUNT; i++)
     if (s->k[i]) clReleaseKernel(s->k[i]);
   if (s->scratch) clReleaseMemObject(s->scratch);
@@ -43,21 +44,31 @@ void clb_stream_destroy(ag_bstream *s) {
 
 ag_status clb_stream_synchronize(ag_bstream *s) {
   cl_int err = clFinish(s->q);
-  return err == CL_SUCCESS ? AG_OK : clb_error(err, "clFinish");
+  if (err != CL_SUCCESS) return clb_error(err, "clFinish");
+  s->busy = false;
+  return AG_OK;
 }
 
-/* A marker tells whether everything before it finished, without blocking. */
+/* A marker enqueued after the last work tells, without blocking, whether it
+ * all finished; it is reused by later queries until more work is queued. */
 ag_status clb_stream_query(ag_bstream *s, bool *out_done) {
-  cl_event ev;
-  cl_int err = clEnqueueMarkerWithWaitList(s->q, 0, NULL, &ev);
-  if (err != CL_SUCCESS) return clb_error(err, "clEnqueueMarkerWithWaitList");
-  clFlush(s->q);
+  *out_done = true;
+  if (!s->busy) return AG_OK;
+  cl_int err;
+  if (!s->probe || s->since_probe) {
+    if (s->probe) clReleaseEvent(s->probe);
+    s->probe = NULL;
+    err = clEnqueueMarkerWithWaitList(s->q, 0, NULL, &s->probe);
+    if (err != CL_SUCCESS) return clb_error(err, "clEnqueueMarkerWithWaitList");
+    s->since_probe = false;
+    clFlush(s->q);
+  }
   cl_int st = CL_QUEUED;
-  err = clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
-  clReleaseEvent(ev);
+  err = clGetEventInfo(s->probe, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
   if (err != CL_SUCCESS) return clb_error(err, "clGetEventInfo");
   if (st < 0) return clb_error(st, "stream query");
   *out_done = st == CL_COMPLETE;
+  if (*out_done) s->busy = false;
   return AG_OK;
 }
 
@@ -96,6 +107,7 @@ void clb_event_destroy(ag_bevent *e) {
 
 ag_status clb_event_record(ag_bevent *e, ag_bstream *s) {
   cl_event ev;
+  clb_touch(s);
   cl_int err = clEnqueueMarkerWithWaitList(s->q, 0, NULL, &ev);
   if (err != CL_SUCCESS) return clb_error(err, "clEnqueueMarkerWithWaitList");
   /* Flushed so that queries and other queues waiting on it make progress. */
@@ -107,6 +119,7 @@ ag_status clb_event_record(ag_bevent *e, ag_bstream *s) {
 
 ag_status clb_stream_wait_event(ag_bstream *s, ag_bevent *e) {
   if (!e->ev) return AG_OK;
+  clb_touch(s);
   cl_int err = clEnqueueBarrierWithWaitList(s->q, 1, &e->ev, NULL);
   return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueBarrierWithWaitList");
 }
@@ -149,6 +162,7 @@ ag_status clb_copy_h2d(ag_bstream *s, void *dst, size_t doff, const void *src, s
                        bool pinned) {
   if (!bytes) return AG_OK;
   /* Pageable sources are consumed before returning (blocking write). */
+  clb_touch(s);
   cl_int err = clEnqueueWriteBuffer(s->q, (cl_mem)dst, pinned ? CL_FALSE : CL_TRUE, doff, bytes,
                                     src, 0, NULL, NULL);
   if (err != CL_SUCCESS) return clb_error(err, "clEnqueueWriteBuffer");
@@ -158,6 +172,7 @@ ag_status clb_copy_h2d(ag_bstream *s, void *dst, size_t doff, const void *src, s
 
 ag_status clb_copy_d2h(ag_bstream *s, void *dst, const void *src, size_t soff, size_t bytes) {
   if (!bytes) return AG_OK;
+  clb_touch(s);
   cl_int err = clEnqueueReadBuffer(s->q, (cl_mem)src, CL_FALSE, soff, bytes, dst, 0, NULL, NULL);
   if (err != CL_SUCCESS) return clb_error(err, "clEnqueueReadBuffer");
   clFlush(s->q);
@@ -167,6 +182,7 @@ ag_status clb_copy_d2h(ag_bstream *s, void *dst, const void *src, size_t soff, s
 ag_status clb_copy_d2d(ag_bstream *s, void *dst, size_t doff, const void *src, size_t soff,
                        size_t bytes) {
   if (!bytes) return AG_OK;
+  clb_touch(s);
   cl_int err = clEnqueueCopyBuffer(s->q, (cl_mem)src, (cl_mem)dst, soff, doff, bytes, 0, NULL,
                                    NULL);
   return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueCopyBuffer");
