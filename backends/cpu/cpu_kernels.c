@@ -3,6 +3,11 @@
  * strides share one loop), reductions, row kernels (softmax, losses, layer
  * norm), random numbers and multi-tensor optimizer updates.
  * Compute types: f32 for f32/f16/bf16, f64 for f64, i32 for i32. */
+#if defined(__GNUC__) && !defined(__clang__)
+/* The loops here are written to be vectorised; -O2's "very cheap" cost model
+ * refuses any loop that needs an alias check or a remainder loop. */
+#pragma GCC optimize("O3")
+#endif
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -127,6 +132,11 @@ static void load_d(ag_dtype dt, const char *p, int64_t st, int64_t n, double *o)
     case AG_I32: {
       const int32_t *s = (const int32_t *)p;
       for (int64_t i = 0; i < n; i++) o[i] = s[i * st];
+    } break;
+    case AG_F32: {
+      const float *s = (const float *)p;
+      if (st == 1) for (int64_t i = 0; i < n; i++) o[i] = s[i];
+      else for (int64_t i = 0; i < n; i++) o[i] = s[i * st];
     } break;
     default: {
       float tmp[TILE];
@@ -422,6 +432,21 @@ static void ew_run(const ag_kernel_call *c, int kind, int nops) {
   for (int k = 0; k < nops; k++) e.native[k] = e.dt[k] == nat;
   if (kind == EW_WHERE) e.native[1] = false;
 
+  /* Fast path for small dense operands: one segment, no index arithmetic. */
+  {
+    int64_t s = 1;
+    bool dense = true;
+    for (int d = o0->ndim - 1; d >= 0 && dense; d--) {
+      if (o0->shape[d] != 1)
+        for (int k = 0; k < nops; k++) dense = dense && c->o[k].strides[d] == s;
+      s *= o0->shape[d];
+    }
+    if (dense && s < AG_CPU_PAR_MIN) {
+      static const int64_t ones[4] = {1, 1, 1, 1};
+      if (s > 0) ew_segment(&e, e.p, ones, s);
+      return;
+    }
+  }
   /* Drop size-1 dims, then merge dims that are contiguous in every operand,
    * so contiguous tensors become one flat loop. */
   int64_t numel = 1;
@@ -586,9 +611,13 @@ static void reduce_line(int op, ag_dtype dt, const char *x, int64_t st, int64_t 
     int64_t m = k1 - k < TILE ? k1 - k : TILE;
     load_d(dt, x + (size_t)(k * st) * sz, st, m, buf);
     if (op == AG_R_SUM) {
-      double s = 0;
-      for (int64_t j = 0; j < m; j++) s += buf[j];
-      a->v += s;
+      /* eight independent partial sums: no add-latency chain, vectorisable */
+      double p[8] = {0};
+      int64_t j = 0;
+      for (; j + 8 <= m; j += 8)
+        for (int l = 0; l < 8; l++) p[l] += buf[j + l];
+      for (; j < m; j++) p[0] += buf[j];
+      a->v += ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
     } else {
       for (int64_t j = 0; j < m; j++) rcombine(op, a, buf[j], k + j);
     }

@@ -2,6 +2,9 @@
  * With OpenBLAS each operand goes to sgemm/dgemm as stored (row- or
  * column-major, ld from its non-unit stride); without it a small blocked
  * GEMM runs instead. f16/bf16 are widened to f32 scratch first. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3") /* vectorise the fallback GEMM's inner loop */
+#endif
 #include <stdlib.h>
 #include <string.h>
 
