@@ -140,7 +140,10 @@ static bool needs_output(ag_gop op) {
 /* A tensor kept by a node counts as activation memory unless it is a
  * user-created leaf (a parameter or input batch keeps its own category). */
 static ag_tensor *save(ag_tensor *t, bool tag) {
-  ag_tensor_retain(t);
+  /* A private header (no scope owns it): the caller may release t, or its
+   * scope may end, while this node still needs the values. */
+  t = ag__private_ref(t);
+  if (!t) return NULL;
   if (tag) ag__grad_tag(t, AG_MEM_ACTIVATIONS);
   return t;
 }
@@ -176,7 +179,7 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
       e->fn = in->grad_fn;
       atomic_fetch_add(&e->fn->refcount, 1);
     } else if (in->requires_grad) {
-      e->leaf = ag_tensor_retain(in);
+      e->leaf = ag__hold(in);
     }
     if (needs_input(op, i)) e->val = save(in, in->grad_fn != NULL);
   }
@@ -212,9 +215,9 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
 static void node_clear(ag_node *n, ag_node ***stack, int *sn, int *scap) {
   for (int i = 0; i < n->n_in; i++) {
     ag_edge *e = &n->e[i];
-    if (e->val) ag_tensor_release(e->val);
+    if (e->val) ag__unhold(e->val);
     e->val = NULL;
-    if (e->leaf) ag_tensor_release(e->leaf);
+    if (e->leaf) ag__unhold(e->leaf);
     e->leaf = NULL;
     if (e->fn) {
       if (*sn == *scap) {
@@ -234,7 +237,7 @@ static void node_clear(ag_node *n, ag_node ***stack, int *sn, int *scap) {
     }
   }
   for (int i = 0; i < AG_NODE_MAX_SAVED; i++) {
-    if (n->saved[i]) ag_tensor_release(n->saved[i]);
+    if (n->saved[i]) ag__unhold(n->saved[i]);
     n->saved[i] = NULL;
   }
   if (n->out_val) ag_tensor_release(n->out_val);
@@ -301,7 +304,7 @@ static ag_status accumulate(ag_tensor *leaf, ag_tensor *g) {
     leaf->grad = d;
     return AG_OK;
   }
-  ag_tensor *gc = g->dtype == leaf->dtype ? ag_tensor_retain(g) : ag_cast(g, leaf->dtype);
+  ag_tensor *gc = ag_cast(g, leaf->dtype);
   if (!gc) return ag_last_status();
   c.op = AG_K_BINARY;
   c.sub = AG_B_ADD;

@@ -122,6 +122,13 @@ AG_HIDDEN ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, cons
 /* New tensor header sharing t's storage with the given layout. */
 AG_HIDDEN ag_tensor *ag__tensor_view(ag_tensor *t, int ndim, const int64_t *shape,
                                      const int64_t *strides, int64_t offset);
+/* A header over t's storage and layout that no scope owns and that is off
+ * the tape: what long-lived holders (autograd nodes, optimizers, loaders)
+ * keep, so a caller releasing or a scope ending never pulls memory from under
+ * them. Owned by the caller (ag_tensor_release). */
+AG_HIDDEN ag_tensor *ag__private_ref(ag_tensor *t);
+/* Take t out of its scope: the scope's reference becomes the caller's. */
+AG_HIDDEN ag_tensor *ag__scope_detach(ag_tensor *t);
 /* New reference viewing all of t (identity view on the tape). */
 AG_HIDDEN ag_tensor *ag__alias(ag_tensor *t);
 AG_HIDDEN void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides);

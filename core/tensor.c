@@ -190,6 +190,22 @@ ag_tensor *ag__tensor_view(ag_tensor *src, int ndim, const int64_t *shape, const
   return t;
 }
 
+ag_tensor *ag__private_ref(ag_tensor *t) {
+  ag_scope *saved = tl_scope;
+  tl_scope = NULL; /* never scope-owned */
+  ag_tensor *r = ag__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+  tl_scope = saved;
+  if (r) {
+    r->requires_grad = false;
+  }
+  return r;
+}
+
+ag_tensor *ag__scope_detach(ag_tensor *t) {
+  if (t && t->scope) scope_remove(t);
+  return t;
+}
+
 ag_tensor *ag_tensor_retain(ag_tensor *t) {
   if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
   return t;
@@ -197,7 +213,9 @@ ag_tensor *ag_tensor_retain(ag_tensor *t) {
 
 void ag_tensor_release(ag_tensor *t) {
   if (!t) return;
-  if (t->scope) scope_remove(t);
+  /* Only the scope's own (last) reference takes the tensor out of its scope;
+   * a release paired with a retain just drops that reference. */
+  if (t->scope && atomic_load_explicit(&t->refcount, memory_order_acquire) == 1) scope_remove(t);
   if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
   ag__grad_tensor_free(t);
   storage_release(t->st);
