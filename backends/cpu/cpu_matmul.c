@@ -24,6 +24,7 @@ typedef struct mview {
   int64_t rs, cs;
 } mview;
 
+#if defined(AG_HAVE_CBLAS)
 /* BLAS layout of an R x C operand: trans and ld, or false when neither
  * stride is usable (then the caller packs it). Size-1 dims have arbitrary
  * strides, so they are normalised first. */
@@ -47,6 +48,13 @@ static bool blas_layout(int64_t R, int64_t C, int64_t rs, int64_t cs, bool *tran
   }
   return false;
 }
+#endif
+
+#ifdef _OPENMP
+#define AG_OMP_GEMM _Pragma("omp parallel for schedule(static) if (M * N * K >= 262144)")
+#else
+#define AG_OMP_GEMM
+#endif
 
 #define GEMM_BODY(T)                                                                          \
   /* C (row-major, ldc) = alpha * A @ B + beta * C; A, B general strides. */                 \
@@ -57,7 +65,7 @@ static bool blas_layout(int64_t R, int64_t C, int64_t rs, int64_t cs, bool *tran
     for (int64_t i = 0; i < M; i++)                                                            \
       for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? (T)0 : beta * C[i * ldc + j]; \
     int64_t mblocks = (M + MC - 1) / MC;                                                       \
-    _Pragma("omp parallel for schedule(static) if (M * N * K >= 262144)")                      \
+    AG_OMP_GEMM                                                                                \
     for (int64_t mb = 0; mb < mblocks; mb++) {                                                 \
       T Ap[MC * KC];                                                                           \
       T *Bp = malloc(sizeof(T) * KC * NC);                                                     \
