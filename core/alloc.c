@@ -40,7 +40,8 @@ struct ag_block {
   seg *seg;
   size_t offset, size, requested;
   ag_block *prev, *next; /* address-order neighbours in the segment */
-  ag_stream *stream;     /* allocation stream; every block of a segment shares it */
+  uint32_t sid; /* allocation stream's id, shared by every block of a segment; an id,
+                   not a pointer, because a stream may die while its blocks are cached */
   uint8_t state;
   uint8_t category;
   bool split_counted; /* counted in inactive_split while in the free set */
@@ -59,7 +60,7 @@ struct seg {
   uint8_t pool;
   bool expandable, bypass;
   bool oversize; /* counted in oversize_segments */
-  ag_stream *stream;
+  uint32_t sid;
   ag_block *first, *last;
   seg *prev, *next;
 };
@@ -311,7 +312,7 @@ static inline uint64_t stamp(void) { return now_ns(); }
 #endif
 
 static void trace(ag_allocator *a, int action, const seg *sg, size_t offset, size_t size,
-                  const ag_stream *s, int cat) {
+                  uint32_t sid, int cat) {
   if (!a->ring_cap) return;
   trace_ev *e = &a->ring[a->ring_head];
   e->seq = a->seq++;
@@ -319,7 +320,7 @@ static void trace(ag_allocator *a, int action, const seg *sg, size_t offset, siz
   e->seg_id = sg ? sg->id : 0;
   e->offset = offset;
   e->size = size;
-  e->stream = s ? s->id : 0;
+  e->stream = sid;
   e->action = (uint8_t)action;
   e->category = (uint8_t)cat;
   a->ring_head = (a->ring_head + 1) % a->ring_cap;
@@ -364,7 +365,7 @@ static void block_recycle(ag_allocator *a, ag_block *b) {
 
 static inline int block_cmp(const ag_block *x, uint32_t sid, size_t size, uint64_t segid,
                             size_t off) {
-  uint32_t xs = x->stream->id;
+  uint32_t xs = x->sid;
   if (xs != sid) return xs < sid ? -1 : 1;
   if (x->size != size) return x->size < size ? -1 : 1;
   if (x->seg->id != segid) return x->seg->id < segid ? -1 : 1;
@@ -395,7 +396,7 @@ static bool fs_insert(ag_allocator *a, ag_block *b) {
     fs->v = nv;
     fs->cap = nc;
   }
-  size_t i = fs_lower(fs, b->stream->id, b->size, b->seg->id, b->offset);
+  size_t i = fs_lower(fs, b->sid, b->size, b->seg->id, b->offset);
   memmove(&fs->v[i + 1], &fs->v[i], (fs->n - i) * sizeof *fs->v);
   fs->v[i] = b;
   fs->n++;
@@ -421,7 +422,7 @@ static void fs_remove_at(ag_allocator *a, free_set *fs, size_t i) {
 
 static void fs_remove(ag_allocator *a, ag_block *b) {
   free_set *fs = &a->pools[b->seg->pool];
-  size_t i = fs_lower(fs, b->stream->id, b->size, b->seg->id, b->offset);
+  size_t i = fs_lower(fs, b->sid, b->size, b->seg->id, b->offset);
   if (i < fs->n && fs->v[i] == b) fs_remove_at(a, fs, i);
 }
 
@@ -434,7 +435,7 @@ static ag_block *find_free(ag_allocator *a, int pool, ag_stream *s, size_t size)
   size_t i = fs_lower(fs, s->id, size, 0, 0);
   if (i == fs->n) return NULL;
   ag_block *b = fs->v[i];
-  if (b->stream->id != s->id) return NULL;
+  if (b->sid != s->id) return NULL;
   size_t ms = a->cfg.max_split;
   if (ms != SIZE_MAX && !b->seg->expandable) {
     if (size < ms && b->size >= ms) return NULL;
@@ -511,7 +512,7 @@ static ag_block *seg_new(ag_allocator *a, int pool, ag_stream *s, size_t alloc_s
   sg->size = alloc_size;
   sg->pool = (uint8_t)pool;
   sg->bypass = bypass;
-  sg->stream = s;
+  sg->sid = s->id;
   sg->first = sg->last = b;
   seg_link(a, sg);
   seg_account(a, sg, (int64_t)alloc_size, 1);
@@ -519,8 +520,8 @@ static ag_block *seg_new(ag_allocator *a, int pool, ag_stream *s, size_t alloc_s
   if (sg->oversize) stat_add(&a->st.oversize_segments, 1);
   b->seg = sg;
   b->size = alloc_size;
-  b->stream = s;
-  trace(a, T_SEGMENT_ALLOC, sg, 0, alloc_size, s, 0);
+  b->sid = s->id;
+  trace(a, T_SEGMENT_ALLOC, sg, 0, alloc_size, s->id, 0);
   return b;
 }
 
@@ -530,13 +531,13 @@ static void seg_release(ag_allocator *a, seg *sg) {
     if (sg->size) {
       be->vm_unmap(a->ds->ord, sg->base, 0, sg->size);
       a->st.num_device_free++;
-      trace(a, T_SEGMENT_UNMAP, sg, 0, sg->size, sg->stream, 0);
+      trace(a, T_SEGMENT_UNMAP, sg, 0, sg->size, sg->sid, 0);
     }
     be->vm_release(a->ds->ord, sg->base, sg->reserved);
   } else {
     be->segment_free(a->ds->ord, sg->base);
     a->st.num_device_free++;
-    trace(a, T_SEGMENT_FREE, sg, 0, sg->size, sg->stream, 0);
+    trace(a, T_SEGMENT_FREE, sg, 0, sg->size, sg->sid, 0);
     if (sg->oversize) stat_add(&a->st.oversize_segments, -1);
   }
   seg_account(a, sg, -(int64_t)sg->size, -1);
@@ -556,7 +557,7 @@ static ag_block *expandable_grow(ag_allocator *a, int pool, ag_stream *s, size_t
   int ord = a->ds->ord;
   seg *sg = NULL;
   for (seg *x = a->segs; x; x = x->next)
-    if (x->expandable && x->pool == pool && x->stream->id == s->id && x->size < x->reserved) {
+    if (x->expandable && x->pool == pool && x->sid == s->id && x->size < x->reserved) {
       sg = x;
       break;
     }
@@ -586,7 +587,7 @@ static ag_block *expandable_grow(ag_allocator *a, int pool, ag_stream *s, size_t
     sg->reserved = want;
     sg->pool = (uint8_t)pool;
     sg->expandable = true;
-    sg->stream = s;
+    sg->sid = s->id;
     seg_link(a, sg);
     stat_pool(a->st.segment, pool, 1);
     grow = round_up(size, a->gran);
@@ -603,7 +604,7 @@ static ag_block *expandable_grow(ag_allocator *a, int pool, ag_stream *s, size_t
     return NULL;
   }
   a->st.num_device_alloc++;
-  trace(a, T_SEGMENT_MAP, sg, sg->size, grow, s, 0);
+  trace(a, T_SEGMENT_MAP, sg, sg->size, grow, s->id, 0);
   if (tail) {
     fs_remove(a, tail);
     tail->size += grow;
@@ -615,7 +616,7 @@ static ag_block *expandable_grow(ag_allocator *a, int pool, ag_stream *s, size_t
       return NULL;
     }
     b->seg = sg;
-    b->stream = s;
+    b->sid = s->id;
     b->offset = sg->size;
     b->size = grow;
     b->prev = sg->last;
@@ -641,7 +642,7 @@ static void split(ag_allocator *a, ag_block *b, size_t size) {
   ag_block *r = block_new(a);
   if (!r) return; /* no host memory: hand out the whole block */
   r->seg = b->seg;
-  r->stream = b->stream;
+  r->sid = b->sid;
   r->offset = b->offset + size;
   r->size = b->size - size;
   r->prev = b;
@@ -713,7 +714,7 @@ static void pend_done(ag_allocator *a, size_t i) {
   a->pend[i] = a->pend[--a->n_pend];
   event_put(a, pe.ev);
   if (--pe.b->events == 0) {
-    trace(a, T_FREE_COMPLETED, pe.b->seg, pe.b->offset, pe.b->size, pe.b->stream, pe.b->category);
+    trace(a, T_FREE_COMPLETED, pe.b->seg, pe.b->offset, pe.b->size, pe.b->sid, pe.b->category);
     free_block(a, pe.b);
   }
 }
@@ -812,7 +813,7 @@ static bool release_cached(ag_allocator *a, ag_status *out_st) {
       continue;
     }
     a->st.num_device_free++;
-    trace(a, T_SEGMENT_UNMAP, sg, cut, n, sg->stream, 0);
+    trace(a, T_SEGMENT_UNMAP, sg, cut, n, sg->sid, 0);
     seg_account(a, sg, -(int64_t)n, 0);
     sg->size = cut;
     released = true;
@@ -956,7 +957,7 @@ static void mark_allocated(ag_allocator *a, ag_block *b, size_t bytes, ag_mem_ca
   stat_add(&a->st.category_bytes[cat], (int64_t)b->size);
   b->oversize = b->size >= a->cfg.max_split && !b->seg->bypass;
   if (b->oversize) stat_add(&a->st.oversize_allocations, 1);
-  trace(a, T_ALLOC, b->seg, b->offset, b->size, b->stream, cat);
+  trace(a, T_ALLOC, b->seg, b->offset, b->size, b->sid, cat);
 }
 
 ag_status ag__alloc(ag_devstate *ds, size_t bytes, ag_stream *s, ag_mem_category cat,
@@ -1004,7 +1005,7 @@ ag_status ag__alloc(ag_devstate *ds, size_t bytes, ag_stream *s, ag_mem_category
   }
   if (AG_UNLIKELY(!b)) {
     a->st.num_ooms++;
-    trace(a, T_OOM, NULL, 0, size, s, cat);
+    trace(a, T_OOM, NULL, 0, size, s->id, cat);
     ag_status st = oom_error(a, bytes, why, strncmp(why, "the backend", 11) ? NULL : a->be_msg);
     pthread_mutex_unlock(&a->mu);
     return st;
@@ -1020,9 +1021,9 @@ void ag__free(ag_block *b) {
   ag_allocator *a = b->seg->a;
   if (AG_UNLIKELY(b->seg->bypass)) {
     /* Without a cache the memory goes back at once, so every stream that
-     * used it must be finished first. */
-    ag__sync_stream(b->stream, "allocator free (caching:0)");
-    for (int i = 0; i < b->n_uses; i++) ag__sync_stream(b->uses[i], "allocator free (caching:0)");
+     * used it must be finished first (the device: the allocation stream may
+     * be gone already). */
+    ag__sync_device(b->seg->a->ds, "allocator free (caching:0)");
   }
   pthread_mutex_lock(&a->mu);
   int pool = b->seg->pool;
@@ -1032,23 +1033,23 @@ void ag__free(ag_block *b) {
   stat_add(&a->st.category_bytes[b->category], -(int64_t)b->size);
   if (b->oversize) stat_add(&a->st.oversize_allocations, -1);
   if (b->seg->bypass) {
-    trace(a, T_FREE, b->seg, b->offset, b->size, b->stream, b->category);
+    trace(a, T_FREE, b->seg, b->offset, b->size, b->sid, b->category);
     stat_pool(a->st.active, pool, -1);
     stat_pool(a->st.active_bytes, pool, -(int64_t)b->size);
     b->seg->first = b; /* seg_release recycles the block */
     seg_release(a, b->seg);
   } else if (b->n_uses) {
-    trace(a, T_FREE_REQUESTED, b->seg, b->offset, b->size, b->stream, b->category);
+    trace(a, T_FREE_REQUESTED, b->seg, b->offset, b->size, b->sid, b->category);
     free_with_events(a, b);
   } else {
-    trace(a, T_FREE, b->seg, b->offset, b->size, b->stream, b->category);
+    trace(a, T_FREE, b->seg, b->offset, b->size, b->sid, b->category);
     free_block(a, b);
   }
   pthread_mutex_unlock(&a->mu);
 }
 
 void ag__block_record_stream(ag_block *b, ag_stream *s) {
-  if (!b || !s || s == b->stream) return;
+  if (!b || !s || s->id == b->sid) return;
   ag_allocator *a = b->seg->a;
   pthread_mutex_lock(&a->mu);
   bool seen = false;
@@ -1067,6 +1068,24 @@ void ag__block_record_stream(ag_block *b, ag_stream *s) {
       b->cap_uses = nc;
     }
     b->uses[b->n_uses++] = s;
+  }
+  pthread_mutex_unlock(&a->mu);
+}
+
+void ag__alloc_stream_destroyed(ag_devstate *ds, ag_stream *s) {
+  ag_allocator *a = ds ? ds->alloc : NULL;
+  if (!a || !s) return;
+  pthread_mutex_lock(&a->mu);
+  for (seg *sg = a->segs, *nx; sg; sg = nx) {
+    nx = sg->next;
+    for (ag_block *b = sg->first; b; b = b->next)
+      for (int i = 0; i < b->n_uses; i++)
+        if (b->uses[i] == s) b->uses[i--] = b->uses[--b->n_uses];
+    if (sg->sid != s->id || sg->bypass) continue;
+    ag_block *f = sg->first;
+    if (f && (f->state != B_FREE || f->next)) continue;
+    if (f) fs_remove(a, f);
+    seg_release(a, sg);
   }
   pthread_mutex_unlock(&a->mu);
 }
@@ -1136,7 +1155,7 @@ void ag__alloc_reset_peak(ag_allocator *a) {
 ag_status ag__alloc_empty_cache(ag_allocator *a) {
   pthread_mutex_lock(&a->mu);
   ag_status st;
-  trace(a, T_EMPTY_CACHE, NULL, 0, 0, NULL, 0);
+  trace(a, T_EMPTY_CACHE, NULL, 0, 0, 0, 0);
   release_cached(a, &st);
   pthread_mutex_unlock(&a->mu);
   return st;
@@ -1330,13 +1349,13 @@ ag_status ag__alloc_snapshot(ag_allocator *a, FILE *f) {
     fprintf(f, "%s\n{\"id\":%" PRIu64 ",\"address\":\"%p\",\"total_size\":%zu,\"reserved_size\":%zu,"
                "\"stream\":%u,\"pool\":\"%s\",\"expandable\":%s,\"blocks\":[",
             sg == a->segs ? "" : ",", sg->id, sg->base, sg->size,
-            sg->expandable ? sg->reserved : sg->size, sg->stream->id,
+            sg->expandable ? sg->reserved : sg->size, sg->sid,
             sg->pool == POOL_SMALL ? "small" : "large", sg->expandable ? "true" : "false");
     for (ag_block *b = sg->first; b; b = b->next)
       fprintf(f, "%s{\"offset\":%zu,\"size\":%zu,\"requested_size\":%zu,\"stream\":%u,"
                  "\"category\":\"%s\",\"state\":\"%s\"}",
               b == sg->first ? "" : ",", b->offset, b->size,
-              b->state == B_FREE ? (size_t)0 : b->requested, b->stream->id,
+              b->state == B_FREE ? (size_t)0 : b->requested, b->sid,
               ag_mem_category_name((ag_mem_category)b->category), states[b->state]);
     fprintf(f, "]}");
   }

@@ -24,6 +24,12 @@ AG_HIDDEN void ag__alloc_summary(ag_allocator *a, char *buf, size_t len);
 AG_HIDDEN ag_status ag__alloc_snapshot(ag_allocator *a, FILE *f);
 AG_HIDDEN ag_status ag__alloc_inject(ag_allocator *a, int nth, int count);
 
+/* To be called by ag_stream_destroy after the stream's work has finished and
+ * before it is freed: forgets s in record-stream lists (its work is done, so
+ * no event is needed) and returns the fully free segments cached for s, which
+ * could never be reused since stream ids are not recycled. Never blocks. */
+AG_HIDDEN void ag__alloc_stream_destroyed(ag_devstate *ds, ag_stream *s);
+
 /* Block accessors for tests and diagnostics. */
 AG_HIDDEN size_t ag__block_size(const ag_block *b);
 AG_HIDDEN size_t ag__block_requested(const ag_block *b);

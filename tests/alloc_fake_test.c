@@ -382,6 +382,30 @@ static void test_stream_ordered_reuse(void **state) {
   assert_int_equal(F.events_created, F.events_destroyed);
 }
 
+static void test_stream_destroyed(void **state) {
+  fake_dev *d = dev_new();
+  ag__free(alloc_on(d, &d->s1, 4096)); /* cached for stream 1 */
+  ag_block *big = alloc_on(d, &d->s1, 5 * MiB);
+  ag_block *a = alloc0(d, 4096);
+  ag__block_record_stream(a, &d->s1);
+  ag_memory_stats s = stats(d);
+  assert_int_equal(s.reserved_bytes[AG_POOL_ALL].current, 2 * 2 * MiB + 20 * MiB);
+  atomic_store(&d->b1.done, atomic_load(&d->b1.queued)); /* destroy waits for the stream */
+  ag__alloc_stream_destroyed(&d->ds, &d->s1);
+  s = stats(d);
+  /* stream 1's idle small segment went back; the one holding big stays */
+  assert_int_equal(s.reserved_bytes[AG_POOL_ALL].current, 2 * MiB + 20 * MiB);
+  d->ds.streams = &d->s0; /* unlinked, as ag_stream_destroy does */
+  d->s0.next = NULL;
+  d->s1.bs = NULL; /* any later use of the dead stream would now crash */
+  ag__free(a);     /* no event on the dead stream */
+  assert_int_equal(stats(d).num_pending_events, 0);
+  ag__free(big);
+  assert_int_equal(ag__alloc_empty_cache(d->ds.alloc), AG_OK);
+  assert_int_equal(stats(d).reserved_bytes[AG_POOL_ALL].current, 0);
+  dev_free(d);
+}
+
 static void test_oom_retry_and_recovery(void **state) {
   fake_dev *d = dev_new();
   assert_int_equal(ag__alloc_set_cap(d->ds.alloc, 64 * MiB), AG_OK);
@@ -777,6 +801,7 @@ int main(void) {
       cmocka_unit_test_setup(test_split_coalesce_best_fit, setup),
       cmocka_unit_test_setup(test_max_split_size, setup),
       cmocka_unit_test_setup(test_stream_ordered_reuse, setup),
+      cmocka_unit_test_setup(test_stream_destroyed, setup),
       cmocka_unit_test_setup(test_oom_retry_and_recovery, setup),
       cmocka_unit_test_setup(test_expandable_segments, setup),
       cmocka_unit_test_setup(test_config, setup),
