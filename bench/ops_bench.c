@@ -1,0 +1,149 @@
+/* Per-op host overhead (16-element ops, ns per launch, median of batches) and
+ * large-tensor throughput on one device, beside the memcpy bandwidth measured
+ * in the same run and, with --torch, PyTorch's numbers for the same ops and
+ * their ratio. Prints a table and writes JSON (--json FILE, or - for stdout). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "anygrad/anygrad.h"
+#include "conformance.h"
+
+#ifndef AG_OPS_TORCH_SCRIPT
+#define AG_OPS_TORCH_SCRIPT "bench/ops_torch.py"
+#endif
+
+typedef struct torch_row {
+  char op[24];
+  double overhead_ns, large_ms, rate;
+} torch_row;
+
+static double memcpy_gbps(int64_t bytes, int reps) {
+  char *a = malloc((size_t)bytes), *b = malloc((size_t)bytes);
+  if (!a || !b) {
+    free(a);
+    free(b);
+    return 0;
+  }
+  memset(a, 1, (size_t)bytes);
+  memset(b, 2, (size_t)bytes);
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; r++) {
+    double t0 = ag_bench_now_ns();
+    memcpy(b, a, (size_t)bytes);
+    double t = ag_bench_now_ns() - t0;
+    if (r && t < best) best = t;
+  }
+  volatile char sink = b[bytes / 2];
+  (void)sink;
+  free(a);
+  free(b);
+  return 2.0 * (double)bytes / best; /* read + write, bytes/ns = GB/s */
+}
+
+static int run_torch(const ag_bench_opts *o, int threads, torch_row *rows, int max) {
+  const char *py = getenv("AG_PYTHON") ? getenv("AG_PYTHON") : "/usr/bin/python3";
+  if (access(AG_OPS_TORCH_SCRIPT, R_OK) != 0 || access(py, X_OK) != 0) return -1;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s %s --numel %lld --small %lld --matmul %d --reps %d --threads %d", py,
+           AG_OPS_TORCH_SCRIPT, (long long)o->large_numel, (long long)o->small_numel, o->matmul_n,
+           o->reps, threads);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  int n = 0;
+  char line[256];
+  while (n < max && fgets(line, sizeof line, p))
+    if (sscanf(line, "%23s %lf %lf %lf", rows[n].op, &rows[n].overhead_ns, &rows[n].large_ms, &rows[n].rate) == 4) n++;
+  return pclose(p) == 0 ? n : -1;
+}
+
+int main(int argc, char **argv) {
+  ag_bench_opts o = ag_bench_default_opts();
+  const char *dev_s = "cpu", *json = NULL;
+  bool torch = false;
+  for (int i = 1; i < argc; i++) {
+    bool has = i + 1 < argc;
+    if (!strcmp(argv[i], "--device") && has) dev_s = argv[++i];
+    else if (!strcmp(argv[i], "--json") && has) json = argv[++i];
+    else if (!strcmp(argv[i], "--numel") && has) o.large_numel = strtoll(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--matmul") && has) o.matmul_n = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--reps") && has) o.reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--ops") && has) o.ops = argv[++i];
+    else if (!strcmp(argv[i], "--torch")) torch = true;
+    else {
+      fprintf(stderr,
+              "usage: ops_bench [--device cpu] [--numel N] [--matmul N] [--reps R] [--ops a,b]\n"
+              "                 [--torch] [--json FILE|-]\n");
+      return 2;
+    }
+  }
+  if (o.reps < 1 || o.large_numel < 1 || o.matmul_n < 1) {
+    fprintf(stderr, "ops_bench: --reps, --numel and --matmul must be positive\n");
+    return 2;
+  }
+  ag_device d;
+  if (ag_device_parse(dev_s, &d) != AG_OK) {
+    fprintf(stderr, "ops_bench: %s\n", ag_last_error());
+    return 1;
+  }
+  /* the thread count PyTorch gets: OMP_NUM_THREADS if set, else every core,
+   * which is what the CPU backend's OpenMP uses */
+  int threads = getenv("OMP_NUM_THREADS") ? atoi(getenv("OMP_NUM_THREADS")) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  ag_bench_row rows[32];
+  int n = ag_bench_device(d, &o, rows, 32);
+  if (n < 0) {
+    fprintf(stderr, "ops_bench: %s\n", ag_last_error());
+    return 1;
+  }
+  double bw = memcpy_gbps(o.large_numel * 4, o.reps);
+  torch_row tr[32];
+  int nt = torch ? run_torch(&o, threads, tr, 32) : 0;
+  if (torch && nt < 0) fprintf(stderr, "ops_bench: PyTorch run failed or %s absent; no ratios\n", AG_OPS_TORCH_SCRIPT);
+
+  printf("device %s, %lld elements (f32), memcpy %.2f GB/s, %d threads\n", dev_s, (long long)o.large_numel, bw, threads);
+  printf("%-15s %10s %10s %9s %8s", "op", "launch ns", "large ms", "GB/s", "of bw");
+  if (nt > 0) printf(" %10s %9s %9s", "torch ns", "ns ratio", "tp ratio");
+  printf("\n");
+  for (int i = 0; i < n; i++) {
+    ag_bench_row *r = &rows[i];
+    if (r->unsupported) {
+      printf("%-15s unsupported\n", r->op);
+      continue;
+    }
+    double rate = r->gflops > 0 ? r->gflops : r->gbps;
+    printf("%-15s %10.0f %10.3f %9.2f", r->op, r->overhead_ns, r->large_ms, rate);
+    if (r->gflops > 0) printf(" %8s", "GFLOP/s");
+    else printf(" %7.0f%%", 100 * r->gbps / bw);
+    for (int j = 0; j < (nt > 0 ? nt : 0); j++)
+      if (!strcmp(tr[j].op, r->op))
+        printf(" %10.0f %9.3f %9.2f", tr[j].overhead_ns, r->overhead_ns / tr[j].overhead_ns, rate / tr[j].rate);
+    printf("\n");
+  }
+  if (nt > 0)
+    printf("ns ratio = anygrad/PyTorch launch time (goal <= 0.25); tp ratio = anygrad/PyTorch throughput\n"
+           "(GB/s, GFLOP/s for matmul); 'of bw' = share of the memcpy bandwidth.\n");
+
+  FILE *jf = json ? (!strcmp(json, "-") ? stdout : fopen(json, "w")) : NULL;
+  if (json && !jf) {
+    fprintf(stderr, "ops_bench: cannot write %s\n", json);
+    return 1;
+  }
+  if (jf) {
+    fprintf(jf, "{\"device\": \"%s\", \"numel\": %lld, \"threads\": %d, \"memcpy_gbps\": %.3f, \"ops\": [\n", dev_s,
+            (long long)o.large_numel, threads, bw);
+    for (int i = 0; i < n; i++) {
+      ag_bench_row *r = &rows[i];
+      fprintf(jf, "  {\"op\": \"%s\", \"unsupported\": %s, \"overhead_ns\": %.1f, \"large_ms\": %.4f, \"gbps\": %.3f, \"gflops\": %.3f",
+              r->op, r->unsupported ? "true" : "false", r->overhead_ns, r->large_ms, r->gbps, r->gflops);
+      for (int j = 0; j < (nt > 0 ? nt : 0); j++)
+        if (!strcmp(tr[j].op, r->op))
+          fprintf(jf, ", \"torch_overhead_ns\": %.1f, \"torch_large_ms\": %.4f, \"torch_rate\": %.3f", tr[j].overhead_ns,
+                  tr[j].large_ms, tr[j].rate);
+      fprintf(jf, "}%s\n", i + 1 < n ? "," : "");
+    }
+    fprintf(jf, "]}\n");
+    if (jf != stdout) fclose(jf);
+  }
+  return 0;
+}
