@@ -1225,6 +1225,16 @@ __attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *b, const char 
   b->left -= w;
 }
 
+/* A free-form row padded to the table's width. */
+__attribute__((format(printf, 2, 3))) static void sb_row(sbuf *b, const char *fmt, ...) {
+  char line[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  sb_printf(b, "| %-84s |\n", line);
+}
+
 static void sum_row_bytes(sbuf *b, const char *name, const ag_mem_stat *s) {
   static const char *const sub[] = {"", "  from small pool", "  from large pool"};
   for (int p = 0; p < AG_POOL_COUNT; p++) {
@@ -1253,13 +1263,13 @@ void ag__alloc_summary(ag_allocator *a, char *buf, size_t len) {
   const char *rule =
       "|============================================================================="
       "=========|\n";
-  sb_printf(&b, "%s| anygrad memory summary: %-20s %40s|\n", rule, a->ds->label, "");
+  sb_printf(&b, "%s", rule);
+  sb_row(&b, "anygrad memory summary: %s", a->ds->label);
   char ms[32] = "unlimited", cap[32] = "none";
   if (s.max_split_size >= 0) fmt_bytes(ms, sizeof ms, (double)s.max_split_size);
   if (s.cap_bytes) fmt_bytes(cap, sizeof cap, (double)s.cap_bytes);
-  sb_printf(&b,
-            "| caching: %-3s  expandable: %-3s  max_split_size: %-10s  cap: %-12s       |\n",
-            s.caching ? "on" : "off", s.expandable_segments ? "on" : "off", ms, cap);
+  sb_row(&b, "caching: %s  expandable segments: %s  max_split_size: %s  cap: %s",
+         s.caching ? "on" : "off", s.expandable_segments ? "on" : "off", ms, cap);
   sb_printf(&b, "%s| %-26s | %12s | %12s | %12s | %12s |\n%s", rule, "Metric", "Cur Usage",
             "Peak Usage", "Tot Alloc", "Tot Freed", rule);
   sum_row_bytes(&b, "Allocated memory", s.allocated_bytes);
@@ -1290,13 +1300,13 @@ void ag__alloc_summary(ag_allocator *a, char *buf, size_t len) {
   }
   char lf[32];
   fmt_bytes(lf, sizeof lf, (double)s.largest_free_block);
-  sb_printf(&b,
-            "%s| retries: %-6" PRId64 " OOMs: %-6" PRId64 " allocator syncs: %-6" PRId64
-            " largest free block: %-12s|\n"
-            "| raw allocs: %-8" PRId64 " raw frees: %-8" PRId64 " pending events: %-8" PRId64
-            "               |\n%s",
-            rule, s.num_alloc_retries, s.num_ooms, s.num_syncs_all_streams, lf,
-            s.num_device_alloc, s.num_device_free, s.num_pending_events, rule);
+  sb_printf(&b, "%s", rule);
+  sb_row(&b, "retries: %" PRId64 "  OOMs: %" PRId64 "  allocator syncs: %" PRId64
+             "  largest free block: %s",
+         s.num_alloc_retries, s.num_ooms, s.num_syncs_all_streams, lf);
+  sb_row(&b, "raw allocs: %" PRId64 "  raw frees: %" PRId64 "  pending events: %" PRId64,
+         s.num_device_alloc, s.num_device_free, s.num_pending_events);
+  sb_printf(&b, "%s", rule);
 }
 
 /* ---- JSON snapshot ---- */
