@@ -2,6 +2,10 @@
  * (half types are storage only, compute is f32), bf16 rounding, Philox and
  * the per-stream error word. The host joins all .cl files into one program. */
 
+/* No fused multiply-add behind our back: results stay equal to the CPU
+ * backend's, which compiles without contraction on baseline x86-64. */
+#pragma OPENCL FP_CONTRACT OFF
+
 #define DT_F32 0
 #define DT_F16 1
 #define DT_BF16 2
