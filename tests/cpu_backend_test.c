@@ -973,7 +973,9 @@ static void test_streams_events(void **state) {
   for (int r = 0; r < 10; r++) add_one(a, x, N);
   assert_int_equal(be->event_record(tmp, a), AG_OK);
   be->event_destroy(tmp);
-  /* two streams write disjoint halves concurrently */
+  assert_int_equal(be->event_record(ea, a), AG_OK);
+  assert_int_equal(be->stream_wait_event(b, ea), AG_OK);
+  /* then the two streams write disjoint halves concurrently */
   for (int r = 0; r < 20; r++) {
     add_one(a, x, N / 2);
     add_one(b, x + N / 2, N / 2);
