@@ -1,21 +1,21 @@
 /* The one place where the host waits for a device. Counting and sync-debug
  * mode live here, so "how many syncs does my step do, and where" has one
- * answer. A sync also collects kernel index errors from the stream. */
+ * answer. A sync also collects kernel index errors from the stream. While
+ * sync-debug mode is on or a profiler is live, each sync is attributed to
+ * the caller's site (see ag_sync_sites in diag.h). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <execinfo.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "anygrad/diag.h"
+#include "diag_internal.h"
 #include "internal.h"
 
 static atomic_int g_mode = -1; /* -1: not read from the environment yet */
 static atomic_uint_fast64_t g_syncs;
-
-/* Sites already warned about (by name); a small fixed table is enough since
- * the set of syncing public calls is small. */
-#define MAX_SITES 64
-static const char *g_warned[MAX_SITES];
-static pthread_mutex_t g_warn_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static ag_sync_debug mode_now(void) {
   int m = atomic_load_explicit(&g_mode, memory_order_relaxed);
@@ -33,21 +33,177 @@ void ag_set_sync_debug(ag_sync_debug mode) { atomic_store(&g_mode, (int)mode); }
 ag_sync_debug ag_get_sync_debug(void) { return mode_now(); }
 uint64_t ag_sync_count(void) { return atomic_load(&g_syncs); }
 
-static ag_status before_sync(ag_devstate *ds, const char *what) {
+/* Call sites. A site is a marked source position (AG_SYNC_SITES macros) or
+ * the return address of the first frame outside the library; each is
+ * resolved to text once and kept until exit, so its text can name trace
+ * events and be handed out borrowed. The table is fixed: sites beyond it
+ * share one "other sites" entry. */
+#define MAX_SITES 256
+
+typedef struct site {
+  const char *call;   /* public call that synced */
+  const char *file;   /* marked site, or NULL */
+  int line;
+  const void *addr;   /* unmarked: return address in the caller */
+  char text[160];     /* "train.c:88 (train_step)" / "train_step+0x4c" */
+  char label[208];    /* "ag_item at <text>" */
+  uint64_t count;
+  bool warned;
+} site;
+
+static site g_sites[MAX_SITES];
+static int g_nsites;
+static pthread_mutex_t g_site_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int g_track; /* profilers that want per-site counts */
+
+static _Thread_local struct {
+  const char *file, *func;
+  int line;
+} tl_mark;
+
+void ag__sync_sites_track(int delta) { atomic_fetch_add(&g_track, delta); }
+
+void ag_sync_site_mark(const char *file, int line, const char *func) {
+  tl_mark.file = file;
+  tl_mark.line = line;
+  tl_mark.func = func;
+}
+double ag_sync_site_done_d(double v) {
+  tl_mark.file = NULL;
+  return v;
+}
+ag_status ag_sync_site_done_s(ag_status s) {
+  tl_mark.file = NULL;
+  return s;
+}
+
+static const char *base_name(const char *path) {
+  const char *b = path ? strrchr(path, '/') : NULL;
+  return b ? b + 1 : (path ? path : "?");
+}
+
+/* The first return address outside the library. With the shared library the
+ * object file tells them apart; linked statically, the frame after the
+ * outermost public ag_ function is the caller's. */
+static const void *caller_address(void) {
+  void *fr[32];
+  int n = backtrace(fr, 32);
+  Dl_info self, in;
+  if (!dladdr((void *)ag_sync_count, &self)) return NULL;
+  const void *after_public = NULL;
+  bool in_public = false;
+  for (int i = 1; i < n; i++) {
+    if (!dladdr(fr[i], &in)) continue;
+    if (in.dli_fname && self.dli_fname && strcmp(in.dli_fname, self.dli_fname) != 0)
+      return fr[i];
+    bool pub = in.dli_sname && !strncmp(in.dli_sname, "ag_", 3) && strncmp(in.dli_sname, "ag__", 4);
+    if (pub)
+      in_public = true;
+    else if (in_public && !after_public)
+      after_public = fr[i];
+  }
+  return after_public;
+}
+
+static void describe_address(const void *a, char *out, size_t len) {
+  Dl_info in;
+  /* A return address points after the call; step back into it so the
+   * offset names the calling line for addr2line. */
+  const char *pc = (const char *)a - 1;
+  if (!a || !dladdr(pc, &in)) {
+    snprintf(out, len, "unknown site");
+  } else if (in.dli_sname) {
+    snprintf(out, len, "%s+0x%tx", in.dli_sname, pc - (const char *)in.dli_saddr);
+  } else {
+    snprintf(out, len, "%s+0x%tx", base_name(in.dli_fname), pc - (const char *)in.dli_fbase);
+  }
+}
+
+/* The site of the current sync; counted. Caller holds nothing. */
+static site *site_of(const char *what) {
+  const char *file = tl_mark.file;
+  int line = tl_mark.line;
+  const char *func = tl_mark.func;
+  const void *addr = file ? NULL : caller_address();
+  pthread_mutex_lock(&g_site_lock);
+  site *s = NULL;
+  for (int i = 0; i < g_nsites && !s; i++) {
+    site *c = &g_sites[i];
+    if (c->call != what && strcmp(c->call, what)) continue;
+    if (file ? (c->file && c->line == line && !strcmp(c->file, file)) : (!c->file && c->addr == addr))
+      s = c;
+  }
+  if (!s && g_nsites < MAX_SITES) {
+    s = &g_sites[g_nsites++];
+    s->call = what;
+    s->file = file;
+    s->line = line;
+    s->addr = addr;
+    if (file)
+      snprintf(s->text, sizeof s->text, "%s:%d (%s)", base_name(file), line, func ? func : "?");
+    else
+      describe_address(addr, s->text, sizeof s->text);
+    char text[sizeof s->text];
+    memcpy(text, s->text, sizeof text);
+    snprintf(s->label, sizeof s->label, "%s at %s", what, text);
+  } else if (!s) {
+    s = &g_sites[MAX_SITES - 1]; /* full: the last entry absorbs the rest */
+  }
+  s->count++;
+  pthread_mutex_unlock(&g_site_lock);
+  return s;
+}
+
+static int by_count_desc(const void *a, const void *b) {
+  uint64_t x = ((const ag_sync_site_info *)a)->count, y = ((const ag_sync_site_info *)b)->count;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int ag_sync_sites(ag_sync_site_info *out, int max) {
+  if (!out || max <= 0) return 0;
+  ag_sync_site_info all[MAX_SITES];
+  pthread_mutex_lock(&g_site_lock);
+  int n = g_nsites;
+  for (int i = 0; i < n; i++)
+    all[i] = (ag_sync_site_info){g_sites[i].text, g_sites[i].call, g_sites[i].count};
+  pthread_mutex_unlock(&g_site_lock);
+  qsort(all, (size_t)n, sizeof all[0], by_count_desc);
+  if (n > max) n = max;
+  memcpy(out, all, (size_t)n * sizeof all[0]);
+  return n;
+}
+
+typedef struct sync_ctx {
+  site *site;
+  uint64_t t0;
+} sync_ctx;
+
+static ag_status before_sync(ag_devstate *ds, const char *what, sync_ctx *cx) {
   ag_sync_debug m = mode_now();
-  if (AG_LIKELY(m == AG_SYNC_DEBUG_OFF)) return AG_OK;
+  cx->site = NULL;
+  cx->t0 = 0;
+  bool tracing = ag__trace_on();
+  if (AG_LIKELY(m == AG_SYNC_DEBUG_OFF && !tracing &&
+                atomic_load_explicit(&g_track, memory_order_relaxed) == 0))
+    return AG_OK;
+  site *s = site_of(what);
+  cx->site = s;
   if (m == AG_SYNC_DEBUG_ERROR)
-    return ag_error_set(AG_ERR_SYNC, "%s: host sync on %s refused (sync-debug mode is error)", what,
-                        ds->label);
-  pthread_mutex_lock(&g_warn_lock);
-  bool seen = false;
-  int i = 0;
-  for (; i < MAX_SITES && g_warned[i]; i++)
-    if (!strcmp(g_warned[i], what)) seen = true;
-  if (!seen && i < MAX_SITES) g_warned[i] = what;
-  pthread_mutex_unlock(&g_warn_lock);
-  if (!seen) fprintf(stderr, "anygrad: warning: host sync in %s on %s\n", what, ds->label);
+    return ag_error_set(AG_ERR_SYNC, "%s: host sync on %s at %s refused (sync-debug mode is error)",
+                        what, ds->label, s->text);
+  if (tracing) cx->t0 = ag__now_ns();
+  if (m == AG_SYNC_DEBUG_WARN) {
+    pthread_mutex_lock(&g_site_lock);
+    bool first = !s->warned;
+    s->warned = true;
+    pthread_mutex_unlock(&g_site_lock);
+    if (first) fprintf(stderr, "anygrad: warning: host sync in %s on %s\n", s->label, ds->label);
+  }
   return AG_OK;
+}
+
+static void after_sync(const sync_ctx *cx) {
+  if (cx->t0) ag__trace_host("sync", cx->site->label, cx->t0, ag__now_ns(), NULL, 0);
 }
 
 static const char *kop_public_name(int kop) {
@@ -73,16 +229,19 @@ static ag_status collect_kernel_error(ag_stream *s) {
 AG_HIDDEN ag_status ag__kernel_error_check(ag_stream *s) { return collect_kernel_error(s); }
 
 ag_status ag__sync_stream(ag_stream *s, const char *what) {
-  ag_status st = before_sync(s->ds, what);
+  sync_ctx cx;
+  ag_status st = before_sync(s->ds, what, &cx);
   if (st != AG_OK) return st;
   atomic_fetch_add_explicit(&g_syncs, 1, memory_order_relaxed);
   st = s->ds->be->stream_synchronize(s->bs);
+  after_sync(&cx);
   if (st != AG_OK) return st;
   return collect_kernel_error(s);
 }
 
 ag_status ag__sync_device(ag_devstate *ds, const char *what) {
-  ag_status st = before_sync(ds, what);
+  sync_ctx cx;
+  ag_status st = before_sync(ds, what, &cx);
   if (st != AG_OK) return st;
   atomic_fetch_add_explicit(&g_syncs, 1, memory_order_relaxed);
   pthread_mutex_lock(&ds->lock);
@@ -93,12 +252,16 @@ ag_status ag__sync_device(ag_devstate *ds, const char *what) {
     if (st != AG_OK && first == AG_OK) first = st;
   }
   pthread_mutex_unlock(&ds->lock);
+  after_sync(&cx);
   return first;
 }
 
 ag_status ag__sync_event(ag_event *e, const char *what) {
-  ag_status st = before_sync(e->ds, what);
+  sync_ctx cx;
+  ag_status st = before_sync(e->ds, what, &cx);
   if (st != AG_OK) return st;
   atomic_fetch_add_explicit(&g_syncs, 1, memory_order_relaxed);
-  return e->ds->be->event_synchronize(e->be);
+  st = e->ds->be->event_synchronize(e->be);
+  after_sync(&cx);
+  return st;
 }

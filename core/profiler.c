@@ -1,0 +1,620 @@
+/* The step profiler: per-step host, input, copy, device, sync and memory
+ * measurements (device times from timing events read without blocking), a
+ * verdict per window naming the bottleneck, and the leak detector. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "anygrad/autograd.h"
+#include "diag_internal.h"
+#include "internal.h"
+
+#define KEEP 4096     /* step records kept (a ring) */
+#define MAX_PEND 1024 /* unresolved event pairs; beyond, timings are dropped */
+#define TOP_SITES 64
+
+typedef struct rec {
+  ag_step_stats st;
+  int64_t cat[AG_MEM_CATEGORY_COUNT]; /* category bytes at step end */
+  int64_t nodes, tensors;             /* live autograd nodes / tensors at step end */
+  uint64_t dev_end_ns;                /* device time the step's work ended; 0 unknown */
+} rec;
+
+typedef enum { P_STEP, P_COPY } pkind;
+
+typedef struct pend {
+  pkind kind;
+  int64_t step;
+  ag_event *a, *b;
+  const ag_stream *stream;
+  size_t bytes;
+} pend;
+
+typedef struct site_count {
+  const char *text, *call;
+  uint64_t count;
+} site_count;
+
+typedef struct window_rec {
+  int64_t first;
+  const char *top_site, *top_call;
+  uint64_t top_count;
+} window_rec;
+
+struct ag_profiler {
+  ag_devstate *ds;
+  ag_stream *stream;
+  int window, leak_k;
+  bool trace;
+  uint64_t created_ns;
+  ag_event *anchor;
+  uint64_t anchor_ns;
+  /* the step in progress (driving thread) */
+  bool in_step;
+  int64_t step; /* index of the next step */
+  uint64_t t_begin, syncs0;
+  int64_t alloc0;
+  ag_event *ev_begin, *ev_ready;
+  atomic_uint_fast64_t data_wait_ns;
+  /* shared with hooks on other threads */
+  pthread_mutex_t mu;
+  pend pend[MAX_PEND];
+  int n_pend;
+  ag_event *spare[64];
+  int n_spare;
+  rec *recs; /* KEEP entries */
+  int64_t n_done;
+  /* sync sites at the last window boundary */
+  site_count sites0[TOP_SITES];
+  int n_sites0;
+  window_rec *wins;
+  int64_t n_wins, cap_wins;
+  /* leak detector */
+  int streak;
+  rec streak_base;
+  bool leak;
+  int64_t leak_step;
+  char leak_text[640];
+};
+
+/* ---- events ---- */
+
+static ag_event *ev_get(ag_profiler *p) {
+  if (p->n_spare) return p->spare[--p->n_spare];
+  return ag_event_create(p->ds->dev, true);
+}
+
+static void ev_put(ag_profiler *p, ag_event *e) {
+  if (!e) return;
+  if (p->n_spare < 64)
+    p->spare[p->n_spare++] = e;
+  else
+    ag_event_destroy(e);
+}
+
+static bool dev_time(ag_profiler *p, ag_event *e, uint64_t *out_ns) {
+  float ms;
+  if (ag_event_elapsed_ms(p->anchor, e, &ms) != AG_OK) {
+    ag_error_clear();
+    return false;
+  }
+  *out_ns = p->anchor_ns + (uint64_t)llround((double)ms * 1e6 > 0 ? (double)ms * 1e6 : 0);
+  return true;
+}
+
+static rec *rec_of(ag_profiler *p, int64_t step) {
+  int64_t limit = p->in_step ? p->step + 1 : p->n_done; /* the open step too */
+  if (step < 0 || step >= limit || step <= limit - KEEP) return NULL;
+  return &p->recs[step % KEEP];
+}
+
+/* Resolve finished event pairs without blocking. p->mu held. */
+static void resolve(ag_profiler *p) {
+  int w = 0;
+  for (int i = 0; i < p->n_pend; i++) {
+    pend *q = &p->pend[i];
+    if (!ag_event_query(q->a) || !ag_event_query(q->b)) {
+      p->pend[w++] = *q;
+      continue;
+    }
+    float ms = 0;
+    bool ok = ag_event_elapsed_ms(q->a, q->b, &ms) == AG_OK;
+    if (!ok) ag_error_clear();
+    uint64_t t0 = 0, t1 = 0;
+    bool abs_ok = dev_time(p, q->a, &t0) && dev_time(p, q->b, &t1);
+    rec *r = rec_of(p, q->step);
+    if (q->kind == P_STEP) {
+      if (r && ok) {
+        r->st.device_ms = ms;
+        if (abs_ok) r->dev_end_ns = t1;
+        rec *prev = rec_of(p, q->step - 1);
+        if (prev && prev->dev_end_ns && r->dev_end_ns)
+          r->st.device_period_ms = (double)(r->dev_end_ns - prev->dev_end_ns) / 1e6;
+        rec *next = rec_of(p, q->step + 1);
+        if (next && next->dev_end_ns && r->dev_end_ns)
+          next->st.device_period_ms = (double)(next->dev_end_ns - r->dev_end_ns) / 1e6;
+      }
+      if (abs_ok) ag__trace_stream("device", "step", q->stream, t0, t1, "step", q->step);
+    } else {
+      if (r && ok) {
+        r->st.copy_ms += ms;
+      }
+      if (abs_ok) ag__trace_stream("copy", "H2D copy", q->stream, t0, t1, "bytes", (int64_t)q->bytes);
+    }
+    ev_put(p, q->a);
+    ev_put(p, q->b);
+  }
+  p->n_pend = w;
+}
+
+static void add_pend(ag_profiler *p, pkind kind, int64_t step, ag_event *a, ag_event *b,
+                     const ag_stream *s, size_t bytes) {
+  if (p->n_pend == MAX_PEND) resolve(p);
+  if (p->n_pend == MAX_PEND) { /* the host is far ahead: drop this timing */
+    ev_put(p, a);
+    ev_put(p, b);
+    return;
+  }
+  p->pend[p->n_pend++] = (pend){kind, step, a, b, s, bytes};
+}
+
+/* ---- hooks from loaders ---- */
+
+void ag__prof_data_wait(ag_profiler *p, uint64_t ns) {
+  if (p) atomic_fetch_add(&p->data_wait_ns, ns);
+}
+
+void ag__prof_data_ready(ag_profiler *p, ag_stream *compute) {
+  if (!p || compute != p->stream) return;
+  pthread_mutex_lock(&p->mu);
+  if (p->in_step && !p->ev_ready) {
+    p->ev_ready = ev_get(p);
+    if (p->ev_ready && ag_event_record(p->ev_ready, compute) != AG_OK) {
+      ag_event_destroy(p->ev_ready);
+      p->ev_ready = NULL;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+void ag__prof_copy(ag_profiler *p, ag_stream *copy, ag_event *start, ag_event *end, size_t bytes) {
+  if (!p) {
+    ag_event_destroy(start);
+    ag_event_destroy(end);
+    return;
+  }
+  pthread_mutex_lock(&p->mu);
+  /* Attributed to the step that consumes the batch (the one open now). */
+  int64_t step = p->in_step ? p->step : p->step - 1;
+  add_pend(p, P_COPY, step, start, end, copy, bytes);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- sync sites ---- */
+
+static int read_sites(site_count *out) {
+  ag_sync_site_info info[TOP_SITES];
+  int n = ag_sync_sites(info, TOP_SITES);
+  for (int i = 0; i < n; i++) out[i] = (site_count){info[i].site, info[i].call, info[i].count};
+  return n;
+}
+
+/* The site whose count grew most since the last boundary. */
+static void top_site_since(ag_profiler *p, window_rec *w) {
+  site_count now[TOP_SITES];
+  int n = read_sites(now);
+  w->top_site = w->top_call = NULL;
+  w->top_count = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t before = 0;
+    for (int j = 0; j < p->n_sites0; j++)
+      if (p->sites0[j].text == now[i].text && p->sites0[j].call == now[i].call) before = p->sites0[j].count;
+    if (now[i].count - before > w->top_count) {
+      w->top_count = now[i].count - before;
+      w->top_site = now[i].text;
+      w->top_call = now[i].call;
+    }
+  }
+}
+
+/* ---- lifetime ---- */
+
+ag_profiler *ag_profiler_create(ag_device d, const ag_profiler_config *cfg) {
+  ag_devstate *ds = ag__devstate(d);
+  if (!ds) return NULL;
+  ag_profiler_config c = cfg ? *cfg : (ag_profiler_config){0};
+  if (c.window < 0 || c.leak_steps < 0) {
+    ag_error_set(AG_ERR_INVALID, "ag_profiler_create: window and leak_steps must be >= 0");
+    return NULL;
+  }
+  if (c.stream && c.stream->ds != ds) {
+    ag_error_set(AG_ERR_DEVICE, "ag_profiler_create: stream of %s for a profiler of %s", c.stream->ds->label,
+                 ds->label);
+    return NULL;
+  }
+  ag_profiler *p = calloc(1, sizeof *p);
+  rec *recs = calloc(KEEP, sizeof *recs);
+  if (!p || !recs) {
+    free(p);
+    free(recs);
+    ag_error_set(AG_ERR_OOM, "ag_profiler_create: out of host memory");
+    return NULL;
+  }
+  p->ds = ds;
+  p->recs = recs;
+  p->stream = c.stream ? c.stream : ag__current_stream(ds);
+  p->window = c.window ? c.window : 20;
+  p->leak_k = c.leak_steps ? c.leak_steps : 5;
+  p->trace = c.trace;
+  pthread_mutex_init(&p->mu, NULL);
+  p->anchor = ag_event_create(d, true);
+  if (!p->anchor) {
+    ag_profiler_destroy(p);
+    return NULL;
+  }
+  /* Anchor device time to the host clock: an event recorded on an idle
+   * stream completes at once; on a busy one wait for it (one counted sync). */
+  bool idle = ag_stream_query(p->stream);
+  ag_event_record(p->anchor, p->stream);
+  if (!idle && ag__sync_event(p->anchor, "ag_profiler_create (timeline anchor)") != AG_OK) ag_error_clear();
+  p->anchor_ns = ag__now_ns();
+  p->created_ns = p->anchor_ns;
+  if (p->trace) {
+    ag__trace_acquire();
+    ag__trace_thread_name("main");
+    ag__trace_stream_name(p->stream, p->stream->is_default ? "default stream" : "compute stream");
+  }
+  ag__sync_sites_track(1);
+  p->n_sites0 = read_sites(p->sites0);
+  return p;
+}
+
+void ag_profiler_destroy(ag_profiler *p) {
+  if (!p) return;
+  if (p->trace) ag__trace_release();
+  if (p->anchor) ag__sync_sites_track(-1);
+  for (int i = 0; i < p->n_pend; i++) {
+    ag_event_destroy(p->pend[i].a);
+    ag_event_destroy(p->pend[i].b);
+  }
+  for (int i = 0; i < p->n_spare; i++) ag_event_destroy(p->spare[i]);
+  ag_event_destroy(p->ev_begin);
+  ag_event_destroy(p->ev_ready);
+  ag_event_destroy(p->anchor);
+  pthread_mutex_destroy(&p->mu);
+  free(p->wins);
+  free(p->recs);
+  free(p);
+}
+
+/* ---- steps ---- */
+
+static void mem_now(ag_profiler *p, int64_t *alloc, int64_t *cat) {
+  ag_memory_stats ms;
+  if (ag_memory_stats_get(p->ds->dev, &ms) != AG_OK) {
+    ag_error_clear();
+    memset(&ms, 0, sizeof ms);
+  }
+  *alloc = ms.allocated_bytes[AG_POOL_ALL].current;
+  if (cat)
+    for (int c = 0; c < AG_MEM_CATEGORY_COUNT; c++) cat[c] = ms.category_bytes[c].current;
+}
+
+ag_status ag_profiler_step_begin(ag_profiler *p) {
+  if (!p) return ag_error_set(AG_ERR_INVALID, "ag_profiler_step_begin: NULL profiler");
+  if (p->in_step) return ag_error_set(AG_ERR_STATE, "ag_profiler_step_begin: step %" PRId64 " is open", p->step);
+  pthread_mutex_lock(&p->mu);
+  rec *r = &p->recs[p->step % KEEP];
+  memset(r, 0, sizeof *r);
+  r->st.step = p->step;
+  r->st.device_ms = r->st.device_period_ms = -1;
+  p->ev_begin = ev_get(p);
+  if (p->ev_begin && ag_event_record(p->ev_begin, p->stream) != AG_OK) {
+    ag_event_destroy(p->ev_begin);
+    p->ev_begin = NULL;
+    ag_error_clear();
+  }
+  p->in_step = true;
+  pthread_mutex_unlock(&p->mu);
+  atomic_store(&p->data_wait_ns, 0);
+  mem_now(p, &p->alloc0, NULL);
+  p->syncs0 = ag_sync_count();
+  p->t_begin = ag__now_ns();
+  return AG_OK;
+}
+
+static void fmt_bytes(char *buf, size_t len, double b) {
+  double a = fabs(b);
+  if (a >= 1048576.0)
+    snprintf(buf, len, "%.1f MiB", b / 1048576.0);
+  else if (a >= 1024.0)
+    snprintf(buf, len, "%.1f KiB", b / 1024.0);
+  else
+    snprintf(buf, len, "%.0f B", b);
+}
+
+/* Leak detector: allocated bytes at step end grew in K consecutive steps. */
+static void leak_check(ag_profiler *p, const rec *r, const rec *prev) {
+  if (r->st.allocated_delta <= 0) {
+    p->streak = 0;
+    return;
+  }
+  if (p->streak == 0) {
+    if (prev)
+      p->streak_base = *prev;
+    else { /* the first step: its begin state */
+      memset(&p->streak_base, 0, sizeof p->streak_base);
+      p->streak_base.st.allocated_bytes = r->st.allocated_bytes - r->st.allocated_delta;
+      memcpy(p->streak_base.cat, r->cat, sizeof r->cat);
+      p->streak_base.nodes = r->nodes;
+      p->streak_base.tensors = r->tensors;
+    }
+  }
+  p->streak++;
+  if (p->streak < p->leak_k || p->leak) return;
+  p->leak = true;
+  p->leak_step = r->st.step;
+  const rec *b = &p->streak_base;
+  double grown = (double)(r->st.allocated_bytes - b->st.allocated_bytes);
+  char tot[32], per[32];
+  fmt_bytes(tot, sizeof tot, grown);
+  fmt_bytes(per, sizeof per, grown / p->streak);
+  int n = snprintf(p->leak_text, sizeof p->leak_text,
+                   "leak: allocated bytes grew in each of the %d steps up to step %" PRId64 " (+%s, %s/step); grew:",
+                   p->streak, r->st.step, tot, per);
+  for (int c = 0; c < AG_MEM_CATEGORY_COUNT && n < (int)sizeof p->leak_text; c++) {
+    int64_t d = r->cat[c] - b->cat[c];
+    if (d <= 0) continue;
+    char db[32];
+    fmt_bytes(db, sizeof db, (double)d);
+    n += snprintf(p->leak_text + n, sizeof p->leak_text - (size_t)n, " %s +%s", ag_mem_category_name(c), db);
+  }
+  int64_t dn = r->nodes - b->nodes, dt = r->tensors - b->tensors;
+  if (n < (int)sizeof p->leak_text)
+    snprintf(p->leak_text + n, sizeof p->leak_text - (size_t)n, "; live tensors %+" PRId64 ", autograd nodes %+" PRId64 "%s",
+             dt, dn, dn > 0 ? ": a tensor holding a graph is kept across steps" : ": tensors are kept across steps");
+}
+
+ag_status ag_profiler_step_end(ag_profiler *p) {
+  if (!p) return ag_error_set(AG_ERR_INVALID, "ag_profiler_step_end: NULL profiler");
+  if (!p->in_step) return ag_error_set(AG_ERR_STATE, "ag_profiler_step_end: no step is open");
+  uint64_t t_end = ag__now_ns();
+  uint64_t syncs = ag_sync_count() - p->syncs0;
+  int64_t alloc, cat[AG_MEM_CATEGORY_COUNT];
+  mem_now(p, &alloc, cat);
+  pthread_mutex_lock(&p->mu);
+  ag_event *ev_end = ev_get(p);
+  if (ev_end && ag_event_record(ev_end, p->stream) != AG_OK) {
+    ag_event_destroy(ev_end);
+    ev_end = NULL;
+    ag_error_clear();
+  }
+  rec *r = &p->recs[p->step % KEEP];
+  r->st.wall_ms = (double)(t_end - p->t_begin) / 1e6;
+  r->st.data_wait_ms = (double)atomic_load(&p->data_wait_ns) / 1e6;
+  r->st.syncs = syncs;
+  r->st.allocated_bytes = alloc;
+  rec *prev = p->step > 0 ? rec_of(p, p->step - 1) : NULL;
+  r->st.allocated_delta = alloc - (prev ? prev->st.allocated_bytes : p->alloc0);
+  memcpy(r->cat, cat, sizeof cat);
+  r->nodes = ag_live_nodes();
+  r->tensors = ag_live_tensors();
+  /* The device part starts when its input is there (ready), else at begin. */
+  ag_event *start = p->ev_ready ? p->ev_ready : p->ev_begin;
+  if (p->ev_ready) ev_put(p, p->ev_begin);
+  p->ev_begin = p->ev_ready = NULL;
+  if (start && ev_end)
+    add_pend(p, P_STEP, p->step, start, ev_end, p->stream, 0);
+  else {
+    ev_put(p, start);
+    ev_put(p, ev_end);
+  }
+  p->n_done = p->step + 1;
+  p->in_step = false;
+  leak_check(p, r, prev);
+  int64_t step = p->step++;
+  resolve(p);
+  pthread_mutex_unlock(&p->mu);
+  ag__trace_host("step", "step", p->t_begin, t_end, "step", step);
+  ag__trace_counter("allocated bytes", t_end, alloc);
+  if ((step + 1) % p->window == 0) {
+    if (p->n_wins == p->cap_wins) {
+      int64_t nc = p->cap_wins ? p->cap_wins * 2 : 16;
+      window_rec *nv = realloc(p->wins, (size_t)nc * sizeof *nv);
+      if (!nv) return ag_error_set(AG_ERR_OOM, "ag_profiler_step_end: out of host memory");
+      p->wins = nv;
+      p->cap_wins = nc;
+    }
+    window_rec *w = &p->wins[p->n_wins++];
+    w->first = step + 1 - p->window;
+    top_site_since(p, w);
+    p->n_sites0 = read_sites(p->sites0);
+  }
+  return AG_OK;
+}
+
+ag_status ag_profiler_step_stats(ag_profiler *p, int64_t step, ag_step_stats *out) {
+  if (!p || !out) return ag_error_set(AG_ERR_INVALID, "ag_profiler_step_stats: NULL argument");
+  pthread_mutex_lock(&p->mu);
+  resolve(p);
+  if (step < 0) step = p->n_done - 1;
+  rec *r = rec_of(p, step);
+  if (r) *out = r->st;
+  pthread_mutex_unlock(&p->mu);
+  if (!r)
+    return ag_error_set(AG_ERR_INDEX, "ag_profiler_step_stats: step %" PRId64 " is not finished or no longer kept", step);
+  return AG_OK;
+}
+
+bool ag_profiler_leak(ag_profiler *p, const char **out_text) {
+  if (!p) return false;
+  if (out_text) *out_text = p->leak ? p->leak_text : "";
+  return p->leak;
+}
+
+/* ---- verdicts ---- */
+
+static void verdict_over(ag_profiler *p, int64_t first, int64_t n, const window_rec *w,
+                         ag_profiler_verdict *v) {
+  memset(v, 0, sizeof *v);
+  v->first_step = first;
+  v->steps = n;
+  double wall = 0, wait = 0, busy = 0, period = 0;
+  uint64_t syncs = 0;
+  int grew = 0;
+  int64_t known = 0;
+  for (int64_t s = first; s < first + n; s++) {
+    rec *r = rec_of(p, s);
+    if (!r) continue;
+    wall += r->st.wall_ms;
+    wait += r->st.data_wait_ms;
+    syncs += r->st.syncs;
+    if (r->st.allocated_delta > 0) grew++;
+    if (r->st.device_ms >= 0 && r->st.device_period_ms > 0) {
+      busy += fmin(r->st.device_ms, r->st.device_period_ms);
+      period += r->st.device_period_ms;
+      known++;
+    }
+  }
+  rec *a = rec_of(p, first), *b = rec_of(p, first + n - 1);
+  int64_t base = a ? a->st.allocated_bytes - a->st.allocated_delta : 0;
+  v->growth_bytes_per_step = a && b ? (double)(b->st.allocated_bytes - base) / (double)n : 0;
+  v->device_idle_frac = known ? 1.0 - busy / period : -1;
+  v->data_wait_frac = wall > 0 ? wait / wall : 0;
+  v->syncs_per_step = (double)syncs / (double)n;
+  double idle = v->device_idle_frac >= 0 ? v->device_idle_frac : v->data_wait_frac;
+  v->input_bound = v->data_wait_frac >= 0.10 && idle >= 0.05;
+  v->sync_bound = v->syncs_per_step >= 1.0 && (v->device_idle_frac < 0 || idle - v->data_wait_frac >= 0.05) &&
+                  !v->input_bound;
+  v->memory_growing = n >= 2 && v->growth_bytes_per_step > 0 && grew * 5 >= n * 4;
+  v->leak = p->leak;
+  int k = 0;
+  size_t cap = sizeof v->text;
+  if (v->input_bound)
+    k += snprintf(v->text + k, cap - (size_t)k,
+                  "input-bound: device idle %.0f%% waiting for data (host blocked %.0f%% of the step in ag_loader_next); raise workers\n",
+                  idle * 100, v->data_wait_frac * 100);
+  if (v->syncs_per_step >= 1.0 && (size_t)k < cap) {
+    const char *where = w && w->top_site ? w->top_site : "an unknown site";
+    const char *call = w && w->top_call ? w->top_call : "sync";
+    double at = w && w->top_count ? (double)w->top_count / (double)n : v->syncs_per_step;
+    if (v->sync_bound)
+      k += snprintf(v->text + k, cap - (size_t)k, "sync-bound: %.0f host syncs per step at %s (%s); device idle %.0f%%\n",
+                    at, where, call, idle * 100);
+    else
+      k += snprintf(v->text + k, cap - (size_t)k, "note: %.0f host syncs per step at %s (%s)\n", at, where, call);
+  }
+  if (v->memory_growing && (size_t)k < cap) {
+    char per[32];
+    fmt_bytes(per, sizeof per, v->growth_bytes_per_step);
+    int64_t dn = a && b ? (b->nodes - a->nodes) : 0;
+    k += snprintf(v->text + k, cap - (size_t)k, "memory growing %s/step: %s\n", per,
+                  dn > 0 ? "a tensor holding a graph is kept across steps" : "tensors are kept across steps");
+  }
+  if (k == 0) {
+    if (v->device_idle_frac >= 0)
+      snprintf(v->text, cap, "compute-bound: device busy %.0f%%\n", (1 - v->device_idle_frac) * 100);
+    else
+      snprintf(v->text, cap, "compute-bound (device times not yet known)\n");
+  }
+}
+
+ag_status ag_profiler_verdict_get(ag_profiler *p, ag_profiler_verdict *out) {
+  if (!p || !out) return ag_error_set(AG_ERR_INVALID, "ag_profiler_verdict_get: NULL argument");
+  pthread_mutex_lock(&p->mu);
+  resolve(p);
+  int64_t n = p->n_done < p->window ? p->n_done : p->window;
+  pthread_mutex_unlock(&p->mu);
+  if (n == 0) return ag_error_set(AG_ERR_STATE, "ag_profiler_verdict_get: no step has finished");
+  window_rec w = {0};
+  if (p->n_done % p->window == 0 && p->n_wins)
+    w = p->wins[p->n_wins - 1];
+  else
+    top_site_since(p, &w);
+  pthread_mutex_lock(&p->mu);
+  verdict_over(p, p->n_done - n, n, &w, out);
+  pthread_mutex_unlock(&p->mu);
+  return AG_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+ag_status ag_profiler_report(ag_profiler *p, FILE *f) {
+  if (!p || !f) return ag_error_set(AG_ERR_INVALID, "ag_profiler_report: NULL argument");
+  if (p->n_done == 0) return ag_error_set(AG_ERR_STATE, "ag_profiler_report: no step has finished");
+  pthread_mutex_lock(&p->mu);
+  resolve(p);
+  int64_t first = p->n_done > KEEP ? p->n_done - KEEP : 0, n = p->n_done - first;
+  double *walls = malloc((size_t)n * sizeof *walls);
+  double wait = 0, copy = 0, busy = 0, period = 0, syncs = 0;
+  int64_t nbusy = 0;
+  for (int64_t s = first; s < p->n_done; s++) {
+    rec *r = rec_of(p, s);
+    if (walls) walls[s - first] = r->st.wall_ms;
+    wait += r->st.data_wait_ms;
+    copy += r->st.copy_ms > 0 ? r->st.copy_ms : 0;
+    syncs += (double)r->st.syncs;
+    if (r->st.device_ms >= 0 && r->st.device_period_ms > 0) {
+      busy += fmin(r->st.device_ms, r->st.device_period_ms);
+      period += r->st.device_period_ms;
+      nbusy++;
+    }
+  }
+  double mean = 0;
+  for (int64_t i = 0; walls && i < n; i++) mean += walls[i];
+  mean /= (double)n;
+  if (walls) qsort(walls, (size_t)n, sizeof *walls, cmp_double);
+  fprintf(f, "anygrad profiler: %" PRId64 " steps on %s\n", p->n_done, p->ds->label);
+  fprintf(f, "  step time   mean %.2f ms  p50 %.2f ms  max %.2f ms\n", mean, walls ? walls[n / 2] : 0,
+          walls ? walls[n - 1] : 0);
+  fprintf(f, "  data wait   %.2f ms/step (%.0f%% of host time)\n", wait / (double)n, mean > 0 ? 100 * wait / (double)n / mean : 0);
+  fprintf(f, "  copies      %.2f ms/step\n", copy / (double)n);
+  if (nbusy)
+    fprintf(f, "  device      busy %.2f ms/step, idle %.0f%%\n", busy / (double)nbusy, 100 * (1 - busy / period));
+  else
+    fprintf(f, "  device      timings not yet complete\n");
+  fprintf(f, "  host syncs  %.2f per step\n", syncs / (double)n);
+  free(walls);
+  fprintf(f, "verdicts:\n");
+  for (int64_t w = 0; w < p->n_wins; w++) {
+    if (p->wins[w].first < first) continue;
+    ag_profiler_verdict v;
+    verdict_over(p, p->wins[w].first, p->window, &p->wins[w], &v);
+    fprintf(f, "  steps %" PRId64 "-%" PRId64 ": ", v.first_step, v.first_step + v.steps - 1);
+    for (char *line = v.text; *line;) {
+      char *nl = strchr(line, '\n');
+      fprintf(f, "%s%.*s\n", line == v.text ? "" : "    ", (int)(nl ? nl - line : (long)strlen(line)), line);
+      line = nl ? nl + 1 : line + strlen(line);
+    }
+  }
+  int64_t tail = p->n_done % p->window;
+  if (tail && p->n_done - tail >= first) {
+    ag_profiler_verdict v;
+    window_rec w;
+    pthread_mutex_unlock(&p->mu);
+    top_site_since(p, &w);
+    pthread_mutex_lock(&p->mu);
+    verdict_over(p, p->n_done - tail, tail, &w, &v);
+    fprintf(f, "  steps %" PRId64 "-%" PRId64 ": %s", v.first_step, p->n_done - 1, v.text);
+  }
+  if (p->leak) fprintf(f, "%s\n", p->leak_text);
+  pthread_mutex_unlock(&p->mu);
+  ag_sync_site_info sites[5];
+  int ns = ag_sync_sites(sites, 5);
+  if (ns) fprintf(f, "sync sites (process total):\n");
+  for (int i = 0; i < ns; i++) fprintf(f, "  %8" PRIu64 "  %s at %s\n", sites[i].count, sites[i].call, sites[i].site);
+  return ferror(f) ? ag_error_set(AG_ERR_IO, "ag_profiler_report: write error") : AG_OK;
+}
+
+ag_status ag_profiler_write_trace(ag_profiler *p, const char *path) {
+  if (!p || !path) return ag_error_set(AG_ERR_INVALID, "ag_profiler_write_trace: NULL argument");
+  if (!p->trace) return ag_error_set(AG_ERR_STATE, "ag_profiler_write_trace: the profiler was created without trace");
+  pthread_mutex_lock(&p->mu);
+  resolve(p);
+  pthread_mutex_unlock(&p->mu);
+  return ag__trace_write(path, p->ds, p->created_ns);
+}
