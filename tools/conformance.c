@@ -5,6 +5,8 @@
  * tensor and bracketed by sentinel neighbours to catch out-of-bounds writes. */
 #include "conformance.h"
 
+#include "anygrad/autograd.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -1665,11 +1667,220 @@ static void op_to_device(ctx *c) {
   case_end(c);
 }
 
+/* ---- gradients: analytic (ag_backward) against central finite differences
+ * on the same device. y = f(inputs); the loss is sum(y * W) for random W,
+ * evaluated in double on the host so only f's own rounding enters the
+ * differences. ---- */
+
+enum {
+  GA_ADD, GA_SUB, GA_MUL, GA_DIV, GA_POW, GA_AFFINE, GA_NEG, GA_EXP, GA_LOG, GA_SQRT, GA_RSQRT,
+  GA_ABS, GA_RELU, GA_GELU, GA_SILU, GA_SIGMOID, GA_TANH, GA_WHERE, GA_SUM, GA_MEAN, GA_MATMUL,
+  GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
+};
+
+typedef struct gin {
+  int ndim;
+  int64_t shape[3];
+  int kind;
+  double lo, hi;
+  int constant; /* 0 differentiable; 1 same dtype, not differentiable; 2 i32 */
+} gin;
+
+typedef struct gdef {
+  const char *name;
+  int fn, nin;
+  gin in[3];
+} gdef;
+
+#define GF(lo, hi) G_UNI, lo, hi, 0
+static const gdef GRADS[] = {
+    {"grad_add", GA_ADD, 2, {{2, {3, 4}, GF(-2, 2)}, {1, {4}, GF(-2, 2)}}},
+    {"grad_sub", GA_SUB, 2, {{3, {2, 3, 4}, GF(-2, 2)}, {2, {3, 1}, GF(-2, 2)}}},
+    {"grad_mul", GA_MUL, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {1, 4}, GF(-2, 2)}}},
+    {"grad_div", GA_DIV, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {3, 4}, G_AWAY, 0.5, 2, 0}}},
+    {"grad_pow_scalar", GA_POW, 1, {{2, {3, 4}, GF(0.5, 2)}}},
+    {"grad_scalar_ops", GA_AFFINE, 1, {{2, {3, 4}, GF(-2, 2)}}},
+    {"grad_neg", GA_NEG, 1, {{2, {3, 4}, GF(-2, 2)}}},
+    {"grad_exp", GA_EXP, 1, {{2, {3, 4}, GF(-2, 2)}}},
+    {"grad_log", GA_LOG, 1, {{2, {3, 4}, GF(0.5, 2)}}},
+    {"grad_sqrt", GA_SQRT, 1, {{2, {3, 4}, GF(0.5, 2)}}},
+    {"grad_rsqrt", GA_RSQRT, 1, {{2, {3, 4}, GF(0.5, 2)}}},
+    {"grad_abs", GA_ABS, 1, {{2, {3, 4}, G_AWAY, 0.1, 2, 0}}},
+    {"grad_relu", GA_RELU, 1, {{2, {3, 4}, G_AWAY, 0.1, 2, 0}}},
+    {"grad_gelu", GA_GELU, 1, {{2, {3, 4}, GF(-3, 3)}}},
+    {"grad_silu", GA_SILU, 1, {{2, {3, 4}, GF(-3, 3)}}},
+    {"grad_sigmoid", GA_SIGMOID, 1, {{2, {3, 4}, GF(-3, 3)}}},
+    {"grad_tanh", GA_TANH, 1, {{2, {3, 4}, GF(-2, 2)}}},
+    {"grad_where", GA_WHERE, 3, {{2, {3, 1}, G_BOOL, 0, 1, 1}, {2, {3, 4}, GF(-2, 2)}, {1, {4}, GF(-2, 2)}}},
+    {"grad_sum", GA_SUM, 1, {{3, {3, 4, 5}, GF(-2, 2)}}},
+    {"grad_mean", GA_MEAN, 1, {{3, {3, 4, 5}, GF(-2, 2)}}},
+    {"grad_matmul", GA_MATMUL, 2, {{3, {2, 3, 4}, GF(-1, 1)}, {2, {4, 5}, GF(-1, 1)}}},
+    {"grad_softmax", GA_SOFTMAX, 1, {{2, {3, 6}, GF(-2, 2)}}},
+    {"grad_log_softmax", GA_LOG_SOFTMAX, 1, {{2, {5, 4}, GF(-2, 2)}}},
+    {"grad_cross_entropy", GA_CE, 2, {{2, {4, 6}, GF(-2, 2)}, {1, {4}, G_INT, 0, 5, 2}}},
+    {"grad_mse_loss", GA_MSE, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {3, 4}, GF(-2, 2)}}},
+    {"grad_layer_norm", GA_LN, 3, {{2, {3, 8}, GF(-2, 2)}, {1, {8}, GF(0.5, 1.5)}, {1, {8}, GF(-1, 1)}}},
+    {"grad_embedding", GA_EMB, 2, {{2, {6, 3}, GF(-2, 2)}, {1, {5}, G_INT, 0, 5, 2}}},
+    {"grad_concat", GA_CONCAT, 2, {{2, {2, 3}, GF(-2, 2)}, {2, {4, 3}, GF(-2, 2)}}},
+    {"grad_views", GA_VIEWS, 2, {{2, {4, 6}, GF(-2, 2)}, {2, {1, 4}, GF(-2, 2)}}},
+    {"grad_reshape", GA_RESHAPE, 1, {{3, {2, 3, 4}, GF(-2, 2)}}},
+};
+#undef GF
+
+static ag_tensor *gfn(int fn, ag_tensor **x) {
+  static const int d1[1] = {1}, d02[2] = {0, 2}, perm[3] = {1, 2, 0};
+  switch (fn) {
+    case GA_ADD: return ag_add(x[0], x[1]);
+    case GA_SUB: return ag_sub(x[0], x[1]);
+    case GA_MUL: return ag_mul(x[0], x[1]);
+    case GA_DIV: return ag_div(x[0], x[1]);
+    case GA_POW: return ag_pow_scalar(x[0], 2.5);
+    case GA_AFFINE:
+      return ag_div_scalar(ag_rsub_scalar(ag_sub_scalar(ag_add_scalar(ag_mul_scalar(x[0], 1.5), 0.25), 1), 2), 3);
+    case GA_NEG: return ag_neg(x[0]);
+    case GA_EXP: return ag_exp(x[0]);
+    case GA_LOG: return ag_log(x[0]);
+    case GA_SQRT: return ag_sqrt(x[0]);
+    case GA_RSQRT: return ag_rsqrt(x[0]);
+    case GA_ABS: return ag_abs(x[0]);
+    case GA_RELU: return ag_relu(x[0]);
+    case GA_GELU: return ag_gelu(x[0]);
+    case GA_SILU: return ag_silu(x[0]);
+    case GA_SIGMOID: return ag_sigmoid(x[0]);
+    case GA_TANH: return ag_tanh(x[0]);
+    case GA_WHERE: return ag_where(x[0], x[1], x[2]);
+    case GA_SUM: return ag_sum(x[0], 1, d1, false);
+    case GA_MEAN: return ag_mean(x[0], 2, d02, true);
+    case GA_MATMUL: return ag_matmul(x[0], x[1]);
+    case GA_SOFTMAX: return ag_softmax(x[0], -1);
+    case GA_LOG_SOFTMAX: return ag_log_softmax(x[0], 0);
+    case GA_CE: return ag_cross_entropy(x[0], x[1], AG_REDUCTION_MEAN, -100);
+    case GA_MSE: return ag_mse_loss(x[0], x[1], AG_REDUCTION_MEAN);
+    case GA_LN: return ag_layer_norm(x[0], x[1], x[2], 1e-5);
+    case GA_EMB: return ag_embedding(x[0], x[1]);
+    case GA_CONCAT: return ag_concat(2, x, 0);
+    case GA_VIEWS: {
+      ag_tensor *s = ag_slice(ag_transpose(x[0], 0, 1), 0, 1, 6, 2); /* [3,4] */
+      return ag_mul(s, ag_expand(x[1], 2, (const int64_t[]){3, 4}));
+    }
+    default: return ag_reshape(ag_permute(x[0], perm), 2, (const int64_t[]){12, 2});
+  }
+}
+
+/* Upload the inputs (values vals[k]); differentiable ones as leaves that
+ * require grad when `leaf`. */
+static bool gupload(ctx *c, const gdef *g, double **vals, bool leaf, ag_tensor **x) {
+  for (int k = 0; k < g->nin; k++) {
+    ag_dtype dt = g->in[k].constant == 2 ? AG_I32 : c->dt;
+    hbuf *h;
+    x[k] = mk_vals(c, dt, &h, g->in[k].ndim, g->in[k].shape, vals[k]);
+    if (!x[k]) return false;
+    if (leaf && !g->in[k].constant && ag_tensor_set_requires_grad(x[k], true) != AG_OK) {
+      case_fail(c, "ag_tensor_set_requires_grad: %s", ag_last_error());
+      return false;
+    }
+  }
+  return true;
+}
+
+/* sum(f(x) * W) in double, with grad mode off; NAN after failing the case. */
+static double gloss(ctx *c, const gdef *g, double **vals, const double *w) {
+  ag_tensor *x[3];
+  double L = NAN;
+  ag_scope_begin();
+  ag_no_grad_begin();
+  if (gupload(c, g, vals, false, x)) {
+    ag_tensor *y = gfn(g->fn, x);
+    double *v = y ? rd(c, y) : NULL;
+    if (!y) on_null(c, g->name);
+    if (v) {
+      L = 0;
+      for (int64_t i = 0; i < ag_tensor_numel(y); i++) L += v[i] * w[i];
+    }
+  }
+  ag_grad_mode_end();
+  ag_scope_end();
+  return L;
+}
+
+static void op_grad(ctx *c) {
+  const gdef *g = NULL;
+  for (size_t i = 0; i < sizeof GRADS / sizeof GRADS[0]; i++)
+    if (!strcmp(GRADS[i].name, c->opname)) g = &GRADS[i];
+  if (!g) return;
+  case_begin(c, "backward vs central differences");
+  int64_t nodes = ag_live_nodes();
+  double *vals[3];
+  for (int k = 0; k < g->nin; k++) {
+    const gin *in = &g->in[k];
+    int64_t n = prod(in->ndim, in->shape);
+    vals[k] = cx_alloc(c, (size_t)n * sizeof(double));
+    ag_dtype dt = in->constant == 2 ? AG_I32 : c->dt;
+    for (int64_t i = 0; vals[k] && i < n; i++) vals[k][i] = ag_conf_round(dt, gen(c, dt, in->kind, in->lo, in->hi));
+  }
+  ag_tensor *x[3];
+  ag_tensor *y = gupload(c, g, vals, true, x) ? gfn(g->fn, x) : NULL;
+  if (!y && c->cres == AG_CONF_PASS) on_null(c, g->name);
+  if (y) {
+    int64_t ny = ag_tensor_numel(y);
+    ag_dtype ydt = ag_tensor_dtype(y);
+    double *w = cx_alloc(c, (size_t)ny * sizeof(double));
+    for (int64_t i = 0; i < ny; i++) w[i] = ag_conf_round(ydt, gen(c, ydt, G_UNI, -1, 1));
+    hbuf *hw;
+    ag_tensor *wt = mk_vals(c, ydt, &hw, ag_tensor_ndim(y), ag_tensor_shape(y), w);
+    ag_status st = wt ? ag_backward(y, wt, false) : AG_ERR_INTERNAL;
+    if (st == AG_ERR_UNSUPPORTED) case_unsup(c, "ag_backward");
+    else if (st != AG_OK) case_fail(c, "ag_backward: %s (%s)", ag_status_name(st), ag_last_error());
+    /* the tolerance of a central difference with step h: truncation h^2 and
+     * rounding eps/h; f64 resolves far more than f32 */
+    double h = c->dt == AG_F64 ? 1e-6 : 1e-2, tol = c->dt == AG_F64 ? 1e-10 : 1e-4;
+    for (int k = 0; st == AG_OK && c->cres == AG_CONF_PASS && k < g->nin; k++) {
+      if (g->in[k].constant) continue;
+      ag_tensor *gr = ag_tensor_grad(x[k]);
+      if (!gr) {
+        case_fail(c, "input %d has no gradient after backward", k);
+        break;
+      }
+      int64_t n = prod(g->in[k].ndim, g->in[k].shape);
+      if (ag_tensor_numel(gr) != n) {
+        case_fail(c, "gradient of input %d has %lld elements, want %lld", k, (long long)ag_tensor_numel(gr), (long long)n);
+        break;
+      }
+      double *an = rd(c, gr);
+      double err = 0, den = 0, worst = -1, wa = 0, wf = 0;
+      int64_t wi = 0;
+      for (int64_t i = 0; an && i < n && c->cres == AG_CONF_PASS; i++) {
+        double x0 = vals[k][i], xp = ag_conf_round(c->dt, x0 + h), xm = ag_conf_round(c->dt, x0 - h);
+        vals[k][i] = xp;
+        double lp = gloss(c, g, vals, w);
+        vals[k][i] = xm;
+        double lm = gloss(c, g, vals, w);
+        vals[k][i] = x0;
+        double fd = (lp - lm) / (xp - xm), e = (an[i] - fd) * (an[i] - fd);
+        err += e;
+        den += fd * fd;
+        if (e > worst) worst = e, wi = i, wa = an[i], wf = fd;
+      }
+      double nmse = err / (den > 1e-30 ? den : 1e-30);
+      if (an && c->cres == AG_CONF_PASS && nmse > tol)
+        case_fail(c, "input %d: gradient nmse %.3g > %.3g; worst element %lld: backward %.7g, finite difference %.7g",
+                  k, nmse, tol, (long long)wi, wa, wf);
+    }
+  }
+  case_end(c);
+  if (ag_live_nodes() != nodes && c->res != AG_CONF_FAIL) {
+    c->res = AG_CONF_FAIL;
+    snprintf(c->msg, sizeof c->msg, "%s %s: %lld autograd nodes still live after backward and the scope's end",
+             c->opname, ag_dtype_name(c->dt), (long long)(ag_live_nodes() - nodes));
+  }
+}
+
 /* ---- the op table ---- */
 
 #define M_F ((1u << AG_F32) | (1u << AG_F16) | (1u << AG_BF16) | (1u << AG_F64))
 #define M_I (1u << AG_I32)
 #define M_ALL (M_F | M_I)
+#define M_G ((1u << AG_F32) | (1u << AG_F64)) /* finite differences need f32 or wider */
 
 typedef struct opdef {
   const char *name;
@@ -1729,6 +1940,36 @@ static const opdef OPS[] = {
     {"contiguous", op_contiguous, M_ALL, 0},
     {"copy", op_copy, M_ALL, 0},
     {"to_device", op_to_device, M_ALL, 0},
+    {"grad_add", op_grad, M_G, 0},
+    {"grad_sub", op_grad, M_G, 0},
+    {"grad_mul", op_grad, M_G, 0},
+    {"grad_div", op_grad, M_G, 0},
+    {"grad_pow_scalar", op_grad, M_G, 0},
+    {"grad_scalar_ops", op_grad, M_G, 0},
+    {"grad_neg", op_grad, M_G, 0},
+    {"grad_exp", op_grad, M_G, 0},
+    {"grad_log", op_grad, M_G, 0},
+    {"grad_sqrt", op_grad, M_G, 0},
+    {"grad_rsqrt", op_grad, M_G, 0},
+    {"grad_abs", op_grad, M_G, 0},
+    {"grad_relu", op_grad, M_G, 0},
+    {"grad_gelu", op_grad, M_G, 0},
+    {"grad_silu", op_grad, M_G, 0},
+    {"grad_sigmoid", op_grad, M_G, 0},
+    {"grad_tanh", op_grad, M_G, 0},
+    {"grad_where", op_grad, M_G, 0},
+    {"grad_sum", op_grad, M_G, 0},
+    {"grad_mean", op_grad, M_G, 0},
+    {"grad_matmul", op_grad, M_G, 0},
+    {"grad_softmax", op_grad, M_G, 0},
+    {"grad_log_softmax", op_grad, M_G, 0},
+    {"grad_cross_entropy", op_grad, M_G, 0},
+    {"grad_mse_loss", op_grad, M_G, 0},
+    {"grad_layer_norm", op_grad, M_G, 0},
+    {"grad_embedding", op_grad, M_G, 0},
+    {"grad_concat", op_grad, M_G, 0},
+    {"grad_views", op_grad, M_G, 0},
+    {"grad_reshape", op_grad, M_G, 0},
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof OPS[0]))
