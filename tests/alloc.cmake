@@ -13,3 +13,18 @@ if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/alloc_cpu_test.c)
   add_test(NAME alloc_cpu COMMAND alloc_cpu_test)
   set_tests_properties(alloc_cpu PROPERTIES ENVIRONMENT "AG_ALLOC_CONF=" TIMEOUT 120)
 endif()
+
+# `anygrad memory` end to end; the snapshot must be valid JSON.
+if(TARGET anygrad-cli)
+  add_test(NAME alloc_cli COMMAND anygrad-cli memory --device cpu --exercise
+           --json ${CMAKE_CURRENT_BINARY_DIR}/alloc_cli_snapshot.json)
+  set_tests_properties(alloc_cli PROPERTIES ENVIRONMENT "AG_ALLOC_CONF="
+                       PASS_REGULAR_EXPRESSION "Allocated memory.*parameters.*snapshot written"
+                       FIXTURES_SETUP alloc_snapshot)
+  find_program(AG_PYTHON3 NAMES python3)
+  if(AG_PYTHON3)
+    add_test(NAME alloc_cli_json COMMAND ${AG_PYTHON3} -m json.tool
+             ${CMAKE_CURRENT_BINARY_DIR}/alloc_cli_snapshot.json)
+    set_tests_properties(alloc_cli_json PROPERTIES FIXTURES_REQUIRED alloc_snapshot)
+  endif()
+endif()
