@@ -1,0 +1,253 @@
+/* The CUDA backend module: NVIDIA specifics on top of the shared GPU glue
+ * (kernels/gpu/runtime.cu): cuBLAS GEMM, virtual memory through driver entry
+ * points (so only libcuda, found at run time by the static cudart, is needed),
+ * device details, the error translation and the exported vtable. */
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+/* Driver entry points and knobs, resolved once by agv_init (the registry
+ * calls init once, before any other entry) and read-only afterwards. */
+static struct {
+  CUresult (*GetErrorName)(CUresult, const char **);
+  CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+  CUresult (*MemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+  CUresult (*MemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*MemAddressFree)(CUdeviceptr, size_t);
+  CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+  CUresult (*MemRelease)(CUmemGenericAllocationHandle);
+  CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*MemUnmap)(CUdeviceptr, size_t);
+  CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+  bool vm;          /* every VM entry point resolved */
+  bool own_gemm;    /* AG_GPU_GEMM=own */
+  bool allow_tf32;  /* AG_ALLOW_TF32=1 */
+} g;
+
+ag_status agv_status(int code, int api, const char *what) {
+  const char *name = "?", *msg = "";
+  ag_status st = AG_ERR_BACKEND;
+  if (api == AGV_RUNTIME) {
+    cudaError_t e = (cudaError_t)code;
+    name = cudaGetErrorName(e);
+    msg = cudaGetErrorString(e);
+    (void)cudaGetLastError(); /* clear the non-sticky error */
+    if (e == cudaErrorMemoryAllocation) st = AG_ERR_OOM;
+    else if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) st = AG_ERR_UNAVAILABLE;
+    else if (e == cudaErrorNotSupported) st = AG_ERR_UNSUPPORTED;
+  } else if (api == AGV_DRIVER) {
+    CUresult r = (CUresult)code;
+    if (g.GetErrorName) (void)g.GetErrorName(r, &name);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) st = AG_ERR_OOM;
+    else if (r == CUDA_ERROR_NOT_SUPPORTED) st = AG_ERR_UNSUPPORTED;
+    else if (r == CUDA_ERROR_NO_DEVICE) st = AG_ERR_UNAVAILABLE;
+  } else {
+    cublasStatus_t b = (cublasStatus_t)code;
+    name = cublasGetStatusName(b);
+    msg = cublasGetStatusString(b);
+    if (b == CUBLAS_STATUS_ALLOC_FAILED) st = AG_ERR_OOM;
+    else if (b == CUBLAS_STATUS_NOT_SUPPORTED) st = AG_ERR_UNSUPPORTED;
+  }
+  return ag_error_set(st, "cuda: %s: %s%s%s (code %d)", what, name ? name : "?", msg && *msg ? ": " : "",
+                      msg ? msg : "", code);
+}
+
+static void *entry(const char *sym) {
+  void *fn = NULL;
+  cudaDriverEntryPointQueryResult q;
+#if CUDART_VERSION >= 12050
+  if (cudaGetDriverEntryPointByVersion(sym, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    fn = NULL;
+#else
+  if (cudaGetDriverEntryPoint(sym, &fn, cudaEnableDefault, &q) != cudaSuccess || q != cudaDriverEntryPointSuccess)
+    fn = NULL;
+#endif
+  (void)cudaGetLastError();
+  return fn;
+}
+
+ag_status agv_init(char *reason, size_t reason_len) {
+  memset(&g, 0, sizeof g);
+  *(void **)&g.GetErrorName = entry("cuGetErrorName");
+  *(void **)&g.DeviceGetAttribute = entry("cuDeviceGetAttribute");
+  *(void **)&g.MemGetAllocationGranularity = entry("cuMemGetAllocationGranularity");
+  *(void **)&g.MemAddressReserve = entry("cuMemAddressReserve");
+  *(void **)&g.MemAddressFree = entry("cuMemAddressFree");
+  *(void **)&g.MemCreate = entry("cuMemCreate");
+  *(void **)&g.MemRelease = entry("cuMemRelease");
+  *(void **)&g.MemMap = entry("cuMemMap");
+  *(void **)&g.MemUnmap = entry("cuMemUnmap");
+  *(void **)&g.MemSetAccess = entry("cuMemSetAccess");
+  g.vm = g.DeviceGetAttribute && g.MemGetAllocationGranularity && g.MemAddressReserve && g.MemAddressFree &&
+         g.MemCreate && g.MemRelease && g.MemMap && g.MemUnmap && g.MemSetAccess;
+  const char *gemm = getenv("AG_GPU_GEMM"), *tf32 = getenv("AG_ALLOW_TF32");
+  g.own_gemm = gemm && strcmp(gemm, "own") == 0;
+  g.allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
+  (void)reason;
+  (void)reason_len;
+  return AG_OK;
+}
+
+static bool dev_vm(int dev) {
+  int v = 0;
+  if (!g.vm || g.DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS)
+    return false;
+  return v != 0;
+}
+
+void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
+  snprintf(out->vendor, sizeof out->vendor, "NVIDIA");
+  snprintf(out->arch, sizeof out->arch, "sm_%d%d", p->major, p->minor);
+  out->native_f16 = p->major > 5 || (p->major == 5 && p->minor >= 3);
+  out->native_bf16 = p->major >= 8;
+  out->virtual_memory = dev_vm(dev);
+  out->unified_memory = false;
+}
+
+/* ---- GEMM ---- */
+
+static cudaDataType dtype_of(ag_dtype dt) {
+  return dt == AG_F16 ? CUDA_R_16F : dt == AG_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
+  const ag_koperand *o = &c->o[0], *a = &c->o[1], *b = &c->o[2];
+  int nd = o->ndim;
+  long long M = o->shape[nd - 2], N = o->shape[nd - 1], K = a->shape[a->ndim - 1], batch = 1;
+  for (int i = 0; i < nd - 2; i++) batch *= o->shape[i];
+  if (M == 0 || N == 0 || batch == 0) return AG_OK;
+  agk_mat am = agk_mat_of(a), bm = agk_mat_of(b);
+  bool fits = M < 0x7fffffff && N < 0x7fffffff && K < 0x7fffffff && batch < 0x7fffffff && am.ld < 0x7fffffff &&
+              bm.ld < 0x7fffffff;
+  if (g.own_gemm || !fits || K == 0) {
+    gpuError_t e = agk_gemm(env, c);
+    return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "gemm");
+  }
+  cublasStatus_t r;
+  if (!s->blas) {
+    cublasHandle_t h;
+    if ((r = cublasCreate(&h)) != CUBLAS_STATUS_SUCCESS) return agv_status((int)r, AGV_BLAS, "cublasCreate");
+    s->blas = h;
+  }
+  cublasHandle_t h = (cublasHandle_t)s->blas;
+  if ((r = cublasSetStream(h, s->s)) != CUBLAS_STATUS_SUCCESS) return agv_status((int)r, AGV_BLAS, "cublasSetStream");
+  /* Row-major C = A B is column-major C^T = B^T A^T: cuBLAS gets B first. A
+   * row-major operand is its own transpose in column-major terms (op N). */
+  float alpha = (float)c->s[0], beta = (float)c->s[1];
+  cudaDataType t = dtype_of(o->dtype);
+  cublasComputeType_t ct = o->dtype == AG_F32 && g.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  r = cublasGemmStridedBatchedEx(h, bm.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, am.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
+                                 (int)N, (int)M, (int)K, &alpha, bm.p, t, (int)bm.ld, bm.batch_stride, am.p, t,
+                                 (int)am.ld, am.batch_stride, &beta, agk_ptr(o), t, (int)N, M * N, (int)batch, ct,
+                                 CUBLAS_GEMM_DEFAULT);
+  if (r != CUBLAS_STATUS_SUCCESS) return agv_status((int)r, AGV_BLAS, "cublasGemmStridedBatchedEx");
+  return AG_OK;
+}
+
+void agv_stream_release(ag_bstream *s) {
+  if (s->blas) (void)cublasDestroy((cublasHandle_t)s->blas);
+  s->blas = NULL;
+}
+
+/* ---- virtual memory (expandable segments) ---- */
+
+static CUmemAllocationProp vm_prop(int dev) {
+  CUmemAllocationProp p;
+  memset(&p, 0, sizeof p);
+  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.location.id = dev;
+  return p;
+}
+
+static size_t cu_vm_granularity(int dev) {
+  size_t gran = 0;
+  CUmemAllocationProp p = vm_prop(dev);
+  if (!g.vm || g.MemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) return 0;
+  return gran;
+}
+
+static ag_status cu_vm_reserve(int dev, size_t bytes, void **out_base) {
+  CUdeviceptr ptr = 0;
+  if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "cuda: virtual memory entry points are unavailable");
+  CUresult r = g.MemAddressReserve(&ptr, bytes, 0, 0, 0);
+  if (r != CUDA_SUCCESS) return agv_status((int)r, AGV_DRIVER, "cuMemAddressReserve");
+  *out_base = (void *)ptr;
+  return AG_OK;
+}
+
+static ag_status cu_vm_map(int dev, void *base, size_t offset, size_t bytes) {
+  if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "cuda: virtual memory entry points are unavailable");
+  CUmemAllocationProp p = vm_prop(dev);
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr at = (CUdeviceptr)base + offset;
+  CUresult r = g.MemCreate(&h, bytes, &p, 0);
+  if (r != CUDA_SUCCESS) return agv_status((int)r, AGV_DRIVER, "cuMemCreate");
+  r = g.MemMap(at, bytes, 0, h, 0);
+  /* the mapping keeps the physical memory alive; unmapping frees it */
+  (void)g.MemRelease(h);
+  if (r != CUDA_SUCCESS) return agv_status((int)r, AGV_DRIVER, "cuMemMap");
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location = p.location;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = g.MemSetAccess(at, bytes, &acc, 1);
+  if (r != CUDA_SUCCESS) {
+    (void)g.MemUnmap(at, bytes);
+    return agv_status((int)r, AGV_DRIVER, "cuMemSetAccess");
+  }
+  return AG_OK;
+}
+
+static ag_status cu_vm_unmap(int dev, void *base, size_t offset, size_t bytes) {
+  if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "cuda: virtual memory entry points are unavailable");
+  CUresult r = g.MemUnmap((CUdeviceptr)base + offset, bytes);
+  if (r != CUDA_SUCCESS) return agv_status((int)r, AGV_DRIVER, "cuMemUnmap");
+  return AG_OK;
+}
+
+static void cu_vm_release(int dev, void *base, size_t bytes) {
+  if (g.vm) (void)g.MemAddressFree((CUdeviceptr)base, bytes);
+}
+
+static const ag_backend g_backend = {
+    .abi_version = AG_BACKEND_ABI_VERSION,
+    .name = "cuda",
+    .init = agg_init,
+    .shutdown = NULL,
+    .device_props = agg_device_props,
+    .mem_info = agg_mem_info,
+    .segment_alloc = agg_segment_alloc,
+    .segment_free = agg_segment_free,
+    .vm_granularity = cu_vm_granularity,
+    .vm_reserve = cu_vm_reserve,
+    .vm_map = cu_vm_map,
+    .vm_unmap = cu_vm_unmap,
+    .vm_release = cu_vm_release,
+    .pinned_alloc = agg_pinned_alloc,
+    .pinned_free = agg_pinned_free,
+    .stream_create = agg_stream_create,
+    .stream_destroy = agg_stream_destroy,
+    .stream_synchronize = agg_stream_synchronize,
+    .stream_query = agg_stream_query,
+    .event_create = agg_event_create,
+    .event_destroy = agg_event_destroy,
+    .event_record = agg_event_record,
+    .stream_wait_event = agg_stream_wait_event,
+    .event_query = agg_event_query,
+    .event_synchronize = agg_event_synchronize,
+    .event_elapsed_ms = agg_event_elapsed_ms,
+    .copy_h2d = agg_copy_h2d,
+    .copy_d2h = agg_copy_d2h,
+    .copy_d2d = agg_copy_d2d,
+    .launch = agg_launch,
+    .supports = agg_supports,
+    .take_kernel_error = agg_take_kernel_error,
+};
+
+extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }

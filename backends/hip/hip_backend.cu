@@ -1,0 +1,238 @@
+/* The HIP backend module: AMD specifics on top of the shared GPU glue
+ * (kernels/gpu/runtime.cu). rocBLAS is loaded at run time when installed,
+ * otherwise GEMM runs on our own tiled kernel; virtual memory uses the HIP
+ * runtime's hipMem* entry points when the loaded runtime exports them. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+/* The few rocBLAS declarations used, so the module builds without its headers. */
+typedef void *agr_handle;
+typedef int agr_status; /* rocblas_status_success == 0 */
+enum { AGR_OP_N = 111, AGR_OP_T = 112 };
+enum { AGR_F16 = 150, AGR_F32 = 151, AGR_BF16 = 168 };
+typedef agr_status (*agr_create_fn)(agr_handle *);
+typedef agr_status (*agr_destroy_fn)(agr_handle);
+typedef agr_status (*agr_set_stream_fn)(agr_handle, hipStream_t);
+typedef agr_status (*agr_gemm_fn)(agr_handle, int, int, int32_t, int32_t, int32_t, const void *, const void *, int,
+                                  int32_t, int64_t, const void *, int, int32_t, int64_t, const void *, const void *,
+                                  int, int32_t, int64_t, void *, int, int32_t, int64_t, int32_t, int, int, int32_t,
+                                  uint32_t);
+
+/* Run-time resolved libraries and knobs, written once by agv_init (the
+ * registry calls init once, before any other entry), read-only afterwards. */
+static struct {
+  agr_create_fn create;
+  agr_destroy_fn destroy;
+  agr_set_stream_fn set_stream;
+  agr_gemm_fn gemm;
+  hipError_t (*MemGetAllocationGranularity)(size_t *, const hipMemAllocationProp *,
+                                            hipMemAllocationGranularity_flags);
+  hipError_t (*MemAddressReserve)(void **, size_t, size_t, void *, unsigned long long);
+  hipError_t (*MemAddressFree)(void *, size_t);
+  hipError_t (*MemCreate)(hipMemGenericAllocationHandle_t *, size_t, const hipMemAllocationProp *,
+                          unsigned long long);
+  hipError_t (*MemRelease)(hipMemGenericAllocationHandle_t);
+  hipError_t (*MemMap)(void *, size_t, size_t, hipMemGenericAllocationHandle_t, unsigned long long);
+  hipError_t (*MemUnmap)(void *, size_t);
+  hipError_t (*MemSetAccess)(void *, size_t, const hipMemAccessDesc *, size_t);
+  bool vm;
+  bool own_gemm;
+} g;
+
+ag_status agv_status(int code, int api, const char *what) {
+  ag_status st = AG_ERR_BACKEND;
+  if (api == AGV_BLAS) {
+    /* rocblas_status: 5 memory error, 6..: others */
+    st = code == 5 ? AG_ERR_OOM : AG_ERR_BACKEND;
+    return ag_error_set(st, "hip: %s: rocblas_status %d", what, code);
+  }
+  hipError_t e = (hipError_t)code;
+  (void)hipGetLastError(); /* clear the non-sticky error */
+  if (e == hipErrorOutOfMemory) st = AG_ERR_OOM;
+  else if (e == hipErrorNoDevice || e == hipErrorInsufficientDriver) st = AG_ERR_UNAVAILABLE;
+  else if (e == hipErrorNotSupported) st = AG_ERR_UNSUPPORTED;
+  return ag_error_set(st, "hip: %s: %s: %s (code %d)", what, hipGetErrorName(e), hipGetErrorString(e), code);
+}
+
+ag_status agv_init(char *reason, size_t reason_len) {
+  memset(&g, 0, sizeof g);
+  const char *gemm = getenv("AG_GPU_GEMM");
+  g.own_gemm = gemm && strcmp(gemm, "own") == 0;
+  static const char *const libs[] = {"librocblas.so", "librocblas.so.4", "librocblas.so.3", "librocblas.so.0"};
+  for (size_t i = 0; i < sizeof libs / sizeof libs[0] && !g.gemm; i++) {
+    /* kept loaded for the life of the process: handles live in streams */
+    void *h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) continue;
+    *(void **)&g.create = dlsym(h, "rocblas_create_handle");
+    *(void **)&g.destroy = dlsym(h, "rocblas_destroy_handle");
+    *(void **)&g.set_stream = dlsym(h, "rocblas_set_stream");
+    *(void **)&g.gemm = dlsym(h, "rocblas_gemm_strided_batched_ex");
+    if (!g.create || !g.destroy || !g.set_stream || !g.gemm) {
+      g.gemm = NULL;
+      dlclose(h);
+    }
+  }
+  /* older runtimes declare the VM API but do not export it */
+  *(void **)&g.MemGetAllocationGranularity = dlsym(RTLD_DEFAULT, "hipMemGetAllocationGranularity");
+  *(void **)&g.MemAddressReserve = dlsym(RTLD_DEFAULT, "hipMemAddressReserve");
+  *(void **)&g.MemAddressFree = dlsym(RTLD_DEFAULT, "hipMemAddressFree");
+  *(void **)&g.MemCreate = dlsym(RTLD_DEFAULT, "hipMemCreate");
+  *(void **)&g.MemRelease = dlsym(RTLD_DEFAULT, "hipMemRelease");
+  *(void **)&g.MemMap = dlsym(RTLD_DEFAULT, "hipMemMap");
+  *(void **)&g.MemUnmap = dlsym(RTLD_DEFAULT, "hipMemUnmap");
+  *(void **)&g.MemSetAccess = dlsym(RTLD_DEFAULT, "hipMemSetAccess");
+  g.vm = g.MemGetAllocationGranularity && g.MemAddressReserve && g.MemAddressFree && g.MemCreate && g.MemRelease &&
+         g.MemMap && g.MemUnmap && g.MemSetAccess;
+  (void)reason;
+  (void)reason_len;
+  return AG_OK;
+}
+
+static hipMemAllocationProp vm_prop(int dev) {
+  hipMemAllocationProp p;
+  memset(&p, 0, sizeof p);
+  p.type = hipMemAllocationTypePinned;
+  p.location.type = hipMemLocationTypeDevice;
+  p.location.id = dev;
+  return p;
+}
+
+static size_t hip_vm_granularity(int dev) {
+  size_t gran = 0;
+  hipMemAllocationProp p = vm_prop(dev);
+  if (!g.vm || g.MemGetAllocationGranularity(&gran, &p, hipMemAllocationGranularityMinimum) != hipSuccess) {
+    (void)hipGetLastError();
+    return 0;
+  }
+  return gran;
+}
+
+void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
+  snprintf(out->vendor, sizeof out->vendor, "AMD");
+  size_t n = strnlen(p->gcnArchName, sizeof p->gcnArchName);
+  if (n >= sizeof out->arch) n = sizeof out->arch - 1;
+  memcpy(out->arch, p->gcnArchName, n);
+  out->arch[n] = 0;
+  /* every gfx9+ target has packed f16; bf16 arithmetic from CDNA2/RDNA3 */
+  out->native_f16 = true;
+  out->native_bf16 = strncmp(out->arch, "gfx90a", 6) == 0 || strncmp(out->arch, "gfx94", 5) == 0 ||
+                     strncmp(out->arch, "gfx95", 5) == 0 || strncmp(out->arch, "gfx11", 5) == 0 ||
+                     strncmp(out->arch, "gfx12", 5) == 0;
+  out->virtual_memory = hip_vm_granularity(dev) != 0;
+  out->unified_memory = false;
+}
+
+ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
+  const ag_koperand *o = &c->o[0], *a = &c->o[1], *b = &c->o[2];
+  int nd = o->ndim;
+  long long M = o->shape[nd - 2], N = o->shape[nd - 1], K = a->shape[a->ndim - 1], batch = 1;
+  for (int i = 0; i < nd - 2; i++) batch *= o->shape[i];
+  if (M == 0 || N == 0 || batch == 0) return AG_OK;
+  agk_mat am = agk_mat_of(a), bm = agk_mat_of(b);
+  bool fits = M < 0x7fffffff && N < 0x7fffffff && K < 0x7fffffff && batch < 0x7fffffff && am.ld < 0x7fffffff &&
+              bm.ld < 0x7fffffff;
+  if (g.own_gemm || !g.gemm || !fits || K == 0) {
+    hipError_t e = agk_gemm(env, c);
+    return e == hipSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "gemm");
+  }
+  agr_status r;
+  if (!s->blas) {
+    agr_handle h;
+    if ((r = g.create(&h)) != 0) return agv_status(r, AGV_BLAS, "rocblas_create_handle");
+    s->blas = h;
+  }
+  if ((r = g.set_stream(s->blas, s->s)) != 0) return agv_status(r, AGV_BLAS, "rocblas_set_stream");
+  /* column-major C^T = B^T A^T, as in the CUDA backend */
+  float alpha = (float)c->s[0], beta = (float)c->s[1];
+  int t = o->dtype == AG_F16 ? AGR_F16 : o->dtype == AG_BF16 ? AGR_BF16 : AGR_F32;
+  r = g.gemm(s->blas, bm.row_major ? AGR_OP_N : AGR_OP_T, am.row_major ? AGR_OP_N : AGR_OP_T, (int32_t)N, (int32_t)M,
+             (int32_t)K, &alpha, bm.p, t, (int32_t)bm.ld, bm.batch_stride, am.p, t, (int32_t)am.ld, am.batch_stride,
+             &beta, agk_ptr(o), t, (int32_t)N, M * N, agk_ptr(o), t, (int32_t)N, M * N, (int32_t)batch, AGR_F32, 0, 0,
+             0);
+  if (r != 0) return agv_status(r, AGV_BLAS, "rocblas_gemm_strided_batched_ex");
+  return AG_OK;
+}
+
+void agv_stream_release(ag_bstream *s) {
+  if (s->blas && g.destroy) (void)g.destroy(s->blas);
+  s->blas = NULL;
+}
+
+static ag_status hip_vm_reserve(int dev, size_t bytes, void **out_base) {
+  if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "hip: the HIP runtime has no virtual memory entry points");
+  hipError_t e = g.MemAddressReserve(out_base, bytes, 0, NULL, 0);
+  return e == hipSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, "hipMemAddressReserve");
+}
+
+static ag_status hip_vm_map(int dev, void *base, size_t offset, size_t bytes) {
+  if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "hip: the HIP runtime has no virtual memory entry points");
+  hipMemAllocationProp p = vm_prop(dev);
+  hipMemGenericAllocationHandle_t h;
+  void *at = (char *)base + offset;
+  hipError_t e = g.MemCreate(&h, bytes, &p, 0);
+  if (e != hipSuccess) return agv_status((int)e, AGV_RUNTIME, "hipMemCreate");
+  e = g.MemMap(at, bytes, 0, h, 0);
+  (void)g.MemRelease(h); /* the mapping keeps the memory alive */
+  if (e != hipSuccess) return agv_status((int)e, AGV_RUNTIME, "hipMemMap");
+  hipMemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location = p.location;
+  acc.flags = hipMemAccessFlagsProtReadWrite;
+  e = g.MemSetAccess(at, bytes, &acc, 1);
+  if (e != hipSuccess) {
+    (void)g.MemUnmap(at, bytes);
+    return agv_status((int)e, AGV_RUNTIME, "hipMemSetAccess");
+  }
+  return AG_OK;
+}
+
+static ag_status hip_vm_unmap(int dev, void *base, size_t offset, size_t bytes) {
+  if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "hip: the HIP runtime has no virtual memory entry points");
+  hipError_t e = g.MemUnmap((char *)base + offset, bytes);
+  return e == hipSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, "hipMemUnmap");
+}
+
+static void hip_vm_release(int dev, void *base, size_t bytes) {
+  if (g.vm) (void)g.MemAddressFree(base, bytes);
+}
+
+static const ag_backend g_backend = {
+    .abi_version = AG_BACKEND_ABI_VERSION,
+    .name = "hip",
+    .init = agg_init,
+    .shutdown = NULL,
+    .device_props = agg_device_props,
+    .mem_info = agg_mem_info,
+    .segment_alloc = agg_segment_alloc,
+    .segment_free = agg_segment_free,
+    .vm_granularity = hip_vm_granularity,
+    .vm_reserve = hip_vm_reserve,
+    .vm_map = hip_vm_map,
+    .vm_unmap = hip_vm_unmap,
+    .vm_release = hip_vm_release,
+    .pinned_alloc = agg_pinned_alloc,
+    .pinned_free = agg_pinned_free,
+    .stream_create = agg_stream_create,
+    .stream_destroy = agg_stream_destroy,
+    .stream_synchronize = agg_stream_synchronize,
+    .stream_query = agg_stream_query,
+    .event_create = agg_event_create,
+    .event_destroy = agg_event_destroy,
+    .event_record = agg_event_record,
+    .stream_wait_event = agg_stream_wait_event,
+    .event_query = agg_event_query,
+    .event_synchronize = agg_event_synchronize,
+    .event_elapsed_ms = agg_event_elapsed_ms,
+    .copy_h2d = agg_copy_h2d,
+    .copy_d2h = agg_copy_d2h,
+    .copy_d2d = agg_copy_d2d,
+    .launch = agg_launch,
+    .supports = agg_supports,
+    .take_kernel_error = agg_take_kernel_error,
+};
+
+extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }

@@ -1,0 +1,158 @@
+/* Device helpers shared by the kernel sources: storage types and their
+ * f32 conversions, Philox 4x32-10, warp/block reductions, and the host-side
+ * dispatch over dtypes. f16/bf16 are storage types: every kernel computes in
+ * f32 and rounds to nearest even on store, as the CPU backend does. */
+#ifndef AG_GPU_COMMON_CUH
+#define AG_GPU_COMMON_CUH
+
+#include <math.h>
+#include <string.h>
+#include <stdint.h>
+
+#include "gpu.h"
+
+#define AGK_DEV __device__ __forceinline__
+
+/* Distinct storage types so templates can tell f16 from bf16. */
+struct agk_f16 { uint16_t x; };
+struct agk_bf16 { uint16_t x; };
+
+AGK_DEV float agk_tof(float v) { return v; }
+AGK_DEV float agk_tof(int32_t v) { return (float)v; }
+AGK_DEV float agk_tof(agk_f16 v) { return __half2float(__ushort_as_half(v.x)); }
+AGK_DEV float agk_tof(agk_bf16 v) { return __uint_as_float((uint32_t)v.x << 16); }
+
+template <typename T> AGK_DEV T agk_fromf(float f);
+template <> AGK_DEV float agk_fromf<float>(float f) { return f; }
+/* saturating, NaN -> 0, as the CPU reference */
+template <> AGK_DEV int32_t agk_fromf<int32_t>(float f) {
+  if (!(f == f)) return 0;
+  if (f >= 2147483647.f) return 2147483647;
+  if (f <= -2147483648.f) return (-2147483647 - 1);
+  return (int32_t)f;
+}
+AGK_DEV int32_t agk_sat_i32(double v) {
+  if (!(v == v)) return 0;
+  if (v >= 2147483647.0) return 2147483647;
+  if (v <= -2147483648.0) return (-2147483647 - 1);
+  return (int32_t)v;
+}
+template <> AGK_DEV agk_f16 agk_fromf<agk_f16>(float f) {
+  agk_f16 r;
+  r.x = __half_as_ushort(__float2half_rn(f));
+  return r;
+}
+template <> AGK_DEV agk_bf16 agk_fromf<agk_bf16>(float f) {
+  uint32_t u = __float_as_uint(f);
+  agk_bf16 r;
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    r.x = (uint16_t)((u >> 16) | 0x40u); /* quiet NaN, sign kept */
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+    r.x = (uint16_t)(u >> 16);
+  }
+  return r;
+}
+
+/* Compute type: f32 for floating storage, int for i32 (exact integer ops). */
+template <typename T> struct agk_acc { typedef float type; };
+template <> struct agk_acc<int32_t> { typedef int32_t type; };
+
+template <typename T> AGK_DEV typename agk_acc<T>::type agk_ld(const T *p) { return agk_tof(*p); }
+template <> AGK_DEV int32_t agk_ld<int32_t>(const int32_t *p) { return *p; }
+template <typename T> AGK_DEV void agk_st(T *p, float v) { *p = agk_fromf<T>(v); }
+AGK_DEV void agk_st(int32_t *p, int32_t v) { *p = v; }
+
+/* Philox 4x32-10 (Salmon et al.), counter (lo, hi, 0, 0), key (seed lo, hi). */
+AGK_DEV uint4 agk_philox(uint64_t counter, uint64_t seed) {
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; r++) {
+    uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return make_uint4(c0, c1, c2, c3);
+}
+AGK_DEV uint32_t agk_lane(uint4 v, int lane) {
+  return lane == 0 ? v.x : lane == 1 ? v.y : lane == 2 ? v.z : v.w;
+}
+/* uniform in [0, 1) from the top 24 bits (tensor.h). */
+AGK_DEV float agk_u01(uint32_t bits) { return (float)(bits >> 8) * (1.0f / 16777216.0f); }
+
+/* ---- reductions ---- */
+AGK_DEV float agk_warp_sum(float v, int width) {
+  for (int m = width / 2; m > 0; m >>= 1) v += AGK_SHFL_XOR(v, m, width);
+  return v;
+}
+AGK_DEV float agk_warp_max(float v, int width) {
+  for (int m = width / 2; m > 0; m >>= 1) v = fmaxf(v, AGK_SHFL_XOR(v, m, width));
+  return v;
+}
+/* Block-wide sum/max; every thread gets the result. sh needs 32 floats.
+ * Safe to call repeatedly (leading barrier protects sh). */
+AGK_DEV float agk_block_sum(float v, float *sh) {
+  v = agk_warp_sum(v, AGK_WARP);
+  int lane = threadIdx.x % AGK_WARP, w = threadIdx.x / AGK_WARP;
+  int nw = (blockDim.x + AGK_WARP - 1) / AGK_WARP;
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = 0.f;
+  for (int i = 0; i < nw; i++) v += sh[i];
+  return v;
+}
+AGK_DEV float agk_block_max(float v, float *sh) {
+  v = agk_warp_max(v, AGK_WARP);
+  int lane = threadIdx.x % AGK_WARP, w = threadIdx.x / AGK_WARP;
+  int nw = (blockDim.x + AGK_WARP - 1) / AGK_WARP;
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = -INFINITY;
+  for (int i = 0; i < nw; i++) v = fmaxf(v, sh[i]);
+  return v;
+}
+
+/* Record an index error in the stream's error word (first writer's fields
+ * may mix with another's; every writer reports a genuinely bad index). */
+AGK_DEV void agk_report(ag_kernel_error *e, int kop, long long index, long long limit) {
+  volatile ag_kernel_error *v = e;
+  if (v->code == 0) {
+    v->kop = kop;
+    v->index = index;
+    v->limit = limit;
+    __threadfence_system();
+    v->code = AG_ERR_INDEX;
+  }
+}
+
+static inline unsigned agk_blocks(long long n, int per_block) {
+  long long b = (n + per_block - 1) / per_block;
+  if (b < 1) b = 1;
+  if (b > 0x7fffffffLL) b = 0x7fffffffLL;
+  return (unsigned)b;
+}
+
+/* Host-side dispatch of a functor template over one float dtype. */
+#define AGK_DISPATCH_FLOAT(dt, T, ...)                      \
+  switch (dt) {                                            \
+    case AG_F32: { typedef float T; __VA_ARGS__; break; }  \
+    case AG_F16: { typedef agk_f16 T; __VA_ARGS__; break; } \
+    case AG_BF16: { typedef agk_bf16 T; __VA_ARGS__; break; } \
+    default: return gpuErrorNotSupported;                  \
+  }
+#define AGK_DISPATCH_ALL(dt, T, ...)                        \
+  switch (dt) {                                            \
+    case AG_F32: { typedef float T; __VA_ARGS__; break; }  \
+    case AG_F16: { typedef agk_f16 T; __VA_ARGS__; break; } \
+    case AG_BF16: { typedef agk_bf16 T; __VA_ARGS__; break; } \
+    case AG_I32: { typedef int32_t T; __VA_ARGS__; break; } \
+    default: return gpuErrorNotSupported;                  \
+  }
+
+#endif

@@ -1,0 +1,500 @@
+/* Elementwise kernels: fill, arange, Philox random, unary (with casts),
+ * binary, where and dropout. Shapes are collapsed on the host (size-1 dims
+ * dropped, dims contiguous in every operand merged); when every operand is
+ * then contiguous and 16-byte aligned, threads move 16 bytes per load,
+ * otherwise one element at a time through strides (32-bit index math when
+ * the element count allows). */
+#include "common.cuh"
+
+#define AGK_EW_MAXOPS 4
+#define AGK_EW_THREADS 256
+
+typedef struct agk_ew {
+  int ndim, nops, i32idx;
+  long long numel;
+  long long shape[AG_MAX_DIMS];
+  long long st[AGK_EW_MAXOPS][AG_MAX_DIMS];
+  char *p[AGK_EW_MAXOPS];
+} agk_ew;
+
+/* Collapse the operands o[first .. first+nops) of c into d. Returns true
+ * when every operand is contiguous after collapsing. */
+static bool ew_build(const ag_kernel_call *c, int first, int nops, agk_ew *d) {
+  const ag_koperand *o0 = &c->o[first];
+  int nd = 0;
+  long long numel = 1;
+  for (int k = 0; k < nops; k++) d->p[k] = agk_ptr(&c->o[first + k]);
+  /* innermost first, then reversed */
+  long long sh[AG_MAX_DIMS], st[AGK_EW_MAXOPS][AG_MAX_DIMS];
+  for (int i = o0->ndim - 1; i >= 0; i--) {
+    long long n = o0->shape[i];
+    numel *= n;
+    if (n == 1) continue;
+    bool merge = nd > 0;
+    for (int k = 0; k < nops && merge; k++)
+      merge = c->o[first + k].strides[i] == st[k][nd - 1] * sh[nd - 1];
+    if (merge) {
+      sh[nd - 1] *= n;
+    } else {
+      sh[nd] = n;
+      for (int k = 0; k < nops; k++) st[k][nd] = c->o[first + k].strides[i];
+      nd++;
+    }
+  }
+  d->ndim = nd;
+  d->nops = nops;
+  d->numel = numel;
+  for (int i = 0; i < nd; i++) {
+    d->shape[i] = sh[nd - 1 - i];
+    for (int k = 0; k < nops; k++) d->st[k][i] = st[k][nd - 1 - i];
+  }
+  d->i32idx = numel < 0x7fffffffLL;
+  if (nd == 0) return true;
+  if (nd > 1) return false;
+  for (int k = 0; k < nops; k++)
+    if (d->st[k][0] != 1) return false;
+  return true;
+}
+
+static bool aligned(const agk_ew *d, int nops, size_t align) {
+  for (int k = 0; k < nops; k++)
+    if ((uintptr_t)d->p[k] % align) return false;
+  return true;
+}
+
+static unsigned ew_grid(const agk_env *env, long long work) {
+  long long cap = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 16;
+  long long b = (work + AGK_EW_THREADS - 1) / AGK_EW_THREADS;
+  if (b > cap) b = cap;
+  return b < 1 ? 1 : (unsigned)b;
+}
+
+/* Element offsets of linear index i for every operand. */
+AGK_DEV void ew_offsets(const agk_ew &d, long long i, long long *off) {
+  for (int k = 0; k < AGK_EW_MAXOPS; k++) off[k] = 0;
+  if (d.i32idx) {
+    unsigned r = (unsigned)i;
+    for (int dim = d.ndim - 1; dim >= 0; dim--) {
+      unsigned n = (unsigned)d.shape[dim], q = r / n, x = r - q * n;
+      r = q;
+      for (int k = 0; k < AGK_EW_MAXOPS; k++)
+        if (k < d.nops) off[k] += (long long)x * d.st[k][dim];
+    }
+  } else {
+    long long r = i;
+    for (int dim = d.ndim - 1; dim >= 0; dim--) {
+      long long n = d.shape[dim], q = r / n, x = r - q * n;
+      r = q;
+      for (int k = 0; k < AGK_EW_MAXOPS; k++)
+        if (k < d.nops) off[k] += x * d.st[k][dim];
+    }
+  }
+}
+
+template <typename T, int V> struct alignas(sizeof(T) * V) agk_pack { T v[V]; };
+
+/* ---- ops ---- */
+
+AGK_DEV float unary_f(int op, float x, float s0, float s1) {
+  switch (op) {
+    case AG_U_COPY: return x;
+    case AG_U_NEG: return -x;
+    case AG_U_EXP: return expf(x);
+    case AG_U_LOG: return logf(x);
+    case AG_U_SQRT: return sqrtf(x);
+    case AG_U_RSQRT: return 1.0f / sqrtf(x);
+    case AG_U_ABS: return fabsf(x);
+    case AG_U_RELU: return x > 0.f ? x : 0.f;
+    case AG_U_GELU: {
+      float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.f + tanhf(u));
+    }
+    case AG_U_SILU: return x / (1.f + expf(-x));
+    case AG_U_SIGMOID: return 1.f / (1.f + expf(-x));
+    case AG_U_TANH: return tanhf(x);
+    case AG_U_POW: return powf(x, s0);
+    case AG_U_AFFINE: return x * s0 + s1;
+    case AG_U_RSUB_DIV: return s0 / x;
+    case AG_U_SQUARE: return x * x;
+  }
+  return x;
+}
+/* i32: two's complement wrap-around; AFFINE exact in f64 then saturated */
+AGK_DEV int32_t unary_i(int op, int32_t x, double s0, double s1) {
+  switch (op) {
+    case AG_U_NEG: return (int32_t)(0u - (uint32_t)x);
+    case AG_U_ABS: return x < 0 ? (int32_t)(0u - (uint32_t)x) : x;
+    case AG_U_AFFINE: return agk_sat_i32((double)x * s0 + s1);
+  }
+  return x;
+}
+
+AGK_DEV float binary_f(int op, float a, float b, float s0) {
+  switch (op) {
+    case AG_B_ADD: return a + s0 * b;
+    case AG_B_SUB: return a - b;
+    case AG_B_MUL: return a * b;
+    case AG_B_DIV: return a / b;
+    case AG_B_MAX: return fmaxf(a, b);
+    case AG_B_MIN: return fminf(a, b);
+    case AG_B_EQ: return a == b ? 1.f : 0.f;
+    case AG_B_GT: return a > b ? 1.f : 0.f;
+    case AG_B_LT: return a < b ? 1.f : 0.f;
+    case AG_B_RELU_BWD: return b > 0.f ? a : 0.f;
+    case AG_B_GELU_BWD: {
+      const float k = 0.7978845608028654f;
+      float u = k * (b + 0.044715f * b * b * b), t = tanhf(u);
+      float du = k * (1.f + 3.f * 0.044715f * b * b);
+      return a * (0.5f * (1.f + t) + 0.5f * b * (1.f - t * t) * du);
+    }
+    case AG_B_SILU_BWD: {
+      float s = 1.f / (1.f + expf(-b));
+      return a * s * (1.f + b * (1.f - s));
+    }
+    case AG_B_SIGMOID_BWD: return a * b * (1.f - b);
+    case AG_B_TANH_BWD: return a * (1.f - b * b);
+    case AG_B_POW_BWD: return a * s0 * powf(b, s0 - 1.f);
+    case AG_B_ABS_BWD: return a * (float)((b > 0.f) - (b < 0.f));
+  }
+  return a;
+}
+AGK_DEV int32_t binary_i(int op, int32_t a, int32_t b, double s0) {
+  switch (op) {
+    case AG_B_ADD:
+      if (s0 == (double)(int32_t)s0) return (int32_t)((uint32_t)a + (uint32_t)(int32_t)s0 * (uint32_t)b);
+      return agk_sat_i32((double)a + s0 * (double)b);
+    case AG_B_SUB: return (int32_t)((uint32_t)a - (uint32_t)b);
+    case AG_B_MUL: return (int32_t)((uint32_t)a * (uint32_t)b);
+    case AG_B_MAX: return a > b ? a : b;
+    case AG_B_MIN: return a < b ? a : b;
+    case AG_B_EQ: return a == b;
+    case AG_B_GT: return a > b;
+    case AG_B_LT: return a < b;
+  }
+  return a;
+}
+
+/* Functors: apply(out, in...) on one element, all pointer-typed. */
+template <typename TO, typename TI> struct UnaryOp {
+  int op;
+  float s0, s1;
+  double d0, d1;
+  AGK_DEV TO operator()(TI x) const { return agk_fromf<TO>(unary_f(op, agk_tof(x), s0, s1)); }
+};
+template <> struct UnaryOp<int32_t, int32_t> {
+  int op;
+  float s0, s1;
+  double d0, d1;
+  AGK_DEV int32_t operator()(int32_t x) const { return unary_i(op, x, d0, d1); }
+};
+template <typename T> struct BinaryOp {
+  int op;
+  float s0;
+  double d0;
+  AGK_DEV T operator()(T a, T b) const { return agk_fromf<T>(binary_f(op, agk_tof(a), agk_tof(b), s0)); }
+};
+template <> struct BinaryOp<int32_t> {
+  int op;
+  float s0;
+  double d0;
+  AGK_DEV int32_t operator()(int32_t a, int32_t b) const { return binary_i(op, a, b, d0); }
+};
+
+/* ---- unary ---- */
+/* Casts convert through f32 (i32 <-> i32 never reaches here). */
+template <typename TO, typename TI> struct CastOp {
+  AGK_DEV TO operator()(TI x) const { return agk_fromf<TO>(agk_tof(x)); }
+};
+template <typename TI> struct CastOp<int32_t, TI> {
+  AGK_DEV int32_t operator()(TI x) const { return agk_fromf<int32_t>(agk_tof(x)); }
+};
+/* Same-dtype COPY moves the storage bits unchanged. */
+template <typename T> struct RawCopy {
+  AGK_DEV T operator()(T x) const { return x; }
+};
+
+template <typename TO, typename TI, int V, typename F>
+__global__ void k_unary_vec(TO *o, const TI *a, long long n, F f) {
+  long long nv = n / V, stride = (long long)gridDim.x * blockDim.x;
+  long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (long long i = t; i < nv; i += stride) {
+    agk_pack<TI, V> x = ((const agk_pack<TI, V> *)a)[i];
+    agk_pack<TO, V> y;
+#pragma unroll
+    for (int j = 0; j < V; j++) y.v[j] = f(x.v[j]);
+    ((agk_pack<TO, V> *)o)[i] = y;
+  }
+  for (long long i = nv * V + t; i < n; i += stride) o[i] = f(a[i]);
+}
+template <typename TO, typename TI, typename F>
+__global__ void k_unary_strided(agk_ew d, F f) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < d.numel; i += stride) {
+    long long off[AGK_EW_MAXOPS];
+    ew_offsets(d, i, off);
+    ((TO *)d.p[0])[off[0]] = f(((const TI *)d.p[1])[off[1]]);
+  }
+}
+
+template <typename TO, typename TI, typename F>
+static gpuError_t unary_run(const agk_env *env, const ag_kernel_call *c, F f) {
+  agk_ew d;
+  bool contig = ew_build(c, 0, 2, &d);
+  if (d.numel == 0) return gpuSuccess;
+  const int V = 16 / (sizeof(TO) > sizeof(TI) ? sizeof(TO) : sizeof(TI));
+  if (contig && aligned(&d, 1, sizeof(TO) * V) && (uintptr_t)d.p[1] % (sizeof(TI) * V) == 0) {
+    k_unary_vec<TO, TI, V, F><<<ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream>>>(
+        (TO *)d.p[0], (const TI *)d.p[1], d.numel, f);
+  } else {
+    k_unary_strided<TO, TI, F><<<ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream>>>(d, f);
+  }
+  return gpuGetLastError();
+}
+template <typename TO, typename TI> static gpuError_t unary_go(const agk_env *env, const ag_kernel_call *c) {
+  UnaryOp<TO, TI> f;
+  f.op = c->sub;
+  f.s0 = (float)c->s[0];
+  f.s1 = (float)c->s[1];
+  f.d0 = c->s[0];
+  f.d1 = c->s[1];
+  return unary_run<TO, TI>(env, c, f);
+}
+
+gpuError_t agk_unary(const agk_env *env, const ag_kernel_call *c) {
+  ag_dtype to = c->o[0].dtype, ti = c->o[1].dtype;
+  if (to != ti && c->sub != AG_U_COPY) return gpuErrorNotSupported;
+  if (to == ti && c->sub == AG_U_COPY) {
+    if (to == AG_F32 || to == AG_I32) return unary_run<uint32_t, uint32_t>(env, c, RawCopy<uint32_t>());
+    if (to == AG_F16 || to == AG_BF16) return unary_run<uint16_t, uint16_t>(env, c, RawCopy<uint16_t>());
+  }
+  /* the op switch is instantiated per dtype only; casts get a lean functor */
+  if (to == ti) {
+    AGK_DISPATCH_ALL(to, T, return unary_go<T, T>(env, c));
+  }
+  AGK_DISPATCH_ALL(to, TO, AGK_DISPATCH_ALL(ti, TI, return unary_run<TO, TI>(env, c, CastOp<TO, TI>())));
+  return gpuErrorNotSupported;
+}
+
+/* ---- binary ---- */
+template <typename T, int V>
+__global__ void k_binary_vec(T *o, const T *a, const T *b, long long n, BinaryOp<T> f) {
+  long long nv = n / V, stride = (long long)gridDim.x * blockDim.x;
+  long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (long long i = t; i < nv; i += stride) {
+    agk_pack<T, V> x = ((const agk_pack<T, V> *)a)[i], y = ((const agk_pack<T, V> *)b)[i], z;
+#pragma unroll
+    for (int j = 0; j < V; j++) z.v[j] = f(x.v[j], y.v[j]);
+    ((agk_pack<T, V> *)o)[i] = z;
+  }
+  for (long long i = nv * V + t; i < n; i += stride) o[i] = f(a[i], b[i]);
+}
+template <typename T> __global__ void k_binary_strided(agk_ew d, BinaryOp<T> f) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < d.numel; i += stride) {
+    long long off[AGK_EW_MAXOPS];
+    ew_offsets(d, i, off);
+    ((T *)d.p[0])[off[0]] = f(((const T *)d.p[1])[off[1]], ((const T *)d.p[2])[off[2]]);
+  }
+}
+template <typename T> static gpuError_t binary_go(const agk_env *env, const ag_kernel_call *c) {
+  agk_ew d;
+  bool contig = ew_build(c, 0, 3, &d);
+  BinaryOp<T> f;
+  f.op = c->sub;
+  f.s0 = (float)c->s[0];
+  f.d0 = c->s[0];
+  if (d.numel == 0) return gpuSuccess;
+  const int V = 16 / sizeof(T);
+  if (contig && aligned(&d, 3, 16)) {
+    k_binary_vec<T, V><<<ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream>>>(
+        (T *)d.p[0], (const T *)d.p[1], (const T *)d.p[2], d.numel, f);
+  } else {
+    k_binary_strided<T><<<ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream>>>(d, f);
+  }
+  return gpuGetLastError();
+}
+gpuError_t agk_binary(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_ALL(c->o[0].dtype, T, return binary_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+
+/* ---- where ---- */
+template <typename T, typename TC> __global__ void k_where(agk_ew d) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < d.numel; i += stride) {
+    long long off[AGK_EW_MAXOPS];
+    ew_offsets(d, i, off);
+    bool cond = agk_tof(((const TC *)d.p[1])[off[1]]) != 0.f;
+    ((T *)d.p[0])[off[0]] = cond ? ((const T *)d.p[2])[off[2]] : ((const T *)d.p[3])[off[3]];
+  }
+}
+gpuError_t agk_where(const agk_env *env, const ag_kernel_call *c) {
+  agk_ew d;
+  ew_build(c, 0, 4, &d);
+  if (d.numel == 0) return gpuSuccess;
+  /* Only the element size matters when selecting, so storage is moved as
+   * same-sized integers; the condition is read in its own dtype. */
+  unsigned g = ew_grid(env, d.numel);
+  size_t es = c->o[0].dtype == AG_F32 || c->o[0].dtype == AG_I32 ? 4 : 2;
+  AGK_DISPATCH_ALL(c->o[1].dtype, TC,
+                   if (es == 4) k_where<int32_t, TC><<<g, AGK_EW_THREADS, 0, env->stream>>>(d);
+                   else k_where<uint16_t, TC><<<g, AGK_EW_THREADS, 0, env->stream>>>(d));
+  return gpuGetLastError();
+}
+
+/* ---- fill, arange ---- */
+template <typename T> __global__ void k_fill(agk_ew d, T v) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < d.numel; i += stride) {
+    long long off[AGK_EW_MAXOPS];
+    ew_offsets(d, i, off);
+    ((T *)d.p[0])[off[0]] = v;
+  }
+}
+template <typename T, int V> __global__ void k_fill_vec(T *o, long long n, T v) {
+  long long nv = n / V, stride = (long long)gridDim.x * blockDim.x;
+  long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  agk_pack<T, V> pk;
+#pragma unroll
+  for (int j = 0; j < V; j++) pk.v[j] = v;
+  for (long long i = t; i < nv; i += stride) ((agk_pack<T, V> *)o)[i] = pk;
+  for (long long i = nv * V + t; i < n; i += stride) o[i] = v;
+}
+/* The value's storage bits are computed once on the host, rounding to
+ * nearest even like every kernel's stores. */
+template <typename T> static gpuError_t fill_go(const agk_env *env, const ag_kernel_call *c, T v) {
+  agk_ew d;
+  bool contig = ew_build(c, 0, 1, &d);
+  if (d.numel == 0) return gpuSuccess;
+  const int V = 16 / sizeof(T);
+  if (contig && aligned(&d, 1, 16))
+    k_fill_vec<T, V><<<ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream>>>((T *)d.p[0], d.numel, v);
+  else
+    k_fill<T><<<ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream>>>(d, v);
+  return gpuGetLastError();
+}
+static uint16_t host_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static uint16_t host_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
+  if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
+  if (x < 0x38800000u) {                                    /* half subnormal */
+    if (x <= 0x33000000u) return sign;
+    uint32_t e = x >> 23, mant = (x & 0x7fffffu) | 0x800000u, shift = 126 - e;
+    uint32_t r = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = (x - 0x38000000u) >> 13, rem = x & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+  return (uint16_t)(sign | r);
+}
+gpuError_t agk_fill(const agk_env *env, const ag_kernel_call *c) {
+  float f = (float)c->s[0];
+  switch (c->o[0].dtype) {
+    case AG_F32: return fill_go<float>(env, c, f);
+    case AG_I32: return fill_go<int32_t>(env, c, (int32_t)c->s[0]);
+    case AG_BF16: {
+      agk_bf16 v;
+      v.x = host_bf16(f);
+      return fill_go<agk_bf16>(env, c, v);
+    }
+    case AG_F16: {
+      agk_f16 v;
+      v.x = host_f16(f);
+      return fill_go<agk_f16>(env, c, v);
+    }
+    default: return gpuErrorNotSupported;
+  }
+}
+
+template <typename T> __global__ void k_arange(T *o, long long n, double start, double step) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) o[i] = agk_fromf<T>((float)(start + (double)i * step));
+}
+template <> __global__ void k_arange<int32_t>(int32_t *o, long long n, double start, double step) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) o[i] = (int32_t)(start + (double)i * step);
+}
+gpuError_t agk_arange(const agk_env *env, const ag_kernel_call *c) {
+  long long n = c->o[0].ndim ? c->o[0].shape[0] : 1;
+  if (n == 0) return gpuSuccess;
+  AGK_DISPATCH_ALL(c->o[0].dtype, T,
+                   k_arange<T><<<agk_blocks(n, 256), 256, 0, env->stream>>>((T *)agk_ptr(&c->o[0]), n, c->s[0], c->s[1]));
+  return gpuGetLastError();
+}
+
+/* ---- random ---- */
+/* Box-Muller on one pair of 32-bit lanes; mirrors the CPU reference. */
+AGK_DEV float agk_normal(uint32_t a, uint32_t b) {
+  float u1 = ((float)(a >> 8) + 1.0f) * (1.0f / 16777216.0f); /* (0, 1] */
+  float u2 = (float)(b >> 8) * (1.0f / 16777216.0f);
+  return __fmul_rn(sqrtf(-2.0f * logf(u1)), cosf(__fmul_rn(6.2831855f, u2)));
+}
+
+template <typename T>
+__global__ void k_rand(T *o, long long n, uint64_t seed, uint64_t offset, int normal, float lo, float scale) {
+  /* explicit roundings: no fused multiply-add, so uniform bits equal the
+   * CPU's (core/philox.c gives the mapping) */
+  /* one thread per Philox block: 4 uniforms or 2 normals */
+  long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  int per = normal ? 2 : 4;
+  long long first = b * per;
+  if (first >= n) return;
+  uint4 r = agk_philox(offset + (uint64_t)b, seed);
+  for (int j = 0; j < per && first + j < n; j++) {
+    float v;
+    if (normal)
+      v = __fadd_rn(__fmul_rn(agk_normal(agk_lane(r, 2 * j), agk_lane(r, 2 * j + 1)), scale), lo);
+    else
+      v = __fadd_rn(__fmul_rn(agk_u01(agk_lane(r, j)), scale), lo);
+    o[first + j] = agk_fromf<T>(v);
+  }
+}
+gpuError_t agk_rand(const agk_env *env, const ag_kernel_call *c) {
+  long long n = 1;
+  for (int i = 0; i < c->o[0].ndim; i++) n *= c->o[0].shape[i];
+  if (n == 0) return gpuSuccess;
+  int normal = c->op == AG_K_RAND_NORMAL;
+  long long blocks = (n + (normal ? 1 : 3)) / (normal ? 2 : 4);
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
+                     k_rand<T><<<agk_blocks(blocks, 256), 256, 0, env->stream>>>(
+                         (T *)agk_ptr(&c->o[0]), n, c->seed, c->offset, normal, (float)c->s[0],
+                         normal ? (float)c->s[1] : (float)(c->s[1] - c->s[0])));
+  return gpuGetLastError();
+}
+
+template <typename T>
+__global__ void k_dropout(T *o, const T *x, T *m, long long n, uint64_t seed, uint64_t offset, float p, double scale) {
+  long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long first = b * 4;
+  if (first >= n) return;
+  uint4 r = agk_philox(offset + (uint64_t)b, seed);
+  for (int j = 0; j < 4 && first + j < n; j++) {
+    /* the product in f64 as the CPU reference computes it */
+    double keep = agk_u01(agk_lane(r, j)) >= p ? scale : 0.0;
+    o[first + j] = agk_fromf<T>((float)((double)agk_tof(x[first + j]) * keep));
+    if (m) m[first + j] = agk_fromf<T>((float)keep);
+  }
+}
+gpuError_t agk_dropout(const agk_env *env, const ag_kernel_call *c) {
+  long long n = 1;
+  for (int i = 0; i < c->o[0].ndim; i++) n *= c->o[0].shape[i];
+  if (n == 0) return gpuSuccess;
+  float p = (float)c->s[0];
+  double scale = c->s[0] < 1.0 ? 1.0 / (1.0 - c->s[0]) : 0.0;
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
+                     k_dropout<T><<<agk_blocks((n + 3) / 4, 256), 256, 0, env->stream>>>(
+                         (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
+                         c->n_operands > 2 ? (T *)agk_ptr(&c->o[2]) : (T *)0, n, c->seed, c->offset, p, scale));
+  return gpuGetLastError();
+}

@@ -1,0 +1,148 @@
+/* Interface between the shared GPU runtime glue (runtime.cu), the kernel
+ * launchers (the .cu files here) and the vendor files (backends/cuda, backends/hip).
+ * Everything here is hidden inside one backend module; the CUDA and HIP
+ * modules each compile their own copy. */
+#ifndef AG_GPU_GPU_H
+#define AG_GPU_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vendor.h"
+
+#include "anygrad/backend.h"
+
+#define AGK_HIDDEN __attribute__((visibility("hidden")))
+
+/* Per-stream resources a launcher may use. All are owned by the stream. */
+typedef struct agk_env {
+  gpuStream_t stream;
+  ag_kernel_error *err;   /* device view of the stream's mapped error word */
+  void *scratch;          /* device scratch for reduction partials */
+  size_t scratch_bytes;
+  void *table_host;       /* pinned staging for a multi-tensor table */
+  void *table_dev;        /* device copy of that table */
+  size_t table_bytes;
+  int sm_count;
+} agk_env;
+
+/* One entry of the device-side multi-tensor table. */
+typedef struct agk_mt_entry {
+  void *p[4];             /* up to four tensors of a group (NULL: absent) */
+  long long numel;
+  long long chunk_start;  /* prefix sum of chunks over the groups */
+  int dtype;              /* of p[0] (NONFINITE_CHECK, SUMSQ) */
+  int pad;
+} agk_mt_entry;
+
+#define AGK_MT_CHUNK 16384
+#define AGK_SCRATCH_BYTES ((size_t)4 << 20)
+#define AGK_TABLE_BYTES (AG_KMAX_MULTI * sizeof(agk_mt_entry))
+
+static inline char *agk_ptr(const ag_koperand *o) {
+  return o->base ? (char *)o->base + o->offset : (char *)0;
+}
+
+/* Launchers: enqueue the op described by c on env->stream. They return the
+ * vendor error of the launch; gpuErrorNotSupported for a combination that
+ * supports() rejects. */
+AGK_HIDDEN gpuError_t agk_fill(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_arange(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_rand(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_unary(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_binary(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_where(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_dropout(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_reduce(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_softmax(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_softmax_bwd(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_cross_entropy(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_cross_entropy_bwd(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_layernorm(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c);
+/* Our tiled GEMM for AG_K_MATMUL (f32/f16/bf16, f32 accumulation). */
+AGK_HIDDEN gpuError_t agk_gemm(const agk_env *env, const ag_kernel_call *c);
+
+/* ---- the shared runtime glue (runtime.cu): vtable entries ---- */
+
+#define AGG_TABLE_SLOTS 4
+
+/* A backend stream and everything a launch on it needs. */
+struct ag_bstream {
+  int dev;
+  gpuStream_t s;
+  ag_kernel_error *err_host; /* mapped pinned: read by the host without a call */
+  ag_kernel_error *err_dev;
+  void *scratch;
+  struct {
+    void *host, *dev;
+    gpuEvent_t done;         /* recorded after the launch that read the slot */
+  } slot[AGG_TABLE_SLOTS];
+  int next_slot;
+  void *blas;                /* vendor BLAS handle, created on first GEMM */
+};
+
+struct ag_bevent {
+  int dev;
+  gpuEvent_t e;
+};
+
+AGK_HIDDEN ag_status agg_init(int *out_count, char *reason, size_t reason_len);
+AGK_HIDDEN ag_status agg_device_props(int dev, ag_device_props *out);
+AGK_HIDDEN ag_status agg_mem_info(int dev, size_t *out_free, size_t *out_total);
+AGK_HIDDEN ag_status agg_segment_alloc(int dev, size_t bytes, void **out_base);
+AGK_HIDDEN void agg_segment_free(int dev, void *base);
+AGK_HIDDEN ag_status agg_pinned_alloc(int dev, size_t bytes, void **out_ptr);
+AGK_HIDDEN void agg_pinned_free(int dev, void *ptr);
+AGK_HIDDEN ag_status agg_stream_create(int dev, ag_bstream **out);
+AGK_HIDDEN void agg_stream_destroy(ag_bstream *s);
+AGK_HIDDEN ag_status agg_stream_synchronize(ag_bstream *s);
+AGK_HIDDEN ag_status agg_stream_query(ag_bstream *s, bool *out_done);
+AGK_HIDDEN ag_status agg_event_create(int dev, bool timing, ag_bevent **out);
+AGK_HIDDEN void agg_event_destroy(ag_bevent *e);
+AGK_HIDDEN ag_status agg_event_record(ag_bevent *e, ag_bstream *s);
+AGK_HIDDEN ag_status agg_stream_wait_event(ag_bstream *s, ag_bevent *e);
+AGK_HIDDEN ag_status agg_event_query(ag_bevent *e, bool *out_done);
+AGK_HIDDEN ag_status agg_event_synchronize(ag_bevent *e);
+AGK_HIDDEN ag_status agg_event_elapsed_ms(ag_bevent *a, ag_bevent *b, float *out_ms);
+AGK_HIDDEN ag_status agg_copy_h2d(ag_bstream *s, void *dst_base, size_t dst_off, const void *src, size_t bytes,
+                                  bool src_pinned);
+AGK_HIDDEN ag_status agg_copy_d2h(ag_bstream *s, void *dst, const void *src_base, size_t src_off, size_t bytes);
+AGK_HIDDEN ag_status agg_copy_d2d(ag_bstream *s, void *dst_base, size_t dst_off, const void *src_base,
+                                  size_t src_off, size_t bytes);
+AGK_HIDDEN ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c);
+AGK_HIDDEN bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt);
+AGK_HIDDEN ag_status agg_take_kernel_error(ag_bstream *s, ag_kernel_error *out);
+AGK_HIDDEN int agg_sm_count(int dev);
+
+/* ---- vendor hooks, one set per backend (backends/<name>/) ---- */
+
+/* Which vendor API a code comes from. */
+enum { AGV_RUNTIME = 0, AGV_DRIVER = 1, AGV_BLAS = 2 };
+/* The one place a backend turns a vendor error code into an ag_status and a
+ * message: `code` comes from `api` (AGV_*); `what` names the failing call.
+ * Clears the runtime's non-sticky last error. */
+AGK_HIDDEN ag_status agv_status(int code, int api, const char *what);
+/* Vendor set-up after devices were counted (BLAS, driver entry points,
+ * environment knobs). Failure makes the backend unavailable with reason. */
+AGK_HIDDEN ag_status agv_init(char *reason, size_t reason_len);
+/* Vendor-specific device properties (vendor, arch, half support, VM). */
+AGK_HIDDEN void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out);
+/* AG_K_MATMUL on s (vendor BLAS or agk_gemm). */
+AGK_HIDDEN ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c);
+/* Release what the vendor attached to s (BLAS handle). */
+AGK_HIDDEN void agv_stream_release(ag_bstream *s);
+
+/* Matrix layout of a [.., R, C] operand for BLAS: ld and whether it is
+ * stored row-major (strides[-1] == 1). */
+typedef struct agk_mat {
+  const char *p;
+  long long ld, batch_stride;
+  int row_major;
+} agk_mat;
+AGK_HIDDEN agk_mat agk_mat_of(const ag_koperand *o);
+
+#endif

@@ -1,0 +1,140 @@
+/* Multi-tensor kernels: AdamW, SGD, the AMP non-finite check with unscale,
+ * and the sum of squares for gradient-norm clipping. One launch covers every
+ * tensor of the call: the host writes a table of pointers, sizes and chunk
+ * prefix sums into pinned staging, copies it to the device on the stream, and
+ * each block finds its tensor by binary search over the prefix sums. */
+#include "common.cuh"
+
+typedef struct agk_opt_params {
+  float lr, b1, b2, eps, wd, decay, step, rbc2, momentum, dampening;
+  int nesterov, first_step;
+} agk_opt_params;
+
+AGK_DEV int mt_find(const agk_mt_entry *tab, int n, long long b) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (tab[mid].chunk_start <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+AGK_DEV float mt_load(const void *p, int dt, long long i) {
+  switch (dt) {
+    case AG_F16: return agk_tof(((const agk_f16 *)p)[i]);
+    case AG_BF16: return agk_tof(((const agk_bf16 *)p)[i]);
+    default: return ((const float *)p)[i];
+  }
+}
+AGK_DEV void mt_store(void *p, int dt, long long i, float v) {
+  switch (dt) {
+    case AG_F16: ((agk_f16 *)p)[i] = agk_fromf<agk_f16>(v); break;
+    case AG_BF16: ((agk_bf16 *)p)[i] = agk_fromf<agk_bf16>(v); break;
+    default: ((float *)p)[i] = v;
+  }
+}
+
+__global__ void k_multi(int op, const agk_mt_entry *tab, int n, agk_opt_params prm, const float *inv_scale,
+                        float *flag) {
+  __shared__ float sh[32];
+  if ((op == AG_K_ADAMW || op == AG_K_SGD) && flag && *flag != 0.f) return;
+  int k = mt_find(tab, n, blockIdx.x);
+  const agk_mt_entry e = tab[k];
+  long long lo = (blockIdx.x - e.chunk_start) * (long long)AGK_MT_CHUNK;
+  long long hi = lo + AGK_MT_CHUNK < e.numel ? lo + AGK_MT_CHUNK : e.numel;
+  float sc = inv_scale ? *inv_scale : 1.f;
+  if (op == AG_K_ADAMW) {
+    float *p = (float *)e.p[0], *m = (float *)e.p[2], *v = (float *)e.p[3];
+    const float *g = (const float *)e.p[1];
+    float step = prm.step, rbc2 = prm.rbc2, decay = prm.decay;
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      float gi = g[i] * sc, mi = m[i], vi = v[i];
+      mi = prm.b1 * mi + (1.f - prm.b1) * gi;
+      vi = prm.b2 * vi + (1.f - prm.b2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] = p[i] * decay - step * mi / (sqrtf(vi) * rbc2 + prm.eps);
+    }
+  } else if (op == AG_K_SGD) {
+    float *p = (float *)e.p[0], *buf = (float *)e.p[2];
+    const float *g = (const float *)e.p[1];
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      float pi = p[i], gi = g[i] * sc;
+      if (prm.wd != 0.f) gi += prm.wd * pi;
+      if (buf && prm.momentum != 0.f) {
+        float b = prm.first_step ? gi : prm.momentum * buf[i] + (1.f - prm.dampening) * gi;
+        buf[i] = b;
+        gi = prm.nesterov ? gi + prm.momentum * b : b;
+      }
+      p[i] = pi - prm.lr * gi;
+    }
+  } else if (op == AG_K_NONFINITE_CHECK) {
+    bool bad = false;
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      float x = mt_load(e.p[0], e.dtype, i);
+      bad |= !isfinite(x);
+      if (inv_scale) mt_store(e.p[0], e.dtype, i, x * sc);
+    }
+    if (bad) *flag = 1.f;
+  } else { /* SUMSQ */
+    float s = 0.f;
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      float x = mt_load(e.p[0], e.dtype, i);
+      s += x * x;
+    }
+    s = agk_block_sum(s, sh);
+    if (threadIdx.x == 0 && s != 0.f) atomicAdd(flag, s);
+  }
+}
+
+gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c) {
+  const ag_kmulti *mt = c->multi;
+  int group = c->op == AG_K_ADAMW ? 4 : c->op == AG_K_SGD ? 3 : 1;
+  if (!mt || mt->count < group) {
+    if (c->op == AG_K_SUMSQ && c->o[0].base) return gpuMemsetAsync(agk_ptr(&c->o[0]), 0, 4, env->stream);
+    return gpuSuccess;
+  }
+  int n = 0;
+  long long chunks = 0;
+  agk_mt_entry *tab = (agk_mt_entry *)env->table_host;
+  for (int k = 0; k + group <= mt->count; k += group) {
+    agk_mt_entry e;
+    memset(&e, 0, sizeof e);
+    for (int j = 0; j < group; j++)
+      e.p[j] = mt->t[k + j].base ? (char *)mt->t[k + j].base + mt->t[k + j].offset : (char *)0;
+    e.numel = mt->t[k].numel;
+    e.dtype = mt->t[k].dtype;
+    if (e.numel <= 0 || !e.p[0]) continue;
+    e.chunk_start = chunks;
+    chunks += (e.numel + AGK_MT_CHUNK - 1) / AGK_MT_CHUNK;
+    tab[n++] = e;
+  }
+  gpuError_t err;
+  const float *inv = c->o[0].base && c->op != AG_K_NONFINITE_CHECK && c->op != AG_K_SUMSQ
+                         ? (const float *)agk_ptr(&c->o[0]) : (const float *)0;
+  float *flag = c->op == AG_K_NONFINITE_CHECK || c->op == AG_K_SUMSQ ? (float *)agk_ptr(&c->o[0])
+                : c->n_operands > 1 && c->o[1].base ? (float *)agk_ptr(&c->o[1]) : (float *)0;
+  if (c->op == AG_K_NONFINITE_CHECK)
+    inv = c->n_operands > 1 && c->o[1].base ? (const float *)agk_ptr(&c->o[1]) : (const float *)0;
+  if (c->op == AG_K_SUMSQ && (err = gpuMemsetAsync(flag, 0, 4, env->stream)) != gpuSuccess) return err;
+  if (n == 0) return gpuSuccess;
+  if ((err = gpuMemcpyAsync(env->table_dev, tab, n * sizeof(agk_mt_entry), gpuMemcpyHostToDevice, env->stream)) !=
+      gpuSuccess)
+    return err;
+  agk_opt_params prm;
+  memset(&prm, 0, sizeof prm);
+  if (c->op == AG_K_ADAMW) {
+    prm.lr = (float)c->s[0]; prm.b1 = (float)c->s[1]; prm.b2 = (float)c->s[2]; prm.eps = (float)c->s[3];
+    /* folded in f64 on the host exactly as the CPU reference does */
+    prm.decay = (float)(1.0 - c->s[0] * c->s[4]);
+    prm.step = (float)(c->s[0] / c->s[5]);
+    prm.rbc2 = (float)(1.0 / sqrt(c->s[6]));
+  } else if (c->op == AG_K_SGD) {
+    prm.lr = (float)c->s[0]; prm.momentum = (float)c->s[1]; prm.dampening = (float)c->s[2];
+    prm.wd = (float)c->s[3]; prm.nesterov = c->s[4] != 0; prm.first_step = c->s[5] != 0;
+  }
+  k_multi<<<agk_blocks(chunks, 1), 256, 0, env->stream>>>(c->op, (const agk_mt_entry *)env->table_dev, n, prm, inv,
+                                                          flag);
+  return gpuGetLastError();
+}

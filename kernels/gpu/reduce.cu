@@ -1,0 +1,519 @@
+/* Reductions and row-wise kernels: REDUCE (sum/max/min/argmax over the middle
+ * dim of [outer, r, inner]), softmax and log-softmax with their backward,
+ * cross-entropy fused with log-softmax, layer norm forward/backward and
+ * embedding forward/backward. Long reductions with few outputs are split over
+ * blocks that write partials into the stream's scratch, combined by a second
+ * small kernel, so even a full reduction to a scalar fills the device. */
+#include "common.cuh"
+
+/* ---------------- REDUCE ---------------- */
+
+template <typename A> struct agk_pair { A v; long long i; };
+
+template <typename A> AGK_DEV agk_pair<A> red_ident(int op) {
+  agk_pair<A> p;
+  p.i = 0x7fffffffffffffffLL;
+  p.v = op == AG_R_SUM ? (A)0 : op == AG_R_MIN ? (A)INFINITY : (A)-INFINITY;
+  return p;
+}
+template <typename A> AGK_DEV agk_pair<A> red_comb(int op, agk_pair<A> a, agk_pair<A> b) {
+  switch (op) {
+    case AG_R_SUM: a.v += b.v; return a;
+    case AG_R_MAX: a.v = b.v > a.v ? b.v : a.v; return a;
+    case AG_R_MIN: a.v = b.v < a.v ? b.v : a.v; return a;
+    default: /* argmax: first maximum */
+      if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
+      return a;
+  }
+}
+template <typename A> AGK_DEV agk_pair<A> red_shfl(agk_pair<A> p, int m) {
+  agk_pair<A> q;
+  q.v = AGK_SHFL_XOR(p.v, m, AGK_WARP);
+  q.i = AGK_SHFL_XOR(p.i, m, AGK_WARP);
+  return q;
+}
+/* Reduce over the whole block (blockDim.x * blockDim.y threads, linear id
+ * tid); result valid in thread 0. */
+template <typename A> AGK_DEV agk_pair<A> red_block(int op, agk_pair<A> p, int tid, int nthreads) {
+  __shared__ agk_pair<A> sh[32];
+  for (int m = AGK_WARP / 2; m > 0; m >>= 1) p = red_comb(op, p, red_shfl(p, m));
+  int lane = tid % AGK_WARP, w = tid / AGK_WARP, nw = (nthreads + AGK_WARP - 1) / AGK_WARP;
+  if (lane == 0) sh[w] = p;
+  __syncthreads();
+  if (tid == 0)
+    for (int i = 1; i < nw; i++) p = red_comb(op, p, sh[i]);
+  return p;
+}
+
+template <typename T, typename A> AGK_DEV void red_store(T *out, long long j, agk_pair<A> p, int op, double scale) {
+  if (op == AG_R_ARGMAX)
+    ((int32_t *)out)[j] = (int32_t)p.i;
+  else if (op == AG_R_SUM)
+    out[j] = agk_fromf<T>((float)(p.v * (A)scale));
+  else
+    out[j] = agk_fromf<T>((float)p.v);
+}
+template <typename A> AGK_DEV void red_store_i32(int32_t *out, long long j, agk_pair<A> p, int op, double scale) {
+  if (op == AG_R_ARGMAX) out[j] = (int32_t)p.i;
+  else if (op == AG_R_SUM) out[j] = (int32_t)(p.v * scale);
+  else out[j] = (int32_t)p.v;
+}
+template <typename T, typename A> struct red_out {
+  static AGK_DEV void st(void *o, long long j, agk_pair<A> p, int op, double s) { red_store<T, A>((T *)o, j, p, op, s); }
+};
+template <typename A> struct red_out<int32_t, A> {
+  static AGK_DEV void st(void *o, long long j, agk_pair<A> p, int op, double s) { red_store_i32<A>((int32_t *)o, j, p, op, s); }
+};
+
+template <typename T> AGK_DEV double red_val(const T *p) { return (double)agk_tof(*p); }
+template <> AGK_DEV double red_val<int32_t>(const int32_t *p) { return (double)*p; }
+
+/* inner == 1: block b handles chunk (b % P) of row (b / P). */
+template <typename T, typename A>
+__global__ void k_reduce_rows(const T *x, void *out, agk_pair<A> *part, long long outer, long long r,
+                              int P, long long chunk, int op, double scale) {
+  long long b = blockIdx.x, row = b / P;
+  int pc = (int)(b % P);
+  long long lo = pc * chunk, hi = lo + chunk < r ? lo + chunk : r;
+  const T *xr = x + row * r;
+  agk_pair<A> acc = red_ident<A>(op);
+  long long i = lo + threadIdx.x;
+  for (; i + 3 * blockDim.x < hi; i += 4 * blockDim.x) {
+    A v0 = (A)red_val(xr + i), v1 = (A)red_val(xr + i + blockDim.x);
+    A v2 = (A)red_val(xr + i + 2 * blockDim.x), v3 = (A)red_val(xr + i + 3 * blockDim.x);
+    agk_pair<A> q;
+    q.v = v0; q.i = i; acc = red_comb(op, acc, q);
+    q.v = v1; q.i = i + blockDim.x; acc = red_comb(op, acc, q);
+    q.v = v2; q.i = i + 2 * blockDim.x; acc = red_comb(op, acc, q);
+    q.v = v3; q.i = i + 3 * blockDim.x; acc = red_comb(op, acc, q);
+  }
+  for (; i < hi; i += blockDim.x) {
+    agk_pair<A> q;
+    q.v = (A)red_val(xr + i);
+    q.i = i;
+    acc = red_comb(op, acc, q);
+  }
+  acc = red_block(op, acc, threadIdx.x, blockDim.x);
+  if (threadIdx.x == 0) {
+    if (P == 1) red_out<T, A>::st(out, row, acc, op, scale);
+    else part[row * P + pc] = acc;
+  }
+}
+
+/* inner > 1: block (32, 8) covers 32 inner positions of one outer index and
+ * one chunk of r; blocks ordered (chunk, outer, tile). */
+template <typename T, typename A>
+__global__ void k_reduce_cols(const T *x, void *out, agk_pair<A> *part, long long outer, long long r,
+                              long long inner, int P, long long chunk, int op, double scale) {
+  long long tiles = (inner + 31) / 32, b = blockIdx.x;
+  long long tile = b % tiles, o = (b / tiles) % outer;
+  int pc = (int)(b / (tiles * outer));
+  long long col = tile * 32 + threadIdx.x;
+  long long lo = pc * chunk, hi = lo + chunk < r ? lo + chunk : r;
+  agk_pair<A> acc = red_ident<A>(op);
+  if (col < inner) {
+    const T *xo = x + o * r * inner + col;
+    for (long long i = lo + threadIdx.y; i < hi; i += blockDim.y) {
+      agk_pair<A> q;
+      q.v = (A)red_val(xo + i * inner);
+      q.i = i;
+      acc = red_comb(op, acc, q);
+    }
+  }
+  __shared__ agk_pair<A> sh[8][33];
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0) {
+    for (int k = 1; k < (int)blockDim.y; k++) acc = red_comb(op, acc, sh[k][threadIdx.x]);
+    if (col < inner) {
+      long long j = o * inner + col;
+      if (P == 1) red_out<T, A>::st(out, j, acc, op, scale);
+      else part[j * P + pc] = acc;
+    }
+  }
+}
+
+template <typename T, typename A>
+__global__ void k_reduce_final(const agk_pair<A> *part, void *out, long long n, int P, int op, double scale) {
+  long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  agk_pair<A> acc = part[j * P];
+  for (int k = 1; k < P; k++) acc = red_comb(op, acc, part[j * P + k]);
+  red_out<T, A>::st(out, j, acc, op, scale);
+}
+
+/* Split factor over r: enough blocks to fill the device, each still reading
+ * a worthwhile run, and all partials inside the scratch. */
+static long long reduce_split(long long base, long long r, long long min_run, long long cap, long long want) {
+  long long P = (want + base - 1) / base, maxp = (r + min_run - 1) / min_run;
+  if (P > maxp) P = maxp;
+  if (P > cap) P = cap;
+  if (P > 1024) P = 1024;
+  return P < 1 ? 1 : P;
+}
+
+template <typename T, typename A> static gpuError_t reduce_go(const agk_env *env, const ag_kernel_call *c) {
+  long long outer = c->i[0], r = c->i[1], inner = c->i[2], nout = outer * inner;
+  const T *x = (const T *)agk_ptr(&c->o[1]);
+  void *out = agk_ptr(&c->o[0]);
+  int op = c->sub;
+  double scale = c->s[0];
+  if (nout == 0) return gpuSuccess;
+  long long want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 4;
+  long long cap = (long long)(env->scratch_bytes / sizeof(agk_pair<A>)) / nout;
+  agk_pair<A> *part = (agk_pair<A> *)env->scratch;
+  long long P;
+  if (inner == 1) {
+    P = reduce_split(outer, r, 4096, cap, want);
+    long long chunk = (r + P - 1) / P;
+    int threads = r >= 1024 ? 256 : r > 256 ? 128 : 64;
+    k_reduce_rows<T, A><<<agk_blocks(outer * P, 1), threads, 0, env->stream>>>(x, out, part, outer, r, (int)P,
+                                                                                chunk < 1 ? 1 : chunk, op, scale);
+  } else {
+    long long base = (inner + 31) / 32 * outer;
+    P = reduce_split(base, r, 64, cap, want);
+    long long chunk = (r + P - 1) / P;
+    dim3 blk(32, 8);
+    k_reduce_cols<T, A><<<agk_blocks(base * P, 1), blk, 0, env->stream>>>(x, out, part, outer, r, inner, (int)P,
+                                                                           chunk < 1 ? 1 : chunk, op, scale);
+  }
+  if (P > 1)
+    k_reduce_final<T, A><<<agk_blocks(nout, 256), 256, 0, env->stream>>>(part, out, nout, (int)P, op, scale);
+  return gpuGetLastError();
+}
+
+gpuError_t agk_reduce(const agk_env *env, const ag_kernel_call *c) {
+  switch (c->o[1].dtype) {
+    case AG_F32: return reduce_go<float, float>(env, c);
+    case AG_F16: return reduce_go<agk_f16, float>(env, c);
+    case AG_BF16: return reduce_go<agk_bf16, float>(env, c);
+    case AG_I32: return reduce_go<int32_t, double>(env, c);
+    default: return gpuErrorNotSupported;
+  }
+}
+
+/* ---------------- row kernels ---------------- */
+/* A row is handled by TPR threads: a sub-warp group (TPR <= 32, several rows
+ * per block) or the whole block (TPR == blockDim.x). */
+
+template <int TPR> AGK_DEV float row_sum(float v, float *sh) {
+  if (TPR <= 32) return agk_warp_sum(v, TPR);
+  return agk_block_sum(v, sh);
+}
+template <int TPR> AGK_DEV float row_max(float v, float *sh) {
+  if (TPR <= 32) return agk_warp_max(v, TPR);
+  return agk_block_max(v, sh);
+}
+/* Online max and sum of exp: returns m and s with sum(exp(x - m)) = s. */
+template <int TPR, typename T>
+AGK_DEV void row_stats(const T *x, long long C, int lane, float *sh, float *out_m, float *out_s) {
+  float m = -INFINITY;
+  for (long long j = lane; j < C; j += TPR) m = fmaxf(m, agk_tof(x[j]));
+  m = row_max<TPR>(m, sh);
+  float s = 0.f;
+  if (m == -INFINITY) { /* all -inf: keep exp() well defined */
+    *out_m = m;
+    *out_s = 0.f;
+    return;
+  }
+  for (long long j = lane; j < C; j += TPR) s += __expf(agk_tof(x[j]) - m);
+  s = row_sum<TPR>(s, sh);
+  *out_m = m;
+  *out_s = s;
+}
+
+#define ROW_SETUP(TPR)                                                   \
+  __shared__ float sh[32];                                              \
+  int lane = (TPR) <= 32 ? threadIdx.x % (TPR) : threadIdx.x;           \
+  long long row = (TPR) <= 32 ? (long long)blockIdx.x * (blockDim.x / (TPR)) + threadIdx.x / (TPR) \
+                              : (long long)blockIdx.x;                   \
+  bool active = row < R;
+
+template <int TPR, typename T> __global__ void k_softmax(T *y, const T *x, long long R, long long C, int log) {
+  ROW_SETUP(TPR)
+  if (TPR <= 32 && !active) return;
+  float m, s;
+  row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
+  float ls = logf(s);
+  float inv = 1.f / s;
+  for (long long j = lane; j < C; j += TPR) {
+    float v = agk_tof(x[row * C + j]) - m;
+    y[row * C + j] = agk_fromf<T>(log ? v - ls : __expf(v) * inv);
+  }
+}
+template <int TPR, typename T>
+__global__ void k_softmax_bwd(T *dx, const T *dy, const T *y, long long R, long long C, int log) {
+  ROW_SETUP(TPR)
+  if (TPR <= 32 && !active) return;
+  const T *dyr = dy + row * C, *yr = y + row * C;
+  float s = 0.f;
+  for (long long j = lane; j < C; j += TPR) s += log ? agk_tof(dyr[j]) : agk_tof(dyr[j]) * agk_tof(yr[j]);
+  s = row_sum<TPR>(s, sh);
+  for (long long j = lane; j < C; j += TPR) {
+    float g = agk_tof(dyr[j]), v = agk_tof(yr[j]);
+    dx[row * C + j] = agk_fromf<T>(log ? g - __expf(v) * s : v * (g - s));
+  }
+}
+template <int TPR, typename T>
+__global__ void k_xent(float *loss, const T *x, const int32_t *t, long long R, long long C, long long ignore,
+                       ag_kernel_error *err) {
+  ROW_SETUP(TPR)
+  if (TPR <= 32 && !active) return;
+  long long tg = t[row];
+  if (tg == ignore) {
+    if (lane == 0) loss[row] = 0.f;
+    return;
+  }
+  if (tg < 0 || tg >= C) {
+    if (lane == 0) {
+      loss[row] = NAN;
+      agk_report(err, AG_K_CROSS_ENTROPY, tg, C);
+    }
+    return;
+  }
+  float m, s;
+  row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
+  if (lane == 0) loss[row] = logf(s) + m - agk_tof(x[row * C + tg]);
+}
+template <int TPR, typename T>
+__global__ void k_xent_bwd(T *dl, const T *x, const int32_t *t, const float *g, long long gs, long long R,
+                           long long C, long long ignore) {
+  ROW_SETUP(TPR)
+  if (TPR <= 32 && !active) return;
+  long long tg = t[row];
+  T *d = dl + row * C;
+  if (tg == ignore || tg < 0 || tg >= C) {
+    for (long long j = lane; j < C; j += TPR) d[j] = agk_fromf<T>(0.f);
+    return;
+  }
+  float m, s;
+  row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
+  float gr = g[row * gs], inv = 1.f / s;
+  for (long long j = lane; j < C; j += TPR) {
+    float p = __expf(agk_tof(x[row * C + j]) - m) * inv;
+    d[j] = agk_fromf<T>((p - (j == tg ? 1.f : 0.f)) * gr);
+  }
+}
+template <int TPR, typename T>
+__global__ void k_layernorm(T *y, float *mean, float *rstd, const T *x, const T *w, const T *b, long long R,
+                            long long D, float eps) {
+  ROW_SETUP(TPR)
+  if (TPR <= 32 && !active) return;
+  const T *xr = x + row * D;
+  float s = 0.f;
+  for (long long j = lane; j < D; j += TPR) s += agk_tof(xr[j]);
+  float mu = row_sum<TPR>(s, sh) / (float)D;
+  float v = 0.f;
+  for (long long j = lane; j < D; j += TPR) {
+    float d = agk_tof(xr[j]) - mu;
+    v += d * d;
+  }
+  float rs = 1.f / sqrtf(row_sum<TPR>(v, sh) / (float)D + eps);
+  for (long long j = lane; j < D; j += TPR) {
+    float h = (agk_tof(xr[j]) - mu) * rs;
+    if (w) h *= agk_tof(w[j]);
+    if (b) h += agk_tof(b[j]);
+    y[row * D + j] = agk_fromf<T>(h);
+  }
+  if (lane == 0) {
+    if (mean) mean[row] = mu;
+    if (rstd) rstd[row] = rs;
+  }
+}
+template <int TPR, typename T>
+__global__ void k_layernorm_bwd(T *dx, const T *dy, const T *x, const float *mean, const float *rstd, const T *w,
+                                long long R, long long D) {
+  ROW_SETUP(TPR)
+  if (TPR <= 32 && !active) return;
+  const T *dyr = dy + row * D, *xr = x + row * D;
+  float mu = mean[row], rs = rstd[row];
+  float a = 0.f, bsum = 0.f;
+  for (long long j = lane; j < D; j += TPR) {
+    float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
+    a += g;
+    bsum += g * (agk_tof(xr[j]) - mu) * rs;
+  }
+  a = row_sum<TPR>(a, sh) / (float)D;
+  bsum = row_sum<TPR>(bsum, sh) / (float)D;
+  for (long long j = lane; j < D; j += TPR) {
+    float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
+    float h = (agk_tof(xr[j]) - mu) * rs;
+    dx[row * D + j] = agk_fromf<T>(rs * (g - a - h * bsum));
+  }
+}
+/* dw[d] = sum_n dy*xhat, db[d] = sum_n dy: columns over a chunk of rows,
+ * accumulated with atomics into zeroed outputs. */
+template <typename T>
+__global__ void k_layernorm_dwdb(float *dw, float *db, const T *dy, const T *x, const float *mean,
+                                 const float *rstd, long long R, long long D, long long rows_per) {
+  long long col = (long long)blockIdx.x * 32 + threadIdx.x;
+  long long lo = (long long)blockIdx.y * rows_per, hi = lo + rows_per < R ? lo + rows_per : R;
+  float sw = 0.f, sb = 0.f;
+  if (col < D)
+    for (long long n = lo + threadIdx.y; n < hi; n += blockDim.y) {
+      float g = agk_tof(dy[n * D + col]);
+      sw += g * (agk_tof(x[n * D + col]) - mean[n]) * rstd[n];
+      sb += g;
+    }
+  __shared__ float shw[8][33], shb[8][33];
+  shw[threadIdx.y][threadIdx.x] = sw;
+  shb[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < D) {
+    for (int k = 1; k < (int)blockDim.y; k++) {
+      sw += shw[k][threadIdx.x];
+      sb += shb[k][threadIdx.x];
+    }
+    if (dw) atomicAdd(dw + col, sw);
+    if (db) atomicAdd(db + col, sb);
+  }
+}
+
+/* Launch a row kernel with 32 threads per row for short rows and a whole
+ * block per row for long ones. */
+#define ROW_LAUNCH(KERNEL, T, R, C, ...)                                                    \
+  do {                                                                                     \
+    if ((C) <= 1024) {                                                                     \
+      KERNEL<32, T><<<agk_blocks((R), 8), 256, 0, env->stream>>>(__VA_ARGS__);            \
+    } else {                                                                               \
+      KERNEL<512, T><<<agk_blocks((R), 1), 512, 0, env->stream>>>(__VA_ARGS__);           \
+    }                                                                                      \
+  } while (0)
+
+template <typename T> static gpuError_t softmax_go(const agk_env *env, const ag_kernel_call *c) {
+  long long R = c->i[0], C = c->i[1];
+  if (R == 0 || C == 0) return gpuSuccess;
+  ROW_LAUNCH(k_softmax, T, R, C, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]), R, C, c->sub);
+  return gpuGetLastError();
+}
+gpuError_t agk_softmax(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return softmax_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+template <typename T> static gpuError_t softmax_bwd_go(const agk_env *env, const ag_kernel_call *c) {
+  long long R = c->i[0], C = c->i[1];
+  if (R == 0 || C == 0) return gpuSuccess;
+  ROW_LAUNCH(k_softmax_bwd, T, R, C, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
+             (const T *)agk_ptr(&c->o[2]), R, C, c->sub);
+  return gpuGetLastError();
+}
+gpuError_t agk_softmax_bwd(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return softmax_bwd_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+template <typename T> static gpuError_t xent_go(const agk_env *env, const ag_kernel_call *c) {
+  long long R = c->i[0], C = c->i[1];
+  if (R == 0) return gpuSuccess;
+  ROW_LAUNCH(k_xent, T, R, C, (float *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
+             (const int32_t *)agk_ptr(&c->o[2]), R, C, c->i[2], env->err);
+  return gpuGetLastError();
+}
+gpuError_t agk_cross_entropy(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[1].dtype, T, return xent_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+template <typename T> static gpuError_t xent_bwd_go(const agk_env *env, const ag_kernel_call *c) {
+  long long R = c->i[0], C = c->i[1];
+  if (R == 0 || C == 0) return gpuSuccess;
+  long long gs = c->o[3].ndim > 0 ? c->o[3].strides[0] : 0;
+  ROW_LAUNCH(k_xent_bwd, T, R, C, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
+             (const int32_t *)agk_ptr(&c->o[2]), (const float *)agk_ptr(&c->o[3]), gs, R, C, c->i[2]);
+  return gpuGetLastError();
+}
+gpuError_t agk_cross_entropy_bwd(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return xent_bwd_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+template <typename T> static gpuError_t layernorm_go(const agk_env *env, const ag_kernel_call *c) {
+  long long R = c->i[0], D = c->i[1];
+  if (R == 0 || D == 0) return gpuSuccess;
+  ROW_LAUNCH(k_layernorm, T, R, D, (T *)agk_ptr(&c->o[0]),
+             c->n_operands > 4 ? (float *)agk_ptr(&c->o[4]) : (float *)0,
+             c->n_operands > 5 ? (float *)agk_ptr(&c->o[5]) : (float *)0, (const T *)agk_ptr(&c->o[1]),
+             (const T *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[3]), R, D, (float)c->s[0]);
+  return gpuGetLastError();
+}
+gpuError_t agk_layernorm(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return layernorm_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, const ag_kernel_call *c) {
+  long long R = c->i[0], D = c->i[1];
+  if (D == 0) return gpuSuccess;
+  const T *dy = (const T *)agk_ptr(&c->o[1]), *x = (const T *)agk_ptr(&c->o[2]);
+  const float *mean = (const float *)agk_ptr(&c->o[3]), *rstd = (const float *)agk_ptr(&c->o[4]);
+  if (R > 0)
+    ROW_LAUNCH(k_layernorm_bwd, T, R, D, (T *)agk_ptr(&c->o[0]), dy, x, mean, rstd,
+               c->n_operands > 5 ? (const T *)agk_ptr(&c->o[5]) : (const T *)0, R, D);
+  if (c->multi && c->multi->count >= 1) {
+    float *dw = c->multi->t[0].base ? (float *)((char *)c->multi->t[0].base + c->multi->t[0].offset) : (float *)0;
+    float *db = c->multi->count >= 2 && c->multi->t[1].base
+                    ? (float *)((char *)c->multi->t[1].base + c->multi->t[1].offset)
+                    : (float *)0;
+    gpuError_t e;
+    if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+    if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+    if (R > 0 && (dw || db)) {
+      long long tiles = (D + 31) / 32, want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 8;
+      long long chunks = (want + tiles - 1) / tiles, maxc = (R + 31) / 32;
+      if (chunks > maxc) chunks = maxc;
+      if (chunks > 65535) chunks = 65535;
+      if (chunks < 1) chunks = 1;
+      long long rows_per = (R + chunks - 1) / chunks;
+      chunks = (R + rows_per - 1) / rows_per;
+      dim3 grid((unsigned)tiles, (unsigned)chunks), blk(32, 8);
+      k_layernorm_dwdb<T><<<grid, blk, 0, env->stream>>>(dw, db, dy, x, mean, rstd, R, D, rows_per);
+    }
+  }
+  return gpuGetLastError();
+}
+gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return layernorm_bwd_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+
+/* ---------------- embedding ---------------- */
+template <typename T>
+__global__ void k_embedding(T *o, const T *tab, const int32_t *idx, long long N, long long D, long long V,
+                            ag_kernel_error *err) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N * D; i += stride) {
+    long long n = i / D, d = i - n * D, k = idx[n];
+    if (k < 0 || k >= V) {
+      o[i] = agk_fromf<T>(0.f);
+      if (d == 0) agk_report(err, AG_K_EMBEDDING, k, V);
+    } else {
+      o[i] = tab[k * D + d];
+    }
+  }
+}
+template <typename T>
+__global__ void k_embedding_bwd(float *dt, const T *dout, const int32_t *idx, long long N, long long D, long long V) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N * D; i += stride) {
+    long long n = i / D, d = i - n * D, k = idx[n];
+    if (k >= 0 && k < V) atomicAdd(dt + k * D + d, agk_tof(dout[i]));
+  }
+}
+gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c) {
+  long long N = c->i[0], D = c->i[1], V = c->i[2];
+  if (N * D == 0) return gpuSuccess;
+  unsigned g = agk_blocks(N * D, 256);
+  if (g > (unsigned)env->sm_count * 32u && env->sm_count > 0) g = (unsigned)env->sm_count * 32u;
+  AGK_DISPATCH_ALL(c->o[0].dtype, T,
+                   k_embedding<T><<<g, 256, 0, env->stream>>>((T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
+                                                             (const int32_t *)agk_ptr(&c->o[2]), N, D, V, env->err));
+  return gpuGetLastError();
+}
+gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c) {
+  long long N = c->i[0], D = c->i[1], V = c->i[2];
+  if (N * D == 0) return gpuSuccess;
+  if (V <= 0) V = c->o[0].ndim > 0 ? c->o[0].shape[0] : 0;
+  unsigned g = agk_blocks(N * D, 256);
+  if (g > (unsigned)env->sm_count * 32u && env->sm_count > 0) g = (unsigned)env->sm_count * 32u;
+  AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
+                     k_embedding_bwd<T><<<g, 256, 0, env->stream>>>((float *)agk_ptr(&c->o[0]),
+                                                                   (const T *)agk_ptr(&c->o[1]),
+                                                                   (const int32_t *)agk_ptr(&c->o[2]), N, D, V));
+  return gpuGetLastError();
+}

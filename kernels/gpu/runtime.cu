@@ -1,0 +1,349 @@
+/* The vendor-neutral half of the CUDA and HIP backends: devices, memory,
+ * streams, events, copies, the launch dispatch and supports(). Written once
+ * against vendor.h; the vendor files in backends/ add BLAS, virtual memory,
+ * device details and the error translation, and hold the vtable. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+/* SM/CU counts per device, written once by agg_init (the registry calls init
+ * once, before any other entry) and only read afterwards. */
+static int g_sm_count[AG_MAX_DEVICES];
+
+#define CHECK(call, what)                                   \
+  do {                                                      \
+    gpuError_t e_ = (call);                                 \
+    if (e_ != gpuSuccess) return agv_status((int)e_, AGV_RUNTIME, AG_GPU_API what); \
+  } while (0)
+
+int agg_sm_count(int dev) { return dev >= 0 && dev < AG_MAX_DEVICES ? g_sm_count[dev] : 0; }
+
+ag_status agg_init(int *out_count, char *reason, size_t reason_len) {
+  int n = 0;
+  gpuError_t e = gpuGetDeviceCount(&n);
+  if (e != gpuSuccess || n <= 0) {
+    if (e == gpuSuccess) snprintf(reason, reason_len, "no " AG_GPU_BACKEND_NAME " device found");
+    else
+      snprintf(reason, reason_len, AG_GPU_API "GetDeviceCount: %s", gpuGetErrorString(e));
+    (void)gpuGetLastError();
+    *out_count = 0;
+    return AG_ERR_UNAVAILABLE;
+  }
+  if (n > AG_MAX_DEVICES) n = AG_MAX_DEVICES;
+  for (int d = 0; d < n; d++) {
+    gpuDeviceProp p;
+    if (gpuGetDeviceProperties(&p, d) == gpuSuccess) g_sm_count[d] = p.multiProcessorCount;
+  }
+  ag_status st = agv_init(reason, reason_len);
+  if (st != AG_OK) {
+    *out_count = 0;
+    return st;
+  }
+  *out_count = n;
+  return AG_OK;
+}
+
+ag_status agg_device_props(int dev, ag_device_props *out) {
+  gpuDeviceProp p;
+  CHECK(gpuGetDeviceProperties(&p, dev), "GetDeviceProperties");
+  memset(out, 0, sizeof *out);
+  size_t nl = strnlen(p.name, sizeof p.name);
+  if (nl >= sizeof out->name) nl = sizeof out->name - 1;
+  memcpy(out->name, p.name, nl); /* zeroed above: stays terminated */
+  out->total_memory = p.totalGlobalMem;
+  out->compute_units = p.multiProcessorCount;
+  agv_props(dev, &p, out);
+  return AG_OK;
+}
+
+ag_status agg_mem_info(int dev, size_t *out_free, size_t *out_total) {
+  CHECK(gpuSetDevice(dev), "SetDevice");
+  CHECK(gpuMemGetInfo(out_free, out_total), "MemGetInfo");
+  return AG_OK;
+}
+
+ag_status agg_segment_alloc(int dev, size_t bytes, void **out_base) {
+  CHECK(gpuSetDevice(dev), "SetDevice");
+  CHECK(gpuMalloc(out_base, bytes), "Malloc");
+  return AG_OK;
+}
+void agg_segment_free(int dev, void *base) {
+  (void)gpuSetDevice(dev);
+  (void)gpuFree(base);
+}
+
+ag_status agg_pinned_alloc(int dev, size_t bytes, void **out_ptr) {
+  CHECK(gpuSetDevice(dev), "SetDevice");
+  CHECK(gpuHostAlloc(out_ptr, bytes, gpuHostAllocPortable), "HostAlloc");
+  return AG_OK;
+}
+void agg_pinned_free(int dev, void *ptr) { (void)gpuFreeHost(ptr); }
+
+/* ---- streams ---- */
+
+void agg_stream_destroy(ag_bstream *s) {
+  if (!s) return;
+  (void)gpuSetDevice(s->dev);
+  if (s->s) (void)gpuStreamSynchronize(s->s);
+  agv_stream_release(s);
+  for (int i = 0; i < AGG_TABLE_SLOTS; i++) {
+    if (s->slot[i].done) (void)gpuEventDestroy(s->slot[i].done);
+    if (s->slot[i].dev) (void)gpuFree(s->slot[i].dev);
+    if (s->slot[i].host) (void)gpuFreeHost(s->slot[i].host);
+  }
+  if (s->scratch) (void)gpuFree(s->scratch);
+  if (s->err_host) (void)gpuFreeHost(s->err_host);
+  if (s->s) (void)gpuStreamDestroy(s->s);
+  free(s);
+}
+
+ag_status agg_stream_create(int dev, ag_bstream **out) {
+  ag_bstream *s = (ag_bstream *)calloc(1, sizeof *s);
+  ag_status st = AG_OK;
+  gpuError_t e;
+  const char *what = AG_GPU_API "SetDevice";
+  if (!s) return ag_error_set(AG_ERR_OOM, AG_GPU_BACKEND_NAME ": stream_create: out of host memory");
+  s->dev = dev;
+  if ((e = gpuSetDevice(dev)) != gpuSuccess) goto fail;
+  what = AG_GPU_API "StreamCreateWithFlags";
+  if ((e = gpuStreamCreateWithFlags(&s->s, gpuStreamNonBlocking)) != gpuSuccess) goto fail;
+  what = AG_GPU_API "HostAlloc(error word)";
+  if ((e = gpuHostAlloc((void **)&s->err_host, sizeof(ag_kernel_error), gpuHostAllocMapped | gpuHostAllocPortable)) !=
+      gpuSuccess)
+    goto fail;
+  memset(s->err_host, 0, sizeof(ag_kernel_error));
+  what = AG_GPU_API "HostGetDevicePointer";
+  if ((e = gpuHostGetDevicePointer((void **)&s->err_dev, s->err_host, 0)) != gpuSuccess) goto fail;
+  what = AG_GPU_API "Malloc(scratch)";
+  if ((e = gpuMalloc(&s->scratch, AGK_SCRATCH_BYTES)) != gpuSuccess) goto fail;
+  for (int i = 0; i < AGG_TABLE_SLOTS; i++) {
+    what = AG_GPU_API "HostAlloc(table)";
+    if ((e = gpuHostAlloc(&s->slot[i].host, AGK_TABLE_BYTES, gpuHostAllocPortable)) != gpuSuccess) goto fail;
+    what = AG_GPU_API "Malloc(table)";
+    if ((e = gpuMalloc(&s->slot[i].dev, AGK_TABLE_BYTES)) != gpuSuccess) goto fail;
+    what = AG_GPU_API "EventCreate";
+    if ((e = gpuEventCreateWithFlags(&s->slot[i].done, gpuEventDisableTiming)) != gpuSuccess) goto fail;
+  }
+  *out = s;
+  return AG_OK;
+fail:
+  st = agv_status((int)e, AGV_RUNTIME, what);
+  agg_stream_destroy(s);
+  return st;
+}
+
+ag_status agg_stream_synchronize(ag_bstream *s) {
+  CHECK(gpuStreamSynchronize(s->s), "StreamSynchronize");
+  return AG_OK;
+}
+
+ag_status agg_stream_query(ag_bstream *s, bool *out_done) {
+  gpuError_t e = gpuStreamQuery(s->s);
+  if (e == gpuErrorNotReady) {
+    *out_done = false;
+    return AG_OK;
+  }
+  CHECK(e, "StreamQuery");
+  *out_done = true;
+  return AG_OK;
+}
+
+/* ---- events ---- */
+
+ag_status agg_event_create(int dev, bool timing, ag_bevent **out) {
+  ag_bevent *ev = (ag_bevent *)calloc(1, sizeof *ev);
+  if (!ev) return ag_error_set(AG_ERR_OOM, AG_GPU_BACKEND_NAME ": event_create: out of host memory");
+  ev->dev = dev;
+  gpuError_t e = gpuSetDevice(dev);
+  if (e == gpuSuccess) e = gpuEventCreateWithFlags(&ev->e, timing ? gpuEventDefault : gpuEventDisableTiming);
+  if (e != gpuSuccess) {
+    free(ev);
+    return agv_status((int)e, AGV_RUNTIME, AG_GPU_API "EventCreateWithFlags");
+  }
+  *out = ev;
+  return AG_OK;
+}
+void agg_event_destroy(ag_bevent *e) {
+  if (!e) return;
+  (void)gpuEventDestroy(e->e);
+  free(e);
+}
+ag_status agg_event_record(ag_bevent *e, ag_bstream *s) {
+  CHECK(gpuEventRecord(e->e, s->s), "EventRecord");
+  return AG_OK;
+}
+ag_status agg_stream_wait_event(ag_bstream *s, ag_bevent *e) {
+  CHECK(gpuStreamWaitEvent(s->s, e->e, 0), "StreamWaitEvent");
+  return AG_OK;
+}
+ag_status agg_event_query(ag_bevent *e, bool *out_done) {
+  gpuError_t r = gpuEventQuery(e->e);
+  if (r == gpuErrorNotReady) {
+    *out_done = false;
+    return AG_OK;
+  }
+  CHECK(r, "EventQuery");
+  *out_done = true;
+  return AG_OK;
+}
+ag_status agg_event_synchronize(ag_bevent *e) {
+  CHECK(gpuEventSynchronize(e->e), "EventSynchronize");
+  return AG_OK;
+}
+ag_status agg_event_elapsed_ms(ag_bevent *a, ag_bevent *b, float *out_ms) {
+  CHECK(gpuEventElapsedTime(out_ms, a->e, b->e), "EventElapsedTime");
+  return AG_OK;
+}
+
+/* ---- copies ---- */
+
+ag_status agg_copy_h2d(ag_bstream *s, void *dst_base, size_t dst_off, const void *src, size_t bytes,
+                       bool src_pinned) {
+  if (!bytes) return AG_OK;
+  /* From pageable memory the runtime stages the source before returning, so
+   * the caller may reuse src at once as the contract requires. */
+  CHECK(gpuMemcpyAsync((char *)dst_base + dst_off, src, bytes, gpuMemcpyHostToDevice, s->s), "MemcpyAsync(H2D)");
+#if defined(AG_GPU_HIP)
+  if (!src_pinned) CHECK(gpuStreamSynchronize(s->s), "StreamSynchronize(pageable H2D)");
+#endif
+  return AG_OK;
+}
+ag_status agg_copy_d2h(ag_bstream *s, void *dst, const void *src_base, size_t src_off, size_t bytes) {
+  if (!bytes) return AG_OK;
+  CHECK(gpuMemcpyAsync(dst, (const char *)src_base + src_off, bytes, gpuMemcpyDeviceToHost, s->s),
+        "MemcpyAsync(D2H)");
+  return AG_OK;
+}
+ag_status agg_copy_d2d(ag_bstream *s, void *dst_base, size_t dst_off, const void *src_base, size_t src_off,
+                       size_t bytes) {
+  if (!bytes) return AG_OK;
+  CHECK(gpuMemcpyAsync((char *)dst_base + dst_off, (const char *)src_base + src_off, bytes, gpuMemcpyDeviceToDevice,
+                       s->s),
+        "MemcpyAsync(D2D)");
+  return AG_OK;
+}
+
+/* ---- kernels ---- */
+
+static const char *dtype_name(ag_dtype dt) {
+  static const char *const n[] = {"f32", "f16", "bf16", "i32", "f64"};
+  return (unsigned)dt < sizeof n / sizeof n[0] ? n[dt] : "?";
+}
+static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
+static bool is_any(ag_dtype dt) { return is_float(dt) || dt == AG_I32; }
+
+bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
+  switch (op) {
+    case AG_K_FILL:
+    case AG_K_ARANGE:
+    case AG_K_WHERE:
+    case AG_K_EMBEDDING:
+      return is_any(dt);
+    case AG_K_RAND_UNIFORM:
+    case AG_K_RAND_NORMAL:
+    case AG_K_DROPOUT:
+    case AG_K_MATMUL:
+    case AG_K_SOFTMAX_BWD:
+    case AG_K_CROSS_ENTROPY:
+    case AG_K_CROSS_ENTROPY_BWD:
+    case AG_K_LAYERNORM:
+    case AG_K_LAYERNORM_BWD:
+    case AG_K_EMBEDDING_BWD:
+    case AG_K_NONFINITE_CHECK:
+    case AG_K_SUMSQ:
+      return is_float(dt);
+    case AG_K_SOFTMAX:
+      return is_float(dt) && (sub == 0 || sub == 1);
+    case AG_K_UNARY:
+      if (sub < 0 || sub >= AG_UNARY_COUNT) return false;
+      if (is_float(dt)) return true;
+      return dt == AG_I32 && (sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS || sub == AG_U_AFFINE);
+    case AG_K_BINARY:
+      if (sub < 0 || sub >= AG_BINARY_COUNT) return false;
+      if (is_float(dt)) return true;
+      return dt == AG_I32 && (sub == AG_B_ADD || sub == AG_B_SUB || sub == AG_B_MUL || sub == AG_B_MAX ||
+                              sub == AG_B_MIN || sub == AG_B_EQ || sub == AG_B_GT || sub == AG_B_LT);
+    case AG_K_REDUCE:
+      return is_any(dt) && sub >= 0 && sub < AG_REDUCE_COUNT;
+    case AG_K_ADAMW:
+    case AG_K_SGD:
+      return dt == AG_F32;
+    default:
+      return false;
+  }
+}
+
+ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
+  agk_env env;
+  memset(&env, 0, sizeof env);
+  env.stream = s->s;
+  env.err = s->err_dev;
+  env.scratch = s->scratch;
+  env.scratch_bytes = AGK_SCRATCH_BYTES;
+  env.sm_count = agg_sm_count(s->dev);
+  gpuError_t e = gpuSetDevice(s->dev);
+  if (e != gpuSuccess) return agv_status((int)e, AGV_RUNTIME, AG_GPU_API "SetDevice");
+  switch (c->op) {
+    case AG_K_FILL: e = agk_fill(&env, c); break;
+    case AG_K_ARANGE: e = agk_arange(&env, c); break;
+    case AG_K_RAND_UNIFORM:
+    case AG_K_RAND_NORMAL: e = agk_rand(&env, c); break;
+    case AG_K_UNARY: e = agk_unary(&env, c); break;
+    case AG_K_BINARY: e = agk_binary(&env, c); break;
+    case AG_K_WHERE: e = agk_where(&env, c); break;
+    case AG_K_REDUCE: e = agk_reduce(&env, c); break;
+    case AG_K_MATMUL: return agv_gemm(s, &env, c);
+    case AG_K_SOFTMAX: e = agk_softmax(&env, c); break;
+    case AG_K_SOFTMAX_BWD: e = agk_softmax_bwd(&env, c); break;
+    case AG_K_CROSS_ENTROPY: e = agk_cross_entropy(&env, c); break;
+    case AG_K_CROSS_ENTROPY_BWD: e = agk_cross_entropy_bwd(&env, c); break;
+    case AG_K_LAYERNORM: e = agk_layernorm(&env, c); break;
+    case AG_K_LAYERNORM_BWD: e = agk_layernorm_bwd(&env, c); break;
+    case AG_K_EMBEDDING: e = agk_embedding(&env, c); break;
+    case AG_K_EMBEDDING_BWD: e = agk_embedding_bwd(&env, c); break;
+    case AG_K_DROPOUT: e = agk_dropout(&env, c); break;
+    case AG_K_ADAMW:
+    case AG_K_SGD:
+    case AG_K_NONFINITE_CHECK:
+    case AG_K_SUMSQ: {
+      /* The staging slot is reused AGG_TABLE_SLOTS launches later; waiting
+       * for its event only blocks when the device is that far behind. */
+      int k = s->next_slot;
+      s->next_slot = (k + 1) % AGG_TABLE_SLOTS;
+      if ((e = gpuEventSynchronize(s->slot[k].done)) != gpuSuccess) break;
+      env.table_host = s->slot[k].host;
+      env.table_dev = s->slot[k].dev;
+      env.table_bytes = AGK_TABLE_BYTES;
+      e = agk_multi(&env, c);
+      if (e == gpuSuccess) e = gpuEventRecord(s->slot[k].done, s->s);
+      break;
+    }
+    default: e = gpuErrorNotSupported;
+  }
+  if (e == gpuErrorNotSupported) {
+    (void)gpuGetLastError();
+    return ag_error_set(AG_ERR_UNSUPPORTED, "%s: op %d (variant %d) for %s is not supported on " AG_GPU_BACKEND_NAME,
+                        c->name ? c->name : "launch", (int)c->op, c->sub, dtype_name(c->o[0].dtype));
+  }
+  if (e != gpuSuccess) return agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "kernel launch");
+  return AG_OK;
+}
+
+ag_status agg_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
+  /* the word lives in mapped host memory: after the core's synchronize the
+   * kernels' writes are visible without another runtime call */
+  volatile ag_kernel_error *w = s->err_host;
+  out->code = w->code;
+  out->kop = w->kop;
+  out->index = w->index;
+  out->limit = w->limit;
+  if (out->code) {
+    w->code = 0;
+    w->kop = 0;
+    w->index = 0;
+    w->limit = 0;
+  }
+  return AG_OK;
+}

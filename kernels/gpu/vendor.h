@@ -1,0 +1,124 @@
+/* The one vendor shim of the GPU kernels: maps a neutral gpu* spelling onto
+ * the CUDA runtime (nvcc) or the HIP runtime (hipcc), so kernels/gpu/ and the
+ * shared runtime glue are a single source for both backends. Only names that
+ * the sources use are mapped; anything vendor-specific stays in backends/. */
+#ifndef AG_GPU_VENDOR_H
+#define AG_GPU_VENDOR_H
+
+#if defined(__HIPCC__) || defined(AG_GPU_HIP)
+#ifndef AG_GPU_HIP
+#define AG_GPU_HIP 1
+#endif
+#include <hip/hip_fp16.h>
+#include <hip/hip_runtime.h>
+
+#define AG_GPU_BACKEND_NAME "hip"
+#define AG_GPU_API "hip" /* prefix of runtime call names in messages */
+typedef hipError_t gpuError_t;
+typedef hipStream_t gpuStream_t;
+typedef hipEvent_t gpuEvent_t;
+typedef hipDeviceProp_t gpuDeviceProp;
+#define gpuSuccess hipSuccess
+#define gpuErrorNotReady hipErrorNotReady
+#define gpuErrorMemoryAllocation hipErrorOutOfMemory
+#define gpuErrorNoDevice hipErrorNoDevice
+#define gpuErrorInvalidValue hipErrorInvalidValue
+#define gpuErrorNotSupported hipErrorNotSupported
+#define gpuGetErrorString hipGetErrorString
+#define gpuGetErrorName hipGetErrorName
+#define gpuGetLastError hipGetLastError
+#define gpuGetDeviceCount hipGetDeviceCount
+#define gpuSetDevice hipSetDevice
+#define gpuGetDeviceProperties hipGetDeviceProperties
+#define gpuMemGetInfo hipMemGetInfo
+#define gpuMalloc hipMalloc
+#define gpuFree hipFree
+#define gpuHostAlloc hipHostMalloc
+#define gpuHostAllocPortable hipHostMallocPortable
+#define gpuHostAllocMapped hipHostMallocMapped
+#define gpuFreeHost hipHostFree
+#define gpuHostGetDevicePointer hipHostGetDevicePointer
+#define gpuMemcpyAsync hipMemcpyAsync
+#define gpuMemsetAsync hipMemsetAsync
+#define gpuMemcpyHostToDevice hipMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define gpuStreamCreateWithFlags hipStreamCreateWithFlags
+#define gpuStreamNonBlocking hipStreamNonBlocking
+#define gpuStreamDestroy hipStreamDestroy
+#define gpuStreamSynchronize hipStreamSynchronize
+#define gpuStreamQuery hipStreamQuery
+#define gpuStreamWaitEvent hipStreamWaitEvent
+#define gpuEventCreateWithFlags hipEventCreateWithFlags
+#define gpuEventDefault hipEventDefault
+#define gpuEventDisableTiming hipEventDisableTiming
+#define gpuEventDestroy hipEventDestroy
+#define gpuEventRecord hipEventRecord
+#define gpuEventQuery hipEventQuery
+#define gpuEventSynchronize hipEventSynchronize
+#define gpuEventElapsedTime hipEventElapsedTime
+#define gpuDeviceSynchronize hipDeviceSynchronize
+/* Wavefront width: 64 on CDNA, 32 on RDNA (wave32 is the default there). */
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+#define AGK_WARP __AMDGCN_WAVEFRONT_SIZE
+#else
+#define AGK_WARP 64
+#endif
+#define AGK_SHFL_XOR(v, m, w) __shfl_xor((v), (m), (w))
+
+#else /* CUDA */
+#define AG_GPU_CUDA 1
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#define AG_GPU_BACKEND_NAME "cuda"
+#define AG_GPU_API "cuda"
+typedef cudaError_t gpuError_t;
+typedef cudaStream_t gpuStream_t;
+typedef cudaEvent_t gpuEvent_t;
+typedef cudaDeviceProp gpuDeviceProp;
+#define gpuSuccess cudaSuccess
+#define gpuErrorNotReady cudaErrorNotReady
+#define gpuErrorMemoryAllocation cudaErrorMemoryAllocation
+#define gpuErrorNoDevice cudaErrorNoDevice
+#define gpuErrorInvalidValue cudaErrorInvalidValue
+#define gpuErrorNotSupported cudaErrorNotSupported
+#define gpuGetErrorString cudaGetErrorString
+#define gpuGetErrorName cudaGetErrorName
+#define gpuGetLastError cudaGetLastError
+#define gpuGetDeviceCount cudaGetDeviceCount
+#define gpuSetDevice cudaSetDevice
+#define gpuGetDeviceProperties cudaGetDeviceProperties
+#define gpuMemGetInfo cudaMemGetInfo
+#define gpuMalloc cudaMalloc
+#define gpuFree cudaFree
+#define gpuHostAlloc cudaHostAlloc
+#define gpuHostAllocPortable cudaHostAllocPortable
+#define gpuHostAllocMapped cudaHostAllocMapped
+#define gpuFreeHost cudaFreeHost
+#define gpuHostGetDevicePointer cudaHostGetDevicePointer
+#define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuMemsetAsync cudaMemsetAsync
+#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
+#define gpuStreamNonBlocking cudaStreamNonBlocking
+#define gpuStreamDestroy cudaStreamDestroy
+#define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuStreamQuery cudaStreamQuery
+#define gpuStreamWaitEvent(s, e, f) cudaStreamWaitEvent((s), (e), (f))
+#define gpuEventCreateWithFlags cudaEventCreateWithFlags
+#define gpuEventDefault cudaEventDefault
+#define gpuEventDisableTiming cudaEventDisableTiming
+#define gpuEventDestroy cudaEventDestroy
+#define gpuEventRecord cudaEventRecord
+#define gpuEventQuery cudaEventQuery
+#define gpuEventSynchronize cudaEventSynchronize
+#define gpuEventElapsedTime cudaEventElapsedTime
+#define gpuDeviceSynchronize cudaDeviceSynchronize
+#define AGK_WARP 32
+#define AGK_SHFL_XOR(v, m, w) __shfl_xor_sync(0xffffffffu, (v), (m), (w))
+#endif
+
+#endif
