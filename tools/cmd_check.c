@@ -134,12 +134,12 @@ int ag_cmd_check(int argc, char **argv) {
          (unsigned long long)seed);
   for (int i = 0; i < ncol; i++)
     if (cols[i].skipped) printf("  %s: skipped (%s)\n", cols[i].label, cols[i].reason ? cols[i].reason : "unavailable");
-  printf("\n%-14s", "op");
+  printf("\n%-19s", "op");
   for (int i = 0; i < ncol; i++)
     if (!cols[i].skipped) {
       printf(" | %-*s", ndt * 6 - 1, cols[i].label);
     }
-  printf("\n%-14s", "");
+  printf("\n%-19s", "");
   for (int i = 0; i < ncol; i++)
     if (!cols[i].skipped) {
       printf(" |");
@@ -152,7 +152,7 @@ int ag_cmd_check(int argc, char **argv) {
   char *flog = malloc(fcap);
   if (flog) flog[0] = 0;
   for (int oi = 0; oi < nops; oi++) {
-    printf("%-14s", ag_conf_op_name(opsel[oi]));
+    printf("%-19s", ag_conf_op_name(opsel[oi]));
     fflush(stdout);
     for (int i = 0; i < ncol; i++) {
       if (cols[i].skipped) continue;
