@@ -11,7 +11,7 @@
 static void check_usage(void) {
   printf(
       "usage: anygrad check [--backend B[,B...]] [--ops a,b,...] [--dtype d[,d...]] [--seed S]\n"
-      "                     [--verbose]\n\n"
+      "                     [--forward | --grad] [--verbose]\n\n"
       "Runs every op x dtype x shape case against a double-precision host reference.\n"
       "  --backend  cpu, opencl, opencl:1, cuda, hip (default: every backend; absent ones are\n"
       "             listed as skipped)\n"
@@ -22,6 +22,8 @@ static void check_usage(void) {
       "\n  --dtype    f32,f16,bf16,i32,f64 (default: all)\n"
       "  --seed     input seed, decimal or 0x hex (default 0x%llx); printed so a failure can be\n"
       "             reproduced\n"
+      "  --forward  only the forward ops; --grad only the gradient checks (grad_<op>: backward\n"
+      "             against central finite differences on the same device, f32 and f64)\n"
       "  --verbose  one line per case\n"
       "Cells: pass, FAIL, unsup (the backend reports AG_ERR_UNSUPPORTED), - (not an op of that\n"
       "dtype). Exit status 1 when any cell fails, 2 on a usage error.\n",
@@ -39,13 +41,14 @@ typedef struct col {
   ag_device dev;
   char label[24];
   bool skipped;
-  const char *reason;
+  char reason[256];
 } col;
 
 int ag_cmd_check(int argc, char **argv) {
   char *backends = NULL, *ops = NULL, *dtypes = NULL;
   uint64_t seed = AG_CONF_DEFAULT_SEED;
   bool verbose = false;
+  int mode = 0; /* 0 all, 1 forward only, 2 gradients only */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     bool has = i + 1 < argc;
@@ -57,6 +60,8 @@ int ag_cmd_check(int argc, char **argv) {
     else if (!strcmp(a, "--dtype") && has) dtypes = argv[++i];
     else if (!strcmp(a, "--seed") && has) seed = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) verbose = true;
+    else if (!strcmp(a, "--forward")) mode = 1;
+    else if (!strcmp(a, "--grad")) mode = 2;
     else {
       fprintf(stderr, "anygrad check: unknown or incomplete option '%s'\n", a);
       check_usage();
@@ -78,7 +83,7 @@ int ag_cmd_check(int argc, char **argv) {
       ag_status st = ag_device_parse(bl[i], &c->dev);
       if (st == AG_ERR_UNAVAILABLE || st == AG_ERR_DEVICE) {
         c->skipped = true;
-        c->reason = strdup(ag_last_error());
+        snprintf(c->reason, sizeof c->reason, "%s", ag_last_error());
       } else if (st != AG_OK) {
         fprintf(stderr, "anygrad check: %s\n", ag_last_error());
         return 2;
@@ -91,7 +96,7 @@ int ag_cmd_check(int argc, char **argv) {
       const char *why = NULL;
       c->dev = (ag_device){(int16_t)k, 0};
       c->skipped = !ag_backend_available((ag_backend_kind)k, &why);
-      c->reason = why;
+      snprintf(c->reason, sizeof c->reason, "%s", why ? why : "unavailable");
     }
   }
   for (int i = 0; i < ncol; i++)
@@ -112,7 +117,10 @@ int ag_cmd_check(int argc, char **argv) {
       opsel[nops++] = o;
     }
   } else {
-    for (int i = 0; i < ag_conf_op_count() && i < 128; i++) opsel[nops++] = i;
+    for (int i = 0; i < ag_conf_op_count() && nops < 128; i++) {
+      bool grad = !strncmp(ag_conf_op_name(i), "grad_", 5);
+      if (mode == 0 || (mode == 2) == grad) opsel[nops++] = i;
+    }
   }
   ag_dtype dts[AG_DTYPE_COUNT];
   int ndt = 0;
@@ -133,7 +141,7 @@ int ag_cmd_check(int argc, char **argv) {
   printf("anygrad check: seed 0x%llx (reproduce with --seed 0x%llx)\n", (unsigned long long)seed,
          (unsigned long long)seed);
   for (int i = 0; i < ncol; i++)
-    if (cols[i].skipped) printf("  %s: skipped (%s)\n", cols[i].label, cols[i].reason ? cols[i].reason : "unavailable");
+    if (cols[i].skipped) printf("  %s: skipped (%s)\n", cols[i].label, cols[i].reason);
   printf("\n%-19s", "op");
   for (int i = 0; i < ncol; i++)
     if (!cols[i].skipped) {
