@@ -72,10 +72,13 @@ ag_status clb_error(cl_int err, const char *what) {
 
 clb_device *clb_dev(int dev) { return &g_dev[dev]; }
 
+/* Truncates long strings (PoCL's device version is over 64 bytes) instead of
+ * failing as clGetDeviceInfo does with a short buffer. */
 static void info_str(cl_device_id d, cl_device_info what, char *buf, size_t len) {
-  buf[0] = 0;
-  if (clGetDeviceInfo(d, what, len, buf, NULL) != CL_SUCCESS) buf[0] = 0;
-  buf[len - 1] = 0;
+  char tmp[1024];
+  if (clGetDeviceInfo(d, what, sizeof tmp, tmp, NULL) != CL_SUCCESS) tmp[0] = 0;
+  tmp[sizeof tmp - 1] = 0;
+  snprintf(buf, len, "%s", tmp);
 }
 
 static bool has_ext(cl_device_id d, const char *ext) {
