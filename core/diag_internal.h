@@ -37,6 +37,9 @@ AG_HIDDEN ag_status ag__trace_write(const char *path, ag_devstate *ds, uint64_t 
 /* ---- sync sites (sync.c) ---- */
 /* Resolve sites while > 0 (profilers hold a count). */
 AG_HIDDEN void ag__sync_sites_track(int delta);
+/* Host time spent blocked in syncs since start, counted while sites are
+ * tracked or sync-debug mode is on. */
+AG_HIDDEN uint64_t ag__sync_wait_ns(void);
 
 /* ---- profiler hooks (profiler.c), callable from any thread ---- */
 AG_HIDDEN void ag__prof_data_wait(ag_profiler *p, uint64_t ns);

@@ -53,7 +53,7 @@ struct ag_profiler {
   /* the step in progress (driving thread) */
   bool in_step;
   int64_t step; /* index of the next step */
-  uint64_t t_begin, syncs0;
+  uint64_t t_begin, syncs0, wait0;
   int64_t alloc0;
   ag_event *ev_begin, *ev_ready;
   atomic_uint_fast64_t data_wait_ns;
@@ -320,6 +320,7 @@ ag_status ag_profiler_step_begin(ag_profiler *p) {
   atomic_store(&p->data_wait_ns, 0);
   mem_now(p, &p->alloc0, NULL);
   p->syncs0 = ag_sync_count();
+  p->wait0 = ag__sync_wait_ns();
   p->t_begin = ag__now_ns();
   return AG_OK;
 }
@@ -381,6 +382,7 @@ ag_status ag_profiler_step_end(ag_profiler *p) {
   if (!p->in_step) return ag_error_set(AG_ERR_STATE, "ag_profiler_step_end: no step is open");
   uint64_t t_end = ag__now_ns();
   uint64_t syncs = ag_sync_count() - p->syncs0;
+  uint64_t sync_wait = ag__sync_wait_ns() - p->wait0;
   int64_t alloc, cat[AG_MEM_CATEGORY_COUNT];
   mem_now(p, &alloc, cat);
   pthread_mutex_lock(&p->mu);
@@ -394,6 +396,7 @@ ag_status ag_profiler_step_end(ag_profiler *p) {
   r->st.wall_ms = (double)(t_end - p->t_begin) / 1e6;
   r->st.data_wait_ms = (double)atomic_load(&p->data_wait_ns) / 1e6;
   r->st.syncs = syncs;
+  r->st.sync_wait_ms = (double)sync_wait / 1e6;
   r->st.allocated_bytes = alloc;
   rec *prev = p->step > 0 ? rec_of(p, p->step - 1) : NULL;
   r->st.allocated_delta = alloc - (prev ? prev->st.allocated_bytes : p->alloc0);
@@ -439,7 +442,7 @@ ag_status ag_profiler_step_stats(ag_profiler *p, int64_t step, ag_step_stats *ou
   pthread_mutex_lock(&p->mu);
   resolve(p);
   if (step < 0) step = p->n_done - 1;
-  rec *r = rec_of(p, step);
+  rec *r = step < p->n_done ? rec_of(p, step) : NULL;
   if (r) *out = r->st;
   pthread_mutex_unlock(&p->mu);
   if (!r)
@@ -460,7 +463,7 @@ static void verdict_over(ag_profiler *p, int64_t first, int64_t n, const window_
   memset(v, 0, sizeof *v);
   v->first_step = first;
   v->steps = n;
-  double wall = 0, wait = 0, busy = 0, period = 0;
+  double wall = 0, wait = 0, busy = 0, period = 0, swait = 0;
   uint64_t syncs = 0;
   int grew = 0;
   int64_t known = 0;
@@ -470,6 +473,7 @@ static void verdict_over(ag_profiler *p, int64_t first, int64_t n, const window_
     wall += r->st.wall_ms;
     wait += r->st.data_wait_ms;
     syncs += r->st.syncs;
+    swait += r->st.sync_wait_ms;
     if (r->st.allocated_delta > 0) grew++;
     if (r->st.device_ms >= 0 && r->st.device_period_ms > 0) {
       busy += fmin(r->st.device_ms, r->st.device_period_ms);
@@ -483,10 +487,13 @@ static void verdict_over(ag_profiler *p, int64_t first, int64_t n, const window_
   v->device_idle_frac = known ? 1.0 - busy / period : -1;
   v->data_wait_frac = wall > 0 ? wait / wall : 0;
   v->syncs_per_step = (double)syncs / (double)n;
+  v->sync_stall_frac = syncs && wall > 0 ? fmax(0.0, (wall - swait - wait) / wall) : 0;
   double idle = v->device_idle_frac >= 0 ? v->device_idle_frac : v->data_wait_frac;
   v->input_bound = v->data_wait_frac >= 0.10 && idle >= 0.05;
-  v->sync_bound = v->syncs_per_step >= 1.0 && (v->device_idle_frac < 0 || idle - v->data_wait_frac >= 0.05) &&
-                  !v->input_bound;
+  /* After a sync the device queue is empty: it runs only what the host
+   * enqueues until the host waits again. A step that spends a quarter of
+   * its host time outside syncs with the queue drained is bound by them. */
+  v->sync_bound = v->syncs_per_step >= 1.0 && v->sync_stall_frac >= 0.25 && !v->input_bound;
   v->memory_growing = n >= 2 && v->growth_bytes_per_step > 0 && grew * 5 >= n * 4;
   v->leak = p->leak;
   int k = 0;
@@ -500,8 +507,9 @@ static void verdict_over(ag_profiler *p, int64_t first, int64_t n, const window_
     const char *call = w && w->top_call ? w->top_call : "sync";
     double at = w && w->top_count ? (double)w->top_count / (double)n : v->syncs_per_step;
     if (v->sync_bound)
-      k += snprintf(v->text + k, cap - (size_t)k, "sync-bound: %.0f host syncs per step at %s (%s); device idle %.0f%%\n",
-                    at, where, call, idle * 100);
+      k += snprintf(v->text + k, cap - (size_t)k,
+                    "sync-bound: %.0f host syncs per step at %s (%s); the device queue is drained for %.0f%% of the step\n",
+                    at, where, call, v->sync_stall_frac * 100);
     else
       k += snprintf(v->text + k, cap - (size_t)k, "note: %.0f host syncs per step at %s (%s)\n", at, where, call);
   }

@@ -55,6 +55,7 @@ static site g_sites[MAX_SITES];
 static int g_nsites;
 static pthread_mutex_t g_site_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_track; /* profilers that want per-site counts */
+static atomic_uint_fast64_t g_wait_ns; /* host time blocked in syncs, while tracked */
 
 static _Thread_local struct {
   const char *file, *func;
@@ -62,6 +63,7 @@ static _Thread_local struct {
 } tl_mark;
 
 void ag__sync_sites_track(int delta) { atomic_fetch_add(&g_track, delta); }
+uint64_t ag__sync_wait_ns(void) { return atomic_load(&g_wait_ns); }
 
 void ag_sync_site_mark(const char *file, int line, const char *func) {
   tl_mark.file = file;
@@ -191,7 +193,6 @@ static ag_status before_sync(ag_devstate *ds, const char *what, sync_ctx *cx) {
   if (m == AG_SYNC_DEBUG_ERROR)
     return ag_error_set(AG_ERR_SYNC, "%s: host sync on %s at %s refused (sync-debug mode is error)",
                         what, ds->label, s->text);
-  if (tracing) cx->t0 = ag__now_ns();
   if (m == AG_SYNC_DEBUG_WARN) {
     pthread_mutex_lock(&g_site_lock);
     bool first = !s->warned;
@@ -199,11 +200,15 @@ static ag_status before_sync(ag_devstate *ds, const char *what, sync_ctx *cx) {
     pthread_mutex_unlock(&g_site_lock);
     if (first) fprintf(stderr, "anygrad: warning: host sync in %s on %s\n", s->label, ds->label);
   }
+  cx->t0 = ag__now_ns();
   return AG_OK;
 }
 
 static void after_sync(const sync_ctx *cx) {
-  if (cx->t0) ag__trace_host("sync", cx->site->label, cx->t0, ag__now_ns(), NULL, 0);
+  if (!cx->t0) return;
+  uint64_t t1 = ag__now_ns();
+  atomic_fetch_add_explicit(&g_wait_ns, t1 - cx->t0, memory_order_relaxed);
+  ag__trace_host("sync", cx->site->label, cx->t0, t1, NULL, 0);
 }
 
 static const char *kop_public_name(int kop) {

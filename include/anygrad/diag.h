@@ -103,6 +103,7 @@ typedef struct ag_step_stats {
   double device_ms;       /* device busy time of the step, -1 unknown yet */
   double device_period_ms;/* device time since the previous step ended, -1 unknown */
   uint64_t syncs;         /* host syncs during the step */
+  double sync_wait_ms;    /* host time blocked in those syncs */
   int64_t allocated_bytes;/* device allocated bytes at step end */
   int64_t allocated_delta;/* change since the previous step end (first: since begin) */
 } ag_step_stats;
@@ -110,6 +111,10 @@ typedef struct ag_step_stats {
 typedef struct ag_profiler_verdict {
   int64_t first_step, steps; /* the window */
   double device_idle_frac;   /* idle share of the device timeline; -1 unknown */
+  double sync_stall_frac;    /* share of host time with the device queue drained
+                                by a sync (host outside syncs and data waits),
+                                when syncs happen; an upper bound of the device
+                                idle time the syncs cause */
   double data_wait_frac;     /* share of host wall time blocked on input */
   double syncs_per_step;
   double growth_bytes_per_step;
