@@ -98,14 +98,7 @@ bool ag__grad_needed(int n, ag_tensor *const *inputs) {
   return false;
 }
 
-ag_tensor *ag__grad_own(ag_tensor *t) {
-  /* retain + release moves a scope-owned reference to the caller. */
-  if (t) {
-    ag_tensor_retain(t);
-    ag_tensor_release(t);
-  }
-  return t;
-}
+ag_tensor *ag__grad_own(ag_tensor *t) { return ag__scope_detach(t); }
 
 void ag__grad_tag(ag_tensor *t, ag_mem_category cat) {
   if (t && t->st && t->st->block) ag__block_set_category(t->st->block, cat);
@@ -137,15 +130,15 @@ static bool needs_output(ag_gop op) {
   }
 }
 
-/* A tensor kept by a node counts as activation memory unless it is a
- * user-created leaf (a parameter or input batch keeps its own category). */
+/* A node keeps private headers (ag__private_ref) on what it saves: no scope
+ * owns them and nobody else releases them, so a caller releasing its own
+ * reference or a scope ending never pulls memory from under the graph. The
+ * memory counts as activations unless it belongs to a user-created leaf (a
+ * parameter or an input batch keeps its own category). */
 static ag_tensor *save(ag_tensor *t, bool tag) {
-  /* A private header (no scope owns it): the caller may release t, or its
-   * scope may end, while this node still needs the values. */
-  t = ag__private_ref(t);
-  if (!t) return NULL;
-  if (tag) ag__grad_tag(t, AG_MEM_ACTIVATIONS);
-  return t;
+  ag_tensor *r = ag__private_ref(t);
+  if (r && tag) ag__grad_tag(r, AG_MEM_ACTIVATIONS);
+  return r;
 }
 
 ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *const *inputs,
@@ -181,7 +174,10 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
     } else if (in->requires_grad) {
       e->leaf = ag__hold(in);
     }
-    if (needs_input(op, i)) e->val = save(in, in->grad_fn != NULL);
+    if (needs_input(op, i) && !(e->val = save(in, in->grad_fn != NULL))) {
+      ag__node_release(n);
+      return ag_last_status();
+    }
   }
   for (int i = 0; i < n_saved; i++) {
     if (!saved[i]) continue;
@@ -189,13 +185,17 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
       n->want_out = true; /* an alias below, never out itself: no cycle */
       continue;
     }
-    n->saved[i] = save(saved[i], true);
+    n->saved[i] = save(saved[i], saved[i]->grad_fn != NULL || !saved[i]->requires_grad);
+    if (!n->saved[i]) {
+      ag__node_release(n);
+      return ag_last_status();
+    }
   }
   n->n_saved = n_saved;
   if (needs_output(op) || n->want_out) {
     /* A storage-sharing header without history: keeping `out` itself would
      * make out -> node -> out a reference cycle. */
-    n->out_val = ag__grad_own(ag__tensor_view(out, out->ndim, out->shape, out->strides, out->offset));
+    n->out_val = ag__private_ref(out);
     if (!n->out_val) {
       ag__node_release(n);
       return ag_last_status();
@@ -215,7 +215,7 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
 static void node_clear(ag_node *n, ag_node ***stack, int *sn, int *scap) {
   for (int i = 0; i < n->n_in; i++) {
     ag_edge *e = &n->e[i];
-    if (e->val) ag__unhold(e->val);
+    if (e->val) ag_tensor_release(e->val);
     e->val = NULL;
     if (e->leaf) ag__unhold(e->leaf);
     e->leaf = NULL;
@@ -237,7 +237,7 @@ static void node_clear(ag_node *n, ag_node ***stack, int *sn, int *scap) {
     }
   }
   for (int i = 0; i < AG_NODE_MAX_SAVED; i++) {
-    if (n->saved[i]) ag__unhold(n->saved[i]);
+    if (n->saved[i]) ag_tensor_release(n->saved[i]);
     n->saved[i] = NULL;
   }
   if (n->out_val) ag_tensor_release(n->out_val);

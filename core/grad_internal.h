@@ -44,6 +44,25 @@ typedef struct ag_node {
   ag_edge e[];
 } ag_node;
 
+/* References held by long-lived holders (nodes, parameter lists,
+ * optimizers) and temporaries on tensors another scope owns. A scope owns
+ * its tensor, not one particular reference, so ag_tensor_release on a
+ * scope-owned tensor takes it out of the scope: a retain/release pair on
+ * someone else's tensor would orphan the scope's reference. These never
+ * touch scope membership; the last unhold frees through ag_tensor_release. */
+static inline ag_tensor *ag__hold(ag_tensor *t) {
+  if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
+  return t;
+}
+static inline void ag__unhold(ag_tensor *t) {
+  if (!t) return;
+  int c = atomic_load_explicit(&t->refcount, memory_order_relaxed);
+  while (c > 1)
+    if (atomic_compare_exchange_weak_explicit(&t->refcount, &c, c - 1, memory_order_acq_rel,
+                                              memory_order_relaxed))
+      return;
+  ag_tensor_release(t);
+}
 /* Gradients of n's inputs given the gradient g of its output. gin[i] is set
  * (a new reference) only for edges with a node or leaf. Runs with grad mode
  * off inside the backward's scope. */

@@ -23,8 +23,8 @@ static ag_tensor *reduce_to(ag_tensor *g, int ndim, const int64_t *shape) {
   }
   for (int i = 0; i < g->ndim; i++)
     if (i < lead || (shape[i - lead] == 1 && g->shape[i] != 1)) dims[nd++] = i;
-  if (nd == 0 && lead == 0) return ag_tensor_retain(g);
-  ag_tensor *s = nd ? ag_sum(g, nd, dims, true) : ag_tensor_retain(g);
+  if (nd == 0 && lead == 0) return ag__alias(g);
+  ag_tensor *s = nd ? ag_sum(g, nd, dims, true) : ag__alias(g);
   ag_tensor *r = ag_reshape(s, ndim, shape);
   ag_tensor_release(s);
   return r;
@@ -113,7 +113,7 @@ static ag_status softmax_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     st = ag__launch(ag__ds(dx), &c);
   }
   if (st == AG_OK) {
-    gin[0] = dim == y->ndim - 1 ? ag_tensor_retain(dx) : ag_transpose(dx, dim, y->ndim - 1);
+    gin[0] = dim == y->ndim - 1 ? ag__alias(dx) : ag_transpose(dx, dim, y->ndim - 1);
     if (!gin[0]) st = fail();
   }
   ag_tensor_release(yc);
@@ -150,7 +150,7 @@ static ag_status cross_entropy_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
       ag_tensor_release(valid);
       ag_tensor_release(cnt);
     } else {
-      scale = ag_tensor_retain(g32);
+      scale = ag__alias(g32);
     }
     int64_t one = 1;
     ag_tensor *s1d = ag_reshape(scale, 1, &one);
@@ -186,7 +186,8 @@ static ag_status cross_entropy_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
 
 static ag_status layer_norm_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   ag_tensor *x = n->e[0].val, *w = n->e[1].val;
-  ag_tensor *mean = n->saved[0], *rstd = n->saved[1];
+  /* saved: contiguous x, mean, rstd (as ag_layer_norm records them) */
+  ag_tensor *mean = n->n_saved >= 3 ? n->saved[1] : NULL, *rstd = n->n_saved >= 3 ? n->saved[2] : NULL;
   if (!mean || !rstd) return ag_error_set(AG_ERR_INTERNAL, "ag_layer_norm backward: mean/rstd not saved");
   int64_t D = x->shape[x->ndim - 1], N = D ? x->numel / D : 0;
   int64_t s2[2] = {N, D}, sd[1] = {D};
@@ -263,7 +264,7 @@ static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     st = ag__launch(ag__ds(dt), &c);
   }
   if (st == AG_OK) {
-    gin[0] = te->dtype == AG_F32 ? ag_tensor_retain(dt) : ag_cast(dt, te->dtype);
+    gin[0] = te->dtype == AG_F32 ? ag__alias(dt) : ag_cast(dt, te->dtype);
     if (!gin[0]) st = fail();
   }
   ag_tensor *rel[] = {ic, i1, gc, g2, dt};
@@ -274,9 +275,9 @@ static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
 static ag_status matmul_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   ag_tensor *a = n->e[0].val, *b = n->e[1].val;
   bool a1 = a->ndim == 1, b1 = b->ndim == 1;
-  ag_tensor *A = a1 ? ag_unsqueeze(a, 0) : ag_tensor_retain(a);
-  ag_tensor *B = b1 ? ag_unsqueeze(b, 1) : ag_tensor_retain(b);
-  ag_tensor *G = ag_tensor_retain(g), *t;
+  ag_tensor *A = a1 ? ag_unsqueeze(a, 0) : ag__alias(a);
+  ag_tensor *B = b1 ? ag_unsqueeze(b, 1) : ag__alias(b);
+  ag_tensor *G = ag__alias(g), *t;
   if (b1 && G) {
     t = ag_unsqueeze(G, G->ndim);
     ag_tensor_release(G);
@@ -418,7 +419,7 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     case AG_G_ADD: case AG_G_SUB:
       if (NEED(0)) gin[0] = reduce_edge(g, &n->e[0]);
       if (NEED(1)) {
-        t = n->op == AG_G_SUB ? ag_neg(g) : ag_tensor_retain(g);
+        t = n->op == AG_G_SUB ? ag_neg(g) : ag__alias(g);
         gin[1] = reduce_edge(t, &n->e[1]);
       }
       break;

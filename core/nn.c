@@ -27,7 +27,7 @@ ag_status ag_params_add(ag_param_list *l, const char *name, ag_tensor *t) {
   char *s = strdup(name);
   if (!s) return ag_error_set(AG_ERR_OOM, "ag_params_add: out of host memory");
   l->names[l->count] = s;
-  l->tensors[l->count++] = ag_tensor_retain(t);
+  l->tensors[l->count++] = ag__hold(t);
   return AG_OK;
 }
 
@@ -45,7 +45,7 @@ ag_status ag_params_extend(ag_param_list *l, const char *prefix, const ag_param_
 void ag_params_free(ag_param_list *l) {
   if (!l) return;
   for (int i = 0; i < l->count; i++) {
-    ag_tensor_release(l->tensors[i]);
+    ag__unhold(l->tensors[i]);
     free(l->names[i]);
   }
   free(l->tensors);
@@ -225,7 +225,7 @@ void ag_layer_norm_free(ag_layer_norm_layer *m) {
 ag_tensor *ag_activation_forward(ag_activation act, ag_tensor *x) {
   if (!x) return NULL;
   switch (act) {
-    case AG_ACT_NONE: return ag_tensor_retain(x);
+    case AG_ACT_NONE: return ag_view(x, x->ndim, x->shape);
     case AG_ACT_RELU: return ag_relu(x);
     case AG_ACT_GELU: return ag_gelu(x);
     case AG_ACT_TANH: return ag_tanh(x);
@@ -238,7 +238,9 @@ ag_tensor *ag_activation_forward(ag_activation act, ag_tensor *x) {
 
 ag_tensor *ag_dropout_forward(double p, ag_tensor *x, bool train, ag_generator *g) {
   if (!x) return NULL;
-  if (!train || p == 0.0) return ag_tensor_retain(x);
+  /* A new header rather than x retained: the result belongs to the current
+   * scope like any op output. */
+  if (!train || p == 0.0) return ag_view(x, x->ndim, x->shape);
   return ag_dropout(x, p, train, g);
 }
 
@@ -267,10 +269,10 @@ ag_status ag_mlp_init(ag_mlp *m, ag_device d, ag_dtype dt, int n_sizes, const in
 
 ag_tensor *ag_mlp_forward(const ag_mlp *m, ag_tensor *x) {
   if (!m || !x) return NULL;
-  ag_tensor *h = ag_tensor_retain(x);
+  ag_tensor *h = x;
   for (int i = 0; i < m->n_layers && h; i++) {
     ag_tensor *y = ag_linear_forward(&m->layers[i], h);
-    ag_tensor_release(h);
+    if (h != x) ag_tensor_release(h);
     h = y;
     if (h && i + 1 < m->n_layers) {
       y = ag_activation_forward(m->act, h);

@@ -38,7 +38,7 @@ static void set_entry(ag_kmulti *m, int k, const ag_tensor *t) {
 void ag_optimizer_free(ag_optimizer *o) {
   if (!o) return;
   for (int i = 0; i < o->n; i++) {
-    ag_tensor_release(o->params[i]);
+    ag__unhold(o->params[i]);
     if (o->s0) ag_tensor_release(o->s0[i]);
     if (o->s1) ag_tensor_release(o->s1[i]);
     if (o->names) free(o->names[i]);
@@ -94,7 +94,7 @@ static ag_optimizer *create(const ag_param_list *params, int kind, const char *f
       ag_error_set(AG_ERR_DEVICE, "%s: parameters on %s and %s", fn, o->ds->label, ag__devlabel(p));
       goto fail;
     }
-    o->params[i] = ag_tensor_retain(p);
+    o->params[i] = ag__hold(p);
     o->names[i] = strdup(params->names[i]);
     o->n = i + 1;
     if (!o->names[i]) goto oom;

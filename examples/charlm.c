@@ -480,9 +480,13 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
       st = make_batch(&m, &train, o.batch, &rng, o.device, &x, &y);
       if (st != AG_OK) break;
       loss = batch_loss(&m, x, y);
-      ag_tensor *scaled = o.accum > 1 ? ag_mul_scalar(loss, 1.0 / o.accum) : ag_tensor_retain(loss);
-      st = scaled ? ag_backward(scaled, NULL, false) : ag_last_status();
-      ag_tensor_release(scaled);
+      if (o.accum > 1) {
+        ag_tensor *scaled = ag_mul_scalar(loss, 1.0 / o.accum);
+        st = scaled ? ag_backward(scaled, NULL, false) : ag_last_status();
+        ag_tensor_release(scaled);
+      } else {
+        st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
+      }
     }
     if (st == AG_OK && o.clip > 0 && !ag_clip_grad_norm(&m.params, o.clip)) st = ag_last_status();
     if (st == AG_OK) st = ag_optimizer_step(opt);
