@@ -21,7 +21,10 @@ typedef enum clb_kernel {
   CLK_REDUCE_ROWS, CLK_REDUCE_COLS, CLK_SUMSQ_PART, CLK_SUMSQ_FINAL,
   CLK_SOFTMAX, CLK_SOFTMAX_BWD, CLK_CE, CLK_CE_BWD, CLK_LN, CLK_LN_BWD, CLK_LN_BWD_WB,
   CLK_EMB, CLK_EMB_BWD, CLK_ADAMW, CLK_SGD, CLK_NONFINITE,
-  CLK_COUNT
+  /* contiguous fast paths, one per sub-op: ag_u0.., ag_b0.. */
+  CLK_UNARY_C0,
+  CLK_BINARY_C0 = CLK_UNARY_C0 + AG_UNARY_COUNT,
+  CLK_COUNT = CLK_BINARY_C0 + AG_BINARY_COUNT
 } clb_kernel;
 
 /* Shape and per-operand strides of an elementwise launch; the layout equals

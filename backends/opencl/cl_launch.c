@@ -5,6 +5,7 @@
 
 #include <clblast_c.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const k_names[CLK_COUNT] = {
@@ -32,13 +33,20 @@ ag_status clb_stream_kernels(ag_bstream *s) {
   if (st != AG_OK) return st;
   for (int i = 0; i < CLK_COUNT; i++) {
     cl_int err;
-    s->k[i] = clCreateKernel(prog, k_names[i], &err);
+    char fast[16];
+    const char *name = k_names[i];
+    if (i >= CLK_UNARY_C0) {
+      snprintf(fast, sizeof fast, i >= CLK_BINARY_C0 ? "ag_b%d" : "ag_u%d",
+               i - (i >= CLK_BINARY_C0 ? CLK_BINARY_C0 : CLK_UNARY_C0));
+      name = fast;
+    }
+    s->k[i] = clCreateKernel(prog, name, &err);
     if (!s->k[i]) {
       for (int j = 0; j < i; j++) {
         clReleaseKernel(s->k[j]);
         s->k[j] = NULL;
       }
-      return clb_error(err, k_names[i]);
+      return clb_error(err, name);
     }
     size_t wg = CLB_WG;
     clGetKernelWorkGroupInfo(s->k[i], s->d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
@@ -77,13 +85,13 @@ static kargs ka_begin(ag_bstream *s, clb_kernel which) { return (kargs){s, which
 /* 1-D launch of `items` work-items in groups of `local` (0: the kernel's
  * preferred size); the kernels bound-check the padding. */
 static ag_status ka_run(kargs *a, size_t items, size_t local) {
-  if (a->err != CL_SUCCESS) return clb_error(a->err, k_names[a->which]);
+  if (a->err != CL_SUCCESS) return clb_error(a->err, k_names[a->which] ? k_names[a->which] : "ag_u/ag_b fast path");
   if (!local || local > a->s->kwg[a->which]) local = a->s->kwg[a->which];
   size_t global = (items + local - 1) / local * local;
   if (!global) return AG_OK;
   cl_int err = clEnqueueNDRangeKernel(a->s->q, a->s->k[a->which], 1, NULL, &global, &local, 0,
                                       NULL, NULL);
-  return err == CL_SUCCESS ? AG_OK : clb_error(err, k_names[a->which]);
+  return err == CL_SUCCESS ? AG_OK : clb_error(err, k_names[a->which] ? k_names[a->which] : "ag_u/ag_b fast path");
 }
 
 /* Work-group size for a row kernel: a power of two covering cols, at most
@@ -139,6 +147,25 @@ static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperan
   const ag_koperand *ops[2] = {o, x};
   clb_ew_meta m;
   int nd = collapse(o, 2, ops, &m);
+  size_t bytes = (size_t)n * dsize(o->dtype);
+  bool overlap = o->base == x->base && o->offset < x->offset + bytes && x->offset < o->offset + bytes;
+  if (nd == 0 && sub == AG_U_COPY && o->dtype == x->dtype && overlap && o->offset == x->offset)
+    return AG_OK;
+  if (nd == 0 && sub == AG_U_COPY && o->dtype == x->dtype && !overlap) {
+    cl_int err = clEnqueueCopyBuffer(s->q, x->base, o->base, x->offset, o->offset,
+                                     bytes, 0, NULL, NULL);
+    return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueCopyBuffer");
+  }
+  if (nd == 0 && o->dtype == x->dtype && is_float(o->dtype)) {
+    kargs a = ka_begin(s, (clb_kernel)(CLK_UNARY_C0 + sub));
+    KBUF(&a, o);
+    KBUF(&a, x);
+    KA(&a, cl_int, o->dtype);
+    KA(&a, cl_float, s0);
+    KA(&a, cl_float, s1);
+    KA(&a, cl_long, n);
+    return ka_run(&a, (size_t)n, 0);
+  }
   kargs a = ka_begin(s, CLK_UNARY);
   KBUF(&a, o);
   KA(&a, cl_int, o->dtype);
@@ -163,6 +190,16 @@ static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
   const ag_koperand *ops[3] = {o, &c->o[1], &c->o[2]};
   clb_ew_meta m;
   int nd = collapse(o, 3, ops, &m);
+  if (nd == 0 && is_float(o->dtype)) {
+    kargs a = ka_begin(s, (clb_kernel)(CLK_BINARY_C0 + c->sub));
+    KBUF(&a, o);
+    KBUF(&a, &c->o[1]);
+    KBUF(&a, &c->o[2]);
+    KA(&a, cl_int, o->dtype);
+    KA(&a, cl_float, c->s[0]);
+    KA(&a, cl_long, n);
+    return ka_run(&a, (size_t)n, 0);
+  }
   kargs a = ka_begin(s, CLK_BINARY);
   KBUF(&a, o);
   KBUF(&a, &c->o[1]);
@@ -204,6 +241,21 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
   const ag_koperand *ops[1] = {o};
   clb_ew_meta m;
   int nd = collapse(o, 1, ops, &m);
+  if (nd == 0) {
+    /* The runtime's fill with the value encoded as the dtype stores it. */
+    union {
+      float f;
+      int32_t i;
+      uint16_t h;
+    } pat;
+    if (o->dtype == AG_F32) pat.f = (float)v;
+    else if (o->dtype == AG_I32) pat.i = (int32_t)v;
+    else pat.h = o->dtype == AG_F16 ? ag_f32_to_f16((float)v) : ag_f32_to_bf16((float)v);
+    size_t esz = dsize(o->dtype);
+    cl_int err = clEnqueueFillBuffer(s->q, o->base, &pat, esz, o->offset, (size_t)n * esz, 0,
+                                     NULL, NULL);
+    return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueFillBuffer");
+  }
   kargs a = ka_begin(s, CLK_FILL);
   KBUF(&a, o);
   KA(&a, cl_int, o->dtype);

@@ -184,3 +184,26 @@ __kernel void ag_dropout(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, in
   stf(o, oo, i, odt, ldf(x, xo, i, xdt) * m);
   if (mk) stf(mk, mo, i, mdt, m);
 }
+
+/* Contiguous same-dtype fast paths, one kernel per op: with the op a
+ * compile-time constant the switch folds away and PoCL vectorises across
+ * work-items (the 16-way switch with transcendental cases blocks that; about
+ * 3x on a CPU device). The dtype stays a (uniform) argument. */
+#define EW_UNARY_C(OP)                                                                    \
+  __kernel void ag_u##OP(gbuf *o, ulong oo, const gbuf *x, ulong xo, int dt, float s0,    \
+                         float s1, long n) {                                              \
+    long i = get_global_id(0);                                                            \
+    if (i < n) stf(o, oo, i, dt, unary_f(OP, ldf(x, xo, i, dt), s0, s1));                 \
+  }
+#define EW_BINARY_C(OP)                                                                   \
+  __kernel void ag_b##OP(gbuf *o, ulong oo, const gbuf *a, ulong ao, const gbuf *b,       \
+                         ulong bo, int dt, float s0, long n) {                            \
+    long i = get_global_id(0);                                                            \
+    if (i < n) stf(o, oo, i, dt, binary_f(OP, ldf(a, ao, i, dt), ldf(b, bo, i, dt), s0)); \
+  }
+EW_UNARY_C(0) EW_UNARY_C(1) EW_UNARY_C(2) EW_UNARY_C(3) EW_UNARY_C(4) EW_UNARY_C(5)
+EW_UNARY_C(6) EW_UNARY_C(7) EW_UNARY_C(8) EW_UNARY_C(9) EW_UNARY_C(10) EW_UNARY_C(11)
+EW_UNARY_C(12) EW_UNARY_C(13) EW_UNARY_C(14) EW_UNARY_C(15)
+EW_BINARY_C(0) EW_BINARY_C(1) EW_BINARY_C(2) EW_BINARY_C(3) EW_BINARY_C(4) EW_BINARY_C(5)
+EW_BINARY_C(6) EW_BINARY_C(7) EW_BINARY_C(8) EW_BINARY_C(9) EW_BINARY_C(10) EW_BINARY_C(11)
+EW_BINARY_C(12) EW_BINARY_C(13) EW_BINARY_C(14) EW_BINARY_C(15)
