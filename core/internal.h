@@ -199,6 +199,16 @@ AG_HIDDEN ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs,
 /* Release t's autograd fields when t is destroyed. */
 AG_HIDDEN void ag__grad_tensor_free(ag_tensor *t);
 
+/* ---- autocast (amp.c) ---- */
+/* New reference to t in dtype dt (a view when it already is; non-float
+ * tensors pass unchanged); parameter casts are cached per region. */
+AG_HIDDEN ag_tensor *ag__autocast_to(ag_tensor *t, ag_dtype dt);
+/* Widest float dtype among ts (NULLs and non-floats skipped), or -1. */
+AG_HIDDEN ag_dtype ag__autocast_widest(int n, ag_tensor *const *ts);
+/* While suspended, ag_autocast_enabled() is false (ops doing their own casts). */
+AG_HIDDEN void ag__autocast_suspend(void);
+AG_HIDDEN void ag__autocast_resume(void);
+
 /* ---- misc ---- */
 /* Reserve `blocks` Philox blocks of generator g (NULL: default). */
 AG_HIDDEN void ag__generator_take(ag_generator *g, uint64_t blocks, uint64_t *seed, uint64_t *offset);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "anygrad/amp.h"
 #include "anygrad/autograd.h"
 #include "internal.h"
 
@@ -92,9 +93,56 @@ static bool broadcast_shapes(const char *op, int n, ag_tensor *const *ts, int *o
   return true;
 }
 
+
+/* ---------------- autocast policy ----------------
+ * Each public op below casts its float inputs per include/anygrad/amp.h,
+ * runs the implementation with autocast suspended (its internal helper ops
+ * must not re-cast), and drops the casts. Outside a region this costs one
+ * thread-local read. */
+
+enum { AC_NONE, AC_LOW, AC_F32, AC_WIDEST };
+
+typedef struct ac_args {
+  ag_tensor *t[8];
+  int n;
+} ac_args;
+
+/* Casts ts in place into a (new references); false on error. */
+static bool ac_begin(int policy, int n, ag_tensor **ts, ac_args *a) {
+  a->n = 0;
+  ag_dtype dt;
+  if (policy == AC_LOW) dt = ag_autocast_dtype();
+  else if (policy == AC_F32) dt = AG_F32;
+  else {
+    dt = ag__autocast_widest(n, ts);
+    if ((int)dt < 0) dt = AG_F32;
+  }
+  for (int i = 0; i < n; i++) {
+    if (!ts[i]) continue;
+    if (!ag_dtype_is_float(ts[i]->dtype) || ts[i]->dtype == dt || ts[i]->dtype == AG_F64) continue;
+    ag_tensor *c = ag__autocast_to(ts[i], dt);
+    if (!c) {
+      for (int k = 0; k < a->n; k++) ag_tensor_release(a->t[k]);
+      return false;
+    }
+    ts[i] = c;
+    a->t[a->n++] = c;
+  }
+  ag__autocast_suspend();
+  return true;
+}
+
+static ag_tensor *ac_end(ac_args *a, ag_tensor *r) {
+  ag__autocast_resume();
+  for (int k = 0; k < a->n; k++) ag_tensor_release(a->t[k]);
+  return r;
+}
+
+#define AC_ON() AG_UNLIKELY(ag_autocast_enabled())
+
 /* ---------------- elementwise ---------------- */
 
-static ag_tensor *binary(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b,
+static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b,
                          int save) {
   ag_tensor *in[2] = {a, b};
   if (null_args(name, 2, in)) return NULL;
@@ -122,6 +170,15 @@ static ag_tensor *binary(const char *name, ag_binary_op bop, ag_gop gop, ag_tens
   }
   if ((int)gop < 0) return out;
   return record(out, gop, 2, in, save ? 2 : 0, in, NULL);
+}
+
+static ag_tensor *binary(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b,
+                         int save) {
+  if (!AC_ON() || !a || !b || a->dtype == b->dtype) return binary_impl(name, bop, gop, a, b, save);
+  ag_tensor *ts[2] = {a, b};
+  ac_args ac;
+  if (!ac_begin(AC_WIDEST, 2, ts, &ac)) return NULL;
+  return ac_end(&ac, binary_impl(name, bop, gop, ts[0], ts[1], save));
 }
 
 ag_tensor *ag_add(ag_tensor *a, ag_tensor *b) { return binary("ag_add", AG_B_ADD, AG_G_ADD, a, b, 0); }
@@ -192,16 +249,22 @@ ag_tensor *ag_div_scalar(ag_tensor *a, double s) {
   }
   return affine("ag_div_scalar", a, 1.0 / s, 0.0);
 }
+/* unary ops that autocast runs in f32 */
+static ag_tensor *unary_f32(const char *name, ag_unary_op uop, ag_gop gop, ag_tensor *a, double s0, int save) {
+  if (!AC_ON() || !a) return unary(name, uop, gop, a, s0, 0, save, true);
+  ac_args ac;
+  if (!ac_begin(AC_F32, 1, &a, &ac)) return NULL;
+  return ac_end(&ac, unary(name, uop, gop, a, s0, 0, save, true));
+}
+
 ag_tensor *ag_pow_scalar(ag_tensor *a, double e) {
-  return unary("ag_pow_scalar", AG_U_POW, AG_G_POW, a, e, 0, SAVE_X, true);
+  return unary_f32("ag_pow_scalar", AG_U_POW, AG_G_POW, a, e, SAVE_X);
 }
 ag_tensor *ag_neg(ag_tensor *a) { return unary("ag_neg", AG_U_NEG, AG_G_NEG, a, 0, 0, SAVE_NONE, false); }
-ag_tensor *ag_exp(ag_tensor *a) { return unary("ag_exp", AG_U_EXP, AG_G_EXP, a, 0, 0, SAVE_OUT, true); }
-ag_tensor *ag_log(ag_tensor *a) { return unary("ag_log", AG_U_LOG, AG_G_LOG, a, 0, 0, SAVE_X, true); }
+ag_tensor *ag_exp(ag_tensor *a) { return unary_f32("ag_exp", AG_U_EXP, AG_G_EXP, a, 0, SAVE_OUT); }
+ag_tensor *ag_log(ag_tensor *a) { return unary_f32("ag_log", AG_U_LOG, AG_G_LOG, a, 0, SAVE_X); }
 ag_tensor *ag_sqrt(ag_tensor *a) { return unary("ag_sqrt", AG_U_SQRT, AG_G_SQRT, a, 0, 0, SAVE_OUT, true); }
-ag_tensor *ag_rsqrt(ag_tensor *a) {
-  return unary("ag_rsqrt", AG_U_RSQRT, AG_G_RSQRT, a, 0, 0, SAVE_OUT, true);
-}
+ag_tensor *ag_rsqrt(ag_tensor *a) { return unary_f32("ag_rsqrt", AG_U_RSQRT, AG_G_RSQRT, a, 0, SAVE_OUT); }
 ag_tensor *ag_abs(ag_tensor *a) { return unary("ag_abs", AG_U_ABS, AG_G_ABS, a, 0, 0, SAVE_X, false); }
 ag_tensor *ag_relu(ag_tensor *a) { return unary("ag_relu", AG_U_RELU, AG_G_RELU, a, 0, 0, SAVE_X, true); }
 ag_tensor *ag_gelu(ag_tensor *a) { return unary("ag_gelu", AG_U_GELU, AG_G_GELU, a, 0, 0, SAVE_X, true); }
@@ -211,7 +274,7 @@ ag_tensor *ag_sigmoid(ag_tensor *a) {
 }
 ag_tensor *ag_tanh(ag_tensor *a) { return unary("ag_tanh", AG_U_TANH, AG_G_TANH, a, 0, 0, SAVE_OUT, true); }
 
-ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
+static ag_tensor *where_impl(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
   static const char name[] = "ag_where";
   ag_tensor *in[3] = {cond, a, b};
   if (null_args(name, 3, in)) return NULL;
@@ -237,6 +300,14 @@ ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
     if (ag__launch(ds, &c) != AG_OK) return finish(out, AG_ERR_BACKEND);
   }
   return record(out, AG_G_WHERE, 3, in, 1, &cond, NULL);
+}
+
+ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
+  if (!AC_ON() || !a || !b || a->dtype == b->dtype) return where_impl(cond, a, b);
+  ag_tensor *ts[2] = {a, b};
+  ac_args ac;
+  if (!ac_begin(AC_WIDEST, 2, ts, &ac)) return NULL;
+  return ac_end(&ac, where_impl(cond, ts[0], ts[1]));
 }
 
 ag_tensor *ag_masked_fill(ag_tensor *a, ag_tensor *mask, double value) {
@@ -328,7 +399,7 @@ static bool plan_reduce(const char *name, ag_tensor *a, int n_dims, const int *d
   return pl->src != NULL;
 }
 
-static ag_tensor *reduce(const char *name, ag_reduce_op rop, ag_gop gop, ag_tensor *a, int n_dims, const int *dims,
+static ag_tensor *reduce_impl(const char *name, ag_reduce_op rop, ag_gop gop, ag_tensor *a, int n_dims, const int *dims,
                          bool keepdim, bool mean) {
   if (null_args(name, 1, &a)) return NULL;
   ag_devstate *ds = ag__ds(a);
@@ -378,6 +449,14 @@ static ag_tensor *reduce(const char *name, ag_reduce_op rop, ag_gop gop, ag_tens
     return r;
   }
   return record(out, gop, 1, &a, 0, NULL, &p);
+}
+
+static ag_tensor *reduce(const char *name, ag_reduce_op rop, ag_gop gop, ag_tensor *a, int n_dims, const int *dims,
+                         bool keepdim, bool mean) {
+  if (!AC_ON() || !a || rop != AG_R_SUM) return reduce_impl(name, rop, gop, a, n_dims, dims, keepdim, mean);
+  ac_args ac;
+  if (!ac_begin(AC_F32, 1, &a, &ac)) return NULL;
+  return ac_end(&ac, reduce_impl(name, rop, gop, a, n_dims, dims, keepdim, mean));
 }
 
 ag_tensor *ag_sum(ag_tensor *a, int n, const int *dims, bool keepdim) {
@@ -439,7 +518,7 @@ static bool collapse_batch(ag_koperand *o, int64_t B) {
   return true;
 }
 
-ag_tensor *ag_matmul(ag_tensor *a, ag_tensor *b) {
+static ag_tensor *matmul_impl(ag_tensor *a, ag_tensor *b) {
   static const char name[] = "ag_matmul";
   ag_tensor *in[2] = {a, b};
   if (null_args(name, 2, in)) return NULL;
@@ -586,9 +665,17 @@ ag_tensor *ag_matmul(ag_tensor *a, ag_tensor *b) {
   return record(out, AG_G_MATMUL, 2, in, 2, in, NULL);
 }
 
+ag_tensor *ag_matmul(ag_tensor *a, ag_tensor *b) {
+  if (!AC_ON() || !a || !b) return matmul_impl(a, b);
+  ag_tensor *ts[2] = {a, b};
+  ac_args ac;
+  if (!ac_begin(AC_LOW, 2, ts, &ac)) return NULL;
+  return ac_end(&ac, matmul_impl(ts[0], ts[1]));
+}
+
 /* ---------------- softmax and losses ---------------- */
 
-static ag_tensor *softmax_impl(const char *name, int variant, ag_gop gop, ag_tensor *a, int dim) {
+static ag_tensor *softmax_core(const char *name, int variant, ag_gop gop, ag_tensor *a, int dim) {
   if (null_args(name, 1, &a)) return NULL;
   if (!ag_dtype_is_float(a->dtype)) {
     ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
@@ -638,6 +725,13 @@ static ag_tensor *softmax_impl(const char *name, int variant, ag_gop gop, ag_ten
   return record(out, gop, 1, &a, 1, &out, &p);
 }
 
+static ag_tensor *softmax_impl(const char *name, int variant, ag_gop gop, ag_tensor *a, int dim) {
+  if (!AC_ON() || !a) return softmax_core(name, variant, gop, a, dim);
+  ac_args ac;
+  if (!ac_begin(AC_F32, 1, &a, &ac)) return NULL;
+  return ac_end(&ac, softmax_core(name, variant, gop, a, dim));
+}
+
 ag_tensor *ag_softmax(ag_tensor *a, int dim) { return softmax_impl("ag_softmax", 0, AG_G_SOFTMAX, a, dim); }
 ag_tensor *ag_log_softmax(ag_tensor *a, int dim) {
   return softmax_impl("ag_log_softmax", 1, AG_G_LOG_SOFTMAX, a, dim);
@@ -657,7 +751,8 @@ static ag_tensor *count_valid(ag_tensor *targets, int32_t ignore_index) {
   return cnt;
 }
 
-ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, ag_reduction reduction, int32_t ignore_index) {
+static ag_tensor *cross_entropy_impl(ag_tensor *logits, ag_tensor *targets, ag_reduction reduction,
+                                     int32_t ignore_index) {
   static const char name[] = "ag_cross_entropy";
   ag_tensor *in[2] = {logits, targets};
   if (null_args(name, 2, in)) return NULL;
@@ -742,7 +837,7 @@ ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, ag_reduction 
   return st == AG_OK ? out : finish(out, st);
 }
 
-ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
+static ag_tensor *mse_impl(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
   static const char name[] = "ag_mse_loss";
   ag_tensor *in[2] = {a, b};
   if (null_args(name, 2, in)) return NULL;
@@ -775,7 +870,7 @@ ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
   return out;
 }
 
-ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias, double eps) {
+static ag_tensor *layer_norm_impl(ag_tensor *x, ag_tensor *weight, ag_tensor *bias, double eps) {
   static const char name[] = "ag_layer_norm";
   if (null_args(name, 1, &x)) return NULL;
   ag_tensor *in[3] = {x, weight, bias};
@@ -899,7 +994,7 @@ ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices) {
   return out;
 }
 
-ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim) {
+static ag_tensor *concat_impl(int n, ag_tensor *const *ts, int dim) {
   static const char name[] = "ag_concat";
   if (n <= 0 || !ts) {
     ag_error_set(AG_ERR_INVALID, "%s: needs at least one tensor", name);
@@ -992,4 +1087,41 @@ ag_tensor *ag_dropout(ag_tensor *a, double p, bool train, ag_generator *g) {
   }
   ag_tensor_release(mask);
   return out;
+}
+
+/* ---------------- autocast wrappers of the row-wise ops ---------------- */
+
+ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, ag_reduction reduction, int32_t ignore_index) {
+  if (!AC_ON() || !logits) return cross_entropy_impl(logits, targets, reduction, ignore_index);
+  ac_args ac;
+  if (!ac_begin(AC_F32, 1, &logits, &ac)) return NULL;
+  return ac_end(&ac, cross_entropy_impl(logits, targets, reduction, ignore_index));
+}
+
+ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
+  if (!AC_ON() || !a || !b) return mse_impl(a, b, reduction);
+  ag_tensor *ts[2] = {a, b};
+  ac_args ac;
+  if (!ac_begin(AC_F32, 2, ts, &ac)) return NULL;
+  return ac_end(&ac, mse_impl(ts[0], ts[1], reduction));
+}
+
+ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias, double eps) {
+  if (!AC_ON() || !x) return layer_norm_impl(x, weight, bias, eps);
+  ag_tensor *ts[3] = {x, weight, bias};
+  ac_args ac;
+  if (!ac_begin(AC_F32, 3, ts, &ac)) return NULL;
+  return ac_end(&ac, layer_norm_impl(ts[0], ts[1], ts[2], eps));
+}
+
+ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim) {
+  if (!AC_ON() || n <= 0 || n > 8 || !ts) return concat_impl(n, ts, dim);
+  ag_tensor *c[8];
+  for (int i = 0; i < n; i++) {
+    if (!ts[i]) return concat_impl(n, ts, dim);
+    c[i] = ts[i];
+  }
+  ac_args ac;
+  if (!ac_begin(AC_WIDEST, n, c, &ac)) return NULL;
+  return ac_end(&ac, concat_impl(n, c, dim));
 }

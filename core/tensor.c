@@ -206,6 +206,15 @@ ag_tensor *ag__scope_detach(ag_tensor *t) {
   return t;
 }
 
+ag_status ag_tensor_record_stream(ag_tensor *t, ag_stream *s) {
+  if (!t || !s) return ag_error_set(AG_ERR_INVALID, "ag_tensor_record_stream: NULL argument");
+  if (s->ds != t->st->ds)
+    return ag_error_set(AG_ERR_DEVICE, "ag_tensor_record_stream: tensor on %s, stream on %s", ag__devlabel(t),
+                        s->ds->label);
+  if (t->st->block) ag__block_record_stream(t->st->block, s);
+  return AG_OK;
+}
+
 ag_tensor *ag_tensor_retain(ag_tensor *t) {
   if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
   return t;

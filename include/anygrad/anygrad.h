@@ -13,6 +13,7 @@
 #include "anygrad/ops.h"
 #include "anygrad/alloc.h"
 #include "anygrad/diag.h"
+#include "anygrad/amp.h"
 #if __has_include("anygrad/autograd.h")
 #include "anygrad/autograd.h"
 #endif

@@ -133,6 +133,11 @@ AG_API ag_status ag_scope_end(void);
  * by a scope is returned unchanged. */
 AG_API ag_tensor *ag_tensor_keep(ag_tensor *t);
 
+/* Declare that work on stream s (not the stream t was allocated on) uses
+ * t's memory, so the allocator reuses it only after that work completes
+ * (PyTorch's record_stream). Errors: AG_ERR_DEVICE if s is on another device. */
+AG_API ag_status ag_tensor_record_stream(ag_tensor *t, ag_stream *s);
+
 /* Number of live tensors in the process (for leak tests). */
 AG_API int64_t ag_live_tensors(void);
 
