@@ -28,7 +28,7 @@ def main():
             rows, cols = (n // 1024, 1024) if n >= 1024 else (1, n)
             return torch.rand(rows, cols) * 2 - 1, None
         if name == "transpose_copy":
-            rows, cols = (n // 1024, 1024) if n >= 1024 else (1, n)
+            cols, rows = (1024, n // 1024) if n >= 1024 else (4, (n + 3) // 4)
             return (torch.rand(cols, rows) * 2 - 1).t(), None
         return torch.rand(n) + 0.5, torch.rand(n) + 0.5
 
