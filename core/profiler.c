@@ -246,13 +246,13 @@ ag_profiler *ag_profiler_create(ag_device d, const ag_profiler_config *cfg) {
   p->stream = c.stream ? c.stream : ag__current_stream(ds);
   p->window = c.window ? c.window : 20;
   p->leak_k = c.leak_steps ? c.leak_steps : 5;
-  p->trace = c.trace;
   pthread_mutex_init(&p->mu, NULL);
   p->anchor = ag_event_create(d, true);
   if (!p->anchor) {
     ag_profiler_destroy(p);
     return NULL;
   }
+  p->trace = c.trace;
   /* Anchor device time to the host clock: an event recorded on an idle
    * stream completes at once; on a busy one wait for it (one counted sync). */
   bool idle = ag_stream_query(p->stream);
@@ -521,7 +521,11 @@ static void verdict_over(ag_profiler *p, int64_t first, int64_t n, const window_
                   dn > 0 ? "a tensor holding a graph is kept across steps" : "tensors are kept across steps");
   }
   if (k == 0) {
-    if (v->device_idle_frac >= 0)
+    if (v->device_idle_frac >= 0.2)
+      snprintf(v->text, cap,
+               "host-bound: device idle %.0f%%: the host does not queue work fast enough (small ops or host work between launches)\n",
+               v->device_idle_frac * 100);
+    else if (v->device_idle_frac >= 0)
       snprintf(v->text, cap, "compute-bound: device busy %.0f%%\n", (1 - v->device_idle_frac) * 100);
     else
       snprintf(v->text, cap, "compute-bound (device times not yet known)\n");
