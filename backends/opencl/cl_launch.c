@@ -293,7 +293,8 @@ static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c) {
   KA(&a, cl_ulong, c->seed);
   KA(&a, cl_ulong, c->offset);
   KA(&a, cl_long, n);
-  return ka_run(&a, (size_t)n, 0);
+  int64_t per = c->op == AG_K_RAND_NORMAL ? 2 : 4; /* elements per Philox block */
+  return ka_run(&a, (size_t)((n + per - 1) / per), 0);
 }
 
 static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
@@ -311,7 +312,7 @@ static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
   KA(&a, cl_ulong, c->seed);
   KA(&a, cl_ulong, c->offset);
   KA(&a, cl_long, n);
-  return ka_run(&a, (size_t)n, 0);
+  return ka_run(&a, (size_t)((n + 3) / 4), 0);
 }
 
 /* ---- reductions ---- */

@@ -101,12 +101,6 @@ uint4 philox(ulong ctr, ulong seed) {
 
 uint lane4(uint4 v, int l) { return l == 0 ? v.x : l == 1 ? v.y : l == 2 ? v.z : v.w; }
 
-/* uniform in [0, 1) with 24 random bits, as tensor.h specifies. */
-float uniform_at(ulong seed, ulong offset, long i) {
-  uint bits = lane4(philox(offset + (ulong)i / 4, seed), (int)(i % 4));
-  return (float)(bits >> 8) * 0x1.0p-24f;
-}
-
 /* Work-group reductions; every work-item of the group must call them. */
 float wg_sum(float v, __local float *sh) {
   int l = get_local_id(0);

@@ -157,32 +157,40 @@ __kernel void ag_arange(gbuf *o, ulong oo, int dt, float start, float step, long
     stf(o, oo, i, dt, start + (float)i * step);
 }
 
-/* normal != 0: Box-Muller on block (offset + i/2), lanes 2*(i%2), 2*(i%2)+1;
- * u1 in (0, 1] so the log is finite. Must match core/philox.c. */
+/* One work-item per Philox block: uniform fills 4 elements (lane i%4 of
+ * block offset + i/4), normal fills 2 with Box-Muller on lanes 2*(i%2) and
+ * 2*(i%2)+1 of block offset + i/2 (u1 in (0, 1] so the log is finite).
+ * Must match core/philox.c. */
 __kernel void ag_rand(gbuf *o, ulong oo, int dt, int normal, float s0, float s1, ulong seed,
                       ulong offset, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  float v;
-  if (normal) {
-    uint4 r = philox(offset + (ulong)i / 2, seed);
-    int l = 2 * (int)(i % 2);
-    float u1 = ((float)(lane4(r, l) >> 8) + 1.0f) * 0x1.0p-24f;
-    float u2 = (float)(lane4(r, l + 1) >> 8) * 0x1.0p-24f;
-    v = sqrt(-2.0f * log(u1)) * cos(6.2831853071795865f * u2) * s1 + s0;
-  } else {
-    v = uniform_at(seed, offset, i) * (s1 - s0) + s0;
+  long w = get_global_id(0), per = normal ? 2 : 4;
+  if (w * per >= n) return;
+  uint4 r = philox(offset + (ulong)w, seed);
+  for (int k = 0; k < per && w * per + k < n; k++) {
+    float v;
+    if (normal) {
+      float u1 = ((float)(lane4(r, 2 * k) >> 8) + 1.0f) * 0x1.0p-24f;
+      float u2 = (float)(lane4(r, 2 * k + 1) >> 8) * 0x1.0p-24f;
+      v = sqrt(-2.0f * log(u1)) * cos(6.2831853071795865f * u2) * s1 + s0;
+    } else {
+      v = (float)(lane4(r, k) >> 8) * 0x1.0p-24f * (s1 - s0) + s0;
+    }
+    stf(o, oo, w * per + k, dt, v);
   }
-  stf(o, oo, i, dt, v);
 }
 
 __kernel void ag_dropout(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, gbuf *mk,
                          ulong mo, int mdt, float p, ulong seed, ulong offset, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  float m = uniform_at(seed, offset, i) >= p ? 1.0f / (1.0f - p) : 0.0f;
-  stf(o, oo, i, odt, ldf(x, xo, i, xdt) * m);
-  if (mk) stf(mk, mo, i, mdt, m);
+  long w = get_global_id(0);
+  if (w * 4 >= n) return;
+  uint4 r = philox(offset + (ulong)w, seed);
+  float scale = 1.0f / (1.0f - p);
+  for (int k = 0; k < 4 && w * 4 + k < n; k++) {
+    long i = w * 4 + k;
+    float m = (float)(lane4(r, k) >> 8) * 0x1.0p-24f >= p ? scale : 0.0f;
+    stf(o, oo, i, odt, ldf(x, xo, i, xdt) * m);
+    if (mk) stf(mk, mo, i, mdt, m);
+  }
 }
 
 /* Contiguous same-dtype fast paths, one kernel per op: with the op a
