@@ -508,10 +508,10 @@ static void verdict_over(ag_profiler *p, int64_t first, int64_t n, const window_
     double at = w && w->top_count ? (double)w->top_count / (double)n : v->syncs_per_step;
     if (v->sync_bound)
       k += snprintf(v->text + k, cap - (size_t)k,
-                    "sync-bound: %.0f host syncs per step at %s (%s); the device queue is drained for %.0f%% of the step\n",
-                    at, where, call, v->sync_stall_frac * 100);
+                    "sync-bound: %.0f host syncs per step in %s at %s; the device queue is drained for %.0f%% of the step\n",
+                    at, call, where, v->sync_stall_frac * 100);
     else
-      k += snprintf(v->text + k, cap - (size_t)k, "note: %.0f host syncs per step at %s (%s)\n", at, where, call);
+      k += snprintf(v->text + k, cap - (size_t)k, "note: %.0f host syncs per step in %s at %s\n", at, call, where);
   }
   if (v->memory_growing && (size_t)k < cap) {
     char per[32];

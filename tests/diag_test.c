@@ -111,7 +111,7 @@ static void sync_counter_and_sync_bound_verdict(void **state) {
     ag_scope_begin();
     for (int k = 0; k < 3; k++) {
       ag_tensor *s = ag_sum(ag_mul_scalar(x, k), 0, NULL, false);
-      snprintf(where, sizeof where, "host syncs per step at diag_test.c:%d", __LINE__ + 1);
+      snprintf(where, sizeof where, "host syncs per step in ag_item at diag_test.c:%d", __LINE__ + 1);
       assert_float_equal(ag_item(s), (double)k * 256, 1e-3);
       usleep(3000);
     }
@@ -130,6 +130,7 @@ static void sync_counter_and_sync_bound_verdict(void **state) {
   assert_true(v.sync_bound);
   assert_false(v.input_bound);
   assert_true(v.sync_stall_frac > 0.5);
+  print_message("%s", v.text);
   assert_non_null(strstr(v.text, "sync-bound: 3 "));
   assert_non_null(strstr(v.text, where));
   ag_tensor_release(x);
@@ -180,6 +181,7 @@ static void leak_detector_fires_on_kept_graph_only(void **state) {
   run_loop(leaky, w, 4, kept + 4);
   assert_true(ag_live_nodes() > nodes0);
   assert_true(ag_profiler_leak(leaky, &text));
+  print_message("%s\n", text);
   assert_non_null(strstr(text, "activations +"));
   assert_non_null(strstr(text, "a tensor holding a graph is kept across steps"));
   assert_int_equal(ag_profiler_verdict_get(leaky, &v), AG_OK);
@@ -265,6 +267,7 @@ static void input_bound_verdict_and_trace(void **state) {
   n = fread(buf, 1, sizeof buf - 1, rep);
   buf[n] = 0;
   fclose(rep);
+  print_message("%s", buf);
   assert_non_null(strstr(buf, "steps 0-9: input-bound"));
   assert_non_null(strstr(buf, "steps 10-19: input-bound"));
   ag_loader_destroy(l);
