@@ -143,7 +143,8 @@ typedef struct ag_loader_config {
   ag_loader_field fields[AG_LOADER_MAX_FIELDS];
   ag_loader_fill_fn fill;
   void *user;                /* passed to fill; borrowed */
-  ag_profiler *profiler;     /* optional: receives data waits and copy times; borrowed */
+  ag_profiler *profiler;     /* optional: receives data waits and copy times;
+                                borrowed, must outlive the loader */
 } ag_loader_config;
 
 typedef struct ag_loader ag_loader;
