@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc_internal.h"
 #include "grad_internal.h"
 
 /* Live node count for leak tests: an atomic counter, safe from any thread. */
@@ -104,6 +105,13 @@ void ag__grad_tag(ag_tensor *t, ag_mem_category cat) {
   if (t && t->st && t->st->block) ag__block_set_category(t->st->block, cat);
 }
 
+/* Saved tensors may be views of parameters or gradients (a transposed
+ * weight): only memory nobody has classified becomes activations. */
+static void tag_activation(ag_tensor *t) {
+  if (t && t->st && t->st->block && ag__block_category(t->st->block) == AG_MEM_OTHER)
+    ag__block_set_category(t->st->block, AG_MEM_ACTIVATIONS);
+}
+
 /* Whether the backward of op reads input i's values. */
 static bool needs_input(ag_gop op, int i) {
   switch (op) {
@@ -137,7 +145,7 @@ static bool needs_output(ag_gop op) {
  * parameter or an input batch keeps its own category). */
 static ag_tensor *save(ag_tensor *t, bool tag) {
   ag_tensor *r = ag__private_ref(t);
-  if (r && tag) ag__grad_tag(r, AG_MEM_ACTIVATIONS);
+  if (r && tag) tag_activation(r);
   return r;
 }
 
@@ -200,7 +208,7 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
       ag__node_release(n);
       return ag_last_status();
     }
-    ag__grad_tag(n->out_val, AG_MEM_ACTIVATIONS);
+    tag_activation(n->out_val);
   }
   atomic_fetch_add(&g_live_nodes, 1);
   n->counted = true;

@@ -312,6 +312,7 @@ ag_status ag_causal_attention_init(ag_causal_attention *m, ag_device d, ag_dtype
       ag_tensor *mf = ag_from_host(d, AG_F32, 2, s, h);
       m->mask = ag__grad_own(mf ? ag_cast(mf, dt) : NULL);
       ag_tensor_release(mf);
+      ag__grad_tag(m->mask, AG_MEM_PARAMETERS); /* module state, like a torch buffer */
       if (!m->mask) st = ag_last_status();
     }
     free(h);
@@ -450,6 +451,7 @@ ag_status ag_gpt_init(ag_gpt *m, const ag_gpt_config *cfg, ag_device d, ag_dtype
   if (st == AG_OK) st = ag_linear_params(&m->head, "head.", &m->params);
   if (st == AG_OK) {
     m->pos = ag__grad_own(ag_arange(d, AG_I32, 0, (double)cfg->block_size, 1));
+    ag__grad_tag(m->pos, AG_MEM_PARAMETERS);
     if (!m->pos) st = ag_last_status();
   }
   ag_grad_mode_end();
