@@ -612,11 +612,26 @@ static ag_tensor *matmul_impl(ag_tensor *a, ag_tensor *b) {
         st = ag_error_set(AG_ERR_INTERNAL, "%s: no GEMM layout for a contiguous operand", name);
         break;
       }
-      ag_tensor *c = raw_contiguous(t);
+      /* Materialise the operand broadcast to the full batch shape: a
+       * contiguous [batch..., R, C] always has a GEMM layout. */
+      int64_t full[AG_MAX_DIMS];
+      memcpy(full, batch, sizeof(int64_t) * (size_t)nb);
+      full[nb] = ts[tnd - 2];
+      full[nb + 1] = ts[tnd - 1];
+      ag_no_grad_begin();
+      ag_tensor *v = ag_reshape(t, tnd, ts);
+      ag_tensor *e = v ? ag_expand(v, nb + 2, full) : NULL;
+      ag_tensor *c = e ? ag_contiguous(e) : NULL;
+      ag_tensor_release(e);
+      ag_tensor_release(v);
+      ag_grad_mode_end();
       if (!c) {
         st = ag_last_status();
         break;
       }
+      tnd = nb + 2;
+      tnb = nb;
+      memcpy(ts, full, sizeof(int64_t) * (size_t)tnd);
       if (pass) cb = c;
       else ca = c;
     }

@@ -512,8 +512,8 @@ ag_tensor *ag_from_host(ag_device d, ag_dtype dt, int ndim, const int64_t *shape
   if (!t) return NULL;
   if (t->numel == 0) return t;
   if (!data) {
-    ag_tensor_release(t);
     ag_error_set(AG_ERR_INVALID, "ag_from_host: NULL data for %lld elements", (long long)t->numel);
+    ag_tensor_release(t);
     return NULL;
   }
   ag_stream *s = ag__current_stream(ds);
@@ -876,6 +876,7 @@ static ag_status launch_copy(ag_tensor *dst, const ag_koperand *src, const char 
  * input unchanged return this instead, so every returned tensor is a fresh
  * reference that a scope can own. */
 ag_tensor *ag__alias(ag_tensor *t) {
+  if (!t) return NULL;
   ag_tensor *r = ag__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
   ag_gparams p = shape_params(t);
   return record_view(r, t, AG_G_VIEW, &p);
