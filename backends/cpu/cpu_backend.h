@@ -21,9 +21,11 @@ AG_HIDDEN bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt);
 /* Matmul (cpu_matmul.c): AG_K_MATMUL for f32, f64, f16, bf16. */
 AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
 
-/* Element count above which kernels split work across OpenMP threads; below
- * it they stay on the calling thread so small ops cost no thread wake-ups. */
-#define AG_CPU_PAR_MIN 32768
+/* Work (elements x a per-element cost: 1 for an add, 8 for an exp) above
+ * which kernels split across OpenMP threads; below it they stay on the
+ * calling thread, so small and cheap ops never pay a fork/join (which costs
+ * milliseconds, not microseconds, when the machine is oversubscribed). */
+#define AG_CPU_PAR_MIN 131072
 
 static inline size_t ag__cpu_dtsize(ag_dtype dt) {
   return dt == AG_F64 ? 8 : (dt == AG_F16 || dt == AG_BF16) ? 2 : 4;

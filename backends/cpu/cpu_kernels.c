@@ -409,6 +409,14 @@ static void ew_range(void *ctx, int64_t a, int64_t b) {
   }
 }
 
+/* Relative cost per element: transcendental bodies are ~8x an add. */
+static int64_t ew_cost(int kind, int sub) {
+  if (kind == EW_UNARY)
+    return (sub >= AG_U_EXP && sub <= AG_U_RSQRT) || (sub >= AG_U_GELU && sub <= AG_U_POW) ? 8 : 1;
+  if (kind == EW_BINARY) return sub >= AG_B_GELU_BWD && sub <= AG_B_POW_BWD ? 8 : 1;
+  return 1;
+}
+
 static void ew_run(const ag_kernel_call *c, int kind, int nops) {
   ew e;
   e.c = c;
@@ -441,7 +449,7 @@ static void ew_run(const ag_kernel_call *c, int kind, int nops) {
         for (int k = 0; k < nops; k++) dense = dense && c->o[k].strides[d] == s;
       s *= o0->shape[d];
     }
-    if (dense && s < AG_CPU_PAR_MIN) {
+    if (dense && s * ew_cost(kind, c->sub) < AG_CPU_PAR_MIN) {
       static const int64_t ones[4] = {1, 1, 1, 1};
       if (s > 0) ew_segment(&e, e.p, ones, s);
       return;
@@ -474,7 +482,7 @@ static void ew_run(const ag_kernel_call *c, int kind, int nops) {
   }
   e.nd = m;
   e.numel = numel;
-  par_for(numel, numel, ew_range, &e);
+  par_for(numel, numel * ew_cost(kind, c->sub), ew_range, &e);
 }
 
 /* ---- creation kernels ---- */
