@@ -74,6 +74,13 @@ typedef struct kargs {
       (a)->err = clSetKernelArg((a)->s->k[(a)->which], (a)->n, sizeof ka_v_, &ka_v_); \
     (a)->n++;                                                                   \
   } while (0)
+/* Structs are passed by address: C has no cast to a struct type. */
+#define KMETA(a, m)                                                                \
+  do {                                                                             \
+    if ((a)->err == CL_SUCCESS)                                                    \
+      (a)->err = clSetKernelArg((a)->s->k[(a)->which], (a)->n, sizeof(m), &(m));   \
+    (a)->n++;                                                                      \
+  } while (0)
 #define KBUF(a, op)      \
   do {                   \
     KA(a, cl_mem, (op)->base); \
@@ -179,7 +186,7 @@ static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperan
   KA(&a, cl_int, s0 == floor(s0) && s1 == floor(s1));
   KA(&a, cl_long, n);
   KA(&a, cl_int, nd);
-  KA(&a, clb_ew_meta, m);
+  KMETA(&a, m);
   return ka_run(&a, (size_t)n, 0);
 }
 
@@ -211,7 +218,7 @@ static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
   KA(&a, cl_int, c->s[0] == (double)(int32_t)c->s[0]);
   KA(&a, cl_long, n);
   KA(&a, cl_int, nd);
-  KA(&a, clb_ew_meta, m);
+  KMETA(&a, m);
   return ka_run(&a, (size_t)n, 0);
 }
 
@@ -231,7 +238,7 @@ static ag_status run_where(ag_bstream *s, const ag_kernel_call *c) {
   KA(&a, cl_int, (int)dsize(o->dtype));
   KA(&a, cl_long, n);
   KA(&a, cl_int, nd);
-  KA(&a, clb_ew_meta, m);
+  KMETA(&a, m);
   return ka_run(&a, (size_t)n, 0);
 }
 
@@ -263,7 +270,7 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
   KA(&a, cl_int, (int32_t)v);
   KA(&a, cl_long, n);
   KA(&a, cl_int, nd);
-  KA(&a, clb_ew_meta, m);
+  KMETA(&a, m);
   return ka_run(&a, (size_t)n, 0);
 }
 
