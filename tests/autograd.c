@@ -1,0 +1,181 @@
+/* Tape semantics: accumulation, retain_graph, freeing, explicit gradients,
+ * grad modes, detach, mixed dtypes, misuse errors, activation memory. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+
+static ag_tensor *leaf(int nd, const int64_t *s, const double *v) {
+  ag_tensor *t = ag_from_host(AG_CPU, AG_F64, nd, s, v);
+  assert_non_null(t);
+  assert_int_equal(ag_tensor_set_requires_grad(t, true), AG_OK);
+  return t;
+}
+
+static void grad_equals(ag_tensor *t, const double *want, int n) {
+  ag_tensor *g = ag_tensor_grad(t);
+  assert_non_null(g);
+  double got[16];
+  assert_int_equal(ag_to_host(g, got, (size_t)n * sizeof(double)), AG_OK);
+  for (int i = 0; i < n; i++)
+    if (fabs(got[i] - want[i]) > 1e-12) fail_msg("grad[%d] = %g, want %g", i, got[i], want[i]);
+}
+
+static void test_accumulate_and_retain(void **state) {
+  (void)state;
+  int64_t s = 3;
+  double v[3] = {1, 2, 3};
+  ag_tensor *x = leaf(1, &s, v);
+  ag_scope_begin();
+  ag_tensor *y = ag_sum(ag_mul(x, x), 0, NULL, false); /* dy/dx = 2x */
+  assert_int_equal(ag_backward(y, NULL, true), AG_OK);
+  double g1[3] = {2, 4, 6};
+  grad_equals(x, g1, 3);
+  assert_int_equal(ag_backward(y, NULL, false), AG_OK); /* accumulates */
+  double g2[3] = {4, 8, 12};
+  grad_equals(x, g2, 3);
+  /* the graph is freed now: a third backward is a clear error */
+  assert_int_equal(ag_backward(y, NULL, false), AG_ERR_STATE);
+  assert_non_null(strstr(ag_last_error(), "retain_graph"));
+  ag_scope_end();
+  assert_int_equal(ag_live_nodes(), 0);
+  ag_tensor_zero_grad(x);
+  assert_null(ag_tensor_grad(x));
+  ag_tensor_release(x);
+}
+
+static void test_misuse_errors(void **state) {
+  (void)state;
+  int64_t s = 2;
+  double v[2] = {1, 2};
+  ag_tensor *x = leaf(1, &s, v); /* outside the scope: released below */
+  ag_scope_begin();
+  ag_tensor *c = ag_from_host(AG_CPU, AG_F64, 1, &s, v);
+  ag_tensor *y = ag_sum(c, 0, NULL, false);
+  assert_int_equal(ag_backward(y, NULL, false), AG_ERR_STATE); /* no graph */
+  assert_non_null(strstr(ag_last_error(), "does not require grad"));
+  int32_t iv[2] = {1, 2};
+  ag_tensor *i = ag_from_host(AG_CPU, AG_I32, 1, &s, iv);
+  assert_int_equal(ag_tensor_set_requires_grad(i, true), AG_ERR_DTYPE);
+  ag_tensor *z = ag_mul_scalar(x, 3.0);
+  assert_int_equal(ag_backward(z, NULL, false), AG_ERR_SHAPE); /* non-scalar needs a gradient */
+  assert_int_equal(ag_tensor_set_requires_grad(z, false), AG_ERR_STATE); /* non-leaf */
+  int64_t s3 = 3;
+  ag_tensor *bad = ag_ones(AG_CPU, AG_F64, 1, &s3);
+  assert_int_equal(ag_backward(z, bad, false), AG_ERR_SHAPE);
+  double w[2] = {10, 100};
+  ag_tensor *gz = ag_from_host(AG_CPU, AG_F64, 1, &s, w);
+  assert_int_equal(ag_backward(z, gz, false), AG_OK); /* explicit gradient */
+  double want[2] = {30, 300};
+  grad_equals(x, want, 2);
+  assert_int_equal(ag_grad_mode_end(), AG_ERR_STATE); /* nothing open */
+  ag_scope_end();
+  ag_tensor_release(x);
+}
+
+static void test_modes_and_detach(void **state) {
+  (void)state;
+  int64_t s = 2;
+  double v[2] = {1, -2};
+  ag_tensor *x = leaf(1, &s, v);
+  ag_scope_begin();
+  assert_true(ag_grad_enabled());
+  ag_no_grad_begin();
+  assert_false(ag_grad_enabled());
+  assert_false(ag_tensor_requires_grad(ag_exp(x)));
+  ag_no_grad_begin(); /* nested */
+  ag_enable_grad_begin();
+  assert_true(ag_grad_enabled());
+  assert_true(ag_tensor_requires_grad(ag_exp(x)));
+  assert_int_equal(ag_grad_mode_end(), AG_OK);
+  assert_false(ag_grad_enabled());
+  assert_int_equal(ag_grad_mode_end(), AG_OK);
+  assert_int_equal(ag_grad_mode_end(), AG_OK);
+  assert_true(ag_grad_enabled());
+  ag_inference_mode_begin();
+  assert_true(ag_inference_mode());
+  assert_false(ag_tensor_requires_grad(ag_exp(x)));
+  assert_int_equal(ag_tensor_set_requires_grad(ag_ones(AG_CPU, AG_F64, 1, &s), true), AG_ERR_STATE);
+  ag_grad_mode_end();
+  assert_false(ag_inference_mode());
+  /* detach cuts the graph: d(sum(detach(2x) * x))/dx = 2x (not 4x) */
+  ag_tensor *d = ag_detach(ag_mul_scalar(x, 2.0));
+  assert_false(ag_tensor_requires_grad(d));
+  assert_true(ag_tensor_is_leaf(d));
+  assert_int_equal(ag_backward(ag_sum(ag_mul(d, x), 0, NULL, false), NULL, false), AG_OK);
+  double want[2] = {2, -4};
+  grad_equals(x, want, 2);
+  ag_scope_end();
+  ag_tensor_release(x);
+}
+
+static void test_broadcast_views_mixed_dtypes(void **state) {
+  (void)state;
+  int64_t sa[2] = {3, 1}, sb = 4;
+  double va[3] = {1, 2, 3}, vb[4] = {1, 1, 1, 1};
+  ag_tensor *a = leaf(2, sa, va), *b = leaf(1, &sb, vb);
+  ag_scope_begin();
+  /* a [3,1] + b [4] -> [3,4]; each a gets 4 contributions, each b 3 */
+  assert_int_equal(ag_backward(ag_sum(ag_add(a, b), 0, NULL, false), NULL, false), AG_OK);
+  double ga[3] = {4, 4, 4}, gb[4] = {3, 3, 3, 3};
+  grad_equals(a, ga, 3);
+  grad_equals(b, gb, 4);
+  /* through a transposed slice: only the sliced elements get gradient */
+  ag_tensor_zero_grad(a);
+  ag_tensor *v = ag_transpose(ag_slice(a, 0, 1, 3, 1), 0, 1); /* [1,2] view of a[1:3] */
+  assert_int_equal(ag_backward(ag_sum(ag_mul_scalar(v, 5.0), 0, NULL, false), NULL, false), AG_OK);
+  double gv[3] = {0, 5, 5};
+  grad_equals(a, gv, 3);
+  /* mixed dtypes: an f32 leaf used in f64 math gets an f32 gradient */
+  int64_t s2 = 2;
+  float xf[2] = {1.5f, -1.0f};
+  ag_tensor *x = ag_from_host(AG_CPU, AG_F32, 1, &s2, xf);
+  ag_tensor_set_requires_grad(x, true);
+  ag_tensor *x64 = ag_cast(x, AG_F64);
+  assert_int_equal(ag_backward(ag_sum(ag_mul(x64, x64), 0, NULL, false), NULL, false), AG_OK);
+  ag_tensor *gx = ag_tensor_grad(x);
+  assert_int_equal(ag_tensor_dtype(gx), AG_F32);
+  float g[2];
+  assert_int_equal(ag_to_host(gx, g, sizeof g), AG_OK);
+  assert_true(fabsf(g[0] - 3.0f) < 1e-6f && fabsf(g[1] + 2.0f) < 1e-6f);
+  ag_scope_end();
+  ag_tensor_release(a);
+  ag_tensor_release(b);
+  assert_int_equal(ag_live_nodes(), 0);
+}
+
+/* Tensors saved for backward count as activation memory until the graph
+ * is freed; the gradient counts as gradient memory. */
+static void test_memory_categories(void **state) {
+  (void)state;
+  int64_t s[2] = {64, 64};
+  ag_tensor *w = ag_randn(AG_CPU, AG_F32, 2, s, 0, 1, NULL);
+  ag_tensor_set_requires_grad(w, true);
+  ag_memory_stats m0, m1, m2;
+  assert_int_equal(ag_memory_stats_get(AG_CPU, &m0), AG_OK);
+  ag_scope_begin();
+  ag_tensor *h = ag_tanh(ag_matmul(w, w));
+  ag_tensor *loss = ag_sum(h, 0, NULL, false);
+  assert_int_equal(ag_memory_stats_get(AG_CPU, &m1), AG_OK);
+  assert_true(m1.category_bytes[AG_MEM_ACTIVATIONS].current > m0.category_bytes[AG_MEM_ACTIVATIONS].current);
+  assert_int_equal(ag_backward(loss, NULL, false), AG_OK);
+  ag_scope_end();
+  assert_int_equal(ag_memory_stats_get(AG_CPU, &m2), AG_OK);
+  assert_int_equal(m2.category_bytes[AG_MEM_ACTIVATIONS].current, m0.category_bytes[AG_MEM_ACTIVATIONS].current);
+  assert_true(m2.category_bytes[AG_MEM_GRADIENTS].current >= 64 * 64 * 4);
+  ag_tensor_release(w);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_accumulate_and_retain),   cmocka_unit_test(test_misuse_errors),
+      cmocka_unit_test(test_modes_and_detach),        cmocka_unit_test(test_broadcast_views_mixed_dtypes),
+      cmocka_unit_test(test_memory_categories),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
