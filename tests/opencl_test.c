@@ -1172,6 +1172,36 @@ static void test_program_cache(void **state) {
   fclose(f);
 }
 
+/* A program that does not compile: AG_ERR_BACKEND with the compiler log,
+ * on every launch, without crashing. Re-initialises the module. */
+static void test_build_failure(void **state) {
+  NEED_DEVICE();
+  setenv("AG_OPENCL_OPTIONS", "-DAG_WG=(", 1);
+  B->stream_destroy(S);
+  B->shutdown();
+  int n = 0;
+  char reason[128];
+  assert_int_equal(B->init(&n, reason, sizeof reason), AG_OK);
+  assert_int_equal(B->stream_create(0, &S), AG_OK);
+  void *o = dalloc(64);
+  int64_t shape[1] = {16};
+  ag_kernel_call c = {.op = AG_K_FILL, .n_operands = 1, .s = {2}};
+  c.o[0] = opnd(o, 0, AG_F32, 1, shape, NULL);
+  for (int k = 0; k < 2; k++) {
+    ag_error_clear();
+    assert_int_equal(B->launch(S, &c), AG_ERR_BACKEND);
+    assert_non_null(strstr(ag_last_error(), "building the anygrad kernels"));
+    assert_true(strlen(ag_last_error()) > 80); /* the log is included */
+    if (k == 0) print_message("%s\n", ag_last_error());
+  }
+  unsetenv("AG_OPENCL_OPTIONS");
+  B->segment_free(0, o);
+  B->stream_destroy(S);
+  B->shutdown();
+  assert_int_equal(B->init(&n, reason, sizeof reason), AG_OK);
+  assert_int_equal(B->stream_create(0, &S), AG_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_props_memory),    cmocka_unit_test(test_copies),
@@ -1183,6 +1213,7 @@ int main(void) {
       cmocka_unit_test(test_embedding),       cmocka_unit_test(test_random),
       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_nonfinite_sumsq),
       cmocka_unit_test(test_supports),        cmocka_unit_test(test_program_cache),
+      cmocka_unit_test(test_build_failure),
   };
   return cmocka_run_group_tests_name("opencl", tests, setup, teardown);
 }

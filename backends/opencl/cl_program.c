@@ -91,9 +91,13 @@ static ag_status build_log_error(clb_device *d, cl_program prog, cl_int err) {
 }
 
 static ag_status build(clb_device *d, cl_program *out) {
+  /* AG_OPENCL_OPTIONS appends compiler options (e.g. -cl-mad-enable). */
+  char opts[512];
+  const char *extra = getenv("AG_OPENCL_OPTIONS");
+  snprintf(opts, sizeof opts, "%s %s", CLB_BUILD_OPTIONS, extra ? extra : "");
   uint64_t h = 0xcbf29ce484222325ull;
   h = fnv1a(h, clb_kernel_source, clb_kernel_source_len);
-  h = fnv1a(h, CLB_BUILD_OPTIONS, strlen(CLB_BUILD_OPTIONS));
+  h = fnv1a(h, opts, strlen(opts));
   h = fnv1a(h, d->name, strlen(d->name));
   h = fnv1a(h, d->vendor, strlen(d->vendor));
   h = fnv1a(h, d->version, strlen(d->version));
@@ -113,7 +117,7 @@ static ag_status build(clb_device *d, cl_program *out) {
       cl_program prog = clCreateProgramWithBinary(d->ctx, 1, &d->id, &n, &bp, &bst, &err);
       free(bin);
       if (prog && err == CL_SUCCESS && bst == CL_SUCCESS &&
-          clBuildProgram(prog, 1, &d->id, CLB_BUILD_OPTIONS, NULL, NULL) == CL_SUCCESS) {
+          clBuildProgram(prog, 1, &d->id, opts, NULL, NULL) == CL_SUCCESS) {
         *out = prog;
         return AG_OK;
       }
@@ -125,7 +129,7 @@ static ag_status build(clb_device *d, cl_program *out) {
   size_t len = clb_kernel_source_len;
   cl_program prog = clCreateProgramWithSource(d->ctx, 1, &src, &len, &err);
   if (!prog) return clb_error(err, "clCreateProgramWithSource");
-  err = clBuildProgram(prog, 1, &d->id, CLB_BUILD_OPTIONS, NULL, NULL);
+  err = clBuildProgram(prog, 1, &d->id, opts, NULL, NULL);
   if (err != CL_SUCCESS) {
     ag_status st = err == CL_BUILD_PROGRAM_FAILURE ? build_log_error(d, prog, err)
                                                    : clb_error(err, "clBuildProgram");
