@@ -1,0 +1,235 @@
+/* nn modules and optimizers: SGD (momentum, nesterov, weight decay) and
+ * AdamW against host reference updates, gradient clipping over more tensors
+ * than one kernel list holds, gradient accumulation, the cosine schedule,
+ * and GPT/attention shapes and causality. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+
+#define N 5
+
+static ag_tensor *param(const float *v) {
+  int64_t s = N;
+  ag_tensor *t = ag_from_host(AG_CPU, AG_F32, 1, &s, v);
+  ag_tensor_set_requires_grad(t, true);
+  return t;
+}
+
+/* loss = sum(c * p^2): grad = 2 c p */
+static void backward_quadratic(ag_tensor *p, const float *c) {
+  int64_t s = N;
+  ag_scope_begin();
+  ag_tensor *ct = ag_from_host(AG_CPU, AG_F32, 1, &s, c);
+  assert_int_equal(ag_backward(ag_sum(ag_mul(ct, ag_mul(p, p)), 0, NULL, false), NULL, false), AG_OK);
+  ag_scope_end();
+}
+
+static void check_close(ag_tensor *t, const double *want, double tol) {
+  float got[N];
+  assert_int_equal(ag_to_host(t, got, sizeof got), AG_OK);
+  for (int i = 0; i < N; i++)
+    if (fabs(got[i] - want[i]) > tol * fmax(1.0, fabs(want[i]))) fail_msg("[%d] = %.7f, want %.7f", i, got[i], want[i]);
+}
+
+static const float P0[N] = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f}, C[N] = {0.5f, 1.0f, 2.0f, 0.1f, 3.0f};
+
+static void run_sgd(bool nesterov) {
+  ag_tensor *p = param(P0);
+  ag_param_list l = {0};
+  ag_params_add(&l, "p", p);
+  ag_sgd_options o = {.lr = 0.05, .momentum = 0.9, .dampening = 0, .weight_decay = 0.01, .nesterov = nesterov};
+  ag_optimizer *opt = ag_sgd_create(&l, &o);
+  assert_non_null(opt);
+  double ref[N], buf[N];
+  for (int i = 0; i < N; i++) ref[i] = P0[i];
+  for (int step = 0; step < 4; step++) {
+    backward_quadratic(p, C);
+    assert_int_equal(ag_optimizer_step(opt), AG_OK);
+    ag_optimizer_zero_grad(opt);
+    for (int i = 0; i < N; i++) { /* torch.optim.SGD */
+      double g = 2 * C[i] * ref[i] + o.weight_decay * ref[i];
+      buf[i] = step == 0 ? g : o.momentum * buf[i] + (1 - o.dampening) * g;
+      double d = nesterov ? g + o.momentum * buf[i] : buf[i];
+      ref[i] -= o.lr * d;
+    }
+  }
+  check_close(p, ref, 1e-5);
+  ag_optimizer_free(opt);
+  ag_params_free(&l);
+  ag_tensor_release(p);
+}
+
+static void test_sgd(void **state) {
+  (void)state;
+  run_sgd(false);
+  run_sgd(true);
+  ag_sgd_options bad = {.lr = 0.1, .momentum = 0, .nesterov = true};
+  ag_param_list l = {0};
+  assert_null(ag_sgd_create(&l, &bad));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+}
+
+static void test_adamw(void **state) {
+  (void)state;
+  ag_tensor *p = param(P0);
+  ag_param_list l = {0};
+  ag_params_add(&l, "p", p);
+  ag_adamw_options o = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1};
+  ag_optimizer *opt = ag_adamw_create(&l, &o);
+  double ref[N], m[N] = {0}, v[N] = {0};
+  for (int i = 0; i < N; i++) ref[i] = P0[i];
+  for (int t = 1; t <= 5; t++) {
+    backward_quadratic(p, C);
+    assert_int_equal(ag_optimizer_step(opt), AG_OK);
+    ag_optimizer_zero_grad(opt);
+    for (int i = 0; i < N; i++) { /* torch.optim.AdamW */
+      double g = 2 * C[i] * ref[i];
+      ref[i] *= 1 - o.lr * o.weight_decay;
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * g;
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * g * g;
+      double mh = m[i] / (1 - pow(o.beta1, t)), vh = v[i] / (1 - pow(o.beta2, t));
+      ref[i] -= o.lr * mh / (sqrt(vh) + o.eps);
+    }
+  }
+  check_close(p, ref, 1e-5);
+  assert_int_equal(ag_optimizer_steps(opt), 5);
+  ag_param_list st = {0};
+  assert_int_equal(ag_optimizer_state(opt, &st), AG_OK);
+  assert_int_equal(st.count, 2);
+  assert_string_equal(st.names[1], "p.exp_avg_sq");
+  ag_params_free(&st);
+  /* AdamW keeps f32 parameters: others are refused with a reason */
+  int64_t s = 2;
+  ag_tensor *h = ag_zeros(AG_CPU, AG_F64, 1, &s);
+  ag_param_list l2 = {0};
+  ag_params_add(&l2, "h", h);
+  assert_null(ag_adamw_create(&l2, &o));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  ag_params_free(&l2);
+  ag_tensor_release(h);
+  ag_optimizer_free(opt);
+  ag_params_free(&l);
+  ag_tensor_release(p);
+}
+
+/* 600 one-element gradients (more than one multi-tensor list) with known
+ * values: the norm and the clipped gradients match the host computation. */
+static void test_clip_grad_norm(void **state) {
+  (void)state;
+  enum { K = 600 };
+  ag_param_list l = {0};
+  double ss = 0;
+  for (int k = 0; k < K; k++) {
+    int64_t s = 1;
+    float v = 0;
+    ag_tensor *p = ag_from_host(AG_CPU, AG_F32, 1, &s, &v);
+    ag_tensor_set_requires_grad(p, true);
+    ag_scope_begin();
+    /* grad of sum(p * c) is c */
+    ag_tensor *c = ag_full(AG_CPU, AG_F32, 1, &s, 0.01 * (k % 7 + 1));
+    assert_int_equal(ag_backward(ag_sum(ag_mul(p, c), 0, NULL, false), NULL, false), AG_OK);
+    ag_scope_end();
+    ss += pow(0.01 * (k % 7 + 1), 2);
+    char name[16];
+    snprintf(name, sizeof name, "p%d", k);
+    ag_params_add(&l, name, p);
+    ag_tensor_release(p);
+  }
+  double norm = sqrt(ss), max_norm = 0.5, coef = fmin(1.0, max_norm / (norm + 1e-6));
+  ag_scope_begin();
+  ag_tensor *n = ag_clip_grad_norm(&l, max_norm);
+  assert_non_null(n);
+  assert_true(fabs(ag_item(n) - norm) < 1e-5 * norm);
+  for (int k = 0; k < K; k += 97) {
+    float g;
+    assert_int_equal(ag_to_host(ag_tensor_grad(l.tensors[k]), &g, sizeof g), AG_OK);
+    assert_true(fabs(g - 0.01 * (k % 7 + 1) * coef) < 1e-6);
+  }
+  ag_scope_end();
+  assert_null(ag_clip_grad_norm(&l, 0.0));
+  ag_params_free(&l);
+}
+
+/* Two micro-batches of half the data accumulate the same gradient as one
+ * full batch (mean losses scaled by 1/2). */
+static void test_gradient_accumulation(void **state) {
+  (void)state;
+  int64_t sizes[2] = {4, 3};
+  ag_mlp m;
+  assert_int_equal(ag_mlp_init(&m, AG_CPU, AG_F32, 2, sizes, AG_ACT_NONE, NULL), AG_OK);
+  int64_t xs[2] = {8, 4}, ys = 8, hs[2] = {4, 4}, hy = 4;
+  float x[32];
+  int32_t y[8] = {0, 1, 2, 0, 1, 2, 0, 1};
+  for (int i = 0; i < 32; i++) x[i] = (float)sin(i * 0.7);
+  ag_scope_begin();
+  ag_tensor *X = ag_from_host(AG_CPU, AG_F32, 2, xs, x), *Y = ag_from_host(AG_CPU, AG_I32, 1, &ys, y);
+  assert_int_equal(ag_backward(ag_cross_entropy(ag_mlp_forward(&m, X), Y, AG_REDUCTION_MEAN, -1), NULL, false), AG_OK);
+  float full[12], acc[12];
+  assert_int_equal(ag_to_host(ag_tensor_grad(m.params.tensors[0]), full, sizeof full), AG_OK);
+  ag_params_zero_grad(&m.params);
+  for (int h = 0; h < 2; h++) {
+    ag_tensor *Xh = ag_from_host(AG_CPU, AG_F32, 2, hs, x + 16 * h), *Yh = ag_from_host(AG_CPU, AG_I32, 1, &hy, y + 4 * h);
+    ag_tensor *l = ag_mul_scalar(ag_cross_entropy(ag_mlp_forward(&m, Xh), Yh, AG_REDUCTION_MEAN, -1), 0.5);
+    assert_int_equal(ag_backward(l, NULL, false), AG_OK);
+  }
+  assert_int_equal(ag_to_host(ag_tensor_grad(m.params.tensors[0]), acc, sizeof acc), AG_OK);
+  for (int i = 0; i < 12; i++) assert_true(fabsf(full[i] - acc[i]) < 1e-6f);
+  ag_scope_end();
+  ag_mlp_free(&m);
+}
+
+static void test_cosine_schedule(void **state) {
+  (void)state;
+  assert_true(fabs(ag_lr_cosine(0, 10, 110, 1.0, 0.1) - 0.1) < 1e-12);
+  assert_true(fabs(ag_lr_cosine(9, 10, 110, 1.0, 0.1) - 1.0) < 1e-12);
+  assert_true(fabs(ag_lr_cosine(10, 10, 110, 1.0, 0.1) - 1.0) < 1e-12);
+  assert_true(fabs(ag_lr_cosine(60, 10, 110, 1.0, 0.1) - 0.55) < 1e-12);
+  assert_true(fabs(ag_lr_cosine(110, 10, 110, 1.0, 0.1) - 0.1) < 1e-12);
+  assert_true(fabs(ag_lr_cosine(500, 10, 110, 1.0, 0.1) - 0.1) < 1e-12);
+}
+
+/* The GPT's logits at position t do not depend on tokens after t. */
+static void test_gpt_causal(void **state) {
+  (void)state;
+  ag_gpt_config c = {.vocab_size = 11, .block_size = 6, .n_layer = 2, .n_embd = 8, .n_head = 2};
+  ag_gpt m;
+  ag_generator *g = ag_generator_create(3);
+  assert_int_equal(ag_gpt_init(&m, &c, AG_CPU, AG_F32, g), AG_OK);
+  assert_int_equal(m.params.count, 2 + 2 * 12 + 2 + 1);
+  int32_t a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 2, 3, 9, 0, 7};
+  int64_t s[2] = {1, 6};
+  ag_scope_begin();
+  ag_tensor *la = ag_gpt_forward(&m, ag_from_host(AG_CPU, AG_I32, 2, s, a), false, NULL);
+  ag_tensor *lb = ag_gpt_forward(&m, ag_from_host(AG_CPU, AG_I32, 2, s, b), false, NULL);
+  assert_int_equal(ag_tensor_dim(la, 2), 11);
+  float fa[66], fb[66];
+  assert_int_equal(ag_to_host(la, fa, sizeof fa), AG_OK);
+  assert_int_equal(ag_to_host(lb, fb, sizeof fb), AG_OK);
+  for (int i = 0; i < 33; i++) assert_true(fabsf(fa[i] - fb[i]) < 1e-5f); /* positions 0..2 equal */
+  float diff = 0;
+  for (int i = 33; i < 66; i++) diff += fabsf(fa[i] - fb[i]);
+  assert_true(diff > 1e-3f);
+  int64_t s7[2] = {1, 7};
+  int32_t seven[7] = {0};
+  assert_null(ag_gpt_forward(&m, ag_from_host(AG_CPU, AG_I32, 2, s7, seven), false, NULL));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  ag_scope_end();
+  ag_gpt_free(&m);
+  ag_generator_free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sgd),           cmocka_unit_test(test_adamw),
+      cmocka_unit_test(test_clip_grad_norm), cmocka_unit_test(test_gradient_accumulation),
+      cmocka_unit_test(test_cosine_schedule), cmocka_unit_test(test_gpt_causal),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
