@@ -1,0 +1,230 @@
+/* safetensors: round trip of every dtype with metadata, a file written by
+ * PyTorch's side (tests/data), Python reading our file, atomic save, and
+ * rejection of corrupt and truncated files with AG_ERR_CORRUPT. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+
+static char path[256];
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(path, sizeof path, "/tmp/ag_safetensors_test_%ld.safetensors", (long)getpid());
+  return 0;
+}
+static int teardown(void **state) {
+  (void)state;
+  unlink(path);
+  return 0;
+}
+
+static void save_sample(void) {
+  ag_param_list l = {0};
+  int64_t s2[2] = {2, 3}, s1 = 4;
+  float f[6] = {1, -2, 3.5f, 4, 5, 6};
+  int32_t i[4] = {7, -8, 9, 2147483647};
+  double d = 3.25;
+  ag_tensor *a = ag_from_host(AG_CPU, AG_F32, 2, s2, f);
+  ag_tensor *b = ag_from_host(AG_CPU, AG_I32, 1, &s1, i);
+  ag_tensor *c = ag_from_host(AG_CPU, AG_F64, 0, NULL, &d);
+  ag_tensor *h = ag_cast(a, AG_F16), *bf = ag_cast(a, AG_BF16);
+  ag_tensor *t = ag_transpose(a, 0, 1); /* a view: saved in row-major order */
+  ag_params_add(&l, "layer.weight", a);
+  ag_params_add(&l, "ids", b);
+  ag_params_add(&l, "scalar", c);
+  ag_params_add(&l, "half", h);
+  ag_params_add(&l, "brain", bf);
+  ag_params_add(&l, "transposed", t);
+  const char *k[2] = {"step", "note"}, *v[2] = {"42", "quote \" and \\ backslash"};
+  assert_int_equal(ag_safetensors_save(path, &l, 2, k, v), AG_OK);
+  ag_params_free(&l);
+  ag_tensor *all[] = {a, b, c, h, bf, t};
+  for (int j = 0; j < 6; j++) ag_tensor_release(all[j]);
+}
+
+static void test_round_trip(void **state) {
+  (void)state;
+  save_sample();
+  ag_safetensors *f;
+  assert_int_equal(ag_safetensors_open(path, &f), AG_OK);
+  assert_int_equal(ag_safetensors_count(f), 6);
+  assert_string_equal(ag_safetensors_meta(f, "step"), "42");
+  assert_string_equal(ag_safetensors_meta(f, "note"), "quote \" and \\ backslash");
+  ag_tensor *t = ag_safetensors_get(f, "transposed", AG_CPU);
+  assert_int_equal(ag_tensor_dim(t, 0), 3);
+  float tv[6];
+  assert_int_equal(ag_to_host(t, tv, sizeof tv), AG_OK);
+  assert_true(tv[0] == 1 && tv[1] == 4 && tv[2] == -2 && tv[5] == 6);
+  ag_tensor *h = ag_safetensors_get(f, "half", AG_CPU);
+  assert_int_equal(ag_tensor_dtype(h), AG_F16);
+  ag_tensor *s = ag_safetensors_get(f, "scalar", AG_CPU);
+  assert_int_equal(ag_tensor_ndim(s), 0);
+  assert_true(ag_item(s) == 3.25);
+  assert_null(ag_safetensors_get(f, "missing", AG_CPU));
+  /* load_into checks names, dtypes and shapes before copying */
+  int64_t s2[2] = {2, 3};
+  ag_tensor *dst = ag_zeros(AG_CPU, AG_F32, 2, s2), *wrong = ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){3, 2});
+  ag_param_list l = {0};
+  ag_params_add(&l, "layer.weight", dst);
+  assert_int_equal(ag_safetensors_load_into(f, &l), AG_OK);
+  float dv[6];
+  assert_int_equal(ag_to_host(dst, dv, sizeof dv), AG_OK);
+  assert_true(dv[2] == 3.5f);
+  ag_params_free(&l);
+  ag_params_add(&l, "layer.weight", wrong);
+  assert_int_equal(ag_safetensors_load_into(f, &l), AG_ERR_CORRUPT);
+  assert_non_null(strstr(ag_last_error(), "layer.weight"));
+  ag_params_free(&l);
+  ag_tensor_release(t);
+  ag_tensor_release(h);
+  ag_tensor_release(s);
+  ag_tensor_release(dst);
+  ag_tensor_release(wrong);
+  ag_safetensors_close(f);
+}
+
+/* Our file parsed independently in Python (format by hand; torch decodes
+ * the data); skipped without /usr/bin/python3 + torch. */
+static void test_python_reads_it(void **state) {
+  (void)state;
+  if (access("/usr/bin/python3", X_OK) != 0 || system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0)
+    skip();
+  save_sample();
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 -c \"\n"
+           "import json, struct, torch\n"
+           "b = open('%s','rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8+n]); d = b[8+n:]\n"
+           "assert h['__metadata__']['step'] == '42'\n"
+           "e = h['layer.weight']; assert e['dtype'] == 'F32' and e['shape'] == [2, 3]\n"
+           "w = torch.frombuffer(bytearray(d[e['data_offsets'][0]:e['data_offsets'][1]]), dtype=torch.float32).view(2, 3)\n"
+           "assert w.tolist() == [[1, -2, 3.5], [4, 5, 6]]\n"
+           "e = h['half']; x = torch.frombuffer(bytearray(d[e['data_offsets'][0]:e['data_offsets'][1]]), dtype=torch.float16)\n"
+           "assert x.tolist() == [1, -2, 3.5, 4, 5, 6]\n"
+           "e = h['brain']; x = torch.frombuffer(bytearray(d[e['data_offsets'][0]:e['data_offsets'][1]]), dtype=torch.bfloat16)\n"
+           "assert x.float().tolist() == [1, -2, 3.5, 4, 5, 6]\n"
+           "e = h['ids']; assert torch.frombuffer(bytearray(d[e['data_offsets'][0]:e['data_offsets'][1]]), dtype=torch.int32).tolist() == [7, -8, 9, 2147483647]\n"
+           "assert (8 + n) %% 8 == 0\n"
+           "try:\n"
+           "    import safetensors.torch as st; assert st.load_file('%s')['ids'].tolist() == [7, -8, 9, 2147483647]\n"
+           "except ImportError: pass\n\"",
+           path, path);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void write_file(const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(p, 1, n, f), n);
+  fclose(f);
+}
+
+static void expect_corrupt(const char *what) {
+  ag_safetensors *f = NULL;
+  ag_status st = ag_safetensors_open(path, &f);
+  if (st != AG_ERR_CORRUPT) fail_msg("%s: got %s (%s)", what, ag_status_name(st), ag_last_error());
+  assert_null(f);
+  assert_non_null(strstr(ag_last_error(), path));
+}
+
+static void with_header(const char *json, size_t data_bytes) {
+  size_t n = strlen(json);
+  unsigned char *b = calloc(1, 8 + n + data_bytes);
+  for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)n >> (8 * i));
+  memcpy(b + 8, json, n);
+  write_file(b, 8 + n + data_bytes);
+  free(b);
+}
+
+static void test_corrupt_files(void **state) {
+  (void)state;
+  save_sample();
+  /* truncated: cut the good file at several points */
+  FILE *f = fopen(path, "rb");
+  static unsigned char buf[4096];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  size_t cuts[] = {0, 5, 8, 20, n - 1};
+  for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+    write_file(buf, cuts[i]);
+    expect_corrupt("truncated");
+  }
+  write_file(buf, n);
+  ag_safetensors *ok;
+  assert_int_equal(ag_safetensors_open(path, &ok), AG_OK);
+  ag_safetensors_close(ok);
+  with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4);
+  expect_corrupt("short data");
+  assert_non_null(strstr(ag_last_error(), "truncated"));
+  with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8);
+  expect_corrupt("size mismatch");
+  with_header("{\"a\":{\"dtype\":\"Q8\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
+  expect_corrupt("dtype");
+  with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12);
+  expect_corrupt("overlap");
+  with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}", 8);
+  expect_corrupt("bad json");
+  with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8);
+  expect_corrupt("negative dim");
+  with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8);
+  expect_corrupt("unknown field");
+  with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 16);
+  expect_corrupt("trailing data");
+  buf[0] = 0xff;
+  buf[7] = 0x7f;
+  write_file(buf, n);
+  expect_corrupt("huge header length");
+  ag_safetensors *none;
+  assert_int_equal(ag_safetensors_open("/nonexistent/x.safetensors", &none), AG_ERR_IO);
+}
+
+/* A save that fails leaves the previous checkpoint intact and no temp file. */
+static void test_atomic_save(void **state) {
+  (void)state;
+  save_sample();
+  ag_param_list l = {0};
+  int64_t s = 2;
+  ag_tensor *a = ag_zeros(AG_CPU, AG_F32, 1, &s);
+  ag_params_add(&l, "dup", a);
+  ag_params_add(&l, "dup", a);
+  assert_int_equal(ag_safetensors_save(path, &l, 0, NULL, NULL), AG_ERR_INVALID);
+  ag_params_free(&l);
+  char bad[300];
+  snprintf(bad, sizeof bad, "/nonexistent_dir_ag/%ld.safetensors", (long)getpid());
+  ag_params_add(&l, "a", a);
+  assert_int_equal(ag_safetensors_save(bad, &l, 0, NULL, NULL), AG_ERR_IO);
+  ag_safetensors *f;
+  assert_int_equal(ag_safetensors_open(path, &f), AG_OK);
+  assert_int_equal(ag_safetensors_count(f), 6);
+  ag_safetensors_close(f);
+  char tmp[300];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  assert_int_not_equal(access(tmp, F_OK), 0);
+  /* and a successful save replaces the file */
+  assert_int_equal(ag_safetensors_save(path, &l, 0, NULL, NULL), AG_OK);
+  assert_int_equal(ag_safetensors_open(path, &f), AG_OK);
+  assert_int_equal(ag_safetensors_count(f), 1);
+  ag_safetensors_close(f);
+  ag_params_free(&l);
+  ag_tensor_release(a);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_python_reads_it, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_corrupt_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_atomic_save, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
