@@ -1,0 +1,717 @@
+/* gpu_check: every kernel of a GPU backend module against the CPU backend's
+ * kernels (the oracle), through the vtable, on device 0. Cases stress what
+ * the public-API conformance suite reaches less: vector-load tails, strided
+ * and broadcast operands, split reductions, both GEMM layouts, the error
+ * word, and the multi-tensor optimizer kernels. Prints one line per case and
+ * a summary; exit status 0 when all pass, 2 when the backend is unavailable.
+ * usage: gpu_check <module.so> [substring filter]; module "cpu" checks the
+ * harness itself (CPU against CPU: every case must pass). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "anygrad/backend.h"
+
+/* The CPU backend's kernel runner (hidden in the shared library, reachable
+ * through the static one). */
+ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err);
+const ag_backend *ag__cpu_backend(void);
+
+static const ag_backend *B;
+static ag_bstream *S;
+static const char *filter;
+static int n_pass, n_fail, n_skip;
+static const char *(*mod_last_error)(void);
+
+enum { MAXB = 24 };
+typedef struct buf {
+  ag_dtype dt;
+  int64_t n;       /* elements of storage */
+  bool out;        /* compared after the run */
+  bool exact;
+  double tol;      /* NMSE bound; 0: dtype default */
+  void *host, *cpu, *gpu_back;
+  void *dev;
+} buf;
+
+typedef struct tcase {
+  char name[160];
+  ag_kernel_call c;
+  int ob[AG_KMAX_OPERANDS]; /* buffer of each operand, -1: NULL base */
+  ag_kmulti m;
+  int mb[64];
+  int nm;
+  buf b[MAXB];
+  int nb;
+  bool want_error; /* the case must set the kernel error word */
+} tcase;
+
+static size_t dsz(ag_dtype dt) { return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_F64 ? 8 : 4; }
+static const char *dname(ag_dtype dt) {
+  static const char *const n[] = {"f32", "f16", "bf16", "i32", "f64"};
+  return n[dt];
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (double)(rng >> 11) * 0x1p-53;
+}
+
+static double getv(ag_dtype dt, const void *p, int64_t i) {
+  switch (dt) {
+    case AG_F32: return ((const float *)p)[i];
+    case AG_F16: return ag_f16_to_f32(((const uint16_t *)p)[i]);
+    case AG_BF16: return ag_bf16_to_f32(((const uint16_t *)p)[i]);
+    case AG_I32: return ((const int32_t *)p)[i];
+    default: return ((const double *)p)[i];
+  }
+}
+static void setv(ag_dtype dt, void *p, int64_t i, double v) {
+  switch (dt) {
+    case AG_F32: ((float *)p)[i] = (float)v; break;
+    case AG_F16: ((uint16_t *)p)[i] = ag_f32_to_f16((float)v); break;
+    case AG_BF16: ((uint16_t *)p)[i] = ag_f32_to_bf16((float)v); break;
+    case AG_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    default: ((double *)p)[i] = v;
+  }
+}
+
+/* A new buffer of n elements filled uniformly in [lo, hi) (integers for i32). */
+static int nb(tcase *t, ag_dtype dt, int64_t n, double lo, double hi) {
+  buf *b = &t->b[t->nb];
+  memset(b, 0, sizeof *b);
+  b->dt = dt;
+  b->n = n;
+  b->host = calloc((size_t)(n > 0 ? n : 1), dsz(dt));
+  for (int64_t i = 0; i < n; i++) {
+    double v = lo + (hi - lo) * urand();
+    setv(dt, b->host, i, dt == AG_I32 ? floor(v) : v);
+  }
+  return t->nb++;
+}
+static int nbout(tcase *t, ag_dtype dt, int64_t n, bool exact) {
+  int k = nb(t, dt, n, -1, 1);
+  t->b[k].out = true;
+  t->b[k].exact = exact;
+  return k;
+}
+
+/* operand k: buffer bi viewed with ndim/shape and contiguous strides */
+static void opnd(tcase *t, int k, int bi, int ndim, const int64_t *shape) {
+  ag_koperand *o = &t->c.o[k];
+  memset(o, 0, sizeof *o);
+  t->ob[k] = bi;
+  if (bi >= 0) o->dtype = t->b[bi].dt;
+  o->ndim = ndim;
+  int64_t st = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    o->shape[d] = shape[d];
+    o->strides[d] = st;
+    st *= shape[d];
+  }
+  if (k + 1 > t->c.n_operands) t->c.n_operands = k + 1;
+}
+
+static tcase *newcase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static tcase *newcase(const char *fmt, ...) {
+  static tcase t;
+  for (int i = 0; i < t.nb; i++) free(t.b[i].host);
+  memset(&t, 0, sizeof t);
+  for (int k = 0; k < AG_KMAX_OPERANDS; k++) t.ob[k] = -1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t.name, sizeof t.name, fmt, ap);
+  va_end(ap);
+  return &t;
+}
+
+static double tol_of(const buf *b) {
+  if (b->tol > 0) return b->tol;
+  return b->dt == AG_F32 ? 1e-8 : b->dt == AG_F16 ? 1e-5 : 1e-4;
+}
+
+static void report(tcase *t, bool ok, const char *why) {
+  if (ok) n_pass++;
+  else n_fail++;
+  printf("%-4s %s%s%s\n", ok ? "ok" : "FAIL", t->name, why[0] ? ": " : "", why);
+}
+
+static void run(tcase *t) {
+  if (filter && !strstr(t->name, filter)) {
+    for (int i = 0; i < t->nb; i++) free(t->b[i].host), t->b[i].host = NULL;
+    t->nb = 0;
+    return;
+  }
+  ag_dtype dt = t->c.op == AG_K_UNARY && t->c.sub == AG_U_COPY ? t->c.o[1].dtype : t->c.o[0].dtype;
+  if (t->c.op == AG_K_CROSS_ENTROPY || t->c.op == AG_K_EMBEDDING_BWD) dt = t->c.o[1].dtype;
+  if (t->c.op == AG_K_REDUCE) dt = t->c.o[1].dtype;
+  if (t->c.op >= AG_K_ADAMW) dt = t->nm ? t->b[t->mb[0]].dt : AG_F32;
+  if (!B->supports(0, t->c.op, t->c.sub, dt)) {
+    n_skip++;
+    printf("skip %s (not supported)\n", t->name);
+    return;
+  }
+  char why[512] = "";
+  bool ok = true;
+  ag_status st = AG_OK;
+  /* CPU reference on copies */
+  ag_kernel_call cc = t->c, gc = t->c;
+  ag_kmulti *cm = NULL, *gm = NULL;
+  for (int i = 0; i < t->nb; i++) {
+    size_t by = (size_t)(t->b[i].n > 0 ? t->b[i].n : 1) * dsz(t->b[i].dt);
+    t->b[i].cpu = malloc(by);
+    t->b[i].gpu_back = malloc(by);
+    memcpy(t->b[i].cpu, t->b[i].host, by);
+    t->b[i].dev = NULL;
+    if ((st = B->segment_alloc(0, by, &t->b[i].dev)) != AG_OK ||
+        (st = B->copy_h2d(S, t->b[i].dev, 0, t->b[i].host, by, false)) != AG_OK) {
+      snprintf(why, sizeof why, "setup: %s", mod_last_error ? mod_last_error() : "");
+      ok = false;
+      goto done;
+    }
+  }
+  for (int k = 0; k < AG_KMAX_OPERANDS; k++) {
+    cc.o[k].base = t->ob[k] >= 0 ? t->b[t->ob[k]].cpu : NULL;
+    gc.o[k].base = t->ob[k] >= 0 ? t->b[t->ob[k]].dev : NULL;
+    cc.o[k].offset = gc.o[k].offset = 0;
+  }
+  if (t->nm) {
+    cm = calloc(1, sizeof *cm);
+    gm = calloc(1, sizeof *gm);
+    *cm = t->m;
+    *gm = t->m;
+    for (int k = 0; k < t->nm; k++) {
+      cm->t[k].base = t->mb[k] >= 0 ? t->b[t->mb[k]].cpu : NULL;
+      gm->t[k].base = t->mb[k] >= 0 ? t->b[t->mb[k]].dev : NULL;
+      cm->t[k].offset = gm->t[k].offset = 0;
+    }
+    cm->count = gm->count = t->nm;
+    cc.multi = cm;
+    gc.multi = gm;
+  }
+  ag_kernel_error ce = {0}, ge = {0};
+  if ((st = ag__cpu_run(&cc, &ce)) != AG_OK) {
+    snprintf(why, sizeof why, "cpu reference failed (%d)", (int)st);
+    ok = false;
+    goto done;
+  }
+  if ((st = B->launch(S, &gc)) != AG_OK || (st = B->stream_synchronize(S)) != AG_OK ||
+      (st = B->take_kernel_error(S, &ge)) != AG_OK) {
+    snprintf(why, sizeof why, "launch: %s", mod_last_error ? mod_last_error() : "?");
+    ok = false;
+    goto done;
+  }
+  if (t->want_error || ce.code || ge.code) {
+    if (ge.code != ce.code || ge.kop != ce.kop || ge.limit != ce.limit || (t->want_error && !ge.code)) {
+      snprintf(why, sizeof why, "error word: gpu code %d kop %d index %lld limit %lld, cpu code %d kop %d limit %lld",
+               ge.code, ge.kop, (long long)ge.index, (long long)ge.limit, ce.code, ce.kop, (long long)ce.limit);
+      ok = false;
+    }
+  }
+  for (int i = 0; i < t->nb && ok; i++) {
+    buf *b = &t->b[i];
+    size_t by = (size_t)(b->n > 0 ? b->n : 1) * dsz(b->dt);
+    if ((st = B->copy_d2h(S, b->gpu_back, b->dev, 0, by)) != AG_OK || (st = B->stream_synchronize(S)) != AG_OK) {
+      snprintf(why, sizeof why, "copy back: %s", mod_last_error ? mod_last_error() : "?");
+      ok = false;
+      break;
+    }
+    if (!b->out) continue;
+    double num = 0, den = 0, worst = 0;
+    int64_t bad = -1;
+    for (int64_t j = 0; j < b->n; j++) {
+      double g = getv(b->dt, b->gpu_back, j), c = getv(b->dt, b->cpu, j);
+      if (isnan(c) != isnan(g) || (isinf(c) && c != g) || (b->exact && !isnan(c) && c != g)) {
+        bad = j;
+        break;
+      }
+      if (isnan(c) || isinf(c)) continue;
+      num += (g - c) * (g - c);
+      den += c * c;
+      if (fabs(g - c) > worst) worst = fabs(g - c);
+    }
+    double nmse = den > 0 ? num / den : num;
+    if (bad >= 0) {
+      snprintf(why, sizeof why, "buffer %d element %lld: gpu %.9g cpu %.9g", i, (long long)bad,
+               getv(b->dt, b->gpu_back, bad), getv(b->dt, b->cpu, bad));
+      ok = false;
+    } else if (!b->exact && nmse > tol_of(b)) {
+      snprintf(why, sizeof why, "buffer %d NMSE %.3g > %.3g (max abs diff %.3g)", i, nmse, tol_of(b), worst);
+      ok = false;
+    }
+  }
+done:
+  report(t, ok, why);
+  for (int i = 0; i < t->nb; i++) {
+    if (t->b[i].dev) B->segment_free(0, t->b[i].dev);
+    free(t->b[i].cpu);
+    free(t->b[i].gpu_back);
+    free(t->b[i].host);
+    t->b[i].host = NULL;
+  }
+  t->nb = 0;
+  free(cm);
+  free(gm);
+}
+
+static const ag_dtype FL[3] = {AG_F32, AG_F16, AG_BF16};
+
+/* ---- cases ---- */
+
+static void cases_elementwise(void) {
+  for (int di = 0; di < 4; di++) {
+    ag_dtype dt = di < 3 ? FL[di] : AG_I32;
+    for (int u = 0; u < AG_UNARY_COUNT; u++) {
+      for (int tr = 0; tr < 2; tr++) {
+        tcase *t = newcase("unary %d %s %s", u, dname(dt), tr ? "transposed [37,1001]" : "contig [1001,37]");
+        bool pos = u == AG_U_LOG || u == AG_U_SQRT || u == AG_U_RSQRT || u == AG_U_POW || u == AG_U_RSUB_DIV;
+        int64_t sh[2] = {1001, 37}, tsh[2] = {37, 1001};
+        int a = nb(t, dt, 1001 * 37, pos ? 0.1 : -3, 3);
+        int o = nbout(t, dt, 1001 * 37, dt == AG_I32 || u == AG_U_COPY || u == AG_U_NEG || u == AG_U_ABS);
+        t->c.op = AG_K_UNARY;
+        t->c.sub = u;
+        t->c.s[0] = u == AG_U_POW ? 1.7 : 1.25;
+        t->c.s[1] = -0.5;
+        if (dt == AG_I32) t->c.s[0] = 3, t->c.s[1] = -7;
+        t->c.name = "unary";
+        if (!tr) {
+          opnd(t, 0, o, 2, sh);
+          opnd(t, 1, a, 2, sh);
+        } else {
+          opnd(t, 0, o, 2, tsh);
+          opnd(t, 1, a, 2, tsh);
+          t->c.o[1].strides[0] = 1;
+          t->c.o[1].strides[1] = 37;
+        }
+        run(t);
+      }
+    }
+    for (int dj = 0; dj < 4; dj++) {
+      ag_dtype to = dj < 3 ? FL[dj] : AG_I32;
+      if (to == dt) continue;
+      tcase *t = newcase("cast %s->%s [4099]", dname(dt), dname(to));
+      int64_t sh[1] = {4099};
+      int a = nb(t, dt, 4099, -300, 300);
+      int o = nbout(t, to, 4099, true);
+      t->c.op = AG_K_UNARY;
+      t->c.sub = AG_U_COPY;
+      opnd(t, 0, o, 1, sh);
+      opnd(t, 1, a, 1, sh);
+      run(t);
+    }
+    for (int bo = 0; bo < AG_BINARY_COUNT; bo++) {
+      for (int bc = 0; bc < 2; bc++) {
+        tcase *t = newcase("binary %d %s %s", bo, dname(dt), bc ? "broadcast [513,257]+[257]" : "contig [513,257]");
+        int64_t sh[2] = {513, 257};
+        bool pos = bo == AG_B_POW_BWD || bo == AG_B_DIV;
+        int a = nb(t, dt, 513 * 257, -3, 3);
+        int b = nb(t, dt, bc ? 257 : 513 * 257, pos ? 0.5 : -3, 3);
+        bool ex = dt == AG_I32 || bo == AG_B_MAX || bo == AG_B_MIN || bo == AG_B_EQ || bo == AG_B_GT || bo == AG_B_LT;
+        int o = nbout(t, dt, 513 * 257, ex);
+        t->c.op = AG_K_BINARY;
+        t->c.sub = bo;
+        t->c.s[0] = bo == AG_B_ADD ? (dt == AG_I32 ? 2 : 0.75) : 1.5;
+        opnd(t, 0, o, 2, sh);
+        opnd(t, 1, a, 2, sh);
+        opnd(t, 2, b, 2, sh);
+        if (bc) t->c.o[2].strides[0] = 0;
+        run(t);
+      }
+    }
+    {
+      tcase *t = newcase("where %s [300,70] cond f32 [300,1], b [70]", dname(dt));
+      int64_t sh[2] = {300, 70};
+      int cnd = nb(t, AG_F32, 300, 0, 2);
+      for (int i = 0; i < 300; i++) setv(AG_F32, t->b[cnd].host, i, floor(getv(AG_F32, t->b[cnd].host, i)));
+      int a = nb(t, dt, 300 * 70, -5, 5), b = nb(t, dt, 70, -5, 5), o = nbout(t, dt, 300 * 70, true);
+      t->c.op = AG_K_WHERE;
+      opnd(t, 0, o, 2, sh);
+      opnd(t, 1, cnd, 2, sh);
+      opnd(t, 2, a, 2, sh);
+      opnd(t, 3, b, 2, sh);
+      t->c.o[1].strides[0] = 1; /* cond [300, 1] broadcast along dim 1 */
+      t->c.o[1].strides[1] = 0;
+      t->c.o[3].strides[0] = 0;
+      run(t);
+    }
+    {
+      tcase *t = newcase("fill %s strided [100,50] step 2", dname(dt));
+      int64_t sh[2] = {100, 50};
+      int o = nbout(t, dt, 100 * 100, true);
+      t->c.op = AG_K_FILL;
+      t->c.s[0] = -2.75;
+      opnd(t, 0, o, 2, sh);
+      t->c.o[0].strides[0] = 100;
+      t->c.o[0].strides[1] = 2;
+      run(t);
+      t = newcase("fill %s contig [10001]", dname(dt));
+      int64_t sh1[1] = {10001};
+      o = nbout(t, dt, 10001, true);
+      t->c.op = AG_K_FILL;
+      t->c.s[0] = 3.3;
+      opnd(t, 0, o, 1, sh1);
+      run(t);
+      t = newcase("arange %s [5000]", dname(dt));
+      int64_t sh2[1] = {5000};
+      o = nbout(t, dt, 5000, true);
+      t->c.op = AG_K_ARANGE;
+      t->c.s[0] = -10;
+      t->c.s[1] = dt == AG_I32 ? 3 : 0.25;
+      opnd(t, 0, o, 1, sh2);
+      run(t);
+    }
+  }
+  for (int di = 0; di < 3; di++) {
+    ag_dtype dt = FL[di];
+    for (int nrm = 0; nrm < 2; nrm++) {
+      tcase *t = newcase("%s %s [100003] seed/offset", nrm ? "randn" : "rand", dname(dt));
+      int64_t sh[1] = {100003};
+      int o = nbout(t, dt, 100003, !nrm);
+      if (nrm) t->b[o].tol = 1e-9; /* log/cos may differ by an ulp */
+      t->c.op = nrm ? AG_K_RAND_NORMAL : AG_K_RAND_UNIFORM;
+      t->c.s[0] = nrm ? 0.5 : -1;
+      t->c.s[1] = nrm ? 2 : 3;
+      t->c.seed = 0x1234567890abcdefull;
+      t->c.offset = 77;
+      opnd(t, 0, o, 1, sh);
+      run(t);
+    }
+    tcase *t = newcase("dropout %s p=0.3 [65539]", dname(dt));
+    int64_t sh[1] = {65539};
+    int x = nb(t, dt, 65539, -2, 2), o = nbout(t, dt, 65539, dt == AG_F32), m = nbout(t, dt, 65539, true);
+    t->c.op = AG_K_DROPOUT;
+    t->c.s[0] = 0.3;
+    t->c.seed = 42;
+    t->c.offset = 5;
+    opnd(t, 0, o, 1, sh);
+    opnd(t, 1, x, 1, sh);
+    opnd(t, 2, m, 1, sh);
+    run(t);
+  }
+}
+
+static void cases_reduce(void) {
+  static const int64_t shapes[][3] = {{1, 1 << 20, 1}, {300, 999, 1}, {7, 513, 65}, {1, 70000, 3}, {4096, 8, 1},
+                                      {2, 3, 4097}};
+  for (int di = 0; di < 4; di++) {
+    ag_dtype dt = di < 3 ? FL[di] : AG_I32;
+    for (int r = 0; r < AG_REDUCE_COUNT; r++)
+      for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t *sh = shapes[s];
+        tcase *t = newcase("reduce %d %s [%lld,%lld,%lld]", r, dname(dt), (long long)sh[0], (long long)sh[1],
+                           (long long)sh[2]);
+        int64_t in[3] = {sh[0], sh[1], sh[2]}, out[2] = {sh[0], sh[2]};
+        int x = nb(t, dt, sh[0] * sh[1] * sh[2], dt == AG_I32 ? -50 : -2, dt == AG_I32 ? 50 : 2);
+        ag_dtype odt = r == AG_R_ARGMAX ? AG_I32 : dt;
+        /* sums of 1M halves round differently in f32 vs f64: compare in NMSE */
+        int o = nbout(t, odt, sh[0] * sh[2], r != AG_R_SUM || dt == AG_I32);
+        if (r == AG_R_SUM) t->b[o].tol = dt == AG_F32 ? 1e-10 : 1e-5;
+        t->c.op = AG_K_REDUCE;
+        t->c.sub = r;
+        t->c.s[0] = r == AG_R_SUM && dt != AG_I32 ? 0.5 : 1;
+        t->c.i[0] = sh[0];
+        t->c.i[1] = sh[1];
+        t->c.i[2] = sh[2];
+        opnd(t, 0, o, 2, out);
+        opnd(t, 1, x, 3, in);
+        run(t);
+      }
+  }
+}
+
+static void cases_matmul(void) {
+  for (int di = 0; di < 3; di++) {
+    ag_dtype dt = FL[di];
+    for (int lay = 0; lay < 4; lay++) {
+      int64_t Bn = 3, M = 65, K = 130, N = 47;
+      tcase *t = newcase("matmul %s [3,65,130]@[3,130,47] A %s B %s%s", dname(dt), lay & 1 ? "col" : "row",
+                         lay & 2 ? "col" : "row", lay == 3 ? " B batch-broadcast, beta 0.5" : "");
+      int64_t as[3] = {Bn, M, K}, bs[3] = {Bn, K, N}, os[3] = {Bn, M, N};
+      int a = nb(t, dt, Bn * M * K, -1, 1), b = nb(t, dt, Bn * K * N, -1, 1), o = nbout(t, dt, Bn * M * N, false);
+      if (dt == AG_F32) t->b[o].tol = 1e-7; /* TF32 stays off unless AG_ALLOW_TF32=1 */
+      t->c.op = AG_K_MATMUL;
+      t->c.s[0] = 1.5;
+      t->c.s[1] = lay == 3 ? 0.5 : 0;
+      opnd(t, 0, o, 3, os);
+      opnd(t, 1, a, 3, as);
+      opnd(t, 2, b, 3, bs);
+      if (lay & 1) { /* A stored [B, K, M] */
+        t->c.o[1].strides[1] = 1;
+        t->c.o[1].strides[2] = M;
+      }
+      if (lay & 2) { /* B stored [B, N, K] */
+        t->c.o[2].strides[1] = 1;
+        t->c.o[2].strides[2] = K;
+      }
+      if (lay == 3) t->c.o[2].strides[0] = 0;
+      run(t);
+    }
+  }
+}
+
+static void cases_rows(void) {
+  static const int64_t shapes[][2] = {{300, 77}, {64, 5000}, {3, 1}};
+  for (int di = 0; di < 3; di++) {
+    ag_dtype dt = FL[di];
+    for (size_t s = 0; s < 3; s++) {
+      int64_t R = shapes[s][0], C = shapes[s][1], sh[2] = {R, C}, sr[1] = {R}, sc[1] = {C};
+      for (int lg = 0; lg < 2; lg++) {
+        tcase *t = newcase("%s %s [%lld,%lld]", lg ? "log_softmax" : "softmax", dname(dt), (long long)R, (long long)C);
+        int x = nb(t, dt, R * C, -4, 4), o = nbout(t, dt, R * C, false);
+        t->c.op = AG_K_SOFTMAX;
+        t->c.sub = lg;
+        t->c.i[0] = R;
+        t->c.i[1] = C;
+        opnd(t, 0, o, 2, sh);
+        opnd(t, 1, x, 2, sh);
+        run(t);
+        t = newcase("%s_bwd %s [%lld,%lld]", lg ? "log_softmax" : "softmax", dname(dt), (long long)R, (long long)C);
+        int dx = nbout(t, dt, R * C, false), dy = nb(t, dt, R * C, -1, 1), y = nb(t, dt, R * C, lg ? -5 : 0, lg ? 0 : 1);
+        t->c.op = AG_K_SOFTMAX_BWD;
+        t->c.sub = lg;
+        t->c.i[0] = R;
+        t->c.i[1] = C;
+        opnd(t, 0, dx, 2, sh);
+        opnd(t, 1, dy, 2, sh);
+        opnd(t, 2, y, 2, sh);
+        run(t);
+      }
+      for (int bad = 0; bad < 2; bad++) {
+        tcase *t = newcase("cross_entropy %s [%lld,%lld]%s", dname(dt), (long long)R, (long long)C,
+                           bad ? " one target out of range" : " with ignore_index");
+        int l = nb(t, dt, R * C, -4, 4), tg = nb(t, AG_I32, R, 0, (double)C), o = nbout(t, AG_F32, R, false);
+        ((int32_t *)t->b[tg].host)[0] = -100;
+        if (bad) ((int32_t *)t->b[tg].host)[R - 1] = (int32_t)C + 3;
+        t->want_error = bad;
+        t->c.op = AG_K_CROSS_ENTROPY;
+        t->c.i[0] = R;
+        t->c.i[1] = C;
+        t->c.i[2] = -100;
+        opnd(t, 0, o, 1, sr);
+        opnd(t, 1, l, 2, sh);
+        opnd(t, 2, tg, 1, sr);
+        run(t);
+      }
+      for (int gs = 0; gs < 2; gs++) {
+        tcase *t = newcase("cross_entropy_bwd %s [%lld,%lld] grad stride %d", dname(dt), (long long)R, (long long)C, gs);
+        int dl = nbout(t, dt, R * C, false), l = nb(t, dt, R * C, -4, 4), tg = nb(t, AG_I32, R, 0, (double)C);
+        int g = nb(t, AG_F32, R, 0.5, 1.5);
+        ((int32_t *)t->b[tg].host)[0] = -100;
+        t->c.op = AG_K_CROSS_ENTROPY_BWD;
+        t->c.i[0] = R;
+        t->c.i[1] = C;
+        t->c.i[2] = -100;
+        opnd(t, 0, dl, 2, sh);
+        opnd(t, 1, l, 2, sh);
+        opnd(t, 2, tg, 1, sr);
+        opnd(t, 3, g, 1, sr);
+        t->c.o[3].strides[0] = gs;
+        run(t);
+      }
+      for (int wb = 0; wb < 2; wb++) {
+        tcase *t = newcase("layer_norm %s [%lld,%lld]%s", dname(dt), (long long)R, (long long)C, wb ? " w,b" : "");
+        int x = nb(t, dt, R * C, -3, 5), w = wb ? nb(t, dt, C, 0.5, 1.5) : -1, b = wb ? nb(t, dt, C, -1, 1) : -1;
+        int y = nbout(t, dt, R * C, false), mu = nbout(t, AG_F32, R, false), rs = nbout(t, AG_F32, R, false);
+        t->c.op = AG_K_LAYERNORM;
+        t->c.i[0] = R;
+        t->c.i[1] = C;
+        t->c.s[0] = 1e-5;
+        opnd(t, 0, y, 2, sh);
+        opnd(t, 1, x, 2, sh);
+        opnd(t, 2, w, 1, sc);
+        opnd(t, 3, b, 1, sc);
+        opnd(t, 4, mu, 1, sr);
+        opnd(t, 5, rs, 1, sr);
+        if (!wb) t->c.o[2].dtype = t->c.o[3].dtype = dt;
+        run(t);
+        t = newcase("layer_norm_bwd %s [%lld,%lld]%s", dname(dt), (long long)R, (long long)C, wb ? " w" : "");
+        int dx = nbout(t, dt, R * C, false), dy = nb(t, dt, R * C, -1, 1);
+        x = nb(t, dt, R * C, -3, 5);
+        mu = nb(t, AG_F32, R, 0.5, 1.5);
+        rs = nb(t, AG_F32, R, 0.3, 1.0);
+        w = wb ? nb(t, dt, C, 0.5, 1.5) : -1;
+        int dw = nbout(t, AG_F32, C, false), db = nbout(t, AG_F32, C, false);
+        t->b[dw].tol = t->b[db].tol = 1e-8;
+        t->c.op = AG_K_LAYERNORM_BWD;
+        t->c.i[0] = R;
+        t->c.i[1] = C;
+        opnd(t, 0, dx, 2, sh);
+        opnd(t, 1, dy, 2, sh);
+        opnd(t, 2, x, 2, sh);
+        opnd(t, 3, mu, 1, sr);
+        opnd(t, 4, rs, 1, sr);
+        opnd(t, 5, w, 1, sc);
+        if (!wb) t->c.o[5].dtype = dt;
+        t->nm = 2;
+        t->mb[0] = dw;
+        t->mb[1] = db;
+        t->m.t[0].dtype = t->m.t[1].dtype = AG_F32;
+        t->m.t[0].numel = t->m.t[1].numel = C;
+        run(t);
+      }
+    }
+  }
+}
+
+static void cases_embedding(void) {
+  for (int di = 0; di < 4; di++) {
+    ag_dtype dt = di < 3 ? FL[di] : AG_I32;
+    for (int bad = 0; bad < 2; bad++) {
+      int64_t N = 333, D = 67, V = 50, os[2] = {N, D}, ts[2] = {V, D}, is[1] = {N};
+      tcase *t = newcase("embedding %s N=333 D=67 V=50%s", dname(dt), bad ? " one index out of range" : "");
+      int o = nbout(t, dt, N * D, true), tab = nb(t, dt, V * D, -2, 2), ix = nb(t, AG_I32, N, 0, (double)V);
+      if (bad) ((int32_t *)t->b[ix].host)[7] = -1;
+      t->want_error = bad;
+      t->c.op = AG_K_EMBEDDING;
+      t->c.i[0] = N;
+      t->c.i[1] = D;
+      t->c.i[2] = V;
+      opnd(t, 0, o, 2, os);
+      opnd(t, 1, tab, 2, ts);
+      opnd(t, 2, ix, 1, is);
+      run(t);
+    }
+    if (dt == AG_I32) continue;
+    int64_t N = 4000, D = 96, V = 37, os[2] = {N, D}, ts[2] = {V, D}, is[1] = {N};
+    tcase *t = newcase("embedding_bwd %s N=4000 D=96 V=37 (+= into f32)", dname(dt));
+    int dt_ = nb(t, AG_F32, V * D, -1, 1), dout = nb(t, dt, N * D, -1, 1), ix = nb(t, AG_I32, N, 0, (double)V);
+    t->b[dt_].out = true;
+    t->b[dt_].tol = 1e-10;
+    t->c.op = AG_K_EMBEDDING_BWD;
+    t->c.i[0] = N;
+    t->c.i[1] = D;
+    t->c.i[2] = V;
+    opnd(t, 0, dt_, 2, ts);
+    opnd(t, 1, dout, 2, os);
+    opnd(t, 2, ix, 1, is);
+    run(t);
+  }
+}
+
+static void cases_multi(void) {
+  static const int64_t sizes[] = {1000, 70001, 5, 16384 * 3};
+  const int ns = 4;
+  for (int skipstep = 0; skipstep < 2; skipstep++) {
+    tcase *t = newcase("adamw 4 tensors, grad scale%s", skipstep ? ", found_inf set (no update)" : "");
+    for (int k = 0; k < ns; k++) {
+      int p = nbout(t, AG_F32, sizes[k], false), g = nb(t, AG_F32, sizes[k], -1, 1);
+      int m = nbout(t, AG_F32, sizes[k], false), v = nbout(t, AG_F32, sizes[k], false);
+      for (int64_t i = 0; i < sizes[k]; i++) ((float *)t->b[v].host)[i] = fabsf(((float *)t->b[v].host)[i]);
+      int ids[4] = {p, g, m, v};
+      for (int j = 0; j < 4; j++) {
+        t->mb[t->nm] = ids[j];
+        t->m.t[t->nm].dtype = AG_F32;
+        t->m.t[t->nm].numel = sizes[k];
+        t->nm++;
+      }
+    }
+    int64_t one[1] = {1};
+    int sc = nb(t, AG_F32, 1, 0.5, 0.5), fi = nb(t, AG_F32, 1, skipstep, skipstep);
+    t->c.op = AG_K_ADAMW;
+    double b1 = 0.9, b2 = 0.999;
+    t->c.s[0] = 1e-3; t->c.s[1] = b1; t->c.s[2] = b2; t->c.s[3] = 1e-8; t->c.s[4] = 0.01;
+    t->c.s[5] = 1 - pow(b1, 3); t->c.s[6] = 1 - pow(b2, 3);
+    opnd(t, 0, sc, 0, one);
+    opnd(t, 1, fi, 0, one);
+    run(t);
+  }
+  for (int var = 0; var < 3; var++) {
+    tcase *t = newcase("sgd %s", var == 0 ? "momentum first step" : var == 1 ? "momentum nesterov" : "no momentum buffer");
+    for (int k = 0; k < ns; k++) {
+      int p = nbout(t, AG_F32, sizes[k], false), g = nb(t, AG_F32, sizes[k], -1, 1);
+      int m = var == 2 ? -1 : nbout(t, AG_F32, sizes[k], false);
+      int ids[3] = {p, g, m};
+      for (int j = 0; j < 3; j++) {
+        t->mb[t->nm] = ids[j];
+        t->m.t[t->nm].dtype = AG_F32;
+        t->m.t[t->nm].numel = sizes[k];
+        t->nm++;
+      }
+    }
+    t->c.op = AG_K_SGD;
+    t->c.s[0] = 0.1; t->c.s[1] = var == 2 ? 0 : 0.9; t->c.s[2] = 0.1; t->c.s[3] = 1e-4;
+    t->c.s[4] = var == 1; t->c.s[5] = var == 0;
+    t->c.n_operands = 2; /* o0, o1 absent */
+    run(t);
+  }
+  for (int bad = 0; bad < 2; bad++) {
+    tcase *t = newcase("nonfinite_check f32+f16+bf16 unscale%s", bad ? ", one inf" : "");
+    for (int k = 0; k < 3; k++) {
+      int x = nbout(t, FL[k], sizes[k + 1 > 2 ? 1 : k + 1], FL[k] != AG_F32);
+      t->mb[t->nm] = x;
+      t->m.t[t->nm].dtype = FL[k];
+      t->m.t[t->nm].numel = t->b[x].n;
+      t->nm++;
+      if (bad && k == 1) setv(FL[k], t->b[x].host, 3, INFINITY);
+    }
+    int64_t one[1] = {1};
+    int flag = nbout(t, AG_F32, 1, true), inv = nb(t, AG_F32, 1, 0.25, 0.25);
+    setv(AG_F32, t->b[flag].host, 0, 0);
+    t->c.op = AG_K_NONFINITE_CHECK;
+    opnd(t, 0, flag, 0, one);
+    opnd(t, 1, inv, 0, one);
+    run(t);
+  }
+  {
+    tcase *t = newcase("sumsq f32+f16+bf16");
+    for (int k = 0; k < 3; k++) {
+      int x = nb(t, FL[k], sizes[k], -2, 2);
+      t->mb[t->nm] = x;
+      t->m.t[t->nm].dtype = FL[k];
+      t->m.t[t->nm].numel = sizes[k];
+      t->nm++;
+    }
+    int64_t one[1] = {1};
+    int o = nbout(t, AG_F32, 1, false);
+    t->b[o].tol = 1e-10;
+    t->c.op = AG_K_SUMSQ;
+    opnd(t, 0, o, 0, one);
+    run(t);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: gpu_check <libanygrad-cuda.so|libanygrad-hip.so> [filter]\n");
+    return 1;
+  }
+  filter = argc > 2 ? argv[2] : NULL;
+  void *h = strcmp(argv[1], "cpu") == 0 ? dlopen(NULL, RTLD_NOW) : dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    printf("gpu_check: unavailable: %s\n", dlerror());
+    return 2;
+  }
+  ag_backend_module_get_fn get = (ag_backend_module_get_fn)dlsym(h, AG_BACKEND_MODULE_SYMBOL);
+  *(void **)&mod_last_error = dlsym(h, "ag_last_error");
+  B = strcmp(argv[1], "cpu") == 0 ? ag__cpu_backend() : get ? get() : NULL;
+  char reason[256] = "";
+  int n = 0;
+  if (!B || B->init(&n, reason, sizeof reason) != AG_OK || n < 1) {
+    printf("gpu_check: %s unavailable: %s\n", B ? B->name : argv[1], reason);
+    return 2;
+  }
+  ag_device_props p;
+  B->device_props(0, &p);
+  printf("gpu_check: %s:0 %s (%s, %d units, %.1f GiB)%s\n", B->name, p.name, p.arch, p.compute_units,
+         (double)p.total_memory / (1 << 30), getenv("AG_GPU_GEMM") ? " AG_GPU_GEMM set" : "");
+  if (B->stream_create(0, &S) != AG_OK) {
+    printf("gpu_check: stream_create failed: %s\n", mod_last_error ? mod_last_error() : "");
+    return 1;
+  }
+  cases_elementwise();
+  cases_reduce();
+  cases_matmul();
+  cases_rows();
+  cases_embedding();
+  cases_multi();
+  B->stream_destroy(S);
+  printf("gpu_check: %d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
+  return n_fail ? 1 : 0;
+}
