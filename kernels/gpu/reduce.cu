@@ -204,20 +204,46 @@ template <int TPR> AGK_DEV float row_max(float v, float *sh) {
   if (TPR <= 32) return agk_warp_max(v, TPR);
   return agk_block_max(v, sh);
 }
-/* Online max and sum of exp: returns m and s with sum(exp(x - m)) = s. */
+/* (m, s) pairs of the online softmax: s = sum(exp(x - m)). Combining never
+ * evaluates exp(-inf - -inf). */
+AGK_DEV void ms_comb(float &m, float &s, float m2, float s2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) { m = m2; s = s2; return; }
+  float mm = fmaxf(m, m2);
+  s = s * __expf(m - mm) + s2 * __expf(m2 - mm);
+  m = mm;
+}
+template <int TPR> AGK_DEV void row_ms(float &m, float &s, float *sh) {
+  const int w = TPR <= 32 ? TPR : AGK_WARP;
+  for (int k = w / 2; k > 0; k >>= 1) {
+    float m2 = AGK_SHFL_XOR(m, k, w), s2 = AGK_SHFL_XOR(s, k, w);
+    ms_comb(m, s, m2, s2);
+  }
+  if (TPR <= 32) return;
+  int lane = threadIdx.x % AGK_WARP, wi = threadIdx.x / AGK_WARP, nw = (blockDim.x + AGK_WARP - 1) / AGK_WARP;
+  __syncthreads();
+  if (lane == 0) { sh[wi] = m; sh[16 + wi] = s; }
+  __syncthreads();
+  m = -INFINITY;
+  s = 0.f;
+  for (int i = 0; i < nw; i++) ms_comb(m, s, sh[i], sh[16 + i]);
+}
+/* Max and sum of exp of a row in one pass over memory (online softmax):
+ * sum(exp(x - m)) = s. */
 template <int TPR, typename T>
 AGK_DEV void row_stats(const T *x, long long C, int lane, float *sh, float *out_m, float *out_s) {
-  float m = -INFINITY;
-  for (long long j = lane; j < C; j += TPR) m = fmaxf(m, agk_tof(x[j]));
-  m = row_max<TPR>(m, sh);
-  float s = 0.f;
-  if (m == -INFINITY) { /* all -inf: keep exp() well defined */
-    *out_m = m;
-    *out_s = 0.f;
-    return;
+  float m = -INFINITY, s = 0.f;
+  for (long long j = lane; j < C; j += TPR) {
+    float v = agk_tof(x[j]);
+    if (v == -INFINITY) continue;
+    if (v > m) {
+      s = (m == -INFINITY ? 0.f : s * __expf(m - v)) + 1.f;
+      m = v;
+    } else {
+      s += __expf(v - m);
+    }
   }
-  for (long long j = lane; j < C; j += TPR) s += __expf(agk_tof(x[j]) - m);
-  s = row_sum<TPR>(s, sh);
+  row_ms<TPR>(m, s, sh);
   *out_m = m;
   *out_s = s;
 }
