@@ -135,7 +135,7 @@ static site *site_of(const char *what) {
     if (file ? (c->file && c->line == line && !strcmp(c->file, file)) : (!c->file && c->addr == addr))
       s = c;
   }
-  if (!s && g_nsites < MAX_SITES) {
+  if (!s && g_nsites < MAX_SITES - 1) {
     s = &g_sites[g_nsites++];
     s->call = what;
     s->file = file;
@@ -149,7 +149,14 @@ static site *site_of(const char *what) {
     memcpy(text, s->text, sizeof text);
     snprintf(s->label, sizeof s->label, "%s at %s", what, text);
   } else if (!s) {
-    s = &g_sites[MAX_SITES - 1]; /* full: the last entry absorbs the rest */
+    /* Full: one shared entry counts every further site. */
+    s = &g_sites[MAX_SITES - 1];
+    if (g_nsites < MAX_SITES) {
+      g_nsites = MAX_SITES;
+      s->call = "sync";
+      snprintf(s->text, sizeof s->text, "other sites");
+      snprintf(s->label, sizeof s->label, "sync at other sites");
+    }
   }
   s->count++;
   pthread_mutex_unlock(&g_site_lock);
