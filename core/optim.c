@@ -139,17 +139,53 @@ ag_optimizer *ag_adamw_create(const ag_param_list *params, const ag_adamw_option
   return o;
 }
 
-/* One launch per group of parameters that share a dtype, up to the
- * kernel's list capacity. */
+static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *found_inf);
+
 ag_status ag_optimizer_step(ag_optimizer *o) {
   if (!o) return ag_error_set(AG_ERR_INVALID, "ag_optimizer_step: NULL optimizer");
+  return step_impl(o, NULL, NULL);
+}
+
+static ag_status check_amp_scalar(const ag_optimizer *o, const ag_tensor *t, const char *what) {
+  char b[96];
+  if (!t) return AG_OK;
+  if (t->dtype != AG_F32 || t->numel != 1)
+    return ag_error_set(AG_ERR_DTYPE, "ag_optimizer_step_amp: %s must be an f32 scalar, got %s", what,
+                        ag_tensor_describe(t, b, sizeof b));
+  if (o->ds && ag__ds(t) != o->ds)
+    return ag_error_set(AG_ERR_DEVICE, "ag_optimizer_step_amp: %s on %s, parameters on %s", what, ag__devlabel(t),
+                        o->ds->label);
+  return AG_OK;
+}
+
+ag_status ag_optimizer_step_amp(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *found_inf) {
+  if (!o) return ag_error_set(AG_ERR_INVALID, "ag_optimizer_step_amp: NULL optimizer");
+  ag_status st = check_amp_scalar(o, inv_scale, "inv_scale");
+  if (st == AG_OK) st = check_amp_scalar(o, found_inf, "found_inf");
+  return st == AG_OK ? step_impl(o, inv_scale, found_inf) : st;
+}
+
+ag_status ag_optimizer_params(const ag_optimizer *o, ag_param_list *l) {
+  if (!o || !l) return ag_error_set(AG_ERR_INVALID, "ag_optimizer_params: NULL argument");
+  for (int i = 0; i < o->n; i++) {
+    ag_status st = ag_params_add(l, o->names[i], o->params[i]);
+    if (st != AG_OK) return st;
+  }
+  return AG_OK;
+}
+
+/* One launch per group of parameters that share a dtype, up to the
+ * kernel's list capacity. */
+static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *found_inf) {
   int per = o->kind == OPT_ADAMW ? 4 : 3;
   int cap = AG_KMAX_MULTI / per;
   int64_t t = o->steps + 1;
   ag_kernel_call c;
   memset(&c, 0, sizeof c);
-  c.n_operands = 2; /* o0 grad-scale, o1 found_inf: absent (base NULL) */
+  c.n_operands = 2; /* o0 grad-scale, o1 found_inf: absent (base NULL) unless given */
   c.o[0].dtype = c.o[1].dtype = AG_F32;
+  if (inv_scale) ag__operand(&c.o[0], inv_scale);
+  if (found_inf) ag__operand(&c.o[1], found_inf);
   if (o->kind == OPT_ADAMW) {
     c.op = AG_K_ADAMW;
     c.name = "ag_optimizer_step (adamw)";

@@ -43,6 +43,19 @@ AG_API void ag_optimizer_free(ag_optimizer *o);
 /* One update of every parameter that has a gradient (others are skipped).
  * Asynchronous. Errors: kernel launch errors. */
 AG_API ag_status ag_optimizer_step(ag_optimizer *o);
+/* ag_optimizer_step for mixed precision (the grad scaler calls it; see
+ * amp.h): the fused update reads two f32 scalar tensors on the parameters'
+ * device, both optional (NULL): inv_scale multiplies every gradient inside
+ * the update (gradients themselves stay as they are), and when found_inf is
+ * non-zero the update is skipped on the device. No host sync. The step
+ * counter advances either way (AdamW bias correction counts skipped steps).
+ * Errors: AG_ERR_INVALID (NULL optimizer), AG_ERR_DEVICE / AG_ERR_DTYPE for
+ * a scalar that is not an f32 scalar on the parameters' device, launch
+ * errors. */
+AG_API ag_status ag_optimizer_step_amp(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *found_inf);
+/* Append the optimizer's parameters (retained by l) under their names.
+ * Errors: AG_ERR_INVALID, AG_ERR_OOM. */
+AG_API ag_status ag_optimizer_params(const ag_optimizer *o, ag_param_list *l);
 /* Drop every parameter's gradient (set to none). */
 AG_API void ag_optimizer_zero_grad(ag_optimizer *o);
 AG_API void ag_optimizer_set_lr(ag_optimizer *o, double lr);
