@@ -452,6 +452,15 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
     opt = ag_adamw_create(&m.params, &ao);
     if (!opt) st = ag_last_status();
   }
+  /* Loss scaling only for f16: bf16 has f32's exponent range. */
+  ag_grad_scaler *scaler = NULL;
+  bool amp = o.precision == AG_F16 || o.precision == AG_BF16;
+  if (st == AG_OK) {
+    ag_grad_scaler_options so = ag_grad_scaler_defaults();
+    so.enabled = o.precision == AG_F16;
+    scaler = ag_grad_scaler_create(o.device, &so);
+    if (!scaler) st = ag_last_status();
+  }
   int64_t start = 0;
   if (st == AG_OK && ck) st = load_ckpt(ck, &m, opt, &start);
   ag_safetensors_close(ck);
@@ -461,9 +470,9 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   const char *unit = o.model == CHARLM_MLP ? "examples" : "tokens";
   int64_t per_step = o.batch * o.accum * (o.model == CHARLM_MLP ? 1 : T);
   if (st == AG_OK && !o.quiet)
-    fprintf(out, "charlm: %s model, %lld parameters, %d train / %d held-out words, device %s%s\n",
+    fprintf(out, "charlm: %s model, %lld parameters, %d train / %d held-out words, device %s, %s%s\n",
             o.model == CHARLM_MLP ? "mlp" : "gpt", (long long)ag_params_numel(&m.params), train.n_words,
-            val.n_words, dname, start ? " (resumed)" : "");
+            val.n_words, dname, ag_dtype_name(amp ? o.precision : AG_F32), start ? " (resumed)" : "");
   if (st == AG_OK && start && !o.quiet) fprintf(out, "charlm: resuming at step %lld\n", (long long)start);
 
   double t0 = now_s(), t_log = t0;
@@ -479,17 +488,23 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
       ag_tensor *x, *y;
       st = make_batch(&m, &train, o.batch, &rng, o.device, &x, &y);
       if (st != AG_OK) break;
+      /* The region covers the forward only: backward runs in the dtypes
+       * the forward recorded. */
+      if (amp) st = ag_autocast_begin(o.precision);
+      if (st != AG_OK) break;
       loss = batch_loss(&m, x, y);
-      if (o.accum > 1) {
-        ag_tensor *scaled = ag_mul_scalar(loss, 1.0 / o.accum);
-        st = scaled ? ag_backward(scaled, NULL, false) : ag_last_status();
-        ag_tensor_release(scaled);
-      } else {
-        st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
-      }
+      if (amp) ag_autocast_end();
+      ag_tensor *part = o.accum > 1 ? ag_mul_scalar(loss, 1.0 / o.accum) : loss;
+      ag_tensor *scaled = ag_grad_scaler_scale(scaler, part);
+      st = scaled ? ag_backward(scaled, NULL, false) : ag_last_status();
+      ag_tensor_release(scaled);
+      if (part != loss) ag_tensor_release(part);
     }
+    /* Clipping reads gradient values: unscale them first. */
+    if (st == AG_OK && o.clip > 0) st = ag_grad_scaler_unscale_(scaler, opt);
     if (st == AG_OK && o.clip > 0 && !ag_clip_grad_norm(&m.params, o.clip)) st = ag_last_status();
-    if (st == AG_OK) st = ag_optimizer_step(opt);
+    if (st == AG_OK) st = ag_grad_scaler_step(scaler, opt);
+    if (st == AG_OK) st = ag_grad_scaler_update(scaler);
     ag_optimizer_zero_grad(opt);
     bool log_now = step == start || (step + 1) % o.log_every == 0 || step + 1 == o.steps;
     if (st == AG_OK && log_now) {
@@ -532,6 +547,7 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
       fprintf(out, "charlm: checkpoint %s (step %lld; continue with --resume %s --steps N)\n", o.out,
               (long long)r.steps_done, o.out);
   }
+  ag_grad_scaler_free(scaler);
   ag_optimizer_free(opt);
   if (have_model) model_free(&m);
   ag_generator_free(gen);
@@ -556,6 +572,7 @@ static void usage(void) {
       "  --warmup N           warmup steps (default 100)\n"
       "  --weight-decay X     AdamW weight decay (default 0.01)\n"
       "  --clip X             clip the global gradient norm to X (0: off; default 1)\n"
+      "  --precision P        f32 (default), f16 (autocast + loss scaling) or bf16 (autocast)\n"
       "  --seed N             seed of data order, init and batches (default 1337)\n"
       "  --context N --emb N --hidden N      mlp sizes (default 6, 24, 256)\n"
       "  --layers N --heads N --embd N       gpt sizes (default 2, 4, 64)\n"
@@ -600,6 +617,13 @@ int charlm_parse_args(int argc, char **argv, charlm_options *o) {
     else if (!strcmp(a, "--warmup")) o->warmup = atoll(v);
     else if (!strcmp(a, "--weight-decay")) o->weight_decay = atof(v);
     else if (!strcmp(a, "--clip")) o->clip = atof(v);
+    else if (!strcmp(a, "--precision")) {
+      if (ag_dtype_parse(v, &o->precision) != AG_OK ||
+          (o->precision != AG_F32 && o->precision != AG_F16 && o->precision != AG_BF16)) {
+        fprintf(stderr, "anygrad train: --precision must be f32, f16 or bf16, got '%s'\n", v);
+        return -1;
+      }
+    }
     else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--context")) o->context = atoi(v);
     else if (!strcmp(a, "--emb")) o->emb = atoi(v);

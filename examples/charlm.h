@@ -33,6 +33,8 @@ typedef struct charlm_options {
   /* GPT */
   int n_layer, n_head, n_embd;
   int eval_batches, samples, log_every;
+  ag_dtype precision; /* AG_F32; AG_F16: autocast + dynamic loss scaling;
+                         AG_BF16: autocast (f32 master weights either way) */
   bool quiet;   /* no progress bar (tests) */
   FILE *log;    /* progress output; stdout when NULL */
 } charlm_options;
