@@ -47,7 +47,7 @@ static void run_sgd(bool nesterov) {
   ag_sgd_options o = {.lr = 0.05, .momentum = 0.9, .dampening = 0, .weight_decay = 0.01, .nesterov = nesterov};
   ag_optimizer *opt = ag_sgd_create(&l, &o);
   assert_non_null(opt);
-  double ref[N], buf[N];
+  double ref[N], buf[N] = {0};
   for (int i = 0; i < N; i++) ref[i] = P0[i];
   for (int step = 0; step < 4; step++) {
     backward_quadratic(p, C);
