@@ -753,11 +753,11 @@ ag_tensor *ag_log_softmax(ag_tensor *a, int dim) {
 }
 
 /* Scalar f32 count of targets != ignore, computed on the device. */
-static ag_tensor *count_valid(ag_tensor *targets, int32_t ignore_index) {
+static ag_tensor *count_valid(ag_tensor *targets, int32_t ignore_index, ag_dtype dt) {
   ag_tensor *ig = ag_full(ag_tensor_device(targets), AG_I32, 0, NULL, ignore_index);
   ag_tensor *eq = ag_eq(targets, ig);
   ag_tensor *n_ig = ag_sum(eq, 0, NULL, false);
-  ag_tensor *f = ag_cast(n_ig, AG_F32);
+  ag_tensor *f = ag_cast(n_ig, dt);
   ag_tensor *cnt = ag_rsub_scalar(f, (double)targets->numel);
   ag_tensor_release(ig);
   ag_tensor_release(eq);
@@ -802,7 +802,9 @@ static ag_tensor *cross_entropy_impl(ag_tensor *logits, ag_tensor *targets, ag_r
   ag_tensor *lc = lc0 ? ag_reshape(lc0, 2, s2) : NULL, *tc = tc0 ? ag_reshape(tc0, 1, s1) : NULL;
   ag_tensor_release(lc0);
   ag_tensor_release(tc0);
-  ag_tensor *rows = (lc && tc) ? ag__tensor_new(ds, AG_F32, 1, s1) : NULL;
+  /* per-row losses in f32 (f64 for f64 logits, the gradient-check dtype) */
+  ag_dtype rdt = logits->dtype == AG_F64 ? AG_F64 : AG_F32;
+  ag_tensor *rows = (lc && tc) ? ag__tensor_new(ds, rdt, 1, s1) : NULL;
   ag_status st = rows ? AG_OK : ag_last_status();
   if (st == AG_OK && N) {
     ag_kernel_call c;
@@ -824,7 +826,7 @@ static ag_tensor *cross_entropy_impl(ag_tensor *logits, ag_tensor *targets, ag_r
       if (reduction == AG_REDUCTION_SUM) {
         out = sum;
       } else {
-        cnt = count_valid(tc, ignore_index);
+        cnt = count_valid(tc, ignore_index, rdt);
         out = (sum && cnt) ? ag_div(sum, cnt) : NULL;
         ag_tensor_release(sum);
       }

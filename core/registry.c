@@ -246,7 +246,7 @@ ag_status ag_device_parse(const char *s, ag_device *out_device) {
   if (colon) {
     char *end = NULL;
     idx = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end != 0 || idx < 0 || idx >= AG_MAX_DEVICES) kind = -2;
+    if (end == colon + 1 || *end != 0 || idx < 0) kind = -2;
   }
   if (kind < 0)
     return ag_error_set(AG_ERR_INVALID,

@@ -1912,7 +1912,7 @@ static const opdef OPS[] = {
     {"sqrt", op_sqrt, M_F, 0},
     {"rsqrt", op_rsqrt, M_F, 0},
     {"abs", op_abs, M_ALL, 0},
-    {"relu", op_relu, M_F, M_I},
+    {"relu", op_relu, M_F, 0},
     {"gelu", op_gelu, M_F, 0},
     {"silu", op_silu, M_F, 0},
     {"sigmoid", op_sigmoid, M_F, 0},

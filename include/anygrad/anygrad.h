@@ -14,6 +14,8 @@
 #include "anygrad/alloc.h"
 #include "anygrad/diag.h"
 #include "anygrad/amp.h"
+#include "anygrad/loader.h"
+#include "anygrad/cpu.h"
 #if __has_include("anygrad/autograd.h")
 #include "anygrad/autograd.h"
 #endif

@@ -53,7 +53,7 @@ typedef enum ag_kop {
                          all contiguous [rows, cols]; sub as AG_K_SOFTMAX.
                          softmax: dx = y*(dy - sum(dy*y)); log: dx = dy - exp(y)*sum(dy) */
   AG_K_CROSS_ENTROPY, /* o1 logits contiguous [N=i[0], C=i[1]], o2 targets i32 [N]
-                         contiguous; o0 f32 [N] loss per row (0 where target ==
+                         contiguous; o0 f32 [N] (f64 for f64 logits) loss per row (0 where target ==
                          i[2] ignore_index). Out-of-range target: o0 row = NAN
                          and the error word is set (below). */
   AG_K_CROSS_ENTROPY_BWD, /* o0 dlogits [N, C] contiguous (logits dtype), o1 logits,
