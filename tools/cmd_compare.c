@@ -1,0 +1,686 @@
+/* `anygrad compare`: the character-level training job of examples/charlm.c run
+ * on several devices in lockstep, from identical parameters and batches, with
+ * the per-step divergence of loss and parameters against the first device.
+ * Exit status: 0 within tolerance, 1 diverged, 2 error (see docs/compare.md). */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../examples/charlm.h"
+
+#define CMP_MAX_DEV 8
+
+/* ---------------- options ---------------- */
+
+typedef struct cmp_options {
+  int n_dev;
+  ag_device dev[CMP_MAX_DEV];
+  char name[CMP_MAX_DEV][32];
+  int64_t steps, log_every, check_every;
+  double tol;
+  const char *json;
+  FILE *out; /* the human report: stdout, or stderr when the JSON goes to stdout */
+  charlm_options job; /* model sizes and hyperparameters of `anygrad train` */
+} cmp_options;
+
+static void usage(void) {
+  printf(
+      "usage: anygrad compare --devices D1,D2[,...] [options]\n"
+      "Train one model on several devices in lockstep (same initial parameters,\n"
+      "same batches) and report how far each device drifts from the first.\n\n"
+      "  --devices LIST   comma-separated devices, the first is the reference\n"
+      "                   (e.g. cpu,opencl:0; cpu,cpu must agree exactly)\n"
+      "  --steps N        optimizer steps (default 20)\n"
+      "  --model mlp|gpt  model of `anygrad train` (default mlp)\n"
+      "  --seed S         seed of initial parameters and batches (default 1337)\n"
+      "  --tol T          relative tolerance for loss and parameters (default 1e-2;\n"
+      "                   docs/compare.md explains how to choose it)\n"
+      "  --batch N        examples (mlp) or words (gpt) per step (default as train)\n"
+      "  --check-every N  compare parameters every N steps (default 1)\n"
+      "  --log-every N    print every N-th step (default: about 25 rows)\n"
+      "  --words PATH     word list (default /usr/share/dict/words)\n"
+      "  --json PATH      write the per-step report as JSON ('-': stdout)\n\n"
+      "Exit status: 0 within tolerance, 1 diverged, 2 error or unavailable device.\n");
+}
+
+/* A device from a list entry, with the backend's reason when it is absent. */
+static int parse_device(const char *s, ag_device *d) {
+  if (ag_device_parse(s, d) == AG_OK) return 0;
+  ag_status st = ag_last_status();
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", ag_last_error());
+  fprintf(stderr, "anygrad compare: device '%s' is not usable: %s: %s\n", s, ag_status_name(st), msg);
+  return -1;
+}
+
+/* Returns 0, 1 after --help, -1 after a message on stderr. */
+static int parse_args(int argc, char **argv, cmp_options *o) {
+  charlm_model_kind kind = CHARLM_MLP;
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--model")) kind = !strcmp(argv[i + 1], "gpt") ? CHARLM_GPT : CHARLM_MLP;
+  memset(o, 0, sizeof *o);
+  o->job = charlm_defaults(kind);
+  o->job.seed = 1337;
+  o->steps = 20;
+  o->check_every = 1;
+  o->tol = 1e-2;
+  const char *devices = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage();
+      return 1;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "anygrad compare: option %s needs a value (see --help)\n", a);
+      return -1;
+    }
+    const char *v = argv[++i];
+    char *end = NULL;
+    if (!strcmp(a, "--devices")) devices = v;
+    else if (!strcmp(a, "--model")) {
+      if (strcmp(v, "mlp") && strcmp(v, "gpt")) {
+        fprintf(stderr, "anygrad compare: --model must be mlp or gpt, got '%s'\n", v);
+        return -1;
+      }
+    } else if (!strcmp(a, "--steps")) o->steps = strtoll(v, &end, 10);
+    else if (!strcmp(a, "--seed")) o->job.seed = strtoull(v, &end, 10);
+    else if (!strcmp(a, "--tol")) o->tol = strtod(v, &end);
+    else if (!strcmp(a, "--batch")) o->job.batch = strtoll(v, &end, 10);
+    else if (!strcmp(a, "--check-every")) o->check_every = strtoll(v, &end, 10);
+    else if (!strcmp(a, "--log-every")) o->log_every = strtoll(v, &end, 10);
+    else if (!strcmp(a, "--words")) o->job.words_path = v;
+    else if (!strcmp(a, "--json")) o->json = v;
+    else {
+      fprintf(stderr, "anygrad compare: unknown option %s (see --help)\n", a);
+      return -1;
+    }
+    if (end && (*end || end == v)) {
+      fprintf(stderr, "anygrad compare: %s expects a number, got '%s'\n", a, v);
+      return -1;
+    }
+  }
+  if (o->steps < 1 || o->job.batch < 1 || o->check_every < 1 || o->log_every < 0 || !(o->tol >= 0)) {
+    fprintf(stderr, "anygrad compare: --steps, --batch, --check-every must be >= 1 and --tol >= 0\n");
+    return -1;
+  }
+  if (!devices) {
+    fprintf(stderr, "anygrad compare: --devices is required (e.g. --devices cpu,opencl:0)\n");
+    return -1;
+  }
+  const char *p = devices;
+  while (*p) {
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof o->name[0]) {
+      fprintf(stderr, "anygrad compare: bad device list '%s'\n", devices);
+      return -1;
+    }
+    if (o->n_dev == CMP_MAX_DEV) {
+      fprintf(stderr, "anygrad compare: at most %d devices\n", CMP_MAX_DEV);
+      return -1;
+    }
+    char s[32];
+    memcpy(s, p, len);
+    s[len] = 0;
+    if (parse_device(s, &o->dev[o->n_dev]) != 0) return -1;
+    ag_device_str(o->dev[o->n_dev], o->name[o->n_dev], sizeof o->name[0]);
+    o->n_dev++;
+    p += len;
+    if (*p == ',') p++;
+  }
+  if (o->n_dev < 2) {
+    fprintf(stderr, "anygrad compare: --devices needs at least two devices (a device may repeat: cpu,cpu)\n");
+    return -1;
+  }
+  o->out = o->json && !strcmp(o->json, "-") ? stderr : stdout;
+  if (!o->log_every) o->log_every = o->steps <= 30 ? 1 : (o->steps + 24) / 25;
+  o->job.steps = o->steps;
+  /* Short comparisons still leave warmup and see the schedule decay. */
+  if (o->job.warmup > o->steps / 10) o->job.warmup = o->steps / 10;
+  return 0;
+}
+
+/* ---------------- data (the word list, as `anygrad train` prepares it) ---------------- */
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+typedef struct words {
+  int n;
+  char **w;
+} words;
+
+static void words_free(words *d) {
+  for (int i = 0; i < d->n; i++) free(d->w[i]);
+  free(d->w);
+  d->w = NULL;
+  d->n = 0;
+}
+
+/* Lower-case a-z words, shuffled with the seed; the last tenth is held out
+ * (as in training) and not used here. */
+static ag_status words_load(const char *path, uint64_t seed, words *out) {
+  FILE *f = fopen(path, "r");
+  if (!f) return ag_error_set(AG_ERR_IO, "compare: cannot open %s (Debian: apt-get install wamerican)", path);
+  char line[256];
+  int n = 0, cap = 0;
+  char **w = NULL;
+  ag_status st = AG_OK;
+  while (st == AG_OK && fgets(line, sizeof line, f)) {
+    size_t len = strcspn(line, "\r\n");
+    line[len] = 0;
+    bool ok = len > 0 && len <= CHARLM_MAX_WORD;
+    for (size_t i = 0; ok && i < len; i++) ok = line[i] >= 'a' && line[i] <= 'z';
+    if (!ok) continue;
+    if (n == cap) {
+      cap = cap ? cap * 2 : 4096;
+      char **nw = realloc(w, (size_t)cap * sizeof *nw);
+      if (!nw) st = ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+      else w = nw;
+    }
+    if (st == AG_OK && !(w[n] = strdup(line))) st = ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+    if (st == AG_OK) n++;
+  }
+  fclose(f);
+  out->w = w;
+  out->n = n;
+  if (st == AG_OK && n < 100) st = ag_error_set(AG_ERR_IO, "compare: %s holds only %d usable words", path, n);
+  if (st != AG_OK) {
+    words_free(out);
+    return st;
+  }
+  uint64_t s = seed ^ 0x5eedull;
+  for (int i = n - 1; i > 0; i--) {
+    int j = (int)(splitmix(&s) % (uint64_t)(i + 1));
+    char *t = w[i];
+    w[i] = w[j];
+    w[j] = t;
+  }
+  out->n = n - n / 10;
+  for (int i = out->n; i < n; i++) free(w[i]);
+  return AG_OK;
+}
+
+static int32_t char_id(char c) { return c == '.' ? 0 : c - 'a' + 1; }
+
+/* One step's batch on the host: MLP [B, context] contexts of a random position
+ * of a random word and [B] next characters; GPT [B, T] padded words and [B*T]
+ * shifted targets (-1 past the end, ignored by the loss). */
+static void make_batch(const cmp_options *o, const words *d, int64_t step, int32_t *x, int32_t *y) {
+  uint64_t rng = o->job.seed * 0x100000001b3ull + (uint64_t)step;
+  int T = CHARLM_MAX_WORD + 2, C = o->job.context;
+  for (int64_t b = 0; b < o->job.batch; b++) {
+    const char *w = d->w[splitmix(&rng) % (uint64_t)d->n];
+    int len = (int)strlen(w);
+    if (o->job.model == CHARLM_MLP) {
+      int p = (int)(splitmix(&rng) % (uint64_t)(len + 1));
+      for (int k = 0; k < C; k++) {
+        int q = p - C + k;
+        x[b * C + k] = q < 0 ? 0 : char_id(w[q]);
+      }
+      y[b] = p < len ? char_id(w[p]) : 0;
+    } else {
+      for (int p = 0; p < T; p++) {
+        x[b * T + p] = p == 0 ? 0 : (p <= len ? char_id(w[p - 1]) : 0);
+        y[b * T + p] = p < len ? char_id(w[p]) : (p == len ? 0 : -1);
+      }
+    }
+  }
+}
+
+/* ---------------- model (the architectures of examples/charlm.c) ---------------- */
+
+typedef struct replica {
+  ag_device dev;
+  charlm_model_kind kind;
+  ag_embedding_layer emb;
+  ag_linear l1, l2;
+  ag_gpt gpt;
+  bool have_gpt;
+  ag_param_list params;
+  ag_optimizer *opt;
+} replica;
+
+static void replica_free(replica *r) {
+  ag_optimizer_free(r->opt);
+  ag_params_free(&r->params);
+  ag_embedding_free(&r->emb);
+  ag_linear_free(&r->l1);
+  ag_linear_free(&r->l2);
+  if (r->have_gpt) ag_gpt_free(&r->gpt);
+  memset(r, 0, sizeof *r);
+}
+
+static ag_status replica_init(replica *r, const charlm_options *o, ag_device dev, ag_generator *g) {
+  memset(r, 0, sizeof *r);
+  r->dev = dev;
+  r->kind = o->model;
+  ag_status st;
+  if (o->model == CHARLM_MLP) {
+    st = ag_embedding_init(&r->emb, dev, AG_F32, CHARLM_VOCAB, o->emb, g);
+    if (st == AG_OK) st = ag_linear_init(&r->l1, dev, AG_F32, (int64_t)o->context * o->emb, o->hidden, true, g);
+    if (st == AG_OK) st = ag_linear_init(&r->l2, dev, AG_F32, o->hidden, CHARLM_VOCAB, true, g);
+    if (st == AG_OK) st = ag_embedding_params(&r->emb, "emb.", &r->params);
+    if (st == AG_OK) st = ag_linear_params(&r->l1, "fc1.", &r->params);
+    if (st == AG_OK) st = ag_linear_params(&r->l2, "fc2.", &r->params);
+  } else {
+    ag_gpt_config c = {.vocab_size = CHARLM_VOCAB, .block_size = CHARLM_MAX_WORD + 2, .n_layer = o->n_layer,
+                       .n_embd = o->n_embd, .n_head = o->n_head, .dropout = 0.0};
+    st = ag_gpt_init(&r->gpt, &c, dev, AG_F32, g);
+    r->have_gpt = st == AG_OK;
+    if (st == AG_OK) st = ag_params_extend(&r->params, "", &r->gpt.params);
+  }
+  if (st == AG_OK) {
+    ag_adamw_options ao = ag_adamw_defaults();
+    ao.lr = o->lr;
+    ao.weight_decay = o->weight_decay;
+    r->opt = ag_adamw_create(&r->params, &ao);
+    if (!r->opt) st = ag_last_status();
+  }
+  if (st != AG_OK) replica_free(r);
+  return st;
+}
+
+static ag_tensor *replica_loss(const replica *r, ag_tensor *x, ag_tensor *y) {
+  ag_tensor *logits;
+  if (r->kind == CHARLM_MLP) {
+    ag_tensor *e = ag_embedding_forward(&r->emb, x);
+    int64_t s[2] = {ag_tensor_dim(x, 0), ag_tensor_dim(x, 1) * r->emb.dim};
+    ag_tensor *h = ag_linear_forward(&r->l1, ag_reshape(e, 2, s));
+    logits = ag_linear_forward(&r->l2, ag_tanh(h));
+  } else {
+    int64_t s[2] = {-1, CHARLM_VOCAB};
+    logits = ag_reshape(ag_gpt_forward(&r->gpt, x, true, NULL), 2, s);
+  }
+  return ag_cross_entropy(logits, y, AG_REDUCTION_MEAN, -1); /* intermediates belong to the step's scope */
+}
+
+/* One optimizer step on the replica's device; returns the loss read to the
+ * host (the step's one sync, which also makes the wall time the device's). */
+static ag_status replica_step(replica *r, const cmp_options *o, int64_t step, const int32_t *hx,
+                              const int32_t *hy, double *out_loss) {
+  ag_optimizer_set_lr(r->opt, ag_lr_cosine(step, o->job.warmup, o->steps, o->job.lr, o->job.lr * 0.1));
+  bool mlp = r->kind == CHARLM_MLP;
+  int64_t B = o->job.batch, cols = mlp ? o->job.context : CHARLM_MAX_WORD + 2;
+  int64_t sx[2] = {B, cols}, sy[1] = {mlp ? B : B * cols};
+  ag_scope_begin();
+  ag_tensor *x = ag_from_host(r->dev, AG_I32, 2, sx, hx);
+  ag_tensor *y = ag_from_host(r->dev, AG_I32, 1, sy, hy);
+  ag_tensor *loss = replica_loss(r, x, y);
+  ag_status st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
+  if (st == AG_OK && o->job.clip > 0 && !ag_clip_grad_norm(&r->params, o->job.clip)) st = ag_last_status();
+  if (st == AG_OK) st = ag_optimizer_step(r->opt);
+  ag_optimizer_zero_grad(r->opt);
+  if (st == AG_OK) {
+    *out_loss = ag_item(loss);
+    if (isnan(*out_loss) && ag_last_status() != AG_OK) st = ag_last_status();
+  }
+  ag_scope_end();
+  return st;
+}
+
+/* ---------------- divergence ---------------- */
+
+/* NaN-propagating maximum: a NaN divergence must never look small. */
+static double worst(double a, double b) { return isnan(a) || isnan(b) ? NAN : (a > b ? a : b); }
+
+static bool exceeds(double div, double tol) { return !(div <= tol); }
+
+static double loss_divergence(double ref, double other) {
+  if (ref == other) return 0; /* also two equal infinities */
+  double d = fabs(ref - other), s = fabs(ref);
+  return s > 0 ? d / s : (d > 0 ? INFINITY : NAN);
+}
+
+/* max over parameters of ||p_ref - p|| / ||p_ref||, accumulated in double. */
+static ag_status param_divergence(const ag_param_list *ref, const ag_param_list *other, float **buf,
+                                  size_t *cap, double *out, int *out_worst) {
+  double div = 0;
+  int at = 0;
+  for (int i = 0; i < ref->count; i++) {
+    size_t n = (size_t)ag_tensor_numel(ref->tensors[i]);
+    if (n > *cap) {
+      float *nb = realloc(*buf, 2 * n * sizeof **buf);
+      if (!nb) return ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+      *buf = nb;
+      *cap = n;
+    }
+    float *a = *buf, *b = *buf + n;
+    ag_status st = ag_to_host(ref->tensors[i], a, n * sizeof *a);
+    if (st == AG_OK) st = ag_to_host(other->tensors[i], b, n * sizeof *b);
+    if (st != AG_OK) return st;
+    double na = 0, nd = 0;
+    for (size_t k = 0; k < n; k++) {
+      double d = (double)a[k] - (double)b[k];
+      na += (double)a[k] * a[k];
+      nd += d * d;
+    }
+    double r = nd == 0 ? (isnan(na) ? NAN : 0) : (na > 0 ? sqrt(nd) / sqrt(na) : INFINITY);
+    if (isnan(nd)) r = NAN;
+    if (!isnan(div) && (isnan(r) || r > div)) at = i;
+    div = worst(div, r);
+  }
+  *out = div;
+  if (out_worst) *out_worst = at;
+  return AG_OK;
+}
+
+/* Overwrite every parameter of r with the master copy (no autograd record). */
+static ag_status copy_params(replica *r, const ag_param_list *master) {
+  ag_status st = AG_OK;
+  ag_no_grad_begin();
+  for (int i = 0; i < master->count && st == AG_OK; i++) st = ag_copy_(r->params.tensors[i], master->tensors[i]);
+  ag_grad_mode_end();
+  if (st == AG_OK) st = ag_device_synchronize(r->dev);
+  return st;
+}
+
+/* ---------------- report ---------------- */
+
+typedef struct report {
+  int n_dev;
+  int64_t steps;
+  double *loss, *ms, *dloss, *dparam; /* [steps][n_dev]; column 0 (the reference) holds 0 divergence */
+  double init_div[CMP_MAX_DEV];       /* each device's own generator vs the CPU */
+  int64_t first_exceed[CMP_MAX_DEV];  /* 1-based step, 0 = never */
+  int64_t nparams;
+  double max_param[CMP_MAX_DEV];     /* with the parameter that reached it */
+  char worst_name[CMP_MAX_DEV][64];
+  char exceed_name[CMP_MAX_DEV][64]; /* the worst parameter at the first step over tolerance */
+} report;
+
+/* Parameters are compared every --check-every steps; other steps hold this. */
+#define NOT_CHECKED (-1.0)
+#define AT(a, s, d) ((a)[(size_t)(s) * (size_t)rep->n_dev + (size_t)(d)])
+
+static void fmt_div(double v, char *buf, size_t n) {
+  if (isnan(v)) snprintf(buf, n, "nan");
+  else if (v == 0) snprintf(buf, n, "0");
+  else snprintf(buf, n, "%.2e", v);
+}
+
+/* Columns: the loss on every device, loss and parameter divergence of every
+ * other device against the reference, the step time on every device. */
+static void print_header(const cmp_options *o) {
+  char l[64];
+  fprintf(o->out, "%6s", "step");
+  for (int d = 0; d < o->n_dev; d++) fprintf(o->out, " %12.12s", o->name[d]);
+  for (int d = 1; d < o->n_dev; d++) {
+    snprintf(l, sizeof l, "dloss %s", o->name[d]);
+    fprintf(o->out, "  %15.15s", l);
+    snprintf(l, sizeof l, "dparam %s", o->name[d]);
+    fprintf(o->out, " %15.15s", l);
+  }
+  for (int d = 0; d < o->n_dev; d++) {
+    snprintf(l, sizeof l, "ms %s", o->name[d]);
+    fprintf(o->out, " %12.12s", l);
+  }
+  fprintf(o->out, "\n");
+}
+
+static void print_row(const cmp_options *o, const report *rep, int64_t s) {
+  bool over = false;
+  fprintf(o->out, "%6lld", (long long)s + 1);
+  for (int d = 0; d < o->n_dev; d++) fprintf(o->out, " %12.6f", AT(rep->loss, s, d));
+  for (int d = 1; d < o->n_dev; d++) {
+    char a[32], b[32] = "-";
+    fmt_div(AT(rep->dloss, s, d), a, sizeof a);
+    if (AT(rep->dparam, s, d) != NOT_CHECKED) fmt_div(AT(rep->dparam, s, d), b, sizeof b);
+    over = over || exceeds(AT(rep->dloss, s, d), o->tol) ||
+           (AT(rep->dparam, s, d) != NOT_CHECKED && exceeds(AT(rep->dparam, s, d), o->tol));
+    fprintf(o->out, "  %15s %15s", a, b);
+  }
+  for (int d = 0; d < o->n_dev; d++) fprintf(o->out, " %12.2f", AT(rep->ms, s, d));
+  fprintf(o->out, "%s\n", over ? "  > tol" : "");
+}
+
+static void json_num(FILE *f, double v) {
+  if (isfinite(v)) fprintf(f, "%.9g", v);
+  else fprintf(f, "null");
+}
+
+static double mean_ms(const report *rep, int d) {
+  /* Step 1 includes kernel compilation and first-touch allocation; leave it
+   * out when there is more than one step. */
+  int64_t s0 = rep->steps > 1 ? 1 : 0;
+  double sum = 0;
+  for (int64_t s = s0; s < rep->steps; s++) sum += AT(rep->ms, s, d);
+  return sum / (double)(rep->steps - s0);
+}
+
+static void max_divs(const report *rep, int d, double *ml, double *mp) {
+  *ml = 0;
+  *mp = 0;
+  for (int64_t s = 0; s < rep->steps; s++) {
+    *ml = worst(*ml, AT(rep->dloss, s, d));
+    if (AT(rep->dparam, s, d) != NOT_CHECKED) *mp = worst(*mp, AT(rep->dparam, s, d));
+  }
+}
+
+/* f was opened before training, so a bad path fails before the run. */
+static ag_status write_json(FILE *f, const char *path, const cmp_options *o, const report *rep, bool diverged) {
+  fprintf(f, "{\n  \"model\": \"%s\", \"parameters\": %lld, \"seed\": %llu, \"steps\": %lld, \"batch\": %lld,\n",
+          o->job.model == CHARLM_MLP ? "mlp" : "gpt", (long long)rep->nparams, (unsigned long long)o->job.seed,
+          (long long)o->steps, (long long)o->job.batch);
+  fprintf(f, "  \"tolerance\": ");
+  json_num(f, o->tol);
+  fprintf(f, ", \"check_every\": %lld, \"reference\": \"%s\",\n  \"devices\": [\n", (long long)o->check_every,
+          o->name[0]);
+  for (int d = 0; d < o->n_dev; d++) {
+    double ml, mp;
+    max_divs(rep, d, &ml, &mp);
+    fprintf(f, "    {\"device\": \"%s\", \"first_loss\": ", o->name[d]);
+    json_num(f, AT(rep->loss, 0, d));
+    fprintf(f, ", \"final_loss\": ");
+    json_num(f, AT(rep->loss, rep->steps - 1, d));
+    fprintf(f, ", \"max_loss_divergence\": ");
+    json_num(f, ml);
+    fprintf(f, ", \"max_param_divergence\": ");
+    json_num(f, mp);
+    fprintf(f, ", \"worst_param\": \"%s\", \"init_divergence\": ", rep->worst_name[d]);
+    json_num(f, rep->init_div[d]);
+    fprintf(f, ", \"first_exceed_step\": ");
+    if (rep->first_exceed[d]) fprintf(f, "%lld", (long long)rep->first_exceed[d]);
+    else fprintf(f, "null");
+    fprintf(f, ", \"mean_step_ms\": ");
+    json_num(f, mean_ms(rep, d));
+    fprintf(f, "}%s\n", d + 1 < o->n_dev ? "," : "");
+  }
+  int64_t first = 0;
+  for (int d = 1; d < o->n_dev; d++)
+    if (rep->first_exceed[d] && (!first || rep->first_exceed[d] < first)) first = rep->first_exceed[d];
+  fprintf(f, "  ],\n  \"diverged\": %s, \"first_exceed_step\": ", diverged ? "true" : "false");
+  if (first) fprintf(f, "%lld", (long long)first);
+  else fprintf(f, "null");
+  fprintf(f, ",\n  \"per_step\": [\n");
+  for (int64_t s = 0; s < rep->steps; s++) {
+    fprintf(f, "    {\"step\": %lld", (long long)s + 1);
+    const char *keys[4] = {"loss", "loss_divergence", "param_divergence", "step_ms"};
+    double *arrs[4] = {rep->loss, rep->dloss, rep->dparam, rep->ms};
+    for (int k = 0; k < 4; k++) {
+      fprintf(f, ", \"%s\": [", keys[k]);
+      for (int d = 0; d < o->n_dev; d++) {
+        double v = AT(arrs[k], s, d);
+        if (d) fputs(", ", f);
+        if (k == 2 && v == NOT_CHECKED) fputs("null", f);
+        else json_num(f, v);
+      }
+      fputc(']', f);
+    }
+    fprintf(f, "}%s\n", s + 1 < rep->steps ? "," : "");
+  }
+  fprintf(f, "  ]\n}\n");
+  fflush(f);
+  return ferror(f) ? ag_error_set(AG_ERR_IO, "compare: cannot write %s", path) : AG_OK;
+}
+
+static void print_summary(const cmp_options *o, const report *rep, bool diverged) {
+  char span[48] = "step 1";
+  if (rep->steps > 1) snprintf(span, sizeof span, "steps 2..%lld", (long long)rep->steps);
+  fprintf(o->out, "\nsummary: reference %s; divergences are relative to it; ms/step is the mean wall time\n"
+         "of %s on each device, including the loss read that ends the step\n",
+         o->name[0], span);
+  fprintf(o->out, "%-12s %11s %11s %10s %10s %12s %9s  %s\n", "device", "first loss", "final loss", "max dloss",
+         "init diff", "first > tol", "ms/step", "max dparam (parameter)");
+  for (int d = 0; d < o->n_dev; d++) {
+    double ml, mp;
+    max_divs(rep, d, &ml, &mp);
+    char a[32] = "-", b[128] = "-", c[32], e[32] = "-";
+    if (d) {
+      fmt_div(ml, a, sizeof a);
+      fmt_div(mp, b, sizeof b);
+      if (rep->first_exceed[d]) snprintf(e, sizeof e, "step %lld", (long long)rep->first_exceed[d]);
+    }
+    if (d && rep->worst_name[d][0]) snprintf(b + strlen(b), sizeof b - strlen(b), " %s", rep->worst_name[d]);
+    fmt_div(rep->init_div[d], c, sizeof c);
+    fprintf(o->out, "%-12s %11.6f %11.6f %10s %10s %12s %9.2f  %s\n", o->name[d], AT(rep->loss, 0, d),
+           AT(rep->loss, rep->steps - 1, d), a, c, e, mean_ms(rep, d), b);
+  }
+  if (!diverged) {
+    fprintf(o->out, "result: within tolerance %g for all %lld steps\n", o->tol, (long long)rep->steps);
+    return;
+  }
+  for (int d = 1; d < o->n_dev; d++) {
+    if (!rep->first_exceed[d]) continue;
+    int64_t s = rep->first_exceed[d] - 1;
+    char a[32], b[32] = "-";
+    fmt_div(AT(rep->dloss, s, d), a, sizeof a);
+    if (AT(rep->dparam, s, d) != NOT_CHECKED) fmt_div(AT(rep->dparam, s, d), b, sizeof b);
+    fprintf(o->out, "result: DIVERGED: %s exceeds tolerance %g first at step %lld (loss %s, parameters %s%s%s)\n",
+           o->name[d], o->tol, (long long)s + 1, a, b, rep->exceed_name[d][0] ? " in " : "", rep->exceed_name[d]);
+  }
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+int ag_cmd_compare(int argc, char **argv) {
+  cmp_options o;
+  int rc = parse_args(argc, argv, &o);
+  if (rc) return rc > 0 ? 0 : 2;
+
+  words data = {0};
+  replica master, reps[CMP_MAX_DEV];
+  bool have_master = false;
+  int n_ready = 0;
+  report rp = {.n_dev = o.n_dev, .steps = o.steps}, *rep = &rp;
+  float *buf = NULL;
+  size_t cap = 0;
+  int64_t T = CHARLM_MAX_WORD + 2, cells = o.steps * o.n_dev;
+  int32_t *hx = malloc((size_t)(o.job.batch * T) * sizeof *hx), *hy = malloc((size_t)(o.job.batch * T) * sizeof *hy);
+  rep->loss = calloc((size_t)cells, sizeof(double));
+  rep->ms = calloc((size_t)cells, sizeof(double));
+  rep->dloss = calloc((size_t)cells, sizeof(double));
+  rep->dparam = calloc((size_t)cells, sizeof(double));
+  ag_status st = AG_OK;
+  if (!hx || !hy || !rep->loss || !rep->ms || !rep->dloss || !rep->dparam)
+    st = ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+  FILE *json = NULL;
+  if (st == AG_OK && o.json) {
+    json = strcmp(o.json, "-") ? fopen(o.json, "w") : stdout;
+    if (!json) st = ag_error_set(AG_ERR_IO, "compare: cannot write %s", o.json);
+  }
+  if (st == AG_OK) st = words_load(o.job.words_path, o.job.seed, &data);
+
+  /* The initial parameters are drawn once on the CPU and copied to every
+   * device, so the comparison starts from identical bits. Each device also
+   * draws its own from the same seed first: how far those are from the CPU's
+   * shows whether the generator agrees across backends. */
+  ag_generator *g = ag_generator_create(o.job.seed);
+  if (st == AG_OK && !g) st = ag_last_status();
+  if (st == AG_OK) {
+    st = replica_init(&master, &o.job, AG_CPU, g);
+    have_master = st == AG_OK;
+  }
+  for (int d = 0; st == AG_OK && d < o.n_dev; d++) {
+    ag_generator_set_state(g, o.job.seed, 0);
+    st = replica_init(&reps[d], &o.job, o.dev[d], g);
+    if (st != AG_OK) break;
+    n_ready++;
+    st = param_divergence(&master.params, &reps[d].params, &buf, &cap, &rep->init_div[d], NULL);
+    if (st == AG_OK) st = copy_params(&reps[d], &master.params);
+  }
+  ag_generator_free(g);
+  if (have_master) {
+    rep->nparams = ag_params_numel(&master.params);
+    replica_free(&master);
+  }
+
+  if (st == AG_OK) {
+    fprintf(o.out, "anygrad compare: %s model, %lld parameters, seed %llu, %lld steps of batch %lld, tolerance %g\n",
+           o.job.model == CHARLM_MLP ? "mlp" : "gpt", (long long)rep->nparams, (unsigned long long)o.job.seed,
+           (long long)o.steps, (long long)o.job.batch, o.tol);
+    fprintf(o.out, "devices:");
+    for (int d = 0; d < o.n_dev; d++) {
+      ag_device_props p;
+      bool named = ag_device_props_get(o.dev[d], &p) == AG_OK;
+      fprintf(o.out, "%s %s%s%s%s%s", d ? "," : "", o.name[d], named ? " (" : "", named ? p.name : "", named ? ")" : "",
+             d ? "" : " [reference]");
+    }
+    fprintf(o.out, "\n\n");
+    print_header(&o);
+  }
+  for (int64_t s = 0; st == AG_OK && s < o.steps; s++) {
+    make_batch(&o, &data, s, hx, hy);
+    for (int d = 0; st == AG_OK && d < o.n_dev; d++) {
+      double t0 = now_ms();
+      st = replica_step(&reps[d], &o, s, hx, hy, &AT(rep->loss, s, d));
+      AT(rep->ms, s, d) = now_ms() - t0;
+      if (st != AG_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ag_last_error());
+        st = ag_error_set(st, "step %lld on %s: %s", (long long)s + 1, o.name[d], msg);
+      }
+    }
+    bool check = (s + 1) % o.check_every == 0 || s + 1 == o.steps, fresh = false;
+    for (int d = 1; st == AG_OK && d < o.n_dev; d++) {
+      AT(rep->dloss, s, d) = loss_divergence(AT(rep->loss, s, 0), AT(rep->loss, s, d));
+      AT(rep->dparam, s, d) = NOT_CHECKED;
+      int w = 0;
+      if (check) st = param_divergence(&reps[0].params, &reps[d].params, &buf, &cap, &AT(rep->dparam, s, d), &w);
+      double v = check ? AT(rep->dparam, s, d) : 0;
+      if (check && (isnan(v) ? !isnan(rep->max_param[d]) : v > rep->max_param[d])) {
+        rep->max_param[d] = v;
+        snprintf(rep->worst_name[d], sizeof rep->worst_name[d], "%s", reps[d].params.names[w]);
+      }
+      bool over = exceeds(AT(rep->dloss, s, d), o.tol) || (check && exceeds(AT(rep->dparam, s, d), o.tol));
+      if (st == AG_OK && over && !rep->first_exceed[d]) {
+        rep->first_exceed[d] = s + 1;
+        if (check) snprintf(rep->exceed_name[d], sizeof rep->exceed_name[d], "%s", reps[d].params.names[w]);
+        fresh = true;
+      }
+    }
+    if (st == AG_OK && (s == 0 || fresh || (s + 1) % o.log_every == 0 || s + 1 == o.steps)) print_row(&o, rep, s);
+  }
+
+  bool diverged = false;
+  for (int d = 1; d < o.n_dev; d++) diverged = diverged || rep->first_exceed[d] != 0;
+  if (st == AG_OK) print_summary(&o, rep, diverged);
+  if (st == AG_OK && json) st = write_json(json, o.json, &o, rep, diverged);
+  if (json && json != stdout && fclose(json) != 0 && st == AG_OK)
+    st = ag_error_set(AG_ERR_IO, "compare: cannot write %s", o.json);
+  if (st != AG_OK) fprintf(stderr, "anygrad compare: %s: %s\n", ag_status_name(st), ag_last_error());
+  fflush(stdout);
+
+  for (int d = 0; d < n_ready; d++) replica_free(&reps[d]);
+  words_free(&data);
+  free(buf);
+  free(hx);
+  free(hy);
+  free(rep->loss);
+  free(rep->ms);
+  free(rep->dloss);
+  free(rep->dparam);
+  return st != AG_OK ? 2 : diverged ? 1 : 0;
+}
