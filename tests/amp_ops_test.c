@@ -1,9 +1,9 @@
-/* Every op under autocast, conformance style, on the CPU and on opencl:0
- * (skipped without one): each op runs in the dtype include/anygrad/amp.h's
- * policy names for f32, half and mixed inputs, matches the same op computed in
- * f32 on the inputs the policy hands it (to the output's rounding), matches
- * plain f32 within the half dtype's tolerance, and backward delivers f32
- * gradients to f32 leaves. */
+/* Every op under autocast, conformance style, on the CPU and on opencl:0,
+ * cuda:0 and hip:0 (each skipped without one): each op runs in the dtype
+ * include/anygrad/amp.h's policy names for f32, half and mixed inputs,
+ * matches the same op computed in f32 on the inputs the policy hands it (to
+ * the output's rounding), matches plain f32 within the half dtype's
+ * tolerance, and backward delivers f32 gradients to f32 leaves. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -367,11 +367,13 @@ static void run_device(ag_device dev) {
 
 static void test_cpu(void **state) { run_device(AG_CPU); }
 
-static void test_opencl(void **state) {
-  ag_device d;
-  if (!ag_backend_available(AG_BACKEND_OPENCL, NULL) || ag_device_parse("opencl:0", &d) != AG_OK) skip();
-  run_device(d);
+static void run_backend(ag_backend_kind k) {
+  if (!ag_backend_available(k, NULL)) skip();
+  run_device((ag_device){k, 0});
 }
+static void test_opencl(void **state) { run_backend(AG_BACKEND_OPENCL); }
+static void test_cuda(void **state) { run_backend(AG_BACKEND_CUDA); }
+static void test_hip(void **state) { run_backend(AG_BACKEND_HIP); }
 
 /* Regions nest, f32 islands switch autocast off, the parameter cast is made
  * once per region and gradients reach the f32 parameter. */
@@ -411,6 +413,8 @@ int main(void) {
       cmocka_unit_test(test_regions),
       cmocka_unit_test(test_cpu),
       cmocka_unit_test(test_opencl),
+      cmocka_unit_test(test_cuda),
+      cmocka_unit_test(test_hip),
   };
   return cmocka_run_group_tests_name("amp_ops", tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* Mixed-precision training: the grad scaler (skip on overflow, backoff and
  * growth on the device, unscale, call-order errors), no host sync inside a
  * scaled step, f32 master weights, and the training example in f16 and bf16
- * against f32. CPU always; opencl:0 too where present (skipped otherwise). */
+ * against f32. CPU always; opencl:0, cuda:0 and hip:0 too where present. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,13 +27,14 @@ typedef struct fixture {
   ag_grad_scaler *scaler;
 } fixture;
 
+/* Devices 0..N_DEV-1: the CPU, then opencl:0, cuda:0, hip:0 where present
+ * (the GPU ones run on the GPU machine). */
+enum { N_DEV = 4 };
 static bool device_for(int which, ag_device *d) {
-  if (which == 0) {
-    *d = AG_CPU;
-    return true;
-  }
-  if (!ag_backend_available(AG_BACKEND_OPENCL, NULL)) return false;
-  return ag_device_parse("opencl:0", d) == AG_OK;
+  const ag_backend_kind k[N_DEV] = {AG_BACKEND_CPU, AG_BACKEND_OPENCL, AG_BACKEND_CUDA, AG_BACKEND_HIP};
+  if (which > 0 && !ag_backend_available(k[which], NULL)) return false;
+  *d = (ag_device){k[which], 0};
+  return true;
 }
 
 static void fixture_init(fixture *f, ag_device dev, bool adamw, const ag_grad_scaler_options *so) {
@@ -160,7 +161,7 @@ static void overflow_case(ag_device dev, bool adamw, bool unscale_first) {
 }
 
 static void test_overflow_skips_step(void **state) {
-  for (int which = 0; which < 2; which++) {
+  for (int which = 0; which < N_DEV; which++) {
     ag_device dev;
     if (!device_for(which, &dev)) continue;
     for (int adamw = 0; adamw < 2; adamw++)
@@ -174,7 +175,7 @@ static void test_overflow_skips_step(void **state) {
 /* growth_interval 2 from scale 8: two clean steps double it, an overflow
  * halves it and restarts the count. */
 static void test_growth_and_backoff(void **state) {
-  for (int which = 0; which < 2; which++) {
+  for (int which = 0; which < N_DEV; which++) {
     ag_device dev;
     if (!device_for(which, &dev)) continue;
     ag_grad_scaler_options so = {.init_scale = 8, .growth_factor = 2, .backoff_factor = 0.5,
@@ -196,7 +197,7 @@ static void test_growth_and_backoff(void **state) {
 /* unscale_ leaves the gradients a plain f32 backward would give, within f16
  * rounding; gradients of f32 parameters arrive in f32. */
 static void test_unscale_matches_unscaled(void **state) {
-  for (int which = 0; which < 2; which++) {
+  for (int which = 0; which < N_DEV; which++) {
     ag_device dev;
     if (!device_for(which, &dev)) continue;
     ag_grad_scaler_options off = ag_grad_scaler_defaults();
@@ -292,7 +293,7 @@ static void test_options_and_disabled(void **state) {
  * clipping, skipping step, scale update) with sync-debug in error mode: any
  * host sync would fail the step, and the counter must not move. */
 static void test_no_sync_in_scaled_step(void **state) {
-  for (int which = 0; which < 2; which++) {
+  for (int which = 0; which < N_DEV; which++) {
     ag_device dev;
     if (!device_for(which, &dev)) continue;
     fixture f;
