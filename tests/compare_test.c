@@ -111,6 +111,41 @@ static void gpt_cpu_against_cpu_checks_every_other_step(void **state) {
   free(j);
 }
 
+/* Number after `"key": ` anywhere in the JSON. */
+static double top_field(const char *json, const char *key) {
+  char k[64];
+  snprintf(k, sizeof k, "\"%s\": ", key);
+  const char *q = strstr(json, k);
+  assert_non_null(q);
+  return strtod(q + strlen(k), NULL);
+}
+
+static void tolerance_defaults_and_overrides(void **state) {
+  (void)state;
+  remove(JSON_PATH);
+  const char *a[] = {"--devices", "cpu,cpu", "--steps", "1", "--json", JSON_PATH};
+  assert_int_equal(run(6, a), 0);
+  char *j = slurp(JSON_PATH);
+  assert_non_null(j);
+  assert_true(top_field(j, "tolerance") == 1e-2);
+  assert_true(top_field(j, "loss_tolerance") == 1e-5);
+  free(j);
+  /* --loss-tol wins over --tol whatever the order; --tol alone sets both. */
+  const char *b[] = {"--loss-tol", "1e-7", "--devices", "cpu,cpu", "--tol", "1e-3", "--steps", "1", "--json", JSON_PATH};
+  assert_int_equal(run(10, b), 0);
+  j = slurp(JSON_PATH);
+  assert_non_null(j);
+  assert_true(top_field(j, "tolerance") == 1e-3);
+  assert_true(top_field(j, "loss_tolerance") == 1e-7);
+  free(j);
+  const char *c[] = {"--devices", "cpu,cpu", "--tol", "0", "--steps", "1", "--json", JSON_PATH};
+  assert_int_equal(run(8, c), 0);
+  j = slurp(JSON_PATH);
+  assert_non_null(j);
+  assert_true(top_field(j, "tolerance") == 0 && top_field(j, "loss_tolerance") == 0);
+  free(j);
+}
+
 static void cpu_against_opencl_within_tolerance(void **state) {
   (void)state;
   const char *why = NULL;
@@ -163,6 +198,8 @@ static void bad_requests_exit_2(void **state) {
   assert_int_equal(run(4, steps), 2);
   const char *tol[] = {"--devices", "cpu,cpu", "--tol", "abc"};
   assert_int_equal(run(4, tol), 2);
+  const char *ltol[] = {"--devices", "cpu,cpu", "--loss-tol", "-1e-3"};
+  assert_int_equal(run(4, ltol), 2);
   const char *model[] = {"--devices", "cpu,cpu", "--model", "rnn"};
   assert_int_equal(run(4, model), 2);
   const char *opt[] = {"--devices", "cpu,cpu", "--frobnicate", "1"};
@@ -193,6 +230,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cpu_against_cpu_is_identical),
       cmocka_unit_test(gpt_cpu_against_cpu_checks_every_other_step),
+      cmocka_unit_test(tolerance_defaults_and_overrides),
       cmocka_unit_test(cpu_against_opencl_within_tolerance),
       cmocka_unit_test(bad_requests_exit_2),
       cmocka_unit_test(absent_backend_exits_2),

@@ -21,7 +21,7 @@ typedef struct cmp_options {
   ag_device dev[CMP_MAX_DEV];
   char name[CMP_MAX_DEV][32];
   int64_t steps, log_every, check_every;
-  double tol;
+  double tol, loss_tol; /* parameters, loss */
   const char *json;
   FILE *out; /* the human report: stdout, or stderr when the JSON goes to stdout */
   charlm_options job; /* model sizes and hyperparameters of `anygrad train` */
@@ -37,8 +37,9 @@ static void usage(void) {
       "  --steps N        optimizer steps (default 20)\n"
       "  --model mlp|gpt  model of `anygrad train` (default mlp)\n"
       "  --seed S         seed of initial parameters and batches (default 1337)\n"
-      "  --tol T          relative tolerance for loss and parameters (default 1e-2;\n"
-      "                   docs/compare.md explains how to choose it)\n"
+      "  --tol T          relative tolerance of parameters and loss (default:\n"
+      "                   1e-2 for parameters, 1e-5 for the loss; see docs/compare.md)\n"
+      "  --loss-tol T     relative tolerance of the loss alone (after --tol)\n"
       "  --batch N        examples (mlp) or words (gpt) per step (default as train)\n"
       "  --check-every N  compare parameters every N steps (default 1)\n"
       "  --log-every N    print every N-th step (default: about 25 rows)\n"
@@ -67,7 +68,8 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
   o->job.seed = 1337;
   o->steps = 20;
   o->check_every = 1;
-  o->tol = 1e-2;
+  double tol_all = 0, tol_loss = 0;
+  bool have_tol = false, have_loss_tol = false;
   const char *devices = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -89,7 +91,13 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
       }
     } else if (!strcmp(a, "--steps")) o->steps = strtoll(v, &end, 10);
     else if (!strcmp(a, "--seed")) o->job.seed = strtoull(v, &end, 10);
-    else if (!strcmp(a, "--tol")) o->tol = strtod(v, &end);
+    else if (!strcmp(a, "--tol")) {
+      tol_all = strtod(v, &end);
+      have_tol = true;
+    } else if (!strcmp(a, "--loss-tol")) {
+      tol_loss = strtod(v, &end);
+      have_loss_tol = true;
+    }
     else if (!strcmp(a, "--batch")) o->job.batch = strtoll(v, &end, 10);
     else if (!strcmp(a, "--check-every")) o->check_every = strtoll(v, &end, 10);
     else if (!strcmp(a, "--log-every")) o->log_every = strtoll(v, &end, 10);
@@ -104,8 +112,13 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
       return -1;
     }
   }
-  if (o->steps < 1 || o->job.batch < 1 || o->check_every < 1 || o->log_every < 0 || !(o->tol >= 0)) {
-    fprintf(stderr, "anygrad compare: --steps, --batch, --check-every must be >= 1 and --tol >= 0\n");
+  /* Rounding moves the loss (a mean over the batch) far less than single
+   * parameters, so the default loss tolerance is the tighter one. */
+  o->tol = have_tol ? tol_all : 1e-2;
+  o->loss_tol = have_loss_tol ? tol_loss : have_tol ? tol_all : 1e-5;
+  if (o->steps < 1 || o->job.batch < 1 || o->check_every < 1 || o->log_every < 0 || !(o->tol >= 0) ||
+      !(o->loss_tol >= 0)) {
+    fprintf(stderr, "anygrad compare: --steps, --batch, --check-every must be >= 1, tolerances >= 0\n");
     return -1;
   }
   if (!devices) {
@@ -434,7 +447,7 @@ static void print_row(const cmp_options *o, const report *rep, int64_t s) {
     char a[32], b[32] = "-";
     fmt_div(AT(rep->dloss, s, d), a, sizeof a);
     if (AT(rep->dparam, s, d) != NOT_CHECKED) fmt_div(AT(rep->dparam, s, d), b, sizeof b);
-    over = over || exceeds(AT(rep->dloss, s, d), o->tol) ||
+    over = over || exceeds(AT(rep->dloss, s, d), o->loss_tol) ||
            (AT(rep->dparam, s, d) != NOT_CHECKED && exceeds(AT(rep->dparam, s, d), o->tol));
     fprintf(o->out, "  %15s %15s", a, b);
   }
@@ -472,6 +485,8 @@ static ag_status write_json(FILE *f, const char *path, const cmp_options *o, con
           (long long)o->steps, (long long)o->job.batch);
   fprintf(f, "  \"tolerance\": ");
   json_num(f, o->tol);
+  fprintf(f, ", \"loss_tolerance\": ");
+  json_num(f, o->loss_tol);
   fprintf(f, ", \"check_every\": %lld, \"reference\": \"%s\",\n  \"devices\": [\n", (long long)o->check_every,
           o->name[0]);
   for (int d = 0; d < o->n_dev; d++) {
@@ -545,7 +560,8 @@ static void print_summary(const cmp_options *o, const report *rep, bool diverged
            AT(rep->loss, rep->steps - 1, d), a, c, e, mean_ms(rep, d), b);
   }
   if (!diverged) {
-    fprintf(o->out, "result: within tolerance %g for all %lld steps\n", o->tol, (long long)rep->steps);
+    fprintf(o->out, "result: within tolerance (parameters %g, loss %g) for all %lld steps\n", o->tol, o->loss_tol,
+            (long long)rep->steps);
     return;
   }
   for (int d = 1; d < o->n_dev; d++) {
@@ -554,8 +570,11 @@ static void print_summary(const cmp_options *o, const report *rep, bool diverged
     char a[32], b[32] = "-";
     fmt_div(AT(rep->dloss, s, d), a, sizeof a);
     if (AT(rep->dparam, s, d) != NOT_CHECKED) fmt_div(AT(rep->dparam, s, d), b, sizeof b);
-    fprintf(o->out, "result: DIVERGED: %s exceeds tolerance %g first at step %lld (loss %s, parameters %s%s%s)\n",
-           o->name[d], o->tol, (long long)s + 1, a, b, rep->exceed_name[d][0] ? " in " : "", rep->exceed_name[d]);
+    fprintf(o->out,
+            "result: DIVERGED: %s exceeds tolerance (parameters %g, loss %g) first at step %lld "
+            "(loss %s, parameters %s%s%s)\n",
+            o->name[d], o->tol, o->loss_tol, (long long)s + 1, a, b, rep->exceed_name[d][0] ? " in " : "",
+            rep->exceed_name[d]);
   }
 }
 
@@ -618,9 +637,9 @@ int ag_cmd_compare(int argc, char **argv) {
   }
 
   if (st == AG_OK) {
-    fprintf(o.out, "anygrad compare: %s model, %lld parameters, seed %llu, %lld steps of batch %lld, tolerance %g\n",
+    fprintf(o.out, "anygrad compare: %s model, %lld parameters, seed %llu, %lld steps of batch %lld, tolerance %g (loss %g)\n",
            o.job.model == CHARLM_MLP ? "mlp" : "gpt", (long long)rep->nparams, (unsigned long long)o.job.seed,
-           (long long)o.steps, (long long)o.job.batch, o.tol);
+           (long long)o.steps, (long long)o.job.batch, o.tol, o.loss_tol);
     fprintf(o.out, "devices:");
     for (int d = 0; d < o.n_dev; d++) {
       ag_device_props p;
@@ -654,7 +673,7 @@ int ag_cmd_compare(int argc, char **argv) {
         rep->max_param[d] = v;
         snprintf(rep->worst_name[d], sizeof rep->worst_name[d], "%s", reps[d].params.names[w]);
       }
-      bool over = exceeds(AT(rep->dloss, s, d), o.tol) || (check && exceeds(AT(rep->dparam, s, d), o.tol));
+      bool over = exceeds(AT(rep->dloss, s, d), o.loss_tol) || (check && exceeds(AT(rep->dparam, s, d), o.tol));
       if (st == AG_OK && over && !rep->first_exceed[d]) {
         rep->first_exceed[d] = s + 1;
         if (check) snprintf(rep->exceed_name[d], sizeof rep->exceed_name[d], "%s", reps[d].params.names[w]);
