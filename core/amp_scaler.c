@@ -113,7 +113,8 @@ void ag_grad_scaler_free(ag_grad_scaler *s) {
 ag_grad_scaler *ag_grad_scaler_create(ag_device d, const ag_grad_scaler_options *opts) {
   ag_grad_scaler_options o = opts ? *opts : ag_grad_scaler_defaults();
   if (o.enabled && (!(o.init_scale > 0) || !(o.growth_factor > 1) || !(o.backoff_factor > 0) ||
-                    !(o.backoff_factor < 1) || o.growth_interval < 1 || o.init_scale > FLT_MAX)) {
+                    !(o.backoff_factor < 1) || o.growth_interval < 1 || o.growth_interval > (1 << 24) ||
+                    o.init_scale > FLT_MAX)) {
     ag_error_set(AG_ERR_INVALID,
                  "ag_grad_scaler_create: invalid options (init_scale %g, growth_factor %g, backoff_factor %g, "
                  "growth_interval %lld)",

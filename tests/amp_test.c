@@ -275,8 +275,10 @@ static void test_options_and_disabled(void **state) {
       {.init_scale = 1, .growth_factor = 1, .backoff_factor = 0.5, .growth_interval = 10, .enabled = true},
       {.init_scale = 1, .growth_factor = 2, .backoff_factor = 1, .growth_interval = 10, .enabled = true},
       {.init_scale = 1, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 0, .enabled = true},
+      {.init_scale = 1, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = (1 << 24) + 1,
+       .enabled = true},
   };
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 5; i++) {
     assert_null(ag_grad_scaler_create(AG_CPU, &bad[i]));
     assert_int_equal(ag_last_status(), AG_ERR_INVALID);
   }

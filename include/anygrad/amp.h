@@ -66,7 +66,8 @@ AG_API ag_grad_scaler_options ag_grad_scaler_defaults(void);
 /* A scaler whose state lives on device d (opts NULL: defaults). Owned by the
  * caller: ag_grad_scaler_free. Errors (NULL returned): AG_ERR_INVALID for
  * init_scale <= 0, growth_factor <= 1, backoff_factor outside (0, 1) or
- * growth_interval < 1; device errors; AG_ERR_OOM. */
+ * growth_interval outside [1, 2^24] (the tracker counts in f32); device
+ * errors; AG_ERR_OOM. */
 AG_API ag_grad_scaler *ag_grad_scaler_create(ag_device d, const ag_grad_scaler_options *opts);
 /* NULL ignored. Does not synchronize. */
 AG_API void ag_grad_scaler_free(ag_grad_scaler *s);
