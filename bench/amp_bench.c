@@ -4,8 +4,9 @@
  * allocator's AG_MEM_ACTIVATIONS category (tensors saved for backward) at its
  * peak over one step. Step time: wall time of `steps` steps after warmup,
  * with one device sync at the end (no per-step sync, as in training).
- * Usage: amp_bench [out.json] [steps] [small|large]. Default model: small on
- * CPU and OpenCL, large on CUDA and HIP. Prints a table, writes JSON. */
+ * Usage: amp_bench [out.json] [steps] [small|large|auto] [cpu|opencl|cuda|hip].
+ * auto (default): small on CPU and OpenCL, large on CUDA and HIP. A backend
+ * name runs that backend alone. Prints a table, writes JSON. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,16 +137,19 @@ static void json_str(FILE *f, const char *s) {
 int main(int argc, char **argv) {
   const char *out = argc > 1 ? argv[1] : "amp_bench.json";
   int steps = argc > 2 ? atoi(argv[2]) : 10;
-  const char *force = argc > 3 ? argv[3] : NULL;
+  const char *force = argc > 3 && strcmp(argv[3], "auto") ? argv[3] : NULL;
+  const char *only = argc > 4 ? argv[4] : NULL;
   if (steps < 1) steps = 1;
   const ag_backend_kind kinds[] = {AG_BACKEND_CPU, AG_BACKEND_OPENCL, AG_BACKEND_CUDA, AG_BACKEND_HIP};
+  const char *const names[] = {"cpu", "opencl", "cuda", "hip"};
   const ag_dtype precs[] = {AG_F32, AG_F16, AG_BF16};
   result res[12];
   int n = 0;
   for (int k = 0; k < 4; k++) {
     const char *why = NULL;
+    if (only && strcmp(only, names[k])) continue;
     if (!ag_backend_available(kinds[k], &why)) {
-      fprintf(stderr, "amp_bench: backend %d unavailable: %s\n", (int)kinds[k], why ? why : "?");
+      fprintf(stderr, "amp_bench: %s unavailable: %s\n", names[k], why ? why : "?");
       continue;
     }
     ag_device d = {kinds[k], 0};
