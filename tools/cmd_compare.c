@@ -333,6 +333,7 @@ static ag_status replica_step(replica *r, const cmp_options *o, int64_t step, co
   if (st == AG_OK) st = ag_optimizer_step(r->opt);
   ag_optimizer_zero_grad(r->opt);
   if (st == AG_OK) {
+    ag_error_clear(); /* so a NaN loss is told apart from a failed read */
     *out_loss = ag_item(loss);
     if (isnan(*out_loss) && ag_last_status() != AG_OK) st = ag_last_status();
   }
