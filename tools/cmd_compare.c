@@ -501,7 +501,9 @@ static ag_status write_json(FILE *f, const char *path, const cmp_options *o, con
     json_num(f, ml);
     fprintf(f, ", \"max_param_divergence\": ");
     json_num(f, mp);
-    fprintf(f, ", \"worst_param\": \"%s\", \"init_divergence\": ", rep->worst_name[d]);
+    if (rep->worst_name[d][0]) fprintf(f, ", \"worst_param\": \"%s\"", rep->worst_name[d]);
+    else fprintf(f, ", \"worst_param\": null"); /* no parameter differed */
+    fprintf(f, ", \"init_divergence\": ");
     json_num(f, rep->init_div[d]);
     fprintf(f, ", \"first_exceed_step\": ");
     if (rep->first_exceed[d]) fprintf(f, "%lld", (long long)rep->first_exceed[d]);
