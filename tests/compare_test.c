@@ -131,7 +131,8 @@ static void tolerance_defaults_and_overrides(void **state) {
   assert_true(top_field(j, "loss_tolerance") == 1e-5);
   free(j);
   /* --loss-tol wins over --tol whatever the order; --tol alone sets both. */
-  const char *b[] = {"--loss-tol", "1e-7", "--devices", "cpu,cpu", "--tol", "1e-3", "--steps", "1", "--json", JSON_PATH};
+  const char *b[] = {"--loss-tol", "1e-7", "--devices", "cpu,cpu", "--tol", "1e-3",
+                     "--steps",    "1",    "--json",    JSON_PATH};
   assert_int_equal(run(10, b), 0);
   j = slurp(JSON_PATH);
   assert_non_null(j);

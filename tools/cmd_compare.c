@@ -640,7 +640,9 @@ int ag_cmd_compare(int argc, char **argv) {
   }
 
   if (st == AG_OK) {
-    fprintf(o.out, "anygrad compare: %s model, %lld parameters, seed %llu, %lld steps of batch %lld, tolerance %g (loss %g)\n",
+    fprintf(o.out,
+            "anygrad compare: %s model, %lld parameters, seed %llu, %lld steps of batch %lld, "
+            "tolerance %g (loss %g)\n",
            o.job.model == CHARLM_MLP ? "mlp" : "gpt", (long long)rep->nparams, (unsigned long long)o.job.seed,
            (long long)o.steps, (long long)o.job.batch, o.tol, o.loss_tol);
     fprintf(o.out, "devices:");
