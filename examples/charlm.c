@@ -475,6 +475,14 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
             val.n_words, dname, ag_dtype_name(amp ? o.precision : AG_F32), start ? " (resumed)" : "");
   if (st == AG_OK && start && !o.quiet) fprintf(out, "charlm: resuming at step %lld\n", (long long)start);
 
+  /* The step profiler costs a few events per step; it says at the end
+   * whether the device waited on input, on host syncs, or leaked memory. */
+  ag_profiler *prof = NULL;
+  if (st == AG_OK && (o.profile || o.trace)) {
+    ag_profiler_config pc = {.window = 100, .trace = o.trace != NULL};
+    prof = ag_profiler_create(o.device, &pc);
+    if (!prof) st = ag_last_status();
+  }
   double t0 = now_s(), t_log = t0;
   int64_t last_log_step = start;
   r.first_loss = NAN;
@@ -482,6 +490,7 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
     ag_optimizer_set_lr(opt, ag_lr_cosine(step, o.warmup, o.steps, o.lr, o.lr * 0.1));
     /* Batches depend only on (seed, step): a resumed run sees the same data. */
     uint64_t rng = o.seed * 0x100000001b3ull + (uint64_t)step;
+    if (prof) ag_profiler_step_begin(prof);
     ag_scope_begin();
     ag_tensor *loss = NULL;
     for (int a = 0; a < o.accum && st == AG_OK; a++) {
@@ -519,7 +528,14 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
       last_log_step = step + 1;
     }
     ag_scope_end();
+    if (prof) ag_profiler_step_end(prof);
     r.steps_done = step + 1;
+  }
+  if (prof) {
+    if (!o.quiet) ag_profiler_report(prof, out);
+    if (o.trace && ag_profiler_write_trace(prof, o.trace) == AG_OK && !o.quiet)
+      fprintf(out, "charlm: trace %s (open in chrome://tracing or ui.perfetto.dev)\n", o.trace);
+    ag_profiler_destroy(prof);
   }
   r.seconds = now_s() - t0;
   if (r.steps_done > start && r.seconds > 0) r.examples_per_s = (double)(r.steps_done - start) * per_step / r.seconds;
@@ -580,7 +596,9 @@ static void usage(void) {
       "  --out PATH           checkpoint to write at the end (default charlm.safetensors)\n"
       "  --resume PATH        continue from a checkpoint (its architecture is used)\n"
       "  --samples N          words to sample at the end (default 8)\n"
-      "  --log-every N        steps between progress updates (default 50)\n");
+      "  --log-every N        steps between progress updates (default 50)\n"
+      "  --trace PATH         write a Chrome trace of the run (chrome://tracing, Perfetto)\n"
+      "  --profile on|off     step profiler verdict and leak check at the end (default on)\n");
 }
 
 int charlm_parse_args(int argc, char **argv, charlm_options *o) {
@@ -589,6 +607,7 @@ int charlm_parse_args(int argc, char **argv, charlm_options *o) {
     if (!strcmp(argv[i], "--model")) kind = !strcmp(argv[i + 1], "gpt") ? CHARLM_GPT : CHARLM_MLP;
   *o = charlm_defaults(kind);
   o->out = "charlm.safetensors";
+  o->profile = true;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -636,6 +655,8 @@ int charlm_parse_args(int argc, char **argv, charlm_options *o) {
     else if (!strcmp(a, "--resume")) o->resume = v;
     else if (!strcmp(a, "--samples")) o->samples = atoi(v);
     else if (!strcmp(a, "--log-every")) o->log_every = atoi(v) > 0 ? atoi(v) : 1;
+    else if (!strcmp(a, "--trace")) o->trace = v;
+    else if (!strcmp(a, "--profile")) o->profile = strcmp(v, "off") != 0;
     else {
       fprintf(stderr, "anygrad train: unknown option %s (see --help)\n", a);
       return -1;

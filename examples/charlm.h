@@ -36,6 +36,8 @@ typedef struct charlm_options {
   ag_dtype precision; /* AG_F32; AG_F16: autocast + dynamic loss scaling;
                          AG_BF16: autocast (f32 master weights either way) */
   bool quiet;   /* no progress bar (tests) */
+  const char *trace; /* write a Chrome trace of the run here, or NULL */
+  bool profile;      /* step profiler: verdict and leak check at the end */
   FILE *log;    /* progress output; stdout when NULL */
 } charlm_options;
 
