@@ -91,7 +91,12 @@ int main(int argc, char **argv) {
   double ta = -1, tb = -1;
   if (torch) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %d %d %d 2>/dev/null", torch, steps_a, steps_b, threads);
+    /* PyTorch runs on the same kind of device (CUDA for cuda and hip);
+     * AG_PYTHON names the interpreter that has torch. */
+    const char *py = getenv("AG_PYTHON");
+    const char *tdev = (d.backend == AG_BACKEND_CUDA || d.backend == AG_BACKEND_HIP) ? "cuda" : "cpu";
+    snprintf(cmd, sizeof cmd, "%s %s %d %d %d %s 2>/dev/null", py && *py ? py : "/usr/bin/python3", torch, steps_a,
+             steps_b, threads, tdev);
     FILE *p = popen(cmd, "r");
     char line[512] = "";
     if (p && fgets(line, sizeof line, p)) {

@@ -2,7 +2,7 @@
 """PyTorch CPU side of bench/train_bench.c: the same two training steps
 (MLP 784-1024-1024-10 batch 128 AdamW; MLP 64-64-10 batch 32 SGD) timed the
 same way. Prints one JSON object: {"a_ms": ..., "b_ms": ...}.
-Usage: train_torch.py STEPS_A STEPS_B THREADS"""
+Usage: train_torch.py STEPS_A STEPS_B THREADS [DEVICE]  (DEVICE cpu or cuda)"""
 import json
 import sys
 import time
@@ -16,10 +16,10 @@ def bench(sizes, batch, make_opt, steps):
         layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
         if i + 2 < len(sizes):
             layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+    model = torch.nn.Sequential(*layers).to(DEV)
     opt = make_opt(model.parameters())
-    x = torch.randn(batch, sizes[0])
-    y = torch.randint(0, sizes[-1], (batch,))
+    x = torch.randn(batch, sizes[0], device=DEV)
+    y = torch.randint(0, sizes[-1], (batch,), device=DEV)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -30,6 +30,8 @@ def bench(sizes, batch, make_opt, steps):
 
     for _ in range(max(3, steps // 10)):
         step()
+    if DEV == "cuda":
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(steps):
         loss = step()
@@ -38,7 +40,8 @@ def bench(sizes, batch, make_opt, steps):
 
 
 steps_a, steps_b = int(sys.argv[1]), int(sys.argv[2])
+DEV = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 torch.set_num_threads(int(sys.argv[3]))
 a = bench([784, 1024, 1024, 10], 128, lambda p: torch.optim.AdamW(p, lr=1e-3), steps_a)
 b = bench([64, 64, 10], 32, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), steps_b)
-print(json.dumps({"a_ms": a, "b_ms": b, "torch": torch.__version__, "threads": torch.get_num_threads()}))
+print(json.dumps({"a_ms": a, "b_ms": b, "torch": torch.__version__, "threads": torch.get_num_threads(), "device": DEV}))

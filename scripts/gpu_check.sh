@@ -39,7 +39,7 @@ ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | he
 ARCH=${ARCH:-90}
 stage configure 120 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAG_TESTS=OFF -DAG_CUDA=ON -DAG_HIP=OFF \
   -DAG_OPENCL=OFF -DAG_CUDA_ARCHS="$ARCH" -DAG_GPU_WERROR=OFF
-stage build 300 cmake --build "$BUILD" -j "$JOBS" --target anygrad anygrad-cuda gpu_check gpu_bench anygrad-cli
+stage build 300 cmake --build "$BUILD" -j "$JOBS" --target anygrad anygrad-cuda gpu_check gpu_bench anygrad-cli amp_bench train_bench
 
 MOD="$BUILD/lib/libanygrad-cuda.so"
 CLI="$BUILD/bin/anygrad"
@@ -114,10 +114,14 @@ PYEOF
 stage torch_bench 120 "$PY" "$OUT/torch_bench.py"
 
 # Training smoke runs (throughput lines), when the CLI and a word list exist.
-WORDS=/usr/share/dict/words
+WORDS=${WORDS:-/usr/share/dict/words}
 if [ -x "$CLI" ] && [ -r "$WORDS" ]; then
-  stage train_mlp 60 "$CLI" train --model mlp --device cuda --steps 300 --words "$WORDS"
-  stage train_gpt 60 "$CLI" train --model gpt --device cuda --steps 200 --words "$WORDS"
+  stage train_mlp 60 "$CLI" train --model mlp --device cuda --steps 300 --words "$WORDS" --out "$OUT/mlp.safetensors"
+  stage train_gpt 60 "$CLI" train --model gpt --device cuda --steps 200 --words "$WORDS" --out "$OUT/gpt.safetensors"
+  stage compare 60 "$CLI" compare --devices cpu,cuda:0 --steps 30 --words "$WORDS"
+  stage compare_gpt 60 "$CLI" compare --devices cpu,cuda:0 --model gpt --steps 10 --words "$WORDS"
+  AG_PYTHON="$(command -v "$PY")" stage train_bench 120 "$BUILD/bin/train_bench" --device cuda --steps-a 50 --steps-b 200 --torch bench/train_torch.py --json "$OUT/train_bench.json"
+  AG_WORDS="$WORDS" stage amp_bench 90 "$BUILD/bin/amp_bench" "$OUT/amp_bench.json" 10 auto cuda
 else
   echo "train rc=skipped (no CLI or no $WORDS)" | tee -a "$STATUS"
 fi
