@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/amp.h"
 #include "anygrad/autograd.h"
 #include "anygrad/nn.h"
 #include "grad_internal.h"
@@ -130,12 +131,25 @@ ag_status ag_linear_init(ag_linear *m, ag_device d, ag_dtype dt, int64_t in, int
 
 ag_tensor *ag_linear_forward(const ag_linear *m, ag_tensor *x) {
   if (!m || !x) return NULL;
-  ag_tensor *wt = ag_transpose(m->weight, 0, 1);
+  /* Under autocast the layer is one low-precision op, as PyTorch's addmm:
+   * weight and bias are cast once per region (cached, before the transpose
+   * so the cache sees the parameter), and the bias add stays in half. */
+  bool ac = ag_autocast_enabled();
+  ag_dtype lo = ag_autocast_dtype();
+  ag_tensor *w = ac ? ag__autocast_to(m->weight, lo) : m->weight;
+  ag_tensor *b = ac && m->bias ? ag__autocast_to(m->bias, lo) : m->bias;
+  ag_tensor *wt = w ? ag_transpose(w, 0, 1) : NULL;
   ag_tensor *y = ag_matmul(x, wt);
   ag_tensor_release(wt);
-  if (!y || !m->bias) return y;
-  ag_tensor *r = ag_add(y, m->bias);
-  ag_tensor_release(y);
+  ag_tensor *r = y;
+  if (y && b) {
+    r = ag_add(y, b);
+    ag_tensor_release(y);
+  }
+  if (ac) {
+    ag_tensor_release(w);
+    ag_tensor_release(b);
+  }
   return r;
 }
 
