@@ -897,6 +897,13 @@ struct ag_allocator *ag__allocator_create(ag_devstate *ds) {
   }
   const ag_backend *be = ds->be;
   a->vm_ok = be->vm_granularity && be->vm_reserve && be->vm_map && be->vm_unmap && be->vm_release;
+  if (a->vm_ok && be->device_props) {
+    /* A module may fill the vm_* slots for a runtime that turns out to lack
+     * them (HIP before 5.3); the device properties have the last word. */
+    ag_device_props props;
+    memset(&props, 0, sizeof props);
+    if (be->device_props(ds->ord, &props) != AG_OK || !props.virtual_memory) a->vm_ok = false;
+  }
   if (a->vm_ok) {
     a->gran = be->vm_granularity(ds->ord);
     if (a->gran == 0 || (a->gran & (a->gran - 1))) a->vm_ok = false;
