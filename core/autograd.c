@@ -405,6 +405,9 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
   topo t = {0};
   ag_scope_begin();
   ag_no_grad_begin();
+  /* Backward runs in the dtypes the forward recorded, never re-cast by an
+   * autocast region the caller left open. */
+  ag__autocast_suspend();
   ag_tensor *seed = grad ? ag_cast(grad, out->dtype)
                          : ag_full(ag_tensor_device(out), out->dtype, out->ndim, out->shape, 1.0);
   if (!seed) st = ag_last_status();
@@ -486,6 +489,7 @@ done:
   free(t.nodes);
   free(t.deps);
   free(t.gbuf);
+  ag__autocast_resume();
   ag_grad_mode_end();
   ag_status se = ag_scope_end();
   if (st == AG_OK) st = se;

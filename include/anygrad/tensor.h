@@ -5,7 +5,13 @@
  * ag_tensor_release. Inside a scope (ag_scope_begin) the innermost scope owns
  * it and releases it at ag_scope_end, unless ag_tensor_keep moved it out.
  * Functions given a NULL tensor return NULL (or an error status) without
- * replacing the thread's error message. */
+ * replacing the thread's error message.
+ *
+ * Long-lived tensors (parameters, optimizer state, anything a parameter list
+ * or optimizer holds) are created outside any scope, or moved out with
+ * ag_tensor_keep, and released by their owner: releasing by hand a tensor
+ * that a scope still owns while something else holds it would let the scope
+ * drop a reference that is not its own. */
 #ifndef ANYGRAD_TENSOR_H
 #define ANYGRAD_TENSOR_H
 
