@@ -24,7 +24,8 @@ typedef struct backend_slot {
 
 static const char *const k_names[AG_BACKEND_COUNT] = {"cpu", "cuda", "hip", "opencl"};
 static backend_slot g_slots[AG_BACKEND_COUNT];
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_once[AG_BACKEND_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
+                                                   PTHREAD_ONCE_INIT};
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local ag_stream *tl_current[AG_BACKEND_COUNT][AG_MAX_DEVICES];
 
@@ -129,25 +130,29 @@ static void init_slot(ag_backend_kind kind) {
   sl->count = n > AG_MAX_DEVICES ? AG_MAX_DEVICES : n;
 }
 
-static void registry_init(void) {
-  for (int k = 0; k < AG_BACKEND_COUNT; k++) init_slot((ag_backend_kind)k);
-}
+/* Each backend loads on its first use, so a CPU-only program never pays for
+ * starting GPU runtimes (about 0.6 s for the CUDA, HIP and OpenCL modules). */
+static void init_cpu(void) { init_slot(AG_BACKEND_CPU); }
+static void init_cuda(void) { init_slot(AG_BACKEND_CUDA); }
+static void init_hip(void) { init_slot(AG_BACKEND_HIP); }
+static void init_opencl(void) { init_slot(AG_BACKEND_OPENCL); }
+static void (*const k_init[AG_BACKEND_COUNT])(void) = {init_cpu, init_cuda, init_hip, init_opencl};
 
-static inline void ensure_init(void) { pthread_once(&g_once, registry_init); }
+static inline void ensure_init(int kind) { pthread_once(&g_once[kind], k_init[kind]); }
 
 bool ag_backend_available(ag_backend_kind kind, const char **out_reason) {
   if (kind < 0 || kind >= AG_BACKEND_COUNT) {
     if (out_reason) *out_reason = "unknown backend";
     return false;
   }
-  ensure_init();
+  ensure_init(kind);
   if (out_reason) *out_reason = g_slots[kind].be ? "" : g_slots[kind].reason;
   return g_slots[kind].be != NULL;
 }
 
 int ag_backend_device_count(ag_backend_kind kind) {
   if (kind < 0 || kind >= AG_BACKEND_COUNT) return 0;
-  ensure_init();
+  ensure_init(kind);
   return g_slots[kind].count;
 }
 
@@ -161,7 +166,7 @@ ag_devstate *ag__devstate(ag_device d) {
     ag_devstate *ds = __atomic_load_n(&sl->dev[d.index], __ATOMIC_ACQUIRE);
     if (AG_LIKELY(ds != NULL)) return ds;
   }
-  ensure_init();
+  ensure_init(d.backend);
   if (!sl->be) {
     ag_error_set(AG_ERR_UNAVAILABLE, "backend %s is unavailable: %s", k_names[d.backend],
                  sl->reason);
@@ -252,7 +257,7 @@ ag_status ag_device_parse(const char *s, ag_device *out_device) {
     return ag_error_set(AG_ERR_INVALID,
                         "ag_device_parse: '%s' is not a device (expected cpu, cuda:N, hip:N or "
                         "opencl:N)", s);
-  ensure_init();
+  ensure_init(kind);
   backend_slot *sl = &g_slots[kind];
   if (!sl->be)
     return ag_error_set(AG_ERR_UNAVAILABLE, "ag_device_parse: backend %s is unavailable: %s",
@@ -275,7 +280,7 @@ bool ag_device_eq(ag_device a, ag_device b) {
 }
 
 ag_device ag_device_best(void) {
-  ensure_init();
+  for (int k = 0; k < AG_BACKEND_COUNT; k++) ensure_init(k);
   if (g_slots[AG_BACKEND_CUDA].count > 0) return (ag_device){AG_BACKEND_CUDA, 0};
   if (g_slots[AG_BACKEND_HIP].count > 0) return (ag_device){AG_BACKEND_HIP, 0};
   backend_slot *ocl = &g_slots[AG_BACKEND_OPENCL];
