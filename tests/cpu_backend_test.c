@@ -360,6 +360,149 @@ static void test_unary(void **state) {
   }
 }
 
+/* Error of a float result in units in the last place of the exact value
+ * (subnormal results: units of 2^-149); a wrong NaN or infinity is +inf. */
+static double ulp_err(float got, double want) {
+  if (isnan(want)) return isnan(got) ? 0 : INFINITY;
+  float wf = (float)want;
+  if (isinf(wf) || isinf(got) || isnan(got)) return got == wf ? 0 : INFINITY;
+  int e;
+  frexp(want, &e);
+  double ulp = fmax(ldexp(1, e - 24), 0x1p-149);
+  return fabs((double)got - want) / ulp;
+}
+
+static double ref_sigmoid(double x) { return 1 / (1 + exp(-x)); }
+static double ref_silu(double x) { return x / (1 + exp(-x)); }
+
+/* The vectorised f32 exp, tanh, sigmoid and silu against libm in f64, over a dense
+ * sweep of float bit patterns and a uniform grid across the whole finite
+ * range (subnormal results included), in both the baseline and the AVX2+FMA
+ * builds, and the kernel launched through the vtable. */
+static void test_vector_math(void **state) {
+  enum { NB = 1 << 21 };
+  const int64_t n = 2 * NB + 2 * NB;
+  float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *yk = malloc((size_t)n * 4);
+  assert_non_null(x);
+  assert_non_null(y);
+  assert_non_null(yk);
+  /* every 149th bit pattern from 2^-30 to 110 in magnitude, both signs */
+  const uint32_t lo = f2u(0x1p-30f), hi = f2u(110.0f), step = (hi - lo) / NB + 1;
+  int64_t m = 0;
+  for (uint32_t u = lo; u < hi && m < 2 * NB; u += step) {
+    x[m++] = u2f(u);
+    x[m++] = -u2f(u);
+  }
+  for (int64_t i = 0; m < n; i++) x[m++] = -110.0f + 220.0f * (float)i / (float)(2 * NB);
+  struct {
+    int sub;
+    double (*ref)(double);
+    double bound;
+  } ops[] = {{AG_U_EXP, exp, 2}, {AG_U_TANH, tanh, 3}, {AG_U_SIGMOID, ref_sigmoid, 3},
+               {AG_U_SILU, ref_silu, 4}};
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+    for (int avx2 = 0; avx2 < 2; avx2++) {
+      if (!ag__cpu_unary_f32(ops[k].sub, avx2, y, x, m)) continue;
+      double worst = 0;
+      float worst_x = 0;
+      for (int64_t i = 0; i < m; i++) {
+        double want = ops[k].ref((double)x[i]), e = ulp_err(y[i], want);
+        /* silu = x * sigmoid(x): below -87 the sigmoid is subnormal, so the
+         * product can be off by |x| units of 2^-149 */
+        if (ops[k].sub == AG_U_SILU && x[i] < -87 && fabs((double)y[i] - want) <= -x[i] * 0x1p-149)
+          e = 0;
+        if (e > worst) {
+          worst = e;
+          worst_x = x[i];
+        }
+      }
+      print_message("unary %d %s: max error %.3f ulp at x = %.9g\n", ops[k].sub,
+                    avx2 ? "avx2+fma" : "baseline", worst, (double)worst_x);
+      if (!(worst <= ops[k].bound))
+        fail_msg("unary %d: %.3f ulp at x = %.9g", ops[k].sub, worst, (double)worst_x);
+    }
+  /* special values, through the kernel launch */
+  const float sx[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.72283f, 88.7229f, -103.97f,
+                      -104.0f, -87.3f, 1e-30f, -1e-30f, 9.5f, -9.5f, 20.0f};
+  enum { NS = sizeof sx / sizeof sx[0] };
+  const int64_t shape[1] = {NS};
+  float sy[NS];
+  ag_kernel_call c = kcall(AG_K_UNARY, AG_U_EXP);
+  c.n_operands = 2;
+  c.o[0] = opnd(sy, AG_F32, 1, shape, NULL);
+  c.o[1] = opnd((void *)sx, AG_F32, 1, shape, NULL);
+  run(&c);
+  for (int i = 0; i < NS; i++) {
+    float w = expf(sx[i]);
+    if (isnan(w)) assert_true(isnan(sy[i]));
+    else if (isinf(w) || w == 0) assert_true(sy[i] == w);
+    else assert_true(ulp_err(sy[i], exp((double)sx[i])) <= 2);
+  }
+  c.sub = AG_U_TANH;
+  run(&c);
+  for (int i = 0; i < NS; i++) {
+    float w = tanhf(sx[i]);
+    if (isnan(w)) assert_true(isnan(sy[i]));
+    else assert_true(sy[i] == w || ulp_err(sy[i], tanh((double)sx[i])) <= 3);
+    assert_true(signbit(sy[i]) == signbit(w)); /* tanh(-0) = -0 */
+  }
+  /* the launched kernel is one of the two builds, bit for bit */
+  const int64_t big[1] = {m};
+  c = kcall(AG_K_UNARY, AG_U_EXP);
+  c.n_operands = 2;
+  c.o[0] = opnd(yk, AG_F32, 1, big, NULL);
+  c.o[1] = opnd(x, AG_F32, 1, big, NULL);
+  run(&c);
+  if (!ag__cpu_unary_f32(AG_U_EXP, true, y, x, m)) ag__cpu_unary_f32(AG_U_EXP, false, y, x, m);
+  assert_memory_equal(y, yk, (size_t)m * 4);
+  free(x);
+  free(y);
+  free(yk);
+}
+
+/* Same-dtype copies of transposed views (the tiled path): every element
+ * size, tile remainders, an outer dim, a flipped input, and a sentinel after
+ * the output. */
+static void test_transpose_copy(void **state) {
+  enum { B = 3, R = 37, C = 45, N = B * R * C };
+  const ag_dtype dts[] = {AG_F32, AG_F16, AG_F64};
+  for (size_t d = 0; d < 3; d++)
+    for (int flip = 0; flip < 2; flip++) {
+      const ag_dtype dt = dts[d];
+      const size_t sz = dt == AG_F64 ? 8 : dt == AG_F16 ? 2 : 4;
+      /* src is stored [B][C][R]; out[b][r][c] = src[b][c][r] (c reversed when flip) */
+      char *src = malloc(N * sz), *out = malloc((N + 4) * sz);
+      assert_non_null(src);
+      assert_non_null(out);
+      for (int i = 0; i < N; i++) setv(src, dt, i, (double)(i % 2039) - 1000);
+      memset(out, 0x5a, (N + 4) * sz);
+      const int64_t shape[3] = {B, R, C};
+      int64_t ist[3] = {R * C, 1, R};
+      int64_t off = 0;
+      if (flip) {
+        ist[2] = -R;
+        off = (int64_t)(C - 1) * R;
+      }
+      ag_kernel_call c = kcall(AG_K_UNARY, AG_U_COPY);
+      c.n_operands = 2;
+      c.o[0] = opnd(out, dt, 3, shape, NULL);
+      c.o[1] = opnd(src, dt, 3, shape, ist);
+      c.o[1].offset = (size_t)off * sz;
+      run(&c);
+      for (int b = 0; b < B; b++)
+        for (int r = 0; r < R; r++)
+          for (int k = 0; k < C; k++) {
+            int kc = flip ? C - 1 - k : k;
+            double want = getv(src, dt, b * R * C + kc * R + r);
+            if (getv(out, dt, (b * R + r) * C + k) != want)
+              fail_msg("dtype %d flip %d: out[%d][%d][%d]", (int)dt, flip, b, r, k);
+          }
+      for (size_t i = N * sz; i < (N + 4) * sz; i++) assert_int_equal((unsigned char)out[i], 0x5a);
+      free(src);
+      free(out);
+    }
+}
+
 static void test_cast_fill_where(void **state) {
   const ag_dtype dts[] = {AG_F32, AG_F16, AG_BF16, AG_F64, AG_I32};
   const double vals[] = {0, 1.5, -2.5, 3e9, -3e9, 65504, 1e-3, NAN};
@@ -1010,6 +1153,7 @@ int main(void) {
       cmocka_unit_test(test_bf16),            cmocka_unit_test(test_philox_kat),
       cmocka_unit_test(test_memory),          cmocka_unit_test(test_supports),
       cmocka_unit_test(test_binary_strided),  cmocka_unit_test(test_unary),
+      cmocka_unit_test(test_vector_math),     cmocka_unit_test(test_transpose_copy),
       cmocka_unit_test(test_cast_fill_where), cmocka_unit_test(test_large_elementwise),
       cmocka_unit_test(test_reduce),          cmocka_unit_test(test_matmul),
       cmocka_unit_test(test_softmax_ce_layernorm), cmocka_unit_test(test_random),

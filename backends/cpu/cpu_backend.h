@@ -18,6 +18,12 @@ AG_HIDDEN ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err);
 /* Whether ag__cpu_run implements op/sub for dtype (see ag_backend.supports). */
 AG_HIDDEN bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt);
 
+/* o[i] = op(a[i]) for the f32 unary op `sub` (scalars 1, 0), contiguous,
+ * through the baseline x86-64 code (avx2 = false) or the AVX2+FMA build of
+ * the same bodies (avx2 = true), so tests can check both. Returns false, and
+ * writes nothing, when the AVX2 build is absent or the CPU lacks AVX2/FMA. */
+AG_HIDDEN bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, int64_t n);
+
 /* Matmul (cpu_matmul.c): AG_K_MATMUL for f32, f64, f16, bf16. */
 AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
 
