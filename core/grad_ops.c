@@ -299,7 +299,32 @@ static ag_status matmul_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     ag_tensor_release(r);
     if (!gin[0]) st = fail();
   }
-  if (st == AG_OK && NEED(1)) {
+  if (st == AG_OK && NEED(1) && B->ndim == 2) {
+    /* A 2-D right operand (a Linear weight) shared across a batch: fold the
+     * batch into the rows, one GEMM with no batched temporary to reduce. And
+     * produce the gradient in B's own layout: for a transposed weight view
+     * (x @ W^T) compute (G^T A)^T, so the gradient reaching W is contiguous
+     * and accumulates without a transposing copy. */
+    int64_t K = A->shape[A->ndim - 1], N = G->shape[G->ndim - 1];
+    int64_t sa[2] = {-1, K}, sg[2] = {-1, N};
+    ag_tensor *A2 = ag_reshape(A, 2, sa), *G2 = ag_reshape(G, 2, sg), *db = NULL;
+    if (A2 && G2 && B->strides[0] == 1 && B->shape[0] > 1) {
+      ag_tensor *gt = ag_transpose(G2, 0, 1);
+      ag_tensor *dbt = gt ? ag_matmul(gt, A2) : NULL;
+      db = dbt ? ag_transpose(dbt, 0, 1) : NULL;
+      ag_tensor_release(gt);
+      ag_tensor_release(dbt);
+    } else if (A2 && G2) {
+      ag_tensor *at = ag_transpose(A2, 0, 1);
+      db = at ? ag_matmul(at, G2) : NULL;
+      ag_tensor_release(at);
+    }
+    ag_tensor_release(A2);
+    ag_tensor_release(G2);
+    gin[1] = db ? ag_reshape(db, b->ndim, b->shape) : NULL;
+    ag_tensor_release(db);
+    if (!gin[1]) st = fail();
+  } else if (st == AG_OK && NEED(1)) {
     ag_tensor *at = ag_transpose(A, A->ndim - 1, A->ndim - 2);
     ag_tensor *db = ag_matmul(at, G);
     ag_tensor *r = reduce_to(db, B->ndim, B->shape);
