@@ -291,6 +291,17 @@ static ag_status accumulate(ag_tensor *leaf, ag_tensor *g) {
   ag_devstate *ds = ag__ds(leaf);
   ag_kernel_call c;
   memset(&c, 0, sizeof c);
+  if (!leaf->grad && g->dtype == leaf->dtype && g->offset == 0 && ag_tensor_is_contiguous(g) &&
+      atomic_load(&g->st->refcount) == 1 && g->st->nbytes == (size_t)g->numel * ag_dtype_size(g->dtype)) {
+    /* The first gradient of a step usually owns its buffer outright: adopt
+     * it instead of copying (PyTorch steals it the same way). */
+    ag_tensor *d = ag__private_ref(g);
+    if (d) {
+      ag__grad_tag(d, AG_MEM_GRADIENTS);
+      leaf->grad = d;
+      return AG_OK;
+    }
+  }
   if (!leaf->grad) {
     ag_mem_category_push(AG_MEM_GRADIENTS);
     ag_tensor *d = ag__tensor_new(ds, leaf->dtype, leaf->ndim, leaf->shape);
