@@ -137,7 +137,12 @@ static ag_status cross_entropy_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     rows = ag_reshape(g32, 1, s1);
   } else {
     ag_tensor *scale = NULL;
-    if (red == AG_REDUCTION_MEAN) {
+    if (red == AG_REDUCTION_MEAN && n->saved[2]) {
+      /* the forward's device-side count of non-ignored targets */
+      ag_tensor *cnt = n->saved[2]->dtype == AG_F32 ? ag__alias(n->saved[2]) : ag_cast(n->saved[2], AG_F32);
+      scale = cnt ? ag_div(g32, cnt) : NULL;
+      ag_tensor_release(cnt);
+    } else if (red == AG_REDUCTION_MEAN) {
       /* The forward divided by the count of non-ignored targets; count them
        * again on the device rather than syncing to read it. */
       ag_tensor *ig = ag_full(dev, AG_I32, 0, NULL, ignore);
