@@ -939,6 +939,8 @@ static void softmax_rows(void *ctx, int64_t a, int64_t b) {
     float *buf = row_scratch(r, 2, 4);
     if (!buf) return;
     for (int64_t i = a; i < b; i++) {
+      if (i + 1 < b)
+        for (size_t k = 0; k < sx; k += 64) __builtin_prefetch(xp + (i + 1) * sx + k);
       const float *x = rowin_f(dx, xp + i * sx, n, buf);
       float *y = rowdst_f(dy, yp + i * sy, buf + n);
       FV(softmax_row_f)(c->sub, y, x, n);
