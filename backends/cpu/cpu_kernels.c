@@ -295,12 +295,20 @@ static inline float vtanhf(float x) {
 #if defined(AG_X86)
 /* The same float bodies for AVX2+FMA (8 lanes, fused multiply-add), chosen
  * at run time: the build targets baseline x86-64. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 #define SUF(x) x##_f_avx2
 #include "cpu_ops.inc"
 #undef SUF
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 static inline bool have_avx2(void) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
