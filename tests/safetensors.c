@@ -121,6 +121,33 @@ static void test_python_reads_it(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* The same file decoded by plain Python (json + struct, no torch): runs
+ * wherever python3 exists, so CI checks the format even without torch. */
+static void test_python_plain_reads_it(void **state) {
+  (void)state;
+  const char *py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : NULL;
+  if (!py) skip();
+  save_sample();
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "%s -c \"\n"
+           "import json, struct\n"
+           "b = open('%s','rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8+n]); d = b[8+n:]\n"
+           "assert (8 + n) %% 8 == 0 and h['__metadata__']['step'] == '42'\n"
+           "def raw(k): e = h[k]; return e, d[e['data_offsets'][0]:e['data_offsets'][1]]\n"
+           "e, r = raw('layer.weight'); assert e['dtype'] == 'F32' and e['shape'] == [2, 3]\n"
+           "assert list(struct.unpack('<6f', r)) == [1, -2, 3.5, 4, 5, 6]\n"
+           "e, r = raw('half'); assert e['dtype'] == 'F16' and list(struct.unpack('<6e', r)) == [1, -2, 3.5, 4, 5, 6]\n"
+           "e, r = raw('brain'); assert e['dtype'] == 'BF16'\n"
+           "v = [struct.unpack('<f', struct.pack('<I', x << 16))[0] for x in struct.unpack('<6H', r)]\n"
+           "assert v == [1, -2, 3.5, 4, 5, 6]\n"
+           "e, r = raw('ids'); assert e['dtype'] == 'I32' and list(struct.unpack('<4i', r)) == [7, -8, 9, 2147483647]\n"
+           "ends = sorted(x['data_offsets'] for k, x in h.items() if k != '__metadata__')\n"
+           "assert ends[0][0] == 0 and ends[-1][1] == len(d) and all(a[1] == b[0] for a, b in zip(ends, ends[1:]))\n\"",
+           py, path);
+  assert_int_equal(system(cmd), 0);
+}
+
 static void write_file(const void *p, size_t n) {
   FILE *f = fopen(path, "wb");
   assert_non_null(f);
@@ -223,6 +250,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_python_reads_it, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_python_plain_reads_it, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_atomic_save, setup, teardown),
   };
