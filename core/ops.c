@@ -437,9 +437,17 @@ static ag_tensor *reduce_impl(const char *name, ag_reduce_op rop, ag_gop gop, ag
   p.keepdim = keepdim;
   p.ndim = a->ndim;
   memcpy(p.shape, pl.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
+  /* The reduced dims exactly (n_dims == 0 means all), so the backward can
+   * tell a reduced size-1 dim from a kept one. */
   p.n_dims = 0;
-  for (int i = 0; i < a->ndim; i++)
-    if (pl.keep_shape[i] == 1 && (a->shape[i] != 1 || n_dims == 0 || !dims)) p.dims[p.n_dims++] = i;
+  if (n_dims > 0 && dims) {
+    bool seen[AG_MAX_DIMS] = {0};
+    for (int k = 0; k < n_dims; k++) {
+      int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
+      if (!seen[d]) p.dims[p.n_dims++] = d;
+      seen[d] = true;
+    }
+  }
   p.s[0] = mean ? (double)pl.r : 1.0;
   if (gop == AG_G_MAX || gop == AG_G_MIN) {
     ag_tensor *kv = raw_view(out, a->ndim, pl.keep_shape);
