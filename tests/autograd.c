@@ -151,6 +151,26 @@ static void test_broadcast_views_mixed_dtypes(void **state) {
 
 /* Tensors saved for backward count as activation memory until the graph
  * is freed; the gradient counts as gradient memory. */
+/* Reducing over a dim of size 1 (keepdim false) drops it; the backward must
+ * put it back rather than treat the reduction as over every dim. */
+static void test_reduce_size1_dim(void **state) {
+  (void)state;
+  int64_t s[2] = {3, 1};
+  float d[3] = {1, 5, 2}, g[3];
+  int dim = 1;
+  ag_tensor *x = ag_from_host(AG_CPU, AG_F32, 2, s, d);
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  ag_scope_begin();
+  ag_tensor *sm = ag_sum(x, 1, &dim, false);
+  ag_tensor *mx = ag_max(x, 1, &dim, false);
+  ag_tensor *l = ag_sum(ag_add(ag_mul(sm, sm), mx), 0, NULL, false);
+  assert_int_equal(ag_backward(l, NULL, false), AG_OK);
+  ag_scope_end();
+  assert_int_equal(ag_to_host(ag_tensor_grad(x), g, sizeof g), AG_OK);
+  for (int i = 0; i < 3; i++) assert_float_equal(g[i], 2 * d[i] + 1, 1e-6);
+  ag_tensor_release(x);
+}
+
 static void test_memory_categories(void **state) {
   (void)state;
   int64_t s[2] = {64, 64};
@@ -175,7 +195,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_accumulate_and_retain),   cmocka_unit_test(test_misuse_errors),
       cmocka_unit_test(test_modes_and_detach),        cmocka_unit_test(test_broadcast_views_mixed_dtypes),
-      cmocka_unit_test(test_memory_categories),
+      cmocka_unit_test(test_memory_categories),        cmocka_unit_test(test_reduce_size1_dim),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
