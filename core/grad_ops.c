@@ -129,7 +129,10 @@ static ag_status cross_entropy_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   int64_t C = logits->shape[logits->ndim - 1];
   int64_t N = logits->ndim == 2 ? logits->shape[0] : 1;
   int64_t s2[2] = {N, C}, s1[1] = {N};
-  ag_device dev = ag_tensor_device(logits);
+  /* ag_cross_entropy saves its device-side count of non-ignored targets for
+   * the mean reduction, so the backward never counts them again. */
+  if (red == AG_REDUCTION_MEAN && (n->n_saved < 3 || !n->saved[2]))
+    return ag_error_set(AG_ERR_INTERNAL, "ag_cross_entropy backward: target count not saved");
   ag_tensor *lc = ag_contiguous(logits), *l2 = ag_reshape(lc, 2, s2);
   ag_tensor *tc = ag_contiguous(targets), *t1 = ag_reshape(tc, 1, s1);
   ag_tensor *g32 = ag_cast(g, AG_F32), *rows = NULL;
@@ -137,22 +140,10 @@ static ag_status cross_entropy_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     rows = ag_reshape(g32, 1, s1);
   } else {
     ag_tensor *scale = NULL;
-    if (red == AG_REDUCTION_MEAN && n->saved[2]) {
+    if (red == AG_REDUCTION_MEAN) {
       /* the forward's device-side count of non-ignored targets */
       ag_tensor *cnt = n->saved[2]->dtype == AG_F32 ? ag__alias(n->saved[2]) : ag_cast(n->saved[2], AG_F32);
       scale = cnt ? ag_div(g32, cnt) : NULL;
-      ag_tensor_release(cnt);
-    } else if (red == AG_REDUCTION_MEAN) {
-      /* The forward divided by the count of non-ignored targets; count them
-       * again on the device rather than syncing to read it. */
-      ag_tensor *ig = ag_full(dev, AG_I32, 0, NULL, ignore);
-      ag_tensor *eq = ag_eq(t1, ig), *eqf = ag_cast(eq, AG_F32);
-      ag_tensor *valid = ag_rsub_scalar(eqf, 1.0), *cnt = ag_sum(valid, 0, NULL, false);
-      scale = ag_div(g32, cnt);
-      ag_tensor_release(ig);
-      ag_tensor_release(eq);
-      ag_tensor_release(eqf);
-      ag_tensor_release(valid);
       ag_tensor_release(cnt);
     } else {
       scale = ag__alias(g32);

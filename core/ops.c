@@ -140,6 +140,14 @@ static ag_tensor *ac_end(ac_args *a, ag_tensor *r) {
 
 #define AC_ON() AG_UNLIKELY(ag_autocast_enabled())
 
+/* Binary-style ops take one dtype; mixing needs an explicit cast. */
+static bool same_dtype(const char *op, const ag_tensor *a, const ag_tensor *b) {
+  if (a->dtype == b->dtype) return true;
+  ag_error_set(AG_ERR_DTYPE, "%s: dtypes %s and %s differ (cast one first)", op, ag_dtype_name(a->dtype),
+               ag_dtype_name(b->dtype));
+  return false;
+}
+
 /* ---------------- elementwise ---------------- */
 
 static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b,
@@ -148,11 +156,7 @@ static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag
   if (null_args(name, 2, in)) return NULL;
   ag_devstate *ds = ag__same_device(name, 2, in);
   if (!ds) return NULL;
-  if (a->dtype != b->dtype) {
-    ag_error_set(AG_ERR_DTYPE, "%s: dtypes %s and %s differ (cast one first)", name, ag_dtype_name(a->dtype),
-                 ag_dtype_name(b->dtype));
-    return NULL;
-  }
+  if (!same_dtype(name, a, b)) return NULL;
   int nd;
   int64_t shape[AG_MAX_DIMS];
   if (!broadcast_shapes(name, 2, in, &nd, shape)) return NULL;
@@ -280,11 +284,7 @@ static ag_tensor *where_impl(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
   if (null_args(name, 3, in)) return NULL;
   ag_devstate *ds = ag__same_device(name, 3, in);
   if (!ds) return NULL;
-  if (a->dtype != b->dtype) {
-    ag_error_set(AG_ERR_DTYPE, "%s: dtypes %s and %s differ (cast one first)", name, ag_dtype_name(a->dtype),
-                 ag_dtype_name(b->dtype));
-    return NULL;
-  }
+  if (!same_dtype(name, a, b)) return NULL;
   int nd;
   int64_t shape[AG_MAX_DIMS];
   if (!broadcast_shapes(name, 3, in, &nd, shape)) return NULL;
