@@ -22,10 +22,10 @@ typedef struct backend_slot {
   ag_devstate *dev[AG_MAX_DEVICES];
 } backend_slot;
 
-static const char *const k_names[AG_BACKEND_COUNT] = {"cpu", "cuda", "hip", "opencl"};
+static const char *const k_names[AG_BACKEND_COUNT] = {"cpu", "cuda", "hip", "opencl", "gpuemu"};
 static backend_slot g_slots[AG_BACKEND_COUNT];
 static pthread_once_t g_once[AG_BACKEND_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
-                                                   PTHREAD_ONCE_INIT};
+                                                   PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local ag_stream *tl_current[AG_BACKEND_COUNT][AG_MAX_DEVICES];
 
@@ -136,7 +136,8 @@ static void init_cpu(void) { init_slot(AG_BACKEND_CPU); }
 static void init_cuda(void) { init_slot(AG_BACKEND_CUDA); }
 static void init_hip(void) { init_slot(AG_BACKEND_HIP); }
 static void init_opencl(void) { init_slot(AG_BACKEND_OPENCL); }
-static void (*const k_init[AG_BACKEND_COUNT])(void) = {init_cpu, init_cuda, init_hip, init_opencl};
+static void init_gpuemu(void) { init_slot(AG_BACKEND_GPUEMU); }
+static void (*const k_init[AG_BACKEND_COUNT])(void) = {init_cpu, init_cuda, init_hip, init_opencl, init_gpuemu};
 
 static inline void ensure_init(int kind) { pthread_once(&g_once[kind], k_init[kind]); }
 
@@ -255,8 +256,8 @@ ag_status ag_device_parse(const char *s, ag_device *out_device) {
   }
   if (kind < 0)
     return ag_error_set(AG_ERR_INVALID,
-                        "ag_device_parse: '%s' is not a device (expected cpu, cuda:N, hip:N or "
-                        "opencl:N)", s);
+                        "ag_device_parse: '%s' is not a device (expected cpu, cuda:N, hip:N, "
+                        "opencl:N or gpuemu:N)", s);
   ensure_init(kind);
   backend_slot *sl = &g_slots[kind];
   if (!sl->be)
@@ -280,7 +281,9 @@ bool ag_device_eq(ag_device a, ag_device b) {
 }
 
 ag_device ag_device_best(void) {
-  for (int k = 0; k < AG_BACKEND_COUNT; k++) ensure_init(k);
+  /* the emulator is a testing device: never chosen, not even loaded here */
+  for (int k = 0; k < AG_BACKEND_COUNT; k++)
+    if (k != AG_BACKEND_GPUEMU) ensure_init(k);
   if (g_slots[AG_BACKEND_CUDA].count > 0) return (ag_device){AG_BACKEND_CUDA, 0};
   if (g_slots[AG_BACKEND_HIP].count > 0) return (ag_device){AG_BACKEND_HIP, 0};
   backend_slot *ocl = &g_slots[AG_BACKEND_OPENCL];

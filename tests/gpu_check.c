@@ -4,8 +4,8 @@
  * and broadcast operands, split reductions, both GEMM layouts, the error
  * word, and the multi-tensor optimizer kernels. Prints one line per case and
  * a summary; exit status 0 when all pass, 2 when the backend is unavailable.
- * usage: gpu_check <module.so> [substring filter]; module "cpu" checks the
- * harness itself (CPU against CPU: every case must pass). */
+ * usage: gpu_check <module.so> [substring filter] [--device=N]; module "cpu"
+ * checks the harness itself (CPU against CPU: every case must pass). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
@@ -23,6 +23,7 @@ const ag_backend *ag__cpu_backend(void);
 
 static const ag_backend *B;
 static ag_bstream *S;
+static int DEV; /* device ordinal under test */
 static const char *filter;
 static int n_pass, n_fail, n_skip;
 static const char *(*mod_last_error)(void);
@@ -153,7 +154,7 @@ static void run(tcase *t) {
   if (t->c.op == AG_K_CROSS_ENTROPY || t->c.op == AG_K_EMBEDDING_BWD) dt = t->c.o[1].dtype;
   if (t->c.op == AG_K_REDUCE) dt = t->c.o[1].dtype;
   if (t->c.op >= AG_K_ADAMW) dt = t->nm ? t->b[t->mb[0]].dt : AG_F32;
-  if (!B->supports(0, t->c.op, t->c.sub, dt)) {
+  if (!B->supports(DEV, t->c.op, t->c.sub, dt)) {
     n_skip++;
     printf("skip %s (not supported)\n", t->name);
     return;
@@ -170,7 +171,7 @@ static void run(tcase *t) {
     t->b[i].gpu_back = malloc(by);
     memcpy(t->b[i].cpu, t->b[i].host, by);
     t->b[i].dev = NULL;
-    if ((st = B->segment_alloc(0, by, &t->b[i].dev)) != AG_OK ||
+    if ((st = B->segment_alloc(DEV, by, &t->b[i].dev)) != AG_OK ||
         (st = B->copy_h2d(S, t->b[i].dev, 0, t->b[i].host, by, false)) != AG_OK) {
       snprintf(why, sizeof why, "setup: %s", mod_last_error ? mod_last_error() : "");
       ok = false;
@@ -250,7 +251,7 @@ static void run(tcase *t) {
 done:
   report(t, ok, why);
   for (int i = 0; i < t->nb; i++) {
-    if (t->b[i].dev) B->segment_free(0, t->b[i].dev);
+    if (t->b[i].dev) B->segment_free(DEV, t->b[i].dev);
     free(t->b[i].cpu);
     free(t->b[i].gpu_back);
     free(t->b[i].host);
@@ -678,8 +679,24 @@ static void cases_multi(void) {
 }
 
 int main(int argc, char **argv) {
+  int na = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strncmp(argv[i], "--device=", 9) == 0) {
+      char *end;
+      long d = strtol(argv[i] + 9, &end, 10);
+      if (*end || end == argv[i] + 9 || d < 0 || d >= AG_MAX_DEVICES) {
+        fprintf(stderr, "gpu_check: bad %s\n", argv[i]);
+        return 1;
+      }
+      DEV = (int)d;
+    } else {
+      argv[++na] = argv[i];
+    }
+  }
+  argc = na + 1;
   if (argc < 2) {
-    fprintf(stderr, "usage: gpu_check <libanygrad-cuda.so|libanygrad-hip.so> [filter]\n");
+    fprintf(stderr, "usage: gpu_check <libanygrad-cuda.so|libanygrad-hip.so|libanygrad-gpuemu.so> [filter] "
+                    "[--device=N]\n");
     return 1;
   }
   filter = argc > 2 ? argv[2] : NULL;
@@ -693,15 +710,15 @@ int main(int argc, char **argv) {
   B = strcmp(argv[1], "cpu") == 0 ? ag__cpu_backend() : get ? get() : NULL;
   char reason[256] = "";
   int n = 0;
-  if (!B || B->init(&n, reason, sizeof reason) != AG_OK || n < 1) {
+  if (!B || B->init(&n, reason, sizeof reason) != AG_OK || n <= DEV) {
     printf("gpu_check: %s unavailable: %s\n", B ? B->name : argv[1], reason);
     return 2;
   }
   ag_device_props p;
-  B->device_props(0, &p);
-  printf("gpu_check: %s:0 %s (%s, %d units, %.1f GiB)%s\n", B->name, p.name, p.arch, p.compute_units,
+  B->device_props(DEV, &p);
+  printf("gpu_check: %s:%d %s (%s, %d units, %.1f GiB)%s\n", B->name, DEV, p.name, p.arch, p.compute_units,
          (double)p.total_memory / (1 << 30), getenv("AG_GPU_GEMM") ? " AG_GPU_GEMM set" : "");
-  if (B->stream_create(0, &S) != AG_OK) {
+  if (B->stream_create(DEV, &S) != AG_OK) {
     printf("gpu_check: stream_create failed: %s\n", mod_last_error ? mod_last_error() : "");
     return 1;
   }

@@ -165,7 +165,7 @@ static CUmemAllocationProp vm_prop(int dev) {
   return p;
 }
 
-static size_t cu_vm_granularity(int dev) {
+size_t agv_vm_granularity(int dev) {
   size_t gran = 0;
   CUmemAllocationProp p = vm_prop(dev);
   if (!g.vm || g.MemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) return 0;
@@ -181,11 +181,11 @@ static ag_status cu_vm_reserve(int dev, size_t bytes, void **out_base) {
   return AG_OK;
 }
 
-static ag_status cu_vm_map(int dev, void *base, size_t offset, size_t bytes) {
+ag_status agv_vm_map_one(int dev, void *at_ptr, size_t bytes) {
   if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "cuda: virtual memory entry points are unavailable");
   CUmemAllocationProp p = vm_prop(dev);
   CUmemGenericAllocationHandle h;
-  CUdeviceptr at = (CUdeviceptr)base + offset;
+  CUdeviceptr at = (CUdeviceptr)at_ptr;
   CUresult r = g.MemCreate(&h, bytes, &p, 0);
   if (r != CUDA_SUCCESS) return agv_status((int)r, AGV_DRIVER, "cuMemCreate");
   r = g.MemMap(at, bytes, 0, h, 0);
@@ -204,9 +204,9 @@ static ag_status cu_vm_map(int dev, void *base, size_t offset, size_t bytes) {
   return AG_OK;
 }
 
-static ag_status cu_vm_unmap(int dev, void *base, size_t offset, size_t bytes) {
+ag_status agv_vm_unmap_one(int dev, void *at, size_t bytes) {
   if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "cuda: virtual memory entry points are unavailable");
-  CUresult r = g.MemUnmap((CUdeviceptr)base + offset, bytes);
+  CUresult r = g.MemUnmap((CUdeviceptr)at, bytes);
   if (r != CUDA_SUCCESS) return agv_status((int)r, AGV_DRIVER, "cuMemUnmap");
   return AG_OK;
 }
@@ -224,10 +224,10 @@ static const ag_backend g_backend = {
     .mem_info = agg_mem_info,
     .segment_alloc = agg_segment_alloc,
     .segment_free = agg_segment_free,
-    .vm_granularity = cu_vm_granularity,
+    .vm_granularity = agv_vm_granularity,
     .vm_reserve = cu_vm_reserve,
-    .vm_map = cu_vm_map,
-    .vm_unmap = cu_vm_unmap,
+    .vm_map = agg_vm_map,
+    .vm_unmap = agg_vm_unmap,
     .vm_release = cu_vm_release,
     .pinned_alloc = agg_pinned_alloc,
     .pinned_free = agg_pinned_free,

@@ -101,7 +101,7 @@ static hipMemAllocationProp vm_prop(int dev) {
   return p;
 }
 
-static size_t hip_vm_granularity(int dev) {
+size_t agv_vm_granularity(int dev) {
   size_t gran = 0;
   hipMemAllocationProp p = vm_prop(dev);
   if (!g.vm || g.MemGetAllocationGranularity(&gran, &p, hipMemAllocationGranularityMinimum) != hipSuccess) {
@@ -122,7 +122,7 @@ void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
   out->native_bf16 = strncmp(out->arch, "gfx90a", 6) == 0 || strncmp(out->arch, "gfx94", 5) == 0 ||
                      strncmp(out->arch, "gfx95", 5) == 0 || strncmp(out->arch, "gfx11", 5) == 0 ||
                      strncmp(out->arch, "gfx12", 5) == 0;
-  out->virtual_memory = hip_vm_granularity(dev) != 0;
+  out->virtual_memory = agv_vm_granularity(dev) != 0;
   out->unified_memory = false;
 }
 
@@ -168,11 +168,10 @@ static ag_status hip_vm_reserve(int dev, size_t bytes, void **out_base) {
   return e == hipSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, "hipMemAddressReserve");
 }
 
-static ag_status hip_vm_map(int dev, void *base, size_t offset, size_t bytes) {
+ag_status agv_vm_map_one(int dev, void *at, size_t bytes) {
   if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "hip: the HIP runtime has no virtual memory entry points");
   hipMemAllocationProp p = vm_prop(dev);
   hipMemGenericAllocationHandle_t h;
-  void *at = (char *)base + offset;
   hipError_t e = g.MemCreate(&h, bytes, &p, 0);
   if (e != hipSuccess) return agv_status((int)e, AGV_RUNTIME, "hipMemCreate");
   e = g.MemMap(at, bytes, 0, h, 0);
@@ -190,9 +189,9 @@ static ag_status hip_vm_map(int dev, void *base, size_t offset, size_t bytes) {
   return AG_OK;
 }
 
-static ag_status hip_vm_unmap(int dev, void *base, size_t offset, size_t bytes) {
+ag_status agv_vm_unmap_one(int dev, void *at, size_t bytes) {
   if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "hip: the HIP runtime has no virtual memory entry points");
-  hipError_t e = g.MemUnmap((char *)base + offset, bytes);
+  hipError_t e = g.MemUnmap(at, bytes);
   return e == hipSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, "hipMemUnmap");
 }
 
@@ -209,10 +208,10 @@ static const ag_backend g_backend = {
     .mem_info = agg_mem_info,
     .segment_alloc = agg_segment_alloc,
     .segment_free = agg_segment_free,
-    .vm_granularity = hip_vm_granularity,
+    .vm_granularity = agv_vm_granularity,
     .vm_reserve = hip_vm_reserve,
-    .vm_map = hip_vm_map,
-    .vm_unmap = hip_vm_unmap,
+    .vm_map = agg_vm_map,
+    .vm_unmap = agg_vm_unmap,
     .vm_release = hip_vm_release,
     .pinned_alloc = agg_pinned_alloc,
     .pinned_free = agg_pinned_free,

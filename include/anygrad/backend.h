@@ -184,7 +184,7 @@ typedef struct ag_bevent ag_bevent;
  * one stream are serialised by the core. */
 typedef struct ag_backend {
   uint32_t abi_version;   /* AG_BACKEND_ABI_VERSION */
-  const char *name;       /* "cpu", "cuda", "hip", "opencl" */
+  const char *name;       /* "cpu", "cuda", "hip", "opencl", "gpuemu" */
 
   /* Load the vendor runtime and count devices. On failure, write a reason
    * into reason (reason_len bytes) and return AG_ERR_UNAVAILABLE. */

@@ -19,7 +19,11 @@ typedef enum ag_backend_kind {
   AG_BACKEND_CUDA = 1,
   AG_BACKEND_HIP = 2,
   AG_BACKEND_OPENCL = 3,
-  AG_BACKEND_COUNT = 4,
+  /* The GPU kernel source run on the CPU by an emulator (libanygrad-gpuemu.so),
+   * for testing and debugging: gpuemu:0 has CUDA's warp and launch limits,
+   * gpuemu:1 HIP's. Never chosen by ag_device_best(). */
+  AG_BACKEND_GPUEMU = 4,
+  AG_BACKEND_COUNT = 5,
 } ag_backend_kind;
 
 #define AG_MAX_DEVICES 16
@@ -44,7 +48,7 @@ typedef struct ag_device_props {
   bool unified_memory;    /* device memory is host memory (CPU, PoCL) */
 } ag_device_props;
 
-/* Name of a backend kind ("cpu", "cuda", "hip", "opencl"); "?" if out of range. */
+/* Name of a backend kind ("cpu", "cuda", "hip", "opencl", "gpuemu"); "?" if out of range. */
 AG_API const char *ag_backend_name(ag_backend_kind kind);
 
 /* Whether the backend loaded and has at least one device. If not and
@@ -56,7 +60,7 @@ AG_API bool ag_backend_available(ag_backend_kind kind, const char **out_reason);
 /* Number of devices of a backend (0 if unavailable). */
 AG_API int ag_backend_device_count(ag_backend_kind kind);
 
-/* Parse "cpu", "cpu:0", "cuda", "cuda:1", "hip:0", "opencl:0".
+/* Parse "cpu", "cpu:0", "cuda", "cuda:1", "hip:0", "opencl:0", "gpuemu:1".
  * Errors: AG_ERR_INVALID for a malformed string, AG_ERR_UNAVAILABLE for an
  * absent backend, AG_ERR_DEVICE for an ordinal beyond the device count. */
 AG_API ag_status ag_device_parse(const char *s, ag_device *out_device);

@@ -243,10 +243,10 @@ static gpuError_t unary_run(const agk_env *env, const ag_kernel_call *c, F f) {
   if (d.numel == 0) return gpuSuccess;
   const int V = 16 / (sizeof(TO) > sizeof(TI) ? sizeof(TO) : sizeof(TI));
   if (contig && aligned(&d, 1, sizeof(TO) * V) && (uintptr_t)d.p[1] % (sizeof(TI) * V) == 0) {
-    k_unary_vec<TO, TI, V, F><<<ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream>>>(
+    agk_launch(k_unary_vec<TO, TI, V, F>, ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream, 
         (TO *)d.p[0], (const TI *)d.p[1], d.numel, f);
   } else {
-    k_unary_strided<TO, TI, F><<<ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream>>>(d, f);
+    agk_launch(k_unary_strided<TO, TI, F>, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d, f);
   }
   return gpuGetLastError();
 }
@@ -306,10 +306,10 @@ template <typename T> static gpuError_t binary_go(const agk_env *env, const ag_k
   if (d.numel == 0) return gpuSuccess;
   const int V = 16 / sizeof(T);
   if (contig && aligned(&d, 3, 16)) {
-    k_binary_vec<T, V><<<ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream>>>(
+    agk_launch(k_binary_vec<T, V>, ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream, 
         (T *)d.p[0], (const T *)d.p[1], (const T *)d.p[2], d.numel, f);
   } else {
-    k_binary_strided<T><<<ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream>>>(d, f);
+    agk_launch(k_binary_strided<T>, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d, f);
   }
   return gpuGetLastError();
 }
@@ -337,8 +337,8 @@ gpuError_t agk_where(const agk_env *env, const ag_kernel_call *c) {
   unsigned g = ew_grid(env, d.numel);
   size_t es = c->o[0].dtype == AG_F32 || c->o[0].dtype == AG_I32 ? 4 : 2;
   AGK_DISPATCH_ALL(c->o[1].dtype, TC,
-                   if (es == 4) k_where<int32_t, TC><<<g, AGK_EW_THREADS, 0, env->stream>>>(d);
-                   else k_where<uint16_t, TC><<<g, AGK_EW_THREADS, 0, env->stream>>>(d));
+                   if (es == 4) agk_launch(k_where<int32_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d);
+                   else agk_launch(k_where<uint16_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d));
   return gpuGetLastError();
 }
 
@@ -368,9 +368,9 @@ template <typename T> static gpuError_t fill_go(const agk_env *env, const ag_ker
   if (d.numel == 0) return gpuSuccess;
   const int V = 16 / sizeof(T);
   if (contig && aligned(&d, 1, 16))
-    k_fill_vec<T, V><<<ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream>>>((T *)d.p[0], d.numel, v);
+    agk_launch(k_fill_vec<T, V>, ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream, (T *)d.p[0], d.numel, v);
   else
-    k_fill<T><<<ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream>>>(d, v);
+    agk_launch(k_fill<T>, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d, v);
   return gpuGetLastError();
 }
 static uint16_t host_bf16(float f) {
@@ -429,7 +429,7 @@ gpuError_t agk_arange(const agk_env *env, const ag_kernel_call *c) {
   long long n = c->o[0].ndim ? c->o[0].shape[0] : 1;
   if (n == 0) return gpuSuccess;
   AGK_DISPATCH_ALL(c->o[0].dtype, T,
-                   k_arange<T><<<agk_blocks(n, 256), 256, 0, env->stream>>>((T *)agk_ptr(&c->o[0]), n, c->s[0], c->s[1]));
+                   agk_launch(k_arange<T>, agk_blocks(n, 256), 256, 0, env->stream, (T *)agk_ptr(&c->o[0]), n, c->s[0], c->s[1]));
   return gpuGetLastError();
 }
 
@@ -467,7 +467,7 @@ gpuError_t agk_rand(const agk_env *env, const ag_kernel_call *c) {
   int normal = c->op == AG_K_RAND_NORMAL;
   long long blocks = (n + (normal ? 1 : 3)) / (normal ? 2 : 4);
   AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
-                     k_rand<T><<<agk_blocks(blocks, 256), 256, 0, env->stream>>>(
+                     agk_launch(k_rand<T>, agk_blocks(blocks, 256), 256, 0, env->stream, 
                          (T *)agk_ptr(&c->o[0]), n, c->seed, c->offset, normal, (float)c->s[0],
                          normal ? (float)c->s[1] : (float)(c->s[1] - c->s[0])));
   return gpuGetLastError();
@@ -493,7 +493,7 @@ gpuError_t agk_dropout(const agk_env *env, const ag_kernel_call *c) {
   float p = (float)c->s[0];
   double scale = c->s[0] < 1.0 ? 1.0 / (1.0 - c->s[0]) : 0.0;
   AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
-                     k_dropout<T><<<agk_blocks((n + 3) / 4, 256), 256, 0, env->stream>>>(
+                     agk_launch(k_dropout<T>, agk_blocks((n + 3) / 4, 256), 256, 0, env->stream, 
                          (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
                          c->n_operands > 2 ? (T *)agk_ptr(&c->o[2]) : (T *)0, n, c->seed, c->offset, p, scale));
   return gpuGetLastError();

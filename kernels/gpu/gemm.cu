@@ -102,7 +102,7 @@ template <typename T> static gpuError_t gemm_go(const agk_env *env, const ag_ker
   /* size-1 dims: make the layout test (stride == 1) pick the coalesced path */
   if (K == 1) { sak = 1; sbk = 1; }
   dim3 grid((unsigned)((N + GB_N - 1) / GB_N), (unsigned)((M + GB_M - 1) / GB_M), (unsigned)batch);
-  k_gemm<T><<<grid, 256, 0, env->stream>>>((T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K,
+  agk_launch(k_gemm<T>, grid, 256, 0, env->stream, (T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K,
                                            sam, sak, sab, sbk, sbn, sbb, (float)c->s[0], (float)c->s[1]);
   return gpuGetLastError();
 }

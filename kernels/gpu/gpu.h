@@ -117,6 +117,12 @@ AGK_HIDDEN ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c);
 AGK_HIDDEN bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt);
 AGK_HIDDEN ag_status agg_take_kernel_error(ag_bstream *s, ag_kernel_error *out);
 AGK_HIDDEN int agg_sm_count(int dev);
+/* Expandable segments: [offset, offset + bytes) of a reservation is mapped
+ * as one physical allocation per granule and unmapped granule by granule,
+ * because an unmap cannot release part of one allocation's mapping (the
+ * core trims segments at granule boundaries). */
+AGK_HIDDEN ag_status agg_vm_map(int dev, void *base, size_t offset, size_t bytes);
+AGK_HIDDEN ag_status agg_vm_unmap(int dev, void *base, size_t offset, size_t bytes);
 
 /* ---- vendor hooks, one set per backend (backends/<name>/) ---- */
 
@@ -135,6 +141,12 @@ AGK_HIDDEN void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out)
 AGK_HIDDEN ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c);
 /* Release what the vendor attached to s (BLAS handle). */
 AGK_HIDDEN void agv_stream_release(ag_bstream *s);
+/* Virtual memory: granule size (0: unsupported); create one physical
+ * allocation of exactly bytes and map it read-write at at; unmap one such
+ * mapping. */
+AGK_HIDDEN size_t agv_vm_granularity(int dev);
+AGK_HIDDEN ag_status agv_vm_map_one(int dev, void *at, size_t bytes);
+AGK_HIDDEN ag_status agv_vm_unmap_one(int dev, void *at, size_t bytes);
 
 /* Matrix layout of a [.., R, C] operand for BLAS: ld and whether it is
  * stored row-major (strides[-1] == 1). */

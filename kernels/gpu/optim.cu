@@ -134,7 +134,7 @@ gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c) {
     prm.lr = (float)c->s[0]; prm.momentum = (float)c->s[1]; prm.dampening = (float)c->s[2];
     prm.wd = (float)c->s[3]; prm.nesterov = c->s[4] != 0; prm.first_step = c->s[5] != 0;
   }
-  k_multi<<<agk_blocks(chunks, 1), 256, 0, env->stream>>>(c->op, (const agk_mt_entry *)env->table_dev, n, prm, inv,
+  agk_launch(k_multi, agk_blocks(chunks, 1), 256, 0, env->stream, c->op, (const agk_mt_entry *)env->table_dev, n, prm, inv,
                                                           flag);
   return gpuGetLastError();
 }

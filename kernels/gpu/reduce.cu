@@ -167,18 +167,18 @@ template <typename T, typename A> static gpuError_t reduce_go(const agk_env *env
     P = reduce_split(outer, r, 4096, cap, want);
     long long chunk = (r + P - 1) / P;
     int threads = r >= 1024 ? 256 : r > 256 ? 128 : 64;
-    k_reduce_rows<T, A><<<agk_blocks(outer * P, 1), threads, 0, env->stream>>>(x, out, part, outer, r, (int)P,
+    agk_launch(k_reduce_rows<T, A>, agk_blocks(outer * P, 1), threads, 0, env->stream, x, out, part, outer, r, (int)P,
                                                                                 chunk < 1 ? 1 : chunk, op, scale);
   } else {
     long long base = (inner + 31) / 32 * outer;
     P = reduce_split(base, r, 64, cap, want);
     long long chunk = (r + P - 1) / P;
     dim3 blk(32, 8);
-    k_reduce_cols<T, A><<<agk_blocks(base * P, 1), blk, 0, env->stream>>>(x, out, part, outer, r, inner, (int)P,
+    agk_launch(k_reduce_cols<T, A>, agk_blocks(base * P, 1), blk, 0, env->stream, x, out, part, outer, r, inner, (int)P,
                                                                            chunk < 1 ? 1 : chunk, op, scale);
   }
   if (P > 1)
-    k_reduce_final<T, A><<<agk_blocks(nout, 256), 256, 0, env->stream>>>(part, out, nout, (int)P, op, scale);
+    agk_launch(k_reduce_final<T, A>, agk_blocks(nout, 256), 256, 0, env->stream, part, out, nout, (int)P, op, scale);
   return gpuGetLastError();
 }
 
@@ -400,9 +400,9 @@ __global__ void k_layernorm_dwdb(float *dw, float *db, const T *dy, const T *x, 
 #define ROW_LAUNCH(KERNEL, T, R, C, ...)                                                    \
   do {                                                                                     \
     if ((C) <= 1024) {                                                                     \
-      KERNEL<32, T><<<agk_blocks((R), 8), 256, 0, env->stream>>>(__VA_ARGS__);            \
+      agk_launch(KERNEL<32, T>, agk_blocks((R), 8), 256, 0, env->stream, __VA_ARGS__);            \
     } else {                                                                               \
-      KERNEL<512, T><<<agk_blocks((R), 1), 512, 0, env->stream>>>(__VA_ARGS__);           \
+      agk_launch(KERNEL<512, T>, agk_blocks((R), 1), 512, 0, env->stream, __VA_ARGS__);           \
     }                                                                                      \
   } while (0)
 
@@ -488,7 +488,7 @@ template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, con
       long long rows_per = (R + chunks - 1) / chunks;
       chunks = (R + rows_per - 1) / rows_per;
       dim3 grid((unsigned)tiles, (unsigned)chunks), blk(32, 8);
-      k_layernorm_dwdb<T><<<grid, blk, 0, env->stream>>>(dw, db, dy, x, mean, rstd, R, D, rows_per);
+      agk_launch(k_layernorm_dwdb<T>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
     }
   }
   return gpuGetLastError();
@@ -527,7 +527,7 @@ gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c) {
   unsigned g = agk_blocks(N * D, 256);
   if (g > (unsigned)env->sm_count * 32u && env->sm_count > 0) g = (unsigned)env->sm_count * 32u;
   AGK_DISPATCH_ALL(c->o[0].dtype, T,
-                   k_embedding<T><<<g, 256, 0, env->stream>>>((T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
+                   agk_launch(k_embedding<T>, g, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
                                                              (const int32_t *)agk_ptr(&c->o[2]), N, D, V, env->err));
   return gpuGetLastError();
 }
@@ -538,7 +538,7 @@ gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c) {
   unsigned g = agk_blocks(N * D, 256);
   if (g > (unsigned)env->sm_count * 32u && env->sm_count > 0) g = (unsigned)env->sm_count * 32u;
   AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
-                     k_embedding_bwd<T><<<g, 256, 0, env->stream>>>((float *)agk_ptr(&c->o[0]),
+                     agk_launch(k_embedding_bwd<T>, g, 256, 0, env->stream, (float *)agk_ptr(&c->o[0]),
                                                                    (const T *)agk_ptr(&c->o[1]),
                                                                    (const int32_t *)agk_ptr(&c->o[2]), N, D, V));
   return gpuGetLastError();

@@ -81,6 +81,39 @@ ag_status agg_pinned_alloc(int dev, size_t bytes, void **out_ptr) {
 }
 void agg_pinned_free(int dev, void *ptr) { (void)gpuFreeHost(ptr); }
 
+/* ---- virtual memory ---- */
+
+ag_status agg_vm_map(int dev, void *base, size_t offset, size_t bytes) {
+  size_t gran = agv_vm_granularity(dev);
+  if (!gran) return ag_error_set(AG_ERR_UNSUPPORTED, AG_GPU_BACKEND_NAME ": no virtual memory on device %d", dev);
+  if (offset % gran || bytes % gran)
+    return ag_error_set(AG_ERR_INVALID, AG_GPU_BACKEND_NAME ": vm_map of [%zu, +%zu) is not in whole granules of %zu",
+                        offset, bytes, gran);
+  for (size_t done = 0; done < bytes; done += gran) {
+    ag_status st = agv_vm_map_one(dev, (char *)base + offset + done, gran);
+    if (st != AG_OK) {
+      for (size_t u = 0; u < done; u += gran) (void)agv_vm_unmap_one(dev, (char *)base + offset + u, gran);
+      return st;
+    }
+  }
+  return AG_OK;
+}
+
+ag_status agg_vm_unmap(int dev, void *base, size_t offset, size_t bytes) {
+  size_t gran = agv_vm_granularity(dev);
+  if (!gran) return ag_error_set(AG_ERR_UNSUPPORTED, AG_GPU_BACKEND_NAME ": no virtual memory on device %d", dev);
+  if (offset % gran || bytes % gran)
+    return ag_error_set(AG_ERR_INVALID,
+                        AG_GPU_BACKEND_NAME ": vm_unmap of [%zu, +%zu) is not in whole granules of %zu", offset, bytes,
+                        gran);
+  ag_status first = AG_OK;
+  for (size_t done = 0; done < bytes; done += gran) {
+    ag_status st = agv_vm_unmap_one(dev, (char *)base + offset + done, gran);
+    if (st != AG_OK && first == AG_OK) first = st;
+  }
+  return first;
+}
+
 /* ---- streams ---- */
 
 void agg_stream_destroy(ag_bstream *s) {

@@ -1,11 +1,15 @@
 /* The one vendor shim of the GPU kernels: maps a neutral gpu* spelling onto
- * the CUDA runtime (nvcc) or the HIP runtime (hipcc), so kernels/gpu/ and the
- * shared runtime glue are a single source for both backends. Only names that
- * the sources use are mapped; anything vendor-specific stays in backends/. */
+ * the CUDA runtime (nvcc), the HIP runtime (hipcc) or the host emulator
+ * (g++/clang++, AG_GPU_HOST), so kernels/gpu/ and the shared runtime glue are
+ * a single source for all three. Only names that the sources use are mapped;
+ * anything vendor-specific stays in backends/. */
 #ifndef AG_GPU_VENDOR_H
 #define AG_GPU_VENDOR_H
 
-#if defined(__HIPCC__) || defined(AG_GPU_HIP)
+#if defined(AG_GPU_HOST)
+#include "emu/emu.h"
+
+#elif defined(__HIPCC__) || defined(AG_GPU_HIP)
 #ifndef AG_GPU_HIP
 #define AG_GPU_HIP 1
 #endif
@@ -119,6 +123,17 @@ typedef cudaDeviceProp gpuDeviceProp;
 #define gpuDeviceSynchronize cudaDeviceSynchronize
 #define AGK_WARP 32
 #define AGK_SHFL_XOR(v, m, w) __shfl_xor_sync(0xffffffffu, (v), (m), (w))
+#endif
+
+#if !defined(AG_GPU_HOST)
+/* One launch spelling for nvcc, hipcc and the host emulator (emu/emu.h has
+ * the host's). Like <<<>>> it returns nothing: a launch error is read with
+ * gpuGetLastError() after one or several launches. */
+template <typename... P, typename... A>
+static inline void agk_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t stream,
+                              A... args) {
+  kernel<<<grid, block, smem, stream>>>(static_cast<P>(args)...);
+}
 #endif
 
 #endif
