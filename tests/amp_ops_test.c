@@ -374,6 +374,7 @@ static void run_backend(ag_backend_kind k) {
 static void test_opencl(void **state) { run_backend(AG_BACKEND_OPENCL); }
 static void test_cuda(void **state) { run_backend(AG_BACKEND_CUDA); }
 static void test_hip(void **state) { run_backend(AG_BACKEND_HIP); }
+static void test_gpuemu(void **state) { run_backend(AG_BACKEND_GPUEMU); }
 
 /* Regions nest, f32 islands switch autocast off, the parameter cast is made
  * once per region and gradients reach the f32 parameter. */
@@ -415,6 +416,7 @@ int main(void) {
       cmocka_unit_test(test_opencl),
       cmocka_unit_test(test_cuda),
       cmocka_unit_test(test_hip),
+      cmocka_unit_test(test_gpuemu),
   };
   return cmocka_run_group_tests_name("amp_ops", tests, NULL, NULL);
 }

@@ -27,11 +27,13 @@ typedef struct fixture {
   ag_grad_scaler *scaler;
 } fixture;
 
-/* Devices 0..N_DEV-1: the CPU, then opencl:0, cuda:0, hip:0 where present
- * (the GPU ones run on the GPU machine). */
-enum { N_DEV = 4 };
+/* Devices 0..N_DEV-1: the CPU, then opencl:0, cuda:0, hip:0 and gpuemu:0
+ * where present (cuda and hip run on the GPU machine, the emulated GPU
+ * everywhere). */
+enum { N_DEV = 5 };
 static bool device_for(int which, ag_device *d) {
-  const ag_backend_kind k[N_DEV] = {AG_BACKEND_CPU, AG_BACKEND_OPENCL, AG_BACKEND_CUDA, AG_BACKEND_HIP};
+  const ag_backend_kind k[N_DEV] = {AG_BACKEND_CPU, AG_BACKEND_OPENCL, AG_BACKEND_CUDA, AG_BACKEND_HIP,
+                                    AG_BACKEND_GPUEMU};
   if (which > 0 && !ag_backend_available(k[which], NULL)) return false;
   *d = (ag_device){k[which], 0};
   return true;

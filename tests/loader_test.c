@@ -18,6 +18,7 @@
 #include "anygrad/anygrad.h"
 #include "anygrad/cpu.h"
 #include "anygrad/loader.h"
+#include "test_device.h"
 
 #define N 103
 #define BS 8
@@ -52,7 +53,7 @@ static ag_status fill_rows(void *user, int64_t epoch, int64_t index, const int64
 
 static ag_loader_config base_config(delay_ctx *c) {
   ag_loader_config cfg = {0};
-  cfg.device = AG_CPU;
+  cfg.device = TEST_DEV;
   cfg.num_samples = N;
   cfg.batch_size = BS;
   cfg.shuffle = true;
@@ -188,7 +189,7 @@ static void shutdown_mid_epoch(void **state) {
   assert_true(atomic_load(&c.calls) < 3 + 8 + 4 + 1);
   assert_int_equal(ag_live_tensors(), live0);
   ag_pinned_stats ps;
-  assert_int_equal(ag_pinned_stats_get(AG_CPU, &ps), AG_OK);
+  assert_int_equal(ag_pinned_stats_get(TEST_DEV, &ps), AG_OK);
   assert_int_equal(ps.allocated_bytes, 0);
 }
 
@@ -211,7 +212,7 @@ static void tensors_follow_scopes_and_next_never_syncs(void **state) {
   }
   assert_int_equal(ag_sync_count(), syncs);
   ag_set_sync_debug(AG_SYNC_DEBUG_OFF);
-  assert_int_equal(ag_device_synchronize(AG_CPU), AG_OK);
+  assert_int_equal(ag_device_synchronize(TEST_DEV), AG_OK);
   ag_loader_destroy(l); /* it held the batch copied ahead */
   assert_int_equal(ag_live_tensors(), live0);
 }
@@ -234,7 +235,7 @@ static ag_status fill_var(void *user, int64_t epoch, int64_t index, const int64_
 
 static void bucketing_pads_to_fixed_lengths(void **state) {
   ag_loader_config cfg = {0};
-  cfg.device = AG_CPU;
+  cfg.device = TEST_DEV;
   cfg.num_samples = 200;
   cfg.batch_size = 4;
   cfg.shuffle = true;

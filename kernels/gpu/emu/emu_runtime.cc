@@ -110,8 +110,8 @@ emu_state *st() {
   return g_emu;
 }
 gpuError_t set_last(gpuError_t e, const std::string &detail) {
-  if (e != gpuSuccess) {
-    if (tl_last == gpuSuccess) tl_last = e;
+  if (e != gpuSuccess) { /* the last error, as cudaGetLastError reports */
+    tl_last = e;
     tl_detail = detail;
   }
   return e;
@@ -184,7 +184,7 @@ gpuError_t take_dev_error(int dev) {
     tl_detail = d.detail;
     d.err = gpuSuccess;
     d.detail.clear();
-    if (tl_last == gpuSuccess) tl_last = e;
+    tl_last = e;
   }
   return e;
 }

@@ -1,0 +1,43 @@
+# The emulated GPU (backends/gpuemu): the emulator's own semantics
+# (gpuemu_test), the kernel check against the CPU backend on both flavours
+# (warp 32 with CUDA limits, warp 64 with HIP limits), `anygrad check` and
+# `anygrad compare` against the CPU, and the pinned, loader, allocator and
+# AMP tests with gpuemu:0 as their device (AG_TEST_DEVICE).
+if(TARGET anygrad-gpuemu)
+  enable_language(CXX)
+  set(_gpu ${PROJECT_SOURCE_DIR}/kernels/gpu)
+  set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/gpuemu_test.cu PROPERTIES LANGUAGE CXX
+                              COMPILE_OPTIONS "-xc++")
+  add_executable(gpuemu_test ${CMAKE_CURRENT_SOURCE_DIR}/gpuemu_test.cu ${_gpu}/emu/emu_exec.cc
+                 ${_gpu}/emu/emu_runtime.cc)
+  target_include_directories(gpuemu_test PRIVATE ${_gpu} ${AG_CMOCKA_INCLUDE})
+  target_compile_definitions(gpuemu_test PRIVATE AG_GPU_HOST=1)
+  target_compile_options(gpuemu_test PRIVATE -std=c++17 -ffp-contract=off -Wno-unknown-pragmas)
+  set_target_properties(gpuemu_test PROPERTIES LINKER_LANGUAGE CXX)
+  target_link_libraries(gpuemu_test PRIVATE anygrad ${AG_CMOCKA_LIB} Threads::Threads ${CMAKE_DL_LIBS})
+  add_test(NAME gpuemu_exec COMMAND gpuemu_test)
+  add_test(NAME gpuemu_deferred COMMAND gpuemu_test deferred)
+  set_tests_properties(gpuemu_deferred PROPERTIES ENVIRONMENT "AG_GPUEMU_DEFERRED=1;AG_GPUEMU_DELAY_US=20000")
+
+  add_test(NAME gpu_check_emu_cuda COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=0)
+  add_test(NAME gpu_check_emu_hip COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=1)
+  add_test(NAME gpu_check_emu_deferred COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=0)
+  set_tests_properties(gpu_check_emu_deferred PROPERTIES ENVIRONMENT "AG_GPUEMU_DEFERRED=1")
+  add_test(NAME check_gpuemu COMMAND $<TARGET_FILE:anygrad-cli> check --backend gpuemu:0,gpuemu:1)
+  add_test(NAME compare_gpuemu_mlp COMMAND $<TARGET_FILE:anygrad-cli> compare --devices cpu,gpuemu:0,gpuemu:1
+           --steps 20)
+  add_test(NAME compare_gpuemu_gpt COMMAND $<TARGET_FILE:anygrad-cli> compare --devices cpu,gpuemu:0 --model gpt
+           --steps 4 --batch 8)
+  set(_emu_tests gpuemu_exec gpuemu_deferred gpu_check_emu_cuda gpu_check_emu_hip gpu_check_emu_deferred
+      check_gpuemu compare_gpuemu_mlp compare_gpuemu_gpt)
+  # amp and amp_ops run gpuemu:0 in their own device lists
+  foreach(_t pinned loader alloc_cpu)
+    if(TARGET ${_t}_test)
+      add_test(NAME ${_t}_gpuemu COMMAND ${_t}_test)
+      set_tests_properties(${_t}_gpuemu PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT
+                           "AG_TEST_DEVICE=gpuemu:0;AG_GPUEMU_DEFERRED=1;AG_CPU_STREAMS=threaded;AG_BACKEND_PATH=$<TARGET_FILE_DIR:anygrad-gpuemu>")
+      list(APPEND _emu_tests ${_t}_gpuemu)
+    endif()
+  endforeach()
+  set_tests_properties(${_emu_tests} PROPERTIES TIMEOUT 900 LABELS gpuemu)
+endif()
