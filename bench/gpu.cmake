@@ -16,3 +16,18 @@ if(TARGET anygrad-cuda OR TARGET anygrad-hip OR TARGET anygrad-gpuemu)
     endif()
   endforeach()
 endif()
+
+# Speed of the emulator's execution model (fiber switches per second).
+if(TARGET anygrad-gpuemu)
+  enable_language(CXX)
+  set(_gpu ${PROJECT_SOURCE_DIR}/kernels/gpu)
+  set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/gpuemu_bench.cu PROPERTIES LANGUAGE CXX
+                              COMPILE_OPTIONS "-xc++")
+  add_executable(gpuemu_bench ${CMAKE_CURRENT_SOURCE_DIR}/gpuemu_bench.cu ${_gpu}/emu/emu_exec.cc
+                 ${_gpu}/emu/emu_runtime.cc)
+  target_include_directories(gpuemu_bench PRIVATE ${_gpu})
+  target_compile_definitions(gpuemu_bench PRIVATE AG_GPU_HOST=1)
+  target_compile_options(gpuemu_bench PRIVATE -std=c++17 -ffp-contract=off -Wno-unknown-pragmas)
+  set_target_properties(gpuemu_bench PROPERTIES LINKER_LANGUAGE CXX)
+  target_link_libraries(gpuemu_bench PRIVATE anygrad Threads::Threads ${CMAKE_DL_LIBS})
+endif()

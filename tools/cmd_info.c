@@ -36,6 +36,9 @@ int ag_cmd_info(int argc, char **argv) {
     }
     int n = ag_backend_device_count((ag_backend_kind)k);
     printf("%-7s %d device%s\n", ag_backend_name((ag_backend_kind)k), n, n == 1 ? "" : "s");
+    if (k == AG_BACKEND_GPUEMU)
+      printf("        for testing and debugging: runs the CUDA/HIP kernel source on the CPU with GPU\n"
+             "        semantics (barriers, warp shuffles, launch limits); never chosen as best device\n");
     for (int d = 0; d < n; d++) {
       ag_device dev = {(int16_t)k, (int16_t)d};
       ag_device_props p;

@@ -98,8 +98,11 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
  * correctly rounded in practice, so results may differ in the last bits. */
 static inline float agemu_expf(float x) { return expf(x); }
 #define __expf(x) agemu_expf(x)
-static inline void __threadfence_system(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+/* Blocks of a launch run on one OS thread and the host reads kernel results
+ * only after a synchronising call (a mutex hand-off in deferred mode), so a
+ * compiler barrier gives what the device's fences give here. */
+static inline void __threadfence_system(void) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence(void) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 /* Real atomics: streams may run on different OS threads. */
 static inline float atomicAdd(float *p, float v) {
   uint32_t old = __atomic_load_n((uint32_t *)p, __ATOMIC_RELAXED), want;

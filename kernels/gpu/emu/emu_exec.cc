@@ -26,6 +26,21 @@
 #ifdef AGEMU_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define AGEMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define AGEMU_TSAN 1
+#endif
+#endif
+#ifdef AGEMU_TSAN
+/* ThreadSanitizer follows each fiber as its own thread of execution; a
+ * switch orders everything before it (flag 0), as a block's barriers do. */
+extern "C" void *__tsan_get_current_fiber(void);
+extern "C" void *__tsan_create_fiber(unsigned flags);
+extern "C" void __tsan_destroy_fiber(void *fiber);
+extern "C" void __tsan_switch_to_fiber(void *fiber, unsigned flags);
+#endif
 
 #if defined(__x86_64__)
 /* agemu_switch(from, to): save the callee-saved registers on the current
@@ -75,6 +90,7 @@ struct ethread {
   ucontext_t uc;
 #endif
   char *stack;       /* usable stack [stack, stack + stack_size) */
+  void *tsan_fiber;
   size_t stack_size;
   void *asan_fake;
   int linear, state;
@@ -94,6 +110,7 @@ struct eblock {
   const void *sched_stack;
   size_t sched_stack_size;
   void *sched_fake;
+  void *sched_tsan;
   ethread *cur;
   int nthreads, warp;
   bool strict;
@@ -143,6 +160,9 @@ void to_sched(ethread *t, bool exiting) {
 #ifdef AGEMU_ASAN
   __sanitizer_start_switch_fiber(exiting ? NULL : &t->asan_fake, b->sched_stack, b->sched_stack_size);
 #endif
+#ifdef AGEMU_TSAN
+  __tsan_switch_to_fiber(b->sched_tsan, 0);
+#endif
 #ifdef AGEMU_ASM_SWITCH
   agemu_switch(&t->sp, b->sched_sp);
 #else
@@ -171,6 +191,9 @@ void resume(eblock *b, ethread *t) {
   tl_cur = &t->b;
 #ifdef AGEMU_ASAN
   __sanitizer_start_switch_fiber(&b->sched_fake, t->stack, t->stack_size);
+#endif
+#ifdef AGEMU_TSAN
+  __tsan_switch_to_fiber(t->tsan_fiber, 0);
 #endif
 #ifdef AGEMU_ASM_SWITCH
   agemu_switch(&b->sched_sp, t->sp);
@@ -375,6 +398,10 @@ std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
   b.warp = d.warp;
   b.strict = d.strict;
   b.t.resize(b.nthreads);
+#ifdef AGEMU_TSAN
+  b.sched_tsan = __tsan_get_current_fiber();
+  for (int i = 0; i < b.nthreads; i++) b.t[i].tsan_fiber = __tsan_create_fiber(0);
+#endif
   eblock *saved_block = tl_block;
   builtins *saved_cur = tl_cur;
   tl_block = &b;
@@ -383,6 +410,9 @@ std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
     b.t[i].stack_size = tl_stacks.size;
     if (!b.t[i].stack) {
       for (int j = 0; j < i; j++) stack_put(b.t[j].stack);
+#ifdef AGEMU_TSAN
+      for (int j = 0; j < b.nthreads; j++) __tsan_destroy_fiber(b.t[j].tsan_fiber);
+#endif
       tl_block = saved_block;
       tl_cur = saved_cur;
       return "out of host memory for fiber stacks";
@@ -436,6 +466,9 @@ std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
         }
       }
   for (int i = 0; i < b.nthreads; i++) stack_put(b.t[i].stack);
+#ifdef AGEMU_TSAN
+  for (int i = 0; i < b.nthreads; i++) __tsan_destroy_fiber(b.t[i].tsan_fiber);
+#endif
   tl_block = saved_block;
   tl_cur = saved_cur;
   return err;
