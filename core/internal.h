@@ -131,6 +131,11 @@ AG_HIDDEN ag_tensor *ag__private_ref(ag_tensor *t);
 AG_HIDDEN ag_tensor *ag__scope_detach(ag_tensor *t);
 /* New reference viewing all of t (identity view on the tape). */
 AG_HIDDEN ag_tensor *ag__alias(ag_tensor *t);
+/* Check a shape: no negative size, and the product of the sizes (0 counted
+ * as 1) times dt's size fits in int64_t (so numel, every contiguous stride
+ * and the byte size are exact). AG_ERR_SHAPE naming op otherwise. */
+AG_HIDDEN bool ag__shape_check(const char *op, int ndim, const int64_t *shape, ag_dtype dt,
+                               int64_t *out_numel);
 AG_HIDDEN void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides);
 AG_HIDDEN void ag__operand(ag_koperand *o, const ag_tensor *t);
 static inline ag_devstate *ag__ds(const ag_tensor *t) { return t->st->ds; }

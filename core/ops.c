@@ -586,7 +586,12 @@ static ag_tensor *matmul_impl(ag_tensor *a, ag_tensor *b) {
       return NULL;
     }
     batch[i] = sa == 1 ? sb : sa;
-    B *= batch[i];
+    if (__builtin_mul_overflow(B, batch[i], &B)) {
+      char x[96], y[96];
+      ag_error_set(AG_ERR_SHAPE, "%s: broadcast batch of %s and %s is too large (overflows int64)", name,
+                   ag_tensor_describe(a, x, sizeof x), ag_tensor_describe(b, y, sizeof y));
+      return NULL;
+    }
   }
   /* Operands [batch..., R, C] with zero strides on broadcast dims. */
   ag_koperand oa, ob;
@@ -1048,7 +1053,10 @@ static ag_tensor *concat_impl(int n, ag_tensor *const *ts, int dim) {
                    ag_tensor_describe(t, y, sizeof y), d);
       return NULL;
     }
-    shape[d] += t->shape[d];
+    if (__builtin_add_overflow(shape[d], t->shape[d], &shape[d])) {
+      ag_error_set(AG_ERR_SHAPE, "%s: the sizes along dim %d add up past int64", name, d);
+      return NULL;
+    }
   }
   ag_tensor *out = ag__tensor_new(ds, t0->dtype, t0->ndim, shape);
   if (!out) return NULL;

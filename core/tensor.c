@@ -104,6 +104,36 @@ int64_t ag_live_tensors(void) { return atomic_load(&g_live); }
 
 /* ---------------- headers and storage ---------------- */
 
+/* The one shape rule: the product of all sizes, a size 0 counted as 1, times
+ * the element size fits in int64_t. It bounds the element count, every
+ * contiguous stride and the byte size at once, so nothing computed from a
+ * shape that passed can wrap. */
+bool ag__shape_check(const char *op, int ndim, const int64_t *shape, ag_dtype dt, int64_t *out_numel) {
+  int64_t span = (int64_t)ag_dtype_size(dt), n = 1;
+  if (span <= 0) span = 1;
+  bool zero = false;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) {
+      ag_error_set(AG_ERR_SHAPE, "%s: negative size %lld in dim %d", op, (long long)shape[i], i);
+      return false;
+    }
+    if (shape[i] == 0) zero = true;
+    if (__builtin_mul_overflow(span, shape[i] > 0 ? shape[i] : 1, &span) ||
+        (!zero && __builtin_mul_overflow(n, shape[i], &n))) {
+      char b[AG_MAX_DIMS * 21 + 4];
+      size_t k = 0;
+      for (int j = 0; j < ndim && k < sizeof b; j++)
+        k += (size_t)snprintf(b + k, sizeof b - k, j ? ",%lld" : "%lld", (long long)shape[j]);
+      ag_error_set(AG_ERR_SHAPE, "%s: shape [%s] of %s is too large (its size in bytes overflows int64)", op,
+                   b, ag_dtype_name(dt));
+      return false;
+    }
+  }
+  if (out_numel) *out_numel = zero ? 0 : n;
+  return true;
+}
+
+/* Only called with shapes that passed ag__shape_check: no product wraps. */
 void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out) {
   int64_t s = 1;
   for (int i = ndim - 1; i >= 0; i--) {
@@ -113,6 +143,14 @@ void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out) {
 }
 
 static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
+  /* Every header passes here: shapes computed inside the core (broadcasts,
+   * expands, concatenations) get the same overflow check as user shapes. */
+  int64_t n = 0;
+  if (AG_UNLIKELY(ndim < 0 || ndim > AG_MAX_DIMS)) {
+    ag_error_set(AG_ERR_SHAPE, "tensor: ndim %d out of range [0, %d]", ndim, AG_MAX_DIMS);
+    return NULL;
+  }
+  if (AG_UNLIKELY(!ag__shape_check("tensor", ndim, shape, dt, &n))) return NULL;
   ag_tensor *t = malloc(sizeof *t);
   if (AG_UNLIKELY(!t)) {
     ag_error_set(AG_ERR_OOM, "out of host memory");
@@ -121,11 +159,7 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
   atomic_init(&t->refcount, 1);
   t->dtype = dt;
   t->ndim = ndim;
-  int64_t n = 1;
-  for (int i = 0; i < ndim; i++) {
-    t->shape[i] = shape[i];
-    n *= shape[i];
-  }
+  for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
   t->numel = n;
   t->offset = 0;
   t->st = NULL;
@@ -152,8 +186,13 @@ static void storage_release(ag_storage *st) {
 }
 
 ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t *shape) {
-  size_t bytes = ag_dtype_size(dt);
-  for (int i = 0; i < ndim; i++) bytes *= (size_t)shape[i];
+  int64_t numel = 0;
+  if (AG_UNLIKELY(ndim < 0 || ndim > AG_MAX_DIMS)) {
+    ag_error_set(AG_ERR_SHAPE, "tensor: ndim %d out of range [0, %d]", ndim, AG_MAX_DIMS);
+    return NULL;
+  }
+  if (AG_UNLIKELY(!ag__shape_check("tensor", ndim, shape, dt, &numel))) return NULL;
+  size_t bytes = (size_t)numel * ag_dtype_size(dt);
   ag_storage *st = malloc(sizeof *st);
   if (AG_UNLIKELY(!st)) {
     ag_error_set(AG_ERR_OOM, "out of host memory");
@@ -328,12 +367,7 @@ static bool check_shape(const char *op, ag_dtype dt, int ndim, const int64_t *sh
     ag_error_set(AG_ERR_SHAPE, "%s: ndim %d out of range [0, %d]", op, ndim, AG_MAX_DIMS);
     return false;
   }
-  for (int i = 0; i < ndim; i++)
-    if (shape[i] < 0) {
-      ag_error_set(AG_ERR_SHAPE, "%s: negative size %lld in dim %d", op, (long long)shape[i], i);
-      return false;
-    }
-  return true;
+  return ag__shape_check(op, ndim, shape, dt, NULL);
 }
 
 ag_tensor *ag_empty(ag_device d, ag_dtype dt, int ndim, const int64_t *shape) {
@@ -618,8 +652,10 @@ static bool infer_shape(const char *op, const ag_tensor *t, int ndim, const int6
     } else if (shape[i] < 0) {
       ag_error_set(AG_ERR_SHAPE, "%s: negative size %lld", op, (long long)shape[i]);
       return false;
-    } else {
-      n *= shape[i];
+    } else if (__builtin_mul_overflow(n, shape[i], &n)) {
+      ag_error_set(AG_ERR_SHAPE, "%s: the sizes multiply past int64 (dim %d of %lld)", op, i,
+                   (long long)shape[i]);
+      return false;
     }
     out[i] = shape[i];
   }
@@ -637,7 +673,9 @@ static bool infer_shape(const char *op, const ag_tensor *t, int ndim, const int6
                  ag_tensor_describe(t, b, sizeof b), (long long)t->numel, (long long)n);
     return false;
   }
-  return true;
+  /* Sizes 0 count as 1 for strides: [0, 2^62, 8] has 0 elements but
+   * strides that wrap. */
+  return ag__shape_check(op, ndim, out, t->dtype, NULL);
 }
 
 /* Strides for viewing t as `shape` without a copy, or false (PyTorch's
@@ -755,6 +793,9 @@ ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t s
     ag_error_set(AG_ERR_INVALID, "ag_slice: step must be positive, got %lld", (long long)step);
     return NULL;
   }
+  /* Clamp as PyTorch does: any int64 start/end/step is valid and the
+   * result has 0..n elements; no step below is computed in a way that can
+   * wrap (n + a negative index cannot, and len <= n). */
   int64_t n = t->shape[d];
   if (start < 0) start += n;
   if (end < 0) end += n;
@@ -762,18 +803,30 @@ ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t s
   if (end > n) end = n;
   if (start > n) start = n;
   if (end < start) end = start;
+  int64_t len = end - start, size = len == 0 ? 0 : (len - 1) / step + 1;
   int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
   memcpy(s, t->shape, sizeof s);
   memcpy(st, t->strides, sizeof st);
-  s[d] = (end - start + step - 1) / step;
-  st[d] = t->strides[d] * step;
+  s[d] = size;
+  /* With one element or none the stride is never used for addressing; keep
+   * the input's (stride * a huge step would wrap). With two or more,
+   * step < len <= n, so stride * step is bounded by the input's extent. */
+  int64_t off = 0;
+  if (size > 1 && __builtin_mul_overflow(t->strides[d], step, &st[d])) {
+    ag_error_set(AG_ERR_SHAPE, "ag_slice: stride %lld times step %lld overflows", (long long)t->strides[d],
+                 (long long)step);
+    return NULL;
+  }
+  if (__builtin_mul_overflow(start, t->strides[d], &off) || __builtin_add_overflow(off, t->offset, &off)) {
+    ag_error_set(AG_ERR_SHAPE, "ag_slice: offset of element %lld overflows", (long long)start);
+    return NULL;
+  }
   ag_gparams p = shape_params(t);
   p.i[0] = d;
   p.i[1] = start;
   p.i[2] = end;
   p.i[3] = step;
-  return record_view(ag__tensor_view(t, t->ndim, s, st, t->offset + start * t->strides[d]), t,
-                     AG_G_SLICE, &p);
+  return record_view(ag__tensor_view(t, t->ndim, s, st, off), t, AG_G_SLICE, &p);
 }
 
 ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
@@ -806,6 +859,7 @@ ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
       return NULL;
     }
   }
+  if (!ag__shape_check("ag_expand", ndim, s, t->dtype, NULL)) return NULL;
   ag_gparams p = shape_params(t);
   return record_view(ag__tensor_view(t, ndim, s, st, t->offset), t, AG_G_EXPAND, &p);
 }
@@ -822,7 +876,8 @@ ag_tensor *ag_unsqueeze(ag_tensor *t, int dim) {
   for (int i = 0, j = 0; i <= t->ndim; i++) {
     if (i == d) {
       s[i] = 1;
-      st[i] = (j < t->ndim) ? t->shape[j] * t->strides[j] : 1;
+      /* Unused for addressing (size 1); the natural value when it fits. */
+      if (j >= t->ndim || __builtin_mul_overflow(t->shape[j], t->strides[j], &st[i])) st[i] = 1;
     } else {
       s[i] = t->shape[j];
       st[i] = t->strides[j];

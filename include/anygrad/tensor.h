@@ -47,8 +47,18 @@ AG_API ag_status ag_dtype_parse(const char *s, ag_dtype *out_dtype);
 
 /* ---- creation (asynchronous on the device's current stream) ---- */
 
+/* Shapes. Every shape a tensor can have, given by the caller or computed
+ * by an op (broadcast, expand, concat, matmul batch), obeys one rule: no
+ * negative size, and the product of all sizes (a size 0 counted as 1) times
+ * the element size fits in int64_t. Then the element count, every
+ * contiguous stride and the byte size are exact; a shape that breaks the
+ * rule is refused with AG_ERR_SHAPE ("... is too large") instead of
+ * wrapping. This holds for views too (an expanded [2^62, 8] is refused
+ * although it would need no memory). */
+
 /* Uninitialised tensor. ndim 0 is a scalar. Errors: AG_ERR_SHAPE for a
- * negative dim or ndim > AG_MAX_DIMS, AG_ERR_DTYPE, AG_ERR_OOM. */
+ * negative dim, ndim > AG_MAX_DIMS or a shape that overflows (above),
+ * AG_ERR_DTYPE, AG_ERR_OOM. */
 AG_API ag_tensor *ag_empty(ag_device d, ag_dtype dt, int ndim, const int64_t *shape);
 AG_API ag_tensor *ag_zeros(ag_device d, ag_dtype dt, int ndim, const int64_t *shape);
 AG_API ag_tensor *ag_ones(ag_device d, ag_dtype dt, int ndim, const int64_t *shape);
@@ -155,7 +165,11 @@ AG_API ag_tensor *ag_view(ag_tensor *t, int ndim, const int64_t *shape); /* neve
 AG_API ag_tensor *ag_flatten(ag_tensor *t);
 AG_API ag_tensor *ag_transpose(ag_tensor *t, int dim0, int dim1);
 AG_API ag_tensor *ag_permute(ag_tensor *t, const int *dims);
-/* Elements [start, end) with step along dim; negative start/end count from the end. */
+/* Elements [start, end) with step along dim; negative start/end count from
+ * the end. Any int64 start and end are clamped to [0, size] as PyTorch does
+ * (a[0:3:INT64_MAX] is a[0:1]; an empty range gives size 0, never a
+ * negative size). Errors: AG_ERR_SHAPE for a bad dim, AG_ERR_INVALID for
+ * step <= 0. */
 AG_API ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
 /* Broadcast size-1 dims (and add leading dims) to shape. */
 AG_API ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape);
