@@ -83,7 +83,10 @@ void ag_tensor_zero_grad(ag_tensor *t) {
 }
 
 ag_tensor *ag_detach(ag_tensor *t) {
-  if (!t) return NULL;
+  if (!t) {
+    if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "ag_detach: NULL tensor");
+    return NULL;
+  }
   ag_tensor *d = ag__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
   if (!d) return NULL;
   d->requires_grad = false;

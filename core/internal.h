@@ -63,6 +63,10 @@ AG_HIDDEN ag_stream *ag__current_stream(ag_devstate *ds);
 AG_HIDDEN ag_status ag__sync_stream(ag_stream *s, const char *what);
 AG_HIDDEN ag_status ag__sync_device(ag_devstate *ds, const char *what);
 AG_HIDDEN ag_status ag__sync_event(ag_event *e, const char *what);
+/* AG_OK unless AG_SYNC_DEBUG is set to a value that is not a mode
+ * (AG_ERR_INVALID naming it): checked where a device opens, as a bad
+ * AG_ALLOC_CONF is, so a misspelt mode is never silently "off". */
+AG_HIDDEN ag_status ag__sync_debug_env_check(void);
 /* Non-blocking: turn a kernel error word left on s into a status. */
 AG_HIDDEN ag_status ag__kernel_error_check(ag_stream *s);
 

@@ -332,6 +332,10 @@ typedef struct reduce_plan {
 
 static bool plan_reduce(const char *name, ag_tensor *a, int n_dims, const int *dims, bool keepdim, reduce_plan *pl) {
   bool red[AG_MAX_DIMS] = {0};
+  if (n_dims < 0 || n_dims > a->ndim) {
+    ag_error_set(AG_ERR_SHAPE, "%s: %d dims given for a %d-d tensor", name, n_dims, a->ndim);
+    return false;
+  }
   if (n_dims == 0 || !dims) {
     for (int i = 0; i < a->ndim; i++) red[i] = true;
   } else {
@@ -339,6 +343,10 @@ static bool plan_reduce(const char *name, ag_tensor *a, int n_dims, const int *d
       int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
       if (d < 0 || d >= a->ndim) {
         ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dims[k], a->ndim);
+        return false;
+      }
+      if (red[d]) {
+        ag_error_set(AG_ERR_SHAPE, "%s: dim %d appears more than once in the dim list", name, d);
         return false;
       }
       red[d] = true;

@@ -10,6 +10,13 @@
 
 static atomic_llong g_live;
 
+/* A NULL tensor argument: keep the first error of a chain (DESIGN.md), or
+ * say which call got the NULL when nothing failed before. */
+static ag_tensor *null_tensor(const char *fn) {
+  if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: NULL tensor", fn);
+  return NULL;
+}
+
 /* ---------------- dtypes ---------------- */
 
 static const char *const k_dtype_names[AG_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "f64"};
@@ -328,9 +335,16 @@ ag_dtype ag_tensor_dtype(const ag_tensor *t) { return t ? t->dtype : AG_F32; }
 ag_device ag_tensor_device(const ag_tensor *t) { return t ? t->st->ds->dev : AG_CPU; }
 
 int64_t ag_tensor_dim(const ag_tensor *t, int dim) {
-  if (!t) return 0;
-  if (dim < 0) dim += t->ndim;
-  return (dim >= 0 && dim < t->ndim) ? t->shape[dim] : 0;
+  if (!t) {
+    null_tensor("ag_tensor_dim");
+    return -1;
+  }
+  int d = dim < 0 ? dim + t->ndim : dim;
+  if (d < 0 || d >= t->ndim) {
+    ag_error_set(AG_ERR_SHAPE, "ag_tensor_dim: dim %d out of range for a %d-d tensor", dim, t->ndim);
+    return -1;
+  }
+  return t->shape[d];
 }
 
 bool ag_tensor_is_contiguous(const ag_tensor *t) {
@@ -413,10 +427,10 @@ ag_tensor *ag_ones(ag_device d, ag_dtype dt, int ndim, const int64_t *shape) {
 ag_tensor *ag_scalar(ag_device d, ag_dtype dt, double value) { return ag_full(d, dt, 0, NULL, value); }
 
 ag_tensor *ag_empty_like(const ag_tensor *t) {
-  return t ? ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape) : NULL;
+  return t ? ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape) : null_tensor("ag_empty_like");
 }
 ag_tensor *ag_zeros_like(const ag_tensor *t) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_zeros_like");
   ag_tensor *r = ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape);
   if (r && fill(r, 0.0) != AG_OK) {
     ag_tensor_release(r);
@@ -716,7 +730,7 @@ static bool view_strides(const ag_tensor *t, int ndim, const int64_t *shape, int
 }
 
 ag_tensor *ag_view(ag_tensor *t, int ndim, const int64_t *shape) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_view");
   int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
   if (!infer_shape("ag_view", t, ndim, shape, s)) return NULL;
   if (!view_strides(t, ndim, s, st)) {
@@ -728,7 +742,7 @@ ag_tensor *ag_view(ag_tensor *t, int ndim, const int64_t *shape) {
 }
 
 ag_tensor *ag_reshape(ag_tensor *t, int ndim, const int64_t *shape) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_reshape");
   int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
   if (!infer_shape("ag_reshape", t, ndim, shape, s)) return NULL;
   if (view_strides(t, ndim, s, st)) {
@@ -743,13 +757,13 @@ ag_tensor *ag_reshape(ag_tensor *t, int ndim, const int64_t *shape) {
 }
 
 ag_tensor *ag_flatten(ag_tensor *t) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_flatten");
   int64_t n = t->numel;
   return ag_reshape(t, 1, &n);
 }
 
 ag_tensor *ag_permute(ag_tensor *t, const int *dims) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_permute");
   if (t->ndim && !dims) {
     ag_error_set(AG_ERR_INVALID, "ag_permute: NULL dims");
     return NULL;
@@ -775,7 +789,7 @@ ag_tensor *ag_permute(ag_tensor *t, const int *dims) {
 }
 
 ag_tensor *ag_transpose(ag_tensor *t, int dim0, int dim1) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_transpose");
   int a = norm_dim("ag_transpose", dim0, t->ndim), b = a < 0 ? -1 : norm_dim("ag_transpose", dim1, t->ndim);
   if (a < 0 || b < 0) return NULL;
   int dims[AG_MAX_DIMS];
@@ -786,7 +800,7 @@ ag_tensor *ag_transpose(ag_tensor *t, int dim0, int dim1) {
 }
 
 ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_slice");
   int d = norm_dim("ag_slice", dim, t->ndim);
   if (d < 0) return NULL;
   if (step <= 0) {
@@ -830,7 +844,7 @@ ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t s
 }
 
 ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_expand");
   if (ndim < t->ndim || ndim > AG_MAX_DIMS || (ndim && !shape)) {
     ag_error_set(AG_ERR_SHAPE, "ag_expand: cannot expand a %d-d tensor to %d dims", t->ndim, ndim);
     return NULL;
@@ -865,7 +879,7 @@ ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
 }
 
 ag_tensor *ag_unsqueeze(ag_tensor *t, int dim) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_unsqueeze");
   if (t->ndim >= AG_MAX_DIMS) {
     ag_error_set(AG_ERR_SHAPE, "ag_unsqueeze: tensor already has %d dims", AG_MAX_DIMS);
     return NULL;
@@ -889,7 +903,7 @@ ag_tensor *ag_unsqueeze(ag_tensor *t, int dim) {
 }
 
 ag_tensor *ag_squeeze(ag_tensor *t, int dim) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_squeeze");
   int d = norm_dim("ag_squeeze", dim, t->ndim);
   if (d < 0) return NULL;
   if (t->shape[d] != 1) {
@@ -938,7 +952,7 @@ ag_tensor *ag__alias(ag_tensor *t) {
 }
 
 ag_tensor *ag_contiguous(ag_tensor *t) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_contiguous");
   if (ag_tensor_is_contiguous(t)) return ag__alias(t);
   ag_tensor *r = ag__tensor_new(ag__ds(t), t->dtype, t->ndim, t->shape);
   if (!r) return NULL;
@@ -954,7 +968,7 @@ ag_tensor *ag_contiguous(ag_tensor *t) {
 }
 
 ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_cast");
   if ((unsigned)dt >= AG_DTYPE_COUNT) {
     ag_error_set(AG_ERR_DTYPE, "ag_cast: invalid dtype %d", (int)dt);
     return NULL;
@@ -1002,6 +1016,15 @@ ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
   if (!dst || !src)
     return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_copy_: NULL tensor");
   if (dst->numel == 0) return AG_OK;
+  /* Several elements of dst at one address (an expanded view): which value
+   * lands there would depend on the kernel's order. PyTorch refuses it too. */
+  for (int i = 0; i < dst->ndim; i++)
+    if (dst->strides[i] == 0 && dst->shape[i] > 1) {
+      char b[96];
+      return ag_error_set(AG_ERR_INVALID,
+                          "ag_copy_: destination %s has overlapping elements (stride 0 in dim %d, an expanded "
+                          "view); copy into a contiguous tensor instead", ag_tensor_describe(dst, b, sizeof b), i);
+    }
   if (ag__ds(dst) != ag__ds(src)) {
     ag_tensor *moved = ag_to_device(src, ag_tensor_device(dst));
     if (!moved) return ag_last_status();
@@ -1019,7 +1042,7 @@ ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
 }
 
 ag_tensor *ag_to_device(ag_tensor *t, ag_device d) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_to_device");
   ag_devstate *dst_ds = ag__devstate(d);
   if (!dst_ds) return NULL;
   ag_devstate *src_ds = ag__ds(t);

@@ -5,7 +5,8 @@
  * ag_tensor_release. Inside a scope (ag_scope_begin) the innermost scope owns
  * it and releases it at ag_scope_end, unless ag_tensor_keep moved it out.
  * Functions given a NULL tensor return NULL (or an error status) without
- * replacing the thread's error message.
+ * replacing the thread's error message; when no error is pending they set
+ * AG_ERR_INVALID ("<function>: NULL tensor"), so a NULL is never silent.
  *
  * Long-lived tensors (parameters, optimizer state, anything a parameter list
  * or optimizer holds) are created outside any scope, or moved out with
@@ -115,11 +116,15 @@ AG_API ag_status ag_to_host(const ag_tensor *t, void *out, size_t n_bytes);
  * sets the error if t is NULL or has more than one element. */
 AG_API double ag_item(const ag_tensor *t);
 
-/* ---- properties (borrowed, never fail for a non-NULL tensor) ---- */
+/* ---- properties (borrowed, never fail for a non-NULL tensor, except
+ * ag_tensor_dim with a dim out of range) ---- */
 AG_API int ag_tensor_ndim(const ag_tensor *t);
 AG_API const int64_t *ag_tensor_shape(const ag_tensor *t);
 AG_API const int64_t *ag_tensor_strides(const ag_tensor *t); /* in elements */
-AG_API int64_t ag_tensor_dim(const ag_tensor *t, int dim);   /* negative dims count from the end */
+/* Size of dim (negative dims count from the end). Returns -1 (never a
+ * size) and sets AG_ERR_SHAPE when dim is out of range, or AG_ERR_INVALID
+ * for a NULL t unless an error is already pending. */
+AG_API int64_t ag_tensor_dim(const ag_tensor *t, int dim);
 AG_API int64_t ag_tensor_numel(const ag_tensor *t);
 AG_API ag_dtype ag_tensor_dtype(const ag_tensor *t);
 AG_API ag_device ag_tensor_device(const ag_tensor *t);
@@ -189,7 +194,9 @@ AG_API ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt);
  * host must stage the data (documented in docs/streams.md). */
 AG_API ag_tensor *ag_to_device(ag_tensor *t, ag_device d);
 /* Copy src into dst (same shape after broadcasting src; dtypes may differ;
- * dst may be a view). */
+ * dst may be a view). Errors: AG_ERR_SHAPE if src does not broadcast to
+ * dst; AG_ERR_INVALID if dst has overlapping elements (a stride-0 dim of
+ * size > 1, as ag_expand makes), or for the in-place rules below. */
 AG_API ag_status ag_copy_(ag_tensor *dst, ag_tensor *src);
 /* Fill dst (may be a view) with a value. */
 AG_API ag_status ag_fill_(ag_tensor *dst, double value);
