@@ -96,6 +96,10 @@ typedef struct ag_storage {
   void *base;    /* segment base handle (copy of the block's) */
   size_t offset; /* bytes from base */
   size_t nbytes;
+  /* Bumped by every in-place write to any tensor over this storage (views
+   * share it, as PyTorch's views share a version counter); autograd compares
+   * it with the value recorded when a tensor was saved for backward. */
+  atomic_uint version;
 } ag_storage;
 
 struct ag_node;
@@ -115,6 +119,7 @@ struct ag_tensor {
   ag_tensor *grad;
   struct ag_node *grad_fn; /* owned reference */
   int out_index;
+  uint32_t saved_version; /* st->version when autograd saved this header */
   /* scope ownership */
   struct ag_scope *scope;
   int32_t scope_slot;
@@ -143,6 +148,18 @@ AG_HIDDEN bool ag__shape_check(const char *op, int ndim, const int64_t *shape, a
 AG_HIDDEN void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides);
 AG_HIDDEN void ag__operand(ag_koperand *o, const ag_tensor *t);
 static inline ag_devstate *ag__ds(const ag_tensor *t) { return t->st->ds; }
+
+/* In-place writes (docs/autograd.md, "In-place writes"). Every write into an
+ * existing tensor checks first (AG_ERR_INVALID while grad mode is on and dst
+ * requires grad: the write would not be on the tape) and bumps the storage
+ * version after it is enqueued. fn names the public call. */
+AG_HIDDEN ag_status ag__inplace_check(const ag_tensor *dst, const char *fn);
+static inline void ag__version_bump(ag_tensor *t) {
+  if (t && t->st) atomic_fetch_add_explicit(&t->st->version, 1, memory_order_relaxed);
+}
+static inline uint32_t ag__version(const ag_tensor *t) {
+  return atomic_load_explicit(&t->st->version, memory_order_relaxed);
+}
 
 /* Launch on the current stream of ds; checks backend support first. */
 AG_HIDDEN ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/autograd.h"
 #include "internal.h"
 
 static atomic_llong g_live;
@@ -174,6 +175,7 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
   t->grad = NULL;
   t->grad_fn = NULL;
   t->out_index = 0;
+  t->saved_version = 0;
   t->scope = NULL;
   t->scope_slot = -1;
   atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);
@@ -206,6 +208,7 @@ ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t 
     return NULL;
   }
   atomic_init(&st->refcount, 1);
+  atomic_init(&st->version, 0);
   st->ds = ds;
   st->nbytes = bytes;
   st->block = NULL;
@@ -988,9 +991,26 @@ ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt) {
   return r;
 }
 
+ag_status ag__inplace_check(const ag_tensor *dst, const char *fn) {
+  if (!dst->requires_grad || !ag_grad_enabled()) return AG_OK;
+  char b[96];
+  if (!dst->grad_fn)
+    return ag_error_set(AG_ERR_INVALID,
+                        "%s: %s is a leaf tensor that requires grad; writing it in place while grad mode is "
+                        "on is refused (as in PyTorch): do it between ag_no_grad_begin() and "
+                        "ag_grad_mode_end()", fn, ag_tensor_describe(dst, b, sizeof b));
+  return ag_error_set(AG_ERR_INVALID,
+                      "%s: %s requires grad (it has a graph); in-place writes are not recorded by autograd, so "
+                      "its gradient would be wrong: write under ag_no_grad_begin(), or into a tensor that does "
+                      "not require grad", fn, ag_tensor_describe(dst, b, sizeof b));
+}
+
 ag_status ag_fill_(ag_tensor *dst, double value) {
   if (!dst) return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_fill_: NULL tensor");
-  return fill(dst, value);
+  ag_status st = ag__inplace_check(dst, "ag_fill_");
+  if (st == AG_OK) st = fill(dst, value);
+  if (st == AG_OK && dst->numel) ag__version_bump(dst);
+  return st;
 }
 
 /* Broadcast operand of t to ndim/shape (zero strides); false if impossible. */
@@ -1015,6 +1035,8 @@ AG_HIDDEN bool ag__broadcast_operand(ag_koperand *o, const ag_tensor *t, int ndi
 ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
   if (!dst || !src)
     return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_copy_: NULL tensor");
+  ag_status ist = ag__inplace_check(dst, "ag_copy_");
+  if (ist != AG_OK) return ist;
   if (dst->numel == 0) return AG_OK;
   /* Several elements of dst at one address (an expanded view): which value
    * lands there would depend on the kernel's order. PyTorch refuses it too. */
@@ -1038,7 +1060,9 @@ ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
     return ag_error_set(AG_ERR_SHAPE, "ag_copy_: cannot copy %s into %s", ag_tensor_describe(src, a, sizeof a),
                         ag_tensor_describe(dst, b, sizeof b));
   }
-  return launch_copy(dst, &o, "ag_copy_");
+  ag_status st = launch_copy(dst, &o, "ag_copy_");
+  if (st == AG_OK) ag__version_bump(dst);
+  return st;
 }
 
 ag_tensor *ag_to_device(ag_tensor *t, ag_device d) {

@@ -198,7 +198,14 @@ AG_API ag_tensor *ag_to_device(ag_tensor *t, ag_device d);
  * dst; AG_ERR_INVALID if dst has overlapping elements (a stride-0 dim of
  * size > 1, as ag_expand makes), or for the in-place rules below. */
 AG_API ag_status ag_copy_(ag_tensor *dst, ag_tensor *src);
-/* Fill dst (may be a view) with a value. */
+/* Fill dst (may be a view) with a value.
+ *
+ * In-place rules (ag_copy_ and ag_fill_; docs/autograd.md): while grad mode
+ * is on, a dst that requires grad (a leaf parameter, or a tensor with a
+ * graph) is refused with AG_ERR_INVALID; write it under ag_no_grad_begin().
+ * Every write bumps the version of dst's storage, and a backward that needs
+ * a tensor saved before the write fails with AG_ERR_STATE instead of using
+ * the new values. */
 AG_API ag_status ag_fill_(ag_tensor *dst, double value);
 
 #ifdef __cplusplus
