@@ -209,9 +209,10 @@ typedef struct ag_gparams {
  *   WHERE: saved cond;  MAX/MIN reductions: saved x, out (keepdim=true
  *   shape view of out);  MATMUL: saved a, b (inputs as given)
  *   SOFTMAX, LOG_SOFTMAX: saved out;  CROSS_ENTROPY: saved logits as [N, C]
- *   contiguous, targets [N] contiguous i32, and for MEAN the f32 scalar count
- *   of non-ignored targets;  MSE: saved diff = a - b;  LAYER_NORM: saved x
- *   as [N, D] contiguous, mean f32 [N], rstd f32 [N];  EMBEDDING: saved
+ *   contiguous, targets [N] contiguous i32, and for MEAN the scalar count
+ *   of non-ignored targets (f32; f64 for f64 logits);  MSE: saved diff =
+ *   a - b;  LAYER_NORM: saved x as [N, D] contiguous, mean [N], rstd [N]
+ *   (f32; f64 for f64 x);  EMBEDDING: saved
  *   indices contiguous i32;  DROPOUT: saved mask (out = x * mask)
  * The node's output is `out` (its shape is out's); inputs are the forward
  * op's tensor arguments in order. */

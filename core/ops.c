@@ -941,8 +941,11 @@ static ag_tensor *layer_norm_impl(ag_tensor *x, ag_tensor *weight, ag_tensor *bi
   ag_tensor_release(xc0);
   ag_tensor *wc = weight ? raw_contiguous(weight) : NULL, *bc = bias ? raw_contiguous(bias) : NULL;
   ag_tensor *y = xc ? ag__tensor_new(ds, x->dtype, x->ndim, x->shape) : NULL;
-  ag_tensor *mean = y ? ag__tensor_new(ds, AG_F32, 1, s1) : NULL;
-  ag_tensor *rstd = mean ? ag__tensor_new(ds, AG_F32, 1, s1) : NULL;
+  /* Statistics in f32, f64 for f64 x: f64 is the gradient-check dtype and
+   * its backward must not see rounded statistics. */
+  ag_dtype sdt = x->dtype == AG_F64 ? AG_F64 : AG_F32;
+  ag_tensor *mean = y ? ag__tensor_new(ds, sdt, 1, s1) : NULL;
+  ag_tensor *rstd = mean ? ag__tensor_new(ds, sdt, 1, s1) : NULL;
   ag_status st = (rstd && (!weight || wc) && (!bias || bc)) ? AG_OK : ag_last_status();
   if (st == AG_OK && N && D) {
     ag_kernel_call c;
