@@ -302,6 +302,12 @@ static void null_without_pending_error(void **state) {
   NULL_CASE(ag_empty_like(NULL), "ag_empty_like");
   NULL_CASE(ag_zeros_like(NULL), "ag_zeros_like");
   NULL_CASE(ag_detach(NULL), "ag_detach");
+  NULL_CASE(ag_activation_forward(AG_ACT_RELU, NULL), "ag_activation_forward");
+  NULL_CASE(ag_dropout_forward(0.5, NULL, true, NULL), "ag_dropout_forward");
+  ag_linear lin;
+  assert_int_equal(ag_linear_init(&lin, AG_CPU, AG_F32, 3, 2, true, NULL), AG_OK);
+  NULL_CASE(ag_linear_forward(&lin, NULL), "ag_linear_forward");
+  ag_linear_free(&lin);
 #undef NULL_CASE
   /* a pending error is kept */
   assert_null(ag_reshape(a, 1, (int64_t[]){7}));
