@@ -235,6 +235,18 @@ static void slice_extreme_bounds(void **state) {
     }
     ag_tensor_release(s);
   }
+  /* the backward of a huge-step slice puts the gradient in element 0 */
+  ag_tensor *x = ag_ones(AG_CPU, AG_F32, 1, (int64_t[]){4});
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  ag_tensor *xs = ag_slice(x, 0, 0, 3, INT64_MAX);
+  ag_tensor *l = ag_sum(xs, 0, NULL, false);
+  assert_int_equal(ag_backward(l, NULL, false), AG_OK);
+  assert_int_equal(ag_to_host(ag_tensor_grad(x), v, sizeof v), AG_OK);
+  const float want_g[4] = {1, 0, 0, 0};
+  assert_memory_equal(v, want_g, sizeof v);
+  ag_tensor_release(l);
+  ag_tensor_release(xs);
+  ag_tensor_release(x);
   /* a slice of a huge-step slice, and unsqueeze of it, stay sane */
   s = ag_slice(a, 0, 2, INT64_MAX, INT64_MAX);
   ag_tensor *u = ag_unsqueeze(s, 1);
