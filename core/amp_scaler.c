@@ -217,6 +217,7 @@ static ag_status check_grads(ag_grad_scaler *s, ag_tensor **gs, int n, bool unsc
     c.name = fn;
     ag_status st = ag__launch(s->ds, &c);
     if (st != AG_OK) return st;
+    for (int j = 0; unscale && j < cnt; j++) ag__version_bump(gs[k + j]); /* unscaled in place */
   }
   return AG_OK;
 }

@@ -83,7 +83,10 @@ void ag_tensor_zero_grad(ag_tensor *t) {
 }
 
 ag_tensor *ag_detach(ag_tensor *t) {
-  if (!t) return NULL;
+  if (!t) {
+    if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "ag_detach: NULL tensor");
+    return NULL;
+  }
   ag_tensor *d = ag__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
   if (!d) return NULL;
   d->requires_grad = false;
@@ -145,8 +148,46 @@ static bool needs_output(ag_gop op) {
  * parameter or an input batch keeps its own category). */
 static ag_tensor *save(ag_tensor *t, bool tag) {
   ag_tensor *r = ag__private_ref(t);
+  if (r) r->saved_version = ag__version(r);
   if (r && tag) tag_activation(r);
   return r;
+}
+
+static const char *const k_gop_names[AG_GOP_COUNT] = {
+    [AG_G_ADD] = "add", [AG_G_SUB] = "sub", [AG_G_MUL] = "mul", [AG_G_DIV] = "div",
+    [AG_G_MAXIMUM] = "maximum", [AG_G_MINIMUM] = "minimum", [AG_G_AFFINE] = "affine",
+    [AG_G_RSUB_DIV] = "scalar/x", [AG_G_POW] = "pow", [AG_G_NEG] = "neg", [AG_G_EXP] = "exp",
+    [AG_G_LOG] = "log", [AG_G_SQRT] = "sqrt", [AG_G_RSQRT] = "rsqrt", [AG_G_ABS] = "abs",
+    [AG_G_RELU] = "relu", [AG_G_GELU] = "gelu", [AG_G_SILU] = "silu", [AG_G_SIGMOID] = "sigmoid",
+    [AG_G_TANH] = "tanh", [AG_G_WHERE] = "where", [AG_G_SUM] = "sum", [AG_G_MEAN] = "mean",
+    [AG_G_MAX] = "max", [AG_G_MIN] = "min", [AG_G_MATMUL] = "matmul", [AG_G_SOFTMAX] = "softmax",
+    [AG_G_LOG_SOFTMAX] = "log_softmax", [AG_G_CROSS_ENTROPY] = "cross_entropy", [AG_G_MSE] = "mse_loss",
+    [AG_G_LAYER_NORM] = "layer_norm", [AG_G_EMBEDDING] = "embedding", [AG_G_CONCAT] = "concat",
+    [AG_G_DROPOUT] = "dropout", [AG_G_VIEW] = "view", [AG_G_PERMUTE] = "permute", [AG_G_SLICE] = "slice",
+    [AG_G_EXPAND] = "expand", [AG_G_CAST] = "cast", [AG_G_TO_DEVICE] = "to_device",
+};
+
+/* PyTorch's saved-variable check: a tensor the formula reads must still
+ * hold what the forward saw. */
+static ag_status check_one(const ag_node *n, const ag_tensor *t, const char *what, int i) {
+  if (!t || ag__version(t) == t->saved_version) return AG_OK;
+  char b[96], w[32];
+  if (i >= 0) snprintf(w, sizeof w, "%s %d", what, i);
+  else snprintf(w, sizeof w, "%s", what);
+  return ag_error_set(AG_ERR_STATE,
+                      "ag_backward: a tensor needed for gradient computation has been modified by an in-place "
+                      "operation: %s (%s of %s) is at version %u, expected version %u; do the in-place write "
+                      "after ag_backward, or write into a copy",
+                      ag_tensor_describe(t, b, sizeof b), w, k_gop_names[n->op] ? k_gop_names[n->op] : "an op",
+                      (unsigned)ag__version(t), (unsigned)t->saved_version);
+}
+
+static ag_status check_saved_versions(const ag_node *n) {
+  ag_status st = AG_OK;
+  for (int i = 0; st == AG_OK && i < n->n_in; i++) st = check_one(n, n->e[i].val, "input", i);
+  for (int i = 0; st == AG_OK && i < AG_NODE_MAX_SAVED; i++) st = check_one(n, n->saved[i], "saved tensor", i);
+  if (st == AG_OK) st = check_one(n, n->out_val, "output", -1);
+  return st;
 }
 
 ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *const *inputs,
@@ -204,6 +245,7 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
     /* A storage-sharing header without history: keeping `out` itself would
      * make out -> node -> out a reference cycle. */
     n->out_val = ag__private_ref(out);
+    if (n->out_val) n->out_val->saved_version = ag__version(n->out_val);
     if (!n->out_val) {
       ag__node_release(n);
       return ag_last_status();
@@ -325,6 +367,7 @@ static ag_status accumulate(ag_tensor *leaf, ag_tensor *g) {
   }
   ag_tensor *gc = ag_cast(g, leaf->dtype);
   if (!gc) return ag_last_status();
+  ag__version_bump(leaf->grad); /* accumulated in place */
   c.op = AG_K_BINARY;
   c.sub = AG_B_ADD;
   c.n_operands = 3;
@@ -457,7 +500,8 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
         break;
       }
       memset(gin, 0, (size_t)n->n_in * sizeof *gin);
-      st = g ? ag__node_backward(n, g, gin) : AG_OK;
+      st = g ? check_saved_versions(n) : AG_OK;
+      if (st == AG_OK && g) st = ag__node_backward(n, g, gin);
       ag_tensor_release(g);
       for (int i = 0; i < n->n_in; i++) {
         ag_edge *e = &n->e[i];

@@ -135,14 +135,17 @@ static ag_status cross_entropy_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     return ag_error_set(AG_ERR_INTERNAL, "ag_cross_entropy backward: target count not saved");
   ag_tensor *lc = ag_contiguous(logits), *l2 = ag_reshape(lc, 2, s2);
   ag_tensor *tc = ag_contiguous(targets), *t1 = ag_reshape(tc, 1, s1);
-  ag_tensor *g32 = ag_cast(g, AG_F32), *rows = NULL;
+  /* Per-row upstream gradients and the count in f32, f64 for f64 logits
+   * (as the forward's per-row losses). */
+  ag_dtype rdt = logits->dtype == AG_F64 ? AG_F64 : AG_F32;
+  ag_tensor *g32 = ag_cast(g, rdt), *rows = NULL;
   if (red == AG_REDUCTION_NONE) {
     rows = ag_reshape(g32, 1, s1);
   } else {
     ag_tensor *scale = NULL;
     if (red == AG_REDUCTION_MEAN) {
       /* the forward's device-side count of non-ignored targets */
-      ag_tensor *cnt = n->saved[2]->dtype == AG_F32 ? ag__alias(n->saved[2]) : ag_cast(n->saved[2], AG_F32);
+      ag_tensor *cnt = ag_cast(n->saved[2], rdt);
       scale = cnt ? ag_div(g32, cnt) : NULL;
       ag_tensor_release(cnt);
     } else {
@@ -193,8 +196,10 @@ static ag_status layer_norm_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   ag_tensor *wc = w ? ag_contiguous(w) : NULL;
   ag_tensor *dx = x2 ? ag_empty_like(x2) : NULL;
   bool want_wb = (n->n_in > 1 && NEED(1)) || (n->n_in > 2 && NEED(2));
-  ag_tensor *dw = want_wb ? ag_empty(dev, AG_F32, 1, sd) : NULL;
-  ag_tensor *db = want_wb ? ag_empty(dev, AG_F32, 1, sd) : NULL;
+  /* dw/db in the statistics' dtype: f32, f64 for f64 x. */
+  ag_dtype sdt = x->dtype == AG_F64 ? AG_F64 : AG_F32;
+  ag_tensor *dw = want_wb ? ag_empty(dev, sdt, 1, sd) : NULL;
+  ag_tensor *db = want_wb ? ag_empty(dev, sdt, 1, sd) : NULL;
   ag_status st = (x2 && g2 && dx && (!w || wc) && (!want_wb || (dw && db))) ? AG_OK : fail();
   if (st == AG_OK && dx->numel) {
     ag_kmulti m;
@@ -216,8 +221,8 @@ static ag_status layer_norm_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
       ag_tensor *t2[2] = {dw, db};
       for (int k = 0; k < 2; k++) {
         m.t[k].base = t2[k]->st->base;
-        m.t[k].offset = t2[k]->st->offset + (size_t)t2[k]->offset * sizeof(float);
-        m.t[k].dtype = AG_F32;
+        m.t[k].offset = t2[k]->st->offset + (size_t)t2[k]->offset * ag_dtype_size(sdt);
+        m.t[k].dtype = sdt;
         m.t[k].numel = D;
       }
       c.multi = &m;
@@ -243,7 +248,9 @@ static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   ag_tensor *ic = ag_contiguous(idx), *i1 = ag_reshape(ic, 1, s1);
   ag_tensor *gc = ag_contiguous(g), *g2 = ag_reshape(gc, 2, s2);
   int64_t vs[2] = {V, D};
-  ag_tensor *dt = ag_zeros(te->dev, AG_F32, 2, vs);
+  /* Accumulated in f32 (half tables too), f64 for an f64 table. */
+  ag_dtype adt = te->dtype == AG_F64 ? AG_F64 : AG_F32;
+  ag_tensor *dt = ag_zeros(te->dev, adt, 2, vs);
   ag_status st = (i1 && g2 && dt) ? AG_OK : fail();
   if (st == AG_OK && N && D) {
     ag_kernel_call c;
@@ -260,7 +267,7 @@ static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     st = ag__launch(ag__ds(dt), &c);
   }
   if (st == AG_OK) {
-    gin[0] = te->dtype == AG_F32 ? ag__alias(dt) : ag_cast(dt, te->dtype);
+    gin[0] = ag_cast(dt, te->dtype);
     if (!gin[0]) st = fail();
   }
   ag_tensor *rel[] = {ic, i1, gc, g2, dt};

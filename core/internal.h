@@ -63,6 +63,10 @@ AG_HIDDEN ag_stream *ag__current_stream(ag_devstate *ds);
 AG_HIDDEN ag_status ag__sync_stream(ag_stream *s, const char *what);
 AG_HIDDEN ag_status ag__sync_device(ag_devstate *ds, const char *what);
 AG_HIDDEN ag_status ag__sync_event(ag_event *e, const char *what);
+/* AG_OK unless AG_SYNC_DEBUG is set to a value that is not a mode
+ * (AG_ERR_INVALID naming it): checked where a device opens, as a bad
+ * AG_ALLOC_CONF is, so a misspelt mode is never silently "off". */
+AG_HIDDEN ag_status ag__sync_debug_env_check(void);
 /* Non-blocking: turn a kernel error word left on s into a status. */
 AG_HIDDEN ag_status ag__kernel_error_check(ag_stream *s);
 
@@ -92,6 +96,10 @@ typedef struct ag_storage {
   void *base;    /* segment base handle (copy of the block's) */
   size_t offset; /* bytes from base */
   size_t nbytes;
+  /* Bumped by every in-place write to any tensor over this storage (views
+   * share it, as PyTorch's views share a version counter); autograd compares
+   * it with the value recorded when a tensor was saved for backward. */
+  atomic_uint version;
 } ag_storage;
 
 struct ag_node;
@@ -111,6 +119,7 @@ struct ag_tensor {
   ag_tensor *grad;
   struct ag_node *grad_fn; /* owned reference */
   int out_index;
+  uint32_t saved_version; /* st->version when autograd saved this header */
   /* scope ownership */
   struct ag_scope *scope;
   int32_t scope_slot;
@@ -131,9 +140,26 @@ AG_HIDDEN ag_tensor *ag__private_ref(ag_tensor *t);
 AG_HIDDEN ag_tensor *ag__scope_detach(ag_tensor *t);
 /* New reference viewing all of t (identity view on the tape). */
 AG_HIDDEN ag_tensor *ag__alias(ag_tensor *t);
+/* Check a shape: no negative size, and the product of the sizes (0 counted
+ * as 1) times dt's size fits in int64_t (so numel, every contiguous stride
+ * and the byte size are exact). AG_ERR_SHAPE naming op otherwise. */
+AG_HIDDEN bool ag__shape_check(const char *op, int ndim, const int64_t *shape, ag_dtype dt,
+                               int64_t *out_numel);
 AG_HIDDEN void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides);
 AG_HIDDEN void ag__operand(ag_koperand *o, const ag_tensor *t);
 static inline ag_devstate *ag__ds(const ag_tensor *t) { return t->st->ds; }
+
+/* In-place writes (docs/autograd.md, "In-place writes"). Every write into an
+ * existing tensor checks first (AG_ERR_INVALID while grad mode is on and dst
+ * requires grad: the write would not be on the tape) and bumps the storage
+ * version after it is enqueued. fn names the public call. */
+AG_HIDDEN ag_status ag__inplace_check(const ag_tensor *dst, const char *fn);
+static inline void ag__version_bump(ag_tensor *t) {
+  if (t && t->st) atomic_fetch_add_explicit(&t->st->version, 1, memory_order_relaxed);
+}
+static inline uint32_t ag__version(const ag_tensor *t) {
+  return atomic_load_explicit(&t->st->version, memory_order_relaxed);
+}
 
 /* Launch on the current stream of ds; checks backend support first. */
 AG_HIDDEN ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c);
@@ -183,9 +209,10 @@ typedef struct ag_gparams {
  *   WHERE: saved cond;  MAX/MIN reductions: saved x, out (keepdim=true
  *   shape view of out);  MATMUL: saved a, b (inputs as given)
  *   SOFTMAX, LOG_SOFTMAX: saved out;  CROSS_ENTROPY: saved logits as [N, C]
- *   contiguous, targets [N] contiguous i32, and for MEAN the f32 scalar count
- *   of non-ignored targets;  MSE: saved diff = a - b;  LAYER_NORM: saved x
- *   as [N, D] contiguous, mean f32 [N], rstd f32 [N];  EMBEDDING: saved
+ *   contiguous, targets [N] contiguous i32, and for MEAN the scalar count
+ *   of non-ignored targets (f32; f64 for f64 logits);  MSE: saved diff =
+ *   a - b;  LAYER_NORM: saved x as [N, D] contiguous, mean [N], rstd [N]
+ *   (f32; f64 for f64 x);  EMBEDDING: saved
  *   indices contiguous i32;  DROPOUT: saved mask (out = x * mask)
  * The node's output is `out` (its shape is out's); inputs are the forward
  * op's tensor arguments in order. */

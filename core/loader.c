@@ -365,7 +365,16 @@ static ag_status check_config(const ag_loader_config *c) {
       if (d != fd->var_dim && fd->shape[d] <= 0)
         return ag_error_set(AG_ERR_INVALID, "ag_loader_create: field %d: dim %d is %lld", f, d,
                             (long long)fd->shape[d]);
+    /* The largest batch of this field: its byte size must not wrap. */
+    int64_t big[AG_MAX_DIMS];
+    big[0] = c->batch_size;
+    for (int d = 1; d < fd->ndim; d++) big[d] = d == fd->var_dim ? fd->buckets[fd->n_buckets - 1] : fd->shape[d];
+    if (!ag__shape_check("ag_loader_create", fd->ndim, big, fd->dtype, NULL)) return ag_last_status();
   }
+  int64_t bpe = c->num_samples / c->batch_size + (c->num_samples % c->batch_size != 0), total;
+  if (__builtin_mul_overflow(bpe, c->epochs ? c->epochs : 1, &total))
+    return ag_error_set(AG_ERR_INVALID, "ag_loader_create: %lld batches x %lld epochs overflows",
+                        (long long)bpe, (long long)c->epochs);
   return AG_OK;
 }
 
@@ -386,7 +395,7 @@ ag_loader *ag_loader_create(const ag_loader_config *cfg) {
   l->copy_ahead = c->copy_ahead == 0 ? 1 : (c->copy_ahead < 0 ? 0 : c->copy_ahead);
   if (l->copy_ahead > l->depth - 1) l->copy_ahead = l->depth - 1;
   l->ds = ds;
-  l->bpe = c->drop_last ? c->num_samples / c->batch_size : (c->num_samples + c->batch_size - 1) / c->batch_size;
+  l->bpe = c->num_samples / c->batch_size + (!c->drop_last && c->num_samples % c->batch_size != 0);
   l->total = l->bpe * c->epochs;
   for (int f = 0; f < c->n_fields; f++) {
     ag_loader_field *fd = &c->fields[f];

@@ -13,6 +13,14 @@
 
 /* ---------------- parameter lists ---------------- */
 
+/* A NULL module is always an error; a NULL tensor keeps an earlier error
+ * (a chain of ops checked once) or says which call got it. */
+static ag_tensor *null_input(const char *fn, const void *module, const ag_tensor *x) {
+  if (!module) ag_error_set(AG_ERR_INVALID, "%s: NULL module", fn);
+  else if (!x && ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: NULL tensor", fn);
+  return NULL;
+}
+
 ag_status ag_params_add(ag_param_list *l, const char *name, ag_tensor *t) {
   if (!l || !name || !t) return ag_error_set(AG_ERR_INVALID, "ag_params_add: NULL argument");
   if (l->count == l->cap) {
@@ -130,7 +138,7 @@ ag_status ag_linear_init(ag_linear *m, ag_device d, ag_dtype dt, int64_t in, int
 }
 
 ag_tensor *ag_linear_forward(const ag_linear *m, ag_tensor *x) {
-  if (!m || !x) return NULL;
+  if (!m || !x) return null_input("ag_linear_forward", m, x);
   /* Under autocast the layer is one low-precision op, as PyTorch's addmm:
    * weight and bias are cast once per region (cached, before the transpose
    * so the cache sees the parameter), and the bias add stays in half. */
@@ -188,7 +196,11 @@ ag_status ag_embedding_init(ag_embedding_layer *m, ag_device d, ag_dtype dt, int
 }
 
 ag_tensor *ag_embedding_forward(const ag_embedding_layer *m, ag_tensor *indices) {
-  return m ? ag_embedding(m->weight, indices) : NULL;
+  if (!m) {
+    ag_error_set(AG_ERR_INVALID, "ag_embedding_forward: NULL layer");
+    return NULL;
+  }
+  return ag_embedding(m->weight, indices);
 }
 
 ag_status ag_embedding_params(const ag_embedding_layer *m, const char *prefix, ag_param_list *l) {
@@ -219,7 +231,11 @@ ag_status ag_layer_norm_init(ag_layer_norm_layer *m, ag_device d, ag_dtype dt, i
 }
 
 ag_tensor *ag_layer_norm_forward(const ag_layer_norm_layer *m, ag_tensor *x) {
-  return m ? ag_layer_norm(x, m->weight, m->bias, m->eps) : NULL;
+  if (!m) {
+    ag_error_set(AG_ERR_INVALID, "ag_layer_norm_forward: NULL layer");
+    return NULL;
+  }
+  return ag_layer_norm(x, m->weight, m->bias, m->eps);
 }
 
 ag_status ag_layer_norm_params(const ag_layer_norm_layer *m, const char *prefix, ag_param_list *l) {
@@ -237,7 +253,10 @@ void ag_layer_norm_free(ag_layer_norm_layer *m) {
 /* ---------------- activations, dropout ---------------- */
 
 ag_tensor *ag_activation_forward(ag_activation act, ag_tensor *x) {
-  if (!x) return NULL;
+  if (!x) {
+    if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "ag_activation_forward: NULL tensor");
+    return NULL;
+  }
   switch (act) {
     case AG_ACT_NONE: return ag_view(x, x->ndim, x->shape);
     case AG_ACT_RELU: return ag_relu(x);
@@ -251,7 +270,10 @@ ag_tensor *ag_activation_forward(ag_activation act, ag_tensor *x) {
 }
 
 ag_tensor *ag_dropout_forward(double p, ag_tensor *x, bool train, ag_generator *g) {
-  if (!x) return NULL;
+  if (!x) {
+    if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "ag_dropout_forward: NULL tensor");
+    return NULL;
+  }
   /* A new header rather than x retained: the result belongs to the current
    * scope like any op output. */
   if (!train || p == 0.0) return ag_view(x, x->ndim, x->shape);
@@ -282,7 +304,7 @@ ag_status ag_mlp_init(ag_mlp *m, ag_device d, ag_dtype dt, int n_sizes, const in
 }
 
 ag_tensor *ag_mlp_forward(const ag_mlp *m, ag_tensor *x) {
-  if (!m || !x) return NULL;
+  if (!m || !x) return null_input("ag_mlp_forward", m, x);
   ag_tensor *h = x;
   for (int i = 0; i < m->n_layers && h; i++) {
     ag_tensor *y = ag_linear_forward(&m->layers[i], h);
@@ -354,7 +376,7 @@ static ag_tensor *heads(ag_tensor *qkv, int64_t which, int64_t C, int H) {
 
 ag_tensor *ag_causal_attention_forward(const ag_causal_attention *m, ag_tensor *x, bool train,
                                        ag_generator *g) {
-  if (!m || !x) return NULL;
+  if (!m || !x) return null_input("ag_causal_attention_forward", m, x);
   if (x->ndim != 3 || x->shape[2] != m->dim || x->shape[1] > m->max_len) {
     char b[96];
     ag_error_set(AG_ERR_SHAPE, "ag_causal_attention_forward: expected [B, T<=%lld, %lld], got %s",
@@ -474,7 +496,7 @@ ag_status ag_gpt_init(ag_gpt *m, const ag_gpt_config *cfg, ag_device d, ag_dtype
 }
 
 ag_tensor *ag_gpt_forward(const ag_gpt *m, ag_tensor *idx, bool train, ag_generator *g) {
-  if (!m || !idx) return NULL;
+  if (!m || !idx) return null_input("ag_gpt_forward", m, idx);
   if (idx->ndim != 2 || idx->shape[1] > m->cfg.block_size) {
     char b[96];
     ag_error_set(AG_ERR_SHAPE, "ag_gpt_forward: expected i32 [B, T<=%lld], got %s",

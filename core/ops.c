@@ -332,6 +332,10 @@ typedef struct reduce_plan {
 
 static bool plan_reduce(const char *name, ag_tensor *a, int n_dims, const int *dims, bool keepdim, reduce_plan *pl) {
   bool red[AG_MAX_DIMS] = {0};
+  if (n_dims < 0 || n_dims > a->ndim) {
+    ag_error_set(AG_ERR_SHAPE, "%s: %d dims given for a %d-d tensor", name, n_dims, a->ndim);
+    return false;
+  }
   if (n_dims == 0 || !dims) {
     for (int i = 0; i < a->ndim; i++) red[i] = true;
   } else {
@@ -339,6 +343,10 @@ static bool plan_reduce(const char *name, ag_tensor *a, int n_dims, const int *d
       int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
       if (d < 0 || d >= a->ndim) {
         ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dims[k], a->ndim);
+        return false;
+      }
+      if (red[d]) {
+        ag_error_set(AG_ERR_SHAPE, "%s: dim %d appears more than once in the dim list", name, d);
         return false;
       }
       red[d] = true;
@@ -586,7 +594,12 @@ static ag_tensor *matmul_impl(ag_tensor *a, ag_tensor *b) {
       return NULL;
     }
     batch[i] = sa == 1 ? sb : sa;
-    B *= batch[i];
+    if (__builtin_mul_overflow(B, batch[i], &B)) {
+      char x[96], y[96];
+      ag_error_set(AG_ERR_SHAPE, "%s: broadcast batch of %s and %s is too large (overflows int64)", name,
+                   ag_tensor_describe(a, x, sizeof x), ag_tensor_describe(b, y, sizeof y));
+      return NULL;
+    }
   }
   /* Operands [batch..., R, C] with zero strides on broadcast dims. */
   ag_koperand oa, ob;
@@ -928,8 +941,11 @@ static ag_tensor *layer_norm_impl(ag_tensor *x, ag_tensor *weight, ag_tensor *bi
   ag_tensor_release(xc0);
   ag_tensor *wc = weight ? raw_contiguous(weight) : NULL, *bc = bias ? raw_contiguous(bias) : NULL;
   ag_tensor *y = xc ? ag__tensor_new(ds, x->dtype, x->ndim, x->shape) : NULL;
-  ag_tensor *mean = y ? ag__tensor_new(ds, AG_F32, 1, s1) : NULL;
-  ag_tensor *rstd = mean ? ag__tensor_new(ds, AG_F32, 1, s1) : NULL;
+  /* Statistics in f32, f64 for f64 x: f64 is the gradient-check dtype and
+   * its backward must not see rounded statistics. */
+  ag_dtype sdt = x->dtype == AG_F64 ? AG_F64 : AG_F32;
+  ag_tensor *mean = y ? ag__tensor_new(ds, sdt, 1, s1) : NULL;
+  ag_tensor *rstd = mean ? ag__tensor_new(ds, sdt, 1, s1) : NULL;
   ag_status st = (rstd && (!weight || wc) && (!bias || bc)) ? AG_OK : ag_last_status();
   if (st == AG_OK && N && D) {
     ag_kernel_call c;
@@ -1048,7 +1064,10 @@ static ag_tensor *concat_impl(int n, ag_tensor *const *ts, int dim) {
                    ag_tensor_describe(t, y, sizeof y), d);
       return NULL;
     }
-    shape[d] += t->shape[d];
+    if (__builtin_add_overflow(shape[d], t->shape[d], &shape[d])) {
+      ag_error_set(AG_ERR_SHAPE, "%s: the sizes along dim %d add up past int64", name, d);
+      return NULL;
+    }
   }
   ag_tensor *out = ag__tensor_new(ds, t0->dtype, t0->ndim, shape);
   if (!out) return NULL;

@@ -94,6 +94,9 @@ static ag_optimizer *create(const ag_param_list *params, int kind, const char *f
       ag_error_set(AG_ERR_DEVICE, "%s: parameters on %s and %s", fn, o->ds->label, ag__devlabel(p));
       goto fail;
     }
+    /* The fused update kernels read f32 (an f64 parameter would be updated
+     * as if it held floats): refuse what the device cannot update. */
+    if (!ag__supported(o->ds, kind == OPT_ADAMW ? AG_K_ADAMW : AG_K_SGD, 0, p->dtype, fn)) goto fail;
     o->params[i] = ag__hold(p);
     o->names[i] = strdup(params->names[i]);
     o->n = i + 1;
@@ -220,6 +223,11 @@ static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *fou
       if (i == o->n) break;
       ag_tensor *p = o->params[i], *g = p->grad;
       if (!g || (int)p->dtype != dt || !p->numel) continue;
+      /* Written in place below: a graph that saved p (or its state) and is
+       * backwarded after this step fails instead of using new values. */
+      ag__version_bump(p);
+      ag__version_bump(o->s0[i]);
+      ag__version_bump(o->s1[i]);
       set_entry(o->multi, k * per + 0, p);
       set_entry(o->multi, k * per + 1, g);
       set_entry(o->multi, k * per + 2, o->s0[i]);
@@ -351,6 +359,7 @@ ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm) {
       int cnt = n - k < AG_KMAX_MULTI ? n - k : AG_KMAX_MULTI;
       st = multi_launch(ds, AG_K_NONFINITE_CHECK, found, coef, gs + k, cnt, m, "ag_clip_grad_norm");
     }
+    for (int i = 0; i < n; i++) ag__version_bump(gs[i]); /* scaled in place */
     ag_tensor *rel[] = {den, mx, q, one, coef, found};
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
   }

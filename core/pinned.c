@@ -316,9 +316,12 @@ ag_status ag_copy_from_host_async(ag_tensor *dst, const void *src, size_t bytes,
   if (s->ds != ds)
     return ag_error_set(AG_ERR_DEVICE, "ag_copy_from_host_async: tensor on %s, stream on %s", ds->label,
                         s->ds->label);
+  ag_status ist = ag__inplace_check(dst, "ag_copy_from_host_async");
+  if (ist != AG_OK) return ist;
   if (bytes == 0) return AG_OK;
   size_t off = dst->st->offset + (size_t)dst->offset * ag_dtype_size(dst->dtype);
   ag__block_record_stream(dst->st->block, s);
+  ag__version_bump(dst);
   if (ag__pinned_contains(src, bytes)) {
     ag_status st = ds->be->copy_h2d(s->bs, dst->st->base, off, src, bytes, true);
     return st == AG_OK ? ag_pinned_record_stream((void *)src, s) : st;

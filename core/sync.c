@@ -17,13 +17,32 @@
 static atomic_int g_mode = -1; /* -1: not read from the environment yet */
 static atomic_uint_fast64_t g_syncs;
 
+/* The mode AG_SYNC_DEBUG names, or -1 for a value that names none. */
+static int env_mode(const char *e) {
+  if (!e || !*e || !strcmp(e, "off") || !strcmp(e, "0")) return AG_SYNC_DEBUG_OFF;
+  if (!strcmp(e, "warn") || !strcmp(e, "1")) return AG_SYNC_DEBUG_WARN;
+  if (!strcmp(e, "error") || !strcmp(e, "2")) return AG_SYNC_DEBUG_ERROR;
+  return -1;
+}
+
+ag_status ag__sync_debug_env_check(void) {
+  const char *e = getenv("AG_SYNC_DEBUG");
+  if (env_mode(e) >= 0) return AG_OK;
+  char shown[40];
+  size_t k = 0;
+  for (; e[k] && k + 1 < sizeof shown; k++) shown[k] = (e[k] >= 0x20 && e[k] < 0x7f) ? e[k] : '?';
+  shown[k] = 0;
+  return ag_error_set(AG_ERR_INVALID, "AG_SYNC_DEBUG='%s%s' is not off, warn or error (or 0, 1, 2)", shown,
+                      e[k] ? "..." : "");
+}
+
 static ag_sync_debug mode_now(void) {
   int m = atomic_load_explicit(&g_mode, memory_order_relaxed);
   if (AG_LIKELY(m >= 0)) return (ag_sync_debug)m;
-  const char *e = getenv("AG_SYNC_DEBUG");
-  m = AG_SYNC_DEBUG_OFF;
-  if (e && (!strcmp(e, "warn") || !strcmp(e, "1"))) m = AG_SYNC_DEBUG_WARN;
-  if (e && (!strcmp(e, "error") || !strcmp(e, "2"))) m = AG_SYNC_DEBUG_ERROR;
+  /* A bad value never gets this far: no device opens with it
+   * (ag__sync_debug_env_check). */
+  m = env_mode(getenv("AG_SYNC_DEBUG"));
+  if (m < 0) m = AG_SYNC_DEBUG_OFF;
   int expect = -1;
   atomic_compare_exchange_strong(&g_mode, &expect, m);
   return (ag_sync_debug)atomic_load(&g_mode);

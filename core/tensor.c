@@ -6,9 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/autograd.h"
 #include "internal.h"
 
 static atomic_llong g_live;
+
+/* A NULL tensor argument: keep the first error of a chain (DESIGN.md), or
+ * say which call got the NULL when nothing failed before. */
+static ag_tensor *null_tensor(const char *fn) {
+  if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: NULL tensor", fn);
+  return NULL;
+}
 
 /* ---------------- dtypes ---------------- */
 
@@ -104,6 +112,36 @@ int64_t ag_live_tensors(void) { return atomic_load(&g_live); }
 
 /* ---------------- headers and storage ---------------- */
 
+/* The one shape rule: the product of all sizes, a size 0 counted as 1, times
+ * the element size fits in int64_t. It bounds the element count, every
+ * contiguous stride and the byte size at once, so nothing computed from a
+ * shape that passed can wrap. */
+bool ag__shape_check(const char *op, int ndim, const int64_t *shape, ag_dtype dt, int64_t *out_numel) {
+  int64_t span = (int64_t)ag_dtype_size(dt), n = 1;
+  if (span <= 0) span = 1;
+  bool zero = false;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) {
+      ag_error_set(AG_ERR_SHAPE, "%s: negative size %lld in dim %d", op, (long long)shape[i], i);
+      return false;
+    }
+    if (shape[i] == 0) zero = true;
+    if (__builtin_mul_overflow(span, shape[i] > 0 ? shape[i] : 1, &span) ||
+        (!zero && __builtin_mul_overflow(n, shape[i], &n))) {
+      char b[AG_MAX_DIMS * 21 + 4];
+      size_t k = 0;
+      for (int j = 0; j < ndim && k < sizeof b; j++)
+        k += (size_t)snprintf(b + k, sizeof b - k, j ? ",%lld" : "%lld", (long long)shape[j]);
+      ag_error_set(AG_ERR_SHAPE, "%s: shape [%s] of %s is too large (its size in bytes overflows int64)", op,
+                   b, ag_dtype_name(dt));
+      return false;
+    }
+  }
+  if (out_numel) *out_numel = zero ? 0 : n;
+  return true;
+}
+
+/* Only called with shapes that passed ag__shape_check: no product wraps. */
 void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out) {
   int64_t s = 1;
   for (int i = ndim - 1; i >= 0; i--) {
@@ -113,6 +151,14 @@ void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out) {
 }
 
 static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
+  /* Every header passes here: shapes computed inside the core (broadcasts,
+   * expands, concatenations) get the same overflow check as user shapes. */
+  int64_t n = 0;
+  if (AG_UNLIKELY(ndim < 0 || ndim > AG_MAX_DIMS)) {
+    ag_error_set(AG_ERR_SHAPE, "tensor: ndim %d out of range [0, %d]", ndim, AG_MAX_DIMS);
+    return NULL;
+  }
+  if (AG_UNLIKELY(!ag__shape_check("tensor", ndim, shape, dt, &n))) return NULL;
   ag_tensor *t = malloc(sizeof *t);
   if (AG_UNLIKELY(!t)) {
     ag_error_set(AG_ERR_OOM, "out of host memory");
@@ -121,11 +167,7 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
   atomic_init(&t->refcount, 1);
   t->dtype = dt;
   t->ndim = ndim;
-  int64_t n = 1;
-  for (int i = 0; i < ndim; i++) {
-    t->shape[i] = shape[i];
-    n *= shape[i];
-  }
+  for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
   t->numel = n;
   t->offset = 0;
   t->st = NULL;
@@ -133,6 +175,7 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
   t->grad = NULL;
   t->grad_fn = NULL;
   t->out_index = 0;
+  t->saved_version = 0;
   t->scope = NULL;
   t->scope_slot = -1;
   atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);
@@ -152,14 +195,20 @@ static void storage_release(ag_storage *st) {
 }
 
 ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t *shape) {
-  size_t bytes = ag_dtype_size(dt);
-  for (int i = 0; i < ndim; i++) bytes *= (size_t)shape[i];
+  int64_t numel = 0;
+  if (AG_UNLIKELY(ndim < 0 || ndim > AG_MAX_DIMS)) {
+    ag_error_set(AG_ERR_SHAPE, "tensor: ndim %d out of range [0, %d]", ndim, AG_MAX_DIMS);
+    return NULL;
+  }
+  if (AG_UNLIKELY(!ag__shape_check("tensor", ndim, shape, dt, &numel))) return NULL;
+  size_t bytes = (size_t)numel * ag_dtype_size(dt);
   ag_storage *st = malloc(sizeof *st);
   if (AG_UNLIKELY(!st)) {
     ag_error_set(AG_ERR_OOM, "out of host memory");
     return NULL;
   }
   atomic_init(&st->refcount, 1);
+  atomic_init(&st->version, 0);
   st->ds = ds;
   st->nbytes = bytes;
   st->block = NULL;
@@ -289,9 +338,16 @@ ag_dtype ag_tensor_dtype(const ag_tensor *t) { return t ? t->dtype : AG_F32; }
 ag_device ag_tensor_device(const ag_tensor *t) { return t ? t->st->ds->dev : AG_CPU; }
 
 int64_t ag_tensor_dim(const ag_tensor *t, int dim) {
-  if (!t) return 0;
-  if (dim < 0) dim += t->ndim;
-  return (dim >= 0 && dim < t->ndim) ? t->shape[dim] : 0;
+  if (!t) {
+    null_tensor("ag_tensor_dim");
+    return -1;
+  }
+  int d = dim < 0 ? dim + t->ndim : dim;
+  if (d < 0 || d >= t->ndim) {
+    ag_error_set(AG_ERR_SHAPE, "ag_tensor_dim: dim %d out of range for a %d-d tensor", dim, t->ndim);
+    return -1;
+  }
+  return t->shape[d];
 }
 
 bool ag_tensor_is_contiguous(const ag_tensor *t) {
@@ -328,12 +384,7 @@ static bool check_shape(const char *op, ag_dtype dt, int ndim, const int64_t *sh
     ag_error_set(AG_ERR_SHAPE, "%s: ndim %d out of range [0, %d]", op, ndim, AG_MAX_DIMS);
     return false;
   }
-  for (int i = 0; i < ndim; i++)
-    if (shape[i] < 0) {
-      ag_error_set(AG_ERR_SHAPE, "%s: negative size %lld in dim %d", op, (long long)shape[i], i);
-      return false;
-    }
-  return true;
+  return ag__shape_check(op, ndim, shape, dt, NULL);
 }
 
 ag_tensor *ag_empty(ag_device d, ag_dtype dt, int ndim, const int64_t *shape) {
@@ -379,10 +430,10 @@ ag_tensor *ag_ones(ag_device d, ag_dtype dt, int ndim, const int64_t *shape) {
 ag_tensor *ag_scalar(ag_device d, ag_dtype dt, double value) { return ag_full(d, dt, 0, NULL, value); }
 
 ag_tensor *ag_empty_like(const ag_tensor *t) {
-  return t ? ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape) : NULL;
+  return t ? ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape) : null_tensor("ag_empty_like");
 }
 ag_tensor *ag_zeros_like(const ag_tensor *t) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_zeros_like");
   ag_tensor *r = ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape);
   if (r && fill(r, 0.0) != AG_OK) {
     ag_tensor_release(r);
@@ -618,8 +669,10 @@ static bool infer_shape(const char *op, const ag_tensor *t, int ndim, const int6
     } else if (shape[i] < 0) {
       ag_error_set(AG_ERR_SHAPE, "%s: negative size %lld", op, (long long)shape[i]);
       return false;
-    } else {
-      n *= shape[i];
+    } else if (__builtin_mul_overflow(n, shape[i], &n)) {
+      ag_error_set(AG_ERR_SHAPE, "%s: the sizes multiply past int64 (dim %d of %lld)", op, i,
+                   (long long)shape[i]);
+      return false;
     }
     out[i] = shape[i];
   }
@@ -637,7 +690,9 @@ static bool infer_shape(const char *op, const ag_tensor *t, int ndim, const int6
                  ag_tensor_describe(t, b, sizeof b), (long long)t->numel, (long long)n);
     return false;
   }
-  return true;
+  /* Sizes 0 count as 1 for strides: [0, 2^62, 8] has 0 elements but
+   * strides that wrap. */
+  return ag__shape_check(op, ndim, out, t->dtype, NULL);
 }
 
 /* Strides for viewing t as `shape` without a copy, or false (PyTorch's
@@ -678,7 +733,7 @@ static bool view_strides(const ag_tensor *t, int ndim, const int64_t *shape, int
 }
 
 ag_tensor *ag_view(ag_tensor *t, int ndim, const int64_t *shape) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_view");
   int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
   if (!infer_shape("ag_view", t, ndim, shape, s)) return NULL;
   if (!view_strides(t, ndim, s, st)) {
@@ -690,7 +745,7 @@ ag_tensor *ag_view(ag_tensor *t, int ndim, const int64_t *shape) {
 }
 
 ag_tensor *ag_reshape(ag_tensor *t, int ndim, const int64_t *shape) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_reshape");
   int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
   if (!infer_shape("ag_reshape", t, ndim, shape, s)) return NULL;
   if (view_strides(t, ndim, s, st)) {
@@ -705,13 +760,13 @@ ag_tensor *ag_reshape(ag_tensor *t, int ndim, const int64_t *shape) {
 }
 
 ag_tensor *ag_flatten(ag_tensor *t) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_flatten");
   int64_t n = t->numel;
   return ag_reshape(t, 1, &n);
 }
 
 ag_tensor *ag_permute(ag_tensor *t, const int *dims) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_permute");
   if (t->ndim && !dims) {
     ag_error_set(AG_ERR_INVALID, "ag_permute: NULL dims");
     return NULL;
@@ -737,7 +792,7 @@ ag_tensor *ag_permute(ag_tensor *t, const int *dims) {
 }
 
 ag_tensor *ag_transpose(ag_tensor *t, int dim0, int dim1) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_transpose");
   int a = norm_dim("ag_transpose", dim0, t->ndim), b = a < 0 ? -1 : norm_dim("ag_transpose", dim1, t->ndim);
   if (a < 0 || b < 0) return NULL;
   int dims[AG_MAX_DIMS];
@@ -748,13 +803,16 @@ ag_tensor *ag_transpose(ag_tensor *t, int dim0, int dim1) {
 }
 
 ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_slice");
   int d = norm_dim("ag_slice", dim, t->ndim);
   if (d < 0) return NULL;
   if (step <= 0) {
     ag_error_set(AG_ERR_INVALID, "ag_slice: step must be positive, got %lld", (long long)step);
     return NULL;
   }
+  /* Clamp as PyTorch does: any int64 start/end/step is valid and the
+   * result has 0..n elements; no step below is computed in a way that can
+   * wrap (n + a negative index cannot, and len <= n). */
   int64_t n = t->shape[d];
   if (start < 0) start += n;
   if (end < 0) end += n;
@@ -762,22 +820,34 @@ ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t s
   if (end > n) end = n;
   if (start > n) start = n;
   if (end < start) end = start;
+  int64_t len = end - start, size = len == 0 ? 0 : (len - 1) / step + 1;
   int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
   memcpy(s, t->shape, sizeof s);
   memcpy(st, t->strides, sizeof st);
-  s[d] = (end - start + step - 1) / step;
-  st[d] = t->strides[d] * step;
+  s[d] = size;
+  /* With one element or none the stride is never used for addressing; keep
+   * the input's (stride * a huge step would wrap). With two or more,
+   * step < len <= n, so stride * step is bounded by the input's extent. */
+  int64_t off = 0;
+  if (size > 1 && __builtin_mul_overflow(t->strides[d], step, &st[d])) {
+    ag_error_set(AG_ERR_SHAPE, "ag_slice: stride %lld times step %lld overflows", (long long)t->strides[d],
+                 (long long)step);
+    return NULL;
+  }
+  if (__builtin_mul_overflow(start, t->strides[d], &off) || __builtin_add_overflow(off, t->offset, &off)) {
+    ag_error_set(AG_ERR_SHAPE, "ag_slice: offset of element %lld overflows", (long long)start);
+    return NULL;
+  }
   ag_gparams p = shape_params(t);
   p.i[0] = d;
   p.i[1] = start;
   p.i[2] = end;
   p.i[3] = step;
-  return record_view(ag__tensor_view(t, t->ndim, s, st, t->offset + start * t->strides[d]), t,
-                     AG_G_SLICE, &p);
+  return record_view(ag__tensor_view(t, t->ndim, s, st, off), t, AG_G_SLICE, &p);
 }
 
 ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_expand");
   if (ndim < t->ndim || ndim > AG_MAX_DIMS || (ndim && !shape)) {
     ag_error_set(AG_ERR_SHAPE, "ag_expand: cannot expand a %d-d tensor to %d dims", t->ndim, ndim);
     return NULL;
@@ -806,12 +876,13 @@ ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
       return NULL;
     }
   }
+  if (!ag__shape_check("ag_expand", ndim, s, t->dtype, NULL)) return NULL;
   ag_gparams p = shape_params(t);
   return record_view(ag__tensor_view(t, ndim, s, st, t->offset), t, AG_G_EXPAND, &p);
 }
 
 ag_tensor *ag_unsqueeze(ag_tensor *t, int dim) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_unsqueeze");
   if (t->ndim >= AG_MAX_DIMS) {
     ag_error_set(AG_ERR_SHAPE, "ag_unsqueeze: tensor already has %d dims", AG_MAX_DIMS);
     return NULL;
@@ -822,7 +893,8 @@ ag_tensor *ag_unsqueeze(ag_tensor *t, int dim) {
   for (int i = 0, j = 0; i <= t->ndim; i++) {
     if (i == d) {
       s[i] = 1;
-      st[i] = (j < t->ndim) ? t->shape[j] * t->strides[j] : 1;
+      /* Unused for addressing (size 1); the natural value when it fits. */
+      if (j >= t->ndim || __builtin_mul_overflow(t->shape[j], t->strides[j], &st[i])) st[i] = 1;
     } else {
       s[i] = t->shape[j];
       st[i] = t->strides[j];
@@ -834,7 +906,7 @@ ag_tensor *ag_unsqueeze(ag_tensor *t, int dim) {
 }
 
 ag_tensor *ag_squeeze(ag_tensor *t, int dim) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_squeeze");
   int d = norm_dim("ag_squeeze", dim, t->ndim);
   if (d < 0) return NULL;
   if (t->shape[d] != 1) {
@@ -883,7 +955,7 @@ ag_tensor *ag__alias(ag_tensor *t) {
 }
 
 ag_tensor *ag_contiguous(ag_tensor *t) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_contiguous");
   if (ag_tensor_is_contiguous(t)) return ag__alias(t);
   ag_tensor *r = ag__tensor_new(ag__ds(t), t->dtype, t->ndim, t->shape);
   if (!r) return NULL;
@@ -899,7 +971,7 @@ ag_tensor *ag_contiguous(ag_tensor *t) {
 }
 
 ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_cast");
   if ((unsigned)dt >= AG_DTYPE_COUNT) {
     ag_error_set(AG_ERR_DTYPE, "ag_cast: invalid dtype %d", (int)dt);
     return NULL;
@@ -919,9 +991,26 @@ ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt) {
   return r;
 }
 
+ag_status ag__inplace_check(const ag_tensor *dst, const char *fn) {
+  if (!dst->requires_grad || !ag_grad_enabled()) return AG_OK;
+  char b[96];
+  if (!dst->grad_fn)
+    return ag_error_set(AG_ERR_INVALID,
+                        "%s: %s is a leaf tensor that requires grad; writing it in place while grad mode is "
+                        "on is refused (as in PyTorch): do it between ag_no_grad_begin() and "
+                        "ag_grad_mode_end()", fn, ag_tensor_describe(dst, b, sizeof b));
+  return ag_error_set(AG_ERR_INVALID,
+                      "%s: %s requires grad (it has a graph); in-place writes are not recorded by autograd, so "
+                      "its gradient would be wrong: write under ag_no_grad_begin(), or into a tensor that does "
+                      "not require grad", fn, ag_tensor_describe(dst, b, sizeof b));
+}
+
 ag_status ag_fill_(ag_tensor *dst, double value) {
   if (!dst) return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_fill_: NULL tensor");
-  return fill(dst, value);
+  ag_status st = ag__inplace_check(dst, "ag_fill_");
+  if (st == AG_OK) st = fill(dst, value);
+  if (st == AG_OK && dst->numel) ag__version_bump(dst);
+  return st;
 }
 
 /* Broadcast operand of t to ndim/shape (zero strides); false if impossible. */
@@ -946,7 +1035,18 @@ AG_HIDDEN bool ag__broadcast_operand(ag_koperand *o, const ag_tensor *t, int ndi
 ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
   if (!dst || !src)
     return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_copy_: NULL tensor");
+  ag_status ist = ag__inplace_check(dst, "ag_copy_");
+  if (ist != AG_OK) return ist;
   if (dst->numel == 0) return AG_OK;
+  /* Several elements of dst at one address (an expanded view): which value
+   * lands there would depend on the kernel's order. PyTorch refuses it too. */
+  for (int i = 0; i < dst->ndim; i++)
+    if (dst->strides[i] == 0 && dst->shape[i] > 1) {
+      char b[96];
+      return ag_error_set(AG_ERR_INVALID,
+                          "ag_copy_: destination %s has overlapping elements (stride 0 in dim %d, an expanded "
+                          "view); copy into a contiguous tensor instead", ag_tensor_describe(dst, b, sizeof b), i);
+    }
   if (ag__ds(dst) != ag__ds(src)) {
     ag_tensor *moved = ag_to_device(src, ag_tensor_device(dst));
     if (!moved) return ag_last_status();
@@ -960,11 +1060,13 @@ ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
     return ag_error_set(AG_ERR_SHAPE, "ag_copy_: cannot copy %s into %s", ag_tensor_describe(src, a, sizeof a),
                         ag_tensor_describe(dst, b, sizeof b));
   }
-  return launch_copy(dst, &o, "ag_copy_");
+  ag_status st = launch_copy(dst, &o, "ag_copy_");
+  if (st == AG_OK) ag__version_bump(dst);
+  return st;
 }
 
 ag_tensor *ag_to_device(ag_tensor *t, ag_device d) {
-  if (!t) return NULL;
+  if (!t) return null_tensor("ag_to_device");
   ag_devstate *dst_ds = ag__devstate(d);
   if (!dst_ds) return NULL;
   ag_devstate *src_ds = ag__ds(t);

@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -191,11 +192,134 @@ static void test_memory_categories(void **state) {
   ag_tensor_release(w);
 }
 
+static void expect_version_error(ag_status st, unsigned got, unsigned want) {
+  assert_int_equal(st, AG_ERR_STATE);
+  const char *m = ag_last_error();
+  if (!strstr(m, "has been modified by an in-place operation")) fail_msg("message: %s", m);
+  char v[64];
+  snprintf(v, sizeof v, "version %u, expected version %u", got, want);
+  if (!strstr(m, v)) fail_msg("message '%s' lacks '%s'", m, v);
+}
+
+/* Version counters (docs/autograd.md, "In-place writes"): writing a tensor
+ * saved for backward makes that backward fail instead of using the new
+ * values; in-place writes to tensors that require grad are refused while
+ * grad mode is on. */
+static void test_inplace_versions(void **state) {
+  (void)state;
+  int64_t s = 4;
+  double v[4] = {1, 2, 3, 4};
+  ag_tensor *x = leaf(1, &s, v);
+  ag_scope_begin();
+  /* The issue's case: y = sum(x*x) saves x; overwriting x with 5 used to
+   * give gradients 10 instead of 2,4,6,8. */
+  ag_tensor *y = ag_sum(ag_mul(x, x), 0, NULL, false);
+  assert_int_equal(ag_fill_(x, 5), AG_ERR_INVALID); /* leaf, grad mode on */
+  assert_non_null(strstr(ag_last_error(), "leaf tensor that requires grad"));
+  ag_tensor *x2 = ag_from_host(AG_CPU, AG_F64, 1, &s, v);
+  assert_int_equal(ag_copy_(x, x2), AG_ERR_INVALID);
+  ag_tensor *xs = ag_slice(x, 0, 1, 3, 1); /* a view of the leaf has a graph */
+  assert_int_equal(ag_fill_(xs, 0), AG_ERR_INVALID);
+  assert_non_null(strstr(ag_last_error(), "not recorded by autograd"));
+  double got[4];
+  assert_int_equal(ag_to_host(x, got, sizeof got), AG_OK);
+  assert_memory_equal(got, v, sizeof v); /* nothing written */
+  /* Under no-grad the write is allowed, and the backward that needs the old
+   * x says so. */
+  ag_no_grad_begin();
+  assert_int_equal(ag_fill_(x, 5), AG_OK);
+  ag_grad_mode_end();
+  ag_error_clear();
+  expect_version_error(ag_backward(y, NULL, false), 1, 0);
+  assert_null(ag_tensor_grad(x));
+  /* A write through a detached alias (shares storage, requires no grad) is
+   * seen too: h*h saves h. */
+  ag_tensor *h = ag_mul_scalar(x, 2.0);
+  ag_tensor *z = ag_sum(ag_mul(h, h), 0, NULL, false);
+  ag_tensor *hd = ag_detach(h);
+  assert_int_equal(ag_fill_(hd, 0), AG_OK); /* hd does not require grad */
+  expect_version_error(ag_backward(z, NULL, false), 1, 0);
+  /* In place on a non-leaf that requires grad, in grad mode: refused. */
+  assert_int_equal(ag_fill_(h, 1), AG_ERR_INVALID);
+  /* An op that saves its output (exp) sees writes to the output. */
+  ag_tensor *e = ag_exp(x);
+  ag_tensor *ze = ag_sum(e, 0, NULL, false);
+  ag_no_grad_begin();
+  assert_int_equal(ag_copy_(e, x2), AG_OK);
+  assert_int_equal(ag_copy_(e, x2), AG_OK);
+  ag_grad_mode_end();
+  expect_version_error(ag_backward(ze, NULL, false), 2, 0);
+  /* Writes to tensors nobody saved change nothing: x*3 saves nothing. */
+  ag_tensor *w = ag_sum(ag_mul_scalar(x, 3.0), 0, NULL, false);
+  ag_no_grad_begin();
+  assert_int_equal(ag_fill_(x, 7), AG_OK);
+  ag_grad_mode_end();
+  ag_error_clear();
+  assert_int_equal(ag_backward(w, NULL, false), AG_OK);
+  double g3[4] = {3, 3, 3, 3};
+  grad_equals(x, g3, 4);
+  ag_tensor_zero_grad(x);
+  /* A fresh graph after the write works and uses the new values. */
+  ag_tensor *y2 = ag_sum(ag_mul(x, x), 0, NULL, false);
+  assert_int_equal(ag_backward(y2, NULL, false), AG_OK);
+  double g14[4] = {14, 14, 14, 14};
+  grad_equals(x, g14, 4);
+  ag_scope_end(); /* x2 and the graphs go with the scope */
+  ag_tensor_release(x);
+  assert_int_equal(ag_live_nodes(), 0);
+}
+
+/* An optimizer step writes its parameters in place: a retained graph that
+ * saved them cannot be backwarded again afterwards. Steps themselves run
+ * (they write under no-grad semantics on leaves). */
+static void test_optimizer_step_bumps_version(void **state) {
+  (void)state;
+  int64_t s = 2;
+  double v[2] = {1, 2};
+  float vf[2] = {1, 2};
+  ag_param_list pl;
+  memset(&pl, 0, sizeof pl);
+  ag_sgd_options o = {.lr = 0.5};
+  /* The fused SGD kernel reads f32: an f64 parameter is refused rather than
+   * updated as if it held floats. */
+  ag_tensor *p64 = leaf(1, &s, v);
+  assert_int_equal(ag_params_add(&pl, "p", p64), AG_OK);
+  assert_null(ag_sgd_create(&pl, &o));
+  assert_int_equal(ag_last_status(), AG_ERR_UNSUPPORTED);
+  ag_params_free(&pl);
+  ag_tensor_release(p64);
+  memset(&pl, 0, sizeof pl);
+  ag_error_clear();
+  ag_tensor *p = ag_from_host(AG_CPU, AG_F32, 1, &s, vf);
+  assert_int_equal(ag_tensor_set_requires_grad(p, true), AG_OK);
+  assert_int_equal(ag_params_add(&pl, "p", p), AG_OK);
+  ag_optimizer *opt = ag_sgd_create(&pl, &o);
+  assert_non_null(opt);
+  ag_scope_begin();
+  ag_tensor *y = ag_sum(ag_mul(p, p), 0, NULL, false);
+  assert_int_equal(ag_backward(y, NULL, true), AG_OK);
+  assert_int_equal(ag_optimizer_step(opt), AG_OK); /* p = p - 0.5 * 2p = 0 */
+  float got[2];
+  assert_int_equal(ag_to_host(p, got, sizeof got), AG_OK);
+  if (got[0] != 0 || got[1] != 0) fail_msg("after the step p = %g, %g", got[0], got[1]);
+  expect_version_error(ag_backward(y, NULL, false), 1, 0);
+  ag_error_clear();
+  ag_optimizer_zero_grad(opt);
+  ag_tensor *y2 = ag_sum(ag_mul(p, p), 0, NULL, false);
+  assert_int_equal(ag_backward(y2, NULL, false), AG_OK);
+  assert_int_equal(ag_optimizer_step(opt), AG_OK);
+  ag_scope_end();
+  ag_optimizer_free(opt);
+  ag_params_free(&pl);
+  ag_tensor_release(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_accumulate_and_retain),   cmocka_unit_test(test_misuse_errors),
       cmocka_unit_test(test_modes_and_detach),        cmocka_unit_test(test_broadcast_views_mixed_dtypes),
       cmocka_unit_test(test_memory_categories),        cmocka_unit_test(test_reduce_size1_dim),
+      cmocka_unit_test(test_inplace_versions),         cmocka_unit_test(test_optimizer_step_bumps_version),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

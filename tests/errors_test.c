@@ -228,7 +228,132 @@ static void scope_state(void **state) {
   ag_scope_begin();
 }
 
-int main(void) {
+/* Reductions refuse a dim list that is not a set of dims of the tensor. */
+static void reduction_dim_lists(void **state) {
+  ag_tensor *a = ag_ones(AG_CPU, AG_F32, 2, (int64_t[]){2, 3});
+  ag_tensor *(*fns[])(ag_tensor *, int, const int *, bool) = {ag_sum, ag_mean, ag_max, ag_min};
+  for (size_t k = 0; k < sizeof fns / sizeof fns[0]; k++) {
+    ag_error_clear();
+    assert_null(fns[k](a, 2, (int[]){0, 0}, false)); /* repeated */
+    assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+    assert_msg_has("more than once");
+    ag_error_clear();
+    assert_null(fns[k](a, 2, (int[]){1, -1}, false)); /* the same dim twice */
+    assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+    ag_error_clear();
+    assert_null(fns[k](a, -1, (int[]){0}, false));
+    assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+    ag_error_clear();
+    assert_null(fns[k](a, 3, (int[]){0, 1, 0}, false));
+    assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+    assert_msg_has("3 dims given for a 2-d tensor");
+    ag_error_clear();
+    assert_null(fns[k](a, 1, (int[]){2}, false));
+    assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  }
+  ag_error_clear();
+  ag_tensor *s = ag_sum(a, 2, (int[]){1, 0}, false); /* a set in any order is fine */
+  assert_float_equal(ag_item(s), 6, 0);
+  ag_tensor *m = ag_mean(a, 1, (int[]){-1}, true);
+  assert_int_equal(ag_tensor_ndim(m), 2);
+  assert_int_equal(ag_last_status(), AG_OK);
+}
+
+/* ag_tensor_dim out of range is an error, not a size of 0. */
+static void tensor_dim_range(void **state) {
+  ag_tensor *a = f32(2, (int64_t[]){2, 3});
+  assert_int_equal(ag_tensor_dim(a, -2), 2);
+  assert_int_equal(ag_tensor_dim(a, 1), 3);
+  assert_int_equal(ag_last_status(), AG_OK);
+  assert_int_equal(ag_tensor_dim(a, 5), -1);
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("ag_tensor_dim: dim 5 out of range for a 2-d tensor");
+  ag_error_clear();
+  assert_int_equal(ag_tensor_dim(a, -3), -1);
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  ag_error_clear();
+  assert_int_equal(ag_tensor_dim(NULL, 0), -1);
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+}
+
+/* A NULL with no error pending says which call got it; a NULL after an
+ * error keeps the first message (DESIGN.md). */
+static void null_without_pending_error(void **state) {
+  ag_tensor *a = f32(2, (int64_t[]){2, 3});
+#define NULL_CASE(call, fn) \
+  do { \
+    ag_error_clear(); \
+    assert_null(call); \
+    assert_int_equal(ag_last_status(), AG_ERR_INVALID); \
+    assert_msg_has(fn ": NULL tensor"); \
+  } while (0)
+  NULL_CASE(ag_reshape(NULL, 1, (int64_t[]){6}), "ag_reshape");
+  NULL_CASE(ag_view(NULL, 1, (int64_t[]){6}), "ag_view");
+  NULL_CASE(ag_cast(NULL, AG_F16), "ag_cast");
+  NULL_CASE(ag_flatten(NULL), "ag_flatten");
+  NULL_CASE(ag_transpose(NULL, 0, 1), "ag_transpose");
+  NULL_CASE(ag_permute(NULL, (int[]){1, 0}), "ag_permute");
+  NULL_CASE(ag_slice(NULL, 0, 0, 1, 1), "ag_slice");
+  NULL_CASE(ag_expand(NULL, 1, (int64_t[]){3}), "ag_expand");
+  NULL_CASE(ag_unsqueeze(NULL, 0), "ag_unsqueeze");
+  NULL_CASE(ag_squeeze(NULL, 0), "ag_squeeze");
+  NULL_CASE(ag_contiguous(NULL), "ag_contiguous");
+  NULL_CASE(ag_to_device(NULL, AG_CPU), "ag_to_device");
+  NULL_CASE(ag_empty_like(NULL), "ag_empty_like");
+  NULL_CASE(ag_zeros_like(NULL), "ag_zeros_like");
+  NULL_CASE(ag_detach(NULL), "ag_detach");
+  NULL_CASE(ag_activation_forward(AG_ACT_RELU, NULL), "ag_activation_forward");
+  NULL_CASE(ag_dropout_forward(0.5, NULL, true, NULL), "ag_dropout_forward");
+  ag_linear lin;
+  assert_int_equal(ag_linear_init(&lin, AG_CPU, AG_F32, 3, 2, true, NULL), AG_OK);
+  NULL_CASE(ag_linear_forward(&lin, NULL), "ag_linear_forward");
+  ag_linear_free(&lin);
+#undef NULL_CASE
+  /* a pending error is kept */
+  assert_null(ag_reshape(a, 1, (int64_t[]){7}));
+  char first[256];
+  snprintf(first, sizeof first, "%s", ag_last_error());
+  assert_null(ag_cast(ag_reshape(NULL, 1, (int64_t[]){6}), AG_F16));
+  assert_string_equal(ag_last_error(), first);
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+}
+
+/* Copying into a view whose elements overlap (stride 0) is refused; filling
+ * it is well defined and allowed. */
+static void copy_into_expanded_view(void **state) {
+  ag_tensor *base = ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){1, 3});
+  ag_tensor *e = ag_expand(base, 2, (int64_t[]){4, 3});
+  ag_tensor *src = ag_arange(AG_CPU, AG_F32, 0, 12, 1);
+  ag_tensor *src2 = ag_reshape(src, 2, (int64_t[]){4, 3});
+  assert_int_equal(ag_copy_(e, src2), AG_ERR_INVALID);
+  assert_msg_has("overlapping");
+  float v[3];
+  assert_int_equal(ag_to_host(base, v, sizeof v), AG_OK);
+  for (int i = 0; i < 3; i++) assert_float_equal(v[i], 0, 0); /* untouched */
+  ag_error_clear();
+  assert_int_equal(ag_fill_(e, 2), AG_OK);
+  /* a size-1 dim may have any stride, stride 0 included */
+  ag_tensor *row = ag_expand(base, 2, (int64_t[]){1, 3});
+  assert_int_equal(ag_copy_(row, ag_slice(src2, 0, 1, 2, 1)), AG_OK);
+  assert_int_equal(ag_to_host(base, v, sizeof v), AG_OK);
+  assert_float_equal(v[2], 5, 0);
+}
+
+/* AG_SYNC_DEBUG=bogus (run as its own ctest case with that environment):
+ * like a bad AG_ALLOC_CONF, no device opens and the error names the
+ * variable. */
+static void sync_debug_env_strict(void **state) {
+  ag_tensor *t = ag_zeros(AG_CPU, AG_F32, 1, (int64_t[]){2});
+  assert_null(t);
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_msg_has("AG_SYNC_DEBUG='bogus' is not off, warn or error");
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "sync-debug-env")) {
+    const struct CMUnitTest env_tests[] = {cmocka_unit_test(sync_debug_env_strict)};
+    return cmocka_run_group_tests(env_tests, NULL, NULL);
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(shape_mismatch, setup, teardown),
       cmocka_unit_test_setup_teardown(dtype_mismatch, setup, teardown),
@@ -239,6 +364,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(absent_backends, setup, teardown),
       cmocka_unit_test_setup_teardown(mixed_devices, setup, teardown),
       cmocka_unit_test_setup_teardown(scope_state, setup, teardown),
+      cmocka_unit_test_setup_teardown(reduction_dim_lists, setup, teardown),
+      cmocka_unit_test_setup_teardown(tensor_dim_range, setup, teardown),
+      cmocka_unit_test_setup_teardown(null_without_pending_error, setup, teardown),
+      cmocka_unit_test_setup_teardown(copy_into_expanded_view, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -283,6 +283,24 @@ static void bad_config_is_an_error(void **state) {
   assert_null(ag_loader_create(&cfg));
   assert_non_null(strstr(ag_last_error(), "buckets"));
   assert_null(ag_loader_create(NULL));
+  /* A batch whose byte size wraps int64 (batch 2^40 x 2^30 f32) is refused
+   * before anything is allocated. */
+  cfg = base_config(&c);
+  cfg.batch_size = (int64_t)1 << 40;
+  cfg.fields[0].shape[1] = (int64_t)1 << 30;
+  ag_error_clear();
+  assert_null(ag_loader_create(&cfg));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_non_null(strstr(ag_last_error(), "too large"));
+  /* batches x epochs overflowing int64 */
+  cfg = base_config(&c);
+  cfg.num_samples = INT64_MAX;
+  cfg.batch_size = 1;
+  cfg.epochs = 4;
+  ag_error_clear();
+  assert_null(ag_loader_create(&cfg));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_non_null(strstr(ag_last_error(), "overflows"));
 }
 
 int main(void) {

@@ -133,6 +133,133 @@ static void scopes_with_identity_results(void **state) {
   assert_int_equal(ag_live_tensors(), live);
 }
 
+#define assert_shape_error(msg_part) \
+  do { \
+    assert_int_equal(ag_last_status(), AG_ERR_SHAPE); \
+    if (!strstr(ag_last_error(), (msg_part))) fail_msg("message '%s' lacks '%s'", ag_last_error(), (msg_part)); \
+    ag_error_clear(); \
+  } while (0)
+
+/* Shape products never wrap: numel, strides and byte sizes that overflow
+ * int64 are refused with AG_ERR_SHAPE. */
+static void shape_overflow_refused(void **state) {
+  int64_t live = ag_live_tensors();
+  const int64_t big = (int64_t)1 << 62;
+  ag_error_clear();
+  /* [2^62, 8] used to wrap to 0 elements; a slice of it then wrote past the
+   * storage. */
+  assert_null(ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){big, 8}));
+  assert_shape_error("ag_full");
+  assert_null(ag_empty(AG_CPU, AG_F32, 2, (int64_t[]){big, 8}));
+  assert_shape_error("too large");
+  /* 2^62 f32 elements: the count fits, the bytes do not. */
+  assert_null(ag_empty(AG_CPU, AG_F32, 1, (int64_t[]){big}));
+  assert_shape_error("ag_empty");
+  /* A zero size does not hide wrapping strides. */
+  assert_null(ag_empty(AG_CPU, AG_F32, 3, (int64_t[]){0, big, 8}));
+  assert_shape_error("ag_empty");
+  assert_null(ag_rand(AG_CPU, AG_F32, 2, (int64_t[]){big, 8}, 0, 1, NULL));
+  assert_shape_error("ag_rand");
+  assert_null(ag_from_host(AG_CPU, AG_F32, 2, (int64_t[]){big, 8}, NULL));
+  assert_shape_error("ag_from_host");
+  /* reshape of 12 elements to [2^62+3, 4]: the product wraps to 12. */
+  ag_tensor *a = iota(1, (int64_t[]){12});
+  assert_null(ag_reshape(a, 2, (int64_t[]){big + 3, 4}));
+  assert_shape_error("ag_reshape");
+  assert_null(ag_view(a, 2, (int64_t[]){big + 3, 4}));
+  assert_shape_error("ag_view");
+  assert_null(ag_reshape(a, 3, (int64_t[]){big + 3, 4, -1}));
+  assert_shape_error("ag_reshape");
+  ag_tensor *e0 = ag_zeros(AG_CPU, AG_F32, 1, (int64_t[]){0});
+  assert_null(ag_reshape(e0, 3, (int64_t[]){0, big, 8}));
+  assert_shape_error("ag_reshape");
+  /* expand: stride 0 costs no memory, but numel would wrap. */
+  ag_tensor *one = iota(2, (int64_t[]){1, 1});
+  assert_null(ag_expand(one, 2, (int64_t[]){big, 8}));
+  assert_shape_error("ag_expand");
+  assert_null(ag_expand(one, 3, (int64_t[]){big, 4, 4}));
+  assert_shape_error("ag_expand");
+  /* shapes the core computes: broadcasting two legal expanded tensors */
+  ag_tensor *c = ag_expand(one, 2, (int64_t[]){(int64_t)1 << 40, 1});
+  ag_tensor *r = ag_expand(one, 2, (int64_t[]){1, (int64_t)1 << 40});
+  assert_non_null(c);
+  assert_non_null(r);
+  assert_null(ag_add(c, r));
+  assert_shape_error("too large");
+  ag_tensor *c3 = ag_reshape(c, 3, (int64_t[]){(int64_t)1 << 40, 1, 1});
+  ag_tensor *r3 = ag_reshape(r, 3, (int64_t[]){1, (int64_t)1 << 40, 1});
+  ag_tensor *r3t = ag_transpose(r3, 1, 2);
+  assert_null(ag_matmul(c3, r3t));
+  assert_shape_error("too large");
+  ag_tensor *half = ag_expand(one, 2, (int64_t[]){(int64_t)1 << 60, 1});
+  assert_non_null(half);
+  assert_null(ag_concat(8, (ag_tensor *[]){half, half, half, half, half, half, half, half}, 0));
+  assert_shape_error("ag_concat");
+  ag_error_clear();
+  ag_tensor *ts[] = {a, e0, one, c, r, c3, r3, r3t, half};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) ag_tensor_release(ts[i]);
+  assert_int_equal(ag_live_tensors(), live);
+}
+
+/* Any int64 start/end/step clamps as PyTorch does: never a negative size. */
+static void slice_extreme_bounds(void **state) {
+  int64_t live = ag_live_tensors();
+  ag_error_clear();
+  ag_tensor *a = iota(1, (int64_t[]){4});
+  float v[4];
+  /* a[0:3:INT64_MAX] == [0] (was shape -1, numel -4) */
+  ag_tensor *s = ag_slice(a, 0, 0, 3, INT64_MAX);
+  assert_non_null(s);
+  assert_int_equal(ag_tensor_dim(s, 0), 1);
+  assert_int_equal(ag_tensor_numel(s), 1);
+  assert_float_equal(ag_item(s), 0, 0);
+  ag_tensor_release(s);
+  struct { int64_t start, end, step, n, first; } cases[] = {
+      {INT64_MIN, INT64_MAX, 1, 4, 0},       /* a[:] */
+      {INT64_MIN, INT64_MAX, INT64_MAX, 1, 0},
+      {1, INT64_MAX, 2, 2, 1},               /* a[1::2] */
+      {-1, INT64_MAX, INT64_MAX - 1, 1, 3},  /* a[-1:] */
+      {INT64_MAX, INT64_MAX, 1, 0, -1},      /* past the end */
+      {INT64_MIN, INT64_MIN, 1, 0, -1},
+      {3, 1, 1, 0, -1},                      /* end before start */
+      {-5, -4, 1, 0, -1},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    s = ag_slice(a, 0, cases[k].start, cases[k].end, cases[k].step);
+    assert_non_null(s);
+    assert_int_equal(ag_tensor_dim(s, 0), cases[k].n);
+    assert_int_equal(ag_tensor_numel(s), cases[k].n);
+    if (cases[k].n) {
+      assert_int_equal(ag_to_host(s, v, (size_t)cases[k].n * sizeof(float)), AG_OK);
+      assert_float_equal(v[0], (float)cases[k].first, 0);
+    }
+    ag_tensor_release(s);
+  }
+  /* the backward of a huge-step slice puts the gradient in element 0 */
+  ag_tensor *x = ag_ones(AG_CPU, AG_F32, 1, (int64_t[]){4});
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  ag_tensor *xs = ag_slice(x, 0, 0, 3, INT64_MAX);
+  ag_tensor *l = ag_sum(xs, 0, NULL, false);
+  assert_int_equal(ag_backward(l, NULL, false), AG_OK);
+  assert_int_equal(ag_to_host(ag_tensor_grad(x), v, sizeof v), AG_OK);
+  const float want_g[4] = {1, 0, 0, 0};
+  assert_memory_equal(v, want_g, sizeof v);
+  ag_tensor_release(l);
+  ag_tensor_release(xs);
+  ag_tensor_release(x);
+  /* a slice of a huge-step slice, and unsqueeze of it, stay sane */
+  s = ag_slice(a, 0, 2, INT64_MAX, INT64_MAX);
+  ag_tensor *u = ag_unsqueeze(s, 1);
+  assert_non_null(u);
+  assert_int_equal(ag_tensor_numel(u), 1);
+  assert_float_equal(ag_item(u), 2, 0);
+  assert_int_equal(ag_last_status(), AG_OK);
+  ag_tensor_release(u);
+  ag_tensor_release(s);
+  ag_tensor_release(a);
+  assert_int_equal(ag_live_tensors(), live);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(view_metadata),
@@ -140,6 +267,8 @@ int main(void) {
       cmocka_unit_test(refcount),
       cmocka_unit_test(scopes),
       cmocka_unit_test(scopes_with_identity_results),
+      cmocka_unit_test(shape_overflow_refused),
+      cmocka_unit_test(slice_extreme_bounds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1100,7 +1100,9 @@ static void layernorm_rows(void *ctx, int64_t a, int64_t b) {
     if (hb) bias = rowin_f(c->o[3].dtype, ag__cpu_ptr(&c->o[3]), n, (float *)(buf + 3 * n * esz));
   }
   for (int64_t i = a; i < b; i++) {
-    float mean, rstd;
+    /* Statistics leave the row in double; stored in the dtype of o4/o5 (f64
+     * for f64 x, so the f64 backward reads them unrounded). */
+    double mean, rstd;
     if (dbl) {
       const double *x = rowin_d(dx, xp + i * sx, n, (double *)buf);
       double *y = rowdst_d(dy, yp + i * sy, (double *)buf + n);
@@ -1112,8 +1114,8 @@ static void layernorm_rows(void *ctx, int64_t a, int64_t b) {
       FV(layernorm_row_f)(y, x, w, bias, n, c->s[0], &mean, &rstd);
       rowout_f(dy, yp + i * sy, n, y);
     }
-    if (present(c, 4)) store_f(c->o[4].dtype, ag__cpu_ptr(&c->o[4]) + (size_t)i * ag__cpu_dtsize(c->o[4].dtype), 1, 1, &mean);
-    if (present(c, 5)) store_f(c->o[5].dtype, ag__cpu_ptr(&c->o[5]) + (size_t)i * ag__cpu_dtsize(c->o[5].dtype), 1, 1, &rstd);
+    if (present(c, 4)) store_d(c->o[4].dtype, ag__cpu_ptr(&c->o[4]) + (size_t)i * ag__cpu_dtsize(c->o[4].dtype), 1, 1, &mean);
+    if (present(c, 5)) store_d(c->o[5].dtype, ag__cpu_ptr(&c->o[5]) + (size_t)i * ag__cpu_dtsize(c->o[5].dtype), 1, 1, &rstd);
   }
   free(buf);
 }

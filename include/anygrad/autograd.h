@@ -29,8 +29,9 @@ AG_API ag_tensor *ag_tensor_grad(const ag_tensor *t);
 /* Drop t's gradient (set to none); the next backward allocates it again. */
 AG_API void ag_tensor_zero_grad(ag_tensor *t);
 
-/* A new tensor sharing t's storage with no autograd history and
- * requires_grad false. Ownership as in tensor.h. */
+/* A new tensor sharing t's storage (and so its in-place version counter)
+ * with no autograd history and requires_grad false. Ownership as in
+ * tensor.h. Errors: AG_ERR_INVALID for NULL (unless an error is pending). */
 AG_API ag_tensor *ag_detach(ag_tensor *t);
 
 /* Backpropagate from `out`. `grad` is the gradient of `out` (same shape);
@@ -39,7 +40,11 @@ AG_API ag_tensor *ag_detach(ag_tensor *t);
  * graph's saved tensors and edges are freed afterwards.
  * Errors: AG_ERR_STATE when out has no graph ("does not require grad") or
  * its graph was freed by an earlier backward without retain_graph, or when
- * called in inference mode; AG_ERR_SHAPE when grad is NULL for a non-scalar
+ * called in inference mode, or when a tensor a node saved for its backward
+ * was written in place afterwards ("a tensor needed for gradient
+ * computation has been modified by an in-place operation: ... is at version
+ * X, expected version Y"; see ag_fill_ in tensor.h and docs/autograd.md);
+ * AG_ERR_SHAPE when grad is NULL for a non-scalar
  * or has the wrong shape; AG_ERR_DTYPE for an integer out; errors of the
  * backward ops. Runs asynchronously like any op (no host sync). */
 AG_API ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph);

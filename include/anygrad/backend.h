@@ -57,19 +57,21 @@ typedef enum ag_kop {
                          i[2] ignore_index). Out-of-range target: o0 row = NAN
                          and the error word is set (below). */
   AG_K_CROSS_ENTROPY_BWD, /* o0 dlogits [N, C] contiguous (logits dtype), o1 logits,
-                         o2 targets, o3 f32 [N] upstream grad per row (stride may
-                         be 0); dl = (softmax(l) - onehot(t)) * g; ignored rows 0 */
+                         o2 targets, o3 f32 [N] (f64 for f64 logits) upstream
+                         grad per row (stride may be 0); dl = (softmax(l) -
+                         onehot(t)) * g; ignored rows 0 */
   AG_K_LAYERNORM,     /* o1 x contiguous [N=i[0], D=i[1]], o2 weight [D] or base NULL,
                          o3 bias [D] or base NULL; o0 y [N, D]; o4 mean f32 [N],
-                         o5 rstd f32 [N]; eps s[0] */
+                         o5 rstd f32 [N] (both f64 for f64 x); eps s[0] */
   AG_K_LAYERNORM_BWD, /* o0 dx [N, D], o1 dy, o2 x, o3 mean, o4 rstd, o5 weight
-                         (base NULL: ones); dw and db in f32 [D] are written to
-                         multi->t[0] and multi->t[1] when multi is given (not
-                         accumulated: overwritten) */
+                         (base NULL: ones); dw and db in f32 [D] (f64 for f64
+                         x) are written to multi->t[0] and multi->t[1] when
+                         multi is given (not accumulated: overwritten) */
   AG_K_EMBEDDING,     /* o0 [N=i[0], D=i[1]] contiguous, o1 table [V=i[2], D]
                          contiguous, o2 i32 indices [N] contiguous. Out of range:
                          row zeroed, error word set. */
-  AG_K_EMBEDDING_BWD, /* o0 dtable f32 [V, D] contiguous, accumulated into (+=);
+  AG_K_EMBEDDING_BWD, /* o0 dtable f32 [V, D] (f64 for an f64 table) contiguous,
+                         accumulated into (+=);
                          o1 dout [N, D] contiguous; o2 indices [N] */
   AG_K_DROPOUT,       /* o0 = o1 * m, o2 = m where m = keep/(1-p), keep when
                          uniform(seed, offset, i) >= p; p = s[0]; all contiguous */

@@ -22,7 +22,8 @@ typedef enum ag_sync_debug {
   AG_SYNC_DEBUG_ERROR = 2, /* refuse the sync: the call returns AG_ERR_SYNC */
 } ag_sync_debug;
 
-/* Process-wide mode; initial value from AG_SYNC_DEBUG=off|warn|error. */
+/* Process-wide mode; initial value from AG_SYNC_DEBUG=off|warn|error (or
+ * 0|1|2). Any other value makes opening a device fail (AG_ERR_INVALID). */
 AG_API void ag_set_sync_debug(ag_sync_debug mode);
 AG_API ag_sync_debug ag_get_sync_debug(void);
 

@@ -58,7 +58,9 @@ AG_API ag_tensor *ag_masked_fill(ag_tensor *a, ag_tensor *mask, double value);
 
 /* ---- reductions ----
  * dims: n_dims entries (negative count from the end); n_dims == 0 or dims
- * NULL reduces over all dims. keepdim keeps reduced dims with size 1. */
+ * NULL reduces over all dims. keepdim keeps reduced dims with size 1.
+ * Errors: AG_ERR_SHAPE for n_dims < 0 or > ndim, a dim out of range, or a
+ * dim listed twice (also as d and d - ndim). */
 AG_API ag_tensor *ag_sum(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
 AG_API ag_tensor *ag_mean(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
 AG_API ag_tensor *ag_max(ag_tensor *a, int n_dims, const int *dims, bool keepdim);

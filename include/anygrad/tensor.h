@@ -5,7 +5,8 @@
  * ag_tensor_release. Inside a scope (ag_scope_begin) the innermost scope owns
  * it and releases it at ag_scope_end, unless ag_tensor_keep moved it out.
  * Functions given a NULL tensor return NULL (or an error status) without
- * replacing the thread's error message.
+ * replacing the thread's error message; when no error is pending they set
+ * AG_ERR_INVALID ("<function>: NULL tensor"), so a NULL is never silent.
  *
  * Long-lived tensors (parameters, optimizer state, anything a parameter list
  * or optimizer holds) are created outside any scope, or moved out with
@@ -47,8 +48,18 @@ AG_API ag_status ag_dtype_parse(const char *s, ag_dtype *out_dtype);
 
 /* ---- creation (asynchronous on the device's current stream) ---- */
 
+/* Shapes. Every shape a tensor can have, given by the caller or computed
+ * by an op (broadcast, expand, concat, matmul batch), obeys one rule: no
+ * negative size, and the product of all sizes (a size 0 counted as 1) times
+ * the element size fits in int64_t. Then the element count, every
+ * contiguous stride and the byte size are exact; a shape that breaks the
+ * rule is refused with AG_ERR_SHAPE ("... is too large") instead of
+ * wrapping. This holds for views too (an expanded [2^62, 8] is refused
+ * although it would need no memory). */
+
 /* Uninitialised tensor. ndim 0 is a scalar. Errors: AG_ERR_SHAPE for a
- * negative dim or ndim > AG_MAX_DIMS, AG_ERR_DTYPE, AG_ERR_OOM. */
+ * negative dim, ndim > AG_MAX_DIMS or a shape that overflows (above),
+ * AG_ERR_DTYPE, AG_ERR_OOM. */
 AG_API ag_tensor *ag_empty(ag_device d, ag_dtype dt, int ndim, const int64_t *shape);
 AG_API ag_tensor *ag_zeros(ag_device d, ag_dtype dt, int ndim, const int64_t *shape);
 AG_API ag_tensor *ag_ones(ag_device d, ag_dtype dt, int ndim, const int64_t *shape);
@@ -105,11 +116,15 @@ AG_API ag_status ag_to_host(const ag_tensor *t, void *out, size_t n_bytes);
  * sets the error if t is NULL or has more than one element. */
 AG_API double ag_item(const ag_tensor *t);
 
-/* ---- properties (borrowed, never fail for a non-NULL tensor) ---- */
+/* ---- properties (borrowed, never fail for a non-NULL tensor, except
+ * ag_tensor_dim with a dim out of range) ---- */
 AG_API int ag_tensor_ndim(const ag_tensor *t);
 AG_API const int64_t *ag_tensor_shape(const ag_tensor *t);
 AG_API const int64_t *ag_tensor_strides(const ag_tensor *t); /* in elements */
-AG_API int64_t ag_tensor_dim(const ag_tensor *t, int dim);   /* negative dims count from the end */
+/* Size of dim (negative dims count from the end). Returns -1 (never a
+ * size) and sets AG_ERR_SHAPE when dim is out of range, or AG_ERR_INVALID
+ * for a NULL t unless an error is already pending. */
+AG_API int64_t ag_tensor_dim(const ag_tensor *t, int dim);
 AG_API int64_t ag_tensor_numel(const ag_tensor *t);
 AG_API ag_dtype ag_tensor_dtype(const ag_tensor *t);
 AG_API ag_device ag_tensor_device(const ag_tensor *t);
@@ -155,7 +170,11 @@ AG_API ag_tensor *ag_view(ag_tensor *t, int ndim, const int64_t *shape); /* neve
 AG_API ag_tensor *ag_flatten(ag_tensor *t);
 AG_API ag_tensor *ag_transpose(ag_tensor *t, int dim0, int dim1);
 AG_API ag_tensor *ag_permute(ag_tensor *t, const int *dims);
-/* Elements [start, end) with step along dim; negative start/end count from the end. */
+/* Elements [start, end) with step along dim; negative start/end count from
+ * the end. Any int64 start and end are clamped to [0, size] as PyTorch does
+ * (a[0:3:INT64_MAX] is a[0:1]; an empty range gives size 0, never a
+ * negative size). Errors: AG_ERR_SHAPE for a bad dim, AG_ERR_INVALID for
+ * step <= 0. */
 AG_API ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
 /* Broadcast size-1 dims (and add leading dims) to shape. */
 AG_API ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape);
@@ -175,9 +194,18 @@ AG_API ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt);
  * host must stage the data (documented in docs/streams.md). */
 AG_API ag_tensor *ag_to_device(ag_tensor *t, ag_device d);
 /* Copy src into dst (same shape after broadcasting src; dtypes may differ;
- * dst may be a view). */
+ * dst may be a view). Errors: AG_ERR_SHAPE if src does not broadcast to
+ * dst; AG_ERR_INVALID if dst has overlapping elements (a stride-0 dim of
+ * size > 1, as ag_expand makes), or for the in-place rules below. */
 AG_API ag_status ag_copy_(ag_tensor *dst, ag_tensor *src);
-/* Fill dst (may be a view) with a value. */
+/* Fill dst (may be a view) with a value.
+ *
+ * In-place rules (ag_copy_ and ag_fill_; docs/autograd.md): while grad mode
+ * is on, a dst that requires grad (a leaf parameter, or a tensor with a
+ * graph) is refused with AG_ERR_INVALID; write it under ag_no_grad_begin().
+ * Every write bumps the version of dst's storage, and a backward that needs
+ * a tensor saved before the write fails with AG_ERR_STATE instead of using
+ * the new values. */
 AG_API ag_status ag_fill_(ag_tensor *dst, double value);
 
 #ifdef __cplusplus
