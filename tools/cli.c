@@ -20,7 +20,10 @@ int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opt
   /* '+': stop at the first positional argument (reported below);
    * ':': a missing value is ':' rather than '?'. */
   int idx = -1;
-  int c = getopt_long(argc, argv, "+:", opts, &idx);
+  int c = getopt_long(argc, argv, "+:h", opts, &idx);
+  if (c == 'h') /* -h is --help everywhere */
+    for (const struct option *o = opts; o->name; o++)
+      if (!strcmp(o->name, "help")) return o->val;
   if (c == -1) {
     if (optind < argc) {
       fprintf(stderr, "anygrad %s: unexpected argument '%s' (see --help)\n", cmd, argv[optind]);

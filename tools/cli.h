@@ -18,7 +18,7 @@ enum { AG_EXIT_OK = 0, AG_EXIT_RUNTIME = 1, AG_EXIT_USAGE = 2 };
 #define AG_CLI_EXIT_HELP "Exit status: 0 success, 1 runtime error, 2 usage error.\n"
 
 /* getopt_long over argv (argv[0] is the subcommand name) with long options
- * only. Returns the option's val, -1 at the end, or '?' after printing
+ * only (and -h for the option named "help"). Returns the option's val, -1 at the end, or '?' after printing
  * "anygrad <cmd>: unknown option '--x'" or "... needs a value" to stderr.
  * Positional arguments are an error too ('?'). Restarts the scan when
  * called with a new argv (the first call of a parse must pass restart). */
