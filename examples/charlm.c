@@ -503,11 +503,13 @@ static ag_status check_writable(const char *path, const char *what) {
   return st;
 }
 
-/* OpenBLAS (the CPU backend's matmul) takes a 128 MiB buffer on its first
- * call and, when an address-space limit (ulimit -v) refuses it, retries
- * forever instead of failing. Probe for that much address space first so the
- * run stops with a message instead of hanging. Only matters under a limit. */
-#define BLAS_HEADROOM ((size_t)192 << 20)
+/* OpenBLAS (the CPU backend's matmul) mallocs one 128 MiB buffer on its
+ * first call and, when an address-space limit (ulimit -v) refuses it,
+ * retries forever instead of failing. Probe for that much address space (and
+ * a little for the first step's tensors) before the first step, so the run
+ * stops with a message instead of hanging. Only matters under a limit; later
+ * allocations that fail report AG_ERR_OOM as usual. */
+#define BLAS_HEADROOM ((size_t)130 << 20)
 static ag_status check_address_space(void) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return AG_OK;
