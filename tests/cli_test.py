@@ -378,7 +378,7 @@ def case_docs():
     cc = shutil.which("cc")
     if not cc:
         sys.exit(SKIP)
-    cmd = m.group(1).replace('"$PWD/build/lib"', LIBDIR).replace("build/lib", LIBDIR)
+    cmd = m.group(1).replace('"$PWD/build/lib"', LIBDIR).replace("-Lbuild/lib", "-L" + LIBDIR)
     cmd = cmd.replace("-o mlp_words", "-o " + path("mlp_words"))
     p = subprocess.run(["sh", "-c", cmd], cwd=SRC, capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, f"{cmd}: {p.stderr}")
