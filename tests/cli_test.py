@@ -103,6 +103,7 @@ def case_usage_errors():
         (["train", "--bogus"], "unknown option"),
         (["train", "--bogus", "1"], "unknown option"),
         (["train", "--steps"], "needs a value"),
+        (["train", "--steps", "--out", "x.st"], "'--steps' needs a value"),
         (["train", "stray"], "unexpected argument"),
         (["train", "--batch", "4611686018427387904"], "--batch"),
         (["train", "--batch", "0"], "--batch"),

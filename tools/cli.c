@@ -39,6 +39,16 @@ int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opt
     fprintf(stderr, "anygrad %s: option '%s' needs a value (see --help)\n", cmd, argv[optind - 1]);
     return '?';
   }
+  /* "--steps --out x": getopt takes "--out" as the value of --steps; a
+   * value that is itself one of the options means the value is missing. */
+  if (optarg && idx >= 0 && !strncmp(optarg, "--", 2)) {
+    size_t n = strcspn(optarg + 2, "=");
+    for (const struct option *o = opts; o->name; o++)
+      if (strlen(o->name) == n && !strncmp(o->name, optarg + 2, n)) {
+        fprintf(stderr, "anygrad %s: option '--%s' needs a value (see --help)\n", cmd, opts[idx].name);
+        return '?';
+      }
+  }
   g_arg = optarg;
   return c;
 }
