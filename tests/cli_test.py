@@ -89,6 +89,7 @@ def case_usage_errors():
     bad = [
         (["train", "--steps", "abc"], "--steps"),
         (["train", "--steps", "12x"], "--steps"),
+        (["train", "--steps", " 12"], "--steps"),
         (["train", "--steps", "-5"], "--steps"),
         (["train", "--lr", "abc"], "--lr"),
         (["train", "--lr", "nan"], "--lr"),

@@ -1,6 +1,7 @@
 /* Shared option handling of the anygrad subcommands (see cli.h). */
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -61,7 +62,7 @@ static bool bad(const char *cmd, const char *opt, const char *what, const char *
 bool ag_cli_i64(const char *cmd, const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out) {
   char what[96];
   snprintf(what, sizeof what, "an integer in %lld..%lld", (long long)lo, (long long)hi);
-  if (!v || !*v) return bad(cmd, opt, what, v);
+  if (!v || !*v || isspace((unsigned char)*v)) return bad(cmd, opt, what, v);
   char *end = NULL;
   errno = 0;
   long long x = strtoll(v, &end, 10);
@@ -79,7 +80,7 @@ bool ag_cli_int(const char *cmd, const char *opt, const char *v, int lo, int hi,
 
 bool ag_cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out) {
   const char *what = "an unsigned 64-bit integer (decimal or 0x hex)";
-  if (!v || !*v || *v == '-' || *v == '+') return bad(cmd, opt, what, v);
+  if (!v || !*v || *v == '-' || *v == '+' || isspace((unsigned char)*v)) return bad(cmd, opt, what, v);
   bool hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
   if (hex && !v[2]) return bad(cmd, opt, what, v);
   char *end = NULL;
@@ -93,7 +94,7 @@ bool ag_cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out) 
 bool ag_cli_f64(const char *cmd, const char *opt, const char *v, double lo, double hi, double *out) {
   char what[96];
   snprintf(what, sizeof what, "a finite number in %g..%g", lo, hi);
-  if (!v || !*v) return bad(cmd, opt, what, v);
+  if (!v || !*v || isspace((unsigned char)*v)) return bad(cmd, opt, what, v);
   char *end = NULL;
   errno = 0;
   double x = strtod(v, &end);

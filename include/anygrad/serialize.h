@@ -19,7 +19,7 @@ extern "C" {
  * a new "<path>.tmp.<pid>.<random>" (created with O_EXCL|O_NOFOLLOW), is
  * fsync'ed, then renamed over path, and the directory is fsync'ed. Temp
  * files of earlier saves of path whose process is no longer alive (killed
- * mid-save) are removed first. Errors: AG_ERR_INVALID (NULL, duplicate or empty names, a
+ * mid-save; pids as this host's PID namespace sees them) are removed first. Errors: AG_ERR_INVALID (NULL, duplicate or empty names, a
  * name or value with a control character), AG_ERR_IO (with errno text). */
 AG_API ag_status ag_safetensors_save(const char *path, const ag_param_list *l, int n_meta,
                                      const char *const *meta_keys, const char *const *meta_values);
