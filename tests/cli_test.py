@@ -158,6 +158,26 @@ def case_unavailable_backend():
     expect(["compare", "--devices", "cpu," + name + ":0", "--steps", "1"], 2, "not usable", timeout=60)
 
 
+def case_cuda_reason():
+    """Item 19: without an NVIDIA driver the CUDA backend says so, not that
+    the driver is outdated."""
+    import ctypes
+    rc, out, _ = run(["info"], timeout=60)
+    check(rc == 0, "anygrad info failed")
+    line = next((l for l in out.splitlines() if l.startswith("cuda ")), "")
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        print("an NVIDIA driver is installed")
+        sys.exit(SKIP)
+    except OSError:
+        pass
+    if "unavailable" not in line or "not built" in line or "not found in" in line:
+        print("the CUDA module is not part of this build:", line)
+        sys.exit(SKIP)
+    check("insufficient" not in line, f"missing driver reported as an old one: {line}")
+    check("no NVIDIA driver" in line, f"no driver reason: {line}")
+
+
 def case_json_version():
     """Item 19: --version and --json of info and check."""
     for args in (["--version"], ["info", "--version"], ["check", "--version"]):
