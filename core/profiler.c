@@ -655,13 +655,17 @@ ag_status ag_profiler_report(ag_profiler *p, FILE *f) {
     verdict_over(p, wfirst[i], wlen[i], &wrec[i], &v);
     int key = verdict_kind(&v);
     int64_t j = i + 1, steps = wlen[i];
+    window_rec run = wrec[i];
     for (; j < nw; j++) {
       ag_profiler_verdict u;
       verdict_over(p, wfirst[j], wlen[j], &wrec[j], &u);
-      if (verdict_kind(&u) != key) break;
+      /* a verdict naming a sync site is the same only at the same site */
+      bool same_site = wrec[j].top_site == run.top_site && wrec[j].top_call == run.top_call;
+      if (verdict_kind(&u) != key || ((key & 6) && !same_site)) break;
       steps += wlen[j];
+      if (same_site) run.top_count += wrec[j].top_count;
     }
-    if (j > i + 1) verdict_over(p, wfirst[i], steps, &wrec[i], &v);
+    if (j > i + 1) verdict_over(p, wfirst[i], steps, &run, &v);
     fprintf(f, "  steps %" PRId64 "-%" PRId64 ": ", wfirst[i], wfirst[i] + steps - 1);
     for (char *line = v.text; *line;) {
       char *nl = strchr(line, '\n');
