@@ -715,11 +715,14 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
       if (st == AG_OK && (!isfinite(l) || !isfinite(mean))) {
         if (line_open) fputc('\n', out);
         line_open = false;
-        st = ag_error_set(AG_ERR_STATE,
-                          "charlm: training diverged: the loss became %s between step %lld and step %lld "
-                          "(finite up to step %lld); %s",
-                          isnan(l) || isnan(mean) ? "NaN" : "infinite", (long long)last_log_step + 1,
-                          (long long)step + 1, (long long)last_log_step,
+        char when[160];
+        if (step == last_log_step)
+          snprintf(when, sizeof when, "at step %lld", (long long)step + 1);
+        else
+          snprintf(when, sizeof when, "between step %lld and step %lld (--log-every 1 names the exact step)",
+                   (long long)last_log_step + 1, (long long)step + 1);
+        st = ag_error_set(AG_ERR_STATE, "charlm: training diverged: the loss became %s %s; %s",
+                          isnan(l) || isnan(mean) ? "NaN" : "infinite", when,
                           o.out ? "the checkpoint is not written (an existing one is kept)" : "stopped");
       }
       if (st == AG_OK) {
