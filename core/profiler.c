@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "anygrad/autograd.h"
 #include "diag_internal.h"
@@ -555,6 +556,38 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The kind of a verdict, ignoring its numbers: windows of one kind in a row
+ * are reported as one range. */
+static int verdict_kind(const ag_profiler_verdict *v) {
+  int k = (v->input_bound ? 1 : 0) | (v->sync_bound ? 2 : 0) | (v->syncs_per_step >= 1.0 ? 4 : 0) |
+          (v->memory_growing ? 8 : 0);
+  if (k == 0) k = v->device_idle_frac >= 0.2 ? 16 : v->device_idle_frac >= 0 ? 32 : 64;
+  return k;
+}
+
+/* Sites named "object+0xOFFSET" (an object without exported symbols) or
+ * "symbol+0xOFFSET": say once how to turn them into function and line. */
+static void print_site_hint(FILE *f, const ag_sync_site_info *sites, int ns) {
+  char exe[512];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  const char *base = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
+  for (int i = 0; i < ns; i++) {
+    const char *plus = strstr(sites[i].site, "+0x");
+    if (!plus) continue;
+    size_t len = (size_t)(plus - sites[i].site);
+    if (*base && strlen(base) == len && !strncmp(sites[i].site, base, len))
+      fprintf(f, "  (function and line of a site: addr2line -f -C -e %s %s, for a binary built with -g;\n"
+                 "   or compile the calling code with -DAG_SYNC_SITES to have file:line here)\n",
+              exe, plus + 1);
+    else
+      fprintf(f, "  (function and line of a site NAME+0xOFF: gdb -batch -ex 'info line *(NAME+0xOFF)' OBJECT,\n"
+                 "   or addr2line -f -C -e OBJECT 0xOFF when NAME is the object; or compile the calling code\n"
+                 "   with -DAG_SYNC_SITES to have file:line here)\n");
+    return;
+  }
+}
+
 ag_status ag_profiler_report(ag_profiler *p, FILE *f) {
   if (!p || !f) return ag_error_set(AG_ERR_INVALID, "ag_profiler_report: NULL argument");
   if (p->n_done == 0) return ag_error_set(AG_ERR_STATE, "ag_profiler_report: no step has finished");
@@ -592,33 +625,69 @@ ag_status ag_profiler_report(ag_profiler *p, FILE *f) {
   fprintf(f, "  host syncs  %.2f per step\n", syncs / (double)n);
   free(walls);
   fprintf(f, "verdicts:\n");
+  /* Windows in order (full ones, then the partial tail); a run of windows
+   * with the same kind of verdict is printed once, over its whole range. */
+  int64_t tail = p->n_done % p->window, nw = 0;
+  int64_t *wfirst = malloc((size_t)(p->n_wins + 1) * sizeof *wfirst), *wlen = malloc((size_t)(p->n_wins + 1) * sizeof *wlen);
+  window_rec *wrec = malloc((size_t)(p->n_wins + 1) * sizeof *wrec);
+  if (!wfirst || !wlen || !wrec) {
+    pthread_mutex_unlock(&p->mu);
+    free(wfirst);
+    free(wlen);
+    free(wrec);
+    return ag_error_set(AG_ERR_OOM, "ag_profiler_report: out of host memory");
+  }
   for (int64_t w = 0; w < p->n_wins; w++) {
     if (p->wins[w].first < first) continue;
+    wfirst[nw] = p->wins[w].first;
+    wlen[nw] = p->window;
+    wrec[nw++] = p->wins[w];
+  }
+  if (tail && p->n_done - tail >= first) {
+    pthread_mutex_unlock(&p->mu);
+    top_site_since(p, &wrec[nw]);
+    pthread_mutex_lock(&p->mu);
+    wfirst[nw] = p->n_done - tail;
+    wlen[nw++] = tail;
+  }
+  for (int64_t i = 0; i < nw;) {
     ag_profiler_verdict v;
-    verdict_over(p, p->wins[w].first, p->window, &p->wins[w], &v);
-    fprintf(f, "  steps %" PRId64 "-%" PRId64 ": ", v.first_step, v.first_step + v.steps - 1);
+    verdict_over(p, wfirst[i], wlen[i], &wrec[i], &v);
+    int key = verdict_kind(&v);
+    int64_t j = i + 1, steps = wlen[i];
+    window_rec run = wrec[i];
+    for (; j < nw; j++) {
+      ag_profiler_verdict u;
+      verdict_over(p, wfirst[j], wlen[j], &wrec[j], &u);
+      /* a verdict naming a sync site is the same only at the same site */
+      bool same_site = wrec[j].top_site == run.top_site && wrec[j].top_call == run.top_call;
+      if (verdict_kind(&u) != key || ((key & 6) && !same_site)) break;
+      steps += wlen[j];
+      if (same_site) run.top_count += wrec[j].top_count;
+    }
+    if (j > i + 1) verdict_over(p, wfirst[i], steps, &run, &v);
+    fprintf(f, "  steps %" PRId64 "-%" PRId64 ": ", wfirst[i], wfirst[i] + steps - 1);
     for (char *line = v.text; *line;) {
       char *nl = strchr(line, '\n');
       fprintf(f, "%s%.*s\n", line == v.text ? "" : "    ", (int)(nl ? nl - line : (long)strlen(line)), line);
       line = nl ? nl + 1 : line + strlen(line);
     }
+    i = j;
   }
-  int64_t tail = p->n_done % p->window;
-  if (tail && p->n_done - tail >= first) {
-    ag_profiler_verdict v;
-    window_rec w;
-    pthread_mutex_unlock(&p->mu);
-    top_site_since(p, &w);
-    pthread_mutex_lock(&p->mu);
-    verdict_over(p, p->n_done - tail, tail, &w, &v);
-    fprintf(f, "  steps %" PRId64 "-%" PRId64 ": %s", v.first_step, p->n_done - 1, v.text);
-  }
+  free(wfirst);
+  free(wlen);
+  free(wrec);
   if (p->leak) fprintf(f, "%s\n", p->leak_text);
   pthread_mutex_unlock(&p->mu);
   ag_sync_site_info sites[5];
   int ns = ag_sync_sites(sites, 5);
   if (ns) fprintf(f, "sync sites (process total):\n");
-  for (int i = 0; i < ns; i++) fprintf(f, "  %8" PRIu64 "  %s at %s\n", sites[i].count, sites[i].call, sites[i].site);
+  bool unresolved = false;
+  for (int i = 0; i < ns; i++) {
+    fprintf(f, "  %8" PRIu64 "  %s at %s\n", sites[i].count, sites[i].call, sites[i].site);
+    unresolved = unresolved || strstr(sites[i].site, "+0x") != NULL;
+  }
+  if (unresolved) print_site_hint(f, sites, ns);
   return ferror(f) ? ag_error_set(AG_ERR_IO, "ag_profiler_report: write error") : AG_OK;
 }
 

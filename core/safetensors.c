@@ -2,13 +2,17 @@
  * the format uses, validation of every byte range before any tensor is
  * created, and atomic saves (temp file, fsync, rename, directory fsync).
  * Hosts are assumed little-endian, as the format's data is. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -109,6 +113,51 @@ static bool write_all(int fd, const void *p, size_t n) {
   return true;
 }
 
+/* Temp files are "<base>.tmp.<pid>.<random>" next to the target. A save
+ * killed before its rename leaves one behind; the next save of the same path
+ * removes those whose process is gone (pid not alive on this host). */
+static void remove_stale_temps(const char *path) {
+  char *dcopy = strdup(path), *bcopy = strdup(path);
+  DIR *d = dcopy && bcopy ? opendir(dirname(dcopy)) : NULL;
+  if (d) {
+    const char *base = basename(bcopy);
+    size_t bl = strlen(base);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      const char *n = e->d_name;
+      if (strncmp(n, base, bl) || strncmp(n + bl, ".tmp.", 5)) continue;
+      char *end = NULL;
+      errno = 0;
+      long pid = strtol(n + bl + 5, &end, 10);
+      if (errno || end == n + bl + 5 || (*end && *end != '.') || pid <= 0 || pid == (long)getpid()) continue;
+      if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+      struct stat sb;
+      if (fstatat(dirfd(d), n, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) (void)unlinkat(dirfd(d), n, 0);
+    }
+    closedir(d);
+  }
+  free(dcopy);
+  free(bcopy);
+}
+
+/* Create a fresh temp file next to path: O_EXCL and O_NOFOLLOW, so an
+ * existing file or a planted symlink is never written through. */
+static int create_temp(const char *path, char *tmp, size_t len) {
+  for (int attempt = 0; attempt < 64; attempt++) {
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      r = (uint32_t)ts.tv_nsec ^ (uint32_t)attempt * 0x9e3779b9u;
+    }
+    snprintf(tmp, len, "%s.tmp.%ld.%08x", path, (long)getpid(), (unsigned)r);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  errno = EEXIST;
+  return -1;
+}
+
 ag_status ag_safetensors_save(const char *path, const ag_param_list *l, int n_meta,
                               const char *const *meta_keys, const char *const *meta_values) {
   if (!path || !l || (n_meta > 0 && (!meta_keys || !meta_values)))
@@ -156,15 +205,15 @@ ag_status ag_safetensors_save(const char *path, const ag_param_list *l, int n_me
     return ag_error_set(AG_ERR_INVALID, "ag_safetensors_save: a name or metadata string holds a control character");
   }
 
-  size_t plen = strlen(path) + 32;
+  size_t plen = strlen(path) + 48;
   char *tmp = malloc(plen);
   if (!tmp) {
     free(h.p);
     return ag_error_set(AG_ERR_OOM, "ag_safetensors_save: out of host memory");
   }
-  snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
+  remove_stale_temps(path);
   ag_status st = AG_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = create_temp(path, tmp, plen);
   if (fd < 0) {
     st = ag_error_set(AG_ERR_IO, "ag_safetensors_save: cannot create %s: %s", tmp, strerror(errno));
     goto out;
@@ -562,9 +611,12 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
     return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
   }
   ag_status st = AG_OK;
-  FILE *fp = fopen(path, "rb");
+  /* O_NONBLOCK: a FIFO must not block the open; fstat then refuses it. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  FILE *fp = fd >= 0 ? fdopen(fd, "rb") : NULL;
   if (!fp) {
     st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: cannot open %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
     goto fail;
   }
   struct stat sb;

@@ -4,9 +4,14 @@
 #include "charlm.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -199,11 +204,17 @@ static ag_status make_batch(const model *m, const dataset *d, int64_t B, uint64_
                             ag_tensor **x, ag_tensor **y) {
   int cols = m->kind == CHARLM_MLP ? m->context : m->T;
   int ycols = m->kind == CHARLM_MLP ? 1 : m->T;
-  int32_t *hx = malloc((size_t)(B * cols) * sizeof *hx), *hy = malloc((size_t)(B * ycols) * sizeof *hy);
+  /* Sizes are checked, not trusted: a huge B must not wrap before malloc. */
+  size_t nx, ny, bx, by;
+  if (B < 1 || __builtin_mul_overflow((size_t)B, (size_t)cols, &nx) ||
+      __builtin_mul_overflow((size_t)B, (size_t)ycols, &ny) || __builtin_mul_overflow(nx, sizeof(int32_t), &bx) ||
+      __builtin_mul_overflow(ny, sizeof(int32_t), &by) || nx > (size_t)INT64_MAX)
+    return ag_error_set(AG_ERR_INVALID, "charlm: batch of %lld rows x %d columns is too large", (long long)B, cols);
+  int32_t *hx = malloc(bx), *hy = malloc(by);
   if (!hx || !hy) {
     free(hx);
     free(hy);
-    return ag_error_set(AG_ERR_OOM, "charlm: out of host memory");
+    return ag_error_set(AG_ERR_OOM, "charlm: out of host memory for a batch of %lld rows", (long long)B);
   }
   for (int64_t b = 0; b < B; b++) {
     if (m->kind == CHARLM_MLP) {
@@ -216,7 +227,7 @@ static ag_status make_batch(const model *m, const dataset *d, int64_t B, uint64_
       memcpy(hy + b * cols, d->seq_y + i * cols, (size_t)cols * sizeof *hy);
     }
   }
-  int64_t sx[2] = {B, cols}, sy[1] = {B * ycols};
+  int64_t sx[2] = {B, cols}, sy[1] = {(int64_t)ny};
   *x = ag_from_host(dev, AG_I32, 2, sx, hx);
   *y = ag_from_host(dev, AG_I32, 1, sy, hy);
   free(hx);
@@ -273,6 +284,13 @@ static ag_status sample_word(const model *m, ag_device dev, uint64_t *rng, char 
     st = p ? ag_to_host(p, probs, sizeof probs) : ag_last_status();
     ag_scope_end();
     if (st != AG_OK) break;
+    /* A word has at least one letter: the end mark is not drawn first. */
+    if (n == 0) {
+      double rest = 1.0 - probs[0];
+      if (!(rest > 0)) break;
+      for (int k = 1; k < CHARLM_VOCAB; k++) probs[k] = (float)(probs[k] / rest);
+      probs[0] = 0;
+    }
     double u = urand(rng), acc = 0;
     int c = CHARLM_VOCAB - 1;
     for (int k = 0; k < CHARLM_VOCAB; k++) {
@@ -318,28 +336,73 @@ static ag_status save_ckpt(const char *path, const model *m, ag_optimizer *opt, 
   return st;
 }
 
-static int meta_int(const ag_safetensors *f, const char *k, int dflt) {
-  const char *v = ag_safetensors_meta(f, k);
-  return v ? atoi(v) : dflt;
+/* A decimal integer in [lo, hi], the whole string (no sign for lo >= 0). */
+static bool strict_u64(const char *v, uint64_t hi, uint64_t *out) {
+  if (!v || !*v || strlen(v) > 20) return false;
+  uint64_t x = 0;
+  for (const char *p = v; *p; p++) {
+    if (*p < '0' || *p > '9') return false;
+    unsigned d = (unsigned)(*p - '0');
+    if (x > (UINT64_MAX - d) / 10) return false;
+    x = x * 10 + d;
+  }
+  if (x > hi) return false;
+  *out = x;
+  return true;
 }
 
-/* Architecture recorded in a checkpoint, so --resume needs no model flags. */
+/* Metadata key k as an integer in [lo, hi]; a missing or malformed value is
+ * AG_ERR_CORRUPT naming the key (values are printed only when printable). */
+static ag_status meta_u64(const ag_safetensors *f, const char *path, const char *k, uint64_t lo, uint64_t hi,
+                          uint64_t *out) {
+  const char *v = ag_safetensors_meta(f, k);
+  if (!v) return ag_error_set(AG_ERR_CORRUPT, "%s: not a charlm checkpoint (metadata '%s' missing)", path, k);
+  if (!strict_u64(v, hi, out) || *out < lo) {
+    bool printable = strlen(v) <= 40;
+    for (const char *p = v; printable && *p; p++) printable = isprint((unsigned char)*p);
+    return ag_error_set(AG_ERR_CORRUPT, "%s: metadata '%s' is %s%s%s, expected an integer in %llu..%llu", path, k,
+                        printable ? "'" : "", printable ? v : "not printable", printable ? "'" : "",
+                        (unsigned long long)lo, (unsigned long long)hi);
+  }
+  return AG_OK;
+}
+
+static ag_status meta_int(const ag_safetensors *f, const char *path, const char *k, int lo, int hi, int *out) {
+  uint64_t x;
+  ag_status st = meta_u64(f, path, k, (uint64_t)lo, (uint64_t)hi, &x);
+  if (st == AG_OK) *out = (int)x;
+  return st;
+}
+
+/* Architecture and seed recorded in a checkpoint, so --resume needs no
+ * model flags and sees the same data split. Every key is validated. */
 static ag_status ckpt_config(const char *path, charlm_options *o, ag_safetensors **out) {
   ag_status st = ag_safetensors_open(path, out);
   if (st != AG_OK) return st;
-  const char *fmt = ag_safetensors_meta(*out, "format"), *kind = ag_safetensors_meta(*out, "model");
-  if (!fmt || strcmp(fmt, "anygrad-charlm-1") || !kind) {
-    ag_safetensors_close(*out);
+  ag_safetensors *f = *out;
+  const char *fmt = ag_safetensors_meta(f, "format"), *kind = ag_safetensors_meta(f, "model");
+  if (!fmt || strcmp(fmt, "anygrad-charlm-1") || !kind)
+    st = ag_error_set(AG_ERR_CORRUPT, "%s: not a charlm checkpoint (metadata format/model missing)", path);
+  else if (strcmp(kind, "mlp") && strcmp(kind, "gpt"))
+    st = ag_error_set(AG_ERR_CORRUPT, "%s: metadata 'model' must be mlp or gpt", path);
+  uint64_t step, seed;
+  if (st == AG_OK) st = meta_u64(f, path, "step", 0, (uint64_t)CHARLM_MAX_STEPS, &step);
+  if (st == AG_OK) st = meta_u64(f, path, "seed", 0, UINT64_MAX, &seed);
+  if (st == AG_OK) st = meta_int(f, path, "context", 1, CHARLM_MAX_CONTEXT, &o->context);
+  if (st == AG_OK) st = meta_int(f, path, "emb", 1, CHARLM_MAX_WIDTH, &o->emb);
+  if (st == AG_OK) st = meta_int(f, path, "hidden", 1, CHARLM_MAX_WIDTH, &o->hidden);
+  if (st == AG_OK) st = meta_int(f, path, "n_layer", 1, CHARLM_MAX_LAYERS, &o->n_layer);
+  if (st == AG_OK) st = meta_int(f, path, "n_head", 1, CHARLM_MAX_LAYERS, &o->n_head);
+  if (st == AG_OK) st = meta_int(f, path, "n_embd", 1, CHARLM_MAX_WIDTH, &o->n_embd);
+  if (st != AG_OK) {
+    ag_safetensors_close(f);
     *out = NULL;
-    return ag_error_set(AG_ERR_CORRUPT, "%s: not a charlm checkpoint (metadata format/model missing)", path);
+    return st;
   }
   o->model = !strcmp(kind, "gpt") ? CHARLM_GPT : CHARLM_MLP;
-  o->context = meta_int(*out, "context", o->context);
-  o->emb = meta_int(*out, "emb", o->emb);
-  o->hidden = meta_int(*out, "hidden", o->hidden);
-  o->n_layer = meta_int(*out, "n_layer", o->n_layer);
-  o->n_head = meta_int(*out, "n_head", o->n_head);
-  o->n_embd = meta_int(*out, "n_embd", o->n_embd);
+  /* The seed fixes the held-out split: resuming with another one would
+   * train on held-out words. An explicit seed still wins. */
+  if (!o->seed_set) o->seed = seed;
   return AG_OK;
 }
 
@@ -349,8 +412,9 @@ static ag_status load_ckpt(ag_safetensors *f, const model *m, ag_optimizer *opt,
   if (st == AG_OK) st = ag_optimizer_state(opt, &st_list);
   if (st == AG_OK) st = ag_params_extend(&all, "optim.", &st_list);
   if (st == AG_OK) st = ag_safetensors_load_into(f, &all);
-  const char *s = ag_safetensors_meta(f, "step");
-  *step = s ? atoll(s) : 0;
+  uint64_t s = 0; /* validated by ckpt_config */
+  strict_u64(ag_safetensors_meta(f, "step"), (uint64_t)CHARLM_MAX_STEPS, &s);
+  *step = (int64_t)s;
   if (st == AG_OK) ag_optimizer_set_steps(opt, *step);
   ag_params_free(&all);
   ag_params_free(&st_list);
@@ -369,8 +433,8 @@ static void fmt_bytes(double b, char *buf, size_t n) {
   snprintf(buf, n, "%.1f %s", b, u[i]);
 }
 
-static void progress(FILE *out, bool tty, ag_device dev, int64_t step, int64_t total, double loss, double rate,
-                     const char *unit) {
+static void progress(FILE *out, bool tty, ag_device dev, int64_t step, int64_t total, double loss, double mean,
+                     double rate, const char *unit) {
   char bar[31], mem[96] = "";
   int fill = total ? (int)(30 * step / total) : 30;
   for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '-';
@@ -384,9 +448,103 @@ static void progress(FILE *out, bool tty, ag_device dev, int64_t step, int64_t t
       snprintf(mem, sizeof mem, " | mem %s (reserved %s)", a, r);
     }
   }
-  fprintf(out, "%s[%s] %6lld/%lld loss %.4f | %.1fk %s/s%s%s", tty ? "\r" : "", bar, (long long)step,
-          (long long)total, loss, rate / 1000.0, unit, mem, tty ? "\033[K" : "\n");
+  fprintf(out, "%s[%s] %6lld/%lld loss %.4f (mean %.4f) | %.1fk %s/s%s%s", tty ? "\r" : "", bar, (long long)step,
+          (long long)total, loss, mean, rate / 1000.0, unit, mem, tty ? "\033[K" : "\n");
   fflush(out);
+}
+
+/* ---------------- checks before the first step ---------------- */
+
+/* Options outside the documented limits, or non-finite, are refused before
+ * any data or device is touched (a NaN learning rate would otherwise train
+ * and write NaN weights over a good checkpoint). */
+static ag_status validate_options(const charlm_options *o) {
+  const char *bad = NULL;
+  if (!(isfinite(o->lr) && o->lr > 0 && o->lr <= CHARLM_MAX_LR)) bad = "lr (finite, 0 < lr <= 10)";
+  else if (!(isfinite(o->weight_decay) && o->weight_decay >= 0 && o->weight_decay <= 1)) bad = "weight_decay (0..1)";
+  else if (!(isfinite(o->clip) && o->clip >= 0)) bad = "clip (finite, >= 0)";
+  else if (o->steps < 0 || o->steps > CHARLM_MAX_STEPS) bad = "steps (0..2^40)";
+  else if (o->warmup < 0 || o->warmup > CHARLM_MAX_STEPS) bad = "warmup (0..2^40)";
+  else if (o->batch < 1 || o->batch > CHARLM_MAX_BATCH) bad = "batch (1..1048576)";
+  else if (o->accum < 1 || o->accum > CHARLM_MAX_ACCUM) bad = "accum (1..4096)";
+  else if (o->context < 1 || o->context > CHARLM_MAX_CONTEXT) bad = "context (1..64)";
+  else if (o->emb < 1 || o->emb > CHARLM_MAX_WIDTH || o->hidden < 1 || o->hidden > CHARLM_MAX_WIDTH ||
+           o->n_embd < 1 || o->n_embd > CHARLM_MAX_WIDTH)
+    bad = "emb, hidden, n_embd (1..16384)";
+  else if (o->n_layer < 1 || o->n_layer > CHARLM_MAX_LAYERS || o->n_head < 1 || o->n_head > CHARLM_MAX_LAYERS)
+    bad = "n_layer, n_head (1..64)";
+  else if (o->eval_batches < 0 || o->samples < 0 || o->log_every < 1) bad = "eval_batches, samples (>= 0), log_every (>= 1)";
+  else if (o->precision != AG_F32 && o->precision != AG_F16 && o->precision != AG_BF16) bad = "precision (f32, f16, bf16)";
+  else if (o->out && !*o->out) bad = "out (empty path)";
+  if (bad) return ag_error_set(AG_ERR_INVALID, "charlm: invalid option %s", bad);
+  return AG_OK;
+}
+
+/* Whether a file can be created next to path (the checkpoint is written to
+ * a temp file in that directory, then renamed), and path is not something
+ * other than a regular file. Leaves nothing behind. */
+static ag_status check_writable(const char *path, const char *what) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    return ag_error_set(AG_ERR_IO, "charlm: %s %s exists and is not a regular file", what, path);
+  size_t n = strlen(path) + 16;
+  char *probe = malloc(n);
+  if (!probe) return ag_error_set(AG_ERR_OOM, "charlm: out of host memory");
+  snprintf(probe, n, "%s.probeXXXXXX", path);
+  int fd = mkstemp(probe);
+  ag_status st = AG_OK;
+  if (fd < 0)
+    st = ag_error_set(AG_ERR_IO, "charlm: cannot write %s %s: %s", what, path, strerror(errno));
+  else {
+    close(fd);
+    unlink(probe);
+  }
+  free(probe);
+  return st;
+}
+
+/* OpenBLAS (the CPU backend's matmul) mallocs one 128 MiB buffer on its
+ * first call and, when an address-space limit (ulimit -v) refuses it,
+ * retries forever instead of failing. Probe for that much address space (and
+ * a little for the first step's tensors) before the first step, so the run
+ * stops with a message instead of hanging. Only matters under a limit; later
+ * allocations that fail report AG_ERR_OOM as usual. */
+#define BLAS_HEADROOM ((size_t)130 << 20)
+static ag_status check_address_space(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return AG_OK;
+  void *p = mmap(NULL, BLAS_HEADROOM, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p != MAP_FAILED) {
+    munmap(p, BLAS_HEADROOM);
+    return AG_OK;
+  }
+  return ag_error_set(AG_ERR_OOM,
+                      "charlm: out of host memory: the address-space limit (ulimit -v %llu KiB) leaves less than "
+                      "%zu MiB free, which the CPU BLAS needs for its buffers (it would stall, not fail); raise "
+                      "or remove the limit",
+                      (unsigned long long)(rl.rlim_cur / 1024), BLAS_HEADROOM >> 20);
+}
+
+/* Whether every parameter is finite (reads them to the host). */
+static ag_status params_finite(const ag_param_list *l, const char **out_bad) {
+  *out_bad = NULL;
+  for (int i = 0; i < l->count && !*out_bad; i++) {
+    ag_tensor *t = l->tensors[i];
+    int64_t n = ag_tensor_numel(t);
+    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof *h);
+    if (!h) return ag_error_set(AG_ERR_OOM, "charlm: out of host memory");
+    ag_tensor *f = ag_tensor_dtype(t) == AG_F32 ? ag_tensor_retain(t) : ag_cast(t, AG_F32);
+    ag_status st = f ? ag_to_host(f, h, (size_t)n * sizeof *h) : ag_last_status();
+    ag_tensor_release(f);
+    for (int64_t k = 0; st == AG_OK && k < n; k++)
+      if (!isfinite(h[k])) {
+        *out_bad = l->names[i];
+        break;
+      }
+    free(h);
+    if (st != AG_OK) return st;
+  }
+  return AG_OK;
 }
 
 /* ---------------- training ---------------- */
@@ -406,18 +564,35 @@ charlm_options charlm_defaults(charlm_model_kind kind) {
   return o;
 }
 
+/* The loss of every step is summed on the device (no host sync) and read at
+ * each progress line: the mean over the steps since the last line is the
+ * smoothed loss, and a NaN/Inf in any of them shows there. */
+static ag_status loss_accumulate(ag_tensor *sum, ag_tensor *loss) {
+  ag_tensor *d = ag_detach(loss);
+  ag_tensor *c = d && ag_tensor_dtype(d) != AG_F32 ? ag_cast(d, AG_F32) : d;
+  ag_tensor *n = c ? ag_add(sum, c) : NULL;
+  ag_status st = n ? ag_copy_(sum, n) : ag_last_status();
+  ag_tensor_release(n);
+  if (c != d) ag_tensor_release(c);
+  ag_tensor_release(d);
+  return st;
+}
+
 ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   charlm_options o = *opts;
   charlm_result r = {0};
   FILE *out = o.log ? o.log : stdout;
   bool tty = !o.quiet && isatty(fileno(out));
   ag_safetensors *ck = NULL;
-  ag_status st = AG_OK;
-  if (o.resume) st = ckpt_config(o.resume, &o, &ck);
-  if (st != AG_OK) return st;
-  if (o.context < 1 || o.context > 64 || o.batch < 1 || o.accum < 1 || o.steps < 0) {
+  ag_status st = validate_options(&o);
+  if (st == AG_OK && o.resume) st = ckpt_config(o.resume, &o, &ck);
+  if (st == AG_OK) st = validate_options(&o); /* the checkpoint's sizes too */
+  /* Output paths are checked before any work, not found unwritable after it. */
+  if (st == AG_OK && o.out) st = check_writable(o.out, "checkpoint");
+  if (st == AG_OK && o.trace) st = check_writable(o.trace, "trace");
+  if (st != AG_OK) {
     ag_safetensors_close(ck);
-    return ag_error_set(AG_ERR_INVALID, "charlm: invalid options (context 1..64, batch >= 1, accum >= 1)");
+    return st;
   }
 
   char **words = NULL;
@@ -464,6 +639,10 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   int64_t start = 0;
   if (st == AG_OK && ck) st = load_ckpt(ck, &m, opt, &start);
   ag_safetensors_close(ck);
+  if (st == AG_OK && o.device.backend == AG_BACKEND_CPU) st = check_address_space();
+  int64_t sshape[1] = {1};
+  ag_tensor *loss_sum = st == AG_OK ? ag_zeros(o.device, AG_F32, 1, sshape) : NULL;
+  if (st == AG_OK && !loss_sum) st = ag_last_status();
 
   char dname[32];
   ag_device_str(o.device, dname, sizeof dname);
@@ -474,18 +653,28 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
             o.model == CHARLM_MLP ? "mlp" : "gpt", (long long)ag_params_numel(&m.params), train.n_words,
             val.n_words, dname, ag_dtype_name(amp ? o.precision : AG_F32), start ? " (resumed)" : "");
   if (st == AG_OK && start && !o.quiet) fprintf(out, "charlm: resuming at step %lld\n", (long long)start);
+  /* A checkpoint already at or past --steps is left as it is: saving it
+   * again would record steps that were never run. */
+  bool nothing = st == AG_OK && o.resume && start >= o.steps;
+  if (nothing && !o.quiet)
+    fprintf(out, "charlm: the checkpoint is at step %lld and --steps is %lld: nothing to train (the checkpoint "
+                 "is not rewritten; pass --steps > %lld to continue)\n",
+            (long long)start, (long long)o.steps, (long long)start);
 
   /* The step profiler costs a few events per step; it says at the end
    * whether the device waited on input, on host syncs, or leaked memory. */
   ag_profiler *prof = NULL;
-  if (st == AG_OK && (o.profile || o.trace)) {
+  if (st == AG_OK && !nothing && (o.profile || o.trace)) {
     ag_profiler_config pc = {.window = 100, .trace = o.trace != NULL};
     prof = ag_profiler_create(o.device, &pc);
     if (!prof) st = ag_last_status();
   }
   double t0 = now_s(), t_log = t0;
-  int64_t last_log_step = start;
+  int64_t last_log_step = start, smooth_n = 0;
   r.first_loss = NAN;
+  r.smooth_loss = NAN;
+  r.steps_done = start;
+  bool line_open = false; /* a tty progress line without its newline yet */
   for (int64_t step = start; st == AG_OK && step < o.steps; step++) {
     ag_optimizer_set_lr(opt, ag_lr_cosine(step, o.warmup, o.steps, o.lr, o.lr * 0.1));
     /* Batches depend only on (seed, step): a resumed run sees the same data. */
@@ -514,38 +703,71 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
     if (st == AG_OK && o.clip > 0 && !ag_clip_grad_norm(&m.params, o.clip)) st = ag_last_status();
     if (st == AG_OK) st = ag_grad_scaler_step(scaler, opt);
     if (st == AG_OK) st = ag_grad_scaler_update(scaler);
+    if (st == AG_OK) st = loss_accumulate(loss_sum, loss);
     ag_optimizer_zero_grad(opt);
     bool log_now = step == start || (step + 1) % o.log_every == 0 || step + 1 == o.steps;
     if (st == AG_OK && log_now) {
-      double l = ag_item(loss); /* the step's only host sync */
+      double l = ag_item(loss); /* with the sum below, the step's only host syncs */
       if (isnan(l) && ag_last_status() != AG_OK) st = ag_last_status();
-      if (step == start) r.first_loss = l;
-      r.final_loss = l;
-      double t = now_s();
-      double rate = t > t_log ? (double)(step + 1 - last_log_step) * (double)per_step / (t - t_log) : 0;
-      if (!o.quiet) progress(out, tty, o.device, step + 1, o.steps, l, rate, unit);
-      t_log = t;
-      last_log_step = step + 1;
+      double mean = st == AG_OK ? ag_item(loss_sum) / (double)(step + 1 - last_log_step) : NAN;
+      if (st == AG_OK && isnan(mean) && ag_last_status() != AG_OK) st = ag_last_status();
+      if (st == AG_OK) st = ag_fill_(loss_sum, 0.0);
+      if (st == AG_OK && (!isfinite(l) || !isfinite(mean))) {
+        if (line_open) fputc('\n', out);
+        line_open = false;
+        char when[160];
+        if (step == last_log_step)
+          snprintf(when, sizeof when, "at step %lld", (long long)step + 1);
+        else
+          snprintf(when, sizeof when, "between step %lld and step %lld (--log-every 1 names the exact step)",
+                   (long long)last_log_step + 1, (long long)step + 1);
+        st = ag_error_set(AG_ERR_STATE, "charlm: training diverged: the loss became %s %s; %s",
+                          isnan(l) || isnan(mean) ? "NaN" : "infinite", when,
+                          o.out ? "the checkpoint is not written (an existing one is kept)" : "stopped");
+      }
+      if (st == AG_OK) {
+        if (step == start) r.first_loss = l;
+        r.final_loss = l;
+        r.smooth_loss = mean;
+        smooth_n = step + 1 - last_log_step;
+        double t = now_s();
+        double rate = t > t_log ? (double)(step + 1 - last_log_step) * (double)per_step / (t - t_log) : 0;
+        if (!o.quiet) progress(out, tty, o.device, step + 1, o.steps, l, mean, rate, unit);
+        line_open = tty && !o.quiet;
+        t_log = t;
+        last_log_step = step + 1;
+      }
     }
     ag_scope_end();
     if (prof) ag_profiler_step_end(prof);
-    r.steps_done = step + 1;
+    if (st == AG_OK) r.steps_done = step + 1;
   }
+  /* The progress line ends before anything else is printed. */
+  if (line_open) fputc('\n', out);
+  ag_status trace_st = AG_OK;
   if (prof) {
-    if (!o.quiet) ag_profiler_report(prof, out);
-    if (o.trace && ag_profiler_write_trace(prof, o.trace) == AG_OK && !o.quiet)
-      fprintf(out, "charlm: trace %s (open in chrome://tracing or ui.perfetto.dev)\n", o.trace);
+    if (!o.quiet && st == AG_OK) ag_profiler_report(prof, out);
+    if (o.trace && st == AG_OK) {
+      trace_st = ag_profiler_write_trace(prof, o.trace);
+      if (trace_st == AG_OK && !o.quiet)
+        fprintf(out, "charlm: trace %s (open in chrome://tracing or ui.perfetto.dev)\n", o.trace);
+    }
     ag_profiler_destroy(prof);
   }
+  char trace_err[512] = "";
+  if (trace_st != AG_OK) snprintf(trace_err, sizeof trace_err, "%s", ag_last_error());
   r.seconds = now_s() - t0;
   if (r.steps_done > start && r.seconds > 0) r.examples_per_s = (double)(r.steps_done - start) * per_step / r.seconds;
-  if (tty) fputc('\n', out);
   if (st == AG_OK && o.eval_batches > 0) {
     r.val_loss = evaluate(&m, &val, o.eval_batches, o.model == CHARLM_MLP ? 1024 : 64, o.device, &st);
-    if (st == AG_OK && !o.quiet)
-      fprintf(out, "charlm: %lld steps in %.1f s (%.1fk %s/s), train loss %.4f, held-out loss %.4f\n",
-              (long long)(r.steps_done - start), r.seconds, r.examples_per_s / 1000.0, unit, r.final_loss,
-              r.val_loss);
+    if (st == AG_OK && !o.quiet && r.steps_done > start)
+      fprintf(out,
+              "charlm: %lld steps in %.1f s (%.1fk %s/s), train loss %.4f (mean of the last %lld step%s; "
+              "last batch %.4f), held-out loss %.4f\n",
+              (long long)(r.steps_done - start), r.seconds, r.examples_per_s / 1000.0, unit, r.smooth_loss,
+              (long long)smooth_n, smooth_n == 1 ? "" : "s", r.final_loss, r.val_loss);
+    else if (st == AG_OK && !o.quiet)
+      fprintf(out, "charlm: held-out loss %.4f\n", r.val_loss);
   }
   if (st == AG_OK && o.samples > 0 && !o.quiet) {
     uint64_t rng = o.seed + 99;
@@ -557,12 +779,26 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
     }
     fputc('\n', out);
   }
-  if (st == AG_OK && o.out) {
+  /* Only parameters of a run that trained, and only finite ones, replace
+   * the file at out. */
+  if (st == AG_OK && o.out && !nothing && r.steps_done > start) {
+    const char *bad = NULL;
+    st = params_finite(&m.params, &bad);
+    if (st == AG_OK && bad)
+      st = ag_error_set(AG_ERR_STATE,
+                        "charlm: parameter '%s' is NaN/Inf after step %lld; the checkpoint %s is not written "
+                        "(an existing one is kept)",
+                        bad, (long long)r.steps_done, o.out);
+  }
+  if (st == AG_OK && o.out && !nothing && r.steps_done > start) {
     st = save_ckpt(o.out, &m, opt, &o, r.steps_done);
     if (st == AG_OK && !o.quiet)
       fprintf(out, "charlm: checkpoint %s (step %lld; continue with --resume %s --steps N)\n", o.out,
               (long long)r.steps_done, o.out);
   }
+  if (st == AG_OK && trace_st != AG_OK)
+    st = ag_error_set(trace_st, "charlm: the trace was not written: %s", trace_err);
+  ag_tensor_release(loss_sum);
   ag_grad_scaler_free(scaler);
   ag_optimizer_free(opt);
   if (have_model) model_free(&m);
@@ -571,96 +807,4 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   dataset_free(&val);
   if (res) *res = r;
   return st;
-}
-
-/* ---------------- options ---------------- */
-
-static void usage(void) {
-  printf(
-      "usage: anygrad train [options]\n"
-      "Train a character-level language model on /usr/share/dict/words.\n\n"
-      "  --model mlp|gpt      model (default mlp: context MLP; gpt: 2-layer transformer)\n"
-      "  --device D           cpu, cuda:0, hip:0, opencl:0 (default: best available)\n"
-      "  --steps N            total optimizer steps (default 3000 mlp, 1500 gpt)\n"
-      "  --batch N            examples (mlp) or words (gpt) per micro-batch\n"
-      "  --accum N            micro-batches per step (gradient accumulation)\n"
-      "  --lr X               peak learning rate (cosine schedule with warmup)\n"
-      "  --warmup N           warmup steps (default 100)\n"
-      "  --weight-decay X     AdamW weight decay (default 0.01)\n"
-      "  --clip X             clip the global gradient norm to X (0: off; default 1)\n"
-      "  --precision P        f32 (default), f16 (autocast + loss scaling) or bf16 (autocast)\n"
-      "  --seed N             seed of data order, init and batches (default 1337)\n"
-      "  --context N --emb N --hidden N      mlp sizes (default 6, 24, 256)\n"
-      "  --layers N --heads N --embd N       gpt sizes (default 2, 4, 64)\n"
-      "  --words PATH         word list (default /usr/share/dict/words)\n"
-      "  --out PATH           checkpoint to write at the end (default charlm.safetensors)\n"
-      "  --resume PATH        continue from a checkpoint (its architecture is used)\n"
-      "  --samples N          words to sample at the end (default 8)\n"
-      "  --log-every N        steps between progress updates (default 50)\n"
-      "  --trace PATH         write a Chrome trace of the run (chrome://tracing, Perfetto)\n"
-      "  --profile on|off     step profiler verdict and leak check at the end (default on)\n");
-}
-
-int charlm_parse_args(int argc, char **argv, charlm_options *o) {
-  charlm_model_kind kind = CHARLM_MLP;
-  for (int i = 1; i + 1 < argc; i++)
-    if (!strcmp(argv[i], "--model")) kind = !strcmp(argv[i + 1], "gpt") ? CHARLM_GPT : CHARLM_MLP;
-  *o = charlm_defaults(kind);
-  o->out = "charlm.safetensors";
-  o->profile = true;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage();
-      return 1;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "anygrad train: option %s needs a value (see --help)\n", a);
-      return -1;
-    }
-    const char *v = argv[++i];
-    if (!strcmp(a, "--model")) {
-      if (strcmp(v, "mlp") && strcmp(v, "gpt")) {
-        fprintf(stderr, "anygrad train: --model must be mlp or gpt, got '%s'\n", v);
-        return -1;
-      }
-    } else if (!strcmp(a, "--device")) {
-      if (ag_device_parse(v, &o->device) != AG_OK) {
-        fprintf(stderr, "anygrad train: %s\n", ag_last_error());
-        return -1;
-      }
-    } else if (!strcmp(a, "--steps")) o->steps = atoll(v);
-    else if (!strcmp(a, "--batch")) o->batch = atoll(v);
-    else if (!strcmp(a, "--accum")) o->accum = atoi(v);
-    else if (!strcmp(a, "--lr")) o->lr = atof(v);
-    else if (!strcmp(a, "--warmup")) o->warmup = atoll(v);
-    else if (!strcmp(a, "--weight-decay")) o->weight_decay = atof(v);
-    else if (!strcmp(a, "--clip")) o->clip = atof(v);
-    else if (!strcmp(a, "--precision")) {
-      if (ag_dtype_parse(v, &o->precision) != AG_OK ||
-          (o->precision != AG_F32 && o->precision != AG_F16 && o->precision != AG_BF16)) {
-        fprintf(stderr, "anygrad train: --precision must be f32, f16 or bf16, got '%s'\n", v);
-        return -1;
-      }
-    }
-    else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
-    else if (!strcmp(a, "--context")) o->context = atoi(v);
-    else if (!strcmp(a, "--emb")) o->emb = atoi(v);
-    else if (!strcmp(a, "--hidden")) o->hidden = atoi(v);
-    else if (!strcmp(a, "--layers")) o->n_layer = atoi(v);
-    else if (!strcmp(a, "--heads")) o->n_head = atoi(v);
-    else if (!strcmp(a, "--embd")) o->n_embd = atoi(v);
-    else if (!strcmp(a, "--words")) o->words_path = v;
-    else if (!strcmp(a, "--out")) o->out = v;
-    else if (!strcmp(a, "--resume")) o->resume = v;
-    else if (!strcmp(a, "--samples")) o->samples = atoi(v);
-    else if (!strcmp(a, "--log-every")) o->log_every = atoi(v) > 0 ? atoi(v) : 1;
-    else if (!strcmp(a, "--trace")) o->trace = v;
-    else if (!strcmp(a, "--profile")) o->profile = strcmp(v, "off") != 0;
-    else {
-      fprintf(stderr, "anygrad train: unknown option %s (see --help)\n", a);
-      return -1;
-    }
-  }
-  return 0;
 }

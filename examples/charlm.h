@@ -14,6 +14,16 @@
 #define CHARLM_VOCAB 27 /* '.' (word boundary) and a-z */
 #define CHARLM_MAX_WORD 22
 
+/* Limits of the options (charlm_train refuses anything outside them with
+ * AG_ERR_INVALID, before touching data or devices). */
+#define CHARLM_MAX_STEPS (INT64_C(1) << 40)
+#define CHARLM_MAX_BATCH (1 << 20)
+#define CHARLM_MAX_ACCUM 4096
+#define CHARLM_MAX_LR 10.0
+#define CHARLM_MAX_CONTEXT 64
+#define CHARLM_MAX_WIDTH 16384
+#define CHARLM_MAX_LAYERS 64
+
 typedef enum { CHARLM_MLP = 0, CHARLM_GPT = 1 } charlm_model_kind;
 
 typedef struct charlm_options {
@@ -28,6 +38,7 @@ typedef struct charlm_options {
   double lr, weight_decay, clip;
   int64_t warmup;
   uint64_t seed;
+  bool seed_set;          /* seed given explicitly: --resume keeps it instead of the checkpoint's */
   /* MLP */
   int context, emb, hidden;
   /* GPT */
@@ -42,7 +53,8 @@ typedef struct charlm_options {
 } charlm_options;
 
 typedef struct charlm_result {
-  double first_loss, final_loss, val_loss;
+  double first_loss, final_loss, val_loss; /* final_loss: the last logged batch */
+  double smooth_loss; /* mean loss of the steps since the previous progress line */
   int64_t steps_done;
   double seconds, examples_per_s;
 } charlm_result;
@@ -50,12 +62,15 @@ typedef struct charlm_result {
 /* Defaults for a model kind (about a minute on one CPU core for the MLP). */
 charlm_options charlm_defaults(charlm_model_kind kind);
 
-/* Parse `anygrad train` options into o (starting from defaults). Returns 0,
- * 1 when --help was printed, or -1 with a message on stderr. */
-int charlm_parse_args(int argc, char **argv, charlm_options *o);
-
 /* Train as configured. On failure returns the status; the message is in
- * ag_last_error(). */
+ * ag_last_error(). Errors: AG_ERR_INVALID for options outside the limits
+ * above or a non-finite hyper-parameter; AG_ERR_IO for an unwritable out or
+ * trace path (checked before the first step) or a failed write;
+ * AG_ERR_CORRUPT for a checkpoint whose metadata is not a charlm
+ * checkpoint's; AG_ERR_STATE when the loss or a parameter became NaN/Inf
+ * (the message names the step); AG_ERR_OOM when the host address space
+ * (ulimit -v) cannot hold the BLAS buffers. A checkpoint at out is replaced
+ * only by finite parameters of a run that trained at least one step. */
 ag_status charlm_train(const charlm_options *o, charlm_result *out_result);
 
 #endif

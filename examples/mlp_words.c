@@ -1,6 +1,7 @@
 /* A complete training loop in a page: a next-character MLP on the word list,
  * written the way a PyTorch loop reads. Build: part of the anygrad build
- * (build/bin/mlp_words), or `cc mlp_words.c -lanygrad -lm`.
+ * (build/bin/mlp_words); by hand, from the source tree after a build in build/:
+ * `cc -std=c11 examples/mlp_words.c -Iinclude -Lbuild/lib -Wl,-rpath,"$PWD/build/lib" -lanygrad -lm -o mlp_words`
  * Usage: mlp_words [device] [steps] */
 #include <stdio.h>
 #include <stdlib.h>

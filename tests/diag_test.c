@@ -268,8 +268,9 @@ static void input_bound_verdict_and_trace(void **state) {
   buf[n] = 0;
   fclose(rep);
   print_message("%s", buf);
-  assert_non_null(strstr(buf, "steps 0-9: input-bound"));
-  assert_non_null(strstr(buf, "steps 10-19: input-bound"));
+  /* Two windows with the same verdict are one line over both. */
+  assert_non_null(strstr(buf, "steps 0-19: input-bound"));
+  assert_null(strstr(buf, "steps 10-19"));
   ag_loader_destroy(l);
   ag_profiler_destroy(p);
 }

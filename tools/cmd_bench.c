@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "anygrad/anygrad.h"
+#include "cli.h"
 #include "conformance.h"
 
 double ag_bench_now_ns(void) {
@@ -164,7 +165,10 @@ static void bench_usage(void) {
       "2000 launches, result released each time) and the synchronized time of one op on N\n"
       "elements (default 4M f32) as GB/s (bytes read + written), or GFLOP/s for an N x N\n"
       "matmul (default 512). Ops: add,mul,exp,gelu,relu,sum,softmax,cast_f16,transpose_copy,\n"
-      "matmul.\n",
+      "matmul.\n"
+      "  --backend B[,B...]  BACKEND[:N] (default: every available backend); a named backend that is\n"
+      "                      unavailable is an error\n"
+      "  --json | --csv      machine-readable output\n" AG_CLI_EXIT_HELP,
       16);
 }
 
@@ -172,43 +176,44 @@ int ag_cmd_bench(int argc, char **argv) {
   ag_bench_opts o = ag_bench_default_opts();
   const char *backends = NULL;
   int fmt = 0; /* 0 table, 1 csv, 2 json */
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    bool has = i + 1 < argc;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      bench_usage();
-      return 0;
-    } else if (!strcmp(a, "--backend") && has) backends = argv[++i];
-    else if (!strcmp(a, "--ops") && has) o.ops = argv[++i];
-    else if (!strcmp(a, "--numel") && has) o.large_numel = strtoll(argv[++i], NULL, 0);
-    else if (!strcmp(a, "--matmul") && has) o.matmul_n = atoi(argv[++i]);
-    else if (!strcmp(a, "--reps") && has) o.reps = atoi(argv[++i]);
-    else if (!strcmp(a, "--csv")) fmt = 1;
-    else if (!strcmp(a, "--json")) fmt = 2;
-    else {
-      fprintf(stderr, "anygrad bench: unknown or incomplete option '%s'\n", a);
-      bench_usage();
-      return 2;
+  enum { O_BACKEND = 256, O_OPS, O_NUMEL, O_MATMUL, O_REPS, O_CSV, O_JSON, O_HELP };
+  static const struct option opts[] = {
+      {"backend", required_argument, NULL, O_BACKEND}, {"ops", required_argument, NULL, O_OPS},
+      {"numel", required_argument, NULL, O_NUMEL},     {"matmul", required_argument, NULL, O_MATMUL},
+      {"reps", required_argument, NULL, O_REPS},       {"csv", no_argument, NULL, O_CSV},
+      {"json", no_argument, NULL, O_JSON},             {"help", no_argument, NULL, O_HELP},
+      {NULL, 0, NULL, 0}};
+  bool ok = true;
+  for (int c = ag_cli_next("bench", argc, argv, opts, true); ok && c != -1;
+       c = ag_cli_next("bench", argc, argv, opts, false)) {
+    const char *v = ag_cli_arg();
+    switch (c) {
+      case O_HELP: bench_usage(); return AG_EXIT_OK;
+      case O_BACKEND: backends = v; break;
+      case O_OPS: o.ops = v; break;
+      case O_NUMEL: ok = ag_cli_i64("bench", "numel", v, 1, INT64_C(1) << 34, &o.large_numel); break;
+      case O_MATMUL: ok = ag_cli_int("bench", "matmul", v, 1, 1 << 16, &o.matmul_n); break;
+      case O_REPS: ok = ag_cli_int("bench", "reps", v, 1, 1 << 20, &o.reps); break;
+      case O_CSV: fmt = 1; break;
+      case O_JSON: fmt = 2; break;
+      default: ok = false; break;
     }
   }
-  if (o.reps < 1 || o.large_numel < 1 || o.matmul_n < 1) {
-    fprintf(stderr, "anygrad bench: --reps, --numel and --matmul must be positive\n");
-    return 2;
-  }
+  if (!ok) return AG_EXIT_USAGE;
   ag_device devs[16];
   int nd = 0;
   if (backends) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", backends);
+    /* A backend asked for by name must run: absent is an error. */
     for (char *tok = strtok(buf, ","); tok && nd < 16; tok = strtok(NULL, ",")) {
-      ag_status st = ag_device_parse(tok, &devs[nd]);
-      if (st == AG_OK) nd++;
-      else if (st == AG_ERR_UNAVAILABLE || st == AG_ERR_DEVICE)
-        fprintf(stderr, "anygrad bench: %s: skipped (%s)\n", tok, ag_last_error());
-      else {
-        fprintf(stderr, "anygrad bench: %s\n", ag_last_error());
-        return 2;
-      }
+      int rc = ag_cli_device("bench", tok, &devs[nd]);
+      if (rc != AG_EXIT_OK) return rc;
+      nd++;
+    }
+    if (nd == 0) {
+      fprintf(stderr, "anygrad bench: --backend needs at least one backend\n");
+      return AG_EXIT_USAGE;
     }
   } else {
     for (int k = 0; k < AG_BACKEND_COUNT; k++) {

@@ -6,17 +6,19 @@
 #include <string.h>
 
 #include "anygrad/anygrad.h"
+#include "cli.h"
 #include "conformance.h"
 
 static void check_usage(void) {
+  char bl[128];
   printf(
       "usage: anygrad check [--backend B[,B...]] [--ops a,b,...] [--dtype d[,d...]] [--seed S]\n"
-      "                     [--forward | --grad] [--verbose]\n\n"
+      "                     [--forward | --grad] [--verbose] [--json] [--version]\n\n"
       "Runs every op x dtype x shape case against a double-precision host reference.\n"
-      "  --backend  cpu, opencl, opencl:1, cuda, hip (default: every backend; absent ones are\n"
-      "             listed as skipped)\n"
+      "  --backend  BACKEND[:N], backends: %s (default: every backend;\n"
+      "             absent ones are listed as skipped; a named one that is absent is an error)\n"
       "  --ops      op names (default: all): %s",
-      ag_conf_op_name(0));
+      ag_cli_backend_list(bl, sizeof bl), ag_conf_op_name(0));
   for (int i = 1; i < ag_conf_op_count(); i++) printf("%s%s", i % 10 ? "," : ",\n             ", ag_conf_op_name(i));
   printf(
       "\n  --dtype    f32,f16,bf16,i32,f64 (default: all)\n"
@@ -25,8 +27,11 @@ static void check_usage(void) {
       "  --forward  only the forward ops; --grad only the gradient checks (grad_<op>: backward\n"
       "             against central finite differences on the same device, f32 and f64)\n"
       "  --verbose  one line per case\n"
+      "  --json     one JSON object on stdout instead of the table\n"
+      "  --version  print the anygrad version and exit\n"
       "Cells: pass, FAIL, unsup (the backend reports AG_ERR_UNSUPPORTED), - (not an op of that\n"
-      "dtype). Exit status 1 when any cell fails, 2 on a usage error.\n",
+      "dtype). Exit status: 0 all pass, 1 a cell fails or a requested backend is unavailable,\n"
+      "2 usage error.\n",
       (unsigned long long)AG_CONF_DEFAULT_SEED);
 }
 
@@ -47,25 +52,32 @@ typedef struct col {
 int ag_cmd_check(int argc, char **argv) {
   char *backends = NULL, *ops = NULL, *dtypes = NULL;
   uint64_t seed = AG_CONF_DEFAULT_SEED;
-  bool verbose = false;
+  bool verbose = false, json = false;
   int mode = 0; /* 0 all, 1 forward only, 2 gradients only */
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    bool has = i + 1 < argc;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      check_usage();
-      return 0;
-    } else if (!strcmp(a, "--backend") && has) backends = argv[++i];
-    else if (!strcmp(a, "--ops") && has) ops = argv[++i];
-    else if (!strcmp(a, "--dtype") && has) dtypes = argv[++i];
-    else if (!strcmp(a, "--seed") && has) seed = strtoull(argv[++i], NULL, 0);
-    else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) verbose = true;
-    else if (!strcmp(a, "--forward")) mode = 1;
-    else if (!strcmp(a, "--grad")) mode = 2;
-    else {
-      fprintf(stderr, "anygrad check: unknown or incomplete option '%s'\n", a);
-      check_usage();
-      return 2;
+  enum { O_BACKEND = 256, O_OPS, O_DTYPE, O_SEED, O_VERBOSE, O_FORWARD, O_GRAD, O_JSON, O_VERSION, O_HELP };
+  static const struct option opts[] = {
+      {"backend", required_argument, NULL, O_BACKEND}, {"ops", required_argument, NULL, O_OPS},
+      {"dtype", required_argument, NULL, O_DTYPE},     {"seed", required_argument, NULL, O_SEED},
+      {"verbose", no_argument, NULL, O_VERBOSE},       {"forward", no_argument, NULL, O_FORWARD},
+      {"grad", no_argument, NULL, O_GRAD},             {"json", no_argument, NULL, O_JSON},
+      {"version", no_argument, NULL, O_VERSION},       {"help", no_argument, NULL, O_HELP},
+      {NULL, 0, NULL, 0}};
+  for (int c = ag_cli_next("check", argc, argv, opts, true); c != -1; c = ag_cli_next("check", argc, argv, opts, false)) {
+    const char *v = ag_cli_arg();
+    switch (c) {
+      case O_HELP: check_usage(); return AG_EXIT_OK;
+      case O_VERSION: printf("anygrad %s\n", ANYGRAD_VERSION_STRING); return AG_EXIT_OK;
+      case O_BACKEND: backends = (char *)v; break;
+      case O_OPS: ops = (char *)v; break;
+      case O_DTYPE: dtypes = (char *)v; break;
+      case O_SEED:
+        if (!ag_cli_u64("check", "seed", v, &seed)) return AG_EXIT_USAGE;
+        break;
+      case O_VERBOSE: verbose = true; break;
+      case O_FORWARD: mode = 1; break;
+      case O_GRAD: mode = 2; break;
+      case O_JSON: json = true; break;
+      default: return AG_EXIT_USAGE;
     }
   }
 
@@ -76,18 +88,18 @@ int ag_cmd_check(int argc, char **argv) {
   if (backends) {
     snprintf(bbuf, sizeof bbuf, "%s", backends);
     int n = split(bbuf, bl, 16);
+    if (n == 0) {
+      fprintf(stderr, "anygrad check: --backend needs at least one backend\n");
+      return AG_EXIT_USAGE;
+    }
+    /* A backend asked for by name must run: absent is an error, not an
+     * empty table. */
     for (int i = 0; i < n; i++) {
       col *c = &cols[ncol++];
       memset(c, 0, sizeof *c);
       snprintf(c->label, sizeof c->label, "%s", bl[i]);
-      ag_status st = ag_device_parse(bl[i], &c->dev);
-      if (st == AG_ERR_UNAVAILABLE || st == AG_ERR_DEVICE) {
-        c->skipped = true;
-        snprintf(c->reason, sizeof c->reason, "%s", ag_last_error());
-      } else if (st != AG_OK) {
-        fprintf(stderr, "anygrad check: %s\n", ag_last_error());
-        return 2;
-      }
+      int rc = ag_cli_device("check", bl[i], &c->dev);
+      if (rc != AG_EXIT_OK) return rc;
     }
   } else {
     for (int k = 0; k < AG_BACKEND_COUNT; k++) {
@@ -112,7 +124,7 @@ int ag_cmd_check(int argc, char **argv) {
       int o = ag_conf_op_find(ol[i]);
       if (o < 0) {
         fprintf(stderr, "anygrad check: unknown op '%s' (see --help)\n", ol[i]);
-        return 2;
+        return AG_EXIT_USAGE;
       }
       opsel[nops++] = o;
     }
@@ -132,44 +144,59 @@ int ag_cmd_check(int argc, char **argv) {
       if (ag_dtype_parse(dl[i], &dts[ndt]) == AG_OK) ndt++;
       else {
         fprintf(stderr, "anygrad check: %s\n", ag_last_error());
-        return 2;
+        return AG_EXIT_USAGE;
       }
   } else {
     for (int i = 0; i < AG_DTYPE_COUNT; i++) dts[ndt++] = (ag_dtype)i;
   }
 
-  printf("anygrad check: seed 0x%llx (reproduce with --seed 0x%llx)\n", (unsigned long long)seed,
+  /* With --json the JSON object is the only thing on stdout. */
+  FILE *tbl = json ? fopen("/dev/null", "w") : stdout;
+  if (!tbl) {
+    fprintf(stderr, "anygrad check: cannot open /dev/null\n");
+    return AG_EXIT_RUNTIME;
+  }
+  typedef struct cell { int op, col, dt; ag_conf_result r; } cell;
+  cell *cells = json ? calloc((size_t)(nops * ncol * ndt + 1), sizeof *cells) : NULL;
+  int ncells = 0;
+  if (json && !cells) {
+    fclose(tbl);
+    fprintf(stderr, "anygrad check: out of host memory\n");
+    return AG_EXIT_RUNTIME;
+  }
+  fprintf(tbl, "anygrad check: seed 0x%llx (reproduce with --seed 0x%llx)\n", (unsigned long long)seed,
          (unsigned long long)seed);
   for (int i = 0; i < ncol; i++)
-    if (cols[i].skipped) printf("  %s: skipped (%s)\n", cols[i].label, cols[i].reason);
-  printf("\n%-19s", "op");
+    if (cols[i].skipped) fprintf(tbl, "  %s: skipped (%s)\n", cols[i].label, cols[i].reason);
+  fprintf(tbl, "\n%-19s", "op");
   for (int i = 0; i < ncol; i++)
     if (!cols[i].skipped) {
-      printf(" | %-*s", ndt * 6 - 1, cols[i].label);
+      fprintf(tbl, " | %-*s", ndt * 6 - 1, cols[i].label);
     }
-  printf("\n%-19s", "");
+  fprintf(tbl, "\n%-19s", "");
   for (int i = 0; i < ncol; i++)
     if (!cols[i].skipped) {
-      printf(" |");
-      for (int d = 0; d < ndt; d++) printf(" %-5s", ag_dtype_name(dts[d]));
+      fprintf(tbl, " |");
+      for (int d = 0; d < ndt; d++) fprintf(tbl, " %-5s", ag_dtype_name(dts[d]));
     }
-  printf("\n");
+  fprintf(tbl, "\n");
 
   int fails = 0, passes = 0, unsup = 0;
   size_t fcap = 4096, flen = 0;
   char *flog = malloc(fcap);
   if (flog) flog[0] = 0;
   for (int oi = 0; oi < nops; oi++) {
-    printf("%-19s", ag_conf_op_name(opsel[oi]));
+    fprintf(tbl, "%-19s", ag_conf_op_name(opsel[oi]));
     fflush(stdout);
     for (int i = 0; i < ncol; i++) {
       if (cols[i].skipped) continue;
-      printf(" |");
+      fprintf(tbl, " |");
       for (int d = 0; d < ndt; d++) {
         char msg[1024];
         ag_conf_result r = ag_conf_run(opsel[oi], dts[d], cols[i].dev, seed, verbose ? stderr : NULL,
                                        msg, sizeof msg);
-        printf(" %-5s", ag_conf_result_name(r));
+        fprintf(tbl, " %-5s", ag_conf_result_name(r));
+        if (cells) cells[ncells++] = (cell){opsel[oi], i, d, r};
         fflush(stdout);
         passes += r == AG_CONF_PASS;
         unsup += r == AG_CONF_UNSUPPORTED;
@@ -187,10 +214,47 @@ int ag_cmd_check(int argc, char **argv) {
         }
       }
     }
-    printf("\n");
+    fprintf(tbl, "\n");
   }
-  printf("\n%d pass, %d fail, %d unsupported\n", passes, fails, unsup);
-  if (fails && flog) printf("\nfailures:\n%s", flog);
+  fprintf(tbl, "\n%d pass, %d fail, %d unsupported\n", passes, fails, unsup);
+  if (fails && flog) fprintf(tbl, "\nfailures:\n%s", flog);
+  if (json) {
+    printf("{\"version\": ");
+    ag_cli_json_str(stdout, ANYGRAD_VERSION_STRING);
+    printf(", \"seed\": %llu, \"skipped\": [", (unsigned long long)seed);
+    for (int i = 0, k = 0; i < ncol; i++)
+      if (cols[i].skipped) {
+        printf("%s{\"backend\": ", k++ ? ", " : "");
+        ag_cli_json_str(stdout, cols[i].label);
+        printf(", \"reason\": ");
+        ag_cli_json_str(stdout, cols[i].reason);
+        printf("}");
+      }
+    printf("],\n \"cells\": [");
+    for (int i = 0; i < ncells; i++) {
+      printf("%s\n  {\"op\": ", i ? "," : "");
+      ag_cli_json_str(stdout, ag_conf_op_name(cells[i].op));
+      printf(", \"device\": ");
+      ag_cli_json_str(stdout, cols[cells[i].col].label);
+      printf(", \"dtype\": ");
+      ag_cli_json_str(stdout, ag_dtype_name(dts[cells[i].dt]));
+      printf(", \"result\": ");
+      ag_cli_json_str(stdout, ag_conf_result_name(cells[i].r));
+      printf("}");
+    }
+    printf("\n ],\n \"pass\": %d, \"fail\": %d, \"unsupported\": %d, \"failures\": [", passes, fails, unsup);
+    int k = 0;
+    for (char *line = flog; line && *line;) {
+      char *nl = strchr(line, '\n');
+      if (nl) *nl = 0;
+      printf("%s", k++ ? ", " : "");
+      ag_cli_json_str(stdout, line + strspn(line, " "));
+      line = nl ? nl + 1 : line + strlen(line);
+    }
+    printf("]}\n");
+  }
+  free(cells);
   free(flog);
-  return fails ? 1 : 0;
+  if (tbl != stdout) fclose(tbl);
+  return fails ? AG_EXIT_RUNTIME : AG_EXIT_OK;
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "../examples/charlm.h"
+#include "cli.h"
 
 #define CMP_MAX_DEV 8
 
@@ -60,58 +61,66 @@ static int parse_device(const char *s, ag_device *d) {
 
 /* Returns 0, 1 after --help, -1 after a message on stderr. */
 static int parse_args(int argc, char **argv, cmp_options *o) {
+  const char *C = "compare";
+  enum { O_DEVICES = 256, O_MODEL, O_STEPS, O_SEED, O_TOL, O_LOSS_TOL, O_BATCH, O_CHECK_EVERY, O_LOG_EVERY,
+         O_WORDS, O_JSON, O_HELP };
+  static const struct option opts[] = {
+      {"devices", required_argument, NULL, O_DEVICES},   {"model", required_argument, NULL, O_MODEL},
+      {"steps", required_argument, NULL, O_STEPS},       {"seed", required_argument, NULL, O_SEED},
+      {"tol", required_argument, NULL, O_TOL},           {"loss-tol", required_argument, NULL, O_LOSS_TOL},
+      {"batch", required_argument, NULL, O_BATCH},       {"check-every", required_argument, NULL, O_CHECK_EVERY},
+      {"log-every", required_argument, NULL, O_LOG_EVERY}, {"words", required_argument, NULL, O_WORDS},
+      {"json", required_argument, NULL, O_JSON},         {"help", no_argument, NULL, O_HELP},
+      {NULL, 0, NULL, 0}};
+  /* The model picks the defaults the other options then override. */
   charlm_model_kind kind = CHARLM_MLP;
-  for (int i = 1; i + 1 < argc; i++)
-    if (!strcmp(argv[i], "--model")) kind = !strcmp(argv[i + 1], "gpt") ? CHARLM_GPT : CHARLM_MLP;
+  for (int c = ag_cli_next(C, argc, argv, opts, true); c != -1; c = ag_cli_next(C, argc, argv, opts, false)) {
+    if (c == '?') return -1;
+    if (c == O_HELP) {
+      usage();
+      return 1;
+    }
+    if (c == O_MODEL) {
+      const char *v = ag_cli_arg();
+      if (strcmp(v, "mlp") && strcmp(v, "gpt")) {
+        fprintf(stderr, "anygrad compare: --model must be mlp or gpt, got '%s'\n", v);
+        return -1;
+      }
+      kind = !strcmp(v, "gpt") ? CHARLM_GPT : CHARLM_MLP;
+    }
+  }
   memset(o, 0, sizeof *o);
   o->job = charlm_defaults(kind);
   o->job.seed = 1337;
   o->steps = 20;
   o->check_every = 1;
   double tol_all = 0, tol_loss = 0;
-  bool have_tol = false, have_loss_tol = false;
+  bool have_tol = false, have_loss_tol = false, ok = true;
   const char *devices = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage();
-      return 1;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "anygrad compare: option %s needs a value (see --help)\n", a);
-      return -1;
-    }
-    const char *v = argv[++i];
-    char *end = NULL;
-    if (!strcmp(a, "--devices")) devices = v;
-    else if (!strcmp(a, "--model")) {
-      if (strcmp(v, "mlp") && strcmp(v, "gpt")) {
-        fprintf(stderr, "anygrad compare: --model must be mlp or gpt, got '%s'\n", v);
-        return -1;
-      }
-    } else if (!strcmp(a, "--steps")) o->steps = strtoll(v, &end, 10);
-    else if (!strcmp(a, "--seed")) o->job.seed = strtoull(v, &end, 10);
-    else if (!strcmp(a, "--tol")) {
-      tol_all = strtod(v, &end);
-      have_tol = true;
-    } else if (!strcmp(a, "--loss-tol")) {
-      tol_loss = strtod(v, &end);
-      have_loss_tol = true;
-    }
-    else if (!strcmp(a, "--batch")) o->job.batch = strtoll(v, &end, 10);
-    else if (!strcmp(a, "--check-every")) o->check_every = strtoll(v, &end, 10);
-    else if (!strcmp(a, "--log-every")) o->log_every = strtoll(v, &end, 10);
-    else if (!strcmp(a, "--words")) o->job.words_path = v;
-    else if (!strcmp(a, "--json")) o->json = v;
-    else {
-      fprintf(stderr, "anygrad compare: unknown option %s (see --help)\n", a);
-      return -1;
-    }
-    if (end && (*end || end == v)) {
-      fprintf(stderr, "anygrad compare: %s expects a number, got '%s'\n", a, v);
-      return -1;
+  for (int c = ag_cli_next(C, argc, argv, opts, true); ok && c != -1; c = ag_cli_next(C, argc, argv, opts, false)) {
+    const char *v = ag_cli_arg();
+    switch (c) {
+      case O_DEVICES: devices = v; break;
+      case O_MODEL: break;
+      case O_STEPS: ok = ag_cli_i64(C, "steps", v, 1, CHARLM_MAX_STEPS, &o->steps); break;
+      case O_SEED: ok = ag_cli_u64(C, "seed", v, &o->job.seed); break;
+      case O_TOL:
+        ok = ag_cli_f64(C, "tol", v, 0, 1e300, &tol_all);
+        have_tol = true;
+        break;
+      case O_LOSS_TOL:
+        ok = ag_cli_f64(C, "loss-tol", v, 0, 1e300, &tol_loss);
+        have_loss_tol = true;
+        break;
+      case O_BATCH: ok = ag_cli_i64(C, "batch", v, 1, CHARLM_MAX_BATCH, &o->job.batch); break;
+      case O_CHECK_EVERY: ok = ag_cli_i64(C, "check-every", v, 1, CHARLM_MAX_STEPS, &o->check_every); break;
+      case O_LOG_EVERY: ok = ag_cli_i64(C, "log-every", v, 0, CHARLM_MAX_STEPS, &o->log_every); break;
+      case O_WORDS: o->job.words_path = v; break;
+      case O_JSON: o->json = v; break;
+      default: ok = false; break;
     }
   }
+  if (!ok) return -1;
   /* Rounding moves the loss (a mean over the batch) far less than single
    * parameters, so the default loss tolerance is the tighter one. */
   o->tol = have_tol ? tol_all : 1e-2;

@@ -1,9 +1,10 @@
 /* `anygrad info`: every backend (loaded, or unavailable with its reason),
- * each device's properties and memory. */
+ * each device's properties and memory; as text or JSON. */
 #include <stdio.h>
 #include <string.h>
 
 #include "anygrad/anygrad.h"
+#include "cli.h"
 
 static void human(size_t b, char *buf, size_t len) {
   const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -16,16 +17,7 @@ static void human(size_t b, char *buf, size_t len) {
   snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
 }
 
-int ag_cmd_info(int argc, char **argv) {
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: anygrad info\n\nLists every backend, loaded or unavailable with its reason,\n"
-             "and each device's properties and memory.\n");
-      return 0;
-    }
-    fprintf(stderr, "anygrad info: unknown option '%s'\n", argv[i]);
-    return 2;
-  }
+static void text_report(void) {
   printf("anygrad %s\n\n", ANYGRAD_VERSION_STRING);
   for (int k = 0; k < AG_BACKEND_COUNT; k++) {
     const char *reason = NULL;
@@ -61,5 +53,90 @@ int ag_cmd_info(int argc, char **argv) {
   }
   char best[32];
   printf("\nbest device: %s\n", ag_device_str(ag_device_best(), best, sizeof best));
-  return 0;
+}
+
+static const char *tf(bool b) { return b ? "true" : "false"; }
+
+static void json_report(void) {
+  printf("{\"version\": ");
+  ag_cli_json_str(stdout, ANYGRAD_VERSION_STRING);
+  printf(", \"backends\": [");
+  for (int k = 0; k < AG_BACKEND_COUNT; k++) {
+    const char *reason = NULL;
+    bool ok = ag_backend_available((ag_backend_kind)k, &reason);
+    printf("%s\n  {\"name\": ", k ? "," : "");
+    ag_cli_json_str(stdout, ag_backend_name((ag_backend_kind)k));
+    printf(", \"available\": %s", tf(ok));
+    if (!ok) {
+      printf(", \"reason\": ");
+      ag_cli_json_str(stdout, reason);
+      printf(", \"devices\": []}");
+      continue;
+    }
+    printf(", \"devices\": [");
+    int n = ag_backend_device_count((ag_backend_kind)k);
+    for (int d = 0; d < n; d++) {
+      ag_device dev = {(int16_t)k, (int16_t)d};
+      ag_device_props p;
+      char label[32];
+      ag_device_str(dev, label, sizeof label);
+      printf("%s\n    {\"device\": ", d ? "," : "");
+      ag_cli_json_str(stdout, label);
+      if (ag_device_props_get(dev, &p) != AG_OK) {
+        printf(", \"error\": ");
+        ag_cli_json_str(stdout, ag_last_error());
+        printf("}");
+        continue;
+      }
+      size_t f = 0, t = 0;
+      ag_device_mem_info(dev, &f, &t);
+      printf(", \"name\": ");
+      ag_cli_json_str(stdout, p.name);
+      printf(", \"vendor\": ");
+      ag_cli_json_str(stdout, p.vendor);
+      printf(", \"arch\": ");
+      ag_cli_json_str(stdout, p.arch);
+      printf(", \"compute_units\": %d, \"total_memory\": %zu, \"free_memory\": %zu, \"unified_memory\": %s, "
+             "\"native_f16\": %s, \"native_bf16\": %s, \"virtual_memory\": %s}",
+             p.compute_units, t, f, tf(p.unified_memory), tf(p.native_f16), tf(p.native_bf16),
+             tf(p.virtual_memory));
+    }
+    printf("%s]}", n ? "\n  " : "");
+  }
+  char best[32];
+  printf("\n], \"best_device\": ");
+  ag_cli_json_str(stdout, ag_device_str(ag_device_best(), best, sizeof best));
+  printf("}\n");
+}
+
+enum { O_JSON = 256, O_VERSION, O_HELP };
+static const struct option k_opts[] = {{"json", no_argument, NULL, O_JSON},
+                                       {"version", no_argument, NULL, O_VERSION},
+                                       {"help", no_argument, NULL, O_HELP},
+                                       {NULL, 0, NULL, 0}};
+
+int ag_cmd_info(int argc, char **argv) {
+  bool json = false;
+  for (int c = ag_cli_next("info", argc, argv, k_opts, true); c != -1;
+       c = ag_cli_next("info", argc, argv, k_opts, false)) {
+    if (c == '?') return AG_EXIT_USAGE;
+    if (c == O_HELP) {
+      printf("usage: anygrad info [--json] [--version]\n\n"
+             "Lists every backend, loaded or unavailable with its reason,\n"
+             "and each device's properties and memory.\n"
+             "  --json     the same as one JSON object on stdout\n"
+             "  --version  print the anygrad version and exit\n" AG_CLI_EXIT_HELP);
+      return AG_EXIT_OK;
+    }
+    if (c == O_VERSION) {
+      printf("anygrad %s\n", ANYGRAD_VERSION_STRING);
+      return AG_EXIT_OK;
+    }
+    if (c == O_JSON) json = true;
+  }
+  if (json)
+    json_report();
+  else
+    text_report();
+  return fflush(stdout) == 0 ? AG_EXIT_OK : AG_EXIT_RUNTIME;
 }

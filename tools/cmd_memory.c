@@ -6,17 +6,20 @@
 #include <string.h>
 
 #include "anygrad/anygrad.h"
+#include "cli.h"
 
 static void usage(void) {
+  char bl[128];
   printf("usage: anygrad memory [--device D] [--conf STR] [--exercise] [--json PATH]\n\n"
          "Prints the caching allocator's statistics for a device (default: the best one).\n"
-         "  --device D   cpu, cuda:0, hip:0, opencl:0 ...\n"
+         "  --device D   BACKEND[:N], backends: %s\n"
          "  --conf STR   allocator configuration, AG_ALLOC_CONF syntax\n"
          "               (e.g. expandable_segments:1,max_split_size_mb:128)\n"
          "  --exercise   first run a short workload of tensors whose sizes change\n"
          "               step to step, keeping some alive, so the summary shows\n"
          "               caching, splitting and per-category bytes\n"
-         "  --json PATH  also write a JSON snapshot (segments, blocks, event trace)\n");
+         "  --json PATH  also write a JSON snapshot (segments, blocks, event trace)\n" AG_CLI_EXIT_HELP,
+         ag_cli_backend_list(bl, sizeof bl));
 }
 
 /* Tensors of changing sizes; a quarter are kept, tagged as parameters. */
@@ -48,31 +51,32 @@ static int exercise(ag_device d, ag_tensor **kept, int *n_kept) {
 int ag_cmd_memory(int argc, char **argv) {
   const char *dev_s = NULL, *conf = NULL, *json = NULL;
   bool ex = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage();
-      return 0;
-    } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-      dev_s = argv[++i];
-    } else if (!strcmp(argv[i], "--conf") && i + 1 < argc) {
-      conf = argv[++i];
-    } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
-      json = argv[++i];
-    } else if (!strcmp(argv[i], "--exercise")) {
-      ex = true;
-    } else {
-      fprintf(stderr, "anygrad memory: unknown or incomplete option '%s'\n", argv[i]);
-      return 2;
+  enum { O_DEVICE = 256, O_CONF, O_JSON, O_EXERCISE, O_HELP };
+  static const struct option opts[] = {{"device", required_argument, NULL, O_DEVICE},
+                                       {"conf", required_argument, NULL, O_CONF},
+                                       {"json", required_argument, NULL, O_JSON},
+                                       {"exercise", no_argument, NULL, O_EXERCISE},
+                                       {"help", no_argument, NULL, O_HELP},
+                                       {NULL, 0, NULL, 0}};
+  for (int c = ag_cli_next("memory", argc, argv, opts, true); c != -1;
+       c = ag_cli_next("memory", argc, argv, opts, false)) {
+    switch (c) {
+      case O_HELP: usage(); return AG_EXIT_OK;
+      case O_DEVICE: dev_s = ag_cli_arg(); break;
+      case O_CONF: conf = ag_cli_arg(); break;
+      case O_JSON: json = ag_cli_arg(); break;
+      case O_EXERCISE: ex = true; break;
+      default: return AG_EXIT_USAGE;
     }
   }
   ag_device d = ag_device_best();
-  if (dev_s && ag_device_parse(dev_s, &d) != AG_OK) {
-    fprintf(stderr, "anygrad memory: %s\n", ag_last_error());
-    return 1;
+  if (dev_s) {
+    int rc = ag_cli_device("memory", dev_s, &d);
+    if (rc != AG_EXIT_OK) return rc;
   }
   if (conf && ag_alloc_configure(d, conf) != AG_OK) {
     fprintf(stderr, "anygrad memory: %s\n", ag_last_error());
-    return 1;
+    return ag_last_status() == AG_ERR_INVALID ? AG_EXIT_USAGE : AG_EXIT_RUNTIME;
   }
   ag_tensor *kept[16];
   int n_kept = 0, rc = 0;

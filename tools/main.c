@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "anygrad/anygrad.h"
+#include "cli.h"
 
 int ag_cmd_info(int argc, char **argv);
 int ag_cmd_check(int argc, char **argv) __attribute__((weak));
@@ -20,10 +21,14 @@ typedef struct command {
 } command;
 
 static void usage(const command *cmds, int n) {
-  printf("usage: anygrad <command> [options]\n\ncommands:\n");
+  printf("usage: anygrad <command> [options]\n       anygrad --version\n\ncommands:\n");
   for (int i = 0; i < n; i++)
     if (cmds[i].fn) printf("  %-8s %s\n", cmds[i].name, cmds[i].help);
-  printf("\n'anygrad <command> --help' describes a command's options.\n");
+  printf("\n'anygrad <command> --help' describes a command's options.\n"
+         "Exit status of every command: 0 success, 1 runtime error (including a requested backend\n"
+         "or device that is unavailable), 2 usage error (unknown option, malformed or out-of-range\n"
+         "value). check also exits 1 when a case fails; compare exits 1 when devices diverge and\n"
+         "2 on any error (see docs/compare.md).\n");
 }
 
 int main(int argc, char **argv) {
@@ -38,17 +43,21 @@ int main(int argc, char **argv) {
   int n = (int)(sizeof cmds / sizeof cmds[0]);
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(cmds, n);
-    return argc < 2 ? 2 : 0;
+    return argc < 2 ? AG_EXIT_USAGE : AG_EXIT_OK;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("anygrad %s\n", ANYGRAD_VERSION_STRING);
+    return AG_EXIT_OK;
   }
   for (int i = 0; i < n; i++)
     if (!strcmp(argv[1], cmds[i].name)) {
       if (!cmds[i].fn) {
         fprintf(stderr, "anygrad: '%s' is not part of this build\n", argv[1]);
-        return 2;
+        return AG_EXIT_USAGE;
       }
       return cmds[i].fn(argc - 1, argv + 1);
     }
   fprintf(stderr, "anygrad: unknown command '%s'\n\n", argv[1]);
   usage(cmds, n);
-  return 2;
+  return AG_EXIT_USAGE;
 }

@@ -16,8 +16,10 @@ extern "C" {
 /* Write the tensors of l (names as keys) and optional string metadata
  * (n_meta key/value pairs, may be 0) to path. Reads tensors to the host (a
  * host sync). The previous file at path survives any failure: data goes to
- * "<path>.tmp.<pid>", is fsync'ed, then renamed over path, and the directory
- * is fsync'ed. Errors: AG_ERR_INVALID (NULL, duplicate or empty names, a
+ * a new "<path>.tmp.<pid>.<random>" (created with O_EXCL|O_NOFOLLOW), is
+ * fsync'ed, then renamed over path, and the directory is fsync'ed. Temp
+ * files of earlier saves of path whose process is no longer alive (killed
+ * mid-save; pids as this host's PID namespace sees them) are removed first. Errors: AG_ERR_INVALID (NULL, duplicate or empty names, a
  * name or value with a control character), AG_ERR_IO (with errno text). */
 AG_API ag_status ag_safetensors_save(const char *path, const ag_param_list *l, int n_meta,
                                      const char *const *meta_keys, const char *const *meta_values);

@@ -2,6 +2,7 @@
  * streams, events, copies, the launch dispatch and supports(). Written once
  * against vendor.h; the vendor files in backends/ add BLAS, virtual memory,
  * device details and the error translation, and hold the vtable. */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +25,16 @@ ag_status agg_init(int *out_count, char *reason, size_t reason_len) {
   int n = 0;
   gpuError_t e = gpuGetDeviceCount(&n);
   if (e != gpuSuccess || n <= 0) {
+    void *drv = NULL;
     if (e == gpuSuccess) snprintf(reason, reason_len, "no " AG_GPU_BACKEND_NAME " device found");
+#if defined(__CUDACC__) && !defined(__HIPCC__) && !defined(AG_GPU_HIP)
+    /* cudart reports a missing driver as "driver version is insufficient". */
+    else if (e == cudaErrorInsufficientDriver && !(drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)))
+      snprintf(reason, reason_len, "no NVIDIA driver found (libcuda.so.1 not loadable); install the NVIDIA driver to use CUDA");
+#endif
     else
       snprintf(reason, reason_len, AG_GPU_API "GetDeviceCount: %s", gpuGetErrorString(e));
+    if (drv) dlclose(drv);
     (void)gpuGetLastError();
     *out_count = 0;
     return AG_ERR_UNAVAILABLE;

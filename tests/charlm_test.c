@@ -1,0 +1,162 @@
+/* The main job's library entry (examples/charlm.c) and the checkpoint writer
+ * under hostile input: sizes that would overflow, non-finite
+ * hyper-parameters, a planted symlink at a temp-file name, a FIFO. */
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../examples/charlm.h"
+
+#define TMP AG_TEST_TMPDIR "/charlm_test"
+
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)len + 1);
+  if (s && fread(s, 1, (size_t)len, f) != (size_t)len) {
+    free(s);
+    s = NULL;
+  }
+  fclose(f);
+  if (s) s[len] = 0;
+  *n = (size_t)len;
+  return s;
+}
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static charlm_options quiet_options(void) {
+  charlm_options o = charlm_defaults(CHARLM_MLP);
+  o.device = AG_CPU;
+  o.quiet = true;
+  o.samples = 0;
+  o.eval_batches = 0;
+  o.out = NULL;
+  o.steps = 1;
+  return o;
+}
+
+/* A batch whose size product wraps int64 used to reach malloc as a tiny
+ * size and then write far past it. */
+static void huge_batch_is_refused(void **state) {
+  (void)state;
+  int64_t sizes[] = {INT64_C(1) << 62, INT64_C(4611686018427387904) + 1, INT64_MAX, CHARLM_MAX_BATCH + 1, 0, -5};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    charlm_options o = quiet_options();
+    o.batch = sizes[i];
+    assert_int_equal(charlm_train(&o, NULL), AG_ERR_INVALID);
+    assert_non_null(strstr(ag_last_error(), "batch"));
+  }
+}
+
+/* NaN or infinite hyper-parameters are refused before anything runs, and a
+ * checkpoint at out is left as it was. */
+static void nonfinite_hyperparameters_are_refused(void **state) {
+  (void)state;
+  const char *out = TMP "_keep.st";
+  write_text(out, "previous checkpoint");
+  for (int k = 0; k < 5; k++) {
+    charlm_options o = quiet_options();
+    o.out = out;
+    if (k == 0) o.lr = NAN;
+    if (k == 1) o.lr = INFINITY;
+    if (k == 2) o.weight_decay = NAN;
+    if (k == 3) o.clip = -INFINITY;
+    if (k == 4) o.log_every = 0;
+    assert_int_equal(charlm_train(&o, NULL), AG_ERR_INVALID);
+  }
+  size_t n;
+  char *s = slurp(out, &n);
+  assert_non_null(s);
+  assert_string_equal(s, "previous checkpoint");
+  free(s);
+  unlink(out);
+}
+
+/* The temp file of a save is created fresh (O_EXCL|O_NOFOLLOW, a name that
+ * cannot be guessed): a symlink planted at the old predictable name
+ * "<path>.tmp.<pid>" is neither followed nor truncated. */
+static void save_does_not_follow_a_planted_symlink(void **state) {
+  (void)state;
+  const char *path = TMP "_sym.st", *victim = TMP "_victim.txt";
+  char planted[512];
+  snprintf(planted, sizeof planted, "%s.tmp.%ld", path, (long)getpid());
+  unlink(planted);
+  unlink(path);
+  write_text(victim, "must survive");
+  assert_int_equal(symlink(victim, planted), 0);
+  int64_t shape[1] = {4};
+  ag_tensor *t = ag_ones(AG_CPU, AG_F32, 1, shape);
+  ag_param_list l = {0};
+  assert_int_equal(ag_params_add(&l, "w", t), AG_OK);
+  assert_int_equal(ag_safetensors_save(path, &l, 0, NULL, NULL), AG_OK);
+  size_t n;
+  char *s = slurp(victim, &n);
+  assert_non_null(s);
+  assert_string_equal(s, "must survive");
+  free(s);
+  struct stat sb;
+  assert_int_equal(lstat(path, &sb), 0);
+  assert_true(S_ISREG(sb.st_mode));
+  ag_safetensors *f = NULL;
+  assert_int_equal(ag_safetensors_open(path, &f), AG_OK);
+  assert_int_equal(ag_safetensors_count(f), 1);
+  ag_safetensors_close(f);
+  ag_params_free(&l);
+  ag_tensor_release(t);
+  unlink(planted);
+  unlink(victim);
+  unlink(path);
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char msg[] = "ag_safetensors_open blocked on a FIFO\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  _exit(1);
+}
+
+/* Opening a FIFO must not wait for a writer. */
+static void open_of_a_fifo_does_not_block(void **state) {
+  (void)state;
+  const char *fifo = TMP "_fifo";
+  unlink(fifo);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  signal(SIGALRM, on_alarm);
+  alarm(20);
+  ag_safetensors *f = NULL;
+  assert_int_equal(ag_safetensors_open(fifo, &f), AG_ERR_IO);
+  alarm(0);
+  assert_null(f);
+  assert_non_null(strstr(ag_last_error(), "regular file"));
+  unlink(fifo);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(huge_batch_is_refused),
+      cmocka_unit_test(nonfinite_hyperparameters_are_refused),
+      cmocka_unit_test(save_does_not_follow_a_planted_symlink),
+      cmocka_unit_test(open_of_a_fifo_does_not_block),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""The anygrad command line as a user runs it: strict options, exit codes,
+unavailable backends, and the main job's guarantees about its checkpoint
+(docs/training.md). One case per CTest test:
+
+    cli_test.py ANYGRAD_BINARY WORK_DIR SOURCE_DIR LIB_DIR CASE
+
+Exit 0 pass, 77 skipped, anything else fails."""
+import json
+import os
+import pty
+import shutil
+import struct
+import subprocess
+import sys
+import hashlib
+
+BIN, WORK, SRC, LIBDIR, CASE = sys.argv[1:6]
+SKIP = 77
+# Short, quiet runs of the main job.
+FAST = ["--samples", "0", "--profile", "off", "--log-every", "1000"]
+
+
+def run(args, timeout=300, env=None):
+    p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check(cond, what):
+    if not cond:
+        print("FAIL:", what)
+        sys.exit(1)
+
+
+def expect(args, rc, err_part=None, out_part=None, **kw):
+    got, out, err = run(args, **kw)
+    shown = " ".join(args)
+    check(got == rc, f"anygrad {shown}: exit {got}, expected {rc}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}")
+    if err_part is not None:
+        check(err_part in err, f"anygrad {shown}: stderr lacks {err_part!r}: {err!r}")
+    if out_part is not None:
+        check(out_part in out, f"anygrad {shown}: stdout lacks {out_part!r}")
+    return out, err
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def path(name):
+    return os.path.join(WORK, name)
+
+
+def fresh_dir(name):
+    d = path(name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def read_st(p):
+    """(header dict, data bytes) of a safetensors file."""
+    with open(p, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def write_st(p, header, data):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(p, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+def trained(d, name="a.st", steps=2, extra=()):
+    out = os.path.join(d, name)
+    expect(["train", "--steps", str(steps), "--out", out] + FAST + list(extra), 0)
+    return out
+
+
+# ---------------- cases ----------------
+
+
+def case_usage_errors():
+    """Item 12 (and 3): every malformed value and unknown option is a usage
+    error (exit 2) with a message, before anything runs."""
+    bad = [
+        (["train", "--steps", "abc"], "--steps"),
+        (["train", "--steps", "12x"], "--steps"),
+        (["train", "--steps", " 12"], "--steps"),
+        (["train", "--steps", "-5"], "--steps"),
+        (["train", "--lr", "abc"], "--lr"),
+        (["train", "--lr", "nan"], "--lr"),
+        (["train", "--lr", "inf"], "--lr"),
+        (["train", "--lr", "0"], "--lr"),
+        (["train", "--weight-decay", "nan"], "--weight-decay"),
+        (["train", "--clip", "-inf"], "--clip"),
+        (["train", "--seed", "xyz"], "--seed"),
+        (["train", "--seed", "-1"], "--seed"),
+        (["train", "--seed", "99999999999999999999999"], "--seed"),
+        (["train", "--profile", "maybe"], "--profile"),
+        (["train", "--bogus"], "unknown option"),
+        (["train", "--bogus", "1"], "unknown option"),
+        (["train", "--steps"], "needs a value"),
+        (["train", "--steps", "--out", "x.st"], "'--steps' needs a value"),
+        (["train", "stray"], "unexpected argument"),
+        (["train", "--batch", "4611686018427387904"], "--batch"),
+        (["train", "--batch", "0"], "--batch"),
+        (["train", "--context", "65"], "--context"),
+        (["train", "--model", "rnn"], "--model"),
+        (["train", "--device", "tpu:0"], "not a device"),
+        (["check", "--seed", "xyz"], "--seed"),
+        (["check", "--bogus"], "unknown option"),
+        (["check", "--ops", "nosuchop"], "unknown op"),
+        (["bench", "--reps", "abc"], "--reps"),
+        (["bench", "--numel", "1e3"], "--numel"),
+        (["memory", "--bogus"], "unknown option"),
+        (["info", "--bogus"], "unknown option"),
+        (["compare", "--devices", "cpu,cpu", "--steps", "abc"], "--steps"),
+        (["compare", "--devices", "cpu,cpu", "--tol", "nan"], "--tol"),
+        (["nosuchcommand"], "unknown command"),
+    ]
+    for args, msg in bad:
+        out, _ = expect(args, 2, msg, timeout=60)
+        check("loss" not in out, f"anygrad {' '.join(args)} trained")
+    for cmd in ["train", "check", "bench", "memory", "info", "compare"]:
+        out, _ = expect([cmd, "--help"], 0, timeout=60)
+        check("Exit status" in out or "exit status" in out.lower(), f"{cmd} --help does not state the exit status")
+    expect(["train", "-h"], 0, out_part="usage: anygrad train")
+
+
+def unavailable_backend():
+    rc, out, _ = run(["info"], timeout=60)
+    check(rc == 0, "anygrad info failed")
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[1] == "unavailable:":
+            return parts[0]
+    return None
+
+
+def case_unavailable_backend():
+    """Item 13: a backend asked for by name that is absent is an error
+    (exit 1 with the reason), not an empty table."""
+    name = unavailable_backend()
+    if not name:
+        print("every backend is available here")
+        sys.exit(SKIP)
+    expect(["check", "--backend", name, "--ops", "add"], 1, "unavailable", timeout=60)
+    expect(["check", "--backend", "cpu," + name, "--ops", "add"], 1, "unavailable", timeout=60)
+    expect(["bench", "--backend", name, "--ops", "add", "--reps", "1"], 1, "unavailable", timeout=60)
+    expect(["memory", "--device", name + ":0"], 1, "unavailable", timeout=60)
+    expect(["train", "--device", name + ":0", "--out", path("never.st")], 1, "unavailable", timeout=60)
+    check(not os.path.exists(path("never.st")), "train wrote a checkpoint")
+    # compare keeps its documented diff-like status: 2 = error
+    expect(["compare", "--devices", "cpu," + name + ":0", "--steps", "1"], 2, "not usable", timeout=60)
+
+
+def case_cuda_reason():
+    """Item 19: without an NVIDIA driver the CUDA backend says so, not that
+    the driver is outdated."""
+    import ctypes
+    rc, out, _ = run(["info"], timeout=60)
+    check(rc == 0, "anygrad info failed")
+    line = next((l for l in out.splitlines() if l.startswith("cuda ")), "")
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        print("an NVIDIA driver is installed")
+        sys.exit(SKIP)
+    except OSError:
+        pass
+    if "unavailable" not in line or "not built" in line or "not found in" in line:
+        print("the CUDA module is not part of this build:", line)
+        sys.exit(SKIP)
+    check("insufficient" not in line, f"missing driver reported as an old one: {line}")
+    check("no NVIDIA driver" in line, f"no driver reason: {line}")
+
+
+def case_json_version():
+    """Item 19: --version and --json of info and check."""
+    for args in (["--version"], ["info", "--version"], ["check", "--version"]):
+        out, _ = expect(args, 0, timeout=60)
+        check(out.startswith("anygrad ") and len(out.split()) == 2, f"{args}: {out!r}")
+    out, _ = expect(["info", "--json"], 0, timeout=60)
+    info = json.loads(out)
+    check(any(b["name"] == "cpu" and b["available"] for b in info["backends"]), "info --json lacks cpu")
+    check(info["best_device"], "info --json lacks best_device")
+    out, _ = expect(["check", "--backend", "cpu", "--ops", "add,mul", "--dtype", "f32", "--json"], 0, timeout=120)
+    res = json.loads(out)
+    check(res["fail"] == 0 and res["pass"] == 2 and len(res["cells"]) == 2, f"check --json: {res}")
+    check(all(c["result"] == "pass" for c in res["cells"]), "check --json cells")
+
+
+def case_resume_no_rewrite():
+    """Item 4: resuming with --steps at or below the saved step trains
+    nothing and leaves the checkpoint as it was."""
+    d = fresh_dir("resume")
+    a = trained(d, steps=3)
+    h = digest(a)
+    check(read_st(a)[0]["__metadata__"]["step"] == "3", "step metadata")
+    for steps in ("3", "2", "0"):
+        out, _ = expect(["train", "--resume", a, "--steps", steps, "--out", a] + FAST, 0)
+        check("nothing to train" in out, f"--steps {steps}: no notice: {out}")
+        check(digest(a) == h, f"--steps {steps} rewrote the checkpoint")
+    # A run that continues does save, at its step.
+    expect(["train", "--resume", a, "--steps", "4", "--out", a] + FAST, 0)
+    check(read_st(a)[0]["__metadata__"]["step"] == "4", "continued run saved the wrong step")
+    # A fresh run of 0 steps has nothing worth saving either.
+    z = os.path.join(d, "zero.st")
+    expect(["train", "--steps", "0", "--out", z] + FAST, 0)
+    check(not os.path.exists(z), "--steps 0 wrote a checkpoint")
+
+
+def case_nonfinite():
+    """Item 5: NaN never reaches a checkpoint; the run reports the step and
+    fails; the old file is kept."""
+    d = fresh_dir("nonfinite")
+    good = trained(d, "good.st")
+    h = digest(good)
+    expect(["train", "--lr", "nan", "--out", good], 2, "--lr")
+    # Parameters that are NaN (a damaged checkpoint) make the loss NaN.
+    header, data = read_st(good)
+    data = bytearray(data)
+    ent = header["model.fc1.weight"]
+    b, e = ent["data_offsets"]
+    data[b:e] = struct.pack("<f", float("nan")) * ((e - b) // 4)
+    nan_st = os.path.join(d, "nan.st")
+    write_st(nan_st, header, bytes(data))
+    _, err = expect(["train", "--resume", nan_st, "--steps", "5", "--out", good] + FAST, 1, "NaN")
+    check("step" in err, f"no step in {err!r}")
+    check(digest(good) == h, "a NaN run overwrote the good checkpoint")
+
+
+def case_out_unwritable():
+    """Item 6: an unwritable --out or --trace stops the run before the first
+    step."""
+    out, err = expect(["train", "--out", "/nonexistent-dir/x.st", "--steps", "100000"] + FAST, 1,
+                      "cannot write checkpoint", timeout=60)
+    check("[" not in out, "trained before finding --out unwritable")
+    out, err = expect(["train", "--out", path("t.st"), "--trace", "/nonexistent-dir/t.json", "--steps", "100000"]
+                      + FAST, 1, "cannot write trace", timeout=60)
+    check("[" not in out, "trained before finding --trace unwritable")
+    d = fresh_dir("outdir")
+    expect(["train", "--out", d, "--steps", "1"] + FAST, 1, "not a regular file", timeout=60)
+
+
+def case_resume_seed():
+    """Item 7: --resume keeps the checkpoint's seed unless --seed is given."""
+    d = fresh_dir("seed")
+    a = trained(d, steps=2, extra=["--seed", "42"])
+    b = os.path.join(d, "b.st")
+    expect(["train", "--resume", a, "--steps", "3", "--out", b] + FAST, 0)
+    check(read_st(b)[0]["__metadata__"]["seed"] == "42", "resume did not keep the seed")
+    c = os.path.join(d, "c.st")
+    expect(["train", "--resume", a, "--steps", "3", "--seed", "7", "--out", c] + FAST, 0)
+    check(read_st(c)[0]["__metadata__"]["seed"] == "7", "an explicit --seed was not used")
+
+
+def case_metadata():
+    """Item 8: every checkpoint metadata key is validated."""
+    d = fresh_dir("meta")
+    a = trained(d)
+    header, data = read_st(a)
+    bad = [("step", "-100"), ("step", "abc"), ("step", ""), ("step", "1e3"), ("step", "99999999999999999999"),
+           ("model", "rnn"), ("context", "0"), ("context", "65"), ("hidden", "12abc"), ("seed", "-1"),
+           ("format", "other"), ("step", None), ("seed", None), ("n_head", None)]
+    for key, value in bad:
+        h = json.loads(json.dumps(header))
+        if value is None:
+            del h["__metadata__"][key]
+        else:
+            h["__metadata__"][key] = value
+        p = os.path.join(d, "bad.st")
+        write_st(p, h, data)
+        out_st = os.path.join(d, "never.st")
+        _, err = expect(["train", "--resume", p, "--steps", "5", "--out", out_st] + FAST, 1, "AG_ERR_CORRUPT")
+        check(key in err, f"{key}={value!r}: message does not name the key: {err!r}")
+        check(not os.path.exists(out_st), f"{key}={value!r}: trained and saved")
+
+
+def case_temp_files():
+    """Item 9: temp files of dead saves are removed by the next save; those
+    of live processes are not; no temp file is left."""
+    d = fresh_dir("tmpfiles")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    target = os.path.join(d, "x.st")
+    stale = [target + f".tmp.{dead.pid}", target + f".tmp.{dead.pid}.0badf00d"]
+    live = target + f".tmp.{os.getpid()}.12345678"
+    other = os.path.join(d, "y.st.tmp." + str(dead.pid))
+    for p in stale + [live, other]:
+        with open(p, "wb") as f:
+            f.write(b"x" * 1000)
+    expect(["train", "--steps", "1", "--out", target] + FAST, 0)
+    for p in stale:
+        check(not os.path.exists(p), f"stale temp file {p} kept")
+    check(os.path.exists(live), "the temp file of a live process was removed")
+    check(os.path.exists(other), "the temp file of another path was removed")
+    left = sorted(n for n in os.listdir(d) if ".tmp." in n or ".probe" in n)
+    check(left == sorted([os.path.basename(live), os.path.basename(other)]), f"left behind: {left}")
+
+
+def case_fifo():
+    """Item 10: --resume on a FIFO fails at once instead of blocking."""
+    d = fresh_dir("fifo")
+    f = os.path.join(d, "ckpt.st")
+    os.mkfifo(f)
+    try:
+        expect(["train", "--resume", f, "--out", os.path.join(d, "o.st")] + FAST, 1, "not a regular file", timeout=30)
+    except subprocess.TimeoutExpired:
+        check(False, "--resume on a FIFO blocked")
+
+
+def case_ulimit():
+    """Item 11: under an address-space limit the job fails cleanly (non-zero
+    exit, a message) instead of hanging in the BLAS allocator."""
+    ldd = subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout
+    if "libasan" in ldd or "libtsan" in ldd:
+        print("sanitizer build: its shadow memory does not fit under ulimit -v")
+        sys.exit(SKIP)
+    out_st = path("ulimit.st")
+    cmd = f"ulimit -v 307200 && exec '{BIN}' train --steps 20 --out '{out_st}' --samples 0 --profile off"
+    try:
+        p = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        check(False, "training under ulimit -v 300M hung")
+    if p.returncode == 0:
+        print("the job fits in 300 MiB of address space here")
+        sys.exit(SKIP)
+    check(p.returncode > 0, f"killed by signal {-p.returncode}: {p.stderr[-2000:]}")
+    # anygrad's own message ("out of host memory ... ulimit -v") on small
+    # machines; with many cores the OpenMP runtime may fail first creating
+    # its threads, which it also reports and exits 1.
+    check(p.stderr.strip(), "failed without a message")
+    print(p.stderr.strip()[-500:])
+
+
+def case_profiler_output():
+    """Item 18: on a terminal the progress line ends before the report; runs
+    of equal verdicts are one line; no empty sampled word; sync sites are
+    readable; a smoothed train loss."""
+    mfd, sfd = pty.openpty()
+    out_st = path("prof.st")
+    p = subprocess.Popen([BIN, "train", "--steps", "250", "--log-every", "25", "--samples", "60", "--out", out_st],
+                         stdout=sfd, stderr=subprocess.PIPE, close_fds=True)
+    os.close(sfd)
+    chunks = []
+    while True:
+        try:
+            b = os.read(mfd, 65536)
+        except OSError:
+            break
+        if not b:
+            break
+        chunks.append(b)
+    rc = p.wait(timeout=600)
+    os.close(mfd)
+    text = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    check(rc == 0, f"exit {rc}: {p.stderr.read()}")
+    check("\x1b[Kanygrad profiler" not in text, "profiler report glued onto the progress line")
+    check("\nanygrad profiler:" in text, "no profiler report")
+    lines = text.split("\n")
+    v = lines.index("verdicts:")
+    kinds = []
+    for line in lines[v + 1:]:
+        if not line.startswith("  steps "):
+            break
+        kinds.append(line.split(": ", 1)[1].split(":")[0].split(" (")[0])
+    check(kinds, "no verdict lines")
+    check(all(a != b for a, b in zip(kinds, kinds[1:])), f"equal verdicts repeated: {kinds}")
+    s = lines.index("sync sites (process total):")
+    sites = [l for l in lines[s + 1:] if l.startswith("    ")]
+    check(sites, "no sync sites")
+    check(all("+0x" not in l for l in sites) or "addr2line" in text, f"unresolved sites without a hint: {sites}")
+    sample = [l for l in lines if l.startswith("charlm: samples:")]
+    check(len(sample) == 1, "no samples line")
+    words = sample[0][len("charlm: samples:"):].split(" ")[1:]
+    check(len(words) == 60 and all(words), f"empty sampled word: {sample[0]!r}")
+    check("mean of the last" in text, "no smoothed train loss")
+
+
+def case_docs():
+    """Item 19: every docs/*.md page a source or doc file points at exists,
+    and the mlp_words build line in its comment works."""
+    import re
+    missing = []
+    for top in ("include", "core", "tools", "examples", "docs", "backends", "kernels", "README.md"):
+        base = os.path.join(SRC, top)
+        files = [base] if os.path.isfile(base) else [os.path.join(r, n) for r, _, ns in os.walk(base) for n in ns]
+        for fn in files:
+            if not fn.endswith((".c", ".h", ".cu", ".md", ".cl")):
+                continue
+            with open(fn, errors="replace") as f:
+                for m in re.finditer(r"docs/[A-Za-z0-9_/.-]+\.md", f.read()):
+                    if not os.path.exists(os.path.join(SRC, m.group(0))):
+                        missing.append(f"{os.path.relpath(fn, SRC)}: {m.group(0)}")
+    check(not missing, "links to missing pages:\n" + "\n".join(missing))
+    with open(os.path.join(SRC, "examples", "mlp_words.c")) as f:
+        head = f.read(1500)
+    m = re.search(r"`(cc [^`]+)`", head)
+    check(m, "no build line in examples/mlp_words.c")
+    cc = shutil.which("cc")
+    ldd = subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout
+    if not cc or "libasan" in ldd:
+        print("no C compiler, or a sanitizer build (a plain program cannot load its library)")
+        sys.exit(SKIP)
+    cmd = m.group(1).replace('"$PWD/build/lib"', LIBDIR).replace("-Lbuild/lib", "-L" + LIBDIR)
+    cmd = cmd.replace("-o mlp_words", "-o " + path("mlp_words"))
+    p = subprocess.run(["sh", "-c", cmd], cwd=SRC, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"{cmd}: {p.stderr}")
+    p = subprocess.run([path("mlp_words"), "cpu", "3"], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0 and "loss" in p.stdout, f"mlp_words: {p.stdout} {p.stderr}")
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    os.makedirs(WORK, exist_ok=True)
+    os.chdir(WORK)
+    CASES[CASE]()
+    print("ok")

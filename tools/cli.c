@@ -1,0 +1,143 @@
+/* Shared option handling of the anygrad subcommands (see cli.h). */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *g_arg;
+
+const char *ag_cli_arg(void) { return g_arg; }
+
+int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opts, bool restart) {
+  if (restart) {
+    optind = 0; /* glibc: 0 re-initialises the scan */
+    opterr = 0;
+  }
+  g_arg = NULL;
+  /* '+': stop at the first positional argument (reported below);
+   * ':': a missing value is ':' rather than '?'. */
+  int idx = -1;
+  int c = getopt_long(argc, argv, "+:h", opts, &idx);
+  if (c == 'h') /* -h is --help everywhere */
+    for (const struct option *o = opts; o->name; o++)
+      if (!strcmp(o->name, "help")) return o->val;
+  if (c == -1) {
+    if (optind < argc) {
+      fprintf(stderr, "anygrad %s: unexpected argument '%s' (see --help)\n", cmd, argv[optind]);
+      return '?';
+    }
+    return -1;
+  }
+  if (c == '?') {
+    fprintf(stderr, "anygrad %s: unknown option '%s' (see --help)\n", cmd, argv[optind - 1]);
+    return '?';
+  }
+  if (c == ':') {
+    fprintf(stderr, "anygrad %s: option '%s' needs a value (see --help)\n", cmd, argv[optind - 1]);
+    return '?';
+  }
+  /* "--steps --out x": getopt takes "--out" as the value of --steps; a
+   * value that is itself one of the options means the value is missing. */
+  if (optarg && idx >= 0 && !strncmp(optarg, "--", 2)) {
+    size_t n = strcspn(optarg + 2, "=");
+    for (const struct option *o = opts; o->name; o++)
+      if (strlen(o->name) == n && !strncmp(o->name, optarg + 2, n)) {
+        fprintf(stderr, "anygrad %s: option '--%s' needs a value (see --help)\n", cmd, opts[idx].name);
+        return '?';
+      }
+  }
+  g_arg = optarg;
+  return c;
+}
+
+static bool bad(const char *cmd, const char *opt, const char *what, const char *v) {
+  fprintf(stderr, "anygrad %s: --%s expects %s, got '%s'\n", cmd, opt, what, v ? v : "");
+  return false;
+}
+
+bool ag_cli_i64(const char *cmd, const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out) {
+  char what[96];
+  snprintf(what, sizeof what, "an integer in %lld..%lld", (long long)lo, (long long)hi);
+  if (!v || !*v || isspace((unsigned char)*v)) return bad(cmd, opt, what, v);
+  char *end = NULL;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (*end || errno == ERANGE || x < lo || x > hi) return bad(cmd, opt, what, v);
+  *out = x;
+  return true;
+}
+
+bool ag_cli_int(const char *cmd, const char *opt, const char *v, int lo, int hi, int *out) {
+  int64_t x;
+  if (!ag_cli_i64(cmd, opt, v, lo, hi, &x)) return false;
+  *out = (int)x;
+  return true;
+}
+
+bool ag_cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out) {
+  const char *what = "an unsigned 64-bit integer (decimal or 0x hex)";
+  if (!v || !*v || *v == '-' || *v == '+' || isspace((unsigned char)*v)) return bad(cmd, opt, what, v);
+  bool hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
+  if (hex && !v[2]) return bad(cmd, opt, what, v);
+  char *end = NULL;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, hex ? 16 : 10);
+  if (*end || errno == ERANGE) return bad(cmd, opt, what, v);
+  *out = x;
+  return true;
+}
+
+bool ag_cli_f64(const char *cmd, const char *opt, const char *v, double lo, double hi, double *out) {
+  char what[96];
+  snprintf(what, sizeof what, "a finite number in %g..%g", lo, hi);
+  if (!v || !*v || isspace((unsigned char)*v)) return bad(cmd, opt, what, v);
+  char *end = NULL;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (*end || !isfinite(x) || x < lo || x > hi) return bad(cmd, opt, what, v);
+  *out = x;
+  return true;
+}
+
+bool ag_cli_bool(const char *cmd, const char *opt, const char *v, bool *out) {
+  static const char *const on[] = {"on", "yes", "true", "1"}, *const off[] = {"off", "no", "false", "0"};
+  for (int i = 0; v && i < 4; i++) {
+    if (!strcmp(v, on[i]) || !strcmp(v, off[i])) {
+      *out = !strcmp(v, on[i]);
+      return true;
+    }
+  }
+  return bad(cmd, opt, "on or off", v);
+}
+
+int ag_cli_device(const char *cmd, const char *s, ag_device *out) {
+  ag_status st = ag_device_parse(s, out);
+  if (st == AG_OK) return AG_EXIT_OK;
+  fprintf(stderr, "anygrad %s: %s\n", cmd, ag_last_error());
+  return st == AG_ERR_UNAVAILABLE || st == AG_ERR_DEVICE ? AG_EXIT_RUNTIME : AG_EXIT_USAGE;
+}
+
+const char *ag_cli_backend_list(char *buf, size_t len) {
+  size_t n = 0;
+  if (len) buf[0] = 0;
+  for (int k = 0; k < AG_BACKEND_COUNT && n < len; k++)
+    n += (size_t)snprintf(buf + n, len - n, "%s%s", k ? ", " : "", ag_backend_name((ag_backend_kind)k));
+  return buf;
+}
+
+void ag_cli_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p < 0x20)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
+  }
+  fputc('"', f);
+}

@@ -1,0 +1,52 @@
+/* Shared option handling of the anygrad subcommands: one getopt_long loop
+ * shape for all of them, strict number parsing (whole string, range,
+ * finite), and the exit codes every subcommand uses. */
+#ifndef ANYGRAD_TOOLS_CLI_H
+#define ANYGRAD_TOOLS_CLI_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "anygrad/anygrad.h"
+
+/* Exit codes of every subcommand (`anygrad compare` adds 1 = diverged, and
+ * `anygrad check` 1 = a failing cell; both are runtime outcomes). */
+enum { AG_EXIT_OK = 0, AG_EXIT_RUNTIME = 1, AG_EXIT_USAGE = 2 };
+
+/* One line of the exit-code description printed by every --help. */
+#define AG_CLI_EXIT_HELP "Exit status: 0 success, 1 runtime error, 2 usage error.\n"
+
+/* getopt_long over argv (argv[0] is the subcommand name) with long options
+ * only (and -h for the option named "help"). Returns the option's val, -1 at the end, or '?' after printing
+ * "anygrad <cmd>: unknown option '--x'" or "... needs a value" to stderr.
+ * Positional arguments are an error too ('?'). Restarts the scan when
+ * called with a new argv (the first call of a parse must pass restart). */
+int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opts, bool restart);
+
+/* The argument of the option ag_cli_next just returned, or NULL. */
+const char *ag_cli_arg(void);
+
+/* Strict numbers: the whole string, within [lo, hi]; doubles finite. Print
+ * "anygrad <cmd>: --opt expects ..., got 'v'" and return false otherwise.
+ * Unsigned values take decimal or 0x hex. */
+bool ag_cli_i64(const char *cmd, const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out);
+bool ag_cli_int(const char *cmd, const char *opt, const char *v, int lo, int hi, int *out);
+bool ag_cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out);
+bool ag_cli_f64(const char *cmd, const char *opt, const char *v, double lo, double hi, double *out);
+/* on|off, yes|no, true|false, 1|0. */
+bool ag_cli_bool(const char *cmd, const char *opt, const char *v, bool *out);
+
+/* A device string through the core's parser. Returns AG_EXIT_OK, or prints
+ * the reason and returns AG_EXIT_USAGE for a malformed string and
+ * AG_EXIT_RUNTIME for a backend or device absent on this machine. */
+int ag_cli_device(const char *cmd, const char *s, ag_device *out);
+
+/* "cpu, cuda, hip, ..." (every backend the core knows) into buf. */
+const char *ag_cli_backend_list(char *buf, size_t len);
+
+/* `s` as a JSON string literal (quotes, escapes) to f. */
+#include <stdio.h>
+void ag_cli_json_str(FILE *f, const char *s);
+
+#endif
