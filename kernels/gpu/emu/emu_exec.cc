@@ -155,6 +155,24 @@ char *stack_get() {
 }
 void stack_put(char *s) { tl_stacks.free_list.push_back(s); }
 
+#ifdef AGEMU_TSAN
+/* TSan fibers are costly to create: pooled per OS thread like the stacks. */
+struct tsan_pool {
+  std::vector<void *> free_list;
+  ~tsan_pool() {
+    for (void *f : free_list) __tsan_destroy_fiber(f);
+  }
+};
+thread_local tsan_pool tl_tsan;
+void *tsan_get() {
+  if (tl_tsan.free_list.empty()) return __tsan_create_fiber(0);
+  void *f = tl_tsan.free_list.back();
+  tl_tsan.free_list.pop_back();
+  return f;
+}
+void tsan_put(void *f) { tl_tsan.free_list.push_back(f); }
+#endif
+
 void to_sched(ethread *t, bool exiting) {
   eblock *b = tl_block;
 #ifdef AGEMU_ASAN
@@ -400,7 +418,7 @@ std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
   b.t.resize(b.nthreads);
 #ifdef AGEMU_TSAN
   b.sched_tsan = __tsan_get_current_fiber();
-  for (int i = 0; i < b.nthreads; i++) b.t[i].tsan_fiber = __tsan_create_fiber(0);
+  for (int i = 0; i < b.nthreads; i++) b.t[i].tsan_fiber = tsan_get();
 #endif
   eblock *saved_block = tl_block;
   builtins *saved_cur = tl_cur;
@@ -411,7 +429,7 @@ std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
     if (!b.t[i].stack) {
       for (int j = 0; j < i; j++) stack_put(b.t[j].stack);
 #ifdef AGEMU_TSAN
-      for (int j = 0; j < b.nthreads; j++) __tsan_destroy_fiber(b.t[j].tsan_fiber);
+      for (int j = 0; j < b.nthreads; j++) tsan_put(b.t[j].tsan_fiber);
 #endif
       tl_block = saved_block;
       tl_cur = saved_cur;
@@ -467,7 +485,7 @@ std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
       }
   for (int i = 0; i < b.nthreads; i++) stack_put(b.t[i].stack);
 #ifdef AGEMU_TSAN
-  for (int i = 0; i < b.nthreads; i++) __tsan_destroy_fiber(b.t[i].tsan_fiber);
+  for (int i = 0; i < b.nthreads; i++) tsan_put(b.t[i].tsan_fiber);
 #endif
   tl_block = saved_block;
   tl_cur = saved_cur;
