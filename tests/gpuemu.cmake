@@ -18,6 +18,13 @@ if(TARGET anygrad-gpuemu)
   add_test(NAME gpuemu_exec COMMAND gpuemu_test)
   add_test(NAME gpuemu_deferred COMMAND gpuemu_test deferred)
   set_tests_properties(gpuemu_deferred PROPERTIES ENVIRONMENT "AG_GPUEMU_DEFERRED=1;AG_GPUEMU_DELAY_US=20000")
+  if("address" IN_LIST AG_SANITIZE)
+    # ASan sees device buffers: a kernel's out-of-bounds read is reported
+    # with the kernel on the stack
+    add_test(NAME gpuemu_asan_oob COMMAND gpuemu_test oob)
+    set_tests_properties(gpuemu_asan_oob PROPERTIES PASS_REGULAR_EXPRESSION
+                         "heap-buffer-overflow.*READ of size 4.*k_oob_read" LABELS gpuemu)
+  endif()
 
   add_test(NAME gpu_check_emu_cuda COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=0)
   add_test(NAME gpu_check_emu_hip COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=1)

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 extern "C" {
@@ -288,7 +289,28 @@ static void test_deferred_pinned_reuse(void **state) {
   assert_int_equal(gpuStreamDestroy(s), gpuSuccess);
 }
 
+/* ---- sanitizers: an out-of-bounds read inside a kernel ---- */
+
+__global__ void k_oob_read(int *out, const int *in, int n) {
+  int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+  out[i % n] = in[i]; /* reads past in[n - 1] */
+}
+
+/* Argument "oob": under ASan the read past a 64-int device buffer is
+ * reported with k_oob_read on the stack (the test expects that report). */
+static int run_oob(void) {
+  gpuStream_t s;
+  if (gpuSetDevice(0) != gpuSuccess || gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking) != gpuSuccess) return 1;
+  void *in, *out;
+  if (gpuMalloc(&in, 64 * sizeof(int)) != gpuSuccess || gpuMalloc(&out, 64 * sizeof(int)) != gpuSuccess) return 1;
+  agk_launch(k_oob_read, 1, 128, 0, s, (int *)out, (const int *)in, 64);
+  (void)gpuStreamSynchronize(s);
+  printf("no out-of-bounds report\n");
+  return 1;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "oob") == 0) return run_oob();
   const struct CMUnitTest deferred[] = {cmocka_unit_test(test_deferred_pinned_reuse)};
   if (argc > 1 && strcmp(argv[1], "deferred") == 0) return cmocka_run_group_tests(deferred, NULL, NULL);
   const struct CMUnitTest tests[] = {
