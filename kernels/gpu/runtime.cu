@@ -30,7 +30,9 @@ ag_status agg_init(int *out_count, char *reason, size_t reason_len) {
 #if defined(__CUDACC__) && !defined(__HIPCC__) && !defined(AG_GPU_HIP)
     /* cudart reports a missing driver as "driver version is insufficient". */
     else if (e == cudaErrorInsufficientDriver && !(drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)))
-      snprintf(reason, reason_len, "no NVIDIA driver found (libcuda.so.1 not loadable); install the NVIDIA driver to use CUDA");
+      snprintf(reason, reason_len,
+               "no NVIDIA driver found (cudaGetDeviceCount: libcuda.so.1 is not loadable); install the NVIDIA "
+               "driver to use CUDA");
 #endif
     else
       snprintf(reason, reason_len, AG_GPU_API "GetDeviceCount: %s", gpuGetErrorString(e));
