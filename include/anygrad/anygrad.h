@@ -22,5 +22,6 @@
 #include "anygrad/nn.h"
 #include "anygrad/optim.h"
 #include "anygrad/serialize.h"
+#include "anygrad/interop.h"
 
 #endif
