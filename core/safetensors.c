@@ -879,28 +879,48 @@ static void *convert(const ag_safetensors *f, const st_entry *e, ag_dtype as, si
   return out;
 }
 
+/* Chunk of the mapping copied (and then dropped) at a time: the file's
+ * pages never add more than this to the tensor itself. */
+#define LOAD_CHUNK (4u << 20)
+
 static ag_tensor *entry_tensor(const ag_safetensors *f, const st_entry *e, ag_device d, ag_dtype as) {
   const unsigned char *src = f->data + e->begin;
   size_t bytes = (size_t)(e->end - e->begin);
   size_t numel = bytes / k_fdt[e->fdt].size;
-  void *tmp = NULL;
-  if (k_fdt[e->fdt].ag != (int)as) {
-    if (!(tmp = convert(f, e, as, numel))) return NULL;
-    src = tmp;
-  } else if ((uintptr_t)src % 8 && bytes) {
-    /* The format does not promise aligned data; copy when it is not. */
-    tmp = malloc(bytes);
-    if (!tmp) {
-      ag_error_set(AG_ERR_OOM, "ag_safetensors_get: out of host memory");
+  if (k_fdt[e->fdt].ag != (int)as) { /* converted on the host, then one copy */
+    void *tmp = convert(f, e, as, numel);
+    if (!tmp) return NULL;
+    static const char zero[8];
+    ag_tensor *t = ag_from_host(d, as, e->ndim, e->shape, numel ? tmp : zero);
+    free(tmp);
+    drop_pages(src, bytes);
+    return t;
+  }
+  ag_devstate *ds = ag__devstate(d);
+  if (!ds) return NULL;
+  ag_tensor *t = ag__tensor_new(ds, as, e->ndim, e->shape);
+  if (!t || !bytes) return t;
+  /* The format does not promise aligned data: unaligned chunks go through a
+   * small aligned bounce buffer. */
+  void *bounce = NULL;
+  if ((uintptr_t)src % 8 && !(bounce = malloc(bytes < LOAD_CHUNK ? bytes : LOAD_CHUNK))) {
+    ag_tensor_release(t);
+    ag_error_set(AG_ERR_OOM, "ag_safetensors_get: out of host memory");
+    return NULL;
+  }
+  ag_stream *s = ag__current_stream(ds);
+  for (size_t o = 0; o < bytes; o += LOAD_CHUNK) {
+    size_t n = bytes - o < LOAD_CHUNK ? bytes - o : LOAD_CHUNK;
+    const void *p = src + o;
+    if (bounce) p = memcpy(bounce, src + o, n);
+    if (ds->be->copy_h2d(s->bs, t->st->base, t->st->offset + o, p, n, false) != AG_OK) {
+      free(bounce);
+      ag_tensor_release(t);
       return NULL;
     }
-    memcpy(tmp, src, bytes);
-    src = tmp;
+    drop_pages(src + o, n);
   }
-  static const char zero[8];
-  ag_tensor *t = ag_from_host(d, as, e->ndim, e->shape, numel ? (const void *)src : zero);
-  free(tmp);
-  drop_pages(f->data + e->begin, bytes);
+  free(bounce);
   return t;
 }
 
