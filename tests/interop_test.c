@@ -158,7 +158,44 @@ static void test_dlpack_versioned_and_refusals(void **state) {
   ag_error_clear();
 }
 
-int main(void) {
+/* OpenCL memory is a cl_mem handle: no data pointer (with the reason), the
+ * handle and offset through ag_tensor_memory_get, DLPack export as kDLOpenCL
+ * with the element offset in byte_offset, and no import. */
+static void test_opencl_handles(void **state) {
+  ag_device cl;
+  if (!ag_backend_available(AG_BACKEND_OPENCL, NULL) || ag_device_parse("opencl:0", &cl) != AG_OK) skip();
+  ag_tensor *t = ag_arange(cl, AG_F32, 0, 8, 1);
+  ag_tensor *s = ag_slice(t, 0, 2, 8, 1);
+  assert_non_null(s);
+  assert_null(ag_tensor_data_ptr(s));
+  assert_int_equal(ag_last_status(), AG_ERR_UNSUPPORTED);
+  assert_non_null(strstr(ag_last_error(), "cl_mem"));
+  ag_tensor_memory m;
+  assert_int_equal(ag_tensor_memory_get(s, &m), AG_OK);
+  assert_null(m.ptr);
+  assert_non_null(m.handle);
+  ag_tensor_memory m0;
+  assert_int_equal(ag_tensor_memory_get(t, &m0), AG_OK);
+  assert_ptr_equal(m.handle, m0.handle);
+  assert_int_equal(m.byte_offset, m0.byte_offset + 2 * sizeof(float));
+  DLManagedTensor *d = NULL;
+  assert_int_equal(ag_to_dlpack(s, &d), AG_OK);
+  assert_int_equal(d->dl_tensor.device.device_type, kDLOpenCL);
+  assert_ptr_equal(d->dl_tensor.data, m.handle);
+  assert_int_equal(d->dl_tensor.byte_offset, m.byte_offset);
+  assert_null(ag_from_dlpack(d));
+  assert_int_equal(ag_last_status(), AG_ERR_UNSUPPORTED);
+  d->deleter(d);
+  ag_tensor_release(s);
+  ag_tensor_release(t);
+  ag_error_clear();
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--opencl")) {
+    const struct CMUnitTest cl_tests[] = {cmocka_unit_test(test_opencl_handles)};
+    return cmocka_run_group_tests(cl_tests, NULL, NULL);
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_data_ptr_is_host_memory),
       cmocka_unit_test(test_from_blob_shares_and_deletes_once),
