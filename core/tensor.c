@@ -154,9 +154,11 @@ static void storage_release(ag_storage *st) {
      * error) the memory is kept rather than freed under a running kernel. */
     if (ag__sync_device(st->ds, "ag_tensor_release (wrapped memory)") == AG_OK)
       st->ext_free(st->ext_data, st->ext_ctx);
-    else
-      ag_error_set(ag_last_status(), "%s; the wrapped memory was not returned to its deleter",
-                   ag_last_error());
+    else {
+      char why[512]; /* the message buffer is the one being rewritten */
+      snprintf(why, sizeof why, "%s", ag_last_error());
+      ag_error_set(ag_last_status(), "%s; the wrapped memory was not returned to its deleter", why);
+    }
   }
   free(st);
 }

@@ -88,6 +88,26 @@ static void test_from_blob_errors_call_nothing(void **state) {
   ag_error_clear();
 }
 
+/* A release whose device sync is refused (sync-debug mode error) keeps the
+ * memory instead of handing it to the deleter under a possibly running
+ * kernel, and says so. */
+static void test_refused_sync_keeps_memory(void **state) {
+  float buf[2] = {1, 2};
+  deleter_log log = {0, NULL};
+  const int64_t shape[1] = {2};
+  ag_tensor *t = ag_from_blob(AG_CPU, AG_F32, 1, shape, NULL, buf, count_deleter, &log);
+  assert_non_null(t);
+  ag_sync_debug old = ag_get_sync_debug();
+  ag_set_sync_debug(AG_SYNC_DEBUG_ERROR);
+  ag_error_clear();
+  ag_tensor_release(t);
+  ag_set_sync_debug(old);
+  assert_int_equal(log.calls, 0);
+  assert_int_equal(ag_last_status(), AG_ERR_SYNC);
+  assert_non_null(strstr(ag_last_error(), "not returned to its deleter"));
+  ag_error_clear();
+}
+
 static void test_dlpack_export_keeps_layout(void **state) {
   const float v[6] = {0, 1, 2, 3, 4, 5};
   const int64_t shape[2] = {2, 3};
@@ -200,6 +220,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_data_ptr_is_host_memory),
       cmocka_unit_test(test_from_blob_shares_and_deletes_once),
       cmocka_unit_test(test_from_blob_errors_call_nothing),
+      cmocka_unit_test(test_refused_sync_keeps_memory),
       cmocka_unit_test(test_dlpack_export_keeps_layout),
       cmocka_unit_test(test_dlpack_versioned_and_refusals),
   };

@@ -15,5 +15,8 @@ if(AG_INSTALL)
                    -DPREFIX=${CMAKE_CURRENT_BINARY_DIR}/install-prefix -DVERSION=${PROJECT_VERSION}
                    -DLIBDIR=${CMAKE_INSTALL_LIBDIR} -DBACKENDS=${AG_BUILT_BACKENDS}
                    -P ${PROJECT_SOURCE_DIR}/cmake/check_install.cmake)
-  set_tests_properties(package_install PROPERTIES TIMEOUT 120 ENVIRONMENT "AG_BACKEND_PATH=;LD_LIBRARY_PATH=")
+  # `anygrad info` loads every module; PoCL's threads crash LeakSanitizer's
+  # exit scan (see scripts/test.sh), which says nothing about the install.
+  set_tests_properties(package_install PROPERTIES TIMEOUT 120
+                       ENVIRONMENT "AG_BACKEND_PATH=;LD_LIBRARY_PATH=;ASAN_OPTIONS=detect_leaks=0")
 endif()

@@ -6,7 +6,7 @@ set(AG_GPU_DIR ${PROJECT_SOURCE_DIR}/kernels/gpu)
 file(GLOB AG_GPU_KERNEL_SOURCES CONFIGURE_DEPENDS ${AG_GPU_DIR}/*.cu)
 file(GLOB AG_GPU_HEADERS CONFIGURE_DEPENDS ${AG_GPU_DIR}/*.h ${AG_GPU_DIR}/*.cuh
      ${PROJECT_SOURCE_DIR}/include/anygrad/*.h)
-option(AG_GPU_WERROR "Treat warnings as errors in GPU sources" ON)
+option(AG_GPU_WERROR "Treat warnings as errors in GPU sources" ${AG_WERROR}) # off when embedded
 
 # ag_gpu_objects(<out_var> <tag> <compiler> <flags...> SOURCES <files...>)
 function(ag_gpu_objects out tag compiler)
