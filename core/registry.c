@@ -51,9 +51,13 @@ static bool backend_enabled(const char *name) {
 
 static void *try_open(const char *dir, const char *file, char *err, size_t errlen) {
   char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s", dir, file);
+  int n = snprintf(path, sizeof path, "%s/%s", dir, file);
+  if (n < 0 || (size_t)n >= sizeof path) {
+    if (!err[0]) snprintf(err, errlen, "module path too long");
+    return NULL;
+  }
   if (access(path, F_OK) != 0) {
-    if (!err[0]) snprintf(err, errlen, "not found in %s (backend not built)", dir);
+    if (!err[0]) snprintf(err, errlen, "not found in %.340s (backend not built)", dir);
     return NULL;
   }
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
