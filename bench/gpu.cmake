@@ -6,7 +6,7 @@
 if(TARGET anygrad-cuda OR TARGET anygrad-hip OR TARGET anygrad-gpuemu)
   add_executable(gpu_bench ${CMAKE_CURRENT_SOURCE_DIR}/gpu_bench.c)
   target_link_libraries(gpu_bench PRIVATE anygrad ${CMAKE_DL_LIBS} m)
-  add_executable(gpu_check ${CMAKE_SOURCE_DIR}/tests/gpu_check.c)
+  add_executable(gpu_check ${PROJECT_SOURCE_DIR}/tests/gpu_check.c)
   # the static core gives the CPU kernels (ag__cpu_run) as the oracle
   target_link_libraries(gpu_check PRIVATE anygrad_static ${CMAKE_DL_LIBS} m)
   foreach(_b cuda hip gpuemu)

@@ -5,7 +5,10 @@
 
 #include <string.h>
 
+#include <stdatomic.h>
+
 #if defined(AG_X86)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -93,9 +96,37 @@ __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(const float *src
   for (; i < n; i++) dst[i] = ag_f32_to_f16(src[i]);
 }
 
-static inline int have_f16c(void) {
-  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+static int detect_f16c(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  const unsigned need = bit_AVX | bit_F16C | bit_OSXSAVE;
+  if ((c & need) != need) return 0;
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  (void)hi;
+  return (lo & 6u) == 6u; /* the OS saves XMM and YMM state */
 }
+#endif
+
+bool ag__cpu_has_f16c(void) {
+#if defined(AG_X86)
+  /* A fact about the machine, computed at most a few times on a race and
+   * never changed: -1 unknown, 0 no, 1 yes. cpuid traps in VMs, so it is
+   * not asked on every conversion. */
+  static atomic_int known = -1;
+  int v = atomic_load_explicit(&known, memory_order_relaxed);
+  if (v < 0) {
+    v = detect_f16c();
+    atomic_store_explicit(&known, v, memory_order_relaxed);
+  }
+  return v == 1;
+#else
+  return false;
+#endif
+}
+
+#if defined(AG_X86)
+static inline int have_f16c(void) { return ag__cpu_has_f16c(); }
 #endif
 
 void ag__f16_to_f32_n(const uint16_t *src, float *dst, size_t n) {

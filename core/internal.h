@@ -100,6 +100,13 @@ typedef struct ag_storage {
    * share it, as PyTorch's views share a version counter); autograd compares
    * it with the value recorded when a tensor was saved for backward. */
   atomic_uint version;
+  /* Memory the user owns (ag_from_blob, DLPack import): block is NULL and
+   * ext_free(ext_data, ext_ctx) runs after the last reference, once the
+   * device is synchronized. */
+  bool external;
+  void (*ext_free)(void *data, void *ctx);
+  void *ext_data;
+  void *ext_ctx;
 } ag_storage;
 
 struct ag_node;
@@ -128,6 +135,12 @@ struct ag_tensor {
 /* New tensor with fresh contiguous storage on ds (registered in the current
  * scope). */
 AG_HIDDEN ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t *shape);
+/* New tensor over memory the caller owns (base handle `data`, `nbytes`
+ * long), with the given strides (elements); free_fn(data, ctx) runs when the
+ * last reference goes. NULL with the error set (free_fn not called). */
+AG_HIDDEN ag_tensor *ag__tensor_wrap(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t *shape,
+                                     const int64_t *strides, void *data, size_t byte_offset,
+                                     size_t nbytes, void (*free_fn)(void *, void *), void *ctx);
 /* New tensor header sharing t's storage with the given layout. */
 AG_HIDDEN ag_tensor *ag__tensor_view(ag_tensor *t, int ndim, const int64_t *shape,
                                      const int64_t *strides, int64_t offset);

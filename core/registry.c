@@ -1,5 +1,6 @@
 /* The backend registry: the built-in CPU backend plus run-time modules
- * (libanygrad-<name>.so) found beside libanygrad.so or on AG_BACKEND_PATH.
+ * (libanygrad-<name>.so) found on AG_BACKEND_PATH, beside libanygrad.so (the
+ * build tree) or in anygrad/ beside it (the installed <libdir>/anygrad/).
  * Loaded once (pthread_once); device states are created lazily under a
  * mutex and live until exit. This is the process's only global registry. */
 #define _GNU_SOURCE
@@ -50,9 +51,13 @@ static bool backend_enabled(const char *name) {
 
 static void *try_open(const char *dir, const char *file, char *err, size_t errlen) {
   char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s", dir, file);
+  int n = snprintf(path, sizeof path, "%s/%s", dir, file);
+  if (n < 0 || (size_t)n >= sizeof path) {
+    if (!err[0]) snprintf(err, errlen, "module path too long");
+    return NULL;
+  }
   if (access(path, F_OK) != 0) {
-    if (!err[0]) snprintf(err, errlen, "not found in %s (backend not built)", dir);
+    if (!err[0]) snprintf(err, errlen, "not found in %.340s (backend not built)", dir);
     return NULL;
   }
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -87,7 +92,16 @@ static void load_module(ag_backend_kind kind) {
     if (dladdr((void *)&ag_backend_name, &info) && info.dli_fname) {
       char self[PATH_MAX], real[PATH_MAX];
       snprintf(self, sizeof self, "%s", realpath(info.dli_fname, real) ? real : info.dli_fname);
-      h = try_open(dirname(self), file, err, sizeof err);
+      const char *dir = dirname(self);
+      h = try_open(dir, file, err, sizeof err);
+      if (!h) {
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof sub, "%s/anygrad", dir);
+        h = try_open(sub, file, err, sizeof err);
+        /* a "failed to load" from either place is kept over "not found" */
+        if (!h && strncmp(err, "not found", 9) == 0)
+          snprintf(err, sizeof err, "not found in %.170s or %.170s/anygrad (backend not built)", dir, dir);
+      }
     }
   }
   if (!h) {

@@ -1,6 +1,11 @@
 /* safetensors reader and writer: a strict parser for the small JSON subset
  * the format uses, validation of every byte range before any tensor is
  * created, and atomic saves (temp file, fsync, rename, directory fsync).
+ * The reader memory-maps the file: opening costs the header, and each tensor
+ * is copied from the mapping to its device, whose pages are dropped again
+ * after the copy (peak memory about the largest tensor, not the file).
+ * Every dtype of the format is read; one anygrad cannot hold is named in the
+ * error of ag_safetensors_get and converted by ag_safetensors_get_as.
  * Hosts are assumed little-endian, as the format's data is. */
 #include <dirent.h>
 #include <errno.h>
@@ -12,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,9 +28,27 @@
 
 #define MAX_HEADER (100u << 20)
 
+/* The format's dtypes: name, element size, and the anygrad dtype that holds
+ * it as-is (-1: none; ag_safetensors_get_as converts the integer ones). */
+typedef enum st_kind { K_FLOAT, K_SINT, K_UINT, K_BOOL, K_F8 } st_kind;
+static const struct {
+  const char *s;
+  unsigned size;
+  int ag;
+  st_kind kind;
+} k_fdt[] = {
+    {"F64", 8, AG_F64, K_FLOAT},  {"F32", 4, AG_F32, K_FLOAT},  {"F16", 2, AG_F16, K_FLOAT},
+    {"BF16", 2, AG_BF16, K_FLOAT}, {"I64", 8, -1, K_SINT},       {"I32", 4, AG_I32, K_SINT},
+    {"I16", 2, -1, K_SINT},        {"I8", 1, -1, K_SINT},         {"U64", 8, -1, K_UINT},
+    {"U32", 4, -1, K_UINT},        {"U16", 2, -1, K_UINT},        {"U8", 1, -1, K_UINT},
+    {"BOOL", 1, -1, K_BOOL},       {"F8_E4M3", 1, -1, K_F8},      {"F8_E5M2", 1, -1, K_F8},
+};
+#define N_FDT ((int)(sizeof k_fdt / sizeof *k_fdt))
+
 typedef struct st_entry {
   char *name;
-  ag_dtype dtype;
+  int fdt;        /* index in k_fdt */
+  ag_dtype dtype; /* k_fdt[fdt].ag when that is >= 0 */
   int ndim;
   int64_t shape[AG_MAX_DIMS];
   uint64_t begin, end;
@@ -32,7 +56,7 @@ typedef struct st_entry {
 
 struct ag_safetensors {
   char *path;
-  unsigned char *file;
+  unsigned char *file; /* the read-only mapping of the whole file */
   size_t file_size;
   const unsigned char *data; /* data section */
   uint64_t data_size;
@@ -264,6 +288,40 @@ out:
 
 /* ---------------- reading: a strict JSON subset ---------------- */
 
+/* A name from a file (or a caller) as it may be printed: printable ASCII
+ * kept, quote and backslash escaped, anything else as \xNN, long names cut
+ * with "...". Returns buf. */
+static const char *esc(const char *name, char *buf, size_t len) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
+    if (o + 8 >= len) {
+      memcpy(buf + o, "...", 4);
+      return buf;
+    }
+    if (*c == '\'' || *c == '\\') {
+      buf[o++] = '\\';
+      buf[o++] = (char)*c;
+    } else if (*c >= 0x20 && *c < 0x7f) {
+      buf[o++] = (char)*c;
+    } else {
+      buf[o++] = '\\';
+      buf[o++] = 'x';
+      buf[o++] = hex[*c >> 4];
+      buf[o++] = hex[*c & 15];
+    }
+  }
+  buf[o] = 0;
+  return buf;
+}
+#define ESC(name, buf) esc((name), (buf), sizeof(buf))
+
+static bool has_control(const char *s) {
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+    if (*c < 0x20 || *c == 0x7f) return true;
+  return false;
+}
+
 typedef struct jp {
   const char *s, *end;
   const char *path;
@@ -415,7 +473,7 @@ static void st_free_contents(ag_safetensors *f) {
   free(f->e);
   free(f->meta_k);
   free(f->meta_v);
-  free(f->file);
+  if (f->file) munmap(f->file, f->file_size);
   free(f->path);
 }
 
@@ -439,6 +497,18 @@ static bool parse_meta(jp *p, ag_safetensors *f) {
       jfail(p, "expected ':'");
       return false;
     }
+    char kb[96];
+    if (has_control(k)) {
+      snprintf(p->err, sizeof p->err, "metadata key '%s' has a control character", ESC(k, kb));
+      free(k);
+      return false;
+    }
+    for (int i = 0; i < f->n_meta; i++)
+      if (!strcmp(f->meta_k[i], k)) {
+        snprintf(p->err, sizeof p->err, "metadata key '%s' appears twice", ESC(k, kb));
+        free(k);
+        return false;
+      }
     char *v = jstr(p);
     if (!v) {
       free(k);
@@ -485,12 +555,16 @@ static bool parse_entry(jp *p, st_entry *e) {
         return false;
       }
       bool found = false;
-      for (size_t i = 0; i < sizeof k_dtypes / sizeof *k_dtypes; i++)
-        if (!strcmp(v, k_dtypes[i].s)) {
-          e->dtype = k_dtypes[i].dt;
+      for (int i = 0; i < N_FDT && !found; i++)
+        if (!strcmp(v, k_fdt[i].s)) {
+          e->fdt = i;
+          e->dtype = k_fdt[i].ag >= 0 ? (ag_dtype)k_fdt[i].ag : AG_F32;
           found = true;
         }
-      if (!found) snprintf(p->err, sizeof p->err, "tensor '%s': unsupported dtype '%s'", e->name, v);
+      char nb[64], vb[48];
+      if (!found)
+        snprintf(p->err, sizeof p->err, "tensor '%s': '%s' is not a safetensors dtype", ESC(e->name, nb),
+                 ESC(v, vb));
       free(v);
       if (!found) {
         free(k);
@@ -525,7 +599,9 @@ static bool parse_entry(jp *p, st_entry *e) {
       e->end = o[1];
       have_off = true;
     } else {
-      snprintf(p->err, sizeof p->err, "tensor '%s': unexpected or repeated field '%s'", e->name, k);
+      char nb[64], kb[48];
+      snprintf(p->err, sizeof p->err, "tensor '%s': unexpected or repeated field '%s'", ESC(e->name, nb),
+               ESC(k, kb));
       free(k);
       return false;
     }
@@ -536,7 +612,8 @@ static bool parse_entry(jp *p, st_entry *e) {
     return false;
   }
   if (!have_dt || !have_shape || !have_off) {
-    snprintf(p->err, sizeof p->err, "tensor '%s': needs dtype, shape and data_offsets", e->name);
+    char nb[96];
+    snprintf(p->err, sizeof p->err, "tensor '%s': needs dtype, shape and data_offsets", ESC(e->name, nb));
     return false;
   }
   return true;
@@ -552,14 +629,14 @@ static ag_status corrupt(const char *path, const char *msg) {
 }
 
 static ag_status validate(ag_safetensors *f) {
-  char msg[200];
+  char msg[240], nb[96];
   st_entry **sorted = malloc((size_t)(f->n + 1) * sizeof *sorted);
   if (!sorted) return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
   for (int i = 0; i < f->n; i++) {
     st_entry *e = &f->e[i];
     for (int j = 0; j < i; j++)
       if (!strcmp(f->e[j].name, e->name)) {
-        snprintf(msg, sizeof msg, "tensor '%s' appears twice", e->name);
+        snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(e->name, nb));
         free(sorted);
         return corrupt(f->path, msg);
       }
@@ -571,10 +648,10 @@ static ag_status validate(ag_safetensors *f) {
       }
       numel *= (uint64_t)e->shape[d];
     }
-    uint64_t want = numel * ag_dtype_size(e->dtype);
+    uint64_t want = numel * k_fdt[e->fdt].size;
     if (e->end < e->begin || e->end - e->begin != want) {
-      snprintf(msg, sizeof msg, "tensor '%s': %s%s needs %llu bytes, data_offsets give [%llu, %llu)", e->name,
-               ag_dtype_name(e->dtype), e->ndim ? " tensor" : " scalar", (unsigned long long)want,
+      snprintf(msg, sizeof msg, "tensor '%s': %s%s needs %llu bytes, data_offsets give [%llu, %llu)",
+               ESC(e->name, nb), k_fdt[e->fdt].s, e->ndim ? " tensor" : " scalar", (unsigned long long)want,
                (unsigned long long)e->begin, (unsigned long long)e->end);
       free(sorted);
       return corrupt(f->path, msg);
@@ -586,7 +663,7 @@ static ag_status validate(ag_safetensors *f) {
   for (int i = 0; i < f->n; i++) {
     if (sorted[i]->begin != pos) {
       snprintf(msg, sizeof msg, "tensor '%s' starts at byte %llu, expected %llu (gap or overlap)",
-               sorted[i]->name, (unsigned long long)sorted[i]->begin, (unsigned long long)pos);
+               ESC(sorted[i]->name, nb), (unsigned long long)sorted[i]->begin, (unsigned long long)pos);
       free(sorted);
       return corrupt(f->path, msg);
     }
@@ -613,31 +690,30 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
   ag_status st = AG_OK;
   /* O_NONBLOCK: a FIFO must not block the open; fstat then refuses it. */
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  FILE *fp = fd >= 0 ? fdopen(fd, "rb") : NULL;
-  if (!fp) {
+  if (fd < 0) {
     st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: cannot open %s: %s", path, strerror(errno));
     if (fd >= 0) close(fd);
     goto fail;
   }
   struct stat sb;
-  if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(fp);
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
     st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: %s is not a regular file", path);
     goto fail;
   }
   f->file_size = (size_t)sb.st_size;
-  f->file = malloc(f->file_size ? f->file_size : 1);
-  if (!f->file) {
-    fclose(fp);
-    st = ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory for %zu bytes", f->file_size);
-    goto fail;
+  if (f->file_size) {
+    /* Private and read-only: a file changed on disk later cannot change
+     * what was validated into something out of bounds (the size is fixed). */
+    void *m = mmap(NULL, f->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+      close(fd);
+      st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: cannot map %s: %s", path, strerror(errno));
+      goto fail;
+    }
+    f->file = m;
   }
-  size_t got = fread(f->file, 1, f->file_size, fp);
-  fclose(fp);
-  if (got != f->file_size) {
-    st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: short read of %s", path);
-    goto fail;
-  }
+  close(fd);
   if (f->file_size < 8) {
     st = corrupt(path, "truncated: shorter than the 8-byte header length");
     goto fail;
@@ -684,6 +760,11 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
       st_entry *e = &f->e[f->n++];
       memset(e, 0, sizeof *e);
       e->name = k;
+      if (has_control(k)) {
+        char nb[96];
+        snprintf(p.err, sizeof p.err, "tensor name '%s' has a control character", ESC(k, nb));
+        break;
+      }
       if (!parse_entry(&p, e)) break;
     } while (lit(&p, ','));
     if (!p.err[0] && !lit(&p, '}')) jfail(&p, "expected '}' or ',' in the header");
@@ -726,37 +807,208 @@ static const st_entry *find(const ag_safetensors *f, const char *name) {
   return NULL;
 }
 
-static ag_tensor *entry_tensor(const ag_safetensors *f, const st_entry *e, ag_device d) {
+const char *ag_safetensors_dtype(const ag_safetensors *f, int i) {
+  return f && i >= 0 && i < f->n ? k_fdt[f->e[i].fdt].s : NULL;
+}
+
+/* The mapping's pages of [p, p+n) are not needed any more: drop them from
+ * this process (they are clean file pages, read again if touched). */
+static void drop_pages(const void *p, size_t n) {
+  long pg = sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+  uintptr_t hi = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Element i of a stored integer or bool tensor. */
+static bool int_at(const unsigned char *src, int fdt, size_t i, int64_t *out_s, uint64_t *out_u) {
+  const unsigned char *q = src + i * k_fdt[fdt].size;
+  uint64_t u = 0;
+  for (unsigned b = 0; b < k_fdt[fdt].size; b++) u |= (uint64_t)q[b] << (8 * b);
+  if (k_fdt[fdt].kind == K_SINT) {
+    unsigned bits = 8 * k_fdt[fdt].size;
+    int64_t v = bits == 64 ? (int64_t)u : (int64_t)(u << (64 - bits)) >> (64 - bits);
+    *out_s = v;
+    return false; /* signed */
+  }
+  *out_u = u;
+  return true; /* unsigned (bool: 0/1) */
+}
+
+static double float_at(const unsigned char *src, int fdt, size_t i) {
+  const unsigned char *q = src + i * k_fdt[fdt].size;
+  switch (k_fdt[fdt].size) {
+    case 8: {
+      double d;
+      memcpy(&d, q, 8);
+      return d;
+    }
+    case 4: {
+      float x;
+      memcpy(&x, q, 4);
+      return x;
+    }
+    default: {
+      uint16_t h = (uint16_t)(q[0] | (q[1] << 8));
+      return !strcmp(k_fdt[fdt].s, "F16") ? ag_f16_to_f32(h) : ag_bf16_to_f32(h);
+    }
+  }
+}
+
+/* Convert e's elements to `as` into a new host buffer. Integers (and bool
+ * as 0/1) go to i32 with a range check, or to any float type; floats go to
+ * float types. Returns NULL with the error set. */
+static void *convert(const ag_safetensors *f, const st_entry *e, ag_dtype as, size_t numel) {
+  const char *fn = "ag_safetensors_get_as";
+  const unsigned char *src = f->data + e->begin;
+  st_kind kind = k_fdt[e->fdt].kind;
+  char nb[96];
+  if (kind == K_F8) {
+    ag_error_set(AG_ERR_DTYPE, "%s: %s: tensor '%s' is %s, which anygrad does not convert (skip it)", fn,
+                 f->path, ESC(e->name, nb), k_fdt[e->fdt].s);
+    return NULL;
+  }
+  if (kind == K_FLOAT && !ag_dtype_is_float(as)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: %s: tensor '%s' is %s; converting it to %s would truncate", fn, f->path,
+                 ESC(e->name, nb), k_fdt[e->fdt].s, ag_dtype_name(as));
+    return NULL;
+  }
+  size_t es = ag_dtype_size(as);
+  unsigned char *out = malloc(numel > 0 ? numel * es : 1);
+  if (!out) {
+    ag_error_set(AG_ERR_OOM, "%s: out of host memory for %zu bytes", fn, numel * es);
+    return NULL;
+  }
+  for (size_t i = 0; i < numel; i++) {
+    double v;
+    if (kind == K_FLOAT) {
+      v = float_at(src, e->fdt, i);
+    } else {
+      int64_t sv = 0;
+      uint64_t uv = 0;
+      bool is_u = int_at(src, e->fdt, i, &sv, &uv);
+      if (as == AG_I32) {
+        bool ok = is_u ? uv <= INT32_MAX : (sv >= INT32_MIN && sv <= INT32_MAX);
+        if (!ok) {
+          char vb[32];
+          if (is_u) snprintf(vb, sizeof vb, "%llu", (unsigned long long)uv);
+          else snprintf(vb, sizeof vb, "%lld", (long long)sv);
+          ag_error_set(AG_ERR_INVALID, "%s: %s: tensor '%s' (%s) element %zu is %s, outside the i32 range", fn,
+                       f->path, ESC(e->name, nb), k_fdt[e->fdt].s, i, vb);
+          free(out);
+          return NULL;
+        }
+        int32_t x = is_u ? (int32_t)uv : (int32_t)sv;
+        memcpy(out + i * 4, &x, 4);
+        continue;
+      }
+      v = is_u ? (double)uv : (double)sv;
+    }
+    switch (as) {
+      case AG_F64: memcpy(out + i * 8, &v, 8); break;
+      case AG_F32: {
+        float x = (float)v;
+        memcpy(out + i * 4, &x, 4);
+        break;
+      }
+      case AG_F16: {
+        uint16_t h = ag_f32_to_f16((float)v);
+        memcpy(out + i * 2, &h, 2);
+        break;
+      }
+      case AG_BF16: {
+        uint16_t h = ag_f32_to_bf16((float)v);
+        memcpy(out + i * 2, &h, 2);
+        break;
+      }
+      default:
+        free(out);
+        ag_error_set(AG_ERR_DTYPE, "%s: cannot convert to %s", fn, ag_dtype_name(as));
+        return NULL;
+    }
+  }
+  return out;
+}
+
+/* Chunk of the mapping copied (and then dropped) at a time: the file's
+ * pages never add more than this to the tensor itself. */
+#define LOAD_CHUNK (4u << 20)
+
+static ag_tensor *entry_tensor(const ag_safetensors *f, const st_entry *e, ag_device d, ag_dtype as) {
   const unsigned char *src = f->data + e->begin;
   size_t bytes = (size_t)(e->end - e->begin);
-  /* The format does not promise aligned data; copy when it is not. */
-  void *aligned = NULL;
-  if ((uintptr_t)src % 8 && bytes) {
-    aligned = malloc(bytes);
-    if (!aligned) {
-      ag_error_set(AG_ERR_OOM, "ag_safetensors_get: out of host memory");
+  size_t numel = bytes / k_fdt[e->fdt].size;
+  if (k_fdt[e->fdt].ag != (int)as) { /* converted on the host, then one copy */
+    void *tmp = convert(f, e, as, numel);
+    if (!tmp) return NULL;
+    static const char zero[8];
+    ag_tensor *t = ag_from_host(d, as, e->ndim, e->shape, numel ? tmp : zero);
+    free(tmp);
+    drop_pages(src, bytes);
+    return t;
+  }
+  ag_devstate *ds = ag__devstate(d);
+  if (!ds) return NULL;
+  ag_tensor *t = ag__tensor_new(ds, as, e->ndim, e->shape);
+  if (!t || !bytes) return t;
+  /* The format does not promise aligned data: unaligned chunks go through a
+   * small aligned bounce buffer. */
+  void *bounce = NULL;
+  if ((uintptr_t)src % 8 && !(bounce = malloc(bytes < LOAD_CHUNK ? bytes : LOAD_CHUNK))) {
+    ag_tensor_release(t);
+    ag_error_set(AG_ERR_OOM, "ag_safetensors_get: out of host memory");
+    return NULL;
+  }
+  ag_stream *s = ag__current_stream(ds);
+  for (size_t o = 0; o < bytes; o += LOAD_CHUNK) {
+    size_t n = bytes - o < LOAD_CHUNK ? bytes - o : LOAD_CHUNK;
+    const void *p = src + o;
+    if (bounce) p = memcpy(bounce, src + o, n);
+    if (ds->be->copy_h2d(s->bs, t->st->base, t->st->offset + o, p, n, false) != AG_OK) {
+      free(bounce);
+      ag_tensor_release(t);
       return NULL;
     }
-    memcpy(aligned, src, bytes);
-    src = aligned;
+    drop_pages(src + o, n);
   }
-  static const char zero[8];
-  ag_tensor *t = ag_from_host(d, e->dtype, e->ndim, e->shape, bytes ? (const void *)src : zero);
-  free(aligned);
+  free(bounce);
   return t;
 }
 
-ag_tensor *ag_safetensors_get(const ag_safetensors *f, const char *name, ag_device d) {
+static const st_entry *lookup(const ag_safetensors *f, const char *name, const char *fn) {
   if (!f || !name) {
-    ag_error_set(AG_ERR_INVALID, "ag_safetensors_get: NULL argument");
+    ag_error_set(AG_ERR_INVALID, "%s: NULL argument", fn);
     return NULL;
   }
   const st_entry *e = find(f, name);
   if (!e) {
-    ag_error_set(AG_ERR_INVALID, "ag_safetensors_get: %s has no tensor '%s'", f->path, name);
+    char nb[96];
+    ag_error_set(AG_ERR_INVALID, "%s: %s has no tensor '%s'", fn, f->path, ESC(name, nb));
+  }
+  return e;
+}
+
+ag_tensor *ag_safetensors_get(const ag_safetensors *f, const char *name, ag_device d) {
+  const st_entry *e = lookup(f, name, "ag_safetensors_get");
+  if (!e) return NULL;
+  if (k_fdt[e->fdt].ag < 0) {
+    char nb[96];
+    const char *hint = k_fdt[e->fdt].kind == K_F8 ? "anygrad has no 8-bit float type"
+                                                  : "ag_safetensors_get_as converts it (to i32 or a float type)";
+    ag_error_set(AG_ERR_DTYPE, "ag_safetensors_get: %s: tensor '%s' is %s, not an anygrad dtype; %s", f->path,
+                 ESC(e->name, nb), k_fdt[e->fdt].s, hint);
     return NULL;
   }
-  return entry_tensor(f, e, d);
+  return entry_tensor(f, e, d, e->dtype);
+}
+
+ag_tensor *ag_safetensors_get_as(const ag_safetensors *f, const char *name, ag_device d, ag_dtype as) {
+  if ((unsigned)as >= AG_DTYPE_COUNT) {
+    ag_error_set(AG_ERR_DTYPE, "ag_safetensors_get_as: invalid dtype %d", (int)as);
+    return NULL;
+  }
+  const st_entry *e = lookup(f, name, "ag_safetensors_get_as");
+  return e ? entry_tensor(f, e, d, as) : NULL;
 }
 
 ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list *l) {
@@ -764,20 +1016,21 @@ ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list 
   for (int i = 0; i < l->count; i++) {
     const st_entry *e = find(f, l->names[i]);
     ag_tensor *t = l->tensors[i];
-    if (!e) return ag_error_set(AG_ERR_CORRUPT, "%s: missing tensor '%s'", f->path, l->names[i]);
-    bool same = e->dtype == t->dtype && e->ndim == t->ndim;
+    char nb[96];
+    if (!e) return ag_error_set(AG_ERR_CORRUPT, "%s: missing tensor '%s'", f->path, ESC(l->names[i], nb));
+    bool same = k_fdt[e->fdt].ag == (int)t->dtype && e->ndim == t->ndim;
     for (int d = 0; same && d < e->ndim; d++) same = e->shape[d] == t->shape[d];
     if (!same) {
       char a[96];
       return ag_error_set(AG_ERR_CORRUPT, "%s: tensor '%s' is %s with %d dims in the file, expected %s", f->path,
-                          l->names[i], ag_dtype_name(e->dtype), e->ndim, ag_tensor_describe(t, a, sizeof a));
+                          ESC(l->names[i], nb), k_fdt[e->fdt].s, e->ndim, ag_tensor_describe(t, a, sizeof a));
     }
   }
   ag_status st = AG_OK;
   ag_no_grad_begin();
   for (int i = 0; i < l->count && st == AG_OK; i++) {
     ag_tensor *t = l->tensors[i];
-    ag_tensor *src = entry_tensor(f, find(f, l->names[i]), ag_tensor_device(t));
+    ag_tensor *src = entry_tensor(f, find(f, l->names[i]), ag_tensor_device(t), t->dtype);
     st = src ? ag_copy_(t, src) : ag_last_status();
     ag_tensor_release(src);
   }

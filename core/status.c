@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "anygrad/version.h"
 #include "internal.h"
 
 static _Thread_local char tl_msg[1024];
@@ -46,3 +47,12 @@ ag_status ag_error_set(ag_status s, const char *fmt, ...) {
   tl_status = s;
   return s;
 }
+
+int ag_version(int *out_major, int *out_minor, int *out_patch) {
+  if (out_major) *out_major = AG_VERSION_MAJOR;
+  if (out_minor) *out_minor = AG_VERSION_MINOR;
+  if (out_patch) *out_patch = AG_VERSION_PATCH;
+  return AG_VERSION_NUMBER;
+}
+
+const char *ag_version_string(void) { return AG_VERSION_STRING; }

@@ -191,7 +191,58 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
 static void storage_release(ag_storage *st) {
   if (atomic_fetch_sub_explicit(&st->refcount, 1, memory_order_acq_rel) != 1) return;
   if (st->block) ag__free(st->block);
+  if (st->external && st->ext_free) {
+    /* Queued kernels may still read or write the caller's memory: wait for
+     * them before handing it back. If the wait is refused (sync-debug mode
+     * error) the memory is kept rather than freed under a running kernel. */
+    if (ag__sync_device(st->ds, "ag_tensor_release (wrapped memory)") == AG_OK)
+      st->ext_free(st->ext_data, st->ext_ctx);
+    else {
+      char why[512]; /* the message buffer is the one being rewritten */
+      snprintf(why, sizeof why, "%s", ag_last_error());
+      ag_error_set(ag_last_status(), "%s; the wrapped memory was not returned to its deleter", why);
+    }
+  }
   free(st);
+}
+
+ag_tensor *ag__tensor_wrap(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t *shape,
+                           const int64_t *strides, void *data, size_t byte_offset, size_t nbytes,
+                           void (*free_fn)(void *, void *), void *ctx) {
+  size_t es = ag_dtype_size(dt);
+  if (byte_offset % es != 0) {
+    ag_error_set(AG_ERR_INVALID, "byte offset %zu is not a multiple of the %s element size", byte_offset,
+                 ag_dtype_name(dt));
+    return NULL;
+  }
+  ag_storage *st = malloc(sizeof *st);
+  if (AG_UNLIKELY(!st)) {
+    ag_error_set(AG_ERR_OOM, "out of host memory");
+    return NULL;
+  }
+  atomic_init(&st->refcount, 1);
+  st->ds = ds;
+  st->nbytes = nbytes;
+  st->block = NULL;
+  st->base = data;
+  st->offset = 0;
+  st->external = true;
+  st->ext_free = NULL; /* set once the tensor exists: a failure here calls nothing */
+  st->ext_data = data;
+  st->ext_ctx = ctx;
+  ag_tensor *t = header_new(dt, ndim, shape);
+  if (AG_UNLIKELY(!t)) {
+    free(st);
+    return NULL;
+  }
+  t->st = st;
+  if (strides)
+    for (int i = 0; i < ndim; i++) t->strides[i] = strides[i];
+  else
+    ag__contiguous_strides(ndim, shape, t->strides);
+  t->offset = (int64_t)(byte_offset / es);
+  st->ext_free = free_fn;
+  return t;
 }
 
 ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t *shape) {
@@ -212,6 +263,8 @@ ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t 
   st->ds = ds;
   st->nbytes = bytes;
   st->block = NULL;
+  st->external = false;
+  st->ext_free = NULL;
   if (AG_UNLIKELY(ag__alloc(ds, bytes ? bytes : 1, ag__current_stream(ds), AG_MEM_OTHER, &st->block) != AG_OK)) {
     free(st);
     return NULL;

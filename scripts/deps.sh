@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3)
+  pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,14 +1,14 @@
 # Caching allocator: white-box tests over a fake backend, and the public API on
 # the CPU backend. Both are meaningful under -DAG_SANITIZE=thread (threads).
 add_executable(alloc_fake_test ${CMAKE_CURRENT_SOURCE_DIR}/alloc_fake_test.c)
-target_include_directories(alloc_fake_test PRIVATE ${AG_CMOCKA_INCLUDE} ${CMAKE_SOURCE_DIR}/core)
+target_include_directories(alloc_fake_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/core)
 target_link_libraries(alloc_fake_test PRIVATE anygrad_static ${AG_CMOCKA_LIB})
 add_test(NAME alloc_fake COMMAND alloc_fake_test)
 set_tests_properties(alloc_fake PROPERTIES ENVIRONMENT "AG_ALLOC_CONF=" TIMEOUT 120 LABELS threads)
 
 if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/alloc_cpu_test.c)
   add_executable(alloc_cpu_test ${CMAKE_CURRENT_SOURCE_DIR}/alloc_cpu_test.c)
-  target_include_directories(alloc_cpu_test PRIVATE ${AG_CMOCKA_INCLUDE} ${CMAKE_SOURCE_DIR}/core)
+  target_include_directories(alloc_cpu_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/core)
   target_link_libraries(alloc_cpu_test PRIVATE anygrad_static ${AG_CMOCKA_LIB})
   add_test(NAME alloc_cpu COMMAND alloc_cpu_test)
   set_tests_properties(alloc_cpu PROPERTIES ENVIRONMENT "AG_ALLOC_CONF=" TIMEOUT 120)

@@ -3,7 +3,7 @@
 # present, skipped otherwise).
 if(TARGET anygrad_examples)
   add_executable(amp_test ${CMAKE_CURRENT_SOURCE_DIR}/amp_test.c)
-  target_include_directories(amp_test PRIVATE ${AG_CMOCKA_INCLUDE} ${CMAKE_SOURCE_DIR}/examples)
+  target_include_directories(amp_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/examples)
   target_link_libraries(amp_test PRIVATE anygrad anygrad_examples ${AG_CMOCKA_LIB} m)
   add_test(NAME amp COMMAND amp_test)
   set_tests_properties(amp PROPERTIES TIMEOUT 600 LABELS amp)

@@ -6,7 +6,7 @@ if(TARGET anygrad-cli AND Python3_Interpreter_FOUND)
                 resume_seed metadata temp_files fifo ulimit profiler_output docs cuda_reason)
     add_test(NAME cli_${_case}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cli_test.py $<TARGET_FILE:anygrad-cli>
-                     ${CMAKE_CURRENT_BINARY_DIR}/cli_${_case} ${CMAKE_SOURCE_DIR} $<TARGET_FILE_DIR:anygrad> ${_case})
+                     ${CMAKE_CURRENT_BINARY_DIR}/cli_${_case} ${PROJECT_SOURCE_DIR} $<TARGET_FILE_DIR:anygrad> ${_case})
     set_tests_properties(cli_${_case} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "cli")
   endforeach()
 endif()

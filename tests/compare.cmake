@@ -1,8 +1,8 @@
 # `anygrad compare` (tools/cmd_compare.c) run in-process by cmocka, and the
 # command line itself on two CPU replicas, which must agree exactly.
 if(TARGET anygrad_examples)
-  add_executable(compare_test ${CMAKE_CURRENT_SOURCE_DIR}/compare_test.c ${CMAKE_SOURCE_DIR}/tools/cmd_compare.c
-                 ${CMAKE_SOURCE_DIR}/tools/cli.c)
+  add_executable(compare_test ${CMAKE_CURRENT_SOURCE_DIR}/compare_test.c ${PROJECT_SOURCE_DIR}/tools/cmd_compare.c
+                 ${PROJECT_SOURCE_DIR}/tools/cli.c)
   target_compile_definitions(compare_test PRIVATE AG_TEST_TMPDIR="${CMAKE_CURRENT_BINARY_DIR}")
   target_link_libraries(compare_test PRIVATE anygrad_examples anygrad ${AG_CMOCKA_LIB} m)
   add_test(NAME compare COMMAND compare_test)

@@ -1,9 +1,9 @@
 # Conformance: the op engine of tools/conformance.c run per backend, and the
 # `anygrad check` command as CI runs it.
-set(AG_CONF_SRC ${CMAKE_SOURCE_DIR}/tools/conformance.c)
+set(AG_CONF_SRC ${PROJECT_SOURCE_DIR}/tools/conformance.c)
 
 add_executable(ops_test ${CMAKE_CURRENT_SOURCE_DIR}/ops_test.c ${AG_CONF_SRC})
-target_include_directories(ops_test PRIVATE ${AG_CMOCKA_INCLUDE} ${CMAKE_SOURCE_DIR}/tools)
+target_include_directories(ops_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/tools)
 target_link_libraries(ops_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
 add_test(NAME ops_cpu COMMAND ops_test cpu)
 add_test(NAME ops_opencl COMMAND ops_test opencl)

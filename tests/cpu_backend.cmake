@@ -1,8 +1,8 @@
 # CPU backend: conversions, Philox, memory, streams (both modes) and kernels
 # driven through the backend vtable.
 add_executable(cpu_backend_test ${CMAKE_CURRENT_SOURCE_DIR}/cpu_backend_test.c)
-target_include_directories(cpu_backend_test PRIVATE ${AG_CMOCKA_INCLUDE} ${CMAKE_SOURCE_DIR}/core
-                           ${CMAKE_SOURCE_DIR}/backends/cpu)
+target_include_directories(cpu_backend_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/core
+                           ${PROJECT_SOURCE_DIR}/backends/cpu)
 target_link_libraries(cpu_backend_test PRIVATE anygrad_static ${AG_CMOCKA_LIB} m)
 add_test(NAME cpu_backend_inline COMMAND cpu_backend_test)
 set_tests_properties(cpu_backend_inline PROPERTIES ENVIRONMENT "AG_CPU_STREAMS=inline" TIMEOUT 300)
@@ -10,6 +10,6 @@ add_test(NAME cpu_backend_threaded COMMAND cpu_backend_test)
 set_tests_properties(cpu_backend_threaded PROPERTIES ENVIRONMENT "AG_CPU_STREAMS=threaded" TIMEOUT 300 LABELS threads)
 
 # Launch-overhead and throughput measurements (not a test).
-add_executable(cpu_backend_bench ${CMAKE_SOURCE_DIR}/backends/cpu/bench/cpu_backend_bench.c)
-target_include_directories(cpu_backend_bench PRIVATE ${CMAKE_SOURCE_DIR}/core ${CMAKE_SOURCE_DIR}/backends/cpu)
+add_executable(cpu_backend_bench ${PROJECT_SOURCE_DIR}/backends/cpu/bench/cpu_backend_bench.c)
+target_include_directories(cpu_backend_bench PRIVATE ${PROJECT_SOURCE_DIR}/core ${PROJECT_SOURCE_DIR}/backends/cpu)
 target_link_libraries(cpu_backend_bench PRIVATE anygrad_static m)

@@ -215,6 +215,158 @@ static void test_corrupt_files(void **state) {
   assert_int_equal(ag_safetensors_open("/nonexistent/x.safetensors", &none), AG_ERR_IO);
 }
 
+
+/* Every dtype of the format, in a file whose bytes come from PyTorch
+ * (tests/data/st_all_dtypes.py): the file opens; tensors anygrad holds load
+ * as they are; I64 (position_ids, num_batches_tracked), I16, I8, U8 and BOOL
+ * are refused by name by ag_safetensors_get and converted by
+ * ag_safetensors_get_as with a range check; F8 is listed and refused by
+ * name. What was loaded is saved again and read back by PyTorch. */
+static void expect_i32(const ag_safetensors *f, const char *name, int n, const int32_t *want) {
+  ag_tensor *t = ag_safetensors_get_as(f, name, AG_CPU, AG_I32);
+  if (!t) fail_msg("%s: %s", name, ag_last_error());
+  assert_int_equal(ag_tensor_numel(t), n);
+  int32_t got[8];
+  assert_int_equal(ag_to_host(t, got, (size_t)n * 4), AG_OK);
+  assert_memory_equal(got, want, (size_t)n * 4);
+  ag_tensor_release(t);
+}
+
+static void test_torch_every_dtype(void **state) {
+  (void)state;
+  if (access("/usr/bin/python3", X_OK) != 0 || system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0)
+    skip();
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/st_all_dtypes.py write %s", AG_TEST_DATA, path);
+  assert_int_equal(system(cmd), 0);
+  ag_safetensors *f = NULL;
+  if (ag_safetensors_open(path, &f) != AG_OK) fail_msg("%s", ag_last_error());
+  assert_int_equal(ag_safetensors_count(f), 13);
+  const char *want_dt[13] = {"F64", "F32", "F16", "BF16", "I32", "I64", "I64", "I64", "I16", "I8", "U8", "BOOL",
+                             "F8_E4M3"};
+  for (int i = 0; i < 13; i++) assert_string_equal(ag_safetensors_dtype(f, i), want_dt[i]);
+  assert_null(ag_safetensors_dtype(f, 13));
+  /* held as they are */
+  ag_tensor *f64 = ag_safetensors_get(f, "f64", AG_CPU);
+  double d[3];
+  assert_int_equal(ag_to_host(f64, d, sizeof d), AG_OK);
+  assert_true(d[0] == 1.5 && d[1] == -2.25 && d[2] == 1e300);
+  ag_tensor *f16 = ag_safetensors_get_as(f, "f16", AG_CPU, AG_F32);
+  float h[3];
+  assert_int_equal(ag_to_host(f16, h, sizeof h), AG_OK);
+  assert_true(h[0] == 0.5f && h[1] == -1.0f && h[2] == 65504.0f);
+  ag_tensor_release(f16);
+  ag_tensor *bf = ag_safetensors_get(f, "bf16", AG_CPU);
+  assert_int_equal(ag_tensor_dtype(bf), AG_BF16);
+  ag_tensor_release(bf);
+  ag_tensor *bf32 = ag_safetensors_get_as(f, "bf16", AG_CPU, AG_F32);
+  assert_int_equal(ag_to_host(bf32, h, sizeof h), AG_OK);
+  assert_true(h[0] == 1.0f && h[1] == -3.0f && h[2] == 256.0f);
+  ag_tensor_release(bf32);
+  /* I64 named, not "corrupt" */
+  assert_null(ag_safetensors_get(f, "position_ids", AG_CPU));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  assert_non_null(strstr(ag_last_error(), "'position_ids' is I64"));
+  assert_non_null(strstr(ag_last_error(), "ag_safetensors_get_as"));
+  const int32_t pos[5] = {0, 1, 2, 3, 4}, nbt[1] = {123456}, i16[2] = {-32768, 32767}, i8[2] = {-128, 127},
+                u8[2] = {0, 255}, mask[3] = {1, 0, 1};
+  expect_i32(f, "position_ids", 5, pos);
+  expect_i32(f, "bn.num_batches_tracked", 1, nbt);
+  expect_i32(f, "i16", 2, i16);
+  expect_i32(f, "i8", 2, i8);
+  expect_i32(f, "u8", 2, u8);
+  expect_i32(f, "mask", 3, mask);
+  ag_tensor *pid = ag_safetensors_get_as(f, "position_ids", AG_CPU, AG_I32);
+  assert_int_equal(ag_tensor_ndim(pid), 2);
+  assert_int_equal(ag_tensor_dim(pid, 1), 5);
+  /* range check, and the same values as f64 */
+  assert_null(ag_safetensors_get_as(f, "big", AG_CPU, AG_I32));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_non_null(strstr(ag_last_error(), "1099511627776"));
+  ag_tensor *big = ag_safetensors_get_as(f, "big", AG_CPU, AG_F64);
+  assert_int_equal(ag_to_host(big, d, 16), AG_OK);
+  assert_true(d[0] == 1099511627776.0 && d[1] == -3.0);
+  ag_tensor_release(big);
+  /* floats do not silently become integers; F8 is skippable, by name */
+  assert_null(ag_safetensors_get_as(f, "f32", AG_CPU, AG_I32));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  assert_null(ag_safetensors_get(f, "f8", AG_CPU));
+  assert_non_null(strstr(ag_last_error(), "F8_E4M3"));
+  assert_null(ag_safetensors_get_as(f, "f8", AG_CPU, AG_F32));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  /* save what was loaded (converted ones as i32) and let PyTorch check it */
+  ag_param_list l = {0};
+  const char *keep[] = {"f64", "f32", "f16", "bf16", "i32"};
+  const char *conv[] = {"position_ids", "bn.num_batches_tracked", "i16", "i8", "u8", "mask"};
+  ag_tensor *held[11];
+  int nh = 0;
+  for (int i = 0; i < 5; i++) ag_params_add(&l, keep[i], held[nh++] = ag_safetensors_get(f, keep[i], AG_CPU));
+  for (int i = 0; i < 6; i++)
+    ag_params_add(&l, conv[i], held[nh++] = ag_safetensors_get_as(f, conv[i], AG_CPU, AG_I32));
+  ag_safetensors_close(f);
+  if (ag_safetensors_save(path, &l, 0, NULL, NULL) != AG_OK) fail_msg("%s", ag_last_error());
+  ag_params_free(&l);
+  for (int i = 0; i < nh; i++) ag_tensor_release(held[i]);
+  ag_tensor_release(pid);
+  ag_tensor_release(f64);
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/st_all_dtypes.py check %s", AG_TEST_DATA, path);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Without torch: a hand-made file with I64 and BOOL tensors opens and
+ * converts; duplicate metadata keys and control characters in names are
+ * refused, and names in messages are escaped (issue 12 item 14). */
+static void test_int_bool_and_names(void **state) {
+  (void)state;
+  unsigned char data[16 + 3 + 5] = {0};
+  int64_t v[2] = {-5, 1LL << 33};
+  memcpy(data, v, 16);
+  data[16] = 1;
+  data[18] = 1;
+  with_header("{\"__metadata__\":{\"a\":\"1\"},\"ids\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]},"
+              "\"m\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[16,19]},"
+              "\"u\":{\"dtype\":\"U8\",\"shape\":[5],\"data_offsets\":[19,24]}}",
+              0);
+  /* with_header wrote no data: append it */
+  FILE *fp = fopen(path, "ab");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(data, 1, sizeof data, fp), sizeof data);
+  fclose(fp);
+  ag_safetensors *f = NULL;
+  if (ag_safetensors_open(path, &f) != AG_OK) fail_msg("%s", ag_last_error());
+  assert_string_equal(ag_safetensors_dtype(f, 0), "I64");
+  assert_null(ag_safetensors_get_as(f, "ids", AG_CPU, AG_I32)); /* 2^33 */
+  assert_non_null(strstr(ag_last_error(), "element 1"));
+  ag_tensor *x = ag_safetensors_get_as(f, "ids", AG_CPU, AG_F32);
+  float fx[2];
+  assert_int_equal(ag_to_host(x, fx, sizeof fx), AG_OK);
+  assert_true(fx[0] == -5.0f && fx[1] == 8589934592.0f);
+  ag_tensor_release(x);
+  ag_tensor *m = ag_safetensors_get_as(f, "m", AG_CPU, AG_F32);
+  assert_int_equal(ag_to_host(m, fx, 8), AG_ERR_INVALID); /* wrong size: 3 elements */
+  float fm[3];
+  assert_int_equal(ag_to_host(m, fm, sizeof fm), AG_OK);
+  assert_true(fm[0] == 1.0f && fm[1] == 0.0f && fm[2] == 1.0f);
+  ag_tensor_release(m);
+  /* a missing name with a control character is printed escaped */
+  assert_null(ag_safetensors_get(f, "bad\x01name", AG_CPU));
+  assert_non_null(strstr(ag_last_error(), "'bad\\x01name'"));
+  ag_safetensors_close(f);
+
+  with_header("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0);
+  expect_corrupt("duplicate metadata key");
+  assert_non_null(strstr(ag_last_error(), "'k' appears twice"));
+  with_header("{\"a\\nb\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
+  expect_corrupt("control character in a tensor name");
+  assert_non_null(strstr(ag_last_error(), "'a\\x0ab'"));
+  assert_null(strchr(ag_last_error(), '\n'));
+  with_header("{\"__metadata__\":{\"x\\u0007\":\"1\"}}", 0);
+  expect_corrupt("control character in a metadata key");
+  with_header("{\"q\\u001b[2J\":{\"dtype\":\"Q8\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
+  expect_corrupt("escape sequence in a name");
+  assert_null(strchr(ag_last_error(), '\x1b'));
+}
+
 /* A save that fails leaves the previous checkpoint intact and no temp file. */
 static void test_atomic_save(void **state) {
   (void)state;
@@ -253,6 +405,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_python_plain_reads_it, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_atomic_save, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_torch_every_dtype, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_int_bool_and_names, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,6 +41,10 @@ int main(int argc, char **argv) {
       {"memory", ag_cmd_memory, "caching allocator statistics of a device"},
   };
   int n = (int)(sizeof cmds / sizeof cmds[0]);
+  if (argc >= 2 && !strcmp(argv[1], "--version")) {
+    printf("anygrad %s\n", ag_version_string());
+    return 0;
+  }
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(cmds, n);
     return argc < 2 ? AG_EXIT_USAGE : AG_EXIT_OK;

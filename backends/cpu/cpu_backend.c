@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "anygrad/cpu.h"
+#include "half.h"
 
 /* ---- stream mode: the one process-wide setting of this backend. It is
  * guarded by g_mode_mu and frozen once the first stream exists, because
@@ -113,7 +114,7 @@ static ag_status cpu_device_props(int dev, ag_device_props *out) {
   snprintf(out->arch, sizeof out->arch, "x86-64%s%s%s",
            __builtin_cpu_supports("avx2") ? " avx2" : "",
            __builtin_cpu_supports("avx512f") ? " avx512f" : "",
-           __builtin_cpu_supports("f16c") ? " f16c" : "");
+           ag__cpu_has_f16c() ? " f16c" : "");
 #elif defined(__aarch64__)
   snprintf(out->arch, sizeof out->arch, "aarch64");
 #else

@@ -2,12 +2,14 @@
 #ifndef ANYGRAD_H
 #define ANYGRAD_H
 
-#define ANYGRAD_VERSION_MAJOR 0
-#define ANYGRAD_VERSION_MINOR 1
-#define ANYGRAD_VERSION_PATCH 0
-#define ANYGRAD_VERSION_STRING "0.1.0"
-
 #include "anygrad/status.h"
+#include "anygrad/version.h"
+/* Older spellings of the version macros (version.h is the source). */
+#define ANYGRAD_VERSION_MAJOR AG_VERSION_MAJOR
+#define ANYGRAD_VERSION_MINOR AG_VERSION_MINOR
+#define ANYGRAD_VERSION_PATCH AG_VERSION_PATCH
+#define ANYGRAD_VERSION_STRING AG_VERSION_STRING
+
 #include "anygrad/device.h"
 #include "anygrad/tensor.h"
 #include "anygrad/ops.h"
@@ -16,17 +18,10 @@
 #include "anygrad/amp.h"
 #include "anygrad/loader.h"
 #include "anygrad/cpu.h"
-#if __has_include("anygrad/autograd.h")
 #include "anygrad/autograd.h"
-#endif
-#if __has_include("anygrad/nn.h")
 #include "anygrad/nn.h"
-#endif
-#if __has_include("anygrad/optim.h")
 #include "anygrad/optim.h"
-#endif
-#if __has_include("anygrad/serialize.h")
 #include "anygrad/serialize.h"
-#endif
+#include "anygrad/interop.h"
 
 #endif

@@ -34,7 +34,11 @@ typedef struct ag_device {
   int16_t index;   /* ordinal within the backend */
 } ag_device;
 
+#ifdef __cplusplus
+#define AG_CPU (ag_device{AG_BACKEND_CPU, 0})
+#else
 #define AG_CPU ((ag_device){AG_BACKEND_CPU, 0})
+#endif
 
 typedef struct ag_device_props {
   char name[128];

@@ -26,10 +26,15 @@ AG_API ag_status ag_safetensors_save(const char *path, const ag_param_list *l, i
 
 typedef struct ag_safetensors ag_safetensors;
 
-/* Read and validate a file: header length within the file, JSON syntax,
- * known dtypes (F32 F16 BF16 I32 F64), shapes, byte ranges equal to
- * numel*dtype size, in bounds, non-overlapping and covering the data
- * section. Owned by the caller: ag_safetensors_close.
+/* Open and validate a file: header length within the file, JSON syntax,
+ * dtypes of the format (F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL
+ * F8_E4M3 F8_E5M2; a tensor anygrad cannot hold does not fail the file),
+ * shapes, byte ranges equal to numel*dtype size, in bounds, non-overlapping
+ * and covering the data section; metadata keys unique; no control
+ * characters in tensor names or metadata keys. The file is memory-mapped:
+ * opening costs the header, and each get copies one tensor from the mapping
+ * (names in error messages are escaped). Owned by the caller:
+ * ag_safetensors_close.
  * Errors: AG_ERR_IO (cannot open/read), AG_ERR_CORRUPT naming the problem
  * ("ckpt.safetensors: truncated: header says 9000 data bytes, file has 120"). */
 AG_API ag_status ag_safetensors_open(const char *path, ag_safetensors **out);
@@ -41,9 +46,22 @@ AG_API const char *ag_safetensors_name(const ag_safetensors *f, int i);
 /* Metadata value for key, borrowed, or NULL. */
 AG_API const char *ag_safetensors_meta(const ag_safetensors *f, const char *key);
 
+/* The format's dtype name of tensor i ("I64", "BOOL", "F8_E4M3", ...).
+ * Borrowed; NULL when i is out of range. */
+AG_API const char *ag_safetensors_dtype(const ag_safetensors *f, int i);
+
 /* A new tensor on device d with the stored contents. NULL with
- * AG_ERR_INVALID when there is no such name. */
+ * AG_ERR_INVALID when there is no such name, AG_ERR_DTYPE naming the
+ * tensor and its dtype when anygrad cannot hold it (I64, BOOL, U8, F8...). */
 AG_API ag_tensor *ag_safetensors_get(const ag_safetensors *f, const char *name, ag_device d);
+
+/* The same, converted to dtype `as`: integers and BOOL (as 0/1) to i32
+ * (AG_ERR_INVALID naming the element when a value is outside the i32 range)
+ * or to a float type; floats to float types (to i32 is refused:
+ * AG_ERR_DTYPE). F8 tensors are refused (AG_ERR_DTYPE). Same dtype: as
+ * ag_safetensors_get. */
+AG_API ag_tensor *ag_safetensors_get_as(const ag_safetensors *f, const char *name, ag_device d,
+                                        ag_dtype as);
 
 /* Copy every tensor of l from the file (names must all be present with equal
  * dtype and shape; extra tensors in the file are ignored). Nothing is

@@ -10,10 +10,29 @@
 extern "C" {
 #endif
 
+/* AG_API marks the public functions: exported while the library itself is
+ * built (AG_BUILDING_LIBRARY), imported by its users, and nothing at all
+ * for a static library (define AG_STATIC, as the CMake package and
+ * anygrad.pc do for it). Compilers without GNU attributes get plain
+ * declarations. */
 #if defined(_WIN32)
+#if defined(AG_STATIC)
+#define AG_API
+#elif defined(AG_BUILDING_LIBRARY)
 #define AG_API __declspec(dllexport)
 #else
+#define AG_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__) || defined(__clang__)
 #define AG_API __attribute__((visibility("default")))
+#else
+#define AG_API
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define AG_PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define AG_PRINTF_LIKE(fmt, args)
 #endif
 
 typedef enum ag_status {
@@ -54,7 +73,7 @@ AG_API void ag_error_clear(void);
  * thread and return `s`. Used by the core and by backends; user code may use it
  * in its own callbacks (loader workers) so the message reaches the caller. */
 AG_API ag_status ag_error_set(ag_status s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+    AG_PRINTF_LIKE(2, 3);
 
 #ifdef __cplusplus
 }

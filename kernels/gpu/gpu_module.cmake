@@ -2,11 +2,11 @@
 # kernels plus one vendor file with the vendor compiler (nvcc or hipcc) as
 # custom commands, and link the objects into a backend module that exports
 # only ag_backend_module_get.
-set(AG_GPU_DIR ${CMAKE_SOURCE_DIR}/kernels/gpu)
+set(AG_GPU_DIR ${PROJECT_SOURCE_DIR}/kernels/gpu)
 file(GLOB AG_GPU_KERNEL_SOURCES CONFIGURE_DEPENDS ${AG_GPU_DIR}/*.cu)
 file(GLOB AG_GPU_HEADERS CONFIGURE_DEPENDS ${AG_GPU_DIR}/*.h ${AG_GPU_DIR}/*.cuh
-     ${CMAKE_SOURCE_DIR}/include/anygrad/*.h)
-option(AG_GPU_WERROR "Treat warnings as errors in GPU sources" ON)
+     ${PROJECT_SOURCE_DIR}/include/anygrad/*.h)
+option(AG_GPU_WERROR "Treat warnings as errors in GPU sources" ${AG_WERROR}) # off when embedded
 
 # ag_gpu_objects(<out_var> <tag> <compiler> <flags...> SOURCES <files...>)
 function(ag_gpu_objects out tag compiler)
@@ -16,7 +16,7 @@ function(ag_gpu_objects out tag compiler)
     get_filename_component(_n ${_src} NAME_WE)
     set(_o ${CMAKE_CURRENT_BINARY_DIR}/${tag}_${_n}.o)
     add_custom_command(OUTPUT ${_o}
-      COMMAND ${compiler} ${A_FLAGS} -I${CMAKE_SOURCE_DIR}/include -I${AG_GPU_DIR} -c ${_src} -o ${_o}
+      COMMAND ${compiler} ${A_FLAGS} -I${PROJECT_SOURCE_DIR}/include -I${AG_GPU_DIR} -c ${_src} -o ${_o}
       DEPENDS ${_src} ${AG_GPU_HEADERS}
       COMMENT "${tag}: ${_n}"
       VERBATIM)
