@@ -49,7 +49,8 @@ struct builtins {
   dim3 grid_dim;
   int warp;
 };
-AGEMU_HIDDEN extern thread_local builtins *tl_cur;
+/* __thread, not thread_local: no C++ TLS init wrapper on every access */
+AGEMU_HIDDEN extern __thread builtins *tl_cur;
 AGEMU_HIDDEN void syncthreads(const char *file, int line);
 enum shfl_kind { SHFL_XOR = 0, SHFL_DOWN = 1, SHFL_UP = 2, SHFL_IDX = 3 };
 /* Exchange 8 bytes with another lane of the warp (CUDA semantics for width

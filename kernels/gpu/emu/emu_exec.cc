@@ -77,7 +77,7 @@ asm(".text\n"
 
 namespace agemu {
 
-thread_local builtins *tl_cur;
+__thread builtins *tl_cur;
 
 namespace {
 
