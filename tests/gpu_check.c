@@ -309,11 +309,21 @@ static void cases_elementwise(void) {
     }
     for (int bo = 0; bo < AG_BINARY_COUNT; bo++) {
       for (int bc = 0; bc < 2; bc++) {
-        tcase *t = newcase("binary %d %s %s", bo, dname(dt), bc ? "broadcast [513,257]+[257]" : "contig [513,257]");
+        /* (abs backward left out: for a NaN gradient at x == 0 the CPU
+         * gives 0, the GPU NaN*sign(0) = NaN like torch) */
+        bool fl = dt != AG_I32 && bo != AG_B_ABS_BWD;
+        tcase *t = newcase("binary %d %s %s%s", bo, dname(dt), bc ? "broadcast [513,257]+[257]" : "contig [513,257]",
+                           fl ? " with NaN" : "");
         int64_t sh[2] = {513, 257};
         bool pos = bo == AG_B_POW_BWD || bo == AG_B_DIV;
         int a = nb(t, dt, 513 * 257, -3, 3);
         int b = nb(t, dt, bc ? 257 : 513 * 257, pos ? 0.5 : -3, 3);
+        /* NaN in either operand, sometimes in both: every op propagates it
+         * as the CPU does (maximum/minimum propagate it like torch.maximum) */
+        if (fl) {
+          for (int64_t i = 3; i < 513 * 257; i += 101) setv(dt, t->b[a].host, i, NAN);
+          for (int64_t i = 5; i < t->b[b].n; i += 89) setv(dt, t->b[b].host, i, NAN);
+        }
         bool ex = dt == AG_I32 || bo == AG_B_MAX || bo == AG_B_MIN || bo == AG_B_EQ || bo == AG_B_GT || bo == AG_B_LT;
         int o = nbout(t, dt, 513 * 257, ex);
         t->c.op = AG_K_BINARY;
@@ -424,6 +434,69 @@ static void cases_reduce(void) {
         opnd(t, 1, x, 3, in);
         run(t);
       }
+  }
+}
+
+/* NaN, -inf, ties and empty rows: max/min propagate NaN, argmax takes the
+ * first NaN, else the first maximum, and 0 for a row of -inf or an empty
+ * row (the CPU backend's rules, as torch.argmax); every reduction path:
+ * rows (inner == 1, one and several blocks per row), columns, split. */
+static void cases_reduce_nan(void) {
+  static const int64_t shapes[][3] = {{64, 999, 1}, {3, 100000, 1}, {7, 513, 65}, {1, 70000, 3}, {5, 0, 1},
+                                      {2, 0, 3}};
+  for (int di = 0; di < 3; di++) {
+    ag_dtype dt = FL[di];
+    for (int r = 0; r < AG_REDUCE_COUNT; r++)
+      for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t *sh = shapes[s];
+        tcase *t = newcase("reduce %d %s [%lld,%lld,%lld] NaN, -inf, ties, empty rows", r, dname(dt),
+                           (long long)sh[0], (long long)sh[1], (long long)sh[2]);
+        int64_t in[3] = {sh[0], sh[1], sh[2]}, out[2] = {sh[0], sh[2]};
+        int64_t O = sh[0], R = sh[1], I = sh[2];
+        int x = nb(t, dt, O * R * I, -2, 2);
+        for (int64_t o = 0; o < O; o++)
+          for (int64_t j = 0; j < I; j++) {
+            int kind = (int)((o * I + j) % 6);
+            for (int64_t k = 0; k < R; k++) {
+              int64_t e = (o * R + k) * I + j;
+              double v = getv(dt, t->b[x].host, e);
+              if (kind == 1 && (k == R / 3 || k == R / 2)) v = NAN;   /* two NaN, first wins */
+              if (kind == 2) v = NAN;                                    /* all NaN */
+              if (kind == 3) v = -INFINITY;                              /* all -inf */
+              if (kind == 4) v = k % 7 == 2 ? 3 : v;                     /* ties of the maximum */
+              if (kind == 5 && k == R - 1) v = NAN;                      /* NaN last */
+              setv(dt, t->b[x].host, e, v);
+            }
+          }
+        ag_dtype odt = r == AG_R_ARGMAX ? AG_I32 : dt;
+        int o = nbout(t, odt, O * I, r != AG_R_SUM);
+        if (r == AG_R_SUM) t->b[o].tol = dt == AG_F32 ? 1e-10 : dt == AG_F16 ? 1e-5 : 1e-4;
+        t->c.op = AG_K_REDUCE;
+        t->c.sub = r;
+        t->c.s[0] = 1;
+        t->c.i[0] = O;
+        t->c.i[1] = R;
+        t->c.i[2] = I;
+        opnd(t, 0, o, 2, out);
+        opnd(t, 1, x, 3, in);
+        run(t);
+      }
+  }
+  /* i32 sums beyond the i32 range saturate as on the CPU */
+  for (int neg = 0; neg < 2; neg++) {
+    tcase *t = newcase("reduce 0 i32 [6,1000,1] sum %s the i32 range (saturates)", neg ? "below" : "above");
+    int64_t in[3] = {6, 1000, 1}, out[2] = {6, 1};
+    int x = nb(t, AG_I32, 6000, neg ? -2147483000.0 : 1e9, neg ? -1e9 : 2147483000.0);
+    int o = nbout(t, AG_I32, 6, true);
+    t->c.op = AG_K_REDUCE;
+    t->c.sub = AG_R_SUM;
+    t->c.s[0] = 1;
+    t->c.i[0] = 6;
+    t->c.i[1] = 1000;
+    t->c.i[2] = 1;
+    opnd(t, 0, o, 2, out);
+    opnd(t, 1, x, 3, in);
+    run(t);
   }
 }
 
@@ -724,6 +797,7 @@ int main(int argc, char **argv) {
   }
   cases_elementwise();
   cases_reduce();
+  cases_reduce_nan();
   cases_matmul();
   cases_rows();
   cases_embedding();

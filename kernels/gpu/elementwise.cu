@@ -135,8 +135,10 @@ AGK_DEV float binary_f(int op, float a, float b, float s0) {
     case AG_B_SUB: return a - b;
     case AG_B_MUL: return a * b;
     case AG_B_DIV: return a / b;
-    case AG_B_MAX: return fmaxf(a, b);
-    case AG_B_MIN: return fminf(a, b);
+    /* NaN in either operand gives NaN, as the CPU and torch.maximum do
+     * (fmaxf/fminf would return the other operand) */
+    case AG_B_MAX: return (a > b || a != a) ? a : b;
+    case AG_B_MIN: return (a < b || a != a) ? a : b;
     case AG_B_EQ: return a == b ? 1.f : 0.f;
     case AG_B_GT: return a > b ? 1.f : 0.f;
     case AG_B_LT: return a < b ? 1.f : 0.f;

@@ -16,16 +16,24 @@ template <typename A> AGK_DEV agk_pair<A> red_ident(int op) {
   p.v = op == AG_R_SUM ? (A)0 : op == AG_R_MIN ? (A)INFINITY : (A)-INFINITY;
   return p;
 }
+/* The CPU backend's rules (backends/cpu/cpu_kernels.c, as torch): max and
+ * min propagate NaN; argmax orders NaN above everything and takes the first
+ * index among equals, so it is the first NaN, else the first maximum. The
+ * identity's index (INT64_MAX) loses every tie and is never stored. */
 template <typename A> AGK_DEV agk_pair<A> red_comb(int op, agk_pair<A> a, agk_pair<A> b) {
   switch (op) {
     case AG_R_SUM: a.v += b.v; return a;
-    case AG_R_MAX: a.v = b.v > a.v ? b.v : a.v; return a;
-    case AG_R_MIN: a.v = b.v < a.v ? b.v : a.v; return a;
-    default: /* argmax: first maximum */
-      if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
+    case AG_R_MAX: a.v = b.v > a.v || b.v != b.v ? b.v : a.v; return a;
+    case AG_R_MIN: a.v = b.v < a.v || b.v != b.v ? b.v : a.v; return a;
+    default: {
+      bool bn = b.v != b.v, an = a.v != a.v;
+      if ((bn && !an) || b.v > a.v || ((b.v == a.v || (bn && an)) && b.i < a.i)) return b;
       return a;
+    }
   }
 }
+/* argmax of an empty row is 0, as on the CPU */
+AGK_DEV int32_t red_index(long long i) { return i == 0x7fffffffffffffffLL ? 0 : (int32_t)i; }
 template <typename A> AGK_DEV agk_pair<A> red_shfl(agk_pair<A> p, int m) {
   agk_pair<A> q;
   q.v = AGK_SHFL_XOR(p.v, m, AGK_WARP);
@@ -47,15 +55,16 @@ template <typename A> AGK_DEV agk_pair<A> red_block(int op, agk_pair<A> p, int t
 
 template <typename T, typename A> AGK_DEV void red_store(T *out, long long j, agk_pair<A> p, int op, double scale) {
   if (op == AG_R_ARGMAX)
-    ((int32_t *)out)[j] = (int32_t)p.i;
+    ((int32_t *)out)[j] = red_index(p.i);
   else if (op == AG_R_SUM)
     out[j] = agk_fromf<T>((float)(p.v * (A)scale));
   else
     out[j] = agk_fromf<T>((float)p.v);
 }
 template <typename A> AGK_DEV void red_store_i32(int32_t *out, long long j, agk_pair<A> p, int op, double scale) {
-  if (op == AG_R_ARGMAX) out[j] = (int32_t)p.i;
-  else if (op == AG_R_SUM) out[j] = (int32_t)(p.v * scale);
+  /* a sum beyond the i32 range saturates, as the CPU stores it */
+  if (op == AG_R_ARGMAX) out[j] = red_index(p.i);
+  else if (op == AG_R_SUM) out[j] = agk_sat_i32((double)p.v * scale);
   else out[j] = (int32_t)p.v;
 }
 template <typename T, typename A> struct red_out {
