@@ -500,6 +500,92 @@ static void cases_reduce_nan(void) {
   }
 }
 
+/* Work beyond a bounded grid (grid-stride loops): 67,108,865 rows of two
+ * elements exceed HIP's 2^32 work-items with one 64-thread block per row;
+ * the other cases are small but larger than the grid the launchers choose
+ * on the emulator (4 units), so every loop runs more than once. */
+static void cases_grid_stride(void) {
+  {
+    int64_t O = 67108865, R = 1, in[3] = {O, R, 1}, out[2] = {O, 1};
+    tcase *t = newcase("reduce 1 f16 [67108865,1,1] (rows beyond HIP's 2^32 work-items)");
+    int x = nb(t, AG_F16, 0, 0, 0), o = nb(t, AG_F16, 0, 0, 0);
+    /* filled by bit pattern (finite halves in (-2, 2)): random fills of
+     * 134M elements would dominate the run */
+    for (int k = 0; k < 2; k++) {
+      buf *b = &t->b[k == 0 ? x : o];
+      b->n = k == 0 ? O * R : O;
+      free(b->host);
+      b->host = malloc((size_t)b->n * 2);
+      uint16_t *h = (uint16_t *)b->host;
+      for (int64_t i = 0; i < b->n; i++) h[i] = (uint16_t)(((uint32_t)i * 2654435761u >> 9) & 0xbbffu);
+    }
+    t->b[o].out = true;
+    t->b[o].exact = true;
+    t->c.op = AG_K_REDUCE;
+    t->c.sub = AG_R_MAX;
+    t->c.s[0] = 1;
+    t->c.i[0] = O;
+    t->c.i[1] = R;
+    t->c.i[2] = 1;
+    opnd(t, 0, o, 2, out);
+    opnd(t, 1, x, 3, in);
+    run(t);
+  }
+  {
+    tcase *t = newcase("arange f32 [70001] (beyond the grid)");
+    int64_t sh[1] = {70001};
+    int o = nbout(t, AG_F32, 70001, true);
+    t->c.op = AG_K_ARANGE;
+    t->c.s[0] = -10;
+    t->c.s[1] = 0.25;
+    opnd(t, 0, o, 1, sh);
+    run(t);
+  }
+  for (int nrm = 0; nrm < 2; nrm++) {
+    tcase *t = newcase("%s f32 [600001] (beyond the grid)", nrm ? "randn" : "rand");
+    int64_t sh[1] = {600001};
+    int o = nbout(t, AG_F32, 600001, !nrm);
+    if (nrm) t->b[o].tol = 1e-9;
+    t->c.op = nrm ? AG_K_RAND_NORMAL : AG_K_RAND_UNIFORM;
+    t->c.s[0] = 0;
+    t->c.s[1] = 1;
+    t->c.seed = 7;
+    t->c.offset = 3;
+    opnd(t, 0, o, 1, sh);
+    run(t);
+  }
+  {
+    tcase *t = newcase("dropout f32 p=0.5 [600001] (beyond the grid)");
+    int64_t sh[1] = {600001};
+    int x = nb(t, AG_F32, 600001, -2, 2), o = nbout(t, AG_F32, 600001, true), m = nbout(t, AG_F32, 600001, true);
+    t->c.op = AG_K_DROPOUT;
+    t->c.s[0] = 0.5;
+    t->c.seed = 9;
+    opnd(t, 0, o, 1, sh);
+    opnd(t, 1, x, 1, sh);
+    opnd(t, 2, m, 1, sh);
+    run(t);
+  }
+  {
+    tcase *t = newcase("sgd momentum 2 tensors, 2.2M elements (chunks beyond the grid)");
+    static const int64_t sz[2] = {2200001, 1234};
+    for (int k = 0; k < 2; k++) {
+      int p = nbout(t, AG_F32, sz[k], false), g = nb(t, AG_F32, sz[k], -1, 1), m = nbout(t, AG_F32, sz[k], false);
+      int ids[3] = {p, g, m};
+      for (int j = 0; j < 3; j++) {
+        t->mb[t->nm] = ids[j];
+        t->m.t[t->nm].dtype = AG_F32;
+        t->m.t[t->nm].numel = sz[k];
+        t->nm++;
+      }
+    }
+    t->c.op = AG_K_SGD;
+    t->c.s[0] = 0.1; t->c.s[1] = 0.9; t->c.s[2] = 0; t->c.s[3] = 1e-4;
+    t->c.n_operands = 2;
+    run(t);
+  }
+}
+
 static void cases_matmul(void) {
   for (int di = 0; di < 3; di++) {
     ag_dtype dt = FL[di];
@@ -530,11 +616,43 @@ static void cases_matmul(void) {
   }
 }
 
+/* Shapes beyond the 65,535 of gridDim.y/z: a batch of 65,536 tiny
+ * matrices and M = 4,194,305 rows (the fallback GEMM is meant for shapes
+ * cuBLAS cannot take). */
+static void cases_matmul_big(void) {
+  {
+    int64_t Bn = 65536, M = 3, K = 5, N = 2;
+    tcase *t = newcase("matmul f32 batch 65536 [65536,3,5]@[65536,5,2] (grid beyond 65535 in y/z)");
+    int64_t as[3] = {Bn, M, K}, bs[3] = {Bn, K, N}, os[3] = {Bn, M, N};
+    int a = nb(t, AG_F32, Bn * M * K, -1, 1), b = nb(t, AG_F32, Bn * K * N, -1, 1), o = nbout(t, AG_F32, Bn * M * N, false);
+    t->b[o].tol = 1e-7;
+    t->c.op = AG_K_MATMUL;
+    t->c.s[0] = 1;
+    opnd(t, 0, o, 3, os);
+    opnd(t, 1, a, 3, as);
+    opnd(t, 2, b, 3, bs);
+    run(t);
+  }
+  {
+    int64_t M = 4194305, K = 1, N = 1;
+    tcase *t = newcase("matmul f16 M=4194305 [4194305,1]@[1,1] (grid beyond 65535 in y/z)");
+    int64_t as[2] = {M, K}, bs[2] = {K, N}, os[2] = {M, N};
+    int a = nb(t, AG_F16, M * K, -1, 1), b = nb(t, AG_F16, K * N, -1, 1), o = nbout(t, AG_F16, M * N, false);
+    t->c.op = AG_K_MATMUL;
+    t->c.s[0] = 1;
+    opnd(t, 0, o, 2, os);
+    opnd(t, 1, a, 2, as);
+    opnd(t, 2, b, 2, bs);
+    run(t);
+  }
+}
+
 static void cases_rows(void) {
-  static const int64_t shapes[][2] = {{300, 77}, {64, 5000}, {3, 1}};
+  /* [2000, 7] and [70, 1500]: more rows than the grid on the emulator */
+  static const int64_t shapes[][2] = {{300, 77}, {64, 5000}, {3, 1}, {2000, 7}, {70, 1500}};
   for (int di = 0; di < 3; di++) {
     ag_dtype dt = FL[di];
-    for (size_t s = 0; s < 3; s++) {
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       int64_t R = shapes[s][0], C = shapes[s][1], sh[2] = {R, C}, sr[1] = {R}, sc[1] = {C};
       for (int lg = 0; lg < 2; lg++) {
         tcase *t = newcase("%s %s [%lld,%lld]", lg ? "log_softmax" : "softmax", dname(dt), (long long)R, (long long)C);
@@ -798,7 +916,9 @@ int main(int argc, char **argv) {
   cases_elementwise();
   cases_reduce();
   cases_reduce_nan();
+  cases_grid_stride();
   cases_matmul();
+  cases_matmul_big();
   cases_rows();
   cases_embedding();
   cases_multi();
