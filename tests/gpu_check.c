@@ -49,6 +49,7 @@ typedef struct tcase {
   buf b[MAXB];
   int nb;
   bool want_error; /* the case must set the kernel error word */
+  bool repeat;     /* run a second time on the device: outputs must be bitwise equal */
 } tcase;
 
 static size_t dsz(ag_dtype dt) { return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_F64 ? 8 : 4; }
@@ -246,6 +247,32 @@ static void run(tcase *t) {
     } else if (!b->exact && nmse > tol_of(b)) {
       snprintf(why, sizeof why, "buffer %d NMSE %.3g > %.3g (max abs diff %.3g)", i, nmse, tol_of(b), worst);
       ok = false;
+    }
+  }
+  if (ok && t->repeat) { /* from the same inputs again: bit for bit */
+    for (int i = 0; i < t->nb && ok; i++) {
+      size_t by = (size_t)(t->b[i].n > 0 ? t->b[i].n : 1) * dsz(t->b[i].dt);
+      if ((st = B->copy_h2d(S, t->b[i].dev, 0, t->b[i].host, by, false)) != AG_OK) ok = false;
+    }
+    if (!ok || (st = B->launch(S, &gc)) != AG_OK || (st = B->stream_synchronize(S)) != AG_OK ||
+        (st = B->take_kernel_error(S, &ge)) != AG_OK) {
+      snprintf(why, sizeof why, "second run: %s", mod_last_error ? mod_last_error() : "?");
+      ok = false;
+      goto done;
+    }
+    for (int i = 0; i < t->nb && ok; i++) {
+      buf *b = &t->b[i];
+      if (!b->out) continue;
+      size_t by = (size_t)(b->n > 0 ? b->n : 1) * dsz(b->dt);
+      void *again = malloc(by);
+      if (!again || B->copy_d2h(S, again, b->dev, 0, by) != AG_OK || B->stream_synchronize(S) != AG_OK) {
+        snprintf(why, sizeof why, "second copy back failed");
+        ok = false;
+      } else if (memcmp(again, b->gpu_back, by) != 0) {
+        snprintf(why, sizeof why, "buffer %d differs between two runs", i);
+        ok = false;
+      }
+      free(again);
     }
   }
 done:
@@ -787,6 +814,77 @@ static void cases_embedding(void) {
   }
 }
 
+/* Deterministic mode (AG_KF_DETERMINISTIC): the ops that use float atomics
+ * otherwise run twice with bitwise equal results; embedding backward adds in
+ * the CPU's order, so it also equals the CPU bit for bit. */
+static void cases_deterministic(void) {
+  for (int di = 0; di < 3; di++) {
+    ag_dtype dt = FL[di];
+    int64_t N = 4000, D = 96, V = 37, os[2] = {N, D}, ts[2] = {V, D}, is[1] = {N};
+    tcase *t = newcase("embedding_bwd %s N=4000 D=96 V=37 deterministic (equals the CPU bitwise, twice)", dname(dt));
+    int dt_ = nb(t, AG_F32, V * D, -1, 1), dout = nb(t, dt, N * D, -1, 1), ix = nb(t, AG_I32, N, 0, (double)V);
+    t->b[dt_].out = true;
+    t->b[dt_].exact = true;
+    t->repeat = true;
+    t->c.op = AG_K_EMBEDDING_BWD;
+    t->c.flags = AG_KF_DETERMINISTIC;
+    t->c.i[0] = N;
+    t->c.i[1] = D;
+    t->c.i[2] = V;
+    opnd(t, 0, dt_, 2, ts);
+    opnd(t, 1, dout, 2, os);
+    opnd(t, 2, ix, 1, is);
+    run(t);
+  }
+  static const int64_t lns[][2] = {{4000, 96}, {64, 3000}}; /* dw/db: 11 chunks; one chunk */
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof lns / sizeof lns[0]; s++) {
+      ag_dtype dt = FL[di];
+      int64_t R = lns[s][0], C = lns[s][1], sh[2] = {R, C}, sr[1] = {R}, sc[1] = {C};
+      tcase *t = newcase("layer_norm_bwd %s [%lld,%lld] w deterministic (twice)", dname(dt), (long long)R, (long long)C);
+      int dx = nbout(t, dt, R * C, false), dy = nb(t, dt, R * C, -1, 1), x = nb(t, dt, R * C, -3, 5);
+      int mu = nb(t, AG_F32, R, 0.5, 1.5), rs = nb(t, AG_F32, R, 0.3, 1.0), w = nb(t, dt, C, 0.5, 1.5);
+      int dw = nbout(t, AG_F32, C, false), db = nbout(t, AG_F32, C, false);
+      t->b[dw].tol = t->b[db].tol = 1e-8;
+      t->repeat = true;
+      t->c.op = AG_K_LAYERNORM_BWD;
+      t->c.flags = AG_KF_DETERMINISTIC;
+      t->c.i[0] = R;
+      t->c.i[1] = C;
+      opnd(t, 0, dx, 2, sh);
+      opnd(t, 1, dy, 2, sh);
+      opnd(t, 2, x, 2, sh);
+      opnd(t, 3, mu, 1, sr);
+      opnd(t, 4, rs, 1, sr);
+      opnd(t, 5, w, 1, sc);
+      t->nm = 2;
+      t->mb[0] = dw;
+      t->mb[1] = db;
+      t->m.t[0].dtype = t->m.t[1].dtype = AG_F32;
+      t->m.t[0].numel = t->m.t[1].numel = C;
+      run(t);
+    }
+  {
+    static const int64_t sizes[] = {2200001, 70001, 5};
+    tcase *t = newcase("sumsq f32+f16+bf16 2.3M elements deterministic (twice)");
+    for (int k = 0; k < 3; k++) {
+      int x = nb(t, FL[k], sizes[k], -2, 2);
+      t->mb[t->nm] = x;
+      t->m.t[t->nm].dtype = FL[k];
+      t->m.t[t->nm].numel = sizes[k];
+      t->nm++;
+    }
+    int64_t one[1] = {1};
+    int o = nbout(t, AG_F32, 1, false);
+    t->b[o].tol = 1e-10;
+    t->repeat = true;
+    t->c.op = AG_K_SUMSQ;
+    t->c.flags = AG_KF_DETERMINISTIC;
+    opnd(t, 0, o, 0, one);
+    run(t);
+  }
+}
+
 static void cases_multi(void) {
   static const int64_t sizes[] = {1000, 70001, 5, 16384 * 3};
   const int ns = 4;
@@ -922,6 +1020,7 @@ int main(int argc, char **argv) {
   cases_rows();
   cases_embedding();
   cases_multi();
+  cases_deterministic();
   B->stream_destroy(S);
   printf("gpu_check: %d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
   return n_fail ? 1 : 0;

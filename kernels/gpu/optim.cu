@@ -35,9 +35,13 @@ AGK_DEV void mt_store(void *p, int dt, long long i, float v) {
   }
 }
 
+/* part (deterministic SUMSQ, else NULL): block b stores the sum of its
+ * chunks, taken in grid-stride order, at part[b] instead of adding it to
+ * *flag with an atomic; k_sumsq_final adds the partials in a fixed order. */
 __global__ void k_multi(int op, const agk_mt_entry *tab, int n, long long nchunks, agk_opt_params prm,
-                        const float *inv_scale, float *flag) {
+                        const float *inv_scale, float *flag, float *part) {
   __shared__ float sh[32];
+  float tot = 0.f;
   if ((op == AG_K_ADAMW || op == AG_K_SGD) && flag && *flag != 0.f) return;
   /* grid-stride over chunks: the grid is bounded (agk_blocks) */
   for (long long bi = blockIdx.x; bi < nchunks; bi += gridDim.x) {
@@ -86,9 +90,19 @@ __global__ void k_multi(int op, const agk_mt_entry *tab, int n, long long nchunk
         s += x * x;
       }
       s = agk_block_sum(s, sh);
-      if (threadIdx.x == 0 && s != 0.f) atomicAdd(flag, s);
+      if (part) tot += s;
+      else if (threadIdx.x == 0 && s != 0.f) atomicAdd(flag, s);
     }
   }
+  if (part && threadIdx.x == 0) part[blockIdx.x] = tot;
+}
+/* *out = the sum of part[0 .. n): one block, fixed order. */
+__global__ void k_sumsq_final(float *out, const float *part, long long n) {
+  __shared__ float sh[32];
+  float s = 0.f;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+  s = agk_block_sum(s, sh);
+  if (threadIdx.x == 0) *out = s;
 }
 
 gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c) {
@@ -137,7 +151,12 @@ gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c) {
     prm.lr = (float)c->s[0]; prm.momentum = (float)c->s[1]; prm.dampening = (float)c->s[2];
     prm.wd = (float)c->s[3]; prm.nesterov = c->s[4] != 0; prm.first_step = c->s[5] != 0;
   }
-  agk_launch(k_multi, agk_blocks(chunks, 1, 256, agk_wave(env, 256)), 256, 0, env->stream, c->op,
-             (const agk_mt_entry *)env->table_dev, n, chunks, prm, inv, flag);
+  unsigned g = agk_blocks(chunks, 1, 256, agk_wave(env, 256));
+  /* deterministic SUMSQ: per-block partials in the scratch (g <= agk_wave
+   * floats, far below its size) */
+  float *part = c->op == AG_K_SUMSQ && (c->flags & AG_KF_DETERMINISTIC) ? (float *)env->scratch : (float *)0;
+  agk_launch(k_multi, g, 256, 0, env->stream, c->op, (const agk_mt_entry *)env->table_dev, n, chunks, prm, inv, flag,
+             part);
+  if (part) agk_launch(k_sumsq_final, 1, 256, 0, env->stream, flag, (const float *)part, (long long)g);
   return gpuGetLastError();
 }

@@ -412,8 +412,10 @@ __global__ void k_layernorm_bwd(T *dx, const T *dy, const T *x, const float *mea
   }
 }
 /* dw[d] = sum_n dy*xhat, db[d] = sum_n dy: columns over a chunk of rows,
- * accumulated with atomics into zeroed outputs. */
-template <typename T>
+ * accumulated with atomics into zeroed outputs; in deterministic mode (DET)
+ * chunk c stores its sums at dw[c * D + d] (partials in scratch, or the
+ * outputs when there is one chunk), summed in chunk order by k_chunk_sum. */
+template <typename T, bool DET>
 __global__ void k_layernorm_dwdb(float *dw, float *db, const T *dy, const T *x, const float *mean,
                                  const float *rstd, long long R, long long D, long long rows_per) {
   long long col = (long long)blockIdx.x * 32 + threadIdx.x;
@@ -434,8 +436,22 @@ __global__ void k_layernorm_dwdb(float *dw, float *db, const T *dy, const T *x, 
       sw += shw[k][threadIdx.x];
       sb += shb[k][threadIdx.x];
     }
-    if (dw) atomicAdd(dw + col, sw);
-    if (db) atomicAdd(db + col, sb);
+    if (DET) {
+      if (dw) dw[blockIdx.y * D + col] = sw;
+      if (db) db[blockIdx.y * D + col] = sb;
+    } else {
+      if (dw) atomicAdd(dw + col, sw);
+      if (db) atomicAdd(db + col, sb);
+    }
+  }
+}
+/* out[j] = sum over c < chunks of part[c * n + j], in chunk order. */
+__global__ void k_chunk_sum(float *out, const float *part, long long n, long long chunks) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += stride) {
+    float s = part[j];
+    for (long long c = 1; c < chunks; c++) s += part[c * n + j];
+    out[j] = s;
   }
 }
 
@@ -520,19 +536,34 @@ template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, con
     float *db = c->multi->count >= 2 && c->multi->t[1].base
                     ? (float *)((char *)c->multi->t[1].base + c->multi->t[1].offset)
                     : (float *)0;
+    bool det = (c->flags & AG_KF_DETERMINISTIC) != 0;
     gpuError_t e;
-    if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
-    if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+    if (!(det && R > 0)) {
+      if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+      if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+    }
     if (R > 0 && (dw || db)) {
       long long tiles = (D + 31) / 32, want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 8;
       long long chunks = (want + tiles - 1) / tiles, maxc = (R + 31) / 32;
       if (chunks > maxc) chunks = maxc;
       if (chunks > 65535) chunks = 65535;
+      /* deterministic: both partial arrays [chunks, D] fit in the scratch */
+      if (det && chunks > (long long)(env->scratch_bytes / 8) / D) chunks = (long long)(env->scratch_bytes / 8) / D;
       if (chunks < 1) chunks = 1;
       long long rows_per = (R + chunks - 1) / chunks;
       chunks = (R + rows_per - 1) / rows_per;
       dim3 grid((unsigned)tiles, (unsigned)chunks), blk(32, 8);
-      agk_launch(k_layernorm_dwdb<T>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
+      if (!det) {
+        agk_launch(k_layernorm_dwdb<T, false>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
+      } else if (chunks == 1) {
+        agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
+      } else {
+        float *pw = dw ? (float *)env->scratch : (float *)0, *pb = db ? (float *)env->scratch + chunks * D : (float *)0;
+        agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, pw, pb, dy, x, mean, rstd, R, D, rows_per);
+        unsigned g = agk_blocks(D, 256, 256, agk_wave(env, 256));
+        if (dw) agk_launch(k_chunk_sum, g, 256, 0, env->stream, dw, (const float *)pw, D, chunks);
+        if (db) agk_launch(k_chunk_sum, g, 256, 0, env->stream, db, (const float *)pb, D, chunks);
+      }
     }
   }
   return gpuGetLastError();
@@ -565,6 +596,22 @@ __global__ void k_embedding_bwd(float *dt, const T *dout, const int32_t *idx, lo
     if (k >= 0 && k < V) atomicAdd(dt + k * D + d, agk_tof(dout[i]));
   }
 }
+/* Deterministic variant: thread t owns column d = t % D of the table rows
+ * in vocabulary slice t / D and adds the rows of dout that index it in
+ * order n = 0, 1, ..: the CPU's order, so the sums equal the CPU's bit for
+ * bit. Every thread scans all N indices (a broadcast load per warp). */
+template <typename T>
+__global__ void k_embedding_bwd_det(float *dt, const T *dout, const int32_t *idx, long long N, long long D,
+                                    long long V, long long slice, long long nthreads) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < nthreads; t += stride) {
+    long long d = t % D, v0 = (t / D) * slice, v1 = v0 + slice < V ? v0 + slice : V;
+    for (long long n = 0; n < N; n++) {
+      long long k = idx[n];
+      if (k >= v0 && k < v1) dt[k * D + d] += agk_tof(dout[n * D + d]);
+    }
+  }
+}
 gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c) {
   long long N = c->i[0], D = c->i[1], V = c->i[2];
   if (N * D == 0) return gpuSuccess;
@@ -578,6 +625,20 @@ gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c) {
   long long N = c->i[0], D = c->i[1], V = c->i[2];
   if (N * D == 0) return gpuSuccess;
   if (V <= 0) V = c->o[0].ndim > 0 ? c->o[0].shape[0] : 0;
+  if (V <= 0) return gpuSuccess;
+  if (c->flags & AG_KF_DETERMINISTIC) {
+    /* enough (column, slice) threads to fill the device, slices of at
+     * least one row */
+    long long want = agk_wave(env, 256) * 256, slices = (want + D - 1) / D;
+    if (slices > V) slices = V;
+    long long slice = (V + slices - 1) / slices;
+    slices = (V + slice - 1) / slice;
+    AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
+                       agk_launch(k_embedding_bwd_det<T>, agk_blocks(D * slices, 256, 256, 0), 256, 0, env->stream,
+                                  (float *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
+                                  (const int32_t *)agk_ptr(&c->o[2]), N, D, V, slice, D * slices));
+    return gpuGetLastError();
+  }
   unsigned g = agk_blocks(N * D, 256, 256, agk_wave(env, 256));
   AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
                      agk_launch(k_embedding_bwd<T>, g, 256, 0, env->stream, (float *)agk_ptr(&c->o[0]),
