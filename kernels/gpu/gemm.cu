@@ -26,73 +26,86 @@ agk_mat agk_mat_of(const ag_koperand *o) {
   return m;
 }
 
+/* One 64x64 output tile at (m0, n0) of the matrices at A, B, C. */
 template <typename T>
+AGK_DEV void gemm_tile(T *C, const T *A, const T *B, long long M, long long N, long long K, long long sam,
+                       long long sak, long long sbk, long long sbn, float alpha, float beta, long long m0,
+                       long long n0, float (*As)[GB_M + 4], float (*Bs)[GB_N + 4]) {
+  int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) acc[i][j] = 0.f;
+  bool a_rowmajor = sak == 1, b_rowmajor = sbn == 1;
+  for (long long k0 = 0; k0 < K; k0 += GB_K) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      int idx = tid + r * 256, mm, kk;
+      if (a_rowmajor) { mm = idx / GB_K; kk = idx % GB_K; }
+      else { mm = idx % GB_M; kk = idx / GB_M; }
+      long long gm = m0 + mm, gk = k0 + kk;
+      As[kk][mm] = gm < M && gk < K ? agk_tof(A[gm * sam + gk * sak]) : 0.f;
+      int nn;
+      if (b_rowmajor) { nn = idx % GB_N; kk = idx / GB_N; }
+      else { nn = idx / GB_K; kk = idx % GB_K; }
+      long long gn = n0 + nn;
+      gk = k0 + kk;
+      Bs[kk][nn] = gn < N && gk < K ? agk_tof(B[gk * sbk + gn * sbn]) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < GB_K; kk++) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads(); /* also separates this tile's reads from the next tile's loads */
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    long long gm = m0 + ty + 16 * i;
+    if (gm >= M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      long long gn = n0 + tx + 16 * j;
+      if (gn >= N) continue;
+      float v = alpha * acc[i][j];
+      if (beta != 0.f) v += beta * agk_tof(C[gm * N + gn]);
+      C[gm * N + gn] = agk_fromf<T>(v);
+    }
+  }
+}
+
+/* FLAT == false: grid (n tiles, m tiles, batch), one tile per block, for
+ * shapes within every vendor's grid limits (the common case).
+ * FLAT == true: tiles numbered (batch, m tile, n tile), n fastest, taken in a
+ * grid-stride loop over a 1-D grid, for M > 4,194,240 rows or a batch over
+ * 65,535 (gridDim.y/z are limited to 65,535 on CUDA). */
+template <typename T, bool FLAT>
 __global__ void __launch_bounds__(256) k_gemm(T *C, const T *A, const T *B, long long M, long long N, long long K,
                                               long long sam, long long sak, long long sab, long long sbk,
                                               long long sbn, long long sbb, float alpha, float beta,
                                               long long ntn, long long ntiles) {
   __shared__ float As[GB_K][GB_M + 4];
   __shared__ float Bs[GB_K][GB_N + 4];
-  int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  /* Output tiles are numbered (batch, m tile, n tile), n fastest, and taken
-   * in a grid-stride loop over a 1-D grid: gridDim.y/z (65535 on CUDA) would
-   * bound M to 4,194,240 rows and the batch to 65,535. */
+  if (!FLAT) {
+    long long bz = blockIdx.z;
+    gemm_tile(C + bz * M * N, A + bz * sab, B + bz * sbb, M, N, K, sam, sak, sbk, sbn, alpha, beta,
+              (long long)blockIdx.y * GB_M, (long long)blockIdx.x * GB_N, As, Bs);
+    return;
+  }
+  long long ntm = (M + GB_M - 1) / GB_M;
   for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
-    long long tn = t % ntn, tmb = t / ntn, ntm = (M + GB_M - 1) / GB_M;
-    long long bz = tmb / ntm;
-    long long m0 = (tmb - bz * ntm) * GB_M, n0 = tn * GB_N;
-    const T *Ab = A + bz * sab, *Bb = B + bz * sbb;
-    T *Cb = C + bz * M * N;
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-      for (int j = 0; j < 4; j++) acc[i][j] = 0.f;
-    bool a_rowmajor = sak == 1, b_rowmajor = sbn == 1;
-    for (long long k0 = 0; k0 < K; k0 += GB_K) {
-#pragma unroll
-      for (int r = 0; r < 4; r++) {
-        int idx = tid + r * 256, mm, kk;
-        if (a_rowmajor) { mm = idx / GB_K; kk = idx % GB_K; }
-        else { mm = idx % GB_M; kk = idx / GB_M; }
-        long long gm = m0 + mm, gk = k0 + kk;
-        As[kk][mm] = gm < M && gk < K ? agk_tof(Ab[gm * sam + gk * sak]) : 0.f;
-        int nn;
-        if (b_rowmajor) { nn = idx % GB_N; kk = idx / GB_N; }
-        else { nn = idx / GB_K; kk = idx % GB_K; }
-        long long gn = n0 + nn;
-        gk = k0 + kk;
-        Bs[kk][nn] = gn < N && gk < K ? agk_tof(Bb[gk * sbk + gn * sbn]) : 0.f;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int kk = 0; kk < GB_K; kk++) {
-        float a[4], b[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
-#pragma unroll
-        for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-          for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
-      }
-      __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      long long gm = m0 + ty + 16 * i;
-      if (gm >= M) continue;
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        long long gn = n0 + tx + 16 * j;
-        if (gn >= N) continue;
-        float v = alpha * acc[i][j];
-        if (beta != 0.f) v += beta * agk_tof(Cb[gm * N + gn]);
-        Cb[gm * N + gn] = agk_fromf<T>(v);
-      }
-    }
-    /* no barrier before the next tile: the k loop ends with one */
+    long long tmb = t / ntn, bz = tmb / ntm;
+    gemm_tile(C + bz * M * N, A + bz * sab, B + bz * sbb, M, N, K, sam, sak, sbk, sbn, alpha, beta,
+              (tmb - bz * ntm) * GB_M, (t - tmb * ntn) * GB_N, As, Bs);
   }
 }
 
@@ -108,10 +121,17 @@ template <typename T> static gpuError_t gemm_go(const agk_env *env, const ag_ker
   long long sbk = b->strides[b->ndim - 2], sbn = b->strides[b->ndim - 1];
   /* size-1 dims: make the layout test (stride == 1) pick the coalesced path */
   if (K == 1) { sak = 1; sbk = 1; }
-  long long ntn = (N + GB_N - 1) / GB_N, ntiles = ntn * ((M + GB_M - 1) / GB_M) * batch;
-  agk_launch(k_gemm<T>, agk_blocks(ntiles, 1, 256, agk_wave(env, 256)), 256, 0, env->stream, (T *)agk_ptr(o),
-             (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K, sam, sak, sab, sbk, sbn, sbb, (float)c->s[0],
-             (float)c->s[1], ntn, ntiles);
+  long long ntn = (N + GB_N - 1) / GB_N, ntm = (M + GB_M - 1) / GB_M, ntiles = ntn * ntm * batch;
+  /* 3-D grid within CUDA's (x < 2^31, y, z <= 65535) and HIP's (x * 256 <
+   * 2^32) limits, else the flat grid-stride form */
+  if (ntm <= 65535 && batch <= 65535 && ntn < (1LL << 24))
+    agk_launch(k_gemm<T, false>, dim3((unsigned)ntn, (unsigned)ntm, (unsigned)batch), 256, 0, env->stream,
+               (T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K, sam, sak, sab, sbk, sbn, sbb,
+               (float)c->s[0], (float)c->s[1], ntn, ntiles);
+  else
+    agk_launch(k_gemm<T, true>, agk_blocks(ntiles, 1, 256, agk_wave(env, 256)), 256, 0, env->stream,
+               (T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K, sam, sak, sab, sbk, sbn, sbb,
+               (float)c->s[0], (float)c->s[1], ntn, ntiles);
   return gpuGetLastError();
 }
 
