@@ -246,7 +246,10 @@ template <int TPR> AGK_DEV float row_max(float v, float *sh) {
   return agk_block_max(v, sh);
 }
 /* (m, s) pairs of the online softmax: s = sum(exp(x - m)). Combining never
- * evaluates exp(-inf - -inf). */
+ * evaluates exp(-inf - -inf). The row kernels use the fast __expf: its
+ * error grows with |x| (CUDA: 2 + 1.17|x| ulp) but x = logit - max <= 0 and
+ * a term with large |x| is a negligible share of the row; docs/gpu.md
+ * bounds the effect on probabilities and the loss. */
 AGK_DEV void ms_comb(float &m, float &s, float m2, float s2) {
   if (m2 == -INFINITY) return;
   if (m == -INFINITY) { m = m2; s = s2; return; }
