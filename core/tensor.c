@@ -373,6 +373,7 @@ bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char 
 
 ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
   ag_stream *s = ag__current_stream(ds);
+  c->flags = ag_get_deterministic() ? AG_KF_DETERMINISTIC : 0u;
   ag_status st = ds->be->launch(s->bs, c);
   if (AG_UNLIKELY(st != AG_OK)) return st;
   /* Ops that validate indices on the device report through the error word;

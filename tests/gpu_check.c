@@ -49,6 +49,7 @@ typedef struct tcase {
   buf b[MAXB];
   int nb;
   bool want_error; /* the case must set the kernel error word */
+  bool repeat;     /* run a second time on the device: outputs must be bitwise equal */
 } tcase;
 
 static size_t dsz(ag_dtype dt) { return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_F64 ? 8 : 4; }
@@ -248,6 +249,32 @@ static void run(tcase *t) {
       ok = false;
     }
   }
+  if (ok && t->repeat) { /* from the same inputs again: bit for bit */
+    for (int i = 0; i < t->nb && ok; i++) {
+      size_t by = (size_t)(t->b[i].n > 0 ? t->b[i].n : 1) * dsz(t->b[i].dt);
+      if ((st = B->copy_h2d(S, t->b[i].dev, 0, t->b[i].host, by, false)) != AG_OK) ok = false;
+    }
+    if (!ok || (st = B->launch(S, &gc)) != AG_OK || (st = B->stream_synchronize(S)) != AG_OK ||
+        (st = B->take_kernel_error(S, &ge)) != AG_OK) {
+      snprintf(why, sizeof why, "second run: %s", mod_last_error ? mod_last_error() : "?");
+      ok = false;
+      goto done;
+    }
+    for (int i = 0; i < t->nb && ok; i++) {
+      buf *b = &t->b[i];
+      if (!b->out) continue;
+      size_t by = (size_t)(b->n > 0 ? b->n : 1) * dsz(b->dt);
+      void *again = malloc(by);
+      if (!again || B->copy_d2h(S, again, b->dev, 0, by) != AG_OK || B->stream_synchronize(S) != AG_OK) {
+        snprintf(why, sizeof why, "second copy back failed");
+        ok = false;
+      } else if (memcmp(again, b->gpu_back, by) != 0) {
+        snprintf(why, sizeof why, "buffer %d differs between two runs", i);
+        ok = false;
+      }
+      free(again);
+    }
+  }
 done:
   report(t, ok, why);
   for (int i = 0; i < t->nb; i++) {
@@ -309,11 +336,21 @@ static void cases_elementwise(void) {
     }
     for (int bo = 0; bo < AG_BINARY_COUNT; bo++) {
       for (int bc = 0; bc < 2; bc++) {
-        tcase *t = newcase("binary %d %s %s", bo, dname(dt), bc ? "broadcast [513,257]+[257]" : "contig [513,257]");
+        /* (abs backward left out: for a NaN gradient at x == 0 the CPU
+         * gives 0, the GPU NaN*sign(0) = NaN like torch) */
+        bool fl = dt != AG_I32 && bo != AG_B_ABS_BWD;
+        tcase *t = newcase("binary %d %s %s%s", bo, dname(dt), bc ? "broadcast [513,257]+[257]" : "contig [513,257]",
+                           fl ? " with NaN" : "");
         int64_t sh[2] = {513, 257};
         bool pos = bo == AG_B_POW_BWD || bo == AG_B_DIV;
         int a = nb(t, dt, 513 * 257, -3, 3);
         int b = nb(t, dt, bc ? 257 : 513 * 257, pos ? 0.5 : -3, 3);
+        /* NaN in either operand, sometimes in both: every op propagates it
+         * as the CPU does (maximum/minimum propagate it like torch.maximum) */
+        if (fl) {
+          for (int64_t i = 3; i < 513 * 257; i += 101) setv(dt, t->b[a].host, i, NAN);
+          for (int64_t i = 5; i < t->b[b].n; i += 89) setv(dt, t->b[b].host, i, NAN);
+        }
         bool ex = dt == AG_I32 || bo == AG_B_MAX || bo == AG_B_MIN || bo == AG_B_EQ || bo == AG_B_GT || bo == AG_B_LT;
         int o = nbout(t, dt, 513 * 257, ex);
         t->c.op = AG_K_BINARY;
@@ -427,6 +464,155 @@ static void cases_reduce(void) {
   }
 }
 
+/* NaN, -inf, ties and empty rows: max/min propagate NaN, argmax takes the
+ * first NaN, else the first maximum, and 0 for a row of -inf or an empty
+ * row (the CPU backend's rules, as torch.argmax); every reduction path:
+ * rows (inner == 1, one and several blocks per row), columns, split. */
+static void cases_reduce_nan(void) {
+  static const int64_t shapes[][3] = {{64, 999, 1}, {3, 100000, 1}, {7, 513, 65}, {1, 70000, 3}, {5, 0, 1},
+                                      {2, 0, 3}};
+  for (int di = 0; di < 3; di++) {
+    ag_dtype dt = FL[di];
+    for (int r = 0; r < AG_REDUCE_COUNT; r++)
+      for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t *sh = shapes[s];
+        tcase *t = newcase("reduce %d %s [%lld,%lld,%lld] NaN, -inf, ties, empty rows", r, dname(dt),
+                           (long long)sh[0], (long long)sh[1], (long long)sh[2]);
+        int64_t in[3] = {sh[0], sh[1], sh[2]}, out[2] = {sh[0], sh[2]};
+        int64_t O = sh[0], R = sh[1], I = sh[2];
+        int x = nb(t, dt, O * R * I, -2, 2);
+        for (int64_t o = 0; o < O; o++)
+          for (int64_t j = 0; j < I; j++) {
+            int kind = (int)((o * I + j) % 6);
+            for (int64_t k = 0; k < R; k++) {
+              int64_t e = (o * R + k) * I + j;
+              double v = getv(dt, t->b[x].host, e);
+              if (kind == 1 && (k == R / 3 || k == R / 2)) v = NAN;   /* two NaN, first wins */
+              if (kind == 2) v = NAN;                                    /* all NaN */
+              if (kind == 3) v = -INFINITY;                              /* all -inf */
+              if (kind == 4) v = k % 7 == 2 ? 3 : v;                     /* ties of the maximum */
+              if (kind == 5 && k == R - 1) v = NAN;                      /* NaN last */
+              setv(dt, t->b[x].host, e, v);
+            }
+          }
+        ag_dtype odt = r == AG_R_ARGMAX ? AG_I32 : dt;
+        int o = nbout(t, odt, O * I, r != AG_R_SUM);
+        if (r == AG_R_SUM) t->b[o].tol = dt == AG_F32 ? 1e-10 : dt == AG_F16 ? 1e-5 : 1e-4;
+        t->c.op = AG_K_REDUCE;
+        t->c.sub = r;
+        t->c.s[0] = 1;
+        t->c.i[0] = O;
+        t->c.i[1] = R;
+        t->c.i[2] = I;
+        opnd(t, 0, o, 2, out);
+        opnd(t, 1, x, 3, in);
+        run(t);
+      }
+  }
+  /* i32 sums beyond the i32 range saturate as on the CPU */
+  for (int neg = 0; neg < 2; neg++) {
+    tcase *t = newcase("reduce 0 i32 [6,1000,1] sum %s the i32 range (saturates)", neg ? "below" : "above");
+    int64_t in[3] = {6, 1000, 1}, out[2] = {6, 1};
+    int x = nb(t, AG_I32, 6000, neg ? -2147483000.0 : 1e9, neg ? -1e9 : 2147483000.0);
+    int o = nbout(t, AG_I32, 6, true);
+    t->c.op = AG_K_REDUCE;
+    t->c.sub = AG_R_SUM;
+    t->c.s[0] = 1;
+    t->c.i[0] = 6;
+    t->c.i[1] = 1000;
+    t->c.i[2] = 1;
+    opnd(t, 0, o, 2, out);
+    opnd(t, 1, x, 3, in);
+    run(t);
+  }
+}
+
+/* Work beyond a bounded grid (grid-stride loops): 67,108,865 rows of two
+ * elements exceed HIP's 2^32 work-items with one 64-thread block per row;
+ * the other cases are small but larger than the grid the launchers choose
+ * on the emulator (4 units), so every loop runs more than once. */
+static void cases_grid_stride(void) {
+  {
+    int64_t O = 67108865, R = 1, in[3] = {O, R, 1}, out[2] = {O, 1};
+    tcase *t = newcase("reduce 1 f16 [67108865,1,1] (rows beyond HIP's 2^32 work-items)");
+    int x = nb(t, AG_F16, 0, 0, 0), o = nb(t, AG_F16, 0, 0, 0);
+    /* filled by bit pattern (finite halves in (-2, 2)): random fills of
+     * 134M elements would dominate the run */
+    for (int k = 0; k < 2; k++) {
+      buf *b = &t->b[k == 0 ? x : o];
+      b->n = k == 0 ? O * R : O;
+      free(b->host);
+      b->host = malloc((size_t)b->n * 2);
+      uint16_t *h = (uint16_t *)b->host;
+      for (int64_t i = 0; i < b->n; i++) h[i] = (uint16_t)(((uint32_t)i * 2654435761u >> 9) & 0xbbffu);
+    }
+    t->b[o].out = true;
+    t->b[o].exact = true;
+    t->c.op = AG_K_REDUCE;
+    t->c.sub = AG_R_MAX;
+    t->c.s[0] = 1;
+    t->c.i[0] = O;
+    t->c.i[1] = R;
+    t->c.i[2] = 1;
+    opnd(t, 0, o, 2, out);
+    opnd(t, 1, x, 3, in);
+    run(t);
+  }
+  {
+    tcase *t = newcase("arange f32 [70001] (beyond the grid)");
+    int64_t sh[1] = {70001};
+    int o = nbout(t, AG_F32, 70001, true);
+    t->c.op = AG_K_ARANGE;
+    t->c.s[0] = -10;
+    t->c.s[1] = 0.25;
+    opnd(t, 0, o, 1, sh);
+    run(t);
+  }
+  for (int nrm = 0; nrm < 2; nrm++) {
+    tcase *t = newcase("%s f32 [600001] (beyond the grid)", nrm ? "randn" : "rand");
+    int64_t sh[1] = {600001};
+    int o = nbout(t, AG_F32, 600001, !nrm);
+    if (nrm) t->b[o].tol = 1e-9;
+    t->c.op = nrm ? AG_K_RAND_NORMAL : AG_K_RAND_UNIFORM;
+    t->c.s[0] = 0;
+    t->c.s[1] = 1;
+    t->c.seed = 7;
+    t->c.offset = 3;
+    opnd(t, 0, o, 1, sh);
+    run(t);
+  }
+  {
+    tcase *t = newcase("dropout f32 p=0.5 [600001] (beyond the grid)");
+    int64_t sh[1] = {600001};
+    int x = nb(t, AG_F32, 600001, -2, 2), o = nbout(t, AG_F32, 600001, true), m = nbout(t, AG_F32, 600001, true);
+    t->c.op = AG_K_DROPOUT;
+    t->c.s[0] = 0.5;
+    t->c.seed = 9;
+    opnd(t, 0, o, 1, sh);
+    opnd(t, 1, x, 1, sh);
+    opnd(t, 2, m, 1, sh);
+    run(t);
+  }
+  {
+    tcase *t = newcase("sgd momentum 2 tensors, 2.2M elements (chunks beyond the grid)");
+    static const int64_t sz[2] = {2200001, 1234};
+    for (int k = 0; k < 2; k++) {
+      int p = nbout(t, AG_F32, sz[k], false), g = nb(t, AG_F32, sz[k], -1, 1), m = nbout(t, AG_F32, sz[k], false);
+      int ids[3] = {p, g, m};
+      for (int j = 0; j < 3; j++) {
+        t->mb[t->nm] = ids[j];
+        t->m.t[t->nm].dtype = AG_F32;
+        t->m.t[t->nm].numel = sz[k];
+        t->nm++;
+      }
+    }
+    t->c.op = AG_K_SGD;
+    t->c.s[0] = 0.1; t->c.s[1] = 0.9; t->c.s[2] = 0; t->c.s[3] = 1e-4;
+    t->c.n_operands = 2;
+    run(t);
+  }
+}
+
 static void cases_matmul(void) {
   for (int di = 0; di < 3; di++) {
     ag_dtype dt = FL[di];
@@ -457,11 +643,43 @@ static void cases_matmul(void) {
   }
 }
 
+/* Shapes beyond the 65,535 of gridDim.y/z: a batch of 65,536 tiny
+ * matrices and M = 4,194,305 rows (the fallback GEMM is meant for shapes
+ * cuBLAS cannot take). */
+static void cases_matmul_big(void) {
+  {
+    int64_t Bn = 65536, M = 3, K = 5, N = 2;
+    tcase *t = newcase("matmul f32 batch 65536 [65536,3,5]@[65536,5,2] (grid beyond 65535 in y/z)");
+    int64_t as[3] = {Bn, M, K}, bs[3] = {Bn, K, N}, os[3] = {Bn, M, N};
+    int a = nb(t, AG_F32, Bn * M * K, -1, 1), b = nb(t, AG_F32, Bn * K * N, -1, 1), o = nbout(t, AG_F32, Bn * M * N, false);
+    t->b[o].tol = 1e-7;
+    t->c.op = AG_K_MATMUL;
+    t->c.s[0] = 1;
+    opnd(t, 0, o, 3, os);
+    opnd(t, 1, a, 3, as);
+    opnd(t, 2, b, 3, bs);
+    run(t);
+  }
+  {
+    int64_t M = 4194305, K = 1, N = 1;
+    tcase *t = newcase("matmul f16 M=4194305 [4194305,1]@[1,1] (grid beyond 65535 in y/z)");
+    int64_t as[2] = {M, K}, bs[2] = {K, N}, os[2] = {M, N};
+    int a = nb(t, AG_F16, M * K, -1, 1), b = nb(t, AG_F16, K * N, -1, 1), o = nbout(t, AG_F16, M * N, false);
+    t->c.op = AG_K_MATMUL;
+    t->c.s[0] = 1;
+    opnd(t, 0, o, 2, os);
+    opnd(t, 1, a, 2, as);
+    opnd(t, 2, b, 2, bs);
+    run(t);
+  }
+}
+
 static void cases_rows(void) {
-  static const int64_t shapes[][2] = {{300, 77}, {64, 5000}, {3, 1}};
+  /* [2000, 7] and [70, 1500]: more rows than the grid on the emulator */
+  static const int64_t shapes[][2] = {{300, 77}, {64, 5000}, {3, 1}, {2000, 7}, {70, 1500}};
   for (int di = 0; di < 3; di++) {
     ag_dtype dt = FL[di];
-    for (size_t s = 0; s < 3; s++) {
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       int64_t R = shapes[s][0], C = shapes[s][1], sh[2] = {R, C}, sr[1] = {R}, sc[1] = {C};
       for (int lg = 0; lg < 2; lg++) {
         tcase *t = newcase("%s %s [%lld,%lld]", lg ? "log_softmax" : "softmax", dname(dt), (long long)R, (long long)C);
@@ -596,6 +814,77 @@ static void cases_embedding(void) {
   }
 }
 
+/* Deterministic mode (AG_KF_DETERMINISTIC): the ops that use float atomics
+ * otherwise run twice with bitwise equal results; embedding backward adds in
+ * the CPU's order, so it also equals the CPU bit for bit. */
+static void cases_deterministic(void) {
+  for (int di = 0; di < 3; di++) {
+    ag_dtype dt = FL[di];
+    int64_t N = 4000, D = 96, V = 37, os[2] = {N, D}, ts[2] = {V, D}, is[1] = {N};
+    tcase *t = newcase("embedding_bwd %s N=4000 D=96 V=37 deterministic (equals the CPU bitwise, twice)", dname(dt));
+    int dt_ = nb(t, AG_F32, V * D, -1, 1), dout = nb(t, dt, N * D, -1, 1), ix = nb(t, AG_I32, N, 0, (double)V);
+    t->b[dt_].out = true;
+    t->b[dt_].exact = true;
+    t->repeat = true;
+    t->c.op = AG_K_EMBEDDING_BWD;
+    t->c.flags = AG_KF_DETERMINISTIC;
+    t->c.i[0] = N;
+    t->c.i[1] = D;
+    t->c.i[2] = V;
+    opnd(t, 0, dt_, 2, ts);
+    opnd(t, 1, dout, 2, os);
+    opnd(t, 2, ix, 1, is);
+    run(t);
+  }
+  static const int64_t lns[][2] = {{4000, 96}, {64, 3000}}; /* dw/db: 11 chunks; one chunk */
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof lns / sizeof lns[0]; s++) {
+      ag_dtype dt = FL[di];
+      int64_t R = lns[s][0], C = lns[s][1], sh[2] = {R, C}, sr[1] = {R}, sc[1] = {C};
+      tcase *t = newcase("layer_norm_bwd %s [%lld,%lld] w deterministic (twice)", dname(dt), (long long)R, (long long)C);
+      int dx = nbout(t, dt, R * C, false), dy = nb(t, dt, R * C, -1, 1), x = nb(t, dt, R * C, -3, 5);
+      int mu = nb(t, AG_F32, R, 0.5, 1.5), rs = nb(t, AG_F32, R, 0.3, 1.0), w = nb(t, dt, C, 0.5, 1.5);
+      int dw = nbout(t, AG_F32, C, false), db = nbout(t, AG_F32, C, false);
+      t->b[dw].tol = t->b[db].tol = 1e-8;
+      t->repeat = true;
+      t->c.op = AG_K_LAYERNORM_BWD;
+      t->c.flags = AG_KF_DETERMINISTIC;
+      t->c.i[0] = R;
+      t->c.i[1] = C;
+      opnd(t, 0, dx, 2, sh);
+      opnd(t, 1, dy, 2, sh);
+      opnd(t, 2, x, 2, sh);
+      opnd(t, 3, mu, 1, sr);
+      opnd(t, 4, rs, 1, sr);
+      opnd(t, 5, w, 1, sc);
+      t->nm = 2;
+      t->mb[0] = dw;
+      t->mb[1] = db;
+      t->m.t[0].dtype = t->m.t[1].dtype = AG_F32;
+      t->m.t[0].numel = t->m.t[1].numel = C;
+      run(t);
+    }
+  {
+    static const int64_t sizes[] = {2200001, 70001, 5};
+    tcase *t = newcase("sumsq f32+f16+bf16 2.3M elements deterministic (twice)");
+    for (int k = 0; k < 3; k++) {
+      int x = nb(t, FL[k], sizes[k], -2, 2);
+      t->mb[t->nm] = x;
+      t->m.t[t->nm].dtype = FL[k];
+      t->m.t[t->nm].numel = sizes[k];
+      t->nm++;
+    }
+    int64_t one[1] = {1};
+    int o = nbout(t, AG_F32, 1, false);
+    t->b[o].tol = 1e-10;
+    t->repeat = true;
+    t->c.op = AG_K_SUMSQ;
+    t->c.flags = AG_KF_DETERMINISTIC;
+    opnd(t, 0, o, 0, one);
+    run(t);
+  }
+}
+
 static void cases_multi(void) {
   static const int64_t sizes[] = {1000, 70001, 5, 16384 * 3};
   const int ns = 4;
@@ -724,10 +1013,14 @@ int main(int argc, char **argv) {
   }
   cases_elementwise();
   cases_reduce();
+  cases_reduce_nan();
+  cases_grid_stride();
   cases_matmul();
+  cases_matmul_big();
   cases_rows();
   cases_embedding();
   cases_multi();
+  cases_deterministic();
   B->stream_destroy(S);
   printf("gpu_check: %d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
   return n_fail ? 1 : 0;

@@ -26,6 +26,7 @@ static struct {
   bool vm;          /* every VM entry point resolved */
   bool own_gemm;    /* AG_GPU_GEMM=own */
   bool allow_tf32;  /* AG_ALLOW_TF32=1 */
+  bool allow_fp16_rr; /* AG_ALLOW_FP16_REDUCED_PRECISION=1 */
 } g;
 
 ag_status agv_status(int code, int api, const char *what) {
@@ -86,8 +87,10 @@ ag_status agv_init(char *reason, size_t reason_len) {
   g.vm = g.DeviceGetAttribute && g.MemGetAllocationGranularity && g.MemAddressReserve && g.MemAddressFree &&
          g.MemCreate && g.MemRelease && g.MemMap && g.MemUnmap && g.MemSetAccess;
   const char *gemm = getenv("AG_GPU_GEMM"), *tf32 = getenv("AG_ALLOW_TF32");
+  const char *rr = getenv("AG_ALLOW_FP16_REDUCED_PRECISION");
   g.own_gemm = gemm && strcmp(gemm, "own") == 0;
   g.allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
+  g.allow_fp16_rr = rr && strcmp(rr, "1") == 0;
   (void)reason;
   (void)reason_len;
   return AG_OK;
@@ -132,6 +135,16 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   if (!s->blas) {
     cublasHandle_t h;
     if ((r = cublasCreate(&h)) != CUBLAS_STATUS_SUCCESS) return agv_status((int)r, AGV_BLAS, "cublasCreate");
+    /* f16/bf16 GEMMs accumulate in f32; without this cuBLAS may reduce
+     * split-K partials in half precision. Opt in with
+     * AG_ALLOW_FP16_REDUCED_PRECISION=1. */
+    cublasMath_t mode = g.allow_fp16_rr ? CUBLAS_DEFAULT_MATH
+                                        : (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+    if ((r = cublasSetMathMode(h, mode)) != CUBLAS_STATUS_SUCCESS) {
+      (void)cublasDestroy(h);
+      return agv_status((int)r, AGV_BLAS, "cublasSetMathMode");
+    }
     s->blas = h;
   }
   cublasHandle_t h = (cublasHandle_t)s->blas;

@@ -21,7 +21,8 @@
 extern "C" {
 #endif
 
-#define AG_BACKEND_ABI_VERSION 1u
+/* 2: ag_kernel_call.flags (AG_KF_DETERMINISTIC) */
+#define AG_BACKEND_ABI_VERSION 2u
 
 /* ---- kernel calls ----
  * A kernel call names an op, operands and scalar parameters. Operands are
@@ -162,7 +163,15 @@ typedef struct ag_kernel_call {
   const ag_kmulti *multi;  /* multi-tensor list, or NULL. Borrowed for the call:
                               a backend that runs the call later copies it. */
   const char *name;        /* the public op for messages ("ag_embedding") */
+  uint32_t flags;          /* AG_KF_*; set by the core for every launch */
 } ag_kernel_call;
+
+/* ag_kernel_call.flags */
+/* Deterministic mode (ag_set_deterministic): ops that would sum floats with
+ * atomics in a scheduling-dependent order (EMBEDDING_BWD, LAYERNORM_BWD's
+ * dw/db, SUMSQ) use a fixed order, so results repeat bit for bit on one
+ * device. A backend whose kernels are always deterministic ignores it. */
+#define AG_KF_DETERMINISTIC 1u
 
 /* Index errors found by kernels (embedding index, cross-entropy target) are
  * not fatal: the kernel writes a safe value and stores the op and the bad

@@ -143,6 +143,18 @@ AG_API ag_status ag_event_synchronize(ag_event *e);
  * either is not recorded or not complete, AG_ERR_INVALID if not timing. */
 AG_API ag_status ag_event_elapsed_ms(ag_event *start, ag_event *end, float *out_ms);
 
+/* ---- deterministic mode ----
+ * When on, GPU kernels that would accumulate floats with atomics in an order
+ * that depends on scheduling (embedding backward, layer-norm weight and bias
+ * gradients, the sum of squares behind gradient-norm clipping) use
+ * fixed-order variants, so a run repeats bit for bit on the same device and
+ * build; they are somewhat slower. The CPU and OpenCL backends are always
+ * deterministic. Process-wide: the initial value comes from
+ * AG_DETERMINISTIC=1 (read once, at the first launch or query); setting it
+ * is thread-safe and affects kernels launched afterwards. */
+AG_API void ag_set_deterministic(bool on);
+AG_API bool ag_get_deterministic(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -131,11 +131,24 @@ AGK_DEV void agk_report(ag_kernel_error *e, int kop, long long index, long long 
   }
 }
 
-static inline unsigned agk_blocks(long long n, int per_block) {
+/* Blocks of a 1-D grid of `threads`-thread blocks for n work items,
+ * per_block items per block, bounded by what every vendor accepts in
+ * gridDim.x (CUDA: 2^31-1 blocks; HIP: gridDim.x * blockDim.x < 2^32
+ * work-items) and by cap (0: no cap; agk_wave gives a few waves of resident
+ * blocks). Every kernel launched with it loops over its work with stride
+ * gridDim.x (grid-stride), so a bounded grid still does all the work. */
+static inline unsigned agk_blocks(long long n, long long per_block, int threads, long long cap) {
   long long b = (n + per_block - 1) / per_block;
-  if (b < 1) b = 1;
-  if (b > 0x7fffffffLL) b = 0x7fffffffLL;
-  return (unsigned)b;
+  long long lim = 0xffffffffLL / threads;
+  if (lim > 0x7fffffffLL) lim = 0x7fffffffLL;
+  if (cap > 0 && lim > cap) lim = cap;
+  if (b > lim) b = lim;
+  return b < 1 ? 1u : (unsigned)b;
+}
+/* Four waves of resident `threads`-thread blocks (2048 threads per SM/CU):
+ * the grid bound of grid-stride launches. More blocks only add scheduling. */
+static inline long long agk_wave(const agk_env *env, int threads) {
+  return (long long)(env->sm_count > 0 ? env->sm_count : 80) * (2048 / threads) * 4;
 }
 
 /* Host-side dispatch of a functor template over one float dtype. */

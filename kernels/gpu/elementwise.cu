@@ -135,8 +135,10 @@ AGK_DEV float binary_f(int op, float a, float b, float s0) {
     case AG_B_SUB: return a - b;
     case AG_B_MUL: return a * b;
     case AG_B_DIV: return a / b;
-    case AG_B_MAX: return fmaxf(a, b);
-    case AG_B_MIN: return fminf(a, b);
+    /* NaN in either operand gives NaN, as the CPU and torch.maximum do
+     * (fmaxf/fminf would return the other operand) */
+    case AG_B_MAX: return (a > b || a != a) ? a : b;
+    case AG_B_MIN: return (a < b || a != a) ? a : b;
     case AG_B_EQ: return a == b ? 1.f : 0.f;
     case AG_B_GT: return a > b ? 1.f : 0.f;
     case AG_B_LT: return a < b ? 1.f : 0.f;
@@ -418,18 +420,20 @@ gpuError_t agk_fill(const agk_env *env, const ag_kernel_call *c) {
 }
 
 template <typename T> __global__ void k_arange(T *o, long long n, double start, double step) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) o[i] = agk_fromf<T>((float)(start + (double)i * step));
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    o[i] = agk_fromf<T>((float)(start + (double)i * step));
 }
 template <> __global__ void k_arange<int32_t>(int32_t *o, long long n, double start, double step) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) o[i] = (int32_t)(start + (double)i * step);
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    o[i] = (int32_t)(start + (double)i * step);
 }
 gpuError_t agk_arange(const agk_env *env, const ag_kernel_call *c) {
   long long n = c->o[0].ndim ? c->o[0].shape[0] : 1;
   if (n == 0) return gpuSuccess;
   AGK_DISPATCH_ALL(c->o[0].dtype, T,
-                   agk_launch(k_arange<T>, agk_blocks(n, 256), 256, 0, env->stream, (T *)agk_ptr(&c->o[0]), n, c->s[0], c->s[1]));
+                   agk_launch(k_arange<T>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, (T *)agk_ptr(&c->o[0]), n, c->s[0], c->s[1]));
   return gpuGetLastError();
 }
 
@@ -446,18 +450,19 @@ __global__ void k_rand(T *o, long long n, uint64_t seed, uint64_t offset, int no
   /* explicit roundings: no fused multiply-add, so uniform bits equal the
    * CPU's (core/philox.c gives the mapping) */
   /* one thread per Philox block: 4 uniforms or 2 normals */
-  long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   int per = normal ? 2 : 4;
-  long long first = b * per;
-  if (first >= n) return;
-  uint4 r = agk_philox(offset + (uint64_t)b, seed);
-  for (int j = 0; j < per && first + j < n; j++) {
-    float v;
-    if (normal)
-      v = __fadd_rn(__fmul_rn(agk_normal(agk_lane(r, 2 * j), agk_lane(r, 2 * j + 1)), scale), lo);
-    else
-      v = __fadd_rn(__fmul_rn(agk_u01(agk_lane(r, j)), scale), lo);
-    o[first + j] = agk_fromf<T>(v);
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b * per < n; b += stride) {
+    long long first = b * per;
+    uint4 r = agk_philox(offset + (uint64_t)b, seed);
+    for (int j = 0; j < per && first + j < n; j++) {
+      float v;
+      if (normal)
+        v = __fadd_rn(__fmul_rn(agk_normal(agk_lane(r, 2 * j), agk_lane(r, 2 * j + 1)), scale), lo);
+      else
+        v = __fadd_rn(__fmul_rn(agk_u01(agk_lane(r, j)), scale), lo);
+      o[first + j] = agk_fromf<T>(v);
+    }
   }
 }
 gpuError_t agk_rand(const agk_env *env, const ag_kernel_call *c) {
@@ -467,7 +472,7 @@ gpuError_t agk_rand(const agk_env *env, const ag_kernel_call *c) {
   int normal = c->op == AG_K_RAND_NORMAL;
   long long blocks = (n + (normal ? 1 : 3)) / (normal ? 2 : 4);
   AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
-                     agk_launch(k_rand<T>, agk_blocks(blocks, 256), 256, 0, env->stream, 
+                     agk_launch(k_rand<T>, agk_blocks(blocks, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, 
                          (T *)agk_ptr(&c->o[0]), n, c->seed, c->offset, normal, (float)c->s[0],
                          normal ? (float)c->s[1] : (float)(c->s[1] - c->s[0])));
   return gpuGetLastError();
@@ -475,15 +480,16 @@ gpuError_t agk_rand(const agk_env *env, const ag_kernel_call *c) {
 
 template <typename T>
 __global__ void k_dropout(T *o, const T *x, T *m, long long n, uint64_t seed, uint64_t offset, float p, double scale) {
-  long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  long long first = b * 4;
-  if (first >= n) return;
-  uint4 r = agk_philox(offset + (uint64_t)b, seed);
-  for (int j = 0; j < 4 && first + j < n; j++) {
-    /* the product in f64 as the CPU reference computes it */
-    double keep = agk_u01(agk_lane(r, j)) >= p ? scale : 0.0;
-    o[first + j] = agk_fromf<T>((float)((double)agk_tof(x[first + j]) * keep));
-    if (m) m[first + j] = agk_fromf<T>((float)keep);
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b * 4 < n; b += stride) {
+    long long first = b * 4;
+    uint4 r = agk_philox(offset + (uint64_t)b, seed);
+    for (int j = 0; j < 4 && first + j < n; j++) {
+      /* the product in f64 as the CPU reference computes it */
+      double keep = agk_u01(agk_lane(r, j)) >= p ? scale : 0.0;
+      o[first + j] = agk_fromf<T>((float)((double)agk_tof(x[first + j]) * keep));
+      if (m) m[first + j] = agk_fromf<T>((float)keep);
+    }
   }
 }
 gpuError_t agk_dropout(const agk_env *env, const ag_kernel_call *c) {
@@ -493,7 +499,7 @@ gpuError_t agk_dropout(const agk_env *env, const ag_kernel_call *c) {
   float p = (float)c->s[0];
   double scale = c->s[0] < 1.0 ? 1.0 / (1.0 - c->s[0]) : 0.0;
   AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
-                     agk_launch(k_dropout<T>, agk_blocks((n + 3) / 4, 256), 256, 0, env->stream, 
+                     agk_launch(k_dropout<T>, agk_blocks((n + 3) / 4, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, 
                          (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
                          c->n_operands > 2 ? (T *)agk_ptr(&c->o[2]) : (T *)0, n, c->seed, c->offset, p, scale));
   return gpuGetLastError();

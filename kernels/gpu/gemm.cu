@@ -26,18 +26,12 @@ agk_mat agk_mat_of(const ag_koperand *o) {
   return m;
 }
 
+/* One 64x64 output tile at (m0, n0) of the matrices at A, B, C. */
 template <typename T>
-__global__ void __launch_bounds__(256) k_gemm(T *C, const T *A, const T *B, long long M, long long N, long long K,
-                                              long long sam, long long sak, long long sab, long long sbk,
-                                              long long sbn, long long sbb, float alpha, float beta) {
-  __shared__ float As[GB_K][GB_M + 4];
-  __shared__ float Bs[GB_K][GB_N + 4];
+AGK_DEV void gemm_tile(T *C, const T *A, const T *B, long long M, long long N, long long K, long long sam,
+                       long long sak, long long sbk, long long sbn, float alpha, float beta, long long m0,
+                       long long n0, float (*As)[GB_M + 4], float (*Bs)[GB_N + 4]) {
   int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  long long bz = blockIdx.z;
-  long long m0 = (long long)blockIdx.y * GB_M, n0 = (long long)blockIdx.x * GB_N;
-  A += bz * sab;
-  B += bz * sbb;
-  C += bz * M * N;
   float acc[4][4];
 #pragma unroll
   for (int i = 0; i < 4; i++)
@@ -72,7 +66,7 @@ __global__ void __launch_bounds__(256) k_gemm(T *C, const T *A, const T *B, long
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
     }
-    __syncthreads();
+    __syncthreads(); /* also separates this tile's reads from the next tile's loads */
   }
 #pragma unroll
   for (int i = 0; i < 4; i++) {
@@ -89,6 +83,32 @@ __global__ void __launch_bounds__(256) k_gemm(T *C, const T *A, const T *B, long
   }
 }
 
+/* FLAT == false: grid (n tiles, m tiles, batch), one tile per block, for
+ * shapes within every vendor's grid limits (the common case).
+ * FLAT == true: tiles numbered (batch, m tile, n tile), n fastest, taken in a
+ * grid-stride loop over a 1-D grid, for M > 4,194,240 rows or a batch over
+ * 65,535 (gridDim.y/z are limited to 65,535 on CUDA). */
+template <typename T, bool FLAT>
+__global__ void __launch_bounds__(256) k_gemm(T *C, const T *A, const T *B, long long M, long long N, long long K,
+                                              long long sam, long long sak, long long sab, long long sbk,
+                                              long long sbn, long long sbb, float alpha, float beta,
+                                              long long ntn, long long ntiles) {
+  __shared__ float As[GB_K][GB_M + 4];
+  __shared__ float Bs[GB_K][GB_N + 4];
+  if (!FLAT) {
+    long long bz = blockIdx.z;
+    gemm_tile(C + bz * M * N, A + bz * sab, B + bz * sbb, M, N, K, sam, sak, sbk, sbn, alpha, beta,
+              (long long)blockIdx.y * GB_M, (long long)blockIdx.x * GB_N, As, Bs);
+    return;
+  }
+  long long ntm = (M + GB_M - 1) / GB_M;
+  for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    long long tmb = t / ntn, bz = tmb / ntm;
+    gemm_tile(C + bz * M * N, A + bz * sab, B + bz * sbb, M, N, K, sam, sak, sbk, sbn, alpha, beta,
+              (tmb - bz * ntm) * GB_M, (t - tmb * ntn) * GB_N, As, Bs);
+  }
+}
+
 template <typename T> static gpuError_t gemm_go(const agk_env *env, const ag_kernel_call *c) {
   const ag_koperand *a = &c->o[1], *b = &c->o[2], *o = &c->o[0];
   int nd = o->ndim;
@@ -101,9 +121,17 @@ template <typename T> static gpuError_t gemm_go(const agk_env *env, const ag_ker
   long long sbk = b->strides[b->ndim - 2], sbn = b->strides[b->ndim - 1];
   /* size-1 dims: make the layout test (stride == 1) pick the coalesced path */
   if (K == 1) { sak = 1; sbk = 1; }
-  dim3 grid((unsigned)((N + GB_N - 1) / GB_N), (unsigned)((M + GB_M - 1) / GB_M), (unsigned)batch);
-  agk_launch(k_gemm<T>, grid, 256, 0, env->stream, (T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K,
-                                           sam, sak, sab, sbk, sbn, sbb, (float)c->s[0], (float)c->s[1]);
+  long long ntn = (N + GB_N - 1) / GB_N, ntm = (M + GB_M - 1) / GB_M, ntiles = ntn * ntm * batch;
+  /* 3-D grid within CUDA's (x < 2^31, y, z <= 65535) and HIP's (x * 256 <
+   * 2^32) limits, else the flat grid-stride form */
+  if (ntm <= 65535 && batch <= 65535 && ntn < (1LL << 24))
+    agk_launch(k_gemm<T, false>, dim3((unsigned)ntn, (unsigned)ntm, (unsigned)batch), 256, 0, env->stream,
+               (T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K, sam, sak, sab, sbk, sbn, sbb,
+               (float)c->s[0], (float)c->s[1], ntn, ntiles);
+  else
+    agk_launch(k_gemm<T, true>, agk_blocks(ntiles, 1, 256, agk_wave(env, 256)), 256, 0, env->stream,
+               (T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K, sam, sak, sab, sbk, sbn, sbb,
+               (float)c->s[0], (float)c->s[1], ntn, ntiles);
   return gpuGetLastError();
 }
 

@@ -35,57 +35,74 @@ AGK_DEV void mt_store(void *p, int dt, long long i, float v) {
   }
 }
 
-__global__ void k_multi(int op, const agk_mt_entry *tab, int n, agk_opt_params prm, const float *inv_scale,
-                        float *flag) {
+/* part (deterministic SUMSQ, else NULL): block b stores the sum of its
+ * chunks, taken in grid-stride order, at part[b] instead of adding it to
+ * *flag with an atomic; k_sumsq_final adds the partials in a fixed order. */
+__global__ void k_multi(int op, const agk_mt_entry *tab, int n, long long nchunks, agk_opt_params prm,
+                        const float *inv_scale, float *flag, float *part) {
   __shared__ float sh[32];
+  float tot = 0.f;
   if ((op == AG_K_ADAMW || op == AG_K_SGD) && flag && *flag != 0.f) return;
-  int k = mt_find(tab, n, blockIdx.x);
-  const agk_mt_entry e = tab[k];
-  long long lo = (blockIdx.x - e.chunk_start) * (long long)AGK_MT_CHUNK;
-  long long hi = lo + AGK_MT_CHUNK < e.numel ? lo + AGK_MT_CHUNK : e.numel;
-  float sc = inv_scale ? *inv_scale : 1.f;
-  if (op == AG_K_ADAMW) {
-    float *p = (float *)e.p[0], *m = (float *)e.p[2], *v = (float *)e.p[3];
-    const float *g = (const float *)e.p[1];
-    float step = prm.step, rbc2 = prm.rbc2, decay = prm.decay;
-    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      float gi = g[i] * sc, mi = m[i], vi = v[i];
-      mi = prm.b1 * mi + (1.f - prm.b1) * gi;
-      vi = prm.b2 * vi + (1.f - prm.b2) * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      p[i] = p[i] * decay - step * mi / (sqrtf(vi) * rbc2 + prm.eps);
-    }
-  } else if (op == AG_K_SGD) {
-    float *p = (float *)e.p[0], *buf = (float *)e.p[2];
-    const float *g = (const float *)e.p[1];
-    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      float pi = p[i], gi = g[i] * sc;
-      if (prm.wd != 0.f) gi += prm.wd * pi;
-      if (buf && prm.momentum != 0.f) {
-        float b = prm.first_step ? gi : prm.momentum * buf[i] + (1.f - prm.dampening) * gi;
-        buf[i] = b;
-        gi = prm.nesterov ? gi + prm.momentum * b : b;
+  /* grid-stride over chunks: the grid is bounded (agk_blocks) */
+  for (long long bi = blockIdx.x; bi < nchunks; bi += gridDim.x) {
+    int k = mt_find(tab, n, bi);
+    const agk_mt_entry e = tab[k];
+    long long lo = (bi - e.chunk_start) * (long long)AGK_MT_CHUNK;
+    long long hi = lo + AGK_MT_CHUNK < e.numel ? lo + AGK_MT_CHUNK : e.numel;
+    float sc = inv_scale ? *inv_scale : 1.f;
+    if (op == AG_K_ADAMW) {
+      float *p = (float *)e.p[0], *m = (float *)e.p[2], *v = (float *)e.p[3];
+      const float *g = (const float *)e.p[1];
+      float step = prm.step, rbc2 = prm.rbc2, decay = prm.decay;
+      for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float gi = g[i] * sc, mi = m[i], vi = v[i];
+        mi = prm.b1 * mi + (1.f - prm.b1) * gi;
+        vi = prm.b2 * vi + (1.f - prm.b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - step * mi / (sqrtf(vi) * rbc2 + prm.eps);
       }
-      p[i] = pi - prm.lr * gi;
+    } else if (op == AG_K_SGD) {
+      float *p = (float *)e.p[0], *buf = (float *)e.p[2];
+      const float *g = (const float *)e.p[1];
+      for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float pi = p[i], gi = g[i] * sc;
+        if (prm.wd != 0.f) gi += prm.wd * pi;
+        if (buf && prm.momentum != 0.f) {
+          float b = prm.first_step ? gi : prm.momentum * buf[i] + (1.f - prm.dampening) * gi;
+          buf[i] = b;
+          gi = prm.nesterov ? gi + prm.momentum * b : b;
+        }
+        p[i] = pi - prm.lr * gi;
+      }
+    } else if (op == AG_K_NONFINITE_CHECK) {
+      bool bad = false;
+      for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float x = mt_load(e.p[0], e.dtype, i);
+        bad |= !isfinite(x);
+        if (inv_scale) mt_store(e.p[0], e.dtype, i, x * sc);
+      }
+      if (bad) *flag = 1.f;
+    } else { /* SUMSQ */
+      float s = 0.f;
+      for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float x = mt_load(e.p[0], e.dtype, i);
+        s += x * x;
+      }
+      s = agk_block_sum(s, sh);
+      if (part) tot += s;
+      else if (threadIdx.x == 0 && s != 0.f) atomicAdd(flag, s);
     }
-  } else if (op == AG_K_NONFINITE_CHECK) {
-    bool bad = false;
-    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      float x = mt_load(e.p[0], e.dtype, i);
-      bad |= !isfinite(x);
-      if (inv_scale) mt_store(e.p[0], e.dtype, i, x * sc);
-    }
-    if (bad) *flag = 1.f;
-  } else { /* SUMSQ */
-    float s = 0.f;
-    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      float x = mt_load(e.p[0], e.dtype, i);
-      s += x * x;
-    }
-    s = agk_block_sum(s, sh);
-    if (threadIdx.x == 0 && s != 0.f) atomicAdd(flag, s);
   }
+  if (part && threadIdx.x == 0) part[blockIdx.x] = tot;
+}
+/* *out = the sum of part[0 .. n): one block, fixed order. */
+__global__ void k_sumsq_final(float *out, const float *part, long long n) {
+  __shared__ float sh[32];
+  float s = 0.f;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+  s = agk_block_sum(s, sh);
+  if (threadIdx.x == 0) *out = s;
 }
 
 gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c) {
@@ -134,7 +151,12 @@ gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c) {
     prm.lr = (float)c->s[0]; prm.momentum = (float)c->s[1]; prm.dampening = (float)c->s[2];
     prm.wd = (float)c->s[3]; prm.nesterov = c->s[4] != 0; prm.first_step = c->s[5] != 0;
   }
-  agk_launch(k_multi, agk_blocks(chunks, 1), 256, 0, env->stream, c->op, (const agk_mt_entry *)env->table_dev, n, prm, inv,
-                                                          flag);
+  unsigned g = agk_blocks(chunks, 1, 256, agk_wave(env, 256));
+  /* deterministic SUMSQ: per-block partials in the scratch (g <= agk_wave
+   * floats, far below its size) */
+  float *part = c->op == AG_K_SUMSQ && (c->flags & AG_KF_DETERMINISTIC) ? (float *)env->scratch : (float *)0;
+  agk_launch(k_multi, g, 256, 0, env->stream, c->op, (const agk_mt_entry *)env->table_dev, n, chunks, prm, inv, flag,
+             part);
+  if (part) agk_launch(k_sumsq_final, 1, 256, 0, env->stream, flag, (const float *)part, (long long)g);
   return gpuGetLastError();
 }

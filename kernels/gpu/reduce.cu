@@ -16,16 +16,24 @@ template <typename A> AGK_DEV agk_pair<A> red_ident(int op) {
   p.v = op == AG_R_SUM ? (A)0 : op == AG_R_MIN ? (A)INFINITY : (A)-INFINITY;
   return p;
 }
+/* The CPU backend's rules (backends/cpu/cpu_kernels.c, as torch): max and
+ * min propagate NaN; argmax orders NaN above everything and takes the first
+ * index among equals, so it is the first NaN, else the first maximum. The
+ * identity's index (INT64_MAX) loses every tie and is never stored. */
 template <typename A> AGK_DEV agk_pair<A> red_comb(int op, agk_pair<A> a, agk_pair<A> b) {
   switch (op) {
     case AG_R_SUM: a.v += b.v; return a;
-    case AG_R_MAX: a.v = b.v > a.v ? b.v : a.v; return a;
-    case AG_R_MIN: a.v = b.v < a.v ? b.v : a.v; return a;
-    default: /* argmax: first maximum */
-      if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
+    case AG_R_MAX: a.v = b.v > a.v || b.v != b.v ? b.v : a.v; return a;
+    case AG_R_MIN: a.v = b.v < a.v || b.v != b.v ? b.v : a.v; return a;
+    default: {
+      bool bn = b.v != b.v, an = a.v != a.v;
+      if ((bn && !an) || b.v > a.v || ((b.v == a.v || (bn && an)) && b.i < a.i)) return b;
       return a;
+    }
   }
 }
+/* argmax of an empty row is 0, as on the CPU */
+AGK_DEV int32_t red_index(long long i) { return i == 0x7fffffffffffffffLL ? 0 : (int32_t)i; }
 template <typename A> AGK_DEV agk_pair<A> red_shfl(agk_pair<A> p, int m) {
   agk_pair<A> q;
   q.v = AGK_SHFL_XOR(p.v, m, AGK_WARP);
@@ -47,15 +55,16 @@ template <typename A> AGK_DEV agk_pair<A> red_block(int op, agk_pair<A> p, int t
 
 template <typename T, typename A> AGK_DEV void red_store(T *out, long long j, agk_pair<A> p, int op, double scale) {
   if (op == AG_R_ARGMAX)
-    ((int32_t *)out)[j] = (int32_t)p.i;
+    ((int32_t *)out)[j] = red_index(p.i);
   else if (op == AG_R_SUM)
     out[j] = agk_fromf<T>((float)(p.v * (A)scale));
   else
     out[j] = agk_fromf<T>((float)p.v);
 }
 template <typename A> AGK_DEV void red_store_i32(int32_t *out, long long j, agk_pair<A> p, int op, double scale) {
-  if (op == AG_R_ARGMAX) out[j] = (int32_t)p.i;
-  else if (op == AG_R_SUM) out[j] = (int32_t)(p.v * scale);
+  /* a sum beyond the i32 range saturates, as the CPU stores it */
+  if (op == AG_R_ARGMAX) out[j] = red_index(p.i);
+  else if (op == AG_R_SUM) out[j] = agk_sat_i32((double)p.v * scale);
   else out[j] = (int32_t)p.v;
 }
 template <typename T, typename A> struct red_out {
@@ -68,78 +77,105 @@ template <typename A> struct red_out<int32_t, A> {
 template <typename T> AGK_DEV double red_val(const T *p) { return (double)agk_tof(*p); }
 template <> AGK_DEV double red_val<int32_t>(const int32_t *p) { return (double)*p; }
 
-/* inner == 1: block b handles chunk (b % P) of row (b / P). */
+/* inner == 1, rows of at most AGK_SHORT_ROW elements: one thread per row;
+ * a block per row would leave most of its threads idle. */
+#define AGK_SHORT_ROW 32
+template <typename T, typename A>
+__global__ void k_reduce_rows_short(const T *x, void *out, long long outer, long long r, int op, double scale) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x; row < outer; row += stride) {
+    const T *xr = x + row * r;
+    agk_pair<A> acc = red_ident<A>(op);
+    for (long long i = 0; i < r; i++) {
+      agk_pair<A> q;
+      q.v = (A)red_val(xr + i);
+      q.i = i;
+      acc = red_comb(op, acc, q);
+    }
+    red_out<T, A>::st(out, row, acc, op, scale);
+  }
+}
+
+/* inner == 1: work item b is chunk (b % P) of row (b / P); blocks take work
+ * items in a grid-stride loop. */
 template <typename T, typename A>
 __global__ void k_reduce_rows(const T *x, void *out, agk_pair<A> *part, long long outer, long long r,
                               int P, long long chunk, int op, double scale) {
-  long long b = blockIdx.x, row = b / P;
-  int pc = (int)(b % P);
-  long long lo = pc * chunk, hi = lo + chunk < r ? lo + chunk : r;
-  const T *xr = x + row * r;
-  agk_pair<A> acc = red_ident<A>(op);
-  long long i = lo + threadIdx.x;
-  for (; i + 3 * blockDim.x < hi; i += 4 * blockDim.x) {
-    A v0 = (A)red_val(xr + i), v1 = (A)red_val(xr + i + blockDim.x);
-    A v2 = (A)red_val(xr + i + 2 * blockDim.x), v3 = (A)red_val(xr + i + 3 * blockDim.x);
-    agk_pair<A> q;
-    q.v = v0; q.i = i; acc = red_comb(op, acc, q);
-    q.v = v1; q.i = i + blockDim.x; acc = red_comb(op, acc, q);
-    q.v = v2; q.i = i + 2 * blockDim.x; acc = red_comb(op, acc, q);
-    q.v = v3; q.i = i + 3 * blockDim.x; acc = red_comb(op, acc, q);
-  }
-  for (; i < hi; i += blockDim.x) {
-    agk_pair<A> q;
-    q.v = (A)red_val(xr + i);
-    q.i = i;
-    acc = red_comb(op, acc, q);
-  }
-  acc = red_block(op, acc, threadIdx.x, blockDim.x);
-  if (threadIdx.x == 0) {
-    if (P == 1) red_out<T, A>::st(out, row, acc, op, scale);
-    else part[row * P + pc] = acc;
+  for (long long b = blockIdx.x; b < outer * P; b += gridDim.x) {
+    long long row = b / P;
+    int pc = (int)(b % P);
+    long long lo = pc * chunk, hi = lo + chunk < r ? lo + chunk : r;
+    const T *xr = x + row * r;
+    agk_pair<A> acc = red_ident<A>(op);
+    long long i = lo + threadIdx.x;
+    for (; i + 3 * blockDim.x < hi; i += 4 * blockDim.x) {
+      A v0 = (A)red_val(xr + i), v1 = (A)red_val(xr + i + blockDim.x);
+      A v2 = (A)red_val(xr + i + 2 * blockDim.x), v3 = (A)red_val(xr + i + 3 * blockDim.x);
+      agk_pair<A> q;
+      q.v = v0; q.i = i; acc = red_comb(op, acc, q);
+      q.v = v1; q.i = i + blockDim.x; acc = red_comb(op, acc, q);
+      q.v = v2; q.i = i + 2 * blockDim.x; acc = red_comb(op, acc, q);
+      q.v = v3; q.i = i + 3 * blockDim.x; acc = red_comb(op, acc, q);
+    }
+    for (; i < hi; i += blockDim.x) {
+      agk_pair<A> q;
+      q.v = (A)red_val(xr + i);
+      q.i = i;
+      acc = red_comb(op, acc, q);
+    }
+    acc = red_block(op, acc, threadIdx.x, blockDim.x);
+    if (threadIdx.x == 0) {
+      if (P == 1) red_out<T, A>::st(out, row, acc, op, scale);
+      else part[row * P + pc] = acc;
+    }
+    __syncthreads(); /* red_block's shared memory is reused by the next item */
   }
 }
 
 /* inner > 1: block (32, 8) covers 32 inner positions of one outer index and
- * one chunk of r; blocks ordered (chunk, outer, tile). */
+ * one chunk of r; work items ordered (chunk, outer, tile), grid-stride. */
 template <typename T, typename A>
 __global__ void k_reduce_cols(const T *x, void *out, agk_pair<A> *part, long long outer, long long r,
                               long long inner, int P, long long chunk, int op, double scale) {
-  long long tiles = (inner + 31) / 32, b = blockIdx.x;
-  long long tile = b % tiles, o = (b / tiles) % outer;
-  int pc = (int)(b / (tiles * outer));
-  long long col = tile * 32 + threadIdx.x;
-  long long lo = pc * chunk, hi = lo + chunk < r ? lo + chunk : r;
-  agk_pair<A> acc = red_ident<A>(op);
-  if (col < inner) {
-    const T *xo = x + o * r * inner + col;
-    for (long long i = lo + threadIdx.y; i < hi; i += blockDim.y) {
-      agk_pair<A> q;
-      q.v = (A)red_val(xo + i * inner);
-      q.i = i;
-      acc = red_comb(op, acc, q);
-    }
-  }
   __shared__ agk_pair<A> sh[8][33];
-  sh[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0) {
-    for (int k = 1; k < (int)blockDim.y; k++) acc = red_comb(op, acc, sh[k][threadIdx.x]);
+  long long tiles = (inner + 31) / 32;
+  for (long long b = blockIdx.x; b < tiles * outer * P; b += gridDim.x) {
+    long long tile = b % tiles, o = (b / tiles) % outer;
+    int pc = (int)(b / (tiles * outer));
+    long long col = tile * 32 + threadIdx.x;
+    long long lo = pc * chunk, hi = lo + chunk < r ? lo + chunk : r;
+    agk_pair<A> acc = red_ident<A>(op);
     if (col < inner) {
-      long long j = o * inner + col;
-      if (P == 1) red_out<T, A>::st(out, j, acc, op, scale);
-      else part[j * P + pc] = acc;
+      const T *xo = x + o * r * inner + col;
+      for (long long i = lo + threadIdx.y; i < hi; i += blockDim.y) {
+        agk_pair<A> q;
+        q.v = (A)red_val(xo + i * inner);
+        q.i = i;
+        acc = red_comb(op, acc, q);
+      }
     }
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0) {
+      for (int k = 1; k < (int)blockDim.y; k++) acc = red_comb(op, acc, sh[k][threadIdx.x]);
+      if (col < inner) {
+        long long j = o * inner + col;
+        if (P == 1) red_out<T, A>::st(out, j, acc, op, scale);
+        else part[j * P + pc] = acc;
+      }
+    }
+    __syncthreads(); /* sh is rewritten by the next item */
   }
 }
 
 template <typename T, typename A>
 __global__ void k_reduce_final(const agk_pair<A> *part, void *out, long long n, int P, int op, double scale) {
-  long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= n) return;
-  agk_pair<A> acc = part[j * P];
-  for (int k = 1; k < P; k++) acc = red_comb(op, acc, part[j * P + k]);
-  red_out<T, A>::st(out, j, acc, op, scale);
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += stride) {
+    agk_pair<A> acc = part[j * P];
+    for (int k = 1; k < P; k++) acc = red_comb(op, acc, part[j * P + k]);
+    red_out<T, A>::st(out, j, acc, op, scale);
+  }
 }
 
 /* Split factor over r: enough blocks to fill the device, each still reading
@@ -163,22 +199,27 @@ template <typename T, typename A> static gpuError_t reduce_go(const agk_env *env
   long long cap = (long long)(env->scratch_bytes / sizeof(agk_pair<A>)) / nout;
   agk_pair<A> *part = (agk_pair<A> *)env->scratch;
   long long P;
-  if (inner == 1) {
+  if (inner == 1 && r <= AGK_SHORT_ROW) {
+    P = 1;
+    agk_launch(k_reduce_rows_short<T, A>, agk_blocks(outer, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, x, out,
+               outer, r, op, scale);
+  } else if (inner == 1) {
     P = reduce_split(outer, r, 4096, cap, want);
     long long chunk = (r + P - 1) / P;
     int threads = r >= 1024 ? 256 : r > 256 ? 128 : 64;
-    agk_launch(k_reduce_rows<T, A>, agk_blocks(outer * P, 1), threads, 0, env->stream, x, out, part, outer, r, (int)P,
-                                                                                chunk < 1 ? 1 : chunk, op, scale);
+    agk_launch(k_reduce_rows<T, A>, agk_blocks(outer * P, 1, threads, agk_wave(env, threads)), threads, 0,
+               env->stream, x, out, part, outer, r, (int)P, chunk < 1 ? 1 : chunk, op, scale);
   } else {
     long long base = (inner + 31) / 32 * outer;
     P = reduce_split(base, r, 64, cap, want);
     long long chunk = (r + P - 1) / P;
     dim3 blk(32, 8);
-    agk_launch(k_reduce_cols<T, A>, agk_blocks(base * P, 1), blk, 0, env->stream, x, out, part, outer, r, inner, (int)P,
-                                                                           chunk < 1 ? 1 : chunk, op, scale);
+    agk_launch(k_reduce_cols<T, A>, agk_blocks(base * P, 1, 256, agk_wave(env, 256)), blk, 0, env->stream, x, out,
+               part, outer, r, inner, (int)P, chunk < 1 ? 1 : chunk, op, scale);
   }
   if (P > 1)
-    agk_launch(k_reduce_final<T, A>, agk_blocks(nout, 256), 256, 0, env->stream, part, out, nout, (int)P, op, scale);
+    agk_launch(k_reduce_final<T, A>, agk_blocks(nout, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, part, out,
+               nout, (int)P, op, scale);
   return gpuGetLastError();
 }
 
@@ -205,7 +246,10 @@ template <int TPR> AGK_DEV float row_max(float v, float *sh) {
   return agk_block_max(v, sh);
 }
 /* (m, s) pairs of the online softmax: s = sum(exp(x - m)). Combining never
- * evaluates exp(-inf - -inf). */
+ * evaluates exp(-inf - -inf). The row kernels use the fast __expf: its
+ * error grows with |x| (CUDA: 2 + 1.17|x| ulp) but x = logit - max <= 0 and
+ * a term with large |x| is a negligible share of the row; docs/gpu.md
+ * bounds the effect on probabilities and the loss. */
 AGK_DEV void ms_comb(float &m, float &s, float m2, float s2) {
   if (m2 == -INFINITY) return;
   if (m == -INFINITY) { m = m2; s = s2; return; }
@@ -248,128 +292,133 @@ AGK_DEV void row_stats(const T *x, long long C, int lane, float *sh, float *out_
   *out_s = s;
 }
 
-#define ROW_SETUP(TPR)                                                   \
-  __shared__ float sh[32];                                              \
-  int lane = (TPR) <= 32 ? threadIdx.x % (TPR) : threadIdx.x;           \
-  long long row = (TPR) <= 32 ? (long long)blockIdx.x * (blockDim.x / (TPR)) + threadIdx.x / (TPR) \
-                              : (long long)blockIdx.x;                   \
-  bool active = row < R;
+/* Rows in a grid-stride loop (the grid is bounded, agk_blocks): a group of
+ * TPR <= 32 lanes (blockDim.x / TPR rows per block) or the whole block
+ * (TPR == blockDim.x, uniform over the block) takes a row per iteration. */
+#define ROW_LOOP(TPR)                                                                              \
+  __shared__ float sh[32];                                                                        \
+  int lane = (TPR) <= 32 ? threadIdx.x % (TPR) : threadIdx.x;                                     \
+  long long rpb = (TPR) <= 32 ? blockDim.x / (TPR) : 1;                                           \
+  for (long long row = (long long)blockIdx.x * rpb + ((TPR) <= 32 ? threadIdx.x / (TPR) : 0); row < R; \
+       row += (long long)gridDim.x * rpb)
 
 template <int TPR, typename T> __global__ void k_softmax(T *y, const T *x, long long R, long long C, int log) {
-  ROW_SETUP(TPR)
-  if (TPR <= 32 && !active) return;
-  float m, s;
-  row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
-  float ls = logf(s);
-  float inv = 1.f / s;
-  for (long long j = lane; j < C; j += TPR) {
-    float v = agk_tof(x[row * C + j]) - m;
-    y[row * C + j] = agk_fromf<T>(log ? v - ls : __expf(v) * inv);
+  ROW_LOOP(TPR) {
+    float m, s;
+    row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
+    float ls = logf(s);
+    float inv = 1.f / s;
+    for (long long j = lane; j < C; j += TPR) {
+      float v = agk_tof(x[row * C + j]) - m;
+      y[row * C + j] = agk_fromf<T>(log ? v - ls : __expf(v) * inv);
+    }
   }
 }
 template <int TPR, typename T>
 __global__ void k_softmax_bwd(T *dx, const T *dy, const T *y, long long R, long long C, int log) {
-  ROW_SETUP(TPR)
-  if (TPR <= 32 && !active) return;
-  const T *dyr = dy + row * C, *yr = y + row * C;
-  float s = 0.f;
-  for (long long j = lane; j < C; j += TPR) s += log ? agk_tof(dyr[j]) : agk_tof(dyr[j]) * agk_tof(yr[j]);
-  s = row_sum<TPR>(s, sh);
-  for (long long j = lane; j < C; j += TPR) {
-    float g = agk_tof(dyr[j]), v = agk_tof(yr[j]);
-    dx[row * C + j] = agk_fromf<T>(log ? g - __expf(v) * s : v * (g - s));
+  ROW_LOOP(TPR) {
+    const T *dyr = dy + row * C, *yr = y + row * C;
+    float s = 0.f;
+    for (long long j = lane; j < C; j += TPR) s += log ? agk_tof(dyr[j]) : agk_tof(dyr[j]) * agk_tof(yr[j]);
+    s = row_sum<TPR>(s, sh);
+    for (long long j = lane; j < C; j += TPR) {
+      float g = agk_tof(dyr[j]), v = agk_tof(yr[j]);
+      dx[row * C + j] = agk_fromf<T>(log ? g - __expf(v) * s : v * (g - s));
+    }
   }
 }
 template <int TPR, typename T>
 __global__ void k_xent(float *loss, const T *x, const int32_t *t, long long R, long long C, long long ignore,
                        ag_kernel_error *err) {
-  ROW_SETUP(TPR)
-  if (TPR <= 32 && !active) return;
-  long long tg = t[row];
-  if (tg == ignore) {
-    if (lane == 0) loss[row] = 0.f;
-    return;
-  }
-  if (tg < 0 || tg >= C) {
-    if (lane == 0) {
-      loss[row] = NAN;
-      agk_report(err, AG_K_CROSS_ENTROPY, tg, C);
+  ROW_LOOP(TPR) {
+    long long tg = t[row];
+    if (tg == ignore) {
+      if (lane == 0) loss[row] = 0.f;
+      continue;
     }
-    return;
+    if (tg < 0 || tg >= C) {
+      if (lane == 0) {
+        loss[row] = NAN;
+        agk_report(err, AG_K_CROSS_ENTROPY, tg, C);
+      }
+      continue;
+    }
+    float m, s;
+    row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
+    if (lane == 0) loss[row] = logf(s) + m - agk_tof(x[row * C + tg]);
   }
-  float m, s;
-  row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
-  if (lane == 0) loss[row] = logf(s) + m - agk_tof(x[row * C + tg]);
 }
 template <int TPR, typename T>
 __global__ void k_xent_bwd(T *dl, const T *x, const int32_t *t, const float *g, long long gs, long long R,
                            long long C, long long ignore) {
-  ROW_SETUP(TPR)
-  if (TPR <= 32 && !active) return;
-  long long tg = t[row];
-  T *d = dl + row * C;
-  if (tg == ignore || tg < 0 || tg >= C) {
-    for (long long j = lane; j < C; j += TPR) d[j] = agk_fromf<T>(0.f);
-    return;
-  }
-  float m, s;
-  row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
-  float gr = g[row * gs], inv = 1.f / s;
-  for (long long j = lane; j < C; j += TPR) {
-    float p = __expf(agk_tof(x[row * C + j]) - m) * inv;
-    d[j] = agk_fromf<T>((p - (j == tg ? 1.f : 0.f)) * gr);
+  ROW_LOOP(TPR) {
+    long long tg = t[row];
+    T *d = dl + row * C;
+    if (tg == ignore || tg < 0 || tg >= C) {
+      for (long long j = lane; j < C; j += TPR) d[j] = agk_fromf<T>(0.f);
+      continue;
+    }
+    float m, s;
+    row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
+    float gr = g[row * gs], inv = 1.f / s;
+    for (long long j = lane; j < C; j += TPR) {
+      float p = __expf(agk_tof(x[row * C + j]) - m) * inv;
+      d[j] = agk_fromf<T>((p - (j == tg ? 1.f : 0.f)) * gr);
+    }
   }
 }
 template <int TPR, typename T>
 __global__ void k_layernorm(T *y, float *mean, float *rstd, const T *x, const T *w, const T *b, long long R,
                             long long D, float eps) {
-  ROW_SETUP(TPR)
-  if (TPR <= 32 && !active) return;
-  const T *xr = x + row * D;
-  float s = 0.f;
-  for (long long j = lane; j < D; j += TPR) s += agk_tof(xr[j]);
-  float mu = row_sum<TPR>(s, sh) / (float)D;
-  float v = 0.f;
-  for (long long j = lane; j < D; j += TPR) {
-    float d = agk_tof(xr[j]) - mu;
-    v += d * d;
-  }
-  float rs = 1.f / sqrtf(row_sum<TPR>(v, sh) / (float)D + eps);
-  for (long long j = lane; j < D; j += TPR) {
-    float h = (agk_tof(xr[j]) - mu) * rs;
-    if (w) h *= agk_tof(w[j]);
-    if (b) h += agk_tof(b[j]);
-    y[row * D + j] = agk_fromf<T>(h);
-  }
-  if (lane == 0) {
-    if (mean) mean[row] = mu;
-    if (rstd) rstd[row] = rs;
+  ROW_LOOP(TPR) {
+    const T *xr = x + row * D;
+    float s = 0.f;
+    for (long long j = lane; j < D; j += TPR) s += agk_tof(xr[j]);
+    float mu = row_sum<TPR>(s, sh) / (float)D;
+    float v = 0.f;
+    for (long long j = lane; j < D; j += TPR) {
+      float d = agk_tof(xr[j]) - mu;
+      v += d * d;
+    }
+    float rs = 1.f / sqrtf(row_sum<TPR>(v, sh) / (float)D + eps);
+    for (long long j = lane; j < D; j += TPR) {
+      float h = (agk_tof(xr[j]) - mu) * rs;
+      if (w) h *= agk_tof(w[j]);
+      if (b) h += agk_tof(b[j]);
+      y[row * D + j] = agk_fromf<T>(h);
+    }
+    if (lane == 0) {
+      if (mean) mean[row] = mu;
+      if (rstd) rstd[row] = rs;
+    }
   }
 }
 template <int TPR, typename T>
 __global__ void k_layernorm_bwd(T *dx, const T *dy, const T *x, const float *mean, const float *rstd, const T *w,
                                 long long R, long long D) {
-  ROW_SETUP(TPR)
-  if (TPR <= 32 && !active) return;
-  const T *dyr = dy + row * D, *xr = x + row * D;
-  float mu = mean[row], rs = rstd[row];
-  float a = 0.f, bsum = 0.f;
-  for (long long j = lane; j < D; j += TPR) {
-    float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
-    a += g;
-    bsum += g * (agk_tof(xr[j]) - mu) * rs;
-  }
-  a = row_sum<TPR>(a, sh) / (float)D;
-  bsum = row_sum<TPR>(bsum, sh) / (float)D;
-  for (long long j = lane; j < D; j += TPR) {
-    float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
-    float h = (agk_tof(xr[j]) - mu) * rs;
-    dx[row * D + j] = agk_fromf<T>(rs * (g - a - h * bsum));
+  ROW_LOOP(TPR) {
+    const T *dyr = dy + row * D, *xr = x + row * D;
+    float mu = mean[row], rs = rstd[row];
+    float a = 0.f, bsum = 0.f;
+    for (long long j = lane; j < D; j += TPR) {
+      float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
+      a += g;
+      bsum += g * (agk_tof(xr[j]) - mu) * rs;
+    }
+    a = row_sum<TPR>(a, sh) / (float)D;
+    bsum = row_sum<TPR>(bsum, sh) / (float)D;
+    for (long long j = lane; j < D; j += TPR) {
+      float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
+      float h = (agk_tof(xr[j]) - mu) * rs;
+      dx[row * D + j] = agk_fromf<T>(rs * (g - a - h * bsum));
+    }
   }
 }
 /* dw[d] = sum_n dy*xhat, db[d] = sum_n dy: columns over a chunk of rows,
- * accumulated with atomics into zeroed outputs. */
-template <typename T>
+ * accumulated with atomics into zeroed outputs; in deterministic mode (DET)
+ * chunk c stores its sums at dw[c * D + d] (partials in scratch, or the
+ * outputs when there is one chunk), summed in chunk order by k_chunk_sum. */
+template <typename T, bool DET>
 __global__ void k_layernorm_dwdb(float *dw, float *db, const T *dy, const T *x, const float *mean,
                                  const float *rstd, long long R, long long D, long long rows_per) {
   long long col = (long long)blockIdx.x * 32 + threadIdx.x;
@@ -390,20 +439,34 @@ __global__ void k_layernorm_dwdb(float *dw, float *db, const T *dy, const T *x, 
       sw += shw[k][threadIdx.x];
       sb += shb[k][threadIdx.x];
     }
-    if (dw) atomicAdd(dw + col, sw);
-    if (db) atomicAdd(db + col, sb);
+    if (DET) {
+      if (dw) dw[blockIdx.y * D + col] = sw;
+      if (db) db[blockIdx.y * D + col] = sb;
+    } else {
+      if (dw) atomicAdd(dw + col, sw);
+      if (db) atomicAdd(db + col, sb);
+    }
+  }
+}
+/* out[j] = sum over c < chunks of part[c * n + j], in chunk order. */
+__global__ void k_chunk_sum(float *out, const float *part, long long n, long long chunks) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += stride) {
+    float s = part[j];
+    for (long long c = 1; c < chunks; c++) s += part[c * n + j];
+    out[j] = s;
   }
 }
 
 /* Launch a row kernel with 32 threads per row for short rows and a whole
- * block per row for long ones. */
-#define ROW_LAUNCH(KERNEL, T, R, C, ...)                                                    \
-  do {                                                                                     \
-    if ((C) <= 1024) {                                                                     \
-      agk_launch(KERNEL<32, T>, agk_blocks((R), 8), 256, 0, env->stream, __VA_ARGS__);            \
-    } else {                                                                               \
-      agk_launch(KERNEL<512, T>, agk_blocks((R), 1), 512, 0, env->stream, __VA_ARGS__);           \
-    }                                                                                      \
+ * block per row for long ones; rows beyond the grid are looped over. */
+#define ROW_LAUNCH(KERNEL, T, R, C, ...)                                                                     \
+  do {                                                                                                      \
+    if ((C) <= 1024) {                                                                                      \
+      agk_launch(KERNEL<32, T>, agk_blocks((R), 8, 256, agk_wave(env, 256)), 256, 0, env->stream, __VA_ARGS__); \
+    } else {                                                                                                \
+      agk_launch(KERNEL<512, T>, agk_blocks((R), 1, 512, agk_wave(env, 512)), 512, 0, env->stream, __VA_ARGS__); \
+    }                                                                                                       \
   } while (0)
 
 template <typename T> static gpuError_t softmax_go(const agk_env *env, const ag_kernel_call *c) {
@@ -476,19 +539,34 @@ template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, con
     float *db = c->multi->count >= 2 && c->multi->t[1].base
                     ? (float *)((char *)c->multi->t[1].base + c->multi->t[1].offset)
                     : (float *)0;
+    bool det = (c->flags & AG_KF_DETERMINISTIC) != 0;
     gpuError_t e;
-    if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
-    if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+    if (!(det && R > 0)) {
+      if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+      if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+    }
     if (R > 0 && (dw || db)) {
       long long tiles = (D + 31) / 32, want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 8;
       long long chunks = (want + tiles - 1) / tiles, maxc = (R + 31) / 32;
       if (chunks > maxc) chunks = maxc;
       if (chunks > 65535) chunks = 65535;
+      /* deterministic: both partial arrays [chunks, D] fit in the scratch */
+      if (det && chunks > (long long)(env->scratch_bytes / 8) / D) chunks = (long long)(env->scratch_bytes / 8) / D;
       if (chunks < 1) chunks = 1;
       long long rows_per = (R + chunks - 1) / chunks;
       chunks = (R + rows_per - 1) / rows_per;
       dim3 grid((unsigned)tiles, (unsigned)chunks), blk(32, 8);
-      agk_launch(k_layernorm_dwdb<T>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
+      if (!det) {
+        agk_launch(k_layernorm_dwdb<T, false>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
+      } else if (chunks == 1) {
+        agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
+      } else {
+        float *pw = dw ? (float *)env->scratch : (float *)0, *pb = db ? (float *)env->scratch + chunks * D : (float *)0;
+        agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, pw, pb, dy, x, mean, rstd, R, D, rows_per);
+        unsigned g = agk_blocks(D, 256, 256, agk_wave(env, 256));
+        if (dw) agk_launch(k_chunk_sum, g, 256, 0, env->stream, dw, (const float *)pw, D, chunks);
+        if (db) agk_launch(k_chunk_sum, g, 256, 0, env->stream, db, (const float *)pb, D, chunks);
+      }
     }
   }
   return gpuGetLastError();
@@ -521,11 +599,26 @@ __global__ void k_embedding_bwd(float *dt, const T *dout, const int32_t *idx, lo
     if (k >= 0 && k < V) atomicAdd(dt + k * D + d, agk_tof(dout[i]));
   }
 }
+/* Deterministic variant: thread t owns column d = t % D of the table rows
+ * in vocabulary slice t / D and adds the rows of dout that index it in
+ * order n = 0, 1, ..: the CPU's order, so the sums equal the CPU's bit for
+ * bit. Every thread scans all N indices (a broadcast load per warp). */
+template <typename T>
+__global__ void k_embedding_bwd_det(float *dt, const T *dout, const int32_t *idx, long long N, long long D,
+                                    long long V, long long slice, long long nthreads) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < nthreads; t += stride) {
+    long long d = t % D, v0 = (t / D) * slice, v1 = v0 + slice < V ? v0 + slice : V;
+    for (long long n = 0; n < N; n++) {
+      long long k = idx[n];
+      if (k >= v0 && k < v1) dt[k * D + d] += agk_tof(dout[n * D + d]);
+    }
+  }
+}
 gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c) {
   long long N = c->i[0], D = c->i[1], V = c->i[2];
   if (N * D == 0) return gpuSuccess;
-  unsigned g = agk_blocks(N * D, 256);
-  if (g > (unsigned)env->sm_count * 32u && env->sm_count > 0) g = (unsigned)env->sm_count * 32u;
+  unsigned g = agk_blocks(N * D, 256, 256, agk_wave(env, 256));
   AGK_DISPATCH_ALL(c->o[0].dtype, T,
                    agk_launch(k_embedding<T>, g, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
                                                              (const int32_t *)agk_ptr(&c->o[2]), N, D, V, env->err));
@@ -535,8 +628,21 @@ gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c) {
   long long N = c->i[0], D = c->i[1], V = c->i[2];
   if (N * D == 0) return gpuSuccess;
   if (V <= 0) V = c->o[0].ndim > 0 ? c->o[0].shape[0] : 0;
-  unsigned g = agk_blocks(N * D, 256);
-  if (g > (unsigned)env->sm_count * 32u && env->sm_count > 0) g = (unsigned)env->sm_count * 32u;
+  if (V <= 0) return gpuSuccess;
+  if (c->flags & AG_KF_DETERMINISTIC) {
+    /* enough (column, slice) threads to fill the device, slices of at
+     * least one row */
+    long long want = agk_wave(env, 256) * 256, slices = (want + D - 1) / D;
+    if (slices > V) slices = V;
+    long long slice = (V + slices - 1) / slices;
+    slices = (V + slice - 1) / slice;
+    AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
+                       agk_launch(k_embedding_bwd_det<T>, agk_blocks(D * slices, 256, 256, 0), 256, 0, env->stream,
+                                  (float *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
+                                  (const int32_t *)agk_ptr(&c->o[2]), N, D, V, slice, D * slices));
+    return gpuGetLastError();
+  }
+  unsigned g = agk_blocks(N * D, 256, 256, agk_wave(env, 256));
   AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
                      agk_launch(k_embedding_bwd<T>, g, 256, 0, env->stream, (float *)agk_ptr(&c->o[0]),
                                                                    (const T *)agk_ptr(&c->o[1]),

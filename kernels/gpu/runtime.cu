@@ -44,7 +44,17 @@ ag_status agg_init(int *out_count, char *reason, size_t reason_len) {
   if (n > AG_MAX_DEVICES) n = AG_MAX_DEVICES;
   for (int d = 0; d < n; d++) {
     gpuDeviceProp p;
-    if (gpuGetDeviceProperties(&p, d) == gpuSuccess) g_sm_count[d] = p.multiProcessorCount;
+    if (gpuGetDeviceProperties(&p, d) != gpuSuccess) continue;
+    g_sm_count[d] = p.multiProcessorCount;
+    /* The kernels' block reductions keep one shared slot per warp (32 for
+     * 1024 threads) and shuffle in groups of up to 32 lanes: warps of 32 or
+     * 64 lanes. Refuse anything else rather than compute wrong results. */
+    if (p.warpSize != 32 && p.warpSize != 64) {
+      snprintf(reason, reason_len, AG_GPU_BACKEND_NAME " device %d has a warp of %d lanes; the kernels need 32 or 64",
+               d, p.warpSize);
+      *out_count = 0;
+      return AG_ERR_UNAVAILABLE;
+    }
   }
   ag_status st = agv_init(reason, reason_len);
   if (st != AG_OK) {

@@ -62,12 +62,16 @@ typedef hipDeviceProp_t gpuDeviceProp;
 #define gpuEventSynchronize hipEventSynchronize
 #define gpuEventElapsedTime hipEventElapsedTime
 #define gpuDeviceSynchronize hipDeviceSynchronize
-/* Wavefront width: 64 on CDNA, 32 on RDNA (wave32 is the default there). */
-#if defined(__AMDGCN_WAVEFRONT_SIZE)
-#define AGK_WARP __AMDGCN_WAVEFRONT_SIZE
-#else
-#define AGK_WARP 64
-#endif
+/* Wavefront width: 64 on CDNA, 32 on RDNA (which may also be built for
+ * wave64), and one hipcc run builds several targets, so no single -D or
+ * default can be right. HIP's warpSize is the supported way to read it in
+ * device code: a per-target constant on older ROCm, a value the compiler
+ * folds per target (__builtin_amdgcn_wavefrontsize) since
+ * __AMDGCN_WAVEFRONT_SIZE was deprecated in LLVM 20 and removed in LLVM 22.
+ * Nothing is assumed: without warpSize this does not compile. The kernels
+ * use it only as a value (never an array bound or template argument), and
+ * agg_init refuses a device whose width they do not handle (32 or 64). */
+#define AGK_WARP warpSize
 #define AGK_SHFL_XOR(v, m, w) __shfl_xor((v), (m), (w))
 
 #else /* CUDA */
@@ -121,7 +125,7 @@ typedef cudaDeviceProp gpuDeviceProp;
 #define gpuEventSynchronize cudaEventSynchronize
 #define gpuEventElapsedTime cudaEventElapsedTime
 #define gpuDeviceSynchronize cudaDeviceSynchronize
-#define AGK_WARP 32
+#define AGK_WARP 32 /* every CUDA architecture */
 #define AGK_SHFL_XOR(v, m, w) __shfl_xor_sync(0xffffffffu, (v), (m), (w))
 #endif
 
