@@ -578,6 +578,35 @@ static ag_status loss_accumulate(ag_tensor *sum, ag_tensor *loss) {
   return st;
 }
 
+/* The run's configuration, for the report. */
+static ag_status report_info(ag_profiler *p, const charlm_options *o, const char *dname, const model *m) {
+  char v[64];
+  ag_status st = ag_profiler_set_info(p, "program", "anygrad train (examples/charlm.c)");
+  if (st == AG_OK) st = ag_profiler_set_info(p, "model", o->model == CHARLM_MLP ? "mlp" : "gpt");
+  snprintf(v, sizeof v, "%lld", (long long)ag_params_numel(&m->params));
+  if (st == AG_OK) st = ag_profiler_set_info(p, "parameters", v);
+  if (o->model == CHARLM_MLP)
+    snprintf(v, sizeof v, "context %d, emb %d, hidden %d", o->context, o->emb, o->hidden);
+  else
+    snprintf(v, sizeof v, "layers %d, heads %d, embd %d", o->n_layer, o->n_head, o->n_embd);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "sizes", v);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "device", dname);
+  snprintf(v, sizeof v, "%lld x %d", (long long)o->batch, o->accum);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "batch x accum", v);
+  snprintf(v, sizeof v, "%lld", (long long)o->steps);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "steps", v);
+  snprintf(v, sizeof v, "%g (warmup %lld, cosine)", o->lr, (long long)o->warmup);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "learning rate", v);
+  snprintf(v, sizeof v, "weight decay %g, clip %g", o->weight_decay, o->clip);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "AdamW", v);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "precision", ag_dtype_name(o->precision));
+  snprintf(v, sizeof v, "%llu", (unsigned long long)o->seed);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "seed", v);
+  const char *conf = getenv("AG_ALLOC_CONF");
+  if (st == AG_OK && conf && *conf) st = ag_profiler_set_info(p, "AG_ALLOC_CONF", conf);
+  return st;
+}
+
 ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   charlm_options o = *opts;
   charlm_result r = {0};
@@ -590,6 +619,7 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   /* Output paths are checked before any work, not found unwritable after it. */
   if (st == AG_OK && o.out) st = check_writable(o.out, "checkpoint");
   if (st == AG_OK && o.trace) st = check_writable(o.trace, "trace");
+  if (st == AG_OK && o.report) st = check_writable(o.report, "report");
   if (st != AG_OK) {
     ag_safetensors_close(ck);
     return st;
@@ -664,11 +694,17 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   /* The step profiler costs a few events per step; it says at the end
    * whether the device waited on input, on host syncs, or leaked memory. */
   ag_profiler *prof = NULL;
-  if (st == AG_OK && !nothing && (o.profile || o.trace)) {
-    ag_profiler_config pc = {.window = 100, .trace = o.trace != NULL};
+  if (st == AG_OK && !nothing && (o.profile || o.trace || o.report)) {
+    ag_profiler_config pc = {.window = o.report ? 20 : 100, .trace = o.trace != NULL};
     prof = ag_profiler_create(o.device, &pc);
     if (!prof) st = ag_last_status();
   }
+  if (prof) st = report_info(prof, &o, dname, &m);
+  /* The report replays the allocator's event ring: keep enough events for a
+   * few steps of a larger model, unless AG_ALLOC_CONF chose a size. */
+  const char *conf = getenv("AG_ALLOC_CONF");
+  if (st == AG_OK && o.report && !(conf && strstr(conf, "trace_max_entries")))
+    st = ag_alloc_configure(o.device, "trace_max_entries:16384");
   double t0 = now_s(), t_log = t0;
   int64_t last_log_step = start, smooth_n = 0;
   r.first_loss = NAN;
@@ -725,6 +761,10 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
                           isnan(l) || isnan(mean) ? "NaN" : "infinite", when,
                           o.out ? "the checkpoint is not written (an existing one is kept)" : "stopped");
       }
+      if (st == AG_OK && prof) {
+        st = ag_profiler_log_scalar(prof, "loss (last batch)", step, l);
+        if (st == AG_OK) st = ag_profiler_log_scalar(prof, "loss (mean since last update)", step, mean);
+      }
       if (st == AG_OK) {
         if (step == start) r.first_loss = l;
         r.final_loss = l;
@@ -741,6 +781,12 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
     ag_scope_end();
     if (prof) ag_profiler_step_end(prof);
     if (st == AG_OK) r.steps_done = step + 1;
+    /* The report's held-out curve: a short evaluation outside the step. */
+    if (st == AG_OK && o.report && log_now && o.eval_batches > 0 && step + 1 < o.steps) {
+      double v = evaluate(&m, &val, o.eval_batches < 4 ? o.eval_batches : 4, o.model == CHARLM_MLP ? 1024 : 64,
+                          o.device, &st);
+      if (st == AG_OK) st = ag_profiler_log_scalar(prof, "held-out loss", step, v);
+    }
   }
   /* The progress line ends before anything else is printed. */
   if (line_open) fputc('\n', out);
@@ -752,7 +798,10 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
       if (trace_st == AG_OK && !o.quiet)
         fprintf(out, "charlm: trace %s (open in chrome://tracing or ui.perfetto.dev)\n", o.trace);
     }
-    ag_profiler_destroy(prof);
+    if (!o.report) {
+      ag_profiler_destroy(prof);
+      prof = NULL;
+    }
   }
   char trace_err[512] = "";
   if (trace_st != AG_OK) snprintf(trace_err, sizeof trace_err, "%s", ag_last_error());
@@ -768,6 +817,15 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
               (long long)smooth_n, smooth_n == 1 ? "" : "s", r.final_loss, r.val_loss);
     else if (st == AG_OK && !o.quiet)
       fprintf(out, "charlm: held-out loss %.4f\n", r.val_loss);
+    if (st == AG_OK && prof && r.steps_done > start)
+      st = ag_profiler_log_scalar(prof, "held-out loss", r.steps_done - 1, r.val_loss);
+  }
+  if (prof) { /* the report: after the final held-out loss */
+    if (st == AG_OK && r.steps_done > start) {
+      st = ag_report_write(prof, o.report);
+      if (st == AG_OK && !o.quiet) fprintf(out, "charlm: report %s (open in a browser)\n", o.report);
+    }
+    ag_profiler_destroy(prof);
   }
   if (st == AG_OK && o.samples > 0 && !o.quiet) {
     uint64_t rng = o.seed + 99;

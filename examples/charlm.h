@@ -49,6 +49,8 @@ typedef struct charlm_options {
   bool quiet;   /* no progress bar (tests) */
   const char *trace; /* write a Chrome trace of the run here, or NULL */
   bool profile;      /* step profiler: verdict and leak check at the end */
+  const char *report; /* write the HTML run report here (ag_report_write), or NULL;
+                         the held-out loss is then also evaluated at each progress update */
   FILE *log;    /* progress output; stdout when NULL */
 } charlm_options;
 
@@ -64,8 +66,8 @@ charlm_options charlm_defaults(charlm_model_kind kind);
 
 /* Train as configured. On failure returns the status; the message is in
  * ag_last_error(). Errors: AG_ERR_INVALID for options outside the limits
- * above or a non-finite hyper-parameter; AG_ERR_IO for an unwritable out or
- * trace path (checked before the first step) or a failed write;
+ * above or a non-finite hyper-parameter; AG_ERR_IO for an unwritable out,
+ * trace or report path (checked before the first step) or a failed write;
  * AG_ERR_CORRUPT for a checkpoint whose metadata is not a charlm
  * checkpoint's; AG_ERR_STATE when the loss or a parameter became NaN/Inf
  * (the message names the step); AG_ERR_OOM when the host address space

@@ -34,7 +34,10 @@ static void usage(void) {
       "  --samples N          words to sample at the end (default 8)\n"
       "  --log-every N        steps between progress updates (default 50)\n"
       "  --trace PATH         write a Chrome trace of the run (chrome://tracing, Perfetto)\n"
-      "  --profile on|off     step profiler verdict and leak check at the end (default on)\n\n"
+      "  --profile on|off     step profiler verdict and leak check at the end (default on)\n"
+      "  --report PATH        write a self-contained HTML run report (loss and held-out curves,\n"
+      "                       step time, memory by category, allocator segments, sync sites);\n"
+      "                       the held-out loss is then evaluated at each progress update\n\n"
       "A loss or parameter that becomes NaN/Inf stops the run; the checkpoint at --out is\n"
       "then left as it was.\n" AG_CLI_EXIT_HELP,
       ag_cli_backend_list(bl, sizeof bl), CHARLM_MAX_BATCH, CHARLM_MAX_ACCUM, CHARLM_MAX_LR);
@@ -43,7 +46,7 @@ static void usage(void) {
 enum {
   O_MODEL = 256, O_DEVICE, O_STEPS, O_BATCH, O_ACCUM, O_LR, O_WARMUP, O_WD, O_CLIP, O_PRECISION, O_SEED,
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
-  O_TRACE, O_PROFILE, O_HELP
+  O_TRACE, O_PROFILE, O_REPORT, O_HELP
 };
 
 static const struct option k_opts[] = {
@@ -59,7 +62,7 @@ static const struct option k_opts[] = {
     {"out", required_argument, NULL, O_OUT},           {"resume", required_argument, NULL, O_RESUME},
     {"samples", required_argument, NULL, O_SAMPLES},   {"log-every", required_argument, NULL, O_LOG_EVERY},
     {"trace", required_argument, NULL, O_TRACE},       {"profile", required_argument, NULL, O_PROFILE},
-    {"help", no_argument, NULL, O_HELP},               {NULL, 0, NULL, 0}};
+    {"report", required_argument, NULL, O_REPORT},     {"help", no_argument, NULL, O_HELP},               {NULL, 0, NULL, 0}};
 
 /* Parse into o. Returns -1 to go on, else the exit code (0 after --help). */
 static int parse(int argc, char **argv, charlm_options *o) {
@@ -128,6 +131,13 @@ static int parse(int argc, char **argv, charlm_options *o) {
       case O_LOG_EVERY: ok = ag_cli_int(C, "log-every", v, 1, 1 << 30, &o->log_every); break;
       case O_TRACE: o->trace = v; break;
       case O_PROFILE: ok = ag_cli_bool(C, "profile", v, &o->profile); break;
+      case O_REPORT:
+        o->report = v;
+        if (!*v) {
+          fprintf(stderr, "anygrad train: --report must not be empty\n");
+          ok = false;
+        }
+        break;
       default: ok = false; break; /* '?': reported by the first pass */
     }
   }
