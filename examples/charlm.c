@@ -168,7 +168,8 @@ static ag_status model_init(model *m, const charlm_options *o, ag_generator *g) 
     if (st == AG_OK) st = ag_linear_params(&m->l2, "fc2.", &m->params);
   } else {
     ag_gpt_config c = {.vocab_size = CHARLM_VOCAB, .block_size = m->T, .n_layer = o->n_layer,
-                       .n_embd = o->n_embd, .n_head = o->n_head, .dropout = 0.0};
+                       .n_embd = o->n_embd, .n_head = o->n_head, .dropout = 0.0,
+                       .checkpoint = o->checkpoint_activations};
     st = ag_gpt_init(&m->gpt, &c, o->device, AG_F32, g);
     if (st == AG_OK) st = ag_params_extend(&m->params, "", &m->gpt.params);
   }
@@ -600,6 +601,8 @@ static ag_status report_info(ag_profiler *p, const charlm_options *o, const char
   snprintf(v, sizeof v, "weight decay %g, clip %g", o->weight_decay, o->clip);
   if (st == AG_OK) st = ag_profiler_set_info(p, "AdamW", v);
   if (st == AG_OK) st = ag_profiler_set_info(p, "precision", ag_dtype_name(o->precision));
+  if (st == AG_OK && o->model == CHARLM_GPT)
+    st = ag_profiler_set_info(p, "activation checkpointing", o->checkpoint_activations ? "on" : "off");
   snprintf(v, sizeof v, "%llu", (unsigned long long)o->seed);
   if (st == AG_OK) st = ag_profiler_set_info(p, "seed", v);
   const char *conf = getenv("AG_ALLOC_CONF");

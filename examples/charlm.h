@@ -43,6 +43,7 @@ typedef struct charlm_options {
   int context, emb, hidden;
   /* GPT */
   int n_layer, n_head, n_embd;
+  bool checkpoint_activations; /* re-run each block in backward (ag_checkpoint) */
   int eval_batches, samples, log_every;
   ag_dtype precision; /* AG_F32; AG_F16: autocast + dynamic loss scaling;
                          AG_BF16: autocast (f32 master weights either way) */

@@ -27,6 +27,8 @@ static void usage(void) {
       "                       the checkpoint's seed unless given)\n"
       "  --context N --emb N --hidden N      mlp sizes (default 6, 24, 256)\n"
       "  --layers N --heads N --embd N       gpt sizes (default 2, 4, 64)\n"
+      "  --checkpoint-activations             gpt: keep only each block's input for backward and\n"
+      "                       re-run the block there (less activation memory, more compute)\n"
       "  --words PATH         word list (default /usr/share/dict/words)\n"
       "  --out PATH           checkpoint to write at the end (default charlm.safetensors);\n"
       "                       checked writable before the first step\n"
@@ -46,7 +48,7 @@ static void usage(void) {
 enum {
   O_MODEL = 256, O_DEVICE, O_STEPS, O_BATCH, O_ACCUM, O_LR, O_WARMUP, O_WD, O_CLIP, O_PRECISION, O_SEED,
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
-  O_TRACE, O_PROFILE, O_REPORT, O_HELP
+  O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_HELP
 };
 
 static const struct option k_opts[] = {
@@ -62,7 +64,7 @@ static const struct option k_opts[] = {
     {"out", required_argument, NULL, O_OUT},           {"resume", required_argument, NULL, O_RESUME},
     {"samples", required_argument, NULL, O_SAMPLES},   {"log-every", required_argument, NULL, O_LOG_EVERY},
     {"trace", required_argument, NULL, O_TRACE},       {"profile", required_argument, NULL, O_PROFILE},
-    {"report", required_argument, NULL, O_REPORT},     {"help", no_argument, NULL, O_HELP},               {NULL, 0, NULL, 0}};
+    {"report", required_argument, NULL, O_REPORT},     {"checkpoint-activations", no_argument, NULL, O_CKPT_ACT},     {"help", no_argument, NULL, O_HELP},               {NULL, 0, NULL, 0}};
 
 /* Parse into o. Returns -1 to go on, else the exit code (0 after --help). */
 static int parse(int argc, char **argv, charlm_options *o) {
@@ -131,6 +133,7 @@ static int parse(int argc, char **argv, charlm_options *o) {
       case O_LOG_EVERY: ok = ag_cli_int(C, "log-every", v, 1, 1 << 30, &o->log_every); break;
       case O_TRACE: o->trace = v; break;
       case O_PROFILE: ok = ag_cli_bool(C, "profile", v, &o->profile); break;
+      case O_CKPT_ACT: o->checkpoint_activations = true; break;
       case O_REPORT:
         o->report = v;
         if (!*v) {
