@@ -579,6 +579,81 @@ static ag_status loss_accumulate(ag_tensor *sum, ag_tensor *loss) {
   return st;
 }
 
+/* One training step at batch B (the loop's step without logging) and the
+ * allocator's peaks during it: a warm step first, so gradients, optimizer
+ * state and the caches are as in a running job. */
+static ag_status probe_step(model *m, ag_optimizer *opt, const dataset *train, const charlm_options *o, int64_t B,
+                            ag_memory_stats *out_before, ag_memory_stats *out_after) {
+  ag_status st = AG_OK;
+  uint64_t rng = o->seed;
+  bool amp = o->precision == AG_F16 || o->precision == AG_BF16;
+  for (int rep = 0; rep < 2 && st == AG_OK; rep++) {
+    if (rep == 1) {
+      st = ag_memory_reset_peak(o->device);
+      if (st == AG_OK) st = ag_memory_stats_get(o->device, out_before);
+    }
+    ag_scope_begin();
+    for (int a = 0; a < o->accum && st == AG_OK; a++) {
+      ag_tensor *x, *y;
+      st = make_batch(m, train, B, &rng, o->device, &x, &y);
+      if (st == AG_OK && amp) st = ag_autocast_begin(o->precision);
+      if (st != AG_OK) break;
+      ag_tensor *loss = batch_loss(m, x, y);
+      if (amp) ag_autocast_end();
+      st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
+    }
+    if (st == AG_OK && o->clip > 0 && !ag_clip_grad_norm(&m->params, o->clip)) st = ag_last_status();
+    if (st == AG_OK) st = ag_optimizer_step(opt);
+    ag_optimizer_zero_grad(opt);
+    ag_scope_end();
+  }
+  if (st == AG_OK) st = ag_memory_stats_get(o->device, out_after);
+  return st;
+}
+
+/* Predict the step's allocated peak by category at o->batch from two probe
+ * steps at small batches: what does not depend on the batch (parameters,
+ * gradients, optimizer state) is measured, and activations and temporaries
+ * are extrapolated linearly in the batch. */
+static ag_status estimate_memory(model *m, ag_optimizer *opt, const dataset *train, const charlm_options *o,
+                                 charlm_memory_estimate *e) {
+  memset(e, 0, sizeof *e);
+  e->batch = o->batch;
+  /* Probes of an eighth and a quarter of the batch: small enough to be
+   * cheap, large enough that allocation rounding (512 B blocks, 2 MiB small
+   * segments) does not hide the per-example bytes. */
+  int64_t b1 = o->batch / 8 > 1 ? o->batch / 8 : 1, b2 = o->batch / 4 > b1 ? o->batch / 4 : b1 + 1;
+  if (b2 > o->batch) b1 = b2 = o->batch;
+  e->probe_batch[0] = b1;
+  e->probe_batch[1] = b2;
+  ag_memory_stats s[2][2];
+  ag_status st = probe_step(m, opt, train, o, b1, &s[0][0], &s[0][1]);
+  if (st == AG_OK) st = probe_step(m, opt, train, o, b2, &s[1][0], &s[1][1]);
+  if (st != AG_OK) return st;
+  double p1 = (double)s[0][1].allocated_bytes[AG_POOL_ALL].peak, p2 = (double)s[1][1].allocated_bytes[AG_POOL_ALL].peak;
+  double slope = b2 > b1 ? (p2 - p1) / (double)(b2 - b1) : 0;
+  e->per_example_bytes = slope;
+  e->peak_bytes = p2 + slope * (double)(o->batch - b2);
+  for (int c = 0; c < AG_MEM_CATEGORY_COUNT; c++) {
+    double c1 = (double)s[0][1].category_bytes[c].peak, c2 = (double)s[1][1].category_bytes[c].peak;
+    double cs = b2 > b1 ? (c2 - c1) / (double)(b2 - b1) : 0;
+    e->category_peak[c] = c2 + cs * (double)(o->batch - b2);
+  }
+  return AG_OK;
+}
+
+static void print_estimate(FILE *out, const charlm_memory_estimate *e, const char *dname) {
+  fprintf(out, "charlm: memory estimate for batch %lld on %s (from steps at batch %lld and %lld, activations\n"
+               "        and temporaries scaled linearly in the batch):\n",
+          (long long)e->batch, dname, (long long)e->probe_batch[0], (long long)e->probe_batch[1]);
+  for (int c = 0; c < AG_MEM_CATEGORY_COUNT; c++)
+    if (e->category_peak[c] > 0)
+      fprintf(out, "  %-12s %10.2f MiB (peak)\n", ag_mem_category_name((ag_mem_category)c),
+              e->category_peak[c] / 1048576.0);
+  fprintf(out, "  %-12s %10.2f MiB allocated at the step's peak (+%.1f KiB per example)\n", "total",
+          e->peak_bytes / 1048576.0, e->per_example_bytes / 1024.0);
+}
+
 /* The run's configuration, for the report. */
 static ag_status report_info(ag_profiler *p, const charlm_options *o, const char *dname, const model *m) {
   char v[64];
@@ -694,6 +769,14 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
                  "is not rewritten; pass --steps > %lld to continue)\n",
             (long long)start, (long long)o.steps, (long long)start);
 
+  if (st == AG_OK && o.estimate_memory && !nothing) {
+    st = estimate_memory(&m, opt, &train, &o, &r.estimate);
+    if (st == AG_OK && !o.quiet) print_estimate(out, &r.estimate, dname);
+    nothing = true; /* an estimate trains nothing and writes no checkpoint */
+    o.steps = start;
+    o.eval_batches = 0;
+    o.samples = 0;
+  }
   /* The step profiler costs a few events per step; it says at the end
    * whether the device waited on input, on host syncs, or leaked memory. */
   ag_profiler *prof = NULL;

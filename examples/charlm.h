@@ -47,6 +47,8 @@ typedef struct charlm_options {
   int eval_batches, samples, log_every;
   ag_dtype precision; /* AG_F32; AG_F16: autocast + dynamic loss scaling;
                          AG_BF16: autocast (f32 master weights either way) */
+  bool estimate_memory; /* predict the peak device memory by category from two
+                           short steps at small batches and train nothing */
   bool quiet;   /* no progress bar (tests) */
   const char *trace; /* write a Chrome trace of the run here, or NULL */
   bool profile;      /* step profiler: verdict and leak check at the end */
@@ -55,7 +57,18 @@ typedef struct charlm_options {
   FILE *log;    /* progress output; stdout when NULL */
 } charlm_options;
 
+/* A memory estimate (charlm_options.estimate_memory): allocated bytes by
+ * category at the training step's peak, for the configured batch. */
+typedef struct charlm_memory_estimate {
+  int64_t batch;                          /* the batch predicted for */
+  int64_t probe_batch[2];                 /* the small batches measured */
+  double peak_bytes;                      /* predicted allocated peak of a step */
+  double category_peak[AG_MEM_CATEGORY_COUNT]; /* predicted peak of each category */
+  double per_example_bytes;               /* slope of the peak in the batch */
+} charlm_memory_estimate;
+
 typedef struct charlm_result {
+  charlm_memory_estimate estimate; /* with estimate_memory */
   double first_loss, final_loss, val_loss; /* final_loss: the last logged batch */
   double smooth_loss; /* mean loss of the steps since the previous progress line */
   int64_t steps_done;

@@ -151,8 +151,49 @@ static void open_of_a_fifo_does_not_block(void **state) {
   unlink(fifo);
 }
 
+/* The memory estimate (two probe steps at small batches, activations scaled
+ * linearly) against the peak a real run at the batch reaches: within 10%,
+ * for the total and for activations. */
+static void estimate_case(charlm_model_kind kind, int64_t batch) {
+  charlm_options o = quiet_options();
+  charlm_options d = charlm_defaults(kind);
+  o.model = kind;
+  o.n_layer = d.n_layer;
+  o.n_head = d.n_head;
+  o.n_embd = d.n_embd;
+  o.batch = batch;
+  o.profile = false;
+  o.estimate_memory = true;
+  charlm_result r;
+  assert_int_equal(charlm_train(&o, &r), AG_OK);
+  assert_int_equal(r.steps_done, 0); /* an estimate trains nothing */
+  const charlm_memory_estimate est = r.estimate, *e = &est;
+  assert_true(e->peak_bytes > 0);
+  o.estimate_memory = false;
+  o.steps = 3;
+  assert_int_equal(ag_memory_reset_peak(o.device), AG_OK);
+  ag_memory_stats s0, s1;
+  assert_int_equal(ag_memory_stats_get(o.device, &s0), AG_OK);
+  assert_int_equal(charlm_train(&o, &r), AG_OK);
+  assert_int_equal(ag_memory_stats_get(o.device, &s1), AG_OK);
+  double peak = (double)(s1.allocated_bytes[AG_POOL_ALL].peak - s0.allocated_bytes[AG_POOL_ALL].current);
+  double act = (double)s1.category_bytes[AG_MEM_ACTIVATIONS].peak;
+  printf("%s batch %lld: predicted peak %.0f, measured %.0f (%.1f%%); activations %.0f vs %.0f\n",
+         kind == CHARLM_GPT ? "gpt" : "mlp", (long long)batch, e->peak_bytes, peak,
+         100 * (e->peak_bytes - peak) / peak, e->category_peak[AG_MEM_ACTIVATIONS], act);
+  assert_true(fabs(e->peak_bytes - peak) <= 0.10 * peak);
+  assert_true(fabs(e->category_peak[AG_MEM_ACTIVATIONS] - act) <= 0.10 * act);
+}
+
+static void memory_estimate_matches_the_run(void **state) {
+  (void)state;
+  estimate_case(CHARLM_GPT, 32);
+  estimate_case(CHARLM_MLP, 512);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(memory_estimate_matches_the_run),
       cmocka_unit_test(huge_batch_is_refused),
       cmocka_unit_test(nonfinite_hyperparameters_are_refused),
       cmocka_unit_test(save_does_not_follow_a_planted_symlink),

@@ -37,6 +37,8 @@ static void usage(void) {
       "  --log-every N        steps between progress updates (default 50)\n"
       "  --trace PATH         write a Chrome trace of the run (chrome://tracing, Perfetto)\n"
       "  --profile on|off     step profiler verdict and leak check at the end (default on)\n"
+      "  --estimate-memory    print the predicted peak device memory of a step by category for\n"
+      "                       the configured batch (from two steps at small batches) and exit\n"
       "  --report PATH        write a self-contained HTML run report (loss and held-out curves,\n"
       "                       step time, memory by category, allocator segments, sync sites);\n"
       "                       the held-out loss is then evaluated at each progress update\n\n"
@@ -48,7 +50,7 @@ static void usage(void) {
 enum {
   O_MODEL = 256, O_DEVICE, O_STEPS, O_BATCH, O_ACCUM, O_LR, O_WARMUP, O_WD, O_CLIP, O_PRECISION, O_SEED,
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
-  O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_HELP
+  O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_ESTIMATE, O_HELP
 };
 
 static const struct option k_opts[] = {
@@ -64,7 +66,8 @@ static const struct option k_opts[] = {
     {"out", required_argument, NULL, O_OUT},           {"resume", required_argument, NULL, O_RESUME},
     {"samples", required_argument, NULL, O_SAMPLES},   {"log-every", required_argument, NULL, O_LOG_EVERY},
     {"trace", required_argument, NULL, O_TRACE},       {"profile", required_argument, NULL, O_PROFILE},
-    {"report", required_argument, NULL, O_REPORT},     {"checkpoint-activations", no_argument, NULL, O_CKPT_ACT},     {"help", no_argument, NULL, O_HELP},               {NULL, 0, NULL, 0}};
+    {"report", required_argument, NULL, O_REPORT},     {"checkpoint-activations", no_argument, NULL, O_CKPT_ACT},
+    {"estimate-memory", no_argument, NULL, O_ESTIMATE},     {"help", no_argument, NULL, O_HELP},               {NULL, 0, NULL, 0}};
 
 /* Parse into o. Returns -1 to go on, else the exit code (0 after --help). */
 static int parse(int argc, char **argv, charlm_options *o) {
@@ -134,6 +137,7 @@ static int parse(int argc, char **argv, charlm_options *o) {
       case O_TRACE: o->trace = v; break;
       case O_PROFILE: ok = ag_cli_bool(C, "profile", v, &o->profile); break;
       case O_CKPT_ACT: o->checkpoint_activations = true; break;
+      case O_ESTIMATE: o->estimate_memory = true; break;
       case O_REPORT:
         o->report = v;
         if (!*v) {
