@@ -642,6 +642,78 @@ static ag_status estimate_memory(model *m, ag_optimizer *opt, const dataset *tra
   return AG_OK;
 }
 
+/* The largest batch whose training step fits: predicted from the estimate's
+ * per-example bytes against the limit (the memory cap, else the device's
+ * free memory), then grown by 1/4 until a step fails with AG_ERR_OOM (or
+ * shrunk until one runs); the error is caught, the step's memory is
+ * released, and 10% is kept as a safety margin. Every probe is a full step
+ * (forward, backward, optimizer), after a warm step at batch 1 that creates
+ * the optimizer state. */
+static ag_status batch_search(model *m, ag_optimizer *opt, const dataset *train, charlm_options *o,
+                              charlm_batch_search *bs) {
+  memset(bs, 0, sizeof *bs);
+  ag_memory_stats s;
+  ag_device_props pr;
+  ag_status st = ag_memory_stats_get(o->device, &s);
+  if (st == AG_OK) st = ag_device_props_get(o->device, &pr);
+  if (st != AG_OK) return st;
+  size_t free_b = 0, total_b = 0;
+  if (s.cap_bytes > 0) {
+    bs->limit_bytes = s.cap_bytes;
+  } else if (pr.unified_memory) {
+    return ag_error_set(AG_ERR_INVALID, "charlm: --batch auto on %s (device memory is host memory) needs a memory cap "
+                        "to search under: AG_ALLOC_CONF=memory_cap_mb:N", pr.name);
+  } else {
+    st = ag_device_mem_info(o->device, &free_b, &total_b);
+    if (st != AG_OK) return st;
+    bs->limit_bytes = (int64_t)free_b + s.reserved_bytes[AG_POOL_ALL].current;
+  }
+  ag_memory_stats a, b;
+  charlm_options w = *o;
+  w.batch = 1;
+  st = probe_step(m, opt, train, &w, 1, &a, &b); /* optimizer state, caches */
+  if (st != AG_OK) return st;
+  st = ag_memory_stats_get(o->device, &s);
+  if (st != AG_OK) return st;
+  bs->allocated_before = s.allocated_bytes[AG_POOL_ALL].current;
+  charlm_memory_estimate e;
+  w.batch = 64;
+  st = estimate_memory(m, opt, train, &w, &e);
+  if (st != AG_OK) return st;
+  double fixed = e.peak_bytes - e.per_example_bytes * 64.0;
+  double pred = e.per_example_bytes > 0 ? ((double)bs->limit_bytes - fixed) / e.per_example_bytes : (double)CHARLM_MAX_BATCH;
+  bs->predicted = pred < 1 ? 1 : pred > CHARLM_MAX_BATCH ? CHARLM_MAX_BATCH : (int64_t)pred;
+  int64_t B = bs->predicted, fit = 0, fail = 0;
+  while (st == AG_OK && bs->tries < 24) {
+    bs->tries++;
+    st = probe_step(m, opt, train, o, B, &a, &b);
+    if (st == AG_ERR_OOM) { /* the recoverable out-of-memory error: caught, nothing kept */
+      ag_error_clear();
+      st = AG_OK;
+      bs->ooms++;
+      fail = B;
+      if (fit) break;
+      if (B == 1) return ag_error_set(AG_ERR_OOM, "charlm: --batch auto: even batch 1 does not fit in %lld bytes",
+                                      (long long)bs->limit_bytes);
+      B = B * 4 / 5 > 0 ? B * 4 / 5 : 1;
+      continue;
+    }
+    if (st != AG_OK) break;
+    fit = B;
+    if (fail || B >= CHARLM_MAX_BATCH) break;
+    B = B + B / 4 + 1 < CHARLM_MAX_BATCH ? B + B / 4 + 1 : CHARLM_MAX_BATCH;
+  }
+  if (st != AG_OK) return st;
+  if (!fit) return ag_error_set(AG_ERR_OOM, "charlm: --batch auto: no batch fits in %lld bytes", (long long)bs->limit_bytes);
+  bs->largest_fit = fit;
+  bs->chosen = fit - fit / 10 > 0 ? fit - fit / 10 : 1;
+  ag_optimizer_zero_grad(opt);
+  st = ag_memory_stats_get(o->device, &s);
+  if (st == AG_OK) bs->allocated_after = s.allocated_bytes[AG_POOL_ALL].current;
+  (void)fail;
+  return st;
+}
+
 static void print_estimate(FILE *out, const charlm_memory_estimate *e, const char *dname) {
   fprintf(out, "charlm: memory estimate for batch %lld on %s (from steps at batch %lld and %lld, activations\n"
                "        and temporaries scaled linearly in the batch):\n",
@@ -769,6 +841,21 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
                  "is not rewritten; pass --steps > %lld to continue)\n",
             (long long)start, (long long)o.steps, (long long)start);
 
+  if (st == AG_OK && o.batch_auto && !nothing) {
+    /* The probe steps run with learning rate 0: the parameters stay as they
+     * were (the optimizer's moment estimates do see the probe batches). */
+    ag_optimizer_set_lr(opt, 0.0);
+    st = batch_search(&m, opt, &train, &o, &r.batch_search);
+    if (st == AG_OK) {
+      o.batch = r.batch_search.chosen;
+      per_step = o.batch * o.accum * (o.model == CHARLM_MLP ? 1 : T);
+      if (!o.quiet)
+        fprintf(out, "charlm: --batch auto: %lld (largest fitting %lld under %.1f MiB, predicted %lld; %d steps "
+                     "tried, %d out-of-memory errors caught; 10%% margin)\n",
+                (long long)o.batch, (long long)r.batch_search.largest_fit, r.batch_search.limit_bytes / 1048576.0,
+                (long long)r.batch_search.predicted, r.batch_search.tries, r.batch_search.ooms);
+    }
+  }
   if (st == AG_OK && o.estimate_memory && !nothing) {
     st = estimate_memory(&m, opt, &train, &o, &r.estimate);
     if (st == AG_OK && !o.quiet) print_estimate(out, &r.estimate, dname);

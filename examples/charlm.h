@@ -47,6 +47,7 @@ typedef struct charlm_options {
   int eval_batches, samples, log_every;
   ag_dtype precision; /* AG_F32; AG_F16: autocast + dynamic loss scaling;
                          AG_BF16: autocast (f32 master weights either way) */
+  bool batch_auto;      /* choose the batch: the largest that fits (see charlm_batch_search) */
   bool estimate_memory; /* predict the peak device memory by category from two
                            short steps at small batches and train nothing */
   bool quiet;   /* no progress bar (tests) */
@@ -67,7 +68,19 @@ typedef struct charlm_memory_estimate {
   double per_example_bytes;               /* slope of the peak in the batch */
 } charlm_memory_estimate;
 
+/* The automatic batch search (charlm_options.batch_auto). */
+typedef struct charlm_batch_search {
+  int64_t limit_bytes;       /* the memory cap, else the device's free memory */
+  int64_t predicted;         /* from the estimate's per-example bytes */
+  int64_t largest_fit;       /* the largest batch whose step ran */
+  int64_t chosen;            /* largest_fit less the safety margin (10%) */
+  int tries, ooms;           /* probe steps run; out-of-memory errors caught */
+  int64_t allocated_before, allocated_after; /* device allocated bytes around
+                                                the search: equal unless it leaked */
+} charlm_batch_search;
+
 typedef struct charlm_result {
+  charlm_batch_search batch_search; /* with batch_auto */
   charlm_memory_estimate estimate; /* with estimate_memory */
   double first_loss, final_loss, val_loss; /* final_loss: the last logged batch */
   double smooth_loss; /* mean loss of the steps since the previous progress line */

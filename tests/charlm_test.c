@@ -191,8 +191,64 @@ static void memory_estimate_matches_the_run(void **state) {
   estimate_case(CHARLM_MLP, 512);
 }
 
+/* --batch auto under a cap: out-of-memory errors are caught and recovered,
+ * allocated bytes are back where they were, and the chosen batch trains.
+ * On cpu, and on opencl:0 and the emulated GPU where they are available. */
+static void batch_auto_on(ag_device dev, const char *name) {
+  charlm_options o = quiet_options();
+  charlm_options d = charlm_defaults(CHARLM_GPT);
+  o.device = dev;
+  o.model = CHARLM_GPT;
+  o.n_layer = d.n_layer;
+  o.n_head = d.n_head;
+  o.n_embd = d.n_embd;
+  o.profile = false;
+  o.batch_auto = true;
+  charlm_result r;
+  assert_int_equal(ag_memory_empty_cache(o.device), AG_OK);
+  assert_int_equal(ag_memory_set_cap(o.device, 40u << 20), AG_OK);
+  ag_status st = charlm_train(&o, &r);
+  assert_int_equal(ag_memory_set_cap(o.device, 0), AG_OK);
+  assert_int_equal(st, AG_OK);
+  const charlm_batch_search *b = &r.batch_search;
+  printf("%s: batch auto under 40 MiB: predicted %lld, largest fit %lld, chosen %lld, %d tries, %d OOMs, "
+         "allocated %lld -> %lld\n",
+         name, (long long)b->predicted, (long long)b->largest_fit, (long long)b->chosen, b->tries, b->ooms,
+         (long long)b->allocated_before, (long long)b->allocated_after);
+  assert_true(b->ooms >= 1);
+  assert_true(b->largest_fit > 1);
+  assert_int_equal(b->chosen, b->largest_fit - b->largest_fit / 10);
+  assert_int_equal(b->allocated_after, b->allocated_before);
+  assert_int_equal(r.steps_done, 1);
+}
+
+static void batch_auto_under_a_cap(void **state) {
+  (void)state;
+  /* no cap on a host-memory device: refused, nothing run */
+  charlm_options o = quiet_options();
+  o.batch_auto = true;
+  o.profile = false;
+  charlm_result r;
+  assert_int_equal(ag_memory_set_cap(o.device, 0), AG_OK);
+  assert_int_equal(charlm_train(&o, &r), AG_ERR_INVALID);
+  assert_non_null(strstr(ag_last_error(), "memory_cap_mb"));
+  ag_error_clear();
+  batch_auto_on(AG_CPU, "cpu");
+  const char *others[] = {"opencl:0", "gpuemu:0"};
+  for (int i = 0; i < 2; i++) {
+    ag_device dev;
+    if (ag_device_parse(others[i], &dev) != AG_OK) {
+      printf("%s: unavailable, skipped (%s)\n", others[i], ag_last_error());
+      ag_error_clear();
+      continue;
+    }
+    batch_auto_on(dev, others[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(batch_auto_under_a_cap),
       cmocka_unit_test(memory_estimate_matches_the_run),
       cmocka_unit_test(huge_batch_is_refused),
       cmocka_unit_test(nonfinite_hyperparameters_are_refused),

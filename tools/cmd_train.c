@@ -16,7 +16,9 @@ static void usage(void) {
       "  --device D           BACKEND[:N], backends: %s (default: best available)\n"
       "  --steps N            total optimizer steps (default 3000 mlp, 1500 gpt); with --resume\n"
       "                       the run continues to N, and N <= the saved step trains nothing\n"
-      "  --batch N            examples (mlp) or words (gpt) per micro-batch (1..%d)\n"
+      "  --batch N|auto       examples (mlp) or words (gpt) per micro-batch (1..%d); auto: the\n"
+      "                       largest that fits under the memory cap (AG_ALLOC_CONF memory_cap_mb,\n"
+      "                       needed on cpu) or the device's free memory, less 10%%\n"
       "  --accum N            micro-batches per step (gradient accumulation, 1..%d)\n"
       "  --lr X               peak learning rate (cosine schedule with warmup; 0 < X <= %g)\n"
       "  --warmup N           warmup steps (default 100)\n"
@@ -100,7 +102,12 @@ static int parse(int argc, char **argv, charlm_options *o) {
       case O_MODEL: break;
       case O_DEVICE: device = v; break;
       case O_STEPS: ok = ag_cli_i64(C, "steps", v, 0, CHARLM_MAX_STEPS, &o->steps); break;
-      case O_BATCH: ok = ag_cli_i64(C, "batch", v, 1, CHARLM_MAX_BATCH, &o->batch); break;
+      case O_BATCH:
+        if (!strcmp(v, "auto"))
+          o->batch_auto = true;
+        else
+          ok = ag_cli_i64(C, "batch", v, 1, CHARLM_MAX_BATCH, &o->batch);
+        break;
       case O_ACCUM: ok = ag_cli_int(C, "accum", v, 1, CHARLM_MAX_ACCUM, &o->accum); break;
       case O_LR:
         ok = ag_cli_f64(C, "lr", v, 0, CHARLM_MAX_LR, &o->lr);
