@@ -6,7 +6,18 @@
 #include <string.h>
 
 #include "alloc_internal.h"
+#include "anygrad/amp.h"
 #include "grad_internal.h"
+
+/* What an AG_G_CHECKPOINT node needs to re-run its block. */
+typedef struct ag_ckpt {
+  ag_checkpoint_fn fn;
+  void *ctx;         /* the copy below, or the caller's pointer when ctx_size is 0 */
+  ag_generator *gen; /* restored to (seed, offset) for the re-run; NULL: none */
+  uint64_t seed, offset;
+  ag_dtype autocast; /* AG_F32: autocast was off in the forward */
+  _Alignas(max_align_t) unsigned char copy[AG_CHECKPOINT_MAX_CTX];
+} ag_ckpt;
 
 /* Live node count for leak tests: an atomic counter, safe from any thread. */
 static atomic_llong g_live_nodes;
@@ -128,6 +139,7 @@ static bool needs_input(ag_gop op, int i) {
     case AG_G_CROSS_ENTROPY: return true;        /* logits and targets */
     case AG_G_LAYER_NORM: return i <= 1;         /* x and weight */
     case AG_G_EMBEDDING: return i == 1;          /* indices */
+    case AG_G_CHECKPOINT: return true;           /* the block's inputs, to re-run it */
     default: return false;
   }
 }
@@ -165,6 +177,7 @@ static const char *const k_gop_names[AG_GOP_COUNT] = {
     [AG_G_LAYER_NORM] = "layer_norm", [AG_G_EMBEDDING] = "embedding", [AG_G_CONCAT] = "concat",
     [AG_G_DROPOUT] = "dropout", [AG_G_VIEW] = "view", [AG_G_PERMUTE] = "permute", [AG_G_SLICE] = "slice",
     [AG_G_EXPAND] = "expand", [AG_G_CAST] = "cast", [AG_G_TO_DEVICE] = "to_device",
+    [AG_G_CHECKPOINT] = "checkpoint",
 };
 
 /* PyTorch's saved-variable check: a tensor the formula reads must still
@@ -292,6 +305,8 @@ static void node_clear(ag_node *n, ag_node ***stack, int *sn, int *scap) {
   }
   if (n->out_val) ag_tensor_release(n->out_val);
   n->out_val = NULL;
+  free(n->ckpt);
+  n->ckpt = NULL;
 }
 
 void ag__node_release(ag_node *first) {
@@ -378,6 +393,129 @@ static ag_status accumulate(ag_tensor *leaf, ag_tensor *g) {
   c.name = "ag_backward";
   ag_status st = leaf->numel ? ag__launch(ds, &c) : AG_OK;
   ag_tensor_release(gc);
+  return st;
+}
+
+/* ---------------- activation checkpointing ---------------- */
+
+ag_tensor *ag_checkpoint(ag_checkpoint_fn fn, const void *ctx, size_t ctx_size, ag_generator *gen,
+                         int n_inputs, ag_tensor *const *inputs) {
+  if (!fn || n_inputs < 1 || n_inputs > AG_CHECKPOINT_MAX_INPUTS || !inputs || ctx_size > AG_CHECKPOINT_MAX_CTX ||
+      (ctx_size && !ctx)) {
+    ag_error_set(AG_ERR_INVALID, "ag_checkpoint: NULL fn or inputs, n_inputs outside 1..%d, or ctx_size above %d "
+                 "(or without ctx)", AG_CHECKPOINT_MAX_INPUTS, AG_CHECKPOINT_MAX_CTX);
+    return NULL;
+  }
+  for (int i = 0; i < n_inputs; i++)
+    if (!inputs[i]) {
+      if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "ag_checkpoint: input %d is NULL", i);
+      return NULL;
+    }
+  /* Nothing to record: run the block as it is. */
+  if (!ag_grad_enabled()) return fn((void *)ctx, n_inputs, inputs);
+  ag_ckpt *ck = calloc(1, sizeof *ck);
+  if (!ck) {
+    ag_error_set(AG_ERR_OOM, "ag_checkpoint: out of host memory");
+    return NULL;
+  }
+  ck->fn = fn;
+  if (ctx_size) {
+    memcpy(ck->copy, ctx, ctx_size);
+    ck->ctx = ck->copy;
+  } else {
+    ck->ctx = (void *)ctx;
+  }
+  ck->gen = gen;
+  if (gen) ag_generator_get_state(gen, &ck->seed, &ck->offset);
+  ck->autocast = ag_autocast_enabled() ? ag_autocast_dtype() : AG_F32;
+  /* The forward keeps nothing: no graph, and the block's temporaries go
+   * with its own scope. */
+  ag_no_grad_begin();
+  ag_scope_begin();
+  ag_tensor *y = fn(ck->ctx, n_inputs, inputs);
+  if (y) ag_tensor_keep(y);
+  ag_status se = ag_scope_end();
+  ag_grad_mode_end();
+  if (y && se != AG_OK) {
+    ag_tensor_release(y);
+    y = NULL;
+  }
+  if (!y) {
+    free(ck);
+    return NULL;
+  }
+  for (int i = 0; i < n_inputs; i++)
+    if (y->st == inputs[i]->st) { /* a view of an input would make the node its own input */
+      ag_tensor_release(y);
+      free(ck);
+      ag_error_set(AG_ERR_INVALID, "ag_checkpoint: the block returned (a view of) its input %d", i);
+      return NULL;
+    }
+  if (!ag_dtype_is_float(y->dtype)) { /* an integer result has no gradient: nothing to record */
+    free(ck);
+    return y;
+  }
+  if (ag__grad_record(y, AG_G_CHECKPOINT, n_inputs, inputs, 0, NULL, NULL) != AG_OK) {
+    ag_tensor_release(y);
+    free(ck);
+    return NULL;
+  }
+  y->grad_fn->ckpt = ck;
+  return y;
+}
+
+/* Re-run the block with grad on from detached copies of its saved inputs
+ * (the generator and autocast as in the forward), backpropagate g through
+ * that graph - parameters the block reads get their gradients there - and
+ * hand the inputs' gradients to the engine. Everything re-computed goes
+ * with the scope. */
+static ag_status checkpoint_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  ag_ckpt *ck = n->ckpt;
+  if (!ck) return ag_error_set(AG_ERR_INTERNAL, "ag_backward: checkpoint node without its block");
+  ag_tensor *x[AG_CHECKPOINT_MAX_INPUTS] = {0};
+  ag_status st = AG_OK;
+  ag_scope_begin();
+  for (int i = 0; i < n->n_in && st == AG_OK; i++) {
+    x[i] = ag_detach(n->e[i].val);
+    if (!x[i]) st = ag_last_status();
+    else if ((n->e[i].fn || n->e[i].leaf) && ag_dtype_is_float(x[i]->dtype))
+      st = ag_tensor_set_requires_grad(x[i], true);
+  }
+  uint64_t seed = 0, offset = 0;
+  if (ck->gen) ag_generator_get_state(ck->gen, &seed, &offset);
+  ag_tensor *y = NULL;
+  if (st == AG_OK) {
+    if (ck->gen) ag_generator_set_state(ck->gen, ck->seed, ck->offset);
+    ag_enable_grad_begin();
+    bool ac = ck->autocast != AG_F32;
+    if (ac) { /* the backward suspended autocast; the re-run needs the forward's */
+      ag__autocast_resume();
+      st = ag_autocast_begin(ck->autocast);
+    }
+    if (st == AG_OK) {
+      y = ck->fn(ck->ctx, n->n_in, x);
+      if (!y) st = ag_last_status() != AG_OK ? ag_last_status()
+                                              : ag_error_set(AG_ERR_INTERNAL, "ag_backward: checkpointed block returned NULL");
+      if (ac) ag_autocast_end();
+    }
+    if (ac) ag__autocast_suspend();
+    ag_grad_mode_end();
+    if (ck->gen) ag_generator_set_state(ck->gen, seed, offset);
+  }
+  if (st == AG_OK && y->requires_grad) st = ag_backward(y, g, false);
+  for (int i = 0; i < n->n_in; i++) {
+    if (st == AG_OK && x[i] && x[i]->grad && (n->e[i].fn || n->e[i].leaf)) {
+      gin[i] = x[i]->grad; /* the engine takes this reference */
+      x[i]->grad = NULL;
+    }
+  }
+  ag_status se = ag_scope_end();
+  if (st == AG_OK && se != AG_OK) st = se;
+  if (st != AG_OK)
+    for (int i = 0; i < n->n_in; i++) {
+      ag_tensor_release(gin[i]);
+      gin[i] = NULL;
+    }
   return st;
 }
 
@@ -501,7 +639,7 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
       }
       memset(gin, 0, (size_t)n->n_in * sizeof *gin);
       st = g ? check_saved_versions(n) : AG_OK;
-      if (st == AG_OK && g) st = ag__node_backward(n, g, gin);
+      if (st == AG_OK && g) st = n->op == AG_G_CHECKPOINT ? checkpoint_backward(n, g, gin) : ag__node_backward(n, g, gin);
       ag_tensor_release(g);
       for (int i = 0; i < n->n_in; i++) {
         ag_edge *e = &n->e[i];

@@ -31,8 +31,15 @@ AG_HIDDEN void ag__trace_thread_name(const char *name);
 /* Name a stream's lane (copied). */
 AG_HIDDEN void ag__trace_stream_name(const ag_stream *s, const char *name);
 /* Write every recorded event since `since_ns` (and allocator events of ds from
- * its snapshot ring) as Chrome trace JSON. */
-AG_HIDDEN ag_status ag__trace_write(const char *path, ag_devstate *ds, uint64_t since_ns);
+ * its snapshot ring) as Chrome trace JSON; with p, the profiler's report data
+ * as otherData.anygrad_report. */
+AG_HIDDEN ag_status ag__trace_write(const char *path, ag_devstate *ds, uint64_t since_ns, ag_profiler *p);
+
+/* ---- run report (profiler.c, report.c) ---- */
+/* The profiler's report data as one JSON object (format "anygrad-report"):
+ * device properties, info, per-step statistics, verdicts, scalars, sync
+ * sites and allocator snapshots at the peak and now. Errors: AG_ERR_IO. */
+AG_HIDDEN ag_status ag__profiler_json(ag_profiler *p, FILE *f);
 
 /* ---- sync sites (sync.c) ---- */
 /* Resolve sites while > 0 (profilers hold a count). */

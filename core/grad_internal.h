@@ -40,6 +40,7 @@ typedef struct ag_node {
   int64_t out_shape[AG_MAX_DIMS];
   int n_saved;
   ag_tensor *saved[AG_NODE_MAX_SAVED];
+  struct ag_ckpt *ckpt; /* AG_G_CHECKPOINT: the block to re-run (owned) */
   int n_in;
   ag_edge e[];
 } ag_node;

@@ -202,6 +202,7 @@ typedef enum ag_gop {
   AG_G_EXPAND,      /* input shape in p */
   AG_G_CAST,        /* input dtype in p->i[0] */
   AG_G_TO_DEVICE,
+  AG_G_CHECKPOINT,  /* ag_checkpoint: inputs saved, the block re-run in backward */
   AG_GOP_COUNT
 } ag_gop;
 

@@ -495,6 +495,39 @@ ag_status ag_gpt_init(ag_gpt *m, const ag_gpt_config *cfg, ag_device d, ag_dtype
   return st;
 }
 
+/* One transformer block: x + attn(ln1(x)), then + mlp(ln2(.)). Leaves x
+ * to the caller; an ag_checkpoint_fn. */
+typedef struct gpt_block_ctx {
+  const ag_gpt *m;
+  const ag_gpt_block *b;
+  bool train;
+  ag_generator *g;
+} gpt_block_ctx;
+
+static ag_tensor *gpt_block_fn(void *ctx, int n_inputs, ag_tensor *const *inputs) {
+  const gpt_block_ctx *c = ctx;
+  const ag_gpt_block *b = c->b;
+  double p = c->m->cfg.dropout;
+  (void)n_inputs;
+  ag_tensor *x = inputs[0];
+  ag_tensor *h = ag_layer_norm_forward(&b->ln1, x);
+  ag_tensor *a = ag_causal_attention_forward(&b->attn, h, c->train, c->g);
+  ag_tensor *ad = ag_dropout_forward(p, a, c->train, c->g);
+  ag_tensor *x1 = ag_add(x, ad);
+  ag_tensor_release(h);
+  ag_tensor_release(a);
+  ag_tensor_release(ad);
+  h = ag_layer_norm_forward(&b->ln2, x1);
+  ag_tensor *f = ag_linear_forward(&b->fc, h);
+  ag_tensor *ge = ag_gelu(f);
+  ag_tensor *pr = ag_linear_forward(&b->proj, ge);
+  ag_tensor *pd = ag_dropout_forward(p, pr, c->train, c->g);
+  ag_tensor *y = ag_add(x1, pd);
+  ag_tensor *rel[] = {x1, h, f, ge, pr, pd};
+  for (size_t k = 0; k < sizeof rel / sizeof *rel; k++) ag_tensor_release(rel[k]);
+  return y;
+}
+
 ag_tensor *ag_gpt_forward(const ag_gpt *m, ag_tensor *idx, bool train, ag_generator *g) {
   if (!m || !idx) return null_input("ag_gpt_forward", m, idx);
   if (idx->ndim != 2 || idx->shape[1] > m->cfg.block_size) {
@@ -515,23 +548,11 @@ ag_tensor *ag_gpt_forward(const ag_gpt *m, ag_tensor *idx, bool train, ag_genera
   ag_tensor_release(x);
   x = d0;
   for (int64_t i = 0; i < m->cfg.n_layer && x; i++) {
-    const ag_gpt_block *b = &m->blocks[i];
-    ag_tensor *h = ag_layer_norm_forward(&b->ln1, x);
-    ag_tensor *a = ag_causal_attention_forward(&b->attn, h, train, g);
-    ag_tensor *ad = ag_dropout_forward(m->cfg.dropout, a, train, g);
-    ag_tensor *x1 = ag_add(x, ad);
-    ag_tensor_release(h);
-    ag_tensor_release(a);
-    ag_tensor_release(ad);
+    gpt_block_ctx c = {m, &m->blocks[i], train, g};
+    ag_tensor *y = m->cfg.checkpoint ? ag_checkpoint(gpt_block_fn, &c, sizeof c, g, 1, &x)
+                                     : gpt_block_fn(&c, 1, &x);
     ag_tensor_release(x);
-    h = ag_layer_norm_forward(&b->ln2, x1);
-    ag_tensor *f = ag_linear_forward(&b->fc, h);
-    ag_tensor *ge = ag_gelu(f);
-    ag_tensor *pr = ag_linear_forward(&b->proj, ge);
-    ag_tensor *pd = ag_dropout_forward(m->cfg.dropout, pr, train, g);
-    x = ag_add(x1, pd);
-    ag_tensor *rel[] = {x1, h, f, ge, pr, pd};
-    for (size_t k = 0; k < sizeof rel / sizeof *rel; k++) ag_tensor_release(rel[k]);
+    x = y;
   }
   ag_tensor *xf = ag_layer_norm_forward(&m->ln_f, x);
   ag_tensor *logits = ag_linear_forward(&m->head, xf);

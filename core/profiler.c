@@ -1,13 +1,17 @@
 /* The step profiler: per-step host, input, copy, device, sync and memory
  * measurements (device times from timing events read without blocking), a
  * verdict per window naming the bottleneck, and the leak detector. */
+#define _GNU_SOURCE /* open_memstream */
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc_internal.h"
 #include "anygrad/autograd.h"
+#include "anygrad/report.h"
 #include "diag_internal.h"
 #include "internal.h"
 
@@ -19,6 +23,8 @@ typedef struct rec {
   ag_step_stats st;
   int64_t cat[AG_MEM_CATEGORY_COUNT]; /* category bytes at step end */
   int64_t nodes, tensors;             /* live autograd nodes / tensors at step end */
+  int64_t reserved, peak;             /* reserved bytes at step end; allocated peak so far */
+  uint64_t end_ns;                    /* host clock at step end */
   uint64_t dev_end_ns;                /* device time the step's work ended; 0 unknown */
 } rec;
 
@@ -36,6 +42,16 @@ typedef struct site_count {
   const char *text, *call;
   uint64_t count;
 } site_count;
+
+#define MAX_SERIES 16
+#define MAX_INFO 64
+#define MAX_POINTS (1 << 20)
+
+typedef struct scalar_pt {
+  int series;
+  int64_t step;
+  double value;
+} scalar_pt;
 
 typedef struct window_rec {
   int64_t first;
@@ -77,6 +93,17 @@ struct ag_profiler {
   bool leak;
   int64_t leak_step;
   char leak_text[640];
+  /* report data (ag_profiler_log_scalar, ag_profiler_set_info) */
+  char *series[MAX_SERIES];
+  int n_series;
+  scalar_pt *pts;
+  int64_t n_pts, cap_pts;
+  char *info_k[MAX_INFO], *info_v[MAX_INFO];
+  int n_info;
+  /* allocator snapshot at the end of the step that last raised the
+   * allocated peak by more than 1% (the segments a report shows) */
+  char *snap_peak;
+  int64_t snap_peak_step, snap_peak_bytes;
 };
 
 /* ---- events ---- */
@@ -284,6 +311,13 @@ void ag_profiler_destroy(ag_profiler *p) {
   ag_event_destroy(p->ev_ready);
   ag_event_destroy(p->anchor);
   pthread_mutex_destroy(&p->mu);
+  for (int i = 0; i < p->n_series; i++) free(p->series[i]);
+  for (int i = 0; i < p->n_info; i++) {
+    free(p->info_k[i]);
+    free(p->info_v[i]);
+  }
+  free(p->pts);
+  free(p->snap_peak);
   free(p->wins);
   free(p->recs);
   free(p);
@@ -291,7 +325,7 @@ void ag_profiler_destroy(ag_profiler *p) {
 
 /* ---- steps ---- */
 
-static void mem_now(ag_profiler *p, int64_t *alloc, int64_t *cat) {
+static void mem_now(ag_profiler *p, int64_t *alloc, int64_t *cat, int64_t *reserved, int64_t *peak) {
   ag_memory_stats ms;
   if (ag_memory_stats_get(p->ds->dev, &ms) != AG_OK) {
     ag_error_clear();
@@ -300,6 +334,24 @@ static void mem_now(ag_profiler *p, int64_t *alloc, int64_t *cat) {
   *alloc = ms.allocated_bytes[AG_POOL_ALL].current;
   if (cat)
     for (int c = 0; c < AG_MEM_CATEGORY_COUNT; c++) cat[c] = ms.category_bytes[c].current;
+  if (reserved) *reserved = ms.reserved_bytes[AG_POOL_ALL].current;
+  if (peak) *peak = ms.allocated_bytes[AG_POOL_ALL].peak;
+}
+
+/* The allocator's JSON snapshot as a string (owned by the caller), or NULL. */
+static char *snapshot_string(ag_devstate *ds) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *m = ds->alloc ? open_memstream(&buf, &len) : NULL;
+  if (!m) return NULL;
+  ag_status st = ag__alloc_snapshot(ds->alloc, m);
+  fclose(m);
+  if (st != AG_OK) {
+    ag_error_clear();
+    free(buf);
+    return NULL;
+  }
+  return buf;
 }
 
 ag_status ag_profiler_step_begin(ag_profiler *p) {
@@ -319,7 +371,7 @@ ag_status ag_profiler_step_begin(ag_profiler *p) {
   p->in_step = true;
   pthread_mutex_unlock(&p->mu);
   atomic_store(&p->data_wait_ns, 0);
-  mem_now(p, &p->alloc0, NULL);
+  mem_now(p, &p->alloc0, NULL, NULL, NULL);
   p->syncs0 = ag_sync_count();
   p->wait0 = ag__sync_wait_ns();
   p->t_begin = ag__now_ns();
@@ -384,8 +436,11 @@ ag_status ag_profiler_step_end(ag_profiler *p) {
   uint64_t t_end = ag__now_ns();
   uint64_t syncs = ag_sync_count() - p->syncs0;
   uint64_t sync_wait = ag__sync_wait_ns() - p->wait0;
-  int64_t alloc, cat[AG_MEM_CATEGORY_COUNT];
-  mem_now(p, &alloc, cat);
+  int64_t alloc, cat[AG_MEM_CATEGORY_COUNT], reserved, peak;
+  mem_now(p, &alloc, cat, &reserved, &peak);
+  /* Segments as the peak left them: cheap, since the peak rises by 1%
+   * only a bounded number of times. */
+  char *snap = peak > p->snap_peak_bytes + p->snap_peak_bytes / 100 ? snapshot_string(p->ds) : NULL;
   pthread_mutex_lock(&p->mu);
   ag_event *ev_end = ev_get(p);
   if (ev_end && ag_event_record(ev_end, p->stream) != AG_OK) {
@@ -402,6 +457,15 @@ ag_status ag_profiler_step_end(ag_profiler *p) {
   rec *prev = p->step > 0 ? rec_of(p, p->step - 1) : NULL;
   r->st.allocated_delta = alloc - (prev ? prev->st.allocated_bytes : p->alloc0);
   memcpy(r->cat, cat, sizeof cat);
+  r->reserved = reserved;
+  r->peak = peak;
+  r->end_ns = t_end;
+  if (snap) {
+    free(p->snap_peak);
+    p->snap_peak = snap;
+    p->snap_peak_step = p->step;
+    p->snap_peak_bytes = peak;
+  }
   r->nodes = ag_live_nodes();
   r->tensors = ag_live_tensors();
   /* The device part starts when its input is there (ready), else at begin. */
@@ -697,5 +761,220 @@ ag_status ag_profiler_write_trace(ag_profiler *p, const char *path) {
   pthread_mutex_lock(&p->mu);
   resolve(p);
   pthread_mutex_unlock(&p->mu);
-  return ag__trace_write(path, p->ds, p->created_ns);
+  return ag__trace_write(path, p->ds, p->created_ns, p);
+}
+
+/* ---- report data ---- */
+
+static char *dup_str(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+ag_status ag_profiler_log_scalar(ag_profiler *p, const char *series, int64_t step, double value) {
+  if (!p || !series || !*series)
+    return ag_error_set(AG_ERR_INVALID, "ag_profiler_log_scalar: NULL profiler or empty series name");
+  pthread_mutex_lock(&p->mu);
+  ag_status st = AG_OK;
+  int k = 0;
+  while (k < p->n_series && strcmp(p->series[k], series)) k++;
+  if (k == p->n_series) {
+    if (k == MAX_SERIES)
+      st = ag_error_set(AG_ERR_INVALID, "ag_profiler_log_scalar: more than %d series ('%s')", MAX_SERIES, series);
+    else if (!(p->series[k] = dup_str(series)))
+      st = ag_error_set(AG_ERR_OOM, "ag_profiler_log_scalar: out of host memory");
+    else
+      p->n_series++;
+  }
+  if (st == AG_OK && p->n_pts == p->cap_pts) {
+    int64_t nc = p->cap_pts ? p->cap_pts * 2 : 256;
+    scalar_pt *nv = nc <= MAX_POINTS ? realloc(p->pts, (size_t)nc * sizeof *nv) : NULL;
+    if (!nv)
+      st = nc > MAX_POINTS ? ag_error_set(AG_ERR_INVALID, "ag_profiler_log_scalar: more than %d points", MAX_POINTS)
+                           : ag_error_set(AG_ERR_OOM, "ag_profiler_log_scalar: out of host memory");
+    else {
+      p->pts = nv;
+      p->cap_pts = nc;
+    }
+  }
+  if (st == AG_OK) p->pts[p->n_pts++] = (scalar_pt){k, step, value};
+  pthread_mutex_unlock(&p->mu);
+  return st;
+}
+
+ag_status ag_profiler_set_info(ag_profiler *p, const char *key, const char *value) {
+  if (!p || !key || !*key || !value)
+    return ag_error_set(AG_ERR_INVALID, "ag_profiler_set_info: NULL profiler, key or value, or empty key");
+  pthread_mutex_lock(&p->mu);
+  ag_status st = AG_OK;
+  int k = 0;
+  while (k < p->n_info && strcmp(p->info_k[k], key)) k++;
+  char *v = dup_str(value), *kk = k == p->n_info ? dup_str(key) : NULL;
+  if (k == MAX_INFO)
+    st = ag_error_set(AG_ERR_INVALID, "ag_profiler_set_info: more than %d keys ('%s')", MAX_INFO, key);
+  else if (!v || (k == p->n_info && !kk))
+    st = ag_error_set(AG_ERR_OOM, "ag_profiler_set_info: out of host memory");
+  if (st != AG_OK) {
+    free(v);
+    free(kk);
+  } else {
+    if (k == p->n_info) {
+      p->info_k[k] = kk;
+      p->info_v[k] = NULL;
+      p->n_info++;
+    }
+    free(p->info_v[k]);
+    p->info_v[k] = v;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return st;
+}
+
+static void put_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+    if (*c == '"' || *c == '\\')
+      fprintf(f, "\\%c", *c);
+    else if (*c < 0x20)
+      fprintf(f, "\\u%04x", *c);
+    else
+      fputc(*c, f);
+  }
+  fputc('"', f);
+}
+
+/* A finite number, or null (JSON has no NaN). */
+static void put_num(FILE *f, double v) {
+  if (isfinite(v))
+    fprintf(f, "%.6g", v);
+  else
+    fputs("null", f);
+}
+
+ag_status ag__profiler_json(ag_profiler *p, FILE *f) {
+  if (!p || !f) return ag_error_set(AG_ERR_INVALID, "profiler report data: NULL argument");
+  ag_device_props pr;
+  memset(&pr, 0, sizeof pr);
+  if (ag_device_props_get(p->ds->dev, &pr) != AG_OK) ag_error_clear();
+  char *snap_end = snapshot_string(p->ds);
+  ag_sync_site_info sites[TOP_SITES];
+  int ns = ag_sync_sites(sites, TOP_SITES);
+  pthread_mutex_lock(&p->mu);
+  resolve(p);
+  fprintf(f, "{\"format\":\"anygrad-report\",\"version\":1,\n\"device\":{\"label\":");
+  put_json_str(f, p->ds->label);
+  fprintf(f, ",\"name\":");
+  put_json_str(f, pr.name);
+  fprintf(f, ",\"vendor\":");
+  put_json_str(f, pr.vendor);
+  fprintf(f, ",\"arch\":");
+  put_json_str(f, pr.arch);
+  fprintf(f, ",\"total_memory\":%zu,\"compute_units\":%d,\"native_f16\":%s,\"native_bf16\":%s,"
+             "\"virtual_memory\":%s,\"unified_memory\":%s},\n\"info\":[",
+          pr.total_memory, pr.compute_units, pr.native_f16 ? "true" : "false", pr.native_bf16 ? "true" : "false",
+          pr.virtual_memory ? "true" : "false", pr.unified_memory ? "true" : "false");
+  for (int i = 0; i < p->n_info; i++) {
+    fprintf(f, "%s[", i ? "," : "");
+    put_json_str(f, p->info_k[i]);
+    fputc(',', f);
+    put_json_str(f, p->info_v[i]);
+    fputc(']', f);
+  }
+  fprintf(f, "],\n\"categories\":[");
+  for (int c = 0; c < AG_MEM_CATEGORY_COUNT; c++)
+    fprintf(f, "%s\"%s\"", c ? "," : "", ag_mem_category_name((ag_mem_category)c));
+  /* steps: [step, wall, data_wait, copy, device, period, syncs, sync_wait,
+   * allocated, reserved, peak, [cat...], end_ns (host CLOCK_MONOTONIC, the
+   * clock of the snapshot's time_ns)] */
+  fprintf(f, "],\n\"step_fields\":[\"step\",\"wall_ms\",\"data_wait_ms\",\"copy_ms\",\"device_ms\","
+             "\"device_period_ms\",\"syncs\",\"sync_wait_ms\",\"allocated\",\"reserved\",\"peak\",\"categories\",\"end_ns\"],"
+             "\n\"steps\":[");
+  int64_t first = p->n_done > KEEP ? p->n_done - KEEP : 0;
+  for (int64_t s = first; s < p->n_done; s++) {
+    const rec *r = rec_of(p, s);
+    fprintf(f, "%s\n[%" PRId64 ",", s > first ? "," : "", s);
+    put_num(f, r->st.wall_ms);
+    fputc(',', f);
+    put_num(f, r->st.data_wait_ms);
+    fputc(',', f);
+    put_num(f, r->st.copy_ms);
+    fputc(',', f);
+    put_num(f, r->st.device_ms);
+    fputc(',', f);
+    put_num(f, r->st.device_period_ms);
+    fprintf(f, ",%" PRIu64 ",", r->st.syncs);
+    put_num(f, r->st.sync_wait_ms);
+    fprintf(f, ",%" PRId64 ",%" PRId64 ",%" PRId64 ",[", r->st.allocated_bytes, r->reserved, r->peak);
+    for (int c = 0; c < AG_MEM_CATEGORY_COUNT; c++) fprintf(f, "%s%" PRId64, c ? "," : "", r->cat[c]);
+    fprintf(f, "],%" PRIu64 "]", r->end_ns);
+  }
+  /* One verdict per window (the windows' sync sites as recorded then). */
+  fprintf(f, "],\n\"verdicts\":[");
+  int64_t tail = p->n_done % p->window;
+  bool any = false;
+  for (int64_t w = 0; w <= p->n_wins; w++) {
+    window_rec wr = {0};
+    int64_t wf, wl;
+    if (w < p->n_wins) {
+      wr = p->wins[w];
+      wf = wr.first;
+      wl = p->window;
+    } else {
+      if (!tail) break;
+      wf = p->n_done - tail;
+      wl = tail;
+    }
+    if (wf < first) continue;
+    ag_profiler_verdict v;
+    verdict_over(p, wf, wl, &wr, &v);
+    fprintf(f, "%s\n{\"first\":%" PRId64 ",\"steps\":%" PRId64 ",\"kind\":%d,\"input_bound\":%s,\"sync_bound\":%s,"
+               "\"memory_growing\":%s,\"device_idle_frac\":",
+            any ? "," : "", wf, wl, verdict_kind(&v), v.input_bound ? "true" : "false",
+            v.sync_bound ? "true" : "false", v.memory_growing ? "true" : "false");
+    put_num(f, v.device_idle_frac);
+    fprintf(f, ",\"data_wait_frac\":");
+    put_num(f, v.data_wait_frac);
+    fprintf(f, ",\"syncs_per_step\":");
+    put_num(f, v.syncs_per_step);
+    fprintf(f, ",\"text\":");
+    put_json_str(f, v.text);
+    fputc('}', f);
+    any = true;
+  }
+  fprintf(f, "],\n\"leak\":");
+  if (p->leak)
+    put_json_str(f, p->leak_text);
+  else
+    fputs("null", f);
+  fprintf(f, ",\n\"scalars\":{");
+  for (int k = 0; k < p->n_series; k++) {
+    fprintf(f, "%s\n", k ? "," : "");
+    put_json_str(f, p->series[k]);
+    fprintf(f, ":[");
+    bool first_pt = true;
+    for (int64_t i = 0; i < p->n_pts; i++) {
+      if (p->pts[i].series != k) continue;
+      fprintf(f, "%s[%" PRId64 ",", first_pt ? "" : ",", p->pts[i].step);
+      put_num(f, p->pts[i].value);
+      fputc(']', f);
+      first_pt = false;
+    }
+    fputc(']', f);
+  }
+  fprintf(f, "},\n\"sync_sites\":[");
+  for (int i = 0; i < ns; i++) {
+    fprintf(f, "%s\n{\"call\":", i ? "," : "");
+    put_json_str(f, sites[i].call);
+    fprintf(f, ",\"site\":");
+    put_json_str(f, sites[i].site);
+    fprintf(f, ",\"count\":%" PRIu64 "}", sites[i].count);
+  }
+  fprintf(f, "],\n\"snapshot_peak_step\":%" PRId64 ",\n\"snapshot_peak\":%s,\n\"snapshot_end\":%s}\n",
+          p->snap_peak ? p->snap_peak_step : -1, p->snap_peak ? p->snap_peak : "null",
+          snap_end ? snap_end : "null");
+  pthread_mutex_unlock(&p->mu);
+  free(snap_end);
+  return ferror(f) ? ag_error_set(AG_ERR_IO, "profiler report data: write error") : AG_OK;
 }

@@ -192,7 +192,7 @@ static void write_alloc_events(FILE *f, ag_devstate *ds, uint64_t base, bool *fi
   free(buf);
 }
 
-ag_status ag__trace_write(const char *path, ag_devstate *ds, uint64_t base) {
+ag_status ag__trace_write(const char *path, ag_devstate *ds, uint64_t base, ag_profiler *p) {
   FILE *f = fopen(path, "w");
   if (!f) return ag_error_set(AG_ERR_IO, "ag_profiler_write_trace: cannot open '%s'", path);
   fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
@@ -239,8 +239,19 @@ ag_status ag__trace_write(const char *path, ag_devstate *ds, uint64_t base) {
   size_t dropped = g_dropped;
   pthread_mutex_unlock(&g_mu);
   write_alloc_events(f, ds, base, &first);
-  fprintf(f, "\n],\"otherData\":{\"dropped_events\":%zu}}\n", dropped);
+  fprintf(f, "\n],\"otherData\":{\"dropped_events\":%zu", dropped);
+  /* What `anygrad report` turns into the HTML run report. */
+  ag_status st = AG_OK;
+  if (p) {
+    fprintf(f, ",\n\"anygrad_report\":");
+    st = ag__profiler_json(p, f);
+  }
+  fprintf(f, "}}\n");
   bool bad = ferror(f) != 0;
+  if (st != AG_OK) {
+    fclose(f);
+    return st;
+  }
   if (fclose(f) != 0 || bad)
     return ag_error_set(AG_ERR_IO, "ag_profiler_write_trace: write error on '%s'", path);
   return AG_OK;

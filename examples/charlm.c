@@ -168,7 +168,8 @@ static ag_status model_init(model *m, const charlm_options *o, ag_generator *g) 
     if (st == AG_OK) st = ag_linear_params(&m->l2, "fc2.", &m->params);
   } else {
     ag_gpt_config c = {.vocab_size = CHARLM_VOCAB, .block_size = m->T, .n_layer = o->n_layer,
-                       .n_embd = o->n_embd, .n_head = o->n_head, .dropout = 0.0};
+                       .n_embd = o->n_embd, .n_head = o->n_head, .dropout = 0.0,
+                       .checkpoint = o->checkpoint_activations};
     st = ag_gpt_init(&m->gpt, &c, o->device, AG_F32, g);
     if (st == AG_OK) st = ag_params_extend(&m->params, "", &m->gpt.params);
   }
@@ -578,6 +579,184 @@ static ag_status loss_accumulate(ag_tensor *sum, ag_tensor *loss) {
   return st;
 }
 
+/* One training step at batch B (the loop's step without logging) and the
+ * allocator's peaks during it: a warm step first, so gradients, optimizer
+ * state and the caches are as in a running job. */
+static ag_status probe_step(model *m, ag_optimizer *opt, const dataset *train, const charlm_options *o, int64_t B,
+                            ag_memory_stats *out_before, ag_memory_stats *out_after) {
+  ag_status st = AG_OK;
+  uint64_t rng = o->seed;
+  bool amp = o->precision == AG_F16 || o->precision == AG_BF16;
+  for (int rep = 0; rep < 2 && st == AG_OK; rep++) {
+    if (rep == 1) {
+      st = ag_memory_reset_peak(o->device);
+      if (st == AG_OK) st = ag_memory_stats_get(o->device, out_before);
+    }
+    ag_scope_begin();
+    for (int a = 0; a < o->accum && st == AG_OK; a++) {
+      ag_tensor *x, *y;
+      st = make_batch(m, train, B, &rng, o->device, &x, &y);
+      if (st == AG_OK && amp) st = ag_autocast_begin(o->precision);
+      if (st != AG_OK) break;
+      ag_tensor *loss = batch_loss(m, x, y);
+      if (amp) ag_autocast_end();
+      st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
+    }
+    if (st == AG_OK && o->clip > 0 && !ag_clip_grad_norm(&m->params, o->clip)) st = ag_last_status();
+    if (st == AG_OK) st = ag_optimizer_step(opt);
+    ag_optimizer_zero_grad(opt);
+    ag_scope_end();
+  }
+  if (st == AG_OK) st = ag_memory_stats_get(o->device, out_after);
+  return st;
+}
+
+/* Predict the step's allocated peak by category at o->batch from two probe
+ * steps at small batches: what does not depend on the batch (parameters,
+ * gradients, optimizer state) is measured, and activations and temporaries
+ * are extrapolated linearly in the batch. */
+static ag_status estimate_memory(model *m, ag_optimizer *opt, const dataset *train, const charlm_options *o,
+                                 charlm_memory_estimate *e) {
+  memset(e, 0, sizeof *e);
+  e->batch = o->batch;
+  /* Probes of an eighth and a quarter of the batch: small enough to be
+   * cheap, large enough that allocation rounding (512 B blocks, 2 MiB small
+   * segments) does not hide the per-example bytes. */
+  int64_t b1 = o->batch / 8 > 1 ? o->batch / 8 : 1, b2 = o->batch / 4 > b1 ? o->batch / 4 : b1 + 1;
+  if (b2 > o->batch) b1 = b2 = o->batch;
+  e->probe_batch[0] = b1;
+  e->probe_batch[1] = b2;
+  ag_memory_stats s[2][2];
+  ag_status st = probe_step(m, opt, train, o, b1, &s[0][0], &s[0][1]);
+  if (st == AG_OK) st = probe_step(m, opt, train, o, b2, &s[1][0], &s[1][1]);
+  if (st != AG_OK) return st;
+  double p1 = (double)s[0][1].allocated_bytes[AG_POOL_ALL].peak, p2 = (double)s[1][1].allocated_bytes[AG_POOL_ALL].peak;
+  double slope = b2 > b1 ? (p2 - p1) / (double)(b2 - b1) : 0;
+  e->per_example_bytes = slope;
+  e->peak_bytes = p2 + slope * (double)(o->batch - b2);
+  for (int c = 0; c < AG_MEM_CATEGORY_COUNT; c++) {
+    double c1 = (double)s[0][1].category_bytes[c].peak, c2 = (double)s[1][1].category_bytes[c].peak;
+    double cs = b2 > b1 ? (c2 - c1) / (double)(b2 - b1) : 0;
+    e->category_peak[c] = c2 + cs * (double)(o->batch - b2);
+  }
+  return AG_OK;
+}
+
+/* The largest batch whose training step fits: predicted from the estimate's
+ * per-example bytes against the limit (the memory cap, else the device's
+ * free memory), then grown by 1/4 until a step fails with AG_ERR_OOM (or
+ * shrunk until one runs); the error is caught, the step's memory is
+ * released, and 10% is kept as a safety margin. Every probe is a full step
+ * (forward, backward, optimizer), after a warm step at batch 1 that creates
+ * the optimizer state. */
+static ag_status batch_search(model *m, ag_optimizer *opt, const dataset *train, charlm_options *o,
+                              charlm_batch_search *bs) {
+  memset(bs, 0, sizeof *bs);
+  ag_memory_stats s;
+  ag_device_props pr;
+  ag_status st = ag_memory_stats_get(o->device, &s);
+  if (st == AG_OK) st = ag_device_props_get(o->device, &pr);
+  if (st != AG_OK) return st;
+  size_t free_b = 0, total_b = 0;
+  if (s.cap_bytes > 0) {
+    bs->limit_bytes = s.cap_bytes;
+  } else if (pr.unified_memory) {
+    return ag_error_set(AG_ERR_INVALID, "charlm: --batch auto on %s (device memory is host memory) needs a memory cap "
+                        "to search under: AG_ALLOC_CONF=memory_cap_mb:N", pr.name);
+  } else {
+    st = ag_device_mem_info(o->device, &free_b, &total_b);
+    if (st != AG_OK) return st;
+    bs->limit_bytes = (int64_t)free_b + s.reserved_bytes[AG_POOL_ALL].current;
+  }
+  ag_memory_stats a, b;
+  charlm_options w = *o;
+  w.batch = 1;
+  st = probe_step(m, opt, train, &w, 1, &a, &b); /* optimizer state, caches */
+  if (st != AG_OK) return st;
+  st = ag_memory_stats_get(o->device, &s);
+  if (st != AG_OK) return st;
+  bs->allocated_before = s.allocated_bytes[AG_POOL_ALL].current;
+  charlm_memory_estimate e;
+  w.batch = 64;
+  st = estimate_memory(m, opt, train, &w, &e);
+  if (st != AG_OK) return st;
+  double fixed = e.peak_bytes - e.per_example_bytes * 64.0;
+  double pred = e.per_example_bytes > 0 ? ((double)bs->limit_bytes - fixed) / e.per_example_bytes : (double)CHARLM_MAX_BATCH;
+  bs->predicted = pred < 1 ? 1 : pred > CHARLM_MAX_BATCH ? CHARLM_MAX_BATCH : (int64_t)pred;
+  int64_t B = bs->predicted, fit = 0, fail = 0;
+  while (st == AG_OK && bs->tries < 24) {
+    bs->tries++;
+    st = probe_step(m, opt, train, o, B, &a, &b);
+    if (st == AG_ERR_OOM) { /* the recoverable out-of-memory error: caught, nothing kept */
+      ag_error_clear();
+      st = AG_OK;
+      bs->ooms++;
+      fail = B;
+      if (fit) break;
+      if (B == 1) return ag_error_set(AG_ERR_OOM, "charlm: --batch auto: even batch 1 does not fit in %lld bytes",
+                                      (long long)bs->limit_bytes);
+      B = B * 4 / 5 > 0 ? B * 4 / 5 : 1;
+      continue;
+    }
+    if (st != AG_OK) break;
+    fit = B;
+    if (fail || B >= CHARLM_MAX_BATCH) break;
+    B = B + B / 4 + 1 < CHARLM_MAX_BATCH ? B + B / 4 + 1 : CHARLM_MAX_BATCH;
+  }
+  if (st != AG_OK) return st;
+  if (!fit) return ag_error_set(AG_ERR_OOM, "charlm: --batch auto: no batch fits in %lld bytes", (long long)bs->limit_bytes);
+  bs->largest_fit = fit;
+  bs->chosen = fit - fit / 10 > 0 ? fit - fit / 10 : 1;
+  ag_optimizer_zero_grad(opt);
+  st = ag_memory_stats_get(o->device, &s);
+  if (st == AG_OK) bs->allocated_after = s.allocated_bytes[AG_POOL_ALL].current;
+  (void)fail;
+  return st;
+}
+
+static void print_estimate(FILE *out, const charlm_memory_estimate *e, const char *dname) {
+  fprintf(out, "charlm: memory estimate for batch %lld on %s (from steps at batch %lld and %lld, activations\n"
+               "        and temporaries scaled linearly in the batch):\n",
+          (long long)e->batch, dname, (long long)e->probe_batch[0], (long long)e->probe_batch[1]);
+  for (int c = 0; c < AG_MEM_CATEGORY_COUNT; c++)
+    if (e->category_peak[c] > 0)
+      fprintf(out, "  %-12s %10.2f MiB (peak)\n", ag_mem_category_name((ag_mem_category)c),
+              e->category_peak[c] / 1048576.0);
+  fprintf(out, "  %-12s %10.2f MiB allocated at the step's peak (+%.1f KiB per example)\n", "total",
+          e->peak_bytes / 1048576.0, e->per_example_bytes / 1024.0);
+}
+
+/* The run's configuration, for the report. */
+static ag_status report_info(ag_profiler *p, const charlm_options *o, const char *dname, const model *m) {
+  char v[64];
+  ag_status st = ag_profiler_set_info(p, "program", "anygrad train (examples/charlm.c)");
+  if (st == AG_OK) st = ag_profiler_set_info(p, "model", o->model == CHARLM_MLP ? "mlp" : "gpt");
+  snprintf(v, sizeof v, "%lld", (long long)ag_params_numel(&m->params));
+  if (st == AG_OK) st = ag_profiler_set_info(p, "parameters", v);
+  if (o->model == CHARLM_MLP)
+    snprintf(v, sizeof v, "context %d, emb %d, hidden %d", o->context, o->emb, o->hidden);
+  else
+    snprintf(v, sizeof v, "layers %d, heads %d, embd %d", o->n_layer, o->n_head, o->n_embd);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "sizes", v);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "device", dname);
+  snprintf(v, sizeof v, "%lld x %d", (long long)o->batch, o->accum);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "batch x accum", v);
+  snprintf(v, sizeof v, "%lld", (long long)o->steps);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "steps", v);
+  snprintf(v, sizeof v, "%g (warmup %lld, cosine)", o->lr, (long long)o->warmup);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "learning rate", v);
+  snprintf(v, sizeof v, "weight decay %g, clip %g", o->weight_decay, o->clip);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "AdamW", v);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "precision", ag_dtype_name(o->precision));
+  if (st == AG_OK && o->model == CHARLM_GPT)
+    st = ag_profiler_set_info(p, "activation checkpointing", o->checkpoint_activations ? "on" : "off");
+  snprintf(v, sizeof v, "%llu", (unsigned long long)o->seed);
+  if (st == AG_OK) st = ag_profiler_set_info(p, "seed", v);
+  const char *conf = getenv("AG_ALLOC_CONF");
+  if (st == AG_OK && conf && *conf) st = ag_profiler_set_info(p, "AG_ALLOC_CONF", conf);
+  return st;
+}
+
 ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   charlm_options o = *opts;
   charlm_result r = {0};
@@ -590,6 +769,7 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   /* Output paths are checked before any work, not found unwritable after it. */
   if (st == AG_OK && o.out) st = check_writable(o.out, "checkpoint");
   if (st == AG_OK && o.trace) st = check_writable(o.trace, "trace");
+  if (st == AG_OK && o.report) st = check_writable(o.report, "report");
   if (st != AG_OK) {
     ag_safetensors_close(ck);
     return st;
@@ -661,14 +841,43 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
                  "is not rewritten; pass --steps > %lld to continue)\n",
             (long long)start, (long long)o.steps, (long long)start);
 
+  if (st == AG_OK && o.batch_auto && !nothing) {
+    /* The probe steps run with learning rate 0: the parameters stay as they
+     * were (the optimizer's moment estimates do see the probe batches). */
+    ag_optimizer_set_lr(opt, 0.0);
+    st = batch_search(&m, opt, &train, &o, &r.batch_search);
+    if (st == AG_OK) {
+      o.batch = r.batch_search.chosen;
+      per_step = o.batch * o.accum * (o.model == CHARLM_MLP ? 1 : T);
+      if (!o.quiet)
+        fprintf(out, "charlm: --batch auto: %lld (largest fitting %lld under %.1f MiB, predicted %lld; %d steps "
+                     "tried, %d out-of-memory errors caught; 10%% margin)\n",
+                (long long)o.batch, (long long)r.batch_search.largest_fit, r.batch_search.limit_bytes / 1048576.0,
+                (long long)r.batch_search.predicted, r.batch_search.tries, r.batch_search.ooms);
+    }
+  }
+  if (st == AG_OK && o.estimate_memory && !nothing) {
+    st = estimate_memory(&m, opt, &train, &o, &r.estimate);
+    if (st == AG_OK && !o.quiet) print_estimate(out, &r.estimate, dname);
+    nothing = true; /* an estimate trains nothing and writes no checkpoint */
+    o.steps = start;
+    o.eval_batches = 0;
+    o.samples = 0;
+  }
   /* The step profiler costs a few events per step; it says at the end
    * whether the device waited on input, on host syncs, or leaked memory. */
   ag_profiler *prof = NULL;
-  if (st == AG_OK && !nothing && (o.profile || o.trace)) {
-    ag_profiler_config pc = {.window = 100, .trace = o.trace != NULL};
+  if (st == AG_OK && !nothing && (o.profile || o.trace || o.report)) {
+    ag_profiler_config pc = {.window = o.report ? 20 : 100, .trace = o.trace != NULL};
     prof = ag_profiler_create(o.device, &pc);
     if (!prof) st = ag_last_status();
   }
+  if (prof) st = report_info(prof, &o, dname, &m);
+  /* The report replays the allocator's event ring: keep enough events for a
+   * few steps of a larger model, unless AG_ALLOC_CONF chose a size. */
+  const char *conf = getenv("AG_ALLOC_CONF");
+  if (st == AG_OK && o.report && !(conf && strstr(conf, "trace_max_entries")))
+    st = ag_alloc_configure(o.device, "trace_max_entries:16384");
   double t0 = now_s(), t_log = t0;
   int64_t last_log_step = start, smooth_n = 0;
   r.first_loss = NAN;
@@ -725,6 +934,10 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
                           isnan(l) || isnan(mean) ? "NaN" : "infinite", when,
                           o.out ? "the checkpoint is not written (an existing one is kept)" : "stopped");
       }
+      if (st == AG_OK && prof) {
+        st = ag_profiler_log_scalar(prof, "loss (last batch)", step, l);
+        if (st == AG_OK) st = ag_profiler_log_scalar(prof, "loss (mean since last update)", step, mean);
+      }
       if (st == AG_OK) {
         if (step == start) r.first_loss = l;
         r.final_loss = l;
@@ -741,6 +954,12 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
     ag_scope_end();
     if (prof) ag_profiler_step_end(prof);
     if (st == AG_OK) r.steps_done = step + 1;
+    /* The report's held-out curve: a short evaluation outside the step. */
+    if (st == AG_OK && o.report && log_now && o.eval_batches > 0 && step + 1 < o.steps) {
+      double v = evaluate(&m, &val, o.eval_batches < 4 ? o.eval_batches : 4, o.model == CHARLM_MLP ? 1024 : 64,
+                          o.device, &st);
+      if (st == AG_OK) st = ag_profiler_log_scalar(prof, "held-out loss", step, v);
+    }
   }
   /* The progress line ends before anything else is printed. */
   if (line_open) fputc('\n', out);
@@ -752,7 +971,10 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
       if (trace_st == AG_OK && !o.quiet)
         fprintf(out, "charlm: trace %s (open in chrome://tracing or ui.perfetto.dev)\n", o.trace);
     }
-    ag_profiler_destroy(prof);
+    if (!o.report) {
+      ag_profiler_destroy(prof);
+      prof = NULL;
+    }
   }
   char trace_err[512] = "";
   if (trace_st != AG_OK) snprintf(trace_err, sizeof trace_err, "%s", ag_last_error());
@@ -768,6 +990,15 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
               (long long)smooth_n, smooth_n == 1 ? "" : "s", r.final_loss, r.val_loss);
     else if (st == AG_OK && !o.quiet)
       fprintf(out, "charlm: held-out loss %.4f\n", r.val_loss);
+    if (st == AG_OK && prof && r.steps_done > start)
+      st = ag_profiler_log_scalar(prof, "held-out loss", r.steps_done - 1, r.val_loss);
+  }
+  if (prof) { /* the report: after the final held-out loss */
+    if (st == AG_OK && r.steps_done > start) {
+      st = ag_report_write(prof, o.report);
+      if (st == AG_OK && !o.quiet) fprintf(out, "charlm: report %s (open in a browser)\n", o.report);
+    }
+    ag_profiler_destroy(prof);
   }
   if (st == AG_OK && o.samples > 0 && !o.quiet) {
     uint64_t rng = o.seed + 99;

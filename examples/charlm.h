@@ -43,16 +43,45 @@ typedef struct charlm_options {
   int context, emb, hidden;
   /* GPT */
   int n_layer, n_head, n_embd;
+  bool checkpoint_activations; /* re-run each block in backward (ag_checkpoint) */
   int eval_batches, samples, log_every;
   ag_dtype precision; /* AG_F32; AG_F16: autocast + dynamic loss scaling;
                          AG_BF16: autocast (f32 master weights either way) */
+  bool batch_auto;      /* choose the batch: the largest that fits (see charlm_batch_search) */
+  bool estimate_memory; /* predict the peak device memory by category from two
+                           short steps at small batches and train nothing */
   bool quiet;   /* no progress bar (tests) */
   const char *trace; /* write a Chrome trace of the run here, or NULL */
   bool profile;      /* step profiler: verdict and leak check at the end */
+  const char *report; /* write the HTML run report here (ag_report_write), or NULL;
+                         the held-out loss is then also evaluated at each progress update */
   FILE *log;    /* progress output; stdout when NULL */
 } charlm_options;
 
+/* A memory estimate (charlm_options.estimate_memory): allocated bytes by
+ * category at the training step's peak, for the configured batch. */
+typedef struct charlm_memory_estimate {
+  int64_t batch;                          /* the batch predicted for */
+  int64_t probe_batch[2];                 /* the small batches measured */
+  double peak_bytes;                      /* predicted allocated peak of a step */
+  double category_peak[AG_MEM_CATEGORY_COUNT]; /* predicted peak of each category */
+  double per_example_bytes;               /* slope of the peak in the batch */
+} charlm_memory_estimate;
+
+/* The automatic batch search (charlm_options.batch_auto). */
+typedef struct charlm_batch_search {
+  int64_t limit_bytes;       /* the memory cap, else the device's free memory */
+  int64_t predicted;         /* from the estimate's per-example bytes */
+  int64_t largest_fit;       /* the largest batch whose step ran */
+  int64_t chosen;            /* largest_fit less the safety margin (10%) */
+  int tries, ooms;           /* probe steps run; out-of-memory errors caught */
+  int64_t allocated_before, allocated_after; /* device allocated bytes around
+                                                the search: equal unless it leaked */
+} charlm_batch_search;
+
 typedef struct charlm_result {
+  charlm_batch_search batch_search; /* with batch_auto */
+  charlm_memory_estimate estimate; /* with estimate_memory */
   double first_loss, final_loss, val_loss; /* final_loss: the last logged batch */
   double smooth_loss; /* mean loss of the steps since the previous progress line */
   int64_t steps_done;
@@ -64,8 +93,8 @@ charlm_options charlm_defaults(charlm_model_kind kind);
 
 /* Train as configured. On failure returns the status; the message is in
  * ag_last_error(). Errors: AG_ERR_INVALID for options outside the limits
- * above or a non-finite hyper-parameter; AG_ERR_IO for an unwritable out or
- * trace path (checked before the first step) or a failed write;
+ * above or a non-finite hyper-parameter; AG_ERR_IO for an unwritable out,
+ * trace or report path (checked before the first step) or a failed write;
  * AG_ERR_CORRUPT for a checkpoint whose metadata is not a charlm
  * checkpoint's; AG_ERR_STATE when the loss or a parameter became NaN/Inf
  * (the message names the step); AG_ERR_OOM when the host address space

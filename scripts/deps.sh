@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Install what anygrad needs to build and test on Debian 12, only if missing.
-# Usage: scripts/deps.sh [--test]   (--test adds the sanitizer runtimes and HIP)
+# Usage: scripts/deps.sh [--test]   (--test adds the sanitizer runtimes, HIP and chromium,
+# the headless browser the run-report test renders in)
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15)
+  pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -151,8 +151,105 @@ static void open_of_a_fifo_does_not_block(void **state) {
   unlink(fifo);
 }
 
+/* The memory estimate (two probe steps at small batches, activations scaled
+ * linearly) against the peak a real run at the batch reaches: within 10%,
+ * for the total and for activations. */
+static void estimate_case(charlm_model_kind kind, int64_t batch) {
+  charlm_options o = quiet_options();
+  charlm_options d = charlm_defaults(kind);
+  o.model = kind;
+  o.n_layer = d.n_layer;
+  o.n_head = d.n_head;
+  o.n_embd = d.n_embd;
+  o.batch = batch;
+  o.profile = false;
+  o.estimate_memory = true;
+  charlm_result r;
+  assert_int_equal(charlm_train(&o, &r), AG_OK);
+  assert_int_equal(r.steps_done, 0); /* an estimate trains nothing */
+  const charlm_memory_estimate est = r.estimate, *e = &est;
+  assert_true(e->peak_bytes > 0);
+  o.estimate_memory = false;
+  o.steps = 3;
+  assert_int_equal(ag_memory_reset_peak(o.device), AG_OK);
+  ag_memory_stats s0, s1;
+  assert_int_equal(ag_memory_stats_get(o.device, &s0), AG_OK);
+  assert_int_equal(charlm_train(&o, &r), AG_OK);
+  assert_int_equal(ag_memory_stats_get(o.device, &s1), AG_OK);
+  double peak = (double)(s1.allocated_bytes[AG_POOL_ALL].peak - s0.allocated_bytes[AG_POOL_ALL].current);
+  double act = (double)s1.category_bytes[AG_MEM_ACTIVATIONS].peak;
+  printf("%s batch %lld: predicted peak %.0f, measured %.0f (%.1f%%); activations %.0f vs %.0f\n",
+         kind == CHARLM_GPT ? "gpt" : "mlp", (long long)batch, e->peak_bytes, peak,
+         100 * (e->peak_bytes - peak) / peak, e->category_peak[AG_MEM_ACTIVATIONS], act);
+  assert_true(fabs(e->peak_bytes - peak) <= 0.10 * peak);
+  assert_true(fabs(e->category_peak[AG_MEM_ACTIVATIONS] - act) <= 0.10 * act);
+}
+
+static void memory_estimate_matches_the_run(void **state) {
+  (void)state;
+  estimate_case(CHARLM_GPT, 32);
+  estimate_case(CHARLM_MLP, 512);
+}
+
+/* --batch auto under a cap: out-of-memory errors are caught and recovered,
+ * allocated bytes are back where they were, and the chosen batch trains.
+ * On cpu, and on opencl:0 and the emulated GPU where they are available. */
+static void batch_auto_on(ag_device dev, const char *name) {
+  charlm_options o = quiet_options();
+  charlm_options d = charlm_defaults(CHARLM_GPT);
+  o.device = dev;
+  o.model = CHARLM_GPT;
+  o.n_layer = d.n_layer;
+  o.n_head = d.n_head;
+  o.n_embd = d.n_embd;
+  o.profile = false;
+  o.batch_auto = true;
+  charlm_result r;
+  assert_int_equal(ag_memory_empty_cache(o.device), AG_OK);
+  assert_int_equal(ag_memory_set_cap(o.device, 40u << 20), AG_OK);
+  ag_status st = charlm_train(&o, &r);
+  assert_int_equal(ag_memory_set_cap(o.device, 0), AG_OK);
+  assert_int_equal(st, AG_OK);
+  const charlm_batch_search *b = &r.batch_search;
+  printf("%s: batch auto under 40 MiB: predicted %lld, largest fit %lld, chosen %lld, %d tries, %d OOMs, "
+         "allocated %lld -> %lld\n",
+         name, (long long)b->predicted, (long long)b->largest_fit, (long long)b->chosen, b->tries, b->ooms,
+         (long long)b->allocated_before, (long long)b->allocated_after);
+  assert_true(b->ooms >= 1);
+  assert_true(b->largest_fit > 1);
+  assert_int_equal(b->chosen, b->largest_fit - b->largest_fit / 10);
+  assert_int_equal(b->allocated_after, b->allocated_before);
+  assert_int_equal(r.steps_done, 1);
+}
+
+static void batch_auto_under_a_cap(void **state) {
+  (void)state;
+  /* no cap on a host-memory device: refused, nothing run */
+  charlm_options o = quiet_options();
+  o.batch_auto = true;
+  o.profile = false;
+  charlm_result r;
+  assert_int_equal(ag_memory_set_cap(o.device, 0), AG_OK);
+  assert_int_equal(charlm_train(&o, &r), AG_ERR_INVALID);
+  assert_non_null(strstr(ag_last_error(), "memory_cap_mb"));
+  ag_error_clear();
+  batch_auto_on(AG_CPU, "cpu");
+  const char *others[] = {"opencl:0", "gpuemu:0"};
+  for (int i = 0; i < 2; i++) {
+    ag_device dev;
+    if (ag_device_parse(others[i], &dev) != AG_OK) {
+      printf("%s: unavailable, skipped (%s)\n", others[i], ag_last_error());
+      ag_error_clear();
+      continue;
+    }
+    batch_auto_on(dev, others[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(batch_auto_under_a_cap),
+      cmocka_unit_test(memory_estimate_matches_the_run),
       cmocka_unit_test(huge_batch_is_refused),
       cmocka_unit_test(nonfinite_hyperparameters_are_refused),
       cmocka_unit_test(save_does_not_follow_a_planted_symlink),

@@ -16,7 +16,9 @@ static void usage(void) {
       "  --device D           BACKEND[:N], backends: %s (default: best available)\n"
       "  --steps N            total optimizer steps (default 3000 mlp, 1500 gpt); with --resume\n"
       "                       the run continues to N, and N <= the saved step trains nothing\n"
-      "  --batch N            examples (mlp) or words (gpt) per micro-batch (1..%d)\n"
+      "  --batch N|auto       examples (mlp) or words (gpt) per micro-batch (1..%d); auto: the\n"
+      "                       largest that fits under the memory cap (AG_ALLOC_CONF memory_cap_mb,\n"
+      "                       needed on cpu) or the device's free memory, less 10%%\n"
       "  --accum N            micro-batches per step (gradient accumulation, 1..%d)\n"
       "  --lr X               peak learning rate (cosine schedule with warmup; 0 < X <= %g)\n"
       "  --warmup N           warmup steps (default 100)\n"
@@ -27,6 +29,8 @@ static void usage(void) {
       "                       the checkpoint's seed unless given)\n"
       "  --context N --emb N --hidden N      mlp sizes (default 6, 24, 256)\n"
       "  --layers N --heads N --embd N       gpt sizes (default 2, 4, 64)\n"
+      "  --checkpoint-activations             gpt: keep only each block's input for backward and\n"
+      "                       re-run the block there (less activation memory, more compute)\n"
       "  --words PATH         word list (default /usr/share/dict/words)\n"
       "  --out PATH           checkpoint to write at the end (default charlm.safetensors);\n"
       "                       checked writable before the first step\n"
@@ -34,7 +38,12 @@ static void usage(void) {
       "  --samples N          words to sample at the end (default 8)\n"
       "  --log-every N        steps between progress updates (default 50)\n"
       "  --trace PATH         write a Chrome trace of the run (chrome://tracing, Perfetto)\n"
-      "  --profile on|off     step profiler verdict and leak check at the end (default on)\n\n"
+      "  --profile on|off     step profiler verdict and leak check at the end (default on)\n"
+      "  --estimate-memory    print the predicted peak device memory of a step by category for\n"
+      "                       the configured batch (from two steps at small batches) and exit\n"
+      "  --report PATH        write a self-contained HTML run report (loss and held-out curves,\n"
+      "                       step time, memory by category, allocator segments, sync sites);\n"
+      "                       the held-out loss is then evaluated at each progress update\n\n"
       "A loss or parameter that becomes NaN/Inf stops the run; the checkpoint at --out is\n"
       "then left as it was.\n" AG_CLI_EXIT_HELP,
       ag_cli_backend_list(bl, sizeof bl), CHARLM_MAX_BATCH, CHARLM_MAX_ACCUM, CHARLM_MAX_LR);
@@ -43,7 +52,7 @@ static void usage(void) {
 enum {
   O_MODEL = 256, O_DEVICE, O_STEPS, O_BATCH, O_ACCUM, O_LR, O_WARMUP, O_WD, O_CLIP, O_PRECISION, O_SEED,
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
-  O_TRACE, O_PROFILE, O_HELP
+  O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_ESTIMATE, O_HELP
 };
 
 static const struct option k_opts[] = {
@@ -59,7 +68,8 @@ static const struct option k_opts[] = {
     {"out", required_argument, NULL, O_OUT},           {"resume", required_argument, NULL, O_RESUME},
     {"samples", required_argument, NULL, O_SAMPLES},   {"log-every", required_argument, NULL, O_LOG_EVERY},
     {"trace", required_argument, NULL, O_TRACE},       {"profile", required_argument, NULL, O_PROFILE},
-    {"help", no_argument, NULL, O_HELP},               {NULL, 0, NULL, 0}};
+    {"report", required_argument, NULL, O_REPORT},     {"checkpoint-activations", no_argument, NULL, O_CKPT_ACT},
+    {"estimate-memory", no_argument, NULL, O_ESTIMATE},     {"help", no_argument, NULL, O_HELP},               {NULL, 0, NULL, 0}};
 
 /* Parse into o. Returns -1 to go on, else the exit code (0 after --help). */
 static int parse(int argc, char **argv, charlm_options *o) {
@@ -92,7 +102,12 @@ static int parse(int argc, char **argv, charlm_options *o) {
       case O_MODEL: break;
       case O_DEVICE: device = v; break;
       case O_STEPS: ok = ag_cli_i64(C, "steps", v, 0, CHARLM_MAX_STEPS, &o->steps); break;
-      case O_BATCH: ok = ag_cli_i64(C, "batch", v, 1, CHARLM_MAX_BATCH, &o->batch); break;
+      case O_BATCH:
+        if (!strcmp(v, "auto"))
+          o->batch_auto = true;
+        else
+          ok = ag_cli_i64(C, "batch", v, 1, CHARLM_MAX_BATCH, &o->batch);
+        break;
       case O_ACCUM: ok = ag_cli_int(C, "accum", v, 1, CHARLM_MAX_ACCUM, &o->accum); break;
       case O_LR:
         ok = ag_cli_f64(C, "lr", v, 0, CHARLM_MAX_LR, &o->lr);
@@ -128,6 +143,15 @@ static int parse(int argc, char **argv, charlm_options *o) {
       case O_LOG_EVERY: ok = ag_cli_int(C, "log-every", v, 1, 1 << 30, &o->log_every); break;
       case O_TRACE: o->trace = v; break;
       case O_PROFILE: ok = ag_cli_bool(C, "profile", v, &o->profile); break;
+      case O_CKPT_ACT: o->checkpoint_activations = true; break;
+      case O_ESTIMATE: o->estimate_memory = true; break;
+      case O_REPORT:
+        o->report = v;
+        if (!*v) {
+          fprintf(stderr, "anygrad train: --report must not be empty\n");
+          ok = false;
+        }
+        break;
       default: ok = false; break; /* '?': reported by the first pass */
     }
   }

@@ -13,6 +13,7 @@ int ag_cmd_bench(int argc, char **argv) __attribute__((weak));
 int ag_cmd_train(int argc, char **argv) __attribute__((weak));
 int ag_cmd_compare(int argc, char **argv) __attribute__((weak));
 int ag_cmd_memory(int argc, char **argv) __attribute__((weak));
+int ag_cmd_report(int argc, char **argv) __attribute__((weak));
 
 typedef struct command {
   const char *name;
@@ -39,6 +40,7 @@ int main(int argc, char **argv) {
       {"train", ag_cmd_train, "train the character-level language model on the word list"},
       {"compare", ag_cmd_compare, "run one training job on several devices in lockstep"},
       {"memory", ag_cmd_memory, "caching allocator statistics of a device"},
+      {"report", ag_cmd_report, "the HTML run report from a saved trace"},
   };
   int n = (int)(sizeof cmds / sizeof cmds[0]);
   if (argc >= 2 && !strcmp(argv[1], "--version")) {

@@ -18,6 +18,7 @@
 #include "anygrad/amp.h"
 #include "anygrad/loader.h"
 #include "anygrad/cpu.h"
+#include "anygrad/report.h"
 #include "anygrad/autograd.h"
 #include "anygrad/nn.h"
 #include "anygrad/optim.h"

@@ -64,6 +64,36 @@ AG_API ag_status ag_grad_mode_end(void);
 AG_API bool ag_grad_enabled(void);
 AG_API bool ag_inference_mode(void);
 
+/* ---- activation checkpointing ----
+ * Trade compute for memory (as torch.utils.checkpoint): run a block's
+ * forward without keeping its activations, and re-run it in backward.
+ *
+ * fn computes the block's output from its inputs (parameters are reached
+ * through ctx) and returns a new tensor (ownership as any op's result), or
+ * NULL with the error set. It must be deterministic given its inputs, ctx
+ * and the generator `gen` (whose state is saved before the forward and
+ * restored for the re-run, so dropout masks repeat), and must release its
+ * temporaries or leave them to the current scope.
+ *
+ * ag_checkpoint runs fn under no-grad in its own scope, so nothing but the
+ * inputs (saved, as references) and the output stay alive, and records one
+ * node. Its backward re-runs fn with grad on (under the forward's autocast
+ * dtype) from detached copies of the inputs, backpropagates through that
+ * graph - the parameters fn reads receive their gradients there - and
+ * passes the inputs' gradients on. ctx_size bytes of ctx are copied into the
+ * node (at most AG_CHECKPOINT_MAX_CTX); with ctx_size 0, ctx is passed as
+ * is and must stay valid until the backward. With grad mode off, fn simply
+ * runs. Not supported: a checkpointed block inside another one's re-run
+ * under autocast (it re-runs in f32).
+ * Errors: AG_ERR_INVALID (NULL fn or input, n_inputs outside
+ * 1..AG_CHECKPOINT_MAX_INPUTS, ctx_size too large, fn returning a view of an
+ * input), AG_ERR_OOM, fn's errors (in the forward, or from ag_backward). */
+#define AG_CHECKPOINT_MAX_INPUTS 8
+#define AG_CHECKPOINT_MAX_CTX 256
+typedef ag_tensor *(*ag_checkpoint_fn)(void *ctx, int n_inputs, ag_tensor *const *inputs);
+AG_API ag_tensor *ag_checkpoint(ag_checkpoint_fn fn, const void *ctx, size_t ctx_size, ag_generator *gen,
+                                int n_inputs, ag_tensor *const *inputs);
+
 /* Number of live autograd nodes in the process (for leak tests). */
 AG_API int64_t ag_live_nodes(void);
 

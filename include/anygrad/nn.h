@@ -135,6 +135,9 @@ typedef struct ag_gpt_config {
   int64_t vocab_size, block_size, n_layer, n_embd;
   int n_head;
   double dropout;
+  bool checkpoint; /* activation checkpointing per block (ag_checkpoint):
+                      each block keeps only its input for backward and is
+                      re-run there; same gradients, less activation memory */
 } ag_gpt_config;
 
 typedef struct ag_gpt_block {
@@ -158,7 +161,9 @@ typedef struct ag_gpt {
  * multiple of n_head or a size is < 1. */
 AG_API ag_status ag_gpt_init(ag_gpt *m, const ag_gpt_config *cfg, ag_device d, ag_dtype dt,
                              ag_generator *g);
-/* idx i32 [B, T], T <= block_size -> logits [B, T, vocab_size]. */
+/* idx i32 [B, T], T <= block_size -> logits [B, T, vocab_size]. With
+ * cfg.checkpoint, training forwards checkpoint every block (m and g must
+ * stay valid until the backward). */
 AG_API ag_tensor *ag_gpt_forward(const ag_gpt *m, ag_tensor *idx, bool train, ag_generator *g);
 AG_API void ag_gpt_free(ag_gpt *m);
 
