@@ -594,6 +594,65 @@ static void test_large_elementwise(void **state) {
   free(o);
 }
 
+
+/* ---- thread control ---- */
+
+/* One control: bad counts are refused and change nothing; a set count is
+ * what get reports; 0 restores the default, which never exceeds the CPUs
+ * this process may run on. */
+static void test_num_threads(void **state) {
+  const int def = ag_get_num_threads();
+  if (!getenv("AG_NUM_THREADS")) assert_true(def >= 1 && def <= ag__cpu_default_threads());
+  assert_int_equal(ag_set_num_threads(-1), AG_ERR_INVALID);
+  assert_int_equal(ag_set_num_threads(257), AG_ERR_INVALID);
+  assert_int_equal(ag_get_num_threads(), def);
+  assert_int_equal(ag_set_num_threads(3), AG_OK);
+  assert_int_equal(ag_get_num_threads(), 3);
+  assert_int_equal(ag_set_num_threads(0), AG_OK);
+  assert_int_equal(ag_get_num_threads(), def);
+}
+
+/* The pool runs elementwise kernels and split GEMMs with 1..4 threads to
+ * the same results (GEMM panels within rounding of the 1-thread product). */
+static void test_threads_same_results(void **state) {
+  enum { N = 300001, M = 96, K = 200, P = 700 };
+  float *a = malloc(N * 4), *b = malloc(N * 4), *o = malloc(N * 4), *o1 = malloc(N * 4);
+  float *ga = malloc(M * K * 4), *gb = malloc(K * P * 4), *gc = malloc(M * P * 4), *gc1 = malloc(M * P * 4);
+  for (int i = 0; i < N; i++) {
+    a[i] = (float)(i % 1000) * 0.001f;
+    b[i] = (float)(i % 7) - 3;
+  }
+  for (int i = 0; i < M * K; i++) ga[i] = (float)((i * 37) % 101) / 50 - 1;
+  for (int i = 0; i < K * P; i++) gb[i] = (float)((i * 53) % 103) / 50 - 1;
+  const int64_t shape[1] = {N}, as[2] = {M, K}, bs[2] = {K, P}, os[2] = {M, P};
+  for (int nt = 1; nt <= 4; nt++) {
+    assert_int_equal(ag_set_num_threads(nt), AG_OK);
+    ag_kernel_call c = kcall(AG_K_UNARY, AG_U_EXP);
+    c.n_operands = 2;
+    c.o[0] = opnd(o, AG_F32, 1, shape, NULL);
+    c.o[1] = opnd(b, AG_F32, 1, shape, NULL);
+    run(&c);
+    ag_kernel_call g = kcall(AG_K_MATMUL, 0);
+    g.n_operands = 3;
+    g.s[0] = 1;
+    g.s[1] = 0;
+    g.o[0] = opnd(gc, AG_F32, 2, os, NULL);
+    g.o[1] = opnd(ga, AG_F32, 2, as, NULL);
+    g.o[2] = opnd(gb, AG_F32, 2, bs, NULL);
+    for (int i = 0; i < M * P; i++) gc[i] = NAN; /* beta = 0 overwrites */
+    run(&g);
+    if (nt == 1) {
+      memcpy(o1, o, N * 4);
+      memcpy(gc1, gc, M * P * 4);
+    }
+    for (int i = 0; i < N; i++) assert_true(o[i] == o1[i]);
+    for (int i = 0; i < M * P; i++) near(gc[i], gc1[i], 1e-4);
+  }
+  (void)a;
+  assert_int_equal(ag_set_num_threads(0), AG_OK);
+  free(a), free(b), free(o), free(o1), free(ga), free(gb), free(gc), free(gc1);
+}
+
 /* ---- reductions ---- */
 
 static void test_reduce(void **state) {
@@ -1155,6 +1214,7 @@ int main(void) {
       cmocka_unit_test(test_binary_strided),  cmocka_unit_test(test_unary),
       cmocka_unit_test(test_vector_math),     cmocka_unit_test(test_transpose_copy),
       cmocka_unit_test(test_cast_fill_where), cmocka_unit_test(test_large_elementwise),
+      cmocka_unit_test(test_num_threads), cmocka_unit_test(test_threads_same_results),
       cmocka_unit_test(test_reduce),          cmocka_unit_test(test_matmul),
       cmocka_unit_test(test_softmax_ce_layernorm), cmocka_unit_test(test_random),
       cmocka_unit_test(test_embedding_optim), cmocka_unit_test(test_streams_events),

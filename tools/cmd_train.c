@@ -34,7 +34,8 @@ static void usage(void) {
       "  --samples N          words to sample at the end (default 8)\n"
       "  --log-every N        steps between progress updates (default 50)\n"
       "  --trace PATH         write a Chrome trace of the run (chrome://tracing, Perfetto)\n"
-      "  --profile on|off     step profiler verdict and leak check at the end (default on)\n\n"
+      "  --profile on|off     step profiler verdict and leak check at the end (default on)\n"
+      AG_CLI_THREADS_HELP "\n"
       "A loss or parameter that becomes NaN/Inf stops the run; the checkpoint at --out is\n"
       "then left as it was.\n" AG_CLI_EXIT_HELP,
       ag_cli_backend_list(bl, sizeof bl), CHARLM_MAX_BATCH, CHARLM_MAX_ACCUM, CHARLM_MAX_LR);
@@ -59,7 +60,8 @@ static const struct option k_opts[] = {
     {"out", required_argument, NULL, O_OUT},           {"resume", required_argument, NULL, O_RESUME},
     {"samples", required_argument, NULL, O_SAMPLES},   {"log-every", required_argument, NULL, O_LOG_EVERY},
     {"trace", required_argument, NULL, O_TRACE},       {"profile", required_argument, NULL, O_PROFILE},
-    {"help", no_argument, NULL, O_HELP},               {NULL, 0, NULL, 0}};
+    {"help", no_argument, NULL, O_HELP},               AG_CLI_THREADS_OPT,
+    {NULL, 0, NULL, 0}};
 
 /* Parse into o. Returns -1 to go on, else the exit code (0 after --help). */
 static int parse(int argc, char **argv, charlm_options *o) {
@@ -128,6 +130,7 @@ static int parse(int argc, char **argv, charlm_options *o) {
       case O_LOG_EVERY: ok = ag_cli_int(C, "log-every", v, 1, 1 << 30, &o->log_every); break;
       case O_TRACE: o->trace = v; break;
       case O_PROFILE: ok = ag_cli_bool(C, "profile", v, &o->profile); break;
+      case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
       default: ok = false; break; /* '?': reported by the first pass */
     }
   }

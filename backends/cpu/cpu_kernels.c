@@ -19,35 +19,12 @@
 #include "cpu_backend.h"
 #include "half.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #define TILE 256
 
-/* ---- parallel loop: [0, n) in contiguous chunks, threads only when the
- * total work is large enough to pay for waking them ---- */
+/* ---- parallel loop: the pool (cpu_pool.c) ---- */
 
-typedef void (*range_fn)(void *ctx, int64_t a, int64_t b);
-
-static void par_for(int64_t n, int64_t work, range_fn fn, void *ctx) {
-#ifdef _OPENMP
-  if (work >= AG_CPU_PAR_MIN && n > 1) {
-    int nt = omp_get_max_threads();
-    if ((int64_t)nt > n) nt = (int)n;
-    if (nt > 1) {
-#pragma omp parallel num_threads(nt)
-      {
-        int64_t t = omp_get_thread_num(), m = omp_get_num_threads();
-        int64_t a = n * t / m, b = n * (t + 1) / m;
-        if (a < b) fn(ctx, a, b);
-      }
-      return;
-    }
-  }
-#endif
-  if (n > 0) fn(ctx, 0, n);
-}
+typedef ag_cpu_range_fn range_fn;
+#define par_for ag__cpu_par_for
 
 /* ---- scalar conversions ---- */
 
