@@ -143,8 +143,21 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* A forked child has none of the parent's workers: start afresh (its
+ * caller then runs every chunk itself until it starts its own). */
+static void after_fork_child(void) {
+  pthread_mutex_init(&g_pool.mu, NULL);
+  pthread_cond_init(&g_pool.wake, NULL);
+  pthread_cond_init(&g_pool.done, NULL);
+  g_pool.nworkers = 0;
+  g_pool.active = 0;
+  atomic_flag_clear(&g_busy);
+}
+
 /* Start workers up to `want` (caller holds mu). Returns how many exist. */
 static int grow(pool *p, int want) {
+  static bool atfork;
+  if (!atfork && p->nworkers < want) atfork = pthread_atfork(NULL, NULL, after_fork_child) == 0;
   while (p->nworkers < want) {
     int id = p->nworkers;
     g_args[id].id = id;
