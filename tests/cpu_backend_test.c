@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -653,6 +654,39 @@ static void test_threads_same_results(void **state) {
   free(a), free(b), free(o), free(o1), free(ga), free(gb), free(gc), free(gc1);
 }
 
+/* Idle threads sleep: after a threaded GEMM and a threaded elementwise op,
+ * a 200 ms pause costs the process almost no CPU time (spinning OpenMP or
+ * BLAS threads would burn up to 2 x 200 ms). */
+static void test_threads_idle_sleep(void **state) {
+  enum { M = 256, N = 300001 };
+  float *a = calloc(M * M, 4), *b = calloc(M * M, 4), *c = malloc(M * M * 4);
+  float *x = calloc(N, 4), *y = malloc(N * 4);
+  assert_int_equal(ag_set_num_threads(2), AG_OK);
+  const int64_t ms[2] = {M, M}, ns[1] = {N};
+  ag_kernel_call g = kcall(AG_K_MATMUL, 0);
+  g.n_operands = 3;
+  g.s[0] = 1;
+  g.o[0] = opnd(c, AG_F32, 2, ms, NULL);
+  g.o[1] = opnd(a, AG_F32, 2, ms, NULL);
+  g.o[2] = opnd(b, AG_F32, 2, ms, NULL);
+  ag_kernel_call e = kcall(AG_K_UNARY, AG_U_EXP);
+  e.n_operands = 2;
+  e.o[0] = opnd(y, AG_F32, 1, ns, NULL);
+  e.o[1] = opnd(x, AG_F32, 1, ns, NULL);
+  for (int i = 0; i < 3; i++) {
+    run(&g);
+    run(&e);
+  }
+  struct timespec t0, t1, pause = {0, 200 * 1000 * 1000};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+  nanosleep(&pause, NULL);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+  double cpu_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+  if (cpu_ms > 40) fail_msg("a 200 ms pause after threaded kernels used %.1f ms of CPU", cpu_ms);
+  assert_int_equal(ag_set_num_threads(0), AG_OK);
+  free(a), free(b), free(c), free(x), free(y);
+}
+
 /* ---- reductions ---- */
 
 static void test_reduce(void **state) {
@@ -1215,6 +1249,7 @@ int main(void) {
       cmocka_unit_test(test_vector_math),     cmocka_unit_test(test_transpose_copy),
       cmocka_unit_test(test_cast_fill_where), cmocka_unit_test(test_large_elementwise),
       cmocka_unit_test(test_num_threads), cmocka_unit_test(test_threads_same_results),
+      cmocka_unit_test(test_threads_idle_sleep),
       cmocka_unit_test(test_reduce),          cmocka_unit_test(test_matmul),
       cmocka_unit_test(test_softmax_ce_layernorm), cmocka_unit_test(test_random),
       cmocka_unit_test(test_embedding_optim), cmocka_unit_test(test_streams_events),
