@@ -45,7 +45,7 @@ typedef void (*ag_cpu_range_fn)(void *ctx, int64_t a, int64_t b);
 AG_HIDDEN void ag__cpu_par_for(int64_t n, int64_t work, ag_cpu_range_fn fn, void *ctx);
 
 /* CPUs this process may run on: the affinity mask, capped by a cgroup v2
- * cpu.max quota. At least 1. */
+ * cpu.max quota and by AG_MAX_THREADS. At least 1. */
 AG_HIDDEN int ag__cpu_default_threads(void);
 
 /* Make BLAS run each call on one thread (once per process). */

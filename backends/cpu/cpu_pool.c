@@ -40,7 +40,7 @@ int ag__cpu_default_threads(void) {
   if (n < 1) n = 1;
   int q = cgroup_cpus();
   if (q > 0 && q < n) n = q;
-  return n;
+  return n < AG_MAX_THREADS ? n : AG_MAX_THREADS;
 }
 
 static int resolve_threads(void) {
