@@ -1240,7 +1240,11 @@ static void test_mode_frozen(void **state) {
   assert_int_equal(ag_cpu_stream_mode_get(), m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* "idle_sleep" alone, first thing in a fresh process: BLAS threads that
+   * spin after library start-up show only there (ctest cpu_backend_idle). */
+  const struct CMUnitTest idle[] = {cmocka_unit_test(test_threads_idle_sleep)};
+  if (argc > 1 && !strcmp(argv[1], "idle_sleep")) return cmocka_run_group_tests(idle, setup, teardown);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_f16_exhaustive),  cmocka_unit_test(test_f16_rne),
       cmocka_unit_test(test_bf16),            cmocka_unit_test(test_philox_kat),

@@ -78,6 +78,12 @@ static void blas_single(void) {
    * milliseconds after each call, which is what the pool replaces. */
   void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
   if (set) set(1);
+  /* OpenBLAS started its server threads when it loaded, and they spin
+   * (sched_yield) for a while before sleeping; with one thread per call
+   * they are never used again, so stop them. A later multi-threaded
+   * OpenBLAS call from elsewhere restarts them itself. */
+  int (*shutdown)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
+  if (set && shutdown) shutdown();
   void (*mkl)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads");
   if (mkl) mkl(1);
 }
