@@ -323,7 +323,7 @@ static void trace(ag_allocator *a, int action, const seg *sg, size_t offset, siz
   e->stream = sid;
   e->action = (uint8_t)action;
   e->category = (uint8_t)cat;
-  a->ring_head = (a->ring_head + 1) % a->ring_cap;
+  if (++a->ring_head == a->ring_cap) a->ring_head = 0; /* no divide on the fast path */
   if (a->ring_n < a->ring_cap) a->ring_n++;
 }
 

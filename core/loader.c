@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "anygrad/loader.h"
+#include "anygrad/cpu.h"
 #include "diag_internal.h"
 #include "internal.h"
 
@@ -390,7 +391,7 @@ ag_loader *ag_loader_create(const ag_loader_config *cfg) {
   l->cfg = *cfg;
   ag_loader_config *c = &l->cfg;
   if (!c->epochs) c->epochs = 1;
-  if (!c->num_workers) c->num_workers = 2;
+  if (!c->num_workers) c->num_workers = ag_get_num_threads() < 2 ? 1 : 2;
   l->depth = c->prefetch ? c->prefetch : 2 * c->num_workers;
   l->copy_ahead = c->copy_ahead == 0 ? 1 : (c->copy_ahead < 0 ? 0 : c->copy_ahead);
   if (l->copy_ahead > l->depth - 1) l->copy_ahead = l->depth - 1;

@@ -8,6 +8,8 @@ add_test(NAME cpu_backend_inline COMMAND cpu_backend_test)
 set_tests_properties(cpu_backend_inline PROPERTIES ENVIRONMENT "AG_CPU_STREAMS=inline" TIMEOUT 300)
 add_test(NAME cpu_backend_threaded COMMAND cpu_backend_test)
 set_tests_properties(cpu_backend_threaded PROPERTIES ENVIRONMENT "AG_CPU_STREAMS=threaded" TIMEOUT 300 LABELS threads)
+add_test(NAME cpu_backend_idle COMMAND cpu_backend_test idle_sleep)
+set_tests_properties(cpu_backend_idle PROPERTIES TIMEOUT 60 LABELS threads)
 
 # Launch-overhead and throughput measurements (not a test).
 add_executable(cpu_backend_bench ${PROJECT_SOURCE_DIR}/backends/cpu/bench/cpu_backend_bench.c)

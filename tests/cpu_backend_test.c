@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -594,6 +595,98 @@ static void test_large_elementwise(void **state) {
   free(o);
 }
 
+
+/* ---- thread control ---- */
+
+/* One control: bad counts are refused and change nothing; a set count is
+ * what get reports; 0 restores the default, which never exceeds the CPUs
+ * this process may run on. */
+static void test_num_threads(void **state) {
+  const int def = ag_get_num_threads();
+  if (!getenv("AG_NUM_THREADS")) assert_true(def >= 1 && def <= ag__cpu_default_threads());
+  assert_int_equal(ag_set_num_threads(-1), AG_ERR_INVALID);
+  assert_int_equal(ag_set_num_threads(257), AG_ERR_INVALID);
+  assert_int_equal(ag_get_num_threads(), def);
+  assert_int_equal(ag_set_num_threads(3), AG_OK);
+  assert_int_equal(ag_get_num_threads(), 3);
+  assert_int_equal(ag_set_num_threads(0), AG_OK);
+  assert_int_equal(ag_get_num_threads(), def);
+}
+
+/* The pool runs elementwise kernels and split GEMMs with 1..4 threads to
+ * the same results (GEMM panels within rounding of the 1-thread product). */
+static void test_threads_same_results(void **state) {
+  enum { N = 300001, M = 96, K = 200, P = 700 };
+  float *a = malloc(N * 4), *b = malloc(N * 4), *o = malloc(N * 4), *o1 = malloc(N * 4);
+  float *ga = malloc(M * K * 4), *gb = malloc(K * P * 4), *gc = malloc(M * P * 4), *gc1 = malloc(M * P * 4);
+  for (int i = 0; i < N; i++) {
+    a[i] = (float)(i % 1000) * 0.001f;
+    b[i] = (float)(i % 7) - 3;
+  }
+  for (int i = 0; i < M * K; i++) ga[i] = (float)((i * 37) % 101) / 50 - 1;
+  for (int i = 0; i < K * P; i++) gb[i] = (float)((i * 53) % 103) / 50 - 1;
+  const int64_t shape[1] = {N}, as[2] = {M, K}, bs[2] = {K, P}, os[2] = {M, P};
+  for (int nt = 1; nt <= 4; nt++) {
+    assert_int_equal(ag_set_num_threads(nt), AG_OK);
+    ag_kernel_call c = kcall(AG_K_UNARY, AG_U_EXP);
+    c.n_operands = 2;
+    c.o[0] = opnd(o, AG_F32, 1, shape, NULL);
+    c.o[1] = opnd(b, AG_F32, 1, shape, NULL);
+    run(&c);
+    ag_kernel_call g = kcall(AG_K_MATMUL, 0);
+    g.n_operands = 3;
+    g.s[0] = 1;
+    g.s[1] = 0;
+    g.o[0] = opnd(gc, AG_F32, 2, os, NULL);
+    g.o[1] = opnd(ga, AG_F32, 2, as, NULL);
+    g.o[2] = opnd(gb, AG_F32, 2, bs, NULL);
+    for (int i = 0; i < M * P; i++) gc[i] = NAN; /* beta = 0 overwrites */
+    run(&g);
+    if (nt == 1) {
+      memcpy(o1, o, N * 4);
+      memcpy(gc1, gc, M * P * 4);
+    }
+    for (int i = 0; i < N; i++) assert_true(o[i] == o1[i]);
+    for (int i = 0; i < M * P; i++) near(gc[i], gc1[i], 1e-4);
+  }
+  (void)a;
+  assert_int_equal(ag_set_num_threads(0), AG_OK);
+  free(a), free(b), free(o), free(o1), free(ga), free(gb), free(gc), free(gc1);
+}
+
+/* Idle threads sleep: after a threaded GEMM and a threaded elementwise op,
+ * a 200 ms pause costs the process almost no CPU time (spinning OpenMP or
+ * BLAS threads would burn up to 2 x 200 ms). */
+static void test_threads_idle_sleep(void **state) {
+  enum { M = 256, N = 300001 };
+  float *a = calloc(M * M, 4), *b = calloc(M * M, 4), *c = malloc(M * M * 4);
+  float *x = calloc(N, 4), *y = malloc(N * 4);
+  assert_int_equal(ag_set_num_threads(2), AG_OK);
+  const int64_t ms[2] = {M, M}, ns[1] = {N};
+  ag_kernel_call g = kcall(AG_K_MATMUL, 0);
+  g.n_operands = 3;
+  g.s[0] = 1;
+  g.o[0] = opnd(c, AG_F32, 2, ms, NULL);
+  g.o[1] = opnd(a, AG_F32, 2, ms, NULL);
+  g.o[2] = opnd(b, AG_F32, 2, ms, NULL);
+  ag_kernel_call e = kcall(AG_K_UNARY, AG_U_EXP);
+  e.n_operands = 2;
+  e.o[0] = opnd(y, AG_F32, 1, ns, NULL);
+  e.o[1] = opnd(x, AG_F32, 1, ns, NULL);
+  for (int i = 0; i < 3; i++) {
+    run(&g);
+    run(&e);
+  }
+  struct timespec t0, t1, pause = {0, 200 * 1000 * 1000};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+  nanosleep(&pause, NULL);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+  double cpu_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+  if (cpu_ms > 40) fail_msg("a 200 ms pause after threaded kernels used %.1f ms of CPU", cpu_ms);
+  assert_int_equal(ag_set_num_threads(0), AG_OK);
+  free(a), free(b), free(c), free(x), free(y);
+}
+
 /* ---- reductions ---- */
 
 static void test_reduce(void **state) {
@@ -1147,7 +1240,11 @@ static void test_mode_frozen(void **state) {
   assert_int_equal(ag_cpu_stream_mode_get(), m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* "idle_sleep" alone, first thing in a fresh process: BLAS threads that
+   * spin after library start-up show only there (ctest cpu_backend_idle). */
+  const struct CMUnitTest idle[] = {cmocka_unit_test(test_threads_idle_sleep)};
+  if (argc > 1 && !strcmp(argv[1], "idle_sleep")) return cmocka_run_group_tests(idle, setup, teardown);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_f16_exhaustive),  cmocka_unit_test(test_f16_rne),
       cmocka_unit_test(test_bf16),            cmocka_unit_test(test_philox_kat),
@@ -1155,6 +1252,8 @@ int main(void) {
       cmocka_unit_test(test_binary_strided),  cmocka_unit_test(test_unary),
       cmocka_unit_test(test_vector_math),     cmocka_unit_test(test_transpose_copy),
       cmocka_unit_test(test_cast_fill_where), cmocka_unit_test(test_large_elementwise),
+      cmocka_unit_test(test_num_threads), cmocka_unit_test(test_threads_same_results),
+      cmocka_unit_test(test_threads_idle_sleep),
       cmocka_unit_test(test_reduce),          cmocka_unit_test(test_matmul),
       cmocka_unit_test(test_softmax_ce_layernorm), cmocka_unit_test(test_random),
       cmocka_unit_test(test_embedding_optim), cmocka_unit_test(test_streams_events),

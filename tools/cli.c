@@ -71,6 +71,16 @@ bool ag_cli_i64(const char *cmd, const char *opt, const char *v, int64_t lo, int
   return true;
 }
 
+bool ag_cli_threads(const char *cmd, const char *v) {
+  int n;
+  if (!ag_cli_int(cmd, "threads", v, 1, 256, &n)) return false;
+  if (ag_set_num_threads(n) != AG_OK) {
+    fprintf(stderr, "anygrad %s: %s\n", cmd, ag_last_error());
+    return false;
+  }
+  return true;
+}
+
 bool ag_cli_int(const char *cmd, const char *opt, const char *v, int lo, int hi, int *out) {
   int64_t x;
   if (!ag_cli_i64(cmd, opt, v, lo, hi, &x)) return false;

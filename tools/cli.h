@@ -45,6 +45,15 @@ int ag_cli_device(const char *cmd, const char *s, ag_device *out);
 /* "cpu, cuda, hip, ..." (every backend the core knows) into buf. */
 const char *ag_cli_backend_list(char *buf, size_t len);
 
+/* --threads N, shared by the subcommands that run kernels: the option's
+ * table entry, its --help line and its handler (ag_set_num_threads; prints
+ * the error and returns false for a value outside 1..256). */
+#define AG_CLI_THREADS 0x7f00
+#define AG_CLI_THREADS_OPT {"threads", required_argument, NULL, AG_CLI_THREADS}
+#define AG_CLI_THREADS_HELP \
+  "  --threads N          CPU threads (default: AG_NUM_THREADS, else the CPUs this process may use)\n"
+bool ag_cli_threads(const char *cmd, const char *v);
+
 /* `s` as a JSON string literal (quotes, escapes) to f. */
 #include <stdio.h>
 void ag_cli_json_str(FILE *f, const char *s);

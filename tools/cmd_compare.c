@@ -45,7 +45,7 @@ static void usage(void) {
       "  --check-every N  compare parameters every N steps (default 1)\n"
       "  --log-every N    print every N-th step (default: about 25 rows)\n"
       "  --words PATH     word list (default /usr/share/dict/words)\n"
-      "  --json PATH      write the per-step report as JSON ('-': stdout)\n\n"
+      "  --json PATH      write the per-step report as JSON ('-': stdout)\n" AG_CLI_THREADS_HELP "\n"
       "Exit status: 0 within tolerance, 1 diverged, 2 error or unavailable device.\n");
 }
 
@@ -70,7 +70,7 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
       {"tol", required_argument, NULL, O_TOL},           {"loss-tol", required_argument, NULL, O_LOSS_TOL},
       {"batch", required_argument, NULL, O_BATCH},       {"check-every", required_argument, NULL, O_CHECK_EVERY},
       {"log-every", required_argument, NULL, O_LOG_EVERY}, {"words", required_argument, NULL, O_WORDS},
-      {"json", required_argument, NULL, O_JSON},         {"help", no_argument, NULL, O_HELP},
+      {"json", required_argument, NULL, O_JSON},         {"help", no_argument, NULL, O_HELP}, AG_CLI_THREADS_OPT,
       {NULL, 0, NULL, 0}};
   /* The model picks the defaults the other options then override. */
   charlm_model_kind kind = CHARLM_MLP;
@@ -101,6 +101,7 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
     const char *v = ag_cli_arg();
     switch (c) {
       case O_DEVICES: devices = v; break;
+      case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
       case O_MODEL: break;
       case O_STEPS: ok = ag_cli_i64(C, "steps", v, 1, CHARLM_MAX_STEPS, &o->steps); break;
       case O_SEED: ok = ag_cli_u64(C, "seed", v, &o->job.seed); break;

@@ -43,7 +43,8 @@ static void usage(void) {
       "                       the configured batch (from two steps at small batches) and exit\n"
       "  --report PATH        write a self-contained HTML run report (loss and held-out curves,\n"
       "                       step time, memory by category, allocator segments, sync sites);\n"
-      "                       the held-out loss is then evaluated at each progress update\n\n"
+      "                       the held-out loss is then evaluated at each progress update\n"
+      AG_CLI_THREADS_HELP "\n"
       "A loss or parameter that becomes NaN/Inf stops the run; the checkpoint at --out is\n"
       "then left as it was.\n" AG_CLI_EXIT_HELP,
       ag_cli_backend_list(bl, sizeof bl), CHARLM_MAX_BATCH, CHARLM_MAX_ACCUM, CHARLM_MAX_LR);
@@ -69,7 +70,8 @@ static const struct option k_opts[] = {
     {"samples", required_argument, NULL, O_SAMPLES},   {"log-every", required_argument, NULL, O_LOG_EVERY},
     {"trace", required_argument, NULL, O_TRACE},       {"profile", required_argument, NULL, O_PROFILE},
     {"report", required_argument, NULL, O_REPORT},     {"checkpoint-activations", no_argument, NULL, O_CKPT_ACT},
-    {"estimate-memory", no_argument, NULL, O_ESTIMATE},     {"help", no_argument, NULL, O_HELP},               {NULL, 0, NULL, 0}};
+    {"estimate-memory", no_argument, NULL, O_ESTIMATE},     {"help", no_argument, NULL, O_HELP},
+    AG_CLI_THREADS_OPT,                                {NULL, 0, NULL, 0}};
 
 /* Parse into o. Returns -1 to go on, else the exit code (0 after --help). */
 static int parse(int argc, char **argv, charlm_options *o) {
@@ -152,6 +154,7 @@ static int parse(int argc, char **argv, charlm_options *o) {
           ok = false;
         }
         break;
+      case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
       default: ok = false; break; /* '?': reported by the first pass */
     }
   }

@@ -28,10 +28,28 @@ AG_HIDDEN bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, i
 AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
 
 /* Work (elements x a per-element cost: 1 for an add, 8 for an exp) above
- * which kernels split across OpenMP threads; below it they stay on the
+ * which kernels split across the pool's threads; below it they stay on the
  * calling thread, so small and cheap ops never pay a fork/join (which costs
  * milliseconds, not microseconds, when the machine is oversubscribed). */
 #define AG_CPU_PAR_MIN 131072
+
+/* Most threads ag_set_num_threads accepts. */
+#define AG_MAX_THREADS 256
+
+/* The pool (cpu_pool.c). fn(ctx, a, b) runs on disjoint ranges covering
+ * [0, n) exactly once, on up to ag_get_num_threads() threads (the caller is
+ * one of them) when work >= AG_CPU_PAR_MIN, else on the caller alone. fn
+ * must not depend on how [0, n) is split. Returns when every range is done.
+ * Thread-safe: a call made while the pool runs another job runs serially. */
+typedef void (*ag_cpu_range_fn)(void *ctx, int64_t a, int64_t b);
+AG_HIDDEN void ag__cpu_par_for(int64_t n, int64_t work, ag_cpu_range_fn fn, void *ctx);
+
+/* CPUs this process may run on: the affinity mask, capped by a cgroup v2
+ * cpu.max quota and by AG_MAX_THREADS. At least 1. */
+AG_HIDDEN int ag__cpu_default_threads(void);
+
+/* Make BLAS run each call on one thread (once per process). */
+AG_HIDDEN void ag__cpu_blas_init(void);
 
 static inline size_t ag__cpu_dtsize(ag_dtype dt) {
   return dt == AG_F64 ? 8 : (dt == AG_F16 || dt == AG_BF16) ? 2 : 4;

@@ -14,9 +14,6 @@
 #if defined(AG_HAVE_CBLAS)
 #include <cblas.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* One matrix operand of one batch: element (r, c) at p[r*rs + c*cs]. */
 typedef struct mview {
@@ -50,12 +47,6 @@ static bool blas_layout(int64_t R, int64_t C, int64_t rs, int64_t cs, bool *tran
 }
 #endif
 
-#ifdef _OPENMP
-#define AG_OMP_GEMM _Pragma("omp parallel for schedule(static) if (M * N * K >= 262144)")
-#else
-#define AG_OMP_GEMM
-#endif
-
 #define GEMM_BODY(T)                                                                          \
   /* C (row-major, ldc) = alpha * A @ B + beta * C; A, B general strides. */                 \
   static void gemm_ref_##T(int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t ars, \
@@ -65,7 +56,6 @@ static bool blas_layout(int64_t R, int64_t C, int64_t rs, int64_t cs, bool *tran
     for (int64_t i = 0; i < M; i++)                                                            \
       for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? (T)0 : beta * C[i * ldc + j]; \
     int64_t mblocks = (M + MC - 1) / MC;                                                       \
-    AG_OMP_GEMM                                                                                \
     for (int64_t mb = 0; mb < mblocks; mb++) {                                                 \
       T Ap[MC * KC];                                                                           \
       T *Bp = malloc(sizeof(T) * KC * NC);                                                     \
@@ -97,34 +87,73 @@ static bool blas_layout(int64_t R, int64_t C, int64_t rs, int64_t cs, bool *tran
 GEMM_BODY(float)
 GEMM_BODY(double)
 
-static void gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, mview a, mview b, float beta,
-                     float *C) {
-#if defined(AG_HAVE_CBLAS)
-  bool ta, tb;
-  int64_t lda, ldb;
-  if (blas_layout(M, K, a.rs, a.cs, &ta, &lda) && blas_layout(K, N, b.rs, b.cs, &tb, &ldb)) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, alpha, a.p, (int)lda, b.p, (int)ldb, beta, C,
-                (int)(N > 0 ? N : 1));
-    return;
+/* One GEMM, on one thread: BLAS when both operands have a usable layout. */
+#define GEMM_ONE(T, blasfn)                                                                    \
+  static void gemm1_##T(int64_t M, int64_t N, int64_t K, T alpha, mview a, mview b, T beta, T *C, \
+                        int64_t ldc) {                                                         \
+    GEMM_BLAS(blasfn)                                                                          \
+    gemm_ref_##T(M, N, K, alpha, a.p, a.rs, a.cs, b.p, b.rs, b.cs, beta, C, ldc);             \
   }
+#if defined(AG_HAVE_CBLAS)
+#define GEMM_BLAS(blasfn)                                                                       \
+  bool ta, tb;                                                                                  \
+  int64_t lda, ldb;                                                                             \
+  if (blas_layout(M, K, a.rs, a.cs, &ta, &lda) && blas_layout(K, N, b.rs, b.cs, &tb, &ldb)) {   \
+    blasfn(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, \
+           (int)N, (int)K, alpha, a.p, (int)lda, b.p, (int)ldb, beta, C, (int)(ldc > 0 ? ldc : 1)); \
+    return;                                                                                     \
+  }
+#else
+#define GEMM_BLAS(blasfn)
 #endif
-  gemm_ref_float(M, N, K, alpha, a.p, a.rs, a.cs, b.p, b.rs, b.cs, beta, C, N);
+GEMM_ONE(float, cblas_sgemm)
+GEMM_ONE(double, cblas_dgemm)
+
+/* The pool splits one GEMM into panels of C (columns when N >= M, else
+ * rows), each a single-threaded GEMM: one pool drives BLAS and the
+ * elementwise kernels, so no two pools spin against each other, and a
+ * panel re-packs only its share of the wider operand. */
+typedef struct gsplit {
+  bool f64, by_cols;
+  int64_t M, N, K, panel;
+  double alpha, beta;
+  mview a, b;
+  void *C;
+} gsplit;
+
+static void gemm_panels(void *ctx, int64_t p0, int64_t p1) {
+  const gsplit *g = ctx;
+  const size_t sz = g->f64 ? 8 : 4;
+  int64_t lo = p0 * g->panel, hi = p1 * g->panel;
+  int64_t lim = g->by_cols ? g->N : g->M;
+  if (hi > lim) hi = lim;
+  mview a = g->a, b = g->b;
+  int64_t M = g->M, N = g->N, off;
+  if (g->by_cols) {
+    b.p = (const char *)b.p + (size_t)(lo * b.cs) * sz;
+    N = hi - lo;
+    off = lo;
+  } else {
+    a.p = (const char *)a.p + (size_t)(lo * a.rs) * sz;
+    M = hi - lo;
+    off = lo * g->N;
+  }
+  if (g->f64)
+    gemm1_double(M, N, g->K, g->alpha, a, b, g->beta, (double *)g->C + off, g->N);
+  else
+    gemm1_float(M, N, g->K, (float)g->alpha, a, b, (float)g->beta, (float *)g->C + off, g->N);
 }
 
-static void gemm_f64(int64_t M, int64_t N, int64_t K, double alpha, mview a, mview b, double beta,
-                     double *C) {
-#if defined(AG_HAVE_CBLAS)
-  bool ta, tb;
-  int64_t lda, ldb;
-  if (blas_layout(M, K, a.rs, a.cs, &ta, &lda) && blas_layout(K, N, b.rs, b.cs, &tb, &ldb)) {
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, alpha, a.p, (int)lda, b.p, (int)ldb, beta, C,
-                (int)(N > 0 ? N : 1));
-    return;
-  }
-#endif
-  gemm_ref_double(M, N, K, alpha, a.p, a.rs, a.cs, b.p, b.rs, b.cs, beta, C, N);
+static void gemm_any(bool f64, int64_t M, int64_t N, int64_t K, double alpha, mview a, mview b,
+                     double beta, void *C) {
+  ag__cpu_blas_init();
+  gsplit g = {.f64 = f64, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .a = a, .b = b, .C = C};
+  g.by_cols = N >= M;
+  const int64_t len = g.by_cols ? N : M;
+  g.panel = 64; /* a multiple of every BLAS's register block */
+  int64_t panels = (len + g.panel - 1) / g.panel;
+  /* work: flops / 16, so a 64x64x64 product stays on one thread */
+  ag__cpu_par_for(panels, M * N * (K > 0 ? K : 1) / 16, gemm_panels, &g);
 }
 
 /* Widen an R x C half matrix (any strides) into contiguous row-major f32. */
@@ -162,9 +191,9 @@ ag_status ag__cpu_matmul(const ag_kernel_call *c) {
       mview va = {pa + (size_t)(b * abs_) * sz, ars, acs}, vb = {pb + (size_t)(b * bbs) * sz, brs, bcs};
       char *cb = po + (size_t)(b * M * N) * sz;
       if (dt == AG_F32)
-        gemm_f32(M, N, K, (float)c->s[0], va, vb, (float)c->s[1], (float *)cb);
+        gemm_any(false, M, N, K, (float)c->s[0], va, vb, (float)c->s[1], cb);
       else
-        gemm_f64(M, N, K, c->s[0], va, vb, c->s[1], (double *)cb);
+        gemm_any(true, M, N, K, c->s[0], va, vb, c->s[1], cb);
     }
     return AG_OK;
   }
@@ -179,7 +208,7 @@ ag_status ag__cpu_matmul(const ag_kernel_call *c) {
     if (b == 0 || abs_ != 0) widen(dt, ab, M, K, ars, acs, sa);
     if (b == 0 || bbs != 0) widen(dt, bb, K, N, brs, bcs, sb);
     if (c->s[1] != 0) widen(dt, cb, M, N, N, 1, sc);
-    gemm_f32(M, N, K, (float)c->s[0], (mview){sa, K, 1}, (mview){sb, N, 1}, (float)c->s[1], sc);
+    gemm_any(false, M, N, K, (float)c->s[0], (mview){sa, K, 1}, (mview){sb, N, 1}, (float)c->s[1], sc);
     if (dt == AG_F16) ag__f32_to_f16_n(sc, cb, (size_t)(M * N));
     else ag__f32_to_bf16_n(sc, cb, (size_t)(M * N));
   }
