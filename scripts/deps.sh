@@ -3,7 +3,8 @@
 # Usage: scripts/deps.sh [--test]   (--test adds the sanitizer runtimes and HIP)
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
-      ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo)
+      ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
+      zlib1g-dev dataset-fashion-mnist)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3)
 fi

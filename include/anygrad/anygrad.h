@@ -16,6 +16,7 @@
 #include "anygrad/amp.h"
 #include "anygrad/loader.h"
 #include "anygrad/cpu.h"
+#include "anygrad/idx.h"
 #if __has_include("anygrad/autograd.h")
 #include "anygrad/autograd.h"
 #endif
