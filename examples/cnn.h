@@ -31,6 +31,11 @@ typedef struct cnn_options {
   int64_t test_limit;   /* evaluate on the first N test images (0: all) */
   const char *out;      /* checkpoint written after every epoch, or NULL */
   const char *resume;   /* checkpoint to continue from, or NULL */
+  int workers;          /* loader threads that decode, augment and normalise;
+                           0: the training thread does it (input time) */
+  bool augment;         /* random crop (padding 4) and horizontal flip (default off) */
+  int augment_delay_us; /* extra time per image in the augmentation (tests of
+                           the input-bound verdict); 0 normally */
   bool profile, quiet;
   FILE *log;            /* stdout when NULL */
 } cnn_options;
@@ -40,6 +45,8 @@ typedef struct cnn_result {
   double test_accuracy; /* after the last epoch, in [0, 1] */
   double seconds;       /* training (without the final evaluation) */
   int64_t confusion[CNN_CLASSES][CNN_CLASSES]; /* [true][predicted] */
+  bool input_bound;     /* the profiler's verdict over the last window */
+  char verdict[1024];   /* its text (empty without the profiler) */
 } cnn_result;
 
 cnn_options cnn_defaults(void);

@@ -77,6 +77,30 @@ static void test_learns_and_resumes(void **state) {
   remove(ck);
 }
 
+/* The seed rule made visible: a slow augmentation on the training thread
+ * (0 workers) makes the step profiler say input-bound; the same work on
+ * loader workers leaves the step compute-bound. The delay sleeps, so
+ * workers overlap it even on a loaded two-core machine. */
+static void test_input_bound_verdict(void **state) {
+  if (!have_data()) skip();
+  cnn_options o = small(NULL);
+  o.train_limit = 64 * 30;
+  o.test_limit = 100;
+  o.c1 = 16;
+  o.c2 = 32;
+  o.profile = true;
+  o.augment_delay_us = 400; /* 26 ms per batch of 64 */
+  o.workers = 0;
+  cnn_result r;
+  assert_int_equal(cnn_train(&o, &r), AG_OK);
+  if (!r.input_bound) fail_msg("0 workers: expected input-bound, verdict: %s", r.verdict);
+  assert_non_null(strstr(r.verdict, "input-bound"));
+  o.workers = 6;
+  assert_int_equal(cnn_train(&o, &r), AG_OK);
+  if (r.input_bound) fail_msg("6 workers: expected not input-bound, verdict: %s", r.verdict);
+  assert_non_null(strstr(r.verdict, "compute-bound"));
+}
+
 static void test_bad_inputs(void **state) {
   cnn_options o = small(NULL);
   o.data_dir = "/nonexistent/fashion";
@@ -108,6 +132,7 @@ static void test_bad_inputs(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_learns_and_resumes),
+      cmocka_unit_test(test_input_bound_verdict),
       cmocka_unit_test(test_bad_inputs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
