@@ -9,6 +9,12 @@
 #include "anygrad/autograd.h"
 #include "grad_internal.h"
 
+/* The status of the op that just failed (never AG_OK). */
+static ag_status failed(void) {
+  ag_status st = ag_last_status();
+  return st != AG_OK ? st : ag_error_set(AG_ERR_INTERNAL, "vision op: a step failed without a message");
+}
+
 static bool null_arg(const char *op, ag_tensor *t, int i) {
   if (t) return false;
   if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: argument %d is NULL", op, i);
@@ -124,12 +130,12 @@ ag_tensor *ag_conv2d(ag_tensor *x, ag_tensor *w, ag_tensor *bias, const ag_conv2
   return y;
 }
 
-static ag_tensor *conv_bwd_call(ag_kop op, const ag_gparams *p, ag_tensor *out_like_shape_src, int ndim,
-                                const int64_t *shape, ag_tensor *dy, ag_tensor *other) {
+/* dx or dw (shape ndim/shape) from dy and the other forward operand. */
+static ag_tensor *conv_bwd_call(ag_kop op, const ag_gparams *p, int ndim, const int64_t *shape, ag_tensor *dy,
+                                ag_tensor *other) {
+  if (dy->numel == 0) return ag_zeros(ag_tensor_device(dy), dy->dtype, ndim, shape);
   ag_tensor *o = ag__tensor_new(ag__ds(dy), dy->dtype, ndim, shape);
-  if (!o) return NULL;
-  (void)out_like_shape_src;
-  if (!o->numel) return o;
+  if (!o || !o->numel) return o;
   ag_kernel_call c;
   memset(&c, 0, sizeof c);
   c.op = op;
@@ -139,10 +145,6 @@ static ag_tensor *conv_bwd_call(ag_kop op, const ag_gparams *p, ag_tensor *out_l
   ag__operand(&c.o[1], dy);
   ag__operand(&c.o[2], other);
   for (int k = 0; k < 7; k++) c.s[k] = p->dims[k];
-  if (dy->numel == 0) {
-    ag_tensor_release(o);
-    return ag_zeros(ag_tensor_device(dy), dy->dtype, ndim, shape);
-  }
   if (ag__launch(ag__ds(o), &c) != AG_OK) {
     ag_tensor_release(o);
     return NULL;
@@ -155,27 +157,26 @@ ag_status ag__conv2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   bool need_x = n->e[0].fn || n->e[0].leaf, need_w = n->e[1].fn || n->e[1].leaf;
   bool need_b = n->n_in > 2 && (n->e[2].fn || n->e[2].leaf);
   ag_tensor *gc = ag_contiguous(g), *xc = NULL, *wc = NULL;
-  ag_status st = gc ? AG_OK : ag_last_status();
+  ag_status st = gc ? AG_OK : failed();
   if (st == AG_OK && need_x) {
     wc = ag_contiguous(w);
-    gin[0] = wc ? conv_bwd_call(AG_K_CONV2D_BWD_INPUT, &n->p, NULL, 4, x->shape, gc, wc) : NULL;
-    if (!gin[0]) st = ag_last_status();
+    gin[0] = wc ? conv_bwd_call(AG_K_CONV2D_BWD_INPUT, &n->p, 4, x->shape, gc, wc) : NULL;
+    if (!gin[0]) st = failed();
   }
   if (st == AG_OK && need_w) {
     xc = ag_contiguous(x);
-    gin[1] = xc ? conv_bwd_call(AG_K_CONV2D_BWD_WEIGHT, &n->p, NULL, 4, w->shape, gc, xc) : NULL;
-    if (!gin[1]) st = ag_last_status();
+    gin[1] = xc ? conv_bwd_call(AG_K_CONV2D_BWD_WEIGHT, &n->p, 4, w->shape, gc, xc) : NULL;
+    if (!gin[1]) st = failed();
   }
   if (st == AG_OK && need_b) {
     int dims[3] = {0, 2, 3};
     gin[2] = ag_sum(gc, 3, dims, false);
-    if (!gin[2]) st = ag_last_status();
+    if (!gin[2]) st = failed();
   }
   ag_tensor_release(gc);
   ag_tensor_release(xc);
   ag_tensor_release(wc);
-  if (st == AG_OK) st = AG_OK;
-  return st == AG_OK ? AG_OK : (st ? st : ag_error_set(AG_ERR_INTERNAL, "ag_conv2d backward failed"));
+  return st;
 }
 
 /* ---------------- pooling ---------------- */
@@ -224,9 +225,9 @@ static ag_tensor *pool_impl(const char *name, ag_pool_op op, ag_tensor *x, const
 ag_status ag__pool2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   if (!(n->e[0].fn || n->e[0].leaf)) return AG_OK;
   ag_tensor *gc = ag_contiguous(g);
-  if (!gc) return ag_last_status();
+  if (!gc) return failed();
   ag_tensor *dx = ag__tensor_new(ag__ds(gc), gc->dtype, n->e[0].ndim, n->e[0].shape);
-  ag_status st = dx ? AG_OK : ag_last_status();
+  ag_status st = dx ? AG_OK : failed();
   if (st == AG_OK && dx->numel) {
     ag_kernel_call c;
     memset(&c, 0, sizeof c);
