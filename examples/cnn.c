@@ -363,7 +363,7 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
 
   ag_profiler *prof = NULL;
   if (st == AG_OK && o.profile && start_epoch < o.epochs) {
-    ag_profiler_config pc = {.window = 100};
+    ag_profiler_config pc = {.window = o.profile_window > 0 ? o.profile_window : 100};
     prof = ag_profiler_create(o.device, &pc);
     if (!prof) st = ag_last_status();
   }

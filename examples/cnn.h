@@ -36,6 +36,7 @@ typedef struct cnn_options {
   bool augment;         /* random crop (padding 4) and horizontal flip (default off) */
   int augment_delay_us; /* extra time per image in the augmentation (tests of
                            the input-bound verdict); 0 normally */
+  int profile_window;   /* steps per profiler verdict (0: 100) */
   bool profile, quiet;
   FILE *log;            /* stdout when NULL */
 } cnn_options;
