@@ -277,6 +277,14 @@ ag_status ag_loader_next(ag_loader *l, ag_tensor **out, ag_loader_batch_info *in
   ag_stream *compute = ag__current_stream(l->ds);
   slot *s = &l->slots[g % l->depth];
   uint64_t t0 = ag__now_ns();
+  if (c->fill_on_caller && s->state == S_EMPTY) {
+    /* No workers: the batch is made here, and all of it is input time. */
+    s->state = S_FILLING;
+    s->g = g;
+    l->next_fill = g + 1;
+    fill_one(l, s, g);
+    s->state = s->err == AG_OK ? S_READY : S_ERROR;
+  }
   pthread_mutex_lock(&l->mu);
   while (s->state == S_EMPTY || s->state == S_FILLING || s->g != g) pthread_cond_wait(&l->cv_ready, &l->mu);
   slot_state state = s->state;
@@ -393,6 +401,10 @@ ag_loader *ag_loader_create(const ag_loader_config *cfg) {
   if (!c->epochs) c->epochs = 1;
   if (!c->num_workers) c->num_workers = ag_get_num_threads() < 2 ? 1 : 2;
   l->depth = c->prefetch ? c->prefetch : 2 * c->num_workers;
+  if (c->fill_on_caller) {
+    c->num_workers = 0;
+    l->depth = 1;
+  }
   l->copy_ahead = c->copy_ahead == 0 ? 1 : (c->copy_ahead < 0 ? 0 : c->copy_ahead);
   if (l->copy_ahead > l->depth - 1) l->copy_ahead = l->depth - 1;
   l->ds = ds;
@@ -408,8 +420,8 @@ ag_loader *ag_loader_create(const ag_loader_config *cfg) {
   pthread_cond_init(&l->cv_work, NULL);
   pthread_cond_init(&l->cv_ready, NULL);
   l->slots = calloc((size_t)l->depth, sizeof *l->slots);
-  l->threads = calloc((size_t)c->num_workers, sizeof *l->threads);
-  worker_arg *args = calloc((size_t)c->num_workers, sizeof *args);
+  l->threads = calloc((size_t)(c->num_workers ? c->num_workers : 1), sizeof *l->threads);
+  worker_arg *args = calloc((size_t)(c->num_workers ? c->num_workers : 1), sizeof *args);
   bool ok = l->slots && l->threads && args;
   for (int i = 0; ok && i < l->depth; i++) {
     l->slots[i].g = -1;

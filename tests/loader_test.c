@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -132,6 +133,48 @@ static void order_is_deterministic_under_random_delays(void **state) {
   cfg3.seed = 8;
   assert_int_equal(run_order(&cfg3, b, 3 * N), 3 * N);
   assert_memory_not_equal(a, b, N * sizeof(int64_t));
+}
+
+/* fill_on_caller: the same batches in the same order as with workers, made
+ * on the thread calling next (no fill runs ahead of it), and an error of
+ * the fill surfaces from that next. */
+static pthread_t g_caller;
+static atomic_int g_foreign;
+static ag_status fill_on_thread(void *user, int64_t epoch, int64_t index, const int64_t *samples,
+                                int64_t rows, ag_loader_batch *b) {
+  if (!pthread_equal(pthread_self(), g_caller)) atomic_fetch_add(&g_foreign, 1);
+  return fill_rows(user, epoch, index, samples, rows, b);
+}
+
+static void fill_on_caller_thread(void **state) {
+  delay_ctx c1 = {.max_delay_us = 500, .fail_batch = -1}, c2 = {.max_delay_us = 500, .fail_batch = -1};
+  ag_loader_config cfg1 = base_config(&c1), cfg2 = base_config(&c2);
+  cfg2.fill_on_caller = true;
+  cfg2.fill = fill_on_thread;
+  g_caller = pthread_self();
+  atomic_store(&g_foreign, 0);
+  static int64_t a[3 * N], b[3 * N];
+  assert_int_equal(run_order(&cfg1, a, 3 * N), 3 * N);
+  assert_int_equal(run_order(&cfg2, b, 3 * N), 3 * N);
+  assert_memory_equal(a, b, sizeof a);
+  assert_int_equal(atomic_load(&g_foreign), 0);
+  assert_int_equal(atomic_load(&c2.calls), 3 * ((N + BS - 1) / BS)); /* one fill per batch, none ahead */
+
+  delay_ctx c3 = {.fail_batch = 2};
+  ag_loader_config cfg3 = base_config(&c3);
+  cfg3.fill_on_caller = true;
+  ag_loader *l = ag_loader_create(&cfg3);
+  assert_non_null(l);
+  ag_tensor *t[1];
+  ag_loader_batch_info info;
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(ag_loader_next(l, t, &info), AG_OK);
+    ag_tensor_release(t[0]);
+  }
+  assert_int_equal(atomic_load(&c3.calls), 2);
+  assert_int_equal(ag_loader_next(l, t, &info), AG_ERR_IO);
+  assert_non_null(strstr(ag_last_error(), "cannot read shard"));
+  ag_loader_destroy(l);
 }
 
 static void no_shuffle_and_drop_last(void **state) {
@@ -307,6 +350,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(threaded_mode),
       cmocka_unit_test(order_is_deterministic_under_random_delays),
+      cmocka_unit_test(fill_on_caller_thread),
       cmocka_unit_test(no_shuffle_and_drop_last),
       cmocka_unit_test(worker_error_surfaces),
       cmocka_unit_test(shutdown_mid_epoch),

@@ -5,13 +5,16 @@
 #include <string.h>
 
 #include "../examples/charlm.h"
+#include "../examples/cnn.h"
 #include "cli.h"
 
 static void usage(void) {
   char bl[128];
   printf(
       "usage: anygrad train [options]\n"
-      "Train a character-level language model on /usr/share/dict/words.\n\n"
+      "Train a character-level language model on /usr/share/dict/words (--task words, the\n"
+      "default), or a CNN on Fashion-MNIST images (--task fashion-mnist).\n\n"
+      "  --task words|fashion-mnist\n"
       "  --model mlp|gpt      model (default mlp: context MLP; gpt: 2-layer transformer)\n"
       "  --device D           BACKEND[:N], backends: %s (default: best available)\n"
       "  --steps N            total optimizer steps (default 3000 mlp, 1500 gpt); with --resume\n"
@@ -45,6 +48,17 @@ static void usage(void) {
       "                       step time, memory by category, allocator segments, sync sites);\n"
       "                       the held-out loss is then evaluated at each progress update\n"
       AG_CLI_THREADS_HELP "\n"
+      "--task fashion-mnist takes --device, --batch (default 128), --lr (3e-3), --weight-decay\n"
+      "(1e-4), --warmup, --seed, --out (default cnn.safetensors, written after every epoch),\n"
+      "--resume, --profile, and:\n"
+      "  --epochs N           total epochs (default 5; with --resume the run continues to N)\n"
+      "  --channels A,B       channels of the two conv blocks (default 16,32)\n"
+      "  --data DIR           the idx files (default " CNN_DATA_DIR ")\n"
+      "  --workers N          loader threads that decode, augment and normalise (default 2);\n"
+      "                       0 does it on the training thread (the profiler then says input-bound\n"
+      "                       when that is what limits the step)\n"
+      "  --augment on|off     random crop (padding 4) and horizontal flip (default off)\n"
+      "  --train-limit N --test-limit N   use the first N images (quick runs, tests)\n\n"
       "A loss or parameter that becomes NaN/Inf stops the run; the checkpoint at --out is\n"
       "then left as it was.\n" AG_CLI_EXIT_HELP,
       ag_cli_backend_list(bl, sizeof bl), CHARLM_MAX_BATCH, CHARLM_MAX_ACCUM, CHARLM_MAX_LR);
@@ -53,7 +67,8 @@ static void usage(void) {
 enum {
   O_MODEL = 256, O_DEVICE, O_STEPS, O_BATCH, O_ACCUM, O_LR, O_WARMUP, O_WD, O_CLIP, O_PRECISION, O_SEED,
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
-  O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_ESTIMATE, O_HELP
+  O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_ESTIMATE, O_HELP, O_TASK, O_EPOCHS, O_CHANNELS, O_DATA, O_TRAIN_LIMIT,
+  O_TEST_LIMIT, O_WORKERS, O_AUGMENT
 };
 
 static const struct option k_opts[] = {
@@ -71,10 +86,85 @@ static const struct option k_opts[] = {
     {"trace", required_argument, NULL, O_TRACE},       {"profile", required_argument, NULL, O_PROFILE},
     {"report", required_argument, NULL, O_REPORT},     {"checkpoint-activations", no_argument, NULL, O_CKPT_ACT},
     {"estimate-memory", no_argument, NULL, O_ESTIMATE},     {"help", no_argument, NULL, O_HELP},
-    AG_CLI_THREADS_OPT,                                {NULL, 0, NULL, 0}};
+    AG_CLI_THREADS_OPT,
+    {"task", required_argument, NULL, O_TASK},
+    {"epochs", required_argument, NULL, O_EPOCHS},     {"channels", required_argument, NULL, O_CHANNELS},
+    {"data", required_argument, NULL, O_DATA},         {"train-limit", required_argument, NULL, O_TRAIN_LIMIT},
+    {"test-limit", required_argument, NULL, O_TEST_LIMIT}, {"workers", required_argument, NULL, O_WORKERS},
+    {"augment", required_argument, NULL, O_AUGMENT},   {NULL, 0, NULL, 0}};
+
+/* --task fashion-mnist: the options that apply to it; the words-only ones
+ * are a usage error rather than silently ignored. */
+static int parse_cnn(int argc, char **argv, cnn_options *o) {
+  const char *C = "train";
+  *o = cnn_defaults();
+  o->out = "cnn.safetensors";
+  const char *device = NULL;
+  bool ok = true;
+  for (int c = ag_cli_next(C, argc, argv, k_opts, true); ok && c != -1; c = ag_cli_next(C, argc, argv, k_opts, false)) {
+    const char *v = ag_cli_arg();
+    switch (c) {
+      case O_TASK: break;
+      case O_DEVICE: device = v; break;
+      case O_EPOCHS: ok = ag_cli_int(C, "epochs", v, 0, CNN_MAX_EPOCHS, &o->epochs); break;
+      case O_BATCH: ok = ag_cli_i64(C, "batch", v, 1, CNN_MAX_BATCH, &o->batch); break;
+      case O_LR:
+        ok = ag_cli_f64(C, "lr", v, 0, 10, &o->lr);
+        if (ok && !(o->lr > 0)) {
+          fprintf(stderr, "anygrad train: --lr must be > 0, got '%s'\n", v);
+          ok = false;
+        }
+        break;
+      case O_WD: ok = ag_cli_f64(C, "weight-decay", v, 0, 1, &o->weight_decay); break;
+      case O_WARMUP: ok = ag_cli_i64(C, "warmup", v, 0, INT64_C(1) << 40, &o->warmup); break;
+      case O_SEED:
+        ok = ag_cli_u64(C, "seed", v, &o->seed);
+        o->seed_set = true;
+        break;
+      case O_CHANNELS: {
+        int a = 0, b = 0, n = 0;
+        if (sscanf(v, "%d,%d%n", &a, &b, &n) != 2 || v[n] || a < 1 || b < 1 || a > CNN_MAX_WIDTH || b > CNN_MAX_WIDTH) {
+          fprintf(stderr, "anygrad train: --channels must be A,B with 1 <= A, B <= %d, got '%s'\n", CNN_MAX_WIDTH, v);
+          ok = false;
+        }
+        o->c1 = a;
+        o->c2 = b;
+        break;
+      }
+      case O_DATA: o->data_dir = v; break;
+      case O_WORKERS: ok = ag_cli_int(C, "workers", v, 0, 64, &o->workers); break;
+      case O_AUGMENT: ok = ag_cli_bool(C, "augment", v, &o->augment); break;
+      case O_TRAIN_LIMIT: ok = ag_cli_i64(C, "train-limit", v, 0, INT64_C(1) << 40, &o->train_limit); break;
+      case O_TEST_LIMIT: ok = ag_cli_i64(C, "test-limit", v, 0, INT64_C(1) << 40, &o->test_limit); break;
+      case O_OUT: o->out = v; break;
+      case O_RESUME: o->resume = v; break;
+      case O_PROFILE: ok = ag_cli_bool(C, "profile", v, &o->profile); break;
+      case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
+      case '?': ok = false; break;
+      default: {
+        const char *name = "?";
+        for (const struct option *k = k_opts; k->name; k++)
+          if (k->val == c) name = k->name;
+        fprintf(stderr, "anygrad train: --%s applies to --task words, not fashion-mnist\n", name);
+        ok = false;
+        break;
+      }
+    }
+  }
+  if (!ok) return AG_EXIT_USAGE;
+  if (!*o->out) {
+    fprintf(stderr, "anygrad train: --out must not be empty\n");
+    return AG_EXIT_USAGE;
+  }
+  if (device) {
+    int rc = ag_cli_device(C, device, &o->device);
+    if (rc != AG_EXIT_OK) return rc;
+  }
+  return -1;
+}
 
 /* Parse into o. Returns -1 to go on, else the exit code (0 after --help). */
-static int parse(int argc, char **argv, charlm_options *o) {
+static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn) {
   const char *C = "train";
   /* The model picks the defaults the other options then override. */
   charlm_model_kind kind = CHARLM_MLP;
@@ -83,6 +173,14 @@ static int parse(int argc, char **argv, charlm_options *o) {
     if (c == O_HELP) {
       usage();
       return AG_EXIT_OK;
+    }
+    if (c == O_TASK) {
+      const char *v = ag_cli_arg();
+      if (strcmp(v, "words") && strcmp(v, "fashion-mnist")) {
+        fprintf(stderr, "anygrad train: --task must be words or fashion-mnist, got '%s'\n", v);
+        return AG_EXIT_USAGE;
+      }
+      *task_cnn = !strcmp(v, "fashion-mnist");
     }
     if (c == O_MODEL) {
       const char *v = ag_cli_arg();
@@ -93,6 +191,7 @@ static int parse(int argc, char **argv, charlm_options *o) {
       kind = !strcmp(v, "gpt") ? CHARLM_GPT : CHARLM_MLP;
     }
   }
+  if (*task_cnn) return -1;
   *o = charlm_defaults(kind);
   o->out = "charlm.safetensors";
   o->profile = true;
@@ -155,6 +254,13 @@ static int parse(int argc, char **argv, charlm_options *o) {
         }
         break;
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
+      case O_TASK: break;
+      case O_EPOCHS: case O_CHANNELS: case O_DATA: case O_TRAIN_LIMIT: case O_TEST_LIMIT: case O_WORKERS:
+      case O_AUGMENT:
+        fprintf(stderr, "anygrad train: --epochs, --channels, --data, --workers, --augment and --*-limit apply "
+                        "to --task fashion-mnist\n");
+        ok = false;
+        break;
       default: ok = false; break; /* '?': reported by the first pass */
     }
   }
@@ -172,8 +278,21 @@ static int parse(int argc, char **argv, charlm_options *o) {
 
 int ag_cmd_train(int argc, char **argv) {
   charlm_options o;
-  int rc = parse(argc, argv, &o);
+  bool task_cnn = false;
+  int rc = parse(argc, argv, &o, &task_cnn);
   if (rc >= 0) return rc;
+  if (task_cnn) {
+    cnn_options co;
+    rc = parse_cnn(argc, argv, &co);
+    if (rc >= 0) return rc;
+    cnn_result cr;
+    ag_status cst = cnn_train(&co, &cr);
+    if (cst != AG_OK) {
+      fprintf(stderr, "anygrad train: %s: %s\n", ag_status_name(cst), ag_last_error());
+      return AG_EXIT_RUNTIME;
+    }
+    return AG_EXIT_OK;
+  }
   charlm_result r;
   ag_status st = charlm_train(&o, &r);
   if (st != AG_OK) {

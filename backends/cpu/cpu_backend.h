@@ -27,6 +27,9 @@ AG_HIDDEN bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, i
 /* Matmul (cpu_matmul.c): AG_K_MATMUL for f32, f64, f16, bf16. */
 AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
 
+/* Vision ops (cpu_conv.c): AG_K_CONV2D*, AG_K_POOL2D* for f32 and f64. */
+AG_HIDDEN ag_status ag__cpu_vision(const ag_kernel_call *c);
+
 /* Work (elements x a per-element cost: 1 for an add, 8 for an exp) above
  * which kernels split across the pool's threads; below it they stay on the
  * calling thread, so small and cheap ops never pay a fork/join (which costs

@@ -1441,6 +1441,11 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
     case AG_K_SGD: k_optimizer(c); return AG_OK;
     case AG_K_NONFINITE_CHECK: k_nonfinite(c); return AG_OK;
     case AG_K_SUMSQ: k_sumsq(c); return AG_OK;
+    case AG_K_CONV2D:
+    case AG_K_CONV2D_BWD_INPUT:
+    case AG_K_CONV2D_BWD_WEIGHT:
+    case AG_K_POOL2D:
+    case AG_K_POOL2D_BWD: return ag__cpu_vision(c);
     default: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "%s: cpu backend has no kernel for op %d",
@@ -1477,6 +1482,11 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_ADAMW:
     case AG_K_SGD: return dt == AG_F32;
     case AG_K_NONFINITE_CHECK: return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16;
+    case AG_K_CONV2D:
+    case AG_K_CONV2D_BWD_INPUT:
+    case AG_K_CONV2D_BWD_WEIGHT: return dt == AG_F32 || dt == AG_F64;
+    case AG_K_POOL2D:
+    case AG_K_POOL2D_BWD: return (dt == AG_F32 || dt == AG_F64) && sub >= 0 && sub < AG_POOL_OP_COUNT;
     default: return false;
   }
 }

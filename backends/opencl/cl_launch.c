@@ -742,6 +742,11 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_SGD: return run_optim(s, c);
     case AG_K_NONFINITE_CHECK: return run_nonfinite(s, c);
     case AG_K_SUMSQ: return run_sumsq(s, c);
+    case AG_K_CONV2D: /* vision ops: not yet on OpenCL (supports() says so) */
+    case AG_K_CONV2D_BWD_INPUT:
+    case AG_K_CONV2D_BWD_WEIGHT:
+    case AG_K_POOL2D:
+    case AG_K_POOL2D_BWD:
     case AG_KOP_COUNT: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
@@ -778,6 +783,11 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_SUMSQ: return fl;
     case AG_K_ADAMW:
     case AG_K_SGD: return dt == AG_F32;
+    case AG_K_CONV2D:
+    case AG_K_CONV2D_BWD_INPUT:
+    case AG_K_CONV2D_BWD_WEIGHT:
+    case AG_K_POOL2D:
+    case AG_K_POOL2D_BWD:
     case AG_KOP_COUNT: break;
   }
   return false;

@@ -19,6 +19,7 @@
 #include "anygrad/loader.h"
 #include "anygrad/cpu.h"
 #include "anygrad/report.h"
+#include "anygrad/idx.h"
 #include "anygrad/autograd.h"
 #include "anygrad/nn.h"
 #include "anygrad/optim.h"

@@ -94,6 +94,21 @@ typedef enum ag_kop {
                          inf or nan (never cleared by the kernel) */
   AG_K_SUMSQ,         /* multi: o0 f32 scalar = sum over tensors t[k] of sum(x^2)
                          (overwrites o0) */
+  /* Vision ops (f32, f64 on the CPU). All operands contiguous NCHW. Window
+   * parameters as integers in s[]: s[0], s[1] stride h, w; s[2], s[3]
+   * padding h, w; s[4], s[5] dilation h, w (conv) or kernel h, w (pool);
+   * s[6] groups (conv). */
+  AG_K_CONV2D,        /* o0 y [N, Co, Ho, Wo], o1 x [N, C, H, W], o2 w [Co, C/g,
+                         kh, kw], o3 bias [Co] or base NULL */
+  AG_K_CONV2D_BWD_INPUT,  /* o0 dx [N, C, H, W] (overwritten), o1 dy, o2 w */
+  AG_K_CONV2D_BWD_WEIGHT, /* o0 dw [Co, C/g, kh, kw] (overwritten), o1 dy, o2 x */
+  AG_K_POOL2D,        /* o0 y [N, C, Ho, Wo], o1 x [N, C, H, W]; sub ag_pool_op;
+                         MAX: o2 i32 [N, C, Ho, Wo] gets the argmax (h*W + w
+                         within the plane; padding never wins); AVG: s[6] = 1
+                         counts padding in the divisor; ADAPTIVE_AVG: window
+                         i spans [floor(i*H/Ho), ceil((i+1)*H/Ho)), s[] unused */
+  AG_K_POOL2D_BWD,    /* o0 dx [N, C, H, W] (overwritten), o1 dy [N, C, Ho, Wo];
+                         sub and s[] as the forward; MAX: o2 the saved indices */
   AG_KOP_COUNT
 } ag_kop;
 
@@ -128,6 +143,11 @@ typedef enum ag_reduce_op {
   AG_R_ARGMAX,  /* output i32: index of the first maximum */
   AG_REDUCE_COUNT
 } ag_reduce_op;
+
+typedef enum ag_pool_op {
+  AG_P_MAX = 0, AG_P_AVG, AG_P_ADAPTIVE_AVG,
+  AG_POOL_OP_COUNT
+} ag_pool_op;
 
 typedef struct ag_koperand {
   void *base;      /* segment base handle; NULL means "absent" where allowed */

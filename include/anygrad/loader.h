@@ -136,6 +136,10 @@ typedef struct ag_loader_config {
   bool drop_last;            /* drop a short last batch */
   int64_t epochs;            /* epochs to deliver; 0: 1 */
   int num_workers;           /* threads running fill; 0: 2, or 1 when ag_get_num_threads() is 1 */
+  bool fill_on_caller;       /* no workers: ag_loader_next runs fill on the
+                                calling thread (PyTorch's num_workers=0), and
+                                the profiler counts that time as data wait;
+                                num_workers and prefetch are ignored */
   int prefetch;              /* batches filled ahead of next(); 0: 2*num_workers */
   int copy_ahead;            /* filled batches whose copies next() issues ahead
                                 of the one it returns; 0: 1, < 0: none */

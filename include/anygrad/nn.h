@@ -94,6 +94,42 @@ AG_API ag_tensor *ag_activation_forward(ag_activation act, ag_tensor *x);
 /* Dropout: identity when !train or p == 0. */
 AG_API ag_tensor *ag_dropout_forward(double p, ag_tensor *x, bool train, ag_generator *g);
 
+/* ---- vision layers (NCHW) ---- */
+
+typedef struct ag_conv2d_layer {
+  ag_tensor *weight; /* [out, in/groups, kh, kw], U(-1/sqrt(fan_in), +) as torch.nn.Conv2d */
+  ag_tensor *bias;   /* [out] or NULL */
+  ag_conv2d_params p;
+  int64_t in, out;
+} ag_conv2d_layer;
+
+/* p NULL: AG_CONV2D_DEFAULT. Errors: AG_ERR_SHAPE (sizes < 1, channels not
+ * divisible by groups), tensor creation errors. On error m holds nothing. */
+AG_API ag_status ag_conv2d_layer_init(ag_conv2d_layer *m, ag_device d, ag_dtype dt, int64_t in,
+                                      int64_t out, int kh, int kw, const ag_conv2d_params *p, bool bias,
+                                      ag_generator *g);
+AG_API ag_tensor *ag_conv2d_layer_forward(const ag_conv2d_layer *m, ag_tensor *x);
+AG_API ag_status ag_conv2d_layer_params(const ag_conv2d_layer *m, const char *prefix, ag_param_list *l);
+AG_API void ag_conv2d_layer_free(ag_conv2d_layer *m);
+
+/* torch.nn.BatchNorm2d: weight ones, bias zeros (parameters); running_mean
+ * zeros and running_var ones are buffers: no gradient, updated by training
+ * forwards, listed by ag_batch_norm2d_buffers so checkpoints save them. */
+typedef struct ag_batch_norm2d {
+  ag_tensor *weight, *bias, *running_mean, *running_var; /* [channels] */
+  int64_t channels;
+  double momentum, eps; /* PyTorch's defaults: 0.1, 1e-5 */
+} ag_batch_norm2d;
+
+AG_API ag_status ag_batch_norm2d_init(ag_batch_norm2d *m, ag_device d, ag_dtype dt, int64_t channels,
+                                      double momentum, double eps);
+/* train: batch statistics (and running-stat update); else the running stats. */
+AG_API ag_tensor *ag_batch_norm2d_forward(const ag_batch_norm2d *m, ag_tensor *x, bool train);
+AG_API ag_status ag_batch_norm2d_params(const ag_batch_norm2d *m, const char *prefix, ag_param_list *l);
+/* "<prefix>running_mean", "<prefix>running_var". */
+AG_API ag_status ag_batch_norm2d_buffers(const ag_batch_norm2d *m, const char *prefix, ag_param_list *l);
+AG_API void ag_batch_norm2d_free(ag_batch_norm2d *m);
+
 /* ---- a multi-layer perceptron: Linear, act, ..., Linear ---- */
 
 typedef struct ag_mlp {

@@ -109,6 +109,60 @@ AG_API ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim);
  * returns a view of a. Deterministic for a given generator state on every backend. */
 AG_API ag_tensor *ag_dropout(ag_tensor *a, double p, bool train, ag_generator *g);
 
+/* ---- vision (NCHW) ----
+ * f32 and f64 on the CPU; other backends report AG_ERR_UNSUPPORTED until
+ * they have the kernels (see docs/vision.md). Inputs of any strides; outputs
+ * contiguous. */
+
+typedef struct ag_conv2d_params {
+  int stride[2];   /* h, w; >= 1 */
+  int padding[2];  /* zeros on each side; >= 0 */
+  int dilation[2]; /* >= 1 */
+  int groups;      /* >= 1, divides C and Co */
+} ag_conv2d_params;
+#define AG_CONV2D_DEFAULT {{1, 1}, {0, 0}, {1, 1}, 1}
+
+/* torch.nn.functional.conv2d: x [N, C, H, W], weight [Co, C/groups, kh, kw],
+ * bias [Co] or NULL; params NULL means AG_CONV2D_DEFAULT. Result [N, Co, Ho,
+ * Wo], Ho = (H + 2*pad - dil*(kh-1) - 1)/stride + 1. Errors: AG_ERR_SHAPE
+ * (not 4-D, channels or groups do not fit, kernel larger than the padded
+ * input), AG_ERR_DTYPE (not floating, or dtypes differ), AG_ERR_INVALID
+ * (stride/dilation < 1, padding < 0). */
+AG_API ag_tensor *ag_conv2d(ag_tensor *x, ag_tensor *weight, ag_tensor *bias,
+                            const ag_conv2d_params *params);
+
+typedef struct ag_pool2d_params {
+  int kernel[2];          /* >= 1 */
+  int stride[2];          /* 0: the kernel size (PyTorch's default) */
+  int padding[2];         /* 0 <= padding <= kernel/2 */
+  bool count_include_pad; /* avg only: padded zeros count in the divisor
+                             (PyTorch's default is true) */
+} ag_pool2d_params;
+
+/* Max over each window of x [N, C, H, W] (padding never wins; NaN
+ * propagates). The argmax is saved for the backward, which routes each
+ * gradient to it. Errors as ag_conv2d, plus AG_ERR_INVALID for NULL params. */
+AG_API ag_tensor *ag_max_pool2d(ag_tensor *x, const ag_pool2d_params *params);
+/* Mean over each window (divisor per count_include_pad). */
+AG_API ag_tensor *ag_avg_pool2d(ag_tensor *x, const ag_pool2d_params *params);
+/* Mean over windows that tile x into out_h x out_w cells, as
+ * torch.nn.AdaptiveAvgPool2d: cell i spans [floor(i*H/out_h),
+ * ceil((i+1)*H/out_h)). out_h, out_w >= 1 (AG_ERR_INVALID). */
+AG_API ag_tensor *ag_adaptive_avg_pool2d(ag_tensor *x, int64_t out_h, int64_t out_w);
+
+/* torch.nn.functional.batch_norm over x [N, C, H, W] per channel.
+ * running_mean/running_var [C] (both or neither; required when !training),
+ * weight/bias [C] or NULL; all x's dtype and device. training: normalise by
+ * the batch's statistics (biased variance) and, when running stats are
+ * given, update them in place: r = (1 - momentum) r + momentum * batch (the
+ * variance unbiased); those updates are not recorded by autograd. Eval:
+ * normalise by the running stats. Differentiable in x, weight and bias.
+ * Errors: AG_ERR_SHAPE, AG_ERR_DEVICE, AG_ERR_INVALID (eps < 0, momentum
+ * outside [0, 1], training with one value per channel). */
+AG_API ag_tensor *ag_batch_norm(ag_tensor *x, ag_tensor *running_mean, ag_tensor *running_var,
+                                ag_tensor *weight, ag_tensor *bias, bool training,
+                                double momentum, double eps);
+
 #ifdef __cplusplus
 }
 #endif

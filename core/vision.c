@@ -1,0 +1,407 @@
+/* The vision ops front end (ops.h, "vision"): conv2d and pooling validate,
+ * make operands contiguous NCHW, launch one kernel and record a node whose
+ * backward (also here) launches the matching backward kernel. batch_norm is
+ * composed of existing ops, so it runs and differentiates on every backend
+ * that has those (see docs/vision.md for why). */
+#include <math.h>
+#include <string.h>
+
+#include "anygrad/autograd.h"
+#include "grad_internal.h"
+
+/* The status of the op that just failed (never AG_OK). */
+static ag_status failed(void) {
+  ag_status st = ag_last_status();
+  return st != AG_OK ? st : ag_error_set(AG_ERR_INTERNAL, "vision op: a step failed without a message");
+}
+
+static bool null_arg(const char *op, ag_tensor *t, int i) {
+  if (t) return false;
+  if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: argument %d is NULL", op, i);
+  return true;
+}
+
+static ag_tensor *contig(ag_tensor *t) {
+  ag_no_grad_begin();
+  ag_tensor *r = ag_contiguous(t);
+  ag_grad_mode_end();
+  return r;
+}
+
+static bool float_4d(const char *op, const ag_tensor *x, const char *what) {
+  char b[96];
+  if (x->ndim != 4) {
+    ag_error_set(AG_ERR_SHAPE, "%s: %s must be 4-D NCHW, got %s", op, what, ag_tensor_describe(x, b, sizeof b));
+    return false;
+  }
+  if (x->dtype != AG_F32 && x->dtype != AG_F64 && x->dtype != AG_F16 && x->dtype != AG_BF16) {
+    ag_error_set(AG_ERR_DTYPE, "%s: %s must be floating, got %s", op, what, ag_dtype_name(x->dtype));
+    return false;
+  }
+  return true;
+}
+
+static void put_window(double *s, const int *stride, const int *pad, const int *kd) {
+  s[0] = stride[0];
+  s[1] = stride[1];
+  s[2] = pad[0];
+  s[3] = pad[1];
+  s[4] = kd[0];
+  s[5] = kd[1];
+}
+
+/* ---------------- conv2d ---------------- */
+
+ag_tensor *ag_conv2d(ag_tensor *x, ag_tensor *w, ag_tensor *bias, const ag_conv2d_params *params) {
+  static const char name[] = "ag_conv2d";
+  if (null_arg(name, x, 1) || null_arg(name, w, 2)) return NULL;
+  ag_conv2d_params p = params ? *params : (ag_conv2d_params)AG_CONV2D_DEFAULT;
+  ag_tensor *in[3] = {x, w, bias};
+  ag_devstate *ds = ag__same_device(name, 3, in);
+  if (!ds || !float_4d(name, x, "input") || !float_4d(name, w, "weight")) return NULL;
+  if (w->dtype != x->dtype || (bias && bias->dtype != x->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: input, weight and bias dtypes differ (%s, %s%s%s)", name,
+                 ag_dtype_name(x->dtype), ag_dtype_name(w->dtype), bias ? ", " : "",
+                 bias ? ag_dtype_name(bias->dtype) : "");
+    return NULL;
+  }
+  for (int k = 0; k < 2; k++)
+    if (p.stride[k] < 1 || p.dilation[k] < 1 || p.padding[k] < 0) {
+      ag_error_set(AG_ERR_INVALID, "%s: stride and dilation must be >= 1 and padding >= 0 (got %d,%d / %d,%d / %d,%d)",
+                   name, p.stride[0], p.stride[1], p.dilation[0], p.dilation[1], p.padding[0], p.padding[1]);
+      return NULL;
+    }
+  const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+  const int64_t Co = w->shape[0], kh = w->shape[2], kw = w->shape[3];
+  char b1[96], b2[96];
+  if (p.groups < 1 || C % p.groups || Co % p.groups || w->shape[1] * p.groups != C) {
+    ag_error_set(AG_ERR_SHAPE, "%s: weight %s does not fit input %s with groups=%d (need [Co, C/groups, kh, kw], "
+                 "C and Co divisible by groups)", name, ag_tensor_describe(w, b1, sizeof b1),
+                 ag_tensor_describe(x, b2, sizeof b2), p.groups);
+    return NULL;
+  }
+  if (bias && (bias->ndim != 1 || bias->shape[0] != Co)) {
+    ag_error_set(AG_ERR_SHAPE, "%s: bias %s must be [%lld]", name, ag_tensor_describe(bias, b1, sizeof b1),
+                 (long long)Co);
+    return NULL;
+  }
+  const int64_t Ho = (H + 2 * p.padding[0] - p.dilation[0] * (kh - 1) - 1) / p.stride[0] + 1;
+  const int64_t Wo = (W + 2 * p.padding[1] - p.dilation[1] * (kw - 1) - 1) / p.stride[1] + 1;
+  if (H + 2 * p.padding[0] < p.dilation[0] * (kh - 1) + 1 || W + 2 * p.padding[1] < p.dilation[1] * (kw - 1) + 1 ||
+      kh < 1 || kw < 1) {
+    ag_error_set(AG_ERR_SHAPE, "%s: kernel %lldx%lld (dilation %d,%d) is larger than the padded input %lldx%lld",
+                 name, (long long)kh, (long long)kw, p.dilation[0], p.dilation[1],
+                 (long long)(H + 2 * p.padding[0]), (long long)(W + 2 * p.padding[1]));
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_CONV2D, 0, x->dtype, name)) return NULL;
+  ag_tensor *xc = contig(x), *wc = contig(w), *bc = bias ? contig(bias) : NULL;
+  int64_t ys[4] = {N, Co, Ho, Wo};
+  ag_tensor *y = (xc && wc && (!bias || bc)) ? ag__tensor_new(ds, x->dtype, 4, ys) : NULL;
+  ag_status st = y ? AG_OK : ag_last_status();
+  if (st == AG_OK && y->numel) {
+    ag_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.op = AG_K_CONV2D;
+    c.n_operands = 4;
+    c.name = name;
+    ag__operand(&c.o[0], y);
+    ag__operand(&c.o[1], xc);
+    ag__operand(&c.o[2], wc);
+    if (bc) ag__operand(&c.o[3], bc);
+    put_window(c.s, p.stride, p.padding, p.dilation);
+    c.s[6] = p.groups;
+    st = ag__launch(ds, &c);
+  }
+  if (st == AG_OK && ag__grad_needed(3, in)) {
+    ag_gparams gp;
+    memset(&gp, 0, sizeof gp);
+    int v[7] = {p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups};
+    memcpy(gp.dims, v, sizeof v);
+    st = ag__grad_record(y, AG_G_CONV2D, 3, in, 0, NULL, &gp);
+  }
+  ag_tensor_release(xc);
+  ag_tensor_release(wc);
+  ag_tensor_release(bc);
+  if (st != AG_OK) {
+    ag_tensor_release(y);
+    return NULL;
+  }
+  return y;
+}
+
+/* dx or dw (shape ndim/shape) from dy and the other forward operand. */
+static ag_tensor *conv_bwd_call(ag_kop op, const ag_gparams *p, int ndim, const int64_t *shape, ag_tensor *dy,
+                                ag_tensor *other) {
+  if (dy->numel == 0) return ag_zeros(ag_tensor_device(dy), dy->dtype, ndim, shape);
+  ag_tensor *o = ag__tensor_new(ag__ds(dy), dy->dtype, ndim, shape);
+  if (!o || !o->numel) return o;
+  ag_kernel_call c;
+  memset(&c, 0, sizeof c);
+  c.op = op;
+  c.n_operands = 3;
+  c.name = "ag_conv2d backward";
+  ag__operand(&c.o[0], o);
+  ag__operand(&c.o[1], dy);
+  ag__operand(&c.o[2], other);
+  for (int k = 0; k < 7; k++) c.s[k] = p->dims[k];
+  if (ag__launch(ag__ds(o), &c) != AG_OK) {
+    ag_tensor_release(o);
+    return NULL;
+  }
+  return o;
+}
+
+ag_status ag__conv2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  ag_tensor *x = n->e[0].val, *w = n->e[1].val;
+  bool need_x = n->e[0].fn || n->e[0].leaf, need_w = n->e[1].fn || n->e[1].leaf;
+  bool need_b = n->n_in > 2 && (n->e[2].fn || n->e[2].leaf);
+  ag_tensor *gc = ag_contiguous(g), *xc = NULL, *wc = NULL;
+  ag_status st = gc ? AG_OK : failed();
+  if (st == AG_OK && need_x) {
+    wc = ag_contiguous(w);
+    gin[0] = wc ? conv_bwd_call(AG_K_CONV2D_BWD_INPUT, &n->p, 4, x->shape, gc, wc) : NULL;
+    if (!gin[0]) st = failed();
+  }
+  if (st == AG_OK && need_w) {
+    xc = ag_contiguous(x);
+    gin[1] = xc ? conv_bwd_call(AG_K_CONV2D_BWD_WEIGHT, &n->p, 4, w->shape, gc, xc) : NULL;
+    if (!gin[1]) st = failed();
+  }
+  if (st == AG_OK && need_b) {
+    int dims[3] = {0, 2, 3};
+    gin[2] = ag_sum(gc, 3, dims, false);
+    if (!gin[2]) st = failed();
+  }
+  ag_tensor_release(gc);
+  ag_tensor_release(xc);
+  ag_tensor_release(wc);
+  return st;
+}
+
+/* ---------------- pooling ---------------- */
+
+static ag_tensor *pool_impl(const char *name, ag_pool_op op, ag_tensor *x, const int *kernel, const int *stride,
+                            const int *pad, bool count_pad, int64_t Ho, int64_t Wo) {
+  ag_devstate *ds = ag__same_device(name, 1, &x);
+  if (!ds) return NULL;
+  if (!ag__supported(ds, AG_K_POOL2D, op, x->dtype, name)) return NULL;
+  ag_tensor *xc = contig(x);
+  int64_t ys[4] = {x->shape[0], x->shape[1], Ho, Wo};
+  ag_tensor *y = xc ? ag__tensor_new(ds, x->dtype, 4, ys) : NULL;
+  ag_tensor *idx = (y && op == AG_P_MAX) ? ag__tensor_new(ds, AG_I32, 4, ys) : NULL;
+  ag_status st = (y && (op != AG_P_MAX || idx)) ? AG_OK : ag_last_status();
+  ag_kernel_call c;
+  memset(&c, 0, sizeof c);
+  c.op = AG_K_POOL2D;
+  c.sub = op;
+  c.n_operands = op == AG_P_MAX ? 3 : 2;
+  c.name = name;
+  put_window(c.s, stride, pad, kernel);
+  c.s[6] = count_pad;
+  if (st == AG_OK && y->numel) {
+    ag__operand(&c.o[0], y);
+    ag__operand(&c.o[1], xc);
+    if (idx) ag__operand(&c.o[2], idx);
+    st = ag__launch(ds, &c);
+  }
+  if (st == AG_OK && ag__grad_needed(1, &x)) {
+    ag_gparams gp;
+    memset(&gp, 0, sizeof gp);
+    for (int k = 0; k < 7; k++) gp.dims[k] = (int)c.s[k];
+    gp.i[0] = op;
+    ag_tensor *saved[1] = {idx};
+    st = ag__grad_record(y, AG_G_POOL2D, 1, &x, idx ? 1 : 0, saved, &gp);
+  }
+  ag_tensor_release(xc);
+  ag_tensor_release(idx);
+  if (st != AG_OK) {
+    ag_tensor_release(y);
+    return NULL;
+  }
+  return y;
+}
+
+ag_status ag__pool2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  if (!(n->e[0].fn || n->e[0].leaf)) return AG_OK;
+  ag_tensor *gc = ag_contiguous(g);
+  if (!gc) return failed();
+  ag_tensor *dx = ag__tensor_new(ag__ds(gc), gc->dtype, n->e[0].ndim, n->e[0].shape);
+  ag_status st = dx ? AG_OK : failed();
+  if (st == AG_OK && dx->numel) {
+    ag_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.op = AG_K_POOL2D_BWD;
+    c.sub = (int)n->p.i[0];
+    c.n_operands = c.sub == AG_P_MAX ? 3 : 2;
+    c.name = "pool2d backward";
+    for (int k = 0; k < 7; k++) c.s[k] = n->p.dims[k];
+    ag__operand(&c.o[0], dx);
+    ag__operand(&c.o[1], gc);
+    if (c.sub == AG_P_MAX) {
+      if (n->n_saved < 1) st = ag_error_set(AG_ERR_INTERNAL, "max_pool2d backward: indices not saved");
+      else ag__operand(&c.o[2], n->saved[0]);
+    }
+    if (st == AG_OK && gc->numel == 0) st = ag_fill_(dx, 0.0);
+    else if (st == AG_OK) st = ag__launch(ag__ds(dx), &c);
+  }
+  ag_tensor_release(gc);
+  if (st != AG_OK) {
+    ag_tensor_release(dx);
+    return st;
+  }
+  gin[0] = dx;
+  return AG_OK;
+}
+
+static bool pool_args(const char *name, ag_tensor *x, const ag_pool2d_params *p, int *stride) {
+  if (null_arg(name, x, 1)) return false;
+  if (!p) {
+    ag_error_set(AG_ERR_INVALID, "%s: params must not be NULL", name);
+    return false;
+  }
+  if (!float_4d(name, x, "input")) return false;
+  for (int k = 0; k < 2; k++) {
+    stride[k] = p->stride[k] ? p->stride[k] : p->kernel[k];
+    if (p->kernel[k] < 1 || stride[k] < 1 || p->padding[k] < 0 || 2 * p->padding[k] > p->kernel[k]) {
+      ag_error_set(AG_ERR_INVALID, "%s: need kernel >= 1, stride >= 0 (0: the kernel), 0 <= padding <= kernel/2 "
+                   "(got kernel %d,%d stride %d,%d padding %d,%d)", name, p->kernel[0], p->kernel[1],
+                   p->stride[0], p->stride[1], p->padding[0], p->padding[1]);
+      return false;
+    }
+    if (x->shape[2 + k] + 2 * p->padding[k] < p->kernel[k]) {
+      char b[96];
+      ag_error_set(AG_ERR_SHAPE, "%s: kernel %dx%d is larger than the padded input %s", name, p->kernel[0],
+                   p->kernel[1], ag_tensor_describe(x, b, sizeof b));
+      return false;
+    }
+  }
+  return true;
+}
+
+static ag_tensor *window_pool(const char *name, ag_pool_op op, ag_tensor *x, const ag_pool2d_params *p) {
+  int stride[2];
+  if (!pool_args(name, x, p, stride)) return NULL;
+  int64_t Ho = (x->shape[2] + 2 * p->padding[0] - p->kernel[0]) / stride[0] + 1;
+  int64_t Wo = (x->shape[3] + 2 * p->padding[1] - p->kernel[1]) / stride[1] + 1;
+  return pool_impl(name, op, x, p->kernel, stride, p->padding, p->count_include_pad, Ho, Wo);
+}
+
+ag_tensor *ag_max_pool2d(ag_tensor *x, const ag_pool2d_params *p) {
+  return window_pool("ag_max_pool2d", AG_P_MAX, x, p);
+}
+
+ag_tensor *ag_avg_pool2d(ag_tensor *x, const ag_pool2d_params *p) {
+  return window_pool("ag_avg_pool2d", AG_P_AVG, x, p);
+}
+
+ag_tensor *ag_adaptive_avg_pool2d(ag_tensor *x, int64_t out_h, int64_t out_w) {
+  static const char name[] = "ag_adaptive_avg_pool2d";
+  if (null_arg(name, x, 1) || !float_4d(name, x, "input")) return NULL;
+  if (out_h < 1 || out_w < 1) {
+    ag_error_set(AG_ERR_INVALID, "%s: output size must be >= 1 (got %lldx%lld)", name, (long long)out_h,
+                 (long long)out_w);
+    return NULL;
+  }
+  int zero[2] = {0, 0}, one[2] = {1, 1};
+  return pool_impl(name, AG_P_ADAPTIVE_AVG, x, one, one, zero, false, out_h, out_w);
+}
+
+/* ---------------- batch norm ---------------- */
+
+/* [C] -> [1, C, 1, 1] view for broadcasting against NCHW. */
+static ag_tensor *chan(ag_tensor *t, int64_t C) {
+  int64_t s[4] = {1, C, 1, 1};
+  return ag_reshape(t, 4, s);
+}
+
+ag_tensor *ag_batch_norm(ag_tensor *x, ag_tensor *running_mean, ag_tensor *running_var, ag_tensor *weight,
+                         ag_tensor *bias, bool training, double momentum, double eps) {
+  static const char name[] = "ag_batch_norm";
+  if (null_arg(name, x, 1)) return NULL;
+  if (!float_4d(name, x, "input")) return NULL;
+  const int64_t C = x->shape[1];
+  ag_tensor *vec[4] = {running_mean, running_var, weight, bias};
+  ag_tensor *all[5] = {x, running_mean, running_var, weight, bias};
+  if (!ag__same_device(name, 5, all)) return NULL;
+  static const char *const what[4] = {"running_mean", "running_var", "weight", "bias"};
+  for (int i = 0; i < 4; i++) {
+    if (!vec[i]) continue;
+    if (vec[i]->ndim != 1 || vec[i]->shape[0] != C || vec[i]->dtype != x->dtype) {
+      char b[96];
+      ag_error_set(AG_ERR_SHAPE, "%s: %s %s must be %s[%lld]", name, what[i], ag_tensor_describe(vec[i], b, sizeof b),
+                   ag_dtype_name(x->dtype), (long long)C);
+      return NULL;
+    }
+  }
+  if ((running_mean == NULL) != (running_var == NULL)) {
+    ag_error_set(AG_ERR_INVALID, "%s: give both running_mean and running_var, or neither", name);
+    return NULL;
+  }
+  if (!training && !running_mean) {
+    ag_error_set(AG_ERR_INVALID, "%s: eval mode needs running_mean and running_var", name);
+    return NULL;
+  }
+  if (!(eps >= 0) || !(momentum >= 0 && momentum <= 1)) {
+    ag_error_set(AG_ERR_INVALID, "%s: need eps >= 0 and 0 <= momentum <= 1", name);
+    return NULL;
+  }
+  const int64_t cnt = x->shape[0] * x->shape[2] * x->shape[3];
+  if (training && cnt < 2) {
+    ag_error_set(AG_ERR_INVALID, "%s: training needs more than one value per channel (got %lld)", name,
+                 (long long)cnt);
+    return NULL;
+  }
+  int dims[3] = {0, 2, 3};
+  ag_tensor *mean = NULL, *var = NULL, *xm = NULL, *sq = NULL, *inv = NULL, *y = NULL, *t = NULL;
+  ag_tensor *rm = NULL, *rv = NULL, *wv = NULL, *bv = NULL;
+  if (training) {
+    mean = ag_mean(x, 3, dims, true);
+    xm = ag_sub(x, mean);
+    sq = ag_mul(xm, xm);
+    var = ag_mean(sq, 3, dims, true); /* biased, as the normalisation uses */
+  } else {
+    rm = chan(running_mean, C);
+    rv = chan(running_var, C);
+    xm = ag_sub(x, rm);
+    var = ag__alias(rv);
+  }
+  t = ag_add_scalar(var, eps);
+  inv = ag_rsqrt(t);
+  y = ag_mul(xm, inv);
+  if (weight) {
+    wv = chan(weight, C);
+    ag_tensor *yw = ag_mul(y, wv);
+    ag_tensor_release(y);
+    y = yw;
+  }
+  if (bias) {
+    bv = chan(bias, C);
+    ag_tensor *yb = ag_add(y, bv);
+    ag_tensor_release(y);
+    y = yb;
+  }
+  ag_status st = y ? AG_OK : ag_last_status();
+  if (st == AG_OK && training && running_mean) {
+    /* running = (1 - m) * running + m * batch; the variance unbiased, as PyTorch keeps it */
+    ag_no_grad_begin();
+    ag_tensor *m1 = ag_reshape(mean, 1, &C), *v1 = ag_reshape(var, 1, &C);
+    ag_tensor *a = ag_mul_scalar(running_mean, 1.0 - momentum), *b = ag_mul_scalar(m1, momentum);
+    ag_tensor *nm = ag_add(a, b);
+    ag_tensor *c2 = ag_mul_scalar(running_var, 1.0 - momentum);
+    ag_tensor *d = ag_mul_scalar(v1, momentum * (double)cnt / (double)(cnt - 1));
+    ag_tensor *nv = ag_add(c2, d);
+    st = (nm && nv) ? ag_copy_(running_mean, nm) : ag_last_status();
+    if (st == AG_OK) st = ag_copy_(running_var, nv);
+    ag_tensor *rel[] = {m1, v1, a, b, nm, c2, d, nv};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+    ag_grad_mode_end();
+  }
+  ag_tensor *rel[] = {mean, var, xm, sq, inv, t, rm, rv, wv, bv};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  if (st != AG_OK) {
+    ag_tensor_release(y);
+    return NULL;
+  }
+  return y;
+}

@@ -1,0 +1,62 @@
+/* A small convolutional network on Fashion-MNIST: two conv blocks (conv 3x3,
+ * batch norm, ReLU, 2x2 max pool) and a linear classifier, trained with
+ * AdamW, test accuracy per epoch, a confusion summary, per-epoch resumable
+ * checkpoints. `anygrad train --task fashion-mnist` is a thin front end. */
+#ifndef ANYGRAD_EXAMPLES_CNN_H
+#define ANYGRAD_EXAMPLES_CNN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "anygrad/anygrad.h"
+
+#define CNN_DATA_DIR "/usr/share/datasets/fashion-mnist"
+#define CNN_CLASSES 10
+#define CNN_MAX_EPOCHS 1000
+#define CNN_MAX_BATCH 8192
+#define CNN_MAX_WIDTH 1024
+
+typedef struct cnn_options {
+  ag_device device;
+  const char *data_dir; /* the four idx files (default CNN_DATA_DIR) */
+  int epochs;           /* total epochs (a resumed run continues to this) */
+  int64_t batch;
+  double lr, weight_decay;
+  int64_t warmup;       /* steps */
+  uint64_t seed;
+  bool seed_set;
+  int c1, c2;           /* channels of the two conv blocks */
+  int64_t train_limit;  /* use the first N training images (0: all) */
+  int64_t test_limit;   /* evaluate on the first N test images (0: all) */
+  const char *out;      /* checkpoint written after every epoch, or NULL */
+  const char *resume;   /* checkpoint to continue from, or NULL */
+  int workers;          /* loader threads that decode, augment and normalise;
+                           0: the training thread does it (input time) */
+  bool augment;         /* random crop (padding 4) and horizontal flip (default off) */
+  int augment_delay_us; /* extra time per image in the augmentation (tests of
+                           the input-bound verdict); 0 normally */
+  int profile_window;   /* steps per profiler verdict (0: 100) */
+  bool profile, quiet;
+  FILE *log;            /* stdout when NULL */
+} cnn_options;
+
+typedef struct cnn_result {
+  int epochs_done;
+  double test_accuracy; /* after the last epoch, in [0, 1] */
+  double seconds;       /* training (without the final evaluation) */
+  int64_t confusion[CNN_CLASSES][CNN_CLASSES]; /* [true][predicted] */
+  bool input_bound;     /* the profiler's verdict over the last window */
+  char verdict[1024];   /* its text (empty without the profiler) */
+} cnn_result;
+
+cnn_options cnn_defaults(void);
+
+/* Train as configured. Errors: AG_ERR_INVALID (options outside their
+ * limits), the idx reader's errors for the data (AG_ERR_IO, AG_ERR_CORRUPT),
+ * AG_ERR_CORRUPT for a checkpoint that is not a cnn checkpoint, AG_ERR_IO
+ * for an unwritable out path (checked before training), AG_ERR_STATE when
+ * the loss becomes NaN/Inf, op and device errors. */
+ag_status cnn_train(const cnn_options *o, cnn_result *out_result);
+
+#endif
