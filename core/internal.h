@@ -61,6 +61,11 @@ AG_HIDDEN ag_stream *ag__current_stream(ag_devstate *ds);
 /* ---- host syncs (sync.c): every host<->device synchronization goes through
  * here so sync-debug mode and counters see it. `what` names the public call. */
 AG_HIDDEN ag_status ag__sync_stream(ag_stream *s, const char *what);
+/* The refusal of sync-debug error mode, checked before a device->host copy
+ * is queued: a copy queued into caller memory must not be left in flight
+ * by a sync that is then refused (it would land in a dead stack frame or a
+ * freed buffer). AG_OK when the sync would be allowed. */
+AG_HIDDEN ag_status ag__sync_refused(ag_devstate *ds, const char *what);
 AG_HIDDEN ag_status ag__sync_device(ag_devstate *ds, const char *what);
 AG_HIDDEN ag_status ag__sync_event(ag_event *e, const char *what);
 /* AG_OK unless AG_SYNC_DEBUG is set to a value that is not a mode

@@ -259,6 +259,12 @@ static ag_status collect_kernel_error(ag_stream *s) {
 
 AG_HIDDEN ag_status ag__kernel_error_check(ag_stream *s) { return collect_kernel_error(s); }
 
+ag_status ag__sync_refused(ag_devstate *ds, const char *what) {
+  if (AG_LIKELY(mode_now() != AG_SYNC_DEBUG_ERROR)) return AG_OK;
+  sync_ctx cx;
+  return before_sync(ds, what, &cx);
+}
+
 ag_status ag__sync_stream(ag_stream *s, const char *what) {
   sync_ctx cx;
   ag_status st = before_sync(s->ds, what, &cx);

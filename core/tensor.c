@@ -640,7 +640,12 @@ ag_status ag_to_host(const ag_tensor *t, void *out, size_t n_bytes) {
   if (!c) return ag_last_status();
   ag_devstate *ds = ag__ds(c);
   ag_stream *s = ag__current_stream(ds);
-  ag_status st = ds->be->copy_d2h(s->bs, out, c->st->base,
+  ag_status st = ag__sync_refused(ds, "ag_to_host");
+  if (st != AG_OK) {
+    ag_tensor_release(c);
+    return st;
+  }
+  st = ds->be->copy_d2h(s->bs, out, c->st->base,
                                   c->st->offset + (size_t)c->offset * ag_dtype_size(c->dtype), need);
   if (st == AG_OK) st = ag__sync_stream(s, "ag_to_host");
   ag_tensor_release(c);
@@ -665,6 +670,7 @@ double ag_item(const ag_tensor *t) {
   ag_devstate *ds = ag__ds(t);
   ag_stream *s = ag__current_stream(ds);
   size_t es = ag_dtype_size(t->dtype);
+  if (ag__sync_refused(ds, "ag_item") != AG_OK) return NAN; /* before v is a copy's target */
   ag_status st = ds->be->copy_d2h(s->bs, &v, t->st->base, t->st->offset + (size_t)t->offset * es, es);
   if (st == AG_OK) st = ag__sync_stream(s, "ag_item");
   if (st != AG_OK) return NAN;
@@ -1144,14 +1150,16 @@ ag_tensor *ag_to_device(ag_tensor *t, ag_device d) {
       if (st == AG_OK)
         st = dst_ds->be->copy_h2d(ds_->bs, r->st->base, r->st->offset, (char *)c->st->base + src_off, bytes, false);
     } else if (dst_ds->dev.backend == AG_BACKEND_CPU) {
-      st = ag__sync_stream(ds_, "ag_to_device");
+      st = ag__sync_refused(src_ds, "ag_to_device");
+      if (st == AG_OK) st = ag__sync_stream(ds_, "ag_to_device");
       if (st == AG_OK)
         st = src_ds->be->copy_d2h(ss->bs, (char *)r->st->base + r->st->offset, c->st->base, src_off, bytes);
       if (st == AG_OK) st = ag__sync_stream(ss, "ag_to_device");
     } else {
       /* Between two accelerators: through host memory. */
-      void *tmp = malloc(bytes);
-      if (!tmp) st = ag_error_set(AG_ERR_OOM, "ag_to_device: out of host memory for %zu bytes", bytes);
+      st = ag__sync_refused(src_ds, "ag_to_device");
+      void *tmp = st == AG_OK ? malloc(bytes) : NULL;
+      if (st == AG_OK && !tmp) st = ag_error_set(AG_ERR_OOM, "ag_to_device: out of host memory for %zu bytes", bytes);
       if (st == AG_OK) st = src_ds->be->copy_d2h(ss->bs, tmp, c->st->base, src_off, bytes);
       if (st == AG_OK) st = ag__sync_stream(ss, "ag_to_device");
       if (st == AG_OK) st = dst_ds->be->copy_h2d(ds_->bs, r->st->base, r->st->offset, tmp, bytes, false);

@@ -236,11 +236,17 @@ static void input_bound_verdict_and_trace(void **state) {
   assert_true(v.data_wait_frac > 0.5);
   assert_non_null(strstr(v.text, "input-bound: device idle"));
   assert_non_null(strstr(v.text, "raise workers"));
+  /* the per-step stats carry the wait: over the steps, not any one step (a
+   * loaded machine may have the next batch ready for some of them) */
   ag_step_stats st;
-  assert_int_equal(ag_profiler_step_stats(p, 10, &st), AG_OK);
-  assert_true(st.data_wait_ms > 1.0);
-  assert_true(st.copy_ms >= 0);
-  assert_true(st.device_ms >= 0);
+  double wait = 0;
+  for (int k = 0; k < 20; k++) {
+    assert_int_equal(ag_profiler_step_stats(p, k, &st), AG_OK);
+    wait += st.data_wait_ms;
+    assert_true(st.copy_ms >= 0);
+    assert_true(st.device_ms >= 0);
+  }
+  assert_true(wait > 20.0);
 
   char path[] = "/tmp/ag_trace_XXXXXX";
   int fd = mkstemp(path);
