@@ -196,7 +196,6 @@ static bool col_is_input(const conv_geom *g) {
     const T *x = (const T *)ag__cpu_ptr(X);                                                       \
     T *y = (T *)ag__cpu_ptr(Y);                                                                   \
     int32_t *idx = c->sub == AG_P_MAX ? (int32_t *)ag__cpu_ptr(&c->o[2]) : NULL;                  \
-    _Pragma("omp parallel for schedule(static) if (planes * H * W >= AG_CPU_PAR_MIN)")            \
     for (int64_t q = 0; q < planes; q++) {                                                        \
       const T *xp = x + q * H * W;                                                                \
       for (int64_t oh = 0; oh < Ho; oh++)                                                         \
@@ -251,7 +250,6 @@ static bool col_is_input(const conv_geom *g) {
     const T *dy = (const T *)ag__cpu_ptr(DY);                                                     \
     T *dx = (T *)ag__cpu_ptr(DX);                                                                 \
     const int32_t *idx = c->sub == AG_P_MAX ? (const int32_t *)ag__cpu_ptr(&c->o[2]) : NULL;      \
-    _Pragma("omp parallel for schedule(static) if (planes * H * W >= AG_CPU_PAR_MIN)")            \
     for (int64_t q = 0; q < planes; q++) {                                                        \
       T *dp = dx + q * H * W;                                                                     \
       memset(dp, 0, sizeof(T) * (size_t)(H * W));                                                \
