@@ -203,6 +203,8 @@ static ag_tensor *model_logits(const model *m, ag_tensor *x) {
 /* One micro-batch drawn with rng: input and flat targets on the device. */
 static ag_status make_batch(const model *m, const dataset *d, int64_t B, uint64_t *rng, ag_device dev,
                             ag_tensor **x, ag_tensor **y) {
+  *x = NULL;
+  *y = NULL;
   int cols = m->kind == CHARLM_MLP ? m->context : m->T;
   int ycols = m->kind == CHARLM_MLP ? 1 : m->T;
   /* Sizes are checked, not trusted: a huge B must not wrap before malloc. */
@@ -249,7 +251,7 @@ static double evaluate(const model *m, const dataset *val, int batches, int64_t 
   ag_inference_mode_begin();
   for (int i = 0; i < batches && *st == AG_OK; i++) {
     ag_scope_begin();
-    ag_tensor *x, *y;
+    ag_tensor *x = NULL, *y = NULL;
     *st = make_batch(m, val, B, &rng, dev, &x, &y);
     if (*st == AG_OK) {
       double l = ag_item(batch_loss(m, x, y));
@@ -594,7 +596,7 @@ static ag_status probe_step(model *m, ag_optimizer *opt, const dataset *train, c
     }
     ag_scope_begin();
     for (int a = 0; a < o->accum && st == AG_OK; a++) {
-      ag_tensor *x, *y;
+      ag_tensor *x = NULL, *y = NULL;
       st = make_batch(m, train, B, &rng, o->device, &x, &y);
       if (st == AG_OK && amp) st = ag_autocast_begin(o->precision);
       if (st != AG_OK) break;
@@ -892,7 +894,7 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
     ag_scope_begin();
     ag_tensor *loss = NULL;
     for (int a = 0; a < o.accum && st == AG_OK; a++) {
-      ag_tensor *x, *y;
+      ag_tensor *x = NULL, *y = NULL;
       st = make_batch(&m, &train, o.batch, &rng, o.device, &x, &y);
       if (st != AG_OK) break;
       /* The region covers the forward only: backward runs in the dtypes
