@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "alloc_internal.h"
+#include "memory/alloc_internal.h"
 #include "internal.h"
 
 #define MiB ((size_t)1 << 20)

@@ -20,7 +20,7 @@
 #define AG_LIKELY(x) __builtin_expect(!!(x), 1)
 #define AG_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-struct ag_allocator; /* core/alloc.c */
+struct ag_allocator; /* core/memory/alloc.c */
 
 /* Per-device state, created once by the registry (registry.c) and never freed
  * before exit. */
@@ -225,7 +225,7 @@ typedef struct ag_gparams {
   int64_t shape[AG_MAX_DIMS];
 } ag_gparams;
 
-/* Saved tensors passed by the forward ops (core/ops.c, core/tensor.c):
+/* Saved tensors passed by the forward ops (core/tensor/ops.c, core/tensor/tensor.c):
  *   MUL, DIV, MAXIMUM, MINIMUM: saved a, b (the inputs as given)
  *   EXP, SQRT, RSQRT, SIGMOID, TANH: saved out;  LOG, ABS, RELU, GELU, SILU,
  *   POW, RSUB_DIV: saved x (the input);  ADD/SUB/NEG/AFFINE: none

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "alloc_internal.h"
+#include "memory/alloc_internal.h"
 #include "internal.h"
 
 #define MiB ((size_t)1 << 20)

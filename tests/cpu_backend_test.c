@@ -15,7 +15,7 @@
 
 #include "anygrad/cpu.h"
 #include "cpu_backend.h"
-#include "half.h"
+#include "tensor/half.h"
 
 static const ag_backend *be;
 static ag_bstream *st;

@@ -1,5 +1,5 @@
 # The HTML run report (docs/report.md): the embedded template is in sync
-# with core/report.html, the CLI paths (tests/report_test.py), the page in
+# with core/diag/report.html, the CLI paths (tests/report_test.py), the page in
 # headless Chromium (skips without chromium), and the C API (report_api).
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(Python3_Interpreter_FOUND)

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "anygrad/cpu.h"
-#include "half.h"
+#include "tensor/half.h"
 
 /* ---- stream mode: the one process-wide setting of this backend. It is
  * guarded by g_mode_mu and frozen once the first stream exists, because

@@ -17,7 +17,7 @@
 #include <tgmath.h>
 
 #include "cpu_backend.h"
-#include "half.h"
+#include "tensor/half.h"
 
 #define TILE 256
 

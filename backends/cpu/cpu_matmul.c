@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
-#include "half.h"
+#include "tensor/half.h"
 
 #if defined(AG_HAVE_CBLAS)
 #include <cblas.h>

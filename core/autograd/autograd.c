@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc_internal.h"
+#include "memory/alloc_internal.h"
 #include "anygrad/amp.h"
-#include "grad_internal.h"
+#include "autograd/grad_internal.h"
 
 /* What an AG_G_CHECKPOINT node needs to re-run its block. */
 typedef struct ag_ckpt {

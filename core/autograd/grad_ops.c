@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "grad_internal.h"
+#include "autograd/grad_internal.h"
 
 #define NEED(i) (n->e[(i)].fn || n->e[(i)].leaf)
 

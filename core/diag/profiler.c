@@ -9,10 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "alloc_internal.h"
+#include "memory/alloc_internal.h"
 #include "anygrad/autograd.h"
 #include "anygrad/report.h"
-#include "diag_internal.h"
+#include "diag/diag_internal.h"
 #include "internal.h"
 
 #define KEEP 4096     /* step records kept (a ring) */

@@ -1,5 +1,5 @@
-/* The HTML run report: the template of core/report.html (embedded through
- * the generated core/report_html.inc) with the profiler's report data, or a
+/* The HTML run report: the template of core/diag/report.html (embedded through
+ * the generated core/diag/report_html.inc) with the profiler's report data, or a
  * saved trace and snapshot, inlined as JSON. The page draws itself. */
 #define _GNU_SOURCE /* open_memstream */
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "anygrad/report.h"
-#include "diag_internal.h"
+#include "diag/diag_internal.h"
 #include "report_html.inc"
 
 /* JSON inside <script>: every '<' (only ever inside JSON strings) becomes

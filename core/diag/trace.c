@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "alloc_internal.h"
-#include "diag_internal.h"
+#include "memory/alloc_internal.h"
+#include "diag/diag_internal.h"
 
 uint64_t ag__now_ns(void) {
   struct timespec ts;

@@ -7,7 +7,7 @@
 
 #include "anygrad/loader.h"
 #include "anygrad/cpu.h"
-#include "diag_internal.h"
+#include "diag/diag_internal.h"
 #include "internal.h"
 
 typedef enum { S_EMPTY, S_FILLING, S_READY, S_ERROR, S_COPIED } slot_state;

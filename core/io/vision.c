@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "anygrad/autograd.h"
-#include "grad_internal.h"
+#include "autograd/grad_internal.h"
 
 /* The status of the op that just failed (never AG_OK). */
 static ag_status failed(void) {

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "alloc_internal.h"
+#include "memory/alloc_internal.h"
 #include "internal.h"
 
 #define K_MIN_BLOCK ((size_t)512)            /* all sizes are multiples */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "anygrad/loader.h"
-#include "diag_internal.h"
+#include "diag/diag_internal.h"
 #include "internal.h"
 
 #define MIN_BLOCK 4096u

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "anygrad/nn.h"
-#include "grad_internal.h"
+#include "autograd/grad_internal.h"
 
 static ag_tensor *own(ag_tensor *t, bool param) {
   if (!t) return NULL;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "anygrad/optim.h"
-#include "grad_internal.h"
+#include "autograd/grad_internal.h"
 
 enum { OPT_SGD = 1, OPT_ADAMW = 2 };
 

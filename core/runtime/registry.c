@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backends/cpu/cpu_backend.h"
+#include "../../backends/cpu/cpu_backend.h"
 #include "internal.h"
 
 typedef struct backend_slot {

@@ -3,7 +3,7 @@
  * synchronize reaches every one of them. */
 #include <stdlib.h>
 
-#include "alloc_internal.h"
+#include "memory/alloc_internal.h"
 #include "internal.h"
 
 ag_stream *ag_stream_default(ag_device d) {

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "anygrad/diag.h"
-#include "diag_internal.h"
+#include "diag/diag_internal.h"
 #include "internal.h"
 
 static atomic_int g_mode = -1; /* -1: not read from the environment yet */

@@ -1,7 +1,7 @@
 /* f16 and bf16 conversions: the scalar reference (round-to-nearest-even,
  * NaN kept as a quiet NaN with its sign and top payload bits, subnormals
  * exact) and bulk versions that use F16C on x86-64 CPUs that have it. */
-#include "half.h"
+#include "tensor/half.h"
 
 #include <string.h>
 

@@ -15,7 +15,7 @@
  *   dropout:  keep element i when uniform u(i) (as above, before scaling) >= p.
  * A kernel that draws for n elements advances the generator by ceil(n/4)
  * (uniform, dropout) or ceil(n/2) (normal) blocks. */
-#include "half.h"
+#include "tensor/half.h"
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u

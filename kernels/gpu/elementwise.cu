@@ -448,7 +448,7 @@ AGK_DEV float agk_normal(uint32_t a, uint32_t b) {
 template <typename T>
 __global__ void k_rand(T *o, long long n, uint64_t seed, uint64_t offset, int normal, float lo, float scale) {
   /* explicit roundings: no fused multiply-add, so uniform bits equal the
-   * CPU's (core/philox.c gives the mapping) */
+   * CPU's (core/tensor/philox.c gives the mapping) */
   /* one thread per Philox block: 4 uniforms or 2 normals */
   int per = normal ? 2 : 4;
   long long stride = (long long)gridDim.x * blockDim.x;

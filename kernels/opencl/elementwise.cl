@@ -160,7 +160,7 @@ __kernel void ag_arange(gbuf *o, ulong oo, int dt, float start, float step, long
 /* One work-item per Philox block: uniform fills 4 elements (lane i%4 of
  * block offset + i/4), normal fills 2 with Box-Muller on lanes 2*(i%2) and
  * 2*(i%2)+1 of block offset + i/2 (u1 in (0, 1] so the log is finite).
- * Must match core/philox.c. */
+ * Must match core/tensor/philox.c. */
 __kernel void ag_rand(gbuf *o, ulong oo, int dt, int normal, float s0, float s1, ulong seed,
                       ulong offset, long n) {
   long w = get_global_id(0), per = normal ? 2 : 4;
