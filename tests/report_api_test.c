@@ -190,6 +190,7 @@ static void test_snapshot_at_peak(void **state) {
   printf("recorded peak %lld, snapshot at %lld (now %lld), in step %lld\n", (long long)ms.allocated_bytes[AG_POOL_ALL].peak,
          at, (long long)ms.allocated_bytes[AG_POOL_ALL].current, number_after(t, "\"snapshot_peak_step\":"));
   assert_int_equal(at, ms.allocated_bytes[AG_POOL_ALL].peak);
+  assert_non_null(strstr(t, "\"snapshot_peak_in_step\":true,\n\"snapshot_peak_step\":1,"));
   assert_true(ms.allocated_bytes[AG_POOL_ALL].current < at);
   /* The 64 blocks (requested 65564 bytes each) are allocated in it. */
   int held = 0;
