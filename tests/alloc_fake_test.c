@@ -1,6 +1,7 @@
 /* White-box tests of the caching allocator over a counting fake backend: the
  * fake hands out tokens instead of memory, counts every raw call and lets the
  * test decide when stream work "completes", so each policy is checked exactly. */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -652,6 +653,81 @@ static void test_categories(void **state) {
   dev_free(d);
 }
 
+/* Segments at the peak: snapshots only while captured, a bounded number of
+ * them on a slow climb (not one per allocation), each showing the bytes it
+ * was taken at; a peak the last one missed is caught when allocated bytes
+ * reach it again (ag__alloc_peak_arm); reset_peak starts over. */
+static long long snap_allocated(const char *s) {
+  const char *k = strstr(s, "\"allocated_bytes\":{\"all\":{\"current\":");
+  return k ? strtoll(k + strlen("\"allocated_bytes\":{\"all\":{\"current\":"), NULL, 10) : -1;
+}
+
+static void test_peak_snapshot(void **state) {
+  fake_dev *d = dev_new();
+  ag_allocator *a = d->ds.alloc;
+  uint64_t seen = 0;
+  int64_t at = 0;
+  enum { N = 400 };
+  ag_block *b[N];
+  /* Not captured: nothing is taken. */
+  b[0] = alloc0(d, 4096);
+  assert_null(ag__alloc_peak_snapshot(a, &seen, &at));
+  ag__free(b[0]);
+  ag__alloc_peak_capture(a, true);
+  /* A climb of 400 equal allocations of 4 KiB (in the small pool's 2 MiB
+   * segments: one reservation): a snapshot at each of the first 16 (each a
+   * rise of >= 1/16), then at each 1/16 rise - about 16 + ln(400/16) /
+   * ln(17/16) = 69, not 400. */
+  int taken = 0;
+  for (int i = 0; i < N; i++) {
+    b[i] = alloc0(d, 4096);
+    char *snap = ag__alloc_peak_snapshot(a, &seen, &at);
+    if (snap) {
+      taken++;
+      assert_int_equal(snap_allocated(snap), at);
+      assert_int_equal(at, (int64_t)(i + 1) * 4096);
+      assert_non_null(strstr(snap, "\"segments\":[")); /* the blocks, */
+      assert_non_null(strstr(snap, "\"trace\":[]}"));  /* without the ring */
+      free(snap);
+    }
+  }
+  printf("%d snapshots on a climb of %d allocations\n", taken, N);
+  assert_true(taken >= 16 && taken <= 16 + (int)ceil(log(N / 16.0) / log(17.0 / 16.0)) + 1);
+  ag_memory_stats s = stats(d);
+  assert_true(at < s.allocated_bytes[AG_POOL_ALL].peak); /* the last few were below 1/16 */
+  /* Down and up again to the same peak: nothing, unless armed. */
+  for (int i = 0; i < N; i++) ag__free(b[i]);
+  for (int i = 0; i < N; i++) b[i] = alloc0(d, 4096);
+  assert_null(ag__alloc_peak_snapshot(a, &seen, &at));
+  for (int i = 0; i < N; i++) ag__free(b[i]);
+  ag__alloc_peak_arm(a);
+  for (int i = 0; i < N; i++) {
+    b[i] = alloc0(d, 4096);
+    char *snap = ag__alloc_peak_snapshot(a, &seen, &at);
+    if (snap) {
+      assert_int_equal(i, N - 1); /* exactly at the peak */
+      free(snap);
+    }
+  }
+  assert_int_equal(at, s.allocated_bytes[AG_POOL_ALL].peak);
+  /* Armed again with the snapshot at the peak: nothing more. */
+  for (int i = 0; i < N; i++) ag__free(b[i]);
+  ag__alloc_peak_arm(a);
+  for (int i = 0; i < N; i++) b[i] = alloc0(d, 4096);
+  assert_null(ag__alloc_peak_snapshot(a, &seen, &at));
+  for (int i = 0; i < N; i++) ag__free(b[i]);
+  /* After reset_peak the next allocation is a new peak. */
+  ag__alloc_reset_peak(a);
+  b[0] = alloc0(d, 512);
+  char *snap = ag__alloc_peak_snapshot(a, &seen, &at);
+  assert_non_null(snap);
+  assert_int_equal(at, 512);
+  free(snap);
+  ag__free(b[0]);
+  ag__alloc_peak_capture(a, false);
+  dev_free(d);
+}
+
 static int count_char(const char *s, char c) {
   int n = 0;
   for (; *s; s++) n += *s == c;
@@ -809,6 +885,7 @@ int main(void) {
       cmocka_unit_test_setup(test_fault_injection_everywhere, setup),
       cmocka_unit_test_setup(test_categories, setup),
       cmocka_unit_test_setup(test_summary_and_snapshot, setup),
+      cmocka_unit_test_setup(test_peak_snapshot, setup),
       cmocka_unit_test_setup(test_concurrency, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

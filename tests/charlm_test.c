@@ -207,9 +207,17 @@ static void batch_auto_on(ag_device dev, const char *name) {
   charlm_result r;
   assert_int_equal(ag_memory_empty_cache(o.device), AG_OK);
   assert_int_equal(ag_memory_set_cap(o.device, 40u << 20), AG_OK);
+  int64_t tensors0 = ag_live_tensors(), nodes0 = ag_live_nodes();
+  ag_memory_stats m0, m1;
+  assert_int_equal(ag_memory_stats_get(o.device, &m0), AG_OK);
   ag_status st = charlm_train(&o, &r);
   assert_int_equal(ag_memory_set_cap(o.device, 0), AG_OK);
   assert_int_equal(st, AG_OK);
+  /* Nothing of the failed probes outlives the run either. */
+  assert_int_equal(ag_memory_stats_get(o.device, &m1), AG_OK);
+  assert_int_equal(ag_live_tensors(), tensors0);
+  assert_int_equal(ag_live_nodes(), nodes0);
+  assert_int_equal(m1.allocated_bytes[AG_POOL_ALL].current, m0.allocated_bytes[AG_POOL_ALL].current);
   const charlm_batch_search *b = &r.batch_search;
   printf("%s: batch auto under 40 MiB: predicted %lld, largest fit %lld, chosen %lld, %d tries, %d OOMs, "
          "allocated %lld -> %lld\n",

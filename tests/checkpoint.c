@@ -127,6 +127,66 @@ static void test_generic(void **state) {
   ag_generator_free(g);
 }
 
+/* ---- saved tensors go as soon as their node has run ---- */
+
+typedef struct probe_ctx {
+  int64_t act_at_rerun; /* activation bytes when the block re-runs in backward */
+} probe_ctx;
+
+static ag_tensor *probe_block(void *ctx, int n, ag_tensor *const *in) {
+  (void)n;
+  probe_ctx *c = ctx;
+  if (ag_grad_enabled()) {
+    ag_memory_stats s;
+    assert_int_equal(ag_memory_stats_get(cpu(), &s), AG_OK);
+    c->act_at_rerun = s.category_bytes[AG_MEM_ACTIVATIONS].current;
+  }
+  return ag_mul_scalar(in[0], 2.0);
+}
+
+/* y = block(x); z = exp(y) saves z (activations); l = sum(z). The backward
+ * runs sum, then exp, then re-runs the block: by then exp's saved output
+ * must be gone, so the re-run sees none of the graph's activations (x is a
+ * leaf, which keeps its own category). With retain_graph it stays. */
+static void test_release_during_backward(void **state) {
+  (void)state;
+  ag_generator *g = ag_generator_create(3);
+  ag_tensor *x = ag_randn(cpu(), AG_F32, 2, (int64_t[]){64, 64}, 0, 1, g);
+  ag_tensor_set_requires_grad(x, true);
+  int64_t nodes0 = ag_live_nodes();
+  for (int retain = 0; retain < 2; retain++) {
+    ag_memory_stats s0;
+    assert_int_equal(ag_memory_stats_get(cpu(), &s0), AG_OK);
+    ag_scope_begin();
+    probe_ctx c = {-1};
+    ag_tensor *in[1] = {x};
+    ag_tensor *y = ag_checkpoint(probe_block, &c, 0, NULL, 1, in);
+    ag_tensor *z = ag_exp(y);
+    ag_tensor *l = ag_sum(z, 0, NULL, false);
+    ag_tensor_release(y);
+    ag_tensor_release(z);
+    assert_non_null(l);
+    assert_int_equal(ag_backward(l, NULL, retain), AG_OK);
+    int64_t base = s0.category_bytes[AG_MEM_ACTIVATIONS].current;
+    printf("retain_graph %d: activations at the re-run %lld bytes over the start\n", retain,
+           (long long)(c.act_at_rerun - base));
+    if (retain) assert_true(c.act_at_rerun - base >= 64 * 64 * 4);
+    else assert_int_equal(c.act_at_rerun, base);
+    if (retain) {
+      /* The retained graph still backpropagates. */
+      ag_tensor_zero_grad(x);
+      assert_int_equal(ag_backward(l, NULL, false), AG_OK);
+    }
+    /* A second backward through a released graph is refused. */
+    assert_int_equal(ag_backward(l, NULL, false), AG_ERR_STATE);
+    ag_error_clear();
+    ag_scope_end();
+  }
+  assert_int_equal(ag_live_nodes(), nodes0);
+  ag_tensor_release(x);
+  ag_generator_free(g);
+}
+
 /* ---- the GPT ---- */
 
 typedef struct gpt_run {
@@ -205,17 +265,21 @@ static void gpt_case(double dropout, int n_layer, double max_ratio) {
 
 static void test_gpt(void **state) {
   (void)state;
-  gpt_case(0.0, 2, 0.75);
-  gpt_case(0.0, 4, 0.5);
+  /* Attention and MLP halves checkpointed separately, saved tensors
+   * released as the backward goes: 0.36 and 0.24 (per-block checkpoints
+   * with everything released at the end: 0.56 and 0.32). */
+  gpt_case(0.0, 2, 0.4);
+  gpt_case(0.0, 4, 0.26);
 }
 
 static void test_gpt_dropout(void **state) {
   (void)state;
-  gpt_case(0.1, 2, 0.75);
+  gpt_case(0.1, 2, 0.35); /* 0.32 (was 0.56) */
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_generic), cmocka_unit_test(test_gpt),
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_generic), cmocka_unit_test(test_release_during_backward),
+                                     cmocka_unit_test(test_gpt),
                                      cmocka_unit_test(test_gpt_dropout)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 import hashlib
 
 BIN, WORK, SRC, LIBDIR, CASE = sys.argv[1:6]
@@ -22,8 +23,23 @@ FAST = ["--samples", "0", "--profile", "off", "--log-every", "1000"]
 
 
 def run(args, timeout=300, env=None):
-    p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout, env=env)
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as e:
+        # A run that outlives its limit is a failure with its command and
+        # what it printed, not a traceback (a loaded machine is the usual
+        # suspect; the load average says how loaded).
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        print(f"FAIL: anygrad {' '.join(args)}: still running after {timeout} s (load average "
+              f"{os.getloadavg()}); stdout: {out[-2000:]}\nstderr: {err[-2000:]}")
+        sys.exit(1)
+    run.last_seconds = time.monotonic() - t0
     return p.returncode, p.stdout, p.stderr
+
+
+run.last_seconds = 0.0
 
 
 def check(cond, what):
@@ -35,7 +51,8 @@ def check(cond, what):
 def expect(args, rc, err_part=None, out_part=None, **kw):
     got, out, err = run(args, **kw)
     shown = " ".join(args)
-    check(got == rc, f"anygrad {shown}: exit {got}, expected {rc}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}")
+    check(got == rc, f"anygrad {shown}: exit {got}, expected {rc} (after {run.last_seconds:.1f} s, load average "
+                     f"{os.getloadavg()})\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}")
     if err_part is not None:
         check(err_part in err, f"anygrad {shown}: stderr lacks {err_part!r}: {err!r}")
     if out_part is not None:

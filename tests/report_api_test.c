@@ -118,8 +118,8 @@ static void test_write(void **state) {
   assert_non_null(steps);
   assert_int_equal(count(steps, "\n[") >= 10, 1);
   assert_non_null(strstr(h, "{\"first\":8,\"steps\":2,"));
-  /* the snapshot at the peak: taken at the end of the last step (the
-   * activations grow every step), holding the parameter block */
+  /* the snapshot at the peak: taken in the last step (the activations grow
+   * every step), holding the parameter block */
   assert_non_null(strstr(h, "\"snapshot_peak_step\":9"));
   const char *peak = strstr(h, "\"snapshot_peak\":{");
   assert_non_null(peak);
@@ -148,7 +148,60 @@ static void test_write(void **state) {
   assert_int_equal(ag_report_from_trace(TMP("trace.json"), TMP("bad.json"), TMP("x.html")), AG_ERR_CORRUPT);
 }
 
+/* The number after `key` in s at or after `from`, or -1. */
+static long long number_after(const char *from, const char *key) {
+  const char *k = from ? strstr(from, key) : NULL;
+  return k ? strtoll(k + strlen(key), NULL, 10) : -1;
+}
+
+/* The segments at the peak are those of the moment of the peak, mid-step:
+ * each step climbs in 64 small allocations (the peak rises by less than
+ * 1/16 with each of the last ones, so the allocator does not snapshot every
+ * one) and frees everything before it ends. After a repeat of the step the
+ * snapshot's allocated bytes are the recorded peak exactly, and its blocks
+ * hold the 64 allocations; a snapshot at the end of the step would hold
+ * none of them. */
+static void test_snapshot_at_peak(void **state) {
+  (void)state;
+  assert_int_equal(ag_memory_reset_peak(cpu()), AG_OK);
+  ag_profiler_config pc = {.trace = true};
+  ag_profiler *p = ag_profiler_create(cpu(), &pc);
+  assert_non_null(p);
+  enum { N = 64 };
+  int64_t shape[1] = {16384 + 7}; /* 64 KiB and a bit: a size nothing else here has */
+  for (int s = 0; s < 3; s++) {
+    assert_int_equal(ag_profiler_step_begin(p), AG_OK);
+    ag_tensor *t[N];
+    for (int i = 0; i < N; i++) assert_non_null(t[i] = ag_zeros(cpu(), AG_F32, 1, shape));
+    for (int i = 0; i < N; i++) ag_tensor_release(t[i]);
+    assert_int_equal(ag_profiler_step_end(p), AG_OK);
+  }
+  ag_memory_stats ms;
+  assert_int_equal(ag_memory_stats_get(cpu(), &ms), AG_OK);
+  assert_int_equal(ag_profiler_write_trace(p, TMP("peak.json")), AG_OK);
+  ag_profiler_destroy(p);
+  char *t = slurp(TMP("peak.json"));
+  assert_non_null(t);
+  const char *snap = strstr(t, "\"snapshot_peak\":{");
+  assert_non_null(snap);
+  const char *end = strstr(snap, "\"snapshot_end\":");
+  assert_non_null(end);
+  long long at = number_after(snap, "\"allocated_bytes\":{\"all\":{\"current\":");
+  printf("recorded peak %lld, snapshot at %lld (now %lld), in step %lld\n", (long long)ms.allocated_bytes[AG_POOL_ALL].peak,
+         at, (long long)ms.allocated_bytes[AG_POOL_ALL].current, number_after(t, "\"snapshot_peak_step\":"));
+  assert_int_equal(at, ms.allocated_bytes[AG_POOL_ALL].peak);
+  assert_non_null(strstr(t, "\"snapshot_peak_in_step\":true,\n\"snapshot_peak_step\":1,"));
+  assert_true(ms.allocated_bytes[AG_POOL_ALL].current < at);
+  /* The 64 blocks (requested 65564 bytes each) are allocated in it. */
+  int held = 0;
+  for (const char *q = strstr(snap, "\"requested_size\":65564,"); q && q < end; q = strstr(q + 1, "\"requested_size\":65564,"))
+    held += strncmp(strstr(q, "\"state\":") + 8, "\"active_allocated\"", 18) == 0;
+  assert_int_equal(held, N);
+  free(t);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_errors), cmocka_unit_test(test_write)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_errors), cmocka_unit_test(test_write),
+                                     cmocka_unit_test(test_snapshot_at_peak)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,9 +34,12 @@ def path(name):
 
 
 def train_with_report():
-    """One short GPT run writing the report, the trace and a checkpoint."""
-    if os.path.exists(path("run.html")) and os.path.exists(path("trace.json")):
-        return
+    """One short GPT run writing the report, the trace and a checkpoint;
+    always fresh (pages left in the work directory by an earlier build would
+    test that build)."""
+    for name in ("run.html", "trace.json", "from_trace.html", "run.png", "from_trace.png"):
+        if os.path.exists(path(name)):
+            os.remove(path(name))
     p = run(TRAIN + ["--report", path("run.html"), "--trace", path("trace.json"), "--out", path("ck.safetensors")])
     check(p.returncode == 0, f"train --report: {p.returncode} {p.stdout[-2000:]} {p.stderr[-2000:]}")
     check("charlm: report" in p.stdout, "no report line in the output")
@@ -151,9 +154,8 @@ def case_browser():
     every plot draws; the screenshot is kept (docs/report.png when
     AG_REPORT_SCREENSHOT names a path to copy it to)."""
     train_with_report()
-    if not os.path.exists(path("from_trace.html")):
-        p = run(["report", path("trace.json"), "-o", path("from_trace.html")])
-        check(p.returncode == 0, f"report: {p.stderr}")
+    p = run(["report", path("trace.json"), "-o", path("from_trace.html")])
+    check(p.returncode == 0, f"report: {p.stderr}")
     exe = chromium()
     if not exe:
         print("chromium is not installed (scripts/deps.sh --test installs it)")

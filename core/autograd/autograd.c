@@ -275,6 +275,21 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
   return AG_OK;
 }
 
+/* Release the tensors a node saved for its backward (inputs, saved
+ * tensors, output), keeping its edges. */
+static void node_drop_values(ag_node *n) {
+  for (int i = 0; i < n->n_in; i++) {
+    if (n->e[i].val) ag_tensor_release(n->e[i].val);
+    n->e[i].val = NULL;
+  }
+  for (int i = 0; i < AG_NODE_MAX_SAVED; i++) {
+    if (n->saved[i]) ag_tensor_release(n->saved[i]);
+    n->saved[i] = NULL;
+  }
+  if (n->out_val) ag_tensor_release(n->out_val);
+  n->out_val = NULL;
+}
+
 /* Drop what a node keeps for backward; with edges, also its links to earlier
  * nodes (pushed on `stack` for the caller to release without recursion). */
 static void node_clear(ag_node *n, ag_node ***stack, int *sn, int *scap) {
@@ -643,6 +658,16 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
       st = g ? check_saved_versions(n) : AG_OK;
       if (st == AG_OK && g) st = n->op == AG_G_CHECKPOINT ? checkpoint_backward(n, g, gin) : ag__node_backward(n, g, gin);
       ag_tensor_release(g);
+      /* Without retain_graph a node's saved tensors go as soon as it has
+       * run, not when the whole backward ends: the activations of the
+       * layers already done no longer sit under the gradients of the ones
+       * still to do (and a checkpointed block's re-run no longer sits on
+       * top of everything saved after it). The node counts as released, so
+       * a second backward through it, even after an error, is refused. */
+      if (st == AG_OK && !retain_graph) {
+        node_drop_values(n);
+        n->released = true;
+      }
       for (int i = 0; i < n->n_in; i++) {
         ag_edge *e = &n->e[i];
         if (st == AG_OK && gin[i]) {

@@ -100,8 +100,13 @@ struct ag_profiler {
   int64_t n_pts, cap_pts;
   char *info_k[MAX_INFO], *info_v[MAX_INFO];
   int n_info;
-  /* allocator snapshot at the end of the step that last raised the
-   * allocated peak by more than 1% (the segments a report shows) */
+  /* the allocator's snapshot at the allocated peak (the segments a report
+   * shows), taken by the allocator inside the allocation that reached it
+   * (ag__alloc_peak_capture); the step it was taken in, or after (between
+   * steps: snap_peak_in_step false; -1: before the first), and the
+   * allocated bytes then */
+  bool pk_on, snap_peak_in_step;
+  uint64_t snap_seen;
   char *snap_peak;
   int64_t snap_peak_step, snap_peak_bytes;
 };
@@ -295,6 +300,10 @@ ag_profiler *ag_profiler_create(ag_device d, const ag_profiler_config *cfg) {
   }
   ag__sync_sites_track(1);
   p->n_sites0 = read_sites(p->sites0);
+  if (ds->alloc) {
+    ag__alloc_peak_capture(ds->alloc, true);
+    p->pk_on = true;
+  }
   return p;
 }
 
@@ -318,6 +327,7 @@ void ag_profiler_destroy(ag_profiler *p) {
   }
   free(p->pts);
   free(p->snap_peak);
+  if (p->pk_on) ag__alloc_peak_capture(p->ds->alloc, false);
   free(p->wins);
   free(p->recs);
   free(p);
@@ -336,6 +346,21 @@ static void mem_now(ag_profiler *p, int64_t *alloc, int64_t *cat, int64_t *reser
     for (int c = 0; c < AG_MEM_CATEGORY_COUNT; c++) cat[c] = ms.category_bytes[c].current;
   if (reserved) *reserved = ms.reserved_bytes[AG_POOL_ALL].current;
   if (peak) *peak = ms.allocated_bytes[AG_POOL_ALL].peak;
+}
+
+/* Take the allocator's newer snapshot at the peak, if any, as taken during
+ * `step` (in_step) or after it. */
+static void peak_collect(ag_profiler *p, int64_t step, bool in_step) {
+  int64_t bytes = 0;
+  char *snap = p->pk_on ? ag__alloc_peak_snapshot(p->ds->alloc, &p->snap_seen, &bytes) : NULL;
+  if (!snap) return;
+  pthread_mutex_lock(&p->mu);
+  free(p->snap_peak);
+  p->snap_peak = snap;
+  p->snap_peak_step = step;
+  p->snap_peak_in_step = in_step;
+  p->snap_peak_bytes = bytes;
+  pthread_mutex_unlock(&p->mu);
 }
 
 /* The allocator's JSON snapshot as a string (owned by the caller), or NULL. */
@@ -357,6 +382,7 @@ static char *snapshot_string(ag_devstate *ds) {
 ag_status ag_profiler_step_begin(ag_profiler *p) {
   if (!p) return ag_error_set(AG_ERR_INVALID, "ag_profiler_step_begin: NULL profiler");
   if (p->in_step) return ag_error_set(AG_ERR_STATE, "ag_profiler_step_begin: step %" PRId64 " is open", p->step);
+  peak_collect(p, p->step - 1, false); /* reached between steps */
   pthread_mutex_lock(&p->mu);
   rec *r = &p->recs[p->step % KEEP];
   memset(r, 0, sizeof *r);
@@ -438,9 +464,11 @@ ag_status ag_profiler_step_end(ag_profiler *p) {
   uint64_t sync_wait = ag__sync_wait_ns() - p->wait0;
   int64_t alloc, cat[AG_MEM_CATEGORY_COUNT], reserved, peak;
   mem_now(p, &alloc, cat, &reserved, &peak);
-  /* Segments as the peak left them: cheap, since the peak rises by 1%
-   * only a bounded number of times. */
-  char *snap = peak > p->snap_peak_bytes + p->snap_peak_bytes / 100 ? snapshot_string(p->ds) : NULL;
+  /* Segments at the peak: the allocator took them when it got there; if
+   * its last snapshot is below the peak, it takes one more when allocated
+   * bytes next reach it (the same point of the next step, in a loop). */
+  peak_collect(p, p->step, true);
+  if (p->pk_on) ag__alloc_peak_arm(p->ds->alloc);
   pthread_mutex_lock(&p->mu);
   ag_event *ev_end = ev_get(p);
   if (ev_end && ag_event_record(ev_end, p->stream) != AG_OK) {
@@ -460,12 +488,6 @@ ag_status ag_profiler_step_end(ag_profiler *p) {
   r->reserved = reserved;
   r->peak = peak;
   r->end_ns = t_end;
-  if (snap) {
-    free(p->snap_peak);
-    p->snap_peak = snap;
-    p->snap_peak_step = p->step;
-    p->snap_peak_bytes = peak;
-  }
   r->nodes = ag_live_nodes();
   r->tensors = ag_live_tensors();
   /* The device part starts when its input is there (ready), else at begin. */
@@ -859,6 +881,7 @@ ag_status ag__profiler_json(ag_profiler *p, FILE *f) {
   memset(&pr, 0, sizeof pr);
   if (ag_device_props_get(p->ds->dev, &pr) != AG_OK) ag_error_clear();
   char *snap_end = snapshot_string(p->ds);
+  peak_collect(p, p->in_step ? p->step : p->step - 1, p->in_step);
   ag_sync_site_info sites[TOP_SITES];
   int ns = ag_sync_sites(sites, TOP_SITES);
   pthread_mutex_lock(&p->mu);
@@ -971,9 +994,10 @@ ag_status ag__profiler_json(ag_profiler *p, FILE *f) {
     put_json_str(f, sites[i].site);
     fprintf(f, ",\"count\":%" PRIu64 "}", sites[i].count);
   }
-  fprintf(f, "],\n\"snapshot_peak_step\":%" PRId64 ",\n\"snapshot_peak\":%s,\n\"snapshot_end\":%s}\n",
-          p->snap_peak ? p->snap_peak_step : -1, p->snap_peak ? p->snap_peak : "null",
-          snap_end ? snap_end : "null");
+  fprintf(f, "],\n\"snapshot_peak_in_step\":%s,\n\"snapshot_peak_step\":%" PRId64
+             ",\n\"snapshot_peak\":%s,\n\"snapshot_end\":%s}\n",
+          p->snap_peak && p->snap_peak_in_step ? "true" : "false", p->snap_peak ? p->snap_peak_step : -1,
+          p->snap_peak ? p->snap_peak : "null", snap_end ? snap_end : "null");
   pthread_mutex_unlock(&p->mu);
   free(snap_end);
   return ferror(f) ? ag_error_set(AG_ERR_IO, "profiler report data: write error") : AG_OK;

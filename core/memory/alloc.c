@@ -128,6 +128,16 @@ struct ag_allocator {
   uint64_t seq;
   uint64_t stamp0, ns0; /* reference point for trace timestamps */
   char be_msg[256]; /* the backend's message for the last failed raw allocation */
+  /* Segments at the peak (ag__alloc_peak_capture): a snapshot taken inside
+   * the allocation that raised allocated bytes to a new high, when the high
+   * moved by >= 1/16 since the last one or the allocation reserved memory,
+   * or when allocated bytes reach pk_target (an earlier peak the last
+   * snapshot missed by less than 1/16). */
+  int pk_users;
+  char *pk_buf;      /* the JSON snapshot, or NULL */
+  int64_t pk_bytes;  /* allocated bytes when pk_buf was taken; -1: none since the peak was reset */
+  int64_t pk_target; /* 0: none */
+  uint64_t pk_gen;   /* counts snapshots taken */
 };
 
 /* ---- memory categories (thread-local) ---- */
@@ -947,6 +957,7 @@ void ag__allocator_destroy(ag_allocator *a) {
   free(a->pend);
   free(a->evpool);
   free(a->ring);
+  free(a->pk_buf);
   free(a);
 }
 
@@ -967,6 +978,8 @@ static void mark_allocated(ag_allocator *a, ag_block *b, size_t bytes, ag_mem_ca
   trace(a, T_ALLOC, b->seg, b->offset, b->size, b->sid, cat);
 }
 
+static void peak_check(ag_allocator *a, bool grew);
+
 ag_status ag__alloc(ag_devstate *ds, size_t bytes, ag_stream *s, ag_mem_category cat,
                     ag_block **out_block) {
   ag_allocator *a = ds->alloc;
@@ -981,6 +994,7 @@ ag_status ag__alloc(ag_devstate *ds, size_t bytes, ag_stream *s, ag_mem_category
     return st;
   }
   pthread_mutex_lock(&a->mu);
+  int64_t reserved0 = a->st.reserved_bytes[AG_POOL_ALL].current;
   size_t size = round_size(&a->cfg, bytes ? bytes : 1);
   int pool = size <= K_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
   const char *why = "no memory left";
@@ -1018,6 +1032,7 @@ ag_status ag__alloc(ag_devstate *ds, size_t bytes, ag_stream *s, ag_mem_category
     return st;
   }
   mark_allocated(a, b, bytes, cat);
+  if (AG_UNLIKELY(a->pk_users)) peak_check(a, a->st.reserved_bytes[AG_POOL_ALL].current > reserved0);
   pthread_mutex_unlock(&a->mu);
   *out_block = b;
   return AG_OK;
@@ -1117,9 +1132,8 @@ void ag__block_set_category(ag_block *b, ag_mem_category cat) {
 
 /* ---- object-level operations ---- */
 
-void ag__alloc_stats(ag_allocator *a, ag_memory_stats *o) {
+static void stats_fill(ag_allocator *a, ag_memory_stats *o) {
   memset(o, 0, sizeof *o);
-  pthread_mutex_lock(&a->mu);
   const alloc_stats *s = &a->st;
   memcpy(o->allocation, s->allocation, sizeof o->allocation);
   memcpy(o->segment, s->segment, sizeof o->segment);
@@ -1144,6 +1158,11 @@ void ag__alloc_stats(ag_allocator *a, ag_memory_stats *o) {
   o->largest_free_block = (int64_t)largest_free(a);
   o->caching = a->cfg.caching;
   o->expandable_segments = a->cfg.expandable && a->vm_ok;
+}
+
+void ag__alloc_stats(ag_allocator *a, ag_memory_stats *o) {
+  pthread_mutex_lock(&a->mu);
+  stats_fill(a, o);
   pthread_mutex_unlock(&a->mu);
 }
 
@@ -1156,6 +1175,8 @@ void ag__alloc_reset_peak(ag_allocator *a) {
   alloc_stats *s = &a->st;
   /* alloc_stats is a run of ag_mem_stat followed by counters. */
   peak_reset((ag_mem_stat *)s, offsetof(alloc_stats, num_alloc_retries) / sizeof(ag_mem_stat));
+  a->pk_bytes = -1; /* the next high is a new peak; the last snapshot stays until then */
+  a->pk_target = 0;
   pthread_mutex_unlock(&a->mu);
 }
 
@@ -1329,10 +1350,11 @@ static void json_stat(FILE *f, const char *name, const ag_mem_stat *s, int n, bo
   fprintf(f, "}%s\n", comma ? "," : "");
 }
 
-ag_status ag__alloc_snapshot(ag_allocator *a, FILE *f) {
+/* The JSON snapshot, with a->mu held; without the trace ring its
+ * "trace" is empty. */
+static void snapshot_write(ag_allocator *a, FILE *f, bool with_trace) {
   ag_memory_stats s;
-  ag__alloc_stats(a, &s);
-  pthread_mutex_lock(&a->mu);
+  stats_fill(a, &s);
   fprintf(f, "{\"device\":\"%s\",\n\"config\":{\"caching\":%s,\"expandable_segments\":%s,"
              "\"expandable_supported\":%s,\"max_split_size\":%" PRId64
              ",\"roundup_power2_divisions\":%d,\"cap_bytes\":%zu,\"trace_max_entries\":%zu},\n",
@@ -1377,6 +1399,10 @@ ag_status ag__alloc_snapshot(ag_allocator *a, FILE *f) {
     fprintf(f, "]}");
   }
   fprintf(f, "],\n\"trace\":[");
+  if (!with_trace) {
+    fprintf(f, "]}\n");
+    return;
+  }
   /* Map recorded stamps to nanoseconds of CLOCK_MONOTONIC. */
   uint64_t st1 = stamp(), ns1 = now_ns();
   double per = st1 > a->stamp0 ? (double)(ns1 - a->ns0) / (double)(st1 - a->stamp0) : 1.0;
@@ -1393,8 +1419,75 @@ ag_status ag__alloc_snapshot(ag_allocator *a, FILE *f) {
             e->stream, ag_mem_category_name((ag_mem_category)e->category));
   }
   fprintf(f, "]}\n");
+}
+
+ag_status ag__alloc_snapshot(ag_allocator *a, FILE *f) {
+  pthread_mutex_lock(&a->mu);
+  snapshot_write(a, f, true);
   pthread_mutex_unlock(&a->mu);
   return ferror(f) ? ag_error_set(AG_ERR_IO, "memory snapshot: write error") : AG_OK;
+}
+
+/* ---- segments at the peak ---- */
+
+/* With a->mu held, after an allocation (grew: it reserved memory). The
+ * common case costs two comparisons; a snapshot is taken a bounded number
+ * of times: each 1/16 rise of the peak, each reservation at a new high, and
+ * once per ag__alloc_peak_arm. */
+static void peak_check(ag_allocator *a, bool grew) {
+  int64_t cur = a->st.allocated_bytes[AG_POOL_ALL].current;
+  bool high = cur >= a->st.allocated_bytes[AG_POOL_ALL].peak;
+  bool take = (a->pk_target > 0 && cur >= a->pk_target) ||
+              (high && (a->pk_bytes < 0 || grew || cur - a->pk_bytes >= a->pk_bytes / 16));
+  if (!take) return;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&buf, &len);
+  if (!m) return; /* out of host memory: the last snapshot stays */
+  snapshot_write(a, m, false);
+  bool bad = ferror(m) != 0;
+  if (fclose(m) != 0 || bad || !buf) {
+    free(buf);
+    return;
+  }
+  free(a->pk_buf);
+  a->pk_buf = buf;
+  a->pk_bytes = cur;
+  a->pk_target = 0;
+  a->pk_gen++;
+}
+
+void ag__alloc_peak_capture(ag_allocator *a, bool on) {
+  pthread_mutex_lock(&a->mu);
+  if (on && a->pk_users++ == 0) {
+    a->pk_bytes = -1;
+    a->pk_target = 0;
+  } else if (!on && a->pk_users > 0 && --a->pk_users == 0) {
+    free(a->pk_buf);
+    a->pk_buf = NULL;
+  }
+  pthread_mutex_unlock(&a->mu);
+}
+
+char *ag__alloc_peak_snapshot(ag_allocator *a, uint64_t *seen, int64_t *out_bytes) {
+  char *r = NULL;
+  pthread_mutex_lock(&a->mu);
+  if (a->pk_buf && a->pk_gen != *seen) {
+    r = strdup(a->pk_buf);
+    if (r) {
+      *seen = a->pk_gen;
+      *out_bytes = a->pk_bytes;
+    }
+  }
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+void ag__alloc_peak_arm(ag_allocator *a) {
+  pthread_mutex_lock(&a->mu);
+  int64_t peak = a->st.allocated_bytes[AG_POOL_ALL].peak;
+  if (a->pk_users && a->pk_bytes >= 0 && a->pk_bytes < peak) a->pk_target = peak;
+  pthread_mutex_unlock(&a->mu);
 }
 
 /* ---- public API: look up the device, then act on its allocator ---- */

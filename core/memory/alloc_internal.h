@@ -24,6 +24,21 @@ AG_HIDDEN void ag__alloc_summary(ag_allocator *a, char *buf, size_t len);
 AG_HIDDEN ag_status ag__alloc_snapshot(ag_allocator *a, FILE *f);
 AG_HIDDEN ag_status ag__alloc_inject(ag_allocator *a, int nth, int count);
 
+/* Segments at the peak. While at least one user has switched capture on,
+ * the allocation that raises allocated bytes to a new high takes a JSON
+ * snapshot (as ag__alloc_snapshot, with an empty trace) when the high has
+ * moved by >= 1/16 since the last snapshot or the allocation reserved
+ * memory; ag__alloc_peak_arm asks for one more when allocated bytes next
+ * reach the current peak, if the last snapshot was below it (a repeating
+ * step then shows its exact peak). ag_memory_reset_peak starts over.
+ * on=false drops one user; the last one frees the snapshot. */
+AG_HIDDEN void ag__alloc_peak_capture(ag_allocator *a, bool on);
+AG_HIDDEN void ag__alloc_peak_arm(ag_allocator *a);
+/* A copy (owned by the caller) of the snapshot when it is newer than *seen
+ * (updated, with the allocated bytes it was taken at in *out_bytes), else
+ * NULL (also when out of host memory). */
+AG_HIDDEN char *ag__alloc_peak_snapshot(ag_allocator *a, uint64_t *seen, int64_t *out_bytes);
+
 /* To be called by ag_stream_destroy after the stream's work has finished and
  * before it is freed: forgets s in record-stream lists (its work is done, so
  * no event is needed) and returns the fully free segments cached for s, which

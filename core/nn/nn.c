@@ -495,8 +495,11 @@ ag_status ag_gpt_init(ag_gpt *m, const ag_gpt_config *cfg, ag_device d, ag_dtype
   return st;
 }
 
-/* One transformer block: x + attn(ln1(x)), then + mlp(ln2(.)). Leaves x
- * to the caller; an ag_checkpoint_fn. */
+/* One transformer block: x1 = x + attn(ln1(x)), then y = x1 + mlp(ln2(x1)).
+ * With checkpointing, the attention half and the MLP half are checkpointed
+ * separately (each an ag_checkpoint_fn that leaves its input to the
+ * caller), the residual adds outside them: a re-run then holds one half's
+ * activations, not the whole block's, and each keeps only its input. */
 typedef struct gpt_block_ctx {
   const ag_gpt *m;
   const ag_gpt_block *b;
@@ -504,27 +507,40 @@ typedef struct gpt_block_ctx {
   ag_generator *g;
 } gpt_block_ctx;
 
-static ag_tensor *gpt_block_fn(void *ctx, int n_inputs, ag_tensor *const *inputs) {
+static ag_tensor *gpt_attn_fn(void *ctx, int n_inputs, ag_tensor *const *inputs) {
   const gpt_block_ctx *c = ctx;
-  const ag_gpt_block *b = c->b;
-  double p = c->m->cfg.dropout;
   (void)n_inputs;
-  ag_tensor *x = inputs[0];
-  ag_tensor *h = ag_layer_norm_forward(&b->ln1, x);
-  ag_tensor *a = ag_causal_attention_forward(&b->attn, h, c->train, c->g);
-  ag_tensor *ad = ag_dropout_forward(p, a, c->train, c->g);
-  ag_tensor *x1 = ag_add(x, ad);
+  ag_tensor *h = ag_layer_norm_forward(&c->b->ln1, inputs[0]);
+  ag_tensor *a = ag_causal_attention_forward(&c->b->attn, h, c->train, c->g);
+  ag_tensor *ad = ag_dropout_forward(c->m->cfg.dropout, a, c->train, c->g);
   ag_tensor_release(h);
   ag_tensor_release(a);
-  ag_tensor_release(ad);
-  h = ag_layer_norm_forward(&b->ln2, x1);
-  ag_tensor *f = ag_linear_forward(&b->fc, h);
+  return ad;
+}
+
+static ag_tensor *gpt_mlp_fn(void *ctx, int n_inputs, ag_tensor *const *inputs) {
+  const gpt_block_ctx *c = ctx;
+  (void)n_inputs;
+  ag_tensor *h = ag_layer_norm_forward(&c->b->ln2, inputs[0]);
+  ag_tensor *f = ag_linear_forward(&c->b->fc, h);
   ag_tensor *ge = ag_gelu(f);
-  ag_tensor *pr = ag_linear_forward(&b->proj, ge);
-  ag_tensor *pd = ag_dropout_forward(p, pr, c->train, c->g);
-  ag_tensor *y = ag_add(x1, pd);
-  ag_tensor *rel[] = {x1, h, f, ge, pr, pd};
+  ag_tensor *pr = ag_linear_forward(&c->b->proj, ge);
+  ag_tensor *pd = ag_dropout_forward(c->m->cfg.dropout, pr, c->train, c->g);
+  ag_tensor *rel[] = {h, f, ge, pr};
   for (size_t k = 0; k < sizeof rel / sizeof *rel; k++) ag_tensor_release(rel[k]);
+  return pd;
+}
+
+static ag_tensor *gpt_block(const gpt_block_ctx *c, ag_tensor *x) {
+  bool ck = c->m->cfg.checkpoint;
+  ag_tensor *a = ck ? ag_checkpoint(gpt_attn_fn, c, sizeof *c, c->g, 1, &x) : gpt_attn_fn((void *)c, 1, &x);
+  ag_tensor *x1 = ag_add(x, a);
+  ag_tensor_release(a);
+  if (!x1) return NULL;
+  ag_tensor *f = ck ? ag_checkpoint(gpt_mlp_fn, c, sizeof *c, c->g, 1, &x1) : gpt_mlp_fn((void *)c, 1, &x1);
+  ag_tensor *y = ag_add(x1, f);
+  ag_tensor_release(x1);
+  ag_tensor_release(f);
   return y;
 }
 
@@ -549,8 +565,7 @@ ag_tensor *ag_gpt_forward(const ag_gpt *m, ag_tensor *idx, bool train, ag_genera
   x = d0;
   for (int64_t i = 0; i < m->cfg.n_layer && x; i++) {
     gpt_block_ctx c = {m, &m->blocks[i], train, g};
-    ag_tensor *y = m->cfg.checkpoint ? ag_checkpoint(gpt_block_fn, &c, sizeof c, g, 1, &x)
-                                     : gpt_block_fn(&c, 1, &x);
+    ag_tensor *y = gpt_block(&c, x);
     ag_tensor_release(x);
     x = y;
   }

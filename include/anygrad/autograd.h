@@ -36,10 +36,13 @@ AG_API ag_tensor *ag_detach(ag_tensor *t);
 
 /* Backpropagate from `out`. `grad` is the gradient of `out` (same shape);
  * it may be NULL only for a one-element `out` (then 1). Gradients are added
- * into .grad of every leaf that requires grad. Unless retain_graph, the
- * graph's saved tensors and edges are freed afterwards.
+ * into .grad of every leaf that requires grad. Unless retain_graph, each
+ * node's saved tensors are freed as soon as the node has run (so the
+ * activations of layers already done do not sit under the gradients of the
+ * rest), and the graph's edges afterwards.
  * Errors: AG_ERR_STATE when out has no graph ("does not require grad") or
- * its graph was freed by an earlier backward without retain_graph, or when
+ * its graph was freed by an earlier backward without retain_graph (also one
+ * that failed part-way: the nodes it ran are freed), or when
  * called in inference mode, or when a tensor a node saved for its backward
  * was written in place afterwards ("a tensor needed for gradient
  * computation has been modified by an in-place operation: ... is at version

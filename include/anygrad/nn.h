@@ -171,9 +171,10 @@ typedef struct ag_gpt_config {
   int64_t vocab_size, block_size, n_layer, n_embd;
   int n_head;
   double dropout;
-  bool checkpoint; /* activation checkpointing per block (ag_checkpoint):
-                      each block keeps only its input for backward and is
-                      re-run there; same gradients, less activation memory */
+  bool checkpoint; /* activation checkpointing (ag_checkpoint) of each
+                      block's attention and MLP halves: each keeps only its
+                      input for backward and is re-run there; same
+                      gradients, less activation memory */
 } ag_gpt_config;
 
 typedef struct ag_gpt_block {
