@@ -217,6 +217,9 @@ static void matrix(const ag_device *devs, int size, bool big) {
   int salt = 1;
   for (int d = 0; d < NDT; d++) {
     c.dt = k_dtypes[d];
+    bool everywhere = true; /* f64 is a CPU dtype */
+    for (int r = 0; r < size; r++) everywhere &= c.dt != AG_F64 || devs[r].backend == AG_BACKEND_CPU;
+    if (!everywhere) continue;
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
       c.n = sizes[k];
       for (int op = AG_DIST_SUM; op <= AG_DIST_MIN; op++) {
@@ -275,8 +278,7 @@ static void test_mixed(void **state) {
       continue;
     }
     ag_device d[3] = {{(int16_t)kinds[k], 0}, AG_CPU, {(int16_t)kinds[k], 0}};
-    matrix(d, 2, false);
-    matrix(d, 3, false);
+    matrix(d, 3, false); /* the device twice, the CPU between */
     ran++;
   }
   if (!ran) skip();
@@ -457,7 +459,8 @@ static void test_available(void **state) {
   assert_string_equal(ag_status_name(AG_ERR_ABORTED), "AG_ERR_ABORTED");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1) cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_available), cmocka_unit_test(test_cpu2),     cmocka_unit_test(test_cpu3),
       cmocka_unit_test(test_mixed),     cmocka_unit_test(test_timeout),  cmocka_unit_test(test_abort),
