@@ -77,4 +77,26 @@ static double ref_reduce(ag_dtype dt, ag_dist_reduce op, int size, size_t i, int
   return fetch(dt, tmp, 0);
 }
 
+/* Sum of |inputs| at element i: the scale of the rounding error of a sum
+ * taken in another order or precision (MPI). */
+static double ref_sumabs(ag_dtype dt, int size, size_t i, int salt, size_t base) {
+  double acc = 0;
+  for (int r = 0; r < size; r++) {
+    unsigned char tmp[8];
+    store(dt, tmp, 0, gen(dt, r, base + i, salt));
+    acc += fabs(fetch(dt, tmp, 0));
+  }
+  return acc;
+}
+
+/* Relative rounding unit of a dtype (a few ulps of slack for f32). */
+static double ref_eps(ag_dtype dt) {
+  switch (dt) {
+    case AG_F16: return 1.0 / 1024;
+    case AG_BF16: return 1.0 / 128;
+    case AG_F32: return 1e-6;
+    case AG_F64: return 1e-14;
+    default: return 0;
+  }
+}
 #endif

@@ -195,10 +195,12 @@ static ag_status mpi_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns
       mark_broken(im, st, ag_last_error());
       return st; /* the request cannot be cancelled; the group is unusable */
     }
-    if (now - start > 2000000) {
+    /* Spin briefly (small collectives finish in microseconds), then yield
+     * (ranks may share cores), then sleep: a long wait costs no CPU. */
+    if (now - start > 5000000) {
       struct timespec ts = {0, 50000};
       nanosleep(&ts, NULL);
-    } else if (iter % 64 == 63) {
+    } else if (iter > 200) {
       sched_yield();
     }
   }
