@@ -56,6 +56,7 @@ struct ag_group {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   ag_work *head, *tail;
+  bool busy; /* a collective is running (on the worker or inline) */
   bool stop;
   /* local view of a broken group (the implementation has the shared one) */
   ag_status broken_st;
@@ -368,7 +369,8 @@ static void *worker_main(void *arg) {
   ag_group *g = arg;
   for (;;) {
     pthread_mutex_lock(&g->mu);
-    while (!g->head && !g->stop) pthread_cond_wait(&g->cv, &g->mu);
+    while ((!g->head || g->busy) && !g->stop) pthread_cond_wait(&g->cv, &g->mu);
+    while (g->busy) pthread_cond_wait(&g->cv, &g->mu); /* stopping: let an inline run end */
     ag_work *w = g->head;
     if (!w) { /* stop and drained */
       pthread_mutex_unlock(&g->mu);
@@ -376,8 +378,13 @@ static void *worker_main(void *arg) {
     }
     g->head = w->next;
     if (!g->head) g->tail = NULL;
+    g->busy = true;
     pthread_mutex_unlock(&g->mu);
     run_one(g, w);
+    pthread_mutex_lock(&g->mu);
+    g->busy = false;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
     work_unref(w);
   }
 }
@@ -501,20 +508,33 @@ static ag_status submit(ag_group *g, ag_coll_kind kind, ag_tensor *in, ag_tensor
     return ag_error_set(st, "%s", msg);
   }
   pthread_mutex_lock(&g->mu);
-  if (g->tail) g->tail->next = w;
-  else g->head = w;
-  g->tail = w;
-  pthread_cond_signal(&g->cv);
+  /* A blocking call with nothing queued runs on the calling thread: the
+   * order is the same and the hand-off to the worker (a thread wake-up,
+   * tens of microseconds on a busy machine) is saved. */
+  bool run_inline = !out_work && !g->head && !g->busy;
+  if (run_inline) {
+    g->busy = true;
+  } else {
+    if (g->tail) g->tail->next = w;
+    else g->head = w;
+    g->tail = w;
+    pthread_cond_signal(&g->cv);
+  }
   pthread_mutex_unlock(&g->mu);
+  if (run_inline) {
+    run_one(g, w);
+    pthread_mutex_lock(&g->mu);
+    g->busy = false;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    atomic_fetch_sub(&w->refs, 1); /* the worker's reference, never taken */
+  }
   if (out_work) {
     *out_work = w;
     return AG_OK;
   }
   st = work_wait_host(w, fn);
   if (st == AG_OK && w->done) st = ag_stream_wait_event(ag__current_stream(g->ds), w->done);
-  if (st == AG_OK && w->done) {
-    /* keep the message of a failure above; none here */
-  }
   work_unref(w);
   return st;
 }
