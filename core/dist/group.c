@@ -313,7 +313,8 @@ done:
 /* Device buffers: the implementation enqueues on its own stream and returns
  * when the collective completed; the caller's stream is waited for here. */
 static ag_status run_device(ag_group *g, ag_work *w, int64_t deadline) {
-  ag_status st = ag__sync_event(w->start, k_coll_fn[w->kind]);
+  /* the worker's own wait, as in run_host */
+  ag_status st = g->ds->be->event_synchronize(w->start->be);
   if (st != AG_OK) return st;
   ag_tensor *in = w->in, *out = w->out ? w->out : w->in;
   void *ib, *ob;
