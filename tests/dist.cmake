@@ -22,4 +22,10 @@ if(AG_HAVE_MPI)
            $<TARGET_FILE:dist_mpi_test> kill)
   set_tests_properties(dist_mpi_np2 dist_mpi_np4 dist_mpi_never_arrive dist_mpi_killed_rank PROPERTIES
                        TIMEOUT 120 LABELS dist ENVIRONMENT "${_ag_mpi_env}" RUN_SERIAL ON)
+  # A device that is not host memory: pinned staging and f16/bf16 widening.
+  if(TARGET anygrad-gpuemu)
+    add_test(NAME dist_mpi_np2_staged COMMAND ${AG_MPIEXEC} -np 2 $<TARGET_FILE:dist_mpi_test>)
+    set_tests_properties(dist_mpi_np2_staged PROPERTIES TIMEOUT 180 LABELS "dist;gpuemu" RUN_SERIAL ON
+                         ENVIRONMENT "${_ag_mpi_env};AG_DIST_TEST_DEVICE=gpuemu:0")
+  endif()
 endif()
