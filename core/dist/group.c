@@ -139,7 +139,11 @@ static void work_unref(ag_work *w) {
 
 static void work_finish(ag_work *w, ag_status st, const char *msg) {
   /* The tensors are not needed any more: the copy back (if any) is on the
-   * comm stream, where record_stream keeps their memory. */
+   * comm stream, where record_stream keeps their memory. A caller holding
+   * the work handle does not hold them. */
+  ag_tensor_release(w->in);
+  ag_tensor_release(w->out);
+  w->in = w->out = NULL;
   pthread_mutex_lock(&w->mu);
   w->st = st;
   if (st != AG_OK) snprintf(w->msg, sizeof w->msg, "%s", msg);
@@ -348,7 +352,8 @@ static void run_one(ag_group *g, ag_work *w) {
   if (g->caps.device_buffers && w->kind != AG_COLL_BARRIER) {
     st = run_device(g, w, deadline);
   } else {
-    st = ag_stream_wait_event(g->comm, w->start);
+    /* (CPU tensors are used in place after a host wait instead) */
+    if (g->dev.backend != AG_BACKEND_CPU) st = ag_stream_wait_event(g->comm, w->start);
     if (st == AG_OK) st = run_host(g, w, deadline);
     if (st == AG_OK && w->kind != AG_COLL_BARRIER && g->dev.backend != AG_BACKEND_CPU) {
       ag_event *e = ag_event_create(g->dev, false);
