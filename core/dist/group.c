@@ -247,8 +247,8 @@ static ag_status run_host(ag_group *g, ag_work *w, int64_t deadline) {
   ag_tensor *in = w->in, *out = w->out ? w->out : w->in;
   ag_dtype dt = in->dtype;
   size_t es = ag_dtype_size(dt);
-  bool widen = (dt == AG_F16 || dt == AG_BF16) && !g->caps.native_half;
-  size_t wes = widen ? sizeof(float) : es;
+  bool widen = ag__dist_wire_dtype(dt) != dt && !g->caps.native_half;
+  size_t wes = ag_dtype_size(ag__dist_wire_dtype(dt));
   size_t in_n = (size_t)in->numel, out_n = (size_t)out->numel;
   bool separate_out = w->kind == AG_COLL_ALL_GATHER || w->kind == AG_COLL_REDUCE_SCATTER;
   void *hin = NULL, *hout = NULL, *win = NULL, *wout = NULL;
@@ -288,7 +288,7 @@ static ag_status run_host(ag_group *g, ag_work *w, int64_t deadline) {
       goto done;
     }
     if (need_data) ag__dist_widen(dt, hin, win, in_n);
-    c.dtype = AG_F32;
+    c.dtype = ag__dist_wire_dtype(dt);
     c.buf = win;
     c.out = wout;
   }
