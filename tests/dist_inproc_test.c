@@ -422,6 +422,16 @@ static void rank_async(ctx *c, int r) {
       return;
     }
   }
+  /* A blocking call behind queued work runs after it, in call order (a
+   * different size: run out of order, the ranks would disagree). */
+  int64_t shape2[1] = {100};
+  ag_tensor *b = ag_full(c->dev[r], AG_F32, 1, shape2, 1.0);
+  ag_status bst = ag_all_reduce(c->g[r], b, AG_DIST_SUM, NULL);
+  if (bst != AG_OK) failf(c, r, "blocking behind queued: %s", ag_last_error());
+  ag_tensor *bs = ag_sum(b, 0, NULL, false);
+  if (bst == AG_OK && ag_item(bs) != 100.0 * c->size) failf(c, r, "blocking behind queued: wrong sum");
+  ag_tensor_release(bs);
+  ag_tensor_release(b);
   for (int k = K - 1; k >= 0; k--) {
     ag_status st = k % 3 ? ag_work_wait(w[k]) : ag_work_stream_wait(w[k], ag_stream_current(c->dev[r]));
     if (st != AG_OK) failf(c, r, "wait %d: %s", k, ag_last_error());
