@@ -469,12 +469,16 @@ static void test_available(void **state) {
   assert_string_equal(ag_status_name(AG_ERR_ABORTED), "AG_ERR_ABORTED");
 }
 
+/* Runs last: every tensor a collective or work handle held was released. */
+static void test_no_leaks(void **state) { assert_int_equal(ag_live_tensors(), 0); }
+
 int main(int argc, char **argv) {
   if (argc > 1) cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_available), cmocka_unit_test(test_cpu2),     cmocka_unit_test(test_cpu3),
       cmocka_unit_test(test_mixed),     cmocka_unit_test(test_timeout),  cmocka_unit_test(test_abort),
       cmocka_unit_test(test_mismatch),  cmocka_unit_test(test_bad_args), cmocka_unit_test(test_async),
+      cmocka_unit_test(test_no_leaks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
