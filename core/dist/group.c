@@ -717,12 +717,8 @@ ag_status ag_group_create_nccl(ag_group *bootstrap, ag_device device, const ag_g
   if (st != AG_OK) return st;
   char why[512];
   const ag_dist_module *mod = ag__dist_module(kind, why, sizeof why);
-  if (!mod) {
-    /* The peers are in the same bootstrap collective below: leave it broken
-     * so they do not wait for this rank. */
-    ag_group_abort(bootstrap, "ag_group_create_nccl: the library is unavailable on a rank");
+  if (!mod) /* before any collective: bootstrap stays usable (a fallback) */
     return ag_error_set(AG_ERR_UNAVAILABLE, "%s: %s is unavailable: %s", fn, k_kind_names[kind], why);
-  }
   /* Rank 0 makes the id; the bootstrap group broadcasts it (in its own
    * host memory: any device works for a byte tensor of the id). */
   unsigned char id[AG_DIST_ID_BYTES] = {0};
