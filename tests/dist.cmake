@@ -12,8 +12,10 @@ if(AG_HAVE_MPI)
   target_link_libraries(dist_mpi_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
   add_dependencies(dist_mpi_test anygrad-mpi)
   # As root, Open MPI refuses to start without these; --oversubscribe lets 4
-  # ranks share CI's 2 cores.
-  set(_ag_mpi_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;AG_DIST_TIMEOUT_MS=")
+  # ranks share CI's 2 cores. Open MPI's own allocations at MPI_Init are
+  # still held at exit: not a finding about anygrad, so no leak check here
+  # (the in-process test keeps it).
+  set(_ag_mpi_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;AG_DIST_TIMEOUT_MS=;ASAN_OPTIONS=detect_leaks=0")
   add_test(NAME dist_mpi_np2 COMMAND ${AG_MPIEXEC} -np 2 $<TARGET_FILE:dist_mpi_test>)
   add_test(NAME dist_mpi_np4 COMMAND ${AG_MPIEXEC} -np 4 --oversubscribe $<TARGET_FILE:dist_mpi_test>)
   add_test(NAME dist_mpi_never_arrive COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist_mpi_fail.sh ${AG_MPIEXEC}
