@@ -336,7 +336,6 @@ static ag_status run_device(ag_group *g, ag_work *w, int64_t deadline) {
 }
 
 static void run_one(ag_group *g, ag_work *w) {
-  ag_error_clear();
   char msg[512];
   ag_status st = AG_OK;
   pthread_mutex_lock(&g->mu);
