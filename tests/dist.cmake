@@ -6,7 +6,7 @@ target_link_libraries(dist_inproc_test PRIVATE anygrad ${AG_CMOCKA_LIB} Threads:
 add_test(NAME dist_inproc COMMAND dist_inproc_test)
 set_tests_properties(dist_inproc PROPERTIES TIMEOUT 300 LABELS "dist;threads" ENVIRONMENT "AG_DIST_TIMEOUT_MS=")
 
-if(AG_HAVE_MPI)
+if(AG_HAVE_MPI AND AG_MPIEXEC)
   add_executable(dist_mpi_test ${CMAKE_CURRENT_SOURCE_DIR}/dist_mpi_test.c)
   target_include_directories(dist_mpi_test PRIVATE ${AG_CMOCKA_INCLUDE})
   target_link_libraries(dist_mpi_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
