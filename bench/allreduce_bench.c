@@ -21,6 +21,7 @@
 #endif
 
 #define ROUNDS 7
+static size_t g_max_bytes = (size_t)64 << 20; /* --max-bytes */
 #define MAX_SIZES 16
 
 static double now(void) {
@@ -102,7 +103,7 @@ static int run_inproc(int n, ag_device dev, FILE *json) {
   ag_device_str(dev, dl, sizeof dl);
   printf("in-process group: %d ranks on %s, f32 AVG all-reduce, %d rounds\n", n, dl, ROUNDS);
   printf("%10s %8s %14s %20s\n", "bytes", "iters", "busbw GB/s", "range");
-  for (size_t bytes = 4096; bytes <= ((size_t)64 << 20); bytes *= 4) {
+  for (size_t bytes = 4096; bytes <= g_max_bytes; bytes *= 4) {
     double bw[ROUNDS];
     int iters = iters_for(bytes);
     for (int r = 0; r < ROUNDS; r++) {
@@ -194,7 +195,7 @@ static int run_mpi(FILE *json) {
     printf("%10s %6s %14s %20s %14s %20s %7s %9s\n", "bytes", "iters", "anygrad GB/s", "range", "MPI GB/s", "range",
            "ratio", "C GB/s");
   }
-  for (size_t bytes = 4096; bytes <= ((size_t)64 << 20); bytes *= 4) {
+  for (size_t bytes = 4096; bytes <= g_max_bytes; bytes *= 4) {
     size_t cnt = bytes / 4;
     int64_t shape[1] = {(int64_t)cnt};
     ag_tensor *t = ag_ones(AG_CPU, AG_F32, 1, shape);
@@ -248,6 +249,7 @@ static int run_mpi(FILE *json) {
 int main(int argc, char **argv) {
   const char *json_path = NULL;
   int inproc = 0;
+  size_t max_bytes = (size_t)64 << 20;
   bool nccl = false;
   ag_device dev = AG_CPU;
   for (int i = 1; i < argc; i++) {
@@ -256,11 +258,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
       if (ag_device_parse(argv[++i], &dev) != AG_OK) die("--device");
     } else if (!strcmp(argv[i], "--nccl")) nccl = true;
+    else if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) max_bytes = (size_t)atoll(argv[++i]);
     else {
-      fprintf(stderr, "usage: allreduce_bench [--inproc N [--device D] | --nccl] [--json FILE]\n");
+      fprintf(stderr, "usage: allreduce_bench [--inproc N [--device D] | --nccl] [--max-bytes B] [--json FILE]\n");
       return 2;
     }
   }
+  g_max_bytes = max_bytes;
   FILE *json = json_path ? fopen(json_path, "a") : NULL;
   int rc;
   if (nccl) rc = run_nccl(json);
