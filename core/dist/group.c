@@ -624,7 +624,7 @@ ag_status ag_group_create_inproc(int n, const ag_device *devices, const ag_group
   if (!devices || !out_groups) return ag_error_set(AG_ERR_INVALID, "%s: NULL %s", fn, devices ? "out_groups" : "devices");
   if (n < 1 || n > AG_DIST_MAX_RANKS)
     return ag_error_set(AG_ERR_INVALID, "%s: %d ranks (1 to %d)", fn, n, AG_DIST_MAX_RANKS);
-  int64_t timeout;
+  int64_t timeout = 0;
   ag_status st = resolve_timeout(fn, opts, &timeout);
   if (st != AG_OK) return st;
   ag_group *gs[AG_DIST_MAX_RANKS] = {0};
@@ -692,7 +692,7 @@ ag_status ag_group_create_mpi(ag_device device, const ag_group_options *opts, ag
   const char *fn = "ag_group_create_mpi";
   if (!out_group) return ag_error_set(AG_ERR_INVALID, "%s: NULL out_group", fn);
   *out_group = NULL;
-  int64_t timeout;
+  int64_t timeout = 0;
   ag_status st = resolve_timeout(fn, opts, &timeout);
   if (st != AG_OK) return st;
   ag_dist_create_args a = {0};
@@ -711,7 +711,7 @@ ag_status ag_group_create_nccl(ag_group *bootstrap, ag_device device, const ag_g
   else
     return ag_error_set(AG_ERR_DEVICE, "%s: NCCL needs a cuda device and RCCL a hip device, not %s", fn,
                         ag_backend_name((ag_backend_kind)device.backend));
-  int64_t timeout;
+  int64_t timeout = 0;
   ag_status st = resolve_timeout(fn, opts, &timeout);
   if (st != AG_OK) return st;
   char why[512];
