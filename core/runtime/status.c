@@ -27,6 +27,8 @@ const char *ag_status_name(ag_status s) {
     case AG_ERR_STATE: return "AG_ERR_STATE";
     case AG_ERR_SYNC: return "AG_ERR_SYNC";
     case AG_ERR_INTERNAL: return "AG_ERR_INTERNAL";
+    case AG_ERR_TIMEOUT: return "AG_ERR_TIMEOUT";
+    case AG_ERR_ABORTED: return "AG_ERR_ABORTED";
   }
   return "AG_ERR_?";
 }

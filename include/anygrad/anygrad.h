@@ -25,5 +25,6 @@
 #include "anygrad/optim.h"
 #include "anygrad/serialize.h"
 #include "anygrad/interop.h"
+#include "anygrad/dist.h"
 
 #endif

@@ -51,6 +51,8 @@ typedef enum ag_status {
   AG_ERR_STATE = 12,       /* call not valid in the current state */
   AG_ERR_SYNC = 13,        /* host sync forbidden by sync-debug mode */
   AG_ERR_INTERNAL = 14,    /* a bug in anygrad */
+  AG_ERR_TIMEOUT = 15,     /* a wait ran past its timeout (a peer never arrived) */
+  AG_ERR_ABORTED = 16,     /* a communication group was aborted (a peer failed) */
 } ag_status;
 
 /* Short constant name of a status ("AG_ERR_OOM"). Never NULL. */
