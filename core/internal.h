@@ -57,6 +57,9 @@ struct ag_event {
  * if the backend is unavailable or the ordinal is out of range. */
 AG_HIDDEN ag_devstate *ag__devstate(ag_device d);
 AG_HIDDEN ag_stream *ag__current_stream(ag_devstate *ds);
+/* dlopen a run-time module (libanygrad-<name>.so) from AG_BACKEND_PATH,
+ * beside libanygrad.so or in anygrad/ beside it. NULL with err filled. */
+AG_HIDDEN void *ag__module_open(const char *file, char *err, size_t errlen);
 
 /* ---- host syncs (sync.c): every host<->device synchronization goes through
  * here so sync-debug mode and counters see it. `what` names the public call. */

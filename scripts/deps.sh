@@ -7,7 +7,8 @@ pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
       zlib1g-dev dataset-fashion-mnist)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium)
+  pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium
+        libopenmpi-dev openmpi-bin)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -69,6 +69,36 @@ static void *try_open(const char *dir, const char *file, char *err, size_t errle
   return h;
 }
 
+void *ag__module_open(const char *file, char *err, size_t errlen) {
+  void *h = NULL;
+  err[0] = 0;
+  const char *env = getenv("AG_BACKEND_PATH");
+  if (env && *env) {
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", env);
+    for (char *save = NULL, *d = strtok_r(buf, ":", &save); d && !h; d = strtok_r(NULL, ":", &save))
+      h = try_open(d, file, err, errlen);
+  }
+  if (!h) {
+    Dl_info info;
+    if (dladdr((void *)&ag_backend_name, &info) && info.dli_fname) {
+      char self[PATH_MAX], real[PATH_MAX];
+      snprintf(self, sizeof self, "%s", realpath(info.dli_fname, real) ? real : info.dli_fname);
+      const char *dir = dirname(self);
+      h = try_open(dir, file, err, errlen);
+      if (!h) {
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof sub, "%s/anygrad", dir);
+        h = try_open(sub, file, err, errlen);
+        /* a "failed to load" from either place is kept over "not found" */
+        if (!h && strncmp(err, "not found", 9) == 0)
+          snprintf(err, errlen, "not found in %.170s or %.170s/anygrad (module not built)", dir, dir);
+      }
+    }
+  }
+  return h;
+}
+
 static void load_module(ag_backend_kind kind) {
   backend_slot *sl = &g_slots[kind];
   const char *name = k_names[kind];
@@ -79,31 +109,7 @@ static void load_module(ag_backend_kind kind) {
   char file[64];
   snprintf(file, sizeof file, "libanygrad-%s.so", name);
   char err[400] = "";
-  void *h = NULL;
-  const char *env = getenv("AG_BACKEND_PATH");
-  if (env && *env) {
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", env);
-    for (char *save = NULL, *d = strtok_r(buf, ":", &save); d && !h; d = strtok_r(NULL, ":", &save))
-      h = try_open(d, file, err, sizeof err);
-  }
-  if (!h) {
-    Dl_info info;
-    if (dladdr((void *)&ag_backend_name, &info) && info.dli_fname) {
-      char self[PATH_MAX], real[PATH_MAX];
-      snprintf(self, sizeof self, "%s", realpath(info.dli_fname, real) ? real : info.dli_fname);
-      const char *dir = dirname(self);
-      h = try_open(dir, file, err, sizeof err);
-      if (!h) {
-        char sub[PATH_MAX];
-        snprintf(sub, sizeof sub, "%s/anygrad", dir);
-        h = try_open(sub, file, err, sizeof err);
-        /* a "failed to load" from either place is kept over "not found" */
-        if (!h && strncmp(err, "not found", 9) == 0)
-          snprintf(err, sizeof err, "not found in %.170s or %.170s/anygrad (backend not built)", dir, dir);
-      }
-    }
-  }
+  void *h = ag__module_open(file, err, sizeof err);
   if (!h) {
     snprintf(sl->reason, sizeof sl->reason, "%s %s", file, err[0] ? err : "not found (backend not built)");
     return;

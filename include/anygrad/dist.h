@@ -63,12 +63,12 @@ typedef enum ag_dist_kind {
   AG_DIST_KIND_COUNT = 4,
 } ag_dist_kind;
 
-typedef enum ag_reduce_op {
-  AG_REDUCE_SUM = 0,
-  AG_REDUCE_AVG = 1, /* sum / size; float dtypes only (AG_ERR_DTYPE for i32) */
-  AG_REDUCE_MAX = 2,
-  AG_REDUCE_MIN = 3,
-} ag_reduce_op;
+typedef enum ag_dist_reduce {
+  AG_DIST_SUM = 0,
+  AG_DIST_AVG = 1, /* sum / size; float dtypes only (AG_ERR_DTYPE for i32) */
+  AG_DIST_MAX = 2,
+  AG_DIST_MIN = 3,
+} ag_dist_reduce;
 
 /* One rank's handle on a group. Opaque; owned by whoever created it
  * (ag_group_destroy). */
@@ -171,13 +171,15 @@ AG_API ag_status ag_group_status(const ag_group *g);
  * work: AG_ERR_TIMEOUT, AG_ERR_ABORTED, AG_ERR_INVALID (peers disagree on
  * the collective), AG_ERR_BACKEND, AG_ERR_OOM.
  *
- * Reductions accumulate f16 and bf16 in f32 and f32 in f64 on the host paths
- * (in-process, staged MPI), rounding once at the end; the order is fixed
- * (rank 0, 1, ...), so the in-process result is the same on every run. */
+ * Numerics: the in-process group accumulates every dtype in double in rank
+ * order (0, 1, ...) and rounds once, so its result is the same on every run
+ * and on every rank. Staged MPI widens f16/bf16 to f32 and lets MPI reduce
+ * (f32, f64, i32 natively; MPI's order). AG_DIST_AVG is the sum divided by
+ * size. */
 
 /* t <- op over all ranks' t (in place). Every rank's t has the same dtype
  * and element count. */
-AG_API ag_status ag_all_reduce(ag_group *g, ag_tensor *t, ag_reduce_op op, ag_work **out_work);
+AG_API ag_status ag_all_reduce(ag_group *g, ag_tensor *t, ag_dist_reduce op, ag_work **out_work);
 
 /* t <- root's t on every rank (in place). */
 AG_API ag_status ag_broadcast(ag_group *g, ag_tensor *t, int root, ag_work **out_work);
@@ -188,7 +190,7 @@ AG_API ag_status ag_all_gather(ag_group *g, ag_tensor *in, ag_tensor *out, ag_wo
 
 /* out <- op over all ranks of chunk `rank` of in, where in has size *
  * numel(out) elements split in rank order. in and out must not overlap. */
-AG_API ag_status ag_reduce_scatter(ag_group *g, ag_tensor *in, ag_tensor *out, ag_reduce_op op,
+AG_API ag_status ag_reduce_scatter(ag_group *g, ag_tensor *in, ag_tensor *out, ag_dist_reduce op,
                                    ag_work **out_work);
 
 /* Returns (or completes the work) when every rank has arrived. Waits for no
@@ -198,10 +200,10 @@ AG_API ag_status ag_group_barrier(ag_group *g, ag_work **out_work);
 /* ---- work handles ---- */
 
 /* Block the host until the collective completed (its results are in the
- * tensors and later work on any stream sees them) or the group's timeout
- * passed; returns its status (AG_ERR_TIMEOUT if still running then; the
- * group is then broken). A counted host sync. May be called again; returns
- * the same status. */
+ * tensors and later work on any stream sees them); returns its status. The
+ * worker bounds each collective by the group's timeout, so this returns
+ * within about one timeout (AG_ERR_TIMEOUT from the collective). A counted
+ * host sync. May be called again; returns the same status. */
 AG_API ag_status ag_work_wait(ag_work *w);
 
 /* True when the work has completed (successfully or not). Never blocks. */

@@ -1,0 +1,735 @@
+/* Process groups: the public collectives API, argument checks, and the
+ * per-rank communication worker that every implementation shares. The
+ * worker runs each collective in call order: it waits for the caller's
+ * stream (an event), stages device data through pinned host memory when the
+ * implementation works on host buffers (widening f16/bf16 for those that
+ * cannot reduce them), runs the implementation with a deadline, and copies
+ * the result back on the rank's communication stream. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "anygrad/loader.h"
+#include "dist_internal.h"
+#include "internal.h"
+
+#define DEFAULT_TIMEOUT_MS 300000
+
+struct ag_work {
+  atomic_int refs; /* the caller's and the worker's */
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* CLOCK_MONOTONIC */
+  int state;         /* 0 queued, 1 host phase done, results copying on `done` */
+  ag_status st;
+  char msg[512];
+  ag_event *start;   /* recorded on the caller's stream at the call */
+  ag_event *done;    /* recorded on the comm stream after the copy back; NULL if none */
+  int64_t timeout_ms;
+  /* the collective */
+  ag_coll_kind kind;
+  ag_dist_reduce op;
+  int root;
+  uint64_t seq;
+  ag_tensor *in, *out; /* private references; out may be NULL (in place) */
+  struct ag_work *next;
+};
+
+struct ag_group {
+  ag_dist_kind kind;
+  int rank, size;
+  ag_device dev;
+  ag_devstate *ds;
+  int64_t timeout_ms;
+  const ag_dist_module *mod;
+  ag_dist_impl *im;
+  ag_dist_caps caps;
+  ag_stream *comm;
+  uint64_t seq;
+  /* worker */
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  ag_work *head, *tail;
+  bool stop;
+  /* local view of a broken group (the implementation has the shared one) */
+  ag_status broken_st;
+  char broken_msg[512];
+};
+
+static const char *const k_kind_names[AG_DIST_KIND_COUNT] = {"inproc", "mpi", "nccl", "rccl"};
+static const char *const k_coll_fn[] = {"ag_all_reduce", "ag_broadcast", "ag_all_gather",
+                                        "ag_reduce_scatter", "ag_group_barrier"};
+
+const char *ag_dist_kind_name(ag_dist_kind kind) {
+  return (kind >= 0 && kind < AG_DIST_KIND_COUNT) ? k_kind_names[kind] : "?";
+}
+
+bool ag_dist_available(ag_dist_kind kind, char *why, size_t n) {
+  if (why && n) why[0] = 0;
+  if (kind == AG_DIST_INPROC) return ag__dist_inproc_module()->probe(why, n);
+  if (kind < 0 || kind >= AG_DIST_KIND_COUNT) {
+    if (why && n) snprintf(why, n, "unknown communication library %d", (int)kind);
+    return false;
+  }
+  char buf[512];
+  const ag_dist_module *m = ag__dist_module(kind, buf, sizeof buf);
+  if (why && n) snprintf(why, n, "%s", buf);
+  return m != NULL;
+}
+
+void ag_group_options_default(ag_group_options *o) {
+  if (o) memset(o, 0, sizeof *o);
+}
+
+/* The timeout in force: the option, else AG_DIST_TIMEOUT_MS, else 5 min. */
+static ag_status resolve_timeout(const char *fn, const ag_group_options *o, int64_t *out) {
+  if (o && o->timeout_ms < 0)
+    return ag_error_set(AG_ERR_INVALID, "%s: timeout_ms %lld is negative", fn, (long long)o->timeout_ms);
+  if (o && o->timeout_ms > 0) {
+    *out = o->timeout_ms;
+    return AG_OK;
+  }
+  const char *e = getenv("AG_DIST_TIMEOUT_MS");
+  if (e && *e) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(e, &end, 10);
+    if (errno || *end || v <= 0)
+      return ag_error_set(AG_ERR_INVALID, "%s: AG_DIST_TIMEOUT_MS='%.40s' is not a positive number of milliseconds",
+                          fn, e);
+    *out = v;
+    return AG_OK;
+  }
+  *out = DEFAULT_TIMEOUT_MS;
+  return AG_OK;
+}
+
+static void cond_init_mono(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+}
+
+static struct timespec to_ts(int64_t ns) {
+  struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+  return ts;
+}
+
+/* ---- work handles ---- */
+
+static void work_unref(ag_work *w) {
+  if (!w || atomic_fetch_sub(&w->refs, 1) != 1) return;
+  ag_event_destroy(w->start);
+  ag_event_destroy(w->done);
+  ag_tensor_release(w->in);
+  ag_tensor_release(w->out);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  free(w);
+}
+
+static void work_finish(ag_work *w, ag_status st, const char *msg) {
+  /* The tensors are not needed any more: the copy back (if any) is on the
+   * comm stream, where record_stream keeps their memory. */
+  pthread_mutex_lock(&w->mu);
+  w->st = st;
+  if (st != AG_OK) snprintf(w->msg, sizeof w->msg, "%s", msg);
+  w->state = 1;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* Wait for the host phase. The worker bounds each collective by the timeout
+ * and fails the ones queued behind a failure at once, so this returns within
+ * about one timeout; twice the timeout is a safety net that should never
+ * fire. */
+static ag_status work_wait_host(ag_work *w, const char *fn) {
+  int64_t deadline = ag__dist_now_ns() + 2 * w->timeout_ms * 1000000;
+  struct timespec ts = to_ts(deadline);
+  pthread_mutex_lock(&w->mu);
+  while (w->state == 0) {
+    if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT && w->state == 0) {
+      pthread_mutex_unlock(&w->mu);
+      return ag_error_set(AG_ERR_TIMEOUT, "%s: collective #%llu (%s) did not complete within %lld ms", fn,
+                          (unsigned long long)w->seq, k_coll_fn[w->kind], (long long)w->timeout_ms);
+    }
+  }
+  ag_status st = w->st;
+  if (st != AG_OK) ag_error_set(st, "%s", w->msg);
+  pthread_mutex_unlock(&w->mu);
+  return st;
+}
+
+ag_status ag_work_wait(ag_work *w) {
+  if (!w) return ag_error_set(AG_ERR_INVALID, "ag_work_wait: NULL work");
+  ag_status st = work_wait_host(w, "ag_work_wait");
+  if (st == AG_OK && w->done) st = ag__sync_event(w->done, "ag_work_wait");
+  return st;
+}
+
+bool ag_work_test(const ag_work *w) {
+  if (!w) return false;
+  ag_work *m = (ag_work *)w;
+  pthread_mutex_lock(&m->mu);
+  int state = m->state;
+  pthread_mutex_unlock(&m->mu);
+  if (state == 0) return false;
+  return !m->done || ag_event_query(m->done);
+}
+
+ag_status ag_work_stream_wait(ag_work *w, ag_stream *s) {
+  if (!w || !s) return ag_error_set(AG_ERR_INVALID, "ag_work_stream_wait: NULL %s", w ? "stream" : "work");
+  ag_status st = work_wait_host(w, "ag_work_stream_wait");
+  if (st != AG_OK || !w->done) return st;
+  if (s->ds == w->done->ds) return ag_stream_wait_event(s, w->done);
+  /* Another device: its stream cannot wait on this device's event. */
+  return ag__sync_event(w->done, "ag_work_stream_wait");
+}
+
+void ag_work_release(ag_work *w) { work_unref(w); }
+
+/* ---- the worker ---- */
+
+static void group_break(ag_group *g, ag_status st, const char *msg) {
+  pthread_mutex_lock(&g->mu);
+  if (g->broken_st == AG_OK) {
+    g->broken_st = st;
+    snprintf(g->broken_msg, sizeof g->broken_msg, "%s", msg);
+  }
+  pthread_mutex_unlock(&g->mu);
+  g->mod->abort(g->im, st, msg);
+}
+
+/* Byte address of t's first element on its device (host memory for CPU). */
+static void tensor_span(const ag_tensor *t, void **base, size_t *off, size_t *bytes) {
+  size_t es = ag_dtype_size(t->dtype);
+  *base = t->st->base;
+  *off = t->st->offset + (size_t)t->offset * es;
+  *bytes = (size_t)t->numel * es;
+}
+
+/* Device -> pinned host on the comm stream; the caller synchronizes. */
+static ag_status stage_down(ag_group *g, const ag_tensor *t, void *host) {
+  void *base;
+  size_t off, bytes;
+  tensor_span(t, &base, &off, &bytes);
+  if (!bytes) return AG_OK;
+  return g->ds->be->copy_d2h(g->comm->bs, host, base, off, bytes);
+}
+
+static ag_status stage_up(ag_group *g, ag_tensor *t, const void *host) {
+  void *base;
+  size_t off, bytes;
+  tensor_span(t, &base, &off, &bytes);
+  if (!bytes) return AG_OK;
+  return g->ds->be->copy_h2d(g->comm->bs, base, off, host, bytes, true);
+}
+
+/* Run one collective through pinned host buffers. */
+static ag_status run_host(ag_group *g, ag_work *w, int64_t deadline) {
+  ag_tensor *in = w->in, *out = w->out ? w->out : w->in;
+  ag_dtype dt = in->dtype;
+  size_t es = ag_dtype_size(dt);
+  bool widen = (dt == AG_F16 || dt == AG_BF16) && !g->caps.native_half;
+  size_t wes = widen ? sizeof(float) : es;
+  size_t in_n = (size_t)in->numel, out_n = (size_t)out->numel;
+  bool separate_out = w->kind == AG_COLL_ALL_GATHER || w->kind == AG_COLL_REDUCE_SCATTER;
+  void *hin = NULL, *hout = NULL, *win = NULL, *wout = NULL;
+  ag_status st = AG_OK;
+  /* pinned blocks are never 0 bytes */
+  if ((st = ag_pinned_alloc(g->dev, in_n * es + 1, &hin)) != AG_OK) goto done;
+  if (separate_out && (st = ag_pinned_alloc(g->dev, out_n * es + 1, &hout)) != AG_OK) goto done;
+  bool need_data = !(w->kind == AG_COLL_BROADCAST && g->rank != w->root) && w->kind != AG_COLL_BARRIER;
+  if (need_data) {
+    if ((st = stage_down(g, in, hin)) != AG_OK) goto done;
+    /* The worker's own wait: it blocks no user thread, so it is not a sync
+     * the training loop pays for (and sync-debug mode does not refuse it). */
+    if ((st = g->ds->be->stream_synchronize(g->comm->bs)) != AG_OK) goto done;
+  }
+  ag_coll c = {.kind = w->kind, .dtype = dt, .op = w->op, .root = w->root, .buf = hin, .out = hout,
+               .count = w->kind == AG_COLL_REDUCE_SCATTER ? out_n : in_n, .seq = w->seq};
+  if (widen) {
+    win = malloc(in_n * wes + 1);
+    wout = separate_out ? malloc(out_n * wes + 1) : NULL;
+    if (!win || (separate_out && !wout)) {
+      st = ag_error_set(AG_ERR_OOM, "%s: out of host memory widening %s", k_coll_fn[w->kind], ag_dtype_name(dt));
+      goto done;
+    }
+    if (need_data) ag__dist_widen(dt, hin, win, in_n);
+    c.dtype = AG_F32;
+    c.buf = win;
+    c.out = wout;
+  }
+  bool avg_here = (c.op == AG_DIST_AVG) && !g->caps.native_avg &&
+                  (w->kind == AG_COLL_ALL_REDUCE || w->kind == AG_COLL_REDUCE_SCATTER);
+  if (avg_here) c.op = AG_DIST_SUM;
+  if ((st = g->mod->run(g->im, &c, deadline)) != AG_OK) goto done;
+  void *res = separate_out ? c.out : c.buf;
+  if (avg_here) ag__dist_divide(c.dtype, res, separate_out ? out_n : in_n, (double)g->size);
+  if (widen) ag__dist_narrow(dt, res, separate_out ? hout : hin, separate_out ? out_n : in_n);
+  if (w->kind != AG_COLL_BARRIER) {
+    void *h = separate_out ? hout : hin;
+    if ((st = stage_up(g, out, h)) != AG_OK) goto done;
+    if ((st = ag_pinned_record_stream(h, g->comm)) != AG_OK) goto done;
+  }
+done:
+  free(win);
+  free(wout);
+  ag_pinned_free(hin); /* reused only after the copies recorded on it */
+  ag_pinned_free(hout);
+  return st;
+}
+
+/* Device buffers: the implementation enqueues on its own stream and returns
+ * when the collective completed; the caller's stream is waited for here. */
+static ag_status run_device(ag_group *g, ag_work *w, int64_t deadline) {
+  ag_status st = ag__sync_event(w->start, k_coll_fn[w->kind]);
+  if (st != AG_OK) return st;
+  ag_tensor *in = w->in, *out = w->out ? w->out : w->in;
+  void *ib, *ob;
+  size_t ioff, ooff, ibytes, obytes;
+  tensor_span(in, &ib, &ioff, &ibytes);
+  tensor_span(out, &ob, &ooff, &obytes);
+  bool separate_out = w->kind == AG_COLL_ALL_GATHER || w->kind == AG_COLL_REDUCE_SCATTER;
+  ag_coll c = {.kind = w->kind, .dtype = in->dtype, .op = w->op, .root = w->root,
+               .buf = (char *)ib + ioff, .out = separate_out ? (char *)ob + ooff : NULL,
+               .count = (size_t)(w->kind == AG_COLL_REDUCE_SCATTER ? out->numel : in->numel), .seq = w->seq};
+  bool avg_here = c.op == AG_DIST_AVG && !g->caps.native_avg;
+  if (avg_here) return ag_error_set(AG_ERR_UNSUPPORTED, "%s: average not supported by %s", k_coll_fn[w->kind],
+                                    g->mod->name);
+  return g->mod->run(g->im, &c, deadline);
+}
+
+static void run_one(ag_group *g, ag_work *w) {
+  ag_error_clear();
+  char msg[512];
+  ag_status st = AG_OK;
+  pthread_mutex_lock(&g->mu);
+  st = g->broken_st;
+  if (st != AG_OK) snprintf(msg, sizeof msg, "%s", g->broken_msg);
+  pthread_mutex_unlock(&g->mu);
+  if (st == AG_OK && g->mod->broken) st = g->mod->broken(g->im, msg, sizeof msg);
+  if (st != AG_OK) {
+    work_finish(w, st == AG_ERR_TIMEOUT ? AG_ERR_TIMEOUT : AG_ERR_ABORTED, msg);
+    return;
+  }
+  int64_t deadline = ag__dist_now_ns() + g->timeout_ms * 1000000;
+  if (g->caps.device_buffers && w->kind != AG_COLL_BARRIER) {
+    st = run_device(g, w, deadline);
+  } else {
+    st = ag_stream_wait_event(g->comm, w->start);
+    if (st == AG_OK) st = run_host(g, w, deadline);
+    if (st == AG_OK && w->kind != AG_COLL_BARRIER) {
+      ag_event *e = ag_event_create(g->dev, false);
+      if (!e) st = ag_last_status();
+      else if ((st = ag_event_record(e, g->comm)) != AG_OK) ag_event_destroy(e);
+      else w->done = e;
+    }
+  }
+  if (st != AG_OK) {
+    snprintf(msg, sizeof msg, "rank %d: %s", g->rank, ag_last_error());
+    group_break(g, st, msg);
+    work_finish(w, st, ag_last_error());
+    return;
+  }
+  work_finish(w, AG_OK, NULL);
+}
+
+static void *worker_main(void *arg) {
+  ag_group *g = arg;
+  for (;;) {
+    pthread_mutex_lock(&g->mu);
+    while (!g->head && !g->stop) pthread_cond_wait(&g->cv, &g->mu);
+    ag_work *w = g->head;
+    if (!w) { /* stop and drained */
+      pthread_mutex_unlock(&g->mu);
+      return NULL;
+    }
+    g->head = w->next;
+    if (!g->head) g->tail = NULL;
+    pthread_mutex_unlock(&g->mu);
+    run_one(g, w);
+    work_unref(w);
+  }
+}
+
+/* ---- queueing ---- */
+
+static ag_status submit(ag_group *g, ag_coll_kind kind, ag_tensor *in, ag_tensor *out, ag_dist_reduce op,
+                        int root, ag_work **out_work) {
+  const char *fn = k_coll_fn[kind];
+  if (out_work) *out_work = NULL;
+  ag_status st = AG_OK;
+  char msg[600];
+  pthread_mutex_lock(&g->mu);
+  st = g->broken_st;
+  if (st != AG_OK) snprintf(msg, sizeof msg, "%s", g->broken_msg);
+  pthread_mutex_unlock(&g->mu);
+  if (st == AG_OK && g->mod->broken) st = g->mod->broken(g->im, msg, sizeof msg);
+  if (st != AG_OK)
+    return ag_error_set(st == AG_ERR_TIMEOUT ? AG_ERR_TIMEOUT : AG_ERR_ABORTED, "%s: group is broken: %s", fn,
+                        msg);
+  /* Argument checks. A failure here breaks the group too: the peers would
+   * otherwise wait a full timeout for a collective this rank never joins. */
+  msg[0] = 0;
+  if (kind != AG_COLL_BARRIER) {
+    ag_tensor *ts[2] = {in, out};
+    for (int i = 0; i < 2 && !msg[0]; i++) {
+      ag_tensor *t = ts[i];
+      if (!t) {
+        if (i == 0 || kind == AG_COLL_ALL_GATHER || kind == AG_COLL_REDUCE_SCATTER) {
+          st = AG_ERR_INVALID;
+          snprintf(msg, sizeof msg, "%s: NULL tensor", fn);
+        }
+        continue;
+      }
+      if (t->st->ds != g->ds) {
+        st = AG_ERR_DEVICE;
+        snprintf(msg, sizeof msg, "%s: tensor on %s, group rank %d on %s", fn, ag__devlabel(t), g->rank,
+                 g->ds->label);
+      } else if (t->numel > 0 && !ag_tensor_is_contiguous(t)) {
+        st = AG_ERR_INVALID;
+        snprintf(msg, sizeof msg, "%s: tensor is not contiguous (use ag_contiguous)", fn);
+      } else if (!ag__dist_dtype_ok(t->dtype)) {
+        st = AG_ERR_DTYPE;
+        snprintf(msg, sizeof msg, "%s: dtype %s is not supported", fn, ag_dtype_name(t->dtype));
+      }
+    }
+    if (!msg[0] && (kind == AG_COLL_ALL_REDUCE || kind == AG_COLL_REDUCE_SCATTER)) {
+      if (op < AG_DIST_SUM || op > AG_DIST_MIN) {
+        st = AG_ERR_INVALID;
+        snprintf(msg, sizeof msg, "%s: bad reduce op %d", fn, (int)op);
+      } else if (op == AG_DIST_AVG && !ag_dtype_is_float(in->dtype)) {
+        st = AG_ERR_DTYPE;
+        snprintf(msg, sizeof msg, "%s: average of %s tensors is not defined (use sum)", fn,
+                 ag_dtype_name(in->dtype));
+      }
+    }
+    if (!msg[0] && kind == AG_COLL_BROADCAST && (root < 0 || root >= g->size)) {
+      st = AG_ERR_INVALID;
+      snprintf(msg, sizeof msg, "%s: root %d is not a rank of a group of %d", fn, root, g->size);
+    }
+    if (!msg[0] && (kind == AG_COLL_ALL_GATHER || kind == AG_COLL_REDUCE_SCATTER)) {
+      ag_tensor *big = kind == AG_COLL_ALL_GATHER ? out : in, *small = kind == AG_COLL_ALL_GATHER ? in : out;
+      if (in->dtype != out->dtype) {
+        st = AG_ERR_DTYPE;
+        snprintf(msg, sizeof msg, "%s: in is %s, out is %s", fn, ag_dtype_name(in->dtype), ag_dtype_name(out->dtype));
+      } else if (big->numel != small->numel * g->size) {
+        st = AG_ERR_SHAPE;
+        snprintf(msg, sizeof msg, "%s: %s has %lld elements, needs %d x %lld", fn,
+                 kind == AG_COLL_ALL_GATHER ? "out" : "in", (long long)big->numel, g->size, (long long)small->numel);
+      } else if (in->st == out->st) {
+        st = AG_ERR_INVALID;
+        snprintf(msg, sizeof msg, "%s: in and out share storage", fn);
+      }
+    }
+  }
+  ag_work *w = NULL;
+  if (!msg[0]) {
+    w = calloc(1, sizeof *w);
+    if (!w) {
+      st = AG_ERR_OOM;
+      snprintf(msg, sizeof msg, "%s: out of host memory", fn);
+    }
+  }
+  if (!msg[0]) {
+    atomic_init(&w->refs, 2);
+    pthread_mutex_init(&w->mu, NULL);
+    cond_init_mono(&w->cv);
+    w->timeout_ms = g->timeout_ms;
+    w->kind = kind;
+    w->op = op;
+    w->root = root;
+    w->seq = ++g->seq;
+    /* Start after what the caller queued so far on its current stream. */
+    ag_stream *cur = ag__current_stream(g->ds);
+    w->start = ag_event_create(g->dev, false);
+    if (!w->start || (st = ag_event_record(w->start, cur)) != AG_OK) {
+      st = ag_last_status();
+      snprintf(msg, sizeof msg, "%s", ag_last_error());
+    }
+    if (!msg[0] && in) {
+      w->in = ag__private_ref(in);
+      if (out) w->out = ag__private_ref(out);
+      if (!w->in || (out && !w->out)) {
+        st = ag_last_status();
+        snprintf(msg, sizeof msg, "%s", ag_last_error());
+      } else {
+        /* Their memory is used on the comm stream: the allocator must not
+         * hand it out again before that work ends. */
+        ag_tensor_record_stream(in, g->comm);
+        if (out) ag_tensor_record_stream(out, g->comm);
+        ag__version_bump(out ? out : in);
+      }
+    }
+  }
+  if (msg[0]) {
+    if (w) {
+      atomic_store(&w->refs, 1);
+      work_unref(w);
+    }
+    group_break(g, st, msg);
+    return ag_error_set(st, "%s", msg);
+  }
+  pthread_mutex_lock(&g->mu);
+  if (g->tail) g->tail->next = w;
+  else g->head = w;
+  g->tail = w;
+  pthread_cond_signal(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+  if (out_work) {
+    *out_work = w;
+    return AG_OK;
+  }
+  st = work_wait_host(w, fn);
+  if (st == AG_OK && w->done) st = ag_stream_wait_event(ag__current_stream(g->ds), w->done);
+  if (st == AG_OK && w->done) {
+    /* keep the message of a failure above; none here */
+  }
+  work_unref(w);
+  return st;
+}
+
+static bool check_group(ag_group *g, const char *fn) {
+  if (g) return true;
+  ag_error_set(AG_ERR_INVALID, "%s: NULL group", fn);
+  return false;
+}
+
+ag_status ag_all_reduce(ag_group *g, ag_tensor *t, ag_dist_reduce op, ag_work **out_work) {
+  if (!check_group(g, "ag_all_reduce")) return AG_ERR_INVALID;
+  return submit(g, AG_COLL_ALL_REDUCE, t, NULL, op, 0, out_work);
+}
+
+ag_status ag_broadcast(ag_group *g, ag_tensor *t, int root, ag_work **out_work) {
+  if (!check_group(g, "ag_broadcast")) return AG_ERR_INVALID;
+  return submit(g, AG_COLL_BROADCAST, t, NULL, AG_DIST_SUM, root, out_work);
+}
+
+ag_status ag_all_gather(ag_group *g, ag_tensor *in, ag_tensor *out, ag_work **out_work) {
+  if (!check_group(g, "ag_all_gather")) return AG_ERR_INVALID;
+  return submit(g, AG_COLL_ALL_GATHER, in, out, AG_DIST_SUM, 0, out_work);
+}
+
+ag_status ag_reduce_scatter(ag_group *g, ag_tensor *in, ag_tensor *out, ag_dist_reduce op, ag_work **out_work) {
+  if (!check_group(g, "ag_reduce_scatter")) return AG_ERR_INVALID;
+  return submit(g, AG_COLL_REDUCE_SCATTER, in, out, op, 0, out_work);
+}
+
+ag_status ag_group_barrier(ag_group *g, ag_work **out_work) {
+  if (!check_group(g, "ag_group_barrier")) return AG_ERR_INVALID;
+  return submit(g, AG_COLL_BARRIER, NULL, NULL, AG_DIST_SUM, 0, out_work);
+}
+
+/* ---- groups ---- */
+
+static ag_status group_new(ag_dist_kind kind, ag_device dev, int64_t timeout_ms, const ag_dist_module *mod,
+                           ag_group **out) {
+  ag_devstate *ds = ag__devstate(dev);
+  if (!ds) return ag_last_status();
+  ag_group *g = calloc(1, sizeof *g);
+  if (!g) return ag_error_set(AG_ERR_OOM, "ag_group_create: out of host memory");
+  g->kind = kind;
+  g->dev = dev;
+  g->ds = ds;
+  g->timeout_ms = timeout_ms;
+  g->mod = mod;
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
+  g->comm = ag_stream_create(dev);
+  if (!g->comm) {
+    ag_status st = ag_last_status();
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+    return st;
+  }
+  *out = g;
+  return AG_OK;
+}
+
+static ag_status group_start(ag_group *g) {
+  if (pthread_create(&g->thread, NULL, worker_main, g) != 0)
+    return ag_error_set(AG_ERR_OOM, "ag_group_create: cannot start the communication thread");
+  g->thread_started = true;
+  return AG_OK;
+}
+
+/* Free a group whose worker is stopped (or never started). */
+static void group_free(ag_group *g) {
+  if (g->im) g->mod->destroy(g->im);
+  ag_stream_destroy(g->comm);
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->cv);
+  free(g);
+}
+
+ag_status ag_group_create_inproc(int n, const ag_device *devices, const ag_group_options *opts,
+                                 ag_group **out_groups) {
+  const char *fn = "ag_group_create_inproc";
+  if (!devices || !out_groups) return ag_error_set(AG_ERR_INVALID, "%s: NULL %s", fn, devices ? "out_groups" : "devices");
+  if (n < 1 || n > AG_DIST_MAX_RANKS)
+    return ag_error_set(AG_ERR_INVALID, "%s: %d ranks (1 to %d)", fn, n, AG_DIST_MAX_RANKS);
+  int64_t timeout;
+  ag_status st = resolve_timeout(fn, opts, &timeout);
+  if (st != AG_OK) return st;
+  ag_group *gs[AG_DIST_MAX_RANKS] = {0};
+  ag_dist_impl *ims[AG_DIST_MAX_RANKS] = {0};
+  for (int i = 0; i < n && st == AG_OK; i++) {
+    st = group_new(AG_DIST_INPROC, devices[i], timeout, ag__dist_inproc_module(), &gs[i]);
+    if (st == AG_OK) {
+      gs[i]->rank = i;
+      gs[i]->size = n;
+      gs[i]->caps = (ag_dist_caps){.device_buffers = false, .native_avg = true, .native_half = true};
+    }
+  }
+  if (st == AG_OK) st = ag__dist_inproc_create_all(n, timeout, ims);
+  if (st == AG_OK)
+    for (int i = 0; i < n; i++) gs[i]->im = ims[i];
+  for (int i = 0; i < n && st == AG_OK; i++) st = group_start(gs[i]);
+  if (st != AG_OK) {
+    for (int i = 0; i < n; i++) {
+      if (!gs[i]) continue;
+      if (gs[i]->thread_started) {
+        pthread_mutex_lock(&gs[i]->mu);
+        gs[i]->stop = true;
+        pthread_cond_signal(&gs[i]->cv);
+        pthread_mutex_unlock(&gs[i]->mu);
+        pthread_join(gs[i]->thread, NULL);
+      }
+      group_free(gs[i]);
+    }
+    return st;
+  }
+  for (int i = 0; i < n; i++) out_groups[i] = gs[i];
+  return AG_OK;
+}
+
+/* A group over a module's implementation (MPI, NCCL, RCCL). */
+static ag_status create_module_group(ag_dist_kind kind, ag_device device, int64_t timeout,
+                                     ag_dist_create_args *a, ag_group **out) {
+  char why[512];
+  const ag_dist_module *mod = ag__dist_module(kind, why, sizeof why);
+  if (!mod) return ag_error_set(AG_ERR_UNAVAILABLE, "%s is unavailable: %s", k_kind_names[kind], why);
+  ag_group *g = NULL;
+  ag_status st = group_new(kind, device, timeout, mod, &g);
+  if (st != AG_OK) return st;
+  a->dev_backend = device.backend;
+  a->dev_index = device.index;
+  a->timeout_ms = timeout;
+  st = mod->create(a, &g->im, &g->caps);
+  if (st == AG_OK) {
+    g->rank = a->rank;
+    g->size = a->size;
+    /* device addresses only where the device has them */
+    if (g->caps.device_buffers && device.backend != AG_BACKEND_CUDA && device.backend != AG_BACKEND_HIP)
+      g->caps.device_buffers = false;
+    st = group_start(g);
+  }
+  if (st != AG_OK) {
+    group_free(g);
+    return st;
+  }
+  *out = g;
+  return AG_OK;
+}
+
+ag_status ag_group_create_mpi(ag_device device, const ag_group_options *opts, ag_group **out_group) {
+  const char *fn = "ag_group_create_mpi";
+  if (!out_group) return ag_error_set(AG_ERR_INVALID, "%s: NULL out_group", fn);
+  *out_group = NULL;
+  int64_t timeout;
+  ag_status st = resolve_timeout(fn, opts, &timeout);
+  if (st != AG_OK) return st;
+  ag_dist_create_args a = {0};
+  return create_module_group(AG_DIST_MPI, device, timeout, &a, out_group);
+}
+
+ag_status ag_group_create_nccl(ag_group *bootstrap, ag_device device, const ag_group_options *opts,
+                               ag_group **out_group) {
+  const char *fn = "ag_group_create_nccl";
+  if (!out_group || !bootstrap)
+    return ag_error_set(AG_ERR_INVALID, "%s: NULL %s", fn, out_group ? "bootstrap" : "out_group");
+  *out_group = NULL;
+  ag_dist_kind kind;
+  if (device.backend == AG_BACKEND_CUDA) kind = AG_DIST_NCCL;
+  else if (device.backend == AG_BACKEND_HIP) kind = AG_DIST_RCCL;
+  else
+    return ag_error_set(AG_ERR_DEVICE, "%s: NCCL needs a cuda device and RCCL a hip device, not %s", fn,
+                        ag_backend_name((ag_backend_kind)device.backend));
+  int64_t timeout;
+  ag_status st = resolve_timeout(fn, opts, &timeout);
+  if (st != AG_OK) return st;
+  char why[512];
+  const ag_dist_module *mod = ag__dist_module(kind, why, sizeof why);
+  if (!mod) {
+    /* The peers are in the same bootstrap collective below: leave it broken
+     * so they do not wait for this rank. */
+    ag_group_abort(bootstrap, "ag_group_create_nccl: the library is unavailable on a rank");
+    return ag_error_set(AG_ERR_UNAVAILABLE, "%s: %s is unavailable: %s", fn, k_kind_names[kind], why);
+  }
+  /* Rank 0 makes the id; the bootstrap group broadcasts it (in its own
+   * host memory: any device works for a byte tensor of the id). */
+  unsigned char id[AG_DIST_ID_BYTES] = {0};
+  if (bootstrap->rank == 0 && (st = mod->get_id(id)) != AG_OK) {
+    ag_group_abort(bootstrap, ag_last_error());
+    return st;
+  }
+  int64_t shape[1] = {AG_DIST_ID_BYTES / 4};
+  ag_tensor *t = ag_from_host(bootstrap->dev, AG_I32, 1, shape, id);
+  if (!t) {
+    ag_group_abort(bootstrap, ag_last_error());
+    return ag_last_status();
+  }
+  st = ag_broadcast(bootstrap, t, 0, NULL);
+  if (st == AG_OK) st = ag_to_host(t, id, sizeof id);
+  ag_tensor_release(t);
+  if (st != AG_OK) return st;
+  ag_dist_create_args a = {.rank = bootstrap->rank, .size = bootstrap->size};
+  memcpy(a.id, id, sizeof id);
+  return create_module_group(kind, device, timeout, &a, out_group);
+}
+
+void ag_group_destroy(ag_group *g) {
+  if (!g) return;
+  pthread_mutex_lock(&g->mu);
+  g->stop = true;
+  pthread_cond_signal(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+  if (g->thread_started) pthread_join(g->thread, NULL);
+  /* Copies back may still run on the comm stream: destroying it waits. */
+  group_free(g);
+}
+
+int ag_group_rank(const ag_group *g) { return g ? g->rank : -1; }
+int ag_group_size(const ag_group *g) { return g ? g->size : -1; }
+ag_device ag_group_device(const ag_group *g) { return g ? g->dev : AG_CPU; }
+ag_dist_kind ag_group_kind(const ag_group *g) { return g ? g->kind : AG_DIST_INPROC; }
+int64_t ag_group_timeout_ms(const ag_group *g) { return g ? g->timeout_ms : -1; }
+
+void ag_group_abort(ag_group *g, const char *reason) {
+  if (!g) return;
+  char msg[512];
+  snprintf(msg, sizeof msg, "rank %d aborted the group: %s", g->rank, reason ? reason : "ag_group_abort");
+  group_break(g, AG_ERR_ABORTED, msg);
+}
+
+ag_status ag_group_status(const ag_group *g) {
+  if (!g) return ag_error_set(AG_ERR_INVALID, "ag_group_status: NULL group");
+  ag_group *m = (ag_group *)g;
+  char msg[512];
+  pthread_mutex_lock(&m->mu);
+  ag_status st = m->broken_st;
+  if (st != AG_OK) snprintf(msg, sizeof msg, "%s", m->broken_msg);
+  pthread_mutex_unlock(&m->mu);
+  if (st == AG_OK && m->mod->broken) st = m->mod->broken(m->im, msg, sizeof msg);
+  if (st != AG_OK) ag_error_set(st, "%s", msg);
+  return st;
+}
