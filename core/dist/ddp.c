@@ -111,7 +111,7 @@ static ag_status bucket_launch(ag_ddp *d, ddp_bucket *b) {
   }
   ag_status se = ag_scope_end();
   if (st == AG_OK) st = se;
-  if (st == AG_OK) st = ag_all_reduce(d->g, b->flat, AG_REDUCE_SUM, &b->work);
+  if (st == AG_OK) st = ag_all_reduce(d->g, b->flat, AG_DIST_SUM, &b->work);
   b->launched = true; /* even on failure: the group is broken, never retried */
   return st;
 }
