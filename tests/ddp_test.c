@@ -311,15 +311,19 @@ static void one_step_case(const ag_device *devs, int n, int64_t rows, int64_t bu
            (long long)rows, r, e, c.stats[r].n_buckets, (long long)c.stats[r].launched_in_hooks);
     if (!(e <= GRAD_RTOL)) fail_msg("rank %d: reduced gradient differs from the full batch's by %.3g", r, e);
     /* every rank holds the same bits */
-    if (memcmp(c.grads[r], c.grads[0], (size_t)ng * sizeof(float))) fail_msg("rank %d's gradient differs from rank 0's", r);
+    for (int64_t i = 0; i < ng; i++)
+      if (memcmp(&c.grads[r][i], &c.grads[0][i], sizeof(float)))
+        fail_msg("rank %d's gradient differs from rank 0's at %lld of %lld: %.9g vs %.9g (reference %.9g; "
+                 "%lld buckets)", r, (long long)i, (long long)ng, c.grads[r][i], c.grads[0][i], ref[i],
+                 (long long)bucket_bytes);
     /* with small buckets all but the last bucket leave from the hooks */
     if (bucket_bytes && bucket_bytes < 1000) {
       assert_true(c.stats[r].n_buckets >= 3);
       assert_int_equal(c.stats[r].launched_in_hooks, c.stats[r].n_buckets);
       assert_int_equal(c.stats[r].launched_at_finish, 0);
     }
-    free(c.grads[r]);
   }
+  for (int r = 0; r < n; r++) free(c.grads[r]);
   free(ref);
 }
 
@@ -559,7 +563,9 @@ static void test_resume_n_to_m(void **state) {
    * --steps, so the first leg ends at 20 in every run), resumed to 40. */
   charlm_options base = small_charlm();
   base.steps = 40;
-  const char *ck = TMP "_resume.st", *ck_ref = TMP "_resume_ref.st";
+  char ck[512], ck_ref[512];
+  snprintf(ck, sizeof ck, "%s_resume_%d.st", TMP, (int)getpid());
+  snprintf(ck_ref, sizeof ck_ref, "%s_resume_ref_%d.st", TMP, (int)getpid());
   unlink(ck);
   unlink(ck_ref);
   charlm_options first = base;
