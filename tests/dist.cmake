@@ -5,3 +5,21 @@ target_include_directories(dist_inproc_test PRIVATE ${AG_CMOCKA_INCLUDE})
 target_link_libraries(dist_inproc_test PRIVATE anygrad ${AG_CMOCKA_LIB} Threads::Threads m)
 add_test(NAME dist_inproc COMMAND dist_inproc_test)
 set_tests_properties(dist_inproc PROPERTIES TIMEOUT 300 LABELS "dist;threads" ENVIRONMENT "AG_DIST_TIMEOUT_MS=")
+
+if(AG_HAVE_MPI)
+  add_executable(dist_mpi_test ${CMAKE_CURRENT_SOURCE_DIR}/dist_mpi_test.c)
+  target_include_directories(dist_mpi_test PRIVATE ${AG_CMOCKA_INCLUDE})
+  target_link_libraries(dist_mpi_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
+  add_dependencies(dist_mpi_test anygrad-mpi)
+  # As root, Open MPI refuses to start without these; --oversubscribe lets 4
+  # ranks share CI's 2 cores.
+  set(_ag_mpi_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;AG_DIST_TIMEOUT_MS=")
+  add_test(NAME dist_mpi_np2 COMMAND ${AG_MPIEXEC} -np 2 $<TARGET_FILE:dist_mpi_test>)
+  add_test(NAME dist_mpi_np4 COMMAND ${AG_MPIEXEC} -np 4 --oversubscribe $<TARGET_FILE:dist_mpi_test>)
+  add_test(NAME dist_mpi_never_arrive COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist_mpi_fail.sh ${AG_MPIEXEC}
+           $<TARGET_FILE:dist_mpi_test> never-arrive)
+  add_test(NAME dist_mpi_killed_rank COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist_mpi_fail.sh ${AG_MPIEXEC}
+           $<TARGET_FILE:dist_mpi_test> kill)
+  set_tests_properties(dist_mpi_np2 dist_mpi_np4 dist_mpi_never_arrive dist_mpi_killed_rank PROPERTIES
+                       TIMEOUT 120 LABELS dist ENVIRONMENT "${_ag_mpi_env}" RUN_SERIAL ON)
+endif()

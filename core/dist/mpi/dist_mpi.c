@@ -1,0 +1,252 @@
+/* The MPI group module (libanygrad-mpi.so): one rank per process over a
+ * duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so MPI failures come
+ * back as statuses. libanygrad never links libmpi; this module does, and the
+ * core loads it on demand. Collectives are non-blocking MPI calls polled with
+ * MPI_Test until they finish or the deadline passes, so a peer that died or
+ * never calls gives a timeout here instead of a hang. Buffers are the core's
+ * pinned host staging, or device addresses when the library reports CUDA
+ * support (MPIX_Query_cuda_support, looked up at run time). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "anygrad/status.h"
+#include "dist/dist_internal.h"
+
+struct ag_dist_impl {
+  MPI_Comm comm;
+  int rank, size;
+  int64_t timeout_ms;
+  pthread_mutex_t mu;
+  ag_status broken_st;
+  char broken_msg[512];
+};
+
+/* Module state: who initialized MPI, how many groups are open, whether MPI
+ * calls from several threads must be serialized. Guarded by g_mu. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool g_we_initialized;
+static int g_open_groups;
+static bool g_any_broken;
+static bool g_serialize; /* MPI_THREAD_SERIALIZED only: one MPI call at a time */
+static pthread_mutex_t g_call_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *const k_coll_names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
+                                           "barrier"};
+
+static ag_status mpi_error(int rc, const char *what) {
+  char s[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
+  return ag_error_set(AG_ERR_BACKEND, "%s: %s", what, s);
+}
+
+static void lock_calls(void) {
+  if (g_serialize) pthread_mutex_lock(&g_call_mu);
+}
+static void unlock_calls(void) {
+  if (g_serialize) pthread_mutex_unlock(&g_call_mu);
+}
+
+static bool cuda_aware(void) {
+  int (*q)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "MPIX_Query_cuda_support");
+  return q && q() == 1;
+}
+
+static bool mpi_probe(char *why, size_t n) {
+  char ver[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  /* callable before MPI_Init */
+  if (MPI_Get_library_version(ver, &len) != MPI_SUCCESS) snprintf(ver, sizeof ver, "MPI (version unknown)");
+  char *nl = strpbrk(ver, "\n,");
+  if (nl) *nl = 0;
+  int major = 0, minor = 0;
+  MPI_Get_version(&major, &minor);
+  if (why && n)
+    snprintf(why, n, "%s (MPI %d.%d, device-aware: %s)", ver, major, minor,
+             dlsym(RTLD_DEFAULT, "MPIX_Query_cuda_support") ? (cuda_aware() ? "cuda" : "no") : "unknown");
+  return true;
+}
+
+static ag_status mpi_create(ag_dist_create_args *a, ag_dist_impl **out, ag_dist_caps *caps) {
+  ag_status st = AG_OK;
+  pthread_mutex_lock(&g_mu);
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    pthread_mutex_unlock(&g_mu);
+    return ag_error_set(AG_ERR_STATE, "ag_group_create_mpi: MPI was already finalized");
+  }
+  int provided = MPI_THREAD_SINGLE;
+  if (!inited) {
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) {
+      pthread_mutex_unlock(&g_mu);
+      return mpi_error(rc, "ag_group_create_mpi: MPI_Init_thread");
+    }
+    g_we_initialized = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    pthread_mutex_unlock(&g_mu);
+    return ag_error_set(AG_ERR_UNAVAILABLE,
+                        "ag_group_create_mpi: MPI provides thread level %d; anygrad calls MPI from its "
+                        "communication thread and needs MPI_THREAD_SERIALIZED or MULTIPLE (initialize MPI with "
+                        "MPI_Init_thread, or let anygrad initialize it)",
+                        provided);
+  }
+  g_serialize = provided < MPI_THREAD_MULTIPLE;
+  ag_dist_impl *im = calloc(1, sizeof *im);
+  if (!im) {
+    pthread_mutex_unlock(&g_mu);
+    return ag_error_set(AG_ERR_OOM, "ag_group_create_mpi: out of host memory");
+  }
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &im->comm);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(im->comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(im->comm, &im->rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(im->comm, &im->size);
+  if (rc != MPI_SUCCESS) {
+    st = mpi_error(rc, "ag_group_create_mpi: MPI_Comm_dup");
+    free(im);
+    pthread_mutex_unlock(&g_mu);
+    return st;
+  }
+  g_open_groups++;
+  pthread_mutex_unlock(&g_mu);
+  pthread_mutex_init(&im->mu, NULL);
+  im->timeout_ms = a->timeout_ms;
+  a->rank = im->rank;
+  a->size = im->size;
+  *caps = (ag_dist_caps){.device_buffers = a->dev_backend == 1 /* cuda */ && cuda_aware(),
+                         .native_avg = false, .native_half = false};
+  *out = im;
+  return AG_OK;
+}
+
+static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg) {
+  pthread_mutex_lock(&im->mu);
+  if (im->broken_st == AG_OK) {
+    im->broken_st = st;
+    snprintf(im->broken_msg, sizeof im->broken_msg, "%s", msg);
+  }
+  pthread_mutex_unlock(&im->mu);
+  pthread_mutex_lock(&g_mu);
+  g_any_broken = true;
+  pthread_mutex_unlock(&g_mu);
+}
+
+static ag_status mpi_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) {
+  MPI_Datatype dt;
+  switch (c->dtype) {
+    case AG_F32: dt = MPI_FLOAT; break;
+    case AG_F64: dt = MPI_DOUBLE; break;
+    case AG_I32: dt = MPI_INT; break;
+    default: return ag_error_set(AG_ERR_DTYPE, "MPI group: dtype %d reaches MPI unconverted", (int)c->dtype);
+  }
+  MPI_Op op = c->op == AG_DIST_MAX ? MPI_MAX : c->op == AG_DIST_MIN ? MPI_MIN : MPI_SUM;
+  if (c->count > (size_t)INT_MAX / (c->kind == AG_COLL_ALL_GATHER ? (size_t)im->size : 1))
+    return ag_error_set(AG_ERR_UNSUPPORTED, "MPI group: %zu elements exceed MPI's int count", c->count);
+  int n = (int)c->count;
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc;
+  lock_calls();
+  switch (c->kind) {
+    case AG_COLL_ALL_REDUCE: rc = MPI_Iallreduce(MPI_IN_PLACE, c->buf, n, dt, op, im->comm, &req); break;
+    case AG_COLL_BROADCAST: rc = MPI_Ibcast(c->buf, n, dt, c->root, im->comm, &req); break;
+    case AG_COLL_ALL_GATHER: rc = MPI_Iallgather(c->buf, n, dt, c->out, n, dt, im->comm, &req); break;
+    case AG_COLL_REDUCE_SCATTER: rc = MPI_Ireduce_scatter_block(c->buf, c->out, n, dt, op, im->comm, &req); break;
+    default: rc = MPI_Ibarrier(im->comm, &req); break;
+  }
+  unlock_calls();
+  char what[96];
+  snprintf(what, sizeof what, "MPI group rank %d: %s #%llu", im->rank, k_coll_names[c->kind],
+           (unsigned long long)c->seq);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, what);
+  /* Poll: spin while the collective is likely to finish soon (latency
+   * matters for small buckets), then back off to sleeps of 50 us. */
+  int64_t start = ag__dist_now_ns();
+  for (long iter = 0;; iter++) {
+    int done = 0;
+    lock_calls();
+    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    unlock_calls();
+    if (rc != MPI_SUCCESS) {
+      ag_status st = mpi_error(rc, what);
+      mark_broken(im, st, ag_last_error());
+      return st;
+    }
+    if (done) return AG_OK;
+    int64_t now = ag__dist_now_ns();
+    if (now >= deadline_ns) {
+      ag_status st = ag_error_set(AG_ERR_TIMEOUT,
+                                  "%s timed out after %lld ms: a peer process died or never called it "
+                                  "(AG_DIST_TIMEOUT_MS sets the limit)",
+                                  what, (long long)((now - start) / 1000000));
+      mark_broken(im, st, ag_last_error());
+      return st; /* the request cannot be cancelled; the group is unusable */
+    }
+    /* Spin briefly (small collectives finish in microseconds), then yield
+     * (ranks may share cores), then sleep: a long wait costs no CPU. */
+    if (now - start > 5000000) {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    } else if (iter > 200) {
+      sched_yield();
+    }
+  }
+}
+
+static void mpi_abort(ag_dist_impl *im, ag_status st, const char *why) {
+  mark_broken(im, st, why ? why : "MPI group aborted");
+}
+
+static ag_status mpi_broken(ag_dist_impl *im, char *msg, size_t n) {
+  pthread_mutex_lock(&im->mu);
+  ag_status st = im->broken_st;
+  if (st != AG_OK && msg) snprintf(msg, n, "%s", im->broken_msg);
+  pthread_mutex_unlock(&im->mu);
+  return st;
+}
+
+static void mpi_destroy(ag_dist_impl *im) {
+  if (!im) return;
+  bool broken = im->broken_st != AG_OK;
+  pthread_mutex_lock(&g_mu);
+  /* A broken communicator may have a collective that never ends; freeing
+   * or finalizing could wait on the dead peer. It is left to process exit. */
+  if (!broken) MPI_Comm_free(&im->comm);
+  g_open_groups--;
+  if (g_open_groups == 0 && g_we_initialized && !g_any_broken) {
+    MPI_Finalize();
+    g_we_initialized = false;
+  }
+  pthread_mutex_unlock(&g_mu);
+  pthread_mutex_destroy(&im->mu);
+  free(im);
+}
+
+static const ag_dist_module k_mpi = {
+    .abi = AG_DIST_MODULE_ABI,
+    .name = "mpi",
+    .probe = mpi_probe,
+    .get_id = NULL,
+    .create = mpi_create,
+    .run = mpi_run,
+    .abort = mpi_abort,
+    .broken = mpi_broken,
+    .destroy = mpi_destroy,
+};
+
+__attribute__((visibility("default"))) const ag_dist_module *ag_dist_module_get(int kind) {
+  return kind == AG_DIST_MPI ? &k_mpi : NULL;
+}

@@ -1,0 +1,305 @@
+/* The NCCL/RCCL group module (libanygrad-nccl.so). RCCL keeps NCCL's API,
+ * so one source serves both: NCCL with the CUDA runtime for cuda devices,
+ * RCCL with the HIP runtime for hip devices. Both libraries are opened at run
+ * time with dlopen and the few types used are declared here, so the module
+ * builds without vendor headers and reports "unavailable: <reason>" where
+ * the libraries or devices are absent. Each collective is enqueued on the
+ * group's own stream and polled (stream query + ncclCommGetAsyncError) until
+ * it finishes or the deadline passes; then the communicator is aborted. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "anygrad/status.h"
+#include "dist/dist_internal.h"
+
+/* ---- the NCCL API subset (nccl.h), declared by value ---- */
+typedef struct ncclComm *ncclComm_t;
+typedef struct { char internal[AG_DIST_ID_BYTES]; } ncclUniqueId;
+typedef int ncclResult_t; /* 0 success, 7 in progress */
+enum { ncclSuccess = 0, ncclInProgress = 7 };
+enum { ncclInt32 = 2, ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 };
+enum { ncclSum = 0, ncclMax = 2, ncclMin = 3, ncclAvg = 4 };
+typedef void *vstream; /* cudaStream_t / hipStream_t */
+
+typedef struct api {
+  bool rccl;
+  void *lib, *rt;
+  char lib_name[64];
+  int version;
+  ncclResult_t (*GetVersion)(int *);
+  ncclResult_t (*GetUniqueId)(ncclUniqueId *);
+  ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+  ncclResult_t (*CommAbort)(ncclComm_t);
+  ncclResult_t (*CommDestroy)(ncclComm_t);
+  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
+  const char *(*GetErrorString)(ncclResult_t);
+  ncclResult_t (*AllReduce)(const void *, void *, size_t, int, int, ncclComm_t, vstream);
+  ncclResult_t (*Broadcast)(const void *, void *, size_t, int, int, ncclComm_t, vstream);
+  ncclResult_t (*AllGather)(const void *, void *, size_t, int, ncclComm_t, vstream);
+  ncclResult_t (*ReduceScatter)(const void *, void *, size_t, int, int, ncclComm_t, vstream);
+  ncclResult_t (*GroupStart)(void);
+  ncclResult_t (*GroupEnd)(void);
+  /* the vendor runtime: cuda* or hip*, same shapes; 0 success, 600 not ready */
+  int (*SetDevice)(int);
+  int (*GetDeviceCount)(int *);
+  int (*StreamCreateWithFlags)(vstream *, unsigned);
+  int (*StreamQuery)(vstream);
+  int (*StreamDestroy)(vstream);
+  int (*Malloc)(void **, size_t);
+  int (*Free)(void *);
+  const char *(*RtErrorString)(int);
+} api;
+
+static api g_api[2]; /* [0] NCCL, [1] RCCL; filled once by probe (the core's pthread_once) */
+
+static void *open_first(const char *const *names, char *err, size_t n) {
+  for (int i = 0; names[i]; i++) {
+    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h) return h;
+    if (i == 0) snprintf(err, n, "%s", dlerror());
+  }
+  return NULL;
+}
+
+#define SYM(h, field, name)                                                    \
+  do {                                                                         \
+    *(void **)&a->field = dlsym(h, name);                                      \
+    if (!a->field) {                                                           \
+      snprintf(why, n, "%s: missing symbol %s", a->lib_name, name);           \
+      return false;                                                            \
+    }                                                                          \
+  } while (0)
+
+static bool load_api(api *a, bool rccl, char *why, size_t n) {
+  static const char *const nccl_libs[] = {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2",
+                                          "/usr/lib/x86_64-linux-gnu/libnccl.so.2", NULL};
+  static const char *const rccl_libs[] = {"librccl.so.1", "/opt/rocm/lib/librccl.so.1", NULL};
+  static const char *const cudart[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
+                                       "/usr/local/cuda/lib64/libcudart.so", NULL};
+  static const char *const hiprt[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5",
+                                      "/opt/rocm/lib/libamdhip64.so", NULL};
+  a->rccl = rccl;
+  snprintf(a->lib_name, sizeof a->lib_name, "%s", rccl ? "librccl.so.1" : "libnccl.so.2");
+  char err[400] = "";
+  a->lib = open_first(rccl ? rccl_libs : nccl_libs, err, sizeof err);
+  if (!a->lib) {
+    snprintf(why, n, "%s", err);
+    return false;
+  }
+  SYM(a->lib, GetVersion, "ncclGetVersion");
+  SYM(a->lib, GetUniqueId, "ncclGetUniqueId");
+  SYM(a->lib, CommInitRank, "ncclCommInitRank");
+  SYM(a->lib, CommAbort, "ncclCommAbort");
+  SYM(a->lib, CommDestroy, "ncclCommDestroy");
+  SYM(a->lib, CommGetAsyncError, "ncclCommGetAsyncError");
+  SYM(a->lib, GetErrorString, "ncclGetErrorString");
+  SYM(a->lib, AllReduce, "ncclAllReduce");
+  SYM(a->lib, Broadcast, "ncclBroadcast");
+  SYM(a->lib, AllGather, "ncclAllGather");
+  SYM(a->lib, ReduceScatter, "ncclReduceScatter");
+  SYM(a->lib, GroupStart, "ncclGroupStart");
+  SYM(a->lib, GroupEnd, "ncclGroupEnd");
+  a->GetVersion(&a->version);
+  err[0] = 0;
+  a->rt = open_first(rccl ? hiprt : cudart, err, sizeof err);
+  if (!a->rt) {
+    snprintf(why, n, "%s %d.%d.%d found, but its runtime is not: %s", a->lib_name, a->version / 10000,
+             a->version / 100 % 100, a->version % 100, err);
+    return false;
+  }
+  const char *p = rccl ? "hip" : "cuda";
+  char name[64];
+#define RT(field, suffix)                          \
+  snprintf(name, sizeof name, "%s%s", p, suffix); \
+  SYM(a->rt, field, name)
+  RT(SetDevice, "SetDevice");
+  RT(GetDeviceCount, "GetDeviceCount");
+  RT(StreamCreateWithFlags, "StreamCreateWithFlags");
+  RT(StreamQuery, "StreamQuery");
+  RT(StreamDestroy, "StreamDestroy");
+  RT(Malloc, "Malloc");
+  RT(Free, "Free");
+  RT(RtErrorString, "GetErrorString");
+#undef RT
+  int count = 0;
+  int rc = a->GetDeviceCount(&count);
+  if (rc != 0 || count <= 0) {
+    snprintf(why, n, "%s %d.%d.%d found, but %s: %s", a->lib_name, a->version / 10000, a->version / 100 % 100,
+             a->version % 100, rccl ? "hipGetDeviceCount" : "cudaGetDeviceCount",
+             rc ? a->RtErrorString(rc) : "no devices");
+    return false;
+  }
+  snprintf(why, n, "%s %d.%d.%d, %d device%s", a->lib_name, a->version / 10000, a->version / 100 % 100,
+           a->version % 100, count, count == 1 ? "" : "s");
+  return true;
+}
+
+static bool probe_nccl(char *why, size_t n) { return load_api(&g_api[0], false, why, n); }
+static bool probe_rccl(char *why, size_t n) { return load_api(&g_api[1], true, why, n); }
+
+struct ag_dist_impl {
+  api *a;
+  ncclComm_t comm;
+  vstream stream;
+  void *scratch; /* 4 device bytes for the barrier */
+  int rank, size, dev;
+  pthread_mutex_t mu;
+  ag_status broken_st;
+  char broken_msg[512];
+};
+
+static ag_status nccl_err(api *a, ncclResult_t r, const char *what) {
+  return ag_error_set(AG_ERR_BACKEND, "%s: %s: %s", a->rccl ? "RCCL" : "NCCL", what, a->GetErrorString(r));
+}
+
+static ag_status get_id_with(api *a, unsigned char *out) {
+  ncclUniqueId id;
+  ncclResult_t r = a->GetUniqueId(&id);
+  if (r != ncclSuccess) return nccl_err(a, r, "ncclGetUniqueId");
+  memcpy(out, id.internal, sizeof id.internal);
+  return AG_OK;
+}
+static ag_status get_id_nccl(unsigned char *out) { return get_id_with(&g_api[0], out); }
+static ag_status get_id_rccl(unsigned char *out) { return get_id_with(&g_api[1], out); }
+
+static ag_status create_with(api *a, ag_dist_create_args *args, ag_dist_impl **out, ag_dist_caps *caps) {
+  ag_dist_impl *im = calloc(1, sizeof *im);
+  if (!im) return ag_error_set(AG_ERR_OOM, "ag_group_create_nccl: out of host memory");
+  im->a = a;
+  im->rank = args->rank;
+  im->size = args->size;
+  im->dev = args->dev_index;
+  pthread_mutex_init(&im->mu, NULL);
+  ag_status st = AG_OK;
+  int rc = a->SetDevice(im->dev);
+  if (rc == 0) rc = a->StreamCreateWithFlags(&im->stream, 1 /* non-blocking */);
+  if (rc == 0) rc = a->Malloc(&im->scratch, 4);
+  if (rc != 0) {
+    st = ag_error_set(AG_ERR_BACKEND, "ag_group_create_nccl: device %d: %s", im->dev, a->RtErrorString(rc));
+  } else {
+    ncclUniqueId id;
+    memcpy(id.internal, args->id, sizeof id.internal);
+    ncclResult_t r = a->CommInitRank(&im->comm, im->size, id, im->rank);
+    if (r != ncclSuccess) st = nccl_err(a, r, "ncclCommInitRank");
+  }
+  if (st != AG_OK) {
+    if (im->scratch) a->Free(im->scratch);
+    if (im->stream) a->StreamDestroy(im->stream);
+    pthread_mutex_destroy(&im->mu);
+    free(im);
+    return st;
+  }
+  *caps = (ag_dist_caps){.device_buffers = true, .native_avg = a->version >= 21000, .native_half = true};
+  *out = im;
+  return AG_OK;
+}
+static ag_status create_nccl(ag_dist_create_args *x, ag_dist_impl **o, ag_dist_caps *c) {
+  return create_with(&g_api[0], x, o, c);
+}
+static ag_status create_rccl(ag_dist_create_args *x, ag_dist_impl **o, ag_dist_caps *c) {
+  return create_with(&g_api[1], x, o, c);
+}
+
+static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg) {
+  pthread_mutex_lock(&im->mu);
+  bool first = im->broken_st == AG_OK;
+  if (first) {
+    im->broken_st = st;
+    snprintf(im->broken_msg, sizeof im->broken_msg, "%s", msg);
+  }
+  pthread_mutex_unlock(&im->mu);
+  /* Abort wakes every kernel of this communicator, here and (through the
+   * failed connections) on the peers. */
+  if (first && im->comm) im->a->CommAbort(im->comm);
+}
+
+static ag_status nccl_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) {
+  api *a = im->a;
+  int dt;
+  switch (c->dtype) {
+    case AG_F32: dt = ncclFloat32; break;
+    case AG_F64: dt = ncclFloat64; break;
+    case AG_F16: dt = ncclFloat16; break;
+    case AG_BF16: dt = ncclBfloat16; break;
+    case AG_I32: dt = ncclInt32; break;
+    default: return ag_error_set(AG_ERR_DTYPE, "NCCL group: dtype %d is not supported", (int)c->dtype);
+  }
+  int op = c->op == AG_DIST_MAX ? ncclMax : c->op == AG_DIST_MIN ? ncclMin : c->op == AG_DIST_AVG ? ncclAvg : ncclSum;
+  int rc = a->SetDevice(im->dev);
+  if (rc != 0) return ag_error_set(AG_ERR_BACKEND, "NCCL group: set device %d: %s", im->dev, a->RtErrorString(rc));
+  ncclResult_t r;
+  switch (c->kind) {
+    case AG_COLL_ALL_REDUCE: r = a->AllReduce(c->buf, c->buf, c->count, dt, op, im->comm, im->stream); break;
+    case AG_COLL_BROADCAST: r = a->Broadcast(c->buf, c->buf, c->count, dt, c->root, im->comm, im->stream); break;
+    case AG_COLL_ALL_GATHER: r = a->AllGather(c->buf, c->out, c->count, dt, im->comm, im->stream); break;
+    case AG_COLL_REDUCE_SCATTER: r = a->ReduceScatter(c->buf, c->out, c->count, dt, op, im->comm, im->stream); break;
+    default: r = a->AllReduce(im->scratch, im->scratch, 1, ncclInt32, ncclSum, im->comm, im->stream); break;
+  }
+  if (r != ncclSuccess && r != ncclInProgress) {
+    ag_status st = nccl_err(a, r, "enqueue");
+    mark_broken(im, st, "NCCL enqueue failed");
+    return st;
+  }
+  for (;;) {
+    rc = a->StreamQuery(im->stream);
+    if (rc == 0) return AG_OK;
+    if (rc != 600) {
+      ag_status st = ag_error_set(AG_ERR_BACKEND, "NCCL group rank %d: stream: %s", im->rank, a->RtErrorString(rc));
+      mark_broken(im, st, "NCCL stream error");
+      return st;
+    }
+    ncclResult_t ae = ncclSuccess;
+    a->CommGetAsyncError(im->comm, &ae);
+    if (ae != ncclSuccess && ae != ncclInProgress) {
+      ag_status st = nccl_err(a, ae, "asynchronous error (a peer failed?)");
+      mark_broken(im, st, ag_last_error());
+      return st;
+    }
+    if (ag__dist_now_ns() >= deadline_ns) {
+      ag_status st = ag_error_set(AG_ERR_TIMEOUT, "NCCL group rank %d: collective #%llu timed out (a peer died or "
+                                  "never called it); communicator aborted", im->rank, (unsigned long long)c->seq);
+      mark_broken(im, st, ag_last_error());
+      return st;
+    }
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void nccl_abort(ag_dist_impl *im, ag_status st, const char *why) { mark_broken(im, st, why ? why : "aborted"); }
+
+static ag_status nccl_broken(ag_dist_impl *im, char *msg, size_t n) {
+  pthread_mutex_lock(&im->mu);
+  ag_status st = im->broken_st;
+  if (st != AG_OK && msg) snprintf(msg, n, "%s", im->broken_msg);
+  pthread_mutex_unlock(&im->mu);
+  return st;
+}
+
+static void nccl_destroy(ag_dist_impl *im) {
+  if (!im) return;
+  api *a = im->a;
+  if (im->broken_st == AG_OK) a->CommDestroy(im->comm); /* an aborted comm is already released */
+  a->Free(im->scratch);
+  a->StreamDestroy(im->stream);
+  pthread_mutex_destroy(&im->mu);
+  free(im);
+}
+
+static const ag_dist_module k_nccl = {
+    .abi = AG_DIST_MODULE_ABI, .name = "nccl", .probe = probe_nccl, .get_id = get_id_nccl,
+    .create = create_nccl, .run = nccl_run, .abort = nccl_abort, .broken = nccl_broken, .destroy = nccl_destroy,
+};
+static const ag_dist_module k_rccl = {
+    .abi = AG_DIST_MODULE_ABI, .name = "rccl", .probe = probe_rccl, .get_id = get_id_rccl,
+    .create = create_rccl, .run = nccl_run, .abort = nccl_abort, .broken = nccl_broken, .destroy = nccl_destroy,
+};
+
+__attribute__((visibility("default"))) const ag_dist_module *ag_dist_module_get(int kind) {
+  return kind == AG_DIST_NCCL ? &k_nccl : kind == AG_DIST_RCCL ? &k_rccl : NULL;
+}
