@@ -187,6 +187,9 @@ def case_json_version():
     info = json.loads(out)
     check(any(b["name"] == "cpu" and b["available"] for b in info["backends"]), "info --json lacks cpu")
     check(info["best_device"], "info --json lacks best_device")
+    comm = {c["name"]: c for c in info["communication"]}
+    check(comm["inproc"]["available"], f"info --json: in-process group unavailable: {comm}")
+    check(all(c.get("description") or c.get("reason") for c in comm.values()), f"info --json communication: {comm}")
     out, _ = expect(["check", "--backend", "cpu", "--ops", "add,mul", "--dtype", "f32", "--json"], 0, timeout=120)
     res = json.loads(out)
     check(res["fail"] == 0 and res["pass"] == 2 and len(res["cells"]) == 2, f"check --json: {res}")

@@ -16,19 +16,19 @@ static const ag_dtype k_dtypes[] = {AG_F32, AG_F16, AG_BF16, AG_F64, AG_I32};
 
 /* ---- values ---- */
 
-static uint32_t hash(uint32_t x) {
+static inline uint32_t hash(uint32_t x) {
   x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16;
   return x;
 }
 
 /* Element i of rank r's input (stored in dt). */
-static double gen(ag_dtype dt, int r, size_t i, int salt) {
+static inline double gen(ag_dtype dt, int r, size_t i, int salt) {
   uint32_t h = hash((uint32_t)i * 2654435761u + (uint32_t)r * 97u + (uint32_t)salt * 7919u);
   if (dt == AG_I32) return (double)((int32_t)(h % 2001) - 1000);
   return ((double)(h % 1000003) / 1000003.0 - 0.5) * 8.0;
 }
 
-static void store(ag_dtype dt, void *p, size_t i, double v) {
+static inline void store(ag_dtype dt, void *p, size_t i, double v) {
   switch (dt) {
     case AG_F32: ((float *)p)[i] = (float)v; break;
     case AG_F64: ((double *)p)[i] = v; break;
@@ -39,7 +39,7 @@ static void store(ag_dtype dt, void *p, size_t i, double v) {
   }
 }
 
-static double fetch(ag_dtype dt, const void *p, size_t i) {
+static inline double fetch(ag_dtype dt, const void *p, size_t i) {
   switch (dt) {
     case AG_F32: return ((const float *)p)[i];
     case AG_F64: return ((const double *)p)[i];
@@ -50,7 +50,7 @@ static double fetch(ag_dtype dt, const void *p, size_t i) {
   }
 }
 
-static void *make_input(ag_dtype dt, int r, size_t n, int salt) {
+static inline void *make_input(ag_dtype dt, int r, size_t n, int salt) {
   void *h = malloc(n * ag_dtype_size(dt) + 1);
   for (size_t i = 0; i < n; i++) store(dt, h, i, gen(dt, r, i, salt));
   return h;
@@ -58,7 +58,7 @@ static void *make_input(ag_dtype dt, int r, size_t n, int salt) {
 
 /* Reference: exact in double, in rank order, rounded once (the documented
  * in-process semantics); compared bit for bit through the dtype. */
-static double ref_reduce(ag_dtype dt, ag_dist_reduce op, int size, size_t i, int salt, size_t base) {
+static inline double ref_reduce(ag_dtype dt, ag_dist_reduce op, int size, size_t i, int salt, size_t base) {
   double acc = 0;
   for (int r = 0; r < size; r++) {
     /* the value as stored in dt */
@@ -79,7 +79,7 @@ static double ref_reduce(ag_dtype dt, ag_dist_reduce op, int size, size_t i, int
 
 /* Sum of |inputs| at element i: the scale of the rounding error of a sum
  * taken in another order or precision (MPI). */
-static double ref_sumabs(ag_dtype dt, int size, size_t i, int salt, size_t base) {
+static inline double ref_sumabs(ag_dtype dt, int size, size_t i, int salt, size_t base) {
   double acc = 0;
   for (int r = 0; r < size; r++) {
     unsigned char tmp[8];
@@ -90,7 +90,7 @@ static double ref_sumabs(ag_dtype dt, int size, size_t i, int salt, size_t base)
 }
 
 /* Relative rounding unit of a dtype (a few ulps of slack for f32). */
-static double ref_eps(ag_dtype dt) {
+static inline double ref_eps(ag_dtype dt) {
   switch (dt) {
     case AG_F16: return 1.0 / 1024;
     case AG_BF16: return 1.0 / 128;

@@ -1,5 +1,6 @@
 /* `anygrad info`: every backend (loaded, or unavailable with its reason),
- * each device's properties and memory; as text or JSON. */
+ * each device's properties and memory, and the communication libraries
+ * (in-process, MPI, NCCL, RCCL); as text or JSON. */
 #include <stdio.h>
 #include <string.h>
 
@@ -53,6 +54,12 @@ static void text_report(void) {
   }
   char best[32];
   printf("\nbest device: %s\n", ag_device_str(ag_device_best(), best, sizeof best));
+  printf("\ncommunication libraries (docs/distributed.md):\n");
+  for (int k = 0; k < AG_DIST_KIND_COUNT; k++) {
+    char why[512];
+    bool ok = ag_dist_available((ag_dist_kind)k, why, sizeof why);
+    printf("  %-7s %s%s%s\n", ag_dist_kind_name((ag_dist_kind)k), ok ? "" : "unavailable (", why, ok ? "" : ")");
+  }
 }
 
 static const char *tf(bool b) { return b ? "true" : "false"; }
@@ -106,7 +113,17 @@ static void json_report(void) {
   char best[32];
   printf("\n], \"best_device\": ");
   ag_cli_json_str(stdout, ag_device_str(ag_device_best(), best, sizeof best));
-  printf("}\n");
+  printf(", \"communication\": [");
+  for (int k = 0; k < AG_DIST_KIND_COUNT; k++) {
+    char why[512];
+    bool ok = ag_dist_available((ag_dist_kind)k, why, sizeof why);
+    printf("%s\n  {\"name\": ", k ? "," : "");
+    ag_cli_json_str(stdout, ag_dist_kind_name((ag_dist_kind)k));
+    printf(", \"available\": %s, \"%s\": ", tf(ok), ok ? "description" : "reason");
+    ag_cli_json_str(stdout, why);
+    printf("}");
+  }
+  printf("\n]}\n");
 }
 
 enum { O_JSON = 256, O_VERSION, O_HELP };

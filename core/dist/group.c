@@ -3,8 +3,9 @@
  * worker runs each collective in call order: it waits for the caller's
  * stream (an event), stages device data through pinned host memory when the
  * implementation works on host buffers (widening f16/bf16 for those that
- * cannot reduce them), runs the implementation with a deadline, and copies
- * the result back on the rank's communication stream. */
+ * cannot reduce them; CPU tensors are used in place), runs the
+ * implementation with a deadline, and copies the result back on the rank's
+ * communication stream. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -247,11 +248,26 @@ static ag_status run_host(ag_group *g, ag_work *w, int64_t deadline) {
   bool separate_out = w->kind == AG_COLL_ALL_GATHER || w->kind == AG_COLL_REDUCE_SCATTER;
   void *hin = NULL, *hout = NULL, *win = NULL, *wout = NULL;
   ag_status st = AG_OK;
-  /* pinned blocks are never 0 bytes */
-  if ((st = ag_pinned_alloc(g->dev, in_n * es + 1, &hin)) != AG_OK) goto done;
-  if (separate_out && (st = ag_pinned_alloc(g->dev, out_n * es + 1, &hout)) != AG_OK) goto done;
+  /* CPU tensors are host memory already: the collective works in place once
+   * the caller's queued work on them is done (no staging copies). */
+  bool direct = g->dev.backend == AG_BACKEND_CPU;
   bool need_data = !(w->kind == AG_COLL_BROADCAST && g->rank != w->root) && w->kind != AG_COLL_BARRIER;
-  if (need_data) {
+  if (direct) {
+    if ((st = g->ds->be->event_synchronize(w->start->be)) != AG_OK) goto done;
+    void *base;
+    size_t off, bytes;
+    tensor_span(in, &base, &off, &bytes);
+    hin = (char *)base + off;
+    if (separate_out) {
+      tensor_span(out, &base, &off, &bytes);
+      hout = (char *)base + off;
+    }
+  } else {
+    /* pinned blocks are never 0 bytes */
+    if ((st = ag_pinned_alloc(g->dev, in_n * es + 1, &hin)) != AG_OK) goto done;
+    if (separate_out && (st = ag_pinned_alloc(g->dev, out_n * es + 1, &hout)) != AG_OK) goto done;
+  }
+  if (need_data && !direct) {
     if ((st = stage_down(g, in, hin)) != AG_OK) goto done;
     /* The worker's own wait: it blocks no user thread, so it is not a sync
      * the training loop pays for (and sync-debug mode does not refuse it). */
@@ -278,7 +294,7 @@ static ag_status run_host(ag_group *g, ag_work *w, int64_t deadline) {
   void *res = separate_out ? c.out : c.buf;
   if (avg_here) ag__dist_divide(c.dtype, res, separate_out ? out_n : in_n, (double)g->size);
   if (widen) ag__dist_narrow(dt, res, separate_out ? hout : hin, separate_out ? out_n : in_n);
-  if (w->kind != AG_COLL_BARRIER) {
+  if (!direct) {
     void *h = separate_out ? hout : hin;
     if ((st = stage_up(g, out, h)) != AG_OK) goto done;
     if ((st = ag_pinned_record_stream(h, g->comm)) != AG_OK) goto done;
@@ -286,8 +302,10 @@ static ag_status run_host(ag_group *g, ag_work *w, int64_t deadline) {
 done:
   free(win);
   free(wout);
-  ag_pinned_free(hin); /* reused only after the copies recorded on it */
-  ag_pinned_free(hout);
+  if (!direct) {
+    ag_pinned_free(hin); /* reused only after the copies recorded on it */
+    ag_pinned_free(hout);
+  }
   return st;
 }
 
@@ -330,7 +348,7 @@ static void run_one(ag_group *g, ag_work *w) {
   } else {
     st = ag_stream_wait_event(g->comm, w->start);
     if (st == AG_OK) st = run_host(g, w, deadline);
-    if (st == AG_OK && w->kind != AG_COLL_BARRIER) {
+    if (st == AG_OK && w->kind != AG_COLL_BARRIER && g->dev.backend != AG_BACKEND_CPU) {
       ag_event *e = ag_event_create(g->dev, false);
       if (!e) st = ag_last_status();
       else if ((st = ag_event_record(e, g->comm)) != AG_OK) ag_event_destroy(e);

@@ -126,6 +126,16 @@ static bool load_api(api *a, bool rccl, char *why, size_t n) {
   RT(Free, "Free");
   RT(RtErrorString, "GetErrorString");
 #undef RT
+  if (!rccl) {
+    /* without a driver the runtime would blame an "insufficient" driver */
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!drv) {
+      snprintf(why, n, "%s %d.%d.%d found, but no NVIDIA driver (libcuda.so.1 is absent)", a->lib_name,
+               a->version / 10000, a->version / 100 % 100, a->version % 100);
+      return false;
+    }
+    dlclose(drv);
+  }
   int count = 0;
   int rc = a->GetDeviceCount(&count);
   if (rc != 0 || count <= 0) {
