@@ -202,19 +202,25 @@ static ag_tensor *model_logits(const model *m, ag_tensor *x) {
 
 /* One micro-batch drawn with rng: input and flat targets on the device. */
 static ag_status make_batch_rows(const model *m, const dataset *d, int64_t B, int64_t off, int64_t rows,
-                                 uint64_t *rng, ag_device dev, ag_tensor **x, ag_tensor **y);
+                                 uint64_t *rng, ag_device dev, ag_tensor **x, ag_tensor **y, int64_t *n_mine,
+                                 int64_t *n_all);
 
 static ag_status make_batch(const model *m, const dataset *d, int64_t B, uint64_t *rng, ag_device dev,
                             ag_tensor **x, ag_tensor **y) {
-  return make_batch_rows(m, d, B, 0, B, rng, dev, x, y);
+  int64_t a, b;
+  return make_batch_rows(m, d, B, 0, B, rng, dev, x, y, &a, &b);
 }
 
 /* Rows [off, off + rows) of a batch of B drawn with rng (a replica's share
- * of the global batch: every rank draws the same B rows). */
+ * of the global batch: every rank draws the same B rows). n_mine and n_all
+ * count the targets the loss averages over (not ignored) in those rows and
+ * in the whole batch. */
 static ag_status make_batch_rows(const model *m, const dataset *d, int64_t Bg, int64_t off, int64_t rows,
-                                 uint64_t *rng, ag_device dev, ag_tensor **x, ag_tensor **y) {
+                                 uint64_t *rng, ag_device dev, ag_tensor **x, ag_tensor **y, int64_t *n_mine,
+                                 int64_t *n_all) {
   *x = NULL;
   *y = NULL;
+  *n_mine = *n_all = 0;
   int64_t B = rows;
   int cols = m->kind == CHARLM_MLP ? m->context : m->T;
   int ycols = m->kind == CHARLM_MLP ? 1 : m->T;
@@ -235,12 +241,18 @@ static ag_status make_batch_rows(const model *m, const dataset *d, int64_t Bg, i
     bool keep = b >= 0 && b < B;
     if (m->kind == CHARLM_MLP) {
       int64_t i = (int64_t)(splitmix(rng) % (uint64_t)d->n_ex);
+      ++*n_all;
       if (!keep) continue;
+      ++*n_mine;
       memcpy(hx + b * cols, d->ctx + i * cols, (size_t)cols * sizeof *hx);
       hy[b] = d->tgt[i];
     } else {
       int64_t i = (int64_t)(splitmix(rng) % (uint64_t)d->n_words);
+      int64_t nt = 0;
+      for (int p = 0; p < cols; p++) nt += d->seq_y[i * cols + p] != -1;
+      *n_all += nt;
       if (!keep) continue;
+      *n_mine += nt;
       memcpy(hx + b * cols, d->seq_x + i * cols, (size_t)cols * sizeof *hx);
       memcpy(hy + b * cols, d->seq_y + i * cols, (size_t)cols * sizeof *hy);
     }
@@ -963,6 +975,7 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
     ag_scope_begin();
     ag_tensor *loss = NULL;
     int64_t rows = o.batch, off = 0;
+    double last_tok_w = 1.0;
     if (ddp) {
       st = ag_ddp_step_begin(ddp);
       if (st == AG_OK) st = ag_ddp_rows(ddp, &rows, &off);
@@ -972,15 +985,28 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
       /* micro-steps before the last accumulate without communication */
       bool quiet_step = ddp && a + 1 < o.accum;
       if (quiet_step) st = ag_ddp_no_sync_begin(ddp);
-      if (st == AG_OK) st = make_batch_rows(&m, &train, o.batch, off, rows, &rng, o.device, &x, &y);
+      int64_t n_mine = 0, n_all = 0;
+      if (st == AG_OK) st = make_batch_rows(&m, &train, o.batch, off, rows, &rng, o.device, &x, &y, &n_mine, &n_all);
       if (st != AG_OK) break;
+      /* The loss is a mean over targets. MLP: one per row, so the weight
+       * rows/global rows that ddp applies is exact. GPT: words have unequal
+       * numbers of targets; the exact weight, tokens here / tokens in the
+       * global micro-batch, differs per micro-batch, so it scales the loss
+       * and the reduction adds with weight 1. */
+      double tok_w = 1.0;
+      if (ddp && m.kind == CHARLM_GPT) {
+        tok_w = n_all > 0 ? (double)n_mine / (double)n_all : 0.0;
+        if (a == 0) st = ag_ddp_set_weight(ddp, 1.0);
+        if (st != AG_OK) break;
+      }
+      last_tok_w = tok_w;
       /* The region covers the forward only: backward runs in the dtypes
        * the forward recorded. */
       if (amp) st = ag_autocast_begin(o.precision);
       if (st != AG_OK) break;
       loss = batch_loss(&m, x, y);
       if (amp) ag_autocast_end();
-      ag_tensor *part = o.accum > 1 ? ag_mul_scalar(loss, 1.0 / o.accum) : loss;
+      ag_tensor *part = o.accum > 1 || tok_w != 1.0 ? ag_mul_scalar(loss, tok_w / o.accum) : loss;
       ag_tensor *scaled = ag_grad_scaler_scale(scaler, part);
       st = scaled ? ag_backward(scaled, NULL, false) : ag_last_status();
       ag_tensor_release(scaled);
@@ -1003,7 +1029,7 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
     ag_tensor *lw = loss;
     if (st == AG_OK && ddp) {
       ag_tensor *dl = ag_detach(loss);
-      lw = dl ? ag_mul_scalar(dl, ag_ddp_weight(ddp)) : NULL;
+      lw = dl ? ag_mul_scalar(dl, m.kind == CHARLM_GPT ? last_tok_w : ag_ddp_weight(ddp)) : NULL;
       ag_tensor_release(dl);
       if (!lw) st = ag_last_status();
     }

@@ -555,6 +555,33 @@ static void test_equivalence_opencl(void **state) {
   check_equiv("cpu+cpu+opencl:0", &c, &ref);
 }
 
+/* GPT: words hold unequal numbers of targets; the loss is weighted by the
+ * tokens of each rank (examples/charlm.c), with accumulation and balance. */
+static void test_equivalence_gpt(void **state) {
+  (void)state;
+  charlm_options base = charlm_defaults(CHARLM_GPT);
+  base.device = AG_CPU;
+  base.quiet = true;
+  base.samples = 0;
+  base.eval_batches = 1;
+  base.out = NULL;
+  base.steps = 16;
+  base.batch = 6;
+  base.accum = 2;
+  base.n_layer = 1;
+  base.n_embd = 32;
+  base.warmup = 2;
+  base.log_every = 16;
+  base.seed = 9;
+  base.seed_set = true;
+  charlm_result ref = one_device(&base);
+  ctx c = {0};
+  ag_device cc[3] = {AG_CPU, AG_CPU, AG_CPU};
+  base.balance = true;
+  run_charlm(&c, cc, 3, &base);
+  check_equiv("gpt, 3 replicas, accum 2, balanced", &c, &ref);
+}
+
 /* ---- checkpoints: saved with N replicas, resumed with M ---- */
 
 static void test_resume_n_to_m(void **state) {
@@ -633,7 +660,8 @@ int main(void) {
       cmocka_unit_test(test_grads_cpu3),      cmocka_unit_test(test_grads_opencl),
       cmocka_unit_test(test_no_sync),         cmocka_unit_test(test_amp_same_decision),
       cmocka_unit_test(test_equivalence),     cmocka_unit_test(test_equivalence_opencl),
-      cmocka_unit_test(test_resume_n_to_m),   cmocka_unit_test(test_balance),
+      cmocka_unit_test(test_equivalence_gpt), cmocka_unit_test(test_resume_n_to_m),
+      cmocka_unit_test(test_balance),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
