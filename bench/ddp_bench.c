@@ -7,7 +7,8 @@
  *   balance  a pair where replica 1 is 2x slower (ag_ddp_set_slowdown: it
  *            sleeps as long again as its compute), balanced by throughput:
  *            its examples/s / (solo fast + solo slow examples/s) (goal >=
- *            0.9); and the same pair with equal shares.
+ *            0.9); and the same pair with equal shares. Throughputs are
+ *            those of steps 25-40 (after warm-up and first re-balances).
  * Rounds are interleaved (every configuration once per round); the median
  * and range over rounds are reported. Each replica's CPU kernels use 1
  * thread (ag_set_num_threads(1)): 2 replicas = 2 cores.
@@ -138,8 +139,11 @@ int main(int argc, char **argv) {
     v[OV_RATIO_ONE][k] = v[OV_ONE_BUCKET][k] / v[OV_NOCOMM][k];
     /* balance: solo fast, solo 2x slow (one-rank groups), the balanced and
      * the equal pair */
+    /* throughput over steps 25-40: after the warm-up (3 steps) and
+     * the first re-balances (every 5 steps) */
     charlm_options bb = b;
     bb.steps = 40;
+    bb.log_every = 24;
     for (int which = 0; which < 4; which++) {
       memset(&ru, 0, sizeof ru);
       ru.o[0] = ru.o[1] = bb;
@@ -148,7 +152,7 @@ int main(int argc, char **argv) {
       if (which >= 2) ru.o[1].slowdown = 2.0;
       ru.o[0].balance = ru.o[1].balance = which != 3;
       if (!go(&ru, n, true)) return 1;
-      double ex = ru.r[0].examples_per_s;
+      double ex = ru.r[0].recent_examples_per_s;
       v[which == 0 ? BAL_FAST : which == 1 ? BAL_SLOW : which == 2 ? BAL_PAIR : BAL_EQUAL][k] = ex;
       if (which == 2) v[BAL_SHARE][k] = (double)ru.r[1].ddp_rows / (double)bb.batch;
     }

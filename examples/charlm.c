@@ -1070,6 +1070,7 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
         smooth_n = step + 1 - last_log_step;
         double t = now_s();
         double rate = t > t_log ? (double)(step + 1 - last_log_step) * (double)per_step / (t - t_log) : 0;
+        r.recent_examples_per_s = rate;
         if (!o.quiet) progress(out, tty, o.device, step + 1, o.steps, l, mean, rate, unit);
         line_open = tty && !o.quiet;
         t_log = t;

@@ -98,6 +98,7 @@ typedef struct charlm_result {
   double smooth_loss; /* mean loss of the steps since the previous progress line */
   int64_t steps_done;
   double seconds, examples_per_s;
+  double recent_examples_per_s; /* over the steps since the previous progress line */
   /* data parallelism: this rank's final share of the global batch, its
    * ag_ddp_stats (rebalances, buckets launched from hooks) */
   int64_t ddp_rows;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -582,6 +583,38 @@ static void test_equivalence_gpt(void **state) {
   check_equiv("gpt, 3 replicas, accum 2, balanced", &c, &ref);
 }
 
+/* A replica that fails aborts the group: the others stop at once with
+ * AG_ERR_ABORTED, not at the timeout (60 s in CTest). */
+static void rank_charlm_status(ctx *c, int r) {
+  charlm_options o = c->co[r];
+  o.group = c->g[r];
+  ag_status st = charlm_train(&o, &c->cr[r]);
+  c->skipped[r] = st; /* the status, checked by the test */
+}
+
+static void test_replica_failure(void **state) {
+  (void)state;
+  charlm_options base = small_charlm();
+  base.steps = 200;
+  ctx c = {0};
+  c.size = 2;
+  for (int r = 0; r < 2; r++) {
+    c.dev[r] = AG_CPU;
+    c.co[r] = base;
+  }
+  c.co[1].words_path = TMP "_no_such_words_file";
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  run_ranks(&c, rank_charlm_status);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  printf("# replica 1 failed (%s), replica 0 got %s after %.2f s\n", ag_status_name((ag_status)c.skipped[1]),
+         ag_status_name((ag_status)c.skipped[0]), s);
+  assert_int_equal(c.skipped[1], AG_ERR_IO);
+  assert_int_equal(c.skipped[0], AG_ERR_ABORTED);
+  assert_true(s < 30.0);
+}
+
 /* ---- checkpoints: saved with N replicas, resumed with M ---- */
 
 static void test_resume_n_to_m(void **state) {
@@ -661,7 +694,7 @@ int main(void) {
       cmocka_unit_test(test_no_sync),         cmocka_unit_test(test_amp_same_decision),
       cmocka_unit_test(test_equivalence),     cmocka_unit_test(test_equivalence_opencl),
       cmocka_unit_test(test_equivalence_gpt), cmocka_unit_test(test_resume_n_to_m),
-      cmocka_unit_test(test_balance),
+      cmocka_unit_test(test_balance),         cmocka_unit_test(test_replica_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
