@@ -466,8 +466,36 @@ static void test_amp_same_decision(void **state) {
 
 /* ---- charlm: N replicas against one device on the full batch ---- */
 
+/* A word list of 4000 words from the system's (loading and indexing the
+ * whole list dominated these tests under TSan). */
+static char g_words[512];
+
+static void make_word_list(void) {
+  snprintf(g_words, sizeof g_words, "%s_words_%d.txt", TMP, (int)getpid());
+  FILE *in = fopen("/usr/share/dict/words", "r"), *out = fopen(g_words, "w");
+  if (!in || !out) {
+    if (in) fclose(in);
+    if (out) fclose(out);
+    snprintf(g_words, sizeof g_words, "/usr/share/dict/words");
+    return;
+  }
+  char line[256];
+  int n = 0;
+  while (n < 4000 && fgets(line, sizeof line, in)) {
+    size_t len = strcspn(line, "\r\n");
+    bool ok = len > 0 && len <= CHARLM_MAX_WORD;
+    for (size_t i = 0; ok && i < len; i++) ok = line[i] >= 'a' && line[i] <= 'z';
+    if (!ok) continue;
+    fputs(line, out);
+    n++;
+  }
+  fclose(in);
+  fclose(out);
+}
+
 static charlm_options small_charlm(void) {
   charlm_options o = charlm_defaults(CHARLM_MLP);
+  o.words_path = g_words;
   o.device = AG_CPU;
   o.quiet = true;
   o.samples = 0;
@@ -561,6 +589,7 @@ static void test_equivalence_opencl(void **state) {
 static void test_equivalence_gpt(void **state) {
   (void)state;
   charlm_options base = charlm_defaults(CHARLM_GPT);
+  base.words_path = g_words;
   base.device = AG_CPU;
   base.quiet = true;
   base.samples = 0;
@@ -688,6 +717,7 @@ static void test_balance(void **state) {
 
 int main(void) {
   ag_set_num_threads(1); /* ranks are threads already; 2 cores in CI */
+  make_word_list();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_buckets),         cmocka_unit_test(test_grads_cpu2),
       cmocka_unit_test(test_grads_cpu3),      cmocka_unit_test(test_grads_opencl),
@@ -696,5 +726,7 @@ int main(void) {
       cmocka_unit_test(test_equivalence_gpt), cmocka_unit_test(test_resume_n_to_m),
       cmocka_unit_test(test_balance),         cmocka_unit_test(test_replica_failure),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  if (strcmp(g_words, "/usr/share/dict/words")) unlink(g_words);
+  return rc;
 }

@@ -138,10 +138,12 @@ typedef struct ag_ddp_balance_options {
 /* Defaults above, global_rows 0 (to be set). */
 AG_API void ag_ddp_balance_options_default(ag_ddp_balance_options *out_opts);
 
-/* Turn balance on (every rank, same options: AG_ERR_INVALID from the first
- * exchange otherwise is not guaranteed - pass the same). Shares start equal.
- * Errors: AG_ERR_INVALID (bad options: global_rows < size * min_rows,
- * interval < 1, smoothing outside (0, 1], hysteresis < 0, warmup < 0). */
+/* Turn balance on. Every rank must pass the same options (the ranks
+ * compute the shares independently from the exchanged throughputs; other
+ * options on one rank would give it other shares). Shares start equal.
+ * Errors: AG_ERR_INVALID (NULL, bad options: global_rows < size * min_rows,
+ * interval < 1, smoothing outside (0, 1], hysteresis < 0, warmup < 0, or a
+ * group of more than 64 ranks), AG_ERR_OOM. */
 AG_API ag_status ag_ddp_balance_enable(ag_ddp *d, const ag_ddp_balance_options *opts);
 
 /* Start a step: fixes this step's shares (applying a rebalance decided at
