@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One prepared run on an NVIDIA GPU machine (target: under 8 minutes on an
 # H200 with 16 cores): build the CUDA backend, check every kernel against the
-# CPU backend, run the conformance suite on cuda:0, benchmark ops and GEMM
+# CPU backend, run the conformance suite on cuda:0, a 1-rank NCCL all-reduce
+# (check + bandwidth), benchmark ops and GEMM
 # against the copy bandwidth, cuBLAS and PyTorch on the same GPU, and print a
 # table of ratios last. Everything lands in $OUT (default ./out): logs, JSON
 # lines from each stage and summary.json. Each stage is guarded: a failure is
@@ -39,7 +40,8 @@ ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | he
 ARCH=${ARCH:-90}
 stage configure 120 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAG_TESTS=OFF -DAG_CUDA=ON -DAG_HIP=OFF \
   -DAG_OPENCL=OFF -DAG_CUDA_ARCHS="$ARCH" -DAG_GPU_WERROR=OFF
-stage build 300 cmake --build "$BUILD" -j "$JOBS" --target anygrad anygrad-cuda gpu_check gpu_bench anygrad-cli amp_bench train_bench
+stage build 300 cmake --build "$BUILD" -j "$JOBS" --target anygrad anygrad-cuda gpu_check gpu_bench anygrad-cli amp_bench train_bench \
+  anygrad-nccl allreduce_bench
 
 MOD="$BUILD/lib/libanygrad-cuda.so"
 CLI="$BUILD/bin/anygrad"
@@ -113,6 +115,12 @@ for s in (1024, 4096, 8192):
 PYEOF
 stage torch_bench 120 "$PY" "$OUT/torch_bench.py"
 
+# NCCL (libnccl.so.2 from the CUDA toolkit, loaded at run time): a 1-rank
+# group on cuda:0 bootstrapped through the in-process group; the result is
+# checked and a 64 MiB all-reduce gives the bandwidth line.
+stage nccl 60 env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64" \
+  "$BUILD/bin/allreduce_bench" --nccl --json "$OUT/nccl.json"
+
 # Training smoke runs (throughput lines), when the CLI and a word list exist.
 WORDS=${WORDS:-/usr/share/dict/words}
 if [ -x "$CLI" ] && [ -r "$WORDS" ]; then
@@ -160,6 +168,7 @@ def tail_line(name, pat):
         return "n/a"
 for k in ("kernels", "kernels_own_gemm", "conformance"):
     summary["checks"][k] = tail_line(k, r"passed|PASS|FAIL|fail|unavailable|ok")
+summary["checks"]["nccl"] = tail_line("nccl", r"check|unavailable|GB/s|allreduce_bench")
 copy = ours.get("copy_d2d", {}).get("gbps", 0)
 print()
 print("anygrad CUDA backend on %s" % ours.get("device", {}).get("name", "?"))

@@ -422,6 +422,16 @@ static void rank_async(ctx *c, int r) {
       return;
     }
   }
+  /* A blocking call behind queued work runs after it, in call order (a
+   * different size: run out of order, the ranks would disagree). */
+  int64_t shape2[1] = {100};
+  ag_tensor *b = ag_full(c->dev[r], AG_F32, 1, shape2, 1.0);
+  ag_status bst = ag_all_reduce(c->g[r], b, AG_DIST_SUM, NULL);
+  if (bst != AG_OK) failf(c, r, "blocking behind queued: %s", ag_last_error());
+  ag_tensor *bs = ag_sum(b, 0, NULL, false);
+  if (bst == AG_OK && ag_item(bs) != 100.0 * c->size) failf(c, r, "blocking behind queued: wrong sum");
+  ag_tensor_release(bs);
+  ag_tensor_release(b);
   for (int k = K - 1; k >= 0; k--) {
     ag_status st = k % 3 ? ag_work_wait(w[k]) : ag_work_stream_wait(w[k], ag_stream_current(c->dev[r]));
     if (st != AG_OK) failf(c, r, "wait %d: %s", k, ag_last_error());
@@ -459,12 +469,33 @@ static void test_available(void **state) {
   assert_string_equal(ag_status_name(AG_ERR_ABORTED), "AG_ERR_ABORTED");
 }
 
+/* NCCL where it cannot run: a clear error, and the bootstrap group stays
+ * usable for a fallback. */
+static void test_nccl_unavailable(void **state) {
+  char why[512];
+  if (ag_dist_available(AG_DIST_NCCL, why, sizeof why)) skip();
+  ag_group *boot, *g = NULL;
+  ag_device cpu = AG_CPU;
+  assert_int_equal(ag_group_create_inproc(1, &cpu, NULL, &boot), AG_OK);
+  assert_int_equal(ag_group_create_nccl(boot, cpu, NULL, &g), AG_ERR_DEVICE);
+  ag_device cuda = {AG_BACKEND_CUDA, 0};
+  assert_int_equal(ag_group_create_nccl(boot, cuda, NULL, &g), AG_ERR_UNAVAILABLE);
+  assert_non_null(strstr(ag_last_error(), "nccl is unavailable"));
+  assert_null(g);
+  assert_int_equal(ag_group_barrier(boot, NULL), AG_OK);
+  ag_group_destroy(boot);
+}
+
+/* Runs last: every tensor a collective or work handle held was released. */
+static void test_no_leaks(void **state) { assert_int_equal(ag_live_tensors(), 0); }
+
 int main(int argc, char **argv) {
   if (argc > 1) cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_available), cmocka_unit_test(test_cpu2),     cmocka_unit_test(test_cpu3),
       cmocka_unit_test(test_mixed),     cmocka_unit_test(test_timeout),  cmocka_unit_test(test_abort),
       cmocka_unit_test(test_mismatch),  cmocka_unit_test(test_bad_args), cmocka_unit_test(test_async),
+      cmocka_unit_test(test_nccl_unavailable), cmocka_unit_test(test_no_leaks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

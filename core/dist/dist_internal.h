@@ -90,7 +90,9 @@ AG_HIDDEN bool ag__dist_dtype_ok(ag_dtype dt);
  * dst may be one of the srcs. */
 AG_HIDDEN void ag__dist_reduce(ag_dtype dt, ag_dist_reduce op, int nsrc, void *const *srcs, int ndst,
                                void *const *dsts, size_t off, size_t n);
-/* f16/bf16 <-> f32 for implementations without native_half. */
+/* The dtype an implementation without native_half receives for dt (f32 for
+ * f16/bf16, dt itself otherwise), and the conversions to and from it. */
+AG_HIDDEN ag_dtype ag__dist_wire_dtype(ag_dtype dt);
 AG_HIDDEN void ag__dist_widen(ag_dtype dt, const void *src, float *dst, size_t n);
 AG_HIDDEN void ag__dist_narrow(ag_dtype dt, const float *src, void *dst, size_t n);
 /* buf[i] /= div, in buf's dtype (float dtypes). */

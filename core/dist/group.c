@@ -56,6 +56,7 @@ struct ag_group {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   ag_work *head, *tail;
+  bool busy; /* a collective is running (on the worker or inline) */
   bool stop;
   /* local view of a broken group (the implementation has the shared one) */
   ag_status broken_st;
@@ -138,7 +139,11 @@ static void work_unref(ag_work *w) {
 
 static void work_finish(ag_work *w, ag_status st, const char *msg) {
   /* The tensors are not needed any more: the copy back (if any) is on the
-   * comm stream, where record_stream keeps their memory. */
+   * comm stream, where record_stream keeps their memory. A caller holding
+   * the work handle does not hold them. */
+  ag_tensor_release(w->in);
+  ag_tensor_release(w->out);
+  w->in = w->out = NULL;
   pthread_mutex_lock(&w->mu);
   w->st = st;
   if (st != AG_OK) snprintf(w->msg, sizeof w->msg, "%s", msg);
@@ -242,8 +247,8 @@ static ag_status run_host(ag_group *g, ag_work *w, int64_t deadline) {
   ag_tensor *in = w->in, *out = w->out ? w->out : w->in;
   ag_dtype dt = in->dtype;
   size_t es = ag_dtype_size(dt);
-  bool widen = (dt == AG_F16 || dt == AG_BF16) && !g->caps.native_half;
-  size_t wes = widen ? sizeof(float) : es;
+  bool widen = ag__dist_wire_dtype(dt) != dt && !g->caps.native_half;
+  size_t wes = ag_dtype_size(ag__dist_wire_dtype(dt));
   size_t in_n = (size_t)in->numel, out_n = (size_t)out->numel;
   bool separate_out = w->kind == AG_COLL_ALL_GATHER || w->kind == AG_COLL_REDUCE_SCATTER;
   void *hin = NULL, *hout = NULL, *win = NULL, *wout = NULL;
@@ -283,7 +288,7 @@ static ag_status run_host(ag_group *g, ag_work *w, int64_t deadline) {
       goto done;
     }
     if (need_data) ag__dist_widen(dt, hin, win, in_n);
-    c.dtype = AG_F32;
+    c.dtype = ag__dist_wire_dtype(dt);
     c.buf = win;
     c.out = wout;
   }
@@ -312,7 +317,8 @@ done:
 /* Device buffers: the implementation enqueues on its own stream and returns
  * when the collective completed; the caller's stream is waited for here. */
 static ag_status run_device(ag_group *g, ag_work *w, int64_t deadline) {
-  ag_status st = ag__sync_event(w->start, k_coll_fn[w->kind]);
+  /* the worker's own wait, as in run_host */
+  ag_status st = g->ds->be->event_synchronize(w->start->be);
   if (st != AG_OK) return st;
   ag_tensor *in = w->in, *out = w->out ? w->out : w->in;
   void *ib, *ob;
@@ -346,7 +352,8 @@ static void run_one(ag_group *g, ag_work *w) {
   if (g->caps.device_buffers && w->kind != AG_COLL_BARRIER) {
     st = run_device(g, w, deadline);
   } else {
-    st = ag_stream_wait_event(g->comm, w->start);
+    /* (CPU tensors are used in place after a host wait instead) */
+    if (g->dev.backend != AG_BACKEND_CPU) st = ag_stream_wait_event(g->comm, w->start);
     if (st == AG_OK) st = run_host(g, w, deadline);
     if (st == AG_OK && w->kind != AG_COLL_BARRIER && g->dev.backend != AG_BACKEND_CPU) {
       ag_event *e = ag_event_create(g->dev, false);
@@ -368,7 +375,8 @@ static void *worker_main(void *arg) {
   ag_group *g = arg;
   for (;;) {
     pthread_mutex_lock(&g->mu);
-    while (!g->head && !g->stop) pthread_cond_wait(&g->cv, &g->mu);
+    while ((!g->head || g->busy) && !g->stop) pthread_cond_wait(&g->cv, &g->mu);
+    while (g->busy) pthread_cond_wait(&g->cv, &g->mu); /* stopping: let an inline run end */
     ag_work *w = g->head;
     if (!w) { /* stop and drained */
       pthread_mutex_unlock(&g->mu);
@@ -376,8 +384,13 @@ static void *worker_main(void *arg) {
     }
     g->head = w->next;
     if (!g->head) g->tail = NULL;
+    g->busy = true;
     pthread_mutex_unlock(&g->mu);
     run_one(g, w);
+    pthread_mutex_lock(&g->mu);
+    g->busy = false;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
     work_unref(w);
   }
 }
@@ -501,20 +514,33 @@ static ag_status submit(ag_group *g, ag_coll_kind kind, ag_tensor *in, ag_tensor
     return ag_error_set(st, "%s", msg);
   }
   pthread_mutex_lock(&g->mu);
-  if (g->tail) g->tail->next = w;
-  else g->head = w;
-  g->tail = w;
-  pthread_cond_signal(&g->cv);
+  /* A blocking call with nothing queued runs on the calling thread: the
+   * order is the same and the hand-off to the worker (a thread wake-up,
+   * tens of microseconds on a busy machine) is saved. */
+  bool run_inline = !out_work && !g->head && !g->busy;
+  if (run_inline) {
+    g->busy = true;
+  } else {
+    if (g->tail) g->tail->next = w;
+    else g->head = w;
+    g->tail = w;
+    pthread_cond_signal(&g->cv);
+  }
   pthread_mutex_unlock(&g->mu);
+  if (run_inline) {
+    run_one(g, w);
+    pthread_mutex_lock(&g->mu);
+    g->busy = false;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    atomic_fetch_sub(&w->refs, 1); /* the worker's reference, never taken */
+  }
   if (out_work) {
     *out_work = w;
     return AG_OK;
   }
   st = work_wait_host(w, fn);
   if (st == AG_OK && w->done) st = ag_stream_wait_event(ag__current_stream(g->ds), w->done);
-  if (st == AG_OK && w->done) {
-    /* keep the message of a failure above; none here */
-  }
   work_unref(w);
   return st;
 }
@@ -691,12 +717,8 @@ ag_status ag_group_create_nccl(ag_group *bootstrap, ag_device device, const ag_g
   if (st != AG_OK) return st;
   char why[512];
   const ag_dist_module *mod = ag__dist_module(kind, why, sizeof why);
-  if (!mod) {
-    /* The peers are in the same bootstrap collective below: leave it broken
-     * so they do not wait for this rank. */
-    ag_group_abort(bootstrap, "ag_group_create_nccl: the library is unavailable on a rank");
+  if (!mod) /* before any collective: bootstrap stays usable (a fallback) */
     return ag_error_set(AG_ERR_UNAVAILABLE, "%s: %s is unavailable: %s", fn, k_kind_names[kind], why);
-  }
   /* Rank 0 makes the id; the bootstrap group broadcasts it (in its own
    * host memory: any device works for a byte tensor of the id). */
   unsigned char id[AG_DIST_ID_BYTES] = {0};

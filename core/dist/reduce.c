@@ -69,6 +69,8 @@ void ag__dist_reduce(ag_dtype dt, ag_dist_reduce op, int nsrc, void *const *srcs
   }
 }
 
+ag_dtype ag__dist_wire_dtype(ag_dtype dt) { return dt == AG_F16 || dt == AG_BF16 ? AG_F32 : dt; }
+
 void ag__dist_widen(ag_dtype dt, const void *src, float *dst, size_t n) {
   const uint16_t *s = src;
   if (dt == AG_F16) for (size_t i = 0; i < n; i++) dst[i] = ag_f16_to_f32(s[i]);

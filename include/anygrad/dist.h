@@ -127,7 +127,8 @@ AG_API ag_status ag_group_create_mpi(ag_device device, const ag_group_options *o
  * an in-process or MPI group used once to exchange the unique id (a
  * collective over bootstrap). The new group does not keep bootstrap.
  * Owned by the caller: ag_group_destroy. Errors: AG_ERR_UNAVAILABLE (library
- * absent: reason as ag_dist_available), AG_ERR_DEVICE (device of the wrong
+ * absent: reason as ag_dist_available; returned before bootstrap is used, so
+ * it stays usable as a fallback), AG_ERR_DEVICE (device of the wrong
  * backend), AG_ERR_BACKEND (an NCCL call failed, with ncclGetErrorString's
  * text), any bootstrap error. */
 AG_API ag_status ag_group_create_nccl(ag_group *bootstrap, ag_device device,
