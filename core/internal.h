@@ -118,6 +118,7 @@ typedef struct ag_storage {
 } ag_storage;
 
 struct ag_node;
+typedef struct ag_grad_hooks ag_grad_hooks; /* autograd.c */
 struct ag_scope;
 
 struct ag_tensor {
@@ -135,6 +136,12 @@ struct ag_tensor {
   struct ag_node *grad_fn; /* owned reference */
   int out_index;
   uint32_t saved_version; /* st->version when autograd saved this header */
+  /* gradient-ready hooks (autograd.c): owned list, NULL when none */
+  struct ag_grad_hooks *hooks;
+  /* scratch of the backward passes running on this leaf (autograd.c): edges
+   * still to be processed, and whether a gradient arrived */
+  int32_t bw_pending;
+  bool bw_got;
   /* scope ownership */
   struct ag_scope *scope;
   int32_t scope_slot;

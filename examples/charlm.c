@@ -201,10 +201,27 @@ static ag_tensor *model_logits(const model *m, ag_tensor *x) {
 }
 
 /* One micro-batch drawn with rng: input and flat targets on the device. */
+static ag_status make_batch_rows(const model *m, const dataset *d, int64_t B, int64_t off, int64_t rows,
+                                 uint64_t *rng, ag_device dev, ag_tensor **x, ag_tensor **y, int64_t *n_mine,
+                                 int64_t *n_all);
+
 static ag_status make_batch(const model *m, const dataset *d, int64_t B, uint64_t *rng, ag_device dev,
                             ag_tensor **x, ag_tensor **y) {
+  int64_t a, b;
+  return make_batch_rows(m, d, B, 0, B, rng, dev, x, y, &a, &b);
+}
+
+/* Rows [off, off + rows) of a batch of B drawn with rng (a replica's share
+ * of the global batch: every rank draws the same B rows). n_mine and n_all
+ * count the targets the loss averages over (not ignored) in those rows and
+ * in the whole batch. */
+static ag_status make_batch_rows(const model *m, const dataset *d, int64_t Bg, int64_t off, int64_t rows,
+                                 uint64_t *rng, ag_device dev, ag_tensor **x, ag_tensor **y, int64_t *n_mine,
+                                 int64_t *n_all) {
   *x = NULL;
   *y = NULL;
+  *n_mine = *n_all = 0;
+  int64_t B = rows;
   int cols = m->kind == CHARLM_MLP ? m->context : m->T;
   int ycols = m->kind == CHARLM_MLP ? 1 : m->T;
   /* Sizes are checked, not trusted: a huge B must not wrap before malloc. */
@@ -219,13 +236,23 @@ static ag_status make_batch(const model *m, const dataset *d, int64_t B, uint64_
     free(hy);
     return ag_error_set(AG_ERR_OOM, "charlm: out of host memory for a batch of %lld rows", (long long)B);
   }
-  for (int64_t b = 0; b < B; b++) {
+  for (int64_t gb = 0; gb < Bg; gb++) {
+    int64_t b = gb - off;
+    bool keep = b >= 0 && b < B;
     if (m->kind == CHARLM_MLP) {
       int64_t i = (int64_t)(splitmix(rng) % (uint64_t)d->n_ex);
+      ++*n_all;
+      if (!keep) continue;
+      ++*n_mine;
       memcpy(hx + b * cols, d->ctx + i * cols, (size_t)cols * sizeof *hx);
       hy[b] = d->tgt[i];
     } else {
       int64_t i = (int64_t)(splitmix(rng) % (uint64_t)d->n_words);
+      int64_t nt = 0;
+      for (int p = 0; p < cols; p++) nt += d->seq_y[i * cols + p] != -1;
+      *n_all += nt;
+      if (!keep) continue;
+      *n_mine += nt;
       memcpy(hx + b * cols, d->seq_x + i * cols, (size_t)cols * sizeof *hx);
       memcpy(hy + b * cols, d->seq_y + i * cols, (size_t)cols * sizeof *hy);
     }
@@ -763,9 +790,35 @@ static ag_status report_info(ag_profiler *p, const charlm_options *o, const char
   return st;
 }
 
+static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *res);
+
+/* A replica that fails breaks the group, so the others stop at once
+ * instead of waiting for it until the timeout. */
 ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
+  ag_status st = charlm_train_rank(opts, res);
+  if (st != AG_OK && opts && opts->group) ag_group_abort(opts->group, ag_last_error());
+  return st;
+}
+
+static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *res) {
   charlm_options o = *opts;
   charlm_result r = {0};
+  ag_group *grp = o.group;
+  bool lead = !grp || ag_group_rank(grp) == 0;
+  if (grp && (o.batch_auto || o.estimate_memory))
+    return ag_error_set(AG_ERR_INVALID, "charlm: --batch auto and --estimate-memory measure one device; not with "
+                        "data parallelism");
+  if (grp && !(isfinite(o.slowdown) && (o.slowdown == 0 || o.slowdown >= 1)))
+    return ag_error_set(AG_ERR_INVALID, "charlm: invalid option slowdown (0 or >= 1)");
+  if (!lead) { /* only rank 0 prints, evaluates, samples and writes */
+    o.quiet = true;
+    o.out = NULL;
+    o.trace = NULL;
+    o.report = NULL;
+    o.profile = false;
+    o.eval_batches = 0;
+    o.samples = 0;
+  }
   FILE *out = o.log ? o.log : stdout;
   bool tty = !o.quiet && isatty(fileno(out));
   ag_safetensors *ck = NULL;
@@ -823,8 +876,36 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
     if (!scaler) st = ag_last_status();
   }
   int64_t start = 0;
-  if (st == AG_OK && ck) st = load_ckpt(ck, &m, opt, &start);
+  bool resumed = ck != NULL;
+  if (st == AG_OK && ck && lead) st = load_ckpt(ck, &m, opt, &start);
+  if (st == AG_OK && ck && !lead) { /* the tensors come from rank 0 below */
+    uint64_t s = 0; /* validated by ckpt_config */
+    strict_u64(ag_safetensors_meta(ck, "step"), (uint64_t)CHARLM_MAX_STEPS, &s);
+    start = (int64_t)s;
+    ag_optimizer_set_steps(opt, start);
+  }
   ag_safetensors_close(ck);
+  /* Data parallelism: parameters (and a resumed optimizer state) from
+   * rank 0; the global batch shared equally, or by measured throughput. */
+  ag_ddp *ddp = NULL;
+  if (st == AG_OK && grp) {
+    ag_ddp_options dopt;
+    ag_ddp_options_default(&dopt);
+    if (o.bucket_bytes > 0) dopt.bucket_bytes = o.bucket_bytes;
+    st = ag_ddp_create(grp, &m.params, &dopt, &ddp);
+    if (st == AG_OK && resumed) {
+      ag_param_list sl = {0};
+      st = ag_optimizer_state(opt, &sl);
+      if (st == AG_OK) st = ag_ddp_broadcast(ddp, &sl, 0);
+      ag_params_free(&sl);
+    }
+    ag_ddp_balance_options bo;
+    ag_ddp_balance_options_default(&bo);
+    bo.global_rows = o.batch;
+    bo.fixed = !o.balance;
+    if (st == AG_OK) st = ag_ddp_balance_enable(ddp, &bo);
+    if (st == AG_OK && o.slowdown > 1) st = ag_ddp_set_slowdown(ddp, o.slowdown);
+  }
   if (st == AG_OK && o.device.backend == AG_BACKEND_CPU) st = check_address_space();
   int64_t sshape[1] = {1};
   ag_tensor *loss_sum = st == AG_OK ? ag_zeros(o.device, AG_F32, 1, sshape) : NULL;
@@ -897,32 +978,74 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
     if (prof) ag_profiler_step_begin(prof);
     ag_scope_begin();
     ag_tensor *loss = NULL;
+    int64_t rows = o.batch, off = 0;
+    double last_tok_w = 1.0;
+    if (ddp) {
+      st = ag_ddp_step_begin(ddp);
+      if (st == AG_OK) st = ag_ddp_rows(ddp, &rows, &off);
+    }
     for (int a = 0; a < o.accum && st == AG_OK; a++) {
       ag_tensor *x = NULL, *y = NULL;
-      st = make_batch(&m, &train, o.batch, &rng, o.device, &x, &y);
+      /* micro-steps before the last accumulate without communication */
+      bool quiet_step = ddp && a + 1 < o.accum;
+      if (quiet_step) st = ag_ddp_no_sync_begin(ddp);
+      int64_t n_mine = 0, n_all = 0;
+      if (st == AG_OK) st = make_batch_rows(&m, &train, o.batch, off, rows, &rng, o.device, &x, &y, &n_mine, &n_all);
       if (st != AG_OK) break;
+      /* The loss is a mean over targets. MLP: one per row, so the weight
+       * rows/global rows that ddp applies is exact. GPT: words have unequal
+       * numbers of targets; the exact weight, tokens here / tokens in the
+       * global micro-batch, differs per micro-batch, so it scales the loss
+       * and the reduction adds with weight 1. */
+      double tok_w = 1.0;
+      if (ddp && m.kind == CHARLM_GPT) {
+        tok_w = n_all > 0 ? (double)n_mine / (double)n_all : 0.0;
+        if (a == 0) st = ag_ddp_set_weight(ddp, 1.0);
+        if (st != AG_OK) break;
+      }
+      last_tok_w = tok_w;
       /* The region covers the forward only: backward runs in the dtypes
        * the forward recorded. */
       if (amp) st = ag_autocast_begin(o.precision);
       if (st != AG_OK) break;
       loss = batch_loss(&m, x, y);
       if (amp) ag_autocast_end();
-      ag_tensor *part = o.accum > 1 ? ag_mul_scalar(loss, 1.0 / o.accum) : loss;
+      ag_tensor *part = o.accum > 1 || tok_w != 1.0 ? ag_mul_scalar(loss, tok_w / o.accum) : loss;
       ag_tensor *scaled = ag_grad_scaler_scale(scaler, part);
       st = scaled ? ag_backward(scaled, NULL, false) : ag_last_status();
       ag_tensor_release(scaled);
       if (part != loss) ag_tensor_release(part);
+      if (quiet_step) {
+        ag_status se = ag_ddp_no_sync_end(ddp);
+        if (st == AG_OK) st = se;
+      }
     }
+    /* The reduced gradients are the global batch's: clip, unscale and step
+     * as on one device (the same decisions on every rank). */
+    if (st == AG_OK && ddp) st = ag_ddp_finish(ddp);
     /* Clipping reads gradient values: unscale them first. */
     if (st == AG_OK && o.clip > 0) st = ag_grad_scaler_unscale_(scaler, opt);
     if (st == AG_OK && o.clip > 0 && !ag_clip_grad_norm(&m.params, o.clip)) st = ag_last_status();
     if (st == AG_OK) st = ag_grad_scaler_step(scaler, opt);
     if (st == AG_OK) st = ag_grad_scaler_update(scaler);
-    if (st == AG_OK) st = loss_accumulate(loss_sum, loss);
+    /* With replicas, each adds its loss weighted by its share: the sum over
+     * ranks (read at the progress lines) is the global batch's loss. */
+    ag_tensor *lw = loss;
+    if (st == AG_OK && ddp) {
+      ag_tensor *dl = ag_detach(loss);
+      lw = dl ? ag_mul_scalar(dl, m.kind == CHARLM_GPT ? last_tok_w : ag_ddp_weight(ddp)) : NULL;
+      ag_tensor_release(dl);
+      if (!lw) st = ag_last_status();
+    }
+    if (st == AG_OK) st = loss_accumulate(loss_sum, lw);
     ag_optimizer_zero_grad(opt);
     bool log_now = step == start || (step + 1) % o.log_every == 0 || step + 1 == o.steps;
+    if (st == AG_OK && log_now && ddp) {
+      st = ag_all_reduce(grp, lw, AG_DIST_SUM, NULL);
+      if (st == AG_OK) st = ag_all_reduce(grp, loss_sum, AG_DIST_SUM, NULL);
+    }
     if (st == AG_OK && log_now) {
-      double l = ag_item(loss); /* with the sum below, the step's only host syncs */
+      double l = ag_item(lw); /* with the sum below, the step's only host syncs */
       if (isnan(l) && ag_last_status() != AG_OK) st = ag_last_status();
       double mean = st == AG_OK ? ag_item(loss_sum) / (double)(step + 1 - last_log_step) : NAN;
       if (st == AG_OK && isnan(mean) && ag_last_status() != AG_OK) st = ag_last_status();
@@ -951,6 +1074,7 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
         smooth_n = step + 1 - last_log_step;
         double t = now_s();
         double rate = t > t_log ? (double)(step + 1 - last_log_step) * (double)per_step / (t - t_log) : 0;
+        r.recent_examples_per_s = rate;
         if (!o.quiet) progress(out, tty, o.device, step + 1, o.steps, l, mean, rate, unit);
         line_open = tty && !o.quiet;
         t_log = t;
@@ -1035,6 +1159,13 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   }
   if (st == AG_OK && trace_st != AG_OK)
     st = ag_error_set(trace_st, "charlm: the trace was not written: %s", trace_err);
+  if (ddp) {
+    ag_ddp_stats ds;
+    int64_t off = 0;
+    if (ag_ddp_stats_get(ddp, &ds) == AG_OK) r.ddp = ds;
+    ag_ddp_rows(ddp, &r.ddp_rows, &off);
+    ag_ddp_destroy(ddp);
+  }
   ag_tensor_release(loss_sum);
   ag_grad_scaler_free(scaler);
   ag_optimizer_free(opt);

@@ -56,6 +56,18 @@ typedef struct charlm_options {
   const char *report; /* write the HTML run report here (ag_report_write), or NULL;
                          the held-out loss is then also evaluated at each progress update */
   FILE *log;    /* progress output; stdout when NULL */
+  /* Data parallelism (include/anygrad/ddp.h, docs/distributed.md): this
+   * replica's handle on the group, or NULL for one device. Every rank calls
+   * charlm_train with the same options except device and group; batch is
+   * the global batch, shared among the ranks. Only rank 0 prints, evaluates,
+   * samples and writes the checkpoint; a resumed checkpoint is read by
+   * rank 0 and broadcast (the others read only its metadata). Not with
+   * batch_auto, estimate_memory, trace, report or profile on ranks > 0 (they
+   * are ignored there). */
+  ag_group *group;
+  int64_t bucket_bytes; /* 0: AG_DDP_DEFAULT_BUCKET_BYTES */
+  bool balance;         /* share the batch by measured throughput (else equal shares) */
+  double slowdown;      /* > 1: this replica acts like a device that much slower (tests) */
 } charlm_options;
 
 /* A memory estimate (charlm_options.estimate_memory): allocated bytes by
@@ -86,6 +98,11 @@ typedef struct charlm_result {
   double smooth_loss; /* mean loss of the steps since the previous progress line */
   int64_t steps_done;
   double seconds, examples_per_s;
+  double recent_examples_per_s; /* over the steps since the previous progress line */
+  /* data parallelism: this rank's final share of the global batch, its
+   * ag_ddp_stats (rebalances, buckets launched from hooks) */
+  int64_t ddp_rows;
+  ag_ddp_stats ddp;
 } charlm_result;
 
 /* Defaults for a model kind (about a minute on one CPU core for the MLP). */

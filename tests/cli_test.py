@@ -434,6 +434,54 @@ def case_docs():
     check(p.returncode == 0 and "loss" in p.stdout, f"mlp_words: {p.stdout} {p.stderr}")
 
 
+def case_data_parallel():
+    """Data parallelism from the command line (docs/distributed.md):
+    --devices and --dist usage errors; two in-process replicas train, only
+    rank 0 prints and writes, and the result equals one device's; the same
+    with mpirun -np 2 --dist mpi where Open MPI and the module are built."""
+    for args, part in [
+        (["train", "--devices", "cpu,cpu", "--device", "cpu"], "--devices"),
+        (["train", "--devices", ","], "--devices"),
+        (["train", "--devices", "cpu,tpu:0"], "not a device"),
+        (["train", "--dist", "nccl"], "--dist"),
+        (["train", "--bucket-mb", "0"], "--bucket-mb"),
+        (["train", "--balance", "sometimes"], "--balance"),
+        (["train", "--devices", "cpu,cpu", "--batch", "auto"], "--batch auto"),
+        (["train", "--task", "fashion-mnist", "--devices", "cpu,cpu"], "--devices"),
+    ]:
+        expect(args, 2, part)
+    d = fresh_dir("dp")
+    job = ["--steps", "12", "--batch", "16", "--hidden", "32", "--log-every", "6", "--samples", "0",
+           "--profile", "off", "--threads", "1"]
+    one, _ = expect(["train", "--device", "cpu", "--out", os.path.join(d, "one.st")] + job, 0)
+    two, _ = expect(["train", "--devices", "cpu,cpu", "--out", os.path.join(d, "two.st")] + job, 0,
+                    out_part="2 replicas in this process")
+    check(two.count("charlm: mlp model") == 1, f"more than rank 0 printed:\n{two}")
+    check("final shares of the batch" in two, "no final shares")
+
+    def losses(text):
+        return [l.split("train loss")[1] for l in text.splitlines() if "train loss" in l]
+
+    check(losses(one) and losses(one) == losses(two), f"losses differ:\n{one}\n{two}")
+    check(os.path.exists(os.path.join(d, "two.st")), "no checkpoint from the replicas")
+    # resumed on one device from the 2-replica checkpoint
+    expect(["train", "--device", "cpu", "--resume", os.path.join(d, "two.st"), "--out", os.path.join(d, "r.st")]
+           + job[:1] + ["14"] + job[2:], 0)
+    mpirun = shutil.which("mpirun")
+    ldd = subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout
+    if not mpirun or not os.path.exists(os.path.join(LIBDIR, "libanygrad-mpi.so")) or "libasan" in ldd \
+            or "libtsan" in ldd:
+        print("mpirun or libanygrad-mpi.so absent, or a sanitizer build: the MPI half is skipped")
+        return
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", AG_DIST_TIMEOUT_MS="60000")
+    p = subprocess.run([mpirun, "-np", "2", BIN, "train", "--dist", "mpi", "--device", "cpu", "--out",
+                        os.path.join(d, "mpi.st")] + job, capture_output=True, text=True, timeout=300, env=env)
+    check(p.returncode == 0, f"mpirun: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+    check(p.stdout.count("charlm: mlp model") == 1, f"more than rank 0 printed:\n{p.stdout}")
+    check(losses(p.stdout) == losses(one), f"mpi losses differ:\n{p.stdout}\n{one}")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":

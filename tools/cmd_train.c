@@ -1,7 +1,9 @@
 /* `anygrad train`: the character-level language model of examples/charlm.c
  * on the best available device (or --device), with progress, held-out loss,
  * samples and a resumable checkpoint. */
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../examples/charlm.h"
@@ -49,6 +51,13 @@ static void usage(void) {
       "                       step time, memory by category, allocator segments, sync sites);\n"
       "                       the held-out loss is then evaluated at each progress update\n"
       AG_CLI_THREADS_HELP "\n"
+      "Data parallelism (docs/distributed.md): one replica per device, the --batch shared among\n"
+      "them, gradients averaged so training equals one device on the whole batch:\n"
+      "  --devices D1,D2,...  in-process: one thread per device (e.g. cpu,opencl:0)\n"
+      "  --dist mpi           one replica per process: mpirun -np N anygrad train --dist mpi\n"
+      "                       (each on --device); only rank 0 prints and writes --out\n"
+      "  --bucket-mb X        gradient bucket size in MiB (default 25)\n"
+      "  --balance on|off     share the batch by measured throughput (default on)\n\n"
       "--task fashion-mnist takes --device, --batch (default 128), --lr (3e-3), --weight-decay\n"
       "(1e-4), --warmup, --seed, --out (default cnn.safetensors, written after every epoch),\n"
       "--resume, --profile, and:\n"
@@ -69,7 +78,7 @@ enum {
   O_MODEL = 256, O_DEVICE, O_STEPS, O_BATCH, O_ACCUM, O_LR, O_WARMUP, O_WD, O_CLIP, O_PRECISION, O_SEED,
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
   O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_ESTIMATE, O_HELP, O_TASK, O_EPOCHS, O_CHANNELS, O_DATA, O_TRAIN_LIMIT,
-  O_TEST_LIMIT, O_WORKERS, O_AUGMENT
+  O_TEST_LIMIT, O_WORKERS, O_AUGMENT, O_DEVICES, O_DIST, O_BUCKET_MB, O_BALANCE
 };
 
 static const struct option k_opts[] = {
@@ -92,7 +101,43 @@ static const struct option k_opts[] = {
     {"epochs", required_argument, NULL, O_EPOCHS},     {"channels", required_argument, NULL, O_CHANNELS},
     {"data", required_argument, NULL, O_DATA},         {"train-limit", required_argument, NULL, O_TRAIN_LIMIT},
     {"test-limit", required_argument, NULL, O_TEST_LIMIT}, {"workers", required_argument, NULL, O_WORKERS},
-    {"augment", required_argument, NULL, O_AUGMENT},   {NULL, 0, NULL, 0}};
+    {"augment", required_argument, NULL, O_AUGMENT},   {"devices", required_argument, NULL, O_DEVICES},
+    {"dist", required_argument, NULL, O_DIST},         {"bucket-mb", required_argument, NULL, O_BUCKET_MB},
+    {"balance", required_argument, NULL, O_BALANCE},   {NULL, 0, NULL, 0}};
+
+#define MAX_REPLICAS 64
+
+/* Data-parallel settings of the words task. */
+typedef struct dp_opts {
+  int n_devices; /* --devices: in-process replicas */
+  ag_device devices[MAX_REPLICAS];
+  bool mpi;      /* --dist mpi */
+} dp_opts;
+
+static int parse_devices(const char *v, dp_opts *dp) {
+  char buf[1024];
+  if (strlen(v) >= sizeof buf) {
+    fprintf(stderr, "anygrad train: --devices list is too long\n");
+    return AG_EXIT_USAGE;
+  }
+  snprintf(buf, sizeof buf, "%s", v);
+  dp->n_devices = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (dp->n_devices == MAX_REPLICAS) {
+      fprintf(stderr, "anygrad train: --devices: at most %d devices\n", MAX_REPLICAS);
+      return AG_EXIT_USAGE;
+    }
+    int rc = ag_cli_device("train", t, &dp->devices[dp->n_devices]);
+    if (rc != AG_EXIT_OK) return rc;
+    dp->n_devices++;
+  }
+  if (dp->n_devices < 1) {
+    fprintf(stderr, "anygrad train: --devices needs a comma-separated list of devices, got '%s'\n", v);
+    return AG_EXIT_USAGE;
+  }
+  return AG_EXIT_OK;
+}
 
 /* --task fashion-mnist: the options that apply to it; the words-only ones
  * are a usage error rather than silently ignored. */
@@ -165,7 +210,7 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
 }
 
 /* Parse into o. Returns -1 to go on, else the exit code (0 after --help). */
-static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn) {
+static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, dp_opts *dp) {
   const char *C = "train";
   /* The model picks the defaults the other options then override. */
   charlm_model_kind kind = CHARLM_MLP;
@@ -196,7 +241,8 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn) {
   *o = charlm_defaults(kind);
   o->out = "charlm.safetensors";
   o->profile = true;
-  const char *device = NULL;
+  o->balance = true;
+  const char *device = NULL, *devices = NULL;
   bool ok = true;
   for (int c = ag_cli_next(C, argc, argv, k_opts, true); ok && c != -1; c = ag_cli_next(C, argc, argv, k_opts, false)) {
     const char *v = ag_cli_arg();
@@ -255,6 +301,26 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn) {
         }
         break;
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
+      case O_DEVICES: devices = v; break;
+      case O_DIST:
+        if (strcmp(v, "mpi")) {
+          fprintf(stderr, "anygrad train: --dist must be mpi (in-process replicas: --devices), got '%s'\n", v);
+          ok = false;
+        }
+        dp->mpi = true;
+        break;
+      case O_BUCKET_MB: {
+        double mb = 0;
+        ok = ag_cli_f64(C, "bucket-mb", v, 0, 1 << 20, &mb);
+        if (ok && !(mb > 0)) {
+          fprintf(stderr, "anygrad train: --bucket-mb must be > 0, got '%s'\n", v);
+          ok = false;
+        }
+        o->bucket_bytes = (int64_t)(mb * 1048576.0);
+        if (o->bucket_bytes < 1) o->bucket_bytes = 1;
+        break;
+      }
+      case O_BALANCE: ok = ag_cli_bool(C, "balance", v, &o->balance); break;
       case O_TASK: break;
       case O_EPOCHS: case O_CHANNELS: case O_DATA: case O_TRAIN_LIMIT: case O_TEST_LIMIT: case O_WORKERS:
       case O_AUGMENT:
@@ -274,13 +340,132 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn) {
     int rc = ag_cli_device(C, device, &o->device);
     if (rc != AG_EXIT_OK) return rc;
   }
+  if (devices && (device || dp->mpi)) {
+    fprintf(stderr, "anygrad train: --devices (in-process replicas) goes with neither --device nor --dist\n");
+    return AG_EXIT_USAGE;
+  }
+  if (devices) {
+    int rc = parse_devices(devices, dp);
+    if (rc != AG_EXIT_OK) return rc;
+  }
+  if ((devices || dp->mpi) && (o->batch_auto || o->estimate_memory)) {
+    fprintf(stderr, "anygrad train: --batch auto and --estimate-memory measure one device; not with --devices "
+                    "or --dist\n");
+    return AG_EXIT_USAGE;
+  }
   return -1;
+}
+
+/* ---- data parallelism ---- */
+
+typedef struct replica {
+  charlm_options o;
+  charlm_result r;
+  ag_status st;
+  char msg[1024];
+} replica;
+
+static void *replica_main(void *p) {
+  replica *a = p;
+  a->st = charlm_train(&a->o, &a->r);
+  if (a->st != AG_OK) snprintf(a->msg, sizeof a->msg, "%s", ag_last_error());
+  return NULL;
+}
+
+/* The error to report: the first rank's own failure rather than the
+ * aborts it caused in the others. */
+static int report_replicas(replica *rs, int n) {
+  int pick = -1;
+  for (int i = 0; i < n && pick < 0; i++)
+    if (rs[i].st != AG_OK && rs[i].st != AG_ERR_ABORTED) pick = i;
+  for (int i = 0; i < n && pick < 0; i++)
+    if (rs[i].st != AG_OK) pick = i;
+  if (pick < 0) return AG_EXIT_OK;
+  char d[32];
+  fprintf(stderr, "anygrad train: replica %d (%s): %s: %s\n", pick, ag_device_str(rs[pick].o.device, d, sizeof d),
+          ag_status_name(rs[pick].st), rs[pick].msg);
+  return AG_EXIT_RUNTIME;
+}
+
+static int train_inproc(const charlm_options *o, const dp_opts *dp) {
+  int n = dp->n_devices;
+  ag_group *g[MAX_REPLICAS];
+  ag_status st = ag_group_create_inproc(n, dp->devices, NULL, g);
+  if (st != AG_OK) {
+    fprintf(stderr, "anygrad train: %s: %s\n", ag_status_name(st), ag_last_error());
+    return AG_EXIT_RUNTIME;
+  }
+  replica *rs = calloc((size_t)n, sizeof *rs);
+  pthread_t th[MAX_REPLICAS];
+  bool started[MAX_REPLICAS] = {0};
+  if (!rs) {
+    for (int i = 0; i < n; i++) ag_group_destroy(g[i]);
+    fprintf(stderr, "anygrad train: out of memory\n");
+    return AG_EXIT_RUNTIME;
+  }
+  if (!o->quiet) {
+    printf("anygrad train: %d replicas in this process:", n);
+    for (int i = 0; i < n; i++) {
+      char d[32];
+      printf(" %s", ag_device_str(dp->devices[i], d, sizeof d));
+    }
+    printf(" (global batch %lld, %s shares)\n", (long long)o->batch, o->balance ? "balanced" : "equal");
+  }
+  for (int i = 0; i < n; i++) {
+    rs[i].o = *o;
+    rs[i].o.device = dp->devices[i];
+    rs[i].o.group = g[i];
+    if (pthread_create(&th[i], NULL, replica_main, &rs[i]) == 0) {
+      started[i] = true;
+    } else {
+      rs[i].st = AG_ERR_BACKEND;
+      snprintf(rs[i].msg, sizeof rs[i].msg, "cannot start its thread");
+      ag_group_abort(g[i], "anygrad train: a replica thread could not start");
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (started[i]) pthread_join(th[i], NULL);
+  if (!o->quiet && rs[0].st == AG_OK && o->balance) {
+    printf("anygrad train: final shares of the batch:");
+    for (int i = 0; i < n; i++) printf(" %lld", (long long)rs[i].r.ddp_rows);
+    printf(" (%lld rebalances)\n", (long long)rs[0].r.ddp.rebalances);
+  }
+  int rc = report_replicas(rs, n);
+  for (int i = 0; i < n; i++) ag_group_destroy(g[i]);
+  free(rs);
+  return rc;
+}
+
+static int train_mpi(const charlm_options *o) {
+  ag_group *g = NULL;
+  ag_status st = ag_group_create_mpi(o->device, NULL, &g);
+  if (st != AG_OK) {
+    fprintf(stderr, "anygrad train: --dist mpi: %s: %s\n", ag_status_name(st), ag_last_error());
+    return AG_EXIT_RUNTIME;
+  }
+  charlm_options ro = *o;
+  ro.group = g;
+  int rank = ag_group_rank(g);
+  if (rank == 0 && !o->quiet)
+    printf("anygrad train: %d MPI ranks (global batch %lld, %s shares)\n", ag_group_size(g), (long long)o->batch,
+           o->balance ? "balanced" : "equal");
+  charlm_result r;
+  st = charlm_train(&ro, &r);
+  int rc = AG_EXIT_OK;
+  /* The rank that failed says why; the others were aborted by it. */
+  if (st != AG_OK && (st != AG_ERR_ABORTED || rank == 0)) {
+    fprintf(stderr, "anygrad train: rank %d: %s: %s\n", rank, ag_status_name(st), ag_last_error());
+  }
+  if (st != AG_OK) rc = AG_EXIT_RUNTIME;
+  ag_group_destroy(g);
+  return rc;
 }
 
 int ag_cmd_train(int argc, char **argv) {
   charlm_options o;
   bool task_cnn = false;
-  int rc = parse(argc, argv, &o, &task_cnn);
+  dp_opts dp = {0};
+  int rc = parse(argc, argv, &o, &task_cnn, &dp);
   if (rc >= 0) return rc;
   if (task_cnn) {
     cnn_options co;
@@ -294,6 +479,8 @@ int ag_cmd_train(int argc, char **argv) {
     }
     return AG_EXIT_OK;
   }
+  if (dp.n_devices) return train_inproc(&o, &dp);
+  if (dp.mpi) return train_mpi(&o);
   charlm_result r;
   ag_status st = charlm_train(&o, &r);
   if (st != AG_OK) {

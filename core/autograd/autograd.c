@@ -342,7 +342,92 @@ void ag__node_release(ag_node *first) {
   free(stack);
 }
 
+/* ---------------- gradient-ready hooks ---------------- */
+
+typedef struct ag_grad_hook_entry {
+  uint64_t id;
+  ag_grad_hook_fn fn;
+  void *user;
+} ag_grad_hook_entry;
+
+struct ag_grad_hooks {
+  int n, cap;
+  uint64_t next_id;
+  bool firing; /* inside one of the hooks: the list must not change */
+  ag_grad_hook_entry *v;
+};
+
+ag_status ag_tensor_add_grad_hook(ag_tensor *t, ag_grad_hook_fn fn, void *user, uint64_t *out_id) {
+  if (!t || !fn || !out_id)
+    return ag_error_set(AG_ERR_INVALID, "ag_tensor_add_grad_hook: NULL tensor, fn or out_id");
+  if (t->grad_fn)
+    return ag_error_set(AG_ERR_STATE, "ag_tensor_add_grad_hook: not a leaf (hooks go on parameters; an op "
+                        "output's gradient is never accumulated)");
+  if (!t->requires_grad)
+    return ag_error_set(AG_ERR_STATE, "ag_tensor_add_grad_hook: tensor does not require grad, so no "
+                        "gradient is ever accumulated into it");
+  ag_grad_hooks *h = t->hooks;
+  if (h && h->firing)
+    return ag_error_set(AG_ERR_STATE, "ag_tensor_add_grad_hook: called from inside one of the tensor's hooks");
+  if (!h) {
+    h = calloc(1, sizeof *h);
+    if (!h) return ag_error_set(AG_ERR_OOM, "ag_tensor_add_grad_hook: out of host memory");
+    h->next_id = 1;
+    t->hooks = h;
+  }
+  if (h->n == h->cap) {
+    int nc = h->cap ? h->cap * 2 : 4;
+    ag_grad_hook_entry *nv = realloc(h->v, (size_t)nc * sizeof *nv);
+    if (!nv) return ag_error_set(AG_ERR_OOM, "ag_tensor_add_grad_hook: out of host memory");
+    h->v = nv;
+    h->cap = nc;
+  }
+  h->v[h->n].id = h->next_id++;
+  h->v[h->n].fn = fn;
+  h->v[h->n].user = user;
+  *out_id = h->v[h->n++].id;
+  return AG_OK;
+}
+
+ag_status ag_tensor_remove_grad_hook(ag_tensor *t, uint64_t id) {
+  if (!t) return ag_error_set(AG_ERR_INVALID, "ag_tensor_remove_grad_hook: NULL tensor");
+  ag_grad_hooks *h = t->hooks;
+  if (h && h->firing)
+    return ag_error_set(AG_ERR_STATE, "ag_tensor_remove_grad_hook: called from inside one of the tensor's hooks");
+  for (int i = 0; h && i < h->n; i++)
+    if (h->v[i].id == id) {
+      memmove(&h->v[i], &h->v[i + 1], (size_t)(h->n - i - 1) * sizeof *h->v);
+      h->n--;
+      return AG_OK;
+    }
+  return ag_error_set(AG_ERR_INVALID, "ag_tensor_remove_grad_hook: no hook %llu on this tensor",
+                      (unsigned long long)id);
+}
+
+int ag_tensor_grad_hook_count(const ag_tensor *t) { return t && t->hooks ? t->hooks->n : 0; }
+
+static ag_status hooks_fire(ag_tensor *leaf) {
+  ag_grad_hooks *h = leaf->hooks;
+  ag_status st = AG_OK;
+  if (!h) return AG_OK;
+  h->firing = true;
+  for (int i = 0; st == AG_OK && i < h->n; i++) {
+    st = h->v[i].fn(leaf, h->v[i].user);
+    if (st != AG_OK && ag_last_status() == AG_OK)
+      ag_error_set(st, "ag_backward: a gradient-ready hook failed without a message");
+  }
+  h->firing = false;
+  return st;
+}
+
+static bool has_hooks(const ag_tensor *t) { return t && t->hooks && t->hooks->n; }
+
 void ag__grad_tensor_free(ag_tensor *t) {
+  if (t->hooks) {
+    free(t->hooks->v);
+    free(t->hooks);
+    t->hooks = NULL;
+  }
   if (t->grad) {
     ag_tensor *g = t->grad;
     t->grad = NULL;
@@ -541,7 +626,47 @@ typedef struct topo {
   int *deps;
   ag_tensor **gbuf;
   int n, cap;
+  ag_tensor **leaves; /* leaves with hooks this pass counted first (reset on error) */
+  int nl;
 } topo;
+
+/* Count, on every hooked leaf, the edges of this pass that lead to it: the
+ * leaf is finished when the last of them has been processed. Counts add up
+ * across nested passes (a checkpoint's re-run) on the same thread. */
+static ag_status count_leaf_edges(topo *t) {
+  int cap = 0;
+  for (int k = 0; k < t->n; k++)
+    for (int i = 0; i < t->nodes[k]->n_in; i++) {
+      ag_tensor *l = t->nodes[k]->e[i].leaf;
+      if (!has_hooks(l)) continue;
+      if (l->bw_pending++ == 0) {
+        if (t->nl == cap) {
+          int nc = cap ? cap * 2 : 16;
+          ag_tensor **nv = realloc(t->leaves, (size_t)nc * sizeof *nv);
+          if (!nv) {
+            l->bw_pending--;
+            return ag_error_set(AG_ERR_OOM, "ag_backward: out of host memory");
+          }
+          t->leaves = nv;
+          cap = nc;
+        }
+        l->bw_got = false;
+        t->leaves[t->nl++] = l;
+      }
+    }
+  return AG_OK;
+}
+
+/* One edge into a hooked leaf is done (got: it carried a gradient that is
+ * now accumulated); the last one fires the leaf's hooks. */
+static ag_status leaf_edge_done(ag_tensor *l, bool got, ag_status st) {
+  if (l->bw_pending <= 0) return st; /* hooked after this pass counted */
+  if (got) l->bw_got = true;
+  if (--l->bw_pending) return st;
+  bool fire = l->bw_got;
+  l->bw_got = false;
+  return st == AG_OK && fire ? hooks_fire(l) : st;
+}
 
 static ag_status topo_add(topo *t, ag_node *n) {
   if (t->n == t->cap) {
@@ -622,12 +747,15 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
   if (!seed) st = ag_last_status();
   if (st == AG_OK && !out->grad_fn) {
     st = accumulate(out, seed);
+    if (st == AG_OK && has_hooks(out) && out->bw_pending == 0) st = hooks_fire(out);
     goto done;
   }
   if (st == AG_OK) st = collect(&t, out->grad_fn);
+  if (st == AG_OK) st = count_leaf_edges(&t);
   if (st == AG_OK) {
-    t.deps = calloc((size_t)t.n, sizeof *t.deps);
-    t.gbuf = calloc((size_t)t.n, sizeof *t.gbuf);
+    size_t nn = t.n > 0 ? (size_t)t.n : 1;
+    t.deps = calloc(nn, sizeof *t.deps);
+    t.gbuf = calloc(nn, sizeof *t.gbuf);
     if (!t.deps || !t.gbuf) st = ag_error_set(AG_ERR_OOM, "ag_backward: out of host memory");
   }
   if (st == AG_OK) {
@@ -682,6 +810,7 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
         } else if (gin[i]) {
           ag_tensor_release(gin[i]);
         }
+        if (e->leaf && e->leaf->bw_pending > 0) st = leaf_edge_done(e->leaf, st == AG_OK && gin[i], st);
         if (e->fn && --t.deps[e->fn->tmp_idx] == 0) ready[nr++] = e->fn->tmp_idx;
       }
       if (gin != gi) free(gin);
@@ -689,6 +818,12 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
     free(ready);
   }
 done:
+  if (st != AG_OK) /* a failed pass leaves no counts behind */
+    for (int k = 0; k < t.nl; k++) {
+      t.leaves[k]->bw_pending = 0;
+      t.leaves[k]->bw_got = false;
+    }
+  free(t.leaves);
   for (int k = 0; k < t.n; k++) {
     t.nodes[k]->tmp_mark = false;
     if (t.gbuf && t.gbuf[k]) ag_tensor_release(t.gbuf[k]);

@@ -176,6 +176,9 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
   t->grad_fn = NULL;
   t->out_index = 0;
   t->saved_version = 0;
+  t->hooks = NULL;
+  t->bw_pending = 0;
+  t->bw_got = false;
   t->scope = NULL;
   t->scope_slot = -1;
   atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);

@@ -26,5 +26,6 @@
 #include "anygrad/serialize.h"
 #include "anygrad/interop.h"
 #include "anygrad/dist.h"
+#include "anygrad/ddp.h"
 
 #endif

@@ -52,6 +52,50 @@ AG_API ag_tensor *ag_detach(ag_tensor *t);
  * backward ops. Runs asynchronously like any op (no host sync). */
 AG_API ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph);
 
+/* ---- gradient-ready hooks ----
+ * A callback on a leaf that requires grad (a parameter), called by
+ * ag_backward once per backward pass, as soon as the leaf's gradient for
+ * that pass is complete: after the last contribution of the graph has been
+ * accumulated into ag_tensor_grad(t) (as PyTorch's post-accumulate-grad
+ * hooks). Leaves are finished in the order the engine finishes them, which
+ * is roughly the reverse of the order the forward used them - what data
+ * parallelism needs to start reducing the last layers' gradients while the
+ * first layers' are still being computed (include/anygrad/ddp.h).
+ *
+ * When it runs: on the thread that called ag_backward, with grad mode off,
+ * autocast suspended and the backward's scope open (tensors the hook creates
+ * and does not keep are released when ag_backward returns). The gradient's
+ * accumulation is enqueued on the current stream of t's device, not
+ * necessarily finished on the device: work the hook enqueues on that stream
+ * sees it, work on another stream must wait for it (an event). A leaf that
+ * this pass reaches but sends no gradient to (every path to it carries
+ * none) gets no call; a tensor that does not require grad never gets one.
+ * A leaf used both inside an ag_checkpoint block and outside it may be
+ * finished twice in one pass (once by the block's re-run).
+ *
+ * fn returns AG_OK, or an error status that stops the backward: ag_backward
+ * returns it (the graph is kept, as for any failed backward). Several hooks
+ * on one tensor run in registration order.
+ *
+ * Thread-safety: hooks of a tensor may be added or removed from any thread
+ * while no backward that reaches the tensor runs (the same rule as its
+ * .grad); never from inside one of its own hooks (AG_ERR_STATE). Hooks on
+ * different tensors are independent. Hooks are dropped with the tensor. */
+typedef ag_status (*ag_grad_hook_fn)(ag_tensor *t, void *user);
+
+/* Register fn(t, user) on t; *out_id (not NULL) receives a handle, unique
+ * among t's hooks, for ag_tensor_remove_grad_hook. t does not own user.
+ * Errors: AG_ERR_INVALID (NULL t, fn or out_id), AG_ERR_STATE when t is not
+ * a leaf or does not require grad ("ag_tensor_add_grad_hook: ... does not
+ * require grad") or inside one of t's hooks, AG_ERR_OOM. On error nothing
+ * is registered. */
+AG_API ag_status ag_tensor_add_grad_hook(ag_tensor *t, ag_grad_hook_fn fn, void *user, uint64_t *out_id);
+/* Remove the hook `id` from t. Errors: AG_ERR_INVALID (NULL t, or no hook
+ * `id` on t), AG_ERR_STATE inside one of t's hooks. */
+AG_API ag_status ag_tensor_remove_grad_hook(ag_tensor *t, uint64_t id);
+/* Number of hooks registered on t (0 for NULL). */
+AG_API int ag_tensor_grad_hook_count(const ag_tensor *t);
+
 /* ---- grad modes (per thread, nestable up to depth 64) ----
  * No-grad: ops record nothing. Inference mode: ops record nothing, and
  * requires_grad cannot be set and backward cannot run (AG_ERR_STATE), so a
