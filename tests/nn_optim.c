@@ -225,11 +225,64 @@ static void test_gpt_causal(void **state) {
   ag_generator_free(g);
 }
 
+/* Host copy of an f32 tensor of n elements. */
+static void host(ag_tensor *t, float *out, size_t n) { assert_int_equal(ag_to_host(t, out, n * sizeof *out), AG_OK); }
+
+/* A Linear forward with bias is one matmul node whose GEMM adds the bias
+ * (no separate add node), with the values and gradients of x @ W^T + b. */
+static void test_linear_folds_bias(void **state) {
+  (void)state;
+  ag_generator *g = ag_generator_create(5);
+  ag_linear l;
+  assert_int_equal(ag_linear_init(&l, AG_CPU, AG_F32, 4, 3, true, g), AG_OK);
+  ag_no_grad_begin();
+  const int64_t bs = 3;
+  ag_tensor *bv = ag_randn(AG_CPU, AG_F32, 1, &bs, 0, 1, g); /* non-zero bias */
+  assert_int_equal(ag_copy_(l.bias, bv), AG_OK);
+  ag_tensor_release(bv);
+  ag_grad_mode_end();
+  const int64_t xs[3] = {2, 5, 4};
+  ag_tensor *x = ag_randn(AG_CPU, AG_F32, 3, xs, 0, 1, g);
+  ag_tensor_set_requires_grad(x, true);
+  float y1[30], y2[30], gx[2][40], gw[2][12], gb[2][3];
+  for (int pass = 0; pass < 2; pass++) {
+    ag_scope_begin();
+    int64_t n0 = ag_live_nodes();
+    ag_tensor *y;
+    if (pass == 0) {
+      y = ag_linear_forward(&l, x);
+      assert_int_equal(ag_live_nodes() - n0, 2); /* the weight's transpose view and one matmul */
+    } else {
+      y = ag_add(ag_matmul(x, ag_transpose(l.weight, 0, 1)), l.bias);
+    }
+    host(y, pass ? y2 : y1, 30);
+    ag_generator *g2 = ag_generator_create(7); /* the same upstream gradient in both passes */
+    ag_tensor *up = ag_randn(AG_CPU, AG_F32, 3, (int64_t[]){2, 5, 3}, 0, 1, g2);
+    ag_generator_free(g2);
+    assert_int_equal(ag_backward(ag_sum(ag_mul(y, up), 0, NULL, false), NULL, false), AG_OK);
+    host(ag_tensor_grad(x), gx[pass], 40);
+    host(ag_tensor_grad(l.weight), gw[pass], 12);
+    host(ag_tensor_grad(l.bias), gb[pass], 3);
+    ag_tensor_zero_grad(x);
+    ag_tensor_zero_grad(l.weight);
+    ag_tensor_zero_grad(l.bias);
+    ag_scope_end();
+  }
+  for (int i = 0; i < 30; i++) assert_true(fabsf(y1[i] - y2[i]) < 1e-5f);
+  for (int i = 0; i < 40; i++) assert_true(fabsf(gx[0][i] - gx[1][i]) < 1e-5f);
+  for (int i = 0; i < 12; i++) assert_true(fabsf(gw[0][i] - gw[1][i]) < 1e-4f);
+  for (int i = 0; i < 3; i++) assert_true(fabsf(gb[0][i] - gb[1][i]) < 1e-4f && gb[0][i] != 0.0f);
+  ag_tensor_release(x);
+  ag_linear_free(&l);
+  ag_generator_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sgd),           cmocka_unit_test(test_adamw),
       cmocka_unit_test(test_clip_grad_norm), cmocka_unit_test(test_gradient_accumulation),
       cmocka_unit_test(test_cosine_schedule), cmocka_unit_test(test_gpt_causal),
+      cmocka_unit_test(test_linear_folds_bias),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

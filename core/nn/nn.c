@@ -147,13 +147,8 @@ ag_tensor *ag_linear_forward(const ag_linear *m, ag_tensor *x) {
   ag_tensor *w = ac ? ag__autocast_to(m->weight, lo) : m->weight;
   ag_tensor *b = ac && m->bias ? ag__autocast_to(m->bias, lo) : m->bias;
   ag_tensor *wt = w ? ag_transpose(w, 0, 1) : NULL;
-  ag_tensor *y = ag_matmul(x, wt);
+  ag_tensor *r = wt ? ag__linear_addmm(x, wt, b) : NULL;
   ag_tensor_release(wt);
-  ag_tensor *r = y;
-  if (y && b) {
-    r = ag_add(y, b);
-    ag_tensor_release(y);
-  }
   if (ac) {
     ag_tensor_release(w);
     ag_tensor_release(b);
