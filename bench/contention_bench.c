@@ -240,7 +240,9 @@ int main(int argc, char **argv) {
   printf("GPT cases: GPT-2 tied head in both; gpt = V 8192 T 64 L 4 H 4 C 256 B 4, gpt-medium = V 8192 T 128 L 6 "
          "H 8 C 512 B 4\n");
   printf("ag cpus: anygrad's CPU time / wall time in its timed steps (median): what the scheduler gave it\n");
-  printf("%-5s %-4s %-3s %26s %26s %8s %7s\n", "load", "case", "thr", "anygrad ms", "torch ms", "ag/torch", "ag cpus");
+  printf("ag/torch: ratio of the medians; per round: median [min-max] of each round's adjacent pair\n");
+  printf("%-5s %-10s %-3s %26s %26s %8s %20s %7s\n", "load", "case", "thr", "anygrad ms", "torch ms", "ag/torch",
+         "per round", "ag cpus");
   FILE *f = json ? fopen(json, "w") : NULL;
   if (f) fprintf(f, "{\"rounds\": %d, \"default_threads\": %d, \"rows\": [", rounds, def_threads);
   bool first = true;
@@ -251,14 +253,20 @@ int main(int argc, char **argv) {
       for (int th = 1; th <= maxth; th++) {
         stat3 a = stats(t[load][c][th - 1][0], rounds), b = stats(t[load][c][th - 1][1], rounds);
         stat3 cu = stats(u[load][c][th - 1], rounds);
-        printf("%-5s %-4s %-3d %9.1f [%6.1f-%6.1f] %9.1f [%6.1f-%6.1f] %8.2f %7.2f\n", load ? "busy" : "idle",
-               k_case[c], th, a.med, a.lo, a.hi, b.med, b.lo, b.hi, b.med > 0 ? a.med / b.med : -1, cu.med);
+        double q[MAXR];
+        for (int r = 0; r < rounds; r++)
+          q[r] = t[load][c][th - 1][1][r] > 0 ? t[load][c][th - 1][0][r] / t[load][c][th - 1][1][r] : -1;
+        stat3 pr = stats(q, rounds);
+        printf("%-5s %-10s %-3d %9.1f [%6.1f-%6.1f] %9.1f [%6.1f-%6.1f] %8.2f %6.2f [%5.2f-%5.2f] %7.2f\n",
+               load ? "busy" : "idle", k_case[c], th, a.med, a.lo, a.hi, b.med, b.lo, b.hi,
+               b.med > 0 ? a.med / b.med : -1, pr.med, pr.lo, pr.hi, cu.med);
         if (f)
           fprintf(f,
                   "%s{\"load\": \"%s\", \"case\": \"%s\", \"threads\": %d, \"anygrad_ms\": [%.3f, %.3f, %.3f], "
-                  "\"torch_ms\": [%.3f, %.3f, %.3f], \"anygrad_cpus\": %.3f}",
+                  "\"torch_ms\": [%.3f, %.3f, %.3f], \"ratio_per_round\": [%.3f, %.3f, %.3f], "
+                  "\"anygrad_cpus\": %.3f}",
                   first ? "" : ", ", load ? "busy" : "idle", k_case[c], th, a.med, a.lo, a.hi, b.med, b.lo, b.hi,
-                  cu.med);
+                  pr.med, pr.lo, pr.hi, cu.med);
         first = false;
       }
       ratio21[load][c] = maxth > 1 ? stats(t[load][c][1][0], rounds).med / stats(t[load][c][0][0], rounds).med : -1;
