@@ -6,7 +6,10 @@
  * anygrad 1T, torch 1T, anygrad 2T, torch 2T, next case, next round).
  * Prints a table (median and range over rounds) and writes JSON (--json).
  * Goals: busy, 2 threads <= 1.3x the 1-thread step; idle, 2 threads < 1.
- * Usage: contention_bench [--rounds N] [--json PATH] [--torch PATH] [--no-busy] */
+ * Also the medium GPT (T 128, 6 layers, 8 heads, n_embd 512, batch 4) with
+ * --cases; --max-threads 1 times only the 1-thread step.
+ * Usage: contention_bench [--rounds N] [--json PATH] [--torch PATH] [--no-busy]
+ *                         [--cases gpt,mlp,gpt-medium] [--max-threads 1|2] */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -21,9 +24,11 @@
 #include "anygrad/anygrad.h"
 
 #define MAXR 64
-enum { GPT, MLP, NCASE };
-static const char *k_case[NCASE] = {"gpt", "mlp"};
-static const int k_steps[NCASE] = {2, 3};
+enum { GPT, MLP, GPTM, NCASE };
+static const char *k_case[NCASE] = {"gpt", "mlp", "gpt-medium"};
+static const int k_steps[NCASE] = {2, 3, 1};
+/* GPT shapes: vocab, T, layers, heads, n_embd, batch (GPT-2 tied head) */
+static const int64_t k_gpt[2][6] = {{8192, 64, 4, 4, 256, 4}, {8192, 128, 6, 8, 512, 4}};
 
 static double now_ms(void) {
   struct timespec ts;
@@ -45,13 +50,14 @@ static int model_init(model *m, int kind) {
   m->kind = kind;
   m->g = ag_generator_create(1);
   ag_param_list *pl;
-  if (kind == GPT) {
-    ag_gpt_config c = {.vocab_size = 8192, .block_size = 64, .n_layer = 4, .n_embd = 256, .n_head = 4};
+  if (kind != MLP) {
+    const int64_t *k = k_gpt[kind == GPTM], V = k[0], T = k[1], B = k[5];
+    ag_gpt_config c = {.vocab_size = V, .block_size = T, .n_layer = k[2], .n_embd = k[4], .n_head = (int)k[3]};
     if (ag_gpt_init(&m->gpt, &c, AG_CPU, AG_F32, m->g) != AG_OK) return -1;
     pl = &m->gpt.params;
-    int32_t ix[4 * 64], iy[4 * 64];
-    for (int i = 0; i < 4 * 64; i++) ix[i] = (i * 7919) % 8192, iy[i] = (i * 104729) % 8192;
-    const int64_t xs[2] = {4, 64}, ys[1] = {4 * 64};
+    int32_t ix[4 * 128], iy[4 * 128];
+    for (int64_t i = 0; i < B * T; i++) ix[i] = (int32_t)((i * 7919) % V), iy[i] = (int32_t)((i * 104729) % V);
+    const int64_t xs[2] = {B, T}, ys[1] = {B * T};
     m->x = ag_from_host(AG_CPU, AG_I32, 2, xs, ix);
     m->y = ag_from_host(AG_CPU, AG_I32, 1, ys, iy);
   } else {
@@ -73,8 +79,8 @@ static int model_init(model *m, int kind) {
 static ag_status step(model *m) {
   ag_scope_begin();
   ag_tensor *logits;
-  if (m->kind == GPT) {
-    const int64_t s2[2] = {4 * 64, 8192};
+  if (m->kind != MLP) {
+    const int64_t *k = k_gpt[m->kind == GPTM], s2[2] = {k[5] * k[1], k[0]};
     logits = ag_reshape(ag_gpt_forward(&m->gpt, m->x, true, m->g), 2, s2);
   } else {
     logits = ag_mlp_forward(&m->mlp, m->x);
@@ -86,15 +92,26 @@ static ag_status step(model *m) {
   return st;
 }
 
-static double time_steps(model *m, int threads, int n) {
+static double cpu_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ms per step; *cpus: this process's CPU time over the wall time (all its
+ * threads): what the scheduler gave it, so a 2-thread run near 1.0 (or an
+ * "idle" run well below 1.0) says the machine was not idle. */
+static double time_steps(model *m, int threads, int n, double *cpus) {
   ag_set_num_threads(threads);
   if (step(m) != AG_OK) return -1; /* warm at this thread count */
   ag_device_synchronize(AG_CPU);
-  double t0 = now_ms();
+  double t0 = now_ms(), c0 = cpu_ms();
   for (int i = 0; i < n; i++)
     if (step(m) != AG_OK) return -1;
   ag_device_synchronize(AG_CPU);
-  return (now_ms() - t0) / n;
+  double wall = now_ms() - t0;
+  *cpus = wall > 0 ? (cpu_ms() - c0) / wall : 0;
+  return wall / n;
 }
 
 /* ---- PyTorch coprocess ---- */
@@ -163,33 +180,48 @@ static stat3 stats(const double *v, int n) {
 }
 
 int main(int argc, char **argv) {
-  int rounds = 5;
-  bool busy_too = true;
+  int rounds = 5, maxth = 2;
+  bool busy_too = true, on[NCASE] = {true, true, false};
   const char *json = NULL, *torch = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!strcmp(argv[i], "--torch") && i + 1 < argc) torch = argv[++i];
     else if (!strcmp(argv[i], "--no-busy")) busy_too = false;
+    else if (!strcmp(argv[i], "--max-threads") && i + 1 < argc) maxth = atoi(argv[++i]) >= 2 ? 2 : 1;
+    else if (!strcmp(argv[i], "--cases") && i + 1 < argc) {
+      const char *l = argv[++i];
+      for (int c = 0; c < NCASE; c++) {
+        size_t n = strlen(k_case[c]);
+        const char *h = strstr(l, k_case[c]);
+        while (h && ((h > l && h[-1] != ',') || (h[n] && h[n] != ','))) h = strstr(h + 1, k_case[c]);
+        on[c] = h != NULL;
+      }
+    } else {
+      fprintf(stderr, "usage: contention_bench [--rounds N] [--json PATH] [--torch PATH] [--no-busy] "
+                      "[--cases gpt,mlp,gpt-medium] [--max-threads 1|2]\n");
+      return 2;
+    }
   }
   if (rounds < 1) rounds = 1;
   if (rounds > MAXR) rounds = MAXR;
   const int def_threads = ag_get_num_threads();
   model m[NCASE];
+  memset(m, 0, sizeof m);
   for (int c = 0; c < NCASE; c++)
-    if (model_init(&m[c], c)) {
+    if (on[c] && model_init(&m[c], c)) {
       fprintf(stderr, "contention_bench: %s\n", ag_last_error());
       return 1;
     }
   if (torch && torch_start(torch)) torch = NULL;
   /* t[load][case][threads-1][impl][round] */
-  static double t[2][NCASE][2][2][MAXR];
+  static double t[2][NCASE][2][2][MAXR], u[2][NCASE][2][MAXR];
   for (int load = 0; load < (busy_too ? 2 : 1); load++) {
     burners(load == 1);
     for (int r = 0; r < rounds; r++)
       for (int c = 0; c < NCASE; c++)
-        for (int th = 1; th <= 2; th++) {
-          t[load][c][th - 1][0][r] = time_steps(&m[c], th, k_steps[c]);
+        for (int th = 1; th <= maxth && on[c]; th++) {
+          t[load][c][th - 1][0][r] = time_steps(&m[c], th, k_steps[c], &u[load][c][th - 1][r]);
           t[load][c][th - 1][1][r] = torch ? torch_time(c, th, k_steps[c]) : -1;
           fprintf(stderr, "round %d %s %s %dT: anygrad %.1f ms, torch %.1f ms\n", r, load ? "busy" : "idle",
                   k_case[c], th, t[load][c][th - 1][0][r], t[load][c][th - 1][1][r]);
@@ -201,34 +233,49 @@ int main(int argc, char **argv) {
   if (g_torch > 0) waitpid(g_torch, NULL, 0);
 
   printf("contention_bench: %d interleaved rounds; ms per step, median [min-max]; AdamW, f32\n", rounds);
-  printf("anygrad: ag_set_num_threads(1|2) (default here %d; one blocking pool, BLAS 1 thread/call)\n",
-         def_threads);
-  printf("torch: torch.set_num_threads(1|2) (OpenMP/MKL-DNN defaults otherwise); busy = 2 spinning children\n");
-  printf("%-5s %-4s %-3s %26s %26s %8s\n", "load", "case", "thr", "anygrad ms", "torch ms", "ag/torch");
+  printf("anygrad: ag_set_num_threads(1%s) (default here %d; one blocking pool, BLAS 1 thread/call)\n",
+         maxth > 1 ? "|2" : "", def_threads);
+  printf("torch: torch.set_num_threads(1%s) (OpenMP/MKL-DNN defaults otherwise); busy = 2 spinning children\n",
+         maxth > 1 ? "|2" : "");
+  printf("GPT cases: GPT-2 tied head in both; gpt = V 8192 T 64 L 4 H 4 C 256 B 4, gpt-medium = V 8192 T 128 L 6 "
+         "H 8 C 512 B 4\n");
+  printf("ag cpus: anygrad's CPU time / wall time in its timed steps (median): what the scheduler gave it\n");
+  printf("ag/torch: ratio of the medians; per round: median [min-max] of each round's adjacent pair\n");
+  printf("%-5s %-10s %-3s %26s %26s %8s %20s %7s\n", "load", "case", "thr", "anygrad ms", "torch ms", "ag/torch",
+         "per round", "ag cpus");
   FILE *f = json ? fopen(json, "w") : NULL;
   if (f) fprintf(f, "{\"rounds\": %d, \"default_threads\": %d, \"rows\": [", rounds, def_threads);
   bool first = true;
-  double ratio21[2][NCASE];
+  double ratio21[2][NCASE] = {{-1, -1, -1}, {-1, -1, -1}};
   for (int load = 0; load < (busy_too ? 2 : 1); load++)
     for (int c = 0; c < NCASE; c++) {
-      for (int th = 1; th <= 2; th++) {
+      if (!on[c]) continue;
+      for (int th = 1; th <= maxth; th++) {
         stat3 a = stats(t[load][c][th - 1][0], rounds), b = stats(t[load][c][th - 1][1], rounds);
-        printf("%-5s %-4s %-3d %9.1f [%6.1f-%6.1f] %9.1f [%6.1f-%6.1f] %8.2f\n", load ? "busy" : "idle", k_case[c],
-               th, a.med, a.lo, a.hi, b.med, b.lo, b.hi, b.med > 0 ? a.med / b.med : -1);
+        stat3 cu = stats(u[load][c][th - 1], rounds);
+        double q[MAXR];
+        for (int r = 0; r < rounds; r++)
+          q[r] = t[load][c][th - 1][1][r] > 0 ? t[load][c][th - 1][0][r] / t[load][c][th - 1][1][r] : -1;
+        stat3 pr = stats(q, rounds);
+        printf("%-5s %-10s %-3d %9.1f [%6.1f-%6.1f] %9.1f [%6.1f-%6.1f] %8.2f %6.2f [%5.2f-%5.2f] %7.2f\n",
+               load ? "busy" : "idle", k_case[c], th, a.med, a.lo, a.hi, b.med, b.lo, b.hi,
+               b.med > 0 ? a.med / b.med : -1, pr.med, pr.lo, pr.hi, cu.med);
         if (f)
           fprintf(f,
                   "%s{\"load\": \"%s\", \"case\": \"%s\", \"threads\": %d, \"anygrad_ms\": [%.3f, %.3f, %.3f], "
-                  "\"torch_ms\": [%.3f, %.3f, %.3f]}",
-                  first ? "" : ", ", load ? "busy" : "idle", k_case[c], th, a.med, a.lo, a.hi, b.med, b.lo, b.hi);
+                  "\"torch_ms\": [%.3f, %.3f, %.3f], \"ratio_per_round\": [%.3f, %.3f, %.3f], "
+                  "\"anygrad_cpus\": %.3f}",
+                  first ? "" : ", ", load ? "busy" : "idle", k_case[c], th, a.med, a.lo, a.hi, b.med, b.lo, b.hi,
+                  pr.med, pr.lo, pr.hi, cu.med);
         first = false;
       }
-      ratio21[load][c] = stats(t[load][c][1][0], rounds).med / stats(t[load][c][0][0], rounds).med;
+      ratio21[load][c] = maxth > 1 ? stats(t[load][c][1][0], rounds).med / stats(t[load][c][0][0], rounds).med : -1;
     }
-  printf("anygrad 2-thread / 1-thread step (median): ");
-  for (int load = 0; load < (busy_too ? 2 : 1); load++)
+  if (maxth > 1) printf("anygrad 2-thread / 1-thread step (median): ");
+  for (int load = 0; load < (busy_too ? 2 : 1) && maxth > 1; load++)
     for (int c = 0; c < NCASE; c++)
-      printf("%s %s %.2f (goal %s)  ", load ? "busy" : "idle", k_case[c], ratio21[load][c], load ? "<= 1.3" : "< 1");
-  printf("\n");
+      if (on[c]) printf("%s %s %.2f (goal %s)  ", load ? "busy" : "idle", k_case[c], ratio21[load][c], load ? "<= 1.3" : "< 1");
+  if (maxth > 1) printf("\n");
   if (f) {
     fprintf(f, "], \"ratio_2t_1t\": {\"idle_gpt\": %.3f, \"idle_mlp\": %.3f", ratio21[0][GPT], ratio21[0][MLP]);
     if (busy_too) fprintf(f, ", \"busy_gpt\": %.3f, \"busy_mlp\": %.3f", ratio21[1][GPT], ratio21[1][MLP]);
@@ -236,10 +283,11 @@ int main(int argc, char **argv) {
     fclose(f);
   }
   for (int c = 0; c < NCASE; c++) {
+    if (!on[c]) continue;
     ag_optimizer_free(m[c].opt);
     ag_tensor_release(m[c].x);
     ag_tensor_release(m[c].y);
-    if (c == GPT) ag_gpt_free(&m[c].gpt);
+    if (c != MLP) ag_gpt_free(&m[c].gpt);
     else ag_mlp_free(&m[c].mlp);
     ag_generator_free(m[c].g);
   }

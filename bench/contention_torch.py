@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """PyTorch side of bench/contention_bench.c, kept alive for the whole run so
-rounds interleave: reads "CASE THREADS STEPS" lines on stdin (CASE gpt or mlp),
-answers one line with milliseconds per step. Same shapes, AdamW, f32."""
+rounds interleave: reads "CASE THREADS STEPS" lines on stdin (CASE gpt,
+gpt-medium or mlp), answers one line with milliseconds per step. Same shapes,
+AdamW, f32; the GPT head is tied to the token embedding (GPT-2, as anygrad's
+default)."""
 import sys
 import time
 
@@ -42,7 +44,8 @@ class GPT(torch.nn.Module):
         self.wpe = torch.nn.Embedding(T, C)
         self.blocks = torch.nn.ModuleList([Block(C, H, T) for _ in range(L)])
         self.ln_f = torch.nn.LayerNorm(C)
-        self.head = torch.nn.Linear(C, V)
+        self.head = torch.nn.Linear(C, V, bias=False)
+        self.head.weight = self.wte.weight  # GPT-2 weight tying
 
     def forward(self, idx):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
@@ -52,8 +55,8 @@ class GPT(torch.nn.Module):
 
 
 def make(case):
-    if case == "gpt":
-        V, T, L, H, C, B = 8192, 64, 4, 4, 256, 4
+    if case in ("gpt", "gpt-medium"):
+        V, T, L, H, C, B = (8192, 64, 4, 4, 256, 4) if case == "gpt" else (8192, 128, 6, 8, 512, 4)
         m = GPT(V, T, L, H, C)
         x = torch.randint(0, V, (B, T))
         y = torch.randint(0, V, (B * T,))

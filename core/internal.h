@@ -168,6 +168,11 @@ AG_HIDDEN ag_tensor *ag__private_ref(ag_tensor *t);
 AG_HIDDEN ag_tensor *ag__scope_detach(ag_tensor *t);
 /* New reference viewing all of t (identity view on the tape). */
 AG_HIDDEN ag_tensor *ag__alias(ag_tensor *t);
+/* x @ wt + bias (a Linear forward; wt the transposed weight, bias 1-D or
+ * NULL) as one matmul node whose GEMM adds the bias (beta = 1 over the
+ * broadcast bias), where the dtype is f32/f64 and autocast is off; else
+ * matmul then add. Owned by the caller; NULL with the error set. */
+AG_HIDDEN ag_tensor *ag__linear_addmm(ag_tensor *x, ag_tensor *wt, ag_tensor *bias);
 /* Check a shape: no negative size, and the product of the sizes (0 counted
  * as 1) times dt's size fits in int64_t (so numel, every contiguous stride
  * and the byte size are exact). AG_ERR_SHAPE naming op otherwise. */
@@ -240,7 +245,8 @@ typedef struct ag_gparams {
  *   EXP, SQRT, RSQRT, SIGMOID, TANH: saved out;  LOG, ABS, RELU, GELU, SILU,
  *   POW, RSUB_DIV: saved x (the input);  ADD/SUB/NEG/AFFINE: none
  *   WHERE: saved cond;  MAX/MIN reductions: saved x, out (keepdim=true
- *   shape view of out);  MATMUL: saved a, b (inputs as given)
+ *   shape view of out);  MATMUL: saved a, b (inputs as given; a third input
+ *   is a bias the GEMM added, ag__linear_addmm)
  *   SOFTMAX, LOG_SOFTMAX: saved out;  CROSS_ENTROPY: saved logits as [N, C]
  *   contiguous, targets [N] contiguous i32, and for MEAN the scalar count
  *   of non-ignored targets (f32; f64 for f64 logits);  MSE: saved diff =

@@ -169,7 +169,7 @@ static ag_status model_init(model *m, const charlm_options *o, ag_generator *g) 
   } else {
     ag_gpt_config c = {.vocab_size = CHARLM_VOCAB, .block_size = m->T, .n_layer = o->n_layer,
                        .n_embd = o->n_embd, .n_head = o->n_head, .dropout = 0.0,
-                       .checkpoint = o->checkpoint_activations};
+                       .checkpoint = o->checkpoint_activations, .untied_head = o->untied_head};
     st = ag_gpt_init(&m->gpt, &c, o->device, AG_F32, g);
     if (st == AG_OK) st = ag_params_extend(&m->params, "", &m->gpt.params);
   }
@@ -430,6 +430,9 @@ static ag_status ckpt_config(const char *path, charlm_options *o, ag_safetensors
     return st;
   }
   o->model = !strcmp(kind, "gpt") ? CHARLM_GPT : CHARLM_MLP;
+  o->untied_head = false;
+  for (int i = 0; i < ag_safetensors_count(f); i++)
+    if (!strcmp(ag_safetensors_name(f, i), "model.head.weight")) o->untied_head = true;
   /* The seed fixes the held-out split: resuming with another one would
    * train on held-out words. An explicit seed still wins. */
   if (!o->seed_set) o->seed = seed;
@@ -441,6 +444,14 @@ static ag_status load_ckpt(ag_safetensors *f, const model *m, ag_optimizer *opt,
   ag_status st = ag_params_extend(&all, "model.", &m->params);
   if (st == AG_OK) st = ag_optimizer_state(opt, &st_list);
   if (st == AG_OK) st = ag_params_extend(&all, "optim.", &st_list);
+  if (st == AG_OK && m->kind == CHARLM_GPT) { /* ckpt_config matched the tying; a guard all the same */
+    int n = ag_safetensors_count(f);
+    const char **names = calloc((size_t)(n > 0 ? n : 1), sizeof *names);
+    if (!names) st = ag_error_set(AG_ERR_OOM, "charlm: out of host memory");
+    for (int i = 0; names && i < n; i++) names[i] = ag_safetensors_name(f, i);
+    if (st == AG_OK) st = ag_gpt_check_tying(&m->gpt, n, names, "model.");
+    free(names);
+  }
   if (st == AG_OK) st = ag_safetensors_load_into(f, &all);
   uint64_t s = 0; /* validated by ckpt_config */
   strict_u64(ag_safetensors_meta(f, "step"), (uint64_t)CHARLM_MAX_STEPS, &s);

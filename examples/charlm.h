@@ -44,6 +44,10 @@ typedef struct charlm_options {
   /* GPT */
   int n_layer, n_head, n_embd;
   bool checkpoint_activations; /* re-run each block in backward (ag_checkpoint) */
+  bool untied_head; /* GPT: a separate output head instead of the token
+                       embedding (GPT-2 tying, the default); --resume sets it
+                       from the checkpoint, so files written before tying
+                       (with model.head.weight) resume untied */
   int eval_batches, samples, log_every;
   ag_dtype precision; /* AG_F32; AG_F16: autocast + dynamic loss scaling;
                          AG_BF16: autocast (f32 master weights either way) */

@@ -844,6 +844,47 @@ static void *reader(void *p) {
   return NULL;
 }
 
+/* Random small-pool traffic: splits and merges mostly move a block into its
+ * neighbour's slot of the free set in place (no search, no memmove); the
+ * set must stay ordered, so no two live blocks ever overlap, best fit never
+ * hands out less than asked, and freeing everything leaves every segment
+ * one whole free block. */
+static void test_free_set_in_place_updates(void **state) {
+  fake_dev *d = dev_new();
+  enum { LIVE = 48, OPS = 4000 };
+  ag_block *live[LIVE] = {0};
+  size_t want[LIVE] = {0};
+  uint32_t x = 12345;
+  for (int op = 0; op < OPS; op++) {
+    x = x * 1664525u + 1013904223u;
+    int i = (int)((x >> 8) % LIVE);
+    if (live[i]) {
+      ag__free(live[i]);
+      live[i] = NULL;
+      continue;
+    }
+    x = x * 1664525u + 1013904223u;
+    want[i] = 512 + (size_t)((x >> 4) % (192 * 1024));
+    live[i] = alloc0(d, want[i]);
+    assert_true(ag__block_size(live[i]) >= want[i]);
+    size_t lo = ag__block_offset(live[i]);
+    for (int j = 0; j < LIVE; j++) { /* segment bases are tokens: compare offsets within one segment */
+      if (j == i || !live[j] || ag__block_base(live[j]) != ag__block_base(live[i])) continue;
+      size_t o = ag__block_offset(live[j]);
+      if (lo < o + ag__block_size(live[j]) && o < lo + ag__block_size(live[i]))
+        fail_msg("op %d: block %d overlaps block %d", op, i, j);
+    }
+  }
+  for (int i = 0; i < LIVE; i++) ag__free(live[i]);
+  ag_memory_stats s = stats(d);
+  assert_int_equal(s.active_bytes[AG_POOL_ALL].current, 0);
+  assert_int_equal(s.inactive_split[AG_POOL_ALL].current, 0);
+  assert_int_equal(s.inactive_split_bytes[AG_POOL_ALL].current, 0);
+  assert_true(s.inactive_split[AG_POOL_SMALL].peak > 0); /* the traffic did split blocks */
+  assert_int_equal(s.largest_free_block, 2 * MiB);
+  dev_free(d);
+}
+
 static void test_concurrency(void **state) {
   fake_dev *d = dev_new();
   enum { NT = 4 };
@@ -886,6 +927,7 @@ int main(void) {
       cmocka_unit_test_setup(test_categories, setup),
       cmocka_unit_test_setup(test_summary_and_snapshot, setup),
       cmocka_unit_test_setup(test_peak_snapshot, setup),
+      cmocka_unit_test_setup(test_free_set_in_place_updates, setup),
       cmocka_unit_test_setup(test_concurrency, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -254,8 +254,57 @@ static void batch_auto_under_a_cap(void **state) {
   }
 }
 
+/* Whether a checkpoint has tensor `name`. */
+static bool ckpt_has(const char *path, const char *name) {
+  ag_safetensors *f;
+  assert_int_equal(ag_safetensors_open(path, &f), AG_OK);
+  bool has = false;
+  for (int i = 0; i < ag_safetensors_count(f); i++) has = has || !strcmp(ag_safetensors_name(f, i), name);
+  ag_safetensors_close(f);
+  return has;
+}
+
+/* GPT-2 weight tying in the job's checkpoints: a tied run stores the shared
+ * tensor once (no model.head.weight); a checkpoint with a separate head (as
+ * written before tying) resumes untied, read from the file, and stays so. */
+static void gpt_tying_in_checkpoints(void **state) {
+  (void)state;
+  const char *tied = TMP "_tied.st", *untied = TMP "_untied.st";
+  charlm_options o = quiet_options();
+  o.model = CHARLM_GPT;
+  o.n_layer = 1;
+  o.n_head = 2;
+  o.n_embd = 16;
+  o.batch = 8;
+  o.profile = false;
+  o.out = tied;
+  charlm_result r;
+  assert_int_equal(charlm_train(&o, &r), AG_OK);
+  assert_true(ckpt_has(tied, "model.wte.weight"));
+  assert_false(ckpt_has(tied, "model.head.weight"));
+  o.untied_head = true;
+  o.out = untied;
+  assert_int_equal(charlm_train(&o, &r), AG_OK);
+  assert_true(ckpt_has(untied, "model.head.weight"));
+  charlm_options c = quiet_options(); /* defaults: tied; the file decides */
+  c.resume = untied;
+  c.out = untied;
+  c.steps = 2;
+  c.profile = false;
+  assert_int_equal(charlm_train(&c, &r), AG_OK);
+  assert_int_equal(r.steps_done, 2); /* resumed at step 1, trained to 2 */
+  assert_true(ckpt_has(untied, "model.head.weight"));
+  c.resume = tied;
+  c.out = tied;
+  assert_int_equal(charlm_train(&c, &r), AG_OK);
+  assert_false(ckpt_has(tied, "model.head.weight"));
+  remove(tied);
+  remove(untied);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(gpt_tying_in_checkpoints),
       cmocka_unit_test(batch_auto_under_a_cap),
       cmocka_unit_test(memory_estimate_matches_the_run),
       cmocka_unit_test(huge_batch_is_refused),

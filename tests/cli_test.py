@@ -357,6 +357,30 @@ def case_ulimit():
     print(p.stderr.strip()[-500:])
 
 
+def case_threads():
+    """--threads N on every command that runs kernels (train, bench, compare,
+    check, memory): a bad count is a usage error before anything runs, and
+    the count set is the one used (check and memory print it; AG_NUM_THREADS
+    is the default and --threads wins over it)."""
+    for cmd in (["train"], ["bench"], ["compare"], ["check"], ["memory"]):
+        for v in ("0", "abc", "257"):
+            expect(cmd + ["--threads", v], 2, "--threads expects")
+    out, _ = expect(["check", "--threads", "3", "--backend", "cpu", "--ops", "add", "--dtype", "f32", "--json"], 0)
+    check(json.loads(out)["threads"] == 3, "check --json does not report 3 threads: " + out[:300])
+    out, _ = expect(["check", "--threads", "2", "--backend", "cpu", "--ops", "add", "--dtype", "f32"], 0)
+    check("2 CPU threads" in out, "check table lacks the thread count: " + out[:300])
+    out, _ = expect(["memory", "--threads", "2", "--exercise"], 0)
+    check("CPU threads: 2" in out, "memory does not print 2 threads: " + out[-300:])
+    env = dict(os.environ, AG_NUM_THREADS="3")
+    out, _ = expect(["memory"], 0, env=env)
+    check("CPU threads: 3" in out, "memory ignores AG_NUM_THREADS=3: " + out[-300:])
+    out, _ = expect(["memory", "--threads", "1"], 0, env=env)
+    check("CPU threads: 1" in out, "memory --threads 1 does not override AG_NUM_THREADS: " + out[-300:])
+    for cmd in (["check"], ["memory"]):
+        out, _ = expect(cmd + ["--help"], 0)
+        check("--threads N" in out, f"anygrad {cmd[0]} --help lacks --threads")
+
+
 def case_profiler_output():
     """Item 18: on a terminal the progress line ends before the report; runs
     of equal verdicts are one line; no empty sampled word; sync sites are

@@ -576,7 +576,7 @@ static void test_cast_fill_where(void **state) {
 
 /* A large contiguous op takes the threaded path; compare with a small one. */
 static void test_large_elementwise(void **state) {
-  enum { N = 300001 };
+  enum { N = 600001 }; /* above AG_CPU_PAR_MIN (524288) for a mul */
   float *a = malloc(N * 4), *b = malloc(N * 4), *o = malloc(N * 4);
   for (int i = 0; i < N; i++) {
     a[i] = (float)(i % 1000) * 0.001f;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -202,7 +203,8 @@ static void test_gpt_causal(void **state) {
   ag_gpt m;
   ag_generator *g = ag_generator_create(3);
   assert_int_equal(ag_gpt_init(&m, &c, AG_CPU, AG_F32, g), AG_OK);
-  assert_int_equal(m.params.count, 2 + 2 * 12 + 2 + 1);
+  assert_int_equal(m.params.count, 2 + 2 * 12 + 2); /* the head is wte.weight (tied) */
+  assert_ptr_equal(m.head.weight, m.wte.weight);
   int32_t a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 2, 3, 9, 0, 7};
   int64_t s[2] = {1, 6};
   ag_scope_begin();
@@ -225,11 +227,172 @@ static void test_gpt_causal(void **state) {
   ag_generator_free(g);
 }
 
+/* Host copy of an f32 tensor of n elements. */
+static void host(ag_tensor *t, float *out, size_t n) { assert_int_equal(ag_to_host(t, out, n * sizeof *out), AG_OK); }
+
+/* A Linear forward with bias is one matmul node whose GEMM adds the bias
+ * (no separate add node), with the values and gradients of x @ W^T + b. */
+static void test_linear_folds_bias(void **state) {
+  (void)state;
+  ag_generator *g = ag_generator_create(5);
+  ag_linear l;
+  assert_int_equal(ag_linear_init(&l, AG_CPU, AG_F32, 4, 3, true, g), AG_OK);
+  ag_no_grad_begin();
+  const int64_t bs = 3;
+  ag_tensor *bv = ag_randn(AG_CPU, AG_F32, 1, &bs, 0, 1, g); /* non-zero bias */
+  assert_int_equal(ag_copy_(l.bias, bv), AG_OK);
+  ag_tensor_release(bv);
+  ag_grad_mode_end();
+  const int64_t xs[3] = {2, 5, 4};
+  ag_tensor *x = ag_randn(AG_CPU, AG_F32, 3, xs, 0, 1, g);
+  ag_tensor_set_requires_grad(x, true);
+  float y1[30], y2[30], gx[2][40], gw[2][12], gb[2][3];
+  for (int pass = 0; pass < 2; pass++) {
+    ag_scope_begin();
+    int64_t n0 = ag_live_nodes();
+    ag_tensor *y;
+    if (pass == 0) {
+      y = ag_linear_forward(&l, x);
+      assert_int_equal(ag_live_nodes() - n0, 2); /* the weight's transpose view and one matmul */
+    } else {
+      y = ag_add(ag_matmul(x, ag_transpose(l.weight, 0, 1)), l.bias);
+    }
+    host(y, pass ? y2 : y1, 30);
+    ag_generator *g2 = ag_generator_create(7); /* the same upstream gradient in both passes */
+    ag_tensor *up = ag_randn(AG_CPU, AG_F32, 3, (int64_t[]){2, 5, 3}, 0, 1, g2);
+    ag_generator_free(g2);
+    assert_int_equal(ag_backward(ag_sum(ag_mul(y, up), 0, NULL, false), NULL, false), AG_OK);
+    host(ag_tensor_grad(x), gx[pass], 40);
+    host(ag_tensor_grad(l.weight), gw[pass], 12);
+    host(ag_tensor_grad(l.bias), gb[pass], 3);
+    ag_tensor_zero_grad(x);
+    ag_tensor_zero_grad(l.weight);
+    ag_tensor_zero_grad(l.bias);
+    ag_scope_end();
+  }
+  for (int i = 0; i < 30; i++) assert_true(fabsf(y1[i] - y2[i]) < 1e-5f);
+  for (int i = 0; i < 40; i++) assert_true(fabsf(gx[0][i] - gx[1][i]) < 1e-5f);
+  for (int i = 0; i < 12; i++) assert_true(fabsf(gw[0][i] - gw[1][i]) < 1e-4f);
+  for (int i = 0; i < 3; i++) assert_true(fabsf(gb[0][i] - gb[1][i]) < 1e-4f && gb[0][i] != 0.0f);
+  ag_tensor_release(x);
+  ag_linear_free(&l);
+  ag_generator_free(g);
+}
+
+/* Loss of a small GPT on fixed tokens, backward; grads stay on the params. */
+static void gpt_backward(ag_gpt *m) {
+  int32_t ids[12], tg[12];
+  for (int i = 0; i < 12; i++) ids[i] = (i * 7 + 3) % 11, tg[i] = (i * 5 + 1) % 11;
+  int64_t s[2] = {2, 6}, f[1] = {12}, l2[2] = {12, 11};
+  ag_scope_begin();
+  ag_tensor *x = ag_from_host(AG_CPU, AG_I32, 2, s, ids), *y = ag_from_host(AG_CPU, AG_I32, 1, f, tg);
+  ag_tensor *logits = ag_reshape(ag_gpt_forward(m, x, true, NULL), 2, l2);
+  assert_int_equal(ag_backward(ag_cross_entropy(logits, y, AG_REDUCTION_MEAN, -1), NULL, false), AG_OK);
+  ag_scope_end();
+}
+
+/* GPT-2 weight tying: the tied wte.weight's gradient is the sum of its
+ * embedding use and its head use, which an untied model with the same
+ * values reports as two gradients (wte.weight, head.weight). */
+static void test_gpt_tied_gradient(void **state) {
+  (void)state;
+  ag_gpt_config c = {.vocab_size = 11, .block_size = 6, .n_layer = 1, .n_embd = 8, .n_head = 2};
+  ag_gpt t, u;
+  ag_generator *g = ag_generator_create(3);
+  assert_int_equal(ag_gpt_init(&t, &c, AG_CPU, AG_F32, g), AG_OK);
+  c.untied_head = true;
+  assert_int_equal(ag_gpt_init(&u, &c, AG_CPU, AG_F32, g), AG_OK);
+  assert_int_equal(u.params.count, t.params.count + 1);
+  /* u gets t's values, its separate head a copy of t's wte */
+  ag_no_grad_begin();
+  for (int i = 0; i < t.params.count; i++) {
+    ag_tensor *dst = NULL;
+    for (int j = 0; j < u.params.count; j++)
+      if (!strcmp(u.params.names[j], t.params.names[i])) dst = u.params.tensors[j];
+    assert_non_null(dst);
+    assert_int_equal(ag_copy_(dst, t.params.tensors[i]), AG_OK);
+  }
+  assert_int_equal(ag_copy_(u.head.weight, t.wte.weight), AG_OK);
+  ag_grad_mode_end();
+  gpt_backward(&t);
+  gpt_backward(&u);
+  float gt[88], ge[88], gh[88];
+  assert_int_equal(ag_to_host(ag_tensor_grad(t.wte.weight), gt, sizeof gt), AG_OK);
+  assert_int_equal(ag_to_host(ag_tensor_grad(u.wte.weight), ge, sizeof ge), AG_OK);
+  assert_int_equal(ag_to_host(ag_tensor_grad(u.head.weight), gh, sizeof gh), AG_OK);
+  double head_norm = 0;
+  for (int i = 0; i < 88; i++) {
+    head_norm += fabs(gh[i]);
+    if (fabsf(gt[i] - (ge[i] + gh[i])) > 1e-5f) fail_msg("[%d] tied %g, embedding %g + head %g", i, gt[i], ge[i], gh[i]);
+  }
+  assert_true(head_norm > 1e-3); /* the head's share is not nothing */
+  ag_gpt_free(&t);
+  ag_gpt_free(&u);
+  ag_generator_free(g);
+}
+
+/* A tied model's checkpoint stores the shared tensor once and loads back
+ * into a tied model; across tying, ag_gpt_check_tying refuses clearly. */
+static void test_gpt_tied_checkpoint(void **state) {
+  (void)state;
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/ag_tied_%d.safetensors", (int)getpid());
+  ag_gpt_config c = {.vocab_size = 11, .block_size = 6, .n_layer = 1, .n_embd = 8, .n_head = 2};
+  ag_gpt a, b, u;
+  ag_generator *g = ag_generator_create(4);
+  assert_int_equal(ag_gpt_init(&a, &c, AG_CPU, AG_F32, g), AG_OK);
+  assert_int_equal(ag_gpt_init(&b, &c, AG_CPU, AG_F32, g), AG_OK); /* other values */
+  c.untied_head = true;
+  assert_int_equal(ag_gpt_init(&u, &c, AG_CPU, AG_F32, g), AG_OK);
+  assert_int_equal(ag_safetensors_save(path, &a.params, 0, NULL, NULL), AG_OK);
+  ag_safetensors *f;
+  assert_int_equal(ag_safetensors_open(path, &f), AG_OK);
+  int n = ag_safetensors_count(f);
+  assert_int_equal(n, a.params.count);
+  const char *names[64];
+  for (int i = 0; i < n; i++) {
+    names[i] = ag_safetensors_name(f, i);
+    assert_string_not_equal(names[i], "head.weight");
+  }
+  assert_int_equal(ag_gpt_check_tying(&b, n, names, NULL), AG_OK);
+  assert_int_equal(ag_safetensors_load_into(f, &b.params), AG_OK);
+  assert_int_equal(ag_gpt_check_tying(&u, n, names, NULL), AG_ERR_CORRUPT);
+  assert_non_null(strstr(ag_last_error(), "untied_head = false"));
+  assert_int_not_equal(ag_safetensors_load_into(f, &u.params), AG_OK); /* no head.weight in the file */
+  ag_safetensors_close(f);
+  /* b now computes a's logits, through the shared head */
+  int32_t ids[6] = {1, 2, 3, 4, 5, 6};
+  int64_t s[2] = {1, 6};
+  float la[66], lb[66];
+  ag_scope_begin();
+  ag_tensor *x = ag_from_host(AG_CPU, AG_I32, 2, s, ids);
+  assert_int_equal(ag_to_host(ag_gpt_forward(&a, x, false, NULL), la, sizeof la), AG_OK);
+  assert_int_equal(ag_to_host(ag_gpt_forward(&b, x, false, NULL), lb, sizeof lb), AG_OK);
+  ag_scope_end();
+  for (int i = 0; i < 66; i++) assert_true(fabsf(la[i] - lb[i]) < 1e-6f);
+  /* an untied file refuses a tied model */
+  assert_int_equal(ag_safetensors_save(path, &u.params, 0, NULL, NULL), AG_OK);
+  assert_int_equal(ag_safetensors_open(path, &f), AG_OK);
+  n = ag_safetensors_count(f);
+  for (int i = 0; i < n; i++) names[i] = ag_safetensors_name(f, i);
+  assert_int_equal(ag_gpt_check_tying(&a, n, names, NULL), AG_ERR_CORRUPT);
+  assert_non_null(strstr(ag_last_error(), "untied_head = true"));
+  assert_int_equal(ag_gpt_check_tying(&u, n, names, NULL), AG_OK);
+  ag_safetensors_close(f);
+  remove(path);
+  ag_gpt_free(&a);
+  ag_gpt_free(&b);
+  ag_gpt_free(&u);
+  ag_generator_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sgd),           cmocka_unit_test(test_adamw),
       cmocka_unit_test(test_clip_grad_norm), cmocka_unit_test(test_gradient_accumulation),
       cmocka_unit_test(test_cosine_schedule), cmocka_unit_test(test_gpt_causal),
+      cmocka_unit_test(test_linear_folds_bias), cmocka_unit_test(test_gpt_tied_gradient),
+      cmocka_unit_test(test_gpt_tied_checkpoint),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,7 @@ static void check_usage(void) {
   char bl[128];
   printf(
       "usage: anygrad check [--backend B[,B...]] [--ops a,b,...] [--dtype d[,d...]] [--seed S]\n"
-      "                     [--forward | --grad] [--verbose] [--json] [--version]\n\n"
+      "                     [--forward | --grad] [--verbose] [--json] [--threads N] [--version]\n\n"
       "Runs every op x dtype x shape case against a double-precision host reference.\n"
       "  --backend  BACKEND[:N], backends: %s (default: every backend;\n"
       "             absent ones are listed as skipped; a named one that is absent is an error)\n"
@@ -28,7 +28,7 @@ static void check_usage(void) {
       "             against central finite differences on the same device, f32 and f64)\n"
       "  --verbose  one line per case\n"
       "  --json     one JSON object on stdout instead of the table\n"
-      "  --version  print the anygrad version and exit\n"
+      "  --version  print the anygrad version and exit\n" AG_CLI_THREADS_HELP
       "Cells: pass, FAIL, unsup (the backend reports AG_ERR_UNSUPPORTED), - (not an op of that\n"
       "dtype). Exit status: 0 all pass, 1 a cell fails or a requested backend is unavailable,\n"
       "2 usage error.\n",
@@ -61,7 +61,7 @@ int ag_cmd_check(int argc, char **argv) {
       {"verbose", no_argument, NULL, O_VERBOSE},       {"forward", no_argument, NULL, O_FORWARD},
       {"grad", no_argument, NULL, O_GRAD},             {"json", no_argument, NULL, O_JSON},
       {"version", no_argument, NULL, O_VERSION},       {"help", no_argument, NULL, O_HELP},
-      {NULL, 0, NULL, 0}};
+      AG_CLI_THREADS_OPT,                              {NULL, 0, NULL, 0}};
   for (int c = ag_cli_next("check", argc, argv, opts, true); c != -1; c = ag_cli_next("check", argc, argv, opts, false)) {
     const char *v = ag_cli_arg();
     switch (c) {
@@ -77,6 +77,9 @@ int ag_cmd_check(int argc, char **argv) {
       case O_FORWARD: mode = 1; break;
       case O_GRAD: mode = 2; break;
       case O_JSON: json = true; break;
+      case AG_CLI_THREADS:
+        if (!ag_cli_threads("check", v)) return AG_EXIT_USAGE;
+        break;
       default: return AG_EXIT_USAGE;
     }
   }
@@ -164,8 +167,8 @@ int ag_cmd_check(int argc, char **argv) {
     fprintf(stderr, "anygrad check: out of host memory\n");
     return AG_EXIT_RUNTIME;
   }
-  fprintf(tbl, "anygrad check: seed 0x%llx (reproduce with --seed 0x%llx)\n", (unsigned long long)seed,
-         (unsigned long long)seed);
+  fprintf(tbl, "anygrad check: seed 0x%llx (reproduce with --seed 0x%llx), %d CPU threads\n", (unsigned long long)seed,
+         (unsigned long long)seed, ag_get_num_threads());
   for (int i = 0; i < ncol; i++)
     if (cols[i].skipped) fprintf(tbl, "  %s: skipped (%s)\n", cols[i].label, cols[i].reason);
   fprintf(tbl, "\n%-19s", "op");
@@ -221,7 +224,7 @@ int ag_cmd_check(int argc, char **argv) {
   if (json) {
     printf("{\"version\": ");
     ag_cli_json_str(stdout, ANYGRAD_VERSION_STRING);
-    printf(", \"seed\": %llu, \"skipped\": [", (unsigned long long)seed);
+    printf(", \"seed\": %llu, \"threads\": %d, \"skipped\": [", (unsigned long long)seed, ag_get_num_threads());
     for (int i = 0, k = 0; i < ncol; i++)
       if (cols[i].skipped) {
         printf("%s{\"backend\": ", k++ ? ", " : "");

@@ -10,7 +10,7 @@
 
 static void usage(void) {
   char bl[128];
-  printf("usage: anygrad memory [--device D] [--conf STR] [--exercise] [--json PATH]\n\n"
+  printf("usage: anygrad memory [--device D] [--conf STR] [--exercise] [--json PATH] [--threads N]\n\n"
          "Prints the caching allocator's statistics for a device (default: the best one).\n"
          "  --device D   BACKEND[:N], backends: %s\n"
          "  --conf STR   allocator configuration, AG_ALLOC_CONF syntax\n"
@@ -18,7 +18,8 @@ static void usage(void) {
          "  --exercise   first run a short workload of tensors whose sizes change\n"
          "               step to step, keeping some alive, so the summary shows\n"
          "               caching, splitting and per-category bytes\n"
-         "  --json PATH  also write a JSON snapshot (segments, blocks, event trace)\n" AG_CLI_EXIT_HELP,
+         "  --json PATH  also write a JSON snapshot (segments, blocks, event trace)\n" AG_CLI_THREADS_HELP
+             AG_CLI_EXIT_HELP,
          ag_cli_backend_list(bl, sizeof bl));
 }
 
@@ -57,6 +58,7 @@ int ag_cmd_memory(int argc, char **argv) {
                                        {"json", required_argument, NULL, O_JSON},
                                        {"exercise", no_argument, NULL, O_EXERCISE},
                                        {"help", no_argument, NULL, O_HELP},
+                                       AG_CLI_THREADS_OPT,
                                        {NULL, 0, NULL, 0}};
   for (int c = ag_cli_next("memory", argc, argv, opts, true); c != -1;
        c = ag_cli_next("memory", argc, argv, opts, false)) {
@@ -66,6 +68,9 @@ int ag_cmd_memory(int argc, char **argv) {
       case O_CONF: conf = ag_cli_arg(); break;
       case O_JSON: json = ag_cli_arg(); break;
       case O_EXERCISE: ex = true; break;
+      case AG_CLI_THREADS:
+        if (!ag_cli_threads("memory", ag_cli_arg())) return AG_EXIT_USAGE;
+        break;
       default: return AG_EXIT_USAGE;
     }
   }
@@ -92,6 +97,7 @@ int ag_cmd_memory(int argc, char **argv) {
     return 1;
   }
   fputs(buf, stdout);
+  printf("CPU threads: %d\n", ag_get_num_threads());
   free(buf);
   if (json) {
     if (ag_memory_snapshot_json(d, json) != AG_OK) {

@@ -30,11 +30,15 @@ AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
 /* Vision ops (cpu_conv.c): AG_K_CONV2D*, AG_K_POOL2D* for f32 and f64. */
 AG_HIDDEN ag_status ag__cpu_vision(const ag_kernel_call *c);
 
-/* Work (elements x a per-element cost: 1 for an add, 8 for an exp) above
- * which kernels split across the pool's threads; below it they stay on the
- * calling thread, so small and cheap ops never pay a fork/join (which costs
- * milliseconds, not microseconds, when the machine is oversubscribed). */
-#define AG_CPU_PAR_MIN 131072
+/* Work (elements x a per-element cost: 1 for an add, 8 for an exp; flops
+ * / 16 for a GEMM) above which kernels split across the pool's threads;
+ * below it they stay on the calling thread, so small and cheap ops never pay
+ * a fork/join (which costs milliseconds, not microseconds, when the machine
+ * is oversubscribed). 2^19: about 0.1-0.3 ms of one thread's work. At 2^17
+ * the default `anygrad train` job (6 regions of 2^18 per step) ran 15% more
+ * CPU with 2 threads than with 1 and switched context 40x as often
+ * (docs/performance.md). */
+#define AG_CPU_PAR_MIN 524288
 
 /* Most threads ag_set_num_threads accepts. */
 #define AG_MAX_THREADS 256

@@ -824,6 +824,19 @@ static void reduce_cols(void *ctx, int64_t a, int64_t b) {
     int64_t m = r->inner - j0 < TILE ? r->inner - j0 : TILE;
     for (int64_t j = 0; j < m; j++) acc[j] = rinit(c->sub);
     const char *base = ag__cpu_ptr(x) + (size_t)(o * r->r * r->inner + j0) * sz;
+    if (c->sub == AG_R_SUM && x->dtype == AG_F32) {
+      /* The bias gradient of every Linear (a column sum over the rows):
+       * widen and add in place, which vectorises, instead of going
+       * through the generic f64 loader per row (same f64 sums). */
+      double s[TILE] = {0};
+      for (int64_t k = 0; k < r->r; k++) {
+        const float *p = (const float *)(const void *)(base + (size_t)(k * r->inner) * sz);
+        for (int64_t j = 0; j < m; j++) s[j] += (double)p[j];
+      }
+      for (int64_t j = 0; j < m; j++) acc[j].v = s[j];
+      rstore(c, o * r->inner + j0, m, acc);
+      continue;
+    }
     for (int64_t k = 0; k < r->r; k++) {
       load_d(x->dtype, base + (size_t)(k * r->inner) * sz, 1, m, buf);
       if (c->sub == AG_R_SUM)

@@ -99,11 +99,14 @@ typedef struct pool {
   int nworkers;
   uint64_t gen;      /* bumped per job */
   int want;          /* workers with id < want join the current job */
-  int active;        /* workers inside a job's chunk loop */
   ag_cpu_range_fn fn;
   void *ctx;
   int64_t n, nchunks;
-  atomic_llong next; /* next chunk to take */
+  /* The job's generation (high 32 bits) and its next chunk (low 32): a
+   * worker takes a chunk only of the job it joined, so one that wakes after
+   * its job ended takes nothing, and the next job need not wait for it (on
+   * a loaded machine a late wake-up is a scheduler slice, milliseconds). */
+  atomic_ullong next;
   atomic_llong finished;
 } pool;
 
@@ -112,9 +115,13 @@ static pool g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
                       .done = PTHREAD_COND_INITIALIZER};
 static atomic_flag g_busy = ATOMIC_FLAG_INIT; /* one job at a time */
 
-static void run_chunks(pool *p, ag_cpu_range_fn fn, void *ctx, int64_t n, int64_t nchunks) {
-  int64_t k;
-  while ((k = atomic_fetch_add(&p->next, 1)) < nchunks) {
+static void run_chunks(pool *p, uint32_t gen, ag_cpu_range_fn fn, void *ctx, int64_t n, int64_t nchunks) {
+  unsigned long long cur = atomic_load(&p->next);
+  for (;;) {
+    if ((uint32_t)(cur >> 32) != gen || (int64_t)(cur & 0xffffffffu) >= nchunks) return;
+    if (!atomic_compare_exchange_weak(&p->next, &cur, cur + 1)) continue; /* cur reloaded */
+    int64_t k = (int64_t)(cur & 0xffffffffu);
+    cur++;
     int64_t a = n * k / nchunks, b = n * (k + 1) / nchunks;
     if (a < b) fn(ctx, a, b);
     if (atomic_fetch_add(&p->finished, 1) + 1 == nchunks) {
@@ -140,11 +147,9 @@ static void *worker(void *arg) {
     ag_cpu_range_fn fn = p->fn;
     void *ctx = p->ctx;
     int64_t n = p->n, nchunks = p->nchunks;
-    p->active++;
     pthread_mutex_unlock(&p->mu);
-    run_chunks(p, fn, ctx, n, nchunks);
+    run_chunks(p, (uint32_t)seen, fn, ctx, n, nchunks);
     pthread_mutex_lock(&p->mu);
-    if (--p->active == 0) pthread_cond_broadcast(&p->done);
   }
   return NULL;
 }
@@ -156,7 +161,6 @@ static void after_fork_child(void) {
   pthread_cond_init(&g_pool.wake, NULL);
   pthread_cond_init(&g_pool.done, NULL);
   g_pool.nworkers = 0;
-  g_pool.active = 0;
   atomic_flag_clear(&g_busy);
 }
 
@@ -196,19 +200,19 @@ void ag__cpu_par_for(int64_t n, int64_t work, ag_cpu_range_fn fn, void *ctx) {
   if (nchunks < nt) nchunks = nt;
   if (nchunks > n) nchunks = n;
   pthread_mutex_lock(&p->mu);
-  while (p->active > 0) pthread_cond_wait(&p->done, &p->mu); /* late joiners of the last job */
   int workers = grow(p, nt - 1);
   p->fn = fn;
   p->ctx = ctx;
   p->n = n;
   p->nchunks = nchunks;
-  atomic_store(&p->next, 0);
-  atomic_store(&p->finished, 0);
   p->want = workers;
   p->gen++;
+  const uint32_t gen = (uint32_t)p->gen;
+  atomic_store(&p->finished, 0); /* every chunk-taker of the last job has finished: it was joined */
+  atomic_store(&p->next, (unsigned long long)gen << 32);
   if (workers > 0) pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->mu);
-  run_chunks(p, fn, ctx, n, nchunks);
+  run_chunks(p, gen, fn, ctx, n, nchunks);
   if (atomic_load(&p->finished) < nchunks) {
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->finished) < nchunks) pthread_cond_wait(&p->done, &p->mu);

@@ -129,9 +129,9 @@ static void tag_activation(ag_tensor *t) {
 /* Whether the backward of op reads input i's values. */
 static bool needs_input(ag_gop op, int i) {
   switch (op) {
-    case AG_G_MUL: case AG_G_DIV: case AG_G_MAXIMUM: case AG_G_MINIMUM:
-    case AG_G_MATMUL: case AG_G_MSE:
+    case AG_G_MUL: case AG_G_DIV: case AG_G_MAXIMUM: case AG_G_MINIMUM: case AG_G_MSE:
       return true;
+    case AG_G_MATMUL: return i <= 1;             /* not a folded bias (input 2) */
     case AG_G_RSUB_DIV: case AG_G_POW: case AG_G_LOG: case AG_G_SQRT: case AG_G_RSQRT:
     case AG_G_ABS: case AG_G_RELU: case AG_G_GELU: case AG_G_SILU: case AG_G_MAX: case AG_G_MIN:
       return i == 0;

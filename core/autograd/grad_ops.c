@@ -292,6 +292,7 @@ static ag_status matmul_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     G = t;
   }
   ag_status st = (A && B && G) ? AG_OK : fail();
+  if (st == AG_OK && n->n_in == 3 && NEED(2) && !(gin[2] = reduce_edge(g, &n->e[2]))) st = fail(); /* folded bias */
   if (st == AG_OK && NEED(0)) {
     ag_tensor *bt = ag_transpose(B, B->ndim - 1, B->ndim - 2);
     ag_tensor *da = ag_matmul(G, bt);

@@ -12,6 +12,12 @@
 #include <string.h>
 #include <time.h>
 
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include "memory/alloc_internal.h"
 #include "internal.h"
 
@@ -21,7 +27,12 @@
 #define K_LARGE_BUFFER ((size_t)20 << 20)    /* segment for 1..10 MiB requests */
 #define K_MIN_LARGE_ALLOC ((size_t)10 << 20) /* beyond: segment = request */
 #define K_ROUND_LARGE ((size_t)2 << 20)      /* large segments are multiples */
-#define K_TRACE_DEFAULT 4096
+/* AG_ALLOC_TRACE=OFF (CMake) builds without the event ring: nothing is
+ * recorded and trace_max_entries above 0 is refused. */
+#ifndef AG_ALLOC_TRACE
+#define AG_ALLOC_TRACE 1
+#endif
+#define K_TRACE_DEFAULT (AG_ALLOC_TRACE ? 4096 : 0)
 #define CAT_DEPTH 16
 
 enum { POOL_SMALL = 0, POOL_LARGE = 1 };
@@ -35,6 +46,41 @@ static const char *const k_trace_names[] = {"alloc", "free", "free_requested", "
                                             "segment_unmap", "oom",          "empty_cache"};
 
 typedef struct seg seg;
+
+/* The allocator's lock. A cached alloc+free pair takes it twice, and
+ * glibc's mutex calls (owner and user-count bookkeeping) were a fifth of the
+ * pair: on Linux an inline futex lock (Drepper's three-state mutex: 0 free,
+ * 1 held, 2 held with waiters) costs one atomic each way when uncontended
+ * and blocks in the kernel, never spins, when contended. */
+#if defined(__linux__)
+typedef struct alock {
+  _Atomic int v;
+} alock;
+static void alock_init(alock *l) { atomic_init(&l->v, 0); }
+static void alock_destroy(alock *l) { (void)l; }
+static void alock_wait(alock *l, int c) {
+  if (c != 2) c = atomic_exchange_explicit(&l->v, 2, memory_order_acquire);
+  while (c != 0) {
+    syscall(SYS_futex, &l->v, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+    c = atomic_exchange_explicit(&l->v, 2, memory_order_acquire);
+  }
+}
+static inline void alock_lock(alock *l) {
+  int c = 0;
+  if (!atomic_compare_exchange_strong_explicit(&l->v, &c, 1, memory_order_acquire, memory_order_relaxed))
+    alock_wait(l, c);
+}
+static inline void alock_unlock(alock *l) {
+  if (atomic_exchange_explicit(&l->v, 0, memory_order_release) == 2)
+    syscall(SYS_futex, &l->v, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+#else
+typedef pthread_mutex_t alock;
+static void alock_init(alock *l) { pthread_mutex_init(l, NULL); }
+static void alock_destroy(alock *l) { pthread_mutex_destroy(l); }
+static inline void alock_lock(alock *l) { pthread_mutex_lock(l); }
+static inline void alock_unlock(alock *l) { pthread_mutex_unlock(l); }
+#endif
 
 struct ag_block {
   seg *seg;
@@ -106,7 +152,7 @@ typedef struct {
 } alloc_stats;
 
 struct ag_allocator {
-  pthread_mutex_t mu;
+  alock mu;
   ag_devstate *ds;
   alloc_conf cfg;
   size_t cap; /* bytes, 0 none */
@@ -238,6 +284,10 @@ static ag_status conf_parse(const char *s, alloc_conf *c, const char *who) {
       if (!parse_u64(v, &u) || u > (1u << 24))
         return ag_error_set(AG_ERR_INVALID, "%s: trace_max_entries must be 0..16777216, got '%s'",
                             who, v);
+      if (u && !AG_ALLOC_TRACE)
+        return ag_error_set(AG_ERR_UNSUPPORTED,
+                            "%s: trace_max_entries %s: this build has no allocator event ring (built with "
+                            "AG_ALLOC_TRACE=OFF)", who, v);
       n.trace_entries = (size_t)u;
     } else if (!strcmp(k, "memory_fraction")) {
       char *e;
@@ -321,9 +371,9 @@ static inline uint64_t stamp(void) { return now_ns(); }
 #define AG_STAMP_IS_TSC 0
 #endif
 
-static void trace(ag_allocator *a, int action, const seg *sg, size_t offset, size_t size,
-                  uint32_t sid, int cat) {
-  if (!a->ring_cap) return;
+static inline void trace(ag_allocator *a, int action, const seg *sg, size_t offset, size_t size,
+                         uint32_t sid, int cat) {
+  if (!AG_ALLOC_TRACE || !a->ring_cap) return;
   trace_ev *e = &a->ring[a->ring_head];
   e->seq = a->seq++;
   e->t_ns = stamp();
@@ -430,6 +480,34 @@ static void fs_remove_at(ag_allocator *a, free_set *fs, size_t i) {
   }
 }
 
+/* Whether nb may take slot i of fs (the slot's block leaving) without
+ * breaking the order: the common case when a block splits or merges with a
+ * neighbour, so the set changes by one store instead of a search and two
+ * memmoves. */
+static bool fs_fits_at(const free_set *fs, size_t i, const ag_block *nb) {
+  uint64_t id = nb->seg->id;
+  if (i > 0 && block_cmp(fs->v[i - 1], nb->sid, nb->size, id, nb->offset) >= 0) return false;
+  return i + 1 >= fs->n || block_cmp(fs->v[i + 1], nb->sid, nb->size, id, nb->offset) > 0;
+}
+
+/* Slot i's block leaves the set (with its size at `old_size`, as counted)
+ * and nb takes the slot, as fs_remove_at + fs_insert would. */
+static void fs_replace_at(ag_allocator *a, free_set *fs, size_t i, size_t old_size, ag_block *nb) {
+  ag_block *o = fs->v[i];
+  if (o->split_counted) {
+    stat_pool(a->st.inactive_split, o->seg->pool, -1);
+    stat_pool(a->st.inactive_split_bytes, o->seg->pool, -(int64_t)old_size);
+    o->split_counted = false;
+  }
+  fs->v[i] = nb;
+  nb->state = B_FREE;
+  nb->split_counted = counts_as_split(nb) && !nb->seg->bypass;
+  if (nb->split_counted) {
+    stat_pool(a->st.inactive_split, nb->seg->pool, 1);
+    stat_pool(a->st.inactive_split_bytes, nb->seg->pool, (int64_t)nb->size);
+  }
+}
+
 static void fs_remove(ag_allocator *a, ag_block *b) {
   free_set *fs = &a->pools[b->seg->pool];
   size_t i = fs_lower(fs, b->sid, b->size, b->seg->id, b->offset);
@@ -440,7 +518,7 @@ static void fs_remove(ag_allocator *a, ag_block *b) {
  * below the limit never takes an oversize block (it would be chopped up), and
  * an oversize request takes an oversize block only if the waste stays below
  * one large buffer. */
-static ag_block *find_free(ag_allocator *a, int pool, ag_stream *s, size_t size) {
+static ag_block *find_free(ag_allocator *a, int pool, ag_stream *s, size_t size, size_t *slot) {
   free_set *fs = &a->pools[pool];
   size_t i = fs_lower(fs, s->id, size, 0, 0);
   if (i == fs->n) return NULL;
@@ -451,7 +529,7 @@ static ag_block *find_free(ag_allocator *a, int pool, ag_stream *s, size_t size)
     if (size < ms && b->size >= ms) return NULL;
     if (size >= ms && b->size >= size + K_LARGE_BUFFER) return NULL;
   }
-  fs_remove_at(a, fs, i);
+  *slot = i; /* still in the set: the caller takes it out (take_found) */
   return b;
 }
 
@@ -648,6 +726,38 @@ static bool should_split(const ag_allocator *a, const ag_block *b, size_t size) 
   return size < a->cfg.max_split && rem > K_SMALL_SIZE;
 }
 
+/* b, found at `slot` of its pool's set (NO_SLOT: in no set), leaves the
+ * set; split to `size` when do_split, the remainder taking b's slot when the
+ * order allows. */
+#define NO_SLOT SIZE_MAX
+static void split(ag_allocator *a, ag_block *b, size_t size);
+static void take_found(ag_allocator *a, ag_block *b, size_t slot, size_t size, bool do_split) {
+  free_set *fs = &a->pools[b->seg->pool];
+  if (slot != NO_SLOT && do_split) {
+    ag_block *r = block_new(a);
+    if (r) {
+      size_t old = b->size;
+      r->seg = b->seg;
+      r->sid = b->sid;
+      r->offset = b->offset + size;
+      r->size = b->size - size;
+      if (fs_fits_at(fs, slot, r)) {
+        r->prev = b;
+        r->next = b->next;
+        if (b->next) b->next->prev = r;
+        else b->seg->last = r;
+        b->next = r;
+        b->size = size;
+        fs_replace_at(a, fs, slot, old, r);
+        return;
+      }
+      block_recycle(a, r);
+    }
+  }
+  if (slot != NO_SLOT) fs_remove_at(a, fs, slot);
+  if (do_split) split(a, b, size);
+}
+
 static void split(ag_allocator *a, ag_block *b, size_t size) {
   ag_block *r = block_new(a);
   if (!r) return; /* no host memory: hand out the whole block */
@@ -687,6 +797,25 @@ static void free_block(ag_allocator *a, ag_block *b) {
     b = p;
   }
   ag_block *n = b->next;
+  if (n && n->state == B_FREE && b->state != B_FREE) {
+    /* Only the next block is free (a block freed before its split-off
+     * remainder is reused): the merged block usually takes n's slot. */
+    free_set *fs = &a->pools[n->seg->pool];
+    size_t i = fs_lower(fs, n->sid, n->size, n->seg->id, n->offset);
+    if (i < fs->n && fs->v[i] == n) {
+      size_t nsize = n->size;
+      b->size += nsize;
+      if (fs_fits_at(fs, i, b)) {
+        b->next = n->next;
+        if (n->next) n->next->prev = b;
+        else b->seg->last = b;
+        fs_replace_at(a, fs, i, nsize, b);
+        block_recycle(a, n);
+        return;
+      }
+      b->size -= nsize;
+    }
+  }
   if (n && n->state == B_FREE) {
     fs_remove(a, n);
     b->size += n->size;
@@ -932,13 +1061,13 @@ struct ag_allocator *ag__allocator_create(ag_devstate *ds) {
   }
   a->stamp0 = stamp();
   a->ns0 = now_ns();
-  pthread_mutex_init(&a->mu, NULL);
+  alock_init(&a->mu);
   return a;
 }
 
 void ag__allocator_destroy(ag_allocator *a) {
   if (!a) return;
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   while (a->n_pend) {
     pending_ev pe = a->pend[--a->n_pend];
     a->ds->be->event_destroy(pe.ev);
@@ -950,8 +1079,8 @@ void ag__allocator_destroy(ag_allocator *a) {
     a->spare = b->next;
     free(b);
   }
-  pthread_mutex_unlock(&a->mu);
-  pthread_mutex_destroy(&a->mu);
+  alock_unlock(&a->mu);
+  alock_destroy(&a->mu);
   free(a->pools[0].v);
   free(a->pools[1].v);
   free(a->pend);
@@ -987,23 +1116,24 @@ ag_status ag__alloc(ag_devstate *ds, size_t bytes, ag_stream *s, ag_mem_category
   *out_block = NULL;
   if (cat <= AG_MEM_OTHER || cat >= AG_MEM_CATEGORY_COUNT) cat = ag_mem_category_current();
   if (AG_UNLIKELY(bytes > ((size_t)1 << 56))) {
-    pthread_mutex_lock(&a->mu);
+    alock_lock(&a->mu);
     a->st.num_ooms++;
     ag_status st = oom_error(a, bytes, "request larger than any device", NULL);
-    pthread_mutex_unlock(&a->mu);
+    alock_unlock(&a->mu);
     return st;
   }
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   int64_t reserved0 = a->st.reserved_bytes[AG_POOL_ALL].current;
   size_t size = round_size(&a->cfg, bytes ? bytes : 1);
   int pool = size <= K_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
   const char *why = "no memory left";
   ag_block *b = NULL;
+  size_t slot = NO_SLOT; /* where find_free found b */
   if (AG_UNLIKELY(!a->cfg.caching)) {
     b = seg_new(a, pool, s, size, true, &why);
   } else {
     if (a->n_pend) process_events(a);
-    b = find_free(a, pool, s, size);
+    b = find_free(a, pool, s, size, &slot);
     bool expandable = a->cfg.expandable && a->vm_ok;
     for (int attempt = 0; !b && attempt < 2; attempt++) {
       if (attempt == 1) {
@@ -1016,24 +1146,24 @@ ag_status ag__alloc(ag_devstate *ds, size_t bytes, ag_stream *s, ag_mem_category
           break;
         }
         a->st.num_alloc_retries++;
-        b = find_free(a, pool, s, size);
+        b = find_free(a, pool, s, size, &slot);
         if (b) break;
       }
       if (expandable) b = expandable_grow(a, pool, s, size, &why);
       if (!b) b = seg_new(a, pool, s, segment_size_for(pool, size), false, &why);
     }
-    if (b && should_split(a, b, size)) split(a, b, size);
+    if (b) take_found(a, b, slot, size, should_split(a, b, size));
   }
   if (AG_UNLIKELY(!b)) {
     a->st.num_ooms++;
     trace(a, T_OOM, NULL, 0, size, s->id, cat);
     ag_status st = oom_error(a, bytes, why, strncmp(why, "the backend", 11) ? NULL : a->be_msg);
-    pthread_mutex_unlock(&a->mu);
+    alock_unlock(&a->mu);
     return st;
   }
   mark_allocated(a, b, bytes, cat);
   if (AG_UNLIKELY(a->pk_users)) peak_check(a, a->st.reserved_bytes[AG_POOL_ALL].current > reserved0);
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
   *out_block = b;
   return AG_OK;
 }
@@ -1047,7 +1177,7 @@ void ag__free(ag_block *b) {
      * be gone already). */
     ag__sync_device(b->seg->a->ds, "allocator free (caching:0)");
   }
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   int pool = b->seg->pool;
   stat_pool(a->st.allocation, pool, -1);
   stat_pool(a->st.allocated_bytes, pool, -(int64_t)b->size);
@@ -1067,13 +1197,13 @@ void ag__free(ag_block *b) {
     trace(a, T_FREE, b->seg, b->offset, b->size, b->sid, b->category);
     free_block(a, b);
   }
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
 }
 
 void ag__block_record_stream(ag_block *b, ag_stream *s) {
   if (!b || !s || s->id == b->sid) return;
   ag_allocator *a = b->seg->a;
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   bool seen = false;
   for (int i = 0; i < b->n_uses && !seen; i++) seen = b->uses[i] == s;
   if (!seen) {
@@ -1082,7 +1212,7 @@ void ag__block_record_stream(ag_block *b, ag_stream *s) {
       ag_stream **nv = realloc(b->uses, (size_t)nc * sizeof *nv);
       if (!nv) {
         /* Cannot remember the use: wait for s now instead (rare). */
-        pthread_mutex_unlock(&a->mu);
+        alock_unlock(&a->mu);
         ag__sync_stream(s, "allocator record_stream (out of host memory)");
         return;
       }
@@ -1091,13 +1221,13 @@ void ag__block_record_stream(ag_block *b, ag_stream *s) {
     }
     b->uses[b->n_uses++] = s;
   }
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
 }
 
 void ag__alloc_stream_destroyed(ag_devstate *ds, ag_stream *s) {
   ag_allocator *a = ds ? ds->alloc : NULL;
   if (!a || !s) return;
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   for (seg *sg = a->segs, *nx; sg; sg = nx) {
     nx = sg->next;
     for (ag_block *b = sg->first; b; b = b->next)
@@ -1109,7 +1239,7 @@ void ag__alloc_stream_destroyed(ag_devstate *ds, ag_stream *s) {
     if (f) fs_remove(a, f);
     seg_release(a, sg);
   }
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
 }
 
 void *ag__block_base(const ag_block *b) { return b->seg->base; }
@@ -1121,13 +1251,13 @@ ag_mem_category ag__block_category(const ag_block *b) { return (ag_mem_category)
 void ag__block_set_category(ag_block *b, ag_mem_category cat) {
   if (!b || cat < 0 || cat >= AG_MEM_CATEGORY_COUNT) return;
   ag_allocator *a = b->seg->a;
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   if (b->state == B_ALLOC && b->category != cat) {
     stat_add(&a->st.category_bytes[b->category], -(int64_t)b->size);
     stat_add(&a->st.category_bytes[cat], (int64_t)b->size);
     b->category = (uint8_t)cat;
   }
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
 }
 
 /* ---- object-level operations ---- */
@@ -1161,9 +1291,9 @@ static void stats_fill(ag_allocator *a, ag_memory_stats *o) {
 }
 
 void ag__alloc_stats(ag_allocator *a, ag_memory_stats *o) {
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   stats_fill(a, o);
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
 }
 
 static void peak_reset(ag_mem_stat *s, size_t n) {
@@ -1171,28 +1301,28 @@ static void peak_reset(ag_mem_stat *s, size_t n) {
 }
 
 void ag__alloc_reset_peak(ag_allocator *a) {
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   alloc_stats *s = &a->st;
   /* alloc_stats is a run of ag_mem_stat followed by counters. */
   peak_reset((ag_mem_stat *)s, offsetof(alloc_stats, num_alloc_retries) / sizeof(ag_mem_stat));
   a->pk_bytes = -1; /* the next high is a new peak; the last snapshot stays until then */
   a->pk_target = 0;
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
 }
 
 ag_status ag__alloc_empty_cache(ag_allocator *a) {
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   ag_status st;
   trace(a, T_EMPTY_CACHE, NULL, 0, 0, 0, 0);
   release_cached(a, &st);
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
   return st;
 }
 
 ag_status ag__alloc_set_cap(ag_allocator *a, size_t bytes) {
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   a->cap = bytes;
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
   return AG_OK;
 }
 
@@ -1208,7 +1338,7 @@ ag_status ag__alloc_set_fraction(ag_allocator *a, double fraction) {
 
 ag_status ag__alloc_configure(ag_allocator *a, const char *conf) {
   if (!conf) return ag_error_set(AG_ERR_INVALID, "ag_alloc_configure: NULL string");
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   alloc_conf c = a->cfg;
   c.has_cap = c.has_fraction = false;
   ag_status st = conf_parse(conf, &c, "ag_alloc_configure");
@@ -1217,20 +1347,20 @@ ag_status ag__alloc_configure(ag_allocator *a, const char *conf) {
     bool fr = c.has_fraction, cp = c.has_cap;
     a->cfg = c;
     if (cp) a->cap = c.cap_bytes;
-    pthread_mutex_unlock(&a->mu);
+    alock_unlock(&a->mu);
     if (fr) st = ag__alloc_set_fraction(a, c.fraction);
     return st;
   }
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
   return st;
 }
 
 ag_status ag__alloc_inject(ag_allocator *a, int nth, int count) {
   if (nth < 0) return ag_error_set(AG_ERR_INVALID, "ag_alloc_inject_failure: nth %d < 0", nth);
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   a->inj_at = nth ? a->raw_attempts + (uint64_t)nth : 0;
   a->inj_count = count == 0 ? 1 : count;
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
   return AG_OK;
 }
 
@@ -1422,9 +1552,9 @@ static void snapshot_write(ag_allocator *a, FILE *f, bool with_trace) {
 }
 
 ag_status ag__alloc_snapshot(ag_allocator *a, FILE *f) {
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   snapshot_write(a, f, true);
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
   return ferror(f) ? ag_error_set(AG_ERR_IO, "memory snapshot: write error") : AG_OK;
 }
 
@@ -1458,7 +1588,7 @@ static void peak_check(ag_allocator *a, bool grew) {
 }
 
 void ag__alloc_peak_capture(ag_allocator *a, bool on) {
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   if (on && a->pk_users++ == 0) {
     a->pk_bytes = -1;
     a->pk_target = 0;
@@ -1466,12 +1596,12 @@ void ag__alloc_peak_capture(ag_allocator *a, bool on) {
     free(a->pk_buf);
     a->pk_buf = NULL;
   }
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
 }
 
 char *ag__alloc_peak_snapshot(ag_allocator *a, uint64_t *seen, int64_t *out_bytes) {
   char *r = NULL;
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   if (a->pk_buf && a->pk_gen != *seen) {
     r = strdup(a->pk_buf);
     if (r) {
@@ -1479,15 +1609,15 @@ char *ag__alloc_peak_snapshot(ag_allocator *a, uint64_t *seen, int64_t *out_byte
       *out_bytes = a->pk_bytes;
     }
   }
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
   return r;
 }
 
 void ag__alloc_peak_arm(ag_allocator *a) {
-  pthread_mutex_lock(&a->mu);
+  alock_lock(&a->mu);
   int64_t peak = a->st.allocated_bytes[AG_POOL_ALL].peak;
   if (a->pk_users && a->pk_bytes >= 0 && a->pk_bytes < peak) a->pk_target = peak;
-  pthread_mutex_unlock(&a->mu);
+  alock_unlock(&a->mu);
 }
 
 /* ---- public API: look up the device, then act on its allocator ---- */

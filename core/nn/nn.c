@@ -147,13 +147,8 @@ ag_tensor *ag_linear_forward(const ag_linear *m, ag_tensor *x) {
   ag_tensor *w = ac ? ag__autocast_to(m->weight, lo) : m->weight;
   ag_tensor *b = ac && m->bias ? ag__autocast_to(m->bias, lo) : m->bias;
   ag_tensor *wt = w ? ag_transpose(w, 0, 1) : NULL;
-  ag_tensor *y = ag_matmul(x, wt);
+  ag_tensor *r = wt ? ag__linear_addmm(x, wt, b) : NULL;
   ag_tensor_release(wt);
-  ag_tensor *r = y;
-  if (y && b) {
-    r = ag_add(y, b);
-    ag_tensor_release(y);
-  }
   if (ac) {
     ag_tensor_release(w);
     ag_tensor_release(b);
@@ -482,9 +477,14 @@ ag_status ag_gpt_init(ag_gpt *m, const ag_gpt_config *cfg, ag_device d, ag_dtype
   }
   if (st == AG_OK) st = ag_layer_norm_init(&m->ln_f, d, dt, C, 1e-5);
   if (st == AG_OK) st = ag_layer_norm_params(&m->ln_f, "ln_f.", &m->params);
-  if (st == AG_OK) st = ag_linear_init(&m->head, d, dt, C, cfg->vocab_size, false, g);
-  if (st == AG_OK) st = reinit(m->head.weight, std, g);
-  if (st == AG_OK) st = ag_linear_params(&m->head, "head.", &m->params);
+  if (st == AG_OK && cfg->untied_head) {
+    st = ag_linear_init(&m->head, d, dt, C, cfg->vocab_size, false, g);
+    if (st == AG_OK) st = reinit(m->head.weight, std, g);
+    if (st == AG_OK) st = ag_linear_params(&m->head, "head.", &m->params);
+  } else if (st == AG_OK) { /* the same tensor: autograd sums its gradient over both uses */
+    m->head = (ag_linear){.weight = ag_tensor_retain(m->wte.weight), .in = C, .out = cfg->vocab_size};
+    if (!m->head.weight) st = ag_last_status();
+  }
   if (st == AG_OK) {
     m->pos = ag__grad_own(ag_arange(d, AG_I32, 0, (double)cfg->block_size, 1));
     ag__grad_tag(m->pos, AG_MEM_PARAMETERS);
@@ -574,6 +574,24 @@ ag_tensor *ag_gpt_forward(const ag_gpt *m, ag_tensor *idx, bool train, ag_genera
   ag_tensor_release(x);
   ag_tensor_release(xf);
   return logits;
+}
+
+ag_status ag_gpt_check_tying(const ag_gpt *m, int n, const char *const *names, const char *prefix) {
+  if (!m || (n > 0 && !names)) return ag_error_set(AG_ERR_INVALID, "ag_gpt_check_tying: NULL argument");
+  if (!prefix) prefix = "";
+  size_t pl = strlen(prefix);
+  bool has_head = false;
+  for (int i = 0; i < n && !has_head; i++)
+    has_head = names[i] && !strncmp(names[i], prefix, pl) && !strcmp(names[i] + pl, "head.weight");
+  if (has_head && !m->cfg.untied_head)
+    return ag_error_set(AG_ERR_CORRUPT,
+                        "ag_gpt_check_tying: the checkpoint has a separate %shead.weight (an untied head) but the "
+                        "model ties its head to wte.weight; build it with cfg.untied_head = true", prefix);
+  if (!has_head && m->cfg.untied_head)
+    return ag_error_set(AG_ERR_CORRUPT,
+                        "ag_gpt_check_tying: the checkpoint has no %shead.weight (its head is tied to wte.weight) "
+                        "but the model has a separate head; build it with cfg.untied_head = false", prefix);
+  return AG_OK;
 }
 
 void ag_gpt_free(ag_gpt *m) {

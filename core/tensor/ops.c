@@ -534,9 +534,13 @@ static bool collapse_batch(ag_koperand *o, int64_t B) {
   return true;
 }
 
-static ag_tensor *matmul_impl(ag_tensor *a, ag_tensor *b) {
+/* a @ b, or with bias (the caller checked: 1-D [N], a's dtype and device)
+ * a @ b + bias: the bias is broadcast into the output and the GEMM runs
+ * with beta = 1, so BLAS neither zeroes the output first (its beta = 0
+ * pass) nor does a separate add pass read it again. */
+static ag_tensor *matmul_core(ag_tensor *a, ag_tensor *b, ag_tensor *bias) {
   static const char name[] = "ag_matmul";
-  ag_tensor *in[2] = {a, b};
+  ag_tensor *in[3] = {a, b, bias};
   if (null_args(name, 2, in)) return NULL;
   ag_devstate *ds = ag__same_device(name, 2, in);
   if (!ds) return NULL;
@@ -693,12 +697,31 @@ static ag_tensor *matmul_impl(ag_tensor *a, ag_tensor *b) {
     }
     c.s[0] = 1.0;
     c.s[1] = 0.0;
-    st = ag__launch(ds, &c);
+    if (bias) {
+      ag_no_grad_begin();
+      st = ag_copy_(out, bias);
+      ag_grad_mode_end();
+      c.s[1] = 1.0;
+    }
+    if (st == AG_OK) st = ag__launch(ds, &c);
   }
   ag_tensor_release(ca);
   ag_tensor_release(cb);
   if (st != AG_OK) return finish(out, st);
-  return record(out, AG_G_MATMUL, 2, in, 2, in, NULL);
+  return record(out, AG_G_MATMUL, bias ? 3 : 2, in, 2, in, NULL);
+}
+
+static ag_tensor *matmul_impl(ag_tensor *a, ag_tensor *b) { return matmul_core(a, b, NULL); }
+
+ag_tensor *ag__linear_addmm(ag_tensor *x, ag_tensor *wt, ag_tensor *bias) {
+  if (!x || !wt || !bias || AC_ON() || bias->ndim != 1 || wt->ndim != 2 || x->ndim < 1 ||
+      bias->dtype != x->dtype || (x->dtype != AG_F32 && x->dtype != AG_F64) || bias->shape[0] != wt->shape[1] ||
+      ag__ds(bias) != ag__ds(x)) {
+    ag_tensor *y = ag_matmul(x, wt), *r = y && bias ? ag_add(y, bias) : y;
+    if (r != y) ag_tensor_release(y);
+    return r;
+  }
+  return matmul_core(x, wt, bias);
 }
 
 ag_tensor *ag_matmul(ag_tensor *a, ag_tensor *b) {

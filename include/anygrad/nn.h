@@ -175,6 +175,11 @@ typedef struct ag_gpt_config {
                       block's attention and MLP halves: each keeps only its
                       input for backward and is re-run there; same
                       gradients, less activation memory */
+  bool untied_head; /* false (the default, as GPT-2): the output head's
+                       weight IS the token embedding wte.weight [vocab,
+                       n_embd], one tensor whose gradient sums both uses,
+                       listed once in params ("wte.weight", no
+                       "head.weight"); true: a separate "head.weight" */
 } ag_gpt_config;
 
 typedef struct ag_gpt_block {
@@ -194,7 +199,13 @@ typedef struct ag_gpt {
 } ag_gpt;
 
 /* GPT-2 style init: N(0, 0.02), residual projections scaled by
- * 1/sqrt(2*n_layer), zero biases. Errors: AG_ERR_SHAPE when n_embd is not a
+ * 1/sqrt(2*n_layer), zero biases; the head has no bias. With a tied head
+ * (cfg.untied_head false) m->head.weight is a second reference to
+ * m->wte.weight. Checkpoints of m->params follow the tying: a tied model's
+ * file has no "head.weight", so loading it into an untied model fails
+ * naming the missing tensor (ag_safetensors_load_into), and a file with
+ * "head.weight" loaded into a tied model would drop that tensor: check with
+ * ag_gpt_check_tying first. Errors: AG_ERR_SHAPE when n_embd is not a
  * multiple of n_head or a size is < 1. */
 AG_API ag_status ag_gpt_init(ag_gpt *m, const ag_gpt_config *cfg, ag_device d, ag_dtype dt,
                              ag_generator *g);
@@ -202,6 +213,12 @@ AG_API ag_status ag_gpt_init(ag_gpt *m, const ag_gpt_config *cfg, ag_device d, a
  * cfg.checkpoint, training forwards checkpoint every block (m and g must
  * stay valid until the backward). */
 AG_API ag_tensor *ag_gpt_forward(const ag_gpt *m, ag_tensor *idx, bool train, ag_generator *g);
+/* Whether tensor names `names[0..n)` (a checkpoint's, as
+ * ag_safetensors_name lists them) match m's tying: a tied m refuses a
+ * "<prefix>head.weight", an untied m needs one. AG_OK, or AG_ERR_CORRUPT
+ * saying which way the checkpoint and the model differ and that
+ * cfg.untied_head selects the other. prefix NULL: "". */
+AG_API ag_status ag_gpt_check_tying(const ag_gpt *m, int n, const char *const *names, const char *prefix);
 AG_API void ag_gpt_free(ag_gpt *m);
 
 #ifdef __cplusplus
