@@ -181,6 +181,11 @@ static inline uint32_t ag__version(const ag_tensor *t) {
 
 /* Launch on the current stream of ds; checks backend support first. */
 AG_HIDDEN ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c);
+/* Comparisons: bool output, the kernel computes in the inputs' dtype. */
+static inline bool ag__binary_is_compare(int bop) {
+  return bop == AG_B_EQ || bop == AG_B_GT || bop == AG_B_LT || bop == AG_B_NE || bop == AG_B_LE ||
+         bop == AG_B_GE;
+}
 AG_HIDDEN bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char *name);
 
 /* ---- autograd recording hook (autograd.c) ---- */

@@ -366,7 +366,8 @@ static ag_status reduce_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     /* max/min: the gradient is shared equally by every element that
      * attains the extremum. */
     ag_tensor *x = in->val, *yk = ag_reshape(n->out_val, in->ndim, ks);
-    ag_tensor *mask = ag_eq(x, yk);
+    ag_tensor *eqm = ag_eq(x, yk), *mask = eqm ? ag_cast(eqm, gk ? gk->dtype : x->dtype) : NULL;
+    ag_tensor_release(eqm);
     ag_tensor *cnt = ag_sum(mask, n->p.n_dims, n->p.dims, true);
     ag_tensor *share = ag_div(gk, cnt);
     r = ag_mul(mask, share);
@@ -468,9 +469,13 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
       break;
     case AG_G_MAXIMUM: case AG_G_MINIMUM: {
       /* Ties split the gradient evenly, as torch.maximum does. */
-      ag_tensor *sel = n->op == AG_G_MAXIMUM ? ag_gt(a, b) : ag_lt(a, b);
-      ag_tensor *eq = ag_eq(a, b), *half = ag_mul_scalar(eq, 0.5);
+      /* m = sel + 0.5*eq in g's dtype (comparisons give bool) */
+      ag_tensor *selb = n->op == AG_G_MAXIMUM ? ag_gt(a, b) : ag_lt(a, b), *eqb = ag_eq(a, b);
+      ag_tensor *sel = selb ? ag_cast(selb, g->dtype) : NULL, *eq = eqb ? ag_cast(eqb, g->dtype) : NULL;
+      ag_tensor *half = ag_mul_scalar(eq, 0.5);
       m = ag_add(sel, half);
+      ag_tensor_release(selb);
+      ag_tensor_release(eqb);
       ag_tensor_release(sel);
       ag_tensor_release(eq);
       ag_tensor_release(half);
