@@ -13,3 +13,8 @@ if(TARGET anygrad-gpuemu)
                          "AG_TEST_DEVICE=gpuemu:${_d};AG_BACKEND_PATH=$<TARGET_FILE_DIR:anygrad-gpuemu>")
   endforeach()
 endif()
+if(TARGET anygrad-opencl)
+  add_test(NAME dtypes_opencl COMMAND dtypes_test)
+  set_tests_properties(dtypes_opencl PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS opencl ENVIRONMENT
+                       "AG_TEST_DEVICE=opencl:0;AG_BACKEND_PATH=$<TARGET_FILE_DIR:anygrad-opencl>")
+endif()

@@ -893,7 +893,7 @@ static void *convert(const ag_safetensors *f, const st_entry *e, ag_dtype as, si
          * that bool takes x != 0 (as a cast does) */
         int64_t lo = as == AG_I32 ? INT32_MIN : as == AG_I64 ? INT64_MIN : 0;
         uint64_t hi = as == AG_I32 ? INT32_MAX : as == AG_I64 ? (uint64_t)INT64_MAX : as == AG_U8 ? 255u : UINT64_MAX;
-        bool ok = is_u ? uv <= hi : (sv >= lo && (sv < 0 || (uint64_t)sv <= hi));
+        bool ok = as == AG_BOOL || (is_u ? uv <= hi : (sv >= lo && (sv < 0 || (uint64_t)sv <= hi)));
         if (!ok) {
           char vb[32];
           if (is_u) snprintf(vb, sizeof vb, "%llu", (unsigned long long)uv);

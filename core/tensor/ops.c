@@ -788,16 +788,20 @@ ag_tensor *ag_log_softmax(ag_tensor *a, int dim) {
 
 /* Contiguous index operand (embedding indices, cross-entropy targets): i64
  * stays i64 where the backend reads it (supports(op, 1, dt)), else it is
- * cast to i32 here. The cast saturates, so an index out of the i32 range is
- * still out of range and reported (as the saturated value). */
-static ag_tensor *index_operand(ag_devstate *ds, ag_kop op, ag_dtype dt, ag_tensor *idx) {
-  if (idx->dtype == AG_I64 && !ds->be->supports(ds->ord, op, 1, dt)) {
-    ag_no_grad_begin();
-    ag_tensor *r = ag_cast(idx, AG_I32);
-    ag_grad_mode_end();
-    return r;
-  }
-  return raw_contiguous(idx);
+ * clamped into the i32 range and cast to i32 here, so an index beyond the
+ * i32 range is still out of range and reported (as the clamped value),
+ * never wrapped into range. */
+ag_tensor *ag__index_operand(ag_devstate *ds, ag_kop op, ag_dtype dt, ag_tensor *idx) {
+  if (idx->dtype != AG_I64 || ds->be->supports(ds->ord, op, 1, dt)) return raw_contiguous(idx);
+  ag_no_grad_begin();
+  ag_device d = ag_tensor_device(idx);
+  ag_tensor *hi = ag_full(d, AG_I64, 0, NULL, 2147483647.0), *lo = ag_full(d, AG_I64, 0, NULL, -2147483648.0);
+  ag_tensor *a = hi ? ag_minimum(idx, hi) : NULL, *b = a && lo ? ag_maximum(a, lo) : NULL;
+  ag_tensor *r = b ? ag_cast(b, AG_I32) : NULL;
+  ag_tensor *rel[] = {hi, lo, a, b};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  ag_grad_mode_end();
+  return r;
 }
 
 /* Scalar f32 count of targets != ignore, computed on the device. */
@@ -846,7 +850,7 @@ static ag_tensor *cross_entropy_impl(ag_tensor *logits, ag_tensor *targets, ag_r
   if (!ag__supported(ds, AG_K_CROSS_ENTROPY, 0, logits->dtype, name)) return NULL;
   ag_no_grad_begin();
   int64_t s2[2] = {N, C}, s1[1] = {N};
-  ag_tensor *lc0 = raw_contiguous(logits), *tc0 = index_operand(ds, AG_K_CROSS_ENTROPY, logits->dtype, targets);
+  ag_tensor *lc0 = raw_contiguous(logits), *tc0 = ag__index_operand(ds, AG_K_CROSS_ENTROPY, logits->dtype, targets);
   ag_tensor *lc = lc0 ? ag_reshape(lc0, 2, s2) : NULL, *tc = tc0 ? ag_reshape(tc0, 1, s1) : NULL;
   ag_tensor_release(lc0);
   ag_tensor_release(tc0);
@@ -1033,7 +1037,7 @@ ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices) {
   int64_t oshape[AG_MAX_DIMS];
   memcpy(oshape, indices->shape, sizeof(int64_t) * (size_t)indices->ndim);
   oshape[indices->ndim] = D;
-  ag_tensor *tc = raw_contiguous(table), *ic = index_operand(ds, AG_K_EMBEDDING, table->dtype, indices);
+  ag_tensor *tc = raw_contiguous(table), *ic = ag__index_operand(ds, AG_K_EMBEDDING, table->dtype, indices);
   ag_tensor *out = (tc && ic) ? ag__tensor_new(ds, table->dtype, indices->ndim + 1, oshape) : NULL;
   ag_status st = out ? AG_OK : ag_last_status();
   if (st == AG_OK && N && D) {
