@@ -19,7 +19,7 @@ void store_red(gbuf *o, ulong oo, int odt, long i, int op, float acc, long iacc,
   else if (isint && op == 0 && scale != 1.0f)
     stf(o, oo, i, odt, (float)iacc * scale);
   else if (isint)
-    stl(o, oo, i, odt, iacc);
+    stl(o, oo, i, odt, odt == DT_I32 ? sat_dt(iacc, DT_I32) : iacc); /* i32 sums saturate, as the CPU's */
   else
     stf(o, oo, i, odt, op == 0 ? acc * scale : acc);
 }
