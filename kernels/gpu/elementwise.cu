@@ -286,6 +286,17 @@ static gpuError_t unary_run(const agk_env *env, const ag_kernel_call *c, F f) {
   }
   return gpuGetLastError();
 }
+/* Casts that involve i64, u8 or bool: the strided kernel only (it covers
+ * contiguous operands as one dim). Half the instantiations of the 42 cast
+ * pairs; these casts are not on any hot path. */
+template <typename TO, typename TI> static gpuError_t cast_strided(const agk_env *env, const ag_kernel_call *c) {
+  agk_ew d;
+  ew_build(c, 0, 2, &d);
+  if (d.numel == 0) return gpuSuccess;
+  agk_launch(k_unary_strided<TO, TI, CastOp<TO, TI> >, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d,
+             CastOp<TO, TI>());
+  return gpuGetLastError();
+}
 template <typename T> static gpuError_t unary_l_go(const agk_env *env, const ag_kernel_call *c) {
   UnaryOpL<T> f;
   f.op = c->sub;
@@ -319,7 +330,13 @@ gpuError_t agk_unary(const agk_env *env, const ag_kernel_call *c) {
   if (to == ti) {
     AGK_DISPATCH_ALL(to, T, return unary_go<T, T>(env, c));
   }
-  AGK_DISPATCH_EVERY(to, TO, AGK_DISPATCH_EVERY(ti, TI, return unary_run<TO, TI>(env, c, CastOp<TO, TI>())));
+  if (ti == AG_I64 || ti == AG_U8 || ti == AG_BOOL) {
+    AGK_DISPATCH_EVERY(to, TO, AGK_DISPATCH_INT64(ti, TI, return cast_strided<TO, TI>(env, c)));
+  }
+  if (to == AG_I64 || to == AG_U8 || to == AG_BOOL) {
+    AGK_DISPATCH_INT64(to, TO, AGK_DISPATCH_ALL(ti, TI, return cast_strided<TO, TI>(env, c)));
+  }
+  AGK_DISPATCH_ALL(to, TO, AGK_DISPATCH_ALL(ti, TI, return unary_run<TO, TI>(env, c, CastOp<TO, TI>())));
   return gpuErrorNotSupported;
 }
 
