@@ -422,6 +422,23 @@ static void test_reductions(void **state) {
   int32_t ai[2];
   CHECK(ag_to_host(am, ai, 8) == AG_OK);
   assert_true(ai[0] == 2 && ai[1] == 2);
+  /* beyond 2^53: exact (an f64 accumulator would round these) */
+  const int64_t big[3] = {(1LL << 62) + 1, (1LL << 62) + 3, -(1LL << 62)};
+  ag_tensor *bl = ag_from_host(TEST_DEV, AG_I64, 1, (int64_t[]){3}, big);
+  ag_tensor *bs = ag_sum(bl, 0, NULL, false), *bm = ag_max(bl, 0, NULL, false), *ba = ag_argmax(bl, 0, false);
+  CHECK(bs && bm && ba);
+  int64_t gb;
+  CHECK(ag_to_host(bs, &gb, 8) == AG_OK);
+  assert_true(gb == (1LL << 62) + 4);
+  CHECK(ag_to_host(bm, &gb, 8) == AG_OK);
+  assert_true(gb == (1LL << 62) + 3);
+  int32_t gi;
+  CHECK(ag_to_host(ba, &gi, 4) == AG_OK);
+  assert_int_equal(gi, 1);
+  ag_tensor_release(bl);
+  ag_tensor_release(bs);
+  ag_tensor_release(bm);
+  ag_tensor_release(ba);
   assert_null(ag_mean(l, 0, NULL, false));
   assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
   ag_error_clear();

@@ -951,10 +951,35 @@ static void reduce_chunks(void *ctx, int64_t a, int64_t b) {
   }
 }
 
+/* i64 input: exact in i64 (f64 would round beyond 2^53); the sum wraps as
+ * two's complement. One work item per output, in order along r. */
+static void reduce_i64_range(void *ctx, int64_t a, int64_t b) {
+  const rctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t *x = (const int64_t *)ag__cpu_ptr(&c->o[1]);
+  char *out = ag__cpu_ptr(&c->o[0]);
+  for (int64_t w = a; w < b; w++) {
+    const int64_t *p = x + (w / r->inner) * r->r * r->inner + w % r->inner;
+    uint64_t sum = 0;
+    int64_t best = 0, bi = 0;
+    for (int64_t k = 0; k < r->r; k++) {
+      int64_t v = p[k * r->inner];
+      sum += (uint64_t)v;
+      if (k == 0 || (c->sub == AG_R_MIN ? v < best : v > best)) best = v, bi = k;
+    }
+    if (c->sub == AG_R_ARGMAX) ((int32_t *)out)[w] = (int32_t)bi;
+    else ((int64_t *)out)[w] = c->sub == AG_R_SUM ? (int64_t)sum : best;
+  }
+}
+
 static ag_status k_reduce(const ag_kernel_call *c) {
   rctx r = {.c = c, .outer = c->i[0], .r = c->i[1], .inner = c->i[2]};
   int64_t total = r.outer * r.r * r.inner;
   if (r.outer * r.inner == 0) return AG_OK;
+  if (c->o[1].dtype == AG_I64) {
+    par_for(r.outer * r.inner, total, reduce_i64_range, &r);
+    return AG_OK;
+  }
   if (r.inner == 1 && r.outer < 8 && total >= AG_CPU_PAR_MIN) {
     r.chunk = 16384;
     int64_t per = (r.r + r.chunk - 1) / r.chunk;
