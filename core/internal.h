@@ -196,6 +196,16 @@ static inline uint32_t ag__version(const ag_tensor *t) {
 
 /* Launch on the current stream of ds; checks backend support first. */
 AG_HIDDEN ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c);
+/* Comparisons: bool output, the kernel computes in the inputs' dtype. */
+static inline bool ag__binary_is_compare(int bop) {
+  return bop == AG_B_EQ || bop == AG_B_GT || bop == AG_B_LT || bop == AG_B_NE || bop == AG_B_LE ||
+         bop == AG_B_GE;
+}
+/* Contiguous index operand (embedding indices, cross-entropy targets) for
+ * kernel op `op` with data dtype dt: i64 stays i64 where the backend takes
+ * it (supports(op, 1, dt)), else it is clamped to the i32 range and cast
+ * (an out-of-range index stays out of range). New reference. */
+AG_HIDDEN ag_tensor *ag__index_operand(ag_devstate *ds, ag_kop op, ag_dtype dt, ag_tensor *idx);
 AG_HIDDEN bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char *name);
 
 /* ---- autograd recording hook (autograd.c) ---- */

@@ -199,6 +199,8 @@ static double nerr(const float *a, const float *b, int64_t n) {
 /* Output dtype the policy names for these inputs (argmax: always i32). */
 static ag_dtype expected(const opcase *oc, ag_tensor *const *in, ag_dtype region) {
   if (!strcmp(oc->name, "argmax")) return AG_I32;
+  /* comparisons give bool whatever the region (the inputs follow the policy) */
+  if (!strcmp(oc->name, "eq") || !strcmp(oc->name, "gt") || !strcmp(oc->name, "lt")) return AG_BOOL;
   switch (oc->pol) {
     case P_LOW: return region;
     case P_F32: return AG_F32;
@@ -255,13 +257,13 @@ static void check_forward(const opcase *oc, ag_device dev, const aux *ax, float 
   assert_true(n1 == n2 && n2 == n3);
   ag_dtype od = ag_tensor_dtype(out);
   double tol = od == AG_F16 || od == AG_BF16 ? eps_of(od) : 1e-6;
-  if (od == AG_I32) tol = 0;
+  if (od == AG_I32 || od == AG_BOOL) tol = 0;
   double e = nerr(o, r, n1);
   if (!(e <= tol))
     fail_msg("%s (inputs %s/%s, region %s, out %s): %.3g from the policy's computation (tol %.3g)", oc->name,
              ag_dtype_name(dts[0]), oc->n > 1 ? ag_dtype_name(dts[1]) : "-", ag_dtype_name(region),
              ag_dtype_name(od), e, tol);
-  if (od != AG_I32) s->worst_exact = fmax(s->worst_exact, e / (tol > 0 ? tol : 1));
+  if (od != AG_I32 && od != AG_BOOL) s->worst_exact = fmax(s->worst_exact, e / (tol > 0 ? tol : 1));
   if (oc->pol == P_LOW && dts[0] == AG_F32) {
     double el = nerr(o, p, n1);
     if (!(el <= 8 * eps_of(region)))

@@ -18,7 +18,7 @@ class Device(C.Structure):
     _fields_ = [("backend", C.c_int16), ("index", C.c_int16)]
 
 
-F32, F16, BF16, I32, F64 = 0, 1, 2, 3, 4
+F32, F16, BF16, I32, F64, I64, BOOL, U8 = 0, 1, 2, 3, 4, 5, 6, 7
 lib = C.CDLL(sys.argv[1])
 lib.ag_from_host.restype = C.c_void_p
 lib.ag_from_host.argtypes = [Device, C.c_int, C.c_int, C.POINTER(C.c_int64), C.c_void_p]
@@ -35,6 +35,7 @@ lib.ag_device_synchronize.argtypes = [Device]
 lib.ag_tensor_release.argtypes = [C.c_void_p]
 lib.ag_live_tensors.restype = C.c_int64
 lib.ag_last_error.restype = C.c_char_p
+lib.ag_tensor_dtype.argtypes = [C.c_void_p]
 C.pythonapi.PyCapsule_New.restype = C.py_object
 C.pythonapi.PyCapsule_New.argtypes = [C.c_void_p, C.c_char_p, C.c_void_p]
 C.pythonapi.PyCapsule_GetPointer.restype = C.c_void_p
@@ -76,8 +77,22 @@ del t  # torch calls the DLPack deleter: the last reference goes
 check(lib.ag_live_tensors() == base_live, "the deleter released the export's reference")
 
 # every anygrad dtype maps to torch's
-for code, tdt in ((F64, torch.float64), (I32, torch.int32), (F16, torch.float16), (BF16, torch.bfloat16)):
-    src = torch.arange(4, dtype=tdt)
+def torch_has_dlpack_bool():
+    """kDLBool (DLPack 0.8) arrived in torch 2; torch 1.13 refuses bool."""
+    try:
+        dlpack.to_dlpack(torch.zeros(1, dtype=torch.bool))
+        return True
+    except RuntimeError:
+        return False
+
+
+BOOL_OK = torch_has_dlpack_bool()
+for code, tdt in ((F64, torch.float64), (I32, torch.int32), (F16, torch.float16), (BF16, torch.bfloat16),
+                  (I64, torch.int64), (BOOL, torch.bool), (U8, torch.uint8)):
+    if tdt == torch.bool and not BOOL_OK:
+        print("torch %s has no DLPack bool: bool export not checked against torch" % torch.__version__)
+        continue
+    src = torch.arange(4, dtype=tdt) if tdt != torch.bool else torch.tensor([True, False, False, True])
     buf = src.numpy().tobytes() if tdt != torch.bfloat16 else src.view(torch.int16).numpy().tobytes()
     y = lib.ag_from_host(CPU, code, 1, (C.c_int64 * 1)(4), buf)
     check(lib.ag_to_dlpack(y, C.byref(m)) == 0, "export %s" % tdt)
@@ -105,8 +120,28 @@ lib.ag_tensor_release(a)  # calls torch's deleter
 del cap
 check(tt.sum().item() == 30.0, "torch's tensor intact after anygrad let go")
 
+# torch -> anygrad without a copy for int64 (indices), bool (masks) and uint8
+for tdt, code, n in ((torch.int64, I64, 8), (torch.bool, BOOL, 1), (torch.uint8, U8, 1)):
+    if tdt == torch.bool and not BOOL_OK:
+        continue
+    src = torch.tensor([0, 1, 1, 0], dtype=tdt)
+    cap = dlpack.to_dlpack(src)
+    a = lib.ag_from_dlpack(C.pythonapi.PyCapsule_GetPointer(cap, b"dltensor"))
+    check(a, "ag_from_dlpack %s" % tdt)
+    C.pythonapi.PyCapsule_SetName(cap, b"used_dltensor")
+    check(lib.ag_tensor_dtype(a) == code, "%s imported as anygrad dtype %d" % (tdt, code))
+    check(lib.ag_tensor_data_ptr(a) == src.data_ptr(), "anygrad points at torch's %s memory" % tdt)
+    check(lib.ag_fill_(a, 1.0) == 0 and lib.ag_device_synchronize(CPU) == 0, "fill %s" % tdt)
+    check(src.to(torch.int64).tolist() == [1, 1, 1, 1], "torch reads anygrad's %s write" % tdt)
+    src[0] = 0  # write through torch
+    raw = (C.c_uint8 * (4 * n))()
+    check(lib.ag_to_host(a, raw, 4 * n) == 0, "ag_to_host %s" % tdt)
+    check(raw[0] == 0 and raw[n] == 1, "anygrad reads torch's %s write" % tdt)
+    lib.ag_tensor_release(a)
+    del cap
+
 # refused: a dtype anygrad does not have, reported by name; ownership stays
-cap = dlpack.to_dlpack(torch.zeros(3, dtype=torch.int64))
-check(not lib.ag_from_dlpack(C.pythonapi.PyCapsule_GetPointer(cap, b"dltensor")), "int64 refused")
-check(b"int64" in lib.ag_last_error(), "error names the dtype")
+cap = dlpack.to_dlpack(torch.zeros(3, dtype=torch.int16))
+check(not lib.ag_from_dlpack(C.pythonapi.PyCapsule_GetPointer(cap, b"dltensor")), "int16 refused")
+check(b"int16" in lib.ag_last_error(), "error names the dtype")
 print("dlpack round trip with torch %s: ok" % torch.__version__)

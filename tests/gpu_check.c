@@ -52,11 +52,14 @@ typedef struct tcase {
   bool repeat;     /* run a second time on the device: outputs must be bitwise equal */
 } tcase;
 
-static size_t dsz(ag_dtype dt) { return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_F64 ? 8 : 4; }
+static size_t dsz(ag_dtype dt) {
+  return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_F64 || dt == AG_I64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 4;
+}
 static const char *dname(ag_dtype dt) {
-  static const char *const n[] = {"f32", "f16", "bf16", "i32", "f64"};
+  static const char *const n[] = {"f32", "f16", "bf16", "i32", "f64", "i64", "bool", "u8"};
   return n[dt];
 }
+static bool isint(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static double urand(void) {
@@ -72,6 +75,9 @@ static double getv(ag_dtype dt, const void *p, int64_t i) {
     case AG_F16: return ag_f16_to_f32(((const uint16_t *)p)[i]);
     case AG_BF16: return ag_bf16_to_f32(((const uint16_t *)p)[i]);
     case AG_I32: return ((const int32_t *)p)[i];
+    case AG_I64: return (double)((const int64_t *)p)[i];
+    case AG_U8:
+    case AG_BOOL: return ((const uint8_t *)p)[i];
     default: return ((const double *)p)[i];
   }
 }
@@ -81,11 +87,15 @@ static void setv(ag_dtype dt, void *p, int64_t i, double v) {
     case AG_F16: ((uint16_t *)p)[i] = ag_f32_to_f16((float)v); break;
     case AG_BF16: ((uint16_t *)p)[i] = ag_f32_to_bf16((float)v); break;
     case AG_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case AG_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case AG_U8: ((uint8_t *)p)[i] = (uint8_t)(int64_t)v; break;
+    case AG_BOOL: ((uint8_t *)p)[i] = v != 0; break;
     default: ((double *)p)[i] = v;
   }
 }
 
-/* A new buffer of n elements filled uniformly in [lo, hi) (integers for i32). */
+/* A new buffer of n elements filled uniformly in [lo, hi) (integers for the
+ * integer dtypes; u8 keeps the low byte, bool is v != 0). */
 static int nb(tcase *t, ag_dtype dt, int64_t n, double lo, double hi) {
   buf *b = &t->b[t->nb];
   memset(b, 0, sizeof *b);
@@ -94,7 +104,7 @@ static int nb(tcase *t, ag_dtype dt, int64_t n, double lo, double hi) {
   b->host = calloc((size_t)(n > 0 ? n : 1), dsz(dt));
   for (int64_t i = 0; i < n; i++) {
     double v = lo + (hi - lo) * urand();
-    setv(dt, b->host, i, dt == AG_I32 ? floor(v) : v);
+    setv(dt, b->host, i, isint(dt) ? floor(v) : v);
   }
   return t->nb++;
 }
@@ -153,7 +163,7 @@ static void run(tcase *t) {
   }
   ag_dtype dt = t->c.op == AG_K_UNARY && t->c.sub == AG_U_COPY ? t->c.o[1].dtype : t->c.o[0].dtype;
   if (t->c.op == AG_K_CROSS_ENTROPY || t->c.op == AG_K_EMBEDDING_BWD) dt = t->c.o[1].dtype;
-  if (t->c.op == AG_K_REDUCE) dt = t->c.o[1].dtype;
+  if (t->c.op == AG_K_REDUCE || t->c.op == AG_K_BINARY) dt = t->c.o[1].dtype; /* comparisons: the inputs' */
   if (t->c.op >= AG_K_ADAMW) dt = t->nm ? t->b[t->mb[0]].dt : AG_F32;
   if (!B->supports(DEV, t->c.op, t->c.sub, dt)) {
     n_skip++;
@@ -290,24 +300,28 @@ done:
 }
 
 static const ag_dtype FL[3] = {AG_F32, AG_F16, AG_BF16};
+/* every dtype the GPU kernels hold */
+static const ag_dtype EW[7] = {AG_F32, AG_F16, AG_BF16, AG_I32, AG_I64, AG_U8, AG_BOOL};
 
 /* ---- cases ---- */
 
 static void cases_elementwise(void) {
-  for (int di = 0; di < 4; di++) {
-    ag_dtype dt = di < 3 ? FL[di] : AG_I32;
+  for (int di = 0; di < 7; di++) {
+    ag_dtype dt = EW[di];
     for (int u = 0; u < AG_UNARY_COUNT; u++) {
+      /* integer dtypes have copy, neg, abs and affine only */
+      if (isint(dt) && u != AG_U_COPY && u != AG_U_NEG && u != AG_U_ABS && u != AG_U_AFFINE) continue;
       for (int tr = 0; tr < 2; tr++) {
         tcase *t = newcase("unary %d %s %s", u, dname(dt), tr ? "transposed [37,1001]" : "contig [1001,37]");
         bool pos = u == AG_U_LOG || u == AG_U_SQRT || u == AG_U_RSQRT || u == AG_U_POW || u == AG_U_RSUB_DIV;
         int64_t sh[2] = {1001, 37}, tsh[2] = {37, 1001};
         int a = nb(t, dt, 1001 * 37, pos ? 0.1 : -3, 3);
-        int o = nbout(t, dt, 1001 * 37, dt == AG_I32 || u == AG_U_COPY || u == AG_U_NEG || u == AG_U_ABS);
+        int o = nbout(t, dt, 1001 * 37, isint(dt) || u == AG_U_COPY || u == AG_U_NEG || u == AG_U_ABS);
         t->c.op = AG_K_UNARY;
         t->c.sub = u;
         t->c.s[0] = u == AG_U_POW ? 1.7 : 1.25;
         t->c.s[1] = -0.5;
-        if (dt == AG_I32) t->c.s[0] = 3, t->c.s[1] = -7;
+        if (isint(dt)) t->c.s[0] = 3, t->c.s[1] = -7;
         t->c.name = "unary";
         if (!tr) {
           opnd(t, 0, o, 2, sh);
@@ -321,12 +335,13 @@ static void cases_elementwise(void) {
         run(t);
       }
     }
-    for (int dj = 0; dj < 4; dj++) {
-      ag_dtype to = dj < 3 ? FL[dj] : AG_I32;
+    for (int dj = 0; dj < 7; dj++) {
+      ag_dtype to = EW[dj];
       if (to == dt) continue;
       tcase *t = newcase("cast %s->%s [4099]", dname(dt), dname(to));
       int64_t sh[1] = {4099};
-      int a = nb(t, dt, 4099, -300, 300);
+      /* i64 beyond 2^53 and i32 beyond 2^24: integer casts keep every bit */
+      int a = nb(t, dt, 4099, dt == AG_I64 ? -9e18 : dt == AG_I32 ? -2e9 : -300, dt == AG_I64 ? 9e18 : dt == AG_I32 ? 2e9 : 300);
       int o = nbout(t, to, 4099, true);
       t->c.op = AG_K_UNARY;
       t->c.sub = AG_U_COPY;
@@ -335,10 +350,13 @@ static void cases_elementwise(void) {
       run(t);
     }
     for (int bo = 0; bo < AG_BINARY_COUNT; bo++) {
+      bool cmp = bo == AG_B_EQ || bo == AG_B_NE || bo == AG_B_GT || bo == AG_B_GE || bo == AG_B_LT || bo == AG_B_LE;
+      if (isint(dt) && !cmp && bo != AG_B_ADD && bo != AG_B_SUB && bo != AG_B_MUL && bo != AG_B_MAX && bo != AG_B_MIN)
+        continue;
       for (int bc = 0; bc < 2; bc++) {
         /* (abs backward left out: for a NaN gradient at x == 0 the CPU
          * gives 0, the GPU NaN*sign(0) = NaN like torch) */
-        bool fl = dt != AG_I32 && bo != AG_B_ABS_BWD;
+        bool fl = !isint(dt) && bo != AG_B_ABS_BWD;
         tcase *t = newcase("binary %d %s %s%s", bo, dname(dt), bc ? "broadcast [513,257]+[257]" : "contig [513,257]",
                            fl ? " with NaN" : "");
         int64_t sh[2] = {513, 257};
@@ -351,11 +369,11 @@ static void cases_elementwise(void) {
           for (int64_t i = 3; i < 513 * 257; i += 101) setv(dt, t->b[a].host, i, NAN);
           for (int64_t i = 5; i < t->b[b].n; i += 89) setv(dt, t->b[b].host, i, NAN);
         }
-        bool ex = dt == AG_I32 || bo == AG_B_MAX || bo == AG_B_MIN || bo == AG_B_EQ || bo == AG_B_GT || bo == AG_B_LT;
-        int o = nbout(t, dt, 513 * 257, ex);
+        bool ex = isint(dt) || bo == AG_B_MAX || bo == AG_B_MIN || cmp;
+        int o = nbout(t, cmp ? AG_BOOL : dt, 513 * 257, ex); /* comparisons write bool */
         t->c.op = AG_K_BINARY;
         t->c.sub = bo;
-        t->c.s[0] = bo == AG_B_ADD ? (dt == AG_I32 ? 2 : 0.75) : 1.5;
+        t->c.s[0] = bo == AG_B_ADD ? (isint(dt) ? 2 : 0.75) : 1.5;
         opnd(t, 0, o, 2, sh);
         opnd(t, 1, a, 2, sh);
         opnd(t, 2, b, 2, sh);
@@ -364,10 +382,12 @@ static void cases_elementwise(void) {
       }
     }
     {
-      tcase *t = newcase("where %s [300,70] cond f32 [300,1], b [70]", dname(dt));
+      /* the old float condition, and bool (a comparison's result) */
+      ag_dtype cdt = di % 2 ? AG_BOOL : AG_F32;
+      tcase *t = newcase("where %s [300,70] cond %s [300,1], b [70]", dname(dt), dname(cdt));
       int64_t sh[2] = {300, 70};
-      int cnd = nb(t, AG_F32, 300, 0, 2);
-      for (int i = 0; i < 300; i++) setv(AG_F32, t->b[cnd].host, i, floor(getv(AG_F32, t->b[cnd].host, i)));
+      int cnd = nb(t, cdt, 300, 0, 2);
+      for (int i = 0; i < 300; i++) setv(cdt, t->b[cnd].host, i, floor(getv(cdt, t->b[cnd].host, i)));
       int a = nb(t, dt, 300 * 70, -5, 5), b = nb(t, dt, 70, -5, 5), o = nbout(t, dt, 300 * 70, true);
       t->c.op = AG_K_WHERE;
       opnd(t, 0, o, 2, sh);
@@ -401,7 +421,7 @@ static void cases_elementwise(void) {
       o = nbout(t, dt, 5000, true);
       t->c.op = AG_K_ARANGE;
       t->c.s[0] = -10;
-      t->c.s[1] = dt == AG_I32 ? 3 : 0.25;
+      t->c.s[1] = isint(dt) ? 3 : 0.25;
       opnd(t, 0, o, 1, sh2);
       run(t);
     }
@@ -438,22 +458,24 @@ static void cases_elementwise(void) {
 static void cases_reduce(void) {
   static const int64_t shapes[][3] = {{1, 1 << 20, 1}, {300, 999, 1}, {7, 513, 65}, {1, 70000, 3}, {4096, 8, 1},
                                       {2, 3, 4097}};
-  for (int di = 0; di < 4; di++) {
-    ag_dtype dt = di < 3 ? FL[di] : AG_I32;
+  for (int di = 0; di < 7; di++) {
+    ag_dtype dt = EW[di];
     for (int r = 0; r < AG_REDUCE_COUNT; r++)
       for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        if (r == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL)) continue; /* summed as i64 by the core */
         const int64_t *sh = shapes[s];
         tcase *t = newcase("reduce %d %s [%lld,%lld,%lld]", r, dname(dt), (long long)sh[0], (long long)sh[1],
                            (long long)sh[2]);
         int64_t in[3] = {sh[0], sh[1], sh[2]}, out[2] = {sh[0], sh[2]};
-        int x = nb(t, dt, sh[0] * sh[1] * sh[2], dt == AG_I32 ? -50 : -2, dt == AG_I32 ? 50 : 2);
+        double lo = dt == AG_U8 ? 0 : dt == AG_BOOL ? 0 : isint(dt) ? -50 : -2, hi = dt == AG_BOOL ? 2 : isint(dt) ? 50 : 2;
+        int x = nb(t, dt, sh[0] * sh[1] * sh[2], lo, hi);
         ag_dtype odt = r == AG_R_ARGMAX ? AG_I32 : dt;
         /* sums of 1M halves round differently in f32 vs f64: compare in NMSE */
-        int o = nbout(t, odt, sh[0] * sh[2], r != AG_R_SUM || dt == AG_I32);
+        int o = nbout(t, odt, sh[0] * sh[2], r != AG_R_SUM || isint(dt));
         if (r == AG_R_SUM) t->b[o].tol = dt == AG_F32 ? 1e-10 : dt == AG_F16 ? 1e-5 : 1e-4; /* one ulp of a single output */
         t->c.op = AG_K_REDUCE;
         t->c.sub = r;
-        t->c.s[0] = r == AG_R_SUM && dt != AG_I32 ? 0.5 : 1;
+        t->c.s[0] = r == AG_R_SUM && !isint(dt) ? 0.5 : 1;
         t->c.i[0] = sh[0];
         t->c.i[1] = sh[1];
         t->c.i[2] = sh[2];
@@ -702,13 +724,16 @@ static void cases_rows(void) {
         opnd(t, 2, y, 2, sh);
         run(t);
       }
-      for (int bad = 0; bad < 2; bad++) {
-        tcase *t = newcase("cross_entropy %s [%lld,%lld]%s", dname(dt), (long long)R, (long long)C,
-                           bad ? " one target out of range" : " with ignore_index");
-        int l = nb(t, dt, R * C, -4, 4), tg = nb(t, AG_I32, R, 0, (double)C), o = nbout(t, AG_F32, R, false);
-        ((int32_t *)t->b[tg].host)[0] = -100;
-        if (bad) ((int32_t *)t->b[tg].host)[R - 1] = (int32_t)C + 3;
-        t->want_error = bad;
+      for (int bad = 0; bad < 4; bad++) {
+        /* 2, 3: i64 targets (sub 1), beyond the i32 range when bad */
+        ag_dtype tdt = bad >= 2 ? AG_I64 : AG_I32;
+        tcase *t = newcase("cross_entropy %s [%lld,%lld]%s%s", dname(dt), (long long)R, (long long)C,
+                           bad % 2 ? " one target out of range" : " with ignore_index", bad >= 2 ? " i64 targets" : "");
+        int l = nb(t, dt, R * C, -4, 4), tg = nb(t, tdt, R, 0, (double)C), o = nbout(t, AG_F32, R, false);
+        setv(tdt, t->b[tg].host, 0, -100);
+        if (bad % 2) setv(tdt, t->b[tg].host, R - 1, bad >= 2 ? 4294967296.0 + 1 : C + 3);
+        t->want_error = bad % 2;
+        t->c.sub = bad >= 2;
         t->c.op = AG_K_CROSS_ENTROPY;
         t->c.i[0] = R;
         t->c.i[1] = C;
@@ -719,10 +744,13 @@ static void cases_rows(void) {
         run(t);
       }
       for (int gs = 0; gs < 2; gs++) {
-        tcase *t = newcase("cross_entropy_bwd %s [%lld,%lld] grad stride %d", dname(dt), (long long)R, (long long)C, gs);
-        int dl = nbout(t, dt, R * C, false), l = nb(t, dt, R * C, -4, 4), tg = nb(t, AG_I32, R, 0, (double)C);
+        ag_dtype tdt = gs ? AG_I64 : AG_I32;
+        tcase *t = newcase("cross_entropy_bwd %s [%lld,%lld] grad stride %d %s targets", dname(dt), (long long)R,
+                           (long long)C, gs, dname(tdt));
+        int dl = nbout(t, dt, R * C, false), l = nb(t, dt, R * C, -4, 4), tg = nb(t, tdt, R, 0, (double)C);
         int g = nb(t, AG_F32, R, 0.5, 1.5);
-        ((int32_t *)t->b[tg].host)[0] = -100;
+        setv(tdt, t->b[tg].host, 0, -100);
+        t->c.sub = gs;
         t->c.op = AG_K_CROSS_ENTROPY_BWD;
         t->c.i[0] = R;
         t->c.i[1] = C;
@@ -780,14 +808,18 @@ static void cases_rows(void) {
 }
 
 static void cases_embedding(void) {
-  for (int di = 0; di < 4; di++) {
-    ag_dtype dt = di < 3 ? FL[di] : AG_I32;
-    for (int bad = 0; bad < 2; bad++) {
+  for (int di = 0; di < 7; di++) {
+    ag_dtype dt = EW[di];
+    for (int bad = 0; bad < 4; bad++) {
+      /* 2, 3: i64 indices (sub 1), one beyond the i32 range when bad */
+      ag_dtype idt = bad >= 2 ? AG_I64 : AG_I32;
       int64_t N = 333, D = 67, V = 50, os[2] = {N, D}, ts[2] = {V, D}, is[1] = {N};
-      tcase *t = newcase("embedding %s N=333 D=67 V=50%s", dname(dt), bad ? " one index out of range" : "");
-      int o = nbout(t, dt, N * D, true), tab = nb(t, dt, V * D, -2, 2), ix = nb(t, AG_I32, N, 0, (double)V);
-      if (bad) ((int32_t *)t->b[ix].host)[7] = -1;
-      t->want_error = bad;
+      tcase *t = newcase("embedding %s N=333 D=67 V=50%s%s", dname(dt), bad % 2 ? " one index out of range" : "",
+                         bad >= 2 ? " i64 indices" : "");
+      int o = nbout(t, dt, N * D, true), tab = nb(t, dt, V * D, -2, 2), ix = nb(t, idt, N, 0, (double)V);
+      if (bad % 2) setv(idt, t->b[ix].host, 7, bad >= 2 ? 4294967296.0 + 2 : -1);
+      t->want_error = bad % 2;
+      t->c.sub = bad >= 2;
       t->c.op = AG_K_EMBEDDING;
       t->c.i[0] = N;
       t->c.i[1] = D;
@@ -797,10 +829,12 @@ static void cases_embedding(void) {
       opnd(t, 2, ix, 1, is);
       run(t);
     }
-    if (dt == AG_I32) continue;
+    if (isint(dt)) continue;
     int64_t N = 4000, D = 96, V = 37, os[2] = {N, D}, ts[2] = {V, D}, is[1] = {N};
-    tcase *t = newcase("embedding_bwd %s N=4000 D=96 V=37 (+= into f32)", dname(dt));
-    int dt_ = nb(t, AG_F32, V * D, -1, 1), dout = nb(t, dt, N * D, -1, 1), ix = nb(t, AG_I32, N, 0, (double)V);
+    ag_dtype idt = di == 1 ? AG_I64 : AG_I32;
+    tcase *t = newcase("embedding_bwd %s N=4000 D=96 V=37 (+= into f32) %s indices", dname(dt), dname(idt));
+    int dt_ = nb(t, AG_F32, V * D, -1, 1), dout = nb(t, dt, N * D, -1, 1), ix = nb(t, idt, N, 0, (double)V);
+    t->c.sub = idt == AG_I64;
     t->b[dt_].out = true;
     t->b[dt_].tol = 1e-10;
     t->c.op = AG_K_EMBEDDING_BWD;

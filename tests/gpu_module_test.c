@@ -150,6 +150,23 @@ static void test_supports(void **state) {
     assert_false(b->supports(0, AG_K_MATMUL, 0, AG_I32));
     assert_false(b->supports(0, AG_K_SOFTMAX, 0, AG_I32));
     assert_false(b->supports(0, AG_K_RAND_NORMAL, 0, AG_I32));
+    /* i64, u8 and bool as i32, plus comparisons of every dtype (bool output)
+     * and i64 indices/targets (sub 1); the core sums bool and u8 as i64 */
+    for (int dt = AG_I64; dt <= AG_U8; dt++) {
+      assert_true(b->supports(0, AG_K_FILL, 0, (ag_dtype)dt));
+      assert_true(b->supports(0, AG_K_WHERE, 0, (ag_dtype)dt));
+      assert_true(b->supports(0, AG_K_UNARY, AG_U_COPY, (ag_dtype)dt));
+      assert_true(b->supports(0, AG_K_BINARY, AG_B_MUL, (ag_dtype)dt));
+      assert_true(b->supports(0, AG_K_BINARY, AG_B_GE, (ag_dtype)dt));
+      assert_true(b->supports(0, AG_K_REDUCE, AG_R_MAX, (ag_dtype)dt));
+      assert_true(b->supports(0, AG_K_REDUCE, AG_R_SUM, (ag_dtype)dt) == (dt == AG_I64));
+      assert_false(b->supports(0, AG_K_UNARY, AG_U_EXP, (ag_dtype)dt));
+      assert_false(b->supports(0, AG_K_MATMUL, 0, (ag_dtype)dt));
+    }
+    assert_true(b->supports(0, AG_K_EMBEDDING, 1, AG_F32));
+    assert_true(b->supports(0, AG_K_CROSS_ENTROPY, 1, AG_BF16));
+    assert_true(b->supports(0, AG_K_EMBEDDING_BWD, 1, AG_F16));
+    assert_false(b->supports(0, AG_K_EMBEDDING, 2, AG_F32));
     /* f64 is a CPU-only dtype */
     for (int op = 0; op < AG_KOP_COUNT; op++) assert_false(b->supports(0, (ag_kop)op, 0, AG_F64));
     assert_false(b->supports(0, AG_KOP_COUNT, 0, AG_F32));

@@ -31,7 +31,7 @@ static float frand(float lo, float hi) {
   return lo + (hi - lo) * (float)((rng >> 40) * 0x1.0p-24);
 }
 
-static size_t dsz(ag_dtype dt) { return dt == AG_F16 || dt == AG_BF16 ? 2 : 4; }
+static size_t dsz(ag_dtype dt) { return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_BOOL ? 1 : 4; }
 
 /* Value of v after storage in dt. */
 static double rnd(ag_dtype dt, double v) {
@@ -39,6 +39,7 @@ static double rnd(ag_dtype dt, double v) {
     case AG_F16: return ag_f16_to_f32(ag_f32_to_f16((float)v));
     case AG_BF16: return ag_bf16_to_f32(ag_f32_to_bf16((float)v));
     case AG_I32: return (double)(int32_t)v;
+    case AG_BOOL: return v != 0;
     default: return (float)v;
   }
 }
@@ -48,6 +49,7 @@ static void pack(ag_dtype dt, const float *v, int64_t n, void *dst) {
     if (dt == AG_F32) ((float *)dst)[i] = v[i];
     else if (dt == AG_F16) ((uint16_t *)dst)[i] = ag_f32_to_f16(v[i]);
     else if (dt == AG_BF16) ((uint16_t *)dst)[i] = ag_f32_to_bf16(v[i]);
+    else if (dt == AG_BOOL) ((uint8_t *)dst)[i] = v[i] != 0;
     else ((int32_t *)dst)[i] = (int32_t)v[i];
   }
 }
@@ -57,6 +59,7 @@ static void unpack(ag_dtype dt, const void *src, int64_t n, double *v) {
     if (dt == AG_F32) v[i] = ((const float *)src)[i];
     else if (dt == AG_F16) v[i] = ag_f16_to_f32(((const uint16_t *)src)[i]);
     else if (dt == AG_BF16) v[i] = ag_bf16_to_f32(((const uint16_t *)src)[i]);
+    else if (dt == AG_BOOL) v[i] = ((const uint8_t *)src)[i];
     else v[i] = ((const int32_t *)src)[i];
   }
 }
@@ -393,6 +396,9 @@ static double ref_binary(int op, double a, double b, double s0) {
     case AG_B_EQ: return a == b;
     case AG_B_GT: return a > b;
     case AG_B_LT: return a < b;
+    case AG_B_NE: return a != b;
+    case AG_B_LE: return a <= b;
+    case AG_B_GE: return a >= b;
     case AG_B_RELU_BWD: return b > 0 ? a : 0;
     case AG_B_GELU_BWD: {
       double t = tanh(k * (b + 0.044715 * b * b * b));
@@ -420,7 +426,10 @@ static void test_binary(void **state) {
   for (int di = 0; di < 4; di++) {
     ag_dtype dt = dts[di];
     for (int op = 0; op < AG_BINARY_COUNT; op++) {
-      bool want_sup = dt != AG_I32 || (op <= AG_B_LT && op != AG_B_DIV);
+      /* comparisons write bool (ABI 3) for every dtype */
+      bool cmp = op == AG_B_EQ || op == AG_B_GT || op == AG_B_LT || op == AG_B_NE || op == AG_B_LE || op == AG_B_GE;
+      ag_dtype odt = cmp ? AG_BOOL : dt;
+      bool want_sup = dt != AG_I32 || cmp || (op <= AG_B_MIN && op != AG_B_DIV);
       assert_int_equal(B->supports(0, AG_K_BINARY, op, dt), want_sup);
       if (!want_sup) continue;
       float ha[N], hb[C];
@@ -440,18 +449,18 @@ static void test_binary(void **state) {
         for (int i = 0; i < N; i++) hbf[i] = hb[i % C];
         upload(b, 0, dt, pass ? hbf : hb, pass ? N : C);
         ag_kernel_call c = {.op = AG_K_BINARY, .sub = op, .n_operands = 3, .s = {s0}};
-        c.o[0] = opnd(o, 0, dt, 2, shape, NULL);
+        c.o[0] = opnd(o, 0, odt, 2, shape, NULL);
         c.o[1] = opnd(a, 0, dt, 2, shape, NULL);
         c.o[2] = opnd(b, 0, dt, 2, shape, pass ? NULL : bstr);
         assert_int_equal(launch(&c), AG_OK);
         double got[N], want[N], ia[N], ib[C];
         for (int i = 0; i < N; i++) ia[i] = rnd(dt, ha[i]);
         for (int i = 0; i < C; i++) ib[i] = rnd(dt, hb[i]);
-        for (int i = 0; i < N; i++) want[i] = rnd(dt, ref_binary(op, ia[i], ib[i % C], s0));
-        download(o, 0, dt, got, N);
+        for (int i = 0; i < N; i++) want[i] = rnd(odt, ref_binary(op, ia[i], ib[i % C], s0));
+        download(o, 0, odt, got, N);
         char what[40];
         snprintf(what, sizeof what, "binary %d pass %d", op, pass);
-        check(what, dt, got, want, N, 1);
+        check(what, odt, got, want, N, 1);
       }
     }
   }

@@ -263,11 +263,41 @@ static void test_torch_every_dtype(void **state) {
   assert_int_equal(ag_to_host(bf32, h, sizeof h), AG_OK);
   assert_true(h[0] == 1.0f && h[1] == -3.0f && h[2] == 256.0f);
   ag_tensor_release(bf32);
-  /* I64 named, not "corrupt" */
-  assert_null(ag_safetensors_get(f, "position_ids", AG_CPU));
+  /* I64, U8 and BOOL load as they are (PyTorch's position ids, counters,
+   * masks); I16 is named, not "corrupt" */
+  ag_tensor *pid64 = ag_safetensors_get(f, "position_ids", AG_CPU);
+  if (!pid64) fail_msg("%s", ag_last_error());
+  assert_int_equal(ag_tensor_dtype(pid64), AG_I64);
+  int64_t l5[5];
+  assert_int_equal(ag_to_host(pid64, l5, sizeof l5), AG_OK);
+  for (int i = 0; i < 5; i++) assert_int_equal(l5[i], i);
+  ag_tensor_release(pid64);
+  ag_tensor *big64 = ag_safetensors_get(f, "big", AG_CPU);
+  assert_int_equal(ag_to_host(big64, l5, 16), AG_OK);
+  assert_true(l5[0] == (1LL << 40) && l5[1] == -3);
+  ag_tensor_release(big64);
+  ag_tensor *mk = ag_safetensors_get(f, "mask", AG_CPU), *u8t = ag_safetensors_get(f, "u8", AG_CPU);
+  assert_true(mk && u8t);
+  assert_int_equal(ag_tensor_dtype(mk), AG_BOOL);
+  assert_int_equal(ag_tensor_dtype(u8t), AG_U8);
+  uint8_t b3[3], b2[2];
+  assert_int_equal(ag_to_host(mk, b3, 3), AG_OK);
+  assert_int_equal(ag_to_host(u8t, b2, 2), AG_OK);
+  assert_true(b3[0] == 1 && b3[1] == 0 && b3[2] == 1 && b2[0] == 0 && b2[1] == 255);
+  ag_tensor_release(mk);
+  ag_tensor_release(u8t);
+  assert_null(ag_safetensors_get(f, "i16", AG_CPU));
   assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
-  assert_non_null(strstr(ag_last_error(), "'position_ids' is I64"));
+  assert_non_null(strstr(ag_last_error(), "'i16' is I16"));
   assert_non_null(strstr(ag_last_error(), "ag_safetensors_get_as"));
+  /* conversions between the integer dtypes, range-checked */
+  ag_tensor *u8b = ag_safetensors_get_as(f, "i8", AG_CPU, AG_U8);
+  assert_null(u8b); /* -128 */
+  assert_non_null(strstr(ag_last_error(), "outside the u8 range"));
+  ag_tensor *mb = ag_safetensors_get_as(f, "i16", AG_CPU, AG_BOOL);
+  assert_int_equal(ag_to_host(mb, b2, 2), AG_OK);
+  assert_true(b2[0] == 1 && b2[1] == 1);
+  ag_tensor_release(mb);
   const int32_t pos[5] = {0, 1, 2, 3, 4}, nbt[1] = {123456}, i16[2] = {-32768, 32767}, i8[2] = {-128, 127},
                 u8[2] = {0, 255}, mask[3] = {1, 0, 1};
   expect_i32(f, "position_ids", 5, pos);
@@ -294,14 +324,15 @@ static void test_torch_every_dtype(void **state) {
   assert_non_null(strstr(ag_last_error(), "F8_E4M3"));
   assert_null(ag_safetensors_get_as(f, "f8", AG_CPU, AG_F32));
   assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
-  /* save what was loaded (converted ones as i32) and let PyTorch check it */
+  /* save what was loaded (I16/I8 converted to i32) and let PyTorch check it */
   ag_param_list l = {0};
-  const char *keep[] = {"f64", "f32", "f16", "bf16", "i32"};
-  const char *conv[] = {"position_ids", "bn.num_batches_tracked", "i16", "i8", "u8", "mask"};
-  ag_tensor *held[11];
+  const char *keep[] = {"f64", "f32", "f16", "bf16", "i32", "position_ids", "bn.num_batches_tracked", "big",
+                        "u8", "mask"};
+  const char *conv[] = {"i16", "i8"};
+  ag_tensor *held[12];
   int nh = 0;
-  for (int i = 0; i < 5; i++) ag_params_add(&l, keep[i], held[nh++] = ag_safetensors_get(f, keep[i], AG_CPU));
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < 10; i++) ag_params_add(&l, keep[i], held[nh++] = ag_safetensors_get(f, keep[i], AG_CPU));
+  for (int i = 0; i < 2; i++)
     ag_params_add(&l, conv[i], held[nh++] = ag_safetensors_get_as(f, conv[i], AG_CPU, AG_I32));
   ag_safetensors_close(f);
   if (ag_safetensors_save(path, &l, 0, NULL, NULL) != AG_OK) fail_msg("%s", ag_last_error());

@@ -21,7 +21,7 @@ static void check_usage(void) {
       ag_cli_backend_list(bl, sizeof bl), ag_conf_op_name(0));
   for (int i = 1; i < ag_conf_op_count(); i++) printf("%s%s", i % 10 ? "," : ",\n             ", ag_conf_op_name(i));
   printf(
-      "\n  --dtype    f32,f16,bf16,i32,f64 (default: all)\n"
+      "\n  --dtype    f32,f16,bf16,i32,f64,i64,bool,u8 (default: all)\n"
       "  --seed     input seed, decimal or 0x hex (default 0x%llx); printed so a failure can be\n"
       "             reproduced\n"
       "  --forward  only the forward ops; --grad only the gradient checks (grad_<op>: backward\n"

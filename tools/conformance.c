@@ -69,14 +69,37 @@ static double to_i32(double v) {
   return v > 2147483647.0 ? 2147483647.0 : v < -2147483648.0 ? -2147483648.0 : v;
 }
 
+static double to_i64(double v) {
+  if (isnan(v)) return 0;
+  v = trunc(v);
+  return v >= 0x1p63 ? 0x1p63 - 1024 : v < -0x1p63 ? -0x1p63 : v;
+}
+
+/* A floating value stored into dt: integers truncate and saturate (NaN 0),
+ * bool is v != 0 (tensor.h). */
 double ag_conf_round(ag_dtype dt, double v) {
   switch (dt) {
     case AG_F32: return (double)(float)v;
     case AG_F16: return f16_val(ag_conf_f16_bits(v));
     case AG_BF16: return bf16_val(ag_conf_bf16_bits(v));
     case AG_I32: return to_i32(v);
-    default: return v;
+    case AG_I64: return to_i64(v);
+    case AG_U8: return isnan(v) || v <= 0 ? 0 : v >= 255 ? 255 : trunc(v);
+    case AG_BOOL: return v != 0;
+    case AG_F64:
+    case AG_DTYPE_COUNT: return v;
   }
+  return v;
+}
+
+/* An exact integer result of integer arithmetic stored into integer dtype
+ * dt: the low bits, two's complement (bool: v != 0). Other dtypes: v. */
+static double wrap_int(ag_dtype dt, double v) {
+  if (!ag_dtype_is_int(dt) || isnan(v)) return v;
+  if (dt == AG_BOOL) return v != 0;
+  if (dt == AG_I64) return v;
+  int64_t x = (int64_t)v;
+  return dt == AG_U8 ? (double)(uint8_t)(uint64_t)x : (double)(int32_t)(uint32_t)(uint64_t)x;
 }
 
 static void put(ag_dtype dt, void *buf, int64_t i, double v) {
@@ -85,6 +108,9 @@ static void put(ag_dtype dt, void *buf, int64_t i, double v) {
     case AG_F16: ((uint16_t *)buf)[i] = ag_conf_f16_bits(v); break;
     case AG_BF16: ((uint16_t *)buf)[i] = ag_conf_bf16_bits(v); break;
     case AG_I32: ((int32_t *)buf)[i] = (int32_t)to_i32(v); break;
+    case AG_I64: ((int64_t *)buf)[i] = (int64_t)to_i64(v); break;
+    case AG_U8:
+    case AG_BOOL: ((uint8_t *)buf)[i] = (uint8_t)ag_conf_round(dt, v); break;
     default: ((double *)buf)[i] = v; break;
   }
 }
@@ -95,11 +121,22 @@ static double get(ag_dtype dt, const void *buf, int64_t i) {
     case AG_F16: return f16_val(((const uint16_t *)buf)[i]);
     case AG_BF16: return bf16_val(((const uint16_t *)buf)[i]);
     case AG_I32: return ((const int32_t *)buf)[i];
+    case AG_I64: return (double)((const int64_t *)buf)[i];
+    case AG_U8:
+    case AG_BOOL: return ((const uint8_t *)buf)[i];
     default: return ((const double *)buf)[i];
   }
 }
 
-static size_t dsize(ag_dtype dt) { return dt == AG_F64 ? 8 : (dt == AG_F16 || dt == AG_BF16) ? 2 : 4; }
+static size_t dsize(ag_dtype dt) { return ag_dtype_size(dt); }
+
+/* Value range of random integer inputs: small enough that sums and
+ * products stay exact (and, for u8, mostly in range). */
+static void int_range(ag_dtype dt, double *lo, double *hi) {
+  if (dt == AG_U8) *lo = 0, *hi = 15;
+  else if (dt == AG_BOOL) *lo = 0, *hi = 1;
+  else if (dt == AG_I64) *lo = -100000, *hi = 100000;
+}
 
 void ag_conf_philox(uint64_t counter, uint64_t seed, uint32_t out[4]) {
   uint32_t c[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0};
@@ -299,7 +336,7 @@ static double gen(ctx *c, ag_dtype dt, int kind, double lo, double hi) {
       return u < 0.5 ? -m : m;
     }
     default:
-      if (dt == AG_I32) return floor(lo + u * (hi - lo + 1));
+      if (ag_dtype_is_int(dt)) return floor(lo + u * (hi - lo + 1));
       return lo + u * (hi - lo);
   }
 }
@@ -403,7 +440,10 @@ static double *rd(ctx *c, const ag_tensor *t) {
   return v;
 }
 
-#define SENTINEL (-77.0) /* exact in every dtype */
+#define SENTINEL (-77.0) /* exact in every signed dtype */
+/* u8 cannot hold it, bool holds 0 and 1 only (a bool guard sees stray
+ * writes of 0) */
+static double sentinel(ag_dtype dt) { return dt == AG_U8 ? 177 : dt == AG_BOOL ? 1 : SENTINEL; }
 
 /* Neighbours filled with a sentinel around the hole the output will most
  * likely take in a best-fit caching allocator: overruns and underruns of
@@ -414,9 +454,9 @@ typedef struct guard {
 
 static void guard_begin(ctx *c, guard *g, ag_dtype dt, int64_t n) {
   int64_t shp[1] = {n > 0 ? n : 1};
-  g->a = ag_full(c->dev, dt, 1, shp, SENTINEL);
-  ag_tensor *hole = ag_full(c->dev, dt, 1, shp, SENTINEL);
-  g->b = ag_full(c->dev, dt, 1, shp, SENTINEL);
+  g->a = ag_full(c->dev, dt, 1, shp, sentinel(dt));
+  ag_tensor *hole = ag_full(c->dev, dt, 1, shp, sentinel(dt));
+  g->b = ag_full(c->dev, dt, 1, shp, sentinel(dt));
   ag_tensor_release(hole);
   ag_error_clear();
 }
@@ -428,7 +468,7 @@ static void guard_end(ctx *c, guard *g) {
     double *v = rd(c, t);
     if (!v) return;
     for (int64_t i = 0; i < ag_tensor_numel(t); i++)
-      if (v[i] != SENTINEL) {
+      if (v[i] != sentinel(ag_tensor_dtype(t))) {
         case_fail(c, "guard tensor overwritten near the output (element %lld = %g)", (long long)i,
                   v[i]);
         return;
@@ -443,7 +483,7 @@ static void strided_guard(ctx *c, ag_tensor *t, const double *vals) {
   if (n == 0) return;
   ag_dtype dt = ag_tensor_dtype(t);
   int64_t bs[1] = {3 * n + 8};
-  ag_tensor *big = ag_full(c->dev, dt, 1, bs, SENTINEL);
+  ag_tensor *big = ag_full(c->dev, dt, 1, bs, sentinel(dt));
   ag_tensor *flat = ag_reshape(t, 1, &n);
   ag_tensor *view = ag_slice(big, 0, 4, 4 + 3 * n, 3);
   if (!big || !flat || !view) {
@@ -463,7 +503,7 @@ static void strided_guard(ctx *c, ag_tensor *t, const double *vals) {
   if (!v) return;
   for (int64_t i = 0; i < bs[0]; i++) {
     bool in = i >= 4 && (i - 4) % 3 == 0 && (i - 4) / 3 < n;
-    double want = in ? vals[(i - 4) / 3] : SENTINEL;
+    double want = in ? vals[(i - 4) / 3] : sentinel(dt);
     if (!(v[i] == want || (isnan(v[i]) && isnan(want)))) {
       case_fail(c, "strided write: element %lld of the sentinel tensor is %g, want %g%s",
                 (long long)i, v[i], want, in ? "" : " (sentinel)");
@@ -555,7 +595,7 @@ static int64_t bidx(const hbuf *h, int ondim, const int64_t *oidx) {
 
 /* ---- elementwise ---- */
 
-enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_EQ, B_GT, B_LT };
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_EQ, B_GT, B_LT, B_NE, B_LE, B_GE };
 
 static double ref_bin(int op, double a, double b) {
   switch (op) {
@@ -567,6 +607,9 @@ static double ref_bin(int op, double a, double b) {
     case B_MIN: return a < b ? a : b;
     case B_EQ: return a == b;
     case B_GT: return a > b;
+    case B_NE: return a != b;
+    case B_LE: return a <= b;
+    case B_GE: return a >= b;
     default: return a < b;
   }
 }
@@ -594,13 +637,15 @@ static const bcase BCASES[] = {
 };
 
 static void run_binary(ctx *c, binfn f, int op, const char *fname) {
-  bool cmp = op >= B_MAX;
+  bool cmp = op >= B_MAX, boolean = op >= B_EQ; /* comparisons give bool */
+  const ag_dtype odt = boolean ? AG_BOOL : c->dt;
   for (size_t k = 0; k < sizeof BCASES / sizeof BCASES[0]; k++) {
     const bcase *bc = &BCASES[k];
     case_begin(c, bc->name);
     hbuf *ha, *hb;
     int ka = cmp ? G_SMALLINT : G_UNI, kb = op == B_DIV ? G_AWAY : ka;
     double lo = c->dt == AG_I32 ? -1000 : -2, hi = -lo;
+    int_range(c->dt, &lo, &hi);
     ag_tensor *a = mk(c, &ha, bc->la, bc->na, bc->sa, ka, lo, hi);
     ag_tensor *b = mk(c, &hb, bc->lb, bc->nb, bc->sb, kb, op == B_DIV ? 0.5 : lo, op == B_DIV ? 2 : hi);
     if (a && b) {
@@ -608,22 +653,22 @@ static void run_binary(ctx *c, binfn f, int op, const char *fname) {
       int on = bshape(ha->ndim, ha->shape, hb->ndim, hb->shape, os);
       int64_t n = prod(on, os);
       guard g;
-      guard_begin(c, &g, c->dt, n);
+      guard_begin(c, &g, odt, n);
       ag_tensor *o = f(a, b);
       if (!o) on_null(c, fname);
       else {
         double *ref = cx_alloc(c, (size_t)n * sizeof(double));
         for (int64_t i = 0; ref && i < n; i++) {
           unravel(i, on, os, idx);
-          ref[i] = ref_bin(op, ha->v[bidx(ha, on, idx)], hb->v[bidx(hb, on, idx)]);
+          ref[i] = wrap_int(odt, ref_bin(op, ha->v[bidx(ha, on, idx)], hb->v[bidx(hb, on, idx)]));
         }
-        if (ref) check(c, o, on, os, c->dt, ref, cmp ? EXACT : DEF);
+        if (ref) check(c, o, on, os, odt, ref, cmp ? EXACT : DEF);
         guard_end(c, &g);
       }
     }
     case_end(c);
   }
-  if (op == B_DIV && c->dt != AG_I32) {
+  if (op == B_DIV && !ag_dtype_is_int(c->dt)) {
     case_begin(c, "special x/0 and 0/0");
     static const double av[4] = {1, -1, 0, 2}, bv[4] = {0, 0, 0, 4};
     int64_t s[1] = {4};
@@ -648,6 +693,9 @@ static void op_minimum(ctx *c) { run_binary(c, ag_minimum, B_MIN, "ag_minimum");
 static void op_eq(ctx *c) { run_binary(c, ag_eq, B_EQ, "ag_eq"); }
 static void op_gt(ctx *c) { run_binary(c, ag_gt, B_GT, "ag_gt"); }
 static void op_lt(ctx *c) { run_binary(c, ag_lt, B_LT, "ag_lt"); }
+static void op_ne(ctx *c) { run_binary(c, ag_ne, B_NE, "ag_ne"); }
+static void op_le(ctx *c) { run_binary(c, ag_le, B_LE, "ag_le"); }
+static void op_ge(ctx *c) { run_binary(c, ag_ge, B_GE, "ag_ge"); }
 
 enum {
   U_NEG, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_ABS, U_RELU, U_GELU, U_SILU, U_SIGMOID, U_TANH,
@@ -717,6 +765,7 @@ static void run_unary(ctx *c, int op, const char *fname, double s) {
   int kind = G_UNI;
   if (op == U_LOG || op == U_SQRT || op == U_RSQRT || (op == U_POW && s != floor(s))) lo = 0.1;
   if (c->dt == AG_I32) lo = -1000, hi = 1000;
+  int_range(c->dt, &lo, &hi);
   bool exact = op == U_NEG || op == U_ABS || op == U_RELU;
   for (size_t k = 0; k < sizeof UCASES / sizeof UCASES[0]; k++) {
     const ucase *u = &UCASES[k];
@@ -730,14 +779,14 @@ static void run_unary(ctx *c, int op, const char *fname, double s) {
       if (!o) on_null(c, fname);
       else {
         double *ref = cx_alloc(c, (size_t)h->n * sizeof(double));
-        for (int64_t i = 0; ref && i < h->n; i++) ref[i] = ref_un(op, h->v[i], s);
+        for (int64_t i = 0; ref && i < h->n; i++) ref[i] = wrap_int(c->dt, ref_un(op, h->v[i], s));
         if (ref) check(c, o, h->ndim, h->shape, c->dt, ref, exact ? EXACT : DEF);
         guard_end(c, &g);
       }
     }
     case_end(c);
   }
-  if (c->dt != AG_I32 && (op == U_EXP || op == U_LOG || op == U_SQRT || op == U_RSQRT)) {
+  if (!ag_dtype_is_int(c->dt) && (op == U_EXP || op == U_LOG || op == U_SQRT || op == U_RSQRT)) {
     case_begin(c, "special values");
     static const double v[6] = {0, 100, -100, 1, -1, 4};
     int64_t sh[1] = {6};
@@ -787,13 +836,17 @@ static void op_where(ctx *c) {
       {"broadcast [4,1] [1,5] [4,5]", 2, 2, 2, {4, 1}, {1, 5}, {4, 5}, L_C, L_C, L_C, false},
       {"stepped/transposed [6,7]", 2, 2, 2, {6, 7}, {6, 7}, {6, 7}, L_S, L_T, L_E, false},
       {"i32 condition [3,4]", 2, 2, 1, {3, 4}, {3, 4}, {4}, L_C, L_S, L_C, true},
+      {"bool condition [5,3] transposed", 2, 2, 2, {5, 3}, {5, 3}, {1, 3}, L_T, L_C, L_C, false},
   };
   for (size_t k = 0; k < sizeof W / sizeof W[0]; k++) {
     case_begin(c, W[k].name);
     hbuf *hc, *ha, *hb;
-    ag_tensor *tc = mk_dt(c, W[k].cond_i32 ? AG_I32 : c->dt, &hc, W[k].lc, W[k].nc, W[k].sc, G_BOOL, 0, 1);
-    ag_tensor *ta = mk(c, &ha, W[k].la, W[k].na, W[k].sa, G_UNI, -5, 5);
-    ag_tensor *tb = mk(c, &hb, W[k].lb, W[k].nb, W[k].sb, G_UNI, -5, 5);
+    ag_dtype cdt = W[k].cond_i32 ? AG_I32 : k == 3 ? AG_BOOL : c->dt;
+    double lo = -5, hi = 5;
+    int_range(c->dt, &lo, &hi);
+    ag_tensor *tc = mk_dt(c, cdt, &hc, W[k].lc, W[k].nc, W[k].sc, G_BOOL, 0, 1);
+    ag_tensor *ta = mk(c, &ha, W[k].la, W[k].na, W[k].sa, G_UNI, lo, hi);
+    ag_tensor *tb = mk(c, &hb, W[k].lb, W[k].nb, W[k].sb, G_UNI, lo, hi);
     if (tc && ta && tb) {
       int64_t s1[AG_MAX_DIMS], os[AG_MAX_DIMS], idx[AG_MAX_DIMS];
       int n1 = bshape(hc->ndim, hc->shape, ha->ndim, ha->shape, s1);
@@ -824,13 +877,15 @@ static void op_masked_fill(ctx *c) {
   } M[] = {
       {"broadcast mask [5]", 2, 1, {4, 5}, {5}, L_C, false},
       {"i32 mask [4,1], transposed", 2, 2, {4, 5}, {4, 1}, L_T, true},
+      {"bool mask [4,5]", 2, 2, {4, 5}, {4, 5}, L_S, false},
   };
-  double value = c->dt == AG_I32 ? 7 : 0.1;
+  double value = ag_dtype_is_int(c->dt) ? 7 : 0.1, lo = -5, hi = 5;
+  int_range(c->dt, &lo, &hi);
   for (size_t k = 0; k < sizeof M / sizeof M[0]; k++) {
     case_begin(c, M[k].name);
     hbuf *ha, *hm;
-    ag_tensor *a = mk(c, &ha, M[k].la, M[k].na, M[k].sa, G_UNI, -5, 5);
-    ag_tensor *m = mk_dt(c, M[k].m_i32 ? AG_I32 : c->dt, &hm, L_C, M[k].nm, M[k].sm, G_BOOL, 0, 1);
+    ag_tensor *a = mk(c, &ha, M[k].la, M[k].na, M[k].sa, G_UNI, lo, hi);
+    ag_tensor *m = mk_dt(c, M[k].m_i32 ? AG_I32 : k == 2 ? AG_BOOL : c->dt, &hm, L_C, M[k].nm, M[k].sm, G_BOOL, 0, 1);
     if (a && m) {
       int64_t idx[AG_MAX_DIMS];
       ag_tensor *o = ag_masked_fill(a, m, value);
@@ -876,6 +931,11 @@ static void run_reduce(ctx *c, int op) {
     case_begin(c, R[k].name);
     hbuf *h;
     double lo = c->dt == AG_I32 ? -50 : -2, hi = -lo;
+    if (c->dt == AG_U8) lo = 0, hi = 100;
+    else int_range(c->dt, &lo, &hi);
+    /* sums of bool and u8 are i64 (PyTorch); argmax is i32 */
+    const ag_dtype odt = op == R_ARGMAX ? AG_I32
+                         : op == R_SUM && (c->dt == AG_BOOL || c->dt == AG_U8) ? AG_I64 : c->dt;
     ag_tensor *a = mk(c, &h, R[k].l, R[k].n, R[k].s, G_UNI, lo, hi);
     if (a) {
       bool red[AG_MAX_DIMS] = {0};
@@ -891,7 +951,7 @@ static void run_reduce(ctx *c, int op) {
       int64_t n = prod(h->ndim, fs), rcount = h->n / (n ? n : 1);
       ag_tensor *o;
       guard g;
-      guard_begin(c, &g, op == R_ARGMAX ? AG_I32 : c->dt, n);
+      guard_begin(c, &g, odt, n);
       if (op == R_SUM) o = ag_sum(a, R[k].nd, R[k].dims, R[k].keep);
       else if (op == R_MEAN) o = ag_mean(a, R[k].nd, R[k].dims, R[k].keep);
       else if (op == R_MAX) o = ag_max(a, R[k].nd, R[k].dims, R[k].keep);
@@ -920,7 +980,7 @@ static void run_reduce(ctx *c, int op) {
         if (op == R_MEAN)
           for (int64_t i = 0; i < n; i++) ref[i] /= (double)rcount;
         if (ref && best && seen)
-          check(c, o, on, os, op == R_ARGMAX ? AG_I32 : c->dt, ref,
+          check(c, o, on, os, odt, ref,
                 op == R_SUM || op == R_MEAN ? DEF : EXACT);
         guard_end(c, &g);
       }
@@ -1082,19 +1142,20 @@ static void op_cross_entropy(ctx *c) {
   static const ag_reduction reds[3] = {AG_REDUCTION_MEAN, AG_REDUCTION_SUM, AG_REDUCTION_NONE};
   static const char *names[] = {"[8,11] mean, ignore -100", "[8,11] sum, ignore -100",
                                 "[8,11] none, ignore -100", "[11] with scalar target",
-                                "transposed [8,11] mean"};
-  for (int k = 0; k < 5; k++) {
+                                "transposed [8,11] mean", "[8,11] mean, i64 targets"};
+  for (int k = 0; k < 6; k++) {
     case_begin(c, names[k]);
     bool one = k == 3;
+    const ag_dtype tdt = k == 5 ? AG_I64 : AG_I32;
     int64_t ls[2] = {8, 11}, ts[1] = {8};
     hbuf *hl, *ht;
     ag_tensor *l = one ? mk(c, &hl, L_C, 1, ls + 1, G_UNI, -4, 4)
                        : mk(c, &hl, k == 4 ? L_T : L_C, 2, ls, G_UNI, -4, 4);
-    ag_tensor *t = mk_dt(c, AG_I32, &ht, L_C, one ? 0 : 1, ts, G_INT, 0, 10);
+    ag_tensor *t = mk_dt(c, tdt, &ht, L_C, one ? 0 : 1, ts, G_INT, 0, 10);
     if (l && t) {
       if (!one) { /* one ignored row, re-uploaded */
         ht->v[3] = -100;
-        t = mk_vals(c, AG_I32, &ht, 1, ts, ht->v);
+        t = mk_vals(c, tdt, &ht, 1, ts, ht->v);
       }
       int64_t N = one ? 1 : 8, C = 11, cnt = 0;
       double *row = cx_alloc(c, (size_t)N * sizeof(double)), tot = 0;
@@ -1201,13 +1262,14 @@ static void op_embedding(ctx *c) {
       {"indices [3,4]", 2, {3, 4}, L_C},
       {"stepped indices [5]", 1, {5}, L_S},
       {"scalar index", 0, {0}, L_C},
+      {"i64 indices [2,3]", 2, {2, 3}, L_T},
   };
   for (size_t k = 0; k < sizeof E / sizeof E[0]; k++) {
     case_begin(c, E[k].name);
     int64_t ts[2] = {10, 7};
     hbuf *ht, *hi;
     ag_tensor *tab = mk(c, &ht, L_C, 2, ts, G_UNI, -3, 3);
-    ag_tensor *ix = mk_dt(c, AG_I32, &hi, E[k].l, E[k].n, E[k].s, G_INT, 0, 9);
+    ag_tensor *ix = mk_dt(c, k == 3 ? AG_I64 : AG_I32, &hi, E[k].l, E[k].n, E[k].s, G_INT, 0, 9);
     if (tab && ix) {
       int64_t os[3];
       int on = 0;
@@ -1380,7 +1442,8 @@ static void op_arange(ctx *c) {
       {"0..1000 step 1", 0, 1000, 1, true},
   };
   for (size_t k = 0; k < sizeof A / sizeof A[0]; k++) {
-    if (c->dt == AG_I32 && !A[k].isint) continue;
+    if (ag_dtype_is_int(c->dt) && !A[k].isint) continue;
+    if (c->dt == AG_U8 && A[k].b > 255) continue;
     case_begin(c, A[k].name);
     int64_t n = (int64_t)ceil((A[k].b - A[k].a) / A[k].st);
     double *ref = cx_alloc(c, (size_t)n * sizeof(double));
@@ -1470,21 +1533,28 @@ static void op_cast(ctx *c) {
     case_begin(c, name);
     int64_t s[2] = {12, 10};
     hbuf *h;
-    double lo = c->dt == AG_I32 ? -70000 : -300, hi = -lo;
+    double lo = c->dt == AG_I32 || c->dt == AG_I64 ? -70000 : -300, hi = -lo;
+    if (c->dt == AG_U8) lo = 0, hi = 255;
+    if (c->dt == AG_BOOL) lo = 0, hi = 1;
+    /* between integer dtypes a cast keeps the low bits; from floats it
+     * truncates and saturates (ag_conf_round) */
+    const bool int2int = ag_dtype_is_int(c->dt) && ag_dtype_is_int((ag_dtype)dst);
     ag_tensor *a = mk(c, &h, L_T, 2, s, G_UNI, lo, hi);
     if (a) {
       /* overwrite the first values with the special ones the source can hold */
       double *vals = cx_alloc(c, 120 * sizeof(double));
       for (int i = 0; i < 120; i++) vals[i] = h->v[i];
-      for (int i = 0; c->dt != AG_I32 && i < ns; i++) {
+      for (int i = 0; !ag_dtype_is_int(c->dt) && i < ns; i++) {
         double v = ag_conf_round(c->dt, special[i]);
-        if (dst == AG_I32 && (isnan(v) || fabs(v) > 2e9)) continue; /* undefined in C and on devices */
+        /* undefined in C and on devices */
+        if ((dst == AG_I32 || dst == AG_I64 || dst == AG_U8) && (isnan(v) || fabs(v) > 2e9)) continue;
         vals[i] = v;
       }
       ag_tensor *src = mk_vals(c, c->dt, &h, 2, s, vals);
       ag_tensor *o = src ? ag_cast(src, (ag_dtype)dst) : NULL;
       double ref[120];
-      for (int i = 0; i < 120; i++) ref[i] = ag_conf_round((ag_dtype)dst, h->v[i]);
+      for (int i = 0; i < 120; i++)
+        ref[i] = int2int ? wrap_int((ag_dtype)dst, h->v[i]) : ag_conf_round((ag_dtype)dst, h->v[i]);
       if (!o) on_null(c, "ag_cast");
       else check(c, o, 2, s, (ag_dtype)dst, ref, EXACT);
       /* and from a non-contiguous view */
@@ -1492,7 +1562,8 @@ static void op_cast(ctx *c) {
       if (!o2) on_null(c, "ag_cast (view)");
       else {
         double *rv = rd(c, a);
-        for (int i = 0; rv && i < 120; i++) rv[i] = ag_conf_round((ag_dtype)dst, rv[i]);
+        for (int i = 0; rv && i < 120; i++)
+          rv[i] = int2int ? wrap_int((ag_dtype)dst, rv[i]) : ag_conf_round((ag_dtype)dst, rv[i]);
         if (rv) check(c, o2, 2, s, (ag_dtype)dst, rv, EXACT);
       }
     }
@@ -1622,8 +1693,8 @@ static void op_copy(ctx *c) {
     case_begin(c, names[k]);
     int64_t bs[2] = {4, 11}, s[2] = {4, 5};
     double *base = cx_alloc(c, 44 * sizeof(double));
-    for (int i = 0; base && i < 44; i++) base[i] = SENTINEL;
-    ag_tensor *big = ag_full(c->dev, c->dt, 2, bs, SENTINEL);
+    for (int i = 0; base && i < 44; i++) base[i] = sentinel(c->dt);
+    ag_tensor *big = ag_full(c->dev, c->dt, 2, bs, sentinel(c->dt));
     ag_tensor *dst = big ? ag_slice(big, 1, 1, 11, 2) : NULL; /* [4,5] at odd columns */
     hbuf *h = NULL;
     ag_tensor *src = NULL;
@@ -1880,7 +1951,12 @@ static void op_grad(ctx *c) {
 
 #define M_F ((1u << AG_F32) | (1u << AG_F16) | (1u << AG_BF16) | (1u << AG_F64))
 #define M_I (1u << AG_I32)
+#define M_L (1u << AG_I64)
+#define M_U (1u << AG_U8)
+#define M_B (1u << AG_BOOL)
+#define M_IN (M_I | M_L | M_U) /* integer arithmetic */
 #define M_ALL (M_F | M_I)
+#define M_EVERY (M_F | M_IN | M_B)
 #define M_G ((1u << AG_F32) | (1u << AG_F64)) /* finite differences need f32 or wider */
 
 typedef struct opdef {
@@ -1891,39 +1967,42 @@ typedef struct opdef {
 } opdef;
 
 static const opdef OPS[] = {
-    {"add", op_add, M_ALL, 0},
-    {"sub", op_sub, M_ALL, 0},
-    {"mul", op_mul, M_ALL, 0},
+    {"add", op_add, M_F | M_IN, 0},
+    {"sub", op_sub, M_F | M_IN, 0},
+    {"mul", op_mul, M_F | M_IN, 0},
     {"div", op_div, M_F, 0},
-    {"maximum", op_maximum, M_F, M_I},
-    {"minimum", op_minimum, M_F, M_I},
-    {"eq", op_eq, M_ALL, 0},
-    {"gt", op_gt, M_ALL, 0},
-    {"lt", op_lt, M_ALL, 0},
+    {"maximum", op_maximum, M_F, M_IN},
+    {"minimum", op_minimum, M_F, M_IN},
+    {"eq", op_eq, M_EVERY, 0},
+    {"ne", op_ne, M_EVERY, 0},
+    {"gt", op_gt, M_EVERY, 0},
+    {"ge", op_ge, M_EVERY, 0},
+    {"lt", op_lt, M_EVERY, 0},
+    {"le", op_le, M_EVERY, 0},
     {"add_scalar", op_add_scalar, M_F, 0},
     {"sub_scalar", op_sub_scalar, M_F, 0},
     {"rsub_scalar", op_rsub_scalar, M_F, 0},
     {"mul_scalar", op_mul_scalar, M_F, 0},
     {"div_scalar", op_div_scalar, M_F, 0},
     {"pow_scalar", op_pow_scalar, M_F, 0},
-    {"neg", op_neg, M_ALL, 0},
+    {"neg", op_neg, M_F | M_IN, 0},
     {"exp", op_exp, M_F, 0},
     {"log", op_log, M_F, 0},
     {"sqrt", op_sqrt, M_F, 0},
     {"rsqrt", op_rsqrt, M_F, 0},
-    {"abs", op_abs, M_ALL, 0},
+    {"abs", op_abs, M_F | M_IN, 0},
     {"relu", op_relu, M_F, 0},
     {"gelu", op_gelu, M_F, 0},
     {"silu", op_silu, M_F, 0},
     {"sigmoid", op_sigmoid, M_F, 0},
     {"tanh", op_tanh, M_F, 0},
-    {"where", op_where, M_ALL, 0},
-    {"masked_fill", op_masked_fill, M_F, M_I},
-    {"sum", op_sum, M_F, M_I},
+    {"where", op_where, M_EVERY, 0},
+    {"masked_fill", op_masked_fill, M_F, M_IN | M_B},
+    {"sum", op_sum, M_F, M_IN | M_B},
     {"mean", op_mean, M_F, 0},
-    {"max", op_max, M_ALL, 0},
-    {"min", op_min, M_ALL, 0},
-    {"argmax", op_argmax, M_F, M_I},
+    {"max", op_max, M_EVERY, 0},
+    {"min", op_min, M_EVERY, 0},
+    {"argmax", op_argmax, M_F, M_IN | M_B},
     {"matmul", op_matmul, M_F, 0},
     {"softmax", op_softmax, M_F, 0},
     {"log_softmax", op_log_softmax, M_F, 0},
@@ -1931,16 +2010,16 @@ static const opdef OPS[] = {
     {"mse_loss", op_mse_loss, M_F, 0},
     {"layer_norm", op_layer_norm, M_F, 0},
     {"embedding", op_embedding, M_F, 0},
-    {"concat", op_concat, M_ALL, 0},
+    {"concat", op_concat, M_EVERY, 0},
     {"dropout", op_dropout, M_F, 0},
-    {"full", op_full, M_ALL, 0},
-    {"arange", op_arange, M_ALL, 0},
+    {"full", op_full, M_EVERY, 0},
+    {"arange", op_arange, M_F | M_IN, 0},
     {"rand", op_rand, M_F, 0},
     {"randn", op_randn, M_F, 0},
-    {"cast", op_cast, M_ALL, 0},
-    {"contiguous", op_contiguous, M_ALL, 0},
-    {"copy", op_copy, M_ALL, 0},
-    {"to_device", op_to_device, M_ALL, 0},
+    {"cast", op_cast, M_EVERY, 0},
+    {"contiguous", op_contiguous, M_EVERY, 0},
+    {"copy", op_copy, M_EVERY, 0},
+    {"to_device", op_to_device, M_EVERY, 0},
     {"grad_add", op_grad, M_G, 0},
     {"grad_sub", op_grad, M_G, 0},
     {"grad_mul", op_grad, M_G, 0},

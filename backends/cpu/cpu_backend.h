@@ -59,7 +59,10 @@ AG_HIDDEN int ag__cpu_default_threads(void);
 AG_HIDDEN void ag__cpu_blas_init(void);
 
 static inline size_t ag__cpu_dtsize(ag_dtype dt) {
-  return dt == AG_F64 ? 8 : (dt == AG_F16 || dt == AG_BF16) ? 2 : 4;
+  return (dt == AG_F64 || dt == AG_I64)   ? 8
+         : (dt == AG_F16 || dt == AG_BF16) ? 2
+         : (dt == AG_U8 || dt == AG_BOOL)  ? 1
+                                           : 4;
 }
 
 static inline char *ag__cpu_ptr(const ag_koperand *o) { return (char *)o->base + o->offset; }

@@ -2,7 +2,8 @@
  * to 256 elements converted to a compute type, so any dtype mix and any
  * strides share one loop), reductions, row kernels (softmax, losses, layer
  * norm), random numbers and multi-tensor optimizer updates.
- * Compute types: f32 for f32/f16/bf16, f64 for f64, i32 for i32. */
+ * Compute types: f32 for f32/f16/bf16, f64 for f64, i64 for the integer
+ * dtypes (i32, i64, u8, bool; stores wrap to the width, bool stores x != 0). */
 #if defined(__GNUC__) && !defined(__clang__)
 /* The loops here are written to be vectorised; -O2's "very cheap" cost model
  * refuses any loop that needs an alias check or a remainder loop, and with
@@ -33,6 +34,30 @@ static inline int32_t sat_i32(double v) {
   if (v >= 2147483647.0) return INT32_MAX;
   if (v <= -2147483648.0) return INT32_MIN;
   return (int32_t)v;
+}
+
+static inline int64_t sat_i64(double v) {
+  if (!(v == v)) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)v;
+}
+
+/* v saturated into integer dtype dt's range (bool: v != 0), as casts and
+ * fills from floating values do. */
+static inline int64_t sat_int(double v, ag_dtype dt) {
+  switch (dt) {
+    case AG_I32: return sat_i32(v);
+    case AG_BOOL: return v != 0;
+    case AG_U8: return !(v == v) || v <= 0 ? 0 : v >= 255 ? 255 : (int64_t)v;
+    default: return sat_i64(v);
+  }
+}
+
+/* Element i of an index operand (i32 or i64). */
+static inline int64_t idx_at(const ag_koperand *o, int64_t i) {
+  const char *p = (const char *)o->base + o->offset;
+  return o->dtype == AG_I64 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
 }
 
 static void kerr(ag_kernel_error *e, ag_kop op, int64_t idx, int64_t limit) {
@@ -66,7 +91,17 @@ static void load_f(ag_dtype dt, const char *p, int64_t st, int64_t n, float *o) 
       const int32_t *s = (const int32_t *)p;
       for (int64_t i = 0; i < n; i++) o[i] = (float)s[i * st];
     } break;
-    default: {
+    case AG_I64: {
+      const int64_t *s = (const int64_t *)p;
+      for (int64_t i = 0; i < n; i++) o[i] = (float)s[i * st];
+    } break;
+    case AG_U8:
+    case AG_BOOL: {
+      const uint8_t *s = (const uint8_t *)p;
+      for (int64_t i = 0; i < n; i++) o[i] = (float)s[i * st];
+    } break;
+    case AG_F64:
+    case AG_DTYPE_COUNT: {
       const double *s = (const double *)p;
       for (int64_t i = 0; i < n; i++) o[i] = (float)s[i * st];
     } break;
@@ -94,7 +129,17 @@ static void store_f(ag_dtype dt, char *p, int64_t st, int64_t n, const float *v)
       int32_t *d = (int32_t *)p;
       for (int64_t i = 0; i < n; i++) d[i * st] = sat_i32(v[i]);
     } break;
-    default: {
+    case AG_I64: {
+      int64_t *d = (int64_t *)p;
+      for (int64_t i = 0; i < n; i++) d[i * st] = sat_i64(v[i]);
+    } break;
+    case AG_U8:
+    case AG_BOOL: {
+      uint8_t *d = (uint8_t *)p;
+      for (int64_t i = 0; i < n; i++) d[i * st] = (uint8_t)sat_int(v[i], dt);
+    } break;
+    case AG_F64:
+    case AG_DTYPE_COUNT: {
       double *d = (double *)p;
       for (int64_t i = 0; i < n; i++) d[i * st] = v[i];
     } break;
@@ -110,6 +155,15 @@ static void load_d(ag_dtype dt, const char *p, int64_t st, int64_t n, double *o)
     } break;
     case AG_I32: {
       const int32_t *s = (const int32_t *)p;
+      for (int64_t i = 0; i < n; i++) o[i] = s[i * st];
+    } break;
+    case AG_I64: {
+      const int64_t *s = (const int64_t *)p;
+      for (int64_t i = 0; i < n; i++) o[i] = (double)s[i * st];
+    } break;
+    case AG_U8:
+    case AG_BOOL: {
+      const uint8_t *s = (const uint8_t *)p;
       for (int64_t i = 0; i < n; i++) o[i] = s[i * st];
     } break;
     case AG_F32: {
@@ -139,6 +193,15 @@ static void store_d(ag_dtype dt, char *p, int64_t st, int64_t n, const double *v
       int32_t *d = (int32_t *)p;
       for (int64_t i = 0; i < n; i++) d[i * st] = sat_i32(v[i]);
     } break;
+    case AG_I64: {
+      int64_t *d = (int64_t *)p;
+      for (int64_t i = 0; i < n; i++) d[i * st] = sat_i64(v[i]);
+    } break;
+    case AG_U8:
+    case AG_BOOL: {
+      uint8_t *d = (uint8_t *)p;
+      for (int64_t i = 0; i < n; i++) d[i * st] = (uint8_t)sat_int(v[i], dt);
+    } break;
     default: {
       float tmp[TILE];
       for (int64_t i = 0; i < n; i += TILE) {
@@ -150,17 +213,29 @@ static void store_d(ag_dtype dt, char *p, int64_t st, int64_t n, const double *v
   }
 }
 
-/* i32 compute type: only i32 operands reach it. */
-static void load_i(ag_dtype dt, const char *p, int64_t st, int64_t n, int32_t *o) {
-  const int32_t *s = (const int32_t *)p;
-  if (st == 1) memcpy(o, s, (size_t)n * 4);
-  else for (int64_t i = 0; i < n; i++) o[i] = s[i * st];
+/* i64 compute type: only integer operands reach it. Stores keep the low
+ * bits (two's complement wrap-around); bool stores v != 0. */
+static void load_i(ag_dtype dt, const char *p, int64_t st, int64_t n, int64_t *o) {
+  switch (dt) {
+    case AG_I64:
+      if (st == 1) memcpy(o, p, (size_t)n * 8);
+      else for (int64_t i = 0; i < n; i++) o[i] = ((const int64_t *)p)[i * st];
+      break;
+    case AG_I32: for (int64_t i = 0; i < n; i++) o[i] = ((const int32_t *)p)[i * st]; break;
+    default: for (int64_t i = 0; i < n; i++) o[i] = ((const uint8_t *)p)[i * st]; break;
+  }
 }
 
-static void store_i(ag_dtype dt, char *p, int64_t st, int64_t n, const int32_t *v) {
-  int32_t *d = (int32_t *)p;
-  if (st == 1) memcpy(d, v, (size_t)n * 4);
-  else for (int64_t i = 0; i < n; i++) d[i * st] = v[i];
+static void store_i(ag_dtype dt, char *p, int64_t st, int64_t n, const int64_t *v) {
+  switch (dt) {
+    case AG_I64:
+      if (st == 1) memcpy(p, v, (size_t)n * 8);
+      else for (int64_t i = 0; i < n; i++) ((int64_t *)p)[i * st] = v[i];
+      break;
+    case AG_I32: for (int64_t i = 0; i < n; i++) ((int32_t *)p)[i * st] = (int32_t)(uint32_t)(uint64_t)v[i]; break;
+    case AG_BOOL: for (int64_t i = 0; i < n; i++) ((uint8_t *)p)[i * st] = v[i] != 0; break;
+    default: for (int64_t i = 0; i < n; i++) ((uint8_t *)p)[i * st] = (uint8_t)(uint64_t)v[i]; break;
+  }
 }
 
 /* cond != 0 in the condition's own dtype (a tiny f64 is still true). */
@@ -169,6 +244,9 @@ static void load_mask(ag_dtype dt, const char *p, int64_t st, int64_t n, uint8_t
     case AG_F32: for (int64_t i = 0; i < n; i++) m[i] = ((const float *)p)[i * st] != 0; break;
     case AG_F64: for (int64_t i = 0; i < n; i++) m[i] = ((const double *)p)[i * st] != 0; break;
     case AG_I32: for (int64_t i = 0; i < n; i++) m[i] = ((const int32_t *)p)[i * st] != 0; break;
+    case AG_I64: for (int64_t i = 0; i < n; i++) m[i] = ((const int64_t *)p)[i * st] != 0; break;
+    case AG_U8:
+    case AG_BOOL: for (int64_t i = 0; i < n; i++) m[i] = ((const uint8_t *)p)[i * st] != 0; break;
     default: /* f16/bf16: any bit but the sign (NaN counts as true, as in C) */
       for (int64_t i = 0; i < n; i++) m[i] = (((const uint16_t *)p)[i * st] & 0x7fffu) != 0;
       break;
@@ -321,45 +399,49 @@ bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, int64_t n) 
   return false;
 }
 
-/* ---- i32 elementwise: wrap-around arithmetic as in two's complement ---- */
+/* ---- integer elementwise (i64 compute): wrap-around arithmetic as in two's
+ * complement; AFFINE exact in f64 then saturated into the output dtype ---- */
 
-static inline int32_t wrap(uint32_t u) { return (int32_t)u; }
+static inline int64_t wrap(uint64_t u) { return (int64_t)u; }
 
-static void unary_i(int sub, int32_t *o, const int32_t *a, int64_t n, const double *s) {
+static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const double *s, ag_dtype odt) {
   switch (sub) {
     case AG_U_COPY:
-      if (o != a) memcpy(o, a, (size_t)n * 4);
+      if (o != a) memcpy(o, a, (size_t)n * 8);
       break;
-    case AG_U_NEG: for (int64_t i = 0; i < n; i++) o[i] = wrap(0u - (uint32_t)a[i]); break;
+    case AG_U_NEG: for (int64_t i = 0; i < n; i++) o[i] = wrap(0u - (uint64_t)a[i]); break;
     case AG_U_ABS:
-      for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? wrap(0u - (uint32_t)a[i]) : a[i];
+      for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? wrap(0u - (uint64_t)a[i]) : a[i];
       break;
     case AG_U_AFFINE: /* exact in f64 for integral scalars; truncates otherwise */
-      for (int64_t i = 0; i < n; i++) o[i] = sat_i32((double)a[i] * s[0] + s[1]);
+      for (int64_t i = 0; i < n; i++) o[i] = sat_int((double)a[i] * s[0] + s[1], odt);
       break;
     default: break;
   }
 }
 
-static void binary_i(int sub, int32_t *o, const int32_t *a, const int32_t *b, int64_t n,
-                     const double *s) {
+static void binary_i(int sub, int64_t *o, const int64_t *a, const int64_t *b, int64_t n, const double *s,
+                     ag_dtype odt) {
   switch (sub) {
     case AG_B_ADD:
       if (s[0] == 1.0)
-        for (int64_t i = 0; i < n; i++) o[i] = wrap((uint32_t)a[i] + (uint32_t)b[i]);
+        for (int64_t i = 0; i < n; i++) o[i] = wrap((uint64_t)a[i] + (uint64_t)b[i]);
       else if (s[0] == (double)(int32_t)s[0]) {
-        uint32_t k = (uint32_t)(int32_t)s[0];
-        for (int64_t i = 0; i < n; i++) o[i] = wrap((uint32_t)a[i] + k * (uint32_t)b[i]);
+        uint64_t k = (uint64_t)(int64_t)(int32_t)s[0];
+        for (int64_t i = 0; i < n; i++) o[i] = wrap((uint64_t)a[i] + k * (uint64_t)b[i]);
       } else
-        for (int64_t i = 0; i < n; i++) o[i] = sat_i32((double)a[i] + s[0] * (double)b[i]);
+        for (int64_t i = 0; i < n; i++) o[i] = sat_int((double)a[i] + s[0] * (double)b[i], odt);
       break;
-    case AG_B_SUB: for (int64_t i = 0; i < n; i++) o[i] = wrap((uint32_t)a[i] - (uint32_t)b[i]); break;
-    case AG_B_MUL: for (int64_t i = 0; i < n; i++) o[i] = wrap((uint32_t)a[i] * (uint32_t)b[i]); break;
+    case AG_B_SUB: for (int64_t i = 0; i < n; i++) o[i] = wrap((uint64_t)a[i] - (uint64_t)b[i]); break;
+    case AG_B_MUL: for (int64_t i = 0; i < n; i++) o[i] = wrap((uint64_t)a[i] * (uint64_t)b[i]); break;
     case AG_B_MAX: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i]; break;
     case AG_B_MIN: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i]; break;
     case AG_B_EQ: for (int64_t i = 0; i < n; i++) o[i] = a[i] == b[i]; break;
+    case AG_B_NE: for (int64_t i = 0; i < n; i++) o[i] = a[i] != b[i]; break;
     case AG_B_GT: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i]; break;
+    case AG_B_GE: for (int64_t i = 0; i < n; i++) o[i] = a[i] >= b[i]; break;
     case AG_B_LT: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i]; break;
+    case AG_B_LE: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= b[i]; break;
     default: break;
   }
 }
@@ -381,7 +463,12 @@ typedef struct ew {
   bool native[4]; /* operand already in the compute type */
 } ew;
 
-static int dom_of(ag_dtype dt) { return dt == AG_F64 ? DOM_D : dt == AG_I32 ? DOM_I : DOM_F; }
+static bool is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
+static int dom_of(ag_dtype dt) { return dt == AG_F64 ? DOM_D : is_int(dt) ? DOM_I : DOM_F; }
+static bool is_compare(int sub) {
+  return sub == AG_B_EQ || sub == AG_B_NE || sub == AG_B_GT || sub == AG_B_GE || sub == AG_B_LT ||
+         sub == AG_B_LE;
+}
 
 static void ew_compute(const ew *e, void *o, void *const *in, int64_t n) {
   const ag_kernel_call *c = e->c;
@@ -399,16 +486,16 @@ static void ew_compute(const ew *e, void *o, void *const *in, int64_t n) {
       else for (int64_t i = 0; i < n; i++) ((double *)o)[i] = c->s[0];
       break;
     default:
-      if (e->kind == EW_UNARY) unary_i(c->sub, o, in[0], n, c->s);
-      else if (e->kind == EW_BINARY) binary_i(c->sub, o, in[0], in[1], n, c->s);
+      if (e->kind == EW_UNARY) unary_i(c->sub, o, in[0], n, c->s, e->dt[0]);
+      else if (e->kind == EW_BINARY) binary_i(c->sub, o, in[0], in[1], n, c->s, e->dt[0]);
       else if (e->kind == EW_WHERE) {
-        int32_t *r = o;
+        int64_t *r = o;
         const uint8_t *m = in[0];
-        const int32_t *a = in[1], *b = in[2];
+        const int64_t *a = in[1], *b = in[2];
         for (int64_t i = 0; i < n; i++) r[i] = m[i] ? a[i] : b[i];
       } else {
-        int32_t v = sat_i32(c->s[0]);
-        for (int64_t i = 0; i < n; i++) ((int32_t *)o)[i] = v;
+        int64_t v = sat_int(c->s[0], e->dt[0]);
+        for (int64_t i = 0; i < n; i++) ((int64_t *)o)[i] = v;
       }
       break;
   }
@@ -438,6 +525,8 @@ static void ew_segment(const ew *e, char *const *ptr, const int64_t *st, int64_t
       for (int64_t i = 0; i < n; i++) ((uint32_t *)d)[i * st[0]] = ((const uint32_t *)s)[i * st[1]];
     } else if (sz == 2) {
       for (int64_t i = 0; i < n; i++) ((uint16_t *)d)[i * st[0]] = ((const uint16_t *)s)[i * st[1]];
+    } else if (sz == 1) {
+      for (int64_t i = 0; i < n; i++) ((uint8_t *)d)[i * st[0]] = ((const uint8_t *)s)[i * st[1]];
     } else {
       for (int64_t i = 0; i < n; i++) ((uint64_t *)d)[i * st[0]] = ((const uint64_t *)s)[i * st[1]];
     }
@@ -539,6 +628,7 @@ static void transpose_range(void *ctx, int64_t a, int64_t b) {
     const char *s = e->p[1] + off1 * (int64_t)sz;
     if (sz == 4) TILE_COPY(uint32_t);
     else if (sz == 2) TILE_COPY(uint16_t);
+    else if (sz == 1) TILE_COPY(uint8_t);
     else TILE_COPY(uint64_t);
   }
 }
@@ -575,10 +665,13 @@ static void ew_run(const ag_kernel_call *c, int kind, int nops) {
   e.dom = dom_of(e.dt[0]);
   if (kind == EW_UNARY && nops == 2 && c->sub == AG_U_COPY) {
     if (e.dt[0] == e.dt[1]) e.dom = DOM_RAW;
-    else if (e.dt[0] == AG_F64 || e.dt[1] == AG_F64) e.dom = DOM_D;
+    else if (is_int(e.dt[0]) && is_int(e.dt[1])) e.dom = DOM_I;
+    else if (e.dt[0] == AG_F64 || e.dt[1] == AG_F64 || e.dt[0] == AG_I64 || e.dt[1] == AG_I64) e.dom = DOM_D;
     else e.dom = DOM_F;
   }
-  const ag_dtype nat = e.dom == DOM_F ? AG_F32 : e.dom == DOM_D ? AG_F64 : AG_I32;
+  /* comparisons compute in the inputs' type and store 0/1 as bool */
+  if (kind == EW_BINARY && is_compare(c->sub)) e.dom = dom_of(e.dt[1]);
+  const ag_dtype nat = e.dom == DOM_F ? AG_F32 : e.dom == DOM_D ? AG_F64 : AG_I64;
   for (int k = 0; k < nops; k++) e.native[k] = e.dt[k] == nat;
   if (kind == EW_WHERE) e.native[1] = false;
 
@@ -871,10 +964,35 @@ static void reduce_chunks(void *ctx, int64_t a, int64_t b) {
   }
 }
 
+/* i64 input: exact in i64 (f64 would round beyond 2^53); the sum wraps as
+ * two's complement. One work item per output, in order along r. */
+static void reduce_i64_range(void *ctx, int64_t a, int64_t b) {
+  const rctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t *x = (const int64_t *)ag__cpu_ptr(&c->o[1]);
+  char *out = ag__cpu_ptr(&c->o[0]);
+  for (int64_t w = a; w < b; w++) {
+    const int64_t *p = x + (w / r->inner) * r->r * r->inner + w % r->inner;
+    uint64_t sum = 0;
+    int64_t best = 0, bi = 0;
+    for (int64_t k = 0; k < r->r; k++) {
+      int64_t v = p[k * r->inner];
+      sum += (uint64_t)v;
+      if (k == 0 || (c->sub == AG_R_MIN ? v < best : v > best)) best = v, bi = k;
+    }
+    if (c->sub == AG_R_ARGMAX) ((int32_t *)out)[w] = (int32_t)bi;
+    else ((int64_t *)out)[w] = c->sub == AG_R_SUM ? (int64_t)sum : best;
+  }
+}
+
 static ag_status k_reduce(const ag_kernel_call *c) {
   rctx r = {.c = c, .outer = c->i[0], .r = c->i[1], .inner = c->i[2]};
   int64_t total = r.outer * r.r * r.inner;
   if (r.outer * r.inner == 0) return AG_OK;
+  if (c->o[1].dtype == AG_I64) {
+    par_for(r.outer * r.inner, total, reduce_i64_range, &r);
+    return AG_OK;
+  }
   if (r.inner == 1 && r.outer < 8 && total >= AG_CPU_PAR_MIN) {
     r.chunk = 16384;
     int64_t per = (r.r + r.chunk - 1) / r.chunk;
@@ -985,9 +1103,9 @@ static void softmax_bwd_rows(void *ctx, int64_t a, int64_t b) {
 /* Target of row i, or -1 when ignored or out of range (the pre-scan has
  * recorded the error; such rows get the safe value). */
 static int64_t ce_target(const ag_kernel_call *c, int64_t i, int64_t C, bool *bad) {
-  int32_t t = ((const int32_t *)ag__cpu_ptr(&c->o[2]))[i];
+  int64_t t = idx_at(&c->o[2], i);
   *bad = false;
-  if (t == (int32_t)c->i[2]) return -1;
+  if (t == c->i[2]) return -1;
   if (t < 0 || t >= C) {
     *bad = true;
     return -1;
@@ -1059,12 +1177,13 @@ static void ce_bwd_rows(void *ctx, int64_t a, int64_t b) {
 }
 
 static void ce_prescan(rowctx *r, ag_kop op) {
-  const int32_t *t = (const int32_t *)ag__cpu_ptr(&r->c->o[2]);
-  for (int64_t i = 0; i < r->rows; i++)
-    if (t[i] != (int32_t)r->c->i[2] && (t[i] < 0 || t[i] >= r->cols)) {
-      kerr(&r->err, op, t[i], r->cols);
+  for (int64_t i = 0; i < r->rows; i++) {
+    int64_t t = idx_at(&r->c->o[2], i);
+    if (t != r->c->i[2] && (t < 0 || t >= r->cols)) {
+      kerr(&r->err, op, t, r->cols);
       break;
     }
+  }
 }
 
 static bool present(const ag_kernel_call *c, int k) { return c->n_operands > k && c->o[k].base; }
@@ -1195,12 +1314,11 @@ static void k_embedding(const ag_kernel_call *c, ag_kernel_error *err) {
   int64_t N = pick(c->i[0], c->o[2].ndim ? c->o[2].shape[0] : 1);
   int64_t D = pick(c->i[1], c->o[1].ndim > 1 ? c->o[1].shape[1] : 1);
   int64_t V = pick(c->i[2], c->o[1].ndim ? c->o[1].shape[0] : 0);
-  const int32_t *idx = (const int32_t *)ag__cpu_ptr(&c->o[2]);
   size_t row = (size_t)D * ag__cpu_dtsize(c->o[0].dtype);
   char *out = ag__cpu_ptr(&c->o[0]);
   const char *tab = ag__cpu_ptr(&c->o[1]);
   for (int64_t i = 0; i < N; i++) {
-    int32_t v = idx[i];
+    int64_t v = idx_at(&c->o[2], i);
     if (v < 0 || v >= V) {
       kerr(err, AG_K_EMBEDDING, v, V);
       memset(out + (size_t)i * row, 0, row);
@@ -1214,13 +1332,12 @@ static void k_embedding_bwd(const ag_kernel_call *c, ag_kernel_error *err) {
   int64_t N = pick(c->i[0], c->o[2].ndim ? c->o[2].shape[0] : 1);
   int64_t D = pick(c->i[1], c->o[0].ndim > 1 ? c->o[0].shape[1] : 1);
   int64_t V = pick(c->i[2], c->o[0].ndim ? c->o[0].shape[0] : 0);
-  const int32_t *idx = (const int32_t *)ag__cpu_ptr(&c->o[2]);
   const ag_dtype dt = c->o[0].dtype, dd = c->o[1].dtype;
   char *tab = ag__cpu_ptr(&c->o[0]);
   const char *dout = ag__cpu_ptr(&c->o[1]);
   double g[TILE];
   for (int64_t i = 0; i < N; i++) {
-    int32_t v = idx[i];
+    int64_t v = idx_at(&c->o[2], i);
     if (v < 0 || v >= V) {
       kerr(err, AG_K_EMBEDDING_BWD, v, V);
       continue;
@@ -1467,20 +1584,20 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
 
 bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
   if ((unsigned)dt >= AG_DTYPE_COUNT) return false;
-  const bool fl = dt != AG_I32;
+  const bool fl = !is_int(dt);
   switch (op) {
     case AG_K_FILL:
     case AG_K_ARANGE:
-    case AG_K_WHERE:
-    case AG_K_EMBEDDING: return true;
+    case AG_K_WHERE: return true;
+    case AG_K_EMBEDDING: return sub == 0 || sub == 1; /* 1: i64 indices */
     case AG_K_RAND_UNIFORM:
     case AG_K_RAND_NORMAL:
     case AG_K_MATMUL:
     case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD:
+    case AG_K_CROSS_ENTROPY_BWD: return fl && (sub == 0 || sub == 1);
     case AG_K_LAYERNORM:
     case AG_K_LAYERNORM_BWD:
-    case AG_K_EMBEDDING_BWD:
+    case AG_K_EMBEDDING_BWD: return fl && (sub == 0 || sub == 1);
     case AG_K_DROPOUT:
     case AG_K_SUMSQ: return fl;
     case AG_K_UNARY:
@@ -1488,8 +1605,9 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
       return fl || sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS || sub == AG_U_AFFINE;
     case AG_K_BINARY:
       if (sub < 0 || sub >= AG_BINARY_COUNT) return false;
-      return fl || (sub <= AG_B_LT && sub != AG_B_DIV);
-    case AG_K_REDUCE: return sub >= 0 && sub < AG_REDUCE_COUNT;
+      return fl || (sub <= AG_B_LT && sub != AG_B_DIV) || is_compare(sub);
+    /* sums of bool/u8 are done in i64 by the core */
+    case AG_K_REDUCE: return sub >= 0 && sub < AG_REDUCE_COUNT && !(sub == AG_R_SUM && (dt == AG_BOOL || dt == AG_U8));
     case AG_K_SOFTMAX:
     case AG_K_SOFTMAX_BWD: return fl && (sub == 0 || sub == 1);
     case AG_K_ADAMW:

@@ -24,7 +24,9 @@ typedef enum clb_kernel {
   /* contiguous fast paths, one per sub-op: ag_u0.., ag_b0.. */
   CLK_UNARY_C0,
   CLK_BINARY_C0 = CLK_UNARY_C0 + AG_UNARY_COUNT,
-  CLK_COUNT = CLK_BINARY_C0 + AG_BINARY_COUNT
+  /* fast paths for binary ops 0..AG_B_ABS_BWD (comparisons, which write
+   * bool, take the general kernel) */
+  CLK_COUNT = CLK_BINARY_C0 + AG_B_ABS_BWD + 1
 } clb_kernel;
 
 /* Shape and per-operand strides of an elementwise launch; the layout equals

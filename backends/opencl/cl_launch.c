@@ -141,9 +141,27 @@ static int collapse(const ag_koperand *o0, int nop, const ag_koperand *const *op
 }
 
 /* Local copy: the module must not need core symbols beyond errors. */
-static size_t dsize(ag_dtype dt) { return dt == AG_F16 || dt == AG_BF16 ? 2 : 4; }
+static size_t dsize(ag_dtype dt) {
+  return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_I64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 4;
+}
 
 static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
+static bool is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
+static bool is_compare(int sub) {
+  return sub == AG_B_EQ || sub == AG_B_NE || sub == AG_B_GT || sub == AG_B_GE || sub == AG_B_LT || sub == AG_B_LE;
+}
+
+/* A floating value as integer dtype dt stores it: truncated and saturated
+ * (NaN 0), bool v != 0 (tensor.h). */
+static int64_t sat_int(double v, ag_dtype dt) {
+  if (dt == AG_BOOL) return v != 0;
+  if (!(v == v)) return 0;
+  double lo = dt == AG_I32 ? -2147483648.0 : dt == AG_U8 ? 0 : -9223372036854775808.0;
+  double hi = dt == AG_I32 ? 2147483647.0 : dt == AG_U8 ? 255 : 9223372036854775807.0;
+  if (v <= lo) return dt == AG_I64 ? INT64_MIN : (int64_t)lo;
+  if (v >= hi) return dt == AG_I64 ? INT64_MAX : (int64_t)hi;
+  return (int64_t)v;
+}
 
 /* ---- elementwise ---- */
 
@@ -197,7 +215,8 @@ static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
   const ag_koperand *ops[3] = {o, &c->o[1], &c->o[2]};
   clb_ew_meta m;
   int nd = collapse(o, 3, ops, &m);
-  if (nd == 0 && is_float(o->dtype)) {
+  /* fast path: floating ops with their own dtype (comparisons write bool) */
+  if (nd == 0 && is_float(o->dtype) && !is_compare(c->sub)) {
     kargs a = ka_begin(s, (clb_kernel)(CLK_BINARY_C0 + c->sub));
     KBUF(&a, o);
     KBUF(&a, &c->o[1]);
@@ -253,10 +272,14 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
     union {
       float f;
       int32_t i;
+      int64_t l;
       uint16_t h;
+      uint8_t b;
     } pat;
     if (o->dtype == AG_F32) pat.f = (float)v;
     else if (o->dtype == AG_I32) pat.i = (int32_t)v;
+    else if (o->dtype == AG_I64) pat.l = sat_int(v, AG_I64);
+    else if (o->dtype == AG_U8 || o->dtype == AG_BOOL) pat.b = (uint8_t)sat_int(v, o->dtype);
     else pat.h = o->dtype == AG_F16 ? ag_f32_to_f16((float)v) : ag_f32_to_bf16((float)v);
     size_t esz = dsize(o->dtype);
     cl_int err = clEnqueueFillBuffer(s->q, o->base, &pat, esz, o->offset, (size_t)n * esz, 0,
@@ -267,7 +290,7 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
   KBUF(&a, o);
   KA(&a, cl_int, o->dtype);
   KA(&a, cl_float, v);
-  KA(&a, cl_int, (int32_t)v);
+  KA(&a, cl_long, o->dtype == AG_I32 ? (int64_t)(int32_t)v : sat_int(v, o->dtype));
   KA(&a, cl_long, n);
   KA(&a, cl_int, nd);
   KMETA(&a, m);
@@ -754,20 +777,24 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
 }
 
 bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
-  bool fl = is_float(dt), i32 = dt == AG_I32;
+  bool fl = is_float(dt), i32 = dt == AG_I32, in = is_int(dt);
   switch (op) {
     case AG_K_FILL:
-    case AG_K_ARANGE:
-    case AG_K_WHERE:
-    case AG_K_EMBEDDING: return fl || i32;
+    case AG_K_WHERE: return fl || in;
+    case AG_K_ARANGE: return fl || (in && dt != AG_BOOL);
+    /* i32 indices only (sub 0): the core casts i64 ones */
+    case AG_K_EMBEDDING: return sub == 0 && (fl || i32);
     case AG_K_UNARY:
       if (sub < 0 || sub >= AG_UNARY_COUNT) return false;
-      return fl || (i32 && (sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS ||
-                            sub == AG_U_AFFINE));
+      return fl || (in && (sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS || sub == AG_U_AFFINE));
     case AG_K_BINARY:
       if (sub < 0 || sub >= AG_BINARY_COUNT) return false;
-      return fl || (i32 && sub <= AG_B_LT && sub != AG_B_DIV);
-    case AG_K_REDUCE: return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || i32);
+      if (is_compare(sub)) return fl || in;
+      return (fl && sub <= AG_B_ABS_BWD) || (in && sub <= AG_B_MIN && sub != AG_B_DIV);
+    /* the core sums bool and u8 as i64 */
+    case AG_K_REDUCE:
+      return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in) &&
+             !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
     case AG_K_SOFTMAX:
     case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && fl;
     case AG_K_RAND_UNIFORM:
@@ -775,9 +802,9 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_MATMUL:
     case AG_K_CROSS_ENTROPY:
     case AG_K_CROSS_ENTROPY_BWD:
+    case AG_K_EMBEDDING_BWD: return fl && sub == 0;
     case AG_K_LAYERNORM:
     case AG_K_LAYERNORM_BWD:
-    case AG_K_EMBEDDING_BWD:
     case AG_K_DROPOUT:
     case AG_K_NONFINITE_CHECK:
     case AG_K_SUMSQ: return fl;

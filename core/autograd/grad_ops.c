@@ -134,7 +134,8 @@ static ag_status cross_entropy_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   if (red == AG_REDUCTION_MEAN && (n->n_saved < 3 || !n->saved[2]))
     return ag_error_set(AG_ERR_INTERNAL, "ag_cross_entropy backward: target count not saved");
   ag_tensor *lc = ag_contiguous(logits), *l2 = ag_reshape(lc, 2, s2);
-  ag_tensor *tc = ag_contiguous(targets), *t1 = ag_reshape(tc, 1, s1);
+  ag_tensor *tc = ag__index_operand(ag__ds(logits), AG_K_CROSS_ENTROPY_BWD, logits->dtype, targets);
+  ag_tensor *t1 = tc ? ag_reshape(tc, 1, s1) : NULL;
   /* Per-row upstream gradients and the count in f32, f64 for f64 logits
    * (as the forward's per-row losses). */
   ag_dtype rdt = logits->dtype == AG_F64 ? AG_F64 : AG_F32;
@@ -245,7 +246,8 @@ static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   ag_tensor *idx = n->e[1].val;
   int64_t V = te->shape[0], D = te->shape[1], N = idx->numel;
   int64_t s2[2] = {N, D}, s1[1] = {N};
-  ag_tensor *ic = ag_contiguous(idx), *i1 = ag_reshape(ic, 1, s1);
+  ag_tensor *ic = ag__index_operand(ag__ds(g), AG_K_EMBEDDING_BWD, te->dtype, idx);
+  ag_tensor *i1 = ic ? ag_reshape(ic, 1, s1) : NULL;
   ag_tensor *gc = ag_contiguous(g), *g2 = ag_reshape(gc, 2, s2);
   int64_t vs[2] = {V, D};
   /* Accumulated in f32 (half tables too), f64 for an f64 table. */
@@ -367,7 +369,8 @@ static ag_status reduce_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     /* max/min: the gradient is shared equally by every element that
      * attains the extremum. */
     ag_tensor *x = in->val, *yk = ag_reshape(n->out_val, in->ndim, ks);
-    ag_tensor *mask = ag_eq(x, yk);
+    ag_tensor *eqm = ag_eq(x, yk), *mask = eqm ? ag_cast(eqm, gk ? gk->dtype : x->dtype) : NULL;
+    ag_tensor_release(eqm);
     ag_tensor *cnt = ag_sum(mask, n->p.n_dims, n->p.dims, true);
     ag_tensor *share = ag_div(gk, cnt);
     r = ag_mul(mask, share);
@@ -469,9 +472,13 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
       break;
     case AG_G_MAXIMUM: case AG_G_MINIMUM: {
       /* Ties split the gradient evenly, as torch.maximum does. */
-      ag_tensor *sel = n->op == AG_G_MAXIMUM ? ag_gt(a, b) : ag_lt(a, b);
-      ag_tensor *eq = ag_eq(a, b), *half = ag_mul_scalar(eq, 0.5);
+      /* m = sel + 0.5*eq in g's dtype (comparisons give bool) */
+      ag_tensor *selb = n->op == AG_G_MAXIMUM ? ag_gt(a, b) : ag_lt(a, b), *eqb = ag_eq(a, b);
+      ag_tensor *sel = selb ? ag_cast(selb, g->dtype) : NULL, *eq = eqb ? ag_cast(eqb, g->dtype) : NULL;
+      ag_tensor *half = ag_mul_scalar(eq, 0.5);
       m = ag_add(sel, half);
+      ag_tensor_release(selb);
+      ag_tensor_release(eqb);
       ag_tensor_release(sel);
       ag_tensor_release(eq);
       ag_tensor_release(half);

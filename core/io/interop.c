@@ -120,6 +120,9 @@ static bool dl_from_dtype(ag_dtype dt, DLDataType *out) {
     case AG_BF16: *out = (DLDataType){kDLBfloat, 16, 1}; return true;
     case AG_F64: *out = (DLDataType){kDLFloat, 64, 1}; return true;
     case AG_I32: *out = (DLDataType){kDLInt, 32, 1}; return true;
+    case AG_I64: *out = (DLDataType){kDLInt, 64, 1}; return true;
+    case AG_U8: *out = (DLDataType){kDLUInt, 8, 1}; return true;
+    case AG_BOOL: *out = (DLDataType){kDLBool, 8, 1}; return true;
     default: return false;
   }
 }
@@ -150,7 +153,7 @@ static bool dl_to_dtype(const char *fn, DLDataType t, ag_dtype *out) {
       return true;
     }
   }
-  ag_error_set(AG_ERR_DTYPE, "%s: DLPack dtype %s%u is not an anygrad dtype (f32, f16, bf16, f64, i32)", fn,
+  ag_error_set(AG_ERR_DTYPE, "%s: DLPack dtype %s%u is not an anygrad dtype (f32, f16, bf16, f64, i32, i64, u8, bool)", fn,
                dl_code_name(t.code), t.bits);
   return false;
 }

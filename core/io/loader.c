@@ -110,6 +110,9 @@ static void fill_value(void *p, ag_dtype dt, int64_t n, double v) {
       case AG_F32: ((float *)p)[i] = (float)v; break;
       case AG_F64: ((double *)p)[i] = v; break;
       case AG_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+      case AG_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+      case AG_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+      case AG_BOOL: ((uint8_t *)p)[i] = v != 0; break;
       case AG_F16: ((uint16_t *)p)[i] = ag_f32_to_f16((float)v); break;
       case AG_BF16: ((uint16_t *)p)[i] = ag_f32_to_bf16((float)v); break;
       default: break;

@@ -38,10 +38,10 @@ static const struct {
   st_kind kind;
 } k_fdt[] = {
     {"F64", 8, AG_F64, K_FLOAT},  {"F32", 4, AG_F32, K_FLOAT},  {"F16", 2, AG_F16, K_FLOAT},
-    {"BF16", 2, AG_BF16, K_FLOAT}, {"I64", 8, -1, K_SINT},       {"I32", 4, AG_I32, K_SINT},
+    {"BF16", 2, AG_BF16, K_FLOAT}, {"I64", 8, AG_I64, K_SINT},   {"I32", 4, AG_I32, K_SINT},
     {"I16", 2, -1, K_SINT},        {"I8", 1, -1, K_SINT},         {"U64", 8, -1, K_UINT},
-    {"U32", 4, -1, K_UINT},        {"U16", 2, -1, K_UINT},        {"U8", 1, -1, K_UINT},
-    {"BOOL", 1, -1, K_BOOL},       {"F8_E4M3", 1, -1, K_F8},      {"F8_E5M2", 1, -1, K_F8},
+    {"U32", 4, -1, K_UINT},        {"U16", 2, -1, K_UINT},        {"U8", 1, AG_U8, K_UINT},
+    {"BOOL", 1, AG_BOOL, K_BOOL},       {"F8_E4M3", 1, -1, K_F8},      {"F8_E5M2", 1, -1, K_F8},
 };
 #define N_FDT ((int)(sizeof k_fdt / sizeof *k_fdt))
 
@@ -67,7 +67,8 @@ struct ag_safetensors {
 };
 
 static const struct { const char *s; ag_dtype dt; } k_dtypes[] = {
-    {"F32", AG_F32}, {"F16", AG_F16}, {"BF16", AG_BF16}, {"I32", AG_I32}, {"F64", AG_F64}};
+    {"F32", AG_F32}, {"F16", AG_F16}, {"BF16", AG_BF16}, {"I32", AG_I32}, {"F64", AG_F64},
+    {"I64", AG_I64}, {"BOOL", AG_BOOL}, {"U8", AG_U8}};
 
 static const char *dtype_str(ag_dtype dt) {
   for (size_t i = 0; i < sizeof k_dtypes / sizeof *k_dtypes; i++)
@@ -887,19 +888,30 @@ static void *convert(const ag_safetensors *f, const st_entry *e, ag_dtype as, si
       int64_t sv = 0;
       uint64_t uv = 0;
       bool is_u = int_at(src, e->fdt, i, &sv, &uv);
-      if (as == AG_I32) {
-        bool ok = is_u ? uv <= INT32_MAX : (sv >= INT32_MIN && sv <= INT32_MAX);
+      if (ag_dtype_is_int(as)) {
+        /* exact integers: a value the target cannot hold is refused, except
+         * that bool takes x != 0 (as a cast does) */
+        int64_t lo = as == AG_I32 ? INT32_MIN : as == AG_I64 ? INT64_MIN : 0;
+        uint64_t hi = as == AG_I32 ? INT32_MAX : as == AG_I64 ? (uint64_t)INT64_MAX : as == AG_U8 ? 255u : UINT64_MAX;
+        bool ok = as == AG_BOOL || (is_u ? uv <= hi : (sv >= lo && (sv < 0 || (uint64_t)sv <= hi)));
         if (!ok) {
           char vb[32];
           if (is_u) snprintf(vb, sizeof vb, "%llu", (unsigned long long)uv);
           else snprintf(vb, sizeof vb, "%lld", (long long)sv);
-          ag_error_set(AG_ERR_INVALID, "%s: %s: tensor '%s' (%s) element %zu is %s, outside the i32 range", fn,
-                       f->path, ESC(e->name, nb), k_fdt[e->fdt].s, i, vb);
+          ag_error_set(AG_ERR_INVALID, "%s: %s: tensor '%s' (%s) element %zu is %s, outside the %s range", fn,
+                       f->path, ESC(e->name, nb), k_fdt[e->fdt].s, i, vb, ag_dtype_name(as));
           free(out);
           return NULL;
         }
-        int32_t x = is_u ? (int32_t)uv : (int32_t)sv;
-        memcpy(out + i * 4, &x, 4);
+        int64_t x = is_u ? (int64_t)uv : sv;
+        if (as == AG_I32) {
+          int32_t y = (int32_t)x;
+          memcpy(out + i * 4, &y, 4);
+        } else if (as == AG_I64) {
+          memcpy(out + i * 8, &x, 8);
+        } else {
+          out[i] = as == AG_BOOL ? (unsigned char)((is_u ? uv : (uint64_t)sv) != 0) : (unsigned char)x;
+        }
         continue;
       }
       v = is_u ? (double)uv : (double)sv;
@@ -994,7 +1006,7 @@ ag_tensor *ag_safetensors_get(const ag_safetensors *f, const char *name, ag_devi
   if (k_fdt[e->fdt].ag < 0) {
     char nb[96];
     const char *hint = k_fdt[e->fdt].kind == K_F8 ? "anygrad has no 8-bit float type"
-                                                  : "ag_safetensors_get_as converts it (to i32 or a float type)";
+                                                  : "ag_safetensors_get_as converts it (to an integer or a float type)";
     ag_error_set(AG_ERR_DTYPE, "ag_safetensors_get: %s: tensor '%s' is %s, not an anygrad dtype; %s", f->path,
                  ESC(e->name, nb), k_fdt[e->fdt].s, hint);
     return NULL;

@@ -161,7 +161,8 @@ static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag
   int64_t shape[AG_MAX_DIMS];
   if (!broadcast_shapes(name, 2, in, &nd, shape)) return NULL;
   if (!ag__supported(ds, AG_K_BINARY, bop, a->dtype, name)) return NULL;
-  ag_tensor *out = ag__tensor_new(ds, a->dtype, nd, shape);
+  /* comparisons give bool (PyTorch); the kernel sees the inputs' dtype */
+  ag_tensor *out = ag__tensor_new(ds, ag__binary_is_compare(bop) ? AG_BOOL : a->dtype, nd, shape);
   if (!out) return NULL;
   if (out->numel) {
     ag_kernel_call c;
@@ -198,6 +199,9 @@ ag_tensor *ag_minimum(ag_tensor *a, ag_tensor *b) {
 ag_tensor *ag_eq(ag_tensor *a, ag_tensor *b) { return binary("ag_eq", AG_B_EQ, (ag_gop)-1, a, b, 0); }
 ag_tensor *ag_gt(ag_tensor *a, ag_tensor *b) { return binary("ag_gt", AG_B_GT, (ag_gop)-1, a, b, 0); }
 ag_tensor *ag_lt(ag_tensor *a, ag_tensor *b) { return binary("ag_lt", AG_B_LT, (ag_gop)-1, a, b, 0); }
+ag_tensor *ag_ne(ag_tensor *a, ag_tensor *b) { return binary("ag_ne", AG_B_NE, (ag_gop)-1, a, b, 0); }
+ag_tensor *ag_le(ag_tensor *a, ag_tensor *b) { return binary("ag_le", AG_B_LE, (ag_gop)-1, a, b, 0); }
+ag_tensor *ag_ge(ag_tensor *a, ag_tensor *b) { return binary("ag_ge", AG_B_GE, (ag_gop)-1, a, b, 0); }
 
 enum { SAVE_NONE, SAVE_X, SAVE_OUT };
 
@@ -232,8 +236,9 @@ static ag_tensor *unary(const char *name, ag_unary_op uop, ag_gop gop, ag_tensor
 
 /* i32 allows affine maps with integral scalars only. */
 static bool int_scalars_ok(const char *name, ag_tensor *a, double s0, double s1) {
-  if (!a || a->dtype != AG_I32 || (s0 == floor(s0) && s1 == floor(s1))) return true;
-  ag_error_set(AG_ERR_DTYPE, "%s: non-integral scalar on an i32 tensor (cast to f32 first)", name);
+  if (!a || !ag_dtype_is_int(a->dtype) || (s0 == floor(s0) && s1 == floor(s1))) return true;
+  ag_error_set(AG_ERR_DTYPE, "%s: non-integral scalar on an %s tensor (cast to f32 first)", name,
+               ag_dtype_name(a->dtype));
   return false;
 }
 
@@ -247,8 +252,9 @@ ag_tensor *ag_sub_scalar(ag_tensor *a, double s) { return affine("ag_sub_scalar"
 ag_tensor *ag_rsub_scalar(ag_tensor *a, double s) { return affine("ag_rsub_scalar", a, -1.0, s); }
 ag_tensor *ag_mul_scalar(ag_tensor *a, double s) { return affine("ag_mul_scalar", a, s, 0.0); }
 ag_tensor *ag_div_scalar(ag_tensor *a, double s) {
-  if (a && a->dtype == AG_I32) {
-    ag_error_set(AG_ERR_DTYPE, "ag_div_scalar: i32 division is not defined (cast to f32 first)");
+  if (a && ag_dtype_is_int(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "ag_div_scalar: %s division is not defined (cast to f32 first)",
+                 ag_dtype_name(a->dtype));
     return NULL;
   }
   return affine("ag_div_scalar", a, 1.0 / s, 0.0);
@@ -469,6 +475,13 @@ static ag_tensor *reduce_impl(const char *name, ag_reduce_op rop, ag_gop gop, ag
 
 static ag_tensor *reduce(const char *name, ag_reduce_op rop, ag_gop gop, ag_tensor *a, int n_dims, const int *dims,
                          bool keepdim, bool mean) {
+  if (a && rop == AG_R_SUM && !mean && (a->dtype == AG_BOOL || a->dtype == AG_U8)) {
+    /* PyTorch: the sum of bool or u8 is i64 (a count cannot overflow a byte) */
+    ag_tensor *w = ag_cast(a, AG_I64);
+    ag_tensor *r = w ? reduce_impl(name, rop, gop, w, n_dims, dims, keepdim, mean) : NULL;
+    ag_tensor_release(w);
+    return r;
+  }
   if (!AC_ON() || !a || rop != AG_R_SUM) return reduce_impl(name, rop, gop, a, n_dims, dims, keepdim, mean);
   ac_args ac;
   if (!ac_begin(AC_F32, 1, &a, &ac)) return NULL;
@@ -796,9 +809,27 @@ ag_tensor *ag_log_softmax(ag_tensor *a, int dim) {
   return softmax_impl("ag_log_softmax", 1, AG_G_LOG_SOFTMAX, a, dim);
 }
 
+/* Contiguous index operand (embedding indices, cross-entropy targets): i64
+ * stays i64 where the backend reads it (supports(op, 1, dt)), else it is
+ * clamped into the i32 range and cast to i32 here, so an index beyond the
+ * i32 range is still out of range and reported (as the clamped value),
+ * never wrapped into range. */
+ag_tensor *ag__index_operand(ag_devstate *ds, ag_kop op, ag_dtype dt, ag_tensor *idx) {
+  if (idx->dtype != AG_I64 || ds->be->supports(ds->ord, op, 1, dt)) return raw_contiguous(idx);
+  ag_no_grad_begin();
+  ag_device d = ag_tensor_device(idx);
+  ag_tensor *hi = ag_full(d, AG_I64, 0, NULL, 2147483647.0), *lo = ag_full(d, AG_I64, 0, NULL, -2147483648.0);
+  ag_tensor *a = hi ? ag_minimum(idx, hi) : NULL, *b = a && lo ? ag_maximum(a, lo) : NULL;
+  ag_tensor *r = b ? ag_cast(b, AG_I32) : NULL;
+  ag_tensor *rel[] = {hi, lo, a, b};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  ag_grad_mode_end();
+  return r;
+}
+
 /* Scalar f32 count of targets != ignore, computed on the device. */
 static ag_tensor *count_valid(ag_tensor *targets, int32_t ignore_index, ag_dtype dt) {
-  ag_tensor *ig = ag_full(ag_tensor_device(targets), AG_I32, 0, NULL, ignore_index);
+  ag_tensor *ig = ag_full(ag_tensor_device(targets), targets->dtype, 0, NULL, ignore_index);
   ag_tensor *eq = ag_eq(targets, ig);
   ag_tensor *n_ig = ag_sum(eq, 0, NULL, false);
   ag_tensor *f = ag_cast(n_ig, dt);
@@ -817,8 +848,8 @@ static ag_tensor *cross_entropy_impl(ag_tensor *logits, ag_tensor *targets, ag_r
   if (null_args(name, 2, in)) return NULL;
   ag_devstate *ds = ag__same_device(name, 2, in);
   if (!ds) return NULL;
-  if (!ag_dtype_is_float(logits->dtype) || targets->dtype != AG_I32) {
-    ag_error_set(AG_ERR_DTYPE, "%s: needs floating logits and i32 targets, got %s and %s", name,
+  if (!ag_dtype_is_float(logits->dtype) || (targets->dtype != AG_I32 && targets->dtype != AG_I64)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: needs floating logits and i64 or i32 targets, got %s and %s", name,
                  ag_dtype_name(logits->dtype), ag_dtype_name(targets->dtype));
     return NULL;
   }
@@ -842,7 +873,7 @@ static ag_tensor *cross_entropy_impl(ag_tensor *logits, ag_tensor *targets, ag_r
   if (!ag__supported(ds, AG_K_CROSS_ENTROPY, 0, logits->dtype, name)) return NULL;
   ag_no_grad_begin();
   int64_t s2[2] = {N, C}, s1[1] = {N};
-  ag_tensor *lc0 = raw_contiguous(logits), *tc0 = raw_contiguous(targets);
+  ag_tensor *lc0 = raw_contiguous(logits), *tc0 = ag__index_operand(ds, AG_K_CROSS_ENTROPY, logits->dtype, targets);
   ag_tensor *lc = lc0 ? ag_reshape(lc0, 2, s2) : NULL, *tc = tc0 ? ag_reshape(tc0, 1, s1) : NULL;
   ag_tensor_release(lc0);
   ag_tensor_release(tc0);
@@ -1015,8 +1046,8 @@ ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices) {
   if (null_args(name, 2, in)) return NULL;
   ag_devstate *ds = ag__same_device(name, 2, in);
   if (!ds) return NULL;
-  if (indices->dtype != AG_I32) {
-    ag_error_set(AG_ERR_DTYPE, "%s: indices must be i32, got %s", name, ag_dtype_name(indices->dtype));
+  if (indices->dtype != AG_I32 && indices->dtype != AG_I64) {
+    ag_error_set(AG_ERR_DTYPE, "%s: indices must be i64 or i32, got %s", name, ag_dtype_name(indices->dtype));
     return NULL;
   }
   if (table->ndim != 2 || indices->ndim + 1 > AG_MAX_DIMS) {
@@ -1029,7 +1060,7 @@ ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices) {
   int64_t oshape[AG_MAX_DIMS];
   memcpy(oshape, indices->shape, sizeof(int64_t) * (size_t)indices->ndim);
   oshape[indices->ndim] = D;
-  ag_tensor *tc = raw_contiguous(table), *ic = raw_contiguous(indices);
+  ag_tensor *tc = raw_contiguous(table), *ic = ag__index_operand(ds, AG_K_EMBEDDING, table->dtype, indices);
   ag_tensor *out = (tc && ic) ? ag__tensor_new(ds, table->dtype, indices->ndim + 1, oshape) : NULL;
   ag_status st = out ? AG_OK : ag_last_status();
   if (st == AG_OK && N && D) {

@@ -20,14 +20,16 @@ static ag_tensor *null_tensor(const char *fn) {
 
 /* ---------------- dtypes ---------------- */
 
-static const char *const k_dtype_names[AG_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "f64"};
-static const size_t k_dtype_sizes[AG_DTYPE_COUNT] = {4, 2, 2, 4, 8};
+static const char *const k_dtype_names[AG_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "f64",
+                                                                 "i64", "bool", "u8"};
+static const size_t k_dtype_sizes[AG_DTYPE_COUNT] = {4, 2, 2, 4, 8, 8, 1, 1};
 
 const char *ag_dtype_name(ag_dtype dt) {
   return ((unsigned)dt < AG_DTYPE_COUNT) ? k_dtype_names[dt] : "?";
 }
 size_t ag_dtype_size(ag_dtype dt) { return ((unsigned)dt < AG_DTYPE_COUNT) ? k_dtype_sizes[dt] : 0; }
 bool ag_dtype_is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16 || dt == AG_F64; }
+bool ag_dtype_is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
 
 ag_status ag_dtype_parse(const char *s, ag_dtype *out_dtype) {
   if (!s || !out_dtype) return ag_error_set(AG_ERR_INVALID, "ag_dtype_parse: NULL argument");
@@ -36,7 +38,7 @@ ag_status ag_dtype_parse(const char *s, ag_dtype *out_dtype) {
       *out_dtype = (ag_dtype)i;
       return AG_OK;
     }
-  return ag_error_set(AG_ERR_INVALID, "ag_dtype_parse: '%s' is not a dtype (f32, f16, bf16, i32, f64)", s);
+  return ag_error_set(AG_ERR_INVALID, "ag_dtype_parse: '%s' is not a dtype (f32, f16, bf16, i32, f64, i64, bool, u8)", s);
 }
 
 /* ---------------- scopes ---------------- */
@@ -668,7 +670,9 @@ double ag_item(const ag_tensor *t) {
     float f;
     double d;
     int32_t i;
+    int64_t l;
     uint16_t h;
+    uint8_t b;
   } v;
   ag_devstate *ds = ag__ds(t);
   ag_stream *s = ag__current_stream(ds);
@@ -681,6 +685,9 @@ double ag_item(const ag_tensor *t) {
     case AG_F32: return v.f;
     case AG_F64: return v.d;
     case AG_I32: return v.i;
+    case AG_I64: return (double)v.l;
+    case AG_U8: return v.b;
+    case AG_BOOL: return v.b != 0;
     case AG_F16: return ag_f16_to_f32(v.h);
     case AG_BF16: return ag_bf16_to_f32(v.h);
     default: return NAN;

@@ -21,8 +21,10 @@
 extern "C" {
 #endif
 
-/* 2: ag_kernel_call.flags (AG_KF_DETERMINISTIC) */
-#define AG_BACKEND_ABI_VERSION 2u
+/* 2: ag_kernel_call.flags (AG_KF_DETERMINISTIC)
+ * 3: dtypes i64, bool, u8; comparisons write bool; AG_B_NE/LE/GE; i64
+ *    indices and targets (embedding, cross-entropy) */
+#define AG_BACKEND_ABI_VERSION 3u
 
 /* ---- kernel calls ----
  * A kernel call names an op, operands and scalar parameters. Operands are
@@ -39,7 +41,8 @@ typedef enum ag_kop {
   AG_K_RAND_NORMAL,   /* o0 contiguous: n*s[1]+s[0] */
   AG_K_UNARY,         /* o0 = f(o1); sub = ag_unary_op; o0, o1 dtypes may differ (COPY casts) */
   AG_K_BINARY,        /* o0 = f(o1, o2); sub = ag_binary_op */
-  AG_K_WHERE,         /* o0 = o1 != 0 ? o2 : o3 */
+  AG_K_WHERE,         /* o0 = o1 != 0 ? o2 : o3; o1 any dtype (bool for masks);
+                         supports() is asked for o0's and for o1's dtype */
   AG_K_REDUCE,        /* o1 contiguous viewed as [i[0]=outer, i[1]=r, i[2]=inner];
                          o0 contiguous [outer, inner]; sub = ag_reduce_op;
                          SUM result multiplied by s[0] (mean: 1/r) */
@@ -53,8 +56,9 @@ typedef enum ag_kop {
   AG_K_SOFTMAX_BWD,   /* o0 = dx, o1 = dy, o2 = y (softmax or log-softmax output),
                          all contiguous [rows, cols]; sub as AG_K_SOFTMAX.
                          softmax: dx = y*(dy - sum(dy*y)); log: dx = dy - exp(y)*sum(dy) */
-  AG_K_CROSS_ENTROPY, /* o1 logits contiguous [N=i[0], C=i[1]], o2 targets i32 [N]
-                         contiguous; o0 f32 [N] (f64 for f64 logits) loss per row (0 where target ==
+  AG_K_CROSS_ENTROPY, /* o1 logits contiguous [N=i[0], C=i[1]], o2 targets i32 or
+                         i64 [N] contiguous (i64 only where supports(op, 1,
+                         logits dtype) says so; the same holds for the _BWD op); o0 f32 [N] (f64 for f64 logits) loss per row (0 where target ==
                          i[2] ignore_index). Out-of-range target: o0 row = NAN
                          and the error word is set (below). */
   AG_K_CROSS_ENTROPY_BWD, /* o0 dlogits [N, C] contiguous (logits dtype), o1 logits,
@@ -69,7 +73,9 @@ typedef enum ag_kop {
                          x) are written to multi->t[0] and multi->t[1] when
                          multi is given (not accumulated: overwritten) */
   AG_K_EMBEDDING,     /* o0 [N=i[0], D=i[1]] contiguous, o1 table [V=i[2], D]
-                         contiguous, o2 i32 indices [N] contiguous. Out of range:
+                         contiguous, o2 i32 or i64 indices [N] contiguous (i64
+                         as AG_K_CROSS_ENTROPY: supports(op, 1, table dtype),
+                         also for the _BWD op). Out of range:
                          row zeroed, error word set. */
   AG_K_EMBEDDING_BWD, /* o0 dtable f32 [V, D] (f64 for an f64 table) contiguous,
                          accumulated into (+=);
@@ -126,7 +132,8 @@ typedef enum ag_unary_op {
 typedef enum ag_binary_op {
   AG_B_ADD = 0,  /* a + s[0]*b  (the core passes s[0] = 1 for plain add) */
   AG_B_SUB, AG_B_MUL, AG_B_DIV, AG_B_MAX, AG_B_MIN,
-  AG_B_EQ, AG_B_GT, AG_B_LT, /* 1 or 0 in the output dtype */
+  AG_B_EQ, AG_B_GT, AG_B_LT, /* o0 bool (1 or 0); o1, o2 the compared dtype,
+                                which supports() is asked for */
   /* backward helpers: a = upstream grad, b = saved tensor */
   AG_B_RELU_BWD,    /* b = x: a * (x > 0) */
   AG_B_GELU_BWD,    /* b = x */
@@ -135,12 +142,15 @@ typedef enum ag_binary_op {
   AG_B_TANH_BWD,    /* b = y: a * (1 - y*y) */
   AG_B_POW_BWD,     /* b = x: a * s[0] * x^(s[0]-1) */
   AG_B_ABS_BWD,     /* b = x: a * sign(x) */
+  AG_B_NE, AG_B_LE, AG_B_GE, /* comparisons as AG_B_EQ */
   AG_BINARY_COUNT
 } ag_binary_op;
 
 typedef enum ag_reduce_op {
   AG_R_SUM = 0, AG_R_MAX, AG_R_MIN,
-  AG_R_ARGMAX,  /* output i32: index of the first maximum */
+  AG_R_ARGMAX,  /* output i32: index of the first maximum. For every op the
+                   input dtype is the one supports() is asked for; SUM of
+                   bool/u8 is never launched (the core sums them as i64) */
   AG_REDUCE_COUNT
 } ag_reduce_op;
 

@@ -9,8 +9,12 @@
  * when the backend lacks the op for that dtype.
  *
  * dtypes: binary ops need equal dtypes (cast first). f16/bf16 compute in f32
- * and store in their own type. Integer (i32) tensors take add, sub, mul, neg,
- * abs, max/min reductions, comparisons, where, and casts. */
+ * and store in their own type. Integer tensors (i32, i64, u8, bool) take add,
+ * sub, mul, neg, abs, maximum/minimum, scalar add/sub/mul with integral
+ * scalars, sum/max/min/argmax reductions, comparisons, where, and casts;
+ * arithmetic wraps around in the dtype's width (u8 and bool too: bool
+ * results are stored as x != 0). Which backend has which dtype is what its
+ * supports() says (docs/conformance.md). */
 #ifndef ANYGRAD_OPS_H
 #define ANYGRAD_OPS_H
 
@@ -27,10 +31,16 @@ AG_API ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b);
 AG_API ag_tensor *ag_div(ag_tensor *a, ag_tensor *b);
 AG_API ag_tensor *ag_maximum(ag_tensor *a, ag_tensor *b);
 AG_API ag_tensor *ag_minimum(ag_tensor *a, ag_tensor *b);
-/* Comparisons return the inputs' dtype holding 0 or 1. */
+/* Comparisons return AG_BOOL (0 or 1), as PyTorch does; the inputs share
+ * one dtype. NaN compares unequal to everything (ne is true). Before the
+ * bool dtype they returned the inputs' dtype: multiply by a mask after
+ * ag_cast(mask, dtype). */
 AG_API ag_tensor *ag_eq(ag_tensor *a, ag_tensor *b);
+AG_API ag_tensor *ag_ne(ag_tensor *a, ag_tensor *b);
 AG_API ag_tensor *ag_gt(ag_tensor *a, ag_tensor *b);
+AG_API ag_tensor *ag_ge(ag_tensor *a, ag_tensor *b);
 AG_API ag_tensor *ag_lt(ag_tensor *a, ag_tensor *b);
+AG_API ag_tensor *ag_le(ag_tensor *a, ag_tensor *b);
 
 AG_API ag_tensor *ag_add_scalar(ag_tensor *a, double s);
 AG_API ag_tensor *ag_sub_scalar(ag_tensor *a, double s); /* a - s */
@@ -51,12 +61,17 @@ AG_API ag_tensor *ag_silu(ag_tensor *a);
 AG_API ag_tensor *ag_sigmoid(ag_tensor *a);
 AG_API ag_tensor *ag_tanh(ag_tensor *a);
 
-/* out = cond != 0 ? a : b, all three broadcast together; cond any dtype. */
+/* out = cond != 0 ? a : b, all three broadcast together. cond is normally
+ * bool (a comparison's result); any other dtype the device has is accepted
+ * and read as cond != 0 (NaN is true). */
 AG_API ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b);
-/* out = mask != 0 ? value : a. */
+/* out = mask != 0 ? value : a; mask as ag_where's cond (bool normally). */
 AG_API ag_tensor *ag_masked_fill(ag_tensor *a, ag_tensor *mask, double value);
 
 /* ---- reductions ----
+ * Integer inputs: sum of i32 is i32, of i64 is i64, and of bool or u8 is
+ * i64 (PyTorch); max/min keep the dtype; mean needs a floating type. 
+
  * dims: n_dims entries (negative count from the end); n_dims == 0 or dims
  * NULL reduces over all dims. keepdim keeps reduced dims with size 1.
  * Errors: AG_ERR_SHAPE for n_dims < 0 or > ndim, a dim out of range, or a
@@ -65,7 +80,8 @@ AG_API ag_tensor *ag_sum(ag_tensor *a, int n_dims, const int *dims, bool keepdim
 AG_API ag_tensor *ag_mean(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
 AG_API ag_tensor *ag_max(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
 AG_API ag_tensor *ag_min(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
-/* Index (i32) of the first maximum along dim. */
+/* Index (i32, where PyTorch gives i64: cast if needed) of the first maximum
+ * along dim. */
 AG_API ag_tensor *ag_argmax(ag_tensor *a, int dim, bool keepdim);
 
 /* ---- linear algebra ----
@@ -83,7 +99,8 @@ typedef enum ag_reduction {
   AG_REDUCTION_NONE = 2,
 } ag_reduction;
 
-/* logits [N, C] (or [C]), targets i32 [N] (or scalar). Result f32-typed like
+/* logits [N, C] (or [C]), targets i64 (PyTorch's default) or i32 [N] (or
+ * scalar). Result f32-typed like
  * logits: a scalar, or [N] for AG_REDUCTION_NONE. Targets equal to
  * ignore_index contribute nothing. A target outside [0, C) is AG_ERR_INDEX,
  * reported by the next host sync on asynchronous devices (see docs). */
@@ -97,7 +114,8 @@ AG_API ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction
 AG_API ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias,
                                 double eps);
 
-/* Rows of table [V, D] for i32 indices of any shape: result [..., D].
+/* Rows of table [V, D] for i64 (PyTorch's default) or i32 indices of any
+ * shape: result [..., D].
  * An index outside [0, V) is AG_ERR_INDEX (see ag_cross_entropy). */
 AG_API ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices);
 

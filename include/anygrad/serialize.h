@@ -52,13 +52,14 @@ AG_API const char *ag_safetensors_dtype(const ag_safetensors *f, int i);
 
 /* A new tensor on device d with the stored contents. NULL with
  * AG_ERR_INVALID when there is no such name, AG_ERR_DTYPE naming the
- * tensor and its dtype when anygrad cannot hold it (I64, BOOL, U8, F8...). */
+ * tensor and its dtype when anygrad cannot hold it (I16, I8, U16-U64,
+ * F8...). F64 F32 F16 BF16 I64 I32 U8 BOOL load as they are. */
 AG_API ag_tensor *ag_safetensors_get(const ag_safetensors *f, const char *name, ag_device d);
 
-/* The same, converted to dtype `as`: integers and BOOL (as 0/1) to i32
- * (AG_ERR_INVALID naming the element when a value is outside the i32 range)
- * or to a float type; floats to float types (to i32 is refused:
- * AG_ERR_DTYPE). F8 tensors are refused (AG_ERR_DTYPE). Same dtype: as
+/* The same, converted to dtype `as`: integers and BOOL (as 0/1) to i32,
+ * i64 or u8 (AG_ERR_INVALID naming the element when a value is outside the
+ * target's range), to bool (x != 0) or to a float type; floats to float
+ * types (to an integer type is refused: AG_ERR_DTYPE). F8 tensors are refused (AG_ERR_DTYPE). Same dtype: as
  * ag_safetensors_get. */
 AG_API ag_tensor *ag_safetensors_get_as(const ag_safetensors *f, const char *name, ag_device d,
                                         ag_dtype as);

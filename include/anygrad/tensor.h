@@ -34,16 +34,26 @@ typedef enum ag_dtype {
   AG_F16 = 1,
   AG_BF16 = 2,
   AG_I32 = 3,
-  AG_F64 = 4, /* CPU only: gradient checks and references */
-  AG_DTYPE_COUNT = 5,
+  AG_F64 = 4,  /* CPU only: gradient checks and references */
+  AG_I64 = 5,  /* indices and targets (PyTorch's default integer dtype) */
+  AG_BOOL = 6, /* one byte holding 0 or 1: comparison results and masks */
+  AG_U8 = 7,   /* bytes (images, raw data) */
+  AG_DTYPE_COUNT = 8,
 } ag_dtype;
+/* Integer dtypes (i32, i64, u8, bool) hold exact integers: arithmetic wraps
+ * around in the dtype's width as in two's complement; casts from floating
+ * types truncate toward zero and saturate (NaN gives 0); a cast to bool is
+ * x != 0 (NaN is true), a cast from bool gives 0 or 1. Which ops each dtype
+ * takes is in ops.h and docs/conformance.md. */
 
 typedef struct ag_tensor ag_tensor;
 
 AG_API const char *ag_dtype_name(ag_dtype dt); /* "f32"...; "?" if bad */
 AG_API size_t ag_dtype_size(ag_dtype dt);      /* bytes; 0 if bad */
 AG_API bool ag_dtype_is_float(ag_dtype dt);
-/* Parse "f32", "f16", "bf16", "i32", "f64". */
+/* i32, i64, u8 and bool (bool counts as an integer dtype). */
+AG_API bool ag_dtype_is_int(ag_dtype dt);
+/* Parse "f32", "f16", "bf16", "i32", "f64", "i64", "bool", "u8". */
 AG_API ag_status ag_dtype_parse(const char *s, ag_dtype *out_dtype);
 
 /* ---- creation (asynchronous on the device's current stream) ---- */
@@ -186,8 +196,9 @@ AG_API ag_tensor *ag_contiguous(ag_tensor *t);
 
 /* ---- copies ---- */
 
-/* New tensor of dtype dt (round-to-nearest-even into f16/bf16); a view of t
- * when dt is t's dtype. */
+/* New tensor of dtype dt (round-to-nearest-even into f16/bf16; integer and
+ * bool rules above); a view of t when dt is t's dtype. Any dtype casts to
+ * any other where the device has both. */
 AG_API ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt);
 /* New tensor on device d (a contiguous copy); a view of t when d is t's
  * device. Asynchronous on both devices' current streams except when the

@@ -13,14 +13,19 @@
 
 #define AGK_DEV __device__ __forceinline__
 
-/* Distinct storage types so templates can tell f16 from bf16. */
+/* Distinct storage types so templates can tell f16 from bf16, and bool
+ * (one byte, 0 or 1) from u8. */
 struct agk_f16 { uint16_t x; };
 struct agk_bf16 { uint16_t x; };
+struct agk_bool { uint8_t x; };
 
 AGK_DEV float agk_tof(float v) { return v; }
 AGK_DEV float agk_tof(int32_t v) { return (float)v; }
 AGK_DEV float agk_tof(agk_f16 v) { return __half2float(__ushort_as_half(v.x)); }
 AGK_DEV float agk_tof(agk_bf16 v) { return __uint_as_float((uint32_t)v.x << 16); }
+AGK_DEV float agk_tof(int64_t v) { return (float)v; }
+AGK_DEV float agk_tof(uint8_t v) { return (float)v; }
+AGK_DEV float agk_tof(agk_bool v) { return (float)v.x; }
 
 template <typename T> AGK_DEV T agk_fromf(float f);
 template <> AGK_DEV float agk_fromf<float>(float f) { return f; }
@@ -37,6 +42,21 @@ AGK_DEV int32_t agk_sat_i32(double v) {
   if (v <= -2147483648.0) return (-2147483647 - 1);
   return (int32_t)v;
 }
+template <> AGK_DEV int64_t agk_fromf<int64_t>(float f) {
+  if (!(f == f)) return 0;
+  if (f >= 9223372036854775807.f) return 0x7fffffffffffffffLL;
+  if (f <= -9223372036854775808.f) return (-0x7fffffffffffffffLL - 1);
+  return (int64_t)f;
+}
+template <> AGK_DEV uint8_t agk_fromf<uint8_t>(float f) {
+  if (!(f > 0.f)) return 0; /* NaN too */
+  return f >= 255.f ? 255 : (uint8_t)f;
+}
+template <> AGK_DEV agk_bool agk_fromf<agk_bool>(float f) {
+  agk_bool r;
+  r.x = f != 0.f; /* NaN is true */
+  return r;
+}
 template <> AGK_DEV agk_f16 agk_fromf<agk_f16>(float f) {
   agk_f16 r;
   r.x = __half_as_ushort(__float2half_rn(f));
@@ -51,6 +71,52 @@ template <> AGK_DEV agk_bf16 agk_fromf<agk_bf16>(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     r.x = (uint16_t)(u >> 16);
   }
+  return r;
+}
+
+/* Integer storage (i32, i64, u8, bool) widened to and narrowed from the
+ * i64 compute type: narrowing keeps the low bits (two's complement wrap),
+ * bool stores v != 0. Casts go through agk_widen/agk_narrow: integers stay
+ * exact between integer dtypes; floats narrow with saturation. */
+AGK_DEV long long agk_toi(int32_t v) { return v; }
+AGK_DEV long long agk_toi(int64_t v) { return v; }
+AGK_DEV long long agk_toi(uint8_t v) { return v; }
+AGK_DEV long long agk_toi(agk_bool v) { return v.x; }
+template <typename T> AGK_DEV T agk_fromi(long long v);
+template <> AGK_DEV int32_t agk_fromi<int32_t>(long long v) { return (int32_t)(uint32_t)(unsigned long long)v; }
+template <> AGK_DEV int64_t agk_fromi<int64_t>(long long v) { return (int64_t)v; }
+template <> AGK_DEV uint8_t agk_fromi<uint8_t>(long long v) { return (uint8_t)(unsigned long long)v; }
+template <> AGK_DEV agk_bool agk_fromi<agk_bool>(long long v) {
+  agk_bool r;
+  r.x = v != 0;
+  return r;
+}
+template <> AGK_DEV float agk_fromi<float>(long long v) { return (float)v; }
+template <> AGK_DEV agk_f16 agk_fromi<agk_f16>(long long v) { return agk_fromf<agk_f16>((float)v); }
+template <> AGK_DEV agk_bf16 agk_fromi<agk_bf16>(long long v) { return agk_fromf<agk_bf16>((float)v); }
+AGK_DEV float agk_widen(float v) { return v; }
+AGK_DEV float agk_widen(agk_f16 v) { return agk_tof(v); }
+AGK_DEV float agk_widen(agk_bf16 v) { return agk_tof(v); }
+AGK_DEV long long agk_widen(int32_t v) { return v; }
+AGK_DEV long long agk_widen(int64_t v) { return v; }
+AGK_DEV long long agk_widen(uint8_t v) { return v; }
+AGK_DEV long long agk_widen(agk_bool v) { return v.x; }
+template <typename T> AGK_DEV T agk_narrow(float f) { return agk_fromf<T>(f); }
+template <typename T> AGK_DEV T agk_narrow(long long v) { return agk_fromi<T>(v); }
+/* v saturated into integer storage T's range (bool: v != 0), as a cast from
+ * a floating value (the AFFINE op's and fill's rule) */
+template <typename T> AGK_DEV T agk_sat(double v);
+template <> AGK_DEV int32_t agk_sat<int32_t>(double v) { return agk_sat_i32(v); }
+template <> AGK_DEV int64_t agk_sat<int64_t>(double v) {
+  if (!(v == v)) return 0;
+  if (v >= 9223372036854775807.0) return 0x7fffffffffffffffLL;
+  if (v <= -9223372036854775808.0) return (-0x7fffffffffffffffLL - 1);
+  return (int64_t)v;
+}
+template <> AGK_DEV uint8_t agk_sat<uint8_t>(double v) { return !(v > 0) ? 0 : v >= 255 ? 255 : (uint8_t)v; }
+template <> AGK_DEV agk_bool agk_sat<agk_bool>(double v) {
+  agk_bool r;
+  r.x = v != 0;
   return r;
 }
 
@@ -167,5 +233,31 @@ static inline long long agk_wave(const agk_env *env, int threads) {
     case AG_I32: { typedef int32_t T; __VA_ARGS__; break; } \
     default: return gpuErrorNotSupported;                  \
   }
+/* ... over every dtype the GPU kernels hold (not f64) */
+#define AGK_DISPATCH_EVERY(dt, T, ...)                      \
+  switch (dt) {                                            \
+    case AG_F32: { typedef float T; __VA_ARGS__; break; }  \
+    case AG_F16: { typedef agk_f16 T; __VA_ARGS__; break; } \
+    case AG_BF16: { typedef agk_bf16 T; __VA_ARGS__; break; } \
+    case AG_I32: { typedef int32_t T; __VA_ARGS__; break; } \
+    case AG_I64: { typedef int64_t T; __VA_ARGS__; break; } \
+    case AG_U8: { typedef uint8_t T; __VA_ARGS__; break; } \
+    case AG_BOOL: { typedef agk_bool T; __VA_ARGS__; break; } \
+    default: return gpuErrorNotSupported;                  \
+  }
+/* ... over the integer dtypes that compute in i64 */
+#define AGK_DISPATCH_INT64(dt, T, ...)                      \
+  switch (dt) {                                            \
+    case AG_I64: { typedef int64_t T; __VA_ARGS__; break; } \
+    case AG_U8: { typedef uint8_t T; __VA_ARGS__; break; } \
+    case AG_BOOL: { typedef agk_bool T; __VA_ARGS__; break; } \
+    default: return gpuErrorNotSupported;                  \
+  }
+
+/* Element n of an index operand (embedding indices, cross-entropy
+ * targets): i32, or i64 when idx64. */
+AGK_DEV long long agk_idx(const void *p, int idx64, long long n) {
+  return idx64 ? (long long)((const int64_t *)p)[n] : (long long)((const int32_t *)p)[n];
+}
 
 #endif

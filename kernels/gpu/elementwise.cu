@@ -176,6 +176,32 @@ AGK_DEV int32_t binary_i(int op, int32_t a, int32_t b, double s0) {
   return a;
 }
 
+/* i64 compute for i64/u8/bool storage: wrap-around in the storage width,
+ * AFFINE exact in f64 then saturated into the storage type */
+template <typename T> AGK_DEV T unary_l(int op, T xs, double s0, double s1) {
+  long long x = agk_toi(xs);
+  switch (op) {
+    case AG_U_NEG: return agk_fromi<T>((long long)(0ull - (unsigned long long)x));
+    case AG_U_ABS: return agk_fromi<T>(x < 0 ? (long long)(0ull - (unsigned long long)x) : x);
+    case AG_U_AFFINE: return agk_sat<T>((double)x * s0 + s1);
+  }
+  return xs;
+}
+template <typename T> AGK_DEV T binary_l(int op, T as, T bs, double s0) {
+  long long a = agk_toi(as), b = agk_toi(bs);
+  unsigned long long ua = (unsigned long long)a, ub = (unsigned long long)b;
+  switch (op) {
+    case AG_B_ADD:
+      if (s0 == (double)(int32_t)s0) return agk_fromi<T>((long long)(ua + (unsigned long long)(long long)(int32_t)s0 * ub));
+      return agk_sat<T>((double)a + s0 * (double)b);
+    case AG_B_SUB: return agk_fromi<T>((long long)(ua - ub));
+    case AG_B_MUL: return agk_fromi<T>((long long)(ua * ub));
+    case AG_B_MAX: return a > b ? as : bs;
+    case AG_B_MIN: return a < b ? as : bs;
+  }
+  return as;
+}
+
 /* Functors: apply(out, in...) on one element, all pointer-typed. */
 template <typename TO, typename TI> struct UnaryOp {
   int op;
@@ -188,6 +214,16 @@ template <> struct UnaryOp<int32_t, int32_t> {
   float s0, s1;
   double d0, d1;
   AGK_DEV int32_t operator()(int32_t x) const { return unary_i(op, x, d0, d1); }
+};
+template <typename T> struct UnaryOpL {
+  int op;
+  double d0, d1;
+  AGK_DEV T operator()(T x) const { return unary_l<T>(op, x, d0, d1); }
+};
+template <typename T> struct BinaryOpL {
+  int op;
+  double d0;
+  AGK_DEV T operator()(T a, T b) const { return binary_l<T>(op, a, b, d0); }
 };
 template <typename T> struct BinaryOp {
   int op;
@@ -203,12 +239,10 @@ template <> struct BinaryOp<int32_t> {
 };
 
 /* ---- unary ---- */
-/* Casts convert through f32 (i32 <-> i32 never reaches here). */
+/* Casts: integers through i64 (exact between integer dtypes), floats
+ * through f32 (saturating into integers; bool is x != 0). */
 template <typename TO, typename TI> struct CastOp {
-  AGK_DEV TO operator()(TI x) const { return agk_fromf<TO>(agk_tof(x)); }
-};
-template <typename TI> struct CastOp<int32_t, TI> {
-  AGK_DEV int32_t operator()(TI x) const { return agk_fromf<int32_t>(agk_tof(x)); }
+  AGK_DEV TO operator()(TI x) const { return agk_narrow<TO>(agk_widen(x)); }
 };
 /* Same-dtype COPY moves the storage bits unchanged. */
 template <typename T> struct RawCopy {
@@ -252,6 +286,24 @@ static gpuError_t unary_run(const agk_env *env, const ag_kernel_call *c, F f) {
   }
   return gpuGetLastError();
 }
+/* Casts that involve i64, u8 or bool: the strided kernel only (it covers
+ * contiguous operands as one dim). Half the instantiations of the 42 cast
+ * pairs; these casts are not on any hot path. */
+template <typename TO, typename TI> static gpuError_t cast_strided(const agk_env *env, const ag_kernel_call *c) {
+  agk_ew d;
+  ew_build(c, 0, 2, &d);
+  if (d.numel == 0) return gpuSuccess;
+  agk_launch(k_unary_strided<TO, TI, CastOp<TO, TI> >, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d,
+             CastOp<TO, TI>());
+  return gpuGetLastError();
+}
+template <typename T> static gpuError_t unary_l_go(const agk_env *env, const ag_kernel_call *c) {
+  UnaryOpL<T> f;
+  f.op = c->sub;
+  f.d0 = c->s[0];
+  f.d1 = c->s[1];
+  return unary_run<T, T>(env, c, f);
+}
 template <typename TO, typename TI> static gpuError_t unary_go(const agk_env *env, const ag_kernel_call *c) {
   UnaryOp<TO, TI> f;
   f.op = c->sub;
@@ -268,18 +320,29 @@ gpuError_t agk_unary(const agk_env *env, const ag_kernel_call *c) {
   if (to == ti && c->sub == AG_U_COPY) {
     if (to == AG_F32 || to == AG_I32) return unary_run<uint32_t, uint32_t>(env, c, RawCopy<uint32_t>());
     if (to == AG_F16 || to == AG_BF16) return unary_run<uint16_t, uint16_t>(env, c, RawCopy<uint16_t>());
+    if (to == AG_I64) return unary_run<uint64_t, uint64_t>(env, c, RawCopy<uint64_t>());
+    if (to == AG_U8 || to == AG_BOOL) return unary_run<uint8_t, uint8_t>(env, c, RawCopy<uint8_t>());
   }
   /* the op switch is instantiated per dtype only; casts get a lean functor */
+  if (to == ti && (to == AG_I64 || to == AG_U8 || to == AG_BOOL)) {
+    AGK_DISPATCH_INT64(to, T, return unary_l_go<T>(env, c));
+  }
   if (to == ti) {
     AGK_DISPATCH_ALL(to, T, return unary_go<T, T>(env, c));
+  }
+  if (ti == AG_I64 || ti == AG_U8 || ti == AG_BOOL) {
+    AGK_DISPATCH_EVERY(to, TO, AGK_DISPATCH_INT64(ti, TI, return cast_strided<TO, TI>(env, c)));
+  }
+  if (to == AG_I64 || to == AG_U8 || to == AG_BOOL) {
+    AGK_DISPATCH_INT64(to, TO, AGK_DISPATCH_ALL(ti, TI, return cast_strided<TO, TI>(env, c)));
   }
   AGK_DISPATCH_ALL(to, TO, AGK_DISPATCH_ALL(ti, TI, return unary_run<TO, TI>(env, c, CastOp<TO, TI>())));
   return gpuErrorNotSupported;
 }
 
 /* ---- binary ---- */
-template <typename T, int V>
-__global__ void k_binary_vec(T *o, const T *a, const T *b, long long n, BinaryOp<T> f) {
+template <typename T, int V, typename F>
+__global__ void k_binary_vec(T *o, const T *a, const T *b, long long n, F f) {
   long long nv = n / V, stride = (long long)gridDim.x * blockDim.x;
   long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   for (long long i = t; i < nv; i += stride) {
@@ -290,7 +353,7 @@ __global__ void k_binary_vec(T *o, const T *a, const T *b, long long n, BinaryOp
   }
   for (long long i = nv * V + t; i < n; i += stride) o[i] = f(a[i], b[i]);
 }
-template <typename T> __global__ void k_binary_strided(agk_ew d, BinaryOp<T> f) {
+template <typename T, typename F> __global__ void k_binary_strided(agk_ew d, F f) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < d.numel; i += stride) {
     long long off[AGK_EW_MAXOPS];
@@ -298,25 +361,73 @@ template <typename T> __global__ void k_binary_strided(agk_ew d, BinaryOp<T> f) 
     ((T *)d.p[0])[off[0]] = f(((const T *)d.p[1])[off[1]], ((const T *)d.p[2])[off[2]]);
   }
 }
-template <typename T> static gpuError_t binary_go(const agk_env *env, const ag_kernel_call *c) {
+template <typename T, typename F> static gpuError_t binary_run(const agk_env *env, const ag_kernel_call *c, F f) {
   agk_ew d;
   bool contig = ew_build(c, 0, 3, &d);
+  if (d.numel == 0) return gpuSuccess;
+  const int V = 16 / sizeof(T);
+  if (contig && aligned(&d, 3, 16)) {
+    agk_launch(k_binary_vec<T, V, F>, ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream, 
+        (T *)d.p[0], (const T *)d.p[1], (const T *)d.p[2], d.numel, f);
+  } else {
+    agk_launch(k_binary_strided<T, F>, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d, f);
+  }
+  return gpuGetLastError();
+}
+template <typename T> static gpuError_t binary_go(const agk_env *env, const ag_kernel_call *c) {
   BinaryOp<T> f;
   f.op = c->sub;
   f.s0 = (float)c->s[0];
   f.d0 = c->s[0];
-  if (d.numel == 0) return gpuSuccess;
-  const int V = 16 / sizeof(T);
-  if (contig && aligned(&d, 3, 16)) {
-    agk_launch(k_binary_vec<T, V>, ew_grid(env, d.numel / V + 1), AGK_EW_THREADS, 0, env->stream, 
-        (T *)d.p[0], (const T *)d.p[1], (const T *)d.p[2], d.numel, f);
-  } else {
-    agk_launch(k_binary_strided<T>, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d, f);
-  }
-  return gpuGetLastError();
+  return binary_run<T>(env, c, f);
 }
+template <typename T> static gpuError_t binary_l_go(const agk_env *env, const ag_kernel_call *c) {
+  BinaryOpL<T> f;
+  f.op = c->sub;
+  f.d0 = c->s[0];
+  return binary_run<T>(env, c, f);
+}
+
+/* Comparisons: inputs of any dtype compared in their compute type (f32 for
+ * floating storage, i64 for integers), output bool. */
+template <typename V> AGK_DEV bool cmp_v(int op, V a, V b) {
+  switch (op) {
+    case AG_B_EQ: return a == b;
+    case AG_B_NE: return a != b;
+    case AG_B_GT: return a > b;
+    case AG_B_GE: return a >= b;
+    case AG_B_LT: return a < b;
+    case AG_B_LE: return a <= b;
+  }
+  return false;
+}
+template <typename T> __global__ void k_compare(agk_ew d, int op) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < d.numel; i += stride) {
+    long long off[AGK_EW_MAXOPS];
+    ew_offsets(d, i, off);
+    ((uint8_t *)d.p[0])[off[0]] =
+        cmp_v(op, agk_widen(((const T *)d.p[1])[off[1]]), agk_widen(((const T *)d.p[2])[off[2]])) ? 1 : 0;
+  }
+}
+static bool is_compare(int op) {
+  return op == AG_B_EQ || op == AG_B_NE || op == AG_B_GT || op == AG_B_GE || op == AG_B_LT || op == AG_B_LE;
+}
+
 gpuError_t agk_binary(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_ALL(c->o[0].dtype, T, return binary_go<T>(env, c));
+  if (is_compare(c->sub)) {
+    agk_ew d;
+    ew_build(c, 0, 3, &d);
+    if (d.numel == 0) return gpuSuccess;
+    AGK_DISPATCH_EVERY(c->o[1].dtype, T,
+                       agk_launch(k_compare<T>, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d, c->sub));
+    return gpuGetLastError();
+  }
+  ag_dtype dt = c->o[0].dtype;
+  if (dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL) {
+    AGK_DISPATCH_INT64(dt, T, return binary_l_go<T>(env, c));
+  }
+  AGK_DISPATCH_ALL(dt, T, return binary_go<T>(env, c));
   return gpuErrorNotSupported;
 }
 
@@ -326,7 +437,7 @@ template <typename T, typename TC> __global__ void k_where(agk_ew d) {
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < d.numel; i += stride) {
     long long off[AGK_EW_MAXOPS];
     ew_offsets(d, i, off);
-    bool cond = agk_tof(((const TC *)d.p[1])[off[1]]) != 0.f;
+    bool cond = agk_widen(((const TC *)d.p[1])[off[1]]) != 0;
     ((T *)d.p[0])[off[0]] = cond ? ((const T *)d.p[2])[off[2]] : ((const T *)d.p[3])[off[3]];
   }
 }
@@ -337,9 +448,12 @@ gpuError_t agk_where(const agk_env *env, const ag_kernel_call *c) {
   /* Only the element size matters when selecting, so storage is moved as
    * same-sized integers; the condition is read in its own dtype. */
   unsigned g = ew_grid(env, d.numel);
-  size_t es = c->o[0].dtype == AG_F32 || c->o[0].dtype == AG_I32 ? 4 : 2;
-  AGK_DISPATCH_ALL(c->o[1].dtype, TC,
+  ag_dtype dt = c->o[0].dtype;
+  size_t es = dt == AG_F32 || dt == AG_I32 ? 4 : dt == AG_I64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 2;
+  AGK_DISPATCH_EVERY(c->o[1].dtype, TC,
                    if (es == 4) agk_launch(k_where<int32_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d);
+                   else if (es == 8) agk_launch(k_where<uint64_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d);
+                   else if (es == 1) agk_launch(k_where<uint8_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d);
                    else agk_launch(k_where<uint16_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d));
   return gpuGetLastError();
 }
@@ -405,6 +519,17 @@ gpuError_t agk_fill(const agk_env *env, const ag_kernel_call *c) {
   switch (c->o[0].dtype) {
     case AG_F32: return fill_go<float>(env, c, f);
     case AG_I32: return fill_go<int32_t>(env, c, (int32_t)c->s[0]);
+    /* saturated as a cast from a floating value (host copies of agk_sat) */
+    case AG_I64: {
+      double v = c->s[0];
+      int64_t x = !(v == v) ? 0 : v >= 9223372036854775807.0 ? INT64_MAX : v <= -9223372036854775808.0 ? INT64_MIN : (int64_t)v;
+      return fill_go<int64_t>(env, c, x);
+    }
+    case AG_U8: {
+      double v = c->s[0];
+      return fill_go<uint8_t>(env, c, (uint8_t)(!(v > 0) ? 0 : v >= 255 ? 255 : (int)v));
+    }
+    case AG_BOOL: return fill_go<uint8_t>(env, c, (uint8_t)(c->s[0] != 0));
     case AG_BF16: {
       agk_bf16 v;
       v.x = host_bf16(f);
@@ -429,10 +554,15 @@ template <> __global__ void k_arange<int32_t>(int32_t *o, long long n, double st
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
     o[i] = (int32_t)(start + (double)i * step);
 }
+template <> __global__ void k_arange<int64_t>(int64_t *o, long long n, double start, double step) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    o[i] = agk_sat<int64_t>(start + (double)i * step);
+}
 gpuError_t agk_arange(const agk_env *env, const ag_kernel_call *c) {
   long long n = c->o[0].ndim ? c->o[0].shape[0] : 1;
   if (n == 0) return gpuSuccess;
-  AGK_DISPATCH_ALL(c->o[0].dtype, T,
+  AGK_DISPATCH_EVERY(c->o[0].dtype, T,
                    agk_launch(k_arange<T>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, (T *)agk_ptr(&c->o[0]), n, c->s[0], c->s[1]));
   return gpuGetLastError();
 }

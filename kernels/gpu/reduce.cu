@@ -16,6 +16,13 @@ template <typename A> AGK_DEV agk_pair<A> red_ident(int op) {
   p.v = op == AG_R_SUM ? (A)0 : op == AG_R_MIN ? (A)INFINITY : (A)-INFINITY;
   return p;
 }
+/* Integers (i64, u8, bool) reduce exactly in i64. */
+template <> AGK_DEV agk_pair<long long> red_ident<long long>(int op) {
+  agk_pair<long long> p;
+  p.i = 0x7fffffffffffffffLL;
+  p.v = op == AG_R_SUM ? 0 : op == AG_R_MIN ? 0x7fffffffffffffffLL : (-0x7fffffffffffffffLL - 1);
+  return p;
+}
 /* The CPU backend's rules (backends/cpu/cpu_kernels.c, as torch): max and
  * min propagate NaN; argmax orders NaN above everything and takes the first
  * index among equals, so it is the first NaN, else the first maximum. The
@@ -76,6 +83,24 @@ template <typename A> struct red_out<int32_t, A> {
 
 template <typename T> AGK_DEV double red_val(const T *p) { return (double)agk_tof(*p); }
 template <> AGK_DEV double red_val<int32_t>(const int32_t *p) { return (double)*p; }
+template <typename A, typename T> AGK_DEV A red_get(const T *p) { return (A)red_val(p); }
+template <> AGK_DEV long long red_get<long long, int64_t>(const int64_t *p) { return *p; }
+template <> AGK_DEV long long red_get<long long, uint8_t>(const uint8_t *p) { return *p; }
+template <> AGK_DEV long long red_get<long long, agk_bool>(const agk_bool *p) { return p->x; }
+
+template <typename T> AGK_DEV void red_store_l(T *out, long long j, agk_pair<long long> p, int op) {
+  if (op == AG_R_ARGMAX) ((int32_t *)out)[j] = red_index(p.i);
+  else out[j] = agk_fromi<T>(p.v);
+}
+template <> struct red_out<int64_t, long long> {
+  static AGK_DEV void st(void *o, long long j, agk_pair<long long> p, int op, double) { red_store_l<int64_t>((int64_t *)o, j, p, op); }
+};
+template <> struct red_out<uint8_t, long long> {
+  static AGK_DEV void st(void *o, long long j, agk_pair<long long> p, int op, double) { red_store_l<uint8_t>((uint8_t *)o, j, p, op); }
+};
+template <> struct red_out<agk_bool, long long> {
+  static AGK_DEV void st(void *o, long long j, agk_pair<long long> p, int op, double) { red_store_l<agk_bool>((agk_bool *)o, j, p, op); }
+};
 
 /* inner == 1, rows of at most AGK_SHORT_ROW elements: one thread per row;
  * a block per row would leave most of its threads idle. */
@@ -88,7 +113,7 @@ __global__ void k_reduce_rows_short(const T *x, void *out, long long outer, long
     agk_pair<A> acc = red_ident<A>(op);
     for (long long i = 0; i < r; i++) {
       agk_pair<A> q;
-      q.v = (A)red_val(xr + i);
+      q.v = red_get<A>(xr + i);
       q.i = i;
       acc = red_comb(op, acc, q);
     }
@@ -109,8 +134,8 @@ __global__ void k_reduce_rows(const T *x, void *out, agk_pair<A> *part, long lon
     agk_pair<A> acc = red_ident<A>(op);
     long long i = lo + threadIdx.x;
     for (; i + 3 * blockDim.x < hi; i += 4 * blockDim.x) {
-      A v0 = (A)red_val(xr + i), v1 = (A)red_val(xr + i + blockDim.x);
-      A v2 = (A)red_val(xr + i + 2 * blockDim.x), v3 = (A)red_val(xr + i + 3 * blockDim.x);
+      A v0 = red_get<A>(xr + i), v1 = red_get<A>(xr + i + blockDim.x);
+      A v2 = red_get<A>(xr + i + 2 * blockDim.x), v3 = red_get<A>(xr + i + 3 * blockDim.x);
       agk_pair<A> q;
       q.v = v0; q.i = i; acc = red_comb(op, acc, q);
       q.v = v1; q.i = i + blockDim.x; acc = red_comb(op, acc, q);
@@ -119,7 +144,7 @@ __global__ void k_reduce_rows(const T *x, void *out, agk_pair<A> *part, long lon
     }
     for (; i < hi; i += blockDim.x) {
       agk_pair<A> q;
-      q.v = (A)red_val(xr + i);
+      q.v = red_get<A>(xr + i);
       q.i = i;
       acc = red_comb(op, acc, q);
     }
@@ -149,7 +174,7 @@ __global__ void k_reduce_cols(const T *x, void *out, agk_pair<A> *part, long lon
       const T *xo = x + o * r * inner + col;
       for (long long i = lo + threadIdx.y; i < hi; i += blockDim.y) {
         agk_pair<A> q;
-        q.v = (A)red_val(xo + i * inner);
+        q.v = red_get<A>(xo + i * inner);
         q.i = i;
         acc = red_comb(op, acc, q);
       }
@@ -229,6 +254,9 @@ gpuError_t agk_reduce(const agk_env *env, const ag_kernel_call *c) {
     case AG_F16: return reduce_go<agk_f16, float>(env, c);
     case AG_BF16: return reduce_go<agk_bf16, float>(env, c);
     case AG_I32: return reduce_go<int32_t, double>(env, c);
+    case AG_I64: return reduce_go<int64_t, long long>(env, c);
+    case AG_U8: return reduce_go<uint8_t, long long>(env, c); /* max/min/argmax */
+    case AG_BOOL: return reduce_go<agk_bool, long long>(env, c);
     default: return gpuErrorNotSupported;
   }
 }
@@ -328,10 +356,10 @@ __global__ void k_softmax_bwd(T *dx, const T *dy, const T *y, long long R, long 
   }
 }
 template <int TPR, typename T>
-__global__ void k_xent(float *loss, const T *x, const int32_t *t, long long R, long long C, long long ignore,
+__global__ void k_xent(float *loss, const T *x, const void *t, int t64, long long R, long long C, long long ignore,
                        ag_kernel_error *err) {
   ROW_LOOP(TPR) {
-    long long tg = t[row];
+    long long tg = agk_idx(t, t64, row);
     if (tg == ignore) {
       if (lane == 0) loss[row] = 0.f;
       continue;
@@ -349,10 +377,10 @@ __global__ void k_xent(float *loss, const T *x, const int32_t *t, long long R, l
   }
 }
 template <int TPR, typename T>
-__global__ void k_xent_bwd(T *dl, const T *x, const int32_t *t, const float *g, long long gs, long long R,
+__global__ void k_xent_bwd(T *dl, const T *x, const void *t, int t64, const float *g, long long gs, long long R,
                            long long C, long long ignore) {
   ROW_LOOP(TPR) {
-    long long tg = t[row];
+    long long tg = agk_idx(t, t64, row);
     T *d = dl + row * C;
     if (tg == ignore || tg < 0 || tg >= C) {
       for (long long j = lane; j < C; j += TPR) d[j] = agk_fromf<T>(0.f);
@@ -494,7 +522,7 @@ template <typename T> static gpuError_t xent_go(const agk_env *env, const ag_ker
   long long R = c->i[0], C = c->i[1];
   if (R == 0) return gpuSuccess;
   ROW_LAUNCH(k_xent, T, R, C, (float *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-             (const int32_t *)agk_ptr(&c->o[2]), R, C, c->i[2], env->err);
+             agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, R, C, c->i[2], env->err);
   return gpuGetLastError();
 }
 gpuError_t agk_cross_entropy(const agk_env *env, const ag_kernel_call *c) {
@@ -506,7 +534,7 @@ template <typename T> static gpuError_t xent_bwd_go(const agk_env *env, const ag
   if (R == 0 || C == 0) return gpuSuccess;
   long long gs = c->o[3].ndim > 0 ? c->o[3].strides[0] : 0;
   ROW_LAUNCH(k_xent_bwd, T, R, C, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-             (const int32_t *)agk_ptr(&c->o[2]), (const float *)agk_ptr(&c->o[3]), gs, R, C, c->i[2]);
+             agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, (const float *)agk_ptr(&c->o[3]), gs, R, C, c->i[2]);
   return gpuGetLastError();
 }
 gpuError_t agk_cross_entropy_bwd(const agk_env *env, const ag_kernel_call *c) {
@@ -578,11 +606,11 @@ gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call *c) {
 
 /* ---------------- embedding ---------------- */
 template <typename T>
-__global__ void k_embedding(T *o, const T *tab, const int32_t *idx, long long N, long long D, long long V,
+__global__ void k_embedding(T *o, const T *tab, const void *idx, int idx64, long long N, long long D, long long V,
                             ag_kernel_error *err) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N * D; i += stride) {
-    long long n = i / D, d = i - n * D, k = idx[n];
+    long long n = i / D, d = i - n * D, k = agk_idx(idx, idx64, n);
     if (k < 0 || k >= V) {
       o[i] = agk_fromf<T>(0.f);
       if (d == 0) agk_report(err, AG_K_EMBEDDING, k, V);
@@ -592,10 +620,10 @@ __global__ void k_embedding(T *o, const T *tab, const int32_t *idx, long long N,
   }
 }
 template <typename T>
-__global__ void k_embedding_bwd(float *dt, const T *dout, const int32_t *idx, long long N, long long D, long long V) {
+__global__ void k_embedding_bwd(float *dt, const T *dout, const void *idx, int idx64, long long N, long long D, long long V) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N * D; i += stride) {
-    long long n = i / D, d = i - n * D, k = idx[n];
+    long long n = i / D, d = i - n * D, k = agk_idx(idx, idx64, n);
     if (k >= 0 && k < V) atomicAdd(dt + k * D + d, agk_tof(dout[i]));
   }
 }
@@ -604,13 +632,13 @@ __global__ void k_embedding_bwd(float *dt, const T *dout, const int32_t *idx, lo
  * order n = 0, 1, ..: the CPU's order, so the sums equal the CPU's bit for
  * bit. Every thread scans all N indices (a broadcast load per warp). */
 template <typename T>
-__global__ void k_embedding_bwd_det(float *dt, const T *dout, const int32_t *idx, long long N, long long D,
+__global__ void k_embedding_bwd_det(float *dt, const T *dout, const void *idx, int idx64, long long N, long long D,
                                     long long V, long long slice, long long nthreads) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < nthreads; t += stride) {
     long long d = t % D, v0 = (t / D) * slice, v1 = v0 + slice < V ? v0 + slice : V;
     for (long long n = 0; n < N; n++) {
-      long long k = idx[n];
+      long long k = agk_idx(idx, idx64, n);
       if (k >= v0 && k < v1) dt[k * D + d] += agk_tof(dout[n * D + d]);
     }
   }
@@ -619,9 +647,9 @@ gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c) {
   long long N = c->i[0], D = c->i[1], V = c->i[2];
   if (N * D == 0) return gpuSuccess;
   unsigned g = agk_blocks(N * D, 256, 256, agk_wave(env, 256));
-  AGK_DISPATCH_ALL(c->o[0].dtype, T,
+  AGK_DISPATCH_EVERY(c->o[0].dtype, T,
                    agk_launch(k_embedding<T>, g, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-                                                             (const int32_t *)agk_ptr(&c->o[2]), N, D, V, env->err));
+                                                             agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, N, D, V, env->err));
   return gpuGetLastError();
 }
 gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c) {
@@ -639,13 +667,13 @@ gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c) {
     AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
                        agk_launch(k_embedding_bwd_det<T>, agk_blocks(D * slices, 256, 256, 0), 256, 0, env->stream,
                                   (float *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-                                  (const int32_t *)agk_ptr(&c->o[2]), N, D, V, slice, D * slices));
+                                  agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, N, D, V, slice, D * slices));
     return gpuGetLastError();
   }
   unsigned g = agk_blocks(N * D, 256, 256, agk_wave(env, 256));
   AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
                      agk_launch(k_embedding_bwd<T>, g, 256, 0, env->stream, (float *)agk_ptr(&c->o[0]),
                                                                    (const T *)agk_ptr(&c->o[1]),
-                                                                   (const int32_t *)agk_ptr(&c->o[2]), N, D, V));
+                                                                   agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, N, D, V));
   return gpuGetLastError();
 }

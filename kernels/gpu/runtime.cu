@@ -281,29 +281,35 @@ ag_status agg_copy_d2d(ag_bstream *s, void *dst_base, size_t dst_off, const void
 /* ---- kernels ---- */
 
 static const char *dtype_name(ag_dtype dt) {
-  static const char *const n[] = {"f32", "f16", "bf16", "i32", "f64"};
+  static const char *const n[] = {"f32", "f16", "bf16", "i32", "f64", "i64", "bool", "u8"};
   return (unsigned)dt < sizeof n / sizeof n[0] ? n[dt] : "?";
 }
 static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
-static bool is_any(ag_dtype dt) { return is_float(dt) || dt == AG_I32; }
+static bool is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
+static bool is_any(ag_dtype dt) { return is_float(dt) || is_int(dt); }
+static bool is_compare(int sub) {
+  return sub == AG_B_EQ || sub == AG_B_NE || sub == AG_B_GT || sub == AG_B_GE || sub == AG_B_LT || sub == AG_B_LE;
+}
 
 bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
   switch (op) {
     case AG_K_FILL:
     case AG_K_ARANGE:
     case AG_K_WHERE:
-    case AG_K_EMBEDDING:
       return is_any(dt);
+    case AG_K_EMBEDDING: /* sub 1: i64 indices */
+      return is_any(dt) && (sub == 0 || sub == 1);
+    case AG_K_CROSS_ENTROPY:
+    case AG_K_CROSS_ENTROPY_BWD:
+    case AG_K_EMBEDDING_BWD:
+      return is_float(dt) && (sub == 0 || sub == 1);
     case AG_K_RAND_UNIFORM:
     case AG_K_RAND_NORMAL:
     case AG_K_DROPOUT:
     case AG_K_MATMUL:
     case AG_K_SOFTMAX_BWD:
-    case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD:
     case AG_K_LAYERNORM:
     case AG_K_LAYERNORM_BWD:
-    case AG_K_EMBEDDING_BWD:
     case AG_K_NONFINITE_CHECK:
     case AG_K_SUMSQ:
       return is_float(dt);
@@ -312,14 +318,15 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_UNARY:
       if (sub < 0 || sub >= AG_UNARY_COUNT) return false;
       if (is_float(dt)) return true;
-      return dt == AG_I32 && (sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS || sub == AG_U_AFFINE);
+      return is_int(dt) && (sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS || sub == AG_U_AFFINE);
     case AG_K_BINARY:
       if (sub < 0 || sub >= AG_BINARY_COUNT) return false;
       if (is_float(dt)) return true;
-      return dt == AG_I32 && (sub == AG_B_ADD || sub == AG_B_SUB || sub == AG_B_MUL || sub == AG_B_MAX ||
-                              sub == AG_B_MIN || sub == AG_B_EQ || sub == AG_B_GT || sub == AG_B_LT);
-    case AG_K_REDUCE:
-      return is_any(dt) && sub >= 0 && sub < AG_REDUCE_COUNT;
+      return is_int(dt) && (sub == AG_B_ADD || sub == AG_B_SUB || sub == AG_B_MUL || sub == AG_B_MAX ||
+                            sub == AG_B_MIN || is_compare(sub));
+    case AG_K_REDUCE: /* the core sums bool and u8 as i64 */
+      return is_any(dt) && sub >= 0 && sub < AG_REDUCE_COUNT &&
+             !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
     case AG_K_ADAMW:
     case AG_K_SGD:
       return dt == AG_F32;

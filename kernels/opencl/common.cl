@@ -10,6 +10,11 @@
 #define DT_F16 1
 #define DT_BF16 2
 #define DT_I32 3
+#define DT_I64 5
+#define DT_BOOL 6
+#define DT_U8 7
+
+bool is_int_dt(int dt) { return dt == DT_I32 || dt == DT_I64 || dt == DT_BOOL || dt == DT_U8; }
 
 /* Must equal the host's local size for row kernels (a power of two). */
 #ifndef AG_WG
@@ -40,6 +45,9 @@ float ldf(const gbuf *b, ulong off, long i, int dt) {
     case DT_F16: return vload_half((size_t)i, (const __global half *)p);
     case DT_BF16: return bf16_to_f(((const __global ushort *)p)[i]);
     case DT_I32: return (float)((const __global int *)p)[i];
+    case DT_I64: return (float)((const __global long *)p)[i];
+    case DT_BOOL:
+    case DT_U8: return (float)((const __global uchar *)p)[i];
     default: return ((const __global float *)p)[i];
   }
 }
@@ -50,7 +58,46 @@ void stf(gbuf *b, ulong off, long i, int dt, float v) {
     case DT_F16: vstore_half_rte(v, (size_t)i, (__global half *)p); break;
     case DT_BF16: ((__global ushort *)p)[i] = f_to_bf16(v); break;
     case DT_I32: ((__global int *)p)[i] = convert_int_sat_rtz(v); break;
+    /* saturating conversions give 0 for NaN; bool is v != 0 (NaN true) */
+    case DT_I64: ((__global long *)p)[i] = convert_long_sat_rtz(v); break;
+    case DT_U8: ((__global uchar *)p)[i] = convert_uchar_sat_rtz(v); break;
+    case DT_BOOL: ((__global uchar *)p)[i] = v != 0.0f; break;
     default: ((__global float *)p)[i] = v; break;
+  }
+}
+
+/* Integer dtypes in the i64 compute type: loads widen, stores keep the low
+ * bits (two's complement wrap), bool stores v != 0. Floating sources load
+ * truncated and saturated. */
+long ldl(const gbuf *b, ulong off, long i, int dt) {
+  const gbuf *p = b + off;
+  switch (dt) {
+    case DT_I32: return ((const __global int *)p)[i];
+    case DT_I64: return ((const __global long *)p)[i];
+    case DT_BOOL:
+    case DT_U8: return ((const __global uchar *)p)[i];
+    default: return convert_long_sat_rtz(ldf(b, off, i, dt));
+  }
+}
+
+void stl(gbuf *b, ulong off, long i, int dt, long v) {
+  gbuf *p = b + off;
+  switch (dt) {
+    case DT_I32: ((__global int *)p)[i] = (int)v; break;
+    case DT_I64: ((__global long *)p)[i] = v; break;
+    case DT_U8: ((__global uchar *)p)[i] = (uchar)v; break;
+    case DT_BOOL: ((__global uchar *)p)[i] = v != 0; break;
+    default: stf(b, off, i, dt, (float)v); break;
+  }
+}
+
+/* v saturated into integer dtype dt's range (bool: v != 0). */
+long sat_dt(long v, int dt) {
+  switch (dt) {
+    case DT_I32: return v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : v;
+    case DT_U8: return v > 255 ? 255 : v < 0 ? 0 : v;
+    case DT_BOOL: return v != 0;
+    default: return v;
   }
 }
 

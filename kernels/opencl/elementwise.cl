@@ -49,15 +49,23 @@ __kernel void ag_unary(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int 
     /* Same-dtype copies move bits, so NaN payloads and large ints survive. */
     if (odt == DT_F16 || odt == DT_BF16)
       ((__global ushort *)(o + oo))[off[0]] = ((const __global ushort *)(x + xo))[off[1]];
+    else if (odt == DT_I64)
+      ((__global ulong *)(o + oo))[off[0]] = ((const __global ulong *)(x + xo))[off[1]];
+    else if (odt == DT_U8 || odt == DT_BOOL)
+      ((__global uchar *)(o + oo))[off[0]] = ((const __global uchar *)(x + xo))[off[1]];
     else
       ((__global uint *)(o + oo))[off[0]] = ((const __global uint *)(x + xo))[off[1]];
-  } else if (odt == DT_I32) {
-    int v = ldi(x, xo, off[1], xdt);
-    if (op == 13 && !sint)
-      v = convert_int_sat_rtz((float)v * s0 + s1);
-    else
-      v = unary_i(op, v, is0, is1);
-    sti(o, oo, off[0], v);
+  } else if (is_int_dt(odt) && is_int_dt(xdt)) {
+    /* integer ops and casts between integer dtypes in i64 (low bits kept) */
+    long v = ldl(x, xo, off[1], xdt);
+    if (op == 1) v = (long)(0ul - (ulong)v);
+    else if (op == 6) v = v < 0 ? (long)(0ul - (ulong)v) : v;
+    else if (op == 13 && sint) v = sat_dt(v * is0 + is1, odt);
+    else if (op == 13) {
+      stf(o, oo, off[0], odt, (float)v * s0 + s1);
+      return;
+    }
+    stl(o, oo, off[0], odt, v);
   } else {
     stf(o, oo, off[0], odt, unary_f(op, ldf(x, xo, off[1], xdt), s0, s1));
   }
@@ -106,13 +114,56 @@ int binary_i(int op, int a, int b, long s0) {
   return 0;
 }
 
+/* Comparisons (ops 6-8 eq/gt/lt, 16-18 ne/le/ge) write bool. */
+bool cmp_op(int op) { return (op >= 6 && op <= 8) || (op >= 16 && op <= 18); }
+bool cmp_l(int op, long a, long b) {
+  switch (op) {
+    case 6: return a == b;
+    case 7: return a > b;
+    case 8: return a < b;
+    case 16: return a != b;
+    case 17: return a <= b;
+    default: return a >= b;
+  }
+}
+bool cmp_f(int op, float a, float b) {
+  switch (op) {
+    case 6: return a == b;
+    case 7: return a > b;
+    case 8: return a < b;
+    case 16: return a != b;
+    case 17: return a <= b;
+    default: return a >= b;
+  }
+}
+
+long binary_l(int op, long a, long b, long s0) {
+  switch (op) {
+    case 0: return (long)((ulong)a + (ulong)s0 * (ulong)b);
+    case 1: return (long)((ulong)a - (ulong)b);
+    case 2: return (long)((ulong)a * (ulong)b);
+    case 4: return max(a, b);
+    case 5: return min(a, b);
+  }
+  return 0;
+}
+
 __kernel void ag_binary(gbuf *o, ulong oo, const gbuf *a, ulong ao, const gbuf *b, ulong bo,
                         int dt, int op, float s0, long is0, int sint, long n, int nd, ew_meta m) {
   long i = get_global_id(0);
   if (i >= n) return;
   long off[3];
   ew_offsets(i, nd, &m, 3, off);
-  if (dt == DT_I32 && op == 0 && !sint)
+  if (cmp_op(op)) {
+    bool r = is_int_dt(dt) ? cmp_l(op, ldl(a, ao, off[1], dt), ldl(b, bo, off[2], dt))
+                           : cmp_f(op, ldf(a, ao, off[1], dt), ldf(b, bo, off[2], dt));
+    ((__global uchar *)(o + oo))[off[0]] = r;
+  } else if (is_int_dt(dt) && dt != DT_I32) {
+    if (op == 0 && !sint)
+      stf(o, oo, off[0], dt, (float)ldl(a, ao, off[1], dt) + s0 * (float)ldl(b, bo, off[2], dt));
+    else
+      stl(o, oo, off[0], dt, binary_l(op, ldl(a, ao, off[1], dt), ldl(b, bo, off[2], dt), is0));
+  } else if (dt == DT_I32 && op == 0 && !sint)
     sti(o, oo, off[0], convert_int_sat_rtz((float)ldi(a, ao, off[1], dt) + s0 * (float)ldi(b, bo, off[2], dt)));
   else if (dt == DT_I32)
     sti(o, oo, off[0], binary_i(op, ldi(a, ao, off[1], dt), ldi(b, bo, off[2], dt), is0));
@@ -127,8 +178,14 @@ __kernel void ag_where(gbuf *o, ulong oo, const gbuf *c, ulong co, int cdt, cons
   if (i >= n) return;
   long off[4];
   ew_offsets(i, nd, &m, 4, off);
-  bool take_a = cdt == DT_I32 ? ldi(c, co, off[1], cdt) != 0 : ldf(c, co, off[1], cdt) != 0.0f;
-  if (esz == 4)
+  bool take_a = is_int_dt(cdt) ? ldl(c, co, off[1], cdt) != 0 : ldf(c, co, off[1], cdt) != 0.0f;
+  if (esz == 8)
+    ((__global ulong *)(o + oo))[off[0]] =
+        take_a ? ((const __global ulong *)(a + ao))[off[2]] : ((const __global ulong *)(b + bo))[off[3]];
+  else if (esz == 1)
+    ((__global uchar *)(o + oo))[off[0]] =
+        take_a ? ((const __global uchar *)(a + ao))[off[2]] : ((const __global uchar *)(b + bo))[off[3]];
+  else if (esz == 4)
     ((__global uint *)(o + oo))[off[0]] =
         take_a ? ((const __global uint *)(a + ao))[off[2]] : ((const __global uint *)(b + bo))[off[3]];
   else
@@ -136,13 +193,14 @@ __kernel void ag_where(gbuf *o, ulong oo, const gbuf *c, ulong co, int cdt, cons
         take_a ? ((const __global ushort *)(a + ao))[off[2]] : ((const __global ushort *)(b + bo))[off[3]];
 }
 
-__kernel void ag_fill(gbuf *o, ulong oo, int dt, float v, int iv, long n, int nd, ew_meta m) {
+/* iv: the value as the integer dtype stores it (saturated on the host). */
+__kernel void ag_fill(gbuf *o, ulong oo, int dt, float v, long iv, long n, int nd, ew_meta m) {
   long i = get_global_id(0);
   if (i >= n) return;
   long off[1];
   ew_offsets(i, nd, &m, 1, off);
-  if (dt == DT_I32)
-    sti(o, oo, off[0], iv);
+  if (is_int_dt(dt))
+    stl(o, oo, off[0], dt, iv);
   else
     stf(o, oo, off[0], dt, v);
 }
@@ -153,6 +211,8 @@ __kernel void ag_arange(gbuf *o, ulong oo, int dt, float start, float step, long
   if (i >= n) return;
   if (dt == DT_I32)
     sti(o, oo, i, (int)(istart + i * istep));
+  else if (is_int_dt(dt))
+    stl(o, oo, i, dt, sat_dt(istart + i * istep, dt));
   else
     stf(o, oo, i, dt, start + (float)i * step);
 }

@@ -9,14 +9,17 @@ float red_f(int op, float acc, float v) {
   return (v > acc || isnan(v)) ? v : acc;
 }
 
-int red_i(int op, int acc, int v) { return op == 0 ? acc + v : op == 2 ? min(acc, v) : max(acc, v); }
+/* Integer dtypes reduce exactly in i64 (stores keep the low bits). */
+long red_i(int op, long acc, long v) { return op == 0 ? acc + v : op == 2 ? min(acc, v) : max(acc, v); }
 
-void store_red(gbuf *o, ulong oo, int odt, long i, int op, float acc, int iacc, int idx,
+void store_red(gbuf *o, ulong oo, int odt, long i, int op, float acc, long iacc, int idx,
                int isint, float scale) {
   if (op == 3)
     sti(o, oo, i, idx);
+  else if (isint && op == 0 && scale != 1.0f)
+    stf(o, oo, i, odt, (float)iacc * scale);
   else if (isint)
-    sti(o, oo, i, (op == 0 && scale != 1.0f) ? convert_int_sat_rtz((float)iacc * scale) : iacc);
+    stl(o, oo, i, odt, odt == DT_I32 ? sat_dt(iacc, DT_I32) : iacc); /* i32 sums saturate, as the CPU's */
   else
     stf(o, oo, i, odt, op == 0 ? acc * scale : acc);
 }
@@ -24,17 +27,17 @@ void store_red(gbuf *o, ulong oo, int odt, long i, int op, float acc, int iacc, 
 __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, int op,
                              float scale, long r) {
   __local float sf[AG_WG];
-  __local int si[AG_WG];
+  __local long si[AG_WG];
   __local int sx[AG_WG];
   long base = (long)get_group_id(0) * r;
   int l = get_local_id(0), L = get_local_size(0);
-  int isint = xdt == DT_I32;
+  int isint = is_int_dt(xdt);
   float acc = op == 0 ? 0.0f : op == 2 ? INFINITY : -INFINITY;
-  int iacc = op == 0 ? 0 : op == 2 ? INT_MAX : INT_MIN;
+  long iacc = op == 0 ? 0 : op == 2 ? LONG_MAX : LONG_MIN;
   int idx = INT_MAX;
   for (long j = l; j < r; j += L) {
     if (isint) {
-      int v = ldi(x, xo, base + j, xdt);
+      long v = ldl(x, xo, base + j, xdt);
       if (op == 3) {
         if (idx == INT_MAX || v > iacc) { iacc = v; idx = (int)j; }
       } else {
@@ -81,13 +84,13 @@ __kernel void ag_reduce_cols(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
   long i = get_global_id(0);
   if (i >= outer * inner) return;
   long ou = i / inner, in = i % inner, base = ou * r * inner + in;
-  int isint = xdt == DT_I32;
+  int isint = is_int_dt(xdt);
   float acc = op == 0 ? 0.0f : op == 2 ? INFINITY : -INFINITY;
-  int iacc = op == 0 ? 0 : op == 2 ? INT_MAX : INT_MIN;
+  long iacc = op == 0 ? 0 : op == 2 ? LONG_MAX : LONG_MIN;
   int idx = 0;
   for (long j = 0; j < r; j++) {
     if (isint) {
-      int v = ldi(x, xo, base + j * inner, xdt);
+      long v = ldl(x, xo, base + j * inner, xdt);
       if (op == 3) {
         if (j == 0 || v > iacc) { iacc = v; idx = (int)j; }
       } else {
