@@ -63,6 +63,10 @@ AGK_HIDDEN gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call
 AGK_HIDDEN gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c);
+/* conv.cu: AG_K_CONV2D, AG_K_CONV2D_BWD_INPUT, AG_K_CONV2D_BWD_WEIGHT (implicit
+ * GEMM; the weight gradient may use env->scratch) and AG_K_POOL2D(_BWD). */
+AGK_HIDDEN gpuError_t agk_conv2d(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_pool2d(const agk_env *env, const ag_kernel_call *c);
 /* Our tiled GEMM for AG_K_MATMUL (f32/f16/bf16, f32 accumulation). */
 AGK_HIDDEN gpuError_t agk_gemm(const agk_env *env, const ag_kernel_call *c);
 
