@@ -366,7 +366,7 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_DROPOUT: e = agk_dropout(&env, c); break;
     case AG_K_CONV2D:
     case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT: e = agk_conv2d(&env, c); break;
+    case AG_K_CONV2D_BWD_WEIGHT: return agv_conv(s, &env, c);
     case AG_K_POOL2D:
     case AG_K_POOL2D_BWD: e = agk_pool2d(&env, c); break;
     case AG_K_ADAMW:
