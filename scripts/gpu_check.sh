@@ -49,6 +49,9 @@ CLI="$BUILD/bin/anygrad"
 # Kernel-level check against the CPU kernels, then our GEMM kernel alone.
 stage kernels 150 "$BUILD/bin/gpu_check" "$MOD"
 AG_GPU_GEMM=own stage kernels_own_gemm 60 "$BUILD/bin/gpu_check" "$MOD" matmul
+# conv2d runs through cuDNN when the module found it (anygrad info: vendor
+# line); the own implicit-GEMM kernels then get their own pass.
+AG_GPU_CONV=own stage kernels_own_conv 60 "$BUILD/bin/gpu_check" "$MOD" conv2d
 # The public-API conformance suite on cuda:0.
 if [ -x "$CLI" ]; then
   stage conformance 150 "$CLI" check --backend cuda

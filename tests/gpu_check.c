@@ -35,6 +35,8 @@ typedef struct buf {
   bool out;        /* compared after the run */
   bool exact;
   double tol;      /* NMSE bound; 0: dtype default */
+  ag_dtype cdt;    /* dtype of the CPU reference copy (f32 for f16/bf16
+                      operands of ops the CPU runs only in f32/f64) */
   void *host, *cpu, *gpu_back;
   void *dev;
 } buf;
@@ -164,7 +166,7 @@ static void run(tcase *t) {
   ag_dtype dt = t->c.op == AG_K_UNARY && t->c.sub == AG_U_COPY ? t->c.o[1].dtype : t->c.o[0].dtype;
   if (t->c.op == AG_K_CROSS_ENTROPY || t->c.op == AG_K_EMBEDDING_BWD) dt = t->c.o[1].dtype;
   if (t->c.op == AG_K_REDUCE || t->c.op == AG_K_BINARY) dt = t->c.o[1].dtype; /* comparisons: the inputs' */
-  if (t->c.op >= AG_K_ADAMW) dt = t->nm ? t->b[t->mb[0]].dt : AG_F32;
+  if (t->c.op >= AG_K_ADAMW && t->c.op <= AG_K_SUMSQ) dt = t->nm ? t->b[t->mb[0]].dt : AG_F32;
   if (!B->supports(DEV, t->c.op, t->c.sub, dt)) {
     n_skip++;
     printf("skip %s (not supported)\n", t->name);
@@ -176,11 +178,17 @@ static void run(tcase *t) {
   /* CPU reference on copies */
   ag_kernel_call cc = t->c, gc = t->c;
   ag_kmulti *cm = NULL, *gm = NULL;
+  /* vision ops in f16/bf16: the CPU reference runs in f32 on the exactly
+   * widened inputs; the device result is compared after its own rounding */
+  const bool widen = t->c.op >= AG_K_CONV2D && t->c.op <= AG_K_POOL2D_BWD && (dt == AG_F16 || dt == AG_BF16);
   for (int i = 0; i < t->nb; i++) {
     size_t by = (size_t)(t->b[i].n > 0 ? t->b[i].n : 1) * dsz(t->b[i].dt);
-    t->b[i].cpu = malloc(by);
+    t->b[i].cdt = widen && t->b[i].dt == dt ? AG_F32 : t->b[i].dt;
+    t->b[i].cpu = malloc((size_t)(t->b[i].n > 0 ? t->b[i].n : 1) * dsz(t->b[i].cdt));
     t->b[i].gpu_back = malloc(by);
-    memcpy(t->b[i].cpu, t->b[i].host, by);
+    if (t->b[i].cdt == t->b[i].dt) memcpy(t->b[i].cpu, t->b[i].host, by);
+    else
+      for (int64_t j = 0; j < t->b[i].n; j++) setv(t->b[i].cdt, t->b[i].cpu, j, getv(t->b[i].dt, t->b[i].host, j));
     t->b[i].dev = NULL;
     if ((st = B->segment_alloc(DEV, by, &t->b[i].dev)) != AG_OK ||
         (st = B->copy_h2d(S, t->b[i].dev, 0, t->b[i].host, by, false)) != AG_OK) {
@@ -193,6 +201,7 @@ static void run(tcase *t) {
     cc.o[k].base = t->ob[k] >= 0 ? t->b[t->ob[k]].cpu : NULL;
     gc.o[k].base = t->ob[k] >= 0 ? t->b[t->ob[k]].dev : NULL;
     cc.o[k].offset = gc.o[k].offset = 0;
+    if (t->ob[k] >= 0) cc.o[k].dtype = t->b[t->ob[k]].cdt;
   }
   if (t->nm) {
     cm = calloc(1, sizeof *cm);
@@ -239,7 +248,7 @@ static void run(tcase *t) {
     double num = 0, den = 0, worst = 0;
     int64_t bad = -1;
     for (int64_t j = 0; j < b->n; j++) {
-      double g = getv(b->dt, b->gpu_back, j), c = getv(b->dt, b->cpu, j);
+      double g = getv(b->dt, b->gpu_back, j), c = getv(b->cdt, b->cpu, j);
       if (isnan(c) != isnan(g) || (isinf(c) && c != g) || (b->exact && !isnan(c) && c != g)) {
         bad = j;
         break;
@@ -252,7 +261,7 @@ static void run(tcase *t) {
     double nmse = den > 0 ? num / den : num;
     if (bad >= 0) {
       snprintf(why, sizeof why, "buffer %d element %lld: gpu %.9g cpu %.9g", i, (long long)bad,
-               getv(b->dt, b->gpu_back, bad), getv(b->dt, b->cpu, bad));
+               getv(b->dt, b->gpu_back, bad), getv(b->cdt, b->cpu, bad));
       ok = false;
     } else if (!b->exact && nmse > tol_of(b)) {
       snprintf(why, sizeof why, "buffer %d NMSE %.3g > %.3g (max abs diff %.3g)", i, nmse, tol_of(b), worst);
@@ -848,6 +857,140 @@ static void cases_embedding(void) {
   }
 }
 
+/* conv2d forward, input and weight gradients (implicit GEMM on the GPU):
+ * strides, padding, dilation, groups, bias, 1x1, more than one 64-row tile,
+ * k tails, and a weight gradient long enough to be split. */
+static void cases_conv(void) {
+  static const struct {
+    int64_t x[4], w[4];
+    int st[2], pad[2], dil[2], groups, bias;
+  } k[] = {
+      {{2, 4, 7, 6}, {6, 2, 3, 3}, {2, 1}, {1, 2}, {2, 1}, 2, 1},
+      {{3, 3, 9, 9}, {5, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, 1},
+      {{2, 8, 5, 5}, {16, 8, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, 0},
+      {{2, 5, 6, 6}, {70, 5, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, 1},
+      {{8, 3, 20, 20}, {8, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, 0},
+      {{2, 6, 11, 10}, {6, 1, 5, 3}, {3, 2}, {2, 1}, {1, 2}, 6, 1},
+  };
+  for (int di = 0; di < 3; di++) {
+    ag_dtype dt = FL[di];
+    for (size_t q = 0; q < sizeof k / sizeof *k; q++) {
+      const int64_t *xs = k[q].x, *ws = k[q].w;
+      int64_t Ho = (xs[2] + 2 * k[q].pad[0] - k[q].dil[0] * (ws[2] - 1) - 1) / k[q].st[0] + 1;
+      int64_t Wo = (xs[3] + 2 * k[q].pad[1] - k[q].dil[1] * (ws[3] - 1) - 1) / k[q].st[1] + 1;
+      int64_t ys[4] = {xs[0], ws[0], Ho, Wo}, bs[1] = {ws[0]};
+      int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3], ny = ys[0] * ys[1] * Ho * Wo;
+      for (int op = AG_K_CONV2D; op <= AG_K_CONV2D_BWD_WEIGHT; op++) {
+        tcase *t = newcase("conv2d %s %s x[%lld,%lld,%lld,%lld] w[%lld,%lld,%lld,%lld] s%d,%d p%d,%d d%d,%d g%d%s",
+                           op == AG_K_CONV2D ? "fwd" : op == AG_K_CONV2D_BWD_INPUT ? "bwd_input" : "bwd_weight",
+                           dname(dt), (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3],
+                           (long long)ws[0], (long long)ws[1], (long long)ws[2], (long long)ws[3], k[q].st[0],
+                           k[q].st[1], k[q].pad[0], k[q].pad[1], k[q].dil[0], k[q].dil[1], k[q].groups,
+                           k[q].bias && op == AG_K_CONV2D ? " bias" : "");
+        t->c.op = (ag_kop)op;
+        t->c.name = "conv2d";
+        t->c.s[0] = k[q].st[0], t->c.s[1] = k[q].st[1], t->c.s[2] = k[q].pad[0], t->c.s[3] = k[q].pad[1];
+        t->c.s[4] = k[q].dil[0], t->c.s[5] = k[q].dil[1], t->c.s[6] = k[q].groups;
+        if (op == AG_K_CONV2D) {
+          int y = nbout(t, dt, ny, false), x = nb(t, dt, nx, -1, 1), w = nb(t, dt, nw, -1, 1);
+          opnd(t, 0, y, 4, ys);
+          opnd(t, 1, x, 4, xs);
+          opnd(t, 2, w, 4, ws);
+          opnd(t, 3, k[q].bias ? nb(t, dt, ws[0], -1, 1) : -1, 1, bs);
+        } else if (op == AG_K_CONV2D_BWD_INPUT) {
+          int dx = nbout(t, dt, nx, false), dy = nb(t, dt, ny, -1, 1), w = nb(t, dt, nw, -1, 1);
+          opnd(t, 0, dx, 4, xs);
+          opnd(t, 1, dy, 4, ys);
+          opnd(t, 2, w, 4, ws);
+        } else {
+          int dw = nbout(t, dt, nw, false), dy = nb(t, dt, ny, -1, 1), x = nb(t, dt, nx, -1, 1);
+          opnd(t, 0, dw, 4, ws);
+          opnd(t, 1, dy, 4, ys);
+          opnd(t, 2, x, 4, xs);
+        }
+        run(t);
+      }
+    }
+  }
+}
+
+/* max (indices exact, ties, NaN and -inf), avg with and without padding in
+ * the divisor, adaptive avg; forward and backward. */
+static void cases_pool(void) {
+  static const struct {
+    int op;
+    int64_t x[4];
+    int kern[2], st[2], pad[2], count_pad;
+    int64_t out[2]; /* adaptive output size */
+    const char *what;
+  } k[] = {
+      {AG_P_MAX, {2, 3, 7, 8}, {3, 2}, {2, 2}, {1, 1}, 0, {0, 0}, "max 3x2 s2 p1"},
+      {AG_P_MAX, {4, 8, 28, 28}, {2, 2}, {2, 2}, {0, 0}, 0, {0, 0}, "max 2x2 s2, ties"},
+      {AG_P_MAX, {2, 2, 9, 9}, {3, 3}, {1, 1}, {1, 1}, 0, {0, 0}, "max 3x3 s1 p1 overlapping, NaN and -inf"},
+      {AG_P_AVG, {2, 3, 7, 8}, {3, 3}, {2, 2}, {1, 1}, 1, {0, 0}, "avg 3x3 s2 p1 count_pad"},
+      {AG_P_AVG, {2, 3, 7, 8}, {3, 3}, {2, 2}, {1, 1}, 0, {0, 0}, "avg 3x3 s2 p1"},
+      {AG_P_ADAPTIVE_AVG, {2, 3, 7, 9}, {0, 0}, {0, 0}, {0, 0}, 0, {3, 4}, "adaptive 3x4"},
+      {AG_P_ADAPTIVE_AVG, {2, 2, 13, 11}, {0, 0}, {0, 0}, {0, 0}, 0, {5, 7}, "adaptive 5x7"},
+  };
+  for (int di = 0; di < 3; di++) {
+    ag_dtype dt = FL[di];
+    for (size_t q = 0; q < sizeof k / sizeof *k; q++) {
+      const int64_t *xs = k[q].x;
+      int64_t Ho = k[q].out[0], Wo = k[q].out[1];
+      if (k[q].op != AG_P_ADAPTIVE_AVG) {
+        Ho = (xs[2] + 2 * k[q].pad[0] - k[q].kern[0]) / k[q].st[0] + 1;
+        Wo = (xs[3] + 2 * k[q].pad[1] - k[q].kern[1]) / k[q].st[1] + 1;
+      }
+      int64_t ys[4] = {xs[0], xs[1], Ho, Wo}, nx = xs[0] * xs[1] * xs[2] * xs[3], ny = xs[0] * xs[1] * Ho * Wo;
+      for (int bwd = 0; bwd < 2; bwd++) {
+        tcase *t = newcase("pool2d %s %s %s [%lld,%lld,%lld,%lld]", bwd ? "bwd" : "fwd", k[q].what, dname(dt),
+                           (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3]);
+        t->c.op = bwd ? AG_K_POOL2D_BWD : AG_K_POOL2D;
+        t->c.sub = k[q].op;
+        t->c.name = "pool2d";
+        t->c.s[0] = k[q].st[0], t->c.s[1] = k[q].st[1], t->c.s[2] = k[q].pad[0], t->c.s[3] = k[q].pad[1];
+        t->c.s[4] = k[q].kern[0], t->c.s[5] = k[q].kern[1], t->c.s[6] = k[q].count_pad;
+        /* the input (forward) or the one the saved indices come from */
+        int x = nb(t, dt, nx, -1, 1);
+        if (q == 1) /* few distinct values: ties decide by the first index */
+          for (int64_t j = 0; j < nx; j++) setv(dt, t->b[x].host, j, floor(getv(dt, t->b[x].host, j) * 2));
+        if (q == 2)
+          for (int64_t j = 0; j < nx; j += 7) setv(dt, t->b[x].host, j, (j / 7) % 3 ? -INFINITY : NAN);
+        if (!bwd) {
+          int y = nbout(t, dt, ny, k[q].op == AG_P_MAX);
+          opnd(t, 0, y, 4, ys);
+          opnd(t, 1, x, 4, xs);
+          if (k[q].op == AG_P_MAX) opnd(t, 2, nbout(t, AG_I32, ny, true), 4, ys);
+        } else {
+          int dx = nbout(t, dt, nx, false), dy = nb(t, dt, ny, -1, 1);
+          opnd(t, 0, dx, 4, xs);
+          opnd(t, 1, dy, 4, ys);
+          if (k[q].op == AG_P_MAX) { /* indices of the CPU forward on x */
+            int ix = nb(t, AG_I32, ny, 0, 1);
+            opnd(t, 2, ix, 4, ys);
+            ag_kernel_call f = t->c;
+            float *xf = malloc(sizeof(float) * (size_t)nx), *yf = malloc(sizeof(float) * (size_t)ny);
+            for (int64_t j = 0; j < nx; j++) xf[j] = (float)getv(dt, t->b[x].host, j);
+            f.op = AG_K_POOL2D;
+            f.o[0] = t->c.o[1];
+            f.o[0].base = yf;
+            f.o[0].dtype = AG_F32;
+            f.o[1] = t->c.o[0];
+            f.o[1].base = xf;
+            f.o[1].dtype = AG_F32;
+            f.o[2].base = t->b[ix].host;
+            ag_kernel_error fe = {0};
+            if (ag__cpu_run(&f, &fe) != AG_OK) fprintf(stderr, "gpu_check: pool indices: cpu forward failed\n");
+            free(xf);
+            free(yf);
+          }
+        }
+        run(t);
+      }
+    }
+  }
+}
+
 /* Deterministic mode (AG_KF_DETERMINISTIC): the ops that use float atomics
  * otherwise run twice with bitwise equal results; embedding backward adds in
  * the CPU's order, so it also equals the CPU bit for bit. */
@@ -1055,6 +1198,8 @@ int main(int argc, char **argv) {
   cases_embedding();
   cases_multi();
   cases_deterministic();
+  cases_conv();
+  cases_pool();
   B->stream_destroy(S);
   printf("gpu_check: %d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
   return n_fail ? 1 : 0;

@@ -119,10 +119,6 @@ static void test_supports(void **state) {
     for (int dt = AG_F32; dt <= AG_BF16; dt++) {
       for (int op = 0; op < AG_KOP_COUNT; op++) {
         if (op == AG_K_ADAMW || op == AG_K_SGD) continue;
-        if (op >= AG_K_CONV2D) { /* vision ops: no GPU kernels yet, reported unsupported */
-          assert_false(b->supports(0, (ag_kop)op, 0, (ag_dtype)dt));
-          continue;
-        }
         int sub = op == AG_K_UNARY ? AG_U_EXP : 0;
         assert_true(b->supports(0, (ag_kop)op, sub, (ag_dtype)dt));
       }
@@ -131,7 +127,15 @@ static void test_supports(void **state) {
       for (int s = 0; s < AG_REDUCE_COUNT; s++) assert_true(b->supports(0, AG_K_REDUCE, s, (ag_dtype)dt));
       assert_false(b->supports(0, AG_K_UNARY, AG_UNARY_COUNT, (ag_dtype)dt));
       assert_false(b->supports(0, AG_K_SOFTMAX, 2, (ag_dtype)dt));
+      /* vision ops (kernels/gpu/conv.cu): every pooling variant, none beyond */
+      for (int s = 0; s < AG_POOL_OP_COUNT; s++) {
+        assert_true(b->supports(0, AG_K_POOL2D, s, (ag_dtype)dt));
+        assert_true(b->supports(0, AG_K_POOL2D_BWD, s, (ag_dtype)dt));
+      }
+      assert_false(b->supports(0, AG_K_POOL2D, AG_POOL_OP_COUNT, (ag_dtype)dt));
     }
+    assert_false(b->supports(0, AG_K_CONV2D, 0, AG_I32));
+    assert_false(b->supports(0, AG_K_POOL2D, AG_P_MAX, AG_I32));
     assert_true(b->supports(0, AG_K_ADAMW, 0, AG_F32));
     assert_false(b->supports(0, AG_K_ADAMW, 0, AG_F16));
     assert_true(b->supports(0, AG_K_SGD, 0, AG_F32));

@@ -3,3 +3,22 @@ add_executable(vision_test ${CMAKE_CURRENT_SOURCE_DIR}/vision_test.c)
 target_link_libraries(vision_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
 add_test(NAME vision COMMAND vision_test)
 set_tests_properties(vision PROPERTIES TIMEOUT 300 LABELS autograd)
+# The same cases on the emulated GPU (both warp widths) and on OpenCL (PoCL)
+# against the CPU; a device that is absent skips (exit 77).
+foreach(_d gpuemu:0 gpuemu:1 opencl:0)
+  string(REPLACE ":" "" _n ${_d})
+  string(REGEX REPLACE ":.*" "" _b ${_d})
+  if(TARGET anygrad-${_b})
+    add_dependencies(vision_test anygrad-${_b})
+    add_test(NAME vision_${_n} COMMAND vision_test)
+    set_tests_properties(vision_${_n} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS ${_b}
+                         ENVIRONMENT "AG_TEST_DEVICE=${_d}")
+  endif()
+endforeach()
+# The kernel check's conv2d and pooling cases (gpu_check, bench/gpu.cmake)
+# through the OpenCL module's vtable: im2col/col2im + CLBlast and pooling
+# against the CPU backend's kernels.
+if(TARGET anygrad-opencl)
+  add_test(NAME gpu_check_opencl_vision COMMAND gpu_check $<TARGET_FILE:anygrad-opencl> "2d ")
+  set_tests_properties(gpu_check_opencl_vision PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 2 LABELS opencl)
+endif()

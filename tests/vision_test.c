@@ -1,7 +1,9 @@
 /* Vision ops (conv2d, max/avg/adaptive-avg pooling, batch_norm): gradients
  * against central finite differences in f64; forward, backward and running
  * statistics against PyTorch (torch 1.13 through /usr/bin/python3, skipped
- * when absent); f32 against f64; the argument errors. */
+ * when absent); f32 against f64; the argument errors. With AG_TEST_DEVICE
+ * set (gpuemu:0, opencl:0, ...) only the device test runs: every case's
+ * forward and gradients on that device against the CPU, in f32. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +17,7 @@
 #include <cmocka.h>
 
 #include "anygrad/anygrad.h"
+#include "test_device.h"
 
 typedef struct vcase {
   const char *name;
@@ -126,6 +129,89 @@ static void test_gradcheck(void **state) {
     }
     for (int i = 0; i < vc->n_in; i++) free(vals[i]);
     free(R);
+  }
+}
+
+/* ---- a device against the CPU ---- */
+
+/* More than one tile and a long weight-gradient reduction, beside the small
+ * cases above (the shapes of the Fashion-MNIST CNN's second block). */
+static const ag_conv2d_params k_pad1 = {{1, 1}, {1, 1}, {1, 1}, 1};
+static ag_tensor *f_conv_cnn(ag_tensor **in) { return ag_conv2d(in[0], in[1], in[2], &k_pad1); }
+static const vcase k_cnn_case = {"conv2d 3x3 pad 1, CNN block", 3, {{6, 16, 14, 14}, {32, 16, 3, 3}, {32}}, {4, 4, 1},
+                                 f_conv_cnn};
+
+/* Runs vc in f32 on dev: output and input gradients of sum(f(in) * R). */
+static void run_on(ag_device dev, const vcase *vc, float **vals, const float *R, int64_t ny, float *y_out,
+                   float **g_out) {
+  ag_scope_begin();
+  ag_tensor *in[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < vc->n_in; i++) {
+    in[i] = ag_from_host(dev, AG_F32, vc->nd[i], vc->shape[i], vals[i]);
+    assert_non_null(in[i]);
+    ag_tensor_set_requires_grad(in[i], true);
+  }
+  ag_tensor *y = vc->fn(in);
+  if (!y) fail_msg("%s on %s: %s", vc->name, getenv("AG_TEST_DEVICE"), ag_last_error());
+  assert_int_equal(ag_tensor_numel(y), ny);
+  ag_tensor *r = ag_from_host(dev, AG_F32, ag_tensor_ndim(y), ag_tensor_shape(y), R);
+  ag_tensor *l = ag_sum(ag_mul(y, r), 0, NULL, false);
+  if (!l || ag_backward(l, NULL, false) != AG_OK) fail_msg("%s backward: %s", vc->name, ag_last_error());
+  assert_int_equal(ag_to_host(y, y_out, sizeof(float) * (size_t)ny), AG_OK);
+  for (int i = 0; i < vc->n_in; i++) {
+    ag_tensor *g = ag_tensor_grad(in[i]);
+    assert_non_null(g);
+    assert_int_equal(ag_to_host(g, g_out[i], sizeof(float) * (size_t)numel_of(vc->nd[i], vc->shape[i])), AG_OK);
+  }
+  ag_scope_end();
+}
+
+static void expect_same(const char *what, const float *got, const float *want, int64_t n) {
+  double err = 0, mag = 0;
+  for (int64_t j = 0; j < n; j++) {
+    if (isnan(got[j]) || fabs((double)got[j] - want[j]) > err) err = isnan(got[j]) ? INFINITY : fabs((double)got[j] - want[j]);
+    if (fabs(want[j]) > mag) mag = fabs(want[j]);
+  }
+  if (!(err <= 1e-4 * (1 + mag))) fail_msg("%s on %s: max abs error %g against the cpu (scale %g)", what,
+                                           getenv("AG_TEST_DEVICE"), err, mag);
+}
+
+static void test_device(void **state) {
+  ag_device dev = TEST_DEV;
+  if (dev.backend == AG_BACKEND_CPU) skip();
+  const size_t nc = sizeof k_cases / sizeof *k_cases;
+  for (size_t k = 0; k <= nc; k++) {
+    const vcase *vc = k < nc ? &k_cases[k] : &k_cnn_case;
+    unsigned seed = 99 + (unsigned)k;
+    float *vals[3] = {NULL, NULL, NULL}, *gc[3] = {NULL, NULL, NULL}, *gd[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < vc->n_in; i++) {
+      int64_t n = numel_of(vc->nd[i], vc->shape[i]);
+      vals[i] = malloc(sizeof(float) * (size_t)n);
+      gc[i] = malloc(sizeof(float) * (size_t)n);
+      gd[i] = malloc(sizeof(float) * (size_t)n);
+      for (int64_t j = 0; j < n; j++) vals[i][j] = (float)rand_r(&seed) / RAND_MAX * 2.0f - 1.0f;
+    }
+    ag_scope_begin(); /* output size */
+    ag_tensor *in[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < vc->n_in; i++) in[i] = ag_from_host(AG_CPU, AG_F32, vc->nd[i], vc->shape[i], vals[i]);
+    int64_t ny = ag_tensor_numel(vc->fn(in));
+    ag_scope_end();
+    float *R = malloc(sizeof(float) * (size_t)ny), *yc = malloc(sizeof(float) * (size_t)ny),
+          *yd = malloc(sizeof(float) * (size_t)ny);
+    for (int64_t j = 0; j < ny; j++) R[j] = (float)rand_r(&seed) / RAND_MAX * 2.0f - 1.0f;
+    run_on(AG_CPU, vc, vals, R, ny, yc, gc);
+    run_on(dev, vc, vals, R, ny, yd, gd);
+    char what[128];
+    snprintf(what, sizeof what, "%s forward", vc->name);
+    expect_same(what, yd, yc, ny);
+    for (int i = 0; i < vc->n_in; i++) {
+      snprintf(what, sizeof what, "%s gradient %d", vc->name, i);
+      expect_same(what, gd[i], gc[i], numel_of(vc->nd[i], vc->shape[i]));
+    }
+    for (int i = 0; i < vc->n_in; i++) free(vals[i]), free(gc[i]), free(gd[i]);
+    free(R);
+    free(yc);
+    free(yd);
   }
 }
 
@@ -325,6 +411,11 @@ static void test_errors(void **state) {
 }
 
 int main(void) {
+  const char *d = getenv("AG_TEST_DEVICE");
+  if (d && *d) {
+    const struct CMUnitTest dev_tests[] = {cmocka_unit_test(test_device)};
+    return cmocka_run_group_tests(dev_tests, NULL, NULL);
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gradcheck),
       cmocka_unit_test(test_pytorch_reference),

@@ -1747,11 +1747,12 @@ enum {
   GA_ADD, GA_SUB, GA_MUL, GA_DIV, GA_POW, GA_AFFINE, GA_NEG, GA_EXP, GA_LOG, GA_SQRT, GA_RSQRT,
   GA_ABS, GA_RELU, GA_GELU, GA_SILU, GA_SIGMOID, GA_TANH, GA_WHERE, GA_SUM, GA_MEAN, GA_MATMUL,
   GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
+  GA_CONV2D, GA_AVG_POOL2D, GA_ADAPTIVE_AVG_POOL2D, GA_BATCH_NORM,
 };
 
 typedef struct gin {
   int ndim;
-  int64_t shape[3];
+  int64_t shape[4];
   int kind;
   double lo, hi;
   int constant; /* 0 differentiable; 1 same dtype, not differentiable; 2 i32 */
@@ -1795,6 +1796,13 @@ static const gdef GRADS[] = {
     {"grad_concat", GA_CONCAT, 2, {{2, {2, 3}, GF(-2, 2)}, {2, {4, 3}, GF(-2, 2)}}},
     {"grad_views", GA_VIEWS, 2, {{2, {4, 6}, GF(-2, 2)}, {2, {1, 4}, GF(-2, 2)}}},
     {"grad_reshape", GA_RESHAPE, 1, {{3, {2, 3, 4}, GF(-2, 2)}}},
+    /* vision ops (max pooling is left out: a step of h can move its argmax) */
+    {"grad_conv2d", GA_CONV2D, 3,
+     {{4, {2, 4, 5, 4}, GF(-1, 1)}, {4, {6, 2, 3, 2}, GF(-1, 1)}, {1, {6}, GF(-1, 1)}}},
+    {"grad_avg_pool2d", GA_AVG_POOL2D, 1, {{4, {2, 3, 5, 6}, GF(-2, 2)}}},
+    {"grad_adaptive_pool", GA_ADAPTIVE_AVG_POOL2D, 1, {{4, {2, 2, 7, 5}, GF(-2, 2)}}},
+    {"grad_batch_norm", GA_BATCH_NORM, 3,
+     {{4, {4, 3, 3, 2}, GF(-2, 2)}, {1, {3}, GF(0.5, 1.5)}, {1, {3}, GF(-1, 1)}}},
 };
 #undef GF
 
@@ -1830,6 +1838,17 @@ static ag_tensor *gfn(int fn, ag_tensor **x) {
     case GA_LN: return ag_layer_norm(x[0], x[1], x[2], 1e-5);
     case GA_EMB: return ag_embedding(x[0], x[1]);
     case GA_CONCAT: return ag_concat(2, x, 0);
+    case GA_CONV2D: {
+      /* stride 2x1, padding 1x1, dilation 1x2, groups 2, bias */
+      static const ag_conv2d_params p = {{2, 1}, {1, 1}, {1, 2}, 2};
+      return ag_conv2d(x[0], x[1], x[2], &p);
+    }
+    case GA_AVG_POOL2D: {
+      static const ag_pool2d_params p = {{3, 2}, {2, 2}, {1, 1}, false};
+      return ag_avg_pool2d(x[0], &p);
+    }
+    case GA_ADAPTIVE_AVG_POOL2D: return ag_adaptive_avg_pool2d(x[0], 3, 2);
+    case GA_BATCH_NORM: return ag_batch_norm(x[0], NULL, NULL, x[1], x[2], true, 0.1, 1e-5);
     case GA_VIEWS: {
       ag_tensor *s = ag_slice(ag_transpose(x[0], 0, 1), 0, 1, 6, 2); /* [3,4] */
       return ag_mul(s, ag_expand(x[1], 2, (const int64_t[]){3, 4}));
@@ -2050,6 +2069,10 @@ static const opdef OPS[] = {
     {"grad_concat", op_grad, M_G, 0},
     {"grad_views", op_grad, M_G, 0},
     {"grad_reshape", op_grad, M_G, 0},
+    {"grad_conv2d", op_grad, M_G, 0},
+    {"grad_avg_pool2d", op_grad, M_G, 0},
+    {"grad_adaptive_pool", op_grad, M_G, 0},
+    {"grad_batch_norm", op_grad, M_G, 0},
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof OPS[0]))

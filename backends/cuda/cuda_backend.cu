@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_dnn.h"
 #include "gpu.h"
 
 /* Driver entry points and knobs, resolved once by agv_init (the registry
@@ -91,6 +92,7 @@ ag_status agv_init(char *reason, size_t reason_len) {
   g.own_gemm = gemm && strcmp(gemm, "own") == 0;
   g.allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
   g.allow_fp16_rr = rr && strcmp(rr, "1") == 0;
+  agv_dnn_init();
   (void)reason;
   (void)reason_len;
   return AG_OK;
@@ -104,7 +106,8 @@ static bool dev_vm(int dev) {
 }
 
 void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
-  snprintf(out->vendor, sizeof out->vendor, "NVIDIA");
+  /* `anygrad info` shows the vendor: it says what runs conv2d */
+  snprintf(out->vendor, sizeof out->vendor, "NVIDIA; conv2d: %s", agv_dnn_describe());
   snprintf(out->arch, sizeof out->arch, "sm_%d%d", p->major, p->minor);
   out->native_f16 = p->major > 5 || (p->major == 5 && p->minor >= 3);
   out->native_bf16 = p->major >= 8;
@@ -165,6 +168,7 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
 void agv_stream_release(ag_bstream *s) {
   if (s->blas) (void)cublasDestroy((cublasHandle_t)s->blas);
   s->blas = NULL;
+  agv_dnn_release(s);
 }
 
 /* ---- virtual memory (expandable segments) ---- */

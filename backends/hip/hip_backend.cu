@@ -157,6 +157,14 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   return AG_OK;
 }
 
+/* Own kernels (kernels/gpu/conv.cu); MIOpen is not used. */
+ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
+  (void)s;
+  gpuError_t e = agk_conv2d(env, c);
+  if (e == gpuSuccess) e = gpuGetLastError();
+  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "conv2d");
+}
+
 void agv_stream_release(ag_bstream *s) {
   if (s->blas && g.destroy) (void)g.destroy(s->blas);
   s->blas = NULL;

@@ -18,7 +18,9 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_CE_BWD] = "ag_cross_entropy_bwd", [CLK_LN] = "ag_layernorm",
     [CLK_LN_BWD] = "ag_layernorm_bwd", [CLK_LN_BWD_WB] = "ag_layernorm_bwd_wb",
     [CLK_EMB] = "ag_embedding", [CLK_EMB_BWD] = "ag_embedding_bwd", [CLK_ADAMW] = "ag_adamw",
-    [CLK_SGD] = "ag_sgd", [CLK_NONFINITE] = "ag_nonfinite",
+    [CLK_SGD] = "ag_sgd", [CLK_NONFINITE] = "ag_nonfinite", [CLK_IM2COL] = "ag_im2col",
+    [CLK_COL2IM] = "ag_col2im", [CLK_CONV_BIAS] = "ag_conv_bias", [CLK_POOL] = "ag_pool",
+    [CLK_POOL_BWD] = "ag_pool_bwd",
 };
 
 #define CLB_WG 256 /* AG_WG in the program */
@@ -738,6 +740,167 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
   return AG_OK;
 }
 
+/* ---- conv2d (own im2col/col2im + CLBlast) and pooling ---- */
+
+/* Layouts equal conv_meta and pool_meta in kernels/opencl/conv.cl. */
+typedef struct clb_conv_meta {
+  cl_long N, C, H, W, Co, Ho, Wo, kh, kw, sh, sw, ph, pw, dh, dw, G;
+} clb_conv_meta;
+typedef struct clb_pool_meta {
+  cl_long planes, H, W, Ho, Wo, sh, sw, ph, pw, kh, kw;
+  cl_int op, count_pad;
+} clb_pool_meta;
+
+static clb_conv_meta conv_meta_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y,
+                                  const ag_koperand *w) {
+  clb_conv_meta m = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], y->shape[1], y->shape[2],
+                     y->shape[3], w->shape[2], w->shape[3], (cl_long)c->s[0], (cl_long)c->s[1],
+                     (cl_long)c->s[2], (cl_long)c->s[3], (cl_long)c->s[4], (cl_long)c->s[5],
+                     (cl_long)c->s[6]};
+  return m;
+}
+
+/* C = A @ B + beta C (row-major, element offsets), batch matrices apart by
+ * the strides. */
+static ag_status sgemm(ag_bstream *s, bool ta, bool tb, size_t M, size_t N, size_t K, cl_mem A, size_t ao,
+                       size_t lda, size_t sa, cl_mem Bm, size_t bo, size_t ldb, size_t sb, float beta, cl_mem C,
+                       size_t co, size_t ldc, size_t sc, size_t batch) {
+  if (!M || !N || !batch) return AG_OK;
+  CLBlastTranspose tA = ta ? CLBlastTransposeYes : CLBlastTransposeNo;
+  CLBlastTranspose tB = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
+  CLBlastStatusCode e;
+  if (batch == 1)
+    e = CLBlastSgemm(CLBlastLayoutRowMajor, tA, tB, M, N, K, 1.0f, A, ao, lda, Bm, bo, ldb, beta, C, co, ldc, &s->q,
+                     NULL);
+  else
+    e = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, tA, tB, M, N, K, 1.0f, A, ao, lda, sa, Bm, bo, ldb, sb, beta,
+                                   C, co, ldc, sc, batch, &s->q, NULL);
+  if (e == CLBlastSuccess) return AG_OK;
+  return clb_error((cl_int)e, batch == 1 ? "CLBlastSgemm (conv2d)" : "CLBlastSgemmStridedBatched (conv2d)");
+}
+
+static ag_status conv_cols(ag_bstream *s, clb_kernel which, cl_mem a, size_t ao, cl_mem b, size_t bo, int64_t n0,
+                           int64_t nb, const clb_conv_meta *m, size_t items) {
+  kargs k = ka_begin(s, which);
+  KA(&k, cl_mem, a);
+  KA(&k, cl_ulong, ao);
+  KA(&k, cl_mem, b);
+  KA(&k, cl_ulong, bo);
+  KA(&k, cl_long, n0);
+  KA(&k, cl_long, nb);
+  KMETA(&k, *m);
+  return ka_run(&k, items, 0);
+}
+
+/* The column matrix of nb samples, [G][K][nb][P] f32, takes G*K*nb*P floats
+ * of scratch; samples go in chunks that keep it (and the weight gradient's
+ * transposed dy) under 64 MiB or a quarter of the largest allocation. */
+static int64_t conv_chunk(ag_bstream *s, int64_t per_sample_floats, int64_t N) {
+  size_t cap = (size_t)64 << 20;
+  if (cap > s->d->max_alloc / 4) cap = s->d->max_alloc / 4;
+  int64_t nb = per_sample_floats > 0 ? (int64_t)(cap / sizeof(float)) / per_sample_floats : N;
+  if (nb < 1) nb = 1;
+  return nb < N ? nb : N;
+}
+
+static ag_status run_conv(ag_bstream *s, const ag_kernel_call *c) {
+  const bool fwd = c->op == AG_K_CONV2D, bin = c->op == AG_K_CONV2D_BWD_INPUT;
+  const ag_koperand *X = fwd ? &c->o[1] : bin ? &c->o[0] : &c->o[2], *Y = fwd ? &c->o[0] : &c->o[1],
+                    *Wt = fwd || bin ? &c->o[2] : &c->o[0];
+  clb_conv_meta m = conv_meta_of(c, X, Y, Wt);
+  const int64_t G = m.G, Cg = m.C / G, Cog = m.Co / G, K = Cg * m.kh * m.kw, P = m.Ho * m.Wo, N = m.N;
+  const size_t xo = X->offset / 4, yo = Y->offset / 4, wo = Wt->offset / 4;
+  /* 1x1, stride 1, no padding: x is its own column matrix */
+  const bool direct = m.kh == 1 && m.kw == 1 && m.sh == 1 && m.sw == 1 && m.ph == 0 && m.pw == 0 &&
+                      c->op != AG_K_CONV2D_BWD_WEIGHT;
+  const int64_t per = (direct ? 0 : G * K * P) + (c->op == AG_K_CONV2D_BWD_WEIGHT ? m.Co * P : 0);
+  const int64_t nbmax = conv_chunk(s, per, N);
+  cl_mem scratch = NULL;
+  ag_status st = AG_OK;
+  const size_t col_el = align_el((size_t)(G * K * nbmax * P));
+  const size_t dyt_el = c->op == AG_K_CONV2D_BWD_WEIGHT ? (size_t)(m.Co * nbmax * P) : 0;
+  if (per && (st = clb_scratch(s, ((direct ? 0 : col_el) + dyt_el) * sizeof(float), &scratch)) != AG_OK) return st;
+  for (int64_t n0 = 0; n0 < N && st == AG_OK; n0 += nbmax) {
+    const int64_t nb = N - n0 < nbmax ? N - n0 : nbmax;
+    const size_t cs = (size_t)(nb * P); /* ld of a sample's slice of the column matrix */
+    if (fwd) {
+      if (!direct)
+        st = conv_cols(s, CLK_IM2COL, scratch, 0, X->base, X->offset, n0, nb, &m, (size_t)(G * K * nb * P));
+      for (int64_t g = 0; g < G && st == AG_OK; g++) {
+        if (direct)
+          st = sgemm(s, false, false, (size_t)Cog, (size_t)P, (size_t)K, Wt->base, wo + (size_t)(g * Cog * K),
+                     (size_t)K, 0, X->base, xo + (size_t)((n0 * m.C + g * Cg) * P), (size_t)P, (size_t)(m.C * P), 0.0f,
+                     Y->base, yo + (size_t)((n0 * m.Co + g * Cog) * P), (size_t)P, (size_t)(m.Co * P), (size_t)nb);
+        else
+          st = sgemm(s, false, false, (size_t)Cog, (size_t)P, (size_t)K, Wt->base, wo + (size_t)(g * Cog * K),
+                     (size_t)K, 0, scratch, (size_t)(g * K) * cs, cs, (size_t)P, 0.0f, Y->base,
+                     yo + (size_t)((n0 * m.Co + g * Cog) * P), (size_t)P, (size_t)(m.Co * P), (size_t)nb);
+      }
+    } else if (bin) {
+      for (int64_t g = 0; g < G && st == AG_OK; g++) {
+        const size_t dyo = yo + (size_t)((n0 * m.Co + g * Cog) * P);
+        if (direct)
+          st = sgemm(s, true, false, (size_t)K, (size_t)P, (size_t)Cog, Wt->base, wo + (size_t)(g * Cog * K),
+                     (size_t)K, 0, Y->base, dyo, (size_t)P, (size_t)(m.Co * P), 0.0f, X->base,
+                     xo + (size_t)((n0 * m.C + g * Cg) * P), (size_t)P, (size_t)(m.C * P), (size_t)nb);
+        else
+          st = sgemm(s, true, false, (size_t)K, (size_t)P, (size_t)Cog, Wt->base, wo + (size_t)(g * Cog * K),
+                     (size_t)K, 0, Y->base, dyo, (size_t)P, (size_t)(m.Co * P), 0.0f, scratch, (size_t)(g * K) * cs,
+                     cs, (size_t)P, (size_t)nb);
+      }
+      if (st == AG_OK && !direct)
+        st = conv_cols(s, CLK_COL2IM, X->base, X->offset, scratch, 0, n0, nb, &m, (size_t)(nb * m.C * m.H * m.W));
+    } else {
+      /* dy of the chunk as [G][Cog][nb][P] after the column matrix, so each
+       * group's dw is one GEMM over the whole chunk */
+      ag_koperand src = *Y, dst;
+      src.ndim = 4;
+      src.offset = Y->offset + (size_t)(n0 * m.Co * P) * 4;
+      int64_t sh4[4] = {G, Cog, nb, P}, ss4[4] = {Cog * P, P, m.Co * P, 1};
+      memcpy(src.shape, sh4, sizeof sh4);
+      memcpy(src.strides, ss4, sizeof ss4);
+      dst = src;
+      dst.base = scratch;
+      dst.offset = col_el * sizeof(float);
+      int64_t ds4[4] = {Cog * nb * P, nb * P, P, 1};
+      memcpy(dst.strides, ds4, sizeof ds4);
+      st = run_unary(s, &dst, &src, AG_U_COPY, 0, 0);
+      if (st == AG_OK)
+        st = conv_cols(s, CLK_IM2COL, scratch, 0, X->base, X->offset, n0, nb, &m, (size_t)(G * K * nb * P));
+      if (st == AG_OK)
+        st = sgemm(s, false, true, (size_t)Cog, (size_t)K, cs, scratch, col_el, cs, (size_t)(Cog * nb * P),
+                   scratch, 0, cs, (size_t)(K * nb * P), n0 ? 1.0f : 0.0f, Wt->base, wo, (size_t)K,
+                   (size_t)(Cog * K), (size_t)G);
+    }
+  }
+  if (st == AG_OK && fwd && c->o[3].base) {
+    kargs k = ka_begin(s, CLK_CONV_BIAS);
+    KBUF(&k, Y);
+    KBUF(&k, &c->o[3]);
+    KA(&k, cl_long, N * m.Co * P);
+    KA(&k, cl_long, m.Co);
+    KA(&k, cl_long, P);
+    st = ka_run(&k, (size_t)(N * m.Co * P), 0);
+  }
+  return st;
+}
+
+static ag_status run_pool(ag_bstream *s, const ag_kernel_call *c) {
+  const bool bwd = c->op == AG_K_POOL2D_BWD;
+  const ag_koperand *X = bwd ? &c->o[0] : &c->o[1], *Y = bwd ? &c->o[1] : &c->o[0], *I = &c->o[2];
+  clb_pool_meta g = {X->shape[0] * X->shape[1], X->shape[2], X->shape[3], Y->shape[2], Y->shape[3],
+                     (cl_long)c->s[0], (cl_long)c->s[1], (cl_long)c->s[2], (cl_long)c->s[3],
+                     (cl_long)c->s[4], (cl_long)c->s[5], (cl_int)c->sub, (cl_int)(c->s[6] != 0)};
+  kargs k = ka_begin(s, bwd ? CLK_POOL_BWD : CLK_POOL);
+  KBUF(&k, bwd ? X : Y);
+  if (bwd) KBUF(&k, Y);
+  KA(&k, cl_mem, c->sub == AG_P_MAX ? I->base : NULL);
+  KA(&k, cl_ulong, c->sub == AG_P_MAX ? I->offset : 0);
+  if (!bwd) KBUF(&k, X);
+  KMETA(&k, g);
+  return ka_run(&k, (size_t)(g.planes * (bwd ? g.H * g.W : g.Ho * g.Wo)), 0);
+}
+
 ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
   ag_status st = clb_stream_kernels(s);
   if (st != AG_OK) return st;
@@ -765,11 +928,11 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_SGD: return run_optim(s, c);
     case AG_K_NONFINITE_CHECK: return run_nonfinite(s, c);
     case AG_K_SUMSQ: return run_sumsq(s, c);
-    case AG_K_CONV2D: /* vision ops: not yet on OpenCL (supports() says so) */
+    case AG_K_CONV2D:
     case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT:
+    case AG_K_CONV2D_BWD_WEIGHT: return run_conv(s, c);
     case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD:
+    case AG_K_POOL2D_BWD: return run_pool(s, c);
     case AG_KOP_COUNT: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
@@ -810,11 +973,12 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_SUMSQ: return fl;
     case AG_K_ADAMW:
     case AG_K_SGD: return dt == AG_F32;
+    /* vision ops: f32, as on the CPU (the GEMMs are CLBlast's Sgemm) */
     case AG_K_CONV2D:
     case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT:
+    case AG_K_CONV2D_BWD_WEIGHT: return dt == AG_F32;
     case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD:
+    case AG_K_POOL2D_BWD: return dt == AG_F32 && sub >= 0 && sub < AG_POOL_OP_COUNT;
     case AG_KOP_COUNT: break;
   }
   return false;

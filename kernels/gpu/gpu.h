@@ -63,6 +63,10 @@ AGK_HIDDEN gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call
 AGK_HIDDEN gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c);
+/* conv.cu: AG_K_CONV2D, AG_K_CONV2D_BWD_INPUT, AG_K_CONV2D_BWD_WEIGHT (implicit
+ * GEMM; the weight gradient may use env->scratch) and AG_K_POOL2D(_BWD). */
+AGK_HIDDEN gpuError_t agk_conv2d(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_pool2d(const agk_env *env, const ag_kernel_call *c);
 /* Our tiled GEMM for AG_K_MATMUL (f32/f16/bf16, f32 accumulation). */
 AGK_HIDDEN gpuError_t agk_gemm(const agk_env *env, const ag_kernel_call *c);
 
@@ -83,6 +87,9 @@ struct ag_bstream {
   } slot[AGG_TABLE_SLOTS];
   int next_slot;
   void *blas;                /* vendor BLAS handle, created on first GEMM */
+  void *dnn;                 /* vendor DNN handle (cuDNN), created on first conv2d */
+  void *dnn_ws;              /* its workspace: grow-only, freed with the stream */
+  size_t dnn_ws_bytes;
 };
 
 struct ag_bevent {
@@ -139,7 +146,10 @@ AGK_HIDDEN ag_status agv_init(char *reason, size_t reason_len);
 AGK_HIDDEN void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out);
 /* AG_K_MATMUL on s (vendor BLAS or agk_gemm). */
 AGK_HIDDEN ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c);
-/* Release what the vendor attached to s (BLAS handle). */
+/* AG_K_CONV2D, AG_K_CONV2D_BWD_INPUT, AG_K_CONV2D_BWD_WEIGHT on s: a vendor
+ * library (cuDNN, loaded at run time) where present, else agk_conv2d. */
+AGK_HIDDEN ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c);
+/* Release what the vendor attached to s (BLAS and DNN handles, workspace). */
 AGK_HIDDEN void agv_stream_release(ag_bstream *s);
 /* Virtual memory: granule size (0: unsupported); create one physical
  * allocation of exactly bytes and map it read-write at at; unmap one such

@@ -330,6 +330,13 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_ADAMW:
     case AG_K_SGD:
       return dt == AG_F32;
+    case AG_K_CONV2D:
+    case AG_K_CONV2D_BWD_INPUT:
+    case AG_K_CONV2D_BWD_WEIGHT:
+      return is_float(dt);
+    case AG_K_POOL2D:
+    case AG_K_POOL2D_BWD:
+      return is_float(dt) && sub >= 0 && sub < AG_POOL_OP_COUNT;
     default:
       return false;
   }
@@ -364,6 +371,11 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_EMBEDDING: e = agk_embedding(&env, c); break;
     case AG_K_EMBEDDING_BWD: e = agk_embedding_bwd(&env, c); break;
     case AG_K_DROPOUT: e = agk_dropout(&env, c); break;
+    case AG_K_CONV2D:
+    case AG_K_CONV2D_BWD_INPUT:
+    case AG_K_CONV2D_BWD_WEIGHT: return agv_conv(s, &env, c);
+    case AG_K_POOL2D:
+    case AG_K_POOL2D_BWD: e = agk_pool2d(&env, c); break;
     case AG_K_ADAMW:
     case AG_K_SGD:
     case AG_K_NONFINITE_CHECK:

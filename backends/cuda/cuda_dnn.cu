@@ -1,0 +1,299 @@
+/* conv2d through cuDNN, loaded at run time (dlopen libcudnn.so.9, then .so.8)
+ * so the module neither links nor requires it: without cuDNN, or with
+ * AG_GPU_CONV=own, the backend runs its own kernels (kernels/gpu/conv.cu).
+ * Only cudnn.h's types are used at build time; when the toolkit has no
+ * cudnn.h the module is built without this path. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+#include "cuda_dnn.h"
+
+#if __has_include(<cudnn.h>)
+#include <cudnn.h>
+#define AG_HAVE_CUDNN_H 1
+#endif
+
+/* Resolved once by agv_dnn_init (called from agv_init, before any launch)
+ * and read-only afterwards. */
+static char g_describe[96] = "own kernels";
+
+#if defined(AG_HAVE_CUDNN_H)
+
+#define DNN_FNS(X)                                                                                          \
+  X(cudnnStatus_t, Create, (cudnnHandle_t *))                                                               \
+  X(cudnnStatus_t, Destroy, (cudnnHandle_t))                                                                \
+  X(cudnnStatus_t, SetStream, (cudnnHandle_t, cudaStream_t))                                                \
+  X(const char *, GetErrorString, (cudnnStatus_t))                                                          \
+  X(size_t, GetVersion, (void))                                                                             \
+  X(cudnnStatus_t, CreateTensorDescriptor, (cudnnTensorDescriptor_t *))                                     \
+  X(cudnnStatus_t, SetTensor4dDescriptor,                                                                   \
+    (cudnnTensorDescriptor_t, cudnnTensorFormat_t, cudnnDataType_t, int, int, int, int))                    \
+  X(cudnnStatus_t, DestroyTensorDescriptor, (cudnnTensorDescriptor_t))                                      \
+  X(cudnnStatus_t, CreateFilterDescriptor, (cudnnFilterDescriptor_t *))                                     \
+  X(cudnnStatus_t, SetFilter4dDescriptor,                                                                   \
+    (cudnnFilterDescriptor_t, cudnnDataType_t, cudnnTensorFormat_t, int, int, int, int))                    \
+  X(cudnnStatus_t, DestroyFilterDescriptor, (cudnnFilterDescriptor_t))                                      \
+  X(cudnnStatus_t, CreateConvolutionDescriptor, (cudnnConvolutionDescriptor_t *))                          \
+  X(cudnnStatus_t, SetConvolution2dDescriptor,                                                              \
+    (cudnnConvolutionDescriptor_t, int, int, int, int, int, int, cudnnConvolutionMode_t, cudnnDataType_t))  \
+  X(cudnnStatus_t, SetConvolutionGroupCount, (cudnnConvolutionDescriptor_t, int))                           \
+  X(cudnnStatus_t, SetConvolutionMathType, (cudnnConvolutionDescriptor_t, cudnnMathType_t))                 \
+  X(cudnnStatus_t, DestroyConvolutionDescriptor, (cudnnConvolutionDescriptor_t))                            \
+  X(cudnnStatus_t, GetConvolutionForwardAlgorithm_v7,                                                       \
+    (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t,          \
+     cudnnTensorDescriptor_t, int, int *, cudnnConvolutionFwdAlgoPerf_t *))                                 \
+  X(cudnnStatus_t, ConvolutionForward,                                                                      \
+    (cudnnHandle_t, const void *, cudnnTensorDescriptor_t, const void *, cudnnFilterDescriptor_t,           \
+     const void *, cudnnConvolutionDescriptor_t, cudnnConvolutionFwdAlgo_t, void *, size_t, const void *,   \
+     cudnnTensorDescriptor_t, void *))                                                                      \
+  X(cudnnStatus_t, GetConvolutionBackwardDataAlgorithm_v7,                                                  \
+    (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t,          \
+     cudnnTensorDescriptor_t, int, int *, cudnnConvolutionBwdDataAlgoPerf_t *))                             \
+  X(cudnnStatus_t, ConvolutionBackwardData,                                                                 \
+    (cudnnHandle_t, const void *, cudnnFilterDescriptor_t, const void *, cudnnTensorDescriptor_t,           \
+     const void *, cudnnConvolutionDescriptor_t, cudnnConvolutionBwdDataAlgo_t, void *, size_t,             \
+     const void *, cudnnTensorDescriptor_t, void *))                                                        \
+  X(cudnnStatus_t, GetConvolutionBackwardFilterAlgorithm_v7,                                                \
+    (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t,          \
+     cudnnFilterDescriptor_t, int, int *, cudnnConvolutionBwdFilterAlgoPerf_t *))                           \
+  X(cudnnStatus_t, ConvolutionBackwardFilter,                                                               \
+    (cudnnHandle_t, const void *, cudnnTensorDescriptor_t, const void *, cudnnTensorDescriptor_t,           \
+     const void *, cudnnConvolutionDescriptor_t, cudnnConvolutionBwdFilterAlgo_t, void *, size_t,           \
+     const void *, cudnnFilterDescriptor_t, void *))                                                        \
+  X(cudnnStatus_t, AddTensor,                                                                               \
+    (cudnnHandle_t, const void *, cudnnTensorDescriptor_t, const void *, const void *,                      \
+     cudnnTensorDescriptor_t, void *))
+
+#define DNN_FIELD(ret, name, args) ret(*name) args;
+static struct {
+  void *lib;
+  bool tf32; /* AG_ALLOW_TF32=1: f32 convolutions may use TF32 tensor cores */
+  DNN_FNS(DNN_FIELD)
+} d;
+
+/* Workspaces above this are not taken: the heuristics' next algorithm that
+ * fits is used instead (their list always ends with one that needs none). */
+#define DNN_WS_CAP ((size_t)256 << 20)
+
+void agv_dnn_init(void) {
+  memset(&d, 0, sizeof d);
+  const char *own = getenv("AG_GPU_CONV");
+  if (own && strcmp(own, "own") == 0) {
+    snprintf(g_describe, sizeof g_describe, "own kernels (AG_GPU_CONV=own)");
+    return;
+  }
+  static const char *const names[] = {"libcudnn.so.9", "libcudnn.so.8"};
+  for (size_t i = 0; i < sizeof names / sizeof *names && !d.lib; i++) d.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  if (!d.lib) {
+    snprintf(g_describe, sizeof g_describe, "own kernels (no libcudnn.so.9/.8)");
+    return;
+  }
+  bool all = true;
+#define DNN_RESOLVE(ret, name, args)                                   \
+  *(void **)&d.name = dlsym(d.lib, "cudnn" #name);                    \
+  if (!d.name) all = false;
+  DNN_FNS(DNN_RESOLVE)
+#undef DNN_RESOLVE
+  if (!all) {
+    dlclose(d.lib);
+    memset(&d, 0, sizeof d);
+    snprintf(g_describe, sizeof g_describe, "own kernels (libcudnn lacks an entry point)");
+    return;
+  }
+  const char *tf32 = getenv("AG_ALLOW_TF32");
+  d.tf32 = tf32 && strcmp(tf32, "1") == 0;
+  /* major*10000 + minor*100 + patch since 9, major*1000 + minor*100 + patch in 8 */
+  size_t v = d.GetVersion(), major = v >= 90000 ? v / 10000 : v / 1000;
+  snprintf(g_describe, sizeof g_describe, "cuDNN %zu.%zu.%zu", major, (v / 100) % 100, v % 100);
+}
+
+static ag_status dnn_status(cudnnStatus_t r, const char *what) {
+  ag_status st = r == CUDNN_STATUS_ALLOC_FAILED ? AG_ERR_OOM
+                 : r == CUDNN_STATUS_NOT_SUPPORTED ? AG_ERR_UNSUPPORTED
+                                                   : AG_ERR_BACKEND;
+  return ag_error_set(st, "cuda: %s: %s (cuDNN code %d)", what, d.GetErrorString ? d.GetErrorString(r) : "?", (int)r);
+}
+
+static cudnnDataType_t dnn_type(ag_dtype dt) {
+  return dt == AG_F16 ? CUDNN_DATA_HALF : dt == AG_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* A workspace of at least bytes on s (grow-only; the old one is freed after
+ * the stream drained, since queued convolutions may still use it). */
+static ag_status dnn_workspace(ag_bstream *s, size_t bytes) {
+  if (bytes <= s->dnn_ws_bytes) return AG_OK;
+  if (s->dnn_ws) {
+    cudaError_t e = cudaStreamSynchronize(s->s);
+    if (e != cudaSuccess) return agv_status((int)e, AGV_RUNTIME, "cudaStreamSynchronize(cuDNN workspace)");
+    (void)cudaFree(s->dnn_ws);
+    s->dnn_ws = NULL;
+    s->dnn_ws_bytes = 0;
+  }
+  cudaError_t e = cudaMalloc(&s->dnn_ws, bytes);
+  if (e != cudaSuccess) return agv_status((int)e, AGV_RUNTIME, "cudaMalloc(cuDNN workspace)");
+  s->dnn_ws_bytes = bytes;
+  return AG_OK;
+}
+
+/* The first algorithm of the heuristics' list that succeeded, fits the
+ * workspace cap and, in deterministic mode, is deterministic. */
+#define PICK(perf, n, det, out_algo, out_ws)                                                      \
+  do {                                                                                            \
+    for (int i_ = 0; i_ < (n); i_++) {                                                            \
+      if ((perf)[i_].status != CUDNN_STATUS_SUCCESS || (perf)[i_].memory > DNN_WS_CAP) continue;  \
+      if ((det) && (perf)[i_].determinism != CUDNN_DETERMINISTIC) continue;                      \
+      *(out_algo) = (perf)[i_].algo;                                                              \
+      *(out_ws) = (perf)[i_].memory;                                                              \
+      found = true;                                                                               \
+      break;                                                                                      \
+    }                                                                                             \
+  } while (0)
+
+static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
+  const bool fwd = c->op == AG_K_CONV2D, bin = c->op == AG_K_CONV2D_BWD_INPUT;
+  const ag_koperand *X = fwd ? &c->o[1] : bin ? &c->o[0] : &c->o[2], *Y = fwd ? &c->o[0] : &c->o[1],
+                    *W = fwd || bin ? &c->o[2] : &c->o[0];
+  const bool det = (c->flags & AG_KF_DETERMINISTIC) != 0;
+  const cudnnDataType_t t = dnn_type(X->dtype);
+  cudnnStatus_t r;
+  if (!s->dnn) {
+    cudnnHandle_t h;
+    if ((r = d.Create(&h)) != CUDNN_STATUS_SUCCESS) return dnn_status(r, "cudnnCreate");
+    s->dnn = h;
+  }
+  cudnnHandle_t h = (cudnnHandle_t)s->dnn;
+  if ((r = d.SetStream(h, s->s)) != CUDNN_STATUS_SUCCESS) return dnn_status(r, "cudnnSetStream");
+  cudnnTensorDescriptor_t xd = NULL, yd = NULL, bd = NULL;
+  cudnnFilterDescriptor_t wd = NULL;
+  cudnnConvolutionDescriptor_t cd = NULL;
+  ag_status st = AG_OK;
+  const char *what = "cudnnCreate*Descriptor";
+  bool found = false;
+  size_t ws = 0;
+  const float one = 1.0f, zero = 0.0f;
+  /* one cleanup tail: every step below sets r and what */
+  if ((r = d.CreateTensorDescriptor(&xd)) != CUDNN_STATUS_SUCCESS || (r = d.CreateTensorDescriptor(&yd)) != CUDNN_STATUS_SUCCESS ||
+      (r = d.CreateFilterDescriptor(&wd)) != CUDNN_STATUS_SUCCESS ||
+      (r = d.CreateConvolutionDescriptor(&cd)) != CUDNN_STATUS_SUCCESS)
+    goto done;
+  what = "cudnnSet*Descriptor";
+  if ((r = d.SetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, t, (int)X->shape[0], (int)X->shape[1], (int)X->shape[2],
+                                   (int)X->shape[3])) != CUDNN_STATUS_SUCCESS ||
+      (r = d.SetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, t, (int)Y->shape[0], (int)Y->shape[1], (int)Y->shape[2],
+                                   (int)Y->shape[3])) != CUDNN_STATUS_SUCCESS ||
+      (r = d.SetFilter4dDescriptor(wd, t, CUDNN_TENSOR_NCHW, (int)W->shape[0], (int)W->shape[1], (int)W->shape[2],
+                                   (int)W->shape[3])) != CUDNN_STATUS_SUCCESS ||
+      (r = d.SetConvolution2dDescriptor(cd, (int)c->s[2], (int)c->s[3], (int)c->s[0], (int)c->s[1], (int)c->s[4],
+                                        (int)c->s[5], CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) !=
+          CUDNN_STATUS_SUCCESS ||
+      (r = d.SetConvolutionGroupCount(cd, (int)c->s[6])) != CUDNN_STATUS_SUCCESS ||
+      /* f32 stays f32 unless TF32 is allowed, as for cuBLAS (docs/gpu.md) */
+      (r = d.SetConvolutionMathType(cd, X->dtype != AG_F32 ? CUDNN_TENSOR_OP_MATH
+                                        : d.tf32 ? CUDNN_DEFAULT_MATH
+                                                 : CUDNN_FMA_MATH)) != CUDNN_STATUS_SUCCESS)
+    goto done;
+  what = "cudnnGetConvolution*Algorithm_v7";
+  if (fwd) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int n = 0;
+    cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    if ((r = d.GetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf)) !=
+        CUDNN_STATUS_SUCCESS)
+      goto done;
+    PICK(perf, n, det, &algo, &ws);
+    if (!found || (st = dnn_workspace(s, ws)) != AG_OK) goto done;
+    what = "cudnnConvolutionForward";
+    if ((r = d.ConvolutionForward(h, &one, xd, agk_ptr(X), wd, agk_ptr(W), cd, algo, s->dnn_ws, ws, &zero, yd,
+                                  agk_ptr(Y))) != CUDNN_STATUS_SUCCESS)
+      goto done;
+    if (c->o[3].base) {
+      what = "cudnnAddTensor(bias)";
+      if ((r = d.CreateTensorDescriptor(&bd)) != CUDNN_STATUS_SUCCESS ||
+          (r = d.SetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, t, 1, (int)Y->shape[1], 1, 1)) != CUDNN_STATUS_SUCCESS ||
+          (r = d.AddTensor(h, &one, bd, agk_ptr(&c->o[3]), &one, yd, agk_ptr(Y))) != CUDNN_STATUS_SUCCESS)
+        goto done;
+    }
+  } else if (bin) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int n = 0;
+    cudnnConvolutionBwdDataAlgo_t algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    if ((r = d.GetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
+                                                      perf)) != CUDNN_STATUS_SUCCESS)
+      goto done;
+    PICK(perf, n, det, &algo, &ws);
+    if (!found || (st = dnn_workspace(s, ws)) != AG_OK) goto done;
+    what = "cudnnConvolutionBackwardData";
+    if ((r = d.ConvolutionBackwardData(h, &one, wd, agk_ptr(W), yd, agk_ptr(Y), cd, algo, s->dnn_ws, ws, &zero, xd,
+                                       agk_ptr(X))) != CUDNN_STATUS_SUCCESS)
+      goto done;
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int n = 0;
+    cudnnConvolutionBwdFilterAlgo_t algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+    if ((r = d.GetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                        &n, perf)) != CUDNN_STATUS_SUCCESS)
+      goto done;
+    PICK(perf, n, det, &algo, &ws);
+    if (!found || (st = dnn_workspace(s, ws)) != AG_OK) goto done;
+    what = "cudnnConvolutionBackwardFilter";
+    if ((r = d.ConvolutionBackwardFilter(h, &one, xd, agk_ptr(X), yd, agk_ptr(Y), cd, algo, s->dnn_ws, ws, &zero, wd,
+                                         agk_ptr(W))) != CUDNN_STATUS_SUCCESS)
+      goto done;
+  }
+done:
+  if (st == AG_OK && r != CUDNN_STATUS_SUCCESS) st = dnn_status(r, what);
+  /* no algorithm qualified: the caller falls back to the own kernels */
+  if (st == AG_OK && !found) st = AG_ERR_UNSUPPORTED;
+  if (bd) (void)d.DestroyTensorDescriptor(bd);
+  if (cd) (void)d.DestroyConvolutionDescriptor(cd);
+  if (wd) (void)d.DestroyFilterDescriptor(wd);
+  if (yd) (void)d.DestroyTensorDescriptor(yd);
+  if (xd) (void)d.DestroyTensorDescriptor(xd);
+  return st;
+}
+
+static bool dnn_fits(const ag_kernel_call *c) {
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < 4; i++)
+      if (c->o[k].shape[i] > 0x7fffffff) return false;
+  return true;
+}
+
+ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
+  if (d.lib && dnn_fits(c)) {
+    ag_status st = dnn_conv(s, c);
+    if (st != AG_ERR_UNSUPPORTED) return st;
+    ag_error_clear(); /* cuDNN declined this shape: the own kernels take it */
+  }
+  gpuError_t e = agk_conv2d(env, c);
+  if (e == gpuSuccess) e = gpuGetLastError();
+  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "conv2d");
+}
+
+void agv_dnn_release(ag_bstream *s) {
+  if (s->dnn && d.Destroy) (void)d.Destroy((cudnnHandle_t)s->dnn);
+  s->dnn = NULL;
+  if (s->dnn_ws) (void)cudaFree(s->dnn_ws);
+  s->dnn_ws = NULL;
+  s->dnn_ws_bytes = 0;
+}
+
+#else /* no cudnn.h in this toolkit: own kernels only */
+
+void agv_dnn_init(void) { snprintf(g_describe, sizeof g_describe, "own kernels (built without cudnn.h)"); }
+
+ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
+  (void)s;
+  gpuError_t e = agk_conv2d(env, c);
+  if (e == gpuSuccess) e = gpuGetLastError();
+  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "conv2d");
+}
+
+void agv_dnn_release(ag_bstream *s) { (void)s; }
+
+#endif
+
+const char *agv_dnn_describe(void) { return g_describe; }

@@ -1,0 +1,16 @@
+/* cuDNN for conv2d, loaded at run time (cuda_dnn.cu); hidden inside the CUDA
+ * module. agv_conv (gpu.h) is defined there too. */
+#ifndef AG_CUDA_DNN_H
+#define AG_CUDA_DNN_H
+
+#include "gpu.h"
+
+/* Load cuDNN unless AG_GPU_CONV=own; never fails (without it the module's
+ * own kernels run). Called once from agv_init. */
+AGK_HIDDEN void agv_dnn_init(void);
+/* "cuDNN 9.13.0" or "own kernels (<why>)": for device properties and logs. */
+AGK_HIDDEN const char *agv_dnn_describe(void);
+/* Destroy s's cuDNN handle and free its workspace. */
+AGK_HIDDEN void agv_dnn_release(ag_bstream *s);
+
+#endif

@@ -1,0 +1,426 @@
+/* conv2d and pooling for AG_K_CONV2D*, AG_K_POOL2D* (NCHW, contiguous; f32,
+ * f16, bf16 with f32 accumulation). conv2d is an implicit GEMM: the tiled
+ * kernel of gemm.cu, with tile loads that compute input coordinates, so the
+ * im2col matrix is never stored and no workspace is needed. The weight
+ * gradient splits its long reduction (batch x pixels) into chunks whose
+ * partials are added in a fixed order: deterministic, no atomics. Pooling
+ * backward gathers (each input element sums the outputs that picked it, in
+ * the CPU backend's order), so it is deterministic too. */
+#include "common.cuh"
+
+#define CV_M 64
+#define CV_N 64
+#define CV_K 16
+
+typedef struct cv_geom {
+  long long N, C, H, W, Co, Ho, Wo, kh, kw, sh, sw, ph, pw, dh, dw, G;
+  long long Cg, Cog, K, P, khw; /* C/G, Co/G, Cg*kh*kw, Ho*Wo, kh*kw */
+} cv_geom;
+
+static cv_geom cv_geom_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y,
+                          const ag_koperand *w) {
+  cv_geom g;
+  g.N = x->shape[0];
+  g.C = x->shape[1];
+  g.H = x->shape[2];
+  g.W = x->shape[3];
+  g.Co = y->shape[1];
+  g.Ho = y->shape[2];
+  g.Wo = y->shape[3];
+  g.kh = w->shape[2];
+  g.kw = w->shape[3];
+  g.sh = (long long)c->s[0];
+  g.sw = (long long)c->s[1];
+  g.ph = (long long)c->s[2];
+  g.pw = (long long)c->s[3];
+  g.dh = (long long)c->s[4];
+  g.dw = (long long)c->s[5];
+  g.G = (long long)c->s[6];
+  g.Cg = g.C / g.G;
+  g.Cog = g.Co / g.G;
+  g.khw = g.kh * g.kw;
+  g.K = g.Cg * g.khw;
+  g.P = g.Ho * g.Wo;
+  return g;
+}
+
+/* Column k = (c, i, j) of the im2col matrix at pixel p = (oh, ow) of sample
+ * n, group gr: the input element it reads, 0 in the padding. */
+template <typename T> AGK_DEV float cv_col(const cv_geom &g, const T *x, long long n, long long gr, long long k,
+                                            long long p) {
+  long long c = k / g.khw, r = k - c * g.khw, i = r / g.kw, j = r - i * g.kw;
+  long long oh = p / g.Wo, ow = p - oh * g.Wo;
+  long long ih = oh * g.sh - g.ph + i * g.dh, iw = ow * g.sw - g.pw + j * g.dw;
+  if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) return 0.f;
+  return agk_tof(x[((n * g.C + gr * g.Cg + c) * g.H + ih) * g.W + iw]);
+}
+
+/* Forward, per (sample n, group gr) = z: y[Cog, P] = w[Cog, K] @ col[K, P] + bias. */
+template <typename T> struct cv_fwd {
+  static constexpr bool A_KFAST = true, B_NFAST = true;
+  cv_geom g;
+  const T *x, *w, *bias;
+  T *y;
+  long long M, N;
+  AGK_DEV long long kbeg(long long) const { return 0; }
+  AGK_DEV long long kend(long long) const { return g.K; }
+  AGK_DEV float a(long long z, long long m, long long k) const {
+    return agk_tof(w[((z % g.G) * g.Cog + m) * g.K + k]);
+  }
+  AGK_DEV float b(long long z, long long k, long long p) const { return cv_col(g, x, z / g.G, z % g.G, k, p); }
+  AGK_DEV void store(long long z, long long m, long long p, float v) const {
+    long long n = z / g.G, co = (z % g.G) * g.Cog + m;
+    if (bias) v += agk_tof(bias[co]);
+    y[(n * g.Co + co) * g.P + p] = agk_fromf<T>(v);
+  }
+};
+
+/* Input gradient, per (n, gr) = z: dx[Cg, H*W] = w^T[Cg, Cog*khw] @ B where
+ * B[(co, i, j), (h, w)] is the dy element whose window put tap (i, j) on
+ * (h, w), or 0 (strides skip most taps). */
+template <typename T> struct cv_bwd_in {
+  static constexpr bool A_KFAST = false, B_NFAST = true;
+  cv_geom g;
+  const T *dy, *w;
+  T *dx;
+  long long M, N;
+  AGK_DEV long long kbeg(long long) const { return 0; }
+  AGK_DEV long long kend(long long) const { return g.Cog * g.khw; }
+  AGK_DEV float a(long long z, long long c, long long k) const {
+    long long co = k / g.khw, r = k - co * g.khw;
+    return agk_tof(w[(((z % g.G) * g.Cog + co) * g.Cg + c) * g.khw + r]);
+  }
+  AGK_DEV float b(long long z, long long k, long long q) const {
+    long long co = k / g.khw, r = k - co * g.khw, i = r / g.kw, j = r - i * g.kw;
+    long long h = q / g.W, wq = q - h * g.W;
+    long long th = h + g.ph - i * g.dh, tw = wq + g.pw - j * g.dw;
+    if (th < 0 || tw < 0 || th % g.sh || tw % g.sw) return 0.f;
+    long long oh = th / g.sh, ow = tw / g.sw;
+    if (oh >= g.Ho || ow >= g.Wo) return 0.f;
+    return agk_tof(dy[(((z / g.G) * g.Co + (z % g.G) * g.Cog + co) * g.Ho + oh) * g.Wo + ow]);
+  }
+  AGK_DEV void store(long long z, long long c, long long q, float v) const {
+    dx[((z / g.G) * g.C + (z % g.G) * g.Cg + c) * g.H * g.W + q] = agk_fromf<T>(v);
+  }
+};
+
+/* Weight gradient, per (split s, group gr) = z = s * G + gr:
+ * dw[Cog, K] = dy[Cog, (n, p)] @ col[(n, p), K] over the split's chunk of
+ * the N*P reduction. With one split it stores dw; otherwise f32 partials
+ * part[s][Co*K], added in split order by k_cv_split_sum. */
+template <typename T> struct cv_bwd_w {
+  static constexpr bool A_KFAST = true, B_NFAST = false;
+  cv_geom g;
+  const T *dy, *x;
+  T *dw;
+  float *part;
+  long long M, N, R, chunk;
+  AGK_DEV long long kbeg(long long z) const { return (z / g.G) * chunk; }
+  AGK_DEV long long kend(long long z) const {
+    long long e = (z / g.G + 1) * chunk;
+    return e < R ? e : R;
+  }
+  AGK_DEV float a(long long z, long long m, long long r) const {
+    long long n = r / g.P, p = r - n * g.P;
+    return agk_tof(dy[(n * g.Co + (z % g.G) * g.Cog + m) * g.P + p]);
+  }
+  AGK_DEV float b(long long z, long long r, long long k) const {
+    long long n = r / g.P, p = r - n * g.P;
+    return cv_col(g, x, n, z % g.G, k, p);
+  }
+  AGK_DEV void store(long long z, long long m, long long k, float v) const {
+    long long e = ((z % g.G) * g.Cog + m) * g.K + k;
+    if (part) part[(z / g.G) * g.Co * g.K + e] = v;
+    else dw[e] = agk_fromf<T>(v);
+  }
+};
+
+/* One 64x64 output tile at (m0, n0) of problem z: 16-deep k steps through
+ * shared memory, 4x4 outputs per thread (the layout of gemm.cu). */
+template <typename PB>
+AGK_DEV void cv_tile(const PB &p, long long z, long long m0, long long n0, float (*As)[CV_M + 4],
+                     float (*Bs)[CV_N + 4]) {
+  int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) acc[i][j] = 0.f;
+  const long long kb = p.kbeg(z), ke = p.kend(z);
+  for (long long k0 = kb; k0 < ke; k0 += CV_K) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      int idx = tid + r * 256, mm, kk, nn;
+      /* the index that walks contiguous memory varies fastest across threads */
+      if (PB::A_KFAST) { mm = idx / CV_K; kk = idx % CV_K; }
+      else { mm = idx % CV_M; kk = idx / CV_M; }
+      long long gm = m0 + mm, gk = k0 + kk;
+      As[kk][mm] = gm < p.M && gk < ke ? p.a(z, gm, gk) : 0.f;
+      if (PB::B_NFAST) { nn = idx % CV_N; kk = idx / CV_N; }
+      else { nn = idx / CV_K; kk = idx % CV_K; }
+      long long gn = n0 + nn;
+      gk = k0 + kk;
+      Bs[kk][nn] = gn < p.N && gk < ke ? p.b(z, gk, gn) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < CV_K; kk++) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads(); /* this step's reads before the next step's loads */
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    long long gm = m0 + ty + 16 * i;
+    if (gm >= p.M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      long long gn = n0 + tx + 16 * j;
+      if (gn < p.N) p.store(z, gm, gn, acc[i][j]);
+    }
+  }
+}
+
+/* Tiles numbered (z, m tile, n tile), n fastest, taken in a grid-stride
+ * loop: any batch and size fits every vendor's grid limits. */
+template <typename PB> __global__ void __launch_bounds__(256) k_cv_gemm(PB p, long long ntm, long long ntn,
+                                                                         long long ntiles) {
+  __shared__ float As[CV_K][CV_M + 4];
+  __shared__ float Bs[CV_K][CV_N + 4];
+  for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    long long tn = t % ntn, rest = t / ntn, tm = rest % ntm, z = rest / ntm;
+    cv_tile(p, z, tm * CV_M, tn * CV_N, As, Bs);
+  }
+}
+
+template <typename PB> static gpuError_t cv_run(const agk_env *env, const PB &p, long long batch) {
+  long long ntm = (p.M + CV_M - 1) / CV_M, ntn = (p.N + CV_N - 1) / CV_N, ntiles = ntm * ntn * batch;
+  if (ntiles == 0) return gpuSuccess;
+  agk_launch(k_cv_gemm<PB>, agk_blocks(ntiles, 1, 256, agk_wave(env, 256)), 256, 0, env->stream, p, ntm, ntn,
+             ntiles);
+  return gpuGetLastError();
+}
+
+/* out[e] = sum over s < splits of part[s * n + e], in split order. */
+template <typename T> __global__ void k_cv_split_sum(T *out, const float *part, long long n, long long splits) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+    float s = part[e];
+    for (long long k = 1; k < splits; k++) s += part[k * n + e];
+    out[e] = agk_fromf<T>(s);
+  }
+}
+
+template <typename T> static gpuError_t conv_fwd_go(const agk_env *env, const ag_kernel_call *c) {
+  cv_fwd<T> p;
+  p.g = cv_geom_of(c, &c->o[1], &c->o[0], &c->o[2]);
+  p.y = (T *)agk_ptr(&c->o[0]);
+  p.x = (const T *)agk_ptr(&c->o[1]);
+  p.w = (const T *)agk_ptr(&c->o[2]);
+  p.bias = (const T *)agk_ptr(&c->o[3]);
+  p.M = p.g.Cog;
+  p.N = p.g.P;
+  return cv_run(env, p, p.g.N * p.g.G);
+}
+
+template <typename T> static gpuError_t conv_bwd_in_go(const agk_env *env, const ag_kernel_call *c) {
+  cv_bwd_in<T> p;
+  p.g = cv_geom_of(c, &c->o[0], &c->o[1], &c->o[2]);
+  p.dx = (T *)agk_ptr(&c->o[0]);
+  p.dy = (const T *)agk_ptr(&c->o[1]);
+  p.w = (const T *)agk_ptr(&c->o[2]);
+  p.M = p.g.Cg;
+  p.N = p.g.H * p.g.W;
+  return cv_run(env, p, p.g.N * p.g.G);
+}
+
+template <typename T> static gpuError_t conv_bwd_w_go(const agk_env *env, const ag_kernel_call *c) {
+  cv_bwd_w<T> p;
+  p.g = cv_geom_of(c, &c->o[2], &c->o[1], &c->o[0]);
+  p.dw = (T *)agk_ptr(&c->o[0]);
+  p.dy = (const T *)agk_ptr(&c->o[1]);
+  p.x = (const T *)agk_ptr(&c->o[2]);
+  p.part = (float *)0;
+  p.M = p.g.Cog;
+  p.N = p.g.K;
+  p.R = p.g.N * p.g.P;
+  const long long nout = p.g.Co * p.g.K;
+  /* Split the reduction so that the (usually few) output tiles still fill
+   * the device: about two waves of blocks, chunks of at least 1024 (a
+   * multiple of the k step), partials within the stream scratch. The split
+   * depends only on shapes and the device, so results repeat. */
+  long long tiles = ((p.M + CV_M - 1) / CV_M) * ((p.N + CV_N - 1) / CV_N) * p.g.G;
+  long long want = agk_wave(env, 256) / 2 / (tiles > 0 ? tiles : 1);
+  long long by_len = p.R / 1024, by_mem = (long long)(env->scratch_bytes / sizeof(float)) / (nout > 0 ? nout : 1);
+  long long splits = want < by_len ? want : by_len;
+  if (splits > by_mem) splits = by_mem;
+  if (splits > 256) splits = 256;
+  if (splits < 1) splits = 1;
+  p.chunk = (p.R + splits - 1) / splits;
+  p.chunk = (p.chunk + CV_K - 1) / CV_K * CV_K;
+  if (p.chunk < 1) p.chunk = 1;
+  splits = (p.R + p.chunk - 1) / p.chunk;
+  if (splits <= 1) { /* dw directly; with no samples (R == 0) the tiles run no k step and store 0 */
+    p.chunk = p.R > 0 ? p.R : 1;
+    return cv_run(env, p, p.g.G);
+  }
+  p.part = (float *)env->scratch;
+  gpuError_t e = cv_run(env, p, splits * p.g.G);
+  if (e != gpuSuccess) return e;
+  agk_launch(k_cv_split_sum<T>, agk_blocks(nout, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, p.dw,
+             (const float *)p.part, nout, splits);
+  return gpuGetLastError();
+}
+
+/* ---- pooling ---- */
+
+typedef struct pl_geom {
+  long long planes, H, W, Ho, Wo, sh, sw, ph, pw, kh, kw;
+  int op, count_pad;
+} pl_geom;
+
+static pl_geom pl_geom_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y) {
+  pl_geom g;
+  g.planes = x->shape[0] * x->shape[1];
+  g.H = x->shape[2];
+  g.W = x->shape[3];
+  g.Ho = y->shape[2];
+  g.Wo = y->shape[3];
+  g.sh = (long long)c->s[0];
+  g.sw = (long long)c->s[1];
+  g.ph = (long long)c->s[2];
+  g.pw = (long long)c->s[3];
+  g.kh = (long long)c->s[4];
+  g.kw = (long long)c->s[5];
+  g.count_pad = c->s[6] != 0;
+  g.op = c->sub;
+  return g;
+}
+
+/* The window of output (oh, ow), clipped to the input, and its divisor: the
+ * CPU backend's rule (backend.h AG_K_POOL2D). */
+AGK_DEV void pl_window(const pl_geom &g, long long oh, long long ow, long long *h0, long long *h1, long long *w0,
+                       long long *w1, long long *div) {
+  if (g.op == AG_P_ADAPTIVE_AVG) {
+    *h0 = oh * g.H / g.Ho;
+    *h1 = ((oh + 1) * g.H + g.Ho - 1) / g.Ho;
+    *w0 = ow * g.W / g.Wo;
+    *w1 = ((ow + 1) * g.W + g.Wo - 1) / g.Wo;
+    *div = (*h1 - *h0) * (*w1 - *w0);
+    return;
+  }
+  long long a0 = oh * g.sh - g.ph, a1 = a0 + g.kh, b0 = ow * g.sw - g.pw, b1 = b0 + g.kw;
+  long long hp = a1 < g.H + g.ph ? a1 : g.H + g.ph, wp = b1 < g.W + g.pw ? b1 : g.W + g.pw;
+  long long d = (hp - a0) * (wp - b0);
+  if (a0 < 0) a0 = 0;
+  if (b0 < 0) b0 = 0;
+  if (a1 > g.H) a1 = g.H;
+  if (b1 > g.W) b1 = g.W;
+  if (!g.count_pad) d = (a1 - a0) * (b1 - b0);
+  *h0 = a0, *h1 = a1, *w0 = b0, *w1 = b1, *div = d;
+}
+
+template <typename T> __global__ void k_pool(T *y, int32_t *idx, const T *x, pl_geom g) {
+  const long long n = g.planes * g.Ho * g.Wo, stride = (long long)gridDim.x * blockDim.x;
+  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += stride) {
+    long long q = o / (g.Ho * g.Wo), r = o - q * g.Ho * g.Wo, oh = r / g.Wo, ow = r - oh * g.Wo;
+    long long h0, h1, w0, w1, div;
+    pl_window(g, oh, ow, &h0, &h1, &w0, &w1, &div);
+    const T *xp = x + q * g.H * g.W;
+    if (g.op == AG_P_MAX) {
+      /* first maximum in row-major window order; a NaN wins at once */
+      float best = -INFINITY;
+      long long bi = h0 * g.W + w0;
+      for (long long i = h0; i < h1; i++)
+        for (long long j = w0; j < w1; j++) {
+          float v = agk_tof(xp[i * g.W + j]);
+          if (v > best || v != v) {
+            best = v;
+            bi = i * g.W + j;
+            if (v != v) i = h1, j = w1; /* leave both loops */
+          }
+        }
+      y[o] = agk_fromf<T>(best);
+      idx[o] = (int32_t)bi;
+    } else {
+      float acc = 0.f;
+      for (long long i = h0; i < h1; i++)
+        for (long long j = w0; j < w1; j++) acc += agk_tof(xp[i * g.W + j]);
+      y[o] = agk_fromf<T>(div > 0 ? acc / (float)div : 0.f);
+    }
+  }
+}
+
+/* dx[h, w] = sum over the outputs whose window holds (h, w) (and, for max,
+ * whose saved index is (h, w)), in ascending output order as the CPU adds. */
+template <typename T> __global__ void k_pool_bwd(T *dx, const T *dy, const int32_t *idx, pl_geom g) {
+  const long long n = g.planes * g.H * g.W, stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+    long long q = e / (g.H * g.W), hw = e - q * g.H * g.W, h = hw / g.W, w = hw - h * g.W;
+    long long oh0, oh1, ow0, ow1;
+    if (g.op == AG_P_ADAPTIVE_AVG) {
+      oh0 = h * g.Ho / g.H;
+      oh1 = ((h + 1) * g.Ho + g.H - 1) / g.H;
+      ow0 = w * g.Wo / g.W;
+      ow1 = ((w + 1) * g.Wo + g.W - 1) / g.W;
+    } else {
+      long long lh = h + g.ph - g.kh + 1, lw = w + g.pw - g.kw + 1;
+      oh0 = lh <= 0 ? 0 : (lh + g.sh - 1) / g.sh;
+      ow0 = lw <= 0 ? 0 : (lw + g.sw - 1) / g.sw;
+      oh1 = (h + g.ph) / g.sh + 1;
+      ow1 = (w + g.pw) / g.sw + 1;
+    }
+    if (oh1 > g.Ho) oh1 = g.Ho;
+    if (ow1 > g.Wo) ow1 = g.Wo;
+    const long long ob = q * g.Ho * g.Wo;
+    float acc = 0.f;
+    for (long long oh = oh0; oh < oh1; oh++)
+      for (long long ow = ow0; ow < ow1; ow++) {
+        long long o = ob + oh * g.Wo + ow;
+        if (g.op == AG_P_MAX) {
+          if (idx[o] == hw) acc += agk_tof(dy[o]);
+          continue;
+        }
+        long long h0, h1, w0, w1, div;
+        pl_window(g, oh, ow, &h0, &h1, &w0, &w1, &div);
+        if (div > 0 && h >= h0 && h < h1 && w >= w0 && w < w1) acc += agk_tof(dy[o]) / (float)div;
+      }
+    dx[e] = agk_fromf<T>(acc);
+  }
+}
+
+gpuError_t agk_conv2d(const agk_env *env, const ag_kernel_call *c) {
+  switch (c->op) {
+    case AG_K_CONV2D: AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return conv_fwd_go<T>(env, c)); break;
+    case AG_K_CONV2D_BWD_INPUT: AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return conv_bwd_in_go<T>(env, c)); break;
+    case AG_K_CONV2D_BWD_WEIGHT: AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return conv_bwd_w_go<T>(env, c)); break;
+    default: break;
+  }
+  return gpuErrorNotSupported;
+}
+
+gpuError_t agk_pool2d(const agk_env *env, const ag_kernel_call *c) {
+  if (c->sub < 0 || c->sub >= AG_POOL_OP_COUNT) return gpuErrorNotSupported;
+  const bool bwd = c->op == AG_K_POOL2D_BWD;
+  pl_geom g = bwd ? pl_geom_of(c, &c->o[0], &c->o[1]) : pl_geom_of(c, &c->o[1], &c->o[0]);
+  const long long n = g.planes * (bwd ? g.H * g.W : g.Ho * g.Wo);
+  if (n == 0) return gpuSuccess;
+  unsigned blocks = agk_blocks(n, 256, 256, agk_wave(env, 256));
+  if (bwd)
+    AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
+                       agk_launch(k_pool_bwd<T>, blocks, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
+                                  (const T *)agk_ptr(&c->o[1]), (const int32_t *)agk_ptr(&c->o[2]), g))
+  else
+    AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
+                       agk_launch(k_pool<T>, blocks, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
+                                  (int32_t *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[1]), g))
+  return gpuGetLastError();
+}
