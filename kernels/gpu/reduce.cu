@@ -27,9 +27,16 @@ template <> AGK_DEV agk_pair<long long> red_ident<long long>(int op) {
  * min propagate NaN; argmax orders NaN above everything and takes the first
  * index among equals, so it is the first NaN, else the first maximum. The
  * identity's index (INT64_MAX) loses every tie and is never stored. */
+/* Sums of i64 wrap in two's complement (an intermediate partial sum may
+ * leave the range even when the total does not): add through unsigned,
+ * where C++ defines the wrap. */
+template <typename A> AGK_DEV A red_add(A a, A b) { return a + b; }
+template <> AGK_DEV long long red_add<long long>(long long a, long long b) {
+  return (long long)((unsigned long long)a + (unsigned long long)b);
+}
 template <typename A> AGK_DEV agk_pair<A> red_comb(int op, agk_pair<A> a, agk_pair<A> b) {
   switch (op) {
-    case AG_R_SUM: a.v += b.v; return a;
+    case AG_R_SUM: a.v = red_add(a.v, b.v); return a;
     case AG_R_MAX: a.v = b.v > a.v || b.v != b.v ? b.v : a.v; return a;
     case AG_R_MIN: a.v = b.v < a.v || b.v != b.v ? b.v : a.v; return a;
     default: {
