@@ -243,8 +243,8 @@ static double bench_direct(const cshape *s, int iters, double *max_diff) {
   float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)nw),
         *y = malloc(sizeof(float) * (size_t)ny), *ref = malloc(sizeof(float) * (size_t)ny);
   unsigned seed = 5;
-  for (int64_t i = 0; i < nx; i++) x[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f;
-  for (int64_t i = 0; i < nw; i++) w[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f;
+  for (int64_t i = 0; i < nx; i++) x[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
+  for (int64_t i = 0; i < nw; i++) w[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
   direct_conv(x, w, y, s->x[0], s->x[1], s->x[2], s->x[3], s->w[0], s->w[2], s->w[3], 1, 1);
   double t0 = now_ms();
   for (int it = 0; it < iters; it++)

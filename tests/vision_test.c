@@ -189,7 +189,7 @@ static void test_device(void **state) {
       vals[i] = malloc(sizeof(float) * (size_t)n);
       gc[i] = malloc(sizeof(float) * (size_t)n);
       gd[i] = malloc(sizeof(float) * (size_t)n);
-      for (int64_t j = 0; j < n; j++) vals[i][j] = (float)rand_r(&seed) / RAND_MAX * 2.0f - 1.0f;
+      for (int64_t j = 0; j < n; j++) vals[i][j] = (float)rand_r(&seed) / (float)RAND_MAX * 2.0f - 1.0f;
     }
     ag_scope_begin(); /* output size */
     ag_tensor *in[3] = {NULL, NULL, NULL};
@@ -198,7 +198,7 @@ static void test_device(void **state) {
     ag_scope_end();
     float *R = malloc(sizeof(float) * (size_t)ny), *yc = malloc(sizeof(float) * (size_t)ny),
           *yd = malloc(sizeof(float) * (size_t)ny);
-    for (int64_t j = 0; j < ny; j++) R[j] = (float)rand_r(&seed) / RAND_MAX * 2.0f - 1.0f;
+    for (int64_t j = 0; j < ny; j++) R[j] = (float)rand_r(&seed) / (float)RAND_MAX * 2.0f - 1.0f;
     run_on(AG_CPU, vc, vals, R, ny, yc, gc);
     run_on(dev, vc, vals, R, ny, yd, gd);
     char what[128];
