@@ -26,19 +26,24 @@ if(TARGET anygrad-gpuemu)
                          "heap-buffer-overflow.*READ of size 4.*k_oob_read" LABELS gpuemu)
   endif()
 
-  add_test(NAME gpu_check_emu_cuda COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=0)
-  add_test(NAME gpu_check_emu_hip COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=1)
-  # deferred streams: the f16 third of the cases (every kind of kernel, copies
-  # and the optimizer's staged tables) keeps the suite short
-  add_test(NAME gpu_check_emu_deferred COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> f16 --device=0)
-  set_tests_properties(gpu_check_emu_deferred PROPERTIES ENVIRONMENT "AG_GPUEMU_DEFERRED=1")
+  # gpu_check is built with the benchmarks (AG_BENCH)
+  if(TARGET gpu_check)
+    add_test(NAME gpu_check_emu_cuda COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=0)
+    add_test(NAME gpu_check_emu_hip COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=1)
+    # deferred streams: the f16 third of the cases (every kind of kernel, copies
+    # and the optimizer's staged tables) keeps the suite short
+    add_test(NAME gpu_check_emu_deferred COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> f16 --device=0)
+    set_tests_properties(gpu_check_emu_deferred PROPERTIES ENVIRONMENT "AG_GPUEMU_DEFERRED=1")
+  endif()
   add_test(NAME check_gpuemu COMMAND $<TARGET_FILE:anygrad-cli> check --backend gpuemu:0,gpuemu:1)
   add_test(NAME compare_gpuemu_mlp COMMAND $<TARGET_FILE:anygrad-cli> compare --devices cpu,gpuemu:0,gpuemu:1
            --steps 20)
   add_test(NAME compare_gpuemu_gpt COMMAND $<TARGET_FILE:anygrad-cli> compare --devices cpu,gpuemu:0 --model gpt
            --steps 4 --batch 8)
-  set(_emu_tests gpuemu_exec gpuemu_deferred gpu_check_emu_cuda gpu_check_emu_hip gpu_check_emu_deferred
-      check_gpuemu compare_gpuemu_mlp compare_gpuemu_gpt)
+  set(_emu_tests gpuemu_exec gpuemu_deferred check_gpuemu compare_gpuemu_mlp compare_gpuemu_gpt)
+  if(TARGET gpu_check)
+    list(APPEND _emu_tests gpu_check_emu_cuda gpu_check_emu_hip gpu_check_emu_deferred)
+  endif()
   # amp and amp_ops run gpuemu:0 in their own device lists. The targets are
   # defined by fragments read after this one; add_test resolves them later.
   foreach(_t pinned loader alloc_cpu)
