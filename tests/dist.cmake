@@ -18,11 +18,13 @@ if(AG_HAVE_MPI AND AG_MPIEXEC)
   set(_ag_mpi_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;AG_DIST_TIMEOUT_MS=;ASAN_OPTIONS=detect_leaks=0")
   add_test(NAME dist_mpi_np2 COMMAND ${AG_MPIEXEC} -np 2 $<TARGET_FILE:dist_mpi_test>)
   add_test(NAME dist_mpi_np4 COMMAND ${AG_MPIEXEC} -np 4 --oversubscribe $<TARGET_FILE:dist_mpi_test>)
+  # not a power of two: the small all-reduce's pairing step
+  add_test(NAME dist_mpi_np3 COMMAND ${AG_MPIEXEC} -np 3 --oversubscribe $<TARGET_FILE:dist_mpi_test>)
   add_test(NAME dist_mpi_never_arrive COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist_mpi_fail.sh ${AG_MPIEXEC}
            $<TARGET_FILE:dist_mpi_test> never-arrive)
   add_test(NAME dist_mpi_killed_rank COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist_mpi_fail.sh ${AG_MPIEXEC}
            $<TARGET_FILE:dist_mpi_test> kill)
-  set_tests_properties(dist_mpi_np2 dist_mpi_np4 dist_mpi_never_arrive dist_mpi_killed_rank PROPERTIES
+  set_tests_properties(dist_mpi_np2 dist_mpi_np3 dist_mpi_np4 dist_mpi_never_arrive dist_mpi_killed_rank PROPERTIES
                        TIMEOUT 120 LABELS dist ENVIRONMENT "${_ag_mpi_env}" RUN_SERIAL ON)
   # A device that is not host memory: pinned staging and f16/bf16 widening.
   if(TARGET anygrad-gpuemu)

@@ -112,7 +112,9 @@ static void one(ag_dtype dt, size_t n, int salt) {
 }
 
 static void test_collectives(void **state) {
-  static const size_t sizes[] = {0, 1, 7, 1000};
+  /* up to 64 KiB all-reduces go point to point (recursive doubling), 20000
+   * f32/i32 through MPI_Iallreduce */
+  static const size_t sizes[] = {0, 1, 7, 1000, 20000};
   int salt = 1;
   for (int d = 0; d < NDT; d++) {
     if (k_dtypes[d] == AG_F64 && g_dev.backend != AG_BACKEND_CPU) continue; /* a CPU dtype */

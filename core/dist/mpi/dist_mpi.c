@@ -23,7 +23,12 @@
 
 struct ag_dist_impl {
   MPI_Comm comm;
+  MPI_Comm p2p; /* small all-reduces' point-to-point messages (own tag space) */
   int rank, size;
+  bool device_buffers; /* run() gets device addresses (CUDA-aware MPI) */
+  size_t small_bytes;  /* all-reduces up to this size: small_all_reduce */
+  void *tmp;     /* receive buffer of the small all-reduce; one collective runs at a time */
+  size_t tmp_cap;
   int64_t timeout_ms;
   pthread_mutex_t mu;
   ag_status broken_st;
@@ -38,6 +43,11 @@ static int g_open_groups;
 static bool g_any_broken;
 static bool g_serialize; /* MPI_THREAD_SERIALIZED only: one MPI call at a time */
 static pthread_mutex_t g_call_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* All-reduces up to this many bytes take the point-to-point path
+ * (small_all_reduce), larger ones MPI_Iallreduce; AG_DIST_MPI_SMALL_BYTES
+ * overrides it per process (0: always MPI_Iallreduce). */
+#define AG_MPI_SMALL_ALLREDUCE (64 * 1024)
 
 static const char *const k_coll_names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
                                            "barrier"};
@@ -78,6 +88,15 @@ static bool mpi_probe(char *why, size_t n) {
 
 static ag_status mpi_create(ag_dist_create_args *a, ag_dist_impl **out, ag_dist_caps *caps) {
   ag_status st = AG_OK;
+  size_t small_bytes = AG_MPI_SMALL_ALLREDUCE;
+  const char *sb = getenv("AG_DIST_MPI_SMALL_BYTES");
+  if (sb && *sb) {
+    char *end = NULL;
+    long long v = strtoll(sb, &end, 10);
+    if (*end || v < 0)
+      return ag_error_set(AG_ERR_INVALID, "ag_group_create_mpi: AG_DIST_MPI_SMALL_BYTES=%s is not a byte count", sb);
+    small_bytes = (size_t)v;
+  }
   pthread_mutex_lock(&g_mu);
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
@@ -113,6 +132,7 @@ static ag_status mpi_create(ag_dist_create_args *a, ag_dist_impl **out, ag_dist_
   }
   int rc = MPI_Comm_dup(MPI_COMM_WORLD, &im->comm);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(im->comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(im->comm, &im->p2p); /* inherits MPI_ERRORS_RETURN */
   if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(im->comm, &im->rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(im->comm, &im->size);
   if (rc != MPI_SUCCESS) {
@@ -127,8 +147,9 @@ static ag_status mpi_create(ag_dist_create_args *a, ag_dist_impl **out, ag_dist_
   im->timeout_ms = a->timeout_ms;
   a->rank = im->rank;
   a->size = im->size;
-  *caps = (ag_dist_caps){.device_buffers = a->dev_backend == 1 /* cuda */ && cuda_aware(),
-                         .native_avg = false, .native_half = false};
+  im->device_buffers = a->dev_backend == 1 /* cuda */ && cuda_aware();
+  im->small_bytes = small_bytes;
+  *caps = (ag_dist_caps){.device_buffers = im->device_buffers, .native_avg = false, .native_half = false};
   *out = im;
   return AG_OK;
 }
@@ -145,40 +166,17 @@ static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg) {
   pthread_mutex_unlock(&g_mu);
 }
 
-static ag_status mpi_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) {
-  MPI_Datatype dt;
-  switch (c->dtype) {
-    case AG_F32: dt = MPI_FLOAT; break;
-    case AG_F64: dt = MPI_DOUBLE; break;
-    case AG_I32: dt = MPI_INT; break;
-    default: return ag_error_set(AG_ERR_DTYPE, "MPI group: dtype %d reaches MPI unconverted", (int)c->dtype);
-  }
-  MPI_Op op = c->op == AG_DIST_MAX ? MPI_MAX : c->op == AG_DIST_MIN ? MPI_MIN : MPI_SUM;
-  if (c->count > (size_t)INT_MAX / (c->kind == AG_COLL_ALL_GATHER ? (size_t)im->size : 1))
-    return ag_error_set(AG_ERR_UNSUPPORTED, "MPI group: %zu elements exceed MPI's int count", c->count);
-  int n = (int)c->count;
-  MPI_Request req = MPI_REQUEST_NULL;
-  int rc;
-  lock_calls();
-  switch (c->kind) {
-    case AG_COLL_ALL_REDUCE: rc = MPI_Iallreduce(MPI_IN_PLACE, c->buf, n, dt, op, im->comm, &req); break;
-    case AG_COLL_BROADCAST: rc = MPI_Ibcast(c->buf, n, dt, c->root, im->comm, &req); break;
-    case AG_COLL_ALL_GATHER: rc = MPI_Iallgather(c->buf, n, dt, c->out, n, dt, im->comm, &req); break;
-    case AG_COLL_REDUCE_SCATTER: rc = MPI_Ireduce_scatter_block(c->buf, c->out, n, dt, op, im->comm, &req); break;
-    default: rc = MPI_Ibarrier(im->comm, &req); break;
-  }
-  unlock_calls();
-  char what[96];
-  snprintf(what, sizeof what, "MPI group rank %d: %s #%llu", im->rank, k_coll_names[c->kind],
-           (unsigned long long)c->seq);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, what);
-  /* Poll: spin while the collective is likely to finish soon (latency
-   * matters for small buckets), then back off to sleeps of 50 us. */
-  int64_t start = ag__dist_now_ns();
+/* Poll requests until all finished or the deadline passed. Spins while the
+ * messages are likely to land soon (latency matters for small buckets), then
+ * yields (ranks may share cores), then sleeps 50 us: a long wait costs no
+ * CPU. A timeout or an MPI error marks the group broken: the requests cannot
+ * be cancelled. */
+static ag_status wait_requests(ag_dist_impl *im, MPI_Request *reqs, int n, int64_t start, int64_t deadline_ns,
+                               const char *what) {
   for (long iter = 0;; iter++) {
     int done = 0;
     lock_calls();
-    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
     unlock_calls();
     if (rc != MPI_SUCCESS) {
       ag_status st = mpi_error(rc, what);
@@ -193,10 +191,8 @@ static ag_status mpi_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns
                                   "(AG_DIST_TIMEOUT_MS sets the limit)",
                                   what, (long long)((now - start) / 1000000));
       mark_broken(im, st, ag_last_error());
-      return st; /* the request cannot be cancelled; the group is unusable */
+      return st;
     }
-    /* Spin briefly (small collectives finish in microseconds), then yield
-     * (ranks may share cores), then sleep: a long wait costs no CPU. */
     if (now - start > 5000000) {
       struct timespec ts = {0, 50000};
       nanosleep(&ts, NULL);
@@ -204,6 +200,151 @@ static ag_status mpi_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns
       sched_yield();
     }
   }
+}
+
+/* dst = dst op src over n elements (f32, f64, i32; f16/bf16 arrive widened). */
+#define AG_MPI_REDUCE(T)                                       \
+  do {                                                         \
+    T *d = dst;                                                \
+    const T *s = src;                                          \
+    if (op == AG_DIST_MAX)                                     \
+      for (size_t i = 0; i < n; i++) d[i] = s[i] > d[i] ? s[i] : d[i]; \
+    else if (op == AG_DIST_MIN)                                \
+      for (size_t i = 0; i < n; i++) d[i] = s[i] < d[i] ? s[i] : d[i]; \
+    else                                                       \
+      for (size_t i = 0; i < n; i++) d[i] += s[i];             \
+  } while (0)
+
+static void reduce_local(ag_dtype dt, ag_dist_reduce op, void *dst, const void *src, size_t n) {
+  if (dt == AG_F64) {
+    AG_MPI_REDUCE(double);
+  } else if (dt == AG_I32) {
+    /* integer sums wrap (two's complement) as MPI_SUM on MPI_INT does in practice */
+    if (op == AG_DIST_SUM) {
+      uint32_t *d = dst;
+      const uint32_t *s = src;
+      for (size_t i = 0; i < n; i++) d[i] += s[i];
+    } else {
+      AG_MPI_REDUCE(int32_t);
+    }
+  } else {
+    AG_MPI_REDUCE(float);
+  }
+}
+#undef AG_MPI_REDUCE
+
+/* Exchange buf with peer: send all of it, receive into tmp, reduce into buf. */
+static ag_status exchange_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Datatype dt, int peer, int64_t start,
+                                 int64_t deadline_ns, const char *what) {
+  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  int n = (int)c->count;
+  lock_calls();
+  int rc = MPI_Irecv(im->tmp, n, dt, peer, 1, im->p2p, &r[0]);
+  if (rc == MPI_SUCCESS) rc = MPI_Isend(c->buf, n, dt, peer, 1, im->p2p, &r[1]);
+  unlock_calls();
+  if (rc != MPI_SUCCESS) {
+    ag_status st = mpi_error(rc, what);
+    mark_broken(im, st, ag_last_error());
+    return st;
+  }
+  ag_status st = wait_requests(im, r, 2, start, deadline_ns, what);
+  if (st == AG_OK) reduce_local(c->dtype, c->op, c->buf, im->tmp, c->count);
+  return st;
+}
+
+static ag_status send_or_recv(ag_dist_impl *im, const ag_coll *c, MPI_Datatype dt, int peer, bool send,
+                              void *into, int64_t start, int64_t deadline_ns, const char *what) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  int n = (int)c->count;
+  lock_calls();
+  int rc = send ? MPI_Isend(c->buf, n, dt, peer, 2, im->p2p, &r) : MPI_Irecv(into, n, dt, peer, 2, im->p2p, &r);
+  unlock_calls();
+  if (rc != MPI_SUCCESS) {
+    ag_status st = mpi_error(rc, what);
+    mark_broken(im, st, ag_last_error());
+    return st;
+  }
+  return wait_requests(im, &r, 1, start, deadline_ns, what);
+}
+
+/* Small all-reduces by recursive doubling over point-to-point messages, as
+ * the blocking MPI_Allreduce of Open MPI and MPICH does for short vectors:
+ * the non-blocking MPI_Iallreduce (libnbc's schedules) costs 2-3x more per
+ * call there, and anygrad cannot use the blocking call (it would wait forever
+ * on a dead peer). log2(size) exchanges of the whole buffer; with a size that
+ * is not a power of two the first 2*rem ranks pair up first (the even one
+ * hands its data to the odd one and gets the result back at the end). Every
+ * rank ends with the same bits: the operations are commutative. */
+static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Datatype dt, int64_t start,
+                                  int64_t deadline_ns, const char *what) {
+  size_t bytes = c->count * ag_dtype_size(c->dtype);
+  if (bytes > im->tmp_cap) {
+    void *t = realloc(im->tmp, bytes);
+    if (!t) return ag_error_set(AG_ERR_OOM, "%s: out of host memory (%zu bytes)", what, bytes);
+    im->tmp = t;
+    im->tmp_cap = bytes;
+  }
+  int rank = im->rank, size = im->size, pof2 = 1;
+  while (pof2 * 2 <= size) pof2 *= 2;
+  int rem = size - pof2, newrank;
+  ag_status st = AG_OK;
+  if (rank < 2 * rem) {
+    if (rank % 2 == 0) {
+      if ((st = send_or_recv(im, c, dt, rank + 1, true, NULL, start, deadline_ns, what)) != AG_OK) return st;
+      newrank = -1;
+    } else {
+      if ((st = send_or_recv(im, c, dt, rank - 1, false, im->tmp, start, deadline_ns, what)) != AG_OK) return st;
+      reduce_local(c->dtype, c->op, c->buf, im->tmp, c->count);
+      newrank = rank / 2;
+    }
+  } else {
+    newrank = rank - rem;
+  }
+  if (newrank >= 0) {
+    for (int mask = 1; mask < pof2; mask <<= 1) {
+      int nd = newrank ^ mask;
+      int peer = nd < rem ? nd * 2 + 1 : nd + rem;
+      if ((st = exchange_reduce(im, c, dt, peer, start, deadline_ns, what)) != AG_OK) return st;
+    }
+  }
+  if (rank < 2 * rem)
+    st = send_or_recv(im, c, dt, rank % 2 ? rank - 1 : rank + 1, rank % 2 == 1, c->buf, start, deadline_ns, what);
+  return st;
+}
+
+static ag_status mpi_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) {
+  MPI_Datatype dt;
+  switch (c->dtype) {
+    case AG_F32: dt = MPI_FLOAT; break;
+    case AG_F64: dt = MPI_DOUBLE; break;
+    case AG_I32: dt = MPI_INT; break;
+    default: return ag_error_set(AG_ERR_DTYPE, "MPI group: dtype %d reaches MPI unconverted", (int)c->dtype);
+  }
+  MPI_Op op = c->op == AG_DIST_MAX ? MPI_MAX : c->op == AG_DIST_MIN ? MPI_MIN : MPI_SUM;
+  if (c->count > (size_t)INT_MAX / (c->kind == AG_COLL_ALL_GATHER ? (size_t)im->size : 1))
+    return ag_error_set(AG_ERR_UNSUPPORTED, "MPI group: %zu elements exceed MPI's int count", c->count);
+  int n = (int)c->count;
+  char what[96];
+  snprintf(what, sizeof what, "MPI group rank %d: %s #%llu", im->rank, k_coll_names[c->kind],
+           (unsigned long long)c->seq);
+  int64_t start = ag__dist_now_ns();
+  /* host buffers only: with a device-aware MPI, buf may be device memory */
+  if (c->kind == AG_COLL_ALL_REDUCE && !im->device_buffers &&
+      c->count * ag_dtype_size(c->dtype) <= im->small_bytes)
+    return small_all_reduce(im, c, dt, start, deadline_ns, what);
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc;
+  lock_calls();
+  switch (c->kind) {
+    case AG_COLL_ALL_REDUCE: rc = MPI_Iallreduce(MPI_IN_PLACE, c->buf, n, dt, op, im->comm, &req); break;
+    case AG_COLL_BROADCAST: rc = MPI_Ibcast(c->buf, n, dt, c->root, im->comm, &req); break;
+    case AG_COLL_ALL_GATHER: rc = MPI_Iallgather(c->buf, n, dt, c->out, n, dt, im->comm, &req); break;
+    case AG_COLL_REDUCE_SCATTER: rc = MPI_Ireduce_scatter_block(c->buf, c->out, n, dt, op, im->comm, &req); break;
+    default: rc = MPI_Ibarrier(im->comm, &req); break;
+  }
+  unlock_calls();
+  if (rc != MPI_SUCCESS) return mpi_error(rc, what);
+  return wait_requests(im, &req, 1, start, deadline_ns, what);
 }
 
 static void mpi_abort(ag_dist_impl *im, ag_status st, const char *why) {
@@ -224,7 +365,10 @@ static void mpi_destroy(ag_dist_impl *im) {
   pthread_mutex_lock(&g_mu);
   /* A broken communicator may have a collective that never ends; freeing
    * or finalizing could wait on the dead peer. It is left to process exit. */
-  if (!broken) MPI_Comm_free(&im->comm);
+  if (!broken) {
+    MPI_Comm_free(&im->p2p);
+    MPI_Comm_free(&im->comm);
+  }
   g_open_groups--;
   if (g_open_groups == 0 && g_we_initialized && !g_any_broken) {
     MPI_Finalize();
@@ -232,6 +376,7 @@ static void mpi_destroy(ag_dist_impl *im) {
   }
   pthread_mutex_unlock(&g_mu);
   pthread_mutex_destroy(&im->mu);
+  free(im->tmp);
   free(im);
 }
 
