@@ -14,31 +14,7 @@
 #include <cblas.h>
 #endif
 
-typedef struct conv_geom {
-  int64_t N, C, H, W, Co, Ho, Wo, kh, kw, sh, sw, ph, pw, dh, dw, G;
-} conv_geom;
-
-static conv_geom geom_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y,
-                         const ag_koperand *w) {
-  conv_geom g;
-  g.N = x->shape[0];
-  g.C = x->shape[1];
-  g.H = x->shape[2];
-  g.W = x->shape[3];
-  g.Co = y->shape[1];
-  g.Ho = y->shape[2];
-  g.Wo = y->shape[3];
-  g.kh = w->shape[2];
-  g.kw = w->shape[3];
-  g.sh = (int64_t)c->s[0];
-  g.sw = (int64_t)c->s[1];
-  g.ph = (int64_t)c->s[2];
-  g.pw = (int64_t)c->s[3];
-  g.dh = (int64_t)c->s[4];
-  g.dw = (int64_t)c->s[5];
-  g.G = (int64_t)c->s[6];
-  return g;
-}
+typedef ag_conv_geom conv_geom;
 
 /* C[M, N] = A @ B + beta * C, row-major, A as [M, K] (or stored [K, M] when
  * ta), B as [K, N] (or stored [N, K] when tb). */
@@ -122,7 +98,7 @@ static bool col_is_input(const conv_geom *g) {
 
 #define CONV(T)                                                                                   \
   static ag_status conv_fwd_##T(const ag_kernel_call *c) {                                         \
-    conv_geom g = geom_of(c, &c->o[1], &c->o[0], &c->o[2]);                                       \
+    conv_geom g = ag_conv_geom_of(c, &c->o[1], &c->o[0], &c->o[2]);                                       \
     const T *x = (const T *)ag__cpu_ptr(&c->o[1]), *w = (const T *)ag__cpu_ptr(&c->o[2]);         \
     const T *bias = c->o[3].base ? (const T *)ag__cpu_ptr(&c->o[3]) : NULL;                        \
     T *y = (T *)ag__cpu_ptr(&c->o[0]);                                                            \
@@ -146,7 +122,7 @@ static bool col_is_input(const conv_geom *g) {
     return AG_OK;                                                                                 \
   }                                                                                               \
   static ag_status conv_bwd_input_##T(const ag_kernel_call *c) {                                   \
-    conv_geom g = geom_of(c, &c->o[0], &c->o[1], &c->o[2]);                                       \
+    conv_geom g = ag_conv_geom_of(c, &c->o[0], &c->o[1], &c->o[2]);                                       \
     const T *dy = (const T *)ag__cpu_ptr(&c->o[1]), *w = (const T *)ag__cpu_ptr(&c->o[2]);        \
     T *dx = (T *)ag__cpu_ptr(&c->o[0]);                                                           \
     const int64_t Cg = g.C / g.G, Cog = g.Co / g.G, K = Cg * g.kh * g.kw, P = g.Ho * g.Wo;       \
@@ -165,7 +141,7 @@ static bool col_is_input(const conv_geom *g) {
     return AG_OK;                                                                                 \
   }                                                                                               \
   static ag_status conv_bwd_weight_##T(const ag_kernel_call *c) {                                  \
-    conv_geom g = geom_of(c, &c->o[2], &c->o[1], &c->o[0]);                                       \
+    conv_geom g = ag_conv_geom_of(c, &c->o[2], &c->o[1], &c->o[0]);                                       \
     const T *dy = (const T *)ag__cpu_ptr(&c->o[1]), *x = (const T *)ag__cpu_ptr(&c->o[2]);        \
     T *dw = (T *)ag__cpu_ptr(&c->o[0]);                                                           \
     const int64_t Cg = g.C / g.G, Cog = g.Co / g.G, K = Cg * g.kh * g.kw, P = g.Ho * g.Wo;       \

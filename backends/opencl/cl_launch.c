@@ -753,10 +753,8 @@ typedef struct clb_pool_meta {
 
 static clb_conv_meta conv_meta_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y,
                                   const ag_koperand *w) {
-  clb_conv_meta m = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], y->shape[1], y->shape[2],
-                     y->shape[3], w->shape[2], w->shape[3], (cl_long)c->s[0], (cl_long)c->s[1],
-                     (cl_long)c->s[2], (cl_long)c->s[3], (cl_long)c->s[4], (cl_long)c->s[5],
-                     (cl_long)c->s[6]};
+  ag_conv_geom g = ag_conv_geom_of(c, x, y, w);
+  clb_conv_meta m = {g.N, g.C, g.H, g.W, g.Co, g.Ho, g.Wo, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.G};
   return m;
 }
 

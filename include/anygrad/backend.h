@@ -214,6 +214,23 @@ typedef struct ag_kernel_error {
   int64_t limit;  /* valid range is [0, limit) */
 } ag_kernel_error;
 
+/* The geometry of a conv2d call (AG_K_CONV2D*) decoded from its operands
+ * and s[]: x [N, C, H, W], y [N, Co, Ho, Wo], w [Co, C/G, kh, kw], stride
+ * sh/sw, padding ph/pw, dilation dh/dw, G groups. One decoder for every
+ * backend, so the encoding above lives in one place. */
+typedef struct ag_conv_geom {
+  int64_t N, C, H, W, Co, Ho, Wo, kh, kw, sh, sw, ph, pw, dh, dw, G;
+} ag_conv_geom;
+
+static inline ag_conv_geom ag_conv_geom_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y,
+                                           const ag_koperand *w) {
+  ag_conv_geom g = {x->shape[0],        x->shape[1],        x->shape[2],        x->shape[3],
+                    y->shape[1],        y->shape[2],        y->shape[3],        w->shape[2],
+                    w->shape[3],        (int64_t)c->s[0], (int64_t)c->s[1], (int64_t)c->s[2],
+                    (int64_t)c->s[3], (int64_t)c->s[4], (int64_t)c->s[5], (int64_t)c->s[6]};
+  return g;
+}
+
 /* Opaque backend objects. */
 typedef struct ag_bstream ag_bstream;
 typedef struct ag_bevent ag_bevent;

@@ -19,23 +19,9 @@ typedef struct cv_geom {
 
 static cv_geom cv_geom_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y,
                           const ag_koperand *w) {
-  cv_geom g;
-  g.N = x->shape[0];
-  g.C = x->shape[1];
-  g.H = x->shape[2];
-  g.W = x->shape[3];
-  g.Co = y->shape[1];
-  g.Ho = y->shape[2];
-  g.Wo = y->shape[3];
-  g.kh = w->shape[2];
-  g.kw = w->shape[3];
-  g.sh = (long long)c->s[0];
-  g.sw = (long long)c->s[1];
-  g.ph = (long long)c->s[2];
-  g.pw = (long long)c->s[3];
-  g.dh = (long long)c->s[4];
-  g.dw = (long long)c->s[5];
-  g.G = (long long)c->s[6];
+  ag_conv_geom a = ag_conv_geom_of(c, x, y, w);
+  cv_geom g = {a.N,  a.C,  a.H,  a.W,  a.Co, a.Ho, a.Wo, a.kh, a.kw, a.sh, a.sw,
+               a.ph, a.pw, a.dh, a.dw, a.G,  0,    0,    0,    0,    0};
   g.Cg = g.C / g.G;
   g.Cog = g.Co / g.G;
   g.khw = g.kh * g.kw;
