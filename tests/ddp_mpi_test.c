@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../examples/charlm.h"
+#include "ddp_case.h"
 #include "anygrad/anygrad.h"
 
 #define LOSS_RTOL 1e-4
@@ -25,20 +25,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   int rank = ag_group_rank(g), size = ag_group_size(g);
-  charlm_options o = charlm_defaults(CHARLM_MLP);
-  o.device = AG_CPU;
-  o.quiet = true;
-  o.samples = 0;
-  o.eval_batches = 2;
-  o.out = NULL;
-  o.steps = 50;
-  o.batch = 48;
-  o.hidden = 64;
-  o.emb = 8;
-  o.warmup = 5;
-  o.log_every = 50;
-  o.seed = 5;
-  o.seed_set = true;
+  charlm_options o = ddp_small_charlm(NULL);
   o.balance = balance;
   charlm_options ro = o;
   ro.group = g;

@@ -25,7 +25,7 @@
 
 #include <cmocka.h>
 
-#include "../examples/charlm.h"
+#include "ddp_case.h"
 #include "anygrad/anygrad.h"
 
 #define MAXR 4
@@ -493,24 +493,7 @@ static void make_word_list(void) {
   fclose(out);
 }
 
-static charlm_options small_charlm(void) {
-  charlm_options o = charlm_defaults(CHARLM_MLP);
-  o.words_path = g_words;
-  o.device = AG_CPU;
-  o.quiet = true;
-  o.samples = 0;
-  o.eval_batches = 2;
-  o.out = NULL;
-  o.steps = 50;
-  o.batch = 48;
-  o.hidden = 64;
-  o.emb = 8;
-  o.warmup = 5;
-  o.log_every = 50;
-  o.seed = 5;
-  o.seed_set = true;
-  return o;
-}
+static charlm_options small_charlm(void) { return ddp_small_charlm(g_words); }
 
 static void rank_charlm(ctx *c, int r) {
   charlm_options o = c->co[r];
