@@ -28,6 +28,13 @@ static void view_metadata(void **state) {
   assert_int_equal(ag_tensor_strides(t)[0], 1);
   assert_int_equal(ag_tensor_strides(t)[1], 4);
   assert_false(ag_tensor_is_contiguous(t));
+  /* no elements: contiguous whatever the strides (PyTorch agrees) */
+  ag_tensor *z = ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){2, 0});
+  assert_true(ag_tensor_is_contiguous(z));
+  ag_tensor *zt = ag_transpose(z, 0, 1);
+  assert_true(ag_tensor_is_contiguous(zt));
+  ag_tensor_release(zt);
+  ag_tensor_release(z);
   ag_tensor *s = ag_slice(a, 1, -3, 4, 2); /* columns 1, 3 */
   assert_int_equal(ag_tensor_dim(s, 1), 2);
   assert_int_equal(ag_tensor_strides(s)[1], 2);

@@ -411,6 +411,7 @@ int64_t ag_tensor_dim(const ag_tensor *t, int dim) {
 
 bool ag_tensor_is_contiguous(const ag_tensor *t) {
   if (!t) return false;
+  if (t->numel == 0) return true; /* no element to address */
   int64_t s = 1;
   for (int i = t->ndim - 1; i >= 0; i--) {
     if (t->shape[i] != 1 && t->strides[i] != s) return false;

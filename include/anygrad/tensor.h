@@ -138,6 +138,9 @@ AG_API int64_t ag_tensor_dim(const ag_tensor *t, int dim);
 AG_API int64_t ag_tensor_numel(const ag_tensor *t);
 AG_API ag_dtype ag_tensor_dtype(const ag_tensor *t);
 AG_API ag_device ag_tensor_device(const ag_tensor *t);
+/* Row-major contiguous: every dim of size > 1 has the stride of the dims
+ * after it. A tensor with no elements is contiguous whatever its strides
+ * (as in PyTorch); NULL is not. */
 AG_API bool ag_tensor_is_contiguous(const ag_tensor *t);
 /* Writes "f32[2,3] cpu" into buf; returns buf. */
 AG_API char *ag_tensor_describe(const ag_tensor *t, char *buf, size_t len);
