@@ -4,8 +4,10 @@
  * and broadcast operands, split reductions, both GEMM layouts, the error
  * word, and the multi-tensor optimizer kernels. Prints one line per case and
  * a summary; exit status 0 when all pass, 2 when the backend is unavailable.
- * usage: gpu_check <module.so> [substring filter] [--device=N]; module "cpu"
- * checks the harness itself (CPU against CPU: every case must pass). */
+ * usage: gpu_check <module.so> [filter] [--device=N]; the filter is one or
+ * more substrings of case names separated by commas (a case runs when its
+ * name contains any of them); module "cpu" checks the harness itself (CPU
+ * against CPU: every case must pass). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
@@ -157,8 +159,22 @@ static void report(tcase *t, bool ok, const char *why) {
   printf("%-4s %s%s%s\n", ok ? "ok" : "FAIL", t->name, why[0] ? ": " : "", why);
 }
 
+/* Does name contain one of filter's comma-separated substrings? */
+static bool selected(const char *name) {
+  if (!filter) return true;
+  for (const char *p = filter; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    for (const char *q = name; len && *q; q++)
+      if (strncmp(q, p, len) == 0) return true;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return false;
+}
+
 static void run(tcase *t) {
-  if (filter && !strstr(t->name, filter)) {
+  if (!selected(t->name)) {
     for (int i = 0; i < t->nb; i++) free(t->b[i].host), t->b[i].host = NULL;
     t->nb = 0;
     return;
