@@ -377,7 +377,8 @@ int main(int argc, char **argv) {
   }
   mmm(ra, rounds, a);
   mmm(rt, nt, t);
-  printf("cnn_bench: threads: anygrad ag_set_num_threads(%d), torch.set_num_threads(%d); %d interleaved rounds "
+  printf("cnn_bench: threads: anygrad ag_set_num_threads(%d), torch.set_num_threads(%d) and its BLAS the same "
+         "(bench/torch_setup.py); %d interleaved rounds "
          "(anygrad, torch, ...); median [min-max]\n\n",
          threads, threads, rounds);
   printf("(a) training step, CNN conv16-bn-relu-pool, conv32-bn-relu-pool, linear; AdamW; batch 128; cpu\n");

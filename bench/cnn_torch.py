@@ -9,6 +9,10 @@ import sys
 import time
 
 import torch
+
+import torch_setup  # BLAS threads and host memory as anygrad has them (bench/torch_setup.py)
+
+torch_setup.keep_memory()
 import torch.nn as nn
 
 
@@ -60,7 +64,7 @@ def conv_bench(n, c, h, w, co, k, iters):
 
 
 mode = sys.argv[1]
-torch.set_num_threads(int(sys.argv[2]))
+torch_setup.set_threads(int(sys.argv[2]))
 if mode == "step":
     print("%.4f" % step_bench(int(sys.argv[3]), int(sys.argv[4])))
 else:

@@ -235,7 +235,8 @@ int main(int argc, char **argv) {
   printf("contention_bench: %d interleaved rounds; ms per step, median [min-max]; AdamW, f32\n", rounds);
   printf("anygrad: ag_set_num_threads(1%s) (default here %d; one blocking pool, BLAS 1 thread/call)\n",
          maxth > 1 ? "|2" : "", def_threads);
-  printf("torch: torch.set_num_threads(1%s) (OpenMP/MKL-DNN defaults otherwise); busy = 2 spinning children\n",
+  printf("torch: torch.set_num_threads(1%s) and openblas_set_num_threads (the same count), glibc malloc keeping "
+         "freed memory (bench/torch_setup.py); busy = 2 spinning children\n",
          maxth > 1 ? "|2" : "");
   printf("GPT cases: GPT-2 tied head in both; gpt = V 8192 T 64 L 4 H 4 C 256 B 4, gpt-medium = V 8192 T 128 L 6 "
          "H 8 C 512 B 4\n");

@@ -9,6 +9,10 @@ import time
 
 import torch
 
+import torch_setup  # BLAS threads and host memory as anygrad has them (bench/torch_setup.py)
+
+torch_setup.keep_memory()
+
 torch.manual_seed(1)
 
 
@@ -82,7 +86,7 @@ def make(case):
 cases = {}
 for line in sys.stdin:
     case, threads, steps = line.split()
-    torch.set_num_threads(int(threads))
+    torch_setup.set_threads(int(threads))
     if case not in cases:
         cases[case] = make(case)
     cases[case]()  # one warm step at this thread count

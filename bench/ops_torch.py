@@ -8,6 +8,10 @@ import time
 
 import torch
 
+import torch_setup  # BLAS threads and host memory as anygrad has them (bench/torch_setup.py)
+
+torch_setup.keep_memory()
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -18,7 +22,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
     if a.threads > 0:
-        torch.set_num_threads(a.threads)
+        torch_setup.set_threads(a.threads)
     torch.manual_seed(0)
 
     def operands(name, n, m):

@@ -9,6 +9,10 @@ import time
 
 import torch
 
+import torch_setup  # BLAS threads and host memory as anygrad has them (bench/torch_setup.py)
+
+torch_setup.keep_memory()
+
 
 def bench(sizes, batch, make_opt, steps):
     layers = []
@@ -41,7 +45,7 @@ def bench(sizes, batch, make_opt, steps):
 
 steps_a, steps_b = int(sys.argv[1]), int(sys.argv[2])
 DEV = sys.argv[4] if len(sys.argv) > 4 else "cpu"
-torch.set_num_threads(int(sys.argv[3]))
+torch_setup.set_threads(int(sys.argv[3]))
 a = bench([784, 1024, 1024, 10], 128, lambda p: torch.optim.AdamW(p, lr=1e-3), steps_a)
 b = bench([64, 64, 10], 32, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), steps_b)
 print(json.dumps({"a_ms": a, "b_ms": b, "torch": torch.__version__, "threads": torch.get_num_threads(), "device": DEV}))

@@ -2,11 +2,13 @@
  * answers, host and virtual memory, streams and events (the mode comes from
  * AG_CPU_STREAMS, so CTest runs this binary once per mode), and kernels
  * driven directly through the vtable against plain C references. */
+#include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -736,6 +738,20 @@ static void test_reduce(void **state) {
 
 /* ---- matmul ---- */
 
+/* The f32 GEMM engine is the one asked for: AG_CPU_GEMM=openblas keeps
+ * CBLAS; by default oneDNN whenever its library loads here. */
+static void test_gemm_engine(void **state) {
+  const char *want = getenv("AG_CPU_GEMM"), *e = ag_cpu_gemm_engine();
+  assert_non_null(e);
+  void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+  bool dnnl = h && dlsym(h, "dnnl_sgemm");
+  if (h) dlclose(h);
+  printf("cpu f32 gemm: %s (AG_CPU_GEMM=%s, libdnnl.so.2 %s)\n", e, want ? want : "", dnnl ? "loads" : "absent");
+  if (want && !strcmp(want, "openblas")) assert_null(strstr(e, "oneDNN"));
+  else if (dnnl) assert_non_null(strstr(e, "oneDNN"));
+  else assert_null(strstr(e, "oneDNN"));
+}
+
 static void test_matmul(void **state) {
   const ag_dtype dts[] = {AG_F32, AG_F64, AG_F16, AG_BF16};
   enum { B = 3, M = 5, K = 7, N = 4 };
@@ -1254,7 +1270,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_cast_fill_where), cmocka_unit_test(test_large_elementwise),
       cmocka_unit_test(test_num_threads), cmocka_unit_test(test_threads_same_results),
       cmocka_unit_test(test_threads_idle_sleep),
-      cmocka_unit_test(test_reduce),          cmocka_unit_test(test_matmul),
+      cmocka_unit_test(test_reduce),          cmocka_unit_test(test_gemm_engine),
+      cmocka_unit_test(test_matmul),
       cmocka_unit_test(test_softmax_ce_layernorm), cmocka_unit_test(test_random),
       cmocka_unit_test(test_embedding_optim), cmocka_unit_test(test_streams_events),
       cmocka_unit_test(test_mode_frozen),

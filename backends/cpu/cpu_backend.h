@@ -58,6 +58,15 @@ AG_HIDDEN int ag__cpu_default_threads(void);
 /* Make BLAS run each call on one thread (once per process). */
 AG_HIDDEN void ag__cpu_blas_init(void);
 
+/* f32 GEMM on the calling thread, row-major: C = alpha op(A) op(B) + beta C
+ * with op(A) M x K (stored K x M when ta), op(B) K x N (N x K when tb).
+ * oneDNN's sgemm when libdnnl.so.2 loads, else CBLAS (cpu_gemm.c;
+ * AG_CPU_GEMM=openblas|onednn chooses; ag_cpu_gemm_engine says which). Returns false, having done nothing,
+ * when neither is available (or the sizes exceed CBLAS's int): the caller
+ * runs its own loop. Thread-safe. */
+AG_HIDDEN bool ag__cpu_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                             int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
 static inline size_t ag__cpu_dtsize(ag_dtype dt) {
   return (dt == AG_F64 || dt == AG_I64)   ? 8
          : (dt == AG_F16 || dt == AG_BF16) ? 2

@@ -18,10 +18,10 @@ typedef ag_conv_geom conv_geom;
 
 /* C[M, N] = A @ B + beta * C, row-major, A as [M, K] (or stored [K, M] when
  * ta), B as [K, N] (or stored [N, K] when tb). */
-#define GEMM(T, BLASFN)                                                                             \
+#define GEMM(T)                                                                                     \
   static void gemm_##T(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T *A, const T *B, \
                        T beta, T *C) {                                                            \
-    GEMM_BLAS(BLASFN)                                                                             \
+    GEMM_BLAS_##T                                                                                 \
     for (int64_t i = 0; i < M; i++) {                                                             \
       T *crow = C + i * N;                                                                        \
       if (beta == 0) memset(crow, 0, sizeof(T) * (size_t)N);                                      \
@@ -38,15 +38,20 @@ typedef ag_conv_geom conv_geom;
       }                                                                                           \
     }                                                                                             \
   }
+#define GEMM_BLAS_float                                                                           \
+  if (M > 0 && N > 0 && K > 0 &&                                                                  \
+      ag__cpu_sgemm(ta, tb, M, N, K, 1, A, ta ? M : K, B, tb ? K : N, beta, C, N))                \
+    return;
 #if defined(AG_HAVE_CBLAS)
-#define GEMM_BLAS(fn)                                                                             \
+#define GEMM_BLAS_double                                                                          \
   if (M > 0 && N > 0 && K > 0 && M < (1LL << 31) && N < (1LL << 31) && K < (1LL << 31)) {        \
-    fn(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M,    \
-       (int)N, (int)K, 1, A, (int)(ta ? M : K), B, (int)(tb ? K : N), beta, C, (int)N);           \
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,     \
+                (int)M, (int)N, (int)K, 1, A, (int)(ta ? M : K), B, (int)(tb ? K : N), beta, C,    \
+                (int)N);                                                                          \
     return;                                                                                       \
   }
 #else
-#define GEMM_BLAS(fn)
+#define GEMM_BLAS_double
 #endif
 
 /* col[(c*kh + i)*kw + j][oh*Wo + ow] = x[c][oh*sh - ph + i*dh][ow*sw - pw + j*dw] (0 outside). */
@@ -259,13 +264,8 @@ static bool col_is_input(const conv_geom *g) {
     }                                                                                             \
   }
 
-#if defined(AG_HAVE_CBLAS)
-GEMM(float, cblas_sgemm)
-GEMM(double, cblas_dgemm)
-#else
-GEMM(float, _)
-GEMM(double, _)
-#endif
+GEMM(float)
+GEMM(double)
 IM2COL(float)
 IM2COL(double)
 CONV(float)

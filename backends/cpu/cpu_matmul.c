@@ -1,6 +1,7 @@
 /* AG_K_MATMUL on the CPU: C[b] = alpha * A[b] @ B[b] + beta * C[b].
- * With OpenBLAS each operand goes to sgemm/dgemm as stored (row- or
- * column-major, ld from its non-unit stride); without it a small blocked
+ * Each operand goes to the GEMM engine as stored (row- or column-major, ld
+ * from its non-unit stride): f32 to ag__cpu_sgemm (oneDNN or CBLAS,
+ * cpu_gemm.c), f64 to CBLAS dgemm; without a usable one a small blocked
  * GEMM runs instead. f16/bf16 are widened to f32 scratch first. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3") /* vectorise the fallback GEMM's inner loop */
@@ -21,7 +22,6 @@ typedef struct mview {
   int64_t rs, cs;
 } mview;
 
-#if defined(AG_HAVE_CBLAS)
 /* BLAS layout of an R x C operand: trans and ld, or false when neither
  * stride is usable (then the caller packs it). Size-1 dims have arbitrary
  * strides, so they are normalised first. */
@@ -45,7 +45,6 @@ static bool blas_layout(int64_t R, int64_t C, int64_t rs, int64_t cs, bool *tran
   }
   return false;
 }
-#endif
 
 #define GEMM_BODY(T)                                                                          \
   /* C (row-major, ldc) = alpha * A @ B + beta * C; A, B general strides. */                 \
@@ -87,27 +86,31 @@ static bool blas_layout(int64_t R, int64_t C, int64_t rs, int64_t cs, bool *tran
 GEMM_BODY(float)
 GEMM_BODY(double)
 
-/* One GEMM, on one thread: BLAS when both operands have a usable layout. */
-#define GEMM_ONE(T, blasfn)                                                                    \
-  static void gemm1_##T(int64_t M, int64_t N, int64_t K, T alpha, mview a, mview b, T beta, T *C, \
-                        int64_t ldc) {                                                         \
-    GEMM_BLAS(blasfn)                                                                          \
-    gemm_ref_##T(M, N, K, alpha, a.p, a.rs, a.cs, b.p, b.rs, b.cs, beta, C, ldc);             \
-  }
+/* One GEMM, on one thread: the engine when both operands have a usable
+ * layout, else the blocked loop. */
+static void gemm1_float(int64_t M, int64_t N, int64_t K, float alpha, mview a, mview b, float beta, float *C,
+                        int64_t ldc) {
+  bool ta, tb;
+  int64_t lda, ldb;
+  if (blas_layout(M, K, a.rs, a.cs, &ta, &lda) && blas_layout(K, N, b.rs, b.cs, &tb, &ldb) &&
+      ag__cpu_sgemm(ta, tb, M, N, K, alpha, a.p, lda, b.p, ldb, beta, C, ldc > 0 ? ldc : 1))
+    return;
+  gemm_ref_float(M, N, K, alpha, a.p, a.rs, a.cs, b.p, b.rs, b.cs, beta, C, ldc);
+}
+
+static void gemm1_double(int64_t M, int64_t N, int64_t K, double alpha, mview a, mview b, double beta, double *C,
+                         int64_t ldc) {
 #if defined(AG_HAVE_CBLAS)
-#define GEMM_BLAS(blasfn)                                                                       \
-  bool ta, tb;                                                                                  \
-  int64_t lda, ldb;                                                                             \
-  if (blas_layout(M, K, a.rs, a.cs, &ta, &lda) && blas_layout(K, N, b.rs, b.cs, &tb, &ldb)) {   \
-    blasfn(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, \
-           (int)N, (int)K, alpha, a.p, (int)lda, b.p, (int)ldb, beta, C, (int)(ldc > 0 ? ldc : 1)); \
-    return;                                                                                     \
+  bool ta, tb;
+  int64_t lda, ldb;
+  if (blas_layout(M, K, a.rs, a.cs, &ta, &lda) && blas_layout(K, N, b.rs, b.cs, &tb, &ldb)) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, a.p, (int)lda, b.p, (int)ldb, beta, C, (int)(ldc > 0 ? ldc : 1));
+    return;
   }
-#else
-#define GEMM_BLAS(blasfn)
 #endif
-GEMM_ONE(float, cblas_sgemm)
-GEMM_ONE(double, cblas_dgemm)
+  gemm_ref_double(M, N, K, alpha, a.p, a.rs, a.cs, b.p, b.rs, b.cs, beta, C, ldc);
+}
 
 /* The pool splits one GEMM into panels of C (columns when N >= M, else
  * rows), each a single-threaded GEMM: one pool drives BLAS and the

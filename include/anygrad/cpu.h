@@ -43,6 +43,16 @@ AG_API ag_status ag_set_num_threads(int n);
 /* The thread count CPU kernels use now (>= 1). Thread-safe. */
 AG_API int ag_get_num_threads(void);
 
+/* What runs f32 matrix products on the CPU, chosen once per process at the
+ * first product: "oneDNN sgemm (libdnnl.so.2)" when oneDNN's library loads
+ * (its kernels are generated for the CPU found, AVX-512 where present),
+ * else "CBLAS sgemm" (OpenBLAS), else "built-in GEMM (no BLAS)". The
+ * environment variable AG_CPU_GEMM=openblas (or blas) keeps CBLAS;
+ * AG_CPU_GEMM=onednn asks for oneDNN and says on stderr when it cannot
+ * load. f64 products always use CBLAS. Returns a static string, never NULL.
+ * Thread-safe. */
+AG_API const char *ag_cpu_gemm_engine(void);
+
 #ifdef __cplusplus
 }
 #endif
