@@ -675,16 +675,24 @@ static void test_threads_idle_sleep(void **state) {
   e.n_operands = 2;
   e.o[0] = opnd(y, AG_F32, 1, ns, NULL);
   e.o[1] = opnd(x, AG_F32, 1, ns, NULL);
-  for (int i = 0; i < 3; i++) {
-    run(&g);
-    run(&e);
+  /* Kernels, then a 200 ms pause: the process's CPU time in the pause.
+   * Twice, and the smaller counts: a pool that spins does it after every
+   * burst of kernels; a worker the scheduler delayed on a loaded machine
+   * (it finishes its last chunk in the pause) rarely twice in a row. */
+  double cpu_ms = 1e9;
+  for (int attempt = 0; attempt < 2 && cpu_ms > 40; attempt++) {
+    for (int i = 0; i < 3; i++) {
+      run(&g);
+      run(&e);
+    }
+    struct timespec t0, t1, pause = {0, 200 * 1000 * 1000};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+    nanosleep(&pause, NULL);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+    double used = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    if (used < cpu_ms) cpu_ms = used;
   }
-  struct timespec t0, t1, pause = {0, 200 * 1000 * 1000};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
-  nanosleep(&pause, NULL);
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
-  double cpu_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
-  if (cpu_ms > 40) fail_msg("a 200 ms pause after threaded kernels used %.1f ms of CPU", cpu_ms);
+  if (cpu_ms > 40) fail_msg("a 200 ms pause after threaded kernels used %.1f ms of CPU (twice)", cpu_ms);
   assert_int_equal(ag_set_num_threads(0), AG_OK);
   free(a), free(b), free(c), free(x), free(y);
 }
