@@ -377,10 +377,9 @@ int main(int argc, char **argv) {
   }
   mmm(ra, rounds, a);
   mmm(rt, nt, t);
-  printf("cnn_bench: threads: anygrad ag_set_num_threads(%d), torch.set_num_threads(%d) and its BLAS the same "
-         "(bench/torch_setup.py); %d interleaved rounds "
-         "(anygrad, torch, ...); median [min-max]\n\n",
-         threads, threads, rounds);
+  printf("cnn_bench: threads: anygrad ag_set_num_threads(%d) (f32 GEMM: %s), torch.set_num_threads(%d) and its BLAS "
+         "the same (bench/torch_setup.py); %d interleaved rounds (anygrad, torch, ...); median [min-max]\n\n",
+         threads, ag_cpu_gemm_engine(), threads, rounds);
   printf("(a) training step, CNN conv16-bn-relu-pool, conv32-bn-relu-pool, linear; AdamW; batch 128; cpu\n");
   printf("    %-10s %8.2f ms [%.2f-%.2f]\n    %-10s %8.2f ms [%.2f-%.2f]\n    ratio %.3f (goal <= 0.8)\n\n",
          "anygrad", a[0], a[1], a[2], "torch", t[0], t[1], t[2], t[0] > 0 ? a[0] / t[0] : -1);

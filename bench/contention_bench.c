@@ -233,8 +233,8 @@ int main(int argc, char **argv) {
   if (g_torch > 0) waitpid(g_torch, NULL, 0);
 
   printf("contention_bench: %d interleaved rounds; ms per step, median [min-max]; AdamW, f32\n", rounds);
-  printf("anygrad: ag_set_num_threads(1%s) (default here %d; one blocking pool, BLAS 1 thread/call)\n",
-         maxth > 1 ? "|2" : "", def_threads);
+  printf("anygrad: ag_set_num_threads(1%s) (default here %d; one blocking pool, GEMM 1 thread/call: %s)\n",
+         maxth > 1 ? "|2" : "", def_threads, ag_cpu_gemm_engine());
   printf("torch: torch.set_num_threads(1%s) and openblas_set_num_threads (the same count), glibc malloc keeping "
          "freed memory (bench/torch_setup.py); busy = 2 spinning children\n",
          maxth > 1 ? "|2" : "");

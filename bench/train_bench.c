@@ -153,9 +153,9 @@ int main(int argc, char **argv) {
          a[2], ta[0], ta[1], ta[2], ta[0] > 0 ? a[0] / ta[0] : -1, "0.8");
   printf("%-38s %8.4f [%5.3f-%5.3f] %8.4f [%5.3f-%5.3f] %7.3f %5s\n", "(b) MLP 64-64-10 b32 SGD", b[0], b[1], b[2],
          tb[0], tb[1], tb[2], tb[0] > 0 ? b[0] / tb[0] : -1, "0.2");
-  printf("device %s; threads: anygrad ag_get_num_threads() = %d, torch.set_num_threads(%d) and its BLAS the same "
-         "(bench/torch_setup.py)\n",
-         dn, threads, threads);
+  printf("device %s; threads: anygrad ag_get_num_threads() = %d (f32 GEMM: %s), torch.set_num_threads(%d) and its "
+         "BLAS the same (bench/torch_setup.py)\n",
+         dn, threads, ag_cpu_gemm_engine(), threads);
   if (json) {
     FILE *f = fopen(json, "w");
     if (f) {
