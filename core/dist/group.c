@@ -530,7 +530,11 @@ static ag_status submit(ag_group *g, ag_coll_kind kind, ag_tensor *in, ag_tensor
     run_one(g, w);
     pthread_mutex_lock(&g->mu);
     g->busy = false;
-    pthread_cond_broadcast(&g->cv);
+    /* Wake the worker only when it has something to do: work queued during
+     * the inline run, or a stop waiting for it to end. A needless wake-up
+     * costs two futex calls and a context switch per collective, on a core
+     * a peer rank may need. */
+    if (g->head || g->stop) pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     atomic_fetch_sub(&w->refs, 1); /* the worker's reference, never taken */
   }

@@ -26,7 +26,7 @@ struct ag_dist_impl {
   MPI_Comm p2p; /* small all-reduces' point-to-point messages (own tag space) */
   int rank, size;
   bool device_buffers; /* run() gets device addresses (CUDA-aware MPI) */
-  size_t small_bytes;  /* all-reduces up to this size: small_all_reduce */
+  bool own_allreduce;  /* all-reduce by own point-to-point algorithms (else MPI_Iallreduce) */
   void *tmp;     /* receive buffer of the small all-reduce; one collective runs at a time */
   size_t tmp_cap;
   int64_t timeout_ms;
@@ -44,9 +44,8 @@ static bool g_any_broken;
 static bool g_serialize; /* MPI_THREAD_SERIALIZED only: one MPI call at a time */
 static pthread_mutex_t g_call_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* All-reduces up to this many bytes take the point-to-point path
- * (small_all_reduce), larger ones MPI_Iallreduce; AG_DIST_MPI_SMALL_BYTES
- * overrides it per process (0: always MPI_Iallreduce). */
+/* All-reduces up to this many bytes run by recursive doubling, larger ones
+ * as a ring (AG_DIST_MPI_ALLREDUCE=mpi: MPI_Iallreduce for all). */
 #define AG_MPI_SMALL_ALLREDUCE (64 * 1024)
 
 static const char *const k_coll_names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
@@ -88,15 +87,10 @@ static bool mpi_probe(char *why, size_t n) {
 
 static ag_status mpi_create(ag_dist_create_args *a, ag_dist_impl **out, ag_dist_caps *caps) {
   ag_status st = AG_OK;
-  size_t small_bytes = AG_MPI_SMALL_ALLREDUCE;
-  const char *sb = getenv("AG_DIST_MPI_SMALL_BYTES");
-  if (sb && *sb) {
-    char *end = NULL;
-    long long v = strtoll(sb, &end, 10);
-    if (*end || v < 0)
-      return ag_error_set(AG_ERR_INVALID, "ag_group_create_mpi: AG_DIST_MPI_SMALL_BYTES=%s is not a byte count", sb);
-    small_bytes = (size_t)v;
-  }
+  const char *ar = getenv("AG_DIST_MPI_ALLREDUCE");
+  if (ar && *ar && strcmp(ar, "auto") != 0 && strcmp(ar, "mpi") != 0)
+    return ag_error_set(AG_ERR_INVALID, "ag_group_create_mpi: AG_DIST_MPI_ALLREDUCE=%s is not auto or mpi", ar);
+  bool own_allreduce = !(ar && !strcmp(ar, "mpi"));
   pthread_mutex_lock(&g_mu);
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
@@ -148,7 +142,7 @@ static ag_status mpi_create(ag_dist_create_args *a, ag_dist_impl **out, ag_dist_
   a->rank = im->rank;
   a->size = im->size;
   im->device_buffers = a->dev_backend == 1 /* cuda */ && cuda_aware();
-  im->small_bytes = small_bytes;
+  im->own_allreduce = own_allreduce;
   *caps = (ag_dist_caps){.device_buffers = im->device_buffers, .native_avg = false, .native_half = false};
   *out = im;
   return AG_OK;
@@ -312,6 +306,53 @@ static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Dataty
   return st;
 }
 
+/* Large all-reduces as a ring: reduce-scatter then all-gather of size
+ * chunks, each step sending one chunk to the right neighbour and receiving
+ * one from the left (size-1 steps each). Every rank sends and receives
+ * 2 (size-1)/size of the buffer and reduces (size-1)/size of it: the
+ * bandwidth-optimal schedule of MPI_Allreduce's ring algorithm. Each chunk
+ * is reduced along one path and then copied, so every rank ends with the
+ * same bits. */
+static ag_status ring_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Datatype dt, int64_t start,
+                                 int64_t deadline_ns, const char *what) {
+  const int p = im->size, rank = im->rank, right = (rank + 1) % p, left = (rank + p - 1) % p;
+  const size_t es = ag_dtype_size(c->dtype), chunk_max = (c->count + (size_t)p - 1) / (size_t)p;
+  if (chunk_max * es > im->tmp_cap) {
+    void *t = realloc(im->tmp, chunk_max * es);
+    if (!t) return ag_error_set(AG_ERR_OOM, "%s: out of host memory (%zu bytes)", what, chunk_max * es);
+    im->tmp = t;
+    im->tmp_cap = chunk_max * es;
+  }
+  char *buf = c->buf;
+#define CH_OFF(k) ((size_t)(k) * c->count / (size_t)p)
+#define CH_LEN(k) (CH_OFF((k) + 1) - CH_OFF(k))
+  for (int phase = 0; phase < 2; phase++) {
+    for (int s = 0; s < p - 1; s++) {
+      /* reduce-scatter: send the partial of chunk rank-s, receive rank-s-1 and
+       * add to it; all-gather: pass on the finished chunk rank+1-s. */
+      int send = phase == 0 ? (rank - s + 2 * p) % p : (rank + 1 - s + 2 * p) % p;
+      int recv = (send + p - 1) % p;
+      void *into = phase == 0 ? im->tmp : buf + CH_OFF(recv) * es;
+      MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+      lock_calls();
+      int rc = MPI_Irecv(into, (int)CH_LEN(recv), dt, left, 3, im->p2p, &r[0]);
+      if (rc == MPI_SUCCESS) rc = MPI_Isend(buf + CH_OFF(send) * es, (int)CH_LEN(send), dt, right, 3, im->p2p, &r[1]);
+      unlock_calls();
+      if (rc != MPI_SUCCESS) {
+        ag_status st = mpi_error(rc, what);
+        mark_broken(im, st, ag_last_error());
+        return st;
+      }
+      ag_status st = wait_requests(im, r, 2, start, deadline_ns, what);
+      if (st != AG_OK) return st;
+      if (phase == 0) reduce_local(c->dtype, c->op, buf + CH_OFF(recv) * es, im->tmp, CH_LEN(recv));
+    }
+  }
+#undef CH_OFF
+#undef CH_LEN
+  return AG_OK;
+}
+
 static ag_status mpi_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) {
   MPI_Datatype dt;
   switch (c->dtype) {
@@ -329,9 +370,11 @@ static ag_status mpi_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns
            (unsigned long long)c->seq);
   int64_t start = ag__dist_now_ns();
   /* host buffers only: with a device-aware MPI, buf may be device memory */
-  if (c->kind == AG_COLL_ALL_REDUCE && !im->device_buffers &&
-      c->count * ag_dtype_size(c->dtype) <= im->small_bytes)
-    return small_all_reduce(im, c, dt, start, deadline_ns, what);
+  if (c->kind == AG_COLL_ALL_REDUCE && !im->device_buffers && im->own_allreduce) {
+    if (c->count * ag_dtype_size(c->dtype) <= AG_MPI_SMALL_ALLREDUCE || c->count < (size_t)im->size)
+      return small_all_reduce(im, c, dt, start, deadline_ns, what);
+    return ring_all_reduce(im, c, dt, start, deadline_ns, what);
+  }
   MPI_Request req = MPI_REQUEST_NULL;
   int rc;
   lock_calls();
