@@ -5,6 +5,7 @@
 #pragma GCC optimize("O3")
 #endif
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,14 +55,14 @@ typedef ag_conv_geom conv_geom;
 #define GEMM_BLAS_double
 #endif
 
-/* col[(c*kh + i)*kw + j][oh*Wo + ow] = x[c][oh*sh - ph + i*dh][ow*sw - pw + j*dw] (0 outside). */
+/* col[(c*kh + i)*kw + j][oh*Wo + ow] = x[c][oh*sh - ph + i*dh][ow*sw - pw + j*dw] (0 outside);
+ * rows of col are ld apart (several samples' columns side by side). */
 #define IM2COL(T)                                                                                 \
-  static void im2col_##T(const conv_geom *g, int64_t Cg, const T *x, T *col) {                    \
-    const int64_t P = g->Ho * g->Wo;                                                              \
+  static void im2col_##T(const conv_geom *g, int64_t Cg, const T *x, T *col, int64_t ld) {        \
     for (int64_t c = 0; c < Cg; c++)                                                              \
       for (int64_t i = 0; i < g->kh; i++)                                                         \
         for (int64_t j = 0; j < g->kw; j++) {                                                     \
-          T *row = col + ((c * g->kh + i) * g->kw + j) * P;                                       \
+          T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                                      \
           const T *plane = x + c * g->H * g->W;                                                   \
           for (int64_t oh = 0; oh < g->Ho; oh++) {                                                \
             int64_t ih = oh * g->sh - g->ph + i * g->dh;                                          \
@@ -72,17 +73,26 @@ typedef ag_conv_geom conv_geom;
             }                                                                                     \
             const T *xr = plane + ih * g->W;                                                      \
             int64_t iw = -g->pw + j * g->dw;                                                      \
+            if (g->sw == 1) { /* zeros, one contiguous run of the row, zeros */                   \
+              int64_t lo = iw < 0 ? -iw : 0, hi = g->W - iw;                                      \
+              if (lo > g->Wo) lo = g->Wo;                                                         \
+              if (hi > g->Wo) hi = g->Wo;                                                         \
+              if (hi < lo) hi = lo;                                                               \
+              for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0;                                      \
+              memcpy(r + lo, xr + iw + lo, sizeof(T) * (size_t)(hi - lo));                        \
+              for (int64_t ow = hi; ow < g->Wo; ow++) r[ow] = 0;                                  \
+              continue;                                                                           \
+            }                                                                                     \
             for (int64_t ow = 0; ow < g->Wo; ow++, iw += g->sw)                                   \
               r[ow] = (iw >= 0 && iw < g->W) ? xr[iw] : (T)0;                                     \
           }                                                                                       \
         }                                                                                         \
   }                                                                                               \
-  static void col2im_##T(const conv_geom *g, int64_t Cg, const T *col, T *x) {                    \
-    const int64_t P = g->Ho * g->Wo;                                                              \
+  static void col2im_##T(const conv_geom *g, int64_t Cg, const T *col, int64_t ld, T *x) {        \
     for (int64_t c = 0; c < Cg; c++)                                                              \
       for (int64_t i = 0; i < g->kh; i++)                                                         \
         for (int64_t j = 0; j < g->kw; j++) {                                                     \
-          const T *row = col + ((c * g->kh + i) * g->kw + j) * P;                                 \
+          const T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                                \
           T *plane = x + c * g->H * g->W;                                                         \
           for (int64_t oh = 0; oh < g->Ho; oh++) {                                                \
             int64_t ih = oh * g->sh - g->ph + i * g->dh;                                          \
@@ -90,79 +100,165 @@ typedef ag_conv_geom conv_geom;
             const T *r = row + oh * g->Wo;                                                        \
             T *xr = plane + ih * g->W;                                                            \
             int64_t iw = -g->pw + j * g->dw;                                                      \
+            if (g->sw == 1) { /* the run of the row inside the image */                           \
+              int64_t lo = iw < 0 ? -iw : 0, hi = g->W - iw;                                      \
+              if (hi > g->Wo) hi = g->Wo;                                                         \
+              for (int64_t ow = lo; ow < hi; ow++) xr[iw + ow] += r[ow];                          \
+              continue;                                                                           \
+            }                                                                                     \
             for (int64_t ow = 0; ow < g->Wo; ow++, iw += g->sw)                                   \
               if (iw >= 0 && iw < g->W) xr[iw] += r[ow];                                          \
           }                                                                                       \
         }                                                                                         \
   }
 
-/* A 1x1 kernel with stride 1 and no padding reads x as its own col matrix. */
-static bool col_is_input(const conv_geom *g) {
-  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+/* conv2d as batched im2col + GEMM. The samples are cut into chunks of nb
+ * (a col matrix of about 2^20 elements, and at least 8 chunks when N allows,
+ * so the pool has work for every thread); per chunk and group one GEMM
+ * covers all nb samples' columns side by side (N = nb*P instead of P: the
+ * small per-sample products of a CNN run at a fraction of the engine's
+ * speed). Chunks run in parallel on the pool; the weight gradient sums the
+ * chunks' partial gradients in chunk order afterwards, so every result is
+ * independent of the thread count. */
+static int64_t conv_chunk(int64_t N, int64_t K, int64_t P) {
+  int64_t kp = K * P > 0 ? K * P : 1, nb = ((int64_t)1 << 20) / kp, spread = (N + 7) / 8;
+  if (nb > spread) nb = spread;
+  return nb < 1 ? 1 : nb;
 }
 
+typedef struct conv_job {
+  const ag_kernel_call *c;
+  conv_geom g;
+  int64_t Cg, Cog, K, P, nb;
+  const void *in, *w, *bias; /* fwd: x; bwd_input: dy; bwd_weight: dy (in) and x (w) */
+  void *out;                 /* y, dx, or the chunks' partial dw (nchunks x Co x K) */
+  atomic_int oom;
+} conv_job;
+
 #define CONV(T)                                                                                   \
-  static ag_status conv_fwd_##T(const ag_kernel_call *c) {                                         \
-    conv_geom g = ag_conv_geom_of(c, &c->o[1], &c->o[0], &c->o[2]);                                       \
-    const T *x = (const T *)ag__cpu_ptr(&c->o[1]), *w = (const T *)ag__cpu_ptr(&c->o[2]);         \
-    const T *bias = c->o[3].base ? (const T *)ag__cpu_ptr(&c->o[3]) : NULL;                        \
-    T *y = (T *)ag__cpu_ptr(&c->o[0]);                                                            \
-    const int64_t Cg = g.C / g.G, Cog = g.Co / g.G, K = Cg * g.kh * g.kw, P = g.Ho * g.Wo;       \
-    const bool direct = col_is_input(&g);                                                         \
-    T *col = direct ? NULL : malloc(sizeof(T) * (size_t)(K * P));                                 \
-    if (!direct && !col) return ag_error_set(AG_ERR_OOM, "%s: no memory for im2col", c->name);    \
-    for (int64_t n = 0; n < g.N; n++)                                                             \
-      for (int64_t gr = 0; gr < g.G; gr++) {                                                      \
-        const T *xg = x + (n * g.C + gr * Cg) * g.H * g.W;                                        \
-        T *yg = y + (n * g.Co + gr * Cog) * P;                                                    \
-        if (!direct) im2col_##T(&g, Cg, xg, col);                                                 \
-        gemm_##T(false, false, Cog, P, K, w + gr * Cog * K, direct ? xg : col, 0, yg);            \
-        if (bias)                                                                                 \
-          for (int64_t o = 0; o < Cog; o++) {                                                     \
-            T b = bias[gr * Cog + o], *yr = yg + o * P;                                           \
-            for (int64_t p = 0; p < P; p++) yr[p] += b;                                           \
+  /* Yb[Cog, m*P] of a chunk <-> y[n][gr*Cog + o][p] */                                           \
+  static void gather_##T(const conv_job *j, const T *y, int64_t n0, int64_t m, int64_t gr, T *yb) { \
+    for (int64_t s = 0; s < m; s++)                                                               \
+      for (int64_t o = 0; o < j->Cog; o++)                                                        \
+        memcpy(yb + o * m * j->P + s * j->P, y + ((n0 + s) * j->g.Co + gr * j->Cog + o) * j->P,     \
+               sizeof(T) * (size_t)j->P);                                                         \
+  }                                                                                               \
+  static void conv_fwd_chunks_##T(void *ctx, int64_t c0, int64_t c1) {                            \
+    conv_job *j = ctx;                                                                            \
+    const int64_t nb = j->nb, KP = j->K * nb * j->P, OP = j->Cog * nb * j->P;                     \
+    T *col = malloc(sizeof(T) * (size_t)(KP + OP + 1)), *yb = col + KP;                             \
+    if (!col) {                                                                                   \
+      atomic_store(&j->oom, 1);                                                                   \
+      return;                                                                                     \
+    }                                                                                             \
+    const T *x = j->in, *w = j->w, *bias = j->bias;                                               \
+    T *y = j->out;                                                                                \
+    for (int64_t ch = c0; ch < c1; ch++) {                                                        \
+      int64_t n0 = ch * nb, m = j->g.N - n0 < nb ? j->g.N - n0 : nb, ld = m * j->P;               \
+      for (int64_t gr = 0; gr < j->g.G; gr++) {                                                   \
+        for (int64_t s = 0; s < m; s++)                                                           \
+          im2col_##T(&j->g, j->Cg, x + ((n0 + s) * j->g.C + gr * j->Cg) * j->g.H * j->g.W,        \
+                     col + s * j->P, ld);                                                         \
+        gemm_##T(false, false, j->Cog, ld, j->K, w + gr * j->Cog * j->K, col, 0, yb);             \
+        for (int64_t s = 0; s < m; s++)                                                           \
+          for (int64_t o = 0; o < j->Cog; o++) {                                                  \
+            T *dst = y + ((n0 + s) * j->g.Co + gr * j->Cog + o) * j->P;                           \
+            const T *src = yb + o * ld + s * j->P, b = bias ? bias[gr * j->Cog + o] : (T)0;       \
+            for (int64_t p = 0; p < j->P; p++) dst[p] = src[p] + b;                               \
           }                                                                                       \
       }                                                                                           \
+    }                                                                                             \
     free(col);                                                                                    \
+  }                                                                                               \
+  static void conv_bwd_input_chunks_##T(void *ctx, int64_t c0, int64_t c1) {                      \
+    conv_job *j = ctx;                                                                            \
+    const int64_t nb = j->nb, KP = j->K * nb * j->P, OP = j->Cog * nb * j->P;                     \
+    T *col = malloc(sizeof(T) * (size_t)(KP + OP + 1)), *dyb = col + KP;                             \
+    if (!col) {                                                                                   \
+      atomic_store(&j->oom, 1);                                                                   \
+      return;                                                                                     \
+    }                                                                                             \
+    const T *dy = j->in, *w = j->w;                                                               \
+    T *dx = j->out;                                                                               \
+    const int64_t plane = j->g.H * j->g.W;                                                        \
+    for (int64_t ch = c0; ch < c1; ch++) {                                                        \
+      int64_t n0 = ch * nb, m = j->g.N - n0 < nb ? j->g.N - n0 : nb, ld = m * j->P;               \
+      memset(dx + n0 * j->g.C * plane, 0, sizeof(T) * (size_t)(m * j->g.C * plane));              \
+      for (int64_t gr = 0; gr < j->g.G; gr++) {                                                   \
+        gather_##T(j, dy, n0, m, gr, dyb);                                                        \
+        gemm_##T(true, false, j->K, ld, j->Cog, w + gr * j->Cog * j->K, dyb, 0, col);             \
+        for (int64_t s = 0; s < m; s++)                                                           \
+          col2im_##T(&j->g, j->Cg, col + s * j->P, ld, dx + ((n0 + s) * j->g.C + gr * j->Cg) * plane); \
+      }                                                                                           \
+    }                                                                                             \
+    free(col);                                                                                    \
+  }                                                                                               \
+  static void conv_bwd_weight_chunks_##T(void *ctx, int64_t c0, int64_t c1) {                     \
+    conv_job *j = ctx;                                                                            \
+    const int64_t nb = j->nb, KP = j->K * nb * j->P, OP = j->Cog * nb * j->P;                     \
+    T *col = malloc(sizeof(T) * (size_t)(KP + OP + 1)), *dyb = col + KP;                             \
+    if (!col) {                                                                                   \
+      atomic_store(&j->oom, 1);                                                                   \
+      return;                                                                                     \
+    }                                                                                             \
+    const T *dy = j->in, *x = j->w;                                                               \
+    T *part = j->out;                                                                             \
+    for (int64_t ch = c0; ch < c1; ch++) {                                                        \
+      int64_t n0 = ch * nb, m = j->g.N - n0 < nb ? j->g.N - n0 : nb, ld = m * j->P;               \
+      for (int64_t gr = 0; gr < j->g.G; gr++) {                                                   \
+        for (int64_t s = 0; s < m; s++)                                                           \
+          im2col_##T(&j->g, j->Cg, x + ((n0 + s) * j->g.C + gr * j->Cg) * j->g.H * j->g.W,        \
+                     col + s * j->P, ld);                                                         \
+        gather_##T(j, dy, n0, m, gr, dyb);                                                        \
+        gemm_##T(false, true, j->Cog, j->K, ld, dyb, col, 0,                                      \
+                 part + (ch * j->g.Co + gr * j->Cog) * j->K);                                     \
+      }                                                                                           \
+    }                                                                                             \
+    free(col);                                                                                    \
+  }                                                                                               \
+  static ag_status conv_run_##T(const ag_kernel_call *c, conv_geom g, const void *in, const void *w, \
+                                const void *bias, void *out, ag_cpu_range_fn fn, bool weight) {    \
+    conv_job j = {.c = c, .g = g, .in = in, .w = w, .bias = bias, .out = out};                    \
+    atomic_init(&j.oom, 0);                                                                       \
+    j.Cg = g.C / g.G, j.Cog = g.Co / g.G, j.K = j.Cg * g.kh * g.kw, j.P = g.Ho * g.Wo;            \
+    j.nb = conv_chunk(g.N, j.K, j.P);                                                             \
+    const int64_t nchunks = (g.N + j.nb - 1) / j.nb, dwn = g.Co * j.K;                            \
+    T *part = NULL;                                                                               \
+    if (weight) {                                                                                 \
+      if (g.N == 0 || j.P == 0) {                                                                 \
+        memset(out, 0, sizeof(T) * (size_t)dwn);                                                  \
+        return AG_OK;                                                                             \
+      }                                                                                           \
+      part = malloc(sizeof(T) * (size_t)(nchunks * dwn));                                         \
+      if (!part) return ag_error_set(AG_ERR_OOM, "%s: no memory for the weight gradient's chunks", c->name); \
+      j.out = part;                                                                               \
+    }                                                                                             \
+    if (g.N > 0) ag__cpu_par_for(nchunks, g.N * g.Co * j.K * j.P, fn, &j);                        \
+    if (weight) {                                                                                 \
+      T *dw = out;                                                                                \
+      memcpy(dw, part, sizeof(T) * (size_t)dwn);                                                  \
+      for (int64_t ch = 1; ch < nchunks; ch++)                                                    \
+        for (int64_t i = 0; i < dwn; i++) dw[i] += part[ch * dwn + i];                            \
+      free(part);                                                                                 \
+    }                                                                                             \
+    if (atomic_load(&j.oom)) return ag_error_set(AG_ERR_OOM, "%s: no memory for im2col", c->name); \
     return AG_OK;                                                                                 \
   }                                                                                               \
-  static ag_status conv_bwd_input_##T(const ag_kernel_call *c) {                                   \
-    conv_geom g = ag_conv_geom_of(c, &c->o[0], &c->o[1], &c->o[2]);                                       \
-    const T *dy = (const T *)ag__cpu_ptr(&c->o[1]), *w = (const T *)ag__cpu_ptr(&c->o[2]);        \
-    T *dx = (T *)ag__cpu_ptr(&c->o[0]);                                                           \
-    const int64_t Cg = g.C / g.G, Cog = g.Co / g.G, K = Cg * g.kh * g.kw, P = g.Ho * g.Wo;       \
-    const bool direct = col_is_input(&g);                                                         \
-    T *col = direct ? NULL : malloc(sizeof(T) * (size_t)(K * P));                                 \
-    if (!direct && !col) return ag_error_set(AG_ERR_OOM, "%s: no memory for col2im", c->name);    \
-    if (!direct) memset(dx, 0, sizeof(T) * (size_t)(g.N * g.C * g.H * g.W));                      \
-    for (int64_t n = 0; n < g.N; n++)                                                             \
-      for (int64_t gr = 0; gr < g.G; gr++) {                                                      \
-        T *dxg = dx + (n * g.C + gr * Cg) * g.H * g.W;                                            \
-        const T *dyg = dy + (n * g.Co + gr * Cog) * P;                                            \
-        gemm_##T(true, false, K, P, Cog, w + gr * Cog * K, dyg, 0, direct ? dxg : col);           \
-        if (!direct) col2im_##T(&g, Cg, col, dxg);                                                \
-      }                                                                                           \
-    free(col);                                                                                    \
-    return AG_OK;                                                                                 \
+  static ag_status conv_fwd_##T(const ag_kernel_call *c) {                                        \
+    conv_geom g = ag_conv_geom_of(c, &c->o[1], &c->o[0], &c->o[2]);                               \
+    return conv_run_##T(c, g, ag__cpu_ptr(&c->o[1]), ag__cpu_ptr(&c->o[2]),                        \
+                        c->o[3].base ? ag__cpu_ptr(&c->o[3]) : NULL, ag__cpu_ptr(&c->o[0]),        \
+                        conv_fwd_chunks_##T, false);                                              \
   }                                                                                               \
-  static ag_status conv_bwd_weight_##T(const ag_kernel_call *c) {                                  \
-    conv_geom g = ag_conv_geom_of(c, &c->o[2], &c->o[1], &c->o[0]);                                       \
-    const T *dy = (const T *)ag__cpu_ptr(&c->o[1]), *x = (const T *)ag__cpu_ptr(&c->o[2]);        \
-    T *dw = (T *)ag__cpu_ptr(&c->o[0]);                                                           \
-    const int64_t Cg = g.C / g.G, Cog = g.Co / g.G, K = Cg * g.kh * g.kw, P = g.Ho * g.Wo;       \
-    const bool direct = col_is_input(&g);                                                         \
-    T *col = direct ? NULL : malloc(sizeof(T) * (size_t)(K * P));                                 \
-    if (!direct && !col) return ag_error_set(AG_ERR_OOM, "%s: no memory for im2col", c->name);    \
-    if (g.N == 0) memset(dw, 0, sizeof(T) * (size_t)(g.Co * K));                                  \
-    for (int64_t n = 0; n < g.N; n++)                                                             \
-      for (int64_t gr = 0; gr < g.G; gr++) {                                                      \
-        const T *xg = x + (n * g.C + gr * Cg) * g.H * g.W;                                        \
-        const T *dyg = dy + (n * g.Co + gr * Cog) * P;                                            \
-        if (!direct) im2col_##T(&g, Cg, xg, col);                                                 \
-        gemm_##T(false, true, Cog, K, P, dyg, direct ? xg : col, n ? 1 : 0, dw + gr * Cog * K);   \
-      }                                                                                           \
-    free(col);                                                                                    \
-    return AG_OK;                                                                                 \
+  static ag_status conv_bwd_input_##T(const ag_kernel_call *c) {                                  \
+    conv_geom g = ag_conv_geom_of(c, &c->o[0], &c->o[1], &c->o[2]);                               \
+    return conv_run_##T(c, g, ag__cpu_ptr(&c->o[1]), ag__cpu_ptr(&c->o[2]), NULL,                  \
+                        ag__cpu_ptr(&c->o[0]), conv_bwd_input_chunks_##T, false);                 \
+  }                                                                                               \
+  static ag_status conv_bwd_weight_##T(const ag_kernel_call *c) {                                 \
+    conv_geom g = ag_conv_geom_of(c, &c->o[2], &c->o[1], &c->o[0]);                               \
+    return conv_run_##T(c, g, ag__cpu_ptr(&c->o[1]), ag__cpu_ptr(&c->o[2]), NULL,                  \
+                        ag__cpu_ptr(&c->o[0]), conv_bwd_weight_chunks_##T, true);                 \
   }
 
 /* Pooling over planes (N*C of them, split across threads). */
