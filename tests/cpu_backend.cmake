@@ -11,6 +11,14 @@ set_tests_properties(cpu_backend_threaded PROPERTIES ENVIRONMENT "AG_CPU_STREAMS
 # the CBLAS GEMM path (the default is oneDNN's sgemm where libdnnl.so.2 loads)
 add_test(NAME cpu_backend_openblas COMMAND cpu_backend_test)
 set_tests_properties(cpu_backend_openblas PROPERTIES ENVIRONMENT "AG_CPU_GEMM=openblas" TIMEOUT 300)
+# Sanitizer builds default to CBLAS (backends/cpu/cpu_gemm.c): oneDNN runs
+# here on request, without LeakSanitizer (whose exit-time scan faults once
+# oneDNN has run on several threads)
+if(AG_SANITIZE)
+  add_test(NAME cpu_backend_onednn COMMAND cpu_backend_test)
+  set_tests_properties(cpu_backend_onednn PROPERTIES TIMEOUT 300
+                       ENVIRONMENT "AG_CPU_GEMM=onednn;ASAN_OPTIONS=detect_leaks=0")
+endif()
 add_test(NAME cpu_backend_idle COMMAND cpu_backend_test idle_sleep)
 set_tests_properties(cpu_backend_idle PROPERTIES TIMEOUT 60 LABELS threads)
 

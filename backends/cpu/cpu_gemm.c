@@ -42,9 +42,25 @@ static dnnl_sgemm_fn g_dnnl;   /* set once under g_once, then read-only */
 static omp_set_fn g_omp_set;   /* the OpenMP runtime oneDNN uses, or NULL */
 static char g_engine[96] = "";
 
+/* Sanitizer builds default to CBLAS: LeakSanitizer's exit-time scan
+ * faults ("Tracer caught signal 11") in processes where oneDNN's sgemm has
+ * run on several threads, a failure of the tool, not a leak. They still run
+ * oneDNN when AG_CPU_GEMM=onednn asks (tests/cpu_backend.cmake does, with
+ * leak checks off). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define AG_GEMM_DEFAULT_BLAS true
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define AG_GEMM_DEFAULT_BLAS true
+#endif
+#endif
+#ifndef AG_GEMM_DEFAULT_BLAS
+#define AG_GEMM_DEFAULT_BLAS false
+#endif
+
 static void engine_init(void) {
   const char *want = getenv("AG_CPU_GEMM");
-  bool blas_only = want && (!strcmp(want, "openblas") || !strcmp(want, "blas"));
+  bool blas_only = want && *want ? (!strcmp(want, "openblas") || !strcmp(want, "blas")) : AG_GEMM_DEFAULT_BLAS;
   bool need_dnnl = want && !strcmp(want, "onednn");
   if (want && *want && !blas_only && !need_dnnl)
     fprintf(stderr, "anygrad: AG_CPU_GEMM=%s is not onednn, openblas or blas; using the default\n", want);

@@ -49,7 +49,8 @@ AG_API int ag_get_num_threads(void);
  * else "CBLAS sgemm" (OpenBLAS), else "built-in GEMM (no BLAS)". The
  * environment variable AG_CPU_GEMM=openblas (or blas) keeps CBLAS;
  * AG_CPU_GEMM=onednn asks for oneDNN and says on stderr when it cannot
- * load. f64 products always use CBLAS. Returns a static string, never NULL.
+ * load. Builds with AddressSanitizer or ThreadSanitizer default to CBLAS
+ * (docs/design/cpu-backend.md). f64 products always use CBLAS. Returns a static string, never NULL.
  * Thread-safe. */
 AG_API const char *ag_cpu_gemm_engine(void);
 
