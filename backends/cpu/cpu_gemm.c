@@ -12,7 +12,8 @@
  * built with OpenMP (Debian's) sizes its team by omp_get_max_threads() of
  * the calling thread: each thread that calls it sets its own OpenMP thread
  * count to 1 once (an OpenMP setting is per thread outside parallel
- * regions), so no OpenMP team is ever started.
+ * regions), in the runtime oneDNN's calls resolve to, so no OpenMP team is
+ * ever started.
  *
  * AG_CPU_GEMM=openblas (or blas) keeps CBLAS; AG_CPU_GEMM=onednn requires
  * oneDNN (the engine falls back to CBLAS with a note on stderr when it
@@ -69,7 +70,12 @@ static void engine_init(void) {
     dnnl_sgemm_fn f = h ? (dnnl_sgemm_fn)dlsym(h, "dnnl_sgemm") : NULL;
     if (f) {
       g_dnnl = f;
-      g_omp_set = (omp_set_fn)dlsym(h, "omp_set_num_threads"); /* from its dependencies */
+      /* The OpenMP runtime oneDNN's calls bind to: one already in the
+       * process's global scope wins (a libanygrad built by clang links
+       * LLVM's libomp, which also serves GOMP programs), else the libgomp
+       * oneDNN brought in its own scope. */
+      g_omp_set = (omp_set_fn)dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+      if (!g_omp_set) g_omp_set = (omp_set_fn)dlsym(h, "omp_set_num_threads");
       snprintf(g_engine, sizeof g_engine, "oneDNN sgemm (libdnnl.so.2)");
     } else if (need_dnnl) {
       fprintf(stderr, "anygrad: AG_CPU_GEMM=onednn but libdnnl.so.2 cannot be used (%s); using %s\n",
