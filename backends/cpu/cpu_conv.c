@@ -135,6 +135,21 @@ typedef struct conv_job {
   atomic_int oom;
 } conv_job;
 
+/* A chunk's scratch: its col matrix (K x nb*P) then its output or output
+ * gradient (Cog x nb*P), elements of es bytes; NULL (the job's OOM flag
+ * set) when out of memory. The caller frees it. */
+static void *chunk_scratch(conv_job *j, size_t es) {
+  void *p = malloc(es * (size_t)((j->K + j->Cog) * j->nb * j->P + 1));
+  if (!p) atomic_store(&j->oom, 1);
+  return p;
+}
+
+/* Samples in chunk ch (the last one may be short). */
+static int64_t chunk_len(const conv_job *j, int64_t ch) {
+  int64_t left = j->g.N - ch * j->nb;
+  return left < j->nb ? left : j->nb;
+}
+
 #define CONV(T)                                                                                   \
   /* Yb[Cog, m*P] of a chunk <-> y[n][gr*Cog + o][p] */                                           \
   static void gather_##T(const conv_job *j, const T *y, int64_t n0, int64_t m, int64_t gr, T *yb) { \
@@ -145,16 +160,14 @@ typedef struct conv_job {
   }                                                                                               \
   static void conv_fwd_chunks_##T(void *ctx, int64_t c0, int64_t c1) {                            \
     conv_job *j = ctx;                                                                            \
-    const int64_t nb = j->nb, KP = j->K * nb * j->P, OP = j->Cog * nb * j->P;                     \
-    T *col = malloc(sizeof(T) * (size_t)(KP + OP + 1)), *yb = col + KP;                             \
-    if (!col) {                                                                                   \
-      atomic_store(&j->oom, 1);                                                                   \
-      return;                                                                                     \
-    }                                                                                             \
+    const int64_t nb = j->nb, KP = j->K * nb * j->P;                                              \
+    T *col = chunk_scratch(j, sizeof(T));                                                         \
+    if (!col) return;                                                                             \
+    T *yb = col + KP;                                                                            \
     const T *x = j->in, *w = j->w, *bias = j->bias;                                               \
     T *y = j->out;                                                                                \
     for (int64_t ch = c0; ch < c1; ch++) {                                                        \
-      int64_t n0 = ch * nb, m = j->g.N - n0 < nb ? j->g.N - n0 : nb, ld = m * j->P;               \
+      int64_t n0 = ch * nb, m = chunk_len(j, ch), ld = m * j->P;                                  \
       for (int64_t gr = 0; gr < j->g.G; gr++) {                                                   \
         for (int64_t s = 0; s < m; s++)                                                           \
           im2col_##T(&j->g, j->Cg, x + ((n0 + s) * j->g.C + gr * j->Cg) * j->g.H * j->g.W,        \
@@ -172,17 +185,15 @@ typedef struct conv_job {
   }                                                                                               \
   static void conv_bwd_input_chunks_##T(void *ctx, int64_t c0, int64_t c1) {                      \
     conv_job *j = ctx;                                                                            \
-    const int64_t nb = j->nb, KP = j->K * nb * j->P, OP = j->Cog * nb * j->P;                     \
-    T *col = malloc(sizeof(T) * (size_t)(KP + OP + 1)), *dyb = col + KP;                             \
-    if (!col) {                                                                                   \
-      atomic_store(&j->oom, 1);                                                                   \
-      return;                                                                                     \
-    }                                                                                             \
+    const int64_t nb = j->nb, KP = j->K * nb * j->P;                                              \
+    T *col = chunk_scratch(j, sizeof(T));                                                         \
+    if (!col) return;                                                                             \
+    T *dyb = col + KP;                                                                            \
     const T *dy = j->in, *w = j->w;                                                               \
     T *dx = j->out;                                                                               \
     const int64_t plane = j->g.H * j->g.W;                                                        \
     for (int64_t ch = c0; ch < c1; ch++) {                                                        \
-      int64_t n0 = ch * nb, m = j->g.N - n0 < nb ? j->g.N - n0 : nb, ld = m * j->P;               \
+      int64_t n0 = ch * nb, m = chunk_len(j, ch), ld = m * j->P;                                  \
       memset(dx + n0 * j->g.C * plane, 0, sizeof(T) * (size_t)(m * j->g.C * plane));              \
       for (int64_t gr = 0; gr < j->g.G; gr++) {                                                   \
         gather_##T(j, dy, n0, m, gr, dyb);                                                        \
@@ -195,16 +206,14 @@ typedef struct conv_job {
   }                                                                                               \
   static void conv_bwd_weight_chunks_##T(void *ctx, int64_t c0, int64_t c1) {                     \
     conv_job *j = ctx;                                                                            \
-    const int64_t nb = j->nb, KP = j->K * nb * j->P, OP = j->Cog * nb * j->P;                     \
-    T *col = malloc(sizeof(T) * (size_t)(KP + OP + 1)), *dyb = col + KP;                             \
-    if (!col) {                                                                                   \
-      atomic_store(&j->oom, 1);                                                                   \
-      return;                                                                                     \
-    }                                                                                             \
+    const int64_t nb = j->nb, KP = j->K * nb * j->P;                                              \
+    T *col = chunk_scratch(j, sizeof(T));                                                         \
+    if (!col) return;                                                                             \
+    T *dyb = col + KP;                                                                            \
     const T *dy = j->in, *x = j->w;                                                               \
     T *part = j->out;                                                                             \
     for (int64_t ch = c0; ch < c1; ch++) {                                                        \
-      int64_t n0 = ch * nb, m = j->g.N - n0 < nb ? j->g.N - n0 : nb, ld = m * j->P;               \
+      int64_t n0 = ch * nb, m = chunk_len(j, ch), ld = m * j->P;                                  \
       for (int64_t gr = 0; gr < j->g.G; gr++) {                                                   \
         for (int64_t s = 0; s < m; s++)                                                           \
           im2col_##T(&j->g, j->Cg, x + ((n0 + s) * j->g.C + gr * j->Cg) * j->g.H * j->g.W,        \

@@ -227,38 +227,32 @@ static void reduce_local(ag_dtype dt, ag_dist_reduce op, void *dst, const void *
 }
 #undef AG_MPI_REDUCE
 
-/* Exchange buf with peer: send all of it, receive into tmp, reduce into buf. */
-static ag_status exchange_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Datatype dt, int peer, int64_t start,
-                                 int64_t deadline_ns, const char *what) {
+/* Post a receive of rn elements from `from` into rbuf and a send of sn
+ * elements from sbuf to `to` (MPI_PROC_NULL for a side not wanted: it
+ * completes at once), then wait for both within the deadline. */
+static ag_status sendrecv(ag_dist_impl *im, MPI_Datatype dt, void *rbuf, size_t rn, int from, const void *sbuf,
+                          size_t sn, int to, int tag, int64_t start, int64_t deadline_ns, const char *what) {
   MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  int n = (int)c->count;
   lock_calls();
-  int rc = MPI_Irecv(im->tmp, n, dt, peer, 1, im->p2p, &r[0]);
-  if (rc == MPI_SUCCESS) rc = MPI_Isend(c->buf, n, dt, peer, 1, im->p2p, &r[1]);
+  int rc = MPI_Irecv(rbuf, (int)rn, dt, from, tag, im->p2p, &r[0]);
+  if (rc == MPI_SUCCESS) rc = MPI_Isend(sbuf, (int)sn, dt, to, tag, im->p2p, &r[1]);
   unlock_calls();
   if (rc != MPI_SUCCESS) {
     ag_status st = mpi_error(rc, what);
     mark_broken(im, st, ag_last_error());
     return st;
   }
-  ag_status st = wait_requests(im, r, 2, start, deadline_ns, what);
-  if (st == AG_OK) reduce_local(c->dtype, c->op, c->buf, im->tmp, c->count);
-  return st;
+  return wait_requests(im, r, 2, start, deadline_ns, what);
 }
 
-static ag_status send_or_recv(ag_dist_impl *im, const ag_coll *c, MPI_Datatype dt, int peer, bool send,
-                              void *into, int64_t start, int64_t deadline_ns, const char *what) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  int n = (int)c->count;
-  lock_calls();
-  int rc = send ? MPI_Isend(c->buf, n, dt, peer, 2, im->p2p, &r) : MPI_Irecv(into, n, dt, peer, 2, im->p2p, &r);
-  unlock_calls();
-  if (rc != MPI_SUCCESS) {
-    ag_status st = mpi_error(rc, what);
-    mark_broken(im, st, ag_last_error());
-    return st;
-  }
-  return wait_requests(im, &r, 1, start, deadline_ns, what);
+/* im->tmp holds at least `bytes`. */
+static ag_status tmp_reserve(ag_dist_impl *im, size_t bytes, const char *what) {
+  if (bytes <= im->tmp_cap) return AG_OK;
+  void *t = realloc(im->tmp, bytes);
+  if (!t) return ag_error_set(AG_ERR_OOM, "%s: out of host memory (%zu bytes)", what, bytes);
+  im->tmp = t;
+  im->tmp_cap = bytes;
+  return AG_OK;
 }
 
 /* Small all-reduces by recursive doubling over point-to-point messages, as
@@ -271,23 +265,19 @@ static ag_status send_or_recv(ag_dist_impl *im, const ag_coll *c, MPI_Datatype d
  * rank ends with the same bits: the operations are commutative. */
 static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Datatype dt, int64_t start,
                                   int64_t deadline_ns, const char *what) {
-  size_t bytes = c->count * ag_dtype_size(c->dtype);
-  if (bytes > im->tmp_cap) {
-    void *t = realloc(im->tmp, bytes);
-    if (!t) return ag_error_set(AG_ERR_OOM, "%s: out of host memory (%zu bytes)", what, bytes);
-    im->tmp = t;
-    im->tmp_cap = bytes;
-  }
+  ag_status st = tmp_reserve(im, c->count * ag_dtype_size(c->dtype), what);
+  if (st != AG_OK) return st;
   int rank = im->rank, size = im->size, pof2 = 1;
   while (pof2 * 2 <= size) pof2 *= 2;
   int rem = size - pof2, newrank;
-  ag_status st = AG_OK;
   if (rank < 2 * rem) {
     if (rank % 2 == 0) {
-      if ((st = send_or_recv(im, c, dt, rank + 1, true, NULL, start, deadline_ns, what)) != AG_OK) return st;
+      st = sendrecv(im, dt, NULL, 0, MPI_PROC_NULL, c->buf, c->count, rank + 1, 2, start, deadline_ns, what);
+      if (st != AG_OK) return st;
       newrank = -1;
     } else {
-      if ((st = send_or_recv(im, c, dt, rank - 1, false, im->tmp, start, deadline_ns, what)) != AG_OK) return st;
+      st = sendrecv(im, dt, im->tmp, c->count, rank - 1, NULL, 0, MPI_PROC_NULL, 2, start, deadline_ns, what);
+      if (st != AG_OK) return st;
       reduce_local(c->dtype, c->op, c->buf, im->tmp, c->count);
       newrank = rank / 2;
     }
@@ -298,11 +288,15 @@ static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Dataty
     for (int mask = 1; mask < pof2; mask <<= 1) {
       int nd = newrank ^ mask;
       int peer = nd < rem ? nd * 2 + 1 : nd + rem;
-      if ((st = exchange_reduce(im, c, dt, peer, start, deadline_ns, what)) != AG_OK) return st;
+      st = sendrecv(im, dt, im->tmp, c->count, peer, c->buf, c->count, peer, 1, start, deadline_ns, what);
+      if (st != AG_OK) return st;
+      reduce_local(c->dtype, c->op, c->buf, im->tmp, c->count);
     }
   }
-  if (rank < 2 * rem)
-    st = send_or_recv(im, c, dt, rank % 2 ? rank - 1 : rank + 1, rank % 2 == 1, c->buf, start, deadline_ns, what);
+  if (rank < 2 * rem) /* the odd one of a pair hands the result back */
+    st = rank % 2
+             ? sendrecv(im, dt, NULL, 0, MPI_PROC_NULL, c->buf, c->count, rank - 1, 2, start, deadline_ns, what)
+             : sendrecv(im, dt, c->buf, c->count, rank + 1, NULL, 0, MPI_PROC_NULL, 2, start, deadline_ns, what);
   return st;
 }
 
@@ -317,12 +311,8 @@ static ag_status ring_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Datatyp
                                  int64_t deadline_ns, const char *what) {
   const int p = im->size, rank = im->rank, right = (rank + 1) % p, left = (rank + p - 1) % p;
   const size_t es = ag_dtype_size(c->dtype), chunk_max = (c->count + (size_t)p - 1) / (size_t)p;
-  if (chunk_max * es > im->tmp_cap) {
-    void *t = realloc(im->tmp, chunk_max * es);
-    if (!t) return ag_error_set(AG_ERR_OOM, "%s: out of host memory (%zu bytes)", what, chunk_max * es);
-    im->tmp = t;
-    im->tmp_cap = chunk_max * es;
-  }
+  ag_status st = tmp_reserve(im, chunk_max * es, what);
+  if (st != AG_OK) return st;
   char *buf = c->buf;
 #define CH_OFF(k) ((size_t)(k) * c->count / (size_t)p)
 #define CH_LEN(k) (CH_OFF((k) + 1) - CH_OFF(k))
@@ -333,17 +323,8 @@ static ag_status ring_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Datatyp
       int send = phase == 0 ? (rank - s + 2 * p) % p : (rank + 1 - s + 2 * p) % p;
       int recv = (send + p - 1) % p;
       void *into = phase == 0 ? im->tmp : buf + CH_OFF(recv) * es;
-      MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-      lock_calls();
-      int rc = MPI_Irecv(into, (int)CH_LEN(recv), dt, left, 3, im->p2p, &r[0]);
-      if (rc == MPI_SUCCESS) rc = MPI_Isend(buf + CH_OFF(send) * es, (int)CH_LEN(send), dt, right, 3, im->p2p, &r[1]);
-      unlock_calls();
-      if (rc != MPI_SUCCESS) {
-        ag_status st = mpi_error(rc, what);
-        mark_broken(im, st, ag_last_error());
-        return st;
-      }
-      ag_status st = wait_requests(im, r, 2, start, deadline_ns, what);
+      st = sendrecv(im, dt, into, CH_LEN(recv), left, buf + CH_OFF(send) * es, CH_LEN(send), right, 3, start,
+                    deadline_ns, what);
       if (st != AG_OK) return st;
       if (phase == 0) reduce_local(c->dtype, c->op, buf + CH_OFF(recv) * es, im->tmp, CH_LEN(recv));
     }
