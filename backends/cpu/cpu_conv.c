@@ -127,7 +127,6 @@ static int64_t conv_chunk(int64_t N, int64_t K, int64_t P) {
 }
 
 typedef struct conv_job {
-  const ag_kernel_call *c;
   conv_geom g;
   int64_t Cg, Cog, K, P, nb;
   const void *in, *w, *bias; /* fwd: x; bwd_input: dy; bwd_weight: dy (in) and x (w) */
@@ -227,7 +226,7 @@ static int64_t chunk_len(const conv_job *j, int64_t ch) {
   }                                                                                               \
   static ag_status conv_run_##T(const ag_kernel_call *c, conv_geom g, const void *in, const void *w, \
                                 const void *bias, void *out, ag_cpu_range_fn fn, bool weight) {    \
-    conv_job j = {.c = c, .g = g, .in = in, .w = w, .bias = bias, .out = out};                    \
+    conv_job j = {.g = g, .in = in, .w = w, .bias = bias, .out = out};                            \
     atomic_init(&j.oom, 0);                                                                       \
     j.Cg = g.C / g.G, j.Cog = g.Co / g.G, j.K = j.Cg * g.kh * g.kw, j.P = g.Ho * g.Wo;            \
     j.nb = conv_chunk(g.N, j.K, j.P);                                                             \
