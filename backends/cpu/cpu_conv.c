@@ -269,102 +269,234 @@ static int64_t chunk_len(const conv_job *j, int64_t ch) {
                         ag__cpu_ptr(&c->o[0]), conv_bwd_weight_chunks_##T, true);                 \
   }
 
-/* Pooling over planes (N*C of them, split across threads). */
+/* Pooling over planes (N*C of them, split across the pool's threads). The
+ * max picks its window's first maximum without branches (a data-dependent
+ * branch per element mispredicts on real activations); a NaN wins and the
+ * first NaN is kept. A 2x2 window of stride 2 without padding that fits the
+ * input (the CNN default) has its own loop. */
+typedef struct pool_job {
+  const ag_kernel_call *c;
+  int64_t H, W, Ho, Wo, sh, sw, ph, pw, kh, kw;
+  bool with_pad;
+  const void *in;   /* fwd: x; bwd: dy */
+  void *out;        /* fwd: y; bwd: dx */
+  int32_t *idx;     /* MAX: the argmax (written by fwd, read by bwd) */
+} pool_job;
+
+static pool_job pool_job_of(const ag_kernel_call *c, const ag_koperand *X, const ag_koperand *Y) {
+  pool_job j = {.c = c, .H = X->shape[2], .W = X->shape[3], .Ho = Y->shape[2], .Wo = Y->shape[3],
+                .sh = (int64_t)c->s[0], .sw = (int64_t)c->s[1], .ph = (int64_t)c->s[2], .pw = (int64_t)c->s[3],
+                .kh = (int64_t)c->s[4], .kw = (int64_t)c->s[5], .with_pad = c->s[6] != 0};
+  return j;
+}
+
+/* The window of output (oh, ow) clipped to the input, and its divisor. */
+static void pool_window(const pool_job *j, int64_t oh, int64_t ow, int64_t *h0, int64_t *h1, int64_t *w0,
+                        int64_t *w1, int64_t *div) {
+  const int64_t H = j->H, W = j->W;
+  if (j->c->sub == AG_P_ADAPTIVE_AVG) {
+    *h0 = oh * H / j->Ho, *h1 = ((oh + 1) * H + j->Ho - 1) / j->Ho;
+    *w0 = ow * W / j->Wo, *w1 = ((ow + 1) * W + j->Wo - 1) / j->Wo;
+    *div = (*h1 - *h0) * (*w1 - *w0);
+    return;
+  }
+  *h0 = oh * j->sh - j->ph, *h1 = *h0 + j->kh, *w0 = ow * j->sw - j->pw, *w1 = *w0 + j->kw;
+  int64_t hp = *h1 < H + j->ph ? *h1 : H + j->ph, wp = *w1 < W + j->pw ? *w1 : W + j->pw;
+  *div = (hp - *h0) * (wp - *w0);
+  if (*h0 < 0) *h0 = 0;
+  if (*w0 < 0) *w0 = 0;
+  if (*h1 > H) *h1 = H;
+  if (*w1 > W) *w1 = W;
+  if (!j->with_pad) *div = (*h1 - *h0) * (*w1 - *w0);
+}
+
+static bool pool_is_2x2(const pool_job *j) {
+  return j->c->sub == AG_P_MAX && j->kh == 2 && j->kw == 2 && j->sh == 2 && j->sw == 2 && j->ph == 0 &&
+         j->pw == 0 && 2 * j->Ho <= j->H && 2 * j->Wo <= j->W;
+}
+
+/* best/bi take v at index i when v > best, or v is the first NaN */
+#define POOL_TAKE(v, i)                                   \
+  do {                                                    \
+    const int take_ = ((v) > best) | (((v) != (v)) & (best == best)); \
+    best = take_ ? (v) : best;                            \
+    bi = take_ ? (i) : bi;                                \
+  } while (0)
+
 #define POOL(T)                                                                                   \
-  static void pool_fwd_##T(const ag_kernel_call *c) {                                              \
-    const ag_koperand *Y = &c->o[0], *X = &c->o[1];                                               \
-    const int64_t planes = X->shape[0] * X->shape[1], H = X->shape[2], W = X->shape[3];           \
-    const int64_t Ho = Y->shape[2], Wo = Y->shape[3];                                             \
-    const int64_t sh = (int64_t)c->s[0], sw = (int64_t)c->s[1], ph = (int64_t)c->s[2],            \
-                  pw = (int64_t)c->s[3], kh = (int64_t)c->s[4], kw = (int64_t)c->s[5];            \
-    const bool with_pad = c->s[6] != 0;                                                           \
-    const T *x = (const T *)ag__cpu_ptr(X);                                                       \
-    T *y = (T *)ag__cpu_ptr(Y);                                                                   \
-    int32_t *idx = c->sub == AG_P_MAX ? (int32_t *)ag__cpu_ptr(&c->o[2]) : NULL;                  \
-    for (int64_t q = 0; q < planes; q++) {                                                        \
+  static void pool_fwd_planes_##T(void *ctx, int64_t q0, int64_t q1) {                            \
+    const pool_job *j = ctx;                                                                      \
+    const int64_t H = j->H, W = j->W, Ho = j->Ho, Wo = j->Wo;                                     \
+    const T *x = j->in;                                                                           \
+    T *y = j->out;                                                                                \
+    const bool two = pool_is_2x2(j);                                                              \
+    for (int64_t q = q0; q < q1; q++) {                                                           \
       const T *xp = x + q * H * W;                                                                \
+      T *yp = y + q * Ho * Wo;                                                                    \
+      int32_t *ip = j->idx ? j->idx + q * Ho * Wo : NULL;                                         \
+      int nan = 0;                                                                                \
+      if (two) {                                                                                  \
+        for (int64_t oh = 0; oh < Ho; oh++) {                                                     \
+          const T *r0 = xp + 2 * oh * W, *r1 = r0 + W;                                            \
+          for (int64_t ow = 0; ow < Wo; ow++) {                                                   \
+            const T a = r0[2 * ow], b = r0[2 * ow + 1], d = r1[2 * ow], e = r1[2 * ow + 1];         \
+            const T ab = b > a ? b : a, de = e > d ? e : d, m = de > ab ? de : ab;                \
+            /* the first element equal to the max: selects, no branches */                       \
+            const int32_t off = a == m ? 0 : b == m ? 1 : d == m ? (int32_t)W : (int32_t)W + 1;    \
+            yp[oh * Wo + ow] = m;                                                                 \
+            ip[oh * Wo + ow] = (int32_t)(2 * oh * W + 2 * ow) + off;                              \
+            nan |= (a != a) | (b != b) | (d != d) | (e != e);                                     \
+          }                                                                                       \
+        }                                                                                         \
+        if (!nan) continue; /* else the general loop redoes the plane with NaNs winning */         \
+      }                                                                                           \
       for (int64_t oh = 0; oh < Ho; oh++)                                                         \
         for (int64_t ow = 0; ow < Wo; ow++) {                                                     \
           int64_t h0, h1, w0, w1, div;                                                            \
-          if (c->sub == AG_P_ADAPTIVE_AVG) {                                                      \
-            h0 = oh * H / Ho, h1 = ((oh + 1) * H + Ho - 1) / Ho;                                  \
-            w0 = ow * W / Wo, w1 = ((ow + 1) * W + Wo - 1) / Wo;                                  \
-            div = (h1 - h0) * (w1 - w0);                                                          \
-          } else {                                                                                \
-            h0 = oh * sh - ph, h1 = h0 + kh, w0 = ow * sw - pw, w1 = w0 + kw;                     \
-            int64_t hp = h1 < H + ph ? h1 : H + ph, wp = w1 < W + pw ? w1 : W + pw;               \
-            div = (hp - h0) * (wp - w0);                                                          \
-            if (h0 < 0) h0 = 0;                                                                   \
-            if (w0 < 0) w0 = 0;                                                                   \
-            if (h1 > H) h1 = H;                                                                   \
-            if (w1 > W) w1 = W;                                                                   \
-            if (!with_pad) div = (h1 - h0) * (w1 - w0);                                           \
-          }                                                                                       \
-          const int64_t o = q * Ho * Wo + oh * Wo + ow;                                           \
-          if (idx) {                                                                              \
+          pool_window(j, oh, ow, &h0, &h1, &w0, &w1, &div);                                       \
+          const int64_t o = oh * Wo + ow;                                                         \
+          if (ip) {                                                                               \
             T best = -INFINITY;                                                                   \
             int64_t bi = h0 * W + w0;                                                             \
             for (int64_t i = h0; i < h1; i++)                                                     \
-              for (int64_t j = w0; j < w1; j++) {                                                 \
-                T v = xp[i * W + j];                                                              \
-                if (v > best || isnan(v)) {                                                       \
-                  best = v;                                                                       \
-                  bi = i * W + j;                                                                 \
-                  if (isnan(v)) goto found_##T;                                                   \
-                }                                                                                 \
-              }                                                                                   \
-          found_##T:                                                                              \
-            y[o] = best;                                                                          \
-            idx[o] = (int32_t)bi;                                                                 \
+              for (int64_t k = w0; k < w1; k++) POOL_TAKE(xp[i * W + k], i * W + k);              \
+            yp[o] = best;                                                                         \
+            ip[o] = (int32_t)bi;                                                                  \
           } else {                                                                                \
             T acc = 0;                                                                            \
             for (int64_t i = h0; i < h1; i++)                                                     \
-              for (int64_t j = w0; j < w1; j++) acc += xp[i * W + j];                             \
-            y[o] = div > 0 ? acc / (T)div : (T)0;                                                 \
+              for (int64_t k = w0; k < w1; k++) acc += xp[i * W + k];                             \
+            yp[o] = div > 0 ? acc / (T)div : (T)0;                                                \
           }                                                                                       \
         }                                                                                         \
     }                                                                                             \
   }                                                                                               \
-  static void pool_bwd_##T(const ag_kernel_call *c) {                                              \
-    const ag_koperand *DX = &c->o[0], *DY = &c->o[1];                                             \
-    const int64_t planes = DX->shape[0] * DX->shape[1], H = DX->shape[2], W = DX->shape[3];       \
-    const int64_t Ho = DY->shape[2], Wo = DY->shape[3];                                           \
-    const int64_t sh = (int64_t)c->s[0], sw = (int64_t)c->s[1], ph = (int64_t)c->s[2],            \
-                  pw = (int64_t)c->s[3], kh = (int64_t)c->s[4], kw = (int64_t)c->s[5];            \
-    const bool with_pad = c->s[6] != 0;                                                           \
-    const T *dy = (const T *)ag__cpu_ptr(DY);                                                     \
-    T *dx = (T *)ag__cpu_ptr(DX);                                                                 \
-    const int32_t *idx = c->sub == AG_P_MAX ? (const int32_t *)ag__cpu_ptr(&c->o[2]) : NULL;      \
-    for (int64_t q = 0; q < planes; q++) {                                                        \
+  static void pool_bwd_planes_##T(void *ctx, int64_t q0, int64_t q1) {                            \
+    const pool_job *j = ctx;                                                                      \
+    const int64_t H = j->H, W = j->W, Ho = j->Ho, Wo = j->Wo;                                     \
+    const T *dy = j->in;                                                                          \
+    T *dx = j->out;                                                                               \
+    for (int64_t q = q0; q < q1; q++) {                                                           \
       T *dp = dx + q * H * W;                                                                     \
+      const T *gp = dy + q * Ho * Wo;                                                             \
       memset(dp, 0, sizeof(T) * (size_t)(H * W));                                                \
+      if (j->idx) {                                                                               \
+        const int32_t *ip = j->idx + q * Ho * Wo;                                                 \
+        for (int64_t o = 0; o < Ho * Wo; o++) dp[ip[o]] += gp[o];                                 \
+        continue;                                                                                 \
+      }                                                                                           \
       for (int64_t oh = 0; oh < Ho; oh++)                                                         \
         for (int64_t ow = 0; ow < Wo; ow++) {                                                     \
-          const int64_t o = q * Ho * Wo + oh * Wo + ow;                                           \
-          if (idx) {                                                                              \
-            dp[idx[o]] += dy[o];                                                                  \
-            continue;                                                                             \
-          }                                                                                       \
           int64_t h0, h1, w0, w1, div;                                                            \
-          if (c->sub == AG_P_ADAPTIVE_AVG) {                                                      \
-            h0 = oh * H / Ho, h1 = ((oh + 1) * H + Ho - 1) / Ho;                                  \
-            w0 = ow * W / Wo, w1 = ((ow + 1) * W + Wo - 1) / Wo;                                  \
-            div = (h1 - h0) * (w1 - w0);                                                          \
-          } else {                                                                                \
-            h0 = oh * sh - ph, h1 = h0 + kh, w0 = ow * sw - pw, w1 = w0 + kw;                     \
-            int64_t hp = h1 < H + ph ? h1 : H + ph, wp = w1 < W + pw ? w1 : W + pw;               \
-            div = (hp - h0) * (wp - w0);                                                          \
-            if (h0 < 0) h0 = 0;                                                                   \
-            if (w0 < 0) w0 = 0;                                                                   \
-            if (h1 > H) h1 = H;                                                                   \
-            if (w1 > W) w1 = W;                                                                   \
-            if (!with_pad) div = (h1 - h0) * (w1 - w0);                                           \
-          }                                                                                       \
+          pool_window(j, oh, ow, &h0, &h1, &w0, &w1, &div);                                       \
           if (div <= 0) continue;                                                                 \
-          const T gv = dy[o] / (T)div;                                                            \
+          const T gv = gp[oh * Wo + ow] / (T)div;                                                 \
           for (int64_t i = h0; i < h1; i++)                                                       \
-            for (int64_t j = w0; j < w1; j++) dp[i * W + j] += gv;                                \
+            for (int64_t k = w0; k < w1; k++) dp[i * W + k] += gv;                                \
         }                                                                                         \
+    }                                                                                             \
+  }
+
+/* planes of the pool call, and its work for the pool (window reads) */
+static void pool_run(const ag_kernel_call *c, bool bwd, ag_cpu_range_fn fn) {
+  const ag_koperand *X = &c->o[bwd ? 0 : 1], *Y = &c->o[bwd ? 1 : 0];
+  pool_job j = pool_job_of(c, X, Y);
+  j.in = ag__cpu_ptr(&c->o[1]);
+  j.out = ag__cpu_ptr(&c->o[0]);
+  j.idx = c->sub == AG_P_MAX ? (int32_t *)ag__cpu_ptr(&c->o[2]) : NULL;
+  const int64_t planes = X->shape[0] * X->shape[1];
+  const int64_t win = c->sub == AG_P_ADAPTIVE_AVG ? (j.H / (j.Ho > 0 ? j.Ho : 1) + 1) * (j.W / (j.Wo > 0 ? j.Wo : 1) + 1)
+                                                  : j.kh * j.kw;
+  ag__cpu_par_for(planes, planes * (j.H * j.W + j.Ho * j.Wo * win), fn, &j);
+}
+
+/* Batch norm: per-channel sums (BN_STATS) and the per-channel affine map
+ * (BN_APPLY) over contiguous [N, C, HW]. Sums run over each channel's N
+ * planes in a fixed order with f64 accumulators in 8 lanes, so the result
+ * does not depend on the thread count; channels are split across threads. */
+typedef struct bn_job {
+  const ag_kernel_call *c;
+  int64_t N, C, HW;
+} bn_job;
+
+#define BN(T)                                                                                     \
+  static void bn_stats_chans_##T(void *ctx, int64_t c0, int64_t c1) {                             \
+    const bn_job *j = ctx;                                                                        \
+    const ag_kernel_call *c = j->c;                                                               \
+    const int64_t N = j->N, C = j->C, HW = j->HW;                                                 \
+    const T *a = (const T *)ag__cpu_ptr(&c->o[1]);                                                \
+    const T *b = c->sub == 1 ? (const T *)ag__cpu_ptr(&c->o[2]) : NULL;                           \
+    const T *mu = c->sub == 1 ? (const T *)ag__cpu_ptr(&c->o[3]) : NULL;                          \
+    T *out = (T *)ag__cpu_ptr(&c->o[0]);                                                          \
+    const int64_t HW8 = HW - HW % 8;                                                              \
+    for (int64_t ch = c0; ch < c1; ch++) {                                                        \
+      double s0[8] = {0}, s1[8] = {0};                                                            \
+      if (!b) { /* mean, then the centred second moment */                                        \
+        for (int64_t n = 0; n < N; n++) {                                                         \
+          const T *p = a + (n * C + ch) * HW;                                                     \
+          int64_t i = 0;                                                                          \
+          for (; i < HW8; i += 8)                                                                 \
+            for (int k = 0; k < 8; k++) s0[k] += (double)p[i + k];                                \
+          for (; i < HW; i++) s0[0] += (double)p[i];                                              \
+        }                                                                                         \
+        double sum = 0;                                                                           \
+        for (int k = 0; k < 8; k++) sum += s0[k];                                                 \
+        const double mean = sum / (double)(N * HW);                                               \
+        for (int64_t n = 0; n < N; n++) {                                                         \
+          const T *p = a + (n * C + ch) * HW;                                                     \
+          int64_t i = 0;                                                                          \
+          for (; i < HW8; i += 8)                                                                 \
+            for (int k = 0; k < 8; k++) {                                                         \
+              const double d = (double)p[i + k] - mean;                                           \
+              s1[k] += d * d;                                                                     \
+            }                                                                                     \
+          for (; i < HW; i++) s1[0] += ((double)p[i] - mean) * ((double)p[i] - mean);             \
+        }                                                                                         \
+        double sq = 0;                                                                            \
+        for (int k = 0; k < 8; k++) sq += s1[k];                                                  \
+        out[ch] = (T)mean;                                                                        \
+        out[C + ch] = (T)(sq / (double)(N * HW));                                                 \
+        continue;                                                                                 \
+      }                                                                                           \
+      const double m = (double)mu[ch];                                                            \
+      for (int64_t n = 0; n < N; n++) {                                                           \
+        const T *p = a + (n * C + ch) * HW, *r = b + (n * C + ch) * HW;                           \
+        int64_t i = 0;                                                                            \
+        for (; i < HW8; i += 8)                                                                   \
+          for (int k = 0; k < 8; k++) {                                                           \
+            s0[k] += (double)p[i + k];                                                            \
+            s1[k] += (double)p[i + k] * ((double)r[i + k] - m);                                   \
+          }                                                                                       \
+        for (; i < HW; i++) {                                                                     \
+          s0[0] += (double)p[i];                                                                  \
+          s1[0] += (double)p[i] * ((double)r[i] - m);                                             \
+        }                                                                                         \
+      }                                                                                           \
+      double t0 = 0, t1 = 0;                                                                      \
+      for (int k = 0; k < 8; k++) t0 += s0[k], t1 += s1[k];                                       \
+      out[ch] = (T)t0;                                                                            \
+      out[C + ch] = (T)t1;                                                                        \
+    }                                                                                             \
+  }                                                                                               \
+  static void bn_apply_planes_##T(void *ctx, int64_t q0, int64_t q1) {                            \
+    const bn_job *j = ctx;                                                                        \
+    const ag_kernel_call *c = j->c;                                                               \
+    const int64_t C = j->C, HW = j->HW;                                                           \
+    T *y = (T *)ag__cpu_ptr(&c->o[0]);                                                            \
+    const T *a = (const T *)ag__cpu_ptr(&c->o[1]), *coef = (const T *)ag__cpu_ptr(&c->o[2]);     \
+    const T *b = c->sub == 1 ? (const T *)ag__cpu_ptr(&c->o[3]) : NULL;                           \
+    for (int64_t q = q0; q < q1; q++) {                                                           \
+      const int64_t ch = q % C;                                                                   \
+      const T p = coef[ch], sh = coef[C + ch];                                                    \
+      T *restrict yo = y + q * HW;                                                                \
+      const T *restrict ai = a + q * HW;                                                          \
+      if (!b) {                                                                                   \
+        for (int64_t i = 0; i < HW; i++) yo[i] = ai[i] * p + sh;                                  \
+        continue;                                                                                 \
+      }                                                                                           \
+      const T r = coef[2 * C + ch], mu = coef[3 * C + ch];                                        \
+      const T *restrict bi = b + q * HW;                                                          \
+      for (int64_t i = 0; i < HW; i++) yo[i] = ai[i] * p + sh + (bi[i] - mu) * r;                 \
     }                                                                                             \
   }
 
@@ -376,6 +508,8 @@ CONV(float)
 CONV(double)
 POOL(float)
 POOL(double)
+BN(float)
+BN(double)
 
 ag_status ag__cpu_vision(const ag_kernel_call *c) {
   const bool f64 = c->o[0].dtype == AG_F64;
@@ -383,14 +517,18 @@ ag_status ag__cpu_vision(const ag_kernel_call *c) {
     case AG_K_CONV2D: return f64 ? conv_fwd_double(c) : conv_fwd_float(c);
     case AG_K_CONV2D_BWD_INPUT: return f64 ? conv_bwd_input_double(c) : conv_bwd_input_float(c);
     case AG_K_CONV2D_BWD_WEIGHT: return f64 ? conv_bwd_weight_double(c) : conv_bwd_weight_float(c);
-    case AG_K_POOL2D:
-      if (f64) pool_fwd_double(c);
-      else pool_fwd_float(c);
+    case AG_K_POOL2D: pool_run(c, false, f64 ? pool_fwd_planes_double : pool_fwd_planes_float); return AG_OK;
+    case AG_K_POOL2D_BWD: pool_run(c, true, f64 ? pool_bwd_planes_double : pool_bwd_planes_float); return AG_OK;
+    case AG_K_BN_STATS:
+    case AG_K_BN_APPLY: {
+      bn_job j = {.c = c, .N = c->i[0], .C = c->i[1], .HW = c->i[2]};
+      const int64_t total = j.N * j.C * j.HW;
+      if (c->op == AG_K_BN_STATS)
+        ag__cpu_par_for(j.C, 2 * total, f64 ? bn_stats_chans_double : bn_stats_chans_float, &j);
+      else
+        ag__cpu_par_for(j.N * j.C, total, f64 ? bn_apply_planes_double : bn_apply_planes_float, &j);
       return AG_OK;
-    case AG_K_POOL2D_BWD:
-      if (f64) pool_bwd_double(c);
-      else pool_bwd_float(c);
-      return AG_OK;
+    }
     default: break;
   }
   return ag_error_set(AG_ERR_INTERNAL, "%s: not a vision op (%d)", c->name ? c->name : "launch", (int)c->op);

@@ -1575,7 +1575,9 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
     case AG_K_CONV2D_BWD_INPUT:
     case AG_K_CONV2D_BWD_WEIGHT:
     case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD: return ag__cpu_vision(c);
+    case AG_K_POOL2D_BWD:
+    case AG_K_BN_STATS:
+    case AG_K_BN_APPLY: return ag__cpu_vision(c);
     default: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "%s: cpu backend has no kernel for op %d",
@@ -1618,6 +1620,8 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_CONV2D_BWD_WEIGHT: return dt == AG_F32 || dt == AG_F64;
     case AG_K_POOL2D:
     case AG_K_POOL2D_BWD: return (dt == AG_F32 || dt == AG_F64) && sub >= 0 && sub < AG_POOL_OP_COUNT;
+    case AG_K_BN_STATS:
+    case AG_K_BN_APPLY: return (dt == AG_F32 || dt == AG_F64) && (sub == 0 || sub == 1);
     default: return false;
   }
 }

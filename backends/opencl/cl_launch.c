@@ -931,6 +931,8 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_CONV2D_BWD_WEIGHT: return run_conv(s, c);
     case AG_K_POOL2D:
     case AG_K_POOL2D_BWD: return run_pool(s, c);
+    case AG_K_BN_STATS:
+    case AG_K_BN_APPLY:
     case AG_KOP_COUNT: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
@@ -977,6 +979,8 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_CONV2D_BWD_WEIGHT: return dt == AG_F32;
     case AG_K_POOL2D:
     case AG_K_POOL2D_BWD: return dt == AG_F32 && sub >= 0 && sub < AG_POOL_OP_COUNT;
+    case AG_K_BN_STATS:
+    case AG_K_BN_APPLY:
     case AG_KOP_COUNT: break;
   }
   return false;

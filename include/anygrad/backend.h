@@ -115,6 +115,21 @@ typedef enum ag_kop {
                          i spans [floor(i*H/Ho), ceil((i+1)*H/Ho)), s[] unused */
   AG_K_POOL2D_BWD,    /* o0 dx [N, C, H, W] (overwritten), o1 dy [N, C, Ho, Wo];
                          sub and s[] as the forward; MAX: o2 the saved indices */
+  /* Batch norm (f32, f64), in two passes over the data each way. Operands
+   * [N, C, HW] (i[0] = N, i[1] = C, i[2] = HW) are contiguous; per-channel
+   * vectors share their dtype. */
+  AG_K_BN_STATS,      /* o0 [2, C] (overwritten) per-channel sums over N and HW
+                         of o1 a [N, C, HW]. sub 0: o0[0][c] = mean of a,
+                         o0[1][c] = mean of (a - mean)^2 (the biased variance,
+                         computed from the centred values, not E[a^2] - mean^2).
+                         sub 1: o2 b [N, C, HW], o3 mu [C]: o0[0][c] = sum of a,
+                         o0[1][c] = sum of a * (b - mu[c]). f32 sums are
+                         accumulated in at least f32 pairwise/blocked order
+                         (f64 on the CPU). */
+  AG_K_BN_APPLY,      /* o0 y [N, C, HW], o1 a [N, C, HW], o2 coef [4, C] rows
+                         p, q, r, mu. sub 0: y = a*p[c] + q[c] (rows r, mu not
+                         read). sub 1: o3 b [N, C, HW]: y = a*p[c] + q[c] +
+                         (b - mu[c])*r[c]. y may not alias a or b. */
   AG_KOP_COUNT
 } ag_kop;
 
