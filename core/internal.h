@@ -235,6 +235,8 @@ typedef enum ag_gop {
   AG_G_CHECKPOINT,  /* ag_checkpoint: inputs saved, the block re-run in backward */
   AG_G_CONV2D,      /* inputs x, w, bias (NULL allowed); p->dims[0..6] stride,
                        padding, dilation (h, w each), groups */
+  AG_G_BATCH_NORM,  /* inputs x, weight, bias (NULL allowed); saved mean, rstd
+                       [C]; p->i[0] training (the statistics depend on x) */
   AG_G_POOL2D,      /* input x; p->i[0] ag_pool_op; p->dims[0..6] as the
                        kernel call's s[0..6]; MAX saves the i32 indices */
   AG_GOP_COUNT

@@ -141,6 +141,7 @@ static bool needs_input(ag_gop op, int i) {
     case AG_G_EMBEDDING: return i == 1;          /* indices */
     case AG_G_CHECKPOINT: return true;           /* the block's inputs, to re-run it */
     case AG_G_CONV2D: return i <= 1;             /* x and weight */
+    case AG_G_BATCH_NORM: return i <= 1;         /* x and weight */
     default: return false;
   }
 }
@@ -179,7 +180,7 @@ static const char *const k_gop_names[AG_GOP_COUNT] = {
     [AG_G_DROPOUT] = "dropout", [AG_G_VIEW] = "view", [AG_G_PERMUTE] = "permute", [AG_G_SLICE] = "slice",
     [AG_G_EXPAND] = "expand", [AG_G_CAST] = "cast", [AG_G_TO_DEVICE] = "to_device",
     [AG_G_CHECKPOINT] = "checkpoint",
-    [AG_G_CONV2D] = "conv2d", [AG_G_POOL2D] = "pool2d",
+    [AG_G_CONV2D] = "conv2d", [AG_G_POOL2D] = "pool2d", [AG_G_BATCH_NORM] = "batch_norm",
 };
 
 /* PyTorch's saved-variable check: a tensor the formula reads must still

@@ -72,6 +72,7 @@ AG_HIDDEN void ag__node_release(ag_node *n);
 /* Backward formulas of the vision ops (vision.c). */
 AG_HIDDEN ag_status ag__conv2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 AG_HIDDEN ag_status ag__pool2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
+AG_HIDDEN ag_status ag__batch_norm_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 /* Move a scope-owned reference to the caller (returns t). */
 AG_HIDDEN ag_tensor *ag__grad_own(ag_tensor *t);
 AG_HIDDEN void ag__grad_tag(ag_tensor *t, ag_mem_category cat);

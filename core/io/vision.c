@@ -315,43 +315,11 @@ static ag_tensor *chan(ag_tensor *t, int64_t C) {
   return ag_reshape(t, 4, s);
 }
 
-ag_tensor *ag_batch_norm(ag_tensor *x, ag_tensor *running_mean, ag_tensor *running_var, ag_tensor *weight,
-                         ag_tensor *bias, bool training, double momentum, double eps) {
-  static const char name[] = "ag_batch_norm";
-  if (null_arg(name, x, 1)) return NULL;
-  if (!float_4d(name, x, "input")) return NULL;
-  const int64_t C = x->shape[1];
-  ag_tensor *vec[4] = {running_mean, running_var, weight, bias};
-  ag_tensor *all[5] = {x, running_mean, running_var, weight, bias};
-  if (!ag__same_device(name, 5, all)) return NULL;
-  static const char *const what[4] = {"running_mean", "running_var", "weight", "bias"};
-  for (int i = 0; i < 4; i++) {
-    if (!vec[i]) continue;
-    if (vec[i]->ndim != 1 || vec[i]->shape[0] != C || vec[i]->dtype != x->dtype) {
-      char b[96];
-      ag_error_set(AG_ERR_SHAPE, "%s: %s %s must be %s[%lld]", name, what[i], ag_tensor_describe(vec[i], b, sizeof b),
-                   ag_dtype_name(x->dtype), (long long)C);
-      return NULL;
-    }
-  }
-  if ((running_mean == NULL) != (running_var == NULL)) {
-    ag_error_set(AG_ERR_INVALID, "%s: give both running_mean and running_var, or neither", name);
-    return NULL;
-  }
-  if (!training && !running_mean) {
-    ag_error_set(AG_ERR_INVALID, "%s: eval mode needs running_mean and running_var", name);
-    return NULL;
-  }
-  if (!(eps >= 0) || !(momentum >= 0 && momentum <= 1)) {
-    ag_error_set(AG_ERR_INVALID, "%s: need eps >= 0 and 0 <= momentum <= 1", name);
-    return NULL;
-  }
-  const int64_t cnt = x->shape[0] * x->shape[2] * x->shape[3];
-  if (training && cnt < 2) {
-    ag_error_set(AG_ERR_INVALID, "%s: training needs more than one value per channel (got %lld)", name,
-                 (long long)cnt);
-    return NULL;
-  }
+/* Batch norm composed of generic ops (and differentiated through them): for
+ * dtypes or backends without the BN_STATS/BN_APPLY kernels (f16, bf16). */
+static ag_tensor *bn_composed(ag_tensor *x, ag_tensor *running_mean, ag_tensor *running_var, ag_tensor *weight,
+                              ag_tensor *bias, bool training, double momentum, double eps) {
+  const int64_t C = x->shape[1], cnt = x->shape[0] * x->shape[2] * x->shape[3];
   int dims[3] = {0, 2, 3};
   ag_tensor *mean = NULL, *var = NULL, *xm = NULL, *sq = NULL, *inv = NULL, *y = NULL, *t = NULL;
   ag_tensor *rm = NULL, *rv = NULL, *wv = NULL, *bv = NULL;
@@ -404,4 +372,248 @@ ag_tensor *ag_batch_norm(ag_tensor *x, ag_tensor *running_mean, ag_tensor *runni
     return NULL;
   }
   return y;
+}
+
+/* Whether ds runs batch norm of dtype dt as kernels (BN_STATS, BN_APPLY). */
+static bool bn_fused(ag_devstate *ds, ag_dtype dt) {
+  for (int sub = 0; sub < 2; sub++)
+    if (!ds->be->supports(ds->ord, AG_K_BN_STATS, sub, dt) || !ds->be->supports(ds->ord, AG_K_BN_APPLY, sub, dt))
+      return false;
+  return true;
+}
+
+/* [N, C, HW] view of a contiguous NCHW operand */
+static void bn_operand(ag_koperand *o, ag_tensor *t) {
+  ag__operand(o, t);
+  o->ndim = 3;
+  o->shape[2] = t->shape[2] * t->shape[3];
+  o->strides[0] = t->shape[1] * o->shape[2];
+  o->strides[1] = o->shape[2];
+  o->strides[2] = 1;
+}
+
+/* out [2, C] = BN_STATS(a) (sub 0) or BN_STATS(a, b, mu) (sub 1); new reference or NULL. */
+static ag_tensor *bn_stats(ag_tensor *a, ag_tensor *b, ag_tensor *mu) {
+  const int64_t C = a->shape[1], s2[2] = {2, C};
+  ag_tensor *out = ag__tensor_new(ag__ds(a), a->dtype, 2, s2);
+  if (!out) return NULL;
+  ag_kernel_call c;
+  memset(&c, 0, sizeof c);
+  c.op = AG_K_BN_STATS;
+  c.sub = b ? 1 : 0;
+  c.n_operands = b ? 4 : 2;
+  c.name = "ag_batch_norm";
+  c.i[0] = a->shape[0];
+  c.i[1] = C;
+  c.i[2] = a->shape[2] * a->shape[3];
+  ag__operand(&c.o[0], out);
+  bn_operand(&c.o[1], a);
+  if (b) {
+    bn_operand(&c.o[2], b);
+    ag__operand(&c.o[3], mu);
+  }
+  if (ag__launch(ag__ds(out), &c) != AG_OK) {
+    ag_tensor_release(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* y = a*p + q (+ (b - mu)*r) per channel, coef rows [p, q(, r, mu)]; new reference or NULL. */
+static ag_tensor *bn_apply(ag_tensor *a, ag_tensor *coef, ag_tensor *b) {
+  ag_tensor *y = ag__tensor_new(ag__ds(a), a->dtype, 4, a->shape);
+  if (!y) return NULL;
+  ag_kernel_call c;
+  memset(&c, 0, sizeof c);
+  c.op = AG_K_BN_APPLY;
+  c.sub = b ? 1 : 0;
+  c.n_operands = b ? 4 : 3;
+  c.name = "ag_batch_norm";
+  c.i[0] = a->shape[0];
+  c.i[1] = a->shape[1];
+  c.i[2] = a->shape[2] * a->shape[3];
+  bn_operand(&c.o[0], y);
+  bn_operand(&c.o[1], a);
+  ag__operand(&c.o[2], coef);
+  if (b) bn_operand(&c.o[3], b);
+  if (ag__launch(ag__ds(y), &c) != AG_OK) {
+    ag_tensor_release(y);
+    return NULL;
+  }
+  return y;
+}
+
+/* Row r of a [k, C] tensor as [C] (a view). */
+static ag_tensor *bn_row(ag_tensor *t, int64_t r) {
+  ag_tensor *s = ag_slice(t, 0, r, r + 1, 1);
+  ag_tensor *v = s ? ag_reshape(s, 1, &t->shape[1]) : NULL;
+  ag_tensor_release(s);
+  return v;
+}
+
+/* [k, C] from k vectors [C]; new reference or NULL. */
+static ag_tensor *bn_coef(int k, ag_tensor *const *rows) {
+  ag_tensor *r2[4] = {NULL, NULL, NULL, NULL};
+  int64_t s[2] = {1, 0};
+  bool ok = true;
+  for (int i = 0; i < k; i++) {
+    s[1] = rows[i] ? rows[i]->shape[0] : 0;
+    r2[i] = rows[i] ? ag_reshape(rows[i], 2, s) : NULL;
+    ok = ok && r2[i];
+  }
+  ag_tensor *coef = ok ? ag_concat(k, r2, 0) : NULL;
+  for (int i = 0; i < k; i++) ag_tensor_release(r2[i]);
+  return coef;
+}
+
+/* Batch norm as two kernel passes each way: the per-channel statistics,
+ * then y = x*scale + shift with scale = weight*rstd and shift = bias -
+ * mean*scale (the [C] coefficients are small generic ops). One autograd
+ * node; its backward (ag__batch_norm_backward) is again two passes. */
+static ag_tensor *bn_fused_forward(ag_devstate *ds, ag_tensor *x, ag_tensor *running_mean, ag_tensor *running_var,
+                                   ag_tensor *weight, ag_tensor *bias, bool training, double momentum, double eps) {
+  const int64_t C = x->shape[1], cnt = x->shape[0] * x->shape[2] * x->shape[3];
+  ag_no_grad_begin();
+  ag_tensor *xc = ag_contiguous(x), *stats = NULL, *mean = NULL, *var = NULL;
+  if (xc && training) {
+    stats = bn_stats(xc, NULL, NULL);
+    mean = stats ? bn_row(stats, 0) : NULL;
+    var = stats ? bn_row(stats, 1) : NULL;
+  } else if (xc) { /* a copy: the running mean changes in place while the graph lives */
+    mean = ag_empty(ag_tensor_device(x), x->dtype, 1, &C);
+    if (mean && ag_copy_(mean, running_mean) != AG_OK) {
+      ag_tensor_release(mean);
+      mean = NULL;
+    }
+    var = ag__alias(running_var);
+  }
+  ag_tensor *ve = var ? ag_add_scalar(var, eps) : NULL;
+  ag_tensor *rstd = ve ? ag_rsqrt(ve) : NULL;
+  ag_tensor *scale = rstd && weight ? ag_mul(weight, rstd) : ag__alias(rstd);
+  ag_tensor *ms = scale && mean ? ag_mul(mean, scale) : NULL;
+  ag_tensor *shift = ms ? (bias ? ag_sub(bias, ms) : ag_neg(ms)) : NULL;
+  ag_tensor *rows[2] = {scale, shift};
+  ag_tensor *coef = shift ? bn_coef(2, rows) : NULL;
+  ag_tensor *y = coef ? bn_apply(xc, coef, NULL) : NULL;
+  ag_status st = y ? AG_OK : failed();
+  if (st == AG_OK && training && running_mean) {
+    /* running = (1 - m) * running + m * batch; the variance unbiased, as PyTorch keeps it */
+    ag_tensor *a = ag_mul_scalar(running_mean, 1.0 - momentum), *b = ag_mul_scalar(mean, momentum);
+    ag_tensor *nm = a && b ? ag_add(a, b) : NULL;
+    ag_tensor *c2 = ag_mul_scalar(running_var, 1.0 - momentum);
+    ag_tensor *d = ag_mul_scalar(var, momentum * (double)cnt / (double)(cnt - 1));
+    ag_tensor *nv = c2 && d ? ag_add(c2, d) : NULL;
+    st = (nm && nv) ? ag_copy_(running_mean, nm) : failed();
+    if (st == AG_OK) st = ag_copy_(running_var, nv);
+    ag_tensor *rel[] = {a, b, nm, c2, d, nv};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  }
+  ag_grad_mode_end();
+  ag_tensor *in[3] = {x, weight, bias};
+  if (st == AG_OK && ag__grad_needed(3, in)) {
+    ag_gparams gp;
+    memset(&gp, 0, sizeof gp);
+    gp.i[0] = training;
+    gp.s[0] = eps;
+    ag_tensor *saved[2] = {mean, rstd};
+    st = ag__grad_record(y, AG_G_BATCH_NORM, 3, in, 2, saved, &gp);
+  }
+  ag_tensor *rel[] = {xc, stats, mean, var, ve, rstd, scale, ms, shift, coef};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  if (st != AG_OK) {
+    ag_tensor_release(y);
+    return NULL;
+  }
+  return y;
+}
+
+/* dx = scale*(dy - sum(dy)/M - (x - mean)*rstd^2*sum(dy*(x - mean))/M) in
+ * training (scale alone in eval, where the statistics are constants);
+ * dweight = rstd*sum(dy*(x - mean)); dbias = sum(dy). */
+ag_status ag__batch_norm_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  if (n->n_saved < 2) return ag_error_set(AG_ERR_INTERNAL, "ag_batch_norm backward: statistics not saved");
+  ag_tensor *x = n->e[0].val, *w = n->n_in > 1 ? n->e[1].val : NULL, *mean = n->saved[0], *rstd = n->saved[1];
+  const bool training = n->p.i[0] != 0;
+  const bool need_x = n->e[0].fn || n->e[0].leaf, need_w = n->n_in > 1 && (n->e[1].fn || n->e[1].leaf);
+  const bool need_b = n->n_in > 2 && (n->e[2].fn || n->e[2].leaf);
+  const double M = (double)(x->shape[0] * x->shape[2] * x->shape[3]);
+  ag_tensor *gc = ag_contiguous(g), *xc = ag_contiguous(x);
+  ag_status st = gc && xc ? AG_OK : failed();
+  ag_tensor *stats = NULL, *sd = NULL, *sdx = NULL;
+  if (st == AG_OK && (need_w || need_b || (need_x && training))) {
+    stats = bn_stats(gc, xc, mean);
+    sd = stats ? bn_row(stats, 0) : NULL;
+    sdx = stats ? bn_row(stats, 1) : NULL;
+    if (!sdx) st = failed();
+  }
+  if (st == AG_OK && need_w && !(gin[1] = ag_mul(sdx, rstd))) st = failed();
+  if (st == AG_OK && need_b && !(gin[2] = ag__alias(sd))) st = failed();
+  if (st == AG_OK && need_x) {
+    ag_tensor *scale = w ? ag_mul(w, rstd) : ag__alias(rstd), *coef = NULL;
+    if (scale && training) {
+      ag_tensor *q = ag_mul_scalar(sd, -1.0 / M), *r2 = ag_mul(rstd, rstd);
+      ag_tensor *r1 = r2 ? ag_mul(r2, sdx) : NULL;
+      ag_tensor *r0 = r1 ? ag_mul_scalar(r1, -1.0 / M) : NULL;
+      ag_tensor *qs = q ? ag_mul(q, scale) : NULL, *rs = r0 ? ag_mul(r0, scale) : NULL;
+      ag_tensor *rows[4] = {scale, qs, rs, mean};
+      coef = qs && rs ? bn_coef(4, rows) : NULL;
+      ag_tensor *rel[] = {q, r2, r1, r0, qs, rs};
+      for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+    } else if (scale) {
+      ag_tensor *zero = ag_zeros(ag_tensor_device(x), x->dtype, 1, &x->shape[1]);
+      ag_tensor *rows[2] = {scale, zero};
+      coef = zero ? bn_coef(2, rows) : NULL;
+      ag_tensor_release(zero);
+    }
+    gin[0] = coef ? bn_apply(gc, coef, training ? xc : NULL) : NULL;
+    if (!gin[0]) st = failed();
+    ag_tensor_release(scale);
+    ag_tensor_release(coef);
+  }
+  ag_tensor *rel[] = {gc, xc, stats, sd, sdx};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  return st;
+}
+
+ag_tensor *ag_batch_norm(ag_tensor *x, ag_tensor *running_mean, ag_tensor *running_var, ag_tensor *weight,
+                         ag_tensor *bias, bool training, double momentum, double eps) {
+  static const char name[] = "ag_batch_norm";
+  if (null_arg(name, x, 1)) return NULL;
+  if (!float_4d(name, x, "input")) return NULL;
+  const int64_t C = x->shape[1];
+  ag_tensor *vec[4] = {running_mean, running_var, weight, bias};
+  ag_tensor *all[5] = {x, running_mean, running_var, weight, bias};
+  ag_devstate *ds = ag__same_device(name, 5, all);
+  if (!ds) return NULL;
+  static const char *const what[4] = {"running_mean", "running_var", "weight", "bias"};
+  for (int i = 0; i < 4; i++) {
+    if (!vec[i]) continue;
+    if (vec[i]->ndim != 1 || vec[i]->shape[0] != C || vec[i]->dtype != x->dtype) {
+      char b[96];
+      ag_error_set(AG_ERR_SHAPE, "%s: %s %s must be %s[%lld]", name, what[i], ag_tensor_describe(vec[i], b, sizeof b),
+                   ag_dtype_name(x->dtype), (long long)C);
+      return NULL;
+    }
+  }
+  if ((running_mean == NULL) != (running_var == NULL)) {
+    ag_error_set(AG_ERR_INVALID, "%s: give both running_mean and running_var, or neither", name);
+    return NULL;
+  }
+  if (!training && !running_mean) {
+    ag_error_set(AG_ERR_INVALID, "%s: eval mode needs running_mean and running_var", name);
+    return NULL;
+  }
+  if (!(eps >= 0) || !(momentum >= 0 && momentum <= 1)) {
+    ag_error_set(AG_ERR_INVALID, "%s: need eps >= 0 and 0 <= momentum <= 1", name);
+    return NULL;
+  }
+  const int64_t cnt = x->shape[0] * x->shape[2] * x->shape[3];
+  if (training && cnt < 2) {
+    ag_error_set(AG_ERR_INVALID, "%s: training needs more than one value per channel (got %lld)", name,
+                 (long long)cnt);
+    return NULL;
+  }
+  if (bn_fused(ds, x->dtype) && x->numel > 0)
+    return bn_fused_forward(ds, x, running_mean, running_var, weight, bias, training, momentum, eps);
+  return bn_composed(x, running_mean, running_var, weight, bias, training, momentum, eps);
 }
