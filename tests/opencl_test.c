@@ -849,6 +849,132 @@ static void test_layernorm(void **state) {
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) B->segment_free(0, bufs[i]);
 }
 
+/* Batch norm kernels (AG_K_BN_STATS, AG_K_BN_APPLY), f32, both subs, on
+ * shapes from a single element per plane to large planes and few channels,
+ * operands at nonzero byte offsets, inputs of mean ~3 and (for the centred
+ * variance) ~1000, against double sums. */
+static bool bn_near(double got, double want, double mag, double tol) {
+  return fabs(got - want) <= tol * fmax(mag, 1e-30);
+}
+
+static void bn_case(int64_t N, int64_t C, int64_t HW, float centre) {
+  const int64_t n = N * C * HW;
+  const size_t off = 64; /* bytes before each operand */
+  int64_t shape[3] = {N, C, HW}, sshape[2] = {2, C}, cshape[2] = {4, C}, mshape[1] = {C};
+  void *a = dalloc(off + (size_t)n * 4), *b = dalloc(off + (size_t)n * 4), *y = dalloc(off + (size_t)n * 4);
+  void *st = dalloc(off + (size_t)C * 8), *mu = dalloc(off + (size_t)C * 4), *cf = dalloc(off + (size_t)C * 16);
+  float *ha = malloc((size_t)n * 4), *hb = malloc((size_t)n * 4), *hmu = malloc((size_t)C * 4);
+  float *hc = malloc((size_t)C * 16);
+  double *got = malloc((size_t)(n > 2 * C ? n : 2 * C) * 8), *gst2 = malloc((size_t)C * 16);
+  assert_non_null(ha);
+  assert_non_null(hb);
+  assert_non_null(hmu);
+  assert_non_null(hc);
+  assert_non_null(got);
+  assert_non_null(gst2);
+  for (int64_t i = 0; i < n; i++) {
+    ha[i] = frand(centre - 1.0f, centre + 1.0f);
+    hb[i] = frand(centre - 1.0f, centre + 1.0f);
+  }
+  for (int64_t ch = 0; ch < C; ch++) {
+    hmu[ch] = frand(centre - 0.5f, centre + 0.5f);
+    hc[ch] = frand(0.5f, 1.5f);          /* p */
+    hc[C + ch] = frand(-1.0f, 1.0f);     /* q */
+    hc[2 * C + ch] = frand(-0.5f, 0.5f); /* r */
+    hc[3 * C + ch] = hmu[ch];            /* mu */
+  }
+  upload(a, off, AG_F32, ha, n);
+  upload(b, off, AG_F32, hb, n);
+  upload(mu, off, AG_F32, hmu, C);
+  upload(cf, off, AG_F32, hc, 4 * C);
+  const double tol = 1e-5;
+  for (int sub = 0; sub < 2; sub++) {
+    ag_kernel_call c = {.op = AG_K_BN_STATS, .sub = sub, .n_operands = sub ? 4 : 2, .i = {N, C, HW}};
+    c.o[0] = opnd(st, off, AG_F32, 2, sshape, NULL);
+    c.o[1] = opnd(a, off, AG_F32, 3, shape, NULL);
+    if (sub) {
+      c.o[2] = opnd(b, off, AG_F32, 3, shape, NULL);
+      c.o[3] = opnd(mu, off, AG_F32, 1, mshape, NULL);
+    }
+    assert_int_equal(launch(&c), AG_OK);
+    download(st, off, AG_F32, got, 2 * C);
+    assert_int_equal(launch(&c), AG_OK); /* no atomics: a rerun is bitwise equal */
+    download(st, off, AG_F32, gst2, 2 * C);
+    for (int64_t ch = 0; ch < C; ch++) {
+      double s0 = 0, s1 = 0, m0 = 0, m1 = 0;
+      for (int64_t q = 0; q < N; q++)
+        for (int64_t i = 0; i < HW; i++) {
+          const int64_t e = (q * C + ch) * HW + i;
+          s0 += ha[e];
+          m0 += fabs(ha[e]);
+          if (sub) {
+            s1 += (double)ha[e] * ((double)hb[e] - hmu[ch]);
+            m1 += fabs((double)ha[e] * ((double)hb[e] - hmu[ch]));
+          }
+        }
+      if (!sub) {
+        const double mean = s0 / (double)(N * HW);
+        for (int64_t q = 0; q < N; q++)
+          for (int64_t i = 0; i < HW; i++) s1 += pow(ha[(q * C + ch) * HW + i] - mean, 2);
+        s0 = mean;
+        m0 /= (double)(N * HW);
+        s1 /= (double)(N * HW);
+        m1 = s1;
+      }
+      if (!bn_near(got[ch], s0, m0, tol) || !bn_near(got[C + ch], s1, m1, tol))
+        fail_msg("bn_stats sub %d [%lld, %lld, %lld] channel %lld: got (%.9g, %.9g), want (%.9g, %.9g)", sub,
+                 (long long)N, (long long)C, (long long)HW, (long long)ch, got[ch], got[C + ch], s0, s1);
+      if (got[ch] != gst2[ch] || got[C + ch] != gst2[C + ch])
+        fail_msg("bn_stats sub %d channel %lld: rerun differs", sub, (long long)ch);
+    }
+    ag_kernel_call ap = {.op = AG_K_BN_APPLY, .sub = sub, .n_operands = sub ? 4 : 3, .i = {N, C, HW}};
+    ap.o[0] = opnd(y, off, AG_F32, 3, shape, NULL);
+    ap.o[1] = opnd(a, off, AG_F32, 3, shape, NULL);
+    ap.o[2] = opnd(cf, off, AG_F32, 2, cshape, NULL);
+    if (sub) ap.o[3] = opnd(b, off, AG_F32, 3, shape, NULL);
+    assert_int_equal(launch(&ap), AG_OK);
+    download(y, off, AG_F32, got, n);
+    for (int64_t e = 0; e < n; e++) {
+      const int64_t ch = (e / HW) % C;
+      const double p = hc[ch], q = hc[C + ch], r = hc[2 * C + ch], m = hc[3 * C + ch];
+      double want = ha[e] * p + q, mag = fabs(ha[e] * p) + fabs(q);
+      if (sub) {
+        want += (hb[e] - m) * r;
+        mag += fabs((hb[e] - m) * r);
+      }
+      if (!bn_near(got[e], want, mag, 1e-6))
+        fail_msg("bn_apply sub %d [%lld, %lld, %lld] element %lld: got %.9g, want %.9g", sub, (long long)N,
+                 (long long)C, (long long)HW, (long long)e, got[e], want);
+    }
+  }
+  free(ha);
+  free(hb);
+  free(hmu);
+  free(hc);
+  free(got);
+  free(gst2);
+  void *bufs[] = {a, b, y, st, mu, cf};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) B->segment_free(0, bufs[i]);
+}
+
+static void test_batchnorm(void **state) {
+  NEED_DEVICE();
+  static const int64_t shapes[][3] = {{2, 3, 5}, {3, 7, 33}, {32, 16, 784}, {64, 2, 4096}, {100, 5, 1}};
+  for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) bn_case(shapes[k][0], shapes[k][1], shapes[k][2], 3.0f);
+  /* mean 1000, spread 1: E[a^2] - mean^2 in f32 would be off by ~10% */
+  bn_case(4, 3, 300, 1000.0f);
+  for (int sub = 0; sub < 2; sub++) {
+    assert_true(B->supports(0, AG_K_BN_STATS, sub, AG_F32));
+    assert_true(B->supports(0, AG_K_BN_APPLY, sub, AG_F32));
+    assert_false(B->supports(0, AG_K_BN_STATS, sub, AG_F16));
+    assert_false(B->supports(0, AG_K_BN_APPLY, sub, AG_F16));
+    assert_false(B->supports(0, AG_K_BN_STATS, sub, AG_F64));
+    assert_false(B->supports(0, AG_K_BN_APPLY, sub, AG_F64));
+  }
+  assert_false(B->supports(0, AG_K_BN_STATS, 2, AG_F32));
+  assert_false(B->supports(0, AG_K_BN_APPLY, 2, AG_F32));
+}
+
 static void test_embedding(void **state) {
   NEED_DEVICE();
   enum { V = 6, D = 5, N = 7 };
@@ -1219,6 +1345,7 @@ int main(void) {
       cmocka_unit_test(test_where_fill_arange), cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_matmul),          cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_cross_entropy),   cmocka_unit_test(test_layernorm),
+      cmocka_unit_test(test_batchnorm),
       cmocka_unit_test(test_embedding),       cmocka_unit_test(test_random),
       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_nonfinite_sumsq),
       cmocka_unit_test(test_supports),        cmocka_unit_test(test_program_cache),

@@ -20,7 +20,7 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_EMB] = "ag_embedding", [CLK_EMB_BWD] = "ag_embedding_bwd", [CLK_ADAMW] = "ag_adamw",
     [CLK_SGD] = "ag_sgd", [CLK_NONFINITE] = "ag_nonfinite", [CLK_IM2COL] = "ag_im2col",
     [CLK_COL2IM] = "ag_col2im", [CLK_CONV_BIAS] = "ag_conv_bias", [CLK_POOL] = "ag_pool",
-    [CLK_POOL_BWD] = "ag_pool_bwd",
+    [CLK_POOL_BWD] = "ag_pool_bwd", [CLK_BN_STATS] = "ag_bn_stats", [CLK_BN_APPLY] = "ag_bn_apply",
 };
 
 #define CLB_WG 256 /* AG_WG in the program */
@@ -899,6 +899,43 @@ static ag_status run_pool(ag_bstream *s, const ag_kernel_call *c) {
   return ka_run(&k, (size_t)(g.planes * (bwd ? g.H * g.W : g.Ho * g.Wo)), 0);
 }
 
+/* Batch norm over contiguous f32 [N, C, HW] (i[0..2]): per-channel sums,
+ * one work-group per channel, and the per-channel affine map. */
+static ag_status run_bn_stats(ag_bstream *s, const ag_kernel_call *c) {
+  const int64_t N = c->i[0], C = c->i[1], HW = c->i[2];
+  if (C <= 0) return AG_OK;
+  const bool sub1 = c->sub == 1;
+  kargs k = ka_begin(s, CLK_BN_STATS);
+  KBUF(&k, &c->o[0]);
+  KBUF(&k, &c->o[1]);
+  KA(&k, cl_mem, sub1 ? c->o[2].base : NULL);
+  KA(&k, cl_ulong, sub1 ? c->o[2].offset : 0);
+  KA(&k, cl_mem, sub1 ? c->o[3].base : NULL);
+  KA(&k, cl_ulong, sub1 ? c->o[3].offset : 0);
+  KA(&k, cl_long, N);
+  KA(&k, cl_long, C);
+  KA(&k, cl_long, HW);
+  KA(&k, cl_int, sub1);
+  size_t l = row_local(s, CLK_BN_STATS, N * HW);
+  return ka_run(&k, (size_t)C * l, l);
+}
+
+static ag_status run_bn_apply(ag_bstream *s, const ag_kernel_call *c) {
+  const int64_t N = c->i[0], C = c->i[1], HW = c->i[2], n = N * C * HW;
+  if (n <= 0) return AG_OK;
+  const bool sub1 = c->sub == 1;
+  kargs k = ka_begin(s, CLK_BN_APPLY);
+  KBUF(&k, &c->o[0]);
+  KBUF(&k, &c->o[1]);
+  KBUF(&k, &c->o[2]);
+  KA(&k, cl_mem, sub1 ? c->o[3].base : NULL);
+  KA(&k, cl_ulong, sub1 ? c->o[3].offset : 0);
+  KA(&k, cl_long, n);
+  KA(&k, cl_long, C);
+  KA(&k, cl_long, HW);
+  return ka_run(&k, (size_t)n, 0);
+}
+
 ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
   ag_status st = clb_stream_kernels(s);
   if (st != AG_OK) return st;
@@ -931,8 +968,8 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_CONV2D_BWD_WEIGHT: return run_conv(s, c);
     case AG_K_POOL2D:
     case AG_K_POOL2D_BWD: return run_pool(s, c);
-    case AG_K_BN_STATS:
-    case AG_K_BN_APPLY:
+    case AG_K_BN_STATS: return run_bn_stats(s, c);
+    case AG_K_BN_APPLY: return run_bn_apply(s, c);
     case AG_KOP_COUNT: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
@@ -980,7 +1017,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_POOL2D:
     case AG_K_POOL2D_BWD: return dt == AG_F32 && sub >= 0 && sub < AG_POOL_OP_COUNT;
     case AG_K_BN_STATS:
-    case AG_K_BN_APPLY:
+    case AG_K_BN_APPLY: return dt == AG_F32 && (sub == 0 || sub == 1);
     case AG_KOP_COUNT: break;
   }
   return false;

@@ -1,4 +1,5 @@
-/* conv2d around CLBlast's GEMM (im2col, col2im, bias) and pooling, f32 NCHW.
+/* conv2d around CLBlast's GEMM (im2col, col2im, bias), pooling and batch
+ * norm, f32 NCHW.
  * The column matrix of a chunk of nb samples starting at n0 is laid out
  * [G][K][nb][P] (K = C/G*kh*kw, P = Ho*Wo), so each group's block is one
  * [K, nb*P] matrix for the weight gradient and each sample's slice a
@@ -167,4 +168,75 @@ __kernel void ag_pool_bwd(gbuf *dxb, ulong dxo, const gbuf *dyb, ulong dyo, cons
       if (div > 0 && h >= h0 && h < h1 && w >= w0 && w < w1) acc += dy[o] / (float)div;
     }
   F32P(dxb, dxo)[e] = acc;
+}
+
+/* Batch norm over contiguous [N, C, HW] (AG_K_BN_STATS, AG_K_BN_APPLY).
+ * ag_bn_stats runs one work-group per channel: each work-item sums its
+ * strided share of the channel's N*HW elements in f32 (consecutive items
+ * read consecutive elements of a plane), then wg_sum adds the shares in a
+ * fixed tree order. No atomics: the result depends only on the shape and
+ * the work-group size. sub 0 (m, o[3] unused): o[0][c] = mean, then a second
+ * pass o[1][c] = mean of (a - mean)^2; sub 1: o[0][c] = sum of a, o[1][c] =
+ * sum of a * (b - m[c]). */
+__kernel void ag_bn_stats(gbuf *ob, ulong oo, const gbuf *ab, ulong ao, const gbuf *bb, ulong bo, const gbuf *mb,
+                          ulong mo, long N, long C, long HW, int sub) {
+  __local float sh[AG_WG];
+  const long ch = get_group_id(0), hw = HW > 0 ? HW : 1, cnt = N * HW;
+  const int l = get_local_id(0), L = get_local_size(0);
+  /* element k = n*HW + i of the channel; k advances by L = Lq*HW + Lr */
+  const long Lq = L / hw, Lr = L % hw, n0 = l / hw, i0 = l % hw;
+  const __global float *a = F32P(ab, ao);
+  float s0 = 0.0f, s1 = 0.0f;
+  if (sub == 0) {
+    for (long k = l, n = n0, i = i0; k < cnt; k += L) {
+      s0 += a[(n * C + ch) * HW + i];
+      n += Lq;
+      i += Lr;
+      if (i >= HW) i -= HW, n++;
+    }
+    const float mean = wg_sum(s0, sh) / (float)cnt;
+    for (long k = l, n = n0, i = i0; k < cnt; k += L) {
+      const float d = a[(n * C + ch) * HW + i] - mean;
+      s1 += d * d;
+      n += Lq;
+      i += Lr;
+      if (i >= HW) i -= HW, n++;
+    }
+    const float var = wg_sum(s1, sh) / (float)cnt;
+    if (l == 0) {
+      F32P(ob, oo)[ch] = mean;
+      F32P(ob, oo)[C + ch] = var;
+    }
+    return;
+  }
+  const __global float *b = F32P(bb, bo);
+  const float m = F32P(mb, mo)[ch];
+  for (long k = l, n = n0, i = i0; k < cnt; k += L) {
+    const long e = (n * C + ch) * HW + i;
+    const float v = a[e];
+    s0 += v;
+    s1 += v * (b[e] - m);
+    n += Lq;
+    i += Lr;
+    if (i >= HW) i -= HW, n++;
+  }
+  s0 = wg_sum(s0, sh);
+  s1 = wg_sum(s1, sh);
+  if (l == 0) {
+    F32P(ob, oo)[ch] = s0;
+    F32P(ob, oo)[C + ch] = s1;
+  }
+}
+
+/* y = a*p[c] + q[c] (+ (b - mu[c])*r[c] when b is given), coef rows p, q, r,
+ * mu; the CPU's evaluation order, so results equal its bit for bit. */
+__kernel void ag_bn_apply(gbuf *yb, ulong yo, const gbuf *ab, ulong ao, const gbuf *cb, ulong co, const gbuf *bb,
+                          ulong bo, long n, long C, long HW) {
+  long e = get_global_id(0);
+  if (e >= n) return;
+  const long ch = (e / HW) % C;
+  const __global float *coef = F32P(cb, co);
+  float v = F32P(ab, ao)[e] * coef[ch] + coef[C + ch];
+  if (bb) v = v + (F32P(bb, bo)[e] - coef[3 * C + ch]) * coef[2 * C + ch];
+  F32P(yb, yo)[e] = v;
 }
