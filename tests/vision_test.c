@@ -44,6 +44,20 @@ static ag_tensor *f_avgpool_nopad(ag_tensor **in) {
 }
 static ag_tensor *f_adaptive(ag_tensor **in) { return ag_adaptive_avg_pool2d(in[0], 3, 4); }
 static ag_tensor *f_bn(ag_tensor **in) { return ag_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5); }
+static ag_tensor *f_bn_plain(ag_tensor **in) { return ag_batch_norm(in[0], NULL, NULL, NULL, NULL, true, 0.1, 1e-5); }
+/* eval: fixed running statistics, built on x's device in x's dtype */
+static ag_tensor *f_bn_eval(ag_tensor **in) {
+  static const float m[3] = {0.2f, -0.1f, 0.3f}, v[3] = {0.5f, 1.5f, 2.0f};
+  int64_t c3 = 3;
+  ag_tensor *md = ag_from_host(ag_tensor_device(in[0]), AG_F32, 1, &c3, m);
+  ag_tensor *vd = ag_from_host(ag_tensor_device(in[0]), AG_F32, 1, &c3, v);
+  ag_tensor *rm = ag_cast(md, ag_tensor_dtype(in[0])), *rv = ag_cast(vd, ag_tensor_dtype(in[0]));
+  return ag_batch_norm(in[0], rm, rv, in[1], in[2], false, 0.1, 1e-5);
+}
+static ag_tensor *f_maxpool_2x2(ag_tensor **in) {
+  ag_pool2d_params p = {{2, 2}, {2, 2}, {0, 0}, false};
+  return ag_max_pool2d(in[0], &p);
+}
 
 static const vcase k_cases[] = {
     {"conv2d", 3, {{2, 4, 7, 6}, {6, 2, 3, 3}, {6}}, {4, 4, 1}, f_conv},
@@ -53,6 +67,9 @@ static const vcase k_cases[] = {
     {"avg_pool2d_nopad", 1, {{2, 3, 7, 8}}, {4}, f_avgpool_nopad},
     {"adaptive_avg_pool2d", 1, {{2, 3, 7, 9}}, {4}, f_adaptive},
     {"batch_norm", 3, {{4, 3, 5, 5}, {3}, {3}}, {4, 1, 1}, f_bn},
+    {"batch_norm_plain", 1, {{3, 2, 4, 3}}, {4}, f_bn_plain},
+    {"batch_norm_eval", 3, {{2, 3, 4, 5}, {3}, {3}}, {4, 1, 1}, f_bn_eval},
+    {"max_pool2d_2x2", 1, {{2, 3, 7, 9}}, {4}, f_maxpool_2x2},
 };
 
 static int64_t numel_of(int nd, const int64_t *s) {
@@ -364,6 +381,65 @@ static void test_pytorch_reference(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* The 2x2 stride-2 max pool: a NaN wins its window (the first NaN, for the
+ * index) and the first of equal maxima is taken, as in the general loop. */
+static void test_maxpool_2x2_nan_ties(void **state) {
+  ag_scope_begin();
+  /* one plane 2x4: windows {1, 5, 1, 5} (tie at 1, 3) and {NaN, 2, NaN, 9} */
+  const float xv[8] = {1, 5, NAN, 2, 1, 5, NAN, 9};
+  int64_t xs[4] = {1, 1, 2, 4};
+  ag_tensor *x = ag_from_host(AG_CPU, AG_F32, 4, xs, xv);
+  ag_tensor_set_requires_grad(x, true);
+  ag_pool2d_params p = {{2, 2}, {2, 2}, {0, 0}, false};
+  ag_tensor *y = ag_max_pool2d(x, &p);
+  assert_non_null(y);
+  float yv[2];
+  assert_int_equal(ag_to_host(y, yv, sizeof yv), AG_OK);
+  assert_true(yv[0] == 5.0f);
+  assert_true(isnan(yv[1]));
+  assert_int_equal(ag_backward(ag_sum(y, 0, NULL, false), NULL, false), AG_OK);
+  float gv[8];
+  assert_int_equal(ag_to_host(ag_tensor_grad(x), gv, sizeof gv), AG_OK);
+  const float want[8] = {0, 1, 1, 0, 0, 0, 0, 0}; /* first 5, first NaN */
+  for (int i = 0; i < 8; i++) assert_true(gv[i] == want[i]);
+  ag_scope_end();
+}
+
+/* f32 runs batch norm as kernels, f16 through the composed ops: both
+ * paths give the same forward and gradients (to f16 precision), with a
+ * channel mean far from 0. */
+static void test_batch_norm_paths(void **state) {
+  ag_scope_begin();
+  int64_t xs[4] = {4, 3, 6, 5}, c3 = 3;
+  unsigned seed = 99;
+  double *xv = rand_vec(4 * 3 * 6 * 5, &seed), *gv = rand_vec(4 * 3 * 6 * 5, &seed);
+  for (int i = 0; i < 4 * 3 * 6 * 5; i++) xv[i] = 4.0 + 2.0 * xv[i];
+  const double wv[3] = {1.5, -0.5, 2.0}, bv[3] = {0.1, 0.2, -0.3};
+  ag_tensor *out[2][6];
+  const ag_dtype dts[2] = {AG_F32, AG_F16};
+  for (int k = 0; k < 2; k++) {
+    ag_tensor *x = ag_cast(ag_from_host(AG_CPU, AG_F64, 4, xs, xv), dts[k]);
+    ag_tensor *w = ag_cast(ag_from_host(AG_CPU, AG_F64, 1, &c3, wv), dts[k]);
+    ag_tensor *b = ag_cast(ag_from_host(AG_CPU, AG_F64, 1, &c3, bv), dts[k]);
+    ag_tensor *rm = ag_zeros(AG_CPU, dts[k], 1, &c3), *rv = ag_ones(AG_CPU, dts[k], 1, &c3);
+    ag_tensor *in[3] = {x, w, b};
+    for (int i = 0; i < 3; i++) ag_tensor_set_requires_grad(in[i], true);
+    ag_tensor *y = ag_batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5);
+    assert_non_null(y);
+    assert_int_equal(ag_backward(y, ag_cast(ag_from_host(AG_CPU, AG_F64, 4, xs, gv), dts[k]), false), AG_OK);
+    out[k][0] = y;
+    for (int i = 0; i < 3; i++) out[k][1 + i] = ag_tensor_grad(in[i]);
+    out[k][4] = rm;
+    out[k][5] = rv;
+  }
+  static const char *const what[6] = {"forward", "dx", "dweight", "dbias", "running_mean", "running_var"};
+  for (int i = 0; i < 6; i++)
+    expect_close(what[i], ag_cast(out[1][i], AG_F64), ag_cast(out[0][i], AG_F64), i == 2 ? 5e-2 : 2e-2);
+  free(xv);
+  free(gv);
+  ag_scope_end();
+}
+
 static void test_errors(void **state) {
   ag_scope_begin();
   int64_t xs[4] = {2, 4, 5, 5}, ws[4] = {6, 3, 3, 3}, ws2[4] = {6, 2, 3, 3}, big[4] = {6, 4, 9, 9};
@@ -419,6 +495,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gradcheck),
       cmocka_unit_test(test_pytorch_reference),
+      cmocka_unit_test(test_maxpool_2x2_nan_ties),
+      cmocka_unit_test(test_batch_norm_paths),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
