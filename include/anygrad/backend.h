@@ -123,13 +123,14 @@ typedef enum ag_kop {
                          o0[1][c] = mean of (a - mean)^2 (the biased variance,
                          computed from the centred values, not E[a^2] - mean^2).
                          sub 1: o2 b [N, C, HW], o3 mu [C]: o0[0][c] = sum of a,
-                         o0[1][c] = sum of a * (b - mu[c]). f32 sums are
-                         accumulated in at least f32 pairwise/blocked order
-                         (f64 on the CPU). */
-  AG_K_BN_APPLY,      /* o0 y [N, C, HW], o1 a [N, C, HW], o2 coef [4, C] rows
-                         p, q, r, mu. sub 0: y = a*p[c] + q[c] (rows r, mu not
-                         read). sub 1: o3 b [N, C, HW]: y = a*p[c] + q[c] +
-                         (b - mu[c])*r[c]. y may not alias a or b. */
+                         o0[1][c] = sum of a * (b - mu[c]). Sums are
+                         deterministic (a fixed order, no float atomics), in
+                         f32 blocks or wider (f64 on the CPU). */
+  AG_K_BN_APPLY,      /* o0 y [N, C, HW], o1 a [N, C, HW], o2 coef [k, C]
+                         contiguous, rows p, q, r, mu. sub 0 (k >= 2): y =
+                         a*p[c] + q[c]. sub 1 (k = 4): o3 b [N, C, HW]: y =
+                         a*p[c] + q[c] + (b - mu[c])*r[c]. y may not alias a
+                         or b. */
   AG_KOP_COUNT
 } ag_kop;
 
