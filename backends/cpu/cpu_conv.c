@@ -412,70 +412,82 @@ static void pool_run(const ag_kernel_call *c, bool bwd, ag_cpu_range_fn fn) {
 
 /* Batch norm: per-channel sums (BN_STATS) and the per-channel affine map
  * (BN_APPLY) over contiguous [N, C, HW]. Sums run over each channel's N
- * planes in a fixed order with f64 accumulators in 8 lanes, so the result
- * does not depend on the thread count; channels are split across threads. */
+ * planes in a fixed order: blocks of up to BN_BLOCK elements in 16 lanes of
+ * T (vector registers), each block's sum added into f64, so the result does
+ * not depend on the thread count and f32 rounding spans at most
+ * BN_BLOCK/16 terms. Channels are split across threads. */
 typedef struct bn_job {
   const ag_kernel_call *c;
   int64_t N, C, HW;
 } bn_job;
 
+#define BN_BLOCK 2048
+#define BN_LANES 16
+
 #define BN(T)                                                                                     \
+  /* sum of a[0..n) (mode 0), of (a - m)^2 (mode 1), or of a*(b - m) into *s1 and a into *s0 (mode 2) */ \
+  static void bn_block_##T(int mode, const T *restrict a, const T *restrict b, T m, int64_t n,    \
+                           double *s0, double *s1) {                                              \
+    T l0[BN_LANES] = {0}, l1[BN_LANES] = {0};                                                     \
+    const int64_t n16 = n - n % BN_LANES;                                                         \
+    int64_t i = 0;                                                                                \
+    if (mode == 0)                                                                                \
+      for (; i < n16; i += BN_LANES)                                                              \
+        for (int k = 0; k < BN_LANES; k++) l0[k] += a[i + k];                                     \
+    else if (mode == 1)                                                                           \
+      for (; i < n16; i += BN_LANES)                                                              \
+        for (int k = 0; k < BN_LANES; k++) {                                                      \
+          const T d = a[i + k] - m;                                                               \
+          l0[k] += d * d;                                                                         \
+        }                                                                                         \
+    else                                                                                          \
+      for (; i < n16; i += BN_LANES)                                                              \
+        for (int k = 0; k < BN_LANES; k++) {                                                      \
+          l0[k] += a[i + k] * (b[i + k] - m);                                                     \
+          l1[k] += a[i + k];                                                                      \
+        }                                                                                         \
+    for (; i < n; i++) {                                                                          \
+      const T d = mode == 0 ? a[i] : mode == 1 ? (a[i] - m) * (a[i] - m) : a[i] * (b[i] - m);     \
+      l0[0] += d;                                                                                 \
+      if (mode == 2) l1[0] += a[i];                                                               \
+    }                                                                                             \
+    double t0 = 0, t1 = 0;                                                                        \
+    for (int k = 0; k < BN_LANES; k++) t0 += (double)l0[k], t1 += (double)l1[k];                  \
+    *s1 += t0;                                                                                    \
+    if (mode == 2) *s0 += t1;                                                                     \
+  }                                                                                               \
+  /* the sums of bn_block over channel ch's N planes */                                           \
+  static void bn_channel_##T(const bn_job *j, int mode, const T *a, const T *b, T m, int64_t ch,  \
+                             double *s0, double *s1) {                                            \
+    for (int64_t n = 0; n < j->N; n++) {                                                          \
+      const int64_t off = (n * j->C + ch) * j->HW;                                                \
+      for (int64_t i = 0; i < j->HW; i += BN_BLOCK) {                                             \
+        const int64_t len = j->HW - i < BN_BLOCK ? j->HW - i : BN_BLOCK;                          \
+        bn_block_##T(mode, a + off + i, b ? b + off + i : NULL, m, len, s0, s1);                  \
+      }                                                                                           \
+    }                                                                                             \
+  }                                                                                               \
   static void bn_stats_chans_##T(void *ctx, int64_t c0, int64_t c1) {                             \
     const bn_job *j = ctx;                                                                        \
     const ag_kernel_call *c = j->c;                                                               \
-    const int64_t N = j->N, C = j->C, HW = j->HW;                                                 \
+    const int64_t C = j->C, cnt = j->N * j->HW;                                                   \
     const T *a = (const T *)ag__cpu_ptr(&c->o[1]);                                                \
     const T *b = c->sub == 1 ? (const T *)ag__cpu_ptr(&c->o[2]) : NULL;                           \
     const T *mu = c->sub == 1 ? (const T *)ag__cpu_ptr(&c->o[3]) : NULL;                          \
     T *out = (T *)ag__cpu_ptr(&c->o[0]);                                                          \
-    const int64_t HW8 = HW - HW % 8;                                                              \
     for (int64_t ch = c0; ch < c1; ch++) {                                                        \
-      double s0[8] = {0}, s1[8] = {0};                                                            \
-      if (!b) { /* mean, then the centred second moment */                                        \
-        for (int64_t n = 0; n < N; n++) {                                                         \
-          const T *p = a + (n * C + ch) * HW;                                                     \
-          int64_t i = 0;                                                                          \
-          for (; i < HW8; i += 8)                                                                 \
-            for (int k = 0; k < 8; k++) s0[k] += (double)p[i + k];                                \
-          for (; i < HW; i++) s0[0] += (double)p[i];                                              \
-        }                                                                                         \
-        double sum = 0;                                                                           \
-        for (int k = 0; k < 8; k++) sum += s0[k];                                                 \
-        const double mean = sum / (double)(N * HW);                                               \
-        for (int64_t n = 0; n < N; n++) {                                                         \
-          const T *p = a + (n * C + ch) * HW;                                                     \
-          int64_t i = 0;                                                                          \
-          for (; i < HW8; i += 8)                                                                 \
-            for (int k = 0; k < 8; k++) {                                                         \
-              const double d = (double)p[i + k] - mean;                                           \
-              s1[k] += d * d;                                                                     \
-            }                                                                                     \
-          for (; i < HW; i++) s1[0] += ((double)p[i] - mean) * ((double)p[i] - mean);             \
-        }                                                                                         \
-        double sq = 0;                                                                            \
-        for (int k = 0; k < 8; k++) sq += s1[k];                                                  \
+      double s0 = 0, s1 = 0;                                                                      \
+      if (!b) { /* the mean, then the second moment about it */                                   \
+        bn_channel_##T(j, 0, a, NULL, 0, ch, &s1, &s0);                                           \
+        const double mean = s0 / (double)cnt;                                                     \
+        bn_channel_##T(j, 1, a, NULL, (T)mean, ch, &s0, &s1);                                     \
         out[ch] = (T)mean;                                                                        \
-        out[C + ch] = (T)(sq / (double)(N * HW));                                                 \
+        out[C + ch] = (T)(s1 / (double)cnt);                                                      \
         continue;                                                                                 \
       }                                                                                           \
-      const double m = (double)mu[ch];                                                            \
-      for (int64_t n = 0; n < N; n++) {                                                           \
-        const T *p = a + (n * C + ch) * HW, *r = b + (n * C + ch) * HW;                           \
-        int64_t i = 0;                                                                            \
-        for (; i < HW8; i += 8)                                                                   \
-          for (int k = 0; k < 8; k++) {                                                           \
-            s0[k] += (double)p[i + k];                                                            \
-            s1[k] += (double)p[i + k] * ((double)r[i + k] - m);                                   \
-          }                                                                                       \
-        for (; i < HW; i++) {                                                                     \
-          s0[0] += (double)p[i];                                                                  \
-          s1[0] += (double)p[i] * ((double)r[i] - m);                                             \
-        }                                                                                         \
-      }                                                                                           \
-      double t0 = 0, t1 = 0;                                                                      \
-      for (int k = 0; k < 8; k++) t0 += s0[k], t1 += s1[k];                                       \
-      out[ch] = (T)t0;                                                                            \
-      out[C + ch] = (T)t1;                                                                        \
+      bn_channel_##T(j, 2, a, b, mu[ch], ch, &s0, &s1);                                           \
+      out[ch] = (T)s0;                                                                            \
+      out[C + ch] = (T)s1;                                                                        \
     }                                                                                             \
   }                                                                                               \
   static void bn_apply_planes_##T(void *ctx, int64_t q0, int64_t q1) {                            \
