@@ -1012,13 +1012,15 @@ static void cases_pool(void) {
  * around 100), where E[a^2] - mean^2 would cancel: the statistics are held
  * to an NMSE far below what that loses. Shapes: tiny, odd, CNN-like, long
  * reductions split over blocks (chunks aligned and not aligned with the
- * planes), and HW = 1. Each runs twice: bitwise equal. */
+ * planes), HW = 1, and more work items than the grid. Each statistics case
+ * runs twice: bitwise equal. */
 static void cases_bn(void) {
   static const struct {
     int64_t N, C, HW;
     double centre;
   } k[] = {
       {2, 3, 5, 3}, {3, 7, 33, 3}, {32, 16, 784, 3}, {64, 2, 4096, 3}, {100, 5, 1, 3}, {5, 3, 7777, 100},
+      {40, 600, 3, 3}, /* more channels (and elements) than the emulator's grid: grid-stride loops */
   };
   for (size_t q = 0; q < sizeof k / sizeof *k; q++) {
     const int64_t N = k[q].N, C = k[q].C, HW = k[q].HW, n = N * C * HW;
