@@ -1007,6 +1007,58 @@ static void cases_pool(void) {
   }
 }
 
+/* Batch norm statistics (mean and centred variance; sums against b - mu)
+ * and the per-channel affine map, f32. Inputs sit around 3 (one case
+ * around 100), where E[a^2] - mean^2 would cancel: the statistics are held
+ * to an NMSE far below what that loses. Shapes: tiny, odd, CNN-like, long
+ * reductions split over blocks (chunks aligned and not aligned with the
+ * planes), HW = 1, and more work items than the grid. Each statistics case
+ * runs twice: bitwise equal. */
+static void cases_bn(void) {
+  static const struct {
+    int64_t N, C, HW;
+    double centre;
+  } k[] = {
+      {2, 3, 5, 3}, {3, 7, 33, 3}, {32, 16, 784, 3}, {64, 2, 4096, 3}, {100, 5, 1, 3}, {5, 3, 7777, 100},
+      {40, 600, 3, 3}, /* more channels (and elements) than the emulator's grid: grid-stride loops */
+  };
+  for (size_t q = 0; q < sizeof k / sizeof *k; q++) {
+    const int64_t N = k[q].N, C = k[q].C, HW = k[q].HW, n = N * C * HW;
+    const int64_t xs[3] = {N, C, HW}, ss[2] = {2, C}, cs[2] = {4, C}, ms[1] = {C};
+    const double lo = k[q].centre - 1, hi = k[q].centre + 1;
+    for (int sub = 0; sub < 2; sub++) {
+      tcase *t = newcase("bn_stats sub %d f32 [%lld,%lld,%lld] around %g", sub, (long long)N, (long long)C,
+                         (long long)HW, k[q].centre);
+      int o = nbout(t, AG_F32, 2 * C, false), a = nb(t, AG_F32, n, lo, hi);
+      t->b[o].tol = 1e-12;
+      t->repeat = true;
+      t->c.op = AG_K_BN_STATS;
+      t->c.sub = sub;
+      t->c.name = "bn_stats";
+      t->c.i[0] = N, t->c.i[1] = C, t->c.i[2] = HW;
+      opnd(t, 0, o, 2, ss);
+      opnd(t, 1, a, 3, xs);
+      if (sub == 1) {
+        opnd(t, 2, nb(t, AG_F32, n, lo, hi), 3, xs);
+        opnd(t, 3, nb(t, AG_F32, C, k[q].centre - 0.5, k[q].centre + 0.5), 1, ms);
+      }
+      run(t);
+      t = newcase("bn_apply sub %d f32 [%lld,%lld,%lld]", sub, (long long)N, (long long)C, (long long)HW);
+      int y = nbout(t, AG_F32, n, false);
+      a = nb(t, AG_F32, n, lo, hi);
+      t->c.op = AG_K_BN_APPLY;
+      t->c.sub = sub;
+      t->c.name = "bn_apply";
+      t->c.i[0] = N, t->c.i[1] = C, t->c.i[2] = HW;
+      opnd(t, 0, y, 3, xs);
+      opnd(t, 1, a, 3, xs);
+      opnd(t, 2, nb(t, AG_F32, 4 * C, -2, 2), 2, cs);
+      if (sub == 1) opnd(t, 3, nb(t, AG_F32, n, lo, hi), 3, xs);
+      run(t);
+    }
+  }
+}
+
 /* Deterministic mode (AG_KF_DETERMINISTIC): the ops that use float atomics
  * otherwise run twice with bitwise equal results; embedding backward adds in
  * the CPU's order, so it also equals the CPU bit for bit. */
@@ -1216,6 +1268,7 @@ int main(int argc, char **argv) {
   cases_deterministic();
   cases_conv();
   cases_pool();
+  cases_bn();
   B->stream_destroy(S);
   printf("gpu_check: %d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
   return n_fail ? 1 : 0;

@@ -118,7 +118,7 @@ static void test_supports(void **state) {
     const ag_backend *b = m->be;
     for (int dt = AG_F32; dt <= AG_BF16; dt++) {
       for (int op = 0; op < AG_KOP_COUNT; op++) {
-        if (op == AG_K_ADAMW || op == AG_K_SGD) continue;
+        if (op == AG_K_ADAMW || op == AG_K_SGD || op == AG_K_BN_STATS || op == AG_K_BN_APPLY) continue;
         int sub = op == AG_K_UNARY ? AG_U_EXP : 0;
         assert_true(b->supports(0, (ag_kop)op, sub, (ag_dtype)dt));
       }
@@ -133,6 +133,11 @@ static void test_supports(void **state) {
         assert_true(b->supports(0, AG_K_POOL2D_BWD, s, (ag_dtype)dt));
       }
       assert_false(b->supports(0, AG_K_POOL2D, AG_POOL_OP_COUNT, (ag_dtype)dt));
+      /* batch norm kernels: f32 only (the core composes the others), sub 0 and 1 */
+      for (int s = 0; s < 3; s++) {
+        assert_true(b->supports(0, AG_K_BN_STATS, s, (ag_dtype)dt) == (dt == AG_F32 && s < 2));
+        assert_true(b->supports(0, AG_K_BN_APPLY, s, (ag_dtype)dt) == (dt == AG_F32 && s < 2));
+      }
     }
     assert_false(b->supports(0, AG_K_CONV2D, 0, AG_I32));
     assert_false(b->supports(0, AG_K_POOL2D, AG_P_MAX, AG_I32));

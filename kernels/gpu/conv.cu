@@ -5,7 +5,9 @@
  * gradient splits its long reduction (batch x pixels) into chunks whose
  * partials are added in a fixed order: deterministic, no atomics. Pooling
  * backward gathers (each input element sums the outputs that picked it, in
- * the CPU backend's order), so it is deterministic too. */
+ * the CPU backend's order), so it is deterministic too. Batch norm
+ * (AG_K_BN_STATS, AG_K_BN_APPLY, f32): per-channel sums split into chunks
+ * combined in a fixed order, and the per-channel affine map. */
 #include "common.cuh"
 
 #define CV_M 64
@@ -408,5 +410,201 @@ gpuError_t agk_pool2d(const agk_env *env, const ag_kernel_call *c) {
     AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
                        agk_launch(k_pool<T>, blocks, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
                                   (int32_t *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[1]), g))
+  return gpuGetLastError();
+}
+
+/* ---------------- batch norm ---------------- */
+/* AG_K_BN_STATS and AG_K_BN_APPLY on contiguous [N, C, HW] f32 (the core
+ * composes batch norm for the other dtypes). Channel c's values, flattened
+ * as k = n*HW + i, sit at (n*C + c)*HW + i. */
+typedef struct bn_dims {
+  long long N, C, HW, chunk; /* chunk: consecutive k per work item */
+  int P;                     /* chunks per channel */
+} bn_dims;
+
+/* Advance a thread's position by step flattened elements: i within the
+ * plane, off in the tensor; crossing q planes skips the q*(C-1) planes of
+ * the other channels. */
+#define BN_NEXT(i, off, step, HW, jump)       \
+  do {                                        \
+    (i) += (step);                            \
+    (off) += (step);                          \
+    if ((i) >= (HW)) {                        \
+      long long q_ = (i) / (HW);              \
+      (i) -= q_ * (HW);                       \
+      (off) += q_ * (jump);                   \
+    }                                         \
+  } while (0)
+
+/* Work item w = c*P + p reduces chunk p of channel c with the whole block:
+ * each thread adds its strided share in f32, the block adds the threads in
+ * a fixed tree. sub 0: the chunk's mean, then its sum of squared deviations
+ * from that mean (a second pass over the chunk); sub 1: the chunk's sums of
+ * a and a*(b - mu[c]). One chunk per channel (P == 1) stores the result;
+ * otherwise the pair goes to part[2w], part[2w + 1] for k_bn_stats_final.
+ * No atomics: every run adds in the same order. An empty channel gives
+ * NaN mean and variance (0/0) and zero sums, as the CPU. */
+__global__ void k_bn_stats(float *out, float *part, const float *a, const float *b, const float *mu, bn_dims d) {
+  __shared__ float sh[32];
+  const long long nhw = d.N * d.HW, step = blockDim.x, jump = (d.C - 1) * d.HW;
+  for (long long w = blockIdx.x; w < d.C * d.P; w += gridDim.x) {
+    const long long c = w / d.P, lo = (w - c * d.P) * d.chunk, hi = lo + d.chunk < nhw ? lo + d.chunk : nhw;
+    const long long k0 = lo + threadIdx.x, n0 = k0 / d.HW, i0 = k0 - n0 * d.HW;
+    const long long off0 = (n0 * d.C + c) * d.HW + i0;
+    const float m = b ? mu[c] : 0.f;
+    float s0 = 0.f, s1 = 0.f;
+    long long i = i0, off = off0;
+    for (long long k = k0; k < hi; k += step) {
+      const float v = a[off];
+      s0 += v;
+      if (b) s1 += v * (b[off] - m);
+      BN_NEXT(i, off, step, d.HW, jump);
+    }
+    s0 = agk_block_sum(s0, sh);
+    float r0 = s0;
+    if (!b) { /* the centred second pass */
+      const double cnt = (double)(hi > lo ? hi - lo : 0);
+      const float mean = (float)((double)s0 / cnt); /* NaN for an empty channel */
+      i = i0;
+      off = off0;
+      for (long long k = k0; k < hi; k += step) {
+        const float dv = a[off] - mean;
+        s1 += dv * dv;
+        BN_NEXT(i, off, step, d.HW, jump);
+      }
+      r0 = mean;
+      s1 = agk_block_sum(s1, sh);
+      if (d.P == 1) s1 = (float)((double)s1 / cnt);
+    } else {
+      s1 = agk_block_sum(s1, sh);
+    }
+    if (threadIdx.x == 0) {
+      if (d.P == 1) {
+        out[c] = r0;
+        out[d.C + c] = s1;
+      } else {
+        part[2 * w] = r0;
+        part[2 * w + 1] = s1;
+      }
+    }
+  }
+}
+
+/* Combine channel c's P chunk results in chunk order, in f64. sub 0: (mean,
+ * M2) pairs merge by Chan et al.'s formula (counts from the chunking);
+ * sub 1: sums add. */
+__global__ void k_bn_stats_final(float *out, const float *part, int sub, bn_dims d) {
+  const long long nhw = d.N * d.HW, stride = (long long)gridDim.x * blockDim.x;
+  for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < d.C; c += stride) {
+    const float *pc = part + 2 * c * d.P;
+    double r0 = 0, r1 = 0, n = 0;
+    for (int p = 0; p < d.P; p++) {
+      const double x0 = pc[2 * p], x1 = pc[2 * p + 1];
+      if (sub == 1) {
+        r0 += x0;
+        r1 += x1;
+        continue;
+      }
+      const long long left = nhw - p * d.chunk;
+      const double nb = (double)(left < d.chunk ? left : d.chunk), nn = n + nb, delta = x0 - r0;
+      r0 += delta * (nb / nn);
+      r1 += x1 + delta * delta * (n * nb / nn);
+      n = nn;
+    }
+    out[c] = (float)r0;
+    out[d.C + c] = (float)(sub == 1 ? r1 : r1 / n);
+  }
+}
+
+gpuError_t agk_bn_stats(const agk_env *env, const ag_kernel_call *c) {
+  if (c->o[0].dtype != AG_F32 || (c->sub != 0 && c->sub != 1)) return gpuErrorNotSupported;
+  bn_dims d;
+  d.N = c->i[0];
+  d.C = c->i[1];
+  d.HW = c->i[2] > 0 ? c->i[2] : 1; /* HW == 0: no element is read */
+  const long long nhw = c->i[0] * c->i[2];
+  if (d.C <= 0) return gpuSuccess;
+  /* enough work items to fill the device, each a run of at least 4096
+   * values, all partials inside the scratch */
+  long long P = 1;
+  d.chunk = nhw > 0 ? nhw : 1;
+  if (nhw > 0) {
+    const long long want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 4;
+    const long long maxp = (nhw + 4095) / 4096, cap = (long long)(env->scratch_bytes / (2 * sizeof(float))) / d.C;
+    P = (want + d.C - 1) / d.C;
+    if (P > maxp) P = maxp;
+    if (P > cap) P = cap;
+    if (P > 1024) P = 1024;
+    if (P < 1) P = 1;
+    d.chunk = (nhw + P - 1) / P;
+    P = (nhw + d.chunk - 1) / d.chunk; /* no empty chunk */
+  }
+  d.P = (int)P;
+  const int threads = d.chunk >= 1024 ? 256 : d.chunk > 256 ? 128 : 64;
+  const float *a = (const float *)agk_ptr(&c->o[1]);
+  const float *b = c->sub == 1 ? (const float *)agk_ptr(&c->o[2]) : (const float *)0;
+  const float *mu = c->sub == 1 ? (const float *)agk_ptr(&c->o[3]) : (const float *)0;
+  float *out = (float *)agk_ptr(&c->o[0]), *part = (float *)env->scratch;
+  agk_launch(k_bn_stats, agk_blocks(d.C * P, 1, threads, agk_wave(env, threads)), threads, 0, env->stream, out, part,
+             a, b, mu, d);
+  if (P > 1)
+    agk_launch(k_bn_stats_final, agk_blocks(d.C, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, out,
+               (const float *)part, c->sub, d);
+  return gpuGetLastError();
+}
+
+/* y = a*p[c] + q[c], sub 1 plus (b - mu[c])*r[c] (the CPU's order of
+ * operations); coef is [4, C]: rows p, q, r, mu. Short planes: one thread
+ * per element, the channel from its index (I: 32-bit index arithmetic when
+ * the tensor allows it). */
+template <typename I>
+__global__ void k_bn_apply_flat(float *y, const float *a, const float *b, const float *coef, I n, I C, I HW) {
+  const I stride = (I)gridDim.x * blockDim.x;
+  for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const I ch = (e / HW) % C;
+    float v = a[e] * coef[ch] + coef[C + ch];
+    if (b) v += (b[e] - coef[3 * C + ch]) * coef[2 * C + ch];
+    y[e] = v;
+  }
+}
+/* Long planes: work item w is tile t of plane q = n*C + c (tile elements),
+ * the channel's coefficients read once per item. */
+__global__ void k_bn_apply_planes(float *y, const float *a, const float *b, const float *coef, long long planes,
+                                  long long C, long long HW, long long tile) {
+  const long long tiles = (HW + tile - 1) / tile;
+  for (long long w = blockIdx.x; w < planes * tiles; w += gridDim.x) {
+    const long long q = w / tiles, lo = (w - q * tiles) * tile, hi = lo + tile < HW ? lo + tile : HW;
+    const long long ch = q % C;
+    const float p = coef[ch], sh = coef[C + ch];
+    const float *ap = a + q * HW;
+    float *yp = y + q * HW;
+    if (!b) {
+      for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) yp[i] = ap[i] * p + sh;
+      continue;
+    }
+    const float r = coef[2 * C + ch], m = coef[3 * C + ch];
+    const float *bp = b + q * HW;
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) yp[i] = ap[i] * p + sh + (bp[i] - m) * r;
+  }
+}
+
+gpuError_t agk_bn_apply(const agk_env *env, const ag_kernel_call *c) {
+  if (c->o[0].dtype != AG_F32 || (c->sub != 0 && c->sub != 1)) return gpuErrorNotSupported;
+  const long long N = c->i[0], C = c->i[1], HW = c->i[2], n = N * C * HW;
+  if (n <= 0) return gpuSuccess;
+  float *y = (float *)agk_ptr(&c->o[0]);
+  const float *a = (const float *)agk_ptr(&c->o[1]), *coef = (const float *)agk_ptr(&c->o[2]);
+  const float *b = c->sub == 1 ? (const float *)agk_ptr(&c->o[3]) : (const float *)0;
+  if (HW >= 256) {
+    const long long tile = 1024, items = N * C * ((HW + tile - 1) / tile);
+    agk_launch(k_bn_apply_planes, agk_blocks(items, 1, 256, agk_wave(env, 256)), 256, 0, env->stream, y, a, b, coef,
+               N * C, C, HW, tile);
+  } else if (n <= 0x7fffffffLL) {
+    agk_launch(k_bn_apply_flat<unsigned>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y, a, b,
+               coef, (unsigned)n, (unsigned)C, (unsigned)HW);
+  } else {
+    agk_launch(k_bn_apply_flat<long long>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y, a, b,
+               coef, n, C, HW);
+  }
   return gpuGetLastError();
 }

@@ -67,6 +67,10 @@ AGK_HIDDEN gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c);
  * GEMM; the weight gradient may use env->scratch) and AG_K_POOL2D(_BWD). */
 AGK_HIDDEN gpuError_t agk_conv2d(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_pool2d(const agk_env *env, const ag_kernel_call *c);
+/* Also conv.cu: AG_K_BN_STATS and AG_K_BN_APPLY, f32 only (sub 0 and 1); a split
+ * BN_STATS keeps its per-chunk partials in env->scratch. */
+AGK_HIDDEN gpuError_t agk_bn_stats(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_bn_apply(const agk_env *env, const ag_kernel_call *c);
 /* Our tiled GEMM for AG_K_MATMUL (f32/f16/bf16, f32 accumulation). */
 AGK_HIDDEN gpuError_t agk_gemm(const agk_env *env, const ag_kernel_call *c);
 
