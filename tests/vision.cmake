@@ -15,10 +15,10 @@ foreach(_d gpuemu:0 gpuemu:1 opencl:0)
                          ENVIRONMENT "AG_TEST_DEVICE=${_d}")
   endif()
 endforeach()
-# The kernel check's conv2d and pooling cases (gpu_check, bench/gpu.cmake)
+# The kernel check's conv2d, pooling and batch-norm cases (gpu_check, bench/gpu.cmake)
 # through the OpenCL module's vtable: im2col/col2im + CLBlast and pooling
 # against the CPU backend's kernels.
 if(TARGET anygrad-opencl)
-  add_test(NAME gpu_check_opencl_vision COMMAND gpu_check $<TARGET_FILE:anygrad-opencl> "2d ")
+  add_test(NAME gpu_check_opencl_vision COMMAND gpu_check $<TARGET_FILE:anygrad-opencl> "2d ,bn_")
   set_tests_properties(gpu_check_opencl_vision PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 2 LABELS opencl)
 endif()
