@@ -1,8 +1,9 @@
 /* The vision ops front end (ops.h, "vision"): conv2d and pooling validate,
  * make operands contiguous NCHW, launch one kernel and record a node whose
  * backward (also here) launches the matching backward kernel. batch_norm is
- * composed of existing ops, so it runs and differentiates on every backend
- * that has those (see docs/vision.md for why). */
+ * two kernel passes each way (BN_STATS, BN_APPLY) with one node, or, where a
+ * backend lacks those kernels for the dtype, composed of generic ops
+ * (docs/vision.md). */
 #include <math.h>
 #include <string.h>
 
