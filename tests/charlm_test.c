@@ -242,18 +242,21 @@ static void batch_auto_under_a_cap(void **state) {
   assert_non_null(strstr(ag_last_error(), "memory_cap_mb"));
   ag_error_clear();
   batch_auto_on(AG_CPU, "cpu", 40);
-  /* the emulated GPU runs kernels 10x slower (50x under ASan): a smaller cap
-   * keeps its batches small */
-  const char *others[] = {"opencl:0", "gpuemu:0"};
-  const unsigned cap_mb[] = {40, 16};
-  for (int i = 0; i < 2; i++) {
+  /* The other devices: AG_CHARLM_TEST_DEVICES (comma-separated), default
+   * opencl:0,gpuemu:0 (CTest runs OpenCL as its own test, see cli.cmake).
+   * The emulated GPU runs kernels 10x slower (50x under ASan): a smaller cap
+   * keeps its batches small. */
+  const char *env = getenv("AG_CHARLM_TEST_DEVICES");
+  char list[256];
+  snprintf(list, sizeof list, "%s", env ? env : "opencl:0,gpuemu:0");
+  for (char *save = NULL, *dn = strtok_r(list, ",", &save); dn; dn = strtok_r(NULL, ",", &save)) {
     ag_device dev;
-    if (ag_device_parse(others[i], &dev) != AG_OK) {
-      printf("%s: unavailable, skipped (%s)\n", others[i], ag_last_error());
+    if (ag_device_parse(dn, &dev) != AG_OK) {
+      printf("%s: unavailable, skipped (%s)\n", dn, ag_last_error());
       ag_error_clear();
       continue;
     }
-    batch_auto_on(dev, others[i], cap_mb[i]);
+    batch_auto_on(dev, dn, strncmp(dn, "gpuemu", 6) == 0 ? 16 : 40);
   }
 }
 
@@ -306,6 +309,9 @@ static void gpt_tying_in_checkpoints(void **state) {
 }
 
 int main(void) {
+  /* AG_TEST_FILTER: run only the tests whose names match (cmocka's pattern) */
+  const char *filter = getenv("AG_TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(gpt_tying_in_checkpoints),
       cmocka_unit_test(batch_auto_under_a_cap),

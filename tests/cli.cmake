@@ -16,5 +16,13 @@ if(TARGET anygrad_examples)
   target_compile_definitions(charlm_test PRIVATE AG_TEST_TMPDIR="${CMAKE_CURRENT_BINARY_DIR}")
   target_link_libraries(charlm_test PRIVATE anygrad_examples anygrad ${AG_CMOCKA_LIB} m)
   add_test(NAME charlm COMMAND charlm_test)
-  set_tests_properties(charlm PROPERTIES TIMEOUT 300 LABELS "cli")
+  set_tests_properties(charlm PROPERTIES TIMEOUT 300 LABELS "cli" ENVIRONMENT "AG_CHARLM_TEST_DEVICES=gpuemu:0")
+  # The OpenCL device on its own (PoCL's threads crash LeakSanitizer's
+  # exit-time scan, so the sanitizer stage runs *opencl* tests without leak
+  # checks: scripts/test.sh).
+  if(TARGET anygrad-opencl)
+    add_test(NAME charlm_opencl COMMAND charlm_test)
+    set_tests_properties(charlm_opencl PROPERTIES TIMEOUT 300 LABELS "cli;opencl" ENVIRONMENT
+                         "AG_CHARLM_TEST_DEVICES=opencl:0;AG_TEST_FILTER=batch_auto_under_a_cap")
+  endif()
 endif()
