@@ -393,31 +393,40 @@ static void bn_operand(ag_koperand *o, ag_tensor *t) {
   o->strides[2] = 1;
 }
 
+/* A BN_STATS/BN_APPLY call over a [N, C, HW] (sub 1 when b is given). */
+static void bn_call_init(ag_kernel_call *c, ag_kop op, const ag_tensor *a, bool sub1, int n_operands) {
+  memset(c, 0, sizeof *c);
+  c->op = op;
+  c->sub = sub1 ? 1 : 0;
+  c->n_operands = n_operands;
+  c->name = "ag_batch_norm";
+  c->i[0] = a->shape[0];
+  c->i[1] = a->shape[1];
+  c->i[2] = a->shape[2] * a->shape[3];
+}
+
+/* Launch c writing out: out (owned by the caller until now), or NULL after
+ * releasing it. */
+static ag_tensor *bn_launch(ag_kernel_call *c, ag_tensor *out) {
+  if (ag__launch(ag__ds(out), c) == AG_OK) return out;
+  ag_tensor_release(out);
+  return NULL;
+}
+
 /* out [2, C] = BN_STATS(a) (sub 0) or BN_STATS(a, b, mu) (sub 1); new reference or NULL. */
 static ag_tensor *bn_stats(ag_tensor *a, ag_tensor *b, ag_tensor *mu) {
-  const int64_t C = a->shape[1], s2[2] = {2, C};
+  const int64_t s2[2] = {2, a->shape[1]};
   ag_tensor *out = ag__tensor_new(ag__ds(a), a->dtype, 2, s2);
   if (!out) return NULL;
   ag_kernel_call c;
-  memset(&c, 0, sizeof c);
-  c.op = AG_K_BN_STATS;
-  c.sub = b ? 1 : 0;
-  c.n_operands = b ? 4 : 2;
-  c.name = "ag_batch_norm";
-  c.i[0] = a->shape[0];
-  c.i[1] = C;
-  c.i[2] = a->shape[2] * a->shape[3];
+  bn_call_init(&c, AG_K_BN_STATS, a, b != NULL, b ? 4 : 2);
   ag__operand(&c.o[0], out);
   bn_operand(&c.o[1], a);
   if (b) {
     bn_operand(&c.o[2], b);
     ag__operand(&c.o[3], mu);
   }
-  if (ag__launch(ag__ds(out), &c) != AG_OK) {
-    ag_tensor_release(out);
-    return NULL;
-  }
-  return out;
+  return bn_launch(&c, out);
 }
 
 /* y = a*p + q (+ (b - mu)*r) per channel, coef rows [p, q(, r, mu)]; new reference or NULL. */
@@ -425,23 +434,12 @@ static ag_tensor *bn_apply(ag_tensor *a, ag_tensor *coef, ag_tensor *b) {
   ag_tensor *y = ag__tensor_new(ag__ds(a), a->dtype, 4, a->shape);
   if (!y) return NULL;
   ag_kernel_call c;
-  memset(&c, 0, sizeof c);
-  c.op = AG_K_BN_APPLY;
-  c.sub = b ? 1 : 0;
-  c.n_operands = b ? 4 : 3;
-  c.name = "ag_batch_norm";
-  c.i[0] = a->shape[0];
-  c.i[1] = a->shape[1];
-  c.i[2] = a->shape[2] * a->shape[3];
+  bn_call_init(&c, AG_K_BN_APPLY, a, b != NULL, b ? 4 : 3);
   bn_operand(&c.o[0], y);
   bn_operand(&c.o[1], a);
   ag__operand(&c.o[2], coef);
   if (b) bn_operand(&c.o[3], b);
-  if (ag__launch(ag__ds(y), &c) != AG_OK) {
-    ag_tensor_release(y);
-    return NULL;
-  }
-  return y;
+  return bn_launch(&c, y);
 }
 
 /* Row r of a [k, C] tensor as [C] (a view). */
