@@ -4,14 +4,20 @@
  *            from the gradient-ready hooks / step time of the same 2 threads
  *            training their halves with no communication (goal <= 1.1); also
  *            one 25 MiB bucket (reduced only after backward: no overlap).
- *            Step times are those of steps 41-60 of each 60-step run (the
+ *            Step times are those of steps 61-120 of each 120-step run (the
  *            slower replica's): the first steps grow the allocator, fault
  *            pages in and generate GEMM code, the same for every run.
  *   balance  a pair where replica 1 is 2x slower (ag_ddp_set_slowdown: it
  *            sleeps as long again as its compute), balanced by throughput:
  *            its examples/s / (solo fast + solo slow examples/s) (goal >=
- *            0.9); and the same pair with equal shares. Throughputs are
- *            those of steps 25-40 (after warm-up and first re-balances).
+ *            0.9); and the same pair with equal shares. The solo
+ *            throughputs are measured twice: as two independent jobs that
+ *            run at the same time (the ratio's baseline: the two "devices"
+ *            here are the two cores of one CPU, which share its caches and
+ *            memory bus, so a device alone on the machine runs faster than
+ *            it can while the other one works; separate devices do not
+ *            share that), and each alone (ratio_vs_alone). Throughputs
+ *            are those of steps 51-100 (after warm-up and first re-balances).
  * Rounds are interleaved (every configuration once per round); the median
  * and range over rounds are reported. Each replica's CPU kernels use 1
  * thread (ag_set_num_threads(1)): 2 replicas = 2 cores.
@@ -64,14 +70,20 @@ static charlm_options base_options(void) {
   return o;
 }
 
-/* n threads (1 or 2) running o[i]; with `group`, as replicas of one
- * in-process group. Returns false on failure. */
-static bool go(run *ru, int n, bool group) {
+enum { NO_GROUP, ONE_GROUP, OWN_GROUPS };
+
+/* n threads (1 or 2) running o[i]: without a group, as replicas of one
+ * in-process group, or each in a group of its own (independent jobs that
+ * run at the same time). Returns false on failure. */
+static bool go(run *ru, int n, int how) {
   ag_device d[2] = {AG_CPU, AG_CPU};
-  if (group && ag_group_create_inproc(n, d, NULL, ru->g) != AG_OK) {
-    fprintf(stderr, "ddp_bench: %s\n", ag_last_error());
-    return false;
-  }
+  bool group = how != NO_GROUP;
+  for (int i = 0; i < (how == OWN_GROUPS ? n : 1) && group; i++)
+    if (ag_group_create_inproc(how == OWN_GROUPS ? 1 : n, d, NULL, ru->g + i) != AG_OK) {
+      for (int j = 0; j < i; j++) ag_group_destroy(ru->g[j]);
+      fprintf(stderr, "ddp_bench: %s\n", ag_last_error());
+      return false;
+    }
   pthread_t th[2];
   targ a[2];
   for (int i = 0; i < n; i++) {
@@ -111,12 +123,13 @@ static stat3 summarize(const double *v, int n) {
   return r;
 }
 
-enum { OV_DDP, OV_ONE_BUCKET, OV_NOCOMM, OV_RATIO, OV_RATIO_ONE, BAL_FAST, BAL_SLOW, BAL_PAIR, BAL_EQUAL, BAL_RATIO,
-       BAL_RATIO_EQUAL, BAL_SHARE, NMETRIC };
+enum { OV_DDP, OV_ONE_BUCKET, OV_NOCOMM, OV_RATIO, OV_RATIO_ONE, BAL_FAST, BAL_SLOW, BAL_FAST_CONC, BAL_SLOW_CONC,
+       BAL_PAIR, BAL_EQUAL, BAL_RATIO, BAL_RATIO_ALONE, BAL_RATIO_EQUAL, BAL_SHARE, NMETRIC };
 static const char *const k_names[NMETRIC] = {
     "overlap.ddp_step_ms", "overlap.one_bucket_step_ms", "overlap.no_comm_step_ms", "overlap.ratio",
-    "overlap.ratio_one_bucket", "balance.solo_fast_ex_s", "balance.solo_slow_ex_s", "balance.pair_ex_s",
-    "balance.equal_pair_ex_s", "balance.ratio", "balance.ratio_equal", "balance.slow_share"};
+    "overlap.ratio_one_bucket", "balance.solo_fast_alone_ex_s", "balance.solo_slow_alone_ex_s",
+    "balance.solo_fast_ex_s", "balance.solo_slow_ex_s", "balance.pair_ex_s", "balance.equal_pair_ex_s",
+    "balance.ratio", "balance.ratio_vs_alone", "balance.ratio_equal", "balance.slow_share"};
 
 int main(int argc, char **argv) {
   const char *out = argc > 1 ? argv[1] : "ddp_bench.json";
@@ -126,48 +139,57 @@ int main(int argc, char **argv) {
   double v[NMETRIC][MAXROUNDS];
   for (int k = 0; k < rounds; k++) {
     charlm_options b = base_options();
-    b.steps = 60;
-    b.log_every = 20; /* timed: steps 41-60 */
+    b.steps = 120;
+    b.log_every = 60; /* timed: steps 61-120 */
     run ru;
     /* overlap: DDP with small buckets, with one bucket, and no communication */
     memset(&ru, 0, sizeof ru);
     ru.o[0] = ru.o[1] = b;
     ru.o[0].bucket_bytes = ru.o[1].bucket_bytes = 256 << 10;
-    if (!go(&ru, 2, true)) return 1;
+    if (!go(&ru, 2, ONE_GROUP)) return 1;
     v[OV_DDP][k] = fmax(step_ms(&ru.r[0]), step_ms(&ru.r[1]));
     memset(&ru, 0, sizeof ru);
     ru.o[0] = ru.o[1] = b;
-    if (!go(&ru, 2, true)) return 1;
+    if (!go(&ru, 2, ONE_GROUP)) return 1;
     v[OV_ONE_BUCKET][k] = fmax(step_ms(&ru.r[0]), step_ms(&ru.r[1]));
     memset(&ru, 0, sizeof ru);
     ru.o[0] = ru.o[1] = b;
     ru.o[0].batch = ru.o[1].batch = b.batch / 2;
     ru.o[1].seed = b.seed + 1;
-    if (!go(&ru, 2, false)) return 1;
+    if (!go(&ru, 2, NO_GROUP)) return 1;
     v[OV_NOCOMM][k] = fmax(step_ms(&ru.r[0]), step_ms(&ru.r[1]));
     v[OV_RATIO][k] = v[OV_DDP][k] / v[OV_NOCOMM][k];
     v[OV_RATIO_ONE][k] = v[OV_ONE_BUCKET][k] / v[OV_NOCOMM][k];
     /* balance: solo fast, solo 2x slow (one-rank groups), the balanced and
      * the equal pair */
-    /* throughput over steps 25-40: after the warm-up (3 steps) and
+    /* throughput over steps 51-100: after the warm-up (3 steps) and
      * the first re-balances (every 5 steps) */
     charlm_options bb = base_options();
-    bb.steps = 40;
-    bb.log_every = 24;
-    for (int which = 0; which < 4; which++) {
+    bb.steps = 100;
+    bb.log_every = 50;
+    /* which: 0 solo fast, 1 solo slow (each alone on the machine), 2 the
+     * balanced pair, 3 the equal pair, 4 both solos at once (independent
+     * jobs: each device's throughput while the other one works too) */
+    for (int which = 0; which < 5; which++) {
       memset(&ru, 0, sizeof ru);
       ru.o[0] = ru.o[1] = bb;
       int n = which < 2 ? 1 : 2;
       if (which == 1) ru.o[0].slowdown = 2.0;
       if (which >= 2) ru.o[1].slowdown = 2.0;
       ru.o[0].balance = ru.o[1].balance = which != 3;
-      if (!go(&ru, n, true)) return 1;
+      if (!go(&ru, n, which == 4 ? OWN_GROUPS : ONE_GROUP)) return 1;
       double ex = ru.r[0].recent_examples_per_s;
+      if (which == 4) {
+        v[BAL_FAST_CONC][k] = ex;
+        v[BAL_SLOW_CONC][k] = ru.r[1].recent_examples_per_s;
+        continue;
+      }
       v[which == 0 ? BAL_FAST : which == 1 ? BAL_SLOW : which == 2 ? BAL_PAIR : BAL_EQUAL][k] = ex;
       if (which == 2) v[BAL_SHARE][k] = (double)ru.r[1].ddp_rows / (double)bb.batch;
     }
-    v[BAL_RATIO][k] = v[BAL_PAIR][k] / (v[BAL_FAST][k] + v[BAL_SLOW][k]);
-    v[BAL_RATIO_EQUAL][k] = v[BAL_EQUAL][k] / (v[BAL_FAST][k] + v[BAL_SLOW][k]);
+    v[BAL_RATIO][k] = v[BAL_PAIR][k] / (v[BAL_FAST_CONC][k] + v[BAL_SLOW_CONC][k]);
+    v[BAL_RATIO_ALONE][k] = v[BAL_PAIR][k] / (v[BAL_FAST][k] + v[BAL_SLOW][k]);
+    v[BAL_RATIO_EQUAL][k] = v[BAL_EQUAL][k] / (v[BAL_FAST_CONC][k] + v[BAL_SLOW_CONC][k]);
     fprintf(stderr, "ddp_bench: round %d/%d: overlap ratio %.3f, balance ratio %.3f\n", k + 1, rounds,
             v[OV_RATIO][k], v[BAL_RATIO][k]);
   }

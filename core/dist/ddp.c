@@ -49,6 +49,7 @@ struct ag_ddp {
   int64_t *shares, *next_shares;
   bool have_next;
   int64_t bsteps; /* steps finished since balance was enabled */
+  double win_rows, win_s; /* measured steps of the current interval */
   double thr_ema;
   double t_begin;
   bool step_open;
@@ -76,7 +77,7 @@ void ag_ddp_balance_options_default(ag_ddp_balance_options *o) {
   o->warmup_steps = 3;
   o->interval = 5;
   o->smoothing = 0.5;
-  o->hysteresis = 0.1;
+  o->hysteresis = 0.03;
   o->min_rows = 1;
 }
 
@@ -94,17 +95,43 @@ static ag_tensor *persistent_new(ag_devstate *ds, ag_dtype dt, int64_t n) {
 
 /* ---------------- launching buckets ---------------- */
 
+/* view = g * w in one pass (the kernel's affine map). */
+static ag_status scaled_copy(ag_tensor *view, ag_tensor *g, double w) {
+  if (!view->numel) return AG_OK;
+  ag_kernel_call c;
+  memset(&c, 0, sizeof c);
+  c.op = AG_K_UNARY;
+  c.sub = AG_U_AFFINE;
+  c.n_operands = 2;
+  ag__operand(&c.o[0], view);
+  ag__operand(&c.o[1], g);
+  c.s[0] = w;
+  c.s[1] = 0.0;
+  c.name = "ag_ddp (bucket)";
+  ag_status st = ag__launch(ag__ds(view), &c);
+  if (st == AG_OK) ag__version_bump(view);
+  return st;
+}
+
 /* Copy the members' gradients (zeros for a member without one) into the
- * flat buffer, scale by the weight, and queue the all-reduce. */
+ * flat buffer, scaled by the weight (in the same pass where the backend
+ * has the affine map for the dtype and every gradient has the bucket's
+ * dtype and device, else as a second pass), and queue the all-reduce. */
 static ag_status bucket_launch(ag_ddp *d, ddp_bucket *b) {
   ag_status st = AG_OK;
+  ag_devstate *ds = ag__ds(b->flat);
+  bool fused = d->weight != 1.0 && ds->be->supports(ds->ord, AG_K_UNARY, AG_U_AFFINE, b->dtype);
+  for (int k = 0; fused && k < b->count; k++) {
+    ag_tensor *g = d->params[d->order[b->first + k]].p->grad;
+    if (g && (g->dtype != b->dtype || ag__ds(g) != ds || !ag_tensor_is_contiguous(g))) fused = false;
+  }
   ag_scope_begin();
   for (int k = 0; st == AG_OK && k < b->count; k++) {
     ddp_param *pp = &d->params[d->order[b->first + k]];
     ag_tensor *g = pp->p->grad;
-    st = g ? ag_copy_(pp->view, g) : ag_fill_(pp->view, 0.0);
+    st = !g ? ag_fill_(pp->view, 0.0) : fused ? scaled_copy(pp->view, g, d->weight) : ag_copy_(pp->view, g);
   }
-  if (st == AG_OK && d->weight != 1.0) {
+  if (st == AG_OK && !fused && d->weight != 1.0) {
     ag_tensor *s = ag_mul_scalar(b->flat, d->weight);
     st = s ? ag_copy_(b->flat, s) : ag_last_status();
     ag_tensor_release(s);
@@ -359,6 +386,7 @@ ag_status ag_ddp_balance_enable(ag_ddp *d, const ag_ddp_balance_options *o) {
   d->balance = true;
   d->have_next = false;
   d->bsteps = 0;
+  d->win_rows = d->win_s = 0;
   d->thr_ema = 0;
   return AG_OK;
 }
@@ -411,10 +439,15 @@ static ag_status balance_exchange(ag_ddp *d) {
   }
   int64_t next[64];
   shares_from(thr, d->size, d->bo.global_rows, d->bo.min_rows, next);
-  bool move = false;
-  for (int r = 0; r < d->size; r++)
-    if ((double)llabs(next[r] - d->shares[r]) > d->bo.hysteresis * (double)d->shares[r]) move = true;
-  if (move) {
+  /* A step lasts as long as its slowest rank: move only when that predicted
+   * time drops by more than the hysteresis (a new split also costs its
+   * first steps: new shapes, new blocks). */
+  double t_now = 0, t_next = 0;
+  for (int r = 0; r < d->size; r++) {
+    t_now = fmax(t_now, (double)d->shares[r] / thr[r]);
+    t_next = fmax(t_next, (double)next[r] / thr[r]);
+  }
+  if (t_next < (1 - d->bo.hysteresis) * t_now) {
     memcpy(d->next_shares, next, (size_t)d->size * sizeof *next);
     d->have_next = true;
   }
@@ -485,9 +518,16 @@ ag_status ag_ddp_finish(ag_ddp *d) {
     if (st == AG_OK && measure) {
       d->bsteps++;
       if (d->bsteps > d->bo.warmup_steps && t > 0) {
-        double thr = (double)d->shares[d->rank] / t;
-        d->thr_ema = d->thr_ema > 0 ? d->bo.smoothing * thr + (1 - d->bo.smoothing) * d->thr_ema : thr;
-        d->stats.last_throughput = d->thr_ema;
+        /* rows over seconds of the interval's steps, then smoothed across
+         * intervals: one slow step weighs by its time, not as a rate */
+        d->win_rows += (double)d->shares[d->rank];
+        d->win_s += t;
+        if ((d->bsteps - d->bo.warmup_steps) % d->bo.interval == 0) {
+          double thr = d->win_rows / d->win_s;
+          d->thr_ema = d->thr_ema > 0 ? d->bo.smoothing * thr + (1 - d->bo.smoothing) * d->thr_ema : thr;
+          d->stats.last_throughput = d->thr_ema;
+          d->win_rows = d->win_s = 0;
+        }
       }
     }
   }

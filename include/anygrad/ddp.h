@@ -117,20 +117,21 @@ AG_API ag_status ag_ddp_finish(ag_ddp *d);
 /* ---- heterogeneous balance ----
  * Replicas on unequal devices get unequal shares of a global batch of
  * global_rows rows. The first warmup_steps steps use equal shares and are
- * not measured (caches, allocator, compilation); after that each rank's
- * throughput (rows / compute seconds from ag_ddp_step_begin to the end of
- * its backward) is smoothed (exponential moving average) and every
- * `interval` steps all ranks exchange it and compute the same new shares,
- * proportional to throughput (at least min_rows each, summing to
- * global_rows). Hysteresis: the shares change only when some rank's share
- * would move by more than `hysteresis` of its current value, so noise does
- * not reshuffle them every interval; drift beyond it does. */
+ * not measured (caches, allocator, compilation); after that each rank
+ * measures its throughput over every `interval` steps (rows / compute
+ * seconds, from ag_ddp_step_begin to the end of its backward), smooths it
+ * across intervals (exponential moving average), and all ranks exchange it
+ * and compute the same new shares, proportional to throughput (at least
+ * min_rows each, summing to global_rows). Hysteresis: the shares change only
+ * when they would shorten the predicted step (the slowest rank's rows /
+ * throughput) by more than `hysteresis` of it, so noise does not reshuffle
+ * them every interval; drift beyond it does. */
 typedef struct ag_ddp_balance_options {
   int64_t global_rows; /* rows of the global batch (>= size * min_rows) */
   int warmup_steps;    /* 3 */
   int interval;        /* 5 */
-  double smoothing;    /* 0.5: weight of the newest measurement in the average */
-  double hysteresis;   /* 0.1 */
+  double smoothing;    /* 0.5: weight of the newest interval in the average */
+  double hysteresis;   /* 0.03: least predicted step-time gain that moves the shares */
   int64_t min_rows;    /* 1 */
   bool fixed;          /* false; true: equal shares, never measured or changed */
 } ag_ddp_balance_options;
