@@ -1504,6 +1504,20 @@ static void k_nonfinite(const ag_kernel_call *c) {
     const ag_dtype dt = m->t[k].dtype;
     const size_t sz = ag__cpu_dtsize(dt);
     char *base = (char *)m->t[k].base + m->t[k].offset;
+    if (dt == AG_F32) { /* in place, in loops the compiler vectorises */
+      float *p = (float *)base;
+      const int64_t n = m->t[k].numel;
+      uint32_t bad = 0;
+      for (int64_t j = 0; j < n; j++) {
+        uint32_t u;
+        memcpy(&u, &p[j], sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u; /* inf or NaN */
+      }
+      found |= bad != 0;
+      if (inv != 1.0f)
+        for (int64_t j = 0; j < n; j++) p[j] *= inv;
+      continue;
+    }
     for (int64_t i = 0; i < m->t[k].numel; i += TILE) {
       int64_t n = m->t[k].numel - i < TILE ? m->t[k].numel - i : TILE;
       char *p = base + (size_t)i * sz;
@@ -1521,18 +1535,28 @@ static void k_nonfinite(const ag_kernel_call *c) {
   }
 }
 
+/* Sum of squares in double, in SUMSQ_LANES interleaved partial sums (lane
+ * j takes elements j, j + LANES, ...; the lanes are added in order at the
+ * end): a fixed order, so the same on every run, and no chain of dependent
+ * adds, so it runs at memory speed. */
+#define SUMSQ_LANES 8
 static void k_sumsq(const ag_kernel_call *c) {
   const ag_kmulti *m = c->multi;
-  double total = 0, buf[TILE];
+  double lane[SUMSQ_LANES] = {0}, buf[TILE];
   for (int k = 0; m && k < m->count; k++) {
     const ag_dtype dt = m->t[k].dtype;
     const char *base = (const char *)m->t[k].base + m->t[k].offset;
     for (int64_t i = 0; i < m->t[k].numel; i += TILE) {
       int64_t n = m->t[k].numel - i < TILE ? m->t[k].numel - i : TILE;
       load_d(dt, base + (size_t)i * ag__cpu_dtsize(dt), 1, n, buf);
-      for (int64_t j = 0; j < n; j++) total += buf[j] * buf[j];
+      int64_t j = 0;
+      for (; j + SUMSQ_LANES <= n; j += SUMSQ_LANES)
+        for (int l = 0; l < SUMSQ_LANES; l++) lane[l] += buf[j + l] * buf[j + l];
+      for (int l = 0; j < n; j++, l++) lane[l] += buf[j] * buf[j];
     }
   }
+  double total = 0;
+  for (int l = 0; l < SUMSQ_LANES; l++) total += lane[l];
   store_d(c->o[0].dtype, ag__cpu_ptr(&c->o[0]), 1, 1, &total);
 }
 
