@@ -125,7 +125,7 @@ static ag_status ip_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns)
   switch (c->kind) {
     case AG_COLL_ALL_REDUCE: {
       size_t lo = c->count * (size_t)r / (size_t)n, hi = c->count * (size_t)(r + 1) / (size_t)n;
-      ag__dist_reduce(c->dtype, c->op, n, bufs, n, bufs, lo, hi - lo);
+      if (n > 1) ag__dist_reduce(c->dtype, c->op, n, bufs, n, bufs, lo, hi - lo); /* one rank: as it is */
       break;
     }
     case AG_COLL_BROADCAST:
