@@ -112,9 +112,10 @@ static void one(ag_dtype dt, size_t n, int salt) {
 }
 
 static void test_collectives(void **state) {
-  /* up to 64 KiB all-reduces go point to point (recursive doubling), 20000
-   * f32/i32 through MPI_Iallreduce */
-  static const size_t sizes[] = {0, 1, 7, 1000, 20000};
+  /* all-reduces of up to 64 KiB by recursive doubling, 20000 f32/i32 as a
+   * ring; 1000-4096 elements around the eager pieces (4000 bytes, for
+   * messages of up to 16 KiB) */
+  static const size_t sizes[] = {0, 1, 7, 1000, 1001, 3001, 4096, 20000};
   int salt = 1;
   for (int d = 0; d < NDT; d++) {
     if (k_dtypes[d] == AG_F64 && g_dev.backend != AG_BACKEND_CPU) continue; /* a CPU dtype */
