@@ -51,31 +51,6 @@ static pthread_mutex_t g_call_mu = PTHREAD_MUTEX_INITIALIZER;
 static const char *const k_coll_names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
                                            "barrier"};
 
-/* Messages of up to AG_MPI_CHUNKED_MAX bytes travel as pieces of at most
- * AG_MPI_EAGER_BYTES: Open MPI's shared-memory transport sends messages
- * under its 4 KiB eager limit at once and larger ones by a rendezvous and a
- * kernel copy (process_vm_readv), which costs 2-4x as much for a 4 KiB
- * message as two eager pieces do. Larger messages gain nothing from it.
- * Sender and receiver cut a message the same way (a function of its size),
- * and MPI keeps messages of one source and tag in order. */
-#define AG_MPI_EAGER_BYTES 4000
-#define AG_MPI_CHUNKED_MAX (16 * 1024)
-#define AG_MPI_MAX_PIECES (AG_MPI_CHUNKED_MAX / AG_MPI_EAGER_BYTES + 1)
-
-/* The collective an error message names, formatted only when one is. */
-typedef struct call_name {
-  int rank;
-  const ag_coll *c;
-  char s[96];
-} call_name;
-
-static const char *nm(call_name *w) {
-  if (!w->s[0])
-    snprintf(w->s, sizeof w->s, "MPI group rank %d: %s #%llu", w->rank, k_coll_names[w->c->kind],
-             (unsigned long long)w->c->seq);
-  return w->s;
-}
-
 static ag_status mpi_error(int rc, const char *what) {
   char s[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -191,32 +166,31 @@ static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg) {
  * CPU. A timeout or an MPI error marks the group broken: the requests cannot
  * be cancelled. */
 static ag_status wait_requests(ag_dist_impl *im, MPI_Request *reqs, int n, int64_t start, int64_t deadline_ns,
-                               call_name *what) {
+                               const char *what) {
   for (long iter = 0;; iter++) {
     int done = 0;
     lock_calls();
     int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
     unlock_calls();
     if (rc != MPI_SUCCESS) {
-      ag_status st = mpi_error(rc, nm(what));
+      ag_status st = mpi_error(rc, what);
       mark_broken(im, st, ag_last_error());
       return st;
     }
     if (done) return AG_OK;
-    if (iter % 16) continue; /* the clock every 16 polls */
     int64_t now = ag__dist_now_ns();
     if (now >= deadline_ns) {
       ag_status st = ag_error_set(AG_ERR_TIMEOUT,
                                   "%s timed out after %lld ms: a peer process died or never called it "
                                   "(AG_DIST_TIMEOUT_MS sets the limit)",
-                                  nm(what), (long long)((now - start) / 1000000));
+                                  what, (long long)((now - start) / 1000000));
       mark_broken(im, st, ag_last_error());
       return st;
     }
     if (now - start > 5000000) {
       struct timespec ts = {0, 50000};
       nanosleep(&ts, NULL);
-    } else if (now - start > 50000) {
+    } else if (iter > 200) {
       sched_yield();
     }
   }
@@ -255,39 +229,52 @@ static void reduce_local(ag_dtype dt, ag_dist_reduce op, void *dst, const void *
 
 /* Post a receive of rn elements from `from` into rbuf and a send of sn
  * elements from sbuf to `to` (MPI_PROC_NULL for a side not wanted: it
- * completes at once), each cut into pieces as above, then wait for all
- * within the deadline. */
-static int pieces(size_t n, size_t es, size_t *per) {
-  size_t bytes = n * es;
-  if (bytes <= AG_MPI_EAGER_BYTES || bytes > AG_MPI_CHUNKED_MAX || es > AG_MPI_EAGER_BYTES) {
-    *per = n;
-    return 1;
+ * completes at once), then wait for both within the deadline. */
+static ag_status sendrecv(ag_dist_impl *im, MPI_Datatype dt, void *rbuf, size_t rn, int from, const void *sbuf,
+                          size_t sn, int to, int tag, int64_t start, int64_t deadline_ns, const char *what) {
+  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  lock_calls();
+  int rc = MPI_Irecv(rbuf, (int)rn, dt, from, tag, im->p2p, &r[0]);
+  if (rc == MPI_SUCCESS) rc = MPI_Isend(sbuf, (int)sn, dt, to, tag, im->p2p, &r[1]);
+  unlock_calls();
+  if (rc != MPI_SUCCESS) {
+    ag_status st = mpi_error(rc, what);
+    mark_broken(im, st, ag_last_error());
+    return st;
   }
-  *per = AG_MPI_EAGER_BYTES / es;
-  return (int)((n + *per - 1) / *per);
+  return wait_requests(im, r, 2, start, deadline_ns, what);
 }
 
-static ag_status sendrecv(ag_dist_impl *im, MPI_Datatype dt, void *rbuf, size_t rn, int from, const void *sbuf,
-                          size_t sn, int to, int tag, int64_t start, int64_t deadline_ns, call_name *what) {
+/* Messages of more than AG_MPI_EAGER_BYTES and up to AG_MPI_CHUNKED_MAX
+ * bytes travel as pieces of at most AG_MPI_EAGER_BYTES: Open MPI's
+ * shared-memory transport sends a message under its 4 KiB eager limit at
+ * once and a larger one by a rendezvous and a kernel copy
+ * (process_vm_readv), which costs 2-4x as much for a 4 KiB message as two
+ * eager pieces do; larger messages gain nothing from it. Both sides cut a
+ * message the same way (a function of its size), and MPI keeps the
+ * messages of one source and tag in order. */
+#define AG_MPI_EAGER_BYTES 4000
+#define AG_MPI_CHUNKED_MAX (16 * 1024)
+#define AG_MPI_MAX_PIECES (AG_MPI_CHUNKED_MAX / AG_MPI_EAGER_BYTES + 1)
+
+/* sendrecv of n elements of es bytes each way with one peer, in pieces. */
+static ag_status sendrecv_pieces(ag_dist_impl *im, MPI_Datatype dt, size_t es, void *rbuf, const void *sbuf,
+                                 size_t n, int peer, int tag, int64_t start, int64_t deadline_ns,
+                                 const char *what) {
+  if (n * es <= AG_MPI_EAGER_BYTES || n * es > AG_MPI_CHUNKED_MAX)
+    return sendrecv(im, dt, rbuf, n, peer, sbuf, n, peer, tag, start, deadline_ns, what);
+  size_t per = AG_MPI_EAGER_BYTES / es;
   MPI_Request r[2 * AG_MPI_MAX_PIECES];
-  int nr = 0, es = 0;
+  int nr = 0, rc = MPI_SUCCESS;
   lock_calls();
-  int rc = MPI_Type_size(dt, &es);
-  size_t rper = rn, sper = sn;
-  int rp = rc == MPI_SUCCESS && from != MPI_PROC_NULL ? pieces(rn, (size_t)es, &rper) : 1;
-  int sp = rc == MPI_SUCCESS && to != MPI_PROC_NULL ? pieces(sn, (size_t)es, &sper) : 1;
-  for (int k = 0; rc == MPI_SUCCESS && k < rp; k++) {
-    size_t off = (size_t)k * rper, len = rn - off < rper ? rn - off : rper;
-    rc = MPI_Irecv(rbuf ? (char *)rbuf + off * (size_t)es : NULL, (int)len, dt, from, tag, im->p2p, &r[nr++]);
-  }
-  for (int k = 0; rc == MPI_SUCCESS && k < sp; k++) {
-    size_t off = (size_t)k * sper, len = sn - off < sper ? sn - off : sper;
-    rc = MPI_Isend(sbuf ? (const char *)sbuf + off * (size_t)es : NULL, (int)len, dt, to, tag, im->p2p,
-                   &r[nr++]);
+  for (size_t off = 0; rc == MPI_SUCCESS && off < n; off += per) {
+    size_t len = n - off < per ? n - off : per;
+    rc = MPI_Irecv((char *)rbuf + off * es, (int)len, dt, peer, tag, im->p2p, &r[nr++]);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend((const char *)sbuf + off * es, (int)len, dt, peer, tag, im->p2p, &r[nr++]);
   }
   unlock_calls();
   if (rc != MPI_SUCCESS) {
-    ag_status st = mpi_error(rc, nm(what));
+    ag_status st = mpi_error(rc, what);
     mark_broken(im, st, ag_last_error());
     return st;
   }
@@ -295,10 +282,10 @@ static ag_status sendrecv(ag_dist_impl *im, MPI_Datatype dt, void *rbuf, size_t 
 }
 
 /* im->tmp holds at least `bytes`. */
-static ag_status tmp_reserve(ag_dist_impl *im, size_t bytes, call_name *what) {
+static ag_status tmp_reserve(ag_dist_impl *im, size_t bytes, const char *what) {
   if (bytes <= im->tmp_cap) return AG_OK;
   void *t = realloc(im->tmp, bytes);
-  if (!t) return ag_error_set(AG_ERR_OOM, "%s: out of host memory (%zu bytes)", nm(what), bytes);
+  if (!t) return ag_error_set(AG_ERR_OOM, "%s: out of host memory (%zu bytes)", what, bytes);
   im->tmp = t;
   im->tmp_cap = bytes;
   return AG_OK;
@@ -313,7 +300,7 @@ static ag_status tmp_reserve(ag_dist_impl *im, size_t bytes, call_name *what) {
  * hands its data to the odd one and gets the result back at the end). Every
  * rank ends with the same bits: the operations are commutative. */
 static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Datatype dt, int64_t start,
-                                  int64_t deadline_ns, call_name *what) {
+                                  int64_t deadline_ns, const char *what) {
   ag_status st = tmp_reserve(im, c->count * ag_dtype_size(c->dtype), what);
   if (st != AG_OK) return st;
   int rank = im->rank, size = im->size, pof2 = 1;
@@ -337,7 +324,8 @@ static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Dataty
     for (int mask = 1; mask < pof2; mask <<= 1) {
       int nd = newrank ^ mask;
       int peer = nd < rem ? nd * 2 + 1 : nd + rem;
-      st = sendrecv(im, dt, im->tmp, c->count, peer, c->buf, c->count, peer, 1, start, deadline_ns, what);
+      st = sendrecv_pieces(im, dt, ag_dtype_size(c->dtype), im->tmp, c->buf, c->count, peer, 1, start, deadline_ns,
+                           what);
       if (st != AG_OK) return st;
       reduce_local(c->dtype, c->op, c->buf, im->tmp, c->count);
     }
@@ -357,7 +345,7 @@ static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Dataty
  * is reduced along one path and then copied, so every rank ends with the
  * same bits. */
 static ag_status ring_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Datatype dt, int64_t start,
-                                 int64_t deadline_ns, call_name *what) {
+                                 int64_t deadline_ns, const char *what) {
   const int p = im->size, rank = im->rank, right = (rank + 1) % p, left = (rank + p - 1) % p;
   const size_t es = ag_dtype_size(c->dtype), chunk_max = (c->count + (size_t)p - 1) / (size_t)p;
   ag_status st = tmp_reserve(im, chunk_max * es, what);
@@ -395,7 +383,9 @@ static ag_status mpi_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns
   if (c->count > (size_t)INT_MAX / (c->kind == AG_COLL_ALL_GATHER ? (size_t)im->size : 1))
     return ag_error_set(AG_ERR_UNSUPPORTED, "MPI group: %zu elements exceed MPI's int count", c->count);
   int n = (int)c->count;
-  call_name name = {.rank = im->rank, .c = c}, *what = &name;
+  char what[96];
+  snprintf(what, sizeof what, "MPI group rank %d: %s #%llu", im->rank, k_coll_names[c->kind],
+           (unsigned long long)c->seq);
   int64_t start = ag__dist_now_ns();
   /* host buffers only: with a device-aware MPI, buf may be device memory */
   if (c->kind == AG_COLL_ALL_REDUCE && !im->device_buffers && im->own_allreduce) {
@@ -414,7 +404,7 @@ static ag_status mpi_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns
     default: rc = MPI_Ibarrier(im->comm, &req); break;
   }
   unlock_calls();
-  if (rc != MPI_SUCCESS) return mpi_error(rc, nm(what));
+  if (rc != MPI_SUCCESS) return mpi_error(rc, what);
   return wait_requests(im, &req, 1, start, deadline_ns, what);
 }
 
