@@ -15,10 +15,11 @@ foreach(_d gpuemu:0 gpuemu:1 opencl:0)
                          ENVIRONMENT "AG_TEST_DEVICE=${_d}")
   endif()
 endforeach()
-# The kernel check's conv2d, pooling and batch-norm cases (gpu_check, bench/gpu.cmake)
-# through the OpenCL module's vtable: im2col/col2im + CLBlast and pooling
-# against the CPU backend's kernels.
-if(TARGET anygrad-opencl)
-  add_test(NAME gpu_check_opencl_vision COMMAND gpu_check $<TARGET_FILE:anygrad-opencl> "2d ,bn_")
-  set_tests_properties(gpu_check_opencl_vision PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 2 LABELS opencl)
+# The whole kernel check (gpu_check, bench/gpu.cmake) through the OpenCL
+# module's vtable against the CPU backend's kernels: elementwise, reductions
+# (argmax's NaN and tie rules), random numbers and dropout bit for bit,
+# GEMM through CLBlast, conv2d (im2col/col2im), pooling, batch norm.
+if(TARGET anygrad-opencl AND TARGET gpu_check)
+  add_test(NAME gpu_check_opencl COMMAND gpu_check $<TARGET_FILE:anygrad-opencl>)
+  set_tests_properties(gpu_check_opencl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 2 LABELS opencl)
 endif()

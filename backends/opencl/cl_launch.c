@@ -341,6 +341,12 @@ static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
   KA(&a, cl_ulong, has_mask ? c->o[2].offset : 0);
   KA(&a, cl_int, has_mask ? c->o[2].dtype : AG_F32);
   KA(&a, cl_float, c->s[0]);
+  /* 1 / (1 - p) in double as hi + lo floats: the kernel's x * scale then
+   * rounds like the CPU's double product (devices need not have fp64) */
+  double scale = c->s[0] < 1 ? 1.0 / (1.0 - c->s[0]) : 0.0;
+  float hi = (float)scale, lo = (float)(scale - (double)hi);
+  KA(&a, cl_float, hi);
+  KA(&a, cl_float, lo);
   KA(&a, cl_ulong, c->seed);
   KA(&a, cl_ulong, c->offset);
   KA(&a, cl_long, n);

@@ -240,16 +240,18 @@ __kernel void ag_rand(gbuf *o, ulong oo, int dt, int normal, float s0, float s1,
 }
 
 __kernel void ag_dropout(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, gbuf *mk,
-                         ulong mo, int mdt, float p, ulong seed, ulong offset, long n) {
+                         ulong mo, int mdt, float p, float scale_hi, float scale_lo, ulong seed,
+                         ulong offset, long n) {
   long w = get_global_id(0);
   if (w * 4 >= n) return;
   uint4 r = philox(offset + (ulong)w, seed);
-  float scale = 1.0f / (1.0f - p);
   for (int k = 0; k < 4 && w * 4 + k < n; k++) {
     long i = w * 4 + k;
-    float m = (float)(lane4(r, k) >> 8) * 0x1.0p-24f >= p ? scale : 0.0f;
-    stf(o, oo, i, odt, ldf(x, xo, i, xdt) * m);
-    if (mk) stf(mk, mo, i, mdt, m);
+    bool keep = (float)(lane4(r, k) >> 8) * 0x1.0p-24f >= p;
+    float xv = ldf(x, xo, i, xdt);
+    /* x * (hi + lo) with one rounding: the CPU's f64 product, rounded */
+    stf(o, oo, i, odt, keep ? fma(xv, scale_hi, xv * scale_lo) : 0.0f * xv);
+    if (mk) stf(mk, mo, i, mdt, keep ? scale_hi : 0.0f);
   }
 }
 

@@ -1,7 +1,11 @@
 /* Reductions over the middle axis of a contiguous [outer, r, inner] view.
  * inner == 1 uses one work-group per row with a local tree; otherwise one
  * work-item per output walks r (neighbouring items read neighbouring inner
- * elements). op: 0 sum (times scale), 1 max, 2 min, 3 argmax (i32 output). */
+ * elements). op: 0 sum (times scale), 1 max, 2 min, 3 argmax (i32 output:
+ * the first NaN, else the first maximum; 0 for an empty row, as the CPU). */
+
+/* argmax: does v, met after acc in row order, replace it? */
+bool am_takes(float acc, float v) { return !isnan(acc) && (isnan(v) || v > acc); }
 
 float red_f(int op, float acc, float v) {
   if (op == 0) return acc + v;
@@ -46,7 +50,7 @@ __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
     } else {
       float v = ldf(x, xo, base + j, xdt);
       if (op == 3) {
-        if (idx == INT_MAX || v > acc) { acc = v; idx = (int)j; }
+        if (idx == INT_MAX || am_takes(acc, v)) { acc = v; idx = (int)j; }
       } else {
         acc = red_f(op, acc, v);
       }
@@ -64,7 +68,11 @@ __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
         if (ib == INT_MAX) take_b = false;
         else if (ia == INT_MAX) take_b = true;
         else if (isint) take_b = si[l + s] > si[l] || (si[l + s] == si[l] && ib < ia);
-        else take_b = sf[l + s] > sf[l] || (sf[l + s] == sf[l] && ib < ia);
+        else {
+          float a = sf[l], b = sf[l + s];
+          bool same = a == b || (isnan(a) && isnan(b));
+          take_b = (ib < ia) ? (same || am_takes(a, b)) : (!same && am_takes(a, b));
+        }
         if (take_b) { sf[l] = sf[l + s]; si[l] = si[l + s]; sx[l] = ib; }
       } else if (isint) {
         si[l] = red_i(op, si[l], si[l + s]);
@@ -99,7 +107,7 @@ __kernel void ag_reduce_cols(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
     } else {
       float v = ldf(x, xo, base + j * inner, xdt);
       if (op == 3) {
-        if (j == 0 || v > acc) { acc = v; idx = (int)j; }
+        if (j == 0 || am_takes(acc, v)) { acc = v; idx = (int)j; }
       } else {
         acc = red_f(op, acc, v);
       }
