@@ -7,6 +7,7 @@
  * pinned host staging, or device addresses when the library reports CUDA
  * support (MPIX_Query_cuda_support, looked up at run time). */
 #define _GNU_SOURCE
+#pragma GCC optimize("O3") /* vectorise reduce_local: scalar, the ring ran at 0.6x MPI_Allreduce */
 #include <dlfcn.h>
 #include <limits.h>
 #include <mpi.h>
