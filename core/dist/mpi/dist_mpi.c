@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -282,14 +283,25 @@ static ag_status sendrecv_pieces(ag_dist_impl *im, MPI_Datatype dt, size_t es, v
   return wait_requests(im, r, nr, start, deadline_ns, what);
 }
 
-/* im->tmp holds at least `bytes`. */
+/* im->tmp holds at least `bytes` from any offset within a page (tmp_like).
+ * Scratch: the contents are not kept. */
 static ag_status tmp_reserve(ag_dist_impl *im, size_t bytes, const char *what) {
-  if (bytes <= im->tmp_cap) return AG_OK;
-  void *t = realloc(im->tmp, bytes);
-  if (!t) return ag_error_set(AG_ERR_OOM, "%s: out of host memory (%zu bytes)", what, bytes);
+  if (bytes + 4096 <= im->tmp_cap) return AG_OK;
+  void *t = NULL;
+  if (posix_memalign(&t, 4096, bytes + 4096) != 0)
+    return ag_error_set(AG_ERR_OOM, "%s: out of host memory (%zu bytes)", what, bytes);
+  free(im->tmp);
   im->tmp = t;
-  im->tmp_cap = bytes;
+  im->tmp_cap = bytes + 4096;
   return AG_OK;
+}
+
+/* A receive buffer in im->tmp at the same offset within its page as
+ * `like`, where the sender's data most likely sits too (peers allocate
+ * alike): the kernel's single-copy transfer (process_vm_readv) then copies
+ * whole pages onto whole pages instead of splitting every page in two. */
+static char *tmp_like(ag_dist_impl *im, const void *like) {
+  return (char *)im->tmp + ((uintptr_t)like & 4095u);
 }
 
 /* Small all-reduces by recursive doubling over point-to-point messages, as
@@ -313,9 +325,10 @@ static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Dataty
       if (st != AG_OK) return st;
       newrank = -1;
     } else {
-      st = sendrecv(im, dt, im->tmp, c->count, rank - 1, NULL, 0, MPI_PROC_NULL, 2, start, deadline_ns, what);
+      st = sendrecv(im, dt, tmp_like(im, c->buf), c->count, rank - 1, NULL, 0, MPI_PROC_NULL, 2, start,
+                    deadline_ns, what);
       if (st != AG_OK) return st;
-      reduce_local(c->dtype, c->op, c->buf, im->tmp, c->count);
+      reduce_local(c->dtype, c->op, c->buf, tmp_like(im, c->buf), c->count);
       newrank = rank / 2;
     }
   } else {
@@ -325,10 +338,10 @@ static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Dataty
     for (int mask = 1; mask < pof2; mask <<= 1) {
       int nd = newrank ^ mask;
       int peer = nd < rem ? nd * 2 + 1 : nd + rem;
-      st = sendrecv_pieces(im, dt, ag_dtype_size(c->dtype), im->tmp, c->buf, c->count, peer, 1, start, deadline_ns,
-                           what);
+      st = sendrecv_pieces(im, dt, ag_dtype_size(c->dtype), tmp_like(im, c->buf), c->buf, c->count, peer, 1, start,
+                           deadline_ns, what);
       if (st != AG_OK) return st;
-      reduce_local(c->dtype, c->op, c->buf, im->tmp, c->count);
+      reduce_local(c->dtype, c->op, c->buf, tmp_like(im, c->buf), c->count);
     }
   }
   if (rank < 2 * rem) /* the odd one of a pair hands the result back */
@@ -360,11 +373,11 @@ static ag_status ring_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Datatyp
        * add to it; all-gather: pass on the finished chunk rank+1-s. */
       int send = phase == 0 ? (rank - s + 2 * p) % p : (rank + 1 - s + 2 * p) % p;
       int recv = (send + p - 1) % p;
-      void *into = phase == 0 ? im->tmp : buf + CH_OFF(recv) * es;
+      void *into = phase == 0 ? tmp_like(im, buf + CH_OFF(recv) * es) : buf + CH_OFF(recv) * es;
       st = sendrecv(im, dt, into, CH_LEN(recv), left, buf + CH_OFF(send) * es, CH_LEN(send), right, 3, start,
                     deadline_ns, what);
       if (st != AG_OK) return st;
-      if (phase == 0) reduce_local(c->dtype, c->op, buf + CH_OFF(recv) * es, im->tmp, CH_LEN(recv));
+      if (phase == 0) reduce_local(c->dtype, c->op, buf + CH_OFF(recv) * es, into, CH_LEN(recv));
     }
   }
 #undef CH_OFF
