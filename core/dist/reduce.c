@@ -3,7 +3,9 @@
  * (exact for i32 sums of up to 2^21 ranks, f16/bf16/f32 widened without
  * loss) and rounds once into the dtype, in a fixed source order, so results
  * do not depend on thread timing. A new dtype is added here only. */
-#pragma GCC optimize("O3") /* vectorise the f32 loops below */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3") /* vectorise the f32 loops below (clang does at -O2) */
+#endif
 #include <math.h>
 #include <string.h>
 

@@ -7,7 +7,9 @@
  * pinned host staging, or device addresses when the library reports CUDA
  * support (MPIX_Query_cuda_support, looked up at run time). */
 #define _GNU_SOURCE
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3") /* vectorise reduce_local: scalar, the ring ran at 0.6x MPI_Allreduce */
+#endif
 #include <dlfcn.h>
 #include <limits.h>
 #include <mpi.h>
