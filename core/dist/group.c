@@ -365,8 +365,8 @@ static ag_status run_coll(ag_group *g, ag_work *w, char *msg, size_t n) {
   }
   if (st != AG_OK) {
     snprintf(msg, n, "%s", ag_last_error());
-    char why[640];
-    snprintf(why, sizeof why, "rank %d: %s", g->rank, msg);
+    char why[512];
+    snprintf(why, sizeof why, "rank %d: %.480s", g->rank, msg);
     group_break(g, st, why);
   }
   return st;
