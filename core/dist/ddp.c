@@ -505,6 +505,7 @@ ag_status ag_ddp_finish(ag_ddp *d) {
                         "micro-step's backward first)");
   ag_status st = AG_OK;
   bool measure = d->balance && !d->bo.fixed && d->step_open;
+  bool interval_end = false; /* a measured interval ends with this step */
   if (measure || (d->step_open && d->slowdown > 1)) {
     /* This rank's compute: until its backward has run on the device. */
     st = ag_stream_synchronize(ag_stream_current(d->dev));
@@ -517,12 +518,13 @@ ag_status ag_ddp_finish(ag_ddp *d) {
     }
     if (st == AG_OK && measure) {
       d->bsteps++;
+      interval_end = d->bsteps > d->bo.warmup_steps && (d->bsteps - d->bo.warmup_steps) % d->bo.interval == 0;
       if (d->bsteps > d->bo.warmup_steps && t > 0) {
         /* rows over seconds of the interval's steps, then smoothed across
          * intervals: one slow step weighs by its time, not as a rate */
         d->win_rows += (double)d->shares[d->rank];
         d->win_s += t;
-        if ((d->bsteps - d->bo.warmup_steps) % d->bo.interval == 0) {
+        if (interval_end) {
           double thr = d->win_rows / d->win_s;
           d->thr_ema = d->thr_ema > 0 ? d->bo.smoothing * thr + (1 - d->bo.smoothing) * d->thr_ema : thr;
           d->stats.last_throughput = d->thr_ema;
@@ -582,9 +584,7 @@ ag_status ag_ddp_finish(ag_ddp *d) {
   for (int i = 0; i < d->np; i++) d->params[i].ready = false;
   d->next_launch = 0;
   if (st == AG_OK) d->stats.steps++;
-  if (st == AG_OK && measure && d->bsteps > d->bo.warmup_steps &&
-      (d->bsteps - d->bo.warmup_steps) % d->bo.interval == 0)
-    st = balance_exchange(d);
+  if (st == AG_OK && interval_end) st = balance_exchange(d);
   return st;
 }
 

@@ -378,6 +378,17 @@ static void run_one(ag_group *g, ag_work *w) {
   work_finish(w, st, msg);
 }
 
+/* End a run on the calling thread (g->busy was set for it). Wakes the
+ * worker only when it has something to do: work queued during the run, or a
+ * stop waiting for it to end. A needless wake-up costs two futex calls and a
+ * context switch per collective, on a core a peer rank may need. */
+static void inline_done(ag_group *g) {
+  pthread_mutex_lock(&g->mu);
+  g->busy = false;
+  if (g->head || g->stop) pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
 static void *worker_main(void *arg) {
   ag_group *g = arg;
   for (;;) {
@@ -495,10 +506,7 @@ static ag_status submit(ag_group *g, ag_coll_kind kind, ag_tensor *in, ag_tensor
       w0.out = out;
       if (in) ag__version_bump(out ? out : in);
       st = run_coll(g, &w0, msg, sizeof msg);
-      pthread_mutex_lock(&g->mu);
-      g->busy = false;
-      if (g->head || g->stop) pthread_cond_broadcast(&g->cv);
-      pthread_mutex_unlock(&g->mu);
+      inline_done(g);
       return st == AG_OK ? AG_OK : ag_error_set(st, "%s", msg);
     }
   }
@@ -565,14 +573,7 @@ static ag_status submit(ag_group *g, ag_coll_kind kind, ag_tensor *in, ag_tensor
   pthread_mutex_unlock(&g->mu);
   if (run_inline) {
     run_one(g, w);
-    pthread_mutex_lock(&g->mu);
-    g->busy = false;
-    /* Wake the worker only when it has something to do: work queued during
-     * the inline run, or a stop waiting for it to end. A needless wake-up
-     * costs two futex calls and a context switch per collective, on a core
-     * a peer rank may need. */
-    if (g->head || g->stop) pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
+    inline_done(g);
     atomic_fetch_sub(&w->refs, 1); /* the worker's reference, never taken */
   }
   if (out_work) {

@@ -71,7 +71,7 @@ __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
         else {
           float a = sf[l], b = sf[l + s];
           bool same = a == b || (isnan(a) && isnan(b));
-          take_b = (ib < ia) ? (same || am_takes(a, b)) : (!same && am_takes(a, b));
+          take_b = same ? ib < ia : am_takes(a, b);
         }
         if (take_b) { sf[l] = sf[l + s]; si[l] = si[l + s]; sx[l] = ib; }
       } else if (isint) {

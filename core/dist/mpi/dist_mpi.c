@@ -318,6 +318,7 @@ static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Dataty
                                   int64_t deadline_ns, const char *what) {
   ag_status st = tmp_reserve(im, c->count * ag_dtype_size(c->dtype), what);
   if (st != AG_OK) return st;
+  char *tmp = tmp_like(im, c->buf); /* after tmp_reserve: it may move */
   int rank = im->rank, size = im->size, pof2 = 1;
   while (pof2 * 2 <= size) pof2 *= 2;
   int rem = size - pof2, newrank;
@@ -327,10 +328,10 @@ static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Dataty
       if (st != AG_OK) return st;
       newrank = -1;
     } else {
-      st = sendrecv(im, dt, tmp_like(im, c->buf), c->count, rank - 1, NULL, 0, MPI_PROC_NULL, 2, start,
+      st = sendrecv(im, dt, tmp, c->count, rank - 1, NULL, 0, MPI_PROC_NULL, 2, start,
                     deadline_ns, what);
       if (st != AG_OK) return st;
-      reduce_local(c->dtype, c->op, c->buf, tmp_like(im, c->buf), c->count);
+      reduce_local(c->dtype, c->op, c->buf, tmp, c->count);
       newrank = rank / 2;
     }
   } else {
@@ -340,10 +341,10 @@ static ag_status small_all_reduce(ag_dist_impl *im, const ag_coll *c, MPI_Dataty
     for (int mask = 1; mask < pof2; mask <<= 1) {
       int nd = newrank ^ mask;
       int peer = nd < rem ? nd * 2 + 1 : nd + rem;
-      st = sendrecv_pieces(im, dt, ag_dtype_size(c->dtype), tmp_like(im, c->buf), c->buf, c->count, peer, 1, start,
+      st = sendrecv_pieces(im, dt, ag_dtype_size(c->dtype), tmp, c->buf, c->count, peer, 1, start,
                            deadline_ns, what);
       if (st != AG_OK) return st;
-      reduce_local(c->dtype, c->op, c->buf, tmp_like(im, c->buf), c->count);
+      reduce_local(c->dtype, c->op, c->buf, tmp, c->count);
     }
   }
   if (rank < 2 * rem) /* the odd one of a pair hands the result back */
