@@ -9,6 +9,7 @@ if(TARGET anygrad-cuda OR TARGET anygrad-hip OR TARGET anygrad-gpuemu)
   add_executable(gpu_check ${PROJECT_SOURCE_DIR}/tests/gpu_check.c)
   # the static core gives the CPU kernels (ag__cpu_run) as the oracle
   target_link_libraries(gpu_check PRIVATE anygrad_static ${CMAKE_DL_LIBS} m)
+  target_include_directories(gpu_check PRIVATE ${PROJECT_SOURCE_DIR}/tools)
   foreach(_b cuda hip gpuemu)
     if(TARGET anygrad-${_b})
       add_dependencies(gpu_bench anygrad-${_b})

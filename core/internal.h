@@ -196,11 +196,6 @@ static inline uint32_t ag__version(const ag_tensor *t) {
 
 /* Launch on the current stream of ds; checks backend support first. */
 AG_HIDDEN ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c);
-/* Comparisons: bool output, the kernel computes in the inputs' dtype. */
-static inline bool ag__binary_is_compare(int bop) {
-  return bop == AG_B_EQ || bop == AG_B_GT || bop == AG_B_LT || bop == AG_B_NE || bop == AG_B_LE ||
-         bop == AG_B_GE;
-}
 /* Contiguous index operand (embedding indices, cross-entropy targets) for
  * kernel op `op` with data dtype dt: i64 stays i64 where the backend takes
  * it (supports(op, 1, dt)), else it is clamped to the i32 range and cast
@@ -211,11 +206,12 @@ AG_HIDDEN bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, c
 /* ---- autograd recording hook (autograd.c) ---- */
 
 typedef enum ag_gop {
-  AG_G_ADD, AG_G_SUB, AG_G_MUL, AG_G_DIV, AG_G_MAXIMUM, AG_G_MINIMUM,
-  AG_G_AFFINE,      /* y = x*s[0] + s[1] */
-  AG_G_RSUB_DIV,    /* y = s[0] / x */
-  AG_G_POW, AG_G_NEG, AG_G_EXP, AG_G_LOG, AG_G_SQRT, AG_G_RSQRT, AG_G_ABS,
-  AG_G_RELU, AG_G_GELU, AG_G_SILU, AG_G_SIGMOID, AG_G_TANH,
+  AG_G_ADD, AG_G_SUB, AG_G_MUL, AG_G_DIV,
+  AG_G_UNARY,       /* a unary op of the table (optable.h): p->i[0] the
+                       ag_unary_op, p->s[0..1] its scalars; what it saves
+                       (x or the output) is the table's */
+  AG_G_BINARY,      /* a binary op of the table whose gradient is generated
+                       (PART): p->i[0] the ag_binary_op; saves a and b */
   AG_G_WHERE,       /* inputs cond, a, b (cond not differentiable) */
   AG_G_SUM, AG_G_MEAN, AG_G_MAX, AG_G_MIN, /* dims in p, keepdim in p */
   AG_G_MATMUL,
@@ -253,9 +249,8 @@ typedef struct ag_gparams {
 } ag_gparams;
 
 /* Saved tensors passed by the forward ops (core/tensor/ops.c, core/tensor/tensor.c):
- *   MUL, DIV, MAXIMUM, MINIMUM: saved a, b (the inputs as given)
- *   EXP, SQRT, RSQRT, SIGMOID, TANH: saved out;  LOG, ABS, RELU, GELU, SILU,
- *   POW, RSUB_DIV: saved x (the input);  ADD/SUB/NEG/AFFINE: none
+ *   MUL, DIV, BINARY: the inputs a, b as given;  UNARY: the table's choice
+ *   (x, the output, or nothing);  ADD/SUB: none
  *   WHERE: saved cond;  MAX/MIN reductions: saved x, out (keepdim=true
  *   shape view of out);  MATMUL: saved a, b (inputs as given; a third input
  *   is a bias the GEMM added, ag__linear_addmm)

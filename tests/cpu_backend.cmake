@@ -1,7 +1,7 @@
 # CPU backend: conversions, Philox, memory, streams (both modes) and kernels
 # driven through the backend vtable.
 add_executable(cpu_backend_test ${CMAKE_CURRENT_SOURCE_DIR}/cpu_backend_test.c)
-target_include_directories(cpu_backend_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/core
+target_include_directories(cpu_backend_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/core ${PROJECT_SOURCE_DIR}/tools
                            ${PROJECT_SOURCE_DIR}/backends/cpu)
 target_link_libraries(cpu_backend_test PRIVATE anygrad_static ${AG_CMOCKA_LIB} m)
 add_test(NAME cpu_backend_inline COMMAND cpu_backend_test)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "anygrad/backend.h"
+#include "op_ref.h"
 
 /* The CPU backend's kernel runner (hidden in the shared library, reachable
  * through the static one). */
@@ -334,18 +335,19 @@ static void cases_elementwise(void) {
   for (int di = 0; di < 7; di++) {
     ag_dtype dt = EW[di];
     for (int u = 0; u < AG_UNARY_COUNT; u++) {
-      /* integer dtypes have copy, neg, abs and affine only */
-      if (isint(dt) && u != AG_U_COPY && u != AG_U_NEG && u != AG_U_ABS && u != AG_U_AFFINE) continue;
+      /* integer dtypes run the table's INT entries only */
+      const ag_unary_info *ui = ag_unary_info_of(u);
+      if (isint(dt) && ui->ints != AG_OPT_INT) continue;
       for (int tr = 0; tr < 2; tr++) {
-        tcase *t = newcase("unary %d %s %s", u, dname(dt), tr ? "transposed [37,1001]" : "contig [1001,37]");
-        bool pos = u == AG_U_LOG || u == AG_U_SQRT || u == AG_U_RSQRT || u == AG_U_POW || u == AG_U_RSUB_DIV;
+        tcase *t = newcase("unary %s %s %s", ui->name, dname(dt), tr ? "transposed [37,1001]" : "contig [1001,37]");
         int64_t sh[2] = {1001, 37}, tsh[2] = {37, 1001};
-        int a = nb(t, dt, 1001 * 37, pos ? 0.1 : -3, 3);
+        int a = nb(t, dt, 1001 * 37, -3, 3);
+        if (!isint(dt)) /* the op's domain from the table */
+          for (int64_t i = 0; i < 1001 * 37; i++) setv(dt, t->b[a].host, i, ag_ref_draw(ag_ref_unary_dom(u, 0), urand(), urand()));
         int o = nbout(t, dt, 1001 * 37, isint(dt) || u == AG_U_COPY || u == AG_U_NEG || u == AG_U_ABS);
         t->c.op = AG_K_UNARY;
         t->c.sub = u;
-        t->c.s[0] = u == AG_U_POW ? 1.7 : 1.25;
-        t->c.s[1] = -0.5;
+        ag_ref_unary_scalars(u, &t->c.s[0], &t->c.s[1]);
         if (isint(dt)) t->c.s[0] = 3, t->c.s[1] = -7;
         t->c.name = "unary";
         if (!tr) {
@@ -375,19 +377,22 @@ static void cases_elementwise(void) {
       run(t);
     }
     for (int bo = 0; bo < AG_BINARY_COUNT; bo++) {
-      bool cmp = bo == AG_B_EQ || bo == AG_B_NE || bo == AG_B_GT || bo == AG_B_GE || bo == AG_B_LT || bo == AG_B_LE;
-      if (isint(dt) && !cmp && bo != AG_B_ADD && bo != AG_B_SUB && bo != AG_B_MUL && bo != AG_B_MAX && bo != AG_B_MIN)
-        continue;
+      const ag_binary_info *bi = ag_binary_info_of(bo);
+      bool cmp = bi->compare;
+      if (isint(dt) && bi->ints != AG_OPT_INT) continue;
       for (int bc = 0; bc < 2; bc++) {
         /* (abs backward left out: for a NaN gradient at x == 0 the CPU
          * gives 0, the GPU NaN*sign(0) = NaN like torch) */
         bool fl = !isint(dt) && bo != AG_B_ABS_BWD;
-        tcase *t = newcase("binary %d %s %s%s", bo, dname(dt), bc ? "broadcast [513,257]+[257]" : "contig [513,257]",
+        tcase *t = newcase("binary %s %s %s%s", bi->name, dname(dt), bc ? "broadcast [513,257]+[257]" : "contig [513,257]",
                            fl ? " with NaN" : "");
         int64_t sh[2] = {513, 257};
-        bool pos = bo == AG_B_POW_BWD || bo == AG_B_DIV;
         int a = nb(t, dt, 513 * 257, -3, 3);
-        int b = nb(t, dt, bc ? 257 : 513 * 257, pos ? 0.5 : -3, 3);
+        int b = nb(t, dt, bc ? 257 : 513 * 257, -3, 3);
+        if (!isint(dt)) { /* the operands' domains from the table */
+          for (int64_t i = 0; i < t->b[a].n; i++) setv(dt, t->b[a].host, i, ag_ref_draw(ag_ref_binary_dom(bo, 0), urand(), urand()));
+          for (int64_t i = 0; i < t->b[b].n; i++) setv(dt, t->b[b].host, i, ag_ref_draw(ag_ref_binary_dom(bo, 1), urand(), urand()));
+        }
         /* NaN in either operand, sometimes in both: every op propagates it
          * as the CPU does (maximum/minimum propagate it like torch.maximum) */
         if (fl) {
@@ -398,7 +403,8 @@ static void cases_elementwise(void) {
         int o = nbout(t, cmp ? AG_BOOL : dt, 513 * 257, ex); /* comparisons write bool */
         t->c.op = AG_K_BINARY;
         t->c.sub = bo;
-        t->c.s[0] = bo == AG_B_ADD ? (isint(dt) ? 2 : 0.75) : 1.5;
+        ag_ref_binary_scalars(bo, &t->c.s[0], &t->c.s[1]);
+        if (bo == AG_B_ADD) t->c.s[0] = isint(dt) ? 2 : 0.75;
         opnd(t, 0, o, 2, sh);
         opnd(t, 1, a, 2, sh);
         opnd(t, 2, b, 2, sh);

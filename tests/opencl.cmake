@@ -2,7 +2,7 @@
 # Skips (does not fail) on machines without an OpenCL device.
 if(TARGET anygrad-opencl)
   add_executable(opencl_test ${CMAKE_CURRENT_SOURCE_DIR}/opencl_test.c)
-  target_include_directories(opencl_test PRIVATE ${AG_CMOCKA_INCLUDE})
+  target_include_directories(opencl_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/tools)
   target_compile_definitions(opencl_test PRIVATE AG_OPENCL_MODULE="$<TARGET_FILE:anygrad-opencl>")
   target_link_libraries(opencl_test PRIVATE anygrad ${AG_CMOCKA_LIB} ${CMAKE_DL_LIBS} m)
   add_dependencies(opencl_test anygrad-opencl)

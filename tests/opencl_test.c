@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "op_ref.h"
 #include "anygrad/backend.h"
 
 static const ag_backend *B;
@@ -265,29 +266,6 @@ static void test_streams_events(void **state) {
 
 /* ---- elementwise ---- */
 
-static double ref_unary(int op, double x, double s0, double s1) {
-  const double k = 0.7978845608028654;
-  switch (op) {
-    case AG_U_COPY: return x;
-    case AG_U_NEG: return -x;
-    case AG_U_EXP: return exp(x);
-    case AG_U_LOG: return log(x);
-    case AG_U_SQRT: return sqrt(x);
-    case AG_U_RSQRT: return 1 / sqrt(x);
-    case AG_U_ABS: return fabs(x);
-    case AG_U_RELU: return x < 0 ? 0 : x;
-    case AG_U_GELU: return 0.5 * x * (1 + tanh(k * (x + 0.044715 * x * x * x)));
-    case AG_U_SILU: return x / (1 + exp(-x));
-    case AG_U_SIGMOID: return 1 / (1 + exp(-x));
-    case AG_U_TANH: return tanh(x);
-    case AG_U_POW: return pow(x, s0);
-    case AG_U_AFFINE: return x * s0 + s1;
-    case AG_U_RSUB_DIV: return s0 / x;
-    case AG_U_SQUARE: return x * x;
-  }
-  return NAN;
-}
-
 static const ag_dtype FLOATS[3] = {AG_F32, AG_F16, AG_BF16};
 
 /* Output [5, 6] contiguous from an input stored transposed (strides 1, 5),
@@ -301,14 +279,12 @@ static void test_unary(void **state) {
     ag_dtype dt = FLOATS[di];
     for (int op = 0; op < AG_UNARY_COUNT; op++) {
       assert_true(B->supports(0, AG_K_UNARY, op, dt));
-      bool pos = op == AG_U_LOG || op == AG_U_SQRT || op == AG_U_RSQRT || op == AG_U_POW;
+      const ag_ref_dom dom = ag_ref_unary_dom(op, 0);
       float h[N];
-      for (int i = 0; i < N; i++) {
-        h[i] = pos ? frand(0.1f, 4) : frand(-3, 3);
-        if (op == AG_U_RSUB_DIV && fabsf(h[i]) < 0.2f) h[i] = 0.5f;
-      }
+      for (int i = 0; i < N; i++) h[i] = (float)ag_ref_draw(dom, frand(0, 1), frand(0, 1));
       upload(x, 0, dt, h, N);
-      double s0 = op == AG_U_POW ? 1.5 : op == AG_U_AFFINE ? -2.5 : 3.0, s1 = 0.75;
+      double s0, s1;
+      ag_ref_unary_scalars(op, &s0, &s1);
       for (int strided = 0; strided < 2; strided++) {
         ag_kernel_call c = {.op = AG_K_UNARY, .sub = op, .n_operands = 2, .s = {s0, s1}};
         c.o[0] = opnd(o, 64, dt, 2, shape, NULL);
@@ -320,7 +296,7 @@ static void test_unary(void **state) {
         for (int r = 0; r < R; r++)
           for (int cc = 0; cc < C; cc++) {
             int src = strided ? cc * R + r : r * C + cc;
-            want[r * C + cc] = rnd(dt, ref_unary(op, in[src], s0, s1));
+            want[r * C + cc] = rnd(dt, ag_ref_unary(op, in[src], s0, s1));
           }
         char what[64];
         snprintf(what, sizeof what, "unary %d strided %d", op, strided);
@@ -384,38 +360,6 @@ static void test_unary_i32_and_casts(void **state) {
   B->segment_free(0, o);
 }
 
-static double ref_binary(int op, double a, double b, double s0) {
-  const double k = 0.7978845608028654;
-  switch (op) {
-    case AG_B_ADD: return a + s0 * b;
-    case AG_B_SUB: return a - b;
-    case AG_B_MUL: return a * b;
-    case AG_B_DIV: return a / b;
-    case AG_B_MAX: return a > b ? a : b;
-    case AG_B_MIN: return a < b ? a : b;
-    case AG_B_EQ: return a == b;
-    case AG_B_GT: return a > b;
-    case AG_B_LT: return a < b;
-    case AG_B_NE: return a != b;
-    case AG_B_LE: return a <= b;
-    case AG_B_GE: return a >= b;
-    case AG_B_RELU_BWD: return b > 0 ? a : 0;
-    case AG_B_GELU_BWD: {
-      double t = tanh(k * (b + 0.044715 * b * b * b));
-      return a * (0.5 * (1 + t) + 0.5 * b * (1 - t * t) * k * (1 + 3 * 0.044715 * b * b));
-    }
-    case AG_B_SILU_BWD: {
-      double s = 1 / (1 + exp(-b));
-      return a * s * (1 + b * (1 - s));
-    }
-    case AG_B_SIGMOID_BWD: return a * b * (1 - b);
-    case AG_B_TANH_BWD: return a * (1 - b * b);
-    case AG_B_POW_BWD: return a * s0 * pow(b, s0 - 1);
-    case AG_B_ABS_BWD: return a * (b > 0 ? 1 : b < 0 ? -1 : 0);
-  }
-  return NAN;
-}
-
 /* a [4, 7] contiguous, b broadcast from [1, 7] (stride 0 on dim 0). */
 static void test_binary(void **state) {
   NEED_DEVICE();
@@ -427,28 +371,30 @@ static void test_binary(void **state) {
     ag_dtype dt = dts[di];
     for (int op = 0; op < AG_BINARY_COUNT; op++) {
       /* comparisons write bool (ABI 3) for every dtype */
-      bool cmp = op == AG_B_EQ || op == AG_B_GT || op == AG_B_LT || op == AG_B_NE || op == AG_B_LE || op == AG_B_GE;
+      const ag_binary_info *bi = ag_binary_info_of(op);
+      bool cmp = bi->compare;
       ag_dtype odt = cmp ? AG_BOOL : dt;
-      bool want_sup = dt != AG_I32 || cmp || (op <= AG_B_MIN && op != AG_B_DIV);
+      bool want_sup = dt != AG_I32 || bi->ints == AG_OPT_INT;
       assert_int_equal(B->supports(0, AG_K_BINARY, op, dt), want_sup);
       if (!want_sup) continue;
       float ha[N], hb[C];
-      for (int i = 0; i < N; i++) ha[i] = dt == AG_I32 ? (float)(int)frand(-50, 50) : frand(-2, 2);
-      for (int i = 0; i < C; i++) {
-        hb[i] = dt == AG_I32 ? (float)(int)frand(-50, 50) : frand(-2, 2);
-        if (op == AG_B_POW_BWD) hb[i] = fabsf(hb[i]) + 0.1f;
-        if (op == AG_B_DIV && fabsf(hb[i]) < 0.2f) hb[i] = 0.7f;
-      }
+      const ag_ref_dom da = ag_ref_binary_dom(op, 0), db = ag_ref_binary_dom(op, 1);
+      for (int i = 0; i < N; i++)
+        ha[i] = dt == AG_I32 ? (float)(int)frand(-50, 50) : (float)ag_ref_draw(da, frand(0, 1), frand(0, 1));
+      for (int i = 0; i < C; i++)
+        hb[i] = dt == AG_I32 ? (float)(int)frand(-50, 50) : (float)ag_ref_draw(db, frand(0, 1), frand(0, 1));
       ha[3] = hb[3]; /* an equal pair for EQ */
       upload(a, 0, dt, ha, N);
-      double s0 = op == AG_B_ADD ? -2 : op == AG_B_POW_BWD ? 2.5 : 1;
+      double s0, s1;
+      ag_ref_binary_scalars(op, &s0, &s1);
+      if (op == AG_B_ADD) s0 = -2;
       /* pass 0: b broadcast (strided kernel); pass 1: b repeated in memory
        * so every operand is contiguous (fast path) */
       for (int pass = 0; pass < 2; pass++) {
         float hbf[N];
         for (int i = 0; i < N; i++) hbf[i] = hb[i % C];
         upload(b, 0, dt, pass ? hbf : hb, pass ? N : C);
-        ag_kernel_call c = {.op = AG_K_BINARY, .sub = op, .n_operands = 3, .s = {s0}};
+        ag_kernel_call c = {.op = AG_K_BINARY, .sub = op, .n_operands = 3, .s = {s0, s1}};
         c.o[0] = opnd(o, 0, odt, 2, shape, NULL);
         c.o[1] = opnd(a, 0, dt, 2, shape, NULL);
         c.o[2] = opnd(b, 0, dt, 2, shape, pass ? NULL : bstr);
@@ -456,7 +402,7 @@ static void test_binary(void **state) {
         double got[N], want[N], ia[N], ib[C];
         for (int i = 0; i < N; i++) ia[i] = rnd(dt, ha[i]);
         for (int i = 0; i < C; i++) ib[i] = rnd(dt, hb[i]);
-        for (int i = 0; i < N; i++) want[i] = rnd(odt, ref_binary(op, ia[i], ib[i % C], s0));
+        for (int i = 0; i < N; i++) want[i] = rnd(odt, ag_ref_binary(op, ia[i], ib[i % C], s0, s1));
         download(o, 0, odt, got, N);
         char what[40];
         snprintf(what, sizeof what, "binary %d pass %d", op, pass);

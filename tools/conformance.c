@@ -6,6 +6,7 @@
 #include "conformance.h"
 
 #include "anygrad/autograd.h"
+#include "op_ref.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -184,7 +185,7 @@ const char *ag_conf_result_name(ag_conf_result r) {
 /* ---- case context ---- */
 
 enum { L_C, L_T, L_S, L_E }; /* contiguous, transposed, stepped slice, expanded */
-enum { G_UNI, G_INT, G_AWAY, G_BOOL, G_SMALLINT };
+enum { G_UNI, G_INT, G_AWAY, G_BOOL, G_SMALLINT, G_FRAC, G_NZINT };
 #define EXACT 0.0
 #define DEF (-1.0)
 
@@ -202,6 +203,7 @@ typedef struct ctx {
   const char *opname;
   const char *cname;
   bool optional; /* AG_ERR_DTYPE for this dtype means unsupported, not failure */
+  int arg;       /* the row's table sub-op (ag_unary_op / ag_binary_op) */
   FILE *log;
   uint64_t rng;
   ag_conf_result res, cres;
@@ -335,6 +337,8 @@ static double gen(ctx *c, ag_dtype dt, int kind, double lo, double hi) {
       double m = lo + urand(c) * (hi - lo);
       return u < 0.5 ? -m : m;
     }
+    case G_FRAC: return ag_ref_draw((ag_ref_dom){AG_REF_FRAC, lo, hi}, u, urand(c));
+    case G_NZINT: return ag_ref_draw((ag_ref_dom){AG_REF_NZINT, lo, hi}, u, urand(c));
     default:
       if (ag_dtype_is_int(dt)) return floor(lo + u * (hi - lo + 1));
       return lo + u * (hi - lo);
@@ -595,26 +599,41 @@ static int64_t bidx(const hbuf *h, int ondim, const int64_t *oidx) {
 
 /* ---- elementwise ---- */
 
-enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_EQ, B_GT, B_LT, B_NE, B_LE, B_GE };
-
-static double ref_bin(int op, double a, double b) {
-  switch (op) {
-    case B_ADD: return a + b;
-    case B_SUB: return a - b;
-    case B_MUL: return a * b;
-    case B_DIV: return a / b;
-    case B_MAX: return a > b ? a : b;
-    case B_MIN: return a < b ? a : b;
-    case B_EQ: return a == b;
-    case B_GT: return a > b;
-    case B_NE: return a != b;
-    case B_LE: return a <= b;
-    case B_GE: return a >= b;
-    default: return a < b;
+/* The generator kind of a table domain. */
+static int gkind(ag_ref_kind k) {
+  switch (k) {
+    case AG_REF_AWAY: return G_AWAY;
+    case AG_REF_FRAC: return G_FRAC;
+    case AG_REF_NZINT: return G_NZINT;
+    case AG_REF_UNI: break;
   }
+  return G_UNI;
 }
 
-typedef ag_tensor *(*binfn)(ag_tensor *, ag_tensor *);
+/* The public function of a table op (the rows below exist for entries with
+ * a generated wrapper only). */
+#define CONF_BCALL_B(name) return ag_##name(a, b);
+#define CONF_BCALL_BH(name) return NULL;
+#define CONF_BCALL(ID, name, api, ...) \
+  case AG_B_##ID: CONF_BCALL_##api(name)
+static ag_tensor *call_binary(int op, ag_tensor *a, ag_tensor *b) {
+  switch (op) {
+    AG_BINARY_OPS(CONF_BCALL)
+  }
+  return NULL;
+}
+#define CONF_UCALL_A0(name) return ag_##name(a);
+#define CONF_UCALL_A1(name) return ag_##name(a, s0);
+#define CONF_UCALL_A2(name) return ag_##name(a, s0, s1);
+#define CONF_UCALL_AH(name) return NULL;
+#define CONF_UCALL(ID, name, api, ...) \
+  case AG_U_##ID: CONF_UCALL_##api(name)
+static ag_tensor *call_table_unary(int op, ag_tensor *a, double s0, double s1) {
+  switch (op) {
+    AG_UNARY_OPS(CONF_UCALL)
+  }
+  return NULL;
+}
 
 typedef struct bcase {
   const char *name;
@@ -636,31 +655,39 @@ static const bcase BCASES[] = {
     {"empty [0,4] x [4]", 2, {0, 4}, L_C, 1, {4}, L_C},
 };
 
-static void run_binary(ctx *c, binfn f, int op, const char *fname) {
-  bool cmp = op >= B_MAX, boolean = op >= B_EQ; /* comparisons give bool */
-  const ag_dtype odt = boolean ? AG_BOOL : c->dt;
+/* A binary table op (c->arg) on every layout case, against op_ref.h. */
+static void op_table_binary(ctx *c) {
+  const int op = c->arg;
+  const ag_binary_info *bi = ag_binary_info_of(op);
+  char fname[48];
+  snprintf(fname, sizeof fname, "ag_%s", bi->name);
+  /* comparisons give bool; they and maximum/minimum are exact */
+  bool cmp = bi->compare || op == AG_B_MAX || op == AG_B_MIN;
+  const ag_dtype odt = bi->compare ? AG_BOOL : c->dt;
+  const bool integer = ag_dtype_is_int(c->dt);
+  const ag_ref_dom da = ag_ref_binary_dom(op, 0), db = ag_ref_binary_dom(op, 1);
   for (size_t k = 0; k < sizeof BCASES / sizeof BCASES[0]; k++) {
     const bcase *bc = &BCASES[k];
     case_begin(c, bc->name);
     hbuf *ha, *hb;
-    int ka = cmp ? G_SMALLINT : G_UNI, kb = op == B_DIV ? G_AWAY : ka;
     double lo = c->dt == AG_I32 ? -1000 : -2, hi = -lo;
     int_range(c->dt, &lo, &hi);
-    ag_tensor *a = mk(c, &ha, bc->la, bc->na, bc->sa, ka, lo, hi);
-    ag_tensor *b = mk(c, &hb, bc->lb, bc->nb, bc->sb, kb, op == B_DIV ? 0.5 : lo, op == B_DIV ? 2 : hi);
+    int ka = cmp ? G_SMALLINT : integer ? G_UNI : gkind(da.kind), kb = cmp ? G_SMALLINT : integer ? G_UNI : gkind(db.kind);
+    ag_tensor *a = mk(c, &ha, bc->la, bc->na, bc->sa, ka, integer ? lo : da.lo, integer ? hi : da.hi);
+    ag_tensor *b = mk(c, &hb, bc->lb, bc->nb, bc->sb, kb, integer ? lo : db.lo, integer ? hi : db.hi);
     if (a && b) {
       int64_t os[AG_MAX_DIMS], idx[AG_MAX_DIMS];
       int on = bshape(ha->ndim, ha->shape, hb->ndim, hb->shape, os);
       int64_t n = prod(on, os);
       guard g;
       guard_begin(c, &g, odt, n);
-      ag_tensor *o = f(a, b);
+      ag_tensor *o = call_binary(op, a, b);
       if (!o) on_null(c, fname);
       else {
         double *ref = cx_alloc(c, (size_t)n * sizeof(double));
         for (int64_t i = 0; ref && i < n; i++) {
           unravel(i, on, os, idx);
-          ref[i] = wrap_int(odt, ref_bin(op, ha->v[bidx(ha, on, idx)], hb->v[bidx(hb, on, idx)]));
+          ref[i] = wrap_int(odt, ag_ref_binary(op, ha->v[bidx(ha, on, idx)], hb->v[bidx(hb, on, idx)], 1, 0));
         }
         if (ref) check(c, o, on, os, odt, ref, cmp ? EXACT : DEF);
         guard_end(c, &g);
@@ -668,14 +695,14 @@ static void run_binary(ctx *c, binfn f, int op, const char *fname) {
     }
     case_end(c);
   }
-  if (op == B_DIV && !ag_dtype_is_int(c->dt)) {
+  if (op == AG_B_DIV && !ag_dtype_is_int(c->dt)) {
     case_begin(c, "special x/0 and 0/0");
     static const double av[4] = {1, -1, 0, 2}, bv[4] = {0, 0, 0, 4};
     int64_t s[1] = {4};
     hbuf *ha, *hb;
     ag_tensor *a = mk_vals(c, c->dt, &ha, 1, s, av), *b = mk_vals(c, c->dt, &hb, 1, s, bv);
     if (a && b) {
-      ag_tensor *o = f(a, b);
+      ag_tensor *o = call_binary(op, a, b);
       double ref[4] = {INFINITY, -INFINITY, NAN, 0.5};
       if (!o) on_null(c, fname);
       else check(c, o, 1, s, c->dt, ref, DEF);
@@ -684,65 +711,27 @@ static void run_binary(ctx *c, binfn f, int op, const char *fname) {
   }
 }
 
-static void op_add(ctx *c) { run_binary(c, ag_add, B_ADD, "ag_add"); }
-static void op_sub(ctx *c) { run_binary(c, ag_sub, B_SUB, "ag_sub"); }
-static void op_mul(ctx *c) { run_binary(c, ag_mul, B_MUL, "ag_mul"); }
-static void op_div(ctx *c) { run_binary(c, ag_div, B_DIV, "ag_div"); }
-static void op_maximum(ctx *c) { run_binary(c, ag_maximum, B_MAX, "ag_maximum"); }
-static void op_minimum(ctx *c) { run_binary(c, ag_minimum, B_MIN, "ag_minimum"); }
-static void op_eq(ctx *c) { run_binary(c, ag_eq, B_EQ, "ag_eq"); }
-static void op_gt(ctx *c) { run_binary(c, ag_gt, B_GT, "ag_gt"); }
-static void op_lt(ctx *c) { run_binary(c, ag_lt, B_LT, "ag_lt"); }
-static void op_ne(ctx *c) { run_binary(c, ag_ne, B_NE, "ag_ne"); }
-static void op_le(ctx *c) { run_binary(c, ag_le, B_LE, "ag_le"); }
-static void op_ge(ctx *c) { run_binary(c, ag_ge, B_GE, "ag_ge"); }
+/* The scalar forms of the affine op (the table's AFFINE has no wrapper of
+ * its own). */
+enum { U_ADDS, U_SUBS, U_RSUBS, U_MULS, U_DIVS };
 
-enum {
-  U_NEG, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_ABS, U_RELU, U_GELU, U_SILU, U_SIGMOID, U_TANH,
-  U_ADDS, U_SUBS, U_RSUBS, U_MULS, U_DIVS, U_POW
-};
-
-static double ref_un(int op, double x, double s) {
+static double ref_scalar(int op, double x, double s) {
   switch (op) {
-    case U_NEG: return -x;
-    case U_EXP: return exp(x);
-    case U_LOG: return log(x);
-    case U_SQRT: return sqrt(x);
-    case U_RSQRT: return 1 / sqrt(x);
-    case U_ABS: return fabs(x);
-    case U_RELU: return x > 0 ? x : 0;
-    case U_GELU: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-    case U_SILU: return x / (1 + exp(-x));
-    case U_SIGMOID: return 1 / (1 + exp(-x));
-    case U_TANH: return tanh(x);
     case U_ADDS: return x + s;
     case U_SUBS: return x - s;
     case U_RSUBS: return s - x;
     case U_MULS: return x * s;
-    case U_DIVS: return x / s;
-    default: return pow(x, s);
+    default: return x / s;
   }
 }
 
-static ag_tensor *call_un(int op, ag_tensor *a, double s) {
+static ag_tensor *call_scalar(int op, ag_tensor *a, double s) {
   switch (op) {
-    case U_NEG: return ag_neg(a);
-    case U_EXP: return ag_exp(a);
-    case U_LOG: return ag_log(a);
-    case U_SQRT: return ag_sqrt(a);
-    case U_RSQRT: return ag_rsqrt(a);
-    case U_ABS: return ag_abs(a);
-    case U_RELU: return ag_relu(a);
-    case U_GELU: return ag_gelu(a);
-    case U_SILU: return ag_silu(a);
-    case U_SIGMOID: return ag_sigmoid(a);
-    case U_TANH: return ag_tanh(a);
     case U_ADDS: return ag_add_scalar(a, s);
     case U_SUBS: return ag_sub_scalar(a, s);
     case U_RSUBS: return ag_rsub_scalar(a, s);
     case U_MULS: return ag_mul_scalar(a, s);
-    case U_DIVS: return ag_div_scalar(a, s);
-    default: return ag_pow_scalar(a, s);
+    default: return ag_div_scalar(a, s);
   }
 }
 
@@ -760,13 +749,15 @@ static const ucase UCASES[] = {
     {"empty [0]", 1, {0}, L_C},
 };
 
-static void run_unary(ctx *c, int op, const char *fname, double s) {
-  double lo = -3, hi = 3;
-  int kind = G_UNI;
-  if (op == U_LOG || op == U_SQRT || op == U_RSQRT || (op == U_POW && s != floor(s))) lo = 0.1;
-  if (c->dt == AG_I32) lo = -1000, hi = 1000;
+/* A unary op on every layout case: table op top (>= 0; scalars s0, s1)
+ * against op_ref.h, or the scalar form sop of affine (scalar s0). */
+static void run_unary(ctx *c, int top, int sop, const char *fname, double s0, double s1) {
+  ag_ref_dom dom = top >= 0 ? ag_ref_unary_dom(top, 0) : (ag_ref_dom){AG_REF_UNI, -3, 3};
+  double lo = dom.lo, hi = dom.hi;
+  int kind = gkind(dom.kind);
+  if (ag_dtype_is_int(c->dt)) kind = G_UNI, lo = c->dt == AG_I32 ? -1000 : -3, hi = -lo;
   int_range(c->dt, &lo, &hi);
-  bool exact = op == U_NEG || op == U_ABS || op == U_RELU;
+  bool exact = top == AG_U_NEG || top == AG_U_ABS || top == AG_U_RELU;
   for (size_t k = 0; k < sizeof UCASES / sizeof UCASES[0]; k++) {
     const ucase *u = &UCASES[k];
     case_begin(c, u->name);
@@ -775,27 +766,28 @@ static void run_unary(ctx *c, int op, const char *fname, double s) {
     if (a) {
       guard g;
       guard_begin(c, &g, c->dt, h->n);
-      ag_tensor *o = call_un(op, a, s);
+      ag_tensor *o = top >= 0 ? call_table_unary(top, a, s0, s1) : call_scalar(sop, a, s0);
       if (!o) on_null(c, fname);
       else {
         double *ref = cx_alloc(c, (size_t)h->n * sizeof(double));
-        for (int64_t i = 0; ref && i < h->n; i++) ref[i] = wrap_int(c->dt, ref_un(op, h->v[i], s));
+        for (int64_t i = 0; ref && i < h->n; i++)
+          ref[i] = wrap_int(c->dt, top >= 0 ? ag_ref_unary(top, h->v[i], s0, s1) : ref_scalar(sop, h->v[i], s0));
         if (ref) check(c, o, h->ndim, h->shape, c->dt, ref, exact ? EXACT : DEF);
         guard_end(c, &g);
       }
     }
     case_end(c);
   }
-  if (!ag_dtype_is_int(c->dt) && (op == U_EXP || op == U_LOG || op == U_SQRT || op == U_RSQRT)) {
+  if (!ag_dtype_is_int(c->dt) && (top == AG_U_EXP || top == AG_U_LOG || top == AG_U_SQRT || top == AG_U_RSQRT)) {
     case_begin(c, "special values");
     static const double v[6] = {0, 100, -100, 1, -1, 4};
     int64_t sh[1] = {6};
     hbuf *h;
     ag_tensor *a = mk_vals(c, c->dt, &h, 1, sh, v);
     if (a) {
-      ag_tensor *o = call_un(op, a, s);
+      ag_tensor *o = call_table_unary(top, a, s0, s1);
       double ref[6];
-      for (int i = 0; i < 6; i++) ref[i] = ref_un(op, h->v[i], s);
+      for (int i = 0; i < 6; i++) ref[i] = ag_ref_unary(top, h->v[i], s0, s1);
       if (!o) on_null(c, fname);
       else check(c, o, 1, sh, c->dt, ref, DEF);
     }
@@ -803,26 +795,24 @@ static void run_unary(ctx *c, int op, const char *fname, double s) {
   }
 }
 
-static void op_neg(ctx *c) { run_unary(c, U_NEG, "ag_neg", 0); }
-static void op_exp(ctx *c) { run_unary(c, U_EXP, "ag_exp", 0); }
-static void op_log(ctx *c) { run_unary(c, U_LOG, "ag_log", 0); }
-static void op_sqrt(ctx *c) { run_unary(c, U_SQRT, "ag_sqrt", 0); }
-static void op_rsqrt(ctx *c) { run_unary(c, U_RSQRT, "ag_rsqrt", 0); }
-static void op_abs(ctx *c) { run_unary(c, U_ABS, "ag_abs", 0); }
-static void op_relu(ctx *c) { run_unary(c, U_RELU, "ag_relu", 0); }
-static void op_gelu(ctx *c) { run_unary(c, U_GELU, "ag_gelu", 0); }
-static void op_silu(ctx *c) { run_unary(c, U_SILU, "ag_silu", 0); }
-static void op_sigmoid(ctx *c) { run_unary(c, U_SIGMOID, "ag_sigmoid", 0); }
-static void op_tanh(ctx *c) { run_unary(c, U_TANH, "ag_tanh", 0); }
-static void op_add_scalar(ctx *c) { run_unary(c, U_ADDS, "ag_add_scalar", 1.5); }
-static void op_sub_scalar(ctx *c) { run_unary(c, U_SUBS, "ag_sub_scalar", 0.75); }
-static void op_rsub_scalar(ctx *c) { run_unary(c, U_RSUBS, "ag_rsub_scalar", 2.0); }
-static void op_mul_scalar(ctx *c) { run_unary(c, U_MULS, "ag_mul_scalar", -1.25); }
-static void op_div_scalar(ctx *c) { run_unary(c, U_DIVS, "ag_div_scalar", 3.0); }
-static void op_pow_scalar(ctx *c) {
-  run_unary(c, U_POW, "ag_pow_scalar", 2.0);
-  run_unary(c, U_POW, "ag_pow_scalar", 0.5);
-  run_unary(c, U_POW, "ag_pow_scalar", -1.5);
+/* A unary table op (c->arg) with the table's test scalars. */
+static void op_table_unary(ctx *c) {
+  double s0, s1;
+  ag_ref_unary_scalars(c->arg, &s0, &s1);
+  char fname[48];
+  snprintf(fname, sizeof fname, "ag_%s", ag_unary_info_of(c->arg)->name);
+  run_unary(c, c->arg, -1, fname, s0, s1);
+}
+static void op_add_scalar(ctx *c) { run_unary(c, -1, U_ADDS, "ag_add_scalar", 1.5, 0); }
+static void op_sub_scalar(ctx *c) { run_unary(c, -1, U_SUBS, "ag_sub_scalar", 0.75, 0); }
+static void op_rsub_scalar(ctx *c) { run_unary(c, -1, U_RSUBS, "ag_rsub_scalar", 2.0, 0); }
+static void op_mul_scalar(ctx *c) { run_unary(c, -1, U_MULS, "ag_mul_scalar", -1.25, 0); }
+static void op_div_scalar(ctx *c) { run_unary(c, -1, U_DIVS, "ag_div_scalar", 3.0, 0); }
+/* exponents beside the table's: 2 (the CPU's squaring path), 0.5, -1.5 */
+static void op_pow_exponents(ctx *c) {
+  run_unary(c, AG_U_POW, -1, "ag_pow_scalar", 2.0, 0);
+  run_unary(c, AG_U_POW, -1, "ag_pow_scalar", 0.5, 0);
+  run_unary(c, AG_U_POW, -1, "ag_pow_scalar", -1.5, 0);
 }
 
 static void op_where(ctx *c) {
@@ -1744,8 +1734,7 @@ static void op_to_device(ctx *c) {
  * differences. ---- */
 
 enum {
-  GA_ADD, GA_SUB, GA_MUL, GA_DIV, GA_POW, GA_AFFINE, GA_NEG, GA_EXP, GA_LOG, GA_SQRT, GA_RSQRT,
-  GA_ABS, GA_RELU, GA_GELU, GA_SILU, GA_SIGMOID, GA_TANH, GA_WHERE, GA_SUM, GA_MEAN, GA_MATMUL,
+  GA_ADD, GA_SUB, GA_MUL, GA_DIV, GA_AFFINE, GA_UNARY, GA_BINARY, GA_WHERE, GA_SUM, GA_MEAN, GA_MATMUL,
   GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
   GA_CONV2D, GA_AVG_POOL2D, GA_ADAPTIVE_AVG_POOL2D, GA_BATCH_NORM,
 };
@@ -1762,71 +1751,75 @@ typedef struct gdef {
   const char *name;
   int fn, nin;
   gin in[3];
+  int arg; /* GA_UNARY, GA_BINARY: the table's sub-op */
 } gdef;
+
+/* One finite-difference row per table op with a gradient and a wrapper:
+ * inputs [3, 4] from the table's gradient domains. */
+#define CONF_GIN(d) {2, {3, 4}, CONF_GIN_ d, 0}
+#define CONF_GIN_(k, lo, hi) CONF_GK_##k, lo, hi
+#define CONF_GK_UNI G_UNI
+#define CONF_GK_AWAY G_AWAY
+#define CONF_GK_FRAC G_FRAC
+#define CONF_GK_NZINT G_NZINT
+#define CONF_HAS_API_A0 1
+#define CONF_HAS_API_A1 1
+#define CONF_HAS_API_A2 1
+#define CONF_HAS_API_AH 0
+#define CONF_HAS_API_B 1
+#define CONF_HAS_API_BH 0
+#define CONF_GRAD_U(ID, name, api, f, save, b, amp, ints, cost, dom, gdom, ts0, ts1) \
+  AG_OPT_IF(CONF_HAS_API_##api)(AG_OPT_IF(AG_OPT_HAS_BWD_##save)(                  \
+      {"grad_" #name, GA_UNARY, 1, {CONF_GIN(gdom)}, AG_U_##ID}, ))
+#define CONF_GRAD_B(ID, name, api, f, kind, grad, da, db, ints, cost, doma, domb) \
+  AG_OPT_IF(CONF_HAS_API_##api)(AG_OPT_IF(AG_OPT_PART_##grad)(                    \
+      {"grad_" #name, GA_BINARY, 2, {CONF_GIN(doma), CONF_GIN(domb)}, AG_B_##ID}, ))
 
 #define GF(lo, hi) G_UNI, lo, hi, 0
 static const gdef GRADS[] = {
-    {"grad_add", GA_ADD, 2, {{2, {3, 4}, GF(-2, 2)}, {1, {4}, GF(-2, 2)}}},
-    {"grad_sub", GA_SUB, 2, {{3, {2, 3, 4}, GF(-2, 2)}, {2, {3, 1}, GF(-2, 2)}}},
-    {"grad_mul", GA_MUL, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {1, 4}, GF(-2, 2)}}},
-    {"grad_div", GA_DIV, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {3, 4}, G_AWAY, 0.5, 2, 0}}},
-    {"grad_pow_scalar", GA_POW, 1, {{2, {3, 4}, GF(0.5, 2)}}},
-    {"grad_scalar_ops", GA_AFFINE, 1, {{2, {3, 4}, GF(-2, 2)}}},
-    {"grad_neg", GA_NEG, 1, {{2, {3, 4}, GF(-2, 2)}}},
-    {"grad_exp", GA_EXP, 1, {{2, {3, 4}, GF(-2, 2)}}},
-    {"grad_log", GA_LOG, 1, {{2, {3, 4}, GF(0.5, 2)}}},
-    {"grad_sqrt", GA_SQRT, 1, {{2, {3, 4}, GF(0.5, 2)}}},
-    {"grad_rsqrt", GA_RSQRT, 1, {{2, {3, 4}, GF(0.5, 2)}}},
-    {"grad_abs", GA_ABS, 1, {{2, {3, 4}, G_AWAY, 0.1, 2, 0}}},
-    {"grad_relu", GA_RELU, 1, {{2, {3, 4}, G_AWAY, 0.1, 2, 0}}},
-    {"grad_gelu", GA_GELU, 1, {{2, {3, 4}, GF(-3, 3)}}},
-    {"grad_silu", GA_SILU, 1, {{2, {3, 4}, GF(-3, 3)}}},
-    {"grad_sigmoid", GA_SIGMOID, 1, {{2, {3, 4}, GF(-3, 3)}}},
-    {"grad_tanh", GA_TANH, 1, {{2, {3, 4}, GF(-2, 2)}}},
-    {"grad_where", GA_WHERE, 3, {{2, {3, 1}, G_BOOL, 0, 1, 1}, {2, {3, 4}, GF(-2, 2)}, {1, {4}, GF(-2, 2)}}},
-    {"grad_sum", GA_SUM, 1, {{3, {3, 4, 5}, GF(-2, 2)}}},
-    {"grad_mean", GA_MEAN, 1, {{3, {3, 4, 5}, GF(-2, 2)}}},
-    {"grad_matmul", GA_MATMUL, 2, {{3, {2, 3, 4}, GF(-1, 1)}, {2, {4, 5}, GF(-1, 1)}}},
-    {"grad_softmax", GA_SOFTMAX, 1, {{2, {3, 6}, GF(-2, 2)}}},
-    {"grad_log_softmax", GA_LOG_SOFTMAX, 1, {{2, {5, 4}, GF(-2, 2)}}},
-    {"grad_cross_entropy", GA_CE, 2, {{2, {4, 6}, GF(-2, 2)}, {1, {4}, G_INT, 0, 5, 2}}},
-    {"grad_mse_loss", GA_MSE, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {3, 4}, GF(-2, 2)}}},
-    {"grad_layer_norm", GA_LN, 3, {{2, {3, 8}, GF(-2, 2)}, {1, {8}, GF(0.5, 1.5)}, {1, {8}, GF(-1, 1)}}},
-    {"grad_embedding", GA_EMB, 2, {{2, {6, 3}, GF(-2, 2)}, {1, {5}, G_INT, 0, 5, 2}}},
-    {"grad_concat", GA_CONCAT, 2, {{2, {2, 3}, GF(-2, 2)}, {2, {4, 3}, GF(-2, 2)}}},
-    {"grad_views", GA_VIEWS, 2, {{2, {4, 6}, GF(-2, 2)}, {2, {1, 4}, GF(-2, 2)}}},
-    {"grad_reshape", GA_RESHAPE, 1, {{3, {2, 3, 4}, GF(-2, 2)}}},
+    AG_UNARY_OPS(CONF_GRAD_U) AG_BINARY_OPS(CONF_GRAD_B)
+    {"grad_add", GA_ADD, 2, {{2, {3, 4}, GF(-2, 2)}, {1, {4}, GF(-2, 2)}}, 0},
+    {"grad_sub", GA_SUB, 2, {{3, {2, 3, 4}, GF(-2, 2)}, {2, {3, 1}, GF(-2, 2)}}, 0},
+    {"grad_mul", GA_MUL, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {1, 4}, GF(-2, 2)}}, 0},
+    {"grad_div", GA_DIV, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {3, 4}, G_AWAY, 0.5, 2, 0}}, 0},
+    {"grad_scalar_ops", GA_AFFINE, 1, {{2, {3, 4}, GF(-2, 2)}}, 0},
+    {"grad_where", GA_WHERE, 3, {{2, {3, 1}, G_BOOL, 0, 1, 1}, {2, {3, 4}, GF(-2, 2)}, {1, {4}, GF(-2, 2)}}, 0},
+    {"grad_sum", GA_SUM, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
+    {"grad_mean", GA_MEAN, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
+    {"grad_matmul", GA_MATMUL, 2, {{3, {2, 3, 4}, GF(-1, 1)}, {2, {4, 5}, GF(-1, 1)}}, 0},
+    {"grad_softmax", GA_SOFTMAX, 1, {{2, {3, 6}, GF(-2, 2)}}, 0},
+    {"grad_log_softmax", GA_LOG_SOFTMAX, 1, {{2, {5, 4}, GF(-2, 2)}}, 0},
+    {"grad_cross_entropy", GA_CE, 2, {{2, {4, 6}, GF(-2, 2)}, {1, {4}, G_INT, 0, 5, 2}}, 0},
+    {"grad_mse_loss", GA_MSE, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {3, 4}, GF(-2, 2)}}, 0},
+    {"grad_layer_norm", GA_LN, 3, {{2, {3, 8}, GF(-2, 2)}, {1, {8}, GF(0.5, 1.5)}, {1, {8}, GF(-1, 1)}}, 0},
+    {"grad_embedding", GA_EMB, 2, {{2, {6, 3}, GF(-2, 2)}, {1, {5}, G_INT, 0, 5, 2}}, 0},
+    {"grad_concat", GA_CONCAT, 2, {{2, {2, 3}, GF(-2, 2)}, {2, {4, 3}, GF(-2, 2)}}, 0},
+    {"grad_views", GA_VIEWS, 2, {{2, {4, 6}, GF(-2, 2)}, {2, {1, 4}, GF(-2, 2)}}, 0},
+    {"grad_reshape", GA_RESHAPE, 1, {{3, {2, 3, 4}, GF(-2, 2)}}, 0},
     /* vision ops (max pooling is left out: a step of h can move its argmax) */
     {"grad_conv2d", GA_CONV2D, 3,
-     {{4, {2, 4, 5, 4}, GF(-1, 1)}, {4, {6, 2, 3, 2}, GF(-1, 1)}, {1, {6}, GF(-1, 1)}}},
-    {"grad_avg_pool2d", GA_AVG_POOL2D, 1, {{4, {2, 3, 5, 6}, GF(-2, 2)}}},
-    {"grad_adaptive_pool", GA_ADAPTIVE_AVG_POOL2D, 1, {{4, {2, 2, 7, 5}, GF(-2, 2)}}},
+     {{4, {2, 4, 5, 4}, GF(-1, 1)}, {4, {6, 2, 3, 2}, GF(-1, 1)}, {1, {6}, GF(-1, 1)}}, 0},
+    {"grad_avg_pool2d", GA_AVG_POOL2D, 1, {{4, {2, 3, 5, 6}, GF(-2, 2)}}, 0},
+    {"grad_adaptive_pool", GA_ADAPTIVE_AVG_POOL2D, 1, {{4, {2, 2, 7, 5}, GF(-2, 2)}}, 0},
     {"grad_batch_norm", GA_BATCH_NORM, 3,
-     {{4, {4, 3, 3, 2}, GF(-2, 2)}, {1, {3}, GF(0.5, 1.5)}, {1, {3}, GF(-1, 1)}}},
+     {{4, {4, 3, 3, 2}, GF(-2, 2)}, {1, {3}, GF(0.5, 1.5)}, {1, {3}, GF(-1, 1)}}, 0},
 };
 #undef GF
 
-static ag_tensor *gfn(int fn, ag_tensor **x) {
+static ag_tensor *gfn(const gdef *g, ag_tensor **x) {
   static const int d1[1] = {1}, d02[2] = {0, 2}, perm[3] = {1, 2, 0};
-  switch (fn) {
+  double s0, s1;
+  switch (g->fn) {
+    case GA_UNARY:
+      ag_ref_unary_scalars(g->arg, &s0, &s1);
+      return call_table_unary(g->arg, x[0], s0, s1);
+    case GA_BINARY: return call_binary(g->arg, x[0], x[1]);
     case GA_ADD: return ag_add(x[0], x[1]);
     case GA_SUB: return ag_sub(x[0], x[1]);
     case GA_MUL: return ag_mul(x[0], x[1]);
     case GA_DIV: return ag_div(x[0], x[1]);
-    case GA_POW: return ag_pow_scalar(x[0], 2.5);
     case GA_AFFINE:
       return ag_div_scalar(ag_rsub_scalar(ag_sub_scalar(ag_add_scalar(ag_mul_scalar(x[0], 1.5), 0.25), 1), 2), 3);
-    case GA_NEG: return ag_neg(x[0]);
-    case GA_EXP: return ag_exp(x[0]);
-    case GA_LOG: return ag_log(x[0]);
-    case GA_SQRT: return ag_sqrt(x[0]);
-    case GA_RSQRT: return ag_rsqrt(x[0]);
-    case GA_ABS: return ag_abs(x[0]);
-    case GA_RELU: return ag_relu(x[0]);
-    case GA_GELU: return ag_gelu(x[0]);
-    case GA_SILU: return ag_silu(x[0]);
-    case GA_SIGMOID: return ag_sigmoid(x[0]);
-    case GA_TANH: return ag_tanh(x[0]);
     case GA_WHERE: return ag_where(x[0], x[1], x[2]);
     case GA_SUM: return ag_sum(x[0], 1, d1, false);
     case GA_MEAN: return ag_mean(x[0], 2, d02, true);
@@ -1880,7 +1873,7 @@ static double gloss(ctx *c, const gdef *g, double **vals, const double *w) {
   ag_scope_begin();
   ag_no_grad_begin();
   if (gupload(c, g, vals, false, x)) {
-    ag_tensor *y = gfn(g->fn, x);
+    ag_tensor *y = gfn(g, x);
     double *v = y ? rd(c, y) : NULL;
     if (!y) on_null(c, g->name);
     if (v) {
@@ -1909,7 +1902,7 @@ static void op_grad(ctx *c) {
     for (int64_t i = 0; vals[k] && i < n; i++) vals[k][i] = ag_conf_round(dt, gen(c, dt, in->kind, in->lo, in->hi));
   }
   ag_tensor *x[3];
-  ag_tensor *y = gupload(c, g, vals, true, x) ? gfn(g->fn, x) : NULL;
+  ag_tensor *y = gupload(c, g, vals, true, x) ? gfn(g, x) : NULL;
   if (!y && c->cres == AG_CONF_PASS) on_null(c, g->name);
   if (y) {
     int64_t ny = ag_tensor_numel(y);
@@ -1983,96 +1976,81 @@ typedef struct opdef {
   void (*fn)(ctx *);
   unsigned required; /* dtypes the op takes by contract */
   unsigned optional; /* dtypes a backend may take (DTYPE/UNSUPPORTED -> unsup) */
+  int arg;           /* the table's sub-op, for the table rows */
 } opdef;
 
+/* The table's rows: every elementwise op with a wrapper, in every dtype its
+ * entry takes; comparisons in every dtype. */
+#define CONF_DT_FLT 0
+#define CONF_DT_INT M_IN
+#define CONF_UROW(ID, name, api, f, save, b, amp, ints, ...) \
+  AG_OPT_IF(CONF_HAS_API_##api)({#name, op_table_unary, M_F | CONF_DT_##ints, 0, AG_U_##ID}, )
+#define CONF_BDT_ARITH(ints) M_F | CONF_DT_##ints
+#define CONF_BDT_CMP(ints) M_EVERY
+#define CONF_BROW(ID, name, api, f, kind, grad, da, db, ints, ...) \
+  AG_OPT_IF(CONF_HAS_API_##api)({#name, op_table_binary, CONF_BDT_##kind(ints), 0, AG_B_##ID}, )
+#define CONF_GROW_U(ID, name, api, f, save, ...) \
+  AG_OPT_IF(CONF_HAS_API_##api)(AG_OPT_IF(AG_OPT_HAS_BWD_##save)({"grad_" #name, op_grad, M_G, 0, 0}, ))
+#define CONF_GROW_B(ID, name, api, f, kind, grad, ...) \
+  AG_OPT_IF(CONF_HAS_API_##api)(AG_OPT_IF(AG_OPT_PART_##grad)({"grad_" #name, op_grad, M_G, 0, 0}, ))
+
 static const opdef OPS[] = {
-    {"add", op_add, M_F | M_IN, 0},
-    {"sub", op_sub, M_F | M_IN, 0},
-    {"mul", op_mul, M_F | M_IN, 0},
-    {"div", op_div, M_F, 0},
-    {"maximum", op_maximum, M_F, M_IN},
-    {"minimum", op_minimum, M_F, M_IN},
-    {"eq", op_eq, M_EVERY, 0},
-    {"ne", op_ne, M_EVERY, 0},
-    {"gt", op_gt, M_EVERY, 0},
-    {"ge", op_ge, M_EVERY, 0},
-    {"lt", op_lt, M_EVERY, 0},
-    {"le", op_le, M_EVERY, 0},
-    {"add_scalar", op_add_scalar, M_F, 0},
-    {"sub_scalar", op_sub_scalar, M_F, 0},
-    {"rsub_scalar", op_rsub_scalar, M_F, 0},
-    {"mul_scalar", op_mul_scalar, M_F, 0},
-    {"div_scalar", op_div_scalar, M_F, 0},
-    {"pow_scalar", op_pow_scalar, M_F, 0},
-    {"neg", op_neg, M_F | M_IN, 0},
-    {"exp", op_exp, M_F, 0},
-    {"log", op_log, M_F, 0},
-    {"sqrt", op_sqrt, M_F, 0},
-    {"rsqrt", op_rsqrt, M_F, 0},
-    {"abs", op_abs, M_F | M_IN, 0},
-    {"relu", op_relu, M_F, 0},
-    {"gelu", op_gelu, M_F, 0},
-    {"silu", op_silu, M_F, 0},
-    {"sigmoid", op_sigmoid, M_F, 0},
-    {"tanh", op_tanh, M_F, 0},
-    {"where", op_where, M_EVERY, 0},
-    {"masked_fill", op_masked_fill, M_F, M_IN | M_B},
-    {"sum", op_sum, M_F, M_IN | M_B},
-    {"mean", op_mean, M_F, 0},
-    {"max", op_max, M_EVERY, 0},
-    {"min", op_min, M_EVERY, 0},
-    {"argmax", op_argmax, M_F, M_IN | M_B},
-    {"matmul", op_matmul, M_F, 0},
-    {"softmax", op_softmax, M_F, 0},
-    {"log_softmax", op_log_softmax, M_F, 0},
-    {"cross_entropy", op_cross_entropy, M_F, 0},
-    {"mse_loss", op_mse_loss, M_F, 0},
-    {"layer_norm", op_layer_norm, M_F, 0},
-    {"embedding", op_embedding, M_F, 0},
-    {"concat", op_concat, M_EVERY, 0},
-    {"dropout", op_dropout, M_F, 0},
-    {"full", op_full, M_EVERY, 0},
-    {"arange", op_arange, M_F | M_IN, 0},
-    {"rand", op_rand, M_F, 0},
-    {"randn", op_randn, M_F, 0},
-    {"cast", op_cast, M_EVERY, 0},
-    {"contiguous", op_contiguous, M_EVERY, 0},
-    {"copy", op_copy, M_EVERY, 0},
-    {"to_device", op_to_device, M_EVERY, 0},
-    {"grad_add", op_grad, M_G, 0},
-    {"grad_sub", op_grad, M_G, 0},
-    {"grad_mul", op_grad, M_G, 0},
-    {"grad_div", op_grad, M_G, 0},
-    {"grad_pow_scalar", op_grad, M_G, 0},
-    {"grad_scalar_ops", op_grad, M_G, 0},
-    {"grad_neg", op_grad, M_G, 0},
-    {"grad_exp", op_grad, M_G, 0},
-    {"grad_log", op_grad, M_G, 0},
-    {"grad_sqrt", op_grad, M_G, 0},
-    {"grad_rsqrt", op_grad, M_G, 0},
-    {"grad_abs", op_grad, M_G, 0},
-    {"grad_relu", op_grad, M_G, 0},
-    {"grad_gelu", op_grad, M_G, 0},
-    {"grad_silu", op_grad, M_G, 0},
-    {"grad_sigmoid", op_grad, M_G, 0},
-    {"grad_tanh", op_grad, M_G, 0},
-    {"grad_where", op_grad, M_G, 0},
-    {"grad_sum", op_grad, M_G, 0},
-    {"grad_mean", op_grad, M_G, 0},
-    {"grad_matmul", op_grad, M_G, 0},
-    {"grad_softmax", op_grad, M_G, 0},
-    {"grad_log_softmax", op_grad, M_G, 0},
-    {"grad_cross_entropy", op_grad, M_G, 0},
-    {"grad_mse_loss", op_grad, M_G, 0},
-    {"grad_layer_norm", op_grad, M_G, 0},
-    {"grad_embedding", op_grad, M_G, 0},
-    {"grad_concat", op_grad, M_G, 0},
-    {"grad_views", op_grad, M_G, 0},
-    {"grad_reshape", op_grad, M_G, 0},
-    {"grad_conv2d", op_grad, M_G, 0},
-    {"grad_avg_pool2d", op_grad, M_G, 0},
-    {"grad_adaptive_pool", op_grad, M_G, 0},
-    {"grad_batch_norm", op_grad, M_G, 0},
+    AG_BINARY_OPS(CONF_BROW)
+    AG_UNARY_OPS(CONF_UROW)
+    {"pow_exponents", op_pow_exponents, M_F, 0, 0},
+    {"add_scalar", op_add_scalar, M_F, 0, 0},
+    {"sub_scalar", op_sub_scalar, M_F, 0, 0},
+    {"rsub_scalar", op_rsub_scalar, M_F, 0, 0},
+    {"mul_scalar", op_mul_scalar, M_F, 0, 0},
+    {"div_scalar", op_div_scalar, M_F, 0, 0},
+    {"where", op_where, M_EVERY, 0, 0},
+    {"masked_fill", op_masked_fill, M_F, M_IN | M_B, 0},
+    {"sum", op_sum, M_F, M_IN | M_B, 0},
+    {"mean", op_mean, M_F, 0, 0},
+    {"max", op_max, M_EVERY, 0, 0},
+    {"min", op_min, M_EVERY, 0, 0},
+    {"argmax", op_argmax, M_F, M_IN | M_B, 0},
+    {"matmul", op_matmul, M_F, 0, 0},
+    {"softmax", op_softmax, M_F, 0, 0},
+    {"log_softmax", op_log_softmax, M_F, 0, 0},
+    {"cross_entropy", op_cross_entropy, M_F, 0, 0},
+    {"mse_loss", op_mse_loss, M_F, 0, 0},
+    {"layer_norm", op_layer_norm, M_F, 0, 0},
+    {"embedding", op_embedding, M_F, 0, 0},
+    {"concat", op_concat, M_EVERY, 0, 0},
+    {"dropout", op_dropout, M_F, 0, 0},
+    {"full", op_full, M_EVERY, 0, 0},
+    {"arange", op_arange, M_F | M_IN, 0, 0},
+    {"rand", op_rand, M_F, 0, 0},
+    {"randn", op_randn, M_F, 0, 0},
+    {"cast", op_cast, M_EVERY, 0, 0},
+    {"contiguous", op_contiguous, M_EVERY, 0, 0},
+    {"copy", op_copy, M_EVERY, 0, 0},
+    {"to_device", op_to_device, M_EVERY, 0, 0},
+    AG_UNARY_OPS(CONF_GROW_U)
+    AG_BINARY_OPS(CONF_GROW_B)
+    {"grad_add", op_grad, M_G, 0, 0},
+    {"grad_sub", op_grad, M_G, 0, 0},
+    {"grad_mul", op_grad, M_G, 0, 0},
+    {"grad_div", op_grad, M_G, 0, 0},
+    {"grad_scalar_ops", op_grad, M_G, 0, 0},
+    {"grad_where", op_grad, M_G, 0, 0},
+    {"grad_sum", op_grad, M_G, 0, 0},
+    {"grad_mean", op_grad, M_G, 0, 0},
+    {"grad_matmul", op_grad, M_G, 0, 0},
+    {"grad_softmax", op_grad, M_G, 0, 0},
+    {"grad_log_softmax", op_grad, M_G, 0, 0},
+    {"grad_cross_entropy", op_grad, M_G, 0, 0},
+    {"grad_mse_loss", op_grad, M_G, 0, 0},
+    {"grad_layer_norm", op_grad, M_G, 0, 0},
+    {"grad_embedding", op_grad, M_G, 0, 0},
+    {"grad_concat", op_grad, M_G, 0, 0},
+    {"grad_views", op_grad, M_G, 0, 0},
+    {"grad_reshape", op_grad, M_G, 0, 0},
+    {"grad_conv2d", op_grad, M_G, 0, 0},
+    {"grad_avg_pool2d", op_grad, M_G, 0, 0},
+    {"grad_adaptive_pool", op_grad, M_G, 0, 0},
+    {"grad_batch_norm", op_grad, M_G, 0, 0},
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof OPS[0]))
@@ -2095,7 +2073,7 @@ ag_conf_result ag_conf_run(int op, ag_dtype dt, ag_device d, uint64_t seed, FILE
   const opdef *od = &OPS[op];
   unsigned bit = 1u << dt;
   if (!((od->required | od->optional) & bit)) return AG_CONF_NA;
-  ctx c = {.dev = d, .dt = dt, .seed = seed, .opname = od->name, .optional = (od->optional & bit) != 0,
+  ctx c = {.dev = d, .dt = dt, .seed = seed, .opname = od->name, .optional = (od->optional & bit) != 0, .arg = od->arg,
            .log = log, .res = AG_CONF_PASS};
   int64_t live = ag_live_tensors();
   ag_scope_begin();

@@ -386,15 +386,9 @@ static inline bool have_avx2(void) {
 
 bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, int64_t n) {
   static const double s[2] = {1, 0};
-  if (!avx2) {
-    unary_f(sub, o, a, n, s);
-    return true;
-  }
+  if (!avx2) return unary_f(sub, o, a, n, s);
 #if defined(AG_X86)
-  if (have_avx2()) {
-    unary_f_avx2(sub, o, a, n, s);
-    return true;
-  }
+  if (have_avx2()) return unary_f_avx2(sub, o, a, n, s);
 #endif
   return false;
 }
@@ -403,6 +397,15 @@ bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, int64_t n) 
  * complement; AFFINE exact in f64 then saturated into the output dtype ---- */
 
 static inline int64_t wrap(uint64_t u) { return (int64_t)u; }
+
+/* The table's INT entries (optable.h) are the ones written here: a new one
+ * must get its integer rule in unary_i or binary_i. */
+#define CPU_IS_INT_INT 1
+#define CPU_IS_INT_FLT 0
+#define CPU_COUNT_U_INT(ID, name, api, f, save, bwd, amp, ints, ...) +CPU_IS_INT_##ints
+#define CPU_COUNT_B_INT(ID, name, api, f, kind, grad, da, db, ints, ...) +CPU_IS_INT_##ints
+_Static_assert(0 AG_UNARY_OPS(CPU_COUNT_U_INT) == 4, "unary_i implements COPY, NEG, ABS, AFFINE");
+_Static_assert(0 AG_BINARY_OPS(CPU_COUNT_B_INT) == 11, "binary_i implements ADD..MIN and the comparisons");
 
 static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const double *s, ag_dtype odt) {
   switch (sub) {
@@ -416,7 +419,7 @@ static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const doub
     case AG_U_AFFINE: /* exact in f64 for integral scalars; truncates otherwise */
       for (int64_t i = 0; i < n; i++) o[i] = sat_int((double)a[i] * s[0] + s[1], odt);
       break;
-    default: break;
+    default: memset(o, 0, (size_t)n * sizeof *o); break; /* not reached: supports() refuses it */
   }
 }
 
@@ -442,7 +445,7 @@ static void binary_i(int sub, int64_t *o, const int64_t *a, const int64_t *b, in
     case AG_B_GE: for (int64_t i = 0; i < n; i++) o[i] = a[i] >= b[i]; break;
     case AG_B_LT: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i]; break;
     case AG_B_LE: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= b[i]; break;
-    default: break;
+    default: memset(o, 0, (size_t)n * sizeof *o); break; /* not reached: supports() refuses it */
   }
 }
 
@@ -466,22 +469,22 @@ typedef struct ew {
 static bool is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
 static int dom_of(ag_dtype dt) { return dt == AG_F64 ? DOM_D : is_int(dt) ? DOM_I : DOM_F; }
 static bool is_compare(int sub) {
-  return sub == AG_B_EQ || sub == AG_B_NE || sub == AG_B_GT || sub == AG_B_GE || sub == AG_B_LT ||
-         sub == AG_B_LE;
+  const ag_binary_info *bi = ag_binary_info_of(sub);
+  return bi && bi->compare;
 }
 
 static void ew_compute(const ew *e, void *o, void *const *in, int64_t n) {
   const ag_kernel_call *c = e->c;
   switch (e->dom) {
     case DOM_F:
-      if (e->kind == EW_UNARY) FV(unary_f)(c->sub, o, in[0], n, c->s);
-      else if (e->kind == EW_BINARY) FV(binary_f)(c->sub, o, in[0], in[1], n, c->s);
+      if (e->kind == EW_UNARY) (void)FV(unary_f)(c->sub, o, in[0], n, c->s);
+      else if (e->kind == EW_BINARY) (void)FV(binary_f)(c->sub, o, in[0], in[1], n, c->s);
       else if (e->kind == EW_WHERE) FV(where_f)(o, in[0], in[1], in[2], n);
       else for (int64_t i = 0; i < n; i++) ((float *)o)[i] = (float)c->s[0];
       break;
     case DOM_D:
-      if (e->kind == EW_UNARY) unary_d(c->sub, o, in[0], n, c->s);
-      else if (e->kind == EW_BINARY) binary_d(c->sub, o, in[0], in[1], n, c->s);
+      if (e->kind == EW_UNARY) (void)unary_d(c->sub, o, in[0], n, c->s);
+      else if (e->kind == EW_BINARY) (void)binary_d(c->sub, o, in[0], in[1], n, c->s);
       else if (e->kind == EW_WHERE) where_d(o, in[0], in[1], in[2], n);
       else for (int64_t i = 0; i < n; i++) ((double *)o)[i] = c->s[0];
       break;
@@ -641,11 +644,11 @@ static bool transpose_like(const ew *e) {
          e->shape[l - 1] >= 8;
 }
 
-/* Relative cost per element: transcendental bodies are ~8x an add. */
+/* Relative cost per element, from the op table (a transcendental ~8x an
+ * add). */
 static int64_t ew_cost(int kind, int sub) {
-  if (kind == EW_UNARY)
-    return (sub >= AG_U_EXP && sub <= AG_U_RSQRT) || (sub >= AG_U_GELU && sub <= AG_U_POW) ? 8 : 1;
-  if (kind == EW_BINARY) return sub >= AG_B_GELU_BWD && sub <= AG_B_POW_BWD ? 8 : 1;
+  if (kind == EW_UNARY) return ag_unary_info_of(sub)->cost;
+  if (kind == EW_BINARY) return ag_binary_info_of(sub)->cost;
   return 1;
 }
 
@@ -1626,12 +1629,16 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_EMBEDDING_BWD: return fl && (sub == 0 || sub == 1);
     case AG_K_DROPOUT:
     case AG_K_SUMSQ: return fl;
-    case AG_K_UNARY:
-      if (sub < 0 || sub >= AG_UNARY_COUNT) return false;
-      return fl || sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS || sub == AG_U_AFFINE;
-    case AG_K_BINARY:
-      if (sub < 0 || sub >= AG_BINARY_COUNT) return false;
-      return fl || (sub <= AG_B_LT && sub != AG_B_DIV) || is_compare(sub);
+    /* every table entry in every floating dtype; INT entries in every
+     * integer dtype too */
+    case AG_K_UNARY: {
+      const ag_unary_info *u = ag_unary_info_of(sub);
+      return u && (fl || u->ints == AG_OPT_INT);
+    }
+    case AG_K_BINARY: {
+      const ag_binary_info *b = ag_binary_info_of(sub);
+      return b && (fl || b->ints == AG_OPT_INT);
+    }
     /* sums of bool/u8 are done in i64 by the core */
     case AG_K_REDUCE: return sub >= 0 && sub < AG_REDUCE_COUNT && !(sub == AG_R_SUM && (dt == AG_BOOL || dt == AG_U8));
     case AG_K_SOFTMAX:

@@ -22,12 +22,11 @@ typedef enum clb_kernel {
   CLK_SOFTMAX, CLK_SOFTMAX_BWD, CLK_CE, CLK_CE_BWD, CLK_LN, CLK_LN_BWD, CLK_LN_BWD_WB,
   CLK_EMB, CLK_EMB_BWD, CLK_ADAMW, CLK_SGD, CLK_NONFINITE,
   CLK_IM2COL, CLK_COL2IM, CLK_CONV_BIAS, CLK_POOL, CLK_POOL_BWD, CLK_BN_STATS, CLK_BN_APPLY,
-  /* contiguous fast paths, one per sub-op: ag_u0.., ag_b0.. */
+  /* contiguous fast paths, one per sub-op, named from the op table
+   * (ag_u_EXP, ag_b_GELU_BWD); comparisons, which write bool, have none */
   CLK_UNARY_C0,
   CLK_BINARY_C0 = CLK_UNARY_C0 + AG_UNARY_COUNT,
-  /* fast paths for binary ops 0..AG_B_ABS_BWD (comparisons, which write
-   * bool, take the general kernel) */
-  CLK_COUNT = CLK_BINARY_C0 + AG_B_ABS_BWD + 1
+  CLK_COUNT = CLK_BINARY_C0 + AG_BINARY_COUNT
 } clb_kernel;
 
 /* Shape and per-operand strides of an elementwise launch; the layout equals

@@ -23,6 +23,18 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_POOL_BWD] = "ag_pool_bwd", [CLK_BN_STATS] = "ag_bn_stats", [CLK_BN_APPLY] = "ag_bn_apply",
 };
 
+/* The fast-path kernels' names, in sub-op order (elementwise.cl defines
+ * them from the same table); NULL for comparisons. */
+#define CL_NAME_U(ID, ...) "ag_u_" #ID,
+#define CL_NAME_CMP_ARITH(ID) "ag_b_" #ID,
+#define CL_NAME_CMP_CMP(ID) NULL,
+#define CL_NAME_B(ID, name, api, fwd, kind, ...) CL_NAME_CMP_##kind(ID)
+#define CL_NAME_BWD(ID, name, api, fwd, save, ...) AG_OPT_IF(AG_OPT_HAS_BWD_##save)("ag_b_" #ID "_BWD", )
+#define CL_NAME_PART(ID, name, api, fwd, kind, grad, ...) \
+  AG_OPT_IF(AG_OPT_PART_##grad)("ag_b_" #ID "_DA", "ag_b_" #ID "_DB", )
+static const char *const k_fast_names[AG_UNARY_COUNT + AG_BINARY_COUNT] = {
+    AG_UNARY_OPS(CL_NAME_U) AG_BINARY_OPS(CL_NAME_B) AG_UNARY_OPS(CL_NAME_BWD) AG_BINARY_OPS(CL_NAME_PART)};
+
 #define CLB_WG 256 /* AG_WG in the program */
 #define SUMSQ_GROUPS 64
 
@@ -35,17 +47,15 @@ ag_status clb_stream_kernels(ag_bstream *s) {
   if (st != AG_OK) return st;
   for (int i = 0; i < CLK_COUNT; i++) {
     cl_int err;
-    char fast[16];
-    const char *name = k_names[i];
-    if (i >= CLK_UNARY_C0) {
-      snprintf(fast, sizeof fast, i >= CLK_BINARY_C0 ? "ag_b%d" : "ag_u%d",
-               i - (i >= CLK_BINARY_C0 ? CLK_BINARY_C0 : CLK_UNARY_C0));
-      name = fast;
+    const char *name = i >= CLK_UNARY_C0 ? k_fast_names[i - CLK_UNARY_C0] : k_names[i];
+    if (!name) {
+      s->k[i] = NULL;
+      continue;
     }
     s->k[i] = clCreateKernel(prog, name, &err);
     if (!s->k[i]) {
       for (int j = 0; j < i; j++) {
-        clReleaseKernel(s->k[j]);
+        if (s->k[j]) clReleaseKernel(s->k[j]);
         s->k[j] = NULL;
       }
       return clb_error(err, name);
@@ -150,7 +160,8 @@ static size_t dsize(ag_dtype dt) {
 static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
 static bool is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
 static bool is_compare(int sub) {
-  return sub == AG_B_EQ || sub == AG_B_NE || sub == AG_B_GT || sub == AG_B_GE || sub == AG_B_LT || sub == AG_B_LE;
+  const ag_binary_info *b = ag_binary_info_of(sub);
+  return b && b->compare;
 }
 
 /* A floating value as integer dtype dt stores it: truncated and saturated
@@ -225,6 +236,7 @@ static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
     KBUF(&a, &c->o[2]);
     KA(&a, cl_int, o->dtype);
     KA(&a, cl_float, c->s[0]);
+    KA(&a, cl_float, c->s[1]);
     KA(&a, cl_long, n);
     return ka_run(&a, (size_t)n, 0);
   }
@@ -235,6 +247,7 @@ static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
   KA(&a, cl_int, c->o[1].dtype);
   KA(&a, cl_int, c->sub);
   KA(&a, cl_float, c->s[0]);
+  KA(&a, cl_float, c->s[1]);
   KA(&a, cl_long, (int64_t)c->s[0]);
   KA(&a, cl_int, c->s[0] == (double)(int32_t)c->s[0]);
   KA(&a, cl_long, n);
@@ -990,13 +1003,16 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_ARANGE: return fl || (in && dt != AG_BOOL);
     /* i32 indices only (sub 0): the core casts i64 ones */
     case AG_K_EMBEDDING: return sub == 0 && (fl || i32);
-    case AG_K_UNARY:
-      if (sub < 0 || sub >= AG_UNARY_COUNT) return false;
-      return fl || (in && (sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS || sub == AG_U_AFFINE));
-    case AG_K_BINARY:
-      if (sub < 0 || sub >= AG_BINARY_COUNT) return false;
-      if (is_compare(sub)) return fl || in;
-      return (fl && sub <= AG_B_ABS_BWD) || (in && sub <= AG_B_MIN && sub != AG_B_DIV);
+    /* the op table's entries: floats always, integers where the entry has
+     * an integer rule (elementwise.cl) */
+    case AG_K_UNARY: {
+      const ag_unary_info *u = ag_unary_info_of(sub);
+      return u && (fl || (in && u->ints == AG_OPT_INT));
+    }
+    case AG_K_BINARY: {
+      const ag_binary_info *b = ag_binary_info_of(sub);
+      return b && (fl || (in && b->ints == AG_OPT_INT));
+    }
     /* the core sums bool and u8 as i64 */
     case AG_K_REDUCE:
       return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in) &&

@@ -126,14 +126,20 @@ static void tag_activation(ag_tensor *t) {
     ag__block_set_category(t->st->block, AG_MEM_ACTIVATIONS);
 }
 
+/* The save rule of a table unary node (AG_SAVE_NG for a bad sub-op). */
+static ag_opt_save unary_save(const ag_gparams *p) {
+  const ag_unary_info *u = ag_unary_info_of((int)p->i[0]);
+  return u ? u->save : AG_SAVE_NG;
+}
+
 /* Whether the backward of op reads input i's values. */
-static bool needs_input(ag_gop op, int i) {
+static bool needs_input(ag_gop op, const ag_gparams *p, int i) {
   switch (op) {
-    case AG_G_MUL: case AG_G_DIV: case AG_G_MAXIMUM: case AG_G_MINIMUM: case AG_G_MSE:
+    case AG_G_MUL: case AG_G_DIV: case AG_G_BINARY: case AG_G_MSE:
       return true;
+    case AG_G_UNARY: return i == 0 && unary_save(p) == AG_SAVE_X;
     case AG_G_MATMUL: return i <= 1;             /* not a folded bias (input 2) */
-    case AG_G_RSUB_DIV: case AG_G_POW: case AG_G_LOG: case AG_G_SQRT: case AG_G_RSQRT:
-    case AG_G_ABS: case AG_G_RELU: case AG_G_GELU: case AG_G_SILU: case AG_G_MAX: case AG_G_MIN:
+    case AG_G_MAX: case AG_G_MIN:
       return i == 0;
     case AG_G_WHERE: return i == 0;              /* the condition */
     case AG_G_CROSS_ENTROPY: return true;        /* logits and targets */
@@ -146,10 +152,10 @@ static bool needs_input(ag_gop op, int i) {
   }
 }
 
-static bool needs_output(ag_gop op) {
+static bool needs_output(ag_gop op, const ag_gparams *p) {
   switch (op) {
-    case AG_G_EXP: case AG_G_SIGMOID: case AG_G_TANH: case AG_G_SOFTMAX: case AG_G_LOG_SOFTMAX:
-    case AG_G_MAX: case AG_G_MIN:
+    case AG_G_UNARY: return unary_save(p) == AG_SAVE_Y;
+    case AG_G_SOFTMAX: case AG_G_LOG_SOFTMAX: case AG_G_MAX: case AG_G_MIN:
       return true;
     default: return false;
   }
@@ -169,11 +175,7 @@ static ag_tensor *save(ag_tensor *t, bool tag) {
 
 static const char *const k_gop_names[AG_GOP_COUNT] = {
     [AG_G_ADD] = "add", [AG_G_SUB] = "sub", [AG_G_MUL] = "mul", [AG_G_DIV] = "div",
-    [AG_G_MAXIMUM] = "maximum", [AG_G_MINIMUM] = "minimum", [AG_G_AFFINE] = "affine",
-    [AG_G_RSUB_DIV] = "scalar/x", [AG_G_POW] = "pow", [AG_G_NEG] = "neg", [AG_G_EXP] = "exp",
-    [AG_G_LOG] = "log", [AG_G_SQRT] = "sqrt", [AG_G_RSQRT] = "rsqrt", [AG_G_ABS] = "abs",
-    [AG_G_RELU] = "relu", [AG_G_GELU] = "gelu", [AG_G_SILU] = "silu", [AG_G_SIGMOID] = "sigmoid",
-    [AG_G_TANH] = "tanh", [AG_G_WHERE] = "where", [AG_G_SUM] = "sum", [AG_G_MEAN] = "mean",
+    [AG_G_WHERE] = "where", [AG_G_SUM] = "sum", [AG_G_MEAN] = "mean",
     [AG_G_MAX] = "max", [AG_G_MIN] = "min", [AG_G_MATMUL] = "matmul", [AG_G_SOFTMAX] = "softmax",
     [AG_G_LOG_SOFTMAX] = "log_softmax", [AG_G_CROSS_ENTROPY] = "cross_entropy", [AG_G_MSE] = "mse_loss",
     [AG_G_LAYER_NORM] = "layer_norm", [AG_G_EMBEDDING] = "embedding", [AG_G_CONCAT] = "concat",
@@ -182,6 +184,18 @@ static const char *const k_gop_names[AG_GOP_COUNT] = {
     [AG_G_CHECKPOINT] = "checkpoint",
     [AG_G_CONV2D] = "conv2d", [AG_G_POOL2D] = "pool2d", [AG_G_BATCH_NORM] = "batch_norm",
 };
+
+const char *ag__node_name(const ag_node *n) {
+  if (n->op == AG_G_UNARY) {
+    const ag_unary_info *u = ag_unary_info_of((int)n->p.i[0]);
+    return u ? u->name : "an op";
+  }
+  if (n->op == AG_G_BINARY) {
+    const ag_binary_info *b = ag_binary_info_of((int)n->p.i[0]);
+    return b ? b->name : "an op";
+  }
+  return (unsigned)n->op < AG_GOP_COUNT && k_gop_names[n->op] ? k_gop_names[n->op] : "an op";
+}
 
 /* PyTorch's saved-variable check: a tensor the formula reads must still
  * hold what the forward saw. */
@@ -194,7 +208,7 @@ static ag_status check_one(const ag_node *n, const ag_tensor *t, const char *wha
                       "ag_backward: a tensor needed for gradient computation has been modified by an in-place "
                       "operation: %s (%s of %s) is at version %u, expected version %u; do the in-place write "
                       "after ag_backward, or write into a copy",
-                      ag_tensor_describe(t, b, sizeof b), w, k_gop_names[n->op] ? k_gop_names[n->op] : "an op",
+                      ag_tensor_describe(t, b, sizeof b), w, ag__node_name(n),
                       (unsigned)ag__version(t), (unsigned)t->saved_version);
 }
 
@@ -219,6 +233,7 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
   atomic_init(&n->refcount, 1);
   n->op = op;
   if (p) n->p = *p;
+  p = &n->p;
   n->n_in = n_inputs;
   n->out_dtype = out->dtype;
   n->out_ndim = out->ndim;
@@ -239,7 +254,7 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
     } else if (in->requires_grad) {
       e->leaf = ag__hold(in);
     }
-    if (needs_input(op, i) && !(e->val = save(in, in->grad_fn != NULL))) {
+    if (needs_input(op, p, i) && !(e->val = save(in, in->grad_fn != NULL))) {
       ag__node_release(n);
       return ag_last_status();
     }
@@ -257,7 +272,7 @@ ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *co
     }
   }
   n->n_saved = n_saved;
-  if (needs_output(op) || n->want_out) {
+  if (needs_output(op, p) || n->want_out) {
     /* A storage-sharing header without history: keeping `out` itself would
      * make out -> node -> out a reference cycle. */
     n->out_val = ag__private_ref(out);

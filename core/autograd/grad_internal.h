@@ -69,6 +69,8 @@ static inline void ag__unhold(ag_tensor *t) {
  * off inside the backward's scope. */
 AG_HIDDEN ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 AG_HIDDEN void ag__node_release(ag_node *n);
+/* The op's name for messages ("gelu", "matmul"); never NULL. */
+AG_HIDDEN const char *ag__node_name(const ag_node *n);
 /* Backward formulas of the vision ops (vision.c). */
 AG_HIDDEN ag_status ag__conv2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 AG_HIDDEN ag_status ag__pool2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);

@@ -40,8 +40,10 @@ static ag_tensor *reduce_edge(ag_tensor *g, const ag_edge *e) {
   return r;
 }
 
-/* out = f(a, b) for a backward sub-op of AG_K_BINARY (a = upstream grad). */
-static ag_tensor *binary_bwd(ag_binary_op sub, ag_tensor *g, ag_tensor *x, double s0) {
+/* out = f(a, b) for a backward sub-op of AG_K_BINARY, in the shape of g:
+ * a unary op's AG_B_<ID>_BWD (a = upstream grad g, b = the saved value) or
+ * a binary op's partial derivative (a, b the forward's inputs, broadcast). */
+static ag_tensor *binary_bwd(int sub, ag_tensor *g, ag_tensor *a, ag_tensor *b, double s0, double s1) {
   ag_tensor *out = ag__tensor_new(ag__ds(g), g->dtype, g->ndim, g->shape);
   if (!out) return NULL;
   ag_kernel_call c;
@@ -50,10 +52,11 @@ static ag_tensor *binary_bwd(ag_binary_op sub, ag_tensor *g, ag_tensor *x, doubl
   c.sub = sub;
   c.n_operands = 3;
   c.s[0] = s0;
+  c.s[1] = s1;
   c.name = "ag_backward";
   ag__operand(&c.o[0], out);
-  ag__operand(&c.o[1], g);
-  ag__operand(&c.o[2], x);
+  ag__broadcast_operand(&c.o[1], a, g->ndim, g->shape);
+  ag__broadcast_operand(&c.o[2], b, g->ndim, g->shape);
   if (out->numel && ag__launch(ag__ds(g), &c) != AG_OK) {
     ag_tensor_release(out);
     return NULL;
@@ -413,35 +416,32 @@ static ag_status concat_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   return AG_OK;
 }
 
-/* Unary formulas: each returns the input gradient (before reduction). */
+/* Unary formulas: each returns the input gradient (before reduction). A
+ * table op's is its generated backward kernel, reading what it saved. */
 static ag_tensor *unary_bwd(ag_node *n, ag_tensor *g) {
-  ag_tensor *x = n->e[0].val, *y = n->out_val, *t, *r;
-  switch (n->op) {
-    case AG_G_AFFINE: return ag_mul_scalar(g, n->p.s[0]);
-    case AG_G_NEG: return ag_neg(g);
-    case AG_G_EXP: return ag_mul(g, y);
-    case AG_G_LOG: return ag_div(g, x);
-    case AG_G_POW: return binary_bwd(AG_B_POW_BWD, g, x, n->p.s[0]);
-    case AG_G_SQRT: return binary_bwd(AG_B_POW_BWD, g, x, 0.5);
-    case AG_G_RSQRT: return binary_bwd(AG_B_POW_BWD, g, x, -0.5);
-    case AG_G_ABS: return binary_bwd(AG_B_ABS_BWD, g, x, 0);
-    case AG_G_RELU: return binary_bwd(AG_B_RELU_BWD, g, x, 0);
-    case AG_G_GELU: return binary_bwd(AG_B_GELU_BWD, g, x, 0);
-    case AG_G_SILU: return binary_bwd(AG_B_SILU_BWD, g, x, 0);
-    case AG_G_SIGMOID: return binary_bwd(AG_B_SIGMOID_BWD, g, y, 0);
-    case AG_G_TANH: return binary_bwd(AG_B_TANH_BWD, g, y, 0);
-    case AG_G_RSUB_DIV: /* d(s/x) = -s/x^2 */
-      t = ag_mul(x, x);
-      r = ag_div(g, t);
-      ag_tensor_release(t);
-      t = ag_mul_scalar(r, -n->p.s[0]);
-      ag_tensor_release(r);
-      return t;
-    case AG_G_DROPOUT: return ag_mul(g, n->saved[0]);
-    default:
-      ag_error_set(AG_ERR_INTERNAL, "ag_backward: no formula for op %d", (int)n->op);
-      return NULL;
+  if (n->op == AG_G_DROPOUT) return ag_mul(g, n->saved[0]);
+  const ag_unary_info *u = n->op == AG_G_UNARY ? ag_unary_info_of((int)n->p.i[0]) : NULL;
+  int sub = u ? ag_unary_bwd_op((int)n->p.i[0]) : -1;
+  if (sub < 0) {
+    ag_error_set(AG_ERR_INTERNAL, "ag_backward: no formula for %s", ag__node_name(n));
+    return NULL;
   }
+  ag_tensor *v = u->save == AG_SAVE_X ? n->e[0].val : u->save == AG_SAVE_Y ? n->out_val : g;
+  return binary_bwd(sub, g, g, v, n->p.s[0], n->p.s[1]);
+}
+
+/* g * d(a op b)/d(input k) for a table binary op whose gradient is
+ * generated (AG_G_BINARY), before reduction to the input's shape. */
+static ag_tensor *partial_bwd(ag_node *n, ag_tensor *g, int k) {
+  int sub = ag_binary_part_op((int)n->p.i[0], k);
+  if (sub < 0) {
+    ag_error_set(AG_ERR_INTERNAL, "ag_backward: no formula for %s", ag__node_name(n));
+    return NULL;
+  }
+  ag_tensor *d = binary_bwd(sub, g, n->e[0].val, n->e[1].val, n->p.s[0], n->p.s[1]);
+  ag_tensor *r = d ? ag_mul(g, d) : NULL;
+  ag_tensor_release(d);
+  return r;
 }
 
 ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
@@ -470,23 +470,10 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
         gin[1] = reduce_edge(u, &n->e[1]);
       }
       break;
-    case AG_G_MAXIMUM: case AG_G_MINIMUM: {
-      /* Ties split the gradient evenly, as torch.maximum does. */
-      /* m = sel + 0.5*eq in g's dtype (comparisons give bool) */
-      ag_tensor *selb = n->op == AG_G_MAXIMUM ? ag_gt(a, b) : ag_lt(a, b), *eqb = ag_eq(a, b);
-      ag_tensor *sel = selb ? ag_cast(selb, g->dtype) : NULL, *eq = eqb ? ag_cast(eqb, g->dtype) : NULL;
-      ag_tensor *half = ag_mul_scalar(eq, 0.5);
-      m = ag_add(sel, half);
-      ag_tensor_release(selb);
-      ag_tensor_release(eqb);
-      ag_tensor_release(sel);
-      ag_tensor_release(eq);
-      ag_tensor_release(half);
-      t = ag_mul(g, m);
-      if (NEED(0)) gin[0] = reduce_edge(t, &n->e[0]);
-      if (NEED(1)) gin[1] = reduce_edge(u = ag_sub(g, t), &n->e[1]);
+    case AG_G_BINARY:
+      if (NEED(0)) gin[0] = reduce_edge(t = partial_bwd(n, g, 0), &n->e[0]);
+      if (NEED(1)) gin[1] = reduce_edge(u = partial_bwd(n, g, 1), &n->e[1]);
       break;
-    }
     case AG_G_WHERE: {
       ag_tensor *z = scalar_like(g, 0.0);
       if (n->n_in > 1 && NEED(1)) gin[1] = reduce_edge(t = ag_where(a, g, z), &n->e[1]);

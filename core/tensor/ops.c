@@ -150,19 +150,23 @@ static bool same_dtype(const char *op, const ag_tensor *a, const ag_tensor *b) {
 
 /* ---------------- elementwise ---------------- */
 
-static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b,
-                         int save) {
+static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b) {
   ag_tensor *in[2] = {a, b};
   if (null_args(name, 2, in)) return NULL;
   ag_devstate *ds = ag__same_device(name, 2, in);
   if (!ds) return NULL;
   if (!same_dtype(name, a, b)) return NULL;
+  const ag_binary_info *bi = ag_binary_info_of(bop);
+  if (bi->ints == AG_OPT_FLT && !ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
   int nd;
   int64_t shape[AG_MAX_DIMS];
   if (!broadcast_shapes(name, 2, in, &nd, shape)) return NULL;
   if (!ag__supported(ds, AG_K_BINARY, bop, a->dtype, name)) return NULL;
   /* comparisons give bool (PyTorch); the kernel sees the inputs' dtype */
-  ag_tensor *out = ag__tensor_new(ds, ag__binary_is_compare(bop) ? AG_BOOL : a->dtype, nd, shape);
+  ag_tensor *out = ag__tensor_new(ds, bi->compare ? AG_BOOL : a->dtype, nd, shape);
   if (!out) return NULL;
   if (out->numel) {
     ag_kernel_call c;
@@ -171,45 +175,46 @@ static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag
     ag__broadcast_operand(&c.o[1], a, nd, shape);
     ag__broadcast_operand(&c.o[2], b, nd, shape);
     c.s[0] = 1.0;
+    c.s[1] = 0.0;
     if (ag__launch(ds, &c) != AG_OK) return finish(out, AG_ERR_BACKEND);
   }
   if ((int)gop < 0) return out;
-  return record(out, gop, 2, in, save ? 2 : 0, in, NULL);
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.i[0] = bop;
+  p.s[0] = 1.0;
+  return record(out, gop, 2, in, 0, NULL, &p);
 }
 
-static ag_tensor *binary(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b,
-                         int save) {
-  if (!AC_ON() || !a || !b || a->dtype == b->dtype) return binary_impl(name, bop, gop, a, b, save);
+static ag_tensor *binary(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b) {
+  if (!AC_ON() || !a || !b || a->dtype == b->dtype) return binary_impl(name, bop, gop, a, b);
   ag_tensor *ts[2] = {a, b};
   ac_args ac;
   if (!ac_begin(AC_WIDEST, 2, ts, &ac)) return NULL;
-  return ac_end(&ac, binary_impl(name, bop, gop, ts[0], ts[1], save));
+  return ac_end(&ac, binary_impl(name, bop, gop, ts[0], ts[1]));
 }
 
-ag_tensor *ag_add(ag_tensor *a, ag_tensor *b) { return binary("ag_add", AG_B_ADD, AG_G_ADD, a, b, 0); }
-ag_tensor *ag_sub(ag_tensor *a, ag_tensor *b) { return binary("ag_sub", AG_B_SUB, AG_G_SUB, a, b, 0); }
-ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b) { return binary("ag_mul", AG_B_MUL, AG_G_MUL, a, b, 1); }
-ag_tensor *ag_div(ag_tensor *a, ag_tensor *b) { return binary("ag_div", AG_B_DIV, AG_G_DIV, a, b, 1); }
-ag_tensor *ag_maximum(ag_tensor *a, ag_tensor *b) {
-  return binary("ag_maximum", AG_B_MAX, AG_G_MAXIMUM, a, b, 1);
-}
-ag_tensor *ag_minimum(ag_tensor *a, ag_tensor *b) {
-  return binary("ag_minimum", AG_B_MIN, AG_G_MINIMUM, a, b, 1);
-}
-ag_tensor *ag_eq(ag_tensor *a, ag_tensor *b) { return binary("ag_eq", AG_B_EQ, (ag_gop)-1, a, b, 0); }
-ag_tensor *ag_gt(ag_tensor *a, ag_tensor *b) { return binary("ag_gt", AG_B_GT, (ag_gop)-1, a, b, 0); }
-ag_tensor *ag_lt(ag_tensor *a, ag_tensor *b) { return binary("ag_lt", AG_B_LT, (ag_gop)-1, a, b, 0); }
-ag_tensor *ag_ne(ag_tensor *a, ag_tensor *b) { return binary("ag_ne", AG_B_NE, (ag_gop)-1, a, b, 0); }
-ag_tensor *ag_le(ag_tensor *a, ag_tensor *b) { return binary("ag_le", AG_B_LE, (ag_gop)-1, a, b, 0); }
-ag_tensor *ag_ge(ag_tensor *a, ag_tensor *b) { return binary("ag_ge", AG_B_GE, (ag_gop)-1, a, b, 0); }
+/* The public binary ops, one per table entry (optable.h): CORE gradients
+ * are the AG_G_<ID> formulas of grad_ops.c, PART ones the generated
+ * partial derivatives, CMP ops have none. */
+#define OPS_GOP_CORE(ID) AG_G_##ID
+#define OPS_GOP_PART(ID) AG_G_BINARY
+#define OPS_GOP_NG(ID) ((ag_gop)-1)
+#define OPS_BWRAP_B(ID, name, grad)                            \
+  ag_tensor *ag_##name(ag_tensor *a, ag_tensor *b) {            \
+    return binary("ag_" #name, AG_B_##ID, OPS_GOP_##grad(ID), a, b); \
+  }
+#define OPS_BWRAP_BH(ID, name, grad)
+#define OPS_BWRAP(ID, name, api, f, kind, grad, ...) OPS_BWRAP_##api(ID, name, grad)
+AG_BINARY_OPS(OPS_BWRAP)
 
-enum { SAVE_NONE, SAVE_X, SAVE_OUT };
-
-static ag_tensor *unary(const char *name, ag_unary_op uop, ag_gop gop, ag_tensor *a, double s0, double s1,
-                        int save, bool float_only) {
+/* A unary op of the table: validate, launch, record what the table says
+ * the backward reads. */
+static ag_tensor *unary_impl(const char *name, ag_unary_op uop, ag_tensor *a, double s0, double s1) {
   if (null_args(name, 1, &a)) return NULL;
+  const ag_unary_info *u = ag_unary_info_of(uop);
   ag_devstate *ds = ag__ds(a);
-  if (float_only && !ag_dtype_is_float(a->dtype)) {
+  if (u->ints == AG_OPT_FLT && !ag_dtype_is_float(a->dtype)) {
     ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
     return NULL;
   }
@@ -225,14 +230,35 @@ static ag_tensor *unary(const char *name, ag_unary_op uop, ag_gop gop, ag_tensor
     c.s[1] = s1;
     if (ag__launch(ds, &c) != AG_OK) return finish(out, AG_ERR_BACKEND);
   }
-  if ((int)gop < 0) return out;
+  if (u->save == AG_SAVE_NG) return out;
   ag_gparams p;
   memset(&p, 0, sizeof p);
+  p.i[0] = uop;
   p.s[0] = s0;
   p.s[1] = s1;
-  ag_tensor *sv = save == SAVE_X ? a : out;
-  return record(out, gop, 1, &a, save == SAVE_NONE ? 0 : 1, &sv, &p);
+  return record(out, AG_G_UNARY, 1, &a, 0, NULL, &p);
 }
+
+/* The table's AMP policy: F32 ops run in f32 inside an autocast region. */
+static ag_tensor *unary(const char *name, ag_unary_op uop, ag_tensor *a, double s0, double s1) {
+  if (!AC_ON() || !a || !ag_unary_info_of(uop)->amp_f32) return unary_impl(name, uop, a, s0, s1);
+  ac_args ac;
+  if (!ac_begin(AC_F32, 1, &a, &ac)) return NULL;
+  return ac_end(&ac, unary_impl(name, uop, a, s0, s1));
+}
+
+/* The public unary ops, one per table entry with a generated wrapper. */
+#define OPS_UWRAP_A0(ID, name) \
+  ag_tensor *ag_##name(ag_tensor *a) { return unary("ag_" #name, AG_U_##ID, a, 0, 0); }
+#define OPS_UWRAP_A1(ID, name) \
+  ag_tensor *ag_##name(ag_tensor *a, double s0) { return unary("ag_" #name, AG_U_##ID, a, s0, 0); }
+#define OPS_UWRAP_A2(ID, name)                                     \
+  ag_tensor *ag_##name(ag_tensor *a, double s0, double s1) {        \
+    return unary("ag_" #name, AG_U_##ID, a, s0, s1);                \
+  }
+#define OPS_UWRAP_AH(ID, name)
+#define OPS_UWRAP(ID, name, api, ...) OPS_UWRAP_##api(ID, name)
+AG_UNARY_OPS(OPS_UWRAP)
 
 /* i32 allows affine maps with integral scalars only. */
 static bool int_scalars_ok(const char *name, ag_tensor *a, double s0, double s1) {
@@ -244,7 +270,7 @@ static bool int_scalars_ok(const char *name, ag_tensor *a, double s0, double s1)
 
 static ag_tensor *affine(const char *name, ag_tensor *a, double mul, double add) {
   if (!int_scalars_ok(name, a, mul, add)) return NULL;
-  return unary(name, AG_U_AFFINE, AG_G_AFFINE, a, mul, add, SAVE_NONE, false);
+  return unary(name, AG_U_AFFINE, a, mul, add);
 }
 
 ag_tensor *ag_add_scalar(ag_tensor *a, double s) { return affine("ag_add_scalar", a, 1.0, s); }
@@ -259,30 +285,7 @@ ag_tensor *ag_div_scalar(ag_tensor *a, double s) {
   }
   return affine("ag_div_scalar", a, 1.0 / s, 0.0);
 }
-/* unary ops that autocast runs in f32 */
-static ag_tensor *unary_f32(const char *name, ag_unary_op uop, ag_gop gop, ag_tensor *a, double s0, int save) {
-  if (!AC_ON() || !a) return unary(name, uop, gop, a, s0, 0, save, true);
-  ac_args ac;
-  if (!ac_begin(AC_F32, 1, &a, &ac)) return NULL;
-  return ac_end(&ac, unary(name, uop, gop, a, s0, 0, save, true));
-}
-
-ag_tensor *ag_pow_scalar(ag_tensor *a, double e) {
-  return unary_f32("ag_pow_scalar", AG_U_POW, AG_G_POW, a, e, SAVE_X);
-}
-ag_tensor *ag_neg(ag_tensor *a) { return unary("ag_neg", AG_U_NEG, AG_G_NEG, a, 0, 0, SAVE_NONE, false); }
-ag_tensor *ag_exp(ag_tensor *a) { return unary_f32("ag_exp", AG_U_EXP, AG_G_EXP, a, 0, SAVE_OUT); }
-ag_tensor *ag_log(ag_tensor *a) { return unary_f32("ag_log", AG_U_LOG, AG_G_LOG, a, 0, SAVE_X); }
-ag_tensor *ag_sqrt(ag_tensor *a) { return unary("ag_sqrt", AG_U_SQRT, AG_G_SQRT, a, 0, 0, SAVE_OUT, true); }
-ag_tensor *ag_rsqrt(ag_tensor *a) { return unary_f32("ag_rsqrt", AG_U_RSQRT, AG_G_RSQRT, a, 0, SAVE_OUT); }
-ag_tensor *ag_abs(ag_tensor *a) { return unary("ag_abs", AG_U_ABS, AG_G_ABS, a, 0, 0, SAVE_X, false); }
-ag_tensor *ag_relu(ag_tensor *a) { return unary("ag_relu", AG_U_RELU, AG_G_RELU, a, 0, 0, SAVE_X, true); }
-ag_tensor *ag_gelu(ag_tensor *a) { return unary("ag_gelu", AG_U_GELU, AG_G_GELU, a, 0, 0, SAVE_X, true); }
-ag_tensor *ag_silu(ag_tensor *a) { return unary("ag_silu", AG_U_SILU, AG_G_SILU, a, 0, 0, SAVE_X, true); }
-ag_tensor *ag_sigmoid(ag_tensor *a) {
-  return unary("ag_sigmoid", AG_U_SIGMOID, AG_G_SIGMOID, a, 0, 0, SAVE_OUT, true);
-}
-ag_tensor *ag_tanh(ag_tensor *a) { return unary("ag_tanh", AG_U_TANH, AG_G_TANH, a, 0, 0, SAVE_OUT, true); }
+ag_tensor *ag_rdiv_scalar(ag_tensor *a, double s) { return unary("ag_rdiv_scalar", AG_U_RSUB_DIV, a, s, 0); }
 
 static ag_tensor *where_impl(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
   static const char name[] = "ag_where";

@@ -376,8 +376,28 @@ bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char 
   return false;
 }
 
+/* An elementwise sub-op the backend does not run is refused here, by the
+ * backend's own supports() data, whatever the caller checked: a kernel
+ * never sees a sub-op it lacks (which could pass its input through). The
+ * dtype asked is the input's (casts and comparisons read it; the other ops
+ * have one dtype). */
+static ag_status elementwise_check(ag_devstate *ds, const ag_kernel_call *c) {
+  const ag_dtype dt = c->o[1].dtype;
+  if (AG_LIKELY(ds->be->supports(ds->ord, c->op, c->sub, dt))) return AG_OK;
+  const ag_unary_info *u = c->op == AG_K_UNARY ? ag_unary_info_of(c->sub) : NULL;
+  const ag_binary_info *b = c->op == AG_K_BINARY ? ag_binary_info_of(c->sub) : NULL;
+  const char *sub = u ? u->name : b ? b->name : "(unknown sub-op)";
+  return ag_error_set(AG_ERR_UNSUPPORTED, "%s: elementwise %s (%s %d) for %s is not implemented on %s",
+                      c->name ? c->name : "launch", sub, c->op == AG_K_UNARY ? "unary" : "binary", c->sub,
+                      ag_dtype_name(dt), ds->label);
+}
+
 ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
   ag_stream *s = ag__current_stream(ds);
+  if (c->op == AG_K_UNARY || c->op == AG_K_BINARY) {
+    ag_status est = elementwise_check(ds, c);
+    if (AG_UNLIKELY(est != AG_OK)) return est;
+  }
   c->flags = ag_get_deterministic() ? AG_KF_DETERMINISTIC : 0u;
   ag_status st = ds->be->launch(s->bs, c);
   if (AG_UNLIKELY(st != AG_OK)) return st;

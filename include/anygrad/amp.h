@@ -1,9 +1,12 @@
 /* Mixed precision: autocast regions.
  * Inside a region (per thread, nestable) float ops follow a per-op policy:
  *   low precision (the region's f16 or bf16): matmul
- *   f32: softmax, log_softmax, layer_norm, sum, mean, exp, log, pow, rsqrt,
- *        cross_entropy, mse_loss
- *   widest input: add, sub, mul, div, maximum, minimum, where, concat
+ *   f32: softmax, log_softmax, layer_norm, sum, mean, cross_entropy,
+ *        mse_loss, and the elementwise ops whose op-table entry says F32
+ *        (optable.h: exp, log, pow_scalar, rsqrt, softplus, reciprocal,
+ *        log1p, expm1)
+ *   widest input: the binary elementwise ops (add, sub, mul, div, maximum,
+ *        minimum, atan2, remainder, comparisons), where, concat
  *   (f16 with bf16 promotes to f32)
  *   everything else runs in its input's dtype.
  * Casts are ordinary differentiable ops, so gradients reach f32 parameters in

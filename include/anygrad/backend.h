@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "anygrad/device.h"
+#include "anygrad/optable.h"
 #include "anygrad/status.h"
 #include "anygrad/tensor.h"
 
@@ -134,33 +135,93 @@ typedef enum ag_kop {
   AG_KOP_COUNT
 } ag_kop;
 
-typedef enum ag_unary_op {
-  AG_U_COPY = 0, /* also casts between dtypes */
-  AG_U_NEG, AG_U_EXP, AG_U_LOG, AG_U_SQRT, AG_U_RSQRT, AG_U_ABS,
-  AG_U_RELU, AG_U_GELU, AG_U_SILU, AG_U_SIGMOID, AG_U_TANH,
-  AG_U_POW,        /* x^s[0] */
-  AG_U_AFFINE,     /* x*s[0] + s[1] (scalar add/sub/mul/div) */
-  AG_U_RSUB_DIV,   /* s[0] / x */
-  AG_U_SQUARE,
-  AG_UNARY_COUNT
-} ag_unary_op;
+/* ---- elementwise sub-ops, expanded from the op table (optable.h) ----
+ * AG_K_UNARY: o0 = f(o1) for sub = ag_unary_op; o0, o1 dtypes may differ
+ * for COPY (a cast). AG_K_BINARY: o0 = f(o1, o2) for sub = ag_binary_op:
+ * first the table's binary ops, then AG_B_<ID>_BWD for each unary op with a
+ * gradient (a = upstream gradient, b = the saved x or y; returns the input
+ * gradient), then AG_B_<ID>_DA and AG_B_<ID>_DB for binary ops whose
+ * gradient is generated (the partial derivatives in a and b). CMP ops write
+ * bool and compute in the inputs' dtype, which supports() is asked for.
+ * Scalars: s[0], s[1] as the table's s0, s1. */
+/* What the table says of a sub-op, for the core and the backends. */
+typedef enum ag_opt_save { AG_SAVE_NG, AG_SAVE_N, AG_SAVE_X, AG_SAVE_Y } ag_opt_save;
+typedef enum ag_opt_dtypes { AG_OPT_FLT, AG_OPT_INT } ag_opt_dtypes;
+typedef struct ag_unary_info {
+  const char *name;   /* "exp": the public op is ag_exp */
+  ag_opt_save save;   /* what the backward reads */
+  bool amp_f32;       /* autocast runs the op in f32 */
+  ag_opt_dtypes ints; /* FLT: floating dtypes only */
+  int cost;           /* relative CPU cost per element */
+} ag_unary_info;
+typedef struct ag_binary_info {
+  const char *name;   /* "atan2", or "gelu backward", "atan2 da" */
+  bool compare;       /* bool output */
+  bool part;          /* gradient from the generated _DA/_DB ops */
+  ag_opt_dtypes ints;
+  int cost;
+} ag_binary_info;
 
-typedef enum ag_binary_op {
-  AG_B_ADD = 0,  /* a + s[0]*b  (the core passes s[0] = 1 for plain add) */
-  AG_B_SUB, AG_B_MUL, AG_B_DIV, AG_B_MAX, AG_B_MIN,
-  AG_B_EQ, AG_B_GT, AG_B_LT, /* o0 bool (1 or 0); o1, o2 the compared dtype,
-                                which supports() is asked for */
-  /* backward helpers: a = upstream grad, b = saved tensor */
-  AG_B_RELU_BWD,    /* b = x: a * (x > 0) */
-  AG_B_GELU_BWD,    /* b = x */
-  AG_B_SILU_BWD,    /* b = x */
-  AG_B_SIGMOID_BWD, /* b = y: a * y * (1 - y) */
-  AG_B_TANH_BWD,    /* b = y: a * (1 - y*y) */
-  AG_B_POW_BWD,     /* b = x: a * s[0] * x^(s[0]-1) */
-  AG_B_ABS_BWD,     /* b = x: a * sign(x) */
-  AG_B_NE, AG_B_LE, AG_B_GE, /* comparisons as AG_B_EQ */
-  AG_BINARY_COUNT
-} ag_binary_op;
+#ifdef __cplusplus
+#define AG_OPT_STATIC_ASSERT static_assert
+#else
+#define AG_OPT_STATIC_ASSERT _Static_assert
+#endif
+#define AG_OPT_SAVE_NG AG_SAVE_NG
+#define AG_OPT_SAVE_N AG_SAVE_N
+#define AG_OPT_SAVE_X AG_SAVE_X
+#define AG_OPT_SAVE_Y AG_SAVE_Y
+#define AG_OPT_AMP_KEEP false
+#define AG_OPT_AMP_F32 true
+#define AG_OPT_INTS_FLT AG_OPT_FLT
+#define AG_OPT_INTS_INT AG_OPT_INT
+#define AG_OPT_CMP_ARITH false
+#define AG_OPT_CMP_CMP true
+#define AG_OPT_U_INFO(ID, name, api, f, save, b, amp, ints, cost, ...) \
+  {#name, AG_OPT_SAVE_##save, AG_OPT_AMP_##amp, AG_OPT_INTS_##ints, cost},
+#define AG_OPT_B_INFO(ID, name, api, f, kind, grad, da, db, ints, cost, ...) \
+  {#name, AG_OPT_CMP_##kind, AG_OPT_PART_##grad, AG_OPT_INTS_##ints, cost},
+#define AG_OPT_BWD_INFO(ID, name, api, f, save, b, amp, ints, cost, ...) \
+  AG_OPT_IF(AG_OPT_HAS_BWD_##save)({#name " backward", false, false, AG_OPT_FLT, cost}, )
+#define AG_OPT_PART_INFO(ID, name, api, f, kind, grad, da, db, ints, cost, ...) \
+  AG_OPT_IF(AG_OPT_PART_##grad)({#name " da", false, false, AG_OPT_FLT, cost},      \
+                                {#name " db", false, false, AG_OPT_FLT, cost}, )
+
+#define AG_OPT_BWD_CASE(ID, n, api, f, save, ...) \
+  AG_OPT_IF(AG_OPT_HAS_BWD_##save)(case AG_U_##ID: return AG_B_##ID##_BWD;)
+#define AG_OPT_PART_CASE(ID, n, api, f, kind, grad, ...) \
+  AG_OPT_IF(AG_OPT_PART_##grad)(case AG_B_##ID: return k == 0 ? AG_B_##ID##_DA : AG_B_##ID##_DB;)
+
+/* The binary sub-op that computes unary op's input gradient (AG_B_<ID>_BWD),
+ * or -1 when the op has no gradient. */
+static inline int ag_unary_bwd_op(int op) {
+  switch (op) {
+    AG_UNARY_OPS(AG_OPT_BWD_CASE)
+    default: return -1;
+  }
+}
+/* The binary sub-op computing d(a op b)/da (k = 0) or d/db (k = 1) for a
+ * binary op whose gradient is generated, or -1. */
+static inline int ag_binary_part_op(int op, int k) {
+  switch (op) {
+    AG_BINARY_OPS(AG_OPT_PART_CASE)
+    default: return -1;
+  }
+}
+
+/* The table's facts of unary sub-op op, or NULL when op is out of range. */
+static inline const ag_unary_info *ag_unary_info_of(int op) {
+  static const ag_unary_info t[] = {AG_UNARY_OPS(AG_OPT_U_INFO)};
+  AG_OPT_STATIC_ASSERT(sizeof t / sizeof t[0] == AG_UNARY_COUNT, "unary table and enum differ");
+  return op >= 0 && op < AG_UNARY_COUNT ? &t[op] : NULL;
+}
+/* The same for binary sub-ops (forward, unary backward, partials). */
+static inline const ag_binary_info *ag_binary_info_of(int op) {
+  static const ag_binary_info t[] = {AG_BINARY_OPS(AG_OPT_B_INFO) AG_UNARY_OPS(AG_OPT_BWD_INFO)
+                                         AG_BINARY_OPS(AG_OPT_PART_INFO)};
+  AG_OPT_STATIC_ASSERT(sizeof t / sizeof t[0] == AG_BINARY_COUNT, "binary table and enum differ");
+  return op >= 0 && op < AG_BINARY_COUNT ? &t[op] : NULL;
+}
 
 typedef enum ag_reduce_op {
   AG_R_SUM = 0, AG_R_MAX, AG_R_MIN,

@@ -18,48 +18,50 @@
 #ifndef ANYGRAD_OPS_H
 #define ANYGRAD_OPS_H
 
+#include "anygrad/optable.h"
 #include "anygrad/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- elementwise, NumPy broadcasting ---- */
-AG_API ag_tensor *ag_add(ag_tensor *a, ag_tensor *b);
-AG_API ag_tensor *ag_sub(ag_tensor *a, ag_tensor *b);
-AG_API ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b);
-AG_API ag_tensor *ag_div(ag_tensor *a, ag_tensor *b);
-AG_API ag_tensor *ag_maximum(ag_tensor *a, ag_tensor *b);
-AG_API ag_tensor *ag_minimum(ag_tensor *a, ag_tensor *b);
-/* Comparisons return AG_BOOL (0 or 1), as PyTorch does; the inputs share
- * one dtype. NaN compares unequal to everything (ne is true). Before the
- * bool dtype they returned the inputs' dtype: multiply by a mask after
- * ag_cast(mask, dtype). */
-AG_API ag_tensor *ag_eq(ag_tensor *a, ag_tensor *b);
-AG_API ag_tensor *ag_ne(ag_tensor *a, ag_tensor *b);
-AG_API ag_tensor *ag_gt(ag_tensor *a, ag_tensor *b);
-AG_API ag_tensor *ag_ge(ag_tensor *a, ag_tensor *b);
-AG_API ag_tensor *ag_lt(ag_tensor *a, ag_tensor *b);
-AG_API ag_tensor *ag_le(ag_tensor *a, ag_tensor *b);
+/* ---- elementwise, NumPy broadcasting ----
+ * One function per entry of the op table (anygrad/optable.h, which gives
+ * each op's formula, gradient, AMP policy and dtypes):
+ *   binary:  ag_add ag_sub ag_mul ag_div ag_maximum ag_minimum ag_atan2
+ *            ag_remainder (a - floor(a/b)*b, the sign of b, as Python), and
+ *            the comparisons ag_eq ag_ne ag_gt ag_ge ag_lt ag_le, which return
+ *            AG_BOOL (0 or 1) as PyTorch does; the inputs share one dtype and
+ *            NaN compares unequal to everything (ne is true). Before the bool
+ *            dtype they returned the inputs' dtype: multiply by a mask after
+ *            ag_cast(mask, dtype).
+ *   unary:   ag_neg ag_exp ag_log ag_sqrt ag_rsqrt ag_abs ag_relu ag_silu
+ *            ag_sigmoid ag_tanh ag_square ag_sin ag_cos ag_erf ag_floor ag_ceil
+ *            ag_round (halves to even) ag_sign ag_reciprocal ag_log1p ag_expm1
+ *            ag_hardswish ag_hardsigmoid ag_mish ag_gelu (tanh approximation)
+ *            ag_gelu_erf (PyTorch's default, exact erf form)
+ *   with scalars: ag_pow_scalar(x, exponent) ag_leaky_relu(x, negative_slope)
+ *            ag_elu(x, alpha) ag_clamp(x, min, max) (NaN passes)
+ *            ag_softplus(x, beta, threshold) (PyTorch's defaults: 1, 20)
+ * Ops without an integer rule in the table take floating dtypes only
+ * (AG_ERR_DTYPE otherwise). */
+#define AG_OPS_DECL_B(name) AG_API ag_tensor *ag_##name(ag_tensor *a, ag_tensor *b);
+#define AG_OPS_DECL_BH(name)
+#define AG_OPS_DECL_BINARY(ID, name, api, ...) AG_OPS_DECL_##api(name)
+#define AG_OPS_DECL_A0(name) AG_API ag_tensor *ag_##name(ag_tensor *a);
+#define AG_OPS_DECL_A1(name) AG_API ag_tensor *ag_##name(ag_tensor *a, double s0);
+#define AG_OPS_DECL_A2(name) AG_API ag_tensor *ag_##name(ag_tensor *a, double s0, double s1);
+#define AG_OPS_DECL_AH(name)
+#define AG_OPS_DECL_UNARY(ID, name, api, ...) AG_OPS_DECL_##api(name)
+AG_BINARY_OPS(AG_OPS_DECL_BINARY)
+AG_UNARY_OPS(AG_OPS_DECL_UNARY)
 
 AG_API ag_tensor *ag_add_scalar(ag_tensor *a, double s);
 AG_API ag_tensor *ag_sub_scalar(ag_tensor *a, double s); /* a - s */
 AG_API ag_tensor *ag_rsub_scalar(ag_tensor *a, double s); /* s - a */
 AG_API ag_tensor *ag_mul_scalar(ag_tensor *a, double s);
 AG_API ag_tensor *ag_div_scalar(ag_tensor *a, double s); /* a / s */
-AG_API ag_tensor *ag_pow_scalar(ag_tensor *a, double exponent);
-
-AG_API ag_tensor *ag_neg(ag_tensor *a);
-AG_API ag_tensor *ag_exp(ag_tensor *a);
-AG_API ag_tensor *ag_log(ag_tensor *a);
-AG_API ag_tensor *ag_sqrt(ag_tensor *a);
-AG_API ag_tensor *ag_rsqrt(ag_tensor *a);
-AG_API ag_tensor *ag_abs(ag_tensor *a);
-AG_API ag_tensor *ag_relu(ag_tensor *a);
-AG_API ag_tensor *ag_gelu(ag_tensor *a); /* tanh approximation */
-AG_API ag_tensor *ag_silu(ag_tensor *a);
-AG_API ag_tensor *ag_sigmoid(ag_tensor *a);
-AG_API ag_tensor *ag_tanh(ag_tensor *a);
+AG_API ag_tensor *ag_rdiv_scalar(ag_tensor *a, double s); /* s / a */
 
 /* out = cond != 0 ? a : b, all three broadcast together. cond is normally
  * bool (a comparison's result); any other dtype the device has is accepted

@@ -95,71 +95,82 @@ template <typename T, int V> struct alignas(sizeof(T) * V) agk_pack { T v[V]; };
 
 /* ---- ops ---- */
 
+/* The op table's expression language (include/anygrad/optable.h) in
+ * single-precision CUDA/HIP C++. */
+#define E_K(c) ((float)(c))
+#define E_EXP(v) expf(v)
+#define E_LOG(v) logf(v)
+#define E_SQRT(v) sqrtf(v)
+#define E_RSQRT(v) (1.0f / sqrtf(v))
+#define E_TANH(v) tanhf(v)
+#define E_SIGMOID(v) (1.0f / (1.0f + expf(-(v))))
+#define E_ERF(v) erff(v)
+#define E_SIN(v) sinf(v)
+#define E_COS(v) cosf(v)
+#define E_LOG1P(v) log1pf(v)
+#define E_EXPM1(v) expm1f(v)
+#define E_FLOOR(v) floorf(v)
+#define E_CEIL(v) ceilf(v)
+#define E_RINT(v) rintf(v)
+#define E_ABS(v) fabsf(v)
+#define E_POW(u, v) powf(u, v)
+#define E_ATAN2(u, v) atan2f(u, v)
+#define E_FMOD(u, v) fmodf(u, v)
+#define GPU_SAVE_NG(v)
+#define GPU_SAVE_N(v)
+#define GPU_SAVE_X(v) const float x = v;
+#define GPU_SAVE_Y(v) const float y = v;
+#define GPU_UNARY_CASE(ID, name, api, fwd, ...) \
+  case AG_U_##ID: return (fwd);
+#define GPU_BINARY_CASE(ID, name, api, fwd, ...) \
+  case AG_B_##ID: return (fwd);
+#define GPU_BWD_CASE(ID, name, api, fwd, save, bwd, ...)                                    \
+  AG_OPT_IF(AG_OPT_HAS_BWD_##save)(case AG_B_##ID##_BWD: {                                  \
+    const float g = a;                                                                       \
+    GPU_SAVE_##save(b)(void) g;                                                              \
+    return (bwd);                                                                            \
+  })
+#define GPU_PART_CASE(ID, name, api, fwd, kind, grad, da, db, ...) \
+  AG_OPT_IF(AG_OPT_PART_##grad)(case AG_B_##ID##_DA: return (da); case AG_B_##ID##_DB: return (db);)
+
+/* Every unary sub-op of the table; NaN for one outside it (the core
+ * refuses those before launch). */
 AGK_DEV float unary_f(int op, float x, float s0, float s1) {
   switch (op) {
-    case AG_U_COPY: return x;
-    case AG_U_NEG: return -x;
-    case AG_U_EXP: return expf(x);
-    case AG_U_LOG: return logf(x);
-    case AG_U_SQRT: return sqrtf(x);
-    case AG_U_RSQRT: return 1.0f / sqrtf(x);
-    case AG_U_ABS: return fabsf(x);
-    case AG_U_RELU: return x > 0.f ? x : 0.f;
-    case AG_U_GELU: {
-      float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.f + tanhf(u));
-    }
-    case AG_U_SILU: return x / (1.f + expf(-x));
-    case AG_U_SIGMOID: return 1.f / (1.f + expf(-x));
-    case AG_U_TANH: return tanhf(x);
-    case AG_U_POW: return powf(x, s0);
-    case AG_U_AFFINE: return x * s0 + s1;
-    case AG_U_RSUB_DIV: return s0 / x;
-    case AG_U_SQUARE: return x * x;
+    AG_UNARY_OPS(GPU_UNARY_CASE)
   }
-  return x;
+  return NAN;
 }
+/* Every binary sub-op: forward, unary backward, partial derivatives. */
+AGK_DEV float binary_f(int op, float a, float b, float s0, float s1) {
+  (void)s1;
+  switch (op) {
+    AG_BINARY_OPS(GPU_BINARY_CASE)
+    AG_UNARY_OPS(GPU_BWD_CASE)
+    AG_BINARY_OPS(GPU_PART_CASE)
+  }
+  return NAN;
+}
+/* The integer rules of the table's INT entries; a sub-op outside them
+ * gives 0 (never reached: supports() refuses it). */
+#define GPU_IS_INT_INT 1
+#define GPU_IS_INT_FLT 0
+#define GPU_COUNT_U_INT(ID, name, api, f, save, bwd, amp, ints, ...) +GPU_IS_INT_##ints
+#define GPU_COUNT_B_INT(ID, name, api, f, kind, grad, da, db, ints, ...) +GPU_IS_INT_##ints
+static_assert(0 AG_UNARY_OPS(GPU_COUNT_U_INT) == 4, "unary_i/unary_l implement COPY, NEG, ABS, AFFINE");
+static_assert(0 AG_BINARY_OPS(GPU_COUNT_B_INT) == 11, "binary_i/binary_l and k_compare implement ADD..MIN and the comparisons");
+
 /* i32: two's complement wrap-around; AFFINE exact in f64 then saturated */
 AGK_DEV int32_t unary_i(int op, int32_t x, double s0, double s1) {
   switch (op) {
+    case AG_U_COPY: return x;
     case AG_U_NEG: return (int32_t)(0u - (uint32_t)x);
     case AG_U_ABS: return x < 0 ? (int32_t)(0u - (uint32_t)x) : x;
     case AG_U_AFFINE: return agk_sat_i32((double)x * s0 + s1);
   }
-  return x;
+  return 0;
 }
 
-AGK_DEV float binary_f(int op, float a, float b, float s0) {
-  switch (op) {
-    case AG_B_ADD: return a + s0 * b;
-    case AG_B_SUB: return a - b;
-    case AG_B_MUL: return a * b;
-    case AG_B_DIV: return a / b;
-    /* NaN in either operand gives NaN, as the CPU and torch.maximum do
-     * (fmaxf/fminf would return the other operand) */
-    case AG_B_MAX: return (a > b || a != a) ? a : b;
-    case AG_B_MIN: return (a < b || a != a) ? a : b;
-    case AG_B_EQ: return a == b ? 1.f : 0.f;
-    case AG_B_GT: return a > b ? 1.f : 0.f;
-    case AG_B_LT: return a < b ? 1.f : 0.f;
-    case AG_B_RELU_BWD: return b > 0.f ? a : 0.f;
-    case AG_B_GELU_BWD: {
-      const float k = 0.7978845608028654f;
-      float u = k * (b + 0.044715f * b * b * b), t = tanhf(u);
-      float du = k * (1.f + 3.f * 0.044715f * b * b);
-      return a * (0.5f * (1.f + t) + 0.5f * b * (1.f - t * t) * du);
-    }
-    case AG_B_SILU_BWD: {
-      float s = 1.f / (1.f + expf(-b));
-      return a * s * (1.f + b * (1.f - s));
-    }
-    case AG_B_SIGMOID_BWD: return a * b * (1.f - b);
-    case AG_B_TANH_BWD: return a * (1.f - b * b);
-    case AG_B_POW_BWD: return a * s0 * powf(b, s0 - 1.f);
-    case AG_B_ABS_BWD: return a * (float)((b > 0.f) - (b < 0.f));
-  }
-  return a;
-}
 AGK_DEV int32_t binary_i(int op, int32_t a, int32_t b, double s0) {
   switch (op) {
     case AG_B_ADD:
@@ -173,7 +184,7 @@ AGK_DEV int32_t binary_i(int op, int32_t a, int32_t b, double s0) {
     case AG_B_GT: return a > b;
     case AG_B_LT: return a < b;
   }
-  return a;
+  return 0;
 }
 
 /* i64 compute for i64/u8/bool storage: wrap-around in the storage width,
@@ -181,11 +192,12 @@ AGK_DEV int32_t binary_i(int op, int32_t a, int32_t b, double s0) {
 template <typename T> AGK_DEV T unary_l(int op, T xs, double s0, double s1) {
   long long x = agk_toi(xs);
   switch (op) {
+    case AG_U_COPY: return xs;
     case AG_U_NEG: return agk_fromi<T>((long long)(0ull - (unsigned long long)x));
     case AG_U_ABS: return agk_fromi<T>(x < 0 ? (long long)(0ull - (unsigned long long)x) : x);
     case AG_U_AFFINE: return agk_sat<T>((double)x * s0 + s1);
   }
-  return xs;
+  return agk_fromi<T>(0);
 }
 template <typename T> AGK_DEV T binary_l(int op, T as, T bs, double s0) {
   long long a = agk_toi(as), b = agk_toi(bs);
@@ -199,7 +211,7 @@ template <typename T> AGK_DEV T binary_l(int op, T as, T bs, double s0) {
     case AG_B_MAX: return a > b ? as : bs;
     case AG_B_MIN: return a < b ? as : bs;
   }
-  return as;
+  return agk_fromi<T>(0);
 }
 
 /* Functors: apply(out, in...) on one element, all pointer-typed. */
@@ -227,13 +239,13 @@ template <typename T> struct BinaryOpL {
 };
 template <typename T> struct BinaryOp {
   int op;
-  float s0;
+  float s0, s1;
   double d0;
-  AGK_DEV T operator()(T a, T b) const { return agk_fromf<T>(binary_f(op, agk_tof(a), agk_tof(b), s0)); }
+  AGK_DEV T operator()(T a, T b) const { return agk_fromf<T>(binary_f(op, agk_tof(a), agk_tof(b), s0, s1)); }
 };
 template <> struct BinaryOp<int32_t> {
   int op;
-  float s0;
+  float s0, s1;
   double d0;
   AGK_DEV int32_t operator()(int32_t a, int32_t b) const { return binary_i(op, a, b, d0); }
 };
@@ -378,6 +390,7 @@ template <typename T> static gpuError_t binary_go(const agk_env *env, const ag_k
   BinaryOp<T> f;
   f.op = c->sub;
   f.s0 = (float)c->s[0];
+  f.s1 = (float)c->s[1];
   f.d0 = c->s[0];
   return binary_run<T>(env, c, f);
 }
@@ -411,7 +424,8 @@ template <typename T> __global__ void k_compare(agk_ew d, int op) {
   }
 }
 static bool is_compare(int op) {
-  return op == AG_B_EQ || op == AG_B_NE || op == AG_B_GT || op == AG_B_GE || op == AG_B_LT || op == AG_B_LE;
+  const ag_binary_info *b = ag_binary_info_of(op);
+  return b && b->compare;
 }
 
 gpuError_t agk_binary(const agk_env *env, const ag_kernel_call *c) {

@@ -287,9 +287,6 @@ static const char *dtype_name(ag_dtype dt) {
 static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
 static bool is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
 static bool is_any(ag_dtype dt) { return is_float(dt) || is_int(dt); }
-static bool is_compare(int sub) {
-  return sub == AG_B_EQ || sub == AG_B_NE || sub == AG_B_GT || sub == AG_B_GE || sub == AG_B_LT || sub == AG_B_LE;
-}
 
 bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
   switch (op) {
@@ -315,15 +312,16 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
       return is_float(dt);
     case AG_K_SOFTMAX:
       return is_float(dt) && (sub == 0 || sub == 1);
-    case AG_K_UNARY:
-      if (sub < 0 || sub >= AG_UNARY_COUNT) return false;
-      if (is_float(dt)) return true;
-      return is_int(dt) && (sub == AG_U_COPY || sub == AG_U_NEG || sub == AG_U_ABS || sub == AG_U_AFFINE);
-    case AG_K_BINARY:
-      if (sub < 0 || sub >= AG_BINARY_COUNT) return false;
-      if (is_float(dt)) return true;
-      return is_int(dt) && (sub == AG_B_ADD || sub == AG_B_SUB || sub == AG_B_MUL || sub == AG_B_MAX ||
-                            sub == AG_B_MIN || is_compare(sub));
+    /* the op table's entries: floats always, integers where the entry
+     * has an integer rule (elementwise.cu) */
+    case AG_K_UNARY: {
+      const ag_unary_info *u = ag_unary_info_of(sub);
+      return u && (is_float(dt) || (is_int(dt) && u->ints == AG_OPT_INT));
+    }
+    case AG_K_BINARY: {
+      const ag_binary_info *b = ag_binary_info_of(sub);
+      return b && (is_float(dt) || (is_int(dt) && b->ints == AG_OPT_INT));
+    }
     case AG_K_REDUCE: /* the core sums bool and u8 as i64 */
       return is_any(dt) && sub >= 0 && sub < AG_REDUCE_COUNT &&
              !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));

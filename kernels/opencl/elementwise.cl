@@ -2,24 +2,51 @@
  * dropout. Any layout up to 8 dims through ew_meta; the op code is a kernel
  * argument so one compiled kernel serves every sub-op and dtype. */
 
+/* The op table's expression language (include/anygrad/optable.h, embedded
+ * in front of these sources) in OpenCL C, single precision. */
+#define E_K(c) ((float)(c))
+#define E_EXP(v) exp(v)
+#define E_LOG(v) log(v)
+#define E_SQRT(v) sqrt(v)
+#define E_RSQRT(v) rsqrt(v)
+#define E_TANH(v) tanh(v)
+#define E_SIGMOID(v) (1.0f / (1.0f + exp(-(v))))
+#define E_ERF(v) erf(v)
+#define E_SIN(v) sin(v)
+#define E_COS(v) cos(v)
+#define E_LOG1P(v) log1p(v)
+#define E_EXPM1(v) expm1(v)
+#define E_FLOOR(v) floor(v)
+#define E_CEIL(v) ceil(v)
+#define E_RINT(v) rint(v)
+#define E_ABS(v) fabs(v)
+#define E_POW(u, v) pow(u, v)
+#define E_ATAN2(u, v) atan2(u, v)
+#define E_FMOD(u, v) fmod(u, v)
+#define CL_SAVE_NG(v)
+#define CL_SAVE_N(v)
+#define CL_SAVE_X(v) const float x = v;
+#define CL_SAVE_Y(v) const float y = v;
+#define CL_UNARY_CASE(ID, name, api, fwd, ...) \
+  case AG_U_##ID: return (fwd);
+#define CL_BINARY_CASE(ID, name, api, fwd, ...) \
+  case AG_B_##ID: return (fwd);
+#define CL_BWD_CASE(ID, name, api, fwd, save, bwd, ...) \
+  AG_OPT_IF(AG_OPT_HAS_BWD_##save)(case AG_B_##ID##_BWD: { \
+    const float g = a;                                     \
+    CL_SAVE_##save(b) return (bwd);                        \
+  })
+#define CL_PART_CASE(ID, name, api, fwd, kind, grad, da, db, ...) \
+  AG_OPT_IF(AG_OPT_PART_##grad)(case AG_B_##ID##_DA: return (da); case AG_B_##ID##_DB: return (db);)
+#define CL_IS_CMP_ARITH 0
+#define CL_IS_CMP_CMP 1
+#define CL_CMP_CASE(ID, name, api, fwd, kind, ...) AG_OPT_IF(CL_IS_CMP_##kind)(case AG_B_##ID:)
+
+/* Every unary sub-op of the table; NaN outside it (the core refuses those
+ * before launch). */
 float unary_f(int op, float x, float s0, float s1) {
   switch (op) {
-    case 0: return x;
-    case 1: return -x;
-    case 2: return exp(x);
-    case 3: return log(x);
-    case 4: return sqrt(x);
-    case 5: return rsqrt(x);
-    case 6: return fabs(x);
-    case 7: return x < 0.0f ? 0.0f : x; /* NaN passes, as torch.relu */
-    case 8: return 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
-    case 9: return x / (1.0f + exp(-x));
-    case 10: return 1.0f / (1.0f + exp(-x));
-    case 11: return tanh(x);
-    case 12: return pow(x, s0);
-    case 13: return x * s0 + s1;
-    case 14: return s0 / x;
-    case 15: return x * x;
+    AG_UNARY_OPS(CL_UNARY_CASE)
   }
   return NAN;
 }
@@ -30,10 +57,11 @@ int sat_i32(long v) { return v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (in
 
 int unary_i(int op, int x, long s0, long s1) {
   switch (op) {
-    case 1: return (int)(0u - (uint)x);
-    case 6: return x < 0 ? (int)(0u - (uint)x) : x;
-    case 13: return sat_i32((long)x * s0 + s1);
-    default: return x;
+    case AG_U_COPY: return x;
+    case AG_U_NEG: return (int)(0u - (uint)x);
+    case AG_U_ABS: return x < 0 ? (int)(0u - (uint)x) : x;
+    case AG_U_AFFINE: return sat_i32((long)x * s0 + s1);
+    default: return 0; /* not reached: supports() refuses it */
   }
 }
 
@@ -45,7 +73,7 @@ __kernel void ag_unary(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int 
   if (i >= n) return;
   long off[2];
   ew_offsets(i, nd, &m, 2, off);
-  if (op == 0 && odt == xdt) {
+  if (op == AG_U_COPY && odt == xdt) {
     /* Same-dtype copies move bits, so NaN payloads and large ints survive. */
     if (odt == DT_F16 || odt == DT_BF16)
       ((__global ushort *)(o + oo))[off[0]] = ((const __global ushort *)(x + xo))[off[1]];
@@ -58,10 +86,10 @@ __kernel void ag_unary(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int 
   } else if (is_int_dt(odt) && is_int_dt(xdt)) {
     /* integer ops and casts between integer dtypes in i64 (low bits kept) */
     long v = ldl(x, xo, off[1], xdt);
-    if (op == 1) v = (long)(0ul - (ulong)v);
-    else if (op == 6) v = v < 0 ? (long)(0ul - (ulong)v) : v;
-    else if (op == 13 && sint) v = sat_dt(v * is0 + is1, odt);
-    else if (op == 13) {
+    if (op == AG_U_NEG) v = (long)(0ul - (ulong)v);
+    else if (op == AG_U_ABS) v = v < 0 ? (long)(0ul - (ulong)v) : v;
+    else if (op == AG_U_AFFINE && sint) v = sat_dt(v * is0 + is1, odt);
+    else if (op == AG_U_AFFINE) {
       stf(o, oo, off[0], odt, (float)v * s0 + s1);
       return;
     }
@@ -71,85 +99,63 @@ __kernel void ag_unary(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int 
   }
 }
 
-float binary_f(int op, float a, float b, float s0) {
-  const float k = 0.7978845608f;
+/* Every binary sub-op: forward, unary backward, partial derivatives. */
+float binary_f(int op, float a, float b, float s0, float s1) {
   switch (op) {
-    case 0: return a + s0 * b;
-    case 1: return a - b;
-    case 2: return a * b;
-    case 3: return a / b;
-    case 4: return (a > b || isnan(a)) ? a : b;
-    case 5: return (a < b || isnan(a)) ? a : b;
-    case 6: return a == b ? 1.0f : 0.0f;
-    case 7: return a > b ? 1.0f : 0.0f;
-    case 8: return a < b ? 1.0f : 0.0f;
-    case 9: return b > 0.0f ? a : 0.0f;
-    case 10: {
-      float t = tanh(k * (b + 0.044715f * b * b * b));
-      return a * (0.5f * (1.0f + t) + 0.5f * b * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * b * b));
-    }
-    case 11: {
-      float sg = 1.0f / (1.0f + exp(-b));
-      return a * sg * (1.0f + b * (1.0f - sg));
-    }
-    case 12: return a * b * (1.0f - b);
-    case 13: return a * (1.0f - b * b);
-    case 14: return a * s0 * pow(b, s0 - 1.0f);
-    case 15: return a * sign(b);
+    AG_BINARY_OPS(CL_BINARY_CASE)
+    AG_UNARY_OPS(CL_BWD_CASE)
+    AG_BINARY_OPS(CL_PART_CASE)
   }
   return NAN;
 }
 
+/* Integer rules of the table's INT entries (comparisons below); 0 for
+ * any other sub-op (not reached: supports() refuses it). */
 int binary_i(int op, int a, int b, long s0) {
   switch (op) {
-    case 0: return (int)((uint)a + (uint)s0 * (uint)b);
-    case 1: return (int)((uint)a - (uint)b);
-    case 2: return (int)((uint)a * (uint)b);
-    case 4: return max(a, b);
-    case 5: return min(a, b);
-    case 6: return a == b;
-    case 7: return a > b;
-    case 8: return a < b;
+    case AG_B_ADD: return (int)((uint)a + (uint)s0 * (uint)b);
+    case AG_B_SUB: return (int)((uint)a - (uint)b);
+    case AG_B_MUL: return (int)((uint)a * (uint)b);
+    case AG_B_MAX: return max(a, b);
+    case AG_B_MIN: return min(a, b);
   }
   return 0;
 }
 
-/* Comparisons (ops 6-8 eq/gt/lt, 16-18 ne/le/ge) write bool. */
-bool cmp_op(int op) { return (op >= 6 && op <= 8) || (op >= 16 && op <= 18); }
+/* Comparisons (the table's CMP entries) write bool. */
+bool cmp_op(int op) {
+  switch (op) {
+    AG_BINARY_OPS(CL_CMP_CASE) return true;
+  }
+  return false;
+}
 bool cmp_l(int op, long a, long b) {
   switch (op) {
-    case 6: return a == b;
-    case 7: return a > b;
-    case 8: return a < b;
-    case 16: return a != b;
-    case 17: return a <= b;
-    default: return a >= b;
+    case AG_B_EQ: return a == b;
+    case AG_B_GT: return a > b;
+    case AG_B_LT: return a < b;
+    case AG_B_NE: return a != b;
+    case AG_B_LE: return a <= b;
+    case AG_B_GE: return a >= b;
   }
+  return false;
 }
-bool cmp_f(int op, float a, float b) {
-  switch (op) {
-    case 6: return a == b;
-    case 7: return a > b;
-    case 8: return a < b;
-    case 16: return a != b;
-    case 17: return a <= b;
-    default: return a >= b;
-  }
-}
+bool cmp_f(int op, float a, float b) { return binary_f(op, a, b, 0.0f, 0.0f) != 0.0f; }
 
 long binary_l(int op, long a, long b, long s0) {
   switch (op) {
-    case 0: return (long)((ulong)a + (ulong)s0 * (ulong)b);
-    case 1: return (long)((ulong)a - (ulong)b);
-    case 2: return (long)((ulong)a * (ulong)b);
-    case 4: return max(a, b);
-    case 5: return min(a, b);
+    case AG_B_ADD: return (long)((ulong)a + (ulong)s0 * (ulong)b);
+    case AG_B_SUB: return (long)((ulong)a - (ulong)b);
+    case AG_B_MUL: return (long)((ulong)a * (ulong)b);
+    case AG_B_MAX: return max(a, b);
+    case AG_B_MIN: return min(a, b);
   }
   return 0;
 }
 
 __kernel void ag_binary(gbuf *o, ulong oo, const gbuf *a, ulong ao, const gbuf *b, ulong bo,
-                        int dt, int op, float s0, long is0, int sint, long n, int nd, ew_meta m) {
+                        int dt, int op, float s0, float s1, long is0, int sint, long n, int nd,
+                        ew_meta m) {
   long i = get_global_id(0);
   if (i >= n) return;
   long off[3];
@@ -159,16 +165,16 @@ __kernel void ag_binary(gbuf *o, ulong oo, const gbuf *a, ulong ao, const gbuf *
                            : cmp_f(op, ldf(a, ao, off[1], dt), ldf(b, bo, off[2], dt));
     ((__global uchar *)(o + oo))[off[0]] = r;
   } else if (is_int_dt(dt) && dt != DT_I32) {
-    if (op == 0 && !sint)
+    if (op == AG_B_ADD && !sint)
       stf(o, oo, off[0], dt, (float)ldl(a, ao, off[1], dt) + s0 * (float)ldl(b, bo, off[2], dt));
     else
       stl(o, oo, off[0], dt, binary_l(op, ldl(a, ao, off[1], dt), ldl(b, bo, off[2], dt), is0));
-  } else if (dt == DT_I32 && op == 0 && !sint)
+  } else if (dt == DT_I32 && op == AG_B_ADD && !sint)
     sti(o, oo, off[0], convert_int_sat_rtz((float)ldi(a, ao, off[1], dt) + s0 * (float)ldi(b, bo, off[2], dt)));
   else if (dt == DT_I32)
     sti(o, oo, off[0], binary_i(op, ldi(a, ao, off[1], dt), ldi(b, bo, off[2], dt), is0));
   else
-    stf(o, oo, off[0], dt, binary_f(op, ldf(a, ao, off[1], dt), ldf(b, bo, off[2], dt), s0));
+    stf(o, oo, off[0], dt, binary_f(op, ldf(a, ao, off[1], dt), ldf(b, bo, off[2], dt), s0, s1));
 }
 
 /* Bits are copied, so every dtype is exact; esz is the element size. */
@@ -255,25 +261,31 @@ __kernel void ag_dropout(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, in
   }
 }
 
-/* Contiguous same-dtype fast paths, one kernel per op: with the op a
- * compile-time constant the switch folds away and PoCL vectorises across
- * work-items (the 16-way switch with transcendental cases blocks that; about
- * 3x on a CPU device). The dtype stays a (uniform) argument. */
-#define EW_UNARY_C(OP)                                                                    \
-  __kernel void ag_u##OP(gbuf *o, ulong oo, const gbuf *x, ulong xo, int dt, float s0,    \
-                         float s1, long n) {                                              \
-    long i = get_global_id(0);                                                            \
-    if (i < n) stf(o, oo, i, dt, unary_f(OP, ldf(x, xo, i, dt), s0, s1));                 \
+/* Contiguous same-dtype fast paths, one kernel per sub-op, named from the
+ * table (ag_u_EXP, ag_b_GELU_BWD, ...): with the op a compile-time
+ * constant the switch folds away and PoCL vectorises across work-items
+ * (the switch with transcendental cases blocks that; about 3x on a CPU
+ * device). The dtype stays a (uniform) argument. Comparisons, which write
+ * bool, take the general kernel. */
+#define EW_UNARY_C(ID, ...)                                                                    \
+  __kernel void ag_u_##ID(gbuf *o, ulong oo, const gbuf *x, ulong xo, int dt, float s0,        \
+                          float s1, long n) {                                                  \
+    long i = get_global_id(0);                                                                 \
+    if (i < n) stf(o, oo, i, dt, unary_f(AG_U_##ID, ldf(x, xo, i, dt), s0, s1));               \
   }
-#define EW_BINARY_C(OP)                                                                   \
-  __kernel void ag_b##OP(gbuf *o, ulong oo, const gbuf *a, ulong ao, const gbuf *b,       \
-                         ulong bo, int dt, float s0, long n) {                            \
-    long i = get_global_id(0);                                                            \
-    if (i < n) stf(o, oo, i, dt, binary_f(OP, ldf(a, ao, i, dt), ldf(b, bo, i, dt), s0)); \
+#define EW_BINARY_C_OP(OP)                                                                     \
+  __kernel void ag_b_##OP(gbuf *o, ulong oo, const gbuf *a, ulong ao, const gbuf *b, ulong bo, \
+                          int dt, float s0, float s1, long n) {                                \
+    long i = get_global_id(0);                                                                 \
+    if (i < n) stf(o, oo, i, dt, binary_f(AG_B_##OP, ldf(a, ao, i, dt), ldf(b, bo, i, dt), s0, s1)); \
   }
-EW_UNARY_C(0) EW_UNARY_C(1) EW_UNARY_C(2) EW_UNARY_C(3) EW_UNARY_C(4) EW_UNARY_C(5)
-EW_UNARY_C(6) EW_UNARY_C(7) EW_UNARY_C(8) EW_UNARY_C(9) EW_UNARY_C(10) EW_UNARY_C(11)
-EW_UNARY_C(12) EW_UNARY_C(13) EW_UNARY_C(14) EW_UNARY_C(15)
-EW_BINARY_C(0) EW_BINARY_C(1) EW_BINARY_C(2) EW_BINARY_C(3) EW_BINARY_C(4) EW_BINARY_C(5)
-EW_BINARY_C(6) EW_BINARY_C(7) EW_BINARY_C(8) EW_BINARY_C(9) EW_BINARY_C(10) EW_BINARY_C(11)
-EW_BINARY_C(12) EW_BINARY_C(13) EW_BINARY_C(14) EW_BINARY_C(15)
+#define EW_BINARY_C(ID, name, api, fwd, kind, ...) AG_OPT_IF(CL_IS_ARITH_##kind)(EW_BINARY_C_OP(ID))
+#define CL_IS_ARITH_ARITH 1
+#define CL_IS_ARITH_CMP 0
+#define EW_BWD_C(ID, name, api, fwd, save, ...) AG_OPT_IF(AG_OPT_HAS_BWD_##save)(EW_BINARY_C_OP(ID##_BWD))
+#define EW_PART_C(ID, name, api, fwd, kind, grad, ...) \
+  AG_OPT_IF(AG_OPT_PART_##grad)(EW_BINARY_C_OP(ID##_DA) EW_BINARY_C_OP(ID##_DB))
+AG_UNARY_OPS(EW_UNARY_C)
+AG_BINARY_OPS(EW_BINARY_C)
+AG_UNARY_OPS(EW_BWD_C)
+AG_BINARY_OPS(EW_PART_C)
