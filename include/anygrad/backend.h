@@ -223,18 +223,11 @@ static inline const ag_binary_info *ag_binary_info_of(int op) {
   return op >= 0 && op < AG_BINARY_COUNT ? &t[op] : NULL;
 }
 
-typedef enum ag_reduce_op {
-  AG_R_SUM = 0, AG_R_MAX, AG_R_MIN,
-  AG_R_ARGMAX,  /* output i32: index of the first maximum. For every op the
-                   input dtype is the one supports() is asked for; SUM of
-                   bool/u8 is never launched (the core sums them as i64) */
-  AG_REDUCE_COUNT
-} ag_reduce_op;
-
-typedef enum ag_pool_op {
-  AG_P_MAX = 0, AG_P_AVG, AG_P_ADAPTIVE_AVG,
-  AG_POOL_OP_COUNT
-} ag_pool_op;
+/* ag_reduce_op (AG_K_REDUCE) and ag_pool_op (AG_K_POOL2D) are defined in
+ * optable.h, so OpenCL kernels select them by name too. AG_R_ARGMAX writes
+ * i32: the index of the first maximum. For every reduction the input dtype
+ * is the one supports() is asked for; SUM of bool/u8 is never launched (the
+ * core sums them as i64). */
 
 typedef struct ag_koperand {
   void *base;      /* segment base handle; NULL means "absent" where allowed */

@@ -226,6 +226,10 @@ typedef enum ag_binary_op {
 /* The forward binary ops are the first AG_BINARY_FWD_COUNT. */
 enum { AG_BINARY_FWD_COUNT = 0 AG_BINARY_OPS(AG_OPT_ONE) };
 
+/* The sub-ops of the other kernel ops that kernels select by name. */
+typedef enum ag_reduce_op { AG_R_SUM, AG_R_MAX, AG_R_MIN, AG_R_ARGMAX, AG_REDUCE_COUNT } ag_reduce_op;
+typedef enum ag_pool_op { AG_P_MAX, AG_P_AVG, AG_P_ADAPTIVE_AVG, AG_POOL_OP_COUNT } ag_pool_op;
+
 #endif
 
 #endif

@@ -67,13 +67,13 @@ __kernel void ag_conv_bias(gbuf *yb, ulong yo, const gbuf *bb, ulong bo, long n,
 /* Matches clb_pool_meta in backends/opencl/cl_launch.c. */
 typedef struct pool_meta {
   long planes, H, W, Ho, Wo, sh, sw, ph, pw, kh, kw;
-  int op, count_pad; /* ag_pool_op: 0 max, 1 avg, 2 adaptive avg */
+  int op, count_pad; /* an ag_pool_op */
 } pool_meta;
 
 /* The window of output (oh, ow) clipped to the input, and its divisor (the
  * CPU backend's rule). */
 void pool_window(const pool_meta *g, long oh, long ow, long *h0, long *h1, long *w0, long *w1, long *div) {
-  if (g->op == 2) {
+  if (g->op == AG_P_ADAPTIVE_AVG) {
     *h0 = oh * g->H / g->Ho;
     *h1 = ((oh + 1) * g->H + g->Ho - 1) / g->Ho;
     *w0 = ow * g->W / g->Wo;
@@ -103,7 +103,7 @@ __kernel void ag_pool(gbuf *yb, ulong yo, gbuf *ib, ulong io, const gbuf *xb, ul
   long h0, h1, w0, w1, div;
   pool_window(&g, oh, ow, &h0, &h1, &w0, &w1, &div);
   const __global float *xp = F32P(xb, xo) + q * g.H * g.W;
-  if (g.op == 0) {
+  if (g.op == AG_P_MAX) {
     /* first maximum in row-major window order; a NaN wins at once */
     float best = -INFINITY;
     long bi = h0 * g.W + w0;
@@ -138,7 +138,7 @@ __kernel void ag_pool_bwd(gbuf *dxb, ulong dxo, const gbuf *dyb, ulong dyo, cons
   if (e >= g.planes * g.H * g.W) return;
   long q = e / (g.H * g.W), hw = e - q * g.H * g.W, h = hw / g.W, w = hw - h * g.W;
   long oh0, oh1, ow0, ow1;
-  if (g.op == 2) {
+  if (g.op == AG_P_ADAPTIVE_AVG) {
     oh0 = h * g.Ho / g.H;
     oh1 = ((h + 1) * g.Ho + g.H - 1) / g.H;
     ow0 = w * g.Wo / g.W;
@@ -159,7 +159,7 @@ __kernel void ag_pool_bwd(gbuf *dxb, ulong dxo, const gbuf *dyb, ulong dyo, cons
   for (long oh = oh0; oh < oh1; oh++)
     for (long ow = ow0; ow < ow1; ow++) {
       long o = ob + oh * g.Wo + ow;
-      if (g.op == 0) {
+      if (g.op == AG_P_MAX) {
         if (idx[o] == hw) acc += dy[o];
         continue;
       }

@@ -1,31 +1,31 @@
 /* Reductions over the middle axis of a contiguous [outer, r, inner] view.
  * inner == 1 uses one work-group per row with a local tree; otherwise one
  * work-item per output walks r (neighbouring items read neighbouring inner
- * elements). op: 0 sum (times scale), 1 max, 2 min, 3 argmax (i32 output:
+ * elements). op: an ag_reduce_op: SUM (times scale), MAX, MIN, ARGMAX (i32 output:
  * the first NaN, else the first maximum; 0 for an empty row, as the CPU). */
 
 /* argmax: does v, met after acc in row order, replace it? */
 bool am_takes(float acc, float v) { return !isnan(acc) && (isnan(v) || v > acc); }
 
 float red_f(int op, float acc, float v) {
-  if (op == 0) return acc + v;
-  if (op == 2) return (v < acc || isnan(v)) ? v : acc;
+  if (op == AG_R_SUM) return acc + v;
+  if (op == AG_R_MIN) return (v < acc || isnan(v)) ? v : acc;
   return (v > acc || isnan(v)) ? v : acc;
 }
 
 /* Integer dtypes reduce exactly in i64 (stores keep the low bits). */
-long red_i(int op, long acc, long v) { return op == 0 ? acc + v : op == 2 ? min(acc, v) : max(acc, v); }
+long red_i(int op, long acc, long v) { return op == AG_R_SUM ? acc + v : op == AG_R_MIN ? min(acc, v) : max(acc, v); }
 
 void store_red(gbuf *o, ulong oo, int odt, long i, int op, float acc, long iacc, int idx,
                int isint, float scale) {
-  if (op == 3)
+  if (op == AG_R_ARGMAX)
     sti(o, oo, i, idx);
-  else if (isint && op == 0 && scale != 1.0f)
+  else if (isint && op == AG_R_SUM && scale != 1.0f)
     stf(o, oo, i, odt, (float)iacc * scale);
   else if (isint)
     stl(o, oo, i, odt, odt == DT_I32 ? sat_dt(iacc, DT_I32) : iacc); /* i32 sums saturate, as the CPU's */
   else
-    stf(o, oo, i, odt, op == 0 ? acc * scale : acc);
+    stf(o, oo, i, odt, op == AG_R_SUM ? acc * scale : acc);
 }
 
 __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, int op,
@@ -36,20 +36,20 @@ __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
   long base = (long)get_group_id(0) * r;
   int l = get_local_id(0), L = get_local_size(0);
   int isint = is_int_dt(xdt);
-  float acc = op == 0 ? 0.0f : op == 2 ? INFINITY : -INFINITY;
-  long iacc = op == 0 ? 0 : op == 2 ? LONG_MAX : LONG_MIN;
+  float acc = op == AG_R_SUM ? 0.0f : op == AG_R_MIN ? INFINITY : -INFINITY;
+  long iacc = op == AG_R_SUM ? 0 : op == AG_R_MIN ? LONG_MAX : LONG_MIN;
   int idx = INT_MAX;
   for (long j = l; j < r; j += L) {
     if (isint) {
       long v = ldl(x, xo, base + j, xdt);
-      if (op == 3) {
+      if (op == AG_R_ARGMAX) {
         if (idx == INT_MAX || v > iacc) { iacc = v; idx = (int)j; }
       } else {
         iacc = red_i(op, iacc, v);
       }
     } else {
       float v = ldf(x, xo, base + j, xdt);
-      if (op == 3) {
+      if (op == AG_R_ARGMAX) {
         if (idx == INT_MAX || am_takes(acc, v)) { acc = v; idx = (int)j; }
       } else {
         acc = red_f(op, acc, v);
@@ -62,7 +62,7 @@ __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int s = L / 2; s > 0; s >>= 1) {
     if (l < s) {
-      if (op == 3) {
+      if (op == AG_R_ARGMAX) {
         int ia = sx[l], ib = sx[l + s];
         bool take_b;
         if (ib == INT_MAX) take_b = false;
@@ -93,20 +93,20 @@ __kernel void ag_reduce_cols(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
   if (i >= outer * inner) return;
   long ou = i / inner, in = i % inner, base = ou * r * inner + in;
   int isint = is_int_dt(xdt);
-  float acc = op == 0 ? 0.0f : op == 2 ? INFINITY : -INFINITY;
-  long iacc = op == 0 ? 0 : op == 2 ? LONG_MAX : LONG_MIN;
+  float acc = op == AG_R_SUM ? 0.0f : op == AG_R_MIN ? INFINITY : -INFINITY;
+  long iacc = op == AG_R_SUM ? 0 : op == AG_R_MIN ? LONG_MAX : LONG_MIN;
   int idx = 0;
   for (long j = 0; j < r; j++) {
     if (isint) {
       long v = ldl(x, xo, base + j * inner, xdt);
-      if (op == 3) {
+      if (op == AG_R_ARGMAX) {
         if (j == 0 || v > iacc) { iacc = v; idx = (int)j; }
       } else {
         iacc = red_i(op, iacc, v);
       }
     } else {
       float v = ldf(x, xo, base + j * inner, xdt);
-      if (op == 3) {
+      if (op == AG_R_ARGMAX) {
         if (j == 0 || am_takes(acc, v)) { acc = v; idx = (int)j; }
       } else {
         acc = red_f(op, acc, v);
