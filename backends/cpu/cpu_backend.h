@@ -5,6 +5,7 @@
 #define AG_CPU_BACKEND_H
 
 #include "internal.h"
+#include "runtime/threadpool.h"
 
 /* The CPU backend's vtable. Borrowed, static; never NULL. */
 AG_HIDDEN const ag_backend *ag__cpu_backend(void);
@@ -30,32 +31,20 @@ AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
 /* Vision ops (cpu_conv.c): AG_K_CONV2D*, AG_K_POOL2D* for f32 and f64. */
 AG_HIDDEN ag_status ag__cpu_vision(const ag_kernel_call *c);
 
-/* Work (elements x a per-element cost: 1 for an add, 8 for an exp; flops
- * / 16 for a GEMM) above which kernels split across the pool's threads;
- * below it they stay on the calling thread, so small and cheap ops never pay
- * a fork/join (which costs milliseconds, not microseconds, when the machine
- * is oversubscribed). 2^19: about 0.1-0.3 ms of one thread's work. At 2^17
- * the default `anygrad train` job (6 regions of 2^18 per step) ran 15% more
- * CPU with 2 threads than with 1 and switched context 40x as often
- * (docs/performance.md). */
-#define AG_CPU_PAR_MIN 524288
+/* Work above which kernels split across the pool's threads (the pool's
+ * threshold; core/runtime/threadpool.h says why 2^19). */
+#define AG_CPU_PAR_MIN AG_POOL_MIN_WORK
 
-/* Most threads ag_set_num_threads accepts. */
-#define AG_MAX_THREADS 256
+/* The host thread pool (core/runtime/threadpool.c) is the CPU backend's only
+ * source of parallelism: fn(ctx, a, b) runs on disjoint ranges covering
+ * [0, n) exactly once, split across threads when work >= AG_CPU_PAR_MIN. */
+typedef ag_range_fn ag_cpu_range_fn;
+static inline void ag__cpu_par_for(int64_t n, int64_t work, ag_cpu_range_fn fn, void *ctx) {
+  ag__pool_for(n, work, fn, ctx);
+}
 
-/* The pool (cpu_pool.c). fn(ctx, a, b) runs on disjoint ranges covering
- * [0, n) exactly once, on up to ag_get_num_threads() threads (the caller is
- * one of them) when work >= AG_CPU_PAR_MIN, else on the caller alone. fn
- * must not depend on how [0, n) is split. Returns when every range is done.
- * Thread-safe: a call made while the pool runs another job runs serially. */
-typedef void (*ag_cpu_range_fn)(void *ctx, int64_t a, int64_t b);
-AG_HIDDEN void ag__cpu_par_for(int64_t n, int64_t work, ag_cpu_range_fn fn, void *ctx);
-
-/* CPUs this process may run on: the affinity mask, capped by a cgroup v2
- * cpu.max quota and by AG_MAX_THREADS. At least 1. */
-AG_HIDDEN int ag__cpu_default_threads(void);
-
-/* Make BLAS run each call on one thread (once per process). */
+/* Make BLAS run each call on one thread (once per process; cpu_gemm.c):
+ * the pool splits the GEMM instead. */
 AG_HIDDEN void ag__cpu_blas_init(void);
 
 /* f32 GEMM on the calling thread, row-major: C = alpha op(A) op(B) + beta C

@@ -22,7 +22,7 @@
 
 #define TILE 256
 
-/* ---- parallel loop: the pool (cpu_pool.c) ---- */
+/* ---- parallel loop: the host thread pool (core/runtime/threadpool.c) ---- */
 
 typedef ag_cpu_range_fn range_fn;
 #define par_for ag__cpu_par_for
