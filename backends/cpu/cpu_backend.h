@@ -1,6 +1,6 @@
 /* The built-in CPU backend: entry point for the registry and the interface
- * between the stream machinery (cpu_backend.c) and the kernels
- * (cpu_kernels.c, cpu_matmul.c). */
+ * between the stream machinery (cpu_backend.c) and the kernel families
+ * (cpu_kernels.c, cpu_reduce.c, cpu_optim.c, cpu_matmul.c, cpu_conv.c). */
 #ifndef AG_CPU_BACKEND_H
 #define AG_CPU_BACKEND_H
 
@@ -30,6 +30,13 @@ AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
 
 /* Vision ops (cpu_conv.c): AG_K_CONV2D*, AG_K_POOL2D* for f32 and f64. */
 AG_HIDDEN ag_status ag__cpu_vision(const ag_kernel_call *c);
+
+/* Reductions (cpu_reduce.c): AG_K_REDUCE. */
+AG_HIDDEN ag_status ag__cpu_reduce(const ag_kernel_call *c);
+
+/* Multi-tensor kernels (cpu_optim.c): AG_K_ADAMW, AG_K_SGD,
+ * AG_K_NONFINITE_CHECK, AG_K_SUMSQ. */
+AG_HIDDEN ag_status ag__cpu_multi(const ag_kernel_call *c);
 
 /* Work above which kernels split across the pool's threads (the pool's
  * threshold; core/runtime/threadpool.h says why 2^19). */
