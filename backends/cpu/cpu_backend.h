@@ -1,6 +1,7 @@
 /* The built-in CPU backend: entry point for the registry and the interface
  * between the stream machinery (cpu_backend.c) and the kernel families
- * (cpu_kernels.c, cpu_reduce.c, cpu_optim.c, cpu_matmul.c, cpu_conv.c). */
+ * (cpu_kernels.c, cpu_reduce.c, cpu_random.c, cpu_optim.c, cpu_matmul.c,
+ * cpu_conv.c). */
 #ifndef AG_CPU_BACKEND_H
 #define AG_CPU_BACKEND_H
 
@@ -30,6 +31,10 @@ AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
 
 /* Vision ops (cpu_conv.c): AG_K_CONV2D*, AG_K_POOL2D* for f32 and f64. */
 AG_HIDDEN ag_status ag__cpu_vision(const ag_kernel_call *c);
+
+/* Random numbers (cpu_random.c): AG_K_RAND_UNIFORM, AG_K_RAND_NORMAL,
+ * AG_K_DROPOUT. */
+AG_HIDDEN ag_status ag__cpu_random(const ag_kernel_call *c);
 
 /* Reductions (cpu_reduce.c): AG_K_REDUCE. */
 AG_HIDDEN ag_status ag__cpu_reduce(const ag_kernel_call *c);

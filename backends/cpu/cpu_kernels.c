@@ -1,9 +1,9 @@
 /* CPU kernels: a strided elementwise engine (tiles of up to 256 elements
  * converted to a compute type, so any dtype mix and any strides share one
- * loop), row kernels (softmax, losses, layer norm, embedding), random
- * numbers, and the dispatch of every ag_kop. Reductions are in cpu_reduce.c,
- * multi-tensor optimizer kernels in cpu_optim.c, the shared tile loads and
- * stores in cpu_tile.h.
+ * loop), row kernels (softmax, losses, layer norm, embedding), arange, and
+ * the dispatch of every ag_kop. Reductions are in cpu_reduce.c, random
+ * numbers and dropout in cpu_random.c, multi-tensor optimizer kernels in
+ * cpu_optim.c, the shared tile loads and stores in cpu_tile.h.
  * Compute types: f32 for f32/f16/bf16, f64 for f64, i64 for the integer
  * dtypes (i32, i64, u8, bool; stores wrap to the width, bool stores x != 0). */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -515,88 +515,6 @@ static void k_arange(const ag_kernel_call *c) {
   }
 }
 
-static inline float u24(uint32_t r) { return (float)(r >> 8) * 0x1p-24f; }
-
-/* Tiles of TILE elements (a multiple of 4), so no Philox block straddles two
- * chunks of the parallel loop. */
-static void rand_range(void *ctx, int64_t ta, int64_t tb) {
-  const ag_kernel_call *c = ctx;
-  const ag_koperand *o = &c->o[0];
-  int64_t n = 1;
-  for (int d = 0; d < o->ndim; d++) n *= o->shape[d];
-  const bool normal = c->op == AG_K_RAND_NORMAL, dbl = o->dtype == AG_F64;
-  const size_t sz = ag__cpu_dtsize(o->dtype);
-  char *p = ag__cpu_ptr(o);
-  float bf[TILE];
-  double bd[TILE];
-  for (int64_t t = ta; t < tb; t++) {
-    int64_t i0 = t * TILE, m = n - i0 < TILE ? n - i0 : TILE;
-    uint32_t r[4];
-    if (!normal) {
-      const float lo = (float)c->s[0], scale = (float)(c->s[1] - c->s[0]);
-      for (int64_t j = 0; j < m; j++) {
-        int64_t i = i0 + j;
-        if (j == 0 || (i & 3) == 0) ag_philox4x32(c->offset + (uint64_t)(i >> 2), c->seed, r);
-        float u = u24(r[i & 3]);
-        if (dbl) bd[j] = (double)u * (c->s[1] - c->s[0]) + c->s[0];
-        else bf[j] = u * scale + lo;
-      }
-    } else {
-      for (int64_t j = 0; j < m; j++) {
-        int64_t i = i0 + j;
-        if (j == 0 || (i & 1) == 0) ag_philox4x32(c->offset + (uint64_t)(i >> 1), c->seed, r);
-        uint32_t a = r[2 * (i & 1)], b = r[2 * (i & 1) + 1];
-        float u1 = (float)((a >> 8) + 1) * 0x1p-24f, u2 = u24(b);
-        if (dbl)
-          bd[j] = sqrt(-2.0 * log((double)u1)) * cos(6.283185307179586 * (double)u2) * c->s[1] +
-                  c->s[0];
-        else
-          bf[j] = sqrtf(-2.0f * logf(u1)) * cosf(6.2831855f * u2) * (float)c->s[1] +
-                  (float)c->s[0];
-      }
-    }
-    if (dbl) store_d(o->dtype, p + (size_t)i0 * sz, 1, m, bd);
-    else store_f(o->dtype, p + (size_t)i0 * sz, 1, m, bf);
-  }
-}
-
-static void k_rand(const ag_kernel_call *c) {
-  int64_t n = 1;
-  for (int d = 0; d < c->o[0].ndim; d++) n *= c->o[0].shape[d];
-  par_for((n + TILE - 1) / TILE, n * 8, rand_range, (void *)c);
-}
-
-static void dropout_range(void *ctx, int64_t ta, int64_t tb) {
-  const ag_kernel_call *c = ctx;
-  int64_t n = 1;
-  for (int d = 0; d < c->o[1].ndim; d++) n *= c->o[1].shape[d];
-  const double p = c->s[0];
-  const double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
-  const float pf = (float)p;
-  const ag_dtype dx = c->o[1].dtype, dy = c->o[0].dtype, dm = c->o[2].dtype;
-  double x[TILE], y[TILE], mk[TILE];
-  for (int64_t t = ta; t < tb; t++) {
-    int64_t i0 = t * TILE, m = n - i0 < TILE ? n - i0 : TILE;
-    load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)i0 * ag__cpu_dtsize(dx), 1, m, x);
-    uint32_t r[4];
-    for (int64_t j = 0; j < m; j++) {
-      int64_t i = i0 + j;
-      if (j == 0 || (i & 3) == 0) ag_philox4x32(c->offset + (uint64_t)(i >> 2), c->seed, r);
-      mk[j] = u24(r[i & 3]) >= pf ? scale : 0.0;
-      y[j] = x[j] * mk[j];
-    }
-    store_d(dy, ag__cpu_ptr(&c->o[0]) + (size_t)i0 * ag__cpu_dtsize(dy), 1, m, y);
-    if (c->n_operands > 2 && c->o[2].base)
-      store_d(dm, ag__cpu_ptr(&c->o[2]) + (size_t)i0 * ag__cpu_dtsize(dm), 1, m, mk);
-  }
-}
-
-static void k_dropout(const ag_kernel_call *c) {
-  int64_t n = 1;
-  for (int d = 0; d < c->o[1].ndim; d++) n *= c->o[1].shape[d];
-  par_for((n + TILE - 1) / TILE, n * 4, dropout_range, (void *)c);
-}
-
 /* ---- row kernels ---- */
 
 typedef struct rowctx {
@@ -941,7 +859,7 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
     case AG_K_FILL: ew_run(c, EW_FILL, 1); return AG_OK;
     case AG_K_ARANGE: k_arange(c); return AG_OK;
     case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL: k_rand(c); return AG_OK;
+    case AG_K_RAND_NORMAL: return ag__cpu_random(c);
     case AG_K_UNARY: ew_run(c, EW_UNARY, 2); return AG_OK;
     case AG_K_BINARY: ew_run(c, EW_BINARY, 3); return AG_OK;
     case AG_K_WHERE: ew_run(c, EW_WHERE, 4); return AG_OK;
@@ -964,7 +882,7 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
     }
     case AG_K_EMBEDDING: k_embedding(c, err); return AG_OK;
     case AG_K_EMBEDDING_BWD: k_embedding_bwd(c, err); return AG_OK;
-    case AG_K_DROPOUT: k_dropout(c); return AG_OK;
+    case AG_K_DROPOUT: return ag__cpu_random(c);
     case AG_K_ADAMW:
     case AG_K_SGD:
     case AG_K_NONFINITE_CHECK:
