@@ -44,7 +44,7 @@ static void mmm(double *v, int n, double out[3]) {
   out[2] = v[n - 1];
 }
 
-/* ---- (a) the CNN of examples/cnn.c ---- */
+/* ---- (a) the CNN of models/cnn.c ---- */
 
 typedef struct cnn {
   ag_conv2d_layer c1, c2;

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../examples/charlm.h"
+#include "charlm.h"
 #include "anygrad/anygrad.h"
 
 #define MAXROUNDS 32

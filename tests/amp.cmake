@@ -1,10 +1,10 @@
 # Mixed precision: grad scaler, sync-free scaled steps, f16/bf16 training of
 # the example against f32, and every op under autocast (CPU; opencl:0 when
 # present, skipped otherwise).
-if(TARGET anygrad_examples)
+if(TARGET anygrad_models)
   add_executable(amp_test ${CMAKE_CURRENT_SOURCE_DIR}/amp_test.c)
-  target_include_directories(amp_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/examples)
-  target_link_libraries(amp_test PRIVATE anygrad anygrad_examples ${AG_CMOCKA_LIB} m)
+  target_include_directories(amp_test PRIVATE ${AG_CMOCKA_INCLUDE})
+  target_link_libraries(amp_test PRIVATE anygrad anygrad_models ${AG_CMOCKA_LIB} m)
   add_test(NAME amp COMMAND amp_test)
   set_tests_properties(amp PROPERTIES TIMEOUT 600 LABELS amp)
 endif()

@@ -1,4 +1,4 @@
-/* The main job's library entry (examples/charlm.c) and the checkpoint writer
+/* The main job's library entry (models/charlm.c) and the checkpoint writer
  * under hostile input: sizes that would overflow, non-finite
  * hyper-parameters, a planted symlink at a temp-file name, a FIFO. */
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "../examples/charlm.h"
+#include "charlm.h"
 
 #define TMP AG_TEST_TMPDIR "/charlm_test"
 

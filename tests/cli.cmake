@@ -11,10 +11,10 @@ if(TARGET anygrad-cli AND Python3_Interpreter_FOUND)
   endforeach()
 endif()
 # The job's library entry and the checkpoint writer under hostile input.
-if(TARGET anygrad_examples)
+if(TARGET anygrad_models)
   add_executable(charlm_test ${CMAKE_CURRENT_SOURCE_DIR}/charlm_test.c)
   target_compile_definitions(charlm_test PRIVATE AG_TEST_TMPDIR="${CMAKE_CURRENT_BINARY_DIR}")
-  target_link_libraries(charlm_test PRIVATE anygrad_examples anygrad ${AG_CMOCKA_LIB} m)
+  target_link_libraries(charlm_test PRIVATE anygrad_models anygrad ${AG_CMOCKA_LIB} m)
   add_test(NAME charlm COMMAND charlm_test)
   set_tests_properties(charlm PROPERTIES TIMEOUT 300 LABELS "cli" ENVIRONMENT "AG_CHARLM_TEST_DEVICES=gpuemu:0")
   # The OpenCL device on its own (PoCL's threads crash LeakSanitizer's

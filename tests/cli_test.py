@@ -430,7 +430,7 @@ def case_docs():
     and the mlp_words build line in its comment works."""
     import re
     missing = []
-    for top in ("include", "core", "tools", "examples", "docs", "backends", "kernels", "README.md"):
+    for top in ("include", "core", "tools", "models", "examples", "docs", "backends", "kernels", "README.md"):
         base = os.path.join(SRC, top)
         files = [base] if os.path.isfile(base) else [os.path.join(r, n) for r, _, ns in os.walk(base) for n in ns]
         for fn in files:

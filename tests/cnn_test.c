@@ -1,4 +1,4 @@
-/* The Fashion-MNIST job (examples/cnn.c) on a slice of the data: it learns,
+/* The Fashion-MNIST job (models/cnn.c) on a slice of the data: it learns,
  * writes checkpoints that hold the batch-norm buffers, resumes where it
  * stopped, and reports bad data paths; plus the vision layers' errors.
  * Skipped when dataset-fashion-mnist is not installed. */
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "../examples/cnn.h"
+#include "cnn.h"
 
 static bool have_data(void) { return access(CNN_DATA_DIR "/train-images-idx3-ubyte.gz", R_OK) == 0; }
 

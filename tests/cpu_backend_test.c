@@ -585,7 +585,7 @@ static void test_large_elementwise(void **state) {
  * this process may run on. */
 static void test_num_threads(void **state) {
   const int def = ag_get_num_threads();
-  if (!getenv("AG_NUM_THREADS")) assert_true(def >= 1 && def <= ag__cpu_default_threads());
+  if (!getenv("AG_NUM_THREADS")) assert_true(def >= 1 && def <= ag__pool_default_threads());
   assert_int_equal(ag_set_num_threads(-1), AG_ERR_INVALID);
   assert_int_equal(ag_set_num_threads(257), AG_ERR_INVALID);
   assert_int_equal(ag_get_num_threads(), def);

@@ -2,18 +2,18 @@
 # reduced gradients against the full batch, no_sync, the grad scaler, charlm
 # replicas against one device, resume from N to M replicas, balance. Threaded
 # (label threads, so the TSan stage runs it).
-if(TARGET anygrad_examples)
+if(TARGET anygrad_models)
   add_executable(ddp_test ${CMAKE_CURRENT_SOURCE_DIR}/ddp_test.c)
   target_compile_definitions(ddp_test PRIVATE AG_TEST_TMPDIR="${CMAKE_CURRENT_BINARY_DIR}")
-  target_link_libraries(ddp_test PRIVATE anygrad_examples anygrad ${AG_CMOCKA_LIB} Threads::Threads m)
+  target_link_libraries(ddp_test PRIVATE anygrad_models anygrad ${AG_CMOCKA_LIB} Threads::Threads m)
   add_test(NAME ddp COMMAND ddp_test)
   set_tests_properties(ddp PROPERTIES TIMEOUT 300 LABELS "dist;threads" ENVIRONMENT "AG_DIST_TIMEOUT_MS=60000")
 endif()
 
 # Across processes: mpirun -np 2 and -np 4 (oversubscribed on CI's 2 cores).
-if(TARGET anygrad_examples AND AG_HAVE_MPI)
+if(TARGET anygrad_models AND AG_HAVE_MPI)
   add_executable(ddp_mpi_test ${CMAKE_CURRENT_SOURCE_DIR}/ddp_mpi_test.c)
-  target_link_libraries(ddp_mpi_test PRIVATE anygrad_examples anygrad m)
+  target_link_libraries(ddp_mpi_test PRIVATE anygrad_models anygrad m)
   add_dependencies(ddp_mpi_test anygrad-mpi)
   # Open MPI keeps its MPI_Init allocations at exit: no leak check here (as
   # tests/dist.cmake); the in-process ddp test keeps it.

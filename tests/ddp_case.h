@@ -4,7 +4,7 @@
 #ifndef AG_TESTS_DDP_CASE_H
 #define AG_TESTS_DDP_CASE_H
 
-#include "../examples/charlm.h"
+#include "charlm.h"
 
 /* words: the word list (NULL: charlm's default). */
 static inline charlm_options ddp_small_charlm(const char *words) {

@@ -568,7 +568,7 @@ static void test_equivalence_opencl(void **state) {
 }
 
 /* GPT: words hold unequal numbers of targets; the loss is weighted by the
- * tokens of each rank (examples/charlm.c), with accumulation and balance. */
+ * tokens of each rank (models/charlm.c), with accumulation and balance. */
 static void test_equivalence_gpt(void **state) {
   (void)state;
   charlm_options base = charlm_defaults(CHARLM_GPT);

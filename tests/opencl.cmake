@@ -11,10 +11,10 @@ if(TARGET anygrad-opencl)
 endif()
 
 # The public API on opencl:0, including the training example against the CPU.
-if(TARGET anygrad-opencl AND TARGET anygrad_examples)
+if(TARGET anygrad-opencl AND TARGET anygrad_models)
   add_executable(opencl_api_test ${CMAKE_CURRENT_SOURCE_DIR}/opencl_api_test.c)
-  target_include_directories(opencl_api_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/examples)
-  target_link_libraries(opencl_api_test PRIVATE anygrad anygrad_examples ${AG_CMOCKA_LIB} m)
+  target_include_directories(opencl_api_test PRIVATE ${AG_CMOCKA_INCLUDE})
+  target_link_libraries(opencl_api_test PRIVATE anygrad anygrad_models ${AG_CMOCKA_LIB} m)
   add_dependencies(opencl_api_test anygrad-opencl)
   add_test(NAME opencl_api COMMAND opencl_api_test)
   set_tests_properties(opencl_api PROPERTIES TIMEOUT 600 LABELS opencl)

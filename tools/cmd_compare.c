@@ -1,4 +1,4 @@
-/* `anygrad compare`: the character-level training job of examples/charlm.c run
+/* `anygrad compare`: the character-level training job of models/charlm.c run
  * on several devices in lockstep, from identical parameters and batches, with
  * the per-step divergence of loss and parameters against the first device.
  * Exit status: 0 within tolerance, 1 diverged, 2 error (see docs/compare.md). */
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../examples/charlm.h"
+#include "charlm.h"
 #include "cli.h"
 
 #define CMP_MAX_DEV 8
@@ -169,70 +169,23 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
 
 /* ---------------- data (the word list, as `anygrad train` prepares it) ---------------- */
 
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
+/* The training words (models/words.c, as `anygrad train` loads them); the
+ * held-out tenth is not used here. */
 typedef struct words {
-  int n;
+  int n, n_all; /* training words; all loaded */
   char **w;
 } words;
 
 static void words_free(words *d) {
-  for (int i = 0; i < d->n; i++) free(d->w[i]);
-  free(d->w);
-  d->w = NULL;
-  d->n = 0;
+  charlm_words_free(d->w, d->n_all);
+  memset(d, 0, sizeof *d);
 }
 
-/* Lower-case a-z words, shuffled with the seed; the last tenth is held out
- * (as in training) and not used here. */
 static ag_status words_load(const char *path, uint64_t seed, words *out) {
-  FILE *f = fopen(path, "r");
-  if (!f) return ag_error_set(AG_ERR_IO, "compare: cannot open %s (Debian: apt-get install wamerican)", path);
-  char line[256];
-  int n = 0, cap = 0;
-  char **w = NULL;
-  ag_status st = AG_OK;
-  while (st == AG_OK && fgets(line, sizeof line, f)) {
-    size_t len = strcspn(line, "\r\n");
-    line[len] = 0;
-    bool ok = len > 0 && len <= CHARLM_MAX_WORD;
-    for (size_t i = 0; ok && i < len; i++) ok = line[i] >= 'a' && line[i] <= 'z';
-    if (!ok) continue;
-    if (n == cap) {
-      cap = cap ? cap * 2 : 4096;
-      char **nw = realloc(w, (size_t)cap * sizeof *nw);
-      if (!nw) st = ag_error_set(AG_ERR_OOM, "compare: out of host memory");
-      else w = nw;
-    }
-    if (st == AG_OK && !(w[n] = strdup(line))) st = ag_error_set(AG_ERR_OOM, "compare: out of host memory");
-    if (st == AG_OK) n++;
-  }
-  fclose(f);
-  out->w = w;
-  out->n = n;
-  if (st == AG_OK && n < 100) st = ag_error_set(AG_ERR_IO, "compare: %s holds only %d usable words", path, n);
-  if (st != AG_OK) {
-    words_free(out);
-    return st;
-  }
-  uint64_t s = seed ^ 0x5eedull;
-  for (int i = n - 1; i > 0; i--) {
-    int j = (int)(splitmix(&s) % (uint64_t)(i + 1));
-    char *t = w[i];
-    w[i] = w[j];
-    w[j] = t;
-  }
-  out->n = n - n / 10;
-  for (int i = out->n; i < n; i++) free(w[i]);
-  return AG_OK;
+  ag_status st = charlm_words_load(path, seed, "compare", &out->w, &out->n_all);
+  out->n = out->n_all - charlm_words_val(out->n_all);
+  return st;
 }
-
-static int32_t char_id(char c) { return c == '.' ? 0 : c - 'a' + 1; }
 
 /* One step's batch on the host: MLP [B, context] contexts of a random position
  * of a random word and [B] next characters; GPT [B, T] padded words and [B*T]
@@ -241,89 +194,62 @@ static void make_batch(const cmp_options *o, const words *d, int64_t step, int32
   uint64_t rng = o->job.seed * 0x100000001b3ull + (uint64_t)step;
   int T = CHARLM_MAX_WORD + 2, C = o->job.context;
   for (int64_t b = 0; b < o->job.batch; b++) {
-    const char *w = d->w[splitmix(&rng) % (uint64_t)d->n];
+    const char *w = d->w[charlm_splitmix(&rng) % (uint64_t)d->n];
     int len = (int)strlen(w);
     if (o->job.model == CHARLM_MLP) {
-      int p = (int)(splitmix(&rng) % (uint64_t)(len + 1));
+      int p = (int)(charlm_splitmix(&rng) % (uint64_t)(len + 1));
       for (int k = 0; k < C; k++) {
         int q = p - C + k;
-        x[b * C + k] = q < 0 ? 0 : char_id(w[q]);
+        x[b * C + k] = q < 0 ? 0 : charlm_char_id(w[q]);
       }
-      y[b] = p < len ? char_id(w[p]) : 0;
+      y[b] = p < len ? charlm_char_id(w[p]) : 0;
     } else {
       for (int p = 0; p < T; p++) {
-        x[b * T + p] = p == 0 ? 0 : (p <= len ? char_id(w[p - 1]) : 0);
-        y[b * T + p] = p < len ? char_id(w[p]) : (p == len ? 0 : -1);
+        x[b * T + p] = p == 0 ? 0 : (p <= len ? charlm_char_id(w[p - 1]) : 0);
+        y[b * T + p] = p < len ? charlm_char_id(w[p]) : (p == len ? 0 : -1);
       }
     }
   }
 }
 
-/* ---------------- model (the architectures of examples/charlm.c) ---------------- */
+/* ---------------- model (models/charlm.c's, one per device) ---------------- */
 
 typedef struct replica {
   ag_device dev;
-  charlm_model_kind kind;
-  ag_embedding_layer emb;
-  ag_linear l1, l2;
-  ag_gpt gpt;
-  bool have_gpt;
-  ag_param_list params;
+  charlm_model m;
   ag_optimizer *opt;
 } replica;
 
 static void replica_free(replica *r) {
   ag_optimizer_free(r->opt);
-  ag_params_free(&r->params);
-  ag_embedding_free(&r->emb);
-  ag_linear_free(&r->l1);
-  ag_linear_free(&r->l2);
-  if (r->have_gpt) ag_gpt_free(&r->gpt);
+  charlm_model_free(&r->m);
   memset(r, 0, sizeof *r);
 }
 
 static ag_status replica_init(replica *r, const charlm_options *o, ag_device dev, ag_generator *g) {
   memset(r, 0, sizeof *r);
   r->dev = dev;
-  r->kind = o->model;
-  ag_status st;
-  if (o->model == CHARLM_MLP) {
-    st = ag_embedding_init(&r->emb, dev, AG_F32, CHARLM_VOCAB, o->emb, g);
-    if (st == AG_OK) st = ag_linear_init(&r->l1, dev, AG_F32, (int64_t)o->context * o->emb, o->hidden, true, g);
-    if (st == AG_OK) st = ag_linear_init(&r->l2, dev, AG_F32, o->hidden, CHARLM_VOCAB, true, g);
-    if (st == AG_OK) st = ag_embedding_params(&r->emb, "emb.", &r->params);
-    if (st == AG_OK) st = ag_linear_params(&r->l1, "fc1.", &r->params);
-    if (st == AG_OK) st = ag_linear_params(&r->l2, "fc2.", &r->params);
-  } else {
-    ag_gpt_config c = {.vocab_size = CHARLM_VOCAB, .block_size = CHARLM_MAX_WORD + 2, .n_layer = o->n_layer,
-                       .n_embd = o->n_embd, .n_head = o->n_head, .dropout = 0.0};
-    st = ag_gpt_init(&r->gpt, &c, dev, AG_F32, g);
-    r->have_gpt = st == AG_OK;
-    if (st == AG_OK) st = ag_params_extend(&r->params, "", &r->gpt.params);
+  ag_status st = charlm_model_init(&r->m, o, dev, g);
+  if (st != AG_OK) {
+    memset(r, 0, sizeof *r);
+    return st;
   }
-  if (st == AG_OK) {
-    ag_adamw_options ao = ag_adamw_defaults();
-    ao.lr = o->lr;
-    ao.weight_decay = o->weight_decay;
-    r->opt = ag_adamw_create(&r->params, &ao);
-    if (!r->opt) st = ag_last_status();
+  ag_adamw_options ao = ag_adamw_defaults();
+  ao.lr = o->lr;
+  ao.weight_decay = o->weight_decay;
+  r->opt = ag_adamw_create(&r->m.params, &ao);
+  if (!r->opt) {
+    st = ag_last_status();
+    replica_free(r);
   }
-  if (st != AG_OK) replica_free(r);
   return st;
 }
 
 static ag_tensor *replica_loss(const replica *r, ag_tensor *x, ag_tensor *y) {
-  ag_tensor *logits;
-  if (r->kind == CHARLM_MLP) {
-    ag_tensor *e = ag_embedding_forward(&r->emb, x);
-    int64_t s[2] = {ag_tensor_dim(x, 0), ag_tensor_dim(x, 1) * r->emb.dim};
-    ag_tensor *h = ag_linear_forward(&r->l1, ag_reshape(e, 2, s));
-    logits = ag_linear_forward(&r->l2, ag_tanh(h));
-  } else {
-    int64_t s[2] = {-1, CHARLM_VOCAB};
-    logits = ag_reshape(ag_gpt_forward(&r->gpt, x, true, NULL), 2, s);
-  }
-  return ag_cross_entropy(logits, y, AG_REDUCTION_MEAN, -1); /* intermediates belong to the step's scope */
+  ag_tensor *logits = charlm_model_logits(&r->m, x);
+  ag_tensor *loss = ag_cross_entropy(logits, y, AG_REDUCTION_MEAN, -1);
+  ag_tensor_release(logits);
+  return loss;
 }
 
 /* One optimizer step on the replica's device; returns the loss read to the
@@ -331,7 +257,7 @@ static ag_tensor *replica_loss(const replica *r, ag_tensor *x, ag_tensor *y) {
 static ag_status replica_step(replica *r, const cmp_options *o, int64_t step, const int32_t *hx,
                               const int32_t *hy, double *out_loss) {
   ag_optimizer_set_lr(r->opt, ag_lr_cosine(step, o->job.warmup, o->steps, o->job.lr, o->job.lr * 0.1));
-  bool mlp = r->kind == CHARLM_MLP;
+  bool mlp = r->m.kind == CHARLM_MLP;
   int64_t B = o->job.batch, cols = mlp ? o->job.context : CHARLM_MAX_WORD + 2;
   int64_t sx[2] = {B, cols}, sy[1] = {mlp ? B : B * cols};
   ag_scope_begin();
@@ -339,7 +265,7 @@ static ag_status replica_step(replica *r, const cmp_options *o, int64_t step, co
   ag_tensor *y = ag_from_host(r->dev, AG_I32, 1, sy, hy);
   ag_tensor *loss = replica_loss(r, x, y);
   ag_status st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
-  if (st == AG_OK && o->job.clip > 0 && !ag_clip_grad_norm(&r->params, o->job.clip)) st = ag_last_status();
+  if (st == AG_OK && o->job.clip > 0 && !ag_clip_grad_norm(&r->m.params, o->job.clip)) st = ag_last_status();
   if (st == AG_OK) st = ag_optimizer_step(r->opt);
   ag_optimizer_zero_grad(r->opt);
   if (st == AG_OK) {
@@ -401,7 +327,7 @@ static ag_status param_divergence(const ag_param_list *ref, const ag_param_list 
 static ag_status copy_params(replica *r, const ag_param_list *master) {
   ag_status st = AG_OK;
   ag_no_grad_begin();
-  for (int i = 0; i < master->count && st == AG_OK; i++) st = ag_copy_(r->params.tensors[i], master->tensors[i]);
+  for (int i = 0; i < master->count && st == AG_OK; i++) st = ag_copy_(r->m.params.tensors[i], master->tensors[i]);
   ag_grad_mode_end();
   if (st == AG_OK) st = ag_device_synchronize(r->dev);
   return st;
@@ -640,12 +566,12 @@ int ag_cmd_compare(int argc, char **argv) {
     st = replica_init(&reps[d], &o.job, o.dev[d], g);
     if (st != AG_OK) break;
     n_ready++;
-    st = param_divergence(&master.params, &reps[d].params, &buf, &cap, &rep->init_div[d], NULL);
-    if (st == AG_OK) st = copy_params(&reps[d], &master.params);
+    st = param_divergence(&master.m.params, &reps[d].m.params, &buf, &cap, &rep->init_div[d], NULL);
+    if (st == AG_OK) st = copy_params(&reps[d], &master.m.params);
   }
   ag_generator_free(g);
   if (have_master) {
-    rep->nparams = ag_params_numel(&master.params);
+    rep->nparams = ag_params_numel(&master.m.params);
     replica_free(&master);
   }
 
@@ -682,16 +608,16 @@ int ag_cmd_compare(int argc, char **argv) {
       AT(rep->dloss, s, d) = loss_divergence(AT(rep->loss, s, 0), AT(rep->loss, s, d));
       AT(rep->dparam, s, d) = NOT_CHECKED;
       int w = 0;
-      if (check) st = param_divergence(&reps[0].params, &reps[d].params, &buf, &cap, &AT(rep->dparam, s, d), &w);
+      if (check) st = param_divergence(&reps[0].m.params, &reps[d].m.params, &buf, &cap, &AT(rep->dparam, s, d), &w);
       double v = check ? AT(rep->dparam, s, d) : 0;
       if (check && (isnan(v) ? !isnan(rep->max_param[d]) : v > rep->max_param[d])) {
         rep->max_param[d] = v;
-        snprintf(rep->worst_name[d], sizeof rep->worst_name[d], "%s", reps[d].params.names[w]);
+        snprintf(rep->worst_name[d], sizeof rep->worst_name[d], "%s", reps[d].m.params.names[w]);
       }
       bool over = exceeds(AT(rep->dloss, s, d), o.loss_tol) || (check && exceeds(AT(rep->dparam, s, d), o.tol));
       if (st == AG_OK && over && !rep->first_exceed[d]) {
         rep->first_exceed[d] = s + 1;
-        if (check) snprintf(rep->exceed_name[d], sizeof rep->exceed_name[d], "%s", reps[d].params.names[w]);
+        if (check) snprintf(rep->exceed_name[d], sizeof rep->exceed_name[d], "%s", reps[d].m.params.names[w]);
         fresh = true;
       }
     }

@@ -1,4 +1,4 @@
-/* `anygrad train`: the character-level language model of examples/charlm.c
+/* `anygrad train`: the character-level language model of models/charlm.c
  * on the best available device (or --device), with progress, held-out loss,
  * samples and a resumable checkpoint. */
 #include <pthread.h>
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../examples/charlm.h"
-#include "../examples/cnn.h"
+#include "charlm.h"
+#include "cnn.h"
 #include "cli.h"
 
 static void usage(void) {

@@ -1,10 +1,12 @@
 /* The built-in CPU backend: entry point for the registry and the interface
- * between the stream machinery (cpu_backend.c) and the kernels
- * (cpu_kernels.c, cpu_matmul.c). */
+ * between the stream machinery (cpu_backend.c) and the kernel families
+ * (cpu_kernels.c, cpu_reduce.c, cpu_random.c, cpu_optim.c, cpu_matmul.c,
+ * cpu_conv.c). */
 #ifndef AG_CPU_BACKEND_H
 #define AG_CPU_BACKEND_H
 
 #include "internal.h"
+#include "runtime/threadpool.h"
 
 /* The CPU backend's vtable. Borrowed, static; never NULL. */
 AG_HIDDEN const ag_backend *ag__cpu_backend(void);
@@ -30,32 +32,31 @@ AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
 /* Vision ops (cpu_conv.c): AG_K_CONV2D*, AG_K_POOL2D* for f32 and f64. */
 AG_HIDDEN ag_status ag__cpu_vision(const ag_kernel_call *c);
 
-/* Work (elements x a per-element cost: 1 for an add, 8 for an exp; flops
- * / 16 for a GEMM) above which kernels split across the pool's threads;
- * below it they stay on the calling thread, so small and cheap ops never pay
- * a fork/join (which costs milliseconds, not microseconds, when the machine
- * is oversubscribed). 2^19: about 0.1-0.3 ms of one thread's work. At 2^17
- * the default `anygrad train` job (6 regions of 2^18 per step) ran 15% more
- * CPU with 2 threads than with 1 and switched context 40x as often
- * (docs/performance.md). */
-#define AG_CPU_PAR_MIN 524288
+/* Random numbers (cpu_random.c): AG_K_RAND_UNIFORM, AG_K_RAND_NORMAL,
+ * AG_K_DROPOUT. */
+AG_HIDDEN ag_status ag__cpu_random(const ag_kernel_call *c);
 
-/* Most threads ag_set_num_threads accepts. */
-#define AG_MAX_THREADS 256
+/* Reductions (cpu_reduce.c): AG_K_REDUCE. */
+AG_HIDDEN ag_status ag__cpu_reduce(const ag_kernel_call *c);
 
-/* The pool (cpu_pool.c). fn(ctx, a, b) runs on disjoint ranges covering
- * [0, n) exactly once, on up to ag_get_num_threads() threads (the caller is
- * one of them) when work >= AG_CPU_PAR_MIN, else on the caller alone. fn
- * must not depend on how [0, n) is split. Returns when every range is done.
- * Thread-safe: a call made while the pool runs another job runs serially. */
-typedef void (*ag_cpu_range_fn)(void *ctx, int64_t a, int64_t b);
-AG_HIDDEN void ag__cpu_par_for(int64_t n, int64_t work, ag_cpu_range_fn fn, void *ctx);
+/* Multi-tensor kernels (cpu_optim.c): AG_K_ADAMW, AG_K_SGD,
+ * AG_K_NONFINITE_CHECK, AG_K_SUMSQ. */
+AG_HIDDEN ag_status ag__cpu_multi(const ag_kernel_call *c);
 
-/* CPUs this process may run on: the affinity mask, capped by a cgroup v2
- * cpu.max quota and by AG_MAX_THREADS. At least 1. */
-AG_HIDDEN int ag__cpu_default_threads(void);
+/* Work above which kernels split across the pool's threads (the pool's
+ * threshold; core/runtime/threadpool.h says why 2^19). */
+#define AG_CPU_PAR_MIN AG_POOL_MIN_WORK
 
-/* Make BLAS run each call on one thread (once per process). */
+/* The host thread pool (core/runtime/threadpool.c) is the CPU backend's only
+ * source of parallelism: fn(ctx, a, b) runs on disjoint ranges covering
+ * [0, n) exactly once, split across threads when work >= AG_CPU_PAR_MIN. */
+typedef ag_range_fn ag_cpu_range_fn;
+static inline void ag__cpu_par_for(int64_t n, int64_t work, ag_cpu_range_fn fn, void *ctx) {
+  ag__pool_for(n, work, fn, ctx);
+}
+
+/* Make BLAS run each call on one thread (once per process; cpu_gemm.c):
+ * the pool splits the GEMM instead. */
 AG_HIDDEN void ag__cpu_blas_init(void);
 
 /* f32 GEMM on the calling thread, row-major: C = alpha op(A) op(B) + beta C

@@ -97,6 +97,27 @@ static void engine_init(void) {
   }
 }
 
+/* ---- BLAS: one thread per call; the pool splits the GEMM instead ---- */
+
+static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_single(void) {
+  /* Resolved by name so any CBLAS links; OpenBLAS's own pthreads spin for
+   * milliseconds after each call, which is what the pool replaces. */
+  void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
+  if (set) set(1);
+  /* OpenBLAS started its server threads when it loaded, and they spin
+   * (sched_yield) for a while before sleeping; with one thread per call
+   * they are never used again, so stop them. A later multi-threaded
+   * OpenBLAS call from elsewhere restarts them itself. */
+  int (*shutdown)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
+  if (set && shutdown) shutdown();
+  void (*mkl)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads");
+  if (mkl) mkl(1);
+}
+
+void ag__cpu_blas_init(void) { pthread_once(&g_blas_once, blas_single); }
+
 const char *ag_cpu_gemm_engine(void) {
   pthread_once(&g_once, engine_init);
   return g_engine;

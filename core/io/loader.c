@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "anygrad/loader.h"
-#include "anygrad/cpu.h"
+#include "anygrad/threads.h"
 #include "diag/diag_internal.h"
 #include "internal.h"
 

@@ -17,6 +17,7 @@
 #include "anygrad/diag.h"
 #include "anygrad/amp.h"
 #include "anygrad/loader.h"
+#include "anygrad/threads.h"
 #include "anygrad/cpu.h"
 #include "anygrad/report.h"
 #include "anygrad/idx.h"

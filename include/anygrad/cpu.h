@@ -4,6 +4,9 @@
 #define ANYGRAD_CPU_H
 
 #include "anygrad/status.h"
+/* ag_set_num_threads / ag_get_num_threads moved to threads.h (the host
+ * thread pool is a core service); included here for existing callers. */
+#include "anygrad/threads.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,19 +32,6 @@ AG_API ag_status ag_cpu_set_stream_mode(ag_cpu_stream_mode mode);
 
 /* The mode CPU streams use (or will use once created). Thread-safe. */
 AG_API ag_cpu_stream_mode ag_cpu_stream_mode_get(void);
-
-/* Set how many threads CPU kernels use: anygrad's one pool, which runs the
- * elementwise kernels, reductions, optimizer updates and GEMM (BLAS is kept
- * at one thread per call, split by the pool), and the default number of
- * loader workers. n = 0 restores the default: AG_NUM_THREADS when set, else
- * the CPUs this process may run on (sched_getaffinity, capped by a cgroup v2
- * cpu.max quota). Takes effect at the next kernel; idle threads sleep.
- * Errors: AG_ERR_INVALID for n < 0 or n > 256 (nothing changes).
- * Thread-safe. */
-AG_API ag_status ag_set_num_threads(int n);
-
-/* The thread count CPU kernels use now (>= 1). Thread-safe. */
-AG_API int ag_get_num_threads(void);
 
 /* What runs f32 matrix products on the CPU, chosen once per process at the
  * first product: "oneDNN sgemm (libdnnl.so.2)" when oneDNN's library loads

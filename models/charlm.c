@@ -21,14 +21,7 @@
 
 /* ---------------- host random numbers (batches, sampling) ---------------- */
 
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double urand(uint64_t *s) { return (double)(splitmix(s) >> 11) * (1.0 / 9007199254740992.0); }
+static double urand(uint64_t *s) { return (double)(charlm_splitmix(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 static double now_s(void) {
   struct timespec ts;
@@ -58,50 +51,6 @@ static void dataset_free(dataset *d) {
   memset(d, 0, sizeof *d);
 }
 
-static int char_id(char c) { return c == '.' ? 0 : c - 'a' + 1; }
-
-/* Lower-case a-z words only (the word list also holds names and
- * possessives), shuffled with the seed. */
-static ag_status load_words(const char *path, uint64_t seed, char ***out, int *out_n) {
-  FILE *f = fopen(path, "r");
-  if (!f) return ag_error_set(AG_ERR_IO, "charlm: cannot open %s (Debian: apt-get install wamerican)", path);
-  char line[256];
-  int n = 0, cap = 0;
-  char **w = NULL;
-  while (fgets(line, sizeof line, f)) {
-    size_t len = strcspn(line, "\r\n");
-    line[len] = 0;
-    bool ok = len > 0 && len <= CHARLM_MAX_WORD;
-    for (size_t i = 0; ok && i < len; i++) ok = line[i] >= 'a' && line[i] <= 'z';
-    if (!ok) continue;
-    if (n == cap) {
-      cap = cap ? cap * 2 : 4096;
-      char **nw = realloc(w, (size_t)cap * sizeof *nw);
-      if (!nw) break;
-      w = nw;
-    }
-    w[n] = strdup(line);
-    if (!w[n]) break;
-    n++;
-  }
-  fclose(f);
-  if (n < 100) {
-    for (int i = 0; i < n; i++) free(w[i]);
-    free(w);
-    return ag_error_set(AG_ERR_IO, "charlm: %s holds only %d usable words", path, n);
-  }
-  uint64_t s = seed ^ 0x5eedull;
-  for (int i = n - 1; i > 0; i--) {
-    int j = (int)(splitmix(&s) % (uint64_t)(i + 1));
-    char *t = w[i];
-    w[i] = w[j];
-    w[j] = t;
-  }
-  *out = w;
-  *out_n = n;
-  return AG_OK;
-}
-
 static ag_status build(dataset *d, char **words, int n, int context, int T) {
   d->words = words;
   d->n_words = n;
@@ -119,7 +68,7 @@ static ag_status build(dataset *d, char **words, int n, int context, int T) {
     int len = (int)strlen(w);
     int32_t win[64] = {0};
     for (int p = 0; p <= len; p++) {
-      int32_t t = p < len ? char_id(w[p]) : 0;
+      int32_t t = p < len ? charlm_char_id(w[p]) : 0;
       memcpy(d->ctx + e * context, win, (size_t)context * sizeof(int32_t));
       d->tgt[e++] = t;
       memmove(win, win + 1, (size_t)(context - 1) * sizeof(int32_t));
@@ -127,8 +76,8 @@ static ag_status build(dataset *d, char **words, int n, int context, int T) {
     }
     int32_t *x = d->seq_x + (int64_t)i * T, *y = d->seq_y + (int64_t)i * T;
     for (int p = 0; p < T; p++) {
-      x[p] = p == 0 ? 0 : (p <= len ? char_id(w[p - 1]) : 0);
-      y[p] = p < len ? char_id(w[p]) : (p == len ? 0 : -1);
+      x[p] = p == 0 ? 0 : (p <= len ? charlm_char_id(w[p - 1]) : 0);
+      y[p] = p < len ? charlm_char_id(w[p]) : (p == len ? 0 : -1);
     }
   }
   return AG_OK;
@@ -136,16 +85,9 @@ static ag_status build(dataset *d, char **words, int n, int context, int T) {
 
 /* ---------------- model ---------------- */
 
-typedef struct model {
-  charlm_model_kind kind;
-  int context, T;
-  ag_embedding_layer emb;
-  ag_linear l1, l2;
-  ag_gpt gpt;
-  ag_param_list params;
-} model;
+typedef charlm_model model;
 
-static void model_free(model *m) {
+void charlm_model_free(charlm_model *m) {
   ag_embedding_free(&m->emb);
   ag_linear_free(&m->l1);
   ag_linear_free(&m->l2);
@@ -153,16 +95,16 @@ static void model_free(model *m) {
   ag_params_free(&m->params);
 }
 
-static ag_status model_init(model *m, const charlm_options *o, ag_generator *g) {
+ag_status charlm_model_init(charlm_model *m, const charlm_options *o, ag_device dev, ag_generator *g) {
   memset(m, 0, sizeof *m);
   m->kind = o->model;
   m->context = o->context;
   m->T = CHARLM_MAX_WORD + 2;
   ag_status st;
   if (o->model == CHARLM_MLP) {
-    st = ag_embedding_init(&m->emb, o->device, AG_F32, CHARLM_VOCAB, o->emb, g);
-    if (st == AG_OK) st = ag_linear_init(&m->l1, o->device, AG_F32, (int64_t)o->context * o->emb, o->hidden, true, g);
-    if (st == AG_OK) st = ag_linear_init(&m->l2, o->device, AG_F32, o->hidden, CHARLM_VOCAB, true, g);
+    st = ag_embedding_init(&m->emb, dev, AG_F32, CHARLM_VOCAB, o->emb, g);
+    if (st == AG_OK) st = ag_linear_init(&m->l1, dev, AG_F32, (int64_t)o->context * o->emb, o->hidden, true, g);
+    if (st == AG_OK) st = ag_linear_init(&m->l2, dev, AG_F32, o->hidden, CHARLM_VOCAB, true, g);
     if (st == AG_OK) st = ag_embedding_params(&m->emb, "emb.", &m->params);
     if (st == AG_OK) st = ag_linear_params(&m->l1, "fc1.", &m->params);
     if (st == AG_OK) st = ag_linear_params(&m->l2, "fc2.", &m->params);
@@ -170,15 +112,15 @@ static ag_status model_init(model *m, const charlm_options *o, ag_generator *g) 
     ag_gpt_config c = {.vocab_size = CHARLM_VOCAB, .block_size = m->T, .n_layer = o->n_layer,
                        .n_embd = o->n_embd, .n_head = o->n_head, .dropout = 0.0,
                        .checkpoint = o->checkpoint_activations, .untied_head = o->untied_head};
-    st = ag_gpt_init(&m->gpt, &c, o->device, AG_F32, g);
+    st = ag_gpt_init(&m->gpt, &c, dev, AG_F32, g);
     if (st == AG_OK) st = ag_params_extend(&m->params, "", &m->gpt.params);
   }
-  if (st != AG_OK) model_free(m);
+  if (st != AG_OK) charlm_model_free(m);
   return st;
 }
 
 /* Logits as [rows, vocab] for input x (MLP: [B, context], GPT: [B, t]). */
-static ag_tensor *model_logits(const model *m, ag_tensor *x) {
+ag_tensor *charlm_model_logits(const charlm_model *m, ag_tensor *x) {
   if (m->kind == CHARLM_MLP) {
     int64_t B = ag_tensor_dim(x, 0);
     ag_tensor *e = ag_embedding_forward(&m->emb, x);
@@ -240,14 +182,14 @@ static ag_status make_batch_rows(const model *m, const dataset *d, int64_t Bg, i
     int64_t b = gb - off;
     bool keep = b >= 0 && b < B;
     if (m->kind == CHARLM_MLP) {
-      int64_t i = (int64_t)(splitmix(rng) % (uint64_t)d->n_ex);
+      int64_t i = (int64_t)(charlm_splitmix(rng) % (uint64_t)d->n_ex);
       ++*n_all;
       if (!keep) continue;
       ++*n_mine;
       memcpy(hx + b * cols, d->ctx + i * cols, (size_t)cols * sizeof *hx);
       hy[b] = d->tgt[i];
     } else {
-      int64_t i = (int64_t)(splitmix(rng) % (uint64_t)d->n_words);
+      int64_t i = (int64_t)(charlm_splitmix(rng) % (uint64_t)d->n_words);
       int64_t nt = 0;
       for (int p = 0; p < cols; p++) nt += d->seq_y[i * cols + p] != -1;
       *n_all += nt;
@@ -266,7 +208,7 @@ static ag_status make_batch_rows(const model *m, const dataset *d, int64_t Bg, i
 }
 
 static ag_tensor *batch_loss(const model *m, ag_tensor *x, ag_tensor *y) {
-  ag_tensor *logits = model_logits(m, x);
+  ag_tensor *logits = charlm_model_logits(m, x);
   ag_tensor *loss = ag_cross_entropy(logits, y, AG_REDUCTION_MEAN, -1);
   ag_tensor_release(logits);
   return loss;
@@ -307,7 +249,7 @@ static ag_status sample_word(const model *m, ag_device dev, uint64_t *rng, char 
       int64_t s[2] = {1, (int64_t)n + 1};
       x = ag_from_host(dev, AG_I32, 2, s, seq);
     }
-    ag_tensor *logits = model_logits(m, x);
+    ag_tensor *logits = charlm_model_logits(m, x);
     ag_tensor *last = logits ? ag_slice(logits, 0, -1, ag_tensor_dim(logits, 0), 1) : NULL;
     ag_tensor *p = ag_softmax(last, -1);
     float probs[CHARLM_VOCAB];
@@ -773,7 +715,7 @@ static void print_estimate(FILE *out, const charlm_memory_estimate *e, const cha
 /* The run's configuration, for the report. */
 static ag_status report_info(ag_profiler *p, const charlm_options *o, const char *dname, const model *m) {
   char v[64];
-  ag_status st = ag_profiler_set_info(p, "program", "anygrad train (examples/charlm.c)");
+  ag_status st = ag_profiler_set_info(p, "program", "anygrad train (models/charlm.c)");
   if (st == AG_OK) st = ag_profiler_set_info(p, "model", o->model == CHARLM_MLP ? "mlp" : "gpt");
   snprintf(v, sizeof v, "%lld", (long long)ag_params_numel(&m->params));
   if (st == AG_OK) st = ag_profiler_set_info(p, "parameters", v);
@@ -847,12 +789,12 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
 
   char **words = NULL;
   int n_words = 0;
-  st = load_words(o.words_path, o.seed, &words, &n_words);
+  st = charlm_words_load(o.words_path, o.seed, "charlm", &words, &n_words);
   if (st != AG_OK) {
     ag_safetensors_close(ck);
     return st;
   }
-  int n_val = n_words / 10;
+  int n_val = charlm_words_val(n_words);
   dataset train = {0}, val = {0};
   char **vw = malloc((size_t)n_val * sizeof *vw);
   if (!vw) st = ag_error_set(AG_ERR_OOM, "charlm: out of host memory");
@@ -867,7 +809,7 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
   bool have_model = false;
   ag_optimizer *opt = NULL;
   if (st == AG_OK) {
-    st = model_init(&m, &o, gen);
+    st = charlm_model_init(&m, &o, o.device, gen);
     have_model = st == AG_OK;
   }
   if (st == AG_OK) {
@@ -1180,7 +1122,7 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
   ag_tensor_release(loss_sum);
   ag_grad_scaler_free(scaler);
   ag_optimizer_free(opt);
-  if (have_model) model_free(&m);
+  if (have_model) charlm_model_free(&m);
   ag_generator_free(gen);
   dataset_free(&train);
   dataset_free(&val);

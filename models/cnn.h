@@ -2,8 +2,8 @@
  * batch norm, ReLU, 2x2 max pool) and a linear classifier, trained with
  * AdamW, test accuracy per epoch, a confusion summary, per-epoch resumable
  * checkpoints. `anygrad train --task fashion-mnist` is a thin front end. */
-#ifndef ANYGRAD_EXAMPLES_CNN_H
-#define ANYGRAD_EXAMPLES_CNN_H
+#ifndef ANYGRAD_MODELS_CNN_H
+#define ANYGRAD_MODELS_CNN_H
 
 #include <stdbool.h>
 #include <stdint.h>

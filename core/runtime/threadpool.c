@@ -1,10 +1,9 @@
-/* The one CPU thread pool: ag_set_num_threads / AG_NUM_THREADS, the default
- * from the CPUs this process may use, and the blocking fork/join pool every
- * CPU kernel (elementwise, reductions, optimizers, GEMM panels) runs on.
- * Idle workers sleep on a condition variable, never spin, and BLAS is kept
- * single-threaded so no second pool competes (docs/performance.md). */
+/* The host thread pool, a core runtime service (threadpool.h): the thread
+ * count (ag_set_num_threads / AG_NUM_THREADS, the default from the CPUs this
+ * process may use) and the blocking fork/join pool that every CPU kernel
+ * (elementwise, reductions, optimizers, GEMM panels) runs on. Idle workers
+ * sleep on a condition variable, never spin (docs/performance.md). */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -12,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "anygrad/cpu.h"
-#include "cpu_backend.h"
+#include "anygrad/threads.h"
+#include "runtime/threadpool.h"
 
 /* ---- thread count ---- */
 
@@ -33,7 +32,7 @@ static int cgroup_cpus(void) {
   return (int)((quota + period - 1) / period);
 }
 
-int ag__cpu_default_threads(void) {
+int ag__pool_default_threads(void) {
   int n = 1;
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
@@ -46,7 +45,7 @@ int ag__cpu_default_threads(void) {
 static int resolve_threads(void) {
   int n = atomic_load(&g_threads);
   if (n > 0) return n;
-  n = ag__cpu_default_threads();
+  n = ag__pool_default_threads();
   const char *env = getenv("AG_NUM_THREADS");
   if (env && *env) {
     char *end;
@@ -69,27 +68,6 @@ ag_status ag_set_num_threads(int n) {
 
 int ag_get_num_threads(void) { return resolve_threads(); }
 
-/* ---- BLAS: one thread per call; the pool splits the GEMM instead ---- */
-
-static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
-
-static void blas_single(void) {
-  /* Resolved by name so any CBLAS links; OpenBLAS's own pthreads spin for
-   * milliseconds after each call, which is what the pool replaces. */
-  void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
-  if (set) set(1);
-  /* OpenBLAS started its server threads when it loaded, and they spin
-   * (sched_yield) for a while before sleeping; with one thread per call
-   * they are never used again, so stop them. A later multi-threaded
-   * OpenBLAS call from elsewhere restarts them itself. */
-  int (*shutdown)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
-  if (set && shutdown) shutdown();
-  void (*mkl)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads");
-  if (mkl) mkl(1);
-}
-
-void ag__cpu_blas_init(void) { pthread_once(&g_blas_once, blas_single); }
-
 /* ---- the pool ---- */
 
 typedef struct pool {
@@ -99,7 +77,7 @@ typedef struct pool {
   int nworkers;
   uint64_t gen;      /* bumped per job */
   int want;          /* workers with id < want join the current job */
-  ag_cpu_range_fn fn;
+  ag_range_fn fn;
   void *ctx;
   int64_t n, nchunks;
   /* The job's generation (high 32 bits) and its next chunk (low 32): a
@@ -115,7 +93,7 @@ static pool g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
                       .done = PTHREAD_COND_INITIALIZER};
 static atomic_flag g_busy = ATOMIC_FLAG_INIT; /* one job at a time */
 
-static void run_chunks(pool *p, uint32_t gen, ag_cpu_range_fn fn, void *ctx, int64_t n, int64_t nchunks) {
+static void run_chunks(pool *p, uint32_t gen, ag_range_fn fn, void *ctx, int64_t n, int64_t nchunks) {
   unsigned long long cur = atomic_load(&p->next);
   for (;;) {
     if ((uint32_t)(cur >> 32) != gen || (int64_t)(cur & 0xffffffffu) >= nchunks) return;
@@ -144,7 +122,7 @@ static void *worker(void *arg) {
     while (p->gen == seen) pthread_cond_wait(&p->wake, &p->mu);
     seen = p->gen;
     if (id >= p->want) continue;
-    ag_cpu_range_fn fn = p->fn;
+    ag_range_fn fn = p->fn;
     void *ctx = p->ctx;
     int64_t n = p->n, nchunks = p->nchunks;
     pthread_mutex_unlock(&p->mu);
@@ -182,10 +160,10 @@ static int grow(pool *p, int want) {
   return p->nworkers < want ? p->nworkers : want;
 }
 
-void ag__cpu_par_for(int64_t n, int64_t work, ag_cpu_range_fn fn, void *ctx) {
+void ag__pool_for(int64_t n, int64_t work, ag_range_fn fn, void *ctx) {
   if (n <= 0) return;
   int nt = resolve_threads();
-  if (work < AG_CPU_PAR_MIN || n < 2 || nt < 2 || atomic_flag_test_and_set(&g_busy)) {
+  if (work < AG_POOL_MIN_WORK || n < 2 || nt < 2 || atomic_flag_test_and_set(&g_busy)) {
     /* small work, one thread, or the pool is already running a job (a
      * second stream, a nested call): stay on this thread. */
     fn(ctx, 0, n);
@@ -195,7 +173,7 @@ void ag__cpu_par_for(int64_t n, int64_t work, ag_cpu_range_fn fn, void *ctx) {
   /* A few chunks per thread: a worker descheduled by another process
    * delays the join by one chunk at most, and the caller takes the rest. */
   int64_t nchunks = (int64_t)nt * 4;
-  int64_t by_work = work / (AG_CPU_PAR_MIN / 4);
+  int64_t by_work = work / (AG_POOL_MIN_WORK / 4);
   if (nchunks > by_work) nchunks = by_work;
   if (nchunks < nt) nchunks = nt;
   if (nchunks > n) nchunks = n;

@@ -2,17 +2,15 @@
  * preparation, an MLP over a fixed context (Bengio et al. 2003) and a small
  * GPT, a training loop with progress, evaluation, sampling and resumable
  * safetensors checkpoints. `anygrad train` is a thin front end to this. */
-#ifndef ANYGRAD_EXAMPLES_CHARLM_H
-#define ANYGRAD_EXAMPLES_CHARLM_H
+#ifndef ANYGRAD_MODELS_CHARLM_H
+#define ANYGRAD_MODELS_CHARLM_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "anygrad/anygrad.h"
-
-#define CHARLM_VOCAB 27 /* '.' (word boundary) and a-z */
-#define CHARLM_MAX_WORD 22
+#include "words.h" /* CHARLM_VOCAB, CHARLM_MAX_WORD, the word loader */
 
 /* Limits of the options (charlm_train refuses anything outside them with
  * AG_ERR_INVALID, before touching data or devices). */
@@ -108,6 +106,32 @@ typedef struct charlm_result {
   int64_t ddp_rows;
   ag_ddp_stats ddp;
 } charlm_result;
+
+/* The model alone, on one device: an MLP over a fixed context (embedding,
+ * tanh hidden layer, output layer) or a GPT over padded words, with its
+ * parameters named as in a checkpoint ("emb.", "fc1.", "fc2." or the GPT's
+ * names). charlm_train builds one per replica; `anygrad compare` builds one
+ * per device from the same generator seed. */
+typedef struct charlm_model {
+  charlm_model_kind kind;
+  int context, T; /* MLP context; GPT sequence length (CHARLM_MAX_WORD + 2) */
+  ag_embedding_layer emb;
+  ag_linear l1, l2;
+  ag_gpt gpt;
+  ag_param_list params;
+} charlm_model;
+
+/* Build the model of o->model with o's sizes (context, emb, hidden or
+ * n_layer, n_head, n_embd, checkpoint_activations, untied_head) on dev,
+ * f32, initialised from g. On failure nothing is left to free. */
+ag_status charlm_model_init(charlm_model *m, const charlm_options *o, ag_device dev, ag_generator *g);
+
+/* Logits as [rows, CHARLM_VOCAB] for tokens x (MLP: [B, context], GPT:
+ * [B, t]); NULL with the error set on failure. The caller owns the result. */
+ag_tensor *charlm_model_logits(const charlm_model *m, ag_tensor *x);
+
+/* Release the model's layers and parameter list. */
+void charlm_model_free(charlm_model *m);
 
 /* Defaults for a model kind (about a minute on one CPU core for the MLP). */
 charlm_options charlm_defaults(charlm_model_kind kind);
