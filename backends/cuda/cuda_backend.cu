@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda_dnn.h"
+#include "anygrad/dlpack.h"
 #include "gpu.h"
 
 /* Driver entry points and knobs, resolved once by agv_init (the registry
@@ -233,7 +234,7 @@ static void cu_vm_release(int dev, void *base, size_t bytes) {
 }
 
 static const ag_backend g_backend = {
-    .abi_version = AG_BACKEND_ABI_VERSION,
+    AG_BACKEND_HEADER,
     .name = "cuda",
     .init = agg_init,
     .shutdown = NULL,
@@ -265,6 +266,12 @@ static const ag_backend g_backend = {
     .launch = agg_launch,
     .supports = agg_supports,
     .take_kernel_error = agg_take_kernel_error,
+    .flags = AG_BACKEND_F_ADDRESSABLE,
+    .dlpack_device = kDLCUDA,
+    .priority = 300,
+    .device_priority = NULL,
+    .collective = "nccl",
+    .description = NULL,
 };
 
 extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "anygrad/dlpack.h"
 #include "gpu.h"
 #include "emu/emu_internal.h"
 
@@ -79,7 +80,7 @@ static void emu_vm_release(int dev, void *base, size_t bytes) {
 }
 
 static const ag_backend g_backend = {
-    .abi_version = AG_BACKEND_ABI_VERSION,
+    AG_BACKEND_HEADER,
     .name = "gpuemu",
     .init = agg_init,
     .shutdown = NULL,
@@ -111,6 +112,13 @@ static const ag_backend g_backend = {
     .launch = agg_launch,
     .supports = agg_supports,
     .take_kernel_error = agg_take_kernel_error,
+    .flags = AG_BACKEND_F_HOST_MEMORY | AG_BACKEND_F_ADDRESSABLE,
+    .dlpack_device = 0,
+    .priority = -1,
+    .device_priority = NULL,
+    .collective = NULL,
+    .description = "for testing and debugging: runs the CUDA/HIP kernel source on the CPU with GPU semantics (barriers, "
+        "warp shuffles, launch limits); never chosen as best device",
 };
 
 extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }

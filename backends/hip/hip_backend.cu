@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/dlpack.h"
 #include "gpu.h"
 
 /* The few rocBLAS declarations used, so the module builds without its headers. */
@@ -208,7 +209,7 @@ static void hip_vm_release(int dev, void *base, size_t bytes) {
 }
 
 static const ag_backend g_backend = {
-    .abi_version = AG_BACKEND_ABI_VERSION,
+    AG_BACKEND_HEADER,
     .name = "hip",
     .init = agg_init,
     .shutdown = NULL,
@@ -240,6 +241,12 @@ static const ag_backend g_backend = {
     .launch = agg_launch,
     .supports = agg_supports,
     .take_kernel_error = agg_take_kernel_error,
+    .flags = AG_BACKEND_F_ADDRESSABLE,
+    .dlpack_device = kDLROCM,
+    .priority = 200,
+    .device_priority = NULL,
+    .collective = "rccl",
+    .description = NULL,
 };
 
 extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }
