@@ -199,6 +199,8 @@ static bool file_exists(const char *dir, void *vctx) {
   return n > 0 && (size_t)n < sizeof path && access(path, F_OK) == 0;
 }
 
+static int name_cmp(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+
 /* Registers every libanygrad-<name>.so in the search folders (not the
  * communication modules), in folder order, names sorted within a folder. */
 static bool scan_dir(const char *dir, void *ctx) {
@@ -215,7 +217,7 @@ static bool scan_dir(const char *dir, void *ctx) {
     names[n++][len - 14] = 0;
   }
   closedir(d);
-  qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+  qsort(names, (size_t)n, sizeof names[0], name_cmp);
   pthread_mutex_lock(&g_reg.lock);
   for (int i = 0; i < n; i++) add_locked(names[i], strlen(names[i]), NULL);
   pthread_mutex_unlock(&g_reg.lock);

@@ -6,6 +6,7 @@
  * REDUCE SUM; supports() says no to everything else, and launch refuses it
  * too (AG_ERR_UNSUPPORTED), so `anygrad check --backend minihost` reports
  * those cases "unsup". The steps are docs/design/backends.md's. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <anygrad/backend.h>
 #include <anygrad/dlpack.h>
 #include <math.h>
