@@ -5,11 +5,13 @@
  * table of built-in getters. The registry knows no backend but by its name
  * and what its table reports (include/anygrad/backend.h, ABI 4.x).
  *
- * Thread safety: g_reg is the process's only global mutable state. Kinds are
- * appended under g_reg.lock and published with a release store of the count;
- * a slot's name never changes once published. Each slot is loaded and started
- * once under its own mutex, published by release stores of its stage; device
- * states are created under g_reg.lock and live until exit. */
+ * Thread safety: g_reg is the registry's only global mutable state (besides
+ * each thread's current streams, tl_current). Kinds are appended under
+ * g_reg.lock and published with a release store of the count; a slot's name
+ * never changes once published. Each slot is loaded and started once under
+ * its own mutex, published by release stores of its stage flags; its table
+ * never changes after loading. Device states are created under g_reg.lock
+ * and live until exit. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -403,12 +405,12 @@ static backend_slot *ensure(int kind, int stage) {
 }
 
 /* A started slot, or NULL when kind is not registered. */
-static backend_slot *started(int kind) {
+static backend_slot *started_slot(int kind) {
   return kind >= 0 && kind < kinds() ? ensure(kind, STAGE_STARTED) : NULL;
 }
 
 bool ag_backend_available(ag_backend_kind kind, const char **out_reason) {
-  backend_slot *sl = started((int)kind);
+  backend_slot *sl = started_slot((int)kind);
   if (!sl) {
     if (out_reason) *out_reason = "unknown backend";
     return false;
@@ -418,7 +420,7 @@ bool ag_backend_available(ag_backend_kind kind, const char **out_reason) {
 }
 
 int ag_backend_device_count(ag_backend_kind kind) {
-  backend_slot *sl = started((int)kind);
+  backend_slot *sl = started_slot((int)kind);
   return sl && sl->ok ? sl->count : 0;
 }
 
@@ -471,7 +473,7 @@ ag_devstate *ag__devstate(ag_device d) {
     ag_devstate *ds = __atomic_load_n(&sl->dev[d.index], __ATOMIC_ACQUIRE);
     if (AG_LIKELY(ds != NULL)) return ds;
   }
-  if (!started(d.backend)) {
+  if (!started_slot(d.backend)) {
     ag_error_set(AG_ERR_DEVICE, "invalid device (no backend of kind %d)", d.backend);
     return NULL;
   }
@@ -573,7 +575,7 @@ ag_status ag_device_parse(const char *s, ag_device *out_device) {
     snprintf(why, sizeof why, "%s", ag_last_error() + strlen("ag_backend_find: "));
     return ag_error_set(AG_ERR_INVALID, "ag_device_parse: '%s' is not a device: %s", s, why);
   }
-  backend_slot *sl = started((int)kind);
+  backend_slot *sl = started_slot((int)kind);
   if (!sl->ok)
     return ag_error_set(AG_ERR_UNAVAILABLE, "ag_device_parse: backend %s is unavailable: %s", sl->name,
                         sl->reason);

@@ -59,6 +59,19 @@ typedef struct ag_device_props {
   bool unified_memory;    /* device memory is host memory (CPU, PoCL) */
 } ag_device_props;
 
+/* What a backend's module reports about itself (ABI 4.1 properties). */
+typedef struct ag_backend_info {
+  const char *name;        /* borrowed, lives until exit */
+  const char *path;        /* the module file, or "" for the built-in cpu */
+  const char *description; /* "" when the module gives none */
+  unsigned abi_major, abi_minor; /* the module's */
+  bool host_memory;        /* device memory is host memory */
+  bool addressable;        /* device memory has addresses (data_ptr, DLPack) */
+  int dlpack_device;       /* DLDeviceType, 0 = none */
+  int priority;            /* for ag_device_best; < 0 never chosen */
+  const char *collective;  /* "nccl", "rccl" or "" */
+} ag_backend_info;
+
 /* ---- the backend registry ----
  * One process-wide, thread-safe registry (core/runtime/registry.c) maps
  * names to kinds and kinds to loaded modules. It searches, in order, the
@@ -80,22 +93,10 @@ AG_API int ag_backend_count(void);
 /* The kind of the backend called name ("cuda", "vulkan"), registering it if
  * a module libanygrad-<name>.so is in a search folder. A registered backend
  * may still be unavailable (ag_backend_available says why). Errors:
- * AG_ERR_INVALID for a NULL or malformed name, AG_ERR_UNAVAILABLE when no
- * such backend or module exists (the message lists the folders searched). */
+ * AG_ERR_INVALID for a NULL or malformed name, or a name no backend or
+ * module has (the message lists the known names and the folders searched);
+ * AG_ERR_UNAVAILABLE when AG_MAX_BACKENDS kinds are taken. */
 AG_API ag_status ag_backend_find(const char *name, ag_backend_kind *out_kind);
-
-/* What a backend's module reports about itself (ABI 4.1 properties). */
-typedef struct ag_backend_info {
-  const char *name;        /* borrowed, lives until exit */
-  const char *path;        /* the module file, or "" for the built-in cpu */
-  const char *description; /* "" when the module gives none */
-  unsigned abi_major, abi_minor; /* the module's; 0.0 if it did not load */
-  bool host_memory;        /* device memory is host memory */
-  bool addressable;        /* device memory has addresses (data_ptr, DLPack) */
-  int dlpack_device;       /* DLDeviceType, 0 = none */
-  int priority;            /* for ag_device_best; < 0 never chosen */
-  const char *collective;  /* "nccl", "rccl" or "" */
-} ag_backend_info;
 
 /* The module's properties. Loads the module (without starting it). Errors:
  * AG_ERR_INVALID for an unknown kind, AG_ERR_UNAVAILABLE with the reason
@@ -113,9 +114,9 @@ AG_API int ag_backend_device_count(ag_backend_kind kind);
 
 /* Parse "<name>" or "<name>:N" for any backend name ag_backend_find knows:
  * "cpu", "cpu:0", "cuda:1", "hip:0", "opencl:0", "gpuemu:1", "vulkan:0".
- * Errors: AG_ERR_INVALID for a malformed string, AG_ERR_UNAVAILABLE for an
- * unknown or absent backend, AG_ERR_DEVICE for an ordinal beyond the device
- * count. */
+ * Errors: AG_ERR_INVALID for a malformed string or an unknown backend name,
+ * AG_ERR_UNAVAILABLE for a backend that is absent, refused or has no device,
+ * AG_ERR_DEVICE for an ordinal beyond the device count. */
 AG_API ag_status ag_device_parse(const char *s, ag_device *out_device);
 
 /* Write "cuda:0" etc. into buf (always NUL-terminated); returns buf. */
