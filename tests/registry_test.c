@@ -76,7 +76,7 @@ static void module_found_by_name(void **state) {
   int64_t shape[1] = {5};
   ag_tensor *a = ag_full(d, AG_F32, 1, shape, 2.0), *b = ag_arange(AG_CPU, AG_F32, 0, 5, 1);
   ag_tensor *bd = ag_to_device(b, d);
-  ag_tensor *c = ag_add(a, bd), *m = ag_neg(ag_mul(c, bd));
+  ag_tensor *c = ag_add(a, bd), *cb = ag_mul(c, bd), *m = ag_neg(cb);
   assert_non_null(m);
   float out[5];
   assert_int_equal(ag_to_host(m, out, sizeof out), AG_OK);
@@ -88,7 +88,7 @@ static void module_found_by_name(void **state) {
   assert_null(ag_exp(a));
   assert_int_equal(ag_last_status(), AG_ERR_UNSUPPORTED);
   assert_has(ag_last_error(), "minihost");
-  ag_tensor *all[] = {a, b, bd, c, m, s};
+  ag_tensor *all[] = {a, b, bd, c, cb, m, s};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ag_tensor_release(all[i]);
   /* never chosen: priority < 0 */
   assert_int_not_equal(ag_device_best().backend, k);
