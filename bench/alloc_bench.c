@@ -100,7 +100,7 @@ static void t_release(int dev, void *b, size_t n) { free(b); }
 static ag_status t_sync(ag_bstream *s) { return AG_OK; }
 
 static const ag_backend k_token = {
-    .abi_version = AG_BACKEND_ABI_VERSION,
+    AG_BACKEND_HEADER,
     .name = "token",
     .mem_info = t_mem_info,
     .segment_alloc = t_seg_alloc,

@@ -60,6 +60,12 @@ AG_HIDDEN ag_stream *ag__current_stream(ag_devstate *ds);
 /* dlopen a run-time module (libanygrad-<name>.so) from AG_BACKEND_PATH,
  * beside libanygrad.so or in anygrad/ beside it. NULL with err filled. */
 AG_HIDDEN void *ag__module_open(const char *file, char *err, size_t errlen);
+/* The backend whose memory has DLPack device type dlpack_device (loading the
+ * modules found); AG_ERR_UNAVAILABLE (error not set) when none has it. */
+AG_HIDDEN ag_status ag__backend_by_dlpack(int dlpack_device, ag_backend_kind *out_kind);
+/* Whether file (libanygrad-<name>.so) is a communication module rather than
+ * a backend (core/dist/modules.c), so the registry's scan skips it. */
+AG_HIDDEN bool ag__dist_module_file(const char *file);
 
 /* ---- host syncs (sync.c): every host<->device synchronization goes through
  * here so sync-debug mode and counters see it. `what` names the public call. */

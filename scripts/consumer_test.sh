@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A project outside anygrad's tree (tests/consumer) built and run against
-# anygrad four ways, as a user would: (a) find_package on an installed prefix,
+# anygrad four ways, as a user would, and an out-of-tree backend module
+# (tests/extbackend) built against the installed prefix and loaded from its
+# own folder: (a) find_package on an installed prefix,
 # (b) pkg-config, (c) add_subdirectory with everything the top-level build has
 # (tests, benchmarks, OpenCL, the static library), then that build installed
 # and used through find_package's anygrad::anygrad_static, (d) FetchContent
@@ -20,6 +22,12 @@ cmake_q --install "$build" --prefix "$work/prefix"
 cmake_q -S tests/consumer -B "$work/a" -DAG_CONSUMER_MODE=package -DCMAKE_PREFIX_PATH="$work/prefix"
 cmake_q --build "$work/a" -j"$jobs"
 "$work/a/consumer" && "$work/a/consumer_cxx"
+
+echo "--- (a') an out-of-tree backend module against the installed prefix (AG_BACKEND_PATH)"
+cmake_q -S tests/extbackend -B "$work/ext" -DCMAKE_PREFIX_PATH="$work/prefix"
+cmake_q --build "$work/ext" -j"$jobs"
+[ -e "$work/ext/libanygrad-minihost.so" ] || { echo "no libanygrad-minihost.so"; exit 1; }
+tests/extbackend/check.sh "$work/prefix/bin/anygrad" "$work/ext"
 
 echo "--- (b) pkg-config"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig:$work/prefix/lib64/pkgconfig"

@@ -122,7 +122,7 @@ static ag_status f_event_query(ag_bevent *e, bool *done) {
 }
 
 static const ag_backend k_fake = {
-    .abi_version = AG_BACKEND_ABI_VERSION,
+    AG_BACKEND_HEADER,
     .name = "fake",
     .mem_info = f_mem_info,
     .segment_alloc = f_seg_alloc,

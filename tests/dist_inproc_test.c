@@ -480,7 +480,9 @@ static void test_nccl_unavailable(void **state) {
   assert_int_equal(ag_group_create_nccl(boot, cpu, NULL, &g), AG_ERR_DEVICE);
   ag_device cuda = {AG_BACKEND_CUDA, 0};
   assert_int_equal(ag_group_create_nccl(boot, cuda, NULL, &g), AG_ERR_UNAVAILABLE);
-  assert_non_null(strstr(ag_last_error(), "nccl is unavailable"));
+  /* nccl's reason, or the cuda module's when it is absent (only the module
+   * says which library reduces its memory) */
+  assert_non_null(strstr(ag_last_error(), "is unavailable"));
   assert_null(g);
   assert_int_equal(ag_group_barrier(boot, NULL), AG_OK);
   ag_group_destroy(boot);

@@ -51,7 +51,9 @@ static void test_identity(void **state) {
   if (!mods[0].name) skip();
   for (mod *m = mods; m->name; m++) {
     assert_non_null(m->be);
-    assert_int_equal(m->be->abi_version, AG_BACKEND_ABI_VERSION);
+    assert_int_equal(m->be->struct_size, sizeof(ag_backend));
+    assert_int_equal(m->be->abi_major, AG_BACKEND_ABI_MAJOR);
+    assert_int_equal(m->be->abi_minor, AG_BACKEND_ABI_MINOR);
     assert_string_equal(m->be->name, m->name);
     /* required entries are all present */
     assert_non_null(m->be->init);

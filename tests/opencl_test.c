@@ -143,7 +143,7 @@ static int setup(void **state) {
   const ag_backend *be = get();
   int n = 0;
   char reason[256] = "";
-  if (be->abi_version != AG_BACKEND_ABI_VERSION || strcmp(be->name, "opencl") != 0) return -1;
+  if (be->abi_major != AG_BACKEND_ABI_MAJOR || strcmp(be->name, "opencl") != 0) return -1;
   if (be->init(&n, reason, sizeof reason) != AG_OK || n == 0) {
     print_message("no OpenCL device: %s\n", reason);
     return 0;

@@ -134,7 +134,8 @@ int ag_cli_device(const char *cmd, const char *s, ag_device *out) {
 const char *ag_cli_backend_list(char *buf, size_t len) {
   size_t n = 0;
   if (len) buf[0] = 0;
-  for (int k = 0; k < AG_BACKEND_COUNT && n < len; k++)
+  int nk = ag_backend_count();
+  for (int k = 0; k < nk && n < len; k++)
     n += (size_t)snprintf(buf + n, len - n, "%s%s", k ? ", " : "", ag_backend_name((ag_backend_kind)k));
   return buf;
 }

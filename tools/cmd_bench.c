@@ -217,7 +217,8 @@ int ag_cmd_bench(int argc, char **argv) {
       return AG_EXIT_USAGE;
     }
   } else {
-    for (int k = 0; k < AG_BACKEND_COUNT; k++) {
+    int nk = ag_backend_count();
+    for (int k = 0; k < nk && nd < 16; k++) {
       const char *why = NULL;
       if (ag_backend_available((ag_backend_kind)k, &why)) devs[nd++] = (ag_device){(int16_t)k, 0};
       else fprintf(stderr, "anygrad bench: %s: skipped (%s)\n", ag_backend_name((ag_backend_kind)k), why ? why : "unavailable");

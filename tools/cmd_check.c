@@ -105,7 +105,8 @@ int ag_cmd_check(int argc, char **argv) {
       if (rc != AG_EXIT_OK) return rc;
     }
   } else {
-    for (int k = 0; k < AG_BACKEND_COUNT; k++) {
+    int nk = ag_backend_count();
+    for (int k = 0; k < nk && ncol < (int)(sizeof cols / sizeof cols[0]); k++) {
       col *c = &cols[ncol++];
       memset(c, 0, sizeof *c);
       const char *why = NULL;

@@ -18,9 +18,25 @@ static void human(size_t b, char *buf, size_t len) {
   snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
 }
 
+/* A module's description, wrapped at 100 columns under its line. */
+static void print_wrapped(const char *s) {
+  while (*s) {
+    int n = (int)strlen(s);
+    if (n > 92) {
+      n = 92;
+      while (n > 0 && s[n] != ' ') n--;
+      if (n == 0) n = 92;
+    }
+    printf("        %.*s\n", n, s);
+    s += n;
+    while (*s == ' ') s++;
+  }
+}
+
 static void text_report(void) {
   printf("anygrad %s\n\n", ANYGRAD_VERSION_STRING);
-  for (int k = 0; k < AG_BACKEND_COUNT; k++) {
+  int nk = ag_backend_count();
+  for (int k = 0; k < nk; k++) {
     const char *reason = NULL;
     bool ok = ag_backend_available((ag_backend_kind)k, &reason);
     if (!ok) {
@@ -29,9 +45,11 @@ static void text_report(void) {
     }
     int n = ag_backend_device_count((ag_backend_kind)k);
     printf("%-7s %d device%s\n", ag_backend_name((ag_backend_kind)k), n, n == 1 ? "" : "s");
-    if (k == AG_BACKEND_GPUEMU)
-      printf("        for testing and debugging: runs the CUDA/HIP kernel source on the CPU with GPU\n"
-             "        semantics (barriers, warp shuffles, launch limits); never chosen as best device\n");
+    ag_backend_info bi;
+    if (ag_backend_info_get((ag_backend_kind)k, &bi) == AG_OK) {
+      if (bi.path[0]) printf("        module %s (ABI %u.%u)\n", bi.path, bi.abi_major, bi.abi_minor);
+      if (bi.description[0]) print_wrapped(bi.description);
+    }
     for (int d = 0; d < n; d++) {
       ag_device dev = {(int16_t)k, (int16_t)d};
       ag_device_props p;
@@ -70,12 +88,25 @@ static void json_report(void) {
   printf("{\"version\": ");
   ag_cli_json_str(stdout, ANYGRAD_VERSION_STRING);
   printf(", \"backends\": [");
-  for (int k = 0; k < AG_BACKEND_COUNT; k++) {
+  int nk = ag_backend_count();
+  for (int k = 0; k < nk; k++) {
     const char *reason = NULL;
     bool ok = ag_backend_available((ag_backend_kind)k, &reason);
     printf("%s\n  {\"name\": ", k ? "," : "");
     ag_cli_json_str(stdout, ag_backend_name((ag_backend_kind)k));
     printf(", \"available\": %s", tf(ok));
+    ag_backend_info bi;
+    if (ag_backend_info_get((ag_backend_kind)k, &bi) == AG_OK) {
+      printf(", \"module\": ");
+      ag_cli_json_str(stdout, bi.path);
+      printf(", \"abi\": \"%u.%u\", \"host_memory\": %s, \"addressable\": %s, \"dlpack_device\": %d, "
+             "\"priority\": %d, \"collective\": ",
+             bi.abi_major, bi.abi_minor, tf(bi.host_memory), tf(bi.addressable), bi.dlpack_device, bi.priority);
+      ag_cli_json_str(stdout, bi.collective);
+      printf(", \"description\": ");
+      ag_cli_json_str(stdout, bi.description);
+    }
+    ag_error_clear();
     if (!ok) {
       printf(", \"reason\": ");
       ag_cli_json_str(stdout, reason);

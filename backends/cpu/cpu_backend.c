@@ -2,6 +2,7 @@
  * virtual memory, locked staging pages), streams and events in two modes
  * (inline on the caller's thread, or one worker thread per stream), copies,
  * and the launch path into the kernels of cpu_kernels.c. */
+#include "anygrad/dlpack.h"
 #include "cpu_backend.h"
 
 #include <errno.h>
@@ -595,7 +596,7 @@ static ag_status cpu_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
 }
 
 static const ag_backend cpu_backend = {
-    .abi_version = AG_BACKEND_ABI_VERSION,
+    AG_BACKEND_HEADER,
     .name = "cpu",
     .init = cpu_init,
     .shutdown = NULL,
@@ -627,6 +628,11 @@ static const ag_backend cpu_backend = {
     .launch = cpu_launch,
     .supports = cpu_supports,
     .take_kernel_error = cpu_take_kernel_error,
+    .flags = AG_BACKEND_F_HOST_MEMORY | AG_BACKEND_F_ADDRESSABLE,
+    .dlpack_device = kDLCPU,
+    .priority = 0,
 };
 
+/* The built-in module's getter: the registry's table of built-in modules
+ * names it (core/runtime/registry.c). */
 const ag_backend *ag__cpu_backend(void) { return &cpu_backend; }

@@ -1,7 +1,7 @@
 /* The CUDA backend module: NVIDIA specifics on top of the shared GPU glue
  * (kernels/gpu/runtime.cu): cuBLAS GEMM, virtual memory through driver entry
  * points (so only libcuda, found at run time by the static cudart, is needed),
- * device details, the error translation and the exported vtable. */
+ * device details and the error translation (the vtable is runtime.cu's). */
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <stdio.h>
@@ -189,7 +189,7 @@ size_t agv_vm_granularity(int dev) {
   return gran;
 }
 
-static ag_status cu_vm_reserve(int dev, size_t bytes, void **out_base) {
+ag_status agv_vm_reserve(int dev, size_t bytes, void **out_base) {
   CUdeviceptr ptr = 0;
   if (!g.vm) return ag_error_set(AG_ERR_UNSUPPORTED, "cuda: virtual memory entry points are unavailable");
   CUresult r = g.MemAddressReserve(&ptr, bytes, 0, 0, 0);
@@ -228,43 +228,6 @@ ag_status agv_vm_unmap_one(int dev, void *at, size_t bytes) {
   return AG_OK;
 }
 
-static void cu_vm_release(int dev, void *base, size_t bytes) {
+void agv_vm_release(int dev, void *base, size_t bytes) {
   if (g.vm) (void)g.MemAddressFree((CUdeviceptr)base, bytes);
 }
-
-static const ag_backend g_backend = {
-    .abi_version = AG_BACKEND_ABI_VERSION,
-    .name = "cuda",
-    .init = agg_init,
-    .shutdown = NULL,
-    .device_props = agg_device_props,
-    .mem_info = agg_mem_info,
-    .segment_alloc = agg_segment_alloc,
-    .segment_free = agg_segment_free,
-    .vm_granularity = agv_vm_granularity,
-    .vm_reserve = cu_vm_reserve,
-    .vm_map = agg_vm_map,
-    .vm_unmap = agg_vm_unmap,
-    .vm_release = cu_vm_release,
-    .pinned_alloc = agg_pinned_alloc,
-    .pinned_free = agg_pinned_free,
-    .stream_create = agg_stream_create,
-    .stream_destroy = agg_stream_destroy,
-    .stream_synchronize = agg_stream_synchronize,
-    .stream_query = agg_stream_query,
-    .event_create = agg_event_create,
-    .event_destroy = agg_event_destroy,
-    .event_record = agg_event_record,
-    .stream_wait_event = agg_stream_wait_event,
-    .event_query = agg_event_query,
-    .event_synchronize = agg_event_synchronize,
-    .event_elapsed_ms = agg_event_elapsed_ms,
-    .copy_h2d = agg_copy_h2d,
-    .copy_d2h = agg_copy_d2h,
-    .copy_d2d = agg_copy_d2d,
-    .launch = agg_launch,
-    .supports = agg_supports,
-    .take_kernel_error = agg_take_kernel_error,
-};
-
-extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/dlpack.h"
 #include "cl_internal.h"
 
 #ifndef CL_DEVICE_GLOBAL_FREE_MEMORY_AMD
@@ -318,8 +319,12 @@ static void cl_pinned_free(int dev, void *ptr) {
   clReleaseMemObject(m);
 }
 
+/* A CPU OpenCL device (PoCL) is no faster than the native cpu backend:
+ * it ranks below it; a GPU ranks below CUDA and HIP. */
+static int32_t cl_device_priority(int dev) { return g_dev[dev].unified ? -1 : 100; }
+
 static const ag_backend g_backend = {
-    .abi_version = AG_BACKEND_ABI_VERSION,
+    AG_BACKEND_HEADER,
     .name = "opencl",
     .init = cl_init,
     .shutdown = cl_shutdown,
@@ -346,6 +351,10 @@ static const ag_backend g_backend = {
     .launch = clb_launch,
     .supports = clb_supports,
     .take_kernel_error = clb_take_kernel_error,
+    .flags = 0, /* a cl_mem is a handle, not an address */
+    .dlpack_device = kDLOpenCL,
+    .priority = 100,
+    .device_priority = cl_device_priority,
 };
 
 __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) {

@@ -15,7 +15,7 @@
 #define AG_HIDDEN __attribute__((visibility("hidden")))
 #endif
 
-#define AG_DIST_MODULE_ABI 1u
+#define AG_DIST_MODULE_ABI 2u /* 2: ag_dist_create_args.dev_dlpack */
 #define AG_DIST_MAX_RANKS 64
 #define AG_DIST_ID_BYTES 128 /* NCCL's unique id */
 
@@ -54,6 +54,8 @@ typedef struct ag_dist_create_args {
   int dev_backend, dev_index;
   int64_t timeout_ms;
   unsigned char id[AG_DIST_ID_BYTES]; /* NCCL unique id (from get_id on rank 0) */
+  int dev_dlpack;          /* the device memory's DLDeviceType (0: none), as its
+                              backend reports it: kDLCUDA for CUDA-aware MPI */
 } ag_dist_create_args;
 
 /* Every entry returns AG_OK or a status with ag_error_set called (on the

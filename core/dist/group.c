@@ -712,13 +712,16 @@ static ag_status create_module_group(ag_dist_kind kind, ag_device device, int64_
   if (st != AG_OK) return st;
   a->dev_backend = device.backend;
   a->dev_index = device.index;
+  a->dev_dlpack = g->ds->be->dlpack_device;
   a->timeout_ms = timeout;
   st = mod->create(a, &g->im, &g->caps);
   if (st == AG_OK) {
     g->rank = a->rank;
     g->size = a->size;
-    /* device addresses only where the device has them */
-    if (g->caps.device_buffers && device.backend != AG_BACKEND_CUDA && device.backend != AG_BACKEND_HIP)
+    /* device addresses only where the device has them, and not for host
+     * memory (which the host path uses in place or stages itself) */
+    uint32_t f = g->ds->be->flags;
+    if (g->caps.device_buffers && (!(f & AG_BACKEND_F_ADDRESSABLE) || (f & AG_BACKEND_F_HOST_MEMORY)))
       g->caps.device_buffers = false;
     st = group_start(g);
   }
@@ -747,12 +750,20 @@ ag_status ag_group_create_nccl(ag_group *bootstrap, ag_device device, const ag_g
   if (!out_group || !bootstrap)
     return ag_error_set(AG_ERR_INVALID, "%s: NULL %s", fn, out_group ? "bootstrap" : "out_group");
   *out_group = NULL;
-  ag_dist_kind kind;
-  if (device.backend == AG_BACKEND_CUDA) kind = AG_DIST_NCCL;
-  else if (device.backend == AG_BACKEND_HIP) kind = AG_DIST_RCCL;
-  else
-    return ag_error_set(AG_ERR_DEVICE, "%s: NCCL needs a cuda device and RCCL a hip device, not %s", fn,
-                        ag_backend_name((ag_backend_kind)device.backend));
+  /* The device's module names the library that reduces its memory (known
+   * once the module is loaded; the device itself starts with the group). */
+  ag_backend_info bi;
+  if (ag_backend_info_get((ag_backend_kind)device.backend, &bi) != AG_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", ag_last_error());
+    return ag_error_set(ag_last_status(), "%s: %s", fn, why);
+  }
+  ag_dist_kind kind = AG_DIST_KIND_COUNT;
+  for (int k = AG_DIST_NCCL; k <= AG_DIST_RCCL; k++)
+    if (strcmp(bi.collective, k_kind_names[k]) == 0) kind = (ag_dist_kind)k;
+  if (kind == AG_DIST_KIND_COUNT)
+    return ag_error_set(AG_ERR_DEVICE, "%s: NCCL needs a cuda device and RCCL a hip device, not %s (whose "
+                        "collective library is %s)", fn, bi.name, bi.collective[0] ? bi.collective : "none");
   int64_t timeout = 0;
   ag_status st = resolve_timeout(fn, opts, &timeout);
   if (st != AG_OK) return st;

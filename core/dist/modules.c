@@ -21,9 +21,17 @@ static slot g_slots[AG_DIST_KIND_COUNT];
 static pthread_once_t g_once[AG_DIST_KIND_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
                                                      PTHREAD_ONCE_INIT};
 
+static const char *const k_files[] = {"libanygrad-mpi.so", "libanygrad-nccl.so"};
+
+bool ag__dist_module_file(const char *file) {
+  for (size_t i = 0; i < sizeof k_files / sizeof k_files[0]; i++)
+    if (strcmp(file, k_files[i]) == 0) return true;
+  return false;
+}
+
 static void load(ag_dist_kind kind) {
   slot *sl = &g_slots[kind];
-  const char *file = kind == AG_DIST_MPI ? "libanygrad-mpi.so" : "libanygrad-nccl.so";
+  const char *file = k_files[kind == AG_DIST_MPI ? 0 : 1];
   char err[400] = "";
   void *h = ag__module_open(file, err, sizeof err);
   if (!h) {

@@ -8,7 +8,9 @@
 #include "anygrad/interop.h"
 #include "internal.h"
 
-static bool pointer_addressable(ag_devstate *ds) { return ds->dev.backend != AG_BACKEND_OPENCL; }
+/* Whether a segment base plus an offset is an address (not an OpenCL cl_mem):
+ * the backend says so (AG_BACKEND_F_ADDRESSABLE). */
+static bool pointer_addressable(ag_devstate *ds) { return (ds->be->flags & AG_BACKEND_F_ADDRESSABLE) != 0; }
 
 ag_status ag_tensor_memory_get(const ag_tensor *t, ag_tensor_memory *out_mem) {
   if (!t || !out_mem) return ag_error_set(AG_ERR_INVALID, "ag_tensor_memory_get: NULL argument");
@@ -29,8 +31,8 @@ void *ag_tensor_data_ptr(const ag_tensor *t) {
   }
   if (!pointer_addressable(ag__ds(t))) {
     ag_error_set(AG_ERR_UNSUPPORTED,
-                 "ag_tensor_data_ptr: %s memory is a cl_mem buffer handle, not an address; "
-                 "use ag_tensor_memory_get for the cl_mem and byte offset",
+                 "ag_tensor_data_ptr: %s memory is a buffer handle (an OpenCL cl_mem), not an address; "
+                 "use ag_tensor_memory_get for the handle and byte offset",
                  ag__devlabel(t));
     return NULL;
   }
@@ -158,34 +160,35 @@ static bool dl_to_dtype(const char *fn, DLDataType t, ag_dtype *out) {
   return false;
 }
 
-static bool dl_from_device(ag_device d, DLDevice *out) {
-  switch ((ag_backend_kind)d.backend) {
-    case AG_BACKEND_CPU: *out = (DLDevice){kDLCPU, 0}; return true;
-    case AG_BACKEND_CUDA: *out = (DLDevice){kDLCUDA, d.index}; return true;
-    case AG_BACKEND_HIP: *out = (DLDevice){kDLROCM, d.index}; return true;
-    case AG_BACKEND_OPENCL: *out = (DLDevice){kDLOpenCL, d.index}; return true;
-    default: return false;
-  }
+/* The DLPack device type is what the backend reports (ag_backend
+ * .dlpack_device); kDLCPU always has device id 0. */
+static bool dl_from_device(ag_devstate *ds, DLDevice *out) {
+  int32_t t = ds->be->dlpack_device;
+  if (t <= 0) return false;
+  *out = (DLDevice){(DLDeviceType)t, t == kDLCPU ? 0 : ds->dev.index};
+  return true;
 }
 
 static bool dl_to_device(const char *fn, DLDevice dv, ag_device *out) {
-  switch (dv.device_type) {
-    case kDLCPU:
-    case kDLCUDAHost:
-    case kDLROCMHost:
-    case kDLCUDAManaged: *out = (ag_device){AG_BACKEND_CPU, 0}; return true;
-    case kDLCUDA: *out = (ag_device){AG_BACKEND_CUDA, (int16_t)dv.device_id}; return true;
-    case kDLROCM: *out = (ag_device){AG_BACKEND_HIP, (int16_t)dv.device_id}; return true;
-    case kDLOpenCL:
-      ag_error_set(AG_ERR_UNSUPPORTED,
-                   "%s: an OpenCL DLPack tensor cannot be imported (its cl_mem belongs to the producer's "
-                   "context, anygrad's OpenCL device has its own)", fn);
-      return false;
-    default:
-      ag_error_set(AG_ERR_UNSUPPORTED, "%s: DLPack device type %d has no anygrad backend", fn,
-                   (int)dv.device_type);
-      return false;
+  int type = dv.device_type, id = dv.device_id;
+  /* Host memory of every kind (pinned, managed) is host memory to anygrad. */
+  if (type == kDLCUDAHost || type == kDLROCMHost || type == kDLCUDAManaged) type = kDLCPU;
+  if (type == kDLCPU) id = 0;
+  ag_backend_kind kind;
+  if (ag__backend_by_dlpack(type, &kind) != AG_OK) {
+    ag_error_set(AG_ERR_UNSUPPORTED, "%s: DLPack device type %d has no anygrad backend", fn, (int)dv.device_type);
+    return false;
   }
+  ag_backend_info info;
+  if (ag_backend_info_get(kind, &info) != AG_OK) return false;
+  if (!info.addressable) {
+    ag_error_set(AG_ERR_UNSUPPORTED,
+                 "%s: a %s DLPack tensor cannot be imported (its memory is a handle of the producer's context, "
+                 "e.g. an OpenCL cl_mem; anygrad's %s device has its own)", fn, info.name, info.name);
+    return false;
+  }
+  *out = (ag_device){(int16_t)kind, (int16_t)id};
+  return true;
 }
 
 /* What an export keeps alive: a private reference to the storage and the
@@ -219,7 +222,7 @@ static dl_export *dl_export_new(const char *fn, ag_tensor *t, DLTensor *proto) {
   ag_devstate *ds = ag__ds(t);
   DLDataType dt;
   DLDevice dev;
-  if (!dl_from_dtype(t->dtype, &dt) || !dl_from_device(ds->dev, &dev)) {
+  if (!dl_from_dtype(t->dtype, &dt) || !dl_from_device(ds, &dev)) {
     ag_error_set(AG_ERR_DTYPE, "%s: %s on %s has no DLPack form", fn, ag_dtype_name(t->dtype), ds->label);
     return NULL;
   }

@@ -37,7 +37,7 @@ typedef struct pool {
 /* Registry of pools, one per device, created on first use and kept until
  * exit like the device states they belong to. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pool *g_pools[AG_BACKEND_COUNT][AG_MAX_DEVICES];
+static pool *g_pools[AG_MAX_BACKENDS][AG_MAX_DEVICES];
 
 static size_t round_size(size_t n) {
   size_t r = MIN_BLOCK;
@@ -77,7 +77,7 @@ static pool *pool_get(ag_device d) {
 
 /* The pool and block holding [ptr, ptr+bytes); pool locked on success. */
 static pblock *find_block(const void *ptr, size_t bytes, pool **out_pool, bool exact) {
-  for (int b = 0; b < AG_BACKEND_COUNT; b++)
+  for (int b = 0; b < AG_MAX_BACKENDS; b++)
     for (int i = 0; i < AG_MAX_DEVICES; i++) {
       pool *p = __atomic_load_n(&g_pools[b][i], __ATOMIC_ACQUIRE);
       if (!p) continue;

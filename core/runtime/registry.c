@@ -1,37 +1,110 @@
-/* The backend registry: the built-in CPU backend plus run-time modules
- * (libanygrad-<name>.so) found on AG_BACKEND_PATH, beside libanygrad.so (the
- * build tree) or in anygrad/ beside it (the installed <libdir>/anygrad/).
- * Loaded once (pthread_once); device states are created lazily under a
- * mutex and live until exit. This is the process's only global registry. */
+/* The backend registry: names -> kinds -> loaded backends -> device states.
+ * Backends are modules found by name (libanygrad-<name>.so on AG_BACKEND_PATH,
+ * beside libanygrad.so, or in its anygrad/ subfolder); the CPU backend is
+ * compiled into the library but registered through the same path, from a
+ * table of built-in getters. The registry knows no backend but by its name
+ * and what its table reports (include/anygrad/backend.h, ABI 4.x).
+ *
+ * Thread safety: g_reg is the registry's only global mutable state (besides
+ * each thread's current streams, tl_current). Kinds are appended under
+ * g_reg.lock and published with a release store of the count; a slot's name
+ * never changes once published. Each slot is loaded and started once under
+ * its own mutex, published by release stores of its stage flags; its table
+ * never changes after loading. Device states are created under g_reg.lock
+ * and live until exit. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../../backends/cpu/cpu_backend.h"
 #include "internal.h"
 
+/* Built-in modules: compiled into libanygrad, registered like the others.
+ * Their getters are the only backend symbols the core names. */
+const ag_backend *ag__cpu_backend(void);
+static const ag_backend_module_get_fn k_builtin[] = {ag__cpu_backend};
+
+/* The kinds ag_backend_kind names (device.h), frozen for source
+ * compatibility: they keep their numbers whether or not their module is
+ * present. A new backend is never added here; it gets a kind when found. */
+static const char *const k_named[] = {"cuda", "hip", "opencl", "gpuemu"};
+_Static_assert(sizeof k_builtin / sizeof k_builtin[0] + sizeof k_named / sizeof k_named[0] == AG_BACKEND_COUNT,
+               "the named kinds are the built-in ones followed by k_named");
+
+enum { STAGE_NONE = 0, STAGE_LOADED = 1, STAGE_STARTED = 2 };
+#define NAME_MAX_LEN 31
+
 typedef struct backend_slot {
-  const ag_backend *be;
+  char name[NAME_MAX_LEN + 1];
+  ag_backend_module_get_fn builtin; /* NULL for a run-time module */
+  pthread_mutex_t mu;               /* serialises load and start */
+  atomic_int loaded;                /* load() ran (vt valid if ok) */
+  atomic_int started;               /* start() ran (count valid) */
+  bool ok;                          /* the table was accepted */
+  ag_backend vt;                    /* the module's table, zero beyond its struct_size */
   void *dl;
+  char path[PATH_MAX];
   int count;
   char reason[512];
   ag_devstate *dev[AG_MAX_DEVICES];
 } backend_slot;
 
-static const char *const k_names[AG_BACKEND_COUNT] = {"cpu", "cuda", "hip", "opencl", "gpuemu"};
-static backend_slot g_slots[AG_BACKEND_COUNT];
-static pthread_once_t g_once[AG_BACKEND_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
-                                                   PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local ag_stream *tl_current[AG_BACKEND_COUNT][AG_MAX_DEVICES];
+static struct {
+  pthread_once_t boot, scan;
+  pthread_mutex_t lock; /* kinds, device states */
+  atomic_int count;     /* registered kinds */
+  backend_slot slot[AG_MAX_BACKENDS];
+} g_reg = {.boot = PTHREAD_ONCE_INIT, .scan = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local ag_stream *tl_current[AG_MAX_BACKENDS][AG_MAX_DEVICES];
+
+/* ---- names and kinds ---- */
+
+static bool valid_name(const char *s, size_t n) {
+  if (n == 0 || n > NAME_MAX_LEN) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_')) return false;
+  return true;
+}
+
+/* Register a name under g_reg.lock; its kind, or -1 when the table is full. */
+static int add_locked(const char *name, size_t n, ag_backend_module_get_fn builtin) {
+  int c = atomic_load_explicit(&g_reg.count, memory_order_relaxed);
+  for (int k = 0; k < c; k++)
+    if (strlen(g_reg.slot[k].name) == n && strncmp(g_reg.slot[k].name, name, n) == 0) return k;
+  if (c >= AG_MAX_BACKENDS) return -1;
+  backend_slot *sl = &g_reg.slot[c];
+  memcpy(sl->name, name, n);
+  sl->name[n] = 0;
+  sl->builtin = builtin;
+  pthread_mutex_init(&sl->mu, NULL);
+  atomic_store_explicit(&g_reg.count, c + 1, memory_order_release);
+  return c;
+}
+
+static void boot(void) {
+  pthread_mutex_lock(&g_reg.lock);
+  for (size_t i = 0; i < sizeof k_builtin / sizeof k_builtin[0]; i++) {
+    const ag_backend *be = k_builtin[i]();
+    add_locked(be->name, strlen(be->name), k_builtin[i]);
+  }
+  for (size_t i = 0; i < sizeof k_named / sizeof k_named[0]; i++) add_locked(k_named[i], strlen(k_named[i]), NULL);
+  pthread_mutex_unlock(&g_reg.lock);
+}
+
+static inline int kinds(void) {
+  pthread_once(&g_reg.boot, boot);
+  return atomic_load_explicit(&g_reg.count, memory_order_acquire);
+}
 
 const char *ag_backend_name(ag_backend_kind kind) {
-  return (kind >= 0 && kind < AG_BACKEND_COUNT) ? k_names[kind] : "?";
+  return ((int)kind >= 0 && (int)kind < kinds()) ? g_reg.slot[kind].name : "?";
 }
 
 /* AG_BACKENDS="cpu,opencl" restricts which modules are loaded. */
@@ -49,172 +122,387 @@ static bool backend_enabled(const char *name) {
   return false;
 }
 
-static void *try_open(const char *dir, const char *file, char *err, size_t errlen) {
-  char path[PATH_MAX];
-  int n = snprintf(path, sizeof path, "%s/%s", dir, file);
-  if (n < 0 || (size_t)n >= sizeof path) {
-    if (!err[0]) snprintf(err, errlen, "module path too long");
-    return NULL;
-  }
-  if (access(path, F_OK) != 0) {
-    if (!err[0]) snprintf(err, errlen, "not found in %.340s (backend not built)", dir);
-    return NULL;
-  }
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char *m = dlerror();
-    /* Prefer a message about a present-but-broken module over "not found". */
-    if (m) snprintf(err, errlen, "failed to load: %s", m);
-  }
-  return h;
-}
+/* ---- the search folders ---- */
 
-void *ag__module_open(const char *file, char *err, size_t errlen) {
-  void *h = NULL;
-  err[0] = 0;
+/* Calls fn(dir, ctx) for each search folder in order until it returns true:
+ * AG_BACKEND_PATH's, the folder of libanygrad.so, its anygrad/ subfolder. */
+static bool each_dir(bool (*fn)(const char *dir, void *ctx), void *ctx) {
   const char *env = getenv("AG_BACKEND_PATH");
   if (env && *env) {
     char buf[PATH_MAX];
     snprintf(buf, sizeof buf, "%s", env);
-    for (char *save = NULL, *d = strtok_r(buf, ":", &save); d && !h; d = strtok_r(NULL, ":", &save))
-      h = try_open(d, file, err, errlen);
+    for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save))
+      if (fn(d, ctx)) return true;
   }
-  if (!h) {
-    Dl_info info;
-    if (dladdr((void *)&ag_backend_name, &info) && info.dli_fname) {
-      char self[PATH_MAX], real[PATH_MAX];
-      snprintf(self, sizeof self, "%s", realpath(info.dli_fname, real) ? real : info.dli_fname);
-      const char *dir = dirname(self);
-      h = try_open(dir, file, err, errlen);
-      if (!h) {
-        char sub[PATH_MAX];
-        snprintf(sub, sizeof sub, "%s/anygrad", dir);
-        h = try_open(sub, file, err, errlen);
-        /* a "failed to load" from either place is kept over "not found" */
-        if (!h && strncmp(err, "not found", 9) == 0)
-          snprintf(err, errlen, "not found in %.170s or %.170s/anygrad (module not built)", dir, dir);
-      }
-    }
+  Dl_info info;
+  if (dladdr((void *)&ag_backend_name, &info) && info.dli_fname) {
+    char self[PATH_MAX], real[PATH_MAX];
+    snprintf(self, sizeof self, "%s", realpath(info.dli_fname, real) ? real : info.dli_fname);
+    const char *dir = dirname(self);
+    if (fn(dir, ctx)) return true;
+    char sub[PATH_MAX];
+    snprintf(sub, sizeof sub, "%.*s/anygrad", PATH_MAX - 9, dir);
+    if (fn(sub, ctx)) return true;
   }
-  return h;
+  return false;
 }
 
-static void load_module(ag_backend_kind kind) {
-  backend_slot *sl = &g_slots[kind];
-  const char *name = k_names[kind];
-  if (!backend_enabled(name)) {
+typedef struct open_ctx {
+  const char *file;
+  char *err;
+  size_t errlen;
+  char searched[400];
+  void *h;
+  char path[PATH_MAX];
+} open_ctx;
+
+static bool try_open(const char *dir, void *vctx) {
+  open_ctx *c = vctx;
+  size_t used = strlen(c->searched);
+  snprintf(c->searched + used, sizeof c->searched - used, "%s%s", used ? ", " : "", dir);
+  char path[PATH_MAX];
+  int n = snprintf(path, sizeof path, "%s/%s", dir, c->file);
+  if (n < 0 || (size_t)n >= sizeof path || access(path, F_OK) != 0) return false;
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    /* A present-but-broken module is reported over "not found". */
+    const char *m = dlerror();
+    snprintf(c->err, c->errlen, "failed to load: %s", m ? m : "dlopen failed");
+    return true;
+  }
+  c->h = h;
+  snprintf(c->path, sizeof c->path, "%s", path);
+  return true;
+}
+
+static void *module_open(const char *file, char *err, size_t errlen, char *out_path, size_t path_len) {
+  open_ctx c = {.file = file, .err = err, .errlen = errlen};
+  err[0] = 0;
+  if (!each_dir(try_open, &c) && !err[0]) snprintf(err, errlen, "not found in %s (module not built)", c.searched);
+  if (c.h && out_path) snprintf(out_path, path_len, "%s", c.path);
+  return c.h;
+}
+
+void *ag__module_open(const char *file, char *err, size_t errlen) {
+  return module_open(file, err, errlen, NULL, 0);
+}
+
+typedef struct find_ctx {
+  const char *file;
+  char searched[400];
+} find_ctx;
+
+static bool file_exists(const char *dir, void *vctx) {
+  find_ctx *c = vctx;
+  size_t used = strlen(c->searched);
+  snprintf(c->searched + used, sizeof c->searched - used, "%s%s", used ? ", " : "", dir);
+  char path[PATH_MAX];
+  int n = snprintf(path, sizeof path, "%s/%s", dir, c->file);
+  return n > 0 && (size_t)n < sizeof path && access(path, F_OK) == 0;
+}
+
+static int name_cmp(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+
+/* Registers every libanygrad-<name>.so in the search folders (not the
+ * communication modules), in folder order, names sorted within a folder. */
+static bool scan_dir(const char *dir, void *ctx) {
+  DIR *d = opendir(dir);
+  if (!d) return false;
+  char names[AG_MAX_BACKENDS][NAME_MAX_LEN + 1];
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL && n < AG_MAX_BACKENDS;) {
+    const char *f = e->d_name;
+    size_t len = strlen(f);
+    if (len <= 14 || strncmp(f, "libanygrad-", 11) != 0 || strcmp(f + len - 3, ".so") != 0) continue;
+    if (!valid_name(f + 11, len - 14) || ag__dist_module_file(f)) continue;
+    memcpy(names[n], f + 11, len - 14);
+    names[n++][len - 14] = 0;
+  }
+  closedir(d);
+  qsort(names, (size_t)n, sizeof names[0], name_cmp);
+  pthread_mutex_lock(&g_reg.lock);
+  for (int i = 0; i < n; i++) add_locked(names[i], strlen(names[i]), NULL);
+  pthread_mutex_unlock(&g_reg.lock);
+  return false;
+}
+
+static void scan(void) { each_dir(scan_dir, NULL); }
+
+int ag_backend_count(void) {
+  kinds();
+  pthread_once(&g_reg.scan, scan);
+  return kinds();
+}
+
+ag_status ag_backend_find(const char *name, ag_backend_kind *out_kind) {
+  if (!name || !out_kind) return ag_error_set(AG_ERR_INVALID, "ag_backend_find: NULL argument");
+  size_t n = strlen(name);
+  if (!valid_name(name, n))
+    return ag_error_set(AG_ERR_INVALID,
+                        "ag_backend_find: '%s' is not a backend name (1-%d of a-z, 0-9, _)", name, NAME_MAX_LEN);
+  int c = kinds();
+  for (int k = 0; k < c; k++)
+    if (strcmp(g_reg.slot[k].name, name) == 0) {
+      *out_kind = (ag_backend_kind)k;
+      return AG_OK;
+    }
+  find_ctx f = {0};
+  char file[64];
+  snprintf(file, sizeof file, "libanygrad-%s.so", name);
+  f.file = file;
+  if (ag__dist_module_file(file))
+    return ag_error_set(AG_ERR_INVALID, "ag_backend_find: %s is a communication module, not a backend", file);
+  if (!each_dir(file_exists, &f)) {
+    char known[256] = "";
+    size_t used = 0;
+    c = ag_backend_count();
+    for (int k = 0; k < c && used < sizeof known; k++)
+      used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", k ? ", " : "", g_reg.slot[k].name);
+    return ag_error_set(AG_ERR_INVALID, "ag_backend_find: no backend '%s' (known: %s; no %s in %s)", name, known,
+                        file, f.searched);
+  }
+  pthread_mutex_lock(&g_reg.lock);
+  int k = add_locked(name, n, NULL);
+  pthread_mutex_unlock(&g_reg.lock);
+  if (k < 0)
+    return ag_error_set(AG_ERR_UNAVAILABLE, "ag_backend_find: %s: the registry is full (%d backends)", file,
+                        AG_MAX_BACKENDS);
+  *out_kind = (ag_backend_kind)k;
+  return AG_OK;
+}
+
+/* ---- loading: the ABI check ---- */
+
+#define REQUIRED(f) {offsetof(ag_backend, f), #f}
+static const struct {
+  size_t off;
+  const char *name;
+} k_required[] = {
+    REQUIRED(init),          REQUIRED(device_props),      REQUIRED(mem_info),         REQUIRED(segment_alloc),
+    REQUIRED(segment_free),  REQUIRED(pinned_alloc),      REQUIRED(pinned_free),      REQUIRED(stream_create),
+    REQUIRED(stream_destroy), REQUIRED(stream_synchronize), REQUIRED(stream_query),    REQUIRED(event_create),
+    REQUIRED(event_destroy), REQUIRED(event_record),      REQUIRED(stream_wait_event), REQUIRED(event_query),
+    REQUIRED(event_synchronize), REQUIRED(event_elapsed_ms), REQUIRED(copy_h2d),      REQUIRED(copy_d2h),
+    REQUIRED(copy_d2d),      REQUIRED(launch),            REQUIRED(supports),         REQUIRED(take_kernel_error),
+};
+#undef REQUIRED
+
+/* Accepts be for sl (what: the module file, for messages): the version
+ * check and the copy into sl->vt; false with sl->reason written. */
+static bool accept_table(backend_slot *sl, const ag_backend *be, const char *what) {
+  if (!be) {
+    snprintf(sl->reason, sizeof sl->reason, "%s: %s returned NULL", what, AG_BACKEND_MODULE_SYMBOL);
+    return false;
+  }
+  /* Before 4.0 the first word was the exact-match version (1-3). */
+  if (be->struct_size < offsetof(ag_backend, name)) {
+    snprintf(sl->reason, sizeof sl->reason,
+             "%s: backend ABI %u, anygrad's is %u.%u (a module of ABI %u.x is needed; rebuild it)", what,
+             be->struct_size, AG_BACKEND_ABI_MAJOR, AG_BACKEND_ABI_MINOR, AG_BACKEND_ABI_MAJOR);
+    return false;
+  }
+  if (be->abi_major != AG_BACKEND_ABI_MAJOR) {
+    snprintf(sl->reason, sizeof sl->reason,
+             "%s: backend ABI %u.%u, anygrad's is %u.%u (another major version: rebuild the module)", what,
+             be->abi_major, be->abi_minor, AG_BACKEND_ABI_MAJOR, AG_BACKEND_ABI_MINOR);
+    return false;
+  }
+  if (be->struct_size < AG_BACKEND_STRUCT_SIZE_4_0) {
+    snprintf(sl->reason, sizeof sl->reason,
+             "%s: backend ABI %u.%u with a %u-byte table, anygrad %u.%u needs at least the %zu bytes of %u.0", what,
+             be->abi_major, be->abi_minor, be->struct_size, AG_BACKEND_ABI_MAJOR, AG_BACKEND_ABI_MINOR,
+             (size_t)AG_BACKEND_STRUCT_SIZE_4_0, AG_BACKEND_ABI_MAJOR);
+    return false;
+  }
+  /* Entries beyond the module's table read as absent (zero). */
+  ag_backend vt;
+  memset(&vt, 0, sizeof vt);
+  memcpy(&vt, be, be->struct_size < sizeof vt ? be->struct_size : sizeof vt);
+  if (!vt.name || strcmp(vt.name, sl->name) != 0) {
+    snprintf(sl->reason, sizeof sl->reason, "%s: the module calls itself '%s', not '%s'", what,
+             vt.name ? vt.name : "(NULL)", sl->name);
+    return false;
+  }
+  for (size_t i = 0; i < sizeof k_required / sizeof k_required[0]; i++) {
+    void *fp;
+    memcpy(&fp, (const char *)&vt + k_required[i].off, sizeof fp);
+    if (!fp) {
+      snprintf(sl->reason, sizeof sl->reason, "%s: backend ABI %u.%u: the required entry %s is NULL", what,
+               be->abi_major, be->abi_minor, k_required[i].name);
+      return false;
+    }
+  }
+  sl->vt = vt;
+  return true;
+}
+
+static void load(backend_slot *sl) {
+  if (sl->builtin) {
+    sl->ok = accept_table(sl, sl->builtin(), "built-in");
+    return;
+  }
+  if (!backend_enabled(sl->name)) {
     snprintf(sl->reason, sizeof sl->reason, "disabled by AG_BACKENDS");
     return;
   }
   char file[64];
-  snprintf(file, sizeof file, "libanygrad-%s.so", name);
-  char err[400] = "";
-  void *h = ag__module_open(file, err, sizeof err);
+  snprintf(file, sizeof file, "libanygrad-%s.so", sl->name);
+  char err[440] = "";
+  void *h = module_open(file, err, sizeof err, sl->path, sizeof sl->path);
   if (!h) {
-    snprintf(sl->reason, sizeof sl->reason, "%s %s", file, err[0] ? err : "not found (backend not built)");
+    snprintf(sl->reason, sizeof sl->reason, "%s %s", file, err);
     return;
   }
   ag_backend_module_get_fn get = (ag_backend_module_get_fn)dlsym(h, AG_BACKEND_MODULE_SYMBOL);
-  const ag_backend *be = get ? get() : NULL;
-  if (!be) {
-    snprintf(sl->reason, sizeof sl->reason, "%s: no %s symbol", file, AG_BACKEND_MODULE_SYMBOL);
+  if (!get) {
+    snprintf(sl->reason, sizeof sl->reason, "%.440s: no %s symbol", sl->path, AG_BACKEND_MODULE_SYMBOL);
     dlclose(h);
     return;
   }
-  if (be->abi_version != AG_BACKEND_ABI_VERSION) {
-    snprintf(sl->reason, sizeof sl->reason, "%s: backend ABI %u, core expects %u", file,
-             be->abi_version, AG_BACKEND_ABI_VERSION);
+  if (!accept_table(sl, get(), sl->path)) {
     dlclose(h);
     return;
   }
   sl->dl = h;
-  sl->be = be;
+  sl->ok = true;
 }
 
-static void init_slot(ag_backend_kind kind) {
-  backend_slot *sl = &g_slots[kind];
-  if (kind == AG_BACKEND_CPU) sl->be = ag__cpu_backend();
-  else load_module(kind);
-  if (!sl->be) return;
+/* Counts the devices; a backend with none is unavailable with the reason. */
+static void start(backend_slot *sl) {
+  if (!sl->ok) return;
   int n = 0;
   char reason[400] = "";
-  ag_status st = sl->be->init(&n, reason, sizeof reason);
+  ag_status st = sl->vt.init(&n, reason, sizeof reason);
   if (st != AG_OK || n <= 0) {
-    snprintf(sl->reason, sizeof sl->reason, "%s: %s", k_names[kind],
+    snprintf(sl->reason, sizeof sl->reason, "%s: %s", sl->name,
              reason[0] ? reason : (st != AG_OK ? ag_last_error() : "no devices"));
-    sl->be = NULL;
     sl->count = 0;
+    sl->ok = false;
     ag_error_clear();
     return;
   }
   sl->count = n > AG_MAX_DEVICES ? AG_MAX_DEVICES : n;
 }
 
-/* Each backend loads on its first use, so a CPU-only program never pays for
- * starting GPU runtimes (about 0.6 s for the CUDA, HIP and OpenCL modules). */
-static void init_cpu(void) { init_slot(AG_BACKEND_CPU); }
-static void init_cuda(void) { init_slot(AG_BACKEND_CUDA); }
-static void init_hip(void) { init_slot(AG_BACKEND_HIP); }
-static void init_opencl(void) { init_slot(AG_BACKEND_OPENCL); }
-static void init_gpuemu(void) { init_slot(AG_BACKEND_GPUEMU); }
-static void (*const k_init[AG_BACKEND_COUNT])(void) = {init_cpu, init_cuda, init_hip, init_opencl, init_gpuemu};
+/* Each backend loads and starts on its first use, so a CPU-only program
+ * never pays for starting GPU runtimes (about 0.6 s for the CUDA, HIP and
+ * OpenCL modules). */
+static backend_slot *ensure(int kind, int stage) {
+  backend_slot *sl = &g_reg.slot[kind];
+  atomic_int *flag = stage == STAGE_STARTED ? &sl->started : &sl->loaded;
+  if (atomic_load_explicit(flag, memory_order_acquire)) return sl;
+  pthread_mutex_lock(&sl->mu);
+  if (!atomic_load_explicit(&sl->loaded, memory_order_relaxed)) {
+    load(sl);
+    atomic_store_explicit(&sl->loaded, 1, memory_order_release);
+  }
+  if (stage == STAGE_STARTED && !atomic_load_explicit(&sl->started, memory_order_relaxed)) {
+    start(sl);
+    atomic_store_explicit(&sl->started, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&sl->mu);
+  return sl;
+}
 
-static inline void ensure_init(int kind) { pthread_once(&g_once[kind], k_init[kind]); }
+/* A started slot, or NULL when kind is not registered. */
+static backend_slot *started_slot(int kind) {
+  return kind >= 0 && kind < kinds() ? ensure(kind, STAGE_STARTED) : NULL;
+}
 
 bool ag_backend_available(ag_backend_kind kind, const char **out_reason) {
-  if (kind < 0 || kind >= AG_BACKEND_COUNT) {
+  backend_slot *sl = started_slot((int)kind);
+  if (!sl) {
     if (out_reason) *out_reason = "unknown backend";
     return false;
   }
-  ensure_init(kind);
-  if (out_reason) *out_reason = g_slots[kind].be ? "" : g_slots[kind].reason;
-  return g_slots[kind].be != NULL;
+  if (out_reason) *out_reason = sl->ok ? "" : sl->reason;
+  return sl->ok;
 }
 
 int ag_backend_device_count(ag_backend_kind kind) {
-  if (kind < 0 || kind >= AG_BACKEND_COUNT) return 0;
-  ensure_init(kind);
-  return g_slots[kind].count;
+  backend_slot *sl = started_slot((int)kind);
+  return sl && sl->ok ? sl->count : 0;
 }
 
+ag_status ag_backend_info_get(ag_backend_kind kind, ag_backend_info *out_info) {
+  if (!out_info) return ag_error_set(AG_ERR_INVALID, "ag_backend_info_get: NULL out_info");
+  if ((int)kind < 0 || (int)kind >= kinds())
+    return ag_error_set(AG_ERR_INVALID, "ag_backend_info_get: no backend of kind %d", (int)kind);
+  backend_slot *sl = ensure((int)kind, STAGE_LOADED);
+  memset(out_info, 0, sizeof *out_info);
+  out_info->name = sl->name;
+  out_info->path = sl->path;
+  out_info->description = "";
+  out_info->collective = "";
+  /* a table that loaded but failed to start still has its properties */
+  if (!sl->vt.name)
+    return ag_error_set(AG_ERR_UNAVAILABLE, "backend %s is unavailable: %s", sl->name, sl->reason);
+  const ag_backend *be = &sl->vt;
+  out_info->abi_major = be->abi_major;
+  out_info->abi_minor = be->abi_minor;
+  out_info->description = be->description ? be->description : "";
+  out_info->host_memory = be->flags & AG_BACKEND_F_HOST_MEMORY;
+  out_info->addressable = be->flags & AG_BACKEND_F_ADDRESSABLE;
+  out_info->dlpack_device = be->dlpack_device;
+  out_info->priority = be->priority;
+  out_info->collective = be->collective ? be->collective : "";
+  return AG_OK;
+}
+
+ag_status ag__backend_by_dlpack(int dlpack_device, ag_backend_kind *out_kind) {
+  int c = ag_backend_count();
+  for (int k = 0; k < c; k++) {
+    backend_slot *sl = ensure(k, STAGE_LOADED);
+    if (sl->vt.name && sl->vt.dlpack_device == dlpack_device) {
+      *out_kind = (ag_backend_kind)k;
+      return AG_OK;
+    }
+  }
+  return AG_ERR_UNAVAILABLE;
+}
+
+/* ---- device states ---- */
+
 ag_devstate *ag__devstate(ag_device d) {
-  if (AG_UNLIKELY(d.backend < 0 || d.backend >= AG_BACKEND_COUNT)) {
+  if (AG_UNLIKELY(d.backend < 0 || d.backend >= AG_MAX_BACKENDS)) {
     ag_error_set(AG_ERR_DEVICE, "invalid device (backend %d)", d.backend);
     return NULL;
   }
-  backend_slot *sl = &g_slots[d.backend];
+  backend_slot *sl = &g_reg.slot[d.backend];
   if (AG_LIKELY(d.index >= 0 && d.index < AG_MAX_DEVICES)) {
     ag_devstate *ds = __atomic_load_n(&sl->dev[d.index], __ATOMIC_ACQUIRE);
     if (AG_LIKELY(ds != NULL)) return ds;
   }
-  ensure_init(d.backend);
-  if (!sl->be) {
-    ag_error_set(AG_ERR_UNAVAILABLE, "backend %s is unavailable: %s", k_names[d.backend],
-                 sl->reason);
+  if (!started_slot(d.backend)) {
+    ag_error_set(AG_ERR_DEVICE, "invalid device (no backend of kind %d)", d.backend);
+    return NULL;
+  }
+  if (!sl->ok) {
+    ag_error_set(AG_ERR_UNAVAILABLE, "backend %s is unavailable: %s", sl->name, sl->reason);
     return NULL;
   }
   if (d.index < 0 || d.index >= sl->count) {
-    ag_error_set(AG_ERR_DEVICE, "device %s:%d does not exist (%d device%s)", k_names[d.backend],
-                 d.index, sl->count, sl->count == 1 ? "" : "s");
+    ag_error_set(AG_ERR_DEVICE, "device %s:%d does not exist (%d device%s)", sl->name, d.index, sl->count,
+                 sl->count == 1 ? "" : "s");
     return NULL;
   }
-  pthread_mutex_lock(&g_lock);
+  pthread_mutex_lock(&g_reg.lock);
   ag_devstate *ds = sl->dev[d.index];
   if (!ds) {
     ds = calloc(1, sizeof *ds);
     ag_stream *s = calloc(1, sizeof *s);
     ag_bstream *bs = NULL;
-    if (!ds || !s || sl->be->stream_create(d.index, &bs) != AG_OK) {
+    if (!ds || !s || sl->vt.stream_create(d.index, &bs) != AG_OK) {
       free(ds);
       free(s);
-      pthread_mutex_unlock(&g_lock);
+      pthread_mutex_unlock(&g_reg.lock);
       if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_OOM, "out of host memory");
       return NULL;
     }
     ds->dev = d;
-    ds->be = sl->be;
+    ds->be = &sl->vt;
     ds->ord = d.index;
-    snprintf(ds->label, sizeof ds->label, "%s:%d", k_names[d.backend], d.index);
+    snprintf(ds->label, sizeof ds->label, "%s:%d", sl->name, d.index);
     s->ds = ds;
     s->bs = bs;
     s->is_default = true;
@@ -225,15 +513,15 @@ ag_devstate *ag__devstate(ag_device d) {
     ds->next_stream_id = 1;
     ds->alloc = ag__sync_debug_env_check() == AG_OK ? ag__allocator_create(ds) : NULL;
     if (!ds->alloc) {
-      sl->be->stream_destroy(bs);
+      sl->vt.stream_destroy(bs);
       free(s);
       free(ds);
-      pthread_mutex_unlock(&g_lock);
+      pthread_mutex_unlock(&g_reg.lock);
       return NULL;
     }
     __atomic_store_n(&sl->dev[d.index], ds, __ATOMIC_RELEASE);
   }
-  pthread_mutex_unlock(&g_lock);
+  pthread_mutex_unlock(&g_reg.lock);
   return ds;
 }
 
@@ -260,32 +548,40 @@ ag_stream *ag_stream_set_current(ag_device d, ag_stream *s) {
   return prev;
 }
 
+/* ---- device strings ---- */
+
 ag_status ag_device_parse(const char *s, ag_device *out_device) {
   if (!s || !out_device)
     return ag_error_set(AG_ERR_INVALID, "ag_device_parse: NULL argument");
   const char *colon = strchr(s, ':');
   size_t n = colon ? (size_t)(colon - s) : strlen(s);
-  int kind = -1;
-  for (int k = 0; k < AG_BACKEND_COUNT; k++)
-    if (strlen(k_names[k]) == n && strncmp(s, k_names[k], n) == 0) kind = k;
   long idx = 0;
-  if (colon) {
+  bool ok = valid_name(s, n);
+  if (ok && colon) {
     char *end = NULL;
     idx = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end != 0 || idx < 0) kind = -2;
+    ok = end != colon + 1 && *end == 0 && idx >= 0;
   }
-  if (kind < 0)
+  if (!ok)
     return ag_error_set(AG_ERR_INVALID,
-                        "ag_device_parse: '%s' is not a device (expected cpu, cuda:N, hip:N, "
-                        "opencl:N or gpuemu:N)", s);
-  ensure_init(kind);
-  backend_slot *sl = &g_slots[kind];
-  if (!sl->be)
-    return ag_error_set(AG_ERR_UNAVAILABLE, "ag_device_parse: backend %s is unavailable: %s",
-                        k_names[kind], sl->reason);
+                        "ag_device_parse: '%s' is not a device (expected <backend> or <backend>:N, "
+                        "e.g. cpu, cuda:0, opencl:1)", s);
+  char name[NAME_MAX_LEN + 1];
+  memcpy(name, s, n);
+  name[n] = 0;
+  ag_backend_kind kind;
+  if (ag_backend_find(name, &kind) != AG_OK) {
+    char why[400];
+    snprintf(why, sizeof why, "%s", ag_last_error() + strlen("ag_backend_find: "));
+    return ag_error_set(AG_ERR_INVALID, "ag_device_parse: '%s' is not a device: %s", s, why);
+  }
+  backend_slot *sl = started_slot((int)kind);
+  if (!sl->ok)
+    return ag_error_set(AG_ERR_UNAVAILABLE, "ag_device_parse: backend %s is unavailable: %s", sl->name,
+                        sl->reason);
   if (idx >= sl->count)
-    return ag_error_set(AG_ERR_DEVICE, "ag_device_parse: %s has %d device%s, no index %ld",
-                        k_names[kind], sl->count, sl->count == 1 ? "" : "s", idx);
+    return ag_error_set(AG_ERR_DEVICE, "ag_device_parse: %s has %d device%s, no index %ld", sl->name, sl->count,
+                        sl->count == 1 ? "" : "s", idx);
   out_device->backend = (int16_t)kind;
   out_device->index = (int16_t)idx;
   return AG_OK;
@@ -301,19 +597,24 @@ bool ag_device_eq(ag_device a, ag_device b) {
 }
 
 ag_device ag_device_best(void) {
-  /* the emulator is a testing device: never chosen, not even loaded here */
-  for (int k = 0; k < AG_BACKEND_COUNT; k++)
-    if (k != AG_BACKEND_GPUEMU) ensure_init(k);
-  if (g_slots[AG_BACKEND_CUDA].count > 0) return (ag_device){AG_BACKEND_CUDA, 0};
-  if (g_slots[AG_BACKEND_HIP].count > 0) return (ag_device){AG_BACKEND_HIP, 0};
-  backend_slot *ocl = &g_slots[AG_BACKEND_OPENCL];
-  for (int i = 0; i < ocl->count; i++) {
-    ag_device_props p;
-    /* A CPU OpenCL device (PoCL) is no faster than the native backend. */
-    if (ocl->be->device_props(i, &p) == AG_OK && !p.unified_memory)
-      return (ag_device){AG_BACKEND_OPENCL, (int16_t)i};
+  ag_device best = AG_CPU;
+  int32_t best_p = INT32_MIN;
+  int c = ag_backend_count();
+  for (int k = 0; k < c; k++) {
+    /* a backend that is never chosen (the emulator) is not even started */
+    backend_slot *sl = ensure(k, STAGE_LOADED);
+    if (!sl->vt.name || sl->vt.priority < 0) continue;
+    sl = ensure(k, STAGE_STARTED);
+    if (!sl->ok) continue;
+    for (int i = 0; i < sl->count; i++) {
+      int32_t p = sl->vt.device_priority ? sl->vt.device_priority(i) : sl->vt.priority;
+      if (p >= 0 && p > best_p) {
+        best_p = p;
+        best = (ag_device){(int16_t)k, (int16_t)i};
+      }
+    }
   }
-  return AG_CPU;
+  return best;
 }
 
 ag_status ag_device_props_get(ag_device d, ag_device_props *out_props) {

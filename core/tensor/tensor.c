@@ -1174,13 +1174,13 @@ ag_tensor *ag_to_device(ag_tensor *t, ag_device d) {
   size_t src_off = c->st->offset + (size_t)c->offset * ag_dtype_size(c->dtype);
   if (st == AG_OK && bytes) {
     ag_stream *ss = ag__current_stream(src_ds), *ds_ = ag__current_stream(dst_ds);
-    if (src_ds->dev.backend == AG_BACKEND_CPU) {
-      /* CPU memory is host memory: wait for pending CPU work, then one
+    if (src_ds->be->flags & AG_BACKEND_F_HOST_MEMORY) {
+      /* Host memory (the CPU's): wait for its pending work, then one
        * host->device copy straight from it. */
       st = ag__sync_stream(ss, "ag_to_device");
       if (st == AG_OK)
         st = dst_ds->be->copy_h2d(ds_->bs, r->st->base, r->st->offset, (char *)c->st->base + src_off, bytes, false);
-    } else if (dst_ds->dev.backend == AG_BACKEND_CPU) {
+    } else if (dst_ds->be->flags & AG_BACKEND_F_HOST_MEMORY) {
       st = ag__sync_refused(src_ds, "ag_to_device");
       if (st == AG_OK) st = ag__sync_stream(ds_, "ag_to_device");
       if (st == AG_OK)

@@ -5,7 +5,8 @@
  *
  * A run-time module (libanygrad-<name>.so) exports one symbol,
  * ag_backend_module_get (see AG_BACKEND_MODULE_SYMBOL), and keeps every other
- * symbol hidden so several modules can share one process. */
+ * symbol hidden so several modules can share one process. How to write one:
+ * docs/design/backends.md ("How to add a backend"). */
 #ifndef ANYGRAD_BACKEND_H
 #define ANYGRAD_BACKEND_H
 
@@ -22,10 +23,29 @@
 extern "C" {
 #endif
 
-/* 2: ag_kernel_call.flags (AG_KF_DETERMINISTIC)
- * 3: dtypes i64, bool, u8; comparisons write bool; AG_B_NE/LE/GE; i64
- *    indices and targets (embedding, cross-entropy) */
-#define AG_BACKEND_ABI_VERSION 3u
+/* ---- ABI versions ----
+ * The vtable (ag_backend, below) is versioned as OpenXLA's PJRT C API is:
+ * struct_size comes first, and within one major version entries are only
+ * appended. The core loads a module whose major equals its own and whose
+ * struct_size covers at least the major's first minor; every entry at or
+ * beyond the module's struct_size is treated as absent (NULL pointers, zero
+ * properties: see each entry's "absent" meaning). Any other module is refused,
+ * and the reason (shown by `anygrad info`) names both versions.
+ *
+ * Change log
+ *   1    the first vtable (versions 1-3 were matched exactly)
+ *   2    ag_kernel_call.flags (AG_KF_DETERMINISTIC)
+ *   3    dtypes i64, bool, u8; comparisons write bool; AG_B_NE/LE/GE; i64
+ *        indices and targets (embedding, cross-entropy)
+ *   4.0  struct_size, abi_major and abi_minor replace abi_version (the
+ *        32-bit word that held abi_version now holds struct_size, so a
+ *        version-3 module reads as struct_size 3 and is refused as such);
+ *        the entries of 3 follow unchanged
+ *   4.1  registry properties, so the core decides nothing by backend name:
+ *        flags (AG_BACKEND_F_*), dlpack_device, collective, priority,
+ *        device_priority, description */
+#define AG_BACKEND_ABI_MAJOR 4u
+#define AG_BACKEND_ABI_MINOR 1u
 
 /* ---- kernel calls ----
  * A kernel call names an op, operands and scalar parameters. Operands are
@@ -305,14 +325,32 @@ static inline ag_conv_geom ag_conv_geom_of(const ag_kernel_call *c, const ag_kop
 typedef struct ag_bstream ag_bstream;
 typedef struct ag_bevent ag_bevent;
 
+/* ag_backend.flags */
+/* Segment base handles are host pointers the host may read and write once
+ * the device's queued work is done (cpu, gpuemu): the core copies between
+ * such a device and another one without a staging buffer. */
+#define AG_BACKEND_F_HOST_MEMORY 1u
+/* A segment base handle plus a byte offset is an address in the device's
+ * own address space (a CUDA or HIP device pointer, a host pointer), so
+ * ag_tensor_data_ptr and DLPack hand it out and DLPack imports wrap one. An
+ * OpenCL cl_mem is a handle: the flag is clear. */
+#define AG_BACKEND_F_ADDRESSABLE 2u
+
 /* ---- the vtable ----
  * Every function returns AG_OK or an error status with ag_error_set called.
  * `dev` is the ordinal within the backend. Functions not marked optional are
- * required. Thread safety: every entry may be called from any thread; calls on
- * one stream are serialised by the core. */
+ * required (the core refuses a module that leaves one NULL). Thread safety:
+ * every entry may be called from any thread; calls on one stream are
+ * serialised by the core. A module fills the table with designated
+ * initializers, so what it does not name is zero (absent). */
 typedef struct ag_backend {
-  uint32_t abi_version;   /* AG_BACKEND_ABI_VERSION */
-  const char *name;       /* "cpu", "cuda", "hip", "opencl", "gpuemu" */
+  /* ---- 4.0 ---- */
+  uint32_t struct_size;   /* sizeof(ag_backend) as the module was built */
+  uint16_t abi_major;     /* AG_BACKEND_ABI_MAJOR */
+  uint16_t abi_minor;     /* AG_BACKEND_ABI_MINOR */
+  /* The registered name: libanygrad-<name>.so, devices "<name>:N". Lower-case
+   * letters, digits and '_'. */
+  const char *name;
 
   /* Load the vendor runtime and count devices. On failure, write a reason
    * into reason (reason_len bytes) and return AG_ERR_UNAVAILABLE. */
@@ -375,11 +413,42 @@ typedef struct ag_backend {
   /* Read and clear the stream's kernel error word (ag_kernel_error). Called
    * by the core after a stream synchronize; must not block. */
   ag_status (*take_kernel_error)(ag_bstream *s, ag_kernel_error *out);
+
+  /* ---- 4.1: what the core would otherwise decide by backend name ---- */
+  uint32_t flags;         /* AG_BACKEND_F_*; absent: 0 (opaque handles) */
+  /* The DLDeviceType (anygrad/dlpack.h) of the device memory, or 0 (absent:
+   * no DLPack form; tensors neither export nor import). kDLCPU exports device
+   * id 0; other types the ordinal. An import of the type is wrapped on this
+   * backend when it is also AG_BACKEND_F_ADDRESSABLE. */
+  int32_t dlpack_device;
+  /* Priority in ag_device_best(): the available device with the highest
+   * wins, ties going to the lower kind, then ordinal (cpu 0, opencl 100,
+   * hip 200, cuda 300). < 0: never chosen (the core does not even start the
+   * backend to look). Absent: 0 (never above the cpu). */
+  int32_t priority;
+  /* Optional: the priority of one device (an OpenCL device on the host
+   * ranks below the cpu); NULL: priority for every device. Never fails. */
+  int32_t (*device_priority)(int dev);
+  /* The communication library that reduces this device's memory in place
+   * ("nccl", "rccl"; an ag_dist_kind name), or NULL (absent: collectives
+   * stage through host memory). */
+  const char *collective;
+  /* Optional one line for `anygrad info` ("for testing: ..."), or NULL. */
+  const char *description;
 } ag_backend;
 
-/* The one symbol a backend module exports. */
+/* The smallest struct_size the core accepts: the end of 4.0's entries. */
+#define AG_BACKEND_STRUCT_SIZE_4_0 offsetof(ag_backend, flags)
+
+/* The one symbol a backend module exports: its table (static storage, lives
+ * as long as the module is loaded; borrowed by the core). */
 #define AG_BACKEND_MODULE_SYMBOL "ag_backend_module_get"
 typedef const ag_backend *(*ag_backend_module_get_fn)(void);
+
+/* Fills the version header of a module's table:
+ *   static const ag_backend g = {AG_BACKEND_HEADER, .name = "mine", ...}; */
+#define AG_BACKEND_HEADER \
+  .struct_size = (uint32_t)sizeof(ag_backend), .abi_major = AG_BACKEND_ABI_MAJOR, .abi_minor = AG_BACKEND_ABI_MINOR
 
 /* ---- helpers the core exports for backends ---- */
 

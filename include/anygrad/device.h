@@ -1,6 +1,7 @@
 /* Devices, backends, streams and events.
  * A device is a (backend, ordinal) value. Backends other than the CPU are
- * run-time modules; an absent one is listed as unavailable with its reason. */
+ * run-time modules (libanygrad-<name>.so) found by name; an absent or
+ * refused one is listed as unavailable with its reason. */
 #ifndef ANYGRAD_DEVICE_H
 #define ANYGRAD_DEVICE_H
 
@@ -14,6 +15,11 @@
 extern "C" {
 #endif
 
+/* A backend's number in this process. The named values are fixed (source
+ * compatibility); any other backend module gets a kind >= AG_BACKEND_COUNT
+ * when the registry first meets its name (ag_backend_find, ag_device_parse,
+ * ag_backend_count), so such a kind is not stable between processes: keep
+ * the name, not the number. */
 typedef enum ag_backend_kind {
   AG_BACKEND_CPU = 0,
   AG_BACKEND_CUDA = 1,
@@ -23,10 +29,11 @@ typedef enum ag_backend_kind {
    * for testing and debugging: gpuemu:0 has CUDA's warp and launch limits,
    * gpuemu:1 HIP's. Never chosen by ag_device_best(). */
   AG_BACKEND_GPUEMU = 4,
-  AG_BACKEND_COUNT = 5,
+  AG_BACKEND_COUNT = 5, /* the named kinds; the first dynamic kind */
 } ag_backend_kind;
 
 #define AG_MAX_DEVICES 16
+#define AG_MAX_BACKENDS 32 /* kinds, named and dynamic, in one process */
 
 /* A device: plain value, no ownership. */
 typedef struct ag_device {
@@ -52,8 +59,49 @@ typedef struct ag_device_props {
   bool unified_memory;    /* device memory is host memory (CPU, PoCL) */
 } ag_device_props;
 
-/* Name of a backend kind ("cpu", "cuda", "hip", "opencl", "gpuemu"); "?" if out of range. */
+/* What a backend's module reports about itself (ABI 4.1 properties). */
+typedef struct ag_backend_info {
+  const char *name;        /* borrowed, lives until exit */
+  const char *path;        /* the module file, or "" for the built-in cpu */
+  const char *description; /* "" when the module gives none */
+  unsigned abi_major, abi_minor; /* the module's */
+  bool host_memory;        /* device memory is host memory */
+  bool addressable;        /* device memory has addresses (data_ptr, DLPack) */
+  int dlpack_device;       /* DLDeviceType, 0 = none */
+  int priority;            /* for ag_device_best; < 0 never chosen */
+  const char *collective;  /* "nccl", "rccl" or "" */
+} ag_backend_info;
+
+/* ---- the backend registry ----
+ * One process-wide, thread-safe registry (core/runtime/registry.c) maps
+ * names to kinds and kinds to loaded modules. It searches, in order, the
+ * folders of AG_BACKEND_PATH (':'-separated), the folder of libanygrad.so and
+ * its anygrad/ subfolder; AG_BACKENDS="cpu,opencl" restricts which backends
+ * load. A module is loaded (and its ABI checked) on first use of its kind,
+ * and started (devices counted) at the same time; kinds and names are never
+ * removed. */
+
+/* Name of a backend kind ("cpu", "cuda", ..., or a module's name); "?" if no
+ * backend has that kind. Borrowed; lives until exit. */
 AG_API const char *ag_backend_name(ag_backend_kind kind);
+
+/* Number of kinds the registry knows: the named kinds plus every module
+ * found in the search folders (they are scanned on the first call). Kinds
+ * run from 0 to the count - 1; a later ag_backend_find may add more. */
+AG_API int ag_backend_count(void);
+
+/* The kind of the backend called name ("cuda", "vulkan"), registering it if
+ * a module libanygrad-<name>.so is in a search folder. A registered backend
+ * may still be unavailable (ag_backend_available says why). Errors:
+ * AG_ERR_INVALID for a NULL or malformed name, or a name no backend or
+ * module has (the message lists the known names and the folders searched);
+ * AG_ERR_UNAVAILABLE when AG_MAX_BACKENDS kinds are taken. */
+AG_API ag_status ag_backend_find(const char *name, ag_backend_kind *out_kind);
+
+/* The module's properties. Loads the module (without starting it). Errors:
+ * AG_ERR_INVALID for an unknown kind, AG_ERR_UNAVAILABLE with the reason
+ * when the module is absent or refused. */
+AG_API ag_status ag_backend_info_get(ag_backend_kind kind, ag_backend_info *out_info);
 
 /* Whether the backend loaded and has at least one device. If not and
  * out_reason is given, it receives a borrowed, static description
@@ -64,16 +112,18 @@ AG_API bool ag_backend_available(ag_backend_kind kind, const char **out_reason);
 /* Number of devices of a backend (0 if unavailable). */
 AG_API int ag_backend_device_count(ag_backend_kind kind);
 
-/* Parse "cpu", "cpu:0", "cuda", "cuda:1", "hip:0", "opencl:0", "gpuemu:1".
- * Errors: AG_ERR_INVALID for a malformed string, AG_ERR_UNAVAILABLE for an
- * absent backend, AG_ERR_DEVICE for an ordinal beyond the device count. */
+/* Parse "<name>" or "<name>:N" for any backend name ag_backend_find knows:
+ * "cpu", "cpu:0", "cuda:1", "hip:0", "opencl:0", "gpuemu:1", "vulkan:0".
+ * Errors: AG_ERR_INVALID for a malformed string or an unknown backend name,
+ * AG_ERR_UNAVAILABLE for a backend that is absent, refused or has no device,
+ * AG_ERR_DEVICE for an ordinal beyond the device count. */
 AG_API ag_status ag_device_parse(const char *s, ag_device *out_device);
 
 /* Write "cuda:0" etc. into buf (always NUL-terminated); returns buf. */
 AG_API char *ag_device_str(ag_device d, char *buf, size_t len);
 
-/* The best available device: cuda:0, then hip:0, then opencl:0 on a GPU,
- * then cpu. */
+/* The best available device: the highest priority its module reports
+ * (cuda:0, then hip:0, then an OpenCL GPU, then cpu; gpuemu never). */
 AG_API ag_device ag_device_best(void);
 
 AG_API bool ag_device_eq(ag_device a, ag_device b);

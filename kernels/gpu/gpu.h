@@ -161,6 +161,10 @@ AGK_HIDDEN void agv_stream_release(ag_bstream *s);
 AGK_HIDDEN size_t agv_vm_granularity(int dev);
 AGK_HIDDEN ag_status agv_vm_map_one(int dev, void *at, size_t bytes);
 AGK_HIDDEN ag_status agv_vm_unmap_one(int dev, void *at, size_t bytes);
+/* Reserve and release an address range for expandable segments (the
+ * vtable's vm_reserve, vm_release). */
+AGK_HIDDEN ag_status agv_vm_reserve(int dev, size_t bytes, void **out_base);
+AGK_HIDDEN void agv_vm_release(int dev, void *base, size_t bytes);
 
 /* Matrix layout of a [.., R, C] operand for BLAS: ld and whether it is
  * stored row-major (strides[-1] == 1). */

@@ -1,12 +1,14 @@
 /* The vendor-neutral half of the CUDA and HIP backends: devices, memory,
  * streams, events, copies, the launch dispatch and supports(). Written once
- * against vendor.h; the vendor files in backends/ add BLAS, virtual memory,
- * device details and the error translation, and hold the vtable. */
+ * against vendor.h, with the module's vtable; the vendor files in backends/
+ * add BLAS, virtual memory, device details and the error translation, and
+ * vendor.h the registry properties. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/dlpack.h"
 #include "gpu.h"
 
 /* SM/CU counts per device, written once by agg_init (the registry calls init
@@ -422,3 +424,48 @@ ag_status agg_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
   }
   return AG_OK;
 }
+
+/* The vtable of the CUDA, HIP and gpuemu modules, written once: what differs
+ * is the vendor files' agv_* functions and vendor.h's AG_GPU_* properties. */
+static const ag_backend g_backend = {
+    AG_BACKEND_HEADER,
+    .name = AG_GPU_BACKEND_NAME,
+    .init = agg_init,
+    .shutdown = NULL,
+    .device_props = agg_device_props,
+    .mem_info = agg_mem_info,
+    .segment_alloc = agg_segment_alloc,
+    .segment_free = agg_segment_free,
+    .vm_granularity = agv_vm_granularity,
+    .vm_reserve = agv_vm_reserve,
+    .vm_map = agg_vm_map,
+    .vm_unmap = agg_vm_unmap,
+    .vm_release = agv_vm_release,
+    .pinned_alloc = agg_pinned_alloc,
+    .pinned_free = agg_pinned_free,
+    .stream_create = agg_stream_create,
+    .stream_destroy = agg_stream_destroy,
+    .stream_synchronize = agg_stream_synchronize,
+    .stream_query = agg_stream_query,
+    .event_create = agg_event_create,
+    .event_destroy = agg_event_destroy,
+    .event_record = agg_event_record,
+    .stream_wait_event = agg_stream_wait_event,
+    .event_query = agg_event_query,
+    .event_synchronize = agg_event_synchronize,
+    .event_elapsed_ms = agg_event_elapsed_ms,
+    .copy_h2d = agg_copy_h2d,
+    .copy_d2h = agg_copy_d2h,
+    .copy_d2d = agg_copy_d2d,
+    .launch = agg_launch,
+    .supports = agg_supports,
+    .take_kernel_error = agg_take_kernel_error,
+    .flags = AG_GPU_FLAGS,
+    .dlpack_device = AG_GPU_DLPACK_DEVICE,
+    .priority = AG_GPU_PRIORITY,
+    .device_priority = NULL,
+    .collective = AG_GPU_COLLECTIVE,
+    .description = AG_GPU_DESCRIPTION,
+};
+
+extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }

@@ -18,6 +18,12 @@
 
 #define AG_GPU_BACKEND_NAME "hip"
 #define AG_GPU_API "hip" /* prefix of runtime call names in messages */
+/* The module's registry properties (ag_backend 4.1; runtime.cu's table). */
+#define AG_GPU_FLAGS AG_BACKEND_F_ADDRESSABLE
+#define AG_GPU_DLPACK_DEVICE kDLROCM
+#define AG_GPU_PRIORITY 200
+#define AG_GPU_COLLECTIVE "rccl"
+#define AG_GPU_DESCRIPTION NULL
 typedef hipError_t gpuError_t;
 typedef hipStream_t gpuStream_t;
 typedef hipEvent_t gpuEvent_t;
@@ -81,6 +87,11 @@ typedef hipDeviceProp_t gpuDeviceProp;
 
 #define AG_GPU_BACKEND_NAME "cuda"
 #define AG_GPU_API "cuda"
+#define AG_GPU_FLAGS AG_BACKEND_F_ADDRESSABLE
+#define AG_GPU_DLPACK_DEVICE kDLCUDA
+#define AG_GPU_PRIORITY 300
+#define AG_GPU_COLLECTIVE "nccl"
+#define AG_GPU_DESCRIPTION NULL
 typedef cudaError_t gpuError_t;
 typedef cudaStream_t gpuStream_t;
 typedef cudaEvent_t gpuEvent_t;

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "anygrad/dlpack.h"
 #include "anygrad/status.h"
 #include "dist/dist_internal.h"
 
@@ -145,7 +146,7 @@ static ag_status mpi_create(ag_dist_create_args *a, ag_dist_impl **out, ag_dist_
   im->timeout_ms = a->timeout_ms;
   a->rank = im->rank;
   a->size = im->size;
-  im->device_buffers = a->dev_backend == 1 /* cuda */ && cuda_aware();
+  im->device_buffers = a->dev_dlpack == kDLCUDA && cuda_aware();
   im->own_allreduce = own_allreduce;
   *caps = (ag_dist_caps){.device_buffers = im->device_buffers, .native_avg = false, .native_half = false};
   *out = im;

@@ -17,6 +17,16 @@
 
 #define AG_GPU_BACKEND_NAME "gpuemu"
 #define AG_GPU_API "gpuemu"
+/* The module's registry properties (ag_backend 4.1; runtime.cu's table):
+ * device memory is host memory; no DLPack form and no collective library of
+ * its own; never chosen by ag_device_best(). */
+#define AG_GPU_FLAGS (AG_BACKEND_F_HOST_MEMORY | AG_BACKEND_F_ADDRESSABLE)
+#define AG_GPU_DLPACK_DEVICE 0
+#define AG_GPU_PRIORITY (-1)
+#define AG_GPU_COLLECTIVE NULL
+#define AG_GPU_DESCRIPTION                                                                            \
+  "for testing and debugging: runs the CUDA/HIP kernel source on the CPU with GPU semantics (barriers, " \
+  "warp shuffles, launch limits); never chosen as best device"
 #define AGEMU_HIDDEN __attribute__((visibility("hidden")))
 
 /* ---- the device language ---- */
