@@ -40,7 +40,10 @@ extern "C" {
  *   4.0  struct_size, abi_major and abi_minor replace abi_version (the
  *        32-bit word that held abi_version now holds struct_size, so a
  *        version-3 module reads as struct_size 3 and is refused as such);
- *        the entries of 3 follow unchanged
+ *        the entries of 3 follow unchanged; the elementwise sub-ops, the
+ *        reductions and pooling ops are numbered by the op table
+ *        (optable.h), which adds sub-ops (sin ... remainder, each unary
+ *        op's _BWD, binary partial derivatives); binary ops read s[1]
  *   4.1  registry properties, so the core decides nothing by backend name:
  *        flags (AG_BACKEND_F_*), dlpack_device, collective, priority,
  *        device_priority, description */
