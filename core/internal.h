@@ -16,9 +16,7 @@
 #include "anygrad/status.h"
 #include "anygrad/tensor.h"
 
-#define AG_HIDDEN __attribute__((visibility("hidden")))
-#define AG_LIKELY(x) __builtin_expect(!!(x), 1)
-#define AG_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#include "hidden.h"
 
 struct ag_allocator; /* core/memory/alloc.c */
 

@@ -5,7 +5,13 @@
 #ifndef AG_CPU_BACKEND_H
 #define AG_CPU_BACKEND_H
 
-#include "internal.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The CPU backend sees the public backend ABI and two core services: the
+ * host thread pool and the half-precision conversions (tensor/half.h). */
+#include "anygrad/backend.h"
+#include "hidden.h"
 #include "runtime/threadpool.h"
 
 /* The CPU backend's vtable. Borrowed, static; never NULL. */

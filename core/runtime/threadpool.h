@@ -7,7 +7,9 @@
 
 #include <stdint.h>
 
-#include "internal.h"
+#include <stdbool.h>
+
+#include "hidden.h"
 
 /* Work (elements x a per-element cost: 1 for an add, 8 for an exp; flops
  * / 16 for a GEMM) above which ag__pool_for splits across threads; below it

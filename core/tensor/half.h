@@ -7,7 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include <stdbool.h>
+
+#include "anygrad/backend.h" /* the exported scalar conversions */
+#include "hidden.h"
 
 /* n elements from src to dst; buffers must not overlap. Never fail. */
 AG_HIDDEN void ag__f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
