@@ -175,12 +175,8 @@ static inline int64_t wrap(uint64_t u) { return (int64_t)u; }
 
 /* The table's INT entries (optable.h) are the ones written here: a new one
  * must get its integer rule in unary_i or binary_i. */
-#define CPU_IS_INT_INT 1
-#define CPU_IS_INT_FLT 0
-#define CPU_COUNT_U_INT(ID, name, api, f, save, bwd, amp, ints, ...) +CPU_IS_INT_##ints
-#define CPU_COUNT_B_INT(ID, name, api, f, kind, grad, da, db, ints, ...) +CPU_IS_INT_##ints
-_Static_assert(0 AG_UNARY_OPS(CPU_COUNT_U_INT) == 4, "unary_i implements COPY, NEG, ABS, AFFINE");
-_Static_assert(0 AG_BINARY_OPS(CPU_COUNT_B_INT) == 11, "binary_i implements ADD..MIN and the comparisons");
+_Static_assert(AG_UNARY_INT_COUNT == 4, "unary_i implements COPY, NEG, ABS, AFFINE");
+_Static_assert(AG_BINARY_INT_COUNT == 11, "binary_i implements ADD..MIN and the comparisons");
 
 static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const double *s, ag_dtype odt) {
   switch (sub) {

@@ -23,6 +23,11 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_POOL_BWD] = "ag_pool_bwd", [CLK_BN_STATS] = "ag_bn_stats", [CLK_BN_APPLY] = "ag_bn_apply",
 };
 
+/* elementwise.cl writes the integer rules of the table's INT entries by
+ * hand (unary_i, binary_i, binary_l, cmp_l, the integer paths of ag_unary). */
+_Static_assert(AG_UNARY_INT_COUNT == 4, "elementwise.cl implements COPY, NEG, ABS, AFFINE for integers");
+_Static_assert(AG_BINARY_INT_COUNT == 11, "elementwise.cl implements ADD..MIN and the comparisons for integers");
+
 /* The fast-path kernels' names, in sub-op order (elementwise.cl defines
  * them from the same table); NULL for comparisons. */
 #define CL_NAME_U(ID, ...) "ag_u_" #ID,

@@ -215,6 +215,15 @@ typedef struct ag_binary_info {
 #define AG_OPT_PART_CASE(ID, n, api, f, kind, grad, ...) \
   AG_OPT_IF(AG_OPT_PART_##grad)(case AG_B_##ID: return k == 0 ? AG_B_##ID##_DA : AG_B_##ID##_DB;)
 
+/* How many entries claim an integer rule (INT): each backend's integer
+ * functions pin these with a static assertion, so an entry that gains one
+ * is a build error until every backend implements it. */
+#define AG_OPT_INT_ONE_INT +1
+#define AG_OPT_INT_ONE_FLT
+#define AG_OPT_U_INT(ID, n, api, f, save, bwd, amp, ints, ...) AG_OPT_INT_ONE_##ints
+#define AG_OPT_B_INT(ID, n, api, f, kind, grad, da, db, ints, ...) AG_OPT_INT_ONE_##ints
+enum { AG_UNARY_INT_COUNT = 0 AG_UNARY_OPS(AG_OPT_U_INT), AG_BINARY_INT_COUNT = 0 AG_BINARY_OPS(AG_OPT_B_INT) };
+
 /* The binary sub-op that computes unary op's input gradient (AG_B_<ID>_BWD),
  * or -1 when the op has no gradient. */
 static inline int ag_unary_bwd_op(int op) {

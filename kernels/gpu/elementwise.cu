@@ -153,12 +153,8 @@ AGK_DEV float binary_f(int op, float a, float b, float s0, float s1) {
 }
 /* The integer rules of the table's INT entries; a sub-op outside them
  * gives 0 (never reached: supports() refuses it). */
-#define GPU_IS_INT_INT 1
-#define GPU_IS_INT_FLT 0
-#define GPU_COUNT_U_INT(ID, name, api, f, save, bwd, amp, ints, ...) +GPU_IS_INT_##ints
-#define GPU_COUNT_B_INT(ID, name, api, f, kind, grad, da, db, ints, ...) +GPU_IS_INT_##ints
-static_assert(0 AG_UNARY_OPS(GPU_COUNT_U_INT) == 4, "unary_i/unary_l implement COPY, NEG, ABS, AFFINE");
-static_assert(0 AG_BINARY_OPS(GPU_COUNT_B_INT) == 11, "binary_i/binary_l and k_compare implement ADD..MIN and the comparisons");
+static_assert(AG_UNARY_INT_COUNT == 4, "unary_i/unary_l implement COPY, NEG, ABS, AFFINE");
+static_assert(AG_BINARY_INT_COUNT == 11, "binary_i/binary_l and k_compare implement ADD..MIN and the comparisons");
 
 /* i32: two's complement wrap-around; AFFINE exact in f64 then saturated */
 AGK_DEV int32_t unary_i(int op, int32_t x, double s0, double s1) {
