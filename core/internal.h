@@ -235,6 +235,8 @@ typedef enum ag_gop {
                        [C]; p->i[0] training (the statistics depend on x) */
   AG_G_POOL2D,      /* input x; p->i[0] ag_pool_op; p->dims[0..6] as the
                        kernel call's s[0..6]; MAX saves the i32 indices */
+  AG_G_RMS_NORM,    /* inputs x, weight (NULL allowed); saved contiguous x,
+                       rstd */
   AG_GOP_COUNT
 } ag_gop;
 

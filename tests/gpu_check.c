@@ -834,6 +834,42 @@ static void cases_rows(void) {
         t->m.t[0].numel = t->m.t[1].numel = C;
         run(t);
       }
+      for (int wb = 0; wb < 2; wb++) {
+        tcase *t = newcase("rms_norm %s [%lld,%lld]%s", dname(dt), (long long)R, (long long)C, wb ? " w" : "");
+        int x = nb(t, dt, R * C, -3, 5), w = wb ? nb(t, dt, C, 0.5, 1.5) : -1;
+        int y = nbout(t, dt, R * C, false), rs = nbout(t, AG_F32, R, false);
+        t->c.op = AG_K_RMSNORM;
+        t->c.i[0] = R;
+        t->c.i[1] = C;
+        t->c.s[0] = 1e-5;
+        opnd(t, 0, y, 2, sh);
+        opnd(t, 1, x, 2, sh);
+        opnd(t, 2, w, 1, sc);
+        opnd(t, 3, rs, 1, sr);
+        if (!wb) t->c.o[2].dtype = dt;
+        run(t);
+        t = newcase("rms_norm_bwd %s [%lld,%lld]%s", dname(dt), (long long)R, (long long)C, wb ? " w" : "");
+        int dx = nbout(t, dt, R * C, false), dy = nb(t, dt, R * C, -1, 1);
+        x = nb(t, dt, R * C, -3, 5);
+        rs = nb(t, AG_F32, R, 0.3, 1.0);
+        w = wb ? nb(t, dt, C, 0.5, 1.5) : -1;
+        int dw = nbout(t, AG_F32, C, false);
+        t->b[dw].tol = 1e-8;
+        t->c.op = AG_K_RMSNORM_BWD;
+        t->c.i[0] = R;
+        t->c.i[1] = C;
+        opnd(t, 0, dx, 2, sh);
+        opnd(t, 1, dy, 2, sh);
+        opnd(t, 2, x, 2, sh);
+        opnd(t, 3, rs, 1, sr);
+        opnd(t, 4, w, 1, sc);
+        if (!wb) t->c.o[4].dtype = dt;
+        t->nm = 1;
+        t->mb[0] = dw;
+        t->m.t[0].dtype = AG_F32;
+        t->m.t[0].numel = C;
+        run(t);
+      }
     }
   }
 }
@@ -1113,6 +1149,31 @@ static void cases_deterministic(void) {
       t->mb[1] = db;
       t->m.t[0].dtype = t->m.t[1].dtype = AG_F32;
       t->m.t[0].numel = t->m.t[1].numel = C;
+      run(t);
+    }
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof lns / sizeof lns[0]; s++) {
+      ag_dtype dt = FL[di];
+      int64_t R = lns[s][0], C = lns[s][1], sh[2] = {R, C}, sr[1] = {R}, sc[1] = {C};
+      tcase *t = newcase("rms_norm_bwd %s [%lld,%lld] w deterministic (twice)", dname(dt), (long long)R, (long long)C);
+      int dx = nbout(t, dt, R * C, false), dy = nb(t, dt, R * C, -1, 1), x = nb(t, dt, R * C, -3, 5);
+      int rs = nb(t, AG_F32, R, 0.3, 1.0), w = nb(t, dt, C, 0.5, 1.5);
+      int dw = nbout(t, AG_F32, C, false);
+      t->b[dw].tol = 1e-8;
+      t->repeat = true;
+      t->c.op = AG_K_RMSNORM_BWD;
+      t->c.flags = AG_KF_DETERMINISTIC;
+      t->c.i[0] = R;
+      t->c.i[1] = C;
+      opnd(t, 0, dx, 2, sh);
+      opnd(t, 1, dy, 2, sh);
+      opnd(t, 2, x, 2, sh);
+      opnd(t, 3, rs, 1, sr);
+      opnd(t, 4, w, 1, sc);
+      t->nm = 1;
+      t->mb[0] = dw;
+      t->m.t[0].dtype = AG_F32;
+      t->m.t[0].numel = C;
       run(t);
     }
   {

@@ -1242,6 +1242,46 @@ static void op_layer_norm(ctx *c) {
   }
 }
 
+static void op_rms_norm(ctx *c) {
+  static const struct {
+    const char *name;
+    int n;
+    int64_t s[3];
+    int l;
+    bool weight;
+  } RN[] = {
+      {"[6,32] weight", 2, {6, 32}, L_C, true},
+      {"[2,3,16] no weight", 3, {2, 3, 16}, L_C, false},
+      {"transposed [6,32] weight", 2, {6, 32}, L_T, true},
+      {"[3,1500] long rows, weight", 2, {3, 1500}, L_C, true},
+  };
+  for (size_t k = 0; k < sizeof RN / sizeof RN[0]; k++) {
+    case_begin(c, RN[k].name);
+    hbuf *h, *hw = NULL;
+    ag_tensor *x = mk(c, &h, RN[k].l, RN[k].n, RN[k].s, G_UNI, -3, 5);
+    int64_t D = RN[k].s[RN[k].n - 1];
+    ag_tensor *w = RN[k].weight ? mk(c, &hw, L_S, 1, &D, G_UNI, 0.5, 1.5) : NULL;
+    if (x && (!RN[k].weight || w)) {
+      double *ref = cx_alloc(c, (size_t)h->n * sizeof(double));
+      for (int64_t r = 0; ref && r < h->n / D; r++) {
+        double ss = 0;
+        for (int64_t j = 0; j < D; j++) ss += h->v[r * D + j] * h->v[r * D + j];
+        double rs = 1 / sqrt(ss / (double)D + 1e-5);
+        for (int64_t j = 0; j < D; j++) ref[r * D + j] = h->v[r * D + j] * rs * (hw ? hw->v[j] : 1);
+      }
+      guard g;
+      guard_begin(c, &g, c->dt, h->n);
+      ag_tensor *o = ag_rms_norm(x, w, 1e-5);
+      if (!o) on_null(c, "ag_rms_norm");
+      else if (ref) {
+        check(c, o, h->ndim, h->shape, c->dt, ref, DEF);
+        guard_end(c, &g);
+      }
+    }
+    case_end(c);
+  }
+}
+
 static void op_embedding(ctx *c) {
   static const struct {
     const char *name;
@@ -1735,7 +1775,7 @@ static void op_to_device(ctx *c) {
 
 enum {
   GA_ADD, GA_SUB, GA_MUL, GA_DIV, GA_AFFINE, GA_UNARY, GA_BINARY, GA_WHERE, GA_SUM, GA_MEAN, GA_MATMUL,
-  GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
+  GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_RMS, GA_RMS_NOW, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
   GA_CONV2D, GA_AVG_POOL2D, GA_ADAPTIVE_AVG_POOL2D, GA_BATCH_NORM,
 };
 
@@ -1792,6 +1832,8 @@ static const gdef GRADS[] = {
     {"grad_cross_entropy", GA_CE, 2, {{2, {4, 6}, GF(-2, 2)}, {1, {4}, G_INT, 0, 5, 2}}, 0},
     {"grad_mse_loss", GA_MSE, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {3, 4}, GF(-2, 2)}}, 0},
     {"grad_layer_norm", GA_LN, 3, {{2, {3, 8}, GF(-2, 2)}, {1, {8}, GF(0.5, 1.5)}, {1, {8}, GF(-1, 1)}}, 0},
+    {"grad_rms_norm", GA_RMS, 2, {{3, {2, 3, 8}, GF(-2, 2)}, {1, {8}, GF(0.5, 1.5)}}, 0},
+    {"grad_rms_norm_no_weight", GA_RMS_NOW, 1, {{2, {4, 6}, GF(-2, 2)}}, 0},
     {"grad_embedding", GA_EMB, 2, {{2, {6, 3}, GF(-2, 2)}, {1, {5}, G_INT, 0, 5, 2}}, 0},
     {"grad_concat", GA_CONCAT, 2, {{2, {2, 3}, GF(-2, 2)}, {2, {4, 3}, GF(-2, 2)}}, 0},
     {"grad_views", GA_VIEWS, 2, {{2, {4, 6}, GF(-2, 2)}, {2, {1, 4}, GF(-2, 2)}}, 0},
@@ -1829,6 +1871,8 @@ static ag_tensor *gfn(const gdef *g, ag_tensor **x) {
     case GA_CE: return ag_cross_entropy(x[0], x[1], AG_REDUCTION_MEAN, -100);
     case GA_MSE: return ag_mse_loss(x[0], x[1], AG_REDUCTION_MEAN);
     case GA_LN: return ag_layer_norm(x[0], x[1], x[2], 1e-5);
+    case GA_RMS: return ag_rms_norm(x[0], x[1], 1e-5);
+    case GA_RMS_NOW: return ag_rms_norm(x[0], NULL, 1e-5);
     case GA_EMB: return ag_embedding(x[0], x[1]);
     case GA_CONCAT: return ag_concat(2, x, 0);
     case GA_CONV2D: {
@@ -2016,6 +2060,7 @@ static const opdef OPS[] = {
     {"cross_entropy", op_cross_entropy, M_F, 0, 0},
     {"mse_loss", op_mse_loss, M_F, 0, 0},
     {"layer_norm", op_layer_norm, M_F, 0, 0},
+    {"rms_norm", op_rms_norm, M_F, 0, 0},
     {"embedding", op_embedding, M_F, 0, 0},
     {"concat", op_concat, M_EVERY, 0, 0},
     {"dropout", op_dropout, M_F, 0, 0},
@@ -2043,6 +2088,8 @@ static const opdef OPS[] = {
     {"grad_cross_entropy", op_grad, M_G, 0, 0},
     {"grad_mse_loss", op_grad, M_G, 0, 0},
     {"grad_layer_norm", op_grad, M_G, 0, 0},
+    {"grad_rms_norm", op_grad, M_G, 0, 0},
+    {"grad_rms_norm_no_weight", op_grad, M_G, 0, 0},
     {"grad_embedding", op_grad, M_G, 0, 0},
     {"grad_concat", op_grad, M_G, 0, 0},
     {"grad_views", op_grad, M_G, 0, 0},

@@ -1297,6 +1297,78 @@ static ag_status layernorm_bwd_params(const ag_kernel_call *c, int64_t N, int64_
   return AG_OK;
 }
 
+/* RMS norm rows in double for every dtype (the CPU is the reference):
+ * rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd * w. */
+static void rmsnorm_rows(void *ctx, int64_t a, int64_t b) {
+  rowctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t n = r->cols;
+  const ag_dtype dy = c->o[0].dtype, dx = c->o[1].dtype;
+  char *yp = ag__cpu_ptr(&c->o[0]);
+  const char *xp = ag__cpu_ptr(&c->o[1]);
+  double *buf = row_scratch(r, 2, 8);
+  if (!buf) return;
+  double *x = buf, *w = buf + n;
+  if (present(c, 2)) load_d(c->o[2].dtype, ag__cpu_ptr(&c->o[2]), 1, n, w);
+  else
+    for (int64_t j = 0; j < n; j++) w[j] = 1;
+  for (int64_t i = a; i < b; i++) {
+    load_d(dx, xp + (size_t)(i * n) * ag__cpu_dtsize(dx), 1, n, x);
+    double ss = 0;
+    for (int64_t j = 0; j < n; j++) ss += x[j] * x[j];
+    double rstd = 1 / sqrt(ss / (double)n + c->s[0]);
+    for (int64_t j = 0; j < n; j++) x[j] = x[j] * rstd * w[j];
+    store_d(dy, yp + (size_t)(i * n) * ag__cpu_dtsize(dy), 1, n, x);
+    if (present(c, 3)) store_d(c->o[3].dtype, ag__cpu_ptr(&c->o[3]) + (size_t)i * ag__cpu_dtsize(c->o[3].dtype), 1, 1, &rstd);
+  }
+  free(buf);
+}
+
+/* dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * w, in double. */
+static void rmsnorm_bwd_rows(void *ctx, int64_t a, int64_t b) {
+  rowctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t n = r->cols;
+  const ag_dtype d0 = c->o[0].dtype, d1 = c->o[1].dtype, d2 = c->o[2].dtype;
+  double *buf = row_scratch(r, 3, 8);
+  if (!buf) return;
+  double *g = buf, *x = buf + n, *w = buf + 2 * n;
+  if (present(c, 4)) load_d(c->o[4].dtype, ag__cpu_ptr(&c->o[4]), 1, n, w);
+  else
+    for (int64_t j = 0; j < n; j++) w[j] = 1;
+  for (int64_t i = a; i < b; i++) {
+    double rstd = scalar_at(&c->o[3], i), s = 0;
+    load_d(d1, ag__cpu_ptr(&c->o[1]) + (size_t)(i * n) * ag__cpu_dtsize(d1), 1, n, g);
+    load_d(d2, ag__cpu_ptr(&c->o[2]) + (size_t)(i * n) * ag__cpu_dtsize(d2), 1, n, x);
+    for (int64_t j = 0; j < n; j++) {
+      g[j] *= w[j];
+      s += g[j] * x[j];
+    }
+    s = s / (double)n * rstd * rstd;
+    for (int64_t j = 0; j < n; j++) g[j] = rstd * (g[j] - x[j] * s);
+    store_d(d0, ag__cpu_ptr(&c->o[0]) + (size_t)(i * n) * ag__cpu_dtsize(d0), 1, n, g);
+  }
+  free(buf);
+}
+
+/* dw = sum over rows of dy * x * rstd, in f64 and row order, into t[0]. */
+static ag_status rmsnorm_bwd_weight(const ag_kernel_call *c, int64_t N, int64_t D) {
+  double *acc = calloc((size_t)(3 * (D > 0 ? D : 1)), sizeof(double));
+  if (!acc) return ag_error_set(AG_ERR_OOM, "%s: no memory for weight gradients", c->name ? c->name : "rms_norm");
+  double *dw = acc, *dy = acc + D, *x = acc + 2 * D;
+  const ag_dtype d1 = c->o[1].dtype, d2 = c->o[2].dtype;
+  for (int64_t i = 0; i < N; i++) {
+    double rstd = scalar_at(&c->o[3], i);
+    load_d(d1, ag__cpu_ptr(&c->o[1]) + (size_t)(i * D) * ag__cpu_dtsize(d1), 1, D, dy);
+    load_d(d2, ag__cpu_ptr(&c->o[2]) + (size_t)(i * D) * ag__cpu_dtsize(d2), 1, D, x);
+    for (int64_t j = 0; j < D; j++) dw[j] += dy[j] * x[j] * rstd;
+  }
+  const ag_kmulti *m = c->multi;
+  if (m->t[0].base) store_d(m->t[0].dtype, (char *)m->t[0].base + m->t[0].offset, 1, D, dw);
+  free(acc);
+  return AG_OK;
+}
+
 static int64_t pick(int64_t given, int64_t fallback) { return given > 0 ? given : fallback; }
 
 static ag_status run_rows(const ag_kernel_call *c, int64_t rows, int64_t cols, range_fn fn,
@@ -1591,6 +1663,13 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
       if (st == AG_OK && c->multi && c->multi->count > 0) st = layernorm_bwd_params(c, N, D);
       return st;
     }
+    case AG_K_RMSNORM: return run_rows(c, c->i[0], c->i[1], rmsnorm_rows, err, false);
+    case AG_K_RMSNORM_BWD: {
+      int64_t N = c->i[0], D = c->i[1];
+      ag_status st = run_rows(c, N, D, rmsnorm_bwd_rows, err, false);
+      if (st == AG_OK && c->multi && c->multi->count > 0) st = rmsnorm_bwd_weight(c, N, D);
+      return st;
+    }
     case AG_K_EMBEDDING: k_embedding(c, err); return AG_OK;
     case AG_K_EMBEDDING_BWD: k_embedding_bwd(c, err); return AG_OK;
     case AG_K_DROPOUT: k_dropout(c); return AG_OK;
@@ -1627,6 +1706,8 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_LAYERNORM:
     case AG_K_LAYERNORM_BWD:
     case AG_K_EMBEDDING_BWD: return fl && (sub == 0 || sub == 1);
+    case AG_K_RMSNORM:
+    case AG_K_RMSNORM_BWD: return fl && sub == 0;
     case AG_K_DROPOUT:
     case AG_K_SUMSQ: return fl;
     /* every table entry in every floating dtype; INT entries in every

@@ -21,6 +21,7 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_SGD] = "ag_sgd", [CLK_NONFINITE] = "ag_nonfinite", [CLK_IM2COL] = "ag_im2col",
     [CLK_COL2IM] = "ag_col2im", [CLK_CONV_BIAS] = "ag_conv_bias", [CLK_POOL] = "ag_pool",
     [CLK_POOL_BWD] = "ag_pool_bwd", [CLK_BN_STATS] = "ag_bn_stats", [CLK_BN_APPLY] = "ag_bn_apply",
+    [CLK_RMS] = "ag_rmsnorm", [CLK_RMS_BWD] = "ag_rmsnorm_bwd", [CLK_RMS_BWD_W] = "ag_rmsnorm_bwd_w",
 };
 
 /* The fast-path kernels' names, in sub-op order (elementwise.cl defines
@@ -521,6 +522,51 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   return ka_run(&a, (size_t)cols, 0);
 }
 
+static ag_status run_rmsnorm(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t rows = c->i[0], cols = c->i[1];
+  if (!rows || !cols) return AG_OK;
+  kargs a = ka_begin(s, CLK_RMS);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KBUF(&a, opt_op(c, 2));
+  KBUF(&a, opt_op(c, 3));
+  KA(&a, cl_long, cols);
+  KA(&a, cl_float, c->s[0]);
+  size_t l = row_local(s, CLK_RMS, cols);
+  return ka_run(&a, (size_t)rows * l, l);
+}
+
+static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t rows = c->i[0], cols = c->i[1];
+  if (!cols) return AG_OK;
+  const ag_koperand *dx = &c->o[0];
+  ag_status st = AG_OK;
+  if (rows) {
+    kargs a = ka_begin(s, CLK_RMS_BWD);
+    KBUF(&a, dx);
+    KBUF(&a, &c->o[1]);
+    KBUF(&a, &c->o[2]);
+    KA(&a, cl_int, dx->dtype);
+    KBUF(&a, &c->o[3]);
+    KBUF(&a, opt_op(c, 4));
+    KA(&a, cl_long, cols);
+    size_t l = row_local(s, CLK_RMS_BWD, cols);
+    st = ka_run(&a, (size_t)rows * l, l);
+  }
+  if (st != AG_OK || !c->multi || c->multi->count < 1 || !c->multi->t[0].base) return st;
+  kargs a = ka_begin(s, CLK_RMS_BWD_W);
+  KA(&a, cl_mem, c->multi->t[0].base);
+  KA(&a, cl_ulong, c->multi->t[0].offset);
+  KBUF(&a, &c->o[1]);
+  KBUF(&a, &c->o[2]);
+  KA(&a, cl_int, dx->dtype);
+  KBUF(&a, &c->o[3]);
+  KA(&a, cl_long, rows);
+  KA(&a, cl_long, cols);
+  return ka_run(&a, (size_t)cols, 0);
+}
+
 static int64_t pick(int64_t v, int64_t dflt) { return v > 0 ? v : dflt; }
 
 static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c) {
@@ -989,6 +1035,8 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_POOL2D_BWD: return run_pool(s, c);
     case AG_K_BN_STATS: return run_bn_stats(s, c);
     case AG_K_BN_APPLY: return run_bn_apply(s, c);
+    case AG_K_RMSNORM: return run_rmsnorm(s, c);
+    case AG_K_RMSNORM_BWD: return run_rmsnorm_bwd(s, c);
     case AG_KOP_COUNT: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
@@ -1040,6 +1088,8 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_POOL2D_BWD: return dt == AG_F32 && sub >= 0 && sub < AG_POOL_OP_COUNT;
     case AG_K_BN_STATS:
     case AG_K_BN_APPLY: return dt == AG_F32 && (sub == 0 || sub == 1);
+    case AG_K_RMSNORM:
+    case AG_K_RMSNORM_BWD: return fl && sub == 0;
     case AG_KOP_COUNT: break;
   }
   return false;

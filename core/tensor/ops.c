@@ -1043,6 +1043,72 @@ static ag_tensor *layer_norm_impl(ag_tensor *x, ag_tensor *weight, ag_tensor *bi
   return y;
 }
 
+static ag_tensor *rms_norm_impl(ag_tensor *x, ag_tensor *weight, double eps) {
+  static const char name[] = "ag_rms_norm";
+  if (null_args(name, 1, &x)) return NULL;
+  ag_tensor *in[2] = {x, weight};
+  ag_devstate *ds = ag__same_device(name, weight ? 2 : 1, in);
+  if (!ds) return NULL;
+  if (!ag_dtype_is_float(x->dtype) || x->ndim == 0) {
+    ag_error_set(AG_ERR_DTYPE, "%s: needs a floating tensor with at least one dim", name);
+    return NULL;
+  }
+  int64_t D = x->shape[x->ndim - 1], N = D ? x->numel / D : 0;
+  if (weight && (weight->dtype != x->dtype || weight->ndim != 1 || weight->shape[0] != D)) {
+    char b1[96], b2[96];
+    ag_error_set(AG_ERR_SHAPE, "%s: weight %s must be %s[%lld] for input %s", name,
+                 ag_tensor_describe(weight, b1, sizeof b1), ag_dtype_name(x->dtype), (long long)D,
+                 ag_tensor_describe(x, b2, sizeof b2));
+    return NULL;
+  }
+  if (!(eps >= 0)) {
+    ag_error_set(AG_ERR_INVALID, "%s: eps must be >= 0", name);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_RMSNORM, 0, x->dtype, name)) return NULL;
+  int64_t s2[2] = {N, D}, s1[1] = {N};
+  ag_tensor *xc0 = raw_contiguous(x);
+  ag_tensor *xc = xc0 ? raw_view(xc0, 2, s2) : NULL;
+  ag_tensor_release(xc0);
+  ag_tensor *wc = weight ? raw_contiguous(weight) : NULL;
+  ag_tensor *y = xc ? ag__tensor_new(ds, x->dtype, x->ndim, x->shape) : NULL;
+  /* rstd in f32, f64 for f64 x (as layer norm) */
+  ag_tensor *rstd = y ? ag__tensor_new(ds, x->dtype == AG_F64 ? AG_F64 : AG_F32, 1, s1) : NULL;
+  ag_status st = (rstd && (!weight || wc)) ? AG_OK : ag_last_status();
+  if (st == AG_OK && N && D) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_RMSNORM, 0, 4, name);
+    ag__operand(&c.o[0], y);
+    c.o[0].ndim = 2;
+    c.o[0].shape[0] = N;
+    c.o[0].shape[1] = D;
+    c.o[0].strides[0] = D;
+    c.o[0].strides[1] = 1;
+    ag__operand(&c.o[1], xc);
+    if (wc) ag__operand(&c.o[2], wc);
+    else memset(&c.o[2], 0, sizeof c.o[2]);
+    ag__operand(&c.o[3], rstd);
+    c.i[0] = N;
+    c.i[1] = D;
+    c.s[0] = eps;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(wc);
+  if (st == AG_OK) {
+    ag_gparams p;
+    memset(&p, 0, sizeof p);
+    p.s[0] = eps;
+    ag_tensor *sv[2] = {xc, rstd};
+    y = record(y, AG_G_RMS_NORM, 2, in, 2, sv, &p);
+  } else {
+    ag_tensor_release(y);
+    y = NULL;
+  }
+  ag_tensor_release(xc);
+  ag_tensor_release(rstd);
+  return y;
+}
+
 ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices) {
   static const char name[] = "ag_embedding";
   ag_tensor *in[2] = {table, indices};
@@ -1213,6 +1279,14 @@ ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias, doubl
   ac_args ac;
   if (!ac_begin(AC_F32, 3, ts, &ac)) return NULL;
   return ac_end(&ac, layer_norm_impl(ts[0], ts[1], ts[2], eps));
+}
+
+ag_tensor *ag_rms_norm(ag_tensor *x, ag_tensor *weight, double eps) {
+  if (!AC_ON() || !x) return rms_norm_impl(x, weight, eps);
+  ag_tensor *ts[2] = {x, weight};
+  ac_args ac;
+  if (!ac_begin(AC_F32, 2, ts, &ac)) return NULL;
+  return ac_end(&ac, rms_norm_impl(ts[0], ts[1], eps));
 }
 
 ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim) {

@@ -132,6 +132,14 @@ typedef enum ag_kop {
                          a*p[c] + q[c]. sub 1 (k = 4): o3 b [N, C, HW]: y =
                          a*p[c] + q[c] + (b - mu[c])*r[c]. y may not alias a
                          or b. */
+  AG_K_RMSNORM,       /* o1 x contiguous [N=i[0], D=i[1]], o2 weight [D] or base
+                         NULL; o0 y [N, D] = x * rstd * w; o3 rstd f32 [N] (f64
+                         for f64 x) = 1/sqrt(mean(x^2) + s[0]) */
+  AG_K_RMSNORM_BWD,   /* o0 dx [N, D], o1 dy, o2 x, o3 rstd, o4 weight (base
+                         NULL: ones); dx = rstd*(g - x*rstd^2*mean(g*x)), g =
+                         dy*w; dw = sum over rows of dy*x*rstd in f32 [D] (f64
+                         for f64 x) written to multi->t[0] when multi is given
+                         (overwritten, in a fixed order of rows) */
   AG_KOP_COUNT
 } ag_kop;
 

@@ -116,6 +116,15 @@ AG_API ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction
 AG_API ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias,
                                 double eps);
 
+/* Root-mean-square norm over the last dim (size D): x / sqrt(mean(x^2) +
+ * eps) * weight. weight is [D] of x's dtype, or NULL (ones). Statistics in
+ * f32 (f64 for f64 x). Returns a new tensor owned by the caller, or NULL
+ * (AG_ERR_DTYPE for a non-floating or 0-d x, AG_ERR_SHAPE for a weight of
+ * another shape or dtype, AG_ERR_DEVICE for mixed devices, AG_ERR_INVALID
+ * for eps < 0 or NaN, AG_ERR_UNSUPPORTED where the backend lacks the
+ * kernel). Differentiable in x and weight. */
+AG_API ag_tensor *ag_rms_norm(ag_tensor *x, ag_tensor *weight, double eps);
+
 /* Rows of table [V, D] for i64 (PyTorch's default) or i32 indices of any
  * shape: result [..., D].
  * An index outside [0, V) is AG_ERR_INDEX (see ag_cross_entropy). */

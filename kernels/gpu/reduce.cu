@@ -449,6 +449,40 @@ __global__ void k_layernorm_bwd(T *dx, const T *dy, const T *x, const float *mea
     }
   }
 }
+/* RMS norm: rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd * w. */
+template <int TPR, typename T>
+__global__ void k_rmsnorm(T *y, float *rstd, const T *x, const T *w, long long R, long long D, float eps) {
+  ROW_LOOP(TPR) {
+    const T *xr = x + row * D;
+    float s = 0.f;
+    for (long long j = lane; j < D; j += TPR) {
+      float v = agk_tof(xr[j]);
+      s += v * v;
+    }
+    float rs = 1.f / sqrtf(row_sum<TPR>(s, sh) / (float)D + eps);
+    for (long long j = lane; j < D; j += TPR) {
+      float h = agk_tof(xr[j]) * rs;
+      if (w) h *= agk_tof(w[j]);
+      y[row * D + j] = agk_fromf<T>(h);
+    }
+    if (lane == 0 && rstd) rstd[row] = rs;
+  }
+}
+/* dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * w. */
+template <int TPR, typename T>
+__global__ void k_rmsnorm_bwd(T *dx, const T *dy, const T *x, const float *rstd, const T *w, long long R,
+                              long long D) {
+  ROW_LOOP(TPR) {
+    const T *dyr = dy + row * D, *xr = x + row * D;
+    float rs = rstd[row], s = 0.f;
+    for (long long j = lane; j < D; j += TPR) s += agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f) * agk_tof(xr[j]);
+    s = row_sum<TPR>(s, sh) / (float)D * rs * rs;
+    for (long long j = lane; j < D; j += TPR) {
+      float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
+      dx[row * D + j] = agk_fromf<T>(rs * (g - agk_tof(xr[j]) * s));
+    }
+  }
+}
 /* dw[d] = sum_n dy*xhat, db[d] = sum_n dy: columns over a chunk of rows,
  * accumulated with atomics into zeroed outputs; in deterministic mode (DET)
  * chunk c stores its sums at dw[c * D + d] (partials in scratch, or the
@@ -462,7 +496,7 @@ __global__ void k_layernorm_dwdb(float *dw, float *db, const T *dy, const T *x, 
   if (col < D)
     for (long long n = lo + threadIdx.y; n < hi; n += blockDim.y) {
       float g = agk_tof(dy[n * D + col]);
-      sw += g * (agk_tof(x[n * D + col]) - mean[n]) * rstd[n];
+      sw += g * (agk_tof(x[n * D + col]) - (mean ? mean[n] : 0.f)) * rstd[n];
       sb += g;
     }
   __shared__ float shw[8][33], shb[8][33];
@@ -561,6 +595,43 @@ gpuError_t agk_layernorm(const agk_env *env, const ag_kernel_call *c) {
   AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return layernorm_go<T>(env, c));
   return gpuErrorNotSupported;
 }
+/* dw (and db) over the rows: atomics into zeroed outputs, or chunk
+ * partials summed in chunk order in deterministic mode. mean NULL: rms norm
+ * (xhat = x * rstd). */
+template <typename T>
+static gpuError_t dwdb_go(const agk_env *env, const ag_kernel_call *c, float *dw, float *db, const T *dy, const T *x,
+                          const float *mean, const float *rstd, long long R, long long D) {
+  bool det = (c->flags & AG_KF_DETERMINISTIC) != 0;
+  gpuError_t e;
+  if (!(det && R > 0)) {
+    if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+    if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+  }
+  if (R > 0 && (dw || db)) {
+    long long tiles = (D + 31) / 32, want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 8;
+    long long chunks = (want + tiles - 1) / tiles, maxc = (R + 31) / 32;
+    if (chunks > maxc) chunks = maxc;
+    if (chunks > 65535) chunks = 65535;
+    /* deterministic: both partial arrays [chunks, D] fit in the scratch */
+    if (det && chunks > (long long)(env->scratch_bytes / 8) / D) chunks = (long long)(env->scratch_bytes / 8) / D;
+    if (chunks < 1) chunks = 1;
+    long long rows_per = (R + chunks - 1) / chunks;
+    chunks = (R + rows_per - 1) / rows_per;
+    dim3 grid((unsigned)tiles, (unsigned)chunks), blk(32, 8);
+    if (!det) {
+      agk_launch(k_layernorm_dwdb<T, false>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
+    } else if (chunks == 1) {
+      agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
+    } else {
+      float *pw = dw ? (float *)env->scratch : (float *)0, *pb = db ? (float *)env->scratch + chunks * D : (float *)0;
+      agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, pw, pb, dy, x, mean, rstd, R, D, rows_per);
+      unsigned g = agk_blocks(D, 256, 256, agk_wave(env, 256));
+      if (dw) agk_launch(k_chunk_sum, g, 256, 0, env->stream, dw, (const float *)pw, D, chunks);
+      if (db) agk_launch(k_chunk_sum, g, 256, 0, env->stream, db, (const float *)pb, D, chunks);
+    }
+  }
+  return gpuSuccess;
+}
 template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, const ag_kernel_call *c) {
   long long R = c->i[0], D = c->i[1];
   if (D == 0) return gpuSuccess;
@@ -574,40 +645,44 @@ template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, con
     float *db = c->multi->count >= 2 && c->multi->t[1].base
                     ? (float *)((char *)c->multi->t[1].base + c->multi->t[1].offset)
                     : (float *)0;
-    bool det = (c->flags & AG_KF_DETERMINISTIC) != 0;
-    gpuError_t e;
-    if (!(det && R > 0)) {
-      if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
-      if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
-    }
-    if (R > 0 && (dw || db)) {
-      long long tiles = (D + 31) / 32, want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 8;
-      long long chunks = (want + tiles - 1) / tiles, maxc = (R + 31) / 32;
-      if (chunks > maxc) chunks = maxc;
-      if (chunks > 65535) chunks = 65535;
-      /* deterministic: both partial arrays [chunks, D] fit in the scratch */
-      if (det && chunks > (long long)(env->scratch_bytes / 8) / D) chunks = (long long)(env->scratch_bytes / 8) / D;
-      if (chunks < 1) chunks = 1;
-      long long rows_per = (R + chunks - 1) / chunks;
-      chunks = (R + rows_per - 1) / rows_per;
-      dim3 grid((unsigned)tiles, (unsigned)chunks), blk(32, 8);
-      if (!det) {
-        agk_launch(k_layernorm_dwdb<T, false>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
-      } else if (chunks == 1) {
-        agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
-      } else {
-        float *pw = dw ? (float *)env->scratch : (float *)0, *pb = db ? (float *)env->scratch + chunks * D : (float *)0;
-        agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, pw, pb, dy, x, mean, rstd, R, D, rows_per);
-        unsigned g = agk_blocks(D, 256, 256, agk_wave(env, 256));
-        if (dw) agk_launch(k_chunk_sum, g, 256, 0, env->stream, dw, (const float *)pw, D, chunks);
-        if (db) agk_launch(k_chunk_sum, g, 256, 0, env->stream, db, (const float *)pb, D, chunks);
-      }
-    }
+    gpuError_t e = dwdb_go<T>(env, c, dw, db, dy, x, mean, rstd, R, D);
+    if (e != gpuSuccess) return e;
   }
   return gpuGetLastError();
 }
 gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call *c) {
   AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return layernorm_bwd_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+
+template <typename T> static gpuError_t rmsnorm_go(const agk_env *env, const ag_kernel_call *c) {
+  long long R = c->i[0], D = c->i[1];
+  if (R == 0 || D == 0) return gpuSuccess;
+  ROW_LAUNCH(k_rmsnorm, T, R, D, (T *)agk_ptr(&c->o[0]), c->n_operands > 3 ? (float *)agk_ptr(&c->o[3]) : (float *)0,
+             (const T *)agk_ptr(&c->o[1]), (const T *)agk_ptr(&c->o[2]), R, D, (float)c->s[0]);
+  return gpuGetLastError();
+}
+gpuError_t agk_rmsnorm(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return rmsnorm_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+template <typename T> static gpuError_t rmsnorm_bwd_go(const agk_env *env, const ag_kernel_call *c) {
+  long long R = c->i[0], D = c->i[1];
+  if (D == 0) return gpuSuccess;
+  const T *dy = (const T *)agk_ptr(&c->o[1]), *x = (const T *)agk_ptr(&c->o[2]);
+  const float *rstd = (const float *)agk_ptr(&c->o[3]);
+  if (R > 0)
+    ROW_LAUNCH(k_rmsnorm_bwd, T, R, D, (T *)agk_ptr(&c->o[0]), dy, x, rstd,
+               c->n_operands > 4 ? (const T *)agk_ptr(&c->o[4]) : (const T *)0, R, D);
+  if (c->multi && c->multi->count >= 1 && c->multi->t[0].base) {
+    float *dw = (float *)((char *)c->multi->t[0].base + c->multi->t[0].offset);
+    gpuError_t e = dwdb_go<T>(env, c, dw, (float *)0, dy, x, (const float *)0, rstd, R, D);
+    if (e != gpuSuccess) return e;
+  }
+  return gpuGetLastError();
+}
+gpuError_t agk_rmsnorm_bwd(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return rmsnorm_bwd_go<T>(env, c));
   return gpuErrorNotSupported;
 }
 

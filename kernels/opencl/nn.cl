@@ -160,6 +160,55 @@ __kernel void ag_layernorm_bwd_wb(gbuf *dw, ulong dwo, gbuf *db, ulong dbo, cons
   if (db) stf(db, dbo, j, DT_F32, sb);
 }
 
+/* RMS norm: rstd = rsqrt(mean(x^2) + eps), y = x * rstd * w. */
+__kernel void ag_rmsnorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *w,
+                         ulong wo, __global float *rstd, ulong ro, long cols, float eps) {
+  __local float sh[AG_WG];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  float s = 0.0f;
+  for (long j = l; j < cols; j += L) {
+    float v = ldf(x, xo, base + j, dt);
+    s += v * v;
+  }
+  float rs = rsqrt(wg_sum(s, sh) / (float)cols + eps);
+  for (long j = l; j < cols; j += L) {
+    float o = ldf(x, xo, base + j, dt) * rs;
+    if (w) o *= ldf(w, wo, j, dt);
+    stf(y, yo, base + j, dt, o);
+  }
+  if (l == 0 && rstd) stf((gbuf *)rstd, ro, row, DT_F32, rs);
+}
+
+/* dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * w. */
+__kernel void ag_rmsnorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *x,
+                             ulong xo, int dt, const gbuf *rstd, ulong ro, const gbuf *w, ulong wo,
+                             long cols) {
+  __local float sh[AG_WG];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  float rs = ldf(rstd, ro, row, DT_F32);
+  float s = 0.0f;
+  for (long j = l; j < cols; j += L)
+    s += ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f) * ldf(x, xo, base + j, dt);
+  s = wg_sum(s, sh) / (float)cols * rs * rs;
+  for (long j = l; j < cols; j += L) {
+    float g = ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f);
+    stf(dx, dxo, base + j, dt, rs * (g - ldf(x, xo, base + j, dt) * s));
+  }
+}
+
+/* dw[j] = sum_n dy * x * rstd: one work-item per column, rows in order. */
+__kernel void ag_rmsnorm_bwd_w(gbuf *dw, ulong dwo, const gbuf *dy, ulong dyo, const gbuf *x,
+                               ulong xo, int dt, const gbuf *rstd, ulong ro, long rows, long cols) {
+  long j = get_global_id(0);
+  if (j >= cols) return;
+  float sw = 0.0f;
+  for (long r = 0; r < rows; r++)
+    sw += ldf(dy, dyo, r * cols + j, dt) * ldf(x, xo, r * cols + j, dt) * ldf(rstd, ro, r, DT_F32);
+  stf(dw, dwo, j, DT_F32, sw);
+}
+
 /* Rows are copied as bits (esz bytes per element), so every dtype is exact. */
 __kernel void ag_embedding(gbuf *o, ulong oo, const gbuf *tab, ulong tbo, int esz, const gbuf *ix,
                            ulong ixo, long n, long d, long v, __global int *err) {
