@@ -1369,6 +1369,98 @@ static ag_status rmsnorm_bwd_weight(const ag_kernel_call *c, int64_t N, int64_t 
   return AG_OK;
 }
 
+/* var/std over the middle dim of [outer, r, inner], two passes in double. */
+static ag_status k_var(const ag_kernel_call *c) {
+  const int64_t O = c->i[0], R = c->i[1], In = c->i[2];
+  const ag_dtype dx = c->o[1].dtype, dy = c->o[0].dtype;
+  const size_t ex = ag__cpu_dtsize(dx), ey = ag__cpu_dtsize(dy);
+  double *v = malloc((size_t)(R > 0 ? R : 1) * sizeof(double));
+  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", c->name ? c->name : "var");
+  double den = (double)R - c->s[0];
+  if (den < 0) den = 0;
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t i = 0; i < In; i++) {
+      load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)(o * R * In + i) * ex, In, R, v);
+      double m = 0, ss = 0;
+      for (int64_t k = 0; k < R; k++) m += v[k];
+      m /= (double)R;
+      for (int64_t k = 0; k < R; k++) ss += (v[k] - m) * (v[k] - m);
+      double r = ss / den;
+      if (c->sub == 1) r = sqrt(r);
+      store_d(dy, ag__cpu_ptr(&c->o[0]) + (size_t)(o * In + i) * ey, 1, 1, &r);
+    }
+  free(v);
+  return AG_OK;
+}
+
+/* Prefix (sub 0) or suffix (sub 1) sums along the middle dim, in double. */
+static ag_status k_cumsum(const ag_kernel_call *c) {
+  const int64_t O = c->i[0], R = c->i[1], In = c->i[2];
+  const ag_dtype dx = c->o[1].dtype, dy = c->o[0].dtype;
+  const size_t ex = ag__cpu_dtsize(dx), ey = ag__cpu_dtsize(dy);
+  double *v = malloc((size_t)(R > 0 ? R : 1) * sizeof(double));
+  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", c->name ? c->name : "cumsum");
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t i = 0; i < In; i++) {
+      load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)(o * R * In + i) * ex, In, R, v);
+      double s = 0;
+      if (c->sub == 1)
+        for (int64_t k = R - 1; k >= 0; k--) v[k] = s += v[k];
+      else
+        for (int64_t k = 0; k < R; k++) v[k] = s += v[k];
+      store_d(dy, ag__cpu_ptr(&c->o[0]) + (size_t)(o * R * In + i) * ey, In, R, v);
+    }
+  free(v);
+  return AG_OK;
+}
+
+/* Index (o, k, i) of a gather's 3-d index operand, strides in elements. */
+static int64_t gidx(const ag_koperand *ix, int64_t o, int64_t k, int64_t i) {
+  return idx_at(ix, o * ix->strides[0] + k * ix->strides[1] + i * ix->strides[2]);
+}
+
+static void k_gather(const ag_kernel_call *c, ag_kernel_error *err) {
+  const int64_t O = c->i[0], K = c->i[1], In = c->i[2], X = c->i[3];
+  const size_t es = ag__cpu_dtsize(c->o[0].dtype);
+  char *out = ag__cpu_ptr(&c->o[0]);
+  const char *x = ag__cpu_ptr(&c->o[1]);
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t i = 0; i < In; i++) {
+        int64_t j = gidx(&c->o[2], o, k, i);
+        char *dst = out + (size_t)((o * K + k) * In + i) * es;
+        if (j < 0 || j >= X) {
+          kerr(err, AG_K_GATHER, j, X);
+          memset(dst, 0, es);
+        } else {
+          memcpy(dst, x + (size_t)((o * X + j) * In + i) * es, es);
+        }
+      }
+}
+
+/* Scatter-add in double, in order of k, into a zeroed dx. */
+static ag_status k_gather_bwd(const ag_kernel_call *c) {
+  const int64_t O = c->i[0], K = c->i[1], In = c->i[2], X = c->i[3];
+  const ag_dtype d0 = c->o[0].dtype, d1 = c->o[1].dtype;
+  double *acc = calloc((size_t)(X * In > 0 ? X * In : 1), sizeof(double));
+  if (!acc) return ag_error_set(AG_ERR_OOM, "%s: no memory for the gradient", c->name ? c->name : "gather");
+  const char *g = ag__cpu_ptr(&c->o[1]);
+  for (int64_t o = 0; o < O; o++) {
+    memset(acc, 0, (size_t)(X * In) * sizeof(double));
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t i = 0; i < In; i++) {
+        int64_t j = gidx(&c->o[2], o, k, i);
+        if (j < 0 || j >= X) continue;
+        double v;
+        load_d(d1, g + (size_t)((o * K + k) * In + i) * ag__cpu_dtsize(d1), 1, 1, &v);
+        acc[j * In + i] += v;
+      }
+    store_d(d0, ag__cpu_ptr(&c->o[0]) + (size_t)(o * X * In) * ag__cpu_dtsize(d0), 1, X * In, acc);
+  }
+  free(acc);
+  return AG_OK;
+}
+
 static int64_t pick(int64_t given, int64_t fallback) { return given > 0 ? given : fallback; }
 
 static ag_status run_rows(const ag_kernel_call *c, int64_t rows, int64_t cols, range_fn fn,
@@ -1670,6 +1762,10 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
       if (st == AG_OK && c->multi && c->multi->count > 0) st = rmsnorm_bwd_weight(c, N, D);
       return st;
     }
+    case AG_K_VAR: return k_var(c);
+    case AG_K_CUMSUM: return k_cumsum(c);
+    case AG_K_GATHER: k_gather(c, err); return AG_OK;
+    case AG_K_GATHER_BWD: return k_gather_bwd(c);
     case AG_K_EMBEDDING: k_embedding(c, err); return AG_OK;
     case AG_K_EMBEDDING_BWD: k_embedding_bwd(c, err); return AG_OK;
     case AG_K_DROPOUT: k_dropout(c); return AG_OK;
@@ -1708,6 +1804,10 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_EMBEDDING_BWD: return fl && (sub == 0 || sub == 1);
     case AG_K_RMSNORM:
     case AG_K_RMSNORM_BWD: return fl && sub == 0;
+    case AG_K_VAR:
+    case AG_K_CUMSUM: return fl && (sub == 0 || sub == 1);
+    case AG_K_GATHER: /* sub 1: i64 index */
+    case AG_K_GATHER_BWD: return fl && (sub == 0 || sub == 1);
     case AG_K_DROPOUT:
     case AG_K_SUMSQ: return fl;
     /* every table entry in every floating dtype; INT entries in every

@@ -294,6 +294,35 @@ static ag_status rms_norm_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   return st;
 }
 
+/* var: g * 2 (x - mean) / den; std: g * (x - mean) / (den * std), 0 where
+ * std is 0 (as torch). den = max(0, N - correction). */
+static ag_status var_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  if (!NEED(0)) return AG_OK;
+  ag_tensor *x = n->e[0].val;
+  const ag_gparams *p = &n->p;
+  bool sq = p->i[0] == 1;
+  ag_tensor *sd = sq && n->n_saved >= 1 ? n->saved[0] : NULL;
+  if (!x || (sq && !sd)) return ag_error_set(AG_ERR_INTERNAL, "ag_var backward: inputs not saved");
+  ag_tensor *m = ag_mean(x, p->n_dims, p->n_dims ? p->dims : NULL, true);
+  ag_tensor *d = m ? ag_sub(x, m) : NULL;
+  ag_tensor *gk = ag_reshape(g, p->ndim, p->shape);
+  ag_tensor *q = NULL, *z = NULL, *mask = NULL, *qm = NULL, *t = NULL;
+  if (!sq) {
+    q = gk ? ag_mul_scalar(gk, 2.0 / p->s[0]) : NULL;
+    qm = q ? ag__alias(q) : NULL;
+  } else {
+    q = gk ? ag_div(gk, sd) : NULL;
+    z = ag_full(ag_tensor_device(sd), sd->dtype, 0, NULL, 0);
+    mask = z ? ag_eq(sd, z) : NULL;
+    t = q && mask ? ag_masked_fill(q, mask, 0) : NULL;
+    qm = t ? ag_mul_scalar(t, 1.0 / p->s[0]) : NULL;
+  }
+  gin[0] = d && qm ? ag_mul(d, qm) : NULL;
+  ag_tensor *rel[] = {m, d, gk, q, z, mask, qm, t};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  return gin[0] ? AG_OK : fail();
+}
+
 static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   const ag_edge *te = &n->e[0];
   ag_tensor *idx = n->e[1].val;
@@ -550,6 +579,16 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     }
     case AG_G_LAYER_NORM: return layer_norm_bwd(n, g, gin);
     case AG_G_RMS_NORM: return rms_norm_bwd(n, g, gin);
+    case AG_G_VAR: return var_bwd(n, g, gin);
+    case AG_G_GATHER:
+      if (NEED(0)) {
+        ag_tensor *dx = ag__gather_backward(g, n->e[1].val, (int)n->p.i[0], n->p.i[1] != 0, n->e[0].ndim,
+                                            n->e[0].shape, n->e[0].dtype);
+        gin[0] = dx ? reduce_edge(dx, &n->e[0]) : NULL;
+        ag_tensor_release(dx);
+      }
+      break;
+    case AG_G_CUMSUM: gin[0] = ag__cumsum(g, (int)n->p.i[0], n->p.i[1] == 0); break;
     case AG_G_CONV2D: return ag__conv2d_backward(n, g, gin);
     case AG_G_POOL2D: return ag__pool2d_backward(n, g, gin);
     case AG_G_BATCH_NORM: return ag__batch_norm_backward(n, g, gin);

@@ -507,6 +507,293 @@ ag_tensor *ag_argmax(ag_tensor *a, int dim, bool keepdim) {
   return reduce("ag_argmax", AG_R_ARGMAX, (ag_gop)-1, a, 1, &dim, keepdim, false);
 }
 
+/* var and std (PyTorch's correction: divide by max(0, N - correction)) in
+ * their own two-pass kernel. */
+static ag_tensor *var_impl(const char *name, int sq, ag_tensor *a, int n_dims, const int *dims, double correction,
+                           bool keepdim) {
+  if (null_args(name, 1, &a)) return NULL;
+  ag_devstate *ds = ag__ds(a);
+  if (!ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
+  if (!isfinite(correction)) {
+    ag_error_set(AG_ERR_INVALID, "%s: correction must be finite", name);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_VAR, sq, a->dtype, name)) return NULL;
+  reduce_plan pl;
+  if (!plan_reduce(name, a, n_dims, dims, keepdim, &pl)) return NULL;
+  ag_tensor *out = ag__tensor_new(ds, a->dtype, pl.out_ndim, pl.out_shape);
+  ag_status st = out ? AG_OK : ag_last_status();
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_VAR, sq, 2, name);
+    ag__operand(&c.o[0], out);
+    ag__operand(&c.o[1], pl.src);
+    c.i[0] = pl.outer;
+    c.i[1] = pl.r;
+    c.i[2] = pl.inner;
+    c.s[0] = correction;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(pl.src);
+  if (st != AG_OK) return finish(out, st);
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.keepdim = keepdim;
+  p.ndim = a->ndim;
+  memcpy(p.shape, pl.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
+  p.n_dims = 0;
+  if (n_dims > 0 && dims) {
+    bool seen[AG_MAX_DIMS] = {0};
+    for (int k = 0; k < n_dims; k++) {
+      int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
+      if (!seen[d]) p.dims[p.n_dims++] = d;
+      seen[d] = true;
+    }
+  }
+  p.i[0] = sq;
+  p.s[0] = (double)pl.r - correction > 0 ? (double)pl.r - correction : 0;
+  /* std's gradient divides by the result: saved in the keepdim shape */
+  ag_tensor *kv = sq ? raw_view(out, a->ndim, pl.keep_shape) : NULL;
+  ag_tensor *r = record(out, AG_G_VAR, 1, &a, sq ? 1 : 0, &kv, &p);
+  ag_tensor_release(kv);
+  return r;
+}
+
+ag_tensor *ag_var(ag_tensor *a, int n_dims, const int *dims, double correction, bool keepdim) {
+  return var_impl("ag_var", 0, a, n_dims, dims, correction, keepdim);
+}
+ag_tensor *ag_std(ag_tensor *a, int n_dims, const int *dims, double correction, bool keepdim) {
+  return var_impl("ag_std", 1, a, n_dims, dims, correction, keepdim);
+}
+
+/* Inclusive prefix sums along dim (reverse: suffix sums, the gradient). */
+ag_tensor *ag__cumsum(ag_tensor *a, int dim, bool reverse) {
+  const char *name = reverse ? "ag_cumsum backward" : "ag_cumsum";
+  if (null_args(name, 1, &a)) return NULL;
+  ag_devstate *ds = ag__ds(a);
+  if (!ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
+  int nd = a->ndim ? a->ndim : 1, d = dim < 0 ? dim + nd : dim;
+  if (d < 0 || d >= nd) {
+    ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, a->ndim);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_CUMSUM, reverse ? 1 : 0, a->dtype, name)) return NULL;
+  int64_t outer = 1, r = a->ndim ? a->shape[d] : 1, inner = 1;
+  for (int i = 0; i < d && i < a->ndim; i++) outer *= a->shape[i];
+  for (int i = d + 1; i < a->ndim; i++) inner *= a->shape[i];
+  ag_tensor *src = raw_contiguous(a);
+  ag_tensor *out = src ? ag__tensor_new(ds, a->dtype, a->ndim, a->shape) : NULL;
+  ag_status st = out ? AG_OK : ag_last_status();
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_CUMSUM, reverse ? 1 : 0, 2, name);
+    ag__operand(&c.o[0], out);
+    ag__operand(&c.o[1], src);
+    c.i[0] = outer;
+    c.i[1] = r;
+    c.i[2] = inner;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(src);
+  if (st != AG_OK) return finish(out, st);
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.i[0] = d;
+  p.i[1] = reverse;
+  return record(out, AG_G_CUMSUM, 1, &a, 0, NULL, &p);
+}
+
+ag_tensor *ag_cumsum(ag_tensor *a, int dim) { return ag__cumsum(a, dim, false); }
+
+/* gather and index_select share one kernel: x viewed as [O, X, In], the
+ * index as [O, K, In] with strides (index_select broadcasts its 1-D index
+ * with strides 0, 1, 0). */
+static ag_tensor *gather_run(const char *name, ag_devstate *ds, ag_tensor *xs, ag_tensor *index, int d, bool sel,
+                             int ndim, const int64_t *oshape, int64_t O, int64_t K, int64_t In, int64_t X) {
+  ag_tensor *ic = ag__index_operand(ds, AG_K_GATHER, xs->dtype, index);
+  ag_tensor *out = ic ? ag__tensor_new(ds, xs->dtype, ndim, oshape) : NULL;
+  ag_status st = out ? AG_OK : ag_last_status();
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_GATHER, ic->dtype == AG_I64 ? 1 : 0, 3, name);
+    ag__operand(&c.o[0], out);
+    ag__operand(&c.o[1], xs);
+    ag__operand(&c.o[2], ic);
+    c.o[2].ndim = 3;
+    c.o[2].shape[0] = O;
+    c.o[2].shape[1] = K;
+    c.o[2].shape[2] = In;
+    c.o[2].strides[0] = sel ? 0 : K * In;
+    c.o[2].strides[1] = sel ? 1 : In;
+    c.o[2].strides[2] = sel ? 0 : 1;
+    c.i[0] = O;
+    c.i[1] = K;
+    c.i[2] = In;
+    c.i[3] = X;
+    st = ag__launch(ds, &c);
+  }
+  (void)d;
+  ag_tensor_release(ic);
+  return st == AG_OK ? out : finish(out, st);
+}
+
+static bool gather_check(const char *name, ag_tensor *x, ag_tensor *index, int dim, int *out_d, ag_devstate **out_ds) {
+  ag_tensor *in[2] = {x, index};
+  if (null_args(name, 2, in)) return false;
+  ag_devstate *ds = ag__same_device(name, 2, in);
+  if (!ds) return false;
+  if (index->dtype != AG_I32 && index->dtype != AG_I64) {
+    ag_error_set(AG_ERR_DTYPE, "%s: index must be i64 or i32, got %s", name, ag_dtype_name(index->dtype));
+    return false;
+  }
+  if (!ag_dtype_is_float(x->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(x->dtype));
+    return false;
+  }
+  int nd = x->ndim ? x->ndim : 1, d = dim < 0 ? dim + nd : dim;
+  if (d < 0 || d >= nd) {
+    ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, x->ndim);
+    return false;
+  }
+  if (!ag__supported(ds, AG_K_GATHER, 0, x->dtype, name)) return false;
+  *out_d = d;
+  *out_ds = ds;
+  return true;
+}
+
+static ag_tensor *gather_record(ag_tensor *out, ag_tensor *x, ag_tensor *index, int d, bool sel) {
+  if (!out) return NULL;
+  ag_tensor *in[2] = {x, index};
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.i[0] = d;
+  p.i[1] = sel;
+  return record(out, AG_G_GATHER, 2, in, 0, NULL, &p);
+}
+
+ag_tensor *ag_gather(ag_tensor *x, int dim, ag_tensor *index) {
+  static const char name[] = "ag_gather";
+  int d;
+  ag_devstate *ds;
+  if (!gather_check(name, x, index, dim, &d, &ds)) return NULL;
+  char b1[96], b2[96];
+  if (index->ndim != x->ndim) {
+    ag_error_set(AG_ERR_SHAPE, "%s: index %s must have as many dims as input %s", name,
+                 ag_tensor_describe(index, b1, sizeof b1), ag_tensor_describe(x, b2, sizeof b2));
+    return NULL;
+  }
+  for (int i = 0; i < x->ndim; i++)
+    if (i != d && index->shape[i] > x->shape[i]) {
+      ag_error_set(AG_ERR_SHAPE, "%s: index %s is larger than input %s in dim %d", name,
+                   ag_tensor_describe(index, b1, sizeof b1), ag_tensor_describe(x, b2, sizeof b2), i);
+      return NULL;
+    }
+  int64_t O = 1, K = x->ndim ? index->shape[d] : 1, In = 1, X = x->ndim ? x->shape[d] : 1;
+  for (int i = 0; i < d && i < x->ndim; i++) O *= index->shape[i];
+  for (int i = d + 1; i < x->ndim; i++) In *= index->shape[i];
+  /* x narrowed to the index's extent in the other dims, then contiguous */
+  ag_no_grad_begin();
+  ag_tensor *v = ag__alias(x);
+  for (int i = 0; v && i < x->ndim; i++)
+    if (i != d && index->shape[i] < x->shape[i]) {
+      ag_tensor *s = ag_slice(v, i, 0, index->shape[i], 1);
+      ag_tensor_release(v);
+      v = s;
+    }
+  ag_tensor *xs = v ? ag_contiguous(v) : NULL;
+  ag_tensor_release(v);
+  ag_grad_mode_end();
+  ag_tensor *out = xs ? gather_run(name, ds, xs, index, d, false, index->ndim, index->shape, O, K, In, X) : NULL;
+  ag_tensor_release(xs);
+  return gather_record(out, x, index, d, false);
+}
+
+ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index) {
+  static const char name[] = "ag_index_select";
+  int d;
+  ag_devstate *ds;
+  if (!gather_check(name, x, index, dim, &d, &ds)) return NULL;
+  if (index->ndim > 1) {
+    char b1[96];
+    ag_error_set(AG_ERR_SHAPE, "%s: index %s must be 1-d", name, ag_tensor_describe(index, b1, sizeof b1));
+    return NULL;
+  }
+  int64_t O = 1, K = index->numel, In = 1, X = x->ndim ? x->shape[d] : 1, oshape[AG_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++) oshape[i] = i == d ? K : x->shape[i];
+  for (int i = 0; i < d && i < x->ndim; i++) O *= x->shape[i];
+  for (int i = d + 1; i < x->ndim; i++) In *= x->shape[i];
+  if (x->ndim == 0 && index->ndim == 0) K = 1;
+  ag_tensor *xs = raw_contiguous(x);
+  ag_tensor *out = xs ? gather_run(name, ds, xs, index, d, true, x->ndim, oshape, O, K, In, X) : NULL;
+  ag_tensor_release(xs);
+  return gather_record(out, x, index, d, true);
+}
+
+/* The gradient of gather / index_select (grad_ops.c): scatter-add of g into
+ * zeros of x's shape (edge), in f32 (f64 for f64), deterministic. */
+ag_tensor *ag__gather_backward(ag_tensor *g, ag_tensor *index, int d, bool sel, int xndim, const int64_t *xshape,
+                               ag_dtype xdt) {
+  static const char name[] = "ag_gather backward";
+  ag_devstate *ds = ag__ds(g);
+  int64_t O = 1, K, In = 1, X = xndim ? xshape[d] : 1;
+  int64_t nshape[AG_MAX_DIMS]; /* x's shape narrowed to the index (gather) */
+  for (int i = 0; i < xndim; i++) nshape[i] = (sel || i == d) ? xshape[i] : index->shape[i];
+  for (int i = 0; i < d && i < xndim; i++) O *= nshape[i];
+  for (int i = d + 1; i < xndim; i++) In *= nshape[i];
+  K = sel ? (index->ndim ? index->shape[0] : 1) : (xndim ? index->shape[d] : 1);
+  ag_dtype adt = xdt == AG_F64 ? AG_F64 : AG_F32;
+  ag_tensor *ic = ag__index_operand(ds, AG_K_GATHER_BWD, xdt, index);
+  ag_tensor *gc = raw_contiguous(g);
+  ag_tensor *dx = ic && gc ? ag__tensor_new(ds, adt, xndim, nshape) : NULL;
+  ag_status st = dx ? AG_OK : ag_last_status();
+  if (st == AG_OK && dx->numel) {
+    if (!ag__supported(ds, AG_K_GATHER_BWD, ic->dtype == AG_I64 ? 1 : 0, xdt, name)) st = ag_last_status();
+  }
+  if (st == AG_OK && dx->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_GATHER_BWD, ic->dtype == AG_I64 ? 1 : 0, 3, name);
+    ag__operand(&c.o[0], dx);
+    ag__operand(&c.o[1], gc);
+    ag__operand(&c.o[2], ic);
+    c.o[2].ndim = 3;
+    c.o[2].shape[0] = O;
+    c.o[2].shape[1] = K;
+    c.o[2].shape[2] = In;
+    c.o[2].strides[0] = sel ? 0 : K * In;
+    c.o[2].strides[1] = sel ? 1 : In;
+    c.o[2].strides[2] = sel ? 0 : 1;
+    c.i[0] = O;
+    c.i[1] = K;
+    c.i[2] = In;
+    c.i[3] = X;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(ic);
+  ag_tensor_release(gc);
+  if (st != AG_OK) return finish(dx, st);
+  bool narrowed = false;
+  for (int i = 0; i < xndim; i++) narrowed |= nshape[i] != xshape[i];
+  if (!narrowed) return dx;
+  /* place the narrowed gradient into zeros of x's shape */
+  ag_tensor *full = ag_zeros(ag_tensor_device(dx), adt, xndim, xshape), *v = full ? ag__alias(full) : NULL;
+  for (int i = 0; v && i < xndim; i++)
+    if (nshape[i] != xshape[i]) {
+      ag_tensor *s = ag_slice(v, i, 0, nshape[i], 1);
+      ag_tensor_release(v);
+      v = s;
+    }
+  st = v ? ag_copy_(v, dx) : ag_last_status();
+  ag_tensor_release(v);
+  ag_tensor_release(dx);
+  return st == AG_OK ? full : finish(full, st);
+}
+
 /* ---------------- matmul ---------------- */
 
 /* Make the last two dims usable by a GEMM: row-major (col stride 1) or

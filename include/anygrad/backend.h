@@ -140,6 +140,29 @@ typedef enum ag_kop {
                          dy*w; dw = sum over rows of dy*x*rstd in f32 [D] (f64
                          for f64 x) written to multi->t[0] when multi is given
                          (overwritten, in a fixed order of rows) */
+  AG_K_VAR,           /* o1 contiguous [i[0]=outer, i[1]=r, i[2]=inner] -> o0
+                         contiguous [outer, inner], both x's dtype: sum((x -
+                         mean)^2) / max(0, r - s[0]) over r, from the centred
+                         values (two passes), in f32 (f64 for f64); sub 0
+                         variance, 1 its square root (std). r - s[0] <= 0
+                         gives inf or nan, as torch. */
+  AG_K_CUMSUM,        /* o1 contiguous [i[0]=outer, i[1]=r, i[2]=inner] -> o0
+                         contiguous, same shape and dtype: inclusive prefix
+                         sums along r (sub 0), or suffix sums (sub 1, the
+                         gradient); in order along r, accumulated in f32
+                         (f64 for f64), so results repeat bit for bit */
+  AG_K_GATHER,        /* o0 [O=i[0], K=i[1], In=i[2]] contiguous, o1 x [O,
+                         X=i[3], In] contiguous, o2 i32 or i64 index (i64
+                         where supports(op, 1, x dtype)) of ndim 3 and shape
+                         [O, K, In] with element strides (0 allowed: the
+                         core broadcasts a 1-D index_select index):
+                         o0[o,k,i] = o1[o, o2[o,k,i], i]. Out of range:
+                         element 0 and the error word set. */
+  AG_K_GATHER_BWD,    /* o0 dx f32 [O, X, In] (f64 for an f64 x) contiguous,
+                         overwritten; o1 dout [O, K, In] contiguous; o2 the
+                         forward's index; dx[o, idx, i] += dout[o, k, i] in
+                         order of k for each (o, i): deterministic always.
+                         Out-of-range entries are skipped. */
   AG_KOP_COUNT
 } ag_kop;
 

@@ -686,6 +686,158 @@ gpuError_t agk_rmsnorm_bwd(const agk_env *env, const ag_kernel_call *c) {
   return gpuErrorNotSupported;
 }
 
+/* ---------------- var / std ---------------- */
+/* Rows (inner == 1): a lane group or block per row, two passes (mean, then
+ * the centred sum of squares), in f32. */
+template <int TPR, typename T>
+__global__ void k_var_rows(T *y, const T *x, long long R, long long C, float den, int sq) {
+  ROW_LOOP(TPR) {
+    const T *xr = x + row * C;
+    float s = 0.f;
+    for (long long j = lane; j < C; j += TPR) s += agk_tof(xr[j]);
+    float mu = row_sum<TPR>(s, sh) / (float)C;
+    float v = 0.f;
+    for (long long j = lane; j < C; j += TPR) {
+      float d = agk_tof(xr[j]) - mu;
+      v += d * d;
+    }
+    v = row_sum<TPR>(v, sh) / den;
+    if (lane == 0) y[row] = agk_fromf<T>(sq ? sqrtf(v) : v);
+  }
+}
+/* inner > 1: a thread per output, reading down the r dim (coalesced over
+ * inner). */
+template <typename T>
+__global__ void k_var_cols(T *y, const T *x, long long O, long long R, long long I, float den, int sq) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * I; t += stride) {
+    long long o = t / I, i = t - o * I;
+    const T *p = x + o * R * I + i;
+    float s = 0.f;
+    for (long long k = 0; k < R; k++) s += agk_tof(p[k * I]);
+    float mu = s / (float)R, v = 0.f;
+    for (long long k = 0; k < R; k++) {
+      float d = agk_tof(p[k * I]) - mu;
+      v += d * d;
+    }
+    v /= den;
+    y[t] = agk_fromf<T>(sq ? sqrtf(v) : v);
+  }
+}
+template <typename T> static gpuError_t var_go(const agk_env *env, const ag_kernel_call *c) {
+  long long O = c->i[0], R = c->i[1], I = c->i[2];
+  if (O == 0 || I == 0) return gpuSuccess;
+  double d = (double)R - c->s[0];
+  float den = d > 0 ? (float)d : 0.f;
+  T *y = (T *)agk_ptr(&c->o[0]);
+  const T *x = (const T *)agk_ptr(&c->o[1]);
+  if (I == 1 && R > 0) {
+    ROW_LAUNCH(k_var_rows, T, O, R, y, x, O, R, den, c->sub);
+  } else {
+    agk_launch(k_var_cols<T>, agk_blocks(O * I, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y, x, O, R, I,
+               den, c->sub);
+  }
+  return gpuGetLastError();
+}
+gpuError_t agk_var(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return var_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+
+/* ---------------- cumsum ---------------- */
+/* A thread per line of the scanned dim, in order (deterministic), f32
+ * accumulation; lines are coalesced over inner. */
+template <typename T>
+__global__ void k_cumsum(T *y, const T *x, long long O, long long R, long long I, int rev) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * I; t += stride) {
+    long long o = t / I, i = t - o * I, base = o * R * I + i;
+    float s = 0.f;
+    for (long long k = 0; k < R; k++) {
+      long long p = base + (rev ? R - 1 - k : k) * I;
+      s += agk_tof(x[p]);
+      y[p] = agk_fromf<T>(s);
+    }
+  }
+}
+template <typename T> static gpuError_t cumsum_go(const agk_env *env, const ag_kernel_call *c) {
+  long long O = c->i[0], R = c->i[1], I = c->i[2];
+  if (O == 0 || R == 0 || I == 0) return gpuSuccess;
+  agk_launch(k_cumsum<T>, agk_blocks(O * I, 256, 256, agk_wave(env, 256)), 256, 0, env->stream,
+             (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]), O, R, I, c->sub);
+  return gpuGetLastError();
+}
+gpuError_t agk_cumsum(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return cumsum_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+
+/* ---------------- gather ---------------- */
+struct agk_gix {
+  const void *p;
+  int i64;
+  long long s0, s1, s2;
+};
+AGK_DEV long long gix_at(agk_gix ix, long long o, long long k, long long i) {
+  return agk_idx(ix.p, ix.i64, o * ix.s0 + k * ix.s1 + i * ix.s2);
+}
+template <typename T>
+__global__ void k_gather(T *y, const T *x, agk_gix ix, long long O, long long K, long long I, long long X,
+                         ag_kernel_error *err) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * K * I; t += stride) {
+    long long i = t % I, ok = t / I, k = ok % K, o = ok / K, j = gix_at(ix, o, k, i);
+    if (j < 0 || j >= X) {
+      y[t] = agk_fromf<T>(0.f);
+      agk_report(err, AG_K_GATHER, j, X);
+    } else {
+      y[t] = x[(o * X + j) * I + i];
+    }
+  }
+}
+/* A thread per (o, i) line: zero it, then add dout in order of k, so the
+ * sums repeat bit for bit with no atomics. */
+template <typename T>
+__global__ void k_gather_bwd(float *dx, const T *g, agk_gix ix, long long O, long long K, long long I, long long X) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * I; t += stride) {
+    long long o = t / I, i = t - o * I;
+    float *d = dx + o * X * I + i;
+    for (long long j = 0; j < X; j++) d[j * I] = 0.f;
+    for (long long k = 0; k < K; k++) {
+      long long j = gix_at(ix, o, k, i);
+      if (j >= 0 && j < X) d[j * I] += agk_tof(g[(o * K + k) * I + i]);
+    }
+  }
+}
+static agk_gix gix_of(const ag_koperand *o) {
+  agk_gix ix;
+  ix.p = agk_ptr(o);
+  ix.i64 = o->dtype == AG_I64;
+  ix.s0 = o->strides[0];
+  ix.s1 = o->strides[1];
+  ix.s2 = o->strides[2];
+  return ix;
+}
+gpuError_t agk_gather(const agk_env *env, const ag_kernel_call *c) {
+  long long O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];
+  if (O * K * I == 0) return gpuSuccess;
+  unsigned g = agk_blocks(O * K * I, 256, 256, agk_wave(env, 256));
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
+                     agk_launch(k_gather<T>, g, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
+                                (const T *)agk_ptr(&c->o[1]), gix_of(&c->o[2]), O, K, I, X, env->err));
+  return gpuGetLastError();
+}
+gpuError_t agk_gather_bwd(const agk_env *env, const ag_kernel_call *c) {
+  long long O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];
+  if (O * I * X == 0) return gpuSuccess;
+  unsigned g = agk_blocks(O * I, 256, 256, agk_wave(env, 256));
+  AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
+                     agk_launch(k_gather_bwd<T>, g, 256, 0, env->stream, (float *)agk_ptr(&c->o[0]),
+                                (const T *)agk_ptr(&c->o[1]), gix_of(&c->o[2]), O, K, I, X));
+  return gpuGetLastError();
+}
+
 /* ---------------- embedding ---------------- */
 template <typename T>
 __global__ void k_embedding(T *o, const T *tab, const void *idx, int idx64, long long N, long long D, long long V,
