@@ -181,6 +181,16 @@ static void index_errors(void **state) {
   assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
   assert_null(ag_rms_norm(x, NULL, -1));
   assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  ag_tensor *tv = NULL, *ti = NULL;
+  assert_int_equal(ag_topk(x, 4, 1, true, &tv, &ti), AG_ERR_INVALID);
+  assert_null(tv);
+  assert_int_equal(ag_topk(x, -1, 1, true, &tv, &ti), AG_ERR_INVALID);
+  assert_int_equal(ag_topk(x, 1, 1, true, NULL, &ti), AG_ERR_INVALID);
+  assert_int_equal(ag_topk(x, 1, 2, true, &tv, &ti), AG_ERR_SHAPE);
+  assert_int_equal(ag_topk(gi, 1, 0, true, &tv, &ti), AG_ERR_DTYPE);
+  assert_int_equal(ag_topk(x, 3, 1, false, &tv, &ti), AG_OK);
+  assert_non_null(tv);
+  assert_int_equal(ag_tensor_dtype(ti), AG_I64);
   /* the ignore index itself is not an error */
   tg = ag_from_host(AG_CPU, AG_I32, 1, (int64_t[]){3}, (int32_t[]){0, -100, 1});
   ag_tensor *l = ag_cross_entropy(logits, tg, AG_REDUCTION_MEAN, -100);

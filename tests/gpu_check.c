@@ -1205,6 +1205,28 @@ static void cases_deterministic(void) {
           }
           run(t);
         }
+  /* topk, largest and smallest, along rows and columns */
+  static const int64_t tk[][4] = {{30, 50, 1, 7}, {4, 33, 9, 33}, {2, 2000, 1, 16}, {3, 5, 2, 0}};
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof tk / sizeof tk[0]; s++)
+      for (int sm = 0; sm < 2; sm++) {
+        ag_dtype dt = FL[di];
+        int64_t O = tk[s][0], R = tk[s][1], In = tk[s][2], K = tk[s][3], xs[3] = {O, R, In}, ys[3] = {O, K, In};
+        tcase *t = newcase("topk %s %s [%lld,%lld,%lld] k %lld", sm ? "smallest" : "largest", dname(dt),
+                           (long long)O, (long long)R, (long long)In, (long long)K);
+        int x = nb(t, dt, O * R * In, -3, 3), v = nbout(t, dt, O * K * In, true);
+        int ix = nbout(t, AG_I64, O * K * In, true);
+        t->c.op = AG_K_TOPK;
+        t->c.sub = sm;
+        t->c.i[0] = O;
+        t->c.i[1] = R;
+        t->c.i[2] = In;
+        t->c.i[3] = K;
+        opnd(t, 0, v, 3, ys);
+        opnd(t, 1, x, 3, xs);
+        opnd(t, 2, ix, 3, ys);
+        run(t);
+      }
   /* cumsum: forward and reverse, along rows, columns and a long line */
   static const int64_t cs[][3] = {{300, 77, 1}, {7, 33, 19}, {1, 70000, 1}, {4, 1, 5}};
   for (int di = 0; di < 3; di++)

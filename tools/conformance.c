@@ -1149,6 +1149,73 @@ static void run_gather(ctx *c, int sel) {
 static void op_gather(ctx *c) { run_gather(c, 0); }
 static void op_index_select(ctx *c) { run_gather(c, 1); }
 
+/* torch's topk order on (value, index): NaN above numbers, lower index first */
+static bool topk_ref_before(double a, int64_t ia, double b, int64_t ib, bool largest) {
+  if (isnan(a) != isnan(b)) return largest ? isnan(a) : isnan(b);
+  if (!isnan(a) && a != b) return largest ? a > b : a < b;
+  return ia < ib;
+}
+
+static void op_topk(ctx *c) {
+  static const double nanrow[12] = {1, NAN, -2, 3, NAN, 3, 0, -1, 5, NAN, 2, 2};
+  static const struct {
+    const char *name;
+    int n;
+    int64_t s[3];
+    int l;
+    int dim;
+    int64_t k;
+    bool largest;
+    int kind; /* 0 uniform, 1 small integers (ties), 2 the NaN rows */
+  } T[] = {
+      {"[6,32] k 5 dim -1 largest", 2, {6, 32}, L_C, -1, 5, true, 0},
+      {"[5,7,9] k 3 dim 1 smallest", 3, {5, 7, 9}, L_C, 1, 3, false, 0},
+      {"ties [4,20] k 7 largest", 2, {4, 20}, L_C, 1, 7, true, 1},
+      {"ties, transposed [9,7] k 9 dim 0 smallest", 2, {9, 7}, L_T, 0, 9, false, 1},
+      {"NaN [2,6] k 4 largest", 2, {2, 6}, L_C, 1, 4, true, 2},
+      {"NaN [2,6] k 6 smallest", 2, {2, 6}, L_C, 1, 6, false, 2},
+      {"[3,5] k 0", 2, {3, 5}, L_C, 1, 0, true, 0},
+      {"long rows [2,3000] k 10", 2, {2, 3000}, L_C, 1, 10, true, 0},
+  };
+  for (size_t t = 0; t < sizeof T / sizeof T[0]; t++) {
+    case_begin(c, T[t].name);
+    hbuf *h;
+    ag_tensor *x = T[t].kind == 2 ? mk_vals(c, c->dt, &h, T[t].n, T[t].s, nanrow)
+                                  : mk(c, &h, T[t].l, T[t].n, T[t].s, T[t].kind ? G_INT : G_UNI,
+                                       T[t].kind ? 0 : -3, T[t].kind ? 3 : 3);
+    if (x) {
+      int d = (T[t].dim + h->ndim) % h->ndim;
+      int64_t R = h->shape[d], K = T[t].k, inner = 1, os[AG_MAX_DIMS];
+      for (int i = d + 1; i < h->ndim; i++) inner *= h->shape[i];
+      for (int i = 0; i < h->ndim; i++) os[i] = i == d ? K : h->shape[i];
+      int64_t lines = h->n / (R ? R : 1), n = lines * K;
+      double *rv = cx_alloc(c, (size_t)(n ? n : 1) * sizeof(double));
+      double *ri = cx_alloc(c, (size_t)(n ? n : 1) * sizeof(double));
+      for (int64_t ln = 0; rv && ri && ln < lines; ln++) {
+        int64_t o = ln / inner, i = ln % inner;
+        for (int64_t j = 0; j < R; j++) {
+          double v = h->v[(o * R + j) * inner + i];
+          int64_t rank = 0;
+          for (int64_t q = 0; q < R; q++)
+            if (topk_ref_before(h->v[(o * R + q) * inner + i], q, v, j, T[t].largest)) rank++;
+          if (rank < K) {
+            rv[(o * K + rank) * inner + i] = v;
+            ri[(o * K + rank) * inner + i] = (double)j;
+          }
+        }
+      }
+      ag_tensor *vals = NULL, *idx = NULL;
+      ag_status st = ag_topk(x, K, T[t].dim, T[t].largest, &vals, &idx);
+      if (st != AG_OK) on_null(c, "ag_topk");
+      else if (rv && ri) {
+        check(c, vals, h->ndim, os, c->dt, rv, EXACT);
+        check(c, idx, h->ndim, os, AG_I64, ri, EXACT);
+      }
+    }
+    case_end(c);
+  }
+}
+
 static void op_sum(ctx *c) { run_reduce(c, R_SUM); }
 static void op_mean(ctx *c) { run_reduce(c, R_MEAN); }
 static void op_max(ctx *c) { run_reduce(c, R_MAX); }
@@ -2246,6 +2313,7 @@ static const opdef OPS[] = {
     {"cumsum", op_cumsum, M_F, 0, 0},
     {"gather", op_gather, M_F, 0, 0},
     {"index_select", op_index_select, M_F, 0, 0},
+    {"topk", op_topk, M_F, 0, 0},
     {"embedding", op_embedding, M_F, 0, 0},
     {"concat", op_concat, M_EVERY, 0, 0},
     {"dropout", op_dropout, M_F, 0, 0},

@@ -1461,6 +1461,45 @@ static ag_status k_gather_bwd(const ag_kernel_call *c) {
   return AG_OK;
 }
 
+/* topk: (value, index) pairs sorted by torch's order, NaN above numbers. */
+typedef struct topk_item {
+  double v;
+  int64_t i;
+} topk_item;
+static int topk_before(const topk_item *a, const topk_item *b, bool largest) {
+  bool an = isnan(a->v), bn = isnan(b->v);
+  if (an != bn) return largest ? an : bn;
+  if (!an && a->v != b->v) return largest ? a->v > b->v : a->v < b->v;
+  return a->i < b->i;
+}
+static int topk_cmp_large(const void *x, const void *y) {
+  return topk_before(x, y, true) ? -1 : topk_before(y, x, true) ? 1 : 0;
+}
+static int topk_cmp_small(const void *x, const void *y) {
+  return topk_before(x, y, false) ? -1 : topk_before(y, x, false) ? 1 : 0;
+}
+static ag_status k_topk(const ag_kernel_call *c) {
+  const int64_t O = c->i[0], R = c->i[1], In = c->i[2], K = c->i[3];
+  const ag_dtype dx = c->o[1].dtype, dv = c->o[0].dtype;
+  double *v = malloc((size_t)(R > 0 ? R : 1) * (sizeof(double) + sizeof(topk_item)));
+  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a line", c->name ? c->name : "topk");
+  topk_item *it = (topk_item *)(v + (R > 0 ? R : 1));
+  int64_t *ip = (int64_t *)ag__cpu_ptr(&c->o[2]);
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t i = 0; i < In; i++) {
+      load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)(o * R * In + i) * ag__cpu_dtsize(dx), In, R, v);
+      for (int64_t j = 0; j < R; j++) it[j] = (topk_item){v[j], j};
+      qsort(it, (size_t)R, sizeof *it, c->sub == 1 ? topk_cmp_small : topk_cmp_large);
+      for (int64_t k = 0; k < K; k++) {
+        int64_t p = (o * K + k) * In + i;
+        store_d(dv, ag__cpu_ptr(&c->o[0]) + (size_t)p * ag__cpu_dtsize(dv), 1, 1, &it[k].v);
+        ip[p] = it[k].i;
+      }
+    }
+  free(v);
+  return AG_OK;
+}
+
 static int64_t pick(int64_t given, int64_t fallback) { return given > 0 ? given : fallback; }
 
 static ag_status run_rows(const ag_kernel_call *c, int64_t rows, int64_t cols, range_fn fn,
@@ -1766,6 +1805,7 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
     case AG_K_CUMSUM: return k_cumsum(c);
     case AG_K_GATHER: k_gather(c, err); return AG_OK;
     case AG_K_GATHER_BWD: return k_gather_bwd(c);
+    case AG_K_TOPK: return k_topk(c);
     case AG_K_EMBEDDING: k_embedding(c, err); return AG_OK;
     case AG_K_EMBEDDING_BWD: k_embedding_bwd(c, err); return AG_OK;
     case AG_K_DROPOUT: k_dropout(c); return AG_OK;
@@ -1808,6 +1848,7 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_CUMSUM: return fl && (sub == 0 || sub == 1);
     case AG_K_GATHER: /* sub 1: i64 index */
     case AG_K_GATHER_BWD: return fl && (sub == 0 || sub == 1);
+    case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_K_DROPOUT:
     case AG_K_SUMSQ: return fl;
     /* every table entry in every floating dtype; INT entries in every

@@ -24,6 +24,7 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_RMS] = "ag_rmsnorm", [CLK_RMS_BWD] = "ag_rmsnorm_bwd", [CLK_RMS_BWD_W] = "ag_rmsnorm_bwd_w",
     [CLK_VAR_ROWS] = "ag_var_rows", [CLK_VAR_COLS] = "ag_var_cols",
     [CLK_CUMSUM] = "ag_cumsum", [CLK_GATHER] = "ag_gather", [CLK_GATHER_BWD] = "ag_gather_bwd",
+    [CLK_TOPK] = "ag_topk",
 };
 
 /* The fast-path kernels' names, in sub-op order (elementwise.cl defines
@@ -633,6 +634,22 @@ static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
   return ka_run(&a, (size_t)items, 0);
 }
 
+static ag_status run_topk(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t O = c->i[0], R = c->i[1], I = c->i[2], K = c->i[3];
+  if (O * R * I == 0 || K == 0) return AG_OK;
+  kargs a = ka_begin(s, CLK_TOPK);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[2]);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KA(&a, cl_long, O);
+  KA(&a, cl_long, R);
+  KA(&a, cl_long, I);
+  KA(&a, cl_long, K);
+  KA(&a, cl_int, c->sub);
+  return ka_run(&a, (size_t)(O * R * I), 0);
+}
+
 static int64_t pick(int64_t v, int64_t dflt) { return v > 0 ? v : dflt; }
 
 static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c) {
@@ -1107,6 +1124,7 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_CUMSUM: return run_cumsum(s, c);
     case AG_K_GATHER: return run_gather(s, c, false);
     case AG_K_GATHER_BWD: return run_gather(s, c, true);
+    case AG_K_TOPK: return run_topk(s, c);
     case AG_KOP_COUNT: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
@@ -1164,6 +1182,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_CUMSUM: return fl && (sub == 0 || sub == 1);
     case AG_K_GATHER: /* i32 index only: the core narrows i64 */
     case AG_K_GATHER_BWD: return fl && sub == 0;
+    case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_KOP_COUNT: break;
   }
   return false;

@@ -794,6 +794,56 @@ ag_tensor *ag__gather_backward(ag_tensor *g, ag_tensor *index, int d, bool sel, 
   return st == AG_OK ? full : finish(full, st);
 }
 
+ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tensor **out_values,
+                  ag_tensor **out_indices) {
+  static const char name[] = "ag_topk";
+  if (out_values) *out_values = NULL;
+  if (out_indices) *out_indices = NULL;
+  if (!out_values || !out_indices)
+    return ag_error_set(AG_ERR_INVALID, "%s: out_values and out_indices must not be NULL", name);
+  if (null_args(name, 1, &x)) return ag_last_status();
+  ag_devstate *ds = ag__ds(x);
+  if (!ag_dtype_is_float(x->dtype))
+    return ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(x->dtype));
+  int nd = x->ndim ? x->ndim : 1, d = dim < 0 ? dim + nd : dim;
+  if (d < 0 || d >= nd)
+    return ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, x->ndim);
+  int64_t R = x->ndim ? x->shape[d] : 1;
+  if (k < 0 || k > R)
+    return ag_error_set(AG_ERR_INVALID, "%s: k = %lld out of range for a dim of size %lld", name, (long long)k,
+                        (long long)R);
+  if (!ag__supported(ds, AG_K_TOPK, largest ? 0 : 1, x->dtype, name)) return ag_last_status();
+  int64_t O = 1, In = 1, oshape[AG_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++) oshape[i] = i == d ? k : x->shape[i];
+  for (int i = 0; i < d && i < x->ndim; i++) O *= x->shape[i];
+  for (int i = d + 1; i < x->ndim; i++) In *= x->shape[i];
+  ag_tensor *xs = raw_contiguous(x);
+  ag_tensor *v = xs ? ag__tensor_new(ds, x->dtype, x->ndim, oshape) : NULL;
+  ag_tensor *ix = v ? ag__tensor_new(ds, AG_I64, x->ndim, oshape) : NULL;
+  ag_status st = ix ? AG_OK : ag_last_status();
+  if (st == AG_OK && v->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_TOPK, largest ? 0 : 1, 3, name);
+    ag__operand(&c.o[0], v);
+    ag__operand(&c.o[1], xs);
+    ag__operand(&c.o[2], ix);
+    c.i[0] = O;
+    c.i[1] = R;
+    c.i[2] = In;
+    c.i[3] = k;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(xs);
+  if (st != AG_OK) {
+    ag_tensor_release(v);
+    ag_tensor_release(ix);
+    return st;
+  }
+  *out_values = v;
+  *out_indices = ix;
+  return AG_OK;
+}
+
 /* ---------------- matmul ---------------- */
 
 /* Make the last two dims usable by a GEMM: row-major (col stride 1) or

@@ -163,6 +163,11 @@ typedef enum ag_kop {
                          forward's index; dx[o, idx, i] += dout[o, k, i] in
                          order of k for each (o, i): deterministic always.
                          Out-of-range entries are skipped. */
+  AG_K_TOPK,          /* o1 x contiguous [O=i[0], R=i[1], In=i[2]]; o0 values
+                         [O, k=i[3], In] (x's dtype) and o2 i64 indices [O,
+                         k, In], contiguous: the k largest (sub 0) or
+                         smallest (sub 1) along R, sorted, ties by lower
+                         index first, NaN above every number (torch) */
   AG_KOP_COUNT
 } ag_kop;
 

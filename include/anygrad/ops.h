@@ -147,6 +147,17 @@ AG_API ag_tensor *ag_cumsum(ag_tensor *x, int dim);
 AG_API ag_tensor *ag_gather(ag_tensor *x, int dim, ag_tensor *index);
 AG_API ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index);
 
+/* The k largest (largest = true) or smallest entries of x along dim,
+ * torch.topk(sorted=True): sorted, ties by lower index first, NaN above
+ * every number. *out_values (x's dtype) and *out_indices (i64) have x's
+ * shape with dim of size k; both are new tensors owned by the caller, set
+ * only on AG_OK (else NULL). Errors: AG_ERR_INVALID (NULL out pointers, k
+ * outside [0, size of dim]), AG_ERR_DTYPE (non-floating x), AG_ERR_SHAPE
+ * (dim out of range). Forward only: the values are not recorded for
+ * autograd (gather x at the indices for a differentiable selection). */
+AG_API ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tensor **out_values,
+                         ag_tensor **out_indices);
+
 /* Root-mean-square norm over the last dim (size D): x / sqrt(mean(x^2) +
  * eps) * weight. weight is [D] of x's dtype, or NULL (ones). Statistics in
  * f32 (f64 for f64 x). Returns a new tensor owned by the caller, or NULL

@@ -66,6 +66,7 @@ AGK_HIDDEN gpuError_t agk_var(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_cumsum(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_gather(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_gather_bwd(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_topk(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c);

@@ -838,6 +838,44 @@ gpuError_t agk_gather_bwd(const agk_env *env, const ag_kernel_call *c) {
   return gpuGetLastError();
 }
 
+/* ---------------- topk ---------------- */
+/* torch's order: NaN above every number, ties by lower index first. */
+AGK_DEV bool topk_before(float a, long long ia, float b, long long ib, int smallest) {
+  bool an = a != a, bn = b != b;
+  if (an != bn) return smallest ? bn : an;
+  if (!an && a != b) return smallest ? a < b : a > b;
+  return ia < ib;
+}
+/* A thread per element: its rank in the line is the number of elements
+ * ordered before it; ranks below k are written. O(R) work per element, no
+ * scratch, the same result on every device. */
+template <typename T>
+__global__ void k_topk(T *val, long long *idx, const T *x, long long O, long long R, long long I, long long K,
+                       int smallest) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * R * I; t += stride) {
+    long long i = t % I, oj = t / I, j = oj % R, o = oj / R;
+    const T *line = x + o * R * I + i;
+    float v = agk_tof(line[j * I]);
+    long long rank = 0;
+    for (long long q = 0; q < R && rank < K; q++)
+      if (topk_before(agk_tof(line[q * I]), q, v, j, smallest)) rank++;
+    if (rank < K) {
+      val[(o * K + rank) * I + i] = line[j * I];
+      idx[(o * K + rank) * I + i] = j;
+    }
+  }
+}
+gpuError_t agk_topk(const agk_env *env, const ag_kernel_call *c) {
+  long long O = c->i[0], R = c->i[1], I = c->i[2], K = c->i[3];
+  if (O * R * I == 0 || K == 0) return gpuSuccess;
+  unsigned g = agk_blocks(O * R * I, 256, 256, agk_wave(env, 256));
+  AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
+                     agk_launch(k_topk<T>, g, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
+                                (long long *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[1]), O, R, I, K, c->sub));
+  return gpuGetLastError();
+}
+
 /* ---------------- embedding ---------------- */
 template <typename T>
 __global__ void k_embedding(T *o, const T *tab, const void *idx, int idx64, long long N, long long D, long long V,

@@ -293,6 +293,30 @@ __kernel void ag_gather_bwd(gbuf *dx, ulong dxo, const gbuf *g, ulong go, int dt
   }
 }
 
+/* topk: a work-item per element, its rank = the number of elements ordered
+ * before it (NaN above numbers, ties by lower index); ranks below k written. */
+bool topk_before(float a, long ia, float b, long ib, int smallest) {
+  bool an = isnan(a), bn = isnan(b);
+  if (an != bn) return smallest ? bn : an;
+  if (!an && a != b) return smallest ? a < b : a > b;
+  return ia < ib;
+}
+__kernel void ag_topk(gbuf *val, ulong vo, __global long *idx, ulong io, const gbuf *x, ulong xo,
+                      int dt, long O, long R, long I, long K, int smallest) {
+  long t = get_global_id(0);
+  if (t >= O * R * I) return;
+  long i = t % I, oj = t / I, j = oj % R, o = oj / R, base = o * R * I + i;
+  float v = ldf(x, xo, base + j * I, dt);
+  long rank = 0;
+  for (long q = 0; q < R && rank < K; q++)
+    if (topk_before(ldf(x, xo, base + q * I, dt), q, v, j, smallest)) rank++;
+  if (rank < K) {
+    long p = (o * K + rank) * I + i;
+    stf(val, vo, p, dt, v);
+    ((__global long *)((__global uchar *)idx + io))[p] = j;
+  }
+}
+
 /* Rows are copied as bits (esz bytes per element), so every dtype is exact. */
 __kernel void ag_embedding(gbuf *o, ulong oo, const gbuf *tab, ulong tbo, int esz, const gbuf *ix,
                            ulong ixo, long n, long d, long v, __global int *err) {
