@@ -614,7 +614,7 @@ ag_tensor *ag_cumsum(ag_tensor *a, int dim) { return ag__cumsum(a, dim, false); 
 /* gather and index_select share one kernel: x viewed as [O, X, In], the
  * index as [O, K, In] with strides (index_select broadcasts its 1-D index
  * with strides 0, 1, 0). */
-static ag_tensor *gather_run(const char *name, ag_devstate *ds, ag_tensor *xs, ag_tensor *index, int d, bool sel,
+static ag_tensor *gather_run(const char *name, ag_devstate *ds, ag_tensor *xs, ag_tensor *index, bool sel,
                              int ndim, const int64_t *oshape, int64_t O, int64_t K, int64_t In, int64_t X) {
   ag_tensor *ic = ag__index_operand(ds, AG_K_GATHER, xs->dtype, index);
   ag_tensor *out = ic ? ag__tensor_new(ds, xs->dtype, ndim, oshape) : NULL;
@@ -638,7 +638,6 @@ static ag_tensor *gather_run(const char *name, ag_devstate *ds, ag_tensor *xs, a
     c.i[3] = X;
     st = ag__launch(ds, &c);
   }
-  (void)d;
   ag_tensor_release(ic);
   return st == AG_OK ? out : finish(out, st);
 }
@@ -709,7 +708,7 @@ ag_tensor *ag_gather(ag_tensor *x, int dim, ag_tensor *index) {
   ag_tensor *xs = v ? ag_contiguous(v) : NULL;
   ag_tensor_release(v);
   ag_grad_mode_end();
-  ag_tensor *out = xs ? gather_run(name, ds, xs, index, d, false, index->ndim, index->shape, O, K, In, X) : NULL;
+  ag_tensor *out = xs ? gather_run(name, ds, xs, index, false, index->ndim, index->shape, O, K, In, X) : NULL;
   ag_tensor_release(xs);
   return gather_record(out, x, index, d, false);
 }
@@ -730,7 +729,7 @@ ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index) {
   for (int i = d + 1; i < x->ndim; i++) In *= x->shape[i];
   if (x->ndim == 0 && index->ndim == 0) K = 1;
   ag_tensor *xs = raw_contiguous(x);
-  ag_tensor *out = xs ? gather_run(name, ds, xs, index, d, true, x->ndim, oshape, O, K, In, X) : NULL;
+  ag_tensor *out = xs ? gather_run(name, ds, xs, index, true, x->ndim, oshape, O, K, In, X) : NULL;
   ag_tensor_release(xs);
   return gather_record(out, x, index, d, true);
 }
