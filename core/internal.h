@@ -206,6 +206,12 @@ AG_HIDDEN ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c);
  * (an out-of-range index stays out of range). New reference. */
 AG_HIDDEN ag_tensor *ag__index_operand(ag_devstate *ds, ag_kop op, ag_dtype dt, ag_tensor *idx);
 AG_HIDDEN bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char *name);
+/* ag_cumsum, or with reverse the suffix sums (its gradient); recorded. */
+AG_HIDDEN ag_tensor *ag__cumsum(ag_tensor *a, int dim, bool reverse);
+/* The gradient of ag_gather (sel false) or ag_index_select (sel true) along
+ * dim d: g scattered into zeros of x's shape, in f32 (f64 for f64 x). */
+AG_HIDDEN ag_tensor *ag__gather_backward(ag_tensor *g, ag_tensor *index, int d, bool sel, int xndim,
+                                         const int64_t *xshape, ag_dtype xdt);
 
 /* ---- autograd recording hook (autograd.c) ---- */
 
@@ -239,6 +245,13 @@ typedef enum ag_gop {
                        [C]; p->i[0] training (the statistics depend on x) */
   AG_G_POOL2D,      /* input x; p->i[0] ag_pool_op; p->dims[0..6] as the
                        kernel call's s[0..6]; MAX saves the i32 indices */
+  AG_G_RMS_NORM,    /* inputs x, weight (NULL allowed); saved contiguous x,
+                       rstd */
+  AG_G_VAR,         /* var (p->i[0] 0) or std (1): dims, keepdim, keepdim
+                       shape in p as AG_G_SUM; p->s[0] = max(0, N -
+                       correction); std saves its output (keepdim shape) */
+  AG_G_CUMSUM,      /* p->i[0] dim, p->i[1] reverse (suffix sums) */
+  AG_G_GATHER,      /* inputs x, index; p->i[0] dim, p->i[1] 1 for index_select */
   AG_GOP_COUNT
 } ag_gop;
 

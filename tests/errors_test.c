@@ -156,6 +156,41 @@ static void index_errors(void **state) {
   expect_index_error(ag_cross_entropy(logits, tg, AG_REDUCTION_NONE, -100), "ag_cross_entropy", "11");
   tg = ag_from_host(AG_CPU, AG_I32, 1, (int64_t[]){3}, (int32_t[]){0, -5, 1});
   expect_index_error(ag_cross_entropy(logits, tg, AG_REDUCTION_NONE, -100), "ag_cross_entropy", "-5");
+  /* gather and index_select: an index outside the gathered dim */
+  ag_tensor *x = ag_ones(AG_CPU, AG_F32, 2, (int64_t[]){2, 3});
+  ag_tensor *gi = ag_from_host(AG_CPU, AG_I64, 2, (int64_t[]){2, 2}, (int64_t[]){0, 2, 3, 1});
+  expect_index_error(ag_gather(x, 1, gi), "ag_gather", "3");
+  gi = ag_from_host(AG_CPU, AG_I32, 1, (int64_t[]){2}, (int32_t[]){1, -2});
+  expect_index_error(ag_index_select(x, 0, gi), "ag_index_select", "-2");
+  /* and the core's checks */
+  assert_null(ag_gather(x, 1, ag_zeros(AG_CPU, AG_I32, 2, (int64_t[]){3, 1})));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_null(ag_gather(x, 2, gi));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_null(ag_gather(x, 0, x));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  assert_null(ag_index_select(x, 0, ag_zeros(AG_CPU, AG_I32, 2, (int64_t[]){1, 1})));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_null(ag_var(gi, 0, NULL, 1, false));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  assert_null(ag_std(x, 1, (int[]){5}, 1, false));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_null(ag_cumsum(x, -3));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_null(ag_rms_norm(x, ag_ones(AG_CPU, AG_F32, 1, (int64_t[]){2}), 1e-6));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_null(ag_rms_norm(x, NULL, -1));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  ag_tensor *tv = NULL, *ti = NULL;
+  assert_int_equal(ag_topk(x, 4, 1, true, &tv, &ti), AG_ERR_INVALID);
+  assert_null(tv);
+  assert_int_equal(ag_topk(x, -1, 1, true, &tv, &ti), AG_ERR_INVALID);
+  assert_int_equal(ag_topk(x, 1, 1, true, NULL, &ti), AG_ERR_INVALID);
+  assert_int_equal(ag_topk(x, 1, 2, true, &tv, &ti), AG_ERR_SHAPE);
+  assert_int_equal(ag_topk(gi, 1, 0, true, &tv, &ti), AG_ERR_DTYPE);
+  assert_int_equal(ag_topk(x, 3, 1, false, &tv, &ti), AG_OK);
+  assert_non_null(tv);
+  assert_int_equal(ag_tensor_dtype(ti), AG_I64);
   /* the ignore index itself is not an error */
   tg = ag_from_host(AG_CPU, AG_I32, 1, (int64_t[]){3}, (int32_t[]){0, -100, 1});
   ag_tensor *l = ag_cross_entropy(logits, tg, AG_REDUCTION_MEAN, -100);

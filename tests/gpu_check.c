@@ -834,6 +834,42 @@ static void cases_rows(void) {
         t->m.t[0].numel = t->m.t[1].numel = C;
         run(t);
       }
+      for (int wb = 0; wb < 2; wb++) {
+        tcase *t = newcase("rms_norm %s [%lld,%lld]%s", dname(dt), (long long)R, (long long)C, wb ? " w" : "");
+        int x = nb(t, dt, R * C, -3, 5), w = wb ? nb(t, dt, C, 0.5, 1.5) : -1;
+        int y = nbout(t, dt, R * C, false), rs = nbout(t, AG_F32, R, false);
+        t->c.op = AG_K_RMSNORM;
+        t->c.i[0] = R;
+        t->c.i[1] = C;
+        t->c.s[0] = 1e-5;
+        opnd(t, 0, y, 2, sh);
+        opnd(t, 1, x, 2, sh);
+        opnd(t, 2, w, 1, sc);
+        opnd(t, 3, rs, 1, sr);
+        if (!wb) t->c.o[2].dtype = dt;
+        run(t);
+        t = newcase("rms_norm_bwd %s [%lld,%lld]%s", dname(dt), (long long)R, (long long)C, wb ? " w" : "");
+        int dx = nbout(t, dt, R * C, false), dy = nb(t, dt, R * C, -1, 1);
+        x = nb(t, dt, R * C, -3, 5);
+        rs = nb(t, AG_F32, R, 0.3, 1.0);
+        w = wb ? nb(t, dt, C, 0.5, 1.5) : -1;
+        int dw = nbout(t, AG_F32, C, false);
+        t->b[dw].tol = 1e-8;
+        t->c.op = AG_K_RMSNORM_BWD;
+        t->c.i[0] = R;
+        t->c.i[1] = C;
+        opnd(t, 0, dx, 2, sh);
+        opnd(t, 1, dy, 2, sh);
+        opnd(t, 2, x, 2, sh);
+        opnd(t, 3, rs, 1, sr);
+        opnd(t, 4, w, 1, sc);
+        if (!wb) t->c.o[4].dtype = dt;
+        t->nm = 1;
+        t->mb[0] = dw;
+        t->m.t[0].dtype = AG_F32;
+        t->m.t[0].numel = C;
+        run(t);
+      }
     }
   }
 }
@@ -1113,6 +1149,126 @@ static void cases_deterministic(void) {
       t->mb[1] = db;
       t->m.t[0].dtype = t->m.t[1].dtype = AG_F32;
       t->m.t[0].numel = t->m.t[1].numel = C;
+      run(t);
+    }
+  /* var/std: rows (inner 1, short and long), columns, and N - correction <= 0 */
+  static const int64_t vs[][4] = {{300, 77, 1, 1}, {5, 5000, 1, 1}, {7, 33, 19, 0}, {1, 70000, 1, 1}, {6, 1, 3, 1}, {4, 3, 1, 5}};
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof vs / sizeof vs[0]; s++)
+      for (int sq = 0; sq < 2; sq++) {
+        ag_dtype dt = FL[di];
+        int64_t O = vs[s][0], R = vs[s][1], In = vs[s][2], xs[3] = {O, R, In}, ys[2] = {O, In};
+        tcase *t = newcase("%s %s [%lld,%lld,%lld] correction %lld", sq ? "std" : "var", dname(dt), (long long)O,
+                           (long long)R, (long long)In, (long long)vs[s][3]);
+        int x = nb(t, dt, O * R * In, -3, 5), y = nbout(t, dt, O * In, false);
+        t->c.op = AG_K_VAR;
+        t->c.sub = sq;
+        t->c.i[0] = O;
+        t->c.i[1] = R;
+        t->c.i[2] = In;
+        t->c.s[0] = (double)vs[s][3];
+        opnd(t, 0, y, 2, ys);
+        opnd(t, 1, x, 3, xs);
+        run(t);
+      }
+  /* gather / index_select (sel: 1-d index, strides 0,1,0) and the
+   * scatter-add backward, i32 and i64 indices */
+  static const int64_t gs[][5] = {{3, 40, 7, 9, 0}, {1, 300, 64, 50, 1}, {20, 6, 1, 11, 0}, {5, 9, 4, 3, 1}};
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof gs / sizeof gs[0]; s++)
+      for (int i64 = 0; i64 < 2; i64++)
+        for (int bwd = 0; bwd < 2; bwd++) {
+          ag_dtype dt = FL[di], it = i64 ? AG_I64 : AG_I32;
+          int64_t O = gs[s][0], K = gs[s][1], In = gs[s][2], X = gs[s][3];
+          bool sel = gs[s][4] != 0;
+          int64_t xs[3] = {O, X, In}, ys[3] = {O, K, In};
+          tcase *t = newcase("%s%s %s [%lld,%lld,%lld] from %lld, %s index", sel ? "index_select" : "gather",
+                             bwd ? "_bwd" : "", dname(dt), (long long)O, (long long)K, (long long)In, (long long)X,
+                             dname(it));
+          int ix = nb(t, it, sel ? K : O * K * In, 0, (double)X);
+          int a = bwd ? nbout(t, AG_F32, O * X * In, false) : nbout(t, dt, O * K * In, true);
+          int b = bwd ? nb(t, dt, O * K * In, -1, 1) : nb(t, dt, O * X * In, -3, 3);
+          if (bwd) t->b[a].tol = 1e-8;
+          t->c.op = bwd ? AG_K_GATHER_BWD : AG_K_GATHER;
+          t->c.sub = i64;
+          t->c.i[0] = O;
+          t->c.i[1] = K;
+          t->c.i[2] = In;
+          t->c.i[3] = X;
+          opnd(t, 0, a, 3, bwd ? xs : ys);
+          opnd(t, 1, b, 3, bwd ? ys : xs);
+          opnd(t, 2, ix, 3, ys);
+          if (sel) {
+            t->c.o[2].strides[0] = 0;
+            t->c.o[2].strides[1] = 1;
+            t->c.o[2].strides[2] = 0;
+          }
+          run(t);
+        }
+  /* topk, largest and smallest, along rows and columns */
+  static const int64_t tk[][4] = {{30, 50, 1, 7}, {4, 33, 9, 33}, {2, 2000, 1, 16}, {3, 5, 2, 0}};
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof tk / sizeof tk[0]; s++)
+      for (int sm = 0; sm < 2; sm++) {
+        ag_dtype dt = FL[di];
+        int64_t O = tk[s][0], R = tk[s][1], In = tk[s][2], K = tk[s][3], xs[3] = {O, R, In}, ys[3] = {O, K, In};
+        tcase *t = newcase("topk %s %s [%lld,%lld,%lld] k %lld", sm ? "smallest" : "largest", dname(dt),
+                           (long long)O, (long long)R, (long long)In, (long long)K);
+        int x = nb(t, dt, O * R * In, -3, 3), v = nbout(t, dt, O * K * In, true);
+        int ix = nbout(t, AG_I64, O * K * In, true);
+        t->c.op = AG_K_TOPK;
+        t->c.sub = sm;
+        t->c.i[0] = O;
+        t->c.i[1] = R;
+        t->c.i[2] = In;
+        t->c.i[3] = K;
+        opnd(t, 0, v, 3, ys);
+        opnd(t, 1, x, 3, xs);
+        opnd(t, 2, ix, 3, ys);
+        run(t);
+      }
+  /* cumsum: forward and reverse, along rows, columns and a long line */
+  static const int64_t cs[][3] = {{300, 77, 1}, {7, 33, 19}, {1, 70000, 1}, {4, 1, 5}};
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof cs / sizeof cs[0]; s++)
+      for (int rev = 0; rev < 2; rev++) {
+        ag_dtype dt = FL[di];
+        int64_t O = cs[s][0], R = cs[s][1], In = cs[s][2], xs[3] = {O, R, In};
+        tcase *t = newcase("cumsum%s %s [%lld,%lld,%lld]", rev ? " reverse" : "", dname(dt), (long long)O,
+                           (long long)R, (long long)In);
+        int x = nb(t, dt, O * R * In, -1, 1), y = nbout(t, dt, O * R * In, false);
+        t->c.op = AG_K_CUMSUM;
+        t->c.sub = rev;
+        t->c.i[0] = O;
+        t->c.i[1] = R;
+        t->c.i[2] = In;
+        opnd(t, 0, y, 3, xs);
+        opnd(t, 1, x, 3, xs);
+        run(t);
+      }
+  for (int di = 0; di < 3; di++)
+    for (size_t s = 0; s < sizeof lns / sizeof lns[0]; s++) {
+      ag_dtype dt = FL[di];
+      int64_t R = lns[s][0], C = lns[s][1], sh[2] = {R, C}, sr[1] = {R}, sc[1] = {C};
+      tcase *t = newcase("rms_norm_bwd %s [%lld,%lld] w deterministic (twice)", dname(dt), (long long)R, (long long)C);
+      int dx = nbout(t, dt, R * C, false), dy = nb(t, dt, R * C, -1, 1), x = nb(t, dt, R * C, -3, 5);
+      int rs = nb(t, AG_F32, R, 0.3, 1.0), w = nb(t, dt, C, 0.5, 1.5);
+      int dw = nbout(t, AG_F32, C, false);
+      t->b[dw].tol = 1e-8;
+      t->repeat = true;
+      t->c.op = AG_K_RMSNORM_BWD;
+      t->c.flags = AG_KF_DETERMINISTIC;
+      t->c.i[0] = R;
+      t->c.i[1] = C;
+      opnd(t, 0, dx, 2, sh);
+      opnd(t, 1, dy, 2, sh);
+      opnd(t, 2, x, 2, sh);
+      opnd(t, 3, rs, 1, sr);
+      opnd(t, 4, w, 1, sc);
+      t->nm = 1;
+      t->mb[0] = dw;
+      t->m.t[0].dtype = AG_F32;
+      t->m.t[0].numel = C;
       run(t);
     }
   {

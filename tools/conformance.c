@@ -979,6 +979,243 @@ static void run_reduce(ctx *c, int op) {
   }
 }
 
+/* var (sq 0) and std (sq 1): reference in double from the centred values. */
+static void run_var(ctx *c, int sq) {
+  static const struct {
+    const char *name;
+    int n;
+    int64_t s[3];
+    int l;
+    int nd;
+    int dims[3];
+    double corr;
+    bool keep;
+  } V[] = {
+      {"[6,32] dim -1 correction 1", 2, {6, 32}, L_C, 1, {-1}, 1, false},
+      {"[5,7,9] dims 0,2 correction 0 keepdim", 3, {5, 7, 9}, L_C, 2, {0, 2}, 0, true},
+      {"transposed [9,7] dim 0 correction 1", 2, {9, 7}, L_T, 1, {0}, 1, false},
+      {"stepped [6,33] dim 1 correction 2 keepdim", 2, {6, 33}, L_S, 1, {1}, 2, true},
+      {"all of [5,7,9] correction 1", 3, {5, 7, 9}, L_C, 0, {0}, 1, false},
+      {"long rows [3,1500] dim 1", 2, {3, 1500}, L_C, 1, {1}, 1, false},
+      {"[4,1] dim 1 correction 1 (N - correction = 0: nan)", 2, {4, 1}, L_C, 1, {1}, 1, false},
+      {"[4,3] dim 1 correction 5 (N - correction < 0: inf)", 2, {4, 3}, L_C, 1, {1}, 5, false},
+  };
+  for (size_t k = 0; k < sizeof V / sizeof V[0]; k++) {
+    case_begin(c, V[k].name);
+    hbuf *h;
+    ag_tensor *a = mk(c, &h, V[k].l, V[k].n, V[k].s, G_UNI, -3, 5);
+    if (a) {
+      bool red[AG_MAX_DIMS] = {0};
+      for (int i = 0; i < V[k].nd; i++) red[(V[k].dims[i] + h->ndim) % h->ndim] = true;
+      if (V[k].nd == 0)
+        for (int i = 0; i < h->ndim; i++) red[i] = true;
+      int64_t os[AG_MAX_DIMS], fs[AG_MAX_DIMS], idx[AG_MAX_DIMS], fst[AG_MAX_DIMS];
+      int on = 0;
+      for (int d = 0; d < h->ndim; d++) {
+        fs[d] = red[d] ? 1 : h->shape[d];
+        if (!red[d] || V[k].keep) os[on++] = fs[d];
+      }
+      int64_t n = prod(h->ndim, fs), rcount = h->n / (n ? n : 1);
+      cstrides(h->ndim, fs, fst);
+      guard g;
+      guard_begin(c, &g, c->dt, n);
+      ag_tensor *o = sq ? ag_std(a, V[k].nd, V[k].dims, V[k].corr, V[k].keep)
+                        : ag_var(a, V[k].nd, V[k].dims, V[k].corr, V[k].keep);
+      if (!o) on_null(c, sq ? "ag_std" : "ag_var");
+      else {
+        double *mean = cx_alloc(c, (size_t)n * sizeof(double)), *ref = cx_alloc(c, (size_t)n * sizeof(double));
+        for (int pass = 0; mean && ref && pass < 2; pass++)
+          for (int64_t i = 0; i < h->n; i++) {
+            unravel(i, h->ndim, h->shape, idx);
+            int64_t p = 0;
+            for (int d = 0; d < h->ndim; d++) p += (red[d] ? 0 : idx[d]) * fst[d];
+            if (pass == 0) mean[p] += h->v[i] / (double)rcount;
+            else ref[p] += (h->v[i] - mean[p]) * (h->v[i] - mean[p]);
+          }
+        double den = (double)rcount - V[k].corr;
+        for (int64_t i = 0; ref && i < n; i++) {
+          ref[i] /= den > 0 ? den : 0;
+          if (sq) ref[i] = sqrt(ref[i]);
+        }
+        if (ref) check(c, o, on, os, c->dt, ref, DEF);
+        guard_end(c, &g);
+      }
+    }
+    case_end(c);
+  }
+}
+static void op_var(ctx *c) { run_var(c, 0); }
+static void op_std(ctx *c) { run_var(c, 1); }
+
+static void op_cumsum(ctx *c) {
+  static const struct {
+    const char *name;
+    int n;
+    int64_t s[3];
+    int l;
+    int dim;
+  } S[] = {
+      {"[6,32] dim -1", 2, {6, 32}, L_C, -1},
+      {"[5,7,9] dim 1", 3, {5, 7, 9}, L_C, 1},
+      {"transposed [9,7] dim 0", 2, {9, 7}, L_T, 0},
+      {"stepped [6,33] dim 1", 2, {6, 33}, L_S, 1},
+      {"long [3000]", 1, {3000}, L_C, 0},
+      {"scalar", 0, {0}, L_C, 0},
+  };
+  for (size_t k = 0; k < sizeof S / sizeof S[0]; k++) {
+    case_begin(c, S[k].name);
+    hbuf *h;
+    ag_tensor *a = mk(c, &h, S[k].l, S[k].n, S[k].s, G_UNI, -2, 2);
+    if (a) {
+      int nd = h->ndim ? h->ndim : 1, d = (S[k].dim + nd) % nd;
+      int64_t r = h->ndim ? h->shape[d] : 1, inner = 1;
+      for (int i = d + 1; i < h->ndim; i++) inner *= h->shape[i];
+      double *ref = cx_alloc(c, (size_t)(h->n ? h->n : 1) * sizeof(double));
+      for (int64_t i = 0; ref && i < h->n; i++) {
+        int64_t pos = (i / inner) % r;
+        ref[i] = h->v[i] + (pos ? ref[i - inner] : 0);
+      }
+      guard g;
+      guard_begin(c, &g, c->dt, h->n);
+      ag_tensor *o = ag_cumsum(a, S[k].dim);
+      if (!o) on_null(c, "ag_cumsum");
+      else if (ref) {
+        check(c, o, h->ndim, h->shape, c->dt, ref, DEF);
+        guard_end(c, &g);
+      }
+    }
+    case_end(c);
+  }
+}
+
+/* gather (sel 0) and index_select (sel 1) against a reference in double. */
+static void run_gather(ctx *c, int sel) {
+  static const struct {
+    const char *name;
+    int n;
+    int64_t xs[3];
+    int lx;
+    int ni;
+    int64_t is[3];
+    int li;
+    int dim;
+    bool i64;
+  } G[2][4] = {
+      {{"x [5,7] dim 1, i64 index [5,4]", 2, {5, 7}, L_C, 2, {5, 4}, L_C, 1, true},
+       {"x [4,6,5] dim 0, index [3,6,2] (narrower)", 3, {4, 6, 5}, L_C, 3, {3, 6, 2}, L_C, 0, false},
+       {"transposed x [6,8] dim -1, stepped index [2,3]", 2, {6, 8}, L_T, 2, {2, 3}, L_S, -1, false},
+       {"scalar x and index", 0, {0}, L_C, 0, {0}, L_C, 0, true}},
+      {{"x [5,7] dim 0, i64 index [4]", 2, {5, 7}, L_C, 1, {4}, L_C, 0, true},
+       {"x [3,6,4] dim 1, index [8] with repeats", 3, {3, 6, 4}, L_C, 1, {8}, L_C, 1, false},
+       {"transposed x [6,5] dim -1, stepped index [3]", 2, {6, 5}, L_T, 1, {3}, L_S, -1, false},
+       {"x [4,3] dim 0, empty index", 2, {4, 3}, L_C, 1, {0}, L_C, 0, false}},
+  };
+  for (int k = 0; k < 4; k++) {
+    const __typeof__(G[0][0]) *q = &G[sel][k];
+    case_begin(c, q->name);
+    hbuf *hx, *hi;
+    ag_tensor *x = mk(c, &hx, q->lx, q->n, q->xs, G_UNI, -3, 3);
+    int nd = q->n ? q->n : 1, d = (q->dim + nd) % nd;
+    double hi_v = q->n ? (double)(q->xs[d] - 1) : 0;
+    ag_tensor *ix = mk_dt(c, q->i64 ? AG_I64 : AG_I32, &hi, q->li, q->ni, q->is, G_INT, 0, hi_v);
+    if (x && ix) {
+      int64_t os[AG_MAX_DIMS], idx[AG_MAX_DIMS], xst[AG_MAX_DIMS];
+      int on = q->n;
+      for (int i = 0; i < q->n; i++) os[i] = sel ? (i == d ? q->is[0] : q->xs[i]) : q->is[i];
+      int64_t n = prod(on, os);
+      cstrides(q->n, q->xs, xst);
+      double *ref = cx_alloc(c, (size_t)(n ? n : 1) * sizeof(double));
+      for (int64_t t = 0; ref && t < n; t++) {
+        unravel(t, on, os, idx);
+        int64_t p = 0;
+        for (int i = 0; i < q->n; i++) {
+          int64_t j = i == d ? (int64_t)hi->v[sel ? idx[d] : t] : idx[i];
+          p += j * xst[i];
+        }
+        ref[t] = hx->v[p];
+      }
+      guard g;
+      guard_begin(c, &g, c->dt, n);
+      ag_tensor *o = sel ? ag_index_select(x, q->dim, ix) : ag_gather(x, q->dim, ix);
+      if (!o) on_null(c, sel ? "ag_index_select" : "ag_gather");
+      else if (ref) {
+        check(c, o, on, os, c->dt, ref, EXACT);
+        guard_end(c, &g);
+      }
+    }
+    case_end(c);
+  }
+}
+static void op_gather(ctx *c) { run_gather(c, 0); }
+static void op_index_select(ctx *c) { run_gather(c, 1); }
+
+/* torch's topk order on (value, index): NaN above numbers, lower index first */
+static bool topk_ref_before(double a, int64_t ia, double b, int64_t ib, bool largest) {
+  if (isnan(a) != isnan(b)) return largest ? isnan(a) : isnan(b);
+  if (!isnan(a) && a != b) return largest ? a > b : a < b;
+  return ia < ib;
+}
+
+static void op_topk(ctx *c) {
+  static const double nanrow[12] = {1, NAN, -2, 3, NAN, 3, 0, -1, 5, NAN, 2, 2};
+  static const struct {
+    const char *name;
+    int n;
+    int64_t s[3];
+    int l;
+    int dim;
+    int64_t k;
+    bool largest;
+    int kind; /* 0 uniform, 1 small integers (ties), 2 the NaN rows */
+  } T[] = {
+      {"[6,32] k 5 dim -1 largest", 2, {6, 32}, L_C, -1, 5, true, 0},
+      {"[5,7,9] k 3 dim 1 smallest", 3, {5, 7, 9}, L_C, 1, 3, false, 0},
+      {"ties [4,20] k 7 largest", 2, {4, 20}, L_C, 1, 7, true, 1},
+      {"ties, transposed [9,7] k 9 dim 0 smallest", 2, {9, 7}, L_T, 0, 9, false, 1},
+      {"NaN [2,6] k 4 largest", 2, {2, 6}, L_C, 1, 4, true, 2},
+      {"NaN [2,6] k 6 smallest", 2, {2, 6}, L_C, 1, 6, false, 2},
+      {"[3,5] k 0", 2, {3, 5}, L_C, 1, 0, true, 0},
+      {"long rows [2,3000] k 10", 2, {2, 3000}, L_C, 1, 10, true, 0},
+  };
+  for (size_t t = 0; t < sizeof T / sizeof T[0]; t++) {
+    case_begin(c, T[t].name);
+    hbuf *h;
+    ag_tensor *x = T[t].kind == 2 ? mk_vals(c, c->dt, &h, T[t].n, T[t].s, nanrow)
+                                  : mk(c, &h, T[t].l, T[t].n, T[t].s, T[t].kind ? G_INT : G_UNI,
+                                       T[t].kind ? 0 : -3, T[t].kind ? 3 : 3);
+    if (x) {
+      int d = (T[t].dim + h->ndim) % h->ndim;
+      int64_t R = h->shape[d], K = T[t].k, inner = 1, os[AG_MAX_DIMS];
+      for (int i = d + 1; i < h->ndim; i++) inner *= h->shape[i];
+      for (int i = 0; i < h->ndim; i++) os[i] = i == d ? K : h->shape[i];
+      int64_t lines = h->n / (R ? R : 1), n = lines * K;
+      double *rv = cx_alloc(c, (size_t)(n ? n : 1) * sizeof(double));
+      double *ri = cx_alloc(c, (size_t)(n ? n : 1) * sizeof(double));
+      for (int64_t ln = 0; rv && ri && ln < lines; ln++) {
+        int64_t o = ln / inner, i = ln % inner;
+        for (int64_t j = 0; j < R; j++) {
+          double v = h->v[(o * R + j) * inner + i];
+          int64_t rank = 0;
+          for (int64_t q = 0; q < R; q++)
+            if (topk_ref_before(h->v[(o * R + q) * inner + i], q, v, j, T[t].largest)) rank++;
+          if (rank < K) {
+            rv[(o * K + rank) * inner + i] = v;
+            ri[(o * K + rank) * inner + i] = (double)j;
+          }
+        }
+      }
+      ag_tensor *vals = NULL, *idx = NULL;
+      ag_status st = ag_topk(x, K, T[t].dim, T[t].largest, &vals, &idx);
+      if (st != AG_OK) on_null(c, "ag_topk");
+      else if (rv && ri) {
+        check(c, vals, h->ndim, os, c->dt, rv, EXACT);
+        check(c, idx, h->ndim, os, AG_I64, ri, EXACT);
+      }
+    }
+    case_end(c);
+  }
+}
+
 static void op_sum(ctx *c) { run_reduce(c, R_SUM); }
 static void op_mean(ctx *c) { run_reduce(c, R_MEAN); }
 static void op_max(ctx *c) { run_reduce(c, R_MAX); }
@@ -1233,6 +1470,46 @@ static void op_layer_norm(ctx *c) {
       guard_begin(c, &g, c->dt, h->n);
       ag_tensor *o = ag_layer_norm(x, w, b, 1e-5);
       if (!o) on_null(c, "ag_layer_norm");
+      else if (ref) {
+        check(c, o, h->ndim, h->shape, c->dt, ref, DEF);
+        guard_end(c, &g);
+      }
+    }
+    case_end(c);
+  }
+}
+
+static void op_rms_norm(ctx *c) {
+  static const struct {
+    const char *name;
+    int n;
+    int64_t s[3];
+    int l;
+    bool weight;
+  } RN[] = {
+      {"[6,32] weight", 2, {6, 32}, L_C, true},
+      {"[2,3,16] no weight", 3, {2, 3, 16}, L_C, false},
+      {"transposed [6,32] weight", 2, {6, 32}, L_T, true},
+      {"[3,1500] long rows, weight", 2, {3, 1500}, L_C, true},
+  };
+  for (size_t k = 0; k < sizeof RN / sizeof RN[0]; k++) {
+    case_begin(c, RN[k].name);
+    hbuf *h, *hw = NULL;
+    ag_tensor *x = mk(c, &h, RN[k].l, RN[k].n, RN[k].s, G_UNI, -3, 5);
+    int64_t D = RN[k].s[RN[k].n - 1];
+    ag_tensor *w = RN[k].weight ? mk(c, &hw, L_S, 1, &D, G_UNI, 0.5, 1.5) : NULL;
+    if (x && (!RN[k].weight || w)) {
+      double *ref = cx_alloc(c, (size_t)h->n * sizeof(double));
+      for (int64_t r = 0; ref && r < h->n / D; r++) {
+        double ss = 0;
+        for (int64_t j = 0; j < D; j++) ss += h->v[r * D + j] * h->v[r * D + j];
+        double rs = 1 / sqrt(ss / (double)D + 1e-5);
+        for (int64_t j = 0; j < D; j++) ref[r * D + j] = h->v[r * D + j] * rs * (hw ? hw->v[j] : 1);
+      }
+      guard g;
+      guard_begin(c, &g, c->dt, h->n);
+      ag_tensor *o = ag_rms_norm(x, w, 1e-5);
+      if (!o) on_null(c, "ag_rms_norm");
       else if (ref) {
         check(c, o, h->ndim, h->shape, c->dt, ref, DEF);
         guard_end(c, &g);
@@ -1735,7 +2012,7 @@ static void op_to_device(ctx *c) {
 
 enum {
   GA_ADD, GA_SUB, GA_MUL, GA_DIV, GA_AFFINE, GA_UNARY, GA_BINARY, GA_WHERE, GA_SUM, GA_MEAN, GA_MATMUL,
-  GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
+  GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_RMS, GA_RMS_NOW, GA_VAR, GA_STD, GA_CUMSUM, GA_GATHER, GA_INDEX_SELECT, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
   GA_CONV2D, GA_AVG_POOL2D, GA_ADAPTIVE_AVG_POOL2D, GA_BATCH_NORM,
 };
 
@@ -1792,6 +2069,13 @@ static const gdef GRADS[] = {
     {"grad_cross_entropy", GA_CE, 2, {{2, {4, 6}, GF(-2, 2)}, {1, {4}, G_INT, 0, 5, 2}}, 0},
     {"grad_mse_loss", GA_MSE, 2, {{2, {3, 4}, GF(-2, 2)}, {2, {3, 4}, GF(-2, 2)}}, 0},
     {"grad_layer_norm", GA_LN, 3, {{2, {3, 8}, GF(-2, 2)}, {1, {8}, GF(0.5, 1.5)}, {1, {8}, GF(-1, 1)}}, 0},
+    {"grad_rms_norm", GA_RMS, 2, {{3, {2, 3, 8}, GF(-2, 2)}, {1, {8}, GF(0.5, 1.5)}}, 0},
+    {"grad_rms_norm_no_weight", GA_RMS_NOW, 1, {{2, {4, 6}, GF(-2, 2)}}, 0},
+    {"grad_var", GA_VAR, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
+    {"grad_std", GA_STD, 1, {{2, {4, 6}, GF(-2, 2)}}, 0},
+    {"grad_cumsum", GA_CUMSUM, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
+    {"grad_gather", GA_GATHER, 2, {{2, {4, 5}, GF(-2, 2)}, {2, {4, 3}, G_INT, 0, 4, 2}}, 0},
+    {"grad_index_select", GA_INDEX_SELECT, 2, {{2, {5, 3}, GF(-2, 2)}, {1, {6}, G_INT, 0, 4, 2}}, 0},
     {"grad_embedding", GA_EMB, 2, {{2, {6, 3}, GF(-2, 2)}, {1, {5}, G_INT, 0, 5, 2}}, 0},
     {"grad_concat", GA_CONCAT, 2, {{2, {2, 3}, GF(-2, 2)}, {2, {4, 3}, GF(-2, 2)}}, 0},
     {"grad_views", GA_VIEWS, 2, {{2, {4, 6}, GF(-2, 2)}, {2, {1, 4}, GF(-2, 2)}}, 0},
@@ -1829,6 +2113,13 @@ static ag_tensor *gfn(const gdef *g, ag_tensor **x) {
     case GA_CE: return ag_cross_entropy(x[0], x[1], AG_REDUCTION_MEAN, -100);
     case GA_MSE: return ag_mse_loss(x[0], x[1], AG_REDUCTION_MEAN);
     case GA_LN: return ag_layer_norm(x[0], x[1], x[2], 1e-5);
+    case GA_RMS: return ag_rms_norm(x[0], x[1], 1e-5);
+    case GA_RMS_NOW: return ag_rms_norm(x[0], NULL, 1e-5);
+    case GA_VAR: return ag_var(x[0], 2, d02, 1, true);
+    case GA_STD: return ag_std(x[0], 1, d1, 0, false);
+    case GA_CUMSUM: return ag_cumsum(x[0], 1);
+    case GA_GATHER: return ag_gather(x[0], 1, x[1]);
+    case GA_INDEX_SELECT: return ag_index_select(x[0], 0, x[1]);
     case GA_EMB: return ag_embedding(x[0], x[1]);
     case GA_CONCAT: return ag_concat(2, x, 0);
     case GA_CONV2D: {
@@ -2016,6 +2307,13 @@ static const opdef OPS[] = {
     {"cross_entropy", op_cross_entropy, M_F, 0, 0},
     {"mse_loss", op_mse_loss, M_F, 0, 0},
     {"layer_norm", op_layer_norm, M_F, 0, 0},
+    {"rms_norm", op_rms_norm, M_F, 0, 0},
+    {"var", op_var, M_F, 0, 0},
+    {"std", op_std, M_F, 0, 0},
+    {"cumsum", op_cumsum, M_F, 0, 0},
+    {"gather", op_gather, M_F, 0, 0},
+    {"index_select", op_index_select, M_F, 0, 0},
+    {"topk", op_topk, M_F, 0, 0},
     {"embedding", op_embedding, M_F, 0, 0},
     {"concat", op_concat, M_EVERY, 0, 0},
     {"dropout", op_dropout, M_F, 0, 0},
@@ -2043,6 +2341,13 @@ static const opdef OPS[] = {
     {"grad_cross_entropy", op_grad, M_G, 0, 0},
     {"grad_mse_loss", op_grad, M_G, 0, 0},
     {"grad_layer_norm", op_grad, M_G, 0, 0},
+    {"grad_rms_norm", op_grad, M_G, 0, 0},
+    {"grad_rms_norm_no_weight", op_grad, M_G, 0, 0},
+    {"grad_var", op_grad, M_G, 0, 0},
+    {"grad_std", op_grad, M_G, 0, 0},
+    {"grad_cumsum", op_grad, M_G, 0, 0},
+    {"grad_gather", op_grad, M_G, 0, 0},
+    {"grad_index_select", op_grad, M_G, 0, 0},
     {"grad_embedding", op_grad, M_G, 0, 0},
     {"grad_concat", op_grad, M_G, 0, 0},
     {"grad_views", op_grad, M_G, 0, 0},

@@ -783,6 +783,209 @@ static ag_status layernorm_bwd_params(const ag_kernel_call *c, int64_t N, int64_
   return AG_OK;
 }
 
+/* RMS norm rows in double for every dtype (the CPU is the reference):
+ * rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd * w. */
+static void rmsnorm_rows(void *ctx, int64_t a, int64_t b) {
+  rowctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t n = r->cols;
+  const ag_dtype dy = c->o[0].dtype, dx = c->o[1].dtype;
+  char *yp = ag__cpu_ptr(&c->o[0]);
+  const char *xp = ag__cpu_ptr(&c->o[1]);
+  double *buf = row_scratch(r, 2, 8);
+  if (!buf) return;
+  double *x = buf, *w = buf + n;
+  if (present(c, 2)) load_d(c->o[2].dtype, ag__cpu_ptr(&c->o[2]), 1, n, w);
+  else
+    for (int64_t j = 0; j < n; j++) w[j] = 1;
+  for (int64_t i = a; i < b; i++) {
+    load_d(dx, xp + (size_t)(i * n) * ag__cpu_dtsize(dx), 1, n, x);
+    double ss = 0;
+    for (int64_t j = 0; j < n; j++) ss += x[j] * x[j];
+    double rstd = 1 / sqrt(ss / (double)n + c->s[0]);
+    for (int64_t j = 0; j < n; j++) x[j] = x[j] * rstd * w[j];
+    store_d(dy, yp + (size_t)(i * n) * ag__cpu_dtsize(dy), 1, n, x);
+    if (present(c, 3)) store_d(c->o[3].dtype, ag__cpu_ptr(&c->o[3]) + (size_t)i * ag__cpu_dtsize(c->o[3].dtype), 1, 1, &rstd);
+  }
+  free(buf);
+}
+
+/* dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * w, in double. */
+static void rmsnorm_bwd_rows(void *ctx, int64_t a, int64_t b) {
+  rowctx *r = ctx;
+  const ag_kernel_call *c = r->c;
+  const int64_t n = r->cols;
+  const ag_dtype d0 = c->o[0].dtype, d1 = c->o[1].dtype, d2 = c->o[2].dtype;
+  double *buf = row_scratch(r, 3, 8);
+  if (!buf) return;
+  double *g = buf, *x = buf + n, *w = buf + 2 * n;
+  if (present(c, 4)) load_d(c->o[4].dtype, ag__cpu_ptr(&c->o[4]), 1, n, w);
+  else
+    for (int64_t j = 0; j < n; j++) w[j] = 1;
+  for (int64_t i = a; i < b; i++) {
+    double rstd = scalar_at(&c->o[3], i), s = 0;
+    load_d(d1, ag__cpu_ptr(&c->o[1]) + (size_t)(i * n) * ag__cpu_dtsize(d1), 1, n, g);
+    load_d(d2, ag__cpu_ptr(&c->o[2]) + (size_t)(i * n) * ag__cpu_dtsize(d2), 1, n, x);
+    for (int64_t j = 0; j < n; j++) {
+      g[j] *= w[j];
+      s += g[j] * x[j];
+    }
+    s = s / (double)n * rstd * rstd;
+    for (int64_t j = 0; j < n; j++) g[j] = rstd * (g[j] - x[j] * s);
+    store_d(d0, ag__cpu_ptr(&c->o[0]) + (size_t)(i * n) * ag__cpu_dtsize(d0), 1, n, g);
+  }
+  free(buf);
+}
+
+/* dw = sum over rows of dy * x * rstd, in f64 and row order, into t[0]. */
+static ag_status rmsnorm_bwd_weight(const ag_kernel_call *c, int64_t N, int64_t D) {
+  double *acc = calloc((size_t)(3 * (D > 0 ? D : 1)), sizeof(double));
+  if (!acc) return ag_error_set(AG_ERR_OOM, "%s: no memory for weight gradients", c->name ? c->name : "rms_norm");
+  double *dw = acc, *dy = acc + D, *x = acc + 2 * D;
+  const ag_dtype d1 = c->o[1].dtype, d2 = c->o[2].dtype;
+  for (int64_t i = 0; i < N; i++) {
+    double rstd = scalar_at(&c->o[3], i);
+    load_d(d1, ag__cpu_ptr(&c->o[1]) + (size_t)(i * D) * ag__cpu_dtsize(d1), 1, D, dy);
+    load_d(d2, ag__cpu_ptr(&c->o[2]) + (size_t)(i * D) * ag__cpu_dtsize(d2), 1, D, x);
+    for (int64_t j = 0; j < D; j++) dw[j] += dy[j] * x[j] * rstd;
+  }
+  const ag_kmulti *m = c->multi;
+  if (m->t[0].base) store_d(m->t[0].dtype, (char *)m->t[0].base + m->t[0].offset, 1, D, dw);
+  free(acc);
+  return AG_OK;
+}
+
+/* var/std over the middle dim of [outer, r, inner], two passes in double. */
+static ag_status k_var(const ag_kernel_call *c) {
+  const int64_t O = c->i[0], R = c->i[1], In = c->i[2];
+  const ag_dtype dx = c->o[1].dtype, dy = c->o[0].dtype;
+  const size_t ex = ag__cpu_dtsize(dx), ey = ag__cpu_dtsize(dy);
+  double *v = malloc((size_t)(R > 0 ? R : 1) * sizeof(double));
+  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", c->name ? c->name : "var");
+  double den = (double)R - c->s[0];
+  if (den < 0) den = 0;
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t i = 0; i < In; i++) {
+      load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)(o * R * In + i) * ex, In, R, v);
+      double m = 0, ss = 0;
+      for (int64_t k = 0; k < R; k++) m += v[k];
+      m /= (double)R;
+      for (int64_t k = 0; k < R; k++) ss += (v[k] - m) * (v[k] - m);
+      double r = ss / den;
+      if (c->sub == 1) r = sqrt(r);
+      store_d(dy, ag__cpu_ptr(&c->o[0]) + (size_t)(o * In + i) * ey, 1, 1, &r);
+    }
+  free(v);
+  return AG_OK;
+}
+
+/* Prefix (sub 0) or suffix (sub 1) sums along the middle dim, in double. */
+static ag_status k_cumsum(const ag_kernel_call *c) {
+  const int64_t O = c->i[0], R = c->i[1], In = c->i[2];
+  const ag_dtype dx = c->o[1].dtype, dy = c->o[0].dtype;
+  const size_t ex = ag__cpu_dtsize(dx), ey = ag__cpu_dtsize(dy);
+  double *v = malloc((size_t)(R > 0 ? R : 1) * sizeof(double));
+  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", c->name ? c->name : "cumsum");
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t i = 0; i < In; i++) {
+      load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)(o * R * In + i) * ex, In, R, v);
+      double s = 0;
+      if (c->sub == 1)
+        for (int64_t k = R - 1; k >= 0; k--) v[k] = s += v[k];
+      else
+        for (int64_t k = 0; k < R; k++) v[k] = s += v[k];
+      store_d(dy, ag__cpu_ptr(&c->o[0]) + (size_t)(o * R * In + i) * ey, In, R, v);
+    }
+  free(v);
+  return AG_OK;
+}
+
+/* Index (o, k, i) of a gather's 3-d index operand, strides in elements. */
+static int64_t gidx(const ag_koperand *ix, int64_t o, int64_t k, int64_t i) {
+  return idx_at(ix, o * ix->strides[0] + k * ix->strides[1] + i * ix->strides[2]);
+}
+
+static void k_gather(const ag_kernel_call *c, ag_kernel_error *err) {
+  const int64_t O = c->i[0], K = c->i[1], In = c->i[2], X = c->i[3];
+  const size_t es = ag__cpu_dtsize(c->o[0].dtype);
+  char *out = ag__cpu_ptr(&c->o[0]);
+  const char *x = ag__cpu_ptr(&c->o[1]);
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t i = 0; i < In; i++) {
+        int64_t j = gidx(&c->o[2], o, k, i);
+        char *dst = out + (size_t)((o * K + k) * In + i) * es;
+        if (j < 0 || j >= X) {
+          kerr(err, AG_K_GATHER, j, X);
+          memset(dst, 0, es);
+        } else {
+          memcpy(dst, x + (size_t)((o * X + j) * In + i) * es, es);
+        }
+      }
+}
+
+/* Scatter-add in double, in order of k, into a zeroed dx. */
+static ag_status k_gather_bwd(const ag_kernel_call *c) {
+  const int64_t O = c->i[0], K = c->i[1], In = c->i[2], X = c->i[3];
+  const ag_dtype d0 = c->o[0].dtype, d1 = c->o[1].dtype;
+  double *acc = calloc((size_t)(X * In > 0 ? X * In : 1), sizeof(double));
+  if (!acc) return ag_error_set(AG_ERR_OOM, "%s: no memory for the gradient", c->name ? c->name : "gather");
+  const char *g = ag__cpu_ptr(&c->o[1]);
+  for (int64_t o = 0; o < O; o++) {
+    memset(acc, 0, (size_t)(X * In) * sizeof(double));
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t i = 0; i < In; i++) {
+        int64_t j = gidx(&c->o[2], o, k, i);
+        if (j < 0 || j >= X) continue;
+        double v;
+        load_d(d1, g + (size_t)((o * K + k) * In + i) * ag__cpu_dtsize(d1), 1, 1, &v);
+        acc[j * In + i] += v;
+      }
+    store_d(d0, ag__cpu_ptr(&c->o[0]) + (size_t)(o * X * In) * ag__cpu_dtsize(d0), 1, X * In, acc);
+  }
+  free(acc);
+  return AG_OK;
+}
+
+/* topk: (value, index) pairs sorted by torch's order, NaN above numbers. */
+typedef struct topk_item {
+  double v;
+  int64_t i;
+} topk_item;
+static int topk_before(const topk_item *a, const topk_item *b, bool largest) {
+  bool an = isnan(a->v), bn = isnan(b->v);
+  if (an != bn) return largest ? an : bn;
+  if (!an && a->v != b->v) return largest ? a->v > b->v : a->v < b->v;
+  return a->i < b->i;
+}
+static int topk_cmp_large(const void *x, const void *y) {
+  return topk_before(x, y, true) ? -1 : topk_before(y, x, true) ? 1 : 0;
+}
+static int topk_cmp_small(const void *x, const void *y) {
+  return topk_before(x, y, false) ? -1 : topk_before(y, x, false) ? 1 : 0;
+}
+static ag_status k_topk(const ag_kernel_call *c) {
+  const int64_t O = c->i[0], R = c->i[1], In = c->i[2], K = c->i[3];
+  const ag_dtype dx = c->o[1].dtype, dv = c->o[0].dtype;
+  double *v = malloc((size_t)(R > 0 ? R : 1) * (sizeof(double) + sizeof(topk_item)));
+  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a line", c->name ? c->name : "topk");
+  topk_item *it = (topk_item *)(v + (R > 0 ? R : 1));
+  int64_t *ip = (int64_t *)ag__cpu_ptr(&c->o[2]);
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t i = 0; i < In; i++) {
+      load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)(o * R * In + i) * ag__cpu_dtsize(dx), In, R, v);
+      for (int64_t j = 0; j < R; j++) it[j] = (topk_item){v[j], j};
+      qsort(it, (size_t)R, sizeof *it, c->sub == 1 ? topk_cmp_small : topk_cmp_large);
+      for (int64_t k = 0; k < K; k++) {
+        int64_t p = (o * K + k) * In + i;
+        store_d(dv, ag__cpu_ptr(&c->o[0]) + (size_t)p * ag__cpu_dtsize(dv), 1, 1, &it[k].v);
+        ip[p] = it[k].i;
+      }
+    }
+  free(v);
+  return AG_OK;
+}
+
 static int64_t pick(int64_t given, int64_t fallback) { return given > 0 ? given : fallback; }
 
 static ag_status run_rows(const ag_kernel_call *c, int64_t rows, int64_t cols, range_fn fn,
@@ -879,6 +1082,18 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
       if (st == AG_OK && c->multi && c->multi->count > 0) st = layernorm_bwd_params(c, N, D);
       return st;
     }
+    case AG_K_RMSNORM: return run_rows(c, c->i[0], c->i[1], rmsnorm_rows, err, false);
+    case AG_K_RMSNORM_BWD: {
+      int64_t N = c->i[0], D = c->i[1];
+      ag_status st = run_rows(c, N, D, rmsnorm_bwd_rows, err, false);
+      if (st == AG_OK && c->multi && c->multi->count > 0) st = rmsnorm_bwd_weight(c, N, D);
+      return st;
+    }
+    case AG_K_VAR: return k_var(c);
+    case AG_K_CUMSUM: return k_cumsum(c);
+    case AG_K_GATHER: k_gather(c, err); return AG_OK;
+    case AG_K_GATHER_BWD: return k_gather_bwd(c);
+    case AG_K_TOPK: return k_topk(c);
     case AG_K_EMBEDDING: k_embedding(c, err); return AG_OK;
     case AG_K_EMBEDDING_BWD: k_embedding_bwd(c, err); return AG_OK;
     case AG_K_DROPOUT: return ag__cpu_random(c);
@@ -915,6 +1130,13 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_LAYERNORM:
     case AG_K_LAYERNORM_BWD:
     case AG_K_EMBEDDING_BWD: return fl && (sub == 0 || sub == 1);
+    case AG_K_RMSNORM:
+    case AG_K_RMSNORM_BWD: return fl && sub == 0;
+    case AG_K_VAR:
+    case AG_K_CUMSUM: return fl && (sub == 0 || sub == 1);
+    case AG_K_GATHER: /* sub 1: i64 index */
+    case AG_K_GATHER_BWD: return fl && (sub == 0 || sub == 1);
+    case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_K_DROPOUT:
     case AG_K_SUMSQ: return fl;
     /* every table entry in every floating dtype; INT entries in every

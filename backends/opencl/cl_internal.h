@@ -22,6 +22,8 @@ typedef enum clb_kernel {
   CLK_SOFTMAX, CLK_SOFTMAX_BWD, CLK_CE, CLK_CE_BWD, CLK_LN, CLK_LN_BWD, CLK_LN_BWD_WB,
   CLK_EMB, CLK_EMB_BWD, CLK_ADAMW, CLK_SGD, CLK_NONFINITE,
   CLK_IM2COL, CLK_COL2IM, CLK_CONV_BIAS, CLK_POOL, CLK_POOL_BWD, CLK_BN_STATS, CLK_BN_APPLY,
+  CLK_RMS, CLK_RMS_BWD, CLK_RMS_BWD_W, CLK_VAR_ROWS, CLK_VAR_COLS, CLK_CUMSUM,
+  CLK_GATHER, CLK_GATHER_BWD, CLK_TOPK,
   /* contiguous fast paths, one per sub-op, named from the op table
    * (ag_u_EXP, ag_b_GELU_BWD); comparisons, which write bool, have none */
   CLK_UNARY_C0,

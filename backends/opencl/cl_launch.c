@@ -21,6 +21,10 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_SGD] = "ag_sgd", [CLK_NONFINITE] = "ag_nonfinite", [CLK_IM2COL] = "ag_im2col",
     [CLK_COL2IM] = "ag_col2im", [CLK_CONV_BIAS] = "ag_conv_bias", [CLK_POOL] = "ag_pool",
     [CLK_POOL_BWD] = "ag_pool_bwd", [CLK_BN_STATS] = "ag_bn_stats", [CLK_BN_APPLY] = "ag_bn_apply",
+    [CLK_RMS] = "ag_rmsnorm", [CLK_RMS_BWD] = "ag_rmsnorm_bwd", [CLK_RMS_BWD_W] = "ag_rmsnorm_bwd_w",
+    [CLK_VAR_ROWS] = "ag_var_rows", [CLK_VAR_COLS] = "ag_var_cols",
+    [CLK_CUMSUM] = "ag_cumsum", [CLK_GATHER] = "ag_gather", [CLK_GATHER_BWD] = "ag_gather_bwd",
+    [CLK_TOPK] = "ag_topk",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -526,6 +530,131 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   return ka_run(&a, (size_t)cols, 0);
 }
 
+static ag_status run_rmsnorm(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t rows = c->i[0], cols = c->i[1];
+  if (!rows || !cols) return AG_OK;
+  kargs a = ka_begin(s, CLK_RMS);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KBUF(&a, opt_op(c, 2));
+  KBUF(&a, opt_op(c, 3));
+  KA(&a, cl_long, cols);
+  KA(&a, cl_float, c->s[0]);
+  size_t l = row_local(s, CLK_RMS, cols);
+  return ka_run(&a, (size_t)rows * l, l);
+}
+
+static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t rows = c->i[0], cols = c->i[1];
+  if (!cols) return AG_OK;
+  const ag_koperand *dx = &c->o[0];
+  ag_status st = AG_OK;
+  if (rows) {
+    kargs a = ka_begin(s, CLK_RMS_BWD);
+    KBUF(&a, dx);
+    KBUF(&a, &c->o[1]);
+    KBUF(&a, &c->o[2]);
+    KA(&a, cl_int, dx->dtype);
+    KBUF(&a, &c->o[3]);
+    KBUF(&a, opt_op(c, 4));
+    KA(&a, cl_long, cols);
+    size_t l = row_local(s, CLK_RMS_BWD, cols);
+    st = ka_run(&a, (size_t)rows * l, l);
+  }
+  if (st != AG_OK || !c->multi || c->multi->count < 1 || !c->multi->t[0].base) return st;
+  kargs a = ka_begin(s, CLK_RMS_BWD_W);
+  KA(&a, cl_mem, c->multi->t[0].base);
+  KA(&a, cl_ulong, c->multi->t[0].offset);
+  KBUF(&a, &c->o[1]);
+  KBUF(&a, &c->o[2]);
+  KA(&a, cl_int, dx->dtype);
+  KBUF(&a, &c->o[3]);
+  KA(&a, cl_long, rows);
+  KA(&a, cl_long, cols);
+  return ka_run(&a, (size_t)cols, 0);
+}
+
+static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
+  if (!outer || !inner) return AG_OK;
+  double d = (double)r - c->s[0];
+  float den = d > 0 ? (float)d : 0.0f;
+  bool rows = inner == 1 && r > 0;
+  kargs a = ka_begin(s, rows ? CLK_VAR_ROWS : CLK_VAR_COLS);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  if (rows) {
+    KA(&a, cl_long, r);
+  } else {
+    KA(&a, cl_long, outer);
+    KA(&a, cl_long, r);
+    KA(&a, cl_long, inner);
+  }
+  KA(&a, cl_float, den);
+  KA(&a, cl_int, c->sub);
+  if (!rows) return ka_run(&a, (size_t)(outer * inner), 0);
+  size_t l = row_local(s, CLK_VAR_ROWS, r);
+  return ka_run(&a, (size_t)outer * l, l);
+}
+
+static ag_status run_cumsum(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
+  if (!outer || !r || !inner) return AG_OK;
+  kargs a = ka_begin(s, CLK_CUMSUM);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KA(&a, cl_long, outer);
+  KA(&a, cl_long, r);
+  KA(&a, cl_long, inner);
+  KA(&a, cl_int, c->sub);
+  return ka_run(&a, (size_t)(outer * inner), 0);
+}
+
+_Static_assert(AG_K_GATHER == 33, "KOP_GATHER in kernels/opencl/nn.cl");
+
+static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
+  int64_t O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];
+  int64_t items = bwd ? O * I : O * K * I;
+  if (!items || (bwd && !X)) return AG_OK;
+  const ag_koperand *ix = &c->o[2];
+  kargs a = ka_begin(s, bwd ? CLK_GATHER_BWD : CLK_GATHER);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KBUF(&a, ix);
+  KA(&a, cl_long, ix->strides[0]);
+  KA(&a, cl_long, ix->strides[1]);
+  KA(&a, cl_long, ix->strides[2]);
+  KA(&a, cl_long, O);
+  KA(&a, cl_long, K);
+  KA(&a, cl_long, I);
+  KA(&a, cl_long, X);
+  if (!bwd) {
+    KA(&a, cl_mem, s->err);
+    s->err_armed = true;
+  }
+  return ka_run(&a, (size_t)items, 0);
+}
+
+static ag_status run_topk(ag_bstream *s, const ag_kernel_call *c) {
+  int64_t O = c->i[0], R = c->i[1], I = c->i[2], K = c->i[3];
+  if (O * R * I == 0 || K == 0) return AG_OK;
+  kargs a = ka_begin(s, CLK_TOPK);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, &c->o[2]);
+  KBUF(&a, &c->o[1]);
+  KA(&a, cl_int, c->o[1].dtype);
+  KA(&a, cl_long, O);
+  KA(&a, cl_long, R);
+  KA(&a, cl_long, I);
+  KA(&a, cl_long, K);
+  KA(&a, cl_int, c->sub);
+  return ka_run(&a, (size_t)(O * R * I), 0);
+}
+
 static int64_t pick(int64_t v, int64_t dflt) { return v > 0 ? v : dflt; }
 
 static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c) {
@@ -994,6 +1123,13 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_POOL2D_BWD: return run_pool(s, c);
     case AG_K_BN_STATS: return run_bn_stats(s, c);
     case AG_K_BN_APPLY: return run_bn_apply(s, c);
+    case AG_K_RMSNORM: return run_rmsnorm(s, c);
+    case AG_K_RMSNORM_BWD: return run_rmsnorm_bwd(s, c);
+    case AG_K_VAR: return run_var(s, c);
+    case AG_K_CUMSUM: return run_cumsum(s, c);
+    case AG_K_GATHER: return run_gather(s, c, false);
+    case AG_K_GATHER_BWD: return run_gather(s, c, true);
+    case AG_K_TOPK: return run_topk(s, c);
     case AG_KOP_COUNT: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
@@ -1045,6 +1181,13 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_POOL2D_BWD: return dt == AG_F32 && sub >= 0 && sub < AG_POOL_OP_COUNT;
     case AG_K_BN_STATS:
     case AG_K_BN_APPLY: return dt == AG_F32 && (sub == 0 || sub == 1);
+    case AG_K_RMSNORM:
+    case AG_K_RMSNORM_BWD: return fl && sub == 0;
+    case AG_K_VAR:
+    case AG_K_CUMSUM: return fl && (sub == 0 || sub == 1);
+    case AG_K_GATHER: /* i32 index only: the core narrows i64 */
+    case AG_K_GATHER_BWD: return fl && sub == 0;
+    case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_KOP_COUNT: break;
   }
   return false;

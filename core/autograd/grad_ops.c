@@ -244,6 +244,85 @@ static ag_status layer_norm_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   return st;
 }
 
+static ag_status rms_norm_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  ag_tensor *w = n->n_in > 1 ? n->e[1].val : NULL;
+  /* saved: contiguous x [N, D], rstd [N] (as ag_rms_norm records them) */
+  ag_tensor *x2 = n->n_saved >= 2 ? n->saved[0] : NULL, *rstd = n->n_saved >= 2 ? n->saved[1] : NULL;
+  if (!x2 || !rstd) return ag_error_set(AG_ERR_INTERNAL, "ag_rms_norm backward: x/rstd not saved");
+  int64_t N = x2->shape[0], D = x2->shape[1];
+  int64_t s2[2] = {N, D}, sd[1] = {D};
+  ag_tensor *gc = ag_contiguous(g), *g2 = ag_reshape(gc, 2, s2);
+  ag_tensor *wc = w ? ag_contiguous(w) : NULL;
+  ag_tensor *dx = ag_empty_like(x2);
+  bool want_w = n->n_in > 1 && NEED(1);
+  /* dw in the statistics' dtype: f32, f64 for f64 x */
+  ag_tensor *dw = want_w ? ag_empty(ag_tensor_device(x2), x2->dtype == AG_F64 ? AG_F64 : AG_F32, 1, sd) : NULL;
+  ag_status st = (g2 && dx && (!w || wc) && (!want_w || dw)) ? AG_OK : fail();
+  if (st == AG_OK && N && D) {
+    ag_kmulti m;
+    ag_kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.op = AG_K_RMSNORM_BWD;
+    c.n_operands = 5;
+    c.i[0] = N;
+    c.i[1] = D;
+    c.name = "ag_rms_norm backward";
+    ag__operand(&c.o[0], dx);
+    ag__operand(&c.o[1], g2);
+    ag__operand(&c.o[2], x2);
+    ag__operand(&c.o[3], rstd);
+    if (wc) ag__operand(&c.o[4], wc);
+    if (want_w) {
+      m.count = 1;
+      m.t[0].base = dw->st->base;
+      m.t[0].offset = dw->st->offset + (size_t)dw->offset * ag_dtype_size(dw->dtype);
+      m.t[0].dtype = dw->dtype;
+      m.t[0].numel = D;
+      c.multi = &m;
+    }
+    st = ag__launch(ag__ds(dx), &c);
+  } else if (st == AG_OK && want_w) {
+    st = ag_fill_(dw, 0);
+  }
+  if (st == AG_OK && NEED(0)) gin[0] = ag_reshape(dx, n->e[0].ndim, n->e[0].shape);
+  if (st == AG_OK && want_w) gin[1] = reduce_edge(dw, &n->e[1]);
+  if (st == AG_OK)
+    for (int i = 0; i < n->n_in && i < 2; i++)
+      if (NEED(i) && !gin[i]) st = fail();
+  ag_tensor *rel[] = {gc, g2, wc, dx, dw};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  return st;
+}
+
+/* var: g * 2 (x - mean) / den; std: g * (x - mean) / (den * std), 0 where
+ * std is 0 (as torch). den = max(0, N - correction). */
+static ag_status var_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  if (!NEED(0)) return AG_OK;
+  ag_tensor *x = n->e[0].val;
+  const ag_gparams *p = &n->p;
+  bool sq = p->i[0] == 1;
+  ag_tensor *sd = sq && n->n_saved >= 1 ? n->saved[0] : NULL;
+  if (!x || (sq && !sd)) return ag_error_set(AG_ERR_INTERNAL, "ag_var backward: inputs not saved");
+  ag_tensor *m = ag_mean(x, p->n_dims, p->n_dims ? p->dims : NULL, true);
+  ag_tensor *d = m ? ag_sub(x, m) : NULL;
+  ag_tensor *gk = ag_reshape(g, p->ndim, p->shape);
+  ag_tensor *q = NULL, *z = NULL, *mask = NULL, *qm = NULL, *t = NULL;
+  if (!sq) {
+    q = gk ? ag_mul_scalar(gk, 2.0 / p->s[0]) : NULL;
+    qm = q ? ag__alias(q) : NULL;
+  } else {
+    q = gk ? ag_div(gk, sd) : NULL;
+    z = ag_full(ag_tensor_device(sd), sd->dtype, 0, NULL, 0);
+    mask = z ? ag_eq(sd, z) : NULL;
+    t = q && mask ? ag_masked_fill(q, mask, 0) : NULL;
+    qm = t ? ag_mul_scalar(t, 1.0 / p->s[0]) : NULL;
+  }
+  gin[0] = d && qm ? ag_mul(d, qm) : NULL;
+  ag_tensor *rel[] = {m, d, gk, q, z, mask, qm, t};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  return gin[0] ? AG_OK : fail();
+}
+
 static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   const ag_edge *te = &n->e[0];
   ag_tensor *idx = n->e[1].val;
@@ -499,6 +578,17 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
       break;
     }
     case AG_G_LAYER_NORM: return layer_norm_bwd(n, g, gin);
+    case AG_G_RMS_NORM: return rms_norm_bwd(n, g, gin);
+    case AG_G_VAR: return var_bwd(n, g, gin);
+    case AG_G_GATHER:
+      if (NEED(0)) {
+        ag_tensor *dx = ag__gather_backward(g, n->e[1].val, (int)n->p.i[0], n->p.i[1] != 0, n->e[0].ndim,
+                                            n->e[0].shape, n->e[0].dtype);
+        gin[0] = dx ? reduce_edge(dx, &n->e[0]) : NULL;
+        ag_tensor_release(dx);
+      }
+      break;
+    case AG_G_CUMSUM: gin[0] = ag__cumsum(g, (int)n->p.i[0], n->p.i[1] == 0); break;
     case AG_G_CONV2D: return ag__conv2d_backward(n, g, gin);
     case AG_G_POOL2D: return ag__pool2d_backward(n, g, gin);
     case AG_G_BATCH_NORM: return ag__batch_norm_backward(n, g, gin);

@@ -243,6 +243,7 @@ static const char *kop_public_name(int kop) {
     case AG_K_EMBEDDING_BWD: return "ag_embedding backward: index";
     case AG_K_CROSS_ENTROPY: return "ag_cross_entropy: target";
     case AG_K_CROSS_ENTROPY_BWD: return "ag_cross_entropy backward: target";
+    case AG_K_GATHER: return "ag_gather/ag_index_select: index";
     default: return "kernel: index";
   }
 }

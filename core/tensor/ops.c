@@ -507,6 +507,342 @@ ag_tensor *ag_argmax(ag_tensor *a, int dim, bool keepdim) {
   return reduce("ag_argmax", AG_R_ARGMAX, (ag_gop)-1, a, 1, &dim, keepdim, false);
 }
 
+/* var and std (PyTorch's correction: divide by max(0, N - correction)) in
+ * their own two-pass kernel. */
+static ag_tensor *var_impl(const char *name, int sq, ag_tensor *a, int n_dims, const int *dims, double correction,
+                           bool keepdim) {
+  if (null_args(name, 1, &a)) return NULL;
+  ag_devstate *ds = ag__ds(a);
+  if (!ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
+  if (!isfinite(correction)) {
+    ag_error_set(AG_ERR_INVALID, "%s: correction must be finite", name);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_VAR, sq, a->dtype, name)) return NULL;
+  reduce_plan pl;
+  if (!plan_reduce(name, a, n_dims, dims, keepdim, &pl)) return NULL;
+  ag_tensor *out = ag__tensor_new(ds, a->dtype, pl.out_ndim, pl.out_shape);
+  ag_status st = out ? AG_OK : ag_last_status();
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_VAR, sq, 2, name);
+    ag__operand(&c.o[0], out);
+    ag__operand(&c.o[1], pl.src);
+    c.i[0] = pl.outer;
+    c.i[1] = pl.r;
+    c.i[2] = pl.inner;
+    c.s[0] = correction;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(pl.src);
+  if (st != AG_OK) return finish(out, st);
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.keepdim = keepdim;
+  p.ndim = a->ndim;
+  memcpy(p.shape, pl.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
+  p.n_dims = 0;
+  if (n_dims > 0 && dims) {
+    bool seen[AG_MAX_DIMS] = {0};
+    for (int k = 0; k < n_dims; k++) {
+      int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
+      if (!seen[d]) p.dims[p.n_dims++] = d;
+      seen[d] = true;
+    }
+  }
+  p.i[0] = sq;
+  p.s[0] = (double)pl.r - correction > 0 ? (double)pl.r - correction : 0;
+  /* std's gradient divides by the result: saved in the keepdim shape */
+  ag_tensor *kv = sq ? raw_view(out, a->ndim, pl.keep_shape) : NULL;
+  ag_tensor *r = record(out, AG_G_VAR, 1, &a, sq ? 1 : 0, &kv, &p);
+  ag_tensor_release(kv);
+  return r;
+}
+
+ag_tensor *ag_var(ag_tensor *a, int n_dims, const int *dims, double correction, bool keepdim) {
+  return var_impl("ag_var", 0, a, n_dims, dims, correction, keepdim);
+}
+ag_tensor *ag_std(ag_tensor *a, int n_dims, const int *dims, double correction, bool keepdim) {
+  return var_impl("ag_std", 1, a, n_dims, dims, correction, keepdim);
+}
+
+/* Inclusive prefix sums along dim (reverse: suffix sums, the gradient). */
+ag_tensor *ag__cumsum(ag_tensor *a, int dim, bool reverse) {
+  const char *name = reverse ? "ag_cumsum backward" : "ag_cumsum";
+  if (null_args(name, 1, &a)) return NULL;
+  ag_devstate *ds = ag__ds(a);
+  if (!ag_dtype_is_float(a->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
+  int nd = a->ndim ? a->ndim : 1, d = dim < 0 ? dim + nd : dim;
+  if (d < 0 || d >= nd) {
+    ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, a->ndim);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_CUMSUM, reverse ? 1 : 0, a->dtype, name)) return NULL;
+  int64_t outer = 1, r = a->ndim ? a->shape[d] : 1, inner = 1;
+  for (int i = 0; i < d && i < a->ndim; i++) outer *= a->shape[i];
+  for (int i = d + 1; i < a->ndim; i++) inner *= a->shape[i];
+  ag_tensor *src = raw_contiguous(a);
+  ag_tensor *out = src ? ag__tensor_new(ds, a->dtype, a->ndim, a->shape) : NULL;
+  ag_status st = out ? AG_OK : ag_last_status();
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_CUMSUM, reverse ? 1 : 0, 2, name);
+    ag__operand(&c.o[0], out);
+    ag__operand(&c.o[1], src);
+    c.i[0] = outer;
+    c.i[1] = r;
+    c.i[2] = inner;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(src);
+  if (st != AG_OK) return finish(out, st);
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.i[0] = d;
+  p.i[1] = reverse;
+  return record(out, AG_G_CUMSUM, 1, &a, 0, NULL, &p);
+}
+
+ag_tensor *ag_cumsum(ag_tensor *a, int dim) { return ag__cumsum(a, dim, false); }
+
+/* gather and index_select share one kernel: x viewed as [O, X, In], the
+ * index as [O, K, In] with strides (index_select broadcasts its 1-D index
+ * with strides 0, 1, 0). */
+static ag_tensor *gather_run(const char *name, ag_devstate *ds, ag_tensor *xs, ag_tensor *index, bool sel,
+                             int ndim, const int64_t *oshape, int64_t O, int64_t K, int64_t In, int64_t X) {
+  ag_tensor *ic = ag__index_operand(ds, AG_K_GATHER, xs->dtype, index);
+  ag_tensor *out = ic ? ag__tensor_new(ds, xs->dtype, ndim, oshape) : NULL;
+  ag_status st = out ? AG_OK : ag_last_status();
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_GATHER, ic->dtype == AG_I64 ? 1 : 0, 3, name);
+    ag__operand(&c.o[0], out);
+    ag__operand(&c.o[1], xs);
+    ag__operand(&c.o[2], ic);
+    c.o[2].ndim = 3;
+    c.o[2].shape[0] = O;
+    c.o[2].shape[1] = K;
+    c.o[2].shape[2] = In;
+    c.o[2].strides[0] = sel ? 0 : K * In;
+    c.o[2].strides[1] = sel ? 1 : In;
+    c.o[2].strides[2] = sel ? 0 : 1;
+    c.i[0] = O;
+    c.i[1] = K;
+    c.i[2] = In;
+    c.i[3] = X;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(ic);
+  return st == AG_OK ? out : finish(out, st);
+}
+
+static bool gather_check(const char *name, ag_tensor *x, ag_tensor *index, int dim, int *out_d, ag_devstate **out_ds) {
+  ag_tensor *in[2] = {x, index};
+  if (null_args(name, 2, in)) return false;
+  ag_devstate *ds = ag__same_device(name, 2, in);
+  if (!ds) return false;
+  if (index->dtype != AG_I32 && index->dtype != AG_I64) {
+    ag_error_set(AG_ERR_DTYPE, "%s: index must be i64 or i32, got %s", name, ag_dtype_name(index->dtype));
+    return false;
+  }
+  if (!ag_dtype_is_float(x->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(x->dtype));
+    return false;
+  }
+  int nd = x->ndim ? x->ndim : 1, d = dim < 0 ? dim + nd : dim;
+  if (d < 0 || d >= nd) {
+    ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, x->ndim);
+    return false;
+  }
+  if (!ag__supported(ds, AG_K_GATHER, 0, x->dtype, name)) return false;
+  *out_d = d;
+  *out_ds = ds;
+  return true;
+}
+
+static ag_tensor *gather_record(ag_tensor *out, ag_tensor *x, ag_tensor *index, int d, bool sel) {
+  if (!out) return NULL;
+  ag_tensor *in[2] = {x, index};
+  ag_gparams p;
+  memset(&p, 0, sizeof p);
+  p.i[0] = d;
+  p.i[1] = sel;
+  return record(out, AG_G_GATHER, 2, in, 0, NULL, &p);
+}
+
+ag_tensor *ag_gather(ag_tensor *x, int dim, ag_tensor *index) {
+  static const char name[] = "ag_gather";
+  int d;
+  ag_devstate *ds;
+  if (!gather_check(name, x, index, dim, &d, &ds)) return NULL;
+  char b1[96], b2[96];
+  if (index->ndim != x->ndim) {
+    ag_error_set(AG_ERR_SHAPE, "%s: index %s must have as many dims as input %s", name,
+                 ag_tensor_describe(index, b1, sizeof b1), ag_tensor_describe(x, b2, sizeof b2));
+    return NULL;
+  }
+  for (int i = 0; i < x->ndim; i++)
+    if (i != d && index->shape[i] > x->shape[i]) {
+      ag_error_set(AG_ERR_SHAPE, "%s: index %s is larger than input %s in dim %d", name,
+                   ag_tensor_describe(index, b1, sizeof b1), ag_tensor_describe(x, b2, sizeof b2), i);
+      return NULL;
+    }
+  int64_t O = 1, K = x->ndim ? index->shape[d] : 1, In = 1, X = x->ndim ? x->shape[d] : 1;
+  for (int i = 0; i < d && i < x->ndim; i++) O *= index->shape[i];
+  for (int i = d + 1; i < x->ndim; i++) In *= index->shape[i];
+  /* x narrowed to the index's extent in the other dims, then contiguous */
+  ag_no_grad_begin();
+  ag_tensor *v = ag__alias(x);
+  for (int i = 0; v && i < x->ndim; i++)
+    if (i != d && index->shape[i] < x->shape[i]) {
+      ag_tensor *s = ag_slice(v, i, 0, index->shape[i], 1);
+      ag_tensor_release(v);
+      v = s;
+    }
+  ag_tensor *xs = v ? ag_contiguous(v) : NULL;
+  ag_tensor_release(v);
+  ag_grad_mode_end();
+  ag_tensor *out = xs ? gather_run(name, ds, xs, index, false, index->ndim, index->shape, O, K, In, X) : NULL;
+  ag_tensor_release(xs);
+  return gather_record(out, x, index, d, false);
+}
+
+ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index) {
+  static const char name[] = "ag_index_select";
+  int d;
+  ag_devstate *ds;
+  if (!gather_check(name, x, index, dim, &d, &ds)) return NULL;
+  if (index->ndim > 1) {
+    char b1[96];
+    ag_error_set(AG_ERR_SHAPE, "%s: index %s must be 1-d", name, ag_tensor_describe(index, b1, sizeof b1));
+    return NULL;
+  }
+  int64_t O = 1, K = index->numel, In = 1, X = x->ndim ? x->shape[d] : 1, oshape[AG_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++) oshape[i] = i == d ? K : x->shape[i];
+  for (int i = 0; i < d && i < x->ndim; i++) O *= x->shape[i];
+  for (int i = d + 1; i < x->ndim; i++) In *= x->shape[i];
+  if (x->ndim == 0 && index->ndim == 0) K = 1;
+  ag_tensor *xs = raw_contiguous(x);
+  ag_tensor *out = xs ? gather_run(name, ds, xs, index, true, x->ndim, oshape, O, K, In, X) : NULL;
+  ag_tensor_release(xs);
+  return gather_record(out, x, index, d, true);
+}
+
+/* The gradient of gather / index_select (grad_ops.c): scatter-add of g into
+ * zeros of x's shape (edge), in f32 (f64 for f64), deterministic. */
+ag_tensor *ag__gather_backward(ag_tensor *g, ag_tensor *index, int d, bool sel, int xndim, const int64_t *xshape,
+                               ag_dtype xdt) {
+  static const char name[] = "ag_gather backward";
+  ag_devstate *ds = ag__ds(g);
+  int64_t O = 1, K, In = 1, X = xndim ? xshape[d] : 1;
+  int64_t nshape[AG_MAX_DIMS]; /* x's shape narrowed to the index (gather) */
+  for (int i = 0; i < xndim; i++) nshape[i] = (sel || i == d) ? xshape[i] : index->shape[i];
+  for (int i = 0; i < d && i < xndim; i++) O *= nshape[i];
+  for (int i = d + 1; i < xndim; i++) In *= nshape[i];
+  K = sel ? (index->ndim ? index->shape[0] : 1) : (xndim ? index->shape[d] : 1);
+  ag_dtype adt = xdt == AG_F64 ? AG_F64 : AG_F32;
+  ag_tensor *ic = ag__index_operand(ds, AG_K_GATHER_BWD, xdt, index);
+  ag_tensor *gc = raw_contiguous(g);
+  ag_tensor *dx = ic && gc ? ag__tensor_new(ds, adt, xndim, nshape) : NULL;
+  ag_status st = dx ? AG_OK : ag_last_status();
+  if (st == AG_OK && dx->numel) {
+    if (!ag__supported(ds, AG_K_GATHER_BWD, ic->dtype == AG_I64 ? 1 : 0, xdt, name)) st = ag_last_status();
+  }
+  if (st == AG_OK && dx->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_GATHER_BWD, ic->dtype == AG_I64 ? 1 : 0, 3, name);
+    ag__operand(&c.o[0], dx);
+    ag__operand(&c.o[1], gc);
+    ag__operand(&c.o[2], ic);
+    c.o[2].ndim = 3;
+    c.o[2].shape[0] = O;
+    c.o[2].shape[1] = K;
+    c.o[2].shape[2] = In;
+    c.o[2].strides[0] = sel ? 0 : K * In;
+    c.o[2].strides[1] = sel ? 1 : In;
+    c.o[2].strides[2] = sel ? 0 : 1;
+    c.i[0] = O;
+    c.i[1] = K;
+    c.i[2] = In;
+    c.i[3] = X;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(ic);
+  ag_tensor_release(gc);
+  if (st != AG_OK) return finish(dx, st);
+  bool narrowed = false;
+  for (int i = 0; i < xndim; i++) narrowed |= nshape[i] != xshape[i];
+  if (!narrowed) return dx;
+  /* place the narrowed gradient into zeros of x's shape */
+  ag_tensor *full = ag_zeros(ag_tensor_device(dx), adt, xndim, xshape), *v = full ? ag__alias(full) : NULL;
+  for (int i = 0; v && i < xndim; i++)
+    if (nshape[i] != xshape[i]) {
+      ag_tensor *s = ag_slice(v, i, 0, nshape[i], 1);
+      ag_tensor_release(v);
+      v = s;
+    }
+  st = v ? ag_copy_(v, dx) : ag_last_status();
+  ag_tensor_release(v);
+  ag_tensor_release(dx);
+  return st == AG_OK ? full : finish(full, st);
+}
+
+ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tensor **out_values,
+                  ag_tensor **out_indices) {
+  static const char name[] = "ag_topk";
+  if (out_values) *out_values = NULL;
+  if (out_indices) *out_indices = NULL;
+  if (!out_values || !out_indices)
+    return ag_error_set(AG_ERR_INVALID, "%s: out_values and out_indices must not be NULL", name);
+  if (null_args(name, 1, &x)) return ag_last_status();
+  ag_devstate *ds = ag__ds(x);
+  if (!ag_dtype_is_float(x->dtype))
+    return ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(x->dtype));
+  int nd = x->ndim ? x->ndim : 1, d = dim < 0 ? dim + nd : dim;
+  if (d < 0 || d >= nd)
+    return ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, x->ndim);
+  int64_t R = x->ndim ? x->shape[d] : 1;
+  if (k < 0 || k > R)
+    return ag_error_set(AG_ERR_INVALID, "%s: k = %lld out of range for a dim of size %lld", name, (long long)k,
+                        (long long)R);
+  if (!ag__supported(ds, AG_K_TOPK, largest ? 0 : 1, x->dtype, name)) return ag_last_status();
+  int64_t O = 1, In = 1, oshape[AG_MAX_DIMS];
+  for (int i = 0; i < x->ndim; i++) oshape[i] = i == d ? k : x->shape[i];
+  for (int i = 0; i < d && i < x->ndim; i++) O *= x->shape[i];
+  for (int i = d + 1; i < x->ndim; i++) In *= x->shape[i];
+  ag_tensor *xs = raw_contiguous(x);
+  ag_tensor *v = xs ? ag__tensor_new(ds, x->dtype, x->ndim, oshape) : NULL;
+  ag_tensor *ix = v ? ag__tensor_new(ds, AG_I64, x->ndim, oshape) : NULL;
+  ag_status st = ix ? AG_OK : ag_last_status();
+  if (st == AG_OK && v->numel) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_TOPK, largest ? 0 : 1, 3, name);
+    ag__operand(&c.o[0], v);
+    ag__operand(&c.o[1], xs);
+    ag__operand(&c.o[2], ix);
+    c.i[0] = O;
+    c.i[1] = R;
+    c.i[2] = In;
+    c.i[3] = k;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(xs);
+  if (st != AG_OK) {
+    ag_tensor_release(v);
+    ag_tensor_release(ix);
+    return st;
+  }
+  *out_values = v;
+  *out_indices = ix;
+  return AG_OK;
+}
+
 /* ---------------- matmul ---------------- */
 
 /* Make the last two dims usable by a GEMM: row-major (col stride 1) or
@@ -1043,6 +1379,72 @@ static ag_tensor *layer_norm_impl(ag_tensor *x, ag_tensor *weight, ag_tensor *bi
   return y;
 }
 
+static ag_tensor *rms_norm_impl(ag_tensor *x, ag_tensor *weight, double eps) {
+  static const char name[] = "ag_rms_norm";
+  if (null_args(name, 1, &x)) return NULL;
+  ag_tensor *in[2] = {x, weight};
+  ag_devstate *ds = ag__same_device(name, weight ? 2 : 1, in);
+  if (!ds) return NULL;
+  if (!ag_dtype_is_float(x->dtype) || x->ndim == 0) {
+    ag_error_set(AG_ERR_DTYPE, "%s: needs a floating tensor with at least one dim", name);
+    return NULL;
+  }
+  int64_t D = x->shape[x->ndim - 1], N = D ? x->numel / D : 0;
+  if (weight && (weight->dtype != x->dtype || weight->ndim != 1 || weight->shape[0] != D)) {
+    char b1[96], b2[96];
+    ag_error_set(AG_ERR_SHAPE, "%s: weight %s must be %s[%lld] for input %s", name,
+                 ag_tensor_describe(weight, b1, sizeof b1), ag_dtype_name(x->dtype), (long long)D,
+                 ag_tensor_describe(x, b2, sizeof b2));
+    return NULL;
+  }
+  if (!(eps >= 0)) {
+    ag_error_set(AG_ERR_INVALID, "%s: eps must be >= 0", name);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_RMSNORM, 0, x->dtype, name)) return NULL;
+  int64_t s2[2] = {N, D}, s1[1] = {N};
+  ag_tensor *xc0 = raw_contiguous(x);
+  ag_tensor *xc = xc0 ? raw_view(xc0, 2, s2) : NULL;
+  ag_tensor_release(xc0);
+  ag_tensor *wc = weight ? raw_contiguous(weight) : NULL;
+  ag_tensor *y = xc ? ag__tensor_new(ds, x->dtype, x->ndim, x->shape) : NULL;
+  /* rstd in f32, f64 for f64 x (as layer norm) */
+  ag_tensor *rstd = y ? ag__tensor_new(ds, x->dtype == AG_F64 ? AG_F64 : AG_F32, 1, s1) : NULL;
+  ag_status st = (rstd && (!weight || wc)) ? AG_OK : ag_last_status();
+  if (st == AG_OK && N && D) {
+    ag_kernel_call c;
+    call_init(&c, AG_K_RMSNORM, 0, 4, name);
+    ag__operand(&c.o[0], y);
+    c.o[0].ndim = 2;
+    c.o[0].shape[0] = N;
+    c.o[0].shape[1] = D;
+    c.o[0].strides[0] = D;
+    c.o[0].strides[1] = 1;
+    ag__operand(&c.o[1], xc);
+    if (wc) ag__operand(&c.o[2], wc);
+    else memset(&c.o[2], 0, sizeof c.o[2]);
+    ag__operand(&c.o[3], rstd);
+    c.i[0] = N;
+    c.i[1] = D;
+    c.s[0] = eps;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(wc);
+  if (st == AG_OK) {
+    ag_gparams p;
+    memset(&p, 0, sizeof p);
+    p.s[0] = eps;
+    ag_tensor *sv[2] = {xc, rstd};
+    y = record(y, AG_G_RMS_NORM, 2, in, 2, sv, &p);
+  } else {
+    ag_tensor_release(y);
+    y = NULL;
+  }
+  ag_tensor_release(xc);
+  ag_tensor_release(rstd);
+  return y;
+}
+
 ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices) {
   static const char name[] = "ag_embedding";
   ag_tensor *in[2] = {table, indices};
@@ -1213,6 +1615,14 @@ ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias, doubl
   ac_args ac;
   if (!ac_begin(AC_F32, 3, ts, &ac)) return NULL;
   return ac_end(&ac, layer_norm_impl(ts[0], ts[1], ts[2], eps));
+}
+
+ag_tensor *ag_rms_norm(ag_tensor *x, ag_tensor *weight, double eps) {
+  if (!AC_ON() || !x) return rms_norm_impl(x, weight, eps);
+  ag_tensor *ts[2] = {x, weight};
+  ac_args ac;
+  if (!ac_begin(AC_F32, 2, ts, &ac)) return NULL;
+  return ac_end(&ac, rms_norm_impl(ts[0], ts[1], eps));
 }
 
 ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim) {

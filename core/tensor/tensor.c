@@ -403,7 +403,8 @@ ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
   if (AG_UNLIKELY(st != AG_OK)) return st;
   /* Ops that validate indices on the device report through the error word;
    * checking it right away is free on synchronous backends. */
-  if (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY) return ag__kernel_error_check(s);
+  if (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER)
+    return ag__kernel_error_check(s);
   return AG_OK;
 }
 

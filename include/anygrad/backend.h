@@ -155,6 +155,42 @@ typedef enum ag_kop {
                          a*p[c] + q[c]. sub 1 (k = 4): o3 b [N, C, HW]: y =
                          a*p[c] + q[c] + (b - mu[c])*r[c]. y may not alias a
                          or b. */
+  AG_K_RMSNORM,       /* o1 x contiguous [N=i[0], D=i[1]], o2 weight [D] or base
+                         NULL; o0 y [N, D] = x * rstd * w; o3 rstd f32 [N] (f64
+                         for f64 x) = 1/sqrt(mean(x^2) + s[0]) */
+  AG_K_RMSNORM_BWD,   /* o0 dx [N, D], o1 dy, o2 x, o3 rstd, o4 weight (base
+                         NULL: ones); dx = rstd*(g - x*rstd^2*mean(g*x)), g =
+                         dy*w; dw = sum over rows of dy*x*rstd in f32 [D] (f64
+                         for f64 x) written to multi->t[0] when multi is given
+                         (overwritten, in a fixed order of rows) */
+  AG_K_VAR,           /* o1 contiguous [i[0]=outer, i[1]=r, i[2]=inner] -> o0
+                         contiguous [outer, inner], both x's dtype: sum((x -
+                         mean)^2) / max(0, r - s[0]) over r, from the centred
+                         values (two passes), in f32 (f64 for f64); sub 0
+                         variance, 1 its square root (std). r - s[0] <= 0
+                         gives inf or nan, as torch. */
+  AG_K_CUMSUM,        /* o1 contiguous [i[0]=outer, i[1]=r, i[2]=inner] -> o0
+                         contiguous, same shape and dtype: inclusive prefix
+                         sums along r (sub 0), or suffix sums (sub 1, the
+                         gradient); in order along r, accumulated in f32
+                         (f64 for f64), so results repeat bit for bit */
+  AG_K_GATHER,        /* o0 [O=i[0], K=i[1], In=i[2]] contiguous, o1 x [O,
+                         X=i[3], In] contiguous, o2 i32 or i64 index (i64
+                         where supports(op, 1, x dtype)) of ndim 3 and shape
+                         [O, K, In] with element strides (0 allowed: the
+                         core broadcasts a 1-D index_select index):
+                         o0[o,k,i] = o1[o, o2[o,k,i], i]. Out of range:
+                         element 0 and the error word set. */
+  AG_K_GATHER_BWD,    /* o0 dx f32 [O, X, In] (f64 for an f64 x) contiguous,
+                         overwritten; o1 dout [O, K, In] contiguous; o2 the
+                         forward's index; dx[o, idx, i] += dout[o, k, i] in
+                         order of k for each (o, i): deterministic always.
+                         Out-of-range entries are skipped. */
+  AG_K_TOPK,          /* o1 x contiguous [O=i[0], R=i[1], In=i[2]]; o0 values
+                         [O, k=i[3], In] (x's dtype) and o2 i64 indices [O,
+                         k, In], contiguous: the k largest (sub 0) or
+                         smallest (sub 1) along R, sorted, ties by lower
+                         index first, NaN above every number (torch) */
   AG_KOP_COUNT
 } ag_kop;
 

@@ -116,6 +116,57 @@ AG_API ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction
 AG_API ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias,
                                 double eps);
 
+/* Variance (and its square root, the standard deviation) over dims (n_dims
+ * == 0 or dims NULL: all), PyTorch's semantics: sum((x - mean)^2) / (N -
+ * correction) with N the number of reduced elements (correction 1 is
+ * Bessel's, 0 the population variance); N - correction <= 0 gives inf or
+ * nan, as torch. Computed from the centred values in f32 (f64 for f64 x).
+ * Returns a new tensor owned by the caller, or NULL (AG_ERR_DTYPE for a
+ * non-floating x, AG_ERR_SHAPE for a dim out of range or repeated,
+ * AG_ERR_INVALID for a non-finite correction). Differentiable. */
+AG_API ag_tensor *ag_var(ag_tensor *x, int n_dims, const int *dims, double correction, bool keepdim);
+AG_API ag_tensor *ag_std(ag_tensor *x, int n_dims, const int *dims, double correction, bool keepdim);
+
+/* Inclusive prefix sums along dim (negative counts from the end; a 0-d
+ * tensor takes dim 0 or -1), torch.cumsum for floating dtypes: summed in
+ * order along dim in f32 (f64 for f64), so results repeat bit for bit.
+ * Returns a new tensor owned by the caller, or NULL (AG_ERR_DTYPE for an
+ * integer or bool x, AG_ERR_SHAPE for dim out of range). Differentiable:
+ * the gradient is the reverse cumulative sum. */
+AG_API ag_tensor *ag_cumsum(ag_tensor *x, int dim);
+
+/* torch.gather: out[...][j][...] = x[...][index[...][j][...]][...] along
+ * dim. index is i64 or i32 with as many dims as x and no larger than x in
+ * the other dims; the result has index's shape and x's dtype (floating).
+ * ag_index_select: the entries of x at the 1-d index along dim (result:
+ * x's shape with dim of the index's length). An index outside [0, size of
+ * dim) gives AG_ERR_INDEX at the next host sync (as ag_embedding; the
+ * element reads 0). Both return a new tensor owned by the caller, or NULL
+ * (AG_ERR_DTYPE, AG_ERR_SHAPE, AG_ERR_DEVICE). Differentiable in x: the
+ * gradient is a scatter-add, summed in a fixed order on every backend. */
+AG_API ag_tensor *ag_gather(ag_tensor *x, int dim, ag_tensor *index);
+AG_API ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index);
+
+/* The k largest (largest = true) or smallest entries of x along dim,
+ * torch.topk(sorted=True): sorted, ties by lower index first, NaN above
+ * every number. *out_values (x's dtype) and *out_indices (i64) have x's
+ * shape with dim of size k; both are new tensors owned by the caller, set
+ * only on AG_OK (else NULL). Errors: AG_ERR_INVALID (NULL out pointers, k
+ * outside [0, size of dim]), AG_ERR_DTYPE (non-floating x), AG_ERR_SHAPE
+ * (dim out of range). Forward only: the values are not recorded for
+ * autograd (gather x at the indices for a differentiable selection). */
+AG_API ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tensor **out_values,
+                         ag_tensor **out_indices);
+
+/* Root-mean-square norm over the last dim (size D): x / sqrt(mean(x^2) +
+ * eps) * weight. weight is [D] of x's dtype, or NULL (ones). Statistics in
+ * f32 (f64 for f64 x). Returns a new tensor owned by the caller, or NULL
+ * (AG_ERR_DTYPE for a non-floating or 0-d x, AG_ERR_SHAPE for a weight of
+ * another shape or dtype, AG_ERR_DEVICE for mixed devices, AG_ERR_INVALID
+ * for eps < 0 or NaN, AG_ERR_UNSUPPORTED where the backend lacks the
+ * kernel). Differentiable in x and weight. */
+AG_API ag_tensor *ag_rms_norm(ag_tensor *x, ag_tensor *weight, double eps);
+
 /* Rows of table [V, D] for i64 (PyTorch's default) or i32 indices of any
  * shape: result [..., D].
  * An index outside [0, V) is AG_ERR_INDEX (see ag_cross_entropy). */

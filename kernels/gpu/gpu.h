@@ -60,6 +60,13 @@ AGK_HIDDEN gpuError_t agk_cross_entropy(const agk_env *env, const ag_kernel_call
 AGK_HIDDEN gpuError_t agk_cross_entropy_bwd(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_layernorm(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_rmsnorm(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_rmsnorm_bwd(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_var(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_cumsum(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_gather(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_gather_bwd(const agk_env *env, const ag_kernel_call *c);
+AGK_HIDDEN gpuError_t agk_topk(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c);

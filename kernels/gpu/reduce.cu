@@ -449,6 +449,40 @@ __global__ void k_layernorm_bwd(T *dx, const T *dy, const T *x, const float *mea
     }
   }
 }
+/* RMS norm: rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd * w. */
+template <int TPR, typename T>
+__global__ void k_rmsnorm(T *y, float *rstd, const T *x, const T *w, long long R, long long D, float eps) {
+  ROW_LOOP(TPR) {
+    const T *xr = x + row * D;
+    float s = 0.f;
+    for (long long j = lane; j < D; j += TPR) {
+      float v = agk_tof(xr[j]);
+      s += v * v;
+    }
+    float rs = 1.f / sqrtf(row_sum<TPR>(s, sh) / (float)D + eps);
+    for (long long j = lane; j < D; j += TPR) {
+      float h = agk_tof(xr[j]) * rs;
+      if (w) h *= agk_tof(w[j]);
+      y[row * D + j] = agk_fromf<T>(h);
+    }
+    if (lane == 0 && rstd) rstd[row] = rs;
+  }
+}
+/* dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * w. */
+template <int TPR, typename T>
+__global__ void k_rmsnorm_bwd(T *dx, const T *dy, const T *x, const float *rstd, const T *w, long long R,
+                              long long D) {
+  ROW_LOOP(TPR) {
+    const T *dyr = dy + row * D, *xr = x + row * D;
+    float rs = rstd[row], s = 0.f;
+    for (long long j = lane; j < D; j += TPR) s += agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f) * agk_tof(xr[j]);
+    s = row_sum<TPR>(s, sh) / (float)D * rs * rs;
+    for (long long j = lane; j < D; j += TPR) {
+      float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
+      dx[row * D + j] = agk_fromf<T>(rs * (g - agk_tof(xr[j]) * s));
+    }
+  }
+}
 /* dw[d] = sum_n dy*xhat, db[d] = sum_n dy: columns over a chunk of rows,
  * accumulated with atomics into zeroed outputs; in deterministic mode (DET)
  * chunk c stores its sums at dw[c * D + d] (partials in scratch, or the
@@ -462,7 +496,7 @@ __global__ void k_layernorm_dwdb(float *dw, float *db, const T *dy, const T *x, 
   if (col < D)
     for (long long n = lo + threadIdx.y; n < hi; n += blockDim.y) {
       float g = agk_tof(dy[n * D + col]);
-      sw += g * (agk_tof(x[n * D + col]) - mean[n]) * rstd[n];
+      sw += g * (agk_tof(x[n * D + col]) - (mean ? mean[n] : 0.f)) * rstd[n];
       sb += g;
     }
   __shared__ float shw[8][33], shb[8][33];
@@ -561,6 +595,43 @@ gpuError_t agk_layernorm(const agk_env *env, const ag_kernel_call *c) {
   AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return layernorm_go<T>(env, c));
   return gpuErrorNotSupported;
 }
+/* dw (and db) over the rows: atomics into zeroed outputs, or chunk
+ * partials summed in chunk order in deterministic mode. mean NULL: rms norm
+ * (xhat = x * rstd). */
+template <typename T>
+static gpuError_t dwdb_go(const agk_env *env, const ag_kernel_call *c, float *dw, float *db, const T *dy, const T *x,
+                          const float *mean, const float *rstd, long long R, long long D) {
+  bool det = (c->flags & AG_KF_DETERMINISTIC) != 0;
+  gpuError_t e;
+  if (!(det && R > 0)) {
+    if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+    if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+  }
+  if (R > 0 && (dw || db)) {
+    long long tiles = (D + 31) / 32, want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 8;
+    long long chunks = (want + tiles - 1) / tiles, maxc = (R + 31) / 32;
+    if (chunks > maxc) chunks = maxc;
+    if (chunks > 65535) chunks = 65535;
+    /* deterministic: both partial arrays [chunks, D] fit in the scratch */
+    if (det && chunks > (long long)(env->scratch_bytes / 8) / D) chunks = (long long)(env->scratch_bytes / 8) / D;
+    if (chunks < 1) chunks = 1;
+    long long rows_per = (R + chunks - 1) / chunks;
+    chunks = (R + rows_per - 1) / rows_per;
+    dim3 grid((unsigned)tiles, (unsigned)chunks), blk(32, 8);
+    if (!det) {
+      agk_launch(k_layernorm_dwdb<T, false>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
+    } else if (chunks == 1) {
+      agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
+    } else {
+      float *pw = dw ? (float *)env->scratch : (float *)0, *pb = db ? (float *)env->scratch + chunks * D : (float *)0;
+      agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, pw, pb, dy, x, mean, rstd, R, D, rows_per);
+      unsigned g = agk_blocks(D, 256, 256, agk_wave(env, 256));
+      if (dw) agk_launch(k_chunk_sum, g, 256, 0, env->stream, dw, (const float *)pw, D, chunks);
+      if (db) agk_launch(k_chunk_sum, g, 256, 0, env->stream, db, (const float *)pb, D, chunks);
+    }
+  }
+  return gpuSuccess;
+}
 template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, const ag_kernel_call *c) {
   long long R = c->i[0], D = c->i[1];
   if (D == 0) return gpuSuccess;
@@ -574,41 +645,235 @@ template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, con
     float *db = c->multi->count >= 2 && c->multi->t[1].base
                     ? (float *)((char *)c->multi->t[1].base + c->multi->t[1].offset)
                     : (float *)0;
-    bool det = (c->flags & AG_KF_DETERMINISTIC) != 0;
-    gpuError_t e;
-    if (!(det && R > 0)) {
-      if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
-      if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
-    }
-    if (R > 0 && (dw || db)) {
-      long long tiles = (D + 31) / 32, want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 8;
-      long long chunks = (want + tiles - 1) / tiles, maxc = (R + 31) / 32;
-      if (chunks > maxc) chunks = maxc;
-      if (chunks > 65535) chunks = 65535;
-      /* deterministic: both partial arrays [chunks, D] fit in the scratch */
-      if (det && chunks > (long long)(env->scratch_bytes / 8) / D) chunks = (long long)(env->scratch_bytes / 8) / D;
-      if (chunks < 1) chunks = 1;
-      long long rows_per = (R + chunks - 1) / chunks;
-      chunks = (R + rows_per - 1) / rows_per;
-      dim3 grid((unsigned)tiles, (unsigned)chunks), blk(32, 8);
-      if (!det) {
-        agk_launch(k_layernorm_dwdb<T, false>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
-      } else if (chunks == 1) {
-        agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
-      } else {
-        float *pw = dw ? (float *)env->scratch : (float *)0, *pb = db ? (float *)env->scratch + chunks * D : (float *)0;
-        agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, pw, pb, dy, x, mean, rstd, R, D, rows_per);
-        unsigned g = agk_blocks(D, 256, 256, agk_wave(env, 256));
-        if (dw) agk_launch(k_chunk_sum, g, 256, 0, env->stream, dw, (const float *)pw, D, chunks);
-        if (db) agk_launch(k_chunk_sum, g, 256, 0, env->stream, db, (const float *)pb, D, chunks);
-      }
-    }
+    gpuError_t e = dwdb_go<T>(env, c, dw, db, dy, x, mean, rstd, R, D);
+    if (e != gpuSuccess) return e;
   }
   return gpuGetLastError();
 }
 gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call *c) {
   AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return layernorm_bwd_go<T>(env, c));
   return gpuErrorNotSupported;
+}
+
+template <typename T> static gpuError_t rmsnorm_go(const agk_env *env, const ag_kernel_call *c) {
+  long long R = c->i[0], D = c->i[1];
+  if (R == 0 || D == 0) return gpuSuccess;
+  ROW_LAUNCH(k_rmsnorm, T, R, D, (T *)agk_ptr(&c->o[0]), c->n_operands > 3 ? (float *)agk_ptr(&c->o[3]) : (float *)0,
+             (const T *)agk_ptr(&c->o[1]), (const T *)agk_ptr(&c->o[2]), R, D, (float)c->s[0]);
+  return gpuGetLastError();
+}
+gpuError_t agk_rmsnorm(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return rmsnorm_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+template <typename T> static gpuError_t rmsnorm_bwd_go(const agk_env *env, const ag_kernel_call *c) {
+  long long R = c->i[0], D = c->i[1];
+  if (D == 0) return gpuSuccess;
+  const T *dy = (const T *)agk_ptr(&c->o[1]), *x = (const T *)agk_ptr(&c->o[2]);
+  const float *rstd = (const float *)agk_ptr(&c->o[3]);
+  if (R > 0)
+    ROW_LAUNCH(k_rmsnorm_bwd, T, R, D, (T *)agk_ptr(&c->o[0]), dy, x, rstd,
+               c->n_operands > 4 ? (const T *)agk_ptr(&c->o[4]) : (const T *)0, R, D);
+  if (c->multi && c->multi->count >= 1 && c->multi->t[0].base) {
+    float *dw = (float *)((char *)c->multi->t[0].base + c->multi->t[0].offset);
+    gpuError_t e = dwdb_go<T>(env, c, dw, (float *)0, dy, x, (const float *)0, rstd, R, D);
+    if (e != gpuSuccess) return e;
+  }
+  return gpuGetLastError();
+}
+gpuError_t agk_rmsnorm_bwd(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return rmsnorm_bwd_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+
+/* ---------------- var / std ---------------- */
+/* Rows (inner == 1): a lane group or block per row, two passes (mean, then
+ * the centred sum of squares), in f32. */
+template <int TPR, typename T>
+__global__ void k_var_rows(T *y, const T *x, long long R, long long C, float den, int sq) {
+  ROW_LOOP(TPR) {
+    const T *xr = x + row * C;
+    float s = 0.f;
+    for (long long j = lane; j < C; j += TPR) s += agk_tof(xr[j]);
+    float mu = row_sum<TPR>(s, sh) / (float)C;
+    float v = 0.f;
+    for (long long j = lane; j < C; j += TPR) {
+      float d = agk_tof(xr[j]) - mu;
+      v += d * d;
+    }
+    v = row_sum<TPR>(v, sh) / den;
+    if (lane == 0) y[row] = agk_fromf<T>(sq ? sqrtf(v) : v);
+  }
+}
+/* inner > 1: a thread per output, reading down the r dim (coalesced over
+ * inner). */
+template <typename T>
+__global__ void k_var_cols(T *y, const T *x, long long O, long long R, long long I, float den, int sq) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * I; t += stride) {
+    long long o = t / I, i = t - o * I;
+    const T *p = x + o * R * I + i;
+    float s = 0.f;
+    for (long long k = 0; k < R; k++) s += agk_tof(p[k * I]);
+    float mu = s / (float)R, v = 0.f;
+    for (long long k = 0; k < R; k++) {
+      float d = agk_tof(p[k * I]) - mu;
+      v += d * d;
+    }
+    v /= den;
+    y[t] = agk_fromf<T>(sq ? sqrtf(v) : v);
+  }
+}
+template <typename T> static gpuError_t var_go(const agk_env *env, const ag_kernel_call *c) {
+  long long O = c->i[0], R = c->i[1], I = c->i[2];
+  if (O == 0 || I == 0) return gpuSuccess;
+  double d = (double)R - c->s[0];
+  float den = d > 0 ? (float)d : 0.f;
+  T *y = (T *)agk_ptr(&c->o[0]);
+  const T *x = (const T *)agk_ptr(&c->o[1]);
+  if (I == 1 && R > 0) {
+    ROW_LAUNCH(k_var_rows, T, O, R, y, x, O, R, den, c->sub);
+  } else {
+    agk_launch(k_var_cols<T>, agk_blocks(O * I, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y, x, O, R, I,
+               den, c->sub);
+  }
+  return gpuGetLastError();
+}
+gpuError_t agk_var(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return var_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+
+/* ---------------- cumsum ---------------- */
+/* A thread per line of the scanned dim, in order (deterministic), f32
+ * accumulation; lines are coalesced over inner. */
+template <typename T>
+__global__ void k_cumsum(T *y, const T *x, long long O, long long R, long long I, int rev) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * I; t += stride) {
+    long long o = t / I, i = t - o * I, base = o * R * I + i;
+    float s = 0.f;
+    for (long long k = 0; k < R; k++) {
+      long long p = base + (rev ? R - 1 - k : k) * I;
+      s += agk_tof(x[p]);
+      y[p] = agk_fromf<T>(s);
+    }
+  }
+}
+template <typename T> static gpuError_t cumsum_go(const agk_env *env, const ag_kernel_call *c) {
+  long long O = c->i[0], R = c->i[1], I = c->i[2];
+  if (O == 0 || R == 0 || I == 0) return gpuSuccess;
+  agk_launch(k_cumsum<T>, agk_blocks(O * I, 256, 256, agk_wave(env, 256)), 256, 0, env->stream,
+             (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]), O, R, I, c->sub);
+  return gpuGetLastError();
+}
+gpuError_t agk_cumsum(const agk_env *env, const ag_kernel_call *c) {
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return cumsum_go<T>(env, c));
+  return gpuErrorNotSupported;
+}
+
+/* ---------------- gather ---------------- */
+struct agk_gix {
+  const void *p;
+  int i64;
+  long long s0, s1, s2;
+};
+AGK_DEV long long gix_at(agk_gix ix, long long o, long long k, long long i) {
+  return agk_idx(ix.p, ix.i64, o * ix.s0 + k * ix.s1 + i * ix.s2);
+}
+template <typename T>
+__global__ void k_gather(T *y, const T *x, agk_gix ix, long long O, long long K, long long I, long long X,
+                         ag_kernel_error *err) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * K * I; t += stride) {
+    long long i = t % I, ok = t / I, k = ok % K, o = ok / K, j = gix_at(ix, o, k, i);
+    if (j < 0 || j >= X) {
+      y[t] = agk_fromf<T>(0.f);
+      agk_report(err, AG_K_GATHER, j, X);
+    } else {
+      y[t] = x[(o * X + j) * I + i];
+    }
+  }
+}
+/* A thread per (o, i) line: zero it, then add dout in order of k, so the
+ * sums repeat bit for bit with no atomics. */
+template <typename T>
+__global__ void k_gather_bwd(float *dx, const T *g, agk_gix ix, long long O, long long K, long long I, long long X) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * I; t += stride) {
+    long long o = t / I, i = t - o * I;
+    float *d = dx + o * X * I + i;
+    for (long long j = 0; j < X; j++) d[j * I] = 0.f;
+    for (long long k = 0; k < K; k++) {
+      long long j = gix_at(ix, o, k, i);
+      if (j >= 0 && j < X) d[j * I] += agk_tof(g[(o * K + k) * I + i]);
+    }
+  }
+}
+static agk_gix gix_of(const ag_koperand *o) {
+  agk_gix ix;
+  ix.p = agk_ptr(o);
+  ix.i64 = o->dtype == AG_I64;
+  ix.s0 = o->strides[0];
+  ix.s1 = o->strides[1];
+  ix.s2 = o->strides[2];
+  return ix;
+}
+gpuError_t agk_gather(const agk_env *env, const ag_kernel_call *c) {
+  long long O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];
+  if (O * K * I == 0) return gpuSuccess;
+  unsigned g = agk_blocks(O * K * I, 256, 256, agk_wave(env, 256));
+  AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
+                     agk_launch(k_gather<T>, g, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
+                                (const T *)agk_ptr(&c->o[1]), gix_of(&c->o[2]), O, K, I, X, env->err));
+  return gpuGetLastError();
+}
+gpuError_t agk_gather_bwd(const agk_env *env, const ag_kernel_call *c) {
+  long long O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];
+  if (O * I * X == 0) return gpuSuccess;
+  unsigned g = agk_blocks(O * I, 256, 256, agk_wave(env, 256));
+  AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
+                     agk_launch(k_gather_bwd<T>, g, 256, 0, env->stream, (float *)agk_ptr(&c->o[0]),
+                                (const T *)agk_ptr(&c->o[1]), gix_of(&c->o[2]), O, K, I, X));
+  return gpuGetLastError();
+}
+
+/* ---------------- topk ---------------- */
+/* torch's order: NaN above every number, ties by lower index first. */
+AGK_DEV bool topk_before(float a, long long ia, float b, long long ib, int smallest) {
+  bool an = a != a, bn = b != b;
+  if (an != bn) return smallest ? bn : an;
+  if (!an && a != b) return smallest ? a < b : a > b;
+  return ia < ib;
+}
+/* A thread per element: its rank in the line is the number of elements
+ * ordered before it; ranks below k are written. O(R) work per element, no
+ * scratch, the same result on every device. */
+template <typename T>
+__global__ void k_topk(T *val, long long *idx, const T *x, long long O, long long R, long long I, long long K,
+                       int smallest) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * R * I; t += stride) {
+    long long i = t % I, oj = t / I, j = oj % R, o = oj / R;
+    const T *line = x + o * R * I + i;
+    float v = agk_tof(line[j * I]);
+    long long rank = 0;
+    for (long long q = 0; q < R && rank < K; q++)
+      if (topk_before(agk_tof(line[q * I]), q, v, j, smallest)) rank++;
+    if (rank < K) {
+      val[(o * K + rank) * I + i] = line[j * I];
+      idx[(o * K + rank) * I + i] = j;
+    }
+  }
+}
+gpuError_t agk_topk(const agk_env *env, const ag_kernel_call *c) {
+  long long O = c->i[0], R = c->i[1], I = c->i[2], K = c->i[3];
+  if (O * R * I == 0 || K == 0) return gpuSuccess;
+  unsigned g = agk_blocks(O * R * I, 256, 256, agk_wave(env, 256));
+  AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
+                     agk_launch(k_topk<T>, g, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
+                                (long long *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[1]), O, R, I, K, c->sub));
+  return gpuGetLastError();
 }
 
 /* ---------------- embedding ---------------- */

@@ -314,6 +314,15 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
       return is_float(dt);
     case AG_K_SOFTMAX:
       return is_float(dt) && (sub == 0 || sub == 1);
+    case AG_K_RMSNORM:
+    case AG_K_RMSNORM_BWD:
+      return is_float(dt) && sub == 0;
+    case AG_K_VAR:
+    case AG_K_CUMSUM:
+    case AG_K_GATHER: /* sub 1: i64 index */
+    case AG_K_GATHER_BWD:
+    case AG_K_TOPK: /* sub 1: smallest */
+      return is_float(dt) && (sub == 0 || sub == 1);
     /* the op table's entries: floats always, integers where the entry
      * has an integer rule (elementwise.cu) */
     case AG_K_UNARY: {
@@ -371,6 +380,13 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_CROSS_ENTROPY_BWD: e = agk_cross_entropy_bwd(&env, c); break;
     case AG_K_LAYERNORM: e = agk_layernorm(&env, c); break;
     case AG_K_LAYERNORM_BWD: e = agk_layernorm_bwd(&env, c); break;
+    case AG_K_RMSNORM: e = agk_rmsnorm(&env, c); break;
+    case AG_K_RMSNORM_BWD: e = agk_rmsnorm_bwd(&env, c); break;
+    case AG_K_VAR: e = agk_var(&env, c); break;
+    case AG_K_CUMSUM: e = agk_cumsum(&env, c); break;
+    case AG_K_GATHER: e = agk_gather(&env, c); break;
+    case AG_K_GATHER_BWD: e = agk_gather_bwd(&env, c); break;
+    case AG_K_TOPK: e = agk_topk(&env, c); break;
     case AG_K_EMBEDDING: e = agk_embedding(&env, c); break;
     case AG_K_EMBEDDING_BWD: e = agk_embedding_bwd(&env, c); break;
     case AG_K_DROPOUT: e = agk_dropout(&env, c); break;

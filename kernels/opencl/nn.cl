@@ -160,6 +160,163 @@ __kernel void ag_layernorm_bwd_wb(gbuf *dw, ulong dwo, gbuf *db, ulong dbo, cons
   if (db) stf(db, dbo, j, DT_F32, sb);
 }
 
+/* RMS norm: rstd = rsqrt(mean(x^2) + eps), y = x * rstd * w. */
+__kernel void ag_rmsnorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *w,
+                         ulong wo, __global float *rstd, ulong ro, long cols, float eps) {
+  __local float sh[AG_WG];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  float s = 0.0f;
+  for (long j = l; j < cols; j += L) {
+    float v = ldf(x, xo, base + j, dt);
+    s += v * v;
+  }
+  float rs = rsqrt(wg_sum(s, sh) / (float)cols + eps);
+  for (long j = l; j < cols; j += L) {
+    float o = ldf(x, xo, base + j, dt) * rs;
+    if (w) o *= ldf(w, wo, j, dt);
+    stf(y, yo, base + j, dt, o);
+  }
+  if (l == 0 && rstd) stf((gbuf *)rstd, ro, row, DT_F32, rs);
+}
+
+/* dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * w. */
+__kernel void ag_rmsnorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *x,
+                             ulong xo, int dt, const gbuf *rstd, ulong ro, const gbuf *w, ulong wo,
+                             long cols) {
+  __local float sh[AG_WG];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  float rs = ldf(rstd, ro, row, DT_F32);
+  float s = 0.0f;
+  for (long j = l; j < cols; j += L)
+    s += ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f) * ldf(x, xo, base + j, dt);
+  s = wg_sum(s, sh) / (float)cols * rs * rs;
+  for (long j = l; j < cols; j += L) {
+    float g = ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f);
+    stf(dx, dxo, base + j, dt, rs * (g - ldf(x, xo, base + j, dt) * s));
+  }
+}
+
+/* dw[j] = sum_n dy * x * rstd: one work-item per column, rows in order. */
+__kernel void ag_rmsnorm_bwd_w(gbuf *dw, ulong dwo, const gbuf *dy, ulong dyo, const gbuf *x,
+                               ulong xo, int dt, const gbuf *rstd, ulong ro, long rows, long cols) {
+  long j = get_global_id(0);
+  if (j >= cols) return;
+  float sw = 0.0f;
+  for (long r = 0; r < rows; r++)
+    sw += ldf(dy, dyo, r * cols + j, dt) * ldf(x, xo, r * cols + j, dt) * ldf(rstd, ro, r, DT_F32);
+  stf(dw, dwo, j, DT_F32, sw);
+}
+
+/* var/std of rows (inner == 1): one work-group per row, mean then the
+ * centred sum of squares, in f32. */
+__kernel void ag_var_rows(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long cols, float den,
+                          int sq) {
+  __local float sh[AG_WG];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0), L = get_local_size(0);
+  float s = 0.0f;
+  for (long j = l; j < cols; j += L) s += ldf(x, xo, base + j, dt);
+  float mu = wg_sum(s, sh) / (float)cols;
+  float v = 0.0f;
+  for (long j = l; j < cols; j += L) {
+    float d = ldf(x, xo, base + j, dt) - mu;
+    v += d * d;
+  }
+  v = wg_sum(v, sh) / den;
+  if (l == 0) stf(y, yo, row, dt, sq ? sqrt(v) : v);
+}
+
+/* var/std over the middle dim of [outer, r, inner]: a work-item per output. */
+__kernel void ag_var_cols(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r,
+                          long inner, float den, int sq) {
+  long t = get_global_id(0);
+  if (t >= outer * inner) return;
+  long o = t / inner, i = t % inner, base = o * r * inner + i;
+  float s = 0.0f;
+  for (long k = 0; k < r; k++) s += ldf(x, xo, base + k * inner, dt);
+  float mu = s / (float)r, v = 0.0f;
+  for (long k = 0; k < r; k++) {
+    float d = ldf(x, xo, base + k * inner, dt) - mu;
+    v += d * d;
+  }
+  v /= den;
+  stf(y, yo, t, dt, sq ? sqrt(v) : v);
+}
+
+/* Prefix (rev 0) or suffix (rev 1) sums along the middle dim of [outer, r,
+ * inner]: a work-item per line, in order, f32 accumulation. */
+__kernel void ag_cumsum(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r,
+                        long inner, int rev) {
+  long t = get_global_id(0);
+  if (t >= outer * inner) return;
+  long o = t / inner, i = t % inner, base = o * r * inner + i;
+  float s = 0.0f;
+  for (long k = 0; k < r; k++) {
+    long p = base + (rev ? r - 1 - k : k) * inner;
+    s += ldf(x, xo, p, dt);
+    stf(y, yo, p, dt, s);
+  }
+}
+
+#define KOP_GATHER 33 /* AG_K_GATHER, pinned in cl_launch.c */
+/* out[o,k,i] = x[o, idx[o,k,i], i]; i32 index with element strides s0..s2. */
+__kernel void ag_gather(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *ix, ulong ixo,
+                        long s0, long s1, long s2, long O, long K, long I, long X,
+                        __global int *err) {
+  long t = get_global_id(0);
+  if (t >= O * K * I) return;
+  long i = t % I, ok = t / I, k = ok % K, o = ok / K;
+  int j = ((const __global int *)(ix + ixo))[o * s0 + k * s1 + i * s2];
+  if (j < 0 || j >= X) {
+    stf(y, yo, t, dt, 0.0f);
+    set_error(err, 8, KOP_GATHER, j, X);
+  } else {
+    stf(y, yo, t, dt, ldf(x, xo, (o * X + j) * I + i, dt));
+  }
+}
+
+/* A work-item per (o, i) line: zeroed, then dout added in order of k. */
+__kernel void ag_gather_bwd(gbuf *dx, ulong dxo, const gbuf *g, ulong go, int dt, const gbuf *ix,
+                            ulong ixo, long s0, long s1, long s2, long O, long K, long I, long X) {
+  long t = get_global_id(0);
+  if (t >= O * I) return;
+  long o = t / I, i = t % I, base = o * X * I + i;
+  for (long j = 0; j < X; j++) stf(dx, dxo, base + j * I, DT_F32, 0.0f);
+  for (long k = 0; k < K; k++) {
+    int j = ((const __global int *)(ix + ixo))[o * s0 + k * s1 + i * s2];
+    if (j >= 0 && j < X) {
+      long p = base + j * I;
+      stf(dx, dxo, p, DT_F32, ldf(dx, dxo, p, DT_F32) + ldf(g, go, (o * K + k) * I + i, dt));
+    }
+  }
+}
+
+/* topk: a work-item per element, its rank = the number of elements ordered
+ * before it (NaN above numbers, ties by lower index); ranks below k written. */
+bool topk_before(float a, long ia, float b, long ib, int smallest) {
+  bool an = isnan(a), bn = isnan(b);
+  if (an != bn) return smallest ? bn : an;
+  if (!an && a != b) return smallest ? a < b : a > b;
+  return ia < ib;
+}
+__kernel void ag_topk(gbuf *val, ulong vo, __global long *idx, ulong io, const gbuf *x, ulong xo,
+                      int dt, long O, long R, long I, long K, int smallest) {
+  long t = get_global_id(0);
+  if (t >= O * R * I) return;
+  long i = t % I, oj = t / I, j = oj % R, o = oj / R, base = o * R * I + i;
+  float v = ldf(x, xo, base + j * I, dt);
+  long rank = 0;
+  for (long q = 0; q < R && rank < K; q++)
+    if (topk_before(ldf(x, xo, base + q * I, dt), q, v, j, smallest)) rank++;
+  if (rank < K) {
+    long p = (o * K + rank) * I + i;
+    stf(val, vo, p, dt, v);
+    ((__global long *)((__global uchar *)idx + io))[p] = j;
+  }
+}
+
 /* Rows are copied as bits (esz bytes per element), so every dtype is exact. */
 __kernel void ag_embedding(gbuf *o, ulong oo, const gbuf *tab, ulong tbo, int esz, const gbuf *ix,
                            ulong ixo, long n, long d, long v, __global int *err) {
