@@ -613,7 +613,7 @@ static ag_status run_cumsum(ag_bstream *s, const ag_kernel_call *c) {
   return ka_run(&a, (size_t)(outer * inner), 0);
 }
 
-_Static_assert(AG_K_GATHER == 33, "KOP_GATHER in kernels/opencl/nn.cl");
+_Static_assert(AG_ERR_INDEX == 8, "ERR_INDEX in kernels/opencl/common.cl");
 
 static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
   int64_t O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];

@@ -120,7 +120,9 @@ void ew_offsets(long i, int nd, const ew_meta *m, int nop, long *o) {
 }
 
 /* First error wins; the host reads the word after a stream sync. Layout of
- * ag_kernel_error: int code, int kop, long index, long limit. */
+ * ag_kernel_error: int code, int kop, long index, long limit. ERR_INDEX is
+ * AG_ERR_INDEX (status.h, pinned in cl_launch.c). */
+#define ERR_INDEX 8
 void set_error(__global int *err, int code, int kop, long index, long limit) {
   if (err && atomic_cmpxchg(err, 0, code) == 0) {
     err[1] = kop;

@@ -35,11 +35,7 @@ __kernel void ag_softmax_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, con
   }
 }
 
-/* loss[row] = logsumexp(x) - x[t]; KOP is the ag_kop number for errors. */
-#define KOP_CROSS_ENTROPY 11
-#define KOP_CROSS_ENTROPY_BWD 12
-#define KOP_EMBEDDING 15
-#define KOP_EMBEDDING_BWD 16
+/* loss[row] = logsumexp(x) - x[t]; errors name the ag_kop (kops.h). */
 
 __kernel void ag_cross_entropy(gbuf *loss, ulong lo, const gbuf *x, ulong xo, int dt,
                                const gbuf *tg, ulong to, long cols, int ignore,
@@ -55,7 +51,7 @@ __kernel void ag_cross_entropy(gbuf *loss, ulong lo, const gbuf *x, ulong xo, in
   if (t < 0 || t >= cols) {
     if (l == 0) {
       stf(loss, lo, row, DT_F32, NAN);
-      set_error(err, 8, KOP_CROSS_ENTROPY, t, cols);
+      set_error(err, ERR_INDEX, AG_K_CROSS_ENTROPY, t, cols);
     }
     return;
   }
@@ -77,7 +73,7 @@ __kernel void ag_cross_entropy_bwd(gbuf *dl, ulong dlo, const gbuf *x, ulong xo,
   int t = ((const __global int *)(tg + to))[row];
   if (t == ignore || t < 0 || t >= cols) {
     for (long j = l; j < cols; j += L) stf(dl, dlo, base + j, dt, 0.0f);
-    if (t != ignore && l == 0) set_error(err, 8, KOP_CROSS_ENTROPY_BWD, t, cols);
+    if (t != ignore && l == 0) set_error(err, ERR_INDEX, AG_K_CROSS_ENTROPY_BWD, t, cols);
     return;
   }
   float m = -INFINITY;
@@ -260,7 +256,6 @@ __kernel void ag_cumsum(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long
   }
 }
 
-#define KOP_GATHER 33 /* AG_K_GATHER, pinned in cl_launch.c */
 /* out[o,k,i] = x[o, idx[o,k,i], i]; i32 index with element strides s0..s2. */
 __kernel void ag_gather(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *ix, ulong ixo,
                         long s0, long s1, long s2, long O, long K, long I, long X,
@@ -271,7 +266,7 @@ __kernel void ag_gather(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, cons
   int j = ((const __global int *)(ix + ixo))[o * s0 + k * s1 + i * s2];
   if (j < 0 || j >= X) {
     stf(y, yo, t, dt, 0.0f);
-    set_error(err, 8, KOP_GATHER, j, X);
+    set_error(err, ERR_INDEX, AG_K_GATHER, j, X);
   } else {
     stf(y, yo, t, dt, ldf(x, xo, (o * X + j) * I + i, dt));
   }
@@ -325,7 +320,7 @@ __kernel void ag_embedding(gbuf *o, ulong oo, const gbuf *tab, ulong tbo, int es
   long row = i / d, col = i % d;
   int t = ((const __global int *)(ix + ixo))[row];
   bool bad = t < 0 || t >= v;
-  if (bad && col == 0) set_error(err, 8, KOP_EMBEDDING, t, v);
+  if (bad && col == 0) set_error(err, ERR_INDEX, AG_K_EMBEDDING, t, v);
   long src = (long)t * d + col;
   if (esz == 2)
     ((__global ushort *)(o + oo))[i] = bad ? 0 : ((const __global ushort *)(tab + tbo))[src];
@@ -346,7 +341,7 @@ __kernel void ag_embedding_bwd(gbuf *tab, ulong to, int tdt, const gbuf *dout, u
       long k = (long)t * d + col;
       stf(tab, to, k, tdt, ldf(tab, to, k, tdt) + ldf(dout, doo, r * d + col, dt));
     } else if (col == 0) {
-      set_error(err, 8, KOP_EMBEDDING_BWD, t, v);
+      set_error(err, ERR_INDEX, AG_K_EMBEDDING_BWD, t, v);
     }
   }
 }
