@@ -3,8 +3,7 @@
  *   low precision (the region's f16 or bf16): matmul
  *   f32: softmax, log_softmax, layer_norm, sum, mean, cross_entropy,
  *        mse_loss, and the elementwise ops whose op-table entry says F32
- *        (optable.h: exp, log, pow_scalar, rsqrt, softplus, reciprocal,
- *        log1p, expm1)
+ *        (optable.h's amp column: exp, log, pow_scalar, rsqrt, ...)
  *   widest input: the binary elementwise ops (add, sub, mul, div, maximum,
  *        minimum, atan2, remainder, comparisons), where, concat
  *   (f16 with bf16 promotes to f32)

@@ -26,23 +26,20 @@ extern "C" {
 #endif
 
 /* ---- elementwise, NumPy broadcasting ----
- * One function per entry of the op table (anygrad/optable.h, which gives
- * each op's formula, gradient, AMP policy and dtypes):
- *   binary:  ag_add ag_sub ag_mul ag_div ag_maximum ag_minimum ag_atan2
- *            ag_remainder (a - floor(a/b)*b, the sign of b, as Python), and
- *            the comparisons ag_eq ag_ne ag_gt ag_ge ag_lt ag_le, which return
- *            AG_BOOL (0 or 1) as PyTorch does; the inputs share one dtype and
- *            NaN compares unequal to everything (ne is true). Before the bool
- *            dtype they returned the inputs' dtype: multiply by a mask after
- *            ag_cast(mask, dtype).
- *   unary:   ag_neg ag_exp ag_log ag_sqrt ag_rsqrt ag_abs ag_relu ag_silu
- *            ag_sigmoid ag_tanh ag_square ag_sin ag_cos ag_erf ag_floor ag_ceil
- *            ag_round (halves to even) ag_sign ag_reciprocal ag_log1p ag_expm1
- *            ag_hardswish ag_hardsigmoid ag_mish ag_gelu (tanh approximation)
- *            ag_gelu_erf (PyTorch's default, exact erf form)
- *   with scalars: ag_pow_scalar(x, exponent) ag_leaky_relu(x, negative_slope)
- *            ag_elu(x, alpha) ag_clamp(x, min, max) (NaN passes)
- *            ag_softplus(x, beta, threshold) (PyTorch's defaults: 1, 20)
+ * One function per entry of the op table (anygrad/optable.h: each entry's
+ * name, formula, gradient, AMP policy, dtypes and the meaning of its
+ * scalars), declared below from the table:
+ *   binary ops:  ag_<name>(a, b), e.g. ag_add, ag_mul, ag_maximum, ag_atan2,
+ *     ag_remainder (Python's sign rule); the comparisons ag_eq ag_ne ag_gt
+ *     ag_ge ag_lt ag_le return AG_BOOL (0 or 1) as PyTorch does, the inputs
+ *     sharing one dtype; NaN compares unequal to everything (ne is true).
+ *     Before the bool dtype they returned the inputs' dtype: multiply by a
+ *     mask after ag_cast(mask, dtype).
+ *   unary ops:   ag_<name>(x), e.g. ag_exp, ag_gelu (tanh approximation),
+ *     ag_gelu_erf (PyTorch's default), ag_round (halves to even)
+ *   with scalars, in the table's order: e.g. ag_pow_scalar(x, exponent),
+ *     ag_leaky_relu(x, negative_slope), ag_clamp(x, min, max),
+ *     ag_softplus(x, beta, threshold) (PyTorch's defaults: 1, 20)
  * Ops without an integer rule in the table take floating dtypes only
  * (AG_ERR_DTYPE otherwise). */
 #define AG_OPS_DECL_B(name) AG_API ag_tensor *ag_##name(ag_tensor *a, ag_tensor *b);
