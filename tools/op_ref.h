@@ -10,6 +10,8 @@
 
 #include "anygrad/backend.h"
 
+#define CREF_PI 3.14159265358979323846
+
 /* ---- unary forward: CREF_U_<ID>(x, s0, s1) ---- */
 #define CREF_U_COPY(x, s0, s1) (x)
 #define CREF_U_NEG(x, s0, s1) (-(x))
@@ -19,7 +21,7 @@
 #define CREF_U_RSQRT(x, s0, s1) (1 / sqrt(x))
 #define CREF_U_ABS(x, s0, s1) fabs(x)
 #define CREF_U_RELU(x, s0, s1) ((x) < 0 ? 0 : (x))
-#define CREF_U_GELU(x, s0, s1) (0.5 * (x) * (1 + tanh(sqrt(2 / M_PI) * ((x) + 0.044715 * (x) * (x) * (x)))))
+#define CREF_U_GELU(x, s0, s1) (0.5 * (x) * (1 + tanh(sqrt(2 / CREF_PI) * ((x) + 0.044715 * (x) * (x) * (x)))))
 #define CREF_U_SILU(x, s0, s1) ((x) / (1 + exp(-(x))))
 #define CREF_U_SIGMOID(x, s0, s1) (1 / (1 + exp(-(x))))
 #define CREF_U_TANH(x, s0, s1) tanh(x)
@@ -45,6 +47,17 @@
 #define CREF_U_RECIPROCAL(x, s0, s1) (1 / (x))
 #define CREF_U_LOG1P(x, s0, s1) log1p(x)
 #define CREF_U_EXPM1(x, s0, s1) expm1(x)
+#define CREF_U_SELU(x, s0, s1) (1.0507009873554804934 * ((x) > 0 ? (x) : 1.6732632423543772848 * expm1(x)))
+#define CREF_U_CELU(x, s0, s1) (fmax(0, x) + fmin(0, (s0) * (exp((x) / (s0)) - 1)))
+#define CREF_U_SOFTSIGN(x, s0, s1) ((x) / (1 + fabs(x)))
+#define CREF_U_TANHSHRINK(x, s0, s1) ((x) - tanh(x))
+#define CREF_U_LOGSIGMOID(x, s0, s1) (-log1p(exp(-(x))))
+#define CREF_U_RELU6(x, s0, s1) fmin(fmax(x, 0), 6)
+#define CREF_U_TRUNC(x, s0, s1) trunc(x)
+#define CREF_U_FRAC(x, s0, s1) ((x) - trunc(x))
+#define CREF_U_SINH(x, s0, s1) sinh(x)
+#define CREF_U_COSH(x, s0, s1) cosh(x)
+#define CREF_U_EXP2(x, s0, s1) exp2(x)
 
 /* ---- unary backward: CREF_BWD_<ID>(g, v, s0, s1), v the value the table
  * saves (x, or y the output; ignored for ops that save nothing) ---- */
@@ -65,9 +78,9 @@
 #define CREF_BWD_SQUARE(g, x, s0, s1) (2 * (g) * (x))
 #define CREF_BWD_SIN(g, x, s0, s1) ((g) * cos(x))
 #define CREF_BWD_COS(g, x, s0, s1) (-(g) * sin(x))
-#define CREF_BWD_ERF(g, x, s0, s1) ((g) * 2 / sqrt(M_PI) * exp(-(x) * (x)))
+#define CREF_BWD_ERF(g, x, s0, s1) ((g) * 2 / sqrt(CREF_PI) * exp(-(x) * (x)))
 #define CREF_BWD_GELU_ERF(g, x, s0, s1) \
-  ((g) * (0.5 * erfc(-(x) / sqrt(2.0)) + (x) * exp(-0.5 * (x) * (x)) / sqrt(2 * M_PI)))
+  ((g) * (0.5 * erfc(-(x) / sqrt(2.0)) + (x) * exp(-0.5 * (x) * (x)) / sqrt(2 * CREF_PI)))
 #define CREF_BWD_SOFTPLUS(g, x, s0, s1) ((x) * (s0) > (s1) ? (g) : (g) / (1 + exp(-(x) * (s0))))
 #define CREF_BWD_LEAKY_RELU(g, x, s0, s1) ((x) > 0 ? (g) : (g) * (s0))
 #define CREF_BWD_ELU(g, x, s0, s1) ((x) > 0 ? (g) : (g) * (s0) * exp(x))
@@ -82,6 +95,18 @@
 #define CREF_BWD_RECIPROCAL(g, y, s0, s1) (-(g) * (y) * (y))
 #define CREF_BWD_LOG1P(g, x, s0, s1) ((g) / (1 + (x)))
 #define CREF_BWD_EXPM1(g, y, s0, s1) ((g) * ((y) + 1))
+#define CREF_BWD_SELU(g, x, s0, s1) \
+  ((g) * 1.0507009873554804934 * ((x) > 0 ? 1 : 1.6732632423543772848 * exp(x)))
+#define CREF_BWD_CELU(g, x, s0, s1) ((x) > 0 ? (g) : (g) * exp((x) / (s0)))
+#define CREF_BWD_SOFTSIGN(g, x, s0, s1) ((g) / pow(1 + fabs(x), 2))
+#define CREF_BWD_TANHSHRINK(g, x, s0, s1) ((g) * pow(tanh(x), 2))
+#define CREF_BWD_LOGSIGMOID(g, x, s0, s1) ((g) / (1 + exp(x)))
+#define CREF_BWD_RELU6(g, x, s0, s1) ((x) > 0 && (x) < 6 ? (g) : 0)
+#define CREF_BWD_TRUNC(g, v, s0, s1) 0.0
+#define CREF_BWD_FRAC(g, v, s0, s1) (g)
+#define CREF_BWD_SINH(g, x, s0, s1) ((g) * cosh(x))
+#define CREF_BWD_COSH(g, x, s0, s1) ((g) * sinh(x))
+#define CREF_BWD_EXP2(g, y, s0, s1) ((g) * (y) * log(2.0))
 
 /* ---- binary forward: CREF_B_<ID>(a, b, s0); comparisons give 0 or 1 ---- */
 #define CREF_B_ADD(a, b, s0) ((a) + (s0) * (b))
@@ -98,6 +123,8 @@
 #define CREF_B_GE(a, b, s0) ((double)((a) >= (b)))
 #define CREF_B_ATAN2(a, b, s0) atan2(a, b)
 #define CREF_B_REMAINDER(a, b, s0) ((a) - floor((a) / (b)) * (b))
+#define CREF_B_HYPOT(a, b, s0) hypot(a, b)
+#define CREF_B_FMOD(a, b, s0) fmod(a, b)
 
 /* ---- binary partial derivatives: CREF_DA_<ID>(a, b), CREF_DB_<ID>(a, b) ---- */
 #define CREF_DA_MAX(a, b) ((a) > (b) ? 1 : (a) == (b) ? 0.5 : 0)
@@ -108,9 +135,13 @@
 #define CREF_DB_ATAN2(a, b) (-(a) / ((a) * (a) + (b) * (b)))
 #define CREF_DA_REMAINDER(a, b) 1.0
 #define CREF_DB_REMAINDER(a, b) (-floor((a) / (b)))
+#define CREF_DA_HYPOT(a, b) ((a) / hypot(a, b))
+#define CREF_DB_HYPOT(a, b) ((b) / hypot(a, b))
+#define CREF_DA_FMOD(a, b) 1.0
+#define CREF_DB_FMOD(a, b) (-trunc((a) / (b)))
 
 static inline double cref_gelu_d(double x) {
-  double k = sqrt(2 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
+  double k = sqrt(2 / CREF_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
 }
 static inline double cref_silu_d(double x) {

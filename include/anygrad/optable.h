@@ -138,7 +138,39 @@
   AGX(LOG1P, log1p, A0, E_LOG1P(x), X, g / (E_K(1) + x), F32, FLT, 8, (UNI, -0.9, 3),               \
       (UNI, -0.5, 2), 0, 0)                                                                        \
   AGX(EXPM1, expm1, A0, E_EXPM1(x), Y, g * (y + E_K(1)), F32, FLT, 8, (UNI, -3, 3), (UNI, -2, 2), 0, \
-      0)
+      0)                                                                                           \
+  /* scale * (x > 0 ? x : alpha * (e^x - 1)), PyTorch's constants */                              \
+  AGX(SELU, selu, A0,                                                                              \
+      E_K(1.0507009873554805) * (x > E_K(0) ? x : E_K(1.6732632423543772) * E_EXPM1(x)), X,        \
+      x > E_K(0) ? g * E_K(1.0507009873554805)                                                     \
+                 : g * E_K(1.7580993408473766) * E_EXP(x),                                         \
+      KEEP, FLT, 8, (UNI, -3, 3), (AWAY, 0.1, 2), 0, 0)                                           \
+  /* s0: alpha; x > 0 ? x : alpha * (e^(x/alpha) - 1) */                                           \
+  AGX(CELU, celu, A1, x > E_K(0) ? x : s0 * E_EXPM1(x / s0), X, x > E_K(0) ? g : g * E_EXP(x / s0), \
+      KEEP, FLT, 8, (UNI, -3, 3), (AWAY, 0.1, 2), 1.5, 0)                                         \
+  AGX(SOFTSIGN, softsign, A0, x / (E_K(1) + E_ABS(x)), X,                                          \
+      g / ((E_K(1) + E_ABS(x)) * (E_K(1) + E_ABS(x))), KEEP, FLT, 1, (UNI, -3, 3), (AWAY, 0.1, 2),  \
+      0, 0)                                                                                        \
+  AGX(TANHSHRINK, tanhshrink, A0, x - E_TANH(x), X, g * E_TANH(x) * E_TANH(x), KEEP, FLT, 8,       \
+      (UNI, -3, 3), (UNI, -2, 2), 0, 0)                                                            \
+  /* log(sigmoid(x)) = min(x, 0) - log1p(e^-|x|) */                                                \
+  AGX(LOGSIGMOID, logsigmoid, A0, (x < E_K(0) ? x : E_K(0)) - E_LOG1P(E_EXP(-E_ABS(x))), X,        \
+      g * E_SIGMOID(-x), F32, FLT, 8, (UNI, -3, 3), (UNI, -3, 3), 0, 0)                            \
+  /* min(max(x, 0), 6); NaN passes */                                                              \
+  AGX(RELU6, relu6, A0, x < E_K(0) ? E_K(0) : x > E_K(6) ? E_K(6) : x, X,                          \
+      x > E_K(0) && x < E_K(6) ? g : E_K(0), KEEP, FLT, 1, (UNI, -2, 8), (FRAC, -2, 8), 0, 0)       \
+  /* towards zero */                                                                               \
+  AGX(TRUNC, trunc, A0, x < E_K(0) ? E_CEIL(x) : E_FLOOR(x), N, E_K(0), KEEP, FLT, 1, (UNI, -3, 3),  \
+      (FRAC, -2, 2), 0, 0)                                                                         \
+  /* x - trunc(x) */                                                                               \
+  AGX(FRAC, frac, A0, x - (x < E_K(0) ? E_CEIL(x) : E_FLOOR(x)), N, g, KEEP, FLT, 1, (UNI, -3, 3),   \
+      (FRAC, -2, 2), 0, 0)                                                                         \
+  AGX(SINH, sinh, A0, E_K(0.5) * (E_EXPM1(x) - E_EXPM1(-x)), X,                                    \
+      g * E_K(0.5) * (E_EXP(x) + E_EXP(-x)), F32, FLT, 8, (UNI, -3, 3), (UNI, -2, 2), 0, 0)         \
+  AGX(COSH, cosh, A0, E_K(0.5) * (E_EXP(x) + E_EXP(-x)), X,                                        \
+      g * E_K(0.5) * (E_EXPM1(x) - E_EXPM1(-x)), F32, FLT, 8, (UNI, -3, 3), (UNI, -2, 2), 0, 0)     \
+  AGX(EXP2, exp2, A0, E_POW(E_K(2), x), Y, g * y * E_K(0.6931471805599453), F32, FLT, 8,           \
+      (UNI, -3, 3), (UNI, -2, 2), 0, 0)
 
 /* ---- binary entries ----
  * AGX(ID, name, api, fwd, kind, grad, da, db, ints, cost, doma, domb)
@@ -185,7 +217,13 @@
   AGX(REMAINDER, remainder, B,                                                                     \
       E_FMOD(a, b) != E_K(0) && (E_FMOD(a, b) < E_K(0)) != (b < E_K(0)) ? E_FMOD(a, b) + b          \
                                                                         : E_FMOD(a, b),            \
-      ARITH, PART, E_K(1), -E_FLOOR(a / b), FLT, 1, (FRAC, -3, 3), (NZINT, 1, 3))
+      ARITH, PART, E_K(1), -E_FLOOR(a / b), FLT, 1, (FRAC, -3, 3), (NZINT, 1, 3))                 \
+  /* sqrt(a^2 + b^2) */                                                                            \
+  AGX(HYPOT, hypot, B, E_SQRT(a * a + b * b), ARITH, PART, a / E_SQRT(a * a + b * b),              \
+      b / E_SQRT(a * a + b * b), FLT, 8, (AWAY, 0.3, 2), (AWAY, 0.3, 2))                           \
+  /* C's fmod: a - trunc(a/b)*b, the sign of a (torch.fmod) */                                     \
+  AGX(FMOD, fmod, B, E_FMOD(a, b), ARITH, PART, E_K(1),                                            \
+      a / b < E_K(0) ? -E_CEIL(a / b) : -E_FLOOR(a / b), FLT, 1, (FRAC, -3, 3), (NZINT, 1, 3))
 
 /* ---- list helpers ----
  * AG_OPT_SAVE_IS_<save> / AG_OPT_GRAD_IS_<grad> expand to 0 or 1, so a
