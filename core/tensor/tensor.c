@@ -387,9 +387,9 @@ static ag_status elementwise_check(ag_devstate *ds, const ag_kernel_call *c) {
   const ag_unary_info *u = c->op == AG_K_UNARY ? ag_unary_info_of(c->sub) : NULL;
   const ag_binary_info *b = c->op == AG_K_BINARY ? ag_binary_info_of(c->sub) : NULL;
   const char *sub = u ? u->name : b ? b->name : "(unknown sub-op)";
-  return ag_error_set(AG_ERR_UNSUPPORTED, "%s: elementwise %s (%s %d) for %s is not implemented on %s",
-                      c->name ? c->name : "launch", sub, c->op == AG_K_UNARY ? "unary" : "binary", c->sub,
-                      ag_dtype_name(dt), ds->label);
+  return ag_error_set(AG_ERR_UNSUPPORTED, "%s for %s is not supported on %s (elementwise %s, %s sub-op %d)",
+                      c->name ? c->name : "launch", ag_dtype_name(dt), ds->label, sub,
+                      c->op == AG_K_UNARY ? "unary" : "binary", c->sub);
 }
 
 ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
