@@ -1419,6 +1419,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   cases_elementwise();
+  /* the families after the op table's cases draw from a fixed point of the
+   * generator, so their inputs do not move when the table gains entries */
+  rng = 0x2545F4914F6CDD1Dull;
   cases_reduce();
   cases_reduce_nan();
   cases_grid_stride();

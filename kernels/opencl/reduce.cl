@@ -13,6 +13,16 @@ float red_f(int op, float acc, float v) {
   return (v > acc || isnan(v)) ? v : acc;
 }
 
+/* acc + v with Kahan's compensation c: a work-item's running f32 sum keeps
+ * an error near one rounding however many elements it adds (a plain sum of
+ * 70000 elements was off by 1e-3). The compensation is dropped at inf or NaN
+ * so those propagate as in a plain sum. */
+float kahan_add(float acc, float v, float *c) {
+  float y = v - *c, t = acc + y;
+  *c = isfinite(t) ? (t - acc) - y : 0.0f;
+  return t;
+}
+
 /* Integer dtypes reduce exactly in i64 (stores keep the low bits). */
 long red_i(int op, long acc, long v) { return op == AG_R_SUM ? acc + v : op == AG_R_MIN ? min(acc, v) : max(acc, v); }
 
@@ -39,6 +49,7 @@ __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
   float acc = op == AG_R_SUM ? 0.0f : op == AG_R_MIN ? INFINITY : -INFINITY;
   long iacc = op == AG_R_SUM ? 0 : op == AG_R_MIN ? LONG_MAX : LONG_MIN;
   int idx = INT_MAX;
+  float comp = 0.0f;
   for (long j = l; j < r; j += L) {
     if (isint) {
       long v = ldl(x, xo, base + j, xdt);
@@ -51,6 +62,8 @@ __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
       float v = ldf(x, xo, base + j, xdt);
       if (op == AG_R_ARGMAX) {
         if (idx == INT_MAX || am_takes(acc, v)) { acc = v; idx = (int)j; }
+      } else if (op == AG_R_SUM) {
+        acc = kahan_add(acc, v, &comp);
       } else {
         acc = red_f(op, acc, v);
       }
@@ -96,6 +109,7 @@ __kernel void ag_reduce_cols(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
   float acc = op == AG_R_SUM ? 0.0f : op == AG_R_MIN ? INFINITY : -INFINITY;
   long iacc = op == AG_R_SUM ? 0 : op == AG_R_MIN ? LONG_MAX : LONG_MIN;
   int idx = 0;
+  float comp = 0.0f;
   for (long j = 0; j < r; j++) {
     if (isint) {
       long v = ldl(x, xo, base + j * inner, xdt);
@@ -108,6 +122,8 @@ __kernel void ag_reduce_cols(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
       float v = ldf(x, xo, base + j * inner, xdt);
       if (op == AG_R_ARGMAX) {
         if (j == 0 || am_takes(acc, v)) { acc = v; idx = (int)j; }
+      } else if (op == AG_R_SUM) {
+        acc = kahan_add(acc, v, &comp);
       } else {
         acc = red_f(op, acc, v);
       }
