@@ -8,7 +8,8 @@
 #include <time.h>
 
 #include "memory/alloc_internal.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "memory/block.h"
 
 #define MiB ((size_t)1 << 20)
 

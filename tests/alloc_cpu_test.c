@@ -16,7 +16,8 @@
 
 #include "anygrad/anygrad.h"
 #include "test_device.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "memory/block.h"
 
 #define MiB ((size_t)1 << 20)
 

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,7 +15,8 @@
 #include <cmocka.h>
 
 #include "memory/alloc_internal.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "memory/block.h"
 
 #define MiB ((size_t)1 << 20)
 #define FAKE_TOTAL (256 * MiB)

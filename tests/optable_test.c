@@ -15,7 +15,8 @@
 
 #include <cmocka.h>
 
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "tensor/tensor_internal.h"
 #include "op_ref.h"
 #include "tensor/half.h"
 #include "test_device.h"

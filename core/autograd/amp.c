@@ -3,7 +3,8 @@
 #include <stdlib.h>
 
 #include "anygrad/amp.h"
-#include "internal.h"
+#include "tensor/tensor_internal.h"
+#include "autograd/autocast.h"
 
 #define MAX_DEPTH 16
 

@@ -11,7 +11,8 @@
 
 #include "anygrad/amp.h"
 #include "anygrad/autograd.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "tensor/tensor_internal.h"
 
 /* Per-iteration marks on parameters (keys are borrowed pointers, compared
  * only): which were unscaled and which were stepped since the last update. */

@@ -2,11 +2,13 @@
  * engine (reverse topological order by dependency counting), gradient
  * accumulation into leaves, and the thread-local grad modes.
  * Backward formulas live in grad_ops.c; this file owns graph structure. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "memory/alloc_internal.h"
 #include "anygrad/amp.h"
+#include "autograd/autocast.h"
 #include "autograd/grad_internal.h"
 
 /* What an AG_G_CHECKPOINT node needs to re-run its block. */

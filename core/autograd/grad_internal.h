@@ -3,8 +3,11 @@
 #ifndef AG_CORE_GRAD_INTERNAL_H
 #define AG_CORE_GRAD_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "anygrad/autograd.h"
-#include "internal.h"
+#include "autograd/record.h"
+#include "tensor/tensor_internal.h"
 
 #define AG_NODE_MAX_SAVED 4
 #define AG_NODE_MAX_INPUTS_STACK 8

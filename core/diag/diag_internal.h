@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "anygrad/diag.h"
-#include "internal.h"
+#include "runtime/devstate.h"
 
 /* CLOCK_MONOTONIC in nanoseconds: the one host clock of every measurement. */
 AG_HIDDEN uint64_t ag__now_ns(void);

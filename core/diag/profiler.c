@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* open_memstream */
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,8 @@
 #include "anygrad/autograd.h"
 #include "anygrad/report.h"
 #include "diag/diag_internal.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "tensor/tensor_internal.h"
 
 #define KEEP 4096     /* step records kept (a ring) */
 #define MAX_PEND 1024 /* unresolved event pairs; beyond, timings are dropped */

@@ -4,6 +4,7 @@
  * writer, which also replays the allocator's event ring. */
 #define _GNU_SOURCE
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -16,7 +16,8 @@
 
 #include "anygrad/loader.h"
 #include "dist_internal.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "tensor/tensor_internal.h"
 
 #define DEFAULT_TIMEOUT_MS 300000
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "dist_internal.h"
-#include "internal.h"
+#include "runtime/devstate.h"
 
 typedef struct slot {
   const ag_dist_module *mod;

@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "anygrad/interop.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "tensor/tensor_internal.h"
 
 /* Whether a segment base plus an offset is an address (not an OpenCL cl_mem):
  * the backend says so (AG_BACKEND_F_ADDRESSABLE). */

@@ -8,7 +8,9 @@
 #include "anygrad/loader.h"
 #include "anygrad/threads.h"
 #include "diag/diag_internal.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "memory/block.h"
+#include "tensor/tensor_internal.h"
 
 typedef enum { S_EMPTY, S_FILLING, S_READY, S_ERROR, S_COPIED } slot_state;
 

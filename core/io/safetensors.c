@@ -24,7 +24,8 @@
 
 #include "anygrad/autograd.h"
 #include "anygrad/serialize.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "tensor/tensor_internal.h"
 
 #define MAX_HEADER (100u << 20)
 

@@ -6,7 +6,8 @@
 
 #include <stdio.h>
 
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "memory/block.h"
 
 typedef struct ag_allocator ag_allocator;
 

@@ -2,12 +2,15 @@
  * rounding, a free cache with a byte cap, reuse only after the copies that
  * read a block have completed) over each backend's pinned_alloc/free, plus
  * the asynchronous host->device copy that stages pageable sources. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "anygrad/loader.h"
 #include "diag/diag_internal.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "memory/block.h"
+#include "tensor/tensor_internal.h"
 
 #define MIN_BLOCK 4096u
 

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "anygrad/device.h"
+
+#include "hidden.h"
 
 static atomic_int g_det = -1; /* -1: not read from the environment yet */
 

@@ -23,7 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "memory/block.h"
 
 /* Built-in modules: compiled into libanygrad, registered like the others.
  * Their getters are the only backend symbols the core names. */

@@ -4,8 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "anygrad/status.h"
 #include "anygrad/version.h"
-#include "internal.h"
 
 static _Thread_local char tl_msg[1024];
 static _Thread_local ag_status tl_status;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "memory/alloc_internal.h"
-#include "internal.h"
+#include "runtime/devstate.h"
 
 ag_stream *ag_stream_default(ag_device d) {
   ag_devstate *ds = ag__devstate(d);

@@ -6,13 +6,14 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "anygrad/diag.h"
 #include "diag/diag_internal.h"
-#include "internal.h"
+#include "runtime/devstate.h"
 
 static atomic_int g_mode = -1; /* -1: not read from the environment yet */
 static atomic_uint_fast64_t g_syncs;

@@ -7,7 +7,10 @@
 
 #include "anygrad/amp.h"
 #include "anygrad/autograd.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "tensor/tensor_internal.h"
+#include "autograd/record.h"
+#include "autograd/autocast.h"
 
 /* NULL input: keep the first error if there is one, else say which op. */
 static bool null_args(const char *op, int n, ag_tensor *const *ts) {

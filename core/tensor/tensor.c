@@ -2,12 +2,16 @@
  * views and copies. Everything here is backend-neutral: memory comes from the
  * device's caching allocator and work goes through ag__launch. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "anygrad/autograd.h"
-#include "internal.h"
+#include "runtime/devstate.h"
+#include "memory/block.h"
+#include "tensor/tensor_internal.h"
+#include "autograd/record.h"
 
 static atomic_llong g_live;
 

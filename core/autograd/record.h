@@ -1,0 +1,88 @@
+/* What a forward op records for autograd (core/autograd/autograd.c): the
+ * node kinds, their parameters and what each saves. Never installed. */
+#ifndef AG_CORE_RECORD_H
+#define AG_CORE_RECORD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "anygrad/status.h"
+#include "anygrad/tensor.h"
+
+#include "hidden.h"
+
+typedef enum ag_gop {
+  AG_G_ADD, AG_G_SUB, AG_G_MUL, AG_G_DIV,
+  AG_G_UNARY,       /* a unary op of the table (optable.h): p->i[0] the
+                       ag_unary_op, p->s[0..1] its scalars; what it saves
+                       (x or the output) is the table's */
+  AG_G_BINARY,      /* a binary op of the table whose gradient is generated
+                       (PART): p->i[0] the ag_binary_op; saves a and b */
+  AG_G_WHERE,       /* inputs cond, a, b (cond not differentiable) */
+  AG_G_SUM, AG_G_MEAN, AG_G_MAX, AG_G_MIN, /* dims in p, keepdim in p */
+  AG_G_MATMUL,
+  AG_G_SOFTMAX, AG_G_LOG_SOFTMAX, /* dim in p->i[0] */
+  AG_G_CROSS_ENTROPY, /* inputs logits, targets; p->i[0] reduction, i[1] ignore */
+  AG_G_MSE,
+  AG_G_LAYER_NORM,  /* inputs x, weight, bias (NULL allowed); saved mean, rstd */
+  AG_G_EMBEDDING,   /* inputs table, indices */
+  AG_G_CONCAT,      /* n inputs; dim in p->i[0] */
+  AG_G_DROPOUT,     /* saved mask */
+  AG_G_VIEW,        /* reshape/view/flatten/squeeze/unsqueeze: input shape in p */
+  AG_G_PERMUTE,     /* dims in p */
+  AG_G_SLICE,       /* p->i: dim, start, end, step */
+  AG_G_EXPAND,      /* input shape in p */
+  AG_G_CAST,        /* input dtype in p->i[0] */
+  AG_G_TO_DEVICE,
+  AG_G_CHECKPOINT,  /* ag_checkpoint: inputs saved, the block re-run in backward */
+  AG_G_CONV2D,      /* inputs x, w, bias (NULL allowed); p->dims[0..6] stride,
+                       padding, dilation (h, w each), groups */
+  AG_G_BATCH_NORM,  /* inputs x, weight, bias (NULL allowed); saved mean, rstd
+                       [C]; p->i[0] training (the statistics depend on x) */
+  AG_G_POOL2D,      /* input x; p->i[0] ag_pool_op; p->dims[0..6] as the
+                       kernel call's s[0..6]; MAX saves the i32 indices */
+  AG_G_RMS_NORM,    /* inputs x, weight (NULL allowed); saved contiguous x,
+                       rstd */
+  AG_G_VAR,         /* var (p->i[0] 0) or std (1): dims, keepdim, keepdim
+                       shape in p as AG_G_SUM; p->s[0] = max(0, N -
+                       correction); std saves its output (keepdim shape) */
+  AG_G_CUMSUM,      /* p->i[0] dim, p->i[1] reverse (suffix sums) */
+  AG_G_GATHER,      /* inputs x, index; p->i[0] dim, p->i[1] 1 for index_select */
+  AG_GOP_COUNT
+} ag_gop;
+
+typedef struct ag_gparams {
+  double s[4];
+  int64_t i[4];
+  int n_dims;
+  int dims[AG_MAX_DIMS];
+  bool keepdim;
+  int ndim; /* an input shape the backward needs */
+  int64_t shape[AG_MAX_DIMS];
+} ag_gparams;
+
+/* Saved tensors passed by the forward ops (core/tensor/ops.c, core/tensor/tensor.c):
+ *   MUL, DIV, BINARY: the inputs a, b as given;  UNARY: the table's choice
+ *   (x, the output, or nothing);  ADD/SUB: none
+ *   WHERE: saved cond;  MAX/MIN reductions: saved x, out (keepdim=true
+ *   shape view of out);  MATMUL: saved a, b (inputs as given; a third input
+ *   is a bias the GEMM added, ag__linear_addmm)
+ *   SOFTMAX, LOG_SOFTMAX: saved out;  CROSS_ENTROPY: saved logits as [N, C]
+ *   contiguous, targets [N] contiguous i32, and for MEAN the scalar count
+ *   of non-ignored targets (f32; f64 for f64 logits);  MSE: saved diff =
+ *   a - b;  LAYER_NORM: saved x as [N, D] contiguous, mean [N], rstd [N]
+ *   (f32; f64 for f64 x);  EMBEDDING: saved
+ *   indices contiguous i32;  DROPOUT: saved mask (out = x * mask)
+ * The node's output is `out` (its shape is out's); inputs are the forward
+ * op's tensor arguments in order. */
+/* True when grad mode is on and any non-NULL input requires grad. */
+AG_HIDDEN bool ag__grad_needed(int n, ag_tensor *const *inputs);
+/* Attach a backward node to out. inputs may hold NULLs (absent optional
+ * inputs); saved tensors are retained by the node until it is freed. */
+AG_HIDDEN ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs,
+                                    ag_tensor *const *inputs, int n_saved,
+                                    ag_tensor *const *saved, const ag_gparams *p);
+/* Release t's autograd fields when t is destroyed. */
+AG_HIDDEN void ag__grad_tensor_free(ag_tensor *t);
+
+#endif

@@ -1,0 +1,143 @@
+/* Tensors and storage as the core builds them: headers over allocator
+ * blocks or user memory, views, in-place version counters, kernel operands
+ * and launches. Never installed. */
+#ifndef AG_CORE_TENSOR_INTERNAL_H
+#define AG_CORE_TENSOR_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "anygrad/backend.h"
+#include "anygrad/ops.h"
+#include "anygrad/tensor.h"
+
+#include "hidden.h"
+#include "memory/block.h"
+#include "runtime/devstate.h"
+
+typedef struct ag_storage {
+  atomic_int refcount;
+  ag_devstate *ds;
+  ag_block *block;
+  void *base;    /* segment base handle (copy of the block's) */
+  size_t offset; /* bytes from base */
+  size_t nbytes;
+  /* Bumped by every in-place write to any tensor over this storage (views
+   * share it, as PyTorch's views share a version counter); autograd compares
+   * it with the value recorded when a tensor was saved for backward. */
+  atomic_uint version;
+  /* Memory the user owns (ag_from_blob, DLPack import): block is NULL and
+   * ext_free(ext_data, ext_ctx) runs after the last reference, once the
+   * device is synchronized. */
+  bool external;
+  void (*ext_free)(void *data, void *ctx);
+  void *ext_data;
+  void *ext_ctx;
+} ag_storage;
+
+struct ag_node;
+typedef struct ag_grad_hooks ag_grad_hooks; /* autograd.c */
+struct ag_scope;
+
+struct ag_tensor {
+  atomic_int refcount;
+  ag_dtype dtype;
+  int ndim;
+  int64_t numel;
+  int64_t shape[AG_MAX_DIMS];
+  int64_t strides[AG_MAX_DIMS];
+  int64_t offset; /* elements from the storage start */
+  ag_storage *st;
+  /* autograd (autograd.c) */
+  bool requires_grad;
+  ag_tensor *grad;
+  struct ag_node *grad_fn; /* owned reference */
+  int out_index;
+  uint32_t saved_version; /* st->version when autograd saved this header */
+  /* gradient-ready hooks (autograd.c): owned list, NULL when none */
+  struct ag_grad_hooks *hooks;
+  /* scratch of the backward passes running on this leaf (autograd.c): edges
+   * still to be processed, and whether a gradient arrived */
+  int32_t bw_pending;
+  bool bw_got;
+  /* scope ownership */
+  struct ag_scope *scope;
+  int32_t scope_slot;
+};
+
+/* New tensor with fresh contiguous storage on ds (registered in the current
+ * scope). */
+AG_HIDDEN ag_tensor *ag__tensor_new(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t *shape);
+/* New tensor over memory the caller owns (base handle `data`, `nbytes`
+ * long), with the given strides (elements); free_fn(data, ctx) runs when the
+ * last reference goes. NULL with the error set (free_fn not called). */
+AG_HIDDEN ag_tensor *ag__tensor_wrap(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t *shape,
+                                     const int64_t *strides, void *data, size_t byte_offset,
+                                     size_t nbytes, void (*free_fn)(void *, void *), void *ctx);
+/* New tensor header sharing t's storage with the given layout. */
+AG_HIDDEN ag_tensor *ag__tensor_view(ag_tensor *t, int ndim, const int64_t *shape,
+                                     const int64_t *strides, int64_t offset);
+/* A header over t's storage and layout that no scope owns and that is off
+ * the tape: what long-lived holders (autograd nodes, optimizers, loaders)
+ * keep, so a caller releasing or a scope ending never pulls memory from under
+ * them. Owned by the caller (ag_tensor_release). */
+AG_HIDDEN ag_tensor *ag__private_ref(ag_tensor *t);
+/* Take t out of its scope: the scope's reference becomes the caller's. */
+AG_HIDDEN ag_tensor *ag__scope_detach(ag_tensor *t);
+/* New reference viewing all of t (identity view on the tape). */
+AG_HIDDEN ag_tensor *ag__alias(ag_tensor *t);
+/* x @ wt + bias (a Linear forward; wt the transposed weight, bias 1-D or
+ * NULL) as one matmul node whose GEMM adds the bias (beta = 1 over the
+ * broadcast bias), where the dtype is f32/f64 and autocast is off; else
+ * matmul then add. Owned by the caller; NULL with the error set. */
+AG_HIDDEN ag_tensor *ag__linear_addmm(ag_tensor *x, ag_tensor *wt, ag_tensor *bias);
+/* Check a shape: no negative size, and the product of the sizes (0 counted
+ * as 1) times dt's size fits in int64_t (so numel, every contiguous stride
+ * and the byte size are exact). AG_ERR_SHAPE naming op otherwise. */
+AG_HIDDEN bool ag__shape_check(const char *op, int ndim, const int64_t *shape, ag_dtype dt,
+                               int64_t *out_numel);
+AG_HIDDEN void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides);
+AG_HIDDEN void ag__operand(ag_koperand *o, const ag_tensor *t);
+static inline ag_devstate *ag__ds(const ag_tensor *t) { return t->st->ds; }
+
+/* In-place writes (docs/autograd.md, "In-place writes"). Every write into an
+ * existing tensor checks first (AG_ERR_INVALID while grad mode is on and dst
+ * requires grad: the write would not be on the tape) and bumps the storage
+ * version after it is enqueued. fn names the public call. */
+AG_HIDDEN ag_status ag__inplace_check(const ag_tensor *dst, const char *fn);
+static inline void ag__version_bump(ag_tensor *t) {
+  if (t && t->st) atomic_fetch_add_explicit(&t->st->version, 1, memory_order_relaxed);
+}
+static inline uint32_t ag__version(const ag_tensor *t) {
+  return atomic_load_explicit(&t->st->version, memory_order_relaxed);
+}
+
+/* Launch on the current stream of ds; checks backend support first. */
+AG_HIDDEN ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c);
+/* Contiguous index operand (embedding indices, cross-entropy targets) for
+ * kernel op `op` with data dtype dt: i64 stays i64 where the backend takes
+ * it (supports(op, 1, dt)), else it is clamped to the i32 range and cast
+ * (an out-of-range index stays out of range). New reference. */
+AG_HIDDEN ag_tensor *ag__index_operand(ag_devstate *ds, ag_kop op, ag_dtype dt, ag_tensor *idx);
+AG_HIDDEN bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char *name);
+/* ag_cumsum, or with reverse the suffix sums (its gradient); recorded. */
+AG_HIDDEN ag_tensor *ag__cumsum(ag_tensor *a, int dim, bool reverse);
+/* The gradient of ag_gather (sel false) or ag_index_select (sel true) along
+ * dim d: g scattered into zeros of x's shape, in f32 (f64 for f64 x). */
+AG_HIDDEN ag_tensor *ag__gather_backward(ag_tensor *g, ag_tensor *index, int d, bool sel, int xndim,
+                                         const int64_t *xshape, ag_dtype xdt);
+
+/* ---- operands, devices, random streams ---- */
+/* Reserve `blocks` Philox blocks of generator g (NULL: default). */
+AG_HIDDEN void ag__generator_take(ag_generator *g, uint64_t blocks, uint64_t *seed, uint64_t *offset);
+/* Operand viewing t broadcast to ndim/shape (zero strides); false if the
+ * shapes do not broadcast. */
+AG_HIDDEN bool ag__broadcast_operand(ag_koperand *o, const ag_tensor *t, int ndim, const int64_t *shape);
+AG_HIDDEN const char *ag__devlabel(const ag_tensor *t);
+/* The common device of n tensors (NULLs skipped), or an AG_ERR_DEVICE error
+ * naming the op. NULL on error. */
+AG_HIDDEN ag_devstate *ag__same_device(const char *op, int n, ag_tensor *const *ts);
+
+#endif
