@@ -183,13 +183,6 @@ ag_tensor *ag_grad_scaler_scale(ag_grad_scaler *s, ag_tensor *loss) {
 
 /* ---------------- non-finite check ---------------- */
 
-static void set_entry(ag_kmulti *m, int k, const ag_tensor *t) {
-  m->t[k].base = t->st->base;
-  m->t[k].offset = t->st->offset + (size_t)t->offset * ag_dtype_size(t->dtype);
-  m->t[k].dtype = t->dtype;
-  m->t[k].numel = t->numel;
-}
-
 /* Set the flag on inf/nan in gs; with unscale, multiply them by 1/scale in
  * place (without, the kernel only reads them). */
 static ag_status check_grads(ag_grad_scaler *s, ag_tensor **gs, int n, bool unscale, const char *fn) {
@@ -207,15 +200,11 @@ static ag_status check_grads(ag_grad_scaler *s, ag_tensor **gs, int n, bool unsc
   for (int k = 0; k < n; k += AG_KMAX_MULTI) {
     int cnt = n - k < AG_KMAX_MULTI ? n - k : AG_KMAX_MULTI;
     ag_kernel_call c;
-    memset(&c, 0, sizeof c);
-    c.op = AG_K_NONFINITE_CHECK;
-    c.n_operands = unscale ? 2 : 1;
-    ag__operand(&c.o[0], s->found);
-    if (unscale) ag__operand(&c.o[1], s->inv_scale);
+    ag__kcall_init(&c, AG_K_NONFINITE_CHECK, 0, fn, unscale ? 2 : 1,
+                   (ag_tensor *[]){s->found, s->inv_scale});
     s->multi->count = cnt;
-    for (int j = 0; j < cnt; j++) set_entry(s->multi, j, gs[k + j]);
+    for (int j = 0; j < cnt; j++) ag__kmulti_set(s->multi, j, gs[k + j]);
     c.multi = s->multi;
-    c.name = fn;
     ag_status st = ag__launch(s->ds, &c);
     if (st != AG_OK) return st;
     for (int j = 0; unscale && j < cnt; j++) ag__version_bump(gs[k + j]); /* unscaled in place */

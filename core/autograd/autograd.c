@@ -472,7 +472,6 @@ static ag_status accumulate(ag_tensor *leaf, ag_tensor *g) {
     return ag_error_set(AG_ERR_INTERNAL, "ag_backward: gradient shape does not match its leaf");
   ag_devstate *ds = ag__ds(leaf);
   ag_kernel_call c;
-  memset(&c, 0, sizeof c);
   if (!leaf->grad && g->dtype == leaf->dtype && g->offset == 0 && ag_tensor_is_contiguous(g) &&
       atomic_load(&g->st->refcount) == 1 && g->st->nbytes == (size_t)g->numel * ag_dtype_size(g->dtype)) {
     /* The first gradient of a step usually owns its buffer outright: adopt
@@ -491,12 +490,7 @@ static ag_status accumulate(ag_tensor *leaf, ag_tensor *g) {
     if (!d) return ag_last_status();
     ag__grad_own(d);
     ag__grad_tag(d, AG_MEM_GRADIENTS);
-    c.op = AG_K_UNARY;
-    c.sub = AG_U_COPY;
-    c.n_operands = 2;
-    ag__operand(&c.o[0], d);
-    ag__operand(&c.o[1], g);
-    c.name = "ag_backward";
+    ag__kcall_init(&c, AG_K_UNARY, AG_U_COPY, "ag_backward", 2, (ag_tensor *[]){d, g});
     ag_status st = d->numel ? ag__launch(ds, &c) : AG_OK;
     if (st != AG_OK) {
       ag_tensor_release(d);
@@ -508,14 +502,9 @@ static ag_status accumulate(ag_tensor *leaf, ag_tensor *g) {
   ag_tensor *gc = ag_cast(g, leaf->dtype);
   if (!gc) return ag_last_status();
   ag__version_bump(leaf->grad); /* accumulated in place */
-  c.op = AG_K_BINARY;
-  c.sub = AG_B_ADD;
-  c.n_operands = 3;
+  ag__kcall_init(&c, AG_K_BINARY, AG_B_ADD, "ag_backward", 3,
+                 (ag_tensor *[]){leaf->grad, leaf->grad, gc});
   c.s[0] = 1.0;
-  ag__operand(&c.o[0], leaf->grad);
-  ag__operand(&c.o[1], leaf->grad);
-  ag__operand(&c.o[2], gc);
-  c.name = "ag_backward";
   ag_status st = leaf->numel ? ag__launch(ds, &c) : AG_OK;
   ag_tensor_release(gc);
   return st;

@@ -47,14 +47,9 @@ static ag_tensor *binary_bwd(int sub, ag_tensor *g, ag_tensor *a, ag_tensor *b, 
   ag_tensor *out = ag__tensor_new(ag__ds(g), g->dtype, g->ndim, g->shape);
   if (!out) return NULL;
   ag_kernel_call c;
-  memset(&c, 0, sizeof c);
-  c.op = AG_K_BINARY;
-  c.sub = sub;
-  c.n_operands = 3;
+  ag__kcall_init(&c, AG_K_BINARY, sub, "ag_backward", 3, (ag_tensor *[]){out, NULL, NULL});
   c.s[0] = s0;
   c.s[1] = s1;
-  c.name = "ag_backward";
-  ag__operand(&c.o[0], out);
   ag__broadcast_operand(&c.o[1], a, g->ndim, g->shape);
   ag__broadcast_operand(&c.o[2], b, g->ndim, g->shape);
   if (out->numel && ag__launch(ag__ds(g), &c) != AG_OK) {
@@ -103,16 +98,10 @@ static ag_status softmax_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   if (st == AG_OK && dx->numel) {
     int64_t cols = yc->shape[yc->ndim - 1];
     ag_kernel_call c;
-    memset(&c, 0, sizeof c);
-    c.op = AG_K_SOFTMAX_BWD;
-    c.sub = n->op == AG_G_LOG_SOFTMAX;
-    c.n_operands = 3;
+    ag__kcall_init(&c, AG_K_SOFTMAX_BWD, n->op == AG_G_LOG_SOFTMAX, "ag_softmax backward", 3,
+                   (ag_tensor *[]){dx, gc, yc});
     c.i[0] = dx->numel / cols;
     c.i[1] = cols;
-    c.name = "ag_softmax backward";
-    ag__operand(&c.o[0], dx);
-    ag__operand(&c.o[1], gc);
-    ag__operand(&c.o[2], yc);
     st = ag__launch(ag__ds(dx), &c);
   }
   if (st == AG_OK) {
@@ -165,17 +154,11 @@ static ag_status cross_entropy_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   ag_status st = (l2 && t1 && rows && dl) ? AG_OK : fail();
   if (st == AG_OK && dl->numel) {
     ag_kernel_call c;
-    memset(&c, 0, sizeof c);
-    c.op = AG_K_CROSS_ENTROPY_BWD;
-    c.n_operands = 4;
+    ag__kcall_init(&c, AG_K_CROSS_ENTROPY_BWD, 0, "ag_cross_entropy backward", 4,
+                   (ag_tensor *[]){dl, l2, t1, rows});
     c.i[0] = N;
     c.i[1] = C;
     c.i[2] = ignore;
-    c.name = "ag_cross_entropy backward";
-    ag__operand(&c.o[0], dl);
-    ag__operand(&c.o[1], l2);
-    ag__operand(&c.o[2], t1);
-    ag__operand(&c.o[3], rows);
     st = ag__launch(ag__ds(dl), &c);
   }
   if (st == AG_OK) {
@@ -208,27 +191,14 @@ static ag_status layer_norm_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   if (st == AG_OK && dx->numel) {
     ag_kmulti m;
     ag_kernel_call c;
-    memset(&c, 0, sizeof c);
-    c.op = AG_K_LAYERNORM_BWD;
-    c.n_operands = 6;
+    ag__kcall_init(&c, AG_K_LAYERNORM_BWD, 0, "ag_layer_norm backward", 6,
+                   (ag_tensor *[]){dx, g2, x2, mean, rstd, wc});
     c.i[0] = N;
     c.i[1] = D;
-    c.name = "ag_layer_norm backward";
-    ag__operand(&c.o[0], dx);
-    ag__operand(&c.o[1], g2);
-    ag__operand(&c.o[2], x2);
-    ag__operand(&c.o[3], mean);
-    ag__operand(&c.o[4], rstd);
-    if (wc) ag__operand(&c.o[5], wc);
     if (want_wb) {
-      m.count = 2;
-      ag_tensor *t2[2] = {dw, db};
-      for (int k = 0; k < 2; k++) {
-        m.t[k].base = t2[k]->st->base;
-        m.t[k].offset = t2[k]->st->offset + (size_t)t2[k]->offset * ag_dtype_size(sdt);
-        m.t[k].dtype = sdt;
-        m.t[k].numel = D;
-      }
+      m.count = 0;
+      ag__kmulti_set(&m, 0, dw);
+      ag__kmulti_set(&m, 1, db);
       c.multi = &m;
     }
     st = ag__launch(ag__ds(dx), &c);
@@ -261,23 +231,13 @@ static ag_status rms_norm_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   if (st == AG_OK && N && D) {
     ag_kmulti m;
     ag_kernel_call c;
-    memset(&c, 0, sizeof c);
-    c.op = AG_K_RMSNORM_BWD;
-    c.n_operands = 5;
+    ag__kcall_init(&c, AG_K_RMSNORM_BWD, 0, "ag_rms_norm backward", 5,
+                   (ag_tensor *[]){dx, g2, x2, rstd, wc});
     c.i[0] = N;
     c.i[1] = D;
-    c.name = "ag_rms_norm backward";
-    ag__operand(&c.o[0], dx);
-    ag__operand(&c.o[1], g2);
-    ag__operand(&c.o[2], x2);
-    ag__operand(&c.o[3], rstd);
-    if (wc) ag__operand(&c.o[4], wc);
     if (want_w) {
-      m.count = 1;
-      m.t[0].base = dw->st->base;
-      m.t[0].offset = dw->st->offset + (size_t)dw->offset * ag_dtype_size(dw->dtype);
-      m.t[0].dtype = dw->dtype;
-      m.t[0].numel = D;
+      m.count = 0;
+      ag__kmulti_set(&m, 0, dw);
       c.multi = &m;
     }
     st = ag__launch(ag__ds(dx), &c);
@@ -338,16 +298,11 @@ static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   ag_status st = (i1 && g2 && dt) ? AG_OK : fail();
   if (st == AG_OK && N && D) {
     ag_kernel_call c;
-    memset(&c, 0, sizeof c);
-    c.op = AG_K_EMBEDDING_BWD;
-    c.n_operands = 3;
+    ag__kcall_init(&c, AG_K_EMBEDDING_BWD, 0, "ag_embedding backward", 3,
+                   (ag_tensor *[]){dt, g2, i1});
     c.i[0] = N;
     c.i[1] = D;
     c.i[2] = V;
-    c.name = "ag_embedding backward";
-    ag__operand(&c.o[0], dt);
-    ag__operand(&c.o[1], g2);
-    ag__operand(&c.o[2], i1);
     st = ag__launch(ag__ds(dt), &c);
   }
   if (st == AG_OK) {

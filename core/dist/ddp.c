@@ -99,15 +99,9 @@ static ag_tensor *persistent_new(ag_devstate *ds, ag_dtype dt, int64_t n) {
 static ag_status scaled_copy(ag_tensor *view, ag_tensor *g, double w) {
   if (!view->numel) return AG_OK;
   ag_kernel_call c;
-  memset(&c, 0, sizeof c);
-  c.op = AG_K_UNARY;
-  c.sub = AG_U_AFFINE;
-  c.n_operands = 2;
-  ag__operand(&c.o[0], view);
-  ag__operand(&c.o[1], g);
+  ag__kcall_init(&c, AG_K_UNARY, AG_U_AFFINE, "ag_ddp (bucket)", 2, (ag_tensor *[]){view, g});
   c.s[0] = w;
   c.s[1] = 0.0;
-  c.name = "ag_ddp (bucket)";
   ag_status st = ag__launch(ag__ds(view), &c);
   if (st == AG_OK) ag__version_bump(view);
   return st;

@@ -28,13 +28,6 @@ ag_adamw_options ag_adamw_defaults(void) {
   return (ag_adamw_options){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
 }
 
-static void set_entry(ag_kmulti *m, int k, const ag_tensor *t) {
-  m->t[k].base = t ? t->st->base : NULL;
-  m->t[k].offset = t ? t->st->offset + (size_t)t->offset * ag_dtype_size(t->dtype) : 0;
-  m->t[k].dtype = t ? t->dtype : AG_F32;
-  m->t[k].numel = t ? t->numel : 0;
-}
-
 void ag_optimizer_free(ag_optimizer *o) {
   if (!o) return;
   for (int i = 0; i < o->n; i++) {
@@ -183,15 +176,14 @@ static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *fou
   int per = o->kind == OPT_ADAMW ? 4 : 3;
   int cap = AG_KMAX_MULTI / per;
   int64_t t = o->steps + 1;
-  ag_kernel_call c;
-  memset(&c, 0, sizeof c);
-  c.n_operands = 2; /* o0 grad-scale, o1 found_inf: absent (base NULL) unless given */
-  c.o[0].dtype = c.o[1].dtype = AG_F32;
-  if (inv_scale) ag__operand(&c.o[0], inv_scale);
-  if (found_inf) ag__operand(&c.o[1], found_inf);
-  if (o->kind == OPT_ADAMW) {
-    c.op = AG_K_ADAMW;
-    c.name = "ag_optimizer_step (adamw)";
+  bool adamw = o->kind == OPT_ADAMW;
+  ag_kernel_call c; /* o0 grad-scale, o1 found_inf: absent (base NULL) unless given */
+  ag__kcall_init(&c, adamw ? AG_K_ADAMW : AG_K_SGD, 0,
+                 adamw ? "ag_optimizer_step (adamw)" : "ag_optimizer_step (sgd)", 2,
+                 (ag_tensor *[]){inv_scale, found_inf});
+  if (!inv_scale) c.o[0].dtype = AG_F32;
+  if (!found_inf) c.o[1].dtype = AG_F32;
+  if (adamw) {
     c.s[0] = o->adam.lr;
     c.s[1] = o->adam.beta1;
     c.s[2] = o->adam.beta2;
@@ -200,8 +192,6 @@ static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *fou
     c.s[5] = 1.0 - pow(o->adam.beta1, (double)t);
     c.s[6] = 1.0 - pow(o->adam.beta2, (double)t);
   } else {
-    c.op = AG_K_SGD;
-    c.name = "ag_optimizer_step (sgd)";
     c.s[0] = o->sgd.lr;
     c.s[1] = o->sgd.momentum;
     c.s[2] = o->sgd.dampening;
@@ -228,10 +218,10 @@ static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *fou
       ag__version_bump(p);
       ag__version_bump(o->s0[i]);
       ag__version_bump(o->s1[i]);
-      set_entry(o->multi, k * per + 0, p);
-      set_entry(o->multi, k * per + 1, g);
-      set_entry(o->multi, k * per + 2, o->s0[i]);
-      if (per == 4) set_entry(o->multi, k * per + 3, o->s1[i]);
+      ag__kmulti_set(o->multi, k * per + 0, p);
+      ag__kmulti_set(o->multi, k * per + 1, g);
+      ag__kmulti_set(o->multi, k * per + 2, o->s0[i]);
+      if (per == 4) ag__kmulti_set(o->multi, k * per + 3, o->s1[i]);
       k++;
     }
   }
@@ -282,15 +272,10 @@ ag_status ag_optimizer_state(const ag_optimizer *o, ag_param_list *l) {
 static ag_status multi_launch(ag_devstate *ds, ag_kop op, ag_tensor *o0, ag_tensor *o1, ag_tensor **ts,
                               int n, ag_kmulti *m, const char *name) {
   ag_kernel_call c;
-  memset(&c, 0, sizeof c);
-  c.op = op;
-  c.n_operands = o1 ? 2 : 1;
-  ag__operand(&c.o[0], o0);
-  if (o1) ag__operand(&c.o[1], o1);
+  ag__kcall_init(&c, op, 0, name, o1 ? 2 : 1, (ag_tensor *[]){o0, o1});
   m->count = n;
-  for (int k = 0; k < n; k++) set_entry(m, k, ts[k]);
+  for (int k = 0; k < n; k++) ag__kmulti_set(m, k, ts[k]);
   c.multi = m;
-  c.name = name;
   return ag__launch(ds, &c);
 }
 

@@ -22,14 +22,6 @@ static bool null_args(const char *op, int n, ag_tensor *const *ts) {
   return false;
 }
 
-static inline void call_init(ag_kernel_call *c, ag_kop op, int sub, int n, const char *name) {
-  c->op = op;
-  c->sub = sub;
-  c->n_operands = n;
-  c->multi = NULL;
-  c->name = name;
-}
-
 static ag_tensor *finish(ag_tensor *out, ag_status st) {
   if (st != AG_OK) {
     ag_tensor_release(out);
@@ -175,8 +167,7 @@ static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag
   if (!out) return NULL;
   if (out->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_BINARY, bop, 3, name);
-    ag__operand(&c.o[0], out);
+    ag__kcall_init(&c, AG_K_BINARY, bop, name, 3, (ag_tensor *[]){out, NULL, NULL});
     ag__broadcast_operand(&c.o[1], a, nd, shape);
     ag__broadcast_operand(&c.o[2], b, nd, shape);
     c.s[0] = 1.0;
@@ -228,9 +219,7 @@ static ag_tensor *unary_impl(const char *name, ag_unary_op uop, ag_tensor *a, do
   if (!out) return NULL;
   if (out->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_UNARY, uop, 2, name);
-    ag__operand(&c.o[0], out);
-    ag__operand(&c.o[1], a);
+    ag__kcall_init(&c, AG_K_UNARY, uop, name, 2, (ag_tensor *[]){out, a});
     c.s[0] = s0;
     c.s[1] = s1;
     if (ag__launch(ds, &c) != AG_OK) return finish(out, AG_ERR_BACKEND);
@@ -308,8 +297,7 @@ static ag_tensor *where_impl(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
   if (!out) return NULL;
   if (out->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_WHERE, 0, 4, name);
-    ag__operand(&c.o[0], out);
+    ag__kcall_init(&c, AG_K_WHERE, 0, name, 4, (ag_tensor *[]){out, NULL, NULL, NULL});
     for (int i = 0; i < 3; i++) ag__broadcast_operand(&c.o[i + 1], in[i], nd, shape);
     if (ag__launch(ds, &c) != AG_OK) return finish(out, AG_ERR_BACKEND);
   }
@@ -442,8 +430,7 @@ static ag_tensor *reduce_impl(const char *name, ag_reduce_op rop, ag_gop gop, ag
   ag_status st = out ? AG_OK : AG_ERR_OOM;
   if (st == AG_OK && out->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_REDUCE, rop, 2, name);
-    ag__operand(&c.o[0], out);
+    ag__kcall_init(&c, AG_K_REDUCE, rop, name, 2, (ag_tensor *[]){out, NULL});
     ag__operand(&c.o[1], pl.src);
     c.i[0] = pl.outer;
     c.i[1] = pl.r;
@@ -533,8 +520,7 @@ static ag_tensor *var_impl(const char *name, int sq, ag_tensor *a, int n_dims, c
   ag_status st = out ? AG_OK : ag_last_status();
   if (st == AG_OK && out->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_VAR, sq, 2, name);
-    ag__operand(&c.o[0], out);
+    ag__kcall_init(&c, AG_K_VAR, sq, name, 2, (ag_tensor *[]){out, NULL});
     ag__operand(&c.o[1], pl.src);
     c.i[0] = pl.outer;
     c.i[1] = pl.r;
@@ -597,9 +583,7 @@ ag_tensor *ag__cumsum(ag_tensor *a, int dim, bool reverse) {
   ag_status st = out ? AG_OK : ag_last_status();
   if (st == AG_OK && out->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_CUMSUM, reverse ? 1 : 0, 2, name);
-    ag__operand(&c.o[0], out);
-    ag__operand(&c.o[1], src);
+    ag__kcall_init(&c, AG_K_CUMSUM, reverse ? 1 : 0, name, 2, (ag_tensor *[]){out, src});
     c.i[0] = outer;
     c.i[1] = r;
     c.i[2] = inner;
@@ -626,10 +610,8 @@ static ag_tensor *gather_run(const char *name, ag_devstate *ds, ag_tensor *xs, a
   ag_status st = out ? AG_OK : ag_last_status();
   if (st == AG_OK && out->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_GATHER, ic->dtype == AG_I64 ? 1 : 0, 3, name);
-    ag__operand(&c.o[0], out);
-    ag__operand(&c.o[1], xs);
-    ag__operand(&c.o[2], ic);
+    ag__kcall_init(&c, AG_K_GATHER, ic->dtype == AG_I64 ? 1 : 0, name, 3,
+                   (ag_tensor *[]){out, xs, ic});
     c.o[2].ndim = 3;
     c.o[2].shape[0] = O;
     c.o[2].shape[1] = K;
@@ -761,10 +743,8 @@ ag_tensor *ag__gather_backward(ag_tensor *g, ag_tensor *index, int d, bool sel, 
   }
   if (st == AG_OK && dx->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_GATHER_BWD, ic->dtype == AG_I64 ? 1 : 0, 3, name);
-    ag__operand(&c.o[0], dx);
-    ag__operand(&c.o[1], gc);
-    ag__operand(&c.o[2], ic);
+    ag__kcall_init(&c, AG_K_GATHER_BWD, ic->dtype == AG_I64 ? 1 : 0, name, 3,
+                   (ag_tensor *[]){dx, gc, ic});
     c.o[2].ndim = 3;
     c.o[2].shape[0] = O;
     c.o[2].shape[1] = K;
@@ -827,10 +807,7 @@ ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tensor **ou
   ag_status st = ix ? AG_OK : ag_last_status();
   if (st == AG_OK && v->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_TOPK, largest ? 0 : 1, 3, name);
-    ag__operand(&c.o[0], v);
-    ag__operand(&c.o[1], xs);
-    ag__operand(&c.o[2], ix);
+    ag__kcall_init(&c, AG_K_TOPK, largest ? 0 : 1, name, 3, (ag_tensor *[]){v, xs, ix});
     c.i[0] = O;
     c.i[1] = R;
     c.i[2] = In;
@@ -1030,7 +1007,7 @@ static ag_tensor *matmul_core(ag_tensor *a, ag_tensor *b, ag_tensor *bias) {
   }
   if (st == AG_OK && out->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_MATMUL, 0, 3, name);
+    ag__kcall_init(&c, AG_K_MATMUL, 0, name, 3, NULL);
     c.o[0].base = out->st->base;
     c.o[0].offset = out->st->offset;
     c.o[0].dtype = out->dtype;
@@ -1118,9 +1095,7 @@ static ag_tensor *softmax_core(const char *name, int variant, ag_gop gop, ag_ten
   int64_t cols = a->ndim ? src->shape[src->ndim - 1] : 1;
   if (st == AG_OK && y->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_SOFTMAX, variant, 2, name);
-    ag__operand(&c.o[0], y);
-    ag__operand(&c.o[1], src);
+    ag__kcall_init(&c, AG_K_SOFTMAX, variant, name, 2, (ag_tensor *[]){y, src});
     c.i[0] = y->numel / cols;
     c.i[1] = cols;
     st = ag__launch(ds, &c);
@@ -1227,10 +1202,7 @@ static ag_tensor *cross_entropy_impl(ag_tensor *logits, ag_tensor *targets, ag_r
   ag_status st = rows ? AG_OK : ag_last_status();
   if (st == AG_OK && N) {
     ag_kernel_call c;
-    call_init(&c, AG_K_CROSS_ENTROPY, 0, 3, name);
-    ag__operand(&c.o[0], rows);
-    ag__operand(&c.o[1], lc);
-    ag__operand(&c.o[2], tc);
+    ag__kcall_init(&c, AG_K_CROSS_ENTROPY, 0, name, 3, (ag_tensor *[]){rows, lc, tc});
     c.i[0] = N;
     c.i[1] = C;
     c.i[2] = ignore_index;
@@ -1347,20 +1319,12 @@ static ag_tensor *layer_norm_impl(ag_tensor *x, ag_tensor *weight, ag_tensor *bi
   ag_status st = (rstd && (!weight || wc) && (!bias || bc)) ? AG_OK : ag_last_status();
   if (st == AG_OK && N && D) {
     ag_kernel_call c;
-    call_init(&c, AG_K_LAYERNORM, 0, 6, name);
-    ag__operand(&c.o[0], y);
+    ag__kcall_init(&c, AG_K_LAYERNORM, 0, name, 6, (ag_tensor *[]){y, xc, wc, bc, mean, rstd});
     c.o[0].ndim = 2;
     c.o[0].shape[0] = N;
     c.o[0].shape[1] = D;
     c.o[0].strides[0] = D;
     c.o[0].strides[1] = 1;
-    ag__operand(&c.o[1], xc);
-    if (wc) ag__operand(&c.o[2], wc);
-    else memset(&c.o[2], 0, sizeof c.o[2]);
-    if (bc) ag__operand(&c.o[3], bc);
-    else memset(&c.o[3], 0, sizeof c.o[3]);
-    ag__operand(&c.o[4], mean);
-    ag__operand(&c.o[5], rstd);
     c.i[0] = N;
     c.i[1] = D;
     c.s[0] = eps;
@@ -1418,17 +1382,12 @@ static ag_tensor *rms_norm_impl(ag_tensor *x, ag_tensor *weight, double eps) {
   ag_status st = (rstd && (!weight || wc)) ? AG_OK : ag_last_status();
   if (st == AG_OK && N && D) {
     ag_kernel_call c;
-    call_init(&c, AG_K_RMSNORM, 0, 4, name);
-    ag__operand(&c.o[0], y);
+    ag__kcall_init(&c, AG_K_RMSNORM, 0, name, 4, (ag_tensor *[]){y, xc, wc, rstd});
     c.o[0].ndim = 2;
     c.o[0].shape[0] = N;
     c.o[0].shape[1] = D;
     c.o[0].strides[0] = D;
     c.o[0].strides[1] = 1;
-    ag__operand(&c.o[1], xc);
-    if (wc) ag__operand(&c.o[2], wc);
-    else memset(&c.o[2], 0, sizeof c.o[2]);
-    ag__operand(&c.o[3], rstd);
     c.i[0] = N;
     c.i[1] = D;
     c.s[0] = eps;
@@ -1475,15 +1434,12 @@ ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices) {
   ag_status st = out ? AG_OK : ag_last_status();
   if (st == AG_OK && N && D) {
     ag_kernel_call c;
-    call_init(&c, AG_K_EMBEDDING, 0, 3, name);
-    ag__operand(&c.o[0], out);
+    ag__kcall_init(&c, AG_K_EMBEDDING, 0, name, 3, (ag_tensor *[]){out, tc, ic});
     c.o[0].ndim = 2;
     c.o[0].shape[0] = N;
     c.o[0].shape[1] = D;
     c.o[0].strides[0] = D;
     c.o[0].strides[1] = 1;
-    ag__operand(&c.o[1], tc);
-    ag__operand(&c.o[2], ic);
     c.o[2].ndim = 1;
     c.o[2].shape[0] = N;
     c.o[2].strides[0] = 1;
@@ -1576,10 +1532,7 @@ ag_tensor *ag_dropout(ag_tensor *a, double p, bool train, ag_generator *g) {
   ag_status st = mask ? AG_OK : ag_last_status();
   if (st == AG_OK && a->numel) {
     ag_kernel_call c;
-    call_init(&c, AG_K_DROPOUT, 0, 3, name);
-    ag__operand(&c.o[0], out);
-    ag__operand(&c.o[1], src);
-    ag__operand(&c.o[2], mask);
+    ag__kcall_init(&c, AG_K_DROPOUT, 0, name, 3, (ag_tensor *[]){out, src, mask});
     c.s[0] = p;
     ag__generator_take(g, ((uint64_t)a->numel + 3) / 4, &c.seed, &c.offset);
     st = ag__launch(ds, &c);

@@ -354,6 +354,37 @@ void ag__operand(ag_koperand *o, const ag_tensor *t) {
   }
 }
 
+void ag__kcall_init(ag_kernel_call *c, ag_kop op, int sub, const char *name, int n,
+                    ag_tensor *const *ts) {
+  /* Field by field: the operands' shapes are most of the struct and are
+   * read only up to ndim (this runs once per launch). */
+  c->op = op;
+  c->sub = sub;
+  c->n_operands = n;
+  memset(c->s, 0, sizeof c->s);
+  memset(c->i, 0, sizeof c->i);
+  c->seed = c->offset = 0;
+  c->multi = NULL;
+  c->name = name;
+  c->flags = 0;
+  for (int k = 0; k < n; k++) {
+    if (ts && ts[k]) ag__operand(&c->o[k], ts[k]);
+    else memset(&c->o[k], 0, sizeof c->o[k]);
+  }
+  for (int k = n; k < AG_KMAX_OPERANDS; k++) { /* absent */
+    c->o[k].base = NULL;
+    c->o[k].ndim = 0;
+  }
+}
+
+void ag__kmulti_set(ag_kmulti *m, int k, const ag_tensor *t) {
+  m->t[k].base = t ? t->st->base : NULL;
+  m->t[k].offset = t ? t->st->offset + (size_t)t->offset * ag_dtype_size(t->dtype) : 0;
+  m->t[k].dtype = t ? t->dtype : AG_F32;
+  m->t[k].numel = t ? t->numel : 0;
+  if (m->count < k + 1) m->count = k + 1;
+}
+
 const char *ag__devlabel(const ag_tensor *t) { return t->st->ds->label; }
 
 ag_devstate *ag__same_device(const char *op, int n, ag_tensor *const *ts) {
@@ -484,13 +515,8 @@ static ag_status fill(ag_tensor *t, double v) {
   ag_devstate *ds = ag__ds(t);
   if (!ag__supported(ds, AG_K_FILL, 0, t->dtype, "ag_fill")) return ag_last_status();
   ag_kernel_call c;
-  c.op = AG_K_FILL;
-  c.sub = 0;
-  c.n_operands = 1;
-  ag__operand(&c.o[0], t);
+  ag__kcall_init(&c, AG_K_FILL, 0, "ag_fill", 1, (ag_tensor *[]){t});
   c.s[0] = v;
-  c.multi = NULL;
-  c.name = "ag_fill";
   return ag__launch(ds, &c);
 }
 
@@ -543,14 +569,9 @@ ag_tensor *ag_arange(ag_device d, ag_dtype dt, double start, double end, double 
   if (!t || n == 0) return t;
   ag_devstate *ds = ag__ds(t);
   ag_kernel_call c;
-  c.op = AG_K_ARANGE;
-  c.sub = 0;
-  c.n_operands = 1;
-  ag__operand(&c.o[0], t);
+  ag__kcall_init(&c, AG_K_ARANGE, 0, "ag_arange", 1, (ag_tensor *[]){t});
   c.s[0] = start;
   c.s[1] = step;
-  c.multi = NULL;
-  c.name = "ag_arange";
   if (!ag__supported(ds, AG_K_ARANGE, 0, dt, "ag_arange") || ag__launch(ds, &c) != AG_OK) {
     ag_tensor_release(t);
     return NULL;
@@ -613,15 +634,10 @@ static ag_tensor *random_fill(const char *op, ag_kop kop, ag_device d, ag_dtype 
   if (!t || t->numel == 0) return t;
   uint64_t per = kop == AG_K_RAND_UNIFORM ? 4 : 2;
   ag_kernel_call c;
-  c.op = kop;
-  c.sub = 0;
-  c.n_operands = 1;
-  ag__operand(&c.o[0], t);
+  ag__kcall_init(&c, kop, 0, op, 1, (ag_tensor *[]){t});
   c.s[0] = a;
   c.s[1] = b;
   ag__generator_take(g, ((uint64_t)t->numel + per - 1) / per, &c.seed, &c.offset);
-  c.multi = NULL;
-  c.name = op;
   if (ag__launch(ds, &c) != AG_OK) {
     ag_tensor_release(t);
     return NULL;
@@ -1030,13 +1046,8 @@ static ag_status launch_copy(ag_tensor *dst, const ag_koperand *src, const char 
     return ag_error_set(AG_ERR_UNSUPPORTED, "%s from %s to %s is not supported on %s", name,
                         ag_dtype_name(src->dtype), ag_dtype_name(dst->dtype), ds->label);
   ag_kernel_call c;
-  c.op = AG_K_UNARY;
-  c.sub = AG_U_COPY;
-  c.n_operands = 2;
-  ag__operand(&c.o[0], dst);
+  ag__kcall_init(&c, AG_K_UNARY, AG_U_COPY, name, 2, (ag_tensor *[]){dst, NULL});
   c.o[1] = *src;
-  c.multi = NULL;
-  c.name = name;
   return ag__launch(ds, &c);
 }
 

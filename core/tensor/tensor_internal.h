@@ -114,6 +114,24 @@ static inline uint32_t ag__version(const ag_tensor *t) {
   return atomic_load_explicit(&t->st->version, memory_order_relaxed);
 }
 
+/* ---- kernel calls: one builder for every launch of the core (ops,
+ * autograd, nn, optimizers) ----
+ *   ag_kernel_call c;
+ *   ag__kcall_init(&c, AG_K_SOFTMAX_BWD, log, "ag_softmax backward", 3,
+ *                  (ag_tensor *[]){dx, g, y});
+ *   c.i[0] = rows;
+ *   st = ag__launch(ag__ds(dx), &c);
+ * Operand k views ts[k] with its own layout (ag__operand); a NULL entry (or
+ * ts NULL) leaves the operand zeroed, for an absent optional input or one
+ * the caller lays out itself (a broadcast, a 3-D matmul view); operands at
+ * n and beyond are absent (base NULL, ndim 0). Every scalar, integer, Philox
+ * word, flag and the multi list start at zero. `name` is the public call
+ * the backend's messages name; it is borrowed (a literal). */
+AG_HIDDEN void ag__kcall_init(ag_kernel_call *c, ag_kop op, int sub, const char *name, int n,
+                              ag_tensor *const *ts);
+/* Entry k of a multi-tensor list: contiguous t (NULL: an absent entry,
+ * base NULL); count becomes at least k + 1. */
+AG_HIDDEN void ag__kmulti_set(ag_kmulti *m, int k, const ag_tensor *t);
 /* Launch on the current stream of ds; checks backend support first. */
 AG_HIDDEN ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c);
 /* Contiguous index operand (embedding indices, cross-entropy targets) for

@@ -102,14 +102,7 @@ ag_tensor *ag_conv2d(ag_tensor *x, ag_tensor *w, ag_tensor *bias, const ag_conv2
   ag_status st = y ? AG_OK : ag_last_status();
   if (st == AG_OK && y->numel) {
     ag_kernel_call c;
-    memset(&c, 0, sizeof c);
-    c.op = AG_K_CONV2D;
-    c.n_operands = 4;
-    c.name = name;
-    ag__operand(&c.o[0], y);
-    ag__operand(&c.o[1], xc);
-    ag__operand(&c.o[2], wc);
-    if (bc) ag__operand(&c.o[3], bc);
+    ag__kcall_init(&c, AG_K_CONV2D, 0, name, 4, (ag_tensor *[]){y, xc, wc, bc});
     put_window(c.s, p.stride, p.padding, p.dilation);
     c.s[6] = p.groups;
     st = ag__launch(ds, &c);
@@ -138,13 +131,7 @@ static ag_tensor *conv_bwd_call(ag_kop op, const ag_gparams *p, int ndim, const 
   ag_tensor *o = ag__tensor_new(ag__ds(dy), dy->dtype, ndim, shape);
   if (!o || !o->numel) return o;
   ag_kernel_call c;
-  memset(&c, 0, sizeof c);
-  c.op = op;
-  c.n_operands = 3;
-  c.name = "ag_conv2d backward";
-  ag__operand(&c.o[0], o);
-  ag__operand(&c.o[1], dy);
-  ag__operand(&c.o[2], other);
+  ag__kcall_init(&c, op, 0, "ag_conv2d backward", 3, (ag_tensor *[]){o, dy, other});
   for (int k = 0; k < 7; k++) c.s[k] = p->dims[k];
   if (ag__launch(ag__ds(o), &c) != AG_OK) {
     ag_tensor_release(o);
@@ -193,11 +180,7 @@ static ag_tensor *pool_impl(const char *name, ag_pool_op op, ag_tensor *x, const
   ag_tensor *idx = (y && op == AG_P_MAX) ? ag__tensor_new(ds, AG_I32, 4, ys) : NULL;
   ag_status st = (y && (op != AG_P_MAX || idx)) ? AG_OK : ag_last_status();
   ag_kernel_call c;
-  memset(&c, 0, sizeof c);
-  c.op = AG_K_POOL2D;
-  c.sub = op;
-  c.n_operands = op == AG_P_MAX ? 3 : 2;
-  c.name = name;
+  ag__kcall_init(&c, AG_K_POOL2D, op, name, op == AG_P_MAX ? 3 : 2, NULL);
   put_window(c.s, stride, pad, kernel);
   c.s[6] = count_pad;
   if (st == AG_OK && y->numel) {
@@ -231,15 +214,11 @@ ag_status ag__pool2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   ag_status st = dx ? AG_OK : failed();
   if (st == AG_OK && dx->numel) {
     ag_kernel_call c;
-    memset(&c, 0, sizeof c);
-    c.op = AG_K_POOL2D_BWD;
-    c.sub = (int)n->p.i[0];
-    c.n_operands = c.sub == AG_P_MAX ? 3 : 2;
-    c.name = "pool2d backward";
+    bool max = n->p.i[0] == AG_P_MAX;
+    ag__kcall_init(&c, AG_K_POOL2D_BWD, (int)n->p.i[0], "pool2d backward", max ? 3 : 2,
+                   (ag_tensor *[]){dx, gc, NULL});
     for (int k = 0; k < 7; k++) c.s[k] = n->p.dims[k];
-    ag__operand(&c.o[0], dx);
-    ag__operand(&c.o[1], gc);
-    if (c.sub == AG_P_MAX) {
+    if (max) {
       if (n->n_saved < 1) st = ag_error_set(AG_ERR_INTERNAL, "max_pool2d backward: indices not saved");
       else ag__operand(&c.o[2], n->saved[0]);
     }
@@ -395,11 +374,7 @@ static void bn_operand(ag_koperand *o, ag_tensor *t) {
 
 /* A BN_STATS/BN_APPLY call over a [N, C, HW] (sub 1 when b is given). */
 static void bn_call_init(ag_kernel_call *c, ag_kop op, const ag_tensor *a, bool sub1, int n_operands) {
-  memset(c, 0, sizeof *c);
-  c->op = op;
-  c->sub = sub1 ? 1 : 0;
-  c->n_operands = n_operands;
-  c->name = "ag_batch_norm";
+  ag__kcall_init(c, op, sub1 ? 1 : 0, "ag_batch_norm", n_operands, NULL);
   c->i[0] = a->shape[0];
   c->i[1] = a->shape[1];
   c->i[2] = a->shape[2] * a->shape[3];
