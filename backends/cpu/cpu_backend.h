@@ -1,6 +1,6 @@
 /* The built-in CPU backend: entry point for the registry and the interface
  * between the stream machinery (cpu_backend.c) and the kernel families
- * (cpu_kernels.c, cpu_reduce.c, cpu_random.c, cpu_optim.c, cpu_matmul.c,
+ * (cpu_kernels.c, cpu_rows.c, cpu_reduce.c, cpu_random.c, cpu_optim.c, cpu_matmul.c,
  * cpu_conv.c). */
 #ifndef AG_CPU_BACKEND_H
 #define AG_CPU_BACKEND_H
@@ -41,6 +41,11 @@ AG_HIDDEN ag_status ag__cpu_vision(const ag_kernel_call *c);
 /* Random numbers (cpu_random.c): AG_K_RAND_UNIFORM, AG_K_RAND_NORMAL,
  * AG_K_DROPOUT. */
 AG_HIDDEN ag_status ag__cpu_random(const ag_kernel_call *c);
+
+/* Row kernels (cpu_rows.c): AG_K_SOFTMAX*, AG_K_CROSS_ENTROPY*,
+ * AG_K_LAYERNORM*, AG_K_RMSNORM*, AG_K_VAR, AG_K_CUMSUM, AG_K_GATHER*,
+ * AG_K_TOPK, AG_K_EMBEDDING*. Index errors go to err. */
+AG_HIDDEN ag_status ag__cpu_rows(const ag_kernel_call *c, ag_kernel_error *err);
 
 /* Reductions (cpu_reduce.c): AG_K_REDUCE. */
 AG_HIDDEN ag_status ag__cpu_reduce(const ag_kernel_call *c);
