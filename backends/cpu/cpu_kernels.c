@@ -29,50 +29,10 @@
 typedef ag_cpu_range_fn range_fn;
 #define par_for ag__cpu_par_for
 
-/* ---- type-generic bodies ---- */
+/* ---- type-generic bodies: f32 (and AVX2+FMA on x86), f64 ---- */
 
-#define T float
-#define SUF(x) x##_f
-#define EXPT(x) vexpf(x)
-#define TANHT(x) vtanhf(x)
-#include "cpu_ops.inc"
-#undef SUF
-#if defined(AG_X86)
-/* The same float bodies for AVX2+FMA (8 lanes, fused multiply-add), chosen
- * at run time: the build targets baseline x86-64. */
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
-#define SUF(x) x##_f_avx2
-#include "cpu_ops.inc"
-#undef SUF
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-static inline bool have_avx2(void) {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-#define FV(fn) (have_avx2() ? fn##_avx2 : fn)
-#else
-#define FV(fn) fn
-#endif
-#undef T
-#undef EXPT
-#undef TANHT
-#define T double
-#define SUF(x) x##_d
-#define EXPT(x) exp(x)
-#define TANHT(x) tanh(x)
-#include "cpu_ops.inc"
-#undef T
-#undef SUF
-#undef EXPT
-#undef TANHT
+#define CPU_BODY "cpu_ops.inc"
+#include "cpu_variants.inc"
 
 bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, int64_t n) {
   static const double s[2] = {1, 0};

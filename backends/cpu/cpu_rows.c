@@ -47,44 +47,10 @@ static void rowout_d(ag_dtype dt, char *p, int64_t n, const double *v) {
   if ((const char *)v != p) store_d(dt, p, 1, n, v);
 }
 
-/* ---- type-generic bodies ---- */
+/* ---- type-generic bodies: f32 (and AVX2+FMA on x86), f64 ---- */
 
-#define T float
-#define SUF(x) x##_f
-#define EXPT(x) vexpf(x)
-#include "cpu_rows.inc"
-#undef SUF
-#if defined(AG_X86)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
-#define SUF(x) x##_f_avx2
-#include "cpu_rows.inc"
-#undef SUF
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-static inline bool have_avx2(void) {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-#define FV(fn) (have_avx2() ? fn##_avx2 : fn)
-#else
-#define FV(fn) fn
-#endif
-#undef T
-#undef EXPT
-#define T double
-#define SUF(x) x##_d
-#define EXPT(x) exp(x)
-#include "cpu_rows.inc"
-#undef T
-#undef SUF
-#undef EXPT
+#define CPU_BODY "cpu_rows.inc"
+#include "cpu_variants.inc"
 
 /* ---- row kernels ---- */
 
