@@ -1278,18 +1278,22 @@ static ag_tensor *mse_impl(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
   return out;
 }
 
-static ag_tensor *layer_norm_impl(ag_tensor *x, ag_tensor *weight, ag_tensor *bias, double eps) {
-  static const char name[] = "ag_layer_norm";
+/* Layer norm, or with rms the RMS norm (no mean, no bias): rows over the
+ * last dim, statistics in f32 (f64 for f64 x: f64 is the gradient-check
+ * dtype and its backward must not see rounded statistics). */
+static ag_tensor *norm_impl(bool rms, ag_tensor *x, ag_tensor *weight, ag_tensor *bias, double eps) {
+  const char *name = rms ? "ag_rms_norm" : "ag_layer_norm";
   if (null_args(name, 1, &x)) return NULL;
+  const int n_in = rms ? 2 : 3;
   ag_tensor *in[3] = {x, weight, bias};
-  ag_devstate *ds = ag__same_device(name, 3, in);
+  ag_devstate *ds = ag__same_device(name, n_in, in);
   if (!ds) return NULL;
   if (!ag_dtype_is_float(x->dtype) || x->ndim == 0) {
     ag_error_set(AG_ERR_DTYPE, "%s: needs a floating tensor with at least one dim", name);
     return NULL;
   }
   int64_t D = x->shape[x->ndim - 1], N = D ? x->numel / D : 0;
-  for (int i = 1; i < 3; i++) {
+  for (int i = 1; i < n_in; i++) {
     ag_tensor *w = in[i];
     if (!w) continue;
     if (w->dtype != x->dtype || w->ndim != 1 || w->shape[0] != D) {
@@ -1304,22 +1308,23 @@ static ag_tensor *layer_norm_impl(ag_tensor *x, ag_tensor *weight, ag_tensor *bi
     ag_error_set(AG_ERR_INVALID, "%s: eps must be >= 0", name);
     return NULL;
   }
-  if (!ag__supported(ds, AG_K_LAYERNORM, 0, x->dtype, name)) return NULL;
+  const ag_kop kop = rms ? AG_K_RMSNORM : AG_K_LAYERNORM;
+  if (!ag__supported(ds, kop, 0, x->dtype, name)) return NULL;
   int64_t s2[2] = {N, D}, s1[1] = {N};
   ag_tensor *xc0 = raw_contiguous(x);
   ag_tensor *xc = xc0 ? raw_view(xc0, 2, s2) : NULL;
   ag_tensor_release(xc0);
-  ag_tensor *wc = weight ? raw_contiguous(weight) : NULL, *bc = bias ? raw_contiguous(bias) : NULL;
+  ag_tensor *wc = weight ? raw_contiguous(weight) : NULL;
+  ag_tensor *bc = !rms && bias ? raw_contiguous(bias) : NULL;
   ag_tensor *y = xc ? ag__tensor_new(ds, x->dtype, x->ndim, x->shape) : NULL;
-  /* Statistics in f32, f64 for f64 x: f64 is the gradient-check dtype and
-   * its backward must not see rounded statistics. */
   ag_dtype sdt = x->dtype == AG_F64 ? AG_F64 : AG_F32;
-  ag_tensor *mean = y ? ag__tensor_new(ds, sdt, 1, s1) : NULL;
-  ag_tensor *rstd = mean ? ag__tensor_new(ds, sdt, 1, s1) : NULL;
-  ag_status st = (rstd && (!weight || wc) && (!bias || bc)) ? AG_OK : ag_last_status();
+  ag_tensor *mean = y && !rms ? ag__tensor_new(ds, sdt, 1, s1) : NULL;
+  ag_tensor *rstd = y && (rms || mean) ? ag__tensor_new(ds, sdt, 1, s1) : NULL;
+  ag_status st = (rstd && (!weight || wc) && (rms || !bias || bc)) ? AG_OK : ag_last_status();
   if (st == AG_OK && N && D) {
     ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_LAYERNORM, 0, name, 6, (ag_tensor *[]){y, xc, wc, bc, mean, rstd});
+    if (rms) ag__kcall_init(&c, kop, 0, name, 4, (ag_tensor *[]){y, xc, wc, rstd});
+    else ag__kcall_init(&c, kop, 0, name, 6, (ag_tensor *[]){y, xc, wc, bc, mean, rstd});
     c.o[0].ndim = 2;
     c.o[0].shape[0] = N;
     c.o[0].shape[1] = D;
@@ -1336,75 +1341,14 @@ static ag_tensor *layer_norm_impl(ag_tensor *x, ag_tensor *weight, ag_tensor *bi
     ag_gparams p;
     memset(&p, 0, sizeof p);
     p.s[0] = eps;
-    ag_tensor *sv[3] = {xc, mean, rstd};
-    y = record(y, AG_G_LAYER_NORM, 3, in, 3, sv, &p);
+    ag_tensor *sv[3] = {xc, rms ? rstd : mean, rstd};
+    y = record(y, rms ? AG_G_RMS_NORM : AG_G_LAYER_NORM, n_in, in, rms ? 2 : 3, sv, &p);
   } else {
     ag_tensor_release(y);
     y = NULL;
   }
   ag_tensor_release(xc);
   ag_tensor_release(mean);
-  ag_tensor_release(rstd);
-  return y;
-}
-
-static ag_tensor *rms_norm_impl(ag_tensor *x, ag_tensor *weight, double eps) {
-  static const char name[] = "ag_rms_norm";
-  if (null_args(name, 1, &x)) return NULL;
-  ag_tensor *in[2] = {x, weight};
-  ag_devstate *ds = ag__same_device(name, weight ? 2 : 1, in);
-  if (!ds) return NULL;
-  if (!ag_dtype_is_float(x->dtype) || x->ndim == 0) {
-    ag_error_set(AG_ERR_DTYPE, "%s: needs a floating tensor with at least one dim", name);
-    return NULL;
-  }
-  int64_t D = x->shape[x->ndim - 1], N = D ? x->numel / D : 0;
-  if (weight && (weight->dtype != x->dtype || weight->ndim != 1 || weight->shape[0] != D)) {
-    char b1[96], b2[96];
-    ag_error_set(AG_ERR_SHAPE, "%s: weight %s must be %s[%lld] for input %s", name,
-                 ag_tensor_describe(weight, b1, sizeof b1), ag_dtype_name(x->dtype), (long long)D,
-                 ag_tensor_describe(x, b2, sizeof b2));
-    return NULL;
-  }
-  if (!(eps >= 0)) {
-    ag_error_set(AG_ERR_INVALID, "%s: eps must be >= 0", name);
-    return NULL;
-  }
-  if (!ag__supported(ds, AG_K_RMSNORM, 0, x->dtype, name)) return NULL;
-  int64_t s2[2] = {N, D}, s1[1] = {N};
-  ag_tensor *xc0 = raw_contiguous(x);
-  ag_tensor *xc = xc0 ? raw_view(xc0, 2, s2) : NULL;
-  ag_tensor_release(xc0);
-  ag_tensor *wc = weight ? raw_contiguous(weight) : NULL;
-  ag_tensor *y = xc ? ag__tensor_new(ds, x->dtype, x->ndim, x->shape) : NULL;
-  /* rstd in f32, f64 for f64 x (as layer norm) */
-  ag_tensor *rstd = y ? ag__tensor_new(ds, x->dtype == AG_F64 ? AG_F64 : AG_F32, 1, s1) : NULL;
-  ag_status st = (rstd && (!weight || wc)) ? AG_OK : ag_last_status();
-  if (st == AG_OK && N && D) {
-    ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_RMSNORM, 0, name, 4, (ag_tensor *[]){y, xc, wc, rstd});
-    c.o[0].ndim = 2;
-    c.o[0].shape[0] = N;
-    c.o[0].shape[1] = D;
-    c.o[0].strides[0] = D;
-    c.o[0].strides[1] = 1;
-    c.i[0] = N;
-    c.i[1] = D;
-    c.s[0] = eps;
-    st = ag__launch(ds, &c);
-  }
-  ag_tensor_release(wc);
-  if (st == AG_OK) {
-    ag_gparams p;
-    memset(&p, 0, sizeof p);
-    p.s[0] = eps;
-    ag_tensor *sv[2] = {xc, rstd};
-    y = record(y, AG_G_RMS_NORM, 2, in, 2, sv, &p);
-  } else {
-    ag_tensor_release(y);
-    y = NULL;
-  }
-  ag_tensor_release(xc);
   ag_tensor_release(rstd);
   return y;
 }
@@ -1568,19 +1512,19 @@ ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
 }
 
 ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias, double eps) {
-  if (!AC_ON() || !x) return layer_norm_impl(x, weight, bias, eps);
+  if (!AC_ON() || !x) return norm_impl(false, x, weight, bias, eps);
   ag_tensor *ts[3] = {x, weight, bias};
   ac_args ac;
   if (!ac_begin(AC_F32, 3, ts, &ac)) return NULL;
-  return ac_end(&ac, layer_norm_impl(ts[0], ts[1], ts[2], eps));
+  return ac_end(&ac, norm_impl(false, ts[0], ts[1], ts[2], eps));
 }
 
 ag_tensor *ag_rms_norm(ag_tensor *x, ag_tensor *weight, double eps) {
-  if (!AC_ON() || !x) return rms_norm_impl(x, weight, eps);
+  if (!AC_ON() || !x) return norm_impl(true, x, weight, NULL, eps);
   ag_tensor *ts[2] = {x, weight};
   ac_args ac;
   if (!ac_begin(AC_F32, 2, ts, &ac)) return NULL;
-  return ac_end(&ac, rms_norm_impl(ts[0], ts[1], eps));
+  return ac_end(&ac, norm_impl(true, ts[0], ts[1], NULL, eps));
 }
 
 ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim) {
