@@ -354,29 +354,6 @@ void ag__operand(ag_koperand *o, const ag_tensor *t) {
   }
 }
 
-void ag__kcall_init(ag_kernel_call *c, ag_kop op, int sub, const char *name, int n,
-                    ag_tensor *const *ts) {
-  /* Field by field: the operands' shapes are most of the struct and are
-   * read only up to ndim (this runs once per launch). */
-  c->op = op;
-  c->sub = sub;
-  c->n_operands = n;
-  memset(c->s, 0, sizeof c->s);
-  memset(c->i, 0, sizeof c->i);
-  c->seed = c->offset = 0;
-  c->multi = NULL;
-  c->name = name;
-  c->flags = 0;
-  for (int k = 0; k < n; k++) {
-    if (ts && ts[k]) ag__operand(&c->o[k], ts[k]);
-    else memset(&c->o[k], 0, sizeof c->o[k]);
-  }
-  for (int k = n; k < AG_KMAX_OPERANDS; k++) { /* absent */
-    c->o[k].base = NULL;
-    c->o[k].ndim = 0;
-  }
-}
-
 void ag__kmulti_set(ag_kmulti *m, int k, const ag_tensor *t) {
   m->t[k].base = t ? t->st->base : NULL;
   m->t[k].offset = t ? t->st->offset + (size_t)t->offset * ag_dtype_size(t->dtype) : 0;

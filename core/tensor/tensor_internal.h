@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "anygrad/backend.h"
 #include "anygrad/ops.h"
@@ -122,13 +123,36 @@ static inline uint32_t ag__version(const ag_tensor *t) {
  *   c.i[0] = rows;
  *   st = ag__launch(ag__ds(dx), &c);
  * Operand k views ts[k] with its own layout (ag__operand); a NULL entry (or
- * ts NULL) leaves the operand zeroed, for an absent optional input or one
- * the caller lays out itself (a broadcast, a 3-D matmul view); operands at
- * n and beyond are absent (base NULL, ndim 0). Every scalar, integer, Philox
+ * ts NULL), and every operand at n and beyond, is absent (base NULL, offset
+ * 0, dtype f32, ndim 0): an absent optional input, or one the caller lays
+ * out itself (a broadcast, a 3-D matmul view). Every scalar, integer, Philox
  * word, flag and the multi list start at zero. `name` is the public call
  * the backend's messages name; it is borrowed (a literal). */
-AG_HIDDEN void ag__kcall_init(ag_kernel_call *c, ag_kop op, int sub, const char *name, int n,
-                              ag_tensor *const *ts);
+static inline void ag__kcall_init(ag_kernel_call *c, ag_kop op, int sub, const char *name, int n,
+                                  ag_tensor *const *ts) {
+  /* Field by field, inline: the operands' shapes are most of the struct
+   * and are read only up to ndim (this runs once per launch). */
+  c->op = op;
+  c->sub = sub;
+  c->n_operands = n;
+  memset(c->s, 0, sizeof c->s);
+  memset(c->i, 0, sizeof c->i);
+  c->seed = c->offset = 0;
+  c->multi = NULL;
+  c->name = name;
+  c->flags = 0;
+  for (int k = 0; k < AG_KMAX_OPERANDS; k++) {
+    if (k < n && ts && ts[k]) {
+      ag__operand(&c->o[k], ts[k]);
+    } else { /* absent, or laid out by the caller */
+      c->o[k].base = NULL;
+      c->o[k].offset = 0;
+      c->o[k].dtype = AG_F32;
+      c->o[k].ndim = 0;
+    }
+  }
+}
+
 /* Entry k of a multi-tensor list: contiguous t (NULL: an absent entry,
  * base NULL); count becomes at least k + 1. */
 AG_HIDDEN void ag__kmulti_set(ag_kmulti *m, int k, const ag_tensor *t);
