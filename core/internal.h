@@ -65,6 +65,19 @@ AG_HIDDEN ag_status ag__backend_by_dlpack(int dlpack_device, ag_backend_kind *ou
  * a backend (core/dist/modules.c), so the registry's scan skips it. */
 AG_HIDDEN bool ag__dist_module_file(const char *file);
 
+/* ---- files (io/files.c; the public half is anygrad/checks.h) ---- */
+
+/* Remove "<path>.tmp.<pid>.*" files left by writers of path whose process
+ * is gone. */
+AG_HIDDEN void ag__temp_remove_stale(const char *path);
+/* Create a new "<path>.tmp.<pid>.<random>" (O_EXCL|O_NOFOLLOW) into tmp;
+ * the descriptor, or -1 with errno. */
+AG_HIDDEN int ag__temp_create(const char *path, char *tmp, size_t len);
+/* fsync the directory holding path (best effort: makes a rename durable). */
+AG_HIDDEN void ag__dir_fsync(const char *path);
+/* AG_ERR_IO when path exists and is not a regular file. */
+AG_HIDDEN ag_status ag__output_target_ok(const char *path, const char *what);
+
 /* ---- host syncs (sync.c): every host<->device synchronization goes through
  * here so sync-debug mode and counters see it. `what` names the public call. */
 AG_HIDDEN ag_status ag__sync_stream(ag_stream *s, const char *what);
@@ -79,6 +92,9 @@ AG_HIDDEN ag_status ag__sync_event(ag_event *e, const char *what);
  * (AG_ERR_INVALID naming it): checked where a device opens, as a bad
  * AG_ALLOC_CONF is, so a misspelt mode is never silently "off". */
 AG_HIDDEN ag_status ag__sync_debug_env_check(void);
+/* Every AG_* variable of the core (runtime/env.c), checked when a device
+ * opens: AG_ERR_INVALID naming the first bad one. */
+AG_HIDDEN ag_status ag__env_check(void);
 /* Non-blocking: turn a kernel error word left on s into a status. */
 AG_HIDDEN ag_status ag__kernel_error_check(ag_stream *s);
 
