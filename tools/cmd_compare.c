@@ -545,9 +545,10 @@ int ag_cmd_compare(int argc, char **argv) {
   if (!hx || !hy || !rep->loss || !rep->ms || !rep->dloss || !rep->dparam)
     st = ag_error_set(AG_ERR_OOM, "compare: out of host memory");
   FILE *json = NULL;
+  ag_output *json_out = NULL; /* --json FILE: written atomically at the end */
   if (st == AG_OK && o.json) {
-    json = strcmp(o.json, "-") ? fopen(o.json, "w") : stdout;
-    if (!json) st = ag_error_set(AG_ERR_IO, "compare: cannot write %s", o.json);
+    if (!strcmp(o.json, "-")) json = stdout;
+    else if ((st = ag_output_open(o.json, "--json output", &json_out)) == AG_OK) json = ag_output_file(json_out);
   }
   if (st == AG_OK) st = words_load(o.job.words_path, o.job.seed, &data);
 
@@ -628,8 +629,8 @@ int ag_cmd_compare(int argc, char **argv) {
   for (int d = 1; d < o.n_dev; d++) diverged = diverged || rep->first_exceed[d] != 0;
   if (st == AG_OK) print_summary(&o, rep, diverged);
   if (st == AG_OK && json) st = write_json(json, o.json, &o, rep, diverged);
-  if (json && json != stdout && fclose(json) != 0 && st == AG_OK)
-    st = ag_error_set(AG_ERR_IO, "compare: cannot write %s", o.json);
+  if (json_out && st == AG_OK) st = ag_output_commit(json_out);
+  else ag_output_abort(json_out);
   if (st != AG_OK) fprintf(stderr, "anygrad compare: %s: %s\n", ag_status_name(st), ag_last_error());
   fflush(stdout);
 

@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
+#include "anygrad/checks.h"
 #include "memory/alloc_internal.h"
 #include "internal.h"
 
@@ -1675,12 +1676,16 @@ ag_status ag_memory_snapshot_json(ag_device d, const char *path) {
   if (!path) return ag_error_set(AG_ERR_INVALID, "ag_memory_snapshot_json: NULL path");
   ag_allocator *a = dev_alloc(d);
   if (!a) return ag_last_status();
-  FILE *f = fopen(path, "w");
-  if (!f) return ag_error_set(AG_ERR_IO, "ag_memory_snapshot_json: cannot open %s: %s", path,
-                              strerror(errno));
-  ag_status st = ag__alloc_snapshot(a, f);
-  if (fclose(f) != 0 && st == AG_OK)
-    st = ag_error_set(AG_ERR_IO, "ag_memory_snapshot_json: cannot write %s", path);
+  ag_output *o = NULL;
+  ag_status st = ag_output_open(path, "allocator snapshot", &o);
+  if (st == AG_OK) st = ag__alloc_snapshot(a, ag_output_file(o));
+  if (st == AG_OK) st = ag_output_commit(o);
+  else ag_output_abort(o);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    st = ag_error_set(st, "ag_memory_snapshot_json: %s", msg);
+  }
   return st;
 }
 
