@@ -167,6 +167,11 @@ def case_lists_and_batch():
     expect(["train", "--devices", "", "--steps", "1"], 2, "--devices")
     expect(["train", "--lr", "0x1p-3", "--steps", "1"], 2, "--lr")
     expect(["train", "--steps", "+5"], 2, "--steps")
+    expect(["check", "--ops", "add,,mul"], 2, "empty item")
+    expect(["check", "--backend", "cpu,"], 2, "empty item")
+    expect(["check", "--dtype", ""], 2, "--dtype")
+    expect(["bench", "--backend", ",cpu"], 2, "empty item")
+    expect(["compare", "--devices", "cpu,cpu,"], 2, "empty item")
 
 
 def case_env_numbers():

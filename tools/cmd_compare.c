@@ -135,25 +135,13 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
     fprintf(stderr, "anygrad compare: --devices is required (e.g. --devices cpu,opencl:0)\n");
     return -1;
   }
-  const char *p = devices;
-  while (*p) {
-    size_t len = strcspn(p, ",");
-    if (len == 0 || len >= sizeof o->name[0]) {
-      fprintf(stderr, "anygrad compare: bad device list '%s'\n", devices);
-      return -1;
-    }
-    if (o->n_dev == CMP_MAX_DEV) {
-      fprintf(stderr, "anygrad compare: at most %d devices\n", CMP_MAX_DEV);
-      return -1;
-    }
-    char s[32];
-    memcpy(s, p, len);
-    s[len] = 0;
-    if (parse_device(s, &o->dev[o->n_dev]) != 0) return -1;
+  char dbuf[1024], *items[CMP_MAX_DEV];
+  int n = ag_cli_list(C, "devices", devices, dbuf, sizeof dbuf, items, CMP_MAX_DEV);
+  if (n < 0) return -1;
+  for (int i = 0; i < n; i++) {
+    if (parse_device(items[i], &o->dev[o->n_dev]) != 0) return -1;
     ag_device_str(o->dev[o->n_dev], o->name[o->n_dev], sizeof o->name[0]);
     o->n_dev++;
-    p += len;
-    if (*p == ',') p++;
   }
   if (o->n_dev < 2) {
     fprintf(stderr, "anygrad compare: --devices needs at least two devices (a device may repeat: cpu,cpu)\n");
