@@ -248,6 +248,23 @@ static void test_idx_gzip_trailer(void **state) {
   memcpy(bad + n, "garbage", 7);
   write_file(tmp("garbage.gz"), bad, n + 7);
   expect(ag_idx_read(tmp("garbage.gz"), &idx), AG_ERR_CORRUPT, "trailing bytes after the gzip stream");
+  /* A header that asks for more than the file could hold is refused before
+   * anything is allocated (8 GiB from 12 bytes, or from a small gzip file). */
+  unsigned char big[12] = {0, 0, 8, 2, 0, 2, 0, 0, 0, 1, 0, 0}; /* [131072, 65536] */
+  write_file(tmp("big.idx"), big, sizeof big);
+  expect(ag_idx_read(tmp("big.idx"), &idx), AG_ERR_CORRUPT, "header says 8589934592 data bytes, file has 0");
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  unsigned char gbig[128];
+  assert_int_equal(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  z.next_in = big;
+  z.avail_in = sizeof big;
+  z.next_out = gbig;
+  z.avail_out = sizeof gbig;
+  assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+  write_file(tmp("big.gz"), gbig, z.total_out);
+  deflateEnd(&z);
+  expect(ag_idx_read(tmp("big.gz"), &idx), AG_ERR_CORRUPT, "room for at most");
   /* A plain (not gzip) idx file still reads. */
   unsigned char plain[12] = {0, 0, 8, 1, 0, 0, 0, 4, 1, 2, 3, 4};
   write_file(tmp("plain.idx"), plain, sizeof plain);

@@ -160,7 +160,8 @@ ag_status ag_idx_read(const char *path, ag_idx *out) {
   if (!s) return ag_error_set(AG_ERR_OOM, "ag_idx_read: out of host memory");
   s->path = path;
   uint8_t *data = NULL;
-  ag_status st = ag_file_open_read(path, "idx file", 0, &s->fd, NULL);
+  uint64_t file_size = 0;
+  ag_status st = ag_file_open_read(path, "idx file", 0, &s->fd, &file_size);
   if (st != AG_OK) {
     char msg[512]; /* copied first: the message is formatted into the same buffer */
     snprintf(msg, sizeof msg, "%s", ag_last_error());
@@ -228,6 +229,16 @@ ag_status ag_idx_read(const char *path, ag_idx *out) {
     }
     numel *= v;
     out->dims[d] = v;
+  }
+  /* What the file can hold at most, so a header cannot make the reader
+   * allocate more than the file could fill: its own bytes, or for gzip
+   * deflate's largest expansion (1032:1). */
+  uint64_t room = s->gz ? file_size * 1032 + 1024 : file_size - (uint64_t)(4 + 4 * nd);
+  if ((uint64_t)numel > room) {
+    st = ag_error_set(AG_ERR_CORRUPT,
+                      "ag_idx_read: %s: truncated: header says %lld data bytes, file has %s%llu", path,
+                      (long long)numel, s->gz ? "room for at most " : "", (unsigned long long)room);
+    goto done;
   }
   data = malloc((size_t)numel);
   if (!data) {
