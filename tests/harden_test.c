@@ -457,7 +457,9 @@ static void test_optimizer_step_max(void **state) {
   ag_tensor_release(w);
 }
 
-int main(void) {
+/* harden_test [PATTERN]: only the tests whose name matches (cmocka's filter). */
+int main(int argc, char **argv) {
+  if (argc > 1) cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_st_truncated_while_open, setup, teardown),
       cmocka_unit_test_setup_teardown(test_inputs_not_regular, setup, teardown),

@@ -606,7 +606,7 @@ static ag_status check_unique(ag_safetensors *f) {
       snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(f->by_name[i]->name, nb));
       st = corrupt(f->path, msg);
     }
-  memcpy(keys, f->meta_k, (size_t)f->n_meta * sizeof *keys);
+  if (f->n_meta) memcpy(keys, f->meta_k, (size_t)f->n_meta * sizeof *keys); /* meta_k is NULL without keys */
   qsort(keys, (size_t)f->n_meta, sizeof *keys, cmp_str);
   for (int i = 1; i < f->n_meta && st == AG_OK; i++)
     if (!strcmp(keys[i - 1], keys[i])) {
