@@ -3,10 +3,10 @@
  * model loader copying into its parameters does), measured in a fresh child
  * process per mode so one mode's pages do not count for the next. Modes:
  *   open      ag_safetensors_open + close (the header only)
- *   load      open, then get/release every tensor (memory-mapped reader)
+ *   load      open, then get/release every tensor (pread in 4 MiB chunks)
  *   load_keep open, then get every tensor and keep them all
  *   fread     the whole file read into malloc'ed memory first (how the
- *             reader worked before it mapped files), then every tensor
+ *             reader worked before it read tensor by tensor), then every tensor
  * Usage: safetensors_bench [out.json] [file_mb (256)] [tensors (8)] [dir (/tmp)]
  * Prints a table and writes JSON. */
 #include <stdio.h>

@@ -463,26 +463,16 @@ static ag_status validate_options(const charlm_options *o) {
   return AG_OK;
 }
 
-/* Whether a file can be created next to path (the checkpoint is written to
- * a temp file in that directory, then renamed), and path is not something
- * other than a regular file. Leaves nothing behind. */
+/* The shared up-front check of an output path (ag_output_check: a regular
+ * file or nothing there, a file can be created beside it; nothing left
+ * behind), with this job's prefix on the message. */
 static ag_status check_writable(const char *path, const char *what) {
-  struct stat sb;
-  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-    return ag_error_set(AG_ERR_IO, "charlm: %s %s exists and is not a regular file", what, path);
-  size_t n = strlen(path) + 16;
-  char *probe = malloc(n);
-  if (!probe) return ag_error_set(AG_ERR_OOM, "charlm: out of host memory");
-  snprintf(probe, n, "%s.probeXXXXXX", path);
-  int fd = mkstemp(probe);
-  ag_status st = AG_OK;
-  if (fd < 0)
-    st = ag_error_set(AG_ERR_IO, "charlm: cannot write %s %s: %s", what, path, strerror(errno));
-  else {
-    close(fd);
-    unlink(probe);
+  ag_status st = ag_output_check(path, what);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    st = ag_error_set(st, "charlm: %s", msg);
   }
-  free(probe);
   return st;
 }
 

@@ -250,34 +250,49 @@ static ag_status save_ckpt(const char *path, const model *m, ag_optimizer *opt, 
   return st;
 }
 
-static bool meta_ll(const ag_safetensors *f, const char *k, long long lo, long long hi, long long *out) {
+/* Metadata key k as a decimal integer in [lo, hi] (the whole value: no sign,
+ * blank or hex); a missing or malformed value is AG_ERR_CORRUPT naming the
+ * key (values are printed escaped). */
+static ag_status meta_u64(const ag_safetensors *f, const char *path, const char *k, uint64_t lo, uint64_t hi,
+                          uint64_t *out) {
   const char *v = ag_safetensors_meta(f, k);
-  if (!v || !*v) return false;
-  char *end;
-  long long x = strtoll(v, &end, 10);
-  if (*end || x < lo || x > hi) return false;
+  if (!v) return ag_error_set(AG_ERR_CORRUPT, "%s: not a cnn checkpoint (metadata '%s' missing)", path, k);
+  bool digits = *v != 0;
+  for (const char *p = v; digits && *p; p++) digits = *p >= '0' && *p <= '9';
+  uint64_t x = 0;
+  if (!digits || !ag_parse_u64(v, &x) || x < lo || x > hi) {
+    char vb[64];
+    return ag_error_set(AG_ERR_CORRUPT, "%s: metadata '%s' is '%s', expected an integer in %llu..%llu", path, k,
+                        ag_escape(v, vb, sizeof vb), (unsigned long long)lo, (unsigned long long)hi);
+  }
   *out = x;
-  return true;
+  return AG_OK;
 }
 
+/* Architecture, seed and position recorded in a checkpoint; every key is
+ * validated, and an error names the first bad one. */
 static ag_status ckpt_config(const char *path, cnn_options *o, ag_safetensors **out, int *epoch, int64_t *step) {
   ag_status st = ag_safetensors_open(path, out);
   if (st != AG_OK) return st;
-  const char *fmt = ag_safetensors_meta(*out, "format"), *seed = ag_safetensors_meta(*out, "seed");
-  long long e, s, c1, c2;
-  if (!fmt || strcmp(fmt, "anygrad-cnn-1") || !seed || !meta_ll(*out, "epoch", 0, CNN_MAX_EPOCHS, &e) ||
-      !meta_ll(*out, "step", 0, INT64_MAX, &s) || !meta_ll(*out, "c1", 1, CNN_MAX_WIDTH, &c1) ||
-      !meta_ll(*out, "c2", 1, CNN_MAX_WIDTH, &c2)) {
+  const char *fmt = ag_safetensors_meta(*out, "format");
+  uint64_t e = 0, s = 0, c1 = 0, c2 = 0, seed = 0;
+  if (!fmt || strcmp(fmt, "anygrad-cnn-1"))
+    st = ag_error_set(AG_ERR_CORRUPT, "%s: not a cnn checkpoint (metadata 'format' is not anygrad-cnn-1)", path);
+  if (st == AG_OK) st = meta_u64(*out, path, "epoch", 0, CNN_MAX_EPOCHS, &e);
+  if (st == AG_OK) st = meta_u64(*out, path, "step", 0, CNN_MAX_STEPS, &s);
+  if (st == AG_OK) st = meta_u64(*out, path, "c1", 1, CNN_MAX_WIDTH, &c1);
+  if (st == AG_OK) st = meta_u64(*out, path, "c2", 1, CNN_MAX_WIDTH, &c2);
+  if (st == AG_OK) st = meta_u64(*out, path, "seed", 0, UINT64_MAX, &seed);
+  if (st != AG_OK) {
     ag_safetensors_close(*out);
     *out = NULL;
-    return ag_error_set(AG_ERR_CORRUPT,
-                        "%s: not a cnn checkpoint (metadata format/epoch/step/c1/c2/seed missing or malformed)", path);
+    return st;
   }
   o->c1 = (int)c1;
   o->c2 = (int)c2;
-  if (!o->seed_set) o->seed = strtoull(seed, NULL, 10);
+  if (!o->seed_set) o->seed = seed;
   *epoch = (int)e;
-  *step = s;
+  *step = (int64_t)s;
   return AG_OK;
 }
 
@@ -302,10 +317,15 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
   int64_t step = 0;
   ag_status st = validate(&o);
   if (st == AG_OK && o.resume) st = ckpt_config(o.resume, &o, &ck, &start_epoch, &step);
+  /* Checked before any work: a regular file or nothing at the path, and a
+   * directory a file can be created in (nothing is left behind). */
   if (st == AG_OK && o.out) {
-    FILE *f = fopen(o.out, "ab");
-    if (!f) st = ag_error_set(AG_ERR_IO, "cnn: checkpoint path %s is not writable", o.out);
-    else fclose(f);
+    st = ag_output_check(o.out, "checkpoint");
+    if (st != AG_OK) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", ag_last_error());
+      st = ag_error_set(st, "cnn: %s", msg);
+    }
   }
   ag_image_set train = {0}, test = {0};
   char pi[1024], pl[1024];

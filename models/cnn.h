@@ -16,6 +16,7 @@
 #define CNN_MAX_EPOCHS 1000
 #define CNN_MAX_BATCH 8192
 #define CNN_MAX_WIDTH 1024
+#define CNN_MAX_STEPS (INT64_C(1) << 40) /* checkpoint metadata 'step' */
 
 typedef struct cnn_options {
   ag_device device;

@@ -1,10 +1,14 @@
 /* The shared word-list loader (words.h). */
 #include "words.h"
 
+#include "anygrad/checks.h"
+
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void charlm_words_free(char **words, int n) {
   for (int i = 0; i < n; i++) free(words[i]);
@@ -14,8 +18,21 @@ void charlm_words_free(char **words, int n) {
 ag_status charlm_words_load(const char *path, uint64_t seed, const char *who, char ***out_words, int *out_n) {
   *out_words = NULL;
   *out_n = 0;
-  FILE *f = fopen(path, "r");
-  if (!f) return ag_error_set(AG_ERR_IO, "%s: cannot open %s (Debian: apt-get install wamerican)", who, path);
+  /* A regular file of bounded size (a FIFO or /dev/zero is refused at open,
+   * never waited on or read without end). */
+  int fd = -1;
+  ag_status ost = ag_file_open_read(path, "word list", CHARLM_MAX_WORDS_BYTES, &fd, NULL);
+  int err = errno;
+  if (ost != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    return ag_error_set(ost, "%s: %s%s", who, msg, err == ENOENT ? " (Debian: apt-get install wamerican)" : "");
+  }
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    close(fd);
+    return ag_error_set(AG_ERR_OOM, "%s: cannot read %s: %s", who, path, strerror(errno));
+  }
   char line[256];
   int n = 0, cap = 0;
   char **w = NULL;

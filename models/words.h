@@ -11,6 +11,7 @@
 
 #define CHARLM_VOCAB 27 /* '.' (word boundary) and a-z */
 #define CHARLM_MAX_WORD 22
+#define CHARLM_MAX_WORDS_BYTES ((uint64_t)256 << 20) /* the largest word list read */
 
 /* Token of a character: 0 for '.', 1..26 for 'a'..'z'. */
 static inline int32_t charlm_char_id(char c) { return c == '.' ? 0 : c - 'a' + 1; }

@@ -28,8 +28,9 @@ run tsan "-L threads" -DAG_SANITIZE=thread -DAG_CUDA=OFF -DAG_HIP=OFF -DAG_OPENC
 # ---- begin: anygrad as a dependency (clang, consumer projects) ----
 # Debian 12's clang 14 builds the C code and the suite; the fast tests run
 # (the threaded, OpenCL, emulated-GPU and command-line ones ran above under
-# gcc, whose build they share).
-run clang14 "-LE threads|gpuemu|cli -E opencl|check_|compare" -DCMAKE_C_COMPILER=clang-14 -DAG_CUDA=OFF -DAG_HIP=OFF -DAG_OPENCL=OFF -DAG_BENCH=OFF
+# gcc, whose build they share). AG_FUZZ adds the libFuzzer harnesses of
+# tests/fuzz/ (label fuzz), each run for 5 s from its seed corpus.
+run clang14 "-LE threads|gpuemu|cli -E opencl|check_|compare" -DCMAKE_C_COMPILER=clang-14 -DAG_CUDA=OFF -DAG_HIP=OFF -DAG_OPENCL=OFF -DAG_BENCH=OFF -DAG_FUZZ=ON
 # A project outside the tree uses the release build through find_package and
 # pkg-config (installed), add_subdirectory and FetchContent.
 echo "=== consumer projects"

@@ -1,9 +1,6 @@
 /* Shared option handling of the anygrad subcommands (see cli.h). */
 #include "cli.h"
 
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,11 +59,8 @@ static bool bad(const char *cmd, const char *opt, const char *what, const char *
 bool ag_cli_i64(const char *cmd, const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out) {
   char what[96];
   snprintf(what, sizeof what, "an integer in %lld..%lld", (long long)lo, (long long)hi);
-  if (!v || !*v || isspace((unsigned char)*v)) return bad(cmd, opt, what, v);
-  char *end = NULL;
-  errno = 0;
-  long long x = strtoll(v, &end, 10);
-  if (*end || errno == ERANGE || x < lo || x > hi) return bad(cmd, opt, what, v);
+  int64_t x;
+  if (!ag_parse_i64(v, lo, hi, &x)) return bad(cmd, opt, what, v);
   *out = x;
   return true;
 }
@@ -89,27 +83,67 @@ bool ag_cli_int(const char *cmd, const char *opt, const char *v, int lo, int hi,
 }
 
 bool ag_cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out) {
-  const char *what = "an unsigned 64-bit integer (decimal or 0x hex)";
-  if (!v || !*v || *v == '-' || *v == '+' || isspace((unsigned char)*v)) return bad(cmd, opt, what, v);
-  bool hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
-  if (hex && !v[2]) return bad(cmd, opt, what, v);
-  char *end = NULL;
-  errno = 0;
-  unsigned long long x = strtoull(v, &end, hex ? 16 : 10);
-  if (*end || errno == ERANGE) return bad(cmd, opt, what, v);
+  uint64_t x;
+  if (!ag_parse_u64(v, &x)) return bad(cmd, opt, "an unsigned 64-bit integer (decimal or 0x hex)", v);
   *out = x;
   return true;
 }
 
 bool ag_cli_f64(const char *cmd, const char *opt, const char *v, double lo, double hi, double *out) {
   char what[96];
-  snprintf(what, sizeof what, "a finite number in %g..%g", lo, hi);
-  if (!v || !*v || isspace((unsigned char)*v)) return bad(cmd, opt, what, v);
-  char *end = NULL;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (*end || !isfinite(x) || x < lo || x > hi) return bad(cmd, opt, what, v);
+  snprintf(what, sizeof what, "a finite decimal number in %g..%g", lo, hi);
+  double x;
+  if (!ag_parse_f64(v, lo, hi, &x)) return bad(cmd, opt, what, v);
   *out = x;
+  return true;
+}
+
+int ag_cli_list(const char *cmd, const char *opt, const char *v, char *buf, size_t len, char **items, int max) {
+  if (!v || !*v) {
+    fprintf(stderr, "anygrad %s: --%s needs a comma-separated list, got ''\n", cmd, opt);
+    return -1;
+  }
+  if (strlen(v) >= len) {
+    fprintf(stderr, "anygrad %s: --%s list is too long\n", cmd, opt);
+    return -1;
+  }
+  memcpy(buf, v, strlen(v) + 1);
+  int n = 0;
+  for (char *p = buf;; n++) {
+    char *comma = strchr(p, ',');
+    if (comma) *comma = 0;
+    if (!*p) {
+      fprintf(stderr, "anygrad %s: --%s has an empty item in '%s'\n", cmd, opt, v);
+      return -1;
+    }
+    if (n == max) {
+      fprintf(stderr, "anygrad %s: --%s takes at most %d items, got '%s'\n", cmd, opt, max, v);
+      return -1;
+    }
+    items[n] = p;
+    if (!comma) return n + 1;
+    p = comma + 1;
+  }
+}
+
+bool ag_cli_int_list(const char *cmd, const char *opt, const char *v, int n, int lo, int hi, int *out) {
+  char buf[256], *items[16];
+  int got = n <= 16 ? ag_cli_list(cmd, opt, v, buf, sizeof buf, items, 16) : -1;
+  if (got < 0) return false;
+  if (got != n) {
+    fprintf(stderr, "anygrad %s: --%s expects %d comma-separated integers in %d..%d, got '%s'\n", cmd, opt, n, lo,
+            hi, v);
+    return false;
+  }
+  for (int i = 0; i < n; i++) {
+    int64_t x;
+    if (!ag_parse_i64(items[i], lo, hi, &x)) {
+      fprintf(stderr, "anygrad %s: --%s expects %d comma-separated integers in %d..%d, got '%s'\n", cmd, opt, n,
+              lo, hi, v);
+      return false;
+    }
+    out[i] = (int)x;
+  }
   return true;
 }
 

@@ -27,13 +27,23 @@ int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opt
 /* The argument of the option ag_cli_next just returned, or NULL. */
 const char *ag_cli_arg(void);
 
-/* Strict numbers: the whole string, within [lo, hi]; doubles finite. Print
+/* Strict numbers through the library's parser (ag_parse_i64/u64/f64 of
+ * anygrad/checks.h, the one the AG_* environment variables go through too):
+ * the whole string, within [lo, hi], no overflow; doubles finite and
+ * decimal (hex floats such as 0x1p-3, inf and nan are refused). Print
  * "anygrad <cmd>: --opt expects ..., got 'v'" and return false otherwise.
  * Unsigned values take decimal or 0x hex. */
 bool ag_cli_i64(const char *cmd, const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out);
 bool ag_cli_int(const char *cmd, const char *opt, const char *v, int lo, int hi, int *out);
 bool ag_cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out);
 bool ag_cli_f64(const char *cmd, const char *opt, const char *v, double lo, double hi, double *out);
+/* A comma-separated list: v copied into buf (len bytes) and cut at the
+ * commas, items pointing into it. Returns the count, or -1 after printing
+ * why (empty list or item, too long, more than max items). */
+int ag_cli_list(const char *cmd, const char *opt, const char *v, char *buf, size_t len, char **items, int max);
+/* Exactly n comma-separated integers in [lo, hi] (n <= 16), each through
+ * the strict parser ("4294967297,1" is refused, not wrapped). */
+bool ag_cli_int_list(const char *cmd, const char *opt, const char *v, int n, int lo, int hi, int *out);
 /* on|off, yes|no, true|false, 1|0. */
 bool ag_cli_bool(const char *cmd, const char *opt, const char *v, bool *out);
 

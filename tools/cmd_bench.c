@@ -204,17 +204,14 @@ int ag_cmd_bench(int argc, char **argv) {
   ag_device devs[16];
   int nd = 0;
   if (backends) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", backends);
+    char buf[256], *items[16];
+    int n = ag_cli_list("bench", "backend", backends, buf, sizeof buf, items, 16);
+    if (n < 0) return AG_EXIT_USAGE;
     /* A backend asked for by name must run: absent is an error. */
-    for (char *tok = strtok(buf, ","); tok && nd < 16; tok = strtok(NULL, ",")) {
-      int rc = ag_cli_device("bench", tok, &devs[nd]);
+    for (int i = 0; i < n; i++) {
+      int rc = ag_cli_device("bench", items[i], &devs[nd]);
       if (rc != AG_EXIT_OK) return rc;
       nd++;
-    }
-    if (nd == 0) {
-      fprintf(stderr, "anygrad bench: --backend needs at least one backend\n");
-      return AG_EXIT_USAGE;
     }
   } else {
     int nk = ag_backend_count();

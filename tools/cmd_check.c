@@ -35,12 +35,6 @@ static void check_usage(void) {
       (unsigned long long)AG_CONF_DEFAULT_SEED);
 }
 
-/* Split a comma list into at most max entries of buf (modified in place). */
-static int split(char *s, char **out, int max) {
-  int n = 0;
-  for (char *tok = strtok(s, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = tok;
-  return n;
-}
 
 typedef struct col {
   ag_device dev;
@@ -89,12 +83,8 @@ int ag_cmd_check(int argc, char **argv) {
   int ncol = 0;
   char bbuf[256], *bl[16];
   if (backends) {
-    snprintf(bbuf, sizeof bbuf, "%s", backends);
-    int n = split(bbuf, bl, 16);
-    if (n == 0) {
-      fprintf(stderr, "anygrad check: --backend needs at least one backend\n");
-      return AG_EXIT_USAGE;
-    }
+    int n = ag_cli_list("check", "backend", backends, bbuf, sizeof bbuf, bl, 16);
+    if (n < 0) return AG_EXIT_USAGE;
     /* A backend asked for by name must run: absent is an error, not an
      * empty table. */
     for (int i = 0; i < n; i++) {
@@ -121,9 +111,9 @@ int ag_cmd_check(int argc, char **argv) {
 
   int opsel[128], nops = 0;
   if (ops) {
-    char obuf[1024], *ol[128];
-    snprintf(obuf, sizeof obuf, "%s", ops);
-    int n = split(obuf, ol, 128);
+    char obuf[2048], *ol[128];
+    int n = ag_cli_list("check", "ops", ops, obuf, sizeof obuf, ol, 128);
+    if (n < 0) return AG_EXIT_USAGE;
     for (int i = 0; i < n; i++) {
       int o = ag_conf_op_find(ol[i]);
       if (o < 0) {
@@ -141,9 +131,9 @@ int ag_cmd_check(int argc, char **argv) {
   ag_dtype dts[AG_DTYPE_COUNT];
   int ndt = 0;
   if (dtypes) {
-    char dbuf[128], *dl[8];
-    snprintf(dbuf, sizeof dbuf, "%s", dtypes);
-    int n = split(dbuf, dl, 8);
+    char dbuf[128], *dl[AG_DTYPE_COUNT];
+    int n = ag_cli_list("check", "dtype", dtypes, dbuf, sizeof dbuf, dl, AG_DTYPE_COUNT);
+    if (n < 0) return AG_EXIT_USAGE;
     for (int i = 0; i < n && ndt < AG_DTYPE_COUNT; i++)
       if (ag_dtype_parse(dl[i], &dts[ndt]) == AG_OK) ndt++;
       else {

@@ -135,25 +135,13 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
     fprintf(stderr, "anygrad compare: --devices is required (e.g. --devices cpu,opencl:0)\n");
     return -1;
   }
-  const char *p = devices;
-  while (*p) {
-    size_t len = strcspn(p, ",");
-    if (len == 0 || len >= sizeof o->name[0]) {
-      fprintf(stderr, "anygrad compare: bad device list '%s'\n", devices);
-      return -1;
-    }
-    if (o->n_dev == CMP_MAX_DEV) {
-      fprintf(stderr, "anygrad compare: at most %d devices\n", CMP_MAX_DEV);
-      return -1;
-    }
-    char s[32];
-    memcpy(s, p, len);
-    s[len] = 0;
-    if (parse_device(s, &o->dev[o->n_dev]) != 0) return -1;
+  char dbuf[1024], *items[CMP_MAX_DEV];
+  int n = ag_cli_list(C, "devices", devices, dbuf, sizeof dbuf, items, CMP_MAX_DEV);
+  if (n < 0) return -1;
+  for (int i = 0; i < n; i++) {
+    if (parse_device(items[i], &o->dev[o->n_dev]) != 0) return -1;
     ag_device_str(o->dev[o->n_dev], o->name[o->n_dev], sizeof o->name[0]);
     o->n_dev++;
-    p += len;
-    if (*p == ',') p++;
   }
   if (o->n_dev < 2) {
     fprintf(stderr, "anygrad compare: --devices needs at least two devices (a device may repeat: cpu,cpu)\n");
@@ -545,9 +533,10 @@ int ag_cmd_compare(int argc, char **argv) {
   if (!hx || !hy || !rep->loss || !rep->ms || !rep->dloss || !rep->dparam)
     st = ag_error_set(AG_ERR_OOM, "compare: out of host memory");
   FILE *json = NULL;
+  ag_output *json_out = NULL; /* --json FILE: written atomically at the end */
   if (st == AG_OK && o.json) {
-    json = strcmp(o.json, "-") ? fopen(o.json, "w") : stdout;
-    if (!json) st = ag_error_set(AG_ERR_IO, "compare: cannot write %s", o.json);
+    if (!strcmp(o.json, "-")) json = stdout;
+    else if ((st = ag_output_open(o.json, "--json output", &json_out)) == AG_OK) json = ag_output_file(json_out);
   }
   if (st == AG_OK) st = words_load(o.job.words_path, o.job.seed, &data);
 
@@ -628,8 +617,8 @@ int ag_cmd_compare(int argc, char **argv) {
   for (int d = 1; d < o.n_dev; d++) diverged = diverged || rep->first_exceed[d] != 0;
   if (st == AG_OK) print_summary(&o, rep, diverged);
   if (st == AG_OK && json) st = write_json(json, o.json, &o, rep, diverged);
-  if (json && json != stdout && fclose(json) != 0 && st == AG_OK)
-    st = ag_error_set(AG_ERR_IO, "compare: cannot write %s", o.json);
+  if (json_out && st == AG_OK) st = ag_output_commit(json_out);
+  else ag_output_abort(json_out);
   if (st != AG_OK) fprintf(stderr, "anygrad compare: %s: %s\n", ag_status_name(st), ag_last_error());
   fflush(stdout);
 

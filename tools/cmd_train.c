@@ -115,26 +115,14 @@ typedef struct dp_opts {
 } dp_opts;
 
 static int parse_devices(const char *v, dp_opts *dp) {
-  char buf[1024];
-  if (strlen(v) >= sizeof buf) {
-    fprintf(stderr, "anygrad train: --devices list is too long\n");
-    return AG_EXIT_USAGE;
-  }
-  snprintf(buf, sizeof buf, "%s", v);
+  char buf[1024], *items[MAX_REPLICAS];
+  int n = ag_cli_list("train", "devices", v, buf, sizeof buf, items, MAX_REPLICAS);
+  if (n < 0) return AG_EXIT_USAGE;
   dp->n_devices = 0;
-  char *save = NULL;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    if (dp->n_devices == MAX_REPLICAS) {
-      fprintf(stderr, "anygrad train: --devices: at most %d devices\n", MAX_REPLICAS);
-      return AG_EXIT_USAGE;
-    }
-    int rc = ag_cli_device("train", t, &dp->devices[dp->n_devices]);
+  for (int i = 0; i < n; i++) {
+    int rc = ag_cli_device("train", items[i], &dp->devices[dp->n_devices]);
     if (rc != AG_EXIT_OK) return rc;
     dp->n_devices++;
-  }
-  if (dp->n_devices < 1) {
-    fprintf(stderr, "anygrad train: --devices needs a comma-separated list of devices, got '%s'\n", v);
-    return AG_EXIT_USAGE;
   }
   return AG_EXIT_OK;
 }
@@ -168,13 +156,12 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
         o->seed_set = true;
         break;
       case O_CHANNELS: {
-        int a = 0, b = 0, n = 0;
-        if (sscanf(v, "%d,%d%n", &a, &b, &n) != 2 || v[n] || a < 1 || b < 1 || a > CNN_MAX_WIDTH || b > CNN_MAX_WIDTH) {
-          fprintf(stderr, "anygrad train: --channels must be A,B with 1 <= A, B <= %d, got '%s'\n", CNN_MAX_WIDTH, v);
-          ok = false;
+        int ab[2];
+        ok = ag_cli_int_list(C, "channels", v, 2, 1, CNN_MAX_WIDTH, ab);
+        if (ok) {
+          o->c1 = ab[0];
+          o->c2 = ab[1];
         }
-        o->c1 = a;
-        o->c2 = b;
         break;
       }
       case O_DATA: o->data_dir = v; break;
@@ -348,6 +335,11 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, dp_op
     int rc = parse_devices(devices, dp);
     if (rc != AG_EXIT_OK) return rc;
   }
+  if (devices && o->batch < dp->n_devices) {
+    fprintf(stderr, "anygrad train: --batch %lld is smaller than the %d replicas of --devices: each replica needs "
+                    "at least one example (--batch >= %d)\n", (long long)o->batch, dp->n_devices, dp->n_devices);
+    return AG_EXIT_USAGE;
+  }
   if ((devices || dp->mpi) && (o->batch_auto || o->estimate_memory)) {
     fprintf(stderr, "anygrad train: --batch auto and --estimate-memory measure one device; not with --devices "
                     "or --dist\n");
@@ -446,6 +438,13 @@ static int train_mpi(const charlm_options *o) {
   charlm_options ro = *o;
   ro.group = g;
   int rank = ag_group_rank(g);
+  if (o->batch < ag_group_size(g)) { /* the replica count is known only now */
+    if (rank == 0)
+      fprintf(stderr, "anygrad train: --batch %lld is smaller than the %d MPI ranks: each replica needs at least "
+                      "one example (--batch >= %d)\n", (long long)o->batch, ag_group_size(g), ag_group_size(g));
+    ag_group_destroy(g);
+    return AG_EXIT_USAGE;
+  }
   if (rank == 0 && !o->quiet)
     printf("anygrad train: %d MPI ranks (global batch %lld, %s shares)\n", ag_group_size(g), (long long)o->batch,
            o->balance ? "balanced" : "equal");

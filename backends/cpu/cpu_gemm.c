@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/checks.h"
 #include "anygrad/cpu.h"
 #include "cpu_backend.h"
 
@@ -63,8 +64,11 @@ static void engine_init(void) {
   const char *want = getenv("AG_CPU_GEMM");
   bool blas_only = want && *want ? (!strcmp(want, "openblas") || !strcmp(want, "blas")) : AG_GEMM_DEFAULT_BLAS;
   bool need_dnnl = want && !strcmp(want, "onednn");
-  if (want && *want && !blas_only && !need_dnnl)
-    fprintf(stderr, "anygrad: AG_CPU_GEMM=%s is not onednn, openblas or blas; using the default\n", want);
+  if (want && *want && !blas_only && !need_dnnl) {
+    char shown[64]; /* escaped: a value never writes raw control sequences to the terminal */
+    fprintf(stderr, "anygrad: AG_CPU_GEMM='%s' is not onednn, openblas or blas; using the default\n",
+            ag_escape(want, shown, sizeof shown));
+  }
   if (!blas_only) {
     void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
     dnnl_sgemm_fn f = h ? (dnnl_sgemm_fn)dlsym(h, "dnnl_sgemm") : NULL;

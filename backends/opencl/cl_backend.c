@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/checks.h"
 #include "anygrad/dlpack.h"
 #include "cl_internal.h"
 
@@ -102,9 +103,8 @@ static bool has_ext(cl_device_id d, const char *ext) {
  * platform name or vendor. */
 static bool platform_selected(cl_platform_id p, unsigned idx, const char *sel) {
   if (!sel || !*sel) return true;
-  char *end;
-  unsigned long v = strtoul(sel, &end, 10);
-  if (*end == 0) return v == idx;
+  uint64_t v; /* an index through the strict parser: "99999999999999999999" selects none, not a wrapped one */
+  if (ag_parse_u64(sel, &v)) return v == idx;
   char name[256] = "", vendor[256] = "";
   clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof name, name, NULL);
   clGetPlatformInfo(p, CL_PLATFORM_VENDOR, sizeof vendor, vendor, NULL);

@@ -3,6 +3,7 @@
  * silent (the program is then built from source); build failures return
  * AG_ERR_BACKEND with the compiler's log. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,9 +39,23 @@ static bool cache_dir(char *buf, size_t len) {
   return mkdir(buf, 0755) == 0 || errno == EEXIST;
 }
 
+/* A cached binary: a regular file only (opened without blocking, so a FIFO
+ * planted in the cache is skipped, not waited on) of at most 256 MiB. A
+ * miss sets no error: the program is then built. */
 static unsigned char *read_file(const char *path, size_t *out_n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0) return NULL;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > ((off_t)256 << 20) ||
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    close(fd);
+    return NULL;
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return NULL;
+  }
   unsigned char *buf = NULL;
   long n = -1;
   if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&

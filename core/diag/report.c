@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "anygrad/checks.h"
 #include "anygrad/report.h"
 #include "diag/diag_internal.h"
 #include "report_html.inc"
@@ -24,8 +26,15 @@ static void put_json_inline(FILE *f, const char *s, size_t n) {
 
 static ag_status write_page(const char *fn, const char *path, const char *json_a, size_t na, const char *mid,
                             const char *json_b, size_t nb, const char *end) {
-  FILE *f = fopen(path, "w");
-  if (!f) return ag_error_set(AG_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(errno));
+  /* Atomic: a failed write (a full disk) leaves the previous page intact. */
+  ag_output *o = NULL;
+  ag_status st = ag_output_open(path, "report", &o);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    return ag_error_set(st, "%s: %s", fn, msg);
+  }
+  FILE *f = ag_output_file(o);
   fputs(k_report_head, f);
   if (mid) fputs(mid, f);
   put_json_inline(f, json_a, na);
@@ -35,8 +44,12 @@ static ag_status write_page(const char *fn, const char *path, const char *json_a
   }
   if (end) fputs(end, f);
   fputs(k_report_tail, f);
-  bool bad = ferror(f) != 0;
-  if (fclose(f) != 0 || bad) return ag_error_set(AG_ERR_IO, "%s: write error on '%s'", fn, path);
+  st = ag_output_commit(o);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    return ag_error_set(st, "%s: %s", fn, msg);
+  }
   return AG_OK;
 }
 
@@ -56,43 +69,27 @@ ag_status ag_report_write(ag_profiler *p, const char *path) {
   return st;
 }
 
-/* The whole file, NUL-terminated (owned by the caller), or NULL with the
- * error set. */
-static char *slurp(const char *fn, const char *path, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    ag_error_set(AG_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(errno));
-    return NULL;
-  }
+/* Inputs of a report: traces of long runs are large, but not without end. */
+#define REPORT_MAX_INPUT ((uint64_t)1 << 30)
+
+/* The whole regular file, NUL-terminated (owned by the caller), or NULL
+ * with the error set (a FIFO or device is refused, never read). */
+static char *slurp(const char *fn, const char *what, const char *path, size_t *out_len) {
   char *buf = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 65536 + 1 > cap) {
-      size_t nc = cap ? cap * 2 : 1 << 20;
-      char *nb = realloc(buf, nc);
-      if (!nb) {
-        free(buf);
-        fclose(f);
-        ag_error_set(AG_ERR_OOM, "%s: out of host memory reading '%s'", fn, path);
-        return NULL;
-      }
-      buf = nb;
-      cap = nc;
-    }
-    size_t n = fread(buf + len, 1, cap - len - 1, f);
-    len += n;
-    if (n == 0) break;
-  }
-  bool bad = ferror(f) != 0;
-  fclose(f);
-  if (bad) {
-    free(buf);
-    ag_error_set(AG_ERR_IO, "%s: read error on '%s'", fn, path);
+  ag_status st = ag_file_read_all(path, what, REPORT_MAX_INPUT, &buf, out_len);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    ag_error_set(st, "%s: %s", fn, msg);
     return NULL;
   }
-  buf[len] = 0;
-  *out_len = len;
   return buf;
+}
+
+/* Whether a and b name the same file (the output would destroy an input). */
+static bool same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 /* The shape of a JSON object whose top level has `key` (a cheap check: the
@@ -110,15 +107,18 @@ static bool looks_like(const char *s, size_t n, const char *key) {
 ag_status ag_report_from_trace(const char *trace_path, const char *snapshot_path, const char *out_path) {
   const char *fn = "ag_report_from_trace";
   if (!trace_path || !out_path) return ag_error_set(AG_ERR_INVALID, "%s: NULL path", fn);
+  if (same_file(trace_path, out_path) || (snapshot_path && same_file(snapshot_path, out_path)))
+    return ag_error_set(AG_ERR_INVALID, "%s: the output '%s' is the input '%s'; refusing to overwrite it", fn,
+                        out_path, same_file(trace_path, out_path) ? trace_path : snapshot_path);
   size_t nt = 0, ns = 0;
-  char *tr = slurp(fn, trace_path, &nt);
+  char *tr = slurp(fn, "trace", trace_path, &nt);
   if (!tr) return ag_last_status();
   ag_status st = AG_OK;
   if (!looks_like(tr, nt, "\"traceEvents\""))
     st = ag_error_set(AG_ERR_CORRUPT, "%s: '%s' is not a Chrome trace JSON object (no traceEvents)", fn, trace_path);
   char *sn = NULL;
   if (st == AG_OK && snapshot_path) {
-    sn = slurp(fn, snapshot_path, &ns);
+    sn = slurp(fn, "allocator snapshot", snapshot_path, &ns);
     if (!sn)
       st = ag_last_status();
     else if (!looks_like(sn, ns, "\"segments\""))

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "anygrad/checks.h"
 #include "memory/alloc_internal.h"
 #include "diag/diag_internal.h"
 
@@ -194,8 +195,14 @@ static void write_alloc_events(FILE *f, ag_devstate *ds, uint64_t base, bool *fi
 }
 
 ag_status ag__trace_write(const char *path, ag_devstate *ds, uint64_t base, ag_profiler *p) {
-  FILE *f = fopen(path, "w");
-  if (!f) return ag_error_set(AG_ERR_IO, "ag_profiler_write_trace: cannot open '%s'", path);
+  ag_output *o = NULL;
+  ag_status ost = ag_output_open(path, "trace", &o);
+  if (ost != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    return ag_error_set(ost, "ag_profiler_write_trace: %s", msg);
+  }
+  FILE *f = ag_output_file(o);
   fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
   bool first = true;
   fprintf(f, "\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"host\"}},");
@@ -248,12 +255,15 @@ ag_status ag__trace_write(const char *path, ag_devstate *ds, uint64_t base, ag_p
     st = ag__profiler_json(p, f);
   }
   fprintf(f, "}}\n");
-  bool bad = ferror(f) != 0;
   if (st != AG_OK) {
-    fclose(f);
+    ag_output_abort(o);
     return st;
   }
-  if (fclose(f) != 0 || bad)
-    return ag_error_set(AG_ERR_IO, "ag_profiler_write_trace: write error on '%s'", path);
+  st = ag_output_commit(o);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    return ag_error_set(st, "ag_profiler_write_trace: %s", msg);
+  }
   return AG_OK;
 }

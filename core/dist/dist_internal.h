@@ -115,4 +115,14 @@ static inline int64_t ag__dist_now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* now + ms, saturating at INT64_MAX (timeouts are validated to at most
+ * AG_DIST_MAX_TIMEOUT_MS; this keeps any other caller from wrapping). */
+static inline int64_t ag__dist_deadline_ns(int64_t ms) {
+  int64_t ns, at;
+  if (ms < 0) ms = 0;
+  if (__builtin_mul_overflow(ms, (int64_t)1000000, &ns) || __builtin_add_overflow(ag__dist_now_ns(), ns, &at))
+    return INT64_MAX;
+  return at;
+}
+
 #endif

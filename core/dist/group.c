@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/checks.h"
 #include "anygrad/loader.h"
 #include "dist_internal.h"
 #include "runtime/devstate.h"
@@ -91,24 +92,21 @@ void ag_group_options_default(ag_group_options *o) {
 
 /* The timeout in force: the option, else AG_DIST_TIMEOUT_MS, else 5 min. */
 static ag_status resolve_timeout(const char *fn, const ag_group_options *o, int64_t *out) {
-  if (o && o->timeout_ms < 0)
-    return ag_error_set(AG_ERR_INVALID, "%s: timeout_ms %lld is negative", fn, (long long)o->timeout_ms);
+  if (o && (o->timeout_ms < 0 || o->timeout_ms > AG_DIST_MAX_TIMEOUT_MS))
+    return ag_error_set(AG_ERR_INVALID, "%s: timeout_ms %lld is outside 0..%lld", fn, (long long)o->timeout_ms,
+                        (long long)AG_DIST_MAX_TIMEOUT_MS);
   if (o && o->timeout_ms > 0) {
     *out = o->timeout_ms;
     return AG_OK;
   }
-  const char *e = getenv("AG_DIST_TIMEOUT_MS");
-  if (e && *e) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(e, &end, 10);
-    if (errno || *end || v <= 0)
-      return ag_error_set(AG_ERR_INVALID, "%s: AG_DIST_TIMEOUT_MS='%.40s' is not a positive number of milliseconds",
-                          fn, e);
-    *out = v;
-    return AG_OK;
+  /* The strict parser of every AG_* number: garbage, overflow and values
+   * out of range are refused rather than turned into a deadline. */
+  ag_status st = ag_env_i64("AG_DIST_TIMEOUT_MS", 1, AG_DIST_MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, out);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    return ag_error_set(st, "%s: %s (milliseconds)", fn, msg);
   }
-  *out = DEFAULT_TIMEOUT_MS;
   return AG_OK;
 }
 
@@ -158,14 +156,20 @@ static void work_finish(ag_work *w, ag_status st, const char *msg) {
  * about one timeout; twice the timeout is a safety net that should never
  * fire. */
 static ag_status work_wait_host(ag_work *w, const char *fn) {
-  int64_t deadline = ag__dist_now_ns() + 2 * w->timeout_ms * 1000000;
+  int64_t deadline = ag__dist_deadline_ns(2 * w->timeout_ms);
   struct timespec ts = to_ts(deadline);
   pthread_mutex_lock(&w->mu);
   while (w->state == 0) {
-    if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT && w->state == 0) {
+    int rc = pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    if (rc == ETIMEDOUT && w->state == 0) {
       pthread_mutex_unlock(&w->mu);
       return ag_error_set(AG_ERR_TIMEOUT, "%s: collective #%llu (%s) did not complete within %lld ms", fn,
                           (unsigned long long)w->seq, k_coll_fn[w->kind], (long long)w->timeout_ms);
+    }
+    if (rc != 0 && rc != ETIMEDOUT) { /* EINVAL would otherwise spin here holding the mutex */
+      pthread_mutex_unlock(&w->mu);
+      return ag_error_set(AG_ERR_INTERNAL, "%s: waiting for collective #%llu failed: %s", fn,
+                          (unsigned long long)w->seq, strerror(rc));
     }
   }
   ag_status st = w->st;
@@ -350,7 +354,7 @@ static ag_status run_coll(ag_group *g, ag_work *w, char *msg, size_t n) {
   pthread_mutex_unlock(&g->mu);
   if (st == AG_OK && g->mod->broken) st = g->mod->broken(g->im, msg, n);
   if (st != AG_OK) return st == AG_ERR_TIMEOUT ? AG_ERR_TIMEOUT : AG_ERR_ABORTED;
-  int64_t deadline = ag__dist_now_ns() + g->timeout_ms * 1000000;
+  int64_t deadline = ag__dist_deadline_ns(g->timeout_ms);
   if (g->caps.device_buffers && w->kind != AG_COLL_BARRIER) {
     st = run_device(g, w, deadline);
   } else {

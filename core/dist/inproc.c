@@ -63,6 +63,14 @@ static ag_status barrier_locked(ag_dist_impl *im, const ag_coll *c, int64_t dead
   struct timespec ts = {.tv_sec = deadline_ns / 1000000000, .tv_nsec = deadline_ns % 1000000000};
   while (sh->gen == my && sh->broken_st == AG_OK) {
     int rc = pthread_cond_timedwait(&sh->cv, &sh->mu, &ts);
+    if (rc != 0 && rc != ETIMEDOUT && sh->gen == my && sh->broken_st == AG_OK) {
+      /* EINVAL (a bad deadline) would otherwise spin here holding the mutex */
+      char msg[256];
+      snprintf(msg, sizeof msg, "in-process group: %s #%llu: waiting on rank %d failed: %s", k_coll_names[c->kind],
+               (unsigned long long)c->seq, im->rank, strerror(rc));
+      break_locked(sh, AG_ERR_INTERNAL, msg);
+      return ag_error_set(AG_ERR_INTERNAL, "%s", msg);
+    }
     if (rc == ETIMEDOUT && sh->gen == my && sh->broken_st == AG_OK) {
       char missing[256] = "";
       size_t len = 0;

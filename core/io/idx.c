@@ -1,10 +1,18 @@
-/* idx reader (include/anygrad/idx.h): zlib's gz* interface inflates gzip
- * files and passes plain files through, so one path reads both. Every size
- * from the header is checked before anything is allocated. */
+/* idx reader (include/anygrad/idx.h): plain files, or one gzip member
+ * inflated with zlib's inflate (not gz*: that accepts a stream cut before
+ * its trailer). The gzip trailer's CRC-32 and length are checked, and
+ * nothing may follow it. Every size from the header is checked before
+ * anything is allocated; only regular files are opened. */
 #include "anygrad/idx.h"
 
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "anygrad/checks.h"
 
 #ifdef AG_HAVE_ZLIB
 #include <zlib.h>
@@ -15,33 +23,130 @@
 #define IDX_MAX_BYTES ((int64_t)1 << 34)
 
 #ifdef AG_HAVE_ZLIB
-/* Read up to n bytes; returns the count read, or -1 with an error set for a
- * damaged gzip stream. A short count is a truncated file. */
-static int64_t gz_read_all(gzFile f, const char *path, void *dst, int64_t n) {
+#define IN_CHUNK 65536
+
+/* A byte source: the file as it is, or its gzip member inflated. */
+typedef struct src {
+  int fd;
+  const char *path;
+  bool gz, z_live, z_end, eof;
+  z_stream z;
+  unsigned char in[IN_CHUNK];
+  size_t in_pos, in_len; /* plain files: buffered bytes not yet handed out */
+} src;
+
+/* Refill the input buffer; false at the end of the file (or an error, set). */
+static int refill(src *s) {
+  for (;;) {
+    ssize_t r = read(s->fd, s->in, sizeof s->in);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      ag_error_set(AG_ERR_IO, "ag_idx_read: %s: read error: %s", s->path, strerror(errno));
+      return -1;
+    }
+    s->in_pos = 0;
+    s->in_len = (size_t)r;
+    if (r == 0) s->eof = true;
+    return r > 0;
+  }
+}
+
+/* Up to n bytes; the count (short only at the end of the data), or -1 with
+ * the error set. */
+static int64_t src_read(src *s, void *dst, int64_t n) {
+  unsigned char *out = dst;
   int64_t got = 0;
   while (got < n) {
-    int64_t want = n - got;
-    if (want > (1 << 30)) want = 1 << 30;
-    int r = gzread(f, (char *)dst + got, (unsigned)want);
-    if (r > 0) {
-      got += r;
+    if (!s->gz) {
+      if (s->in_pos == s->in_len) {
+        int r = refill(s);
+        if (r < 0) return -1;
+        if (r == 0) break;
+      }
+      size_t k = s->in_len - s->in_pos;
+      if ((int64_t)k > n - got) k = (size_t)(n - got);
+      memcpy(out + got, s->in + s->in_pos, k);
+      s->in_pos += k;
+      got += (int64_t)k;
       continue;
     }
-    /* zlib reports a gzip stream cut short as Z_BUF_ERROR, after handing
-     * out what it could inflate; a plain file's end is just r == 0. */
-    int zerr = Z_OK;
-    const char *msg = gzerror(f, &zerr);
-    if (zerr == Z_BUF_ERROR) {
-      ag_error_set(AG_ERR_CORRUPT, "ag_idx_read: %s: truncated: the gzip stream ends early", path);
+    if (s->z_end) break;
+    if (s->z.avail_in == 0) {
+      int r = refill(s);
+      if (r < 0) return -1;
+      if (r == 0) {
+        ag_error_set(AG_ERR_CORRUPT,
+                     "ag_idx_read: %s: truncated: the gzip stream ends before its end-of-stream trailer", s->path);
+        return -1;
+      }
+      s->z.next_in = s->in;
+      s->z.avail_in = (uInt)s->in_len;
+    }
+    int64_t want = n - got;
+    if (want > (1 << 30)) want = 1 << 30;
+    s->z.next_out = out + got;
+    s->z.avail_out = (uInt)want;
+    int zr = inflate(&s->z, Z_NO_FLUSH);
+    got += want - (int64_t)s->z.avail_out;
+    if (zr == Z_STREAM_END) {
+      s->z_end = true; /* inflate has checked the trailer's CRC-32 and length */
+    } else if (zr == Z_DATA_ERROR) {
+      ag_error_set(AG_ERR_CORRUPT, "ag_idx_read: %s: damaged gzip stream (%s)", s->path,
+                   s->z.msg ? s->z.msg : "data error");
+      return -1;
+    } else if (zr == Z_MEM_ERROR) {
+      ag_error_set(AG_ERR_OOM, "ag_idx_read: %s: out of host memory inflating", s->path);
+      return -1;
+    } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+      ag_error_set(AG_ERR_CORRUPT, "ag_idx_read: %s: damaged gzip stream (zlib error %d)", s->path, zr);
       return -1;
     }
-    if (r < 0 || zerr != Z_OK) {
-      ag_error_set(AG_ERR_CORRUPT, "ag_idx_read: %s: damaged gzip stream (%s)", path, msg);
-      return -1;
-    }
-    break;
   }
   return got;
+}
+
+/* After the data: for gzip, the stream must have ended (trailer checked)
+ * with nothing after it; for plain files, nothing after the data. */
+static ag_status src_finish(src *s, int64_t numel) {
+  if (s->gz && !s->z_end) {
+    /* The data is complete; what remains must be exactly the end of the
+     * stream (inflate then checks the trailer). */
+    unsigned char extra;
+    int64_t got = src_read(s, &extra, 1);
+    if (got < 0) return ag_last_status();
+    if (got > 0)
+      return ag_error_set(AG_ERR_CORRUPT, "ag_idx_read: %s: bytes after the %lld the header describes", s->path,
+                          (long long)numel);
+  }
+  bool trailing = false;
+  if (s->gz) {
+    trailing = s->z.avail_in > 0;
+    if (!trailing) {
+      int r = refill(s);
+      if (r < 0) return ag_last_status();
+      trailing = r > 0;
+    }
+    if (trailing)
+      return ag_error_set(AG_ERR_CORRUPT, "ag_idx_read: %s: trailing bytes after the gzip stream", s->path);
+    return AG_OK;
+  }
+  unsigned char extra;
+  int64_t got = src_read(s, &extra, 1);
+  if (got < 0) return ag_last_status();
+  if (got > 0)
+    return ag_error_set(AG_ERR_CORRUPT, "ag_idx_read: %s: bytes after the %lld the header describes", s->path,
+                        (long long)numel);
+  return AG_OK;
+}
+
+/* Exactly n bytes or an error naming `what`. */
+static ag_status read_exact(src *s, void *dst, int64_t n, const char *what) {
+  int64_t got = src_read(s, dst, n);
+  if (got < 0) return ag_last_status();
+  if (got < n)
+    return ag_error_set(AG_ERR_CORRUPT, "ag_idx_read: %s: truncated: %s (%lld of %lld bytes)", s->path, what,
+                        (long long)got, (long long)n);
+  return AG_OK;
 }
 #endif
 
@@ -51,21 +156,35 @@ ag_status ag_idx_read(const char *path, ag_idx *out) {
 #ifndef AG_HAVE_ZLIB
   return ag_error_set(AG_ERR_UNAVAILABLE, "ag_idx_read: %s: anygrad was built without zlib", path);
 #else
-  gzFile f = gzopen(path, "rb");
-  if (!f) return ag_error_set(AG_ERR_IO, "ag_idx_read: cannot open %s", path);
-  ag_status st = AG_OK;
+  src *s = calloc(1, sizeof *s);
+  if (!s) return ag_error_set(AG_ERR_OOM, "ag_idx_read: out of host memory");
+  s->path = path;
   uint8_t *data = NULL;
+  uint64_t file_size = 0;
+  ag_status st = ag_file_open_read(path, "idx file", 0, &s->fd, &file_size);
+  if (st != AG_OK) {
+    char msg[512]; /* copied first: the message is formatted into the same buffer */
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    ag_error_set(st, "ag_idx_read: %s", msg);
+    free(s);
+    return st;
+  }
+  /* gzip or plain: the first two bytes say. */
+  unsigned char magic2[2];
+  ssize_t pr;
+  do pr = pread(s->fd, magic2, 2, 0);
+  while (pr < 0 && errno == EINTR);
+  if (pr == 2 && magic2[0] == 0x1f && magic2[1] == 0x8b) {
+    s->gz = true;
+    if (inflateInit2(&s->z, 15 + 16) != Z_OK) {
+      st = ag_error_set(AG_ERR_OOM, "ag_idx_read: %s: cannot start zlib", path);
+      goto done;
+    }
+    s->z_live = true;
+  }
   uint8_t head[4];
-  int64_t got = gz_read_all(f, path, head, 4);
-  if (got < 0) {
-    st = AG_ERR_CORRUPT;
-    goto done;
-  }
-  if (got < 4) {
-    st = ag_error_set(AG_ERR_CORRUPT, "ag_idx_read: %s: truncated: %lld of 4 header bytes", path,
-                      (long long)got);
-    goto done;
-  }
+  st = read_exact(s, head, 4, "the 4 header bytes");
+  if (st != AG_OK) goto done;
   uint32_t magic = (uint32_t)head[0] << 24 | (uint32_t)head[1] << 16 | (uint32_t)head[2] << 8 | head[3];
   if (head[0] != 0 || head[1] != 0) {
     st = ag_error_set(AG_ERR_CORRUPT,
@@ -86,9 +205,9 @@ ag_status ag_idx_read(const char *path, ag_idx *out) {
     goto done;
   }
   uint8_t dimb[4 * AG_IDX_MAX_DIMS];
-  got = gz_read_all(f, path, dimb, 4 * nd);
+  int64_t got = src_read(s, dimb, 4 * nd);
   if (got < 0) {
-    st = AG_ERR_CORRUPT;
+    st = ag_last_status();
     goto done;
   }
   if (got < 4 * nd) {
@@ -111,14 +230,24 @@ ag_status ag_idx_read(const char *path, ag_idx *out) {
     numel *= v;
     out->dims[d] = v;
   }
+  /* What the file can hold at most, so a header cannot make the reader
+   * allocate more than the file could fill: its own bytes, or for gzip
+   * deflate's largest expansion (1032:1). */
+  uint64_t room = s->gz ? file_size * 1032 + 1024 : file_size - (uint64_t)(4 + 4 * nd);
+  if ((uint64_t)numel > room) {
+    st = ag_error_set(AG_ERR_CORRUPT,
+                      "ag_idx_read: %s: truncated: header says %lld data bytes, file has %s%llu", path,
+                      (long long)numel, s->gz ? "room for at most " : "", (unsigned long long)room);
+    goto done;
+  }
   data = malloc((size_t)numel);
   if (!data) {
     st = ag_error_set(AG_ERR_OOM, "ag_idx_read: %s: cannot allocate %lld bytes", path, (long long)numel);
     goto done;
   }
-  got = gz_read_all(f, path, data, numel);
+  got = src_read(s, data, numel);
   if (got < 0) {
-    st = AG_ERR_CORRUPT;
+    st = ag_last_status();
     goto done;
   }
   if (got < numel) {
@@ -126,22 +255,16 @@ ag_status ag_idx_read(const char *path, ag_idx *out) {
                       path, (long long)numel, (long long)got);
     goto done;
   }
-  uint8_t extra;
-  got = gz_read_all(f, path, &extra, 1);
-  if (got != 0) {
-    if (got > 0)
-      st = ag_error_set(AG_ERR_CORRUPT, "ag_idx_read: %s: bytes after the %lld the header describes", path,
-                        (long long)numel);
-    else
-      st = AG_ERR_CORRUPT;
-    goto done;
-  }
+  st = src_finish(s, numel);
+  if (st != AG_OK) goto done;
   out->ndim = nd;
   out->numel = numel;
   out->data = data;
   data = NULL;
 done:
-  gzclose(f);
+  if (s->z_live) inflateEnd(&s->z);
+  close(s->fd);
+  free(s);
   free(data);
   if (st != AG_OK) memset(out, 0, sizeof *out);
   return st;

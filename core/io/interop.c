@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "anygrad/interop.h"
 #include "runtime/devstate.h"
@@ -70,7 +72,12 @@ static bool layout_span(const char *fn, ag_dtype dt, int ndim, const int64_t *sh
     }
     last += (shape[i] - 1) * strides[i];
   }
-  *out_bytes = (size_t)(last + 1) * ag_dtype_size(dt);
+  int64_t bytes;
+  if (__builtin_mul_overflow(last + 1, (int64_t)ag_dtype_size(dt), &bytes)) {
+    ag_error_set(AG_ERR_SHAPE, "%s: layout overflows 64-bit byte offsets", fn);
+    return false;
+  }
+  *out_bytes = (size_t)bytes;
   return true;
 }
 
@@ -83,12 +90,18 @@ static bool check_layout(const char *fn, ag_dtype dt, int ndim, const int64_t *s
     ag_error_set(AG_ERR_SHAPE, "%s: ndim %d out of range [0, %d]", fn, ndim, AG_MAX_DIMS);
     return false;
   }
-  for (int i = 0; i < ndim; i++)
-    if (shape[i] < 0) {
-      ag_error_set(AG_ERR_SHAPE, "%s: negative size %lld in dim %d", fn, (long long)shape[i], i);
-      return false;
-    }
-  return true;
+  /* Sizes first, overflow-checked, before any stride is derived from them. */
+  return ag__shape_check(fn, ndim, shape, dt, NULL);
+}
+
+/* Whether [p, p + n) is mapped memory of this process (host memory only):
+ * mincore answers ENOMEM for a page that is not mapped. */
+static bool host_range_mapped(uintptr_t p, size_t n) {
+  long pg = sysconf(_SC_PAGESIZE);
+  if (pg <= 0 || !n) return true;
+  uintptr_t first = p & ~((uintptr_t)pg - 1), last = (p + n - 1) & ~((uintptr_t)pg - 1);
+  unsigned char v;
+  return mincore((void *)first, (size_t)pg, &v) == 0 && mincore((void *)last, (size_t)pg, &v) == 0;
 }
 
 static ag_tensor *wrap(const char *fn, ag_device d, ag_dtype dt, int ndim, const int64_t *shape,
@@ -101,11 +114,32 @@ static ag_tensor *wrap(const char *fn, ag_device d, ag_dtype dt, int ndim, const
     ag_error_set(AG_ERR_INVALID, "%s: NULL data for a non-empty tensor", fn);
     return NULL;
   }
+  /* The offset may neither wrap the address space (an offset of 2^64-32
+   * would alias memory before data) nor reach past what offsets can say. */
+  uintptr_t end;
+  if (byte_offset > (size_t)INT64_MAX || span > (size_t)INT64_MAX - byte_offset ||
+      __builtin_add_overflow((uintptr_t)data, (uintptr_t)(byte_offset + span), &end)) {
+    ag_error_set(AG_ERR_INVALID, "%s: byte_offset %zu with a %zu-byte layout wraps the address space", fn,
+                 byte_offset, span);
+    return NULL;
+  }
+  /* Host memory can be checked: the first and last byte the tensor reaches
+   * must be mapped (an offset of 2^62 would fault at the first read). */
+  if (d.backend == AG_BACKEND_CPU && span && !host_range_mapped((uintptr_t)data + byte_offset, span)) {
+    ag_error_set(AG_ERR_INVALID,
+                 "%s: byte_offset %zu with a %zu-byte layout reaches memory that is not mapped in this process", fn,
+                 byte_offset, span);
+    return NULL;
+  }
   ag_devstate *ds = ag__devstate(d);
   if (!ds) return NULL;
   ag_tensor *t = ag__tensor_wrap(ds, dt, ndim, shape, strides, data, byte_offset, byte_offset + span,
                                  deleter, ctx);
-  if (!t) ag_error_set(ag_last_status(), "%s: %s", fn, ag_last_error());
+  if (!t) {
+    char msg[512]; /* copied first: the message is formatted into the same buffer */
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    ag_error_set(ag_last_status(), "%s: %s", fn, msg);
+  }
   return t;
 }
 

@@ -1,9 +1,11 @@
 /* safetensors reader and writer: a strict parser for the small JSON subset
  * the format uses, validation of every byte range before any tensor is
  * created, and atomic saves (temp file, fsync, rename, directory fsync).
- * The reader memory-maps the file: opening costs the header, and each tensor
- * is copied from the mapping to its device, whose pages are dropped again
- * after the copy (peak memory about the largest tensor, not the file).
+ * The reader keeps the file open and reads with pread: opening costs the
+ * header, and each tensor is read in chunks through a bounce buffer to its
+ * device (peak memory about the largest tensor, not the file). A file
+ * truncated or rewritten while it is open is an error (AG_ERR_CORRUPT) on
+ * the next read, never a SIGBUS as a mapping would give.
  * Every dtype of the format is read; one anygrad cannot hold is named in the
  * error of ag_safetensors_get and converted by ag_safetensors_get_as.
  * Hosts are assumed little-endian, as the format's data is. */
@@ -23,8 +25,10 @@
 #include <unistd.h>
 
 #include "anygrad/autograd.h"
+#include "anygrad/checks.h"
 #include "anygrad/serialize.h"
 #include "runtime/devstate.h"
+#include "io/files.h"
 #include "tensor/tensor_internal.h"
 
 #define MAX_HEADER (100u << 20)
@@ -57,12 +61,15 @@ typedef struct st_entry {
 
 struct ag_safetensors {
   char *path;
-  unsigned char *file; /* the read-only mapping of the whole file */
-  size_t file_size;
-  const unsigned char *data; /* data section */
+  int fd;                    /* open for the reads of get and load_into */
+  uint64_t file_size;        /* as validated at open */
+  struct timespec mtime;     /* ditto: a rewrite in place is seen */
+  unsigned char *header;     /* the JSON header, read at open */
+  uint64_t data_off;         /* file offset of the data section */
   uint64_t data_size;
   int n, cap;
   st_entry *e;
+  st_entry **by_name;        /* e sorted by name: duplicates and lookups */
   int n_meta;
   char **meta_k, **meta_v;
 };
@@ -139,51 +146,6 @@ static bool write_all(int fd, const void *p, size_t n) {
   return true;
 }
 
-/* Temp files are "<base>.tmp.<pid>.<random>" next to the target. A save
- * killed before its rename leaves one behind; the next save of the same path
- * removes those whose process is gone (pid not alive on this host). */
-static void remove_stale_temps(const char *path) {
-  char *dcopy = strdup(path), *bcopy = strdup(path);
-  DIR *d = dcopy && bcopy ? opendir(dirname(dcopy)) : NULL;
-  if (d) {
-    const char *base = basename(bcopy);
-    size_t bl = strlen(base);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      const char *n = e->d_name;
-      if (strncmp(n, base, bl) || strncmp(n + bl, ".tmp.", 5)) continue;
-      char *end = NULL;
-      errno = 0;
-      long pid = strtol(n + bl + 5, &end, 10);
-      if (errno || end == n + bl + 5 || (*end && *end != '.') || pid <= 0 || pid == (long)getpid()) continue;
-      if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
-      struct stat sb;
-      if (fstatat(dirfd(d), n, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) (void)unlinkat(dirfd(d), n, 0);
-    }
-    closedir(d);
-  }
-  free(dcopy);
-  free(bcopy);
-}
-
-/* Create a fresh temp file next to path: O_EXCL and O_NOFOLLOW, so an
- * existing file or a planted symlink is never written through. */
-static int create_temp(const char *path, char *tmp, size_t len) {
-  for (int attempt = 0; attempt < 64; attempt++) {
-    uint32_t r = 0;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      r = (uint32_t)ts.tv_nsec ^ (uint32_t)attempt * 0x9e3779b9u;
-    }
-    snprintf(tmp, len, "%s.tmp.%ld.%08x", path, (long)getpid(), (unsigned)r);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd >= 0 || errno != EEXIST) return fd;
-  }
-  errno = EEXIST;
-  return -1;
-}
-
 ag_status ag_safetensors_save(const char *path, const ag_param_list *l, int n_meta,
                               const char *const *meta_keys, const char *const *meta_values) {
   if (!path || !l || (n_meta > 0 && (!meta_keys || !meta_values)))
@@ -237,9 +199,10 @@ ag_status ag_safetensors_save(const char *path, const ag_param_list *l, int n_me
     free(h.p);
     return ag_error_set(AG_ERR_OOM, "ag_safetensors_save: out of host memory");
   }
-  remove_stale_temps(path);
-  ag_status st = AG_OK;
-  int fd = create_temp(path, tmp, plen);
+  ag_status st = ag__output_target_ok(path, "checkpoint");
+  if (st != AG_OK) goto out;
+  ag__temp_remove_stale(path);
+  int fd = ag__temp_create(path, tmp, plen);
   if (fd < 0) {
     st = ag_error_set(AG_ERR_IO, "ag_safetensors_save: cannot create %s: %s", tmp, strerror(errno));
     goto out;
@@ -271,16 +234,7 @@ ag_status ag_safetensors_save(const char *path, const ag_param_list *l, int n_me
   if (st != AG_OK) {
     unlink(tmp);
   } else {
-    /* The rename is durable only once the directory entry is. */
-    char *dcopy = strdup(path);
-    if (dcopy) {
-      int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-      }
-      free(dcopy);
-    }
+    ag__dir_fsync(path); /* the rename is durable only once the directory entry is */
   }
 out:
   free(tmp);
@@ -475,7 +429,9 @@ static void st_free_contents(ag_safetensors *f) {
   free(f->e);
   free(f->meta_k);
   free(f->meta_v);
-  if (f->file) munmap(f->file, f->file_size);
+  free(f->by_name);
+  free(f->header);
+  if (f->fd >= 0) close(f->fd);
   free(f->path);
 }
 
@@ -485,7 +441,7 @@ void ag_safetensors_close(ag_safetensors *f) {
   free(f);
 }
 
-static bool parse_meta(jp *p, ag_safetensors *f) {
+static bool parse_meta(jp *p, ag_safetensors *f, int *meta_cap) {
   if (!lit(p, '{')) {
     jfail(p, "__metadata__ must be an object");
     return false;
@@ -505,26 +461,24 @@ static bool parse_meta(jp *p, ag_safetensors *f) {
       free(k);
       return false;
     }
-    for (int i = 0; i < f->n_meta; i++)
-      if (!strcmp(f->meta_k[i], k)) {
-        snprintf(p->err, sizeof p->err, "metadata key '%s' appears twice", ESC(k, kb));
-        free(k);
-        return false;
-      }
     char *v = jstr(p);
     if (!v) {
       free(k);
       return false;
     }
-    char **nk = realloc(f->meta_k, (size_t)(f->n_meta + 1) * sizeof *nk);
-    if (nk) f->meta_k = nk;
-    char **nv = nk ? realloc(f->meta_v, (size_t)(f->n_meta + 1) * sizeof *nv) : NULL;
-    if (nv) f->meta_v = nv;
-    if (!nk || !nv) {
-      free(k);
-      free(v);
-      jfail(p, "out of host memory");
-      return false;
+    if (f->n_meta == *meta_cap) { /* doubling: a header of many keys stays linear */
+      int nc = *meta_cap ? *meta_cap * 2 : 8;
+      char **nk = realloc(f->meta_k, (size_t)nc * sizeof *nk);
+      if (nk) f->meta_k = nk;
+      char **nv = nk ? realloc(f->meta_v, (size_t)nc * sizeof *nv) : NULL;
+      if (nv) f->meta_v = nv;
+      if (!nk || !nv) {
+        free(k);
+        free(v);
+        jfail(p, "out of host memory");
+        return false;
+      }
+      *meta_cap = nc;
     }
     f->meta_k[f->n_meta] = k;
     f->meta_v[f->n_meta++] = v;
@@ -630,18 +584,49 @@ static ag_status corrupt(const char *path, const char *msg) {
   return ag_error_set(AG_ERR_CORRUPT, "%s: not a valid safetensors file: %s", path, msg);
 }
 
+static int cmp_name(const void *a, const void *b) {
+  return strcmp((*(st_entry *const *)a)->name, (*(st_entry *const *)b)->name);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Names and metadata keys are unique: sorted, then neighbours compared
+ * (O(N log N); a header of a million names opens in well under a second). */
+static ag_status check_unique(ag_safetensors *f) {
+  char msg[240], nb[96];
+  f->by_name = malloc((size_t)(f->n + 1) * sizeof *f->by_name);
+  char **keys = malloc((size_t)(f->n_meta + 1) * sizeof *keys);
+  if (!f->by_name || !keys) {
+    free(keys);
+    return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
+  }
+  for (int i = 0; i < f->n; i++) f->by_name[i] = &f->e[i];
+  qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name);
+  ag_status st = AG_OK;
+  for (int i = 1; i < f->n && st == AG_OK; i++)
+    if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name)) {
+      snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(f->by_name[i]->name, nb));
+      st = corrupt(f->path, msg);
+    }
+  if (f->n_meta) memcpy(keys, f->meta_k, (size_t)f->n_meta * sizeof *keys); /* meta_k is NULL without keys */
+  qsort(keys, (size_t)f->n_meta, sizeof *keys, cmp_str);
+  for (int i = 1; i < f->n_meta && st == AG_OK; i++)
+    if (!strcmp(keys[i - 1], keys[i])) {
+      snprintf(msg, sizeof msg, "header JSON: metadata key '%s' appears twice", ESC(keys[i], nb));
+      st = corrupt(f->path, msg);
+    }
+  free(keys);
+  return st;
+}
+
 static ag_status validate(ag_safetensors *f) {
   char msg[240], nb[96];
+  ag_status ust = check_unique(f);
+  if (ust != AG_OK) return ust;
   st_entry **sorted = malloc((size_t)(f->n + 1) * sizeof *sorted);
   if (!sorted) return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
   for (int i = 0; i < f->n; i++) {
     st_entry *e = &f->e[i];
-    for (int j = 0; j < i; j++)
-      if (!strcmp(f->e[j].name, e->name)) {
-        snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(e->name, nb));
-        free(sorted);
-        return corrupt(f->path, msg);
-      }
     uint64_t numel = 1;
     for (int d = 0; d < e->ndim; d++) {
       if (e->shape[d] && numel > UINT64_MAX / (uint64_t)e->shape[d] / 8) {
@@ -681,6 +666,32 @@ static ag_status validate(ag_safetensors *f) {
   return AG_OK;
 }
 
+/* n bytes at file offset off into dst. The file must still be what open
+ * validated: same size and modification time, and every byte there; a file
+ * truncated or rewritten since is AG_ERR_CORRUPT (what a mapping would turn
+ * into SIGBUS). */
+static ag_status read_at(const ag_safetensors *f, uint64_t off, void *dst, size_t n, const char *what) {
+  struct stat sb;
+  if (fstat(f->fd, &sb) != 0)
+    return ag_error_set(AG_ERR_IO, "%s: cannot stat while reading %s: %s", f->path, what, strerror(errno));
+  if ((uint64_t)sb.st_size != f->file_size || sb.st_mtim.tv_sec != f->mtime.tv_sec ||
+      sb.st_mtim.tv_nsec != f->mtime.tv_nsec)
+    return ag_error_set(AG_ERR_CORRUPT,
+                        "%s: the file changed since it was opened (%llu bytes then, %llu now): reopen it", f->path,
+                        (unsigned long long)f->file_size, (unsigned long long)sb.st_size);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(f->fd, (char *)dst + got, n - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ag_error_set(AG_ERR_IO, "%s: read error in %s: %s", f->path, what, strerror(errno));
+    if (r == 0)
+      return ag_error_set(AG_ERR_CORRUPT, "%s: truncated while open: %s ends at byte %llu of the file", f->path,
+                          what, (unsigned long long)(off + got));
+    got += (size_t)r;
+  }
+  return AG_OK;
+}
+
 ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
   if (!path || !out) return ag_error_set(AG_ERR_INVALID, "ag_safetensors_open: NULL argument");
   *out = NULL;
@@ -689,49 +700,42 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
     free(f);
     return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
   }
-  ag_status st = AG_OK;
-  /* O_NONBLOCK: a FIFO must not block the open; fstat then refuses it. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) {
-    st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: cannot open %s: %s", path, strerror(errno));
-    if (fd >= 0) close(fd);
-    goto fail;
-  }
+  f->fd = -1;
+  int meta_cap = 0;
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: %s is not a regular file", path);
-    goto fail;
-  }
-  f->file_size = (size_t)sb.st_size;
-  if (f->file_size) {
-    /* Private and read-only: a file changed on disk later cannot change
-     * what was validated into something out of bounds (the size is fixed). */
-    void *m = mmap(NULL, f->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      close(fd);
-      st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: cannot map %s: %s", path, strerror(errno));
-      goto fail;
-    }
-    f->file = m;
-  }
-  close(fd);
+  /* Regular files only, opened without blocking (a FIFO is refused). */
+  ag_status st = ag_file_open_read(path, "checkpoint", 0, &f->fd, NULL);
+  if (st == AG_OK && fstat(f->fd, &sb) != 0)
+    st = ag_error_set(AG_ERR_IO, "ag_safetensors_open: cannot stat %s: %s", path, strerror(errno));
+  if (st != AG_OK) goto fail;
+  f->file_size = (uint64_t)sb.st_size;
+  f->mtime = sb.st_mtim;
   if (f->file_size < 8) {
     st = corrupt(path, "truncated: shorter than the 8-byte header length");
     goto fail;
   }
+  unsigned char len8[8];
+  st = read_at(f, 0, len8, 8, "the header length");
+  if (st != AG_OK) goto fail;
   uint64_t hlen = 0;
-  for (int i = 0; i < 8; i++) hlen |= (uint64_t)f->file[i] << (8 * i);
+  for (int i = 0; i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
   if (hlen > MAX_HEADER || hlen > f->file_size - 8) {
     char msg[160];
-    snprintf(msg, sizeof msg, "truncated or bad header length %llu (file has %zu bytes)",
-             (unsigned long long)hlen, f->file_size);
+    snprintf(msg, sizeof msg, "truncated or bad header length %llu (file has %llu bytes)",
+             (unsigned long long)hlen, (unsigned long long)f->file_size);
     st = corrupt(path, msg);
     goto fail;
   }
-  f->data = f->file + 8 + hlen;
+  if (!(f->header = malloc(hlen + 1))) {
+    st = ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory for a %llu-byte header",
+                      (unsigned long long)hlen);
+    goto fail;
+  }
+  st = read_at(f, 8, f->header, hlen, "the header");
+  if (st != AG_OK) goto fail;
+  f->data_off = 8 + hlen;
   f->data_size = f->file_size - 8 - hlen;
-  jp p = {.s = (const char *)f->file + 8, .end = (const char *)f->file + 8 + hlen, .path = path};
+  jp p = {.s = (const char *)f->header, .end = (const char *)f->header + hlen, .path = path};
   const char *hstart = p.s;
   if (!lit(&p, '{')) jfail(&p, "header is not a JSON object");
   if (!p.err[0] && !lit(&p, '}')) {
@@ -745,7 +749,7 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
       }
       if (!strcmp(k, "__metadata__")) {
         free(k);
-        if (!parse_meta(&p, f)) break;
+        if (!parse_meta(&p, f, &meta_cap)) break;
         continue;
       }
       if (f->n == f->cap) {
@@ -803,23 +807,17 @@ const char *ag_safetensors_meta(const ag_safetensors *f, const char *key) {
   return NULL;
 }
 
+static int cmp_key_entry(const void *key, const void *b) {
+  return strcmp((const char *)key, (*(st_entry *const *)b)->name);
+}
+
 static const st_entry *find(const ag_safetensors *f, const char *name) {
-  for (int i = 0; i < f->n; i++)
-    if (!strcmp(f->e[i].name, name)) return &f->e[i];
-  return NULL;
+  st_entry *const *hit = f->n ? bsearch(name, f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_key_entry) : NULL;
+  return hit ? *hit : NULL;
 }
 
 const char *ag_safetensors_dtype(const ag_safetensors *f, int i) {
   return f && i >= 0 && i < f->n ? k_fdt[f->e[i].fdt].s : NULL;
-}
-
-/* The mapping's pages of [p, p+n) are not needed any more: drop them from
- * this process (they are clean file pages, read again if touched). */
-static void drop_pages(const void *p, size_t n) {
-  long pg = sysconf(_SC_PAGESIZE);
-  uintptr_t lo = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-  uintptr_t hi = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
-  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 /* Element i of a stored integer or bool tensor. */
@@ -860,9 +858,9 @@ static double float_at(const unsigned char *src, int fdt, size_t i) {
 /* Convert e's elements to `as` into a new host buffer. Integers (and bool
  * as 0/1) go to i32 with a range check, or to any float type; floats go to
  * float types. Returns NULL with the error set. */
-static void *convert(const ag_safetensors *f, const st_entry *e, ag_dtype as, size_t numel) {
+static void *convert(const ag_safetensors *f, const st_entry *e, const unsigned char *src, ag_dtype as,
+                     size_t numel) {
   const char *fn = "ag_safetensors_get_as";
-  const unsigned char *src = f->data + e->begin;
   st_kind kind = k_fdt[e->fdt].kind;
   char nb[96];
   if (kind == K_F8) {
@@ -943,31 +941,41 @@ static void *convert(const ag_safetensors *f, const st_entry *e, ag_dtype as, si
   return out;
 }
 
-/* Chunk of the mapping copied (and then dropped) at a time: the file's
- * pages never add more than this to the tensor itself. */
+/* Bytes read (and copied to the device) at a time. */
 #define LOAD_CHUNK (4u << 20)
 
 static ag_tensor *entry_tensor(const ag_safetensors *f, const st_entry *e, ag_device d, ag_dtype as) {
-  const unsigned char *src = f->data + e->begin;
   size_t bytes = (size_t)(e->end - e->begin);
   size_t numel = bytes / k_fdt[e->fdt].size;
+  char nb[96], what[160];
+  snprintf(what, sizeof what, "tensor '%s'", ESC(e->name, nb));
   if (k_fdt[e->fdt].ag != (int)as) { /* converted on the host, then one copy */
-    void *tmp = convert(f, e, as, numel);
+    if (k_fdt[e->fdt].kind == K_F8 || (k_fdt[e->fdt].kind == K_FLOAT && !ag_dtype_is_float(as))) {
+      return convert(f, e, NULL, as, 0); /* NULL with the refusal set, before any read */
+    }
+    unsigned char *raw = malloc(bytes ? bytes : 1);
+    if (!raw) {
+      ag_error_set(AG_ERR_OOM, "ag_safetensors_get_as: out of host memory for %zu bytes", bytes);
+      return NULL;
+    }
+    if (read_at(f, f->data_off + e->begin, raw, bytes, what) != AG_OK) {
+      free(raw);
+      return NULL;
+    }
+    void *tmp = convert(f, e, raw, as, numel);
+    free(raw);
     if (!tmp) return NULL;
     static const char zero[8];
     ag_tensor *t = ag_from_host(d, as, e->ndim, e->shape, numel ? tmp : zero);
     free(tmp);
-    drop_pages(src, bytes);
     return t;
   }
   ag_devstate *ds = ag__devstate(d);
   if (!ds) return NULL;
   ag_tensor *t = ag__tensor_new(ds, as, e->ndim, e->shape);
   if (!t || !bytes) return t;
-  /* The format does not promise aligned data: unaligned chunks go through a
-   * small aligned bounce buffer. */
-  void *bounce = NULL;
-  if ((uintptr_t)src % 8 && !(bounce = malloc(bytes < LOAD_CHUNK ? bytes : LOAD_CHUNK))) {
+  void *bounce = malloc(bytes < LOAD_CHUNK ? bytes : LOAD_CHUNK);
+  if (!bounce) {
     ag_tensor_release(t);
     ag_error_set(AG_ERR_OOM, "ag_safetensors_get: out of host memory");
     return NULL;
@@ -975,14 +983,12 @@ static ag_tensor *entry_tensor(const ag_safetensors *f, const st_entry *e, ag_de
   ag_stream *s = ag__current_stream(ds);
   for (size_t o = 0; o < bytes; o += LOAD_CHUNK) {
     size_t n = bytes - o < LOAD_CHUNK ? bytes - o : LOAD_CHUNK;
-    const void *p = src + o;
-    if (bounce) p = memcpy(bounce, src + o, n);
-    if (ds->be->copy_h2d(s->bs, t->st->base, t->st->offset + o, p, n, false) != AG_OK) {
+    if (read_at(f, f->data_off + e->begin + o, bounce, n, what) != AG_OK ||
+        ds->be->copy_h2d(s->bs, t->st->base, t->st->offset + o, bounce, n, false) != AG_OK) {
       free(bounce);
       ag_tensor_release(t);
       return NULL;
     }
-    drop_pages(src + o, n);
   }
   free(bounce);
   return t;
@@ -1033,10 +1039,14 @@ ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list 
     if (!e) return ag_error_set(AG_ERR_CORRUPT, "%s: missing tensor '%s'", f->path, ESC(l->names[i], nb));
     bool same = k_fdt[e->fdt].ag == (int)t->dtype && e->ndim == t->ndim;
     for (int d = 0; same && d < e->ndim; d++) same = e->shape[d] == t->shape[d];
-    if (!same) {
-      char a[96];
-      return ag_error_set(AG_ERR_CORRUPT, "%s: tensor '%s' is %s with %d dims in the file, expected %s", f->path,
-                          ESC(l->names[i], nb), k_fdt[e->fdt].s, e->ndim, ag_tensor_describe(t, a, sizeof a));
+    if (!same) { /* both shapes, so a resume with other sizes says which */
+      char a[96], fs[AG_MAX_DIMS * 21 + 4];
+      size_t k = 0;
+      for (int d = 0; d < e->ndim && k < sizeof fs; d++)
+        k += (size_t)snprintf(fs + k, sizeof fs - k, d ? ",%lld" : "%lld", (long long)e->shape[d]);
+      if (!e->ndim) fs[0] = 0;
+      return ag_error_set(AG_ERR_CORRUPT, "%s: tensor '%s' is %s[%s] in the file, expected %s", f->path,
+                          ESC(l->names[i], nb), k_fdt[e->fdt].s, fs, ag_tensor_describe(t, a, sizeof a));
     }
   }
   ag_status st = AG_OK;

@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
+#include "anygrad/checks.h"
 #include "memory/alloc_internal.h"
 #include "runtime/devstate.h"
 #include "memory/block.h"
@@ -230,13 +231,12 @@ static bool parse_bool(const char *v, bool *out) {
   return false;
 }
 
+/* A decimal integer, the whole string (the strict parser of every AG_*
+ * number: no sign, blank or overflow). */
 static bool parse_u64(const char *v, uint64_t *out) {
-  if (!*v) return false;
-  char *end;
-  errno = 0;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (errno || *end || v[0] == '-') return false;
-  *out = x;
+  int64_t x;
+  if (!ag_parse_i64(v, 0, INT64_MAX, &x) || v[0] == '-') return false;
+  *out = (uint64_t)x;
   return true;
 }
 
@@ -244,7 +244,7 @@ static bool parse_u64(const char *v, uint64_t *out) {
  * values); all or nothing. */
 static ag_status conf_parse(const char *s, alloc_conf *c, const char *who) {
   alloc_conf n = *c;
-  char buf[512];
+  char buf[512], vb[64]; /* values in messages are escaped: no raw control sequences */
   if (strlen(s) >= sizeof buf) return ag_error_set(AG_ERR_INVALID, "%s: string too long", who);
   strcpy(buf, s);
   char *save = NULL;
@@ -255,7 +255,7 @@ static ag_status conf_parse(const char *s, alloc_conf *c, const char *who) {
     if (!*item) continue;
     char *colon = strchr(item, ':');
     if (!colon)
-      return ag_error_set(AG_ERR_INVALID, "%s: '%s' is not key:value", who, item);
+      return ag_error_set(AG_ERR_INVALID, "%s: '%s' is not key:value", who, ag_escape(item, vb, sizeof vb));
     *colon = 0;
     const char *k = item, *v = colon + 1;
     while (*v == ' ') v++;
@@ -264,44 +264,43 @@ static ag_status conf_parse(const char *s, alloc_conf *c, const char *who) {
     if (!strcmp(k, "max_split_size_mb")) {
       if (!parse_u64(v, &u) || u <= 20 || u > ((uint64_t)1 << 40))
         return ag_error_set(AG_ERR_INVALID,
-                            "%s: max_split_size_mb must be an integer > 20 (MiB), got '%s'", who, v);
+                            "%s: max_split_size_mb must be an integer > 20 (MiB), got '%s'", who, ag_escape(v, vb, sizeof vb));
       n.max_split = (size_t)u << 20;
     } else if (!strcmp(k, "roundup_power2_divisions")) {
       if (!parse_u64(v, &u) || u < 1 || u > 64 || (u & (u - 1)))
         return ag_error_set(AG_ERR_INVALID,
                             "%s: roundup_power2_divisions must be a power of two in 1..64, got '%s'"
                             " (the per-interval list form is not supported)",
-                            who, v);
+                            who, ag_escape(v, vb, sizeof vb));
       n.rp2_div = (int)u;
     } else if (!strcmp(k, "expandable_segments")) {
       if (!parse_bool(v, &b))
         return ag_error_set(AG_ERR_INVALID, "%s: expandable_segments must be 0/1/True/False, got '%s'",
-                            who, v);
+                            who, ag_escape(v, vb, sizeof vb));
       n.expandable = b;
     } else if (!strcmp(k, "caching")) {
       if (!parse_bool(v, &b))
-        return ag_error_set(AG_ERR_INVALID, "%s: caching must be 0/1, got '%s'", who, v);
+        return ag_error_set(AG_ERR_INVALID, "%s: caching must be 0/1, got '%s'", who, ag_escape(v, vb, sizeof vb));
       n.caching = b;
     } else if (!strcmp(k, "trace_max_entries")) {
       if (!parse_u64(v, &u) || u > (1u << 24))
         return ag_error_set(AG_ERR_INVALID, "%s: trace_max_entries must be 0..16777216, got '%s'",
-                            who, v);
+                            who, ag_escape(v, vb, sizeof vb));
       if (u && !AG_ALLOC_TRACE)
         return ag_error_set(AG_ERR_UNSUPPORTED,
                             "%s: trace_max_entries %s: this build has no allocator event ring (built with "
-                            "AG_ALLOC_TRACE=OFF)", who, v);
+                            "AG_ALLOC_TRACE=OFF)", who, ag_escape(v, vb, sizeof vb));
       n.trace_entries = (size_t)u;
     } else if (!strcmp(k, "memory_fraction")) {
-      char *e;
-      double f = strtod(v, &e);
-      if (*e || !*v || !(f >= 0.0 && f <= 1.0))
-        return ag_error_set(AG_ERR_INVALID, "%s: memory_fraction must be in [0, 1], got '%s'", who, v);
+      double f;
+      if (!ag_parse_f64(v, 0.0, 1.0, &f))
+        return ag_error_set(AG_ERR_INVALID, "%s: memory_fraction must be in [0, 1], got '%s'", who, ag_escape(v, vb, sizeof vb));
       n.fraction = f;
       n.has_fraction = true;
       n.has_cap = false;
     } else if (!strcmp(k, "memory_cap_mb")) {
       if (!parse_u64(v, &u) || u > ((uint64_t)1 << 40))
-        return ag_error_set(AG_ERR_INVALID, "%s: memory_cap_mb must be an integer, got '%s'", who, v);
+        return ag_error_set(AG_ERR_INVALID, "%s: memory_cap_mb must be an integer, got '%s'", who, ag_escape(v, vb, sizeof vb));
       n.cap_bytes = (size_t)u << 20;
       n.has_cap = true;
       n.has_fraction = false;
@@ -310,7 +309,7 @@ static ag_status conf_parse(const char *s, alloc_conf *c, const char *who) {
                           "%s: unknown key '%s' (known: max_split_size_mb, roundup_power2_divisions, "
                           "expandable_segments, caching, memory_fraction, memory_cap_mb, "
                           "trace_max_entries)",
-                          who, k);
+                          who, ag_escape(k, vb, sizeof vb));
     }
   }
   *c = n;
@@ -1677,12 +1676,16 @@ ag_status ag_memory_snapshot_json(ag_device d, const char *path) {
   if (!path) return ag_error_set(AG_ERR_INVALID, "ag_memory_snapshot_json: NULL path");
   ag_allocator *a = dev_alloc(d);
   if (!a) return ag_last_status();
-  FILE *f = fopen(path, "w");
-  if (!f) return ag_error_set(AG_ERR_IO, "ag_memory_snapshot_json: cannot open %s: %s", path,
-                              strerror(errno));
-  ag_status st = ag__alloc_snapshot(a, f);
-  if (fclose(f) != 0 && st == AG_OK)
-    st = ag_error_set(AG_ERR_IO, "ag_memory_snapshot_json: cannot write %s", path);
+  ag_output *o = NULL;
+  ag_status st = ag_output_open(path, "allocator snapshot", &o);
+  if (st == AG_OK) st = ag__alloc_snapshot(a, ag_output_file(o));
+  if (st == AG_OK) st = ag_output_commit(o);
+  else ag_output_abort(o);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    st = ag_error_set(st, "ag_memory_snapshot_json: %s", msg);
+  }
   return st;
 }
 

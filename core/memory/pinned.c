@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/checks.h"
 #include "anygrad/loader.h"
 #include "diag/diag_internal.h"
 #include "runtime/devstate.h"
@@ -66,11 +67,9 @@ static pool *pool_get(ag_device d) {
     pthread_mutex_init(&p->mu, NULL);
     p->cap = SIZE_MAX;
     const char *e = getenv("AG_PINNED_CACHE_MB");
-    if (e && *e) {
-      char *end;
-      double mb = strtod(e, &end);
-      if (*end == 0 && mb >= 0) p->cap = (size_t)(mb * 1048576.0);
-    }
+    double mb;
+    /* Strict and bounded (the device open has refused a bad value already). */
+    if (e && ag_parse_f64(e, 0, 1 << 30, &mb)) p->cap = (size_t)(mb * 1048576.0);
     p->st.cache_cap_bytes = p->cap == SIZE_MAX ? -1 : (int64_t)p->cap;
     __atomic_store_n(&g_pools[d.backend][d.index], p, __ATOMIC_RELEASE);
   }

@@ -175,6 +175,9 @@ ag_status ag_optimizer_params(const ag_optimizer *o, ag_param_list *l) {
 static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *found_inf) {
   int per = o->kind == OPT_ADAMW ? 4 : 3;
   int cap = AG_KMAX_MULTI / per;
+  if (o->steps == INT64_MAX) /* reachable only through ag_optimizer_set_steps */
+    return ag_error_set(AG_ERR_STATE, "ag_optimizer_step: the step counter is at its maximum (%lld)",
+                        (long long)o->steps);
   int64_t t = o->steps + 1;
   bool adamw = o->kind == OPT_ADAMW;
   ag_kernel_call c; /* o0 grad-scale, o1 found_inf: absent (base NULL) unless given */

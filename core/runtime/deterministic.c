@@ -14,6 +14,8 @@ bool ag_get_deterministic(void) {
   int d = atomic_load_explicit(&g_det, memory_order_relaxed);
   if (AG_LIKELY(d >= 0)) return d != 0;
   const char *e = getenv("AG_DETERMINISTIC");
+  /* Anything else than 0/1/on/off/true/false stops the first device open
+   * (ag__env_check); here it counts as off. */
   d = e && (!strcmp(e, "1") || !strcmp(e, "on") || !strcmp(e, "true"));
   int expect = -1;
   atomic_compare_exchange_strong(&g_det, &expect, d);

@@ -76,6 +76,9 @@ AG_HIDDEN ag_status ag__sync_event(ag_event *e, const char *what);
  * (AG_ERR_INVALID naming it): checked where a device opens, as a bad
  * AG_ALLOC_CONF is, so a misspelt mode is never silently "off". */
 AG_HIDDEN ag_status ag__sync_debug_env_check(void);
+/* Every AG_* variable of the core (runtime/env.c), checked when a device
+ * opens: AG_ERR_INVALID naming the first bad one. */
+AG_HIDDEN ag_status ag__env_check(void);
 /* Non-blocking: turn a kernel error word left on s into a status. */
 AG_HIDDEN ag_status ag__kernel_error_check(ag_stream *s);
 

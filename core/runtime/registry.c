@@ -512,7 +512,7 @@ ag_devstate *ag__devstate(ag_device d) {
     pthread_mutex_init(&ds->lock, NULL);
     ds->streams = s;
     ds->next_stream_id = 1;
-    ds->alloc = ag__sync_debug_env_check() == AG_OK ? ag__allocator_create(ds) : NULL;
+    ds->alloc = ag__env_check() == AG_OK ? ag__allocator_create(ds) : NULL;
     if (!ds->alloc) {
       sl->vt.stream_destroy(bs);
       free(s);

@@ -3,6 +3,7 @@
  * the first failure of a chain is what the caller reads. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "anygrad/status.h"
 #include "anygrad/version.h"
@@ -42,10 +43,15 @@ void ag_error_clear(void) {
 }
 
 ag_status ag_error_set(ag_status s, const char *fmt, ...) {
+  /* Formatted aside, then copied: callers may pass ag_last_error() itself
+   * as an argument ("%s: %s", fn, ag_last_error()), which must not be read
+   * while it is overwritten. */
+  char tmp[sizeof tl_msg];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+  vsnprintf(tmp, sizeof tmp, fmt, ap);
   va_end(ap);
+  memcpy(tl_msg, tmp, sizeof tl_msg);
   tl_status = s;
   return s;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/checks.h"
 #include "anygrad/threads.h"
 #include "runtime/threadpool.h"
 
@@ -47,11 +48,10 @@ static int resolve_threads(void) {
   if (n > 0) return n;
   n = ag__pool_default_threads();
   const char *env = getenv("AG_NUM_THREADS");
-  if (env && *env) {
-    char *end;
-    long v = strtol(env, &end, 10);
-    if (*end == 0 && v >= 1 && v <= AG_MAX_THREADS) n = (int)v;
-  }
+  int64_t v;
+  /* A bad value keeps the default here; the first device open reports it
+   * (ag__env_check). */
+  if (env && ag_parse_i64(env, 1, AG_MAX_THREADS, &v)) n = (int)v;
   int zero = 0;
   atomic_compare_exchange_strong(&g_threads, &zero, n);
   return atomic_load(&g_threads);

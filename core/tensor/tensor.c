@@ -230,6 +230,7 @@ ag_tensor *ag__tensor_wrap(ag_devstate *ds, ag_dtype dt, int ndim, const int64_t
     return NULL;
   }
   atomic_init(&st->refcount, 1);
+  atomic_init(&st->version, 0);
   st->ds = ds;
   st->nbytes = nbytes;
   st->block = NULL;

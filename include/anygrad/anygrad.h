@@ -25,6 +25,7 @@
 #include "anygrad/nn.h"
 #include "anygrad/optim.h"
 #include "anygrad/serialize.h"
+#include "anygrad/checks.h"
 #include "anygrad/interop.h"
 #include "anygrad/dist.h"
 #include "anygrad/ddp.h"

@@ -77,10 +77,15 @@ typedef struct ag_group ag_group;
 /* One queued collective. Owned by the caller: ag_work_release. */
 typedef struct ag_work ag_work;
 
+/* The longest timeout a group takes: 7 days, in milliseconds (deadlines
+ * in nanoseconds stay far from overflowing). */
+#define AG_DIST_MAX_TIMEOUT_MS INT64_C(604800000)
+
 typedef struct ag_group_options {
   /* Bound on every wait of the group (arrival of the peers, completion of a
    * collective, ag_work_wait). 0 means AG_DIST_TIMEOUT_MS if set, else
-   * 300000 ms. Must be >= 0. */
+   * 300000 ms. Must be in 0..AG_DIST_MAX_TIMEOUT_MS (as must the variable:
+   * garbage, overflow or a value out of range is AG_ERR_INVALID). */
   int64_t timeout_ms;
 } ag_group_options;
 

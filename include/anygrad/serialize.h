@@ -19,8 +19,11 @@ extern "C" {
  * a new "<path>.tmp.<pid>.<random>" (created with O_EXCL|O_NOFOLLOW), is
  * fsync'ed, then renamed over path, and the directory is fsync'ed. Temp
  * files of earlier saves of path whose process is no longer alive (killed
- * mid-save; pids as this host's PID namespace sees them) are removed first. Errors: AG_ERR_INVALID (NULL, duplicate or empty names, a
- * name or value with a control character), AG_ERR_IO (with errno text). */
+ * mid-save; pids as this host's PID namespace sees them) are removed first.
+ * An existing path that is not a regular file (device node, FIFO,
+ * directory) is refused, never replaced. Errors: AG_ERR_INVALID (NULL,
+ * duplicate or empty names, a name or value with a control character),
+ * AG_ERR_IO (with errno text). */
 AG_API ag_status ag_safetensors_save(const char *path, const ag_param_list *l, int n_meta,
                                      const char *const *meta_keys, const char *const *meta_values);
 
@@ -31,12 +34,17 @@ typedef struct ag_safetensors ag_safetensors;
  * F8_E4M3 F8_E5M2; a tensor anygrad cannot hold does not fail the file),
  * shapes, byte ranges equal to numel*dtype size, in bounds, non-overlapping
  * and covering the data section; metadata keys unique; no control
- * characters in tensor names or metadata keys. The file is memory-mapped:
- * opening costs the header, and each get copies one tensor from the mapping
- * (names in error messages are escaped). Owned by the caller:
+ * characters in tensor names or metadata keys; a regular file (a FIFO or
+ * device is refused without blocking). Names are checked unique by sorting
+ * (a header of a million names opens in well under a second). The file
+ * stays open: opening reads the header, and each get reads one tensor with
+ * pread (names in error messages are escaped). A file truncated or
+ * rewritten after the open makes the next get fail with AG_ERR_CORRUPT
+ * ("changed since it was opened"), never a signal. Owned by the caller:
  * ag_safetensors_close.
- * Errors: AG_ERR_IO (cannot open/read), AG_ERR_CORRUPT naming the problem
- * ("ckpt.safetensors: truncated: header says 9000 data bytes, file has 120"). */
+ * Errors: AG_ERR_IO (cannot open/read, not a regular file), AG_ERR_CORRUPT
+ * naming the problem ("ckpt.safetensors: truncated: header says 9000 data
+ * bytes, file has 120"). */
 AG_API ag_status ag_safetensors_open(const char *path, ag_safetensors **out);
 AG_API void ag_safetensors_close(ag_safetensors *f);
 

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "anygrad/checks.h"
 #include "anygrad/dlpack.h"
 #include "anygrad/status.h"
 #include "dist/dist_internal.h"
@@ -94,7 +95,11 @@ static ag_status mpi_create(ag_dist_create_args *a, ag_dist_impl **out, ag_dist_
   ag_status st = AG_OK;
   const char *ar = getenv("AG_DIST_MPI_ALLREDUCE");
   if (ar && *ar && strcmp(ar, "auto") != 0 && strcmp(ar, "mpi") != 0)
-    return ag_error_set(AG_ERR_INVALID, "ag_group_create_mpi: AG_DIST_MPI_ALLREDUCE=%s is not auto or mpi", ar);
+  {
+    char shown[64]; /* escaped: no raw control sequences in the message */
+    return ag_error_set(AG_ERR_INVALID, "ag_group_create_mpi: AG_DIST_MPI_ALLREDUCE='%s' is not auto or mpi",
+                        ag_escape(ar, shown, sizeof shown));
+  }
   bool own_allreduce = !(ar && !strcmp(ar, "mpi"));
   pthread_mutex_lock(&g_mu);
   int inited = 0, finalized = 0;

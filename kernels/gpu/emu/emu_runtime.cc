@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "emu_internal.h"
+#include "anygrad/checks.h"
 
 #define EMU_NDEV 2
 #define EMU_VM_GRAN ((size_t)2 << 20)
@@ -81,29 +82,29 @@ thread_local int tl_dev;
 thread_local gpuError_t tl_last = gpuSuccess;
 thread_local std::string tl_detail;
 
-long env_long(const char *name, long dflt) {
-  const char *v = getenv(name);
-  if (!v || !*v) return dflt;
-  char *end;
-  long x = strtol(v, &end, 10);
-  if (*end || x < 0) {
-    fprintf(stderr, "gpuemu: %s=%s is not a non-negative integer; using %ld\n", name, v, dflt);
+/* An integer in [lo, hi] through the library's strict parser; anything else
+ * is reported (the value escaped) and the default used. */
+long env_long(const char *name, long dflt, long lo, long hi) {
+  int64_t x = dflt;
+  if (ag_env_i64(name, lo, hi, dflt, &x) != AG_OK) {
+    fprintf(stderr, "gpuemu: %s; using %ld\n", ag_last_error(), dflt);
     return dflt;
   }
-  return x;
+  return (long)x;
 }
 
 void init_once() {
   g_emu = new emu_state;
-  size_t cap = (size_t)env_long("AG_GPUEMU_MEM_MB", 4096) << 20;
+  /* At most 2^24 MiB (16 TiB): the shift to bytes cannot wrap. */
+  size_t cap = (size_t)env_long("AG_GPUEMU_MEM_MB", 4096, 1, 1L << 24) << 20;
   for (int d = 0; d < EMU_NDEV; d++) {
     g_emu->dev[d].warp = d == 0 ? 32 : 64;
     g_emu->dev[d].hip_limits = d == 1;
     g_emu->dev[d].cap = cap;
   }
-  g_emu->deferred = env_long("AG_GPUEMU_DEFERRED", 0) != 0;
-  g_emu->strict = env_long("AG_GPUEMU_STRICT", 1) != 0;
-  g_emu->delay_us = env_long("AG_GPUEMU_DELAY_US", 0);
+  g_emu->deferred = env_long("AG_GPUEMU_DEFERRED", 0, 0, 1) != 0;
+  g_emu->strict = env_long("AG_GPUEMU_STRICT", 1, 0, 1) != 0;
+  g_emu->delay_us = env_long("AG_GPUEMU_DELAY_US", 0, 0, 10000000);
 }
 emu_state *st() {
   std::call_once(g_once, init_once);

@@ -1,0 +1,32 @@
+/* The AG_* environment variables of the core, checked once when a device
+ * opens: a value that is not what the variable takes (garbage, a number out
+ * of range or overflowing) stops the open with AG_ERR_INVALID naming the
+ * variable, rather than being ignored or wrapped. The sites that read them
+ * use the same strict parser (anygrad/checks.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "anygrad/checks.h"
+#include "anygrad/dist.h"
+#include "runtime/devstate.h"
+#include "runtime/threadpool.h"
+
+ag_status ag__env_check(void) {
+  ag_status st = ag__sync_debug_env_check();
+  int64_t i;
+  double f;
+  if (st == AG_OK) st = ag_env_i64("AG_NUM_THREADS", 1, AG_MAX_THREADS, 1, &i);
+  if (st == AG_OK) st = ag_env_f64("AG_PINNED_CACHE_MB", 0, 1 << 30, 0, &f);
+  if (st == AG_OK) st = ag_env_i64("AG_DIST_TIMEOUT_MS", 1, AG_DIST_MAX_TIMEOUT_MS, 1, &i);
+  const char *d = getenv("AG_DETERMINISTIC");
+  if (st == AG_OK && d && *d) {
+    static const char *const ok[] = {"0", "1", "on", "off", "true", "false"};
+    bool known = false;
+    for (size_t k = 0; k < sizeof ok / sizeof *ok; k++) known = known || !strcmp(d, ok[k]);
+    char b[64];
+    if (!known)
+      st = ag_error_set(AG_ERR_INVALID, "AG_DETERMINISTIC='%s' is not 0, 1, on, off, true or false",
+                        ag_escape(d, b, sizeof b));
+  }
+  return st;
+}
