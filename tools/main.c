@@ -35,7 +35,7 @@ static void usage(const command *cmds, int n) {
 int main(int argc, char **argv) {
   const command cmds[] = {
       {"info", ag_cmd_info, "backends, devices, properties and memory"},
-      {"check", ag_cmd_check, "op conformance of each backend against the CPU reference"},
+      {"check", ag_cmd_check, "op conformance of each backend against a double-precision reference"},
       {"bench", ag_cmd_bench, "per-op throughput and launch overhead per backend"},
       {"train", ag_cmd_train, "train the character-level language model on the word list"},
       {"compare", ag_cmd_compare, "run one training job on several devices in lockstep"},
