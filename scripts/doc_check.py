@@ -9,8 +9,9 @@ library only; run by CTest, tests/docs.cmake).
                                         environment table of docs/design/core.md
   doc_check.py SRC cmake                every AG_* CMake option is in README.md
   doc_check.py SRC help ANYGRAD         every option of `anygrad <cmd> --help` is in
-                                        README.md or docs/, and every option the docs
-                                        give an `anygrad <cmd>` is in its --help
+                                        its section of docs/cli.md, and every option
+                                        README.md or docs/ give an `anygrad <cmd>`
+                                        (in code) is in its --help
   doc_check.py SRC runnable ANYGRAD LIBDIR WORKDIR
                                         runs the blocks marked runnable (docs/README:
                                         "Runnable docs") and compares their output
@@ -209,24 +210,35 @@ def doc_command_options(src):
                     if not cmd:
                         continue
                     rest = line[m.end():]
-                    rest = re.split(r"[|;&]|\banygrad\b|\bmpirun\b", rest)[0]
+                    rest = re.split(r"[|;&\"]|\banygrad\b|\bmpirun\b", rest)[0]
                     for o in OPT.findall(rest):
                         found.setdefault(cmd, {}).setdefault(o, rel)
     return found
 
 
+def cli_sections(src):
+    """{cmd: text} of the sections of docs/cli.md, the command-line reference."""
+    text = read(os.path.join(src, "docs", "cli.md"))
+    parts = re.split(r"^## `anygrad (\w+)`", text, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
 def check_help(src, anygrad):
-    docs = all_docs_text(src)
     bad, n = [], 0
     documented = doc_command_options(src)
+    sections = cli_sections(src)
     for cmd in COMMANDS:
         opts = help_options(anygrad, cmd)
         n += len(opts)
+        sec = sections.get(cmd)
+        if sec is None:
+            bad.append(f"docs/cli.md has no section '## `anygrad {cmd}`'")
+            continue
         for o in sorted(opts):
-            if f"--{o}" not in docs:
-                bad.append(f"anygrad {cmd} --{o} is in --help but in no doc")
+            if not re.search(r"(?<![\w-])--%s(?![\w-])" % re.escape(o), sec):
+                bad.append(f"anygrad {cmd} --{o} is in --help but not in docs/cli.md")
         for o, where in sorted(documented.get(cmd, {}).items()):
-            if o not in opts:
+            if o not in opts and o != "help":
                 bad.append(f"{where}: anygrad {cmd} --{o} is not an option of its --help")
     return bad, f"{n} options of {len(COMMANDS)} commands"
 
