@@ -22,6 +22,8 @@ the relative tolerance `tol` (default 0: equal as printed). A block without
             arguments for CI); the doc keeps the real command
   timeout=S seconds per command (default 60)
   skip-if-missing=PATH  skip the block (reported) when PATH does not exist
+  needs=DEVICE  skip the block (reported) when `anygrad memory --device
+            DEVICE` fails (a backend this machine does not have)
 
 Compiling examples. A ```c block in a public header comment (between
 "Example:" and the end of the comment, as ```c ... ```) or in a doc after
@@ -133,6 +135,12 @@ def run_block(src, bindir, libdir, work, where, opts, body):
     miss = opts.get("skip-if-missing")
     if miss and not os.path.exists(os.path.join(src, miss)):
         return f"{where}: skipped ({miss} is missing)", True
+    need = opts.get("needs")
+    if need:
+        p = subprocess.run([os.path.join(bindir, "anygrad"), "memory", "--device", need], capture_output=True,
+                           text=True, timeout=120, env=dict(os.environ, AG_BACKEND_PATH=libdir))
+        if p.returncode != 0:
+            return f"{where}: skipped ({need} is not available here)", True
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), AG_BACKEND_PATH=libdir,
                ANYGRAD_SRC=src)
     tol = float(opts.get("tol", "0"))
