@@ -8,21 +8,24 @@ A generated figure is a marked span:
 
 `FILE:PATH` names a JSON file (in the folder given with --json) and a dotted
 path into it (list items by index: `rows.0.ns`); the format is printf style.
-Spans named `meta:machine`, `meta:date` and `meta:load` take the machine
-(CPU model and count), the UTC date and the 1-minute load average at the
-time of generation, so a page says where and when its numbers were made:
+`--record-meta` writes meta.json (the machine's CPU model and count, the
+UTC date and the 1-minute load average) before the benchmarks run, so a page
+says where and when its numbers were made:
 
-    <!-- gen meta:date %s -->...<!-- /gen -->
+    <!-- gen meta.json:date %s -->...<!-- /gen -->
 
 A bench that writes several JSON objects one per line (JSON lines) is read
 as a list. Usage:
 
+    scripts/doc_numbers.py --json DIR --record-meta
     scripts/doc_numbers.py --json DIR [--check] [FILE.md ...]
 
 With --check nothing is written and the exit status is 1 when a span would
 change (or names a file or path that is missing), 0 otherwise. Without
 FILE.md arguments, README.md and every docs/**/*.md are processed.
-`cmake --build build --target docs-numbers` runs it on build/bench-json/.
+`cmake --build build --target docs-numbers` records the meta data, runs
+ddp_bench and alloc_bench into docs/numbers/ and rewrites the spans; the
+CTest `docs_numbers` checks that every span equals its JSON.
 """
 import datetime
 import json
@@ -56,19 +59,35 @@ def machine():
     return f"{model}, {os.cpu_count()} CPUs"
 
 
+def record_meta(jsondir):
+    """meta.json: where and when the benchmarks run (before they start)."""
+    os.makedirs(jsondir, exist_ok=True)
+    meta = {"machine": machine(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "load": round(os.getloadavg()[0], 1)}
+    with open(os.path.join(jsondir, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    print(f"{jsondir}/meta.json: {meta}")
+
+
 def value(key, jsondir, cache):
-    if key == "meta:machine":
-        return machine()
-    if key == "meta:date":
-        return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    if key == "meta:load":
-        return "%.1f" % os.getloadavg()[0]
     fname, _, path = key.partition(":")
     if fname not in cache:
         cache[fname] = load_json(os.path.join(jsondir, fname))
     v = cache[fname]
-    for part in path.split(".") if path else []:
-        v = v[int(part)] if isinstance(v, list) else v[part]
+    parts = path.split(".") if path else []
+    while parts:  # keys may contain dots ("overlap.ratio"): the longest that exists
+        if isinstance(v, list):
+            v, parts = v[int(parts[0])], parts[1:]
+            continue
+        for i in range(len(parts), 0, -1):
+            k = ".".join(parts[:i])
+            if k in v:
+                v, parts = v[k], parts[i:]
+                break
+        else:
+            raise KeyError(".".join(parts))
     return v
 
 
@@ -83,8 +102,8 @@ def process(doc, jsondir, check, cache):
         except (OSError, KeyError, IndexError, ValueError, TypeError) as e:
             problems.append(f"{doc}: {key}: {e!r}")
             return m.group(0)
-        if new != old and not key.startswith("meta:"):
-            problems.append(f"{doc}: {key}: {old} -> {new}") if check else None
+        if new != old and check:
+            problems.append(f"{doc}: {key}: the doc says {old}, the JSON {new}")
         return f"<!-- gen {key} {fmt} -->{new}<!-- /gen -->"
 
     out = SPAN.sub(repl, text)
@@ -96,18 +115,23 @@ def process(doc, jsondir, check, cache):
 
 
 def main(argv):
-    args, jsondir, check = [], None, False
+    args, jsondir, check, record = [], None, False, False
     it = iter(argv[1:])
     for a in it:
         if a == "--json":
             jsondir = next(it, None)
         elif a == "--check":
             check = True
+        elif a == "--record-meta":
+            record = True
         else:
             args.append(a)
     if not jsondir:
         print(__doc__)
         return 2
+    if record:
+        record_meta(jsondir)
+        return 0
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not args:
         args = [os.path.join(src, "README.md")]

@@ -10,6 +10,10 @@ if(Python3_Interpreter_FOUND)
     add_test(NAME docs_${_what} COMMAND ${_dc} ${_what})
     set_tests_properties(docs_${_what} PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77 LABELS "docs")
   endforeach()
+  # Every generated figure (scripts/doc_numbers.py spans) equals its JSON in docs/numbers/.
+  add_test(NAME docs_numbers COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/doc_numbers.py --json
+                                     ${PROJECT_SOURCE_DIR}/docs/numbers --check)
+  set_tests_properties(docs_numbers PROPERTIES TIMEOUT 60 LABELS "docs")
   add_test(NAME docs_compile COMMAND ${_dc} compile ${CMAKE_C_COMPILER} ${CMAKE_CURRENT_BINARY_DIR}/docs_compile)
   set_tests_properties(docs_compile PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "docs")
   if(TARGET anygrad-cli)
