@@ -137,8 +137,11 @@ def run_block(src, bindir, libdir, work, where, opts, body):
         return f"{where}: skipped ({miss} is missing)", True
     need = opts.get("needs")
     if need:
+        probe_env = dict(os.environ, AG_BACKEND_PATH=libdir)
+        if "ASAN_OPTIONS" in probe_env:  # as below
+            probe_env["ASAN_OPTIONS"] += ":detect_leaks=0"
         p = subprocess.run([os.path.join(bindir, "anygrad"), "memory", "--device", need], capture_output=True,
-                           text=True, timeout=120, env=dict(os.environ, AG_BACKEND_PATH=libdir))
+                           text=True, timeout=120, env=probe_env)
         if p.returncode != 0:
             return f"{where}: skipped ({need} is not available here)", True
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), AG_BACKEND_PATH=libdir,
