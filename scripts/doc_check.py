@@ -13,8 +13,9 @@ library only; run by CTest, tests/docs.cmake).
                                         README.md or docs/ give an `anygrad <cmd>`
                                         (in code) is in its --help
   doc_check.py SRC runnable ANYGRAD LIBDIR WORKDIR
-                                        runs the blocks marked runnable (docs/README:
-                                        "Runnable docs") and compares their output
+                                        runs the blocks marked runnable (README.md,
+                                        "Checked docs"; scripts/doc_run.py) and
+                                        compares their output
   doc_check.py SRC compile CC WORKDIR   compiles the C examples in include/ comments
                                         and the ```c blocks marked compile
 
