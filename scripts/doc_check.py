@@ -238,6 +238,8 @@ def check_help(src, anygrad):
         for o in sorted(opts):
             if not re.search(r"(?<![\w-])--%s(?![\w-])" % re.escape(o), sec):
                 bad.append(f"anygrad {cmd} --{o} is in --help but not in docs/cli.md")
+        for o in sorted(set(OPT.findall(sec)) - opts - {"help"}):
+            bad.append(f"docs/cli.md: anygrad {cmd} --{o} is not an option of its --help")
         for o, where in sorted(documented.get(cmd, {}).items()):
             if o not in opts and o != "help":
                 bad.append(f"{where}: anygrad {cmd} --{o} is not an option of its --help")
