@@ -3,6 +3,7 @@
  * not part of the build is reported as such. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "anygrad/anygrad.h"
 #include "cli.h"
@@ -32,10 +33,36 @@ static void usage(const command *cmds, int n) {
          "2 on any error (see docs/compare.md).\n");
 }
 
+/* A command that failed leaves through _exit once its output is flushed:
+ * exit() would run the libraries' exit handlers, and OpenBLAS's
+ * (gotoblas_quit) joins its server threads, one of which may be retrying a
+ * buffer allocation forever under an address-space limit (ulimit -v), so the
+ * process printed its error and never ended. Nothing anygrad keeps needs an
+ * exit handler: files are written and closed before a command returns.
+ * Success still returns through exit(). Sanitizer builds keep exit() on
+ * every path so LeakSanitizer checks the error paths too. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define AG_CLI_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define AG_CLI_SANITIZED 1
+#endif
+static int finish(int rc) {
+#ifndef AG_CLI_SANITIZED
+  if (rc != AG_EXIT_OK) {
+    fflush(NULL); /* every open output stream */
+    _exit(rc);
+  }
+#endif
+  return rc;
+}
+
 int main(int argc, char **argv) {
   const command cmds[] = {
       {"info", ag_cmd_info, "backends, devices, properties and memory"},
-      {"check", ag_cmd_check, "op conformance of each backend against the CPU reference"},
+      {"check", ag_cmd_check, "op conformance of each backend against a double-precision reference"},
       {"bench", ag_cmd_bench, "per-op throughput and launch overhead per backend"},
       {"train", ag_cmd_train, "train the character-level language model on the word list"},
       {"compare", ag_cmd_compare, "run one training job on several devices in lockstep"},
@@ -61,7 +88,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "anygrad: '%s' is not part of this build\n", argv[1]);
         return AG_EXIT_USAGE;
       }
-      return cmds[i].fn(argc - 1, argv + 1);
+      return finish(cmds[i].fn(argc - 1, argv + 1));
     }
   fprintf(stderr, "anygrad: unknown command '%s'\n\n", argv[1]);
   usage(cmds, n);

@@ -27,6 +27,8 @@ typedef enum ag_mem_category {
   AG_MEM_CATEGORY_COUNT
 } ag_mem_category;
 
+/* "parameters", "activations", ...; "?" for a value out of range (never
+ * NULL, no error set). Static: lives until exit; do not free. */
 AG_API const char *ag_mem_category_name(ag_mem_category c);
 
 /* Category for allocations made by this thread until the matching pop.
@@ -85,7 +87,8 @@ typedef struct ag_memory_stats {
  * AG_ERR_INVALID (NULL out), AG_ERR_DEVICE, AG_ERR_UNAVAILABLE. */
 AG_API ag_status ag_memory_stats_get(ag_device d, ag_memory_stats *out_stats);
 
-/* Set every peak to its current value. */
+/* Set every peak to its current value. Errors: AG_ERR_DEVICE,
+ * AG_ERR_UNAVAILABLE for a device that does not exist or did not start. */
 AG_API ag_status ag_memory_reset_peak(ag_device d);
 
 /* Return every cached segment (and the unused tail of every expandable

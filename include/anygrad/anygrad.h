@@ -1,4 +1,22 @@
-/* anygrad: the umbrella header. Include this, link -lanygrad. */
+/* anygrad: the umbrella header. Include this, link -lanygrad.
+ *
+ * Example (scripts/doc_check.py compiles it):
+ * ```c
+ * #include <stdio.h>
+ * #include <anygrad/anygrad.h>
+ *
+ * int main(void) {
+ *   ag_scope_begin();               // the tensors below go with the scope
+ *   const int64_t shape[1] = {3};
+ *   ag_tensor *x = ag_full(ag_device_best(), AG_F32, 1, shape, 2.0);
+ *   double s = ag_item(ag_sum(ag_mul(x, x), 0, NULL, false));
+ *   if (ag_last_status() != AG_OK) fprintf(stderr, "%s\n", ag_last_error());
+ *   else printf("%g\n", s);        // 12
+ *   ag_scope_end();
+ *   return ag_last_status() == AG_OK ? 0 : 1;
+ * }
+ * ```
+ */
 #ifndef ANYGRAD_H
 #define ANYGRAD_H
 

@@ -39,7 +39,8 @@ AG_API bool ag_parse_f64(const char *s, double lo, double hi, double *out);
  * escaped) and the range; *out = dflt. */
 AG_API ag_status ag_env_i64(const char *name, int64_t lo, int64_t hi, int64_t dflt, int64_t *out);
 
-/* The same for a finite number in [lo, hi]. */
+/* The same for a finite number in [lo, hi]. Errors: AG_ERR_INVALID naming
+ * the variable, its value and the range; *out = dflt. */
 AG_API ag_status ag_env_f64(const char *name, double lo, double hi, double dflt, double *out);
 
 /* `s` for an error message into buf (always NUL-terminated): printable
@@ -87,7 +88,8 @@ typedef struct ag_output ag_output;
  * ag_output_check, AG_ERR_OOM. */
 AG_API ag_status ag_output_open(const char *path, const char *what, ag_output **out);
 
-/* The stream to write to; borrowed, valid until commit or abort. */
+/* The stream to write to; borrowed, valid until commit or abort. Never
+ * fails for an open o (NULL when o is NULL). */
 AG_API FILE *ag_output_file(ag_output *o);
 
 /* Flush, fsync, rename over the target, fsync the directory; frees o in

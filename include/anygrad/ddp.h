@@ -189,7 +189,8 @@ AG_API ag_status ag_ddp_stats_get(const ag_ddp *d, ag_ddp_stats *out_stats);
  * reduced first), or -1 with AG_ERR_INVALID for an index out of range. */
 AG_API int ag_ddp_bucket_of(const ag_ddp *d, int param_index);
 
-/* The group (borrowed). */
+/* The group the DDP object reduces over: borrowed, valid while d is (the
+ * caller still owns the group it passed to ag_ddp_create). NULL for NULL d. */
 AG_API ag_group *ag_ddp_group(const ag_ddp *d);
 
 #ifdef __cplusplus

@@ -82,7 +82,8 @@ typedef struct ag_backend_info {
  * removed. */
 
 /* Name of a backend kind ("cpu", "cuda", ..., or a module's name); "?" if no
- * backend has that kind. Borrowed; lives until exit. */
+ * backend has that kind (never NULL, no error set). Borrowed, static: lives
+ * until exit; do not free. */
 AG_API const char *ag_backend_name(ag_backend_kind kind);
 
 /* Number of kinds the registry knows: the named kinds plus every module
@@ -119,24 +120,32 @@ AG_API int ag_backend_device_count(ag_backend_kind kind);
  * AG_ERR_DEVICE for an ordinal beyond the device count. */
 AG_API ag_status ag_device_parse(const char *s, ag_device *out_device);
 
-/* Write "cuda:0" etc. into buf (always NUL-terminated); returns buf. */
+/* Write "cuda:0" etc. into buf (always NUL-terminated, truncated to len);
+ * returns buf, which the caller owns. Never fails (no error set); len 0
+ * writes nothing. */
 AG_API char *ag_device_str(ag_device d, char *buf, size_t len);
 
 /* The best available device: the highest priority its module reports
  * (cuda:0, then hip:0, then an OpenCL GPU, then cpu; gpuemu never). */
 AG_API ag_device ag_device_best(void);
 
+/* Same backend and ordinal. Never fails. */
 AG_API bool ag_device_eq(ag_device a, ag_device b);
 
 /* Properties of a device. Errors: AG_ERR_DEVICE, AG_ERR_UNAVAILABLE. */
 AG_API ag_status ag_device_props_get(ag_device d, ag_device_props *out_props);
 
-/* Free and total device memory as the backend reports them. Backends that
- * cannot query free memory report total minus what anygrad reserved. */
+/* Free and total device memory as the backend reports them, in bytes.
+ * Backends that cannot query free memory report total minus what anygrad
+ * reserved. Errors: AG_ERR_DEVICE or AG_ERR_UNAVAILABLE for a device that
+ * does not exist or did not start; the backend's error when its query
+ * fails (out_* are then unchanged). */
 AG_API ag_status ag_device_mem_info(ag_device d, size_t *out_free, size_t *out_total);
 
 /* Block until all work queued on every stream of the device has finished.
- * This is a host sync (counted, reported by sync-debug mode). */
+ * This is a host sync (counted, reported by sync-debug mode). Errors:
+ * AG_ERR_DEVICE/AG_ERR_UNAVAILABLE for a bad device, AG_ERR_SYNC when
+ * sync-debug mode is error, or the first error of the queued work. */
 AG_API ag_status ag_device_synchronize(ag_device d);
 
 /* ---- streams and events ---- */
@@ -148,45 +157,60 @@ typedef struct ag_event ag_event;
  * Returns NULL (and sets the error) for an unavailable device. */
 AG_API ag_stream *ag_stream_default(ag_device d);
 
-/* A new stream on the device. Owned by the caller: ag_stream_destroy. */
+/* A new stream on the device. Owned by the caller: ag_stream_destroy.
+ * Returns NULL and sets the error for a bad or unavailable device
+ * (AG_ERR_DEVICE, AG_ERR_UNAVAILABLE), AG_ERR_OOM, or the backend's error
+ * when it cannot create a queue. */
 AG_API ag_stream *ag_stream_create(ag_device d);
 
 /* Waits for the stream's work, then releases it. NULL is ignored.
  * The default stream is never destroyed (ignored). */
 AG_API void ag_stream_destroy(ag_stream *s);
 
+/* The device of s (AG_CPU for NULL). Never fails. */
 AG_API ag_device ag_stream_device(const ag_stream *s);
 
 /* The stream ops on device d run on, for this thread (default stream unless
- * set). Borrowed. */
+ * set). Borrowed: valid until it is destroyed (the default stream lives
+ * until exit). NULL, with the error set, for a bad or unavailable device. */
 AG_API ag_stream *ag_stream_current(ag_device d);
 
 /* Make s the current stream of its device for this thread; NULL restores the
  * default. Returns the previous current stream of that device (borrowed). */
 AG_API ag_stream *ag_stream_set_current(ag_device d, ag_stream *s);
 
-/* Block the host until all work queued on s has finished (a host sync). */
+/* Block the host until all work queued on s has finished (a host sync).
+ * Errors: AG_ERR_INVALID for NULL, AG_ERR_SYNC when sync-debug mode is
+ * error, or the first error of the queued work. */
 AG_API ag_status ag_stream_synchronize(ag_stream *s);
 
 /* True if all work queued on s has finished. Never blocks. */
 AG_API bool ag_stream_query(ag_stream *s);
 
 /* A new event on device d. timing=true allows ag_event_elapsed_ms.
- * Owned by the caller: ag_event_destroy. */
+ * Owned by the caller: ag_event_destroy (NULL ignored). Returns NULL and
+ * sets the error for a bad or unavailable device, AG_ERR_OOM, or the
+ * backend's error. */
 AG_API ag_event *ag_event_create(ag_device d, bool timing);
 AG_API void ag_event_destroy(ag_event *e);
 
-/* Record e at the current end of s's queue. */
+/* Record e at the current end of s's queue.
+ * Errors: AG_ERR_INVALID for a NULL argument, AG_ERR_DEVICE when e and s
+ * are on different devices, or the backend's error. */
 AG_API ag_status ag_event_record(ag_event *e, ag_stream *s);
 
 /* Make all work queued on s after this call wait for e. Does not block the
- * host. Both must be on the same device. */
+ * host. Both must be on the same device. An event never recorded is
+ * complete (AG_OK). Errors: AG_ERR_INVALID for a NULL argument,
+ * AG_ERR_DEVICE for different devices, or the backend's error. */
 AG_API ag_status ag_stream_wait_event(ag_stream *s, ag_event *e);
 
 /* True if e's recorded work has completed (or e was never recorded). */
 AG_API bool ag_event_query(ag_event *e);
 
-/* Block the host until e completes (a host sync). */
+/* Block the host until e completes (a host sync; an event never recorded
+ * returns at once). Errors: AG_ERR_INVALID for NULL, AG_ERR_SYNC when
+ * sync-debug mode is error, or the first error of the work before it. */
 AG_API ag_status ag_event_synchronize(ag_event *e);
 
 /* Milliseconds between two completed timing events. Errors: AG_ERR_STATE if

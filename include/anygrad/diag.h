@@ -51,7 +51,9 @@ AG_API int ag_sync_sites(ag_sync_site_info *out, int max);
 
 /* Used by the macros below: mark the calling thread's next sync with a source
  * position (file and func must be string literals or otherwise outlive the
- * process), and clear the mark after the call, passing its result through. */
+ * process), and clear the mark after the call, passing its result through.
+ * They never fail and set no error: the status a done_s gets is the status it
+ * returns. */
 AG_API void ag_sync_site_mark(const char *file, int line, const char *func);
 AG_API double ag_sync_site_done_d(double v);
 AG_API ag_status ag_sync_site_done_s(ag_status s);

@@ -59,15 +59,19 @@ AG_API ag_status ag_pinned_free(void *ptr);
  * another device. */
 AG_API ag_status ag_pinned_record_stream(void *ptr, ag_stream *s);
 
+/* The pinned host pool's statistics of device d. Errors: AG_ERR_INVALID
+ * for NULL out_stats, AG_ERR_DEVICE/AG_ERR_UNAVAILABLE for a bad device. */
 AG_API ag_status ag_pinned_stats_get(ag_device d, ag_pinned_stats *out_stats);
 
 /* Give every cached (free, copy-complete) block back to the backend. Blocks
- * whose copies are still running stay; never synchronizes. */
+ * whose copies are still running stay; never synchronizes. Errors:
+ * AG_ERR_DEVICE/AG_ERR_UNAVAILABLE for a bad device. */
 AG_API ag_status ag_pinned_empty_cache(ag_device d);
 
 /* Cap on cached bytes (free blocks kept for reuse); beyond it, freed blocks
  * go back to the backend once their copies complete. SIZE_MAX: no cap (the
- * default, or AG_PINNED_CACHE_MB from the environment). */
+ * default, or AG_PINNED_CACHE_MB from the environment). Errors:
+ * AG_ERR_DEVICE/AG_ERR_UNAVAILABLE for a bad device. */
 AG_API ag_status ag_pinned_set_cache_cap(ag_device d, size_t bytes);
 
 /* Enqueue a host->device copy of `bytes` from host `src` into dst (which must

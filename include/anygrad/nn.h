@@ -6,7 +6,27 @@
  *
  * Ownership: a module owns its parameter tensors (references outside any
  * scope) until its *_free. Forward functions return new tensors (tensor.h
- * rules) and record autograd nodes when grad mode is on. */
+ * rules) and record autograd nodes when grad mode is on.
+ *
+ * Every module below has the same four calls:
+ *   <m>_init     fills the caller's struct (no allocation of the struct
+ *                itself). Errors: AG_ERR_INVALID for a NULL module,
+ *                AG_ERR_SHAPE for a size < 1 (and the module's own shape
+ *                rules), the tensor creation errors (AG_ERR_DTYPE,
+ *                AG_ERR_DEVICE, AG_ERR_UNAVAILABLE, AG_ERR_OOM). On error
+ *                the struct holds nothing.
+ *   <m>_forward  returns a new tensor owned by the caller (or the open
+ *                scope), or NULL with the error set: AG_ERR_INVALID for a
+ *                NULL module, a NULL input propagated (its message kept),
+ *                and the errors of the ops it runs (AG_ERR_SHAPE for an
+ *                input that does not fit the module, AG_ERR_DEVICE, ...).
+ *   <m>_params   appends the module's parameters to l as
+ *                "<prefix><name>" (prefix NULL: ""); l retains each, the
+ *                module keeps its own references. m must not be NULL.
+ *                Errors: AG_ERR_INVALID (NULL l), AG_ERR_OOM; entries added
+ *                before an error stay in l.
+ *   <m>_free     releases the parameters and zeroes the struct; NULL is
+ *                ignored. */
 #ifndef ANYGRAD_NN_H
 #define ANYGRAD_NN_H
 
@@ -33,7 +53,9 @@ typedef struct ag_param_list {
 /* Append t under name (copied); retains t. Errors: AG_ERR_INVALID (NULL),
  * AG_ERR_OOM. */
 AG_API ag_status ag_params_add(ag_param_list *l, const char *name, ag_tensor *t);
-/* Append every entry of src with prefix prepended to its name. */
+/* Append every entry of src with prefix prepended to its name (prefix NULL:
+ * ""); l retains each tensor. Errors: AG_ERR_INVALID (NULL l or src),
+ * AG_ERR_OOM; entries added before an error stay in l. */
 AG_API ag_status ag_params_extend(ag_param_list *l, const char *prefix, const ag_param_list *src);
 /* Release every entry and the list's memory; the list is empty afterwards. */
 AG_API void ag_params_free(ag_param_list *l);
@@ -56,8 +78,10 @@ typedef struct ag_linear {
  * creation errors. On error m holds nothing. */
 AG_API ag_status ag_linear_init(ag_linear *m, ag_device d, ag_dtype dt, int64_t in, int64_t out,
                                 bool bias, ag_generator *g);
-/* y = x @ weight^T + bias for x [..., in] -> [..., out]. */
+/* y = x @ weight^T + bias for x [..., in] -> [..., out]; a new tensor, or
+ * NULL (module conventions above). */
 AG_API ag_tensor *ag_linear_forward(const ag_linear *m, ag_tensor *x);
+/* "<prefix>weight", "<prefix>bias" (without a bias: weight only). */
 AG_API ag_status ag_linear_params(const ag_linear *m, const char *prefix, ag_param_list *l);
 AG_API void ag_linear_free(ag_linear *m);
 
@@ -66,9 +90,15 @@ typedef struct ag_embedding_layer {
   int64_t num, dim;
 } ag_embedding_layer;
 
+/* num rows of dim; g NULL: the default generator. Module conventions
+ * above (init, forward, params, free). */
 AG_API ag_status ag_embedding_init(ag_embedding_layer *m, ag_device d, ag_dtype dt, int64_t num,
                                    int64_t dim, ag_generator *g);
+/* Rows of weight for i64 or i32 indices of any shape -> [..., dim]; a new
+ * tensor, or NULL (ag_embedding's errors: AG_ERR_INDEX for an index
+ * outside [0, num), ...). */
 AG_API ag_tensor *ag_embedding_forward(const ag_embedding_layer *m, ag_tensor *indices);
+/* "<prefix>weight". */
 AG_API ag_status ag_embedding_params(const ag_embedding_layer *m, const char *prefix, ag_param_list *l);
 AG_API void ag_embedding_free(ag_embedding_layer *m);
 
@@ -78,9 +108,13 @@ typedef struct ag_layer_norm_layer {
   double eps;
 } ag_layer_norm_layer;
 
+/* Normalises the last dim (dim wide) with eps. Module conventions above. */
 AG_API ag_status ag_layer_norm_init(ag_layer_norm_layer *m, ag_device d, ag_dtype dt, int64_t dim,
                                     double eps);
+/* x [..., dim] -> [..., dim]; a new tensor, or NULL (ag_layer_norm's
+ * errors). */
 AG_API ag_tensor *ag_layer_norm_forward(const ag_layer_norm_layer *m, ag_tensor *x);
+/* "<prefix>weight", "<prefix>bias". */
 AG_API ag_status ag_layer_norm_params(const ag_layer_norm_layer *m, const char *prefix,
                                       ag_param_list *l);
 AG_API void ag_layer_norm_free(ag_layer_norm_layer *m);
@@ -89,9 +123,14 @@ typedef enum ag_activation {
   AG_ACT_NONE = 0, AG_ACT_RELU, AG_ACT_GELU, AG_ACT_TANH, AG_ACT_SILU, AG_ACT_SIGMOID
 } ag_activation;
 
-/* f(x); AG_ACT_NONE returns x retained. */
+/* f(x), a new tensor owned by the caller or the open scope (AG_ACT_NONE: a
+ * new view of x). NULL x gives NULL (AG_ERR_INVALID unless an error is
+ * pending); other errors are the op's (AG_ERR_DTYPE for integer x). */
 AG_API ag_tensor *ag_activation_forward(ag_activation act, ag_tensor *x);
-/* Dropout: identity when !train or p == 0. */
+/* Dropout: identity (a new view of x) when !train or p == 0; else
+ * ag_dropout's result. Either is a new tensor owned by the caller or the
+ * open scope. NULL x gives NULL (AG_ERR_INVALID unless an error is
+ * pending); other errors are ag_dropout's. */
 AG_API ag_tensor *ag_dropout_forward(double p, ag_tensor *x, bool train, ag_generator *g);
 
 /* ---- vision layers (NCHW) ---- */
@@ -108,7 +147,10 @@ typedef struct ag_conv2d_layer {
 AG_API ag_status ag_conv2d_layer_init(ag_conv2d_layer *m, ag_device d, ag_dtype dt, int64_t in,
                                       int64_t out, int kh, int kw, const ag_conv2d_params *p, bool bias,
                                       ag_generator *g);
+/* x [N, in, H, W] -> [N, out, H', W']; a new tensor, or NULL (ag_conv2d's
+ * errors; module conventions above). */
 AG_API ag_tensor *ag_conv2d_layer_forward(const ag_conv2d_layer *m, ag_tensor *x);
+/* "<prefix>weight", "<prefix>bias" (without a bias: weight only). */
 AG_API ag_status ag_conv2d_layer_params(const ag_conv2d_layer *m, const char *prefix, ag_param_list *l);
 AG_API void ag_conv2d_layer_free(ag_conv2d_layer *m);
 
@@ -121,12 +163,17 @@ typedef struct ag_batch_norm2d {
   double momentum, eps; /* PyTorch's defaults: 0.1, 1e-5 */
 } ag_batch_norm2d;
 
+/* Module conventions above; momentum and eps as PyTorch's (0.1, 1e-5). */
 AG_API ag_status ag_batch_norm2d_init(ag_batch_norm2d *m, ag_device d, ag_dtype dt, int64_t channels,
                                       double momentum, double eps);
-/* train: batch statistics (and running-stat update); else the running stats. */
+/* train: batch statistics (and running-stat update); else the running stats.
+ * x [N, channels, H, W]; a new tensor, or NULL (ag_batch_norm2d's errors;
+ * module conventions above). */
 AG_API ag_tensor *ag_batch_norm2d_forward(const ag_batch_norm2d *m, ag_tensor *x, bool train);
+/* "<prefix>weight", "<prefix>bias" (module conventions above). */
 AG_API ag_status ag_batch_norm2d_params(const ag_batch_norm2d *m, const char *prefix, ag_param_list *l);
-/* "<prefix>running_mean", "<prefix>running_var". */
+/* "<prefix>running_mean", "<prefix>running_var", appended and retained as
+ * _params does (same errors). */
 AG_API ag_status ag_batch_norm2d_buffers(const ag_batch_norm2d *m, const char *prefix, ag_param_list *l);
 AG_API void ag_batch_norm2d_free(ag_batch_norm2d *m);
 
@@ -141,9 +188,12 @@ typedef struct ag_mlp {
 
 /* sizes[0] inputs, sizes[n_sizes-1] outputs; n_sizes >= 2. Layer i is
  * registered as "<2i>.weight"/"<2i>.bias" (torch.nn.Sequential numbering
- * with an activation between linears). */
+ * with an activation between linears). Errors: AG_ERR_INVALID for NULL m or
+ * sizes or n_sizes < 2, and the module conventions above. */
 AG_API ag_status ag_mlp_init(ag_mlp *m, ag_device d, ag_dtype dt, int n_sizes, const int64_t *sizes,
                              ag_activation act, ag_generator *g);
+/* x [..., sizes[0]] -> [..., sizes[n_sizes-1]]; a new tensor, or NULL
+ * (module conventions above). */
 AG_API ag_tensor *ag_mlp_forward(const ag_mlp *m, ag_tensor *x);
 AG_API void ag_mlp_free(ag_mlp *m);
 
@@ -157,12 +207,18 @@ typedef struct ag_causal_attention {
   ag_tensor *mask; /* [max_len, max_len], 1 above the diagonal */
 } ag_causal_attention;
 
+/* dim split over n_head heads (AG_ERR_SHAPE unless dim % n_head == 0),
+ * sequences up to max_len, dropout on the attention weights. Module
+ * conventions above. */
 AG_API ag_status ag_causal_attention_init(ag_causal_attention *m, ag_device d, ag_dtype dt,
                                           int64_t dim, int n_head, int64_t max_len, double dropout,
                                           ag_generator *g);
-/* x [B, T, dim] with T <= max_len -> [B, T, dim]. */
+/* x [B, T, dim] with T <= max_len -> [B, T, dim]; a new tensor, or NULL
+ * (AG_ERR_SHAPE for another shape; module conventions above). */
 AG_API ag_tensor *ag_causal_attention_forward(const ag_causal_attention *m, ag_tensor *x, bool train,
                                               ag_generator *g);
+/* "<prefix>qkv.weight", "<prefix>qkv.bias", "<prefix>proj.weight",
+ * "<prefix>proj.bias" (module conventions above). */
 AG_API ag_status ag_causal_attention_params(const ag_causal_attention *m, const char *prefix,
                                             ag_param_list *l);
 AG_API void ag_causal_attention_free(ag_causal_attention *m);
@@ -211,7 +267,8 @@ AG_API ag_status ag_gpt_init(ag_gpt *m, const ag_gpt_config *cfg, ag_device d, a
                              ag_generator *g);
 /* idx i32 [B, T], T <= block_size -> logits [B, T, vocab_size]. With
  * cfg.checkpoint, training forwards checkpoint every block (m and g must
- * stay valid until the backward). */
+ * stay valid until the backward). A new tensor, or NULL (AG_ERR_SHAPE for
+ * another shape; module conventions above). */
 AG_API ag_tensor *ag_gpt_forward(const ag_gpt *m, ag_tensor *idx, bool train, ag_generator *g);
 /* Whether tensor names `names[0..n)` (a checkpoint's, as
  * ag_safetensors_name lists them) match m's tying: a tied m refuses a

@@ -1,4 +1,5 @@
-/* Forward ops. Each returns a new tensor (ownership as in tensor.h), runs
+/* Forward ops. Each returns a new tensor, owned by the caller or the open
+ * scope (ownership as in tensor.h), or NULL with the error set; it runs
  * asynchronously on the current stream of its inputs' device, and records an
  * autograd node when grad mode is on and an input requires grad.
  *
@@ -53,6 +54,9 @@ extern "C" {
 AG_BINARY_OPS(AG_OPS_DECL_BINARY)
 AG_UNARY_OPS(AG_OPS_DECL_UNARY)
 
+/* Elementwise with a double scalar (integer dtypes take integral scalars):
+ * a + s, a - s, s - a, a * s, a / s, s / a. A new tensor
+ * owned by the caller or the open scope; errors as above. */
 AG_API ag_tensor *ag_add_scalar(ag_tensor *a, double s);
 AG_API ag_tensor *ag_sub_scalar(ag_tensor *a, double s); /* a - s */
 AG_API ag_tensor *ag_rsub_scalar(ag_tensor *a, double s); /* s - a */

@@ -65,7 +65,9 @@ AG_API int64_t ag_optimizer_steps(const ag_optimizer *o);
 AG_API void ag_optimizer_set_steps(ag_optimizer *o, int64_t steps);
 /* Append the optimizer's state tensors (borrowed references retained by l)
  * named "<param name>.<state>" (exp_avg, exp_avg_sq, momentum), for
- * checkpoints: loading into them restores the state. */
+ * checkpoints: loading into them restores the state. State not created yet
+ * (before the first step) is not listed. Errors: AG_ERR_INVALID (NULL o or
+ * l), AG_ERR_OOM; entries added before an error stay in l. */
 AG_API ag_status ag_optimizer_state(const ag_optimizer *o, ag_param_list *l);
 
 /* Scale all gradients of params so their global L2 norm is at most

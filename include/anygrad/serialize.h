@@ -48,6 +48,7 @@ typedef struct ag_safetensors ag_safetensors;
 AG_API ag_status ag_safetensors_open(const char *path, ag_safetensors **out);
 AG_API void ag_safetensors_close(ag_safetensors *f);
 
+/* Number of tensors in the file (0 for NULL). Never fails. */
 AG_API int ag_safetensors_count(const ag_safetensors *f);
 /* Borrowed; NULL when i is out of range. */
 AG_API const char *ag_safetensors_name(const ag_safetensors *f, int i);
@@ -58,17 +59,20 @@ AG_API const char *ag_safetensors_meta(const ag_safetensors *f, const char *key)
  * Borrowed; NULL when i is out of range. */
 AG_API const char *ag_safetensors_dtype(const ag_safetensors *f, int i);
 
-/* A new tensor on device d with the stored contents. NULL with
+/* A new tensor on device d with the stored contents, owned by the caller
+ * (or the open scope; tensor.h); f may be closed afterwards. NULL with
  * AG_ERR_INVALID when there is no such name, AG_ERR_DTYPE naming the
  * tensor and its dtype when anygrad cannot hold it (I16, I8, U16-U64,
- * F8...). F64 F32 F16 BF16 I64 I32 U8 BOOL load as they are. */
+ * F8...), or the creation errors (AG_ERR_DEVICE, AG_ERR_OOM, ...).
+ * F64 F32 F16 BF16 I64 I32 U8 BOOL load as they are. */
 AG_API ag_tensor *ag_safetensors_get(const ag_safetensors *f, const char *name, ag_device d);
 
 /* The same, converted to dtype `as`: integers and BOOL (as 0/1) to i32,
  * i64 or u8 (AG_ERR_INVALID naming the element when a value is outside the
  * target's range), to bool (x != 0) or to a float type; floats to float
- * types (to an integer type is refused: AG_ERR_DTYPE). F8 tensors are refused (AG_ERR_DTYPE). Same dtype: as
- * ag_safetensors_get. */
+ * types (to an integer type is refused: AG_ERR_DTYPE). F8 tensors are
+ * refused (AG_ERR_DTYPE). Same dtype: as ag_safetensors_get. The result
+ * is owned by the caller, and the other errors are, as ag_safetensors_get's. */
 AG_API ag_tensor *ag_safetensors_get_as(const ag_safetensors *f, const char *name, ag_device d,
                                         ag_dtype as);
 

@@ -55,7 +55,9 @@ typedef enum ag_status {
   AG_ERR_ABORTED = 16,     /* a communication group was aborted (a peer failed) */
 } ag_status;
 
-/* Short constant name of a status ("AG_ERR_OOM"). Never NULL. */
+/* Short constant name of a status ("AG_ERR_OOM"); "AG_ERR_?" for a value
+ * that is no status. Never NULL, never fails. A static
+ * string: lives until exit, do not free. */
 AG_API const char *ag_status_name(ag_status s);
 
 /* The message of the most recent error on this thread, or "" if none since

@@ -48,8 +48,11 @@ typedef enum ag_dtype {
 
 typedef struct ag_tensor ag_tensor;
 
-AG_API const char *ag_dtype_name(ag_dtype dt); /* "f32"...; "?" if bad */
+/* "f32", "bf16", ...; "?" for a value that is no dtype (never NULL, no
+ * error set). A static string: lives until exit, do not free. */
+AG_API const char *ag_dtype_name(ag_dtype dt);
 AG_API size_t ag_dtype_size(ag_dtype dt);      /* bytes; 0 if bad */
+/* f32, f16, bf16, f64; false for any other value. Never fails. */
 AG_API bool ag_dtype_is_float(ag_dtype dt);
 /* i32, i64, u8 and bool (bool counts as an integer dtype). */
 AG_API bool ag_dtype_is_int(ag_dtype dt);
