@@ -10,12 +10,15 @@ _DEVICE_TYPES = {1: "cpu", 2: "cuda", 10: "rocm", 4: "opencl"}
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_destructor(cap_ptr):
+def _capsule_destructor(cap):
     # A capsule never consumed still owns its DLManagedTensor: call its deleter.
-    cap = ctypes.cast(cap_ptr, ctypes.py_object)
+    # (A consumer that refuses a capsule destroys it with its exception pending;
+    # then no ctypes call can run here and that one export leaks: to_capsule
+    # refuses up front the device types no Python consumer takes.)
+    cap = ctypes.cast(cap, ctypes.py_object)
     if pythonapi.PyCapsule_IsValid(cap, b"dltensor"):
-        p = pythonapi.PyCapsule_GetPointer(cap, b"dltensor")
-        m = ctypes.cast(p, ctypes.POINTER(DLManagedTensor))
+        m = ctypes.cast(pythonapi.PyCapsule_GetPointer(cap, b"dltensor"),
+                        ctypes.POINTER(DLManagedTensor))
         if m.contents.deleter:
             m.contents.deleter(m)
 
@@ -26,6 +29,12 @@ _DESTRUCTOR_ADDR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
 def to_capsule(t):
     m = ctypes.c_void_p()
     check(lib.ag_to_dlpack(t._handle, ctypes.byref(m)))
+    mp = ctypes.cast(m.value, ctypes.POINTER(DLManagedTensor))
+    kind = mp.contents.dl_tensor.device.device_type
+    if kind == 4:  # kDLOpenCL: a cl_mem handle, meaningless outside anygrad's context
+        mp.contents.deleter(mp)
+        raise BufferError("anygrad: %s memory cannot be shared through DLPack (an OpenCL "
+                          "buffer is only valid in anygrad's context); use .cpu() first" % t.device)
     return pythonapi.PyCapsule_New(m.value, b"dltensor", _DESTRUCTOR_ADDR)
 
 
