@@ -1,5 +1,6 @@
 """anygrad from Python: tensors, autograd, nn and optim with PyTorch's habits
 over the anygrad C library (libanygrad.so, through ctypes)."""
+import builtins as _b
 import ctypes
 from ctypes import byref
 
@@ -158,7 +159,7 @@ class Profiler:
     memory grows; report(path) writes the HTML run report."""
 
     def __init__(self, dev="cpu", window=20, leak_steps=0, trace=False):
-        cfg = _lib.ProfilerConfig(int(window), int(leak_steps), bool(trace), None)
+        cfg = _lib.ProfilerConfig(_b.int(window), _b.int(leak_steps), _b.bool(trace), None)
         p = lib.ag_profiler_create(_as_dev(dev)._d, byref(cfg))
         if not p:
             raise_last("Profiler")
@@ -185,7 +186,7 @@ class Profiler:
         return Profiler._Step(self._p)
 
     def log_scalar(self, series, step, value):
-        check(lib.ag_profiler_log_scalar(self._p, series.encode(), int(step), float(value)))
+        check(lib.ag_profiler_log_scalar(self._p, series.encode(), _b.int(step), _b.float(value)))
 
     def verdict(self):
         v = _lib.ProfilerVerdict()

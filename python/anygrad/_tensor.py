@@ -686,17 +686,20 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         dt = as_dtype(dtype)
         if dt is None:
             k = arr.dtype.kind
-            dt = (bool_ if k == "b" else int64 if k in "iu" and arr.dtype != np.uint8 else
-                  uint8 if arr.dtype == np.uint8 else float64 if arr.dtype == np.float64 and
-                  isinstance(data, np.ndarray) else float16 if arr.dtype == np.float16 else
-                  int32 if arr.dtype == np.int32 else float32)
             if k not in "biuf":
                 raise TypeError("anygrad: cannot make a tensor from %s data" % arr.dtype)
+            if isinstance(data, np.ndarray):  # keep the array's dtype, as torch does
+                try:
+                    dt = as_dtype(arr.dtype)
+                except TypeError:
+                    raise TypeError("anygrad: no anygrad dtype for NumPy %s" % arr.dtype) from None
+            else:  # Python numbers: bool, int64 or float32, as torch
+                dt = bool_ if k == "b" else int64 if k in "iu" else float32
         if dt is bfloat16:
             return tensor(arr, dtype=float32, device=device).to(bfloat16).requires_grad_(
                 requires_grad) if requires_grad else tensor(arr, dtype=float32, device=device).to(
                 bfloat16)
-        arr = np.ascontiguousarray(arr, dtype=dt.np)
+        arr = np.require(arr, dtype=dt.np, requirements="C")  # keeps 0-d arrays 0-d
         shape = list(arr.shape)
         d = as_device(device)
         t = _wrap(lib.ag_from_host(d._d, dt.code, len(shape), _i64(shape), arr.ctypes.data), "tensor")
