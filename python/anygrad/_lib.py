@@ -21,13 +21,14 @@ def _candidates():
     repo = os.path.dirname(os.path.dirname(_HERE))
     for b in ("build", "build-release", "build-debug"):
         yield os.path.join(repo, b, "lib", "libanygrad.so")
-    # an installed package records the prefix it was installed beside
-    cfg = os.path.join(_HERE, "_install_prefix.txt")
+    # an installed package lists where the library was when it was installed
+    # (pip from a build tree, or cmake --install with AG_INSTALL_PYTHON)
+    cfg = os.path.join(_HERE, "_libpaths.txt")
     if os.path.exists(cfg):
         with open(cfg) as f:
-            prefix = f.read().strip()
-        for d in ("lib", "lib64", "lib/x86_64-linux-gnu"):
-            yield os.path.join(prefix, d, "libanygrad.so.0")
+            for line in f:
+                if line.strip():
+                    yield line.strip()
     for prefix in (os.path.expanduser("~/.local"), "/usr/local", "/usr"):
         for d in ("lib", "lib64", "lib/x86_64-linux-gnu"):
             yield os.path.join(prefix, d, "libanygrad.so.0")
