@@ -8,7 +8,7 @@ from ctypes import POINTER, byref, c_int, c_void_p
 
 from . import _lib
 from ._lib import lib, check, raise_last
-from ._tensor import (Tensor, _wrap, _t, _scalar, _finite, _dims_arg, full, as_dtype, bool_,
+from ._tensor import (Tensor, _wrap, _fail, _new, _t, _scalar, _finite, _dims_arg, full, as_dtype, bool_,
                       float32, int64, index_select)
 
 __all__ = []
@@ -43,23 +43,33 @@ def _pair(a, b, name):
 
 # ---- generated from the op table -------------------------------------------------------
 
+# The hot paths read ._h directly and build the result with object.__new__:
+# on success that is all the Python work of an op; a NULL result (a C error
+# or a released input) goes to _fail.
 def _make_binary(name, f):
-    def op(a, b):
-        a, b = _pair(a, b, name)
-        h = f(a._handle, b._handle)
-        if not h:
-            raise_last(name)
-        return _wrap(h)
+    def op(a, b, _T=Tensor, _new=_new):
+        if a.__class__ is not _T or b.__class__ is not _T:
+            a, b = _pair(a, b, name)
+        h = f(a._h, b._h)
+        if h:
+            t = _new(_T)
+            t._h = h
+            return t
+        _fail(name, a, b)
     return op
 
 
 def _make_unary(name, f, n):
     if n == 0:
-        def op(x):
-            h = f(_t(x))
-            if not h:
-                raise_last(name)
-            return _wrap(h)
+        def op(x, _T=Tensor, _new=_new):
+            if x.__class__ is not _T:
+                _t(x)
+            h = f(x._h)
+            if h:
+                t = _new(_T)
+                t._h = h
+                return t
+            _fail(name, x)
     elif n == 1:
         def op(x, s0):
             h = f(_t(x), _scalar(s0))
@@ -90,22 +100,29 @@ for _op in _lib.UNARY_OPS:
 # ---- arithmetic with Python scalars (ag_*_scalar) ------------------------------------------
 
 def _arith(name, f_tt, f_ts, f_st):
-    def op(a, b):
-        if isinstance(a, Tensor):
-            if isinstance(b, Tensor):
-                h = f_tt(a._handle, b._handle)
-            elif isinstance(b, (numbers.Real, )) or _is_np_scalar(b):
-                h = f_ts(a._handle, _scalar(b))
+    def op(a, b, _T=Tensor, _new=_new, _float=float):
+        if a.__class__ is _T:
+            bc = b.__class__
+            if bc is _T:
+                h = f_tt(a._h, b._h)
+            elif bc is _float or bc is int:
+                h = f_ts(a._h, b)
+            elif isinstance(b, Tensor):
+                h = f_tt(a._h, b._h)
+            elif isinstance(b, numbers.Real) or _is_np_scalar(b):
+                h = f_ts(a._h, _scalar(b))
             else:
                 return NotImplemented
         elif isinstance(b, Tensor) and (isinstance(a, numbers.Real) or _is_np_scalar(a)):
-            h = f_st(b._handle, _scalar(a))
+            h = f_st(b._h, _scalar(a))
         else:
             raise TypeError("anygrad.%s: expected a Tensor, got %s and %s"
                             % (name, type(a).__name__, type(b).__name__))
-        if not h:
-            raise_last(name)
-        return _wrap(h)
+        if h:
+            t = _new(_T)
+            t._h = h
+            return t
+        _fail(name, a, b)
     return op
 
 
@@ -144,13 +161,13 @@ def _fwd(f):
     return m
 
 
-Tensor.__add__ = _fwd(_add)
+Tensor.__add__ = _add  # returns NotImplemented for foreign right operands
 Tensor.__radd__ = _rev(_add)
-Tensor.__sub__ = _fwd(_sub)
+Tensor.__sub__ = _sub
 Tensor.__rsub__ = _rev(_sub)
-Tensor.__mul__ = _fwd(_mul)
+Tensor.__mul__ = _mul
 Tensor.__rmul__ = _rev(_mul)
-Tensor.__truediv__ = _fwd(_div)
+Tensor.__truediv__ = _div
 Tensor.__rtruediv__ = _rev(_div)
 Tensor.__neg__ = lambda self: neg(self)
 Tensor.__pos__ = lambda self: self

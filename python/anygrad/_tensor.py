@@ -239,10 +239,18 @@ def _i64(vals):
 def _wrap(h, where="anygrad op"):
     if not h:
         raise_last(where)
-    t = Tensor.__new__(Tensor)
+    t = _new(Tensor)
     t._h = h
-    t._base = None
     return t
+
+
+def _fail(where, *inputs):
+    """Raise for an op that returned NULL: a released input, or the C error."""
+    for x in inputs:
+        if isinstance(x, Tensor) and not x._h:
+            lib.ag_error_clear()  # the C side saw a NULL argument
+            raise RuntimeError("anygrad: use of a released tensor")
+    raise_last(where)
 
 
 def _scalar(x, what="scalar"):
@@ -276,17 +284,15 @@ def _dims_arg(dim, ndim):
 
 class Tensor:
     """An anygrad tensor (one reference to a C ag_tensor)."""
-    __slots__ = ("_h", "_base", "__weakref__")
+    __slots__ = ("_h", "__weakref__")
 
     def __init__(self, *a, **k):
         raise TypeError("anygrad.Tensor is not constructed directly: use anygrad.tensor(...)")
 
     # -- lifetime
     def __del__(self, _release=lib.ag_tensor_release):
-        h = self._h
-        if h:
-            self._h = None
-            _release(h)
+        if self._h:
+            _release(self._h)
 
     def release(self):
         """Drop the C reference now; any later use raises RuntimeError."""
@@ -382,8 +388,11 @@ class Tensor:
             raise ValueError("anygrad: item() needs a tensor with one element, got shape %s"
                              % (tuple(self.shape),))
         v = lib.ag_item(self._handle)
-        if lib.ag_last_status() != 0:
-            raise_last("item")
+        if v != v:  # NaN: a failure, or a NaN value (told apart with a clean status)
+            lib.ag_error_clear()
+            v = lib.ag_item(self._handle)
+            if lib.ag_last_status() != 0:
+                raise_last("item")
         if self.dtype.is_floating_point:
             return v
         return bool(v) if self.dtype is bool_ else int(v)
@@ -640,6 +649,9 @@ class Tensor:
         if not p:
             raise_last("data_ptr")
         return p
+
+
+_new = object.__new__
 
 
 class Size(tuple):
