@@ -425,3 +425,40 @@ pythonapi.PyCapsule_SetName.restype = c_int
 pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, c_char_p]
 pythonapi.PyCapsule_IsValid.restype = c_int
 pythonapi.PyCapsule_IsValid.argtypes = [ctypes.py_object, c_char_p]
+
+# ---- the GPT of nn.h (structs mirrored for ag_gpt_init / forward / free) ----
+
+
+class _Linear(Structure):
+    _fields_ = [("weight", c_void_p), ("bias", c_void_p), ("in_", c_int64), ("out", c_int64)]
+
+
+class _Embedding(Structure):
+    _fields_ = [("weight", c_void_p), ("num", c_int64), ("dim", c_int64)]
+
+
+class _LayerNorm(Structure):
+    _fields_ = [("weight", c_void_p), ("bias", c_void_p), ("dim", c_int64), ("eps", c_double)]
+
+
+class GptConfig(Structure):
+    _fields_ = [("vocab_size", c_int64), ("block_size", c_int64), ("n_layer", c_int64),
+                ("n_embd", c_int64), ("n_head", c_int), ("dropout", c_double),
+                ("checkpoint", c_bool), ("untied_head", c_bool)]
+
+
+class Gpt(Structure):
+    _fields_ = [("cfg", GptConfig), ("wte", _Embedding), ("wpe", _Embedding),
+                ("blocks", c_void_p), ("ln_f", _LayerNorm), ("head", _Linear), ("pos", c_void_p),
+                ("params", ParamList)]
+
+
+for _name, _res, _args in (
+        ("ag_gpt_init", c_int, [POINTER(Gpt), POINTER(GptConfig), Device, c_int, c_void_p]),
+        ("ag_gpt_forward", c_void_p, [POINTER(Gpt), c_void_p, c_bool, c_void_p]),
+        ("ag_gpt_free", None, [POINTER(Gpt)])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args

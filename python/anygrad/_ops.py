@@ -240,11 +240,19 @@ _values_indices = collections.namedtuple("values_indices", ["values", "indices"]
 
 
 def _reducer(name, f):
-    def op(x, dim=None, keepdim=False, dtype=None):
-        n, dims = _dims_arg(dim, None)
-        if dtype is not None:
-            x = x.to(dtype)
-        return _wrap(f(_t(x), n, dims, bool(keepdim)), name)
+    def op(x, dim=None, keepdim=False, dtype=None, _T=Tensor):
+        if dim is None and dtype is None and x.__class__ is _T:
+            h = f(x._h, 0, None, keepdim is True)
+        else:
+            n, dims = _dims_arg(dim, None)
+            if dtype is not None:
+                x = x.to(dtype)
+            h = f(_t(x), n, dims, bool(keepdim))
+        if h:
+            t = _new(_T)
+            t._h = h
+            return t
+        _fail(name, x)
     return op
 
 

@@ -39,6 +39,7 @@ float64 = dtype(4, "float64", np.float64, True)
 int64 = dtype(5, "int64", np.int64, False)
 bool_ = dtype(6, "bool", np.bool_, False)
 uint8 = dtype(7, "uint8", np.uint8, False)
+_FLOAT_CODES = (0, 1, 2, 4)
 _DTYPES = [float32, float16, bfloat16, int32, float64, int64, bool_, uint8]
 _ALIASES = {"float": float32, "f32": float32, "half": float16, "f16": float16, "bf16": bfloat16,
             "double": float64, "f64": float64, "int": int32, "i32": int32, "long": int64,
@@ -383,19 +384,21 @@ class Tensor:
     def tolist(self):
         return self.numpy().tolist()
 
-    def item(self):
-        if self.numel() != 1:
+    def item(self, _numel=lib.ag_tensor_numel, _item=lib.ag_item, _dt=lib.ag_tensor_dtype):
+        h = self._h or self._handle
+        if _numel(h) != 1:
             raise ValueError("anygrad: item() needs a tensor with one element, got shape %s"
                              % (tuple(self.shape),))
-        v = lib.ag_item(self._handle)
+        v = _item(h)
         if v != v:  # NaN: a failure, or a NaN value (told apart with a clean status)
             lib.ag_error_clear()
-            v = lib.ag_item(self._handle)
+            v = _item(h)
             if lib.ag_last_status() != 0:
                 raise_last("item")
-        if self.dtype.is_floating_point:
+        d = _dt(h)
+        if d in _FLOAT_CODES:
             return v
-        return bool(v) if self.dtype is bool_ else int(v)
+        return bool(v) if d == 6 else int(v)
 
     def __float__(self):
         return float(self.item())

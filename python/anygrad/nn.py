@@ -315,3 +315,52 @@ class MSELoss(Module):
 
     def forward(self, a, b):
         return functional.mse_loss(a, b, self.reduction)
+
+
+class GPT(Module):
+    """The C library's GPT-2 style model (ag_gpt_init/ag_gpt_forward): tied
+    head by default, GPT-2 init. forward(idx) takes int32 (or int64, cast)
+    token ids [B, T] and returns logits [B, T, vocab_size]. Its parameters are
+    the C model's own tensors ("wte.weight", "h.0.attn.qkv.weight", ...)."""
+
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0,
+                 untied_head=False, checkpoint=False, device=None, dtype=None):
+        from ctypes import byref
+        from ._lib import lib, check, Gpt, GptConfig
+        from ._tensor import as_device, _wrap
+        super().__init__()
+        cfg = GptConfig(vocab_size, block_size, n_layer, n_embd, n_head, float(dropout),
+                        bool(checkpoint), bool(untied_head))
+        m = Gpt()
+        check(lib.ag_gpt_init(byref(m), byref(cfg), as_device(device)._d,
+                              (as_dtype(dtype) or float32).code, None))
+        object.__setattr__(self, "_m", m)
+        pl = m.params
+        if pl.count < 2 + n_layer:  # the mirrored struct layout is checked here
+            lib.ag_gpt_free(byref(m))
+            raise RuntimeError("anygrad.nn.GPT: unexpected parameter list from ag_gpt_init")
+        for i in range(pl.count):
+            # a new reference for Python; the C model keeps its own
+            t = _wrap(lib.ag_tensor_retain(pl.tensors[i]))
+            self._parameters[pl.names[i].decode()] = t
+
+    def named_parameters(self, prefix=""):
+        for n, p in self._parameters.items():
+            yield prefix + n, p
+
+    def forward(self, idx, generator=None):
+        from ctypes import byref
+        from ._lib import lib
+        from ._tensor import _wrap, int32
+        if idx.dtype is not int32:
+            idx = idx.to(int32)
+        return _wrap(lib.ag_gpt_forward(byref(self._m), idx._handle, self.training,
+                                        generator._g if generator else None), "GPT.forward")
+
+    def __del__(self):
+        m = self.__dict__.get("_m")
+        if m is not None:
+            from ctypes import byref
+            from ._lib import lib
+            self.__dict__.pop("_m")
+            lib.ag_gpt_free(byref(m))

@@ -162,3 +162,25 @@ def test_devices_memory_stats_and_profiler(tmp_path, dev):
     assert prof.verdict()
     prof.report(tmp_path / "r.html")
     assert (tmp_path / "r.html").read_text().lstrip().lower().startswith("<!doctype html")
+
+
+def test_gpt_from_the_c_api_trains_and_frees(dev):
+    live = ag.live_tensors()
+    m = ag.nn.GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16, device=dev)
+    assert list(m.state_dict())[:2] == ["wte.weight", "wpe.weight"]
+    assert "head.weight" not in m.state_dict()  # tied to wte, as GPT-2
+    idx = ag.tensor([[1, 2, 3, 4], [5, 6, 7, 8]], device=dev)
+    opt = ag.optim.AdamW(m.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(15):
+        logits = m(idx)
+        loss = ag.functional.cross_entropy(logits[:, :-1].reshape(-1, 11), idx[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert logits.shape == (2, 4, 11) and losses[-1] < 0.6 * losses[0]
+    del m, opt, logits, loss, idx
+    import gc
+    gc.collect()
+    assert ag.live_tensors() == live
