@@ -384,16 +384,18 @@ class Tensor:
     def tolist(self):
         return self.numpy().tolist()
 
-    def item(self, _numel=lib.ag_tensor_numel, _item=lib.ag_item, _dt=lib.ag_tensor_dtype):
+    def item(self, _item=lib.ag_item, _dt=lib.ag_tensor_dtype):
         h = self._h or self._handle
-        if _numel(h) != 1:
-            raise ValueError("anygrad: item() needs a tensor with one element, got shape %s"
-                             % (tuple(self.shape),))
         v = _item(h)
-        if v != v:  # NaN: a failure, or a NaN value (told apart with a clean status)
+        if v != v:  # NaN: a failure (such as more than one element), or a NaN value
             lib.ag_error_clear()
             v = _item(h)
             if lib.ag_last_status() != 0:
+                lib.ag_error_clear()
+                if self.numel() != 1:
+                    raise ValueError("anygrad: item() needs a tensor with one element, got "
+                                     "shape %s" % (tuple(self.shape),))
+                v = _item(h)
                 raise_last("item")
         d = _dt(h)
         if d in _FLOAT_CODES:
