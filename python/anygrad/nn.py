@@ -4,6 +4,9 @@ Layers are written over the C ops (anygrad.nn.functional), so the Python
 module tree owns its parameters as ordinary Tensors."""
 import collections
 import math
+from ctypes import byref
+
+from ._lib import lib
 
 from . import functional
 from . import functional as F  # noqa: F401
@@ -357,10 +360,7 @@ class GPT(Module):
         return _wrap(lib.ag_gpt_forward(byref(self._m), idx._handle, self.training,
                                         generator._g if generator else None), "GPT.forward")
 
-    def __del__(self):
-        m = self.__dict__.get("_m")
+    def __del__(self, _free=lib.ag_gpt_free, _byref=byref):
+        m = self.__dict__.pop("_m", None)
         if m is not None:
-            from ctypes import byref
-            from ._lib import lib
-            self.__dict__.pop("_m")
-            lib.ag_gpt_free(byref(m))
+            _free(_byref(m))
