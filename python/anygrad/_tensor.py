@@ -286,6 +286,7 @@ def _dims_arg(dim, ndim):
 class Tensor:
     """An anygrad tensor (one reference to a C ag_tensor)."""
     __slots__ = ("_h", "__weakref__")
+    __array_priority__ = 1000  # np.float32(2) * t calls Tensor.__rmul__, as with torch
 
     def __init__(self, *a, **k):
         raise TypeError("anygrad.Tensor is not constructed directly: use anygrad.tensor(...)")
@@ -712,10 +713,11 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
                     raise TypeError("anygrad: no anygrad dtype for NumPy %s" % arr.dtype) from None
             else:  # Python numbers: bool, int64 or float32, as torch
                 dt = bool_ if k == "b" else int64 if k in "iu" else float32
-        if dt is bfloat16:
-            return tensor(arr, dtype=float32, device=device).to(bfloat16).requires_grad_(
-                requires_grad) if requires_grad else tensor(arr, dtype=float32, device=device).to(
-                bfloat16)
+        if dt is bfloat16:  # NumPy has no bfloat16: through float32
+            t = tensor(arr, dtype=float32, device=device).to(bfloat16)
+            if requires_grad:
+                t.requires_grad = True
+            return t
         arr = np.require(arr, dtype=dt.np, requirements="C")  # keeps 0-d arrays 0-d
         shape = list(arr.shape)
         d = as_device(device)

@@ -169,3 +169,14 @@ def test_create_release_cycles_leave_memory_flat(dev):
     assert ag.memory_allocated(dev) == mem0
     assert ag.live_tensors() == live0
     assert _rss_kb() - rss0 < 4096, "RSS grew by %d KiB" % (_rss_kb() - rss0)
+
+
+def test_numpy_scalars_and_bfloat16_data():
+    t = ag.ones(3)
+    r = np.float32(2) * t
+    assert isinstance(r, ag.Tensor) and r.tolist() == [2.0, 2.0, 2.0]
+    assert isinstance(t + np.float64(1), ag.Tensor)
+    b = ag.tensor([1.5, 2.0], dtype=ag.bfloat16, requires_grad=True)
+    assert b.dtype is ag.bfloat16 and b.requires_grad and b.float().tolist() == [1.5, 2.0]
+    with pytest.raises(TypeError):
+        ag.tensor(np.array(["a"]))
