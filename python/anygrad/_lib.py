@@ -6,7 +6,7 @@ declaration below mirrors include/anygrad/*.h."""
 import ctypes
 import os
 import re
-from ctypes import (POINTER, Structure, byref, c_bool, c_char, c_char_p, c_double, c_int,
+from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int,
                     c_int16, c_int32, c_int64, c_size_t, c_uint64, c_void_p)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))

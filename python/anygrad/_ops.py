@@ -4,7 +4,7 @@ import builtins
 import collections
 import math
 import numbers
-from ctypes import POINTER, byref, c_int, c_void_p
+from ctypes import byref, c_void_p
 
 from . import _lib
 from ._lib import lib, check, raise_last
@@ -205,15 +205,6 @@ for _dunder, _name in (("__eq__", "eq"), ("__ne__", "ne"), ("__lt__", "lt"), ("_
 Tensor.__hash__ = object.__hash__
 
 
-def _bool_op(name, combine):
-    def op(a, b):
-        a, b = _pair(a, b, name)
-        r = combine(a.to(bool_).to(int64) if a.dtype is not int64 else a.to(bool_).to(int64),
-                    b.to(bool_).to(int64))
-        return r
-    return op
-
-
 Tensor.__and__ = _fwd(lambda a, b: _pair(a, b, "and")[0].bool().long().mul(
     _pair(a, b, "and")[1].bool().long()).bool())
 Tensor.__or__ = _fwd(lambda a, b: _add(_pair(a, b, "or")[0].bool().long(),
@@ -375,5 +366,3 @@ for _n in ("sum", "mean", "amax", "amin", "argmax", "argmin", "max", "min", "var
 __all__ += ["where", "cat", "stack", "concat"]
 concat = cat
 Tensor.where = lambda self, cond, other: where(cond, self, other)
-Tensor.relu_ = None
-del Tensor.relu_

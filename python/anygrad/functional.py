@@ -1,9 +1,8 @@
 """anygrad.nn.functional: losses, normalisation, vision and activations."""
-import math
 from ctypes import byref
 
 from ._lib import lib, Conv2dParams, Pool2dParams
-from ._tensor import Tensor, _wrap, _t, _finite, int64
+from ._tensor import _wrap, _t, _finite
 from . import _ops
 from ._ops import (relu, gelu, gelu_erf, silu, sigmoid, tanh, softmax, log_softmax, leaky_relu,  # noqa: F401
                    elu, softplus, hardswish, hardsigmoid, mish, selu, celu, softsign, tanhshrink,

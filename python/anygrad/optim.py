@@ -1,6 +1,5 @@
 """anygrad.optim: the C library's fused AdamW and SGD, with PyTorch's names,
 param_groups[0]["lr"] and learning-rate schedulers."""
-import math
 from ctypes import byref
 
 from ._lib import lib, check, raise_last, ParamList, SgdOptions, AdamwOptions
