@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""Python per-op overhead of the anygrad package beside PyTorch eager, in one
+process: rounds alternate PyTorch then anygrad (A B A B ...), each a timed
+block of --iters calls; per call time = block / iters. Prints the median and
+range over rounds of each and of the ratio anygrad / PyTorch per round, as a
+table and as JSON (--json FILE, one line per case).
+
+Cases (cpu, f32):
+  add        a + b on two 4-element tensors (the result dropped each time)
+  add_mul    (a + b) * c, two ops and one intermediate
+  sum_item   a.sum().item(): an op and a host read
+  train_step one step of an MLP 8 -> 16 -> 1 (batch 4): forward, MSE, backward,
+             AdamW step, zero_grad, no host read
+
+Threads: both libraries run with one thread (torch.set_num_threads(1);
+AG_NUM_THREADS=1 and OMP_NUM_THREADS=1 are set before either loads), so the
+numbers are per-call overhead, not parallel speed.
+
+Usage: bench/python_overhead.py [--rounds 7] [--iters 20000] [--json out.jsonl]
+(run it from the repository with the library built in build/, or with
+ANYGRAD_LIBRARY set)."""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("AG_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+import anygrad as ag  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def setup_add(lib):
+    a, b = lib.ones(4), lib.ones(4)
+
+    def f(n):
+        for _ in range(n):
+            a + b
+    return f
+
+
+def setup_add_mul(lib):
+    a, b, c = lib.ones(4), lib.ones(4), lib.ones(4)
+
+    def f(n):
+        for _ in range(n):
+            (a + b) * c
+    return f
+
+
+def setup_sum_item(lib):
+    a = lib.ones(4)
+
+    def f(n):
+        for _ in range(n):
+            a.sum().item()
+    return f
+
+
+def setup_train_step(lib):
+    if lib is torch:
+        lib.manual_seed(0)
+        x, y = torch.randn(4, 8), torch.randn(4, 1)
+        w1 = (torch.randn(8, 16) * 0.3).requires_grad_()
+        w2 = (torch.randn(16, 1) * 0.3).requires_grad_()
+        b1, b2 = torch.zeros(16, requires_grad=True), torch.zeros(1, requires_grad=True)
+        opt = torch.optim.AdamW([w1, b1, w2, b2], lr=1e-3)
+        mse = torch.nn.functional.mse_loss
+    else:
+        ag.manual_seed(0)
+        x, y = ag.randn(4, 8), ag.randn(4, 1)
+        w1, w2 = ag.randn(8, 16) * 0.3, ag.randn(16, 1) * 0.3
+        b1, b2 = ag.zeros(16), ag.zeros(1)
+        for p in (w1, b1, w2, b2):
+            p.requires_grad = True
+        opt = ag.optim.AdamW([w1, b1, w2, b2], lr=1e-3)
+        mse = ag.functional.mse_loss
+
+    def f(n):
+        for _ in range(n):
+            loss = mse((x @ w1 + b1).relu() @ w2 + b2, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    return f
+
+
+CASES = {"add": (setup_add, 1), "add_mul": (setup_add_mul, 1), "sum_item": (setup_sum_item, 1),
+         "train_step": (setup_train_step, 20)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--iters", type=int, default=20000)
+    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--json")
+    o = p.parse_args()
+    print("anygrad %s (%s) vs torch %s; 1 thread each; %d rounds A B A B, %d calls per block"
+          % (ag.__version__, ag.LIBRARY_PATH, torch.__version__, o.rounds, o.iters))
+    print("%-11s %24s %24s %22s" % ("case", "torch us/call [range]", "anygrad us/call [range]",
+                                    "anygrad/torch [range]"))
+    for name in o.cases.split(","):
+        setup, div = CASES[name]
+        fs = {"torch": setup(torch), "anygrad": setup(ag)}
+        n = max(50, o.iters // div)
+        for f in fs.values():
+            f(n // 10)  # warm up caches and allocators
+        t = {"torch": [], "anygrad": []}
+        for _ in range(o.rounds):
+            for k in ("torch", "anygrad"):
+                t0 = time.perf_counter()
+                fs[k](n)
+                t[k].append((time.perf_counter() - t0) / n * 1e6)
+        ratios = [b / a for a, b in zip(t["torch"], t["anygrad"])]
+        s = lambda v: {"median": statistics.median(v), "min": min(v), "max": max(v)}
+        fmt = lambda d: "%.3g [%.3g-%.3g]" % (d["median"], d["min"], d["max"])
+        res = {"case": name, "rounds": o.rounds, "calls": n, "threads": 1,
+               "torch_us": s(t["torch"]), "anygrad_us": s(t["anygrad"]), "ratio": s(ratios)}
+        print("%-11s %24s %24s %22s" % (name, fmt(res["torch_us"]), fmt(res["anygrad_us"]),
+                                        fmt(res["ratio"])))
+        if o.json:
+            with open(o.json, "a") as f:
+                f.write(json.dumps(res) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""anygrad.optim: the C library's fused AdamW and SGD, with PyTorch's names,
+param_groups[0]["lr"] and learning-rate schedulers."""
+from ctypes import byref
+
+from ._lib import lib, check, raise_last, ParamList, SgdOptions, AdamwOptions
+from ._tensor import Tensor, _finite
+from . import lr_scheduler  # noqa: F401  (anygrad.optim.lr_scheduler)
+
+
+def _param_list(params):
+    pl = ParamList()
+    for i, p in enumerate(params):
+        if not isinstance(p, Tensor):
+            raise TypeError("anygrad.optim: parameters must be Tensors, got %s" % type(p).__name__)
+        check(lib.ag_params_add(byref(pl), str(i).encode(), p._handle))
+    return pl
+
+
+class Optimizer:
+    def __init__(self, params, lr):
+        self._params = list(params)
+        if not self._params:
+            raise ValueError("anygrad.optim: optimizer got an empty parameter list")
+        lr = _finite(lr, "lr")
+        if lr < 0:
+            raise ValueError("anygrad.optim: lr must be >= 0, got %r" % lr)
+        self.param_groups = [{"params": self._params, "lr": lr, "initial_lr": lr}]
+        self._lr = lr
+
+    def _make(self, create, opts):
+        pl = _param_list(self._params)
+        try:
+            o = create(byref(pl), byref(opts))
+        finally:
+            lib.ag_params_free(byref(pl))  # the optimizer retained what it keeps
+        if not o:
+            raise_last("optimizer")
+        self._o = o
+
+    def __del__(self):
+        o = getattr(self, "_o", None)
+        if o:
+            self._o = None
+            lib.ag_optimizer_free(o)
+
+    def step(self):
+        lr = self.param_groups[0]["lr"]
+        if lr != self._lr:
+            lr = _finite(lr, "lr")
+            lib.ag_optimizer_set_lr(self._o, lr)
+            self._lr = lr
+        check(lib.ag_optimizer_step(self._o))
+
+    def zero_grad(self, set_to_none=True):
+        lib.ag_optimizer_zero_grad(self._o)
+
+    @property
+    def steps(self):
+        return int(lib.ag_optimizer_steps(self._o))
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
+                 nesterov=False):
+        super().__init__(params, lr)
+        opts = SgdOptions(self._lr, _finite(momentum, "momentum"), _finite(dampening, "dampening"),
+                          _finite(weight_decay, "weight_decay"), bool(nesterov))
+        self._make(lib.ag_sgd_create, opts)
+
+
+class AdamW(Optimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(params, lr)
+        opts = AdamwOptions(self._lr, _finite(betas[0], "beta1"), _finite(betas[1], "beta2"),
+                            _finite(eps, "eps"), _finite(weight_decay, "weight_decay"))
+        self._make(lib.ag_adamw_create, opts)
+
+
+def clip_grad_norm_(params, max_norm):
+    """Scale the gradients so their total norm is at most max_norm (no host
+    sync); returns the total norm before clipping as a 0-d tensor."""
+    from ._tensor import _wrap
+    pl = _param_list(params)
+    try:
+        h = lib.ag_clip_grad_norm(byref(pl), _finite(max_norm, "max_norm"))
+    finally:
+        lib.ag_params_free(byref(pl))
+    return _wrap(h, "clip_grad_norm_")
