@@ -194,9 +194,17 @@ ag_status agg_stream_synchronize(ag_bstream *s) {
   return AG_OK;
 }
 
+/* HIP records hipErrorNotReady from a query as the thread's last error, and
+ * every launcher returns gpuGetLastError(): left there, it would fail the
+ * next correct launch. CUDA does not record it; only that value is cleared. */
+static void clear_not_ready(void) {
+  if (gpuPeekAtLastError() == gpuErrorNotReady) (void)gpuGetLastError();
+}
+
 ag_status agg_stream_query(ag_bstream *s, bool *out_done) {
   gpuError_t e = gpuStreamQuery(s->s);
   if (e == gpuErrorNotReady) {
+    clear_not_ready();
     *out_done = false;
     return AG_OK;
   }
@@ -236,6 +244,7 @@ ag_status agg_stream_wait_event(ag_bstream *s, ag_bevent *e) {
 ag_status agg_event_query(ag_bevent *e, bool *out_done) {
   gpuError_t r = gpuEventQuery(e->e);
   if (r == gpuErrorNotReady) {
+    clear_not_ready();
     *out_done = false;
     return AG_OK;
   }
