@@ -5,7 +5,10 @@
  * builds without vendor headers and reports "unavailable: <reason>" where
  * the libraries or devices are absent. Each collective is enqueued on the
  * group's own stream and polled (stream query + ncclCommGetAsyncError) until
- * it finishes or the deadline passes; then the communicator is aborted. */
+ * it finishes or the deadline passes; then the communicator is aborted.
+ * ncclCommAbort frees the communicator, so it runs where nothing else uses
+ * it: on the thread running a collective (which sees the request at its next
+ * poll), or at once when no collective is running. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -154,11 +157,12 @@ static bool probe_rccl(char *why, size_t n) { return load_api(&g_api[1], true, w
 
 struct ag_dist_impl {
   api *a;
-  ncclComm_t comm;
+  ncclComm_t comm; /* NULL once aborted; guarded by mu while a run may use it */
   vstream stream;
   void *scratch; /* 4 device bytes for the barrier */
   int rank, size, dev;
   pthread_mutex_t mu;
+  bool in_run; /* a collective is using comm: its thread aborts it */
   ag_status broken_st;
   char broken_msg[512];
 };
@@ -215,20 +219,62 @@ static ag_status create_rccl(ag_dist_create_args *x, ag_dist_impl **o, ag_dist_c
   return create_with(&g_api[1], x, o, c);
 }
 
-static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg) {
+/* Abort wakes every kernel of this communicator, here and (through the
+ * failed connections) on the peers, and frees it: the caller is the only
+ * user of comm (the running collective's thread, or any thread when none
+ * runs). */
+static void abort_comm(ag_dist_impl *im) {
   pthread_mutex_lock(&im->mu);
-  bool first = im->broken_st == AG_OK;
-  if (first) {
+  ncclComm_t comm = im->comm;
+  im->comm = NULL;
+  pthread_mutex_unlock(&im->mu);
+  if (comm) im->a->CommAbort(comm);
+}
+
+/* Record the first failure. From the running collective's thread (self) the
+ * communicator is aborted here; from another thread, here only when no
+ * collective runs, else by the running one at its next poll. */
+static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg, bool self) {
+  pthread_mutex_lock(&im->mu);
+  if (im->broken_st == AG_OK) {
     im->broken_st = st;
     snprintf(im->broken_msg, sizeof im->broken_msg, "%s", msg);
   }
+  bool here = self || !im->in_run;
   pthread_mutex_unlock(&im->mu);
-  /* Abort wakes every kernel of this communicator, here and (through the
-   * failed connections) on the peers. */
-  if (first && im->comm) im->a->CommAbort(im->comm);
+  if (here) abort_comm(im);
 }
 
+/* The status of a broken group with its message set, or AG_OK. */
+static ag_status broken_status(ag_dist_impl *im) {
+  pthread_mutex_lock(&im->mu);
+  ag_status st = im->broken_st;
+  char msg[sizeof im->broken_msg];
+  snprintf(msg, sizeof msg, "%s", im->broken_msg);
+  pthread_mutex_unlock(&im->mu);
+  return st == AG_OK ? AG_OK : ag_error_set(st, "%s group rank %d: %s", im->a->rccl ? "RCCL" : "NCCL", im->rank, msg);
+}
+
+static ag_status nccl_run_comm(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns);
+
 static ag_status nccl_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) {
+  pthread_mutex_lock(&im->mu);
+  bool usable = im->broken_st == AG_OK && im->comm;
+  if (usable) im->in_run = true;
+  pthread_mutex_unlock(&im->mu);
+  if (!usable) return broken_status(im);
+  ag_status st = nccl_run_comm(im, c, deadline_ns);
+  pthread_mutex_lock(&im->mu);
+  im->in_run = false;
+  bool abort_now = im->broken_st != AG_OK && im->comm; /* requested while the run ended */
+  pthread_mutex_unlock(&im->mu);
+  if (abort_now) abort_comm(im);
+  return st;
+}
+
+/* Enqueue and poll one collective; im->in_run is set, so comm stays valid
+ * until this thread aborts it. */
+static ag_status nccl_run_comm(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) {
   api *a = im->a;
   int dt;
   switch (c->dtype) {
@@ -252,28 +298,35 @@ static ag_status nccl_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_n
   }
   if (r != ncclSuccess && r != ncclInProgress) {
     ag_status st = nccl_err(a, r, "enqueue");
-    mark_broken(im, st, "NCCL enqueue failed");
+    mark_broken(im, st, "NCCL enqueue failed", true);
     return st;
   }
   for (;;) {
+    pthread_mutex_lock(&im->mu);
+    bool aborted = im->broken_st != AG_OK;
+    pthread_mutex_unlock(&im->mu);
+    if (aborted) { /* another thread broke the group: abort here, then fail */
+      abort_comm(im);
+      return broken_status(im);
+    }
     rc = a->StreamQuery(im->stream);
     if (rc == 0) return AG_OK;
     if (rc != 600) {
       ag_status st = ag_error_set(AG_ERR_BACKEND, "NCCL group rank %d: stream: %s", im->rank, a->RtErrorString(rc));
-      mark_broken(im, st, "NCCL stream error");
+      mark_broken(im, st, "NCCL stream error", true);
       return st;
     }
     ncclResult_t ae = ncclSuccess;
     a->CommGetAsyncError(im->comm, &ae);
     if (ae != ncclSuccess && ae != ncclInProgress) {
       ag_status st = nccl_err(a, ae, "asynchronous error (a peer failed?)");
-      mark_broken(im, st, ag_last_error());
+      mark_broken(im, st, ag_last_error(), true);
       return st;
     }
     if (ag__dist_now_ns() >= deadline_ns) {
       ag_status st = ag_error_set(AG_ERR_TIMEOUT, "NCCL group rank %d: collective #%llu timed out (a peer died or "
                                   "never called it); communicator aborted", im->rank, (unsigned long long)c->seq);
-      mark_broken(im, st, ag_last_error());
+      mark_broken(im, st, ag_last_error(), true);
       return st;
     }
     struct timespec ts = {0, 20000};
@@ -281,7 +334,9 @@ static ag_status nccl_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_n
   }
 }
 
-static void nccl_abort(ag_dist_impl *im, ag_status st, const char *why) { mark_broken(im, st, why ? why : "aborted"); }
+static void nccl_abort(ag_dist_impl *im, ag_status st, const char *why) {
+  mark_broken(im, st, why ? why : "aborted", false);
+}
 
 static ag_status nccl_broken(ag_dist_impl *im, char *msg, size_t n) {
   pthread_mutex_lock(&im->mu);
@@ -294,7 +349,7 @@ static ag_status nccl_broken(ag_dist_impl *im, char *msg, size_t n) {
 static void nccl_destroy(ag_dist_impl *im) {
   if (!im) return;
   api *a = im->a;
-  if (im->broken_st == AG_OK) a->CommDestroy(im->comm); /* an aborted comm is already released */
+  if (im->comm) a->CommDestroy(im->comm); /* an aborted comm is already released */
   a->Free(im->scratch);
   a->StreamDestroy(im->stream);
   pthread_mutex_destroy(&im->mu);
