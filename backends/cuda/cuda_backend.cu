@@ -92,7 +92,6 @@ ag_status agv_init(char *reason, size_t reason_len) {
   g.own_gemm = gemm && strcmp(gemm, "own") == 0;
   g.allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
   g.allow_fp16_rr = rr && strcmp(rr, "1") == 0;
-  agv_dnn_init();
   (void)reason;
   (void)reason_len;
   return AG_OK;
