@@ -13,7 +13,7 @@
 typedef void *agr_handle;
 typedef int agr_status; /* rocblas_status_success == 0 */
 enum { AGR_OP_N = 111, AGR_OP_T = 112 };
-enum { AGR_F16 = 150, AGR_F32 = 151, AGR_BF16 = 168 };
+enum { AGR_F16 = 150, AGR_F32 = 151, AGR_F64 = 152, AGR_BF16 = 168 };
 typedef agr_status (*agr_create_fn)(agr_handle *);
 typedef agr_status (*agr_destroy_fn)(agr_handle);
 typedef agr_status (*agr_set_stream_fn)(agr_handle, hipStream_t);
@@ -147,12 +147,16 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   }
   if ((r = g.set_stream(s->blas, s->s)) != 0) return agv_status(r, AGV_BLAS, "rocblas_set_stream");
   /* column-major C^T = B^T A^T, as in the CUDA backend */
+  /* alpha and beta in the compute type: f64 for f64, else f32 */
   float alpha = (float)c->s[0], beta = (float)c->s[1];
-  int t = o->dtype == AG_F16 ? AGR_F16 : o->dtype == AG_BF16 ? AGR_BF16 : AGR_F32;
+  double alpha_d = c->s[0], beta_d = c->s[1];
+  const bool f64 = o->dtype == AG_F64;
+  int t = o->dtype == AG_F16 ? AGR_F16 : o->dtype == AG_BF16 ? AGR_BF16 : f64 ? AGR_F64 : AGR_F32;
   r = g.gemm(s->blas, bm.row_major ? AGR_OP_N : AGR_OP_T, am.row_major ? AGR_OP_N : AGR_OP_T, (int32_t)N, (int32_t)M,
-             (int32_t)K, &alpha, bm.p, t, (int32_t)bm.ld, bm.batch_stride, am.p, t, (int32_t)am.ld, am.batch_stride,
-             &beta, agk_ptr(o), t, (int32_t)N, M * N, agk_ptr(o), t, (int32_t)N, M * N, (int32_t)batch, AGR_F32, 0, 0,
-             0);
+             (int32_t)K, f64 ? (const void *)&alpha_d : (const void *)&alpha, bm.p, t, (int32_t)bm.ld,
+             bm.batch_stride, am.p, t, (int32_t)am.ld, am.batch_stride,
+             f64 ? (const void *)&beta_d : (const void *)&beta, agk_ptr(o), t, (int32_t)N, M * N, agk_ptr(o), t,
+             (int32_t)N, M * N, (int32_t)batch, f64 ? AGR_F64 : AGR_F32, 0, 0, 0);
   if (r != 0) return agv_status(r, AGV_BLAS, "rocblas_gemm_strided_batched_ex");
   return AG_OK;
 }
