@@ -328,6 +328,10 @@ AGK_DEV void row_stats(const T *x, long long C, int lane, agk_c<T> *sh, agk_c<T>
   *out_s = s;
 }
 
+/* The block size of a row kernel (ROW_LAUNCH): 256 threads for sub-warp
+ * rows, TPR for whole-block rows, at most 512 (row_ms's shared pairs). */
+#define AGK_ROW_BOUNDS(TPR) __launch_bounds__((TPR) <= 32 ? 256 : (TPR))
+
 /* Rows in a grid-stride loop (the grid is bounded, agk_blocks): a group of
  * TPR <= 32 lanes (blockDim.x / TPR rows per block) or the whole block
  * (TPR == blockDim.x, uniform over the block) takes a row per iteration. */
@@ -338,7 +342,7 @@ AGK_DEV void row_stats(const T *x, long long C, int lane, agk_c<T> *sh, agk_c<T>
   for (long long row = (long long)blockIdx.x * rpb + ((TPR) <= 32 ? threadIdx.x / (TPR) : 0); row < R; \
        row += (long long)gridDim.x * rpb)
 
-template <int TPR, typename T> __global__ void k_softmax(T *y, const T *x, long long R, long long C, int log) {
+template <int TPR, typename T> __global__ void AGK_ROW_BOUNDS(TPR) k_softmax(T *y, const T *x, long long R, long long C, int log) {
   ROW_LOOP(TPR) {
     agk_c<T> m, s;
     row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
@@ -351,7 +355,7 @@ template <int TPR, typename T> __global__ void k_softmax(T *y, const T *x, long 
   }
 }
 template <int TPR, typename T>
-__global__ void k_softmax_bwd(T *dx, const T *dy, const T *y, long long R, long long C, int log) {
+__global__ void AGK_ROW_BOUNDS(TPR) k_softmax_bwd(T *dx, const T *dy, const T *y, long long R, long long C, int log) {
   ROW_LOOP(TPR) {
     const T *dyr = dy + row * C, *yr = y + row * C;
     agk_c<T> s = 0.f;
@@ -364,7 +368,7 @@ __global__ void k_softmax_bwd(T *dx, const T *dy, const T *y, long long R, long 
   }
 }
 template <int TPR, typename T>
-__global__ void k_xent(agk_c<T> *loss, const T *x, const void *t, int t64, long long R, long long C, long long ignore,
+__global__ void AGK_ROW_BOUNDS(TPR) k_xent(agk_c<T> *loss, const T *x, const void *t, int t64, long long R, long long C, long long ignore,
                        ag_kernel_error *err) {
   ROW_LOOP(TPR) {
     long long tg = agk_idx(t, t64, row);
@@ -385,7 +389,7 @@ __global__ void k_xent(agk_c<T> *loss, const T *x, const void *t, int t64, long 
   }
 }
 template <int TPR, typename T>
-__global__ void k_xent_bwd(T *dl, const T *x, const void *t, int t64, const agk_c<T> *g, long long gs, long long R,
+__global__ void AGK_ROW_BOUNDS(TPR) k_xent_bwd(T *dl, const T *x, const void *t, int t64, const agk_c<T> *g, long long gs, long long R,
                            long long C, long long ignore) {
   ROW_LOOP(TPR) {
     long long tg = agk_idx(t, t64, row);
@@ -404,7 +408,7 @@ __global__ void k_xent_bwd(T *dl, const T *x, const void *t, int t64, const agk_
   }
 }
 template <int TPR, typename T>
-__global__ void k_layernorm(T *y, agk_c<T> *mean, agk_c<T> *rstd, const T *x, const T *w, const T *b, long long R,
+__global__ void AGK_ROW_BOUNDS(TPR) k_layernorm(T *y, agk_c<T> *mean, agk_c<T> *rstd, const T *x, const T *w, const T *b, long long R,
                             long long D, agk_c<T> eps) {
   ROW_LOOP(TPR) {
     const T *xr = x + row * D;
@@ -430,7 +434,7 @@ __global__ void k_layernorm(T *y, agk_c<T> *mean, agk_c<T> *rstd, const T *x, co
   }
 }
 template <int TPR, typename T>
-__global__ void k_layernorm_bwd(T *dx, const T *dy, const T *x, const agk_c<T> *mean, const agk_c<T> *rstd, const T *w,
+__global__ void AGK_ROW_BOUNDS(TPR) k_layernorm_bwd(T *dx, const T *dy, const T *x, const agk_c<T> *mean, const agk_c<T> *rstd, const T *w,
                                 long long R, long long D) {
   ROW_LOOP(TPR) {
     const T *dyr = dy + row * D, *xr = x + row * D;
@@ -452,7 +456,7 @@ __global__ void k_layernorm_bwd(T *dx, const T *dy, const T *x, const agk_c<T> *
 }
 /* RMS norm: rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd * w. */
 template <int TPR, typename T>
-__global__ void k_rmsnorm(T *y, agk_c<T> *rstd, const T *x, const T *w, long long R, long long D, agk_c<T> eps) {
+__global__ void AGK_ROW_BOUNDS(TPR) k_rmsnorm(T *y, agk_c<T> *rstd, const T *x, const T *w, long long R, long long D, agk_c<T> eps) {
   ROW_LOOP(TPR) {
     const T *xr = x + row * D;
     agk_c<T> s = 0.f;
@@ -471,7 +475,7 @@ __global__ void k_rmsnorm(T *y, agk_c<T> *rstd, const T *x, const T *w, long lon
 }
 /* dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * w. */
 template <int TPR, typename T>
-__global__ void k_rmsnorm_bwd(T *dx, const T *dy, const T *x, const agk_c<T> *rstd, const T *w, long long R,
+__global__ void AGK_ROW_BOUNDS(TPR) k_rmsnorm_bwd(T *dx, const T *dy, const T *x, const agk_c<T> *rstd, const T *w, long long R,
                               long long D) {
   ROW_LOOP(TPR) {
     const T *dyr = dy + row * D, *xr = x + row * D;
@@ -692,7 +696,7 @@ gpuError_t agk_rmsnorm_bwd(const agk_env *env, const ag_kernel_call *c) {
 /* Rows (inner == 1): a lane group or block per row, two passes (mean, then
  * the centred sum of squares), in f32. */
 template <int TPR, typename T>
-__global__ void k_var_rows(T *y, const T *x, long long R, long long C, agk_c<T> den, int sq) {
+__global__ void AGK_ROW_BOUNDS(TPR) k_var_rows(T *y, const T *x, long long R, long long C, agk_c<T> den, int sq) {
   ROW_LOOP(TPR) {
     const T *xr = x + row * C;
     agk_c<T> s = 0.f;
