@@ -1,16 +1,19 @@
 /* The NCCL module (core/dist/nccl) against a stub NCCL and CUDA runtime
  * (tests/nccl_stub): a group aborted from another thread while a collective
  * polls must not use the communicator after ncclCommAbort freed it, and the
- * collective must fail rather than report success. Argument: the module
+ * collective must fail rather than report success; joining a communicator
+ * whose peer never comes ends at the group's timeout. Argument: the module
  * file. Labelled "threads" for the TSan stage. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -87,12 +90,52 @@ static void abort_while_polling(void **state) {
   assert_int_equal(used_after_free(), 0);
 }
 
+typedef struct create_arg {
+  const ag_dist_module *m;
+  ag_dist_create_args a;
+  ag_dist_impl *im;
+  ag_status st;
+  atomic_int done;
+} create_arg;
+
+static void *create_one(void *p) {
+  create_arg *c = p;
+  ag_dist_caps caps;
+  c->st = c->m->create(&c->a, &c->im, &caps);
+  atomic_store(&c->done, 1);
+  return NULL;
+}
+
+static void init_deadline(void **state) {
+  (void)state;
+  void *h = dlopen(g_module_file, RTLD_NOW | RTLD_LOCAL);
+  if (!h) fail_msg("%s", dlerror());
+  const ag_dist_module *m = ((ag_dist_module_get_fn)dlsym(h, AG_DIST_MODULE_SYMBOL))(AG_DIST_NCCL);
+  char why[512];
+  if (!m->probe(why, sizeof why)) fail_msg("the stub NCCL did not load: %s", why);
+  setenv("NCCL_STUB_INIT", "never", 1);
+  static create_arg c;
+  c.m = m;
+  c.a = (ag_dist_create_args){.rank = 0, .size = 2, .dev_index = 0, .timeout_ms = 200};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, create_one, &c), 0);
+  for (int i = 0; i < 500 && !atomic_load(&c.done); i++) {
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  if (!atomic_load(&c.done)) fail_msg("creating a group whose peer never joins did not end at its 200 ms timeout");
+  pthread_join(t, NULL);
+  unsetenv("NCCL_STUB_INIT");
+  assert_int_equal(c.st, AG_ERR_TIMEOUT);
+  assert_null(c.im);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: nccl_abort_test libanygrad-nccl.so\n");
     return 2;
   }
   g_module_file = argv[1];
-  const struct CMUnitTest tests[] = {cmocka_unit_test(abort_while_polling)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(abort_while_polling), cmocka_unit_test(init_deadline)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,15 +3,22 @@
  * threading runs without a GPU: one communicator, collectives that never
  * finish by themselves, and an abort after which the stream stays busy for a
  * few milliseconds, as kernels winding down do. A call on an aborted (freed)
- * communicator is counted instead of crashing. */
+ * communicator is counted instead of crashing. With NCCL_STUB_INIT=never a
+ * peer never joins: ncclCommInitRank blocks for good and a nonblocking
+ * init stays in progress. */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
-enum { LIVE = 1, FREED = 2 };
+enum { LIVE = 1, FREED = 2, JOINING = 3 };
+static int init_never(void) {
+  const char *v = getenv("NCCL_STUB_INIT");
+  return v && strcmp(v, "never") == 0;
+}
 static atomic_int g_comm_state; /* the one communicator */
 static atomic_int g_used_after_free, g_aborts, g_inflight;
 static atomic_llong g_abort_ns;
@@ -41,12 +48,26 @@ EXPORT int ncclCommInitRank(void **comm, int n, char id[128], int rank) {
   (void)n;
   (void)id;
   (void)rank;
+  while (init_never()) {
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+  }
   atomic_store(&g_comm_state, LIVE);
   *comm = &g_comm_state;
   return 0;
 }
+/* Nonblocking (the config's blocking is 0): in progress until peers join. */
+EXPORT int ncclCommInitRankConfig(void **comm, int n, char id[128], int rank, void *config) {
+  (void)n;
+  (void)id;
+  (void)rank;
+  (void)config;
+  atomic_store(&g_comm_state, init_never() ? JOINING : LIVE);
+  *comm = &g_comm_state;
+  return init_never() ? 7 : 0;
+}
 EXPORT int ncclCommAbort(void *comm) {
-  use(comm);
+  if (atomic_load(&g_comm_state) != JOINING) use(comm);
   atomic_fetch_add(&g_aborts, 1);
   atomic_store(&g_abort_ns, now_ns());
   atomic_store(&g_comm_state, FREED);
@@ -58,6 +79,10 @@ EXPORT int ncclCommDestroy(void *comm) {
   return 0;
 }
 EXPORT int ncclCommGetAsyncError(void *comm, int *err) {
+  if (atomic_load(&g_comm_state) == JOINING) {
+    *err = 7; /* ncclInProgress */
+    return 0;
+  }
   use(comm);
   *err = 0;
   return 0;

@@ -28,6 +28,15 @@ enum { ncclSuccess = 0, ncclInProgress = 7 };
 enum { ncclInt32 = 2, ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 };
 enum { ncclSum = 0, ncclMax = 2, ncclMin = 3, ncclAvg = 4 };
 typedef void *vstream; /* cudaStream_t / hipStream_t */
+/* ncclConfig_t as NCCL 2.14 laid it out (later versions read an older
+ * layout by its size and version); only `blocking` is set. */
+typedef struct nccl_config {
+  size_t size;
+  unsigned int magic, version;
+  int blocking, cgaClusterSize, minCTAs, maxCTAs;
+  const char *netName;
+} nccl_config;
+#define NCCL_CONFIG_UNDEF_INT (-2147483647 - 1)
 
 typedef struct api {
   bool rccl;
@@ -37,6 +46,8 @@ typedef struct api {
   ncclResult_t (*GetVersion)(int *);
   ncclResult_t (*GetUniqueId)(ncclUniqueId *);
   ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+  /* NULL before NCCL 2.14: then the blocking ncclCommInitRank, no deadline */
+  ncclResult_t (*CommInitRankConfig)(ncclComm_t *, int, ncclUniqueId, int, nccl_config *);
   ncclResult_t (*CommAbort)(ncclComm_t);
   ncclResult_t (*CommDestroy)(ncclComm_t);
   ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
@@ -108,6 +119,7 @@ static bool load_api(api *a, bool rccl, char *why, size_t n) {
   SYM(a->lib, GroupStart, "ncclGroupStart");
   SYM(a->lib, GroupEnd, "ncclGroupEnd");
   a->GetVersion(&a->version);
+  *(void **)&a->CommInitRankConfig = a->version >= 21400 ? dlsym(a->lib, "ncclCommInitRankConfig") : NULL;
   err[0] = 0;
   a->rt = open_first(rccl ? hiprt : cudart, err, sizeof err);
   if (!a->rt) {
@@ -181,6 +193,48 @@ static ag_status get_id_with(api *a, unsigned char *out) {
 static ag_status get_id_nccl(unsigned char *out) { return get_id_with(&g_api[0], out); }
 static ag_status get_id_rccl(unsigned char *out) { return get_id_with(&g_api[1], out); }
 
+/* Join the communicator. Nonblocking where NCCL has configs (2.14): the
+ * init is polled like a collective and aborted when a peer has not joined
+ * within the group's timeout, instead of blocking the creating thread for
+ * good. */
+static ag_status init_comm(ag_dist_impl *im, ncclUniqueId id, int64_t timeout_ms) {
+  api *a = im->a;
+  if (!a->CommInitRankConfig) {
+    ncclResult_t r = a->CommInitRank(&im->comm, im->size, id, im->rank);
+    return r == ncclSuccess ? AG_OK : nccl_err(a, r, "ncclCommInitRank");
+  }
+  nccl_config cfg = {.size = sizeof cfg, .magic = 0xcafebeef, .version = 21400, .blocking = 0,
+                     .cgaClusterSize = NCCL_CONFIG_UNDEF_INT, .minCTAs = NCCL_CONFIG_UNDEF_INT,
+                     .maxCTAs = NCCL_CONFIG_UNDEF_INT, .netName = NULL};
+  ncclResult_t r = a->CommInitRankConfig(&im->comm, im->size, id, im->rank, &cfg);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    if (im->comm) a->CommAbort(im->comm);
+    im->comm = NULL;
+    return nccl_err(a, r, "ncclCommInitRankConfig");
+  }
+  int64_t deadline = ag__dist_now_ns() + (timeout_ms > 0 ? timeout_ms : 600000) * 1000000;
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    r = a->CommGetAsyncError(im->comm, &state);
+    if (r == ncclSuccess && state == ncclSuccess) return AG_OK;
+    if (r != ncclSuccess || state != ncclInProgress) {
+      ag_status st = nccl_err(a, r != ncclSuccess ? r : state, "ncclCommInitRankConfig");
+      a->CommAbort(im->comm);
+      im->comm = NULL;
+      return st;
+    }
+    if (ag__dist_now_ns() >= deadline) {
+      a->CommAbort(im->comm);
+      im->comm = NULL;
+      return ag_error_set(AG_ERR_TIMEOUT, "%s group rank %d of %d: the communicator was not complete after %lld ms "
+                          "(a peer never joined?); aborted", a->rccl ? "RCCL" : "NCCL", im->rank, im->size,
+                          (long long)timeout_ms);
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static ag_status create_with(api *a, ag_dist_create_args *args, ag_dist_impl **out, ag_dist_caps *caps) {
   ag_dist_impl *im = calloc(1, sizeof *im);
   if (!im) return ag_error_set(AG_ERR_OOM, "ag_group_create_nccl: out of host memory");
@@ -198,8 +252,7 @@ static ag_status create_with(api *a, ag_dist_create_args *args, ag_dist_impl **o
   } else {
     ncclUniqueId id;
     memcpy(id.internal, args->id, sizeof id.internal);
-    ncclResult_t r = a->CommInitRank(&im->comm, im->size, id, im->rank);
-    if (r != ncclSuccess) st = nccl_err(a, r, "ncclCommInitRank");
+    st = init_comm(im, id, args->timeout_ms);
   }
   if (st != AG_OK) {
     if (im->scratch) a->Free(im->scratch);
