@@ -24,7 +24,8 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_RMS] = "ag_rmsnorm", [CLK_RMS_BWD] = "ag_rmsnorm_bwd", [CLK_RMS_BWD_W] = "ag_rmsnorm_bwd_w",
     [CLK_VAR_ROWS] = "ag_var_rows", [CLK_VAR_COLS] = "ag_var_cols",
     [CLK_CUMSUM] = "ag_cumsum", [CLK_GATHER] = "ag_gather", [CLK_GATHER_BWD] = "ag_gather_bwd",
-    [CLK_TOPK] = "ag_topk",
+    [CLK_TOPK] = "ag_topk", [CLK_UNARY_D] = "ag_unary_d", [CLK_BINARY_D] = "ag_binary_d",
+    [CLK_FILL_D] = "ag_fill_d",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -57,7 +58,8 @@ ag_status clb_stream_kernels(ag_bstream *s) {
   for (int i = 0; i < CLK_COUNT; i++) {
     cl_int err;
     const char *name = i >= CLK_UNARY_C0 ? k_fast_names[i - CLK_UNARY_C0] : k_names[i];
-    if (!name) {
+    bool f64_kernel = i == CLK_UNARY_D || i == CLK_BINARY_D || i == CLK_FILL_D;
+    if (!name || (f64_kernel && !s->d->fp64)) {
       s->k[i] = NULL;
       continue;
     }
@@ -163,7 +165,7 @@ static int collapse(const ag_koperand *o0, int nop, const ag_koperand *const *op
 
 /* Local copy: the module must not need core symbols beyond errors. */
 static size_t dsize(ag_dtype dt) {
-  return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_I64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 4;
+  return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_I64 || dt == AG_F64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 4;
 }
 
 static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
@@ -203,6 +205,20 @@ static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperan
                                      bytes, 0, NULL, NULL);
     return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueCopyBuffer");
   }
+  if (o->dtype == AG_F64 || x->dtype == AG_F64) { /* f64.cl; supports() needs cl_khr_fp64 */
+    kargs a = ka_begin(s, CLK_UNARY_D);
+    KBUF(&a, o);
+    KA(&a, cl_int, o->dtype);
+    KBUF(&a, x);
+    KA(&a, cl_int, x->dtype);
+    KA(&a, cl_int, sub);
+    KA(&a, cl_double, s0);
+    KA(&a, cl_double, s1);
+    KA(&a, cl_long, n);
+    KA(&a, cl_int, nd);
+    KMETA(&a, m);
+    return ka_run(&a, (size_t)n, 0);
+  }
   if (nd == 0 && o->dtype == x->dtype && is_float(o->dtype)) {
     kargs a = ka_begin(s, (clb_kernel)(CLK_UNARY_C0 + sub));
     KBUF(&a, o);
@@ -237,6 +253,19 @@ static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
   const ag_koperand *ops[3] = {o, &c->o[1], &c->o[2]};
   clb_ew_meta m;
   int nd = collapse(o, 3, ops, &m);
+  if (c->o[1].dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_BINARY_D);
+    KBUF(&a, o);
+    KBUF(&a, &c->o[1]);
+    KBUF(&a, &c->o[2]);
+    KA(&a, cl_int, c->sub);
+    KA(&a, cl_double, c->s[0]);
+    KA(&a, cl_double, c->s[1]);
+    KA(&a, cl_long, n);
+    KA(&a, cl_int, nd);
+    KMETA(&a, m);
+    return ka_run(&a, (size_t)n, 0);
+  }
   /* fast path: floating ops with their own dtype (comparisons write bool) */
   if (nd == 0 && is_float(o->dtype) && !is_compare(c->sub)) {
     kargs a = ka_begin(s, (clb_kernel)(CLK_BINARY_C0 + c->sub));
@@ -299,8 +328,10 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
       int64_t l;
       uint16_t h;
       uint8_t b;
+      double d;
     } pat;
-    if (o->dtype == AG_F32) pat.f = (float)v;
+    if (o->dtype == AG_F64) pat.d = v;
+    else if (o->dtype == AG_F32) pat.f = (float)v;
     else if (o->dtype == AG_I32) pat.i = (int32_t)v;
     else if (o->dtype == AG_I64) pat.l = sat_int(v, AG_I64);
     else if (o->dtype == AG_U8 || o->dtype == AG_BOOL) pat.b = (uint8_t)sat_int(v, o->dtype);
@@ -309,6 +340,15 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
     cl_int err = clEnqueueFillBuffer(s->q, o->base, &pat, esz, o->offset, (size_t)n * esz, 0,
                                      NULL, NULL);
     return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueFillBuffer");
+  }
+  if (o->dtype == AG_F64) {
+    kargs a = ka_begin(s, CLK_FILL_D);
+    KBUF(&a, o);
+    KA(&a, cl_double, v);
+    KA(&a, cl_long, n);
+    KA(&a, cl_int, nd);
+    KMETA(&a, m);
+    return ka_run(&a, (size_t)n, 0);
   }
   kargs a = ka_begin(s, CLK_FILL);
   KBUF(&a, o);
@@ -1138,9 +1178,11 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
 
 bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
   bool fl = is_float(dt), i32 = dt == AG_I32, in = is_int(dt);
+  /* f64: the elementwise kernels of f64.cl, where the device has fp64 */
+  bool f64 = dt == AG_F64 && clb_dev(dev)->fp64;
   switch (op) {
     case AG_K_FILL:
-    case AG_K_WHERE: return fl || in;
+    case AG_K_WHERE: return fl || in || f64;
     case AG_K_ARANGE: return fl || (in && dt != AG_BOOL);
     /* i32 indices only (sub 0): the core casts i64 ones */
     case AG_K_EMBEDDING: return sub == 0 && (fl || i32);
@@ -1148,11 +1190,11 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
      * an integer rule (elementwise.cl) */
     case AG_K_UNARY: {
       const ag_unary_info *u = ag_unary_info_of(sub);
-      return u && (fl || (in && u->ints == AG_OPT_INT));
+      return u && (fl || f64 || (in && u->ints == AG_OPT_INT));
     }
     case AG_K_BINARY: {
       const ag_binary_info *b = ag_binary_info_of(sub);
-      return b && (fl || (in && b->ints == AG_OPT_INT));
+      return b && (fl || f64 || (in && b->ints == AG_OPT_INT));
     }
     /* the core sums bool and u8 as i64 */
     case AG_K_REDUCE:

@@ -1,0 +1,104 @@
+/* f64 elementwise kernels, in the program only where the device reports
+ * cl_khr_fp64 (the host then builds with -DAG_FP64): unary ops and casts,
+ * binary ops and comparisons, and strided fills, computed in double. The op
+ * table's expressions are re-expanded here in double precision. */
+#ifdef AG_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+
+/* Any dtype as double, and double stored as any dtype: to f32/f16/bf16
+ * through f32 (as the CPU converts), to integers truncated and saturated
+ * (NaN -> 0; bool is v != 0). */
+double ldd(const gbuf *b, ulong off, long i, int dt) {
+  const gbuf *p = b + off;
+  switch (dt) {
+    case DT_F64: return ((const __global double *)p)[i];
+    case DT_I32:
+    case DT_I64:
+    case DT_BOOL:
+    case DT_U8: return (double)ldl(b, off, i, dt);
+    default: return (double)ldf(b, off, i, dt);
+  }
+}
+
+void std_(gbuf *b, ulong off, long i, int dt, double v) {
+  gbuf *p = b + off;
+  switch (dt) {
+    case DT_F64: ((__global double *)p)[i] = v; break;
+    case DT_I32: ((__global int *)p)[i] = convert_int_sat_rtz(v); break;
+    case DT_I64: ((__global long *)p)[i] = convert_long_sat_rtz(v); break;
+    case DT_U8: ((__global uchar *)p)[i] = convert_uchar_sat_rtz(v); break;
+    case DT_BOOL: ((__global uchar *)p)[i] = v != 0.0; break;
+    default: stf(b, off, i, dt, (float)v); break;
+  }
+}
+
+#undef E_K
+#undef E_SIGMOID
+#undef E_RSQRT
+#undef CL_SAVE_X
+#undef CL_SAVE_Y
+#undef CL_BWD_CASE
+#define E_K(c) ((double)(c))
+#define E_SIGMOID(v) (1.0 / (1.0 + exp(-(v))))
+#define E_RSQRT(v) (1.0 / sqrt(v))
+#define CL_SAVE_X(v) const double x = v;
+#define CL_SAVE_Y(v) const double y = v;
+#define CL_BWD_CASE(ID, name, api, fwd, save, bwd, ...) \
+  AG_OPT_IF(AG_OPT_HAS_BWD_##save)(case AG_B_##ID##_BWD: { \
+    const double g = a;                                    \
+    CL_SAVE_##save(b) return (bwd);                        \
+  })
+
+double unary_d(int op, double x, double s0, double s1) {
+  switch (op) {
+    AG_UNARY_OPS(CL_UNARY_CASE)
+  }
+  return NAN;
+}
+
+double binary_d(int op, double a, double b, double s0, double s1) {
+  switch (op) {
+    AG_BINARY_OPS(CL_BINARY_CASE)
+    AG_UNARY_OPS(CL_BWD_CASE)
+    AG_BINARY_OPS(CL_PART_CASE)
+  }
+  return NAN;
+}
+
+/* o = op(x), x or o f64; COPY between dtypes is a cast. */
+__kernel void ag_unary_d(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, int op, double s0,
+                         double s1, long n, int nd, ew_meta m) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  long off[2];
+  ew_offsets(i, nd, &m, 2, off);
+  double v = ldd(x, xo, off[1], xdt);
+  std_(o, oo, off[0], odt, op == AG_U_COPY ? v : unary_d(op, v, s0, s1));
+}
+
+/* o = op(a, b) for f64 a and b; comparisons write bool. */
+__kernel void ag_binary_d(gbuf *o, ulong oo, const gbuf *a, ulong ao, const gbuf *b, ulong bo, int op,
+                          double s0, double s1, long n, int nd, ew_meta m) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  long off[3];
+  ew_offsets(i, nd, &m, 3, off);
+  double x = ((const __global double *)(a + ao))[off[1]], y = ((const __global double *)(b + bo))[off[2]];
+  if (cmp_op(op)) {
+    bool r = op == AG_B_EQ ? x == y : op == AG_B_NE ? x != y : op == AG_B_GT ? x > y
+           : op == AG_B_GE ? x >= y : op == AG_B_LT ? x < y : x <= y;
+    ((__global uchar *)(o + oo))[off[0]] = r;
+  } else {
+    ((__global double *)(o + oo))[off[0]] = binary_d(op, x, y, s0, s1);
+  }
+}
+
+/* A strided f64 fill (contiguous ones are clEnqueueFillBuffer). */
+__kernel void ag_fill_d(gbuf *o, ulong oo, double v, long n, int nd, ew_meta m) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  long off[1];
+  ew_offsets(i, nd, &m, 1, off);
+  ((__global double *)(o + oo))[off[0]] = v;
+}
+#endif
