@@ -25,7 +25,7 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_VAR_ROWS] = "ag_var_rows", [CLK_VAR_COLS] = "ag_var_cols",
     [CLK_CUMSUM] = "ag_cumsum", [CLK_GATHER] = "ag_gather", [CLK_GATHER_BWD] = "ag_gather_bwd",
     [CLK_TOPK] = "ag_topk", [CLK_UNARY_D] = "ag_unary_d", [CLK_BINARY_D] = "ag_binary_d",
-    [CLK_FILL_D] = "ag_fill_d",
+    [CLK_FILL_D] = "ag_fill_d", [CLK_REDUCE_D] = "ag_reduce_d",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -58,7 +58,7 @@ ag_status clb_stream_kernels(ag_bstream *s) {
   for (int i = 0; i < CLK_COUNT; i++) {
     cl_int err;
     const char *name = i >= CLK_UNARY_C0 ? k_fast_names[i - CLK_UNARY_C0] : k_names[i];
-    bool f64_kernel = i == CLK_UNARY_D || i == CLK_BINARY_D || i == CLK_FILL_D;
+    bool f64_kernel = i == CLK_UNARY_D || i == CLK_BINARY_D || i == CLK_FILL_D || i == CLK_REDUCE_D;
     if (!name || (f64_kernel && !s->d->fp64)) {
       s->k[i] = NULL;
       continue;
@@ -420,6 +420,17 @@ static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
 static ag_status run_reduce(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (outer * inner == 0) return AG_OK;
+  if (c->o[1].dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_REDUCE_D);
+    KBUF(&a, &c->o[0]);
+    KBUF(&a, &c->o[1]);
+    KA(&a, cl_int, c->sub);
+    KA(&a, cl_double, c->sub == AG_R_SUM ? c->s[0] : 1.0);
+    KA(&a, cl_long, outer);
+    KA(&a, cl_long, r);
+    KA(&a, cl_long, inner);
+    return ka_run(&a, (size_t)(outer * inner), 0);
+  }
   float scale = c->sub == AG_R_SUM ? (float)c->s[0] : 1.0f;
   if (inner == 1) {
     kargs a = ka_begin(s, CLK_REDUCE_ROWS);
@@ -1198,7 +1209,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     }
     /* the core sums bool and u8 as i64 */
     case AG_K_REDUCE:
-      return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in) &&
+      return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in || f64) &&
              !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
     case AG_K_SOFTMAX:
     case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && fl;

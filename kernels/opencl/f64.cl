@@ -93,6 +93,39 @@ __kernel void ag_binary_d(gbuf *o, ulong oo, const gbuf *a, ulong ao, const gbuf
   }
 }
 
+/* REDUCE of f64 over the middle axis of [outer, r, inner]: a work-item per
+ * output walks r in order (sum times scale in double; max/min propagate
+ * NaN; argmax, i32, is the first NaN, else the first maximum, 0 for an
+ * empty row). */
+__kernel void ag_reduce_d(gbuf *o, ulong oo, const gbuf *x, ulong xo, int op, double scale, long outer, long r,
+                          long inner) {
+  long i = get_global_id(0);
+  if (i >= outer * inner) return;
+  long ou = i / inner, in = i % inner;
+  const __global double *p = (const __global double *)(x + xo) + ou * r * inner + in;
+  double acc = op == AG_R_SUM ? 0.0 : op == AG_R_MIN ? INFINITY : -INFINITY;
+  int idx = 0;
+  bool any = false;
+  for (long j = 0; j < r; j++) {
+    double v = p[j * inner];
+    if (op == AG_R_SUM) {
+      acc += v;
+    } else if (op == AG_R_ARGMAX) {
+      if (!any || (!isnan(acc) && (isnan(v) || v > acc))) {
+        acc = v;
+        idx = (int)j;
+      }
+      any = true;
+    } else if (op == AG_R_MIN) {
+      acc = (v < acc || isnan(v)) ? v : acc;
+    } else {
+      acc = (v > acc || isnan(v)) ? v : acc;
+    }
+  }
+  if (op == AG_R_ARGMAX) ((__global int *)(o + oo))[i] = idx;
+  else ((__global double *)(o + oo))[i] = op == AG_R_SUM ? acc * scale : acc;
+}
+
 /* A strided f64 fill (contiguous ones are clEnqueueFillBuffer). */
 __kernel void ag_fill_d(gbuf *o, ulong oo, double v, long n, int nd, ew_meta m) {
   long i = get_global_id(0);
