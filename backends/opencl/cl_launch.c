@@ -25,7 +25,8 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_VAR_ROWS] = "ag_var_rows", [CLK_VAR_COLS] = "ag_var_cols",
     [CLK_CUMSUM] = "ag_cumsum", [CLK_GATHER] = "ag_gather", [CLK_GATHER_BWD] = "ag_gather_bwd",
     [CLK_TOPK] = "ag_topk", [CLK_UNARY_D] = "ag_unary_d", [CLK_BINARY_D] = "ag_binary_d",
-    [CLK_FILL_D] = "ag_fill_d", [CLK_REDUCE_D] = "ag_reduce_d",
+    [CLK_FILL_D] = "ag_fill_d", [CLK_REDUCE_D] = "ag_reduce_d", [CLK_VAR_D] = "ag_var_d",
+    [CLK_CUMSUM_D] = "ag_cumsum_d", [CLK_ARANGE_D] = "ag_arange_d",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -58,7 +59,7 @@ ag_status clb_stream_kernels(ag_bstream *s) {
   for (int i = 0; i < CLK_COUNT; i++) {
     cl_int err;
     const char *name = i >= CLK_UNARY_C0 ? k_fast_names[i - CLK_UNARY_C0] : k_names[i];
-    bool f64_kernel = i == CLK_UNARY_D || i == CLK_BINARY_D || i == CLK_FILL_D || i == CLK_REDUCE_D;
+    bool f64_kernel = i >= CLK_UNARY_D && i <= CLK_ARANGE_D;
     if (!name || (f64_kernel && !s->d->fp64)) {
       s->k[i] = NULL;
       continue;
@@ -364,6 +365,14 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
 static ag_status run_arange(ag_bstream *s, const ag_kernel_call *c) {
   const ag_koperand *o = &c->o[0];
   int64_t n = numel(o);
+  if (o->dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_ARANGE_D);
+    KBUF(&a, o);
+    KA(&a, cl_double, c->s[0]);
+    KA(&a, cl_double, c->s[1]);
+    KA(&a, cl_long, n);
+    return ka_run(&a, (size_t)n, 0);
+  }
   kargs a = ka_begin(s, CLK_ARANGE);
   KBUF(&a, o);
   KA(&a, cl_int, o->dtype);
@@ -630,6 +639,17 @@ static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (!outer || !inner) return AG_OK;
   double d = (double)r - c->s[0];
+  if (c->o[1].dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_VAR_D);
+    KBUF(&a, &c->o[0]);
+    KBUF(&a, &c->o[1]);
+    KA(&a, cl_long, outer);
+    KA(&a, cl_long, r);
+    KA(&a, cl_long, inner);
+    KA(&a, cl_double, d > 0 ? d : 0.0);
+    KA(&a, cl_int, c->sub);
+    return ka_run(&a, (size_t)(outer * inner), 0);
+  }
   float den = d > 0 ? (float)d : 0.0f;
   bool rows = inner == 1 && r > 0;
   kargs a = ka_begin(s, rows ? CLK_VAR_ROWS : CLK_VAR_COLS);
@@ -653,6 +673,16 @@ static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
 static ag_status run_cumsum(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (!outer || !r || !inner) return AG_OK;
+  if (c->o[1].dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_CUMSUM_D);
+    KBUF(&a, &c->o[0]);
+    KBUF(&a, &c->o[1]);
+    KA(&a, cl_long, outer);
+    KA(&a, cl_long, r);
+    KA(&a, cl_long, inner);
+    KA(&a, cl_int, c->sub);
+    return ka_run(&a, (size_t)(outer * inner), 0);
+  }
   kargs a = ka_begin(s, CLK_CUMSUM);
   KBUF(&a, &c->o[0]);
   KBUF(&a, &c->o[1]);
@@ -1194,7 +1224,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
   switch (op) {
     case AG_K_FILL:
     case AG_K_WHERE: return fl || in || f64;
-    case AG_K_ARANGE: return fl || (in && dt != AG_BOOL);
+    case AG_K_ARANGE: return fl || f64 || (in && dt != AG_BOOL);
     /* i32 indices only (sub 0): the core casts i64 ones */
     case AG_K_EMBEDDING: return sub == 0 && (fl || i32);
     /* the op table's entries: floats always, integers where the entry has
@@ -1237,7 +1267,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_RMSNORM:
     case AG_K_RMSNORM_BWD: return fl && sub == 0;
     case AG_K_VAR:
-    case AG_K_CUMSUM: return fl && (sub == 0 || sub == 1);
+    case AG_K_CUMSUM: return (fl || f64) && (sub == 0 || sub == 1);
     case AG_K_GATHER: /* i32 index only: the core narrows i64 */
     case AG_K_GATHER_BWD: return fl && sub == 0;
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */

@@ -126,6 +126,47 @@ __kernel void ag_reduce_d(gbuf *o, ulong oo, const gbuf *x, ulong xo, int op, do
   else ((__global double *)(o + oo))[i] = op == AG_R_SUM ? acc * scale : acc;
 }
 
+/* VAR (sub 1: the standard deviation) of f64 over [outer, r, inner]: two
+ * passes per output (mean, then centred squares), divided by den = r -
+ * correction. */
+__kernel void ag_var_d(gbuf *o, ulong oo, const gbuf *x, ulong xo, long outer, long r, long inner, double den,
+                       int sq) {
+  long i = get_global_id(0);
+  if (i >= outer * inner) return;
+  long ou = i / inner, in = i % inner;
+  const __global double *p = (const __global double *)(x + xo) + ou * r * inner + in;
+  double s = 0.0;
+  for (long j = 0; j < r; j++) s += p[j * inner];
+  double mu = s / (double)r, v = 0.0;
+  for (long j = 0; j < r; j++) {
+    double d = p[j * inner] - mu;
+    v += d * d;
+  }
+  v /= den;
+  ((__global double *)(o + oo))[i] = sq ? sqrt(v) : v;
+}
+
+/* CUMSUM of f64 (sub 1: from the end), a work-item per line, in order. */
+__kernel void ag_cumsum_d(gbuf *o, ulong oo, const gbuf *x, ulong xo, long outer, long r, long inner, int rev) {
+  long i = get_global_id(0);
+  if (i >= outer * inner) return;
+  long ou = i / inner, in = i % inner, base = ou * r * inner + in;
+  const __global double *p = (const __global double *)(x + xo);
+  __global double *q = (__global double *)(o + oo);
+  double s = 0.0;
+  for (long k = 0; k < r; k++) {
+    long j = base + (rev ? r - 1 - k : k) * inner;
+    s += p[j];
+    q[j] = s;
+  }
+}
+
+/* ARANGE of f64: start + i * step in double. */
+__kernel void ag_arange_d(gbuf *o, ulong oo, double start, double step, long n) {
+  long i = get_global_id(0);
+  if (i < n) ((__global double *)(o + oo))[i] = start + (double)i * step;
+}
+
 /* A strided f64 fill (contiguous ones are clEnqueueFillBuffer). */
 __kernel void ag_fill_d(gbuf *o, ulong oo, double v, long n, int nd, ew_meta m) {
   long i = get_global_id(0);
