@@ -26,7 +26,9 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_CUMSUM] = "ag_cumsum", [CLK_GATHER] = "ag_gather", [CLK_GATHER_BWD] = "ag_gather_bwd",
     [CLK_TOPK] = "ag_topk", [CLK_UNARY_D] = "ag_unary_d", [CLK_BINARY_D] = "ag_binary_d",
     [CLK_FILL_D] = "ag_fill_d", [CLK_REDUCE_D] = "ag_reduce_d", [CLK_VAR_D] = "ag_var_d",
-    [CLK_CUMSUM_D] = "ag_cumsum_d", [CLK_ARANGE_D] = "ag_arange_d",
+    [CLK_CUMSUM_D] = "ag_cumsum_d", [CLK_ARANGE_D] = "ag_arange_d", [CLK_SOFTMAX_D] = "ag_softmax_d",
+    [CLK_SOFTMAX_BWD_D] = "ag_softmax_bwd_d", [CLK_GATHER_D] = "ag_gather_d",
+    [CLK_GATHER_BWD_D] = "ag_gather_bwd_d",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -502,6 +504,16 @@ static ag_status run_sumsq(ag_bstream *s, const ag_kernel_call *c) {
 static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
   int64_t rows = c->i[0], cols = c->i[1];
   if (!rows) return AG_OK;
+  if (c->o[0].dtype == AG_F64) { /* f64.cl: a work-item per row */
+    kargs a = ka_begin(s, bwd ? CLK_SOFTMAX_BWD_D : CLK_SOFTMAX_D);
+    KBUF(&a, &c->o[0]);
+    KBUF(&a, &c->o[1]);
+    if (bwd) KBUF(&a, &c->o[2]);
+    KA(&a, cl_long, rows);
+    KA(&a, cl_long, cols);
+    KA(&a, cl_int, c->sub);
+    return ka_run(&a, (size_t)rows, 0);
+  }
   clb_kernel k = bwd ? CLK_SOFTMAX_BWD : CLK_SOFTMAX;
   kargs a = ka_begin(s, k);
   KBUF(&a, &c->o[0]);
@@ -701,10 +713,11 @@ static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
   int64_t items = bwd ? O * I : O * K * I;
   if (!items || (bwd && !X)) return AG_OK;
   const ag_koperand *ix = &c->o[2];
-  kargs a = ka_begin(s, bwd ? CLK_GATHER_BWD : CLK_GATHER);
+  bool f64 = c->o[1].dtype == AG_F64; /* f64.cl */
+  kargs a = ka_begin(s, f64 ? (bwd ? CLK_GATHER_BWD_D : CLK_GATHER_D) : bwd ? CLK_GATHER_BWD : CLK_GATHER);
   KBUF(&a, &c->o[0]);
   KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
+  if (!f64) KA(&a, cl_int, c->o[1].dtype);
   KBUF(&a, ix);
   KA(&a, cl_long, ix->strides[0]);
   KA(&a, cl_long, ix->strides[1]);
@@ -1242,7 +1255,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
       return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in || f64) &&
              !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
     case AG_K_SOFTMAX:
-    case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && fl;
+    case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && (fl || f64);
     case AG_K_RAND_UNIFORM:
     case AG_K_RAND_NORMAL:
     case AG_K_MATMUL:
@@ -1269,7 +1282,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_VAR:
     case AG_K_CUMSUM: return (fl || f64) && (sub == 0 || sub == 1);
     case AG_K_GATHER: /* i32 index only: the core narrows i64 */
-    case AG_K_GATHER_BWD: return fl && sub == 0;
+    case AG_K_GATHER_BWD: return (fl || f64) && sub == 0;
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_KOP_COUNT: break;
   }

@@ -167,6 +167,63 @@ __kernel void ag_arange_d(gbuf *o, ulong oo, double start, double step, long n) 
   if (i < n) ((__global double *)(o + oo))[i] = start + (double)i * step;
 }
 
+/* SOFTMAX of f64 rows (sub 1: log-softmax), a work-item per row. */
+__kernel void ag_softmax_d(gbuf *y, ulong yo, const gbuf *x, ulong xo, long R, long C, int lg) {
+  long row = get_global_id(0);
+  if (row >= R) return;
+  const __global double *xr = (const __global double *)(x + xo) + row * C;
+  __global double *yr = (__global double *)(y + yo) + row * C;
+  double m = -INFINITY, s = 0.0;
+  for (long j = 0; j < C; j++) m = (xr[j] > m || isnan(xr[j])) ? xr[j] : m;
+  for (long j = 0; j < C; j++) s += exp(xr[j] - m);
+  double ls = log(s);
+  for (long j = 0; j < C; j++) yr[j] = lg ? xr[j] - m - ls : exp(xr[j] - m) / s;
+}
+
+/* SOFTMAX_BWD: softmax dx = y*(dy - sum(dy*y)); log: dx = dy - exp(y)*sum(dy). */
+__kernel void ag_softmax_bwd_d(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *y, ulong yo, long R,
+                               long C, int lg) {
+  long row = get_global_id(0);
+  if (row >= R) return;
+  const __global double *g = (const __global double *)(dy + dyo) + row * C;
+  const __global double *yr = (const __global double *)(y + yo) + row * C;
+  __global double *d = (__global double *)(dx + dxo) + row * C;
+  double s = 0.0;
+  for (long j = 0; j < C; j++) s += lg ? g[j] : g[j] * yr[j];
+  for (long j = 0; j < C; j++) d[j] = lg ? g[j] - exp(yr[j]) * s : yr[j] * (g[j] - s);
+}
+
+/* GATHER of f64 (i32 index), and its backward into an f64 dx. */
+__kernel void ag_gather_d(gbuf *y, ulong yo, const gbuf *x, ulong xo, const gbuf *ix, ulong ixo, long s0,
+                          long s1, long s2, long O, long K, long I, long X, __global int *err) {
+  long t = get_global_id(0);
+  if (t >= O * K * I) return;
+  long i = t % I, ok = t / I, k = ok % K, o = ok / K;
+  int j = ((const __global int *)(ix + ixo))[o * s0 + k * s1 + i * s2];
+  __global double *yp = (__global double *)(y + yo);
+  if (j < 0 || j >= X) {
+    yp[t] = 0.0;
+    set_error(err, ERR_INDEX, AG_K_GATHER, j, X);
+  } else {
+    yp[t] = ((const __global double *)(x + xo))[(o * X + j) * I + i];
+  }
+}
+
+/* A work-item per (o, i) line: zeroed, then dout added in order of k. */
+__kernel void ag_gather_bwd_d(gbuf *dx, ulong dxo, const gbuf *g, ulong go, const gbuf *ix, ulong ixo, long s0,
+                              long s1, long s2, long O, long K, long I, long X) {
+  long t = get_global_id(0);
+  if (t >= O * I) return;
+  long o = t / I, i = t % I, base = o * X * I + i;
+  __global double *d = (__global double *)(dx + dxo);
+  const __global double *gp = (const __global double *)(g + go);
+  for (long j = 0; j < X; j++) d[base + j * I] = 0.0;
+  for (long k = 0; k < K; k++) {
+    int j = ((const __global int *)(ix + ixo))[o * s0 + k * s1 + i * s2];
+    if (j >= 0 && j < X) d[base + j * I] += gp[(o * K + k) * I + i];
+  }
+}
+
 /* A strided f64 fill (contiguous ones are clEnqueueFillBuffer). */
 __kernel void ag_fill_d(gbuf *o, ulong oo, double v, long n, int nd, ew_meta m) {
   long i = get_global_id(0);
