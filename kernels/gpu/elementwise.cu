@@ -281,7 +281,7 @@ template <> struct BinaryOp<int32_t> {
 
 /* ---- unary ---- */
 /* Casts: integers through i64 (exact between integer dtypes), floats
- * through f32 (saturating into integers; bool is x != 0). */
+ * through f32, f64 through f64 (saturating into integers; bool is x != 0). */
 template <typename TO, typename TI> struct CastOp {
   AGK_DEV TO operator()(TI x) const { return agk_narrow<TO>(agk_widen(x)); }
 };
@@ -432,7 +432,7 @@ template <typename T> static gpuError_t binary_l_go(const agk_env *env, const ag
 }
 
 /* Comparisons: inputs of any dtype compared in their compute type (f32 for
- * floating storage, i64 for integers), output bool. */
+ * f32/f16/bf16, f64 for f64, i64 for integers), output bool. */
 template <typename V> AGK_DEV bool cmp_v(int op, V a, V b) {
   switch (op) {
     case AG_B_EQ: return a == b;

@@ -694,7 +694,7 @@ gpuError_t agk_rmsnorm_bwd(const agk_env *env, const ag_kernel_call *c) {
 
 /* ---------------- var / std ---------------- */
 /* Rows (inner == 1): a lane group or block per row, two passes (mean, then
- * the centred sum of squares), in f32. */
+ * the centred sum of squares), in the compute type (f32, f64 for f64). */
 template <int TPR, typename T>
 __global__ void AGK_ROW_BOUNDS(TPR) k_var_rows(T *y, const T *x, long long R, long long C, agk_c<T> den, int sq) {
   ROW_LOOP(TPR) {
@@ -752,7 +752,7 @@ gpuError_t agk_var(const agk_env *env, const ag_kernel_call *c) {
 
 /* ---------------- cumsum ---------------- */
 /* A thread per line of the scanned dim, in order (deterministic), f32
- * accumulation; lines are coalesced over inner. */
+ * accumulation (f64 for f64); lines are coalesced over inner. */
 template <typename T>
 __global__ void k_cumsum(T *y, const T *x, long long O, long long R, long long I, int rev) {
   long long stride = (long long)gridDim.x * blockDim.x;
