@@ -26,7 +26,7 @@ typedef enum clb_kernel {
   CLK_GATHER, CLK_GATHER_BWD, CLK_TOPK,
   /* f64.cl: NULL without cl_khr_fp64 */
   CLK_UNARY_D, CLK_BINARY_D, CLK_FILL_D, CLK_REDUCE_D, CLK_VAR_D, CLK_CUMSUM_D, CLK_SOFTMAX_D,
-  CLK_SOFTMAX_BWD_D, CLK_GATHER_D, CLK_GATHER_BWD_D, CLK_ARANGE_D,
+  CLK_SOFTMAX_BWD_D, CLK_GATHER_D, CLK_GATHER_BWD_D, CLK_EMB_BWD_D, CLK_ARANGE_D,
   /* contiguous fast paths, one per sub-op, named from the op table
    * (ag_u_EXP, ag_b_GELU_BWD); comparisons, which write bool, have none */
   CLK_UNARY_C0,

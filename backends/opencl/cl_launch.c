@@ -28,7 +28,7 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_FILL_D] = "ag_fill_d", [CLK_REDUCE_D] = "ag_reduce_d", [CLK_VAR_D] = "ag_var_d",
     [CLK_CUMSUM_D] = "ag_cumsum_d", [CLK_ARANGE_D] = "ag_arange_d", [CLK_SOFTMAX_D] = "ag_softmax_d",
     [CLK_SOFTMAX_BWD_D] = "ag_softmax_bwd_d", [CLK_GATHER_D] = "ag_gather_d",
-    [CLK_GATHER_BWD_D] = "ag_gather_bwd_d",
+    [CLK_GATHER_BWD_D] = "ag_gather_bwd_d", [CLK_EMB_BWD_D] = "ag_embedding_bwd_d",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -776,6 +776,18 @@ static ag_status run_embedding_bwd(ag_bstream *s, const ag_kernel_call *c) {
   int64_t d = pick(c->i[1], t->ndim > 1 ? t->shape[1] : 1);
   int64_t v = pick(c->i[2], t->ndim ? t->shape[0] : 0);
   if (!n || !d) return AG_OK;
+  if (t->dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_EMB_BWD_D);
+    KBUF(&a, t);
+    KBUF(&a, &c->o[1]);
+    KBUF(&a, &c->o[2]);
+    KA(&a, cl_long, n);
+    KA(&a, cl_long, d);
+    KA(&a, cl_long, v);
+    KA(&a, cl_mem, s->err);
+    s->err_armed = true;
+    return ka_run(&a, (size_t)d, 0);
+  }
   kargs a = ka_begin(s, CLK_EMB_BWD);
   KBUF(&a, t);
   KA(&a, cl_int, t->dtype);
@@ -1239,7 +1251,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_WHERE: return fl || in || f64;
     case AG_K_ARANGE: return fl || f64 || (in && dt != AG_BOOL);
     /* i32 indices only (sub 0): the core casts i64 ones */
-    case AG_K_EMBEDDING: return sub == 0 && (fl || i32);
+    case AG_K_EMBEDDING: return sub == 0 && (fl || i32 || f64);
     /* the op table's entries: floats always, integers where the entry has
      * an integer rule (elementwise.cl) */
     case AG_K_UNARY: {
@@ -1260,8 +1272,8 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_RAND_NORMAL:
     case AG_K_MATMUL:
     case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD:
-    case AG_K_EMBEDDING_BWD: return fl && sub == 0;
+    case AG_K_CROSS_ENTROPY_BWD: return fl && sub == 0;
+    case AG_K_EMBEDDING_BWD: return (fl || f64) && sub == 0;
     case AG_K_LAYERNORM:
     case AG_K_LAYERNORM_BWD:
     case AG_K_DROPOUT:

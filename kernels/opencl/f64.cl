@@ -224,6 +224,21 @@ __kernel void ag_gather_bwd_d(gbuf *dx, ulong dxo, const gbuf *g, ulong go, cons
   }
 }
 
+/* EMBEDDING_BWD of an f64 table: a work-item per column walks the indices
+ * in order (the CPU's sum order, no atomics). */
+__kernel void ag_embedding_bwd_d(gbuf *tab, ulong to, const gbuf *dout, ulong doo, const gbuf *ix, ulong ixo,
+                                 long n, long d, long v, __global int *err) {
+  long col = get_global_id(0);
+  if (col >= d) return;
+  __global double *t = (__global double *)(tab + to);
+  const __global double *g = (const __global double *)(dout + doo);
+  for (long r = 0; r < n; r++) {
+    int k = ((const __global int *)(ix + ixo))[r];
+    if (k >= 0 && k < v) t[(long)k * d + col] += g[r * d + col];
+    else if (col == 0) set_error(err, ERR_INDEX, AG_K_EMBEDDING_BWD, k, v);
+  }
+}
+
 /* A strided f64 fill (contiguous ones are clEnqueueFillBuffer). */
 __kernel void ag_fill_d(gbuf *o, ulong oo, double v, long n, int nd, ew_meta m) {
   long i = get_global_id(0);
