@@ -15,6 +15,9 @@ run() { # name, ctest args, cmake args...
   (cd "$dir" && ctest --output-on-failure --timeout 600 -j"$jobs" $ctest_args)
 }
 run release ""
+# What only nvcc and hipcc can say (registers x block size, static shared
+# memory, spills in hot kernels), read from the release build's reports.
+python3 scripts/gpu_resources.py build-test-release
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run asan "-E opencl" -DAG_SANITIZE="address;undefined" -DAG_CUDA=OFF -DAG_HIP=OFF
 # PoCL's worker threads crash LeakSanitizer's exit-time scan (not a finding

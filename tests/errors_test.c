@@ -264,6 +264,33 @@ static void scope_state(void **state) {
 }
 
 /* Reductions refuse a dim list that is not a set of dims of the tensor. */
+/* argmax and max pooling save i32 indices: more elements than i32 can
+ * name are refused before anything is copied or launched (expanded views of
+ * one element, so nothing large is allocated). */
+static void i32_index_limits(void **state) {
+  (void)state;
+  ag_tensor *one = ag_ones(AG_CPU, AG_F32, 1, (int64_t[]){1});
+  ag_tensor *big = ag_expand(one, 1, (int64_t[]){(int64_t)INT32_MAX + 2});
+  assert_non_null(big);
+  ag_error_clear();
+  assert_null(ag_argmax(big, 0, false));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("i32");
+  ag_tensor *one4 = ag_ones(AG_CPU, AG_F32, 4, (int64_t[]){1, 1, 1, 1});
+  ag_tensor *plane = ag_expand(one4, 4, (int64_t[]){1, 1, 65536, 32769});
+  assert_non_null(plane);
+  ag_pool2d_params p = {.kernel = {2, 2}};
+  ag_error_clear();
+  assert_null(ag_max_pool2d(plane, &p));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("i32");
+  ag_tensor_release(plane);
+  ag_tensor_release(one4);
+  ag_tensor_release(big);
+  ag_tensor_release(one);
+  ag_error_clear();
+}
+
 static void reduction_dim_lists(void **state) {
   ag_tensor *a = ag_ones(AG_CPU, AG_F32, 2, (int64_t[]){2, 3});
   ag_tensor *(*fns[])(ag_tensor *, int, const int *, bool) = {ag_sum, ag_mean, ag_max, ag_min};
@@ -400,6 +427,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(mixed_devices, setup, teardown),
       cmocka_unit_test_setup_teardown(scope_state, setup, teardown),
       cmocka_unit_test_setup_teardown(reduction_dim_lists, setup, teardown),
+      cmocka_unit_test_setup_teardown(i32_index_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(tensor_dim_range, setup, teardown),
       cmocka_unit_test_setup_teardown(null_without_pending_error, setup, teardown),
       cmocka_unit_test_setup_teardown(copy_into_expanded_view, setup, teardown),

@@ -26,6 +26,15 @@ if(TARGET anygrad-gpuemu)
                          "heap-buffer-overflow.*READ of size 4.*k_oob_read" LABELS gpuemu)
   endif()
 
+  # a not-ready stream or event query leaves no error for the next launch
+  # (HIP's recorded last error, modelled by gpuemu:1)
+  add_executable(gpu_query_test ${CMAKE_CURRENT_SOURCE_DIR}/gpu_query_test.c)
+  target_include_directories(gpu_query_test PRIVATE ${AG_CMOCKA_INCLUDE})
+  target_link_libraries(gpu_query_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
+  add_test(NAME gpu_query_gpuemu COMMAND gpu_query_test)
+  set_tests_properties(gpu_query_gpuemu PROPERTIES ENVIRONMENT
+                       "AG_GPUEMU_DEFERRED=1;AG_GPUEMU_DELAY_US=20000;AG_BACKEND_PATH=$<TARGET_FILE_DIR:anygrad-gpuemu>")
+
   # gpu_check is built with the benchmarks (AG_BENCH)
   if(TARGET gpu_check)
     add_test(NAME gpu_check_emu_cuda COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=0)
@@ -47,7 +56,7 @@ if(TARGET anygrad-gpuemu)
            --steps 20)
   add_test(NAME compare_gpuemu_gpt COMMAND $<TARGET_FILE:anygrad-cli> compare --devices cpu,gpuemu:0 --model gpt
            --steps 4 --batch 8)
-  set(_emu_tests gpuemu_exec gpuemu_deferred check_gpuemu compare_gpuemu_mlp compare_gpuemu_gpt)
+  set(_emu_tests gpuemu_exec gpuemu_deferred gpu_query_gpuemu check_gpuemu compare_gpuemu_mlp compare_gpuemu_gpt)
   if(TARGET gpu_check)
     list(APPEND _emu_tests gpu_check_emu_cuda gpu_check_emu_hip gpu_check_emu_deferred)
   endif()

@@ -92,7 +92,6 @@ ag_status agv_init(char *reason, size_t reason_len) {
   g.own_gemm = gemm && strcmp(gemm, "own") == 0;
   g.allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
   g.allow_fp16_rr = rr && strcmp(rr, "1") == 0;
-  agv_dnn_init();
   (void)reason;
   (void)reason_len;
   return AG_OK;
@@ -118,7 +117,7 @@ void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
 /* ---- GEMM ---- */
 
 static cudaDataType dtype_of(ag_dtype dt) {
-  return dt == AG_F16 ? CUDA_R_16F : dt == AG_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  return dt == AG_F16 ? CUDA_R_16F : dt == AG_BF16 ? CUDA_R_16BF : dt == AG_F64 ? CUDA_R_64F : CUDA_R_32F;
 }
 
 ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
@@ -154,12 +153,17 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   if ((r = cublasSetStream(h, s->s)) != CUBLAS_STATUS_SUCCESS) return agv_status((int)r, AGV_BLAS, "cublasSetStream");
   /* Row-major C = A B is column-major C^T = B^T A^T: cuBLAS gets B first. A
    * row-major operand is its own transpose in column-major terms (op N). */
+  /* alpha and beta in the compute type: f64 for f64, else f32 */
   float alpha = (float)c->s[0], beta = (float)c->s[1];
+  double alpha_d = c->s[0], beta_d = c->s[1];
+  const bool f64 = o->dtype == AG_F64;
   cudaDataType t = dtype_of(o->dtype);
-  cublasComputeType_t ct = o->dtype == AG_F32 && g.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasComputeType_t ct = f64 ? CUBLAS_COMPUTE_64F
+                           : o->dtype == AG_F32 && g.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                : CUBLAS_COMPUTE_32F;
   r = cublasGemmStridedBatchedEx(h, bm.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, am.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
-                                 (int)N, (int)M, (int)K, &alpha, bm.p, t, (int)bm.ld, bm.batch_stride, am.p, t,
-                                 (int)am.ld, am.batch_stride, &beta, agk_ptr(o), t, (int)N, M * N, (int)batch, ct,
+                                 (int)N, (int)M, (int)K, f64 ? (const void *)&alpha_d : (const void *)&alpha, bm.p, t, (int)bm.ld, bm.batch_stride, am.p, t,
+                                 (int)am.ld, am.batch_stride, f64 ? (const void *)&beta_d : (const void *)&beta, agk_ptr(o), t, (int)N, M * N, (int)batch, ct,
                                  CUBLAS_GEMM_DEFAULT);
   if (r != CUBLAS_STATUS_SUCCESS) return agv_status((int)r, AGV_BLAS, "cublasGemmStridedBatchedEx");
   return AG_OK;

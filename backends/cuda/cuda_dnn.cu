@@ -4,21 +4,25 @@
  * Only cudnn.h's types are used at build time; when the toolkit has no
  * cudnn.h the module is built without this path. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu.h"
 #include "cuda_dnn.h"
+#include "dnn_status.h"
 
 #if __has_include(<cudnn.h>)
 #include <cudnn.h>
 #define AG_HAVE_CUDNN_H 1
 #endif
 
-/* Resolved once by agv_dnn_init (called from agv_init, before any launch)
- * and read-only afterwards. */
+/* Resolved once by dnn_load (pthread_once, on the first conv2d) and
+ * read-only afterwards. */
 static char g_describe[96] = "own kernels";
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static bool g_loaded; /* set (release) when dnn_load finished g_describe */
 
 #if defined(AG_HAVE_CUDNN_H)
 
@@ -42,6 +46,15 @@ static char g_describe[96] = "own kernels";
   X(cudnnStatus_t, SetConvolutionGroupCount, (cudnnConvolutionDescriptor_t, int))                           \
   X(cudnnStatus_t, SetConvolutionMathType, (cudnnConvolutionDescriptor_t, cudnnMathType_t))                 \
   X(cudnnStatus_t, DestroyConvolutionDescriptor, (cudnnConvolutionDescriptor_t))                            \
+  X(cudnnStatus_t, GetConvolutionForwardWorkspaceSize,                                                      \
+    (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t,          \
+     cudnnTensorDescriptor_t, cudnnConvolutionFwdAlgo_t, size_t *))                                         \
+  X(cudnnStatus_t, GetConvolutionBackwardDataWorkspaceSize,                                                 \
+    (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t,          \
+     cudnnTensorDescriptor_t, cudnnConvolutionBwdDataAlgo_t, size_t *))                                     \
+  X(cudnnStatus_t, GetConvolutionBackwardFilterWorkspaceSize,                                               \
+    (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t,          \
+     cudnnFilterDescriptor_t, cudnnConvolutionBwdFilterAlgo_t, size_t *))                                   \
   X(cudnnStatus_t, GetConvolutionForwardAlgorithm_v7,                                                       \
     (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t,          \
      cudnnTensorDescriptor_t, int, int *, cudnnConvolutionFwdAlgoPerf_t *))                                 \
@@ -71,6 +84,7 @@ static char g_describe[96] = "own kernels";
 static struct {
   void *lib;
   bool tf32; /* AG_ALLOW_TF32=1: f32 convolutions may use TF32 tensor cores */
+  size_t major; /* of the loaded library: its status codes differ (dnn_status.h) */
   DNN_FNS(DNN_FIELD)
 } d;
 
@@ -78,7 +92,9 @@ static struct {
  * fits is used instead (their list always ends with one that needs none). */
 #define DNN_WS_CAP ((size_t)256 << 20)
 
-void agv_dnn_init(void) {
+/* cuDNN takes a second and hundreds of MiB of host memory to load: only a
+ * process that runs a convolution pays for it. */
+static void dnn_open(void) {
   memset(&d, 0, sizeof d);
   const char *own = getenv("AG_GPU_CONV");
   if (own && strcmp(own, "own") == 0) {
@@ -105,15 +121,22 @@ void agv_dnn_init(void) {
   }
   const char *tf32 = getenv("AG_ALLOW_TF32");
   d.tf32 = tf32 && strcmp(tf32, "1") == 0;
-  /* major*10000 + minor*100 + patch since 9, major*1000 + minor*100 + patch in 8 */
-  size_t v = d.GetVersion(), major = v >= 90000 ? v / 10000 : v / 1000;
-  snprintf(g_describe, sizeof g_describe, "cuDNN %zu.%zu.%zu", major, (v / 100) % 100, v % 100);
+  size_t minor, patch;
+  ag_dnn_version(d.GetVersion(), &d.major, &minor, &patch);
+  snprintf(g_describe, sizeof g_describe, "cuDNN %zu.%zu.%zu", d.major, minor, patch);
 }
 
+static void dnn_load(void) {
+  dnn_open();
+  __atomic_store_n(&g_loaded, true, __ATOMIC_RELEASE);
+}
+
+
+/* Codes are compared as the loaded library numbers them, not as the cudnn.h
+ * the module was built with. */
 static ag_status dnn_status(cudnnStatus_t r, const char *what) {
-  ag_status st = r == CUDNN_STATUS_ALLOC_FAILED ? AG_ERR_OOM
-                 : r == CUDNN_STATUS_NOT_SUPPORTED ? AG_ERR_UNSUPPORTED
-                                                   : AG_ERR_BACKEND;
+  ag_status st = ag_dnn_status(d.major, (int)r);
+  if (st == AG_OK) st = AG_ERR_BACKEND;
   return ag_error_set(st, "cuda: %s: %s (cuDNN code %d)", what, d.GetErrorString ? d.GetErrorString(r) : "?", (int)r);
 }
 
@@ -133,23 +156,34 @@ static ag_status dnn_workspace(ag_bstream *s, size_t bytes) {
     s->dnn_ws_bytes = 0;
   }
   cudaError_t e = cudaMalloc(&s->dnn_ws, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    /* no room for cuDNN's workspace: the own kernels need none */
+    (void)cudaGetLastError();
+    return AG_ERR_UNSUPPORTED;
+  }
   if (e != cudaSuccess) return agv_status((int)e, AGV_RUNTIME, "cudaMalloc(cuDNN workspace)");
   s->dnn_ws_bytes = bytes;
   return AG_OK;
 }
 
 /* The first algorithm of the heuristics' list that succeeded, fits the
- * workspace cap and, in deterministic mode, is deterministic. */
-#define PICK(perf, n, det, out_algo, out_ws)                                                      \
-  do {                                                                                            \
-    for (int i_ = 0; i_ < (n); i_++) {                                                            \
-      if ((perf)[i_].status != CUDNN_STATUS_SUCCESS || (perf)[i_].memory > DNN_WS_CAP) continue;  \
-      if ((det) && (perf)[i_].determinism != CUDNN_DETERMINISTIC) continue;                      \
-      *(out_algo) = (perf)[i_].algo;                                                              \
-      *(out_ws) = (perf)[i_].memory;                                                              \
-      found = true;                                                                               \
-      break;                                                                                      \
-    }                                                                                             \
+ * workspace cap and, in deterministic mode, is deterministic. The heuristics'
+ * `memory` is an estimate: the size passed to the convolution is the one
+ * cudnnGet*WorkspaceSize (the WS_SIZE call, which sets ws_ from algo_)
+ * reports for that algorithm; an algorithm it declines is skipped. */
+#define PICK(perf, n, det, out_algo, out_ws, WS_SIZE)                                              \
+  do {                                                                                             \
+    for (int i_ = 0; i_ < (n); i_++) {                                                             \
+      if ((perf)[i_].status != CUDNN_STATUS_SUCCESS || (perf)[i_].memory > DNN_WS_CAP) continue;   \
+      if ((det) && (perf)[i_].determinism != CUDNN_DETERMINISTIC) continue;                       \
+      size_t ws_ = 0;                                                                              \
+      const auto algo_ = (perf)[i_].algo;                                                          \
+      if ((WS_SIZE) != CUDNN_STATUS_SUCCESS || ws_ > DNN_WS_CAP) continue;                         \
+      *(out_algo) = algo_;                                                                         \
+      *(out_ws) = ws_;                                                                             \
+      found = true;                                                                                \
+      break;                                                                                       \
+    }                                                                                              \
   } while (0)
 
 static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
@@ -203,7 +237,7 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
     if ((r = d.GetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf)) !=
         CUDNN_STATUS_SUCCESS)
       goto done;
-    PICK(perf, n, det, &algo, &ws);
+    PICK(perf, n, det, &algo, &ws, d.GetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, algo_, &ws_));
     if (!found || (st = dnn_workspace(s, ws)) != AG_OK) goto done;
     what = "cudnnConvolutionForward";
     if ((r = d.ConvolutionForward(h, &one, xd, agk_ptr(X), wd, agk_ptr(W), cd, algo, s->dnn_ws, ws, &zero, yd,
@@ -223,7 +257,7 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
     if ((r = d.GetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
                                                       perf)) != CUDNN_STATUS_SUCCESS)
       goto done;
-    PICK(perf, n, det, &algo, &ws);
+    PICK(perf, n, det, &algo, &ws, d.GetConvolutionBackwardDataWorkspaceSize(h, wd, yd, cd, xd, algo_, &ws_));
     if (!found || (st = dnn_workspace(s, ws)) != AG_OK) goto done;
     what = "cudnnConvolutionBackwardData";
     if ((r = d.ConvolutionBackwardData(h, &one, wd, agk_ptr(W), yd, agk_ptr(Y), cd, algo, s->dnn_ws, ws, &zero, xd,
@@ -236,7 +270,7 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
     if ((r = d.GetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
                                                         &n, perf)) != CUDNN_STATUS_SUCCESS)
       goto done;
-    PICK(perf, n, det, &algo, &ws);
+    PICK(perf, n, det, &algo, &ws, d.GetConvolutionBackwardFilterWorkspaceSize(h, xd, yd, cd, wd, algo_, &ws_));
     if (!found || (st = dnn_workspace(s, ws)) != AG_OK) goto done;
     what = "cudnnConvolutionBackwardFilter";
     if ((r = d.ConvolutionBackwardFilter(h, &one, xd, agk_ptr(X), yd, agk_ptr(Y), cd, algo, s->dnn_ws, ws, &zero, wd,
@@ -263,6 +297,7 @@ static bool dnn_fits(const ag_kernel_call *c) {
 }
 
 ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
+  (void)pthread_once(&g_once, dnn_load);
   if (d.lib && dnn_fits(c)) {
     ag_status st = dnn_conv(s, c);
     if (st != AG_ERR_UNSUPPORTED) return st;
@@ -283,10 +318,14 @@ void agv_dnn_release(ag_bstream *s) {
 
 #else /* no cudnn.h in this toolkit: own kernels only */
 
-void agv_dnn_init(void) { snprintf(g_describe, sizeof g_describe, "own kernels (built without cudnn.h)"); }
+static void dnn_load(void) {
+  snprintf(g_describe, sizeof g_describe, "own kernels (built without cudnn.h)");
+  __atomic_store_n(&g_loaded, true, __ATOMIC_RELEASE);
+}
 
 ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   (void)s;
+  (void)pthread_once(&g_once, dnn_load);
   gpuError_t e = agk_conv2d(env, c);
   if (e == gpuSuccess) e = gpuGetLastError();
   return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "conv2d");
@@ -296,4 +335,6 @@ void agv_dnn_release(ag_bstream *s) { (void)s; }
 
 #endif
 
-const char *agv_dnn_describe(void) { return g_describe; }
+const char *agv_dnn_describe(void) {
+  return __atomic_load_n(&g_loaded, __ATOMIC_ACQUIRE) ? g_describe : "cuDNN if present (loaded by the first conv2d)";
+}

@@ -5,10 +5,11 @@
 
 #include "gpu.h"
 
-/* Load cuDNN unless AG_GPU_CONV=own; never fails (without it the module's
- * own kernels run). Called once from agv_init. */
-AGK_HIDDEN void agv_dnn_init(void);
-/* "cuDNN 9.13.0" or "own kernels (<why>)": for device properties and logs. */
+/* cuDNN is loaded by the first conv2d (agv_conv), unless AG_GPU_CONV=own;
+ * loading never fails (without it the module's own kernels run). */
+/* "cuDNN 9.13.0" or "own kernels (<why>)" once the first conv2d loaded it,
+ * "cuDNN if present (...)" before: for device properties and logs. Borrowed,
+ * static. */
 AGK_HIDDEN const char *agv_dnn_describe(void);
 /* Destroy s's cuDNN handle and free its workspace. */
 AGK_HIDDEN void agv_dnn_release(ag_bstream *s);

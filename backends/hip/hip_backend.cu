@@ -13,7 +13,7 @@
 typedef void *agr_handle;
 typedef int agr_status; /* rocblas_status_success == 0 */
 enum { AGR_OP_N = 111, AGR_OP_T = 112 };
-enum { AGR_F16 = 150, AGR_F32 = 151, AGR_BF16 = 168 };
+enum { AGR_F16 = 150, AGR_F32 = 151, AGR_F64 = 152, AGR_BF16 = 168 };
 typedef agr_status (*agr_create_fn)(agr_handle *);
 typedef agr_status (*agr_destroy_fn)(agr_handle);
 typedef agr_status (*agr_set_stream_fn)(agr_handle, hipStream_t);
@@ -62,7 +62,8 @@ ag_status agv_init(char *reason, size_t reason_len) {
   memset(&g, 0, sizeof g);
   const char *gemm = getenv("AG_GPU_GEMM");
   g.own_gemm = gemm && strcmp(gemm, "own") == 0;
-  static const char *const libs[] = {"librocblas.so", "librocblas.so.4", "librocblas.so.3", "librocblas.so.0"};
+  static const char *const libs[] = {"librocblas.so",   "librocblas.so.5", "librocblas.so.4", "librocblas.so.3",
+                                     "librocblas.so.0"};
   for (size_t i = 0; i < sizeof libs / sizeof libs[0] && !g.gemm; i++) {
     /* kept loaded for the life of the process: handles live in streams */
     void *h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
@@ -101,13 +102,55 @@ static hipMemAllocationProp vm_prop(int dev) {
   return p;
 }
 
+/* vm.max_map_count (65530 by default), or 0 if unreadable. */
+static long max_map_count(void) {
+  long n = 0;
+  FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+  if (f) {
+    if (fscanf(f, "%ld", &n) != 1) n = 0;
+    fclose(f);
+  }
+  return n;
+}
+
+/* Whether the device says it supports virtual memory management: the
+ * attribute exists from ROCm 6; older headers cannot ask, and then the
+ * entry points' presence decides. */
+static bool dev_vm(int dev) {
+  if (!g.vm) return false;
+#if HIP_VERSION_MAJOR >= 6
+  int v = 0;
+  if (hipDeviceGetAttribute(&v, hipDeviceAttributeVirtualMemoryManagementSupported, dev) != hipSuccess) {
+    (void)hipGetLastError();
+    return false;
+  }
+  return v != 0;
+#else
+  (void)dev;
+  return true;
+#endif
+}
+
+/* The allocator maps expandable segments one granule per call, and every
+ * mapping may be a memory map of the process: ROCm's minimum granularity
+ * (4 KiB on some devices) would exhaust vm.max_map_count long before the
+ * device's memory. The recommended granularity is taken, at least 2 MiB,
+ * and virtual memory is declined (0) when the whole device would need more
+ * than half of the process's map count. */
 size_t agv_vm_granularity(int dev) {
-  size_t gran = 0;
+  size_t gran = 0, total = 0;
   hipMemAllocationProp p = vm_prop(dev);
-  if (!g.vm || g.MemGetAllocationGranularity(&gran, &p, hipMemAllocationGranularityMinimum) != hipSuccess) {
+  if (!dev_vm(dev) || g.MemGetAllocationGranularity(&gran, &p, hipMemAllocationGranularityRecommended) != hipSuccess ||
+      !gran) {
     (void)hipGetLastError();
     return 0;
   }
+  const size_t floor_b = (size_t)2 << 20;
+  if (gran < floor_b) gran = (floor_b + gran - 1) / gran * gran;
+  long maps = max_map_count();
+  if (hipDeviceTotalMem(&total, dev) == hipSuccess && maps > 0 && total / gran > (size_t)maps / 2)
+    return 0;
+  (void)hipGetLastError();
   return gran;
 }
 
@@ -147,12 +190,16 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   }
   if ((r = g.set_stream(s->blas, s->s)) != 0) return agv_status(r, AGV_BLAS, "rocblas_set_stream");
   /* column-major C^T = B^T A^T, as in the CUDA backend */
+  /* alpha and beta in the compute type: f64 for f64, else f32 */
   float alpha = (float)c->s[0], beta = (float)c->s[1];
-  int t = o->dtype == AG_F16 ? AGR_F16 : o->dtype == AG_BF16 ? AGR_BF16 : AGR_F32;
+  double alpha_d = c->s[0], beta_d = c->s[1];
+  const bool f64 = o->dtype == AG_F64;
+  int t = o->dtype == AG_F16 ? AGR_F16 : o->dtype == AG_BF16 ? AGR_BF16 : f64 ? AGR_F64 : AGR_F32;
   r = g.gemm(s->blas, bm.row_major ? AGR_OP_N : AGR_OP_T, am.row_major ? AGR_OP_N : AGR_OP_T, (int32_t)N, (int32_t)M,
-             (int32_t)K, &alpha, bm.p, t, (int32_t)bm.ld, bm.batch_stride, am.p, t, (int32_t)am.ld, am.batch_stride,
-             &beta, agk_ptr(o), t, (int32_t)N, M * N, agk_ptr(o), t, (int32_t)N, M * N, (int32_t)batch, AGR_F32, 0, 0,
-             0);
+             (int32_t)K, f64 ? (const void *)&alpha_d : (const void *)&alpha, bm.p, t, (int32_t)bm.ld,
+             bm.batch_stride, am.p, t, (int32_t)am.ld, am.batch_stride,
+             f64 ? (const void *)&beta_d : (const void *)&beta, agk_ptr(o), t, (int32_t)N, M * N, agk_ptr(o), t,
+             (int32_t)N, M * N, (int32_t)batch, f64 ? AGR_F64 : AGR_F32, 0, 0, 0);
   if (r != 0) return agv_status(r, AGV_BLAS, "rocblas_gemm_strided_batched_ex");
   return AG_OK;
 }

@@ -141,6 +141,7 @@ static ag_status add_device(cl_platform_id p, cl_device_id id) {
   d->max_wg = wg;
   d->unified = unified || (type & CL_DEVICE_TYPE_CPU);
   d->fp16 = has_ext(id, "cl_khr_fp16");
+  d->fp64 = has_ext(id, "cl_khr_fp64");
   d->amd_free_mem = has_ext(id, "cl_amd_device_attribute_query");
   cl_int err;
   d->ctx = clCreateContext(NULL, 1, &id, NULL, NULL, &err);

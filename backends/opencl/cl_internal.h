@@ -24,6 +24,9 @@ typedef enum clb_kernel {
   CLK_IM2COL, CLK_COL2IM, CLK_CONV_BIAS, CLK_POOL, CLK_POOL_BWD, CLK_BN_STATS, CLK_BN_APPLY,
   CLK_RMS, CLK_RMS_BWD, CLK_RMS_BWD_W, CLK_VAR_ROWS, CLK_VAR_COLS, CLK_CUMSUM,
   CLK_GATHER, CLK_GATHER_BWD, CLK_TOPK,
+  /* f64.cl: NULL without cl_khr_fp64 */
+  CLK_UNARY_D, CLK_BINARY_D, CLK_FILL_D, CLK_REDUCE_D, CLK_VAR_D, CLK_CUMSUM_D, CLK_SOFTMAX_D,
+  CLK_SOFTMAX_BWD_D, CLK_GATHER_D, CLK_GATHER_BWD_D, CLK_EMB_BWD_D, CLK_ARANGE_D,
   /* contiguous fast paths, one per sub-op, named from the op table
    * (ag_u_EXP, ag_b_GELU_BWD); comparisons, which write bool, have none */
   CLK_UNARY_C0,
@@ -45,7 +48,7 @@ typedef struct clb_device {
   char name[128], vendor[64], version[64], driver[64], platform_version[128];
   size_t total_mem, max_alloc, max_wg;
   int compute_units;
-  bool fp16, unified, amd_free_mem;
+  bool fp16, fp64, unified, amd_free_mem;
   /* Guards the program build; the program is built once, on first launch. */
   pthread_mutex_t lock;
   bool prog_tried;

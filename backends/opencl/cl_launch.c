@@ -24,7 +24,11 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_RMS] = "ag_rmsnorm", [CLK_RMS_BWD] = "ag_rmsnorm_bwd", [CLK_RMS_BWD_W] = "ag_rmsnorm_bwd_w",
     [CLK_VAR_ROWS] = "ag_var_rows", [CLK_VAR_COLS] = "ag_var_cols",
     [CLK_CUMSUM] = "ag_cumsum", [CLK_GATHER] = "ag_gather", [CLK_GATHER_BWD] = "ag_gather_bwd",
-    [CLK_TOPK] = "ag_topk",
+    [CLK_TOPK] = "ag_topk", [CLK_UNARY_D] = "ag_unary_d", [CLK_BINARY_D] = "ag_binary_d",
+    [CLK_FILL_D] = "ag_fill_d", [CLK_REDUCE_D] = "ag_reduce_d", [CLK_VAR_D] = "ag_var_d",
+    [CLK_CUMSUM_D] = "ag_cumsum_d", [CLK_ARANGE_D] = "ag_arange_d", [CLK_SOFTMAX_D] = "ag_softmax_d",
+    [CLK_SOFTMAX_BWD_D] = "ag_softmax_bwd_d", [CLK_GATHER_D] = "ag_gather_d",
+    [CLK_GATHER_BWD_D] = "ag_gather_bwd_d", [CLK_EMB_BWD_D] = "ag_embedding_bwd_d",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -57,7 +61,8 @@ ag_status clb_stream_kernels(ag_bstream *s) {
   for (int i = 0; i < CLK_COUNT; i++) {
     cl_int err;
     const char *name = i >= CLK_UNARY_C0 ? k_fast_names[i - CLK_UNARY_C0] : k_names[i];
-    if (!name) {
+    bool f64_kernel = i >= CLK_UNARY_D && i <= CLK_ARANGE_D;
+    if (!name || (f64_kernel && !s->d->fp64)) {
       s->k[i] = NULL;
       continue;
     }
@@ -163,7 +168,7 @@ static int collapse(const ag_koperand *o0, int nop, const ag_koperand *const *op
 
 /* Local copy: the module must not need core symbols beyond errors. */
 static size_t dsize(ag_dtype dt) {
-  return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_I64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 4;
+  return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_I64 || dt == AG_F64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 4;
 }
 
 static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
@@ -203,6 +208,20 @@ static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperan
                                      bytes, 0, NULL, NULL);
     return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueCopyBuffer");
   }
+  if (o->dtype == AG_F64 || x->dtype == AG_F64) { /* f64.cl; supports() needs cl_khr_fp64 */
+    kargs a = ka_begin(s, CLK_UNARY_D);
+    KBUF(&a, o);
+    KA(&a, cl_int, o->dtype);
+    KBUF(&a, x);
+    KA(&a, cl_int, x->dtype);
+    KA(&a, cl_int, sub);
+    KA(&a, cl_double, s0);
+    KA(&a, cl_double, s1);
+    KA(&a, cl_long, n);
+    KA(&a, cl_int, nd);
+    KMETA(&a, m);
+    return ka_run(&a, (size_t)n, 0);
+  }
   if (nd == 0 && o->dtype == x->dtype && is_float(o->dtype)) {
     kargs a = ka_begin(s, (clb_kernel)(CLK_UNARY_C0 + sub));
     KBUF(&a, o);
@@ -237,6 +256,19 @@ static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
   const ag_koperand *ops[3] = {o, &c->o[1], &c->o[2]};
   clb_ew_meta m;
   int nd = collapse(o, 3, ops, &m);
+  if (c->o[1].dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_BINARY_D);
+    KBUF(&a, o);
+    KBUF(&a, &c->o[1]);
+    KBUF(&a, &c->o[2]);
+    KA(&a, cl_int, c->sub);
+    KA(&a, cl_double, c->s[0]);
+    KA(&a, cl_double, c->s[1]);
+    KA(&a, cl_long, n);
+    KA(&a, cl_int, nd);
+    KMETA(&a, m);
+    return ka_run(&a, (size_t)n, 0);
+  }
   /* fast path: floating ops with their own dtype (comparisons write bool) */
   if (nd == 0 && is_float(o->dtype) && !is_compare(c->sub)) {
     kargs a = ka_begin(s, (clb_kernel)(CLK_BINARY_C0 + c->sub));
@@ -299,8 +331,10 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
       int64_t l;
       uint16_t h;
       uint8_t b;
+      double d;
     } pat;
-    if (o->dtype == AG_F32) pat.f = (float)v;
+    if (o->dtype == AG_F64) pat.d = v;
+    else if (o->dtype == AG_F32) pat.f = (float)v;
     else if (o->dtype == AG_I32) pat.i = (int32_t)v;
     else if (o->dtype == AG_I64) pat.l = sat_int(v, AG_I64);
     else if (o->dtype == AG_U8 || o->dtype == AG_BOOL) pat.b = (uint8_t)sat_int(v, o->dtype);
@@ -309,6 +343,15 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
     cl_int err = clEnqueueFillBuffer(s->q, o->base, &pat, esz, o->offset, (size_t)n * esz, 0,
                                      NULL, NULL);
     return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueFillBuffer");
+  }
+  if (o->dtype == AG_F64) {
+    kargs a = ka_begin(s, CLK_FILL_D);
+    KBUF(&a, o);
+    KA(&a, cl_double, v);
+    KA(&a, cl_long, n);
+    KA(&a, cl_int, nd);
+    KMETA(&a, m);
+    return ka_run(&a, (size_t)n, 0);
   }
   kargs a = ka_begin(s, CLK_FILL);
   KBUF(&a, o);
@@ -324,6 +367,14 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
 static ag_status run_arange(ag_bstream *s, const ag_kernel_call *c) {
   const ag_koperand *o = &c->o[0];
   int64_t n = numel(o);
+  if (o->dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_ARANGE_D);
+    KBUF(&a, o);
+    KA(&a, cl_double, c->s[0]);
+    KA(&a, cl_double, c->s[1]);
+    KA(&a, cl_long, n);
+    return ka_run(&a, (size_t)n, 0);
+  }
   kargs a = ka_begin(s, CLK_ARANGE);
   KBUF(&a, o);
   KA(&a, cl_int, o->dtype);
@@ -380,6 +431,17 @@ static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
 static ag_status run_reduce(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (outer * inner == 0) return AG_OK;
+  if (c->o[1].dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_REDUCE_D);
+    KBUF(&a, &c->o[0]);
+    KBUF(&a, &c->o[1]);
+    KA(&a, cl_int, c->sub);
+    KA(&a, cl_double, c->sub == AG_R_SUM ? c->s[0] : 1.0);
+    KA(&a, cl_long, outer);
+    KA(&a, cl_long, r);
+    KA(&a, cl_long, inner);
+    return ka_run(&a, (size_t)(outer * inner), 0);
+  }
   float scale = c->sub == AG_R_SUM ? (float)c->s[0] : 1.0f;
   if (inner == 1) {
     kargs a = ka_begin(s, CLK_REDUCE_ROWS);
@@ -442,6 +504,16 @@ static ag_status run_sumsq(ag_bstream *s, const ag_kernel_call *c) {
 static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
   int64_t rows = c->i[0], cols = c->i[1];
   if (!rows) return AG_OK;
+  if (c->o[0].dtype == AG_F64) { /* f64.cl: a work-item per row */
+    kargs a = ka_begin(s, bwd ? CLK_SOFTMAX_BWD_D : CLK_SOFTMAX_D);
+    KBUF(&a, &c->o[0]);
+    KBUF(&a, &c->o[1]);
+    if (bwd) KBUF(&a, &c->o[2]);
+    KA(&a, cl_long, rows);
+    KA(&a, cl_long, cols);
+    KA(&a, cl_int, c->sub);
+    return ka_run(&a, (size_t)rows, 0);
+  }
   clb_kernel k = bwd ? CLK_SOFTMAX_BWD : CLK_SOFTMAX;
   kargs a = ka_begin(s, k);
   KBUF(&a, &c->o[0]);
@@ -579,6 +651,17 @@ static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (!outer || !inner) return AG_OK;
   double d = (double)r - c->s[0];
+  if (c->o[1].dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_VAR_D);
+    KBUF(&a, &c->o[0]);
+    KBUF(&a, &c->o[1]);
+    KA(&a, cl_long, outer);
+    KA(&a, cl_long, r);
+    KA(&a, cl_long, inner);
+    KA(&a, cl_double, d > 0 ? d : 0.0);
+    KA(&a, cl_int, c->sub);
+    return ka_run(&a, (size_t)(outer * inner), 0);
+  }
   float den = d > 0 ? (float)d : 0.0f;
   bool rows = inner == 1 && r > 0;
   kargs a = ka_begin(s, rows ? CLK_VAR_ROWS : CLK_VAR_COLS);
@@ -602,6 +685,16 @@ static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
 static ag_status run_cumsum(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (!outer || !r || !inner) return AG_OK;
+  if (c->o[1].dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_CUMSUM_D);
+    KBUF(&a, &c->o[0]);
+    KBUF(&a, &c->o[1]);
+    KA(&a, cl_long, outer);
+    KA(&a, cl_long, r);
+    KA(&a, cl_long, inner);
+    KA(&a, cl_int, c->sub);
+    return ka_run(&a, (size_t)(outer * inner), 0);
+  }
   kargs a = ka_begin(s, CLK_CUMSUM);
   KBUF(&a, &c->o[0]);
   KBUF(&a, &c->o[1]);
@@ -620,10 +713,11 @@ static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
   int64_t items = bwd ? O * I : O * K * I;
   if (!items || (bwd && !X)) return AG_OK;
   const ag_koperand *ix = &c->o[2];
-  kargs a = ka_begin(s, bwd ? CLK_GATHER_BWD : CLK_GATHER);
+  bool f64 = c->o[1].dtype == AG_F64; /* f64.cl */
+  kargs a = ka_begin(s, f64 ? (bwd ? CLK_GATHER_BWD_D : CLK_GATHER_D) : bwd ? CLK_GATHER_BWD : CLK_GATHER);
   KBUF(&a, &c->o[0]);
   KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
+  if (!f64) KA(&a, cl_int, c->o[1].dtype);
   KBUF(&a, ix);
   KA(&a, cl_long, ix->strides[0]);
   KA(&a, cl_long, ix->strides[1]);
@@ -682,6 +776,18 @@ static ag_status run_embedding_bwd(ag_bstream *s, const ag_kernel_call *c) {
   int64_t d = pick(c->i[1], t->ndim > 1 ? t->shape[1] : 1);
   int64_t v = pick(c->i[2], t->ndim ? t->shape[0] : 0);
   if (!n || !d) return AG_OK;
+  if (t->dtype == AG_F64) { /* f64.cl */
+    kargs a = ka_begin(s, CLK_EMB_BWD_D);
+    KBUF(&a, t);
+    KBUF(&a, &c->o[1]);
+    KBUF(&a, &c->o[2]);
+    KA(&a, cl_long, n);
+    KA(&a, cl_long, d);
+    KA(&a, cl_long, v);
+    KA(&a, cl_mem, s->err);
+    s->err_armed = true;
+    return ka_run(&a, (size_t)d, 0);
+  }
   kargs a = ka_begin(s, CLK_EMB_BWD);
   KBUF(&a, t);
   KA(&a, cl_int, t->dtype);
@@ -1138,34 +1244,36 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
 
 bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
   bool fl = is_float(dt), i32 = dt == AG_I32, in = is_int(dt);
+  /* f64: the elementwise kernels of f64.cl, where the device has fp64 */
+  bool f64 = dt == AG_F64 && clb_dev(dev)->fp64;
   switch (op) {
     case AG_K_FILL:
-    case AG_K_WHERE: return fl || in;
-    case AG_K_ARANGE: return fl || (in && dt != AG_BOOL);
+    case AG_K_WHERE: return fl || in || f64;
+    case AG_K_ARANGE: return fl || f64 || (in && dt != AG_BOOL);
     /* i32 indices only (sub 0): the core casts i64 ones */
-    case AG_K_EMBEDDING: return sub == 0 && (fl || i32);
+    case AG_K_EMBEDDING: return sub == 0 && (fl || i32 || f64);
     /* the op table's entries: floats always, integers where the entry has
      * an integer rule (elementwise.cl) */
     case AG_K_UNARY: {
       const ag_unary_info *u = ag_unary_info_of(sub);
-      return u && (fl || (in && u->ints == AG_OPT_INT));
+      return u && (fl || f64 || (in && u->ints == AG_OPT_INT));
     }
     case AG_K_BINARY: {
       const ag_binary_info *b = ag_binary_info_of(sub);
-      return b && (fl || (in && b->ints == AG_OPT_INT));
+      return b && (fl || f64 || (in && b->ints == AG_OPT_INT));
     }
     /* the core sums bool and u8 as i64 */
     case AG_K_REDUCE:
-      return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in) &&
+      return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in || f64) &&
              !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
     case AG_K_SOFTMAX:
-    case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && fl;
+    case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && (fl || f64);
     case AG_K_RAND_UNIFORM:
     case AG_K_RAND_NORMAL:
     case AG_K_MATMUL:
     case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD:
-    case AG_K_EMBEDDING_BWD: return fl && sub == 0;
+    case AG_K_CROSS_ENTROPY_BWD: return fl && sub == 0;
+    case AG_K_EMBEDDING_BWD: return (fl || f64) && sub == 0;
     case AG_K_LAYERNORM:
     case AG_K_LAYERNORM_BWD:
     case AG_K_DROPOUT:
@@ -1184,9 +1292,9 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_RMSNORM:
     case AG_K_RMSNORM_BWD: return fl && sub == 0;
     case AG_K_VAR:
-    case AG_K_CUMSUM: return fl && (sub == 0 || sub == 1);
+    case AG_K_CUMSUM: return (fl || f64) && (sub == 0 || sub == 1);
     case AG_K_GATHER: /* i32 index only: the core narrows i64 */
-    case AG_K_GATHER_BWD: return fl && sub == 0;
+    case AG_K_GATHER_BWD: return (fl || f64) && sub == 0;
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_KOP_COUNT: break;
   }

@@ -109,7 +109,8 @@ static ag_status build(clb_device *d, cl_program *out) {
   /* AG_OPENCL_OPTIONS appends compiler options (e.g. -cl-mad-enable). */
   char opts[512];
   const char *extra = getenv("AG_OPENCL_OPTIONS");
-  snprintf(opts, sizeof opts, "%s %s", CLB_BUILD_OPTIONS, extra ? extra : "");
+  /* -DAG_FP64: f64.cl's kernels, for devices with cl_khr_fp64 */
+  snprintf(opts, sizeof opts, "%s%s %s", CLB_BUILD_OPTIONS, d->fp64 ? " -DAG_FP64=1" : "", extra ? extra : "");
   uint64_t h = 0xcbf29ce484222325ull;
   h = fnv1a(h, clb_kernel_source, clb_kernel_source_len);
   h = fnv1a(h, opts, strlen(opts));

@@ -409,6 +409,21 @@ static bool plan_reduce(const char *name, ag_tensor *a, int n_dims, const int *d
   return pl->src != NULL;
 }
 
+/* Elements per output of a reduction of a over dims (all dims when none
+ * are given); dims out of range count as nothing (plan_reduce reports them). */
+static int64_t reduced_count(const ag_tensor *a, int n_dims, const int *dims) {
+  int64_t r = 1;
+  if (n_dims <= 0 || !dims) {
+    for (int i = 0; i < a->ndim; i++) r *= a->shape[i];
+    return r;
+  }
+  for (int k = 0; k < n_dims && k < a->ndim; k++) {
+    int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
+    if (d >= 0 && d < a->ndim) r *= a->shape[d];
+  }
+  return r;
+}
+
 static ag_tensor *reduce_impl(const char *name, ag_reduce_op rop, ag_gop gop, ag_tensor *a, int n_dims, const int *dims,
                          bool keepdim, bool mean) {
   if (null_args(name, 1, &a)) return NULL;
@@ -418,6 +433,12 @@ static ag_tensor *reduce_impl(const char *name, ag_reduce_op rop, ag_gop gop, ag
     return NULL;
   }
   if (!ag__supported(ds, AG_K_REDUCE, rop, a->dtype, name)) return NULL;
+  if (rop == AG_R_ARGMAX && reduced_count(a, n_dims, dims) > INT32_MAX) {
+    /* checked before any copy: the index would wrap (kernels index in i64) */
+    ag_error_set(AG_ERR_SHAPE, "%s: %lld elements per result, but its index is i32 (at most 2^31-1)", name,
+                 (long long)reduced_count(a, n_dims, dims));
+    return NULL;
+  }
   reduce_plan pl;
   if (!plan_reduce(name, a, n_dims, dims, keepdim, &pl)) return NULL;
   if (pl.r == 0 && rop != AG_R_SUM) {

@@ -174,6 +174,12 @@ static ag_tensor *pool_impl(const char *name, ag_pool_op op, ag_tensor *x, const
   ag_devstate *ds = ag__same_device(name, 1, &x);
   if (!ds) return NULL;
   if (!ag__supported(ds, AG_K_POOL2D, op, x->dtype, name)) return NULL;
+  if (op == AG_P_MAX && x->shape[2] * x->shape[3] > INT32_MAX) {
+    /* the saved argmax is h*W + w in i32 (kops.h); kernels index in i64 */
+    ag_error_set(AG_ERR_SHAPE, "%s: a %lld x %lld plane has more elements than its i32 argmax index can name", name,
+                 (long long)x->shape[2], (long long)x->shape[3]);
+    return NULL;
+  }
   ag_tensor *xc = contig(x);
   int64_t ys[4] = {x->shape[0], x->shape[1], Ho, Wo};
   ag_tensor *y = xc ? ag__tensor_new(ds, x->dtype, 4, ys) : NULL;

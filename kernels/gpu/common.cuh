@@ -1,7 +1,8 @@
 /* Device helpers shared by the kernel sources: storage types and their
  * f32 conversions, Philox 4x32-10, warp/block reductions, and the host-side
  * dispatch over dtypes. f16/bf16 are storage types: every kernel computes in
- * f32 and rounds to nearest even on store, as the CPU backend does. */
+ * f32 and rounds to nearest even on store, as the CPU backend does; f64
+ * computes in f64 (agk_c<T> is a kernel's compute type). */
 #ifndef AG_GPU_COMMON_CUH
 #define AG_GPU_COMMON_CUH
 
@@ -19,7 +20,13 @@ struct agk_f16 { uint16_t x; };
 struct agk_bf16 { uint16_t x; };
 struct agk_bool { uint8_t x; };
 
+/* The compute type of floating storage T: f32, or f64 for f64. */
+template <typename T> struct agk_cty { typedef float type; };
+template <> struct agk_cty<double> { typedef double type; };
+template <typename T> using agk_c = typename agk_cty<T>::type;
+
 AGK_DEV float agk_tof(float v) { return v; }
+AGK_DEV double agk_tof(double v) { return v; }
 AGK_DEV float agk_tof(int32_t v) { return (float)v; }
 AGK_DEV float agk_tof(agk_f16 v) { return __half2float(__ushort_as_half(v.x)); }
 AGK_DEV float agk_tof(agk_bf16 v) { return __uint_as_float((uint32_t)v.x << 16); }
@@ -27,8 +34,10 @@ AGK_DEV float agk_tof(int64_t v) { return (float)v; }
 AGK_DEV float agk_tof(uint8_t v) { return (float)v; }
 AGK_DEV float agk_tof(agk_bool v) { return (float)v.x; }
 
-template <typename T> AGK_DEV T agk_fromf(float f);
+/* From the compute type (f32; f64 for T = double) to storage T. */
+template <typename T> AGK_DEV T agk_fromf(agk_c<T> f);
 template <> AGK_DEV float agk_fromf<float>(float f) { return f; }
+template <> AGK_DEV double agk_fromf<double>(double f) { return f; }
 /* saturating, NaN -> 0, as the CPU reference */
 template <> AGK_DEV int32_t agk_fromf<int32_t>(float f) {
   if (!(f == f)) return 0;
@@ -92,9 +101,11 @@ template <> AGK_DEV agk_bool agk_fromi<agk_bool>(long long v) {
   return r;
 }
 template <> AGK_DEV float agk_fromi<float>(long long v) { return (float)v; }
+template <> AGK_DEV double agk_fromi<double>(long long v) { return (double)v; }
 template <> AGK_DEV agk_f16 agk_fromi<agk_f16>(long long v) { return agk_fromf<agk_f16>((float)v); }
 template <> AGK_DEV agk_bf16 agk_fromi<agk_bf16>(long long v) { return agk_fromf<agk_bf16>((float)v); }
 AGK_DEV float agk_widen(float v) { return v; }
+AGK_DEV double agk_widen(double v) { return v; }
 AGK_DEV float agk_widen(agk_f16 v) { return agk_tof(v); }
 AGK_DEV float agk_widen(agk_bf16 v) { return agk_tof(v); }
 AGK_DEV long long agk_widen(int32_t v) { return v; }
@@ -119,10 +130,20 @@ template <> AGK_DEV agk_bool agk_sat<agk_bool>(double v) {
   r.x = v != 0;
   return r;
 }
+/* From f64: to f32/f16/bf16 through f32 (as the CPU converts), to integers
+ * saturating (NaN -> 0; bool: v != 0). */
+template <typename T> struct agk_from_f64 { static AGK_DEV T go(double v) { return agk_fromf<T>((float)v); } };
+template <> struct agk_from_f64<double> { static AGK_DEV double go(double v) { return v; } };
+template <> struct agk_from_f64<int32_t> { static AGK_DEV int32_t go(double v) { return agk_sat<int32_t>(v); } };
+template <> struct agk_from_f64<int64_t> { static AGK_DEV int64_t go(double v) { return agk_sat<int64_t>(v); } };
+template <> struct agk_from_f64<uint8_t> { static AGK_DEV uint8_t go(double v) { return agk_sat<uint8_t>(v); } };
+template <> struct agk_from_f64<agk_bool> { static AGK_DEV agk_bool go(double v) { return agk_sat<agk_bool>(v); } };
+template <typename T> AGK_DEV T agk_narrow(double v) { return agk_from_f64<T>::go(v); }
 
 /* Compute type: f32 for floating storage, int for i32 (exact integer ops). */
 template <typename T> struct agk_acc { typedef float type; };
 template <> struct agk_acc<int32_t> { typedef int32_t type; };
+template <> struct agk_acc<double> { typedef double type; };
 
 template <typename T> AGK_DEV typename agk_acc<T>::type agk_ld(const T *p) { return agk_tof(*p); }
 template <> AGK_DEV int32_t agk_ld<int32_t>(const int32_t *p) { return *p; }
@@ -151,36 +172,31 @@ AGK_DEV uint32_t agk_lane(uint4 v, int lane) {
 AGK_DEV float agk_u01(uint32_t bits) { return (float)(bits >> 8) * (1.0f / 16777216.0f); }
 
 /* ---- reductions ---- */
-AGK_DEV float agk_warp_sum(float v, int width) {
+/* Math in the compute type (f32 or f64). agk_fexp is the device's fast
+ * exponential in f32 and exp in f64. */
+AGK_DEV float agk_fexp(float v) { return __expf(v); }
+AGK_DEV double agk_fexp(double v) { return exp(v); }
+AGK_DEV float agk_log(float v) { return logf(v); }
+AGK_DEV double agk_log(double v) { return log(v); }
+AGK_DEV float agk_sqrt(float v) { return sqrtf(v); }
+AGK_DEV double agk_sqrt(double v) { return sqrt(v); }
+AGK_DEV float agk_fmax(float a, float b) { return fmaxf(a, b); }
+AGK_DEV double agk_fmax(double a, double b) { return fmax(a, b); }
+template <typename C> AGK_DEV C agk_warp_sum(C v, int width) {
   for (int m = width / 2; m > 0; m >>= 1) v += AGK_SHFL_XOR(v, m, width);
   return v;
 }
-AGK_DEV float agk_warp_max(float v, int width) {
-  for (int m = width / 2; m > 0; m >>= 1) v = fmaxf(v, AGK_SHFL_XOR(v, m, width));
-  return v;
-}
-/* Block-wide sum/max; every thread gets the result. sh needs 32 floats.
+/* Block-wide sum; every thread gets the result. sh needs 32 elements.
  * Safe to call repeatedly (leading barrier protects sh). */
-AGK_DEV float agk_block_sum(float v, float *sh) {
+template <typename C> AGK_DEV C agk_block_sum(C v, C *sh) {
   v = agk_warp_sum(v, AGK_WARP);
   int lane = threadIdx.x % AGK_WARP, w = threadIdx.x / AGK_WARP;
   int nw = (blockDim.x + AGK_WARP - 1) / AGK_WARP;
   __syncthreads();
   if (lane == 0) sh[w] = v;
   __syncthreads();
-  v = 0.f;
+  v = 0;
   for (int i = 0; i < nw; i++) v += sh[i];
-  return v;
-}
-AGK_DEV float agk_block_max(float v, float *sh) {
-  v = agk_warp_max(v, AGK_WARP);
-  int lane = threadIdx.x % AGK_WARP, w = threadIdx.x / AGK_WARP;
-  int nw = (blockDim.x + AGK_WARP - 1) / AGK_WARP;
-  __syncthreads();
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  v = -INFINITY;
-  for (int i = 0; i < nw; i++) v = fmaxf(v, sh[i]);
   return v;
 }
 
@@ -217,8 +233,19 @@ static inline long long agk_wave(const agk_env *env, int threads) {
   return (long long)(env->sm_count > 0 ? env->sm_count : 80) * (2048 / threads) * 4;
 }
 
-/* Host-side dispatch of a functor template over one float dtype. */
+/* Host-side dispatch of a functor template over one float dtype (f64
+ * computes in f64). */
 #define AGK_DISPATCH_FLOAT(dt, T, ...)                      \
+  switch (dt) {                                            \
+    case AG_F32: { typedef float T; __VA_ARGS__; break; }  \
+    case AG_F64: { typedef double T; __VA_ARGS__; break; } \
+    case AG_F16: { typedef agk_f16 T; __VA_ARGS__; break; } \
+    case AG_BF16: { typedef agk_bf16 T; __VA_ARGS__; break; } \
+    default: return gpuErrorNotSupported;                  \
+  }
+/* ... over f32, f16 and bf16: kernels that compute in f32 only (conv2d,
+ * pooling) */
+#define AGK_DISPATCH_F32ISH(dt, T, ...)                     \
   switch (dt) {                                            \
     case AG_F32: { typedef float T; __VA_ARGS__; break; }  \
     case AG_F16: { typedef agk_f16 T; __VA_ARGS__; break; } \
@@ -228,15 +255,17 @@ static inline long long agk_wave(const agk_env *env, int threads) {
 #define AGK_DISPATCH_ALL(dt, T, ...)                        \
   switch (dt) {                                            \
     case AG_F32: { typedef float T; __VA_ARGS__; break; }  \
+    case AG_F64: { typedef double T; __VA_ARGS__; break; } \
     case AG_F16: { typedef agk_f16 T; __VA_ARGS__; break; } \
     case AG_BF16: { typedef agk_bf16 T; __VA_ARGS__; break; } \
     case AG_I32: { typedef int32_t T; __VA_ARGS__; break; } \
     default: return gpuErrorNotSupported;                  \
   }
-/* ... over every dtype the GPU kernels hold (not f64) */
+/* ... over every dtype the GPU kernels hold */
 #define AGK_DISPATCH_EVERY(dt, T, ...)                      \
   switch (dt) {                                            \
     case AG_F32: { typedef float T; __VA_ARGS__; break; }  \
+    case AG_F64: { typedef double T; __VA_ARGS__; break; } \
     case AG_F16: { typedef agk_f16 T; __VA_ARGS__; break; } \
     case AG_BF16: { typedef agk_bf16 T; __VA_ARGS__; break; } \
     case AG_I32: { typedef int32_t T; __VA_ARGS__; break; } \

@@ -387,9 +387,9 @@ template <typename T> __global__ void k_pool_bwd(T *dx, const T *dy, const int32
 
 gpuError_t agk_conv2d(const agk_env *env, const ag_kernel_call *c) {
   switch (c->op) {
-    case AG_K_CONV2D: AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return conv_fwd_go<T>(env, c)); break;
-    case AG_K_CONV2D_BWD_INPUT: AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return conv_bwd_in_go<T>(env, c)); break;
-    case AG_K_CONV2D_BWD_WEIGHT: AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return conv_bwd_w_go<T>(env, c)); break;
+    case AG_K_CONV2D: AGK_DISPATCH_F32ISH(c->o[0].dtype, T, return conv_fwd_go<T>(env, c)); break;
+    case AG_K_CONV2D_BWD_INPUT: AGK_DISPATCH_F32ISH(c->o[0].dtype, T, return conv_bwd_in_go<T>(env, c)); break;
+    case AG_K_CONV2D_BWD_WEIGHT: AGK_DISPATCH_F32ISH(c->o[0].dtype, T, return conv_bwd_w_go<T>(env, c)); break;
     default: break;
   }
   return gpuErrorNotSupported;
@@ -403,11 +403,11 @@ gpuError_t agk_pool2d(const agk_env *env, const ag_kernel_call *c) {
   if (n == 0) return gpuSuccess;
   unsigned blocks = agk_blocks(n, 256, 256, agk_wave(env, 256));
   if (bwd)
-    AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
+    AGK_DISPATCH_F32ISH(c->o[0].dtype, T,
                        agk_launch(k_pool_bwd<T>, blocks, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
                                   (const T *)agk_ptr(&c->o[1]), (const int32_t *)agk_ptr(&c->o[2]), g))
   else
-    AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
+    AGK_DISPATCH_F32ISH(c->o[0].dtype, T,
                        agk_launch(k_pool<T>, blocks, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
                                   (int32_t *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[1]), g))
   return gpuGetLastError();

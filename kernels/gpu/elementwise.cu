@@ -95,38 +95,64 @@ template <typename T, int V> struct alignas(sizeof(T) * V) agk_pack { T v[V]; };
 
 /* ---- ops ---- */
 
-/* The op table's expression language (include/anygrad/optable.h) in
- * single-precision CUDA/HIP C++. */
-#define E_K(c) ((float)(c))
-#define E_EXP(v) expf(v)
-#define E_LOG(v) logf(v)
-#define E_SQRT(v) sqrtf(v)
-#define E_RSQRT(v) (1.0f / sqrtf(v))
-#define E_TANH(v) tanhf(v)
-#define E_SIGMOID(v) (1.0f / (1.0f + expf(-(v))))
-#define E_ERF(v) erff(v)
-#define E_SIN(v) sinf(v)
-#define E_COS(v) cosf(v)
-#define E_LOG1P(v) log1pf(v)
-#define E_EXPM1(v) expm1f(v)
-#define E_FLOOR(v) floorf(v)
-#define E_CEIL(v) ceilf(v)
-#define E_RINT(v) rintf(v)
-#define E_ABS(v) fabsf(v)
-#define E_POW(u, v) powf(u, v)
-#define E_ATAN2(u, v) atan2f(u, v)
-#define E_FMOD(u, v) fmodf(u, v)
+/* The op table's expression language (include/anygrad/optable.h) in CUDA/HIP
+ * C++ for compute type C: single precision (f32, f16, bf16) or double (f64),
+ * each function overloaded on the two. */
+#define AGK_E1(name, f32, f64)                                 \
+  AGK_DEV float name(float v) { return f32; }                  \
+  AGK_DEV double name(double v) { return f64; }
+AGK_E1(e_exp, expf(v), exp(v))
+AGK_E1(e_log, logf(v), log(v))
+AGK_E1(e_sqrt, sqrtf(v), sqrt(v))
+AGK_E1(e_rsqrt, 1.0f / sqrtf(v), 1.0 / sqrt(v))
+AGK_E1(e_tanh, tanhf(v), tanh(v))
+AGK_E1(e_sigmoid, 1.0f / (1.0f + expf(-v)), 1.0 / (1.0 + exp(-v)))
+AGK_E1(e_erf, erff(v), erf(v))
+AGK_E1(e_sin, sinf(v), sin(v))
+AGK_E1(e_cos, cosf(v), cos(v))
+AGK_E1(e_log1p, log1pf(v), log1p(v))
+AGK_E1(e_expm1, expm1f(v), expm1(v))
+AGK_E1(e_floor, floorf(v), floor(v))
+AGK_E1(e_ceil, ceilf(v), ceil(v))
+AGK_E1(e_rint, rintf(v), rint(v))
+AGK_E1(e_abs, fabsf(v), fabs(v))
+#undef AGK_E1
+AGK_DEV float e_pow(float u, float v) { return powf(u, v); }
+AGK_DEV double e_pow(double u, double v) { return pow(u, v); }
+AGK_DEV float e_atan2(float u, float v) { return atan2f(u, v); }
+AGK_DEV double e_atan2(double u, double v) { return atan2(u, v); }
+AGK_DEV float e_fmod(float u, float v) { return fmodf(u, v); }
+AGK_DEV double e_fmod(double u, double v) { return fmod(u, v); }
+#define E_K(c) ((C)(c))
+#define E_EXP(v) e_exp((C)(v))
+#define E_LOG(v) e_log((C)(v))
+#define E_SQRT(v) e_sqrt((C)(v))
+#define E_RSQRT(v) e_rsqrt((C)(v))
+#define E_TANH(v) e_tanh((C)(v))
+#define E_SIGMOID(v) e_sigmoid((C)(v))
+#define E_ERF(v) e_erf((C)(v))
+#define E_SIN(v) e_sin((C)(v))
+#define E_COS(v) e_cos((C)(v))
+#define E_LOG1P(v) e_log1p((C)(v))
+#define E_EXPM1(v) e_expm1((C)(v))
+#define E_FLOOR(v) e_floor((C)(v))
+#define E_CEIL(v) e_ceil((C)(v))
+#define E_RINT(v) e_rint((C)(v))
+#define E_ABS(v) e_abs((C)(v))
+#define E_POW(u, v) e_pow((C)(u), (C)(v))
+#define E_ATAN2(u, v) e_atan2((C)(u), (C)(v))
+#define E_FMOD(u, v) e_fmod((C)(u), (C)(v))
 #define GPU_SAVE_NG(v)
 #define GPU_SAVE_N(v)
-#define GPU_SAVE_X(v) const float x = v;
-#define GPU_SAVE_Y(v) const float y = v;
+#define GPU_SAVE_X(v) const C x = v;
+#define GPU_SAVE_Y(v) const C y = v;
 #define GPU_UNARY_CASE(ID, name, api, fwd, ...) \
   case AG_U_##ID: return (fwd);
 #define GPU_BINARY_CASE(ID, name, api, fwd, ...) \
   case AG_B_##ID: return (fwd);
 #define GPU_BWD_CASE(ID, name, api, fwd, save, bwd, ...)                                    \
   AG_OPT_IF(AG_OPT_HAS_BWD_##save)(case AG_B_##ID##_BWD: {                                  \
-    const float g = a;                                                                       \
+    const C g = a;                                                                           \
     GPU_SAVE_##save(b)(void) g;                                                              \
     return (bwd);                                                                            \
   })
@@ -135,14 +161,14 @@ template <typename T, int V> struct alignas(sizeof(T) * V) agk_pack { T v[V]; };
 
 /* Every unary sub-op of the table; NaN for one outside it (the core
  * refuses those before launch). */
-AGK_DEV float unary_f(int op, float x, float s0, float s1) {
+template <typename C> AGK_DEV C unary_f(int op, C x, C s0, C s1) {
   switch (op) {
     AG_UNARY_OPS(GPU_UNARY_CASE)
   }
   return NAN;
 }
 /* Every binary sub-op: forward, unary backward, partial derivatives. */
-AGK_DEV float binary_f(int op, float a, float b, float s0, float s1) {
+template <typename C> AGK_DEV C binary_f(int op, C a, C b, C s0, C s1) {
   (void)s1;
   switch (op) {
     AG_BINARY_OPS(GPU_BINARY_CASE)
@@ -215,7 +241,11 @@ template <typename TO, typename TI> struct UnaryOp {
   int op;
   float s0, s1;
   double d0, d1;
-  AGK_DEV TO operator()(TI x) const { return agk_fromf<TO>(unary_f(op, agk_tof(x), s0, s1)); }
+  /* the compute type's scalars: (float)d0 is s0 */
+  AGK_DEV TO operator()(TI x) const {
+    typedef agk_c<TI> C;
+    return agk_fromf<TO>(unary_f<C>(op, agk_tof(x), (C)d0, (C)d1));
+  }
 };
 template <> struct UnaryOp<int32_t, int32_t> {
   int op;
@@ -236,19 +266,22 @@ template <typename T> struct BinaryOpL {
 template <typename T> struct BinaryOp {
   int op;
   float s0, s1;
-  double d0;
-  AGK_DEV T operator()(T a, T b) const { return agk_fromf<T>(binary_f(op, agk_tof(a), agk_tof(b), s0, s1)); }
+  double d0, d1;
+  AGK_DEV T operator()(T a, T b) const {
+    typedef agk_c<T> C;
+    return agk_fromf<T>(binary_f<C>(op, agk_tof(a), agk_tof(b), (C)d0, (C)d1));
+  }
 };
 template <> struct BinaryOp<int32_t> {
   int op;
   float s0, s1;
-  double d0;
+  double d0, d1;
   AGK_DEV int32_t operator()(int32_t a, int32_t b) const { return binary_i(op, a, b, d0); }
 };
 
 /* ---- unary ---- */
 /* Casts: integers through i64 (exact between integer dtypes), floats
- * through f32 (saturating into integers; bool is x != 0). */
+ * through f32, f64 through f64 (saturating into integers; bool is x != 0). */
 template <typename TO, typename TI> struct CastOp {
   AGK_DEV TO operator()(TI x) const { return agk_narrow<TO>(agk_widen(x)); }
 };
@@ -328,7 +361,7 @@ gpuError_t agk_unary(const agk_env *env, const ag_kernel_call *c) {
   if (to == ti && c->sub == AG_U_COPY) {
     if (to == AG_F32 || to == AG_I32) return unary_run<uint32_t, uint32_t>(env, c, RawCopy<uint32_t>());
     if (to == AG_F16 || to == AG_BF16) return unary_run<uint16_t, uint16_t>(env, c, RawCopy<uint16_t>());
-    if (to == AG_I64) return unary_run<uint64_t, uint64_t>(env, c, RawCopy<uint64_t>());
+    if (to == AG_I64 || to == AG_F64) return unary_run<uint64_t, uint64_t>(env, c, RawCopy<uint64_t>());
     if (to == AG_U8 || to == AG_BOOL) return unary_run<uint8_t, uint8_t>(env, c, RawCopy<uint8_t>());
   }
   /* the op switch is instantiated per dtype only; casts get a lean functor */
@@ -388,6 +421,7 @@ template <typename T> static gpuError_t binary_go(const agk_env *env, const ag_k
   f.s0 = (float)c->s[0];
   f.s1 = (float)c->s[1];
   f.d0 = c->s[0];
+  f.d1 = c->s[1];
   return binary_run<T>(env, c, f);
 }
 template <typename T> static gpuError_t binary_l_go(const agk_env *env, const ag_kernel_call *c) {
@@ -398,7 +432,7 @@ template <typename T> static gpuError_t binary_l_go(const agk_env *env, const ag
 }
 
 /* Comparisons: inputs of any dtype compared in their compute type (f32 for
- * floating storage, i64 for integers), output bool. */
+ * f32/f16/bf16, f64 for f64, i64 for integers), output bool. */
 template <typename V> AGK_DEV bool cmp_v(int op, V a, V b) {
   switch (op) {
     case AG_B_EQ: return a == b;
@@ -459,7 +493,7 @@ gpuError_t agk_where(const agk_env *env, const ag_kernel_call *c) {
    * same-sized integers; the condition is read in its own dtype. */
   unsigned g = ew_grid(env, d.numel);
   ag_dtype dt = c->o[0].dtype;
-  size_t es = dt == AG_F32 || dt == AG_I32 ? 4 : dt == AG_I64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 2;
+  size_t es = dt == AG_F32 || dt == AG_I32 ? 4 : dt == AG_I64 || dt == AG_F64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 2;
   AGK_DISPATCH_EVERY(c->o[1].dtype, TC,
                    if (es == 4) agk_launch(k_where<int32_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d);
                    else if (es == 8) agk_launch(k_where<uint64_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d);
@@ -528,6 +562,7 @@ gpuError_t agk_fill(const agk_env *env, const ag_kernel_call *c) {
   float f = (float)c->s[0];
   switch (c->o[0].dtype) {
     case AG_F32: return fill_go<float>(env, c, f);
+    case AG_F64: return fill_go<double>(env, c, c->s[0]);
     case AG_I32: return fill_go<int32_t>(env, c, (int32_t)c->s[0]);
     /* saturated as a cast from a floating value (host copies of agk_sat) */
     case AG_I64: {
@@ -557,7 +592,11 @@ gpuError_t agk_fill(const agk_env *env, const ag_kernel_call *c) {
 template <typename T> __global__ void k_arange(T *o, long long n, double start, double step) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-    o[i] = agk_fromf<T>((float)(start + (double)i * step));
+    o[i] = agk_narrow<T>((float)(start + (double)i * step));
+}
+template <> __global__ void k_arange<double>(double *o, long long n, double start, double step) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) o[i] = start + (double)i * step;
 }
 template <> __global__ void k_arange<int32_t>(int32_t *o, long long n, double start, double step) {
   long long stride = (long long)gridDim.x * blockDim.x;
@@ -583,6 +622,24 @@ AGK_DEV float agk_normal(uint32_t a, uint32_t b) {
   float u1 = ((float)(a >> 8) + 1.0f) * (1.0f / 16777216.0f); /* (0, 1] */
   float u2 = (float)(b >> 8) * (1.0f / 16777216.0f);
   return __fmul_rn(sqrtf(-2.0f * logf(u1)), cosf(__fmul_rn(6.2831855f, u2)));
+}
+
+/* f64: the same f32 uniforms, scaled and transformed in f64 (as the CPU) */
+AGK_DEV double agk_normal_d(uint32_t a, uint32_t b) {
+  float u1 = ((float)(a >> 8) + 1.0f) * (1.0f / 16777216.0f);
+  float u2 = (float)(b >> 8) * (1.0f / 16777216.0f);
+  return sqrt(-2.0 * log((double)u1)) * cos(6.283185307179586 * (double)u2);
+}
+__global__ void k_rand_f64(double *o, long long n, uint64_t seed, uint64_t offset, int normal, double lo, double scale) {
+  int per = normal ? 2 : 4;
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b * per < n; b += stride) {
+    long long first = b * per;
+    uint4 r = agk_philox(offset + (uint64_t)b, seed);
+    for (int j = 0; j < per && first + j < n; j++)
+      o[first + j] = normal ? agk_normal_d(agk_lane(r, 2 * j), agk_lane(r, 2 * j + 1)) * scale + lo
+                            : (double)agk_u01(agk_lane(r, j)) * scale + lo;
+  }
 }
 
 template <typename T>
@@ -611,6 +668,12 @@ gpuError_t agk_rand(const agk_env *env, const ag_kernel_call *c) {
   if (n == 0) return gpuSuccess;
   int normal = c->op == AG_K_RAND_NORMAL;
   long long blocks = (n + (normal ? 1 : 3)) / (normal ? 2 : 4);
+  if (c->o[0].dtype == AG_F64) {
+    agk_launch(k_rand_f64, agk_blocks(blocks, 256, 256, agk_wave(env, 256)), 256, 0, env->stream,
+               (double *)agk_ptr(&c->o[0]), n, c->seed, c->offset, normal, c->s[0],
+               normal ? c->s[1] : c->s[1] - c->s[0]);
+    return gpuGetLastError();
+  }
   AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
                      agk_launch(k_rand<T>, agk_blocks(blocks, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, 
                          (T *)agk_ptr(&c->o[0]), n, c->seed, c->offset, normal, (float)c->s[0],
@@ -627,8 +690,8 @@ __global__ void k_dropout(T *o, const T *x, T *m, long long n, uint64_t seed, ui
     for (int j = 0; j < 4 && first + j < n; j++) {
       /* the product in f64 as the CPU reference computes it */
       double keep = agk_u01(agk_lane(r, j)) >= p ? scale : 0.0;
-      o[first + j] = agk_fromf<T>((float)((double)agk_tof(x[first + j]) * keep));
-      if (m) m[first + j] = agk_fromf<T>((float)keep);
+      o[first + j] = agk_narrow<T>((double)agk_tof(x[first + j]) * keep);
+      if (m) m[first + j] = agk_narrow<T>(keep);
     }
   }
 }

@@ -1,5 +1,6 @@
 /* Our own batched GEMM for AG_K_MATMUL: 64x64 output tiles, 16-deep k steps
- * through shared memory, 4x4 outputs per thread, f32 accumulation. It is the
+ * through shared memory, 4x4 outputs per thread, f32 accumulation (f64 for
+ * f64). It is the
  * HIP backend's path when no rocBLAS/hipBLAS is found and is selectable on
  * CUDA (AG_GPU_GEMM=own) so it is tested on NVIDIA too. Operands are row- or
  * column-major; tile loads follow the layout so they stay coalesced. */
@@ -29,10 +30,10 @@ agk_mat agk_mat_of(const ag_koperand *o) {
 /* One 64x64 output tile at (m0, n0) of the matrices at A, B, C. */
 template <typename T>
 AGK_DEV void gemm_tile(T *C, const T *A, const T *B, long long M, long long N, long long K, long long sam,
-                       long long sak, long long sbk, long long sbn, float alpha, float beta, long long m0,
-                       long long n0, float (*As)[GB_M + 4], float (*Bs)[GB_N + 4]) {
+                       long long sak, long long sbk, long long sbn, agk_c<T> alpha, agk_c<T> beta, long long m0,
+                       long long n0, agk_c<T> (*As)[GB_M + 4], agk_c<T> (*Bs)[GB_N + 4]) {
   int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  float acc[4][4];
+  agk_c<T> acc[4][4];
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -56,7 +57,7 @@ AGK_DEV void gemm_tile(T *C, const T *A, const T *B, long long M, long long N, l
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < GB_K; kk++) {
-      float a[4], b[4];
+      agk_c<T> a[4], b[4];
 #pragma unroll
       for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
 #pragma unroll
@@ -76,7 +77,7 @@ AGK_DEV void gemm_tile(T *C, const T *A, const T *B, long long M, long long N, l
     for (int j = 0; j < 4; j++) {
       long long gn = n0 + tx + 16 * j;
       if (gn >= N) continue;
-      float v = alpha * acc[i][j];
+      agk_c<T> v = alpha * acc[i][j];
       if (beta != 0.f) v += beta * agk_tof(C[gm * N + gn]);
       C[gm * N + gn] = agk_fromf<T>(v);
     }
@@ -91,10 +92,10 @@ AGK_DEV void gemm_tile(T *C, const T *A, const T *B, long long M, long long N, l
 template <typename T, bool FLAT>
 __global__ void __launch_bounds__(256) k_gemm(T *C, const T *A, const T *B, long long M, long long N, long long K,
                                               long long sam, long long sak, long long sab, long long sbk,
-                                              long long sbn, long long sbb, float alpha, float beta,
+                                              long long sbn, long long sbb, agk_c<T> alpha, agk_c<T> beta,
                                               long long ntn, long long ntiles) {
-  __shared__ float As[GB_K][GB_M + 4];
-  __shared__ float Bs[GB_K][GB_N + 4];
+  __shared__ agk_c<T> As[GB_K][GB_M + 4];
+  __shared__ agk_c<T> Bs[GB_K][GB_N + 4];
   if (!FLAT) {
     long long bz = blockIdx.z;
     gemm_tile(C + bz * M * N, A + bz * sab, B + bz * sbb, M, N, K, sam, sak, sbk, sbn, alpha, beta,
@@ -127,11 +128,11 @@ template <typename T> static gpuError_t gemm_go(const agk_env *env, const ag_ker
   if (ntm <= 65535 && batch <= 65535 && ntn < (1LL << 24))
     agk_launch(k_gemm<T, false>, dim3((unsigned)ntn, (unsigned)ntm, (unsigned)batch), 256, 0, env->stream,
                (T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K, sam, sak, sab, sbk, sbn, sbb,
-               (float)c->s[0], (float)c->s[1], ntn, ntiles);
+               (agk_c<T>)c->s[0], (agk_c<T>)c->s[1], ntn, ntiles);
   else
     agk_launch(k_gemm<T, true>, agk_blocks(ntiles, 1, 256, agk_wave(env, 256)), 256, 0, env->stream,
                (T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K, sam, sak, sab, sbk, sbn, sbb,
-               (float)c->s[0], (float)c->s[1], ntn, ntiles);
+               (agk_c<T>)c->s[0], (agk_c<T>)c->s[1], ntn, ntiles);
   return gpuGetLastError();
 }
 

@@ -9,6 +9,9 @@ file(GLOB AG_GPU_HEADERS CONFIGURE_DEPENDS ${AG_GPU_DIR}/*.h ${AG_GPU_DIR}/*.cuh
 option(AG_GPU_WERROR "Treat warnings as errors in GPU sources" ${AG_WERROR}) # off when embedded
 
 # ag_gpu_objects(<out_var> <tag> <compiler> <flags...> SOURCES <files...>)
+# Each object's per-kernel resource report (registers, shared memory, spills:
+# the compiler flags that print it are in FLAGS) is kept next to it as
+# <object>.res for scripts/gpu_resources.py.
 function(ag_gpu_objects out tag compiler)
   cmake_parse_arguments(A "" "" "FLAGS;SOURCES" ${ARGN})
   set(_objs)
@@ -16,8 +19,10 @@ function(ag_gpu_objects out tag compiler)
     get_filename_component(_n ${_src} NAME_WE)
     set(_o ${CMAKE_CURRENT_BINARY_DIR}/${tag}_${_n}.o)
     add_custom_command(OUTPUT ${_o}
-      COMMAND ${compiler} ${A_FLAGS} -I${PROJECT_SOURCE_DIR}/include -I${AG_GPU_DIR} -c ${_src} -o ${_o}
-      DEPENDS ${_src} ${AG_GPU_HEADERS}
+      BYPRODUCTS ${_o}.res
+      COMMAND sh ${AG_GPU_DIR}/compile_res.sh ${_o}.res ${compiler} ${A_FLAGS} -I${PROJECT_SOURCE_DIR}/include
+              -I${AG_GPU_DIR} -c ${_src} -o ${_o}
+      DEPENDS ${_src} ${AG_GPU_HEADERS} ${AG_GPU_DIR}/compile_res.sh
       COMMENT "${tag}: ${_n}"
       VERBATIM)
     list(APPEND _objs ${_o})

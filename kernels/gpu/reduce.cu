@@ -71,9 +71,9 @@ template <typename T, typename A> AGK_DEV void red_store(T *out, long long j, ag
   if (op == AG_R_ARGMAX)
     ((int32_t *)out)[j] = red_index(p.i);
   else if (op == AG_R_SUM)
-    out[j] = agk_fromf<T>((float)(p.v * (A)scale));
+    out[j] = agk_fromf<T>((agk_c<T>)(p.v * (A)scale));
   else
-    out[j] = agk_fromf<T>((float)p.v);
+    out[j] = agk_fromf<T>((agk_c<T>)p.v);
 }
 template <typename A> AGK_DEV void red_store_i32(int32_t *out, long long j, agk_pair<A> p, int op, double scale) {
   /* a sum beyond the i32 range saturates, as the CPU stores it */
@@ -258,6 +258,7 @@ template <typename T, typename A> static gpuError_t reduce_go(const agk_env *env
 gpuError_t agk_reduce(const agk_env *env, const ag_kernel_call *c) {
   switch (c->o[1].dtype) {
     case AG_F32: return reduce_go<float, float>(env, c);
+    case AG_F64: return reduce_go<double, double>(env, c);
     case AG_F16: return reduce_go<agk_f16, float>(env, c);
     case AG_BF16: return reduce_go<agk_bf16, float>(env, c);
     case AG_I32: return reduce_go<int32_t, double>(env, c);
@@ -272,30 +273,29 @@ gpuError_t agk_reduce(const agk_env *env, const ag_kernel_call *c) {
 /* A row is handled by TPR threads: a sub-warp group (TPR <= 32, several rows
  * per block) or the whole block (TPR == blockDim.x). */
 
-template <int TPR> AGK_DEV float row_sum(float v, float *sh) {
+template <int TPR, typename C> AGK_DEV C row_sum(C v, C *sh) {
   if (TPR <= 32) return agk_warp_sum(v, TPR);
   return agk_block_sum(v, sh);
 }
-template <int TPR> AGK_DEV float row_max(float v, float *sh) {
-  if (TPR <= 32) return agk_warp_max(v, TPR);
-  return agk_block_max(v, sh);
-}
 /* (m, s) pairs of the online softmax: s = sum(exp(x - m)). Combining never
- * evaluates exp(-inf - -inf). The row kernels use the fast __expf: its
+ * evaluates exp(-inf - -inf). The f32 row kernels use the fast __expf: its
  * error grows with |x| (CUDA: 2 + 1.17|x| ulp) but x = logit - max <= 0 and
  * a term with large |x| is a negligible share of the row; docs/gpu.md
- * bounds the effect on probabilities and the loss. */
-AGK_DEV void ms_comb(float &m, float &s, float m2, float s2) {
+ * bounds the effect on probabilities and the loss. f64 uses exp. */
+template <typename C> AGK_DEV void ms_comb(C &m, C &s, C m2, C s2) {
   if (m2 == -INFINITY) return;
   if (m == -INFINITY) { m = m2; s = s2; return; }
-  float mm = fmaxf(m, m2);
-  s = s * __expf(m - mm) + s2 * __expf(m2 - mm);
+  C mm = agk_fmax(m, m2);
+  s = s * agk_fexp(m - mm) + s2 * agk_fexp(m2 - mm);
   m = mm;
 }
-template <int TPR> AGK_DEV void row_ms(float &m, float &s, float *sh) {
+/* sh holds 16 warps' (m, s): at most 512 threads per row group, which
+ * ROW_LAUNCH's launch bounds guarantee. */
+template <int TPR, typename C> AGK_DEV void row_ms(C &m, C &s, C *sh) {
+  static_assert(TPR <= 512, "row_ms keeps 16 warps' pairs in 32 shared slots");
   const int w = TPR <= 32 ? TPR : AGK_WARP;
   for (int k = w / 2; k > 0; k >>= 1) {
-    float m2 = AGK_SHFL_XOR(m, k, w), s2 = AGK_SHFL_XOR(s, k, w);
+    C m2 = AGK_SHFL_XOR(m, k, w), s2 = AGK_SHFL_XOR(s, k, w);
     ms_comb(m, s, m2, s2);
   }
   if (TPR <= 32) return;
@@ -304,22 +304,23 @@ template <int TPR> AGK_DEV void row_ms(float &m, float &s, float *sh) {
   if (lane == 0) { sh[wi] = m; sh[16 + wi] = s; }
   __syncthreads();
   m = -INFINITY;
-  s = 0.f;
+  s = 0;
   for (int i = 0; i < nw; i++) ms_comb(m, s, sh[i], sh[16 + i]);
 }
 /* Max and sum of exp of a row in one pass over memory (online softmax):
  * sum(exp(x - m)) = s. */
 template <int TPR, typename T>
-AGK_DEV void row_stats(const T *x, long long C, int lane, float *sh, float *out_m, float *out_s) {
-  float m = -INFINITY, s = 0.f;
+AGK_DEV void row_stats(const T *x, long long C, int lane, agk_c<T> *sh, agk_c<T> *out_m, agk_c<T> *out_s) {
+  typedef agk_c<T> Tc;
+  Tc m = -INFINITY, s = 0;
   for (long long j = lane; j < C; j += TPR) {
-    float v = agk_tof(x[j]);
+    Tc v = agk_tof(x[j]);
     if (v == -INFINITY) continue;
     if (v > m) {
-      s = (m == -INFINITY ? 0.f : s * __expf(m - v)) + 1.f;
+      s = (m == -INFINITY ? (Tc)0 : s * agk_fexp(m - v)) + 1;
       m = v;
     } else {
-      s += __expf(v - m);
+      s += agk_fexp(v - m);
     }
   }
   row_ms<TPR>(m, s, sh);
@@ -327,43 +328,47 @@ AGK_DEV void row_stats(const T *x, long long C, int lane, float *sh, float *out_
   *out_s = s;
 }
 
+/* The block size of a row kernel (ROW_LAUNCH): 256 threads for sub-warp
+ * rows, TPR for whole-block rows, at most 512 (row_ms's shared pairs). */
+#define AGK_ROW_BOUNDS(TPR) __launch_bounds__((TPR) <= 32 ? 256 : (TPR))
+
 /* Rows in a grid-stride loop (the grid is bounded, agk_blocks): a group of
  * TPR <= 32 lanes (blockDim.x / TPR rows per block) or the whole block
  * (TPR == blockDim.x, uniform over the block) takes a row per iteration. */
 #define ROW_LOOP(TPR)                                                                              \
-  __shared__ float sh[32];                                                                        \
+  __shared__ agk_c<T> sh[32];                                                                     \
   int lane = (TPR) <= 32 ? threadIdx.x % (TPR) : threadIdx.x;                                     \
   long long rpb = (TPR) <= 32 ? blockDim.x / (TPR) : 1;                                           \
   for (long long row = (long long)blockIdx.x * rpb + ((TPR) <= 32 ? threadIdx.x / (TPR) : 0); row < R; \
        row += (long long)gridDim.x * rpb)
 
-template <int TPR, typename T> __global__ void k_softmax(T *y, const T *x, long long R, long long C, int log) {
+template <int TPR, typename T> __global__ void AGK_ROW_BOUNDS(TPR) k_softmax(T *y, const T *x, long long R, long long C, int log) {
   ROW_LOOP(TPR) {
-    float m, s;
+    agk_c<T> m, s;
     row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
-    float ls = logf(s);
-    float inv = 1.f / s;
+    agk_c<T> ls = agk_log(s);
+    agk_c<T> inv = 1.f / s;
     for (long long j = lane; j < C; j += TPR) {
-      float v = agk_tof(x[row * C + j]) - m;
-      y[row * C + j] = agk_fromf<T>(log ? v - ls : __expf(v) * inv);
+      agk_c<T> v = agk_tof(x[row * C + j]) - m;
+      y[row * C + j] = agk_fromf<T>(log ? v - ls : agk_fexp(v) * inv);
     }
   }
 }
 template <int TPR, typename T>
-__global__ void k_softmax_bwd(T *dx, const T *dy, const T *y, long long R, long long C, int log) {
+__global__ void AGK_ROW_BOUNDS(TPR) k_softmax_bwd(T *dx, const T *dy, const T *y, long long R, long long C, int log) {
   ROW_LOOP(TPR) {
     const T *dyr = dy + row * C, *yr = y + row * C;
-    float s = 0.f;
+    agk_c<T> s = 0.f;
     for (long long j = lane; j < C; j += TPR) s += log ? agk_tof(dyr[j]) : agk_tof(dyr[j]) * agk_tof(yr[j]);
     s = row_sum<TPR>(s, sh);
     for (long long j = lane; j < C; j += TPR) {
-      float g = agk_tof(dyr[j]), v = agk_tof(yr[j]);
-      dx[row * C + j] = agk_fromf<T>(log ? g - __expf(v) * s : v * (g - s));
+      agk_c<T> g = agk_tof(dyr[j]), v = agk_tof(yr[j]);
+      dx[row * C + j] = agk_fromf<T>(log ? g - agk_fexp(v) * s : v * (g - s));
     }
   }
 }
 template <int TPR, typename T>
-__global__ void k_xent(float *loss, const T *x, const void *t, int t64, long long R, long long C, long long ignore,
+__global__ void AGK_ROW_BOUNDS(TPR) k_xent(agk_c<T> *loss, const T *x, const void *t, int t64, long long R, long long C, long long ignore,
                        ag_kernel_error *err) {
   ROW_LOOP(TPR) {
     long long tg = agk_idx(t, t64, row);
@@ -378,13 +383,13 @@ __global__ void k_xent(float *loss, const T *x, const void *t, int t64, long lon
       }
       continue;
     }
-    float m, s;
+    agk_c<T> m, s;
     row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
-    if (lane == 0) loss[row] = logf(s) + m - agk_tof(x[row * C + tg]);
+    if (lane == 0) loss[row] = agk_log(s) + m - agk_tof(x[row * C + tg]);
   }
 }
 template <int TPR, typename T>
-__global__ void k_xent_bwd(T *dl, const T *x, const void *t, int t64, const float *g, long long gs, long long R,
+__global__ void AGK_ROW_BOUNDS(TPR) k_xent_bwd(T *dl, const T *x, const void *t, int t64, const agk_c<T> *g, long long gs, long long R,
                            long long C, long long ignore) {
   ROW_LOOP(TPR) {
     long long tg = agk_idx(t, t64, row);
@@ -393,31 +398,31 @@ __global__ void k_xent_bwd(T *dl, const T *x, const void *t, int t64, const floa
       for (long long j = lane; j < C; j += TPR) d[j] = agk_fromf<T>(0.f);
       continue;
     }
-    float m, s;
+    agk_c<T> m, s;
     row_stats<TPR>(x + row * C, C, lane, sh, &m, &s);
-    float gr = g[row * gs], inv = 1.f / s;
+    agk_c<T> gr = g[row * gs], inv = 1.f / s;
     for (long long j = lane; j < C; j += TPR) {
-      float p = __expf(agk_tof(x[row * C + j]) - m) * inv;
+      agk_c<T> p = agk_fexp(agk_tof(x[row * C + j]) - m) * inv;
       d[j] = agk_fromf<T>((p - (j == tg ? 1.f : 0.f)) * gr);
     }
   }
 }
 template <int TPR, typename T>
-__global__ void k_layernorm(T *y, float *mean, float *rstd, const T *x, const T *w, const T *b, long long R,
-                            long long D, float eps) {
+__global__ void AGK_ROW_BOUNDS(TPR) k_layernorm(T *y, agk_c<T> *mean, agk_c<T> *rstd, const T *x, const T *w, const T *b, long long R,
+                            long long D, agk_c<T> eps) {
   ROW_LOOP(TPR) {
     const T *xr = x + row * D;
-    float s = 0.f;
+    agk_c<T> s = 0.f;
     for (long long j = lane; j < D; j += TPR) s += agk_tof(xr[j]);
-    float mu = row_sum<TPR>(s, sh) / (float)D;
-    float v = 0.f;
+    agk_c<T> mu = row_sum<TPR>(s, sh) / (agk_c<T>)D;
+    agk_c<T> v = 0.f;
     for (long long j = lane; j < D; j += TPR) {
-      float d = agk_tof(xr[j]) - mu;
+      agk_c<T> d = agk_tof(xr[j]) - mu;
       v += d * d;
     }
-    float rs = 1.f / sqrtf(row_sum<TPR>(v, sh) / (float)D + eps);
+    agk_c<T> rs = 1.f / agk_sqrt(row_sum<TPR>(v, sh) / (agk_c<T>)D + eps);
     for (long long j = lane; j < D; j += TPR) {
-      float h = (agk_tof(xr[j]) - mu) * rs;
+      agk_c<T> h = (agk_tof(xr[j]) - mu) * rs;
       if (w) h *= agk_tof(w[j]);
       if (b) h += agk_tof(b[j]);
       y[row * D + j] = agk_fromf<T>(h);
@@ -429,39 +434,39 @@ __global__ void k_layernorm(T *y, float *mean, float *rstd, const T *x, const T 
   }
 }
 template <int TPR, typename T>
-__global__ void k_layernorm_bwd(T *dx, const T *dy, const T *x, const float *mean, const float *rstd, const T *w,
+__global__ void AGK_ROW_BOUNDS(TPR) k_layernorm_bwd(T *dx, const T *dy, const T *x, const agk_c<T> *mean, const agk_c<T> *rstd, const T *w,
                                 long long R, long long D) {
   ROW_LOOP(TPR) {
     const T *dyr = dy + row * D, *xr = x + row * D;
-    float mu = mean[row], rs = rstd[row];
-    float a = 0.f, bsum = 0.f;
+    agk_c<T> mu = mean[row], rs = rstd[row];
+    agk_c<T> a = 0.f, bsum = 0.f;
     for (long long j = lane; j < D; j += TPR) {
-      float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
+      agk_c<T> g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
       a += g;
       bsum += g * (agk_tof(xr[j]) - mu) * rs;
     }
-    a = row_sum<TPR>(a, sh) / (float)D;
-    bsum = row_sum<TPR>(bsum, sh) / (float)D;
+    a = row_sum<TPR>(a, sh) / (agk_c<T>)D;
+    bsum = row_sum<TPR>(bsum, sh) / (agk_c<T>)D;
     for (long long j = lane; j < D; j += TPR) {
-      float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
-      float h = (agk_tof(xr[j]) - mu) * rs;
+      agk_c<T> g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
+      agk_c<T> h = (agk_tof(xr[j]) - mu) * rs;
       dx[row * D + j] = agk_fromf<T>(rs * (g - a - h * bsum));
     }
   }
 }
 /* RMS norm: rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd * w. */
 template <int TPR, typename T>
-__global__ void k_rmsnorm(T *y, float *rstd, const T *x, const T *w, long long R, long long D, float eps) {
+__global__ void AGK_ROW_BOUNDS(TPR) k_rmsnorm(T *y, agk_c<T> *rstd, const T *x, const T *w, long long R, long long D, agk_c<T> eps) {
   ROW_LOOP(TPR) {
     const T *xr = x + row * D;
-    float s = 0.f;
+    agk_c<T> s = 0.f;
     for (long long j = lane; j < D; j += TPR) {
-      float v = agk_tof(xr[j]);
+      agk_c<T> v = agk_tof(xr[j]);
       s += v * v;
     }
-    float rs = 1.f / sqrtf(row_sum<TPR>(s, sh) / (float)D + eps);
+    agk_c<T> rs = 1.f / agk_sqrt(row_sum<TPR>(s, sh) / (agk_c<T>)D + eps);
     for (long long j = lane; j < D; j += TPR) {
-      float h = agk_tof(xr[j]) * rs;
+      agk_c<T> h = agk_tof(xr[j]) * rs;
       if (w) h *= agk_tof(w[j]);
       y[row * D + j] = agk_fromf<T>(h);
     }
@@ -470,15 +475,15 @@ __global__ void k_rmsnorm(T *y, float *rstd, const T *x, const T *w, long long R
 }
 /* dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * w. */
 template <int TPR, typename T>
-__global__ void k_rmsnorm_bwd(T *dx, const T *dy, const T *x, const float *rstd, const T *w, long long R,
+__global__ void AGK_ROW_BOUNDS(TPR) k_rmsnorm_bwd(T *dx, const T *dy, const T *x, const agk_c<T> *rstd, const T *w, long long R,
                               long long D) {
   ROW_LOOP(TPR) {
     const T *dyr = dy + row * D, *xr = x + row * D;
-    float rs = rstd[row], s = 0.f;
+    agk_c<T> rs = rstd[row], s = 0.f;
     for (long long j = lane; j < D; j += TPR) s += agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f) * agk_tof(xr[j]);
-    s = row_sum<TPR>(s, sh) / (float)D * rs * rs;
+    s = row_sum<TPR>(s, sh) / (agk_c<T>)D * rs * rs;
     for (long long j = lane; j < D; j += TPR) {
-      float g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
+      agk_c<T> g = agk_tof(dyr[j]) * (w ? agk_tof(w[j]) : 1.f);
       dx[row * D + j] = agk_fromf<T>(rs * (g - agk_tof(xr[j]) * s));
     }
   }
@@ -488,18 +493,18 @@ __global__ void k_rmsnorm_bwd(T *dx, const T *dy, const T *x, const float *rstd,
  * chunk c stores its sums at dw[c * D + d] (partials in scratch, or the
  * outputs when there is one chunk), summed in chunk order by k_chunk_sum. */
 template <typename T, bool DET>
-__global__ void k_layernorm_dwdb(float *dw, float *db, const T *dy, const T *x, const float *mean,
-                                 const float *rstd, long long R, long long D, long long rows_per) {
+__global__ void k_layernorm_dwdb(agk_c<T> *dw, agk_c<T> *db, const T *dy, const T *x, const agk_c<T> *mean,
+                                 const agk_c<T> *rstd, long long R, long long D, long long rows_per) {
   long long col = (long long)blockIdx.x * 32 + threadIdx.x;
   long long lo = (long long)blockIdx.y * rows_per, hi = lo + rows_per < R ? lo + rows_per : R;
-  float sw = 0.f, sb = 0.f;
+  agk_c<T> sw = 0.f, sb = 0.f;
   if (col < D)
     for (long long n = lo + threadIdx.y; n < hi; n += blockDim.y) {
-      float g = agk_tof(dy[n * D + col]);
+      agk_c<T> g = agk_tof(dy[n * D + col]);
       sw += g * (agk_tof(x[n * D + col]) - (mean ? mean[n] : 0.f)) * rstd[n];
       sb += g;
     }
-  __shared__ float shw[8][33], shb[8][33];
+  __shared__ agk_c<T> shw[8][33], shb[8][33];
   shw[threadIdx.y][threadIdx.x] = sw;
   shb[threadIdx.y][threadIdx.x] = sb;
   __syncthreads();
@@ -518,10 +523,10 @@ __global__ void k_layernorm_dwdb(float *dw, float *db, const T *dy, const T *x, 
   }
 }
 /* out[j] = sum over c < chunks of part[c * n + j], in chunk order. */
-__global__ void k_chunk_sum(float *out, const float *part, long long n, long long chunks) {
+template <typename F> __global__ void k_chunk_sum(F *out, const F *part, long long n, long long chunks) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += stride) {
-    float s = part[j];
+    F s = part[j];
     for (long long c = 1; c < chunks; c++) s += part[c * n + j];
     out[j] = s;
   }
@@ -562,7 +567,7 @@ gpuError_t agk_softmax_bwd(const agk_env *env, const ag_kernel_call *c) {
 template <typename T> static gpuError_t xent_go(const agk_env *env, const ag_kernel_call *c) {
   long long R = c->i[0], C = c->i[1];
   if (R == 0) return gpuSuccess;
-  ROW_LAUNCH(k_xent, T, R, C, (float *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
+  ROW_LAUNCH(k_xent, T, R, C, (agk_c<T> *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
              agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, R, C, c->i[2], env->err);
   return gpuGetLastError();
 }
@@ -575,7 +580,7 @@ template <typename T> static gpuError_t xent_bwd_go(const agk_env *env, const ag
   if (R == 0 || C == 0) return gpuSuccess;
   long long gs = c->o[3].ndim > 0 ? c->o[3].strides[0] : 0;
   ROW_LAUNCH(k_xent_bwd, T, R, C, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-             agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, (const float *)agk_ptr(&c->o[3]), gs, R, C, c->i[2]);
+             agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, (const agk_c<T> *)agk_ptr(&c->o[3]), gs, R, C, c->i[2]);
   return gpuGetLastError();
 }
 gpuError_t agk_cross_entropy_bwd(const agk_env *env, const ag_kernel_call *c) {
@@ -586,9 +591,9 @@ template <typename T> static gpuError_t layernorm_go(const agk_env *env, const a
   long long R = c->i[0], D = c->i[1];
   if (R == 0 || D == 0) return gpuSuccess;
   ROW_LAUNCH(k_layernorm, T, R, D, (T *)agk_ptr(&c->o[0]),
-             c->n_operands > 4 ? (float *)agk_ptr(&c->o[4]) : (float *)0,
-             c->n_operands > 5 ? (float *)agk_ptr(&c->o[5]) : (float *)0, (const T *)agk_ptr(&c->o[1]),
-             (const T *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[3]), R, D, (float)c->s[0]);
+             c->n_operands > 4 ? (agk_c<T> *)agk_ptr(&c->o[4]) : (agk_c<T> *)0,
+             c->n_operands > 5 ? (agk_c<T> *)agk_ptr(&c->o[5]) : (agk_c<T> *)0, (const T *)agk_ptr(&c->o[1]),
+             (const T *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[3]), R, D, (agk_c<T>)c->s[0]);
   return gpuGetLastError();
 }
 gpuError_t agk_layernorm(const agk_env *env, const ag_kernel_call *c) {
@@ -599,13 +604,13 @@ gpuError_t agk_layernorm(const agk_env *env, const ag_kernel_call *c) {
  * partials summed in chunk order in deterministic mode. mean NULL: rms norm
  * (xhat = x * rstd). */
 template <typename T>
-static gpuError_t dwdb_go(const agk_env *env, const ag_kernel_call *c, float *dw, float *db, const T *dy, const T *x,
-                          const float *mean, const float *rstd, long long R, long long D) {
+static gpuError_t dwdb_go(const agk_env *env, const ag_kernel_call *c, agk_c<T> *dw, agk_c<T> *db, const T *dy, const T *x,
+                          const agk_c<T> *mean, const agk_c<T> *rstd, long long R, long long D) {
   bool det = (c->flags & AG_KF_DETERMINISTIC) != 0;
   gpuError_t e;
   if (!(det && R > 0)) {
-    if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
-    if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * 4, env->stream)) != gpuSuccess) return e;
+    if (dw && (e = gpuMemsetAsync(dw, 0, (size_t)D * sizeof *dw, env->stream)) != gpuSuccess) return e;
+    if (db && (e = gpuMemsetAsync(db, 0, (size_t)D * sizeof *db, env->stream)) != gpuSuccess) return e;
   }
   if (R > 0 && (dw || db)) {
     long long tiles = (D + 31) / 32, want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 8;
@@ -613,7 +618,8 @@ static gpuError_t dwdb_go(const agk_env *env, const ag_kernel_call *c, float *dw
     if (chunks > maxc) chunks = maxc;
     if (chunks > 65535) chunks = 65535;
     /* deterministic: both partial arrays [chunks, D] fit in the scratch */
-    if (det && chunks > (long long)(env->scratch_bytes / 8) / D) chunks = (long long)(env->scratch_bytes / 8) / D;
+    const long long per = (long long)(env->scratch_bytes / (2 * sizeof(agk_c<T>))) / D;
+    if (det && chunks > per) chunks = per;
     if (chunks < 1) chunks = 1;
     long long rows_per = (R + chunks - 1) / chunks;
     chunks = (R + rows_per - 1) / rows_per;
@@ -623,11 +629,11 @@ static gpuError_t dwdb_go(const agk_env *env, const ag_kernel_call *c, float *dw
     } else if (chunks == 1) {
       agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, dw, db, dy, x, mean, rstd, R, D, rows_per);
     } else {
-      float *pw = dw ? (float *)env->scratch : (float *)0, *pb = db ? (float *)env->scratch + chunks * D : (float *)0;
+      agk_c<T> *pw = dw ? (agk_c<T> *)env->scratch : (agk_c<T> *)0, *pb = db ? (agk_c<T> *)env->scratch + chunks * D : (agk_c<T> *)0;
       agk_launch(k_layernorm_dwdb<T, true>, grid, blk, 0, env->stream, pw, pb, dy, x, mean, rstd, R, D, rows_per);
       unsigned g = agk_blocks(D, 256, 256, agk_wave(env, 256));
-      if (dw) agk_launch(k_chunk_sum, g, 256, 0, env->stream, dw, (const float *)pw, D, chunks);
-      if (db) agk_launch(k_chunk_sum, g, 256, 0, env->stream, db, (const float *)pb, D, chunks);
+      if (dw) agk_launch(k_chunk_sum<agk_c<T> >, g, 256, 0, env->stream, dw, (const agk_c<T> *)pw, D, chunks);
+      if (db) agk_launch(k_chunk_sum<agk_c<T> >, g, 256, 0, env->stream, db, (const agk_c<T> *)pb, D, chunks);
     }
   }
   return gpuSuccess;
@@ -636,15 +642,15 @@ template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, con
   long long R = c->i[0], D = c->i[1];
   if (D == 0) return gpuSuccess;
   const T *dy = (const T *)agk_ptr(&c->o[1]), *x = (const T *)agk_ptr(&c->o[2]);
-  const float *mean = (const float *)agk_ptr(&c->o[3]), *rstd = (const float *)agk_ptr(&c->o[4]);
+  const agk_c<T> *mean = (const agk_c<T> *)agk_ptr(&c->o[3]), *rstd = (const agk_c<T> *)agk_ptr(&c->o[4]);
   if (R > 0)
     ROW_LAUNCH(k_layernorm_bwd, T, R, D, (T *)agk_ptr(&c->o[0]), dy, x, mean, rstd,
                c->n_operands > 5 ? (const T *)agk_ptr(&c->o[5]) : (const T *)0, R, D);
   if (c->multi && c->multi->count >= 1) {
-    float *dw = c->multi->t[0].base ? (float *)((char *)c->multi->t[0].base + c->multi->t[0].offset) : (float *)0;
-    float *db = c->multi->count >= 2 && c->multi->t[1].base
-                    ? (float *)((char *)c->multi->t[1].base + c->multi->t[1].offset)
-                    : (float *)0;
+    agk_c<T> *dw = c->multi->t[0].base ? (agk_c<T> *)((char *)c->multi->t[0].base + c->multi->t[0].offset) : (agk_c<T> *)0;
+    agk_c<T> *db = c->multi->count >= 2 && c->multi->t[1].base
+                    ? (agk_c<T> *)((char *)c->multi->t[1].base + c->multi->t[1].offset)
+                    : (agk_c<T> *)0;
     gpuError_t e = dwdb_go<T>(env, c, dw, db, dy, x, mean, rstd, R, D);
     if (e != gpuSuccess) return e;
   }
@@ -658,8 +664,8 @@ gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call *c) {
 template <typename T> static gpuError_t rmsnorm_go(const agk_env *env, const ag_kernel_call *c) {
   long long R = c->i[0], D = c->i[1];
   if (R == 0 || D == 0) return gpuSuccess;
-  ROW_LAUNCH(k_rmsnorm, T, R, D, (T *)agk_ptr(&c->o[0]), c->n_operands > 3 ? (float *)agk_ptr(&c->o[3]) : (float *)0,
-             (const T *)agk_ptr(&c->o[1]), (const T *)agk_ptr(&c->o[2]), R, D, (float)c->s[0]);
+  ROW_LAUNCH(k_rmsnorm, T, R, D, (T *)agk_ptr(&c->o[0]), c->n_operands > 3 ? (agk_c<T> *)agk_ptr(&c->o[3]) : (agk_c<T> *)0,
+             (const T *)agk_ptr(&c->o[1]), (const T *)agk_ptr(&c->o[2]), R, D, (agk_c<T>)c->s[0]);
   return gpuGetLastError();
 }
 gpuError_t agk_rmsnorm(const agk_env *env, const ag_kernel_call *c) {
@@ -670,13 +676,13 @@ template <typename T> static gpuError_t rmsnorm_bwd_go(const agk_env *env, const
   long long R = c->i[0], D = c->i[1];
   if (D == 0) return gpuSuccess;
   const T *dy = (const T *)agk_ptr(&c->o[1]), *x = (const T *)agk_ptr(&c->o[2]);
-  const float *rstd = (const float *)agk_ptr(&c->o[3]);
+  const agk_c<T> *rstd = (const agk_c<T> *)agk_ptr(&c->o[3]);
   if (R > 0)
     ROW_LAUNCH(k_rmsnorm_bwd, T, R, D, (T *)agk_ptr(&c->o[0]), dy, x, rstd,
                c->n_operands > 4 ? (const T *)agk_ptr(&c->o[4]) : (const T *)0, R, D);
   if (c->multi && c->multi->count >= 1 && c->multi->t[0].base) {
-    float *dw = (float *)((char *)c->multi->t[0].base + c->multi->t[0].offset);
-    gpuError_t e = dwdb_go<T>(env, c, dw, (float *)0, dy, x, (const float *)0, rstd, R, D);
+    agk_c<T> *dw = (agk_c<T> *)((char *)c->multi->t[0].base + c->multi->t[0].offset);
+    gpuError_t e = dwdb_go<T>(env, c, dw, (agk_c<T> *)0, dy, x, (const agk_c<T> *)0, rstd, R, D);
     if (e != gpuSuccess) return e;
   }
   return gpuGetLastError();
@@ -688,47 +694,47 @@ gpuError_t agk_rmsnorm_bwd(const agk_env *env, const ag_kernel_call *c) {
 
 /* ---------------- var / std ---------------- */
 /* Rows (inner == 1): a lane group or block per row, two passes (mean, then
- * the centred sum of squares), in f32. */
+ * the centred sum of squares), in the compute type (f32, f64 for f64). */
 template <int TPR, typename T>
-__global__ void k_var_rows(T *y, const T *x, long long R, long long C, float den, int sq) {
+__global__ void AGK_ROW_BOUNDS(TPR) k_var_rows(T *y, const T *x, long long R, long long C, agk_c<T> den, int sq) {
   ROW_LOOP(TPR) {
     const T *xr = x + row * C;
-    float s = 0.f;
+    agk_c<T> s = 0.f;
     for (long long j = lane; j < C; j += TPR) s += agk_tof(xr[j]);
-    float mu = row_sum<TPR>(s, sh) / (float)C;
-    float v = 0.f;
+    agk_c<T> mu = row_sum<TPR>(s, sh) / (agk_c<T>)C;
+    agk_c<T> v = 0.f;
     for (long long j = lane; j < C; j += TPR) {
-      float d = agk_tof(xr[j]) - mu;
+      agk_c<T> d = agk_tof(xr[j]) - mu;
       v += d * d;
     }
     v = row_sum<TPR>(v, sh) / den;
-    if (lane == 0) y[row] = agk_fromf<T>(sq ? sqrtf(v) : v);
+    if (lane == 0) y[row] = agk_fromf<T>(sq ? agk_sqrt(v) : v);
   }
 }
 /* inner > 1: a thread per output, reading down the r dim (coalesced over
  * inner). */
 template <typename T>
-__global__ void k_var_cols(T *y, const T *x, long long O, long long R, long long I, float den, int sq) {
+__global__ void k_var_cols(T *y, const T *x, long long O, long long R, long long I, agk_c<T> den, int sq) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * I; t += stride) {
     long long o = t / I, i = t - o * I;
     const T *p = x + o * R * I + i;
-    float s = 0.f;
+    agk_c<T> s = 0.f;
     for (long long k = 0; k < R; k++) s += agk_tof(p[k * I]);
-    float mu = s / (float)R, v = 0.f;
+    agk_c<T> mu = s / (agk_c<T>)R, v = 0.f;
     for (long long k = 0; k < R; k++) {
-      float d = agk_tof(p[k * I]) - mu;
+      agk_c<T> d = agk_tof(p[k * I]) - mu;
       v += d * d;
     }
     v /= den;
-    y[t] = agk_fromf<T>(sq ? sqrtf(v) : v);
+    y[t] = agk_fromf<T>(sq ? agk_sqrt(v) : v);
   }
 }
 template <typename T> static gpuError_t var_go(const agk_env *env, const ag_kernel_call *c) {
   long long O = c->i[0], R = c->i[1], I = c->i[2];
   if (O == 0 || I == 0) return gpuSuccess;
   double d = (double)R - c->s[0];
-  float den = d > 0 ? (float)d : 0.f;
+  agk_c<T> den = d > 0 ? (agk_c<T>)d : 0.f;
   T *y = (T *)agk_ptr(&c->o[0]);
   const T *x = (const T *)agk_ptr(&c->o[1]);
   if (I == 1 && R > 0) {
@@ -746,13 +752,13 @@ gpuError_t agk_var(const agk_env *env, const ag_kernel_call *c) {
 
 /* ---------------- cumsum ---------------- */
 /* A thread per line of the scanned dim, in order (deterministic), f32
- * accumulation; lines are coalesced over inner. */
+ * accumulation (f64 for f64); lines are coalesced over inner. */
 template <typename T>
 __global__ void k_cumsum(T *y, const T *x, long long O, long long R, long long I, int rev) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * I; t += stride) {
     long long o = t / I, i = t - o * I, base = o * R * I + i;
-    float s = 0.f;
+    agk_c<T> s = 0.f;
     for (long long k = 0; k < R; k++) {
       long long p = base + (rev ? R - 1 - k : k) * I;
       s += agk_tof(x[p]);
@@ -798,11 +804,11 @@ __global__ void k_gather(T *y, const T *x, agk_gix ix, long long O, long long K,
 /* A thread per (o, i) line: zero it, then add dout in order of k, so the
  * sums repeat bit for bit with no atomics. */
 template <typename T>
-__global__ void k_gather_bwd(float *dx, const T *g, agk_gix ix, long long O, long long K, long long I, long long X) {
+__global__ void k_gather_bwd(agk_c<T> *dx, const T *g, agk_gix ix, long long O, long long K, long long I, long long X) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * I; t += stride) {
     long long o = t / I, i = t - o * I;
-    float *d = dx + o * X * I + i;
+    agk_c<T> *d = dx + o * X * I + i;
     for (long long j = 0; j < X; j++) d[j * I] = 0.f;
     for (long long k = 0; k < K; k++) {
       long long j = gix_at(ix, o, k, i);
@@ -833,14 +839,14 @@ gpuError_t agk_gather_bwd(const agk_env *env, const ag_kernel_call *c) {
   if (O * I * X == 0) return gpuSuccess;
   unsigned g = agk_blocks(O * I, 256, 256, agk_wave(env, 256));
   AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
-                     agk_launch(k_gather_bwd<T>, g, 256, 0, env->stream, (float *)agk_ptr(&c->o[0]),
+                     agk_launch(k_gather_bwd<T>, g, 256, 0, env->stream, (agk_c<T> *)agk_ptr(&c->o[0]),
                                 (const T *)agk_ptr(&c->o[1]), gix_of(&c->o[2]), O, K, I, X));
   return gpuGetLastError();
 }
 
 /* ---------------- topk ---------------- */
 /* torch's order: NaN above every number, ties by lower index first. */
-AGK_DEV bool topk_before(float a, long long ia, float b, long long ib, int smallest) {
+template <typename F> AGK_DEV bool topk_before(F a, long long ia, F b, long long ib, int smallest) {
   bool an = a != a, bn = b != b;
   if (an != bn) return smallest ? bn : an;
   if (!an && a != b) return smallest ? a < b : a > b;
@@ -856,7 +862,7 @@ __global__ void k_topk(T *val, long long *idx, const T *x, long long O, long lon
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < O * R * I; t += stride) {
     long long i = t % I, oj = t / I, j = oj % R, o = oj / R;
     const T *line = x + o * R * I + i;
-    float v = agk_tof(line[j * I]);
+    agk_c<T> v = agk_tof(line[j * I]);
     long long rank = 0;
     for (long long q = 0; q < R && rank < K; q++)
       if (topk_before(agk_tof(line[q * I]), q, v, j, smallest)) rank++;
@@ -892,7 +898,7 @@ __global__ void k_embedding(T *o, const T *tab, const void *idx, int idx64, long
   }
 }
 template <typename T>
-__global__ void k_embedding_bwd(float *dt, const T *dout, const void *idx, int idx64, long long N, long long D, long long V) {
+__global__ void k_embedding_bwd(agk_c<T> *dt, const T *dout, const void *idx, int idx64, long long N, long long D, long long V) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < N * D; i += stride) {
     long long n = i / D, d = i - n * D, k = agk_idx(idx, idx64, n);
@@ -904,7 +910,7 @@ __global__ void k_embedding_bwd(float *dt, const T *dout, const void *idx, int i
  * order n = 0, 1, ..: the CPU's order, so the sums equal the CPU's bit for
  * bit. Every thread scans all N indices (a broadcast load per warp). */
 template <typename T>
-__global__ void k_embedding_bwd_det(float *dt, const T *dout, const void *idx, int idx64, long long N, long long D,
+__global__ void k_embedding_bwd_det(agk_c<T> *dt, const T *dout, const void *idx, int idx64, long long N, long long D,
                                     long long V, long long slice, long long nthreads) {
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < nthreads; t += stride) {
@@ -938,13 +944,13 @@ gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c) {
     slices = (V + slice - 1) / slice;
     AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
                        agk_launch(k_embedding_bwd_det<T>, agk_blocks(D * slices, 256, 256, 0), 256, 0, env->stream,
-                                  (float *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
+                                  (agk_c<T> *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
                                   agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, N, D, V, slice, D * slices));
     return gpuGetLastError();
   }
   unsigned g = agk_blocks(N * D, 256, 256, agk_wave(env, 256));
   AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
-                     agk_launch(k_embedding_bwd<T>, g, 256, 0, env->stream, (float *)agk_ptr(&c->o[0]),
+                     agk_launch(k_embedding_bwd<T>, g, 256, 0, env->stream, (agk_c<T> *)agk_ptr(&c->o[0]),
                                                                    (const T *)agk_ptr(&c->o[1]),
                                                                    agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, N, D, V));
   return gpuGetLastError();

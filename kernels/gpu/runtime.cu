@@ -194,9 +194,17 @@ ag_status agg_stream_synchronize(ag_bstream *s) {
   return AG_OK;
 }
 
+/* HIP records hipErrorNotReady from a query as the thread's last error, and
+ * every launcher returns gpuGetLastError(): left there, it would fail the
+ * next correct launch. CUDA does not record it; only that value is cleared. */
+static void clear_not_ready(void) {
+  if (gpuPeekAtLastError() == gpuErrorNotReady) (void)gpuGetLastError();
+}
+
 ag_status agg_stream_query(ag_bstream *s, bool *out_done) {
   gpuError_t e = gpuStreamQuery(s->s);
   if (e == gpuErrorNotReady) {
+    clear_not_ready();
     *out_done = false;
     return AG_OK;
   }
@@ -236,6 +244,7 @@ ag_status agg_stream_wait_event(ag_bstream *s, ag_bevent *e) {
 ag_status agg_event_query(ag_bevent *e, bool *out_done) {
   gpuError_t r = gpuEventQuery(e->e);
   if (r == gpuErrorNotReady) {
+    clear_not_ready();
     *out_done = false;
     return AG_OK;
   }
@@ -287,8 +296,11 @@ static const char *dtype_name(ag_dtype dt) {
   return (unsigned)dt < sizeof n / sizeof n[0] ? n[dt] : "?";
 }
 static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
+/* f64 computes in f64 (agk_c<T>); the optimizers, conv2d, pooling and
+ * batch norm kernels are f32-based and do not take it */
+static bool is_real(ag_dtype dt) { return is_float(dt) || dt == AG_F64; }
 static bool is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
-static bool is_any(ag_dtype dt) { return is_float(dt) || is_int(dt); }
+static bool is_any(ag_dtype dt) { return is_real(dt) || is_int(dt); }
 
 bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
   switch (op) {
@@ -301,7 +313,7 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_CROSS_ENTROPY:
     case AG_K_CROSS_ENTROPY_BWD:
     case AG_K_EMBEDDING_BWD:
-      return is_float(dt) && (sub == 0 || sub == 1);
+      return is_real(dt) && (sub == 0 || sub == 1);
     case AG_K_RAND_UNIFORM:
     case AG_K_RAND_NORMAL:
     case AG_K_DROPOUT:
@@ -309,29 +321,30 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_SOFTMAX_BWD:
     case AG_K_LAYERNORM:
     case AG_K_LAYERNORM_BWD:
+      return is_real(dt);
     case AG_K_NONFINITE_CHECK:
     case AG_K_SUMSQ:
       return is_float(dt);
     case AG_K_SOFTMAX:
-      return is_float(dt) && (sub == 0 || sub == 1);
+      return is_real(dt) && (sub == 0 || sub == 1);
     case AG_K_RMSNORM:
     case AG_K_RMSNORM_BWD:
-      return is_float(dt) && sub == 0;
+      return is_real(dt) && sub == 0;
     case AG_K_VAR:
     case AG_K_CUMSUM:
     case AG_K_GATHER: /* sub 1: i64 index */
     case AG_K_GATHER_BWD:
     case AG_K_TOPK: /* sub 1: smallest */
-      return is_float(dt) && (sub == 0 || sub == 1);
+      return is_real(dt) && (sub == 0 || sub == 1);
     /* the op table's entries: floats always, integers where the entry
      * has an integer rule (elementwise.cu) */
     case AG_K_UNARY: {
       const ag_unary_info *u = ag_unary_info_of(sub);
-      return u && (is_float(dt) || (is_int(dt) && u->ints == AG_OPT_INT));
+      return u && (is_real(dt) || (is_int(dt) && u->ints == AG_OPT_INT));
     }
     case AG_K_BINARY: {
       const ag_binary_info *b = ag_binary_info_of(sub);
-      return b && (is_float(dt) || (is_int(dt) && b->ints == AG_OPT_INT));
+      return b && (is_real(dt) || (is_int(dt) && b->ints == AG_OPT_INT));
     }
     case AG_K_REDUCE: /* the core sums bool and u8 as i64 */
       return is_any(dt) && sub >= 0 && sub < AG_REDUCE_COUNT &&

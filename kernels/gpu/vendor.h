@@ -37,6 +37,7 @@ typedef hipDeviceProp_t gpuDeviceProp;
 #define gpuGetErrorString hipGetErrorString
 #define gpuGetErrorName hipGetErrorName
 #define gpuGetLastError hipGetLastError
+#define gpuPeekAtLastError hipPeekAtLastError
 #define gpuGetDeviceCount hipGetDeviceCount
 #define gpuSetDevice hipSetDevice
 #define gpuGetDeviceProperties hipGetDeviceProperties
@@ -105,6 +106,7 @@ typedef cudaDeviceProp gpuDeviceProp;
 #define gpuGetErrorString cudaGetErrorString
 #define gpuGetErrorName cudaGetErrorName
 #define gpuGetLastError cudaGetLastError
+#define gpuPeekAtLastError cudaPeekAtLastError
 #define gpuGetDeviceCount cudaGetDeviceCount
 #define gpuSetDevice cudaSetDevice
 #define gpuGetDeviceProperties cudaGetDeviceProperties

@@ -2,6 +2,10 @@
  * (half types are storage only, compute is f32), bf16 rounding, Philox and
  * the per-stream error word. The host joins all .cl files into one program. */
 
+#ifdef AG_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
 /* No fused multiply-add behind our back: results stay equal to the CPU
  * backend's, which compiles without contraction on baseline x86-64. */
 #pragma OPENCL FP_CONTRACT OFF
@@ -10,6 +14,7 @@
 #define DT_F16 1
 #define DT_BF16 2
 #define DT_I32 3
+#define DT_F64 4 /* only with AG_FP64 (cl_khr_fp64): f64.cl */
 #define DT_I64 5
 #define DT_BOOL 6
 #define DT_U8 7
@@ -48,6 +53,9 @@ float ldf(const gbuf *b, ulong off, long i, int dt) {
     case DT_I64: return (float)((const __global long *)p)[i];
     case DT_BOOL:
     case DT_U8: return (float)((const __global uchar *)p)[i];
+#ifdef AG_FP64
+    case DT_F64: return (float)((const __global double *)p)[i];
+#endif
     default: return ((const __global float *)p)[i];
   }
 }

@@ -324,6 +324,8 @@ __kernel void ag_embedding(gbuf *o, ulong oo, const gbuf *tab, ulong tbo, int es
   long src = (long)t * d + col;
   if (esz == 2)
     ((__global ushort *)(o + oo))[i] = bad ? 0 : ((const __global ushort *)(tab + tbo))[src];
+  else if (esz == 8) /* f64 tables */
+    ((__global ulong *)(o + oo))[i] = bad ? 0 : ((const __global ulong *)(tab + tbo))[src];
   else
     ((__global uint *)(o + oo))[i] = bad ? 0 : ((const __global uint *)(tab + tbo))[src];
 }

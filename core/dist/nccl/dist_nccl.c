@@ -5,7 +5,10 @@
  * builds without vendor headers and reports "unavailable: <reason>" where
  * the libraries or devices are absent. Each collective is enqueued on the
  * group's own stream and polled (stream query + ncclCommGetAsyncError) until
- * it finishes or the deadline passes; then the communicator is aborted. */
+ * it finishes or the deadline passes; then the communicator is aborted.
+ * ncclCommAbort frees the communicator, so it runs where nothing else uses
+ * it: on the thread running a collective (which sees the request at its next
+ * poll), or at once when no collective is running. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -25,6 +28,15 @@ enum { ncclSuccess = 0, ncclInProgress = 7 };
 enum { ncclInt32 = 2, ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 };
 enum { ncclSum = 0, ncclMax = 2, ncclMin = 3, ncclAvg = 4 };
 typedef void *vstream; /* cudaStream_t / hipStream_t */
+/* ncclConfig_t as NCCL 2.14 laid it out (later versions read an older
+ * layout by its size and version); only `blocking` is set. */
+typedef struct nccl_config {
+  size_t size;
+  unsigned int magic, version;
+  int blocking, cgaClusterSize, minCTAs, maxCTAs;
+  const char *netName;
+} nccl_config;
+#define NCCL_CONFIG_UNDEF_INT (-2147483647 - 1)
 
 typedef struct api {
   bool rccl;
@@ -34,6 +46,8 @@ typedef struct api {
   ncclResult_t (*GetVersion)(int *);
   ncclResult_t (*GetUniqueId)(ncclUniqueId *);
   ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+  /* NULL before NCCL 2.14: then the blocking ncclCommInitRank, no deadline */
+  ncclResult_t (*CommInitRankConfig)(ncclComm_t *, int, ncclUniqueId, int, nccl_config *);
   ncclResult_t (*CommAbort)(ncclComm_t);
   ncclResult_t (*CommDestroy)(ncclComm_t);
   ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
@@ -105,6 +119,7 @@ static bool load_api(api *a, bool rccl, char *why, size_t n) {
   SYM(a->lib, GroupStart, "ncclGroupStart");
   SYM(a->lib, GroupEnd, "ncclGroupEnd");
   a->GetVersion(&a->version);
+  *(void **)&a->CommInitRankConfig = a->version >= 21400 ? dlsym(a->lib, "ncclCommInitRankConfig") : NULL;
   err[0] = 0;
   a->rt = open_first(rccl ? hiprt : cudart, err, sizeof err);
   if (!a->rt) {
@@ -154,11 +169,12 @@ static bool probe_rccl(char *why, size_t n) { return load_api(&g_api[1], true, w
 
 struct ag_dist_impl {
   api *a;
-  ncclComm_t comm;
+  ncclComm_t comm; /* NULL once aborted; guarded by mu while a run may use it */
   vstream stream;
   void *scratch; /* 4 device bytes for the barrier */
   int rank, size, dev;
   pthread_mutex_t mu;
+  bool in_run; /* a collective is using comm: its thread aborts it */
   ag_status broken_st;
   char broken_msg[512];
 };
@@ -177,6 +193,48 @@ static ag_status get_id_with(api *a, unsigned char *out) {
 static ag_status get_id_nccl(unsigned char *out) { return get_id_with(&g_api[0], out); }
 static ag_status get_id_rccl(unsigned char *out) { return get_id_with(&g_api[1], out); }
 
+/* Join the communicator. Nonblocking where NCCL has configs (2.14): the
+ * init is polled like a collective and aborted when a peer has not joined
+ * within the group's timeout, instead of blocking the creating thread for
+ * good. */
+static ag_status init_comm(ag_dist_impl *im, ncclUniqueId id, int64_t timeout_ms) {
+  api *a = im->a;
+  if (!a->CommInitRankConfig) {
+    ncclResult_t r = a->CommInitRank(&im->comm, im->size, id, im->rank);
+    return r == ncclSuccess ? AG_OK : nccl_err(a, r, "ncclCommInitRank");
+  }
+  nccl_config cfg = {.size = sizeof cfg, .magic = 0xcafebeef, .version = 21400, .blocking = 0,
+                     .cgaClusterSize = NCCL_CONFIG_UNDEF_INT, .minCTAs = NCCL_CONFIG_UNDEF_INT,
+                     .maxCTAs = NCCL_CONFIG_UNDEF_INT, .netName = NULL};
+  ncclResult_t r = a->CommInitRankConfig(&im->comm, im->size, id, im->rank, &cfg);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    if (im->comm) a->CommAbort(im->comm);
+    im->comm = NULL;
+    return nccl_err(a, r, "ncclCommInitRankConfig");
+  }
+  int64_t deadline = ag__dist_now_ns() + (timeout_ms > 0 ? timeout_ms : 600000) * 1000000;
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    r = a->CommGetAsyncError(im->comm, &state);
+    if (r == ncclSuccess && state == ncclSuccess) return AG_OK;
+    if (r != ncclSuccess || state != ncclInProgress) {
+      ag_status st = nccl_err(a, r != ncclSuccess ? r : state, "ncclCommInitRankConfig");
+      a->CommAbort(im->comm);
+      im->comm = NULL;
+      return st;
+    }
+    if (ag__dist_now_ns() >= deadline) {
+      a->CommAbort(im->comm);
+      im->comm = NULL;
+      return ag_error_set(AG_ERR_TIMEOUT, "%s group rank %d of %d: the communicator was not complete after %lld ms "
+                          "(a peer never joined?); aborted", a->rccl ? "RCCL" : "NCCL", im->rank, im->size,
+                          (long long)timeout_ms);
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static ag_status create_with(api *a, ag_dist_create_args *args, ag_dist_impl **out, ag_dist_caps *caps) {
   ag_dist_impl *im = calloc(1, sizeof *im);
   if (!im) return ag_error_set(AG_ERR_OOM, "ag_group_create_nccl: out of host memory");
@@ -194,8 +252,7 @@ static ag_status create_with(api *a, ag_dist_create_args *args, ag_dist_impl **o
   } else {
     ncclUniqueId id;
     memcpy(id.internal, args->id, sizeof id.internal);
-    ncclResult_t r = a->CommInitRank(&im->comm, im->size, id, im->rank);
-    if (r != ncclSuccess) st = nccl_err(a, r, "ncclCommInitRank");
+    st = init_comm(im, id, args->timeout_ms);
   }
   if (st != AG_OK) {
     if (im->scratch) a->Free(im->scratch);
@@ -215,20 +272,62 @@ static ag_status create_rccl(ag_dist_create_args *x, ag_dist_impl **o, ag_dist_c
   return create_with(&g_api[1], x, o, c);
 }
 
-static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg) {
+/* Abort wakes every kernel of this communicator, here and (through the
+ * failed connections) on the peers, and frees it: the caller is the only
+ * user of comm (the running collective's thread, or any thread when none
+ * runs). */
+static void abort_comm(ag_dist_impl *im) {
   pthread_mutex_lock(&im->mu);
-  bool first = im->broken_st == AG_OK;
-  if (first) {
+  ncclComm_t comm = im->comm;
+  im->comm = NULL;
+  pthread_mutex_unlock(&im->mu);
+  if (comm) im->a->CommAbort(comm);
+}
+
+/* Record the first failure. From the running collective's thread (self) the
+ * communicator is aborted here; from another thread, here only when no
+ * collective runs, else by the running one at its next poll. */
+static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg, bool self) {
+  pthread_mutex_lock(&im->mu);
+  if (im->broken_st == AG_OK) {
     im->broken_st = st;
     snprintf(im->broken_msg, sizeof im->broken_msg, "%s", msg);
   }
+  bool here = self || !im->in_run;
   pthread_mutex_unlock(&im->mu);
-  /* Abort wakes every kernel of this communicator, here and (through the
-   * failed connections) on the peers. */
-  if (first && im->comm) im->a->CommAbort(im->comm);
+  if (here) abort_comm(im);
 }
 
+/* The status of a broken group with its message set, or AG_OK. */
+static ag_status broken_status(ag_dist_impl *im) {
+  pthread_mutex_lock(&im->mu);
+  ag_status st = im->broken_st;
+  char msg[sizeof im->broken_msg];
+  snprintf(msg, sizeof msg, "%s", im->broken_msg);
+  pthread_mutex_unlock(&im->mu);
+  return st == AG_OK ? AG_OK : ag_error_set(st, "%s group rank %d: %s", im->a->rccl ? "RCCL" : "NCCL", im->rank, msg);
+}
+
+static ag_status nccl_run_comm(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns);
+
 static ag_status nccl_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) {
+  pthread_mutex_lock(&im->mu);
+  bool usable = im->broken_st == AG_OK && im->comm;
+  if (usable) im->in_run = true;
+  pthread_mutex_unlock(&im->mu);
+  if (!usable) return broken_status(im);
+  ag_status st = nccl_run_comm(im, c, deadline_ns);
+  pthread_mutex_lock(&im->mu);
+  im->in_run = false;
+  bool abort_now = im->broken_st != AG_OK && im->comm; /* requested while the run ended */
+  pthread_mutex_unlock(&im->mu);
+  if (abort_now) abort_comm(im);
+  return st;
+}
+
+/* Enqueue and poll one collective; im->in_run is set, so comm stays valid
+ * until this thread aborts it. */
+static ag_status nccl_run_comm(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) {
   api *a = im->a;
   int dt;
   switch (c->dtype) {
@@ -252,28 +351,35 @@ static ag_status nccl_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_n
   }
   if (r != ncclSuccess && r != ncclInProgress) {
     ag_status st = nccl_err(a, r, "enqueue");
-    mark_broken(im, st, "NCCL enqueue failed");
+    mark_broken(im, st, "NCCL enqueue failed", true);
     return st;
   }
   for (;;) {
+    pthread_mutex_lock(&im->mu);
+    bool aborted = im->broken_st != AG_OK;
+    pthread_mutex_unlock(&im->mu);
+    if (aborted) { /* another thread broke the group: abort here, then fail */
+      abort_comm(im);
+      return broken_status(im);
+    }
     rc = a->StreamQuery(im->stream);
     if (rc == 0) return AG_OK;
     if (rc != 600) {
       ag_status st = ag_error_set(AG_ERR_BACKEND, "NCCL group rank %d: stream: %s", im->rank, a->RtErrorString(rc));
-      mark_broken(im, st, "NCCL stream error");
+      mark_broken(im, st, "NCCL stream error", true);
       return st;
     }
     ncclResult_t ae = ncclSuccess;
     a->CommGetAsyncError(im->comm, &ae);
     if (ae != ncclSuccess && ae != ncclInProgress) {
       ag_status st = nccl_err(a, ae, "asynchronous error (a peer failed?)");
-      mark_broken(im, st, ag_last_error());
+      mark_broken(im, st, ag_last_error(), true);
       return st;
     }
     if (ag__dist_now_ns() >= deadline_ns) {
       ag_status st = ag_error_set(AG_ERR_TIMEOUT, "NCCL group rank %d: collective #%llu timed out (a peer died or "
                                   "never called it); communicator aborted", im->rank, (unsigned long long)c->seq);
-      mark_broken(im, st, ag_last_error());
+      mark_broken(im, st, ag_last_error(), true);
       return st;
     }
     struct timespec ts = {0, 20000};
@@ -281,7 +387,9 @@ static ag_status nccl_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_n
   }
 }
 
-static void nccl_abort(ag_dist_impl *im, ag_status st, const char *why) { mark_broken(im, st, why ? why : "aborted"); }
+static void nccl_abort(ag_dist_impl *im, ag_status st, const char *why) {
+  mark_broken(im, st, why ? why : "aborted", false);
+}
 
 static ag_status nccl_broken(ag_dist_impl *im, char *msg, size_t n) {
   pthread_mutex_lock(&im->mu);
@@ -294,7 +402,7 @@ static ag_status nccl_broken(ag_dist_impl *im, char *msg, size_t n) {
 static void nccl_destroy(ag_dist_impl *im) {
   if (!im) return;
   api *a = im->a;
-  if (im->broken_st == AG_OK) a->CommDestroy(im->comm); /* an aborted comm is already released */
+  if (im->comm) a->CommDestroy(im->comm); /* an aborted comm is already released */
   a->Free(im->scratch);
   a->StreamDestroy(im->stream);
   pthread_mutex_destroy(&im->mu);

@@ -189,6 +189,7 @@ enum { gpuMemcpyHostToDevice = 1, gpuMemcpyDeviceToHost = 2, gpuMemcpyDeviceToDe
 AGEMU_API const char *gpuGetErrorString(gpuError_t e);
 AGEMU_API const char *gpuGetErrorName(gpuError_t e);
 AGEMU_API gpuError_t gpuGetLastError(void);
+AGEMU_API gpuError_t gpuPeekAtLastError(void);
 AGEMU_API gpuError_t gpuGetDeviceCount(int *n);
 AGEMU_API gpuError_t gpuSetDevice(int dev);
 AGEMU_API gpuError_t gpuGetDeviceProperties(gpuDeviceProp *p, int dev);

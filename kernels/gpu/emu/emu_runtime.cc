@@ -110,6 +110,13 @@ emu_state *st() {
   std::call_once(g_once, init_once);
   return g_emu;
 }
+/* A query's "not ready" answer. The HIP flavour models ROCm, which records
+ * hipErrorNotReady as the thread's last error like any other failed call
+ * (hipGetLastError returns it later); CUDA does not record it. */
+gpuError_t not_ready(int dev) {
+  if (st()->dev[dev].hip_limits) tl_last = gpuErrorNotReady;
+  return gpuErrorNotReady;
+}
 gpuError_t set_last(gpuError_t e, const std::string &detail) {
   if (e != gpuSuccess) { /* the last error, as cudaGetLastError reports */
     tl_last = e;
@@ -281,6 +288,7 @@ gpuError_t gpuGetLastError(void) {
   tl_last = gpuSuccess;
   return e;
 }
+gpuError_t gpuPeekAtLastError(void) { return tl_last; }
 const char *agemu_error_detail(void) { return tl_detail.c_str(); }
 void agemu_error_detail_clear(void) { tl_detail.clear(); }
 
@@ -455,7 +463,7 @@ gpuError_t gpuStreamQuery(gpuStream_t s) {
   agemu_stream *q = resolve(s);
   if (q->deferred) {
     std::lock_guard<std::mutex> g(q->m);
-    if (!q->q.empty() || q->busy) return gpuErrorNotReady;
+    if (!q->q.empty() || q->busy) return not_ready(q->dev);
   }
   return take_dev_error(q->dev);
 }
@@ -516,7 +524,7 @@ gpuError_t gpuStreamWaitEvent(gpuStream_t s, gpuEvent_t e, unsigned flags) {
 gpuError_t gpuEventQuery(gpuEvent_t e) {
   {
     std::lock_guard<std::mutex> g(e->m);
-    if (e->done < e->recorded) return gpuErrorNotReady;
+    if (e->done < e->recorded) return not_ready(e->dev);
   }
   return take_dev_error(e->dev);
 }
@@ -533,10 +541,10 @@ gpuError_t gpuEventElapsedTime(float *ms, gpuEvent_t a, gpuEvent_t b) {
   std::lock_guard<std::mutex> ga(a->m);
   if (a == b) {
     *ms = 0.f;
-    return a->done ? gpuSuccess : gpuErrorNotReady;
+    return a->done ? gpuSuccess : not_ready(a->dev);
   }
   std::lock_guard<std::mutex> gb(b->m);
-  if (!a->done || !b->done || a->done < a->recorded || b->done < b->recorded) return gpuErrorNotReady;
+  if (!a->done || !b->done || a->done < a->recorded || b->done < b->recorded) return not_ready(a->dev);
   *ms = (float)(b->t_ms - a->t_ms);
   return gpuSuccess;
 }
