@@ -179,6 +179,8 @@ struct launch_ctx {
    * found to hold no device memory */
   area *hot = NULL;
   const sh_sym *hot_sym = NULL;
+  uintptr_t stack_lo = 0, stack_len = 0; /* the running fiber's stack */
+  int tid = 0;                           /* and its linear thread index */
   uintptr_t clean[4] = {0, 0, 0, 0};
   unsigned next_clean = 0;
   /* the running block */
@@ -260,7 +262,7 @@ bool concurrent(const launch_ctx *c, int u, int uwarp, uint32_t e, uint32_t s, i
 void shared_access(launch_ctx *c, uintptr_t a, uintptr_t off, size_t n, int kind) {
   const sh_sym *s = sh_find(c, off);
   if (!s) return; /* another TLS variable of the module */
-  int t = cur_tid();
+  int t = c->tid;
   if (s->redzone || off + n > s->off + s->size) {
     const sh_sym *arr = s->redzone ? sh_below(c, off) : s;
     if (arr)
@@ -441,6 +443,7 @@ inline void access(const void *p, size_t n, int kind) {
     area_access(c, h, a, n, kind);
     return;
   }
+  if (a - c->stack_lo < c->stack_len) return; /* the thread's own locals */
   uintptr_t off = a - c->tls_base;
   if (off - c->sh_lo < c->sh_len) {
     shared_access(c, a, off, n, kind);
@@ -525,6 +528,12 @@ const std::string &block_error(void *ctx) {
   launch_ctx *c = (launch_ctx *)ctx;
   tl_ck = NULL;
   return c->err;
+}
+void set_thread(void *ctx, int linear, const void *lo, size_t bytes) {
+  launch_ctx *c = (launch_ctx *)ctx;
+  c->tid = linear;
+  c->stack_lo = (uintptr_t)lo;
+  c->stack_len = bytes;
 }
 void barrier(void *ctx) { ((launch_ctx *)ctx)->ep++; }
 void warp_sync(void *ctx, int warp) { ((launch_ctx *)ctx)->wsync[warp]++; }

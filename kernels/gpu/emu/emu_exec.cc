@@ -233,6 +233,9 @@ void agemu_fiber_main(void) {
 void resume(eblock *b, ethread *t) {
   b->cur = t;
   tl_cur = &t->b;
+#ifdef AGEMU_CHECK
+  if (b->ck) chk::set_thread(b->ck, t->linear, t->stack, t->stack_size);
+#endif
 #ifdef AGEMU_ASAN
   __sanitizer_start_switch_fiber(&b->sched_fake, t->stack, t->stack_size);
 #endif

@@ -48,6 +48,8 @@ AGEMU_HIDDEN std::string launch_end(void *ctx);
 AGEMU_HIDDEN void block_begin(void *ctx, uint64_t linear, int nthreads);
 AGEMU_HIDDEN const std::string &block_error(void *ctx);
 AGEMU_HIDDEN void barrier(void *ctx);
+/* The fiber about to run: its linear thread index and its stack. */
+AGEMU_HIDDEN void set_thread(void *ctx, int linear, const void *lo, size_t bytes);
 AGEMU_HIDDEN void warp_sync(void *ctx, int warp);
 AGEMU_HIDDEN const char *symbols_problem(void);
 /* The demangled name of the module's function containing pc, or "". */
