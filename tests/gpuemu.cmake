@@ -75,10 +75,31 @@ if(TARGET anygrad-gpuemu)
       set(_hip_filter "f32,i64,i32,bool,u8")
     endif()
     add_test(NAME gpu_check_emu_hip COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> ${_hip_filter} --device=1)
+    # an MI300X's 304 compute units: the launchers' grid and split choices
+    # for a large device
+    set_tests_properties(gpu_check_emu_hip PROPERTIES ENVIRONMENT "AG_GPUEMU_SMS=304")
     # deferred streams: the f16 third of the cases (every kind of kernel, copies
     # and the optimizer's staged tables) keeps the suite short
     add_test(NAME gpu_check_emu_deferred COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> f16 --device=0)
     set_tests_properties(gpu_check_emu_deferred PROPERTIES ENVIRONMENT "AG_GPUEMU_DEFERRED=1")
+  endif()
+  # The kernel check in checking mode (AG_GPUEMU_CHECK=1) under two
+  # non-default schedules on both flavours: every case but the two GEMMs
+  # whose grids go beyond 65535 blocks in y/z (their tens of thousands of
+  # blocks' shared-memory traffic takes minutes under the checker; the plain
+  # runs keep them)
+  if(TARGET gpu_check AND TARGET anygrad-gpuemu-check)
+    set(_checked)
+    foreach(_dev 0 1)
+      foreach(_sched reverse random:1)
+        string(REPLACE ":" "" _sn ${_sched})
+        set(_name gpu_check_emu${_dev}_checked_${_sn})
+        add_test(NAME ${_name} COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=${_dev}
+                 "--skip=grid beyond")
+        set_tests_properties(${_name} PROPERTIES ENVIRONMENT "AG_GPUEMU_CHECK=1;AG_GPUEMU_SCHED=${_sched}")
+        list(APPEND _checked ${_name})
+      endforeach()
+    endforeach()
   endif()
   add_test(NAME check_gpuemu COMMAND $<TARGET_FILE:anygrad-cli> check --backend gpuemu:0,gpuemu:1)
   add_test(NAME compare_gpuemu_mlp COMMAND $<TARGET_FILE:anygrad-cli> compare --devices cpu,gpuemu:0,gpuemu:1
@@ -87,7 +108,7 @@ if(TARGET anygrad-gpuemu)
            --steps 4 --batch 8)
   set(_emu_tests gpuemu_exec gpuemu_deferred check_gpuemu compare_gpuemu_mlp compare_gpuemu_gpt)
   if(TARGET gpu_check)
-    list(APPEND _emu_tests gpu_check_emu_cuda gpu_check_emu_hip gpu_check_emu_deferred)
+    list(APPEND _emu_tests gpu_check_emu_cuda gpu_check_emu_hip gpu_check_emu_deferred ${_checked})
   endif()
   # amp and amp_ops run gpuemu:0 in their own device lists. The targets are
   # defined by fragments read after this one; add_test resolves them later.
