@@ -126,4 +126,7 @@ if(TARGET anygrad-gpuemu)
   # hazard it shows), which TSan rightly reports; pinned_gpuemu runs 1 MiB
   # kernels and takes 10 minutes there.
   set_tests_properties(loader_gpuemu PROPERTIES LABELS "gpuemu;threads")
+  # the emulator's semantics under TSan: fibers as TSan fibers with barriers,
+  # shuffles, block start and completion as the only orderings (about 5 s)
+  set_tests_properties(gpuemu_exec PROPERTIES LABELS "gpuemu;threads")
 endif()

@@ -364,7 +364,10 @@ void global_oob(launch_ctx *c, uintptr_t a, size_t n, int kind, const region *r)
     }
   }
   char what[256];
-  if (near)
+  if (near && a >= near->lo && a < near->hi)
+    snprintf(what, sizeof what, "running past the end of operand %d's extent [%p, %p)", near->operand,
+             (void *)near->lo, (void *)near->hi);
+  else if (near)
     snprintf(what, sizeof what, "%zu bytes %s operand %d's extent [%p, %p)", (size_t)dist,
              a >= near->hi ? "past the end of" : "before", near->operand, (void *)near->lo, (void *)near->hi);
   else

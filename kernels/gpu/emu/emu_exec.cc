@@ -38,9 +38,9 @@
  * switch does not synchronise (flag 1): the block's real orderings are
  * acquire/release edges - the block's start and completion, each barrier
  * over the block and each shuffle over its warp - so TSan reports accesses
- * of two threads of a block with no barrier between them. The emulator's
- * own bookkeeping, handed between fibers and the scheduler at every switch,
- * is not shown to it (ignore regions). */
+ * of two threads of a block with no barrier between them. The scheduler's
+ * bookkeeping is not shown to it (an ignore region on the scheduler's side:
+ * what a fiber writes there only that fiber and the scheduler touch). */
 extern "C" void *__tsan_get_current_fiber(void);
 extern "C" void *__tsan_create_fiber(unsigned flags);
 extern "C" void __tsan_destroy_fiber(void *fiber);
@@ -51,8 +51,14 @@ extern "C" void __tsan_ignore_thread_begin(void);
 extern "C" void __tsan_ignore_thread_end(void);
 #define AGEMU_TSAN_NO_SYNC 1u
 #define TSAN_ONLY(x) x
+/* A finished fiber never returns from agemu_fiber_main (nor from its last
+ * to_sched): uninstrumented, they leave no frame on the pooled TSan fiber's
+ * shadow stack, which would otherwise grow by one per reuse until TSan
+ * aborts. */
+#define AGEMU_NO_TSAN __attribute__((no_sanitize("thread")))
 #else
 #define TSAN_ONLY(x)
+#define AGEMU_NO_TSAN
 #endif
 
 #if defined(__x86_64__)
@@ -193,7 +199,7 @@ void *tsan_get() {
 void tsan_put(void *f) { tl_tsan.free_list.push_back(f); }
 #endif
 
-void to_sched(ethread *t, bool exiting) {
+AGEMU_NO_TSAN void to_sched(ethread *t, bool exiting) {
   eblock *b = tl_block;
 #ifdef AGEMU_ASAN
   __sanitizer_start_switch_fiber(exiting ? NULL : &t->asan_fake, b->sched_stack, b->sched_stack_size);
@@ -212,20 +218,16 @@ void to_sched(ethread *t, bool exiting) {
   (void)exiting;
 }
 
-void agemu_fiber_main(void) {
-  TSAN_ONLY(__tsan_ignore_thread_begin());
+AGEMU_NO_TSAN void agemu_fiber_main(void) {
   eblock *b = tl_block;
   ethread *t = b->cur;
 #ifdef AGEMU_ASAN
   __sanitizer_finish_switch_fiber(NULL, &b->sched_stack, &b->sched_stack_size);
 #endif
   TSAN_ONLY(__tsan_acquire(&b->sync_start));
-  TSAN_ONLY(__tsan_ignore_thread_end());
   (*b->body)();
-  TSAN_ONLY(__tsan_ignore_thread_begin());
-  TSAN_ONLY(__tsan_release(&b->sync_done));
   t->state = T_DONE;
-  TSAN_ONLY(__tsan_ignore_thread_end());
+  TSAN_ONLY(__tsan_release(&b->sync_done));
   to_sched(t, true);
   abort(); /* a finished fiber is never resumed */
 }
@@ -414,7 +416,6 @@ bool resolve_barrier(eblock *b) {
 }
 
 void wait_here(int state, const char *file, int line) {
-  TSAN_ONLY(__tsan_ignore_thread_begin());
   eblock *b = tl_block;
   if (!b) {
     fprintf(stderr, "gpuemu: %s:%d: barrier or shuffle outside a kernel\n", file, line);
@@ -427,14 +428,17 @@ void wait_here(int state, const char *file, int line) {
   char *sync = state == T_BAR ? &b->sync_bar[b->bar_count & 1]
                               : &b->sync_warp[2 * (t->linear / b->warp) + (b->shfl_count[t->linear / b->warp] & 1)];
   __tsan_release(sync);
+  /* and before the block's completion, even when an error abandons it here */
+  __tsan_release(&b->sync_done);
 #endif
   t->state = state;
   t->file = file;
   t->line = line;
   to_sched(t, false);
+  TSAN_ONLY(__tsan_ignore_thread_begin()); /* every fiber writes tl_cur */
   tl_cur = &t->b;
-  TSAN_ONLY(__tsan_acquire(sync));
   TSAN_ONLY(__tsan_ignore_thread_end());
+  TSAN_ONLY(__tsan_acquire(sync));
 }
 
 /* splitmix64: the schedules' generator (small, and a fixed function of
@@ -500,7 +504,6 @@ struct block_order {
 void syncthreads(const char *file, int line) { wait_here(T_BAR, file, line); }
 
 uint64_t shfl(uint64_t v, int kind, int arg, int width, uint64_t mask, const char *file, int line) {
-  TSAN_ONLY(__tsan_ignore_thread_begin());
   eblock *b = tl_block;
   ethread *t = b ? b->cur : NULL;
   if (t) {
@@ -510,18 +513,13 @@ uint64_t shfl(uint64_t v, int kind, int arg, int width, uint64_t mask, const cha
     t->mask = mask;
     t->value = v;
   }
-  TSAN_ONLY(__tsan_ignore_thread_end());
   wait_here(T_SHFL, file, line);
-  TSAN_ONLY(__tsan_ignore_thread_begin());
-  uint64_t r = t->result;
-  TSAN_ONLY(__tsan_ignore_thread_end());
-  return r;
+  return t->result;
 }
 
 /* Run every block of one launch. Returns "" or what went wrong. */
-std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
-  /* the scheduler's bookkeeping is not shown to TSan (see the top) */
-  TSAN_ONLY(__tsan_ignore_thread_begin());
+namespace {
+std::string run_grid_impl(const launch_desc &d, const std::function<void()> &body) {
   eblock b;
   b.body = &body;
   b.nthreads = (int)(d.block.x * d.block.y * d.block.z);
@@ -547,7 +545,6 @@ std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
 #endif
       tl_block = saved_block;
       tl_cur = saved_cur;
-      TSAN_ONLY(__tsan_ignore_thread_end());
       return "out of host memory for fiber stacks";
     }
   }
@@ -627,15 +624,19 @@ std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
 #endif
   for (int i = 0; i < b.nthreads; i++) stack_put(b.t[i].stack);
 #ifdef AGEMU_TSAN
-  /* a fiber abandoned at a barrier after an error is inside an ignore
-   * region for good: not reused */
-  for (int i = 0; i < b.nthreads; i++) {
-    if (b.t[i].state == T_DONE) tsan_put(b.t[i].tsan_fiber);
-    else __tsan_destroy_fiber(b.t[i].tsan_fiber);
-  }
+  for (int i = 0; i < b.nthreads; i++) tsan_put(b.t[i].tsan_fiber);
 #endif
   tl_block = saved_block;
   tl_cur = saved_cur;
+  return err;
+}
+} // namespace
+
+std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
+  /* the scheduler's bookkeeping, its destruction included, is not shown to
+   * TSan (see the top) */
+  TSAN_ONLY(__tsan_ignore_thread_begin());
+  std::string err = run_grid_impl(d, body);
   TSAN_ONLY(__tsan_ignore_thread_end());
   return err;
 }
