@@ -467,6 +467,7 @@ void *launch_begin(const launch_desc &d) {
   c->kernel = d.chk->kernel;
   c->warp = d.warp;
   c->sh = shared_table();
+  if (!c->sh->error.empty()) c->err = "check mode: " + c->sh->error; /* no silent half-checking */
   c->tls_base = (uintptr_t)&agemu_tls_anchor - c->sh->anchor;
   c->sh_lo = c->sh->lo;
   c->sh_len = c->sh->hi - c->sh->lo;
@@ -550,10 +551,6 @@ std::string function_name(const void *pc) {
   if (it == t->fns.begin()) return "";
   --it;
   return a < it->addr + it->size ? demangle(it->mangled.c_str()) : "";
-}
-const char *symbols_problem(void) {
-  const sh_table *t = shared_table();
-  return t->error.c_str();
 }
 
 } // namespace chk

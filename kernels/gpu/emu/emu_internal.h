@@ -51,7 +51,6 @@ AGEMU_HIDDEN void barrier(void *ctx);
 /* The fiber about to run: its linear thread index and its stack. */
 AGEMU_HIDDEN void set_thread(void *ctx, int linear, const void *lo, size_t bytes);
 AGEMU_HIDDEN void warp_sync(void *ctx, int warp);
-AGEMU_HIDDEN const char *symbols_problem(void);
 /* The demangled name of the module's function containing pc, or "". */
 AGEMU_HIDDEN std::string function_name(const void *pc);
 } // namespace chk
