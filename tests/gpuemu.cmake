@@ -35,6 +35,44 @@ if(TARGET anygrad-gpuemu)
   set_tests_properties(gpu_query_gpuemu PROPERTIES ENVIRONMENT
                        "AG_GPUEMU_DEFERRED=1;AG_GPUEMU_DELAY_US=20000;AG_BACKEND_PATH=$<TARGET_FILE_DIR:anygrad-gpuemu>")
 
+  # The checker (AG_GPUEMU_CHECK=1): a defective kernel per defect class,
+  # compiled as the check module compiles kernels (anygrad-gpuemu-check
+  # exists only in builds without sanitizers)
+  if(TARGET anygrad-gpuemu-check)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      set(_instr -fsanitize=thread --param=tsan-instrument-func-entry-exit=0)
+    else()
+      set(_instr -fsanitize=thread -mllvm -tsan-instrument-func-entry-exit=0)
+    endif()
+    add_executable(gpuemu_check_test ${CMAKE_CURRENT_SOURCE_DIR}/gpuemu_check_test.cu ${_gpu}/emu/emu_exec.cc
+                   ${_gpu}/emu/emu_runtime.cc ${_gpu}/emu/emu_check.cc)
+    set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/gpuemu_check_test.cu PROPERTIES LANGUAGE CXX
+                                COMPILE_OPTIONS "-xc++;${_instr}")
+    target_include_directories(gpuemu_check_test PRIVATE ${_gpu} ${AG_CMOCKA_INCLUDE})
+    target_compile_definitions(gpuemu_check_test PRIVATE AG_GPU_HOST=1 AGEMU_CHECK=1)
+    target_compile_options(gpuemu_check_test PRIVATE -std=c++17 -ffp-contract=off -Wno-unknown-pragmas)
+    set_target_properties(gpuemu_check_test PROPERTIES LINKER_LANGUAGE CXX)
+    target_link_libraries(gpuemu_check_test PRIVATE anygrad ${AG_CMOCKA_LIB} Threads::Threads ${CMAKE_DL_LIBS})
+    add_test(NAME gpuemu_check_defects COMMAND gpuemu_check_test check)
+    set_tests_properties(gpuemu_check_defects PROPERTIES ENVIRONMENT "AG_GPUEMU_CHECK=1")
+    add_test(NAME gpuemu_check_plain COMMAND gpuemu_check_test plain)
+    add_test(NAME gpuemu_check_reverse COMMAND gpuemu_check_test plain)
+    set_tests_properties(gpuemu_check_reverse PROPERTIES ENVIRONMENT "AG_GPUEMU_SCHED=reverse")
+    add_test(NAME gpuemu_check_random COMMAND gpuemu_check_test check)
+    set_tests_properties(gpuemu_check_random PROPERTIES ENVIRONMENT "AG_GPUEMU_CHECK=1;AG_GPUEMU_SCHED=random:7")
+    add_test(NAME gpuemu_sms COMMAND gpuemu_check_test sms 304)
+    set_tests_properties(gpuemu_sms PROPERTIES ENVIRONMENT "AG_GPUEMU_SMS=304")
+    add_test(NAME gpuemu_badenv_sms COMMAND gpuemu_check_test badenv)
+    set_tests_properties(gpuemu_badenv_sms PROPERTIES ENVIRONMENT "AG_GPUEMU_SMS=12x")
+    add_test(NAME gpuemu_badenv_sched COMMAND gpuemu_check_test badenv)
+    set_tests_properties(gpuemu_badenv_sched PROPERTIES ENVIRONMENT "AG_GPUEMU_SCHED=random")
+    add_test(NAME gpuemu_badenv_check COMMAND gpuemu_check_test badenv)
+    set_tests_properties(gpuemu_badenv_check PROPERTIES ENVIRONMENT "AG_GPUEMU_CHECK=yes")
+    set_tests_properties(gpuemu_check_defects gpuemu_check_plain gpuemu_check_reverse gpuemu_check_random
+                         gpuemu_sms gpuemu_badenv_sms gpuemu_badenv_sched gpuemu_badenv_check
+                         PROPERTIES LABELS gpuemu TIMEOUT 120)
+  endif()
+
   # gpu_check is built with the benchmarks (AG_BENCH)
   if(TARGET gpu_check)
     add_test(NAME gpu_check_emu_cuda COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=0)
@@ -46,10 +84,31 @@ if(TARGET anygrad-gpuemu)
       set(_hip_filter "f32,i64,i32,bool,u8")
     endif()
     add_test(NAME gpu_check_emu_hip COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> ${_hip_filter} --device=1)
+    # an MI300X's 304 compute units: the launchers' grid and split choices
+    # for a large device
+    set_tests_properties(gpu_check_emu_hip PROPERTIES ENVIRONMENT "AG_GPUEMU_SMS=304")
     # deferred streams: the f16 third of the cases (every kind of kernel, copies
     # and the optimizer's staged tables) keeps the suite short
     add_test(NAME gpu_check_emu_deferred COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> f16 --device=0)
     set_tests_properties(gpu_check_emu_deferred PROPERTIES ENVIRONMENT "AG_GPUEMU_DEFERRED=1")
+  endif()
+  # The kernel check in checking mode (AG_GPUEMU_CHECK=1) under two
+  # non-default schedules on both flavours: every case but the two GEMMs
+  # whose grids go beyond 65535 blocks in y/z (their tens of thousands of
+  # blocks' shared-memory traffic takes minutes under the checker; the plain
+  # runs keep them)
+  if(TARGET gpu_check AND TARGET anygrad-gpuemu-check)
+    set(_checked)
+    foreach(_dev 0 1)
+      foreach(_sched reverse random:1)
+        string(REPLACE ":" "" _sn ${_sched})
+        set(_name gpu_check_emu${_dev}_checked_${_sn})
+        add_test(NAME ${_name} COMMAND gpu_check $<TARGET_FILE:anygrad-gpuemu> --device=${_dev}
+                 "--skip=grid beyond")
+        set_tests_properties(${_name} PROPERTIES ENVIRONMENT "AG_GPUEMU_CHECK=1;AG_GPUEMU_SCHED=${_sched}")
+        list(APPEND _checked ${_name})
+      endforeach()
+    endforeach()
   endif()
   add_test(NAME check_gpuemu COMMAND $<TARGET_FILE:anygrad-cli> check --backend gpuemu:0,gpuemu:1)
   add_test(NAME compare_gpuemu_mlp COMMAND $<TARGET_FILE:anygrad-cli> compare --devices cpu,gpuemu:0,gpuemu:1
@@ -58,7 +117,7 @@ if(TARGET anygrad-gpuemu)
            --steps 4 --batch 8)
   set(_emu_tests gpuemu_exec gpuemu_deferred gpu_query_gpuemu check_gpuemu compare_gpuemu_mlp compare_gpuemu_gpt)
   if(TARGET gpu_check)
-    list(APPEND _emu_tests gpu_check_emu_cuda gpu_check_emu_hip gpu_check_emu_deferred)
+    list(APPEND _emu_tests gpu_check_emu_cuda gpu_check_emu_hip gpu_check_emu_deferred ${_checked})
   endif()
   # amp and amp_ops run gpuemu:0 in their own device lists. The targets are
   # defined by fragments read after this one; add_test resolves them later.
@@ -76,4 +135,7 @@ if(TARGET anygrad-gpuemu)
   # hazard it shows), which TSan rightly reports; pinned_gpuemu runs 1 MiB
   # kernels and takes 10 minutes there.
   set_tests_properties(loader_gpuemu PROPERTIES LABELS "gpuemu;threads")
+  # the emulator's semantics under TSan: fibers as TSan fibers with barriers,
+  # shuffles, block start and completion as the only orderings (about 5 s)
+  set_tests_properties(gpuemu_exec PROPERTIES LABELS "gpuemu;threads")
 endif()

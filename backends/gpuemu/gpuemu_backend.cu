@@ -3,8 +3,14 @@
  * emulated runtime (kernels/gpu/emu). A testing and debugging device: it
  * runs every kernel's indexing, barriers, shuffles, launch limits and
  * numerics on any machine; GEMM always takes the project's own kernel. */
+#include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "gpu.h"
 #include "emu/emu_internal.h"
@@ -26,8 +32,11 @@ ag_status agv_status(int code, int api, const char *what) {
 }
 
 ag_status agv_init(char *reason, size_t reason_len) {
-  (void)reason;
-  (void)reason_len;
+  const char *bad = agemu_config_error();
+  if (*bad) {
+    snprintf(reason, reason_len, "%s", bad);
+    return AG_ERR_UNAVAILABLE;
+  }
   return AG_OK;
 }
 
@@ -76,4 +85,124 @@ ag_status agv_vm_reserve(int dev, size_t bytes, void **out_base) {
 
 void agv_vm_release(int dev, void *base, size_t bytes) {
   if (agemu_vm_release(dev, base, bytes) != gpuSuccess) (void)agv_status(gpuErrorInvalidValue, AGV_DRIVER, "vm release");
+}
+
+/* ---- the module's entry point ----
+ * runtime.cu's table is renamed agemu_glue_module_get here (CMakeLists.txt).
+ * The plain module answers with it, or with the check module's table when
+ * AG_GPUEMU_CHECK=1 (anygrad-gpuemu-check.so next to this file: the same
+ * sources with instrumented kernels, so the plain module pays nothing). The
+ * check module wraps launch and segment calls so the checker knows the
+ * operands' extents and which allocations are the core's segments. */
+extern "C" const ag_backend *agemu_glue_module_get(void);
+
+namespace {
+
+/* Filled once under std::call_once, then read only. */
+ag_backend g_entry;
+std::once_flag g_entry_once;
+
+#ifdef AGEMU_CHECK
+const ag_backend *g_glue;
+
+/* [lo, hi) of the elements a view reaches: strides may be zero (broadcast)
+ * and, in principle, negative. */
+bool operand_extent(void *base, size_t offset, ag_dtype dt, int ndim, const int64_t *shape, const int64_t *strides,
+                    agemu::extent *out) {
+  int64_t lo = 0, hi = 0;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] <= 0) return false;
+    int64_t span = (shape[d] - 1) * strides[d];
+    if (span < 0) lo += span;
+    else hi += span;
+  }
+  size_t es = ag_dtype_size(dt);
+  uintptr_t p = (uintptr_t)base + offset;
+  out->lo = p + (uintptr_t)(lo * (int64_t)es);
+  out->hi = p + (uintptr_t)((hi + 1) * (int64_t)es);
+  return es != 0;
+}
+
+ag_status checked_launch(ag_bstream *s, const ag_kernel_call *c) {
+  std::vector<agemu::extent> ext;
+  for (int i = 0; i < c->n_operands && i < AG_KMAX_OPERANDS; i++) {
+    const ag_koperand *o = &c->o[i];
+    agemu::extent e;
+    if (!o->base || !operand_extent(o->base, o->offset, o->dtype, o->ndim, o->shape, o->strides, &e)) continue;
+    e.operand = i;
+    ext.push_back(e);
+  }
+  if (c->multi)
+    for (int k = 0; k < c->multi->count; k++) {
+      size_t es = ag_dtype_size(c->multi->t[k].dtype);
+      if (!c->multi->t[k].base || c->multi->t[k].numel <= 0 || !es) continue;
+      agemu::extent e;
+      e.lo = (uintptr_t)c->multi->t[k].base + c->multi->t[k].offset;
+      e.hi = e.lo + (uintptr_t)c->multi->t[k].numel * es;
+      e.operand = 100 + k; /* multi-tensor list entry k */
+      ext.push_back(e);
+    }
+  agemu_check_call(ext.data(), (int)ext.size(), true);
+  ag_status st = g_glue->launch(s, c);
+  agemu_check_call(NULL, 0, false);
+  return st;
+}
+
+ag_status checked_segment_alloc(int dev, size_t bytes, void **out_base) {
+  ag_status st = g_glue->segment_alloc(dev, bytes, out_base);
+  if (st == AG_OK && *out_base) agemu_check_segment(*out_base, true);
+  return st;
+}
+
+void checked_segment_free(int dev, void *base) {
+  if (base) agemu_check_segment(base, false);
+  g_glue->segment_free(dev, base);
+}
+
+void entry_init() {
+  g_glue = agemu_glue_module_get();
+  g_entry = *g_glue;
+  g_entry.launch = checked_launch;
+  g_entry.segment_alloc = checked_segment_alloc;
+  g_entry.segment_free = checked_segment_free;
+}
+#else
+char g_check_why[512];
+
+ag_status check_unavailable(int *out_count, char *reason, size_t reason_len) {
+  *out_count = 0;
+  snprintf(reason, reason_len, "%s", g_check_why);
+  return AG_ERR_UNAVAILABLE;
+}
+
+void entry_init() {
+  const ag_backend *glue = agemu_glue_module_get();
+  g_entry = *glue;
+  const char *v = getenv("AG_GPUEMU_CHECK");
+  if (!v || strcmp(v, "1")) return; /* a value other than 0 or 1 fails agv_init */
+  Dl_info info;
+  std::string path;
+  if (dladdr((void *)&entry_init, &info) && info.dli_fname) {
+    path = info.dli_fname;
+    size_t slash = path.rfind('/');
+    path = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  }
+  path += "anygrad-gpuemu-check.so";
+  void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ag_backend_module_get_fn get = h ? (ag_backend_module_get_fn)dlsym(h, AG_BACKEND_MODULE_SYMBOL) : NULL;
+  if (get && get()) {
+    g_entry = *get();
+    return;
+  }
+  snprintf(g_check_why, sizeof g_check_why, "AG_GPUEMU_CHECK=1 needs %s: %s", path.c_str(),
+           h ? "it has no module entry" : dlerror());
+  g_entry.init = check_unavailable;
+}
+#endif
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) {
+  std::call_once(g_entry_once, entry_init);
+  return &g_entry;
 }

@@ -36,8 +36,18 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
 /* Shared memory is per block: one OS thread runs one block at a time, so a
- * thread-local static is exactly the block's copy. */
+ * thread-local static is exactly the block's copy. The check build puts a
+ * 64-byte redzone in front of each array; the checker finds both in the
+ * module's symbol table (emu_check.cc). */
+#ifdef AGEMU_CHECK
+#define AGEMU_CAT2(a, b) a##b
+#define AGEMU_CAT(a, b) AGEMU_CAT2(a, b)
+#define __shared__                                                                               \
+  static thread_local __attribute__((used, aligned(16))) char AGEMU_CAT(agemu_rz_, __COUNTER__)[64]; \
+  static thread_local __attribute__((aligned(16)))
+#else
 #define __shared__ static thread_local
+#endif
 
 struct uint3 { unsigned x, y, z; };
 struct uint4 { unsigned x, y, z, w; };

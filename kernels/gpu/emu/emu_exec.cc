@@ -34,12 +34,31 @@
 #endif
 #endif
 #ifdef AGEMU_TSAN
-/* ThreadSanitizer follows each fiber as its own thread of execution; a
- * switch orders everything before it (flag 0), as a block's barriers do. */
+/* ThreadSanitizer follows each fiber as its own thread of execution. A
+ * switch does not synchronise (flag 1): the block's real orderings are
+ * acquire/release edges - the block's start and completion, each barrier
+ * over the block and each shuffle over its warp - so TSan reports accesses
+ * of two threads of a block with no barrier between them. The scheduler's
+ * bookkeeping is not shown to it (an ignore region on the scheduler's side:
+ * what a fiber writes there only that fiber and the scheduler touch). */
 extern "C" void *__tsan_get_current_fiber(void);
 extern "C" void *__tsan_create_fiber(unsigned flags);
 extern "C" void __tsan_destroy_fiber(void *fiber);
 extern "C" void __tsan_switch_to_fiber(void *fiber, unsigned flags);
+extern "C" void __tsan_acquire(void *addr);
+extern "C" void __tsan_release(void *addr);
+extern "C" void __tsan_ignore_thread_begin(void);
+extern "C" void __tsan_ignore_thread_end(void);
+#define AGEMU_TSAN_NO_SYNC 1u
+#define TSAN_ONLY(x) x
+/* A finished fiber never returns from agemu_fiber_main (nor from its last
+ * to_sched): uninstrumented, they leave no frame on the pooled TSan fiber's
+ * shadow stack, which would otherwise grow by one per reuse until TSan
+ * aborts. */
+#define AGEMU_NO_TSAN __attribute__((no_sanitize("thread")))
+#else
+#define TSAN_ONLY(x)
+#define AGEMU_NO_TSAN
 #endif
 
 #if defined(__x86_64__)
@@ -114,6 +133,13 @@ struct eblock {
   ethread *cur;
   int nthreads, warp;
   bool strict;
+  void *ck; /* the checker's launch, or NULL */
+  uint32_t bar_count;          /* barriers passed by the running block */
+  std::vector<uint32_t> shfl_count; /* shuffles completed, per warp */
+  /* TSan's synchronisation objects (addresses only): block start and
+   * completion, barriers by parity, each warp's shuffles by parity */
+  char sync_start, sync_done, sync_bar[2];
+  std::vector<char> sync_warp;
   std::string err;
 };
 
@@ -173,13 +199,13 @@ void *tsan_get() {
 void tsan_put(void *f) { tl_tsan.free_list.push_back(f); }
 #endif
 
-void to_sched(ethread *t, bool exiting) {
+AGEMU_NO_TSAN void to_sched(ethread *t, bool exiting) {
   eblock *b = tl_block;
 #ifdef AGEMU_ASAN
   __sanitizer_start_switch_fiber(exiting ? NULL : &t->asan_fake, b->sched_stack, b->sched_stack_size);
 #endif
 #ifdef AGEMU_TSAN
-  __tsan_switch_to_fiber(b->sched_tsan, 0);
+  __tsan_switch_to_fiber(b->sched_tsan, AGEMU_TSAN_NO_SYNC);
 #endif
 #ifdef AGEMU_ASM_SWITCH
   agemu_switch(&t->sp, b->sched_sp);
@@ -192,14 +218,16 @@ void to_sched(ethread *t, bool exiting) {
   (void)exiting;
 }
 
-void agemu_fiber_main(void) {
+AGEMU_NO_TSAN void agemu_fiber_main(void) {
   eblock *b = tl_block;
   ethread *t = b->cur;
 #ifdef AGEMU_ASAN
   __sanitizer_finish_switch_fiber(NULL, &b->sched_stack, &b->sched_stack_size);
 #endif
+  TSAN_ONLY(__tsan_acquire(&b->sync_start));
   (*b->body)();
   t->state = T_DONE;
+  TSAN_ONLY(__tsan_release(&b->sync_done));
   to_sched(t, true);
   abort(); /* a finished fiber is never resumed */
 }
@@ -207,11 +235,14 @@ void agemu_fiber_main(void) {
 void resume(eblock *b, ethread *t) {
   b->cur = t;
   tl_cur = &t->b;
+#ifdef AGEMU_CHECK
+  if (b->ck) chk::set_thread(b->ck, t->linear, t->stack, t->stack_size);
+#endif
 #ifdef AGEMU_ASAN
   __sanitizer_start_switch_fiber(&b->sched_fake, t->stack, t->stack_size);
 #endif
 #ifdef AGEMU_TSAN
-  __tsan_switch_to_fiber(t->tsan_fiber, 0);
+  __tsan_switch_to_fiber(t->tsan_fiber, AGEMU_TSAN_NO_SYNC);
 #endif
 #ifdef AGEMU_ASM_SWITCH
   agemu_switch(&b->sched_sp, t->sp);
@@ -352,6 +383,10 @@ bool resolve_shuffles(eblock *b) {
     }
     for (int i = w0; i < w1; i++)
       if (b->t[i].state == T_SHFL) b->t[i].state = T_RUN;
+    b->shfl_count[w0 / W]++;
+#ifdef AGEMU_CHECK
+    if (b->ck) chk::warp_sync(b->ck, w0 / W);
+#endif
     progressed = true;
   }
   return progressed;
@@ -373,6 +408,10 @@ bool resolve_barrier(eblock *b) {
   if (!first) return false;
   for (int i = 0; i < b->nthreads; i++)
     if (b->t[i].state == T_BAR) b->t[i].state = T_RUN;
+  b->bar_count++;
+#ifdef AGEMU_CHECK
+  if (b->ck) chk::barrier(b->ck);
+#endif
   return true;
 }
 
@@ -383,12 +422,82 @@ void wait_here(int state, const char *file, int line) {
     abort();
   }
   ethread *t = b->cur;
+#ifdef AGEMU_TSAN
+  /* this thread's accesses so far happen before every access after the
+   * barrier (the whole block) or the shuffle (its warp) */
+  char *sync = state == T_BAR ? &b->sync_bar[b->bar_count & 1]
+                              : &b->sync_warp[2 * (t->linear / b->warp) + (b->shfl_count[t->linear / b->warp] & 1)];
+  __tsan_release(sync);
+  /* and before the block's completion, even when an error abandons it here */
+  __tsan_release(&b->sync_done);
+#endif
   t->state = state;
   t->file = file;
   t->line = line;
   to_sched(t, false);
+  TSAN_ONLY(__tsan_ignore_thread_begin()); /* every fiber writes tl_cur */
   tl_cur = &t->b;
+  TSAN_ONLY(__tsan_ignore_thread_end());
+  TSAN_ONLY(__tsan_acquire(sync));
 }
+
+/* splitmix64: the schedules' generator (small, and a fixed function of
+ * the seed on every platform). */
+uint64_t next_rand(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+void shuffle(std::vector<int> &v, uint64_t *rng) {
+  for (size_t i = v.size(); i > 1; i--) {
+    size_t j = (size_t)(next_rand(rng) % i);
+    int x = v[i - 1];
+    v[i - 1] = v[j];
+    v[j] = x;
+  }
+}
+uint64_t gcd64(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* The order in which a launch's blocks run: forward, reverse, or a random
+ * permutation (shuffled up to 2^20 blocks; above that an affine map
+ * k -> (a k + c) mod n with a coprime to n, which needs no memory). */
+struct block_order {
+  uint64_t n, a = 1, c = 0;
+  int sched;
+  std::vector<uint32_t> perm;
+  block_order(const launch_desc &d, uint64_t *rng) : sched(d.sched) {
+    n = (uint64_t)d.grid.x * d.grid.y * d.grid.z;
+    if (sched != SCHED_RANDOM) return;
+    if (n <= (1u << 20)) {
+      perm.resize(n);
+      for (uint64_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
+      for (uint64_t i = n; i > 1; i--) {
+        uint64_t j = next_rand(rng) % i;
+        uint32_t x = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = x;
+      }
+    } else {
+      do a = next_rand(rng) % n | 1;
+      while (gcd64(a, n) != 1);
+      c = next_rand(rng) % n;
+    }
+  }
+  uint64_t at(uint64_t k) const {
+    if (sched == SCHED_FORWARD) return k;
+    if (sched == SCHED_REVERSE) return n - 1 - k;
+    if (!perm.empty()) return perm[k];
+    return (uint64_t)(((unsigned __int128)a * k + c) % n);
+  }
+};
 
 } // namespace
 
@@ -409,13 +518,16 @@ uint64_t shfl(uint64_t v, int kind, int arg, int width, uint64_t mask, const cha
 }
 
 /* Run every block of one launch. Returns "" or what went wrong. */
-std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
+namespace {
+std::string run_grid_impl(const launch_desc &d, const std::function<void()> &body) {
   eblock b;
   b.body = &body;
   b.nthreads = (int)(d.block.x * d.block.y * d.block.z);
   b.warp = d.warp;
   b.strict = d.strict;
+  b.ck = NULL;
   b.t.resize(b.nthreads);
+  b.sync_warp.resize(2 * (size_t)((b.nthreads + b.warp - 1) / b.warp));
 #ifdef AGEMU_TSAN
   b.sched_tsan = __tsan_get_current_fiber();
   for (int i = 0; i < b.nthreads; i++) b.t[i].tsan_fiber = tsan_get();
@@ -437,58 +549,95 @@ std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
     }
   }
   std::string err;
-  for (unsigned bz = 0; bz < d.grid.z && err.empty(); bz++)
-    for (unsigned by = 0; by < d.grid.y && err.empty(); by++)
-      for (unsigned bx = 0; bx < d.grid.x && err.empty(); bx++) {
-        for (int i = 0; i < b.nthreads; i++) {
-          ethread &t = b.t[i];
-          t.b.thread_idx.x = i % d.block.x;
-          t.b.thread_idx.y = i / d.block.x % d.block.y;
-          t.b.thread_idx.z = i / (d.block.x * d.block.y);
-          t.b.block_idx.x = bx;
-          t.b.block_idx.y = by;
-          t.b.block_idx.z = bz;
-          t.b.block_dim = d.block;
-          t.b.grid_dim = d.grid;
-          t.b.warp = d.warp;
-          t.linear = i;
-          t.state = T_RUN;
-          t.asan_fake = NULL;
-          fiber_init(&b, &t);
-        }
-        for (;;) {
-          bool any = false, live = false;
-          for (int i = 0; i < b.nthreads; i++) {
-            if (b.t[i].state == T_RUN) {
-              resume(&b, &b.t[i]);
-              any = true;
-            }
-            if (b.t[i].state != T_DONE) live = true;
-          }
-          if (!live) break;
-          if (any) continue;
-          if (resolve_shuffles(&b) || (b.err.empty() && resolve_barrier(&b))) continue;
-          if (b.err.empty())
-            fail(&b, "block cannot make progress: threads %s wait at __syncthreads, %s at a warp shuffle",
-                 ranges(&b, T_BAR).c_str(), ranges(&b, T_SHFL).c_str());
-          break;
-        }
-        if (!b.err.empty()) {
-          char where[96];
-          snprintf(where, sizeof where, "block (%u,%u,%u) of grid (%u,%u,%u): ", bx, by, bz, d.grid.x, d.grid.y,
-                   d.grid.z);
-          err = where + b.err;
-#ifdef AGEMU_ASAN
-          /* Fibers left waiting are abandoned; their stacks are reused. */
+  uint64_t rng = d.seed;
+  std::vector<int> order(b.nthreads);
+  for (int i = 0; i < b.nthreads; i++) order[i] = d.sched == SCHED_REVERSE ? b.nthreads - 1 - i : i;
+  block_order bo(d, &rng);
+#ifdef AGEMU_CHECK
+  if (d.chk) b.ck = chk::launch_begin(d);
 #endif
+  for (uint64_t k = 0; k < bo.n && err.empty(); k++) {
+    uint64_t lin = bo.at(k);
+    unsigned bx = (unsigned)(lin % d.grid.x), by = (unsigned)(lin / d.grid.x % d.grid.y),
+             bz = (unsigned)(lin / ((uint64_t)d.grid.x * d.grid.y));
+    for (int i = 0; i < b.nthreads; i++) {
+      ethread &t = b.t[i];
+      t.b.thread_idx.x = i % d.block.x;
+      t.b.thread_idx.y = i / d.block.x % d.block.y;
+      t.b.thread_idx.z = i / (d.block.x * d.block.y);
+      t.b.block_idx.x = bx;
+      t.b.block_idx.y = by;
+      t.b.block_idx.z = bz;
+      t.b.block_dim = d.block;
+      t.b.grid_dim = d.grid;
+      t.b.warp = d.warp;
+      t.linear = i;
+      t.state = T_RUN;
+      t.asan_fake = NULL;
+      fiber_init(&b, &t);
+    }
+    b.bar_count = 0;
+    b.shfl_count.assign((size_t)((b.nthreads + b.warp - 1) / b.warp), 0);
+    /* blocks run one after another on this thread: TSan sees each start
+     * after the previous block's completion (so one block's shared memory
+     * reused by the next is no race; races between blocks are the
+     * checker's, AG_GPUEMU_CHECK=1) */
+    TSAN_ONLY(__tsan_release(&b.sync_start));
+#ifdef AGEMU_CHECK
+    if (b.ck) chk::block_begin(b.ck, lin, b.nthreads);
+#endif
+    for (;;) {
+      bool any = false, live = false;
+      if (d.sched == SCHED_RANDOM) shuffle(order, &rng);
+      for (int k2 = 0; k2 < b.nthreads; k2++) {
+        int i = order[k2];
+        if (b.t[i].state == T_RUN) {
+          resume(&b, &b.t[i]);
+          any = true;
         }
+        if (b.t[i].state != T_DONE) live = true;
       }
+      if (!live) break;
+      if (any) continue;
+      if (resolve_shuffles(&b) || (b.err.empty() && resolve_barrier(&b))) continue;
+      if (b.err.empty())
+        fail(&b, "block cannot make progress: threads %s wait at __syncthreads, %s at a warp shuffle",
+             ranges(&b, T_BAR).c_str(), ranges(&b, T_SHFL).c_str());
+      break;
+    }
+    TSAN_ONLY(__tsan_acquire(&b.sync_done));
+#ifdef AGEMU_CHECK
+    if (b.ck && b.err.empty()) b.err = chk::block_error(b.ck);
+#endif
+    if (!b.err.empty()) {
+      char where[96];
+      snprintf(where, sizeof where, "block (%u,%u,%u) of grid (%u,%u,%u): ", bx, by, bz, d.grid.x, d.grid.y,
+               d.grid.z);
+      err = where + b.err;
+    }
+  }
+#ifdef AGEMU_CHECK
+  if (b.ck) {
+    std::string ce = chk::launch_end(b.ck);
+    if (err.empty() && !ce.empty()) err = ce;
+  }
+#endif
   for (int i = 0; i < b.nthreads; i++) stack_put(b.t[i].stack);
 #ifdef AGEMU_TSAN
   for (int i = 0; i < b.nthreads; i++) tsan_put(b.t[i].tsan_fiber);
 #endif
   tl_block = saved_block;
   tl_cur = saved_cur;
+  return err;
+}
+} // namespace
+
+std::string run_grid(const launch_desc &d, const std::function<void()> &body) {
+  /* the scheduler's bookkeeping, its destruction included, is not shown to
+   * TSan (see the top) */
+  TSAN_ONLY(__tsan_ignore_thread_begin());
+  std::string err = run_grid_impl(d, body);
+  TSAN_ONLY(__tsan_ignore_thread_end());
   return err;
 }
 

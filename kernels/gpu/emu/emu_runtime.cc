@@ -8,6 +8,7 @@
  * caught. Kernel execution errors are sticky on the device until a
  * synchronizing call returns them, as a CUDA launch failure is. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +16,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cxxabi.h>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -61,6 +64,7 @@ struct emu_dev {
   std::map<uintptr_t, size_t> allocs;   /* gpuMalloc blocks */
   std::map<uintptr_t, size_t> reserved; /* VM reservations */
   std::map<uintptr_t, size_t> mapped;   /* VM mappings, one per map call */
+  std::set<uintptr_t> segments;         /* allocs that are the core's segments (check mode) */
   gpuError_t err = gpuSuccess;          /* sticky execution error */
   std::string detail;
   agemu_stream *null_stream = nullptr;
@@ -72,6 +76,12 @@ struct emu_state {
   emu_dev dev[EMU_NDEV];
   bool deferred = false, strict = true;
   long delay_us = 0;
+  int sms = 4;                 /* AG_GPUEMU_SMS */
+  int sched = agemu::SCHED_FORWARD;
+  uint64_t seed = 0;           /* AG_GPUEMU_SCHED=random:SEED */
+  std::atomic<uint64_t> launches{0}; /* numbers the random schedules' launches */
+  bool check = false;          /* AG_GPUEMU_CHECK=1 */
+  std::string config_error;    /* a malformed AG_GPUEMU_* knob: the backend is unavailable */
   std::mutex pin_m;
   std::map<uintptr_t, size_t> pinned;
 };
@@ -81,6 +91,9 @@ std::once_flag g_once;
 thread_local int tl_dev;
 thread_local gpuError_t tl_last = gpuSuccess;
 thread_local std::string tl_detail;
+/* check mode: the kernel call being launched on this thread */
+thread_local std::vector<agemu::extent> tl_call;
+thread_local bool tl_call_set;
 
 /* An integer in [lo, hi] through the library's strict parser; anything else
  * is reported (the value escaped) and the default used. */
@@ -91,6 +104,33 @@ long env_long(const char *name, long dflt, long lo, long hi) {
     return dflt;
   }
   return (long)x;
+}
+
+/* AG_GPUEMU_SMS: a whole decimal number in [1, 4096], nothing else. */
+bool parse_sms(const char *v, int *out) {
+  if (!v || !*v) return true;
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (*end || end == v || errno || x < 1 || x > 4096 || !(*v >= '0' && *v <= '9')) return false;
+  *out = (int)x;
+  return true;
+}
+/* AG_GPUEMU_SCHED: forward | reverse | random:SEED (SEED a decimal u64). */
+bool parse_sched(const char *v, int *out_kind, uint64_t *out_seed) {
+  if (!v || !*v || !strcmp(v, "forward")) return true;
+  if (!strcmp(v, "reverse")) {
+    *out_kind = agemu::SCHED_REVERSE;
+    return true;
+  }
+  if (strncmp(v, "random:", 7) != 0 || !(v[7] >= '0' && v[7] <= '9')) return false;
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(v + 7, &end, 10);
+  if (*end || errno) return false;
+  *out_kind = agemu::SCHED_RANDOM;
+  *out_seed = x;
+  return true;
 }
 
 void init_once() {
@@ -105,6 +145,21 @@ void init_once() {
   g_emu->deferred = env_long("AG_GPUEMU_DEFERRED", 0, 0, 1) != 0;
   g_emu->strict = env_long("AG_GPUEMU_STRICT", 1, 0, 1) != 0;
   g_emu->delay_us = env_long("AG_GPUEMU_DELAY_US", 0, 0, 10000000);
+  /* the values in messages with control characters escaped */
+  auto esc = [](const char *x) {
+    char b[96];
+    return std::string(ag_escape(x, b, sizeof b));
+  };
+  const char *v = getenv("AG_GPUEMU_SMS");
+  if (!parse_sms(v, &g_emu->sms))
+    g_emu->config_error = std::string("AG_GPUEMU_SMS=") + esc(v) + " is not a whole number from 1 to 4096";
+  v = getenv("AG_GPUEMU_CHECK");
+  if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
+    g_emu->config_error = std::string("AG_GPUEMU_CHECK=") + esc(v) + " is not 0 or 1";
+  g_emu->check = v && !strcmp(v, "1");
+  v = getenv("AG_GPUEMU_SCHED");
+  if (!parse_sched(v, &g_emu->sched, &g_emu->seed))
+    g_emu->config_error = std::string("AG_GPUEMU_SCHED=") + esc(v) + " is not forward, reverse or random:SEED";
 }
 emu_state *st() {
   std::call_once(g_once, init_once);
@@ -232,6 +287,11 @@ bool is_device(const void *p, size_t n) {
 std::string kernel_name(const void *k) {
   Dl_info info;
   char buf[512];
+#ifdef AGEMU_CHECK
+  /* the kernels' symbols are hidden: the module's symbol table names them */
+  std::string fn = agemu::chk::function_name(k);
+  if (!fn.empty()) return fn;
+#endif
   if (dladdr(k, &info) && info.dli_sname) {
     int status = 0;
     char *dem = abi::__cxa_demangle(info.dli_sname, NULL, NULL, &status);
@@ -299,6 +359,27 @@ const char *agemu_device_flavour(int dev) {
   return dev == 0 ? "warp 32, CUDA launch limits" : "warp 64, HIP launch limits";
 }
 int agemu_deferred(void) { return st()->deferred; }
+const char *agemu_config_error(void) { return st()->config_error.c_str(); }
+int agemu_checking(void) {
+#ifdef AGEMU_CHECK
+  return st()->check;
+#else
+  return 0;
+#endif
+}
+void agemu_check_call(const agemu::extent *ext, int n, bool set) {
+  tl_call.assign(ext, ext + n);
+  tl_call_set = set;
+}
+void agemu_check_segment(void *base, bool segment) {
+  for (int i = 0; i < EMU_NDEV; i++) {
+    emu_dev &d = st()->dev[i];
+    std::lock_guard<std::mutex> g(d.m);
+    if (!d.allocs.count((uintptr_t)base)) continue;
+    if (segment) d.segments.insert((uintptr_t)base);
+    else d.segments.erase((uintptr_t)base);
+  }
+}
 
 gpuError_t gpuGetDeviceCount(int *n) {
   st();
@@ -316,7 +397,7 @@ gpuError_t gpuGetDeviceProperties(gpuDeviceProp *p, int dev) {
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "anygrad GPU emulator (%s)", agemu_device_flavour(dev));
   p->totalGlobalMem = d.cap;
-  p->multiProcessorCount = 4;
+  p->multiProcessorCount = st()->sms;
   p->major = 0;
   p->minor = 0;
   p->warpSize = d.warp;
@@ -372,6 +453,7 @@ gpuError_t gpuFree(void *p) {
     if (it == d.allocs.end()) continue;
     d.used -= it->second;
     d.allocs.erase(it);
+    d.segments.erase((uintptr_t)p);
     free(p);
     return gpuSuccess;
   }
@@ -585,8 +667,25 @@ gpuError_t agemu::launch(gpuStream_t s, dim3 grid, dim3 block, size_t smem, cons
   ld.block = block;
   ld.warp = d.warp;
   ld.strict = st()->strict;
+  ld.sched = st()->sched;
+  /* each launch its own stream of the seed's generator: a rerun with the
+   * same seed and the same launches repeats the same orders */
+  ld.seed = st()->seed + 0x9e3779b97f4a7c15ull * st()->launches.fetch_add(1, std::memory_order_relaxed);
   int dev = q->dev;
+  if (agemu_checking()) {
+    ld.chk = std::make_shared<agemu::check_info>();
+    ld.chk->kernel = kernel_name(kernel);
+    ld.chk->operands = tl_call;
+    ld.chk->have_operands = tl_call_set;
+  }
   enqueue(q, [ld, body = std::move(body), kernel, dev] {
+    if (ld.chk) { /* the allocations as the launch runs */
+      emu_dev &dv = st()->dev[dev];
+      std::lock_guard<std::mutex> g(dv.m);
+      ld.chk->regions.clear();
+      for (auto &a : dv.allocs) ld.chk->regions.push_back({a.first, a.first + a.second, dv.segments.count(a.first) > 0});
+      for (auto &a : dv.mapped) ld.chk->regions.push_back({a.first, a.first + a.second, true});
+    }
     std::string e = agemu::run_grid(ld, body);
     if (!e.empty()) dev_error(dev, gpuErrorLaunchFailure, "kernel " + kernel_name(kernel) + ": " + e);
   });
