@@ -3,14 +3,16 @@
 # libdnnl2 (oneDNN) is the CPU's f32 GEMM engine, opened at run time
 # (backends/cpu/cpu_gemm.c); without it OpenBLAS runs the products.
 # Usage: scripts/deps.sh [--test]   (--test adds the sanitizer runtimes, HIP and chromium,
-# the headless browser the run-report test renders in)
+# the headless browser the run-report test renders in, and Vulkan: lavapipe,
+# the validation layers, glslc and the headers)
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
       zlib1g-dev dataset-fashion-mnist libdnnl2)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium
-        libopenmpi-dev openmpi-bin)
+        libopenmpi-dev openmpi-bin
+        mesa-vulkan-drivers vulkan-validationlayers glslc libvulkan-dev)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
