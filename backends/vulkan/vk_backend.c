@@ -83,12 +83,14 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlag
                                                  VkDebugUtilsMessageTypeFlagsEXT type,
                                                  const VkDebugUtilsMessengerCallbackDataEXT *data,
                                                  void *user) {
-  (void)type;
   (void)user;
-  if (sev & (VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT)) {
-    atomic_fetch_add(&g_val_messages, 1);
+  /* general messages are the loader's (which layers it added): shown,
+   * not counted */
+  bool counted = (type & (VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT)) &&
+                 (sev & (VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT));
+  if (counted) atomic_fetch_add(&g_val_messages, 1);
+  if (counted || (sev & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT))
     fprintf(stderr, "anygrad vulkan validation: %s\n", data && data->pMessage ? data->pMessage : "(no text)");
-  }
   return VK_FALSE;
 }
 

@@ -210,7 +210,9 @@ static ag_status run_reduce(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = outer;
   a.n[1] = r;
   a.n[2] = inner;
-  if (inner == 1) return dispatch_rows(s, VKS_REDUCE_ROWS, c->sub, &a, outer);
+  /* a work-group per row pays off for long rows; short ones take an
+   * invocation each (the same order of operations per row) */
+  if (inner == 1 && r > 64) return dispatch_rows(s, VKS_REDUCE_ROWS, c->sub, &a, outer);
   return vkb_dispatch1(s, VKS_REDUCE_COLS, c->sub, &a, outer * inner);
 }
 

@@ -445,10 +445,12 @@ ag_status vkb_copy_d2d(ag_bstream *s, void *dst, size_t doff, const void *src, s
   return record_copy(s, ((const vkb_mem *)src)->buf, soff, ((vkb_mem *)dst)->buf, doff, bytes);
 }
 
-/* The error word is host-visible: read after the core's stream sync. */
+/* The error word is host-visible. The core also asks right after
+ * launches: while work that may set it is queued or running, nothing is
+ * read (and the word stays armed for the next sync). */
 ag_status vkb_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
   memset(out, 0, sizeof *out);
-  if (!s->err_armed) return AG_OK;
+  if (!s->err_armed || s->cur >= 0 || tl_value(s->tl) < s->value) return AG_OK;
   memcpy(out, s->err.map, sizeof *out);
   s->err_armed = false;
   if (out->code) memset(s->err.map, 0, sizeof *out);

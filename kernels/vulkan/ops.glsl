@@ -46,8 +46,11 @@ float e_erf(float x) {
   float r = 1.0 - y;
   return x < 0.0 ? -r : r;
 }
+/* C's pow for the cases GLSL leaves undefined: NaN, negative bases with
+ * integral exponents, zero */
 float e_pow(float a, float b) {
-  if (b == 0.0) return 1.0;
+  if (b == 0.0 || a == 1.0) return 1.0;
+  if (isnan(a) || isnan(b)) return a + b;
   if (a < 0.0 && b == floor(b)) {
     float r = pow(-a, b);
     return mod(b, 2.0) == 1.0 ? -r : r;
@@ -55,6 +58,7 @@ float e_pow(float a, float b) {
   if (a == 0.0) return b > 0.0 ? 0.0 : F_INF;
   return pow(a, b);
 }
+float e_atan2(float y, float x) { return isnan(x) || isnan(y) ? x + y : atan(y, x); }
 /* C's fmod: a - trunc(a/b)*b, the sign of a */
 float e_fmod(float a, float b) {
   if (b == 0.0 || isinf(a) || isnan(a) || isnan(b)) return F_NAN;
@@ -83,7 +87,7 @@ float e_fmod(float a, float b) {
 #define E_RINT(v) roundEven(v)
 #define E_ABS(v) abs(v)
 #define E_POW(u, v) e_pow(u, v)
-#define E_ATAN2(u, v) atan(u, v)
+#define E_ATAN2(u, v) e_atan2(u, v)
 #define E_FMOD(u, v) e_fmod(u, v)
 
 #include "anygrad/optable.h"

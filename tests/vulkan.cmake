@@ -1,0 +1,41 @@
+# The Vulkan backend, run for real on any Vulkan device (lavapipe in CI)
+# under the Khronos validation layers with synchronization validation: the
+# module counts every warning or error the layers report, fails the next
+# synchronization and makes the process exit with status 97, so any message
+# fails the test. Every test skips (77, or 2 for gpu_check) where no Vulkan
+# device exists. Added CI time on 2 cores: see docs/vulkan.md.
+if(TARGET anygrad-vulkan)
+  set(_vk_env "VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation"
+      "VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT"
+      "AG_BACKEND_PATH=$<TARGET_FILE_DIR:anygrad-vulkan>")
+  set(_vk_run ${CMAKE_CURRENT_SOURCE_DIR}/vulkan_run.sh $<TARGET_FILE:anygrad-cli>)
+  if(TARGET anygrad_models)
+    add_executable(vulkan_test ${CMAKE_CURRENT_SOURCE_DIR}/vulkan_test.c)
+    target_link_libraries(vulkan_test PRIVATE anygrad anygrad_models ${AG_CMOCKA_LIB} m)
+    add_dependencies(vulkan_test anygrad-vulkan)
+    add_test(NAME vulkan_api COMMAND vulkan_test)
+    # the loader absent: listed as unavailable with the reason
+    add_test(NAME vulkan_no_loader COMMAND $<TARGET_FILE:anygrad-cli> info)
+    set_tests_properties(vulkan_no_loader PROPERTIES LABELS vulkan
+                         ENVIRONMENT "AG_VULKAN_LIBRARY=libvulkan-absent.so.1"
+                         PASS_REGULAR_EXPRESSION "vulkan  unavailable: libanygrad-vulkan.so: cannot load the Vulkan loader")
+  endif()
+  if(TARGET gpu_check)
+    add_test(NAME gpu_check_vulkan COMMAND gpu_check $<TARGET_FILE:anygrad-vulkan>)
+    set_tests_properties(gpu_check_vulkan PROPERTIES SKIP_RETURN_CODE 2)
+  endif()
+  add_test(NAME check_vulkan COMMAND ${_vk_run} $<TARGET_FILE:anygrad-cli> check --backend vulkan:0)
+  add_test(NAME compare_vulkan COMMAND ${_vk_run} $<TARGET_FILE:anygrad-cli> compare --devices cpu,vulkan:0
+           --model gpt --steps 3)
+  add_test(NAME train_vulkan COMMAND ${_vk_run} $<TARGET_FILE:anygrad-cli> train --device vulkan:0 --steps 20)
+  foreach(_t vulkan_api gpu_check_vulkan check_vulkan compare_vulkan train_vulkan)
+    if(TEST ${_t})
+      set_property(TEST ${_t} APPEND PROPERTY LABELS vulkan)
+      set_property(TEST ${_t} APPEND PROPERTY ENVIRONMENT ${_vk_env})
+      set_property(TEST ${_t} PROPERTY TIMEOUT 900)
+      if(NOT _t STREQUAL "gpu_check_vulkan")
+        set_property(TEST ${_t} PROPERTY SKIP_RETURN_CODE 77)
+      endif()
+    endif()
+  endforeach()
+endif()
