@@ -218,11 +218,15 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   vkb_device *d = &g_dev[g_count];
   memset(d, 0, sizeof *d);
   d->phys = p;
-  VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+  VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                           .pNext = &drv};
   VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
   vkb_f.vkGetPhysicalDeviceProperties2(p, &p2);
   d->props = p2.properties;
   d->subgroup_size = sg.subgroupSize;
+  snprintf(d->driver, sizeof d->driver, "%.63s", drv.driverName[0] ? drv.driverName : "unknown driver");
+  d->loop_limit = drv.driverID == VK_DRIVER_ID_MESA_LLVMPIPE ? 65000 : INT64_MAX;
   const char *name = d->props.deviceName;
   if (d->props.apiVersion < VK_API_VERSION_1_2) {
     snprintf(why, why_len, "%s: Vulkan 1.2 needed", name);
@@ -417,7 +421,7 @@ static ag_status vk_device_props(int dev, ag_device_props *out) {
   vkb_device *d = &g_dev[dev];
   memset(out, 0, sizeof *out);
   snprintf(out->name, sizeof out->name, "%s", d->props.deviceName);
-  snprintf(out->vendor, sizeof out->vendor, "vendor 0x%04x", d->props.vendorID);
+  snprintf(out->vendor, sizeof out->vendor, "%s (vendor 0x%04x)", d->driver, d->props.vendorID);
   snprintf(out->arch, sizeof out->arch, "Vulkan %u.%u.%u, subgroup %u", VK_API_VERSION_MAJOR(d->props.apiVersion),
            VK_API_VERSION_MINOR(d->props.apiVersion), VK_API_VERSION_PATCH(d->props.apiVersion), d->subgroup_size);
   out->total_memory = d->total_mem;

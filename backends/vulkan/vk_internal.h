@@ -56,7 +56,7 @@ typedef struct vkb_dfns {
 /* Shaders embedded at build time (one SPIR-V module per entry of
  * VKB_SHADERS in vk_shaders_gen.c, in this order). */
 typedef enum vkb_shader {
-  VKS_UNARY, VKS_BINARY, VKS_WHERE, VKS_FILL, VKS_ARANGE, VKS_RAND, VKS_DROPOUT,
+  VKS_UNARY, VKS_BINARY, VKS_WHERE, VKS_FILL, VKS_ARANGE, VKS_RAND, VKS_DROPOUT, VKS_DROPOUT64,
   VKS_REDUCE_ROWS, VKS_REDUCE_COLS, VKS_SUMSQ_PART, VKS_SUMSQ_FINAL,
   VKS_SOFTMAX, VKS_SOFTMAX_BWD, VKS_CE, VKS_CE_BWD, VKS_LN, VKS_LN_BWD, VKS_LN_BWD_WB,
   VKS_RMS, VKS_RMS_BWD, VKS_RMS_BWD_W, VKS_VAR_ROWS, VKS_VAR_COLS, VKS_CUMSUM,
@@ -101,6 +101,11 @@ typedef struct vkb_device {
   double ts_period_ns;
   uint64_t ts_mask;
   int dev_type; /* VkPhysicalDeviceType */
+  char driver[64];
+  /* Iterations one invocation's loops may run in all: lavapipe (gallivm)
+   * stops a shader's loops after 65535 back-edges; INT64_MAX elsewhere.
+   * Kernels with long sequential loops are refused above it. */
+  int64_t loop_limit;
   uint32_t mt_device, mt_host; /* memory types: segments, pinned/arenas */
   bool device_mapped;          /* segment memory is host-visible (mapped) */
   size_t total_mem, max_alloc;

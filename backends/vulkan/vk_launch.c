@@ -66,6 +66,18 @@ static void collapse(const ag_koperand *o0, int nop, const ag_koperand *const *o
   a->n[41] = contig ? 0 : r;
 }
 
+/* A kernel whose invocations loop `trips` times in sequence: refused where
+ * the driver cuts loops short (lavapipe), rather than return a wrong
+ * result. */
+static ag_status loop_ok(ag_bstream *s, const ag_kernel_call *c, int64_t trips) {
+  if (trips <= s->d->loop_limit) return AG_OK;
+  return ag_error_set(AG_ERR_UNSUPPORTED,
+                      "%s: a line of %lld sequential steps exceeds the loop limit of the Vulkan driver %s on "
+                      "vulkan:%d (%lld iterations per invocation)",
+                      c->name ? c->name : "vulkan", (long long)trips, s->d->driver, s->dev,
+                      (long long)s->d->loop_limit);
+}
+
 /* ---- elementwise ---- */
 
 static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
@@ -183,14 +195,20 @@ static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
   a.n[40] = n;
   a.n[44] = (int64_t)c->seed;
   a.n[45] = (int64_t)c->offset;
-  return vkb_dispatch1(s, VKS_DROPOUT, 0, &a, (n + 3) / 4);
+  /* with f64 the product is the CPU's (x * scale in double, rounded) */
+  memcpy(&a.n[46], &scale, sizeof scale);
+  return vkb_dispatch1(s, s->d->f64 ? VKS_DROPOUT64 : VKS_DROPOUT, 0, &a, (n + 3) / 4);
 }
 
 /* ---- reductions and rows ---- */
 
 /* `groups` work-groups (one per row), split over x and y. */
-static ag_status dispatch_rows(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *a, int64_t groups) {
+static ag_status dispatch_rows(ag_bstream *s, const ag_kernel_call *c, vkb_shader sh, int spec, const vkb_args *a,
+                               int64_t groups, int64_t cols) {
   if (groups <= 0) return AG_OK;
+  /* up to four passes over the row in steps of VKB_WG, and the trees */
+  ag_status st = loop_ok(s, c, 4 * ((cols + VKB_WG - 1) / VKB_WG) + 64);
+  if (st != AG_OK) return st;
   uint64_t maxx = s->d->props.limits.maxComputeWorkGroupCount[0];
   uint64_t gx = (uint64_t)groups < maxx ? (uint64_t)groups : maxx, gy = ((uint64_t)groups + gx - 1) / gx;
   if (gy > s->d->props.limits.maxComputeWorkGroupCount[1])
@@ -210,9 +228,9 @@ static ag_status run_reduce(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = outer;
   a.n[1] = r;
   a.n[2] = inner;
-  /* a work-group per row pays off for long rows; short ones take an
-   * invocation each (the same order of operations per row) */
-  if (inner == 1 && r > 64) return dispatch_rows(s, VKS_REDUCE_ROWS, c->sub, &a, outer);
+  /* a work-group per output pays off for long rows and is needed for long
+   * strided ones (loop limits); short ones take an invocation each */
+  if ((inner == 1 && r > 64) || r > 4096) return dispatch_rows(s, c, VKS_REDUCE_ROWS, c->sub, &a, outer * inner, r);
   return vkb_dispatch1(s, VKS_REDUCE_COLS, c->sub, &a, outer * inner);
 }
 
@@ -256,7 +274,7 @@ static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
   a.k[6] = c->sub;
   a.n[0] = rows;
   a.n[1] = cols;
-  return dispatch_rows(s, bwd ? VKS_SOFTMAX_BWD : VKS_SOFTMAX, 0, &a, rows);
+  return dispatch_rows(s, c, bwd ? VKS_SOFTMAX_BWD : VKS_SOFTMAX, 0, &a, rows, cols);
 }
 
 static ag_status run_ce(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
@@ -277,7 +295,7 @@ static ag_status run_ce(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
   a.n[2] = c->i[2];
   a.p[7] = s->err.addr;
   s->err_armed = true;
-  return dispatch_rows(s, bwd ? VKS_CE_BWD : VKS_CE, 0, &a, rows);
+  return dispatch_rows(s, c, bwd ? VKS_CE_BWD : VKS_CE, 0, &a, rows, cols);
 }
 
 static ag_status run_layernorm(ag_bstream *s, const ag_kernel_call *c) {
@@ -291,7 +309,7 @@ static ag_status run_layernorm(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = rows;
   a.n[1] = cols;
   a.f[0] = (float)c->s[0];
-  return dispatch_rows(s, VKS_LN, 0, &a, rows);
+  return dispatch_rows(s, c, VKS_LN, 0, &a, rows, cols);
 }
 
 static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
@@ -305,9 +323,10 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   a.k[0] = dx->dtype;
   a.n[0] = rows;
   a.n[1] = cols;
-  ag_status st = dispatch_rows(s, VKS_LN_BWD, 0, &a, rows);
+  ag_status st = dispatch_rows(s, c, VKS_LN_BWD, 0, &a, rows, cols);
   if (st != AG_OK || !c->multi || c->multi->count < 1) return st;
   const ag_kmulti *mt = c->multi;
+  if ((st = loop_ok(s, c, rows)) != AG_OK) return st;
   vkb_args w = {0};
   w.p[0] = addr(mt->t[0].base, mt->t[0].offset);
   w.p[1] = mt->count > 1 ? addr(mt->t[1].base, mt->t[1].offset) : 0;
@@ -333,7 +352,7 @@ static ag_status run_rmsnorm(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = rows;
   a.n[1] = cols;
   a.f[0] = (float)c->s[0];
-  return dispatch_rows(s, VKS_RMS, 0, &a, rows);
+  return dispatch_rows(s, c, VKS_RMS, 0, &a, rows, cols);
 }
 
 static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
@@ -346,8 +365,9 @@ static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   a.k[0] = c->o[0].dtype;
   a.n[0] = rows;
   a.n[1] = cols;
-  if (rows) st = dispatch_rows(s, VKS_RMS_BWD, 0, &a, rows);
+  if (rows) st = dispatch_rows(s, c, VKS_RMS_BWD, 0, &a, rows, cols);
   if (st != AG_OK || !c->multi || c->multi->count < 1 || !c->multi->t[0].base) return st;
+  if ((st = loop_ok(s, c, rows)) != AG_OK) return st;
   vkb_args w = {0};
   w.p[0] = addr(c->multi->t[0].base, c->multi->t[0].offset);
   w.p[1] = oaddr(&c->o[1]);
@@ -372,13 +392,15 @@ static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = outer;
   a.n[1] = r;
   a.n[2] = inner;
-  if (inner == 1 && r > 0) return dispatch_rows(s, VKS_VAR_ROWS, 0, &a, outer);
+  if (r > 0 && (inner == 1 || r > 4096)) return dispatch_rows(s, c, VKS_VAR_ROWS, 0, &a, outer * inner, r);
   return vkb_dispatch1(s, VKS_VAR_COLS, 0, &a, outer * inner);
 }
 
 static ag_status run_cumsum(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (!outer || !r || !inner) return AG_OK;
+  ag_status st = loop_ok(s, c, r);
+  if (st != AG_OK) return st;
   vkb_args a = {0};
   a.p[0] = oaddr(&c->o[0]);
   a.p[1] = oaddr(&c->o[1]);
@@ -394,6 +416,8 @@ static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
   int64_t O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];
   int64_t items = bwd ? O * I : O * K * I;
   if (!items || (bwd && !X)) return AG_OK;
+  ag_status st = bwd ? loop_ok(s, c, X + K) : AG_OK;
+  if (st != AG_OK) return st;
   const ag_koperand *ix = &c->o[2];
   vkb_args a = {0};
   a.p[0] = oaddr(&c->o[0]);
@@ -418,6 +442,8 @@ static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
 static ag_status run_topk(ag_bstream *s, const ag_kernel_call *c) {
   int64_t O = c->i[0], R = c->i[1], I = c->i[2], K = c->i[3];
   if (O * R * I == 0 || K == 0) return AG_OK;
+  ag_status st = loop_ok(s, c, R);
+  if (st != AG_OK) return st;
   vkb_args a = {0};
   a.p[0] = oaddr(&c->o[0]);
   a.p[1] = oaddr(&c->o[1]);
@@ -439,6 +465,8 @@ static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c, bool bwd)
   int64_t d = pick(c->i[1], t->ndim > 1 ? t->shape[1] : 1);
   int64_t v = pick(c->i[2], t->ndim ? t->shape[0] : 0);
   if (!n || !d) return AG_OK;
+  ag_status st = bwd ? loop_ok(s, c, n) : AG_OK;
+  if (st != AG_OK) return st;
   vkb_args a = {0};
   a.p[0] = oaddr(&c->o[0]);
   a.p[1] = oaddr(&c->o[1]);
@@ -529,6 +557,8 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
     if (c->s[1] == 0) return run_fill(s, o, 0.0);
     return run_unary(s, o, o, AG_U_AFFINE, c->s[1], 0.0);
   }
+  ag_status lst = loop_ok(s, c, (K + 15) / 16);
+  if (lst != AG_OK) return lst;
   vkb_args a = {0};
   a.p[0] = oaddr(o);
   a.p[1] = oaddr(x);
@@ -547,18 +577,21 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
   a.n[8] = yc;
   a.f[0] = (float)c->s[0];
   a.f[1] = (float)c->s[1];
-  uint32_t gx = (uint32_t)((N + 63) / 64), gy = (uint32_t)((M + 63) / 64);
+  /* 64 x 64 tiles; grids beyond the device's limits in y (rows) and z
+   * (batches) are split into several dispatches */
+  int64_t tx = (N + 63) / 64, ty = (M + 63) / 64;
   const VkPhysicalDeviceLimits *lim = &s->d->props.limits;
-  if (gx > lim->maxComputeWorkGroupCount[0] || gy > lim->maxComputeWorkGroupCount[1])
-    return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: matmul of %lld x %lld exceeds the dispatch limits",
-                        (long long)M, (long long)N);
-  int64_t zmax = lim->maxComputeWorkGroupCount[2];
-  for (int64_t b0 = 0; b0 < B; b0 += zmax) {
-    a.n[9] = b0;
-    int64_t nb = B - b0 < zmax ? B - b0 : zmax;
-    ag_status st = vkb_dispatch(s, VKS_GEMM, 0, &a, gx, gy, (uint32_t)nb);
-    if (st != AG_OK) return st;
-  }
+  if (tx > (int64_t)lim->maxComputeWorkGroupCount[0])
+    return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: matmul with %lld columns exceeds the dispatch limits", (long long)N);
+  int64_t ymax = lim->maxComputeWorkGroupCount[1], zmax = lim->maxComputeWorkGroupCount[2];
+  for (int64_t b0 = 0; b0 < B; b0 += zmax)
+    for (int64_t y0 = 0; y0 < ty; y0 += ymax) {
+      a.n[9] = b0;
+      a.n[10] = y0;
+      int64_t nb = B - b0 < zmax ? B - b0 : zmax, ny = ty - y0 < ymax ? ty - y0 : ymax;
+      ag_status st = vkb_dispatch(s, VKS_GEMM, 0, &a, (uint32_t)tx, (uint32_t)ny, (uint32_t)nb);
+      if (st != AG_OK) return st;
+    }
   return AG_OK;
 }
 

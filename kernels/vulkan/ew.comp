@@ -170,9 +170,13 @@ void main() {
 }
 #endif
 
-#if defined(K_DROPOUT)
+#if defined(K_DROPOUT) || defined(K_DROPOUT64)
+#if defined(K_DROPOUT64)
+#extension GL_ARB_gpu_shader_int64 : require
+#endif
 /* p0 out (k0), p1 x (k1), p2 mask or 0 (k2); f0 p, f1 f2 1/(1-p) as
- * hi + lo; n[44] seed, n[45] offset. */
+ * hi + lo, n[46] the same as the bits of a double (K_DROPOUT64, for
+ * devices with shaderFloat64); n[44] seed, n[45] offset. */
 void main() {
   int64_t w = gid(), n = NUMEL;
   if (w * 4l >= n) return;
@@ -184,8 +188,13 @@ void main() {
     bool keep = u >= p;
     float xv = ldf(pc.a.p[1], i, pc.a.k[1]);
     /* x * (hi + lo) with one rounding: the CPU's f64 product, rounded */
+#if defined(K_DROPOUT64)
+    precise double pd = double(xv) * int64BitsToDouble(pc.a.n[46]);
+    precise float v = keep ? float(pd) : 0.0 * xv;
+#else
     precise float xl = xv * lo;
     precise float v = keep ? fma(xv, hi, xl) : 0.0 * xv;
+#endif
     stf(pc.a.p[0], i, pc.a.k[0], v);
     if (pc.a.p[2] != 0ul) stf(pc.a.p[2], i, pc.a.k[2], keep ? hi : 0.0);
   }

@@ -5,7 +5,7 @@
  * strides (row- or column-major, batch stride 0 for a shared matrix), in
  * any float dtype, accumulating in f32; C is contiguous [B, M, N].
  * p0 C (k0), p1 A (k1), p2 B (k2); n0 M n1 N n2 K; n3..n5 A's batch, row,
- * col strides; n6..n8 B's; n9 first batch; f0 alpha, f1 beta (0: C not
+ * col strides; n6..n8 B's; n9 first batch; n10 first row tile; f0 alpha, f1 beta (0: C not
  * read). No subgroup operations, so any subgroup size works. */
 #include "common.glsl"
 layout(local_size_x = 16, local_size_y = 16) in;
@@ -19,7 +19,7 @@ shared float Bs[TK][TN + 1];
 void main() {
   int64_t M = pc.a.n[0], N = pc.a.n[1], K = pc.a.n[2];
   int64_t b = int64_t(gl_WorkGroupID.z) + pc.a.n[9];
-  int64_t m0 = int64_t(gl_WorkGroupID.y) * TM, n0 = int64_t(gl_WorkGroupID.x) * TN;
+  int64_t m0 = (int64_t(gl_WorkGroupID.y) + pc.a.n[10]) * TM, n0 = int64_t(gl_WorkGroupID.x) * TN;
   int tx = int(gl_LocalInvocationID.x), ty = int(gl_LocalInvocationID.y);
   int tid = ty * 16 + tx;
   uint64_t A = pc.a.p[1], B = pc.a.p[2];

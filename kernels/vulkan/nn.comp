@@ -223,17 +223,19 @@ void main() {
 #endif
 
 #if defined(K_VAR_ROWS)
-/* p0 y, p1 x (k0); n1 cols; f0 denominator; k6 sqrt */
+/* p0 y, p1 x (k0); n0 outer, n1 r, n2 inner (elements inner apart); f0
+ * denominator; k6 sqrt */
 void main() {
-  ROW_GUARD()
-  int64_t row = group_id(), cols = pc.a.n[1], base = row * cols;
+  int64_t row = group_id(), cols = pc.a.n[1], inner = pc.a.n[2];
+  if (row >= pc.a.n[0] * inner) return;
+  int64_t base = (row / inner) * cols * inner + row % inner;
   int dt = pc.a.k[0];
   float s = 0.0;
-  for (int64_t j = L; j < cols; j += WG) s += ldf(pc.a.p[1], base + j, dt);
+  for (int64_t j = L; j < cols; j += WG) s += ldf(pc.a.p[1], base + j * inner, dt);
   float mu = wg_sum(s) / float(cols);
   float v = 0.0;
   for (int64_t j = L; j < cols; j += WG) {
-    float d = ldf(pc.a.p[1], base + j, dt) - mu;
+    float d = ldf(pc.a.p[1], base + j * inner, dt) - mu;
     v += d * d;
   }
   v = wg_sum(v) / pc.a.f[0];
@@ -330,8 +332,8 @@ void main() {
   int64_t i = t % I, oj = t / I, j = oj % R, o = oj / R, base = o * R * I + i;
   float v = ldf(pc.a.p[1], base + j * I, dt);
   int64_t rank = 0;
-  for (int64_t q = 0; q < R && rank < K; q++)
-    if (topk_before(ldf(pc.a.p[1], base + q * I, dt), q, v, j, sm)) rank++;
+  for (int64_t q = 0; q < R; q++)
+    if (rank < K && topk_before(ldf(pc.a.p[1], base + q * I, dt), q, v, j, sm)) rank++;
   if (rank < K) {
     int64_t p = (o * K + rank) * I + i;
     stf(pc.a.p[0], p, dt, v);

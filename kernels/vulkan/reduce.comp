@@ -40,9 +40,10 @@ void store_red(int64_t i, float acc, int64_t iacc, int idx, bool isint) {
 shared int64_t si[WG];
 shared int sx[WG];
 void main() {
-  int64_t row = group_id(), r = pc.a.n[1];
-  if (row >= pc.a.n[0]) return;
-  int64_t base = row * r;
+  /* a work-group per output (row of [outer, inner]); elements inner apart */
+  int64_t row = group_id(), r = pc.a.n[1], inner = pc.a.n[2];
+  if (row >= pc.a.n[0] * inner) return;
+  int64_t base = (row / inner) * r * inner + row % inner;
   int l = int(gl_LocalInvocationID.x);
   uint64_t x = pc.a.p[1];
   int xdt = pc.a.k[1];
@@ -53,12 +54,12 @@ void main() {
   float comp = 0.0;
   for (int64_t j = l; j < r; j += WG) {
     if (isint) {
-      int64_t v = ldl(x, base + j, xdt);
+      int64_t v = ldl(x, base + j * inner, xdt);
       if (OP == AG_R_ARGMAX) {
         if (idx == INT_MAX || v > iacc) { iacc = v; idx = int(j); }
       } else iacc = red_i(iacc, v);
     } else {
-      float v = ldf(x, base + j, xdt);
+      float v = ldf(x, base + j * inner, xdt);
       if (OP == AG_R_ARGMAX) {
         if (idx == INT_MAX || am_takes(acc, v)) { acc = v; idx = int(j); }
       } else if (OP == AG_R_SUM) acc = kahan_add(acc, v, comp);
