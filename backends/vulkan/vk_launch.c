@@ -596,6 +596,12 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
 }
 
 ag_status vkb_launch(ag_bstream *s, const ag_kernel_call *c) {
+  /* no shader reads or writes f64 yet: a cast into or out of f64 (asked of
+   * supports() by its other dtype) is refused, never run on wrong bits */
+  for (int k = 0; k < c->n_operands && k < AG_KMAX_OPERANDS; k++)
+    if (c->o[k].base && c->o[k].dtype == AG_F64)
+      return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: f64 is not supported on vulkan:%d",
+                          c->name ? c->name : "launch", s->dev);
   switch (c->op) {
     case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
     case AG_K_ARANGE: return run_arange(s, c);
