@@ -338,6 +338,7 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   }
   pthread_mutex_init(&d->qlock, NULL);
   pthread_mutex_init(&d->plock, NULL);
+  pthread_mutex_init(&d->slock, NULL);
   g_count++;
   return AG_OK;
 }
@@ -406,6 +407,7 @@ static void vk_shutdown(void) {
     d->f.vkDestroyDevice(d->dev, NULL);
     pthread_mutex_destroy(&d->qlock);
     pthread_mutex_destroy(&d->plock);
+    pthread_mutex_destroy(&d->slock);
   }
   g_count = 0;
   if (g_messenger && vkb_f.vkDestroyDebugUtilsMessengerEXT)
@@ -534,12 +536,14 @@ static ag_status vk_segment_alloc(int dev, size_t bytes, void **out_base) {
   return AG_OK;
 }
 
-/* The core frees segments after synchronizing the device (cached memory)
- * or when a stream-ordered block is released; waiting for the queue keeps
- * submitted work from reading a freed buffer. */
+/* The core frees segments after synchronizing the device (cached memory),
+ * but also straight away (caching off, a failed step): every stream's
+ * recorded batch is submitted and the queue drained first, so no command
+ * reads a freed buffer. */
 static void vk_segment_free(int dev, void *base) {
   if (!base) return;
   vkb_device *d = &g_dev[dev];
+  vkb_flush_device(d);
   pthread_mutex_lock(&d->qlock);
   d->f.vkDeviceWaitIdle(d->dev);
   pthread_mutex_unlock(&d->qlock);
@@ -590,17 +594,18 @@ static void vk_pinned_free(int dev, void *ptr) {
   vkb_mem_free(d, &m);
 }
 
-/* The returned record stays valid while the block lives (the core frees a
- * pinned block only after the copies that use it completed). */
-const vkb_mem *vkb_pinned_find(const void *p, size_t bytes, size_t *out_off) {
-  const vkb_mem *found = NULL;
+/* The core frees a pinned block only after the copies that use it
+ * completed, so the copied record stays valid for them. */
+bool vkb_pinned_find(const void *p, size_t bytes, vkb_mem *out, size_t *out_off) {
+  bool found = false;
   const char *c = p;
   pthread_mutex_lock(&g_pin_lock);
   for (size_t i = 0; i < g_pin_n && !found; i++) {
     const char *b = g_pin[i].m.map;
     if (c >= b && c + bytes <= b + g_pin[i].m.bytes) {
-      found = &g_pin[i].m;
+      *out = g_pin[i].m;
       *out_off = (size_t)(c - b);
+      found = true;
     }
   }
   pthread_mutex_unlock(&g_pin_lock);

@@ -110,6 +110,10 @@ typedef struct vkb_device {
   bool device_mapped;          /* segment memory is host-visible (mapped) */
   size_t total_mem, max_alloc;
   VkPipelineLayout layout;
+  /* The device's streams, so a segment being freed can first be flushed out
+   * of every stream's unsubmitted batch (slock, then each stream's lock). */
+  pthread_mutex_t slock;
+  struct ag_bstream *streams;
   pthread_mutex_t plock; /* modules and pipelines */
   VkShaderModule mod[VKS_COUNT];
   vkb_pipe *pipes;
@@ -150,6 +154,10 @@ typedef struct vkb_batch {
 struct ag_bstream {
   vkb_device *d;
   int dev;
+  /* Held by every vtable entry on the stream: the core serializes calls on
+   * one stream, and segment_free may flush it from another thread. */
+  pthread_mutex_t lock;
+  struct ag_bstream *next_on_dev;
   VkCommandPool pool;
   vkb_timeline *tl;
   uint64_t value;        /* last value submitted */
@@ -189,8 +197,10 @@ VKB_HIDDEN ag_status vkb_validation_status(void);
 
 VKB_HIDDEN ag_status vkb_mem_alloc(vkb_device *d, size_t bytes, bool host, vkb_mem *out);
 VKB_HIDDEN void vkb_mem_free(vkb_device *d, vkb_mem *m);
-/* The pinned block containing [p, p + bytes), or NULL. */
-VKB_HIDDEN const vkb_mem *vkb_pinned_find(const void *p, size_t bytes, size_t *out_off);
+/* The pinned block containing [p, p + bytes) (copied into *out), or false. */
+VKB_HIDDEN bool vkb_pinned_find(const void *p, size_t bytes, vkb_mem *out, size_t *out_off);
+/* Submits every stream's open batch on the device (segment_free). */
+VKB_HIDDEN void vkb_flush_device(vkb_device *d);
 
 VKB_HIDDEN ag_status vkb_pipeline(vkb_device *d, vkb_shader sh, int spec, VkPipeline *out);
 
@@ -212,6 +222,7 @@ VKB_HIDDEN void vkb_barrier(ag_bstream *s, VkCommandBuffer cb);
 VKB_HIDDEN ag_status vkb_scratch(ag_bstream *s, size_t bytes, uint64_t *out_addr);
 
 VKB_HIDDEN ag_status vkb_launch(ag_bstream *s, const ag_kernel_call *c);
+VKB_HIDDEN ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c);
 VKB_HIDDEN bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt);
 
 VKB_HIDDEN ag_status vkb_stream_create(int dev, ag_bstream **out);

@@ -396,20 +396,31 @@ static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
   return vkb_dispatch1(s, VKS_VAR_COLS, 0, &a, outer * inner);
 }
 
+/* Lines longer than the driver's loop limit go in several dispatches of
+ * 32768 steps, carrying each line's f32 sum in scratch: the order of the
+ * additions is the CPU's either way. */
 static ag_status run_cumsum(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (!outer || !r || !inner) return AG_OK;
-  ag_status st = loop_ok(s, c, r);
+  uint64_t carry;
+  ag_status st = vkb_scratch(s, (size_t)(outer * inner) * sizeof(float), &carry);
   if (st != AG_OK) return st;
+  int64_t chunk = r <= s->d->loop_limit ? r : 32768;
   vkb_args a = {0};
   a.p[0] = oaddr(&c->o[0]);
   a.p[1] = oaddr(&c->o[1]);
+  a.p[2] = carry;
   a.k[0] = c->o[1].dtype;
   a.k[6] = c->sub;
   a.n[0] = outer;
   a.n[1] = r;
   a.n[2] = inner;
-  return vkb_dispatch1(s, VKS_CUMSUM, 0, &a, outer * inner);
+  for (int64_t k0 = 0; k0 < r && st == AG_OK; k0 += chunk) {
+    a.n[3] = k0;
+    a.n[4] = r - k0 < chunk ? r - k0 : chunk;
+    st = vkb_dispatch1(s, VKS_CUMSUM, 0, &a, outer * inner);
+  }
+  return st;
 }
 
 static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
@@ -595,7 +606,7 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
   return AG_OK;
 }
 
-ag_status vkb_launch(ag_bstream *s, const ag_kernel_call *c) {
+ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   /* no shader reads or writes f64 yet: a cast into or out of f64 (asked of
    * supports() by its other dtype) is refused, never run on wrong bits */
   for (int k = 0; k < c->n_operands && k < AG_KMAX_OPERANDS; k++)

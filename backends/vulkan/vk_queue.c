@@ -12,6 +12,8 @@
 
 #include "vk_internal.h"
 
+static ag_status vkb_stream_synchronize_l(ag_bstream *s);
+
 static void tl_release(vkb_timeline *t) {
   if (t && atomic_fetch_sub(&t->refs, 1) == 1) {
     t->d->f.vkDestroySemaphore(t->d->dev, t->sem, NULL);
@@ -51,6 +53,7 @@ ag_status vkb_stream_create(int dev, ag_bstream **out) {
   s->d = d;
   s->dev = dev;
   s->cur = -1;
+  pthread_mutex_init(&s->lock, NULL);
   ag_status st = AG_OK;
   VkResult r;
   VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
@@ -88,6 +91,10 @@ ag_status vkb_stream_create(int dev, ag_bstream **out) {
   }
   if ((st = vkb_mem_alloc(d, sizeof(ag_kernel_error), true, &s->err)) != AG_OK) goto fail;
   memset(s->err.map, 0, sizeof(ag_kernel_error));
+  pthread_mutex_lock(&d->slock);
+  s->next_on_dev = d->streams;
+  d->streams = s;
+  pthread_mutex_unlock(&d->slock);
   *out = s;
   return AG_OK;
 fail:
@@ -98,6 +105,13 @@ fail:
 void vkb_stream_destroy(ag_bstream *s) {
   if (!s) return;
   vkb_device *d = s->d;
+  pthread_mutex_lock(&d->slock);
+  for (ag_bstream **p = &d->streams; *p; p = &(*p)->next_on_dev)
+    if (*p == s) {
+      *p = s->next_on_dev;
+      break;
+    }
+  pthread_mutex_unlock(&d->slock);
   if (s->tl) {
     vkb_flush(s);
     tl_wait(s->tl, s->value);
@@ -109,7 +123,25 @@ void vkb_stream_destroy(ag_bstream *s) {
   if (s->qpool) d->f.vkDestroyQueryPool(d->dev, s->qpool, NULL);
   if (s->pool) d->f.vkDestroyCommandPool(d->dev, s->pool, NULL);
   tl_release(s->tl);
+  pthread_mutex_destroy(&s->lock);
   free(s);
+}
+
+void vkb_flush_device(vkb_device *d) {
+  pthread_mutex_lock(&d->slock);
+  for (ag_bstream *s = d->streams; s; s = s->next_on_dev) {
+    pthread_mutex_lock(&s->lock);
+    if (vkb_flush(s) != AG_OK) ag_error_clear(); /* the stream's next sync reports it */
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_unlock(&d->slock);
+}
+
+ag_status vkb_launch(ag_bstream *s, const ag_kernel_call *c) {
+  pthread_mutex_lock(&s->lock);
+  ag_status st = vkb_launch_locked(s, c);
+  pthread_mutex_unlock(&s->lock);
+  return st;
 }
 
 /* Opens the next batch, waiting for its previous submit to complete. */
@@ -239,7 +271,7 @@ ag_status vkb_dispatch1(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *
 ag_status vkb_scratch(ag_bstream *s, size_t bytes, uint64_t *out_addr) {
   if (bytes > s->scratch.bytes) {
     /* the old buffer may be in use by submitted work */
-    ag_status st = vkb_stream_synchronize(s);
+    ag_status st = vkb_stream_synchronize_l(s);
     if (st != AG_OK) return st;
     vkb_mem_free(s->d, &s->scratch);
     size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes + bytes / 4;
@@ -250,14 +282,14 @@ ag_status vkb_scratch(ag_bstream *s, size_t bytes, uint64_t *out_addr) {
   return AG_OK;
 }
 
-ag_status vkb_stream_synchronize(ag_bstream *s) {
+static ag_status vkb_stream_synchronize_l(ag_bstream *s) {
   ag_status st = vkb_flush(s);
   if (st == AG_OK) st = tl_wait(s->tl, s->value);
   if (st == AG_OK) st = vkb_validation_status();
   return st;
 }
 
-ag_status vkb_stream_query(ag_bstream *s, bool *out_done) {
+static ag_status vkb_stream_query_l(ag_bstream *s, bool *out_done) {
   ag_status st = vkb_flush(s);
   if (st != AG_OK) return st;
   *out_done = tl_value(s->tl) >= s->value;
@@ -304,7 +336,7 @@ static ag_status record_stamp(ag_bevent *e, ag_bstream *s) {
   return AG_OK;
 }
 
-ag_status vkb_event_record(ag_bevent *e, ag_bstream *s) {
+static ag_status vkb_event_record_l(ag_bevent *e, ag_bstream *s) {
   ag_status st = AG_OK;
   if (e->timing && (st = record_stamp(e, s)) != AG_OK) return st;
   /* an event on a stream with nothing queued still needs a value: an empty
@@ -321,7 +353,7 @@ ag_status vkb_event_record(ag_bevent *e, ag_bstream *s) {
   return AG_OK;
 }
 
-ag_status vkb_stream_wait_event(ag_bstream *s, ag_bevent *e) {
+static ag_status vkb_stream_wait_event_l(ag_bstream *s, ag_bevent *e) {
   if (!e->tl || e->tl == s->tl) return AG_OK; /* same stream: in order already */
   ag_status st = vkb_flush(s);
   if (st != AG_OK) return st;
@@ -384,12 +416,12 @@ static ag_status record_copy(ag_bstream *s, VkBuffer src, size_t soff, VkBuffer 
   return after_command(s, b);
 }
 
-ag_status vkb_copy_h2d(ag_bstream *s, void *dst, size_t doff, const void *src, size_t bytes, bool pinned) {
+static ag_status vkb_copy_h2d_l(ag_bstream *s, void *dst, size_t doff, const void *src, size_t bytes, bool pinned) {
   if (!bytes) return AG_OK;
   const vkb_mem *dm = dst;
   size_t poff = 0;
-  const vkb_mem *pm = pinned ? vkb_pinned_find(src, bytes, &poff) : NULL;
-  if (pm) return record_copy(s, pm->buf, poff, dm->buf, doff, bytes);
+  vkb_mem pm;
+  if (pinned && vkb_pinned_find(src, bytes, &pm, &poff)) return record_copy(s, pm.buf, poff, dm->buf, doff, bytes);
   /* pageable: staged through the batch arenas, consumed before returning */
   const char *p = src;
   ag_status st = AG_OK;
@@ -409,14 +441,14 @@ ag_status vkb_copy_h2d(ag_bstream *s, void *dst, size_t doff, const void *src, s
   return st;
 }
 
-ag_status vkb_copy_d2h(ag_bstream *s, void *dst, const void *src, size_t soff, size_t bytes) {
+static ag_status vkb_copy_d2h_l(ag_bstream *s, void *dst, const void *src, size_t soff, size_t bytes) {
   if (!bytes) return AG_OK;
   const vkb_mem *sm = src;
   size_t poff = 0;
-  const vkb_mem *pm = vkb_pinned_find(dst, bytes, &poff);
-  if (pm) return record_copy(s, sm->buf, soff, pm->buf, poff, bytes);
+  vkb_mem pm;
+  if (vkb_pinned_find(dst, bytes, &pm, &poff)) return record_copy(s, sm->buf, soff, pm.buf, poff, bytes);
   /* pageable: completes before returning */
-  ag_status st = vkb_stream_synchronize(s);
+  ag_status st = vkb_stream_synchronize_l(s);
   if (st != AG_OK) return st;
   if (sm->map) {
     memcpy(dst, (const char *)sm->map + soff, bytes);
@@ -431,7 +463,7 @@ ag_status vkb_copy_d2h(ag_bstream *s, void *dst, const void *src, size_t soff, s
     size_t off;
     if ((st = vkb_arena(s, n, &b, &host, NULL, &buf, &off)) != AG_OK) break;
     if ((st = record_copy(s, sm->buf, soff, buf, off, n)) != AG_OK) break;
-    if ((st = vkb_stream_synchronize(s)) != AG_OK) break;
+    if ((st = vkb_stream_synchronize_l(s)) != AG_OK) break;
     memcpy(p, host, n);
     p += n;
     soff += n;
@@ -440,7 +472,7 @@ ag_status vkb_copy_d2h(ag_bstream *s, void *dst, const void *src, size_t soff, s
   return st;
 }
 
-ag_status vkb_copy_d2d(ag_bstream *s, void *dst, size_t doff, const void *src, size_t soff, size_t bytes) {
+static ag_status vkb_copy_d2d_l(ag_bstream *s, void *dst, size_t doff, const void *src, size_t soff, size_t bytes) {
   if (!bytes) return AG_OK;
   return record_copy(s, ((const vkb_mem *)src)->buf, soff, ((vkb_mem *)dst)->buf, doff, bytes);
 }
@@ -448,7 +480,7 @@ ag_status vkb_copy_d2d(ag_bstream *s, void *dst, size_t doff, const void *src, s
 /* The error word is host-visible. The core also asks right after
  * launches: while work that may set it is queued or running, nothing is
  * read (and the word stays armed for the next sync). */
-ag_status vkb_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
+static ag_status vkb_take_kernel_error_l(ag_bstream *s, ag_kernel_error *out) {
   memset(out, 0, sizeof *out);
   if (!s->err_armed || s->cur >= 0 || tl_value(s->tl) < s->value) return AG_OK;
   memcpy(out, s->err.map, sizeof *out);
@@ -456,3 +488,27 @@ ag_status vkb_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
   if (out->code) memset(s->err.map, 0, sizeof *out);
   return AG_OK;
 }
+
+/* ---- the vtable entries: each holds the stream's lock ---- */
+#define VKB_LOCKED(s, call)            \
+  do {                                 \
+    pthread_mutex_lock(&(s)->lock);    \
+    ag_status st_ = (call);            \
+    pthread_mutex_unlock(&(s)->lock);  \
+    return st_;                        \
+  } while (0)
+
+ag_status vkb_stream_synchronize(ag_bstream *s) { VKB_LOCKED(s, vkb_stream_synchronize_l(s)); }
+ag_status vkb_stream_query(ag_bstream *s, bool *out_done) { VKB_LOCKED(s, vkb_stream_query_l(s, out_done)); }
+ag_status vkb_event_record(ag_bevent *e, ag_bstream *s) { VKB_LOCKED(s, vkb_event_record_l(e, s)); }
+ag_status vkb_stream_wait_event(ag_bstream *s, ag_bevent *e) { VKB_LOCKED(s, vkb_stream_wait_event_l(s, e)); }
+ag_status vkb_copy_h2d(ag_bstream *s, void *dst, size_t doff, const void *src, size_t bytes, bool pinned) {
+  VKB_LOCKED(s, vkb_copy_h2d_l(s, dst, doff, src, bytes, pinned));
+}
+ag_status vkb_copy_d2h(ag_bstream *s, void *dst, const void *src, size_t soff, size_t bytes) {
+  VKB_LOCKED(s, vkb_copy_d2h_l(s, dst, src, soff, bytes));
+}
+ag_status vkb_copy_d2d(ag_bstream *s, void *dst, size_t doff, const void *src, size_t soff, size_t bytes) {
+  VKB_LOCKED(s, vkb_copy_d2d_l(s, dst, doff, src, soff, bytes));
+}
+ag_status vkb_take_kernel_error(ag_bstream *s, ag_kernel_error *out) { VKB_LOCKED(s, vkb_take_kernel_error_l(s, out)); }

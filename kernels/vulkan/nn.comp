@@ -263,18 +263,22 @@ void main() {
 #endif
 
 #if defined(K_CUMSUM)
-/* n0 outer, n1 r, n2 inner; k6 reverse */
+/* n0 outer, n1 r, n2 inner; k6 reverse; steps n3 .. n3 + n4 of each line,
+ * continuing from the f32 running sum in p2 (one per line), so a long line
+ * takes several dispatches in order and the sums stay sequential */
 void main() {
   int64_t t = gid(), outer = pc.a.n[0], r = pc.a.n[1], inner = pc.a.n[2];
   if (t >= outer * inner) return;
   int dt = pc.a.k[0];
-  int64_t base = (t / inner) * r * inner + t % inner;
-  float s = 0.0;
-  for (int64_t k = 0; k < r; k++) {
+  int64_t base = (t / inner) * r * inner + t % inner, k0 = pc.a.n[3];
+  float s = k0 == 0 ? 0.0 : PF(pc.a.p[2], t);
+  for (int64_t kk = 0; kk < pc.a.n[4]; kk++) {
+    int64_t k = k0 + kk;
     int64_t p = base + (pc.a.k[6] != 0 ? r - 1 - k : k) * inner;
     s += ldf(pc.a.p[1], p, dt);
     stf(pc.a.p[0], p, dt, s);
   }
+  PF(pc.a.p[2], t) = s;
 }
 #endif
 
