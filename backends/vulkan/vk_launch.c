@@ -172,7 +172,7 @@ static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c) {
   a.n[40] = n;
   a.n[44] = (int64_t)c->seed;
   a.n[45] = (int64_t)c->offset;
-  return vkb_dispatch1(s, VKS_RAND, 0, &a, (n + per - 1) / per);
+  return vkb_dispatch1(s, s->d->f64 && per == 2 ? VKS_RAND64 : VKS_RAND, 0, &a, (n + per - 1) / per);
 }
 
 static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {

@@ -142,7 +142,42 @@ void main() {
 }
 #endif
 
-#if defined(K_RAND)
+#if defined(K_RAND) || defined(K_RAND64)
+#if defined(K_RAND64)
+/* log and cos in f64 by series, rounded to f32: what a correctly rounded
+ * libm (the CPU's logf, cosf) returns, where the driver's f32 functions
+ * are a few ulp off and move bf16 roundings (K_RAND64 runs on devices with
+ * shaderFloat64; GLSL has no f64 log or cos). */
+double d_log(double x) {
+  int e;
+  double m = frexp(x, e);
+  if (m < 0.70710678118654752) {
+    m *= 2.0;
+    e -= 1;
+  }
+  double z = (m - 1.0) / (m + 1.0), z2 = z * z, t = z, s = 0.0;
+  for (int k = 0; k < 14; k++) {
+    s += t / double(2 * k + 1);
+    t *= z2;
+  }
+  return 2.0 * s + double(e) * 0.693147180559945309417232121458LF;
+}
+double d_cos(double x) {
+  const double h1 = 1.57079632679489655800LF, h2 = 6.12323399573676603587e-17LF;
+  double q = floor(x / h1 + 0.5);
+  double r = (x - q * h1) - q * h2, r2 = r * r;
+  /* Taylor series of sin and cos on [-pi/4, pi/4] */
+  double c = 1.0, sn = r, tc = 1.0, ts = r;
+  for (int k = 1; k < 12; k++) {
+    tc *= -r2 / double((2 * k - 1) * (2 * k));
+    ts *= -r2 / double((2 * k) * (2 * k + 1));
+    c += tc;
+    sn += ts;
+  }
+  int qi = int(q) & 3;
+  return qi == 0 ? c : qi == 1 ? -sn : qi == 2 ? -c : sn;
+}
+#endif
 /* One invocation per Philox block (core/tensor/philox.c): uniform fills 4
  * elements, normal 2 (Box-Muller). p0 out, k0 dtype, k1 normal, f0 f1,
  * n[44] seed, n[45] offset. */
@@ -158,7 +193,18 @@ void main() {
     if (normal) {
       precise float u1 = (float(r[2 * k] >> 8) + 1.0) * 5.9604644775390625e-8;
       precise float u2 = float(r[2 * k + 1] >> 8) * 5.9604644775390625e-8;
-      v = sqrt(-2.0 * log(u1)) * cos(6.2831853071795865 * u2) * s1 + s0;
+#if defined(K_RAND64)
+      precise float lg = float(d_log(double(u1)));
+      precise float ang = 6.2831853071795865 * u2;
+      precise float cs = float(d_cos(double(ang)));
+#else
+      precise float lg = log(u1);
+      precise float cs = cos(6.2831853071795865 * u2);
+#endif
+      precise float rad = sqrt(-2.0 * lg);
+      precise float nv = rad * cs;
+      precise float sv = nv * s1;
+      v = sv + s0;
     } else {
       precise float u = float(r[k] >> 8) * 5.9604644775390625e-8;
       precise float d = s1 - s0;
