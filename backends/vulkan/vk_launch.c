@@ -606,6 +606,73 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
   return AG_OK;
 }
 
+/* ---- vision (f32) ---- */
+
+static ag_status run_conv(ag_bstream *s, const ag_kernel_call *c) {
+  const bool fwd = c->op == AG_K_CONV2D, bin = c->op == AG_K_CONV2D_BWD_INPUT;
+  const ag_koperand *X = fwd ? &c->o[1] : bin ? &c->o[0] : &c->o[2], *Y = fwd ? &c->o[0] : &c->o[1],
+                    *Wt = fwd || bin ? &c->o[2] : &c->o[0];
+  ag_conv_geom g = ag_conv_geom_of(c, X, Y, Wt);
+  const int64_t geo[16] = {g.N, g.C, g.H, g.W, g.Co, g.Ho, g.Wo, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.G};
+  vkb_args a = {0};
+  memcpy(a.n, geo, sizeof geo);
+  a.p[0] = oaddr(&c->o[0]);
+  a.p[1] = oaddr(&c->o[1]);
+  a.p[2] = oaddr(&c->o[2]);
+  const int64_t Cg = g.C / g.G, Cog = g.Co / g.G;
+  ag_status st;
+  if (fwd) {
+    a.p[3] = opt_addr(c, 3);
+    if ((st = loop_ok(s, c, Cg * g.kh * g.kw + Cg * g.kh + Cg)) != AG_OK) return st;
+    return vkb_dispatch1(s, VKS_CONV, 0, &a, g.N * g.Co * g.Ho * g.Wo);
+  }
+  if (bin) {
+    if ((st = loop_ok(s, c, Cog * g.kh * g.kw + Cog * g.kh + Cog)) != AG_OK) return st;
+    return vkb_dispatch1(s, VKS_CONV_BWD_IN, 0, &a, g.N * g.C * g.H * g.W);
+  }
+  return dispatch_rows(s, c, VKS_CONV_BWD_W, 0, &a, g.Co * Cg * g.kh * g.kw, g.N * g.Ho * g.Wo);
+}
+
+static ag_status run_pool(ag_bstream *s, const ag_kernel_call *c) {
+  const bool bwd = c->op == AG_K_POOL2D_BWD;
+  const ag_koperand *X = bwd ? &c->o[0] : &c->o[1], *Y = bwd ? &c->o[1] : &c->o[0];
+  vkb_args a = {0};
+  const int64_t m[11] = {X->shape[0] * X->shape[1], X->shape[2], X->shape[3], Y->shape[2], Y->shape[3],
+                         (int64_t)c->s[0], (int64_t)c->s[1], (int64_t)c->s[2], (int64_t)c->s[3],
+                         (int64_t)c->s[4], (int64_t)c->s[5]};
+  memcpy(a.n, m, sizeof m);
+  a.k[6] = c->sub;
+  a.k[7] = c->s[6] != 0;
+  a.p[0] = oaddr(&c->o[0]);
+  a.p[1] = oaddr(&c->o[1]);
+  a.p[2] = c->sub == AG_P_MAX ? oaddr(&c->o[2]) : 0;
+  /* window loops: at most the input plane for adaptive pooling */
+  ag_status st = loop_ok(s, c, c->sub == AG_P_ADAPTIVE_AVG ? m[1] * m[2] + m[1] : m[9] * m[10] + m[9]);
+  if (st != AG_OK) return st;
+  return vkb_dispatch1(s, bwd ? VKS_POOL_BWD : VKS_POOL, 0, &a, m[0] * (bwd ? m[1] * m[2] : m[3] * m[4]));
+}
+
+static ag_status run_bn(ag_bstream *s, const ag_kernel_call *c) {
+  const int64_t N = c->i[0], C = c->i[1], HW = c->i[2];
+  vkb_args a = {0};
+  a.p[0] = oaddr(&c->o[0]);
+  a.p[1] = oaddr(&c->o[1]);
+  a.p[2] = opt_addr(c, 2);
+  a.p[3] = c->sub == 1 ? opt_addr(c, 3) : 0;
+  a.k[6] = c->sub;
+  if (c->op == AG_K_BN_STATS) {
+    if (C <= 0) return AG_OK;
+    a.n[0] = N;
+    a.n[1] = C;
+    a.n[2] = HW;
+    return dispatch_rows(s, c, VKS_BN_STATS, 0, &a, C, N * HW);
+  }
+  a.n[0] = N * C * HW;
+  a.n[1] = C;
+  a.n[2] = HW > 0 ? HW : 1;
+  return vkb_dispatch1(s, VKS_BN_APPLY, 0, &a, a.n[0]);
+}
+
 ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   /* no shader reads or writes f64 yet: a cast into or out of f64 (asked of
    * supports() by its other dtype) is refused, never run on wrong bits */
@@ -643,14 +710,20 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_GATHER: return run_gather(s, c, false);
     case AG_K_GATHER_BWD: return run_gather(s, c, true);
     case AG_K_TOPK: return run_topk(s, c);
+    case AG_K_CONV2D:
+    case AG_K_CONV2D_BWD_INPUT:
+    case AG_K_CONV2D_BWD_WEIGHT: return run_conv(s, c);
+    case AG_K_POOL2D:
+    case AG_K_POOL2D_BWD: return run_pool(s, c);
+    case AG_K_BN_STATS:
+    case AG_K_BN_APPLY: return run_bn(s, c);
     default: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: kernel op %d is not implemented", c->name ? c->name : "launch",
                       (int)c->op);
 }
 
-/* Exactly what vkb_launch runs; f64 and the vision ops (conv2d, pooling,
- * batch norm) are not implemented yet. */
+/* Exactly what vkb_launch runs; f64 is not implemented yet. */
 bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
   (void)dev;
   bool fl = is_float(dt), in = is_int(dt);
@@ -692,6 +765,14 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_GATHER:
     case AG_K_GATHER_BWD: return fl && (sub == 0 || sub == 1);
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1);
+    /* vision ops: f32, as on the CPU */
+    case AG_K_CONV2D:
+    case AG_K_CONV2D_BWD_INPUT:
+    case AG_K_CONV2D_BWD_WEIGHT: return dt == AG_F32;
+    case AG_K_POOL2D:
+    case AG_K_POOL2D_BWD: return dt == AG_F32 && sub >= 0 && sub < AG_POOL_OP_COUNT;
+    case AG_K_BN_STATS:
+    case AG_K_BN_APPLY: return dt == AG_F32 && (sub == 0 || sub == 1);
     default: return false;
   }
 }
