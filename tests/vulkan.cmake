@@ -29,7 +29,13 @@ if(TARGET anygrad-vulkan)
   add_test(NAME compare_vulkan COMMAND ${_vk_run} $<TARGET_FILE:anygrad-cli> compare --devices cpu,vulkan:0
            --model gpt --steps 2)
   add_test(NAME train_vulkan COMMAND ${_vk_run} $<TARGET_FILE:anygrad-cli> train --device vulkan:0 --steps 10)
-  foreach(_t vulkan_api gpu_check_vulkan check_vulkan compare_vulkan train_vulkan)
+  # the CNN (conv2d, pooling, batch norm): 32 steps, where the images are installed
+  if(EXISTS /usr/share/datasets/fashion-mnist)
+    add_test(NAME train_fashion_vulkan COMMAND ${_vk_run} $<TARGET_FILE:anygrad-cli> train --task fashion-mnist
+             --device vulkan:0 --epochs 1 --train-limit 2048 --test-limit 512 --batch 64 --channels 4,8
+             --out ${CMAKE_CURRENT_BINARY_DIR}/vulkan_cnn.safetensors)
+  endif()
+  foreach(_t vulkan_api gpu_check_vulkan check_vulkan compare_vulkan train_vulkan train_fashion_vulkan)
     if(TEST ${_t})
       set_property(TEST ${_t} APPEND PROPERTY LABELS vulkan)
       set_property(TEST ${_t} APPEND PROPERTY ENVIRONMENT ${_vk_env})
