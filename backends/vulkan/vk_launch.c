@@ -78,6 +78,11 @@ static ag_status loop_ok(ag_bstream *s, const ag_kernel_call *c, int64_t trips) 
                       (long long)s->d->loop_limit);
 }
 
+/* Steps per dispatch of a kernel whose invocations walk `trips` rows in
+ * order: all of them, or chunks of 32768 where the driver limits loops
+ * (the chunks run in order, so the sums are the same). */
+static int64_t chunk_of(ag_bstream *s, int64_t trips) { return trips <= s->d->loop_limit ? trips : 32768; }
+
 /* ---- elementwise ---- */
 
 static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
@@ -326,7 +331,6 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   ag_status st = dispatch_rows(s, c, VKS_LN_BWD, 0, &a, rows, cols);
   if (st != AG_OK || !c->multi || c->multi->count < 1) return st;
   const ag_kmulti *mt = c->multi;
-  if ((st = loop_ok(s, c, rows)) != AG_OK) return st;
   vkb_args w = {0};
   w.p[0] = addr(mt->t[0].base, mt->t[0].offset);
   w.p[1] = mt->count > 1 ? addr(mt->t[1].base, mt->t[1].offset) : 0;
@@ -337,7 +341,13 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   w.k[0] = dx->dtype;
   w.n[0] = rows;
   w.n[1] = cols;
-  return vkb_dispatch1(s, VKS_LN_BWD_WB, 0, &w, cols);
+  int64_t ch = chunk_of(s, rows);
+  for (int64_t r0 = 0; r0 < rows && st == AG_OK; r0 += ch) {
+    w.n[2] = r0;
+    w.n[3] = rows - r0 < ch ? rows - r0 : ch;
+    st = vkb_dispatch1(s, VKS_LN_BWD_WB, 0, &w, cols);
+  }
+  return st;
 }
 
 static ag_status run_rmsnorm(ag_bstream *s, const ag_kernel_call *c) {
@@ -367,7 +377,6 @@ static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   a.n[1] = cols;
   if (rows) st = dispatch_rows(s, c, VKS_RMS_BWD, 0, &a, rows, cols);
   if (st != AG_OK || !c->multi || c->multi->count < 1 || !c->multi->t[0].base) return st;
-  if ((st = loop_ok(s, c, rows)) != AG_OK) return st;
   vkb_args w = {0};
   w.p[0] = addr(c->multi->t[0].base, c->multi->t[0].offset);
   w.p[1] = oaddr(&c->o[1]);
@@ -376,7 +385,17 @@ static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   w.k[0] = c->o[0].dtype;
   w.n[0] = rows;
   w.n[1] = cols;
-  return vkb_dispatch1(s, VKS_RMS_BWD_W, 0, &w, cols);
+  if (!rows) {
+    w.n[3] = 0; /* no rows: dw = 0 */
+    return vkb_dispatch1(s, VKS_RMS_BWD_W, 0, &w, cols);
+  }
+  int64_t ch = chunk_of(s, rows);
+  for (int64_t r0 = 0; r0 < rows && st == AG_OK; r0 += ch) {
+    w.n[2] = r0;
+    w.n[3] = rows - r0 < ch ? rows - r0 : ch;
+    st = vkb_dispatch1(s, VKS_RMS_BWD_W, 0, &w, cols);
+  }
+  return st;
 }
 
 static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
@@ -476,8 +495,7 @@ static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c, bool bwd)
   int64_t d = pick(c->i[1], t->ndim > 1 ? t->shape[1] : 1);
   int64_t v = pick(c->i[2], t->ndim ? t->shape[0] : 0);
   if (!n || !d) return AG_OK;
-  ag_status st = bwd ? loop_ok(s, c, n) : AG_OK;
-  if (st != AG_OK) return st;
+  ag_status st = AG_OK;
   vkb_args a = {0};
   a.p[0] = oaddr(&c->o[0]);
   a.p[1] = oaddr(&c->o[1]);
@@ -490,7 +508,14 @@ static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c, bool bwd)
   a.n[0] = n;
   a.n[1] = d;
   a.n[2] = v;
-  return vkb_dispatch1(s, bwd ? VKS_EMB_BWD : VKS_EMB, 0, &a, bwd ? d : n * d);
+  if (!bwd) return vkb_dispatch1(s, VKS_EMB, 0, &a, n * d);
+  int64_t ch = chunk_of(s, n);
+  for (int64_t r0 = 0; r0 < n && st == AG_OK; r0 += ch) {
+    a.n[3] = r0;
+    a.n[4] = n - r0 < ch ? n - r0 : ch;
+    st = vkb_dispatch1(s, VKS_EMB_BWD, 0, &a, d);
+  }
+  return st;
 }
 
 /* ---- optimizers ---- */

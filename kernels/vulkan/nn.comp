@@ -157,8 +157,11 @@ void main() {
   int64_t j = gid(), rows = pc.a.n[0], cols = pc.a.n[1];
   if (j >= cols) return;
   int dt = pc.a.k[0];
-  float sw = 0.0, sb = 0.0;
-  for (int64_t r = 0; r < rows; r++) {
+  /* rows n2 .. n2 + n3, continuing the sums already in dw, db after the
+   * first chunk (long batches take several dispatches, same order) */
+  bool cont = pc.a.n[2] > 0;
+  float sw = cont && pc.a.p[0] != 0ul ? PF(pc.a.p[0], j) : 0.0, sb = cont && pc.a.p[1] != 0ul ? PF(pc.a.p[1], j) : 0.0;
+  for (int64_t r = pc.a.n[2]; r < pc.a.n[2] + pc.a.n[3]; r++) {
     float g = ldf(pc.a.p[2], r * cols + j, dt);
     sw += g * (ldf(pc.a.p[3], r * cols + j, dt) - PF(pc.a.p[4], r)) * PF(pc.a.p[5], r);
     sb += g;
@@ -215,8 +218,8 @@ void main() {
   int64_t j = gid(), rows = pc.a.n[0], cols = pc.a.n[1];
   if (j >= cols) return;
   int dt = pc.a.k[0];
-  float sw = 0.0;
-  for (int64_t r = 0; r < rows; r++)
+  float sw = pc.a.n[2] > 0 ? PF(pc.a.p[0], j) : 0.0;
+  for (int64_t r = pc.a.n[2]; r < pc.a.n[2] + pc.a.n[3]; r++)
     sw += ldf(pc.a.p[1], r * cols + j, dt) * ldf(pc.a.p[2], r * cols + j, dt) * PF(pc.a.p[3], r);
   PF(pc.a.p[0], j) = sw;
 }
@@ -371,7 +374,8 @@ void main() {
 void main() {
   int64_t col = gid(), n = pc.a.n[0], d = pc.a.n[1], v = pc.a.n[2];
   if (col >= d) return;
-  for (int64_t r = 0; r < n; r++) {
+  /* rows n3 .. n3 + n4: long index lists take several dispatches in order */
+  for (int64_t r = pc.a.n[3]; r < pc.a.n[3] + pc.a.n[4]; r++) {
     int64_t t = ld_index(pc.a.p[2], r, pc.a.k[3]);
     if (t >= 0 && t < v) PF(pc.a.p[0], t * d + col) += ldf(pc.a.p[1], r * d + col, pc.a.k[0]);
     else if (col == 0) set_error(pc.a.p[7], AG_ERR_INDEX, AG_K_EMBEDDING_BWD, t, v);
