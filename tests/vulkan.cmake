@@ -29,13 +29,18 @@ if(TARGET anygrad-vulkan)
   add_test(NAME compare_vulkan COMMAND ${_vk_run} $<TARGET_FILE:anygrad-cli> compare --devices cpu,vulkan:0
            --model gpt --steps 2)
   add_test(NAME train_vulkan COMMAND ${_vk_run} $<TARGET_FILE:anygrad-cli> train --device vulkan:0 --steps 10)
+  # every (sub-op, dtype) of the op table against tools/op_ref.h, or refused
+  if(TARGET optable_test)
+    add_test(NAME optable_vulkan0 COMMAND optable_test)
+    set_tests_properties(optable_vulkan0 PROPERTIES ENVIRONMENT "AG_TEST_DEVICE=vulkan:0")
+  endif()
   # the CNN (conv2d, pooling, batch norm): 32 steps, where the images are installed
   if(EXISTS /usr/share/datasets/fashion-mnist)
     add_test(NAME train_fashion_vulkan COMMAND ${_vk_run} $<TARGET_FILE:anygrad-cli> train --task fashion-mnist
              --device vulkan:0 --epochs 1 --train-limit 2048 --test-limit 512 --batch 64 --channels 4,8
              --out ${CMAKE_CURRENT_BINARY_DIR}/vulkan_cnn.safetensors)
   endif()
-  foreach(_t vulkan_api gpu_check_vulkan check_vulkan compare_vulkan train_vulkan train_fashion_vulkan)
+  foreach(_t vulkan_api gpu_check_vulkan check_vulkan compare_vulkan train_vulkan train_fashion_vulkan optable_vulkan0)
     if(TEST ${_t})
       set_property(TEST ${_t} APPEND PROPERTY LABELS vulkan)
       set_property(TEST ${_t} APPEND PROPERTY ENVIRONMENT ${_vk_env})
