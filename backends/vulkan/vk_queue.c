@@ -474,7 +474,18 @@ static ag_status vkb_copy_d2h_l(ag_bstream *s, void *dst, const void *src, size_
 
 static ag_status vkb_copy_d2d_l(ag_bstream *s, void *dst, size_t doff, const void *src, size_t soff, size_t bytes) {
   if (!bytes) return AG_OK;
-  return record_copy(s, ((const vkb_mem *)src)->buf, soff, ((vkb_mem *)dst)->buf, doff, bytes);
+  const vkb_mem *sm = src, *dm = dst;
+  if (sm == dm && soff < doff + bytes && doff < soff + bytes) {
+    /* overlapping regions of one buffer are invalid in one vkCmdCopyBuffer:
+     * through the stream's scratch buffer */
+    if (soff == doff) return AG_OK;
+    uint64_t unused;
+    ag_status st = vkb_scratch(s, bytes, &unused);
+    if (st == AG_OK) st = record_copy(s, sm->buf, soff, s->scratch.buf, 0, bytes);
+    if (st == AG_OK) st = record_copy(s, s->scratch.buf, 0, dm->buf, doff, bytes);
+    return st;
+  }
+  return record_copy(s, sm->buf, soff, dm->buf, doff, bytes);
 }
 
 /* The error word is host-visible. The core also asks right after
