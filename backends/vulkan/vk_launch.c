@@ -757,7 +757,8 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_WHERE: return fl || in;
     case AG_K_ARANGE: return fl || (in && dt != AG_BOOL);
     /* i32 and i64 indices (sub 1 asks for i64) */
-    case AG_K_EMBEDDING: return (sub == 0 || sub == 1) && (fl || dt == AG_I32);
+    /* rows are copied as bits: every dtype but f64 */
+    case AG_K_EMBEDDING: return (sub == 0 || sub == 1) && (fl || in);
     case AG_K_UNARY: {
       const ag_unary_info *u = ag_unary_info_of(sub);
       return u && (fl || (in && u->ints == AG_OPT_INT));
