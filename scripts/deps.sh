@@ -3,8 +3,9 @@
 # libdnnl2 (oneDNN) is the CPU's f32 GEMM engine, opened at run time
 # (backends/cpu/cpu_gemm.c); without it OpenBLAS runs the products.
 # Usage: scripts/deps.sh [--test]   (--test adds the sanitizer runtimes, HIP and chromium,
-# the headless browser the run-report test renders in, and clang 14's libFuzzer runtime
-# (libclang-rt-14-dev) for the fuzzers of tests/fuzz/)
+# the headless browser the run-report test renders in, clang 14's libFuzzer runtime
+# (libclang-rt-14-dev) for the fuzzers of tests/fuzz/, the Python test packages, and
+# Vulkan: lavapipe, the validation layers, glslc and the headers)
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
@@ -12,7 +13,8 @@ pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium
         python3-numpy python3-pytest python3-hypothesis python3-setuptools python3-pip
-        libopenmpi-dev openmpi-bin libclang-rt-14-dev)
+        libopenmpi-dev openmpi-bin libclang-rt-14-dev
+        mesa-vulkan-drivers vulkan-validationlayers glslc libvulkan-dev)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

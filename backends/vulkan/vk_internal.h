@@ -1,0 +1,248 @@
+/* Internal interface of the Vulkan backend module: the loader's entry points
+ * (libvulkan.so.1 is opened at run time), the device table, streams,
+ * batches, events, pipelines and the kernel launcher. Nothing here is
+ * exported; the module's only public symbol is ag_backend_module_get. */
+#ifndef AG_VK_INTERNAL_H
+#define AG_VK_INTERNAL_H
+
+#define VK_NO_PROTOTYPES
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <vulkan/vulkan.h>
+
+#include "anygrad/backend.h"
+
+#define VKB_HIDDEN __attribute__((visibility("hidden")))
+
+/* Work-group size of the 1-D and row shaders (WG in common.glsl). */
+#define VKB_WG 256
+
+/* Entry points, loaded through vkGetInstanceProcAddr / vkGetDeviceProcAddr. */
+#define VKB_GLOBAL_FNS(X) \
+  X(vkCreateInstance) X(vkEnumerateInstanceExtensionProperties) X(vkEnumerateInstanceLayerProperties)
+#define VKB_INSTANCE_FNS(X)                                                                          \
+  X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)              \
+  X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2)                                \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties)              \
+  X(vkGetPhysicalDeviceMemoryProperties2) X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) \
+  X(vkGetDeviceProcAddr)
+#define VKB_DEVICE_FNS(X)                                                                            \
+  X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkDeviceWaitIdle) X(vkCreateBuffer) X(vkDestroyBuffer)  \
+  X(vkGetBufferMemoryRequirements) X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory)       \
+  X(vkMapMemory) X(vkUnmapMemory) X(vkGetBufferDeviceAddress) X(vkCreateCommandPool)               \
+  X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkFreeCommandBuffers)                      \
+  X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkResetCommandBuffer) X(vkCmdPipelineBarrier)    \
+  X(vkCmdCopyBuffer) X(vkCmdFillBuffer) X(vkCmdBindPipeline) X(vkCmdPushConstants)                 \
+  X(vkCmdDispatch) X(vkCmdWriteTimestamp) X(vkCmdResetQueryPool) X(vkQueueSubmit)                  \
+  X(vkCreateSemaphore) X(vkDestroySemaphore) X(vkGetSemaphoreCounterValue) X(vkWaitSemaphores)     \
+  X(vkCreateShaderModule) X(vkDestroyShaderModule) X(vkCreatePipelineLayout)                       \
+  X(vkDestroyPipelineLayout) X(vkCreateComputePipelines) X(vkDestroyPipeline)                      \
+  X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkGetQueryPoolResults)
+
+#define VKB_DECL(fn) PFN_##fn fn;
+typedef struct vkb_fns {
+  PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
+  VKB_GLOBAL_FNS(VKB_DECL)
+  VKB_INSTANCE_FNS(VKB_DECL)
+  PFN_vkCreateDebugUtilsMessengerEXT vkCreateDebugUtilsMessengerEXT;
+  PFN_vkDestroyDebugUtilsMessengerEXT vkDestroyDebugUtilsMessengerEXT;
+} vkb_fns;
+typedef struct vkb_dfns {
+  VKB_DEVICE_FNS(VKB_DECL)
+} vkb_dfns;
+#undef VKB_DECL
+
+/* Shaders embedded at build time (one SPIR-V module per entry of
+ * VKB_SHADERS in vk_shaders_gen.c, in this order). */
+typedef enum vkb_shader {
+  VKS_UNARY, VKS_BINARY, VKS_WHERE, VKS_FILL, VKS_ARANGE, VKS_RAND, VKS_RAND64, VKS_DROPOUT, VKS_DROPOUT64,
+  VKS_REDUCE_ROWS, VKS_REDUCE_COLS, VKS_SUMSQ_PART, VKS_SUMSQ_FINAL,
+  VKS_SOFTMAX, VKS_SOFTMAX_BWD, VKS_CE, VKS_CE_BWD, VKS_LN, VKS_LN_BWD, VKS_LN_BWD_WB,
+  VKS_RMS, VKS_RMS_BWD, VKS_RMS_BWD_W, VKS_VAR_ROWS, VKS_VAR_COLS, VKS_CUMSUM,
+  VKS_GATHER, VKS_GATHER_BWD, VKS_TOPK,
+  VKS_EMB, VKS_EMB_BWD, VKS_ADAMW, VKS_SGD, VKS_NONFINITE, VKS_GEMM,
+  VKS_CONV, VKS_CONV_BWD_IN, VKS_CONV_BWD_W, VKS_POOL, VKS_POOL_BWD, VKS_BN_STATS, VKS_BN_APPLY,
+  VKS_COUNT
+} vkb_shader;
+typedef struct vkb_spirv {
+  const char *name;
+  const uint32_t *code;
+  size_t bytes;
+} vkb_spirv;
+VKB_HIDDEN extern const vkb_spirv vkb_spirv_table[VKS_COUNT];
+
+/* The argument block of a dispatch; the layout equals Args in
+ * kernels/vulkan/common.glsl (std430). */
+typedef struct vkb_args {
+  uint64_t p[8];
+  int64_t n[64];
+  float f[16];
+  int32_t k[16];
+} vkb_args;
+_Static_assert(sizeof(vkb_args) == 704, "vkb_args must match Args in common.glsl");
+
+/* A pipeline per (shader, specialization constant), created on first use. */
+typedef struct vkb_pipe {
+  int shader, spec;
+  VkPipeline pipe;
+} vkb_pipe;
+
+typedef struct vkb_device {
+  VkPhysicalDevice phys;
+  VkDevice dev;
+  vkb_dfns f;
+  VkQueue queue;
+  uint32_t qfamily;
+  pthread_mutex_t qlock; /* vkQueueSubmit and vkDeviceWaitIdle */
+  VkPhysicalDeviceProperties props;
+  VkPhysicalDeviceMemoryProperties mem;
+  uint32_t subgroup_size;
+  bool budget, f64, timestamps;
+  double ts_period_ns;
+  uint64_t ts_mask;
+  int dev_type; /* VkPhysicalDeviceType */
+  char driver[64];
+  /* Iterations one invocation's loops may run in all: lavapipe (gallivm)
+   * stops a shader's loops after 65535 back-edges; INT64_MAX elsewhere.
+   * Kernels with long sequential loops are refused above it. */
+  int64_t loop_limit;
+  uint32_t mt_device, mt_host; /* memory types: segments, pinned/arenas */
+  bool device_mapped;          /* segment memory is host-visible (mapped) */
+  size_t total_mem, max_alloc;
+  VkPipelineLayout layout;
+  /* The device's streams, so a segment being freed can first be flushed out
+   * of every stream's unsubmitted batch (slock, then each stream's lock). */
+  pthread_mutex_t slock;
+  struct ag_bstream *streams;
+  pthread_mutex_t plock; /* modules and pipelines */
+  VkShaderModule mod[VKS_COUNT];
+  vkb_pipe *pipes;
+  int npipes, cap_pipes;
+} vkb_device;
+
+/* Device memory: a buffer with its own allocation and device address. */
+typedef struct vkb_mem {
+  VkBuffer buf;
+  VkDeviceMemory mem;
+  uint64_t addr;
+  void *map; /* host mapping when host-visible, else NULL */
+  size_t bytes;
+} vkb_mem;
+
+/* A timeline semaphore shared by a stream and the events recorded on it, so
+ * an event outlives its stream. */
+typedef struct vkb_timeline {
+  vkb_device *d;
+  VkSemaphore sem;
+  atomic_int refs;
+} vkb_timeline;
+
+/* Commands recorded between two submits, with the host-visible arena that
+ * holds their argument blocks and staged uploads. */
+typedef struct vkb_batch {
+  VkCommandBuffer cb;
+  vkb_mem arena;
+  size_t used;
+  uint64_t value; /* timeline value signalled when it completes; 0 idle */
+  int commands;
+} vkb_batch;
+
+#define VKB_BATCHES 4
+#define VKB_ARENA_BYTES ((size_t)4 << 20)
+#define VKB_BATCH_COMMANDS 256
+
+struct ag_bstream {
+  vkb_device *d;
+  int dev;
+  /* Held by every vtable entry on the stream: the core serializes calls on
+   * one stream, and segment_free may flush it from another thread. */
+  pthread_mutex_t lock;
+  struct ag_bstream *next_on_dev;
+  VkCommandPool pool;
+  vkb_timeline *tl;
+  uint64_t value;        /* last value submitted */
+  vkb_batch b[VKB_BATCHES];
+  int cur;               /* open (recording) batch, or -1 */
+  int next;              /* batch to open next */
+  /* semaphores the next submit waits on (stream_wait_event) */
+  vkb_timeline *wait_tl[16];
+  uint64_t wait_v[16];
+  int nwait;
+  vkb_mem err;           /* ag_kernel_error, zeroed */
+  bool err_armed;
+  vkb_mem scratch;       /* grow-only workspace, reused in queue order */
+  VkQueryPool qpool;     /* timestamps of timing events */
+  uint32_t qnext, qcount;
+};
+
+struct ag_bevent {
+  vkb_device *d;
+  bool timing;
+  vkb_timeline *tl; /* NULL until recorded */
+  uint64_t value;
+  ag_bstream *ts_stream; /* timing: the stream whose query pool holds the stamp */
+  uint32_t query;
+  uint64_t stamp;
+  bool have_stamp;
+};
+
+VKB_HIDDEN extern vkb_fns vkb_f;
+/* The one translation from VkResult to ag_status; sets the message
+ * "vulkan: <what>: <result name>". */
+VKB_HIDDEN ag_status vkb_error(VkResult r, const char *what);
+VKB_HIDDEN vkb_device *vkb_dev(int dev);
+/* Validation: AG_ERR_BACKEND when the debug messenger counted messages not
+ * yet reported (only when validation was requested). */
+VKB_HIDDEN ag_status vkb_validation_status(void);
+
+VKB_HIDDEN ag_status vkb_mem_alloc(vkb_device *d, size_t bytes, bool host, vkb_mem *out);
+VKB_HIDDEN void vkb_mem_free(vkb_device *d, vkb_mem *m);
+/* The pinned block containing [p, p + bytes) (copied into *out), or false. */
+VKB_HIDDEN bool vkb_pinned_find(const void *p, size_t bytes, vkb_mem *out, size_t *out_off);
+/* Submits every stream's open batch on the device (segment_free). */
+VKB_HIDDEN void vkb_flush_device(vkb_device *d);
+
+VKB_HIDDEN ag_status vkb_pipeline(vkb_device *d, vkb_shader sh, int spec, VkPipeline *out);
+
+/* Recording (vk_queue.c). */
+VKB_HIDDEN ag_status vkb_open(ag_bstream *s, vkb_batch **out);
+VKB_HIDDEN ag_status vkb_flush(ag_bstream *s);
+/* Room for bytes in the open batch's arena (16-byte aligned): host pointer
+ * and device address. Flushes and opens a new batch when full. */
+VKB_HIDDEN ag_status vkb_arena(ag_bstream *s, size_t bytes, vkb_batch **out_b, void **out_host,
+                               uint64_t *out_addr, VkBuffer *out_buf, size_t *out_off);
+/* Records one dispatch of shader sh (spec constant spec) with args, over
+ * gx * gy * gz work-groups, followed by a barrier. */
+VKB_HIDDEN ag_status vkb_dispatch(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *a,
+                                  uint32_t gx, uint32_t gy, uint32_t gz);
+/* A 1-D dispatch covering `items` invocations in groups of VKB_WG. */
+VKB_HIDDEN ag_status vkb_dispatch1(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *a,
+                                   int64_t items);
+VKB_HIDDEN void vkb_barrier(ag_bstream *s, VkCommandBuffer cb);
+VKB_HIDDEN ag_status vkb_scratch(ag_bstream *s, size_t bytes, uint64_t *out_addr);
+
+VKB_HIDDEN ag_status vkb_launch(ag_bstream *s, const ag_kernel_call *c);
+VKB_HIDDEN ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c);
+VKB_HIDDEN bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt);
+
+VKB_HIDDEN ag_status vkb_stream_create(int dev, ag_bstream **out);
+VKB_HIDDEN void vkb_stream_destroy(ag_bstream *s);
+VKB_HIDDEN ag_status vkb_stream_synchronize(ag_bstream *s);
+VKB_HIDDEN ag_status vkb_stream_query(ag_bstream *s, bool *out_done);
+VKB_HIDDEN ag_status vkb_event_create(int dev, bool timing, ag_bevent **out);
+VKB_HIDDEN void vkb_event_destroy(ag_bevent *e);
+VKB_HIDDEN ag_status vkb_event_record(ag_bevent *e, ag_bstream *s);
+VKB_HIDDEN ag_status vkb_stream_wait_event(ag_bstream *s, ag_bevent *e);
+VKB_HIDDEN ag_status vkb_event_query(ag_bevent *e, bool *out_done);
+VKB_HIDDEN ag_status vkb_event_synchronize(ag_bevent *e);
+VKB_HIDDEN ag_status vkb_event_elapsed_ms(ag_bevent *a, ag_bevent *b, float *out_ms);
+VKB_HIDDEN ag_status vkb_copy_h2d(ag_bstream *s, void *dst, size_t doff, const void *src,
+                                  size_t bytes, bool pinned);
+VKB_HIDDEN ag_status vkb_copy_d2h(ag_bstream *s, void *dst, const void *src, size_t soff,
+                                  size_t bytes);
+VKB_HIDDEN ag_status vkb_copy_d2d(ag_bstream *s, void *dst, size_t doff, const void *src,
+                                  size_t soff, size_t bytes);
+VKB_HIDDEN ag_status vkb_take_kernel_error(ag_bstream *s, ag_kernel_error *out);
+
+#endif
