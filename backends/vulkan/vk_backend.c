@@ -71,6 +71,24 @@ ag_status vkb_error(VkResult r, const char *what) {
 
 vkb_device *vkb_dev(int dev) { return &g_dev[dev]; }
 
+static ag_status open_device(vkb_device *d, char *why, size_t why_len);
+
+vkb_device *vkb_dev_open(int dev) {
+  vkb_device *d = &g_dev[dev];
+  pthread_mutex_lock(&g_init_lock);
+  if (!d->opened) {
+    d->opened = true;
+    d->open_status = open_device(d, d->open_why, sizeof d->open_why);
+  }
+  ag_status st = d->open_status;
+  pthread_mutex_unlock(&g_init_lock);
+  if (st != AG_OK) {
+    ag_error_set(st, "vulkan: %s", d->open_why);
+    return NULL;
+  }
+  return d;
+}
+
 /* ---- validation ----
  * Requested by AG_VULKAN_VALIDATION=1 (the module enables
  * VK_LAYER_KHRONOS_validation with synchronization validation itself) or by
@@ -292,6 +310,17 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   d->budget = dev_has_ext(p, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   d->dev_type = (int)d->props.deviceType;
 
+  pthread_mutex_init(&d->qlock, NULL);
+  pthread_mutex_init(&d->plock, NULL);
+  pthread_mutex_init(&d->slock, NULL);
+  g_count++;
+  return AG_OK;
+}
+
+/* Creates the logical device, its queue and the pipeline layout; called
+ * with g_init_lock held. */
+static ag_status open_device(vkb_device *d, char *why, size_t why_len) {
+  const char *name = d->props.deviceName;
   float prio = 1.0f;
   VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                  .queueFamilyIndex = d->qfamily,
@@ -316,9 +345,9 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
                             .pQueueCreateInfos = &qci,
                             .enabledExtensionCount = d->budget ? 1u : 0u,
                             .ppEnabledExtensionNames = dext};
-  VkResult r = vkb_f.vkCreateDevice(p, &dci, NULL, &d->dev);
+  VkResult r = vkb_f.vkCreateDevice(d->phys, &dci, NULL, &d->dev);
   if (r != VK_SUCCESS) {
-    snprintf(why, why_len, "%s: vkCreateDevice failed (%s)", name,
+    snprintf(why, why_len, "%.100s: vkCreateDevice failed (%s)", name,
              vk_result_name(r) ? vk_result_name(r) : "unknown VkResult");
     return AG_ERR_UNAVAILABLE;
   }
@@ -333,13 +362,10 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   r = d->f.vkCreatePipelineLayout(d->dev, &lci, NULL, &d->layout);
   if (r != VK_SUCCESS) {
     d->f.vkDestroyDevice(d->dev, NULL);
-    snprintf(why, why_len, "%s: vkCreatePipelineLayout failed", name);
+    d->dev = VK_NULL_HANDLE;
+    snprintf(why, why_len, "%.100s: vkCreatePipelineLayout failed", name);
     return AG_ERR_UNAVAILABLE;
   }
-  pthread_mutex_init(&d->qlock, NULL);
-  pthread_mutex_init(&d->plock, NULL);
-  pthread_mutex_init(&d->slock, NULL);
-  g_count++;
   return AG_OK;
 }
 
@@ -398,6 +424,10 @@ static void vk_shutdown(void) {
   pthread_mutex_lock(&g_init_lock);
   for (int i = 0; i < g_count; i++) {
     vkb_device *d = &g_dev[i];
+    pthread_mutex_destroy(&d->qlock);
+    pthread_mutex_destroy(&d->plock);
+    pthread_mutex_destroy(&d->slock);
+    if (!d->opened || d->open_status != AG_OK) continue;
     d->f.vkDeviceWaitIdle(d->dev);
     for (int k = 0; k < d->npipes; k++) d->f.vkDestroyPipeline(d->dev, d->pipes[k].pipe, NULL);
     free(d->pipes);
@@ -405,9 +435,6 @@ static void vk_shutdown(void) {
       if (d->mod[k]) d->f.vkDestroyShaderModule(d->dev, d->mod[k], NULL);
     d->f.vkDestroyPipelineLayout(d->dev, d->layout, NULL);
     d->f.vkDestroyDevice(d->dev, NULL);
-    pthread_mutex_destroy(&d->qlock);
-    pthread_mutex_destroy(&d->plock);
-    pthread_mutex_destroy(&d->slock);
   }
   g_count = 0;
   if (g_messenger && vkb_f.vkDestroyDebugUtilsMessengerEXT)
@@ -519,7 +546,8 @@ void vkb_mem_free(vkb_device *d, vkb_mem *m) {
  * descriptor limit maxStorageBufferRange (128 MiB on lavapipe) does not
  * bound; the limit is the largest allocation. */
 static ag_status vk_segment_alloc(int dev, size_t bytes, void **out_base) {
-  vkb_device *d = &g_dev[dev];
+  vkb_device *d = vkb_dev_open(dev);
+  if (!d) return ag_last_status();
   if (bytes > d->max_alloc)
     return ag_error_set(AG_ERR_OOM,
                         "vulkan: segment of %zu bytes exceeds the device's largest allocation "
@@ -554,7 +582,8 @@ static void vk_segment_free(int dev, void *base) {
 /* Host-visible coherent memory, kept mapped; copies to and from it are
  * recorded on the stream without staging. */
 static ag_status vk_pinned_alloc(int dev, size_t bytes, void **out_ptr) {
-  vkb_device *d = &g_dev[dev];
+  vkb_device *d = vkb_dev_open(dev);
+  if (!d) return ag_last_status();
   vkb_mem m;
   ag_status st = vkb_mem_alloc(d, bytes, true, &m);
   if (st != AG_OK) return st;

@@ -110,6 +110,12 @@ typedef struct vkb_device {
   uint32_t mt_device, mt_host; /* memory types: segments, pinned/arenas */
   bool device_mapped;          /* segment memory is host-visible (mapped) */
   size_t total_mem, max_alloc;
+  /* The logical device is created on first use (vkb_dev_open), not by init:
+   * listing devices or choosing the best one never creates one. `opened`
+   * and `open_status` are written under the module's init lock. */
+  bool opened;
+  ag_status open_status;
+  char open_why[160];
   VkPipelineLayout layout;
   /* The device's streams, so a segment being freed can first be flushed out
    * of every stream's unsubmitted batch (slock, then each stream's lock). */
@@ -192,6 +198,9 @@ VKB_HIDDEN extern vkb_fns vkb_f;
  * "vulkan: <what>: <result name>". */
 VKB_HIDDEN ag_status vkb_error(VkResult r, const char *what);
 VKB_HIDDEN vkb_device *vkb_dev(int dev);
+/* The device with its logical device created (on the first call); NULL with
+ * the error set when creating it failed (the failure is kept and repeated). */
+VKB_HIDDEN vkb_device *vkb_dev_open(int dev);
 /* Validation: AG_ERR_BACKEND when the debug messenger counted messages not
  * yet reported (only when validation was requested). */
 VKB_HIDDEN ag_status vkb_validation_status(void);

@@ -47,7 +47,8 @@ void vkb_barrier(ag_bstream *s, VkCommandBuffer cb) {
 }
 
 ag_status vkb_stream_create(int dev, ag_bstream **out) {
-  vkb_device *d = vkb_dev(dev);
+  vkb_device *d = vkb_dev_open(dev);
+  if (!d) return ag_last_status();
   ag_bstream *s = calloc(1, sizeof *s);
   if (!s) return ag_error_set(AG_ERR_OOM, "vulkan: stream");
   s->d = d;
@@ -297,9 +298,11 @@ static ag_status vkb_stream_query_l(ag_bstream *s, bool *out_done) {
 }
 
 ag_status vkb_event_create(int dev, bool timing, ag_bevent **out) {
+  vkb_device *d = vkb_dev_open(dev);
+  if (!d) return ag_last_status();
   ag_bevent *e = calloc(1, sizeof *e);
   if (!e) return ag_error_set(AG_ERR_OOM, "vulkan: event");
-  e->d = vkb_dev(dev);
+  e->d = d;
   e->timing = timing && e->d->timestamps;
   *out = e;
   return AG_OK;
