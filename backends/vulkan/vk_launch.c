@@ -639,7 +639,7 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
     if (c->s[1] == 0) return run_fill(s, o, 0.0);
     return run_unary(s, o, o, AG_U_AFFINE, c->s[1], 0.0);
   }
-  ag_status lst = loop_ok(s, c, (K + 15) / 16);
+  ag_status lst = loop_ok(s, c, o->dtype == AG_F64 ? K : (K + 15) / 16);
   if (lst != AG_OK) return lst;
   vkb_args a = {0};
   a.p[0] = oaddr(o);
@@ -659,6 +659,12 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
   a.n[8] = yc;
   a.f[0] = (float)c->s[0];
   a.f[1] = (float)c->s[1];
+  if (o->dtype == AG_F64) { /* f64.comp: an invocation per output */
+    a.n[9] = B;
+    a.n[46] = dbits(c->s[0]);
+    a.n[47] = dbits(c->s[1]);
+    return vkb_dispatch1(s, VKS_GEMM_D, 0, &a, B * M * N);
+  }
   /* 64 x 64 tiles; grids beyond the device's limits in y (rows) and z
    * (batches) are split into several dispatches */
   int64_t tx = (N + 63) / 64, ty = (M + 63) / 64;
@@ -823,8 +829,8 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_CROSS_ENTROPY:
     case AG_K_CROSS_ENTROPY_BWD: return fl && (sub == 0 || sub == 1);
     case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL:
-    case AG_K_MATMUL: return fl && sub == 0;
+    case AG_K_RAND_NORMAL: return fl && sub == 0;
+    case AG_K_MATMUL: return (fl || f64) && sub == 0;
     case AG_K_LAYERNORM:
     case AG_K_LAYERNORM_BWD:
     case AG_K_DROPOUT:

@@ -252,3 +252,20 @@ void main() {
   }
 }
 #endif
+
+#if defined(K_GEMM_D)
+/* o[b] = S0 * x[b] @ y[b] + S1 * o[b] (o not read where S1 == 0): an
+ * invocation per output, K in order. n0 M, n1 N, n2 K; x strides n3 (batch,
+ * 0 when shared) n4 n5, y's n6 n7 n8; o contiguous [B, M, N]. */
+void main() {
+  int64_t t = gid(), M = pc.a.n[0], N = pc.a.n[1], K = pc.a.n[2];
+  if (t >= pc.a.n[9] * M * N) return;
+  int64_t j = t % N, i = (t / N) % M, b = t / (M * N);
+  int64_t xo = b * pc.a.n[3] + i * pc.a.n[4], yo = b * pc.a.n[6] + j * pc.a.n[8];
+  double acc = 0.0LF;
+  for (int64_t k = 0; k < K; k++) acc += PD(pc.a.p[1], xo + k * pc.a.n[5]) * PD(pc.a.p[2], yo + k * pc.a.n[7]);
+  double r = S0 * acc;
+  if (S1 != 0.0LF) r += S1 * PD(pc.a.p[0], t);
+  PD(pc.a.p[0], t) = r;
+}
+#endif
