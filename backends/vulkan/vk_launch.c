@@ -237,6 +237,13 @@ static ag_status dispatch_rows(ag_bstream *s, const ag_kernel_call *c, vkb_shade
   return vkb_dispatch(s, sh, spec, a, (uint32_t)gx, (uint32_t)gy, 1);
 }
 
+/* An f64 row kernel (f64.comp): an invocation per row, three passes. */
+static ag_status rows_d(ag_bstream *s, const ag_kernel_call *c, vkb_shader sh, const vkb_args *a, int64_t rows,
+                        int64_t cols) {
+  ag_status st = loop_ok(s, c, 3 * cols);
+  return st != AG_OK ? st : vkb_dispatch1(s, sh, 0, a, rows);
+}
+
 static ag_status run_reduce(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (outer * inner == 0) return AG_OK;
@@ -341,6 +348,8 @@ static ag_status run_layernorm(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = rows;
   a.n[1] = cols;
   a.f[0] = (float)c->s[0];
+  a.n[46] = dbits(c->s[0]);
+  if (c->o[1].dtype == AG_F64) return rows_d(s, c, VKS_LN_D, &a, rows, cols);
   return dispatch_rows(s, c, VKS_LN, 0, &a, rows, cols);
 }
 
@@ -355,7 +364,8 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   a.k[0] = dx->dtype;
   a.n[0] = rows;
   a.n[1] = cols;
-  ag_status st = dispatch_rows(s, c, VKS_LN_BWD, 0, &a, rows, cols);
+  bool d = dx->dtype == AG_F64;
+  ag_status st = d ? rows_d(s, c, VKS_LN_BWD_D, &a, rows, cols) : dispatch_rows(s, c, VKS_LN_BWD, 0, &a, rows, cols);
   if (st != AG_OK || !c->multi || c->multi->count < 1) return st;
   const ag_kmulti *mt = c->multi;
   vkb_args w = {0};
@@ -372,7 +382,7 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   for (int64_t r0 = 0; r0 < rows && st == AG_OK; r0 += ch) {
     w.n[2] = r0;
     w.n[3] = rows - r0 < ch ? rows - r0 : ch;
-    st = vkb_dispatch1(s, VKS_LN_BWD_WB, 0, &w, cols);
+    st = vkb_dispatch1(s, d ? VKS_LN_BWD_WB_D : VKS_LN_BWD_WB, 0, &w, cols);
   }
   return st;
 }
@@ -389,6 +399,8 @@ static ag_status run_rmsnorm(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = rows;
   a.n[1] = cols;
   a.f[0] = (float)c->s[0];
+  a.n[46] = dbits(c->s[0]);
+  if (c->o[1].dtype == AG_F64) return rows_d(s, c, VKS_RMS_D, &a, rows, cols);
   return dispatch_rows(s, c, VKS_RMS, 0, &a, rows, cols);
 }
 
@@ -402,7 +414,9 @@ static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   a.k[0] = c->o[0].dtype;
   a.n[0] = rows;
   a.n[1] = cols;
-  if (rows) st = dispatch_rows(s, c, VKS_RMS_BWD, 0, &a, rows, cols);
+  bool d = c->o[0].dtype == AG_F64;
+  vkb_shader wsh = d ? VKS_RMS_BWD_W_D : VKS_RMS_BWD_W;
+  if (rows) st = d ? rows_d(s, c, VKS_RMS_BWD_D, &a, rows, cols) : dispatch_rows(s, c, VKS_RMS_BWD, 0, &a, rows, cols);
   if (st != AG_OK || !c->multi || c->multi->count < 1 || !c->multi->t[0].base) return st;
   vkb_args w = {0};
   w.p[0] = addr(c->multi->t[0].base, c->multi->t[0].offset);
@@ -414,13 +428,13 @@ static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   w.n[1] = cols;
   if (!rows) {
     w.n[3] = 0; /* no rows: dw = 0 */
-    return vkb_dispatch1(s, VKS_RMS_BWD_W, 0, &w, cols);
+    return vkb_dispatch1(s, wsh, 0, &w, cols);
   }
   int64_t ch = chunk_of(s, rows);
   for (int64_t r0 = 0; r0 < rows && st == AG_OK; r0 += ch) {
     w.n[2] = r0;
     w.n[3] = rows - r0 < ch ? rows - r0 : ch;
-    st = vkb_dispatch1(s, VKS_RMS_BWD_W, 0, &w, cols);
+    st = vkb_dispatch1(s, wsh, 0, &w, cols);
   }
   return st;
 }
@@ -832,14 +846,14 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_RAND_NORMAL: return fl && sub == 0;
     case AG_K_MATMUL: return (fl || f64) && sub == 0;
     case AG_K_LAYERNORM:
-    case AG_K_LAYERNORM_BWD:
+    case AG_K_LAYERNORM_BWD: return fl || f64;
     case AG_K_DROPOUT:
     case AG_K_NONFINITE_CHECK:
     case AG_K_SUMSQ: return fl;
     case AG_K_ADAMW:
     case AG_K_SGD: return dt == AG_F32;
     case AG_K_RMSNORM:
-    case AG_K_RMSNORM_BWD: return fl && sub == 0;
+    case AG_K_RMSNORM_BWD: return (fl || f64) && sub == 0;
     case AG_K_VAR:
     case AG_K_CUMSUM: return (fl || f64) && (sub == 0 || sub == 1);
     case AG_K_GATHER:

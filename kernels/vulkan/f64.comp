@@ -269,3 +269,112 @@ void main() {
   PD(pc.a.p[0], t) = r;
 }
 #endif
+
+/* Layer and RMS norm of f64 rows (nn.comp's layouts, eps S0, mean and rstd
+ * f64): an invocation per row; the weight gradients an invocation per
+ * column over rows n2 .. n2 + n3, continuing the sums after the first
+ * chunk. */
+#if defined(K_LN_D)
+void main() {
+  int64_t row = gid(), C = pc.a.n[1], b = row * C;
+  if (row >= pc.a.n[0]) return;
+  uint64_t x = pc.a.p[1], w = pc.a.p[2], bi = pc.a.p[3];
+  double s = 0.0LF;
+  for (int64_t j = 0; j < C; j++) s += PD(x, b + j);
+  double mu = s / double(C), v = 0.0LF;
+  for (int64_t j = 0; j < C; j++) {
+    double d = PD(x, b + j) - mu;
+    v += d * d;
+  }
+  double rs = 1.0LF / sqrt(v / double(C) + S0);
+  for (int64_t j = 0; j < C; j++) {
+    double o = (PD(x, b + j) - mu) * rs;
+    if (w != 0ul) o *= PD(w, j);
+    if (bi != 0ul) o += PD(bi, j);
+    PD(pc.a.p[0], b + j) = o;
+  }
+  if (pc.a.p[4] != 0ul) PD(pc.a.p[4], row) = mu;
+  if (pc.a.p[5] != 0ul) PD(pc.a.p[5], row) = rs;
+}
+#endif
+
+#if defined(K_LN_BWD_D)
+void main() {
+  int64_t row = gid(), C = pc.a.n[1], b = row * C;
+  if (row >= pc.a.n[0]) return;
+  uint64_t w = pc.a.p[5];
+  double mu = PD(pc.a.p[3], row), rs = PD(pc.a.p[4], row), s1 = 0.0LF, s2 = 0.0LF;
+  for (int64_t j = 0; j < C; j++) {
+    double g = PD(pc.a.p[1], b + j) * (w != 0ul ? PD(w, j) : 1.0LF);
+    s1 += g;
+    s2 += g * (PD(pc.a.p[2], b + j) - mu) * rs;
+  }
+  s1 /= double(C);
+  s2 /= double(C);
+  for (int64_t j = 0; j < C; j++) {
+    double g = PD(pc.a.p[1], b + j) * (w != 0ul ? PD(w, j) : 1.0LF);
+    double xh = (PD(pc.a.p[2], b + j) - mu) * rs;
+    PD(pc.a.p[0], b + j) = rs * (g - s1 - xh * s2);
+  }
+}
+#endif
+
+#if defined(K_LN_BWD_WB_D)
+void main() {
+  int64_t j = gid(), C = pc.a.n[1];
+  if (j >= C) return;
+  bool cont = pc.a.n[2] > 0;
+  double sw = cont && pc.a.p[0] != 0ul ? PD(pc.a.p[0], j) : 0.0LF;
+  double sb = cont && pc.a.p[1] != 0ul ? PD(pc.a.p[1], j) : 0.0LF;
+  for (int64_t r = pc.a.n[2]; r < pc.a.n[2] + pc.a.n[3]; r++) {
+    double g = PD(pc.a.p[2], r * C + j);
+    sw += g * (PD(pc.a.p[3], r * C + j) - PD(pc.a.p[4], r)) * PD(pc.a.p[5], r);
+    sb += g;
+  }
+  if (pc.a.p[0] != 0ul) PD(pc.a.p[0], j) = sw;
+  if (pc.a.p[1] != 0ul) PD(pc.a.p[1], j) = sb;
+}
+#endif
+
+#if defined(K_RMS_D)
+void main() {
+  int64_t row = gid(), C = pc.a.n[1], b = row * C;
+  if (row >= pc.a.n[0]) return;
+  uint64_t x = pc.a.p[1], w = pc.a.p[2];
+  double s = 0.0LF;
+  for (int64_t j = 0; j < C; j++) s += PD(x, b + j) * PD(x, b + j);
+  double rs = 1.0LF / sqrt(s / double(C) + S0);
+  for (int64_t j = 0; j < C; j++) {
+    double o = PD(x, b + j) * rs;
+    if (w != 0ul) o *= PD(w, j);
+    PD(pc.a.p[0], b + j) = o;
+  }
+  if (pc.a.p[3] != 0ul) PD(pc.a.p[3], row) = rs;
+}
+#endif
+
+#if defined(K_RMS_BWD_D)
+void main() {
+  int64_t row = gid(), C = pc.a.n[1], b = row * C;
+  if (row >= pc.a.n[0]) return;
+  uint64_t w = pc.a.p[4];
+  double rs = PD(pc.a.p[3], row), s = 0.0LF;
+  for (int64_t j = 0; j < C; j++) s += PD(pc.a.p[1], b + j) * (w != 0ul ? PD(w, j) : 1.0LF) * PD(pc.a.p[2], b + j);
+  s = s / double(C) * rs * rs;
+  for (int64_t j = 0; j < C; j++) {
+    double g = PD(pc.a.p[1], b + j) * (w != 0ul ? PD(w, j) : 1.0LF);
+    PD(pc.a.p[0], b + j) = rs * (g - PD(pc.a.p[2], b + j) * s);
+  }
+}
+#endif
+
+#if defined(K_RMS_BWD_W_D)
+void main() {
+  int64_t j = gid(), C = pc.a.n[1];
+  if (j >= C) return;
+  double sw = pc.a.n[2] > 0 ? PD(pc.a.p[0], j) : 0.0LF;
+  for (int64_t r = pc.a.n[2]; r < pc.a.n[2] + pc.a.n[3]; r++)
+    sw += PD(pc.a.p[1], r * C + j) * PD(pc.a.p[2], r * C + j) * PD(pc.a.p[3], r);
+  PD(pc.a.p[0], j) = sw;
+}
+#endif
