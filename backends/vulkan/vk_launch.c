@@ -83,6 +83,13 @@ static ag_status loop_ok(ag_bstream *s, const ag_kernel_call *c, int64_t trips) 
  * (the chunks run in order, so the sums are the same). */
 static int64_t chunk_of(ag_bstream *s, int64_t trips) { return trips <= s->d->loop_limit ? trips : 32768; }
 
+/* A double scalar as f64.comp reads it (the bits, in an integer slot). */
+static int64_t dbits(double v) {
+  int64_t b;
+  memcpy(&b, &v, sizeof b);
+  return b;
+}
+
 /* ---- elementwise ---- */
 
 static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
@@ -105,7 +112,11 @@ static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperan
   a.f[1] = (float)s1;
   a.n[42] = (int64_t)s0;
   a.n[43] = (int64_t)s1;
-  return vkb_dispatch1(s, VKS_UNARY, sub, &a, n);
+  a.n[46] = dbits(s0);
+  a.n[47] = dbits(s1);
+  /* f64 in or out (a cast, or an op on f64): f64.comp */
+  bool d = o->dtype == AG_F64 || x->dtype == AG_F64;
+  return vkb_dispatch1(s, d ? VKS_UNARY_D : VKS_UNARY, sub, &a, n);
 }
 
 static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
@@ -123,7 +134,9 @@ static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
   a.f[0] = (float)c->s[0];
   a.f[1] = (float)c->s[1];
   a.n[42] = (int64_t)c->s[0];
-  return vkb_dispatch1(s, VKS_BINARY, c->sub, &a, n);
+  a.n[46] = dbits(c->s[0]);
+  a.n[47] = dbits(c->s[1]);
+  return vkb_dispatch1(s, c->o[1].dtype == AG_F64 ? VKS_BINARY_D : VKS_BINARY, c->sub, &a, n);
 }
 
 static ag_status run_where(ag_bstream *s, const ag_kernel_call *c) {
@@ -149,7 +162,8 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
   a.k[0] = o->dtype;
   a.f[0] = (float)v;
   a.n[42] = o->dtype == AG_I32 ? (int64_t)(int32_t)v : sat_int(v, o->dtype);
-  return vkb_dispatch1(s, VKS_FILL, 0, &a, n);
+  a.n[46] = dbits(v);
+  return vkb_dispatch1(s, o->dtype == AG_F64 ? VKS_FILL_D : VKS_FILL, 0, &a, n);
 }
 
 static ag_status run_arange(ag_bstream *s, const ag_kernel_call *c) {
@@ -162,7 +176,9 @@ static ag_status run_arange(ag_bstream *s, const ag_kernel_call *c) {
   a.n[40] = numel(o);
   a.n[42] = (int64_t)c->s[0];
   a.n[43] = (int64_t)c->s[1];
-  return vkb_dispatch1(s, VKS_ARANGE, 0, &a, a.n[40]);
+  a.n[46] = dbits(c->s[0]);
+  a.n[47] = dbits(c->s[1]);
+  return vkb_dispatch1(s, o->dtype == AG_F64 ? VKS_ARANGE_D : VKS_ARANGE, 0, &a, a.n[40]);
 }
 
 static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c) {
@@ -221,6 +237,13 @@ static ag_status dispatch_rows(ag_bstream *s, const ag_kernel_call *c, vkb_shade
   return vkb_dispatch(s, sh, spec, a, (uint32_t)gx, (uint32_t)gy, 1);
 }
 
+/* An f64 row kernel (f64.comp): an invocation per row, three passes. */
+static ag_status rows_d(ag_bstream *s, const ag_kernel_call *c, vkb_shader sh, const vkb_args *a, int64_t rows,
+                        int64_t cols) {
+  ag_status st = loop_ok(s, c, 3 * cols);
+  return st != AG_OK ? st : vkb_dispatch1(s, sh, 0, a, rows);
+}
+
 static ag_status run_reduce(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (outer * inner == 0) return AG_OK;
@@ -233,6 +256,12 @@ static ag_status run_reduce(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = outer;
   a.n[1] = r;
   a.n[2] = inner;
+  if (c->o[1].dtype == AG_F64) { /* f64.comp: an invocation per output, in order */
+    ag_status st = loop_ok(s, c, r);
+    if (st != AG_OK) return st;
+    a.n[46] = dbits(c->sub == AG_R_SUM ? c->s[0] : 1.0);
+    return vkb_dispatch1(s, VKS_REDUCE_D, c->sub, &a, outer * inner);
+  }
   /* a work-group per output pays off for long rows and is needed for long
    * strided ones (loop limits); short ones take an invocation each */
   if ((inner == 1 && r > 64) || r > 4096) return dispatch_rows(s, c, VKS_REDUCE_ROWS, c->sub, &a, outer * inner, r);
@@ -279,6 +308,11 @@ static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
   a.k[6] = c->sub;
   a.n[0] = rows;
   a.n[1] = cols;
+  if (c->o[0].dtype == AG_F64) { /* f64.comp: an invocation per row */
+    ag_status st = loop_ok(s, c, 3 * cols);
+    if (st != AG_OK) return st;
+    return vkb_dispatch1(s, bwd ? VKS_SOFTMAX_BWD_D : VKS_SOFTMAX_D, 0, &a, rows);
+  }
   return dispatch_rows(s, c, bwd ? VKS_SOFTMAX_BWD : VKS_SOFTMAX, 0, &a, rows, cols);
 }
 
@@ -314,6 +348,8 @@ static ag_status run_layernorm(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = rows;
   a.n[1] = cols;
   a.f[0] = (float)c->s[0];
+  a.n[46] = dbits(c->s[0]);
+  if (c->o[1].dtype == AG_F64) return rows_d(s, c, VKS_LN_D, &a, rows, cols);
   return dispatch_rows(s, c, VKS_LN, 0, &a, rows, cols);
 }
 
@@ -328,7 +364,8 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   a.k[0] = dx->dtype;
   a.n[0] = rows;
   a.n[1] = cols;
-  ag_status st = dispatch_rows(s, c, VKS_LN_BWD, 0, &a, rows, cols);
+  bool d = dx->dtype == AG_F64;
+  ag_status st = d ? rows_d(s, c, VKS_LN_BWD_D, &a, rows, cols) : dispatch_rows(s, c, VKS_LN_BWD, 0, &a, rows, cols);
   if (st != AG_OK || !c->multi || c->multi->count < 1) return st;
   const ag_kmulti *mt = c->multi;
   vkb_args w = {0};
@@ -345,7 +382,7 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   for (int64_t r0 = 0; r0 < rows && st == AG_OK; r0 += ch) {
     w.n[2] = r0;
     w.n[3] = rows - r0 < ch ? rows - r0 : ch;
-    st = vkb_dispatch1(s, VKS_LN_BWD_WB, 0, &w, cols);
+    st = vkb_dispatch1(s, d ? VKS_LN_BWD_WB_D : VKS_LN_BWD_WB, 0, &w, cols);
   }
   return st;
 }
@@ -362,6 +399,8 @@ static ag_status run_rmsnorm(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = rows;
   a.n[1] = cols;
   a.f[0] = (float)c->s[0];
+  a.n[46] = dbits(c->s[0]);
+  if (c->o[1].dtype == AG_F64) return rows_d(s, c, VKS_RMS_D, &a, rows, cols);
   return dispatch_rows(s, c, VKS_RMS, 0, &a, rows, cols);
 }
 
@@ -375,7 +414,9 @@ static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   a.k[0] = c->o[0].dtype;
   a.n[0] = rows;
   a.n[1] = cols;
-  if (rows) st = dispatch_rows(s, c, VKS_RMS_BWD, 0, &a, rows, cols);
+  bool d = c->o[0].dtype == AG_F64;
+  vkb_shader wsh = d ? VKS_RMS_BWD_W_D : VKS_RMS_BWD_W;
+  if (rows) st = d ? rows_d(s, c, VKS_RMS_BWD_D, &a, rows, cols) : dispatch_rows(s, c, VKS_RMS_BWD, 0, &a, rows, cols);
   if (st != AG_OK || !c->multi || c->multi->count < 1 || !c->multi->t[0].base) return st;
   vkb_args w = {0};
   w.p[0] = addr(c->multi->t[0].base, c->multi->t[0].offset);
@@ -387,13 +428,13 @@ static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   w.n[1] = cols;
   if (!rows) {
     w.n[3] = 0; /* no rows: dw = 0 */
-    return vkb_dispatch1(s, VKS_RMS_BWD_W, 0, &w, cols);
+    return vkb_dispatch1(s, wsh, 0, &w, cols);
   }
   int64_t ch = chunk_of(s, rows);
   for (int64_t r0 = 0; r0 < rows && st == AG_OK; r0 += ch) {
     w.n[2] = r0;
     w.n[3] = rows - r0 < ch ? rows - r0 : ch;
-    st = vkb_dispatch1(s, VKS_RMS_BWD_W, 0, &w, cols);
+    st = vkb_dispatch1(s, wsh, 0, &w, cols);
   }
   return st;
 }
@@ -411,6 +452,12 @@ static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
   a.n[0] = outer;
   a.n[1] = r;
   a.n[2] = inner;
+  if (c->o[1].dtype == AG_F64) { /* f64.comp: an invocation per output */
+    ag_status st = loop_ok(s, c, 2 * r);
+    if (st != AG_OK) return st;
+    a.n[46] = dbits(d > 0 ? d : 0.0);
+    return vkb_dispatch1(s, VKS_VAR_D, 0, &a, outer * inner);
+  }
   if (r > 0 && (inner == 1 || r > 4096)) return dispatch_rows(s, c, VKS_VAR_ROWS, 0, &a, outer * inner, r);
   return vkb_dispatch1(s, VKS_VAR_COLS, 0, &a, outer * inner);
 }
@@ -421,6 +468,18 @@ static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
 static ag_status run_cumsum(ag_bstream *s, const ag_kernel_call *c) {
   int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
   if (!outer || !r || !inner) return AG_OK;
+  if (c->o[1].dtype == AG_F64) { /* f64.comp: an invocation per line */
+    ag_status st = loop_ok(s, c, r);
+    if (st != AG_OK) return st;
+    vkb_args a = {0};
+    a.p[0] = oaddr(&c->o[0]);
+    a.p[1] = oaddr(&c->o[1]);
+    a.k[6] = c->sub;
+    a.n[0] = outer;
+    a.n[1] = r;
+    a.n[2] = inner;
+    return vkb_dispatch1(s, VKS_CUMSUM_D, 0, &a, outer * inner);
+  }
   uint64_t carry;
   ag_status st = vkb_scratch(s, (size_t)(outer * inner) * sizeof(float), &carry);
   if (st != AG_OK) return st;
@@ -466,7 +525,8 @@ static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
     a.p[7] = s->err.addr;
     s->err_armed = true;
   }
-  return vkb_dispatch1(s, bwd ? VKS_GATHER_BWD : VKS_GATHER, 0, &a, items);
+  vkb_shader sh = c->o[1].dtype == AG_F64 ? (bwd ? VKS_GATHER_BWD_D : VKS_GATHER_D) : bwd ? VKS_GATHER_BWD : VKS_GATHER;
+  return vkb_dispatch1(s, sh, 0, &a, items);
 }
 
 static ag_status run_topk(ag_bstream *s, const ag_kernel_call *c) {
@@ -513,7 +573,7 @@ static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c, bool bwd)
   for (int64_t r0 = 0; r0 < n && st == AG_OK; r0 += ch) {
     a.n[3] = r0;
     a.n[4] = n - r0 < ch ? n - r0 : ch;
-    st = vkb_dispatch1(s, VKS_EMB_BWD, 0, &a, d);
+    st = vkb_dispatch1(s, t->dtype == AG_F64 ? VKS_EMB_BWD_D : VKS_EMB_BWD, 0, &a, d);
   }
   return st;
 }
@@ -593,7 +653,7 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
     if (c->s[1] == 0) return run_fill(s, o, 0.0);
     return run_unary(s, o, o, AG_U_AFFINE, c->s[1], 0.0);
   }
-  ag_status lst = loop_ok(s, c, (K + 15) / 16);
+  ag_status lst = loop_ok(s, c, o->dtype == AG_F64 ? K : (K + 15) / 16);
   if (lst != AG_OK) return lst;
   vkb_args a = {0};
   a.p[0] = oaddr(o);
@@ -613,6 +673,12 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
   a.n[8] = yc;
   a.f[0] = (float)c->s[0];
   a.f[1] = (float)c->s[1];
+  if (o->dtype == AG_F64) { /* f64.comp: an invocation per output */
+    a.n[9] = B;
+    a.n[46] = dbits(c->s[0]);
+    a.n[47] = dbits(c->s[1]);
+    return vkb_dispatch1(s, VKS_GEMM_D, 0, &a, B * M * N);
+  }
   /* 64 x 64 tiles; grids beyond the device's limits in y (rows) and z
    * (batches) are split into several dispatches */
   int64_t tx = (N + 63) / 64, ty = (M + 63) / 64;
@@ -699,11 +765,11 @@ static ag_status run_bn(ag_bstream *s, const ag_kernel_call *c) {
 }
 
 ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
-  /* no shader reads or writes f64 yet: a cast into or out of f64 (asked of
-   * supports() by its other dtype) is refused, never run on wrong bits */
-  for (int k = 0; k < c->n_operands && k < AG_KMAX_OPERANDS; k++)
+  /* f64 runs only where the device has shaderFloat64; a cast into f64 is
+   * asked of supports() by its input's dtype, so it is refused here */
+  for (int k = 0; k < c->n_operands && k < AG_KMAX_OPERANDS && !s->d->f64; k++)
     if (c->o[k].base && c->o[k].dtype == AG_F64)
-      return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: f64 is not supported on vulkan:%d",
+      return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: f64 needs shaderFloat64, which vulkan:%d lacks",
                           c->name ? c->name : "launch", s->dev);
   switch (c->op) {
     case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
@@ -748,48 +814,50 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
                       (int)c->op);
 }
 
-/* Exactly what vkb_launch runs; f64 is not implemented yet. */
+/* Exactly what vkb_launch runs; f64 (f64.comp) where the device has
+ * shaderFloat64. */
 bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
-  (void)dev;
   bool fl = is_float(dt), in = is_int(dt);
+  bool f64 = dt == AG_F64 && vkb_dev(dev)->f64;
   switch (op) {
+    /* fills and where move f64 as 8-byte words */
     case AG_K_FILL:
-    case AG_K_WHERE: return fl || in;
-    case AG_K_ARANGE: return fl || (in && dt != AG_BOOL);
-    /* i32 and i64 indices (sub 1 asks for i64) */
-    /* rows are copied as bits: every dtype but f64 */
-    case AG_K_EMBEDDING: return (sub == 0 || sub == 1) && (fl || in);
+    case AG_K_WHERE: return fl || in || f64;
+    case AG_K_ARANGE: return fl || f64 || (in && dt != AG_BOOL);
+    /* i32 and i64 indices (sub 1 asks for i64); rows are copied as bits */
+    case AG_K_EMBEDDING: return (sub == 0 || sub == 1) && (fl || in || f64);
     case AG_K_UNARY: {
       const ag_unary_info *u = ag_unary_info_of(sub);
-      return u && (fl || (in && u->ints == AG_OPT_INT));
+      return u && (fl || f64 || (in && u->ints == AG_OPT_INT));
     }
     case AG_K_BINARY: {
       const ag_binary_info *b = ag_binary_info_of(sub);
-      return b && (fl || (in && b->ints == AG_OPT_INT));
+      return b && (fl || f64 || (in && b->ints == AG_OPT_INT));
     }
     case AG_K_REDUCE:
-      return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in) && !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
+      return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in || f64) &&
+             !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
     case AG_K_SOFTMAX:
-    case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && fl;
+    case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && (fl || f64);
+    case AG_K_EMBEDDING_BWD: return (fl || f64) && (sub == 0 || sub == 1);
     case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD:
-    case AG_K_EMBEDDING_BWD: return fl && (sub == 0 || sub == 1);
+    case AG_K_CROSS_ENTROPY_BWD: return fl && (sub == 0 || sub == 1);
     case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL:
-    case AG_K_MATMUL: return fl && sub == 0;
+    case AG_K_RAND_NORMAL: return fl && sub == 0;
+    case AG_K_MATMUL: return (fl || f64) && sub == 0;
     case AG_K_LAYERNORM:
-    case AG_K_LAYERNORM_BWD:
+    case AG_K_LAYERNORM_BWD: return fl || f64;
     case AG_K_DROPOUT:
     case AG_K_NONFINITE_CHECK:
     case AG_K_SUMSQ: return fl;
     case AG_K_ADAMW:
     case AG_K_SGD: return dt == AG_F32;
     case AG_K_RMSNORM:
-    case AG_K_RMSNORM_BWD: return fl && sub == 0;
+    case AG_K_RMSNORM_BWD: return (fl || f64) && sub == 0;
     case AG_K_VAR:
-    case AG_K_CUMSUM: return fl && (sub == 0 || sub == 1);
+    case AG_K_CUMSUM: return (fl || f64) && (sub == 0 || sub == 1);
     case AG_K_GATHER:
-    case AG_K_GATHER_BWD: return fl && (sub == 0 || sub == 1);
+    case AG_K_GATHER_BWD: return (fl || f64) && (sub == 0 || sub == 1);
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1);
     /* vision ops: f32, as on the CPU */
     case AG_K_CONV2D:

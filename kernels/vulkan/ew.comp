@@ -106,7 +106,10 @@ void main() {
   ew_offsets(i, 4, off);
   uint64_t o = pc.a.p[0], c = pc.a.p[1], a = pc.a.p[2], b = pc.a.p[3];
   int cdt = pc.a.k[1], esz = pc.a.k[5];
-  bool ta = is_int_dt(cdt) ? ldl(c, off[1], cdt) != 0l : ldf(c, off[1], cdt) != 0.0;
+  /* an f64 condition is tested on its bits (nonzero but for +-0), so this
+   * module needs no double */
+  bool ta = cdt == AG_F64 ? (PL(c, off[1]) & LONG_MAX) != 0l
+            : is_int_dt(cdt) ? ldl(c, off[1], cdt) != 0l : ldf(c, off[1], cdt) != 0.0;
   if (esz == 8) PL(o, off[0]) = ta ? PL(a, off[2]) : PL(b, off[3]);
   else if (esz == 4) PU(o, off[0]) = ta ? PU(a, off[2]) : PU(b, off[3]);
   else if (esz == 2) PH(o, off[0]) = ta ? PH(a, off[2]) : PH(b, off[3]);
