@@ -308,6 +308,21 @@ static char *jstr(jp *p) {
     jfail(p, "expected a string");
     return NULL;
   }
+  /* The common case, a string without escapes: one scan, one copy. */
+  const char *q = p->s;
+  while (q < p->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) q++;
+  if (q < p->end && *q == '"') {
+    size_t len = (size_t)(q - p->s);
+    char *o = malloc(len + 1);
+    if (!o) {
+      jfail(p, "out of host memory");
+      return NULL;
+    }
+    memcpy(o, p->s, len);
+    o[len] = 0;
+    p->s = q + 1;
+    return o;
+  }
   size_t cap = 32, n = 0;
   char *out = malloc(cap);
   while (out && p->s < p->end && *p->s != '"') {
@@ -374,6 +389,29 @@ static char *jstr(jp *p) {
   p->s++;
   out[n] = 0;
   return out;
+}
+
+/* A short string (a field name, a dtype) into buf without allocating; one
+ * longer than len - 1 is cut (it then matches no known name). False with
+ * p->err set on a parse error. */
+static bool jkey(jp *p, char *buf, size_t len) {
+  ws(p);
+  const char *q = p->s + 1;
+  if (p->s < p->end && *p->s == '"') {
+    while (q < p->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20 && (size_t)(q - p->s) < len) q++;
+    if (q < p->end && *q == '"') {
+      size_t n = (size_t)(q - p->s - 1);
+      memcpy(buf, p->s + 1, n);
+      buf[n] = 0;
+      p->s = q + 1;
+      return true;
+    }
+  }
+  char *k = jstr(p);
+  if (!k) return false;
+  snprintf(buf, len, "%s", k);
+  free(k);
+  return true;
 }
 
 static bool juint(jp *p, uint64_t *out) {
@@ -497,19 +535,15 @@ static bool parse_entry(jp *p, st_entry *e) {
   }
   bool have_dt = false, have_shape = false, have_off = false;
   do {
-    char *k = jstr(p);
-    if (!k) return false;
+    char k[32];
+    if (!jkey(p, k, sizeof k)) return false;
     if (!lit(p, ':')) {
-      free(k);
       jfail(p, "expected ':'");
       return false;
     }
     if (!strcmp(k, "dtype") && !have_dt) {
-      char *v = jstr(p);
-      if (!v) {
-        free(k);
-        return false;
-      }
+      char v[32];
+      if (!jkey(p, v, sizeof v)) return false;
       bool found = false;
       for (int i = 0; i < N_FDT && !found; i++)
         if (!strcmp(v, k_fdt[i].s)) {
@@ -517,27 +551,20 @@ static bool parse_entry(jp *p, st_entry *e) {
           e->dtype = k_fdt[i].ag >= 0 ? (ag_dtype)k_fdt[i].ag : AG_F32;
           found = true;
         }
-      char nb[64], vb[48];
-      if (!found)
+      if (!found) {
+        char nb[64], vb[48];
         snprintf(p->err, sizeof p->err, "tensor '%s': '%s' is not a safetensors dtype", ESC(e->name, nb),
                  ESC(v, vb));
-      free(v);
-      if (!found) {
-        free(k);
         return false;
       }
       have_dt = true;
     } else if (!strcmp(k, "shape") && !have_shape) {
       uint64_t s[AG_MAX_DIMS];
       int n = juint_array(p, s, AG_MAX_DIMS);
-      if (n < 0) {
-        free(k);
-        return false;
-      }
+      if (n < 0) return false;
       e->ndim = n;
       for (int i = 0; i < n; i++) {
         if (s[i] > (uint64_t)INT64_MAX / 2) {
-          free(k);
           jfail(p, "dimension too large");
           return false;
         }
@@ -547,7 +574,6 @@ static bool parse_entry(jp *p, st_entry *e) {
     } else if (!strcmp(k, "data_offsets") && !have_off) {
       uint64_t o[2];
       if (juint_array(p, o, 2) != 2) {
-        free(k);
         jfail(p, "data_offsets must hold two integers");
         return false;
       }
@@ -558,10 +584,8 @@ static bool parse_entry(jp *p, st_entry *e) {
       char nb[64], kb[48];
       snprintf(p->err, sizeof p->err, "tensor '%s': unexpected or repeated field '%s'", ESC(e->name, nb),
                ESC(k, kb));
-      free(k);
       return false;
     }
-    free(k);
   } while (lit(p, ','));
   if (!lit(p, '}')) {
     jfail(p, "expected '}' after a tensor entry");
