@@ -13,12 +13,15 @@
 #include "autograd/autocast.h"
 
 /* NULL input: keep the first error if there is one, else say which op. */
+/* NULL (error kept, else AG_ERR_INVALID) or released (AG_ERR_STATE)
+ * tensor arguments: true with the error set. */
 static bool null_args(const char *op, int n, ag_tensor *const *ts) {
-  for (int i = 0; i < n; i++)
-    if (!ts[i]) {
-      if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: argument %d is NULL", op, i + 1);
-      return true;
-    }
+  for (int i = 0; i < n; i++) {
+    if (AG_LIKELY(ts[i] && ts[i]->magic == AG__T_LIVE)) continue;
+    if (ts[i]) return ag__tensor_unusable(ts[i], op);
+    if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: argument %d is NULL", op, i + 1);
+    return true;
+  }
   return false;
 }
 
