@@ -40,8 +40,25 @@ typedef struct hdr_list {
   int64_t n;
 } hdr_list;
 
-static _Thread_local hdr_list tl_hdrs;
-static _Thread_local bool tl_hdrs_registered;
+/* Everything per thread in one block, so a call looks up its thread's
+ * storage once: the FIFO of released headers, a slab of headers never used,
+ * and the release in progress (the outermost public call that releases,
+ * ag_tensor_release or ag_scope_end, names itself and its caller; the
+ * releases it causes, of gradients and saved tensors, inherit it). */
+#define HDR_SLAB 64
+typedef struct hdr_tls {
+  hdr_list q;
+  ag_tensor *fresh;
+  int nfresh;
+  bool registered;
+  struct {
+    const char *call, *file;
+    const void *addr;
+    int line, depth;
+  } rel;
+} hdr_tls;
+
+static _Thread_local hdr_tls tl_h;
 static hdr_list g_hdrs;
 static atomic_llong g_hdrs_n;
 static pthread_mutex_t g_hdr_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -75,12 +92,20 @@ static void hdr_give(hdr_list *src, int64_t k) {
   pthread_mutex_unlock(&g_hdr_lock);
 }
 
-static void hdr_thread_exit(void *p) { hdr_give((hdr_list *)p, ((hdr_list *)p)->n); }
+/* An exiting thread hands over its released headers and its unused ones. */
+static void hdr_thread_exit(void *p) {
+  hdr_tls *h = p;
+  for (; h->nfresh > 0; h->nfresh--, h->fresh++) {
+    h->fresh->magic = 0;
+    hdr_push(&h->q, h->fresh);
+  }
+  hdr_give(&h->q, h->q.n);
+}
 static void hdr_key_init(void) { pthread_key_create(&g_hdr_key, hdr_thread_exit); }
 
-static ag_tensor *hdr_alloc(void) {
-  if (tl_hdrs.n > HDR_QUARANTINE) return hdr_pop(&tl_hdrs);
-  if (atomic_load_explicit(&g_hdrs_n, memory_order_relaxed) > 0) {
+static ag_tensor *hdr_alloc(hdr_tls *h) {
+  if (h->q.n > HDR_QUARANTINE) return hdr_pop(&h->q);
+  if (AG_UNLIKELY(atomic_load_explicit(&g_hdrs_n, memory_order_relaxed) > 0)) {
     ag_tensor *t = NULL;
     pthread_mutex_lock(&g_hdr_lock);
     if (g_hdrs.n > 0) {
@@ -90,36 +115,42 @@ static ag_tensor *hdr_alloc(void) {
     pthread_mutex_unlock(&g_hdr_lock);
     if (t) return t;
   }
-  return malloc(sizeof(ag_tensor));
+  if (AG_UNLIKELY(h->nfresh == 0)) {
+    if (AG_UNLIKELY(!h->registered)) {
+      pthread_once(&g_hdr_once, hdr_key_init);
+      pthread_setspecific(g_hdr_key, h);
+      h->registered = true;
+    }
+    h->fresh = malloc(HDR_SLAB * sizeof(ag_tensor));
+    if (!h->fresh) return NULL;
+    h->nfresh = HDR_SLAB;
+  }
+  h->nfresh--;
+  return h->fresh++;
 }
 
-static void hdr_retire(ag_tensor *t) {
-  if (AG_UNLIKELY(!tl_hdrs_registered)) {
+/* Every thread that retires a header allocated one first or registers
+ * here, so its FIFO is handed over when it exits. */
+static void hdr_retire(hdr_tls *h, ag_tensor *t) {
+  if (AG_UNLIKELY(!h->registered)) {
     pthread_once(&g_hdr_once, hdr_key_init);
-    pthread_setspecific(g_hdr_key, &tl_hdrs);
-    tl_hdrs_registered = true;
+    pthread_setspecific(g_hdr_key, h);
+    h->registered = true;
   }
-  hdr_push(&tl_hdrs, t);
-  if (AG_UNLIKELY(tl_hdrs.n > 2 * HDR_QUARANTINE)) hdr_give(&tl_hdrs, HDR_QUARANTINE);
+  hdr_push(&h->q, t);
+  if (AG_UNLIKELY(h->q.n > 2 * HDR_QUARANTINE)) hdr_give(&h->q, HDR_QUARANTINE);
 }
 
-/* The release in progress on this thread: the outermost public call that
- * releases (ag_tensor_release or ag_scope_end) names itself and its caller;
- * the releases it causes (gradients, nodes' saved tensors) inherit it. */
-static _Thread_local struct {
-  const char *call, *file;
-  const void *addr;
-  int line, depth;
-} tl_rel;
+static void tensor_release(hdr_tls *h, ag_tensor *t);
 
-static void tensor_release(ag_tensor *t);
-
-static void rel_enter(const char *call, const void *addr) {
-  if (tl_rel.depth++ == 0) {
-    tl_rel.call = call;
-    tl_rel.addr = addr;
-    tl_rel.file = ag__site_marked(&tl_rel.line);
+static hdr_tls *rel_enter(const char *call, const void *addr) {
+  hdr_tls *h = &tl_h;
+  if (h->rel.depth++ == 0) {
+    h->rel.call = call;
+    h->rel.addr = addr;
+    h->rel.file = ag__site_marked(&h->rel.line);
   }
+  return h;
 }
 
 bool ag__tensor_unusable(const ag_tensor *t, const char *fn) {
@@ -219,15 +250,15 @@ ag_status ag_scope_end(void) {
   if (!s) return ag_error_set(AG_ERR_STATE, "ag_scope_end: no scope is open");
   /* Release in reverse creation order: later tensors tend to depend on
    * earlier ones through autograd nodes. */
-  rel_enter("ag_scope_end", __builtin_return_address(0));
+  hdr_tls *h = rel_enter("ag_scope_end", __builtin_return_address(0));
   for (int32_t i = s->n - 1; i >= 0; i--) {
     ag_tensor *t = s->items[i];
     if (!t) continue;
     t->scope = NULL;
     s->items[i] = NULL;
-    tensor_release(t);
+    tensor_release(h, t);
   }
-  tl_rel.depth--;
+  h->rel.depth--;
   tl_scope = s->parent;
   free(s->items);
   free(s);
@@ -295,7 +326,7 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
     return NULL;
   }
   if (AG_UNLIKELY(!ag__shape_check("tensor", ndim, shape, dt, &n))) return NULL;
-  ag_tensor *t = hdr_alloc();
+  ag_tensor *t = hdr_alloc(&tl_h);
   if (AG_UNLIKELY(!t)) {
     ag_error_set(AG_ERR_OOM, "out of host memory");
     return NULL;
@@ -326,7 +357,7 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
     t->rel_addr = NULL;
     t->rel_file = NULL;
     t->rel_dev = NULL;
-    hdr_retire(t);
+    hdr_retire(&tl_h, t);
     atomic_fetch_sub(&g_live, 1);
     return NULL;
   }
@@ -471,7 +502,7 @@ ag_tensor *ag_tensor_retain(ag_tensor *t) {
   return t;
 }
 
-static void tensor_release(ag_tensor *t) {
+static void tensor_release(hdr_tls *h, ag_tensor *t) {
   if (AG_UNLIKELY(t->magic != AG__T_LIVE)) {
     ag__tensor_unusable(t, "ag_tensor_release");
     return;
@@ -481,23 +512,23 @@ static void tensor_release(ag_tensor *t) {
   if (t->scope && atomic_load_explicit(&t->refcount, memory_order_acquire) == 1) scope_remove(t);
   if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
   t->magic = AG__T_DEAD;
-  t->rel_call = tl_rel.call;
-  t->rel_addr = tl_rel.addr;
-  t->rel_file = tl_rel.file;
-  t->rel_line = tl_rel.line;
+  t->rel_call = h->rel.call;
+  t->rel_addr = h->rel.addr;
+  t->rel_file = h->rel.file;
+  t->rel_line = h->rel.line;
   t->rel_dev = t->st ? t->st->ds->label : NULL;
   ag__grad_tensor_free(t);
   storage_release(t->st);
   t->st = NULL;
   atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
-  hdr_retire(t);
+  hdr_retire(h, t);
 }
 
 void ag_tensor_release(ag_tensor *t) {
   if (!t) return;
-  rel_enter("ag_tensor_release", __builtin_return_address(0));
-  tensor_release(t);
-  tl_rel.depth--;
+  hdr_tls *h = rel_enter("ag_tensor_release", __builtin_return_address(0));
+  tensor_release(h, t);
+  h->rel.depth--;
 }
 
 void ag__operand(ag_koperand *o, const ag_tensor *t) {
