@@ -124,6 +124,19 @@ int main(int argc, char **argv) {
   ag_tensor *labels = ag_from_host(AG_CPU, AG_I64, 1, (int64_t[]){2}, (int64_t[]){1, 2});
   ag_tensor *hit = ag_eq(am, labels);
   CHECK(hit && ag_item(ag_sum(hit, 0, NULL, false)) == 1.0);
+  /* mse_loss broadcasts [4,1] against [4] to [4,4] as PyTorch does */
+  ag_tensor *ma = ag_from_host(AG_CPU, AG_F32, 2, (int64_t[]){4, 1}, (float[]){1, 2, 3, 4});
+  ag_tensor *mb = ag_from_host(AG_CPU, AG_F32, 1, (int64_t[]){4}, (float[]){0, 0, 0, 1});
+  ag_tensor_set_requires_grad(ma, true);
+  ag_tensor *ml = ag_mse_loss(ma, mb, AG_REDUCTION_MEAN);
+  CHECK(ml && fabs(ag_item(ml) - 6.5) < 1e-6);
+  CHECK(ag_backward(ml, NULL, false) == AG_OK);
+  float mg[4] = {0};
+  CHECK(ag_to_host(ag_tensor_grad(ma), mg, sizeof mg) == AG_OK && fabsf(mg[0] - 0.375f) < 1e-6f);
+  ag_tensor *ms = ag_mse_loss(ma, mb, AG_REDUCTION_SUM);
+  CHECK(ms && fabs(ag_item(ms) - 104.0) < 1e-5);
+  ag_tensor *mn = ag_mse_loss(ma, mb, AG_REDUCTION_NONE);
+  CHECK(mn && ag_tensor_ndim(mn) == 2 && ag_tensor_shape(mn)[0] == 4 && ag_tensor_shape(mn)[1] == 4);
   ag_scope_end();
   if (g_failed) return 1;
   printf("promotion: all checks passed\n");

@@ -1361,12 +1361,11 @@ static ag_tensor *mse_impl(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
   ag_tensor *in[2] = {a, b};
   if (null_args(name, 2, in)) return NULL;
   if (!ag__same_device(name, 2, in)) return NULL;
-  if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) {
-    char x[96], y[96];
-    ag_error_set(AG_ERR_SHAPE, "%s: shapes %s and %s differ", name, ag_tensor_describe(a, x, sizeof x),
-                 ag_tensor_describe(b, y, sizeof y));
-    return NULL;
-  }
+  /* the shapes broadcast, as in PyTorch ([4,1] against [4] is [4,4], which
+   * PyTorch warns about); the reduction runs over the broadcast result */
+  int bnd;
+  int64_t bshape[AG_MAX_DIMS];
+  if (!broadcast_shapes(name, 2, in, &bnd, bshape)) return NULL;
   if (!ag_dtype_is_float(a->dtype)) {
     ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
     return NULL;

@@ -127,7 +127,10 @@ typedef enum ag_reduction {
  * reported by the next host sync on asynchronous devices (see docs). */
 AG_API ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets,
                                    ag_reduction reduction, int32_t ignore_index);
-/* Mean squared error; a and b must have equal shapes. */
+/* Mean squared error over a and b broadcast together (PyTorch's rule: [4,1]
+ * against [4] is [4,4], which PyTorch warns about); reduction none keeps the
+ * broadcast shape, mean divides by its element count. AG_ERR_SHAPE when the
+ * shapes do not broadcast; mixed dtypes promote as ag_sub. */
 AG_API ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction);
 
 /* Normalise over the last dim (size D). weight and bias are [D]; either may
