@@ -189,7 +189,8 @@ static ag_status evaluate(model *m, const ag_image_set *test, int64_t limit, ag_
     ag_tensor *x, *y;
     st = make_batch(test, idx, nb, d, xb, yb, &x, &y);
     ag_tensor *logits = st == AG_OK ? forward(m, x, false) : NULL;
-    ag_tensor *am = logits ? ag_argmax(logits, 1, false) : NULL;
+    ag_tensor *am = logits ? ag_argmax(logits, 1, false) : NULL; /* i64 */
+    if (am) am = ag_cast(am, AG_I32);
     if (st == AG_OK) st = am ? ag_to_host(am, pred, sizeof(int32_t) * (size_t)nb) : ag_last_status();
     ag_scope_end();
     for (int64_t i = 0; st == AG_OK && i < nb; i++) {

@@ -196,9 +196,9 @@ static double nerr(const float *a, const float *b, int64_t n) {
   return e / (mx > 1e-6 ? mx : 1e-6);
 }
 
-/* Output dtype the policy names for these inputs (argmax: always i32). */
+/* Output dtype the policy names for these inputs (argmax: always i64). */
 static ag_dtype expected(const opcase *oc, ag_tensor *const *in, ag_dtype region) {
-  if (!strcmp(oc->name, "argmax")) return AG_I32;
+  if (!strcmp(oc->name, "argmax")) return AG_I64;
   /* comparisons give bool whatever the region (the inputs follow the policy) */
   if (!strcmp(oc->name, "eq") || !strcmp(oc->name, "gt") || !strcmp(oc->name, "lt")) return AG_BOOL;
   switch (oc->pol) {

@@ -923,8 +923,8 @@ static void run_reduce(ctx *c, int op) {
     double lo = c->dt == AG_I32 ? -50 : -2, hi = -lo;
     if (c->dt == AG_U8) lo = 0, hi = 100;
     else int_range(c->dt, &lo, &hi);
-    /* sums of bool and u8 are i64 (PyTorch); argmax is i32 */
-    const ag_dtype odt = op == R_ARGMAX ? AG_I32
+    /* sums of bool and u8 are i64 (PyTorch); argmax is i64 (PyTorch) */
+    const ag_dtype odt = op == R_ARGMAX ? AG_I64
                          : op == R_SUM && (c->dt == AG_BOOL || c->dt == AG_U8) ? AG_I64 : c->dt;
     ag_tensor *a = mk(c, &h, R[k].l, R[k].n, R[k].s, G_UNI, lo, hi);
     if (a) {

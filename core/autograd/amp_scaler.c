@@ -169,6 +169,7 @@ ag_tensor *ag_grad_scaler_scale(ag_grad_scaler *s, ag_tensor *loss) {
     return NULL;
   }
   if (!loss) return NULL;
+  if (ag__bad_tensor(loss, "ag_grad_scaler_scale")) return NULL;
   if (!s->o.enabled) return ag__alias(loss);
   if (ag__ds(loss) != s->ds) {
     ag_error_set(AG_ERR_DEVICE, "ag_grad_scaler_scale: loss on %s, scaler on %s", ag__devlabel(loss), s->ds->label);

@@ -68,6 +68,7 @@ bool ag_grad_enabled(void) {
 
 ag_status ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
   if (!t) return ag_error_set(AG_ERR_INVALID, "ag_tensor_set_requires_grad: NULL tensor");
+  if (ag__bad_tensor(t, "ag_tensor_set_requires_grad")) return ag_last_status();
   if (t->grad_fn) {
     if (requires_grad) return AG_OK;
     return ag_error_set(AG_ERR_STATE,
@@ -84,22 +85,28 @@ ag_status ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
   return AG_OK;
 }
 
-bool ag_tensor_requires_grad(const ag_tensor *t) { return t && t->requires_grad; }
-bool ag_tensor_is_leaf(const ag_tensor *t) { return t && !t->grad_fn; }
-ag_tensor *ag_tensor_grad(const ag_tensor *t) { return t ? t->grad : NULL; }
+/* NULL gives the documented neutral value without an error; a released
+ * tensor sets AG_ERR_STATE too. */
+static bool live(const ag_tensor *t, const char *fn) {
+  if (AG_LIKELY(t && t->magic == AG__T_LIVE)) return true;
+  if (t) ag__tensor_unusable(t, fn);
+  return false;
+}
+bool ag_tensor_requires_grad(const ag_tensor *t) {
+  return live(t, "ag_tensor_requires_grad") && t->requires_grad;
+}
+bool ag_tensor_is_leaf(const ag_tensor *t) { return live(t, "ag_tensor_is_leaf") && !t->grad_fn; }
+ag_tensor *ag_tensor_grad(const ag_tensor *t) { return live(t, "ag_tensor_grad") ? t->grad : NULL; }
 
 void ag_tensor_zero_grad(ag_tensor *t) {
-  if (!t || !t->grad) return;
+  if (!live(t, "ag_tensor_zero_grad") || !t->grad) return;
   ag_tensor *g = t->grad;
   t->grad = NULL;
   ag_tensor_release(g);
 }
 
 ag_tensor *ag_detach(ag_tensor *t) {
-  if (!t) {
-    if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "ag_detach: NULL tensor");
-    return NULL;
-  }
+  if (ag__bad_tensor(t, "ag_detach")) return NULL;
   ag_tensor *d = ag__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
   if (!d) return NULL;
   d->requires_grad = false;
@@ -383,6 +390,7 @@ struct ag_grad_hooks {
 ag_status ag_tensor_add_grad_hook(ag_tensor *t, ag_grad_hook_fn fn, void *user, uint64_t *out_id) {
   if (!t || !fn || !out_id)
     return ag_error_set(AG_ERR_INVALID, "ag_tensor_add_grad_hook: NULL tensor, fn or out_id");
+  if (ag__bad_tensor(t, "ag_tensor_add_grad_hook")) return ag_last_status();
   if (t->grad_fn)
     return ag_error_set(AG_ERR_STATE, "ag_tensor_add_grad_hook: not a leaf (hooks go on parameters; an op "
                         "output's gradient is never accumulated)");
@@ -414,6 +422,7 @@ ag_status ag_tensor_add_grad_hook(ag_tensor *t, ag_grad_hook_fn fn, void *user, 
 
 ag_status ag_tensor_remove_grad_hook(ag_tensor *t, uint64_t id) {
   if (!t) return ag_error_set(AG_ERR_INVALID, "ag_tensor_remove_grad_hook: NULL tensor");
+  if (ag__bad_tensor(t, "ag_tensor_remove_grad_hook")) return ag_last_status();
   ag_grad_hooks *h = t->hooks;
   if (h && h->firing)
     return ag_error_set(AG_ERR_STATE, "ag_tensor_remove_grad_hook: called from inside one of the tensor's hooks");
@@ -427,7 +436,9 @@ ag_status ag_tensor_remove_grad_hook(ag_tensor *t, uint64_t id) {
                       (unsigned long long)id);
 }
 
-int ag_tensor_grad_hook_count(const ag_tensor *t) { return t && t->hooks ? t->hooks->n : 0; }
+int ag_tensor_grad_hook_count(const ag_tensor *t) {
+  return live(t, "ag_tensor_grad_hook_count") && t->hooks ? t->hooks->n : 0;
+}
 
 static ag_status hooks_fire(ag_tensor *leaf) {
   ag_grad_hooks *h = leaf->hooks;
@@ -724,8 +735,8 @@ static ag_status add_into(ag_tensor **slot, ag_tensor *g) {
 }
 
 ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
-  if (!out) return ag_last_status() != AG_OK ? ag_last_status()
-                                             : ag_error_set(AG_ERR_INVALID, "ag_backward: NULL tensor");
+  if (ag__bad_tensor(out, "ag_backward")) return ag_last_status();
+  if (grad && ag__bad_tensor(grad, "ag_backward")) return ag_last_status();
   if (tl_inference) return ag_error_set(AG_ERR_STATE, "ag_backward: not allowed in inference mode");
   if (!ag_dtype_is_float(out->dtype))
     return ag_error_set(AG_ERR_DTYPE, "ag_backward: %s tensors have no gradient", ag_dtype_name(out->dtype));

@@ -522,9 +522,8 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     case AG_G_CROSS_ENTROPY: return NEED(0) ? cross_entropy_bwd(n, g, gin) : AG_OK;
     case AG_G_MSE: {
       int red = (int)n->p.i[0];
-      int64_t numel = 1;
-      for (int i = 0; i < n->e[0].ndim; i++) numel *= n->e[0].shape[i];
       ag_tensor *d = ag_sub(a, b);
+      int64_t numel = ag_tensor_numel(d); /* the broadcast shape's */
       m = ag_mul_scalar(d, red == AG_REDUCTION_MEAN ? 2.0 / (double)(numel ? numel : 1) : 2.0);
       ag_tensor_release(d);
       t = ag_mul(m, g);

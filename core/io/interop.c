@@ -17,6 +17,7 @@ static bool pointer_addressable(ag_devstate *ds) { return (ds->be->flags & AG_BA
 
 ag_status ag_tensor_memory_get(const ag_tensor *t, ag_tensor_memory *out_mem) {
   if (!t || !out_mem) return ag_error_set(AG_ERR_INVALID, "ag_tensor_memory_get: NULL argument");
+  if (ag__bad_tensor(t, "ag_tensor_memory_get")) return ag_last_status();
   ag_devstate *ds = ag__ds(t);
   size_t off = t->st->offset + (size_t)t->offset * ag_dtype_size(t->dtype);
   out_mem->handle = t->st->base;
@@ -32,6 +33,7 @@ void *ag_tensor_data_ptr(const ag_tensor *t) {
     ag_error_set(AG_ERR_INVALID, "ag_tensor_data_ptr: NULL tensor");
     return NULL;
   }
+  if (ag__bad_tensor(t, "ag_tensor_data_ptr")) return NULL;
   if (!pointer_addressable(ag__ds(t))) {
     ag_error_set(AG_ERR_UNSUPPORTED,
                  "ag_tensor_data_ptr: %s memory is a buffer handle (an OpenCL cl_mem), not an address; "
@@ -250,10 +252,7 @@ static void dl_delete_versioned(DLManagedTensorVersioned *self) {
 }
 
 static dl_export *dl_export_new(const char *fn, ag_tensor *t, DLTensor *proto) {
-  if (!t) {
-    if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: NULL tensor", fn);
-    return NULL;
-  }
+  if (ag__bad_tensor(t, fn)) return NULL;
   ag_devstate *ds = ag__ds(t);
   DLDataType dt;
   DLDevice dev;

@@ -24,6 +24,7 @@ static ag_tensor *null_input(const char *fn, const void *module, const ag_tensor
 
 ag_status ag_params_add(ag_param_list *l, const char *name, ag_tensor *t) {
   if (!l || !name || !t) return ag_error_set(AG_ERR_INVALID, "ag_params_add: NULL argument");
+  if (ag__bad_tensor(t, "ag_params_add")) return ag_last_status();
   if (l->count == l->cap) {
     int nc = l->cap ? l->cap * 2 : 16;
     ag_tensor **nt = realloc(l->tensors, (size_t)nc * sizeof *nt);

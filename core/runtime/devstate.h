@@ -71,6 +71,11 @@ AG_HIDDEN ag_status ag__sync_stream(ag_stream *s, const char *what);
  * freed buffer). AG_OK when the sync would be allowed. */
 AG_HIDDEN ag_status ag__sync_refused(ag_devstate *ds, const char *what);
 AG_HIDDEN ag_status ag__sync_device(ag_devstate *ds, const char *what);
+/* "main+0x4c" for a return address (dladdr; "unknown site" when it fails). */
+AG_HIDDEN void ag__describe_address(const void *addr, char *out, size_t len);
+/* The file:line the calling thread marked for its current public call
+ * (AG_SYNC_SITES macros), or NULL. */
+AG_HIDDEN const char *ag__site_marked(int *out_line);
 AG_HIDDEN ag_status ag__sync_event(ag_event *e, const char *what);
 /* AG_OK unless AG_SYNC_DEBUG is set to a value that is not a mode
  * (AG_ERR_INVALID naming it): checked where a device opens, as a bad

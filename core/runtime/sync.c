@@ -141,6 +141,13 @@ static void describe_address(const void *a, char *out, size_t len) {
   }
 }
 
+void ag__describe_address(const void *addr, char *out, size_t len) { describe_address(addr, out, len); }
+
+const char *ag__site_marked(int *out_line) {
+  *out_line = tl_mark.line;
+  return tl_mark.file;
+}
+
 /* The site of the current sync; counted. Caller holds nothing. */
 static site *site_of(const char *what) {
   const char *file = tl_mark.file;

@@ -13,12 +13,15 @@
 #include "autograd/autocast.h"
 
 /* NULL input: keep the first error if there is one, else say which op. */
+/* NULL (error kept, else AG_ERR_INVALID) or released (AG_ERR_STATE)
+ * tensor arguments: true with the error set. */
 static bool null_args(const char *op, int n, ag_tensor *const *ts) {
-  for (int i = 0; i < n; i++)
-    if (!ts[i]) {
-      if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: argument %d is NULL", op, i + 1);
-      return true;
-    }
+  for (int i = 0; i < n; i++) {
+    if (AG_LIKELY(ts[i] && ts[i]->magic == AG__T_LIVE)) continue;
+    if (ts[i]) return ag__tensor_unusable(ts[i], op);
+    if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: argument %d is NULL", op, i + 1);
+    return true;
+  }
   return false;
 }
 
@@ -135,7 +138,68 @@ static ag_tensor *ac_end(ac_args *a, ag_tensor *r) {
 
 #define AC_ON() AG_UNLIKELY(ag_autocast_enabled())
 
-/* Binary-style ops take one dtype; mixing needs an explicit cast. */
+/* ---------------- type promotion (torch.result_type) ---------------- */
+
+/* 0 bool, 1 integer, 2 floating */
+static int dtype_category(ag_dtype dt) {
+  return dt == AG_BOOL ? 0 : ag_dtype_is_float(dt) ? 2 : 1;
+}
+
+ag_dtype ag_promote_types(ag_dtype a, ag_dtype b) {
+  if ((unsigned)a >= AG_DTYPE_COUNT || (unsigned)b >= AG_DTYPE_COUNT) return AG_F32;
+  if (a == b) return a;
+  int ca = dtype_category(a), cb = dtype_category(b);
+  if (ca != cb) return ca > cb ? a : b; /* bool < integer < floating */
+  if (ca == 1) { /* u8 < i32 < i64 */
+    if (a == AG_I64 || b == AG_I64) return AG_I64;
+    return AG_I32;
+  }
+  /* floating: f16 and bf16 meet in f32; otherwise the wider */
+  if (a == AG_F64 || b == AG_F64) return AG_F64;
+  return AG_F32;
+}
+
+/* PyTorch's combine_categories: a participant of lower priority (a 0-dim
+ * tensor against a dimensioned one, a scalar against a tensor) changes the
+ * result only when its category is higher (or the higher one is bool). */
+static ag_dtype combine_categories(ag_dtype higher, ag_dtype lower) {
+  if (ag_dtype_is_float(higher)) return higher;
+  if (higher == AG_BOOL || ag_dtype_is_float(lower)) return ag_promote_types(higher, lower);
+  return higher;
+}
+
+ag_dtype ag_result_type(const ag_tensor *a, const ag_tensor *b) {
+  if (!a || !b) return a ? a->dtype : b ? b->dtype : AG_F32;
+  bool za = a->ndim == 0, zb = b->ndim == 0;
+  if (za == zb) return ag_promote_types(a->dtype, b->dtype);
+  return za ? combine_categories(b->dtype, a->dtype) : combine_categories(a->dtype, b->dtype);
+}
+
+ag_dtype ag_result_type_scalar(const ag_tensor *a, double s) {
+  if (!a) return AG_F32;
+  /* a double with an integral value is an integer scalar (i64), any other
+   * a floating one (PyTorch's default dtype, f32) */
+  ag_dtype sdt = (isfinite(s) && s == floor(s)) ? AG_I64 : AG_F32;
+  return combine_categories(a->dtype, sdt);
+}
+
+/* a and b cast to their result type (new references in *ca / *cb, NULL
+ * where no cast was needed); false with the error set. */
+static bool promote2(ag_tensor **a, ag_tensor **b, ag_tensor **ca, ag_tensor **cb) {
+  *ca = *cb = NULL;
+  if (!*a || !*b || (*a)->dtype == (*b)->dtype) return true;
+  if ((*a)->magic != AG__T_LIVE || (*b)->magic != AG__T_LIVE) return true; /* reported by the op */
+  ag_dtype rt = ag_result_type(*a, *b);
+  if ((*a)->dtype != rt && !(*a = *ca = ag_cast(*a, rt))) return false;
+  if ((*b)->dtype != rt && !(*b = *cb = ag_cast(*b, rt))) {
+    ag_tensor_release(*ca);
+    *ca = NULL;
+    return false;
+  }
+  return true;
+}
+
+/* Binary-style ops the promotion does not reach take one dtype. */
 static bool same_dtype(const char *op, const ag_tensor *a, const ag_tensor *b) {
   if (a->dtype == b->dtype) return true;
   ag_error_set(AG_ERR_DTYPE, "%s: dtypes %s and %s differ (cast one first)", op, ag_dtype_name(a->dtype),
@@ -183,6 +247,14 @@ static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag
 }
 
 static ag_tensor *binary(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b) {
+  if (AG_UNLIKELY(a && b && a->dtype != b->dtype)) { /* PyTorch's type promotion */
+    ag_tensor *ca, *cb;
+    if (!promote2(&a, &b, &ca, &cb)) return NULL;
+    ag_tensor *r = binary(name, bop, gop, a, b);
+    ag_tensor_release(ca);
+    ag_tensor_release(cb);
+    return r;
+  }
   if (!AC_ON() || !a || !b || a->dtype == b->dtype) return binary_impl(name, bop, gop, a, b);
   ag_tensor *ts[2] = {a, b};
   ac_args ac;
@@ -254,32 +326,36 @@ static ag_tensor *unary(const char *name, ag_unary_op uop, ag_tensor *a, double 
 #define OPS_UWRAP(ID, name, api, ...) OPS_UWRAP_##api(ID, name)
 AG_UNARY_OPS(OPS_UWRAP)
 
-/* i32 allows affine maps with integral scalars only. */
-static bool int_scalars_ok(const char *name, ag_tensor *a, double s0, double s1) {
-  if (!a || !ag_dtype_is_int(a->dtype) || (s0 == floor(s0) && s1 == floor(s1))) return true;
-  ag_error_set(AG_ERR_DTYPE, "%s: non-integral scalar on an %s tensor (cast to f32 first)", name,
-               ag_dtype_name(a->dtype));
-  return false;
+/* a op s with PyTorch's promotion: the affine map runs in the result type
+ * of (a, s); `s` is the user's scalar, mul/add the map (true division's
+ * result is floating: rt_min raises it to at least that). */
+static ag_tensor *affine(const char *name, ag_tensor *a, double s, double mul, double add, bool floating) {
+  if (!a || a->magic != AG__T_LIVE) return unary(name, AG_U_AFFINE, a, mul, add);
+  ag_dtype rt = ag_result_type_scalar(a, s);
+  if (floating && !ag_dtype_is_float(rt)) rt = AG_F32;
+  if (rt == a->dtype) return unary(name, AG_U_AFFINE, a, mul, add);
+  ag_tensor *c = ag_cast(a, rt);
+  if (!c) return NULL;
+  ag_tensor *r = unary(name, AG_U_AFFINE, c, mul, add);
+  ag_tensor_release(c);
+  return r;
 }
 
-static ag_tensor *affine(const char *name, ag_tensor *a, double mul, double add) {
-  if (!int_scalars_ok(name, a, mul, add)) return NULL;
-  return unary(name, AG_U_AFFINE, a, mul, add);
-}
-
-ag_tensor *ag_add_scalar(ag_tensor *a, double s) { return affine("ag_add_scalar", a, 1.0, s); }
-ag_tensor *ag_sub_scalar(ag_tensor *a, double s) { return affine("ag_sub_scalar", a, 1.0, -s); }
-ag_tensor *ag_rsub_scalar(ag_tensor *a, double s) { return affine("ag_rsub_scalar", a, -1.0, s); }
-ag_tensor *ag_mul_scalar(ag_tensor *a, double s) { return affine("ag_mul_scalar", a, s, 0.0); }
-ag_tensor *ag_div_scalar(ag_tensor *a, double s) {
-  if (a && ag_dtype_is_int(a->dtype)) {
-    ag_error_set(AG_ERR_DTYPE, "ag_div_scalar: %s division is not defined (cast to f32 first)",
-                 ag_dtype_name(a->dtype));
-    return NULL;
+ag_tensor *ag_add_scalar(ag_tensor *a, double s) { return affine("ag_add_scalar", a, s, 1.0, s, false); }
+ag_tensor *ag_sub_scalar(ag_tensor *a, double s) { return affine("ag_sub_scalar", a, s, 1.0, -s, false); }
+ag_tensor *ag_rsub_scalar(ag_tensor *a, double s) { return affine("ag_rsub_scalar", a, s, -1.0, s, false); }
+ag_tensor *ag_mul_scalar(ag_tensor *a, double s) { return affine("ag_mul_scalar", a, s, s, 0.0, false); }
+ag_tensor *ag_div_scalar(ag_tensor *a, double s) { return affine("ag_div_scalar", a, s, 1.0 / s, 0.0, true); }
+ag_tensor *ag_rdiv_scalar(ag_tensor *a, double s) {
+  if (a && a->magic == AG__T_LIVE && !ag_dtype_is_float(a->dtype)) { /* true division */
+    ag_tensor *c = ag_cast(a, AG_F32);
+    if (!c) return NULL;
+    ag_tensor *r = unary("ag_rdiv_scalar", AG_U_RSUB_DIV, c, s, 0);
+    ag_tensor_release(c);
+    return r;
   }
-  return affine("ag_div_scalar", a, 1.0 / s, 0.0);
+  return unary("ag_rdiv_scalar", AG_U_RSUB_DIV, a, s, 0);
 }
-ag_tensor *ag_rdiv_scalar(ag_tensor *a, double s) { return unary("ag_rdiv_scalar", AG_U_RSUB_DIV, a, s, 0); }
 
 static ag_tensor *where_impl(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
   static const char name[] = "ag_where";
@@ -305,6 +381,14 @@ static ag_tensor *where_impl(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
 }
 
 ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
+  if (AG_UNLIKELY(a && b && a->dtype != b->dtype)) { /* PyTorch's type promotion */
+    ag_tensor *ca, *cb;
+    if (!promote2(&a, &b, &ca, &cb)) return NULL;
+    ag_tensor *r = ag_where(cond, a, b);
+    ag_tensor_release(ca);
+    ag_tensor_release(cb);
+    return r;
+  }
   if (!AC_ON() || !a || !b || a->dtype == b->dtype) return where_impl(cond, a, b);
   ag_tensor *ts[2] = {a, b};
   ac_args ac;
@@ -517,7 +601,13 @@ ag_tensor *ag_min(ag_tensor *a, int n, const int *dims, bool keepdim) {
   return reduce("ag_min", AG_R_MIN, AG_G_MIN, a, n, dims, keepdim, false);
 }
 ag_tensor *ag_argmax(ag_tensor *a, int dim, bool keepdim) {
-  return reduce("ag_argmax", AG_R_ARGMAX, (ag_gop)-1, a, 1, &dim, keepdim, false);
+  /* The kernels write i32 indices (kops.h); the result is i64 as in
+   * PyTorch, one cast kernel over the (small) index tensor. */
+  ag_tensor *i = reduce("ag_argmax", AG_R_ARGMAX, (ag_gop)-1, a, 1, &dim, keepdim, false);
+  if (!i) return NULL;
+  ag_tensor *r = ag_cast(i, AG_I64);
+  ag_tensor_release(i);
+  return r;
 }
 
 /* var and std (PyTorch's correction: divide by max(0, N - correction)) in
@@ -1271,12 +1361,11 @@ static ag_tensor *mse_impl(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
   ag_tensor *in[2] = {a, b};
   if (null_args(name, 2, in)) return NULL;
   if (!ag__same_device(name, 2, in)) return NULL;
-  if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) {
-    char x[96], y[96];
-    ag_error_set(AG_ERR_SHAPE, "%s: shapes %s and %s differ", name, ag_tensor_describe(a, x, sizeof x),
-                 ag_tensor_describe(b, y, sizeof y));
-    return NULL;
-  }
+  /* the shapes broadcast, as in PyTorch ([4,1] against [4] is [4,4], which
+   * PyTorch warns about); the reduction runs over the broadcast result */
+  int bnd;
+  int64_t bshape[AG_MAX_DIMS];
+  if (!broadcast_shapes(name, 2, in, &bnd, bshape)) return NULL;
   if (!ag_dtype_is_float(a->dtype)) {
     ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
     return NULL;

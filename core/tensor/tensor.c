@@ -2,6 +2,7 @@
  * views and copies. Everything here is backend-neutral: memory comes from the
  * device's caching allocator and work goes through ag__launch. */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,162 @@ static atomic_llong g_live;
 static ag_tensor *null_tensor(const char *fn) {
   if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "%s: NULL tensor", fn);
   return NULL;
+}
+
+/* ---------------- header pool ----------------
+ * Tensor headers are never returned to malloc. A released header is marked
+ * AG__T_DEAD with its release record and queued on the releasing thread's
+ * FIFO; it is reused only after HDR_QUARANTINE later releases on that thread.
+ * A stale handle therefore always points at a valid header, and within that
+ * window every public call reports it as released instead of reading freed
+ * memory (docs/design/core.md, "Released handles"). A thread that releases
+ * more than it creates hands its oldest headers to a shared list (under a
+ * mutex, once per HDR_QUARANTINE releases); an exiting thread hands over all
+ * of its own. */
+#define HDR_QUARANTINE 4096
+
+typedef struct hdr_list {
+  ag_tensor *head, *tail; /* head: oldest */
+  int64_t n;
+} hdr_list;
+
+/* Everything per thread in one block, so a call looks up its thread's
+ * storage once: the FIFO of released headers, a slab of headers never used,
+ * and the release in progress (the outermost public call that releases,
+ * ag_tensor_release or ag_scope_end, names itself and its caller; the
+ * releases it causes, of gradients and saved tensors, inherit it). */
+#define HDR_SLAB 64
+typedef struct hdr_tls {
+  hdr_list q;
+  ag_tensor *fresh;
+  int nfresh;
+  bool registered;
+  struct {
+    const char *call, *file;
+    const void *addr;
+    int line, depth;
+  } rel;
+} hdr_tls;
+
+static _Thread_local hdr_tls tl_h;
+static hdr_list g_hdrs;
+static atomic_llong g_hdrs_n;
+static pthread_mutex_t g_hdr_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t g_hdr_key;
+static pthread_once_t g_hdr_once = PTHREAD_ONCE_INIT;
+
+static void hdr_push(hdr_list *l, ag_tensor *t) {
+  t->pool_next = NULL;
+  if (l->tail)
+    l->tail->pool_next = t;
+  else
+    l->head = t;
+  l->tail = t;
+  l->n++;
+}
+
+static ag_tensor *hdr_pop(hdr_list *l) {
+  ag_tensor *t = l->head;
+  l->head = t->pool_next;
+  if (!l->head) l->tail = NULL;
+  l->n--;
+  return t;
+}
+
+/* Append the first k headers of src to the shared list. */
+static void hdr_give(hdr_list *src, int64_t k) {
+  if (k <= 0) return;
+  pthread_mutex_lock(&g_hdr_lock);
+  for (int64_t i = 0; i < k; i++) hdr_push(&g_hdrs, hdr_pop(src));
+  atomic_store_explicit(&g_hdrs_n, g_hdrs.n, memory_order_relaxed);
+  pthread_mutex_unlock(&g_hdr_lock);
+}
+
+/* An exiting thread hands over its released headers and its unused ones. */
+static void hdr_thread_exit(void *p) {
+  hdr_tls *h = p;
+  for (; h->nfresh > 0; h->nfresh--, h->fresh++) {
+    h->fresh->magic = 0;
+    hdr_push(&h->q, h->fresh);
+  }
+  hdr_give(&h->q, h->q.n);
+}
+static void hdr_key_init(void) { pthread_key_create(&g_hdr_key, hdr_thread_exit); }
+
+static ag_tensor *hdr_alloc(hdr_tls *h) {
+  if (h->q.n > HDR_QUARANTINE) return hdr_pop(&h->q);
+  if (AG_UNLIKELY(atomic_load_explicit(&g_hdrs_n, memory_order_relaxed) > 0)) {
+    ag_tensor *t = NULL;
+    pthread_mutex_lock(&g_hdr_lock);
+    if (g_hdrs.n > 0) {
+      t = hdr_pop(&g_hdrs);
+      atomic_store_explicit(&g_hdrs_n, g_hdrs.n, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&g_hdr_lock);
+    if (t) return t;
+  }
+  if (AG_UNLIKELY(h->nfresh == 0)) {
+    if (AG_UNLIKELY(!h->registered)) {
+      pthread_once(&g_hdr_once, hdr_key_init);
+      pthread_setspecific(g_hdr_key, h);
+      h->registered = true;
+    }
+    h->fresh = malloc(HDR_SLAB * sizeof(ag_tensor));
+    if (!h->fresh) return NULL;
+    h->nfresh = HDR_SLAB;
+  }
+  h->nfresh--;
+  return h->fresh++;
+}
+
+/* Every thread that retires a header allocated one first or registers
+ * here, so its FIFO is handed over when it exits. */
+static void hdr_retire(hdr_tls *h, ag_tensor *t) {
+  if (AG_UNLIKELY(!h->registered)) {
+    pthread_once(&g_hdr_once, hdr_key_init);
+    pthread_setspecific(g_hdr_key, h);
+    h->registered = true;
+  }
+  hdr_push(&h->q, t);
+  if (AG_UNLIKELY(h->q.n > 2 * HDR_QUARANTINE)) hdr_give(&h->q, HDR_QUARANTINE);
+}
+
+static void tensor_release(hdr_tls *h, ag_tensor *t);
+
+static hdr_tls *rel_enter(const char *call, const void *addr) {
+  hdr_tls *h = &tl_h;
+  if (h->rel.depth++ == 0) {
+    h->rel.call = call;
+    h->rel.addr = addr;
+    h->rel.file = ag__site_marked(&h->rel.line);
+  }
+  return h;
+}
+
+bool ag__tensor_unusable(const ag_tensor *t, const char *fn) {
+  if (!t) {
+    null_tensor(fn);
+    return true;
+  }
+  if (t->magic != AG__T_DEAD) {
+    ag_error_set(AG_ERR_STATE, "%s: %p is not a tensor handle", fn, (const void *)t);
+    return true;
+  }
+  char desc[160], where[200];
+  size_t n = (size_t)snprintf(desc, sizeof desc, "%s[", ag_dtype_name(t->dtype));
+  for (int i = 0; i < t->ndim && i < AG_MAX_DIMS && n < sizeof desc; i++)
+    n += (size_t)snprintf(desc + n, sizeof desc - n, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+  if (n < sizeof desc) snprintf(desc + n, sizeof desc - n, "] %s", t->rel_dev ? t->rel_dev : "?");
+  if (t->rel_file)
+    snprintf(where, sizeof where, "%s:%d", t->rel_file, t->rel_line);
+  else
+    ag__describe_address(t->rel_addr, where, sizeof where);
+  ag_error_set(AG_ERR_STATE,
+               "%s: tensor %s was released (by %s, called from %s); a tensor lives until its "
+               "last reference is released or the scope that owns it ends: read it before, or "
+               "move it out of the scope with ag_tensor_keep",
+               fn, desc, t->rel_call ? t->rel_call : "ag_tensor_release", where);
+  return true;
 }
 
 /* ---------------- dtypes ---------------- */
@@ -93,13 +250,15 @@ ag_status ag_scope_end(void) {
   if (!s) return ag_error_set(AG_ERR_STATE, "ag_scope_end: no scope is open");
   /* Release in reverse creation order: later tensors tend to depend on
    * earlier ones through autograd nodes. */
+  hdr_tls *h = rel_enter("ag_scope_end", __builtin_return_address(0));
   for (int32_t i = s->n - 1; i >= 0; i--) {
     ag_tensor *t = s->items[i];
     if (!t) continue;
     t->scope = NULL;
     s->items[i] = NULL;
-    ag_tensor_release(t);
+    tensor_release(h, t);
   }
+  h->rel.depth--;
   tl_scope = s->parent;
   free(s->items);
   free(s);
@@ -107,7 +266,9 @@ ag_status ag_scope_end(void) {
 }
 
 ag_tensor *ag_tensor_keep(ag_tensor *t) {
-  if (!t || !t->scope) return t;
+  if (!t) return NULL;
+  if (ag__bad_tensor(t, "ag_tensor_keep")) return NULL;
+  if (!t->scope) return t;
   ag_scope *parent = t->scope->parent;
   scope_remove(t);
   if (parent && !scope_add(parent, t)) ag_error_set(AG_ERR_OOM, "ag_tensor_keep: out of host memory");
@@ -165,11 +326,12 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
     return NULL;
   }
   if (AG_UNLIKELY(!ag__shape_check("tensor", ndim, shape, dt, &n))) return NULL;
-  ag_tensor *t = malloc(sizeof *t);
+  ag_tensor *t = hdr_alloc(&tl_h);
   if (AG_UNLIKELY(!t)) {
     ag_error_set(AG_ERR_OOM, "out of host memory");
     return NULL;
   }
+  t->magic = AG__T_LIVE;
   atomic_init(&t->refcount, 1);
   t->dtype = dt;
   t->ndim = ndim;
@@ -190,7 +352,12 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
   atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);
   if (tl_scope && AG_UNLIKELY(!scope_add(tl_scope, t))) {
     ag_error_set(AG_ERR_OOM, "out of host memory");
-    free(t);
+    t->magic = AG__T_DEAD;
+    t->rel_call = "tensor creation (out of host memory)";
+    t->rel_addr = NULL;
+    t->rel_file = NULL;
+    t->rel_dev = NULL;
+    hdr_retire(&tl_h, t);
     atomic_fetch_sub(&g_live, 1);
     return NULL;
   }
@@ -320,6 +487,7 @@ ag_tensor *ag__scope_detach(ag_tensor *t) {
 
 ag_status ag_tensor_record_stream(ag_tensor *t, ag_stream *s) {
   if (!t || !s) return ag_error_set(AG_ERR_INVALID, "ag_tensor_record_stream: NULL argument");
+  if (ag__bad_tensor(t, "ag_tensor_record_stream")) return ag_last_status();
   if (s->ds != t->st->ds)
     return ag_error_set(AG_ERR_DEVICE, "ag_tensor_record_stream: tensor on %s, stream on %s", ag__devlabel(t),
                         s->ds->label);
@@ -328,20 +496,39 @@ ag_status ag_tensor_record_stream(ag_tensor *t, ag_stream *s) {
 }
 
 ag_tensor *ag_tensor_retain(ag_tensor *t) {
-  if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
+  if (!t) return NULL;
+  if (ag__bad_tensor(t, "ag_tensor_retain")) return NULL;
+  atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
   return t;
 }
 
-void ag_tensor_release(ag_tensor *t) {
-  if (!t) return;
+static void tensor_release(hdr_tls *h, ag_tensor *t) {
+  if (AG_UNLIKELY(t->magic != AG__T_LIVE)) {
+    ag__tensor_unusable(t, "ag_tensor_release");
+    return;
+  }
   /* Only the scope's own (last) reference takes the tensor out of its scope;
    * a release paired with a retain just drops that reference. */
   if (t->scope && atomic_load_explicit(&t->refcount, memory_order_acquire) == 1) scope_remove(t);
   if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
+  t->magic = AG__T_DEAD;
+  t->rel_call = h->rel.call;
+  t->rel_addr = h->rel.addr;
+  t->rel_file = h->rel.file;
+  t->rel_line = h->rel.line;
+  t->rel_dev = t->st ? t->st->ds->label : NULL;
   ag__grad_tensor_free(t);
   storage_release(t->st);
+  t->st = NULL;
   atomic_fetch_sub_explicit(&g_live, 1, memory_order_relaxed);
-  free(t);
+  hdr_retire(h, t);
+}
+
+void ag_tensor_release(ag_tensor *t) {
+  if (!t) return;
+  hdr_tls *h = rel_enter("ag_tensor_release", __builtin_return_address(0));
+  tensor_release(h, t);
+  h->rel.depth--;
 }
 
 void ag__operand(ag_koperand *o, const ag_tensor *t) {
@@ -370,6 +557,10 @@ ag_devstate *ag__same_device(const char *op, int n, ag_tensor *const *ts) {
   const ag_tensor *first = NULL;
   for (int i = 0; i < n; i++) {
     if (!ts[i]) continue;
+    if (AG_UNLIKELY(ts[i]->magic != AG__T_LIVE)) {
+      ag__tensor_unusable(ts[i], op);
+      return NULL;
+    }
     if (!ds) {
       ds = ts[i]->st->ds;
       first = ts[i];
@@ -423,18 +614,30 @@ ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
 
 /* ---------------- properties ---------------- */
 
-int ag_tensor_ndim(const ag_tensor *t) { return t ? t->ndim : 0; }
-const int64_t *ag_tensor_shape(const ag_tensor *t) { return t ? t->shape : NULL; }
-const int64_t *ag_tensor_strides(const ag_tensor *t) { return t ? t->strides : NULL; }
-int64_t ag_tensor_numel(const ag_tensor *t) { return t ? t->numel : 0; }
-ag_dtype ag_tensor_dtype(const ag_tensor *t) { return t ? t->dtype : AG_F32; }
-ag_device ag_tensor_device(const ag_tensor *t) { return t ? t->st->ds->dev : AG_CPU; }
+/* A NULL tensor gives the neutral value without an error (documented); a
+ * released one also sets AG_ERR_STATE. */
+static bool prop_ok(const ag_tensor *t, const char *fn) {
+  if (AG_LIKELY(t && t->magic == AG__T_LIVE)) return true;
+  if (t) ag__tensor_unusable(t, fn);
+  return false;
+}
+int ag_tensor_ndim(const ag_tensor *t) { return prop_ok(t, "ag_tensor_ndim") ? t->ndim : 0; }
+const int64_t *ag_tensor_shape(const ag_tensor *t) {
+  return prop_ok(t, "ag_tensor_shape") ? t->shape : NULL;
+}
+const int64_t *ag_tensor_strides(const ag_tensor *t) {
+  return prop_ok(t, "ag_tensor_strides") ? t->strides : NULL;
+}
+int64_t ag_tensor_numel(const ag_tensor *t) { return prop_ok(t, "ag_tensor_numel") ? t->numel : 0; }
+ag_dtype ag_tensor_dtype(const ag_tensor *t) {
+  return prop_ok(t, "ag_tensor_dtype") ? t->dtype : AG_F32;
+}
+ag_device ag_tensor_device(const ag_tensor *t) {
+  return prop_ok(t, "ag_tensor_device") ? t->st->ds->dev : AG_CPU;
+}
 
 int64_t ag_tensor_dim(const ag_tensor *t, int dim) {
-  if (!t) {
-    null_tensor("ag_tensor_dim");
-    return -1;
-  }
+  if (ag__bad_tensor(t, "ag_tensor_dim")) return -1;
   int d = dim < 0 ? dim + t->ndim : dim;
   if (d < 0 || d >= t->ndim) {
     ag_error_set(AG_ERR_SHAPE, "ag_tensor_dim: dim %d out of range for a %d-d tensor", dim, t->ndim);
@@ -444,7 +647,7 @@ int64_t ag_tensor_dim(const ag_tensor *t, int dim) {
 }
 
 bool ag_tensor_is_contiguous(const ag_tensor *t) {
-  if (!t) return false;
+  if (!prop_ok(t, "ag_tensor_is_contiguous")) return false;
   if (t->numel == 0) return true; /* no element to address */
   int64_t s = 1;
   for (int i = t->ndim - 1; i >= 0; i--) {
@@ -458,6 +661,10 @@ char *ag_tensor_describe(const ag_tensor *t, char *buf, size_t len) {
   if (!buf || !len) return buf;
   if (!t) {
     snprintf(buf, len, "(null)");
+    return buf;
+  }
+  if (t->magic != AG__T_LIVE) {
+    snprintf(buf, len, "(released tensor)");
     return buf;
   }
   size_t n = (size_t)snprintf(buf, len, "%s[", ag_dtype_name(t->dtype));
@@ -519,10 +726,11 @@ ag_tensor *ag_ones(ag_device d, ag_dtype dt, int ndim, const int64_t *shape) {
 ag_tensor *ag_scalar(ag_device d, ag_dtype dt, double value) { return ag_full(d, dt, 0, NULL, value); }
 
 ag_tensor *ag_empty_like(const ag_tensor *t) {
-  return t ? ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape) : null_tensor("ag_empty_like");
+  if (ag__bad_tensor(t, "ag_empty_like")) return NULL;
+  return ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape);
 }
 ag_tensor *ag_zeros_like(const ag_tensor *t) {
-  if (!t) return null_tensor("ag_zeros_like");
+  if (ag__bad_tensor(t, "ag_zeros_like")) return NULL;
   ag_tensor *r = ag__tensor_new(t->st->ds, t->dtype, t->ndim, t->shape);
   if (r && fill(r, 0.0) != AG_OK) {
     ag_tensor_release(r);
@@ -655,7 +863,7 @@ ag_tensor *ag_from_host(ag_device d, ag_dtype dt, int ndim, const int64_t *shape
 }
 
 ag_status ag_to_host(const ag_tensor *t, void *out, size_t n_bytes) {
-  if (!t) return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_to_host: NULL tensor");
+  if (ag__bad_tensor(t, "ag_to_host")) return ag_last_status();
   size_t need = (size_t)t->numel * ag_dtype_size(t->dtype);
   if (n_bytes != need)
     return ag_error_set(AG_ERR_INVALID, "ag_to_host: buffer of %zu bytes, tensor needs %zu", n_bytes, need);
@@ -678,10 +886,7 @@ ag_status ag_to_host(const ag_tensor *t, void *out, size_t n_bytes) {
 }
 
 double ag_item(const ag_tensor *t) {
-  if (!t) {
-    if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "ag_item: NULL tensor");
-    return NAN;
-  }
+  if (ag__bad_tensor(t, "ag_item")) return NAN;
   if (t->numel != 1) {
     ag_error_set(AG_ERR_SHAPE, "ag_item: tensor has %lld elements, expected 1", (long long)t->numel);
     return NAN;
@@ -823,7 +1028,7 @@ static bool view_strides(const ag_tensor *t, int ndim, const int64_t *shape, int
 }
 
 ag_tensor *ag_view(ag_tensor *t, int ndim, const int64_t *shape) {
-  if (!t) return null_tensor("ag_view");
+  if (ag__bad_tensor(t, "ag_view")) return NULL;
   int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
   if (!infer_shape("ag_view", t, ndim, shape, s)) return NULL;
   if (!view_strides(t, ndim, s, st)) {
@@ -835,7 +1040,7 @@ ag_tensor *ag_view(ag_tensor *t, int ndim, const int64_t *shape) {
 }
 
 ag_tensor *ag_reshape(ag_tensor *t, int ndim, const int64_t *shape) {
-  if (!t) return null_tensor("ag_reshape");
+  if (ag__bad_tensor(t, "ag_reshape")) return NULL;
   int64_t s[AG_MAX_DIMS] = {0}, st[AG_MAX_DIMS] = {0};
   if (!infer_shape("ag_reshape", t, ndim, shape, s)) return NULL;
   if (view_strides(t, ndim, s, st)) {
@@ -850,13 +1055,13 @@ ag_tensor *ag_reshape(ag_tensor *t, int ndim, const int64_t *shape) {
 }
 
 ag_tensor *ag_flatten(ag_tensor *t) {
-  if (!t) return null_tensor("ag_flatten");
+  if (ag__bad_tensor(t, "ag_flatten")) return NULL;
   int64_t n = t->numel;
   return ag_reshape(t, 1, &n);
 }
 
 ag_tensor *ag_permute(ag_tensor *t, const int *dims) {
-  if (!t) return null_tensor("ag_permute");
+  if (ag__bad_tensor(t, "ag_permute")) return NULL;
   if (t->ndim && !dims) {
     ag_error_set(AG_ERR_INVALID, "ag_permute: NULL dims");
     return NULL;
@@ -882,7 +1087,7 @@ ag_tensor *ag_permute(ag_tensor *t, const int *dims) {
 }
 
 ag_tensor *ag_transpose(ag_tensor *t, int dim0, int dim1) {
-  if (!t) return null_tensor("ag_transpose");
+  if (ag__bad_tensor(t, "ag_transpose")) return NULL;
   int a = norm_dim("ag_transpose", dim0, t->ndim), b = a < 0 ? -1 : norm_dim("ag_transpose", dim1, t->ndim);
   if (a < 0 || b < 0) return NULL;
   int dims[AG_MAX_DIMS];
@@ -893,7 +1098,7 @@ ag_tensor *ag_transpose(ag_tensor *t, int dim0, int dim1) {
 }
 
 ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
-  if (!t) return null_tensor("ag_slice");
+  if (ag__bad_tensor(t, "ag_slice")) return NULL;
   int d = norm_dim("ag_slice", dim, t->ndim);
   if (d < 0) return NULL;
   if (step <= 0) {
@@ -937,7 +1142,7 @@ ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t s
 }
 
 ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
-  if (!t) return null_tensor("ag_expand");
+  if (ag__bad_tensor(t, "ag_expand")) return NULL;
   if (ndim < t->ndim || ndim > AG_MAX_DIMS || (ndim && !shape)) {
     ag_error_set(AG_ERR_SHAPE, "ag_expand: cannot expand a %d-d tensor to %d dims", t->ndim, ndim);
     return NULL;
@@ -972,7 +1177,7 @@ ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
 }
 
 ag_tensor *ag_unsqueeze(ag_tensor *t, int dim) {
-  if (!t) return null_tensor("ag_unsqueeze");
+  if (ag__bad_tensor(t, "ag_unsqueeze")) return NULL;
   if (t->ndim >= AG_MAX_DIMS) {
     ag_error_set(AG_ERR_SHAPE, "ag_unsqueeze: tensor already has %d dims", AG_MAX_DIMS);
     return NULL;
@@ -996,7 +1201,7 @@ ag_tensor *ag_unsqueeze(ag_tensor *t, int dim) {
 }
 
 ag_tensor *ag_squeeze(ag_tensor *t, int dim) {
-  if (!t) return null_tensor("ag_squeeze");
+  if (ag__bad_tensor(t, "ag_squeeze")) return NULL;
   int d = norm_dim("ag_squeeze", dim, t->ndim);
   if (d < 0) return NULL;
   if (t->shape[d] != 1) {
@@ -1040,7 +1245,7 @@ ag_tensor *ag__alias(ag_tensor *t) {
 }
 
 ag_tensor *ag_contiguous(ag_tensor *t) {
-  if (!t) return null_tensor("ag_contiguous");
+  if (ag__bad_tensor(t, "ag_contiguous")) return NULL;
   if (ag_tensor_is_contiguous(t)) return ag__alias(t);
   ag_tensor *r = ag__tensor_new(ag__ds(t), t->dtype, t->ndim, t->shape);
   if (!r) return NULL;
@@ -1056,7 +1261,7 @@ ag_tensor *ag_contiguous(ag_tensor *t) {
 }
 
 ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt) {
-  if (!t) return null_tensor("ag_cast");
+  if (ag__bad_tensor(t, "ag_cast")) return NULL;
   if ((unsigned)dt >= AG_DTYPE_COUNT) {
     ag_error_set(AG_ERR_DTYPE, "ag_cast: invalid dtype %d", (int)dt);
     return NULL;
@@ -1091,7 +1296,7 @@ ag_status ag__inplace_check(const ag_tensor *dst, const char *fn) {
 }
 
 ag_status ag_fill_(ag_tensor *dst, double value) {
-  if (!dst) return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_fill_: NULL tensor");
+  if (ag__bad_tensor(dst, "ag_fill_")) return ag_last_status();
   ag_status st = ag__inplace_check(dst, "ag_fill_");
   if (st == AG_OK) st = fill(dst, value);
   if (st == AG_OK && dst->numel) ag__version_bump(dst);
@@ -1118,8 +1323,7 @@ AG_HIDDEN bool ag__broadcast_operand(ag_koperand *o, const ag_tensor *t, int ndi
 }
 
 ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
-  if (!dst || !src)
-    return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "ag_copy_: NULL tensor");
+  if (ag__bad_tensor(dst, "ag_copy_") || ag__bad_tensor(src, "ag_copy_")) return ag_last_status();
   ag_status ist = ag__inplace_check(dst, "ag_copy_");
   if (ist != AG_OK) return ist;
   if (dst->numel == 0) return AG_OK;
@@ -1151,7 +1355,7 @@ ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
 }
 
 ag_tensor *ag_to_device(ag_tensor *t, ag_device d) {
-  if (!t) return null_tensor("ag_to_device");
+  if (ag__bad_tensor(t, "ag_to_device")) return NULL;
   ag_devstate *dst_ds = ag__devstate(d);
   if (!dst_ds) return NULL;
   ag_devstate *src_ds = ag__ds(t);

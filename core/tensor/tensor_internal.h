@@ -42,7 +42,14 @@ struct ag_node;
 typedef struct ag_grad_hooks ag_grad_hooks; /* autograd.c */
 struct ag_scope;
 
+/* Header states (docs/design/core.md, "Released handles"): a header is
+ * never handed back to malloc; a released one keeps AG__T_DEAD and where it
+ * was released until the pool reuses it. */
+#define AG__T_LIVE 0x4556494cu /* "LIVE" */
+#define AG__T_DEAD 0x44414544u /* "DEAD" */
+
 struct ag_tensor {
+  uint32_t magic; /* AG__T_LIVE while the handle is valid */
   atomic_int refcount;
   ag_dtype dtype;
   int ndim;
@@ -66,7 +73,27 @@ struct ag_tensor {
   /* scope ownership */
   struct ag_scope *scope;
   int32_t scope_slot;
+  /* release record (AG__T_DEAD headers): the releasing call, its caller's
+   * return address or marked file:line, the device label; pool link */
+  const char *rel_call;
+  const void *rel_addr;
+  const char *rel_file;
+  int rel_line;
+  const char *rel_dev;
+  struct ag_tensor *pool_next;
 };
+
+/* Sets the error for a tensor argument that cannot be used: NULL
+ * (AG_ERR_INVALID unless an error is pending, so a chain keeps its first
+ * failure) or released (AG_ERR_STATE naming fn and the release). Returns
+ * true. */
+AG_HIDDEN bool ag__tensor_unusable(const ag_tensor *t, const char *fn);
+/* The entry check of every public call taking a tensor: false for a live
+ * tensor, else ag__tensor_unusable. One load and compare on the fast path. */
+static inline bool ag__bad_tensor(const ag_tensor *t, const char *fn) {
+  if (AG_LIKELY(t && t->magic == AG__T_LIVE)) return false;
+  return ag__tensor_unusable(t, fn);
+}
 
 /* New tensor with fresh contiguous storage on ds (registered in the current
  * scope). */

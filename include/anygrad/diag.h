@@ -59,7 +59,8 @@ AG_API double ag_sync_site_done_d(double v);
 AG_API ag_status ag_sync_site_done_s(ag_status s);
 
 /* Compile user code with -DAG_SYNC_SITES (before including anygrad) to have
- * warn mode and the profiler name the exact file:line of each syncing call. */
+ * warn mode and the profiler name the exact file:line of each syncing call,
+ * and released-tensor errors the file:line of the release. */
 #ifdef AG_SYNC_SITES
 #define AG__SITE() ag_sync_site_mark(__FILE__, __LINE__, __func__)
 #define ag_item(t) (AG__SITE(), ag_sync_site_done_d((ag_item)(t)))
@@ -67,6 +68,10 @@ AG_API ag_status ag_sync_site_done_s(ag_status s);
 #define ag_stream_synchronize(s) (AG__SITE(), ag_sync_site_done_s((ag_stream_synchronize)(s)))
 #define ag_device_synchronize(d) (AG__SITE(), ag_sync_site_done_s((ag_device_synchronize)(d)))
 #define ag_event_synchronize(e) (AG__SITE(), ag_sync_site_done_s((ag_event_synchronize)(e)))
+/* Releases record their site too: a call given a released tensor then names
+ * the file:line of the ag_scope_end or ag_tensor_release that released it. */
+#define ag_scope_end() (AG__SITE(), ag_sync_site_done_s((ag_scope_end)()))
+#define ag_tensor_release(t) ((void)(AG__SITE(), (ag_tensor_release)(t), ag_sync_site_done_s(AG_OK)))
 #endif
 
 /* ---- trace ranges ----

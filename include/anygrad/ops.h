@@ -54,15 +54,34 @@ extern "C" {
 AG_BINARY_OPS(AG_OPS_DECL_BINARY)
 AG_UNARY_OPS(AG_OPS_DECL_UNARY)
 
-/* Elementwise with a double scalar (integer dtypes take integral scalars):
- * a + s, a - s, s - a, a * s, a / s, s / a. A new tensor
- * owned by the caller or the open scope; errors as above. */
+/* Elementwise with a double scalar: a + s, a - s, s - a, a * s, a / s,
+ * s / a. A new tensor owned by the caller or the open scope; errors as
+ * above. The result's dtype follows PyTorch's promotion with a Python
+ * scalar: a double with an integral value counts as an int, any other as a
+ * float, and the scalar changes the dtype only when its category is higher
+ * (bool < integer < floating): i32 * 2 is i32, i32 * 0.5 and i32 / 2 are
+ * f32, bool + 1 is i64, f16 * 3.5 stays f16 (ag_result_type_scalar). */
 AG_API ag_tensor *ag_add_scalar(ag_tensor *a, double s);
 AG_API ag_tensor *ag_sub_scalar(ag_tensor *a, double s); /* a - s */
 AG_API ag_tensor *ag_rsub_scalar(ag_tensor *a, double s); /* s - a */
 AG_API ag_tensor *ag_mul_scalar(ag_tensor *a, double s);
 AG_API ag_tensor *ag_div_scalar(ag_tensor *a, double s); /* a / s */
 AG_API ag_tensor *ag_rdiv_scalar(ag_tensor *a, double s); /* s / a */
+
+/* ---- type promotion (torch.result_type) ----
+ * Binary ops, comparisons and ag_where take operands of different dtypes
+ * and compute in their result type (the comparisons then give bool):
+ * categories bool < integer (u8 < i32 < i64) < floating (f16, bf16 < f32 <
+ * f64; f16 with bf16 is f32); the higher category wins, within one the
+ * wider dtype; a 0-dim tensor against a dimensioned one counts only when
+ * its category is higher (f16[3] + f32[] is f16, i32[3] + f32[] is f32).
+ * The operand that changes dtype goes through ag_cast (one kernel; on the
+ * tape, so gradients flow back in the operand's own dtype). */
+AG_API ag_dtype ag_promote_types(ag_dtype a, ag_dtype b); /* torch.promote_types */
+/* torch.result_type(a, b); NULL operands give the other's dtype. */
+AG_API ag_dtype ag_result_type(const ag_tensor *a, const ag_tensor *b);
+/* torch.result_type(a, s) for a Python scalar s (integral: int, else float). */
+AG_API ag_dtype ag_result_type_scalar(const ag_tensor *a, double s);
 
 /* out = cond != 0 ? a : b, all three broadcast together. cond is normally
  * bool (a comparison's result); any other dtype the device has is accepted
@@ -83,8 +102,7 @@ AG_API ag_tensor *ag_sum(ag_tensor *a, int n_dims, const int *dims, bool keepdim
 AG_API ag_tensor *ag_mean(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
 AG_API ag_tensor *ag_max(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
 AG_API ag_tensor *ag_min(ag_tensor *a, int n_dims, const int *dims, bool keepdim);
-/* Index (i32, where PyTorch gives i64: cast if needed) of the first maximum
- * along dim. */
+/* Index (i64, as PyTorch) of the first maximum along dim. */
 AG_API ag_tensor *ag_argmax(ag_tensor *a, int dim, bool keepdim);
 
 /* ---- linear algebra ----
@@ -109,7 +127,10 @@ typedef enum ag_reduction {
  * reported by the next host sync on asynchronous devices (see docs). */
 AG_API ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets,
                                    ag_reduction reduction, int32_t ignore_index);
-/* Mean squared error; a and b must have equal shapes. */
+/* Mean squared error over a and b broadcast together (PyTorch's rule: [4,1]
+ * against [4] is [4,4], which PyTorch warns about); reduction none keeps the
+ * broadcast shape, mean divides by its element count. AG_ERR_SHAPE when the
+ * shapes do not broadcast; mixed dtypes promote as ag_sub. */
 AG_API ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction);
 
 /* Normalise over the last dim (size D). weight and bias are [D]; either may

@@ -12,7 +12,16 @@
  * or optimizer holds) are created outside any scope, or moved out with
  * ag_tensor_keep, and released by their owner: releasing by hand a tensor
  * that a scope still owns while something else holds it would let the scope
- * drop a reference that is not its own. */
+ * drop a reference that is not its own.
+ *
+ * Released tensors: every function given a tensor that was released (its
+ * last reference dropped, or the scope owning it ended) fails as for a NULL
+ * tensor but with AG_ERR_STATE, naming the call and the release (the
+ * file:line with -DAG_SYNC_SITES, diag.h); it never reads the freed memory.
+ * Property accessors return their NULL value and set that error; releasing
+ * a released tensor sets it and does nothing else. A handle is recognised as
+ * released until 4096 more tensors have been released on the releasing
+ * thread (docs/design/core.md, "Released handles"). */
 #ifndef ANYGRAD_TENSOR_H
 #define ANYGRAD_TENSOR_H
 
