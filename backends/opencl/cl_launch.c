@@ -1236,6 +1236,8 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_GATHER: return run_gather(s, c, false);
     case AG_K_GATHER_BWD: return run_gather(s, c, true);
     case AG_K_TOPK: return run_topk(s, c);
+    case AG_K_SDPA: /* not yet: the core runs the unfused composition */
+    case AG_K_SDPA_BWD:
     case AG_KOP_COUNT: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
@@ -1296,6 +1298,8 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_GATHER: /* i32 index only: the core narrows i64 */
     case AG_K_GATHER_BWD: return (fl || f64) && sub == 0;
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
+    case AG_K_SDPA:
+    case AG_K_SDPA_BWD:
     case AG_KOP_COUNT: break;
   }
   return false;
