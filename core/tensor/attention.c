@@ -179,6 +179,15 @@ ag_tensor *ag_scaled_dot_product_attention(ag_tensor *q, ag_tensor *k, ag_tensor
     if (mask) mask_operand(&c.o[4], mask, &d);
     set_dims(&c, &d, causal, dropout_p, seed, offset);
     st = ag__launch(ds, &c);
+    if (st == AG_ERR_UNSUPPORTED) {
+      /* the kernel declined these shapes (a head too large for it): the
+       * unfused composition runs instead, with the same Philox blocks */
+      ag_error_clear();
+      ag_tensor *rel[] = {qc, kc, vc, lse, out};
+      for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+      if (dropout_p > 0) ag_generator_set_state(g ? g : ag_default_generator(), seed, offset);
+      return unfused(&d, q, k, v, mask, causal, dropout_p, g);
+    }
   }
   if (st == AG_OK && grad) {
     ag_gparams gp;
