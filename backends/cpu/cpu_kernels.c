@@ -429,6 +429,8 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
     case AG_K_POOL2D_BWD:
     case AG_K_BN_STATS:
     case AG_K_BN_APPLY: return ag__cpu_vision(c);
+    case AG_K_SDPA:
+    case AG_K_SDPA_BWD: return ag__cpu_attention(c);
     default: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "%s: cpu backend has no kernel for op %d",
@@ -484,6 +486,8 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_POOL2D_BWD: return (dt == AG_F32 || dt == AG_F64) && sub >= 0 && sub < AG_POOL_OP_COUNT;
     case AG_K_BN_STATS:
     case AG_K_BN_APPLY: return (dt == AG_F32 || dt == AG_F64) && (sub == 0 || sub == 1);
+    case AG_K_SDPA:
+    case AG_K_SDPA_BWD: return fl && sub == 0;
     default: return false;
   }
 }

@@ -24,7 +24,8 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_RMS] = "ag_rmsnorm", [CLK_RMS_BWD] = "ag_rmsnorm_bwd", [CLK_RMS_BWD_W] = "ag_rmsnorm_bwd_w",
     [CLK_VAR_ROWS] = "ag_var_rows", [CLK_VAR_COLS] = "ag_var_cols",
     [CLK_CUMSUM] = "ag_cumsum", [CLK_GATHER] = "ag_gather", [CLK_GATHER_BWD] = "ag_gather_bwd",
-    [CLK_TOPK] = "ag_topk", [CLK_UNARY_D] = "ag_unary_d", [CLK_BINARY_D] = "ag_binary_d",
+    [CLK_TOPK] = "ag_topk", [CLK_SDPA] = "ag_sdpa", [CLK_SDPA_BWD_DQ] = "ag_sdpa_bwd_dq",
+    [CLK_SDPA_BWD_DKV] = "ag_sdpa_bwd_dkv", [CLK_UNARY_D] = "ag_unary_d", [CLK_BINARY_D] = "ag_binary_d",
     [CLK_FILL_D] = "ag_fill_d", [CLK_REDUCE_D] = "ag_reduce_d", [CLK_VAR_D] = "ag_var_d",
     [CLK_CUMSUM_D] = "ag_cumsum_d", [CLK_ARANGE_D] = "ag_arange_d", [CLK_SOFTMAX_D] = "ag_softmax_d",
     [CLK_SOFTMAX_BWD_D] = "ag_softmax_bwd_d", [CLK_GATHER_D] = "ag_gather_d",
@@ -550,6 +551,74 @@ static ag_status run_ce(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
 static const ag_koperand *opt_op(const ag_kernel_call *c, int i) {
   static const ag_koperand absent = {0};
   return i < c->n_operands && c->o[i].base ? &c->o[i] : &absent;
+}
+
+/* Attention (AG_K_SDPA*): the geometry as the kernels' sdpa_geom
+ * (kernels/opencl/nn.cl), passed by value. */
+typedef struct clb_sdpa_geom {
+  cl_long B, H, Hkv, T, S, D, Dv;
+  cl_long ms0, ms1, ms2, ms3;
+  cl_float scale, p, keep;
+  cl_int causal, dt;
+  cl_ulong seed, offset;
+} clb_sdpa_geom;
+#define CLB_SDPA_MAXD 128 /* SDPA_MAXD in nn.cl */
+
+static ag_status run_sdpa(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_koperand *q = &c->o[1], *k = &c->o[2], *v = &c->o[3], *m = opt_op(c, 4);
+  clb_sdpa_geom g = {q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3], v->shape[3],
+                     m->base ? m->strides[0] : 0, m->base ? m->strides[1] : 0, m->base ? m->strides[2] : 0,
+                     m->base ? m->strides[3] : 0, (cl_float)c->s[0], (cl_float)c->s[1],
+                     (cl_float)(c->s[1] < 1 ? 1.0 / (1.0 - c->s[1]) : 0.0), (cl_int)(c->i[0] != 0), (cl_int)q->dtype,
+                     c->seed, c->offset};
+  /* per-work-item rows live in private arrays: larger heads are declined
+   * (the core then runs the unfused composition) */
+  if (g.D > CLB_SDPA_MAXD || g.Dv > CLB_SDPA_MAXD)
+    return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: head size %lld/%lld above %d", c->name ? c->name : "sdpa",
+                        (long long)g.D, (long long)g.Dv, CLB_SDPA_MAXD);
+  if (c->op == AG_K_SDPA) {
+    kargs a = ka_begin(s, CLK_SDPA);
+    KBUF(&a, &c->o[0]);
+    KBUF(&a, q);
+    KBUF(&a, k);
+    KBUF(&a, v);
+    KBUF(&a, m);
+    KBUF(&a, &c->o[5]);
+    KA(&a, clb_sdpa_geom, g);
+    return ka_run(&a, (size_t)(g.B * g.H * g.T), 0);
+  }
+  if (!c->multi || c->multi->count < 4)
+    return ag_error_set(AG_ERR_INTERNAL, "opencl: %s: dq, dk, dv and out not given", c->name ? c->name : "sdpa");
+  const ag_kmulti *mt = c->multi;
+  kargs a = ka_begin(s, CLK_SDPA_BWD_DQ);
+  KA(&a, cl_mem, mt->t[0].base);
+  KA(&a, cl_ulong, mt->t[0].offset);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, q);
+  KBUF(&a, k);
+  KBUF(&a, v);
+  KBUF(&a, m);
+  KBUF(&a, &c->o[5]);
+  KA(&a, cl_mem, mt->t[3].base);
+  KA(&a, cl_ulong, mt->t[3].offset);
+  KA(&a, clb_sdpa_geom, g);
+  ag_status st = ka_run(&a, (size_t)(g.B * g.H * g.T), 0);
+  if (st != AG_OK) return st;
+  a = ka_begin(s, CLK_SDPA_BWD_DKV);
+  KA(&a, cl_mem, mt->t[1].base);
+  KA(&a, cl_ulong, mt->t[1].offset);
+  KA(&a, cl_mem, mt->t[2].base);
+  KA(&a, cl_ulong, mt->t[2].offset);
+  KBUF(&a, &c->o[0]);
+  KBUF(&a, q);
+  KBUF(&a, k);
+  KBUF(&a, v);
+  KBUF(&a, m);
+  KBUF(&a, &c->o[5]);
+  KA(&a, cl_mem, mt->t[3].base);
+  KA(&a, cl_ulong, mt->t[3].offset);
+  KA(&a, clb_sdpa_geom, g);
+  return ka_run(&a, (size_t)(g.B * g.Hkv * g.S), 0);
 }
 
 static ag_status run_layernorm(ag_bstream *s, const ag_kernel_call *c) {
@@ -1236,6 +1305,8 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_GATHER: return run_gather(s, c, false);
     case AG_K_GATHER_BWD: return run_gather(s, c, true);
     case AG_K_TOPK: return run_topk(s, c);
+    case AG_K_SDPA:
+    case AG_K_SDPA_BWD: return run_sdpa(s, c);
     case AG_KOP_COUNT: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
@@ -1296,6 +1367,8 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_GATHER: /* i32 index only: the core narrows i64 */
     case AG_K_GATHER_BWD: return (fl || f64) && sub == 0;
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
+    case AG_K_SDPA:
+    case AG_K_SDPA_BWD: return fl && sub == 0;
     case AG_KOP_COUNT: break;
   }
   return false;

@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
   K(AG_K_NONFINITE_CHECK) K(AG_K_SUMSQ) K(AG_K_CONV2D) K(AG_K_CONV2D_BWD_INPUT)
   K(AG_K_CONV2D_BWD_WEIGHT) K(AG_K_POOL2D) K(AG_K_POOL2D_BWD) K(AG_K_BN_STATS) K(AG_K_BN_APPLY)
   K(AG_K_RMSNORM) K(AG_K_RMSNORM_BWD) K(AG_K_VAR) K(AG_K_CUMSUM) K(AG_K_GATHER)
-  K(AG_K_GATHER_BWD) K(AG_K_TOPK)
+  K(AG_K_GATHER_BWD) K(AG_K_TOPK) K(AG_K_SDPA) K(AG_K_SDPA_BWD)
   if (nk != AG_KOP_COUNT) {
     fprintf(stderr, "vk_gen_enums: %d kernel ops listed, kops.h has %d\n", nk, (int)AG_KOP_COUNT);
     fclose(f);

@@ -196,7 +196,7 @@ static const char *const k_gop_names[AG_GOP_COUNT] = {
     [AG_G_CHECKPOINT] = "checkpoint",
     [AG_G_CONV2D] = "conv2d", [AG_G_POOL2D] = "pool2d", [AG_G_BATCH_NORM] = "batch_norm",
     [AG_G_RMS_NORM] = "rms_norm", [AG_G_VAR] = "var/std", [AG_G_CUMSUM] = "cumsum",
-    [AG_G_GATHER] = "gather/index_select",
+    [AG_G_GATHER] = "gather/index_select", [AG_G_SDPA] = "scaled_dot_product_attention",
 };
 
 const char *ag__node_name(const ag_node *n) {

@@ -9,7 +9,7 @@
 #include "autograd/record.h"
 #include "tensor/tensor_internal.h"
 
-#define AG_NODE_MAX_SAVED 4
+#define AG_NODE_MAX_SAVED 6
 #define AG_NODE_MAX_INPUTS_STACK 8
 
 /* Where an input's gradient goes: the node that produced it, or the leaf
@@ -78,6 +78,8 @@ AG_HIDDEN const char *ag__node_name(const ag_node *n);
 AG_HIDDEN ag_status ag__conv2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 AG_HIDDEN ag_status ag__pool2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 AG_HIDDEN ag_status ag__batch_norm_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
+/* Backward of the fused attention node (core/tensor/attention.c). */
+AG_HIDDEN ag_status ag__sdpa_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 /* Move a scope-owned reference to the caller (returns t). */
 AG_HIDDEN ag_tensor *ag__grad_own(ag_tensor *t);
 AG_HIDDEN void ag__grad_tag(ag_tensor *t, ag_mem_category cat);

@@ -48,6 +48,10 @@ typedef enum ag_gop {
                        correction); std saves its output (keepdim shape) */
   AG_G_CUMSUM,      /* p->i[0] dim, p->i[1] reverse (suffix sums) */
   AG_G_GATHER,      /* inputs x, index; p->i[0] dim, p->i[1] 1 for index_select */
+  AG_G_SDPA,        /* fused attention: inputs q, k, v; saved contiguous q,
+                       k, v, the output, the log-sum-exp [B, H, T] and the
+                       mask (or NULL); p->s[0] scale, s[1] dropout p, i[0]
+                       causal, i[1], i[2] the Philox seed and offset */
   AG_GOP_COUNT
 } ag_gop;
 

@@ -146,6 +146,26 @@ typedef enum ag_kop {
                          k, In], contiguous: the k largest (sub 0) or
                          smallest (sub 1) along R, sorted, ties by lower
                          index first, NaN above every number (torch) */
+  /* Scaled dot-product attention (ag_scaled_dot_product_attention), flash
+   * style: the scores are never stored. Shapes: q [B, H, T, D], k [B, Hkv,
+   * S, D], v [B, Hkv, S, Dv], all contiguous, one dtype; q head h reads
+   * k/v head h / (H / Hkv). s[0] scale, s[1] dropout p (dropped
+   * probability: keep when uniform(seed, offset, ((b*H + h)*T + i)*S + j)
+   * >= p, as AG_K_DROPOUT numbers the [B, H, T, S] tensor; kept ones
+   * scaled by 1/(1-p)); i[0] causal (key j visible to query i when j <=
+   * i). o4 mask: base NULL, or an additive mask of the inputs' dtype, ndim
+   * 4 with shape [B, H, T, S] and element strides (0: broadcast). */
+  AG_K_SDPA,          /* o0 out [B, H, T, Dv] contiguous, o1 q, o2 k, o3 v,
+                         o4 mask; o5 lse f32 [B, H, T] (f64 for f64): the
+                         log-sum-exp of each row's scaled, masked scores
+                         (-inf for a row with every key blocked: out 0) */
+  AG_K_SDPA_BWD,      /* o0 dout [B, H, T, Dv] contiguous, o1 q, o2 k, o3 v,
+                         o4 mask, o5 lse (the forward's); multi->t[0] dq,
+                         t[1] dk, t[2] dv (outputs, inputs' dtype,
+                         contiguous, overwritten: dk/dv summed over the q
+                         heads of their group), t[3] the forward's out
+                         (input). Same s[], i[], seed and offset as the
+                         forward. */
   AG_KOP_COUNT
 } ag_kop;
 

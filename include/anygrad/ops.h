@@ -189,6 +189,44 @@ AG_API ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tens
  * kernel). Differentiable in x and weight. */
 AG_API ag_tensor *ag_rms_norm(ag_tensor *x, ag_tensor *weight, double eps);
 
+/* Scaled dot-product attention, torch's F.scaled_dot_product_attention:
+ *   out = dropout(softmax(q k^T * scale + mask + causal)) v
+ * q [B, H, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]; result [B, H, T, Dv]
+ * in q's dtype. Grouped-query attention: H % Hkv == 0 and q head h reads
+ * k/v head h / (H / Hkv) (Hkv == H is plain multi-head attention). q, k, v
+ * share one floating dtype (f32, f16, bf16; f64 where the backend has it)
+ * and one device; any strides.
+ *   mask: NULL, or an additive mask of q's dtype broadcastable to [B, H, T,
+ *     S] (-inf blocks a key); it gets no gradient.
+ *   causal: query i sees keys j <= i (torch's is_causal: the upper-left
+ *     triangle when T != S).
+ *   scale: multiplies the scores; 0 means 1/sqrt(D).
+ *   dropout_p in [0, 1): drops attention probabilities with the Philox
+ *     bits of g (NULL: the default generator) exactly as ag_dropout would
+ *     drop the [B, H, T, S] probability tensor, so the fused and the unfused
+ *     paths give the same result for the same generator state; 0 (or eval)
+ *     draws nothing.
+ * A row whose keys are all blocked gives 0 (the unfused path gives NaN).
+ * Where the backend has the fused kernel (supports(AG_K_SDPA)) the op runs
+ * in the flash-attention manner: memory kept for backward is q, k, v, the
+ * output and one f32 log-sum-exp per query row, never a T x S matrix.
+ * Elsewhere it runs the unfused composition (matmul, mask, softmax,
+ * dropout, matmul), which keeps the T x S probabilities.
+ * Returns a new tensor owned by the caller, or NULL: AG_ERR_SHAPE (not
+ * 4-d, sizes that differ, H % Hkv != 0, a mask that does not broadcast),
+ * AG_ERR_DTYPE (non-floating or mixed dtypes), AG_ERR_DEVICE,
+ * AG_ERR_INVALID (dropout_p outside [0, 1), scale not finite).
+ * Differentiable in q, k and v. */
+AG_API ag_tensor *ag_scaled_dot_product_attention(ag_tensor *q, ag_tensor *k, ag_tensor *v, ag_tensor *mask,
+                                                  bool causal, double scale, double dropout_p,
+                                                  ag_generator *g);
+/* The same result through the unfused composition always (the reference
+ * the fused kernels are tested against). Arguments, ownership and errors
+ * as ag_scaled_dot_product_attention. */
+AG_API ag_tensor *ag_scaled_dot_product_attention_unfused(ag_tensor *q, ag_tensor *k, ag_tensor *v,
+                                                          ag_tensor *mask, bool causal, double scale,
+                                                          double dropout_p, ag_generator *g);
+
 /* Rows of table [V, D] for i64 (PyTorch's default) or i32 indices of any
  * shape: result [..., D].
  * An index outside [0, V) is AG_ERR_INDEX (see ag_cross_entropy). */

@@ -347,3 +347,128 @@ __kernel void ag_embedding_bwd(gbuf *tab, ulong to, int tdt, const gbuf *dout, u
     }
   }
 }
+
+/* Scaled dot-product attention (AG_K_SDPA*), one work-item per query row
+ * (forward, dq) or per key row (dk, dv) streaming over the other side with
+ * an online softmax: no T x S matrix, the backward recomputes p from the
+ * saved log-sum-exp. Heads up to SDPA_MAXD (the launcher declines larger
+ * ones and the core runs the unfused composition). Dropout as the CPU's:
+ * element ((b*H + h)*T + i)*S + j of the Philox stream, kept with 1/(1-p). */
+#define SDPA_MAXD 128
+
+typedef struct sdpa_geom {
+  long B, H, Hkv, T, S, D, Dv;
+  long ms0, ms1, ms2, ms3; /* mask strides */
+  float scale, p, keep;
+  int causal, dt;
+  ulong seed, offset;
+} sdpa_geom;
+
+float sdpa_mult(const sdpa_geom *g, long idx) {
+  if (g->p <= 0.0f) return 1.0f;
+  uint4 r = philox(g->offset + (ulong)(idx >> 2), g->seed);
+  return (float)(lane4(r, (int)(idx & 3)) >> 8) * 0x1.0p-24f >= g->p ? g->keep : 0.0f;
+}
+
+/* scale * q_i . k_j + mask (q row already scaled in qv) */
+float sdpa_score(const sdpa_geom *g, const float *qv, const gbuf *k, ulong ko, long kh, long j, const gbuf *m,
+                 ulong mo, long b, long h, long i) {
+  float s = 0.0f;
+  for (long d = 0; d < g->D; d++) s += qv[d] * ldf(k, ko, (kh * g->S + j) * g->D + d, g->dt);
+  if (m) s += ldf(m, mo, b * g->ms0 + h * g->ms1 + i * g->ms2 + j * g->ms3, g->dt);
+  if (g->causal && j > i) s = -INFINITY;
+  return s;
+}
+
+__kernel void ag_sdpa(gbuf *o, ulong oo, const gbuf *q, ulong qo, const gbuf *k, ulong ko, const gbuf *v, ulong vo,
+                      const gbuf *m, ulong mo, gbuf *lse, ulong lo, sdpa_geom g) {
+  long r = get_global_id(0);
+  if (r >= g.B * g.H * g.T) return;
+  long i = r % g.T, bh = r / g.T, h = bh % g.H, b = bh / g.H, kh = b * g.Hkv + h / (g.H / g.Hkv);
+  float qv[SDPA_MAXD], acc[SDPA_MAXD];
+  for (long d = 0; d < g.D; d++) qv[d] = ldf(q, qo, r * g.D + d, g.dt) * g.scale;
+  for (long e = 0; e < g.Dv; e++) acc[e] = 0.0f;
+  float mx = -INFINITY, l = 0.0f;
+  long jend = g.causal ? min(g.S, i + 1) : g.S;
+  for (long j = 0; j < jend; j++) {
+    float s = sdpa_score(&g, qv, k, ko, kh, j, m, mo, b, h, i);
+    if (s == -INFINITY) continue;
+    float mn = fmax(mx, s), alpha = mx == -INFINITY ? 0.0f : exp(mx - mn), pe = exp(s - mn);
+    l = l * alpha + pe;
+    mx = mn;
+    float pd = pe * sdpa_mult(&g, r * g.S + j);
+    for (long e = 0; e < g.Dv; e++) acc[e] = acc[e] * alpha + pd * ldf(v, vo, (kh * g.S + j) * g.Dv + e, g.dt);
+  }
+  float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (long e = 0; e < g.Dv; e++) stf(o, oo, r * g.Dv + e, g.dt, acc[e] * inv);
+  stf(lse, lo, r, DT_F32, l > 0.0f ? mx + log(l) : -INFINITY);
+}
+
+/* delta_i = dO_i . O_i */
+float sdpa_delta(const sdpa_geom *g, const gbuf *dO, ulong dOo, const gbuf *out, ulong outo, long r) {
+  float s = 0.0f;
+  for (long e = 0; e < g->Dv; e++) s += ldf(dO, dOo, r * g->Dv + e, g->dt) * ldf(out, outo, r * g->Dv + e, g->dt);
+  return s;
+}
+
+__kernel void ag_sdpa_bwd_dq(gbuf *dq, ulong dqo, const gbuf *dO, ulong dOo, const gbuf *q, ulong qo, const gbuf *k,
+                             ulong ko, const gbuf *v, ulong vo, const gbuf *m, ulong mo, const gbuf *lse, ulong lo,
+                             const gbuf *out, ulong outo, sdpa_geom g) {
+  long r = get_global_id(0);
+  if (r >= g.B * g.H * g.T) return;
+  long i = r % g.T, bh = r / g.T, h = bh % g.H, b = bh / g.H, kh = b * g.Hkv + h / (g.H / g.Hkv);
+  float qv[SDPA_MAXD], acc[SDPA_MAXD], go[SDPA_MAXD];
+  for (long d = 0; d < g.D; d++) {
+    qv[d] = ldf(q, qo, r * g.D + d, g.dt) * g.scale;
+    acc[d] = 0.0f;
+  }
+  for (long e = 0; e < g.Dv; e++) go[e] = ldf(dO, dOo, r * g.Dv + e, g.dt);
+  float dl = sdpa_delta(&g, dO, dOo, out, outo, r), ls = ldf(lse, lo, r, DT_F32);
+  long jend = g.causal ? min(g.S, i + 1) : g.S;
+  for (long j = 0; ls != -INFINITY && j < jend; j++) {
+    float s = sdpa_score(&g, qv, k, ko, kh, j, m, mo, b, h, i);
+    if (s == -INFINITY) continue;
+    float p = exp(s - ls), dp = 0.0f;
+    for (long e = 0; e < g.Dv; e++) dp += go[e] * ldf(v, vo, (kh * g.S + j) * g.Dv + e, g.dt);
+    float ds = p * (dp * sdpa_mult(&g, r * g.S + j) - dl);
+    for (long d = 0; d < g.D; d++) acc[d] += ds * ldf(k, ko, (kh * g.S + j) * g.D + d, g.dt);
+  }
+  for (long d = 0; d < g.D; d++) stf(dq, dqo, r * g.D + d, g.dt, acc[d] * g.scale);
+}
+
+/* dk, dv of key row (b, kv head, j): summed over the q heads of the group
+ * and every query, in order (one writer per row, deterministic). */
+__kernel void ag_sdpa_bwd_dkv(gbuf *dk, ulong dko, gbuf *dv, ulong dvo, const gbuf *dO, ulong dOo, const gbuf *q,
+                              ulong qo, const gbuf *k, ulong ko, const gbuf *v, ulong vo, const gbuf *m, ulong mo,
+                              const gbuf *lse, ulong lo, const gbuf *out, ulong outo, sdpa_geom g) {
+  long t = get_global_id(0);
+  if (t >= g.B * g.Hkv * g.S) return;
+  long j = t % g.S, kh = t / g.S, b = kh / g.Hkv, G = g.H / g.Hkv;
+  float vv[SDPA_MAXD], gk[SDPA_MAXD], gv[SDPA_MAXD], qv[SDPA_MAXD];
+  for (long e = 0; e < g.Dv; e++) {
+    vv[e] = ldf(v, vo, t * g.Dv + e, g.dt);
+    gv[e] = 0.0f;
+  }
+  for (long d = 0; d < g.D; d++) gk[d] = 0.0f;
+  for (long hh = 0; hh < G; hh++) {
+    long h = (kh % g.Hkv) * G + hh;
+    for (long i = g.causal ? j : 0; i < g.T; i++) {
+      long r = (b * g.H + h) * g.T + i;
+      float ls = ldf(lse, lo, r, DT_F32);
+      if (ls == -INFINITY) continue;
+      for (long d = 0; d < g.D; d++) qv[d] = ldf(q, qo, r * g.D + d, g.dt) * g.scale;
+      float s = sdpa_score(&g, qv, k, ko, kh, j, m, mo, b, h, i);
+      if (s == -INFINITY) continue;
+      float p = exp(s - ls), mult = sdpa_mult(&g, r * g.S + j), dp = 0.0f;
+      for (long e = 0; e < g.Dv; e++) {
+        float go = ldf(dO, dOo, r * g.Dv + e, g.dt);
+        dp += go * vv[e];
+        gv[e] += p * mult * go;
+      }
+      float ds = p * (dp * mult - sdpa_delta(&g, dO, dOo, out, outo, r));
+      for (long d = 0; d < g.D; d++) gk[d] += ds * qv[d];
+    }
+  }
+  for (long d = 0; d < g.D; d++) stf(dk, dko, t * g.D + d, g.dt, gk[d]);
+  for (long e = 0; e < g.Dv; e++) stf(dv, dvo, t * g.Dv + e, g.dt, gv[e]);
+}

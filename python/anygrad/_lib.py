@@ -260,6 +260,8 @@ _DECLS = {
     "ag_topk": (c_int, [T, c_int64, c_int, c_bool, POINTER(c_void_p), POINTER(c_void_p)]),
     "ag_embedding": (T, [T, T]), "ag_concat": (T, [c_int, POINTER(c_void_p), c_int]),
     "ag_dropout": (T, [T, c_double, c_bool, P]),
+    "ag_scaled_dot_product_attention": (T, [T, T, T, T, c_bool, c_double, c_double, P]),
+    "ag_scaled_dot_product_attention_unfused": (T, [T, T, T, T, c_bool, c_double, c_double, P]),
     "ag_conv2d": (T, [T, T, T, POINTER(Conv2dParams)]),
     "ag_max_pool2d": (T, [T, POINTER(Pool2dParams)]),
     "ag_avg_pool2d": (T, [T, POINTER(Pool2dParams)]),

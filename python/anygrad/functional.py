@@ -51,6 +51,21 @@ def dropout(x, p=0.5, training=True, generator=None):
                  "dropout")
 
 
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                                 scale=None, generator=None, enable_gqa=True):
+    """torch's F.scaled_dot_product_attention: [B, H, T, D] query, [B, Hkv, S, D]
+    key/value (H % Hkv == 0), an additive attn_mask; fused where the backend
+    has the kernel, else the unfused composition."""
+    dropout_p = _finite(dropout_p, "dropout_p")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError("anygrad.scaled_dot_product_attention: dropout_p must be in [0, 1), got %r" % dropout_p)
+    sc = 0.0 if scale is None else _finite(scale, "scale")
+    return _wrap(lib.ag_scaled_dot_product_attention(_t(query), _t(key, "key"), _t(value, "value"),
+                                                     _opt(attn_mask), bool(is_causal), sc, dropout_p,
+                                                     generator._g if generator else None),
+                 "scaled_dot_product_attention")
+
+
 def _two(v, name):
     if isinstance(v, int):
         return (v, v)
