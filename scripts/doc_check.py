@@ -8,6 +8,10 @@ library only; run by CTest, tests/docs.cmake).
   doc_check.py SRC env                  every getenv name in the sources is in the
                                         environment table of docs/design/core.md
   doc_check.py SRC cmake                every AG_* CMake option is in README.md
+  doc_check.py SRC reject ANYGRAD LIBDIR
+                                        every AG_* variable of that table (but the
+                                        free-form ones) set to a value it does not
+                                        take makes `anygrad info` name it and the value
   doc_check.py SRC help ANYGRAD         every option of `anygrad <cmd> --help` is in
                                         its section of docs/cli.md, and every option
                                         README.md or docs/ give an `anygrad <cmd>`
@@ -166,6 +170,52 @@ def check_env(src):
     return bad, f"{len(used)} variables read by the sources"
 
 
+# ---- reject: every AG_* variable refuses a value it does not take ----
+
+# Variables whose values are free-form, or that the library and the CLI never
+# read; every other AG_* row of the table is probed, so a new variable is
+# covered without an edit here.
+REJECT_EXEMPT = {
+    "AG_BACKEND_PATH": "a list of folders; one that does not exist is skipped, as in PATH",
+    "AG_OPENCL_OPTIONS": "compiler options; the OpenCL compiler reports a bad one when a program builds",
+    "AG_CACHE_DIR": "a folder; one that cannot be created means no program cache",
+    "AG_PYTHON": "read by the benchmarks only",
+    "AG_BENCH_GEMM_ONLY": "read by the benchmarks only",
+    "AG_CUDA_ARCHS": "a CMake cache variable, not read at run time",
+    "AG_HIP_ARCHS": "a CMake cache variable, not read at run time",
+}
+BOGUS = "zz-bogus"
+
+
+def check_reject(src, anygrad, libdir):
+    from concurrent.futures import ThreadPoolExecutor
+    table = env_table(src)
+    if table is None:
+        return ["docs/design/core.md has no '## Environment variables' section"], ""
+    names = sorted(n for n in table if n.startswith("AG_") and n not in REJECT_EXEMPT)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AG_")}
+    base["AG_BACKEND_PATH"] = libdir
+
+    def probe(name):
+        env = dict(base, **{name: BOGUS})
+        try:
+            p = subprocess.run([anygrad, "info"], env=env, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return f"{name}={BOGUS}: 'anygrad info' did not finish in 120 s"
+        out = p.stdout + p.stderr
+        # refused with a message: the variable and the value it refused
+        if not any(name in line and BOGUS in line for line in out.splitlines()):
+            return f"{name}={BOGUS} is accepted without a message naming it ('anygrad info' printed: {out[-600:]!r})"
+        return None
+
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        bad = [r for r in ex.map(probe, names) if r]
+    for name in REJECT_EXEMPT:
+        if name not in table:
+            bad.append(f"{name} is exempt in scripts/doc_check.py but not in the environment table")
+    return bad, f"{len(names)} variables refused '{BOGUS}' ({len(REJECT_EXEMPT)} free-form or not read at run time)"
+
+
 # ---- cmake: every option documented ----
 
 def check_cmake(src):
@@ -257,6 +307,8 @@ def main(argv):
         bad, what_n = check_env(src)
     elif what == "cmake":
         bad, what_n = check_cmake(src)
+    elif what == "reject" and len(argv) == 5:
+        bad, what_n = check_reject(src, argv[3], argv[4])
     elif what == "help" and len(argv) == 4:
         bad, what_n = check_help(src, argv[3])
     elif what in ("runnable", "compile"):

@@ -19,6 +19,10 @@ if(Python3_Interpreter_FOUND)
   if(TARGET anygrad-cli)
     add_test(NAME docs_help COMMAND ${_dc} help $<TARGET_FILE:anygrad-cli>)
     set_tests_properties(docs_help PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "docs;cli")
+    # every AG_* variable of the environment table refuses a value it does
+    # not take, with a message naming it (`anygrad info` shows it)
+    add_test(NAME docs_env_reject COMMAND ${_dc} reject $<TARGET_FILE:anygrad-cli> $<TARGET_FILE_DIR:anygrad>)
+    set_tests_properties(docs_env_reject PROPERTIES TIMEOUT 300 LABELS "docs;cli")
     add_test(NAME docs_runnable COMMAND ${_dc} runnable $<TARGET_FILE:anygrad-cli> $<TARGET_FILE_DIR:anygrad>
                                         ${CMAKE_CURRENT_BINARY_DIR}/docs_runnable)
     set_tests_properties(docs_runnable PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "docs;cli")

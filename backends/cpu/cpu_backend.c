@@ -2,6 +2,7 @@
  * virtual memory, locked staging pages), streams and events in two modes
  * (inline on the caller's thread, or one worker thread per stream), copies,
  * and the launch path into the kernels of cpu_kernels.c. */
+#include "anygrad/checks.h"
 #include "anygrad/dlpack.h"
 #include "cpu_backend.h"
 
@@ -63,11 +64,21 @@ static ag_status cpu_init(int *out_device_count, char *reason, size_t reason_len
     else if (strcmp(env, "threaded") == 0)
       g_mode = AG_CPU_STREAMS_THREADED;
     else {
-      snprintf(reason, reason_len, "AG_CPU_STREAMS='%s': expected 'inline' or 'threaded'", env);
+      char shown[64]; /* escaped: no raw control sequences in the reason */
+      snprintf(reason, reason_len, "AG_CPU_STREAMS='%s': expected 'inline' or 'threaded'",
+               ag_escape(env, shown, sizeof shown));
       st = AG_ERR_UNAVAILABLE;
     }
   }
   pthread_mutex_unlock(&g_mode_mu);
+  /* read when the first GEMM runs (cpu_gemm.c); a typo is refused here */
+  const char *gemm = getenv("AG_CPU_GEMM");
+  if (st == AG_OK && gemm && *gemm && strcmp(gemm, "onednn") && strcmp(gemm, "openblas") && strcmp(gemm, "blas")) {
+    char shown[64];
+    snprintf(reason, reason_len, "AG_CPU_GEMM='%s': expected onednn, openblas or blas",
+             ag_escape(gemm, shown, sizeof shown));
+    st = AG_ERR_UNAVAILABLE;
+  }
   if (st != AG_OK) return ag_error_set(st, "cpu backend: %s", reason);
   *out_device_count = 1;
   return AG_OK;

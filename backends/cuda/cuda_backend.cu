@@ -73,6 +73,14 @@ static void *entry(const char *sym) {
   return fn;
 }
 
+bool agv_env_check(char *reason, size_t reason_len) {
+  static const char *const own[] = {"own", "vendor"}, *const bit[] = {"0", "1"};
+  return agg_env_choice("AG_GPU_GEMM", own, 2, reason, reason_len) &&
+         agg_env_choice("AG_GPU_CONV", own, 2, reason, reason_len) &&
+         agg_env_choice("AG_ALLOW_TF32", bit, 2, reason, reason_len) &&
+         agg_env_choice("AG_ALLOW_FP16_REDUCED_PRECISION", bit, 2, reason, reason_len);
+}
+
 ag_status agv_init(char *reason, size_t reason_len) {
   memset(&g, 0, sizeof g);
   *(void **)&g.GetErrorName = entry("cuGetErrorName");

@@ -31,12 +31,18 @@ ag_status agv_status(int code, int api, const char *what) {
   return st;
 }
 
-ag_status agv_init(char *reason, size_t reason_len) {
+/* The emulator's own variables (AG_GPUEMU_*) are parsed by the emulator,
+ * which keeps the first bad one. */
+bool agv_env_check(char *reason, size_t reason_len) {
   const char *bad = agemu_config_error();
-  if (*bad) {
-    snprintf(reason, reason_len, "%s", bad);
-    return AG_ERR_UNAVAILABLE;
-  }
+  if (!*bad) return true;
+  snprintf(reason, reason_len, "%s", bad);
+  return false;
+}
+
+ag_status agv_init(char *reason, size_t reason_len) {
+  (void)reason;
+  (void)reason_len;
   return AG_OK;
 }
 

@@ -58,6 +58,11 @@ ag_status agv_status(int code, int api, const char *what) {
   return ag_error_set(st, "hip: %s: %s: %s (code %d)", what, hipGetErrorName(e), hipGetErrorString(e), code);
 }
 
+bool agv_env_check(char *reason, size_t reason_len) {
+  static const char *const own[] = {"own", "vendor"};
+  return agg_env_choice("AG_GPU_GEMM", own, 2, reason, reason_len);
+}
+
 ag_status agv_init(char *reason, size_t reason_len) {
   memset(&g, 0, sizeof g);
   const char *gemm = getenv("AG_GPU_GEMM");

@@ -19,7 +19,7 @@
 static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool g_inited;
 static ag_status g_init_status;
-static char g_init_reason[256];
+static char g_init_reason[512];
 static int g_count;
 static clb_device g_dev[AG_MAX_DEVICES];
 
@@ -165,8 +165,10 @@ static ag_status cl_init(int *out_count, char *reason, size_t reason_len) {
       g_init_status = AG_ERR_UNAVAILABLE;
     }
     const char *sel = getenv("AG_OPENCL_PLATFORM");
+    bool matched = false;
     for (cl_uint p = 0; p < np && p < 16 && g_init_status == AG_OK; p++) {
       if (!platform_selected(plats[p], p, sel)) continue;
+      matched = true;
       cl_uint nd = 0;
       cl_device_id ids[AG_MAX_DEVICES];
       if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, AG_MAX_DEVICES, ids, &nd) != CL_SUCCESS)
@@ -178,9 +180,24 @@ static ag_status cl_init(int *out_count, char *reason, size_t reason_len) {
         }
     }
     if (g_init_status == AG_OK && g_count == 0) {
-      snprintf(g_init_reason, sizeof g_init_reason,
-               "libanygrad-opencl.so: no OpenCL device%s%s", sel ? " on platform " : "",
-               sel ? sel : "");
+      char shown[64];
+      if (sel && *sel && !matched) {
+        /* the platforms there are, so the user can pick one */
+        char names[200] = "";
+        for (cl_uint p = 0; p < np && p < 16; p++) {
+          char name[96] = "";
+          clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof name, name, NULL);
+          name[sizeof name - 1] = 0;
+          snprintf(names + strlen(names), sizeof names - strlen(names), "%s%u: %s", p ? ", " : "", p, name);
+        }
+        snprintf(g_init_reason, sizeof g_init_reason,
+                 "libanygrad-opencl.so: AG_OPENCL_PLATFORM='%s' matches no platform's index, name or vendor "
+                 "(platforms: %s)",
+                 ag_escape(sel, shown, sizeof shown), names);
+      } else {
+        snprintf(g_init_reason, sizeof g_init_reason, "libanygrad-opencl.so: no OpenCL device%s%s",
+                 sel && *sel ? " on platform " : "", sel && *sel ? ag_escape(sel, shown, sizeof shown) : "");
+      }
       g_init_status = AG_ERR_UNAVAILABLE;
     }
   }

@@ -11,6 +11,8 @@
 
 #include "vk_internal.h"
 
+#include "anygrad/checks.h"
+
 /* The device table is this module's registry: filled once by init under
  * g_init_lock, read-only afterwards (per-device mutable parts have their own
  * locks). Pinned blocks are tracked in a table under g_pin_lock. The
@@ -160,7 +162,12 @@ static bool dev_has_ext(VkPhysicalDevice p, const char *name) {
 static ag_status create_instance(char *why, size_t why_len) {
   const char *req = getenv("AG_VULKAN_VALIDATION");
   const char *env_layers = getenv("VK_INSTANCE_LAYERS");
-  bool own = req && *req && strcmp(req, "0") != 0;
+  if (req && *req && strcmp(req, "0") && strcmp(req, "1")) {
+    char shown[64];
+    snprintf(why, why_len, "AG_VULKAN_VALIDATION='%s' is not 0 or 1", ag_escape(req, shown, sizeof shown));
+    return AG_ERR_UNAVAILABLE;
+  }
+  bool own = req && !strcmp(req, "1");
   g_validation = own || (env_layers && strstr(env_layers, "VK_LAYER_KHRONOS_validation"));
   uint32_t ne = 0;
   vkb_f.vkEnumerateInstanceExtensionProperties(NULL, &ne, NULL);
@@ -382,8 +389,10 @@ static ag_status vk_init(int *out_count, char *reason, size_t reason_len) {
     g_lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
     if (!g_lib) {
       const char *e = dlerror();
-      snprintf(g_init_reason, sizeof g_init_reason, "libanygrad-vulkan.so: cannot load the Vulkan loader %s (%s)",
-               libname, e ? e : "not found");
+      char shown[64];
+      snprintf(g_init_reason, sizeof g_init_reason, "libanygrad-vulkan.so: cannot load the Vulkan loader %s%s (%s)",
+               ag_escape(libname, shown, sizeof shown), getenv("AG_VULKAN_LIBRARY") ? " (AG_VULKAN_LIBRARY)" : "",
+               e ? e : "not found");
     } else if (!(vkb_f.vkGetInstanceProcAddr = (PFN_vkGetInstanceProcAddr)dlsym(g_lib, "vkGetInstanceProcAddr"))) {
       snprintf(g_init_reason, sizeof g_init_reason, "libanygrad-vulkan.so: %s has no vkGetInstanceProcAddr", libname);
     } else {

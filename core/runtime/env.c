@@ -28,5 +28,12 @@ ag_status ag__env_check(void) {
       st = ag_error_set(AG_ERR_INVALID, "AG_DETERMINISTIC='%s' is not 0, 1, on, off, true or false",
                         ag_escape(d, b, sizeof b));
   }
+  /* read by the MPI module when a group is created, which refuses it too;
+   * here a typo is reported at the first device open */
+  const char *ar = getenv("AG_DIST_MPI_ALLREDUCE");
+  if (st == AG_OK && ar && *ar && strcmp(ar, "auto") && strcmp(ar, "mpi")) {
+    char b[64];
+    st = ag_error_set(AG_ERR_INVALID, "AG_DIST_MPI_ALLREDUCE='%s' is not auto or mpi", ag_escape(ar, b, sizeof b));
+  }
   return st;
 }

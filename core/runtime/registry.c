@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "anygrad/checks.h"
 #include "runtime/devstate.h"
 #include "memory/block.h"
 
@@ -121,6 +122,34 @@ static bool backend_enabled(const char *name) {
     p = e + 1;
   }
   return false;
+}
+
+/* AG_BACKENDS names only backends the registry knows (built in, the named
+ * kinds, modules found in the search folders): a typo would otherwise
+ * disable every module without a word. Checked when a device first opens. */
+static ag_status backends_env_check(void) {
+  const char *env = getenv("AG_BACKENDS");
+  if (!env || !*env) return AG_OK;
+  int c = ag_backend_count();
+  for (const char *p = env;;) {
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    bool found = false;
+    for (int k = 0; k < c && !found; k++) found = strlen(g_reg.slot[k].name) == len && !strncmp(g_reg.slot[k].name, p, len);
+    if (!found) {
+      char known[256] = "", shown[64], item[40];
+      for (int k = 0; k < c; k++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "", g_reg.slot[k].name);
+      snprintf(item, sizeof item, "%.*s", (int)(len < 39 ? len : 39), p);
+      char item_shown[64];
+      return ag_error_set(AG_ERR_INVALID, "AG_BACKENDS='%s': '%s' is no backend here (known: %s)",
+                          ag_escape(env, shown, sizeof shown), ag_escape(item, item_shown, sizeof item_shown),
+                          known);
+    }
+    if (!e) break;
+    p = e + 1;
+  }
+  return AG_OK;
 }
 
 /* ---- the search folders ---- */
@@ -487,6 +516,7 @@ ag_devstate *ag__devstate(ag_device d) {
                  sl->count == 1 ? "" : "s");
     return NULL;
   }
+  if (backends_env_check() != AG_OK) return NULL;
   pthread_mutex_lock(&g_reg.lock);
   ag_devstate *ds = sl->dev[d.index];
   if (!ds) {

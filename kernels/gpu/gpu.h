@@ -150,6 +150,13 @@ enum { AGV_RUNTIME = 0, AGV_DRIVER = 1, AGV_BLAS = 2 };
  * message: `code` comes from `api` (AGV_*); `what` names the failing call.
  * Clears the runtime's non-sticky last error. */
 AGK_HIDDEN ag_status agv_status(int code, int api, const char *what);
+/* The backend's environment variables, checked before anything else (so a
+ * typo is reported even where the driver is missing): false with *reason
+ * naming the variable and its accepted values. */
+AGK_HIDDEN bool agv_env_check(char *reason, size_t reason_len);
+/* For agv_env_check: true when `name` is unset, empty or one of the n
+ * values in ok; else a message in reason. */
+AGK_HIDDEN bool agg_env_choice(const char *name, const char *const *ok, int n, char *reason, size_t reason_len);
 /* Vendor set-up after devices were counted (BLAS, driver entry points,
  * environment knobs). Failure makes the backend unavailable with reason. */
 AGK_HIDDEN ag_status agv_init(char *reason, size_t reason_len);

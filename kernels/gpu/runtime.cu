@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/checks.h"
 #include "anygrad/dlpack.h"
 #include "gpu.h"
 
@@ -23,8 +24,25 @@ static int g_sm_count[AG_MAX_DEVICES];
 
 int agg_sm_count(int dev) { return dev >= 0 && dev < AG_MAX_DEVICES ? g_sm_count[dev] : 0; }
 
+bool agg_env_choice(const char *name, const char *const *ok, int n, char *reason, size_t reason_len) {
+  const char *v = getenv(name);
+  if (!v || !*v) return true;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(v, ok[i])) return true;
+  char shown[64], list[96] = "";
+  for (int i = 0; i < n; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? (i == n - 1 ? " or " : ", ") : "", ok[i]);
+  snprintf(reason, reason_len, AG_GPU_BACKEND_NAME ": %s='%s' is not %s", name, ag_escape(v, shown, sizeof shown),
+           list);
+  return false;
+}
+
 ag_status agg_init(int *out_count, char *reason, size_t reason_len) {
   int n = 0;
+  if (!agv_env_check(reason, reason_len)) {
+    *out_count = 0;
+    return AG_ERR_UNAVAILABLE;
+  }
   gpuError_t e = gpuGetDeviceCount(&n);
   if (e != gpuSuccess || n <= 0) {
     void *drv = NULL;

@@ -97,10 +97,12 @@ thread_local bool tl_call_set;
 
 /* An integer in [lo, hi] through the library's strict parser; anything else
  * is reported (the value escaped) and the default used. */
-long env_long(const char *name, long dflt, long lo, long hi) {
+/* A numeric AG_GPUEMU_* variable; a bad value is kept as the emulator's
+ * configuration error (the backend is then unavailable with it). */
+long env_long(std::string *err, const char *name, long dflt, long lo, long hi) {
   int64_t x = dflt;
   if (ag_env_i64(name, lo, hi, dflt, &x) != AG_OK) {
-    fprintf(stderr, "gpuemu: %s; using %ld\n", ag_last_error(), dflt);
+    if (err->empty()) *err = std::string("gpuemu: ") + ag_last_error();
     return dflt;
   }
   return (long)x;
@@ -136,15 +138,15 @@ bool parse_sched(const char *v, int *out_kind, uint64_t *out_seed) {
 void init_once() {
   g_emu = new emu_state;
   /* At most 2^24 MiB (16 TiB): the shift to bytes cannot wrap. */
-  size_t cap = (size_t)env_long("AG_GPUEMU_MEM_MB", 4096, 1, 1L << 24) << 20;
+  size_t cap = (size_t)env_long(&g_emu->config_error, "AG_GPUEMU_MEM_MB", 4096, 1, 1L << 24) << 20;
   for (int d = 0; d < EMU_NDEV; d++) {
     g_emu->dev[d].warp = d == 0 ? 32 : 64;
     g_emu->dev[d].hip_limits = d == 1;
     g_emu->dev[d].cap = cap;
   }
-  g_emu->deferred = env_long("AG_GPUEMU_DEFERRED", 0, 0, 1) != 0;
-  g_emu->strict = env_long("AG_GPUEMU_STRICT", 1, 0, 1) != 0;
-  g_emu->delay_us = env_long("AG_GPUEMU_DELAY_US", 0, 0, 10000000);
+  g_emu->deferred = env_long(&g_emu->config_error, "AG_GPUEMU_DEFERRED", 0, 0, 1) != 0;
+  g_emu->strict = env_long(&g_emu->config_error, "AG_GPUEMU_STRICT", 1, 0, 1) != 0;
+  g_emu->delay_us = env_long(&g_emu->config_error, "AG_GPUEMU_DELAY_US", 0, 0, 10000000);
   /* the values in messages with control characters escaped */
   auto esc = [](const char *x) {
     char b[96];
