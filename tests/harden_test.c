@@ -313,9 +313,9 @@ static void test_st_million_names(void **state) {
   double t0 = now_s();
   assert_int_equal(ag_safetensors_open(tmp("many.safetensors"), &f), AG_OK);
   double dt = now_s() - t0;
-  /* The quadratic check took hours for this; sorting takes about a second
-   * even under sanitizers on a loaded machine. The bound only catches a
-   * return of the quadratic check. */
+  /* The quadratic check took hours for this; the hash index takes about a
+   * second even under sanitizers on a loaded machine. The bound only
+   * catches a return of the quadratic check. */
   printf("opened a header of %d names in %.2f s\n", n, dt);
   assert_true(dt < 30);
   assert_int_equal(ag_safetensors_count(f), n);

@@ -65,11 +65,13 @@ struct ag_safetensors {
   uint64_t file_size;        /* as validated at open */
   struct timespec mtime;     /* ditto: a rewrite in place is seen */
   unsigned char *header;     /* the JSON header, read at open */
+  char *names;               /* the tensor names, back to back (e[i].name point here) */
   uint64_t data_off;         /* file offset of the data section */
   uint64_t data_size;
   int n, cap;
   st_entry *e;
-  st_entry **by_name;        /* e sorted by name: duplicates and lookups */
+  uint32_t *index;           /* open-addressing hash of names: entry + 1, 0 empty */
+  size_t index_mask;         /* slots - 1 (a power of two, at least 2n) */
   int n_meta;
   char **meta_k, **meta_v;
 };
@@ -293,7 +295,11 @@ static void ws(jp *p) {
   while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r')) p->s++;
 }
 
-static bool lit(jp *p, char c) {
+static inline bool lit(jp *p, char c) {
+  if (p->s < p->end && *p->s == c) { /* the common case: no white space */
+    p->s++;
+    return true;
+  }
   ws(p);
   if (p->s < p->end && *p->s == c) {
     p->s++;
@@ -414,13 +420,51 @@ static bool jkey(jp *p, char *buf, size_t len) {
   return true;
 }
 
+/* A string copied into arena at *used (decoded, NUL-terminated); NULL with
+ * p->err set on a parse error. A decoded string and its NUL take no more
+ * bytes than the string and its quotes did in the header, so an arena the
+ * size of the header holds every name. */
+static char *jname(jp *p, char *arena, size_t *used) {
+  ws(p);
+  if (p->s < p->end && *p->s == '"') {
+    const char *q = p->s + 1;
+    while (q < p->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) q++;
+    if (q < p->end && *q == '"') {
+      size_t n = (size_t)(q - p->s - 1);
+      char *o = arena + *used;
+      memcpy(o, p->s + 1, n);
+      o[n] = 0;
+      *used += n + 1;
+      p->s = q + 1;
+      return o;
+    }
+  }
+  char *k = jstr(p); /* escapes, control characters, errors */
+  if (!k) return NULL;
+  size_t n = strlen(k);
+  char *o = arena + *used;
+  memcpy(o, k, n + 1);
+  *used += n + 1;
+  free(k);
+  return o;
+}
+
+/* The exact token q (n bytes, quotes included) at the cursor: consumed. */
+static inline bool lit_token(jp *p, const char *q, size_t n) {
+  if ((size_t)(p->end - p->s) >= n && !memcmp(p->s, q, n)) {
+    p->s += n;
+    return true;
+  }
+  return false;
+}
+
 static bool juint(jp *p, uint64_t *out) {
   ws(p);
   const char *st = p->s;
   uint64_t v = 0;
   while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
     uint64_t d = (uint64_t)(*p->s++ - '0');
-    if (v > (UINT64_MAX - d) / 10) {
+    if (v > UINT64_MAX / 10 || (v == UINT64_MAX / 10 && d > UINT64_MAX % 10)) {
       jfail(p, "integer overflow");
       return false;
     }
@@ -459,7 +503,7 @@ static int juint_array(jp *p, uint64_t *out, int max) {
 }
 
 static void st_free_contents(ag_safetensors *f) {
-  for (int i = 0; i < f->n; i++) free(f->e[i].name);
+  free(f->names);
   for (int i = 0; i < f->n_meta; i++) {
     free(f->meta_k[i]);
     free(f->meta_v[i]);
@@ -467,7 +511,7 @@ static void st_free_contents(ag_safetensors *f) {
   free(f->e);
   free(f->meta_k);
   free(f->meta_v);
-  free(f->by_name);
+  free(f->index);
   free(f->header);
   if (f->fd >= 0) close(f->fd);
   free(f->path);
@@ -536,17 +580,30 @@ static bool parse_entry(jp *p, st_entry *e) {
   bool have_dt = false, have_shape = false, have_off = false;
   do {
     char k[32];
-    if (!jkey(p, k, sizeof k)) return false;
+    ws(p);
+    /* the three field names as written, else the general string parser */
+    enum { F_DTYPE, F_SHAPE, F_OFFSETS, F_OTHER } fid;
+    if (lit_token(p, "\"dtype\"", 7)) {
+      fid = F_DTYPE;
+    } else if (lit_token(p, "\"shape\"", 7)) {
+      fid = F_SHAPE;
+    } else if (lit_token(p, "\"data_offsets\"", 14)) {
+      fid = F_OFFSETS;
+    } else {
+      if (!jkey(p, k, sizeof k)) return false;
+      fid = !strcmp(k, "dtype") ? F_DTYPE : !strcmp(k, "shape") ? F_SHAPE : !strcmp(k, "data_offsets") ? F_OFFSETS
+                                                                                                          : F_OTHER;
+    }
     if (!lit(p, ':')) {
       jfail(p, "expected ':'");
       return false;
     }
-    if (!strcmp(k, "dtype") && !have_dt) {
+    if (fid == F_DTYPE && !have_dt) {
       char v[32];
       if (!jkey(p, v, sizeof v)) return false;
       bool found = false;
       for (int i = 0; i < N_FDT && !found; i++)
-        if (!strcmp(v, k_fdt[i].s)) {
+        if (v[0] == k_fdt[i].s[0] && !strcmp(v, k_fdt[i].s)) {
           e->fdt = i;
           e->dtype = k_fdt[i].ag >= 0 ? (ag_dtype)k_fdt[i].ag : AG_F32;
           found = true;
@@ -558,7 +615,7 @@ static bool parse_entry(jp *p, st_entry *e) {
         return false;
       }
       have_dt = true;
-    } else if (!strcmp(k, "shape") && !have_shape) {
+    } else if (fid == F_SHAPE && !have_shape) {
       uint64_t s[AG_MAX_DIMS];
       int n = juint_array(p, s, AG_MAX_DIMS);
       if (n < 0) return false;
@@ -571,7 +628,7 @@ static bool parse_entry(jp *p, st_entry *e) {
         e->shape[i] = (int64_t)s[i];
       }
       have_shape = true;
-    } else if (!strcmp(k, "data_offsets") && !have_off) {
+    } else if (fid == F_OFFSETS && !have_off) {
       uint64_t o[2];
       if (juint_array(p, o, 2) != 2) {
         jfail(p, "data_offsets must hold two integers");
@@ -581,9 +638,10 @@ static bool parse_entry(jp *p, st_entry *e) {
       e->end = o[1];
       have_off = true;
     } else {
+      static const char *const fname[] = {"dtype", "shape", "data_offsets"};
       char nb[64], kb[48];
       snprintf(p->err, sizeof p->err, "tensor '%s': unexpected or repeated field '%s'", ESC(e->name, nb),
-               ESC(k, kb));
+               fid == F_OTHER ? ESC(k, kb) : fname[fid]);
       return false;
     }
   } while (lit(p, ','));
@@ -608,30 +666,40 @@ static ag_status corrupt(const char *path, const char *msg) {
   return ag_error_set(AG_ERR_CORRUPT, "%s: not a valid safetensors file: %s", path, msg);
 }
 
-static int cmp_name(const void *a, const void *b) {
-  return strcmp((*(st_entry *const *)a)->name, (*(st_entry *const *)b)->name);
-}
-
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Names and metadata keys are unique: sorted, then neighbours compared
- * (O(N log N); a header of a million names opens in well under a second). */
+/* FNV-1a over the name's bytes. */
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* Names are unique and found in O(1): an open-addressing hash index built
+ * once (a header of a million names indexes in tens of milliseconds);
+ * metadata keys, usually a handful, are sorted and neighbours compared. */
 static ag_status check_unique(ag_safetensors *f) {
   char msg[240], nb[96];
-  f->by_name = malloc((size_t)(f->n + 1) * sizeof *f->by_name);
+  size_t slots = 16;
+  while (slots < 2 * (size_t)f->n) slots *= 2;
+  f->index = calloc(slots, sizeof *f->index);
   char **keys = malloc((size_t)(f->n_meta + 1) * sizeof *keys);
-  if (!f->by_name || !keys) {
+  if (!f->index || !keys) {
     free(keys);
     return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
   }
-  for (int i = 0; i < f->n; i++) f->by_name[i] = &f->e[i];
-  qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name);
+  f->index_mask = slots - 1;
   ag_status st = AG_OK;
-  for (int i = 1; i < f->n && st == AG_OK; i++)
-    if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name)) {
-      snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(f->by_name[i]->name, nb));
+  for (int i = 0; i < f->n && st == AG_OK; i++) {
+    size_t h = (size_t)name_hash(f->e[i].name) & f->index_mask;
+    while (f->index[h] && strcmp(f->e[f->index[h] - 1].name, f->e[i].name)) h = (h + 1) & f->index_mask;
+    if (f->index[h]) {
+      snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(f->e[i].name, nb));
       st = corrupt(f->path, msg);
+    } else {
+      f->index[h] = (uint32_t)i + 1;
     }
+  }
   if (f->n_meta) memcpy(keys, f->meta_k, (size_t)f->n_meta * sizeof *keys); /* meta_k is NULL without keys */
   qsort(keys, (size_t)f->n_meta, sizeof *keys, cmp_str);
   for (int i = 1; i < f->n_meta && st == AG_OK; i++)
@@ -669,7 +737,10 @@ static ag_status validate(ag_safetensors *f) {
     }
     sorted[i] = e;
   }
-  qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
+  /* writers lay tensors out in header order: sort only when they did not */
+  bool in_order = true;
+  for (int i = 1; i < f->n && in_order; i++) in_order = sorted[i - 1]->begin <= sorted[i]->begin;
+  if (!in_order) qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
   uint64_t pos = 0;
   for (int i = 0; i < f->n; i++) {
     if (sorted[i]->begin != pos) {
@@ -759,20 +830,24 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
   if (st != AG_OK) goto fail;
   f->data_off = 8 + hlen;
   f->data_size = f->file_size - 8 - hlen;
+  size_t names_used = 0;
+  if (!(f->names = malloc(hlen + 1))) {
+    st = ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory for the names of a %llu-byte header",
+                      (unsigned long long)hlen);
+    goto fail;
+  }
   jp p = {.s = (const char *)f->header, .end = (const char *)f->header + hlen, .path = path};
   const char *hstart = p.s;
   if (!lit(&p, '{')) jfail(&p, "header is not a JSON object");
   if (!p.err[0] && !lit(&p, '}')) {
     do {
-      char *k = jstr(&p);
+      char *k = jname(&p, f->names, &names_used);
       if (!k) break;
       if (!lit(&p, ':')) {
-        free(k);
         jfail(&p, "expected ':'");
         break;
       }
-      if (!strcmp(k, "__metadata__")) {
-        free(k);
+      if (k[0] == '_' && !strcmp(k, "__metadata__")) {
         if (!parse_meta(&p, f, &meta_cap)) break;
         continue;
       }
@@ -780,7 +855,6 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
         int nc = f->cap ? f->cap * 2 : 16;
         st_entry *ne = realloc(f->e, (size_t)nc * sizeof *ne);
         if (!ne) {
-          free(k);
           jfail(&p, "out of host memory");
           break;
         }
@@ -831,13 +905,12 @@ const char *ag_safetensors_meta(const ag_safetensors *f, const char *key) {
   return NULL;
 }
 
-static int cmp_key_entry(const void *key, const void *b) {
-  return strcmp((const char *)key, (*(st_entry *const *)b)->name);
-}
-
 static const st_entry *find(const ag_safetensors *f, const char *name) {
-  st_entry *const *hit = f->n ? bsearch(name, f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_key_entry) : NULL;
-  return hit ? *hit : NULL;
+  if (!f->n || !f->index) return NULL;
+  size_t h = (size_t)name_hash(name) & f->index_mask;
+  for (; f->index[h]; h = (h + 1) & f->index_mask)
+    if (!strcmp(f->e[f->index[h] - 1].name, name)) return &f->e[f->index[h] - 1];
+  return NULL;
 }
 
 const char *ag_safetensors_dtype(const ag_safetensors *f, int i) {
