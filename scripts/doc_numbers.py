@@ -14,6 +14,12 @@ says where and when its numbers were made:
 
     <!-- gen meta.json:date %s -->...<!-- /gen -->
 
+A verdict is generated the same way: the format `goal<=X` (or `>=`, `<`,
+`>`) writes `met` when the figure satisfies it and `**not met**` when it
+does not, so a doc never says "met" for a figure its JSON does not give:
+
+    goal <= 2x: <!-- gen alloc.json:latency_ns.ratio_on_malloc goal<=2 -->**not met**<!-- /gen -->
+
 A bench that writes several JSON objects one per line (JSON lines) is read
 as a list. Usage:
 
@@ -34,7 +40,18 @@ import platform
 import re
 import sys
 
-SPAN = re.compile(r"<!-- gen (\S+) (%[^ ]+) -->(.*?)<!-- /gen -->", re.S)
+SPAN = re.compile(r"<!-- gen (\S+) (%[^ ]+|goal(?:<=|>=|<|>)[-+0-9.e]+) -->(.*?)<!-- /gen -->", re.S)
+GOAL = re.compile(r"goal(<=|>=|<|>)([-+0-9.e]+)$")
+
+
+def render(fmt, v):
+    """The span's text: printf-style, or a verdict against a goal."""
+    g = GOAL.match(fmt)
+    if not g:
+        return fmt % v
+    op, x = g.group(1), float(g.group(2))
+    ok = {"<=": v <= x, ">=": v >= x, "<": v < x, ">": v > x}[op]
+    return "met" if ok else "**not met**"
 
 
 def load_json(path):
@@ -98,7 +115,7 @@ def process(doc, jsondir, check, cache):
     def repl(m):
         key, fmt, old = m.group(1), m.group(2), m.group(3)
         try:
-            new = fmt % value(key, jsondir, cache)
+            new = render(fmt, value(key, jsondir, cache))
         except (OSError, KeyError, IndexError, ValueError, TypeError) as e:
             problems.append(f"{doc}: {key}: {e!r}")
             return m.group(0)
