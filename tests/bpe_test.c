@@ -226,6 +226,22 @@ static void test_fortunes(void **state) {
   assert_int_equal(ag_bpe_encode(c, text, n, i2, n, &n2), AG_OK);
   assert_int_equal(n1, n2);
   assert_memory_equal(i1, i2, n1 * sizeof(int32_t));
+  /* the same ids from pieces of about 8 KB (encoded without the cache of
+   * large inputs), cut after a fortune's "%\n" before a non-blank byte: a
+   * chunk boundary */
+  size_t start = 0, k = 0, pieces = 0;
+  while (start < n) {
+    size_t p = start + 8000 < n ? start + 8000 : n;
+    while (p < n && !(text[p - 2] == '%' && text[p - 1] == '\n' && text[p] > ' ')) p++;
+    size_t m = 0;
+    assert_int_equal(ag_bpe_encode(b, text + start, p - start, i2 + k, n - k, &m), AG_OK);
+    k += m;
+    start = p;
+    pieces++;
+  }
+  assert_true(pieces > 100);
+  assert_int_equal(k, n1);
+  assert_memory_equal(i1, i2, n1 * sizeof(int32_t));
   free(i1);
   free(i2);
   ag_bpe_free(b);

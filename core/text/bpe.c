@@ -217,21 +217,54 @@ static int encode_chunk(const ag_bpe *b, const uint8_t *p, int len, int32_t *tok
   return m;
 }
 
+/* A cache of encoded chunks, private to one ag_bpe_encode call (so the
+ * tokenizer stays read-only and shareable between threads): direct-mapped,
+ * chunks of up to CACHE_CHUNK bytes, made for inputs of CACHE_MIN bytes or
+ * more, where words repeat. */
+#define CACHE_SLOTS 16384
+#define CACHE_CHUNK 16
+#define CACHE_MIN 16384
+typedef struct cache_slot {
+  uint8_t len, nid; /* len 0: empty */
+  uint8_t bytes[CACHE_CHUNK];
+  int32_t ids[CACHE_CHUNK];
+} cache_slot;
+
 ag_status ag_bpe_encode(const ag_bpe *b, const uint8_t *bytes, size_t n, int32_t *out_ids, size_t cap,
                         size_t *out_n) {
   if (out_n) *out_n = 0;
   if (!b || !out_n || (!bytes && n) || (!out_ids && cap))
     return ag_error_set(AG_ERR_INVALID, "ag_bpe_encode: NULL %s",
                         !b ? "tokenizer" : !out_n ? "out_n" : !out_ids && cap ? "out_ids with cap > 0" : "bytes with n > 0");
-  int32_t tok[AG_BPE_MAX_TOKEN_BYTES];
+  int32_t buf[AG_BPE_MAX_TOKEN_BYTES];
+  cache_slot *cache = n >= CACHE_MIN && b->vocab > 256 ? calloc(CACHE_SLOTS, sizeof *cache) : NULL;
   size_t k = 0;
   for (size_t i = 0; i < n;) {
-    size_t e = chunk_end(bytes, n, i);
-    int m = encode_chunk(b, bytes + i, (int)(e - i), tok);
-    for (int j = 0; j < m; j++, k++)
-      if (k < cap) out_ids[k] = tok[j];
+    size_t e = chunk_end(bytes, n, i), len = e - i;
+    const int32_t *tok = buf;
+    int m;
+    if (cache && len <= CACHE_CHUNK && len > 1) {
+      uint32_t h = 2166136261u;
+      for (size_t j = i; j < e; j++) h = (h ^ bytes[j]) * 16777619u;
+      cache_slot *c = &cache[(h ^ (h >> 15)) & (CACHE_SLOTS - 1)];
+      if (c->len != len || memcmp(c->bytes, bytes + i, len)) {
+        c->len = (uint8_t)len;
+        memcpy(c->bytes, bytes + i, len);
+        c->nid = (uint8_t)encode_chunk(b, bytes + i, (int)len, c->ids);
+      }
+      tok = c->ids;
+      m = c->nid;
+    } else {
+      m = encode_chunk(b, bytes + i, (int)len, buf);
+    }
+    if (k + (size_t)m <= cap) memcpy(out_ids + k, tok, sizeof(int32_t) * (size_t)m);
+    else
+      for (int j = 0; j < m; j++)
+        if (k + (size_t)j < cap) out_ids[k + (size_t)j] = tok[j];
+    k += (size_t)m;
     i = e;
   }
+  free(cache);
   *out_n = k;
   if (out_ids && k > cap)
     return ag_error_set(AG_ERR_INVALID, "ag_bpe_encode: output holds %zu ids, the encoding of %zu bytes needs %zu",
