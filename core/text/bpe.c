@@ -138,9 +138,10 @@ static ag_status bpe_build(int32_t *merges, int nm, const char *where, ag_bpe **
     uint64_t h = hash64(k) & b->rank_mask;
     while (b->rank_keys[h] != EMPTY_KEY && b->rank_keys[h] != k) h = (h + 1) & b->rank_mask;
     if (b->rank_keys[h] == k) {
+      int32_t first = b->rank_vals[h];
       ag_bpe_free(b);
       return ag_error_set(AG_ERR_CORRUPT, "ag_bpe_load: %s: merge %d repeats merge %" PRId32 " (%" PRId32 " %" PRId32 ")",
-                          where, i, b->rank_vals[h], x, y);
+                          where, i, first, x, y);
     }
     b->rank_keys[h] = k;
     b->rank_vals[h] = i;
