@@ -376,6 +376,44 @@ static void test_corrupt(void **state) {
   char big[512] = "anygrad-bpe 1\nsplit words256\nmerges 9\n97 97\n";
   for (int i = 1; i < 9; i++) snprintf(big + strlen(big), sizeof big - strlen(big), "%d %d\n", 255 + i, 255 + i);
   expect_corrupt("long.bpe", big, "at most 256");
+  /* random damage to a saved file: loads or is refused, never crashes */
+  g_rng = 4242;
+  size_t cn = 20000;
+  uint8_t *corpus = random_text(cn);
+  assert_int_equal(ag_bpe_train(corpus, cn, 400, &b), AG_OK);
+  path_of(p, sizeof p, "fuzz.bpe");
+  assert_int_equal(ag_bpe_save(b, p), AG_OK);
+  ag_bpe_free(b);
+  char *orig = read_file("fuzz.bpe");
+  size_t olen = strlen(orig);
+  int loaded = 0, refused = 0;
+  for (int k = 0; k < 1000; k++) {
+    char *m = strdup(orig);
+    size_t len = olen;
+    for (int e = 0; e < 1 + k % 3; e++) {
+      size_t at = rnd() % len;
+      m[at] = (char)" 0123456789\nx-"[rnd() % 14];
+    }
+    if (k % 5 == 0) len = rnd() % olen;
+    m[len] = 0;
+    write_file("fuzz.bpe", m);
+    b = NULL;
+    ag_status st = ag_bpe_load(p, &b);
+    if (st == AG_OK) {
+      loaded++;
+      round_trip(b, corpus, 2000);
+      ag_bpe_free(b);
+    } else {
+      assert_int_equal(st, AG_ERR_CORRUPT);
+      assert_null(b);
+      refused++;
+    }
+    free(m);
+  }
+  print_message("damaged files: %d loaded, %d refused\n", loaded, refused);
+  assert_true(refused > 0);
+  free(orig);
+  free(corpus);
   /* not a regular file, missing */
   b = (ag_bpe *)p;
   assert_int_equal(ag_bpe_load(g_dir, &b), AG_ERR_IO);
