@@ -4,8 +4,9 @@
 # (backends/cpu/cpu_gemm.c); without it OpenBLAS runs the products.
 # Usage: scripts/deps.sh [--test]   (--test adds the sanitizer runtimes, HIP and chromium,
 # the headless browser the run-report test renders in, clang 14's libFuzzer runtime
-# (libclang-rt-14-dev) for the fuzzers of tests/fuzz/, the Python test packages, and
-# Vulkan: lavapipe, the validation layers, glslc and the headers)
+# (libclang-rt-14-dev) for the fuzzers of tests/fuzz/, the Python test packages,
+# Vulkan: lavapipe, the validation layers, glslc and the headers, and fortunes, the
+# text corpus the BPE tokenizer test and bench train on)
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
@@ -14,7 +15,7 @@ if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium
         python3-numpy python3-pytest python3-hypothesis python3-setuptools python3-pip
         libopenmpi-dev openmpi-bin libclang-rt-14-dev
-        mesa-vulkan-drivers vulkan-validationlayers glslc libvulkan-dev)
+        mesa-vulkan-drivers vulkan-validationlayers glslc libvulkan-dev fortunes)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
