@@ -193,6 +193,17 @@ def check_reject(src, anygrad, libdir):
     if table is None:
         return ["docs/design/core.md has no '## Environment variables' section"], ""
     names = sorted(n for n in table if n.startswith("AG_") and n not in REJECT_EXEMPT)
+    # A variable its row says a backend module checks ("the cuda backend is
+    # unavailable", "the cuda and hip backends ...") is probed only where one
+    # of those modules is built.
+    absent = []
+    for n in list(names):
+        m = re.search(r"the (\w+)(?: \(and for `\w+` the (\w+)\))?(?: and (\w+))? backends? (?:is|are) unavailable",
+                      " ".join(table[n]))
+        mods = [x for x in (m.groups() if m else ()) if x and x != "cpu"]
+        if mods and not any(os.path.exists(os.path.join(libdir, f"libanygrad-{x}.so")) for x in mods):
+            names.remove(n)
+            absent.append(n)
     base = {k: v for k, v in os.environ.items() if not k.startswith("AG_")}
     base["AG_BACKEND_PATH"] = libdir
 
@@ -213,7 +224,8 @@ def check_reject(src, anygrad, libdir):
     for name in REJECT_EXEMPT:
         if name not in table:
             bad.append(f"{name} is exempt in scripts/doc_check.py but not in the environment table")
-    return bad, f"{len(names)} variables refused '{BOGUS}' ({len(REJECT_EXEMPT)} free-form or not read at run time)"
+    return bad, (f"{len(names)} variables refused '{BOGUS}' ({len(REJECT_EXEMPT)} free-form or not read at run time; "
+                 f"{len(absent)} of modules not built here{': ' + ', '.join(absent) if absent else ''})")
 
 
 # ---- cmake: every option documented ----
