@@ -26,7 +26,7 @@ STEPS = 50
 DIM, LAYERS, HEADS, KV_HEADS, T, VOCAB, THETA, EPS = 64, 2, 4, 2, 32, 256, 10000.0, 1e-5
 LR, WD = 3e-3, 0.1
 LOSS_TOL = 1e-4     # relative, every step
-WEIGHT_TOL = 1e-4   # ||a - t|| / ||t|| per tensor after STEPS steps
+WEIGHT_TOL = 3e-4   # ||a - t|| / ||t|| per tensor after STEPS steps
 WEIGHT_MAX_TOL = 5e-3  # max |a - t| over max |t| (an entry whose gradient is near 0 may take Adam steps of either sign)
 
 
@@ -152,6 +152,6 @@ def run(runner, tied, checkpoint):
 
 
 torch.manual_seed(0)
-torch.set_num_threads(2)
+torch.set_num_threads(1)
 bad = run(sys.argv[1], True, True) + run(sys.argv[1], False, False)
 sys.exit(1 if bad else 0)
