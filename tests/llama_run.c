@@ -36,6 +36,25 @@ int main(int argc, char **argv) {
                        .untied_head = untied, .checkpoint = ck};
   ag_llama m;
   if (!g || ag_llama_init(&m, &c, cpu, AG_F32, g) != AG_OK) return fail("init");
+  /* Bad configurations and inputs are errors, never crashes. */
+  {
+    ag_llama bad;
+    ag_llama_config b1 = c, b2 = c, b3 = c;
+    b1.n_heads = 3;    /* dim 64 does not split into 3 heads */
+    b2.n_kv_heads = 3; /* 4 query heads do not split into 3 groups */
+    b3.max_seq_len = 0;
+    if (ag_llama_init(&bad, &b1, cpu, AG_F32, g) != AG_ERR_SHAPE || ag_llama_init(&bad, &b2, cpu, AG_F32, g) != AG_ERR_SHAPE ||
+        ag_llama_init(&bad, &b3, cpu, AG_F32, g) != AG_ERR_SHAPE || ag_llama_init(NULL, &c, cpu, AG_F32, g) != AG_ERR_INVALID)
+      return fprintf(stderr, "llama_run: a bad configuration was accepted\n"), 1;
+    int64_t ls[2] = {1, T + 1};
+    ag_tensor *longx = ag_zeros(cpu, AG_I32, 2, ls);
+    ag_tensor *r = ag_llama_forward(&m, longx, false, NULL);
+    if (r || ag_last_status() != AG_ERR_SHAPE) return fprintf(stderr, "llama_run: T > max_seq_len accepted\n"), 1;
+    if (ag_llama_forward(NULL, longx, false, NULL) || ag_last_status() != AG_ERR_INVALID)
+      return fprintf(stderr, "llama_run: NULL model accepted\n"), 1;
+    ag_tensor_release(longx);
+    ag_error_clear();
+  }
   char path[4096];
   snprintf(path, sizeof path, "%s/init.safetensors", dir);
   if (ag_llama_save(&m, path) != AG_OK) return fail("save");
