@@ -41,6 +41,7 @@
 #include "anygrad/idx.h"
 #include "anygrad/autograd.h"
 #include "anygrad/nn.h"
+#include "anygrad/llama.h"
 #include "anygrad/optim.h"
 #include "anygrad/serialize.h"
 #include "anygrad/checks.h"
