@@ -420,6 +420,39 @@ static void test_init_same_on_devices(void **state) {
   }
 }
 
+/* A permutation, the same for the same (seed, epoch), another for another
+ * epoch; roughly uniform first position. */
+static void test_shuffle_indices(void **state) {
+  (void)state;
+  enum { n = 1000 };
+  static int64_t a[n], b[n], c[n];
+  static int seen[n];
+  assert_int_equal(ag_shuffle_indices(a, n, 5, 0), AG_OK);
+  assert_int_equal(ag_shuffle_indices(b, n, 5, 0), AG_OK);
+  assert_int_equal(ag_shuffle_indices(c, n, 5, 1), AG_OK);
+  assert_memory_equal(a, b, sizeof a);
+  assert_memory_not_equal(a, c, sizeof a);
+  memset(seen, 0, sizeof seen);
+  int fixed = 0;
+  for (int i = 0; i < n; i++) {
+    assert_true(a[i] >= 0 && a[i] < n);
+    seen[a[i]]++;
+    fixed += a[i] == i;
+  }
+  for (int i = 0; i < n; i++) assert_int_equal(seen[i], 1);
+  assert_true(fixed < 10); /* expected 1 */
+  int counts[4] = {0};
+  int64_t p[4];
+  for (int e = 0; e < 4000; e++) {
+    assert_int_equal(ag_shuffle_indices(p, 4, 9, (uint64_t)e), AG_OK);
+    counts[p[0]]++;
+  }
+  for (int i = 0; i < 4; i++) assert_true(counts[i] > 850 && counts[i] < 1150);
+  assert_int_equal(ag_shuffle_indices(NULL, 3, 0, 0), AG_ERR_INVALID);
+  assert_int_equal(ag_shuffle_indices(a, -1, 0, 0), AG_ERR_INVALID);
+  assert_int_equal(ag_shuffle_indices(NULL, 0, 0, 0), AG_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_groups_no_decay),
@@ -428,6 +461,7 @@ int main(void) {
       cmocka_unit_test(test_schedules_closed_form),
       cmocka_unit_test(test_init_statistics),
       cmocka_unit_test(test_init_same_on_devices),
+      cmocka_unit_test(test_shuffle_indices),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

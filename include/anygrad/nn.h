@@ -323,6 +323,15 @@ AG_API ag_status ag_init_kaiming_normal_(ag_tensor *t, double gain, ag_fan_mode 
 AG_API ag_status ag_init_trunc_normal_(ag_tensor *t, double mean, double std, double a, double b,
                                        ag_generator *g);
 
+/* ---- host shuffling ---- */
+
+/* Fill idx[0..n) with a permutation of 0..n-1 that depends only on (seed,
+ * epoch): Fisher-Yates over a splitmix64 stream, unbiased, the same on
+ * every platform; one epoch per value of `epoch`. Host only, no tensors,
+ * no global state (thread-safe). The caller owns idx. Errors:
+ * AG_ERR_INVALID for n < 0 or a NULL idx with n > 0. */
+AG_API ag_status ag_shuffle_indices(int64_t *idx, int64_t n, uint64_t seed, uint64_t epoch);
+
 #ifdef __cplusplus
 }
 #endif
