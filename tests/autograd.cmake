@@ -1,6 +1,6 @@
 # Autograd: gradient check of every op and dtype, tape semantics, nn, optim,
 # checkpoints.
-foreach(_t gradcheck autograd grad_hooks nn_optim safetensors checkpoint)
+foreach(_t gradcheck autograd grad_hooks nn_optim optim_utils safetensors checkpoint)
   if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${_t}.c)
     add_executable(${_t}_test ${CMAKE_CURRENT_SOURCE_DIR}/${_t}.c)
     target_compile_definitions(${_t}_test PRIVATE AG_TEST_DATA="${CMAKE_CURRENT_SOURCE_DIR}/data")

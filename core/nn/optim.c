@@ -20,6 +20,11 @@ struct ag_optimizer {
   char **names;
   ag_tensor **s0, **s1; /* SGD: momentum, -; AdamW: exp_avg, exp_avg_sq */
   int64_t steps;
+  int n_groups;
+  int *group;         /* per parameter: its group */
+  double *glr, *gwd;  /* per group: learning rate, weight decay */
+  ag_tensor *step_t;  /* i64 CPU scalars mirroring steps and each group's lr, */
+  ag_tensor **lr_t;   /* created by ag_optimizer_counters (NULL before) */
   ag_devstate *ds;
   ag_kmulti *multi; /* reused every step: 16 KiB is too much for the stack */
 };
@@ -41,6 +46,12 @@ void ag_optimizer_free(ag_optimizer *o) {
   free(o->s0);
   free(o->s1);
   free(o->multi);
+  free(o->group);
+  free(o->glr);
+  free(o->gwd);
+  ag_tensor_release(o->step_t);
+  for (int g = 0; o->lr_t && g < o->n_groups; g++) ag_tensor_release(o->lr_t[g]);
+  free(o->lr_t);
   free(o);
 }
 
@@ -67,7 +78,11 @@ static ag_optimizer *create(const ag_param_list *params, int kind, const char *f
   o->names = calloc((size_t)params->count + 1, sizeof *o->names);
   o->s0 = calloc((size_t)params->count + 1, sizeof *o->s0);
   o->s1 = calloc((size_t)params->count + 1, sizeof *o->s1);
-  if (!o->multi || !o->params || !o->names || !o->s0 || !o->s1) goto oom;
+  o->group = calloc((size_t)params->count + 1, sizeof *o->group);
+  o->glr = calloc(1, sizeof *o->glr);
+  o->gwd = calloc(1, sizeof *o->gwd);
+  o->n_groups = 1;
+  if (!o->multi || !o->params || !o->names || !o->s0 || !o->s1 || !o->group || !o->glr || !o->gwd) goto oom;
   for (int i = 0; i < params->count; i++) {
     ag_tensor *p = params->tensors[i];
     char b[96];
@@ -118,7 +133,11 @@ ag_optimizer *ag_sgd_create(const ag_param_list *params, const ag_sgd_options *o
     return NULL;
   }
   ag_optimizer *o = create(params, OPT_SGD, "ag_sgd_create", opts->momentum != 0, false);
-  if (o) o->sgd = *opts;
+  if (o) {
+    o->sgd = *opts;
+    o->glr[0] = opts->lr;
+    o->gwd[0] = opts->weight_decay;
+  }
   return o;
 }
 
@@ -131,7 +150,11 @@ ag_optimizer *ag_adamw_create(const ag_param_list *params, const ag_adamw_option
     return NULL;
   }
   ag_optimizer *o = create(params, OPT_ADAMW, "ag_adamw_create", true, true);
-  if (o) o->adam = d;
+  if (o) {
+    o->adam = d;
+    o->glr[0] = d.lr;
+    o->gwd[0] = d.weight_decay;
+  }
   return o;
 }
 
@@ -172,7 +195,11 @@ ag_status ag_optimizer_params(const ag_optimizer *o, ag_param_list *l) {
 
 /* One launch per group of parameters that share a dtype, up to the
  * kernel's list capacity. */
+static void counters_in(ag_optimizer *o);
+static void counters_out(ag_optimizer *o);
+
 static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *found_inf) {
+  counters_in(o);
   int per = o->kind == OPT_ADAMW ? 4 : 3;
   int cap = AG_KMAX_MULTI / per;
   if (o->steps == INT64_MAX) /* reachable only through ag_optimizer_set_steps */
@@ -187,48 +214,49 @@ static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *fou
   if (!inv_scale) c.o[0].dtype = AG_F32;
   if (!found_inf) c.o[1].dtype = AG_F32;
   if (adamw) {
-    c.s[0] = o->adam.lr;
     c.s[1] = o->adam.beta1;
     c.s[2] = o->adam.beta2;
     c.s[3] = o->adam.eps;
-    c.s[4] = o->adam.weight_decay;
     c.s[5] = 1.0 - pow(o->adam.beta1, (double)t);
     c.s[6] = 1.0 - pow(o->adam.beta2, (double)t);
   } else {
-    c.s[0] = o->sgd.lr;
     c.s[1] = o->sgd.momentum;
     c.s[2] = o->sgd.dampening;
-    c.s[3] = o->sgd.weight_decay;
     c.s[4] = o->sgd.nesterov ? 1 : 0;
     c.s[5] = o->steps == 0 ? 1 : 0;
   }
   c.multi = o->multi;
-  for (int dt = 0; dt < AG_DTYPE_COUNT; dt++) {
-    int k = 0;
-    for (int i = 0; i <= o->n; i++) {
-      bool flush = i == o->n || k == cap;
-      if (flush && k) {
-        o->multi->count = k * per;
-        ag_status st = ag__launch(o->ds, &c);
-        if (st != AG_OK) return st;
-        k = 0;
+  for (int grp = 0; grp < o->n_groups; grp++) {
+    c.s[0] = o->glr[grp];
+    c.s[adamw ? 4 : 3] = o->gwd[grp];
+    for (int dt = 0; dt < AG_DTYPE_COUNT; dt++) {
+      int k = 0;
+      for (int i = 0; i <= o->n; i++) {
+        bool flush = i == o->n || k == cap;
+        if (flush && k) {
+          o->multi->count = k * per;
+          ag_status st = ag__launch(o->ds, &c);
+          if (st != AG_OK) return st;
+          k = 0;
+        }
+        if (i == o->n) break;
+        ag_tensor *p = o->params[i], *g = p->grad;
+        if (o->group[i] != grp || !g || (int)p->dtype != dt || !p->numel) continue;
+        /* Written in place below: a graph that saved p (or its state) and is
+         * backwarded after this step fails instead of using new values. */
+        ag__version_bump(p);
+        ag__version_bump(o->s0[i]);
+        ag__version_bump(o->s1[i]);
+        ag__kmulti_set(o->multi, k * per + 0, p);
+        ag__kmulti_set(o->multi, k * per + 1, g);
+        ag__kmulti_set(o->multi, k * per + 2, o->s0[i]);
+        if (per == 4) ag__kmulti_set(o->multi, k * per + 3, o->s1[i]);
+        k++;
       }
-      if (i == o->n) break;
-      ag_tensor *p = o->params[i], *g = p->grad;
-      if (!g || (int)p->dtype != dt || !p->numel) continue;
-      /* Written in place below: a graph that saved p (or its state) and is
-       * backwarded after this step fails instead of using new values. */
-      ag__version_bump(p);
-      ag__version_bump(o->s0[i]);
-      ag__version_bump(o->s1[i]);
-      ag__kmulti_set(o->multi, k * per + 0, p);
-      ag__kmulti_set(o->multi, k * per + 1, g);
-      ag__kmulti_set(o->multi, k * per + 2, o->s0[i]);
-      if (per == 4) ag__kmulti_set(o->multi, k * per + 3, o->s1[i]);
-      k++;
     }
   }
   o->steps = t;
+  counters_out(o);
   return AG_OK;
 }
 
@@ -238,18 +266,208 @@ void ag_optimizer_zero_grad(ag_optimizer *o) {
 
 void ag_optimizer_set_lr(ag_optimizer *o, double lr) {
   if (!o) return;
+  counters_in(o);
   if (o->kind == OPT_ADAMW) o->adam.lr = lr;
   else o->sgd.lr = lr;
+  for (int g = 0; g < o->n_groups; g++) o->glr[g] = lr;
+  counters_out(o);
 }
 
 double ag_optimizer_lr(const ag_optimizer *o) {
   if (!o) return NAN;
-  return o->kind == OPT_ADAMW ? o->adam.lr : o->sgd.lr;
+  counters_in((ag_optimizer *)o);
+  return o->glr[0];
 }
 
-int64_t ag_optimizer_steps(const ag_optimizer *o) { return o ? o->steps : 0; }
+int64_t ag_optimizer_steps(const ag_optimizer *o) {
+  if (!o) return 0;
+  counters_in((ag_optimizer *)o);
+  return o->steps;
+}
+
 void ag_optimizer_set_steps(ag_optimizer *o, int64_t steps) {
-  if (o && steps >= 0) o->steps = steps;
+  if (!o || steps < 0) return;
+  counters_in(o);
+  o->steps = steps;
+  counters_out(o);
+}
+
+int ag_optimizer_group_count(const ag_optimizer *o) { return o ? o->n_groups : 0; }
+
+static ag_status check_group(const ag_optimizer *o, int group, const char *fn) {
+  if (!o) return ag_error_set(AG_ERR_INVALID, "%s: NULL optimizer", fn);
+  if (group < 0 || group >= o->n_groups)
+    return ag_error_set(AG_ERR_INVALID, "%s: group %d out of range (the optimizer has %d)", fn, group,
+                        o->n_groups);
+  return AG_OK;
+}
+
+ag_status ag_optimizer_set_group_lr(ag_optimizer *o, int group, double lr) {
+  ag_status st = check_group(o, group, "ag_optimizer_set_group_lr");
+  if (st != AG_OK) return st;
+  if (!(lr >= 0) || isinf(lr))
+    return ag_error_set(AG_ERR_INVALID, "ag_optimizer_set_group_lr: lr must be finite and >= 0, got %g", lr);
+  counters_in(o);
+  o->glr[group] = lr;
+  counters_out(o);
+  return AG_OK;
+}
+
+double ag_optimizer_group_lr(const ag_optimizer *o, int group) {
+  if (check_group(o, group, "ag_optimizer_group_lr") != AG_OK) return NAN;
+  counters_in((ag_optimizer *)o);
+  return o->glr[group];
+}
+
+double ag_optimizer_group_weight_decay(const ag_optimizer *o, int group) {
+  if (check_group(o, group, "ag_optimizer_group_weight_decay") != AG_OK) return NAN;
+  return o->gwd[group];
+}
+
+/* ---------------- parameter groups ---------------- */
+
+static ag_optimizer *create_groups(const ag_param_group *groups, int n_groups, const char *fn, double lr,
+                                   double wd, ag_optimizer *(*make)(const ag_param_list *, const void *),
+                                   const void *opts) {
+  if (!groups || n_groups < 1) {
+    ag_error_set(AG_ERR_INVALID, "%s: %s", fn, groups ? "n_groups must be >= 1" : "NULL groups");
+    return NULL;
+  }
+  ag_param_list all = {0};
+  for (int g = 0; g < n_groups; g++) {
+    const ag_param_group *pg = &groups[g];
+    double glr = isnan(pg->lr) ? lr : pg->lr, gwd = isnan(pg->weight_decay) ? wd : pg->weight_decay;
+    if (!pg->params || !(glr >= 0) || isinf(glr) || !(gwd >= 0) || isinf(gwd)) {
+      ag_error_set(AG_ERR_INVALID, "%s: group %d: %s (lr %g, weight_decay %g)", fn, g,
+                   pg->params ? "lr and weight_decay must be finite and >= 0" : "NULL parameter list", glr,
+                   gwd);
+      ag_params_free(&all);
+      return NULL;
+    }
+    for (int i = 0; i < pg->params->count; i++)
+      for (int j = 0; j < all.count; j++)
+        if (all.tensors[j] == pg->params->tensors[i]) {
+          ag_error_set(AG_ERR_INVALID, "%s: parameter '%s' of group %d is already in an earlier group ('%s')", fn,
+                       pg->params->names[i], g, all.names[j]);
+          ag_params_free(&all);
+          return NULL;
+        }
+    if (ag_params_extend(&all, NULL, pg->params) != AG_OK) {
+      ag_params_free(&all);
+      return NULL;
+    }
+  }
+  ag_optimizer *o = make(&all, opts);
+  ag_params_free(&all);
+  if (!o) return NULL;
+  double *glr = realloc(o->glr, (size_t)n_groups * sizeof *glr);
+  if (glr) o->glr = glr;
+  double *gwd = realloc(o->gwd, (size_t)n_groups * sizeof *gwd);
+  if (gwd) o->gwd = gwd;
+  if (!glr || !gwd) {
+    ag_error_set(AG_ERR_OOM, "%s: out of host memory", fn);
+    ag_optimizer_free(o);
+    return NULL;
+  }
+  o->n_groups = n_groups;
+  for (int g = 0, k = 0; g < n_groups; g++) {
+    o->glr[g] = isnan(groups[g].lr) ? lr : groups[g].lr;
+    o->gwd[g] = isnan(groups[g].weight_decay) ? wd : groups[g].weight_decay;
+    for (int i = 0; i < groups[g].params->count; i++) o->group[k++] = g;
+  }
+  return o;
+}
+
+static ag_optimizer *make_adamw(const ag_param_list *l, const void *opts) { return ag_adamw_create(l, opts); }
+static ag_optimizer *make_sgd(const ag_param_list *l, const void *opts) { return ag_sgd_create(l, opts); }
+
+ag_optimizer *ag_adamw_create_groups(const ag_param_group *groups, int n_groups, const ag_adamw_options *opts) {
+  ag_adamw_options d = opts ? *opts : ag_adamw_defaults();
+  return create_groups(groups, n_groups, "ag_adamw_create_groups", d.lr, d.weight_decay, make_adamw, &d);
+}
+
+ag_optimizer *ag_sgd_create_groups(const ag_param_group *groups, int n_groups, const ag_sgd_options *opts) {
+  if (!opts) {
+    ag_error_set(AG_ERR_INVALID, "ag_sgd_create_groups: NULL options");
+    return NULL;
+  }
+  return create_groups(groups, n_groups, "ag_sgd_create_groups", opts->lr, opts->weight_decay, make_sgd, opts);
+}
+
+ag_status ag_params_split_decay(const ag_param_list *all, ag_param_list *decay, ag_param_list *no_decay) {
+  if (!all || !decay || !no_decay)
+    return ag_error_set(AG_ERR_INVALID, "ag_params_split_decay: NULL argument");
+  if (decay == no_decay || decay == all || no_decay == all)
+    return ag_error_set(AG_ERR_INVALID, "ag_params_split_decay: the three lists must be distinct");
+  for (int i = 0; i < all->count; i++) {
+    ag_tensor *t = all->tensors[i];
+    ag_status st = ag_params_add(ag_tensor_ndim(t) >= 2 ? decay : no_decay, all->names[i], t);
+    if (st != AG_OK) return st;
+  }
+  return AG_OK;
+}
+
+/* ---------------- counters as tensors ---------------- */
+
+/* The counters tensors are the truth once they exist (a checkpoint load
+ * writes them): read them before every use of steps/lr, write after every
+ * change. CPU scalars: no device synchronisation. */
+static void counters_in(ag_optimizer *o) {
+  if (!o->step_t) return;
+  int64_t s;
+  if (ag_to_host(o->step_t, &s, sizeof s) == AG_OK && s >= 0) o->steps = s;
+  for (int g = 0; g < o->n_groups; g++) {
+    double lr;
+    if (ag_to_host(o->lr_t[g], &lr, sizeof lr) == AG_OK && lr >= 0 && !isinf(lr)) o->glr[g] = lr;
+  }
+  if (o->kind == OPT_ADAMW) o->adam.lr = o->glr[0];
+  else o->sgd.lr = o->glr[0];
+}
+
+static void write_scalar(ag_tensor *dst, ag_dtype dt, const void *v) {
+  ag_tensor *src = ag_from_host(AG_CPU, dt, 0, NULL, v);
+  if (!src) return;
+  ag__grad_own(src);
+  ag_copy_(dst, src);
+  ag_tensor_release(src);
+}
+
+static void counters_out(ag_optimizer *o) {
+  if (!o->step_t) return;
+  ag_no_grad_begin();
+  write_scalar(o->step_t, AG_I64, &o->steps);
+  for (int g = 0; g < o->n_groups; g++) write_scalar(o->lr_t[g], AG_F64, &o->glr[g]);
+  ag_grad_mode_end();
+}
+
+static ag_tensor *counter_tensor(ag_dtype dt) {
+  ag_tensor *t = ag_zeros(AG_CPU, dt, 0, NULL);
+  if (t) ag__grad_own(t);
+  return t;
+}
+
+ag_status ag_optimizer_counters(ag_optimizer *o, ag_param_list *l) {
+  if (!o || !l) return ag_error_set(AG_ERR_INVALID, "ag_optimizer_counters: NULL argument");
+  if (!o->step_t) {
+    o->lr_t = calloc((size_t)o->n_groups, sizeof *o->lr_t);
+    if (!o->lr_t) return ag_error_set(AG_ERR_OOM, "ag_optimizer_counters: out of host memory");
+    for (int g = 0; g < o->n_groups; g++)
+      if (!(o->lr_t[g] = counter_tensor(AG_F64))) goto fail;
+    if (!(o->step_t = counter_tensor(AG_I64))) goto fail;
+    counters_out(o);
+  }
+  ag_status st = ag_params_add(l, "optimizer.step", o->step_t);
+  char buf[48];
+  for (int g = 0; st == AG_OK && g < o->n_groups; g++) {
+    snprintf(buf, sizeof buf, "optimizer.lr.%d", g);
+    st = ag_params_add(l, buf, o->lr_t[g]);
+  }
+  return st;
+fail:
+  for (int g = 0; g < o->n_groups; g++) ag_tensor_release(o->lr_t[g]);
+  free(o->lr_t);
+  o->lr_t = NULL;
+  return ag_last_status();
 }
 
 ag_status ag_optimizer_state(const ag_optimizer *o, ag_param_list *l) {

@@ -278,6 +278,60 @@ AG_API ag_tensor *ag_gpt_forward(const ag_gpt *m, ag_tensor *idx, bool train, ag
 AG_API ag_status ag_gpt_check_tying(const ag_gpt *m, int n, const char *const *names, const char *prefix);
 AG_API void ag_gpt_free(ag_gpt *m);
 
+/* ---- initialisers (torch.nn.init) ----
+ *
+ * Each fills an existing floating-point tensor t in place (t may be a
+ * parameter that requires grad: the write is not recorded by autograd and
+ * bumps t's version). g NULL: the default generator. The draws are Philox
+ * (ag_rand / ag_randn on t's device), so a seed gives the same uniform
+ * values on every backend; normal values agree up to the rounding of
+ * log/cos (a few ulp, tensor.h). Errors: AG_ERR_INVALID (NULL t, a bad
+ * bound, std or gain), AG_ERR_DTYPE (t not floating point), AG_ERR_SHAPE
+ * (the fan-based ones need rank >= 2 and elements), and the errors of
+ * ag_rand / ag_copy_. On error t may be unchanged or partly written. */
+typedef enum ag_fan_mode { AG_FAN_IN = 1, AG_FAN_OUT = 2 } ag_fan_mode;
+/* Extra ag_init_gain activations beyond ag_activation. */
+enum { AG_INIT_LEAKY_RELU = 100, AG_INIT_SELU = 101 };
+
+/* fan_in = shape[1] * receptive field, fan_out = shape[0] * receptive
+ * field (the product of dims 2..). Errors: AG_ERR_INVALID (NULL),
+ * AG_ERR_SHAPE (rank < 2). */
+AG_API ag_status ag_init_fans(const ag_tensor *t, int64_t *fan_in, int64_t *fan_out);
+/* torch.nn.init.calculate_gain: 1 (none, sigmoid), 5/3 (tanh), sqrt(2)
+ * (relu), sqrt(2 / (1 + slope^2)) (AG_INIT_LEAKY_RELU), 3/4
+ * (AG_INIT_SELU). NAN with AG_ERR_INVALID for gelu, silu or an unknown
+ * value (no recommended gain). */
+AG_API double ag_init_gain(ag_activation act, double negative_slope);
+/* U(low, high). */
+AG_API ag_status ag_init_uniform_(ag_tensor *t, double low, double high, ag_generator *g);
+/* N(mean, std^2). */
+AG_API ag_status ag_init_normal_(ag_tensor *t, double mean, double std, ag_generator *g);
+/* std = gain * sqrt(2 / (fan_in + fan_out)); uniform bound sqrt(3) * std. */
+AG_API ag_status ag_init_xavier_uniform_(ag_tensor *t, double gain, ag_generator *g);
+AG_API ag_status ag_init_xavier_normal_(ag_tensor *t, double gain, ag_generator *g);
+/* std = gain / sqrt(fan), fan by mode; uniform bound sqrt(3) * std. torch's
+ * kaiming_uniform_(t, a, mode, 'leaky_relu') is gain
+ * ag_init_gain(AG_INIT_LEAKY_RELU, a). */
+AG_API ag_status ag_init_kaiming_uniform_(ag_tensor *t, double gain, ag_fan_mode mode, ag_generator *g);
+AG_API ag_status ag_init_kaiming_normal_(ag_tensor *t, double gain, ag_fan_mode mode, ag_generator *g);
+/* N(mean, std^2) truncated to [a, b] (absolute bounds, as
+ * torch.nn.init.trunc_normal_): Philox uniforms from t's device through the
+ * inverse normal CDF on the host in double, so every backend gets the same
+ * values bit for bit. Reads the draws to the host: synchronises t's device
+ * once. Errors as above, AG_ERR_INVALID for std <= 0, a >= b or bounds that
+ * hold no probability mass, AG_ERR_OOM. */
+AG_API ag_status ag_init_trunc_normal_(ag_tensor *t, double mean, double std, double a, double b,
+                                       ag_generator *g);
+
+/* ---- host shuffling ---- */
+
+/* Fill idx[0..n) with a permutation of 0..n-1 that depends only on (seed,
+ * epoch): Fisher-Yates over a splitmix64 stream, unbiased, the same on
+ * every platform; one epoch per value of `epoch`. Host only, no tensors,
+ * no global state (thread-safe). The caller owns idx. Errors:
+ * AG_ERR_INVALID for n < 0 or a NULL idx with n > 0. */
+AG_API ag_status ag_shuffle_indices(int64_t *idx, int64_t n, uint64_t seed, uint64_t epoch);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
 #ifndef ANYGRAD_OPTIM_H
 #define ANYGRAD_OPTIM_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -70,6 +71,61 @@ AG_API void ag_optimizer_set_steps(ag_optimizer *o, int64_t steps);
  * l), AG_ERR_OOM; entries added before an error stay in l. */
 AG_API ag_status ag_optimizer_state(const ag_optimizer *o, ag_param_list *l);
 
+/* ---- parameter groups ---- */
+
+/* One group of parameters with its own learning rate and weight decay
+ * (torch.optim param_groups). lr or weight_decay NAN (AG_GROUP_INHERIT):
+ * the options' value; any other value is used as given (0 is a real 0). */
+#define AG_GROUP_INHERIT NAN
+typedef struct ag_param_group {
+  const ag_param_list *params; /* read during the call only */
+  double lr, weight_decay;
+} ag_param_group;
+
+/* ag_adamw_create / ag_sgd_create over n_groups groups (group i has index
+ * i): the same fused update, one launch per group (and dtype, and 128
+ * tensors) with that group's lr and weight decay; every other option is
+ * shared. Parameters are listed by ag_optimizer_params and
+ * ag_optimizer_state in group order. Owned by the caller:
+ * ag_optimizer_free. Errors (NULL returned): AG_ERR_INVALID for NULL groups
+ * (or a NULL list in one), n_groups < 1, a negative, infinite lr or weight
+ * decay, a parameter in two groups (both names given); then the errors of
+ * ag_adamw_create / ag_sgd_create (opts NULL: AdamW defaults; SGD needs
+ * opts). */
+AG_API ag_optimizer *ag_adamw_create_groups(const ag_param_group *groups, int n_groups,
+                                            const ag_adamw_options *opts);
+AG_API ag_optimizer *ag_sgd_create_groups(const ag_param_group *groups, int n_groups,
+                                          const ag_sgd_options *opts);
+/* The usual no-decay rule: append every entry of `all` of rank >= 2
+ * (weight matrices, embeddings, convolution kernels) to `decay`, and every
+ * entry of rank 0 or 1 (biases, LayerNorm/BatchNorm weights) to
+ * `no_decay`, under the same names; both lists retain what they get.
+ * Errors: AG_ERR_INVALID (a NULL list or two lists the same), AG_ERR_OOM;
+ * entries added before an error stay. */
+AG_API ag_status ag_params_split_decay(const ag_param_list *all, ag_param_list *decay, ag_param_list *no_decay);
+/* Number of groups (1 for ag_adamw_create / ag_sgd_create; 0 for NULL). */
+AG_API int ag_optimizer_group_count(const ag_optimizer *o);
+/* One group's learning rate. ag_optimizer_set_lr sets every group's;
+ * ag_optimizer_lr reads group 0's. Errors: AG_ERR_INVALID for a NULL o, a
+ * group out of range or a negative/non-finite lr (the getters return NAN
+ * with the error set). */
+AG_API ag_status ag_optimizer_set_group_lr(ag_optimizer *o, int group, double lr);
+AG_API double ag_optimizer_group_lr(const ag_optimizer *o, int group);
+AG_API double ag_optimizer_group_weight_decay(const ag_optimizer *o, int group);
+
+/* The step count and every group's learning rate as tensors, for
+ * checkpoints that resume without metadata: appends "optimizer.step" (an
+ * i64 scalar) and "optimizer.lr.<group>" (f64 scalars, exact), CPU tensors
+ * owned by o (retained by l). From this call on they are the optimizer's
+ * counters: ag_safetensors_load_into writing them sets the step count and
+ * learning rates the next ag_optimizer_step uses (and ag_optimizer_steps,
+ * ag_optimizer_lr report); every step and setter writes them back. Reading
+ * them is a host read, never a device synchronisation. Kept apart from
+ * ag_optimizer_state so checkpoints saved without them still load into
+ * that list. Errors: AG_ERR_INVALID (NULL o or l), AG_ERR_OOM; entries
+ * added before an error stay in l. */
+AG_API ag_status ag_optimizer_counters(ag_optimizer *o, ag_param_list *l);
+
 /* Scale all gradients of params so their global L2 norm is at most
  * max_norm, without reading anything to the host: one sum-of-squares
  * launch and one in-place scaling launch per 512 gradients. Returns the norm
@@ -81,6 +137,71 @@ AG_API ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm
 /* Learning rate at `step` (0-based): linear warmup over `warmup` steps to
  * lr_max, then cosine decay to lr_min at `total` steps (constant after). */
 AG_API double ag_lr_cosine(int64_t step, int64_t warmup, int64_t total, double lr_max, double lr_min);
+
+/* ---- learning-rate schedules ----
+ *
+ * A schedule is a plain value (no allocation, nothing to free) made by one
+ * of the ag_schedule_* constructors below and optionally wrapped in a
+ * linear warmup; ag_schedule_lr gives its learning rate at a 0-based step,
+ * a pure function of the step (resuming needs only the step count). The
+ * values follow torch.optim.lr_scheduler's closed forms; apply one with
+ * ag_optimizer_set_lr(o, ag_schedule_lr(&s, step)) before each step. */
+typedef enum ag_schedule_kind {
+  AG_SCHED_CONSTANT = 0,   /* lr */
+  AG_SCHED_STEP,           /* StepLR: lr * gamma^floor(step / step_size) */
+  AG_SCHED_MULTISTEP,      /* MultiStepLR: lr * gamma^(milestones <= step) */
+  AG_SCHED_LINEAR,         /* LinearLR: lr * (start + (end - start) * min(step, total) / total) */
+  AG_SCHED_COSINE,         /* CosineAnnealingLR to lr_min at total, lr_min after */
+  AG_SCHED_COSINE_RESTARTS, /* CosineAnnealingWarmRestarts: periods period, period*mult, ... */
+  AG_SCHED_ONE_CYCLE       /* OneCycleLR, cosine annealing, two phases */
+} ag_schedule_kind;
+
+#define AG_SCHEDULE_MAX_MILESTONES 16
+
+typedef struct ag_schedule {
+  ag_schedule_kind kind;
+  double lr;             /* base lr (one-cycle: the peak, max_lr) */
+  double lr_min;         /* cosine, cosine restarts: eta_min */
+  double gamma;          /* step, multistep */
+  double start_factor, end_factor; /* linear */
+  double pct_start, div_factor, final_div_factor; /* one-cycle */
+  int64_t step_size;     /* step */
+  int64_t total;         /* linear, cosine (T_max), one-cycle (total_steps) */
+  int64_t period, period_mult; /* cosine restarts: T_0, T_mult */
+  int n_milestones;      /* multistep: increasing milestones */
+  int64_t milestones[AG_SCHEDULE_MAX_MILESTONES];
+  int64_t warmup;        /* ag_schedule_with_warmup: steps (0: none) */
+  double warmup_start_factor;
+} ag_schedule;
+
+/* Constructors: fill and return the value; they check nothing
+ * (ag_schedule_lr does). milestones is copied (at most
+ * AG_SCHEDULE_MAX_MILESTONES). */
+AG_API ag_schedule ag_schedule_constant(double lr);
+AG_API ag_schedule ag_schedule_step(double lr, int64_t step_size, double gamma);
+AG_API ag_schedule ag_schedule_multistep(double lr, int n_milestones, const int64_t *milestones, double gamma);
+AG_API ag_schedule ag_schedule_linear(double lr, double start_factor, double end_factor, int64_t total);
+AG_API ag_schedule ag_schedule_cosine(double lr, double lr_min, int64_t total);
+AG_API ag_schedule ag_schedule_cosine_restarts(double lr, double lr_min, int64_t period, int64_t period_mult);
+/* torch.optim.lr_scheduler.OneCycleLR(max_lr, total_steps, pct_start,
+ * anneal_strategy='cos', div_factor, final_div_factor, three_phase=False);
+ * torch's defaults are 0.3, 25, 1e4. After total steps: the final lr. */
+AG_API ag_schedule ag_schedule_one_cycle(double max_lr, int64_t total, double pct_start, double div_factor,
+                                         double final_div_factor);
+/* s preceded by `warmup` steps of linear warmup from start_factor times
+ * s's first lr up to it (torch SequentialLR of LinearLR(start_factor, 1,
+ * warmup) then s, milestone warmup): step < warmup gives
+ * lr0 * (start_factor + (1 - start_factor) * step / warmup), step >= warmup
+ * gives s at step - warmup. */
+AG_API ag_schedule ag_schedule_with_warmup(ag_schedule s, int64_t warmup, double start_factor);
+/* The learning rate at `step` (>= 0). Errors (NAN returned, AG_ERR_INVALID
+ * set naming the field): NULL s, a negative step, an unknown kind, a
+ * negative or non-finite lr/lr_min/gamma/factor, step_size, total or
+ * period < 1 where the kind needs them, period_mult < 1, milestones not
+ * increasing or more than AG_SCHEDULE_MAX_MILESTONES, pct_start outside
+ * (0, 1), div factors <= 0, a negative warmup or a warmup start_factor
+ * outside [0, 1]. */
+AG_API double ag_schedule_lr(const ag_schedule *s, int64_t step);
 
 #ifdef __cplusplus
 }
