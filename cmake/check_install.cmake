@@ -1,7 +1,8 @@
 # Installs the build into PREFIX and checks the layout a user relies on:
 # libanygrad.so -> .so.MAJOR -> .so.VERSION with its SONAME, the CLI that runs
 # from the prefix and reports the version, every built backend module found by
-# the installed library without AG_BACKEND_PATH, the CMake package and pc file.
+# the installed library without AG_BACKEND_PATH, the CMake package and pc file,
+# and the examples beside the docs (share/doc/anygrad/examples).
 file(REMOVE_RECURSE ${PREFIX})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX}
                 RESULT_VARIABLE rc OUTPUT_QUIET)
@@ -13,7 +14,9 @@ set(lib ${PREFIX}/${LIBDIR})
 foreach(f ${lib}/libanygrad.so ${lib}/libanygrad.so.${major} ${lib}/libanygrad.so.${VERSION}
           ${PREFIX}/include/anygrad/anygrad.h ${PREFIX}/include/anygrad/version.h
           ${lib}/cmake/anygrad/anygradConfig.cmake ${lib}/cmake/anygrad/anygradConfigVersion.cmake
-          ${lib}/pkgconfig/anygrad.pc ${PREFIX}/bin/anygrad ${PREFIX}/share/doc/anygrad/README.md)
+          ${lib}/pkgconfig/anygrad.pc ${PREFIX}/bin/anygrad ${PREFIX}/share/doc/anygrad/README.md
+          ${PREFIX}/share/doc/anygrad/examples/mlp_words.c ${PREFIX}/share/doc/anygrad/examples/CMakeLists.txt
+          ${PREFIX}/share/doc/anygrad/examples/interop/dlpack_torch.py)
   if(NOT EXISTS ${f})
     message(FATAL_ERROR "not installed: ${f}")
   endif()

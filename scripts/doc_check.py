@@ -20,6 +20,9 @@ library only; run by CTest, tests/docs.cmake).
                                         runs the blocks marked runnable (README.md,
                                         "Checked docs"; scripts/doc_run.py) and
                                         compares their output
+  doc_check.py SRC python PYTHON LIB WORKDIR
+                                        runs the ```python blocks marked runnable with
+                                        PYTHON, ANYGRAD_LIB=LIB (libanygrad.so)
   doc_check.py SRC compile CC WORKDIR   compiles the C examples in include/ comments
                                         and the ```c blocks marked compile
 
@@ -323,7 +326,7 @@ def main(argv):
         bad, what_n = check_reject(src, argv[3], argv[4])
     elif what == "help" and len(argv) == 4:
         bad, what_n = check_help(src, argv[3])
-    elif what in ("runnable", "compile"):
+    elif what in ("runnable", "compile", "python"):
         import doc_run  # the runnable and compile checks (scripts/doc_run.py)
         return doc_run.main(src, what, argv[3:])
     else:

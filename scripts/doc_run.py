@@ -25,6 +25,12 @@ the relative tolerance `tol` (default 0: equal as printed). A block without
   needs=DEVICE  skip the block (reported) when `anygrad memory --device
             DEVICE` fails (a backend this machine does not have)
 
+A runnable ```python block is one Python script instead (no "$ " lines, no
+output compared), run by `doc_check.py SRC python PYTHON LIB WORKDIR` with
+the interpreter PYTHON and ANYGRAD_LIB set to LIB (the path of
+libanygrad.so); `runnable` leaves such blocks to it. Option:
+  needs-module=NAME  skip the block (reported) when PYTHON cannot import NAME
+
 Compiling examples. A ```c block in a public header comment (between
 "Example:" and the end of the comment, as ```c ... ```) or in a doc after
 <!-- compile --> is written to a file and compiled with -I include -c (a block
@@ -39,6 +45,7 @@ import subprocess
 import sys
 import time
 
+SKIP = 77
 NUM = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 MARK = re.compile(r"^<!--\s*runnable\b(.*?)-->\s*$")
 
@@ -75,7 +82,9 @@ def blocks(path, marker):
         while j < len(lines) and not lines[j].startswith("```"):
             body.append(lines[j])
             j += 1
-        out.append((i + 2, parse_opts(m.group(1)), body))
+        opts = parse_opts(m.group(1))
+        opts["_lang"] = lines[i + 1][3:].strip()
+        out.append((i + 2, opts, body))
     return out
 
 
@@ -175,6 +184,64 @@ def run_block(src, bindir, libdir, work, where, opts, body):
     return None, True
 
 
+def run_python_block(python, lib, work, where, opts, body):
+    os.makedirs(work, exist_ok=True)
+    script = os.path.join(work, "snippet.py")
+    with open(script, "w") as f:
+        f.write("\n".join(body) + "\n")
+    # One interpreter: the needed module is imported first (exit 77 when it
+    # cannot be), then the block runs as written, as __main__.
+    need = opts.get("needs-module", "")
+    runner = ("import runpy, sys\n"
+              + (f"try:\n    import {need}\nexcept ImportError:\n    sys.exit(77)\n" if need else "")
+              + "runpy.run_path(sys.argv[1], run_name='__main__')\n")
+    env = dict(os.environ, ANYGRAD_LIB=lib)
+    timeout = float(opts.get("timeout", "300"))
+    try:
+        p = subprocess.run([python, "-c", runner, script], cwd=work, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"{where}: the Python block did not finish within {timeout:g} s", False
+    if need and p.returncode == SKIP:
+        return f"{where}: skipped ({python} cannot import {need})", True
+    want = int(opts.get("exit", "0"))
+    if p.returncode != want:
+        printed = (p.stdout + p.stderr).split("\n")
+        return (f"{where}: the Python block exited {p.returncode}, the doc says {want}:\n" +
+                "\n".join(printed[-25:])), False
+    return None, True
+
+
+def check_python(src, argv):
+    if len(argv) != 3:
+        print("python needs PYTHON LIB WORKDIR")
+        return 2
+    python, lib, work = argv[0], os.path.abspath(argv[1]), os.path.abspath(argv[2])
+    bad, n, skipped, t0 = [], 0, 0, time.time()
+    for path in doc_files(src):
+        rel = os.path.relpath(path, src)
+        for line, opts, body in blocks(path, MARK):
+            if opts.get("_lang") != "python":
+                continue
+            n += 1
+            where = f"{rel}:{line}"
+            t = time.time()
+            msg, ok = run_python_block(python, lib, os.path.join(work, f"p{n}"), where, opts, body)
+            skipped += bool(ok and msg)
+            print(f"{where}: {'ok' if ok and not msg else msg if ok else 'FAILED'} ({time.time() - t:.1f} s)")
+            if not ok:
+                bad.append(msg)
+    for b in bad:
+        print(b)
+    print(f"doc_check python: {n} blocks, {len(bad)} problems, {skipped} skipped, {time.time() - t0:.1f} s")
+    if n == 0:
+        print("no runnable Python block found")
+        return 1
+    if not bad and skipped == n:
+        return SKIP
+    return 1 if bad else 0
+
+
 def check_runnable(src, argv):
     if len(argv) != 3:
         print("runnable needs ANYGRAD LIBDIR WORKDIR")
@@ -185,6 +252,8 @@ def check_runnable(src, argv):
     for path in doc_files(src):
         rel = os.path.relpath(path, src)
         for line, opts, body in blocks(path, MARK):
+            if opts.get("_lang") == "python":
+                continue  # check_python runs these
             n += 1
             where = f"{rel}:{line}"
             t = time.time()
@@ -250,4 +319,6 @@ def check_compile(src, argv):
 
 
 def main(src, what, argv):
+    if what == "python":
+        return check_python(src, argv)
     return check_runnable(src, argv) if what == "runnable" else check_compile(src, argv)

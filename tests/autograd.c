@@ -66,6 +66,9 @@ static void test_misuse_errors(void **state) {
   ag_tensor *z = ag_mul_scalar(x, 3.0);
   assert_int_equal(ag_backward(z, NULL, false), AG_ERR_SHAPE); /* non-scalar needs a gradient */
   assert_int_equal(ag_tensor_set_requires_grad(z, false), AG_ERR_STATE); /* non-leaf */
+  assert_int_equal(ag_tensor_set_requires_grad(z, true), AG_OK);         /* already does: no-op */
+  assert_false(ag_tensor_is_leaf(z));
+  assert_true(ag_tensor_requires_grad(z));
   int64_t s3 = 3;
   ag_tensor *bad = ag_ones(AG_CPU, AG_F64, 1, &s3);
   assert_int_equal(ag_backward(z, bad, false), AG_ERR_SHAPE);
@@ -314,12 +317,154 @@ static void test_optimizer_step_bumps_version(void **state) {
   ag_tensor_release(p);
 }
 
+/* A step that returns early on an error, past the close of its region. */
+static ag_status early_return_step(int mode) {
+  if (mode == 0) ag_no_grad_begin();
+  if (mode == 1) ag_inference_mode_begin();
+  if (mode == 2) ag_enable_grad_begin();
+  if (mode == 3 && ag_autocast_begin(AG_F16) != AG_OK) return ag_last_status();
+  return AG_ERR_INVALID; /* the region is not closed */
+}
+
+static void test_modes_close_with_scope(void **state) {
+  (void)state;
+  static const char *const names[4] = {"no-grad", "inference", "enable-grad", "autocast(f16)"};
+  for (int mode = 0; mode < 4; mode++) {
+    ag_error_clear();
+    ag_no_grad_begin(); /* opened outside the scopes: left alone */
+    ag_scope_begin();
+    ag_scope_begin();
+    assert_int_equal(early_return_step(mode), AG_ERR_INVALID);
+    assert_true(mode != 1 || ag_inference_mode());
+    assert_true(mode != 2 || ag_grad_enabled());
+    assert_true(mode != 3 || ag_autocast_enabled());
+    assert_int_equal(ag_scope_end(), AG_ERR_STATE);
+    const char *msg = ag_last_error();
+    if (!strstr(msg, names[mode]) || !strstr(msg, "called from") || !strstr(msg, "ag_scope_end"))
+      fail_msg("mode %s: %s", names[mode], msg);
+    /* the state is restored: only the outer no-grad region remains */
+    assert_false(ag_autocast_enabled());
+    assert_false(ag_inference_mode());
+    assert_false(ag_grad_enabled());
+    ag_error_clear();
+    assert_int_equal(ag_scope_end(), AG_OK); /* nothing left inside the outer scope */
+    assert_int_equal(ag_grad_mode_end(), AG_OK);
+    assert_true(ag_grad_enabled());
+    assert_int_equal(ag_grad_mode_end(), AG_ERR_STATE); /* the scopes closed nothing else */
+  }
+  /* several regions: all closed, the outermost named */
+  ag_error_clear();
+  ag_scope_begin();
+  ag_inference_mode_begin();
+  ag_no_grad_begin();
+  assert_int_equal(ag_scope_end(), AG_ERR_STATE);
+  assert_non_null(strstr(ag_last_error(), "2 mode regions"));
+  assert_non_null(strstr(ag_last_error(), "inference"));
+  assert_false(ag_inference_mode());
+  assert_true(ag_grad_enabled());
+  /* balanced regions inside a scope are no error */
+  ag_error_clear();
+  ag_scope_begin();
+  ag_no_grad_begin();
+  assert_int_equal(ag_autocast_begin(AG_BF16), AG_OK);
+  assert_int_equal(ag_autocast_end(), AG_OK);
+  assert_int_equal(ag_grad_mode_end(), AG_OK);
+  assert_int_equal(ag_scope_end(), AG_OK);
+  assert_int_equal(ag_last_status(), AG_OK);
+}
+
+/* PyTorch's K-dimensional cross-entropy: logits [N, C, d], targets [N, d]. */
+static void test_cross_entropy_kdim(void **state) {
+  (void)state;
+  ag_scope_begin();
+  double l[12];
+  for (int i = 0; i < 12; i++) l[i] = sin(1.3 * i) * 2.0;
+  int64_t ls[3] = {2, 3, 2}, ts[2] = {2, 2};
+  int64_t t[4] = {2, -1, 0, 1};
+  ag_tensor *x = ag_from_host(AG_CPU, AG_F64, 3, ls, l);
+  ag_tensor *tg = ag_from_host(AG_CPU, AG_I64, 2, ts, t);
+  double want[4], sum = 0;
+  int cnt = 0;
+  for (int n = 0; n < 2; n++)
+    for (int d = 0; d < 2; d++) {
+      int k = t[n * 2 + d];
+      if (k < 0) {
+        want[n * 2 + d] = 0;
+        continue;
+      }
+      double se = 0;
+      for (int c = 0; c < 3; c++) se += exp(l[n * 6 + c * 2 + d]);
+      want[n * 2 + d] = log(se) - l[n * 6 + k * 2 + d];
+      sum += want[n * 2 + d];
+      cnt++;
+    }
+  ag_tensor *none = ag_cross_entropy(x, tg, AG_REDUCTION_NONE, -1);
+  assert_non_null(none);
+  assert_int_equal(ag_tensor_ndim(none), 2);
+  assert_int_equal(ag_tensor_shape(none)[0], 2);
+  assert_int_equal(ag_tensor_shape(none)[1], 2);
+  double got[4];
+  assert_int_equal(ag_to_host(none, got, sizeof got), AG_OK);
+  for (int i = 0; i < 4; i++)
+    if (fabs(got[i] - want[i]) > 1e-12) fail_msg("none[%d] = %.17g, want %.17g", i, got[i], want[i]);
+  double m = ag_item(ag_cross_entropy(x, tg, AG_REDUCTION_MEAN, -1));
+  double s = ag_item(ag_cross_entropy(x, tg, AG_REDUCTION_SUM, -1));
+  assert_true(fabs(m - sum / cnt) < 1e-12);
+  assert_true(fabs(s - sum) < 1e-12);
+  /* targets that do not match the spatial dims are a shape error */
+  int64_t bad[2] = {2, 3};
+  assert_null(ag_cross_entropy(x, ag_zeros(AG_CPU, AG_I64, 2, bad), AG_REDUCTION_MEAN, -1));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  ag_error_clear();
+  /* a reduction that is none of the three is refused by every loss */
+  assert_null(ag_cross_entropy(x, tg, (ag_reduction)7, -1));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_null(ag_mse_loss(x, x, (ag_reduction)7));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  ag_error_clear();
+  ag_scope_end();
+}
+
+/* Under autocast a linear layer is one half-precision op: weight and bias
+ * are cast, and the bias add stays in half (no promotion back to f32). */
+static void test_linear_autocast_dtype(void **state) {
+  (void)state;
+  ag_generator *g = ag_generator_create(5);
+  ag_linear m;
+  assert_int_equal(ag_linear_init(&m, AG_CPU, AG_F32, 3, 4, true, g), AG_OK);
+  int64_t xs[2] = {2, 3};
+  ag_scope_begin();
+  ag_tensor *x = ag_ones(AG_CPU, AG_F32, 2, xs);
+  ag_tensor *ref = ag_linear_forward(&m, x);
+  assert_int_equal(ag_tensor_dtype(ref), AG_F32);
+  const ag_dtype lo[2] = {AG_F16, AG_BF16};
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(ag_autocast_begin(lo[k]), AG_OK);
+    ag_tensor *y = ag_linear_forward(&m, x);
+    assert_int_equal(ag_autocast_end(), AG_OK);
+    assert_non_null(y);
+    assert_int_equal(ag_tensor_dtype(y), lo[k]);
+    float a[8], b[8];
+    assert_int_equal(ag_to_host(ag_cast(y, AG_F32), a, sizeof a), AG_OK);
+    assert_int_equal(ag_to_host(ref, b, sizeof b), AG_OK);
+    for (int i = 0; i < 8; i++) assert_true(fabsf(a[i] - b[i]) <= 0.02f * (1 + fabsf(b[i])));
+  }
+  assert_int_equal(ag_autocast_begin(AG_F32), AG_OK); /* an f32 island */
+  assert_int_equal(ag_tensor_dtype(ag_linear_forward(&m, x)), AG_F32);
+  assert_int_equal(ag_autocast_end(), AG_OK);
+  assert_int_equal(ag_scope_end(), AG_OK);
+  ag_linear_free(&m);
+  ag_generator_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_accumulate_and_retain),   cmocka_unit_test(test_misuse_errors),
       cmocka_unit_test(test_modes_and_detach),        cmocka_unit_test(test_broadcast_views_mixed_dtypes),
       cmocka_unit_test(test_memory_categories),        cmocka_unit_test(test_reduce_size1_dim),
       cmocka_unit_test(test_inplace_versions),         cmocka_unit_test(test_optimizer_step_bumps_version),
+      cmocka_unit_test(test_modes_close_with_scope),   cmocka_unit_test(test_cross_entropy_kdim),
+      cmocka_unit_test(test_linear_autocast_dtype),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

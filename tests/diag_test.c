@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -281,6 +282,133 @@ static void input_bound_verdict_and_trace(void **state) {
   ag_profiler_destroy(p);
 }
 
+static ag_status quick_fill(void *user, int64_t epoch, int64_t index, const int64_t *samples,
+                            int64_t rows, ag_loader_batch *b) {
+  (void)user, (void)epoch, (void)index;
+  /* about 0.1 ms of work: input is all the step does, but 0.1 ms of it */
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do clock_gettime(CLOCK_MONOTONIC, &t1);
+  while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 100000L);
+  float *x = ag_loader_batch_data(b, 0);
+  for (int64_t r = 0; r < rows * 4; r++) x[r] = (float)samples[r / 4];
+  return AG_OK;
+}
+
+/* The documented loop: the last pass finds the end of the data and runs no
+ * step, so 312 batches are 312 steps; a data wait of ~0.1 ms per step is no
+ * reason to advise more workers; verdict text has no trailing newline. */
+static void end_of_data_is_no_step(void **state) {
+  (void)state;
+  ag_profiler_config pc = {.window = 400};
+  ag_profiler *p = ag_profiler_create(AG_CPU, &pc);
+  assert_non_null(p);
+  ag_loader_config lc = {0};
+  lc.device = AG_CPU;
+  lc.num_samples = 312;
+  lc.batch_size = 1;
+  lc.fill_on_caller = true;
+  lc.n_fields = 1;
+  lc.fields[0] = (ag_loader_field){.dtype = AG_F32, .ndim = 2, .shape = {0, 4}};
+  lc.fill = quick_fill;
+  lc.profiler = p;
+  ag_loader *l = ag_loader_create(&lc);
+  assert_non_null(l);
+  int64_t batches = 0;
+  for (;;) {
+    assert_int_equal(ag_profiler_step_begin(p), AG_OK);
+    ag_scope_begin();
+    ag_tensor *t[1];
+    ag_loader_batch_info info;
+    assert_int_equal(ag_loader_next(l, t, &info), AG_OK);
+    if (info.end) {
+      assert_int_equal(ag_scope_end(), AG_OK);
+      assert_int_equal(ag_profiler_step_end(p), AG_OK);
+      break;
+    }
+    batches++;
+    assert_int_equal(ag_scope_end(), AG_OK);
+    assert_int_equal(ag_profiler_step_end(p), AG_OK);
+  }
+  assert_int_equal(batches, 312);
+  ag_step_stats st;
+  assert_int_equal(ag_profiler_step_stats(p, -1, &st), AG_OK);
+  assert_int_equal(st.step, 311);
+  assert_int_equal(ag_profiler_step_stats(p, 312, &st), AG_ERR_INDEX);
+  ag_error_clear();
+  ag_profiler_verdict v;
+  assert_int_equal(ag_profiler_verdict_get(p, &v), AG_OK);
+  assert_int_equal(v.steps, 312);
+  double wait = 0;
+  for (int64_t k = 0; k < 312; k++) {
+    assert_int_equal(ag_profiler_step_stats(p, k, &st), AG_OK);
+    wait += st.data_wait_ms;
+  }
+  print_message("data wait %.0f%% of the step, %.3f ms/step: %s\n", v.data_wait_frac * 100, wait / 312, v.text);
+  /* the input is what the step spends its time in, but far too little of it */
+  assert_true(v.data_wait_frac >= 0.10);
+  assert_false(v.input_bound);
+  assert_null(strstr(v.text, "raise workers"));
+  size_t n = strlen(v.text);
+  assert_true(n > 0 && v.text[n - 1] != '\n');
+  /* a step opened after the end stays uncounted */
+  assert_int_equal(ag_profiler_step_begin(p), AG_OK);
+  ag_tensor *t[1];
+  ag_loader_batch_info info;
+  assert_int_equal(ag_loader_next(l, t, &info), AG_OK);
+  assert_true(info.end);
+  assert_int_equal(ag_profiler_step_end(p), AG_OK);
+  assert_int_equal(ag_profiler_step_stats(p, -1, &st), AG_OK);
+  assert_int_equal(st.step, 311);
+  ag_loader_destroy(l);
+  ag_profiler_destroy(p);
+
+  /* a step that got a batch and then reached the end ran: it counts */
+  p = ag_profiler_create(AG_CPU, &pc);
+  lc.num_samples = 3;
+  lc.profiler = p;
+  l = ag_loader_create(&lc);
+  assert_non_null(l);
+  ag_scope_begin();
+  assert_int_equal(ag_profiler_step_begin(p), AG_OK);
+  assert_int_equal(ag_loader_next(l, t, &info), AG_OK);
+  assert_false(info.end);
+  assert_int_equal(ag_profiler_step_end(p), AG_OK);
+  assert_int_equal(ag_profiler_step_begin(p), AG_OK);
+  for (int k = 0; k < 3; k++) assert_int_equal(ag_loader_next(l, t, &info), AG_OK);
+  assert_true(info.end);
+  assert_int_equal(ag_profiler_step_end(p), AG_OK);
+  assert_int_equal(ag_scope_end(), AG_OK);
+  assert_int_equal(ag_profiler_step_stats(p, -1, &st), AG_OK);
+  assert_int_equal(st.step, 1);
+  ag_loader_destroy(l);
+  ag_profiler_destroy(p);
+}
+
+/* With AG_SYNC_SITES a mode region left open in a scope is named by the
+ * file:line of its begin. */
+static void scope_names_open_region_site(void **state) {
+  (void)state;
+  ag_scope_begin();
+  assert_int_equal(ag_autocast_begin(AG_BF16), AG_OK);
+  int line = __LINE__ - 1;
+  assert_int_equal(ag_scope_end(), AG_ERR_STATE);
+  char want[64];
+  snprintf(want, sizeof want, "diag_test.c:%d", line);
+  if (!strstr(ag_last_error(), want) || !strstr(ag_last_error(), "autocast(bf16)"))
+    fail_msg("lacks %s: %s", want, ag_last_error());
+  assert_false(ag_autocast_enabled());
+  ag_scope_begin();
+  ag_inference_mode_begin();
+  line = __LINE__ - 1;
+  assert_int_equal(ag_scope_end(), AG_ERR_STATE);
+  snprintf(want, sizeof want, "diag_test.c:%d", line);
+  if (!strstr(ag_last_error(), want) || !strstr(ag_last_error(), "inference"))
+    fail_msg("lacks %s: %s", want, ag_last_error());
+  assert_false(ag_inference_mode());
+  ag_error_clear();
+}
+
 static void profiler_state_errors(void **state) {
   ag_profiler *p = ag_profiler_create(AG_CPU, NULL);
   ag_profiler_verdict v;
@@ -303,6 +431,8 @@ int main(void) {
       cmocka_unit_test(leak_detector_fires_on_kept_graph_only),
       cmocka_unit_test(input_bound_verdict_and_trace),
       cmocka_unit_test(profiler_state_errors),
+      cmocka_unit_test(end_of_data_is_no_step),
+      cmocka_unit_test(scope_names_open_region_site),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,20 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(docs_numbers PROPERTIES TIMEOUT 60 LABELS "docs")
   add_test(NAME docs_compile COMMAND ${_dc} compile ${CMAKE_C_COMPILER} ${CMAKE_CURRENT_BINARY_DIR}/docs_compile)
   set_tests_properties(docs_compile PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "docs")
+  # The ```python blocks marked runnable (the DLPack/PyTorch snippet of
+  # docs/interop.md) run as written against the shared library, with
+  # Debian's interpreter (it has torch where python3-torch is installed).
+  get_target_property(_ag_type anygrad TYPE)
+  if(_ag_type STREQUAL "SHARED_LIBRARY" AND NOT AG_SANITIZE)
+    if(EXISTS /usr/bin/python3)
+      set(_ag_doc_py /usr/bin/python3)
+    else()
+      set(_ag_doc_py ${Python3_EXECUTABLE})
+    endif()
+    add_test(NAME docs_python COMMAND ${_dc} python ${_ag_doc_py} $<TARGET_FILE:anygrad>
+                                      ${CMAKE_CURRENT_BINARY_DIR}/docs_python)
+    set_tests_properties(docs_python PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "docs")
+  endif()
   if(TARGET anygrad-cli)
     add_test(NAME docs_help COMMAND ${_dc} help $<TARGET_FILE:anygrad-cli>)
     set_tests_properties(docs_help PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "docs;cli")

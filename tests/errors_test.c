@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -264,6 +265,29 @@ static void scope_state(void **state) {
   ag_scope_begin();
 }
 
+/* ag_env_check reports a typo in AG_ALLOC_CONF by variable and key,
+ * without opening anything; a good value passes. */
+static void env_check_alloc_conf(void **state) {
+  (void)state;
+  const char *old = getenv("AG_ALLOC_CONF");
+  char keep[256] = "";
+  if (old) snprintf(keep, sizeof keep, "%s", old);
+  setenv("AG_ALLOC_CONF", "expandable_segments:1,max_splt_size_mb:64", 1);
+  ag_error_clear();
+  assert_int_equal(ag_env_check(), AG_ERR_INVALID);
+  assert_msg_has("AG_ALLOC_CONF: unknown key 'max_splt_size_mb'");
+  setenv("AG_ALLOC_CONF", "expandable_segments:maybe", 1);
+  assert_int_equal(ag_env_check(), AG_ERR_INVALID);
+  assert_msg_has("AG_ALLOC_CONF: expandable_segments");
+  setenv("AG_ALLOC_CONF", "expandable_segments:1,max_split_size_mb:64", 1);
+  ag_error_clear();
+  assert_int_equal(ag_env_check(), AG_OK);
+  if (old)
+    setenv("AG_ALLOC_CONF", keep, 1);
+  else
+    unsetenv("AG_ALLOC_CONF");
+}
+
 /* Reductions refuse a dim list that is not a set of dims of the tensor. */
 /* argmax and max pooling save i32 indices: more elements than i32 can
  * name are refused before anything is copied or launched (expanded views of
@@ -432,6 +456,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(tensor_dim_range, setup, teardown),
       cmocka_unit_test_setup_teardown(null_without_pending_error, setup, teardown),
       cmocka_unit_test_setup_teardown(copy_into_expanded_view, setup, teardown),
+      cmocka_unit_test_setup_teardown(env_check_alloc_conf, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

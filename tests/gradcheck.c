@@ -80,6 +80,16 @@ static const int32_t tg[3] = {0, 2, -1}, tg_all[3] = {3, 2, 1};
 OP1(f_ce_mean, ag_cross_entropy(x[0], i32(3, tg), AG_REDUCTION_MEAN, -1))
 OP1(f_ce_sum, ag_cross_entropy(x[0], i32(3, tg_all), AG_REDUCTION_SUM, -1))
 OP1(f_ce_none, ag_cross_entropy(x[0], i32(3, tg_all), AG_REDUCTION_NONE, -1))
+/* PyTorch's K-dimensional form: logits [N, C, d] against i64 targets [N, d] */
+static ag_tensor *tg3(void) {
+  static const int64_t v[4] = {2, -1, 0, 1};
+  int64_t s[2] = {2, 2};
+  return ag_from_host(AG_CPU, AG_I64, 2, s, v);
+}
+OP1(f_ce3_mean, ag_cross_entropy(x[0], tg3(), AG_REDUCTION_MEAN, -1))
+OP1(f_ce3_sum, ag_cross_entropy(x[0], tg3(), AG_REDUCTION_SUM, -1))
+OP1(f_ce3_none, ag_cross_entropy(x[0], tg3(), AG_REDUCTION_NONE, -1))
+OP1(f_mse_sum, ag_mse_loss(x[0], x[1], AG_REDUCTION_SUM))
 OP1(f_mse_mean, ag_mse_loss(x[0], x[1], AG_REDUCTION_MEAN))
 OP1(f_mse_none, ag_mse_loss(x[0], x[1], AG_REDUCTION_NONE))
 OP1(f_layer_norm, ag_layer_norm(x[0], x[1], x[2], 1e-5))
@@ -276,6 +286,13 @@ static const gcase cases[] = {
     {"cross_entropy none", 1, {2}, {S(3, 4)}, {0}, f_ce_none},
     {"mse_loss mean", 2, {2, 2}, {S(2, 3), S(2, 3)}, {0, 0}, f_mse_mean},
     {"mse_loss none", 2, {2, 2}, {S(2, 3), S(2, 3)}, {0, 0}, f_mse_none},
+    {"mse_loss sum", 2, {2, 2}, {S(2, 3), S(2, 3)}, {0, 0}, f_mse_sum},
+    {"mse_loss mean broadcast", 2, {2, 1}, {S(2, 1), S(3)}, {0, 0}, f_mse_mean},
+    {"mse_loss sum broadcast", 2, {2, 1}, {S(2, 1), S(3)}, {0, 0}, f_mse_sum},
+    {"mse_loss none broadcast", 2, {2, 1}, {S(2, 1), S(3)}, {0, 0}, f_mse_none},
+    {"cross_entropy 3d mean ignore", 1, {3}, {S(2, 3, 2)}, {0}, f_ce3_mean},
+    {"cross_entropy 3d sum", 1, {3}, {S(2, 3, 2)}, {0}, f_ce3_sum},
+    {"cross_entropy 3d none", 1, {3}, {S(2, 3, 2)}, {0}, f_ce3_none},
     {"layer_norm", 3, {3, 1, 1}, {S(2, 2, 5), S(5), S(5)}, {0, 0, 0}, f_layer_norm},
     {"layer_norm no affine", 1, {2}, {S(3, 4)}, {0}, f_layer_norm_nowb},
     {"embedding", 1, {2}, {S(5, 3)}, {0}, f_embedding},

@@ -188,6 +188,12 @@ def case_env_numbers():
     expect(["memory"], 1, "AG_NUM_THREADS", env={"AG_NUM_THREADS": "4294967297"})
     expect(["memory"], 1, "AG_PINNED_CACHE_MB", env={"AG_PINNED_CACHE_MB": "0x10"})
     expect(["memory"], 1, "AG_DETERMINISTIC", env={"AG_DETERMINISTIC": "maybe"})
+    # a typo in AG_ALLOC_CONF: reported before the command starts, naming the
+    # variable and the key, not as a failure of whatever first made a tensor
+    for cmd in (["info"], quick):
+        _, err = expect(cmd, 1, "anygrad: AG_ALLOC_CONF: unknown key 'max_splt_size_mb'",
+                        env={"AG_ALLOC_CONF": "expandable_segments:1,max_splt_size_mb:64"})
+        check("failed" not in err, f"the AG_ALLOC_CONF typo is reported as a failure of something else: {err!r}")
     _, err = expect(quick, 1, "AG_CPU_GEMM", env={"AG_CPU_GEMM": "\x1b[31mred"})
     check("\x1b" not in err, f"a raw escape sequence reached stderr: {err!r}")
     out, err = expect(["info"], 0)

@@ -81,8 +81,20 @@ static void test_round_trip(void **state) {
   assert_true(dv[2] == 3.5f);
   ag_params_free(&l);
   ag_params_add(&l, "layer.weight", wrong);
+  assert_int_equal(ag_safetensors_load_into(f, &l), AG_ERR_SHAPE);
+  assert_non_null(strstr(ag_last_error(), "'layer.weight' is F32[2,3] in the file, the model's is f32[3,2]"));
+  ag_params_free(&l);
+  /* same shape, other dtype: AG_ERR_DTYPE with both dtypes */
+  ag_tensor *wrong_dt = ag_zeros(AG_CPU, AG_F64, 2, s2);
+  ag_params_add(&l, "layer.weight", wrong_dt);
+  assert_int_equal(ag_safetensors_load_into(f, &l), AG_ERR_DTYPE);
+  assert_non_null(strstr(ag_last_error(), "'layer.weight' is F32[2,3] in the file, the model's is f64[2,3]"));
+  ag_params_free(&l);
+  ag_tensor_release(wrong_dt);
+  /* a missing tensor stays AG_ERR_CORRUPT */
+  ag_params_add(&l, "layer.nothere", dst);
   assert_int_equal(ag_safetensors_load_into(f, &l), AG_ERR_CORRUPT);
-  assert_non_null(strstr(ag_last_error(), "layer.weight"));
+  assert_non_null(strstr(ag_last_error(), "layer.nothere"));
   ag_params_free(&l);
   ag_tensor_release(t);
   ag_tensor_release(h);

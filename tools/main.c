@@ -88,6 +88,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "anygrad: '%s' is not part of this build\n", argv[1]);
         return AG_EXIT_USAGE;
       }
+      /* A misspelt AG_* variable (an AG_ALLOC_CONF key) is reported here,
+       * naming the variable and the key, before any command starts. */
+      if (ag_env_check() != AG_OK) {
+        fprintf(stderr, "anygrad: %s\n", ag_last_error());
+        return finish(AG_EXIT_RUNTIME);
+      }
       return finish(cmds[i].fn(argc - 1, argv + 1));
     }
   fprintf(stderr, "anygrad: unknown command '%s'\n\n", argv[1]);

@@ -1,10 +1,12 @@
 /* Autocast regions: thread-local state, the per-op cast helper used by the
  * ops front end, and the per-region cache of parameter casts. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "anygrad/amp.h"
 #include "tensor/tensor_internal.h"
 #include "autograd/autocast.h"
+#include "runtime/devstate.h"
 
 #define MAX_DEPTH 16
 
@@ -16,6 +18,10 @@ typedef struct cast_entry {
 typedef struct ac_state {
   int depth;
   ag_dtype stack[MAX_DEPTH];
+  /* where each region was opened (see ag__grad_mode_unwind) */
+  const void *addr[MAX_DEPTH];
+  const char *file[MAX_DEPTH];
+  int line[MAX_DEPTH];
   int suspended; /* > 0 while an op runs its own casts */
   cast_entry *cache;
   int n_cache, cap_cache;
@@ -28,6 +34,8 @@ ag_status ag_autocast_begin(ag_dtype dt) {
     return ag_error_set(AG_ERR_DTYPE, "ag_autocast_begin: dtype must be f16, bf16 or f32, got %s", ag_dtype_name(dt));
   if (tl_ac.depth >= MAX_DEPTH)
     return ag_error_set(AG_ERR_STATE, "ag_autocast_begin: more than %d nested regions", MAX_DEPTH);
+  tl_ac.addr[tl_ac.depth] = __builtin_return_address(0);
+  tl_ac.file[tl_ac.depth] = ag__site_marked(&tl_ac.line[tl_ac.depth]);
   tl_ac.stack[tl_ac.depth++] = dt;
   return AG_OK;
 }
@@ -41,6 +49,29 @@ ag_status ag_autocast_end(void) {
     tl_ac.n_cache = tl_ac.cap_cache = 0;
   }
   return AG_OK;
+}
+
+int ag__autocast_depth(void) { return tl_ac.depth; }
+
+int ag__autocast_unwind(int depth, char *what, size_t len) {
+  int closed = 0;
+  if (depth < 0) depth = 0;
+  if (what && len) what[0] = 0;
+  while (tl_ac.depth > depth) {
+    int i = tl_ac.depth - 1;
+    if (what && len) {
+      char where[200];
+      if (tl_ac.file[i])
+        snprintf(where, sizeof where, "%s:%d", tl_ac.file[i], tl_ac.line[i]);
+      else
+        ag__describe_address(tl_ac.addr[i], where, sizeof where);
+      snprintf(what, len, "an autocast(%s) region (ag_autocast_begin called from %s)",
+               ag_dtype_name(tl_ac.stack[i]), where);
+    }
+    ag_autocast_end();
+    closed++;
+  }
+  return closed;
 }
 
 bool ag_autocast_enabled(void) {

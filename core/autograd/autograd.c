@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+
 #include "memory/alloc_internal.h"
+#include "runtime/devstate.h"
 #include "anygrad/amp.h"
 #include "autograd/autocast.h"
 #include "autograd/grad_internal.h"
@@ -35,16 +38,29 @@ static _Thread_local unsigned char tl_modes[MODE_DEPTH];
 static _Thread_local int tl_depth;    /* entries used in tl_modes */
 static _Thread_local int tl_overflow; /* regions beyond MODE_DEPTH (all no-grad) */
 static _Thread_local int tl_inference;
+/* Where each region was opened, for ag_scope_end's report of a region left
+ * open: the caller's file:line when marked (AG_SYNC_SITES), else its
+ * return address. */
+static _Thread_local struct {
+  const void *addr;
+  const char *file;
+  int line;
+} tl_site[MODE_DEPTH];
 
-static void mode_push(unsigned char m) {
+static void mode_push(unsigned char m, const void *addr) {
   if (m == MODE_INFERENCE) tl_inference++;
-  if (tl_depth < MODE_DEPTH) tl_modes[tl_depth++] = m;
-  else tl_overflow++;
+  if (tl_depth < MODE_DEPTH) {
+    tl_site[tl_depth].addr = addr;
+    tl_site[tl_depth].file = ag__site_marked(&tl_site[tl_depth].line);
+    tl_modes[tl_depth++] = m;
+  } else {
+    tl_overflow++;
+  }
 }
 
-void ag_no_grad_begin(void) { mode_push(MODE_NO_GRAD); }
-void ag_inference_mode_begin(void) { mode_push(MODE_INFERENCE); }
-void ag_enable_grad_begin(void) { mode_push(MODE_ENABLE); }
+void ag_no_grad_begin(void) { mode_push(MODE_NO_GRAD, __builtin_return_address(0)); }
+void ag_inference_mode_begin(void) { mode_push(MODE_INFERENCE, __builtin_return_address(0)); }
+void ag_enable_grad_begin(void) { mode_push(MODE_ENABLE, __builtin_return_address(0)); }
 
 ag_status ag_grad_mode_end(void) {
   if (tl_overflow) {
@@ -54,6 +70,32 @@ ag_status ag_grad_mode_end(void) {
   if (!tl_depth) return ag_error_set(AG_ERR_STATE, "ag_grad_mode_end: no grad-mode region is open");
   if (tl_modes[--tl_depth] == MODE_INFERENCE) tl_inference--;
   return AG_OK;
+}
+
+int ag__grad_mode_depth(void) { return tl_depth + tl_overflow; }
+
+int ag__grad_mode_unwind(int depth, char *what, size_t len) {
+  int closed = 0;
+  if (depth < 0) depth = 0;
+  if (what && len) what[0] = 0;
+  while (tl_depth + tl_overflow > depth) {
+    if (what && len && !tl_overflow) {
+      /* the last one described is the outermost closed */
+      int i = tl_depth - 1;
+      static const char *const names[] = {"", "no-grad", "inference", "enable-grad"};
+      static const char *const calls[] = {"", "ag_no_grad_begin", "ag_inference_mode_begin",
+                                          "ag_enable_grad_begin"};
+      char where[200];
+      if (tl_site[i].file)
+        snprintf(where, sizeof where, "%s:%d", tl_site[i].file, tl_site[i].line);
+      else
+        ag__describe_address(tl_site[i].addr, where, sizeof where);
+      snprintf(what, len, "a %s region (%s called from %s)", names[tl_modes[i]], calls[tl_modes[i]], where);
+    }
+    ag_grad_mode_end();
+    closed++;
+  }
+  return closed;
 }
 
 bool ag_inference_mode(void) { return tl_inference > 0; }

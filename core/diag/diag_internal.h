@@ -50,6 +50,9 @@ AG_HIDDEN uint64_t ag__sync_wait_ns(void);
 
 /* ---- profiler hooks (profiler.c), callable from any thread ---- */
 AG_HIDDEN void ag__prof_data_wait(ag_profiler *p, uint64_t ns);
+/* ag_loader_next found the end of the data: the open step, if any, ran no
+ * step and is not counted when it ends. */
+AG_HIDDEN void ag__prof_data_end(ag_profiler *p);
 /* Called on the compute stream's thread after the stream waits for a batch:
  * the device part of the step starts no earlier than this point. */
 AG_HIDDEN void ag__prof_data_ready(ag_profiler *p, ag_stream *compute);

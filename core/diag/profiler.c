@@ -20,6 +20,8 @@
 #define KEEP 4096     /* step records kept (a ring) */
 #define MAX_PEND 1024 /* unresolved event pairs; beyond, timings are dropped */
 #define TOP_SITES 64
+/* input-bound needs at least this much data wait per step (ms) */
+#define AG_PROF_MIN_DATA_WAIT_MS 0.5
 
 typedef struct rec {
   ag_step_stats st;
@@ -71,6 +73,8 @@ struct ag_profiler {
   uint64_t anchor_ns;
   /* the step in progress (driving thread) */
   bool in_step;
+  bool step_void; /* the open step only found the end of the data */
+  atomic_int batches_in_step; /* batches an attached loader handed out in the open step */
   int64_t step; /* index of the next step */
   uint64_t t_begin, syncs0, wait0;
   int64_t alloc0;
@@ -197,7 +201,18 @@ static void add_pend(ag_profiler *p, pkind kind, int64_t step, ag_event *a, ag_e
 /* ---- hooks from loaders ---- */
 
 void ag__prof_data_wait(ag_profiler *p, uint64_t ns) {
-  if (p) atomic_fetch_add(&p->data_wait_ns, ns);
+  if (!p) return;
+  atomic_fetch_add(&p->data_wait_ns, ns);
+  atomic_fetch_add(&p->batches_in_step, 1);
+}
+
+void ag__prof_data_end(ag_profiler *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  /* A step that got a batch before reaching the end ran (a loop that
+   * fetches the next batch at the end of its step). */
+  if (p->in_step && atomic_load(&p->batches_in_step) == 0) p->step_void = true;
+  pthread_mutex_unlock(&p->mu);
 }
 
 void ag__prof_data_ready(ag_profiler *p, ag_stream *compute) {
@@ -397,8 +412,10 @@ ag_status ag_profiler_step_begin(ag_profiler *p) {
     ag_error_clear();
   }
   p->in_step = true;
+  p->step_void = false;
   pthread_mutex_unlock(&p->mu);
   atomic_store(&p->data_wait_ns, 0);
+  atomic_store(&p->batches_in_step, 0);
   mem_now(p, &p->alloc0, NULL, NULL, NULL);
   p->syncs0 = ag_sync_count();
   p->wait0 = ag__sync_wait_ns();
@@ -461,6 +478,19 @@ static void leak_check(ag_profiler *p, const rec *r, const rec *prev) {
 ag_status ag_profiler_step_end(ag_profiler *p) {
   if (!p) return ag_error_set(AG_ERR_INVALID, "ag_profiler_step_end: NULL profiler");
   if (!p->in_step) return ag_error_set(AG_ERR_STATE, "ag_profiler_step_end: no step is open");
+  pthread_mutex_lock(&p->mu);
+  if (p->step_void) {
+    /* The loop's last ag_loader_next found the end of the data: that pass
+     * ran no step, so it is closed without being counted (312 batches are
+     * 312 steps). */
+    ev_put(p, p->ev_begin);
+    ev_put(p, p->ev_ready);
+    p->ev_begin = p->ev_ready = NULL;
+    p->in_step = p->step_void = false;
+    pthread_mutex_unlock(&p->mu);
+    return AG_OK;
+  }
+  pthread_mutex_unlock(&p->mu);
   uint64_t t_end = ag__now_ns();
   uint64_t syncs = ag_sync_count() - p->syncs0;
   uint64_t sync_wait = ag__sync_wait_ns() - p->wait0;
@@ -578,7 +608,10 @@ static void verdict_over(ag_profiler *p, int64_t first, int64_t n, const window_
   v->syncs_per_step = (double)syncs / (double)n;
   v->sync_stall_frac = syncs && wall > 0 ? fmax(0.0, (wall - swait - wait) / wall) : 0;
   double idle = v->device_idle_frac >= 0 ? v->device_idle_frac : v->data_wait_frac;
-  v->input_bound = v->data_wait_frac >= 0.10 && idle >= 0.05;
+  /* A wait of a fraction of a millisecond per step is no reason to add
+   * workers, however short the step: below AG_PROF_MIN_DATA_WAIT_MS per
+   * step the input is not what limits it. */
+  v->input_bound = v->data_wait_frac >= 0.10 && idle >= 0.05 && wait / (double)n >= AG_PROF_MIN_DATA_WAIT_MS;
   /* After a sync the device queue is empty: it runs only what the host
    * enqueues until the host waits again. A step that spends a quarter of
    * its host time outside syncs with the queue drained is bound by them. */
@@ -619,6 +652,9 @@ static void verdict_over(ag_profiler *p, int64_t first, int64_t n, const window_
     else
       snprintf(v->text, cap, "compute-bound (device times not yet known)\n");
   }
+  /* lines are separated by newlines; the text has no trailing one */
+  size_t len = strlen(v->text);
+  while (len && v->text[len - 1] == '\n') v->text[--len] = 0;
 }
 
 ag_status ag_profiler_verdict_get(ag_profiler *p, ag_profiler_verdict *out) {

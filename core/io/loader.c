@@ -277,6 +277,7 @@ ag_status ag_loader_next(ag_loader *l, ag_tensor **out, ag_loader_batch_info *in
   int64_t g = l->consumed;
   if (g >= l->total) {
     info->end = true;
+    if (c->profiler) ag__prof_data_end(c->profiler);
     return AG_OK;
   }
   ag_stream *compute = ag__current_stream(l->ds);

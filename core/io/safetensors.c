@@ -1134,16 +1134,21 @@ ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list 
     ag_tensor *t = l->tensors[i];
     char nb[96];
     if (!e) return ag_error_set(AG_ERR_CORRUPT, "%s: missing tensor '%s'", f->path, ESC(l->names[i], nb));
-    bool same = k_fdt[e->fdt].ag == (int)t->dtype && e->ndim == t->ndim;
-    for (int d = 0; same && d < e->ndim; d++) same = e->shape[d] == t->shape[d];
-    if (!same) { /* both shapes, so a resume with other sizes says which */
+    bool same_dt = k_fdt[e->fdt].ag == (int)t->dtype, same_shape = e->ndim == t->ndim;
+    for (int d = 0; same_shape && d < e->ndim; d++) same_shape = e->shape[d] == t->shape[d];
+    if (!same_dt || !same_shape) {
+      /* A valid file that does not fit the model (other sizes or another
+       * dtype) is a shape or dtype error, not a damaged file; both shapes
+       * and the name say which tensor and how. */
       char a[96], fs[AG_MAX_DIMS * 21 + 4];
       size_t k = 0;
       for (int d = 0; d < e->ndim && k < sizeof fs; d++)
         k += (size_t)snprintf(fs + k, sizeof fs - k, d ? ",%lld" : "%lld", (long long)e->shape[d]);
       if (!e->ndim) fs[0] = 0;
-      return ag_error_set(AG_ERR_CORRUPT, "%s: tensor '%s' is %s[%s] in the file, expected %s", f->path,
-                          ESC(l->names[i], nb), k_fdt[e->fdt].s, fs, ag_tensor_describe(t, a, sizeof a));
+      return ag_error_set(!same_shape ? AG_ERR_SHAPE : AG_ERR_DTYPE,
+                          "%s: tensor '%s' is %s[%s] in the file, the model's is %s (%s differs)", f->path,
+                          ESC(l->names[i], nb), k_fdt[e->fdt].s, fs, ag_tensor_describe(t, a, sizeof a),
+                          !same_shape ? (!same_dt ? "shape and dtype" : "shape") : "dtype");
     }
   }
   ag_status st = AG_OK;

@@ -1022,6 +1022,13 @@ static ag_status oom_error(ag_allocator *a, size_t bytes, const char *why, const
 
 /* ---- the internal interface ---- */
 
+ag_status ag__alloc_env_check(void) {
+  const char *env = getenv("AG_ALLOC_CONF");
+  alloc_conf c;
+  conf_default(&c);
+  return env ? conf_parse(env, &c, "AG_ALLOC_CONF") : AG_OK;
+}
+
 struct ag_allocator *ag__allocator_create(ag_devstate *ds) {
   ag_allocator *a = calloc(1, sizeof *a);
   if (!a) {

@@ -27,5 +27,8 @@ AG_HIDDEN void *ag__block_base(const ag_block *b);
 AG_HIDDEN size_t ag__block_offset(const ag_block *b);
 AG_HIDDEN void ag__block_set_category(ag_block *b, ag_mem_category cat);
 AG_HIDDEN struct ag_allocator *ag__allocator_create(ag_devstate *ds);
+/* AG_OK unless AG_ALLOC_CONF is set and does not parse (AG_ERR_INVALID
+ * naming the variable and the bad key or value); opens nothing. */
+AG_HIDDEN ag_status ag__alloc_env_check(void);
 
 #endif

@@ -8,11 +8,15 @@
 
 #include "anygrad/checks.h"
 #include "anygrad/dist.h"
+#include "memory/block.h"
 #include "runtime/devstate.h"
 #include "runtime/threadpool.h"
 
+ag_status ag_env_check(void) { return ag__env_check(); }
+
 ag_status ag__env_check(void) {
-  ag_status st = ag__sync_debug_env_check();
+  ag_status st = ag__alloc_env_check();
+  if (st == AG_OK) st = ag__sync_debug_env_check();
   int64_t i;
   double f;
   if (st == AG_OK) st = ag_env_i64("AG_NUM_THREADS", 1, AG_MAX_THREADS, 1, &i);

@@ -1288,6 +1288,36 @@ static ag_tensor *cross_entropy_impl(ag_tensor *logits, ag_tensor *targets, ag_r
     return NULL;
   }
   int64_t N, C;
+  bool kdim = logits->ndim >= 3 && targets->ndim == logits->ndim - 1 && targets->shape[0] == logits->shape[0];
+  for (int i = 1; kdim && i < targets->ndim; i++) kdim = targets->shape[i] == logits->shape[i + 1];
+  if (kdim) {
+    /* PyTorch's K-dimensional form: logits [N, C, d1..dk], targets [N,
+     * d1..dk]. The class dim moves last and the rest flatten to rows; the
+     * composition (permute, reshape) is recorded, so gradients flow back in
+     * the input's layout. Reduction none gives targets' shape. */
+    int perm[AG_MAX_DIMS];
+    perm[0] = 0;
+    for (int i = 2; i < logits->ndim; i++) perm[i - 1] = i;
+    perm[logits->ndim - 1] = 1;
+    int64_t rows = 1, s2[2], s1[1];
+    for (int i = 0; i < targets->ndim; i++) rows *= targets->shape[i];
+    s2[0] = rows;
+    s2[1] = logits->shape[1];
+    s1[0] = rows;
+    ag_tensor *pl = ag_permute(logits, perm);
+    ag_tensor *fl = pl ? ag_reshape(pl, 2, s2) : NULL;
+    ag_tensor *ft = fl ? ag_reshape(targets, 1, s1) : NULL;
+    ag_tensor *r = ft ? cross_entropy_impl(fl, ft, reduction, ignore_index) : NULL;
+    ag_tensor_release(pl);
+    ag_tensor_release(fl);
+    ag_tensor_release(ft);
+    if (r && reduction == AG_REDUCTION_NONE) {
+      ag_tensor *r2 = ag_reshape(r, targets->ndim, targets->shape);
+      ag_tensor_release(r);
+      r = r2;
+    }
+    return r;
+  }
   if (logits->ndim == 2 && targets->ndim == 1 && targets->shape[0] == logits->shape[0]) {
     N = logits->shape[0];
     C = logits->shape[1];
@@ -1296,7 +1326,7 @@ static ag_tensor *cross_entropy_impl(ag_tensor *logits, ag_tensor *targets, ag_r
     C = logits->shape[0];
   } else {
     char x[96], y[96];
-    ag_error_set(AG_ERR_SHAPE, "%s: logits %s and targets %s: expected [N, C] and [N]", name,
+    ag_error_set(AG_ERR_SHAPE, "%s: logits %s and targets %s: expected [N, C] and [N], [C] and [], or [N, C, d1..dk] and [N, d1..dk]", name,
                  ag_tensor_describe(logits, x, sizeof x), ag_tensor_describe(targets, y, sizeof y));
     return NULL;
   }
@@ -1368,6 +1398,10 @@ static ag_tensor *mse_impl(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
   if (!broadcast_shapes(name, 2, in, &bnd, bshape)) return NULL;
   if (!ag_dtype_is_float(a->dtype)) {
     ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(a->dtype));
+    return NULL;
+  }
+  if ((unsigned)reduction > AG_REDUCTION_NONE) {
+    ag_error_set(AG_ERR_INVALID, "%s: invalid reduction %d", name, (int)reduction);
     return NULL;
   }
   ag_no_grad_begin();

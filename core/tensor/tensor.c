@@ -12,6 +12,7 @@
 #include "runtime/devstate.h"
 #include "memory/block.h"
 #include "tensor/tensor_internal.h"
+#include "autograd/autocast.h"
 #include "autograd/record.h"
 
 static atomic_llong g_live;
@@ -208,6 +209,7 @@ typedef struct ag_scope {
   ag_tensor **items;
   int32_t n, cap;
   struct ag_scope *parent;
+  int grad_depth, autocast_depth; /* mode regions open when the scope began */
 } ag_scope;
 
 static _Thread_local ag_scope *tl_scope;
@@ -242,12 +244,20 @@ void ag_scope_begin(void) {
     return;
   }
   s->parent = tl_scope;
+  s->grad_depth = ag__grad_mode_depth();
+  s->autocast_depth = ag__autocast_depth();
   tl_scope = s;
 }
 
 ag_status ag_scope_end(void) {
   ag_scope *s = tl_scope;
   if (!s) return ag_error_set(AG_ERR_STATE, "ag_scope_end: no scope is open");
+  /* Mode regions opened inside the scope close with it (an early return
+   * past ag_grad_mode_end or ag_autocast_end must not leave the thread in
+   * that mode); the mismatch is reported once the state is restored. */
+  char ac_what[300], gm_what[300];
+  int n_ac = ag__autocast_unwind(s->autocast_depth, ac_what, sizeof ac_what);
+  int n_gm = ag__grad_mode_unwind(s->grad_depth, gm_what, sizeof gm_what);
   /* Release in reverse creation order: later tensors tend to depend on
    * earlier ones through autograd nodes. */
   hdr_tls *h = rel_enter("ag_scope_end", __builtin_return_address(0));
@@ -262,6 +272,12 @@ ag_status ag_scope_end(void) {
   tl_scope = s->parent;
   free(s->items);
   free(s);
+  if (n_ac || n_gm)
+    return ag_error_set(AG_ERR_STATE,
+                        "ag_scope_end: %d mode region%s opened inside the scope %s still open, the outermost %s; "
+                        "closed with the scope (close each region before its scope ends)",
+                        n_ac + n_gm, n_ac + n_gm == 1 ? "" : "s", n_ac + n_gm == 1 ? "was" : "were",
+                        n_ac ? ac_what : gm_what);
   return AG_OK;
 }
 

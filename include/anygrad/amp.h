@@ -32,7 +32,9 @@ extern "C" {
  * AG_ERR_STATE beyond 16 nested regions. */
 AG_API ag_status ag_autocast_begin(ag_dtype dt);
 /* Close the innermost region; closing the outermost releases the cached
- * parameter casts. Errors: AG_ERR_STATE if none is open. */
+ * parameter casts. Errors: AG_ERR_STATE if none is open. A region opened
+ * inside a scope and still open when the scope ends is closed by
+ * ag_scope_end, which reports it (AG_ERR_STATE). */
 AG_API ag_status ag_autocast_end(void);
 /* Whether autocast is on for this thread, and its low-precision dtype. */
 AG_API bool ag_autocast_enabled(void);

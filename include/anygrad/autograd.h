@@ -13,10 +13,15 @@
 extern "C" {
 #endif
 
-/* Mark a leaf tensor as needing a gradient. Errors: AG_ERR_DTYPE for an
- * integer tensor ("ag_tensor_set_requires_grad: i32 tensors cannot require
- * grad"), AG_ERR_STATE for a non-leaf (an op output) or inside inference
- * mode, AG_ERR_INVALID for NULL. */
+/* Mark a leaf tensor as needing a gradient (or clear the mark). On a
+ * non-leaf (an op output with a recorded node, so it requires grad already)
+ * true is AG_OK and changes nothing, and false is AG_ERR_STATE (use
+ * ag_detach), as torch's requires_grad_. An op output made with recording
+ * off (no-grad, inference, no input requiring grad) is a leaf. Errors:
+ * AG_ERR_DTYPE for an integer or bool tensor ("ag_tensor_set_requires_grad:
+ * i32 tensors cannot require grad"), AG_ERR_STATE for false on a non-leaf
+ * or true inside inference mode, AG_ERR_INVALID for NULL, AG_ERR_STATE for
+ * a released handle. */
 AG_API ag_status ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad);
 AG_API bool ag_tensor_requires_grad(const ag_tensor *t);
 /* True for tensors that were not produced by a recorded op. */
@@ -104,6 +109,8 @@ AG_API void ag_no_grad_begin(void);
 AG_API void ag_inference_mode_begin(void);
 /* Re-enable recording inside a no-grad region (rarely needed). */
 AG_API void ag_enable_grad_begin(void);
+/* A region opened inside a scope must be closed before the scope ends:
+ * ag_scope_end closes one left open and reports it (AG_ERR_STATE). */
 /* Close the innermost region opened by one of the *_begin calls above.
  * Errors: AG_ERR_STATE when none is open. */
 AG_API ag_status ag_grad_mode_end(void);

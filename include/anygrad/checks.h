@@ -33,6 +33,17 @@ AG_API bool ag_parse_u64(const char *s, uint64_t *out);
  * floats ("0x1p-3"), "inf", "nan" and blanks are refused. */
 AG_API bool ag_parse_f64(const char *s, double lo, double hi, double *out);
 
+/* Check every AG_* environment variable the core reads (AG_ALLOC_CONF's
+ * keys and values, AG_SYNC_DEBUG, AG_NUM_THREADS, AG_PINNED_CACHE_MB,
+ * AG_DIST_TIMEOUT_MS, AG_DETERMINISTIC) without opening a device, so a
+ * program can report a typo when it starts rather than at its first
+ * tensor. The library makes the same check when a device first opens, and
+ * that open then fails with the same error. Returns AG_OK, or
+ * AG_ERR_INVALID naming the first bad variable and the bad key or value
+ * ("AG_ALLOC_CONF: unknown key 'max_splt_size_mb' (known: ...)"). Reads
+ * the environment on every call; thread-safe while nothing sets it. */
+AG_API ag_status ag_env_check(void);
+
 /* Environment variable `name` as an integer in [lo, hi]. Unset or empty:
  * *out = dflt and AG_OK. Set to anything else than such a number:
  * AG_ERR_INVALID naming the variable, its value (control characters

@@ -72,6 +72,14 @@ AG_API ag_status ag_sync_site_done_s(ag_status s);
  * the file:line of the ag_scope_end or ag_tensor_release that released it. */
 #define ag_scope_end() (AG__SITE(), ag_sync_site_done_s((ag_scope_end)()))
 #define ag_tensor_release(t) ((void)(AG__SITE(), (ag_tensor_release)(t), ag_sync_site_done_s(AG_OK)))
+/* Mode regions record their site too: ag_scope_end names the file:line of
+ * a region left open inside the scope. */
+#include "anygrad/amp.h"
+#include "anygrad/autograd.h"
+#define ag_no_grad_begin() ((void)(AG__SITE(), (ag_no_grad_begin)(), ag_sync_site_done_s(AG_OK)))
+#define ag_inference_mode_begin() ((void)(AG__SITE(), (ag_inference_mode_begin)(), ag_sync_site_done_s(AG_OK)))
+#define ag_enable_grad_begin() ((void)(AG__SITE(), (ag_enable_grad_begin)(), ag_sync_site_done_s(AG_OK)))
+#define ag_autocast_begin(dt) (AG__SITE(), ag_sync_site_done_s((ag_autocast_begin)(dt)))
 #endif
 
 /* ---- trace ranges ----
@@ -127,7 +135,8 @@ typedef struct ag_profiler_verdict {
   double syncs_per_step;
   double growth_bytes_per_step;
   bool input_bound, sync_bound, memory_growing, leak;
-  char text[1024];           /* one line per finding, "compute-bound ..." if none */
+  char text[1024];           /* one line per finding, "compute-bound ..." if none;
+                                lines separated by '\n', no trailing newline */
 } ag_profiler_verdict;
 
 /* A profiler for device d. cfg NULL: defaults. Owned by the caller:
@@ -138,8 +147,13 @@ AG_API ag_profiler *ag_profiler_create(ag_device d, const ag_profiler_config *cf
 /* NULL ignored. Does not synchronize; events still in flight are dropped. */
 AG_API void ag_profiler_destroy(ag_profiler *p);
 
-/* Step boundaries. Never block the host on the device. Errors:
- * AG_ERR_STATE for begin inside a step or end outside one, AG_ERR_INVALID. */
+/* Step boundaries. Never block the host on the device. A step in which an
+ * attached loader's ag_loader_next found the end of the data (info.end)
+ * before handing out any batch ran no step: step_end closes it without
+ * counting it, so the loop
+ *   for (;;) { step_begin; next; if (info.end) { step_end; break; } ...; step_end; }
+ * over 312 batches records 312 steps. Errors: AG_ERR_STATE for begin
+ * inside a step or end outside one, AG_ERR_INVALID (NULL p). */
 AG_API ag_status ag_profiler_step_begin(ag_profiler *p);
 AG_API ag_status ag_profiler_step_end(ag_profiler *p);
 

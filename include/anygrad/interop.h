@@ -68,8 +68,10 @@ AG_API ag_tensor *ag_from_blob(ag_device d, ag_dtype dt, int ndim, const int64_t
  * Device types: kDLCPU <-> the CPU backend, kDLCUDA <-> cuda:<id>,
  * kDLROCM <-> hip:<id>, kDLOpenCL (export only: a cl_mem is only valid in
  * the context that made it), kDLCUDAHost/kDLROCMHost/kDLCUDAManaged import
- * as CPU memory. dtypes: f32, f16, bf16, f64, i32 (kDLInt 32); other DLPack
- * types are refused by name (AG_ERR_DTYPE), lanes != 1 too. */
+ * as CPU memory. dtypes, both ways: f32, f16, f64 (kDLFloat 32/16/64),
+ * bf16 (kDLBfloat 16), i32, i64 (kDLInt 32/64), u8 (kDLUInt 8) and bool
+ * (kDLBool 8), every ag_dtype; other DLPack types (int8/16, uint16/32/64,
+ * complex, float8, ...) are refused by name (AG_ERR_DTYPE), lanes != 1 too. */
 
 /* Export t without copying. Synchronizes t's device stream first (a counted
  * host sync) so the consumer sees the finished values. Strides, shape and

@@ -114,23 +114,37 @@ AG_API ag_tensor *ag_matmul(ag_tensor *a, ag_tensor *b);
 AG_API ag_tensor *ag_softmax(ag_tensor *a, int dim);
 AG_API ag_tensor *ag_log_softmax(ag_tensor *a, int dim);
 
+/* How a loss reduces its per-element values, PyTorch's `reduction=`
+ * ('mean', 'sum', 'none'). Every loss takes one; each is differentiable
+ * (gradients checked against finite differences in tests/gradcheck.c). */
 typedef enum ag_reduction {
-  AG_REDUCTION_MEAN = 0, /* mean over non-ignored targets */
-  AG_REDUCTION_SUM = 1,
-  AG_REDUCTION_NONE = 2,
+  AG_REDUCTION_MEAN = 0, /* a scalar: the mean (cross-entropy: over non-ignored targets) */
+  AG_REDUCTION_SUM = 1,  /* a scalar: the sum */
+  AG_REDUCTION_NONE = 2, /* one value per element, in the shape PyTorch gives */
 } ag_reduction;
 
-/* logits [N, C] (or [C]), targets i64 (PyTorch's default) or i32 [N] (or
- * scalar). Result f32-typed like
- * logits: a scalar, or [N] for AG_REDUCTION_NONE. Targets equal to
- * ignore_index contribute nothing. A target outside [0, C) is AG_ERR_INDEX,
- * reported by the next host sync on asynchronous devices (see docs). */
+/* torch.nn.functional.cross_entropy with class-index targets, PyTorch's
+ * shapes: logits [N, C] with targets [N], logits [C] with a 0-d target, or
+ * logits [N, C, d1, ..., dk] with targets [N, d1, ..., dk] (class dim 1,
+ * e.g. per-pixel or per-token losses). targets are i64 (PyTorch's default)
+ * or i32. Result of logits' dtype: a scalar, or targets' shape for
+ * AG_REDUCTION_NONE. Targets equal to ignore_index contribute nothing (0
+ * under none; the mean divides by the non-ignored count, NaN when all are
+ * ignored, as torch). Returns a new tensor owned by the caller (or its
+ * scope), or NULL: AG_ERR_SHAPE for other shapes, AG_ERR_DTYPE for
+ * non-floating logits or other target dtypes, AG_ERR_INVALID for a bad
+ * reduction, AG_ERR_DEVICE for mixed devices. A target outside [0, C) is
+ * AG_ERR_INDEX, reported by the next host sync on asynchronous devices (see
+ * docs). Differentiable in logits. */
 AG_API ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets,
                                    ag_reduction reduction, int32_t ignore_index);
 /* Mean squared error over a and b broadcast together (PyTorch's rule: [4,1]
  * against [4] is [4,4], which PyTorch warns about); reduction none keeps the
- * broadcast shape, mean divides by its element count. AG_ERR_SHAPE when the
- * shapes do not broadcast; mixed dtypes promote as ag_sub. */
+ * broadcast shape, mean divides by its element count, sum adds. Returns a
+ * new tensor owned by the caller (or its scope), or NULL: AG_ERR_SHAPE when
+ * the shapes do not broadcast, AG_ERR_DTYPE for non-floating a, AG_ERR_DEVICE
+ * for mixed devices; mixed dtypes promote as ag_sub. Differentiable in a
+ * and b (the gradient of a broadcast operand is summed back to its shape). */
 AG_API ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction);
 
 /* Normalise over the last dim (size D). weight and bias are [D]; either may
@@ -241,9 +255,11 @@ AG_API ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim);
 AG_API ag_tensor *ag_dropout(ag_tensor *a, double p, bool train, ag_generator *g);
 
 /* ---- vision (NCHW) ----
- * f32 and f64 on the CPU; other backends report AG_ERR_UNSUPPORTED until
- * they have the kernels (see docs/vision.md). Inputs of any strides; outputs
- * contiguous. */
+ * conv2d, pooling and batch norm run on every backend: the CPU (f32, f64),
+ * CUDA, HIP and gpuemu (f32, f16, bf16 with f32 accumulation), OpenCL and
+ * Vulkan (f32). A dtype a backend lacks is AG_ERR_UNSUPPORTED naming the op
+ * and device (cast to f32 first); the table is in docs/vision.md. Inputs of
+ * any strides; outputs contiguous. */
 
 typedef struct ag_conv2d_params {
   int stride[2];   /* h, w; >= 1 */

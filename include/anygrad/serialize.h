@@ -79,7 +79,10 @@ AG_API ag_tensor *ag_safetensors_get_as(const ag_safetensors *f, const char *nam
 /* Copy every tensor of l from the file (names must all be present with equal
  * dtype and shape; extra tensors in the file are ignored). Nothing is
  * copied unless all match. Errors: AG_ERR_CORRUPT naming the first missing
- * or mismatched tensor. */
+ * tensor; AG_ERR_SHAPE for a tensor whose shape differs from l's (checked
+ * first), AG_ERR_DTYPE for one whose dtype differs, each naming the tensor
+ * with the file's and the model's dtype and shape; an error from the copy
+ * (AG_ERR_OOM, AG_ERR_DEVICE). Caller keeps ownership of f and l. */
 AG_API ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list *l);
 
 #ifdef __cplusplus

@@ -169,10 +169,18 @@ AG_API ag_tensor *ag_tensor_retain(ag_tensor *t);
  * free intermediates as it goes even when its caller has a scope open. */
 AG_API void ag_tensor_release(ag_tensor *t);
 
-/* Open a scope on this thread. Scopes nest. */
+/* Open a scope on this thread. Scopes nest. The scope also records the
+ * thread's mode regions (no-grad, inference, enable-grad, autocast) open at
+ * this point: regions opened inside it close with it. Errors: AG_ERR_OOM
+ * (last error; no scope is opened). */
 AG_API void ag_scope_begin(void);
-/* Close the innermost scope: release every reference it owns. Errors:
- * AG_ERR_STATE if no scope is open. */
+/* Close the innermost scope: release every reference it owns. Mode regions
+ * opened inside the scope and still open are closed first, so an early
+ * return past ag_grad_mode_end or ag_autocast_end does not leave the thread
+ * in that mode; the tensors are still released and the call then returns
+ * AG_ERR_STATE naming the outermost such region and where it was opened
+ * (the caller's address, or file:line with -DAG_SYNC_SITES). Errors:
+ * AG_ERR_STATE if no scope is open or a region was left open. */
 AG_API ag_status ag_scope_end(void);
 /* Move t's scope-owned reference to the enclosing scope (or to the caller
  * when the innermost scope is the outermost). Returns t. A tensor not owned
