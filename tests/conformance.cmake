@@ -16,3 +16,27 @@ if("opencl" IN_LIST AG_BUILT_BACKENDS)
   add_test(NAME check_opencl COMMAND $<TARGET_FILE:anygrad-cli> check --backend opencl:0)
   set_tests_properties(check_opencl PROPERTIES TIMEOUT 600)
 endif()
+
+# Accuracy (`anygrad check --accuracy`, docs/conformance.md): the ULP helpers
+# and order statistics, the JSON schema on the CI backends, the dumped inputs,
+# and the HTML page in headless Chromium (skips without chromium).
+add_executable(ulp_test ${CMAKE_CURRENT_SOURCE_DIR}/ulp_test.c ${AG_CONF_SRC})
+target_include_directories(ulp_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/tools)
+target_link_libraries(ulp_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
+add_test(NAME ulp COMMAND ulp_test)
+set_tests_properties(ulp PROPERTIES TIMEOUT 60)
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  set(_acc_backends "cpu")
+  foreach(_b opencl gpuemu)
+    if(_b IN_LIST AG_BUILT_BACKENDS)
+      string(APPEND _acc_backends ",${_b}:0")
+    endif()
+  endforeach()
+  foreach(_case schema dump report browser)
+    add_test(NAME accuracy_${_case}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/accuracy_test.py $<TARGET_FILE:anygrad-cli>
+                     ${CMAKE_CURRENT_BINARY_DIR}/accuracy_${_case} ${PROJECT_SOURCE_DIR} ${_case} ${_acc_backends})
+    set_tests_properties(accuracy_${_case} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "cli;opencl")
+  endforeach()
+endif()
