@@ -557,12 +557,6 @@ static bool dist_push(ag_conf_dist *d, int64_t u) {
   return true;
 }
 
-static void json_num(FILE *f, double v) {
-  if (isnan(v)) fputs("NaN", f);
-  else if (isinf(v)) fputs(v > 0 ? "Infinity" : "-Infinity", f);
-  else fprintf(f, "%.17g", v);
-}
-
 /* DIR/<op>.<dtype>.<device>.<case>.bin: one JSON header line, then the
  * logical input, the double reference and the device output as
  * little-endian doubles (docs/conformance.md). */

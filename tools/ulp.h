@@ -7,6 +7,9 @@
  * - +0 and -0 are the same point: their distance is 0, and the smallest
  *   subnormal of either sign is 1 from both.
  * - The largest finite value is 1 from the infinity of its sign.
+ * - f64 distances past INT64_MAX - 1 (the line from near -inf to near +inf
+ *   is 2^64 - 2^53 long) saturate at INT64_MAX - 1, so INT64_MAX always
+ *   means NaN against a number.
  * The result is symmetric and never negative. */
 #ifndef ANYGRAD_TOOLS_ULP_H
 #define ANYGRAD_TOOLS_ULP_H
@@ -41,7 +44,7 @@ static inline int64_t ag_ulp_distance_f64(double a, double b) {
   int64_t ka = ag_ulp_key_f64_(a), kb = ag_ulp_key_f64_(b);
   /* keys lie in [-(2^63-1), 2^63-1]; their difference can overflow int64 */
   uint64_t d = ka >= kb ? (uint64_t)ka - (uint64_t)kb : (uint64_t)kb - (uint64_t)ka;
-  return d > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)d;
+  return d > (uint64_t)(INT64_MAX - 1) ? INT64_MAX - 1 : (int64_t)d;
 }
 
 #endif
