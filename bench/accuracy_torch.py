@@ -27,8 +27,8 @@ TRANSCENDENTAL = ["exp", "exp2", "expm1", "log", "log1p", "sqrt", "rsqrt", "pow"
                   "cosh", "erf", "sigmoid", "logsigmoid", "gelu", "gelu_erf", "silu", "softplus", "mish"]
 REDUCTIONS = ["sum", "mean", "cumsum", "softmax", "log_softmax"]
 I64_MAX = 2**63 - 1
-FMT = {"f64": (53, -1022, float("inf")), "f32": (24, -126, 0x1.fffffep127), "f16": (11, -14, 65504.0),
-       "bf16": (8, -126, 0x1.fep127)}
+FMT = {"f64": (53, -1022, float("inf")), "f32": (24, -126, float.fromhex("0x1.fffffep127")), "f16": (11, -14, 65504.0),
+       "bf16": (8, -126, float.fromhex("0x1.fep127"))}
 TDT = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
