@@ -23,7 +23,7 @@ import tempfile
 import torch
 import torch.nn.functional as F
 
-TRANSCENDENTAL = ["exp", "exp2", "expm1", "log", "log1p", "sqrt", "rsqrt", "pow", "sin", "cos", "tanh", "sinh",
+TRANSCENDENTAL = ["exp", "exp2", "expm1", "log", "log1p", "sqrt", "rsqrt", "pow_scalar", "sin", "cos", "tanh", "sinh",
                   "cosh", "erf", "sigmoid", "logsigmoid", "gelu", "gelu_erf", "silu", "softplus", "mish"]
 REDUCTIONS = ["sum", "mean", "cumsum", "softmax", "log_softmax"]
 I64_MAX = 2**63 - 1
@@ -80,7 +80,7 @@ def torch_op(h, x):
              "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
              "sinh": torch.sinh, "cosh": torch.cosh, "erf": torch.erf, "sigmoid": torch.sigmoid,
              "logsigmoid": F.logsigmoid, "gelu": lambda t: F.gelu(t, approximate="tanh"), "gelu_erf": F.gelu,
-             "silu": F.silu, "mish": F.mish, "pow": lambda t: torch.pow(t, s0),
+             "silu": F.silu, "mish": F.mish, "pow_scalar": lambda t: torch.pow(t, s0),
              "softplus": lambda t: F.softplus(t, beta=s0, threshold=s1)}
     return table[op](x)
 
