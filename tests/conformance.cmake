@@ -16,3 +16,39 @@ if("opencl" IN_LIST AG_BUILT_BACKENDS)
   add_test(NAME check_opencl COMMAND $<TARGET_FILE:anygrad-cli> check --backend opencl:0)
   set_tests_properties(check_opencl PROPERTIES TIMEOUT 600)
 endif()
+
+# Accuracy (`anygrad check --accuracy`, docs/conformance.md): the ULP helpers
+# and order statistics, the JSON schema on the CI backends, the dumped inputs,
+# and the HTML page in headless Chromium (skips without chromium).
+add_executable(ulp_test ${CMAKE_CURRENT_SOURCE_DIR}/ulp_test.c ${AG_CONF_SRC})
+target_include_directories(ulp_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/tools)
+target_link_libraries(ulp_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
+add_test(NAME ulp COMMAND ulp_test)
+set_tests_properties(ulp PROPERTIES TIMEOUT 60)
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  set(_acc_backends "cpu")
+  foreach(_b opencl gpuemu)
+    if(_b IN_LIST AG_BUILT_BACKENDS)
+      string(APPEND _acc_backends ",${_b}:0")
+    endif()
+  endforeach()
+  # Names with "opencl" when it is in the list: the sanitizer stage runs
+  # those without leak checks (scripts/test.sh).
+  set(_acc_sfx "")
+  if("opencl" IN_LIST AG_BUILT_BACKENDS)
+    set(_acc_sfx "_opencl")
+  endif()
+  foreach(_case schema dump report browser)
+    set(_name accuracy_${_case}${_acc_sfx})
+    set(_list ${_acc_backends})
+    if(_case STREQUAL "dump")
+      set(_name accuracy_dump)
+      set(_list cpu)
+    endif()
+    add_test(NAME ${_name}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/accuracy_test.py $<TARGET_FILE:anygrad-cli>
+                     ${CMAKE_CURRENT_BINARY_DIR}/${_name} ${PROJECT_SOURCE_DIR} ${_case} ${_list})
+    set_tests_properties(${_name} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "cli")
+  endforeach()
+endif()

@@ -4,16 +4,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "anygrad/anygrad.h"
 #include "cli.h"
 #include "conformance.h"
+#include "conformance_html.h"
 
 static void check_usage(void) {
   char bl[128];
   printf(
       "usage: anygrad check [--backend B[,B...]] [--ops a,b,...] [--dtype d[,d...]] [--seed S]\n"
-      "                     [--forward | --grad] [--verbose] [--json] [--threads N] [--version]\n\n"
+      "                     [--forward | --grad] [--verbose] [--json] [--threads N] [--version]\n"
+      "                     [--accuracy] [--report FILE.html] [--dump-inputs DIR]\n\n"
       "Runs every op x dtype x shape case against a double-precision host reference.\n"
       "  --backend  BACKEND[:N], backends: %s (default: every backend;\n"
       "             absent ones are listed as skipped; a named one that is absent is an error)\n"
@@ -28,6 +31,15 @@ static void check_usage(void) {
       "             against central finite differences on the same device, f32 and f64)\n"
       "  --verbose  one line per case\n"
       "  --json     one JSON object on stdout instead of the table\n"
+      "  --accuracy also measure each cell's error distribution against the double reference:\n"
+      "             median, 99th percentile and max ULPs of floating outputs, exact-match rate of\n"
+      "             integer and bool ones, on the shape cases and on adversarial inputs\n"
+      "             (subnormals, large values, ill-conditioned points, NaN, inf, signed zeros);\n"
+      "             forward ops only unless --ops names others\n"
+      "  --report FILE.html  write the accuracy matrix as a self-contained HTML page\n"
+      "             (implies --accuracy)\n"
+      "  --dump-inputs DIR  write input, reference and output of the elementwise, sum, mean and\n"
+      "             softmax cases to DIR (an existing directory; implies --accuracy)\n"
       "  --version  print the anygrad version and exit\n" AG_CLI_THREADS_HELP
       "Cells: pass, FAIL, unsup (the backend reports AG_ERR_UNSUPPORTED), - (not an op of that\n"
       "dtype). Exit status: 0 all pass, 1 a cell fails or a requested backend is unavailable,\n"
@@ -46,15 +58,19 @@ typedef struct col {
 int ag_cmd_check(int argc, char **argv) {
   char *backends = NULL, *ops = NULL, *dtypes = NULL;
   uint64_t seed = AG_CONF_DEFAULT_SEED;
-  bool verbose = false, json = false;
+  bool verbose = false, json = false, accuracy = false;
+  const char *report = NULL, *dump_dir = NULL;
   int mode = 0; /* 0 all, 1 forward only, 2 gradients only */
-  enum { O_BACKEND = 256, O_OPS, O_DTYPE, O_SEED, O_VERBOSE, O_FORWARD, O_GRAD, O_JSON, O_VERSION, O_HELP };
+  enum { O_BACKEND = 256, O_OPS, O_DTYPE, O_SEED, O_VERBOSE, O_FORWARD, O_GRAD, O_JSON, O_VERSION, O_HELP, O_ACCURACY, O_REPORT,
+         O_DUMP };
   static const struct option opts[] = {
       {"backend", required_argument, NULL, O_BACKEND}, {"ops", required_argument, NULL, O_OPS},
       {"dtype", required_argument, NULL, O_DTYPE},     {"seed", required_argument, NULL, O_SEED},
       {"verbose", no_argument, NULL, O_VERBOSE},       {"forward", no_argument, NULL, O_FORWARD},
       {"grad", no_argument, NULL, O_GRAD},             {"json", no_argument, NULL, O_JSON},
       {"version", no_argument, NULL, O_VERSION},       {"help", no_argument, NULL, O_HELP},
+      {"accuracy", no_argument, NULL, O_ACCURACY},     {"report", required_argument, NULL, O_REPORT},
+      {"dump-inputs", required_argument, NULL, O_DUMP},
       AG_CLI_THREADS_OPT,                              {NULL, 0, NULL, 0}};
   for (int c = ag_cli_next("check", argc, argv, opts, true); c != -1; c = ag_cli_next("check", argc, argv, opts, false)) {
     const char *v = ag_cli_arg();
@@ -71,12 +87,27 @@ int ag_cmd_check(int argc, char **argv) {
       case O_FORWARD: mode = 1; break;
       case O_GRAD: mode = 2; break;
       case O_JSON: json = true; break;
+      case O_ACCURACY: accuracy = true; break;
+      case O_REPORT: report = v, accuracy = true; break;
+      case O_DUMP: dump_dir = v, accuracy = true; break;
       case AG_CLI_THREADS:
         if (!ag_cli_threads("check", v)) return AG_EXIT_USAGE;
         break;
       default: return AG_EXIT_USAGE;
     }
   }
+
+  if ((report && !*report) || (dump_dir && !*dump_dir)) {
+    fprintf(stderr, "anygrad check: --report and --dump-inputs must not be empty\n");
+    return AG_EXIT_USAGE;
+  }
+  struct stat dst;
+  if (dump_dir && (stat(dump_dir, &dst) != 0 || !S_ISDIR(dst.st_mode))) {
+    fprintf(stderr, "anygrad check: --dump-inputs %s: not an existing directory\n", dump_dir);
+    return AG_EXIT_USAGE;
+  }
+  /* the gradient rows compare with finite differences, not the reference */
+  if (accuracy && mode == 0) mode = 1;
 
   /* columns: requested or every backend kind (device 0) */
   col cols[16];
@@ -150,10 +181,10 @@ int ag_cmd_check(int argc, char **argv) {
     fprintf(stderr, "anygrad check: cannot open /dev/null\n");
     return AG_EXIT_RUNTIME;
   }
-  typedef struct cell { int op, col, dt; ag_conf_result r; } cell;
-  cell *cells = json ? calloc((size_t)(nops * ncol * ndt + 1), sizeof *cells) : NULL;
+  bool keep = json || accuracy;
+  ag_check_cell *cells = keep ? calloc((size_t)(nops * ncol * ndt + 1), sizeof *cells) : NULL;
   int ncells = 0;
-  if (json && !cells) {
+  if (keep && !cells) {
     fclose(tbl);
     fprintf(stderr, "anygrad check: out of host memory\n");
     return AG_EXIT_RUNTIME;
@@ -179,6 +210,7 @@ int ag_cmd_check(int argc, char **argv) {
   size_t fcap = 4096, flen = 0;
   char *flog = malloc(fcap);
   if (flog) flog[0] = 0;
+  ag_conf_acc acc = {.dump_dir = dump_dir};
   for (int oi = 0; oi < nops; oi++) {
     fprintf(tbl, "%-19s", ag_conf_op_name(opsel[oi]));
     fflush(stdout);
@@ -187,10 +219,19 @@ int ag_cmd_check(int argc, char **argv) {
       fprintf(tbl, " |");
       for (int d = 0; d < ndt; d++) {
         char msg[1024];
-        ag_conf_result r = ag_conf_run(opsel[oi], dts[d], cols[i].dev, seed, verbose ? stderr : NULL,
-                                       msg, sizeof msg);
+        ag_conf_result r = ag_conf_run_acc(opsel[oi], dts[d], cols[i].dev, seed, verbose ? stderr : NULL, msg,
+                                           sizeof msg, accuracy ? &acc : NULL);
         fprintf(tbl, " %-5s", ag_conf_result_name(r));
-        if (cells) cells[ncells++] = (cell){opsel[oi], i, d, r};
+        if (cells) {
+          ag_check_cell *ce = &cells[ncells++];
+          *ce = (ag_check_cell){.op = ag_conf_op_name(opsel[oi]), .device = cols[i].label, .dtype = dts[d], .result = r};
+          if (accuracy) {
+            ce->has_acc = true;
+            ce->shapes = ag_conf_dist_stats(&acc.shapes);
+            ce->adversarial = ag_conf_dist_stats(&acc.adversarial);
+          }
+        }
+        ag_conf_acc_free(&acc);
         fflush(stdout);
         passes += r == AG_CONF_PASS;
         unsup += r == AG_CONF_UNSUPPORTED;
@@ -212,43 +253,38 @@ int ag_cmd_check(int argc, char **argv) {
   }
   fprintf(tbl, "\n%d pass, %d fail, %d unsupported\n", passes, fails, unsup);
   if (fails && flog) fprintf(tbl, "\nfailures:\n%s", flog);
-  if (json) {
-    printf("{\"version\": ");
-    ag_cli_json_str(stdout, ANYGRAD_VERSION_STRING);
-    printf(", \"seed\": %llu, \"threads\": %d, \"skipped\": [", (unsigned long long)seed, ag_get_num_threads());
-    for (int i = 0, k = 0; i < ncol; i++)
-      if (cols[i].skipped) {
-        printf("%s{\"backend\": ", k++ ? ", " : "");
-        ag_cli_json_str(stdout, cols[i].label);
-        printf(", \"reason\": ");
-        ag_cli_json_str(stdout, cols[i].reason);
-        printf("}");
-      }
-    printf("],\n \"cells\": [");
-    for (int i = 0; i < ncells; i++) {
-      printf("%s\n  {\"op\": ", i ? "," : "");
-      ag_cli_json_str(stdout, ag_conf_op_name(cells[i].op));
-      printf(", \"device\": ");
-      ag_cli_json_str(stdout, cols[cells[i].col].label);
-      printf(", \"dtype\": ");
-      ag_cli_json_str(stdout, ag_dtype_name(dts[cells[i].dt]));
-      printf(", \"result\": ");
-      ag_cli_json_str(stdout, ag_conf_result_name(cells[i].r));
-      printf("}");
+  if (accuracy) ag_check_accuracy_table(tbl, cells, ncells);
+
+  /* the failure lines as a NULL-terminated array for the JSON writer */
+  const char *flines[4096];
+  int nfl = 0;
+  for (char *line = flog; line && *line && nfl < 4095;) {
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = 0;
+    flines[nfl++] = line + strspn(line, " ");
+    line = nl ? nl + 1 : line + strlen(line);
+  }
+  flines[nfl] = NULL;
+  const char *skl[16], *skr[16];
+  int nsk = 0;
+  for (int i = 0; i < ncol; i++)
+    if (cols[i].skipped) skl[nsk] = cols[i].label, skr[nsk++] = cols[i].reason;
+  ag_check_summary sum = {.seed = seed, .threads = ag_get_num_threads(), .accuracy = accuracy, .nskipped = nsk,
+                          .skipped = skl, .skipped_reason = skr, .cells = cells, .ncells = ncells,
+                          .pass = passes, .fail = fails, .unsupported = unsup, .failures = flines};
+  if (json) ag_check_json(stdout, &sum);
+  int rc = fails ? AG_EXIT_RUNTIME : AG_EXIT_OK;
+  if (report) {
+    char err[256];
+    if (ag_check_html_write(report, &sum, err, sizeof err) != 0) {
+      fprintf(stderr, "anygrad check: %s\n", err);
+      rc = AG_EXIT_RUNTIME;
+    } else {
+      fprintf(json ? stderr : stdout, "anygrad check: wrote %s (open in a browser)\n", report);
     }
-    printf("\n ],\n \"pass\": %d, \"fail\": %d, \"unsupported\": %d, \"failures\": [", passes, fails, unsup);
-    int k = 0;
-    for (char *line = flog; line && *line;) {
-      char *nl = strchr(line, '\n');
-      if (nl) *nl = 0;
-      printf("%s", k++ ? ", " : "");
-      ag_cli_json_str(stdout, line + strspn(line, " "));
-      line = nl ? nl + 1 : line + strlen(line);
-    }
-    printf("]}\n");
   }
   free(cells);
   free(flog);
   if (tbl != stdout) fclose(tbl);
-  return fails ? AG_EXIT_RUNTIME : AG_EXIT_OK;
+  return rc;
 }

@@ -7,6 +7,7 @@
 
 #include "anygrad/autograd.h"
 #include "op_ref.h"
+#include "ulp.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -211,6 +212,14 @@ typedef struct ctx {
   char cmsg[512];
   void **mem;
   int nmem, capmem;
+  /* accuracy mode (ag_conf_run_acc): where check() records, whether the
+   * case is adversarial (recorded, never judged), and the logical input of
+   * a case with a torch counterpart plus its parameters as JSON members */
+  ag_conf_acc *acc;
+  bool adv;
+  const hbuf *din;
+  char dinfo[160];
+  int ncase;
 } ctx;
 
 static void *cx_alloc(ctx *c, size_t bytes) {
@@ -242,6 +251,10 @@ static uint64_t fnv(const char *s, uint64_t h) {
 
 static void case_begin(ctx *c, const char *name) {
   c->cname = name;
+  c->adv = false;
+  c->din = NULL;
+  c->dinfo[0] = 0;
+  c->ncase++;
   c->cres = AG_CONF_PASS;
   c->cmsg[0] = 0;
   uint64_t h = fnv(name, fnv(c->opname, 0xCBF29CE484222325ull ^ c->seed));
@@ -516,6 +529,73 @@ static void strided_guard(ctx *c, ag_tensor *t, const double *vals) {
   }
 }
 
+
+/* ---- accuracy recording ---- */
+
+static int64_t key16(uint16_t b) { return (b & 0x8000) ? -(int64_t)(b & 0x7fff) : (int64_t)(b & 0x7fff); }
+
+/* ULP distance of g from r (both values of dt) in dt's own bit patterns. */
+static int64_t ulp_dt(ag_dtype dt, double g, double r) {
+  if (dt == AG_F64) return ag_ulp_distance_f64(g, r);
+  if (dt == AG_F32) return ag_ulp_distance_f32((float)g, (float)r);
+  if (isnan(g) || isnan(r)) return isnan(g) && isnan(r) ? 0 : INT64_MAX;
+  uint16_t a = dt == AG_F16 ? ag_conf_f16_bits(g) : ag_conf_bf16_bits(g);
+  uint16_t b = dt == AG_F16 ? ag_conf_f16_bits(r) : ag_conf_bf16_bits(r);
+  int64_t d = key16(a) - key16(b);
+  return d < 0 ? -d : d;
+}
+
+static bool dist_push(ag_conf_dist *d, int64_t u) {
+  if (d->n == d->cap) {
+    int64_t cap = d->cap ? 2 * d->cap : 1024;
+    int64_t *p = realloc(d->ulps, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    d->ulps = p;
+    d->cap = cap;
+  }
+  d->ulps[d->n++] = u;
+  return true;
+}
+
+/* DIR/<op>.<dtype>.<device>.<case>.bin: one JSON header line, then the
+ * logical input, the double reference and the device output as
+ * little-endian doubles (docs/conformance.md). */
+static void dump_case(ctx *c, const double *ref, const double *o, int ndim, const int64_t *shape, int64_t n) {
+  char dev[24], path[1024];
+  ag_device_str(c->dev, dev, sizeof dev);
+  for (char *p = dev; *p; p++)
+    if (*p == ':') *p = '_';
+  snprintf(path, sizeof path, "%s/%s.%s.%s.%02d.bin", c->acc->dump_dir, c->opname, ag_dtype_name(c->dt), dev, c->ncase);
+  FILE *f = fopen(path, "wb");
+  if (!f) return;
+  const hbuf *h = c->din;
+  fprintf(f, "{\"op\": \"%s\", \"dtype\": \"%s\", \"device\": \"%s\", \"case\": \"%s\", \"adversarial\": %s, \"in_shape\": [",
+          c->opname, ag_dtype_name(c->dt), dev, c->cname, c->adv ? "true" : "false");
+  for (int i = 0; i < h->ndim; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)h->shape[i]);
+  fprintf(f, "], \"out_shape\": [");
+  for (int i = 0; i < ndim; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  fprintf(f, "], \"n_in\": %lld, \"n_out\": %lld%s%s}\n", (long long)h->n, (long long)n, c->dinfo[0] ? ", " : "", c->dinfo);
+  fwrite(h->v, sizeof(double), (size_t)h->n, f);
+  fwrite(ref, sizeof(double), (size_t)n, f);
+  fwrite(o, sizeof(double), (size_t)n, f);
+  fclose(f);
+}
+
+/* Record every element of a result in the accuracy distribution. */
+static void record(ctx *c, ag_dtype dt, const double *ref, const double *o, int ndim, const int64_t *shape, int64_t n) {
+  ag_conf_dist *d = c->adv ? &c->acc->adversarial : &c->acc->shapes;
+  bool fl = ag_dtype_is_float(dt);
+  for (int64_t i = 0; i < n; i++) {
+    double rr = ag_conf_round(dt, ref[i]);
+    if (fl) dist_push(d, ulp_dt(dt, o[i], rr));
+    else {
+      d->exact_n++;
+      d->exact_match += o[i] == rr;
+    }
+  }
+  if (c->acc->dump_dir && c->din && fl && n > 0) dump_case(c, ref, o, ndim, shape, n);
+}
+
 /* Compare the device result with a reference in doubles. tol: DEF (the
  * dtype's NMSE threshold), EXACT, or an explicit NMSE threshold. */
 static void check(ctx *c, ag_tensor *t, int ndim, const int64_t *shape, ag_dtype want_dt,
@@ -540,6 +620,8 @@ static void check(ctx *c, ag_tensor *t, int ndim, const int64_t *shape, ag_dtype
   double *o = rd(c, t);
   if (!o) return;
   int64_t n = ag_tensor_numel(t);
+  if (c->acc) record(c, dt, ref, o, ndim, shape, n);
+  if (c->adv) return; /* adversarial inputs are measured, not judged */
   if (tol == DEF) tol = ag_conf_threshold(dt);
   double err = 0, den = 0, worst = -1;
   int64_t wi = -1;
@@ -749,6 +831,28 @@ static const ucase UCASES[] = {
     {"empty [0]", 1, {0}, L_C},
 };
 
+/* The adversarial inputs of an elementwise op in dtype dt (rounded to dt
+ * when uploaded): signed zeros, infinities, NaN, subnormals, the largest
+ * values, points where a function is ill-conditioned or an implementation
+ * cancels (near 1 for log, near -1 for log1p, multiples of pi and large
+ * arguments for sin/cos, tiny arguments for expm1/log1p/tanh/erf), the
+ * overflow thresholds of exp and the saturation of tanh and sigmoid. */
+static int adv_values(ag_dtype dt, double *v) {
+  const double tiny = dt == AG_F16 ? 0x1p-24 : dt == AG_BF16 ? 0x1p-133 : dt == AG_F32 ? 0x1p-149 : 0x1p-1074;
+  const double minn = dt == AG_F16 ? 0x1p-14 : dt == AG_F64 ? 0x1p-1022 : 0x1p-126;
+  const double maxv = dt == AG_F16 ? 65504 : dt == AG_BF16 ? 0x1.fep127 : dt == AG_F32 ? 0x1.fffffep127 : 0x1.fffffffffffffp1023;
+  const double eps = dt == AG_F16 ? 0x1p-10 : dt == AG_BF16 ? 0x1p-7 : dt == AG_F32 ? 0x1p-23 : 0x1p-52;
+  const double list[] = {0, -0.0, INFINITY, -INFINITY, NAN, tiny, -tiny, 16 * tiny, minn / 2, -minn / 2, minn, -minn,
+                         maxv, -maxv, maxv / 3, 1e4, -1e4, 1e6, -1e6, 1e10, 1 + eps, 1 - eps / 2, 1 + 4 * eps,
+                         -1 + eps / 2, 1e-3, -1e-3, 1e-5, 1e-8, -1e-8, CREF_PI, 2 * CREF_PI, CREF_PI / 2,
+                         100 * CREF_PI, 1e4 * CREF_PI, 88.72, 709.78, 11.09, -87.3, -103.5, 0.5, -0.5, 3, -3,
+                         10, -10, 20, -20};
+  int n = (int)(sizeof list / sizeof list[0]);
+  for (int i = 0; i < n; i++) v[i] = list[i];
+  return n;
+}
+#define ADV_MAX 64
+
 /* A unary op on every layout case: table op top (>= 0; scalars s0, s1)
  * against op_ref.h, or the scalar form sop of affine (scalar s0). */
 static void run_unary(ctx *c, int top, int sop, const char *fname, double s0, double s1) {
@@ -772,6 +876,8 @@ static void run_unary(ctx *c, int top, int sop, const char *fname, double s0, do
         double *ref = cx_alloc(c, (size_t)h->n * sizeof(double));
         for (int64_t i = 0; ref && i < h->n; i++)
           ref[i] = wrap_int(c->dt, top >= 0 ? ag_ref_unary(top, h->v[i], s0, s1) : ref_scalar(sop, h->v[i], s0));
+        c->din = h;
+        snprintf(c->dinfo, sizeof c->dinfo, "\"s0\": %.17g, \"s1\": %.17g", s0, s1);
         if (ref) check(c, o, h->ndim, h->shape, c->dt, ref, exact ? EXACT : DEF);
         guard_end(c, &g);
       }
@@ -788,6 +894,25 @@ static void run_unary(ctx *c, int top, int sop, const char *fname, double s0, do
       ag_tensor *o = call_table_unary(top, a, s0, s1);
       double ref[6];
       for (int i = 0; i < 6; i++) ref[i] = ag_ref_unary(top, h->v[i], s0, s1);
+      if (!o) on_null(c, fname);
+      else check(c, o, 1, sh, c->dt, ref, DEF);
+    }
+    case_end(c);
+  }
+  if (c->acc && ag_dtype_is_float(c->dt)) {
+    case_begin(c, "adversarial");
+    c->adv = true;
+    double v[ADV_MAX];
+    int64_t sh[1] = {adv_values(c->dt, v)};
+    hbuf *h;
+    ag_tensor *a = mk_vals(c, c->dt, &h, 1, sh, v);
+    if (a) {
+      ag_tensor *o = top >= 0 ? call_table_unary(top, a, s0, s1) : call_scalar(sop, a, s0);
+      double ref[ADV_MAX];
+      for (int i = 0; i < sh[0]; i++)
+        ref[i] = top >= 0 ? ag_ref_unary(top, h->v[i], s0, s1) : ref_scalar(sop, h->v[i], s0);
+      c->din = h;
+      snprintf(c->dinfo, sizeof c->dinfo, "\"s0\": %.17g, \"s1\": %.17g", s0, s1);
       if (!o) on_null(c, fname);
       else check(c, o, 1, sh, c->dt, ref, DEF);
     }
@@ -969,11 +1094,49 @@ static void run_reduce(ctx *c, int op) {
         }
         if (op == R_MEAN)
           for (int64_t i = 0; i < n; i++) ref[i] /= (double)rcount;
+        c->din = h;
+        int dp = snprintf(c->dinfo, sizeof c->dinfo, "\"dims\": [");
+        for (int i = 0; i < R[k].nd; i++) dp += snprintf(c->dinfo + dp, sizeof c->dinfo - (size_t)dp, "%s%d", i ? ", " : "", R[k].dims[i]);
+        snprintf(c->dinfo + dp, sizeof c->dinfo - (size_t)dp, "], \"keep\": %s", R[k].keep ? "true" : "false");
         if (ref && best && seen)
           check(c, o, on, os, odt, ref,
                 op == R_SUM || op == R_MEAN ? DEF : EXACT);
         guard_end(c, &g);
       }
+    }
+    case_end(c);
+  }
+  if (c->acc && ag_dtype_is_float(c->dt) && (op == R_SUM || op == R_MEAN)) {
+    /* rows of 256 along the last dim: cancellation of large terms of both
+     * signs around small ones, magnitudes over 12 (f16: 5) decades, an
+     * infinity, a NaN, and only signed zeros */
+    case_begin(c, "adversarial [5,256] dim -1");
+    c->adv = true;
+    enum { R = 5, L = 256 };
+    double v[R * L];
+    const double big = c->dt == AG_F16 ? 1e2 : 1e4, decades = c->dt == AG_F16 ? 5 : 12;
+    for (int j = 0; j < L; j++) {
+      v[j] = j % 2 ? (j % 4 == 1 ? big : -big) : 1e-3 * (urand(c) - 0.5);
+      v[L + j] = (urand(c) < 0.5 ? -1 : 1) * pow(10, decades * urand(c) - decades / 2);
+      v[2 * L + j] = j == 17 ? INFINITY : urand(c) - 0.5;
+      v[3 * L + j] = j == 200 ? NAN : urand(c) - 0.5;
+      v[4 * L + j] = j % 3 ? -0.0 : 0.0;
+    }
+    int64_t sh[2] = {R, L}, os[1] = {R};
+    int dim[1] = {-1};
+    hbuf *h;
+    ag_tensor *a = mk_vals(c, c->dt, &h, 2, sh, v);
+    if (a) {
+      ag_tensor *o = op == R_SUM ? ag_sum(a, 1, dim, false) : ag_mean(a, 1, dim, false);
+      double ref[R] = {0};
+      for (int r = 0; r < R; r++) {
+        for (int j = 0; j < L; j++) ref[r] += h->v[r * L + j];
+        if (op == R_MEAN) ref[r] /= L;
+      }
+      c->din = h;
+      snprintf(c->dinfo, sizeof c->dinfo, "\"dims\": [-1], \"keep\": false");
+      if (!o) on_null(c, names[op]);
+      else check(c, o, 1, os, c->dt, ref, DEF);
     }
     case_end(c);
   }
@@ -1080,6 +1243,8 @@ static void op_cumsum(ctx *c) {
       ag_tensor *o = ag_cumsum(a, S[k].dim);
       if (!o) on_null(c, "ag_cumsum");
       else if (ref) {
+        c->din = h;
+        snprintf(c->dinfo, sizeof c->dinfo, "\"dim\": %d", S[k].dim);
         check(c, o, h->ndim, h->shape, c->dt, ref, DEF);
         guard_end(c, &g);
       }
@@ -1344,9 +1509,41 @@ static void run_softmax(ctx *c, bool logsm) {
       ag_tensor *o = logsm ? ag_log_softmax(a, S[k].dim) : ag_softmax(a, S[k].dim);
       if (!o) on_null(c, logsm ? "ag_log_softmax" : "ag_softmax");
       else if (ref) {
+        c->din = h;
+        snprintf(c->dinfo, sizeof c->dinfo, "\"dim\": %d", S[k].dim);
         check(c, o, h->ndim, h->shape, c->dt, ref, DEF);
         guard_end(c, &g);
       }
+    }
+    case_end(c);
+  }
+  if (c->acc && ag_dtype_is_float(c->dt)) {
+    /* rows of 64: logits spread over +-1e4 (f16: +-1e3), half masked with
+     * -inf, one far above the rest, tiny differences around a large
+     * offset, and a NaN */
+    case_begin(c, "adversarial [5,64] dim -1");
+    c->adv = true;
+    enum { R = 5, L = 64 };
+    double v[R * L];
+    const double big = c->dt == AG_F16 ? 1e3 : 1e4;
+    for (int j = 0; j < L; j++) {
+      v[j] = big * (2 * urand(c) - 1);
+      v[L + j] = j % 2 ? -INFINITY : 3 * urand(c);
+      v[2 * L + j] = j == 5 ? 60 : urand(c);
+      v[3 * L + j] = 1000 + 1e-2 * urand(c);
+      v[4 * L + j] = j == 9 ? NAN : urand(c);
+    }
+    int64_t sh[2] = {R, L};
+    hbuf *h;
+    ag_tensor *a = mk_vals(c, c->dt, &h, 2, sh, v);
+    if (a) {
+      double *ref = cx_alloc(c, sizeof(double) * R * L);
+      if (ref) lines(h, 1, softmax_line, ref, &logsm);
+      ag_tensor *o = logsm ? ag_log_softmax(a, -1) : ag_softmax(a, -1);
+      c->din = h;
+      snprintf(c->dinfo, sizeof c->dinfo, "\"dim\": -1");
+      if (!o) on_null(c, logsm ? "ag_log_softmax" : "ag_softmax");
+      else if (ref) check(c, o, 2, sh, c->dt, ref, DEF);
     }
     case_end(c);
   }
@@ -2370,6 +2567,38 @@ int ag_conf_op_find(const char *name) {
 
 ag_conf_result ag_conf_run(int op, ag_dtype dt, ag_device d, uint64_t seed, FILE *log, char *msg,
                            size_t msg_len) {
+  return ag_conf_run_acc(op, dt, d, seed, log, msg, msg_len, NULL);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+ag_conf_stats ag_conf_dist_stats(ag_conf_dist *d) {
+  ag_conf_stats st = {.n = d->n, .median = -1, .p99 = -1, .max = -1, .exact_n = d->exact_n, .exact_match = d->exact_match};
+  if (d->n > 0) {
+    qsort(d->ulps, (size_t)d->n, sizeof *d->ulps, cmp_i64);
+    /* nearest-rank: the smallest value with at least q of the elements at or below it */
+    st.median = d->ulps[(d->n + 1) / 2 - 1];
+    st.p99 = d->ulps[(int64_t)ceil(0.99 * (double)d->n) - 1];
+    st.max = d->ulps[d->n - 1];
+    for (int64_t i = d->n; i > 0 && d->ulps[i - 1] == INT64_MAX; i--) st.nan_mismatch++;
+  }
+  return st;
+}
+
+void ag_conf_acc_free(ag_conf_acc *acc) {
+  if (!acc) return;
+  const char *dir = acc->dump_dir;
+  free(acc->shapes.ulps);
+  free(acc->adversarial.ulps);
+  memset(acc, 0, sizeof *acc);
+  acc->dump_dir = dir;
+}
+
+ag_conf_result ag_conf_run_acc(int op, ag_dtype dt, ag_device d, uint64_t seed, FILE *log, char *msg,
+                               size_t msg_len, ag_conf_acc *acc) {
   if (msg && msg_len) msg[0] = 0;
   if (op < 0 || op >= N_OPS || (unsigned)dt >= AG_DTYPE_COUNT) {
     if (msg) snprintf(msg, msg_len, "unknown op or dtype");
@@ -2379,7 +2608,7 @@ ag_conf_result ag_conf_run(int op, ag_dtype dt, ag_device d, uint64_t seed, FILE
   unsigned bit = 1u << dt;
   if (!((od->required | od->optional) & bit)) return AG_CONF_NA;
   ctx c = {.dev = d, .dt = dt, .seed = seed, .opname = od->name, .optional = (od->optional & bit) != 0, .arg = od->arg,
-           .log = log, .res = AG_CONF_PASS};
+           .log = log, .res = AG_CONF_PASS, .acc = acc};
   int64_t live = ag_live_tensors();
   ag_scope_begin();
   od->fn(&c);

@@ -60,6 +60,44 @@ uint16_t ag_conf_bf16_bits(double v);
  * core's: counter (lo, hi, 0, 0), key (seed lo, seed hi). */
 void ag_conf_philox(uint64_t counter, uint64_t seed, uint32_t out[4]);
 
+/* ---- accuracy (`anygrad check --accuracy`) ---- */
+
+/* The error distribution of one kind of input: ULP distances of floating
+ * outputs against the double reference rounded to the output dtype
+ * (tools/ulp.h; f16 and bf16 counted in their own bit patterns), and the
+ * exact-match count of integer and bool outputs. */
+typedef struct ag_conf_dist {
+  int64_t *ulps; /* one per floating output element; owned */
+  int64_t n, cap;
+  int64_t exact_n, exact_match; /* integer and bool output elements */
+} ag_conf_dist;
+
+/* One op x dtype x device: the existing shape cases and the adversarial
+ * inputs (subnormals, large magnitudes, ill-conditioned points, NaN, inf,
+ * signed zeros), kept apart. Zero-initialise; release with ag_conf_acc_free. */
+typedef struct ag_conf_acc {
+  ag_conf_dist shapes, adversarial;
+  const char *dump_dir; /* when set, inputs, reference and output of the
+                           cases with a torch counterpart are written here */
+} ag_conf_acc;
+
+typedef struct ag_conf_stats {
+  int64_t n;                    /* floating elements */
+  int64_t median, p99, max;     /* ULPs; -1 when n is 0; INT64_MAX: a NaN where a number was due (or the reverse) */
+  int64_t nan_mismatch;         /* elements at INT64_MAX */
+  int64_t exact_n, exact_match; /* integer and bool elements */
+} ag_conf_stats;
+
+/* ag_conf_run that also records every compared element in `acc` (may be
+ * NULL: then exactly ag_conf_run) and runs the adversarial cases, which are
+ * recorded but never fail the cell. Sorts acc's arrays as a side effect. */
+ag_conf_result ag_conf_run_acc(int op, ag_dtype dt, ag_device d, uint64_t seed, FILE *log, char *msg,
+                               size_t msg_len, ag_conf_acc *acc);
+/* Order statistics of a distribution (sorts d->ulps in place). */
+ag_conf_stats ag_conf_dist_stats(ag_conf_dist *d);
+/* Free the arrays of acc and zero it (keeps dump_dir). NULL is a no-op. */
+void ag_conf_acc_free(ag_conf_acc *acc);
+
 /* ---- measurements (tools/cmd_bench.c) ---- */
 
 typedef struct ag_bench_row {
