@@ -3,8 +3,9 @@
  * double-precision reference written here, finite-difference gradients in
  * f64, dropout equal on both paths for one generator state, f16/bf16, GQA,
  * masks, causal, sizes that are not multiples of the tiles, argument
- * errors, and the unfused fallback on the other backends present
- * (opencl:0, gpuemu:0). */
+ * errors, and the other backends present (opencl:0, gpuemu:0, vulkan:0):
+ * their fused kernels against the CPU's, and a check that the fused kernel
+ * is the one that runs. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -296,35 +297,98 @@ static void test_errors(void **state) {
   for (size_t i = 0; i < 5; i++) ag_tensor_release(ts[i]);
 }
 
+static bool present(const char *name, ag_device *dev) {
+  if (ag_device_parse(name, dev) != AG_OK || !ag_backend_available((ag_backend_kind)dev->backend, NULL) ||
+      dev->index >= ag_backend_device_count((ag_backend_kind)dev->backend)) {
+    ag_error_clear();
+    return false;
+  }
+  return true;
+}
+
+static const char *k_devs[] = {"opencl:0", "gpuemu:0", "vulkan:0"};
+#define N_DEVS (sizeof k_devs / sizeof *k_devs)
+
 /* The other backends (their fused kernel, or the unfused path where they
- * have none or decline the shapes): forward and gradients against the
- * CPU's fused kernel, dropout included. */
+ * decline the shapes): forward and gradients against the CPU's fused
+ * kernel, dropout and f16 included. */
 static void test_other_backends(void **state) {
   (void)state;
-  const char *names[] = {"opencl:0", "gpuemu:0"};
   int ran = 0;
-  for (int bi = 0; bi < 2; bi++) {
+  for (size_t bi = 0; bi < N_DEVS; bi++) {
     ag_device dev;
-    if (ag_device_parse(names[bi], &dev) != AG_OK || !ag_backend_available((ag_backend_kind)dev.backend, NULL) ||
-        dev.index >= ag_backend_device_count((ag_backend_kind)dev.backend)) {
-      ag_error_clear();
-      continue;
-    }
-    /* the last case: a head of 136 and dropout */
+    if (!present(k_devs[bi], &dev)) continue;
+    const bool slow = bi > 0; /* emulated GPU and lavapipe run on the host */
+    /* a head of 136 (declined: the unfused path) and dropout; dropout on a
+     * shape every fused kernel takes */
     const cfg big = {1, 2, 1, 20, 24, 136, 8, true, false, 0.25};
-    for (size_t ci = 1; ci < 6; ci++) {
-      /* the emulated GPU runs fibers on the host: two cases are enough there */
-      if (bi == 1 && ci != 3 && ci != 5) continue;
-      const cfg *c = ci < 5 ? &k_cfgs[ci] : &big;
+    const cfg dropc = {1, 4, 2, 37, 45, 8, 8, true, true, 0.3};
+    for (size_t ci = 1; ci < 7; ci++) {
+      if (slow && ci == 1) continue;
+      const cfg *c = ci < 5 ? &k_cfgs[ci] : ci == 5 ? &big : &dropc;
       inputs in = make(c, AG_CPU, AG_F32, 200 + ci);
       inputs dv = {ag_to_device(in.q, dev), ag_to_device(in.k, dev), ag_to_device(in.v, dev),
                    in.mask ? ag_to_device(in.mask, dev) : NULL, ag_to_device(in.w, dev)};
       result a = run(c, &in, true, 1), b = run(c, &dv, true, 1);
       result bc = {ag_to_device(b.out, AG_CPU), ag_to_device(b.dq, AG_CPU), ag_to_device(b.dk, AG_CPU),
                    ag_to_device(b.dv, AG_CPU)};
-      check_close(c, names[bi], &a, &bc, 1e-4);
+      check_close(c, k_devs[bi], &a, &bc, 1e-4);
+      printf("%s case %zu: max |error| vs the CPU's fused kernel %.3g (out) %.3g %.3g %.3g (dq dk dv)\n",
+             k_devs[bi], ci, rel_err(a.out, bc.out), rel_err(a.dq, bc.dq), rel_err(a.dk, bc.dk),
+             rel_err(a.dv, bc.dv));
       rfree(&a), rfree(&b), rfree(&bc);
       drop(&in), drop(&dv);
+      ran++;
+    }
+    /* f16 storage (f32 inside) against the CPU's fused f16 */
+    for (size_t ci = 3; ci < 5 && bi > 0; ci++) {
+      const cfg *c = &k_cfgs[ci];
+      inputs in = make(c, AG_CPU, AG_F16, 300 + ci);
+      inputs dv = {ag_to_device(in.q, dev), ag_to_device(in.k, dev), ag_to_device(in.v, dev),
+                   in.mask ? ag_to_device(in.mask, dev) : NULL, ag_to_device(in.w, dev)};
+      result a = run(c, &in, true, 1), b = run(c, &dv, true, 1);
+      result bc = {ag_to_device(b.out, AG_CPU), ag_to_device(b.dq, AG_CPU), ag_to_device(b.dk, AG_CPU),
+                   ag_to_device(b.dv, AG_CPU)};
+      check_close(c, "f16 on the device", &a, &bc, 5e-3);
+      rfree(&a), rfree(&b), rfree(&bc);
+      drop(&in), drop(&dv);
+    }
+  }
+  if (!ran) skip();
+}
+
+/* The fused kernel is what runs: a query row whose keys are all masked
+ * gives 0 (and finite gradients) on the fused path and NaN on the unfused
+ * composition; a head of 136, which the GPU kernels decline, gives NaN
+ * there. */
+static void test_fused_used(void **state) {
+  (void)state;
+  int ran = 0;
+  for (size_t bi = 0; bi < N_DEVS + 1; bi++) {
+    ag_device dev = AG_CPU;
+    if (bi > 0 && !present(k_devs[bi - 1], &dev)) continue;
+    for (int big = 0; big < 2; big++) {
+      const int64_t T = 5, S = 6, D = big ? 136 : 8;
+      const cfg c = {1, 2, 1, T, S, D, 4, false, false, 0};
+      inputs in = make(&c, dev, AG_F32, 40);
+      float h[5 * 6];
+      for (int i = 0; i < T * S; i++) h[i] = i / S == 2 ? -INFINITY : 0.0f;
+      in.mask = ag_from_host(dev, AG_F32, 2, (int64_t[]){T, S}, h);
+      result r = run(&c, &in, true, 1);
+      double *o = host(r.out), *g = host(r.dq);
+      bool fused = true;
+      for (int hh = 0; hh < 2; hh++)
+        for (int e = 0; e < 4; e++) fused = fused && o[(hh * T + 2) * 4 + e] == 0.0;
+      for (int64_t i = 0; i < 2 * T * D; i++) fused = fused && isfinite(g[i]);
+      /* the CPU fuses every head size; OpenCL and the GPU kernels up to 128 */
+      bool want = !big || bi == 0;
+      if (fused != want)
+        fail_msg("%s, head %lld: the %s path ran, expected the %s one", bi ? k_devs[bi - 1] : "cpu", (long long)D,
+                 fused ? "fused" : "unfused", want ? "fused" : "unfused");
+      free(o);
+      free(g);
+      rfree(&r);
+      drop(&in);
       ran++;
     }
   }
@@ -336,7 +400,7 @@ int main(void) {
       cmocka_unit_test(test_fused_vs_unfused), cmocka_unit_test(test_double_reference),
       cmocka_unit_test(test_gradcheck_f64),    cmocka_unit_test(test_dropout),
       cmocka_unit_test(test_half),             cmocka_unit_test(test_errors),
-      cmocka_unit_test(test_other_backends),
+      cmocka_unit_test(test_other_backends),   cmocka_unit_test(test_fused_used),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

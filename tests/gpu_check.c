@@ -1379,6 +1379,64 @@ static void cases_multi(void) {
   }
 }
 
+/* Fused attention (AG_K_SDPA, AG_K_SDPA_BWD): grouped-query heads, a
+ * broadcast mask, causal, dropout, lengths that are not multiples of the
+ * kernels' tiles; the backward from a given out and log-sum-exp. */
+static void cases_sdpa(void) {
+  const ag_dtype dts[3] = {AG_F32, AG_F16, AG_BF16};
+  const int64_t B = 2, H = 4, Hkv = 2, T = 37, S = 45, D = 16, Dv = 8;
+  const int64_t qs[4] = {B, H, T, D}, ks[4] = {B, Hkv, S, D}, vs[4] = {B, Hkv, S, Dv}, os[4] = {B, H, T, Dv};
+  const int64_t ls[3] = {B, H, T}, ms[4] = {1, 1, T, S};
+  for (int di = 0; di < 3; di++)
+    for (int var = 0; var < 3; var++) {
+      const ag_dtype dt = dts[di];
+      const bool causal = var != 0, mask = var != 1;
+      const double p = var == 2 ? 0.2 : 0;
+      for (int bwd = 0; bwd < 2; bwd++) {
+        tcase *t = newcase("sdpa%s %s B%lld H%lld/%lld T%lld S%lld D%lld/%lld%s%s%s", bwd ? "_bwd" : "", dname(dt),
+                           (long long)B, (long long)H, (long long)Hkv, (long long)T, (long long)S, (long long)D,
+                           (long long)Dv, causal ? " causal" : "", mask ? " mask" : "", p > 0 ? " dropout" : "");
+        int q = nb(t, dt, B * H * T * D, -1, 1), k = nb(t, dt, B * Hkv * S * D, -1, 1);
+        int v = nb(t, dt, B * Hkv * S * Dv, -1, 1), m = mask ? nb(t, dt, T * S, -1, 0) : -1;
+        t->c.op = bwd ? AG_K_SDPA_BWD : AG_K_SDPA;
+        t->c.s[0] = 0.25;
+        t->c.s[1] = p;
+        t->c.i[0] = causal;
+        t->c.seed = 77;
+        t->c.offset = 5;
+        if (!bwd) {
+          int o = nbout(t, dt, B * H * T * Dv, false), l = nbout(t, AG_F32, B * H * T, false);
+          opnd(t, 0, o, 4, os);
+          opnd(t, 5, l, 3, ls);
+        } else {
+          int go = nb(t, dt, B * H * T * Dv, -1, 1), l = nb(t, AG_F32, B * H * T, 3, 5);
+          int out = nb(t, dt, B * H * T * Dv, -0.5, 0.5);
+          int dq = nbout(t, dt, B * H * T * D, false), dk = nbout(t, dt, B * Hkv * S * D, false);
+          int dv = nbout(t, dt, B * Hkv * S * Dv, false);
+          opnd(t, 0, go, 4, os);
+          opnd(t, 5, l, 3, ls);
+          t->nm = 4;
+          t->mb[0] = dq;
+          t->mb[1] = dk;
+          t->mb[2] = dv;
+          t->mb[3] = out;
+          t->m.t[0].numel = B * H * T * D;
+          t->m.t[1].numel = B * Hkv * S * D;
+          t->m.t[2].numel = B * Hkv * S * Dv;
+          t->m.t[3].numel = B * H * T * Dv;
+          for (int j = 0; j < 4; j++) t->m.t[j].dtype = dt;
+        }
+        opnd(t, 1, q, 4, qs);
+        opnd(t, 2, k, 4, ks);
+        opnd(t, 3, v, 4, vs);
+        opnd(t, 4, m, 4, ms);
+        if (mask) t->c.o[4].strides[0] = t->c.o[4].strides[1] = 0; /* broadcast over batch and heads */
+        else t->c.o[4].dtype = dt;
+        run(t);
+      }
+    }
+}
+
 int main(int argc, char **argv) {
   int na = 0;
   for (int i = 1; i < argc; i++) {
@@ -1440,6 +1498,7 @@ int main(int argc, char **argv) {
   cases_deterministic();
   cases_conv();
   cases_pool();
+  cases_sdpa();
   cases_bn();
   B->stream_destroy(S);
   printf("gpu_check: %d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);

@@ -121,7 +121,6 @@ static void test_supports(void **state) {
     for (int dt = AG_F32; dt <= AG_BF16; dt++) {
       for (int op = 0; op < AG_KOP_COUNT; op++) {
         if (op == AG_K_ADAMW || op == AG_K_SGD || op == AG_K_BN_STATS || op == AG_K_BN_APPLY) continue;
-        if (op == AG_K_SDPA || op == AG_K_SDPA_BWD) continue; /* the core's unfused path serves */
         int sub = op == AG_K_UNARY ? AG_U_EXP : 0;
         assert_true(b->supports(0, (ag_kop)op, sub, (ag_dtype)dt));
       }

@@ -547,6 +547,80 @@ static ag_status run_topk(ag_bstream *s, const ag_kernel_call *c) {
   return vkb_dispatch1(s, VKS_TOPK, 0, &a, O * R * I);
 }
 
+/* Attention (AG_K_SDPA*, attention.comp): a work-group of VKB_SDPA_Q
+ * query rows (forward, dq) or key rows (dk, dv) per tile. Heads above
+ * VKB_SDPA_MAXD (MAXD there: rows live in per-invocation arrays) are
+ * declined, and so are shapes whose sequential steps per invocation exceed
+ * the driver's loop limit; the core then runs the unfused composition.
+ * The forward declines whatever the backward would, so a recorded node
+ * always finds its backward. */
+#define VKB_SDPA_Q 16
+#define VKB_SDPA_KV 15 /* query rows per step of the dk/dv kernel */
+#define VKB_SDPA_MAXD 128
+
+static ag_status sdpa_groups(ag_bstream *s, vkb_shader sh, const vkb_args *a, int64_t groups) {
+  if (groups <= 0) return AG_OK;
+  uint64_t maxx = s->d->props.limits.maxComputeWorkGroupCount[0];
+  uint64_t gx = (uint64_t)groups < maxx ? (uint64_t)groups : maxx, gy = ((uint64_t)groups + gx - 1) / gx;
+  if (gy > s->d->props.limits.maxComputeWorkGroupCount[1])
+    return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %lld attention tiles exceed the device's dispatch limits",
+                        (long long)groups);
+  return vkb_dispatch(s, sh, 0, a, (uint32_t)gx, (uint32_t)gy, 1);
+}
+
+static ag_status run_sdpa(ag_bstream *s, const ag_kernel_call *c) {
+  const ag_koperand *q = &c->o[1], *k = &c->o[2], *v = &c->o[3];
+  int64_t B = q->shape[0], H = q->shape[1], Hkv = k->shape[1], T = q->shape[2], S = k->shape[2], D = q->shape[3],
+          Dv = v->shape[3];
+  if (D > VKB_SDPA_MAXD || Dv > VKB_SDPA_MAXD)
+    return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: head size %lld/%lld above %d", c->name ? c->name : "sdpa",
+                        (long long)D, (long long)Dv, VKB_SDPA_MAXD);
+  if (Hkv <= 0 || H % Hkv != 0)
+    return ag_error_set(AG_ERR_INTERNAL, "vulkan: %s: %lld heads over %lld key/value heads",
+                        c->name ? c->name : "sdpa", (long long)H, (long long)Hkv);
+  /* loop back-edges of one invocation, counted as if every loop ran in
+   * full: the forward and dq walk every key once (a tile load, then D + Dv
+   * steps per key); dk/dv walk the queries of every head of the group */
+  int64_t tq = (T + VKB_SDPA_Q - 1) / VKB_SDPA_Q, ts = (S + VKB_SDPA_Q - 1) / VKB_SDPA_Q;
+  int64_t per_row = 2 * (D + Dv) + 4;
+  int64_t fwd = 2 * (D + Dv) + ts * (2 * ((VKB_SDPA_Q * (D + Dv)) / VKB_SDPA_Q + 1) + VKB_SDPA_Q * per_row) + Dv;
+  int64_t kvq = (T + VKB_SDPA_KV - 1) / VKB_SDPA_KV;
+  int64_t bwd = 2 * (D + Dv) + (H / Hkv) * (kvq * (2 * (D + Dv) + Dv + 2) + T * per_row) + D + Dv;
+  ag_status st = loop_ok(s, c, fwd > bwd ? fwd : bwd);
+  if (st != AG_OK) return st;
+  const ag_koperand *m = c->n_operands > 4 && c->o[4].base ? &c->o[4] : NULL;
+  vkb_args a = {0};
+  int64_t dims[7] = {B, H, Hkv, T, S, D, Dv};
+  memcpy(a.n, dims, sizeof dims);
+  for (int d = 0; d < 4 && m; d++) a.n[7 + d] = m->strides[d];
+  a.n[11] = (int64_t)c->seed;
+  a.n[12] = (int64_t)c->offset;
+  a.f[0] = (float)c->s[0];
+  a.f[1] = (float)c->s[1];
+  a.f[2] = (float)(c->s[1] < 1 ? 1.0 / (1.0 - c->s[1]) : 0.0);
+  a.k[0] = q->dtype;
+  a.k[1] = c->i[0] != 0;
+  a.p[1] = oaddr(q);
+  a.p[2] = oaddr(k);
+  a.p[3] = oaddr(v);
+  a.p[4] = m ? oaddr(m) : 0;
+  a.p[5] = oaddr(&c->o[5]);
+  if (c->op == AG_K_SDPA) {
+    a.p[0] = oaddr(&c->o[0]);
+    return sdpa_groups(s, VKS_SDPA, &a, B * H * tq);
+  }
+  if (!c->multi || c->multi->count < 4)
+    return ag_error_set(AG_ERR_INTERNAL, "vulkan: %s: dq, dk, dv and out not given", c->name ? c->name : "sdpa");
+  const ag_kmulti *mt = c->multi;
+  a.p[0] = addr(mt->t[0].base, mt->t[0].offset);
+  a.p[6] = oaddr(&c->o[0]);
+  a.p[7] = addr(mt->t[3].base, mt->t[3].offset);
+  a.n[13] = (int64_t)addr(mt->t[1].base, mt->t[1].offset);
+  a.n[14] = (int64_t)addr(mt->t[2].base, mt->t[2].offset);
+  if ((st = sdpa_groups(s, VKS_SDPA_BWD_DQ, &a, B * H * tq)) != AG_OK) return st;
+  return sdpa_groups(s, VKS_SDPA_BWD_DKV, &a, B * Hkv * ts);
+}
+
 static int64_t pick(int64_t v, int64_t dflt) { return v > 0 ? v : dflt; }
 
 static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
@@ -801,6 +875,8 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_GATHER: return run_gather(s, c, false);
     case AG_K_GATHER_BWD: return run_gather(s, c, true);
     case AG_K_TOPK: return run_topk(s, c);
+    case AG_K_SDPA:
+    case AG_K_SDPA_BWD: return run_sdpa(s, c);
     case AG_K_CONV2D:
     case AG_K_CONV2D_BWD_INPUT:
     case AG_K_CONV2D_BWD_WEIGHT: return run_conv(s, c);
@@ -859,6 +935,8 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_GATHER:
     case AG_K_GATHER_BWD: return (fl || f64) && (sub == 0 || sub == 1);
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1);
+    case AG_K_SDPA: /* attention.comp; heads above 128 declined at launch */
+    case AG_K_SDPA_BWD: return fl && sub == 0;
     /* vision ops: f32, as on the CPU */
     case AG_K_CONV2D:
     case AG_K_CONV2D_BWD_INPUT:

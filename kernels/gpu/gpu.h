@@ -78,6 +78,10 @@ AGK_HIDDEN gpuError_t agk_pool2d(const agk_env *env, const ag_kernel_call *c);
  * BN_STATS keeps its per-chunk partials in env->scratch. */
 AGK_HIDDEN gpuError_t agk_bn_stats(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_bn_apply(const agk_env *env, const ag_kernel_call *c);
+/* attention.cu: AG_K_SDPA and AG_K_SDPA_BWD (f32/f16/bf16, heads up to 128;
+ * larger ones gpuErrorNotSupported, which the core answers with the unfused
+ * composition). */
+AGK_HIDDEN gpuError_t agk_sdpa(const agk_env *env, const ag_kernel_call *c);
 /* Our tiled GEMM for AG_K_MATMUL (f32/f16/bf16, f32 accumulation). */
 AGK_HIDDEN gpuError_t agk_gemm(const agk_env *env, const ag_kernel_call *c);
 

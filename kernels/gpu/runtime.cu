@@ -377,6 +377,9 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_POOL2D:
     case AG_K_POOL2D_BWD:
       return is_float(dt) && sub >= 0 && sub < AG_POOL_OP_COUNT;
+    case AG_K_SDPA: /* fused attention (attention.cu) */
+    case AG_K_SDPA_BWD:
+      return is_float(dt) && sub == 0;
     case AG_K_BN_STATS: /* f16/bf16: the core composes batch norm */
     case AG_K_BN_APPLY:
       return dt == AG_F32 && (sub == 0 || sub == 1);
@@ -427,6 +430,8 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_POOL2D:
     case AG_K_POOL2D_BWD: e = agk_pool2d(&env, c); break;
     case AG_K_BN_STATS: e = agk_bn_stats(&env, c); break;
+    case AG_K_SDPA:
+    case AG_K_SDPA_BWD: e = agk_sdpa(&env, c); break;
     case AG_K_BN_APPLY: e = agk_bn_apply(&env, c); break;
     case AG_K_ADAMW:
     case AG_K_SGD:
