@@ -77,8 +77,8 @@ for op, phase in FAULTS[CASE]:
             # the planted op must show at least that ULP, and every op that
             # ranks above it must be one whose kernels round differently.
             check(all(o["added_ulp"] >= 1 for o in hit), "%s: ulp fault not seen: %s" % (op, hit[:2]))
-    # The same run without the fault: the op adds no such error.
+    # The same run without the fault: no op adds an error of that size.
     out, ops = compare(CASE, "cpu," + DEV)
-    hit = [o for o in ops if o["op"] == op]
-    check(hit and hit[0] is not ops[0] or ops[0]["added_rel"] < 1e-3, "%s stands out without a fault" % op)
+    check(all(o["added_rel"] is not None and o["added_rel"] < 1e-3 for o in ops),
+          "without a fault: %s" % [o for o in ops if o["added_rel"] is None or o["added_rel"] >= 1e-3][:2])
 print("ok")
