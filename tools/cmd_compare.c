@@ -10,8 +10,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "anygrad/optrace.h"
 #include "charlm.h"
 #include "cli.h"
+#include "ulp.h"
 
 #define CMP_MAX_DEV 8
 
@@ -24,6 +26,9 @@ typedef struct cmp_options {
   int64_t steps, log_every, check_every;
   double tol, loss_tol; /* parameters, loss */
   const char *json;
+  bool bisect;          /* --bisect or --bisect-step */
+  int64_t bisect_step;  /* 1-based; 0: the first step over tolerance */
+  int64_t bisect_top;   /* ops listed per device */
   FILE *out; /* the human report: stdout, or stderr when the JSON goes to stdout */
   charlm_options job; /* model sizes and hyperparameters of `anygrad train` */
 } cmp_options;
@@ -45,7 +50,12 @@ static void usage(void) {
       "  --check-every N  compare parameters every N steps (default 1)\n"
       "  --log-every N    print every N-th step (default: about 25 rows)\n"
       "  --words PATH     word list (default /usr/share/dict/words)\n"
-      "  --json PATH      write the per-step report as JSON ('-': stdout)\n" AG_CLI_THREADS_HELP "\n"
+      "  --json PATH      write the per-step report as JSON ('-': stdout)\n"
+      "  --bisect         stop at the first step over tolerance and replay it op by op\n"
+      "                   on each device from the reference's inputs, ranking the ops\n"
+      "                   (forward and backward) by the error each adds\n"
+      "  --bisect-step N  bisect step N whatever the divergence (implies --bisect)\n"
+      "  --bisect-top N   ops listed per device (default 10; 0: all)\n" AG_CLI_THREADS_HELP "\n"
       "Exit status: 0 within tolerance, 1 diverged, 2 error or unavailable device.\n");
 }
 
@@ -63,14 +73,16 @@ static int parse_device(const char *s, ag_device *d) {
 static int parse_args(int argc, char **argv, cmp_options *o) {
   const char *C = "compare";
   enum { O_DEVICES = 256, O_MODEL, O_STEPS, O_SEED, O_TOL, O_LOSS_TOL, O_BATCH, O_CHECK_EVERY, O_LOG_EVERY,
-         O_WORDS, O_JSON, O_HELP };
+         O_WORDS, O_JSON, O_BISECT, O_BISECT_STEP, O_BISECT_TOP, O_HELP };
   static const struct option opts[] = {
       {"devices", required_argument, NULL, O_DEVICES},   {"model", required_argument, NULL, O_MODEL},
       {"steps", required_argument, NULL, O_STEPS},       {"seed", required_argument, NULL, O_SEED},
       {"tol", required_argument, NULL, O_TOL},           {"loss-tol", required_argument, NULL, O_LOSS_TOL},
       {"batch", required_argument, NULL, O_BATCH},       {"check-every", required_argument, NULL, O_CHECK_EVERY},
       {"log-every", required_argument, NULL, O_LOG_EVERY}, {"words", required_argument, NULL, O_WORDS},
-      {"json", required_argument, NULL, O_JSON},         {"help", no_argument, NULL, O_HELP}, AG_CLI_THREADS_OPT,
+      {"json", required_argument, NULL, O_JSON},         {"help", no_argument, NULL, O_HELP},
+      {"bisect", no_argument, NULL, O_BISECT},           {"bisect-step", required_argument, NULL, O_BISECT_STEP},
+      {"bisect-top", required_argument, NULL, O_BISECT_TOP}, AG_CLI_THREADS_OPT,
       {NULL, 0, NULL, 0}};
   /* The model picks the defaults the other options then override. */
   charlm_model_kind kind = CHARLM_MLP;
@@ -94,6 +106,7 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
   o->job.seed = 1337;
   o->steps = 20;
   o->check_every = 1;
+  o->bisect_top = 10;
   double tol_all = 0, tol_loss = 0;
   bool have_tol = false, have_loss_tol = false, ok = true;
   const char *devices = NULL;
@@ -118,6 +131,12 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
       case O_LOG_EVERY: ok = ag_cli_i64(C, "log-every", v, 0, CHARLM_MAX_STEPS, &o->log_every); break;
       case O_WORDS: o->job.words_path = v; break;
       case O_JSON: o->json = v; break;
+      case O_BISECT: o->bisect = true; break;
+      case O_BISECT_STEP:
+        ok = ag_cli_i64(C, "bisect-step", v, 1, CHARLM_MAX_STEPS, &o->bisect_step);
+        o->bisect = true;
+        break;
+      case O_BISECT_TOP: ok = ag_cli_i64(C, "bisect-top", v, 0, 1000000, &o->bisect_top); break;
       default: ok = false; break;
     }
   }
@@ -145,6 +164,11 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
   }
   if (o->n_dev < 2) {
     fprintf(stderr, "anygrad compare: --devices needs at least two devices (a device may repeat: cpu,cpu)\n");
+    return -1;
+  }
+  if (o->bisect_step > o->steps) {
+    fprintf(stderr, "anygrad compare: --bisect-step %lld is after the last step (--steps %lld)\n",
+            (long long)o->bisect_step, (long long)o->steps);
     return -1;
   }
   o->out = o->json && !strcmp(o->json, "-") ? stderr : stdout;
@@ -403,8 +427,358 @@ static void max_divs(const report *rep, int d, double *ml, double *mp) {
   }
 }
 
+/* ---------------- bisect: one step replayed op by op ---------------- */
+
+/* The host copy of a replica's parameters before a step, so the step can be
+ * run again under an op trace once it turns out to be the one to bisect. */
+typedef struct param_snap {
+  int count;
+  void **data;
+} param_snap;
+
+static void snap_free(param_snap *p) {
+  for (int i = 0; p->data && i < p->count; i++) free(p->data[i]);
+  free(p->data);
+  memset(p, 0, sizeof *p);
+}
+
+static ag_status snap_take(param_snap *p, const ag_param_list *pl) {
+  if (!p->data) {
+    p->data = calloc((size_t)pl->count, sizeof *p->data);
+    if (!p->data) return ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+    p->count = pl->count;
+  }
+  for (int i = 0; i < pl->count; i++) {
+    size_t bytes = (size_t)ag_tensor_numel(pl->tensors[i]) * ag_dtype_size(ag_tensor_dtype(pl->tensors[i]));
+    if (!p->data[i] && !(p->data[i] = malloc(bytes ? bytes : 1)))
+      return ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+    ag_status st = ag_to_host(pl->tensors[i], p->data[i], bytes);
+    if (st != AG_OK) return st;
+  }
+  return AG_OK;
+}
+
+static ag_status snap_restore(const param_snap *p, const ag_param_list *pl) {
+  ag_status st = AG_OK;
+  ag_no_grad_begin();
+  for (int i = 0; i < pl->count && st == AG_OK; i++) {
+    ag_tensor *t = pl->tensors[i];
+    ag_tensor *h = ag_from_host(ag_tensor_device(t), ag_tensor_dtype(t), ag_tensor_ndim(t), ag_tensor_shape(t),
+                                p->data[i]);
+    st = h ? ag_copy_(t, h) : ag_last_status();
+    ag_tensor_release(h);
+  }
+  ag_grad_mode_end();
+  return st;
+}
+
+/* Forward and backward of one step on r's device, recorded launch by launch;
+ * the gradients are cleared afterwards and no optimizer step is taken. */
+static ag_status traced_step(replica *r, const cmp_options *o, const int32_t *hx, const int32_t *hy,
+                             ag_optrace **out) {
+  bool mlp = r->m.kind == CHARLM_MLP;
+  int64_t B = o->job.batch, cols = mlp ? o->job.context : CHARLM_MAX_WORD + 2;
+  int64_t sx[2] = {B, cols}, sy[1] = {mlp ? B : B * cols};
+  ag_scope_begin();
+  ag_tensor *x = ag_from_host(r->dev, AG_I32, 2, sx, hx);
+  ag_tensor *y = ag_from_host(r->dev, AG_I32, 1, sy, hy);
+  ag_status st = x && y ? AG_OK : ag_last_status();
+  ag_optrace *t = st == AG_OK ? ag_optrace_begin() : NULL;
+  if (st == AG_OK && !t) st = ag_last_status();
+  if (st == AG_OK) {
+    ag_optrace_phase(t, "forward");
+    ag_tensor *loss = replica_loss(r, x, y);
+    ag_optrace_phase(t, "backward");
+    st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
+    ag_status e = ag_optrace_end(t);
+    if (st == AG_OK) st = e;
+  }
+  ag_optimizer_zero_grad(r->opt);
+  ag_scope_end();
+  if (st != AG_OK) {
+    ag_optrace_free(t);
+    t = NULL;
+  }
+  *out = t;
+  return st;
+}
+
+/* How far b is from the reference a over the n values of an operand of
+ * dtype dt: max |a-b| / max |a| (an absolute error where a is all zero),
+ * and the largest distance in units in the last place of dt (integers:
+ * the largest difference). */
+typedef struct op_err {
+  double rel;
+  int64_t ulp;
+} op_err;
+
+static void err_merge(op_err *e, op_err x) {
+  if (isnan(x.rel) || x.rel > e->rel || isnan(e->rel)) e->rel = isnan(e->rel) ? e->rel : x.rel;
+  if (x.ulp > e->ulp) e->ulp = x.ulp;
+}
+
+static op_err values_err(ag_dtype dt, const double *a, const double *b, int64_t n) {
+  double md = 0, ma = 0;
+  int64_t ulp = 0;
+  bool nan = false;
+  for (int64_t i = 0; i < n; i++) {
+    if (a[i] == b[i]) continue;
+    int64_t u;
+    if (dt == AG_F64) u = ag_ulp_distance_f64(a[i], b[i]);
+    else if (dt == AG_F32 || dt == AG_F16 || dt == AG_BF16) u = ag_ulp_distance_f32((float)a[i], (float)b[i]);
+    else u = (int64_t)fabs(a[i] - b[i]);
+    if (u > ulp) ulp = u;
+    double d = fabs(a[i] - b[i]);
+    if (isnan(d)) nan = true;
+    else if (d > md) md = d;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (fabs(a[i]) > ma) ma = fabs(a[i]);
+  op_err e = {nan ? NAN : (ma > 0 ? md / ma : md), ulp};
+  return e;
+}
+
+/* The error of every operand the reference launch k wrote, between the
+ * reference trace and trace `other` (its record ko). */
+static ag_status record_err(const ag_optrace *ref, int64_t k, const ag_optrace *other, int64_t ko, op_err *out) {
+  ag_optrace_op op;
+  ag_status st = ag_optrace_get(ref, k, &op);
+  op_err e = {0, 0};
+  double *a = NULL, *b = NULL;
+  for (int j = 0; st == AG_OK && j < op.n_operands; j++) {
+    ag_optrace_operand od, oo;
+    st = ag_optrace_get_operand(ref, k, j, &od);
+    if (st == AG_OK) st = ag_optrace_get_operand(other, ko, j, &oo);
+    if (st != AG_OK || !od.written) continue;
+    if (oo.numel != od.numel) {
+      e.rel = NAN;
+      continue;
+    }
+    double *na = realloc(a, (size_t)od.numel * sizeof *a), *nb = NULL;
+    if (na) a = na;
+    if (na) nb = realloc(b, (size_t)od.numel * sizeof *b);
+    if (nb) b = nb;
+    if (!na || !nb) {
+      st = ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+      break;
+    }
+    st = ag_optrace_values(ref, k, j, true, a, od.numel);
+    if (st == AG_OK) st = ag_optrace_values(other, ko, j, true, b, od.numel);
+    if (st == AG_OK) err_merge(&e, values_err(od.dtype, a, b, od.numel));
+  }
+  free(a);
+  free(b);
+  *out = e;
+  return st;
+}
+
+/* Whether two records are the same launch: op, kernel and operand shapes. */
+static bool same_launch(const ag_optrace *a, int64_t ka, const ag_optrace *b, int64_t kb) {
+  ag_optrace_op x, y;
+  if (ag_optrace_get(a, ka, &x) != AG_OK || ag_optrace_get(b, kb, &y) != AG_OK) return false;
+  if (strcmp(x.name, y.name) || strcmp(x.kop, y.kop) || x.n_operands != y.n_operands) return false;
+  for (int j = 0; j < x.n_operands; j++) {
+    ag_optrace_operand p, q;
+    if (ag_optrace_get_operand(a, ka, j, &p) != AG_OK || ag_optrace_get_operand(b, kb, j, &q) != AG_OK) return false;
+    if (p.dtype != q.dtype || p.ndim != q.ndim || memcmp(p.shape, q.shape, (size_t)p.ndim * sizeof *p.shape))
+      return false;
+  }
+  return true;
+}
+
+typedef struct bisect_op {
+  int64_t k;        /* record of the reference trace */
+  op_err added;     /* replayed on the device from the reference's inputs */
+  op_err own;       /* in the device's own run (inputs its own) */
+  bool have_own;
+  char what[48];    /* "forward #12" or "backward: mul (node 7)" */
+  char shapes[160]; /* output <- inputs */
+  char dtype[8];
+  char name[64], kop[48], phase[16];
+} bisect_op;
+
+typedef struct bisect_result {
+  int64_t step; /* 1-based; 0 none */
+  int n_dev;
+  int64_t n_ops[CMP_MAX_DEV];
+  bisect_op *ops[CMP_MAX_DEV]; /* ranked, worst first; [0] unused */
+  int64_t unmatched[CMP_MAX_DEV]; /* reference launches with no counterpart in the device's own run */
+} bisect_result;
+
+static void bisect_free(bisect_result *b) {
+  for (int d = 0; d < CMP_MAX_DEV; d++) free(b->ops[d]);
+  memset(b, 0, sizeof *b);
+}
+
+static int cmp_ops(const void *pa, const void *pb) {
+  const bisect_op *a = pa, *b = pb;
+  double x = isnan(a->added.rel) ? INFINITY : a->added.rel, y = isnan(b->added.rel) ? INFINITY : b->added.rel;
+  if (x != y) return x < y ? 1 : -1;
+  if (a->added.ulp != b->added.ulp) return a->added.ulp < b->added.ulp ? 1 : -1;
+  return a->k < b->k ? -1 : a->k > b->k;
+}
+
+static void describe(const ag_optrace *t, int64_t k, int64_t fwd_pos, bisect_op *b) {
+  ag_optrace_op op;
+  if (ag_optrace_get(t, k, &op) != AG_OK) return;
+  snprintf(b->name, sizeof b->name, "%s", op.name);
+  snprintf(b->kop, sizeof b->kop, "%s", op.kop);
+  snprintf(b->phase, sizeof b->phase, "%s", op.phase);
+  if (op.node[0]) snprintf(b->what, sizeof b->what, "node %d %s", op.node_index, op.node);
+  else if (!strcmp(op.phase, "forward")) snprintf(b->what, sizeof b->what, "forward #%lld", (long long)fwd_pos);
+  else snprintf(b->what, sizeof b->what, "%s (accumulate)", op.phase);
+  size_t n = 0;
+  b->shapes[0] = 0;
+  b->dtype[0] = 0;
+  /* Outputs first, then "<-" and the inputs. */
+  for (int pass = 0; pass < 2; pass++) {
+    bool first = true;
+    for (int j = 0; j < op.n_operands; j++) {
+      ag_optrace_operand od;
+      if (ag_optrace_get_operand(t, k, j, &od) != AG_OK || od.written != (pass == 0)) continue;
+      if (pass == 0 && !b->dtype[0]) snprintf(b->dtype, sizeof b->dtype, "%s", ag_dtype_name(od.dtype));
+      n += (size_t)snprintf(b->shapes + n, n < sizeof b->shapes ? sizeof b->shapes - n : 0, "%s[", first ? "" : ",");
+      for (int d = 0; d < od.ndim && n < sizeof b->shapes; d++)
+        n += (size_t)snprintf(b->shapes + n, sizeof b->shapes - n, "%s%lld", d ? "x" : "", (long long)od.shape[d]);
+      if (n < sizeof b->shapes) n += (size_t)snprintf(b->shapes + n, sizeof b->shapes - n, "]");
+      first = false;
+    }
+    if (pass == 0 && n < sizeof b->shapes) n += (size_t)snprintf(b->shapes + n, sizeof b->shapes - n, " <- ");
+  }
+}
+
+/* Replay every launch of the reference trace on device d and compare. */
+static ag_status bisect_device(const cmp_options *o, const ag_optrace *ref, const ag_optrace *own, int d,
+                               bisect_result *res) {
+  int64_t n = ag_optrace_count(ref), no = ag_optrace_count(own), ko = 0, fwd = 0;
+  bisect_op *ops = calloc((size_t)(n ? n : 1), sizeof *ops);
+  if (!ops) return ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+  ag_status st = AG_OK;
+  int64_t m = 0;
+  for (int64_t k = 0; k < n && st == AG_OK; k++) {
+    ag_optrace_op op;
+    st = ag_optrace_get(ref, k, &op);
+    if (st != AG_OK) break;
+    bool forward = !strcmp(op.phase, "forward");
+    bisect_op *b = &ops[m];
+    b->k = k;
+    describe(ref, k, fwd, b);
+    if (forward) fwd++;
+    ag_optrace *rp = ag_optrace_replay(ref, k, o->dev[d]);
+    if (!rp) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", ag_last_error());
+      st = ag_error_set(ag_last_status(), "bisect: replaying %s (%s) on %s: %s", b->name, b->kop, o->name[d], msg);
+      break;
+    }
+    st = record_err(ref, k, rp, 0, &b->added);
+    ag_optrace_free(rp);
+    /* The device's own launch: the next record of its trace that matches. */
+    for (int64_t q = ko; st == AG_OK && q < no && q < ko + 64; q++)
+      if (same_launch(ref, k, own, q)) {
+        st = record_err(ref, k, own, q, &b->own);
+        b->have_own = true;
+        ko = q + 1;
+        break;
+      }
+    if (!b->have_own) res->unmatched[d]++;
+    m++;
+  }
+  if (st != AG_OK) {
+    free(ops);
+    return st;
+  }
+  qsort(ops, (size_t)m, sizeof *ops, cmp_ops);
+  res->ops[d] = ops;
+  res->n_ops[d] = m;
+  return AG_OK;
+}
+
+static void fmt_err(op_err e, char *rel, size_t nr, char *ulp, size_t nu) {
+  fmt_div(e.rel, rel, nr);
+  if (e.ulp == INT64_MAX) snprintf(ulp, nu, "inf");
+  else snprintf(ulp, nu, "%lld", (long long)e.ulp);
+}
+
+static void print_bisect(const cmp_options *o, const bisect_result *b) {
+  fprintf(o->out,
+          "\nbisect: step %lld replayed op by op: each launch of the reference %s re-run on the device\n"
+          "from the reference's inputs (\"added\": the error of that op alone), and the same launch in the\n"
+          "device's own run (\"own\": with the error of every op before it); worst first\n",
+          (long long)b->step, o->name[0]);
+  for (int d = 1; d < b->n_dev; d++) {
+    int64_t top = o->bisect_top && o->bisect_top < b->n_ops[d] ? o->bisect_top : b->n_ops[d];
+    fprintf(o->out, "\n%s against %s: %lld launches", o->name[d], o->name[0], (long long)b->n_ops[d]);
+    if (b->unmatched[d]) fprintf(o->out, " (%lld without a counterpart in its own run)", (long long)b->unmatched[d]);
+    fprintf(o->out, "\n%4s %-26s %-20s %-22s %-5s %-44s %9s %6s %9s %6s\n", "rank", "op", "kernel", "where", "dtype",
+            "shapes (out <- in)", "added", "ulp", "own", "ulp");
+    for (int64_t i = 0; i < top; i++) {
+      const bisect_op *x = &b->ops[d][i];
+      char r1[32], u1[32], r2[32] = "-", u2[32] = "-";
+      fmt_err(x->added, r1, sizeof r1, u1, sizeof u1);
+      if (x->have_own) fmt_err(x->own, r2, sizeof r2, u2, sizeof u2);
+      fprintf(o->out, "%4lld %-26.26s %-20.20s %-22.22s %-5s %-44.44s %9s %6s %9s %6s\n", (long long)i + 1, x->name,
+              x->kop, x->what, x->dtype, x->shapes, r1, u1, r2, u2);
+    }
+    if (top && b->n_ops[d] && b->ops[d][0].added.rel == 0 && b->ops[d][0].added.ulp == 0)
+      fprintf(o->out, "every op agrees exactly when given the reference's inputs\n");
+  }
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', f);
+    if ((unsigned char)*s >= 0x20) fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+static void json_bisect(FILE *f, const cmp_options *o, const bisect_result *b) {
+  fprintf(f, "  \"bisect\": ");
+  if (!b->step) {
+    fprintf(f, "null,\n");
+    return;
+  }
+  fprintf(f, "{\"step\": %lld, \"reference\": \"%s\", \"devices\": [\n", (long long)b->step, o->name[0]);
+  for (int d = 1; d < b->n_dev; d++) {
+    fprintf(f, "    {\"device\": \"%s\", \"launches\": %lld, \"unmatched\": %lld, \"ops\": [\n", o->name[d],
+            (long long)b->n_ops[d], (long long)b->unmatched[d]);
+    for (int64_t i = 0; i < b->n_ops[d]; i++) {
+      const bisect_op *x = &b->ops[d][i];
+      fprintf(f, "      {\"rank\": %lld, \"launch\": %lld, \"op\": ", (long long)i + 1, (long long)x->k);
+      json_str(f, x->name);
+      fprintf(f, ", \"kernel\": ");
+      json_str(f, x->kop);
+      fprintf(f, ", \"phase\": ");
+      json_str(f, x->phase);
+      fprintf(f, ", \"where\": ");
+      json_str(f, x->what);
+      fprintf(f, ", \"dtype\": ");
+      json_str(f, x->dtype);
+      fprintf(f, ", \"shapes\": ");
+      json_str(f, x->shapes);
+      fprintf(f, ", \"added_rel\": ");
+      json_num(f, x->added.rel);
+      fprintf(f, ", \"added_ulp\": ");
+      if (x->added.ulp == INT64_MAX) fprintf(f, "null");
+      else fprintf(f, "%lld", (long long)x->added.ulp);
+      fprintf(f, ", \"own_rel\": ");
+      if (x->have_own) json_num(f, x->own.rel);
+      else fprintf(f, "null");
+      fprintf(f, ", \"own_ulp\": ");
+      if (x->have_own && x->own.ulp != INT64_MAX) fprintf(f, "%lld", (long long)x->own.ulp);
+      else fprintf(f, "null");
+      fprintf(f, "}%s\n", i + 1 < b->n_ops[d] ? "," : "");
+    }
+    fprintf(f, "    ]}%s\n", d + 1 < b->n_dev ? "," : "");
+  }
+  fprintf(f, "  ]},\n");
+}
+
 /* f was opened before training, so a bad path fails before the run. */
-static ag_status write_json(FILE *f, const char *path, const cmp_options *o, const report *rep, bool diverged) {
+static ag_status write_json(FILE *f, const char *path, const cmp_options *o, const report *rep, bool diverged,
+                            const bisect_result *br) {
   fprintf(f, "{\n  \"model\": \"%s\", \"parameters\": %lld, \"seed\": %llu, \"steps\": %lld, \"batch\": %lld,\n",
           o->job.model == CHARLM_MLP ? "mlp" : "gpt", (long long)rep->nparams, (unsigned long long)o->job.seed,
           (long long)o->steps, (long long)o->job.batch);
@@ -442,7 +816,9 @@ static ag_status write_json(FILE *f, const char *path, const cmp_options *o, con
   fprintf(f, "  ],\n  \"diverged\": %s, \"first_exceed_step\": ", diverged ? "true" : "false");
   if (first) fprintf(f, "%lld", (long long)first);
   else fprintf(f, "null");
-  fprintf(f, ",\n  \"per_step\": [\n");
+  fprintf(f, ",\n");
+  if (o->bisect) json_bisect(f, o, br);
+  fprintf(f, "  \"per_step\": [\n");
   for (int64_t s = 0; s < rep->steps; s++) {
     fprintf(f, "    {\"step\": %lld", (long long)s + 1);
     const char *keys[4] = {"loss", "loss_divergence", "param_divergence", "step_ms"};
@@ -520,6 +896,11 @@ int ag_cmd_compare(int argc, char **argv) {
   replica master, reps[CMP_MAX_DEV];
   bool have_master = false;
   int n_ready = 0;
+  param_snap snaps[CMP_MAX_DEV];
+  memset(snaps, 0, sizeof snaps);
+  bisect_result br;
+  memset(&br, 0, sizeof br);
+  br.n_dev = o.n_dev;
   report rp = {.n_dev = o.n_dev, .steps = o.steps}, *rep = &rp;
   float *buf = NULL;
   size_t cap = 0;
@@ -582,6 +963,7 @@ int ag_cmd_compare(int argc, char **argv) {
   }
   for (int64_t s = 0; st == AG_OK && s < o.steps; s++) {
     make_batch(&o, &data, s, hx, hy);
+    for (int d = 0; st == AG_OK && o.bisect && d < o.n_dev; d++) st = snap_take(&snaps[d], &reps[d].m.params);
     for (int d = 0; st == AG_OK && d < o.n_dev; d++) {
       double t0 = now_ms();
       st = replica_step(&reps[d], &o, s, hx, hy, &AT(rep->loss, s, d));
@@ -610,19 +992,45 @@ int ag_cmd_compare(int argc, char **argv) {
         fresh = true;
       }
     }
-    if (st == AG_OK && (s == 0 || fresh || (s + 1) % o.log_every == 0 || s + 1 == o.steps)) print_row(&o, rep, s);
+    bool bisect_now = st == AG_OK && o.bisect && (o.bisect_step ? s + 1 == o.bisect_step : fresh);
+    if (st == AG_OK && (s == 0 || fresh || bisect_now || (s + 1) % o.log_every == 0 || s + 1 == o.steps))
+      print_row(&o, rep, s);
+    if (bisect_now) {
+      /* The step again from the parameters it started with, traced on every
+       * device; then each reference launch replayed on the others. */
+      ag_optrace *tr[CMP_MAX_DEV] = {0};
+      for (int d = 0; st == AG_OK && d < o.n_dev; d++) {
+        st = snap_restore(&snaps[d], &reps[d].m.params);
+        if (st == AG_OK) st = traced_step(&reps[d], &o, hx, hy, &tr[d]);
+        if (st != AG_OK) {
+          char msg[1024];
+          snprintf(msg, sizeof msg, "%s", ag_last_error());
+          st = ag_error_set(st, "bisect: tracing step %lld on %s: %s", (long long)s + 1, o.name[d], msg);
+        }
+      }
+      for (int d = 1; st == AG_OK && d < o.n_dev; d++) st = bisect_device(&o, tr[0], tr[d], d, &br);
+      for (int d = 0; d < o.n_dev; d++) ag_optrace_free(tr[d]);
+      br.step = s + 1;
+      rep->steps = s + 1; /* the run ends at the bisected step */
+      break;
+    }
   }
 
   bool diverged = false;
   for (int d = 1; d < o.n_dev; d++) diverged = diverged || rep->first_exceed[d] != 0;
   if (st == AG_OK) print_summary(&o, rep, diverged);
-  if (st == AG_OK && json) st = write_json(json, o.json, &o, rep, diverged);
+  if (st == AG_OK && o.bisect && br.step) print_bisect(&o, &br);
+  else if (st == AG_OK && o.bisect)
+    fprintf(o.out, "\nbisect: no step went over tolerance, nothing to bisect (--bisect-step N names a step)\n");
+  if (st == AG_OK && json) st = write_json(json, o.json, &o, rep, diverged, &br);
   if (json_out && st == AG_OK) st = ag_output_commit(json_out);
   else ag_output_abort(json_out);
   if (st != AG_OK) fprintf(stderr, "anygrad compare: %s: %s\n", ag_status_name(st), ag_last_error());
   fflush(stdout);
 
   for (int d = 0; d < n_ready; d++) replica_free(&reps[d]);
+  for (int d = 0; d < CMP_MAX_DEV; d++) snap_free(&snaps[d]);
+  bisect_free(&br);
   words_free(&data);
   free(buf);
   free(hx);

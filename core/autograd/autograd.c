@@ -13,6 +13,7 @@
 #include "anygrad/amp.h"
 #include "autograd/autocast.h"
 #include "autograd/grad_internal.h"
+#include "diag/optrace.h"
 
 /* What an AG_G_CHECKPOINT node needs to re-run its block. */
 typedef struct ag_ckpt {
@@ -849,7 +850,9 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
       }
       memset(gin, 0, (size_t)n->n_in * sizeof *gin);
       st = g ? check_saved_versions(n) : AG_OK;
+      if (ag__hooks_on()) ag__optrace_node(ag__node_name(n), k); /* op traces name the node */
       if (st == AG_OK && g) st = n->op == AG_G_CHECKPOINT ? checkpoint_backward(n, g, gin) : ag__node_backward(n, g, gin);
+      if (ag__hooks_on()) ag__optrace_node(NULL, -1);
       ag_tensor_release(g);
       /* Without retain_graph a node's saved tensors go as soon as it has
        * run, not when the whole backward ends: the activations of the

@@ -11,12 +11,18 @@
 #include "memory/block.h"
 #include "runtime/devstate.h"
 #include "runtime/threadpool.h"
+#include "diag/optrace.h"
+
+/* AG_FAULT (a test switch, docs/design/core.md): parsed by diag/optrace.c. */
+AG_HIDDEN const char *ag__env_fault(void);
+const char *ag__env_fault(void) { return getenv("AG_FAULT"); }
 
 ag_status ag_env_check(void) { return ag__env_check(); }
 
 ag_status ag__env_check(void) {
   ag_status st = ag__alloc_env_check();
   if (st == AG_OK) st = ag__sync_debug_env_check();
+  if (st == AG_OK) st = ag__fault_init();
   int64_t i;
   double f;
   if (st == AG_OK) st = ag_env_i64("AG_NUM_THREADS", 1, AG_MAX_THREADS, 1, &i);

@@ -13,6 +13,7 @@
 #include "memory/block.h"
 #include "tensor/tensor_internal.h"
 #include "autograd/autocast.h"
+#include "diag/optrace.h"
 #include "autograd/record.h"
 
 static atomic_llong g_live;
@@ -619,6 +620,7 @@ ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
     if (AG_UNLIKELY(est != AG_OK)) return est;
   }
   c->flags = ag_get_deterministic() ? AG_KF_DETERMINISTIC : 0u;
+  if (ag__hooks_on()) return ag__launch_hooked(ds, s, c); /* op traces, AG_FAULT */
   ag_status st = ds->be->launch(s->bs, c);
   if (AG_UNLIKELY(st != AG_OK)) return st;
   /* Ops that validate indices on the device report through the error word;
