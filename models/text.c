@@ -19,9 +19,9 @@ static double now_s(void) {
 }
 
 text_options text_defaults(void) {
-  text_options o = {.steps = 300, .batch = 8, .seq = 128, .warmup = 30, .dim = 128, .layers = 4, .heads = 4,
+  text_options o = {.steps = 1000, .batch = 8, .seq = 128, .warmup = 30, .dim = 128, .layers = 4, .heads = 4,
                     .kv_heads = 2, .vocab = 512, .lr = 3e-3, .weight_decay = 0.1, .clip = 1.0, .seed = 1337,
-                    .log_every = 50, .eval_batches = 8, .sample_tokens = 200, .prompt = "\n", .temperature = 0.8,
+                    .log_every = 100, .eval_batches = 8, .sample_tokens = 200, .prompt = "\n", .temperature = 0.8,
                     .top_k = 40};
   o.device = ag_device_best();
   return o;
