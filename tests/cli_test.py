@@ -577,6 +577,39 @@ def case_data_parallel():
     check(losses(p.stdout) == losses(one), f"mpi losses differ:\n{p.stdout}\n{one}")
 
 
+def case_text_task():
+    """--task text: a tiny Llama-style model trains (exit 0), prints the
+    held-out bits per byte, its loss goes down, it writes the weights and
+    the tokenizer, and a bad model shape is a usage error. On the fortunes
+    corpus when installed, else on a text file written here."""
+    import re
+    d = os.path.join(WORK, "text")
+    os.makedirs(d, exist_ok=True)
+    data = []
+    if not os.path.isdir("/usr/share/games/fortunes"):
+        path = os.path.join(d, "corpus.txt")
+        words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "its", "bed"]
+        with open(path, "w") as f:
+            for i in range(4000):
+                f.write(" ".join(words[(i * 7 + j * 5) % len(words)] for j in range(8)) + ".\n")
+        data = ["--data", path]
+    out_path = os.path.join(d, "text.safetensors")
+    out, _ = expect(["train", "--task", "text", "--device", "cpu", "--steps", "20", "--layers", "1", "--embd", "32",
+                     "--seq", "32", "--vocab", "300", "--lr", "1e-2", "--warmup", "2", "--log-every", "10",
+                     "--eval-batches", "2", "--samples", "8", "--out", out_path] + data, 0)
+    m = re.search(r"first loss ([0-9.]+), train loss ([0-9.]+), held-out loss ([0-9.]+) nats/token, "
+                  r"([0-9.]+) bits per byte", out)
+    check(m is not None, "no final line with held-out bits per byte:\n" + out[-2000:])
+    first, last, held, bpb = (float(g) for g in m.groups())
+    check(last < first, f"the training loss did not decrease: {first} -> {last}\n{out[-2000:]}")
+    check(0 < bpb < 16, f"held-out bits per byte {bpb} out of range")
+    check("bits/byte" in out, "no periodic held-out bits/byte line")
+    check(os.path.getsize(out_path) > 0 and os.path.getsize(out_path + ".bpe") > 0, "checkpoint files missing")
+    expect(["train", "--task", "text", "--embd", "30", "--heads", "4"] + data, 2, "must be a multiple of --heads")
+    expect(["train", "--task", "text", "--epochs", "2"] + data, 2, "does not apply to --task text")
+    expect(["train", "--seq", "8"], 2, "apply to --task text")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":

@@ -9,14 +9,16 @@
 #include "charlm.h"
 #include "cnn.h"
 #include "cli.h"
+#include "text.h"
 
 static void usage(void) {
   char bl[128];
   printf(
       "usage: anygrad train [options]\n"
       "Train a character-level language model on /usr/share/dict/words (--task words, the\n"
-      "default), or a CNN on Fashion-MNIST images (--task fashion-mnist).\n\n"
-      "  --task words|fashion-mnist\n"
+      "default), a CNN on Fashion-MNIST images (--task fashion-mnist), or a Llama-style model on\n"
+      "text (--task text).\n\n"
+      "  --task words|fashion-mnist|text\n"
       "  --model mlp|gpt      model (default mlp: context MLP; gpt: 2-layer transformer)\n"
       "  --device D           BACKEND[:N], backends: %s (default: best available)\n"
       "  --steps N            total optimizer steps (default 3000 mlp, 1500 gpt); with --resume\n"
@@ -69,6 +71,18 @@ static void usage(void) {
       "                       when that is what limits the step)\n"
       "  --augment on|off     random crop (padding 4) and horizontal flip (default off)\n"
       "  --train-limit N --test-limit N   use the first N images (quick runs, tests)\n\n"
+      "--task text trains a Llama-style model (docs/llama.md) on Debian's fortunes files, or --data\n"
+      "FILE, with a byte-level BPE learned on the first 95%% (the last 5%% held out). It takes\n"
+      "--device, --steps (default 1000), --batch (8), --lr (3e-3), --warmup (30), --weight-decay\n"
+      "(0.1), --clip (1), --seed, --log-every (100), --layers (4), --heads (4), --embd (model\n"
+      "width, 128), --samples (tokens sampled at the end, 200; 0: none), --out (weights, default\n"
+      "text.safetensors, and the tokenizer at PATH.bpe), and:\n"
+      "  --data FILE          the text to train on (default: the files of " TEXT_FORTUNES_DIR ")\n"
+      "  --kv-heads N         key/value heads (default 2)\n"
+      "  --seq N              tokens per sequence (default 128)\n"
+      "  --vocab N            BPE vocabulary size (default 512; 256: raw bytes)\n"
+      "  --eval-batches N     held-out batches per evaluation (default 8)\n"
+      "  --prompt S --temperature X --top-k N   the sample (default \"\\n\", 0.8, 40)\n\n"
       "A loss or parameter that becomes NaN/Inf stops the run; the checkpoint at --out is\n"
       "then left as it was.\n" AG_CLI_EXIT_HELP,
       ag_cli_backend_list(bl, sizeof bl), CHARLM_MAX_BATCH, CHARLM_MAX_ACCUM, CHARLM_MAX_LR);
@@ -78,7 +92,8 @@ enum {
   O_MODEL = 256, O_DEVICE, O_STEPS, O_BATCH, O_ACCUM, O_LR, O_WARMUP, O_WD, O_CLIP, O_PRECISION, O_SEED,
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
   O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_ESTIMATE, O_HELP, O_TASK, O_EPOCHS, O_CHANNELS, O_DATA, O_TRAIN_LIMIT,
-  O_TEST_LIMIT, O_WORKERS, O_AUGMENT, O_DEVICES, O_DIST, O_BUCKET_MB, O_BALANCE
+  O_TEST_LIMIT, O_WORKERS, O_AUGMENT, O_DEVICES, O_DIST, O_BUCKET_MB, O_BALANCE, O_KV_HEADS, O_SEQ, O_VOCAB,
+  O_EVAL_BATCHES, O_PROMPT, O_TEMPERATURE, O_TOP_K
 };
 
 static const struct option k_opts[] = {
@@ -103,7 +118,11 @@ static const struct option k_opts[] = {
     {"test-limit", required_argument, NULL, O_TEST_LIMIT}, {"workers", required_argument, NULL, O_WORKERS},
     {"augment", required_argument, NULL, O_AUGMENT},   {"devices", required_argument, NULL, O_DEVICES},
     {"dist", required_argument, NULL, O_DIST},         {"bucket-mb", required_argument, NULL, O_BUCKET_MB},
-    {"balance", required_argument, NULL, O_BALANCE},   {NULL, 0, NULL, 0}};
+    {"balance", required_argument, NULL, O_BALANCE},   {"kv-heads", required_argument, NULL, O_KV_HEADS},
+    {"seq", required_argument, NULL, O_SEQ},           {"vocab", required_argument, NULL, O_VOCAB},
+    {"eval-batches", required_argument, NULL, O_EVAL_BATCHES}, {"prompt", required_argument, NULL, O_PROMPT},
+    {"temperature", required_argument, NULL, O_TEMPERATURE}, {"top-k", required_argument, NULL, O_TOP_K},
+    {NULL, 0, NULL, 0}};
 
 #define MAX_REPLICAS 64
 
@@ -196,8 +215,82 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
   return -1;
 }
 
+/* --task text: its options; the others are a usage error. */
+static int parse_text(int argc, char **argv, text_options *o) {
+  const char *C = "train";
+  *o = text_defaults();
+  o->out = "text.safetensors";
+  const char *device = NULL;
+  bool ok = true;
+  for (int c = ag_cli_next(C, argc, argv, k_opts, true); ok && c != -1; c = ag_cli_next(C, argc, argv, k_opts, false)) {
+    const char *v = ag_cli_arg();
+    switch (c) {
+      case O_TASK: break;
+      case O_DEVICE: device = v; break;
+      case O_STEPS: ok = ag_cli_i64(C, "steps", v, 0, TEXT_MAX_STEPS, &o->steps); break;
+      case O_BATCH: ok = ag_cli_i64(C, "batch", v, 1, TEXT_MAX_BATCH, &o->batch); break;
+      case O_LR:
+        ok = ag_cli_f64(C, "lr", v, 0, 10, &o->lr);
+        if (ok && !(o->lr > 0)) {
+          fprintf(stderr, "anygrad train: --lr must be > 0, got '%s'\n", v);
+          ok = false;
+        }
+        break;
+      case O_WARMUP: ok = ag_cli_i64(C, "warmup", v, 0, TEXT_MAX_STEPS, &o->warmup); break;
+      case O_WD: ok = ag_cli_f64(C, "weight-decay", v, 0, 1, &o->weight_decay); break;
+      case O_CLIP: ok = ag_cli_f64(C, "clip", v, 0, 1e6, &o->clip); break;
+      case O_SEED: ok = ag_cli_u64(C, "seed", v, &o->seed); break;
+      case O_LOG_EVERY: ok = ag_cli_int(C, "log-every", v, 1, 1 << 30, &o->log_every); break;
+      case O_LAYERS: ok = ag_cli_int(C, "layers", v, 1, TEXT_MAX_LAYERS, &o->layers); break;
+      case O_HEADS: ok = ag_cli_int(C, "heads", v, 1, TEXT_MAX_WIDTH, &o->heads); break;
+      case O_KV_HEADS: ok = ag_cli_int(C, "kv-heads", v, 1, TEXT_MAX_WIDTH, &o->kv_heads); break;
+      case O_EMBD: ok = ag_cli_int(C, "embd", v, 1, TEXT_MAX_WIDTH, &o->dim); break;
+      case O_SEQ: ok = ag_cli_i64(C, "seq", v, 1, TEXT_MAX_SEQ, &o->seq); break;
+      case O_VOCAB: ok = ag_cli_int(C, "vocab", v, 256, TEXT_MAX_VOCAB, &o->vocab); break;
+      case O_EVAL_BATCHES: ok = ag_cli_int(C, "eval-batches", v, 0, 1 << 20, &o->eval_batches); break;
+      case O_SAMPLES: ok = ag_cli_int(C, "samples", v, 0, 1 << 20, &o->sample_tokens); break;
+      case O_PROMPT: o->prompt = v; break;
+      case O_TEMPERATURE:
+        ok = ag_cli_f64(C, "temperature", v, 0, 1e6, &o->temperature);
+        if (ok && !(o->temperature > 0)) {
+          fprintf(stderr, "anygrad train: --temperature must be > 0, got '%s'\n", v);
+          ok = false;
+        }
+        break;
+      case O_TOP_K: ok = ag_cli_int(C, "top-k", v, 0, TEXT_MAX_VOCAB, &o->top_k); break;
+      case O_DATA: o->data = v; break;
+      case O_OUT: o->out = v; break;
+      case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
+      case '?': ok = false; break;
+      default: {
+        const char *name = "?";
+        for (const struct option *k = k_opts; k->name; k++)
+          if (k->val == c) name = k->name;
+        fprintf(stderr, "anygrad train: --%s does not apply to --task text\n", name);
+        ok = false;
+        break;
+      }
+    }
+  }
+  if (!ok) return AG_EXIT_USAGE;
+  if (!*o->out) {
+    fprintf(stderr, "anygrad train: --out must not be empty\n");
+    return AG_EXIT_USAGE;
+  }
+  if (o->dim % o->heads || (o->dim / o->heads) % 2 || o->heads % (o->kv_heads ? o->kv_heads : o->heads)) {
+    fprintf(stderr, "anygrad train: --embd %d must be a multiple of --heads %d with an even quotient, and --heads "
+                    "a multiple of --kv-heads %d\n", o->dim, o->heads, o->kv_heads);
+    return AG_EXIT_USAGE;
+  }
+  if (device) {
+    int rc = ag_cli_device(C, device, &o->device);
+    if (rc != AG_EXIT_OK) return rc;
+  }
+  return -1;
+}
+
 /* Parse into o. Returns -1 to go on, else the exit code (0 after --help). */
-static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, dp_opts *dp) {
+static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool *task_text, dp_opts *dp) {
   const char *C = "train";
   /* The model picks the defaults the other options then override. */
   charlm_model_kind kind = CHARLM_MLP;
@@ -209,11 +302,12 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, dp_op
     }
     if (c == O_TASK) {
       const char *v = ag_cli_arg();
-      if (strcmp(v, "words") && strcmp(v, "fashion-mnist")) {
-        fprintf(stderr, "anygrad train: --task must be words or fashion-mnist, got '%s'\n", v);
+      if (strcmp(v, "words") && strcmp(v, "fashion-mnist") && strcmp(v, "text")) {
+        fprintf(stderr, "anygrad train: --task must be words, fashion-mnist or text, got '%s'\n", v);
         return AG_EXIT_USAGE;
       }
       *task_cnn = !strcmp(v, "fashion-mnist");
+      *task_text = !strcmp(v, "text");
     }
     if (c == O_MODEL) {
       const char *v = ag_cli_arg();
@@ -224,7 +318,7 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, dp_op
       kind = !strcmp(v, "gpt") ? CHARLM_GPT : CHARLM_MLP;
     }
   }
-  if (*task_cnn) return -1;
+  if (*task_cnn || *task_text) return -1;
   *o = charlm_defaults(kind);
   o->out = "charlm.safetensors";
   o->profile = true;
@@ -312,7 +406,12 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, dp_op
       case O_EPOCHS: case O_CHANNELS: case O_DATA: case O_TRAIN_LIMIT: case O_TEST_LIMIT: case O_WORKERS:
       case O_AUGMENT:
         fprintf(stderr, "anygrad train: --epochs, --channels, --data, --workers, --augment and --*-limit apply "
-                        "to --task fashion-mnist\n");
+                        "to --task fashion-mnist (--data also to --task text)\n");
+        ok = false;
+        break;
+      case O_KV_HEADS: case O_SEQ: case O_VOCAB: case O_EVAL_BATCHES: case O_PROMPT: case O_TEMPERATURE: case O_TOP_K:
+        fprintf(stderr, "anygrad train: --kv-heads, --seq, --vocab, --eval-batches, --prompt, --temperature and "
+                        "--top-k apply to --task text\n");
         ok = false;
         break;
       default: ok = false; break; /* '?': reported by the first pass */
@@ -462,10 +561,22 @@ static int train_mpi(const charlm_options *o) {
 
 int ag_cmd_train(int argc, char **argv) {
   charlm_options o;
-  bool task_cnn = false;
+  bool task_cnn = false, task_text = false;
   dp_opts dp = {0};
-  int rc = parse(argc, argv, &o, &task_cnn, &dp);
+  int rc = parse(argc, argv, &o, &task_cnn, &task_text, &dp);
   if (rc >= 0) return rc;
+  if (task_text) {
+    text_options to;
+    rc = parse_text(argc, argv, &to);
+    if (rc >= 0) return rc;
+    text_result tr;
+    ag_status tst = text_train(&to, &tr);
+    if (tst != AG_OK) {
+      fprintf(stderr, "anygrad train: %s: %s\n", ag_status_name(tst), ag_last_error());
+      return AG_EXIT_RUNTIME;
+    }
+    return AG_EXIT_OK;
+  }
   if (task_cnn) {
     cnn_options co;
     rc = parse_cnn(argc, argv, &co);

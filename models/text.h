@@ -1,0 +1,64 @@
+/* A Llama-style model (anygrad/llama.h) trained on plain text: Debian's
+ * fortunes corpus or any text file, tokenized with a byte-level BPE learned
+ * on the training split (anygrad/tokenizer.h), the last 5% of the bytes
+ * held out. Progress with training and held-out loss and held-out bits per
+ * byte, a safetensors checkpoint, and a sample at the end. `anygrad train
+ * --task text` is a thin front end to this. */
+#ifndef ANYGRAD_MODELS_TEXT_H
+#define ANYGRAD_MODELS_TEXT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "anygrad/anygrad.h"
+
+#define TEXT_FORTUNES_DIR "/usr/share/games/fortunes"
+#define TEXT_MAX_STEPS (INT64_C(1) << 40)
+#define TEXT_MAX_WIDTH 16384
+#define TEXT_MAX_LAYERS 64
+#define TEXT_MAX_SEQ 8192
+#define TEXT_MAX_BATCH 65536
+#define TEXT_MAX_VOCAB 65536
+
+typedef struct text_options {
+  ag_device device;
+  const char *data;   /* a text file, or NULL: every file of TEXT_FORTUNES_DIR
+                         without an extension, in name order */
+  const char *out;    /* checkpoint (ag_llama_save) written at the end, or NULL;
+                         the tokenizer goes to out + ".bpe" (ag_bpe_save) */
+  int64_t steps, batch, seq, warmup;
+  int dim, layers, heads, kv_heads;
+  int vocab;          /* BPE vocabulary (256: raw bytes, no merges) */
+  double lr, weight_decay, clip;
+  uint64_t seed;
+  int log_every, eval_batches;
+  int sample_tokens;  /* tokens generated at the end (0: no sample) */
+  const char *prompt; /* sample prompt (default "\n") */
+  double temperature; /* > 0 */
+  int top_k;          /* 0: the whole vocabulary */
+  bool quiet;         /* progress to log only at the end */
+  FILE *log;          /* progress output; stdout when NULL */
+} text_options;
+
+typedef struct text_result {
+  double first_loss, train_loss; /* the first step's loss; mean of the last logged steps */
+  double val_loss;               /* held-out nats per token */
+  double val_bpb;                /* held-out bits per byte */
+  int64_t steps_done;
+  double seconds;
+} text_result;
+
+/* Defaults (dim 128, 4 layers, 4 heads, 2 key/value heads, sequence 128,
+ * batch 8, BPE vocabulary 512; the best available device). */
+text_options text_defaults(void);
+
+/* Train as configured. Errors (the message in ag_last_error()):
+ * AG_ERR_INVALID for options outside the limits or a model shape
+ * ag_llama_init refuses, AG_ERR_IO for unreadable data or an unwritable
+ * out (checked before the first step), AG_ERR_SHAPE for a corpus too small
+ * for one sequence in each split, AG_ERR_STATE when the loss became
+ * NaN/Inf, the library's errors otherwise. */
+ag_status text_train(const text_options *o, text_result *r);
+
+#endif
