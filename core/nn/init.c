@@ -89,25 +89,25 @@ static ag_status fan_std(ag_tensor *t, const char *fn, double gain, int mode, do
 }
 
 ag_status ag_init_xavier_uniform_(ag_tensor *t, double gain, ag_generator *g) {
-  double s;
+  double s = 0;
   ag_status st = fan_std(t, "ag_init_xavier_uniform_", gain, 0, &s);
   return st != AG_OK ? st : ag_init_uniform_(t, -sqrt(3.0) * s, sqrt(3.0) * s, g);
 }
 
 ag_status ag_init_xavier_normal_(ag_tensor *t, double gain, ag_generator *g) {
-  double s;
+  double s = 0;
   ag_status st = fan_std(t, "ag_init_xavier_normal_", gain, 0, &s);
   return st != AG_OK ? st : ag_init_normal_(t, 0.0, s, g);
 }
 
 ag_status ag_init_kaiming_uniform_(ag_tensor *t, double gain, ag_fan_mode mode, ag_generator *g) {
-  double s;
+  double s = 0;
   ag_status st = fan_std(t, "ag_init_kaiming_uniform_", gain, (int)mode, &s);
   return st != AG_OK ? st : ag_init_uniform_(t, -sqrt(3.0) * s, sqrt(3.0) * s, g);
 }
 
 ag_status ag_init_kaiming_normal_(ag_tensor *t, double gain, ag_fan_mode mode, ag_generator *g) {
-  double s;
+  double s = 0;
   ag_status st = fan_std(t, "ag_init_kaiming_normal_", gain, (int)mode, &s);
   return st != AG_OK ? st : ag_init_normal_(t, 0.0, s, g);
 }
