@@ -217,7 +217,7 @@ ag_status vkb_flush(ag_bstream *s) {
 
 ag_status vkb_arena(ag_bstream *s, size_t bytes, vkb_batch **out_b, void **out_host, uint64_t *out_addr,
                     VkBuffer *out_buf, size_t *out_off) {
-  vkb_batch *b;
+  vkb_batch *b = NULL;
   ag_status st = vkb_open(s, &b);
   if (st != AG_OK) return st;
   size_t at = (b->used + 15) & ~(size_t)15;
@@ -247,7 +247,7 @@ ag_status vkb_dispatch(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *a
   VkPipeline p;
   ag_status st = vkb_pipeline(s->d, sh, spec, &p);
   if (st != AG_OK) return st;
-  vkb_batch *b;
+  vkb_batch *b = NULL;
   void *host;
   uint64_t addr;
   if ((st = vkb_arena(s, sizeof *a, &b, &host, &addr, NULL, NULL)) != AG_OK) return st;
@@ -326,7 +326,7 @@ static ag_status record_stamp(ag_bevent *e, ag_bstream *s) {
     if (r != VK_SUCCESS) return vkb_error(r, "vkCreateQueryPool");
     s->qcount = 1024;
   }
-  vkb_batch *b;
+  vkb_batch *b = NULL;
   ag_status st = vkb_open(s, &b);
   if (st != AG_OK) return st;
   uint32_t q = s->qnext;
@@ -411,7 +411,7 @@ ag_status vkb_event_elapsed_ms(ag_bevent *a, ag_bevent *b, float *out_ms) {
 }
 
 static ag_status record_copy(ag_bstream *s, VkBuffer src, size_t soff, VkBuffer dst, size_t doff, size_t bytes) {
-  vkb_batch *b;
+  vkb_batch *b = NULL;
   ag_status st = vkb_open(s, &b);
   if (st != AG_OK) return st;
   VkBufferCopy r = {.srcOffset = soff, .dstOffset = doff, .size = bytes};
