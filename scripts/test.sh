@@ -20,6 +20,9 @@ run release ""
 # memory, spills in hot kernels), read from the release build's reports.
 python3 scripts/gpu_resources.py build-test-release
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# What lavapipe, its LLVM and the validation layer keep until exit, for every
+# test that opens vulkan:0 (leaks through anygrad's own frames still count).
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan_vulkan.supp"
 run asan "-E opencl" -DAG_SANITIZE="address;undefined" -DAG_CUDA=OFF -DAG_HIP=OFF
 # PoCL's worker threads crash LeakSanitizer's exit-time scan (not a finding
 # about anygrad): the OpenCL tests run under ASan+UBSan without leak checks.
