@@ -146,6 +146,14 @@ static int parse_devices(const char *v, dp_opts *dp) {
   return AG_EXIT_OK;
 }
 
+/* --lr: a number in (0, hi]; every task takes it the same way. */
+static bool parse_lr(const char *v, double hi, double *out) {
+  if (!ag_cli_f64("train", "lr", v, 0, hi, out)) return false;
+  if (*out > 0) return true;
+  fprintf(stderr, "anygrad train: --lr must be > 0, got '%s'\n", v);
+  return false;
+}
+
 /* --task fashion-mnist: the options that apply to it; the words-only ones
  * are a usage error rather than silently ignored. */
 static int parse_cnn(int argc, char **argv, cnn_options *o) {
@@ -161,13 +169,7 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
       case O_DEVICE: device = v; break;
       case O_EPOCHS: ok = ag_cli_int(C, "epochs", v, 0, CNN_MAX_EPOCHS, &o->epochs); break;
       case O_BATCH: ok = ag_cli_i64(C, "batch", v, 1, CNN_MAX_BATCH, &o->batch); break;
-      case O_LR:
-        ok = ag_cli_f64(C, "lr", v, 0, 10, &o->lr);
-        if (ok && !(o->lr > 0)) {
-          fprintf(stderr, "anygrad train: --lr must be > 0, got '%s'\n", v);
-          ok = false;
-        }
-        break;
+      case O_LR: ok = parse_lr(v, 10, &o->lr); break;
       case O_WD: ok = ag_cli_f64(C, "weight-decay", v, 0, 1, &o->weight_decay); break;
       case O_WARMUP: ok = ag_cli_i64(C, "warmup", v, 0, INT64_C(1) << 40, &o->warmup); break;
       case O_SEED:
@@ -229,13 +231,7 @@ static int parse_text(int argc, char **argv, text_options *o) {
       case O_DEVICE: device = v; break;
       case O_STEPS: ok = ag_cli_i64(C, "steps", v, 0, TEXT_MAX_STEPS, &o->steps); break;
       case O_BATCH: ok = ag_cli_i64(C, "batch", v, 1, TEXT_MAX_BATCH, &o->batch); break;
-      case O_LR:
-        ok = ag_cli_f64(C, "lr", v, 0, 10, &o->lr);
-        if (ok && !(o->lr > 0)) {
-          fprintf(stderr, "anygrad train: --lr must be > 0, got '%s'\n", v);
-          ok = false;
-        }
-        break;
+      case O_LR: ok = parse_lr(v, 10, &o->lr); break;
       case O_WARMUP: ok = ag_cli_i64(C, "warmup", v, 0, TEXT_MAX_STEPS, &o->warmup); break;
       case O_WD: ok = ag_cli_f64(C, "weight-decay", v, 0, 1, &o->weight_decay); break;
       case O_CLIP: ok = ag_cli_f64(C, "clip", v, 0, 1e6, &o->clip); break;
@@ -338,13 +334,7 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
           ok = ag_cli_i64(C, "batch", v, 1, CHARLM_MAX_BATCH, &o->batch);
         break;
       case O_ACCUM: ok = ag_cli_int(C, "accum", v, 1, CHARLM_MAX_ACCUM, &o->accum); break;
-      case O_LR:
-        ok = ag_cli_f64(C, "lr", v, 0, CHARLM_MAX_LR, &o->lr);
-        if (ok && !(o->lr > 0)) {
-          fprintf(stderr, "anygrad train: --lr must be > 0, got '%s'\n", v);
-          ok = false;
-        }
-        break;
+      case O_LR: ok = parse_lr(v, CHARLM_MAX_LR, &o->lr); break;
       case O_WARMUP: ok = ag_cli_i64(C, "warmup", v, 0, CHARLM_MAX_STEPS, &o->warmup); break;
       case O_WD: ok = ag_cli_f64(C, "weight-decay", v, 0, 1, &o->weight_decay); break;
       case O_CLIP: ok = ag_cli_f64(C, "clip", v, 0, 1e6, &o->clip); break;
