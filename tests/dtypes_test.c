@@ -492,6 +492,46 @@ static void test_dlpack_codes(void **state) {
   }
 }
 
+/* ag_item_scalar: every dtype the device holds, with its dtype and the
+ * value exact (an i64 past 2^53 included, where ag_item rounds); errors. */
+static void test_item_scalar(void **state) {
+  (void)state;
+  const int64_t big = (INT64_C(1) << 53) + 1;
+  for (int i = 0; i < N_ALL; i++) {
+    ag_dtype dt = k_all[i];
+    if (!device_has(dt)) continue;
+    ag_tensor *t = ag_full(TEST_DEV, dt, 0, NULL, dt == AG_BOOL ? 1.0 : dt == AG_U8 ? 3.0 : -3.0);
+    CHECK(t);
+    ag_item_value s;
+    CHECK(ag_item_scalar(t, &s) == AG_OK);
+    assert_int_equal(s.dtype, dt);
+    bool fl = dt == AG_F32 || dt == AG_F64 || dt == AG_F16 || dt == AG_BF16;
+    assert_int_equal(s.is_floating, fl);
+    int64_t want = dt == AG_BOOL ? 1 : dt == AG_U8 ? 3 : -3;
+    assert_int_equal(s.i, want);
+    assert_true(s.f == (double)want);
+    ag_tensor_release(t);
+  }
+  if (device_has(AG_I64)) {
+    ag_tensor *t = ag_from_host(TEST_DEV, AG_I64, 0, NULL, &big);
+    CHECK(t);
+    ag_item_value s;
+    CHECK(ag_item_scalar(t, &s) == AG_OK);
+    assert_true(s.i == big);
+    assert_true(ag_item(t) == (double)(big - 1)); /* rounded to even */
+    ag_tensor_release(t);
+  }
+  ag_tensor *two = ag_zeros(TEST_DEV, AG_F32, 1, (int64_t[]){2});
+  ag_item_value s = {.dtype = AG_U8, .i = 7};
+  assert_int_equal(ag_item_scalar(two, &s), AG_ERR_SHAPE);
+  assert_int_equal(s.i, 7); /* unchanged on error */
+  assert_non_null(strstr(ag_last_error(), "ag_item_scalar"));
+  assert_int_equal(ag_item_scalar(two, NULL), AG_ERR_INVALID);
+  assert_int_equal(ag_item_scalar(NULL, &s), AG_ERR_INVALID);
+  ag_tensor_release(two);
+  ag_error_clear();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_names_sizes),    cmocka_unit_test(test_creation),
@@ -500,7 +540,7 @@ int main(void) {
       cmocka_unit_test(test_where_masks),    cmocka_unit_test(test_masks_in_autograd),
       cmocka_unit_test(test_embedding_i64),  cmocka_unit_test(test_cross_entropy_i64),
       cmocka_unit_test(test_reductions),     cmocka_unit_test(test_int_arithmetic),
-      cmocka_unit_test(test_dlpack_codes),
+      cmocka_unit_test(test_dlpack_codes),   cmocka_unit_test(test_item_scalar),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -903,12 +903,12 @@ ag_status ag_to_host(const ag_tensor *t, void *out, size_t n_bytes) {
   return st;
 }
 
-double ag_item(const ag_tensor *t) {
-  if (ag__bad_tensor(t, "ag_item")) return NAN;
-  if (t->numel != 1) {
-    ag_error_set(AG_ERR_SHAPE, "ag_item: tensor has %lld elements, expected 1", (long long)t->numel);
-    return NAN;
-  }
+/* Read one-element t into *out (see ag_item_scalar); `call` names the
+ * public function in errors and in sync-debug reports. */
+static ag_status item_read(const ag_tensor *t, ag_item_value *out, const char *call) {
+  if (ag__bad_tensor(t, call)) return ag_last_status();
+  if (t->numel != 1)
+    return ag_error_set(AG_ERR_SHAPE, "%s: tensor has %lld elements, expected 1", call, (long long)t->numel);
   union {
     float f;
     double d;
@@ -920,21 +920,41 @@ double ag_item(const ag_tensor *t) {
   ag_devstate *ds = ag__ds(t);
   ag_stream *s = ag__current_stream(ds);
   size_t es = ag_dtype_size(t->dtype);
-  if (ag__sync_refused(ds, "ag_item") != AG_OK) return NAN; /* before v is a copy's target */
-  ag_status st = ds->be->copy_d2h(s->bs, &v, t->st->base, t->st->offset + (size_t)t->offset * es, es);
-  if (st == AG_OK) st = ag__sync_stream(s, "ag_item");
-  if (st != AG_OK) return NAN;
+  ag_status st = ag__sync_refused(ds, call); /* before v is a copy's target */
+  if (st != AG_OK) return st;
+  st = ds->be->copy_d2h(s->bs, &v, t->st->base, t->st->offset + (size_t)t->offset * es, es);
+  if (st == AG_OK) st = ag__sync_stream(s, call);
+  if (st != AG_OK) return st;
+  ag_item_value r = {.dtype = t->dtype, .is_floating = 1};
   switch (t->dtype) {
-    case AG_F32: return v.f;
-    case AG_F64: return v.d;
-    case AG_I32: return v.i;
-    case AG_I64: return (double)v.l;
-    case AG_U8: return v.b;
-    case AG_BOOL: return v.b != 0;
-    case AG_F16: return ag_f16_to_f32(v.h);
-    case AG_BF16: return ag_bf16_to_f32(v.h);
-    default: return NAN;
+    case AG_F32: r.f = v.f; break;
+    case AG_F64: r.f = v.d; break;
+    case AG_F16: r.f = ag_f16_to_f32(v.h); break;
+    case AG_BF16: r.f = ag_bf16_to_f32(v.h); break;
+    case AG_I32: r.i = v.i; r.is_floating = 0; break;
+    case AG_I64: r.i = v.l; r.is_floating = 0; break;
+    case AG_U8: r.i = v.b; r.is_floating = 0; break;
+    case AG_BOOL: r.i = v.b != 0; r.is_floating = 0; break;
+    default: return ag_error_set(AG_ERR_DTYPE, "%s: unknown dtype %d", call, (int)t->dtype);
   }
+  if (r.is_floating) {
+    /* the integer view of a floating value: truncated, saturated, NaN -> 0 */
+    r.i = r.f != r.f ? 0 : r.f >= 9.2233720368547758e18 ? INT64_MAX : r.f <= -9.2233720368547758e18 ? INT64_MIN : (int64_t)r.f;
+  } else {
+    r.f = (double)r.i;
+  }
+  *out = r;
+  return AG_OK;
+}
+
+double ag_item(const ag_tensor *t) {
+  ag_item_value r;
+  return item_read(t, &r, "ag_item") == AG_OK ? r.f : NAN;
+}
+
+ag_status ag_item_scalar(const ag_tensor *t, ag_item_value *out) {
+  if (!out) return ag_error_set(AG_ERR_INVALID, "ag_item_scalar: out is NULL");
+  return item_read(t, out, "ag_item_scalar");
 }
 
 /* ---------------- views ---------------- */

@@ -64,6 +64,7 @@ AG_API ag_status ag_sync_site_done_s(ag_status s);
 #ifdef AG_SYNC_SITES
 #define AG__SITE() ag_sync_site_mark(__FILE__, __LINE__, __func__)
 #define ag_item(t) (AG__SITE(), ag_sync_site_done_d((ag_item)(t)))
+#define ag_item_scalar(t, out) (AG__SITE(), ag_sync_site_done_s((ag_item_scalar)((t), (out))))
 #define ag_to_host(t, out, n) (AG__SITE(), ag_sync_site_done_s((ag_to_host)((t), (out), (n))))
 #define ag_stream_synchronize(s) (AG__SITE(), ag_sync_site_done_s((ag_stream_synchronize)(s)))
 #define ag_device_synchronize(d) (AG__SITE(), ag_sync_site_done_s((ag_device_synchronize)(d)))

@@ -135,8 +135,27 @@ AG_API ag_tensor *ag_from_host(ag_device d, ag_dtype dt, int ndim, const int64_t
 AG_API ag_status ag_to_host(const ag_tensor *t, void *out, size_t n_bytes);
 
 /* Value of a one-element tensor as double. Synchronizes. Returns NAN and
- * sets the error if t is NULL or has more than one element. */
+ * sets the error if t is NULL or has more than one element. An i64 value
+ * beyond 2^53 is rounded: ag_item_scalar gives it exactly. */
 AG_API double ag_item(const ag_tensor *t);
+
+/* A one-element tensor's value with its dtype, in one call: `f` holds a
+ * floating value (f16/bf16/f32 widened to double, f64 as stored), `i` an
+ * integer or bool value exactly (bool as 0/1, every i64 value included);
+ * the other field is the same value converted. */
+typedef struct ag_item_value {
+  ag_dtype dtype;
+  int32_t is_floating; /* 1 for f16/bf16/f32/f64: read f; 0: read i */
+  double f;
+  int64_t i;
+} ag_item_value;
+
+/* Fill *out with the value of one-element tensor t. Synchronizes, like
+ * ag_item (a counted host sync). Nothing is owned by the caller.
+ * Errors: AG_ERR_INVALID (t or out NULL), AG_ERR_STATE (t released),
+ * AG_ERR_SHAPE (t has other than one element), the device's status if the
+ * copy fails; *out is left unchanged on error. */
+AG_API ag_status ag_item_scalar(const ag_tensor *t, ag_item_value *out);
 
 /* ---- properties (borrowed, never fail for a non-NULL tensor, except
  * ag_tensor_dim with a dim out of range) ---- */

@@ -107,6 +107,10 @@ def check(status):
 
 
 # ---- types -----------------------------------------------------------------
+class ItemValue(Structure):
+    _fields_ = [("dtype", c_int), ("is_floating", c_int32), ("f", c_double), ("i", c_int64)]
+
+
 class Device(Structure):
     _fields_ = [("backend", c_int16), ("index", c_int16)]
 
@@ -223,7 +227,7 @@ _DECLS = {
     "ag_generator_create": (P, [c_uint64]), "ag_generator_free": (None, [P]),
     "ag_from_host": (T, [Device, c_int, c_int, POINTER(c_int64), c_void_p]),
     "ag_to_host": (c_int, [T, c_void_p, c_size_t]),
-    "ag_item": (c_double, [T]),
+    "ag_item": (c_double, [T]), "ag_item_scalar": (c_int, [T, POINTER(ItemValue)]),
     # properties
     "ag_tensor_ndim": (c_int, [T]), "ag_tensor_shape": (POINTER(c_int64), [T]),
     "ag_tensor_strides": (POINTER(c_int64), [T]), "ag_tensor_numel": (c_int64, [T]),

@@ -12,7 +12,7 @@ from ctypes import POINTER, byref, c_int, c_int64, c_void_p
 import numpy as np
 
 from . import _lib
-from ._lib import lib, raise_last, check, Device
+from ._lib import lib, raise_last, check, Device, ItemValue
 
 # ---- dtypes ---------------------------------------------------------------------
 
@@ -401,7 +401,14 @@ class Tensor:
         d = _dt(h)
         if d in _FLOAT_CODES:
             return v
-        return bool(v) if d == 6 else int(v)
+        if d == 6:
+            return bool(v)
+        if -9007199254740992.0 < v < 9007199254740992.0:
+            return int(v)
+        iv = ItemValue()  # past 2^53 a double rounds: the exact i64
+        if lib.ag_item_scalar(h, byref(iv)) != 0:
+            raise_last("item")
+        return iv.i
 
     def __float__(self):
         return float(self.item())

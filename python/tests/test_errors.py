@@ -144,6 +144,10 @@ def test_item_and_bool_rules():
     with pytest.raises(ValueError):
         bool(ag.ones(2))
     assert ag.tensor(3).item() == 3 and isinstance(ag.tensor(3).item(), int)
+    big = 2 ** 53 + 1  # a double rounds it; item() is exact as torch's is
+    assert ag.tensor(big).item() == big and ag.tensor(-big).item() == -big
+    assert ag.tensor(2 ** 63 - 1).item() == 2 ** 63 - 1
+    assert ag.tensor(True).item() is True and isinstance(ag.tensor(2.5).item(), float)
 
 
 def _rss_kb():
