@@ -35,6 +35,15 @@ elseif(AG_PYTHON3_EXE AND _ag_py_ok EQUAL 0)
     set_tests_properties(python_${_name} PROPERTIES TIMEOUT 600 LABELS "python"
                          ENVIRONMENT "${_ag_py_env};ANYGRAD_TEST_DEVICES=${_dev}")
   endforeach()
+  # pip install offline into a fresh directory, used from outside the tree
+  execute_process(COMMAND ${AG_PYTHON3_EXE} -m pip --version RESULT_VARIABLE _ag_pip_ok OUTPUT_QUIET ERROR_QUIET)
+  if(_ag_pip_ok EQUAL 0)
+    add_test(NAME python_install
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python_install.sh ${AG_PYTHON3_EXE} ${PROJECT_SOURCE_DIR}
+                     $<TARGET_FILE:anygrad> ${CMAKE_CURRENT_BINARY_DIR}/python_install)
+    set_tests_properties(python_install PROPERTIES TIMEOUT 300 LABELS "python;package"
+                         ENVIRONMENT "AG_BACKEND_PATH=${PROJECT_BINARY_DIR}/lib")
+  endif()
 else()
   message(STATUS "python3 with pytest and numpy not found: the python_* tests are not registered")
 endif()
