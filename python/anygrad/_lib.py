@@ -459,10 +459,28 @@ class Gpt(Structure):
                 ("params", ParamList)]
 
 
+class LlamaConfig(Structure):
+    _fields_ = [("vocab_size", c_int64), ("dim", c_int64), ("n_layers", c_int64),
+                ("n_heads", c_int), ("n_kv_heads", c_int), ("hidden_dim", c_int64),
+                ("multiple_of", c_int64), ("max_seq_len", c_int64), ("rope_theta", c_double),
+                ("norm_eps", c_double), ("untied_head", c_bool), ("checkpoint", c_bool)]
+
+
+class Llama(Structure):  # include/anygrad/llama.h: ag_llama
+    _fields_ = [("cfg", LlamaConfig), ("head_dim", c_int64), ("embed_tokens", _Embedding),
+                ("layers", c_void_p), ("norm", c_void_p), ("lm_head", _Linear),
+                ("rope_cos", c_void_p), ("rope_sin", c_void_p), ("params", ParamList)]
+
+
 for _name, _res, _args in (
         ("ag_gpt_init", c_int, [POINTER(Gpt), POINTER(GptConfig), Device, c_int, c_void_p]),
         ("ag_gpt_forward", c_void_p, [POINTER(Gpt), c_void_p, c_bool, c_void_p]),
-        ("ag_gpt_free", None, [POINTER(Gpt)])):
+        ("ag_gpt_free", None, [POINTER(Gpt)]),
+        ("ag_llama_init", c_int, [POINTER(Llama), POINTER(LlamaConfig), Device, c_int, c_void_p]),
+        ("ag_llama_forward", c_void_p, [POINTER(Llama), c_void_p, c_bool, c_void_p]),
+        ("ag_llama_save", c_int, [POINTER(Llama), c_char_p]),
+        ("ag_llama_load", c_int, [POINTER(Llama), c_char_p]),
+        ("ag_llama_free", None, [POINTER(Llama)])):
     _f = getattr(lib, _name, None)
     if _f is None:
         MISSING.append(_name)

@@ -4,9 +4,10 @@ Layers are written over the C ops (anygrad.nn.functional), so the Python
 module tree owns its parameters as ordinary Tensors."""
 import collections
 import math
+import os
 from ctypes import byref
 
-from ._lib import lib
+from ._lib import lib, check, raise_last
 
 from . import functional
 from . import functional as F  # noqa: F401
@@ -361,6 +362,74 @@ class GPT(Module):
                                         generator._g if generator else None), "GPT.forward")
 
     def __del__(self, _free=lib.ag_gpt_free, _byref=byref):
+        m = self.__dict__.pop("_m", None)
+        if m is not None:
+            _free(_byref(m))
+
+
+class Llama(Module):
+    """The C library's Llama-style model (ag_llama_init/ag_llama_forward):
+    RMSNorm, rotary positions, SwiGLU, grouped-query attention (fused where
+    the device has the kernel), no biases, Hugging Face's init and names
+    ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+    ...; "lm_head.weight" only when untied). forward(idx) takes int32 or
+    int64 token ids [B, T], T <= max_seq_len, and returns logits
+    [B, T, vocab_size]. Zero for n_kv_heads, hidden_dim, multiple_of,
+    rope_theta or norm_eps selects the C default (n_heads, 8*dim/3 rounded
+    up to 256, 256, 10000, 1e-5). save_pretrained/load_pretrained read and
+    write a safetensors file with those names, as transformers does."""
+
+    def __init__(self, vocab_size, dim, n_layers, n_heads, max_seq_len, n_kv_heads=0,
+                 hidden_dim=0, multiple_of=0, rope_theta=0.0, norm_eps=0.0, untied_head=False,
+                 checkpoint=False, device=None, dtype=None, generator=None):
+        from ._lib import LlamaConfig, Llama as _CLlama
+        from ._tensor import as_device, _wrap
+        super().__init__()
+        cfg = LlamaConfig(int(vocab_size), int(dim), int(n_layers), int(n_heads), int(n_kv_heads),
+                          int(hidden_dim), int(multiple_of), int(max_seq_len), float(rope_theta),
+                          float(norm_eps), bool(untied_head), bool(checkpoint))
+        m = _CLlama()
+        check(lib.ag_llama_init(byref(m), byref(cfg), as_device(device)._d,
+                                (as_dtype(dtype) or float32).code,
+                                generator._g if generator else None))
+        object.__setattr__(self, "_m", m)
+        pl = m.params
+        want = 2 + 9 * int(n_layers) + (1 if untied_head else 0)
+        if pl.count != want or pl.names[0] != b"model.embed_tokens.weight":
+            lib.ag_llama_free(byref(m))  # the mirrored struct layout is checked here
+            raise RuntimeError("anygrad.nn.Llama: unexpected parameter list from ag_llama_init")
+        for i in range(pl.count):
+            self._parameters[pl.names[i].decode()] = _wrap(lib.ag_tensor_retain(pl.tensors[i]))
+
+    @property
+    def config(self):
+        c = self._m.cfg
+        return {f: getattr(c, f) for f, _ in c._fields_}
+
+    def named_parameters(self, prefix=""):
+        for n, p in self._parameters.items():
+            yield prefix + n, p
+
+    def forward(self, idx, generator=None):
+        if not isinstance(idx, Tensor):
+            raise TypeError("anygrad.nn.Llama: idx must be a tensor of token ids, got %s"
+                            % type(idx).__name__)
+        h = lib.ag_llama_forward(byref(self._m), idx._handle, self.training,
+                                 generator._g if generator else None)
+        if not h:
+            raise_last("Llama.forward")
+        t = Tensor.__new__(Tensor)
+        t._h = h
+        return t
+
+    def save_pretrained(self, path):
+        check(lib.ag_llama_save(byref(self._m), os.fsencode(path)))
+
+    def load_pretrained(self, path):
+        check(lib.ag_llama_load(byref(self._m), os.fsencode(path)))
+        return self
+
+    def __del__(self, _free=lib.ag_llama_free, _byref=byref):
         m = self.__dict__.pop("_m", None)
         if m is not None:
             _free(_byref(m))

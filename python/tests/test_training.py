@@ -184,3 +184,45 @@ def test_gpt_from_the_c_api_trains_and_frees(dev):
     import gc
     gc.collect()
     assert ag.live_tensors() == live
+
+
+def test_llama_from_the_c_api_trains_saves_and_frees(dev, tmp_path):
+    live = ag.live_tensors()
+    kw = dict(vocab_size=13, dim=16, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=8,
+              multiple_of=8)
+    m = ag.nn.Llama(device=dev, **kw)
+    names = list(m.state_dict())
+    assert names[0] == "model.embed_tokens.weight" and names[-1] == "model.norm.weight"
+    assert "model.layers.1.self_attn.k_proj.weight" in names and "lm_head.weight" not in names
+    assert m.state_dict()["model.layers.0.self_attn.k_proj.weight"].shape == (8, 16)  # GQA
+    assert m.config["hidden_dim"] == 48 and m.config["rope_theta"] == 10000.0
+    idx = ag.tensor([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]], device=dev)
+    opt = ag.optim.AdamW(m.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(15):
+        logits = m(idx)
+        loss = ag.functional.cross_entropy(logits[:, :-1].reshape(-1, 13), idx[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert logits.shape == (2, 6, 13) and losses[-1] < 0.6 * losses[0]
+    # the Hugging Face file round trip: a fresh model loads the trained weights
+    m.save_pretrained(tmp_path / "llama.safetensors")
+    m2 = ag.nn.Llama(device=dev, **kw).load_pretrained(tmp_path / "llama.safetensors")
+    with ag.no_grad():
+        assert (m2(idx) - m(idx)).abs().max().item() == 0.0
+    untied = ag.nn.Llama(device=dev, untied_head=True, **kw)
+    assert "lm_head.weight" in untied.state_dict()
+    with pytest.raises(ag.AnygradError):  # a tied file lacks lm_head.weight
+        untied.load_pretrained(tmp_path / "llama.safetensors")
+    with pytest.raises(ValueError):  # longer than max_seq_len
+        m(ag.zeros(1, 9, dtype=ag.int64, device=dev))
+    with pytest.raises(ValueError):  # dim not a multiple of n_heads
+        ag.nn.Llama(vocab_size=5, dim=10, n_layers=1, n_heads=4, max_seq_len=4, device=dev)
+    with pytest.raises(TypeError):
+        m([[1, 2]])
+    del m, m2, untied, opt, logits, loss, idx
+    import gc
+    gc.collect()
+    assert ag.live_tensors() == live
