@@ -114,7 +114,7 @@ static void sync_counter_and_sync_bound_verdict(void **state) {
       ag_tensor *s = ag_sum(ag_mul_scalar(x, k), 0, NULL, false);
       snprintf(where, sizeof where, "host syncs per step in ag_item at diag_test.c:%d", __LINE__ + 1);
       assert_float_equal(ag_item(s), (double)k * 256, 1e-3);
-      usleep(3000);
+      usleep(10000); /* host work well above a sync's wait, even on a loaded machine */
     }
     assert_int_equal(ag_scope_end(), AG_OK);
     assert_int_equal(ag_profiler_step_end(p), AG_OK);
