@@ -147,7 +147,8 @@ def main():
                     res.setdefault((h["op"], dt, "torch", part), []).extend(ulp(dt, o, r) for o, r in zip(yt, rr))
     whos = backends + ["torch"]
     table = {f"{op}|{dt}|{w}|{part}": stats(us) for (op, dt, w, part), us in res.items()}
-    print(f"PyTorch {torch.__version__} on the CPU, {a.threads} thread(s) (anygrad's CPU backend with the same count)\n")
+    th = f"{a.threads} thread" + ("s" if a.threads != 1 else "")
+    print(f"PyTorch {torch.__version__} on the CPU, {th} (anygrad's CPU backend also with {th})\n")
     for dt in dts:
         for part, what in (("shapes", "shape cases: p99 / max ULPs"),
                            ("adversarial", "adversarial inputs: max ULPs (NaN: a NaN where a number was due or the reverse)")):

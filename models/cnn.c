@@ -10,8 +10,8 @@
 
 static const char *const k_names[CNN_CLASSES] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                                  "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
-#define NORM_MEAN 0.2860 /* of the 60,000 training images, pixel / 255 */
-#define NORM_STD 0.3530
+#define NORM_MEAN CNN_NORM_MEAN
+#define NORM_STD CNN_NORM_STD
 
 static double now_s(void) {
   struct timespec ts;
@@ -38,14 +38,8 @@ cnn_options cnn_defaults(void) {
   return o;
 }
 
-typedef struct model {
-  ag_conv2d_layer conv1, conv2;
-  ag_batch_norm2d bn1, bn2;
-  ag_linear fc;
-  ag_param_list params, buffers;
-} model;
-
-static void model_free(model *m) {
+void cnn_model_free(cnn_model *m) {
+  if (!m) return;
   ag_conv2d_layer_free(&m->conv1);
   ag_conv2d_layer_free(&m->conv2);
   ag_batch_norm2d_free(&m->bn1);
@@ -53,9 +47,10 @@ static void model_free(model *m) {
   ag_linear_free(&m->fc);
   ag_params_free(&m->params);
   ag_params_free(&m->buffers);
+  memset(m, 0, sizeof *m);
 }
 
-static ag_status model_init(model *m, const cnn_options *o, ag_generator *g) {
+ag_status cnn_model_init(cnn_model *m, const cnn_options *o, ag_generator *g) {
   memset(m, 0, sizeof *m);
   ag_conv2d_params p = {{1, 1}, {1, 1}, {1, 1}, 1};
   /* conv bias is redundant before batch norm */
@@ -71,7 +66,7 @@ static ag_status model_init(model *m, const cnn_options *o, ag_generator *g) {
   if (st == AG_OK) st = ag_linear_params(&m->fc, "fc.", &m->params);
   if (st == AG_OK) st = ag_batch_norm2d_buffers(&m->bn1, "bn1.", &m->buffers);
   if (st == AG_OK) st = ag_batch_norm2d_buffers(&m->bn2, "bn2.", &m->buffers);
-  if (st != AG_OK) model_free(m);
+  if (st != AG_OK) cnn_model_free(m);
   return st;
 }
 
@@ -87,8 +82,7 @@ static ag_tensor *block(ag_conv2d_layer *c, ag_batch_norm2d *bn, ag_tensor *x, b
   return p;
 }
 
-/* x [B, 1, 28, 28] -> logits [B, 10] */
-static ag_tensor *forward(model *m, ag_tensor *x, bool train) {
+ag_tensor *cnn_model_logits(cnn_model *m, ag_tensor *x, bool train) {
   ag_tensor *a = block(&m->conv1, &m->bn1, x, train);
   ag_tensor *b = block(&m->conv2, &m->bn2, a, train);
   int64_t s[2] = {b ? ag_tensor_shape(b)[0] : 0, (int64_t)m->conv2.out * 49};
@@ -172,7 +166,7 @@ static ag_status fill_batch(void *user, int64_t epoch, int64_t batch_index, cons
 }
 
 /* Accuracy on the test set, filling conf[true][pred]. */
-static ag_status evaluate(model *m, const ag_image_set *test, int64_t limit, ag_device d, double *acc,
+static ag_status evaluate(cnn_model *m, const ag_image_set *test, int64_t limit, ag_device d, double *acc,
                           int64_t conf[CNN_CLASSES][CNN_CLASSES]) {
   const int64_t n = limit > 0 && limit < test->count ? limit : test->count, B = 500;
   memset(conf, 0, sizeof(int64_t) * CNN_CLASSES * CNN_CLASSES);
@@ -188,7 +182,7 @@ static ag_status evaluate(model *m, const ag_image_set *test, int64_t limit, ag_
     ag_scope_begin();
     ag_tensor *x, *y;
     st = make_batch(test, idx, nb, d, xb, yb, &x, &y);
-    ag_tensor *logits = st == AG_OK ? forward(m, x, false) : NULL;
+    ag_tensor *logits = st == AG_OK ? cnn_model_logits(m, x, false) : NULL;
     ag_tensor *am = logits ? ag_argmax(logits, 1, false) : NULL; /* i64 */
     if (am) am = ag_cast(am, AG_I32);
     if (st == AG_OK) st = am ? ag_to_host(am, pred, sizeof(int32_t) * (size_t)nb) : ag_last_status();
@@ -224,7 +218,7 @@ static void confusion_summary(FILE *out, int64_t conf[CNN_CLASSES][CNN_CLASSES])
 
 /* ---------------- checkpoints ---------------- */
 
-static ag_status ckpt_lists(const model *m, ag_optimizer *opt, ag_param_list *all) {
+static ag_status ckpt_lists(const cnn_model *m, ag_optimizer *opt, ag_param_list *all) {
   ag_param_list st_list = {0};
   ag_status st = ag_params_extend(all, "model.", &m->params);
   if (st == AG_OK) st = ag_params_extend(all, "buffers.", &m->buffers);
@@ -234,7 +228,7 @@ static ag_status ckpt_lists(const model *m, ag_optimizer *opt, ag_param_list *al
   return st;
 }
 
-static ag_status save_ckpt(const char *path, const model *m, ag_optimizer *opt, const cnn_options *o, int epoch,
+static ag_status save_ckpt(const char *path, const cnn_model *m, ag_optimizer *opt, const cnn_options *o, int epoch,
                            int64_t step) {
   ag_param_list all = {0};
   ag_status st = ckpt_lists(m, opt, &all);
@@ -348,10 +342,10 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
   const int64_t total = steps_per_epoch * o.epochs;
 
   ag_generator *gen = ag_generator_create(o.seed);
-  model m;
+  cnn_model m;
   bool have_model = false;
   if (st == AG_OK) {
-    st = model_init(&m, &o, gen);
+    st = cnn_model_init(&m, &o, gen);
     have_model = st == AG_OK;
   }
   ag_optimizer *opt = NULL;
@@ -421,7 +415,7 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
       ag_loader_batch_info info;
       st = ag_loader_next(ld, xy, &info);
       if (st == AG_OK && info.end) st = ag_error_set(AG_ERR_INTERNAL, "cnn: the loader ended early");
-      ag_tensor *logits = st == AG_OK ? forward(&m, xy[0], true) : NULL;
+      ag_tensor *logits = st == AG_OK ? cnn_model_logits(&m, xy[0], true) : NULL;
       ag_tensor *loss = logits ? ag_cross_entropy(logits, xy[1], AG_REDUCTION_MEAN, -100) : NULL;
       if (st == AG_OK) st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
       if (st == AG_OK) st = ag_optimizer_step(opt);
@@ -479,7 +473,7 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
     ag_profiler_destroy(prof);
   }
   ag_optimizer_free(opt);
-  if (have_model) model_free(&m);
+  if (have_model) cnn_model_free(&m);
   ag_generator_free(gen);
   ag_image_set_free(&train);
   ag_image_set_free(&test);

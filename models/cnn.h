@@ -17,6 +17,8 @@
 #define CNN_MAX_BATCH 8192
 #define CNN_MAX_WIDTH 1024
 #define CNN_MAX_STEPS (INT64_C(1) << 40) /* checkpoint metadata 'step' */
+#define CNN_NORM_MEAN 0.2860 /* of the 60,000 training images, pixel / 255 */
+#define CNN_NORM_STD 0.3530  /* input = (pixel / 255 - mean) / std */
 
 typedef struct cnn_options {
   ag_device device;
@@ -52,6 +54,30 @@ typedef struct cnn_result {
 } cnn_result;
 
 cnn_options cnn_defaults(void);
+
+/* The network of cnn_train, for tools that drive it step by step
+ * (`anygrad compare --model cnn`). */
+typedef struct cnn_model {
+  ag_conv2d_layer conv1, conv2;
+  ag_batch_norm2d bn1, bn2;
+  ag_linear fc;
+  ag_param_list params;  /* trainable, in a fixed order (conv1., bn1., conv2., bn2., fc.) */
+  ag_param_list buffers; /* batch norm running statistics */
+} cnn_model;
+
+/* Build the network on o->device with o->c1, o->c2 channels, weights drawn
+ * from g (not consumed beyond the draws). *m is owned by the caller
+ * (cnn_model_free). Errors: the layers' (AG_ERR_INVALID, AG_ERR_OOM, device
+ * errors); *m is zeroed on error. */
+ag_status cnn_model_init(cnn_model *m, const cnn_options *o, ag_generator *g);
+
+/* Free the layers and lists; NULL and zeroed models are ignored. */
+void cnn_model_free(cnn_model *m);
+
+/* Logits [B, 10] of x [B, 1, 28, 28] f32 (normalised as CNN_NORM_*); train
+ * selects batch statistics (and updates the running ones). New reference
+ * owned by the caller; NULL with the op's error. */
+ag_tensor *cnn_model_logits(cnn_model *m, ag_tensor *x, bool train);
 
 /* Train as configured. Errors: AG_ERR_INVALID (options outside their
  * limits), the idx reader's errors for the data (AG_ERR_IO, AG_ERR_CORRUPT),

@@ -111,6 +111,27 @@ static void gpt_cpu_against_cpu_checks_every_other_step(void **state) {
   free(j);
 }
 
+/* The CNN on synthetic images: two CPU replicas agree bit for bit, the loss
+ * of 10 classes starts near ln 10 and no tensor is left alive. */
+static void cnn_cpu_against_cpu_is_identical(void **state) {
+  (void)state;
+  int64_t live = ag_live_tensors();
+  remove(JSON_PATH);
+  const char *a[] = {"--devices", "cpu,cpu", "--model", "cnn", "--data", "synthetic", "--steps", "3",
+                     "--batch", "8", "--tol", "0", "--json", JSON_PATH};
+  assert_int_equal(run(14, a), 0);
+  assert_int_equal(ag_live_tensors(), live);
+  char *j = slurp(JSON_PATH);
+  assert_non_null(j);
+  assert_non_null(strstr(j, "\"model\": \"cnn\""));
+  assert_int_equal(count(j, "{\"step\": "), 3);
+  assert_true(device_field(j, 1, "max_loss_divergence") == 0.0);
+  assert_true(device_field(j, 1, "max_param_divergence") == 0.0);
+  double first = device_field(j, 0, "first_loss");
+  assert_true(first > 1.5 && first < 3.5);
+  free(j);
+}
+
 /* Number after `"key": ` anywhere in the JSON. */
 static double top_field(const char *json, const char *key) {
   char k[64];
@@ -209,6 +230,10 @@ static void bad_requests_exit_2(void **state) {
   assert_int_equal(run(6, words), 2);
   const char *json[] = {"--devices", "cpu,cpu", "--steps", "1", "--json", "/nonexistent/dir/x.json"};
   assert_int_equal(run(6, json), 2);
+  const char *data[] = {"--devices", "cpu,cpu", "--model", "cnn", "--steps", "1", "--data", "/nonexistent/dir"};
+  assert_int_equal(run(8, data), 2);
+  const char *report[] = {"--devices", "cpu,cpu", "--steps", "1", "--report", "/nonexistent/dir/x.html"};
+  assert_int_equal(run(6, report), 2);
   const char *help[] = {"--help"};
   assert_int_equal(run(1, help), 0);
   assert_int_equal(ag_live_tensors(), live);
@@ -231,6 +256,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cpu_against_cpu_is_identical),
       cmocka_unit_test(gpt_cpu_against_cpu_checks_every_other_step),
+      cmocka_unit_test(cnn_cpu_against_cpu_is_identical),
       cmocka_unit_test(tolerance_defaults_and_overrides),
       cmocka_unit_test(cpu_against_opencl_within_tolerance),
       cmocka_unit_test(bad_requests_exit_2),

@@ -13,6 +13,8 @@
 #include "anygrad/optrace.h"
 #include "charlm.h"
 #include "cli.h"
+#include "cnn.h"
+#include "conformance_html.h"
 #include "ulp.h"
 
 #define CMP_MAX_DEV 8
@@ -26,12 +28,20 @@ typedef struct cmp_options {
   int64_t steps, log_every, check_every;
   double tol, loss_tol; /* parameters, loss */
   const char *json;
+  const char *report;   /* --report FILE.html */
+  bool cnn;             /* --model cnn: models/cnn.c on 28x28 images */
+  const char *data;     /* its image directory, or "synthetic" */
   bool bisect;          /* --bisect or --bisect-step */
   int64_t bisect_step;  /* 1-based; 0: the first step over tolerance */
   int64_t bisect_top;   /* ops listed per device */
   FILE *out; /* the human report: stdout, or stderr when the JSON goes to stdout */
-  charlm_options job; /* model sizes and hyperparameters of `anygrad train` */
+  charlm_options job; /* model sizes and hyperparameters of `anygrad train` (the CNN's
+                         batch, lr, weight decay and warmup are kept here too) */
 } cmp_options;
+
+static const char *model_name(const cmp_options *o) {
+  return o->cnn ? "cnn" : o->job.model == CHARLM_MLP ? "mlp" : "gpt";
+}
 
 static void usage(void) {
   printf(
@@ -41,16 +51,22 @@ static void usage(void) {
       "  --devices LIST   comma-separated devices, the first is the reference\n"
       "                   (e.g. cpu,opencl:0; cpu,cpu must agree exactly)\n"
       "  --steps N        optimizer steps (default 20)\n"
-      "  --model mlp|gpt  model of `anygrad train` (default mlp)\n"
+      "  --model mlp|gpt|cnn  model of `anygrad train` (default mlp; cnn: the\n"
+      "                   network of --task fashion-mnist)\n"
       "  --seed S         seed of initial parameters and batches (default 1337)\n"
       "  --tol T          relative tolerance of parameters and loss (default:\n"
       "                   1e-2 for parameters, 1e-5 for the loss; see docs/compare.md)\n"
       "  --loss-tol T     relative tolerance of the loss alone (after --tol)\n"
-      "  --batch N        examples (mlp) or words (gpt) per step (default as train)\n"
+      "  --batch N        examples (mlp), words (gpt) or images (cnn) per step\n"
+      "                   (default as train)\n"
       "  --check-every N  compare parameters every N steps (default 1)\n"
       "  --log-every N    print every N-th step (default: about 25 rows)\n"
       "  --words PATH     word list (default /usr/share/dict/words)\n"
+      "  --data DIR       --model cnn: Fashion-MNIST idx files (default\n"
+      "                   " CNN_DATA_DIR "), or 'synthetic'\n"
       "  --json PATH      write the per-step report as JSON ('-': stdout)\n"
+      "  --report FILE    write a self-contained HTML page: divergence curves and\n"
+      "                   the bisection table\n"
       "  --bisect         stop at the first step over tolerance and replay it op by op\n"
       "                   on each device from the reference's inputs, ranking the ops\n"
       "                   (forward and backward) by the error each adds\n"
@@ -73,7 +89,7 @@ static int parse_device(const char *s, ag_device *d) {
 static int parse_args(int argc, char **argv, cmp_options *o) {
   const char *C = "compare";
   enum { O_DEVICES = 256, O_MODEL, O_STEPS, O_SEED, O_TOL, O_LOSS_TOL, O_BATCH, O_CHECK_EVERY, O_LOG_EVERY,
-         O_WORDS, O_JSON, O_BISECT, O_BISECT_STEP, O_BISECT_TOP, O_HELP };
+         O_WORDS, O_JSON, O_BISECT, O_BISECT_STEP, O_BISECT_TOP, O_REPORT, O_DATA, O_HELP };
   static const struct option opts[] = {
       {"devices", required_argument, NULL, O_DEVICES},   {"model", required_argument, NULL, O_MODEL},
       {"steps", required_argument, NULL, O_STEPS},       {"seed", required_argument, NULL, O_SEED},
@@ -82,10 +98,12 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
       {"log-every", required_argument, NULL, O_LOG_EVERY}, {"words", required_argument, NULL, O_WORDS},
       {"json", required_argument, NULL, O_JSON},         {"help", no_argument, NULL, O_HELP},
       {"bisect", no_argument, NULL, O_BISECT},           {"bisect-step", required_argument, NULL, O_BISECT_STEP},
-      {"bisect-top", required_argument, NULL, O_BISECT_TOP}, AG_CLI_THREADS_OPT,
+      {"bisect-top", required_argument, NULL, O_BISECT_TOP}, {"report", required_argument, NULL, O_REPORT},
+      {"data", required_argument, NULL, O_DATA},         AG_CLI_THREADS_OPT,
       {NULL, 0, NULL, 0}};
   /* The model picks the defaults the other options then override. */
   charlm_model_kind kind = CHARLM_MLP;
+  bool cnn = false;
   for (int c = ag_cli_next(C, argc, argv, opts, true); c != -1; c = ag_cli_next(C, argc, argv, opts, false)) {
     if (c == '?') return -1;
     if (c == O_HELP) {
@@ -94,15 +112,26 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
     }
     if (c == O_MODEL) {
       const char *v = ag_cli_arg();
-      if (strcmp(v, "mlp") && strcmp(v, "gpt")) {
-        fprintf(stderr, "anygrad compare: --model must be mlp or gpt, got '%s'\n", v);
+      if (strcmp(v, "mlp") && strcmp(v, "gpt") && strcmp(v, "cnn")) {
+        fprintf(stderr, "anygrad compare: --model must be mlp, gpt or cnn, got '%s'\n", v);
         return -1;
       }
       kind = !strcmp(v, "gpt") ? CHARLM_GPT : CHARLM_MLP;
+      cnn = !strcmp(v, "cnn");
     }
   }
   memset(o, 0, sizeof *o);
   o->job = charlm_defaults(kind);
+  o->cnn = cnn;
+  o->data = CNN_DATA_DIR;
+  if (cnn) { /* cnn_train's hyperparameters; it does not clip gradients */
+    cnn_options co = cnn_defaults();
+    o->job.batch = co.batch;
+    o->job.lr = co.lr;
+    o->job.weight_decay = co.weight_decay;
+    o->job.warmup = co.warmup;
+    o->job.clip = 0;
+  }
   o->job.seed = 1337;
   o->steps = 20;
   o->check_every = 1;
@@ -131,6 +160,8 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
       case O_LOG_EVERY: ok = ag_cli_i64(C, "log-every", v, 0, CHARLM_MAX_STEPS, &o->log_every); break;
       case O_WORDS: o->job.words_path = v; break;
       case O_JSON: o->json = v; break;
+      case O_REPORT: o->report = v; break;
+      case O_DATA: o->data = v; break;
       case O_BISECT: o->bisect = true; break;
       case O_BISECT_STEP:
         ok = ag_cli_i64(C, "bisect-step", v, 1, CHARLM_MAX_STEPS, &o->bisect_step);
@@ -148,6 +179,10 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
   if (o->steps < 1 || o->job.batch < 1 || o->check_every < 1 || o->log_every < 0 || !(o->tol >= 0) ||
       !(o->loss_tol >= 0)) {
     fprintf(stderr, "anygrad compare: --steps, --batch, --check-every must be >= 1, tolerances >= 0\n");
+    return -1;
+  }
+  if (o->cnn && o->job.batch > CNN_MAX_BATCH) {
+    fprintf(stderr, "anygrad compare: --batch of --model cnn must be at most %d\n", CNN_MAX_BATCH);
     return -1;
   }
   if (!devices) {
@@ -199,6 +234,44 @@ static ag_status words_load(const char *path, uint64_t seed, words *out) {
   return st;
 }
 
+/* --model cnn: the training images of --data (as `anygrad train --task
+ * fashion-mnist` reads them), or none for --data synthetic. */
+static ag_status images_load(const cmp_options *o, ag_image_set *set) {
+  memset(set, 0, sizeof *set);
+  if (!strcmp(o->data, "synthetic")) return AG_OK;
+  char pi[1024], pl[1024];
+  snprintf(pi, sizeof pi, "%s/train-images-idx3-ubyte.gz", o->data);
+  snprintf(pl, sizeof pl, "%s/train-labels-idx1-ubyte.gz", o->data);
+  ag_status st = ag_image_set_load(pi, pl, set);
+  if (st == AG_OK && (set->height != 28 || set->width != 28 || set->num_classes > CNN_CLASSES || set->count < 1))
+    st = ag_error_set(AG_ERR_CORRUPT, "compare: %s: expected 28x28 images in at most %d classes", pi, CNN_CLASSES);
+  return st;
+}
+
+/* One CNN batch on the host: [B, 1, 28, 28] normalised images and [B]
+ * labels, drawn from (seed, step). Synthetic images are class-dependent
+ * stripes with noise, so the task is learnable and every pixel varies. */
+static void make_image_batch(const cmp_options *o, const ag_image_set *set, int64_t step, float *img, int32_t *y) {
+  uint64_t rng = o->job.seed * 0x100000001b3ull + (uint64_t)step;
+  for (int64_t b = 0; b < o->job.batch; b++) {
+    float *dst = img + b * 784;
+    if (set->count) {
+      int64_t i = (int64_t)(charlm_splitmix(&rng) % (uint64_t)set->count);
+      const uint8_t *src = set->pixels + i * 784;
+      for (int k = 0; k < 784; k++) dst[k] = (float)((src[k] / 255.0 - CNN_NORM_MEAN) / CNN_NORM_STD);
+      y[b] = set->labels[i];
+    } else {
+      int c = (int)(charlm_splitmix(&rng) % CNN_CLASSES);
+      for (int k = 0; k < 784; k++) {
+        int r = k / 28, q = k % 28;
+        int v = ((r * (c % 5 + 1) + q * (c / 5 + 1)) % 8 < 4 ? 200 : 30) + (int)(charlm_splitmix(&rng) % 40);
+        dst[k] = (float)((v / 255.0 - CNN_NORM_MEAN) / CNN_NORM_STD);
+      }
+      y[b] = c;
+    }
+  }
+}
+
 /* One step's batch on the host: MLP [B, context] contexts of a random position
  * of a random word and [B] next characters; GPT [B, T] padded words and [B*T]
  * shifted targets (-1 past the end, ignored by the loss). */
@@ -226,22 +299,43 @@ static void make_batch(const cmp_options *o, const words *d, int64_t step, int32
 
 /* ---------------- model (models/charlm.c's, one per device) ---------------- */
 
+/* One step's batch on the host, for either task. */
+typedef struct host_batch {
+  int32_t *x, *y; /* character ids and targets; CNN: y the labels */
+  float *img;     /* CNN images */
+} host_batch;
+
 typedef struct replica {
   ag_device dev;
+  bool cnn;
   charlm_model m;
+  cnn_model c;
+  ag_param_list *params; /* &m.params or &c.params */
   ag_optimizer *opt;
 } replica;
 
 static void replica_free(replica *r) {
   ag_optimizer_free(r->opt);
-  charlm_model_free(&r->m);
+  if (r->cnn) cnn_model_free(&r->c);
+  else charlm_model_free(&r->m);
   memset(r, 0, sizeof *r);
 }
 
-static ag_status replica_init(replica *r, const charlm_options *o, ag_device dev, ag_generator *g) {
+static ag_status replica_init(replica *r, const cmp_options *co, ag_device dev, ag_generator *g) {
+  const charlm_options *o = &co->job;
   memset(r, 0, sizeof *r);
   r->dev = dev;
-  ag_status st = charlm_model_init(&r->m, o, dev, g);
+  r->cnn = co->cnn;
+  ag_status st;
+  if (r->cnn) {
+    cnn_options cn = cnn_defaults();
+    cn.device = dev;
+    st = cnn_model_init(&r->c, &cn, g);
+    r->params = &r->c.params;
+  } else {
+    st = charlm_model_init(&r->m, o, dev, g);
+    r->params = &r->m.params;
+  }
   if (st != AG_OK) {
     memset(r, 0, sizeof *r);
     return st;
@@ -249,7 +343,7 @@ static ag_status replica_init(replica *r, const charlm_options *o, ag_device dev
   ag_adamw_options ao = ag_adamw_defaults();
   ao.lr = o->lr;
   ao.weight_decay = o->weight_decay;
-  r->opt = ag_adamw_create(&r->m.params, &ao);
+  r->opt = ag_adamw_create(r->params, &ao);
   if (!r->opt) {
     st = ag_last_status();
     replica_free(r);
@@ -257,8 +351,8 @@ static ag_status replica_init(replica *r, const charlm_options *o, ag_device dev
   return st;
 }
 
-static ag_tensor *replica_loss(const replica *r, ag_tensor *x, ag_tensor *y) {
-  ag_tensor *logits = charlm_model_logits(&r->m, x);
+static ag_tensor *replica_loss(replica *r, ag_tensor *x, ag_tensor *y) {
+  ag_tensor *logits = r->cnn ? cnn_model_logits(&r->c, x, true) : charlm_model_logits(&r->m, x);
   ag_tensor *loss = ag_cross_entropy(logits, y, AG_REDUCTION_MEAN, -1);
   ag_tensor_release(logits);
   return loss;
@@ -266,18 +360,34 @@ static ag_tensor *replica_loss(const replica *r, ag_tensor *x, ag_tensor *y) {
 
 /* One optimizer step on the replica's device; returns the loss read to the
  * host (the step's one sync, which also makes the wall time the device's). */
-static ag_status replica_step(replica *r, const cmp_options *o, int64_t step, const int32_t *hx,
-                              const int32_t *hy, double *out_loss) {
-  ag_optimizer_set_lr(r->opt, ag_lr_cosine(step, o->job.warmup, o->steps, o->job.lr, o->job.lr * 0.1));
+/* The batch on r's device (in the current scope). */
+static void replica_inputs(const replica *r, const cmp_options *o, const host_batch *hb, ag_tensor **x,
+                           ag_tensor **y) {
+  int64_t B = o->job.batch;
+  if (r->cnn) {
+    int64_t si[4] = {B, 1, 28, 28};
+    *x = ag_from_host(r->dev, AG_F32, 4, si, hb->img);
+    *y = ag_from_host(r->dev, AG_I32, 1, &B, hb->y);
+    return;
+  }
   bool mlp = r->m.kind == CHARLM_MLP;
-  int64_t B = o->job.batch, cols = mlp ? o->job.context : CHARLM_MAX_WORD + 2;
+  int64_t cols = mlp ? o->job.context : CHARLM_MAX_WORD + 2;
   int64_t sx[2] = {B, cols}, sy[1] = {mlp ? B : B * cols};
+  *x = ag_from_host(r->dev, AG_I32, 2, sx, hb->x);
+  *y = ag_from_host(r->dev, AG_I32, 1, sy, hb->y);
+}
+
+static ag_status replica_step(replica *r, const cmp_options *o, int64_t step, const host_batch *hb,
+                              double *out_loss) {
+  /* the schedules of `anygrad train`: the CNN decays to 1%, the char models to 10% */
+  double lr_min = o->job.lr * (r->cnn ? 0.01 : 0.1);
+  ag_optimizer_set_lr(r->opt, ag_lr_cosine(step, o->job.warmup, o->steps, o->job.lr, lr_min));
   ag_scope_begin();
-  ag_tensor *x = ag_from_host(r->dev, AG_I32, 2, sx, hx);
-  ag_tensor *y = ag_from_host(r->dev, AG_I32, 1, sy, hy);
-  ag_tensor *loss = replica_loss(r, x, y);
+  ag_tensor *x, *y;
+  replica_inputs(r, o, hb, &x, &y);
+  ag_tensor *loss = x && y ? replica_loss(r, x, y) : NULL;
   ag_status st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
-  if (st == AG_OK && o->job.clip > 0 && !ag_clip_grad_norm(&r->m.params, o->job.clip)) st = ag_last_status();
+  if (st == AG_OK && o->job.clip > 0 && !ag_clip_grad_norm(r->params, o->job.clip)) st = ag_last_status();
   if (st == AG_OK) st = ag_optimizer_step(r->opt);
   ag_optimizer_zero_grad(r->opt);
   if (st == AG_OK) {
@@ -339,7 +449,7 @@ static ag_status param_divergence(const ag_param_list *ref, const ag_param_list 
 static ag_status copy_params(replica *r, const ag_param_list *master) {
   ag_status st = AG_OK;
   ag_no_grad_begin();
-  for (int i = 0; i < master->count && st == AG_OK; i++) st = ag_copy_(r->m.params.tensors[i], master->tensors[i]);
+  for (int i = 0; i < master->count && st == AG_OK; i++) st = ag_copy_(r->params->tensors[i], master->tensors[i]);
   ag_grad_mode_end();
   if (st == AG_OK) st = ag_device_synchronize(r->dev);
   return st;
@@ -474,14 +584,10 @@ static ag_status snap_restore(const param_snap *p, const ag_param_list *pl) {
 
 /* Forward and backward of one step on r's device, recorded launch by launch;
  * the gradients are cleared afterwards and no optimizer step is taken. */
-static ag_status traced_step(replica *r, const cmp_options *o, const int32_t *hx, const int32_t *hy,
-                             ag_optrace **out) {
-  bool mlp = r->m.kind == CHARLM_MLP;
-  int64_t B = o->job.batch, cols = mlp ? o->job.context : CHARLM_MAX_WORD + 2;
-  int64_t sx[2] = {B, cols}, sy[1] = {mlp ? B : B * cols};
+static ag_status traced_step(replica *r, const cmp_options *o, const host_batch *hb, ag_optrace **out) {
   ag_scope_begin();
-  ag_tensor *x = ag_from_host(r->dev, AG_I32, 2, sx, hx);
-  ag_tensor *y = ag_from_host(r->dev, AG_I32, 1, sy, hy);
+  ag_tensor *x, *y;
+  replica_inputs(r, o, hb, &x, &y);
   ag_status st = x && y ? AG_OK : ag_last_status();
   ag_optrace *t = st == AG_OK ? ag_optrace_begin() : NULL;
   if (st == AG_OK && !t) st = ag_last_status();
@@ -780,7 +886,7 @@ static void json_bisect(FILE *f, const cmp_options *o, const bisect_result *b) {
 static ag_status write_json(FILE *f, const char *path, const cmp_options *o, const report *rep, bool diverged,
                             const bisect_result *br) {
   fprintf(f, "{\n  \"model\": \"%s\", \"parameters\": %lld, \"seed\": %llu, \"steps\": %lld, \"batch\": %lld,\n",
-          o->job.model == CHARLM_MLP ? "mlp" : "gpt", (long long)rep->nparams, (unsigned long long)o->job.seed,
+          model_name(o), (long long)rep->nparams, (unsigned long long)o->job.seed,
           (long long)o->steps, (long long)o->job.batch);
   fprintf(f, "  \"tolerance\": ");
   json_num(f, o->tol);
@@ -840,6 +946,30 @@ static ag_status write_json(FILE *f, const char *path, const cmp_options *o, con
   return ferror(f) ? ag_error_set(AG_ERR_IO, "compare: cannot write %s", path) : AG_OK;
 }
 
+/* --report: the JSON document (as --json writes it) in the HTML page of
+ * tools/conformance_html.c, which draws the curves and the table. */
+static ag_status write_report(ag_output *out, const char *path, const cmp_options *o, const report *rep,
+                              bool diverged, const bisect_result *br) {
+  FILE *t = tmpfile();
+  if (!t) return ag_error_set(AG_ERR_IO, "compare: cannot create a temporary file for --report");
+  ag_status st = write_json(t, "a temporary file", o, rep, diverged, br);
+  long n = st == AG_OK ? ftell(t) : -1;
+  char *doc = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (st == AG_OK && !doc) st = ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+  if (st == AG_OK) {
+    rewind(t);
+    size_t got = fread(doc, 1, (size_t)n, t);
+    doc[got] = 0;
+    FILE *f = ag_output_file(out);
+    ag_compare_html_put(f, doc);
+    fflush(f);
+    if (ferror(f)) st = ag_error_set(AG_ERR_IO, "compare: cannot write %s", path);
+  }
+  free(doc);
+  fclose(t);
+  return st;
+}
+
 static void print_summary(const cmp_options *o, const report *rep, bool diverged) {
   char span[48] = "step 1";
   if (rep->steps > 1) snprintf(span, sizeof span, "steps 2..%lld", (long long)rep->steps);
@@ -893,6 +1023,7 @@ int ag_cmd_compare(int argc, char **argv) {
   if (rc) return rc > 0 ? 0 : 2;
 
   words data = {0};
+  ag_image_set images = {0};
   replica master, reps[CMP_MAX_DEV];
   bool have_master = false;
   int n_ready = 0;
@@ -906,12 +1037,14 @@ int ag_cmd_compare(int argc, char **argv) {
   size_t cap = 0;
   int64_t T = CHARLM_MAX_WORD + 2, cells = o.steps * o.n_dev;
   int32_t *hx = malloc((size_t)(o.job.batch * T) * sizeof *hx), *hy = malloc((size_t)(o.job.batch * T) * sizeof *hy);
+  float *himg = o.cnn ? malloc((size_t)o.job.batch * 784 * sizeof *himg) : NULL;
+  host_batch hb = {hx, hy, himg};
   rep->loss = calloc((size_t)cells, sizeof(double));
   rep->ms = calloc((size_t)cells, sizeof(double));
   rep->dloss = calloc((size_t)cells, sizeof(double));
   rep->dparam = calloc((size_t)cells, sizeof(double));
   ag_status st = AG_OK;
-  if (!hx || !hy || !rep->loss || !rep->ms || !rep->dloss || !rep->dparam)
+  if (!hx || !hy || (o.cnn && !himg) || !rep->loss || !rep->ms || !rep->dloss || !rep->dparam)
     st = ag_error_set(AG_ERR_OOM, "compare: out of host memory");
   FILE *json = NULL;
   ag_output *json_out = NULL; /* --json FILE: written atomically at the end */
@@ -919,7 +1052,9 @@ int ag_cmd_compare(int argc, char **argv) {
     if (!strcmp(o.json, "-")) json = stdout;
     else if ((st = ag_output_open(o.json, "--json output", &json_out)) == AG_OK) json = ag_output_file(json_out);
   }
-  if (st == AG_OK) st = words_load(o.job.words_path, o.job.seed, &data);
+  ag_output *report_out = NULL; /* --report FILE: also checked before training */
+  if (st == AG_OK && o.report) st = ag_output_open(o.report, "--report output", &report_out);
+  if (st == AG_OK) st = o.cnn ? images_load(&o, &images) : words_load(o.job.words_path, o.job.seed, &data);
 
   /* The initial parameters are drawn once on the CPU and copied to every
    * device, so the comparison starts from identical bits. Each device also
@@ -928,20 +1063,20 @@ int ag_cmd_compare(int argc, char **argv) {
   ag_generator *g = ag_generator_create(o.job.seed);
   if (st == AG_OK && !g) st = ag_last_status();
   if (st == AG_OK) {
-    st = replica_init(&master, &o.job, AG_CPU, g);
+    st = replica_init(&master, &o, AG_CPU, g);
     have_master = st == AG_OK;
   }
   for (int d = 0; st == AG_OK && d < o.n_dev; d++) {
     ag_generator_set_state(g, o.job.seed, 0);
-    st = replica_init(&reps[d], &o.job, o.dev[d], g);
+    st = replica_init(&reps[d], &o, o.dev[d], g);
     if (st != AG_OK) break;
     n_ready++;
-    st = param_divergence(&master.m.params, &reps[d].m.params, &buf, &cap, &rep->init_div[d], NULL);
-    if (st == AG_OK) st = copy_params(&reps[d], &master.m.params);
+    st = param_divergence(master.params, reps[d].params, &buf, &cap, &rep->init_div[d], NULL);
+    if (st == AG_OK) st = copy_params(&reps[d], master.params);
   }
   ag_generator_free(g);
   if (have_master) {
-    rep->nparams = ag_params_numel(&master.m.params);
+    rep->nparams = ag_params_numel(master.params);
     replica_free(&master);
   }
 
@@ -949,7 +1084,7 @@ int ag_cmd_compare(int argc, char **argv) {
     fprintf(o.out,
             "anygrad compare: %s model, %lld parameters, seed %llu, %lld steps of batch %lld, "
             "tolerance %g (loss %g)\n",
-           o.job.model == CHARLM_MLP ? "mlp" : "gpt", (long long)rep->nparams, (unsigned long long)o.job.seed,
+           model_name(&o), (long long)rep->nparams, (unsigned long long)o.job.seed,
            (long long)o.steps, (long long)o.job.batch, o.tol, o.loss_tol);
     fprintf(o.out, "devices:");
     for (int d = 0; d < o.n_dev; d++) {
@@ -962,11 +1097,12 @@ int ag_cmd_compare(int argc, char **argv) {
     print_header(&o);
   }
   for (int64_t s = 0; st == AG_OK && s < o.steps; s++) {
-    make_batch(&o, &data, s, hx, hy);
-    for (int d = 0; st == AG_OK && o.bisect && d < o.n_dev; d++) st = snap_take(&snaps[d], &reps[d].m.params);
+    if (o.cnn) make_image_batch(&o, &images, s, himg, hy);
+    else make_batch(&o, &data, s, hx, hy);
+    for (int d = 0; st == AG_OK && o.bisect && d < o.n_dev; d++) st = snap_take(&snaps[d], reps[d].params);
     for (int d = 0; st == AG_OK && d < o.n_dev; d++) {
       double t0 = now_ms();
-      st = replica_step(&reps[d], &o, s, hx, hy, &AT(rep->loss, s, d));
+      st = replica_step(&reps[d], &o, s, &hb, &AT(rep->loss, s, d));
       AT(rep->ms, s, d) = now_ms() - t0;
       if (st != AG_OK) {
         char msg[1024];
@@ -979,16 +1115,16 @@ int ag_cmd_compare(int argc, char **argv) {
       AT(rep->dloss, s, d) = loss_divergence(AT(rep->loss, s, 0), AT(rep->loss, s, d));
       AT(rep->dparam, s, d) = NOT_CHECKED;
       int w = 0;
-      if (check) st = param_divergence(&reps[0].m.params, &reps[d].m.params, &buf, &cap, &AT(rep->dparam, s, d), &w);
+      if (check) st = param_divergence(reps[0].params, reps[d].params, &buf, &cap, &AT(rep->dparam, s, d), &w);
       double v = check ? AT(rep->dparam, s, d) : 0;
       if (check && (isnan(v) ? !isnan(rep->max_param[d]) : v > rep->max_param[d])) {
         rep->max_param[d] = v;
-        snprintf(rep->worst_name[d], sizeof rep->worst_name[d], "%s", reps[d].m.params.names[w]);
+        snprintf(rep->worst_name[d], sizeof rep->worst_name[d], "%s", reps[d].params->names[w]);
       }
       bool over = exceeds(AT(rep->dloss, s, d), o.loss_tol) || (check && exceeds(AT(rep->dparam, s, d), o.tol));
       if (st == AG_OK && over && !rep->first_exceed[d]) {
         rep->first_exceed[d] = s + 1;
-        if (check) snprintf(rep->exceed_name[d], sizeof rep->exceed_name[d], "%s", reps[d].m.params.names[w]);
+        if (check) snprintf(rep->exceed_name[d], sizeof rep->exceed_name[d], "%s", reps[d].params->names[w]);
         fresh = true;
       }
     }
@@ -1000,8 +1136,8 @@ int ag_cmd_compare(int argc, char **argv) {
        * device; then each reference launch replayed on the others. */
       ag_optrace *tr[CMP_MAX_DEV] = {0};
       for (int d = 0; st == AG_OK && d < o.n_dev; d++) {
-        st = snap_restore(&snaps[d], &reps[d].m.params);
-        if (st == AG_OK) st = traced_step(&reps[d], &o, hx, hy, &tr[d]);
+        st = snap_restore(&snaps[d], reps[d].params);
+        if (st == AG_OK) st = traced_step(&reps[d], &o, &hb, &tr[d]);
         if (st != AG_OK) {
           char msg[1024];
           snprintf(msg, sizeof msg, "%s", ag_last_error());
@@ -1023,8 +1159,11 @@ int ag_cmd_compare(int argc, char **argv) {
   else if (st == AG_OK && o.bisect)
     fprintf(o.out, "\nbisect: no step went over tolerance, nothing to bisect (--bisect-step N names a step)\n");
   if (st == AG_OK && json) st = write_json(json, o.json, &o, rep, diverged, &br);
+  if (st == AG_OK && report_out) st = write_report(report_out, o.report, &o, rep, diverged, &br);
   if (json_out && st == AG_OK) st = ag_output_commit(json_out);
   else ag_output_abort(json_out);
+  if (report_out && st == AG_OK) st = ag_output_commit(report_out);
+  else ag_output_abort(report_out);
   if (st != AG_OK) fprintf(stderr, "anygrad compare: %s: %s\n", ag_status_name(st), ag_last_error());
   fflush(stdout);
 
@@ -1032,6 +1171,8 @@ int ag_cmd_compare(int argc, char **argv) {
   for (int d = 0; d < CMP_MAX_DEV; d++) snap_free(&snaps[d]);
   bisect_free(&br);
   words_free(&data);
+  ag_image_set_free(&images);
+  free(himg);
   free(buf);
   free(hx);
   free(hy);

@@ -48,4 +48,10 @@ int ag_acc_html_write(const char *path, const char *title, const char *json_doc,
 /* ag_check_json then ag_acc_html_write, titled "anygrad accuracy". */
 int ag_check_html_write(const char *path, const ag_check_summary *s, char *err, size_t err_len);
 
+/* The page of `anygrad compare --report` (docs/compare.md): json_doc is the
+ * document `anygrad compare --json` writes; the page draws the loss and the
+ * divergence of every device per step and, when present, the bisection
+ * table. Writes to f (owned by the caller); the caller checks ferror(f). */
+void ag_compare_html_put(FILE *f, const char *json_doc);
+
 #endif
