@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
       printf("round %d: %.3f ms/step\n", r + 1, ms[r]);
     }
   }
-  printf("{\"bench\": \"llama\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"params\": %lld, \"last_loss\": %.6f, "
+  printf("{\"bench\": \"text\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"params\": %lld, \"last_loss\": %.6f, "
          "\"ms_per_step\": [",
          ag_get_num_threads(), steps, warmup, (long long)ag_params_numel(&m.params), last);
   for (int r = 0; r < rounds; r++) printf("%s%.4f", r ? ", " : "", ms[r]);
