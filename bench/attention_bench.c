@@ -84,8 +84,11 @@ int main(int argc, char **argv) {
   int threads = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--mem-only") || !strcmp(a, "--no-mem") || !strcmp(a, "--json")) {
-      *(!strcmp(a, "--json") ? &json : a[2] == 'm' ? &mem_only : &no_mem) = true;
+    bool *flag = !strcmp(a, "--mem-only") ? &mem_only : !strcmp(a, "--no-mem") ? &no_mem
+                                                       : !strcmp(a, "--json")   ? &json
+                                                                                : NULL;
+    if (flag) {
+      *flag = true;
       continue;
     }
     if (!v) {
