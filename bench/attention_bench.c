@@ -4,8 +4,11 @@
  * (median and range), and memory per step: what the forward keeps for
  * backward and the peak of the step, from the caching allocator's stats.
  *   attention_bench [--device cpu] [--T 256,1024] [--B 1] [--H 8] [--D 64]
- *                   [--rounds 5] [--causal 1] [--dtype f32] [--mem-only]
- * Output: one line per (T, path), then the fused/unfused ratios. */
+ *                   [--rounds 5] [--causal 1] [--dtype f32] [--threads N]
+ *                   [--mem-only | --no-mem] [--json]
+ * Output: one line per (T, path), then the fused/unfused ratios; --json
+ * adds one JSON line with every (T, path)'s times in ms (each round) and
+ * memory in bytes (bench/attention_torch.py reads it). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,11 +80,15 @@ int main(int argc, char **argv) {
   setup s = {AG_CPU, AG_F32, 1, 8, 64, true};
   const char *Ts = "256,1024", *devs = "cpu";
   int rounds = 5;
-  bool mem_only = false;
+  bool mem_only = false, no_mem = false, json = false;
+  int threads = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--mem-only")) {
-      mem_only = true;
+    bool *flag = !strcmp(a, "--mem-only") ? &mem_only : !strcmp(a, "--no-mem") ? &no_mem
+                                                       : !strcmp(a, "--json")   ? &json
+                                                                                : NULL;
+    if (flag) {
+      *flag = true;
       continue;
     }
     if (!v) {
@@ -94,6 +101,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--H")) s.H = atoll(v);
     else if (!strcmp(a, "--D")) s.D = atoll(v);
     else if (!strcmp(a, "--rounds")) rounds = atoi(v);
+    else if (!strcmp(a, "--threads")) threads = atoi(v);
     else if (!strcmp(a, "--causal")) s.causal = atoi(v) != 0;
     else if (!strcmp(a, "--device")) devs = v;
     else if (!strcmp(a, "--dtype")) {
@@ -119,23 +127,41 @@ int main(int argc, char **argv) {
     p++;
   }
   if (rounds < 1) rounds = 1;
+  if (threads > 0 && ag_set_num_threads(threads) != AG_OK) {
+    fprintf(stderr, "attention_bench: %s\n", ag_last_error());
+    return 2;
+  }
   printf("attention_bench: %s %s B=%lld H=%lld D=%lld causal=%d, %d threads, %d rounds\n", devs,
          ag_dtype_name(s.dt), (long long)s.B, (long long)s.H, (long long)s.D, s.causal, ag_get_num_threads(),
          rounds);
   /* memory first: one step per (T, path), after a warm-up */
-  int64_t kept[16][2], peak[16][2];
-  for (int i = 0; i < nT; i++)
+  int64_t kept[16][2] = {{0}}, peak[16][2] = {{0}};
+  for (int i = 0; i < nT && !no_mem; i++)
     for (int f = 0; f < 2; f++) {
       step(&s, T[i], f == 1, NULL, NULL);
       step(&s, T[i], f == 1, &kept[i][f], &peak[i][f]);
     }
-  for (int i = 0; i < nT; i++)
+  for (int i = 0; i < nT && !no_mem; i++)
     printf("T=%-5lld memory kept for backward: fused %9.2f MiB  unfused %9.2f MiB  (fused/unfused %.3f);"
            " step peak: fused %9.2f MiB  unfused %9.2f MiB\n",
            (long long)T[i], kept[i][1] / 1048576.0, kept[i][0] / 1048576.0, (double)kept[i][1] / (double)kept[i][0],
            peak[i][1] / 1048576.0, peak[i][0] / 1048576.0);
-  if (mem_only) return 0;
+  if (mem_only) {
+    if (json) {
+      printf("{\"bench\": \"attention\", \"threads\": %d, \"H\": %lld, \"D\": %lld, \"memory\": [", ag_get_num_threads(),
+             (long long)s.H, (long long)s.D);
+      for (int i = 0; i < nT; i++)
+        printf("%s{\"T\": %lld, \"kept_fused\": %lld, \"kept_unfused\": %lld, \"peak_fused\": %lld, "
+               "\"peak_unfused\": %lld}",
+               i ? ", " : "", (long long)T[i], (long long)kept[i][1], (long long)kept[i][0], (long long)peak[i][1],
+               (long long)peak[i][0]);
+      printf("]}\n");
+    }
+    return 0;
+  }
   double *t = calloc((size_t)(nT * 2 * rounds), sizeof(double));
+  for (int i = 0; i < nT && no_mem; i++) /* the warm-up the memory pass gives otherwise */
+    for (int f = 0; f < 2; f++) step(&s, T[i], f == 1, NULL, NULL);
   for (int r = 0; r < rounds; r++)
     for (int i = 0; i < nT; i++)
       for (int f = 0; f < 2; f++) {
@@ -152,6 +178,18 @@ int main(int argc, char **argv) {
              f ? "fused" : "unfused", med[f] * 1e3, x[0] * 1e3, x[rounds - 1] * 1e3);
     }
     printf("T=%-5lld fused/unfused time %.3f\n", (long long)T[i], med[1] / med[0]);
+  }
+  if (json) { /* the times are sorted by now: each path's rounds in rising order */
+    printf("{\"bench\": \"attention\", \"threads\": %d, \"H\": %lld, \"D\": %lld, \"rounds\": %d, \"runs\": [",
+           ag_get_num_threads(), (long long)s.H, (long long)s.D, rounds);
+    for (int i = 0; i < nT; i++)
+      for (int f = 0; f < 2; f++) {
+        printf("%s{\"T\": %lld, \"path\": \"%s\", \"ms\": [", i || f ? ", " : "", (long long)T[i],
+               f ? "fused" : "unfused");
+        for (int r = 0; r < rounds; r++) printf("%s%.4f", r ? ", " : "", t[(i * 2 + f) * rounds + r] * 1e3);
+        printf("]}");
+      }
+    printf("]}\n");
   }
   free(t);
   return 0;

@@ -6,7 +6,11 @@ every step and the final weights; this script loads the initial weights
 (safetensors parsed here: torch 1.13 has no safetensors package), trains the
 torch model on the same batches with torch.optim.AdamW and compares every
 step's loss and the final weights. Once with tied embeddings and activation
-checkpointing, once untied without. Exit 77 (skipped) without torch or numpy."""
+checkpointing, once untied without. Exit 77 (skipped) without torch or numpy.
+
+The model (rms_norm, rope_tables, forward) takes its shape as keyword
+arguments, defaulting to this test's, so bench/llama_torch.py imports it for
+the default text job's model."""
 import json
 import math
 import os
@@ -47,8 +51,8 @@ def read_safetensors(path):
     return out
 
 
-def rms_norm(x, w):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
+def rms_norm(x, w, eps=EPS):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
 def rotate_half(x):
@@ -56,30 +60,30 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def rope_tables(D):
-    ang = np.array([[p * THETA ** (-(2 * i) / D) for i in range(D // 2)] for p in range(T)], dtype=np.float64)
+def rope_tables(D, seq=T, theta=THETA):
+    ang = np.array([[p * theta ** (-(2 * i) / D) for i in range(D // 2)] for p in range(seq)], dtype=np.float64)
     ang = np.concatenate([ang, ang], axis=1)
     return torch.tensor(np.cos(ang).astype(np.float32)), torch.tensor(np.sin(ang).astype(np.float32))
 
 
-def forward(p, idx, tied, cos, sin):
+def forward(p, idx, tied, cos, sin, dim=DIM, layers=LAYERS, heads=HEADS, kv_heads=KV_HEADS):
     B, L = idx.shape
-    D = DIM // HEADS
+    D = dim // heads
     x = p["model.embed_tokens.weight"][idx]
     causal = torch.ones(L, L, dtype=torch.bool).triu(1)
-    for i in range(LAYERS):
+    for i in range(layers):
         pre = "model.layers.%d." % i
         h = rms_norm(x, p[pre + "input_layernorm.weight"])
-        q = (h @ p[pre + "self_attn.q_proj.weight"].t()).view(B, L, HEADS, D).transpose(1, 2)
-        k = (h @ p[pre + "self_attn.k_proj.weight"].t()).view(B, L, KV_HEADS, D).transpose(1, 2)
-        v = (h @ p[pre + "self_attn.v_proj.weight"].t()).view(B, L, KV_HEADS, D).transpose(1, 2)
+        q = (h @ p[pre + "self_attn.q_proj.weight"].t()).view(B, L, heads, D).transpose(1, 2)
+        k = (h @ p[pre + "self_attn.k_proj.weight"].t()).view(B, L, kv_heads, D).transpose(1, 2)
+        v = (h @ p[pre + "self_attn.v_proj.weight"].t()).view(B, L, kv_heads, D).transpose(1, 2)
         q = q * cos[:L] + rotate_half(q) * sin[:L]
         k = k * cos[:L] + rotate_half(k) * sin[:L]
-        k = k.repeat_interleave(HEADS // KV_HEADS, dim=1)
-        v = v.repeat_interleave(HEADS // KV_HEADS, dim=1)
+        k = k.repeat_interleave(heads // kv_heads, dim=1)
+        v = v.repeat_interleave(heads // kv_heads, dim=1)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(D)
         a = torch.softmax(s.masked_fill(causal, float("-inf")), dim=-1) @ v
-        x = x + a.transpose(1, 2).reshape(B, L, DIM) @ p[pre + "self_attn.o_proj.weight"].t()
+        x = x + a.transpose(1, 2).reshape(B, L, dim) @ p[pre + "self_attn.o_proj.weight"].t()
         h = rms_norm(x, p[pre + "post_attention_layernorm.weight"])
         g = torch.nn.functional.silu(h @ p[pre + "mlp.gate_proj.weight"].t())
         u = h @ p[pre + "mlp.up_proj.weight"].t()
@@ -151,7 +155,8 @@ def run(runner, tied, checkpoint):
     return bad
 
 
-torch.manual_seed(0)
-torch.set_num_threads(1)
-bad = run(sys.argv[1], True, True) + run(sys.argv[1], False, False)
-sys.exit(1 if bad else 0)
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    bad = run(sys.argv[1], True, True) + run(sys.argv[1], False, False)
+    sys.exit(1 if bad else 0)
