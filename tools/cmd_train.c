@@ -200,6 +200,10 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
       case O_PROFILE: ok = ag_cli_bool(C, "profile", v, &o->profile); break;
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
       case '?': ok = false; break;
+      case O_SAVE_EVERY:
+        fprintf(stderr, "anygrad train: --save-every applies to --task text, not fashion-mnist\n");
+        ok = false;
+        break;
       default: {
         const char *name = "?";
         for (const struct option *k = k_opts; k->name; k++)
