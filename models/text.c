@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "text.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
@@ -153,8 +154,9 @@ static double evaluate(const ag_llama *m, const int32_t *ids, size_t n, const te
   return sum / (o->eval_batches > 0 ? o->eval_batches : 1);
 }
 
-/* ---- sampling: the full forward over the last seq tokens for each new
- * token (there is no key/value cache) ---- */
+/* ---- sampling: one token per step through the key/value cache
+ * (ag_llama_forward_cached); a full cache restarts from the last seq/2
+ * tokens ---- */
 
 static ag_status sample(const ag_llama *m, const ag_bpe *bpe, const text_options *o, FILE *out) {
   size_t np = strlen(o->prompt), cap = np + (size_t)o->sample_tokens + 1, n = 0;
@@ -165,13 +167,26 @@ static ag_status sample(const ag_llama *m, const ag_bpe *bpe, const text_options
   if (st == AG_OK) st = ag_bpe_encode(bpe, (const uint8_t *)o->prompt, np, ids, cap, &n);
   uint64_t rng = o->seed ^ 0x5eedull;
   size_t n_prompt = n;
+  ag_llama_cache *kv = NULL;
+  if (st == AG_OK && n == 0 && o->sample_tokens > 0)
+    st = ag_error_set(AG_ERR_INVALID, "text: the sample needs a non-empty --prompt");
+  if (st == AG_OK && !(kv = ag_llama_cache_create(m, 1, o->seq))) st = ag_last_status();
+  size_t base = 0; /* ids[base .. base + cache length) are in the cache */
   ag_inference_mode_begin();
   for (int t = 0; st == AG_OK && t < o->sample_tokens; t++) {
-    size_t ctx = n > (size_t)o->seq ? (size_t)o->seq : n, start = n - ctx;
+    size_t len = (size_t)ag_llama_cache_length(kv), seq = (size_t)o->seq;
+    if (len + (n - base - len) > seq) {
+      size_t keep = len == 0 ? seq : (seq / 2 > 0 ? seq / 2 : 1);
+      if (keep > n) keep = n;
+      ag_llama_cache_reset(kv);
+      base = n - keep;
+      len = 0;
+    }
+    size_t ctx = n - base - len;
     ag_scope_begin();
     int64_t sx[2] = {1, (int64_t)ctx};
-    ag_tensor *x = ag_from_host(o->device, AG_I32, 2, sx, ids + start);
-    ag_tensor *logits = x ? ag_llama_forward(m, x, false, NULL) : NULL;
+    ag_tensor *x = ag_from_host(o->device, AG_I32, 2, sx, ids + base + len);
+    ag_tensor *logits = x ? ag_llama_forward_cached(m, kv, x) : NULL;
     ag_tensor *last = logits ? ag_slice(logits, 1, (int64_t)ctx - 1, (int64_t)ctx, 1) : NULL;
     ag_tensor *l32 = last ? ag_cast(last, AG_F32) : NULL;
     st = l32 ? ag_to_host(l32, lg, (size_t)V * sizeof *lg) : ag_last_status();
@@ -210,6 +225,7 @@ static ag_status sample(const ag_llama *m, const ag_bpe *bpe, const text_options
     ids[n++] = pick;
   }
   ag_grad_mode_end();
+  ag_llama_cache_free(kv);
   if (st == AG_OK) {
     size_t nb = 0;
     st = ag_bpe_decode(bpe, ids + n_prompt, n - n_prompt, NULL, 0, &nb);
@@ -217,8 +233,7 @@ static ag_status sample(const ag_llama *m, const ag_bpe *bpe, const text_options
     if (st == AG_OK && !text) st = ag_error_set(AG_ERR_OOM, "text: out of host memory for sampling");
     if (st == AG_OK) st = ag_bpe_decode(bpe, ids + n_prompt, n - n_prompt, text, nb, &nb);
     if (st == AG_OK) {
-      fprintf(out, "text: sample (%d tokens, temperature %g, top-k %d, full forward per token: no key/value "
-                   "cache):\n%s", o->sample_tokens, o->temperature, o->top_k, o->prompt);
+      fprintf(out, "text: sample (%d tokens, temperature %g, top-k %d, key/value cache):\n%s", o->sample_tokens, o->temperature, o->top_k, o->prompt);
       fwrite(text, 1, nb, out);
       fputc('\n', out);
     }
@@ -227,6 +242,153 @@ static ag_status sample(const ag_llama *m, const ag_bpe *bpe, const text_options
   free(ids);
   free(lg);
   return st;
+}
+
+/* ---- checkpoints ---- */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* The tokenizer's identity: every token's bytes in id order. */
+static uint64_t bpe_hash(const ag_bpe *bpe) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int32_t id = 0; id < ag_bpe_vocab_size(bpe); id++) {
+    size_t len = 0;
+    const uint8_t *t = ag_bpe_token_bytes(bpe, id, &len);
+    uint64_t l = len;
+    h = fnv1a(h, &l, sizeof l);
+    if (t) h = fnv1a(h, t, len);
+  }
+  return h;
+}
+
+/* What a checkpoint records besides the tensors. The data order is a
+ * function of (seed, step), so these are the whole position. */
+typedef struct ckpt_meta {
+  int64_t step;
+  uint64_t seed, data_hash, bpe_hash, data_bytes;
+  int dim, layers, heads, kv_heads, vocab;
+  int64_t seq;
+  double loss_sum, first_loss; /* the progress line's running mean, exactly */
+  int64_t loss_n;
+} ckpt_meta;
+
+/* Weights under HF names, then "optim." AdamW state and the counters. */
+static ag_status ckpt_lists(const ag_llama *m, ag_optimizer *opt, ag_param_list *all) {
+  ag_param_list sl = {0};
+  ag_status st = ag_params_extend(all, NULL, &m->params);
+  if (st == AG_OK) st = ag_optimizer_state(opt, &sl);
+  if (st == AG_OK) st = ag_params_extend(all, "optim.", &sl);
+  if (st == AG_OK) st = ag_optimizer_counters(opt, all);
+  ag_params_free(&sl);
+  return st;
+}
+
+static ag_status save_ckpt(const char *path, const ag_llama *m, ag_optimizer *opt, const ckpt_meta *k) {
+  ag_param_list all = {0};
+  ag_status st = ckpt_lists(m, opt, &all);
+  char v[15][40];
+  snprintf(v[0], 40, "%lld", (long long)k->step);
+  snprintf(v[1], 40, "%llu", (unsigned long long)k->seed);
+  snprintf(v[2], 40, "%d", k->dim);
+  snprintf(v[3], 40, "%d", k->layers);
+  snprintf(v[4], 40, "%d", k->heads);
+  snprintf(v[5], 40, "%d", k->kv_heads);
+  snprintf(v[6], 40, "%d", k->vocab);
+  snprintf(v[7], 40, "%lld", (long long)k->seq);
+  snprintf(v[8], 40, "%016llx", (unsigned long long)k->data_hash);
+  snprintf(v[9], 40, "%llu", (unsigned long long)k->data_bytes);
+  snprintf(v[10], 40, "%016llx", (unsigned long long)k->bpe_hash);
+  snprintf(v[11], 40, "%a", k->loss_sum);
+  snprintf(v[12], 40, "%lld", (long long)k->loss_n);
+  snprintf(v[13], 40, "%a", k->first_loss);
+  const char *keys[] = {"format", "anygrad", "step", "seed", "dim", "layers", "heads", "kv_heads", "vocab", "seq",
+                        "data_hash", "data_bytes", "tokenizer_hash", "loss_sum", "loss_n", "first_loss"};
+  const char *vals[] = {"pt", "text-1", v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
+                        v[12], v[13]};
+  if (st == AG_OK) st = ag_safetensors_save(path, &all, 16, keys, vals);
+  ag_params_free(&all);
+  return st;
+}
+
+/* Metadata key k as a decimal integer in [lo, hi] (base 16 when hex). */
+static ag_status meta_u64(const ag_safetensors *f, const char *path, const char *k, uint64_t lo, uint64_t hi,
+                          bool hex, uint64_t *out) {
+  const char *v = ag_safetensors_meta(f, k);
+  if (!v) return ag_error_set(AG_ERR_CORRUPT, "text: %s: not a text checkpoint (metadata '%s' missing)", path, k);
+  char *end = NULL;
+  bool ok = *v && strlen(v) <= 20;
+  for (const char *p = v; ok && *p; p++) ok = hex ? isxdigit((unsigned char)*p) : isdigit((unsigned char)*p);
+  unsigned long long x = ok ? strtoull(v, &end, hex ? 16 : 10) : 0;
+  if (!ok || !end || *end || x < lo || x > hi) {
+    char vb[64];
+    return ag_error_set(AG_ERR_CORRUPT, "text: %s: metadata '%s' is '%s', expected %s in %llu..%llu", path, k,
+                        ag_escape(v, vb, sizeof vb), hex ? "a hexadecimal integer" : "an integer",
+                        (unsigned long long)lo, (unsigned long long)hi);
+  }
+  *out = x;
+  return AG_OK;
+}
+
+static ag_status meta_f64(const ag_safetensors *f, const char *path, const char *k, double *out) {
+  const char *v = ag_safetensors_meta(f, k);
+  char *end = NULL;
+  double x = v ? strtod(v, &end) : 0;
+  if (!v || !*v || !end || *end) {
+    char vb[64];
+    return ag_error_set(AG_ERR_CORRUPT, "text: %s: metadata '%s' is %s%s%s, expected a number", path, k,
+                        v ? "'" : "", v ? ag_escape(v, vb, sizeof vb) : "missing", v ? "'" : "");
+  }
+  *out = x;
+  return AG_OK;
+}
+
+/* Open a checkpoint and read its metadata; every key is validated, an error
+ * names the first bad one. */
+static ag_status ckpt_read(const char *path, ag_safetensors **f, ckpt_meta *k) {
+  ag_status st = ag_safetensors_open(path, f);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    return ag_error_set(st, "text: --resume: %s", msg);
+  }
+  const char *fmt = ag_safetensors_meta(*f, "anygrad");
+  uint64_t x[14] = {0};
+  if (!fmt || strcmp(fmt, "text-1"))
+    st = ag_error_set(AG_ERR_CORRUPT, "text: %s: not a checkpoint of anygrad train --task text (metadata "
+                      "'anygrad' is not text-1)", path);
+  struct { const char *k; uint64_t lo, hi; bool hex; } spec[] = {
+      {"step", 0, (uint64_t)TEXT_MAX_STEPS, false}, {"seed", 0, UINT64_MAX, false},
+      {"dim", 1, TEXT_MAX_WIDTH, false},           {"layers", 1, TEXT_MAX_LAYERS, false},
+      {"heads", 1, TEXT_MAX_WIDTH, false},         {"kv_heads", 1, TEXT_MAX_WIDTH, false},
+      {"vocab", 256, TEXT_MAX_VOCAB, false},       {"seq", 1, TEXT_MAX_SEQ, false},
+      {"data_hash", 0, UINT64_MAX, true},          {"data_bytes", 0, UINT64_MAX, false},
+      {"tokenizer_hash", 0, UINT64_MAX, true},     {"loss_n", 0, (uint64_t)TEXT_MAX_STEPS, false}};
+  for (size_t i = 0; st == AG_OK && i < sizeof spec / sizeof *spec; i++)
+    st = meta_u64(*f, path, spec[i].k, spec[i].lo, spec[i].hi, spec[i].hex, &x[i]);
+  if (st == AG_OK) st = meta_f64(*f, path, "loss_sum", &k->loss_sum);
+  if (st == AG_OK) st = meta_f64(*f, path, "first_loss", &k->first_loss);
+  if (st != AG_OK) {
+    ag_safetensors_close(*f);
+    *f = NULL;
+    return st;
+  }
+  k->step = (int64_t)x[0];
+  k->seed = x[1];
+  k->dim = (int)x[2];
+  k->layers = (int)x[3];
+  k->heads = (int)x[4];
+  k->kv_heads = (int)x[5];
+  k->vocab = (int)x[6];
+  k->seq = (int64_t)x[7];
+  k->data_hash = x[8];
+  k->data_bytes = x[9];
+  k->bpe_hash = x[10];
+  k->loss_n = (int64_t)x[11];
+  return AG_OK;
 }
 
 /* ---- training ---- */
@@ -242,32 +404,52 @@ static ag_status check_options(const text_options *o) {
   return AG_OK;
 }
 
-/* Whether out can be written, without leaving a file behind. */
-static ag_status check_out(const char *path) {
-  struct stat sb;
-  bool existed = stat(path, &sb) == 0;
-  FILE *f = fopen(path, "ab");
-  if (!f) return ag_error_set(AG_ERR_IO, "text: cannot write --out '%s'", path);
-  fclose(f);
-  if (!existed) remove(path);
-  return AG_OK;
-}
-
 ag_status text_train(const text_options *opt, text_result *r) {
   text_options o = *opt;
   memset(r, 0, sizeof *r);
   FILE *out = o.log ? o.log : stdout;
   ag_status st = check_options(&o);
-  if (st == AG_OK && o.out) st = check_out(o.out);
+  ag_safetensors *ck = NULL;
+  ckpt_meta km = {0};
+  if (st == AG_OK && o.resume) st = ckpt_read(o.resume, &ck, &km);
+  if (ck) { /* the checkpoint's architecture; its seed unless one is given */
+    o.dim = km.dim;
+    o.layers = km.layers;
+    o.heads = km.heads;
+    o.kv_heads = km.kv_heads;
+    o.vocab = km.vocab;
+    o.seq = km.seq;
+    if (!o.seed_set) o.seed = km.seed;
+  }
+  /* checked before any work: nothing is left behind */
+  if (st == AG_OK && o.out) {
+    st = ag_output_check(o.out, "--out checkpoint");
+    if (st != AG_OK) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", ag_last_error());
+      st = ag_error_set(st, "text: %s", msg);
+    }
+  }
   buf corpus = {0};
   int n_files = 1;
   if (st == AG_OK) st = o.data ? buf_add_file(&corpus, o.data) : load_fortunes(&corpus, &n_files);
   /* the last 5% of the bytes are held out */
   size_t n_val_bytes = corpus.n / 20, n_train_bytes = corpus.n - n_val_bytes;
+  uint64_t data_hash = fnv1a(0xcbf29ce484222325ull, corpus.p, corpus.n);
+  if (st == AG_OK && ck && (data_hash != km.data_hash || corpus.n != km.data_bytes))
+    st = ag_error_set(AG_ERR_INVALID, "text: --resume %s was trained on another corpus (%llu bytes, hash %016llx) "
+                      "than this run's %s (%zu bytes, hash %016llx); resume with the same --data",
+                      o.resume, (unsigned long long)km.data_bytes, (unsigned long long)km.data_hash,
+                      o.data ? o.data : TEXT_FORTUNES_DIR, corpus.n, (unsigned long long)data_hash);
   ag_bpe *bpe = NULL;
   double t_bpe = now_s();
   if (st == AG_OK) st = ag_bpe_train(corpus.p, n_train_bytes, o.vocab, &bpe);
   t_bpe = now_s() - t_bpe;
+  uint64_t tok_hash = bpe ? bpe_hash(bpe) : 0;
+  if (st == AG_OK && ck && tok_hash != km.bpe_hash)
+    st = ag_error_set(AG_ERR_INVALID, "text: --resume %s: the tokenizer learned here (vocabulary %d, hash %016llx) "
+                      "is not the checkpoint's (hash %016llx)", o.resume, ag_bpe_vocab_size(bpe),
+                      (unsigned long long)tok_hash, (unsigned long long)km.bpe_hash);
   int32_t *tr = NULL, *va = NULL;
   size_t n_tr = 0, n_va = 0;
   if (st == AG_OK) {
@@ -302,6 +484,21 @@ ag_status text_train(const text_options *opt, text_result *r) {
     optim = ag_adamw_create(&m.params, &ao);
     if (!optim) st = ag_last_status();
   }
+  int64_t start = 0;
+  if (st == AG_OK && ck) {
+    ag_param_list all = {0};
+    st = ckpt_lists(&m, optim, &all);
+    if (st == AG_OK) st = ag_safetensors_load_into(ck, &all);
+    if (st != AG_OK) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", ag_last_error());
+      st = ag_error_set(st, "text: --resume %s: %s", o.resume, msg);
+    }
+    ag_params_free(&all);
+    start = km.step;
+  }
+  ag_safetensors_close(ck);
+  ck = NULL;
   char dname[32];
   ag_device_str(o.device, dname, sizeof dname);
   if (st == AG_OK)
@@ -313,10 +510,19 @@ ag_status text_train(const text_options *opt, text_result *r) {
             o.data ? o.data : TEXT_FORTUNES_DIR, n_tr, n_va, ag_bpe_vocab_size(bpe), t_bpe, tok_per_byte, o.dim,
             o.layers, o.heads, o.kv_heads ? o.kv_heads : o.heads, (long long)o.seq, (long long)o.batch,
             (long long)ag_params_numel(&m.params), dname);
-  double t0 = now_s(), sum = 0;
-  int n_sum = 0;
-  r->first_loss = NAN;
-  for (int64_t step = 0; st == AG_OK && step < o.steps; step++) {
+  if (st == AG_OK && o.resume)
+    fprintf(out, "text: resumed from %s at step %lld%s\n", o.resume, (long long)start,
+            start >= o.steps ? " (--steps is not beyond it: nothing to train)" : "");
+  double t0 = now_s(), sum = o.resume ? km.loss_sum : 0;
+  int64_t n_sum = o.resume ? km.loss_n : 0;
+  r->first_loss = o.resume ? km.first_loss : NAN;
+  r->steps_done = start;
+  r->last_loss = NAN;
+  int64_t end = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
+  ckpt_meta cur = {.seed = o.seed, .data_hash = data_hash, .bpe_hash = tok_hash, .data_bytes = corpus.n,
+                   .dim = o.dim, .layers = o.layers, .heads = o.heads, .kv_heads = o.kv_heads ? o.kv_heads : o.heads,
+                   .vocab = o.vocab, .seq = o.seq};
+  for (int64_t step = start; st == AG_OK && step < end; step++) {
     ag_optimizer_set_lr(optim, ag_lr_cosine(step, o.warmup, o.steps, o.lr, o.lr * 0.1));
     uint64_t rng = o.seed * 0x100000001b3ull + (uint64_t)step;
     ag_scope_begin();
@@ -335,6 +541,7 @@ ag_status text_train(const text_options *opt, text_result *r) {
       break;
     }
     if (step == 0) r->first_loss = l;
+    r->last_loss = l;
     sum += l;
     n_sum++;
     r->steps_done = step + 1;
@@ -352,23 +559,37 @@ ag_status text_train(const text_options *opt, text_result *r) {
       fflush(out);
       r->val_loss = vl;
     }
+    if (o.out && o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < end) {
+      cur.step = step + 1;
+      cur.loss_sum = sum;
+      cur.loss_n = n_sum;
+      cur.first_loss = r->first_loss;
+      st = save_ckpt(o.out, &m, optim, &cur);
+    }
   }
   r->seconds = now_s() - t0;
-  if (st == AG_OK && r->steps_done > 0) {
+  if (st == AG_OK && r->steps_done > start) {
     r->val_bpb = r->val_loss * tok_per_byte / log(2.0);
     fprintf(out,
             "text: done: %lld steps in %.1f s; first loss %.4f, train loss %.4f, held-out loss %.4f nats/token, "
             "%.4f bits per byte\n",
             (long long)r->steps_done, r->seconds, r->first_loss, r->train_loss, r->val_loss, r->val_bpb);
   }
-  if (st == AG_OK && o.out && r->steps_done > 0) {
-    st = ag_llama_save(&m, o.out);
+  if (st == AG_OK && o.out && r->steps_done > start) {
+    cur.step = r->steps_done;
+    cur.loss_sum = sum;
+    cur.loss_n = n_sum;
+    cur.first_loss = r->first_loss;
+    st = save_ckpt(o.out, &m, optim, &cur);
     char bp[1100];
     snprintf(bp, sizeof bp, "%s.bpe", o.out);
     if (st == AG_OK) st = ag_bpe_save(bpe, bp);
-    if (st == AG_OK) fprintf(out, "text: wrote %s and %s\n", o.out, bp);
+    if (st == AG_OK)
+      fprintf(out, "text: wrote %s (step %lld; continue with --resume %s) and %s\n", o.out,
+              (long long)r->steps_done, o.out, bp);
   }
   if (st == AG_OK && o.sample_tokens > 0) st = sample(&m, bpe, &o, out);
+  ag_safetensors_close(ck);
   ag_optimizer_free(optim);
   if (have_model) ag_llama_free(&m);
   ag_generator_free(gen);

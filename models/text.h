@@ -25,8 +25,21 @@ typedef struct text_options {
   ag_device device;
   const char *data;   /* a text file, or NULL: every file of TEXT_FORTUNES_DIR
                          without an extension, in name order */
-  const char *out;    /* checkpoint (ag_llama_save) written at the end, or NULL;
-                         the tokenizer goes to out + ".bpe" (ag_bpe_save) */
+  const char *out;    /* checkpoint written at the end (and every save_every
+                         steps), or NULL: the weights under Hugging Face names
+                         (ag_llama_load reads it), the AdamW state and
+                         counters, the step, seed, architecture and hashes of
+                         the corpus and tokenizer; replaced atomically. The
+                         tokenizer also goes to out + ".bpe" (ag_bpe_save) */
+  const char *resume; /* a checkpoint to continue from, or NULL: its
+                         architecture, vocabulary and seed (unless seed_set)
+                         are used; the corpus and the tokenizer learned from
+                         it must be the ones it was trained on */
+  int64_t save_every; /* > 0: also write out every save_every steps */
+  int64_t stop_at;    /* > 0: stop after this step as an interrupted run
+                         would (out written there), the schedule still that
+                         of steps; 0: run to steps */
+  bool seed_set;      /* seed given explicitly (wins over a checkpoint's) */
   int64_t steps, batch, seq, warmup;
   int dim, layers, heads, kv_heads;
   int vocab;          /* BPE vocabulary (256: raw bytes, no merges) */
@@ -45,6 +58,7 @@ typedef struct text_result {
   double first_loss, train_loss; /* the first step's loss; mean of the last logged steps */
   double val_loss;               /* held-out nats per token */
   double val_bpb;                /* held-out bits per byte */
+  double last_loss;              /* the last step's training loss (NAN if none ran) */
   int64_t steps_done;
   double seconds;
 } text_result;
@@ -56,7 +70,9 @@ text_options text_defaults(void);
 /* Train as configured. Errors (the message in ag_last_error()):
  * AG_ERR_INVALID for options outside the limits or a model shape
  * ag_llama_init refuses, AG_ERR_IO for unreadable data or an unwritable
- * out (checked before the first step), AG_ERR_SHAPE for a corpus too small
+ * out (checked before the first step), AG_ERR_CORRUPT for a resume
+ * checkpoint that is not one of this task's or is damaged, AG_ERR_INVALID
+ * for one made from another corpus or tokenizer, AG_ERR_SHAPE for a corpus too small
  * for one sequence in each split, AG_ERR_STATE when the loss became
  * NaN/Inf, the library's errors otherwise. */
 ag_status text_train(const text_options *o, text_result *r);

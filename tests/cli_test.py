@@ -605,6 +605,31 @@ def case_text_task():
     check(0 < bpb < 16, f"held-out bits per byte {bpb} out of range")
     check("bits/byte" in out, "no periodic held-out bits/byte line")
     check(os.path.getsize(out_path) > 0 and os.path.getsize(out_path + ".bpe") > 0, "checkpoint files missing")
+    # --resume continues the checkpoint (weights, AdamW state, step) to the new --steps
+    tiny_base = ["--device", "cpu", "--layers", "1", "--embd", "32", "--seq", "32", "--vocab", "300", "--lr", "1e-2",
+                 "--warmup", "2", "--log-every", "10", "--eval-batches", "2", "--samples", "8"]
+    tiny = tiny_base + data
+    res_path = os.path.join(d, "resumed.safetensors")
+    out, _ = expect(["train", "--task", "text", "--steps", "24", "--resume", out_path, "--out", res_path] + tiny, 0)
+    check("resumed from" in out and "at step 20" in out, "no resume line:\n" + out[-2000:])
+    check("step 24/24" in out, "the resumed run did not reach step 24:\n" + out[-2000:])
+    # damaged, foreign and mismatched checkpoints: exit 1 with the reason
+    bad = os.path.join(d, "bad.safetensors")
+    with open(bad, "wb") as f:
+        f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": 1}       ")
+    expect(["train", "--task", "text", "--steps", "24", "--resume", bad, "--out", res_path] + tiny, 1, "AG_ERR_CORRUPT")
+    words_st = os.path.join(d, "words.safetensors")
+    expect(["train", "--steps", "2", "--out", words_st] + FAST, 0)
+    expect(["train", "--task", "text", "--steps", "24", "--resume", words_st, "--out", res_path] + tiny, 1,
+           "not a checkpoint of anygrad train --task text")
+    other = os.path.join(d, "other.txt")
+    with open(other, "w") as f:
+        for i in range(3000):
+            f.write(" ".join(["an", "owl", "flew", "over", "the", "old", "barn", "at", "night"][(i + j) % 9]
+                             for j in range(7)) + "\n")
+    tiny_other = tiny_base + ["--data", other]
+    expect(["train", "--task", "text", "--steps", "24", "--resume", out_path, "--out", res_path] + tiny_other, 1,
+           "another corpus")
     expect(["train", "--task", "text", "--embd", "30", "--heads", "4"] + data, 2, "must be a multiple of --heads")
     expect(["train", "--task", "text", "--epochs", "2"] + data, 2, "does not apply to --task text")
     expect(["train", "--seq", "8"], 2, "apply to --task text")

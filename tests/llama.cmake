@@ -10,3 +10,11 @@ if(EXISTS /usr/bin/python3 AND NOT AG_SANITIZE)
   set_tests_properties(llama_torch PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "AG_BACKEND_PATH=${CMAKE_BINARY_DIR}/lib")
 endif()
+# The key/value cache (ag_llama_forward_cached): greedy generation through
+# it equals generation by full recompute, token for token, logits within
+# 1e-5 (tests/llama_cache_test.c); also on OpenCL and gpuemu when present.
+add_executable(llama_cache_test ${CMAKE_CURRENT_SOURCE_DIR}/llama_cache_test.c)
+target_link_libraries(llama_cache_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
+add_test(NAME llama_cache COMMAND llama_cache_test)
+set_tests_properties(llama_cache PROPERTIES TIMEOUT 120 LABELS "autograd"
+                     ENVIRONMENT "AG_LLAMA_CACHE_DEVICES=gpuemu:0,opencl:0")

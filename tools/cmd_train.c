@@ -75,13 +75,17 @@ static void usage(void) {
       "FILE, with a byte-level BPE learned on the first 95%% (the last 5%% held out). It takes\n"
       "--device, --steps (default 1000), --batch (8), --lr (3e-3), --warmup (30), --weight-decay\n"
       "(0.1), --clip (1), --seed, --log-every (100), --layers (4), --heads (4), --embd (model\n"
-      "width, 128), --samples (tokens sampled at the end, 200; 0: none), --out (weights, default\n"
-      "text.safetensors, and the tokenizer at PATH.bpe), and:\n"
+      "width, 128), --samples (tokens sampled at the end, 200; 0: none), --out (checkpoint: weights\n"
+      "under Hugging Face names and the AdamW state, default text.safetensors; the tokenizer at\n"
+      "PATH.bpe), --resume (its architecture, vocabulary and seed are used; the same --data, and\n"
+      "for an exact continuation the same --steps, --batch, --lr, --warmup, --weight-decay,\n"
+      "--clip), and:\n"
       "  --data FILE          the text to train on (default: the files of " TEXT_FORTUNES_DIR ")\n"
       "  --kv-heads N         key/value heads (default 2)\n"
       "  --seq N              tokens per sequence (default 128)\n"
       "  --vocab N            BPE vocabulary size (default 512; 256: raw bytes)\n"
       "  --eval-batches N     held-out batches per evaluation (default 8)\n"
+      "  --save-every N       also write --out every N steps (default 0: at the end only)\n"
       "  --prompt S --temperature X --top-k N   the sample (default \"\\n\", 0.8, 40)\n\n"
       "A loss or parameter that becomes NaN/Inf stops the run; the checkpoint at --out is\n"
       "then left as it was.\n" AG_CLI_EXIT_HELP,
@@ -93,7 +97,7 @@ enum {
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
   O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_ESTIMATE, O_HELP, O_TASK, O_EPOCHS, O_CHANNELS, O_DATA, O_TRAIN_LIMIT,
   O_TEST_LIMIT, O_WORKERS, O_AUGMENT, O_DEVICES, O_DIST, O_BUCKET_MB, O_BALANCE, O_KV_HEADS, O_SEQ, O_VOCAB,
-  O_EVAL_BATCHES, O_PROMPT, O_TEMPERATURE, O_TOP_K
+  O_EVAL_BATCHES, O_PROMPT, O_TEMPERATURE, O_TOP_K, O_SAVE_EVERY
 };
 
 static const struct option k_opts[] = {
@@ -122,6 +126,7 @@ static const struct option k_opts[] = {
     {"seq", required_argument, NULL, O_SEQ},           {"vocab", required_argument, NULL, O_VOCAB},
     {"eval-batches", required_argument, NULL, O_EVAL_BATCHES}, {"prompt", required_argument, NULL, O_PROMPT},
     {"temperature", required_argument, NULL, O_TEMPERATURE}, {"top-k", required_argument, NULL, O_TOP_K},
+    {"save-every", required_argument, NULL, O_SAVE_EVERY},
     {NULL, 0, NULL, 0}};
 
 #define MAX_REPLICAS 64
@@ -195,6 +200,10 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
       case O_PROFILE: ok = ag_cli_bool(C, "profile", v, &o->profile); break;
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
       case '?': ok = false; break;
+      case O_SAVE_EVERY:
+        fprintf(stderr, "anygrad train: --save-every applies to --task text, not fashion-mnist\n");
+        ok = false;
+        break;
       default: {
         const char *name = "?";
         for (const struct option *k = k_opts; k->name; k++)
@@ -235,8 +244,13 @@ static int parse_text(int argc, char **argv, text_options *o) {
       case O_WARMUP: ok = ag_cli_i64(C, "warmup", v, 0, TEXT_MAX_STEPS, &o->warmup); break;
       case O_WD: ok = ag_cli_f64(C, "weight-decay", v, 0, 1, &o->weight_decay); break;
       case O_CLIP: ok = ag_cli_f64(C, "clip", v, 0, 1e6, &o->clip); break;
-      case O_SEED: ok = ag_cli_u64(C, "seed", v, &o->seed); break;
+      case O_SEED:
+        ok = ag_cli_u64(C, "seed", v, &o->seed);
+        o->seed_set = true;
+        break;
       case O_LOG_EVERY: ok = ag_cli_int(C, "log-every", v, 1, 1 << 30, &o->log_every); break;
+      case O_RESUME: o->resume = v; break;
+      case O_SAVE_EVERY: ok = ag_cli_i64(C, "save-every", v, 0, TEXT_MAX_STEPS, &o->save_every); break;
       case O_LAYERS: ok = ag_cli_int(C, "layers", v, 1, TEXT_MAX_LAYERS, &o->layers); break;
       case O_HEADS: ok = ag_cli_int(C, "heads", v, 1, TEXT_MAX_WIDTH, &o->heads); break;
       case O_KV_HEADS: ok = ag_cli_int(C, "kv-heads", v, 1, TEXT_MAX_WIDTH, &o->kv_heads); break;
@@ -400,8 +414,9 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
         ok = false;
         break;
       case O_KV_HEADS: case O_SEQ: case O_VOCAB: case O_EVAL_BATCHES: case O_PROMPT: case O_TEMPERATURE: case O_TOP_K:
-        fprintf(stderr, "anygrad train: --kv-heads, --seq, --vocab, --eval-batches, --prompt, --temperature and "
-                        "--top-k apply to --task text\n");
+      case O_SAVE_EVERY:
+        fprintf(stderr, "anygrad train: --kv-heads, --seq, --vocab, --eval-batches, --prompt, --temperature, "
+                        "--top-k and --save-every apply to --task text\n");
         ok = false;
         break;
       default: ok = false; break; /* '?': reported by the first pass */

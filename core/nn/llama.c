@@ -261,6 +261,185 @@ ag_tensor *ag_llama_forward(const ag_llama *m, ag_tensor *idx, bool train, ag_ge
   return logits;
 }
 
+/* ---- key/value cache ---- */
+
+struct ag_llama_cache {
+  int64_t batch, max_len, len, n_layers, n_kv_heads, head_dim;
+  ag_device dev;
+  ag_dtype dt;
+  ag_tensor **k, **v; /* per layer [batch, n_kv_heads, max_len, head_dim] */
+};
+
+ag_llama_cache *ag_llama_cache_create(const ag_llama *m, int64_t batch, int64_t max_len) {
+  if (!m || !m->embed_tokens.weight) {
+    ag_error_set(AG_ERR_INVALID, "ag_llama_cache_create: NULL or empty model");
+    return NULL;
+  }
+  if (batch < 1 || max_len < 1 || max_len > m->cfg.max_seq_len) {
+    ag_error_set(AG_ERR_SHAPE, "ag_llama_cache_create: batch %lld must be >= 1 and max_len %lld in 1..%lld "
+                 "(the model's max_seq_len)", (long long)batch, (long long)max_len, (long long)m->cfg.max_seq_len);
+    return NULL;
+  }
+  ag_llama_cache *c = calloc(1, sizeof *c);
+  if (c) {
+    c->k = calloc((size_t)m->cfg.n_layers, sizeof *c->k);
+    c->v = calloc((size_t)m->cfg.n_layers, sizeof *c->v);
+  }
+  if (!c || !c->k || !c->v) {
+    if (c) {
+      free(c->k);
+      free(c->v);
+    }
+    free(c);
+    ag_error_set(AG_ERR_OOM, "ag_llama_cache_create: out of host memory");
+    return NULL;
+  }
+  c->batch = batch;
+  c->max_len = max_len;
+  c->n_layers = m->cfg.n_layers;
+  c->n_kv_heads = m->cfg.n_kv_heads;
+  c->head_dim = m->head_dim;
+  c->dev = ag_tensor_device(m->embed_tokens.weight);
+  c->dt = ag_tensor_dtype(m->embed_tokens.weight);
+  int64_t sh[4] = {batch, c->n_kv_heads, max_len, c->head_dim};
+  for (int64_t i = 0; i < c->n_layers; i++) {
+    c->k[i] = ag_zeros(c->dev, c->dt, 4, sh);
+    c->v[i] = c->k[i] ? ag_zeros(c->dev, c->dt, 4, sh) : NULL;
+    if (!c->v[i]) {
+      ag_status st = ag_last_status();
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", ag_last_error());
+      ag_llama_cache_free(c);
+      ag_error_set(st, "ag_llama_cache_create: %s", msg);
+      return NULL;
+    }
+    ag__grad_own(c->k[i]);
+    ag__grad_own(c->v[i]);
+  }
+  return c;
+}
+
+void ag_llama_cache_reset(ag_llama_cache *c) {
+  if (c) c->len = 0;
+}
+
+int64_t ag_llama_cache_length(const ag_llama_cache *c) { return c ? c->len : 0; }
+
+void ag_llama_cache_free(ag_llama_cache *c) {
+  if (!c) return;
+  for (int64_t i = 0; i < c->n_layers; i++) {
+    if (c->k) ag_tensor_release(c->k[i]);
+    if (c->v) ag_tensor_release(c->v[i]);
+  }
+  free(c->k);
+  free(c->v);
+  free(c);
+}
+
+/* One layer's attention half for new positions len..len+T-1: their keys and
+ * values go into the cache, the queries attend to all len+T. */
+static ag_tensor *attn_cached(const ag_llama *m, const ag_llama_layer *l, ag_tensor *x, ag_tensor *kc, ag_tensor *vc,
+                              int64_t len, ag_tensor *mask) {
+  int64_t D = m->head_dim, B = ag_tensor_shape(x)[0], T = ag_tensor_shape(x)[1];
+  ag_tensor *cos_t = ag_slice(m->rope_cos, 0, len, len + T, 1), *sin_t = ag_slice(m->rope_sin, 0, len, len + T, 1);
+  ag_tensor *h = ag_rms_norm(x, l->input_layernorm, m->cfg.norm_eps);
+  ag_tensor *q = ag_linear_forward(&l->q_proj, h), *k = ag_linear_forward(&l->k_proj, h),
+            *v = ag_linear_forward(&l->v_proj, h);
+  ag_tensor *qh = q ? split_heads(q, m->cfg.n_heads, D) : NULL, *kh = k ? split_heads(k, m->cfg.n_kv_heads, D) : NULL,
+            *vh = v ? split_heads(v, m->cfg.n_kv_heads, D) : NULL;
+  ag_tensor *qr = qh ? rope(qh, cos_t, sin_t, D) : NULL, *kr = kh ? rope(kh, cos_t, sin_t, D) : NULL;
+  ag_tensor *kd = ag_slice(kc, 2, len, len + T, 1), *vd = ag_slice(vc, 2, len, len + T, 1);
+  bool ok = qr && kr && vh && kd && vd && ag_copy_(kd, kr) == AG_OK && ag_copy_(vd, vh) == AG_OK;
+  ag_tensor *ka = ok ? ag_slice(kc, 2, 0, len + T, 1) : NULL, *va = ok ? ag_slice(vc, 2, 0, len + T, 1) : NULL;
+  /* T == S (an empty cache): the causal triangle; one query: every key;
+   * otherwise the offset triangle as an additive mask */
+  ag_tensor *y = ka && va ? ag_scaled_dot_product_attention(qr, ka, va, mask, len == 0 && T > 1, 0.0, 0.0, NULL)
+                          : NULL;
+  int perm[4] = {0, 2, 1, 3};
+  ag_tensor *yt = y ? ag_permute(y, perm) : NULL;
+  int64_t sh[3] = {B, T, m->cfg.n_heads * D};
+  ag_tensor *yr = yt ? ag_reshape(yt, 3, sh) : NULL;
+  ag_tensor *out = yr ? ag_linear_forward(&l->o_proj, yr) : NULL;
+  ag_tensor *rel[] = {cos_t, sin_t, h, q, k, v, qh, kh, vh, qr, kr, kd, vd, ka, va, y, yt, yr};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
+  return out;
+}
+
+/* [1, 1, T, len+T] additive mask: query i (position len+i) sees keys j <= len+i. */
+static ag_tensor *offset_mask(int64_t len, int64_t T, ag_device d, ag_dtype dt) {
+  int64_t S = len + T;
+  float *h = malloc((size_t)(T * S) * sizeof *h);
+  if (!h) {
+    ag_error_set(AG_ERR_OOM, "ag_llama_forward_cached: out of host memory");
+    return NULL;
+  }
+  for (int64_t i = 0; i < T; i++)
+    for (int64_t j = 0; j < S; j++) h[i * S + j] = j <= len + i ? 0.0f : -INFINITY;
+  int64_t sh[4] = {1, 1, T, S};
+  ag_tensor *f = ag_from_host(d, AG_F32, 4, sh, h);
+  free(h);
+  ag_tensor *r = f ? ag_cast(f, dt) : NULL;
+  ag_tensor_release(f);
+  return r;
+}
+
+ag_tensor *ag_llama_forward_cached(const ag_llama *m, ag_llama_cache *c, ag_tensor *idx) {
+  if (!m || !c || !idx) {
+    if (!m || !c) ag_error_set(AG_ERR_INVALID, "ag_llama_forward_cached: NULL %s", !m ? "model" : "cache");
+    else if (ag_last_status() == AG_OK) ag_error_set(AG_ERR_INVALID, "ag_llama_forward_cached: NULL tensor");
+    return NULL;
+  }
+  if (c->n_layers != m->cfg.n_layers || c->n_kv_heads != m->cfg.n_kv_heads || c->head_dim != m->head_dim) {
+    ag_error_set(AG_ERR_SHAPE, "ag_llama_forward_cached: the cache holds %lld layers of %lld key/value heads of %lld, "
+                 "the model %lld of %d of %lld", (long long)c->n_layers, (long long)c->n_kv_heads,
+                 (long long)c->head_dim, (long long)m->cfg.n_layers, m->cfg.n_kv_heads, (long long)m->head_dim);
+    return NULL;
+  }
+  if (!ag_device_eq(c->dev, ag_tensor_device(m->embed_tokens.weight)) ||
+      c->dt != ag_tensor_dtype(m->embed_tokens.weight)) {
+    ag_error_set(AG_ERR_DEVICE, "ag_llama_forward_cached: the cache was made for another device or dtype than the "
+                 "model's");
+    return NULL;
+  }
+  char b[96];
+  if (ag_tensor_ndim(idx) != 2 || ag_tensor_shape(idx)[0] != c->batch || ag_tensor_shape(idx)[1] < 1 ||
+      (ag_tensor_dtype(idx) != AG_I32 && ag_tensor_dtype(idx) != AG_I64)) {
+    ag_error_set(AG_ERR_SHAPE, "ag_llama_forward_cached: expected i32 or i64 [%lld, T >= 1], got %s",
+                 (long long)c->batch, ag_tensor_describe(idx, b, sizeof b));
+    return NULL;
+  }
+  int64_t T = ag_tensor_shape(idx)[1];
+  if (c->len + T > c->max_len) {
+    ag_error_set(AG_ERR_SHAPE, "ag_llama_forward_cached: %lld new positions after %lld cached exceed the cache's "
+                 "max_len %lld", (long long)T, (long long)c->len, (long long)c->max_len);
+    return NULL;
+  }
+  ag_no_grad_begin();
+  ag_tensor *mask = c->len > 0 && T > 1 ? offset_mask(c->len, T, c->dev, c->dt) : NULL;
+  ag_tensor *x = c->len > 0 && T > 1 && !mask ? NULL : ag_embedding(m->embed_tokens.weight, idx);
+  for (int64_t i = 0; i < m->cfg.n_layers && x; i++) {
+    const ag_llama_layer *l = &m->layers[i];
+    ag_tensor *a = attn_cached(m, l, x, c->k[i], c->v[i], c->len, mask);
+    ag_tensor *x1 = a ? ag_add(x, a) : NULL;
+    ag_tensor_release(a);
+    llama_layer_ctx lc = {m, l};
+    ag_tensor *f = x1 ? mlp_fn(&lc, 1, &x1) : NULL;
+    ag_tensor *y = f ? ag_add(x1, f) : NULL;
+    ag_tensor_release(x1);
+    ag_tensor_release(f);
+    ag_tensor_release(x);
+    x = y;
+  }
+  ag_tensor *xf = x ? ag_rms_norm(x, m->norm, m->cfg.norm_eps) : NULL;
+  ag_tensor *logits = xf ? ag_linear_forward(&m->lm_head, xf) : NULL;
+  ag_tensor_release(x);
+  ag_tensor_release(xf);
+  ag_tensor_release(mask);
+  ag_grad_mode_end();
+  if (logits) c->len += T;
+  return logits;
+}
+
 ag_status ag_llama_check_tying(const ag_llama *m, int n, const char *const *names) {
   if (!m || (n > 0 && !names)) return ag_error_set(AG_ERR_INVALID, "ag_llama_check_tying: NULL argument");
   bool has_head = false;

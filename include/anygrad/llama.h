@@ -86,6 +86,48 @@ AG_API ag_status ag_llama_init(ag_llama *m, const ag_llama_config *cfg, ag_devic
  * next host sync, as ag_embedding), the ops' errors. */
 AG_API ag_tensor *ag_llama_forward(const ag_llama *m, ag_tensor *idx, bool train, ag_generator *g);
 
+/* ---- generation with a key/value cache ----
+ *
+ * An inference forward that takes only the new tokens of each sequence and
+ * keeps every layer's keys and values (after rotary) in a cache
+ * preallocated to max_len positions: token t costs one position's work plus
+ * attention over the t cached keys, so generating n tokens is linear in n
+ * per layer-matmul instead of quadratic. The logits equal ag_llama_forward's
+ * over the whole sequence up to rounding (the attention sums in another
+ * order). */
+typedef struct ag_llama_cache ag_llama_cache;
+
+/* A cache for m: batch sequences of at most max_len positions (1 <= max_len
+ * <= cfg.max_seq_len), on m's device and dtype, empty. Owned by the caller
+ * (ag_llama_cache_free); it reads m's configuration only, so it serves any
+ * model of the same shapes, but must not outlive the device. NULL on error:
+ * AG_ERR_INVALID (NULL m), AG_ERR_SHAPE (batch < 1, max_len outside
+ * 1..max_seq_len), tensor creation errors (AG_ERR_OOM). */
+AG_API ag_llama_cache *ag_llama_cache_create(const ag_llama *m, int64_t batch, int64_t max_len);
+
+/* Empty the cache (length 0) without freeing it; NULL is ignored. */
+AG_API void ag_llama_cache_reset(ag_llama_cache *c);
+
+/* Positions held (0 after create or reset; 0 for NULL). */
+AG_API int64_t ag_llama_cache_length(const ag_llama_cache *c);
+
+/* Release the cache; NULL is ignored. */
+AG_API void ag_llama_cache_free(ag_llama_cache *c);
+
+/* The next T tokens idx (i32 or i64) [B, T] of the cache's B sequences, at
+ * positions len..len+T-1 where len = ag_llama_cache_length(c) (rotary
+ * angles offset by len): appends their keys and values to c and returns the
+ * logits [B, T, vocab_size] (a new tensor), each position attending to
+ * itself and every earlier one. T > 1 fills a prompt in one call; T == 1 is
+ * one generation step. Runs without recording (inference only; call it in
+ * ag_inference_mode or no-grad for speed, it records nothing either way).
+ * NULL on error, the cache unchanged: AG_ERR_INVALID (NULL m, c or idx),
+ * AG_ERR_SHAPE (idx not [B, T >= 1] with the cache's B, or len + T beyond
+ * the cache's max_len: the message gives both), AG_ERR_DEVICE (c made for
+ * another device or dtype), AG_ERR_INDEX for an id outside the vocabulary
+ * (at the next host sync), the ops' errors. */
+AG_API ag_tensor *ag_llama_forward_cached(const ag_llama *m, ag_llama_cache *c, ag_tensor *idx);
+
 /* Whether tensor names names[0..n) match m's tying: a tied m refuses a
  * "lm_head.weight", an untied m needs one. AG_OK, or AG_ERR_CORRUPT saying
  * which way they differ; AG_ERR_INVALID for NULL m or names (n > 0). */
