@@ -50,13 +50,15 @@ static const struct {
 };
 #define N_FDT ((int)(sizeof k_fdt / sizeof *k_fdt))
 
+/* One tensor of the header, 24 bytes (a header of a million names keeps
+ * its table small): the name and the shape live in arenas of the file, the
+ * end of the data is begin + the shape's byte size (checked at parse). */
 typedef struct st_entry {
-  char *name;
-  int fdt;        /* index in k_fdt */
-  ag_dtype dtype; /* k_fdt[fdt].ag when that is >= 0 */
-  int ndim;
-  int64_t shape[AG_MAX_DIMS];
-  uint64_t begin, end;
+  uint64_t begin; /* data_offsets[0], from the start of the data section */
+  uint32_t name;  /* offset of the NUL-terminated name in f->names */
+  uint32_t shape; /* offset of the ndim dimensions in f->shapes */
+  uint8_t fdt;    /* index in k_fdt */
+  uint8_t ndim;
 } st_entry;
 
 struct ag_safetensors {
@@ -64,14 +66,18 @@ struct ag_safetensors {
   int fd;                    /* open for the reads of get and load_into */
   uint64_t file_size;        /* as validated at open */
   struct timespec mtime;     /* ditto: a rewrite in place is seen */
-  unsigned char *header;     /* the JSON header, read at open */
-  char *names;               /* the tensor names, back to back (e[i].name point here) */
+  char *names;               /* the tensor names, back to back (e[i].name are offsets here):
+                                the header's buffer, compacted in place and cut to size */
+  size_t names_map;          /* bytes mapped at names (0: none) */
+  int64_t *shapes;           /* every tensor's dimensions, back to back */
+  size_t n_shapes, shapes_cap;
   uint64_t data_off;         /* file offset of the data section */
   uint64_t data_size;
   int n, cap;
   st_entry *e;
-  uint32_t *index;           /* open-addressing hash of names: entry + 1, 0 empty */
-  size_t index_mask;         /* slots - 1 (a power of two, at least 2n) */
+  uint32_t *index;           /* open-addressing hash of names, 0 empty, else: */
+  size_t index_mask;         /* slots - 1 (a power of two, at least 1.5n) */
+  unsigned index_shift;      /* entry + 1 in the low index_shift bits, hash bits above */
   int n_meta;
   char **meta_k, **meta_v;
 };
@@ -283,7 +289,8 @@ static bool has_control(const char *s) {
 typedef struct jp {
   const char *s, *end;
   const char *path;
-  char err[160];
+  bool plain;    /* err is a whole message, not a JSON syntax error */
+  char err[240];
 } jp;
 
 static void jfail(jp *p, const char *what) {
@@ -422,8 +429,9 @@ static bool jkey(jp *p, char *buf, size_t len) {
 
 /* A string copied into arena at *used (decoded, NUL-terminated); NULL with
  * p->err set on a parse error. A decoded string and its NUL take no more
- * bytes than the string and its quotes did in the header, so an arena the
- * size of the header holds every name. */
+ * bytes than the string and its quotes did in the header, so the arena may
+ * be the header's own buffer: arena + *used never passes the cursor, and
+ * what is written lies behind it (hence memmove). */
 static char *jname(jp *p, char *arena, size_t *used) {
   ws(p);
   if (p->s < p->end && *p->s == '"') {
@@ -432,7 +440,7 @@ static char *jname(jp *p, char *arena, size_t *used) {
     if (q < p->end && *q == '"') {
       size_t n = (size_t)(q - p->s - 1);
       char *o = arena + *used;
-      memcpy(o, p->s + 1, n);
+      memmove(o, p->s + 1, n);
       o[n] = 0;
       *used += n + 1;
       p->s = q + 1;
@@ -503,7 +511,8 @@ static int juint_array(jp *p, uint64_t *out, int max) {
 }
 
 static void st_free_contents(ag_safetensors *f) {
-  free(f->names);
+  if (f->names_map) munmap(f->names, f->names_map);
+  free(f->shapes);
   for (int i = 0; i < f->n_meta; i++) {
     free(f->meta_k[i]);
     free(f->meta_v[i]);
@@ -512,7 +521,6 @@ static void st_free_contents(ag_safetensors *f) {
   free(f->meta_k);
   free(f->meta_v);
   free(f->index);
-  free(f->header);
   if (f->fd >= 0) close(f->fd);
   free(f->path);
 }
@@ -572,7 +580,10 @@ static bool parse_meta(jp *p, ag_safetensors *f, int *meta_cap) {
   return true;
 }
 
-static bool parse_entry(jp *p, st_entry *e) {
+/* One tensor's object into e (name: its name, for messages): the shape goes
+ * to f->shapes, and data_offsets must span exactly the shape's bytes. */
+static bool parse_entry(jp *p, ag_safetensors *f, st_entry *e, const char *name) {
+  uint64_t s[AG_MAX_DIMS], o[2];
   if (!lit(p, '{')) {
     jfail(p, "tensor entry must be an object");
     return false;
@@ -604,43 +615,37 @@ static bool parse_entry(jp *p, st_entry *e) {
       bool found = false;
       for (int i = 0; i < N_FDT && !found; i++)
         if (v[0] == k_fdt[i].s[0] && !strcmp(v, k_fdt[i].s)) {
-          e->fdt = i;
-          e->dtype = k_fdt[i].ag >= 0 ? (ag_dtype)k_fdt[i].ag : AG_F32;
+          e->fdt = (uint8_t)i;
           found = true;
         }
       if (!found) {
         char nb[64], vb[48];
-        snprintf(p->err, sizeof p->err, "tensor '%s': '%s' is not a safetensors dtype", ESC(e->name, nb),
+        snprintf(p->err, sizeof p->err, "tensor '%s': '%s' is not a safetensors dtype", ESC(name, nb),
                  ESC(v, vb));
         return false;
       }
       have_dt = true;
     } else if (fid == F_SHAPE && !have_shape) {
-      uint64_t s[AG_MAX_DIMS];
       int n = juint_array(p, s, AG_MAX_DIMS);
       if (n < 0) return false;
-      e->ndim = n;
-      for (int i = 0; i < n; i++) {
+      e->ndim = (uint8_t)n;
+      for (int i = 0; i < n; i++)
         if (s[i] > (uint64_t)INT64_MAX / 2) {
           jfail(p, "dimension too large");
           return false;
         }
-        e->shape[i] = (int64_t)s[i];
-      }
       have_shape = true;
     } else if (fid == F_OFFSETS && !have_off) {
-      uint64_t o[2];
       if (juint_array(p, o, 2) != 2) {
         jfail(p, "data_offsets must hold two integers");
         return false;
       }
       e->begin = o[0];
-      e->end = o[1];
       have_off = true;
     } else {
       static const char *const fname[] = {"dtype", "shape", "data_offsets"};
       char nb[64], kb[48];
-      snprintf(p->err, sizeof p->err, "tensor '%s': unexpected or repeated field '%s'", ESC(e->name, nb),
+      snprintf(p->err, sizeof p->err, "tensor '%s': unexpected or repeated field '%s'", ESC(name, nb),
                fid == F_OTHER ? ESC(k, kb) : fname[fid]);
       return false;
     }
@@ -651,15 +656,72 @@ static bool parse_entry(jp *p, st_entry *e) {
   }
   if (!have_dt || !have_shape || !have_off) {
     char nb[96];
-    snprintf(p->err, sizeof p->err, "tensor '%s': needs dtype, shape and data_offsets", ESC(e->name, nb));
+    snprintf(p->err, sizeof p->err, "tensor '%s': needs dtype, shape and data_offsets", ESC(name, nb));
     return false;
   }
+  uint64_t numel = 1;
+  for (int d = 0; d < e->ndim; d++) {
+    if (s[d] && numel > UINT64_MAX / s[d] / 8) {
+      p->plain = true;
+      snprintf(p->err, sizeof p->err, "shape too large");
+      return false;
+    }
+    numel *= s[d];
+  }
+  uint64_t want = numel * k_fdt[e->fdt].size;
+  if (o[1] < o[0] || o[1] - o[0] != want) {
+    char nb[96];
+    p->plain = true;
+    snprintf(p->err, sizeof p->err, "tensor '%s': %s%s needs %llu bytes, data_offsets give [%llu, %llu)", ESC(name, nb),
+             k_fdt[e->fdt].s, e->ndim ? " tensor" : " scalar", (unsigned long long)want, (unsigned long long)o[0],
+             (unsigned long long)o[1]);
+    return false;
+  }
+  if (e->ndim) {
+    if (f->n_shapes + e->ndim > f->shapes_cap) {
+      size_t nc = f->shapes_cap ? f->shapes_cap * 2 : 256;
+      int64_t *ns = realloc(f->shapes, nc * sizeof *ns);
+      if (!ns) {
+        jfail(p, "out of host memory");
+        return false;
+      }
+      f->shapes = ns;
+      f->shapes_cap = nc;
+    }
+    e->shape = (uint32_t)f->n_shapes;
+    for (int d = 0; d < e->ndim; d++) f->shapes[f->n_shapes++] = (int64_t)s[d];
+  }
   return true;
+}
+
+/* The bytes of e's data (checked at parse: no overflow). */
+static uint64_t entry_bytes(const ag_safetensors *f, const st_entry *e) {
+  uint64_t numel = 1;
+  for (int d = 0; d < e->ndim; d++) numel *= (uint64_t)f->shapes[e->shape + d];
+  return numel * k_fdt[e->fdt].size;
+}
+
+static const char *entry_name(const ag_safetensors *f, const st_entry *e) { return f->names + e->name; }
+
+static const int64_t *entry_shape(const ag_safetensors *f, const st_entry *e) {
+  static const int64_t scalar[1];
+  return e->ndim ? f->shapes + e->shape : scalar;
 }
 
 static int cmp_begin(const void *a, const void *b) {
   const st_entry *x = *(st_entry *const *)a, *y = *(st_entry *const *)b;
   return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* Hugepages for a large buffer (fewer page faults where the kernel has
+ * them; a hint, so its failure is ignored). */
+static void advise_large(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+  if (p && n >= (8u << 20)) madvise(p, n, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)n;
+#endif
 }
 
 static ag_status corrupt(const char *path, const char *msg) {
@@ -675,29 +737,45 @@ static uint64_t name_hash(const char *s) {
   return h;
 }
 
+/* The slot of name in f->index: the one holding it, or the empty one where
+ * it would go. A slot keeps hash bits above the entry number, so a probe
+ * compares names only when those bits match. */
+static size_t index_slot(const ag_safetensors *f, const char *name) {
+  uint64_t hv = name_hash(name);
+  uint32_t emask = (1u << f->index_shift) - 1, tag = (uint32_t)(hv >> 32) & ~emask;
+  size_t h = (size_t)hv & f->index_mask;
+  for (uint32_t v; (v = f->index[h]); h = (h + 1) & f->index_mask)
+    if ((v & ~emask) == tag && !strcmp(entry_name(f, &f->e[(v & emask) - 1]), name)) break;
+  return h;
+}
+
 /* Names are unique and found in O(1): an open-addressing hash index built
  * once (a header of a million names indexes in tens of milliseconds);
  * metadata keys, usually a handful, are sorted and neighbours compared. */
 static ag_status check_unique(ag_safetensors *f) {
   char msg[240], nb[96];
   size_t slots = 16;
-  while (slots < 2 * (size_t)f->n) slots *= 2;
+  while (slots < (size_t)f->n + (size_t)f->n / 2) slots *= 2;
   f->index = calloc(slots, sizeof *f->index);
   char **keys = malloc((size_t)(f->n_meta + 1) * sizeof *keys);
   if (!f->index || !keys) {
     free(keys);
     return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
   }
+  advise_large(f->index, slots * sizeof *f->index);
   f->index_mask = slots - 1;
+  f->index_shift = 1;
+  while (f->index_shift < 31 && ((uint32_t)f->n >> f->index_shift)) f->index_shift++; /* n < 2^shift */
+  uint32_t emask = (1u << f->index_shift) - 1;
   ag_status st = AG_OK;
   for (int i = 0; i < f->n && st == AG_OK; i++) {
-    size_t h = (size_t)name_hash(f->e[i].name) & f->index_mask;
-    while (f->index[h] && strcmp(f->e[f->index[h] - 1].name, f->e[i].name)) h = (h + 1) & f->index_mask;
+    const char *name = entry_name(f, &f->e[i]);
+    size_t h = index_slot(f, name);
     if (f->index[h]) {
-      snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(f->e[i].name, nb));
+      snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(name, nb));
       st = corrupt(f->path, msg);
     } else {
-      f->index[h] = (uint32_t)i + 1;
+      f->index[h] = ((uint32_t)(name_hash(name) >> 32) & ~emask) | ((uint32_t)i + 1);
     }
   }
   if (f->n_meta) memcpy(keys, f->meta_k, (size_t)f->n_meta * sizeof *keys); /* meta_k is NULL without keys */
@@ -711,45 +789,32 @@ static ag_status check_unique(ag_safetensors *f) {
   return st;
 }
 
+/* Byte sizes were checked against the shapes at parse; here the names are
+ * checked unique and the byte ranges to tile the data section. */
 static ag_status validate(ag_safetensors *f) {
   char msg[240], nb[96];
   ag_status ust = check_unique(f);
   if (ust != AG_OK) return ust;
-  st_entry **sorted = malloc((size_t)(f->n + 1) * sizeof *sorted);
-  if (!sorted) return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
-  for (int i = 0; i < f->n; i++) {
-    st_entry *e = &f->e[i];
-    uint64_t numel = 1;
-    for (int d = 0; d < e->ndim; d++) {
-      if (e->shape[d] && numel > UINT64_MAX / (uint64_t)e->shape[d] / 8) {
-        free(sorted);
-        return corrupt(f->path, "shape too large");
-      }
-      numel *= (uint64_t)e->shape[d];
-    }
-    uint64_t want = numel * k_fdt[e->fdt].size;
-    if (e->end < e->begin || e->end - e->begin != want) {
-      snprintf(msg, sizeof msg, "tensor '%s': %s%s needs %llu bytes, data_offsets give [%llu, %llu)",
-               ESC(e->name, nb), k_fdt[e->fdt].s, e->ndim ? " tensor" : " scalar", (unsigned long long)want,
-               (unsigned long long)e->begin, (unsigned long long)e->end);
-      free(sorted);
-      return corrupt(f->path, msg);
-    }
-    sorted[i] = e;
-  }
   /* writers lay tensors out in header order: sort only when they did not */
   bool in_order = true;
-  for (int i = 1; i < f->n && in_order; i++) in_order = sorted[i - 1]->begin <= sorted[i]->begin;
-  if (!in_order) qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
+  for (int i = 1; i < f->n && in_order; i++) in_order = f->e[i - 1].begin <= f->e[i].begin;
+  st_entry **sorted = NULL;
+  if (!in_order) {
+    if (!(sorted = malloc((size_t)f->n * sizeof *sorted)))
+      return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
+    for (int i = 0; i < f->n; i++) sorted[i] = &f->e[i];
+    qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
+  }
   uint64_t pos = 0;
   for (int i = 0; i < f->n; i++) {
-    if (sorted[i]->begin != pos) {
+    const st_entry *e = sorted ? sorted[i] : &f->e[i];
+    if (e->begin != pos) {
       snprintf(msg, sizeof msg, "tensor '%s' starts at byte %llu, expected %llu (gap or overlap)",
-               ESC(sorted[i]->name, nb), (unsigned long long)sorted[i]->begin, (unsigned long long)pos);
+               ESC(entry_name(f, e), nb), (unsigned long long)e->begin, (unsigned long long)pos);
       free(sorted);
       return corrupt(f->path, msg);
     }
-    pos = sorted[i]->end;
+    pos = e->begin + entry_bytes(f, e);
   }
   free(sorted);
   if (pos != f->data_size) {
@@ -821,26 +886,32 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
     st = corrupt(path, msg);
     goto fail;
   }
-  if (!(f->header = malloc(hlen + 1))) {
+  /* The header is read (pread: a copy, no mapping of the file) into an
+   * anonymous mapping, where the names are then compacted in place and the
+   * rest of the pages given back. */
+  long page = sysconf(_SC_PAGESIZE);
+  size_t pg = page > 0 ? (size_t)page : 4096;
+  f->names_map = ((size_t)hlen + 1 + pg - 1) / pg * pg;
+  void *hb = mmap(NULL, f->names_map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (hb == MAP_FAILED) {
+    f->names_map = 0;
     st = ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory for a %llu-byte header",
                       (unsigned long long)hlen);
     goto fail;
   }
-  st = read_at(f, 8, f->header, hlen, "the header");
+  f->names = hb;
+  advise_large(hb, f->names_map);
+  st = read_at(f, 8, f->names, hlen, "the header");
   if (st != AG_OK) goto fail;
   f->data_off = 8 + hlen;
   f->data_size = f->file_size - 8 - hlen;
   size_t names_used = 0;
-  if (!(f->names = malloc(hlen + 1))) {
-    st = ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory for the names of a %llu-byte header",
-                      (unsigned long long)hlen);
-    goto fail;
-  }
-  jp p = {.s = (const char *)f->header, .end = (const char *)f->header + hlen, .path = path};
+  jp p = {.s = f->names, .end = f->names + hlen, .path = path};
   const char *hstart = p.s;
   if (!lit(&p, '{')) jfail(&p, "header is not a JSON object");
   if (!p.err[0] && !lit(&p, '}')) {
     do {
+      size_t k_at = names_used;
       char *k = jname(&p, f->names, &names_used);
       if (!k) break;
       if (!lit(&p, ':')) {
@@ -848,6 +919,7 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
         break;
       }
       if (k[0] == '_' && !strcmp(k, "__metadata__")) {
+        names_used = k_at;
         if (!parse_meta(&p, f, &meta_cap)) break;
         continue;
       }
@@ -863,13 +935,13 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
       }
       st_entry *e = &f->e[f->n++];
       memset(e, 0, sizeof *e);
-      e->name = k;
+      e->name = (uint32_t)k_at;
       if (has_control(k)) {
         char nb[96];
         snprintf(p.err, sizeof p.err, "tensor name '%s' has a control character", ESC(k, nb));
         break;
       }
-      if (!parse_entry(&p, e)) break;
+      if (!parse_entry(&p, f, e, k)) break;
     } while (lit(&p, ','));
     if (!p.err[0] && !lit(&p, '}')) jfail(&p, "expected '}' or ',' in the header");
   }
@@ -878,12 +950,19 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
     if (p.s != p.end) jfail(&p, "bytes after the header object");
   }
   if (p.err[0]) {
-    char msg[240];
-    snprintf(msg, sizeof msg, "header JSON: %s (near byte %ld of %llu)", p.err, (long)(p.s - hstart),
-             (unsigned long long)hlen);
+    char msg[320];
+    if (p.plain)
+      snprintf(msg, sizeof msg, "%s", p.err);
+    else
+      snprintf(msg, sizeof msg, "header JSON: %s (near byte %ld of %llu)", p.err, (long)(p.s - hstart),
+               (unsigned long long)hlen);
     st = corrupt(path, msg);
     goto fail;
   }
+  /* the names are all that stays of the header: the pages past them go back */
+  size_t keep = (names_used + pg - 1) / pg * pg;
+  if (!keep) keep = pg;
+  if (keep < f->names_map && munmap(f->names + keep, f->names_map - keep) == 0) f->names_map = keep;
   st = validate(f);
   if (st != AG_OK) goto fail;
   *out = f;
@@ -896,7 +975,7 @@ fail:
 int ag_safetensors_count(const ag_safetensors *f) { return f ? f->n : 0; }
 
 const char *ag_safetensors_name(const ag_safetensors *f, int i) {
-  return f && i >= 0 && i < f->n ? f->e[i].name : NULL;
+  return f && i >= 0 && i < f->n ? entry_name(f, &f->e[i]) : NULL;
 }
 
 const char *ag_safetensors_meta(const ag_safetensors *f, const char *key) {
@@ -907,10 +986,8 @@ const char *ag_safetensors_meta(const ag_safetensors *f, const char *key) {
 
 static const st_entry *find(const ag_safetensors *f, const char *name) {
   if (!f->n || !f->index) return NULL;
-  size_t h = (size_t)name_hash(name) & f->index_mask;
-  for (; f->index[h]; h = (h + 1) & f->index_mask)
-    if (!strcmp(f->e[f->index[h] - 1].name, name)) return &f->e[f->index[h] - 1];
-  return NULL;
+  uint32_t v = f->index[index_slot(f, name)];
+  return v ? &f->e[(v & ((1u << f->index_shift) - 1)) - 1] : NULL;
 }
 
 const char *ag_safetensors_dtype(const ag_safetensors *f, int i) {
@@ -962,12 +1039,12 @@ static void *convert(const ag_safetensors *f, const st_entry *e, const unsigned 
   char nb[96];
   if (kind == K_F8) {
     ag_error_set(AG_ERR_DTYPE, "%s: %s: tensor '%s' is %s, which anygrad does not convert (skip it)", fn,
-                 f->path, ESC(e->name, nb), k_fdt[e->fdt].s);
+                 f->path, ESC(entry_name(f, e), nb), k_fdt[e->fdt].s);
     return NULL;
   }
   if (kind == K_FLOAT && !ag_dtype_is_float(as)) {
     ag_error_set(AG_ERR_DTYPE, "%s: %s: tensor '%s' is %s; converting it to %s would truncate", fn, f->path,
-                 ESC(e->name, nb), k_fdt[e->fdt].s, ag_dtype_name(as));
+                 ESC(entry_name(f, e), nb), k_fdt[e->fdt].s, ag_dtype_name(as));
     return NULL;
   }
   size_t es = ag_dtype_size(as);
@@ -995,7 +1072,7 @@ static void *convert(const ag_safetensors *f, const st_entry *e, const unsigned 
           if (is_u) snprintf(vb, sizeof vb, "%llu", (unsigned long long)uv);
           else snprintf(vb, sizeof vb, "%lld", (long long)sv);
           ag_error_set(AG_ERR_INVALID, "%s: %s: tensor '%s' (%s) element %zu is %s, outside the %s range", fn,
-                       f->path, ESC(e->name, nb), k_fdt[e->fdt].s, i, vb, ag_dtype_name(as));
+                       f->path, ESC(entry_name(f, e), nb), k_fdt[e->fdt].s, i, vb, ag_dtype_name(as));
           free(out);
           return NULL;
         }
@@ -1042,10 +1119,10 @@ static void *convert(const ag_safetensors *f, const st_entry *e, const unsigned 
 #define LOAD_CHUNK (4u << 20)
 
 static ag_tensor *entry_tensor(const ag_safetensors *f, const st_entry *e, ag_device d, ag_dtype as) {
-  size_t bytes = (size_t)(e->end - e->begin);
+  size_t bytes = (size_t)entry_bytes(f, e);
   size_t numel = bytes / k_fdt[e->fdt].size;
   char nb[96], what[160];
-  snprintf(what, sizeof what, "tensor '%s'", ESC(e->name, nb));
+  snprintf(what, sizeof what, "tensor '%s'", ESC(entry_name(f, e), nb));
   if (k_fdt[e->fdt].ag != (int)as) { /* converted on the host, then one copy */
     if (k_fdt[e->fdt].kind == K_F8 || (k_fdt[e->fdt].kind == K_FLOAT && !ag_dtype_is_float(as))) {
       return convert(f, e, NULL, as, 0); /* NULL with the refusal set, before any read */
@@ -1063,13 +1140,13 @@ static ag_tensor *entry_tensor(const ag_safetensors *f, const st_entry *e, ag_de
     free(raw);
     if (!tmp) return NULL;
     static const char zero[8];
-    ag_tensor *t = ag_from_host(d, as, e->ndim, e->shape, numel ? tmp : zero);
+    ag_tensor *t = ag_from_host(d, as, e->ndim, entry_shape(f, e), numel ? tmp : zero);
     free(tmp);
     return t;
   }
   ag_devstate *ds = ag__devstate(d);
   if (!ds) return NULL;
-  ag_tensor *t = ag__tensor_new(ds, as, e->ndim, e->shape);
+  ag_tensor *t = ag__tensor_new(ds, as, e->ndim, entry_shape(f, e));
   if (!t || !bytes) return t;
   void *bounce = malloc(bytes < LOAD_CHUNK ? bytes : LOAD_CHUNK);
   if (!bounce) {
@@ -1112,10 +1189,10 @@ ag_tensor *ag_safetensors_get(const ag_safetensors *f, const char *name, ag_devi
     const char *hint = k_fdt[e->fdt].kind == K_F8 ? "anygrad has no 8-bit float type"
                                                   : "ag_safetensors_get_as converts it (to an integer or a float type)";
     ag_error_set(AG_ERR_DTYPE, "ag_safetensors_get: %s: tensor '%s' is %s, not an anygrad dtype; %s", f->path,
-                 ESC(e->name, nb), k_fdt[e->fdt].s, hint);
+                 ESC(entry_name(f, e), nb), k_fdt[e->fdt].s, hint);
     return NULL;
   }
-  return entry_tensor(f, e, d, e->dtype);
+  return entry_tensor(f, e, d, (ag_dtype)k_fdt[e->fdt].ag);
 }
 
 ag_tensor *ag_safetensors_get_as(const ag_safetensors *f, const char *name, ag_device d, ag_dtype as) {
@@ -1134,8 +1211,9 @@ ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list 
     ag_tensor *t = l->tensors[i];
     char nb[96];
     if (!e) return ag_error_set(AG_ERR_CORRUPT, "%s: missing tensor '%s'", f->path, ESC(l->names[i], nb));
+    const int64_t *shape = entry_shape(f, e);
     bool same_dt = k_fdt[e->fdt].ag == (int)t->dtype, same_shape = e->ndim == t->ndim;
-    for (int d = 0; same_shape && d < e->ndim; d++) same_shape = e->shape[d] == t->shape[d];
+    for (int d = 0; same_shape && d < e->ndim; d++) same_shape = shape[d] == t->shape[d];
     if (!same_dt || !same_shape) {
       /* A valid file that does not fit the model (other sizes or another
        * dtype) is a shape or dtype error, not a damaged file; both shapes
@@ -1143,7 +1221,7 @@ ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list 
       char a[96], fs[AG_MAX_DIMS * 21 + 4];
       size_t k = 0;
       for (int d = 0; d < e->ndim && k < sizeof fs; d++)
-        k += (size_t)snprintf(fs + k, sizeof fs - k, d ? ",%lld" : "%lld", (long long)e->shape[d]);
+        k += (size_t)snprintf(fs + k, sizeof fs - k, d ? ",%lld" : "%lld", (long long)shape[d]);
       if (!e->ndim) fs[0] = 0;
       return ag_error_set(!same_shape ? AG_ERR_SHAPE : AG_ERR_DTYPE,
                           "%s: tensor '%s' is %s[%s] in the file, the model's is %s (%s differs)", f->path,
