@@ -9,6 +9,7 @@
  * Every dtype of the format is read; one anygrad cannot hold is named in the
  * error of ag_safetensors_get and converted by ag_safetensors_get_as.
  * Hosts are assumed little-endian, as the format's data is. */
+#define _GNU_SOURCE /* mremap */
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -38,15 +39,18 @@
 typedef enum st_kind { K_FLOAT, K_SINT, K_UINT, K_BOOL, K_F8 } st_kind;
 static const struct {
   const char *s;
+  unsigned len; /* strlen(s) */
   unsigned size;
   int ag;
   st_kind kind;
 } k_fdt[] = {
-    {"F64", 8, AG_F64, K_FLOAT},  {"F32", 4, AG_F32, K_FLOAT},  {"F16", 2, AG_F16, K_FLOAT},
-    {"BF16", 2, AG_BF16, K_FLOAT}, {"I64", 8, AG_I64, K_SINT},   {"I32", 4, AG_I32, K_SINT},
-    {"I16", 2, -1, K_SINT},        {"I8", 1, -1, K_SINT},         {"U64", 8, -1, K_UINT},
-    {"U32", 4, -1, K_UINT},        {"U16", 2, -1, K_UINT},        {"U8", 1, AG_U8, K_UINT},
-    {"BOOL", 1, AG_BOOL, K_BOOL},       {"F8_E4M3", 1, -1, K_F8},      {"F8_E5M2", 1, -1, K_F8},
+#define FDT(s, size, ag, kind) {s, sizeof(s) - 1, size, ag, kind}
+    FDT("F64", 8, AG_F64, K_FLOAT),  FDT("F32", 4, AG_F32, K_FLOAT),  FDT("F16", 2, AG_F16, K_FLOAT),
+    FDT("BF16", 2, AG_BF16, K_FLOAT), FDT("I64", 8, AG_I64, K_SINT),   FDT("I32", 4, AG_I32, K_SINT),
+    FDT("I16", 2, -1, K_SINT),        FDT("I8", 1, -1, K_SINT),         FDT("U64", 8, -1, K_UINT),
+    FDT("U32", 4, -1, K_UINT),        FDT("U16", 2, -1, K_UINT),        FDT("U8", 1, AG_U8, K_UINT),
+    FDT("BOOL", 1, AG_BOOL, K_BOOL),  FDT("F8_E4M3", 1, -1, K_F8),      FDT("F8_E5M2", 1, -1, K_F8),
+#undef FDT
 };
 #define N_FDT ((int)(sizeof k_fdt / sizeof *k_fdt))
 
@@ -70,12 +74,14 @@ struct ag_safetensors {
                                 the header's buffer, compacted in place and cut to size */
   size_t names_map;          /* bytes mapped at names (0: none) */
   int64_t *shapes;           /* every tensor's dimensions, back to back */
-  size_t n_shapes, shapes_cap;
+  size_t n_shapes, shapes_map; /* used, bytes mapped */
   uint64_t data_off;         /* file offset of the data section */
   uint64_t data_size;
-  int n, cap;
-  st_entry *e;
-  uint32_t *index;           /* open-addressing hash of names, 0 empty, else: */
+  int n;
+  st_entry *e;               /* in its own mapping of e_map bytes */
+  size_t e_map;
+  uint32_t *index;           /* open-addressing hash of names (index_map bytes), 0 empty, else: */
+  size_t index_map;
   size_t index_mask;         /* slots - 1 (a power of two, at least 1.5n) */
   unsigned index_shift;      /* entry + 1 in the low index_shift bits, hash bits above */
   int n_meta;
@@ -298,8 +304,10 @@ static void jfail(jp *p, const char *what) {
     snprintf(p->err, sizeof p->err, "%s", what);
 }
 
-static void ws(jp *p) {
-  while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r')) p->s++;
+static inline void ws(jp *p) {
+  while (p->s < p->end && (unsigned char)*p->s <= ' ' &&
+         (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
+    p->s++;
 }
 
 static inline bool lit(jp *p, char c) {
@@ -432,12 +440,14 @@ static bool jkey(jp *p, char *buf, size_t len) {
  * bytes than the string and its quotes did in the header, so the arena may
  * be the header's own buffer: arena + *used never passes the cursor, and
  * what is written lies behind it (hence memmove). */
-static char *jname(jp *p, char *arena, size_t *used) {
+static char *jname(jp *p, char *arena, size_t *used, bool *no_control) {
   ws(p);
+  *no_control = false;
   if (p->s < p->end && *p->s == '"') {
     const char *q = p->s + 1;
-    while (q < p->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) q++;
-    if (q < p->end && *q == '"') {
+    while (q < p->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20 && *q != 0x7f) q++;
+    if (q < p->end && *q == '"') { /* nothing to decode, no control character */
+      *no_control = true;
       size_t n = (size_t)(q - p->s - 1);
       char *o = arena + *used;
       memmove(o, p->s + 1, n);
@@ -470,6 +480,9 @@ static bool juint(jp *p, uint64_t *out) {
   ws(p);
   const char *st = p->s;
   uint64_t v = 0;
+  /* 19 digits cannot overflow; a longer number goes on with checks */
+  const char *stop = p->end - p->s > 19 ? p->s + 19 : p->end;
+  while (p->s < stop && (unsigned)(*p->s - '0') < 10) v = v * 10 + (uint64_t)(*p->s++ - '0');
   while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
     uint64_t d = (uint64_t)(*p->s++ - '0');
     if (v > UINT64_MAX / 10 || (v == UINT64_MAX / 10 && d > UINT64_MAX % 10)) {
@@ -512,15 +525,15 @@ static int juint_array(jp *p, uint64_t *out, int max) {
 
 static void st_free_contents(ag_safetensors *f) {
   if (f->names_map) munmap(f->names, f->names_map);
-  free(f->shapes);
+  if (f->shapes_map) munmap(f->shapes, f->shapes_map);
   for (int i = 0; i < f->n_meta; i++) {
     free(f->meta_k[i]);
     free(f->meta_v[i]);
   }
-  free(f->e);
+  if (f->e_map) munmap(f->e, f->e_map);
   free(f->meta_k);
   free(f->meta_v);
-  free(f->index);
+  if (f->index_map) munmap(f->index, f->index_map);
   if (f->fd >= 0) close(f->fd);
   free(f->path);
 }
@@ -580,6 +593,37 @@ static bool parse_meta(jp *p, ag_safetensors *f, int *meta_cap) {
   return true;
 }
 
+/* Hugepages for a large buffer (fewer page faults where the kernel has
+ * them; a hint, so its failure is ignored). */
+static void advise_large(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+  if (p && n >= (8u << 20)) madvise(p, n, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
+/* The arrays of a header (entries, shapes, index, names) live in their own
+ * anonymous mappings: zero pages that cost nothing until touched, grown
+ * without a copy (mremap), hugepages when large. *p and *bytes grow to hold at
+ * least need bytes; false when out of memory (nothing changed). */
+static bool map_grow(void **p, size_t *bytes, size_t need) {
+  if (need <= *bytes) return true;
+  size_t nb = *bytes ? *bytes : 4096;
+  while (nb < need) {
+    if (nb > SIZE_MAX / 2) return false;
+    nb *= 2;
+  }
+  void *q = *p ? mremap(*p, *bytes, nb, MREMAP_MAYMOVE)
+               : mmap(NULL, nb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (q == MAP_FAILED) return false;
+  advise_large(q, nb);
+  *p = q;
+  *bytes = nb;
+  return true;
+}
+
 /* One tensor's object into e (name: its name, for messages): the shape goes
  * to f->shapes, and data_offsets must span exactly the shape's bytes. */
 static bool parse_entry(jp *p, ag_safetensors *f, st_entry *e, const char *name) {
@@ -610,9 +654,22 @@ static bool parse_entry(jp *p, ag_safetensors *f, st_entry *e, const char *name)
       return false;
     }
     if (fid == F_DTYPE && !have_dt) {
-      char v[32];
-      if (!jkey(p, v, sizeof v)) return false;
+      ws(p);
       bool found = false;
+      if (p->s < p->end && *p->s == '"') { /* a dtype as written, without escapes */
+        const char *v0 = p->s + 1;
+        size_t room = (size_t)(p->end - v0);
+        for (int i = 0; i < N_FDT && !found; i++) {
+          size_t n = k_fdt[i].len;
+          if (room > n && v0[0] == k_fdt[i].s[0] && v0[n] == '"' && !memcmp(v0, k_fdt[i].s, n)) {
+            e->fdt = (uint8_t)i;
+            p->s = v0 + n + 1;
+            found = true;
+          }
+        }
+      }
+      char v[32];
+      if (!found && !jkey(p, v, sizeof v)) return false;
       for (int i = 0; i < N_FDT && !found; i++)
         if (v[0] == k_fdt[i].s[0] && !strcmp(v, k_fdt[i].s)) {
           e->fdt = (uint8_t)i;
@@ -678,16 +735,12 @@ static bool parse_entry(jp *p, ag_safetensors *f, st_entry *e, const char *name)
     return false;
   }
   if (e->ndim) {
-    if (f->n_shapes + e->ndim > f->shapes_cap) {
-      size_t nc = f->shapes_cap ? f->shapes_cap * 2 : 256;
-      int64_t *ns = realloc(f->shapes, nc * sizeof *ns);
-      if (!ns) {
-        jfail(p, "out of host memory");
-        return false;
-      }
-      f->shapes = ns;
-      f->shapes_cap = nc;
+    void *sp = f->shapes;
+    if (!map_grow(&sp, &f->shapes_map, (f->n_shapes + e->ndim) * sizeof *f->shapes)) {
+      jfail(p, "out of host memory");
+      return false;
     }
+    f->shapes = sp;
     e->shape = (uint32_t)f->n_shapes;
     for (int d = 0; d < e->ndim; d++) f->shapes[f->n_shapes++] = (int64_t)s[d];
   }
@@ -713,17 +766,6 @@ static int cmp_begin(const void *a, const void *b) {
   return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-/* Hugepages for a large buffer (fewer page faults where the kernel has
- * them; a hint, so its failure is ignored). */
-static void advise_large(void *p, size_t n) {
-#ifdef MADV_HUGEPAGE
-  if (p && n >= (8u << 20)) madvise(p, n, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)n;
-#endif
-}
-
 static ag_status corrupt(const char *path, const char *msg) {
   return ag_error_set(AG_ERR_CORRUPT, "%s: not a valid safetensors file: %s", path, msg);
 }
@@ -740,8 +782,7 @@ static uint64_t name_hash(const char *s) {
 /* The slot of name in f->index: the one holding it, or the empty one where
  * it would go. A slot keeps hash bits above the entry number, so a probe
  * compares names only when those bits match. */
-static size_t index_slot(const ag_safetensors *f, const char *name) {
-  uint64_t hv = name_hash(name);
+static size_t index_slot(const ag_safetensors *f, const char *name, uint64_t hv) {
   uint32_t emask = (1u << f->index_shift) - 1, tag = (uint32_t)(hv >> 32) & ~emask;
   size_t h = (size_t)hv & f->index_mask;
   for (uint32_t v; (v = f->index[h]); h = (h + 1) & f->index_mask)
@@ -756,13 +797,13 @@ static ag_status check_unique(ag_safetensors *f) {
   char msg[240], nb[96];
   size_t slots = 16;
   while (slots < (size_t)f->n + (size_t)f->n / 2) slots *= 2;
-  f->index = calloc(slots, sizeof *f->index);
+  void *ip = NULL;
   char **keys = malloc((size_t)(f->n_meta + 1) * sizeof *keys);
-  if (!f->index || !keys) {
+  if (!keys || !map_grow(&ip, &f->index_map, slots * sizeof *f->index)) {
     free(keys);
     return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
   }
-  advise_large(f->index, slots * sizeof *f->index);
+  f->index = ip;
   f->index_mask = slots - 1;
   f->index_shift = 1;
   while (f->index_shift < 31 && ((uint32_t)f->n >> f->index_shift)) f->index_shift++; /* n < 2^shift */
@@ -770,12 +811,13 @@ static ag_status check_unique(ag_safetensors *f) {
   ag_status st = AG_OK;
   for (int i = 0; i < f->n && st == AG_OK; i++) {
     const char *name = entry_name(f, &f->e[i]);
-    size_t h = index_slot(f, name);
+    uint64_t hv = name_hash(name);
+    size_t h = index_slot(f, name, hv);
     if (f->index[h]) {
       snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(name, nb));
       st = corrupt(f->path, msg);
     } else {
-      f->index[h] = ((uint32_t)(name_hash(name) >> 32) & ~emask) | ((uint32_t)i + 1);
+      f->index[h] = ((uint32_t)(hv >> 32) & ~emask) | ((uint32_t)i + 1);
     }
   }
   if (f->n_meta) memcpy(keys, f->meta_k, (size_t)f->n_meta * sizeof *keys); /* meta_k is NULL without keys */
@@ -912,7 +954,8 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
   if (!p.err[0] && !lit(&p, '}')) {
     do {
       size_t k_at = names_used;
-      char *k = jname(&p, f->names, &names_used);
+      bool no_control;
+      char *k = jname(&p, f->names, &names_used, &no_control);
       if (!k) break;
       if (!lit(&p, ':')) {
         jfail(&p, "expected ':'");
@@ -923,20 +966,16 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
         if (!parse_meta(&p, f, &meta_cap)) break;
         continue;
       }
-      if (f->n == f->cap) {
-        int nc = f->cap ? f->cap * 2 : 16;
-        st_entry *ne = realloc(f->e, (size_t)nc * sizeof *ne);
-        if (!ne) {
-          jfail(&p, "out of host memory");
-          break;
-        }
-        f->e = ne;
-        f->cap = nc;
+      void *ep = f->e;
+      if (f->n == INT32_MAX || !map_grow(&ep, &f->e_map, ((size_t)f->n + 1) * sizeof *f->e)) {
+        jfail(&p, "out of host memory");
+        break;
       }
+      f->e = ep;
       st_entry *e = &f->e[f->n++];
       memset(e, 0, sizeof *e);
       e->name = (uint32_t)k_at;
-      if (has_control(k)) {
+      if (!no_control && has_control(k)) {
         char nb[96];
         snprintf(p.err, sizeof p.err, "tensor name '%s' has a control character", ESC(k, nb));
         break;
@@ -986,7 +1025,7 @@ const char *ag_safetensors_meta(const ag_safetensors *f, const char *key) {
 
 static const st_entry *find(const ag_safetensors *f, const char *name) {
   if (!f->n || !f->index) return NULL;
-  uint32_t v = f->index[index_slot(f, name)];
+  uint32_t v = f->index[index_slot(f, name, name_hash(name))];
   return v ? &f->e[(v & ((1u << f->index_shift) - 1)) - 1] : NULL;
 }
 
