@@ -615,9 +615,18 @@ static bool map_grow(void **p, size_t *bytes, size_t need) {
     if (nb > SIZE_MAX / 2) return false;
     nb *= 2;
   }
+#ifdef MREMAP_MAYMOVE
   void *q = *p ? mremap(*p, *bytes, nb, MREMAP_MAYMOVE)
                : mmap(NULL, nb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (q == MAP_FAILED) return false;
+#else /* without mremap: a new mapping and a copy */
+  void *q = mmap(NULL, nb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (q == MAP_FAILED) return false;
+  if (*p) {
+    memcpy(q, *p, *bytes);
+    munmap(*p, *bytes);
+  }
+#endif
   advise_large(q, nb);
   *p = q;
   *bytes = nb;
