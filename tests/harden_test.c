@@ -319,14 +319,77 @@ static void test_st_million_names(void **state) {
   printf("opened a header of %d names in %.2f s\n", n, dt);
   assert_true(dt < 30);
   assert_int_equal(ag_safetensors_count(f), n);
+  assert_string_equal(ag_safetensors_name(f, 0), "t0000000");
+  assert_string_equal(ag_safetensors_name(f, n / 2), "t0500000");
+  assert_string_equal(ag_safetensors_name(f, n - 1), "t0999999");
   ag_tensor *t = ag_safetensors_get(f, "t0999999", AG_CPU);
   assert_non_null(t);
   ag_tensor_release(t);
+  assert_null(ag_safetensors_get(f, "t1000000", AG_CPU));
+  expect(ag_last_status(), AG_ERR_INVALID, "no tensor 't1000000'");
   ag_safetensors_close(f);
   write_many(tmp("dup.safetensors"), 200000, true);
   t0 = now_s();
   expect(ag_safetensors_open(tmp("dup.safetensors"), &f), AG_ERR_CORRUPT, "'t0100000' appears twice");
   assert_true(now_s() - t0 < 30);
+}
+
+/* The names are kept in the header's own buffer, decoded in place: escaped
+ * names, a metadata object before them, tensors stored out of header order
+ * and shapes of 0, 2 and 3 dimensions all read back. */
+static void test_st_names_in_place(void **state) {
+  (void)state;
+  static const char h[] =
+      "{\"__metadata__\":{\"step\":\"7\"},"
+      "\"a\\u0041\\\"b\":{\"dtype\":\"I32\",\"shape\":[2,3],\"data_offsets\":[8,32]},"
+      "\"w\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]},"
+      "\"z\\\\y\" : { \"shape\" : [1, 1, 2], \"dtype\" : \"U8\", \"data_offsets\" : [32, 34] } }";
+  unsigned char buf[8 + sizeof h + 34];
+  size_t hl = sizeof h - 1;
+  for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+  memcpy(buf + 8, h, hl);
+  unsigned char *d = buf + 8 + hl;
+  double w = 2.5;
+  memcpy(d, &w, 8);
+  for (int32_t i = 0; i < 6; i++) memcpy(d + 8 + 4 * i, &(int32_t){10 * i - 20}, 4);
+  d[32] = 200;
+  d[33] = 3;
+  write_file(tmp("esc.safetensors"), buf, 8 + hl + 34);
+  ag_safetensors *f = NULL;
+  expect(ag_safetensors_open(tmp("esc.safetensors"), &f), AG_OK, NULL);
+  assert_int_equal(ag_safetensors_count(f), 3);
+  assert_string_equal(ag_safetensors_name(f, 0), "aA\"b");
+  assert_string_equal(ag_safetensors_name(f, 1), "w");
+  assert_string_equal(ag_safetensors_name(f, 2), "z\\y");
+  assert_string_equal(ag_safetensors_meta(f, "step"), "7");
+  assert_string_equal(ag_safetensors_dtype(f, 2), "U8");
+  ag_tensor *t = ag_safetensors_get(f, "aA\"b", AG_CPU);
+  assert_non_null(t);
+  assert_int_equal(ag_tensor_ndim(t), 2);
+  assert_int_equal(ag_tensor_shape(t)[0], 2);
+  assert_int_equal(ag_tensor_shape(t)[1], 3);
+  int32_t iv[6];
+  assert_int_equal(ag_to_host(t, iv, sizeof iv), AG_OK);
+  for (int i = 0; i < 6; i++) assert_int_equal(iv[i], 10 * i - 20);
+  ag_tensor_release(t);
+  t = ag_safetensors_get(f, "w", AG_CPU);
+  assert_non_null(t);
+  assert_int_equal(ag_tensor_ndim(t), 0);
+  double wv = 0;
+  assert_int_equal(ag_to_host(t, &wv, sizeof wv), AG_OK);
+  assert_true(wv == 2.5);
+  ag_tensor_release(t);
+  t = ag_safetensors_get_as(f, "z\\y", AG_CPU, AG_I32);
+  assert_non_null(t);
+  assert_int_equal(ag_tensor_ndim(t), 3);
+  assert_int_equal(ag_tensor_shape(t)[2], 2);
+  assert_int_equal(ag_to_host(t, iv, 2 * sizeof *iv), AG_OK);
+  assert_int_equal(iv[0], 200);
+  assert_int_equal(iv[1], 3);
+  ag_tensor_release(t);
+  assert_null(ag_safetensors_get(f, "a\\u0041\\\"b", AG_CPU)); /* the raw spelling is not a name */
+  assert_null(ag_safetensors_get(f, "__metadata__", AG_CPU));
+  ag_safetensors_close(f);
 }
 
 /* ---- resume with other sizes: both shapes in the message ---- */
@@ -467,6 +530,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_report_same_file, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idx_gzip_trailer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_st_million_names, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_st_names_in_place, setup, teardown),
       cmocka_unit_test_setup_teardown(test_st_shape_mismatch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_blob_overflow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_env_numbers, setup, teardown),

@@ -9,6 +9,7 @@
  * Every dtype of the format is read; one anygrad cannot hold is named in the
  * error of ag_safetensors_get and converted by ag_safetensors_get_as.
  * Hosts are assumed little-endian, as the format's data is. */
+#define _GNU_SOURCE /* mremap */
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -38,25 +39,30 @@
 typedef enum st_kind { K_FLOAT, K_SINT, K_UINT, K_BOOL, K_F8 } st_kind;
 static const struct {
   const char *s;
+  unsigned len; /* strlen(s) */
   unsigned size;
   int ag;
   st_kind kind;
 } k_fdt[] = {
-    {"F64", 8, AG_F64, K_FLOAT},  {"F32", 4, AG_F32, K_FLOAT},  {"F16", 2, AG_F16, K_FLOAT},
-    {"BF16", 2, AG_BF16, K_FLOAT}, {"I64", 8, AG_I64, K_SINT},   {"I32", 4, AG_I32, K_SINT},
-    {"I16", 2, -1, K_SINT},        {"I8", 1, -1, K_SINT},         {"U64", 8, -1, K_UINT},
-    {"U32", 4, -1, K_UINT},        {"U16", 2, -1, K_UINT},        {"U8", 1, AG_U8, K_UINT},
-    {"BOOL", 1, AG_BOOL, K_BOOL},       {"F8_E4M3", 1, -1, K_F8},      {"F8_E5M2", 1, -1, K_F8},
+#define FDT(s, size, ag, kind) {s, sizeof(s) - 1, size, ag, kind}
+    FDT("F64", 8, AG_F64, K_FLOAT),  FDT("F32", 4, AG_F32, K_FLOAT),  FDT("F16", 2, AG_F16, K_FLOAT),
+    FDT("BF16", 2, AG_BF16, K_FLOAT), FDT("I64", 8, AG_I64, K_SINT),   FDT("I32", 4, AG_I32, K_SINT),
+    FDT("I16", 2, -1, K_SINT),        FDT("I8", 1, -1, K_SINT),         FDT("U64", 8, -1, K_UINT),
+    FDT("U32", 4, -1, K_UINT),        FDT("U16", 2, -1, K_UINT),        FDT("U8", 1, AG_U8, K_UINT),
+    FDT("BOOL", 1, AG_BOOL, K_BOOL),  FDT("F8_E4M3", 1, -1, K_F8),      FDT("F8_E5M2", 1, -1, K_F8),
+#undef FDT
 };
 #define N_FDT ((int)(sizeof k_fdt / sizeof *k_fdt))
 
+/* One tensor of the header, 24 bytes (a header of a million names keeps
+ * its table small): the name and the shape live in arenas of the file, the
+ * end of the data is begin + the shape's byte size (checked at parse). */
 typedef struct st_entry {
-  char *name;
-  int fdt;        /* index in k_fdt */
-  ag_dtype dtype; /* k_fdt[fdt].ag when that is >= 0 */
-  int ndim;
-  int64_t shape[AG_MAX_DIMS];
-  uint64_t begin, end;
+  uint64_t begin; /* data_offsets[0], from the start of the data section */
+  uint32_t name;  /* offset of the NUL-terminated name in f->names */
+  uint32_t shape; /* offset of the ndim dimensions in f->shapes */
+  uint8_t fdt;    /* index in k_fdt */
+  uint8_t ndim;
 } st_entry;
 
 struct ag_safetensors {
@@ -64,14 +70,20 @@ struct ag_safetensors {
   int fd;                    /* open for the reads of get and load_into */
   uint64_t file_size;        /* as validated at open */
   struct timespec mtime;     /* ditto: a rewrite in place is seen */
-  unsigned char *header;     /* the JSON header, read at open */
-  char *names;               /* the tensor names, back to back (e[i].name point here) */
+  char *names;               /* the tensor names, back to back (e[i].name are offsets here):
+                                the header's buffer, compacted in place and cut to size */
+  size_t names_map;          /* bytes mapped at names (0: none) */
+  int64_t *shapes;           /* every tensor's dimensions, back to back */
+  size_t n_shapes, shapes_map; /* used, bytes mapped */
   uint64_t data_off;         /* file offset of the data section */
   uint64_t data_size;
-  int n, cap;
-  st_entry *e;
-  uint32_t *index;           /* open-addressing hash of names: entry + 1, 0 empty */
-  size_t index_mask;         /* slots - 1 (a power of two, at least 2n) */
+  int n;
+  st_entry *e;               /* in its own mapping of e_map bytes */
+  size_t e_map;
+  uint32_t *index;           /* open-addressing hash of names (index_map bytes), 0 empty, else: */
+  size_t index_map;
+  size_t index_mask;         /* slots - 1 (a power of two, at least 1.5n) */
+  unsigned index_shift;      /* entry + 1 in the low index_shift bits, hash bits above */
   int n_meta;
   char **meta_k, **meta_v;
 };
@@ -283,7 +295,8 @@ static bool has_control(const char *s) {
 typedef struct jp {
   const char *s, *end;
   const char *path;
-  char err[160];
+  bool plain;    /* err is a whole message, not a JSON syntax error */
+  char err[240];
 } jp;
 
 static void jfail(jp *p, const char *what) {
@@ -291,8 +304,10 @@ static void jfail(jp *p, const char *what) {
     snprintf(p->err, sizeof p->err, "%s", what);
 }
 
-static void ws(jp *p) {
-  while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r')) p->s++;
+static inline void ws(jp *p) {
+  while (p->s < p->end && (unsigned char)*p->s <= ' ' &&
+         (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
+    p->s++;
 }
 
 static inline bool lit(jp *p, char c) {
@@ -422,17 +437,20 @@ static bool jkey(jp *p, char *buf, size_t len) {
 
 /* A string copied into arena at *used (decoded, NUL-terminated); NULL with
  * p->err set on a parse error. A decoded string and its NUL take no more
- * bytes than the string and its quotes did in the header, so an arena the
- * size of the header holds every name. */
-static char *jname(jp *p, char *arena, size_t *used) {
+ * bytes than the string and its quotes did in the header, so the arena may
+ * be the header's own buffer: arena + *used never passes the cursor, and
+ * what is written lies behind it (hence memmove). */
+static char *jname(jp *p, char *arena, size_t *used, bool *no_control) {
   ws(p);
+  *no_control = false;
   if (p->s < p->end && *p->s == '"') {
     const char *q = p->s + 1;
-    while (q < p->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) q++;
-    if (q < p->end && *q == '"') {
+    while (q < p->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20 && *q != 0x7f) q++;
+    if (q < p->end && *q == '"') { /* nothing to decode, no control character */
+      *no_control = true;
       size_t n = (size_t)(q - p->s - 1);
       char *o = arena + *used;
-      memcpy(o, p->s + 1, n);
+      memmove(o, p->s + 1, n);
       o[n] = 0;
       *used += n + 1;
       p->s = q + 1;
@@ -462,6 +480,9 @@ static bool juint(jp *p, uint64_t *out) {
   ws(p);
   const char *st = p->s;
   uint64_t v = 0;
+  /* 19 digits cannot overflow; a longer number goes on with checks */
+  const char *stop = p->end - p->s > 19 ? p->s + 19 : p->end;
+  while (p->s < stop && (unsigned)(*p->s - '0') < 10) v = v * 10 + (uint64_t)(*p->s++ - '0');
   while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
     uint64_t d = (uint64_t)(*p->s++ - '0');
     if (v > UINT64_MAX / 10 || (v == UINT64_MAX / 10 && d > UINT64_MAX % 10)) {
@@ -503,16 +524,16 @@ static int juint_array(jp *p, uint64_t *out, int max) {
 }
 
 static void st_free_contents(ag_safetensors *f) {
-  free(f->names);
+  if (f->names_map) munmap(f->names, f->names_map);
+  if (f->shapes_map) munmap(f->shapes, f->shapes_map);
   for (int i = 0; i < f->n_meta; i++) {
     free(f->meta_k[i]);
     free(f->meta_v[i]);
   }
-  free(f->e);
+  if (f->e_map) munmap(f->e, f->e_map);
   free(f->meta_k);
   free(f->meta_v);
-  free(f->index);
-  free(f->header);
+  if (f->index_map) munmap(f->index, f->index_map);
   if (f->fd >= 0) close(f->fd);
   free(f->path);
 }
@@ -572,7 +593,50 @@ static bool parse_meta(jp *p, ag_safetensors *f, int *meta_cap) {
   return true;
 }
 
-static bool parse_entry(jp *p, st_entry *e) {
+/* Hugepages for a large buffer (fewer page faults where the kernel has
+ * them; a hint, so its failure is ignored). */
+static void advise_large(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+  if (p && n >= (8u << 20)) madvise(p, n, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
+/* The arrays of a header (entries, shapes, index, names) live in their own
+ * anonymous mappings: zero pages that cost nothing until touched, grown
+ * without a copy (mremap), hugepages when large. *p and *bytes grow to hold at
+ * least need bytes; false when out of memory (nothing changed). */
+static bool map_grow(void **p, size_t *bytes, size_t need) {
+  if (need <= *bytes) return true;
+  size_t nb = *bytes ? *bytes : 4096;
+  while (nb < need) {
+    if (nb > SIZE_MAX / 2) return false;
+    nb *= 2;
+  }
+#ifdef MREMAP_MAYMOVE
+  void *q = *p ? mremap(*p, *bytes, nb, MREMAP_MAYMOVE)
+               : mmap(NULL, nb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (q == MAP_FAILED) return false;
+#else /* without mremap: a new mapping and a copy */
+  void *q = mmap(NULL, nb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (q == MAP_FAILED) return false;
+  if (*p) {
+    memcpy(q, *p, *bytes);
+    munmap(*p, *bytes);
+  }
+#endif
+  advise_large(q, nb);
+  *p = q;
+  *bytes = nb;
+  return true;
+}
+
+/* One tensor's object into e (name: its name, for messages): the shape goes
+ * to f->shapes, and data_offsets must span exactly the shape's bytes. */
+static bool parse_entry(jp *p, ag_safetensors *f, st_entry *e, const char *name) {
+  uint64_t s[AG_MAX_DIMS], o[2];
   if (!lit(p, '{')) {
     jfail(p, "tensor entry must be an object");
     return false;
@@ -599,48 +663,55 @@ static bool parse_entry(jp *p, st_entry *e) {
       return false;
     }
     if (fid == F_DTYPE && !have_dt) {
-      char v[32];
-      if (!jkey(p, v, sizeof v)) return false;
+      ws(p);
       bool found = false;
+      if (p->s < p->end && *p->s == '"') { /* a dtype as written, without escapes */
+        const char *v0 = p->s + 1;
+        size_t room = (size_t)(p->end - v0);
+        for (int i = 0; i < N_FDT && !found; i++) {
+          size_t n = k_fdt[i].len;
+          if (room > n && v0[0] == k_fdt[i].s[0] && v0[n] == '"' && !memcmp(v0, k_fdt[i].s, n)) {
+            e->fdt = (uint8_t)i;
+            p->s = v0 + n + 1;
+            found = true;
+          }
+        }
+      }
+      char v[32];
+      if (!found && !jkey(p, v, sizeof v)) return false;
       for (int i = 0; i < N_FDT && !found; i++)
         if (v[0] == k_fdt[i].s[0] && !strcmp(v, k_fdt[i].s)) {
-          e->fdt = i;
-          e->dtype = k_fdt[i].ag >= 0 ? (ag_dtype)k_fdt[i].ag : AG_F32;
+          e->fdt = (uint8_t)i;
           found = true;
         }
       if (!found) {
         char nb[64], vb[48];
-        snprintf(p->err, sizeof p->err, "tensor '%s': '%s' is not a safetensors dtype", ESC(e->name, nb),
+        snprintf(p->err, sizeof p->err, "tensor '%s': '%s' is not a safetensors dtype", ESC(name, nb),
                  ESC(v, vb));
         return false;
       }
       have_dt = true;
     } else if (fid == F_SHAPE && !have_shape) {
-      uint64_t s[AG_MAX_DIMS];
       int n = juint_array(p, s, AG_MAX_DIMS);
       if (n < 0) return false;
-      e->ndim = n;
-      for (int i = 0; i < n; i++) {
+      e->ndim = (uint8_t)n;
+      for (int i = 0; i < n; i++)
         if (s[i] > (uint64_t)INT64_MAX / 2) {
           jfail(p, "dimension too large");
           return false;
         }
-        e->shape[i] = (int64_t)s[i];
-      }
       have_shape = true;
     } else if (fid == F_OFFSETS && !have_off) {
-      uint64_t o[2];
       if (juint_array(p, o, 2) != 2) {
         jfail(p, "data_offsets must hold two integers");
         return false;
       }
       e->begin = o[0];
-      e->end = o[1];
       have_off = true;
     } else {
       static const char *const fname[] = {"dtype", "shape", "data_offsets"};
       char nb[64], kb[48];
-      snprintf(p->err, sizeof p->err, "tensor '%s': unexpected or repeated field '%s'", ESC(e->name, nb),
+      snprintf(p->err, sizeof p->err, "tensor '%s': unexpected or repeated field '%s'", ESC(name, nb),
                fid == F_OTHER ? ESC(k, kb) : fname[fid]);
       return false;
     }
@@ -651,10 +722,52 @@ static bool parse_entry(jp *p, st_entry *e) {
   }
   if (!have_dt || !have_shape || !have_off) {
     char nb[96];
-    snprintf(p->err, sizeof p->err, "tensor '%s': needs dtype, shape and data_offsets", ESC(e->name, nb));
+    snprintf(p->err, sizeof p->err, "tensor '%s': needs dtype, shape and data_offsets", ESC(name, nb));
     return false;
   }
+  uint64_t numel = 1;
+  for (int d = 0; d < e->ndim; d++) {
+    if (s[d] && numel > UINT64_MAX / s[d] / 8) {
+      p->plain = true;
+      snprintf(p->err, sizeof p->err, "shape too large");
+      return false;
+    }
+    numel *= s[d];
+  }
+  uint64_t want = numel * k_fdt[e->fdt].size;
+  if (o[1] < o[0] || o[1] - o[0] != want) {
+    char nb[96];
+    p->plain = true;
+    snprintf(p->err, sizeof p->err, "tensor '%s': %s%s needs %llu bytes, data_offsets give [%llu, %llu)", ESC(name, nb),
+             k_fdt[e->fdt].s, e->ndim ? " tensor" : " scalar", (unsigned long long)want, (unsigned long long)o[0],
+             (unsigned long long)o[1]);
+    return false;
+  }
+  if (e->ndim) {
+    void *sp = f->shapes;
+    if (!map_grow(&sp, &f->shapes_map, (f->n_shapes + e->ndim) * sizeof *f->shapes)) {
+      jfail(p, "out of host memory");
+      return false;
+    }
+    f->shapes = sp;
+    e->shape = (uint32_t)f->n_shapes;
+    for (int d = 0; d < e->ndim; d++) f->shapes[f->n_shapes++] = (int64_t)s[d];
+  }
   return true;
+}
+
+/* The bytes of e's data (checked at parse: no overflow). */
+static uint64_t entry_bytes(const ag_safetensors *f, const st_entry *e) {
+  uint64_t numel = 1;
+  for (int d = 0; d < e->ndim; d++) numel *= (uint64_t)f->shapes[e->shape + d];
+  return numel * k_fdt[e->fdt].size;
+}
+
+static const char *entry_name(const ag_safetensors *f, const st_entry *e) { return f->names + e->name; }
+
+static const int64_t *entry_shape(const ag_safetensors *f, const st_entry *e) {
+  static const int64_t scalar[1];
+  return e->ndim ? f->shapes + e->shape : scalar;
 }
 
 static int cmp_begin(const void *a, const void *b) {
@@ -675,29 +788,45 @@ static uint64_t name_hash(const char *s) {
   return h;
 }
 
+/* The slot of name in f->index: the one holding it, or the empty one where
+ * it would go. A slot keeps hash bits above the entry number, so a probe
+ * compares names only when those bits match. */
+static size_t index_slot(const ag_safetensors *f, const char *name, uint64_t hv) {
+  uint32_t emask = (1u << f->index_shift) - 1, tag = (uint32_t)(hv >> 32) & ~emask;
+  size_t h = (size_t)hv & f->index_mask;
+  for (uint32_t v; (v = f->index[h]); h = (h + 1) & f->index_mask)
+    if ((v & ~emask) == tag && !strcmp(entry_name(f, &f->e[(v & emask) - 1]), name)) break;
+  return h;
+}
+
 /* Names are unique and found in O(1): an open-addressing hash index built
  * once (a header of a million names indexes in tens of milliseconds);
  * metadata keys, usually a handful, are sorted and neighbours compared. */
 static ag_status check_unique(ag_safetensors *f) {
   char msg[240], nb[96];
   size_t slots = 16;
-  while (slots < 2 * (size_t)f->n) slots *= 2;
-  f->index = calloc(slots, sizeof *f->index);
+  while (slots < (size_t)f->n + (size_t)f->n / 2) slots *= 2;
+  void *ip = NULL;
   char **keys = malloc((size_t)(f->n_meta + 1) * sizeof *keys);
-  if (!f->index || !keys) {
+  if (!keys || !map_grow(&ip, &f->index_map, slots * sizeof *f->index)) {
     free(keys);
     return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
   }
+  f->index = ip;
   f->index_mask = slots - 1;
+  f->index_shift = 1;
+  while (f->index_shift < 31 && ((uint32_t)f->n >> f->index_shift)) f->index_shift++; /* n < 2^shift */
+  uint32_t emask = (1u << f->index_shift) - 1;
   ag_status st = AG_OK;
   for (int i = 0; i < f->n && st == AG_OK; i++) {
-    size_t h = (size_t)name_hash(f->e[i].name) & f->index_mask;
-    while (f->index[h] && strcmp(f->e[f->index[h] - 1].name, f->e[i].name)) h = (h + 1) & f->index_mask;
+    const char *name = entry_name(f, &f->e[i]);
+    uint64_t hv = name_hash(name);
+    size_t h = index_slot(f, name, hv);
     if (f->index[h]) {
-      snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(f->e[i].name, nb));
+      snprintf(msg, sizeof msg, "tensor '%s' appears twice", ESC(name, nb));
       st = corrupt(f->path, msg);
     } else {
-      f->index[h] = (uint32_t)i + 1;
+      f->index[h] = ((uint32_t)(hv >> 32) & ~emask) | ((uint32_t)i + 1);
     }
   }
   if (f->n_meta) memcpy(keys, f->meta_k, (size_t)f->n_meta * sizeof *keys); /* meta_k is NULL without keys */
@@ -711,45 +840,32 @@ static ag_status check_unique(ag_safetensors *f) {
   return st;
 }
 
+/* Byte sizes were checked against the shapes at parse; here the names are
+ * checked unique and the byte ranges to tile the data section. */
 static ag_status validate(ag_safetensors *f) {
   char msg[240], nb[96];
   ag_status ust = check_unique(f);
   if (ust != AG_OK) return ust;
-  st_entry **sorted = malloc((size_t)(f->n + 1) * sizeof *sorted);
-  if (!sorted) return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
-  for (int i = 0; i < f->n; i++) {
-    st_entry *e = &f->e[i];
-    uint64_t numel = 1;
-    for (int d = 0; d < e->ndim; d++) {
-      if (e->shape[d] && numel > UINT64_MAX / (uint64_t)e->shape[d] / 8) {
-        free(sorted);
-        return corrupt(f->path, "shape too large");
-      }
-      numel *= (uint64_t)e->shape[d];
-    }
-    uint64_t want = numel * k_fdt[e->fdt].size;
-    if (e->end < e->begin || e->end - e->begin != want) {
-      snprintf(msg, sizeof msg, "tensor '%s': %s%s needs %llu bytes, data_offsets give [%llu, %llu)",
-               ESC(e->name, nb), k_fdt[e->fdt].s, e->ndim ? " tensor" : " scalar", (unsigned long long)want,
-               (unsigned long long)e->begin, (unsigned long long)e->end);
-      free(sorted);
-      return corrupt(f->path, msg);
-    }
-    sorted[i] = e;
-  }
   /* writers lay tensors out in header order: sort only when they did not */
   bool in_order = true;
-  for (int i = 1; i < f->n && in_order; i++) in_order = sorted[i - 1]->begin <= sorted[i]->begin;
-  if (!in_order) qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
+  for (int i = 1; i < f->n && in_order; i++) in_order = f->e[i - 1].begin <= f->e[i].begin;
+  st_entry **sorted = NULL;
+  if (!in_order) {
+    if (!(sorted = malloc((size_t)f->n * sizeof *sorted)))
+      return ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory");
+    for (int i = 0; i < f->n; i++) sorted[i] = &f->e[i];
+    qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
+  }
   uint64_t pos = 0;
   for (int i = 0; i < f->n; i++) {
-    if (sorted[i]->begin != pos) {
+    const st_entry *e = sorted ? sorted[i] : &f->e[i];
+    if (e->begin != pos) {
       snprintf(msg, sizeof msg, "tensor '%s' starts at byte %llu, expected %llu (gap or overlap)",
-               ESC(sorted[i]->name, nb), (unsigned long long)sorted[i]->begin, (unsigned long long)pos);
+               ESC(entry_name(f, e), nb), (unsigned long long)e->begin, (unsigned long long)pos);
       free(sorted);
       return corrupt(f->path, msg);
     }
-    pos = sorted[i]->end;
+    pos = e->begin + entry_bytes(f, e);
   }
   free(sorted);
   if (pos != f->data_size) {
@@ -821,55 +937,59 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
     st = corrupt(path, msg);
     goto fail;
   }
-  if (!(f->header = malloc(hlen + 1))) {
+  /* The header is read (pread: a copy, no mapping of the file) into an
+   * anonymous mapping, where the names are then compacted in place and the
+   * rest of the pages given back. */
+  long page = sysconf(_SC_PAGESIZE);
+  size_t pg = page > 0 ? (size_t)page : 4096;
+  f->names_map = ((size_t)hlen + 1 + pg - 1) / pg * pg;
+  void *hb = mmap(NULL, f->names_map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (hb == MAP_FAILED) {
+    f->names_map = 0;
     st = ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory for a %llu-byte header",
                       (unsigned long long)hlen);
     goto fail;
   }
-  st = read_at(f, 8, f->header, hlen, "the header");
+  f->names = hb;
+  advise_large(hb, f->names_map);
+  st = read_at(f, 8, f->names, hlen, "the header");
   if (st != AG_OK) goto fail;
   f->data_off = 8 + hlen;
   f->data_size = f->file_size - 8 - hlen;
   size_t names_used = 0;
-  if (!(f->names = malloc(hlen + 1))) {
-    st = ag_error_set(AG_ERR_OOM, "ag_safetensors_open: out of host memory for the names of a %llu-byte header",
-                      (unsigned long long)hlen);
-    goto fail;
-  }
-  jp p = {.s = (const char *)f->header, .end = (const char *)f->header + hlen, .path = path};
+  jp p = {.s = f->names, .end = f->names + hlen, .path = path};
   const char *hstart = p.s;
   if (!lit(&p, '{')) jfail(&p, "header is not a JSON object");
   if (!p.err[0] && !lit(&p, '}')) {
     do {
-      char *k = jname(&p, f->names, &names_used);
+      size_t k_at = names_used;
+      bool no_control;
+      char *k = jname(&p, f->names, &names_used, &no_control);
       if (!k) break;
       if (!lit(&p, ':')) {
         jfail(&p, "expected ':'");
         break;
       }
       if (k[0] == '_' && !strcmp(k, "__metadata__")) {
+        names_used = k_at;
         if (!parse_meta(&p, f, &meta_cap)) break;
         continue;
       }
-      if (f->n == f->cap) {
-        int nc = f->cap ? f->cap * 2 : 16;
-        st_entry *ne = realloc(f->e, (size_t)nc * sizeof *ne);
-        if (!ne) {
-          jfail(&p, "out of host memory");
-          break;
-        }
-        f->e = ne;
-        f->cap = nc;
+      void *ep = f->e;
+      if (f->n == INT32_MAX || !map_grow(&ep, &f->e_map, ((size_t)f->n + 1) * sizeof *f->e)) {
+        jfail(&p, "out of host memory");
+        break;
       }
+      f->e = ep;
       st_entry *e = &f->e[f->n++];
       memset(e, 0, sizeof *e);
-      e->name = k;
-      if (has_control(k)) {
+      e->name = (uint32_t)k_at;
+      if (!no_control && has_control(k)) {
         char nb[96];
         snprintf(p.err, sizeof p.err, "tensor name '%s' has a control character", ESC(k, nb));
         break;
       }
-      if (!parse_entry(&p, e)) break;
+      if (!parse_entry(&p, f, e, k)) break;
     } while (lit(&p, ','));
     if (!p.err[0] && !lit(&p, '}')) jfail(&p, "expected '}' or ',' in the header");
   }
@@ -878,12 +998,19 @@ ag_status ag_safetensors_open(const char *path, ag_safetensors **out) {
     if (p.s != p.end) jfail(&p, "bytes after the header object");
   }
   if (p.err[0]) {
-    char msg[240];
-    snprintf(msg, sizeof msg, "header JSON: %s (near byte %ld of %llu)", p.err, (long)(p.s - hstart),
-             (unsigned long long)hlen);
+    char msg[320];
+    if (p.plain)
+      snprintf(msg, sizeof msg, "%s", p.err);
+    else
+      snprintf(msg, sizeof msg, "header JSON: %s (near byte %ld of %llu)", p.err, (long)(p.s - hstart),
+               (unsigned long long)hlen);
     st = corrupt(path, msg);
     goto fail;
   }
+  /* the names are all that stays of the header: the pages past them go back */
+  size_t keep = (names_used + pg - 1) / pg * pg;
+  if (!keep) keep = pg;
+  if (keep < f->names_map && munmap(f->names + keep, f->names_map - keep) == 0) f->names_map = keep;
   st = validate(f);
   if (st != AG_OK) goto fail;
   *out = f;
@@ -896,7 +1023,7 @@ fail:
 int ag_safetensors_count(const ag_safetensors *f) { return f ? f->n : 0; }
 
 const char *ag_safetensors_name(const ag_safetensors *f, int i) {
-  return f && i >= 0 && i < f->n ? f->e[i].name : NULL;
+  return f && i >= 0 && i < f->n ? entry_name(f, &f->e[i]) : NULL;
 }
 
 const char *ag_safetensors_meta(const ag_safetensors *f, const char *key) {
@@ -907,10 +1034,8 @@ const char *ag_safetensors_meta(const ag_safetensors *f, const char *key) {
 
 static const st_entry *find(const ag_safetensors *f, const char *name) {
   if (!f->n || !f->index) return NULL;
-  size_t h = (size_t)name_hash(name) & f->index_mask;
-  for (; f->index[h]; h = (h + 1) & f->index_mask)
-    if (!strcmp(f->e[f->index[h] - 1].name, name)) return &f->e[f->index[h] - 1];
-  return NULL;
+  uint32_t v = f->index[index_slot(f, name, name_hash(name))];
+  return v ? &f->e[(v & ((1u << f->index_shift) - 1)) - 1] : NULL;
 }
 
 const char *ag_safetensors_dtype(const ag_safetensors *f, int i) {
@@ -962,12 +1087,12 @@ static void *convert(const ag_safetensors *f, const st_entry *e, const unsigned 
   char nb[96];
   if (kind == K_F8) {
     ag_error_set(AG_ERR_DTYPE, "%s: %s: tensor '%s' is %s, which anygrad does not convert (skip it)", fn,
-                 f->path, ESC(e->name, nb), k_fdt[e->fdt].s);
+                 f->path, ESC(entry_name(f, e), nb), k_fdt[e->fdt].s);
     return NULL;
   }
   if (kind == K_FLOAT && !ag_dtype_is_float(as)) {
     ag_error_set(AG_ERR_DTYPE, "%s: %s: tensor '%s' is %s; converting it to %s would truncate", fn, f->path,
-                 ESC(e->name, nb), k_fdt[e->fdt].s, ag_dtype_name(as));
+                 ESC(entry_name(f, e), nb), k_fdt[e->fdt].s, ag_dtype_name(as));
     return NULL;
   }
   size_t es = ag_dtype_size(as);
@@ -995,7 +1120,7 @@ static void *convert(const ag_safetensors *f, const st_entry *e, const unsigned 
           if (is_u) snprintf(vb, sizeof vb, "%llu", (unsigned long long)uv);
           else snprintf(vb, sizeof vb, "%lld", (long long)sv);
           ag_error_set(AG_ERR_INVALID, "%s: %s: tensor '%s' (%s) element %zu is %s, outside the %s range", fn,
-                       f->path, ESC(e->name, nb), k_fdt[e->fdt].s, i, vb, ag_dtype_name(as));
+                       f->path, ESC(entry_name(f, e), nb), k_fdt[e->fdt].s, i, vb, ag_dtype_name(as));
           free(out);
           return NULL;
         }
@@ -1042,10 +1167,10 @@ static void *convert(const ag_safetensors *f, const st_entry *e, const unsigned 
 #define LOAD_CHUNK (4u << 20)
 
 static ag_tensor *entry_tensor(const ag_safetensors *f, const st_entry *e, ag_device d, ag_dtype as) {
-  size_t bytes = (size_t)(e->end - e->begin);
+  size_t bytes = (size_t)entry_bytes(f, e);
   size_t numel = bytes / k_fdt[e->fdt].size;
   char nb[96], what[160];
-  snprintf(what, sizeof what, "tensor '%s'", ESC(e->name, nb));
+  snprintf(what, sizeof what, "tensor '%s'", ESC(entry_name(f, e), nb));
   if (k_fdt[e->fdt].ag != (int)as) { /* converted on the host, then one copy */
     if (k_fdt[e->fdt].kind == K_F8 || (k_fdt[e->fdt].kind == K_FLOAT && !ag_dtype_is_float(as))) {
       return convert(f, e, NULL, as, 0); /* NULL with the refusal set, before any read */
@@ -1063,13 +1188,13 @@ static ag_tensor *entry_tensor(const ag_safetensors *f, const st_entry *e, ag_de
     free(raw);
     if (!tmp) return NULL;
     static const char zero[8];
-    ag_tensor *t = ag_from_host(d, as, e->ndim, e->shape, numel ? tmp : zero);
+    ag_tensor *t = ag_from_host(d, as, e->ndim, entry_shape(f, e), numel ? tmp : zero);
     free(tmp);
     return t;
   }
   ag_devstate *ds = ag__devstate(d);
   if (!ds) return NULL;
-  ag_tensor *t = ag__tensor_new(ds, as, e->ndim, e->shape);
+  ag_tensor *t = ag__tensor_new(ds, as, e->ndim, entry_shape(f, e));
   if (!t || !bytes) return t;
   void *bounce = malloc(bytes < LOAD_CHUNK ? bytes : LOAD_CHUNK);
   if (!bounce) {
@@ -1112,10 +1237,10 @@ ag_tensor *ag_safetensors_get(const ag_safetensors *f, const char *name, ag_devi
     const char *hint = k_fdt[e->fdt].kind == K_F8 ? "anygrad has no 8-bit float type"
                                                   : "ag_safetensors_get_as converts it (to an integer or a float type)";
     ag_error_set(AG_ERR_DTYPE, "ag_safetensors_get: %s: tensor '%s' is %s, not an anygrad dtype; %s", f->path,
-                 ESC(e->name, nb), k_fdt[e->fdt].s, hint);
+                 ESC(entry_name(f, e), nb), k_fdt[e->fdt].s, hint);
     return NULL;
   }
-  return entry_tensor(f, e, d, e->dtype);
+  return entry_tensor(f, e, d, (ag_dtype)k_fdt[e->fdt].ag);
 }
 
 ag_tensor *ag_safetensors_get_as(const ag_safetensors *f, const char *name, ag_device d, ag_dtype as) {
@@ -1134,8 +1259,9 @@ ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list 
     ag_tensor *t = l->tensors[i];
     char nb[96];
     if (!e) return ag_error_set(AG_ERR_CORRUPT, "%s: missing tensor '%s'", f->path, ESC(l->names[i], nb));
+    const int64_t *shape = entry_shape(f, e);
     bool same_dt = k_fdt[e->fdt].ag == (int)t->dtype, same_shape = e->ndim == t->ndim;
-    for (int d = 0; same_shape && d < e->ndim; d++) same_shape = e->shape[d] == t->shape[d];
+    for (int d = 0; same_shape && d < e->ndim; d++) same_shape = shape[d] == t->shape[d];
     if (!same_dt || !same_shape) {
       /* A valid file that does not fit the model (other sizes or another
        * dtype) is a shape or dtype error, not a damaged file; both shapes
@@ -1143,7 +1269,7 @@ ag_status ag_safetensors_load_into(const ag_safetensors *f, const ag_param_list 
       char a[96], fs[AG_MAX_DIMS * 21 + 4];
       size_t k = 0;
       for (int d = 0; d < e->ndim && k < sizeof fs; d++)
-        k += (size_t)snprintf(fs + k, sizeof fs - k, d ? ",%lld" : "%lld", (long long)e->shape[d]);
+        k += (size_t)snprintf(fs + k, sizeof fs - k, d ? ",%lld" : "%lld", (long long)shape[d]);
       if (!e->ndim) fs[0] = 0;
       return ag_error_set(!same_shape ? AG_ERR_SHAPE : AG_ERR_DTYPE,
                           "%s: tensor '%s' is %s[%s] in the file, the model's is %s (%s differs)", f->path,

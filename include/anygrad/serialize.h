@@ -35,8 +35,8 @@ typedef struct ag_safetensors ag_safetensors;
  * shapes, byte ranges equal to numel*dtype size, in bounds, non-overlapping
  * and covering the data section; metadata keys unique; no control
  * characters in tensor names or metadata keys; a regular file (a FIFO or
- * device is refused without blocking). Names are checked unique by sorting
- * (a header of a million names opens in well under a second). The file
+ * device is refused without blocking). Names are checked unique with a
+ * hash index (a header of a million names opens in well under a second). The file
  * stays open: opening reads the header, and each get reads one tensor with
  * pread (names in error messages are escaped). A file truncated or
  * rewritten after the open makes the next get fail with AG_ERR_CORRUPT
