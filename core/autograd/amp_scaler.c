@@ -132,7 +132,7 @@ ag_grad_scaler *ag_grad_scaler_create(ag_device d, const ag_grad_scaler_options 
   s->o = o;
   s->ds = ds;
   if (!o.enabled) return s;
-  s->multi = malloc(sizeof *s->multi);
+  s->multi = calloc(1, sizeof *s->multi);
   if (!s->multi) {
     ag_error_set(AG_ERR_OOM, "ag_grad_scaler_create: out of host memory");
     ag_grad_scaler_free(s);

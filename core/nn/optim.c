@@ -73,7 +73,7 @@ static ag_optimizer *create(const ag_param_list *params, int kind, const char *f
   ag_optimizer *o = calloc(1, sizeof *o);
   if (!o) goto oom;
   o->kind = kind;
-  o->multi = malloc(sizeof *o->multi);
+  o->multi = calloc(1, sizeof *o->multi); /* count read before the first launch sets it */
   o->params = calloc((size_t)params->count + 1, sizeof *o->params);
   o->names = calloc((size_t)params->count + 1, sizeof *o->names);
   o->s0 = calloc((size_t)params->count + 1, sizeof *o->s0);
@@ -510,7 +510,7 @@ ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm) {
     return NULL;
   }
   ag_tensor **gs = calloc((size_t)params->count + 1, sizeof *gs);
-  ag_kmulti *m = malloc(sizeof *m);
+  ag_kmulti *m = calloc(1, sizeof *m);
   if (!gs || !m) {
     free(gs);
     free(m);
