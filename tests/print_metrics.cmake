@@ -24,7 +24,7 @@ if(EXISTS /usr/bin/python3 AND NOT AG_SANITIZE)
                        ENVIRONMENT "AG_BACKEND_PATH=${CMAKE_BINARY_DIR}/lib")
 endif()
 # ag_sequential (tests/sequential_test.c): a classifier from layer specs
-# trains, round-trips through safetensors, refuses bad specs; cpu and opencl:0.
+# trains, round-trips through safetensors, refuses bad specs; cpu, opencl:0, gpuemu:0.
 add_executable(sequential_test ${CMAKE_CURRENT_SOURCE_DIR}/sequential_test.c)
 target_include_directories(sequential_test PRIVATE ${AG_CMOCKA_INCLUDE})
 target_link_libraries(sequential_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
@@ -34,4 +34,9 @@ if(TARGET anygrad-opencl)
   add_test(NAME sequential_opencl COMMAND sequential_test)
   set_tests_properties(sequential_opencl PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS opencl
                        ENVIRONMENT "AG_TEST_DEVICE=opencl:0;AG_BACKEND_PATH=$<TARGET_FILE_DIR:anygrad-opencl>")
+endif()
+if(TARGET anygrad-gpuemu)
+  add_test(NAME sequential_gpuemu COMMAND sequential_test)
+  set_tests_properties(sequential_gpuemu PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS gpuemu
+                       ENVIRONMENT "AG_TEST_DEVICE=gpuemu:0;AG_BACKEND_PATH=$<TARGET_FILE_DIR:anygrad-gpuemu>")
 endif()
