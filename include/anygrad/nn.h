@@ -323,6 +323,55 @@ AG_API ag_status ag_init_kaiming_normal_(ag_tensor *t, double gain, ag_fan_mode 
 AG_API ag_status ag_init_trunc_normal_(ag_tensor *t, double mean, double std, double a, double b,
                                        ag_generator *g);
 
+/* ---- device-side metrics ----
+ *
+ * A metric keeps its running total in a 0-d tensor on its device: an update
+ * queues a few kernels (argmax, compare, sum, add) on the device's current
+ * stream and returns without waiting for the device or reading anything back
+ * (no host sync, so it runs under AG_SYNC_DEBUG=error); the number of
+ * samples is known from shapes and kept on the host. ag_metric_value reads
+ * the total: one host sync. Updates run without recording autograd nodes
+ * and release their intermediates (a scope of their own), whatever scope
+ * the caller has open. A metric is used by one thread at a time.
+ *
+ * Ownership: the caller owns the metric (ag_metric_free); the metric keeps
+ * no reference to the tensors given to an update. */
+typedef struct ag_metric ag_metric;
+
+/* Fraction of correct argmax predictions. NULL with the error set:
+ * AG_ERR_OOM, the tensor creation errors for d (AG_ERR_DEVICE,
+ * AG_ERR_UNAVAILABLE). */
+AG_API ag_metric *ag_metric_accuracy(ag_device d);
+/* Mean of every element given to ag_metric_mean_update (a running loss).
+ * Sums in f32 (f64 once an f64 tensor is given). Errors as above. */
+AG_API ag_metric *ag_metric_mean(ag_device d);
+/* Accuracy: adds sum(argmax(logits, -1) == targets) and targets' element
+ * count. logits floating point [..., C], targets integer class indices
+ * (i64, i32 or u8) of logits' shape without the last dim, both on the
+ * metric's device. Errors: AG_ERR_INVALID (NULL metric, a mean metric),
+ * NULL/released tensors (tensor.h), AG_ERR_DEVICE (another device),
+ * AG_ERR_DTYPE, AG_ERR_SHAPE (naming both shapes), the ops' errors. On
+ * error the metric is unchanged. */
+AG_API ag_status ag_metric_update(ag_metric *m, ag_tensor *logits, ag_tensor *targets);
+/* Running mean: adds sum(values) and values' element count (any shape and
+ * dtype; f16/bf16 and integers are summed in f32). Errors as
+ * ag_metric_update (AG_ERR_INVALID for an accuracy metric). */
+AG_API ag_status ag_metric_mean_update(ag_metric *m, ag_tensor *values);
+/* The metric's value into *out: total / samples, NAN when no sample was
+ * given since creation or the last reset. Synchronizes (one counted host
+ * sync; AG_ERR_SYNC under AG_SYNC_DEBUG=error). Errors: AG_ERR_INVALID (NULL
+ * m or out), ag_to_host's errors. */
+AG_API ag_status ag_metric_value(ag_metric *m, double *out);
+/* Samples given since creation or the last reset (host; no sync). 0 for
+ * NULL. */
+AG_API int64_t ag_metric_count(const ag_metric *m);
+/* Back to no samples (a new zero total on the device; no sync). Errors:
+ * AG_ERR_INVALID (NULL), the tensor creation errors (the metric is then
+ * unchanged). */
+AG_API ag_status ag_metric_reset(ag_metric *m);
+/* Releases the metric and its total; NULL is ignored. */
+AG_API void ag_metric_free(ag_metric *m);
+
 /* ---- host shuffling ---- */
 
 /* Fill idx[0..n) with a permutation of 0..n-1 that depends only on (seed,

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "anygrad/device.h"
 #include "anygrad/status.h"
@@ -156,6 +157,44 @@ typedef struct ag_item_value {
  * AG_ERR_SHAPE (t has other than one element), the device's status if the
  * copy fails; *out is left unchanged on error. */
 AG_API ag_status ag_item_scalar(const ag_tensor *t, ag_item_value *out);
+
+/* ---- printing values (docs/training.md, "Printing tensors") ----
+ *
+ * The text is laid out as torch 1.13's str(tensor) with its default print
+ * options: "tensor([[ 0.1234, -1.0000], ...])", one width and notation per
+ * tensor (fixed with 4 decimals, "1." for integral floats, or 4-digit
+ * scientific when the magnitudes span more than 1000x, exceed 1e8 or go
+ * below 1e-4), nan/inf as Python spells them, True/False for bool;
+ * past 1000 elements each dim longer than 6 shows its first and last 3
+ * entries around "..."; lines wrap at 80 columns. Suffixes as PyTorch's:
+ * "device='opencl:0'" off the CPU, "dtype=float16" (PyTorch's dtype names
+ * without "torch.") unless f32, i64 or bool, "size=(0, 3)" for an empty
+ * tensor that is not 1-d, "requires_grad=True" for any tensor that requires
+ * grad (PyTorch prints grad_fn for non-leaves). f16/bf16 values print as
+ * their exact f32 value, as PyTorch's do.
+ *
+ * Any device and layout: the values are copied to the host (ag_to_host,
+ * every element, one counted host sync: an explicit read). The tensor is not
+ * changed and no autograd node is recorded.
+ *
+ * Errors (every call): a NULL or released t (tensor.h rules; AG_ERR_STATE
+ * for released), ag_to_host's errors (AG_ERR_DEVICE, ...), AG_ERR_OOM when
+ * the host copy or the text cannot be allocated. */
+
+/* snprintf semantics: writes at most size-1 characters and a NUL into buf
+ * (nothing when size is 0; buf may then be NULL) and returns the length of
+ * the whole text, without the NUL, so a return >= size means it was cut:
+ * call again with a buffer of return + 1 bytes. buf is the caller's. Returns
+ * -1 with the error set on failure (AG_ERR_INVALID for a NULL buf with
+ * size > 0); buf is then unchanged. */
+AG_API int64_t ag_tensor_format(const ag_tensor *t, char *buf, size_t size);
+/* The whole text as a new NUL-terminated string from malloc: the caller
+ * frees it with free(). NULL with the error set on failure. */
+AG_API char *ag_tensor_format_alloc(const ag_tensor *t);
+/* Write the text and a newline to f (ag_print: stdout). Errors: as above,
+ * AG_ERR_INVALID for a NULL f, AG_ERR_IO when the write fails. */
+AG_API ag_status ag_fprint(FILE *f, const ag_tensor *t);
+AG_API ag_status ag_print(const ag_tensor *t);
 
 /* ---- properties (borrowed, never fail for a non-NULL tensor, except
  * ag_tensor_dim with a dim out of range) ---- */

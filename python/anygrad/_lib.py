@@ -314,6 +314,8 @@ _DECLS = {
     "ag_to_dlpack": (c_int, [T, POINTER(c_void_p)]),
     "ag_from_dlpack": (T, [c_void_p]),
     "ag_tensor_data_ptr": (c_void_p, [T]),
+    # printing
+    "ag_tensor_format": (c_int64, [T, c_char_p, c_size_t]),
 }
 
 MISSING = []

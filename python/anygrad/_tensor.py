@@ -4,6 +4,7 @@ The C API's ownership rule (include/anygrad/tensor.h): outside any scope a
 returned tensor is owned by the caller. This package never opens scopes, so
 every handle it gets is its own reference, dropped by ag_tensor_release when
 the Python object dies (or by Tensor.release())."""
+import ctypes
 import math
 import numbers
 import operator
@@ -355,6 +356,19 @@ class Tensor:
 
     def is_contiguous(self):
         return bool(lib.ag_tensor_is_contiguous(self._handle))
+
+    def __str__(self):
+        """The values as torch's str(tensor) lays them out (ag_tensor_format:
+        one host sync); dtypes are named without "torch."."""
+        if not self._h or "ag_tensor_format" in _lib.MISSING:
+            return repr(self)
+        n = lib.ag_tensor_format(self._handle, None, 0)
+        if n < 0:
+            raise_last()
+        buf = ctypes.create_string_buffer(n + 1)
+        if lib.ag_tensor_format(self._handle, buf, n + 1) < 0:
+            raise_last()
+        return buf.value.decode()
 
     def __repr__(self):
         if not self._h:
