@@ -76,8 +76,7 @@ static ag_status f_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) 
   g_seen = c->dtype;
   void *dst = c->kind == AG_COLL_ALL_REDUCE ? c->buf : c->out;
   for (size_t i = 0; i < c->count; i++) {
-    float x = load(c->dtype, c->buf, i), acc = x;
-    uint16_t tmp;
+    float x = load(c->dtype, c->buf, i), acc = x, tmp;
     for (int k = 1; k < RANKS; k++) acc = store(c->dtype, &tmp, 0, acc + x);
     if (c->op == AG_DIST_AVG) acc = acc / RANKS;
     store(c->dtype, dst, i, acc);
@@ -102,7 +101,7 @@ static float value(int i) { return 0.1f + 0.01f * (float)(i % 37); }
 /* The in-process path's answer: the exact sum of RANKS copies of the
  * rounded input, rounded once (the average divides it first). */
 static float reference(ag_dtype dt, int i, bool avg) {
-  uint16_t h;
+  float h;
   double x = store(dt, &h, 0, value(i));
   double s = x * RANKS;
   if (avg) s /= RANKS;
