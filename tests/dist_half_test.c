@@ -5,7 +5,8 @@
  * the sum visibly drifts; the group must hand it f32 (a cast on the comm
  * stream into the caching allocator, then back), so the result equals the
  * in-process path's: the exact sum rounded once. AG_DIST_HALF_REDUCE=native
- * keeps halves on the wire. Runs on the CPU device with device buffers
+ * keeps halves on the wire; an implementation without native_half (CUDA-aware
+ * MPI) gets every half collective as f32. Runs on the CPU device with device buffers
  * forced on (ag__group_create_with_module), linked statically for that. */
 #include <math.h>
 #include <setjmp.h>
@@ -29,6 +30,7 @@
 
 struct ag_dist_impl {
   int runs;
+  bool half; /* takes f16/bf16 (NCCL); else refuses them (CUDA-aware MPI) */
 };
 
 static ag_dtype g_seen = AG_F32; /* the dtype of the last reduction handed over */
@@ -43,8 +45,18 @@ static ag_status f_create(ag_dist_create_args *a, ag_dist_impl **out, ag_dist_ca
   if (!*out) return ag_error_set(AG_ERR_OOM, "fake: out of memory");
   a->rank = 0;
   a->size = 1;
+  (*out)->half = true;
   *caps = (ag_dist_caps){.device_buffers = true, .native_avg = true, .native_half = true};
   return AG_OK;
+}
+
+static ag_status f_create_nohalf(ag_dist_create_args *a, ag_dist_impl **out, ag_dist_caps *caps) {
+  ag_status st = f_create(a, out, caps);
+  if (st == AG_OK) {
+    (*out)->half = false;
+    caps->native_half = false;
+  }
+  return st;
 }
 
 static float load(ag_dtype dt, const void *p, size_t i) {
@@ -72,12 +84,21 @@ static float store(ag_dtype dt, void *p, size_t i, float v) {
 static ag_status f_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns) {
   (void)deadline_ns;
   im->runs++;
-  if (c->kind != AG_COLL_ALL_REDUCE && c->kind != AG_COLL_REDUCE_SCATTER) return AG_OK;
+  if (c->kind == AG_COLL_BARRIER) return AG_OK;
   g_seen = c->dtype;
+  if (!im->half && (c->dtype == AG_F16 || c->dtype == AG_BF16))
+    return ag_error_set(AG_ERR_DTYPE, "fake: dtype %d reaches it unconverted", (int)c->dtype);
+  if (c->kind == AG_COLL_BROADCAST) return AG_OK; /* one rank: the root's data stays */
+  if (c->kind == AG_COLL_ALL_GATHER) {
+    memcpy(c->out, c->buf, c->count * ag_dtype_size(c->dtype));
+    return AG_OK;
+  }
   void *dst = c->kind == AG_COLL_ALL_REDUCE ? c->buf : c->out;
   for (size_t i = 0; i < c->count; i++) {
     float x = load(c->dtype, c->buf, i), acc = x, tmp;
-    for (int k = 1; k < RANKS; k++) acc = store(c->dtype, &tmp, 0, acc + x);
+    /* max and min of equal contributions: the value itself */
+    for (int k = 1; k < RANKS && (c->op == AG_DIST_SUM || c->op == AG_DIST_AVG); k++)
+      acc = store(c->dtype, &tmp, 0, acc + x);
     if (c->op == AG_DIST_AVG) acc = acc / RANKS;
     store(c->dtype, dst, i, acc);
   }
@@ -93,6 +114,9 @@ static void f_destroy(ag_dist_impl *im) { free(im); }
 
 static const ag_dist_module k_fake = {.abi = AG_DIST_MODULE_ABI, .name = "half-test", .probe = f_probe,
                                       .create = f_create, .run = f_run, .abort = f_abort, .destroy = f_destroy};
+static const ag_dist_module k_fake_nohalf = {.abi = AG_DIST_MODULE_ABI, .name = "nohalf-test", .probe = f_probe,
+                                             .create = f_create_nohalf, .run = f_run, .abort = f_abort,
+                                             .destroy = f_destroy};
 
 /* ---- checks ---- */
 
@@ -217,7 +241,42 @@ static void native_halves(void **state) {
   unsetenv("AG_DIST_HALF_REDUCE");
 }
 
+/* An implementation without native_half (CUDA-aware MPI) gets every
+ * f16/bf16 collective as f32, the switch notwithstanding; moves are exact. */
+static void no_native_half(void **state) {
+  (void)state;
+  setenv("AG_DIST_HALF_REDUCE", "native", 1);
+  ag_dist_create_args a = {0};
+  ag_group *g = NULL;
+  if (ag__group_create_with_module(&k_fake_nohalf, AG_CPU, 20000, &a, &g) != AG_OK) fail_msg("%s", ag_last_error());
+  unsetenv("AG_DIST_HALF_REDUCE");
+  int64_t n = N;
+  ag_tensor *t = input(AG_BF16, N), *out = ag_zeros(AG_CPU, AG_BF16, 1, &n);
+  assert_non_null(out);
+  if (ag_broadcast(g, t, 0, NULL) != AG_OK) fail_msg("%s", ag_last_error());
+  assert_int_equal(g_seen, AG_F32);
+  if (ag_all_gather(g, t, out, NULL) != AG_OK) fail_msg("%s", ag_last_error());
+  assert_int_equal(g_seen, AG_F32);
+  assert_int_equal(ag_all_reduce(g, t, AG_DIST_MAX, NULL), AG_OK);
+  assert_int_equal(g_seen, AG_F32);
+  float a0[N], b0[N];
+  ag_tensor *ta = ag_cast(t, AG_F32), *tb = ag_cast(out, AG_F32);
+  assert_int_equal(ag_to_host(ta, a0, sizeof a0), AG_OK);
+  assert_int_equal(ag_to_host(tb, b0, sizeof b0), AG_OK);
+  for (int i = 0; i < N; i++) {
+    uint16_t h = ag_f32_to_bf16(value(i));
+    assert_float_equal(a0[i], ag_bf16_to_f32(h), 0);
+    assert_float_equal(b0[i], a0[i], 0);
+  }
+  ag_tensor_release(ta);
+  ag_tensor_release(tb);
+  ag_tensor_release(t);
+  ag_tensor_release(out);
+  ag_group_destroy(g);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(sums_in_f32), cmocka_unit_test(native_halves)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(sums_in_f32), cmocka_unit_test(native_halves),
+                                     cmocka_unit_test(no_native_half)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -327,12 +327,16 @@ done:
   return st;
 }
 
-/* Whether a collective on device buffers sums f16/bf16 in f32: a sum (or
- * average) of a half dtype, unless the group keeps halves on the wire. Max
- * and min are exact in any dtype, and broadcast and all-gather move bytes. */
+/* Whether a collective on device buffers runs f16/bf16 as f32: always for
+ * an implementation without native_half (CUDA-aware MPI), as on the host
+ * path; else for a sum or average, unless the group keeps halves on the
+ * wire (max and min are exact in any dtype, broadcast and all-gather move
+ * bytes). */
 static bool device_widens(const ag_group *g, const ag_work *w, ag_dtype dt) {
+  if (ag__dist_wire_dtype(dt) == dt) return false;
+  if (!g->caps.native_half) return true;
   return g->half_f32 && (w->kind == AG_COLL_ALL_REDUCE || w->kind == AG_COLL_REDUCE_SCATTER) &&
-         (w->op == AG_DIST_SUM || w->op == AG_DIST_AVG) && ag__dist_wire_dtype(dt) != dt;
+         (w->op == AG_DIST_SUM || w->op == AG_DIST_AVG);
 }
 
 /* n elements at address p (dtype dt) as a 1-D contiguous operand. */
