@@ -31,7 +31,9 @@ typedef enum ag_coll_kind {
  * device addresses when the implementation declared device_buffers. */
 typedef struct ag_coll {
   ag_coll_kind kind;
-  ag_dtype dtype;   /* f16/bf16 arrive widened to f32 unless native_half */
+  ag_dtype dtype;   /* f16/bf16 arrive widened to f32 unless native_half; sums
+                       and averages on device buffers even then, unless
+                       AG_DIST_HALF_REDUCE=native */
   ag_dist_reduce op;  /* AVG only when native_avg */
   int root;
   void *buf;        /* all-reduce, broadcast: in/out; gather/scatter: input */
