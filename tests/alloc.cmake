@@ -28,3 +28,11 @@ if(TARGET anygrad-cli)
     set_tests_properties(alloc_cli_json PROPERTIES FIXTURES_REQUIRED alloc_snapshot)
   endif()
 endif()
+
+# The launch workspace service (ag_kernel_call.workspace, cuDNN's): in the
+# allocator's statistics, AG_ERR_OOM on a full device, then granted again.
+add_executable(workspace_test ${CMAKE_CURRENT_SOURCE_DIR}/workspace_test.c)
+target_include_directories(workspace_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/core)
+target_link_libraries(workspace_test PRIVATE anygrad_static ${AG_CMOCKA_LIB})
+add_test(NAME alloc_workspace COMMAND workspace_test)
+set_tests_properties(alloc_workspace PROPERTIES ENVIRONMENT "AG_ALLOC_CONF=" TIMEOUT 60)

@@ -33,3 +33,12 @@ if(AG_HAVE_MPI AND AG_MPIEXEC)
                          ENVIRONMENT "${_ag_mpi_env};AG_DIST_TEST_DEVICE=gpuemu:0")
   endif()
 endif()
+
+# f16/bf16 sums on the device path (NCCL's) widened to f32: a test-only
+# implementation reducing in the dtype it is handed (linked statically for
+# the core's test entry that forces device buffers on the CPU device).
+add_executable(dist_half_test ${CMAKE_CURRENT_SOURCE_DIR}/dist_half_test.c)
+target_include_directories(dist_half_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/core)
+target_link_libraries(dist_half_test PRIVATE anygrad_static ${AG_CMOCKA_LIB} m)
+add_test(NAME dist_half COMMAND dist_half_test)
+set_tests_properties(dist_half PROPERTIES TIMEOUT 60 LABELS "dist;threads" ENVIRONMENT "AG_DIST_TIMEOUT_MS=;AG_DIST_HALF_REDUCE=")

@@ -176,11 +176,34 @@ static void abi_older_minor_loads(void **state) {
   ag_tensor_release(b);
 }
 
+/* 4.1, the minor before the kernel call's workspace: loads and runs. */
+static void abi_41_loads(void **state) {
+  (void)state;
+  ag_backend_kind k = find("abi41");
+  const char *why = NULL;
+  if (!ag_backend_available(k, &why)) fail_msg("abi41 refused: %s", why);
+  ag_backend_info bi;
+  assert_int_equal(ag_backend_info_get(k, &bi), AG_OK);
+  assert_int_equal(bi.abi_major, 4);
+  assert_int_equal(bi.abi_minor, 1);
+  assert_true(AG_BACKEND_ABI_MINOR >= 2);
+  ag_device d;
+  assert_int_equal(ag_device_parse("abi41:0", &d), AG_OK);
+  int64_t shape[1] = {3};
+  ag_tensor *a = ag_full(d, AG_F32, 1, shape, 2.5);
+  ag_tensor *b = ag_add(a, a);
+  float out[3];
+  assert_int_equal(ag_to_host(b, out, sizeof out), AG_OK);
+  assert_float_equal(out[1], 5.0f, 0);
+  ag_tensor_release(a);
+  ag_tensor_release(b);
+}
+
 static void count_lists_every_module(void **state) {
   (void)state;
   int n = ag_backend_count();
-  assert_true(n >= AG_BACKEND_COUNT + 5);
-  const char *want[] = {"minihost", "abiold", "abinext", "abi3", "abishort"};
+  assert_true(n >= AG_BACKEND_COUNT + 6);
+  const char *want[] = {"minihost", "abiold", "abi41", "abinext", "abi3", "abishort"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     bool seen = false;
     for (int k = 0; k < n; k++) seen |= strcmp(ag_backend_name((ag_backend_kind)k), want[i]) == 0;
@@ -224,7 +247,7 @@ int main(void) {
       cmocka_unit_test(module_found_by_name),
       cmocka_unit_test(bad_names),
       cmocka_unit_test(abi_other_major_refused),
-      cmocka_unit_test(abi_older_minor_loads),
+      cmocka_unit_test(abi_older_minor_loads), cmocka_unit_test(abi_41_loads),
       cmocka_unit_test(count_lists_every_module),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

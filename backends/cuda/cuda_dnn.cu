@@ -144,26 +144,21 @@ static cudnnDataType_t dnn_type(ag_dtype dt) {
   return dt == AG_F16 ? CUDNN_DATA_HALF : dt == AG_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
-/* A workspace of at least bytes on s (grow-only; the old one is freed after
- * the stream drained, since queued convolutions may still use it). */
-static ag_status dnn_workspace(ag_bstream *s, size_t bytes) {
-  if (bytes <= s->dnn_ws_bytes) return AG_OK;
-  if (s->dnn_ws) {
-    cudaError_t e = cudaStreamSynchronize(s->s);
-    if (e != cudaSuccess) return agv_status((int)e, AGV_RUNTIME, "cudaStreamSynchronize(cuDNN workspace)");
-    (void)cudaFree(s->dnn_ws);
-    s->dnn_ws = NULL;
-    s->dnn_ws_bytes = 0;
-  }
-  cudaError_t e = cudaMalloc(&s->dnn_ws, bytes);
-  if (e == cudaErrorMemoryAllocation) {
-    /* no room for cuDNN's workspace: the own kernels need none */
-    (void)cudaGetLastError();
+/* cuDNN's workspace for this call: a block of the core's caching allocator
+ * (category workspace, in ag_memory_stats), freed by the core when the
+ * launch returns and reused in the stream's order. None needed: NULL. A full
+ * device (AG_ERR_OOM, counted by the allocator after it released its cache)
+ * or a core without the service: AG_ERR_UNSUPPORTED, so the own kernels,
+ * which need none, take the call. */
+static ag_status dnn_workspace(const ag_kernel_call *c, size_t bytes, void **out) {
+  *out = NULL;
+  if (!bytes) return AG_OK;
+  ag_status st = agg_workspace(c, bytes, out);
+  if (st == AG_ERR_OOM || st == AG_ERR_UNSUPPORTED) {
+    ag_error_clear();
     return AG_ERR_UNSUPPORTED;
   }
-  if (e != cudaSuccess) return agv_status((int)e, AGV_RUNTIME, "cudaMalloc(cuDNN workspace)");
-  s->dnn_ws_bytes = bytes;
-  return AG_OK;
+  return st;
 }
 
 /* The first algorithm of the heuristics' list that succeeded, fits the
@@ -207,6 +202,7 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
   const char *what = "cudnnCreate*Descriptor";
   bool found = false;
   size_t ws = 0;
+  void *wsp = NULL;
   const float one = 1.0f, zero = 0.0f;
   /* one cleanup tail: every step below sets r and what */
   if ((r = d.CreateTensorDescriptor(&xd)) != CUDNN_STATUS_SUCCESS || (r = d.CreateTensorDescriptor(&yd)) != CUDNN_STATUS_SUCCESS ||
@@ -238,9 +234,9 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
         CUDNN_STATUS_SUCCESS)
       goto done;
     PICK(perf, n, det, &algo, &ws, d.GetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, algo_, &ws_));
-    if (!found || (st = dnn_workspace(s, ws)) != AG_OK) goto done;
+    if (!found || (st = dnn_workspace(c, ws, &wsp)) != AG_OK) goto done;
     what = "cudnnConvolutionForward";
-    if ((r = d.ConvolutionForward(h, &one, xd, agk_ptr(X), wd, agk_ptr(W), cd, algo, s->dnn_ws, ws, &zero, yd,
+    if ((r = d.ConvolutionForward(h, &one, xd, agk_ptr(X), wd, agk_ptr(W), cd, algo, wsp, ws, &zero, yd,
                                   agk_ptr(Y))) != CUDNN_STATUS_SUCCESS)
       goto done;
     if (c->o[3].base) {
@@ -258,9 +254,9 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
                                                       perf)) != CUDNN_STATUS_SUCCESS)
       goto done;
     PICK(perf, n, det, &algo, &ws, d.GetConvolutionBackwardDataWorkspaceSize(h, wd, yd, cd, xd, algo_, &ws_));
-    if (!found || (st = dnn_workspace(s, ws)) != AG_OK) goto done;
+    if (!found || (st = dnn_workspace(c, ws, &wsp)) != AG_OK) goto done;
     what = "cudnnConvolutionBackwardData";
-    if ((r = d.ConvolutionBackwardData(h, &one, wd, agk_ptr(W), yd, agk_ptr(Y), cd, algo, s->dnn_ws, ws, &zero, xd,
+    if ((r = d.ConvolutionBackwardData(h, &one, wd, agk_ptr(W), yd, agk_ptr(Y), cd, algo, wsp, ws, &zero, xd,
                                        agk_ptr(X))) != CUDNN_STATUS_SUCCESS)
       goto done;
   } else {
@@ -271,9 +267,9 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
                                                         &n, perf)) != CUDNN_STATUS_SUCCESS)
       goto done;
     PICK(perf, n, det, &algo, &ws, d.GetConvolutionBackwardFilterWorkspaceSize(h, xd, yd, cd, wd, algo_, &ws_));
-    if (!found || (st = dnn_workspace(s, ws)) != AG_OK) goto done;
+    if (!found || (st = dnn_workspace(c, ws, &wsp)) != AG_OK) goto done;
     what = "cudnnConvolutionBackwardFilter";
-    if ((r = d.ConvolutionBackwardFilter(h, &one, xd, agk_ptr(X), yd, agk_ptr(Y), cd, algo, s->dnn_ws, ws, &zero, wd,
+    if ((r = d.ConvolutionBackwardFilter(h, &one, xd, agk_ptr(X), yd, agk_ptr(Y), cd, algo, wsp, ws, &zero, wd,
                                          agk_ptr(W))) != CUDNN_STATUS_SUCCESS)
       goto done;
   }
@@ -311,9 +307,6 @@ ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
 void agv_dnn_release(ag_bstream *s) {
   if (s->dnn && d.Destroy) (void)d.Destroy((cudnnHandle_t)s->dnn);
   s->dnn = NULL;
-  if (s->dnn_ws) (void)cudaFree(s->dnn_ws);
-  s->dnn_ws = NULL;
-  s->dnn_ws_bytes = 0;
 }
 
 #else /* no cudnn.h in this toolkit: own kernels only */

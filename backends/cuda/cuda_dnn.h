@@ -11,7 +11,7 @@
  * "cuDNN if present (...)" before: for device properties and logs. Borrowed,
  * static. */
 AGK_HIDDEN const char *agv_dnn_describe(void);
-/* Destroy s's cuDNN handle and free its workspace. */
+/* Destroy s's cuDNN handle (its workspaces are the core's, per launch). */
 AGK_HIDDEN void agv_dnn_release(ag_bstream *s);
 
 #endif

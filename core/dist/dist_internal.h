@@ -31,7 +31,9 @@ typedef enum ag_coll_kind {
  * device addresses when the implementation declared device_buffers. */
 typedef struct ag_coll {
   ag_coll_kind kind;
-  ag_dtype dtype;   /* f16/bf16 arrive widened to f32 unless native_half */
+  ag_dtype dtype;   /* f16/bf16 arrive widened to f32 unless native_half; sums
+                       and averages on device buffers even then, unless
+                       AG_DIST_HALF_REDUCE=native */
   ag_dist_reduce op;  /* AVG only when native_avg */
   int root;
   void *buf;        /* all-reduce, broadcast: in/out; gather/scatter: input */
@@ -106,6 +108,15 @@ AG_HIDDEN const ag_dist_module *ag__dist_inproc_module(void);
 AG_HIDDEN ag_status ag__dist_inproc_create_all(int n, int64_t timeout_ms, ag_dist_impl **out_impls);
 /* The loaded module of a kind (MPI, NCCL, RCCL), or NULL with why filled. */
 AG_HIDDEN const ag_dist_module *ag__dist_module(ag_dist_kind kind, char *why, size_t n);
+
+/* For tests: a group over mod (not loaded from a file; reported as kind
+ * MPI) on device, with device_buffers as mod declares it even on a
+ * host-memory device, so the device path (and its f16/bf16 widening) runs
+ * on the CPU or gpuemu. a as ag_group_create_mpi fills it for create. */
+AG_HIDDEN ag_status ag__group_create_with_module(const ag_dist_module *mod, ag_device device, int64_t timeout_ms,
+                                                 ag_dist_create_args *a, ag_group **out_group);
+/* AG_OK unless AG_DIST_HALF_REDUCE is set to neither f32 nor native. */
+AG_HIDDEN ag_status ag__dist_half_reduce_env_check(void);
 
 /* ---- time: deadlines are CLOCK_MONOTONIC nanoseconds ---- */
 #include <time.h>

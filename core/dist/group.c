@@ -5,7 +5,9 @@
  * implementation works on host buffers (widening f16/bf16 for those that
  * cannot reduce them; CPU tensors are used in place), runs the
  * implementation with a deadline, and copies the result back on the rank's
- * communication stream. */
+ * communication stream. Implementations on device buffers (NCCL, RCCL) get
+ * f16/bf16 sums widened on the device too, so every path sums halves in f32
+ * and rounds once. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -17,6 +19,7 @@
 #include "anygrad/checks.h"
 #include "anygrad/loader.h"
 #include "dist_internal.h"
+#include "memory/block.h"
 #include "runtime/devstate.h"
 #include "tensor/tensor_internal.h"
 
@@ -50,6 +53,7 @@ struct ag_group {
   const ag_dist_module *mod;
   ag_dist_impl *im;
   ag_dist_caps caps;
+  bool half_f32; /* device buffers: f16/bf16 sums widened to f32 (AG_DIST_HALF_REDUCE) */
   ag_stream *comm;
   uint64_t seq;
   /* worker */
@@ -323,9 +327,51 @@ done:
   return st;
 }
 
+/* Whether a collective on device buffers runs f16/bf16 as f32: always for
+ * an implementation without native_half (CUDA-aware MPI), as on the host
+ * path; else for a sum or average, unless the group keeps halves on the
+ * wire (max and min are exact in any dtype, broadcast and all-gather move
+ * bytes). */
+static bool device_widens(const ag_group *g, const ag_work *w, ag_dtype dt) {
+  if (ag__dist_wire_dtype(dt) == dt) return false;
+  if (!g->caps.native_half) return true;
+  return g->half_f32 && (w->kind == AG_COLL_ALL_REDUCE || w->kind == AG_COLL_REDUCE_SCATTER) &&
+         (w->op == AG_DIST_SUM || w->op == AG_DIST_AVG);
+}
+
+/* n elements at address p (dtype dt) as a 1-D contiguous operand. */
+static ag_koperand flat_operand(void *base, size_t off, ag_dtype dt, size_t n) {
+  ag_koperand o;
+  memset(&o, 0, sizeof o);
+  o.base = base;
+  o.offset = off;
+  o.dtype = dt;
+  o.ndim = 1;
+  o.shape[0] = (int64_t)n;
+  o.strides[0] = 1;
+  return o;
+}
+
+/* dst = src with a cast (f16/bf16 <-> f32), n elements, on the comm stream. */
+static ag_status cast_on_comm(ag_group *g, ag_koperand dst, ag_koperand src, const char *fn) {
+  if (!dst.shape[0]) return AG_OK;
+  ag_kernel_call c;
+  ag__kcall_init(&c, AG_K_UNARY, AG_U_COPY, fn, 2, NULL);
+  c.o[0] = dst;
+  c.o[1] = src;
+  ag_stream *prev = ag_stream_set_current(g->dev, g->comm);
+  ag_status st = ag__launch(g->ds, &c);
+  ag_stream_set_current(g->dev, prev);
+  return st;
+}
+
 /* Device buffers: the implementation enqueues on its own stream and returns
- * when the collective completed; the caller's stream is waited for here. */
-static ag_status run_device(ag_group *g, ag_work *w, int64_t deadline) {
+ * when the collective completed; the caller's stream is waited for here.
+ * An f16/bf16 sum is widened first: cast into f32 blocks of the caching
+ * allocator on the comm stream, the collective runs in f32, and the result
+ * is cast back on the comm stream (*narrowed: the caller records the done
+ * event after it). */
+static ag_status run_device(ag_group *g, ag_work *w, int64_t deadline, bool *narrowed) {
   /* the worker's own wait, as in run_host */
   ag_status st = g->ds->be->event_synchronize(w->start->be);
   if (st != AG_OK) return st;
@@ -341,7 +387,33 @@ static ag_status run_device(ag_group *g, ag_work *w, int64_t deadline) {
   bool avg_here = c.op == AG_DIST_AVG && !g->caps.native_avg;
   if (avg_here) return ag_error_set(AG_ERR_UNSUPPORTED, "%s: average not supported by %s", k_coll_fn[w->kind],
                                     g->mod->name);
-  return g->mod->run(g->im, &c, deadline);
+  if (!device_widens(g, w, in->dtype)) return g->mod->run(g->im, &c, deadline);
+  const char *fn = k_coll_fn[w->kind];
+  ag_dtype dt = in->dtype, wt = ag__dist_wire_dtype(dt);
+  size_t in_n = (size_t)in->numel, out_n = (size_t)out->numel, wes = ag_dtype_size(wt);
+  ag_block *bin = NULL, *bout = NULL;
+  if ((st = ag__alloc(g->ds, in_n * wes + 1, g->comm, AG_MEM_STAGING, &bin)) != AG_OK) return st;
+  if (separate_out && (st = ag__alloc(g->ds, out_n * wes + 1, g->comm, AG_MEM_STAGING, &bout)) != AG_OK) {
+    ag__free(bin);
+    return st;
+  }
+  ag_koperand win = flat_operand(ag__block_base(bin), ag__block_offset(bin), wt, in_n);
+  ag_koperand wout = bout ? flat_operand(ag__block_base(bout), ag__block_offset(bout), wt, out_n) : win;
+  st = cast_on_comm(g, win, flat_operand(ib, ioff, dt, in_n), fn);
+  /* the implementation works on its own stream: the widened input first */
+  if (st == AG_OK) st = g->ds->be->stream_synchronize(g->comm->bs);
+  if (st == AG_OK) {
+    c.dtype = wt;
+    c.buf = (char *)win.base + win.offset;
+    c.out = separate_out ? (char *)wout.base + wout.offset : NULL;
+    st = g->mod->run(g->im, &c, deadline);
+  }
+  if (st == AG_OK) st = cast_on_comm(g, flat_operand(ob, ooff, dt, out_n), wout, fn);
+  if (st == AG_OK) *narrowed = true;
+  /* reused only in the comm stream's order, after the casts above */
+  ag__free(bin);
+  if (bout) ag__free(bout);
+  return st;
 }
 
 /* Run w's collective: ag_OK, or an error with its text in msg (the
@@ -356,7 +428,14 @@ static ag_status run_coll(ag_group *g, ag_work *w, char *msg, size_t n) {
   if (st != AG_OK) return st == AG_ERR_TIMEOUT ? AG_ERR_TIMEOUT : AG_ERR_ABORTED;
   int64_t deadline = ag__dist_deadline_ns(g->timeout_ms);
   if (g->caps.device_buffers && w->kind != AG_COLL_BARRIER) {
-    st = run_device(g, w, deadline);
+    bool narrowed = false;
+    st = run_device(g, w, deadline, &narrowed);
+    if (st == AG_OK && narrowed) { /* the cast back runs on the comm stream */
+      ag_event *e = ag_event_create(g->dev, false);
+      if (!e) st = ag_last_status();
+      else if ((st = ag_event_record(e, g->comm)) != AG_OK) ag_event_destroy(e);
+      else w->done = e;
+    }
   } else {
     /* (CPU tensors are used in place after a host wait instead) */
     if (g->dev.backend != AG_BACKEND_CPU) st = ag_stream_wait_event(g->comm, w->start);
@@ -706,15 +785,35 @@ ag_status ag_group_create_inproc(int n, const ag_device *devices, const ag_group
   return AG_OK;
 }
 
-/* A group over a module's implementation (MPI, NCCL, RCCL). */
-static ag_status create_module_group(ag_dist_kind kind, ag_device device, int64_t timeout,
-                                     ag_dist_create_args *a, ag_group **out) {
-  char why[512];
-  const ag_dist_module *mod = ag__dist_module(kind, why, sizeof why);
-  if (!mod) return ag_error_set(AG_ERR_UNAVAILABLE, "%s is unavailable: %s", k_kind_names[kind], why);
-  ag_group *g = NULL;
-  ag_status st = group_new(kind, device, timeout, mod, &g);
+/* AG_DIST_HALF_REDUCE: f32 (default) or native; AG_ERR_INVALID naming it. */
+static ag_status half_reduce_env(bool *out_f32) {
+  const char *v = getenv("AG_DIST_HALF_REDUCE");
+  *out_f32 = true;
+  if (!v || !*v || !strcmp(v, "f32")) return AG_OK;
+  if (!strcmp(v, "native")) {
+    *out_f32 = false;
+    return AG_OK;
+  }
+  char b[64];
+  return ag_error_set(AG_ERR_INVALID, "AG_DIST_HALF_REDUCE='%s' is not f32 or native", ag_escape(v, b, sizeof b));
+}
+
+ag_status ag__dist_half_reduce_env_check(void) {
+  bool f32;
+  return half_reduce_env(&f32);
+}
+
+/* A group over mod's implementation. host_ok: device_buffers as the module
+ * declares it, also on a host-memory device (tests). */
+static ag_status create_group_with(ag_dist_kind kind, const ag_dist_module *mod, ag_device device, int64_t timeout,
+                                   ag_dist_create_args *a, bool host_ok, ag_group **out) {
+  bool half_f32 = true;
+  ag_status st = half_reduce_env(&half_f32);
   if (st != AG_OK) return st;
+  ag_group *g = NULL;
+  st = group_new(kind, device, timeout, mod, &g);
+  if (st != AG_OK) return st;
+  g->half_f32 = half_f32;
   a->dev_backend = device.backend;
   a->dev_index = device.index;
   a->dev_dlpack = g->ds->be->dlpack_device;
@@ -726,7 +825,7 @@ static ag_status create_module_group(ag_dist_kind kind, ag_device device, int64_
     /* device addresses only where the device has them, and not for host
      * memory (which the host path uses in place or stages itself) */
     uint32_t f = g->ds->be->flags;
-    if (g->caps.device_buffers && (!(f & AG_BACKEND_F_ADDRESSABLE) || (f & AG_BACKEND_F_HOST_MEMORY)))
+    if (g->caps.device_buffers && (!(f & AG_BACKEND_F_ADDRESSABLE) || ((f & AG_BACKEND_F_HOST_MEMORY) && !host_ok)))
       g->caps.device_buffers = false;
     st = group_start(g);
   }
@@ -736,6 +835,23 @@ static ag_status create_module_group(ag_dist_kind kind, ag_device device, int64_
   }
   *out = g;
   return AG_OK;
+}
+
+/* A group over a module's implementation (MPI, NCCL, RCCL). */
+static ag_status create_module_group(ag_dist_kind kind, ag_device device, int64_t timeout,
+                                     ag_dist_create_args *a, ag_group **out) {
+  char why[512];
+  const ag_dist_module *mod = ag__dist_module(kind, why, sizeof why);
+  if (!mod) return ag_error_set(AG_ERR_UNAVAILABLE, "%s is unavailable: %s", k_kind_names[kind], why);
+  return create_group_with(kind, mod, device, timeout, a, false, out);
+}
+
+ag_status ag__group_create_with_module(const ag_dist_module *mod, ag_device device, int64_t timeout_ms,
+                                       ag_dist_create_args *a, ag_group **out_group) {
+  if (!mod || !a || !out_group || timeout_ms < 1 || timeout_ms > AG_DIST_MAX_TIMEOUT_MS)
+    return ag_error_set(AG_ERR_INVALID, "ag__group_create_with_module: bad argument");
+  *out_group = NULL;
+  return create_group_with(AG_DIST_MPI, mod, device, timeout_ms, a, true, out_group);
 }
 
 ag_status ag_group_create_mpi(ag_device device, const ag_group_options *opts, ag_group **out_group) {

@@ -12,6 +12,7 @@
 #include "runtime/devstate.h"
 #include "runtime/threadpool.h"
 #include "diag/optrace.h"
+#include "dist/dist_internal.h"
 
 /* AG_FAULT (a test switch, docs/design/core.md): parsed by diag/optrace.c. */
 AG_HIDDEN const char *ag__env_fault(void);
@@ -45,5 +46,7 @@ ag_status ag__env_check(void) {
     char b[64];
     st = ag_error_set(AG_ERR_INVALID, "AG_DIST_MPI_ALLREDUCE='%s' is not auto or mpi", ag_escape(ar, b, sizeof b));
   }
+  /* read by group creation, which refuses it too */
+  if (st == AG_OK) st = ag__dist_half_reduce_env_check();
   return st;
 }

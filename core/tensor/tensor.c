@@ -613,21 +613,64 @@ static ag_status elementwise_check(ag_devstate *ds, const ag_kernel_call *c) {
                       c->op == AG_K_UNARY ? "unary" : "binary", c->sub);
 }
 
+/* The blocks a launch took through ag_kernel_call.workspace. */
+typedef struct launch_ws {
+  ag_devstate *ds;
+  ag_stream *s;
+  const char *name;
+  int n;
+  ag_block *b[AG_KMAX_WORKSPACE];
+} launch_ws;
+
+static ag_status workspace_take(void *ctx, size_t bytes, void **out_base, size_t *out_offset) {
+  launch_ws *w = ctx;
+  const char *fn = w->name ? w->name : "launch";
+  if (!bytes || w->n >= AG_KMAX_WORKSPACE || !out_base || !out_offset)
+    return ag_error_set(AG_ERR_INVALID, "%s: workspace of %zu bytes refused (%d taken, at most %d, none empty)",
+                        fn, bytes, w->n, AG_KMAX_WORKSPACE);
+  ag_block *b = NULL;
+  ag_status st = ag__alloc(w->ds, bytes, w->s, AG_MEM_WORKSPACE, &b);
+  if (st != AG_OK) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    return ag_error_set(st, "%s: workspace of %zu bytes: %s", fn, bytes, msg);
+  }
+  w->b[w->n++] = b;
+  *out_base = ag__block_base(b);
+  *out_offset = ag__block_offset(b);
+  return AG_OK;
+}
+
 ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
   ag_stream *s = ag__current_stream(ds);
   if (c->op == AG_K_UNARY || c->op == AG_K_BINARY) {
     ag_status est = elementwise_check(ds, c);
     if (AG_UNLIKELY(est != AG_OK)) return est;
   }
-  c->flags = ag_get_deterministic() ? AG_KF_DETERMINISTIC : 0u;
-  if (ag__hooks_on()) return ag__launch_hooked(ds, s, c); /* op traces, AG_FAULT */
-  ag_status st = ds->be->launch(s->bs, c);
-  if (AG_UNLIKELY(st != AG_OK)) return st;
-  /* Ops that validate indices on the device report through the error word;
-   * checking it right away is free on synchronous backends. */
-  if (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER)
-    return ag__kernel_error_check(s);
-  return AG_OK;
+  c->flags = (ag_get_deterministic() ? AG_KF_DETERMINISTIC : 0u) | AG_KF_WORKSPACE;
+  launch_ws ws;
+  ws.ds = ds;
+  ws.s = s;
+  ws.name = c->name;
+  ws.n = 0;
+  c->workspace = workspace_take;
+  c->workspace_ctx = &ws;
+  ag_status st;
+  if (ag__hooks_on()) {
+    st = ag__launch_hooked(ds, s, c); /* op traces, AG_FAULT */
+  } else {
+    st = ds->be->launch(s->bs, c);
+    /* Ops that validate indices on the device report through the error
+     * word; checking it right away is free on synchronous backends. */
+    if (st == AG_OK && (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER))
+      st = ag__kernel_error_check(s);
+  }
+  /* in s's order: the work enqueued above runs before any reuse */
+  for (int i = 0; i < ws.n; i++) ag__free(ws.b[i]);
+  c->workspace = NULL;
+  c->workspace_ctx = NULL;
+  c->flags &= ~AG_KF_WORKSPACE;
+  return st;
 }
 
 /* ---------------- properties ---------------- */

@@ -168,6 +168,8 @@ static inline void ag__kcall_init(ag_kernel_call *c, ag_kop op, int sub, const c
   c->multi = NULL;
   c->name = name;
   c->flags = 0;
+  c->workspace = NULL; /* filled by ag__launch */
+  c->workspace_ctx = NULL;
   for (int k = 0; k < AG_KMAX_OPERANDS; k++) {
     if (k < n && ts && ts[k]) {
       ag__operand(&c->o[k], ts[k]);

@@ -47,9 +47,13 @@ extern "C" {
  *        op's _BWD, binary partial derivatives); binary ops read s[1]
  *   4.1  registry properties, so the core decides nothing by backend name:
  *        flags (AG_BACKEND_F_*), dlpack_device, collective, priority,
- *        device_priority, description */
+ *        device_priority, description
+ *   4.2  ag_kernel_call.workspace: device memory for the duration of a
+ *        launch from the core's caching allocator (AG_KF_WORKSPACE says the
+ *        core filled it; a 4.2 module must check, since a 4.1 core leaves
+ *        the call shorter); the vtable is 4.1's */
 #define AG_BACKEND_ABI_MAJOR 4u
-#define AG_BACKEND_ABI_MINOR 1u
+#define AG_BACKEND_ABI_MINOR 2u
 
 /* ---- kernel calls ----
  * The kernel ops (ag_kop) and their operands are described in
@@ -193,7 +197,23 @@ typedef struct ag_kernel_call {
                               a backend that runs the call later copies it. */
   const char *name;        /* the public op for messages ("ag_embedding") */
   uint32_t flags;          /* AG_KF_*; set by the core for every launch */
+  /* ---- 4.2; read only when flags has AG_KF_WORKSPACE ----
+   * Scratch device memory for the work this launch enqueues on its stream
+   * (a vendor library's workspace): workspace(workspace_ctx, bytes,
+   * &base, &offset) takes `bytes` from the core's caching allocator (shown
+   * in its statistics as category "workspace"), at most AG_KMAX_WORKSPACE
+   * times per launch; base + offset as in ag_koperand. The core frees the
+   * blocks when launch returns, reusable only in the stream's order, so
+   * the enqueued work may use them; the backend frees nothing. Errors:
+   * AG_ERR_OOM (set, and counted as an OOM) when the device is full even
+   * after the cache was released: the backend may then run a path that
+   * needs none (ag_error_clear first) or return it; AG_ERR_INVALID past
+   * the limit or for 0 bytes. Only during launch, on the launching thread. */
+  ag_status (*workspace)(void *workspace_ctx, size_t bytes, void **out_base, size_t *out_offset);
+  void *workspace_ctx;
 } ag_kernel_call;
+
+#define AG_KMAX_WORKSPACE 4
 
 /* ag_kernel_call.flags */
 /* Deterministic mode (ag_set_deterministic): ops that would sum floats with
@@ -201,6 +221,8 @@ typedef struct ag_kernel_call {
  * dw/db, SUMSQ) use a fixed order, so results repeat bit for bit on one
  * device. A backend whose kernels are always deterministic ignores it. */
 #define AG_KF_DETERMINISTIC 1u
+/* The core (4.2 and later) filled ag_kernel_call.workspace. */
+#define AG_KF_WORKSPACE 2u
 
 /* Index errors found by kernels (embedding index, cross-entropy target) are
  * not fatal: the kernel writes a safe value and stores the op and the bad

@@ -103,8 +103,6 @@ struct ag_bstream {
   int next_slot;
   void *blas;                /* vendor BLAS handle, created on first GEMM */
   void *dnn;                 /* vendor DNN handle (cuDNN), created on first conv2d */
-  void *dnn_ws;              /* its workspace: grow-only, freed with the stream */
-  size_t dnn_ws_bytes;
 };
 
 struct ag_bevent {
@@ -139,6 +137,13 @@ AGK_HIDDEN ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c);
 AGK_HIDDEN bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt);
 AGK_HIDDEN ag_status agg_take_kernel_error(ag_bstream *s, ag_kernel_error *out);
 AGK_HIDDEN int agg_sm_count(int dev);
+/* A device workspace of `bytes` for the work c's launch enqueues on its
+ * stream (a vendor library's), from the core's caching allocator through
+ * ag_kernel_call.workspace: freed by the core when the launch returns, in the
+ * stream's order. AG_ERR_OOM (set) when the device is full; AG_ERR_UNSUPPORTED
+ * (not set) from a core older than ABI 4.2. Either way the caller may take a
+ * path that needs none. */
+AGK_HIDDEN ag_status agg_workspace(const ag_kernel_call *c, size_t bytes, void **out_ptr);
 /* Expandable segments: [offset, offset + bytes) of a reservation is mapped
  * as one physical allocation per granule and unmapped granule by granule,
  * because an unmap cannot release part of one allocation's mapping (the

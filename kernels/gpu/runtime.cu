@@ -460,6 +460,16 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
   return AG_OK;
 }
 
+ag_status agg_workspace(const ag_kernel_call *c, size_t bytes, void **out_ptr) {
+  *out_ptr = NULL;
+  if (!(c->flags & AG_KF_WORKSPACE) || !c->workspace) return AG_ERR_UNSUPPORTED;
+  void *base = NULL;
+  size_t off = 0;
+  ag_status st = c->workspace(c->workspace_ctx, bytes, &base, &off);
+  if (st == AG_OK) *out_ptr = (char *)base + off;
+  return st;
+}
+
 ag_status agg_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
   /* the word lives in mapped host memory: after the core's synchronize the
    * kernels' writes are visible without another runtime call */
