@@ -1,7 +1,7 @@
 # `anygrad compare --bisect` (docs/compare.md): two CPU replicas agree op by
 # op, and a defect planted with the test switch AG_FAULT into one forward
 # and one backward op on another backend is the op the bisect names first
-# (the charlm models and the CNN); the --report page.
+# (the charlm models, the CNN and the Llama decoder); the --report page.
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(TARGET anygrad-cli AND TARGET anygrad_models AND Python3_Interpreter_FOUND)
   add_test(NAME compare_bisect_cpu COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bisect_test.py
@@ -20,6 +20,13 @@ if(TARGET anygrad-cli AND TARGET anygrad_models AND Python3_Interpreter_FOUND)
     add_test(NAME compare_bisect_cnn_${_dev} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bisect_test.py
                                                      $<TARGET_FILE:anygrad-cli> ${_dev}:0 cnn)
     list(APPEND _bisect_tests compare_bisect_cnn_${_dev})
+  endforeach()
+  # The Llama-style decoder (RMSNorm, rotary embeddings, grouped-query attention).
+  foreach(_dev opencl gpuemu)
+    add_test(NAME compare_bisect_llama_${_dev}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bisect_test.py $<TARGET_FILE:anygrad-cli>
+                     ${_dev}:0 llama)
+    list(APPEND _bisect_tests compare_bisect_llama_${_dev})
   endforeach()
   set_tests_properties(${_bisect_tests} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "compare")
   # --report: the page and its data, and the page in headless Chromium

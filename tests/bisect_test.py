@@ -4,7 +4,7 @@ test switch AG_FAULT alters one op on one device, and the op that the
 bisect ranks first must be that op, for a forward and a backward op.
 
 usage: bisect_test.py ANYGRAD_BIN DEVICE CASE
-CASE: cpu (two CPU replicas agree op for op, no fault), or mlp/gpt/cnn
+CASE: cpu (two CPU replicas agree op for op, no fault), or mlp/gpt/cnn/llama
 (faults on DEVICE against the CPU; cnn on synthetic 28x28 images). Exit 0 pass, 1 fail, 77 skip (DEVICE absent)."""
 import json
 import os
@@ -19,10 +19,11 @@ FAULTS = {
     "mlp": [("ag_tanh", "forward"), ("ag_cross_entropy backward", "backward")],
     "gpt": [("ag_layer_norm", "forward"), ("ag_softmax backward", "backward")],
     "cnn": [("ag_max_pool2d", "forward"), ("ag_conv2d backward", "backward")],
+    "llama": [("ag_rms_norm", "forward"), ("ag_scaled_dot_product_attention backward", "backward")],
 }
 # The ulp kind of a fault is checked on the charlm models; the CNN case
 # plants wrong rows only (its test time stays short on emulated devices).
-KINDS = {"mlp": ("row", "ulp"), "gpt": ("row", "ulp"), "cnn": ("row",)}
+KINDS = {"mlp": ("row", "ulp"), "gpt": ("row", "ulp"), "cnn": ("row",), "llama": ("row",)}
 
 
 def check(cond, msg):
@@ -38,7 +39,7 @@ def compare(model, devices, fault=None, extra=()):
         env["AG_FAULT"] = fault
     args = [BIN, "compare", "--devices", devices, "--model", model, "--steps", "2", "--bisect-step", "1",
             "--bisect-top", "0", "--json", "-"] + list(extra)
-    if model == "gpt":
+    if model in ("gpt", "llama"):
         args += ["--batch", "8"]
     if model == "cnn":
         args += ["--batch", "4", "--data", "synthetic"]
@@ -56,7 +57,7 @@ def compare(model, devices, fault=None, extra=()):
 if CASE == "cpu":
     # Two CPU replicas: every op must agree bit for bit from the same inputs
     # and in the own run.
-    for model in ("mlp", "gpt", "cnn"):
+    for model in ("mlp", "gpt", "cnn", "llama"):
         out, ops = compare(model, "cpu,cpu")
         check(len(ops) > 20, "%s: only %d launches traced" % (model, len(ops)))
         phases = {o["phase"] for o in ops}

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "anygrad/llama.h"
 #include "anygrad/optrace.h"
 #include "charlm.h"
 #include "cli.h"
@@ -30,6 +31,7 @@ typedef struct cmp_options {
   const char *json;
   const char *report;   /* --report FILE.html */
   bool cnn;             /* --model cnn: models/cnn.c on 28x28 images */
+  bool llama;           /* --model llama: anygrad/llama.h on the gpt model's batches */
   const char *data;     /* its image directory, or "synthetic" */
   bool bisect;          /* --bisect or --bisect-step */
   int64_t bisect_step;  /* 1-based; 0: the first step over tolerance */
@@ -40,7 +42,7 @@ typedef struct cmp_options {
 } cmp_options;
 
 static const char *model_name(const cmp_options *o) {
-  return o->cnn ? "cnn" : o->job.model == CHARLM_MLP ? "mlp" : "gpt";
+  return o->cnn ? "cnn" : o->llama ? "llama" : o->job.model == CHARLM_MLP ? "mlp" : "gpt";
 }
 
 static void usage(void) {
@@ -51,13 +53,14 @@ static void usage(void) {
       "  --devices LIST   comma-separated devices, the first is the reference\n"
       "                   (e.g. cpu,opencl:0; cpu,cpu must agree exactly)\n"
       "  --steps N        optimizer steps (default 20)\n"
-      "  --model mlp|gpt|cnn  model of `anygrad train` (default mlp; cnn: the\n"
-      "                   network of --task fashion-mnist)\n"
+      "  --model mlp|gpt|cnn|llama  model of `anygrad train` (default mlp; cnn: the\n"
+      "                   network of --task fashion-mnist; llama: a small Llama-style\n"
+      "                   decoder on the gpt model's words)\n"
       "  --seed S         seed of initial parameters and batches (default 1337)\n"
       "  --tol T          relative tolerance of parameters and loss (default:\n"
       "                   1e-2 for parameters, 1e-5 for the loss; see docs/compare.md)\n"
       "  --loss-tol T     relative tolerance of the loss alone (after --tol)\n"
-      "  --batch N        examples (mlp), words (gpt) or images (cnn) per step\n"
+      "  --batch N        examples (mlp), words (gpt, llama) or images (cnn) per step\n"
       "                   (default as train)\n"
       "  --check-every N  compare parameters every N steps (default 1)\n"
       "  --log-every N    print every N-th step (default: about 25 rows)\n"
@@ -103,7 +106,7 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
       {NULL, 0, NULL, 0}};
   /* The model picks the defaults the other options then override. */
   charlm_model_kind kind = CHARLM_MLP;
-  bool cnn = false;
+  bool cnn = false, llama = false;
   for (int c = ag_cli_next(C, argc, argv, opts, true); c != -1; c = ag_cli_next(C, argc, argv, opts, false)) {
     if (c == '?') return -1;
     if (c == O_HELP) {
@@ -112,17 +115,20 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
     }
     if (c == O_MODEL) {
       const char *v = ag_cli_arg();
-      if (strcmp(v, "mlp") && strcmp(v, "gpt") && strcmp(v, "cnn")) {
-        fprintf(stderr, "anygrad compare: --model must be mlp, gpt or cnn, got '%s'\n", v);
+      if (strcmp(v, "mlp") && strcmp(v, "gpt") && strcmp(v, "cnn") && strcmp(v, "llama")) {
+        fprintf(stderr, "anygrad compare: --model must be mlp, gpt, cnn or llama, got '%s'\n", v);
         return -1;
       }
-      kind = !strcmp(v, "gpt") ? CHARLM_GPT : CHARLM_MLP;
+      /* llama takes the gpt model's batches and hyperparameters */
+      kind = !strcmp(v, "gpt") || !strcmp(v, "llama") ? CHARLM_GPT : CHARLM_MLP;
       cnn = !strcmp(v, "cnn");
+      llama = !strcmp(v, "llama");
     }
   }
   memset(o, 0, sizeof *o);
   o->job = charlm_defaults(kind);
   o->cnn = cnn;
+  o->llama = llama;
   o->data = CNN_DATA_DIR;
   if (cnn) { /* cnn_train's hyperparameters; it does not clip gradients */
     cnn_options co = cnn_defaults();
@@ -307,16 +313,18 @@ typedef struct host_batch {
 
 typedef struct replica {
   ag_device dev;
-  bool cnn;
+  bool cnn, llama;
   charlm_model m;
   cnn_model c;
-  ag_param_list *params; /* &m.params or &c.params */
+  ag_llama l;
+  ag_param_list *params; /* &m.params, &c.params or &l.params */
   ag_optimizer *opt;
 } replica;
 
 static void replica_free(replica *r) {
   ag_optimizer_free(r->opt);
   if (r->cnn) cnn_model_free(&r->c);
+  else if (r->llama) ag_llama_free(&r->l);
   else charlm_model_free(&r->m);
   memset(r, 0, sizeof *r);
 }
@@ -326,8 +334,15 @@ static ag_status replica_init(replica *r, const cmp_options *co, ag_device dev, 
   memset(r, 0, sizeof *r);
   r->dev = dev;
   r->cnn = co->cnn;
+  r->llama = co->llama;
   ag_status st;
-  if (r->cnn) {
+  if (r->llama) {
+    /* Small enough for emulated devices: one sequence is a padded word. */
+    ag_llama_config lc = {.vocab_size = CHARLM_VOCAB, .dim = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                          .multiple_of = 16, .max_seq_len = CHARLM_MAX_WORD + 2};
+    st = ag_llama_init(&r->l, &lc, dev, AG_F32, g);
+    r->params = &r->l.params;
+  } else if (r->cnn) {
     cnn_options cn = cnn_defaults();
     cn.device = dev;
     st = cnn_model_init(&r->c, &cn, g);
@@ -351,8 +366,20 @@ static ag_status replica_init(replica *r, const cmp_options *co, ag_device dev, 
   return st;
 }
 
+/* Llama logits [B, T, V] as the [B*T, V] rows of the shifted targets. */
+static ag_tensor *llama_logits(replica *r, ag_tensor *x) {
+  ag_tensor *l = ag_llama_forward(&r->l, x, true, NULL);
+  if (!l) return NULL;
+  int64_t s[2] = {ag_tensor_numel(x), r->l.cfg.vocab_size};
+  ag_tensor *f = ag_reshape(l, 2, s);
+  ag_tensor_release(l);
+  return f;
+}
+
 static ag_tensor *replica_loss(replica *r, ag_tensor *x, ag_tensor *y) {
-  ag_tensor *logits = r->cnn ? cnn_model_logits(&r->c, x, true) : charlm_model_logits(&r->m, x);
+  ag_tensor *logits = r->cnn     ? cnn_model_logits(&r->c, x, true)
+                      : r->llama ? llama_logits(r, x)
+                                 : charlm_model_logits(&r->m, x);
   ag_tensor *loss = ag_cross_entropy(logits, y, AG_REDUCTION_MEAN, -1);
   ag_tensor_release(logits);
   return loss;
@@ -370,7 +397,7 @@ static void replica_inputs(const replica *r, const cmp_options *o, const host_ba
     *y = ag_from_host(r->dev, AG_I32, 1, &B, hb->y);
     return;
   }
-  bool mlp = r->m.kind == CHARLM_MLP;
+  bool mlp = !r->llama && r->m.kind == CHARLM_MLP;
   int64_t cols = mlp ? o->job.context : CHARLM_MAX_WORD + 2;
   int64_t sx[2] = {B, cols}, sy[1] = {mlp ? B : B * cols};
   *x = ag_from_host(r->dev, AG_I32, 2, sx, hb->x);
