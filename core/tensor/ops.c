@@ -713,29 +713,33 @@ ag_tensor *ag_cumsum(ag_tensor *a, int dim) { return ag__cumsum(a, dim, false); 
 
 /* gather and index_select share one kernel: x viewed as [O, X, In], the
  * index as [O, K, In] with strides (index_select broadcasts its 1-D index
- * with strides 0, 1, 0). */
+ * with strides 0, 1, 0). One launch of it: AG_K_GATHER reads src (x) into
+ * dst, AG_K_GATHER_BWD scatter-adds src (the gradient) into dst. */
+static ag_status gather_launch(ag_kop op, const char *name, ag_devstate *ds, ag_tensor *dst, ag_tensor *src,
+                               ag_tensor *ic, bool sel, int64_t O, int64_t K, int64_t In, int64_t X) {
+  ag_kernel_call c;
+  ag__kcall_init(&c, op, ic->dtype == AG_I64 ? 1 : 0, name, 3, (ag_tensor *[]){dst, src, ic});
+  c.o[2].ndim = 3;
+  c.o[2].shape[0] = O;
+  c.o[2].shape[1] = K;
+  c.o[2].shape[2] = In;
+  c.o[2].strides[0] = sel ? 0 : K * In;
+  c.o[2].strides[1] = sel ? 1 : In;
+  c.o[2].strides[2] = sel ? 0 : 1;
+  c.i[0] = O;
+  c.i[1] = K;
+  c.i[2] = In;
+  c.i[3] = X;
+  return ag__launch(ds, &c);
+}
+
+/* The forward (AG_K_GATHER) writes the [O, K, In] result from x. */
 static ag_tensor *gather_run(const char *name, ag_devstate *ds, ag_tensor *xs, ag_tensor *index, bool sel,
                              int ndim, const int64_t *oshape, int64_t O, int64_t K, int64_t In, int64_t X) {
   ag_tensor *ic = ag__index_operand(ds, AG_K_GATHER, xs->dtype, index);
   ag_tensor *out = ic ? ag__tensor_new(ds, xs->dtype, ndim, oshape) : NULL;
   ag_status st = out ? AG_OK : ag_last_status();
-  if (st == AG_OK && out->numel) {
-    ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_GATHER, ic->dtype == AG_I64 ? 1 : 0, name, 3,
-                   (ag_tensor *[]){out, xs, ic});
-    c.o[2].ndim = 3;
-    c.o[2].shape[0] = O;
-    c.o[2].shape[1] = K;
-    c.o[2].shape[2] = In;
-    c.o[2].strides[0] = sel ? 0 : K * In;
-    c.o[2].strides[1] = sel ? 1 : In;
-    c.o[2].strides[2] = sel ? 0 : 1;
-    c.i[0] = O;
-    c.i[1] = K;
-    c.i[2] = In;
-    c.i[3] = X;
-    st = ag__launch(ds, &c);
-  }
+  if (st == AG_OK && out->numel) st = gather_launch(AG_K_GATHER, name, ds, out, xs, ic, sel, O, K, In, X);
   ag_tensor_release(ic);
   return st == AG_OK ? out : finish(out, st);
 }
@@ -852,23 +856,7 @@ ag_tensor *ag__gather_backward(ag_tensor *g, ag_tensor *index, int d, bool sel, 
   if (st == AG_OK && dx->numel) {
     if (!ag__supported(ds, AG_K_GATHER_BWD, ic->dtype == AG_I64 ? 1 : 0, xdt, name)) st = ag_last_status();
   }
-  if (st == AG_OK && dx->numel) {
-    ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_GATHER_BWD, ic->dtype == AG_I64 ? 1 : 0, name, 3,
-                   (ag_tensor *[]){dx, gc, ic});
-    c.o[2].ndim = 3;
-    c.o[2].shape[0] = O;
-    c.o[2].shape[1] = K;
-    c.o[2].shape[2] = In;
-    c.o[2].strides[0] = sel ? 0 : K * In;
-    c.o[2].strides[1] = sel ? 1 : In;
-    c.o[2].strides[2] = sel ? 0 : 1;
-    c.i[0] = O;
-    c.i[1] = K;
-    c.i[2] = In;
-    c.i[3] = X;
-    st = ag__launch(ds, &c);
-  }
+  if (st == AG_OK && dx->numel) st = gather_launch(AG_K_GATHER_BWD, name, ds, dx, gc, ic, sel, O, K, In, X);
   ag_tensor_release(ic);
   ag_tensor_release(gc);
   if (st != AG_OK) return finish(dx, st);
