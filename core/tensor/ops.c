@@ -508,6 +508,27 @@ static int64_t reduced_count(const ag_tensor *a, int n_dims, const int *dims) {
   return r;
 }
 
+/* The gradient parameters every reduction records (sum, mean, max, min,
+ * var, std): the keepdim shape and the reduced dims exactly (n_dims == 0
+ * means all), so the backward can tell a reduced size-1 dim from a kept
+ * one. The caller adds its own scalars. */
+static void reduce_gparams(ag_gparams *p, const ag_tensor *a, const reduce_plan *pl, int n_dims, const int *dims,
+                           bool keepdim) {
+  memset(p, 0, sizeof *p);
+  p->keepdim = keepdim;
+  p->ndim = a->ndim;
+  memcpy(p->shape, pl->keep_shape, sizeof(int64_t) * (size_t)a->ndim);
+  p->n_dims = 0;
+  if (n_dims > 0 && dims) {
+    bool seen[AG_MAX_DIMS] = {0};
+    for (int k = 0; k < n_dims; k++) {
+      int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
+      if (!seen[d]) p->dims[p->n_dims++] = d;
+      seen[d] = true;
+    }
+  }
+}
+
 static ag_tensor *reduce_impl(const char *name, ag_reduce_op rop, ag_gop gop, ag_tensor *a, int n_dims, const int *dims,
                          bool keepdim, bool mean) {
   if (null_args(name, 1, &a)) return NULL;
@@ -547,21 +568,7 @@ static ag_tensor *reduce_impl(const char *name, ag_reduce_op rop, ag_gop gop, ag
   if (st != AG_OK) return finish(out, st);
   if ((int)gop < 0) return out;
   ag_gparams p;
-  memset(&p, 0, sizeof p);
-  p.keepdim = keepdim;
-  p.ndim = a->ndim;
-  memcpy(p.shape, pl.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
-  /* The reduced dims exactly (n_dims == 0 means all), so the backward can
-   * tell a reduced size-1 dim from a kept one. */
-  p.n_dims = 0;
-  if (n_dims > 0 && dims) {
-    bool seen[AG_MAX_DIMS] = {0};
-    for (int k = 0; k < n_dims; k++) {
-      int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
-      if (!seen[d]) p.dims[p.n_dims++] = d;
-      seen[d] = true;
-    }
-  }
+  reduce_gparams(&p, a, &pl, n_dims, dims, keepdim);
   p.s[0] = mean ? (double)pl.r : 1.0;
   if (gop == AG_G_MAX || gop == AG_G_MIN) {
     ag_tensor *kv = raw_view(out, a->ndim, pl.keep_shape);
@@ -642,19 +649,7 @@ static ag_tensor *var_impl(const char *name, int sq, ag_tensor *a, int n_dims, c
   ag_tensor_release(pl.src);
   if (st != AG_OK) return finish(out, st);
   ag_gparams p;
-  memset(&p, 0, sizeof p);
-  p.keepdim = keepdim;
-  p.ndim = a->ndim;
-  memcpy(p.shape, pl.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
-  p.n_dims = 0;
-  if (n_dims > 0 && dims) {
-    bool seen[AG_MAX_DIMS] = {0};
-    for (int k = 0; k < n_dims; k++) {
-      int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
-      if (!seen[d]) p.dims[p.n_dims++] = d;
-      seen[d] = true;
-    }
-  }
+  reduce_gparams(&p, a, &pl, n_dims, dims, keepdim);
   p.i[0] = sq;
   p.s[0] = (double)pl.r - correction > 0 ? (double)pl.r - correction : 0;
   /* std's gradient divides by the result: saved in the keepdim shape */
