@@ -508,6 +508,27 @@ static int64_t reduced_count(const ag_tensor *a, int n_dims, const int *dims) {
   return r;
 }
 
+/* The gradient parameters every reduction records (sum, mean, max, min,
+ * var, std): the keepdim shape and the reduced dims exactly (n_dims == 0
+ * means all), so the backward can tell a reduced size-1 dim from a kept
+ * one. The caller adds its own scalars. */
+static void reduce_gparams(ag_gparams *p, const ag_tensor *a, const reduce_plan *pl, int n_dims, const int *dims,
+                           bool keepdim) {
+  memset(p, 0, sizeof *p);
+  p->keepdim = keepdim;
+  p->ndim = a->ndim;
+  memcpy(p->shape, pl->keep_shape, sizeof(int64_t) * (size_t)a->ndim);
+  p->n_dims = 0;
+  if (n_dims > 0 && dims) {
+    bool seen[AG_MAX_DIMS] = {0};
+    for (int k = 0; k < n_dims; k++) {
+      int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
+      if (!seen[d]) p->dims[p->n_dims++] = d;
+      seen[d] = true;
+    }
+  }
+}
+
 static ag_tensor *reduce_impl(const char *name, ag_reduce_op rop, ag_gop gop, ag_tensor *a, int n_dims, const int *dims,
                          bool keepdim, bool mean) {
   if (null_args(name, 1, &a)) return NULL;
@@ -547,21 +568,7 @@ static ag_tensor *reduce_impl(const char *name, ag_reduce_op rop, ag_gop gop, ag
   if (st != AG_OK) return finish(out, st);
   if ((int)gop < 0) return out;
   ag_gparams p;
-  memset(&p, 0, sizeof p);
-  p.keepdim = keepdim;
-  p.ndim = a->ndim;
-  memcpy(p.shape, pl.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
-  /* The reduced dims exactly (n_dims == 0 means all), so the backward can
-   * tell a reduced size-1 dim from a kept one. */
-  p.n_dims = 0;
-  if (n_dims > 0 && dims) {
-    bool seen[AG_MAX_DIMS] = {0};
-    for (int k = 0; k < n_dims; k++) {
-      int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
-      if (!seen[d]) p.dims[p.n_dims++] = d;
-      seen[d] = true;
-    }
-  }
+  reduce_gparams(&p, a, &pl, n_dims, dims, keepdim);
   p.s[0] = mean ? (double)pl.r : 1.0;
   if (gop == AG_G_MAX || gop == AG_G_MIN) {
     ag_tensor *kv = raw_view(out, a->ndim, pl.keep_shape);
@@ -642,19 +649,7 @@ static ag_tensor *var_impl(const char *name, int sq, ag_tensor *a, int n_dims, c
   ag_tensor_release(pl.src);
   if (st != AG_OK) return finish(out, st);
   ag_gparams p;
-  memset(&p, 0, sizeof p);
-  p.keepdim = keepdim;
-  p.ndim = a->ndim;
-  memcpy(p.shape, pl.keep_shape, sizeof(int64_t) * (size_t)a->ndim);
-  p.n_dims = 0;
-  if (n_dims > 0 && dims) {
-    bool seen[AG_MAX_DIMS] = {0};
-    for (int k = 0; k < n_dims; k++) {
-      int d = dims[k] < 0 ? dims[k] + a->ndim : dims[k];
-      if (!seen[d]) p.dims[p.n_dims++] = d;
-      seen[d] = true;
-    }
-  }
+  reduce_gparams(&p, a, &pl, n_dims, dims, keepdim);
   p.i[0] = sq;
   p.s[0] = (double)pl.r - correction > 0 ? (double)pl.r - correction : 0;
   /* std's gradient divides by the result: saved in the keepdim shape */
@@ -713,29 +708,33 @@ ag_tensor *ag_cumsum(ag_tensor *a, int dim) { return ag__cumsum(a, dim, false); 
 
 /* gather and index_select share one kernel: x viewed as [O, X, In], the
  * index as [O, K, In] with strides (index_select broadcasts its 1-D index
- * with strides 0, 1, 0). */
+ * with strides 0, 1, 0). One launch of it: AG_K_GATHER reads src (x) into
+ * dst, AG_K_GATHER_BWD scatter-adds src (the gradient) into dst. */
+static ag_status gather_launch(ag_kop op, const char *name, ag_devstate *ds, ag_tensor *dst, ag_tensor *src,
+                               ag_tensor *ic, bool sel, int64_t O, int64_t K, int64_t In, int64_t X) {
+  ag_kernel_call c;
+  ag__kcall_init(&c, op, ic->dtype == AG_I64 ? 1 : 0, name, 3, (ag_tensor *[]){dst, src, ic});
+  c.o[2].ndim = 3;
+  c.o[2].shape[0] = O;
+  c.o[2].shape[1] = K;
+  c.o[2].shape[2] = In;
+  c.o[2].strides[0] = sel ? 0 : K * In;
+  c.o[2].strides[1] = sel ? 1 : In;
+  c.o[2].strides[2] = sel ? 0 : 1;
+  c.i[0] = O;
+  c.i[1] = K;
+  c.i[2] = In;
+  c.i[3] = X;
+  return ag__launch(ds, &c);
+}
+
+/* The forward (AG_K_GATHER) writes the [O, K, In] result from x. */
 static ag_tensor *gather_run(const char *name, ag_devstate *ds, ag_tensor *xs, ag_tensor *index, bool sel,
                              int ndim, const int64_t *oshape, int64_t O, int64_t K, int64_t In, int64_t X) {
   ag_tensor *ic = ag__index_operand(ds, AG_K_GATHER, xs->dtype, index);
   ag_tensor *out = ic ? ag__tensor_new(ds, xs->dtype, ndim, oshape) : NULL;
   ag_status st = out ? AG_OK : ag_last_status();
-  if (st == AG_OK && out->numel) {
-    ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_GATHER, ic->dtype == AG_I64 ? 1 : 0, name, 3,
-                   (ag_tensor *[]){out, xs, ic});
-    c.o[2].ndim = 3;
-    c.o[2].shape[0] = O;
-    c.o[2].shape[1] = K;
-    c.o[2].shape[2] = In;
-    c.o[2].strides[0] = sel ? 0 : K * In;
-    c.o[2].strides[1] = sel ? 1 : In;
-    c.o[2].strides[2] = sel ? 0 : 1;
-    c.i[0] = O;
-    c.i[1] = K;
-    c.i[2] = In;
-    c.i[3] = X;
-    st = ag__launch(ds, &c);
-  }
+  if (st == AG_OK && out->numel) st = gather_launch(AG_K_GATHER, name, ds, out, xs, ic, sel, O, K, In, X);
   ag_tensor_release(ic);
   return st == AG_OK ? out : finish(out, st);
 }
@@ -852,23 +851,7 @@ ag_tensor *ag__gather_backward(ag_tensor *g, ag_tensor *index, int d, bool sel, 
   if (st == AG_OK && dx->numel) {
     if (!ag__supported(ds, AG_K_GATHER_BWD, ic->dtype == AG_I64 ? 1 : 0, xdt, name)) st = ag_last_status();
   }
-  if (st == AG_OK && dx->numel) {
-    ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_GATHER_BWD, ic->dtype == AG_I64 ? 1 : 0, name, 3,
-                   (ag_tensor *[]){dx, gc, ic});
-    c.o[2].ndim = 3;
-    c.o[2].shape[0] = O;
-    c.o[2].shape[1] = K;
-    c.o[2].shape[2] = In;
-    c.o[2].strides[0] = sel ? 0 : K * In;
-    c.o[2].strides[1] = sel ? 1 : In;
-    c.o[2].strides[2] = sel ? 0 : 1;
-    c.i[0] = O;
-    c.i[1] = K;
-    c.i[2] = In;
-    c.i[3] = X;
-    st = ag__launch(ds, &c);
-  }
+  if (st == AG_OK && dx->numel) st = gather_launch(AG_K_GATHER_BWD, name, ds, dx, gc, ic, sel, O, K, In, X);
   ag_tensor_release(ic);
   ag_tensor_release(gc);
   if (st != AG_OK) return finish(dx, st);
