@@ -232,6 +232,16 @@ static ag_tensor *layer(const llama_layer_ctx *c, ag_tensor *x, bool ck) {
   return y;
 }
 
+/* The final RMSNorm and the output projection of hidden states x (NULL
+ * passes through as NULL); x is released. */
+static ag_tensor *head(const ag_llama *m, ag_tensor *x) {
+  ag_tensor *xf = x ? ag_rms_norm(x, m->norm, m->cfg.norm_eps) : NULL;
+  ag_tensor *logits = xf ? ag_linear_forward(&m->lm_head, xf) : NULL;
+  ag_tensor_release(x);
+  ag_tensor_release(xf);
+  return logits;
+}
+
 ag_tensor *ag_llama_forward(const ag_llama *m, ag_tensor *idx, bool train, ag_generator *g) {
   (void)g;
   if (!m || !idx) {
@@ -254,10 +264,7 @@ ag_tensor *ag_llama_forward(const ag_llama *m, ag_tensor *idx, bool train, ag_ge
     ag_tensor_release(x);
     x = y;
   }
-  ag_tensor *xf = x ? ag_rms_norm(x, m->norm, m->cfg.norm_eps) : NULL;
-  ag_tensor *logits = xf ? ag_linear_forward(&m->lm_head, xf) : NULL;
-  ag_tensor_release(x);
-  ag_tensor_release(xf);
+  ag_tensor *logits = head(m, x);
   return logits;
 }
 
@@ -430,10 +437,7 @@ ag_tensor *ag_llama_forward_cached(const ag_llama *m, ag_llama_cache *c, ag_tens
     ag_tensor_release(x);
     x = y;
   }
-  ag_tensor *xf = x ? ag_rms_norm(x, m->norm, m->cfg.norm_eps) : NULL;
-  ag_tensor *logits = xf ? ag_linear_forward(&m->lm_head, xf) : NULL;
-  ag_tensor_release(x);
-  ag_tensor_release(xf);
+  ag_tensor *logits = head(m, x);
   ag_tensor_release(mask);
   ag_grad_mode_end();
   if (logits) c->len += T;
