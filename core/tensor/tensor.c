@@ -991,7 +991,7 @@ static ag_status item_read(const ag_tensor *t, ag_item_value *out, const char *c
 }
 
 double ag_item(const ag_tensor *t) {
-  ag_item_value r;
+  ag_item_value r = {0};
   return item_read(t, &r, "ag_item") == AG_OK ? r.f : NAN;
 }
 
