@@ -17,8 +17,13 @@ AG_NUM_THREADS=1 and OMP_NUM_THREADS=1 are set before either loads), so the
 numbers are per-call overhead, not parallel speed.
 
 Usage: bench/python_overhead.py [--rounds 7] [--iters 20000] [--json out.jsonl]
+                                [--package DIR]
 (run it from the repository with the library built in build/, or with
-ANYGRAD_LIBRARY set)."""
+ANYGRAD_LIBRARY set). The package is the source tree's python/ (ctypes
+only), or with --package DIR an installed copy, such as
+`python3 -m pip install --no-build-isolation --target DIR ./python`, which
+has the optional C extension for item() when it could be compiled; the
+header line says which item() ran."""
 import argparse
 import json
 import os
@@ -28,7 +33,10 @@ import time
 
 os.environ.setdefault("AG_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+_pkg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
+if "--package" in sys.argv[:-1]:
+    _pkg = sys.argv[sys.argv.index("--package") + 1]
+sys.path.insert(0, _pkg)
 
 import anygrad as ag  # noqa: E402
 import torch  # noqa: E402
@@ -101,9 +109,14 @@ def main():
     p.add_argument("--iters", type=int, default=20000)
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--json")
+    p.add_argument("--package", help="directory holding the anygrad package to time")
     o = p.parse_args()
-    print("anygrad %s (%s) vs torch %s; 1 thread each; %d rounds A B A B, %d calls per block"
-          % (ag.__version__, ag.LIBRARY_PATH, torch.__version__, o.rounds, o.iters))
+    from anygrad import _tensor
+    print("anygrad %s (%s; package %s; item(): %s) vs torch %s; 1 thread each; %d rounds A B A B, "
+          "%d calls per block"
+          % (ag.__version__, ag.LIBRARY_PATH, os.path.dirname(os.path.abspath(ag.__file__)),
+             "C extension" if _tensor._fast_item else "ctypes", torch.__version__, o.rounds,
+             o.iters))
     print("%-11s %24s %24s %22s" % ("case", "torch us/call [range]", "anygrad us/call [range]",
                                     "anygrad/torch [range]"))
     for name in o.cases.split(","):

@@ -1,12 +1,13 @@
 """pip install --no-build-isolation ./python (after building the C library).
 
-Nothing is compiled: the build step copies include/anygrad/optable.h into the
-package (the elementwise ops are generated from it at import) and records
-where libanygrad was found, so the installed package finds the library of
-the tree or prefix it was installed from."""
+The build step copies include/anygrad/optable.h into the package (the
+elementwise ops are generated from it at import) and records where
+libanygrad was found, so the installed package finds the library of the
+tree or prefix it was installed from. The one compiled piece, anygrad._fast
+(Tensor.item() in one C call), is optional and links nothing but Python."""
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -47,4 +48,7 @@ setup(
     python_requires=">=3.9",
     install_requires=[],  # numpy is needed at run time (Debian: python3-numpy)
     cmdclass={"build_py": BuildPy},
+    # Tensor.item() in one C call; optional: without a compiler or Python.h
+    # (Debian: python3-dev) the package uses ctypes for it
+    ext_modules=[Extension("anygrad._fast", ["anygrad/_fast.c"], optional=True)],
 )

@@ -14,7 +14,7 @@ pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
       zlib1g-dev dataset-fashion-mnist libdnnl2 fortunes)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium
-        python3-numpy python3-pytest python3-hypothesis python3-setuptools python3-pip
+        python3-numpy python3-pytest python3-hypothesis python3-setuptools python3-pip python3-dev
         libopenmpi-dev openmpi-bin libclang-rt-14-dev
         mesa-vulkan-drivers vulkan-validationlayers glslc libvulkan-dev)
 fi

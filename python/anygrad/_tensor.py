@@ -41,6 +41,15 @@ int64 = dtype(5, "int64", np.int64, False)
 bool_ = dtype(6, "bool", np.bool_, False)
 uint8 = dtype(7, "uint8", np.uint8, False)
 _FLOAT_CODES = (0, 1, 2, 4)
+
+# Tensor.item() in one C call when the optional extension was built (pip
+# install with a compiler and Python.h; docs/python.md, "Overhead").
+try:
+    from . import _fast as _fast_mod
+    _fast_mod.bind(ctypes.cast(lib.ag_item_scalar, c_void_p).value)
+    _fast_item = _fast_mod.item
+except ImportError:
+    _fast_item = None
 _DTYPES = [float32, float16, bfloat16, int32, float64, int64, bool_, uint8]
 _ALIASES = {"float": float32, "f32": float32, "half": float16, "f16": float16, "bf16": bfloat16,
             "double": float64, "f64": float64, "int": int32, "i32": int32, "long": int64,
@@ -399,8 +408,14 @@ class Tensor:
     def tolist(self):
         return self.numpy().tolist()
 
-    def item(self, _item=lib.ag_item, _dt=lib.ag_tensor_dtype):
-        h = self._h or self._handle
+    def item(self, _item=lib.ag_item, _dt=lib.ag_tensor_dtype, _fast=_fast_item):
+        h = self._h
+        if _fast is not None and h:
+            v = _fast(h)
+            if v is not None:
+                return v
+            lib.ag_error_clear()  # the path below raises with the message
+        h = h or self._handle
         v = _item(h)
         if v != v:  # NaN: a failure (such as more than one element), or a NaN value
             lib.ag_error_clear()
