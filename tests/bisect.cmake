@@ -7,6 +7,9 @@ if(TARGET anygrad-cli AND TARGET anygrad_models AND Python3_Interpreter_FOUND)
   add_test(NAME compare_bisect_cpu COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bisect_test.py
                                            $<TARGET_FILE:anygrad-cli> cpu cpu)
   set(_bisect_tests compare_bisect_cpu)
+  if(AG_SANITIZE)
+    set_tests_properties(compare_bisect_cpu PROPERTIES ENVIRONMENT "AG_TEST_SANITIZED=1")
+  endif()
   foreach(_dev opencl gpuemu)
     add_test(NAME compare_bisect_${_dev} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bisect_test.py
                                                  $<TARGET_FILE:anygrad-cli> ${_dev}:0 mlp)
