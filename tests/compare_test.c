@@ -111,25 +111,34 @@ static void gpt_cpu_against_cpu_checks_every_other_step(void **state) {
   free(j);
 }
 
-/* The CNN on synthetic images: two CPU replicas agree bit for bit, the loss
- * of 10 classes starts near ln 10 and no tensor is left alive. */
-static void cnn_cpu_against_cpu_is_identical(void **state) {
-  (void)state;
+/* Runs `compare` with argv a[0..n) (cpu,cpu, --tol 0, --json JSON_PATH, 3
+ * steps) and checks the replicas agree bit for bit, the JSON names model,
+ * the first loss lies in (lo, hi) and no tensor is left alive. */
+static void check_cpu_replicas_identical(int n, const char **a, const char *model, double lo, double hi) {
   int64_t live = ag_live_tensors();
   remove(JSON_PATH);
-  const char *a[] = {"--devices", "cpu,cpu", "--model", "cnn", "--data", "synthetic", "--steps", "3",
-                     "--batch", "8", "--tol", "0", "--json", JSON_PATH};
-  assert_int_equal(run(14, a), 0);
+  assert_int_equal(run(n, a), 0);
   assert_int_equal(ag_live_tensors(), live);
   char *j = slurp(JSON_PATH);
   assert_non_null(j);
-  assert_non_null(strstr(j, "\"model\": \"cnn\""));
+  char want[64];
+  snprintf(want, sizeof want, "\"model\": \"%s\"", model);
+  assert_non_null(strstr(j, want));
   assert_int_equal(count(j, "{\"step\": "), 3);
   assert_true(device_field(j, 1, "max_loss_divergence") == 0.0);
   assert_true(device_field(j, 1, "max_param_divergence") == 0.0);
   double first = device_field(j, 0, "first_loss");
-  assert_true(first > 1.5 && first < 3.5);
+  assert_true(first > lo && first < hi);
   free(j);
+}
+
+/* The CNN on synthetic images: two CPU replicas agree bit for bit, the loss
+ * of 10 classes starts near ln 10 and no tensor is left alive. */
+static void cnn_cpu_against_cpu_is_identical(void **state) {
+  (void)state;
+  const char *a[] = {"--devices", "cpu,cpu", "--model", "cnn", "--data", "synthetic", "--steps", "3",
+                     "--batch", "8", "--tol", "0", "--json", JSON_PATH};
+  check_cpu_replicas_identical(14, a, "cnn", 1.5, 3.5);
 }
 
 /* The Llama-style decoder on the gpt model's batches: two CPU replicas
@@ -137,21 +146,9 @@ static void cnn_cpu_against_cpu_is_identical(void **state) {
  * tensor is left alive. */
 static void llama_cpu_against_cpu_is_identical(void **state) {
   (void)state;
-  int64_t live = ag_live_tensors();
-  remove(JSON_PATH);
   const char *a[] = {"--devices", "cpu,cpu", "--model", "llama", "--steps", "3", "--batch", "8",
                      "--tol", "0", "--json", JSON_PATH};
-  assert_int_equal(run(12, a), 0);
-  assert_int_equal(ag_live_tensors(), live);
-  char *j = slurp(JSON_PATH);
-  assert_non_null(j);
-  assert_non_null(strstr(j, "\"model\": \"llama\""));
-  assert_int_equal(count(j, "{\"step\": "), 3);
-  assert_true(device_field(j, 1, "max_loss_divergence") == 0.0);
-  assert_true(device_field(j, 1, "max_param_divergence") == 0.0);
-  double first = device_field(j, 0, "first_loss");
-  assert_true(first > 2.5 && first < 4.5);
-  free(j);
+  check_cpu_replicas_identical(12, a, "llama", 2.5, 4.5);
 }
 
 /* Number after `"key": ` anywhere in the JSON. */
