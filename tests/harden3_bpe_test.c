@@ -1,6 +1,8 @@
-/* Hostile input to the BPE file reader (docs/reliability.md): tokenizer
- * files with NUL bytes inside a field or with a signed number ("-0"), which
- * loaded as if the field ended there or were 0. */
+/* Hostile input to the BPE file reader and to the zero-copy entry points
+ * (docs/reliability.md): tokenizer files with NUL bytes inside a field or
+ * with a signed number ("-0"), which loaded as if the field ended there or
+ * were 0, and a from_blob/DLPack layout whose last element offset is
+ * exactly INT64_MAX, whose one-past-the-end offset overflowed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include <cmocka.h>
 
 #include "anygrad/anygrad.h"
+#include "anygrad/dlpack.h"
 #include "anygrad/tokenizer.h"
 
 static char dir[512];
@@ -108,10 +111,69 @@ static void test_bpe_sign(void **state) {
   ag_bpe_free(b);
 }
 
+/* ---- from_blob / DLPack: the last element at INT64_MAX ---- */
+
+static void no_delete(DLManagedTensor *m) { (void)m; }
+
+static void test_span_int64_max(void **state) {
+  (void)state;
+  unsigned char data[64] = {0};
+  /* 2 elements 2^63-1 apart: the last element's offset is INT64_MAX, one
+   * past it overflowed (UBSan), then wrapped into a small or negative span. */
+  int64_t shape[] = {2}, strides[] = {INT64_MAX};
+  static const ag_dtype dts[] = {AG_U8, AG_BOOL, AG_F32, AG_F64};
+  for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+    ag_error_clear();
+    ag_tensor *t = ag_from_blob(AG_CPU, dts[i], 1, shape, strides, data, NULL, NULL);
+    if (t) ag_tensor_release(t);
+    assert_null(t);
+    expect(ag_last_status(), AG_ERR_INVALID, "ag_from_blob: a stride layout");
+    expect(ag_last_status(), AG_ERR_INVALID, "overflows");
+  }
+  /* The same across two dims, and with the sum reaching it in steps. */
+  int64_t shape2[] = {3, 2}, strides2[] = {INT64_MAX / 2, 1}; /* 2 * (2^62 - 1) + 1 */
+  ag_error_clear();
+  assert_null(ag_from_blob(AG_CPU, AG_U8, 2, shape2, strides2, data, NULL, NULL));
+  expect(ag_last_status(), AG_ERR_INVALID, "overflows");
+  /* One below: the last element at INT64_MAX - 1 is a layout of INT64_MAX
+   * bytes, which no buffer holds; it is refused by the address check, not
+   * by wrapping. */
+  int64_t below[] = {INT64_MAX - 1};
+  ag_error_clear();
+  assert_null(ag_from_blob(AG_CPU, AG_U8, 1, shape, below, data, NULL, NULL));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+
+  DLManagedTensor m;
+  memset(&m, 0, sizeof m);
+  m.dl_tensor.data = data;
+  m.dl_tensor.device.device_type = kDLCPU;
+  m.dl_tensor.ndim = 1;
+  m.dl_tensor.dtype.code = kDLUInt;
+  m.dl_tensor.dtype.bits = 8;
+  m.dl_tensor.dtype.lanes = 1;
+  m.dl_tensor.shape = shape;
+  m.dl_tensor.strides = strides;
+  m.deleter = no_delete;
+  ag_error_clear();
+  assert_null(ag_from_dlpack(&m));
+  expect(ag_last_status(), AG_ERR_INVALID, "ag_from_dlpack: a stride layout");
+  m.dl_tensor.dtype.code = kDLFloat;
+  m.dl_tensor.dtype.bits = 32;
+  ag_error_clear();
+  assert_null(ag_from_dlpack(&m));
+  expect(ag_last_status(), AG_ERR_INVALID, "overflows");
+  /* A size-1 dim's stride is never multiplied: such a layout is fine. */
+  int64_t one[] = {1}, big[] = {INT64_MAX};
+  ag_tensor *t = ag_from_blob(AG_CPU, AG_F32, 1, one, big, data, NULL, NULL);
+  assert_non_null(t);
+  ag_tensor_release(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bpe_nul),
       cmocka_unit_test(test_bpe_sign),
+      cmocka_unit_test(test_span_int64_max),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
