@@ -1,5 +1,5 @@
-# libFuzzer harnesses (tests/fuzz/): the safetensors reader, the IDX reader
-# and the DLPack/from_blob entry points, built with clang's
+# libFuzzer harnesses (tests/fuzz/): the safetensors reader, the IDX reader,
+# the DLPack/from_blob entry points and the BPE reader, built with clang's
 # -fsanitize=fuzzer,address,undefined when AG_FUZZ is ON (scripts/test.sh's
 # clang14 stage). Each CTest test runs one harness for a few seconds from its
 # seed corpus (tests/fuzz/corpus/<name>, read only; what it finds new goes
@@ -25,7 +25,7 @@ if(AG_FUZZ)
                                $<TARGET_PROPERTY:anygrad_obj,INCLUDE_DIRECTORIES>)
     target_compile_definitions(anygrad_fuzz PRIVATE $<TARGET_PROPERTY:anygrad_obj,COMPILE_DEFINITIONS>)
     target_link_libraries(anygrad_fuzz PUBLIC $<TARGET_PROPERTY:anygrad_static,INTERFACE_LINK_LIBRARIES>)
-    foreach(_h safetensors idx dlpack)
+    foreach(_h safetensors idx dlpack bpe)
       add_executable(fuzz_${_h} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_${_h}.c)
       target_compile_options(fuzz_${_h} PRIVATE -fsanitize=fuzzer ${_ag_fz})
       target_link_options(fuzz_${_h} PRIVATE -fsanitize=fuzzer ${_ag_fz})

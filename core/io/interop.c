@@ -47,36 +47,41 @@ void *ag_tensor_data_ptr(const ag_tensor *t) {
 }
 
 /* Bytes from the first element to one past the last one a layout reaches
- * (all strides >= 0); false on overflow. */
+ * (all strides >= 0); false on overflow. Every step is checked: the last
+ * element may sit at INT64_MAX, where one past it overflowed. */
 static bool layout_span(const char *fn, ag_dtype dt, int ndim, const int64_t *shape, const int64_t *strides,
                         size_t *out_bytes) {
-  int64_t last = 0;
+  bool empty = false;
   for (int i = 0; i < ndim; i++) {
-    if (shape[i] == 0) {
-      *out_bytes = 0;
-      return true;
-    }
+    if (shape[i] == 0) empty = true;
     if (strides && strides[i] < 0) {
       ag_error_set(AG_ERR_INVALID, "%s: negative stride %lld in dim %d is not supported", fn,
                    (long long)strides[i], i);
       return false;
     }
   }
+  if (empty) {
+    *out_bytes = 0;
+    return true;
+  }
   int64_t contig[AG_MAX_DIMS];
   if (!strides) {
     ag__contiguous_strides(ndim, shape, contig);
     strides = contig;
   }
-  for (int i = 0; i < ndim; i++) {
-    if (shape[i] - 1 > 0 && strides[i] > (INT64_MAX - last) / (shape[i] - 1)) {
-      ag_error_set(AG_ERR_SHAPE, "%s: layout overflows 64-bit offsets", fn);
-      return false;
-    }
-    last += (shape[i] - 1) * strides[i];
-  }
-  int64_t bytes;
-  if (__builtin_mul_overflow(last + 1, (int64_t)ag_dtype_size(dt), &bytes)) {
-    ag_error_set(AG_ERR_SHAPE, "%s: layout overflows 64-bit byte offsets", fn);
+  int64_t last = 0, step, bytes;
+  bool over = false;
+  for (int i = 0; i < ndim && !over; i++)
+    over = __builtin_mul_overflow(shape[i] - 1, strides[i], &step) || __builtin_add_overflow(last, step, &last);
+  if (over || __builtin_add_overflow(last, 1, &bytes) ||
+      __builtin_mul_overflow(bytes, (int64_t)ag_dtype_size(dt), &bytes)) {
+    char b[2 * AG_MAX_DIMS * 21 + 32] = "";
+    size_t k = 0;
+    for (int j = 0; j < 2 * ndim; j++)
+      k += (size_t)snprintf(b + k, sizeof b - k, "%s%lld", j == 0 ? "" : j == ndim ? "] strides [" : ",",
+                            (long long)(j < ndim ? shape[j] : strides[j - ndim]));
+    ag_error_set(AG_ERR_INVALID, "%s: a stride layout of %s, shape [%s], overflows 64-bit byte offsets", fn,
+                 ag_dtype_name(dt), b);
     return false;
   }
   *out_bytes = (size_t)bytes;

@@ -682,6 +682,12 @@ static bool two_fields(const char *line, size_t len, char *f1, char *f2, size_t 
   return true;
 }
 
+/* A count or token id: plain decimal digits in [0, hi]. ag_parse_i64 alone
+ * also takes a sign ("-0" read as 0); a saved file has none. */
+static bool parse_plain(const char *s, int64_t hi, int64_t *out) {
+  return s[0] >= '0' && s[0] <= '9' && ag_parse_i64(s, 0, hi, out);
+}
+
 ag_status ag_bpe_load(const char *path, ag_bpe **out) {
   if (out) *out = NULL;
   if (!path || !out) return ag_error_set(AG_ERR_INVALID, "ag_bpe_load: NULL %s", !path ? "path" : "out");
@@ -691,6 +697,19 @@ ag_status ag_bpe_load(const char *path, ag_bpe **out) {
   if (st != AG_OK) return st;
   char esc[256], f1[64], f2[64];
   ag_escape(path, esc, sizeof esc);
+  /* The fields are compared and parsed as C strings: a NUL would end one
+   * early ("anygrad-bpe\0junk" compared equal to the magic, "97\0garbage"
+   * parsed as 97). A tokenizer file is text and holds none. */
+  const char *nul = memchr(buf, 0, n);
+  if (nul) {
+    size_t off = (size_t)(nul - buf);
+    int64_t at = 1;
+    for (size_t c = 0; c < off; c++) at += buf[c] == '\n';
+    free(buf);
+    return ag_error_set(AG_ERR_CORRUPT,
+                        "ag_bpe_load: %s: line %" PRId64 ": a NUL byte (at byte %zu; a tokenizer file is text)", esc,
+                        at, off);
+  }
   size_t pos = 0, len = 0;
   const char *line = NULL;
   bool cut = false;
@@ -704,7 +723,7 @@ ag_status ag_bpe_load(const char *path, ag_bpe **out) {
     why = cut || n == 0 ? "truncated header" : "not an anygrad BPE file (wrong magic)";
     goto corrupt;
   }
-  if (!ag_parse_i64(f2, 0, INT32_MAX, &v) || v != BPE_VERSION) {
+  if (!parse_plain(f2, INT32_MAX, &v) || v != BPE_VERSION) {
     why = "unsupported version (this build reads version 1)";
     goto corrupt;
   }
@@ -723,7 +742,7 @@ ag_status ag_bpe_load(const char *path, ag_bpe **out) {
     goto corrupt;
   }
   if (!two_fields(line, len, f1, f2, sizeof f1) || strcmp(f1, "merges") ||
-      !ag_parse_i64(f2, 0, AG_BPE_MAX_VOCAB - 256, &nm)) {
+      !parse_plain(f2, AG_BPE_MAX_VOCAB - 256, &nm)) {
     why = "expected 'merges N' with N in [0, 1048320]";
     goto corrupt;
   }
@@ -739,8 +758,8 @@ ag_status ag_bpe_load(const char *path, ag_bpe **out) {
       goto corrupt;
     }
     int64_t x, y;
-    if (!two_fields(line, len, f1, f2, sizeof f1) || !ag_parse_i64(f1, 0, INT32_MAX, &x) ||
-        !ag_parse_i64(f2, 0, INT32_MAX, &y)) {
+    if (!two_fields(line, len, f1, f2, sizeof f1) || !parse_plain(f1, INT32_MAX, &x) ||
+        !parse_plain(f2, INT32_MAX, &y)) {
       why = "expected two token ids 'LEFT RIGHT'";
       goto corrupt;
     }

@@ -58,8 +58,9 @@ typedef void (*ag_deleter_fn)(void *data, void *ctx);
  * The memory must stay valid and large enough for every element until then.
  * Ownership: new reference (see tensor.h). On error nothing is called and
  * the caller still owns data. Errors: AG_ERR_INVALID (NULL data with
- * elements, negative stride), AG_ERR_SHAPE, AG_ERR_DTYPE, AG_ERR_DEVICE /
- * AG_ERR_UNAVAILABLE for a bad device. */
+ * elements, negative stride, strides whose span overflows int64 bytes),
+ * AG_ERR_SHAPE (sizes whose byte size overflows), AG_ERR_DTYPE,
+ * AG_ERR_DEVICE / AG_ERR_UNAVAILABLE for a bad device. */
 AG_API ag_tensor *ag_from_blob(ag_device d, ag_dtype dt, int ndim, const int64_t *shape,
                                const int64_t *strides, void *data, ag_deleter_fn deleter,
                                void *ctx);
