@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The command line's outputs and options under hostile input
-(docs/reliability.md): `check --report` and `--dump-inputs` written through
-the shared output checks. One case per CTest test:
+"""The command line's outputs under hostile input (docs/reliability.md):
+`check --report` and `--dump-inputs` written through the shared output
+checks, and outputs that are an input or another output. One case per CTest
+test:
 
     harden3_tools_cli.py ANYGRAD_BINARY WORK_DIR CASE
 
@@ -138,6 +139,60 @@ def case_check_outputs():
     os.makedirs(d)
     expect(CHECK + ["--dump-inputs", d], 1, "write error", fsize=64)
     no_temp_files(d)
+
+
+COMPARE = ["compare", "--devices", "cpu,cpu", "--steps", "1"]
+TRAIN = ["train", "--steps", "1", "--samples", "0"]
+CNN = ["train", "--task", "fashion-mnist", "--epochs", "1", "--train-limit", "64", "--test-limit", "64"]
+
+
+def case_outputs_distinct():
+    """An output that is one of the inputs or another output (the same file
+    by device and inode, through symlinks and hard links, or the same name
+    for a file that does not exist yet) is a usage error before anything
+    runs, and every file keeps its content."""
+    fresh()
+    words = path("words.txt")
+    text = "".join("w" + chr(97 + i // 26) + chr(97 + i % 26) + "\n" for i in range(200))
+    write(words, text)
+    os.symlink(words, path("sym.txt"))
+    os.link(words, path("hard.txt"))
+    same = "is the same file as"
+    for args in (["--words", words, "--json", words],
+                 ["--words", words, "--report", words],
+                 ["--words", words, "--json", path("sym.txt")],
+                 ["--words", words, "--report", path("hard.txt")],
+                 ["--words", path("sym.txt"), "--json", path("hard.txt")]):
+        expect(COMPARE + args, 2, same)
+    # two outputs: both absent (also spelled differently), both present
+    expect(COMPARE + ["--words", words, "--json", path("x.out"), "--report", path("x.out")], 2, same)
+    expect(COMPARE + ["--words", words, "--json", path("x.out"), "--report", path("./x.out")], 2, same)
+    check(not os.path.exists(path("x.out")), "a refused run created its output")
+    write(path("r.html"), "old")
+    expect(COMPARE + ["--words", words, "--json", path("r.html"), "--report", path("r.html")], 2, same)
+    check(read(path("r.html")) == "old", "a refused run changed an output")
+    # train: the word list, the checkpoint, the trace and the report
+    expect(TRAIN + ["--words", words, "--out", words], 2, same)
+    expect(TRAIN + ["--words", words, "--trace", path("sym.txt")], 2, same)
+    expect(TRAIN + ["--words", words, "--report", path("hard.txt")], 2, same)
+    expect(TRAIN + ["--words", words, "--out", path("c.st"), "--trace", path("c.st")], 2, same)
+    expect(TRAIN + ["--words", words, "--trace", path("t.json"), "--report", path("t.json")], 2, same)
+    write(path("ck.st"), "checkpoint")
+    expect(TRAIN + ["--words", words, "--resume", path("ck.st"), "--trace", path("ck.st")], 2, same)
+    check(read(path("ck.st")) == "checkpoint", "a refused run changed the checkpoint")
+    # fashion-mnist: --out over one of the IDX files of --data
+    data = path("data")
+    os.makedirs(data)
+    idx = os.path.join(data, "train-images-idx3-ubyte.gz")
+    write(idx, "idx")
+    expect(CNN + ["--data", data, "--out", idx], 2, same)
+    check(read(idx) == "idx", "a refused run changed the data")
+    # text: --out over the corpus, or the tokenizer written beside --out
+    expect(["train", "--task", "text", "--data", words, "--out", path("sym.txt")], 2, same)
+    write(path("m.st.bpe"), "corpus")
+    expect(["train", "--task", "text", "--data", path("m.st.bpe"), "--out", path("m.st")], 2, same)
+    check(read(words) == text, "a refused run changed the word list")
+    no_temp_files()
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}

@@ -165,6 +165,27 @@ int ag_cli_device(const char *cmd, const char *s, ag_device *out) {
   return st == AG_ERR_UNAVAILABLE || st == AG_ERR_DEVICE ? AG_EXIT_RUNTIME : AG_EXIT_USAGE;
 }
 
+static bool is_file(const ag_cli_file *f) { return f->path && *f->path && strcmp(f->path, "-"); }
+
+static bool clash(const char *cmd, const ag_cli_file *out, const ag_cli_file *other) {
+  if (!is_file(out) || !is_file(other) || !ag_file_same(out->path, other->path)) return false;
+  char a[512], b[512];
+  fprintf(stderr, "anygrad %s: %s '%s' is the same file as %s '%s'; refusing to overwrite it\n", cmd, out->opt,
+          ag_escape(out->path, a, sizeof a), other->opt, ag_escape(other->path, b, sizeof b));
+  return true;
+}
+
+bool ag_cli_outputs_distinct(const char *cmd, const ag_cli_file *inputs, int n_inputs, const ag_cli_file *outputs,
+                             int n_outputs) {
+  for (int i = 0; i < n_outputs; i++) {
+    for (int j = 0; j < n_inputs; j++)
+      if (clash(cmd, &outputs[i], &inputs[j])) return false;
+    for (int j = i + 1; j < n_outputs; j++)
+      if (clash(cmd, &outputs[j], &outputs[i])) return false;
+  }
+  return true;
+}
+
 const char *ag_cli_backend_list(char *buf, size_t len) {
   size_t n = 0;
   if (len) buf[0] = 0;
