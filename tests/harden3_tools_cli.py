@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The command line's outputs under hostile input (docs/reliability.md):
-`check --report` and `--dump-inputs` written through the shared output
-checks, and outputs that are an input or another output. One case per CTest
-test:
+"""The command line's outputs and options under hostile input
+(docs/reliability.md): `check --report` and `--dump-inputs` written through
+the shared output checks, outputs that are an input or another output, and
+option values that look like options or overflow. One case per CTest test:
 
     harden3_tools_cli.py ANYGRAD_BINARY WORK_DIR CASE
 
@@ -193,6 +193,29 @@ def case_outputs_distinct():
     expect(["train", "--task", "text", "--data", path("m.st.bpe"), "--out", path("m.st")], 2, same)
     check(read(words) == text, "a refused run changed the word list")
     no_temp_files()
+
+
+def case_option_values():
+    """An explicit --opt=value is the value even when it starts with "--",
+    while "--opt --other" is still a missing value; a device index past
+    int64 is out of range as typed, and device strings go through the strict
+    parser (escaped in messages)."""
+    fresh()
+    expect(["memory", "--device", "cpu", "--json=--conf"], 0)
+    check(os.path.isfile(path("--conf")), "--json=--conf did not write the file '--conf'")
+    expect(["memory", "--device", "cpu", "--json", "--conf"], 2, "'--json' needs a value")
+    # the value is taken, so the next option is parsed (and fails on its own value)
+    expect(["train", "--task", "text", "--prompt=--steps", "--steps", "x"], 2, "--steps expects")
+    expect(["train", "--task", "text", "--prompt", "--steps", "5"], 2, "'--prompt' needs a value")
+    big = "99999999999999999999"
+    _, err = expect(["memory", "--device", "cpu:" + big], 1, big)
+    check("out of range" in err, f"no 'out of range' for device index {big}: {err!r}")
+    check("9223372036854775807" not in err, f"the index saturated: {err!r}")
+    for bad in ("cpu:+0", "cpu: 0", "cpu:0x1", "cpu:-1", "cpu:", "cpu:1\x1b[2J"):
+        _, err = expect(["memory", "--device", bad], 2, "is not a device")
+        check("\x1b" not in err, f"a raw escape sequence reached stderr: {err!r}")
+    _, err = expect(["memory", "--device", "cpu:1\x1b[2J"], 2, "\\x1b")
+    expect(["memory", "--device", "cpu:00"], 0)
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}

@@ -1,6 +1,7 @@
 /* The library half of the command line's checks (docs/reliability.md):
  * ag_file_same, which every command uses to refuse an output that is an
- * input or another output. */
+ * input or another output, and ag_device_parse's index through the strict
+ * parser (an index past int64 was saturated to INT64_MAX). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -70,9 +71,32 @@ static void file_same(void **state) {
   assert_false(ag_file_same("", ""));
 }
 
+static void device_index(void **state) {
+  (void)state;
+  ag_device d = AG_CPU;
+  ag_error_clear();
+  assert_int_equal(ag_device_parse("cpu:99999999999999999999", &d), AG_ERR_DEVICE);
+  assert_non_null(strstr(ag_last_error(), "no index 99999999999999999999 (out of range)"));
+  assert_null(strstr(ag_last_error(), "9223372036854775807"));
+  assert_int_equal(ag_device_parse("cpu:9223372036854775807", &d), AG_ERR_DEVICE);
+  assert_int_equal(ag_device_parse("cpu:65536", &d), AG_ERR_DEVICE);
+  /* what strtol took and the strict parser does not */
+  const char *bad[] = {"cpu:+0", "cpu: 0", "cpu:0 ", "cpu:0x0", "cpu:\x1b[2J"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ag_error_clear();
+    ag_status st = ag_device_parse(bad[i], &d);
+    if (st != AG_ERR_INVALID) fail_msg("'%s' parsed with %s", bad[i], ag_status_name(st));
+    assert_null(strchr(ag_last_error(), '\x1b'));
+  }
+  assert_non_null(strstr(ag_last_error(), "\\x1b"));
+  assert_int_equal(ag_device_parse("cpu:00", &d), AG_OK);
+  assert_true(ag_device_eq(d, AG_CPU));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(file_same, setup, teardown),
+      cmocka_unit_test(device_index),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

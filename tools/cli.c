@@ -38,8 +38,11 @@ int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opt
     return '?';
   }
   /* "--steps --out x": getopt takes "--out" as the value of --steps; a
-   * value that is itself one of the options means the value is missing. */
-  if (optarg && idx >= 0 && !strncmp(optarg, "--", 2)) {
+   * value that is itself one of the options means the value is missing.
+   * An explicit "--prompt=--steps" is always the value: getopt then points
+   * optarg into the option's own argument, past the '='. */
+  bool attached = optarg && optind > 0 && optarg != argv[optind - 1];
+  if (optarg && !attached && idx >= 0 && !strncmp(optarg, "--", 2)) {
     size_t n = strcspn(optarg + 2, "=");
     for (const struct option *o = opts; o->name; o++)
       if (strlen(o->name) == n && !strncmp(o->name, optarg + 2, n)) {
