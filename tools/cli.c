@@ -38,8 +38,11 @@ int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opt
     return '?';
   }
   /* "--steps --out x": getopt takes "--out" as the value of --steps; a
-   * value that is itself one of the options means the value is missing. */
-  if (optarg && idx >= 0 && !strncmp(optarg, "--", 2)) {
+   * value that is itself one of the options means the value is missing.
+   * An explicit "--prompt=--steps" is always the value: getopt then points
+   * optarg into the option's own argument, past the '='. */
+  bool attached = optarg && optind > 0 && optarg != argv[optind - 1];
+  if (optarg && !attached && idx >= 0 && !strncmp(optarg, "--", 2)) {
     size_t n = strcspn(optarg + 2, "=");
     for (const struct option *o = opts; o->name; o++)
       if (strlen(o->name) == n && !strncmp(o->name, optarg + 2, n)) {
@@ -163,6 +166,27 @@ int ag_cli_device(const char *cmd, const char *s, ag_device *out) {
   if (st == AG_OK) return AG_EXIT_OK;
   fprintf(stderr, "anygrad %s: %s\n", cmd, ag_last_error());
   return st == AG_ERR_UNAVAILABLE || st == AG_ERR_DEVICE ? AG_EXIT_RUNTIME : AG_EXIT_USAGE;
+}
+
+static bool is_file(const ag_cli_file *f) { return f->path && *f->path && strcmp(f->path, "-"); }
+
+static bool clash(const char *cmd, const ag_cli_file *out, const ag_cli_file *other) {
+  if (!is_file(out) || !is_file(other) || !ag_file_same(out->path, other->path)) return false;
+  char a[512], b[512];
+  fprintf(stderr, "anygrad %s: %s '%s' is the same file as %s '%s'; refusing to overwrite it\n", cmd, out->opt,
+          ag_escape(out->path, a, sizeof a), other->opt, ag_escape(other->path, b, sizeof b));
+  return true;
+}
+
+bool ag_cli_outputs_distinct(const char *cmd, const ag_cli_file *inputs, int n_inputs, const ag_cli_file *outputs,
+                             int n_outputs) {
+  for (int i = 0; i < n_outputs; i++) {
+    for (int j = 0; j < n_inputs; j++)
+      if (clash(cmd, &outputs[i], &inputs[j])) return false;
+    for (int j = i + 1; j < n_outputs; j++)
+      if (clash(cmd, &outputs[j], &outputs[i])) return false;
+  }
+  return true;
 }
 
 const char *ag_cli_backend_list(char *buf, size_t len) {

@@ -52,6 +52,21 @@ bool ag_cli_bool(const char *cmd, const char *opt, const char *v, bool *out);
  * AG_EXIT_RUNTIME for a backend or device absent on this machine. */
 int ag_cli_device(const char *cmd, const char *s, ag_device *out);
 
+/* A file a command reads or writes, named by the option that gives it. */
+typedef struct ag_cli_file {
+  const char *opt;  /* "--json" */
+  const char *path; /* NULL: not given; "-" (stdout) is never a file */
+} ag_cli_file;
+
+/* The check every command makes before it runs: no output is the same file
+ * (ag_file_same: device and inode, through symbolic and hard links, or the
+ * same name for files that do not exist yet) as one of the inputs or as
+ * another output. Prints "anygrad <cmd>: --json 'x' is the same file as
+ * --words 'y'; refusing to overwrite it" and returns false otherwise (a
+ * usage error). */
+bool ag_cli_outputs_distinct(const char *cmd, const ag_cli_file *inputs, int n_inputs, const ag_cli_file *outputs,
+                             int n_outputs);
+
 /* "cpu, cuda, hip, ..." (every backend the core knows) into buf. */
 const char *ag_cli_backend_list(char *buf, size_t len);
 

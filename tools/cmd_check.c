@@ -106,6 +106,21 @@ int ag_cmd_check(int argc, char **argv) {
     fprintf(stderr, "anygrad check: --dump-inputs %s: not an existing directory\n", dump_dir);
     return AG_EXIT_USAGE;
   }
+  /* Outputs are checked before the run (a FIFO is not waited on, a device
+   * node is not written, an unwritable place is found now, not after it). */
+  if (report && ag_output_check(report, "--report output") != AG_OK) {
+    fprintf(stderr, "anygrad check: %s\n", ag_last_error());
+    return AG_EXIT_RUNTIME;
+  }
+  if (dump_dir) {
+    char probe[4096];
+    int len = snprintf(probe, sizeof probe, "%s/anygrad-check.bin", dump_dir);
+    if (len < 0 || (size_t)len >= sizeof probe || ag_output_check(probe, "--dump-inputs file") != AG_OK) {
+      fprintf(stderr, "anygrad check: --dump-inputs %s: %s\n", dump_dir,
+              len < 0 || (size_t)len >= sizeof probe ? "the path is too long" : ag_last_error());
+      return AG_EXIT_RUNTIME;
+    }
+  }
   /* the gradient rows compare with finite differences, not the reference */
   if (accuracy && mode == 0) mode = 1;
 
@@ -221,6 +236,14 @@ int ag_cmd_check(int argc, char **argv) {
         char msg[1024];
         ag_conf_result r = ag_conf_run_acc(opsel[oi], dts[d], cols[i].dev, seed, verbose ? stderr : NULL, msg,
                                            sizeof msg, accuracy ? &acc : NULL);
+        if (acc.dump_error[0]) { /* a file of --dump-inputs could not be written: stop */
+          fprintf(stderr, "anygrad check: %s\n", acc.dump_error);
+          ag_conf_acc_free(&acc);
+          free(cells);
+          free(flog);
+          if (tbl != stdout) fclose(tbl);
+          return AG_EXIT_RUNTIME;
+        }
         fprintf(tbl, " %-5s", ag_conf_result_name(r));
         if (cells) {
           ag_check_cell *ce = &cells[ncells++];

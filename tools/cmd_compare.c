@@ -178,6 +178,18 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
     }
   }
   if (!ok) return -1;
+  /* No output may replace an input (the word list, --model cnn's IDX files)
+   * or another output, checked before anything runs. */
+  char pi[4096], pl[4096];
+  int ni = snprintf(pi, sizeof pi, "%s/train-images-idx3-ubyte.gz", o->data);
+  int nl = snprintf(pl, sizeof pl, "%s/train-labels-idx1-ubyte.gz", o->data);
+  bool idx = o->cnn && strcmp(o->data, "synthetic") && ni > 0 && nl > 0 && (size_t)ni < sizeof pi &&
+             (size_t)nl < sizeof pl;
+  ag_cli_file ins[] = {{"--words", o->cnn ? NULL : o->job.words_path},
+                       {"--data", idx ? pi : NULL},
+                       {"--data", idx ? pl : NULL}},
+              outs[] = {{"--json", o->json}, {"--report", o->report}};
+  if (!ag_cli_outputs_distinct(C, ins, 3, outs, 2)) return -1;
   /* Rounding moves the loss (a mean over the batch) far less than single
    * parameters, so the default loss tolerance is the tighter one. */
   o->tol = have_tol ? tol_all : 1e-2;

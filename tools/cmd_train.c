@@ -159,6 +159,17 @@ static bool parse_lr(const char *v, double hi, double *out) {
   return false;
 }
 
+/* Outputs checked against the inputs and each other before anything runs
+ * (ag_cli_outputs_distinct). --resume may be --out itself: the checkpoint is
+ * read at the start and replaced atomically when saved, so training can
+ * continue in place; it may not be any other output. */
+static bool outputs_distinct(const ag_cli_file *inputs, int n_inputs, const char *resume, const ag_cli_file *outs,
+                             int n_outs) {
+  ag_cli_file r = {"--resume", resume};
+  return ag_cli_outputs_distinct("train", inputs, n_inputs, outs, n_outs) &&
+         ag_cli_outputs_distinct("train", &r, 1, outs + 1, n_outs - 1);
+}
+
 /* --task fashion-mnist: the options that apply to it; the words-only ones
  * are a usage error rather than silently ignored. */
 static int parse_cnn(int argc, char **argv, cnn_options *o) {
@@ -219,6 +230,15 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
     fprintf(stderr, "anygrad train: --out must not be empty\n");
     return AG_EXIT_USAGE;
   }
+  static const char *const idx_names[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+  char idx[4][4096];
+  ag_cli_file ins[4], outs[1] = {{"--out", o->out}};
+  for (int i = 0; i < 4; i++) {
+    int n = snprintf(idx[i], sizeof idx[i], "%s/%s", o->data_dir, idx_names[i]);
+    ins[i] = (ag_cli_file){"--data", n > 0 && (size_t)n < sizeof idx[i] ? idx[i] : NULL};
+  }
+  if (!outputs_distinct(ins, 4, o->resume, outs, 1)) return AG_EXIT_USAGE;
   if (device) {
     int rc = ag_cli_device(C, device, &o->device);
     if (rc != AG_EXIT_OK) return rc;
@@ -287,6 +307,12 @@ static int parse_text(int argc, char **argv, text_options *o) {
     fprintf(stderr, "anygrad train: --out must not be empty\n");
     return AG_EXIT_USAGE;
   }
+  /* the tokenizer is written beside the checkpoint */
+  char bpe[4096];
+  int bl = snprintf(bpe, sizeof bpe, "%s.bpe", o->out);
+  ag_cli_file data = {"--data", o->data},
+              outs[2] = {{"--out", o->out}, {"--out's tokenizer", bl > 0 && (size_t)bl < sizeof bpe ? bpe : NULL}};
+  if (!outputs_distinct(&data, 1, o->resume, outs, 2)) return AG_EXIT_USAGE;
   if (o->dim % o->heads || (o->dim / o->heads) % 2 || o->heads % (o->kv_heads ? o->kv_heads : o->heads)) {
     fprintf(stderr, "anygrad train: --embd %d must be a multiple of --heads %d with an even quotient, and --heads "
                     "a multiple of --kv-heads %d\n", o->dim, o->heads, o->kv_heads);
@@ -427,6 +453,9 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
     fprintf(stderr, "anygrad train: --out must not be empty\n");
     return AG_EXIT_USAGE;
   }
+  ag_cli_file words = {"--words", o->words_path},
+              outs[3] = {{"--out", o->out}, {"--trace", o->trace}, {"--report", o->report}};
+  if (!outputs_distinct(&words, 1, o->resume, outs, 3)) return AG_EXIT_USAGE;
   if (device) {
     int rc = ag_cli_device(C, device, &o->device);
     if (rc != AG_EXIT_OK) return rc;

@@ -6,6 +6,7 @@
 #include "conformance.h"
 
 #include "anygrad/autograd.h"
+#include "anygrad/checks.h"
 #include "op_ref.h"
 #include "ulp.h"
 
@@ -559,26 +560,41 @@ static bool dist_push(ag_conf_dist *d, int64_t u) {
 
 /* DIR/<op>.<dtype>.<device>.<case>.bin: one JSON header line, then the
  * logical input, the double reference and the device output as
- * little-endian doubles (docs/conformance.md). */
+ * little-endian doubles (docs/conformance.md). Written atomically through
+ * ag_output_*; the first file that fails is recorded in acc->dump_error and
+ * ends the dump. */
 static void dump_case(ctx *c, const double *ref, const double *o, int ndim, const int64_t *shape, int64_t n) {
+  ag_conf_acc *acc = c->acc;
+  if (acc->dump_error[0]) return;
   char dev[24], path[1024];
   ag_device_str(c->dev, dev, sizeof dev);
   for (char *p = dev; *p; p++)
     if (*p == ':') *p = '_';
-  snprintf(path, sizeof path, "%s/%s.%s.%s.%02d.bin", c->acc->dump_dir, c->opname, ag_dtype_name(c->dt), dev, c->ncase);
-  FILE *f = fopen(path, "wb");
-  if (!f) return;
-  const hbuf *h = c->din;
-  fprintf(f, "{\"op\": \"%s\", \"dtype\": \"%s\", \"device\": \"%s\", \"case\": \"%s\", \"adversarial\": %s, \"in_shape\": [",
-          c->opname, ag_dtype_name(c->dt), dev, c->cname, c->adv ? "true" : "false");
-  for (int i = 0; i < h->ndim; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)h->shape[i]);
-  fprintf(f, "], \"out_shape\": [");
-  for (int i = 0; i < ndim; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)shape[i]);
-  fprintf(f, "], \"n_in\": %lld, \"n_out\": %lld%s%s}\n", (long long)h->n, (long long)n, c->dinfo[0] ? ", " : "", c->dinfo);
-  fwrite(h->v, sizeof(double), (size_t)h->n, f);
-  fwrite(ref, sizeof(double), (size_t)n, f);
-  fwrite(o, sizeof(double), (size_t)n, f);
-  fclose(f);
+  int len = snprintf(path, sizeof path, "%s/%s.%s.%s.%02d.bin", acc->dump_dir, c->opname, ag_dtype_name(c->dt), dev,
+                     c->ncase);
+  if (len < 0 || (size_t)len >= sizeof path) {
+    snprintf(acc->dump_error, sizeof acc->dump_error, "--dump-inputs: the path of %s.%s.%s.%02d.bin in %s is too long",
+             c->opname, ag_dtype_name(c->dt), dev, c->ncase, acc->dump_dir);
+    return;
+  }
+  ag_output *out = NULL;
+  ag_status st = ag_output_open(path, "--dump-inputs file", &out);
+  if (st == AG_OK) {
+    FILE *f = ag_output_file(out);
+    const hbuf *h = c->din;
+    fprintf(f, "{\"op\": \"%s\", \"dtype\": \"%s\", \"device\": \"%s\", \"case\": \"%s\", \"adversarial\": %s, \"in_shape\": [",
+            c->opname, ag_dtype_name(c->dt), dev, c->cname, c->adv ? "true" : "false");
+    for (int i = 0; i < h->ndim; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)h->shape[i]);
+    fprintf(f, "], \"out_shape\": [");
+    for (int i = 0; i < ndim; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    fprintf(f, "], \"n_in\": %lld, \"n_out\": %lld%s%s}\n", (long long)h->n, (long long)n, c->dinfo[0] ? ", " : "",
+            c->dinfo);
+    fwrite(h->v, sizeof(double), (size_t)h->n, f);
+    fwrite(ref, sizeof(double), (size_t)n, f);
+    fwrite(o, sizeof(double), (size_t)n, f);
+    st = ag_output_commit(out); /* a write error seen on the stream fails here */
+  }
+  if (st != AG_OK) snprintf(acc->dump_error, sizeof acc->dump_error, "%s", ag_last_error());
 }
 
 /* Record every element of a result in the accuracy distribution. */

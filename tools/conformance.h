@@ -79,6 +79,10 @@ typedef struct ag_conf_acc {
   ag_conf_dist shapes, adversarial;
   const char *dump_dir; /* when set, inputs, reference and output of the
                            cases with a torch counterpart are written here */
+  char dump_error[1024]; /* the first file of dump_dir that could not be
+                            written, and why ("" when none); no file is
+                            written after it. The caller checks it after each
+                            ag_conf_run_acc (ag_conf_acc_free clears it). */
 } ag_conf_acc;
 
 typedef struct ag_conf_stats {

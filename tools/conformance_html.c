@@ -3,7 +3,6 @@
  * drawing code inline: nothing is fetched when it is opened. */
 #include "conformance_html.h"
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,44 +289,45 @@ static void put_templ(FILE *f, const char *t, const char *title) {
 }
 
 int ag_acc_html_write(const char *path, const char *title, const char *json_doc, char *err, size_t err_len) {
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    snprintf(err, err_len, "cannot write %s: %s", path, strerror(errno));
-    return -1;
+  /* the page replaces path only once complete: a symlink is replaced, not
+   * written through, and a failed write leaves the previous page */
+  ag_output *out = NULL;
+  ag_status st = ag_output_open(path, "report", &out);
+  if (st == AG_OK) {
+    FILE *f = ag_output_file(out);
+    put_templ(f, k_head, title);
+    /* inside a script element "</" would end it early */
+    for (const char *p = json_doc; *p; p++) {
+      if (p[0] == '<' && p[1] == '/') fputs("<\\", f);
+      else fputc(*p, f);
+    }
+    put_templ(f, k_tail, title);
+    st = ag_output_commit(out); /* a write error seen on the stream fails here */
   }
-  put_templ(f, k_head, title);
-  /* inside a script element "</" would end it early */
-  for (const char *p = json_doc; *p; p++) {
-    if (p[0] == '<' && p[1] == '/') fputs("<\\", f);
-    else fputc(*p, f);
-  }
-  put_templ(f, k_tail, title);
-  if (fclose(f) != 0) {
-    snprintf(err, err_len, "cannot write %s: %s", path, strerror(errno));
+  if (st != AG_OK) {
+    snprintf(err, err_len, "%s", ag_last_error());
     return -1;
   }
   return 0;
 }
 
 int ag_check_html_write(const char *path, const ag_check_summary *s, char *err, size_t err_len) {
-  FILE *t = tmpfile();
+  char *doc = NULL;
+  size_t n = 0;
+  FILE *t = open_memstream(&doc, &n);
   if (!t) {
-    snprintf(err, err_len, "cannot create a temporary file: %s", strerror(errno));
+    snprintf(err, err_len, "out of host memory");
     return -1;
   }
   ag_check_json(t, s);
-  long n = ftell(t);
-  char *doc = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  int rc = -1;
-  if (!doc) snprintf(err, err_len, "out of host memory");
-  else {
-    rewind(t);
-    size_t got = fread(doc, 1, (size_t)n, t);
-    doc[got] = 0;
-    rc = ag_acc_html_write(path, "anygrad accuracy", doc, err, err_len);
+  bool bad = ferror(t) != 0;
+  if (fclose(t) != 0 || bad) {
+    free(doc);
+    snprintf(err, err_len, "out of host memory");
+    return -1;
   }
+  int rc = ag_acc_html_write(path, "anygrad accuracy", doc, err, err_len);
   free(doc);
-  fclose(t);
   return rc;
 }
 

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "anygrad/checks.h"
 #include "anygrad/report.h"
@@ -86,12 +85,6 @@ static char *slurp(const char *fn, const char *what, const char *path, size_t *o
   return buf;
 }
 
-/* Whether a and b name the same file (the output would destroy an input). */
-static bool same_file(const char *a, const char *b) {
-  struct stat sa, sb;
-  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 /* The shape of a JSON object whose top level has `key` (a cheap check: the
  * page parses it for real and says so if it is broken). */
 static bool looks_like(const char *s, size_t n, const char *key) {
@@ -107,9 +100,9 @@ static bool looks_like(const char *s, size_t n, const char *key) {
 ag_status ag_report_from_trace(const char *trace_path, const char *snapshot_path, const char *out_path) {
   const char *fn = "ag_report_from_trace";
   if (!trace_path || !out_path) return ag_error_set(AG_ERR_INVALID, "%s: NULL path", fn);
-  if (same_file(trace_path, out_path) || (snapshot_path && same_file(snapshot_path, out_path)))
+  if (ag_file_same(trace_path, out_path) || (snapshot_path && ag_file_same(snapshot_path, out_path)))
     return ag_error_set(AG_ERR_INVALID, "%s: the output '%s' is the input '%s'; refusing to overwrite it", fn,
-                        out_path, same_file(trace_path, out_path) ? trace_path : snapshot_path);
+                        out_path, ag_file_same(trace_path, out_path) ? trace_path : snapshot_path);
   size_t nt = 0, ns = 0;
   char *tr = slurp(fn, "trace", trace_path, &nt);
   if (!tr) return ag_last_status();

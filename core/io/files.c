@@ -367,6 +367,31 @@ void ag_output_abort(ag_output *o) {
   output_free(o);
 }
 
+/* The directory part and the last component of path (dirname/basename on
+ * copies), stat'ed: false when the directory does not exist. */
+static bool dir_and_name(const char *path, struct stat *dir, char **name) {
+  char *dcopy = strdup(path), *bcopy = strdup(path);
+  bool ok = dcopy && bcopy && stat(dirname(dcopy), dir) == 0;
+  *name = ok ? strdup(basename(bcopy)) : NULL;
+  free(dcopy);
+  free(bcopy);
+  return *name != NULL;
+}
+
+bool ag_file_same(const char *a, const char *b) {
+  if (!a || !b || !*a || !*b) return false;
+  struct stat sa, sb;
+  bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+  if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (!strcmp(a, b)) return true;
+  char *na = NULL, *nb = NULL;
+  bool same = dir_and_name(a, &sa, &na) && dir_and_name(b, &sb, &nb) && sa.st_dev == sb.st_dev &&
+              sa.st_ino == sb.st_ino && !strcmp(na, nb);
+  free(na);
+  free(nb);
+  return same;
+}
+
 ag_status ag_output_commit(ag_output *o) {
   if (!o) return ag_error_set(AG_ERR_INVALID, "ag_output_commit: NULL output");
   ag_status st = AG_OK;

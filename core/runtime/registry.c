@@ -584,19 +584,23 @@ ag_stream *ag_stream_set_current(ag_device d, ag_stream *s) {
 ag_status ag_device_parse(const char *s, ag_device *out_device) {
   if (!s || !out_device)
     return ag_error_set(AG_ERR_INVALID, "ag_device_parse: NULL argument");
+  char es[256];
+  ag_escape(s, es, sizeof es); /* the text as typed, safe to print */
   const char *colon = strchr(s, ':');
   size_t n = colon ? (size_t)(colon - s) : strlen(s);
-  long idx = 0;
-  bool ok = valid_name(s, n);
+  int64_t idx = 0;
+  bool ok = valid_name(s, n), too_big = false;
   if (ok && colon) {
-    char *end = NULL;
-    idx = strtol(colon + 1, &end, 10);
-    ok = end != colon + 1 && *end == 0 && idx >= 0;
+    /* the strict parser: decimal digits only (no sign, blank or hex); a
+     * well-formed index past int64 is out of range, not saturated */
+    const char *t = colon + 1;
+    ok = ag_parse_i64(t, 0, INT64_MAX, &idx);
+    too_big = !ok && *t && strspn(t, "0123456789") == strlen(t);
   }
-  if (!ok)
+  if (!ok && !too_big)
     return ag_error_set(AG_ERR_INVALID,
                         "ag_device_parse: '%s' is not a device (expected <backend> or <backend>:N, "
-                        "e.g. cpu, cuda:0, opencl:1)", s);
+                        "e.g. cpu, cuda:0, opencl:1)", es);
   char name[NAME_MAX_LEN + 1];
   memcpy(name, s, n);
   name[n] = 0;
@@ -604,15 +608,15 @@ ag_status ag_device_parse(const char *s, ag_device *out_device) {
   if (ag_backend_find(name, &kind) != AG_OK) {
     char why[400];
     snprintf(why, sizeof why, "%s", ag_last_error() + strlen("ag_backend_find: "));
-    return ag_error_set(AG_ERR_INVALID, "ag_device_parse: '%s' is not a device: %s", s, why);
+    return ag_error_set(AG_ERR_INVALID, "ag_device_parse: '%s' is not a device: %s", es, why);
   }
   backend_slot *sl = started_slot((int)kind);
   if (!sl->ok)
     return ag_error_set(AG_ERR_UNAVAILABLE, "ag_device_parse: backend %s is unavailable: %s", sl->name,
                         sl->reason);
-  if (idx >= sl->count)
-    return ag_error_set(AG_ERR_DEVICE, "ag_device_parse: %s has %d device%s, no index %ld", sl->name, sl->count,
-                        sl->count == 1 ? "" : "s", idx);
+  if (too_big || idx >= sl->count)
+    return ag_error_set(AG_ERR_DEVICE, "ag_device_parse: %s has %d device%s, no index %s (out of range)", sl->name,
+                        sl->count, sl->count == 1 ? "" : "s", colon ? es + n + 1 : "0");
   out_device->backend = (int16_t)kind;
   out_device->index = (int16_t)idx;
   return AG_OK;

@@ -111,6 +111,15 @@ AG_API ag_status ag_output_commit(ag_output *o);
 /* Remove the temp file and free o (NULL: nothing). The target is untouched. */
 AG_API void ag_output_abort(ag_output *o);
 
+/* Whether paths a and b name the same file, so that writing one would
+ * destroy the other or lose its content: the same device and inode when
+ * both exist (through symbolic and hard links), else the same name in the
+ * same directory (compared by device and inode: "x" and "./x"), so two
+ * outputs that do not exist yet still collide. A path that exists and one
+ * that does not are different files. NULL or empty: false. Commands check
+ * every output against their inputs and other outputs before they run. */
+AG_API bool ag_file_same(const char *a, const char *b);
+
 #ifdef __cplusplus
 }
 #endif
