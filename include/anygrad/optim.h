@@ -33,10 +33,13 @@ AG_API ag_adamw_options ag_adamw_defaults(void);
 /* Optimizers over the tensors of `params` (retained; the list itself is not
  * kept). State tensors (momentum, exp_avg, exp_avg_sq) are allocated now,
  * zero, as AG_MEM_OPTIMIZER. Owned by the caller: ag_optimizer_free.
- * Errors (NULL returned): AG_ERR_INVALID for a negative lr/momentum or
- * nesterov without momentum, AG_ERR_DTYPE for a parameter that is not f32
- * (AdamW) or not floating point (SGD), AG_ERR_STATE for a non-contiguous or
- * non-leaf parameter, AG_ERR_DEVICE when parameters span devices. */
+ * Errors (NULL returned): AG_ERR_INVALID for an lr, momentum, weight decay
+ * or eps that is negative, NaN or infinite, a non-finite dampening, betas
+ * outside [0, 1), nesterov without momentum, one tensor listed twice
+ * (naming both indices and names), AG_ERR_DTYPE for a parameter that is
+ * not f32 (AdamW) or not floating point (SGD), AG_ERR_STATE for a
+ * non-contiguous or non-leaf parameter, AG_ERR_DEVICE when parameters span
+ * devices. */
 AG_API ag_optimizer *ag_sgd_create(const ag_param_list *params, const ag_sgd_options *opts);
 AG_API ag_optimizer *ag_adamw_create(const ag_param_list *params, const ag_adamw_options *opts);
 AG_API void ag_optimizer_free(ag_optimizer *o);
@@ -59,7 +62,9 @@ AG_API ag_status ag_optimizer_step_amp(ag_optimizer *o, ag_tensor *inv_scale, ag
 AG_API ag_status ag_optimizer_params(const ag_optimizer *o, ag_param_list *l);
 /* Drop every parameter's gradient (set to none). */
 AG_API void ag_optimizer_zero_grad(ag_optimizer *o);
-AG_API void ag_optimizer_set_lr(ag_optimizer *o, double lr);
+/* Every group's learning rate. Errors: AG_ERR_INVALID for a NULL o or an
+ * lr that is negative, NaN or infinite (the rates stay as they were). */
+AG_API ag_status ag_optimizer_set_lr(ag_optimizer *o, double lr);
 AG_API double ag_optimizer_lr(const ag_optimizer *o);
 /* Steps taken so far (AdamW bias correction uses it); settable for resume. */
 AG_API int64_t ag_optimizer_steps(const ag_optimizer *o);
