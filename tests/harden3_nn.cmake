@@ -1,5 +1,5 @@
-# Hostile arguments to the optimizers (tests/harden3_nn_test.c;
-# docs/reliability.md).
+# Hostile arguments to the optimizers and the learning-rate schedules
+# (tests/harden3_nn_test.c; docs/reliability.md).
 add_executable(harden3_nn_test ${CMAKE_CURRENT_SOURCE_DIR}/harden3_nn_test.c)
 target_include_directories(harden3_nn_test PRIVATE ${AG_CMOCKA_INCLUDE})
 target_link_libraries(harden3_nn_test PRIVATE anygrad_static ${AG_CMOCKA_LIB} m)

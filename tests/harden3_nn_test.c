@@ -1,6 +1,7 @@
-/* Hostile arguments to the optimizers (docs/reliability.md, API entry
- * points): one parameter listed twice, non-finite or negative learning
- * rates. */
+/* Hostile arguments to the optimizers and the learning-rate schedules
+ * (docs/reliability.md, API entry points): one parameter listed twice,
+ * non-finite or negative learning rates, schedule arguments out of range, a
+ * cosine-with-restarts step of 2^62. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,10 +145,128 @@ static void test_optimizer_set_lr_nonfinite(void **state) {
   ag_tensor_release(w);
 }
 
+/* ---- ag_lr_cosine's arguments ---- */
+
+static void test_lr_cosine_arguments(void **state) {
+  (void)state;
+  /* valid: unchanged values, a run shorter than its warmup ramps only */
+  assert_true(fabs(ag_lr_cosine(60, 10, 110, 1.0, 0.1) - 0.55) < 1e-12);
+  assert_true(fabs(ag_lr_cosine(4, 100, 20, 1.0, 0.1) - 0.05) < 1e-12);
+  assert_true(fabs(ag_lr_cosine(3, 0, 0, 1.0, 0.1) - 0.1) < 1e-12);
+  struct {
+    int64_t step, warmup, total;
+    double hi, lo;
+    const char *what;
+  } bad[] = {
+      {-2, 10, 100, 1.0, 0.1, "step"},       {5, -1, 100, 1.0, 0.1, "warmup"},
+      {5, INT64_MIN, 100, 1.0, 0.1, "warmup"}, {5, 0, -1, 1.0, 0.1, "total"},
+      {5, 0, 100, NAN, 0.1, "lr_max"},       {5, 0, 100, INFINITY, 0.1, "lr_max"},
+      {5, 0, 100, -1.0, 0.1, "lr_max"},      {5, 0, 100, 1.0, NAN, "lr_min"},
+      {5, 0, 100, 1.0, -INFINITY, "lr_min"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ag_error_clear();
+    double v = ag_lr_cosine(bad[i].step, bad[i].warmup, bad[i].total, bad[i].hi, bad[i].lo);
+    if (!isnan(v)) fprintf(stderr, "case %zu: got %g\n", i, v);
+    assert_true(isnan(v));
+    assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+    assert_true(has(bad[i].what));
+  }
+}
+
+/* ---- every schedule's arguments ---- */
+
+static void expect_bad(const ag_schedule *s, int64_t step, const char *what) {
+  ag_error_clear();
+  double v = ag_schedule_lr(s, step);
+  if (!isnan(v)) fprintf(stderr, "schedule kind %d step %lld: got %g\n", (int)s->kind, (long long)step, v);
+  assert_true(isnan(v));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_true(has(what));
+}
+
+static void test_schedule_arguments(void **state) {
+  (void)state;
+  ag_schedule s = ag_schedule_multistep(1.0, 2, (int64_t[]){-3, 5}, 0.1);
+  expect_bad(&s, 1, "milestones");
+  s = ag_schedule_linear(1.0, 0.5, NAN, 10);
+  expect_bad(&s, 1, "end_factor");
+  s = ag_schedule_linear(1.0, 0.5, 1.0, -4);
+  expect_bad(&s, 1, "total");
+  s = ag_schedule_cosine(1.0, 0.0, -1);
+  expect_bad(&s, 1, "total");
+  s = ag_schedule_cosine(NAN, 0.0, 10);
+  expect_bad(&s, 1, "lr");
+  s = ag_schedule_cosine_restarts(1.0, INFINITY, 4, 2);
+  expect_bad(&s, 1, "lr_min");
+  s = ag_schedule_cosine_restarts(1.0, 0.0, -4, 2);
+  expect_bad(&s, 1, "period");
+  /* a rate that overflows on the way is not a rate */
+  s = ag_schedule_step(1.0, 1, 10.0);
+  assert_true(ag_schedule_lr(&s, 300) == 1e300);
+  expect_bad(&s, 400, "not finite");
+  s = ag_schedule_one_cycle(1.0, 10, 0.3, 1e-320, 1e4);
+  expect_bad(&s, 0, "not finite");
+  s = ag_schedule_with_warmup(ag_schedule_constant(1.0), -5, 0.5);
+  expect_bad(&s, 1, "warmup");
+  s = ag_schedule_with_warmup(ag_schedule_constant(1.0), 5, NAN);
+  expect_bad(&s, 1, "start_factor");
+  s = ag_schedule_constant(1.0);
+  expect_bad(&s, INT64_MIN, "step");
+}
+
+/* The loop the restarts schedule used to run, step / period times for
+ * period_mult 1: the reference over small steps. */
+static double restarts_loop(double lr, double lr_min, int64_t period, int64_t mult, int64_t step) {
+  int64_t cur = step, len = period;
+  while (cur >= len) {
+    cur -= len;
+    len *= mult;
+  }
+  double pct = (double)cur / (double)len;
+  return lr_min + (lr - lr_min) / 2.0 * (cos(M_PI * pct) + 1.0);
+}
+
+static void test_cosine_restarts_large_step(void **state) {
+  (void)state;
+  const int64_t cfg[][2] = {{1, 1}, {3, 1}, {7, 1}, {4, 2}, {1, 2}, {1, 3}, {5, 7}, {2, 1000}};
+  for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++) {
+    ag_schedule s = ag_schedule_cosine_restarts(0.5, 0.01, cfg[c][0], cfg[c][1]);
+    for (int64_t step = 0; step < 3000; step++) {
+      double want = restarts_loop(0.5, 0.01, cfg[c][0], cfg[c][1], step), got = ag_schedule_lr(&s, step);
+      if (got != want)
+        fprintf(stderr, "period %lld mult %lld step %lld: %.17g, the loop gives %.17g\n", (long long)cfg[c][0],
+                (long long)cfg[c][1], (long long)step, got, want);
+      assert_true(got == want);
+    }
+  }
+  /* 2^62 with period_mult 1 (the loop ran 2^62 / 3 times): 2^62 mod 3 = 1 */
+  const int64_t big = INT64_C(1) << 62;
+  ag_schedule s = ag_schedule_cosine_restarts(0.5, 0.01, 3, 1);
+  assert_true(ag_schedule_lr(&s, big) == restarts_loop(0.5, 0.01, 3, 1, 1));
+  s = ag_schedule_cosine_restarts(0.5, 0.01, 1, 1);
+  assert_true(ag_schedule_lr(&s, INT64_MAX) == 0.5);
+  /* a period that would overflow int64: periods 1, 2^40, 2^80, so 2^62 is
+   * 2^62 - 1 - 2^40 into the third (the loop divided by 2^40 there) */
+  s = ag_schedule_cosine_restarts(0.5, 0.01, 1, INT64_C(1) << 40);
+  double frac = (double)(big - 1 - (INT64_C(1) << 40)) / ldexp(1.0, 80);
+  double want = 0.01 + (0.5 - 0.01) / 2.0 * (cos(M_PI * frac) + 1.0);
+  assert_true(fabs(ag_schedule_lr(&s, big) - want) <= 1e-15);
+  s = ag_schedule_cosine_restarts(0.5, 0.01, 3, 2);
+  double v = ag_schedule_lr(&s, INT64_MAX);
+  assert_true(v >= 0.01 && v <= 0.5);
+  /* the same through a warmup */
+  s = ag_schedule_with_warmup(ag_schedule_cosine_restarts(0.5, 0.01, 3, 1), 10, 0.1);
+  assert_true(ag_schedule_lr(&s, big + 10) == restarts_loop(0.5, 0.01, 3, 1, 1));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_optimizer_duplicate_params),
       cmocka_unit_test(test_optimizer_set_lr_nonfinite),
+      cmocka_unit_test(test_lr_cosine_arguments),
+      cmocka_unit_test(test_schedule_arguments),
+      cmocka_unit_test(test_cosine_restarts_large_step),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

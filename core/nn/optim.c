@@ -1,6 +1,6 @@
 /* SGD and AdamW through the fused multi-tensor kernels (AG_K_SGD,
- * AG_K_ADAMW), global-norm clipping with AG_K_SUMSQ and an in-place device
- * scale (no host sync), and the cosine learning-rate schedule. */
+ * AG_K_ADAMW), and global-norm clipping with AG_K_SUMSQ and an in-place
+ * device scale (no host sync). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -642,13 +642,4 @@ ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm) {
     return NULL;
   }
   return norm;
-}
-
-double ag_lr_cosine(int64_t step, int64_t warmup, int64_t total, double lr_max, double lr_min) {
-  if (warmup > 0 && step < warmup) return lr_max * (double)(step + 1) / (double)warmup;
-  if (total <= warmup) return lr_min;
-  double p = (double)(step - warmup) / (double)(total - warmup);
-  if (p > 1) p = 1;
-  if (p < 0) p = 0;
-  return lr_min + 0.5 * (lr_max - lr_min) * (1.0 + cos(M_PI * p));
 }
