@@ -1,7 +1,8 @@
-/* Hostile arguments to the optimizers and the learning-rate schedules
- * (docs/reliability.md, API entry points): one parameter listed twice,
- * non-finite or negative learning rates, schedule arguments out of range, a
- * cosine-with-restarts step of 2^62. */
+/* Hostile arguments to the optimizers, the learning-rate schedules and the
+ * Llama loader (docs/reliability.md, API entry points): one parameter
+ * listed twice, non-finite or negative learning rates, schedule arguments
+ * out of range, a cosine-with-restarts step of 2^62, a deeper model's
+ * file. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,8 @@
 #include <cmocka.h>
 
 #include "anygrad/anygrad.h"
+
+#define TMP AG_TEST_TMPDIR "/harden3_nn"
 
 static bool has(const char *needle) {
   const char *e = ag_last_error();
@@ -260,6 +263,71 @@ static void test_cosine_restarts_large_step(void **state) {
   assert_true(ag_schedule_lr(&s, big + 10) == restarts_loop(0.5, 0.01, 3, 1, 1));
 }
 
+/* ---- a deeper model's file, tensors the model does not have ---- */
+
+static ag_llama_config tiny(int64_t layers) {
+  return (ag_llama_config){.vocab_size = 16, .dim = 8, .n_layers = layers, .n_heads = 2, .hidden_dim = 16,
+                           .max_seq_len = 4};
+}
+
+static void test_llama_load_extra_tensors(void **state) {
+  (void)state;
+  ag_llama deep, m;
+  ag_llama_config c3 = tiny(3), c2 = tiny(2);
+  assert_int_equal(ag_llama_init(&deep, &c3, AG_CPU, AG_F32, NULL), AG_OK);
+  assert_int_equal(ag_llama_save(&deep, TMP "_deep.st"), AG_OK);
+  assert_int_equal(ag_llama_init(&m, &c2, AG_CPU, AG_F32, NULL), AG_OK);
+  ag_tensor *w = m.params.tensors[m.params.count - 1];
+  size_t wn = (size_t)ag_tensor_numel(w) * sizeof(float);
+  float *before = malloc(wn), *after = malloc(wn);
+  assert_non_null(before);
+  assert_non_null(after);
+  assert_int_equal(ag_to_host(w, before, wn), AG_OK);
+
+  assert_int_equal(ag_llama_load(&m, TMP "_deep.st"), AG_ERR_CORRUPT);
+  assert_true(has("model.layers.2."));
+  assert_true(has("n_layers 2"));
+  assert_int_equal(ag_to_host(w, after, wn), AG_OK);
+  assert_memory_equal(before, after, wn); /* nothing copied */
+  free(before);
+  free(after);
+
+  /* the model's own tensors plus one it does not have */
+  ag_param_list l = {0};
+  assert_int_equal(ag_params_extend(&l, NULL, &m.params), AG_OK);
+  ag_tensor *x = ag_zeros(AG_CPU, AG_F32, 1, (int64_t[]){4});
+  assert_int_equal(ag_params_add(&l, "model.layers.0.mlp.extra_proj.weight", x), AG_OK);
+  assert_int_equal(ag_safetensors_save(TMP "_extra.st", &l, 0, NULL, NULL), AG_OK);
+  assert_int_equal(ag_llama_load(&m, TMP "_extra.st"), AG_ERR_CORRUPT);
+  assert_true(has("'model.layers.0.mlp.extra_proj.weight'"));
+  ag_params_free(&l);
+
+  /* what a Llama file may carry besides the model: HF's rotary buffers of
+   * its layers, anygrad's optimizer state and counters (train --task text) */
+  assert_int_equal(ag_params_extend(&l, NULL, &m.params), AG_OK);
+  assert_int_equal(ag_params_add(&l, "model.layers.1.self_attn.rotary_emb.inv_freq", x), AG_OK);
+  assert_int_equal(ag_params_add(&l, "optim.model.norm.weight.exp_avg", x), AG_OK);
+  assert_int_equal(ag_params_add(&l, "optimizer.step", x), AG_OK);
+  assert_int_equal(ag_safetensors_save(TMP "_ok.st", &l, 0, NULL, NULL), AG_OK);
+  assert_int_equal(ag_llama_load(&m, TMP "_ok.st"), AG_OK);
+  ag_params_free(&l);
+  /* ... but not the rotary buffer of a layer it does not have */
+  assert_int_equal(ag_params_extend(&l, NULL, &m.params), AG_OK);
+  assert_int_equal(ag_params_add(&l, "model.layers.2.self_attn.rotary_emb.inv_freq", x), AG_OK);
+  assert_int_equal(ag_safetensors_save(TMP "_rot.st", &l, 0, NULL, NULL), AG_OK);
+  assert_int_equal(ag_llama_load(&m, TMP "_rot.st"), AG_ERR_CORRUPT);
+  assert_true(has("model.layers.2.self_attn.rotary_emb.inv_freq"));
+  ag_params_free(&l);
+
+  /* the deeper model loads its own file */
+  assert_int_equal(ag_llama_load(&deep, TMP "_deep.st"), AG_OK);
+  ag_tensor_release(x);
+  ag_llama_free(&m);
+  ag_llama_free(&deep);
+  const char *files[] = {TMP "_deep.st", TMP "_extra.st", TMP "_ok.st", TMP "_rot.st"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) unlink(files[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_optimizer_duplicate_params),
@@ -267,6 +335,7 @@ int main(void) {
       cmocka_unit_test(test_lr_cosine_arguments),
       cmocka_unit_test(test_schedule_arguments),
       cmocka_unit_test(test_cosine_restarts_large_step),
+      cmocka_unit_test(test_llama_load_extra_tensors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
