@@ -1,5 +1,5 @@
-# Hostile arguments to the optimizers, the learning-rate schedules and the
-# Llama loader (tests/harden3_nn_test.c; docs/reliability.md).
+# Hostile arguments to the optimizers, the learning-rate schedules, the norms
+# and the Llama loader (tests/harden3_nn_test.c; docs/reliability.md).
 add_executable(harden3_nn_test ${CMAKE_CURRENT_SOURCE_DIR}/harden3_nn_test.c)
 target_compile_definitions(harden3_nn_test PRIVATE AG_TEST_TMPDIR="${CMAKE_CURRENT_BINARY_DIR}")
 target_include_directories(harden3_nn_test PRIVATE ${AG_CMOCKA_INCLUDE})

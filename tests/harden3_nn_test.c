@@ -1,8 +1,8 @@
-/* Hostile arguments to the optimizers, the learning-rate schedules and the
- * Llama loader (docs/reliability.md, API entry points): one parameter
- * listed twice, non-finite or negative learning rates, schedule arguments
- * out of range, a cosine-with-restarts step of 2^62, a deeper model's
- * file. */
+/* Hostile arguments to the optimizers, the learning-rate schedules, the
+ * norms and the Llama loader (docs/reliability.md, API entry points): one
+ * parameter listed twice, non-finite or negative learning rates, schedule
+ * arguments out of range, a cosine-with-restarts step of 2^62, a deeper
+ * model's file, a non-finite or non-positive norm eps. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "anygrad/anygrad.h"
+#include "anygrad/sequential.h"
 
 #define TMP AG_TEST_TMPDIR "/harden3_nn"
 
@@ -328,6 +329,72 @@ static void test_llama_load_extra_tensors(void **state) {
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) unlink(files[i]);
 }
 
+/* ---- norm eps ---- */
+
+static void test_norm_eps(void **state) {
+  (void)state;
+  const double bad[] = {INFINITY, -INFINITY, NAN, -1e-5, 0.0};
+  ag_tensor *x = ag_randn(AG_CPU, AG_F32, 2, (int64_t[]){3, 4}, 0, 1, NULL);
+  ag_tensor *x4 = ag_randn(AG_CPU, AG_F32, 4, (int64_t[]){2, 3, 2, 2}, 0, 1, NULL);
+  assert_non_null(x);
+  assert_non_null(x4);
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    double e = bad[i];
+    ag_error_clear();
+    assert_null(ag_rms_norm(x, NULL, e));
+    assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+    assert_true(has("eps"));
+    ag_error_clear();
+    assert_null(ag_layer_norm(x, NULL, NULL, e));
+    assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+    assert_true(has("eps"));
+    ag_error_clear();
+    assert_null(ag_batch_norm(x4, NULL, NULL, NULL, NULL, true, 0.1, e));
+    assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+    assert_true(has("eps"));
+
+    ag_layer_norm_layer ln;
+    assert_int_equal(ag_layer_norm_init(&ln, AG_CPU, AG_F32, 4, e), AG_ERR_INVALID);
+    assert_true(has("eps"));
+    ag_batch_norm2d bn;
+    assert_int_equal(ag_batch_norm2d_init(&bn, AG_CPU, AG_F32, 3, 0.1, e), AG_ERR_INVALID);
+    assert_true(has("eps"));
+
+    if (e == 0.0) continue; /* 0 selects the default below */
+    ag_llama m;
+    ag_llama_config c = tiny(1);
+    c.norm_eps = e;
+    assert_int_equal(ag_llama_init(&m, &c, AG_CPU, AG_F32, NULL), AG_ERR_INVALID);
+    assert_true(has("norm_eps"));
+    for (int k = 0; k < 2; k++) {
+      ag_layer_spec sp[2] = {{.kind = AG_LAYER_LINEAR, .in = 4, .out = 4, .bias = true},
+                             {.kind = k ? AG_LAYER_LAYER_NORM : AG_LAYER_BATCH_NORM2D, .in = 4, .eps = e}};
+      ag_sequential sq;
+      assert_int_equal(ag_sequential_init(&sq, AG_CPU, AG_F32, 2, sp, NULL), AG_ERR_INVALID);
+      assert_true(has("layer 1"));
+      assert_true(has("eps"));
+    }
+  }
+  /* 0 in the config and the specs still selects 1e-5 */
+  ag_llama m;
+  ag_llama_config c = tiny(1);
+  assert_int_equal(ag_llama_init(&m, &c, AG_CPU, AG_F32, NULL), AG_OK);
+  assert_true(m.cfg.norm_eps == 1e-5);
+  ag_llama_free(&m);
+  ag_layer_spec sp[1] = {{.kind = AG_LAYER_LAYER_NORM, .in = 4}};
+  ag_sequential sq;
+  assert_int_equal(ag_sequential_init(&sq, AG_CPU, AG_F32, 1, sp, NULL), AG_OK);
+  ag_tensor *y = ag_sequential_forward(&sq, x);
+  assert_non_null(y);
+  ag_tensor_release(y);
+  ag_sequential_free(&sq);
+  y = ag_rms_norm(x, NULL, 1e-6);
+  assert_non_null(y);
+  ag_tensor_release(y);
+  ag_tensor_release(x);
+  ag_tensor_release(x4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_optimizer_duplicate_params),
@@ -336,6 +403,7 @@ int main(void) {
       cmocka_unit_test(test_schedule_arguments),
       cmocka_unit_test(test_cosine_restarts_large_step),
       cmocka_unit_test(test_llama_load_extra_tensors),
+      cmocka_unit_test(test_norm_eps),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -104,9 +104,11 @@ ag_status ag_llama_init(ag_llama *m, const ag_llama_config *cfg, ag_device d, ag
   if (c.dim % c.n_heads || (c.dim / c.n_heads) % 2 || c.n_heads % c.n_kv_heads)
     return ag_error_set(AG_ERR_SHAPE, "ag_llama_init: dim %lld must split into n_heads %d heads of an even size, "
                         "and n_heads into n_kv_heads %d groups", (long long)c.dim, c.n_heads, c.n_kv_heads);
-  if (!(c.rope_theta > 0.0) || !(c.norm_eps >= 0.0) || !isfinite(c.rope_theta))
-    return ag_error_set(AG_ERR_SHAPE, "ag_llama_init: rope_theta %g must be > 0 and norm_eps %g >= 0",
-                        c.rope_theta, c.norm_eps);
+  if (!(c.rope_theta > 0.0) || !isfinite(c.rope_theta))
+    return ag_error_set(AG_ERR_SHAPE, "ag_llama_init: rope_theta %g must be finite and > 0", c.rope_theta);
+  if (!(c.norm_eps > 0.0) || isinf(c.norm_eps))
+    return ag_error_set(AG_ERR_INVALID, "ag_llama_init: norm_eps %g must be finite and > 0 (0 selects 1e-5)",
+                        c.norm_eps);
   c.hidden_dim = ag_llama_hidden_dim(&c);
   m->cfg = c;
   m->head_dim = c.dim / c.n_heads;

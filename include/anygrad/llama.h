@@ -72,8 +72,8 @@ AG_API int64_t ag_llama_hidden_dim(const ag_llama_config *cfg);
  * both halves, are computed in double and rounded to dt. Errors:
  * AG_ERR_INVALID (NULL m or cfg), AG_ERR_SHAPE (a required size < 1, dim
  * not a multiple of n_heads, odd head_dim, n_heads not a multiple of
- * n_kv_heads, rope_theta <= 0, norm_eps < 0), tensor creation errors. On
- * error m holds nothing. */
+ * n_kv_heads, rope_theta <= 0), AG_ERR_INVALID (norm_eps negative, NaN or
+ * infinite), tensor creation errors. On error m holds nothing. */
 AG_API ag_status ag_llama_init(ag_llama *m, const ag_llama_config *cfg, ag_device d, ag_dtype dt,
                                ag_generator *g);
 
