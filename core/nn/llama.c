@@ -9,6 +9,7 @@
 
 #include "anygrad/alloc.h"
 #include "anygrad/autograd.h"
+#include "anygrad/checks.h"
 #include "anygrad/llama.h"
 #include "anygrad/serialize.h"
 #include "autograd/grad_internal.h"
@@ -103,9 +104,11 @@ ag_status ag_llama_init(ag_llama *m, const ag_llama_config *cfg, ag_device d, ag
   if (c.dim % c.n_heads || (c.dim / c.n_heads) % 2 || c.n_heads % c.n_kv_heads)
     return ag_error_set(AG_ERR_SHAPE, "ag_llama_init: dim %lld must split into n_heads %d heads of an even size, "
                         "and n_heads into n_kv_heads %d groups", (long long)c.dim, c.n_heads, c.n_kv_heads);
-  if (!(c.rope_theta > 0.0) || !(c.norm_eps >= 0.0) || !isfinite(c.rope_theta))
-    return ag_error_set(AG_ERR_SHAPE, "ag_llama_init: rope_theta %g must be > 0 and norm_eps %g >= 0",
-                        c.rope_theta, c.norm_eps);
+  if (!(c.rope_theta > 0.0) || !isfinite(c.rope_theta))
+    return ag_error_set(AG_ERR_SHAPE, "ag_llama_init: rope_theta %g must be finite and > 0", c.rope_theta);
+  if (!(c.norm_eps > 0.0) || isinf(c.norm_eps))
+    return ag_error_set(AG_ERR_INVALID, "ag_llama_init: norm_eps %g must be finite and > 0 (0 selects 1e-5)",
+                        c.norm_eps);
   c.hidden_dim = ag_llama_hidden_dim(&c);
   m->cfg = c;
   m->head_dim = c.dim / c.n_heads;
@@ -464,6 +467,61 @@ ag_status ag_llama_save(const ag_llama *m, const char *path) {
   return ag_safetensors_save(path, &m->params, 1, k, v);
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* N of "model.layers.N.<rest>" (plain decimal), or -1; *rest after the dot. */
+static int64_t layer_of(const char *name, const char **rest) {
+  static const char pre[] = "model.layers.";
+  if (strncmp(name, pre, sizeof pre - 1)) return -1;
+  const char *p = name + sizeof pre - 1;
+  size_t n = strspn(p, "0123456789");
+  if (n < 1 || n > 18 || p[n] != '.' || (n > 1 && p[0] == '0')) return -1;
+  int64_t v = 0;
+  for (size_t i = 0; i < n; i++) v = v * 10 + (p[i] - '0');
+  *rest = p + n + 1;
+  return v;
+}
+
+/* What a Llama file may hold besides m's parameters: Hugging Face's rotary
+ * buffers of m's layers (old transformers versions saved them; from_pretrained
+ * ignores them too) and anygrad's training state ("optim." optimizer state,
+ * "optimizer." counters: train --task text writes one file for both). */
+static bool not_a_parameter(const ag_llama *m, const char *name) {
+  if (!strncmp(name, "optim.", 6) || !strncmp(name, "optimizer.", 10)) return true;
+  const char *rest;
+  int64_t l = layer_of(name, &rest);
+  return l >= 0 && l < m->cfg.n_layers && !strcmp(rest, "self_attn.rotary_emb.inv_freq");
+}
+
+/* Every tensor of the file is one of m's parameters or not_a_parameter: a
+ * deeper model's layers, or any other tensor m does not have, are refused
+ * as a missing one is (AG_ERR_CORRUPT naming it), not dropped. */
+static ag_status check_extra(const ag_llama *m, const char *path, int n, const char *const *names) {
+  const char **own = malloc((size_t)(m->params.count ? m->params.count : 1) * sizeof *own);
+  if (!own) return ag_error_set(AG_ERR_OOM, "ag_llama_load: out of host memory");
+  for (int i = 0; i < m->params.count; i++) own[i] = m->params.names[i];
+  qsort(own, (size_t)m->params.count, sizeof *own, cmp_str);
+  ag_status st = AG_OK;
+  for (int i = 0; i < n && st == AG_OK; i++) {
+    if (!names[i] || not_a_parameter(m, names[i]) ||
+        bsearch(&names[i], own, (size_t)m->params.count, sizeof *own, cmp_str))
+      continue;
+    char pb[256], nb[256];
+    const char *rest;
+    int64_t l = layer_of(names[i], &rest);
+    if (l >= m->cfg.n_layers)
+      st = ag_error_set(AG_ERR_CORRUPT, "ag_llama_load: %s: tensor '%s' is of layer %lld, the model has n_layers %lld "
+                        "(a deeper model's file)", ag_escape(path, pb, sizeof pb), ag_escape(names[i], nb, sizeof nb),
+                        (long long)l, (long long)m->cfg.n_layers);
+    else
+      st = ag_error_set(AG_ERR_CORRUPT, "ag_llama_load: %s: tensor '%s' is not a parameter of the model (n_layers "
+                        "%lld, %s embeddings)", ag_escape(path, pb, sizeof pb), ag_escape(names[i], nb, sizeof nb),
+                        (long long)m->cfg.n_layers, m->cfg.untied_head ? "untied" : "tied");
+  }
+  free(own);
+  return st;
+}
+
 ag_status ag_llama_load(ag_llama *m, const char *path) {
   if (!m || !path) return ag_error_set(AG_ERR_INVALID, "ag_llama_load: NULL argument");
   ag_safetensors *f = NULL;
@@ -474,6 +532,7 @@ ag_status ag_llama_load(ag_llama *m, const char *path) {
   if (!names) st = ag_error_set(AG_ERR_OOM, "ag_llama_load: out of host memory");
   for (int i = 0; names && i < n; i++) names[i] = ag_safetensors_name(f, i);
   if (st == AG_OK) st = ag_llama_check_tying(m, n, names);
+  if (st == AG_OK) st = check_extra(m, path, n, names);
   if (st == AG_OK) {
     ag_no_grad_begin();
     st = ag_safetensors_load_into(f, &m->params);

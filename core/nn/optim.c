@@ -1,6 +1,6 @@
 /* SGD and AdamW through the fused multi-tensor kernels (AG_K_SGD,
- * AG_K_ADAMW), global-norm clipping with AG_K_SUMSQ and an in-place device
- * scale (no host sync), and the cosine learning-rate schedule. */
+ * AG_K_ADAMW), and global-norm clipping with AG_K_SUMSQ and an in-place
+ * device scale (no host sync). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,10 +64,53 @@ static ag_tensor *state_zeros(const ag_tensor *p) {
   return t;
 }
 
+typedef struct tensor_at {
+  uintptr_t t;
+  int i;
+} tensor_at;
+
+static int cmp_tensor_at(const void *a, const void *b) {
+  const tensor_at *x = a, *y = b;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (x->i > y->i) - (x->i < y->i);
+}
+
+/* The first repeat of a tensor in ts[0..n): *out_dup its index (the lowest
+ * index that repeats an earlier entry), *out_first the earlier entry's; -1
+ * when each tensor is listed once. Sorted, so a list of thousands of
+ * parameters costs no quadratic scan. Returns false only out of memory. */
+static bool find_repeat(ag_tensor *const *ts, int n, int *out_first, int *out_dup) {
+  *out_first = *out_dup = -1;
+  if (n < 2) return true;
+  tensor_at *v = malloc((size_t)n * sizeof *v);
+  if (!v) return false;
+  for (int i = 0; i < n; i++) v[i] = (tensor_at){(uintptr_t)ts[i], i};
+  qsort(v, (size_t)n, sizeof *v, cmp_tensor_at);
+  for (int k = 1; k < n; k++)
+    if (v[k].t == v[k - 1].t && (*out_dup < 0 || v[k].i < *out_dup)) {
+      *out_dup = v[k].i;
+      *out_first = v[k - 1].i;
+    }
+  free(v);
+  return true;
+}
+
 static ag_optimizer *create(const ag_param_list *params, int kind, const char *fn, bool need_s0,
                             bool need_s1) {
   if (!params) {
     ag_error_set(AG_ERR_INVALID, "%s: NULL parameter list", fn);
+    return NULL;
+  }
+  /* One tensor listed twice would be updated twice per step (torch refuses
+   * a parameter in two groups and warns about repeats within one). */
+  int first, dup;
+  if (!find_repeat(params->tensors, params->count, &first, &dup)) {
+    ag_error_set(AG_ERR_OOM, "%s: out of host memory", fn);
+    return NULL;
+  }
+  if (dup >= 0) {
+    ag_error_set(AG_ERR_INVALID, "%s: parameter %d ('%s') is the same tensor as parameter %d ('%s'); list each "
+                 "parameter once", fn, dup, params->names[dup], first, params->names[first]);
     return NULL;
   }
   ag_optimizer *o = calloc(1, sizeof *o);
@@ -120,16 +163,21 @@ fail:
   return NULL;
 }
 
+/* NaN fails every comparison: "< 0" alone let it through. */
+static bool fin_nonneg(double v) { return v >= 0 && !isinf(v); }
+
 ag_optimizer *ag_sgd_create(const ag_param_list *params, const ag_sgd_options *opts) {
   if (!opts) {
     ag_error_set(AG_ERR_INVALID, "ag_sgd_create: NULL options");
     return NULL;
   }
-  if (opts->lr < 0 || opts->momentum < 0 || opts->weight_decay < 0 ||
-      (opts->nesterov && (opts->momentum <= 0 || opts->dampening != 0))) {
-    ag_error_set(AG_ERR_INVALID, "ag_sgd_create: invalid options (lr %g, momentum %g, weight_decay %g%s)",
-                 opts->lr, opts->momentum, opts->weight_decay,
-                 opts->nesterov ? ", nesterov needs momentum > 0 and dampening 0" : "");
+  if (!fin_nonneg(opts->lr) || !fin_nonneg(opts->momentum) || !fin_nonneg(opts->weight_decay) ||
+      !isfinite(opts->dampening) || (opts->nesterov && (opts->momentum <= 0 || opts->dampening != 0))) {
+    ag_error_set(AG_ERR_INVALID,
+                 "ag_sgd_create: invalid options (lr %g, momentum %g, weight_decay %g: finite and >= 0; dampening "
+                 "%g: finite%s)",
+                 opts->lr, opts->momentum, opts->weight_decay, opts->dampening,
+                 opts->nesterov ? "; nesterov needs momentum > 0 and dampening 0" : "");
     return NULL;
   }
   ag_optimizer *o = create(params, OPT_SGD, "ag_sgd_create", opts->momentum != 0, false);
@@ -143,10 +191,12 @@ ag_optimizer *ag_sgd_create(const ag_param_list *params, const ag_sgd_options *o
 
 ag_optimizer *ag_adamw_create(const ag_param_list *params, const ag_adamw_options *opts) {
   ag_adamw_options d = opts ? *opts : ag_adamw_defaults();
-  if (d.lr < 0 || d.eps < 0 || d.beta1 < 0 || d.beta1 >= 1 || d.beta2 < 0 || d.beta2 >= 1 ||
-      d.weight_decay < 0) {
-    ag_error_set(AG_ERR_INVALID, "ag_adamw_create: invalid options (lr %g, betas %g %g, eps %g, wd %g)", d.lr,
-                 d.beta1, d.beta2, d.eps, d.weight_decay);
+  if (!fin_nonneg(d.lr) || !fin_nonneg(d.eps) || !(d.beta1 >= 0 && d.beta1 < 1) || !(d.beta2 >= 0 && d.beta2 < 1) ||
+      !fin_nonneg(d.weight_decay)) {
+    ag_error_set(AG_ERR_INVALID,
+                 "ag_adamw_create: invalid options (lr %g, eps %g, weight_decay %g: finite and >= 0; betas %g %g: "
+                 "in [0, 1))",
+                 d.lr, d.eps, d.weight_decay, d.beta1, d.beta2);
     return NULL;
   }
   ag_optimizer *o = create(params, OPT_ADAMW, "ag_adamw_create", true, true);
@@ -264,13 +314,16 @@ void ag_optimizer_zero_grad(ag_optimizer *o) {
   for (int i = 0; o && i < o->n; i++) ag_tensor_zero_grad(o->params[i]);
 }
 
-void ag_optimizer_set_lr(ag_optimizer *o, double lr) {
-  if (!o) return;
+ag_status ag_optimizer_set_lr(ag_optimizer *o, double lr) {
+  if (!o) return ag_error_set(AG_ERR_INVALID, "ag_optimizer_set_lr: NULL optimizer");
+  if (!fin_nonneg(lr))
+    return ag_error_set(AG_ERR_INVALID, "ag_optimizer_set_lr: lr must be finite and >= 0, got %g", lr);
   counters_in(o);
   if (o->kind == OPT_ADAMW) o->adam.lr = lr;
   else o->sgd.lr = lr;
   for (int g = 0; g < o->n_groups; g++) o->glr[g] = lr;
   counters_out(o);
+  return AG_OK;
 }
 
 double ag_optimizer_lr(const ag_optimizer *o) {
@@ -305,7 +358,7 @@ static ag_status check_group(const ag_optimizer *o, int group, const char *fn) {
 ag_status ag_optimizer_set_group_lr(ag_optimizer *o, int group, double lr) {
   ag_status st = check_group(o, group, "ag_optimizer_set_group_lr");
   if (st != AG_OK) return st;
-  if (!(lr >= 0) || isinf(lr))
+  if (!fin_nonneg(lr))
     return ag_error_set(AG_ERR_INVALID, "ag_optimizer_set_group_lr: lr must be finite and >= 0, got %g", lr);
   counters_in(o);
   o->glr[group] = lr;
@@ -337,25 +390,37 @@ static ag_optimizer *create_groups(const ag_param_group *groups, int n_groups, c
   for (int g = 0; g < n_groups; g++) {
     const ag_param_group *pg = &groups[g];
     double glr = isnan(pg->lr) ? lr : pg->lr, gwd = isnan(pg->weight_decay) ? wd : pg->weight_decay;
-    if (!pg->params || !(glr >= 0) || isinf(glr) || !(gwd >= 0) || isinf(gwd)) {
+    if (!pg->params || !fin_nonneg(glr) || !fin_nonneg(gwd)) {
       ag_error_set(AG_ERR_INVALID, "%s: group %d: %s (lr %g, weight_decay %g)", fn, g,
                    pg->params ? "lr and weight_decay must be finite and >= 0" : "NULL parameter list", glr,
                    gwd);
       ag_params_free(&all);
       return NULL;
     }
-    for (int i = 0; i < pg->params->count; i++)
-      for (int j = 0; j < all.count; j++)
-        if (all.tensors[j] == pg->params->tensors[i]) {
-          ag_error_set(AG_ERR_INVALID, "%s: parameter '%s' of group %d is already in an earlier group ('%s')", fn,
-                       pg->params->names[i], g, all.names[j]);
-          ag_params_free(&all);
-          return NULL;
-        }
     if (ag_params_extend(&all, NULL, pg->params) != AG_OK) {
       ag_params_free(&all);
       return NULL;
     }
+  }
+  /* A tensor twice, in one group or two: name both places. */
+  int first, dup;
+  if (!find_repeat(all.tensors, all.count, &first, &dup)) {
+    ag_error_set(AG_ERR_OOM, "%s: out of host memory", fn);
+    ag_params_free(&all);
+    return NULL;
+  }
+  if (dup >= 0) {
+    int gd = 0, gf = 0, id = dup, ifirst = first;
+    while (id >= groups[gd].params->count) id -= groups[gd++].params->count;
+    while (ifirst >= groups[gf].params->count) ifirst -= groups[gf++].params->count;
+    if (gd == gf)
+      ag_error_set(AG_ERR_INVALID, "%s: group %d: parameter %d ('%s') is the same tensor as parameter %d ('%s'); "
+                   "list each parameter once", fn, gd, id, all.names[dup], ifirst, all.names[first]);
+    else
+      ag_error_set(AG_ERR_INVALID, "%s: parameter %d ('%s') of group %d is already in an earlier group (group %d, "
+                   "parameter %d, '%s')", fn, id, all.names[dup], gd, gf, ifirst, all.names[first]);
+    ag_params_free(&all);
+    return NULL;
   }
   ag_optimizer *o = make(&all, opts);
   ag_params_free(&all);
@@ -577,13 +642,4 @@ ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm) {
     return NULL;
   }
   return norm;
-}
-
-double ag_lr_cosine(int64_t step, int64_t warmup, int64_t total, double lr_max, double lr_min) {
-  if (warmup > 0 && step < warmup) return lr_max * (double)(step + 1) / (double)warmup;
-  if (total <= warmup) return lr_min;
-  double p = (double)(step - warmup) / (double)(total - warmup);
-  if (p > 1) p = 1;
-  if (p < 0) p = 0;
-  return lr_min + 0.5 * (lr_max - lr_min) * (1.0 + cos(M_PI * p));
 }

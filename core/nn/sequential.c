@@ -1,4 +1,5 @@
 /* ag_sequential: layers from specs, torch.nn.Sequential names. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,10 @@ static ag_status layer_init(struct ag__seq_layer *l, int i, ag_device d, ag_dtyp
   const ag_layer_spec *s = &l->spec;
   char prefix[32];
   snprintf(prefix, sizeof prefix, "%d.", i);
-  double eps = s->eps > 0 ? s->eps : 1e-5;
+  double eps = s->eps == 0 ? 1e-5 : s->eps;
+  if ((s->kind == AG_LAYER_BATCH_NORM2D || s->kind == AG_LAYER_LAYER_NORM) && (!(eps > 0) || isinf(eps)))
+    return ag_error_set(AG_ERR_INVALID, "ag_sequential_init: layer %d (%s): eps %g must be finite and > 0 (0 selects "
+                        "1e-5)", i, kind_name(s->kind), s->eps);
   ag_status st;
   switch (s->kind) {
   case AG_LAYER_LINEAR:

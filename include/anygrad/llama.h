@@ -72,8 +72,8 @@ AG_API int64_t ag_llama_hidden_dim(const ag_llama_config *cfg);
  * both halves, are computed in double and rounded to dt. Errors:
  * AG_ERR_INVALID (NULL m or cfg), AG_ERR_SHAPE (a required size < 1, dim
  * not a multiple of n_heads, odd head_dim, n_heads not a multiple of
- * n_kv_heads, rope_theta <= 0, norm_eps < 0), tensor creation errors. On
- * error m holds nothing. */
+ * n_kv_heads, rope_theta <= 0), AG_ERR_INVALID (norm_eps negative, NaN or
+ * infinite), tensor creation errors. On error m holds nothing. */
 AG_API ag_status ag_llama_init(ag_llama *m, const ag_llama_config *cfg, ag_device d, ag_dtype dt,
                                ag_generator *g);
 
@@ -138,12 +138,16 @@ AG_API ag_status ag_llama_check_tying(const ag_llama *m, int n, const char *cons
  * (AG_ERR_INVALID for NULL m or path, AG_ERR_IO). */
 AG_API ag_status ag_llama_save(const ag_llama *m, const char *path);
 
-/* Load every parameter of m from a safetensors file with HF names (extra
- * tensors such as rotary buffers are ignored). Nothing is copied unless
- * all tensors are present with m's dtype and shapes. Errors:
+/* Load every parameter of m from a safetensors file with HF names. Besides
+ * m's parameters the file may hold only HF's rotary buffers of m's layers
+ * ("model.layers.N.self_attn.rotary_emb.inv_freq", ignored) and anygrad's
+ * training state ("optim.*", "optimizer.*", ignored). Nothing is copied
+ * unless all tensors are present with m's dtype and shapes. Errors:
  * AG_ERR_INVALID (NULL m or path), AG_ERR_IO, AG_ERR_CORRUPT (the file's
- * own problems, a missing or mismatched tensor, a tying mismatch as
- * ag_llama_check_tying). */
+ * own problems, a missing tensor, a tensor m does not have such as a
+ * deeper model's layers (naming it), a tying mismatch as
+ * ag_llama_check_tying), AG_ERR_SHAPE / AG_ERR_DTYPE (a tensor of another
+ * shape or dtype). */
 AG_API ag_status ag_llama_load(ag_llama *m, const char *path);
 
 /* Release the parameters and tables and zero the struct; NULL is ignored. */

@@ -108,7 +108,8 @@ typedef struct ag_layer_norm_layer {
   double eps;
 } ag_layer_norm_layer;
 
-/* Normalises the last dim (dim wide) with eps. Module conventions above. */
+/* Normalises the last dim (dim wide) with eps. Module conventions above;
+ * AG_ERR_INVALID for an eps that is not finite and > 0. */
 AG_API ag_status ag_layer_norm_init(ag_layer_norm_layer *m, ag_device d, ag_dtype dt, int64_t dim,
                                     double eps);
 /* x [..., dim] -> [..., dim]; a new tensor, or NULL (ag_layer_norm's
@@ -163,7 +164,9 @@ typedef struct ag_batch_norm2d {
   double momentum, eps; /* PyTorch's defaults: 0.1, 1e-5 */
 } ag_batch_norm2d;
 
-/* Module conventions above; momentum and eps as PyTorch's (0.1, 1e-5). */
+/* Module conventions above; momentum and eps as PyTorch's (0.1, 1e-5).
+ * AG_ERR_INVALID for momentum outside [0, 1] or an eps that is not finite
+ * and > 0. */
 AG_API ag_status ag_batch_norm2d_init(ag_batch_norm2d *m, ag_device d, ag_dtype dt, int64_t channels,
                                       double momentum, double eps);
 /* train: batch statistics (and running-stat update); else the running stats.

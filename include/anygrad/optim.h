@@ -33,10 +33,13 @@ AG_API ag_adamw_options ag_adamw_defaults(void);
 /* Optimizers over the tensors of `params` (retained; the list itself is not
  * kept). State tensors (momentum, exp_avg, exp_avg_sq) are allocated now,
  * zero, as AG_MEM_OPTIMIZER. Owned by the caller: ag_optimizer_free.
- * Errors (NULL returned): AG_ERR_INVALID for a negative lr/momentum or
- * nesterov without momentum, AG_ERR_DTYPE for a parameter that is not f32
- * (AdamW) or not floating point (SGD), AG_ERR_STATE for a non-contiguous or
- * non-leaf parameter, AG_ERR_DEVICE when parameters span devices. */
+ * Errors (NULL returned): AG_ERR_INVALID for an lr, momentum, weight decay
+ * or eps that is negative, NaN or infinite, a non-finite dampening, betas
+ * outside [0, 1), nesterov without momentum, one tensor listed twice
+ * (naming both indices and names), AG_ERR_DTYPE for a parameter that is
+ * not f32 (AdamW) or not floating point (SGD), AG_ERR_STATE for a
+ * non-contiguous or non-leaf parameter, AG_ERR_DEVICE when parameters span
+ * devices. */
 AG_API ag_optimizer *ag_sgd_create(const ag_param_list *params, const ag_sgd_options *opts);
 AG_API ag_optimizer *ag_adamw_create(const ag_param_list *params, const ag_adamw_options *opts);
 AG_API void ag_optimizer_free(ag_optimizer *o);
@@ -59,7 +62,9 @@ AG_API ag_status ag_optimizer_step_amp(ag_optimizer *o, ag_tensor *inv_scale, ag
 AG_API ag_status ag_optimizer_params(const ag_optimizer *o, ag_param_list *l);
 /* Drop every parameter's gradient (set to none). */
 AG_API void ag_optimizer_zero_grad(ag_optimizer *o);
-AG_API void ag_optimizer_set_lr(ag_optimizer *o, double lr);
+/* Every group's learning rate. Errors: AG_ERR_INVALID for a NULL o or an
+ * lr that is negative, NaN or infinite (the rates stay as they were). */
+AG_API ag_status ag_optimizer_set_lr(ag_optimizer *o, double lr);
 AG_API double ag_optimizer_lr(const ag_optimizer *o);
 /* Steps taken so far (AdamW bias correction uses it); settable for resume. */
 AG_API int64_t ag_optimizer_steps(const ag_optimizer *o);
@@ -135,7 +140,11 @@ AG_API ag_status ag_optimizer_counters(ag_optimizer *o, ag_param_list *l);
 AG_API ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm);
 
 /* Learning rate at `step` (0-based): linear warmup over `warmup` steps to
- * lr_max, then cosine decay to lr_min at `total` steps (constant after). */
+ * lr_max, then cosine decay to lr_min at `total` steps (constant after; a
+ * total <= warmup is a run that ends in its warmup: lr_min after it).
+ * Errors (NAN returned, AG_ERR_INVALID set naming the argument): a negative
+ * step, warmup or total, an lr_max or lr_min that is negative, NaN or
+ * infinite. */
 AG_API double ag_lr_cosine(int64_t step, int64_t warmup, int64_t total, double lr_max, double lr_min);
 
 /* ---- learning-rate schedules ----
@@ -194,13 +203,16 @@ AG_API ag_schedule ag_schedule_one_cycle(double max_lr, int64_t total, double pc
  * lr0 * (start_factor + (1 - start_factor) * step / warmup), step >= warmup
  * gives s at step - warmup. */
 AG_API ag_schedule ag_schedule_with_warmup(ag_schedule s, int64_t warmup, double start_factor);
-/* The learning rate at `step` (>= 0). Errors (NAN returned, AG_ERR_INVALID
- * set naming the field): NULL s, a negative step, an unknown kind, a
- * negative or non-finite lr/lr_min/gamma/factor, step_size, total or
- * period < 1 where the kind needs them, period_mult < 1, milestones not
- * increasing or more than AG_SCHEDULE_MAX_MILESTONES, pct_start outside
- * (0, 1), div factors <= 0, a negative warmup or a warmup start_factor
- * outside [0, 1]. */
+/* The learning rate at `step` (>= 0), in O(log step) time for every kind
+ * (cosine restarts finds its period by multiplying, or by a remainder for
+ * period_mult 1). Errors (NAN returned, AG_ERR_INVALID set naming the
+ * field): NULL s, a negative step, an unknown kind, a negative or
+ * non-finite lr/lr_min/gamma/factor, step_size, total or period < 1 where
+ * the kind needs them, period_mult < 1, negative milestones, milestones
+ * not increasing or more than AG_SCHEDULE_MAX_MILESTONES, pct_start
+ * outside (0, 1), div factors <= 0, a negative warmup or a warmup
+ * start_factor outside [0, 1], and a rate that is not finite where the
+ * arguments overflow it (gamma^k, lr / div_factor). */
 AG_API double ag_schedule_lr(const ag_schedule *s, int64_t step);
 
 #ifdef __cplusplus

@@ -56,7 +56,8 @@ typedef struct ag_sequential {
  * generator) draws the initial weights (PyTorch's defaults per layer) and
  * is kept for dropout. Starts in training mode. Errors: AG_ERR_INVALID (NULL
  * m or specs, n < 1, an unknown kind, activation or a dropout p outside
- * [0, 1), naming the layer index), AG_ERR_SHAPE (a size < 1), the layers'
+ * [0, 1), a norm eps that is negative, NaN or infinite, naming the layer
+ * index), AG_ERR_SHAPE (a size < 1), the layers'
  * init errors. On error m holds nothing. */
 AG_API ag_status ag_sequential_init(ag_sequential *m, ag_device d, ag_dtype dt, int n,
                                     const ag_layer_spec *specs, ag_generator *g);

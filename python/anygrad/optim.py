@@ -47,7 +47,7 @@ class Optimizer:
         lr = self.param_groups[0]["lr"]
         if lr != self._lr:
             lr = _finite(lr, "lr")
-            lib.ag_optimizer_set_lr(self._o, lr)
+            check(lib.ag_optimizer_set_lr(self._o, lr))
             self._lr = lr
         check(lib.ag_optimizer_step(self._o))
 
