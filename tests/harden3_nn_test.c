@@ -2,7 +2,7 @@
  * norms and the Llama loader (docs/reliability.md, API entry points): one
  * parameter listed twice, non-finite or negative learning rates, schedule
  * arguments out of range, a cosine-with-restarts step of 2^62, a deeper
- * model's file, a non-finite or non-positive norm eps. */
+ * model's file, a non-finite or negative norm eps (0 is taken, as PyTorch). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -333,7 +333,7 @@ static void test_llama_load_extra_tensors(void **state) {
 
 static void test_norm_eps(void **state) {
   (void)state;
-  const double bad[] = {INFINITY, -INFINITY, NAN, -1e-5, 0.0};
+  const double bad[] = {INFINITY, -INFINITY, NAN, -1e-5};
   ag_tensor *x = ag_randn(AG_CPU, AG_F32, 2, (int64_t[]){3, 4}, 0, 1, NULL);
   ag_tensor *x4 = ag_randn(AG_CPU, AG_F32, 4, (int64_t[]){2, 3, 2, 2}, 0, 1, NULL);
   assert_non_null(x);
@@ -360,7 +360,6 @@ static void test_norm_eps(void **state) {
     assert_int_equal(ag_batch_norm2d_init(&bn, AG_CPU, AG_F32, 3, 0.1, e), AG_ERR_INVALID);
     assert_true(has("eps"));
 
-    if (e == 0.0) continue; /* 0 selects the default below */
     ag_llama m;
     ag_llama_config c = tiny(1);
     c.norm_eps = e;
@@ -391,6 +390,13 @@ static void test_norm_eps(void **state) {
   y = ag_rms_norm(x, NULL, 1e-6);
   assert_non_null(y);
   ag_tensor_release(y);
+  /* eps 0 is PyTorch's too: the ops and the layers take it */
+  y = ag_layer_norm(x, NULL, NULL, 0.0);
+  assert_non_null(y);
+  ag_tensor_release(y);
+  ag_layer_norm_layer ln0;
+  assert_int_equal(ag_layer_norm_init(&ln0, AG_CPU, AG_F32, 4, 0.0), AG_OK);
+  ag_layer_norm_free(&ln0);
   ag_tensor_release(x);
   ag_tensor_release(x4);
 }

@@ -216,8 +216,8 @@ ag_status ag_layer_norm_init(ag_layer_norm_layer *m, ag_device d, ag_dtype dt, i
   if (!m) return ag_error_set(AG_ERR_INVALID, "ag_layer_norm_init: NULL module");
   memset(m, 0, sizeof *m);
   if (dim < 1) return ag_error_set(AG_ERR_SHAPE, "ag_layer_norm_init: dim must be >= 1");
-  if (!(eps > 0) || isinf(eps))
-    return ag_error_set(AG_ERR_INVALID, "ag_layer_norm_init: eps must be finite and > 0, got %g", eps);
+  if (!(eps >= 0) || isinf(eps))
+    return ag_error_set(AG_ERR_INVALID, "ag_layer_norm_init: eps must be finite and >= 0, got %g", eps);
   m->weight = param_full(d, dt, 1, &dim, 1.0);
   m->bias = m->weight ? param_full(d, dt, 1, &dim, 0.0) : NULL;
   if (!m->bias) {

@@ -78,9 +78,9 @@ ag_status ag_batch_norm2d_init(ag_batch_norm2d *m, ag_device d, ag_dtype dt, int
   if (!m) return ag_error_set(AG_ERR_INVALID, "ag_batch_norm2d_init: NULL module");
   memset(m, 0, sizeof *m);
   if (channels < 1) return ag_error_set(AG_ERR_SHAPE, "ag_batch_norm2d_init: channels must be >= 1");
-  if (!(momentum >= 0 && momentum <= 1) || !(eps > 0) || isinf(eps))
+  if (!(momentum >= 0 && momentum <= 1) || !(eps >= 0) || isinf(eps))
     return ag_error_set(AG_ERR_INVALID,
-                        "ag_batch_norm2d_init: need 0 <= momentum <= 1 and eps finite and > 0 (momentum %g, eps %g)",
+                        "ag_batch_norm2d_init: need 0 <= momentum <= 1 and eps finite and >= 0 (momentum %g, eps %g)",
                         momentum, eps);
   ag_mem_category_push(AG_MEM_PARAMETERS);
   m->weight = own(ag_full(d, dt, 1, &channels, 1.0), true);

@@ -1431,8 +1431,8 @@ static ag_tensor *norm_impl(bool rms, ag_tensor *x, ag_tensor *weight, ag_tensor
       return NULL;
     }
   }
-  if (!(eps > 0) || isinf(eps)) { /* inf gives all zeros, 0 a division by zero on a constant row */
-    ag_error_set(AG_ERR_INVALID, "%s: eps must be finite and > 0, got %g", name, eps);
+  if (!(eps >= 0) || isinf(eps)) { /* inf gives all zeros; 0 is PyTorch's too */
+    ag_error_set(AG_ERR_INVALID, "%s: eps must be finite and >= 0, got %g", name, eps);
     return NULL;
   }
   const ag_kop kop = rms ? AG_K_RMSNORM : AG_K_LAYERNORM;

@@ -583,8 +583,8 @@ ag_tensor *ag_batch_norm(ag_tensor *x, ag_tensor *running_mean, ag_tensor *runni
     ag_error_set(AG_ERR_INVALID, "%s: eval mode needs running_mean and running_var", name);
     return NULL;
   }
-  if (!(eps > 0) || isinf(eps) || !(momentum >= 0 && momentum <= 1)) {
-    ag_error_set(AG_ERR_INVALID, "%s: need eps finite and > 0 and 0 <= momentum <= 1 (eps %g, momentum %g)", name, eps,
+  if (!(eps >= 0) || isinf(eps) || !(momentum >= 0 && momentum <= 1)) {
+    ag_error_set(AG_ERR_INVALID, "%s: need eps finite and >= 0 and 0 <= momentum <= 1 (eps %g, momentum %g)", name, eps,
                  momentum);
     return NULL;
   }

@@ -109,7 +109,7 @@ typedef struct ag_layer_norm_layer {
 } ag_layer_norm_layer;
 
 /* Normalises the last dim (dim wide) with eps. Module conventions above;
- * AG_ERR_INVALID for an eps that is not finite and > 0. */
+ * AG_ERR_INVALID for an eps that is negative, NaN or infinite. */
 AG_API ag_status ag_layer_norm_init(ag_layer_norm_layer *m, ag_device d, ag_dtype dt, int64_t dim,
                                     double eps);
 /* x [..., dim] -> [..., dim]; a new tensor, or NULL (ag_layer_norm's

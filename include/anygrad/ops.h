@@ -149,8 +149,8 @@ AG_API ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction
 
 /* Normalise over the last dim (size D). weight and bias are [D]; either may
  * be NULL (treated as ones / zeros). Statistics are computed in f32.
- * AG_ERR_INVALID for an eps that is not finite and > 0 (torch takes 0, which
- * divides by zero on a constant row; inf gives all zeros). */
+ * AG_ERR_INVALID for an eps that is negative, NaN or infinite (inf gave all
+ * zeros); 0 is taken, as PyTorch takes it. */
 AG_API ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias,
                                 double eps);
 
@@ -201,7 +201,7 @@ AG_API ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tens
  * f32 (f64 for f64 x). Returns a new tensor owned by the caller, or NULL
  * (AG_ERR_DTYPE for a non-floating or 0-d x, AG_ERR_SHAPE for a weight of
  * another shape or dtype, AG_ERR_DEVICE for mixed devices, AG_ERR_INVALID
- * for an eps that is not finite and > 0, AG_ERR_UNSUPPORTED where the backend lacks the
+ * for an eps that is negative, NaN or infinite, AG_ERR_UNSUPPORTED where the backend lacks the
  * kernel). Differentiable in x and weight. */
 AG_API ag_tensor *ag_rms_norm(ag_tensor *x, ag_tensor *weight, double eps);
 
@@ -306,8 +306,8 @@ AG_API ag_tensor *ag_adaptive_avg_pool2d(ag_tensor *x, int64_t out_h, int64_t ou
  * given, update them in place: r = (1 - momentum) r + momentum * batch (the
  * variance unbiased); those updates are not recorded by autograd. Eval:
  * normalise by the running stats. Differentiable in x, weight and bias.
- * Errors: AG_ERR_SHAPE, AG_ERR_DEVICE, AG_ERR_INVALID (eps not finite and
- * > 0, momentum outside [0, 1], training with one value per channel). */
+ * Errors: AG_ERR_SHAPE, AG_ERR_DEVICE, AG_ERR_INVALID (eps negative, NaN or
+ * infinite, momentum outside [0, 1], training with one value per channel). */
 AG_API ag_tensor *ag_batch_norm(ag_tensor *x, ag_tensor *running_mean, ag_tensor *running_var,
                                 ag_tensor *weight, ag_tensor *bias, bool training,
                                 double momentum, double eps);
