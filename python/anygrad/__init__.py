@@ -106,7 +106,11 @@ def empty_cache(dev="cpu"):
 
 def set_memory_cap(dev, nbytes):
     """Cap the device's allocator at nbytes (0: no cap) so OOM is reproducible."""
-    check(lib.ag_memory_set_cap(_as_dev(dev)._d, nbytes))
+    from ._tensor import _int_arg
+    n = _int_arg(nbytes, "set_memory_cap", "nbytes", 2)
+    if n < 0:  # a size_t would take -1 as 2**64 - 1: no cap at all
+        raise ValueError("set_memory_cap(): argument 'nbytes' must be >= 0, got %d" % n)
+    check(lib.ag_memory_set_cap(_as_dev(dev)._d, n))
 
 
 def memory_summary(dev="cpu"):
@@ -159,7 +163,9 @@ class Profiler:
     memory grows; report(path) writes the HTML run report."""
 
     def __init__(self, dev="cpu", window=20, leak_steps=0, trace=False):
-        cfg = _lib.ProfilerConfig(_b.int(window), _b.int(leak_steps), _b.bool(trace), None)
+        from ._tensor import _c_int_arg
+        cfg = _lib.ProfilerConfig(_c_int_arg(window, "Profiler", "window"),
+                                  _c_int_arg(leak_steps, "Profiler", "leak_steps"), _b.bool(trace), None)
         p = lib.ag_profiler_create(_as_dev(dev)._d, byref(cfg))
         if not p:
             raise_last("Profiler")
@@ -186,7 +192,9 @@ class Profiler:
         return Profiler._Step(self._p)
 
     def log_scalar(self, series, step, value):
-        check(lib.ag_profiler_log_scalar(self._p, series.encode(), _b.int(step), _b.float(value)))
+        from ._tensor import _int_arg, _scalar
+        check(lib.ag_profiler_log_scalar(self._p, series.encode(), _int_arg(step, "log_scalar", "step", 2),
+                                         _scalar(value, "value", "log_scalar")))
 
     def verdict(self):
         v = _lib.ProfilerVerdict()

@@ -2,14 +2,16 @@
 _lib at import), the rest written over the C API, and Tensor's operators."""
 import builtins
 import collections
+import collections.abc
 import math
 import numbers
 from ctypes import byref, c_void_p
 
 from . import _lib
 from ._lib import lib, check, raise_last
-from ._tensor import (Tensor, _wrap, _fail, _new, _t, _scalar, _finite, _dims_arg, full, as_dtype, bool_,
-                      float32, int64, index_select)
+from ._tensor import (Tensor, _wrap, _fail, _new, _t, _scalar, _finite, _dims_arg, _dim_arg, _int_arg,
+                      _fill_value, _argname, _I64_MIN, _I64_MAX, full, tensor, as_dtype, bool_, float32,
+                      int64, index_select)
 
 __all__ = []
 
@@ -22,22 +24,28 @@ def _export(name, fn, method=True):
         setattr(Tensor, name, fn)
 
 
-def _like(x, v):
-    """A 0-d tensor holding the Python number v, in x's dtype and device."""
+def _like(x, v, fn="anygrad", arg="other", pos=2):
+    """A 0-d tensor holding the Python number v, in x's dtype and device (a
+    value x's integer dtype cannot hold is refused, not saturated)."""
     if isinstance(v, Tensor):
         return v
-    return full((), _scalar(v), dtype=x.dtype, device=x.device)
+    if not (isinstance(v, numbers.Real) or _is_np_scalar(v)):
+        raise TypeError("%s must be Tensor or a number, not %s" % (_argname(fn, arg, pos), type(v).__name__))
+    dt = x.dtype
+    f = _fill_value(v, dt, arg, fn)
+    if f is None:  # an int64 a double would round
+        return tensor(v, dtype=int64, device=x.device)
+    return full((), f, dtype=dt, device=x.device)
 
 
-def _pair(a, b, name):
+def _pair(a, b, name, args=("input", "other"), pos=1):
     if isinstance(a, Tensor):
         if not isinstance(b, Tensor):
-            b = _like(a, b)
+            b = _like(a, b, name, args[1], pos + 1)
     elif isinstance(b, Tensor):
-        a = _like(b, a)
+        a = _like(b, a, name, args[0], pos)
     else:
-        raise TypeError("anygrad.%s: expected a Tensor, got %s and %s"
-                        % (name, type(a).__name__, type(b).__name__))
+        raise TypeError("%s must be Tensor, not %s" % (_argname(name, args[0], pos), type(a).__name__))
     return a, b
 
 
@@ -63,7 +71,7 @@ def _make_unary(name, f, n):
     if n == 0:
         def op(x, _T=Tensor, _new=_new):
             if x.__class__ is not _T:
-                _t(x)
+                _t(x, name)
             h = f(x._h)
             if h:
                 t = _new(_T)
@@ -72,13 +80,13 @@ def _make_unary(name, f, n):
             _fail(name, x)
     elif n == 1:
         def op(x, s0):
-            h = f(_t(x), _scalar(s0))
+            h = f(_t(x, name), _scalar(s0, "s0", name))
             if not h:
                 raise_last(name)
             return _wrap(h)
     else:
         def op(x, s0, s1):
-            h = f(_t(x), _scalar(s0), _scalar(s1))
+            h = f(_t(x, name), _scalar(s0, "s0", name), _scalar(s1, "s1", name))
             if not h:
                 raise_last(name)
             return _wrap(h)
@@ -99,25 +107,34 @@ for _op in _lib.UNARY_OPS:
 
 # ---- arithmetic with Python scalars (ag_*_scalar) ------------------------------------------
 
-def _arith(name, f_tt, f_ts, f_st):
-    def op(a, b, _T=Tensor, _new=_new, _float=float):
+def _arith(name, f_tt, f_ts, f_st, dunder):
+    """add/sub/mul/div with Tensor or Python-number operands. The operator
+    form (dunder) returns NotImplemented for a foreign right operand, so
+    Python tries its reflected method; the function and the method raise."""
+    def op(a, b, _T=Tensor, _new=_new, _float=float, _lo=_I64_MIN, _hi=_I64_MAX):
         if a.__class__ is _T:
             bc = b.__class__
             if bc is _T:
                 h = f_tt(a._h, b._h)
-            elif bc is _float or bc is int:
+            elif bc is _float or (bc is int and _lo <= b <= _hi):
                 h = f_ts(a._h, b)
             elif isinstance(b, Tensor):
                 h = f_tt(a._h, b._h)
             elif isinstance(b, numbers.Real) or _is_np_scalar(b):
-                h = f_ts(a._h, _scalar(b))
-            else:
+                h = f_ts(a._h, _scalar(b, "other", name))
+            elif dunder:
                 return NotImplemented
+            else:
+                raise TypeError("%s(): argument 'other' (position 2) must be Tensor or a number, not %s"
+                                % (name, type(b).__name__))
         elif isinstance(b, Tensor) and (isinstance(a, numbers.Real) or _is_np_scalar(a)):
-            h = f_st(b._h, _scalar(a))
+            h = f_st(b._h, _scalar(a, "input", name))
+        elif isinstance(a, Tensor) or isinstance(a, numbers.Real) or _is_np_scalar(a):
+            raise TypeError("%s(): argument 'other' (position 2) must be Tensor, not %s"
+                            % (name, type(b).__name__))
         else:
-            raise TypeError("anygrad.%s: expected a Tensor, got %s and %s"
-                            % (name, type(a).__name__, type(b).__name__))
+            raise TypeError("%s(): argument 'input' (position 1) must be Tensor, not %s"
+                            % (name, type(a).__name__))
         if h:
             t = _new(_T)
             t._h = h
@@ -131,16 +148,17 @@ def _is_np_scalar(x):
     return isinstance(x, np.generic) and x.ndim == 0 and x.dtype.kind in "biuf"
 
 
-_add = _arith("add", lib.ag_add, lib.ag_add_scalar, lib.ag_add_scalar)
-_sub = _arith("sub", lib.ag_sub, lib.ag_sub_scalar, lib.ag_rsub_scalar)
-_mul = _arith("mul", lib.ag_mul, lib.ag_mul_scalar, lib.ag_mul_scalar)
-_div = _arith("div", lib.ag_div, lib.ag_div_scalar, lib.ag_rdiv_scalar)
-for _n, _f in (("add", _add), ("sub", _sub), ("mul", _mul), ("div", _div)):
-    globals()[_n] = _f
+_ARITH = {"add": (lib.ag_add, lib.ag_add_scalar, lib.ag_add_scalar),
+          "sub": (lib.ag_sub, lib.ag_sub_scalar, lib.ag_rsub_scalar),
+          "mul": (lib.ag_mul, lib.ag_mul_scalar, lib.ag_mul_scalar),
+          "div": (lib.ag_div, lib.ag_div_scalar, lib.ag_rdiv_scalar)}
+_add, _sub, _mul, _div = (_arith(n, *_ARITH[n], dunder=True) for n in ("add", "sub", "mul", "div"))
+add, sub, mul, div = (_arith(n, *_ARITH[n], dunder=False) for n in ("add", "sub", "mul", "div"))
+for _n, _f in (("add", add), ("sub", sub), ("mul", mul), ("div", div)):
     setattr(Tensor, _n, _f)
-true_divide = divide = _div
-multiply = _mul
-subtract = _sub
+true_divide = divide = div
+multiply = mul
+subtract = sub
 
 
 def _rev(f):
@@ -179,18 +197,18 @@ Tensor.__floordiv__ = _fwd(lambda a, b: floor(_div(a, b)))
 
 def pow(a, b):  # noqa: A001 - torch.pow
     if isinstance(a, Tensor) and not isinstance(b, Tensor):
-        e = _scalar(b, "exponent")
+        e = _scalar(b, "exponent", "pow")
         if e == 2.0:
             return square(a)
         if e == 1.0:
             return a.clone()
         return pow_scalar(a, e)
     if isinstance(b, Tensor) and not isinstance(a, Tensor):
-        s = _finite(a, "base")
+        s = _finite(a, "base", "pow")
         if s <= 0:
             raise ValueError("anygrad.pow: a scalar base must be positive, got %r" % s)
         return exp(_mul(b, math.log(s)))
-    a, b = _pair(a, b, "pow")
+    a, b = _pair(a, b, "pow", ("input", "exponent"))
     return exp(_mul(log(a), b))
 
 
@@ -213,7 +231,7 @@ Tensor.__invert__ = lambda self: eq(self.bool(), _like(self.bool(), 0))
 
 
 def matmul(a, b):
-    h = lib.ag_matmul(_t(a), _t(b, "other"))
+    h = lib.ag_matmul(_t(a, "matmul"), _t(b, "matmul", "other", 2))
     if not h:
         raise_last("matmul")
     return _wrap(h)
@@ -235,10 +253,11 @@ def _reducer(name, f):
         if dim is None and dtype is None and x.__class__ is _T:
             h = f(x._h, 0, None, keepdim is True)
         else:
-            n, dims = _dims_arg(dim, None)
+            _t(x, name)
+            n, dims = _dims_arg(dim, None, name)
             if dtype is not None:
                 x = x.to(dtype)
-            h = f(_t(x), n, dims, bool(keepdim))
+            h = f(x._handle, n, dims, bool(keepdim))
         if h:
             t = _new(_T)
             t._h = h
@@ -261,98 +280,132 @@ def amin(x, dim=None, keepdim=False):
     return _amin(x, dim, keepdim)
 
 
-def argmax(x, dim=None, keepdim=False):
+def argmax(x, dim=None, keepdim=False, _name="argmax"):
+    _t(x, _name)
     if dim is None:
-        return _wrap(lib.ag_argmax(_t(x.reshape(-1)), 0, False), "argmax").long()
-    return _wrap(lib.ag_argmax(_t(x), int(dim), bool(keepdim)), "argmax").long()
+        return _wrap(lib.ag_argmax(x.reshape(-1)._handle, 0, False), _name).long()
+    return _wrap(lib.ag_argmax(x._handle, _dim_arg(dim, _name, "dim", 2), bool(keepdim)), _name).long()
 
 
 def argmin(x, dim=None, keepdim=False):
-    return argmax(neg(x), dim, keepdim)
+    _t(x, "argmin")
+    if dim is not None:
+        _dim_arg(dim, "argmin", "dim", 2)
+    return argmax(neg(x), dim, keepdim, "argmin")
 
 
 def max(x, dim=None, keepdim=False):  # noqa: A001
     if isinstance(dim, Tensor):
         return maximum(x, dim)
+    _t(x, "max")
     if dim is None:
         return _amax(x)
-    return _values_indices(_amax(x, dim, keepdim), argmax(x, dim, keepdim))
+    _dims_arg(dim, None, "max")
+    return _values_indices(_amax(x, dim, keepdim), argmax(x, dim, keepdim, "max"))
 
 
 def min(x, dim=None, keepdim=False):  # noqa: A001
     if isinstance(dim, Tensor):
         return minimum(x, dim)
+    _t(x, "min")
     if dim is None:
         return _amin(x)
+    _dims_arg(dim, None, "min")
     return _values_indices(_amin(x, dim, keepdim), argmin(x, dim, keepdim))
 
 
 def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
-    c = 1.0 if correction is None else _finite(correction, "correction")
+    h = _t(x, "var")
+    c = 1.0 if correction is None else _finite(correction, "correction", "var")
     if unbiased is not None:
         c = 1.0 if unbiased else 0.0
-    n, dims = _dims_arg(dim, None)
-    return _wrap(lib.ag_var(_t(x), n, dims, c, bool(keepdim)), "var")
+    n, dims = _dims_arg(dim, None, "var")
+    return _wrap(lib.ag_var(h, n, dims, c, bool(keepdim)), "var")
 
 
 def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
-    c = 1.0 if correction is None else _finite(correction, "correction")
+    h = _t(x, "std")
+    c = 1.0 if correction is None else _finite(correction, "correction", "std")
     if unbiased is not None:
         c = 1.0 if unbiased else 0.0
-    n, dims = _dims_arg(dim, None)
-    return _wrap(lib.ag_std(_t(x), n, dims, c, bool(keepdim)), "std")
+    n, dims = _dims_arg(dim, None, "std")
+    return _wrap(lib.ag_std(h, n, dims, c, bool(keepdim)), "std")
 
 
 def cumsum(x, dim):
-    return _wrap(lib.ag_cumsum(_t(x), int(dim)), "cumsum")
+    return _wrap(lib.ag_cumsum(_t(x, "cumsum"), _dim_arg(dim, "cumsum", "dim", 2)), "cumsum")
 
 
 def softmax(x, dim=-1):
-    return _wrap(lib.ag_softmax(_t(x), int(dim)), "softmax")
+    return _wrap(lib.ag_softmax(_t(x, "softmax"), _dim_arg(dim, "softmax", "dim", 2)), "softmax")
 
 
 def log_softmax(x, dim=-1):
-    return _wrap(lib.ag_log_softmax(_t(x), int(dim)), "log_softmax")
+    return _wrap(lib.ag_log_softmax(_t(x, "log_softmax"), _dim_arg(dim, "log_softmax", "dim", 2)),
+                 "log_softmax")
 
 
 def gather(x, dim, index):
-    return _wrap(lib.ag_gather(_t(x), int(dim), _t(index, "index")), "gather")
+    return _wrap(lib.ag_gather(_t(x, "gather"), _dim_arg(dim, "gather", "dim", 2),
+                               _t(index, "gather", "index", 3)), "gather")
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
     v, i = c_void_p(), c_void_p()
-    check(lib.ag_topk(_t(x), int(k), int(dim), bool(largest), byref(v), byref(i)))
+    check(lib.ag_topk(_t(x, "topk"), _int_arg(k, "topk", "k", 2), _dim_arg(dim, "topk", "dim", 3),
+                      bool(largest), byref(v), byref(i)))
     return _values_indices(_wrap(v.value), _wrap(i.value))
 
 
 def where(cond, a, b):
+    hc = _t(cond, "where", "condition", 1)
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        raise TypeError("anygrad.where: a or b must be a Tensor")
-    a, b = _pair(a, b, "where")
-    return _wrap(lib.ag_where(_t(cond, "condition"), a._handle, b._handle), "where")
+        raise TypeError("where(): argument 'input' (position 2) or 'other' (position 3) must be Tensor, "
+                        "not %s and %s" % (type(a).__name__, type(b).__name__))
+    a, b = _pair(a, b, "where", ("input", "other"), 2)
+    return _wrap(lib.ag_where(hc, a._handle, b._handle), "where")
 
 
 def masked_fill(x, mask, value):
-    return _wrap(lib.ag_masked_fill(_t(x), _t(mask, "mask"), _scalar(value, "value")),
-                 "masked_fill")
+    h, hm = _t(x, "masked_fill"), _t(mask, "masked_fill", "mask", 2)
+    v = _fill_value(value, x.dtype, "value", "masked_fill")
+    if v is None:  # an int64 a double would round: from an exact 0-d tensor
+        return where(mask, tensor(value, dtype=int64, device=x.device), x)
+    return _wrap(lib.ag_masked_fill(h, hm, v), "masked_fill")
+
+
+def _tensor_seq(tensors, fn):
+    if isinstance(tensors, Tensor) or not isinstance(tensors, collections.abc.Iterable):
+        raise TypeError("%s(): argument 'tensors' (position 1) must be tuple of Tensors, not %s"
+                        % (fn, type(tensors).__name__))
+    ts = list(tensors)
+    for k, t in enumerate(ts):
+        if not isinstance(t, Tensor):
+            raise TypeError("%s(): expected Tensor as element %d in argument 'tensors', but got %s"
+                            % (fn, k, type(t).__name__))
+    return ts
 
 
 def cat(tensors, dim=0):
-    ts = list(tensors)
-    arr = (c_void_p * builtins.max(1, len(ts)))(*[_t(t) for t in ts])
-    return _wrap(lib.ag_concat(len(ts), arr, int(dim)), "cat")
+    ts = _tensor_seq(tensors, "cat")
+    d = _dim_arg(dim, "cat", "dim", 2)
+    arr = (c_void_p * builtins.max(1, len(ts)))(*[t._handle for t in ts])
+    return _wrap(lib.ag_concat(len(ts), arr, d), "cat")
 
 
 def stack(tensors, dim=0):
-    return cat([t.unsqueeze(dim) for t in tensors], dim)
+    ts = _tensor_seq(tensors, "stack")
+    d = _dim_arg(dim, "stack", "dim", 2)
+    return cat([t.unsqueeze(d) for t in ts], d)
 
 
 def clamp(x, min=None, max=None):  # noqa: A002
-    lo = -math.inf if min is None else _scalar(min, "min")
-    hi = math.inf if max is None else _scalar(max, "max")
+    h = _t(x, "clamp")
+    lo = -math.inf if min is None else _scalar(min, "min", "clamp")
+    hi = math.inf if max is None else _scalar(max, "max", "clamp")
     if math.isnan(lo) or math.isnan(hi):
         raise ValueError("anygrad.clamp: bounds must not be NaN")
-    return _wrap(lib.ag_clamp(_t(x), lo, hi), "clamp")
+    return _wrap(lib.ag_clamp(h, lo, hi), "clamp")
 
 
 clip = clamp

@@ -225,16 +225,94 @@ class autocast:
 # ---- helpers ------------------------------------------------------------------
 
 _MAX_NUMEL = 1 << 62
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+# Argument checks. ctypes converts a Python int to a C int64 or int without a
+# word (2**64 + 2 becomes 2, 2**32 + 1 as a c_int becomes 1) and int()
+# truncates floats, so every int that crosses into the library is checked
+# here first, with torch's exception classes and wording: a bool, a float or
+# a non-number is a TypeError, a value outside int64 a RuntimeError
+# ("Overflow when unpacking long"; a TypeError inside a size tuple, as torch).
 
 
-def _shape_arg(shape):
+def _argname(fn, arg, pos=None):
+    return "%s(): argument '%s'%s" % (fn, arg, "" if pos is None else " (position %d)" % pos)
+
+
+def _int_value(v, fn, arg, pos=None):
+    """v's exact int value, or a TypeError naming fn and arg."""
+    if type(v) is int:
+        return v
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return int(v)
+    if isinstance(v, Tensor) and v._h and v.ndim == 0 and v.dtype in (int32, int64, uint8):
+        return v.item()
+    raise TypeError("%s must be int, not %s" % (_argname(fn, arg, pos), type(v).__name__))
+
+
+def _overflow(v, fn, arg, pos=None):
+    return RuntimeError("%s is %d, outside int64 (Overflow when unpacking long)"
+                        % (_argname(fn, arg, pos), v))
+
+
+def _int_arg(v, fn, arg, pos=None):
+    """An int argument that must fit int64."""
+    v = _int_value(v, fn, arg, pos)
+    if not _I64_MIN <= v <= _I64_MAX:
+        raise _overflow(v, fn, arg, pos)
+    return v
+
+
+def _c_int_arg(v, fn, arg, pos=None):
+    """An int argument the C API takes as an int (32 bits): past it, the same
+    error the library gives for a value out of range, never a wrapped one."""
+    v = _int_arg(v, fn, arg, pos)
+    if not _I32_MIN <= v <= _I32_MAX:
+        raise ValueError("%s is %d, out of range (the library takes it as a 32-bit int)"
+                         % (_argname(fn, arg, pos), v))
+    return v
+
+
+def _dim_arg(v, fn, arg="dim", pos=None):
+    if type(v) is int and _I32_MIN <= v <= _I32_MAX:
+        return v
+    v = _int_arg(v, fn, arg, pos)
+    if not _I32_MIN <= v <= _I32_MAX:
+        raise ValueError("%s(): dim %d is out of range" % (fn, v))
+    return v
+
+
+def _int_list(vals, fn, arg, c_int=False):
+    """A tuple of ints (sizes, dims), checked as torch checks one: TypeError
+    for an entry that is not an int or does not fit int64."""
+    out = []
+    for k, s in enumerate(vals):
+        if type(s) is not int:
+            if isinstance(s, bool) or not isinstance(s, numbers.Integral):
+                raise TypeError("%s(): argument '%s' must be tuple of ints, but found element of type %s at "
+                                "pos %d" % (fn, arg, type(s).__name__, k + 1))
+            s = int(s)
+        if not _I64_MIN <= s <= _I64_MAX:
+            raise TypeError("%s(): argument '%s' must be tuple of ints, but found element %d at pos %d, "
+                            "outside int64" % (fn, arg, s, k + 1))
+        if c_int and not _I32_MIN <= s <= _I32_MAX:
+            raise ValueError("%s(): dim %d is out of range" % (fn, s))
+        out.append(s)
+    return out
+
+
+def _tensor_in(x, fn, arg="input", pos=1):
+    """x if it is a Tensor, else torch's TypeError naming fn and arg."""
+    if isinstance(x, Tensor):
+        return x
+    raise TypeError("%s must be Tensor, not %s" % (_argname(fn, arg, pos), type(x).__name__))
+
+
+def _shape_arg(shape, fn="anygrad", arg="size"):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    out = []
-    for s in shape:
-        if isinstance(s, bool) or not isinstance(s, numbers.Integral):
-            raise TypeError("anygrad: shape entries must be integers, got %r" % (s,))
-        out.append(int(s))
+    out = _int_list(shape, fn, arg)
     if len(out) > 8:
         raise ValueError("anygrad: at most 8 dims, got %d" % len(out))
     for s in out:
@@ -264,32 +342,66 @@ def _fail(where, *inputs):
     raise_last(where)
 
 
-def _scalar(x, what="scalar"):
-    if isinstance(x, bool):
+def _scalar(x, what="scalar", fn=None):
+    if type(x) is float:
+        return x
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        x = int(x)
+        if not _I64_MIN <= x <= _I64_MAX:  # torch's limit for a Python int scalar
+            raise RuntimeError("%s%s is %d, outside int64 (Overflow when unpacking long)"
+                               % ("%s(): " % fn if fn else "anygrad: ", what, x))
         return float(x)
     if isinstance(x, numbers.Real):
         return float(x)
-    if isinstance(x, np.generic) and x.ndim == 0:
+    if isinstance(x, np.generic) and x.ndim == 0 and x.dtype.kind in "biuf":
         return float(x)
-    raise TypeError("anygrad: %s must be a real number, got %s" % (what, type(x).__name__))
+    raise TypeError("%s%s must be a real number, not %s"
+                    % ("%s(): argument " % fn if fn else "anygrad: ", "'%s'" % what if fn else what,
+                       type(x).__name__))
 
 
-def _finite(x, what):
-    v = _scalar(x, what)
-    if not math.isfinite(v):
-        raise ValueError("anygrad: %s must be finite, got %r" % (what, v))
+# The value ranges of the integer dtypes, for values stored into them.
+_INT_RANGE = {3: ("int32", _I32_MIN, _I32_MAX), 5: ("int64", _I64_MIN, _I64_MAX), 7: ("uint8", 0, 255)}
+_EXACT = 1 << 53  # beyond it a double (the C API's scalar) rounds an int64
+
+
+def _fill_value(x, dt, what, fn):
+    """The scalar x to store into a tensor of dtype dt, as the double the C
+    API takes; None when dt is int64 and x an int a double would round (the
+    caller then copies it from an exact 0-d tensor). A value the dtype cannot
+    hold is a RuntimeError, as torch's "value cannot be converted to type
+    int32 without overflow" (the C fill would saturate it)."""
+    v = _scalar(x, what, fn)
+    r = _INT_RANGE.get(dt.code)
+    if r is None:
+        return v
+    name, lo, hi = r
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        iv = int(x)
+        if not lo <= iv <= hi:
+            raise RuntimeError("%s(): %s %d cannot be converted to type %s without overflow"
+                               % (fn, what, iv, name))
+        return None if abs(iv) > _EXACT else v
+    if not math.isfinite(v) or not lo <= math.trunc(v) <= hi:
+        raise RuntimeError("%s(): %s %r cannot be converted to type %s without overflow"
+                           % (fn, what, v, name))
     return v
 
 
-def _dims_arg(dim, ndim):
+def _finite(x, what, fn=None):
+    v = _scalar(x, what, fn)
+    if not math.isfinite(v):
+        raise ValueError("%s%s must be finite, got %r" % ("%s(): " % fn if fn else "anygrad: ", what, v))
+    return v
+
+
+def _dims_arg(dim, ndim, fn="anygrad"):
     if dim is None:
         return 0, None
-    if isinstance(dim, numbers.Integral) and not isinstance(dim, bool):
-        dim = (int(dim),)
-    dim = tuple(dim)
-    for d in dim:
-        if isinstance(d, bool) or not isinstance(d, numbers.Integral):
-            raise TypeError("anygrad: dim must be an int or a tuple of ints, got %r" % (d,))
+    if isinstance(dim, (numbers.Number, np.generic, Tensor)) or not hasattr(dim, "__iter__"):
+        dim = (_dim_arg(dim, fn),)
+    else:
+        dim = _int_list(tuple(dim), fn, "dim", c_int=True)
     return len(dim), (c_int * max(1, len(dim)))(*dim)
 
 
@@ -330,14 +442,14 @@ class Tensor:
 
     def size(self, dim=None):
         s = self.shape
-        return s if dim is None else s[dim]
+        return s if dim is None else s[_dim_index(dim, len(s), "size")]
 
     def stride(self, dim=None):
         h = self._handle
         n = lib.ag_tensor_ndim(h)
         p = lib.ag_tensor_strides(h)
         s = tuple(p[i] for i in range(n))
-        return s if dim is None else s[dim]
+        return s if dim is None else s[_dim_index(dim, n, "stride")]
 
     @property
     def ndim(self):
@@ -547,38 +659,49 @@ class Tensor:
     def backward(self, gradient=None, retain_graph=False):
         g = None
         if gradient is not None:
-            if not isinstance(gradient, Tensor):
-                raise TypeError("anygrad: gradient must be a Tensor")
-            g = gradient._handle
+            g = _t(gradient, "backward", "gradient", 1)
         check(lib.ag_backward(self._handle, g, bool(retain_graph)))
 
     # -- in place
     def fill_(self, value):
-        check(lib.ag_fill_(self._handle, _scalar(value, "fill value")))
+        return self._fill(value, "fill_")
+
+    def _fill(self, value, fn):
+        h = self._handle
+        v = _fill_value(value, self.dtype, "value", fn)
+        if v is None:  # an int64 a double would round: copied from an exact 0-d tensor
+            src = tensor(value, dtype=int64, device=self.device)
+            check(lib.ag_copy_(h, src._handle))
+        else:
+            check(lib.ag_fill_(h, v))
         return self
 
     def zero_(self):
         return self.fill_(0.0)
 
     def copy_(self, src):
-        src = _as_tensor_like(src, self)
+        if not isinstance(src, Tensor):
+            if isinstance(src, (numbers.Number, np.generic)):
+                return self.fill_(src)
+            src = _as_tensor_like(src, self, "copy_", "src")
         check(lib.ag_copy_(self._handle, src._handle))
         return self
 
     # -- views
     def reshape(self, *shape):
-        s = _shape_arg(shape)
+        s = _shape_arg(shape, "reshape", "shape")
         return _wrap(lib.ag_reshape(self._handle, len(s), _i64(s)), "reshape")
 
     def view(self, *shape):
-        s = _shape_arg(shape)
+        s = _shape_arg(shape, "view", "size")
         return _wrap(lib.ag_view(self._handle, len(s), _i64(s)), "view")
 
     def flatten(self):
         return _wrap(lib.ag_flatten(self._handle), "flatten")
 
     def transpose(self, d0, d1):
-        return _wrap(lib.ag_transpose(self._handle, int(d0), int(d1)), "transpose")
+        return _wrap(lib.ag_transpose(self._handle, _dim_arg(d0, "transpose", "dim0", 1),
+                                      _dim_arg(d1, "transpose", "dim1", 2)), "transpose")
 
     @property
     def T(self):
@@ -595,18 +718,26 @@ class Tensor:
     def permute(self, *dims):
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
+        dims = _int_list(dims, "permute", "dims", c_int=True)
         if len(dims) != self.ndim:
             raise ValueError("anygrad: permute needs %d dims, got %d" % (self.ndim, len(dims)))
         return _wrap(lib.ag_permute(self._handle, (c_int * max(1, len(dims)))(*dims)), "permute")
 
     def expand(self, *shape):
-        s = _shape_arg(shape)
+        s = _shape_arg(shape, "expand", "size")
         cur = list(self.shape)
-        s = [cur[i - (len(s) - len(cur))] if v == -1 else v for i, v in enumerate(s)]
+        lead = len(s) - len(cur)
+        if lead >= 0:  # fewer sizes than dims: the library refuses it
+            for i, v in enumerate(s):
+                if v == -1:
+                    if i < lead:  # no size to keep: torch refuses it too
+                        raise RuntimeError("expand(): the expanded size of the tensor (-1) isn't allowed in "
+                                           "a leading, non-existing dimension %d" % i)
+                    s[i] = cur[i - lead]
         return _wrap(lib.ag_expand(self._handle, len(s), _i64(s)), "expand")
 
     def unsqueeze(self, dim):
-        return _wrap(lib.ag_unsqueeze(self._handle, int(dim)), "unsqueeze")
+        return _wrap(lib.ag_unsqueeze(self._handle, _dim_arg(dim, "unsqueeze", "dim", 1)), "unsqueeze")
 
     def squeeze(self, dim=None):
         if dim is None:
@@ -615,40 +746,58 @@ class Tensor:
                 if t.shape[i] == 1:
                     t = t.squeeze(i)
             return t
-        return _wrap(lib.ag_squeeze(self._handle, int(dim)), "squeeze")
+        return _wrap(lib.ag_squeeze(self._handle, _dim_arg(dim, "squeeze", "dim", 1)), "squeeze")
 
     def __getitem__(self, idx):
         if not isinstance(idx, tuple):
             idx = (idx,)
-        n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-        if sum(1 for i in idx if i is Ellipsis) > 1:
-            raise IndexError("anygrad: an index can only have one ellipsis")
+        ndim = lib.ag_tensor_ndim(self._handle)
+        if any(i.__class__ not in _PLAIN_INDEX for i in idx):
+            # A bool (Python's, NumPy's or a 0-d bool tensor) indexes as in
+            # torch: a new dim of size 1 (True) or 0 (False) that consumes
+            # none; several merge into one. Never the int 1 or 0.
+            idx = tuple(_bool_index(i) for i in idx)
+            n_adv = sum(1 for i in idx if (isinstance(i, Tensor) and i.ndim != 0) or i is True or i is False)
+            if n_adv > 1 and any(isinstance(i, Tensor) for i in idx):
+                raise IndexError("anygrad: only one tensor index, and no bool index beside it, per indexing "
+                                 "(torch broadcasts several together; anygrad does not): index one after "
+                                 "the other")
+        n_real = sum(1 for i in idx if not (i is None or i is Ellipsis or i is True or i is False))
         if any(i is Ellipsis for i in idx):
+            if sum(1 for i in idx if i is Ellipsis) > 1:
+                raise IndexError("anygrad: an index can only have one ellipsis")
             k = [j for j, i in enumerate(idx) if i is Ellipsis][0]
-            idx = idx[:k] + (slice(None),) * max(0, self.ndim - n_real) + idx[k + 1:]
-        if n_real > self.ndim:
-            raise IndexError("anygrad: too many indices for a tensor of %d dims" % self.ndim)
-        t, d = self, 0
+            idx = idx[:k] + (slice(None),) * max(0, ndim - n_real) + idx[k + 1:]
+        if n_real > ndim:
+            raise IndexError("anygrad: too many indices for a tensor of %d dims" % ndim)
+        t, d, bools = self, 0, []
         for i in idx:
             if i is None:
                 t = t.unsqueeze(d)
                 d += 1
-                continue
-            if isinstance(i, slice):
-                start, stop, step = i.start, i.stop, i.step
-                step = 1 if step is None else operator.index(step)
+            elif i is True or i is False:
+                t = t.unsqueeze(d)
+                bools.append((d, i))
+                d += 1
+            elif isinstance(i, slice):
+                step = 1 if i.step is None else operator.index(i.step)
                 if step <= 0:
-                    raise ValueError("anygrad: slice step must be positive")
-                start = 0 if start is None else operator.index(start)
-                stop = (1 << 62) if stop is None else operator.index(stop)
+                    raise ValueError("anygrad: slice step must be positive, got %d" % step)
+                n = lib.ag_tensor_shape(t._h)[d]
+                # Python's clamping of any int bound (2**64 + 2 is past the end,
+                # not 2): the library gets 0 <= start <= stop <= n
+                start, stop, _ = slice(i.start, i.stop).indices(n)
+                stop = max(start, stop)
+                step = min(step, max(n, 1))
                 t = _wrap(lib.ag_slice(t._handle, d, start, stop, step), "slice")
                 d += 1
-            elif isinstance(i, numbers.Integral) or (isinstance(i, Tensor) and not i.dtype.is_floating_point
-                                                     and i.ndim == 0):
+            elif (isinstance(i, numbers.Integral) or
+                  (isinstance(i, Tensor) and i.ndim == 0 and i.dtype in (int32, int64))):
                 k = int(i)
-                if d >= t.ndim:
-                    raise IndexError("anygrad: too many indices for a tensor of %d dims" % self.ndim)
-                n = t.shape[d]
+                if not _I64_MIN <= k <= _I64_MAX:
+                    raise RuntimeError("anygrad: index %d is outside int64 (Overflow when unpacking "
+                                       "long)" % k)
+                n = lib.ag_tensor_shape(t._h)[d]
                 if k < -n or k >= n:
                     raise IndexError("anygrad: index %d is out of range for dim %d of size %d"
                                      % (k, d, n))
@@ -656,22 +805,43 @@ class Tensor:
                 t = _wrap(lib.ag_slice(t._handle, d, k, k + 1, 1), "index")
                 t = _wrap(lib.ag_squeeze(t._handle, d), "index")
             elif isinstance(i, Tensor):
+                if i.dtype.is_floating_point:
+                    raise IndexError("anygrad: tensors used as indices must be integer or bool tensors, "
+                                     "got %s" % i.dtype.name)
                 if i.dtype is bool_:
                     raise TypeError("anygrad: boolean mask indexing is not supported (use where)")
+                if i.dtype is uint8:  # torch reads it as a mask
+                    raise TypeError("anygrad: uint8 tensor indices are not supported (torch reads them "
+                                    "as masks): use int64")
                 if i.ndim != 1:
                     raise IndexError("anygrad: tensor indices must be 1-d")
                 t = index_select(t, d, i)
                 d += 1
+            elif isinstance(i, (numbers.Number, np.generic)):
+                raise IndexError("anygrad: only integers, slices (`:`), ellipsis (`...`), None, bools and "
+                                 "integer tensors are valid indices (got %s)" % type(i).__name__)
             else:
                 raise TypeError("anygrad: unsupported index %r" % (i,))
+        if bools:
+            pos = [p for p, _ in bools]
+            # torch's placement: where the first one was if they are adjacent, else first
+            at = pos[0] if pos == list(range(pos[0], pos[0] + len(pos))) else 0
+            if len(pos) > 1 or at != pos[0]:
+                for p in reversed(pos):
+                    t = _wrap(lib.ag_squeeze(t._handle, p), "index")
+                t = t.unsqueeze(at)
+            if not all(b for _, b in bools):
+                t = _wrap(lib.ag_slice(t._handle, at, 0, 0, 1), "index")
         return t
 
     def __setitem__(self, idx, value):
         dst = self[idx]
         if isinstance(value, Tensor):
             check(lib.ag_copy_(dst._handle, value._handle))
+        elif isinstance(value, (numbers.Number, np.generic)):
+            dst._fill(value, "__setitem__")
         else:
-            check(lib.ag_fill_(dst._handle, _scalar(value, "value")))
+            dst.copy_(_as_tensor_like(value, dst, "__setitem__", "value"))
 
     def __iter__(self):
         for i in range(len(self)):
@@ -707,11 +877,14 @@ class Size(tuple):
         return "anygrad.Size(%s)" % list(self)
 
 
-def _as_tensor_like(x, like):
+def _as_tensor_like(x, like, fn="anygrad", arg="other"):
     if isinstance(x, Tensor):
         return x
     if isinstance(x, (numbers.Number, np.generic)):
-        return full((), _scalar(x), dtype=like.dtype, device=like.device)
+        return full((), x, dtype=like.dtype, device=like.device)
+    if not isinstance(x, (list, tuple, np.ndarray)) and not hasattr(x, "__dlpack__"):
+        raise TypeError("%s must be Tensor, a number or a list, not %s"
+                        % (_argname(fn, arg), type(x).__name__))
     return tensor(x, dtype=like.dtype, device=like.device)
 
 
@@ -732,12 +905,12 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
                 data = data.detach().cpu().numpy()  # a torch tensor
             except AttributeError:
                 data = numpy.from_dlpack(data)
-        if isinstance(data, np.ndarray):
-            arr = data
-        else:
-            _check_data(data)
-            arr = np.asarray(data)
         dt = as_dtype(dtype)
+        if isinstance(data, np.ndarray):
+            arr = data  # converted as a cast, as torch does
+        else:
+            _check_data_range(data, dt)
+            arr = np.asarray(data)
         if dt is None:
             k = arr.dtype.kind
             if k not in "biuf":
@@ -763,62 +936,148 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     return t
 
 
-def _check_data(data):
+def _check_data(data, acc):
+    """Refuses what is not a number; gathers in acc the least and greatest
+    int and float of the data and whether a float (or NaN) is there."""
     if isinstance(data, (list, tuple)):
+        if data and all(type(x) is int for x in data):  # the common flat case, at C speed
+            acc[0] = min(acc[0], min(data))
+            acc[1] = max(acc[1], max(data))
+            return
+        if data and all(type(x) is float for x in data):
+            acc[2] = True
+            if any(x != x for x in data):
+                acc[5] = True
+            else:
+                acc[3] = min(acc[3], min(data))
+                acc[4] = max(acc[4], max(data))
+            return
         for x in data:
-            _check_data(x)
-    elif not isinstance(data, (numbers.Number, np.generic, np.ndarray)):
+            _check_data(x, acc)
+    elif isinstance(data, bool):
+        pass
+    elif isinstance(data, numbers.Integral):
+        v = int(data)
+        if v < acc[0]:
+            acc[0] = v
+        if v > acc[1]:
+            acc[1] = v
+    elif isinstance(data, (numbers.Real, np.floating)):
+        v = float(data)
+        acc[2] = True
+        if v != v:
+            acc[5] = True
+        else:
+            acc[3] = min(acc[3], v)
+            acc[4] = max(acc[4], v)
+    elif isinstance(data, np.ndarray):
+        if data.size and data.dtype.kind in "iu":
+            acc[0] = min(acc[0], int(data.min()))
+            acc[1] = max(acc[1], int(data.max()))
+        elif data.size and data.dtype.kind == "f":
+            acc[2] = True
+            if np.isnan(data).any():
+                acc[5] = True
+            else:
+                acc[3] = min(acc[3], float(data.min()))
+                acc[4] = max(acc[4], float(data.max()))
+        elif data.dtype.kind not in "biuf":
+            raise TypeError("anygrad: tensor data must be numbers, lists or arrays, got %s array"
+                            % data.dtype)
+    elif not isinstance(data, (numbers.Number, np.generic)):
         raise TypeError("anygrad: tensor data must be numbers, lists or arrays, got %s"
                         % type(data).__name__)
+
+
+def _check_data_range(data, dt):
+    """Python data for tensor(): an int the target integer dtype cannot hold
+    is refused as torch refuses it (int64: "Overflow when unpacking long"),
+    where NumPy would wrap it (2**63 into -2**63) or keep it as uint64 or
+    object; so is a float out of the range, or NaN. Into a float or bool
+    dtype any int is a value."""
+    acc = [0, 0, False, math.inf, -math.inf, False]
+    _check_data(data, acc)
+    if dt is None:
+        if acc[2]:
+            return  # inferred float32
+        dt = int64
+    r = _INT_RANGE.get(dt.code)
+    if r is None:
+        return
+    name, lo, hi = r
+    for v in (acc[0], acc[1]):
+        if not lo <= v <= hi:
+            raise RuntimeError("tensor(): value %d cannot be converted to type %s without overflow%s"
+                               % (v, name, " (Overflow when unpacking long)" if name == "int64" else ""))
+    if acc[2]:
+        if acc[5]:
+            raise RuntimeError("tensor(): value nan cannot be converted to type %s" % name)
+        for v in (acc[3], acc[4]):
+            if not math.isfinite(v) or not lo <= math.trunc(v) <= hi:
+                raise RuntimeError("tensor(): value %r cannot be converted to type %s without overflow"
+                                   % (v, name))
 
 
 as_tensor = tensor
 
 
 def from_numpy(a):
+    if not isinstance(a, np.ndarray):
+        raise TypeError("from_numpy(): expected np.ndarray (got %s)" % type(a).__name__)
     return tensor(a, dtype=as_dtype(a.dtype))
 
 
-def _creator(fn, *extra):
+def _creator(fn, name):
     def make(*shape, dtype=None, device=None, requires_grad=False):
-        s = _shape_arg(shape)
+        s = _shape_arg(shape, name)
         dt, d = _defaults(dtype, device)
-        t = _wrap(fn(d._d, dt.code, len(s), _i64(s), *extra), fn.__name__)
+        t = _wrap(fn(d._d, dt.code, len(s), _i64(s)), name)
         if requires_grad:
             t.requires_grad = True
         return t
     return make
 
 
-zeros = _creator(lib.ag_zeros)
-ones = _creator(lib.ag_ones)
-empty = _creator(lib.ag_empty)
+zeros = _creator(lib.ag_zeros, "zeros")
+ones = _creator(lib.ag_ones, "ones")
+empty = _creator(lib.ag_empty, "empty")
 
 
 def full(shape, fill_value, dtype=None, device=None, requires_grad=False):
-    s = _shape_arg((shape,) if isinstance(shape, numbers.Integral) else (tuple(shape),))
+    if isinstance(shape, (numbers.Number, np.generic)):
+        shape = (shape,)
+    elif not hasattr(shape, "__iter__"):
+        raise TypeError("full(): argument 'size' (position 1) must be tuple of ints, not %s"
+                        % type(shape).__name__)
+    s = _shape_arg((tuple(shape),), "full")
     dt, d = _defaults(dtype, device)
-    t = _wrap(lib.ag_full(d._d, dt.code, len(s), _i64(s), _scalar(fill_value, "fill_value")), "full")
+    v = _fill_value(fill_value, dt, "fill_value", "full")
+    if v is None:  # an int64 a double would round: copied from an exact 0-d tensor
+        t = _wrap(lib.ag_empty(d._d, dt.code, len(s), _i64(s)), "full")
+        src = tensor(fill_value, dtype=int64, device=d)
+        check(lib.ag_copy_(t._handle, src._handle))
+    else:
+        t = _wrap(lib.ag_full(d._d, dt.code, len(s), _i64(s), v), "full")
     if requires_grad:
         t.requires_grad = True
     return t
 
 
 def randn(*shape, dtype=None, device=None, requires_grad=False, generator=None):
-    s = _shape_arg(shape)
+    s = _shape_arg(shape, "randn")
     dt, d = _defaults(dtype, device)
     t = _wrap(lib.ag_randn(d._d, dt.code, len(s), _i64(s), 0.0, 1.0,
-                           generator._g if generator else None), "randn")
+                           _gen(generator, "randn")), "randn")
     if requires_grad:
         t.requires_grad = True
     return t
 
 
 def rand(*shape, dtype=None, device=None, requires_grad=False, generator=None):
-    s = _shape_arg(shape)
+    s = _shape_arg(shape, "rand")
     dt, d = _defaults(dtype, device)
     t = _wrap(lib.ag_rand(d._d, dt.code, len(s), _i64(s), 0.0, 1.0,
-                          generator._g if generator else None), "rand")
+                          _gen(generator, "rand")), "rand")
     if requires_grad:
         t.requires_grad = True
     return t
@@ -828,7 +1087,7 @@ def arange(start, end=None, step=1, dtype=None, device=None):
     if end is None:
         start, end = 0, start
     for v, n in ((start, "start"), (end, "end"), (step, "step")):
-        _finite(v, n)
+        _finite(v, n, "arange")
     if dtype is None:
         dtype = int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) else float32
     dt, d = _defaults(dtype, device)
@@ -836,28 +1095,42 @@ def arange(start, end=None, step=1, dtype=None, device=None):
 
 
 def zeros_like(t, dtype=None, device=None):
+    t = _tensor_in(t, "zeros_like")
     return zeros(*t.shape, dtype=dtype or t.dtype, device=device or t.device)
 
 
 def ones_like(t, dtype=None, device=None):
+    t = _tensor_in(t, "ones_like")
     return ones(*t.shape, dtype=dtype or t.dtype, device=device or t.device)
 
 
 def full_like(t, v, dtype=None, device=None):
+    t = _tensor_in(t, "full_like")
     return full(tuple(t.shape), v, dtype=dtype or t.dtype, device=device or t.device)
 
 
 def randn_like(t):
+    t = _tensor_in(t, "randn_like")
     return randn(*t.shape, dtype=t.dtype, device=t.device)
 
 
+def _seed(seed, fn):
+    """A seed as torch takes it: -2**63 .. 2**64 - 1, a negative one taken
+    modulo 2**64 (where & would have folded 2**64 + 5 into 5)."""
+    v = _int_value(seed, fn, "seed", 1)
+    if not _I64_MIN <= v <= 2 ** 64 - 1:
+        raise RuntimeError("%s is %d, outside -2**63 .. 2**64 - 1 (Overflow when unpacking long)"
+                           % (_argname(fn, "seed", 1), v))
+    return v & (2 ** 64 - 1)
+
+
 def manual_seed(seed):
-    lib.ag_manual_seed(int(seed) & (2 ** 64 - 1))
+    lib.ag_manual_seed(_seed(seed, "manual_seed"))
 
 
 class Generator:
     def __init__(self, seed=0):
-        self._g = lib.ag_generator_create(int(seed))
+        self._g = lib.ag_generator_create(_seed(seed, "Generator"))
 
     def __del__(self):
         if getattr(self, "_g", None):
@@ -865,13 +1138,48 @@ class Generator:
             self._g = None
 
 
+def _gen(g, fn):
+    """A generator argument: None or an anygrad.Generator."""
+    if g is None:
+        return None
+    if isinstance(g, Generator):
+        return g._g
+    raise TypeError("%s(): argument 'generator' must be anygrad.Generator, not %s" % (fn, type(g).__name__))
+
+
 # ---- ops ------------------------------------------------------------------------
 
-def _t(x, what="input"):
+def _t(x, fn, what="input", pos=1):
+    """x's handle; anything but a Tensor is torch's TypeError naming fn and
+    the argument ("exp(): argument 'input' (position 1) must be Tensor, not int")."""
     if isinstance(x, Tensor):
         return x._handle
-    raise TypeError("anygrad: %s must be a Tensor, got %s" % (what, type(x).__name__))
+    raise TypeError("%s must be Tensor, not %s" % (_argname(fn, what, pos), type(x).__name__))
+
+
+_PLAIN_INDEX = (int, slice, type(None), type(Ellipsis))
+
+
+def _bool_index(i):
+    """True or False for a bool index (Python's, NumPy's, a 0-d bool tensor)."""
+    if isinstance(i, (bool, np.bool_)):
+        return bool(i)
+    if isinstance(i, Tensor) and i.dtype is bool_ and i.ndim == 0:
+        return bool(i.item())
+    return i
+
+
+def _dim_index(dim, n, fn):
+    """dim as an index into n dims, torch's IndexError when out of range."""
+    k = _int_arg(dim, fn, "dim", 1)
+    if n == 0:
+        raise IndexError("%s(): dimension specified as %d but tensor has no dimensions" % (fn, k))
+    if not -n <= k < n:
+        raise IndexError("%s(): dimension out of range (expected to be in range of [%d, %d], but got %d)"
+                         % (fn, -n, n - 1, k))
+    return k
 
 
 def index_select(x, dim, index):
-    return _wrap(lib.ag_index_select(_t(x), int(dim), _t(index, "index")), "index_select")
+    return _wrap(lib.ag_index_select(_t(x, "index_select"), _dim_arg(dim, "index_select", "dim", 2),
+                                     _t(index, "index_select", "index", 3)), "index_select")

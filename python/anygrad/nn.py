@@ -3,7 +3,9 @@
 Layers are written over the C ops (anygrad.nn.functional), so the Python
 module tree owns its parameters as ordinary Tensors."""
 import collections
+import collections.abc
 import math
+import numbers
 import os
 from ctypes import byref
 
@@ -11,7 +13,34 @@ from ._lib import lib, check, raise_last
 
 from . import functional
 from . import functional as F  # noqa: F401
-from ._tensor import Tensor, rand, ones, zeros, randn, no_grad, as_dtype, float32, as_device
+from ._tensor import (Tensor, rand, ones, zeros, randn, no_grad, as_dtype, float32, as_device, _int_arg,
+                      _c_int_arg, _tensor_in, _gen, _I64_MAX)
+
+
+def _size(v, fn, arg):
+    """A layer size: an int >= 0 (a bool, a float or an int outside int64 is
+    a TypeError, as torch's size tuples; a negative one a ValueError)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError("%s(): argument '%s' must be int, not %s" % (fn, arg, type(v).__name__))
+    v = int(v)
+    if v > _I64_MAX:
+        raise TypeError("%s(): argument '%s' is %d, outside int64" % (fn, arg, v))
+    if v < 0:
+        raise ValueError("%s(): argument '%s' must be >= 0, got %d" % (fn, arg, v))
+    return v
+
+
+def _last_dim_size(normalized_shape, fn):
+    """normalized_shape of LayerNorm/RMSNorm: the size of the last dim (the
+    library normalizes over it alone; a longer shape is refused, not cut)."""
+    ns = normalized_shape
+    if isinstance(ns, collections.abc.Iterable):
+        ns = tuple(ns)
+        if len(ns) != 1:
+            raise ValueError("%s(): normalized_shape %s is not supported: the library normalizes over the "
+                             "last dim only (give its size)" % (fn, ns))
+        ns = ns[0]
+    return _size(ns, fn, "normalized_shape")
 
 
 class Parameter(Tensor):
@@ -96,6 +125,13 @@ class Module:
         return d
 
     def load_state_dict(self, sd, strict=True):
+        if not isinstance(sd, collections.abc.Mapping):
+            raise TypeError("load_state_dict(): argument 'state_dict' must be a dict, not %s"
+                            % type(sd).__name__)
+        for k, v in sd.items():
+            if not isinstance(v, Tensor):
+                raise TypeError("load_state_dict(): state_dict[%r] must be Tensor, not %s"
+                                % (k, type(v).__name__))
         own = self.state_dict()
         missing = [k for k in own if k not in sd]
         unexpected = [k for k in sd if k not in own]
@@ -151,6 +187,8 @@ class Module:
 class Linear(Module):
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
+        in_features = _size(in_features, "Linear", "in_features")
+        out_features = _size(out_features, "Linear", "out_features")
         dt = as_dtype(dtype) or float32
         b = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
         self.in_features, self.out_features = in_features, out_features
@@ -167,6 +205,8 @@ class Linear(Module):
 class Embedding(Module):
     def __init__(self, num_embeddings, embedding_dim, device=None, dtype=None):
         super().__init__()
+        num_embeddings = _size(num_embeddings, "Embedding", "num_embeddings")
+        embedding_dim = _size(embedding_dim, "Embedding", "embedding_dim")
         w = randn(num_embeddings, embedding_dim, dtype=as_dtype(dtype) or float32, device=device)
         w.requires_grad = True
         self.weight = w
@@ -179,7 +219,7 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, device=None,
                  dtype=None):
         super().__init__()
-        n = normalized_shape if isinstance(normalized_shape, int) else normalized_shape[-1]
+        n = _last_dim_size(normalized_shape, "LayerNorm")
         dt = as_dtype(dtype) or float32
         self.eps = eps
         self.weight = ones(n, dtype=dt, device=device, requires_grad=True) if elementwise_affine else None
@@ -192,6 +232,7 @@ class LayerNorm(Module):
 class RMSNorm(Module):
     def __init__(self, dim, eps=1e-6, device=None, dtype=None):
         super().__init__()
+        dim = _last_dim_size(dim, "RMSNorm")
         self.eps = eps
         self.weight = ones(dim, dtype=as_dtype(dtype) or float32, device=device, requires_grad=True)
 
@@ -203,7 +244,17 @@ class Conv2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True, device=None, dtype=None):
         super().__init__()
-        kh, kw = functional._two(kernel_size, "kernel_size")
+        in_channels = _size(in_channels, "Conv2d", "in_channels")
+        out_channels = _size(out_channels, "Conv2d", "out_channels")
+        kh, kw = functional._two(kernel_size, "kernel_size", "Conv2d")
+        for v, n in ((stride, "stride"), (padding, "padding"), (dilation, "dilation")):
+            functional._two(v, n, "Conv2d")  # refused here, not at the first forward
+        groups = _c_int_arg(groups, "Conv2d", "groups")
+        if groups <= 0:
+            raise ValueError("Conv2d(): groups must be a positive integer, got %d" % groups)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError("Conv2d(): in_channels (%d) and out_channels (%d) must be divisible by groups "
+                             "(%d)" % (in_channels, out_channels, groups))
         dt = as_dtype(dtype) or float32
         fan_in = in_channels // groups * kh * kw
         b = 1.0 / math.sqrt(fan_in)
@@ -219,6 +270,7 @@ class Conv2d(Module):
 class BatchNorm2d(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, device=None, dtype=None):
         super().__init__()
+        num_features = _size(num_features, "BatchNorm2d", "num_features")
         dt = as_dtype(dtype) or float32
         self.eps, self.momentum = eps, momentum
         self.weight = ones(num_features, dtype=dt, device=device, requires_grad=True)
@@ -333,8 +385,10 @@ class GPT(Module):
         from ._lib import lib, check, Gpt, GptConfig
         from ._tensor import as_device, _wrap
         super().__init__()
-        cfg = GptConfig(vocab_size, block_size, n_layer, n_embd, n_head, float(dropout),
-                        bool(checkpoint), bool(untied_head))
+        cfg = GptConfig(_int_arg(vocab_size, "GPT", "vocab_size"), _int_arg(block_size, "GPT", "block_size"),
+                        _int_arg(n_layer, "GPT", "n_layer"), _int_arg(n_embd, "GPT", "n_embd"),
+                        _c_int_arg(n_head, "GPT", "n_head"), float(dropout), bool(checkpoint),
+                        bool(untied_head))
         m = Gpt()
         check(lib.ag_gpt_init(byref(m), byref(cfg), as_device(device)._d,
                               (as_dtype(dtype) or float32).code, None))
@@ -356,10 +410,10 @@ class GPT(Module):
         from ctypes import byref
         from ._lib import lib
         from ._tensor import _wrap, int32
-        if idx.dtype is not int32:
+        if _tensor_in(idx, "GPT.forward", "idx").dtype is not int32:
             idx = idx.to(int32)
         return _wrap(lib.ag_gpt_forward(byref(self._m), idx._handle, self.training,
-                                        generator._g if generator else None), "GPT.forward")
+                                        _gen(generator, "GPT.forward")), "GPT.forward")
 
     def __del__(self, _free=lib.ag_gpt_free, _byref=byref):
         m = self.__dict__.pop("_m", None)
@@ -385,13 +439,16 @@ class Llama(Module):
         from ._lib import LlamaConfig, Llama as _CLlama
         from ._tensor import as_device, _wrap
         super().__init__()
-        cfg = LlamaConfig(int(vocab_size), int(dim), int(n_layers), int(n_heads), int(n_kv_heads),
-                          int(hidden_dim), int(multiple_of), int(max_seq_len), float(rope_theta),
-                          float(norm_eps), bool(untied_head), bool(checkpoint))
+        i64, i32 = _int_arg, _c_int_arg
+        cfg = LlamaConfig(i64(vocab_size, "Llama", "vocab_size"), i64(dim, "Llama", "dim"),
+                          i64(n_layers, "Llama", "n_layers"), i32(n_heads, "Llama", "n_heads"),
+                          i32(n_kv_heads, "Llama", "n_kv_heads"), i64(hidden_dim, "Llama", "hidden_dim"),
+                          i64(multiple_of, "Llama", "multiple_of"), i64(max_seq_len, "Llama", "max_seq_len"),
+                          float(rope_theta), float(norm_eps), bool(untied_head), bool(checkpoint))
         m = _CLlama()
         check(lib.ag_llama_init(byref(m), byref(cfg), as_device(device)._d,
                                 (as_dtype(dtype) or float32).code,
-                                generator._g if generator else None))
+                                _gen(generator, "Llama")))
         object.__setattr__(self, "_m", m)
         pl = m.params
         want = 2 + 9 * int(n_layers) + (1 if untied_head else 0)
@@ -415,7 +472,7 @@ class Llama(Module):
             raise TypeError("anygrad.nn.Llama: idx must be a tensor of token ids, got %s"
                             % type(idx).__name__)
         h = lib.ag_llama_forward(byref(self._m), idx._handle, self.training,
-                                 generator._g if generator else None)
+                                 _gen(generator, "Llama.forward"))
         if not h:
             raise_last("Llama.forward")
         t = Tensor.__new__(Tensor)

@@ -18,6 +18,9 @@ def _param_list(params):
 
 class Optimizer:
     def __init__(self, params, lr):
+        if isinstance(params, Tensor) or not hasattr(params, "__iter__"):
+            raise TypeError("%s(): params argument given to the optimizer should be an iterable of Tensors, "
+                            "but got %s" % (type(self).__name__, type(params).__name__))
         self._params = list(params)
         if not self._params:
             raise ValueError("anygrad.optim: optimizer got an empty parameter list")
@@ -70,6 +73,8 @@ class SGD(Optimizer):
 
 class AdamW(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError("AdamW(): argument 'betas' must be a pair of floats, not %r" % (betas,))
         super().__init__(params, lr)
         opts = AdamwOptions(self._lr, _finite(betas[0], "beta1"), _finite(betas[1], "beta2"),
                             _finite(eps, "eps"), _finite(weight_decay, "weight_decay"))
@@ -80,6 +85,8 @@ def clip_grad_norm_(params, max_norm):
     """Scale the gradients so their total norm is at most max_norm (no host
     sync); returns the total norm before clipping as a 0-d tensor."""
     from ._tensor import _wrap
+    if isinstance(params, Tensor):  # one tensor, as torch takes it (not its rows)
+        params = [params]
     pl = _param_list(params)
     try:
         h = lib.ag_clip_grad_norm(byref(pl), _finite(max_norm, "max_norm"))
