@@ -1,7 +1,7 @@
 /* Threads meeting the OpenCL backend's first-use state: 4 threads on
  * opencl:0 run their first GEMM (matmul f32 and f16, batched, transposed,
  * conv2d) at the same instant, then more shapes at once, each on a stream
- * of its own. CLBlast builds its tuning
+ * of its own or all on the default stream. CLBlast builds its tuning
  * database and compiles each routine on first use, in process-wide state,
  * so each round runs in a fresh process: the test runs itself again as a
  * child, several times. Inputs are multiples of 1/4 in [-3/4, 3/4] and the
@@ -312,10 +312,19 @@ static void test_first_gemm_own_streams(void **state) {
   run_rounds("own");
 }
 
+/* Every thread on the device's default stream (what two ranks of an
+ * in-process group on one device do): the stream's kernel objects, its
+ * scratch buffer and CLBlast all meet the threads at once. */
+static void test_first_gemm_default_stream(void **state) {
+  (void)state;
+  run_rounds("default");
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], CHILD_ARG)) return child_main(!strcmp(argv[2], "own"));
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_first_gemm_own_streams),
+      cmocka_unit_test(test_first_gemm_default_stream),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1270,7 +1270,7 @@ static ag_status run_bn_apply(ag_bstream *s, const ag_kernel_call *c) {
   return ka_run(&k, (size_t)n, 0);
 }
 
-ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
+static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   ag_status st = clb_stream_kernels(s);
   if (st != AG_OK) return st;
   clb_touch(s);
@@ -1317,6 +1317,16 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
                       c->name ? c->name : "launch", (int)c->op);
+}
+
+/* The stream's lock covers the whole launch: its kernel objects (arguments
+ * set, then enqueued), its scratch (staged, then read by the GEMM) and its
+ * first-use kernel creation, when threads share the stream. */
+ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
+  pthread_mutex_lock(&s->lock);
+  ag_status st = launch_locked(s, c);
+  pthread_mutex_unlock(&s->lock);
+  return st;
 }
 
 bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
