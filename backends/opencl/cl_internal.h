@@ -60,11 +60,17 @@ typedef struct clb_device {
 struct ag_bstream {
   clb_device *d;
   int dev;
+  /* Threads may share a stream (the default stream of a device that two
+   * ranks of an in-process group use): launches hold this lock, so one
+   * thread's kernel arguments and scratch are not another's; the flags
+   * below are read and written under it. */
+  pthread_mutex_t lock;
   cl_command_queue q;
   cl_mem err;        /* ag_kernel_error, zeroed */
   bool err_armed;    /* a kernel that may set err ran since the last take */
   bool busy;         /* work enqueued since the queue was last seen idle */
   bool since_probe;  /* work enqueued after `probe` */
+  unsigned long enqueued; /* enqueues so far: a synchronize clears busy only if none came meanwhile */
   cl_event probe;    /* marker used by stream_query */
   bool have_kernels;
   cl_kernel k[CLK_COUNT];
@@ -90,11 +96,12 @@ CLB_HIDDEN ag_status clb_program(clb_device *d, cl_program *out);
 CLB_HIDDEN extern const char clb_kernel_source[];
 CLB_HIDDEN extern const size_t clb_kernel_source_len;
 
-/* Every enqueue calls this, so stream_query can answer without a marker
- * when nothing was queued since the queue was last idle. */
+/* Every enqueue calls this, with s->lock held, so stream_query can answer
+ * without a marker when nothing was queued since the queue was last idle. */
 static inline void clb_touch(ag_bstream *s) {
   s->busy = true;
   s->since_probe = true;
+  s->enqueued++;
 }
 
 CLB_HIDDEN ag_status clb_stream_kernels(ag_bstream *s);

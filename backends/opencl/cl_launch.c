@@ -998,6 +998,40 @@ static ag_status gemm_stage(ag_bstream *s, const ag_koperand *o, cl_mem scratch,
   return run_unary(s, &dst, &src, AG_U_COPY, 0, 0);
 }
 
+/* CLBlast is not safe for threads meeting its first-use state: 1.5 fills its
+ * process-wide tuning database (a std::vector) on its first routine call
+ * without a lock, so two first calls at once copy a vector the other is
+ * replacing (use after free, or a routine compiled with garbage
+ * parameters), and builds older than 1.6 that use C++14 throw when two
+ * threads store the same compiled program. Every CLBlast call holds this
+ * one lock, for all devices (the database is shared by them): a call only
+ * enqueues once its routine is compiled, so the lock costs nothing
+ * measurable (docs/opencl.md). */
+static pthread_mutex_t g_clblast_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* C = alpha A @ B + beta C (row-major, element offsets), batch matrices
+ * apart by the strides; the one place anygrad calls CLBlast. */
+static ag_status sgemm(ag_bstream *s, const char *what, bool ta, bool tb, size_t M, size_t N, size_t K, float alpha,
+                       cl_mem A, size_t ao, size_t lda, size_t sa, cl_mem Bm, size_t bo, size_t ldb, size_t sb,
+                       float beta, cl_mem C, size_t co, size_t ldc, size_t sc, size_t batch) {
+  if (!M || !N || !batch) return AG_OK;
+  CLBlastTranspose tA = ta ? CLBlastTransposeYes : CLBlastTransposeNo;
+  CLBlastTranspose tB = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
+  CLBlastStatusCode e;
+  pthread_mutex_lock(&g_clblast_lock);
+  if (batch == 1)
+    e = CLBlastSgemm(CLBlastLayoutRowMajor, tA, tB, M, N, K, alpha, A, ao, lda, Bm, bo, ldb, beta, C, co, ldc, &s->q,
+                     NULL);
+  else
+    e = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, tA, tB, M, N, K, alpha, A, ao, lda, sa, Bm, bo, ldb, sb,
+                                   beta, C, co, ldc, sc, batch, &s->q, NULL);
+  pthread_mutex_unlock(&g_clblast_lock);
+  if (e == CLBlastSuccess) return AG_OK;
+  char name[80];
+  snprintf(name, sizeof name, "%s%s", batch == 1 ? "CLBlastSgemm" : "CLBlastSgemmStridedBatched", what);
+  return clb_error((cl_int)e, name);
+}
+
 static size_t align_el(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
@@ -1038,19 +1072,10 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
     gc = (gemm_op){scratch, off_c, (size_t)N, (size_t)(M * N), false};
     if (c->s[1] != 0 && (st = gemm_stage(s, o, scratch, off_c, &gc)) != AG_OK) return st;
   }
-  CLBlastStatusCode e;
-  CLBlastTranspose ta = ga.trans ? CLBlastTransposeYes : CLBlastTransposeNo;
-  CLBlastTranspose tb = gb.trans ? CLBlastTransposeYes : CLBlastTransposeNo;
-  if (B == 1)
-    e = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, (size_t)M, (size_t)N, (size_t)K,
-                     (float)c->s[0], ga.mem, ga.off, ga.ld, gb.mem, gb.off, gb.ld, (float)c->s[1],
-                     gc.mem, gc.off, gc.ld, &s->q, NULL);
-  else
-    e = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, (size_t)M, (size_t)N,
-                                   (size_t)K, (float)c->s[0], ga.mem, ga.off, ga.ld, ga.stride,
-                                   gb.mem, gb.off, gb.ld, gb.stride, (float)c->s[1], gc.mem,
-                                   gc.off, gc.ld, gc.stride, (size_t)B, &s->q, NULL);
-  if (e != CLBlastSuccess) return clb_error((cl_int)e, B == 1 ? "CLBlastSgemm" : "CLBlastSgemmStridedBatched");
+  st = sgemm(s, "", ga.trans, gb.trans, (size_t)M, (size_t)N, (size_t)K, (float)c->s[0], ga.mem, ga.off, ga.ld,
+             ga.stride, gb.mem, gb.off, gb.ld, gb.stride, (float)c->s[1], gc.mem, gc.off, gc.ld, gc.stride,
+             (size_t)B);
+  if (st != AG_OK) return st;
   if (!dc) {
     ag_koperand src = *o;
     src.base = scratch;
@@ -1084,25 +1109,6 @@ static clb_conv_meta conv_meta_of(const ag_kernel_call *c, const ag_koperand *x,
   ag_conv_geom g = ag_conv_geom_of(c, x, y, w);
   clb_conv_meta m = {g.N, g.C, g.H, g.W, g.Co, g.Ho, g.Wo, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.G};
   return m;
-}
-
-/* C = A @ B + beta C (row-major, element offsets), batch matrices apart by
- * the strides. */
-static ag_status sgemm(ag_bstream *s, bool ta, bool tb, size_t M, size_t N, size_t K, cl_mem A, size_t ao,
-                       size_t lda, size_t sa, cl_mem Bm, size_t bo, size_t ldb, size_t sb, float beta, cl_mem C,
-                       size_t co, size_t ldc, size_t sc, size_t batch) {
-  if (!M || !N || !batch) return AG_OK;
-  CLBlastTranspose tA = ta ? CLBlastTransposeYes : CLBlastTransposeNo;
-  CLBlastTranspose tB = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
-  CLBlastStatusCode e;
-  if (batch == 1)
-    e = CLBlastSgemm(CLBlastLayoutRowMajor, tA, tB, M, N, K, 1.0f, A, ao, lda, Bm, bo, ldb, beta, C, co, ldc, &s->q,
-                     NULL);
-  else
-    e = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, tA, tB, M, N, K, 1.0f, A, ao, lda, sa, Bm, bo, ldb, sb, beta,
-                                   C, co, ldc, sc, batch, &s->q, NULL);
-  if (e == CLBlastSuccess) return AG_OK;
-  return clb_error((cl_int)e, batch == 1 ? "CLBlastSgemm (conv2d)" : "CLBlastSgemmStridedBatched (conv2d)");
 }
 
 static ag_status conv_cols(ag_bstream *s, clb_kernel which, cl_mem a, size_t ao, cl_mem b, size_t bo, int64_t n0,
@@ -1154,11 +1160,11 @@ static ag_status run_conv(ag_bstream *s, const ag_kernel_call *c) {
         st = conv_cols(s, CLK_IM2COL, scratch, 0, X->base, X->offset, n0, nb, &m, (size_t)(G * K * nb * P));
       for (int64_t g = 0; g < G && st == AG_OK; g++) {
         if (direct)
-          st = sgemm(s, false, false, (size_t)Cog, (size_t)P, (size_t)K, Wt->base, wo + (size_t)(g * Cog * K),
+          st = sgemm(s, " (conv2d)", false, false, (size_t)Cog, (size_t)P, (size_t)K, 1.0f, Wt->base, wo + (size_t)(g * Cog * K),
                      (size_t)K, 0, X->base, xo + (size_t)((n0 * m.C + g * Cg) * P), (size_t)P, (size_t)(m.C * P), 0.0f,
                      Y->base, yo + (size_t)((n0 * m.Co + g * Cog) * P), (size_t)P, (size_t)(m.Co * P), (size_t)nb);
         else
-          st = sgemm(s, false, false, (size_t)Cog, (size_t)P, (size_t)K, Wt->base, wo + (size_t)(g * Cog * K),
+          st = sgemm(s, " (conv2d)", false, false, (size_t)Cog, (size_t)P, (size_t)K, 1.0f, Wt->base, wo + (size_t)(g * Cog * K),
                      (size_t)K, 0, scratch, (size_t)(g * K) * cs, cs, (size_t)P, 0.0f, Y->base,
                      yo + (size_t)((n0 * m.Co + g * Cog) * P), (size_t)P, (size_t)(m.Co * P), (size_t)nb);
       }
@@ -1166,11 +1172,11 @@ static ag_status run_conv(ag_bstream *s, const ag_kernel_call *c) {
       for (int64_t g = 0; g < G && st == AG_OK; g++) {
         const size_t dyo = yo + (size_t)((n0 * m.Co + g * Cog) * P);
         if (direct)
-          st = sgemm(s, true, false, (size_t)K, (size_t)P, (size_t)Cog, Wt->base, wo + (size_t)(g * Cog * K),
+          st = sgemm(s, " (conv2d)", true, false, (size_t)K, (size_t)P, (size_t)Cog, 1.0f, Wt->base, wo + (size_t)(g * Cog * K),
                      (size_t)K, 0, Y->base, dyo, (size_t)P, (size_t)(m.Co * P), 0.0f, X->base,
                      xo + (size_t)((n0 * m.C + g * Cg) * P), (size_t)P, (size_t)(m.C * P), (size_t)nb);
         else
-          st = sgemm(s, true, false, (size_t)K, (size_t)P, (size_t)Cog, Wt->base, wo + (size_t)(g * Cog * K),
+          st = sgemm(s, " (conv2d)", true, false, (size_t)K, (size_t)P, (size_t)Cog, 1.0f, Wt->base, wo + (size_t)(g * Cog * K),
                      (size_t)K, 0, Y->base, dyo, (size_t)P, (size_t)(m.Co * P), 0.0f, scratch, (size_t)(g * K) * cs,
                      cs, (size_t)P, (size_t)nb);
       }
@@ -1194,7 +1200,7 @@ static ag_status run_conv(ag_bstream *s, const ag_kernel_call *c) {
       if (st == AG_OK)
         st = conv_cols(s, CLK_IM2COL, scratch, 0, X->base, X->offset, n0, nb, &m, (size_t)(G * K * nb * P));
       if (st == AG_OK)
-        st = sgemm(s, false, true, (size_t)Cog, (size_t)K, cs, scratch, col_el, cs, (size_t)(Cog * nb * P),
+        st = sgemm(s, " (conv2d)", false, true, (size_t)Cog, (size_t)K, cs, 1.0f, scratch, col_el, cs, (size_t)(Cog * nb * P),
                    scratch, 0, cs, (size_t)(K * nb * P), n0 ? 1.0f : 0.0f, Wt->base, wo, (size_t)K,
                    (size_t)(Cog * K), (size_t)G);
     }
@@ -1264,7 +1270,7 @@ static ag_status run_bn_apply(ag_bstream *s, const ag_kernel_call *c) {
   return ka_run(&k, (size_t)n, 0);
 }
 
-ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
+static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   ag_status st = clb_stream_kernels(s);
   if (st != AG_OK) return st;
   clb_touch(s);
@@ -1311,6 +1317,16 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
                       c->name ? c->name : "launch", (int)c->op);
+}
+
+/* The stream's lock covers the whole launch: its kernel objects (arguments
+ * set, then enqueued), its scratch (staged, then read by the GEMM) and its
+ * first-use kernel creation, when threads share the stream. */
+ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
+  pthread_mutex_lock(&s->lock);
+  ag_status st = launch_locked(s, c);
+  pthread_mutex_unlock(&s->lock);
+  return st;
 }
 
 bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {

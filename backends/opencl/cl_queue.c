@@ -1,6 +1,7 @@
 /* Streams are in-order command queues with profiling enabled; events are
  * markers; cross-queue waits are barriers with a wait list. Each stream owns
- * the error word its kernels write and a grow-only scratch buffer. */
+ * the error word its kernels write and a grow-only scratch buffer. Threads
+ * may share a stream: its flags change under s->lock. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,9 +13,11 @@ ag_status clb_stream_create(int dev, ag_bstream **out) {
   if (!s) return ag_error_set(AG_ERR_OOM, "opencl: stream");
   s->d = d;
   s->dev = dev;
+  pthread_mutex_init(&s->lock, NULL);
   cl_int err;
   s->q = clCreateCommandQueue(d->ctx, d->id, CL_QUEUE_PROFILING_ENABLE, &err);
   if (!s->q) {
+    pthread_mutex_destroy(&s->lock);
     free(s);
     return clb_error(err, "clCreateCommandQueue");
   }
@@ -23,6 +26,7 @@ ag_status clb_stream_create(int dev, ag_bstream **out) {
                           &err);
   if (!s->err) {
     clReleaseCommandQueue(s->q);
+    pthread_mutex_destroy(&s->lock);
     free(s);
     return clb_error(err, "clCreateBuffer(error word)");
   }
@@ -39,19 +43,34 @@ void clb_stream_destroy(ag_bstream *s) {
   if (s->scratch) clReleaseMemObject(s->scratch);
   clReleaseMemObject(s->err);
   clReleaseCommandQueue(s->q);
+  pthread_mutex_destroy(&s->lock);
   free(s);
 }
 
+/* Marks work enqueued on s. Called after the enqueue: a synchronize that
+ * runs meanwhile then keeps busy set instead of clearing it for work it
+ * did not wait for. */
+static void touch(ag_bstream *s) {
+  pthread_mutex_lock(&s->lock);
+  clb_touch(s);
+  pthread_mutex_unlock(&s->lock);
+}
+
 ag_status clb_stream_synchronize(ag_bstream *s) {
+  pthread_mutex_lock(&s->lock);
+  unsigned long before = s->enqueued;
+  pthread_mutex_unlock(&s->lock);
   cl_int err = clFinish(s->q);
   if (err != CL_SUCCESS) return clb_error(err, "clFinish");
-  s->busy = false;
+  pthread_mutex_lock(&s->lock);
+  if (s->enqueued == before) s->busy = false;
+  pthread_mutex_unlock(&s->lock);
   return AG_OK;
 }
 
 /* A marker enqueued after the last work tells, without blocking, whether it
  * all finished; it is reused by later queries until more work is queued. */
-ag_status clb_stream_query(ag_bstream *s, bool *out_done) {
+static ag_status query_locked(ag_bstream *s, bool *out_done) {
   *out_done = true;
   if (!s->busy) return AG_OK;
   cl_int err;
@@ -70,6 +89,13 @@ ag_status clb_stream_query(ag_bstream *s, bool *out_done) {
   *out_done = st == CL_COMPLETE;
   if (*out_done) s->busy = false;
   return AG_OK;
+}
+
+ag_status clb_stream_query(ag_bstream *s, bool *out_done) {
+  pthread_mutex_lock(&s->lock);
+  ag_status st = query_locked(s, out_done);
+  pthread_mutex_unlock(&s->lock);
+  return st;
 }
 
 ag_status clb_scratch(ag_bstream *s, size_t bytes, cl_mem *out) {
@@ -107,9 +133,9 @@ void clb_event_destroy(ag_bevent *e) {
 
 ag_status clb_event_record(ag_bevent *e, ag_bstream *s) {
   cl_event ev;
-  clb_touch(s);
   cl_int err = clEnqueueMarkerWithWaitList(s->q, 0, NULL, &ev);
   if (err != CL_SUCCESS) return clb_error(err, "clEnqueueMarkerWithWaitList");
+  touch(s);
   /* Flushed so that queries and other queues waiting on it make progress. */
   clFlush(s->q);
   if (e->ev) clReleaseEvent(e->ev);
@@ -119,9 +145,10 @@ ag_status clb_event_record(ag_bevent *e, ag_bstream *s) {
 
 ag_status clb_stream_wait_event(ag_bstream *s, ag_bevent *e) {
   if (!e->ev) return AG_OK;
-  clb_touch(s);
   cl_int err = clEnqueueBarrierWithWaitList(s->q, 1, &e->ev, NULL);
-  return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueBarrierWithWaitList");
+  if (err != CL_SUCCESS) return clb_error(err, "clEnqueueBarrierWithWaitList");
+  touch(s);
+  return AG_OK;
 }
 
 ag_status clb_event_query(ag_bevent *e, bool *out_done) {
@@ -162,19 +189,19 @@ ag_status clb_copy_h2d(ag_bstream *s, void *dst, size_t doff, const void *src, s
                        bool pinned) {
   if (!bytes) return AG_OK;
   /* Pageable sources are consumed before returning (blocking write). */
-  clb_touch(s);
   cl_int err = clEnqueueWriteBuffer(s->q, (cl_mem)dst, pinned ? CL_FALSE : CL_TRUE, doff, bytes,
                                     src, 0, NULL, NULL);
   if (err != CL_SUCCESS) return clb_error(err, "clEnqueueWriteBuffer");
+  touch(s);
   if (pinned) clFlush(s->q);
   return AG_OK;
 }
 
 ag_status clb_copy_d2h(ag_bstream *s, void *dst, const void *src, size_t soff, size_t bytes) {
   if (!bytes) return AG_OK;
-  clb_touch(s);
   cl_int err = clEnqueueReadBuffer(s->q, (cl_mem)src, CL_FALSE, soff, bytes, dst, 0, NULL, NULL);
   if (err != CL_SUCCESS) return clb_error(err, "clEnqueueReadBuffer");
+  touch(s);
   clFlush(s->q);
   return AG_OK;
 }
@@ -182,17 +209,17 @@ ag_status clb_copy_d2h(ag_bstream *s, void *dst, const void *src, size_t soff, s
 ag_status clb_copy_d2d(ag_bstream *s, void *dst, size_t doff, const void *src, size_t soff,
                        size_t bytes) {
   if (!bytes) return AG_OK;
-  clb_touch(s);
   cl_int err = clEnqueueCopyBuffer(s->q, (cl_mem)src, (cl_mem)dst, soff, doff, bytes, 0, NULL,
                                    NULL);
-  return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueCopyBuffer");
+  if (err != CL_SUCCESS) return clb_error(err, "clEnqueueCopyBuffer");
+  touch(s);
+  return AG_OK;
 }
 
 /* Only read when a kernel that can fail ran since the last take, so a
  * training step's syncs cost no extra transfer. The core calls this after a
  * stream sync, so the blocking read does not wait on queued work. */
-ag_status clb_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
-  memset(out, 0, sizeof *out);
+static ag_status take_locked(ag_bstream *s, ag_kernel_error *out) {
   if (!s->err_armed) return AG_OK;
   cl_int err = clEnqueueReadBuffer(s->q, s->err, CL_TRUE, 0, sizeof *out, out, 0, NULL, NULL);
   if (err != CL_SUCCESS) return clb_error(err, "clEnqueueReadBuffer(error word)");
@@ -203,4 +230,12 @@ ag_status clb_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
     if (err != CL_SUCCESS) return clb_error(err, "clEnqueueWriteBuffer(error word)");
   }
   return AG_OK;
+}
+
+ag_status clb_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&s->lock);
+  ag_status st = take_locked(s, out);
+  pthread_mutex_unlock(&s->lock);
+  return st;
 }
