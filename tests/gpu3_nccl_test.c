@@ -4,7 +4,8 @@
  * collective later (on a later ncclCommGetAsyncError poll, or from another
  * thread), fail asynchronously, be aborted while a collective is still being
  * enqueued, take several polls to abort or destroy. A run must return only
- * when the result is in the buffer. The last test drives
+ * when the result is in the buffer; the RCCL path must leave no
+ * hipErrorNotReady behind for the thread's next launch. The last test drives
  * the module through a group on the CPU device (device buffers forced on),
  * so an f16 sum goes through the f32 staging blocks. Argument: the module
  * file. Linked statically (for the core's test entry) with its symbols
@@ -36,6 +37,7 @@ static int (*stub_set)(const char *, long long);
 static void (*stub_reset)(void);
 static int (*stub_used_after_free)(void), (*stub_aborts)(void), (*stub_destroys)(void), (*stub_invalid_usage)(void),
     (*stub_queued)(void), (*stub_releasing)(void);
+static int (*hip_peek)(void), (*hip_get_last)(void);
 
 static const ag_dist_module *module(int kind) {
   void *h = dlopen(g_module_file, RTLD_NOW | RTLD_LOCAL);
@@ -61,6 +63,8 @@ static const ag_dist_module *module(int kind) {
   LOOK(stub_invalid_usage, "nccl_stub_invalid_usage");
   LOOK(stub_queued, "nccl_stub_queued");
   LOOK(stub_releasing, "nccl_stub_releasing");
+  LOOK(hip_peek, "hipPeekAtLastError");
+  LOOK(hip_get_last, "hipGetLastError");
 #undef LOOK
   stub_reset();
   return m;
@@ -237,6 +241,27 @@ static void in_progress_until_deadline(void **state) {
   assert_int_equal(stub_used_after_free(), 0);
 }
 
+/* ROCm records hipErrorNotReady from hipStreamQuery as the thread's last
+ * error: after a run that polled a busy stream, the thread's next launch
+ * check (hipGetLastError after a kernel, as the glue does) must see
+ * hipSuccess. */
+static void rccl_not_ready_cleared(void **state) {
+  (void)state;
+  const ag_dist_module *m = module(AG_DIST_RCCL);
+  set("run_us", 0);
+  set("min_not_ready", 3);
+  ag_dist_impl *im = create(m, 20000);
+  float x = 1;
+  if (all_reduce(m, im, &x, 1, 1, 20000) != AG_OK) fail_msg("%s", ag_last_error());
+  assert_true(x == 2);
+  int last = hip_peek();
+  if (last != 0) fail_msg("after an RCCL all-reduce the thread's last HIP error is %d (hipErrorNotReady left by "
+                          "hipStreamQuery): the next launch check fails", last);
+  assert_int_equal(hip_get_last(), 0);
+  m->destroy(im);
+  assert_int_equal(stub_used_after_free(), 0);
+}
+
 /* ncclCommAbort and ncclCommDestroy return ncclInProgress on a non-blocking
  * communicator (the stub finishes them on the third ncclCommGetAsyncError
  * poll): polled until done, and the communicator is not used after. A
@@ -332,8 +357,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(nccl_enqueued_on_poll),     cmocka_unit_test(nccl_enqueued_by_thread),
       cmocka_unit_test(rccl_enqueued_on_poll),     cmocka_unit_test(gather_scatter_enqueued_later),
       cmocka_unit_test(async_error_after_enqueue), cmocka_unit_test(abort_while_enqueueing),
-      cmocka_unit_test(in_progress_until_deadline), cmocka_unit_test(release_in_progress),
-      cmocka_unit_test(group_half_sum),
+      cmocka_unit_test(in_progress_until_deadline), cmocka_unit_test(rccl_not_ready_cleared),
+      cmocka_unit_test(release_in_progress),       cmocka_unit_test(group_half_sum),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,9 @@
  *   release_polls      ncclCommAbort / ncclCommDestroy return ncclInProgress
  *                      and finish on this many-th ncclCommGetAsyncError poll
  *   release_error      what they end with (returned, or the last poll's state)
+ * The HIP runtime records hipErrorNotReady from hipStreamQuery as the
+ * thread's last error (hipGetLastError returns and clears it), as ROCm does;
+ * the CUDA runtime does not.
  * With NCCL_STUB_INIT=never a peer never joins: ncclCommInitRank blocks for
  * good and a nonblocking init stays in progress. */
 #include <pthread.h>
@@ -379,6 +382,7 @@ EXPORT int ncclGroupEnd(void) { return 0; }
 
 /* ---- the runtimes: one device, one stream that runs the kernels ---- */
 static char g_dev_mem[64];
+static _Thread_local int t_last_error;
 
 /* 0 idle, 600 not ready. The head kernel finishes (and writes its result)
  * when its time has come; an abort ends every kernel 5 ms later, unwritten. */
@@ -423,6 +427,11 @@ static int dev_malloc(void **p) {
   return 0;
 }
 static const char *error_string(int e) { return e == NOT_READY ? "not ready (stub)" : e ? "stub runtime error" : "no error"; }
+static int get_last_error(void) {
+  int e = t_last_error;
+  t_last_error = 0;
+  return e;
+}
 
 EXPORT int cudaSetDevice(int d) { return set_device(d); }
 EXPORT int cudaGetDeviceCount(int *n) { return device_count(n); }
@@ -430,7 +439,7 @@ EXPORT int cudaStreamCreateWithFlags(void **s, unsigned f) {
   (void)f;
   return stream_create(s);
 }
-EXPORT int cudaStreamQuery(void *s) {
+EXPORT int cudaStreamQuery(void *s) { /* CUDA does not record cudaErrorNotReady */
   (void)s;
   return stream_query();
 }
@@ -447,6 +456,8 @@ EXPORT int cudaFree(void *p) {
   return 0;
 }
 EXPORT const char *cudaGetErrorString(int e) { return error_string(e); }
+EXPORT int cudaGetLastError(void) { return get_last_error(); }
+EXPORT int cudaPeekAtLastError(void) { return t_last_error; }
 
 EXPORT int hipSetDevice(int d) { return set_device(d); }
 EXPORT int hipGetDeviceCount(int *n) { return device_count(n); }
@@ -454,9 +465,11 @@ EXPORT int hipStreamCreateWithFlags(void **s, unsigned f) {
   (void)f;
   return stream_create(s);
 }
-EXPORT int hipStreamQuery(void *s) {
+EXPORT int hipStreamQuery(void *s) { /* ROCm records hipErrorNotReady as the last error */
   (void)s;
-  return stream_query();
+  int rc = stream_query();
+  if (rc != 0) t_last_error = rc;
+  return rc;
 }
 EXPORT int hipStreamDestroy(void *s) {
   (void)s;
@@ -471,3 +484,5 @@ EXPORT int hipFree(void *p) {
   return 0;
 }
 EXPORT const char *hipGetErrorString(int e) { return error_string(e); }
+EXPORT int hipGetLastError(void) { return get_last_error(); }
+EXPORT int hipPeekAtLastError(void) { return t_last_error; }

@@ -62,6 +62,8 @@ typedef struct api {
   ncclResult_t (*GroupStart)(void);
   ncclResult_t (*GroupEnd)(void);
   /* the vendor runtime: cuda* or hip*, same shapes; 0 success, 600 not ready */
+  int (*GetLastError)(void);
+  int (*PeekAtLastError)(void);
   int (*SetDevice)(int);
   int (*GetDeviceCount)(int *);
   int (*StreamCreateWithFlags)(vstream *, unsigned);
@@ -143,6 +145,8 @@ static bool load_api(api *a, bool rccl, char *why, size_t n) {
   RT(Malloc, "Malloc");
   RT(Free, "Free");
   RT(RtErrorString, "GetErrorString");
+  RT(GetLastError, "GetLastError");
+  RT(PeekAtLastError, "PeekAtLastError");
 #undef RT
   if (!rccl) {
     /* without a driver the runtime would blame an "insufficient" driver */
@@ -230,11 +234,20 @@ static bool release_comm(ag_dist_impl *im, ncclComm_t comm, bool abort, char *wh
   return false;
 }
 
-/* Whether the stream drained: 1 yes, 0 not yet, -1 an error (*out_rc). */
+/* Whether the stream drained: 1 yes, 0 not yet, -1 an error (*out_rc).
+ * HIP records hipErrorNotReady from the query as the thread's last error,
+ * where the thread's next launch check (hipGetLastError after a kernel: the
+ * cast back of a widened sum, or the caller's own training step for a
+ * collective run inline) would find it; cleared as kernels/gpu/runtime.cu
+ * does, only that value. CUDA does not record it. */
 static int stream_drained(ag_dist_impl *im, int *out_rc) {
-  int rc = im->a->StreamQuery(im->stream);
+  api *a = im->a;
+  int rc = a->StreamQuery(im->stream);
   *out_rc = rc;
-  if (rc == RT_NOT_READY) return 0;
+  if (rc == RT_NOT_READY) {
+    if (a->PeekAtLastError() == RT_NOT_READY) (void)a->GetLastError();
+    return 0;
+  }
   return rc == 0 ? 1 : -1;
 }
 
