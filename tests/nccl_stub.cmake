@@ -1,6 +1,7 @@
 # The NCCL module's threading without a GPU: a stub libnccl.so.2 that is also
-# the CUDA runtime and driver (links libcudart.so, libcuda.so.1 in the same
-# folder, found first through LD_LIBRARY_PATH). Labelled threads for TSan.
+# the CUDA runtime and driver, RCCL and the HIP runtime (links libcudart.so,
+# libcuda.so.1, librccl.so.1, libamdhip64.so in the same folder, found first
+# through LD_LIBRARY_PATH). Labelled threads for TSan.
 if(TARGET anygrad-nccl)
   set(_stub_dir ${CMAKE_BINARY_DIR}/nccl_stub)
   add_library(nccl_stub SHARED ${CMAKE_CURRENT_SOURCE_DIR}/nccl_stub/nccl_stub.c)
@@ -8,7 +9,9 @@ if(TARGET anygrad-nccl)
                         LIBRARY_OUTPUT_DIRECTORY ${_stub_dir})
   add_custom_command(TARGET nccl_stub POST_BUILD
                      COMMAND ${CMAKE_COMMAND} -E create_symlink libnccl.so.2 ${_stub_dir}/libcudart.so
-                     COMMAND ${CMAKE_COMMAND} -E create_symlink libnccl.so.2 ${_stub_dir}/libcuda.so.1)
+                     COMMAND ${CMAKE_COMMAND} -E create_symlink libnccl.so.2 ${_stub_dir}/libcuda.so.1
+                     COMMAND ${CMAKE_COMMAND} -E create_symlink libnccl.so.2 ${_stub_dir}/librccl.so.1
+                     COMMAND ${CMAKE_COMMAND} -E create_symlink libnccl.so.2 ${_stub_dir}/libamdhip64.so)
   add_executable(nccl_abort_test ${CMAKE_CURRENT_SOURCE_DIR}/nccl_abort_test.c)
   target_include_directories(nccl_abort_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/core)
   target_link_libraries(nccl_abort_test PRIVATE anygrad ${AG_CMOCKA_LIB} Threads::Threads ${CMAKE_DL_LIBS})

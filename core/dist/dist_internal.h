@@ -71,7 +71,9 @@ typedef struct ag_dist_module {
   ag_status (*get_id)(unsigned char *out_id);
   ag_status (*create)(ag_dist_create_args *a, ag_dist_impl **out_impl, ag_dist_caps *out_caps);
   /* Run one collective to completion on the calling (worker) thread, giving
-   * up with AG_ERR_TIMEOUT at deadline_ns (CLOCK_MONOTONIC). */
+   * up with AG_ERR_TIMEOUT at deadline_ns (CLOCK_MONOTONIC). Complete means
+   * the result is in c's buffers and nothing of the implementation uses them
+   * any more: the group then casts back and frees its staging blocks. */
   ag_status (*run)(ag_dist_impl *im, const ag_coll *c, int64_t deadline_ns);
   /* Break the group from any thread: waiting and later runs fail. */
   void (*abort)(ag_dist_impl *im, ag_status st, const char *why);

@@ -3,12 +3,14 @@
  * RCCL with the HIP runtime for hip devices. Both libraries are opened at run
  * time with dlopen and the few types used are declared here, so the module
  * builds without vendor headers and reports "unavailable: <reason>" where
- * the libraries or devices are absent. Each collective is enqueued on the
- * group's own stream and polled (stream query + ncclCommGetAsyncError) until
- * it finishes or the deadline passes; then the communicator is aborted.
- * ncclCommAbort frees the communicator, so it runs where nothing else uses
- * it: on the thread running a collective (which sees the request at its next
- * poll), or at once when no collective is running. */
+ * the libraries or devices are absent. Each collective is handed to NCCL for
+ * the group's own stream; on a non-blocking communicator the call may return
+ * ncclInProgress before anything is enqueued, so ncclCommGetAsyncError is
+ * polled until it is no longer in progress, then the stream until it drained
+ * (with a last ncclCommGetAsyncError); a deadline bounds both, and then the
+ * communicator is aborted. ncclCommAbort frees the communicator, so it runs
+ * where nothing else uses it: on the thread running a collective (which sees
+ * the request at its next poll), or at once when no collective is running. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -28,6 +30,7 @@ enum { ncclSuccess = 0, ncclInProgress = 7 };
 enum { ncclInt32 = 2, ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 };
 enum { ncclSum = 0, ncclMax = 2, ncclMin = 3, ncclAvg = 4 };
 typedef void *vstream; /* cudaStream_t / hipStream_t */
+enum { RT_NOT_READY = 600 }; /* cudaErrorNotReady, hipErrorNotReady */
 /* ncclConfig_t as NCCL 2.14 laid it out (later versions read an older
  * layout by its size and version); only `blocking` is set. */
 typedef struct nccl_config {
@@ -59,6 +62,8 @@ typedef struct api {
   ncclResult_t (*GroupStart)(void);
   ncclResult_t (*GroupEnd)(void);
   /* the vendor runtime: cuda* or hip*, same shapes; 0 success, 600 not ready */
+  int (*GetLastError)(void);
+  int (*PeekAtLastError)(void);
   int (*SetDevice)(int);
   int (*GetDeviceCount)(int *);
   int (*StreamCreateWithFlags)(vstream *, unsigned);
@@ -140,6 +145,8 @@ static bool load_api(api *a, bool rccl, char *why, size_t n) {
   RT(Malloc, "Malloc");
   RT(Free, "Free");
   RT(RtErrorString, "GetErrorString");
+  RT(GetLastError, "GetLastError");
+  RT(PeekAtLastError, "PeekAtLastError");
 #undef RT
   if (!rccl) {
     /* without a driver the runtime would blame an "insufficient" driver */
@@ -173,6 +180,7 @@ struct ag_dist_impl {
   vstream stream;
   void *scratch; /* 4 device bytes for the barrier */
   int rank, size, dev;
+  int64_t timeout_ms; /* bounds the polls of an abort or destroy in progress */
   pthread_mutex_t mu;
   bool in_run; /* a collective is using comm: its thread aborts it */
   ag_status broken_st;
@@ -193,6 +201,56 @@ static ag_status get_id_with(api *a, unsigned char *out) {
 static ag_status get_id_nccl(unsigned char *out) { return get_id_with(&g_api[0], out); }
 static ag_status get_id_rccl(unsigned char *out) { return get_id_with(&g_api[1], out); }
 
+static void pause_us(long us) {
+  struct timespec ts = {0, us * 1000};
+  nanosleep(&ts, NULL);
+}
+
+/* ncclCommAbort (abort) or ncclCommDestroy of comm. On a non-blocking
+ * communicator either may return ncclInProgress: comm then stays valid until
+ * ncclCommGetAsyncError says it is no longer in progress, polled here up to
+ * the group's timeout. True when released; else why says what failed (comm
+ * is then left to NCCL, never used again). */
+static bool release_comm(ag_dist_impl *im, ncclComm_t comm, bool abort, char *why, size_t n) {
+  api *a = im->a;
+  const char *fn = abort ? "ncclCommAbort" : "ncclCommDestroy";
+  ncclResult_t r = abort ? a->CommAbort(comm) : a->CommDestroy(comm);
+  int64_t deadline = ag__dist_deadline_ns(im->timeout_ms);
+  while (r == ncclInProgress) {
+    ncclResult_t state = ncclInProgress;
+    ncclResult_t q = a->CommGetAsyncError(comm, &state);
+    if (q != ncclSuccess || state != ncclInProgress) {
+      r = q != ncclSuccess ? q : state;
+      break;
+    }
+    if (ag__dist_now_ns() >= deadline) {
+      snprintf(why, n, "%s still in progress after %lld ms", fn, (long long)im->timeout_ms);
+      return false;
+    }
+    pause_us(100);
+  }
+  if (r == ncclSuccess) return true;
+  snprintf(why, n, "%s: %s", fn, a->GetErrorString(r));
+  return false;
+}
+
+/* Whether the stream drained: 1 yes, 0 not yet, -1 an error (*out_rc).
+ * HIP records hipErrorNotReady from the query as the thread's last error,
+ * where the thread's next launch check (hipGetLastError after a kernel: the
+ * cast back of a widened sum, or the caller's own training step for a
+ * collective run inline) would find it; cleared as kernels/gpu/runtime.cu
+ * does, only that value. CUDA does not record it. */
+static int stream_drained(ag_dist_impl *im, int *out_rc) {
+  api *a = im->a;
+  int rc = a->StreamQuery(im->stream);
+  *out_rc = rc;
+  if (rc == RT_NOT_READY) {
+    if (a->PeekAtLastError() == RT_NOT_READY) (void)a->GetLastError();
+    return 0;
+  }
+  return rc == 0 ? 1 : -1;
+}
+
 /* Join the communicator. Nonblocking where NCCL has configs (2.14): the
  * init is polled like a collective and aborted when a peer has not joined
  * within the group's timeout, instead of blocking the creating thread for
@@ -207,31 +265,32 @@ static ag_status init_comm(ag_dist_impl *im, ncclUniqueId id, int64_t timeout_ms
                      .cgaClusterSize = NCCL_CONFIG_UNDEF_INT, .minCTAs = NCCL_CONFIG_UNDEF_INT,
                      .maxCTAs = NCCL_CONFIG_UNDEF_INT, .netName = NULL};
   ncclResult_t r = a->CommInitRankConfig(&im->comm, im->size, id, im->rank, &cfg);
+  char why[256] = "";
   if (r != ncclSuccess && r != ncclInProgress) {
-    if (im->comm) a->CommAbort(im->comm);
+    ag_status st = nccl_err(a, r, "ncclCommInitRankConfig");
+    if (im->comm && !release_comm(im, im->comm, true, why, sizeof why))
+      st = ag_error_set(st, "%s (%s)", ag_last_error(), why);
     im->comm = NULL;
-    return nccl_err(a, r, "ncclCommInitRankConfig");
+    return st;
   }
-  int64_t deadline = ag__dist_now_ns() + (timeout_ms > 0 ? timeout_ms : 600000) * 1000000;
+  int64_t deadline = ag__dist_deadline_ns(im->timeout_ms);
   for (;;) {
     ncclResult_t state = ncclSuccess;
     r = a->CommGetAsyncError(im->comm, &state);
     if (r == ncclSuccess && state == ncclSuccess) return AG_OK;
-    if (r != ncclSuccess || state != ncclInProgress) {
-      ag_status st = nccl_err(a, r != ncclSuccess ? r : state, "ncclCommInitRankConfig");
-      a->CommAbort(im->comm);
+    ag_status st = AG_OK;
+    if (r != ncclSuccess || state != ncclInProgress)
+      st = nccl_err(a, r != ncclSuccess ? r : state, "ncclCommInitRankConfig");
+    else if (ag__dist_now_ns() >= deadline)
+      st = ag_error_set(AG_ERR_TIMEOUT, "%s group rank %d of %d: the communicator was not complete after %lld ms "
+                        "(a peer never joined?); aborted", a->rccl ? "RCCL" : "NCCL", im->rank, im->size,
+                        (long long)timeout_ms);
+    if (st != AG_OK) {
+      if (!release_comm(im, im->comm, true, why, sizeof why)) st = ag_error_set(st, "%s (%s)", ag_last_error(), why);
       im->comm = NULL;
       return st;
     }
-    if (ag__dist_now_ns() >= deadline) {
-      a->CommAbort(im->comm);
-      im->comm = NULL;
-      return ag_error_set(AG_ERR_TIMEOUT, "%s group rank %d of %d: the communicator was not complete after %lld ms "
-                          "(a peer never joined?); aborted", a->rccl ? "RCCL" : "NCCL", im->rank, im->size,
-                          (long long)timeout_ms);
-    }
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
+    pause_us(100);
   }
 }
 
@@ -242,6 +301,7 @@ static ag_status create_with(api *a, ag_dist_create_args *args, ag_dist_impl **o
   im->rank = args->rank;
   im->size = args->size;
   im->dev = args->dev_index;
+  im->timeout_ms = args->timeout_ms > 0 ? args->timeout_ms : 600000;
   pthread_mutex_init(&im->mu, NULL);
   ag_status st = AG_OK;
   int rc = a->SetDevice(im->dev);
@@ -275,19 +335,44 @@ static ag_status create_rccl(ag_dist_create_args *x, ag_dist_impl **o, ag_dist_c
 /* Abort wakes every kernel of this communicator, here and (through the
  * failed connections) on the peers, and frees it: the caller is the only
  * user of comm (the running collective's thread, or any thread when none
- * runs). */
-static void abort_comm(ag_dist_impl *im) {
+ * runs). Then the stream is waited for, up to the group's timeout, so that
+ * no kernel of the aborted collective still writes its buffers (the
+ * caller's, or the group's f32 staging blocks) once the run has returned. A
+ * failure is added to the group's message and to why (n > 0). */
+static void abort_comm(ag_dist_impl *im, char *why, size_t n) {
   pthread_mutex_lock(&im->mu);
   ncclComm_t comm = im->comm;
   im->comm = NULL;
   pthread_mutex_unlock(&im->mu);
-  if (comm) im->a->CommAbort(comm);
+  if (!comm) return;
+  char note[256] = "";
+  bool ok = release_comm(im, comm, true, note, sizeof note);
+  int64_t deadline = ag__dist_deadline_ns(im->timeout_ms);
+  int rc = 0, d;
+  while (ok && (d = stream_drained(im, &rc)) != 1) {
+    if (d < 0) {
+      snprintf(note, sizeof note, "after ncclCommAbort, its stream: %s", im->a->RtErrorString(rc));
+      ok = false;
+    } else if (ag__dist_now_ns() >= deadline) {
+      snprintf(note, sizeof note, "its stream was still busy %lld ms after ncclCommAbort: the collective's buffers "
+               "may still be written", (long long)im->timeout_ms);
+      ok = false;
+    } else {
+      pause_us(100);
+    }
+  }
+  if (ok) return;
+  pthread_mutex_lock(&im->mu);
+  size_t len = strlen(im->broken_msg);
+  snprintf(im->broken_msg + len, sizeof im->broken_msg - len, " (%s)", note);
+  pthread_mutex_unlock(&im->mu);
+  if (n) snprintf(why, n, "%s", note);
 }
 
 /* Record the first failure. From the running collective's thread (self) the
  * communicator is aborted here; from another thread, here only when no
  * collective runs, else by the running one at its next poll. */
-static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg, bool self) {
+static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg, bool self, char *why, size_t n) {
   pthread_mutex_lock(&im->mu);
   if (im->broken_st == AG_OK) {
     im->broken_st = st;
@@ -295,7 +380,15 @@ static void mark_broken(ag_dist_impl *im, ag_status st, const char *msg, bool se
   }
   bool here = self || !im->in_run;
   pthread_mutex_unlock(&im->mu);
-  if (here) abort_comm(im);
+  if (here) abort_comm(im, why, n);
+}
+
+/* The running collective failed with st (message set): break the group and
+ * abort here; st is returned, its message extended by an abort's failure. */
+static ag_status fail_run(ag_dist_impl *im, ag_status st) {
+  char why[256] = "";
+  mark_broken(im, st, ag_last_error(), true, why, sizeof why);
+  return why[0] ? ag_error_set(st, "%s (%s)", ag_last_error(), why) : st;
 }
 
 /* The status of a broken group with its message set, or AG_OK. */
@@ -321,7 +414,7 @@ static ag_status nccl_run(ag_dist_impl *im, const ag_coll *c, int64_t deadline_n
   im->in_run = false;
   bool abort_now = im->broken_st != AG_OK && im->comm; /* requested while the run ended */
   pthread_mutex_unlock(&im->mu);
-  if (abort_now) abort_comm(im);
+  if (abort_now) abort_comm(im, NULL, 0);
   return st;
 }
 
@@ -349,46 +442,53 @@ static ag_status nccl_run_comm(ag_dist_impl *im, const ag_coll *c, int64_t deadl
     case AG_COLL_REDUCE_SCATTER: r = a->ReduceScatter(c->buf, c->out, c->count, dt, op, im->comm, im->stream); break;
     default: r = a->AllReduce(im->scratch, im->scratch, 1, ncclInt32, ncclSum, im->comm, im->stream); break;
   }
-  if (r != ncclSuccess && r != ncclInProgress) {
-    ag_status st = nccl_err(a, r, "enqueue");
-    mark_broken(im, st, "NCCL enqueue failed", true);
-    return st;
-  }
+  if (r != ncclSuccess && r != ncclInProgress) return fail_run(im, nccl_err(a, r, "enqueue"));
+  /* ncclSuccess: enqueued on im->stream. ncclInProgress (a non-blocking
+   * communicator): maybe not yet; NCCL enqueues it later, from its own
+   * thread or within ncclCommGetAsyncError, and says so by no longer
+   * reporting ncclInProgress. Until then the stream may be idle without the
+   * collective having run, and no other NCCL call may be made. */
+  bool enqueued = r == ncclSuccess;
   for (;;) {
     pthread_mutex_lock(&im->mu);
     bool aborted = im->broken_st != AG_OK;
     pthread_mutex_unlock(&im->mu);
     if (aborted) { /* another thread broke the group: abort here, then fail */
-      abort_comm(im);
+      abort_comm(im, NULL, 0);
       return broken_status(im);
     }
-    rc = a->StreamQuery(im->stream);
-    if (rc == 0) return AG_OK;
-    if (rc != 600) {
-      ag_status st = ag_error_set(AG_ERR_BACKEND, "NCCL group rank %d: stream: %s", im->rank, a->RtErrorString(rc));
-      mark_broken(im, st, "NCCL stream error", true);
-      return st;
-    }
+    /* the stream first: an error reported after it drained is still seen */
+    int drained = 0;
+    if (enqueued && (drained = stream_drained(im, &rc)) < 0)
+      return fail_run(im, ag_error_set(AG_ERR_BACKEND, "NCCL group rank %d: stream: %s", im->rank,
+                                       a->RtErrorString(rc)));
     ncclResult_t ae = ncclSuccess;
-    a->CommGetAsyncError(im->comm, &ae);
-    if (ae != ncclSuccess && ae != ncclInProgress) {
-      ag_status st = nccl_err(a, ae, "asynchronous error (a peer failed?)");
-      mark_broken(im, st, ag_last_error(), true);
-      return st;
+    ncclResult_t q = a->CommGetAsyncError(im->comm, &ae);
+    if (q != ncclSuccess) return fail_run(im, nccl_err(a, q, "ncclCommGetAsyncError"));
+    if (ae != ncclSuccess && ae != ncclInProgress)
+      return fail_run(im, nccl_err(a, ae, "asynchronous error (a peer failed?)"));
+    if (ae == ncclSuccess) {
+      if (drained) return AG_OK;
+      if (!enqueued) {
+        enqueued = true;
+        continue; /* look at the stream at once */
+      }
     }
     if (ag__dist_now_ns() >= deadline_ns) {
-      ag_status st = ag_error_set(AG_ERR_TIMEOUT, "NCCL group rank %d: collective #%llu timed out (a peer died or "
-                                  "never called it); communicator aborted", im->rank, (unsigned long long)c->seq);
-      mark_broken(im, st, ag_last_error(), true);
-      return st;
+      if (!enqueued)
+        return fail_run(im, ag_error_set(AG_ERR_TIMEOUT, "NCCL group rank %d: collective #%llu timed out while NCCL "
+                                         "still had it in progress (never enqueued: a peer died or never called "
+                                         "it?); communicator aborted", im->rank, (unsigned long long)c->seq));
+      return fail_run(im, ag_error_set(AG_ERR_TIMEOUT, "NCCL group rank %d: collective #%llu timed out (a peer died "
+                                       "or never called it); communicator aborted", im->rank,
+                                       (unsigned long long)c->seq));
     }
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
+    pause_us(20);
   }
 }
 
 static void nccl_abort(ag_dist_impl *im, ag_status st, const char *why) {
-  mark_broken(im, st, why ? why : "aborted", false);
+  mark_broken(im, st, why ? why : "aborted", false, NULL, 0);
 }
 
 static ag_status nccl_broken(ag_dist_impl *im, char *msg, size_t n) {
@@ -399,10 +499,13 @@ static ag_status nccl_broken(ag_dist_impl *im, char *msg, size_t n) {
   return st;
 }
 
+/* Nothing returns a status here: a failed ncclCommDestroy is a warning. */
 static void nccl_destroy(ag_dist_impl *im) {
   if (!im) return;
   api *a = im->a;
-  if (im->comm) a->CommDestroy(im->comm); /* an aborted comm is already released */
+  char why[256];
+  if (im->comm && !release_comm(im, im->comm, false, why, sizeof why)) /* an aborted comm is already released */
+    fprintf(stderr, "anygrad: warning: %s group rank %d: %s\n", a->rccl ? "RCCL" : "NCCL", im->rank, why);
   a->Free(im->scratch);
   a->StreamDestroy(im->stream);
   pthread_mutex_destroy(&im->mu);
