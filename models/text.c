@@ -35,30 +35,41 @@ typedef struct buf {
   size_t n, cap;
 } buf;
 
+/* Append the regular file at path (ag_file_read_all: a FIFO, a device or
+ * a directory is refused, never read), the corpus staying within
+ * TEXT_MAX_DATA_BYTES. */
 static ag_status buf_add_file(buf *b, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return ag_error_set(AG_ERR_IO, "text: cannot read '%s'", path);
-  ag_status st = AG_OK;
-  for (;;) {
-    if (b->cap - b->n < 65536) {
-      size_t cap = b->cap ? b->cap * 2 : 1 << 20;
-      uint8_t *p = realloc(b->p, cap);
-      if (!p) {
-        st = ag_error_set(AG_ERR_OOM, "text: out of host memory reading '%s'", path);
-        break;
-      }
-      b->p = p;
-      b->cap = cap;
-    }
-    size_t k = fread(b->p + b->n, 1, b->cap - b->n, f);
-    b->n += k;
-    if (k == 0) {
-      if (ferror(f)) st = ag_error_set(AG_ERR_IO, "text: error reading '%s'", path);
-      break;
-    }
+  uint64_t room = TEXT_MAX_DATA_BYTES - b->n;
+  if (room == 0)
+    return ag_error_set(AG_ERR_IO, "text: the corpus is over %llu bytes at %s",
+                        (unsigned long long)TEXT_MAX_DATA_BYTES, path);
+  char *p = NULL;
+  size_t n = 0;
+  ag_status st = ag_file_read_all(path, "corpus", room, &p, &n);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    return ag_error_set(st, "text: %s", msg);
   }
-  fclose(f);
-  return st;
+  if (!b->p) {
+    b->p = (uint8_t *)p;
+    b->n = b->cap = n;
+    return AG_OK;
+  }
+  if (b->cap - b->n < n) {
+    size_t cap = b->n + n > 2 * b->cap ? b->n + n : 2 * b->cap;
+    uint8_t *q = realloc(b->p, cap);
+    if (!q) {
+      free(p);
+      return ag_error_set(AG_ERR_OOM, "text: out of host memory reading '%s'", path);
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, p, n);
+  b->n += n;
+  free(p);
+  return AG_OK;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

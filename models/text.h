@@ -20,11 +20,15 @@
 #define TEXT_MAX_SEQ 8192
 #define TEXT_MAX_BATCH 65536
 #define TEXT_MAX_VOCAB 65536
+/* The largest corpus read (--data, or the fortunes files together): the
+ * token ids take 4 bytes per byte on top of it. */
+#define TEXT_MAX_DATA_BYTES (UINT64_C(256) << 20)
 
 typedef struct text_options {
   ag_device device;
-  const char *data;   /* a text file, or NULL: every file of TEXT_FORTUNES_DIR
-                         without an extension, in name order */
+  const char *data;   /* a regular text file of at most TEXT_MAX_DATA_BYTES,
+                         or NULL: every file of TEXT_FORTUNES_DIR without an
+                         extension, in name order */
   const char *out;    /* checkpoint written at the end (and every save_every
                          steps), or NULL: the weights under Hugging Face names
                          (ag_llama_load reads it), the AdamW state and
@@ -69,9 +73,11 @@ text_options text_defaults(void);
 
 /* Train as configured. Errors (the message in ag_last_error()):
  * AG_ERR_INVALID for options outside the limits or a model shape
- * ag_llama_init refuses, AG_ERR_IO for unreadable data or an unwritable
- * out (checked before the first step), AG_ERR_CORRUPT for a resume
- * checkpoint that is not one of this task's or is damaged, AG_ERR_INVALID
+ * ag_llama_init refuses, AG_ERR_IO for unreadable data (not a regular
+ * file, over TEXT_MAX_DATA_BYTES; the message names the path and the
+ * reason) or an unwritable out (checked before the first step),
+ * AG_ERR_CORRUPT for a resume checkpoint that is not one of this task's or
+ * is damaged, AG_ERR_INVALID
  * for one made from another corpus or tokenizer, AG_ERR_SHAPE for a corpus too small
  * for one sequence in each split, AG_ERR_STATE when the loss became
  * NaN/Inf, the library's errors otherwise. */

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""`anygrad train --task text` under hostile input (docs/reliability.md): a
+resume checkpoint whose metadata or optimizer counter is out of range or
+disagrees with its tensors, a corpus that is not a regular file, and
+outputs that are inputs or cannot be written. One case per CTest test:
+
+    harden3_text_cli.py ANYGRAD_BINARY WORK_DIR CASE
+
+Exit 0 pass, 77 skipped, anything else fails. A command that blocks is a
+failure after its timeout, not a hang of the suite."""
+import json
+import os
+import resource
+import shutil
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import time
+
+BIN, WORK, CASE = sys.argv[1:4]
+SKIP = 77
+
+
+def sanitized():
+    """Whether the binary runs under a sanitizer (which reserves terabytes of
+    address space: no RLIMIT_AS then)."""
+    with open(BIN, "rb") as f:
+        data = f.read()
+    return any(s in data for s in (b"__asan_init", b"__tsan_init", b"__msan_init"))
+
+
+LIMIT_AS = None if sanitized() else 8 << 30
+
+
+def limit():
+    # a regression that reads without end fails here instead of exhausting
+    # the machine's memory
+    if LIMIT_AS:
+        resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
+
+
+def run(args, timeout=60):
+    try:
+        p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL, preexec_fn=limit)
+    except subprocess.TimeoutExpired:
+        print(f"FAIL: anygrad {' '.join(args)}: still running after {timeout} s (blocked?)")
+        sys.exit(1)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check(cond, what):
+    if not cond:
+        print("FAIL:", what)
+        sys.exit(1)
+
+
+def expect(args, rc, err_part=None, timeout=60):
+    got, out, err = run(args, timeout)
+    shown = " ".join(args)
+    check(got == rc, f"anygrad {shown}: exit {got}, expected {rc}\nstdout: {out[-1500:]}\nstderr: {err[-1500:]}")
+    check("Sanitizer" not in err and "runtime error:" not in err, f"anygrad {shown}: sanitizer report: {err[-3000:]}")
+    if err_part is not None:
+        check(err_part in err, f"anygrad {shown}: stderr lacks {err_part!r}: {err[-1500:]!r}")
+    return out, err
+
+
+def path(name):
+    return os.path.join(WORK, name)
+
+
+def fresh():
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+
+
+def corpus(name="c.txt"):
+    """About 18 KB of words: enough for sequences of 16 tokens in both splits."""
+    w = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "its", "bed"]
+    p = path(name)
+    with open(p, "w") as f:
+        for i in range(600):
+            f.write(" ".join(w[(i * 7 + j * 5) % 12] for j in range(8)) + ".\n")
+    return p
+
+
+def text(data, out, steps=2, extra=()):
+    return ["train", "--task", "text", "--device", "cpu", "--data", data, "--steps", str(steps), "--batch", "2",
+            "--seq", "16", "--embd", "16", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--vocab", "260",
+            "--eval-batches", "1", "--samples", "0", "--out", out] + list(extra)
+
+
+def read_st(p):
+    with open(p, "rb") as f:
+        b = f.read()
+    n = struct.unpack("<Q", b[:8])[0]
+    return json.loads(b[8:8 + n]), b[8 + n:]
+
+
+def write_st(p, header, data):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(p, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+def unchanged(p, before, what):
+    with open(p, "rb") as f:
+        check(f.read() == before, f"{what} was changed")
+
+
+def case_data_file():
+    """Item 10: --data is read with the shared regular-file reader, bounded:
+    a FIFO is refused at once (it was read forever), /dev/zero is refused
+    (it was read until memory ran out), a file over the bound is refused
+    before it is read, and every error names the path and the reason."""
+    fresh()
+    out = path("o.st")
+    fifo = path("fifo")
+    os.mkfifo(fifo)
+    expect(text(fifo, out), 1, f"{fifo} is not a regular file (a FIFO)", timeout=30)
+    expect(text("/dev/zero", out), 1, "/dev/zero is not a regular file (a character device)", timeout=30)
+    expect(text(WORK, out), 1, f"{WORK} is not a regular file (a directory)")
+    sock = path("sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(sock)
+    expect(text(sock, out), 1, f"{sock}: No such device or address")
+    s.close()
+    os.symlink("loop", path("loop"))
+    expect(text(path("loop"), out), 1, f"{path('loop')}: Too many levels of symbolic links")
+    expect(text(path("missing.txt"), out), 1, f"{path('missing.txt')}: No such file or directory")
+    big = path("big.txt")
+    with open(big, "wb") as f:
+        f.truncate((256 << 20) + 1)  # sparse: refused by its size, never read
+    expect(text(big, out), 1, f"{big} is 268435457 bytes, more than the 268435456")
+    check(not os.path.exists(out), "a refused run wrote --out")
+    left = [n for n in os.listdir(WORK) if ".tmp." in n]
+    check(not left, f"temp files left: {left}")
+    expect(text(corpus(), out), 0)
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+if CASE not in CASES:
+    print("unknown case", CASE)
+    sys.exit(2)
+CASES[CASE]()
+print("PASS", CASE)
