@@ -77,7 +77,9 @@ text_options text_defaults(void);
  * file, over TEXT_MAX_DATA_BYTES; the message names the path and the
  * reason) or an unwritable out (checked before the first step),
  * AG_ERR_CORRUPT for a resume checkpoint that is not one of this task's or
- * is damaged, AG_ERR_INVALID
+ * is damaged: metadata out of range, tensors that do not have the shapes its
+ * sizes give (checked before the model is built), an optimizer step counter
+ * other than its step (text_ckpt.h), AG_ERR_INVALID
  * for one made from another corpus or tokenizer, AG_ERR_SHAPE for a corpus too small
  * for one sequence in each split, AG_ERR_STATE when the loss became
  * NaN/Inf, the library's errors otherwise. */

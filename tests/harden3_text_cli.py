@@ -111,6 +111,73 @@ def unchanged(p, before, what):
         check(f.read() == before, f"{what} was changed")
 
 
+def case_resume_metadata():
+    """Item 8: the checkpoint's metadata goes through the strict parsers with
+    ranges (a seed above 2^64-1, a loss "nan", "inf" or "0x10" is refused,
+    naming the key); a negative or inconsistent optimizer step counter is
+    refused; and the file's tensors must agree with the metadata's sizes
+    before any model is built (a small file claiming width 16384 is refused
+    at once, without allocating gigabytes)."""
+    fresh()
+    data = corpus()
+    ck = path("ck.st")
+    expect(text(data, ck), 0)
+    header, blob = read_st(ck)
+    meta = header["__metadata__"]
+    bad = [("seed", "99999999999999999999"), ("seed", "18446744073709551616"), ("seed", "0x10"), ("seed", "-1"),
+           ("loss_sum", "nan"), ("loss_sum", "inf"), ("loss_sum", "0x10"), ("loss_sum", "-inf"),
+           ("loss_sum", " 1"), ("loss_sum", "1e999"), ("first_loss", "nan"), ("first_loss", "0x1.8p+1"),
+           ("first_loss", "-1"), ("step", "-1"), ("step", " 2"), ("loss_n", "3"), ("data_hash", "0x10"),
+           ("data_hash", "d6f3d94439b6fba"), ("tokenizer_hash", "+6f3d94439b6fba8"), ("dim", "15"),
+           ("kv_heads", "3"), ("vocab", "255")]
+    for key, value in bad:
+        h = dict(header, __metadata__=dict(meta, **{key: value}))
+        write_st(path("bad.st"), h, blob)
+        expect(text(data, path("o.st"), 4, ["--resume", path("bad.st")]), 1, f"metadata '{key}'")
+        check(not os.path.exists(path("o.st")), f"a refused resume ({key} {value!r}) wrote --out")
+
+    # sizes the tensors do not have: refused naming the tensor, before the
+    # model is built (the corpus is not even read)
+    for key, value, tensor in [("dim", "16384", "model.embed_tokens.weight"), ("dim", "32", "model.embed_tokens.weight"),
+                               ("layers", "2", "model.layers.1."), ("layers", "64", "model.layers.1."),
+                               ("kv_heads", "2", "k_proj"), ("heads", "1", "k_proj"), ("vocab", "256", "vocab")]:
+        h = dict(header, __metadata__=dict(meta, **{key: value}))
+        write_st(path("bad.st"), h, blob)
+        t0 = time.monotonic()
+        _, err = expect(text("/nonexistent", path("o.st"), 4, ["--resume", path("bad.st")]), 1, "AG_ERR_CORRUPT")
+        check(tensor in err and f"{key} {value}" in err, f"{key} {value}: the error does not name {tensor!r}: {err!r}")
+        check(time.monotonic() - t0 < 30, f"{key} {value}: the refusal took too long")
+    # one layer fewer in the metadata than in the file
+    h = dict(header, __metadata__=dict(meta, layers="1"))
+    h2 = dict(h)
+    for name, e in header.items():
+        if name.startswith("model.layers.0."):
+            h2[name.replace("model.layers.0.", "model.layers.1.")] = dict(e, data_offsets=[len(blob), len(blob) + (
+                e["data_offsets"][1] - e["data_offsets"][0])])
+            blob += blob[e["data_offsets"][0]:e["data_offsets"][1]]
+    write_st(path("bad.st"), h2, blob)
+    expect(text("/nonexistent", path("o.st"), 4, ["--resume", path("bad.st")]), 1, "model.layers.1.")
+    _, blob = read_st(ck)
+
+    # the optimizer's step counter: negative (ignored by AdamW, whose bias
+    # correction then restarted at 0) or not the metadata's step
+    off = header["optimizer.step"]["data_offsets"][0]
+    for v in (-5, 7, 0):
+        b = bytearray(blob)
+        b[off:off + 8] = struct.pack("<q", v)
+        write_st(path("bad.st"), header, bytes(b))
+        _, err = expect(text(data, path("o.st"), 4, ["--resume", path("bad.st")]), 1, "optimizer.step")
+        check("AG_ERR_CORRUPT" in err, f"step counter {v}: not reported as corrupt: {err!r}")
+    h = dict(header)
+    h["optimizer.step"] = dict(header["optimizer.step"], dtype="F64")
+    write_st(path("bad.st"), h, blob)
+    expect(text(data, path("o.st"), 4, ["--resume", path("bad.st")]), 1, "optimizer.step")
+    check(not os.path.exists(path("o.st")), "a refused resume wrote --out")
+
+    # the checkpoint as written resumes
+    expect(text(data, path("o.st"), 4, ["--resume", ck]), 0)
+
+
 def case_data_file():
     """Item 10: --data is read with the shared regular-file reader, bounded:
     a FIFO is refused at once (it was read forever), /dev/zero is refused
