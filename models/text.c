@@ -310,11 +310,62 @@ static ag_status check_options(const text_options *o) {
   return AG_OK;
 }
 
+/* The tokenizer's path, out + ".bpe", never cut; owned by the caller. */
+static char *bpe_path(const char *out) {
+  size_t n = strlen(out) + sizeof ".bpe";
+  char *p = malloc(n);
+  if (p) snprintf(p, n, "%s.bpe", out);
+  return p;
+}
+
+/* Whether a and b name the same existing file (device and inode, through
+ * symlinks and hard links). */
+static bool same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+ag_status text_check_outputs(const text_options *o) {
+  if (!o) return ag_error_set(AG_ERR_INVALID, "text_check_outputs: NULL argument");
+  if (!o->out) return AG_OK;
+  char *bp = bpe_path(o->out);
+  if (!bp) return ag_error_set(AG_ERR_OOM, "text: out of host memory");
+  /* the checkpoint may replace the one it resumes from: that is read
+   * before the first step, and the new one replaces it atomically */
+  struct { const char *opt, *path; bool out_ok; } in[] = {{"--data", o->data, false}, {"--resume", o->resume, true}};
+  ag_status st = AG_OK;
+  for (size_t i = 0; st == AG_OK && i < sizeof in / sizeof *in; i++) {
+    if (!in[i].out_ok && same_file(o->out, in[i].path))
+      st = ag_error_set(AG_ERR_INVALID, "text: the output --out %s is the input %s %s; refusing to overwrite it",
+                        o->out, in[i].opt, in[i].path);
+    else if (same_file(bp, in[i].path))
+      st = ag_error_set(AG_ERR_INVALID, "text: the tokenizer output %s (--out %s + .bpe) is the input %s %s; "
+                        "refusing to overwrite it", bp, o->out, in[i].opt, in[i].path);
+  }
+  free(bp);
+  return st;
+}
+
+/* An output checked before any work (ag_output_check), the message
+ * prefixed with the task. */
+static ag_status check_output(const char *path, const char *what) {
+  ag_status st = ag_output_check(path, what);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    st = ag_error_set(st, "text: %s", msg);
+  }
+  return st;
+}
+
 ag_status text_train(const text_options *opt, text_result *r) {
   text_options o = *opt;
   memset(r, 0, sizeof *r);
   FILE *out = o.log ? o.log : stdout;
   ag_status st = check_options(&o);
+  if (st == AG_OK) st = text_check_outputs(&o);
+  char *bp = NULL;
+  if (st == AG_OK && o.out && !(bp = bpe_path(o.out))) st = ag_error_set(AG_ERR_OOM, "text: out of host memory");
   ag_safetensors *ck = NULL;
   text_ckpt_meta km = {0};
   if (st == AG_OK && o.resume) st = text_ckpt_open(o.resume, &ck, &km);
@@ -328,14 +379,8 @@ ag_status text_train(const text_options *opt, text_result *r) {
     if (!o.seed_set) o.seed = km.seed;
   }
   /* checked before any work: nothing is left behind */
-  if (st == AG_OK && o.out) {
-    st = ag_output_check(o.out, "--out checkpoint");
-    if (st != AG_OK) {
-      char msg[512];
-      snprintf(msg, sizeof msg, "%s", ag_last_error());
-      st = ag_error_set(st, "text: %s", msg);
-    }
-  }
+  if (st == AG_OK && o.out) st = check_output(o.out, "--out checkpoint");
+  if (st == AG_OK && o.out) st = check_output(bp, "tokenizer (--out + .bpe)");
   buf corpus = {0};
   int n_files = 1;
   if (st == AG_OK) st = o.data ? buf_add_file(&corpus, o.data) : load_fortunes(&corpus, &n_files);
@@ -487,8 +532,6 @@ ag_status text_train(const text_options *opt, text_result *r) {
     cur.loss_n = n_sum;
     cur.first_loss = r->first_loss;
     st = save_ckpt(o.out, &m, optim, &cur);
-    char bp[1100];
-    snprintf(bp, sizeof bp, "%s.bpe", o.out);
     if (st == AG_OK) st = ag_bpe_save(bpe, bp);
     if (st == AG_OK)
       fprintf(out, "text: wrote %s (step %lld; continue with --resume %s) and %s\n", o.out,
@@ -500,6 +543,7 @@ ag_status text_train(const text_options *opt, text_result *r) {
   if (have_model) ag_llama_free(&m);
   ag_generator_free(gen);
   ag_bpe_free(bpe);
+  free(bp);
   free(tr);
   free(va);
   return st;

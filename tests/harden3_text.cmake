@@ -3,7 +3,7 @@
 # (tests/harden3_text_cli.py, one CTest test per case).
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(TARGET anygrad-cli AND Python3_Interpreter_FOUND)
-  foreach(_case resume_metadata data_file)
+  foreach(_case resume_metadata data_file outputs)
     add_test(NAME harden3_text_cli_${_case}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/harden3_text_cli.py $<TARGET_FILE:anygrad-cli>
                      ${CMAKE_CURRENT_BINARY_DIR}/harden3_text_cli_${_case} ${_case})

@@ -208,6 +208,79 @@ def case_data_file():
     expect(text(corpus(), out), 0)
 
 
+def long_path(n):
+    """A path of exactly n characters under WORK (folders of at most 200)."""
+    p = os.path.join(WORK, f"n{n}")
+    i = 0
+    while n - len(p) - 1 > 200:
+        i += 1
+        p = os.path.join(p, f"{i}".ljust(150, "d"))
+    os.makedirs(p, exist_ok=True)
+    return os.path.join(p, "c" * (n - len(p) - 1))
+
+
+def case_outputs():
+    """Item 11: an output that is one of the inputs (the checkpoint or its
+    tokenizer over --data or --resume, by name, hard link or symlink) is a
+    usage error before training; the tokenizer's path is never cut (an --out
+    of 1096-1099 characters got a cut name, and at 1099 the tokenizer
+    replaced the checkpoint); the tokenizer's path is checked with the
+    checkpoint's before the first step."""
+    fresh()
+    data = corpus()
+    with open(data, "rb") as f:
+        before = f.read()
+    expect(text(data, data), 2, "is the input")
+    os.link(data, path("hard.txt"))
+    expect(text(data, path("hard.txt")), 2, "is the input")
+    os.symlink(data, path("sym.txt"))
+    expect(text(data, path("sym.txt")), 2, "is the input")
+    expect(text(path("sym.txt"), data), 2, "is the input")
+    unchanged(data, before, "the corpus")
+    # the tokenizer (OUT.bpe) over the corpus
+    shutil.copy(data, path("d.bpe"))
+    with open(path("d.bpe"), "rb") as f:
+        dbpe = f.read()
+    expect(text(path("d.bpe"), path("d")), 2, "is the input")
+    unchanged(path("d.bpe"), dbpe, "the corpus d.bpe")
+    check(not os.path.exists(path("d")), "a refused run wrote --out")
+    # the tokenizer over the checkpoint resumed from; the checkpoint itself
+    # may be --out (it is read before the first step, replaced atomically)
+    ck = path("ck.st")
+    expect(text(data, ck), 0)
+    shutil.copy(ck, path("r.bpe"))
+    with open(path("r.bpe"), "rb") as f:
+        rb = f.read()
+    expect(text(data, path("r"), 4, ["--resume", path("r.bpe")]), 2, "is the input")
+    unchanged(path("r.bpe"), rb, "the checkpoint r.bpe")
+    expect(text(data, ck, 4, ["--resume", ck]), 0)
+
+    # the tokenizer's path at full length
+    for n in (1096, 1099):
+        out = long_path(n)
+        check(len(out) == n, f"test: path of {len(out)} characters, not {n}")
+        expect(text(data, out), 0)
+        header, _ = read_st(out)
+        check(header["__metadata__"]["anygrad"] == "text-1", f"--out of {n} characters is not the checkpoint")
+        check(os.path.exists(out + ".bpe"), f"no tokenizer at --out + .bpe for an --out of {n} characters")
+        with open(out + ".bpe", "rb") as f:
+            check(f.read(12) == b"anygrad-bpe ", f"{out}.bpe is not a tokenizer")
+        left = [m for m in os.listdir(os.path.dirname(out)) if m != os.path.basename(out) and
+                m != os.path.basename(out) + ".bpe"]
+        check(not left, f"other files written for an --out of {n} characters: {left}")
+
+    # an unwritable tokenizer path is found before the first step
+    out = path("u.st")
+    os.mkdir(out + ".bpe")
+    so, _ = expect(text(data, out), 1, f"{out}.bpe exists and is not a regular file")
+    check("step 1/" not in so, f"it trained before refusing the tokenizer path: {so!r}")
+    check(not os.path.exists(out), "the checkpoint was written though the tokenizer cannot be")
+    fifo = path("f.st.bpe")
+    os.mkfifo(fifo)
+    expect(text(data, path("f.st")), 1, "not a regular file", timeout=30)
+    check(stat.S_ISFIFO(os.stat(fifo).st_mode), "the FIFO was replaced")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 if CASE not in CASES:
     print("unknown case", CASE)
