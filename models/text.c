@@ -2,7 +2,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "text.h"
 
-#include <ctype.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 
 #include "anygrad/llama.h"
 #include "anygrad/tokenizer.h"
+#include "text_ckpt.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -35,30 +35,41 @@ typedef struct buf {
   size_t n, cap;
 } buf;
 
+/* Append the regular file at path (ag_file_read_all: a FIFO, a device or
+ * a directory is refused, never read), the corpus staying within
+ * TEXT_MAX_DATA_BYTES. */
 static ag_status buf_add_file(buf *b, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return ag_error_set(AG_ERR_IO, "text: cannot read '%s'", path);
-  ag_status st = AG_OK;
-  for (;;) {
-    if (b->cap - b->n < 65536) {
-      size_t cap = b->cap ? b->cap * 2 : 1 << 20;
-      uint8_t *p = realloc(b->p, cap);
-      if (!p) {
-        st = ag_error_set(AG_ERR_OOM, "text: out of host memory reading '%s'", path);
-        break;
-      }
-      b->p = p;
-      b->cap = cap;
-    }
-    size_t k = fread(b->p + b->n, 1, b->cap - b->n, f);
-    b->n += k;
-    if (k == 0) {
-      if (ferror(f)) st = ag_error_set(AG_ERR_IO, "text: error reading '%s'", path);
-      break;
-    }
+  uint64_t room = TEXT_MAX_DATA_BYTES - b->n;
+  if (room == 0)
+    return ag_error_set(AG_ERR_IO, "text: the corpus is over %llu bytes at %s",
+                        (unsigned long long)TEXT_MAX_DATA_BYTES, path);
+  char *p = NULL;
+  size_t n = 0;
+  ag_status st = ag_file_read_all(path, "corpus", room, &p, &n);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    return ag_error_set(st, "text: %s", msg);
   }
-  fclose(f);
-  return st;
+  if (!b->p) {
+    b->p = (uint8_t *)p;
+    b->n = b->cap = n;
+    return AG_OK;
+  }
+  if (b->cap - b->n < n) {
+    size_t cap = b->n + n > 2 * b->cap ? b->n + n : 2 * b->cap;
+    uint8_t *q = realloc(b->p, cap);
+    if (!q) {
+      free(p);
+      return ag_error_set(AG_ERR_OOM, "text: out of host memory reading '%s'", path);
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, p, n);
+  b->n += n;
+  free(p);
+  return AG_OK;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -265,17 +276,6 @@ static uint64_t bpe_hash(const ag_bpe *bpe) {
   return h;
 }
 
-/* What a checkpoint records besides the tensors. The data order is a
- * function of (seed, step), so these are the whole position. */
-typedef struct ckpt_meta {
-  int64_t step;
-  uint64_t seed, data_hash, bpe_hash, data_bytes;
-  int dim, layers, heads, kv_heads, vocab;
-  int64_t seq;
-  double loss_sum, first_loss; /* the progress line's running mean, exactly */
-  int64_t loss_n;
-} ckpt_meta;
-
 /* Weights under HF names, then "optim." AdamW state and the counters. */
 static ag_status ckpt_lists(const ag_llama *m, ag_optimizer *opt, ag_param_list *all) {
   ag_param_list sl = {0};
@@ -287,108 +287,14 @@ static ag_status ckpt_lists(const ag_llama *m, ag_optimizer *opt, ag_param_list 
   return st;
 }
 
-static ag_status save_ckpt(const char *path, const ag_llama *m, ag_optimizer *opt, const ckpt_meta *k) {
+static ag_status save_ckpt(const char *path, const ag_llama *m, ag_optimizer *opt, const text_ckpt_meta *k) {
   ag_param_list all = {0};
   ag_status st = ckpt_lists(m, opt, &all);
-  char v[15][40];
-  snprintf(v[0], 40, "%lld", (long long)k->step);
-  snprintf(v[1], 40, "%llu", (unsigned long long)k->seed);
-  snprintf(v[2], 40, "%d", k->dim);
-  snprintf(v[3], 40, "%d", k->layers);
-  snprintf(v[4], 40, "%d", k->heads);
-  snprintf(v[5], 40, "%d", k->kv_heads);
-  snprintf(v[6], 40, "%d", k->vocab);
-  snprintf(v[7], 40, "%lld", (long long)k->seq);
-  snprintf(v[8], 40, "%016llx", (unsigned long long)k->data_hash);
-  snprintf(v[9], 40, "%llu", (unsigned long long)k->data_bytes);
-  snprintf(v[10], 40, "%016llx", (unsigned long long)k->bpe_hash);
-  snprintf(v[11], 40, "%a", k->loss_sum);
-  snprintf(v[12], 40, "%lld", (long long)k->loss_n);
-  snprintf(v[13], 40, "%a", k->first_loss);
-  const char *keys[] = {"format", "anygrad", "step", "seed", "dim", "layers", "heads", "kv_heads", "vocab", "seq",
-                        "data_hash", "data_bytes", "tokenizer_hash", "loss_sum", "loss_n", "first_loss"};
-  const char *vals[] = {"pt", "text-1", v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
-                        v[12], v[13]};
-  if (st == AG_OK) st = ag_safetensors_save(path, &all, 16, keys, vals);
+  text_ckpt_strings ms;
+  text_ckpt_strings_make(k, &ms);
+  if (st == AG_OK) st = ag_safetensors_save(path, &all, TEXT_CKPT_N_META, ms.keys, ms.vals);
   ag_params_free(&all);
   return st;
-}
-
-/* Metadata key k as a decimal integer in [lo, hi] (base 16 when hex). */
-static ag_status meta_u64(const ag_safetensors *f, const char *path, const char *k, uint64_t lo, uint64_t hi,
-                          bool hex, uint64_t *out) {
-  const char *v = ag_safetensors_meta(f, k);
-  if (!v) return ag_error_set(AG_ERR_CORRUPT, "text: %s: not a text checkpoint (metadata '%s' missing)", path, k);
-  char *end = NULL;
-  bool ok = *v && strlen(v) <= 20;
-  for (const char *p = v; ok && *p; p++) ok = hex ? isxdigit((unsigned char)*p) : isdigit((unsigned char)*p);
-  unsigned long long x = ok ? strtoull(v, &end, hex ? 16 : 10) : 0;
-  if (!ok || !end || *end || x < lo || x > hi) {
-    char vb[64];
-    return ag_error_set(AG_ERR_CORRUPT, "text: %s: metadata '%s' is '%s', expected %s in %llu..%llu", path, k,
-                        ag_escape(v, vb, sizeof vb), hex ? "a hexadecimal integer" : "an integer",
-                        (unsigned long long)lo, (unsigned long long)hi);
-  }
-  *out = x;
-  return AG_OK;
-}
-
-static ag_status meta_f64(const ag_safetensors *f, const char *path, const char *k, double *out) {
-  const char *v = ag_safetensors_meta(f, k);
-  char *end = NULL;
-  double x = v ? strtod(v, &end) : 0;
-  if (!v || !*v || !end || *end) {
-    char vb[64];
-    return ag_error_set(AG_ERR_CORRUPT, "text: %s: metadata '%s' is %s%s%s, expected a number", path, k,
-                        v ? "'" : "", v ? ag_escape(v, vb, sizeof vb) : "missing", v ? "'" : "");
-  }
-  *out = x;
-  return AG_OK;
-}
-
-/* Open a checkpoint and read its metadata; every key is validated, an error
- * names the first bad one. */
-static ag_status ckpt_read(const char *path, ag_safetensors **f, ckpt_meta *k) {
-  ag_status st = ag_safetensors_open(path, f);
-  if (st != AG_OK) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", ag_last_error());
-    return ag_error_set(st, "text: --resume: %s", msg);
-  }
-  const char *fmt = ag_safetensors_meta(*f, "anygrad");
-  uint64_t x[14] = {0};
-  if (!fmt || strcmp(fmt, "text-1"))
-    st = ag_error_set(AG_ERR_CORRUPT, "text: %s: not a checkpoint of anygrad train --task text (metadata "
-                      "'anygrad' is not text-1)", path);
-  struct { const char *k; uint64_t lo, hi; bool hex; } spec[] = {
-      {"step", 0, (uint64_t)TEXT_MAX_STEPS, false}, {"seed", 0, UINT64_MAX, false},
-      {"dim", 1, TEXT_MAX_WIDTH, false},           {"layers", 1, TEXT_MAX_LAYERS, false},
-      {"heads", 1, TEXT_MAX_WIDTH, false},         {"kv_heads", 1, TEXT_MAX_WIDTH, false},
-      {"vocab", 256, TEXT_MAX_VOCAB, false},       {"seq", 1, TEXT_MAX_SEQ, false},
-      {"data_hash", 0, UINT64_MAX, true},          {"data_bytes", 0, UINT64_MAX, false},
-      {"tokenizer_hash", 0, UINT64_MAX, true},     {"loss_n", 0, (uint64_t)TEXT_MAX_STEPS, false}};
-  for (size_t i = 0; st == AG_OK && i < sizeof spec / sizeof *spec; i++)
-    st = meta_u64(*f, path, spec[i].k, spec[i].lo, spec[i].hi, spec[i].hex, &x[i]);
-  if (st == AG_OK) st = meta_f64(*f, path, "loss_sum", &k->loss_sum);
-  if (st == AG_OK) st = meta_f64(*f, path, "first_loss", &k->first_loss);
-  if (st != AG_OK) {
-    ag_safetensors_close(*f);
-    *f = NULL;
-    return st;
-  }
-  k->step = (int64_t)x[0];
-  k->seed = x[1];
-  k->dim = (int)x[2];
-  k->layers = (int)x[3];
-  k->heads = (int)x[4];
-  k->kv_heads = (int)x[5];
-  k->vocab = (int)x[6];
-  k->seq = (int64_t)x[7];
-  k->data_hash = x[8];
-  k->data_bytes = x[9];
-  k->bpe_hash = x[10];
-  k->loss_n = (int64_t)x[11];
-  return AG_OK;
 }
 
 /* ---- training ---- */
@@ -404,14 +310,65 @@ static ag_status check_options(const text_options *o) {
   return AG_OK;
 }
 
+/* The tokenizer's path, out + ".bpe", never cut; owned by the caller. */
+static char *bpe_path(const char *out) {
+  size_t n = strlen(out) + sizeof ".bpe";
+  char *p = malloc(n);
+  if (p) snprintf(p, n, "%s.bpe", out);
+  return p;
+}
+
+/* Whether a and b name the same existing file (device and inode, through
+ * symlinks and hard links). */
+static bool same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+ag_status text_check_outputs(const text_options *o) {
+  if (!o) return ag_error_set(AG_ERR_INVALID, "text_check_outputs: NULL argument");
+  if (!o->out) return AG_OK;
+  char *bp = bpe_path(o->out);
+  if (!bp) return ag_error_set(AG_ERR_OOM, "text: out of host memory");
+  /* the checkpoint may replace the one it resumes from: that is read
+   * before the first step, and the new one replaces it atomically */
+  struct { const char *opt, *path; bool out_ok; } in[] = {{"--data", o->data, false}, {"--resume", o->resume, true}};
+  ag_status st = AG_OK;
+  for (size_t i = 0; st == AG_OK && i < sizeof in / sizeof *in; i++) {
+    if (!in[i].out_ok && same_file(o->out, in[i].path))
+      st = ag_error_set(AG_ERR_INVALID, "text: the output --out %s is the input %s %s; refusing to overwrite it",
+                        o->out, in[i].opt, in[i].path);
+    else if (same_file(bp, in[i].path))
+      st = ag_error_set(AG_ERR_INVALID, "text: the tokenizer output %s (--out %s + .bpe) is the input %s %s; "
+                        "refusing to overwrite it", bp, o->out, in[i].opt, in[i].path);
+  }
+  free(bp);
+  return st;
+}
+
+/* An output checked before any work (ag_output_check), the message
+ * prefixed with the task. */
+static ag_status check_output(const char *path, const char *what) {
+  ag_status st = ag_output_check(path, what);
+  if (st != AG_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    st = ag_error_set(st, "text: %s", msg);
+  }
+  return st;
+}
+
 ag_status text_train(const text_options *opt, text_result *r) {
   text_options o = *opt;
   memset(r, 0, sizeof *r);
   FILE *out = o.log ? o.log : stdout;
   ag_status st = check_options(&o);
+  if (st == AG_OK) st = text_check_outputs(&o);
+  char *bp = NULL;
+  if (st == AG_OK && o.out && !(bp = bpe_path(o.out))) st = ag_error_set(AG_ERR_OOM, "text: out of host memory");
   ag_safetensors *ck = NULL;
-  ckpt_meta km = {0};
-  if (st == AG_OK && o.resume) st = ckpt_read(o.resume, &ck, &km);
+  text_ckpt_meta km = {0};
+  if (st == AG_OK && o.resume) st = text_ckpt_open(o.resume, &ck, &km);
   if (ck) { /* the checkpoint's architecture; its seed unless one is given */
     o.dim = km.dim;
     o.layers = km.layers;
@@ -422,14 +379,8 @@ ag_status text_train(const text_options *opt, text_result *r) {
     if (!o.seed_set) o.seed = km.seed;
   }
   /* checked before any work: nothing is left behind */
-  if (st == AG_OK && o.out) {
-    st = ag_output_check(o.out, "--out checkpoint");
-    if (st != AG_OK) {
-      char msg[512];
-      snprintf(msg, sizeof msg, "%s", ag_last_error());
-      st = ag_error_set(st, "text: %s", msg);
-    }
-  }
+  if (st == AG_OK && o.out) st = check_output(o.out, "--out checkpoint");
+  if (st == AG_OK && o.out) st = check_output(bp, "tokenizer (--out + .bpe)");
   buf corpus = {0};
   int n_files = 1;
   if (st == AG_OK) st = o.data ? buf_add_file(&corpus, o.data) : load_fortunes(&corpus, &n_files);
@@ -519,7 +470,7 @@ ag_status text_train(const text_options *opt, text_result *r) {
   r->steps_done = start;
   r->last_loss = NAN;
   int64_t end = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
-  ckpt_meta cur = {.seed = o.seed, .data_hash = data_hash, .bpe_hash = tok_hash, .data_bytes = corpus.n,
+  text_ckpt_meta cur = {.seed = o.seed, .data_hash = data_hash, .bpe_hash = tok_hash, .data_bytes = corpus.n,
                    .dim = o.dim, .layers = o.layers, .heads = o.heads, .kv_heads = o.kv_heads ? o.kv_heads : o.heads,
                    .vocab = o.vocab, .seq = o.seq};
   for (int64_t step = start; st == AG_OK && step < end; step++) {
@@ -581,8 +532,6 @@ ag_status text_train(const text_options *opt, text_result *r) {
     cur.loss_n = n_sum;
     cur.first_loss = r->first_loss;
     st = save_ckpt(o.out, &m, optim, &cur);
-    char bp[1100];
-    snprintf(bp, sizeof bp, "%s.bpe", o.out);
     if (st == AG_OK) st = ag_bpe_save(bpe, bp);
     if (st == AG_OK)
       fprintf(out, "text: wrote %s (step %lld; continue with --resume %s) and %s\n", o.out,
@@ -594,6 +543,7 @@ ag_status text_train(const text_options *opt, text_result *r) {
   if (have_model) ag_llama_free(&m);
   ag_generator_free(gen);
   ag_bpe_free(bpe);
+  free(bp);
   free(tr);
   free(va);
   return st;

@@ -20,17 +20,23 @@
 #define TEXT_MAX_SEQ 8192
 #define TEXT_MAX_BATCH 65536
 #define TEXT_MAX_VOCAB 65536
+/* The largest corpus read (--data, or the fortunes files together): the
+ * token ids take 4 bytes per byte on top of it. */
+#define TEXT_MAX_DATA_BYTES (UINT64_C(256) << 20)
 
 typedef struct text_options {
   ag_device device;
-  const char *data;   /* a text file, or NULL: every file of TEXT_FORTUNES_DIR
-                         without an extension, in name order */
+  const char *data;   /* a regular text file of at most TEXT_MAX_DATA_BYTES,
+                         or NULL: every file of TEXT_FORTUNES_DIR without an
+                         extension, in name order */
   const char *out;    /* checkpoint written at the end (and every save_every
                          steps), or NULL: the weights under Hugging Face names
                          (ag_llama_load reads it), the AdamW state and
                          counters, the step, seed, architecture and hashes of
                          the corpus and tokenizer; replaced atomically. The
-                         tokenizer also goes to out + ".bpe" (ag_bpe_save) */
+                         tokenizer also goes to out + ".bpe" (ag_bpe_save).
+                         Neither may be --data; the tokenizer may not be
+                         --resume either (text_check_outputs) */
   const char *resume; /* a checkpoint to continue from, or NULL: its
                          architecture, vocabulary and seed (unless seed_set)
                          are used; the corpus and the tokenizer learned from
@@ -67,11 +73,24 @@ typedef struct text_result {
  * batch 8, BPE vocabulary 512; the best available device). */
 text_options text_defaults(void);
 
+/* AG_ERR_INVALID when an output of o (out, out + ".bpe") is the same file
+ * (device and inode: also through a hard link or symlink) as an input
+ * (data; resume for the tokenizer: out may replace the checkpoint it
+ * resumes from), the message naming both; AG_OK otherwise (also for a NULL
+ * out). text_train makes this check first; a front end can make it alone
+ * to report a usage error. */
+ag_status text_check_outputs(const text_options *o);
+
 /* Train as configured. Errors (the message in ag_last_error()):
- * AG_ERR_INVALID for options outside the limits or a model shape
- * ag_llama_init refuses, AG_ERR_IO for unreadable data or an unwritable
- * out (checked before the first step), AG_ERR_CORRUPT for a resume
- * checkpoint that is not one of this task's or is damaged, AG_ERR_INVALID
+ * AG_ERR_INVALID for options outside the limits, an output that is an
+ * input (text_check_outputs) or a model shape ag_llama_init refuses,
+ * AG_ERR_IO for unreadable data (not a regular file, over
+ * TEXT_MAX_DATA_BYTES; the message names the path and the reason) or an
+ * unwritable out or out + ".bpe" (both checked before the first step),
+ * AG_ERR_CORRUPT for a resume checkpoint that is not one of this task's or
+ * is damaged: metadata out of range, tensors that do not have the shapes its
+ * sizes give (checked before the model is built), an optimizer step counter
+ * other than its step (text_ckpt.h), AG_ERR_INVALID
  * for one made from another corpus or tokenizer, AG_ERR_SHAPE for a corpus too small
  * for one sequence in each split, AG_ERR_STATE when the loss became
  * NaN/Inf, the library's errors otherwise. */

@@ -41,5 +41,24 @@ if(AG_FUZZ)
                        ${_work}/new ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/${_h})
       set_tests_properties(fuzz_${_h} PROPERTIES TIMEOUT 120 LABELS "fuzz")
     endforeach()
+    # The text task's resume check (models/text_ckpt.c, compiled in with the
+    # harness's instrumentation). Its seeds are whole small checkpoints
+    # (about 30 KB: the MLP is at least 256 wide), hence the larger max_len.
+    add_executable(fuzz_textckpt ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_textckpt.c
+                                 ${PROJECT_SOURCE_DIR}/models/text_ckpt.c)
+    target_include_directories(fuzz_textckpt PRIVATE ${PROJECT_SOURCE_DIR}/models)
+    target_compile_options(fuzz_textckpt PRIVATE -fsanitize=fuzzer ${_ag_fz})
+    target_link_options(fuzz_textckpt PRIVATE -fsanitize=fuzzer ${_ag_fz})
+    target_compile_definitions(fuzz_textckpt PRIVATE _GNU_SOURCE) # memfd_create
+    target_link_libraries(fuzz_textckpt PRIVATE anygrad_fuzz m)
+    set(_work ${CMAKE_CURRENT_BINARY_DIR}/fuzz_textckpt)
+    add_test(NAME fuzz_textckpt
+             COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+                     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+                     sh -c "mkdir -p '${_work}/new' '${_work}/crashes' && exec \"$0\" \"$@\""
+                     $<TARGET_FILE:fuzz_textckpt> -max_total_time=5 -runs=2000000 -timeout=10 -rss_limit_mb=2048
+                     -max_len=65536 -print_final_stats=1 -artifact_prefix=${_work}/crashes/
+                     ${_work}/new ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/textckpt)
+    set_tests_properties(fuzz_textckpt PROPERTIES TIMEOUT 120 LABELS "fuzz")
   endif()
 endif()

@@ -307,12 +307,10 @@ static int parse_text(int argc, char **argv, text_options *o) {
     fprintf(stderr, "anygrad train: --out must not be empty\n");
     return AG_EXIT_USAGE;
   }
-  /* the tokenizer is written beside the checkpoint */
-  char bpe[4096];
-  int bl = snprintf(bpe, sizeof bpe, "%s.bpe", o->out);
-  ag_cli_file data = {"--data", o->data},
-              outs[2] = {{"--out", o->out}, {"--out's tokenizer", bl > 0 && (size_t)bl < sizeof bpe ? bpe : NULL}};
-  if (!outputs_distinct(&data, 1, o->resume, outs, 2)) return AG_EXIT_USAGE;
+  if (text_check_outputs(o) != AG_OK) {
+    fprintf(stderr, "anygrad train: %s\n", ag_last_error());
+    return AG_EXIT_USAGE;
+  }
   if (o->dim % o->heads || (o->dim / o->heads) % 2 || o->heads % (o->kv_heads ? o->kv_heads : o->heads)) {
     fprintf(stderr, "anygrad train: --embd %d must be a multiple of --heads %d with an even quotient, and --heads "
                     "a multiple of --kv-heads %d\n", o->dim, o->heads, o->kv_heads);

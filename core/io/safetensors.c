@@ -1042,6 +1042,18 @@ const char *ag_safetensors_dtype(const ag_safetensors *f, int i) {
   return f && i >= 0 && i < f->n ? k_fdt[f->e[i].fdt].s : NULL;
 }
 
+int ag_safetensors_find(const ag_safetensors *f, const char *name) {
+  const st_entry *e = f && name ? find(f, name) : NULL;
+  return e ? (int)(e - f->e) : -1;
+}
+
+int ag_safetensors_shape(const ag_safetensors *f, int i, int64_t *out_shape) {
+  if (!f || i < 0 || i >= f->n) return -1;
+  const st_entry *e = &f->e[i];
+  if (out_shape) memcpy(out_shape, entry_shape(f, e), (size_t)e->ndim * sizeof *out_shape);
+  return e->ndim;
+}
+
 /* Element i of a stored integer or bool tensor. */
 static bool int_at(const unsigned char *src, int fdt, size_t i, int64_t *out_s, uint64_t *out_u) {
   const unsigned char *q = src + i * k_fdt[fdt].size;

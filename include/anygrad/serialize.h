@@ -59,6 +59,17 @@ AG_API const char *ag_safetensors_meta(const ag_safetensors *f, const char *key)
  * Borrowed; NULL when i is out of range. */
 AG_API const char *ag_safetensors_dtype(const ag_safetensors *f, int i);
 
+/* Index of the tensor called name (for ag_safetensors_dtype and
+ * ag_safetensors_shape), found through the name index; -1 when there is
+ * none or f or name is NULL. Never fails. */
+AG_API int ag_safetensors_find(const ag_safetensors *f, const char *name);
+
+/* The shape of tensor i as the header gives it, without reading its data:
+ * the number of dimensions (0 for a scalar), the sizes copied to
+ * out_shape[0..ndim) (room for AG_MAX_DIMS; may be NULL). -1 when i is out
+ * of range. Never fails otherwise. */
+AG_API int ag_safetensors_shape(const ag_safetensors *f, int i, int64_t *out_shape);
+
 /* A new tensor on device d with the stored contents, owned by the caller
  * (or the open scope; tensor.h); f may be closed afterwards. NULL with
  * AG_ERR_INVALID when there is no such name, AG_ERR_DTYPE naming the
