@@ -318,13 +318,6 @@ static char *bpe_path(const char *out) {
   return p;
 }
 
-/* Whether a and b name the same existing file (device and inode, through
- * symlinks and hard links). */
-static bool same_file(const char *a, const char *b) {
-  struct stat sa, sb;
-  return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 ag_status text_check_outputs(const text_options *o) {
   if (!o) return ag_error_set(AG_ERR_INVALID, "text_check_outputs: NULL argument");
   if (!o->out) return AG_OK;
@@ -335,12 +328,12 @@ ag_status text_check_outputs(const text_options *o) {
   struct { const char *opt, *path; bool out_ok; } in[] = {{"--data", o->data, false}, {"--resume", o->resume, true}};
   ag_status st = AG_OK;
   for (size_t i = 0; st == AG_OK && i < sizeof in / sizeof *in; i++) {
-    if (!in[i].out_ok && same_file(o->out, in[i].path))
-      st = ag_error_set(AG_ERR_INVALID, "text: the output --out %s is the input %s %s; refusing to overwrite it",
+    if (!in[i].out_ok && ag_file_same(o->out, in[i].path))
+      st = ag_error_set(AG_ERR_INVALID, "text: --out '%s' is the same file as %s '%s'; refusing to overwrite it",
                         o->out, in[i].opt, in[i].path);
-    else if (same_file(bp, in[i].path))
-      st = ag_error_set(AG_ERR_INVALID, "text: the tokenizer output %s (--out %s + .bpe) is the input %s %s; "
-                        "refusing to overwrite it", bp, o->out, in[i].opt, in[i].path);
+    else if (ag_file_same(bp, in[i].path))
+      st = ag_error_set(AG_ERR_INVALID, "text: the tokenizer '%s' (--out + .bpe) is the same file as %s '%s'; "
+                        "refusing to overwrite it", bp, in[i].opt, in[i].path);
   }
   free(bp);
   return st;

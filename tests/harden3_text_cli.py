@@ -230,18 +230,18 @@ def case_outputs():
     data = corpus()
     with open(data, "rb") as f:
         before = f.read()
-    expect(text(data, data), 2, "is the input")
+    expect(text(data, data), 2, "is the same file as")
     os.link(data, path("hard.txt"))
-    expect(text(data, path("hard.txt")), 2, "is the input")
+    expect(text(data, path("hard.txt")), 2, "is the same file as")
     os.symlink(data, path("sym.txt"))
-    expect(text(data, path("sym.txt")), 2, "is the input")
-    expect(text(path("sym.txt"), data), 2, "is the input")
+    expect(text(data, path("sym.txt")), 2, "is the same file as")
+    expect(text(path("sym.txt"), data), 2, "is the same file as")
     unchanged(data, before, "the corpus")
     # the tokenizer (OUT.bpe) over the corpus
     shutil.copy(data, path("d.bpe"))
     with open(path("d.bpe"), "rb") as f:
         dbpe = f.read()
-    expect(text(path("d.bpe"), path("d")), 2, "is the input")
+    expect(text(path("d.bpe"), path("d")), 2, "is the same file as")
     unchanged(path("d.bpe"), dbpe, "the corpus d.bpe")
     check(not os.path.exists(path("d")), "a refused run wrote --out")
     # the tokenizer over the checkpoint resumed from; the checkpoint itself
@@ -251,7 +251,7 @@ def case_outputs():
     shutil.copy(ck, path("r.bpe"))
     with open(path("r.bpe"), "rb") as f:
         rb = f.read()
-    expect(text(data, path("r"), 4, ["--resume", path("r.bpe")]), 2, "is the input")
+    expect(text(data, path("r"), 4, ["--resume", path("r.bpe")]), 2, "is the same file as")
     unchanged(path("r.bpe"), rb, "the checkpoint r.bpe")
     expect(text(data, ck, 4, ["--resume", ck]), 0)
 
