@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "anygrad/checks.h"
 #include "anygrad/dlpack.h"
@@ -151,6 +153,28 @@ static ag_status add_device(cl_platform_id p, cl_device_id id) {
   return AG_OK;
 }
 
+/* A CPU OpenCL driver (PoCL) starts its worker threads inside
+ * clGetPlatformIDs and aborts the process when one cannot start, which
+ * an address-space limit (ulimit -v) makes likely: each thread takes a
+ * stack and a malloc arena. Under a limit, probe for that much free address
+ * space first; without it OpenCL is unavailable with the reason, never an
+ * abort. Without a limit there is nothing to probe. */
+#define CL_INIT_HEADROOM ((size_t)256 << 20)
+static bool address_space_short(char *reason, size_t len) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return false;
+  void *p = mmap(NULL, CL_INIT_HEADROOM, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p != MAP_FAILED) {
+    munmap(p, CL_INIT_HEADROOM);
+    return false;
+  }
+  snprintf(reason, len,
+           "libanygrad-opencl.so: the address-space limit (ulimit -v %llu KiB) leaves less than %zu MiB free, "
+           "which an OpenCL driver's worker threads need (PoCL aborts the process when one cannot start)",
+           (unsigned long long)(rl.rlim_cur / 1024), CL_INIT_HEADROOM >> 20);
+  return true;
+}
+
 static ag_status cl_init(int *out_count, char *reason, size_t reason_len) {
   pthread_mutex_lock(&g_init_lock);
   if (!g_inited) {
@@ -158,8 +182,12 @@ static ag_status cl_init(int *out_count, char *reason, size_t reason_len) {
     g_init_status = AG_OK;
     cl_uint np = 0;
     cl_platform_id plats[16];
-    cl_int err = clGetPlatformIDs(16, plats, &np);
-    if (err != CL_SUCCESS || np == 0) {
+    cl_int err = CL_SUCCESS;
+    if (address_space_short(g_init_reason, sizeof g_init_reason))
+      g_init_status = AG_ERR_UNAVAILABLE;
+    else
+      err = clGetPlatformIDs(16, plats, &np);
+    if (g_init_status == AG_OK && (err != CL_SUCCESS || np == 0)) {
       snprintf(g_init_reason, sizeof g_init_reason,
                "libanygrad-opencl.so: clGetPlatformIDs: no OpenCL platform (%d)", (int)err);
       g_init_status = AG_ERR_UNAVAILABLE;
