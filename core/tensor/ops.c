@@ -1131,7 +1131,11 @@ static ag_tensor *matmul_core(ag_tensor *a, ag_tensor *b, ag_tensor *bias) {
       ag_grad_mode_end();
       c.s[1] = 1.0;
     }
-    if (st == AG_OK) st = ag__launch(ds, &c);
+    /* An inner dimension of 0 is an empty sum: zeros (plus the bias), as
+     * torch and NumPy give. No GEMM runs: BLAS libraries (oneDNN's sgemm)
+     * return without writing C when K is 0. */
+    if (st == AG_OK && K == 0 && !bias) st = ag_fill_(out, 0.0);
+    else if (st == AG_OK && K > 0) st = ag__launch(ds, &c);
   }
   ag_tensor_release(ca);
   ag_tensor_release(cb);

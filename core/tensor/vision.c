@@ -100,7 +100,21 @@ ag_tensor *ag_conv2d(ag_tensor *x, ag_tensor *w, ag_tensor *bias, const ag_conv2
   int64_t ys[4] = {N, Co, Ho, Wo};
   ag_tensor *y = (xc && wc && (!bias || bc)) ? ag__tensor_new(ds, x->dtype, 4, ys) : NULL;
   ag_status st = y ? AG_OK : ag_last_status();
-  if (st == AG_OK && y->numel) {
+  if (st == AG_OK && y->numel && C == 0) {
+    /* No input channels: each output is an empty sum, the bias alone or 0
+     * (as matmul with an inner dimension of 0); GEMM libraries leave their
+     * output unwritten or refuse K = 0. */
+    if (bc) {
+      int64_t bs[3] = {Co, 1, 1};
+      ag_no_grad_begin();
+      ag_tensor *bv = ag_reshape(bc, 3, bs);
+      st = bv ? ag_copy_(y, bv) : failed();
+      ag_tensor_release(bv);
+      ag_grad_mode_end();
+    } else {
+      st = ag_fill_(y, 0.0);
+    }
+  } else if (st == AG_OK && y->numel) {
     ag_kernel_call c;
     ag__kcall_init(&c, AG_K_CONV2D, 0, name, 4, (ag_tensor *[]){y, xc, wc, bc});
     put_window(c.s, p.stride, p.padding, p.dilation);

@@ -1,0 +1,180 @@
+/* Ops that gave silent wrong results on hostile shapes and values
+ * (docs/reliability.md, "API entry points"): a matmul with an inner
+ * dimension of 0 left its output unwritten, ag_copy_ between overlapping
+ * views read values it had already overwritten, integer scalar arithmetic
+ * saturated instead of wrapping, and conv2d/pooling sizes wrapped in int.
+ * Runs on AG_TEST_DEVICE (the CPU when unset; absent devices skip). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+#include "test_device.h"
+
+static ag_tensor *host_f32(int ndim, const int64_t *shape, const float *v) {
+  ag_tensor *t = ag_from_host(TEST_DEV, AG_F32, ndim, shape, v);
+  if (!t) fail_msg("ag_from_host: %s", ag_last_error());
+  return t;
+}
+
+static void read_f32(const ag_tensor *t, float *out, int64_t n) {
+  assert_int_equal(ag_tensor_numel(t), n);
+  if (ag_to_host(t, out, (size_t)n * sizeof(float)) != AG_OK) fail_msg("ag_to_host: %s", ag_last_error());
+}
+
+/* Leaves NaN in the device allocator's free blocks of every size class a
+ * small result takes, so an output that is never written reads as NaN. */
+static void poison_allocator(ag_dtype dt) {
+  enum { K = 16 };
+  ag_tensor *t[K];
+  for (int i = 0; i < K; i++) {
+    int64_t n = (int64_t)64 << (i % 4);
+    t[i] = ag_full(TEST_DEV, dt, 1, &n, NAN);
+    assert_non_null(t[i]);
+  }
+  float probe;
+  int64_t one = 1;
+  ag_tensor *p = ag_empty(TEST_DEV, AG_F32, 1, &one);
+  assert_non_null(p);
+  assert_int_equal(ag_to_host(p, &probe, sizeof probe), AG_OK); /* the fills have run */
+  ag_tensor_release(p);
+  for (int i = 0; i < K; i++) ag_tensor_release(t[i]);
+}
+
+/* ---------------- matmul with an inner dimension of 0 ---------------- */
+
+static void expect_zeros(ag_tensor *t, int64_t n, float add) {
+  float v[64];
+  assert_true(n <= 64);
+  read_f32(t, v, n);
+  for (int64_t i = 0; i < n; i++)
+    if (v[i] != add) fail_msg("element %lld is %g, expected %g (an empty sum)", (long long)i, v[i], add);
+}
+
+static void test_matmul_k0(void **state) {
+  (void)state;
+  const int64_t sa[2] = {3, 0}, sb[2] = {0, 4};
+  for (int round = 0; round < 2; round++) {
+    poison_allocator(AG_F32);
+    ag_tensor *a = host_f32(2, sa, NULL), *b = host_f32(2, sb, NULL);
+    ag_tensor *y = ag_matmul(a, b);
+    assert_non_null(y);
+    assert_int_equal(ag_tensor_ndim(y), 2);
+    assert_int_equal(ag_tensor_dim(y, 0), 3);
+    assert_int_equal(ag_tensor_dim(y, 1), 4);
+    expect_zeros(y, 12, 0.0f);
+    ag_tensor_release(y);
+    ag_tensor_release(a);
+    ag_tensor_release(b);
+  }
+  /* batched with broadcasting, and 1-D . 1-D (a 0-d zero) */
+  poison_allocator(AG_F32);
+  const int64_t s3a[3] = {2, 3, 0}, s3b[2] = {0, 5}, s1[1] = {0};
+  ag_tensor *a = host_f32(3, s3a, NULL), *b = host_f32(2, s3b, NULL);
+  ag_tensor *y = ag_matmul(a, b);
+  assert_non_null(y);
+  expect_zeros(y, 30, 0.0f);
+  ag_tensor_release(y);
+  ag_tensor_release(a);
+  ag_tensor_release(b);
+  poison_allocator(AG_F32);
+  a = host_f32(1, s1, NULL);
+  b = host_f32(1, s1, NULL);
+  y = ag_matmul(a, b);
+  assert_non_null(y);
+  assert_int_equal(ag_tensor_ndim(y), 0);
+  expect_zeros(y, 1, 0.0f);
+  ag_tensor_release(y);
+  ag_tensor_release(a);
+  ag_tensor_release(b);
+}
+
+/* The gradients: of an operand with a 0 dim, empty; of the other, the
+ * empty sum a^T @ G with K = 0, zeros. */
+static void test_matmul_k0_grad(void **state) {
+  (void)state;
+  const int64_t sa[2] = {0, 3}, sb[2] = {3, 4};
+  const float bv[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  poison_allocator(AG_F32);
+  ag_tensor *a = host_f32(2, sa, NULL), *b = host_f32(2, sb, bv);
+  assert_int_equal(ag_tensor_set_requires_grad(a, true), AG_OK);
+  assert_int_equal(ag_tensor_set_requires_grad(b, true), AG_OK);
+  ag_tensor *y = ag_matmul(a, b); /* [0, 4] */
+  ag_tensor *l = y ? ag_sum(y, 0, NULL, false) : NULL;
+  assert_non_null(l);
+  poison_allocator(AG_F32);
+  assert_int_equal(ag_backward(l, NULL, false), AG_OK);
+  ag_tensor *ga = ag_tensor_grad(a), *gb = ag_tensor_grad(b);
+  assert_non_null(ga);
+  assert_non_null(gb);
+  assert_int_equal(ag_tensor_numel(ga), 0);
+  expect_zeros(gb, 12, 0.0f);
+  ag_tensor_release(l);
+  ag_tensor_release(y);
+  ag_tensor_release(a);
+  ag_tensor_release(b);
+
+  /* [3, 0] @ [0, 4]: both gradients empty, the sum of the zeros is 0 */
+  const int64_t sc[2] = {3, 0}, sd[2] = {0, 4};
+  ag_tensor *c = host_f32(2, sc, NULL), *d = host_f32(2, sd, NULL);
+  assert_int_equal(ag_tensor_set_requires_grad(c, true), AG_OK);
+  assert_int_equal(ag_tensor_set_requires_grad(d, true), AG_OK);
+  poison_allocator(AG_F32);
+  y = ag_matmul(c, d);
+  l = y ? ag_sum(y, 0, NULL, false) : NULL;
+  assert_non_null(l);
+  assert_true(ag_item(l) == 0.0);
+  assert_int_equal(ag_backward(l, NULL, false), AG_OK);
+  assert_int_equal(ag_tensor_numel(ag_tensor_grad(c)), 0);
+  assert_int_equal(ag_tensor_numel(ag_tensor_grad(d)), 0);
+  ag_tensor_release(l);
+  ag_tensor_release(y);
+  ag_tensor_release(c);
+  ag_tensor_release(d);
+}
+
+/* conv2d with no input channels: an empty sum per output, the bias alone */
+static void test_conv_no_channels(void **state) {
+  (void)state;
+  const int64_t sx[4] = {1, 0, 4, 4}, sw[4] = {2, 0, 3, 3}, sb[1] = {2};
+  poison_allocator(AG_F32);
+  ag_tensor *x = ag_zeros(TEST_DEV, AG_F32, 4, sx), *w = ag_zeros(TEST_DEV, AG_F32, 4, sw);
+  ag_tensor *b = host_f32(1, sb, (const float[]){0.5f, -2.0f});
+  ag_tensor *y = ag_conv2d(x, w, NULL, NULL);
+  if (!y) fail_msg("conv2d: %s", ag_last_error());
+  expect_zeros(y, 8, 0.0f);
+  ag_tensor_release(y);
+  poison_allocator(AG_F32);
+  y = ag_conv2d(x, w, b, NULL);
+  if (!y) fail_msg("conv2d: %s", ag_last_error());
+  float v[8];
+  read_f32(y, v, 8);
+  for (int i = 0; i < 8; i++) assert_true(v[i] == (i < 4 ? 0.5f : -2.0f));
+  ag_tensor_release(y);
+  ag_tensor_release(x);
+  ag_tensor_release(w);
+  ag_tensor_release(b);
+}
+
+/* Work still queued at exit: PoCL may be compiling a kernel for it in a
+ * thread while CLBlast's exit handlers free their programs. */
+static int teardown(void **state) {
+  (void)state;
+  return ag_device_synchronize(TEST_DEV) == AG_OK ? 0 : -1;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_matmul_k0),
+      cmocka_unit_test(test_matmul_k0_grad),
+      cmocka_unit_test(test_conv_no_channels),
+  };
+  return cmocka_run_group_tests(tests, NULL, teardown);
+}
