@@ -18,6 +18,14 @@
 #include "anygrad/anygrad.h"
 #include "test_device.h"
 
+static void expect(ag_status got, ag_status want, const char *fragment) {
+  if (got != want)
+    fail_msg("status %s, expected %s: %s", ag_status_name(got), ag_status_name(want), ag_last_error());
+  if (fragment && !strstr(ag_last_error(), fragment))
+    fail_msg("message '%s' lacks '%s'", ag_last_error(), fragment);
+  ag_error_clear();
+}
+
 static ag_tensor *host_f32(int ndim, const int64_t *shape, const float *v) {
   ag_tensor *t = ag_from_host(TEST_DEV, AG_F32, ndim, shape, v);
   if (!t) fail_msg("ag_from_host: %s", ag_last_error());
@@ -140,6 +148,65 @@ static void test_matmul_k0_grad(void **state) {
   ag_tensor_release(d);
 }
 
+/* ---------------- ag_copy_ between overlapping views ---------------- */
+
+static ag_tensor *iota(int64_t rows, int64_t cols) {
+  float v[64];
+  assert_true(rows * cols <= 64);
+  for (int i = 0; i < rows * cols; i++) v[i] = (float)i;
+  const int64_t s[2] = {rows, cols};
+  return host_f32(2, s, v);
+}
+
+static void test_copy_overlap(void **state) {
+  (void)state;
+  float v[64];
+  /* u <- u^T: with element-by-element copying the upper triangle read
+   * values the lower one had already overwritten, and AG_OK came back */
+  ag_tensor *u = iota(4, 4), *ut = ag_transpose(u, 0, 1);
+  assert_non_null(ut);
+  expect(ag_copy_(u, ut), AG_ERR_INVALID, "share memory");
+  read_f32(u, v, 16);
+  for (int i = 0; i < 16; i++) assert_true(v[i] == (float)i); /* untouched */
+  /* a shifted view of itself (u[1:] <- u[:-1]), as torch refuses */
+  ag_tensor *flat = ag_reshape(u, 1, (const int64_t[]){16});
+  ag_tensor *hi = ag_slice(flat, 0, 1, 16, 1), *lo = ag_slice(flat, 0, 0, 15, 1);
+  assert_non_null(hi);
+  assert_non_null(lo);
+  expect(ag_copy_(hi, lo), AG_ERR_INVALID, "share memory");
+  expect(ag_copy_(lo, hi), AG_ERR_INVALID, "share memory");
+  /* a broadcast element of dst itself */
+  ag_tensor *first = ag_slice(flat, 0, 0, 1, 1);
+  expect(ag_copy_(flat, first), AG_ERR_INVALID, "share memory");
+  read_f32(u, v, 16);
+  for (int i = 0; i < 16; i++) assert_true(v[i] == (float)i);
+  /* the same view: nothing to do; a second header over it too */
+  ag_tensor *alias = ag_reshape(u, 2, (const int64_t[]){4, 4});
+  assert_int_equal(ag_copy_(u, u), AG_OK);
+  assert_int_equal(ag_copy_(alias, u), AG_OK);
+  /* interleaved views that never share a byte, and disjoint halves */
+  ag_tensor *even = ag_slice(flat, 0, 0, 16, 2), *odd = ag_slice(flat, 0, 1, 16, 2);
+  assert_int_equal(ag_copy_(even, odd), AG_OK);
+  ag_tensor *a = ag_slice(flat, 0, 0, 8, 1), *b = ag_slice(flat, 0, 8, 16, 1);
+  assert_int_equal(ag_copy_(b, a), AG_OK);
+  read_f32(u, v, 16);
+  const float want[16] = {1, 1, 3, 3, 5, 5, 7, 7, 1, 1, 3, 3, 5, 5, 7, 7};
+  for (int i = 0; i < 16; i++)
+    if (v[i] != want[i]) fail_msg("element %d is %g, expected %g", i, v[i], want[i]);
+  ag_tensor *ts[] = {ut, flat, hi, lo, first, alias, even, odd, a, b, u};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) ag_tensor_release(ts[i]);
+
+  /* the columns of a [4, 2] tensor as [2, 4] views: interleaved, apart */
+  ag_tensor *m = iota(4, 2);
+  ag_tensor *c0 = ag_slice(m, 1, 0, 1, 1), *c1 = ag_slice(m, 1, 1, 2, 1);
+  assert_int_equal(ag_copy_(c0, c1), AG_OK);
+  read_f32(m, v, 8);
+  for (int i = 0; i < 8; i++) assert_true(v[i] == (float)(i | 1));
+  ag_tensor_release(c0);
+  ag_tensor_release(c1);
+  ag_tensor_release(m);
+}
+
 /* conv2d with no input channels: an empty sum per output, the bias alone */
 static void test_conv_no_channels(void **state) {
   (void)state;
@@ -175,6 +242,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_k0),
       cmocka_unit_test(test_matmul_k0_grad),
       cmocka_unit_test(test_conv_no_channels),
+      cmocka_unit_test(test_copy_overlap),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }
