@@ -207,6 +207,83 @@ static void test_copy_overlap(void **state) {
   ag_tensor_release(m);
 }
 
+/* ---------------- integer scalar arithmetic wraps ---------------- */
+
+static void test_int_scalar_wraps(void **state) {
+  (void)state;
+  int64_t one = 1;
+  /* u8: 1 + 300 = 301 mod 256 = 45 (was 255); 200 * 2 = 144; 3 - 5 = 254 */
+  uint8_t u8v[3] = {1, 200, 3}, u8o[3];
+  const int64_t s3 = 3;
+  ag_tensor *u8 = ag_from_host(TEST_DEV, AG_U8, 1, &s3, u8v);
+  assert_non_null(u8);
+  ag_tensor *r = ag_add_scalar(u8, 300);
+  assert_non_null(r);
+  assert_int_equal(ag_tensor_dtype(r), AG_U8);
+  assert_int_equal(ag_to_host(r, u8o, 3), AG_OK);
+  assert_int_equal(u8o[0], 45);
+  ag_tensor_release(r);
+  r = ag_mul_scalar(u8, 2);
+  assert_int_equal(ag_to_host(r, u8o, 3), AG_OK);
+  assert_int_equal(u8o[1], 144);
+  ag_tensor_release(r);
+  r = ag_sub_scalar(u8, 5);
+  assert_int_equal(ag_to_host(r, u8o, 3), AG_OK);
+  assert_int_equal(u8o[2], 254);
+  ag_tensor_release(r);
+  ag_tensor_release(u8);
+
+  /* i32: INT32_MAX + 1 = INT32_MIN (was INT32_MAX); INT32_MIN - 1 = INT32_MAX;
+   * 0 - INT32_MIN = INT32_MIN (rsub); INT32_MAX * 2 = -2 */
+  int32_t i32v[1] = {INT32_MAX}, i32o[1];
+  ag_tensor *i32 = ag_from_host(TEST_DEV, AG_I32, 1, &one, i32v);
+  assert_non_null(i32);
+  r = ag_add_scalar(i32, 1);
+  assert_int_equal(ag_to_host(r, i32o, 4), AG_OK);
+  assert_int_equal(i32o[0], INT32_MIN);
+  ag_tensor *r2 = ag_sub_scalar(r, 1);
+  assert_int_equal(ag_to_host(r2, i32o, 4), AG_OK);
+  assert_int_equal(i32o[0], INT32_MAX);
+  ag_tensor *r3 = ag_rsub_scalar(r, 0);
+  assert_int_equal(ag_to_host(r3, i32o, 4), AG_OK);
+  assert_int_equal(i32o[0], INT32_MIN);
+  ag_tensor *r4 = ag_mul_scalar(i32, 2);
+  assert_int_equal(ag_to_host(r4, i32o, 4), AG_OK);
+  assert_int_equal(i32o[0], -2);
+  ag_tensor_release(r);
+  ag_tensor_release(r2);
+  ag_tensor_release(r3);
+  ag_tensor_release(r4);
+  ag_tensor_release(i32);
+
+  /* i64: (2^53 + 1) * 1 + 2 exact (the f64 path gave 2^53 + 2); INT64_MAX
+   * + 1 wraps; a scalar of -2^63 subtracted is added back exactly */
+  int64_t i64v[2] = {((int64_t)1 << 53) + 1, INT64_MAX}, i64o[2];
+  const int64_t s2 = 2;
+  ag_tensor *i64 = ag_from_host(TEST_DEV, AG_I64, 1, &s2, i64v);
+  assert_non_null(i64);
+  r = ag_mul_scalar(i64, 1);
+  r2 = r ? ag_add_scalar(r, 2) : NULL;
+  assert_non_null(r2);
+  assert_int_equal(ag_tensor_dtype(r2), AG_I64);
+  assert_int_equal(ag_to_host(r2, i64o, 16), AG_OK);
+  assert_true(i64o[0] == ((int64_t)1 << 53) + 3);
+  assert_true(i64o[1] == INT64_MIN + 1);
+  r3 = ag_sub_scalar(i64, -0x1p63);
+  assert_non_null(r3);
+  assert_int_equal(ag_to_host(r3, i64o, 16), AG_OK);
+  assert_true((uint64_t)i64o[0] == (uint64_t)i64v[0] + ((uint64_t)1 << 63));
+  ag_tensor_release(r);
+  ag_tensor_release(r2);
+  ag_tensor_release(r3);
+  /* an integral scalar beyond int64 for an integer result */
+  assert_null(ag_add_scalar(i64, 0x1p63));
+  expect(ag_last_status(), AG_ERR_INVALID, "does not fit in int64");
+  assert_null(ag_mul_scalar(i64, -1e30));
+  expect(ag_last_status(), AG_ERR_INVALID, "does not fit in int64");
+  ag_tensor_release(i64);
+}
+
 /* conv2d with no input channels: an empty sum per output, the bias alone */
 static void test_conv_no_channels(void **state) {
   (void)state;
@@ -243,6 +320,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_k0_grad),
       cmocka_unit_test(test_conv_no_channels),
       cmocka_unit_test(test_copy_overlap),
+      cmocka_unit_test(test_int_scalar_wraps),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }
