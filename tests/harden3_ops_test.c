@@ -284,6 +284,59 @@ static void test_int_scalar_wraps(void **state) {
   ag_tensor_release(i64);
 }
 
+/* ---------------- conv2d and pooling sizes ---------------- */
+
+static void test_window_sizes(void **state) {
+  (void)state;
+  const int64_t sx[4] = {1, 1, 8, 8}, sw[4] = {1, 1, 3, 3};
+  ag_tensor *x = ag_zeros(TEST_DEV, AG_F32, 4, sx), *w = ag_zeros(TEST_DEV, AG_F32, 4, sw);
+  assert_non_null(x);
+  assert_non_null(w);
+  /* 2 * INT_MAX wrapped to -2: a 4x4 output for an 8x8 input came back */
+  ag_conv2d_params p = {{1, 1}, {INT32_MAX, INT32_MAX}, {1, 1}, 1};
+  assert_null(ag_conv2d(x, w, NULL, &p));
+  expect(ag_last_status(), AG_ERR_INVALID, "padding");
+  /* dilation * (kh - 1) beyond int64: a kernel height of 2^40 (an expanded view) */
+  const int64_t big[4] = {1, 1, (int64_t)1 << 40, 1};
+  ag_tensor *w1 = ag_zeros(TEST_DEV, AG_F32, 4, (const int64_t[]){1, 1, 1, 1});
+  ag_tensor *wbig = w1 ? ag_expand(w1, 4, big) : NULL;
+  assert_non_null(wbig);
+  ag_conv2d_params pd = {{1, 1}, {0, 0}, {INT32_MAX, 1}, 1};
+  ag_conv2d_params pd2 = {{1, 1}, {0, 0}, {1 << 24, 1}, 1};
+  assert_null(ag_conv2d(x, wbig, NULL, &pd));
+  expect(ag_last_status(), AG_ERR_INVALID, "dilation");
+  assert_null(ag_conv2d(x, wbig, NULL, &pd2));
+  expect(ag_last_status(), AG_ERR_INVALID, "dilation");
+  /* pooling: 2 * padding wrapped and passed "padding <= kernel/2" */
+  ag_pool2d_params pp = {{2, 2}, {0, 0}, {INT32_MAX, INT32_MAX}, false};
+  assert_null(ag_max_pool2d(x, &pp));
+  expect(ag_last_status(), AG_ERR_INVALID, "padding");
+  assert_null(ag_avg_pool2d(x, &pp));
+  expect(ag_last_status(), AG_ERR_INVALID, "padding");
+  /* ordinary sizes still work */
+  ag_conv2d_params ok = {{1, 1}, {1, 1}, {1, 1}, 1};
+  ag_tensor *y = ag_conv2d(x, w, NULL, &ok);
+  assert_non_null(y);
+  assert_int_equal(ag_tensor_dim(y, 2), 8);
+  ag_tensor_release(y);
+  ag_pool2d_params pk = {{2, 2}, {0, 0}, {1, 1}, true};
+  y = ag_max_pool2d(x, &pk);
+  assert_non_null(y);
+  assert_int_equal(ag_tensor_dim(y, 2), 5);
+  ag_tensor_release(y);
+  ag_tensor_release(wbig);
+  ag_tensor_release(w1);
+  ag_tensor_release(x);
+  ag_tensor_release(w);
+
+  /* Conv2d layer: fan_in = 4 * INT_MAX * INT_MAX wrapped */
+  ag_conv2d_layer m;
+  expect(ag_conv2d_layer_init(&m, TEST_DEV, AG_F32, 4, 1, INT32_MAX, INT32_MAX, NULL, true, NULL), AG_ERR_INVALID,
+         "kernel");
+  ag_conv2d_params neg = {{1, 1}, {-1, 0}, {1, 1}, 1};
+  expect(ag_conv2d_layer_init(&m, TEST_DEV, AG_F32, 4, 1, 3, 3, &neg, true, NULL), AG_ERR_INVALID, "padding");
+}
+
 /* conv2d with no input channels: an empty sum per output, the bias alone */
 static void test_conv_no_channels(void **state) {
   (void)state;
@@ -321,6 +374,7 @@ int main(void) {
       cmocka_unit_test(test_conv_no_channels),
       cmocka_unit_test(test_copy_overlap),
       cmocka_unit_test(test_int_scalar_wraps),
+      cmocka_unit_test(test_window_sizes),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }
