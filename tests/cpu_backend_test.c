@@ -332,6 +332,8 @@ static void test_unary(void **state) {
       c.n_operands = 2;
       c.s[0] = sub == AG_U_POW ? 1.5 : 3;
       c.s[1] = -2;
+      c.i[0] = 3; /* integer AFFINE reads its scalars from i[] (kops.h) */
+      c.i[1] = -2;
       c.o[0] = opnd(out, dt, 1, shape, NULL);
       c.o[1] = opnd(in, dt, 1, shape, sst);
       run(&c);

@@ -353,7 +353,7 @@ static void cases_elementwise(void) {
         t->c.op = AG_K_UNARY;
         t->c.sub = u;
         ag_ref_unary_scalars(u, &t->c.s[0], &t->c.s[1]);
-        if (isint(dt)) t->c.s[0] = 3, t->c.s[1] = -7;
+        if (isint(dt)) t->c.s[0] = 3, t->c.s[1] = -7, t->c.i[0] = 3, t->c.i[1] = -7; /* AFFINE reads i[] */
         t->c.name = "unary";
         if (!tr) {
           opnd(t, 0, o, 2, sh);

@@ -44,7 +44,8 @@ bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, int64_t n) 
 }
 
 /* ---- integer elementwise (i64 compute): wrap-around arithmetic as in two's
- * complement; AFFINE exact in f64 then saturated into the output dtype ---- */
+ * complement, computed in uint64 (no signed overflow); AFFINE from the
+ * call's exact integer scalars i[0], i[1] (kops.h) ---- */
 
 static inline int64_t wrap(uint64_t u) { return (int64_t)u; }
 
@@ -53,7 +54,7 @@ static inline int64_t wrap(uint64_t u) { return (int64_t)u; }
 _Static_assert(AG_UNARY_INT_COUNT == 4, "unary_i implements COPY, NEG, ABS, AFFINE");
 _Static_assert(AG_BINARY_INT_COUNT == 11, "binary_i implements ADD..MIN and the comparisons");
 
-static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const double *s, ag_dtype odt) {
+static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const int64_t *is) {
   switch (sub) {
     case AG_U_COPY:
       if (o != a) memcpy(o, a, (size_t)n * 8);
@@ -62,9 +63,11 @@ static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const doub
     case AG_U_ABS:
       for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? wrap(0u - (uint64_t)a[i]) : a[i];
       break;
-    case AG_U_AFFINE: /* exact in f64 for integral scalars; truncates otherwise */
-      for (int64_t i = 0; i < n; i++) o[i] = sat_int((double)a[i] * s[0] + s[1], odt);
+    case AG_U_AFFINE: { /* the store keeps the low bits of the output's width */
+      const uint64_t m = (uint64_t)is[0], k = (uint64_t)is[1];
+      for (int64_t i = 0; i < n; i++) o[i] = wrap((uint64_t)a[i] * m + k);
       break;
+    }
     default: memset(o, 0, (size_t)n * sizeof *o); break; /* not reached: supports() refuses it */
   }
 }
@@ -135,7 +138,7 @@ static void ew_compute(const ew *e, void *o, void *const *in, int64_t n) {
       else for (int64_t i = 0; i < n; i++) ((double *)o)[i] = c->s[0];
       break;
     default:
-      if (e->kind == EW_UNARY) unary_i(c->sub, o, in[0], n, c->s, e->dt[0]);
+      if (e->kind == EW_UNARY) unary_i(c->sub, o, in[0], n, c->i);
       else if (e->kind == EW_BINARY) binary_i(c->sub, o, in[0], in[1], n, c->s, e->dt[0]);
       else if (e->kind == EW_WHERE) {
         int64_t *r = o;

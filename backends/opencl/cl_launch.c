@@ -33,7 +33,7 @@ static const char *const k_names[CLK_COUNT] = {
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
- * hand (unary_i, binary_i, binary_l, cmp_l, the integer paths of ag_unary). */
+ * hand (binary_i, binary_l, cmp_l, the integer paths of ag_unary). */
 _Static_assert(AG_UNARY_INT_COUNT == 4, "elementwise.cl implements COPY, NEG, ABS, AFFINE for integers");
 _Static_assert(AG_BINARY_INT_COUNT == 11, "elementwise.cl implements ADD..MIN and the comparisons for integers");
 
@@ -193,8 +193,10 @@ static int64_t sat_int(double v, ag_dtype dt) {
 
 /* ---- elementwise ---- */
 
-static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub,
-                           double s0, double s1) {
+/* is: the exact integer scalars of AFFINE on an integer dtype (the call's
+ * i[]), or NULL. */
+static ag_status run_unary_is(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
+                              double s1, const int64_t *is) {
   int64_t n = numel(o);
   if (!n) return AG_OK;
   const ag_koperand *ops[2] = {o, x};
@@ -241,13 +243,18 @@ static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperan
   KA(&a, cl_int, sub);
   KA(&a, cl_float, s0);
   KA(&a, cl_float, s1);
-  KA(&a, cl_long, (int64_t)s0);
-  KA(&a, cl_long, (int64_t)s1);
-  KA(&a, cl_int, s0 == floor(s0) && s1 == floor(s1));
+  KA(&a, cl_long, is ? is[0] : 0);
+  KA(&a, cl_long, is ? is[1] : 0);
+  KA(&a, cl_int, is != NULL);
   KA(&a, cl_long, n);
   KA(&a, cl_int, nd);
   KMETA(&a, m);
   return ka_run(&a, (size_t)n, 0);
+}
+
+static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
+                           double s1) {
+  return run_unary_is(s, o, x, sub, s0, s1, NULL);
 }
 
 static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
@@ -1279,7 +1286,9 @@ static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_ARANGE: return run_arange(s, c);
     case AG_K_RAND_UNIFORM:
     case AG_K_RAND_NORMAL: return run_rand(s, c);
-    case AG_K_UNARY: return run_unary(s, &c->o[0], &c->o[1], c->sub, c->s[0], c->s[1]);
+    case AG_K_UNARY:
+      return run_unary_is(s, &c->o[0], &c->o[1], c->sub, c->s[0], c->s[1],
+                          c->sub == AG_U_AFFINE && is_int(c->o[0].dtype) ? c->i : NULL);
     case AG_K_BINARY: return run_binary(s, c);
     case AG_K_WHERE: return run_where(s, c);
     case AG_K_REDUCE: return run_reduce(s, c);

@@ -92,8 +92,10 @@ static int64_t dbits(double v) {
 
 /* ---- elementwise ---- */
 
-static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
-                           double s1) {
+/* is: the exact integer scalars of AFFINE on an integer dtype (the call's
+ * i[]), or NULL. */
+static ag_status run_unary_is(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
+                              double s1, const int64_t *is) {
   int64_t n = numel(o);
   if (!n) return AG_OK;
   vkb_args a = {0};
@@ -107,16 +109,21 @@ static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperan
   a.p[1] = oaddr(x);
   a.k[0] = o->dtype;
   a.k[1] = x->dtype;
-  a.k[4] = s0 == floor(s0) && s1 == floor(s1);
+  a.k[4] = is != NULL;
   a.f[0] = (float)s0;
   a.f[1] = (float)s1;
-  a.n[42] = (int64_t)s0;
-  a.n[43] = (int64_t)s1;
+  a.n[42] = is ? is[0] : 0;
+  a.n[43] = is ? is[1] : 0;
   a.n[46] = dbits(s0);
   a.n[47] = dbits(s1);
   /* f64 in or out (a cast, or an op on f64): f64.comp */
   bool d = o->dtype == AG_F64 || x->dtype == AG_F64;
   return vkb_dispatch1(s, d ? VKS_UNARY_D : VKS_UNARY, sub, &a, n);
+}
+
+static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
+                           double s1) {
+  return run_unary_is(s, o, x, sub, s0, s1, NULL);
 }
 
 static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
@@ -850,7 +857,9 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_ARANGE: return run_arange(s, c);
     case AG_K_RAND_UNIFORM:
     case AG_K_RAND_NORMAL: return run_rand(s, c);
-    case AG_K_UNARY: return run_unary(s, &c->o[0], &c->o[1], c->sub, c->s[0], c->s[1]);
+    case AG_K_UNARY:
+      return run_unary_is(s, &c->o[0], &c->o[1], c->sub, c->s[0], c->s[1],
+                          c->sub == AG_U_AFFINE && is_int(c->o[0].dtype) ? c->i : NULL);
     case AG_K_BINARY: return run_binary(s, c);
     case AG_K_WHERE: return run_where(s, c);
     case AG_K_REDUCE: return run_reduce(s, c);

@@ -348,8 +348,9 @@ static ag_status matmul_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
      * produce the gradient in B's own layout: for a transposed weight view
      * (x @ W^T) compute (G^T A)^T, so the gradient reaching W is contiguous
      * and accumulates without a transposing copy. */
-    int64_t K = A->shape[A->ndim - 1], N = G->shape[G->ndim - 1];
-    int64_t sa[2] = {-1, K}, sg[2] = {-1, N};
+    int64_t K = A->shape[A->ndim - 1], N = G->shape[G->ndim - 1], rows = 1;
+    for (int i = 0; i < A->ndim - 1; i++) rows *= A->shape[i]; /* not -1: K or N may be 0 */
+    int64_t sa[2] = {rows, K}, sg[2] = {rows, N};
     ag_tensor *A2 = ag_reshape(A, 2, sa), *G2 = ag_reshape(G, 2, sg), *db = NULL;
     if (A2 && G2 && B->strides[0] == 1 && B->shape[0] > 1) {
       ag_tensor *gt = ag_transpose(G2, 0, 1);

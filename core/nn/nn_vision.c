@@ -36,8 +36,22 @@ ag_status ag_conv2d_layer_init(ag_conv2d_layer *m, ag_device d, ag_dtype dt, int
                         "ag_conv2d_layer_init: need sizes >= 1 and channels divisible by groups "
                         "(in %lld, out %lld, kernel %dx%d, groups %d)",
                         (long long)in, (long long)out, kh, kw, m->p.groups);
-  /* torch.nn.Conv2d: kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), bias alike */
-  int64_t fan_in = in / m->p.groups * kh * kw;
+  for (int k = 0; k < 2; k++)
+    if (m->p.stride[k] < 1 || m->p.dilation[k] < 1 || m->p.padding[k] < 0)
+      return ag_error_set(AG_ERR_INVALID,
+                          "ag_conv2d_layer_init: stride and dilation must be >= 1 and padding >= 0 (got %d,%d / %d,%d "
+                          "/ %d,%d)", m->p.stride[0], m->p.stride[1], m->p.dilation[0], m->p.dilation[1],
+                          m->p.padding[0], m->p.padding[1]);
+  /* torch.nn.Conv2d: kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), bias alike.
+   * fan_in and the weight's element count in int64, checked (they wrapped
+   * for huge kernels: a negative fan_in gave NaN bounds). */
+  int64_t fan_in, wn;
+  if (__builtin_mul_overflow(in / m->p.groups, (int64_t)kh, &fan_in) ||
+      __builtin_mul_overflow(fan_in, (int64_t)kw, &fan_in) || __builtin_mul_overflow(fan_in, out, &wn))
+    return ag_error_set(AG_ERR_INVALID,
+                        "ag_conv2d_layer_init: kernel %dx%d with %lld input and %lld output channels (groups %d): "
+                        "the weight's element count overflows int64", kh, kw, (long long)in, (long long)out,
+                        m->p.groups);
   double bound = 1.0 / sqrt((double)fan_in);
   int64_t ws[4] = {out, in / m->p.groups, kh, kw};
   ag_mem_category_push(AG_MEM_PARAMETERS);

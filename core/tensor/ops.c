@@ -276,6 +276,15 @@ static ag_tensor *binary(const char *name, ag_binary_op bop, ag_gop gop, ag_tens
 #define OPS_BWRAP(ID, name, api, f, kind, grad, ...) OPS_BWRAP_##api(ID, name, grad)
 AG_BINARY_OPS(OPS_BWRAP)
 
+/* An integral scalar in [-2^63, 2^64) as the int64 that is congruent to it
+ * modulo 2^64 (exact; 2^63, which -(-2^63) gives, is INT64_MIN), for the
+ * integer AFFINE map, which wraps. ag_add_scalar & co. refuse any other
+ * scalar for an integer result; 0 for one that reaches here anyway. */
+static int64_t scalar_i64(double v) {
+  if (!(v >= -0x1p63 && v < 0x1p64)) return 0;
+  return v >= 0x1p63 ? (int64_t)(uint64_t)v : (int64_t)v;
+}
+
 /* A unary op of the table: validate, launch, record what the table says
  * the backward reads. */
 static ag_tensor *unary_impl(const char *name, ag_unary_op uop, ag_tensor *a, double s0, double s1) {
@@ -294,6 +303,10 @@ static ag_tensor *unary_impl(const char *name, ag_unary_op uop, ag_tensor *a, do
     ag__kcall_init(&c, AG_K_UNARY, uop, name, 2, (ag_tensor *[]){out, a});
     c.s[0] = s0;
     c.s[1] = s1;
+    if (uop == AG_U_AFFINE && !ag_dtype_is_float(a->dtype)) { /* exact, wrapping (kops.h) */
+      c.i[0] = scalar_i64(s0);
+      c.i[1] = scalar_i64(s1);
+    }
     if (ag__launch(ds, &c) != AG_OK) return finish(out, AG_ERR_BACKEND);
   }
   if (u->save == AG_SAVE_NG) return out;
@@ -333,6 +346,14 @@ static ag_tensor *affine(const char *name, ag_tensor *a, double s, double mul, d
   if (!a || a->magic != AG__T_LIVE) return unary(name, AG_U_AFFINE, a, mul, add);
   ag_dtype rt = ag_result_type_scalar(a, s);
   if (floating && !ag_dtype_is_float(rt)) rt = AG_F32;
+  /* An integer result is computed in its dtype, wrapping, from the scalar
+   * as an int64 (as torch takes a Python int): one beyond int64 is refused,
+   * as torch refuses 2**64 ("Overflow when unpacking long"). */
+  if (!ag_dtype_is_float(rt) && !(s >= -0x1p63 && s < 0x1p63)) {
+    ag_error_set(AG_ERR_INVALID, "%s: the integral scalar %.17g does not fit in int64 (the result would be %s)", name,
+                 s, ag_dtype_name(rt));
+    return NULL;
+  }
   if (rt == a->dtype) return unary(name, AG_U_AFFINE, a, mul, add);
   ag_tensor *c = ag_cast(a, rt);
   if (!c) return NULL;
@@ -1131,7 +1152,11 @@ static ag_tensor *matmul_core(ag_tensor *a, ag_tensor *b, ag_tensor *bias) {
       ag_grad_mode_end();
       c.s[1] = 1.0;
     }
-    if (st == AG_OK) st = ag__launch(ds, &c);
+    /* An inner dimension of 0 is an empty sum: zeros (plus the bias), as
+     * torch and NumPy give. No GEMM runs: BLAS libraries (oneDNN's sgemm)
+     * return without writing C when K is 0. */
+    if (st == AG_OK && K == 0 && !bias) st = ag_fill_(out, 0.0);
+    else if (st == AG_OK && K > 0) st = ag__launch(ds, &c);
   }
   ag_tensor_release(ca);
   ag_tensor_release(cb);

@@ -1403,6 +1403,66 @@ AG_HIDDEN bool ag__broadcast_operand(ag_koperand *o, const ag_tensor *t, int ndi
   return true;
 }
 
+enum { OV_NONE, OV_SAME, OV_PARTIAL };
+
+static uint64_t gcd_u64(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* First byte of t's first element (an address where segment handles are
+ * addresses, else an offset within t's segment) and the byte span [lo, hi)
+ * its elements cover; g becomes the gcd of g and t's byte strides. */
+static uint64_t byte_span(const ag_tensor *t, bool addressable, uint64_t *lo, uint64_t *hi, uint64_t *g) {
+  const uint64_t es = ag_dtype_size(t->dtype);
+  uint64_t start = (addressable ? (uint64_t)(uintptr_t)t->st->base : 0) + t->st->offset + (uint64_t)t->offset * es;
+  *lo = start;
+  *hi = start + es;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] <= 1 || t->strides[i] == 0) continue;
+    uint64_t step = (uint64_t)(t->strides[i] < 0 ? -t->strides[i] : t->strides[i]) * es;
+    uint64_t ext = (uint64_t)(t->shape[i] - 1) * step;
+    if (t->strides[i] < 0) *lo -= ext;
+    else *hi += ext;
+    *g = gcd_u64(*g, step);
+  }
+  return start;
+}
+
+/* How ag_copy_ reads and writes the same memory: not at all (OV_NONE);
+ * each element of dst from the same element of src, o being src broadcast
+ * to dst (OV_SAME: nothing to do); or otherwise (OV_PARTIAL: a transposed
+ * or shifted view of dst, whose result would depend on the order in which
+ * a kernel writes; refused, as PyTorch refuses it). Views that interleave
+ * without sharing a byte (u[0::2] and u[1::2]) are apart: every address of
+ * one minus every address of the other is the same remainder modulo the
+ * gcd of all the byte strides, and when that remainder keeps the two
+ * elements' bytes apart the views never meet. */
+static int copy_overlap(const ag_tensor *dst, const ag_tensor *src, const ag_koperand *o) {
+  if (src->numel == 0) return OV_NONE;
+  const bool addressable = (ag__ds(dst)->be->flags & AG_BACKEND_F_ADDRESSABLE) != 0;
+  if (!addressable && dst->st->base != src->st->base) return OV_NONE;
+  uint64_t dlo, dhi, slo, shi, g = 0;
+  const uint64_t d0 = byte_span(dst, addressable, &dlo, &dhi, &g);
+  const uint64_t s0 = byte_span(src, addressable, &slo, &shi, &g);
+  if (dhi <= slo || shi <= dlo) return OV_NONE;
+  if (d0 == s0 && dst->dtype == src->dtype) {
+    bool same = true;
+    for (int i = 0; i < dst->ndim; i++)
+      if (dst->shape[i] > 1 && dst->strides[i] != o->strides[i]) same = false;
+    if (same) return OV_SAME;
+  }
+  if (g == 0) return OV_PARTIAL; /* single elements whose bytes meet */
+  const uint64_t de = ag_dtype_size(dst->dtype), se = ag_dtype_size(src->dtype);
+  const uint64_t rem = s0 >= d0 ? (s0 - d0) % g : (g - (d0 - s0) % g) % g;
+  if (rem >= de && rem + se <= g) return OV_NONE;
+  return OV_PARTIAL;
+}
+
 ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
   if (ag__bad_tensor(dst, "ag_copy_") || ag__bad_tensor(src, "ag_copy_")) return ag_last_status();
   ag_status ist = ag__inplace_check(dst, "ag_copy_");
@@ -1429,6 +1489,19 @@ ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
     char a[96], b[96];
     return ag_error_set(AG_ERR_SHAPE, "ag_copy_: cannot copy %s into %s", ag_tensor_describe(src, a, sizeof a),
                         ag_tensor_describe(dst, b, sizeof b));
+  }
+  int ov = copy_overlap(dst, src, &o);
+  if (ov == OV_SAME) { /* every element onto itself */
+    ag__version_bump(dst);
+    return AG_OK;
+  }
+  if (ov == OV_PARTIAL) {
+    char a[96], b[96];
+    return ag_error_set(AG_ERR_INVALID,
+                        "ag_copy_: source %s and destination %s share memory (some elements of the source are "
+                        "elements the copy writes, so the result would depend on the order of the writes); "
+                        "copy the source into a new tensor first",
+                        ag_tensor_describe(src, a, sizeof a), ag_tensor_describe(dst, b, sizeof b));
   }
   ag_status st = launch_copy(dst, &o, "ag_copy_");
   if (st == AG_OK) ag__version_bump(dst);

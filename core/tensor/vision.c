@@ -51,6 +51,44 @@ static void put_window(double *s, const int *stride, const int *pad, const int *
   s[5] = kd[1];
 }
 
+/* The output size along one dim of a window op, (in + 2*pad - (dil*(k-1) + 1)) / stride + 1,
+ * in int64 with every step checked (pad, dil and stride are ints of the
+ * caller, k and in sizes of tensors). false with AG_ERR_INVALID naming the
+ * parameter when a step overflows, AG_ERR_SHAPE when the window is larger
+ * than the padded input. */
+static bool window_out(const char *name, const char *dim, int64_t in, int64_t pad, int64_t dil, int64_t k,
+                       int64_t stride, int64_t *out) {
+  int64_t padded, reach;
+  if (__builtin_mul_overflow(pad, (int64_t)2, &padded) || __builtin_add_overflow(padded, in, &padded)) {
+    ag_error_set(AG_ERR_INVALID, "%s: padding %lld on an input %s of %lld overflows int64", name, (long long)pad, dim,
+                 (long long)in);
+    return false;
+  }
+  if (__builtin_mul_overflow(dil, k - 1, &reach) || __builtin_add_overflow(reach, (int64_t)1, &reach)) {
+    ag_error_set(AG_ERR_INVALID, "%s: dilation %lld with a kernel %s of %lld overflows int64", name, (long long)dil,
+                 dim, (long long)k);
+    return false;
+  }
+  if (padded < reach) {
+    ag_error_set(AG_ERR_SHAPE, "%s: the kernel %s %lld (dilation %lld) is larger than the padded input %s %lld", name,
+                 dim, (long long)k, (long long)dil, dim, (long long)padded);
+    return false;
+  }
+  *out = (padded - reach) / stride + 1;
+  return true;
+}
+
+/* An output shape that passes the tensor size check, or AG_ERR_INVALID
+ * naming the window parameters that made it too large. */
+static bool window_shape_ok(const char *name, const int64_t *ys, ag_dtype dt, const int *stride, const int *pad) {
+  if (ag__shape_check(name, 4, ys, dt, NULL)) return true;
+  ag_error_set(AG_ERR_INVALID,
+               "%s: padding %d,%d with stride %d,%d gives an output [%lld,%lld,%lld,%lld] whose size in bytes "
+               "overflows int64", name, pad[0], pad[1], stride[0], stride[1], (long long)ys[0], (long long)ys[1],
+               (long long)ys[2], (long long)ys[3]);
+  return false;
+}
+
 /* ---------------- conv2d ---------------- */
 
 ag_tensor *ag_conv2d(ag_tensor *x, ag_tensor *w, ag_tensor *bias, const ag_conv2d_params *params) {
@@ -86,21 +124,37 @@ ag_tensor *ag_conv2d(ag_tensor *x, ag_tensor *w, ag_tensor *bias, const ag_conv2
                  (long long)Co);
     return NULL;
   }
-  const int64_t Ho = (H + 2 * p.padding[0] - p.dilation[0] * (kh - 1) - 1) / p.stride[0] + 1;
-  const int64_t Wo = (W + 2 * p.padding[1] - p.dilation[1] * (kw - 1) - 1) / p.stride[1] + 1;
-  if (H + 2 * p.padding[0] < p.dilation[0] * (kh - 1) + 1 || W + 2 * p.padding[1] < p.dilation[1] * (kw - 1) + 1 ||
-      kh < 1 || kw < 1) {
-    ag_error_set(AG_ERR_SHAPE, "%s: kernel %lldx%lld (dilation %d,%d) is larger than the padded input %lldx%lld",
-                 name, (long long)kh, (long long)kw, p.dilation[0], p.dilation[1],
-                 (long long)(H + 2 * p.padding[0]), (long long)(W + 2 * p.padding[1]));
+  if (kh < 1 || kw < 1) {
+    ag_error_set(AG_ERR_SHAPE, "%s: weight %s has an empty kernel", name, ag_tensor_describe(w, b1, sizeof b1));
     return NULL;
   }
+  /* Sizes in int64, every step checked: 2 * padding in int wrapped (padding
+   * INT_MAX passed as -2 and gave a 4x4 output for an 8x8 input). */
+  int64_t Ho, Wo;
+  if (!window_out(name, "height", H, p.padding[0], p.dilation[0], kh, p.stride[0], &Ho) ||
+      !window_out(name, "width", W, p.padding[1], p.dilation[1], kw, p.stride[1], &Wo))
+    return NULL;
+  int64_t ys[4] = {N, Co, Ho, Wo};
+  if (!window_shape_ok(name, ys, x->dtype, p.stride, p.padding)) return NULL;
   if (!ag__supported(ds, AG_K_CONV2D, 0, x->dtype, name)) return NULL;
   ag_tensor *xc = contig(x), *wc = contig(w), *bc = bias ? contig(bias) : NULL;
-  int64_t ys[4] = {N, Co, Ho, Wo};
   ag_tensor *y = (xc && wc && (!bias || bc)) ? ag__tensor_new(ds, x->dtype, 4, ys) : NULL;
   ag_status st = y ? AG_OK : ag_last_status();
-  if (st == AG_OK && y->numel) {
+  if (st == AG_OK && y->numel && C == 0) {
+    /* No input channels: each output is an empty sum, the bias alone or 0
+     * (as matmul with an inner dimension of 0); GEMM libraries leave their
+     * output unwritten or refuse K = 0. */
+    if (bc) {
+      int64_t bs[3] = {Co, 1, 1};
+      ag_no_grad_begin();
+      ag_tensor *bv = ag_reshape(bc, 3, bs);
+      st = bv ? ag_copy_(y, bv) : failed();
+      ag_tensor_release(bv);
+      ag_grad_mode_end();
+    } else {
+      st = ag_fill_(y, 0.0);
+    }
+  } else if (st == AG_OK && y->numel) {
     ag_kernel_call c;
     ag__kcall_init(&c, AG_K_CONV2D, 0, name, 4, (ag_tensor *[]){y, xc, wc, bc});
     put_window(c.s, p.stride, p.padding, p.dilation);
@@ -240,7 +294,9 @@ ag_status ag__pool2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   return AG_OK;
 }
 
-static bool pool_args(const char *name, ag_tensor *x, const ag_pool2d_params *p, int *stride) {
+/* The window's checks and output size (Ho, Wo), in int64: 2 * padding in
+ * int wrapped (padding INT_MAX read as -2 passed "padding <= kernel/2"). */
+static bool pool_args(const char *name, ag_tensor *x, const ag_pool2d_params *p, int *stride, int64_t *out) {
   if (null_arg(name, x, 1)) return false;
   if (!p) {
     ag_error_set(AG_ERR_INVALID, "%s: params must not be NULL", name);
@@ -249,28 +305,24 @@ static bool pool_args(const char *name, ag_tensor *x, const ag_pool2d_params *p,
   if (!float_4d(name, x, "input")) return false;
   for (int k = 0; k < 2; k++) {
     stride[k] = p->stride[k] ? p->stride[k] : p->kernel[k];
-    if (p->kernel[k] < 1 || stride[k] < 1 || p->padding[k] < 0 || 2 * p->padding[k] > p->kernel[k]) {
+    if (p->kernel[k] < 1 || stride[k] < 1 || p->padding[k] < 0 || 2 * (int64_t)p->padding[k] > p->kernel[k]) {
       ag_error_set(AG_ERR_INVALID, "%s: need kernel >= 1, stride >= 0 (0: the kernel), 0 <= padding <= kernel/2 "
                    "(got kernel %d,%d stride %d,%d padding %d,%d)", name, p->kernel[0], p->kernel[1],
                    p->stride[0], p->stride[1], p->padding[0], p->padding[1]);
       return false;
     }
-    if (x->shape[2 + k] + 2 * p->padding[k] < p->kernel[k]) {
-      char b[96];
-      ag_error_set(AG_ERR_SHAPE, "%s: kernel %dx%d is larger than the padded input %s", name, p->kernel[0],
-                   p->kernel[1], ag_tensor_describe(x, b, sizeof b));
+    if (!window_out(name, k ? "width" : "height", x->shape[2 + k], p->padding[k], 1, p->kernel[k], stride[k],
+                    &out[k]))
       return false;
-    }
   }
   return true;
 }
 
 static ag_tensor *window_pool(const char *name, ag_pool_op op, ag_tensor *x, const ag_pool2d_params *p) {
   int stride[2];
-  if (!pool_args(name, x, p, stride)) return NULL;
-  int64_t Ho = (x->shape[2] + 2 * p->padding[0] - p->kernel[0]) / stride[0] + 1;
-  int64_t Wo = (x->shape[3] + 2 * p->padding[1] - p->kernel[1]) / stride[1] + 1;
-  return pool_impl(name, op, x, p->kernel, stride, p->padding, p->count_include_pad, Ho, Wo);
+  int64_t o[2];
+  if (!pool_args(name, x, p, stride, o)) return NULL;
+  return pool_impl(name, op, x, p->kernel, stride, p->padding, p->count_include_pad, o[0], o[1]);
 }
 
 ag_tensor *ag_max_pool2d(ag_tensor *x, const ag_pool2d_params *p) {

@@ -51,9 +51,13 @@ extern "C" {
  *   4.2  ag_kernel_call.workspace: device memory for the duration of a
  *        launch from the core's caching allocator (AG_KF_WORKSPACE says the
  *        core filled it; a 4.2 module must check, since a 4.1 core leaves
- *        the call shorter); the vtable is 4.1's */
+ *        the call shorter); the vtable is 4.1's
+ *   4.3  AG_U_AFFINE on integer dtypes reads its scalars exactly from
+ *        ag_kernel_call.i[0] and i[1] and wraps in the output's width
+ *        (kops.h); a 4.2 module computed it from s[] through f64 and
+ *        saturated; the vtable and the call are 4.2's */
 #define AG_BACKEND_ABI_MAJOR 4u
-#define AG_BACKEND_ABI_MINOR 2u
+#define AG_BACKEND_ABI_MINOR 3u
 
 /* ---- kernel calls ----
  * The kernel ops (ag_kop) and their operands are described in

@@ -18,7 +18,11 @@ typedef enum ag_kop {
   AG_K_ARANGE,        /* o0 contiguous 1-D: o0[i] = s[0] + i*s[1] */
   AG_K_RAND_UNIFORM,  /* o0 contiguous: u*(s[1]-s[0])+s[0]; seed, offset (tensor.h) */
   AG_K_RAND_NORMAL,   /* o0 contiguous: n*s[1]+s[0] */
-  AG_K_UNARY,         /* o0 = f(o1); sub = ag_unary_op; o0, o1 dtypes may differ (COPY casts) */
+  AG_K_UNARY,         /* o0 = f(o1); sub = ag_unary_op; o0, o1 dtypes may differ (COPY casts).
+                         AFFINE on an integer dtype: o0 = o1 * i[0] + i[1]
+                         in two's complement, wrapping in o0's width (bool:
+                         != 0); i[] are the exact scalars (s[] hold them as
+                         doubles, inexact past 2^53) */
   AG_K_BINARY,        /* o0 = f(o1, o2); sub = ag_binary_op */
   AG_K_WHERE,         /* o0 = o1 != 0 ? o2 : o3; o1 any dtype (bool for masks);
                          supports() is asked for o0's and for o1's dtype */

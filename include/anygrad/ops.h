@@ -60,7 +60,11 @@ AG_UNARY_OPS(AG_OPS_DECL_UNARY)
  * scalar: a double with an integral value counts as an int, any other as a
  * float, and the scalar changes the dtype only when its category is higher
  * (bool < integer < floating): i32 * 2 is i32, i32 * 0.5 and i32 / 2 are
- * f32, bool + 1 is i64, f16 * 3.5 stays f16 (ag_result_type_scalar). */
+ * f32, bool + 1 is i64, f16 * 3.5 stays f16 (ag_result_type_scalar). An
+ * integer result is computed in its dtype from the scalar as an exact
+ * int64 and wraps, as tensor + tensor does and as torch gives: u8 1 + 300
+ * is 45, i32 INT32_MAX + 1 is INT32_MIN, i64 stays exact past 2^53. An
+ * integral scalar outside int64 with an integer result is AG_ERR_INVALID. */
 AG_API ag_tensor *ag_add_scalar(ag_tensor *a, double s);
 AG_API ag_tensor *ag_sub_scalar(ag_tensor *a, double s); /* a - s */
 AG_API ag_tensor *ag_rsub_scalar(ag_tensor *a, double s); /* s - a */

@@ -35,7 +35,8 @@
  *         AH: no generated wrapper (ops.c writes the public function)
  *   amp   under autocast: KEEP runs in the input's dtype, F32 casts to f32
  *   ints  FLT: floating dtypes only; INT: also i32, i64, u8 and bool (with the
- *         integer rules of each backend: wrap-around, AFFINE saturates)
+ *         integer rules of each backend: wrap-around; AFFINE reads its
+ *         scalars exactly from the call's i[], kops.h)
  *   cost  relative CPU cost per element (1 an add, 8 a transcendental)
  *   dom   conformance input domain (kind, lo, hi); gdom the same for the
  *         finite-difference gradient check. Kinds: UNI uniform in [lo, hi];

@@ -288,7 +288,11 @@ AG_API ag_tensor *ag_to_device(ag_tensor *t, ag_device d);
 /* Copy src into dst (same shape after broadcasting src; dtypes may differ;
  * dst may be a view). Errors: AG_ERR_SHAPE if src does not broadcast to
  * dst; AG_ERR_INVALID if dst has overlapping elements (a stride-0 dim of
- * size > 1, as ag_expand makes), or for the in-place rules below. */
+ * size > 1, as ag_expand makes), if src and dst share memory other than
+ * element for element (a transposed or shifted view of dst: the result
+ * would depend on the order of the writes; PyTorch refuses it too), or for
+ * the in-place rules below. src being exactly dst's view is a no-op; views
+ * that interleave without sharing a byte (u[0::2], u[1::2]) are fine. */
 AG_API ag_status ag_copy_(ag_tensor *dst, ag_tensor *src);
 /* Fill dst (may be a view) with a value.
  *

@@ -182,13 +182,14 @@ template <typename C> AGK_DEV C binary_f(int op, C a, C b, C s0, C s1) {
 static_assert(AG_UNARY_INT_COUNT == 4, "unary_i/unary_l implement COPY, NEG, ABS, AFFINE");
 static_assert(AG_BINARY_INT_COUNT == 11, "binary_i/binary_l and k_compare implement ADD..MIN and the comparisons");
 
-/* i32: two's complement wrap-around; AFFINE exact in f64 then saturated */
-AGK_DEV int32_t unary_i(int op, int32_t x, double s0, double s1) {
+/* i32: two's complement wrap-around, in unsigned arithmetic; AFFINE from
+ * the call's exact integer scalars i0, i1 (kops.h) */
+AGK_DEV int32_t unary_i(int op, int32_t x, long long i0, long long i1) {
   switch (op) {
     case AG_U_COPY: return x;
     case AG_U_NEG: return (int32_t)(0u - (uint32_t)x);
     case AG_U_ABS: return x < 0 ? (int32_t)(0u - (uint32_t)x) : x;
-    case AG_U_AFFINE: return agk_sat_i32((double)x * s0 + s1);
+    case AG_U_AFFINE: return (int32_t)((uint32_t)x * (uint32_t)i0 + (uint32_t)i1);
   }
   return 0;
 }
@@ -210,14 +211,15 @@ AGK_DEV int32_t binary_i(int op, int32_t a, int32_t b, double s0) {
 }
 
 /* i64 compute for i64/u8/bool storage: wrap-around in the storage width,
- * AFFINE exact in f64 then saturated into the storage type */
-template <typename T> AGK_DEV T unary_l(int op, T xs, double s0, double s1) {
+ * AFFINE from the exact integer scalars i0, i1 */
+template <typename T> AGK_DEV T unary_l(int op, T xs, long long i0, long long i1) {
   long long x = agk_toi(xs);
   switch (op) {
     case AG_U_COPY: return xs;
     case AG_U_NEG: return agk_fromi<T>((long long)(0ull - (unsigned long long)x));
     case AG_U_ABS: return agk_fromi<T>(x < 0 ? (long long)(0ull - (unsigned long long)x) : x);
-    case AG_U_AFFINE: return agk_sat<T>((double)x * s0 + s1);
+    case AG_U_AFFINE:
+      return agk_fromi<T>((long long)((unsigned long long)x * (unsigned long long)i0 + (unsigned long long)i1));
   }
   return agk_fromi<T>(0);
 }
@@ -241,6 +243,7 @@ template <typename TO, typename TI> struct UnaryOp {
   int op;
   float s0, s1;
   double d0, d1;
+  long long i0, i1; /* integer AFFINE's exact scalars (the i32 specialisation's) */
   /* the compute type's scalars: (float)d0 is s0 */
   AGK_DEV TO operator()(TI x) const {
     typedef agk_c<TI> C;
@@ -251,12 +254,13 @@ template <> struct UnaryOp<int32_t, int32_t> {
   int op;
   float s0, s1;
   double d0, d1;
-  AGK_DEV int32_t operator()(int32_t x) const { return unary_i(op, x, d0, d1); }
+  long long i0, i1;
+  AGK_DEV int32_t operator()(int32_t x) const { return unary_i(op, x, i0, i1); }
 };
 template <typename T> struct UnaryOpL {
   int op;
-  double d0, d1;
-  AGK_DEV T operator()(T x) const { return unary_l<T>(op, x, d0, d1); }
+  long long i0, i1;
+  AGK_DEV T operator()(T x) const { return unary_l<T>(op, x, i0, i1); }
 };
 template <typename T> struct BinaryOpL {
   int op;
@@ -341,8 +345,8 @@ template <typename TO, typename TI> static gpuError_t cast_strided(const agk_env
 template <typename T> static gpuError_t unary_l_go(const agk_env *env, const ag_kernel_call *c) {
   UnaryOpL<T> f;
   f.op = c->sub;
-  f.d0 = c->s[0];
-  f.d1 = c->s[1];
+  f.i0 = c->i[0];
+  f.i1 = c->i[1];
   return unary_run<T, T>(env, c, f);
 }
 template <typename TO, typename TI> static gpuError_t unary_go(const agk_env *env, const ag_kernel_call *c) {
@@ -352,6 +356,8 @@ template <typename TO, typename TI> static gpuError_t unary_go(const agk_env *en
   f.s1 = (float)c->s[1];
   f.d0 = c->s[0];
   f.d1 = c->s[1];
+  f.i0 = c->i[0];
+  f.i1 = c->i[1];
   return unary_run<TO, TI>(env, c, f);
 }
 

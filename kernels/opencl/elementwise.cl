@@ -51,21 +51,10 @@ float unary_f(int op, float x, float s0, float s1) {
   return NAN;
 }
 
-/* i32 arithmetic wraps (two's complement) like the CPU backend; AFFINE
- * saturates. */
-int sat_i32(long v) { return v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v; }
-
-int unary_i(int op, int x, long s0, long s1) {
-  switch (op) {
-    case AG_U_COPY: return x;
-    case AG_U_NEG: return (int)(0u - (uint)x);
-    case AG_U_ABS: return x < 0 ? (int)(0u - (uint)x) : x;
-    case AG_U_AFFINE: return sat_i32((long)x * s0 + s1);
-    default: return 0; /* not reached: supports() refuses it */
-  }
-}
-
-/* sint: the scalars are integral and the i32 path uses is0/is1 exactly. */
+/* Integer ops wrap (two's complement) like the CPU backend, computed in
+ * ulong and stored in the output's width (stl keeps the low bits). sint:
+ * is0/is1 are exact integer scalars (AFFINE on integer dtypes, from the
+ * call's i[]); the integer AFFINE path uses them. */
 __kernel void ag_unary(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, int op,
                        float s0, float s1, long is0, long is1, int sint, long n, int nd,
                        ew_meta m) {
@@ -88,7 +77,7 @@ __kernel void ag_unary(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int 
     long v = ldl(x, xo, off[1], xdt);
     if (op == AG_U_NEG) v = (long)(0ul - (ulong)v);
     else if (op == AG_U_ABS) v = v < 0 ? (long)(0ul - (ulong)v) : v;
-    else if (op == AG_U_AFFINE && sint) v = sat_dt(v * is0 + is1, odt);
+    else if (op == AG_U_AFFINE && sint) v = (long)((ulong)v * (ulong)is0 + (ulong)is1);
     else if (op == AG_U_AFFINE) {
       stf(o, oo, off[0], odt, (float)v * s0 + s1);
       return;

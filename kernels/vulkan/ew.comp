@@ -22,8 +22,10 @@ void ew_offsets(int64_t i, int nop, out int64_t o[4]) {
 }
 
 #if defined(K_UNARY)
-/* p0 out, p1 x; k0 out dtype, k1 x dtype, k4: the scalars are integral
- * (n[42], n[43] exact); f0 f1 scalars. */
+/* p0 out, p1 x; k0 out dtype, k1 x dtype, k4: n[42], n[43] are the exact
+ * integer scalars of AFFINE on an integer dtype (the call's i[]); f0 f1
+ * scalars. Integer arithmetic wraps (int64 in SPIR-V is two's complement)
+ * and stl keeps the low bits of the output's width. */
 void main() {
   int64_t i = gid();
   if (i >= NUMEL) return;
@@ -41,7 +43,7 @@ void main() {
     int64_t v = ldl(x, off[1], xdt);
     if (OP == AG_U_NEG) v = -v;
     else if (OP == AG_U_ABS) v = v < 0l ? -v : v;
-    else if (OP == AG_U_AFFINE && pc.a.k[4] != 0) v = sat_dt(v * pc.a.n[42] + pc.a.n[43], odt);
+    else if (OP == AG_U_AFFINE && pc.a.k[4] != 0) v = v * pc.a.n[42] + pc.a.n[43];
     else if (OP == AG_U_AFFINE) {
       stf(o, off[0], odt, float(v) * pc.a.f[0] + pc.a.f[1]);
       return;
