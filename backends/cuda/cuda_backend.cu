@@ -114,7 +114,7 @@ static bool dev_vm(int dev) {
 
 void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
   /* `anygrad info` shows the vendor: it says what runs conv2d */
-  snprintf(out->vendor, sizeof out->vendor, "NVIDIA; conv2d: %s", agv_dnn_describe());
+  snprintf(out->vendor, sizeof out->vendor, "NVIDIA; conv2d: %s", agv_dnn_describe(dev));
   snprintf(out->arch, sizeof out->arch, "sm_%d%d", p->major, p->minor);
   out->native_f16 = p->major > 5 || (p->major == 5 && p->minor >= 3);
   out->native_bf16 = p->major >= 8;
