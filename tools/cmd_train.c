@@ -56,8 +56,13 @@ static void usage(void) {
       "Data parallelism (docs/distributed.md): one replica per device, the --batch shared among\n"
       "them, gradients averaged so training equals one device on the whole batch:\n"
       "  --devices D1,D2,...  in-process: one thread per device (e.g. cpu,opencl:0)\n"
-      "  --dist mpi           one replica per process: mpirun -np N anygrad train --dist mpi\n"
-      "                       (each on --device); only rank 0 prints and writes --out\n"
+      "  --dist mpi           one replica per process: mpirun -np N anygrad train --dist mpi;\n"
+      "                       only rank 0 prints and writes --out. Each rank runs on --device:\n"
+      "                       a backend without index (--device cuda, or the best one when\n"
+      "                       --device is not given) means the local rank's device, cuda:L for\n"
+      "                       local rank L modulo the device count (from the launcher:\n"
+      "                       OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID,\n"
+      "                       LOCAL_RANK, ...); --device cuda:1 is that device on every rank\n"
       "  --bucket-mb X        gradient bucket size in MiB (default 25)\n"
       "  --balance on|off     share the batch by measured throughput (default on)\n\n"
       "--task fashion-mnist takes --device, --batch (default 128), --lr (3e-3), --weight-decay\n"
@@ -136,6 +141,7 @@ typedef struct dp_opts {
   int n_devices; /* --devices: in-process replicas */
   ag_device devices[MAX_REPLICAS];
   bool mpi;      /* --dist mpi */
+  bool device_indexed; /* --device BACKEND:N (else each MPI rank takes its local rank's) */
 } dp_opts;
 
 static int parse_devices(const char *v, dp_opts *dp) {
@@ -457,6 +463,7 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
   if (device) {
     int rc = ag_cli_device(C, device, &o->device);
     if (rc != AG_EXIT_OK) return rc;
+    dp->device_indexed = strchr(device, ':') != NULL;
   }
   if (devices && (device || dp->mpi)) {
     fprintf(stderr, "anygrad train: --devices (in-process replicas) goes with neither --device nor --dist\n");
@@ -559,16 +566,55 @@ static int train_inproc(const charlm_options *o, const dp_opts *dp) {
   return rc;
 }
 
-static int train_mpi(const charlm_options *o) {
+/* This rank's device: --device BACKEND:N as given; a backend alone (or the
+ * best one) is the local rank's device, index local % count, as torchrun's
+ * LOCAL_RANK convention has it. `how` says which, for the rank's line. */
+static int mpi_device(const charlm_options *o, const dp_opts *dp, ag_device *out, char *how, size_t n) {
+  *out = o->device;
+  const char *name = ag_backend_name((ag_backend_kind)o->device.backend);
+  if (dp->device_indexed) {
+    snprintf(how, n, "--device %s:%d", name, o->device.index);
+    return AG_EXIT_OK;
+  }
+  int count = ag_backend_device_count((ag_backend_kind)o->device.backend);
+  if (count <= 1) {
+    out->index = 0;
+    snprintf(how, n, "the only %s device", name);
+    return AG_EXIT_OK;
+  }
+  int local = 0;
+  const char *src = NULL;
+  if (ag_dist_local_rank(&local, &src) != AG_OK) {
+    fprintf(stderr, "anygrad train: --dist mpi on %s (%d devices): %s; name one device (--device %s:N)\n", name,
+            count, ag_last_error(), name);
+    return AG_EXIT_USAGE;
+  }
+  out->index = (int16_t)(local % count);
+  snprintf(how, n, "%s=%d, %d %s devices", src, local, count, name);
+  return AG_EXIT_OK;
+}
+
+static int train_mpi(const charlm_options *o, const dp_opts *dp) {
   ag_group *g = NULL;
-  ag_status st = ag_group_create_mpi(o->device, NULL, &g);
+  ag_device dev;
+  char how[160];
+  int rc = mpi_device(o, dp, &dev, how, sizeof how);
+  if (rc != AG_EXIT_OK) return rc;
+  ag_status st = ag_group_create_mpi(dev, NULL, &g);
   if (st != AG_OK) {
     fprintf(stderr, "anygrad train: --dist mpi: %s: %s\n", ag_status_name(st), ag_last_error());
     return AG_EXIT_RUNTIME;
   }
   charlm_options ro = *o;
+  ro.device = dev;
   ro.group = g;
   int rank = ag_group_rank(g);
+  if (!o->quiet) { /* every rank: where it runs */
+    char label[32];
+    printf("anygrad train: rank %d of %d on %s (%s)\n", rank, ag_group_size(g), ag_device_str(dev, label, sizeof label),
+           how);
+    fflush(stdout);
+  }
   if (o->batch < ag_group_size(g)) { /* the replica count is known only now */
     if (rank == 0)
       fprintf(stderr, "anygrad train: --batch %lld is smaller than the %d MPI ranks: each replica needs at least "
@@ -581,7 +627,7 @@ static int train_mpi(const charlm_options *o) {
            o->balance ? "balanced" : "equal");
   charlm_result r;
   st = charlm_train(&ro, &r);
-  int rc = AG_EXIT_OK;
+  rc = AG_EXIT_OK;
   /* The rank that failed says why; the others were aborted by it. */
   if (st != AG_OK && (st != AG_ERR_ABORTED || rank == 0)) {
     fprintf(stderr, "anygrad train: rank %d: %s: %s\n", rank, ag_status_name(st), ag_last_error());
@@ -622,7 +668,7 @@ int ag_cmd_train(int argc, char **argv) {
     return AG_EXIT_OK;
   }
   if (dp.n_devices) return train_inproc(&o, &dp);
-  if (dp.mpi) return train_mpi(&o);
+  if (dp.mpi) return train_mpi(&o, &dp);
   charlm_result r;
   ag_status st = charlm_train(&o, &r);
   if (st != AG_OK) {

@@ -114,7 +114,7 @@ static bool dev_vm(int dev) {
 
 void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
   /* `anygrad info` shows the vendor: it says what runs conv2d */
-  snprintf(out->vendor, sizeof out->vendor, "NVIDIA; conv2d: %s", agv_dnn_describe());
+  snprintf(out->vendor, sizeof out->vendor, "NVIDIA; conv2d: %s", agv_dnn_describe(dev));
   snprintf(out->arch, sizeof out->arch, "sm_%d%d", p->major, p->minor);
   out->native_f16 = p->major > 5 || (p->major == 5 && p->minor >= 3);
   out->native_bf16 = p->major >= 8;
@@ -242,4 +242,19 @@ ag_status agv_vm_unmap_one(int dev, void *at, size_t bytes) {
 
 void agv_vm_release(int dev, void *base, size_t bytes) {
   if (g.vm) (void)g.MemAddressFree((CUdeviceptr)base, bytes);
+}
+
+/* ---- the module's entry point ----
+ * runtime.cu's table (its entry point renamed agg_glue_module_get by
+ * gpu_module.cmake) completed with the entries appended since (table.cu).
+ * A function-local static: initialized once, thread-safely. */
+extern "C" const ag_backend *agg_glue_module_get(void);
+
+extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) {
+  static const ag_backend table = [] {
+    ag_backend t = *agg_glue_module_get();
+    agg_table_extend(&t);
+    return t;
+  }();
+  return &table;
 }

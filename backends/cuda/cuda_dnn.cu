@@ -23,6 +23,16 @@
 static char g_describe[96] = "own kernels";
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static bool g_loaded; /* set (release) when dnn_load finished g_describe */
+/* Per device, set once cuDNN proved unable to run there (a status of class
+ * AG_DNN_UNUSABLE, dnn_status.h; an architecture may be unsupported on one
+ * device only): the own kernels run every conv2d on it from then on, and
+ * its vendor line names the status. A broken installation found at load
+ * marks every device. */
+static ag_dnn_fallback g_fallback[AG_MAX_DEVICES];
+
+static ag_dnn_fallback *fallback_of(int dev) {
+  return &g_fallback[dev >= 0 && dev < AG_MAX_DEVICES ? dev : 0];
+}
 
 #if defined(AG_HAVE_CUDNN_H)
 
@@ -84,7 +94,7 @@ static bool g_loaded; /* set (release) when dnn_load finished g_describe */
 static struct {
   void *lib;
   bool tf32; /* AG_ALLOW_TF32=1: f32 convolutions may use TF32 tensor cores */
-  size_t major; /* of the loaded library: its status codes differ (dnn_status.h) */
+  size_t major, minor, patch; /* of the loaded library: its status codes differ (dnn_status.h) */
   DNN_FNS(DNN_FIELD)
 } d;
 
@@ -121,9 +131,22 @@ static void dnn_open(void) {
   }
   const char *tf32 = getenv("AG_ALLOW_TF32");
   d.tf32 = tf32 && strcmp(tf32, "1") == 0;
-  size_t minor, patch;
-  ag_dnn_version(d.GetVersion(), &d.major, &minor, &patch);
-  snprintf(g_describe, sizeof g_describe, "cuDNN %zu.%zu.%zu", d.major, minor, patch);
+  ag_dnn_version(d.GetVersion(), &d.major, &d.minor, &d.patch);
+  snprintf(g_describe, sizeof g_describe, "cuDNN %zu.%zu.%zu", d.major, d.minor, d.patch);
+  /* cuDNN 9 loads its sublibraries lazily: a missing or mismatched one
+   * would surface only at the first convolution, as 1008 or 1002. Each
+   * sublibrary's check loads it now. */
+  static const char *const checks[] = {"cudnnGraphVersionCheck", "cudnnOpsVersionCheck", "cudnnCnnVersionCheck"};
+  for (size_t i = 0; d.major >= 9 && i < sizeof checks / sizeof *checks; i++) {
+    cudnnStatus_t (*check)(void);
+    *(void **)&check = dlsym(d.lib, checks[i]);
+    cudnnStatus_t r = check ? check() : CUDNN_STATUS_SUCCESS;
+    if (r != CUDNN_STATUS_SUCCESS) {
+      for (int dev = 0; dev < AG_MAX_DEVICES; dev++)
+        (void)ag_dnn_fallback_record(&g_fallback[dev], d.major, d.minor, d.patch, (int)r);
+      break;
+    }
+  }
 }
 
 static void dnn_load(void) {
@@ -133,11 +156,15 @@ static void dnn_load(void) {
 
 
 /* Codes are compared as the loaded library numbers them, not as the cudnn.h
- * the module was built with. */
-static ag_status dnn_status(cudnnStatus_t r, const char *what) {
-  ag_status st = ag_dnn_status(d.major, (int)r);
-  if (st == AG_OK) st = AG_ERR_BACKEND;
-  return ag_error_set(st, "cuda: %s: %s (cuDNN code %d)", what, d.GetErrorString ? d.GetErrorString(r) : "?", (int)r);
+ * the module was built with. A status that says cuDNN cannot run on device
+ * dev is recorded: AG_ERR_UNSUPPORTED, and no later call there asks cuDNN
+ * again. */
+static ag_status dnn_status(int dev, cudnnStatus_t r, const char *what) {
+  ag_dnn_class k = ag_dnn_classify(d.major, (int)r);
+  ag_status st = k == AG_DNN_OK ? AG_ERR_BACKEND : ag_dnn_status(d.major, (int)r);
+  if (k == AG_DNN_UNUSABLE) (void)ag_dnn_fallback_record(fallback_of(dev), d.major, d.minor, d.patch, (int)r);
+  return ag_error_set(st, "cuda: %s: %s (cuDNN code %d)%s", what, d.GetErrorString ? d.GetErrorString(r) : "?",
+                      (int)r, k == AG_DNN_BUG ? ": cuDNN refused anygrad's parameters (a bug in anygrad)" : "");
 }
 
 static cudnnDataType_t dnn_type(ag_dtype dt) {
@@ -190,11 +217,11 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
   cudnnStatus_t r;
   if (!s->dnn) {
     cudnnHandle_t h;
-    if ((r = d.Create(&h)) != CUDNN_STATUS_SUCCESS) return dnn_status(r, "cudnnCreate");
+    if ((r = d.Create(&h)) != CUDNN_STATUS_SUCCESS) return dnn_status(s->dev, r, "cudnnCreate");
     s->dnn = h;
   }
   cudnnHandle_t h = (cudnnHandle_t)s->dnn;
-  if ((r = d.SetStream(h, s->s)) != CUDNN_STATUS_SUCCESS) return dnn_status(r, "cudnnSetStream");
+  if ((r = d.SetStream(h, s->s)) != CUDNN_STATUS_SUCCESS) return dnn_status(s->dev, r, "cudnnSetStream");
   cudnnTensorDescriptor_t xd = NULL, yd = NULL, bd = NULL;
   cudnnFilterDescriptor_t wd = NULL;
   cudnnConvolutionDescriptor_t cd = NULL;
@@ -274,7 +301,7 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
       goto done;
   }
 done:
-  if (st == AG_OK && r != CUDNN_STATUS_SUCCESS) st = dnn_status(r, what);
+  if (st == AG_OK && r != CUDNN_STATUS_SUCCESS) st = dnn_status(s->dev, r, what);
   /* no algorithm qualified: the caller falls back to the own kernels */
   if (st == AG_OK && !found) st = AG_ERR_UNSUPPORTED;
   if (bd) (void)d.DestroyTensorDescriptor(bd);
@@ -294,10 +321,10 @@ static bool dnn_fits(const ag_kernel_call *c) {
 
 ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   (void)pthread_once(&g_once, dnn_load);
-  if (d.lib && dnn_fits(c)) {
+  if (d.lib && dnn_fits(c) && !ag_dnn_fallback_set(fallback_of(s->dev))) {
     ag_status st = dnn_conv(s, c);
     if (st != AG_ERR_UNSUPPORTED) return st;
-    ag_error_clear(); /* cuDNN declined this shape: the own kernels take it */
+    ag_error_clear(); /* cuDNN declined this shape or cannot run here: the own kernels take it */
   }
   gpuError_t e = agk_conv2d(env, c);
   if (e == gpuSuccess) e = gpuGetLastError();
@@ -328,6 +355,8 @@ void agv_dnn_release(ag_bstream *s) { (void)s; }
 
 #endif
 
-const char *agv_dnn_describe(void) {
-  return __atomic_load_n(&g_loaded, __ATOMIC_ACQUIRE) ? g_describe : "cuDNN if present (loaded by the first conv2d)";
+const char *agv_dnn_describe(int dev) {
+  return ag_dnn_fallback_describe(fallback_of(dev), __atomic_load_n(&g_loaded, __ATOMIC_ACQUIRE)
+                                                        ? g_describe
+                                                        : "cuDNN if present (loaded by the first conv2d)");
 }

@@ -416,6 +416,22 @@ static ag_status run_device(ag_group *g, ag_work *w, int64_t deadline, bool *nar
   return st;
 }
 
+/* The rank's device made current on the calling thread (the backend's
+ * thread_device; nothing for backends without per-thread state) while an
+ * implementation runs there: a CUDA-aware MPI handed device addresses works
+ * in the current device's context, which on the communication thread was
+ * nobody's choice and on a caller's thread (inline runs) is the caller's.
+ * *prev: what to restore with device_unbind. */
+static ag_status device_bind(ag_devstate *ds, int *prev) {
+  *prev = -1;
+  return ds->be->thread_device ? ds->be->thread_device(ds->ord, prev) : AG_OK;
+}
+
+static void device_unbind(ag_devstate *ds, int prev) {
+  int cur;
+  if (ds->be->thread_device && prev >= 0) (void)ds->be->thread_device(prev, &cur);
+}
+
 /* Run w's collective: ag_OK, or an error with its text in msg (the
  * group is then broken for every later call). */
 static ag_status run_coll(ag_group *g, ag_work *w, char *msg, size_t n) {
@@ -427,7 +443,9 @@ static ag_status run_coll(ag_group *g, ag_work *w, char *msg, size_t n) {
   if (st == AG_OK && g->mod->broken) st = g->mod->broken(g->im, msg, n);
   if (st != AG_OK) return st == AG_ERR_TIMEOUT ? AG_ERR_TIMEOUT : AG_ERR_ABORTED;
   int64_t deadline = ag__dist_deadline_ns(g->timeout_ms);
-  if (g->caps.device_buffers && w->kind != AG_COLL_BARRIER) {
+  int prev_dev = -1;
+  st = device_bind(g->ds, &prev_dev); /* a failure breaks the group below */
+  if (st == AG_OK && g->caps.device_buffers && w->kind != AG_COLL_BARRIER) {
     bool narrowed = false;
     st = run_device(g, w, deadline, &narrowed);
     if (st == AG_OK && narrowed) { /* the cast back runs on the comm stream */
@@ -436,7 +454,7 @@ static ag_status run_coll(ag_group *g, ag_work *w, char *msg, size_t n) {
       else if ((st = ag_event_record(e, g->comm)) != AG_OK) ag_event_destroy(e);
       else w->done = e;
     }
-  } else {
+  } else if (st == AG_OK) {
     /* (CPU tensors are used in place after a host wait instead) */
     if (g->dev.backend != AG_BACKEND_CPU) st = ag_stream_wait_event(g->comm, w->start);
     if (st == AG_OK) st = run_host(g, w, deadline);
@@ -453,6 +471,7 @@ static ag_status run_coll(ag_group *g, ag_work *w, char *msg, size_t n) {
     snprintf(why, sizeof why, "rank %d: %.480s", g->rank, msg);
     group_break(g, st, why);
   }
+  device_unbind(g->ds, prev_dev);
   return st;
 }
 
@@ -818,7 +837,11 @@ static ag_status create_group_with(ag_dist_kind kind, const ag_dist_module *mod,
   a->dev_index = device.index;
   a->dev_dlpack = g->ds->be->dlpack_device;
   a->timeout_ms = timeout;
-  st = mod->create(a, &g->im, &g->caps);
+  /* the library's set-up (MPI_Init, a communicator) on the rank's device */
+  int prev_dev = -1;
+  st = device_bind(g->ds, &prev_dev);
+  if (st == AG_OK) st = mod->create(a, &g->im, &g->caps);
+  device_unbind(g->ds, prev_dev);
   if (st == AG_OK) {
     g->rank = a->rank;
     g->size = a->size;

@@ -55,9 +55,11 @@ extern "C" {
  *   4.3  AG_U_AFFINE on integer dtypes reads its scalars exactly from
  *        ag_kernel_call.i[0] and i[1] and wraps in the output's width
  *        (kops.h); a 4.2 module computed it from s[] through f64 and
- *        saturated; the vtable and the call are 4.2's */
+ *        saturated; the vtable and the call are 4.2's
+ *   4.4  thread_device: the calling thread's current device, for a library
+ *        given device memory on a thread of the core's (CUDA-aware MPI) */
 #define AG_BACKEND_ABI_MAJOR 4u
-#define AG_BACKEND_ABI_MINOR 3u
+#define AG_BACKEND_ABI_MINOR 4u
 
 /* ---- kernel calls ----
  * The kernel ops (ag_kop) and their operands are described in
@@ -370,6 +372,16 @@ typedef struct ag_backend {
   const char *collective;
   /* Optional one line for `anygrad info` ("for testing: ..."), or NULL. */
   const char *description;
+
+  /* ---- 4.3 ---- */
+  /* Optional: make device dev current on the calling thread, as the vendor
+   * runtime keeps it per thread (cudaSetDevice, hipSetDevice), so that a
+   * library handed this device's memory on this thread (a CUDA-aware MPI)
+   * works in its context. *out_prev receives the device that was current
+   * before (-1: unknown), which a second call restores; dev < 0 changes
+   * nothing and only reads it. Absent (NULL): the backend keeps no such
+   * per-thread state (cpu, opencl, vulkan) and the core calls nothing. */
+  ag_status (*thread_device)(int dev, int *out_prev);
 } ag_backend;
 
 /* The smallest struct_size the core accepts: the end of 4.0's entries. */

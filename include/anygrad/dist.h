@@ -103,6 +103,20 @@ AG_API bool ag_dist_available(ag_dist_kind kind, char *why, size_t n);
 /* Options filled with their defaults (timeout_ms 0: from the environment). */
 AG_API void ag_group_options_default(ag_group_options *out_opts);
 
+/* This process's local rank: its index among the processes of its job on
+ * this host, as the launcher sets it in the environment, the first of
+ * OMPI_COMM_WORLD_LOCAL_RANK (Open MPI's mpirun), MPI_LOCALRANKID (MPICH's
+ * and Intel MPI's Hydra), MV2_COMM_WORLD_LOCAL_RANK (MVAPICH), SLURM_LOCALID
+ * (srun) and LOCAL_RANK (torchrun) that is set. With several devices per
+ * host, local rank r takes device r % count (PyTorch's LOCAL_RANK
+ * convention; `anygrad train --dist mpi --device cuda` does so). *out_source
+ * (may be NULL) receives the variable's name, borrowed and static. Reads the
+ * environment on every call. Errors: AG_ERR_INVALID (NULL out_local_rank, or
+ * a value that is not a decimal integer in 0..1048575: naming the variable
+ * and its value), AG_ERR_UNAVAILABLE (none is set: not started by such a
+ * launcher; the message lists them). */
+AG_API ag_status ag_dist_local_rank(int *out_local_rank, const char **out_source);
+
 /* ---- constructors ---- */
 
 /* An in-process group of n ranks, rank i on devices[i] (devices may repeat

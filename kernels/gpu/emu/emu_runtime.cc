@@ -393,6 +393,10 @@ gpuError_t gpuSetDevice(int dev) {
   tl_dev = dev;
   return gpuSuccess;
 }
+gpuError_t gpuGetDevice(int *dev) {
+  *dev = tl_dev;
+  return gpuSuccess;
+}
 gpuError_t gpuGetDeviceProperties(gpuDeviceProp *p, int dev) {
   if (dev < 0 || dev >= EMU_NDEV) return set_last(gpuErrorInvalidDevice, "no such device");
   emu_dev &d = st()->dev[dev];
