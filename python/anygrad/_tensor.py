@@ -521,24 +521,21 @@ class Tensor:
         return self.numpy().tolist()
 
     def item(self, _item=lib.ag_item, _dt=lib.ag_tensor_dtype, _fast=_fast_item):
+        # A failure is raised from the library's pending error, never
+        # retried: a sync that reported an error found on the device
+        # (ag_cross_entropy's target out of range, read back at this sync)
+        # has consumed it, and a retry would return the kernel's value.
         h = self._h
         if _fast is not None and h:
             v = _fast(h)
             if v is not None:
                 return v
-            lib.ag_error_clear()  # the path below raises with the message
+            if lib.ag_last_status() != 0:  # the call failed (ag_item_scalar's status is set)
+                self._item_failed()
         h = h or self._handle
         v = _item(h)
-        if v != v:  # NaN: a failure (such as more than one element), or a NaN value
-            lib.ag_error_clear()
-            v = _item(h)
-            if lib.ag_last_status() != 0:
-                lib.ag_error_clear()
-                if self.numel() != 1:
-                    raise ValueError("anygrad: item() needs a tensor with one element, got "
-                                     "shape %s" % (tuple(self.shape),))
-                v = _item(h)
-                raise_last("item")
+        if v != v and lib.ag_last_status() != 0:  # NaN: a failure, or a NaN value
+            self._item_failed()
         d = _dt(h)
         if d in _FLOAT_CODES:
             return v
@@ -550,6 +547,16 @@ class Tensor:
         if lib.ag_item_scalar(h, byref(iv)) != 0:
             raise_last("item")
         return iv.i
+
+    def _item_failed(self):
+        """Raise the error item() left pending: ValueError for a tensor that
+        has other than one element, else the library's own (an index error
+        a kernel found, a device failure, ...)."""
+        if lib.ag_last_status() == 2 and self._h and lib.ag_tensor_numel(self._h) != 1:  # AG_ERR_SHAPE
+            lib.ag_error_clear()
+            raise ValueError("anygrad: item() needs a tensor with one element, got shape %s"
+                             % (tuple(self.shape),))
+        raise_last("item")
 
     def __float__(self):
         return float(self.item())
