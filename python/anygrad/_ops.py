@@ -11,7 +11,7 @@ from . import _lib
 from ._lib import lib, check, raise_last
 from ._tensor import (Tensor, _wrap, _fail, _new, _t, _scalar, _finite, _dims_arg, _dim_arg, _int_arg,
                       _fill_value, _argname, _I64_MIN, _I64_MAX, full, tensor, as_dtype, bool_, float32,
-                      int64, index_select)
+                      int32, int64, index_select)
 
 __all__ = []
 
@@ -280,18 +280,41 @@ def amin(x, dim=None, keepdim=False):
     return _amin(x, dim, keepdim)
 
 
+def _arg_extreme(x, dim, keepdim, name):
+    """ag_argmax along dim; dim None: over the flattened tensor (the flat
+    view is held until the call has read it), keepdim giving torch's
+    [1, ..., 1]. A 0-d tensor takes dim 0 or -1, as torch. The first index
+    of the maximum, NaN above every number."""
+    if dim is None:
+        flat = x.reshape(-1)
+        r = _wrap(lib.ag_argmax(flat._handle, 0, False), name)
+        if keepdim and x.ndim:
+            r = r.reshape(*([1] * x.ndim))
+    else:
+        d = _dim_arg(dim, name, "dim", 2)
+        if x.ndim == 0 and d in (0, -1):
+            r = _wrap(lib.ag_argmax(x.reshape(1)._handle, 0, False), name)
+        else:
+            r = _wrap(lib.ag_argmax(x._handle, d, bool(keepdim)), name)
+    return r if r.dtype is int64 else r.long()
+
+
 def argmax(x, dim=None, keepdim=False, _name="argmax"):
     _t(x, _name)
-    if dim is None:
-        return _wrap(lib.ag_argmax(x.reshape(-1)._handle, 0, False), _name).long()
-    return _wrap(lib.ag_argmax(x._handle, _dim_arg(dim, _name, "dim", 2), bool(keepdim)), _name).long()
+    return _arg_extreme(x, dim, keepdim, _name)
 
 
 def argmin(x, dim=None, keepdim=False):
     _t(x, "argmin")
-    if dim is not None:
-        _dim_arg(dim, "argmin", "dim", 2)
-    return argmax(neg(x), dim, keepdim, "argmin")
+    if x.dtype.is_floating_point:  # -x is exact and keeps NaN the extreme, as torch's argmin
+        return _arg_extreme(neg(x), dim, keepdim, "argmin")
+    # Integers: -x overflows (int32's least value, every uint8 but 0), so
+    # the first index where x equals its minimum, through argmax of the mask.
+    if dim is None:
+        lo = _amin(x)
+    else:
+        lo = _amin(x, _dim_arg(dim, "argmin", "dim", 2), True) if x.ndim else x
+    return _arg_extreme(eq(x, lo).to(int32), dim, keepdim, "argmin")
 
 
 def max(x, dim=None, keepdim=False):  # noqa: A001

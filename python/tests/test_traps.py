@@ -111,3 +111,34 @@ def test_item_errors_keep_their_classes():
     t.release()
     assert isinstance(_exc(lambda: t.item()), RuntimeError)
     assert ag._lib.lib.ag_last_status() == 0
+
+
+# ---- 2. argmax / argmin without dim --------------------------------------------------
+
+ARG_CASES = [
+    ("f32_ties", [[1.0, 3.0, 3.0], [2.0, 3.0, 0.0]], "float32"),
+    ("f32_min_ties", [[0.5, -1.0, 2.0], [-1.0, 4.0, -1.0]], "float32"),
+    ("f32_nan", [1.0, float("nan"), 2.0, float("nan")], "float32"),
+    ("f32_0d", 2.5, "float32"),
+    ("i64", [[5, 9, 9], [-3, -3, 1]], "int64"),
+    ("i32_extremes", [-2 ** 31, 7, 2 ** 31 - 1, -2 ** 31, 2 ** 31 - 1], "int32"),
+    ("u8", [[0, 1, 255], [0, 255, 3]], "uint8"),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("case", [c[0] for c in ARG_CASES])
+def test_argmax_argmin_without_dim_match_torch(dev, case):
+    _, data, dt = dict((c[0], c) for c in ARG_CASES)[case]
+    a = ag.tensor(data, dtype=getattr(ag, dt), device=dev)
+    t = torch.tensor(data, dtype=getattr(torch, dt))
+    for name in ("argmax", "argmin"):
+        for kw in ({}, {"keepdim": True}):
+            got, want = getattr(a, name)(**kw), getattr(t, name)(**kw)
+            assert got.tolist() == want.tolist() and tuple(got.shape) == tuple(want.shape), (name, kw)
+            assert got.dtype is ag.int64
+        got = getattr(ag, name)(a)
+        assert got.item() == getattr(torch, name)(t).item()
+        if t.ndim:  # and along a dim: the first index of the extreme, as torch
+            for d in range(t.ndim):
+                assert getattr(a, name)(d).tolist() == getattr(t, name)(d).tolist(), (name, d)
