@@ -342,6 +342,38 @@ def _fail(where, *inputs):
     raise_last(where)
 
 
+def _inplace_status(t, st, fn):
+    """Raise for a failed in-place write into t (ag_copy_, ag_fill_): the
+    library's refusal to write a tensor that requires grad while grad mode
+    is on is torch's RuntimeError ("a leaf Variable that requires grad is
+    being used in an in-place operation")."""
+    if st == 0:
+        return
+    h = t._h
+    if st == 1 and h and lib.ag_grad_enabled() and lib.ag_tensor_requires_grad(h):  # AG_ERR_INVALID
+        lib.ag_error_clear()
+        if lib.ag_tensor_is_leaf(h):
+            raise RuntimeError("%s(): a leaf Variable that requires grad is being used in an in-place "
+                               "operation (write it under anygrad.no_grad())" % fn)
+        raise RuntimeError("%s(): the tensor requires grad and grad mode is on: the library records no "
+                           "in-place copy or fill, so the write would not be differentiated (build the "
+                           "values out of place, or write under anygrad.no_grad())" % fn)
+    raise_last(fn, st)
+
+
+def _copy_into(dst, src, fn):
+    """ag_copy_(dst, src), refusing what would lose a gradient: the library
+    records no in-place copy, so a src that requires grad while grad mode is
+    on (torch would make dst part of its graph) is a RuntimeError."""
+    dh, sh = dst._handle, src._handle
+    if lib.ag_tensor_requires_grad(sh) and lib.ag_grad_enabled() and not lib.ag_tensor_requires_grad(dh):
+        raise RuntimeError("%s(): the source requires grad and grad mode is on: the library records no in-place "
+                           "copy, so the copy would lose its gradient (build the tensor out of place, e.g. with "
+                           "cat or stack, or copy a detach()ed source)" % fn)
+    _inplace_status(dst, lib.ag_copy_(dh, sh), fn)
+    return dst
+
+
 def _scalar(x, what="scalar", fn=None):
     if type(x) is float:
         return x
@@ -670,6 +702,7 @@ class Tensor:
         check(lib.ag_backward(self._handle, g, bool(retain_graph)))
 
     # -- in place
+    # add_, sub_, mul_, div_, clamp_, relu_, ... and +=, -=, *=, /=: _ops.py
     def fill_(self, value):
         return self._fill(value, "fill_")
 
@@ -678,21 +711,20 @@ class Tensor:
         v = _fill_value(value, self.dtype, "value", fn)
         if v is None:  # an int64 a double would round: copied from an exact 0-d tensor
             src = tensor(value, dtype=int64, device=self.device)
-            check(lib.ag_copy_(h, src._handle))
+            _inplace_status(self, lib.ag_copy_(h, src._handle), fn)
         else:
-            check(lib.ag_fill_(h, v))
+            _inplace_status(self, lib.ag_fill_(h, v), fn)
         return self
 
     def zero_(self):
-        return self.fill_(0.0)
+        return self._fill(0.0, "zero_")
 
     def copy_(self, src):
         if not isinstance(src, Tensor):
             if isinstance(src, (numbers.Number, np.generic)):
-                return self.fill_(src)
+                return self._fill(src, "copy_")
             src = _as_tensor_like(src, self, "copy_", "src")
-        check(lib.ag_copy_(self._handle, src._handle))
-        return self
+        return _copy_into(self, src, "copy_")
 
     # -- views
     def reshape(self, *shape):
@@ -844,7 +876,7 @@ class Tensor:
     def __setitem__(self, idx, value):
         dst = self[idx]
         if isinstance(value, Tensor):
-            check(lib.ag_copy_(dst._handle, value._handle))
+            _copy_into(dst, value, "__setitem__")
         elif isinstance(value, (numbers.Number, np.generic)):
             dst._fill(value, "__setitem__")
         else:

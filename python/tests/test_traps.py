@@ -142,3 +142,157 @@ def test_argmax_argmin_without_dim_match_torch(dev, case):
         if t.ndim:  # and along a dim: the first index of the extreme, as torch
             for d in range(t.ndim):
                 assert getattr(a, name)(d).tolist() == getattr(t, name)(d).tolist(), (name, d)
+
+
+# ---- 4. in-place ops -------------------------------------------------------------------
+
+@needs_torch
+def test_manual_sgd_loop_matches_torch(dev):
+    rng = np.random.default_rng(3)
+    x0 = rng.standard_normal((8, 3)).astype(np.float32)
+    w0 = rng.standard_normal((3, 1)).astype(np.float32)
+    y0 = rng.standard_normal((8, 1)).astype(np.float32)
+    for variant in ("none", "zero_"):
+        res = {}
+        for m in (ag, torch):
+            kw = {} if m is torch else {"device": dev}
+            x, y = m.tensor(x0, **kw), m.tensor(y0, **kw)
+            w = m.tensor(w0, requires_grad=True, **kw)
+            ident, losses = id(w), []
+            for _ in range(5):
+                loss = ((x @ w - y) ** 2).mean()
+                loss.backward()
+                with m.no_grad():
+                    w -= 0.1 * w.grad
+                if variant == "none":
+                    w.grad = None
+                else:
+                    w.grad.zero_()
+                losses.append(loss.item())
+            assert id(w) == ident and w.is_leaf and w.requires_grad
+            res[m] = losses, w.detach().cpu().numpy() if m is ag else w.detach().numpy()
+        assert np.allclose(res[ag][0], res[torch][0], rtol=1e-5), (variant, res)
+        assert np.allclose(res[ag][1], res[torch][1], rtol=1e-5, atol=1e-6)
+
+
+@needs_torch
+def test_inplace_methods_match_torch(dev):
+    base = [[-1.5, 0.25, 2.0], [3.0, -0.5, 1.0]]
+    other = [[2.0, -1.0, 0.5], [1.0, 4.0, -2.0]]
+    cases = [("add_", lambda t, o: t.add_(o)), ("add_alpha", lambda t, o: t.add_(o, alpha=2)),
+             ("add_scalar", lambda t, o: t.add_(3)), ("sub_", lambda t, o: t.sub_(o)),
+             ("sub_alpha", lambda t, o: t.sub_(o, alpha=0.5)), ("mul_", lambda t, o: t.mul_(o)),
+             ("mul_scalar", lambda t, o: t.mul_(-2)), ("div_", lambda t, o: t.div_(o)),
+             ("div_scalar", lambda t, o: t.div_(4)), ("clamp_", lambda t, o: t.clamp_(-1, 1)),
+             ("clamp_min", lambda t, o: t.clamp_(min=0.3)), ("clip_", lambda t, o: t.clip_(max=0.3)),
+             ("relu_", lambda t, o: t.relu_()), ("neg_", lambda t, o: t.neg_()),
+             ("exp_", lambda t, o: t.exp_()), ("zero_", lambda t, o: t.zero_()),
+             ("fill_", lambda t, o: t.fill_(7)), ("copy_", lambda t, o: t.copy_(o)),
+             ("iadd", lambda t, o: t.__iadd__(o)), ("isub", lambda t, o: t.__isub__(2)),
+             ("imul", lambda t, o: t.__imul__(o)), ("itruediv", lambda t, o: t.__itruediv__(o)),
+             ("broadcast", lambda t, o: t.add_(o[0]))]
+    for name, fn in cases:
+        a, ao = ag.tensor(base, device=dev), ag.tensor(other, device=dev)
+        view = a[1]
+        t, to = torch.tensor(base), torch.tensor(other)
+        r = fn(a, ao)
+        fn(t, to)
+        assert r is a, name
+        assert np.allclose(a.tolist(), t.tolist(), rtol=1e-6), (name, a.tolist(), t.tolist())
+        assert np.allclose(view.tolist(), t[1].tolist(), rtol=1e-6), name  # written through views
+
+
+@needs_torch
+def test_inplace_refusals_match_torch():
+    cases = [
+        ("leaf_requires_grad", lambda m: m.ones(3, requires_grad=True).add_(1), "leaf"),
+        ("leaf_iadd", lambda m: m.ones(3, requires_grad=True).__iadd__(1), "leaf"),
+        ("int_add_float", lambda m: m.ones(3, dtype=m.int64).add_(0.5), "can't be cast"),
+        ("int_div", lambda m: m.ones(3, dtype=m.int64).div_(2), "can't be cast"),
+        ("int_iadd_float_tensor", lambda m: m.ones(3, dtype=m.int64).__iadd__(m.ones(3)), "can't be cast"),
+        ("bool_add_int", lambda m: m.tensor([True]).add_(1), "can't be cast"),
+        ("broadcast_grows", lambda m: m.zeros(3).add_(m.ones(2, 3)), "doesn't match the broadcast shape"),
+    ]
+    for name, fn, msg in cases:
+        te, e = _exc(lambda: fn(torch)), _exc(lambda: fn(ag))
+        assert te is not None and isinstance(te, RuntimeError), (name, te)
+        assert e is not None and isinstance(e, type(te)), (name, type(e), e)
+        assert msg in str(e), (name, e)
+    assert ag._lib.lib.ag_last_status() == 0
+
+
+@needs_torch
+def test_inplace_write_to_a_saved_tensor_fails_the_backward(dev):
+    def run(m, which):
+        kw = {} if m is torch else {"device": dev}
+        w = m.ones(3, requires_grad=True, **kw)
+        a = m.full((3,), 2.0, **kw)
+        if which != "other":
+            a.requires_grad = True  # so that torch saves w too
+        y = w * a  # saves a and w
+        if which == "other":
+            a.mul_(2)
+        else:
+            with m.no_grad():
+                w.add_(1)
+        return _exc(lambda: y.sum().backward())
+    for which in ("other", "leaf_under_no_grad"):
+        te, e = run(torch, which), run(ag, which)
+        assert isinstance(te, RuntimeError) and "modified by an inplace operation" in str(te)
+        assert isinstance(e, RuntimeError) and "modified by an in-place operation" in str(e), (which, e)
+    # a write no formula reads is harmless, as in torch
+    w = ag.ones(3, device=dev, requires_grad=True)
+    a = ag.full((3,), 2.0, device=dev)
+    y = w + a
+    a.mul_(2)
+    y.sum().backward()
+    assert w.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+@needs_torch
+def test_inplace_operators_on_graph_tensors_follow_the_graph(dev):
+    """In a graph (grad mode on, the result requiring grad) +=, -=, *=, /=
+    compute out of place and the tensor object takes the result and its
+    gradient, as in torch."""
+    res = {}
+    for m in (ag, torch):
+        x = m.tensor([0.5, -1.0, 2.0], requires_grad=True, **({} if m is torch else {"device": dev}))
+        y = x * 3
+        alias = y
+        y += x
+        y *= x
+        y -= 1
+        y /= 2
+        acc = m.zeros(3, **({} if m is torch else {"device": dev}))
+        acc += y  # a plain tensor receiving a graph result: part of the graph
+        acc.sum().backward()
+        assert alias is y  # the object is kept, as torch's
+        res[m] = (y.tolist(), acc.tolist(), x.grad.tolist(), acc.requires_grad)
+    assert np.allclose(res[ag][0], res[torch][0]) and np.allclose(res[ag][1], res[torch][1]), res
+    assert np.allclose(res[ag][2], res[torch][2]) and res[ag][3] and res[torch][3], res
+
+
+def test_inplace_methods_in_a_graph_are_refused(dev):
+    """add_(), relu_(), copy_() ... write the tensor's storage; with a graph
+    the library cannot record that, so they raise (nothing written) where
+    torch would record the op."""
+    x = ag.ones(3, device=dev, requires_grad=True)
+    y = x * 2
+    acc = ag.zeros(3, device=dev)
+    buf = ag.zeros(2, 3, device=dev)
+    cases = [lambda: y.add_(1), lambda: y.relu_(), lambda: y.mul_(x), lambda: acc.add_(y),
+             lambda: acc.mul_(x), lambda: acc.copy_(y), lambda: buf.__setitem__(0, y),
+             lambda: buf.__setitem__((slice(None), 1), x)]
+    for k, fn in enumerate(cases):
+        e = _exc(fn)
+        assert isinstance(e, RuntimeError) and "grad" in str(e), (k, e)
+    assert acc.tolist() == [0.0, 0.0, 0.0] and not acc.requires_grad
+    assert y.tolist() == [2.0, 2.0, 2.0] and buf.tolist() == [[0.0] * 3] * 2
+    with ag.no_grad():  # no graph: written
+        acc.add_(y)
+        buf[0] = y
+    assert acc.tolist() == [2.0, 2.0, 2.0] and buf.tolist()[0] == [2.0, 2.0, 2.0]
+    acc.add_(y.detach())
+    buf[1] = y.detach()
+    assert acc.tolist() == [4.0, 4.0, 4.0] and buf.tolist()[1] == [2.0, 2.0, 2.0]
+    assert ag._lib.lib.ag_last_status() == 0
