@@ -298,6 +298,8 @@ _DECLS = {
     "ag_optimizer_free": (None, [P]), "ag_optimizer_step": (c_int, [P]),
     "ag_optimizer_zero_grad": (None, [P]), "ag_optimizer_set_lr": (c_int, [P, c_double]),
     "ag_optimizer_lr": (c_double, [P]), "ag_optimizer_steps": (c_int64, [P]),
+    "ag_optimizer_set_steps": (None, [P, c_int64]),
+    "ag_optimizer_state": (c_int, [P, POINTER(ParamList)]),
     "ag_clip_grad_norm": (T, [POINTER(ParamList), c_double]),
     "ag_safetensors_save": (c_int, [c_char_p, POINTER(ParamList), c_int, POINTER(c_char_p),
                                     POINTER(c_char_p)]),

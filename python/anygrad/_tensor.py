@@ -927,6 +927,19 @@ def _as_tensor_like(x, like, fn="anygrad", arg="other"):
     return tensor(x, dtype=like.dtype, device=like.device)
 
 
+def _as_to_args(args, dev, dt):
+    """(device, dtype) of a to() call, torch's forms: to(device),
+    to(dtype), to(device, dtype), to(tensor), keywords; None where not given."""
+    for a in args:
+        if isinstance(a, Tensor):
+            dt, dev = a.dtype, a.device
+        elif isinstance(a, (str, device)):
+            dev = a
+        else:
+            dt = a
+    return (None if dev is None else as_device(dev)), as_dtype(dt)
+
+
 def _defaults(dtype_, device_):
     dt = as_dtype(dtype_) or float32
     return dt, as_device(device_)

@@ -144,6 +144,126 @@ def test_argmax_argmin_without_dim_match_torch(dev, case):
                 assert getattr(a, name)(d).tolist() == getattr(t, name)(d).tolist(), (name, d)
 
 
+# ---- 3. Module.to() moves the parameters in place ------------------------------------
+
+def _model(dev="cpu"):
+    ag.manual_seed(0)
+    return ag.nn.Sequential(ag.nn.Linear(4, 8), ag.nn.ReLU(), ag.nn.Linear(8, 1)).to(dev)
+
+
+def _data(dev, dtype=None):
+    rng = np.random.default_rng(1)
+    x = ag.tensor(rng.standard_normal((16, 4)).astype(np.float32), device=dev)
+    y = ag.tensor(rng.standard_normal((16, 1)).astype(np.float32), device=dev)
+    return (x, y) if dtype is None else (x.to(dtype), y.to(dtype))
+
+
+def _train(model, opt, dev, steps, dtype=None):
+    x, y = _data(dev, dtype)
+    out = []
+    for _ in range(steps):
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        out.append(loss.item())
+    return out
+
+
+@pytest.mark.parametrize("opt_name", ["SGD", "AdamW"])
+def test_module_to_after_the_optimizer_trains_the_moved_parameters(dev, opt_name):
+    make = {"SGD": lambda p: ag.optim.SGD(p, lr=0.1, momentum=0.9),
+            "AdamW": lambda p: ag.optim.AdamW(p, lr=0.05)}[opt_name]
+    ref_model = _model()
+    ref = _train(ref_model, make(ref_model.parameters()), "cpu", 6)  # no move, on the CPU
+
+    model = _model()
+    params = model.parameters()
+    opt = make(params)
+    first = _train(model, opt, "cpu", 2)  # optimizer state exists before the move
+    assert model.to(dev) is model
+    assert all(p is q for p, q in zip(params, model.parameters()))
+    assert all(str(p.device) == dev and p.requires_grad and p.is_leaf for p in params)
+    rest = _train(model, opt, dev, 4)
+    assert rest[-1] < rest[0] < first[0], (first, rest)
+    assert np.allclose(first + rest, ref, rtol=1e-4, atol=1e-5), (first + rest, ref)
+    back = model.to("cpu")  # and back again: the same run as never moving
+    assert all(p is q for p, q in zip(params, back.parameters()))
+
+
+def _manual_sgd(model, dev, steps, dtype=None):
+    x, y = _data(dev, dtype)
+    out = []
+    for _ in range(steps):
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        with ag.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+                p.grad = None
+        out.append(loss.item())
+    return out
+
+
+def test_module_to_dtype_in_place():
+    ref = _manual_sgd(_model(), "cpu", 5)
+    model = _model()
+    params = model.parameters()
+    assert model.to(ag.float64) is model
+    assert all(p is q and p.dtype is ag.float64 and p.is_leaf for p, q in zip(params, model.parameters()))
+    got = _manual_sgd(model, "cpu", 5, ag.float64)
+    assert got[-1] < got[0] and np.allclose(got, ref, rtol=1e-5), (got, ref)
+    model.to("cpu", ag.float32)
+    assert all(p is q and p.dtype is ag.float32 for p, q in zip(params, model.parameters()))
+    e = _exc(lambda: model.to(ag.int32))
+    assert isinstance(e, TypeError) and "floating point" in str(e)
+
+
+@pytest.mark.parametrize("opt_name", ["SGD", "AdamW"])
+def test_module_to_dtype_the_optimizer_cannot_follow_is_refused(opt_name):
+    """The fused optimizers keep f32 parameters: casting what one holds is
+    refused before anything moves, and training goes on as before."""
+    model = _model()
+    params = model.parameters()
+    opt = getattr(ag.optim, opt_name)(params, lr=0.05)
+    first = _train(model, opt, "cpu", 2)
+    e = _exc(lambda: model.to(dtype=ag.float64))
+    assert isinstance(e, RuntimeError) and opt_name in str(e) and "nothing was moved" in str(e), e
+    assert all(p is q and p.dtype is ag.float32 for p, q in zip(params, model.parameters()))
+    rest = _train(model, opt, "cpu", 3)
+    assert rest[-1] < rest[0] < first[0]
+    del opt, e  # (the exception's traceback holds the optimizer)
+    model.to(ag.float64)  # an optimizer no longer alive holds nothing
+    assert all(p.dtype is ag.float64 for p in params)
+
+
+def test_module_to_keeps_gradients():
+    model = _model()
+    x, y = _data("cpu")
+    F.mse_loss(model(x), y).backward()
+    grads = [p.grad.tolist() for p in model.parameters()]
+    with ag.no_grad():
+        model.to(ag.float64)
+    assert all(p.grad is not None and p.grad.dtype is ag.float64 for p in model.parameters())
+    assert all(np.allclose(p.grad.tolist(), g) for p, g in zip(model.parameters(), grads))
+
+
+def test_module_to_moves_buffers_in_place(dev):
+    bn = ag.nn.BatchNorm2d(3)
+    rm, rv = bn.running_mean, bn.running_var
+    bn.to(dev)
+    assert bn.running_mean is rm and bn.running_var is rv and str(rm.device) == dev
+    bn(ag.randn(2, 3, 4, 4, device=dev) + 1.0)  # training mode: running stats move
+    assert abs(rm.sum().item()) > 0.1
+
+
+def test_module_to_refuses_the_c_models():
+    m = ag.nn.GPT(vocab_size=11, block_size=4, n_layer=1, n_head=1, n_embd=8)
+    assert m.to("cpu") is m and m.to(ag.float32) is m  # no move: nothing to do
+    e = _exc(lambda: m.to(ag.float64))
+    assert isinstance(e, RuntimeError) and "GPT" in str(e)
+
+
 # ---- 4. in-place ops -------------------------------------------------------------------
 
 @needs_torch
