@@ -6,7 +6,7 @@ from ctypes import byref
 
 from . import _lib
 from ._lib import (lib, check, raise_last, OutOfMemoryError, UnsupportedError, DeviceError,
-                   AnygradError, LIBRARY_PATH, OPTABLE_PATH)
+                   AnygradError, IndexOutOfRangeError, LIBRARY_PATH, OPTABLE_PATH)
 from ._tensor import (Tensor, Size, dtype, device, tensor, as_tensor, from_numpy, zeros, ones,
                       empty, full, randn, rand, arange, zeros_like, ones_like, full_like,
                       randn_like, manual_seed, Generator, no_grad, enable_grad, inference_mode,

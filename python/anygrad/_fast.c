@@ -30,10 +30,11 @@ static PyObject *fast_bind(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
-/* item(handle) -> float, int or bool; None when the call failed (the
- * caller then takes the ctypes path, which raises with the library's
- * message). The GIL is released around the call: it may wait for the
- * device. */
+/* item(handle) -> float, int or bool; None when the call failed, with the
+ * library's error left pending for the caller to raise (never cleared or
+ * retried here: a sync that reported an error a kernel found on the device
+ * has consumed it, and a second call would return the kernel's value). The
+ * GIL is released around the call: it may wait for the device. */
 static PyObject *fast_item(PyObject *self, PyObject *arg) {
   (void)self;
   if (!g_item) Py_RETURN_NONE;

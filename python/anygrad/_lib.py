@@ -70,6 +70,15 @@ class DeviceError(ValueError):
     """Tensors on different devices, or a bad device ordinal."""
 
 
+class IndexOutOfRangeError(IndexError, AnygradError):
+    """AG_ERR_INDEX: an index, target or token id outside its range, found
+    by the op or by a kernel on the device (then reported by the next
+    synchronizing call: item(), tolist(), numpy(), a copy to the host,
+    synchronize()). Both an IndexError, as torch raises on the CPU for
+    index_select, embedding and cross_entropy, and a RuntimeError, as torch
+    raises for gather and for every device-side error on CUDA."""
+
+
 _STATUS_NAMES = ["OK", "INVALID", "SHAPE", "DTYPE", "DEVICE", "UNAVAILABLE", "UNSUPPORTED",
                  "OOM", "INDEX", "BACKEND", "IO", "CORRUPT", "STATE", "SYNC", "INTERNAL",
                  "TIMEOUT", "ABORTED"]
@@ -82,7 +91,7 @@ def _exc_class(status):
     if name == "DEVICE":
         return DeviceError
     if name == "INDEX":
-        return IndexError
+        return IndexOutOfRangeError
     if name == "OOM":
         return OutOfMemoryError
     if name == "IO":
@@ -289,6 +298,8 @@ _DECLS = {
     "ag_optimizer_free": (None, [P]), "ag_optimizer_step": (c_int, [P]),
     "ag_optimizer_zero_grad": (None, [P]), "ag_optimizer_set_lr": (c_int, [P, c_double]),
     "ag_optimizer_lr": (c_double, [P]), "ag_optimizer_steps": (c_int64, [P]),
+    "ag_optimizer_set_steps": (None, [P, c_int64]),
+    "ag_optimizer_state": (c_int, [P, POINTER(ParamList)]),
     "ag_clip_grad_norm": (T, [POINTER(ParamList), c_double]),
     "ag_safetensors_save": (c_int, [c_char_p, POINTER(ParamList), c_int, POINTER(c_char_p),
                                     POINTER(c_char_p)]),

@@ -11,7 +11,7 @@ from . import _lib
 from ._lib import lib, check, raise_last
 from ._tensor import (Tensor, _wrap, _fail, _new, _t, _scalar, _finite, _dims_arg, _dim_arg, _int_arg,
                       _fill_value, _argname, _I64_MIN, _I64_MAX, full, tensor, as_dtype, bool_, float32,
-                      int64, index_select)
+                      int32, int64, index_select)
 
 __all__ = []
 
@@ -280,18 +280,41 @@ def amin(x, dim=None, keepdim=False):
     return _amin(x, dim, keepdim)
 
 
+def _arg_extreme(x, dim, keepdim, name):
+    """ag_argmax along dim; dim None: over the flattened tensor (the flat
+    view is held until the call has read it), keepdim giving torch's
+    [1, ..., 1]. A 0-d tensor takes dim 0 or -1, as torch. The first index
+    of the maximum, NaN above every number."""
+    if dim is None:
+        flat = x.reshape(-1)
+        r = _wrap(lib.ag_argmax(flat._handle, 0, False), name)
+        if keepdim and x.ndim:
+            r = r.reshape(*([1] * x.ndim))
+    else:
+        d = _dim_arg(dim, name, "dim", 2)
+        if x.ndim == 0 and d in (0, -1):
+            r = _wrap(lib.ag_argmax(x.reshape(1)._handle, 0, False), name)
+        else:
+            r = _wrap(lib.ag_argmax(x._handle, d, bool(keepdim)), name)
+    return r if r.dtype is int64 else r.long()
+
+
 def argmax(x, dim=None, keepdim=False, _name="argmax"):
     _t(x, _name)
-    if dim is None:
-        return _wrap(lib.ag_argmax(x.reshape(-1)._handle, 0, False), _name).long()
-    return _wrap(lib.ag_argmax(x._handle, _dim_arg(dim, _name, "dim", 2), bool(keepdim)), _name).long()
+    return _arg_extreme(x, dim, keepdim, _name)
 
 
 def argmin(x, dim=None, keepdim=False):
     _t(x, "argmin")
-    if dim is not None:
-        _dim_arg(dim, "argmin", "dim", 2)
-    return argmax(neg(x), dim, keepdim, "argmin")
+    if x.dtype.is_floating_point:  # -x is exact and keeps NaN the extreme, as torch's argmin
+        return _arg_extreme(neg(x), dim, keepdim, "argmin")
+    # Integers: -x overflows (int32's least value, every uint8 but 0), so
+    # the first index where x equals its minimum, through argmax of the mask.
+    if dim is None:
+        lo = _amin(x)
+    else:
+        lo = _amin(x, _dim_arg(dim, "argmin", "dim", 2), True) if x.ndim else x
+    return _arg_extreme(eq(x, lo).to(int32), dim, keepdim, "argmin")
 
 
 def max(x, dim=None, keepdim=False):  # noqa: A001
@@ -409,6 +432,142 @@ def clamp(x, min=None, max=None):  # noqa: A002
 
 
 clip = clamp
+
+
+# ---- in-place ops ---------------------------------------------------------------------
+# The library writes in place through ag_copy_ and ag_fill_ only, with its
+# version counters (a backward that needs a tensor written since it was
+# saved fails) and its refusal to write a tensor that requires grad while
+# grad mode is on. So add_(x) computes self + x and copies it into self's
+# storage: views see it, identity and .grad stay. When the result has a
+# graph (grad mode on, an operand requires grad) nothing can be written
+# without losing the gradient: a leaf that requires grad is torch's
+# RuntimeError, the named methods raise, and the operators (+=, -=, *=,
+# /=) rebind their target to the out-of-place result (docs/python.md).
+
+_DT = lib.ag_tensor_dtype
+_FLOAT_CODES = (0, 1, 2, 4)
+_TORCH_DT = {0: "Float", 1: "Half", 2: "BFloat16", 3: "Int", 4: "Double", 5: "Long", 6: "Bool", 7: "Byte"}
+
+
+def _kind(code):
+    return 2 if code in _FLOAT_CODES else 0 if code == 6 else 1
+
+
+def _write(self, r, name, rebind=False):
+    """Make self hold r, the out-of-place result of `name` on self."""
+    sh, rh = self._h, r._h
+    sd = _DT(sh)
+    if sd not in _FLOAT_CODES:  # torch's can_cast: never float into int, nor int into bool
+        rd = _DT(rh)
+        if rd != sd and _kind(rd) > _kind(sd):
+            raise RuntimeError("%s(): result type %s can't be cast to the desired output type %s"
+                               % (name, _TORCH_DT[rd], _TORCH_DT[sd]))
+    if lib.ag_tensor_requires_grad(rh):
+        return _write_graph(self, r, name, rebind)
+    st = lib.ag_copy_(sh, rh)
+    if st == 2:  # AG_ERR_SHAPE: broadcasting made the result larger than self
+        lib.ag_error_clear()
+        raise RuntimeError("%s(): output with shape %s doesn't match the broadcast shape %s"
+                           % (name, list(self.shape), list(r.shape)))
+    if st:
+        from ._tensor import _inplace_status
+        _inplace_status(self, st, name)
+    return self
+
+
+def _write_graph(self, r, name, rebind):
+    sh = self._h
+    if lib.ag_tensor_requires_grad(sh) and lib.ag_tensor_is_leaf(sh):
+        raise RuntimeError("%s(): a leaf Variable that requires grad is being used in an in-place operation "
+                           "(write it under anygrad.no_grad())" % name)
+    if not rebind:
+        raise RuntimeError("%s(): the result requires grad (grad mode is on and an operand requires grad) and "
+                           "the library records no in-place op: writing it into the tensor's storage would "
+                           "lose the gradient. Write y = y op x (the operators +=, -=, *=, /= do), or run it "
+                           "under anygrad.no_grad()" % name)
+    if tuple(r.shape) != tuple(self.shape):
+        raise RuntimeError("%s(): output with shape %s doesn't match the broadcast shape %s"
+                           % (name, list(self.shape), list(r.shape)))
+    if _DT(r._h) != _DT(sh):
+        r = r.to(self.dtype)
+    self._h, r._h = r._h, sh  # self takes the result and its graph; r drops the old reference
+    return self
+
+
+def _scaled(other, alpha, name):
+    if alpha == 1 and not isinstance(alpha, bool):
+        return other
+    a = _scalar(alpha, "alpha", name)
+    return _mul(other, a) if isinstance(other, Tensor) else _scalar(other, "other", name) * a
+
+
+def _t_self(x, name):
+    if x.__class__ is not Tensor and not isinstance(x, Tensor):
+        raise TypeError("%s(): argument 'input' (position 1) must be Tensor, not %s" % (name, type(x).__name__))
+    if not x._h:
+        raise RuntimeError("anygrad: use of a released tensor")
+    return x
+
+
+def add_(self, other, alpha=1):
+    return _write(_t_self(self, "add_"), add(self, _scaled(other, alpha, "add_")), "add_")
+
+
+def sub_(self, other, alpha=1):
+    return _write(_t_self(self, "sub_"), sub(self, _scaled(other, alpha, "sub_")), "sub_")
+
+
+def mul_(self, other):
+    return _write(_t_self(self, "mul_"), mul(self, other), "mul_")
+
+
+def div_(self, other):
+    return _write(_t_self(self, "div_"), div(self, other), "div_")
+
+
+def clamp_(self, min=None, max=None):  # noqa: A002
+    return _write(_t_self(self, "clamp_"), clamp(self, min, max), "clamp_")
+
+
+def pow_(self, exponent):
+    return _write(_t_self(self, "pow_"), pow(self, exponent), "pow_")
+
+
+def _iop(f, name):
+    def iop(self, other):
+        if not (isinstance(other, Tensor) or isinstance(other, numbers.Real) or _is_np_scalar(other)):
+            return NotImplemented
+        return _write(_t_self(self, name), f(self, other), name, rebind=True)
+    iop.__name__ = name
+    return iop
+
+
+for _n, _f in (("add_", add_), ("sub_", sub_), ("mul_", mul_), ("div_", div_), ("clamp_", clamp_),
+               ("pow_", pow_)):
+    setattr(Tensor, _n, _f)
+Tensor.clip_ = clamp_
+Tensor.true_divide_ = Tensor.divide_ = div_
+Tensor.multiply_ = mul_
+Tensor.subtract_ = sub_
+Tensor.__iadd__ = _iop(add, "__iadd__")
+Tensor.__isub__ = _iop(sub, "__isub__")
+Tensor.__imul__ = _iop(mul, "__imul__")
+Tensor.__itruediv__ = _iop(div, "__itruediv__")
+
+
+def _unary_inplace(name, f):
+    def op(self):
+        return _write(_t_self(self, name + "_"), f(self), name + "_")
+    op.__name__ = name + "_"
+    return op
+
+
+# relu_, neg_, exp_, sigmoid_, ...: every elementwise op of the table that
+# takes no scalar
+for _op in _lib.UNARY_OPS:
+    if _op["api"] == "A0" and not hasattr(Tensor, _op["name"] + "_"):
+        setattr(Tensor, _op["name"] + "_", _unary_inplace(_op["name"], globals()[_op["name"]]))
 
 
 for _n in ("sum", "mean", "amax", "amin", "argmax", "argmin", "max", "min", "var", "std",

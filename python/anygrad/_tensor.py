@@ -342,6 +342,38 @@ def _fail(where, *inputs):
     raise_last(where)
 
 
+def _inplace_status(t, st, fn):
+    """Raise for a failed in-place write into t (ag_copy_, ag_fill_): the
+    library's refusal to write a tensor that requires grad while grad mode
+    is on is torch's RuntimeError ("a leaf Variable that requires grad is
+    being used in an in-place operation")."""
+    if st == 0:
+        return
+    h = t._h
+    if st == 1 and h and lib.ag_grad_enabled() and lib.ag_tensor_requires_grad(h):  # AG_ERR_INVALID
+        lib.ag_error_clear()
+        if lib.ag_tensor_is_leaf(h):
+            raise RuntimeError("%s(): a leaf Variable that requires grad is being used in an in-place "
+                               "operation (write it under anygrad.no_grad())" % fn)
+        raise RuntimeError("%s(): the tensor requires grad and grad mode is on: the library records no "
+                           "in-place copy or fill, so the write would not be differentiated (build the "
+                           "values out of place, or write under anygrad.no_grad())" % fn)
+    raise_last(fn, st)
+
+
+def _copy_into(dst, src, fn):
+    """ag_copy_(dst, src), refusing what would lose a gradient: the library
+    records no in-place copy, so a src that requires grad while grad mode is
+    on (torch would make dst part of its graph) is a RuntimeError."""
+    dh, sh = dst._handle, src._handle
+    if lib.ag_tensor_requires_grad(sh) and lib.ag_grad_enabled() and not lib.ag_tensor_requires_grad(dh):
+        raise RuntimeError("%s(): the source requires grad and grad mode is on: the library records no in-place "
+                           "copy, so the copy would lose its gradient (build the tensor out of place, e.g. with "
+                           "cat or stack, or copy a detach()ed source)" % fn)
+    _inplace_status(dst, lib.ag_copy_(dh, sh), fn)
+    return dst
+
+
 def _scalar(x, what="scalar", fn=None):
     if type(x) is float:
         return x
@@ -521,24 +553,21 @@ class Tensor:
         return self.numpy().tolist()
 
     def item(self, _item=lib.ag_item, _dt=lib.ag_tensor_dtype, _fast=_fast_item):
+        # A failure is raised from the library's pending error, never
+        # retried: a sync that reported an error found on the device
+        # (ag_cross_entropy's target out of range, read back at this sync)
+        # has consumed it, and a retry would return the kernel's value.
         h = self._h
         if _fast is not None and h:
             v = _fast(h)
             if v is not None:
                 return v
-            lib.ag_error_clear()  # the path below raises with the message
+            if lib.ag_last_status() != 0:  # the call failed (ag_item_scalar's status is set)
+                self._item_failed()
         h = h or self._handle
         v = _item(h)
-        if v != v:  # NaN: a failure (such as more than one element), or a NaN value
-            lib.ag_error_clear()
-            v = _item(h)
-            if lib.ag_last_status() != 0:
-                lib.ag_error_clear()
-                if self.numel() != 1:
-                    raise ValueError("anygrad: item() needs a tensor with one element, got "
-                                     "shape %s" % (tuple(self.shape),))
-                v = _item(h)
-                raise_last("item")
+        if v != v and lib.ag_last_status() != 0:  # NaN: a failure, or a NaN value
+            self._item_failed()
         d = _dt(h)
         if d in _FLOAT_CODES:
             return v
@@ -550,6 +579,16 @@ class Tensor:
         if lib.ag_item_scalar(h, byref(iv)) != 0:
             raise_last("item")
         return iv.i
+
+    def _item_failed(self):
+        """Raise the error item() left pending: ValueError for a tensor that
+        has other than one element, else the library's own (an index error
+        a kernel found, a device failure, ...)."""
+        if lib.ag_last_status() == 2 and self._h and lib.ag_tensor_numel(self._h) != 1:  # AG_ERR_SHAPE
+            lib.ag_error_clear()
+            raise ValueError("anygrad: item() needs a tensor with one element, got shape %s"
+                             % (tuple(self.shape),))
+        raise_last("item")
 
     def __float__(self):
         return float(self.item())
@@ -663,6 +702,7 @@ class Tensor:
         check(lib.ag_backward(self._handle, g, bool(retain_graph)))
 
     # -- in place
+    # add_, sub_, mul_, div_, clamp_, relu_, ... and +=, -=, *=, /=: _ops.py
     def fill_(self, value):
         return self._fill(value, "fill_")
 
@@ -671,21 +711,20 @@ class Tensor:
         v = _fill_value(value, self.dtype, "value", fn)
         if v is None:  # an int64 a double would round: copied from an exact 0-d tensor
             src = tensor(value, dtype=int64, device=self.device)
-            check(lib.ag_copy_(h, src._handle))
+            _inplace_status(self, lib.ag_copy_(h, src._handle), fn)
         else:
-            check(lib.ag_fill_(h, v))
+            _inplace_status(self, lib.ag_fill_(h, v), fn)
         return self
 
     def zero_(self):
-        return self.fill_(0.0)
+        return self._fill(0.0, "zero_")
 
     def copy_(self, src):
         if not isinstance(src, Tensor):
             if isinstance(src, (numbers.Number, np.generic)):
-                return self.fill_(src)
+                return self._fill(src, "copy_")
             src = _as_tensor_like(src, self, "copy_", "src")
-        check(lib.ag_copy_(self._handle, src._handle))
-        return self
+        return _copy_into(self, src, "copy_")
 
     # -- views
     def reshape(self, *shape):
@@ -837,7 +876,7 @@ class Tensor:
     def __setitem__(self, idx, value):
         dst = self[idx]
         if isinstance(value, Tensor):
-            check(lib.ag_copy_(dst._handle, value._handle))
+            _copy_into(dst, value, "__setitem__")
         elif isinstance(value, (numbers.Number, np.generic)):
             dst._fill(value, "__setitem__")
         else:
@@ -886,6 +925,19 @@ def _as_tensor_like(x, like, fn="anygrad", arg="other"):
         raise TypeError("%s must be Tensor, a number or a list, not %s"
                         % (_argname(fn, arg), type(x).__name__))
     return tensor(x, dtype=like.dtype, device=like.device)
+
+
+def _as_to_args(args, dev, dt):
+    """(device, dtype) of a to() call, torch's forms: to(device),
+    to(dtype), to(device, dtype), to(tensor), keywords; None where not given."""
+    for a in args:
+        if isinstance(a, Tensor):
+            dt, dev = a.dtype, a.device
+        elif isinstance(a, (str, device)):
+            dev = a
+        else:
+            dt = a
+    return (None if dev is None else as_device(dev)), as_dtype(dt)
 
 
 def _defaults(dtype_, device_):

@@ -160,16 +160,70 @@ class Module:
         for p in self.parameters():
             p.grad = None
 
-    def to(self, device=None, dtype=None):
-        with no_grad():
-            for m in self.modules():
-                for store in (m._parameters, m._buffers):
-                    for k, t in list(store.items()):
-                        n = t.to(device=device, dtype=dtype if t.dtype.is_floating_point else None)
-                        n = n.contiguous().detach()
-                        if store is m._parameters:
-                            n.requires_grad = True
-                        store[k] = n
+    def to(self, *args, device=None, dtype=None, non_blocking=False):
+        """Move and/or cast the parameters and buffers in place, as torch's
+        Module.to: every Parameter and buffer keeps its Python identity
+        (its data moves; a gradient moves with it), so an optimizer built
+        before the move, which holds them, steps the moved data (with its
+        state moved too). Integer buffers keep their dtype. Forms: to(device),
+        to(dtype), to(device, dtype), to(tensor). Refused, with nothing
+        moved, when an optimizer holding the parameters cannot follow
+        (AdamW takes f32 parameters only) or a C model (GPT, Llama) would
+        have to move."""
+        from ._tensor import _as_to_args
+        device, dtype = _as_to_args(args, device, dtype)
+        if dtype is not None and not dtype.is_floating_point:
+            raise TypeError("nn.Module.to only accepts floating point dtypes, but got desired dtype=%s"
+                            % dtype.name)
+        # what moves: each tensor once (a tensor two modules share included)
+        seen, moves = set(), []
+        for m in self.modules():
+            for store in (m._parameters, m._buffers):
+                for t in store.values():
+                    if t is None or id(t) in seen:
+                        continue
+                    seen.add(id(t))
+                    dt = dtype if dtype is not None and t.dtype.is_floating_point else t.dtype
+                    dv = t.device if device is None else device
+                    if dt is not t.dtype or dv != t.device:
+                        if getattr(m, "_c_model", False):
+                            raise RuntimeError("anygrad.nn.%s: the C model's tensors cannot be moved or cast "
+                                               "(its forward reads them): build it with device= and dtype="
+                                               % type(m).__name__)
+                        moves.append((t, dv, dt, store is m._parameters))
+        if not moves:
+            return self
+        from . import optim
+        new = {}
+        try:
+            with no_grad():
+                for t, dv, dt, is_param in moves:
+                    n = t.to(device=dv, dtype=dt).contiguous().detach()
+                    if is_param or t.requires_grad:
+                        n.requires_grad = True
+                    new[id(t)] = n
+            handles = {k: n._h for k, n in new.items()}
+            follow = []
+            try:
+                for o in list(optim._LIVE):
+                    if getattr(o, "_o", None) and o._holds(handles):
+                        follow.append((o, o._prepare_follow(handles)))
+            except BaseException:
+                for _, c in follow:
+                    lib.ag_optimizer_free(c)
+                raise
+        except BaseException:
+            new.clear()
+            raise
+        for t, _, _, _ in moves:  # nothing fails past this point but the state copy
+            n = new[id(t)]
+            g = t.grad
+            if g is not None:
+                n.backward(g.to(device=n.device, dtype=n.dtype))  # a leaf: .grad = g, moved
+            t._h, n._h = n._h, t._h  # t keeps its identity with the new data; n drops the old
+        new.clear()
+        for o, c in follow:
+            o._follow(c)
         return self
 
     def __call__(self, *a, **k):
@@ -377,7 +431,9 @@ class GPT(Module):
     """The C library's GPT-2 style model (ag_gpt_init/ag_gpt_forward): tied
     head by default, GPT-2 init. forward(idx) takes int32 (or int64, cast)
     token ids [B, T] and returns logits [B, T, vocab_size]. Its parameters are
-    the C model's own tensors ("wte.weight", "h.0.attn.qkv.weight", ...)."""
+    the C model's own tensors ("wte.weight", "h.0.attn.qkv.weight", ...), so
+    to() refuses to move or cast them: pass device= and dtype= instead."""
+    _c_model = True
 
     def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0,
                  untied_head=False, checkpoint=False, device=None, dtype=None):
@@ -431,7 +487,10 @@ class Llama(Module):
     [B, T, vocab_size]. Zero for n_kv_heads, hidden_dim, multiple_of,
     rope_theta or norm_eps selects the C default (n_heads, 8*dim/3 rounded
     up to 256, 256, 10000, 1e-5). save_pretrained/load_pretrained read and
-    write a safetensors file with those names, as transformers does."""
+    write a safetensors file with those names, as transformers does. Its
+    parameters are the C model's tensors: to() refuses to move or cast them
+    (pass device= and dtype=)."""
+    _c_model = True
 
     def __init__(self, vocab_size, dim, n_layers, n_heads, max_seq_len, n_kv_heads=0,
                  hidden_dim=0, multiple_of=0, rope_theta=0.0, norm_eps=0.0, untied_head=False,

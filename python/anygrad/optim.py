@@ -1,5 +1,6 @@
 """anygrad.optim: the C library's fused AdamW and SGD, with PyTorch's names,
 param_groups[0]["lr"] and learning-rate schedulers."""
+import weakref
 from ctypes import byref
 
 from ._lib import lib, check, raise_last, ParamList, SgdOptions, AdamwOptions
@@ -14,6 +15,11 @@ def _param_list(params):
             raise TypeError("anygrad.optim: parameters must be Tensors, got %s" % type(p).__name__)
         check(lib.ag_params_add(byref(pl), str(i).encode(), p._handle))
     return pl
+
+
+# Every live optimizer, so that Module.to() can make the ones holding the
+# parameters it moves follow them (_follow).
+_LIVE = weakref.WeakSet()
 
 
 class Optimizer:
@@ -31,14 +37,68 @@ class Optimizer:
         self._lr = lr
 
     def _make(self, create, opts):
-        pl = _param_list(self._params)
+        for p in self._params:
+            if not isinstance(p, Tensor):
+                raise TypeError("anygrad.optim: parameters must be Tensors, got %s" % type(p).__name__)
+        self._create, self._opts = create, opts
+        self._o = self._build([p._handle for p in self._params])
+        _LIVE.add(self)
+
+    def _build(self, handles):
+        """A C optimizer over the tensors `handles`, with this one's options
+        and current lr (owned by the caller; raises on failure)."""
+        self._opts.lr = self._lr
+        pl = ParamList()
         try:
-            o = create(byref(pl), byref(opts))
+            for i, h in enumerate(handles):
+                check(lib.ag_params_add(byref(pl), str(i).encode(), h))
+            o = self._create(byref(pl), byref(self._opts))
         finally:
             lib.ag_params_free(byref(pl))  # the optimizer retained what it keeps
         if not o:
             raise_last("optimizer")
+        return o
+
+    def _holds(self, tensors):
+        return any(id(p) in tensors for p in self._params)
+
+    def _prepare_follow(self, new_handles):
+        """Module.to(), before it moves anything: a C optimizer over the
+        tensors the parameters are about to hold (new_handles: id(param) ->
+        handle), or the reason this optimizer cannot hold them (AdamW keeps
+        f32 parameters only, all on one device)."""
+        try:
+            return self._build([new_handles.get(id(p), p._h) for p in self._params])
+        except Exception as e:  # noqa: BLE001 - re-raised with what was asked
+            raise RuntimeError("anygrad: Module.to(): the %s optimizer holding these parameters cannot "
+                               "follow them (%s); nothing was moved. Build the optimizer after the "
+                               "move" % (type(self).__name__, e)) from None
+
+    def _follow(self, o):
+        """Module.to(), after it moved the parameters: take over the C
+        optimizer `o` built by _prepare_follow, with this one's state
+        (momentum, exp_avg, exp_avg_sq, moved and cast as the parameters
+        were) and step count."""
+        old = self._o
+        try:
+            src, dst = ParamList(), ParamList()
+            try:
+                check(lib.ag_optimizer_state(old, byref(src)))
+                check(lib.ag_optimizer_state(o, byref(dst)))
+                have = {src.names[i]: src.tensors[i] for i in range(src.count)}
+                for i in range(dst.count):
+                    s = have.get(dst.names[i])
+                    if s:
+                        check(lib.ag_copy_(dst.tensors[i], s))
+            finally:
+                lib.ag_params_free(byref(src))
+                lib.ag_params_free(byref(dst))
+            lib.ag_optimizer_set_steps(o, lib.ag_optimizer_steps(old))
+        except BaseException:
+            lib.ag_optimizer_free(o)
+            raise
         self._o = o
+        lib.ag_optimizer_free(old)
 
     def __del__(self):
         o = getattr(self, "_o", None)
