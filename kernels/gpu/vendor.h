@@ -40,6 +40,7 @@ typedef hipDeviceProp_t gpuDeviceProp;
 #define gpuPeekAtLastError hipPeekAtLastError
 #define gpuGetDeviceCount hipGetDeviceCount
 #define gpuSetDevice hipSetDevice
+#define gpuGetDevice hipGetDevice
 #define gpuGetDeviceProperties hipGetDeviceProperties
 #define gpuMemGetInfo hipMemGetInfo
 #define gpuMalloc hipMalloc
@@ -109,6 +110,7 @@ typedef cudaDeviceProp gpuDeviceProp;
 #define gpuPeekAtLastError cudaPeekAtLastError
 #define gpuGetDeviceCount cudaGetDeviceCount
 #define gpuSetDevice cudaSetDevice
+#define gpuGetDevice cudaGetDevice
 #define gpuGetDeviceProperties cudaGetDeviceProperties
 #define gpuMemGetInfo cudaMemGetInfo
 #define gpuMalloc cudaMalloc

@@ -186,6 +186,7 @@ enum {
   gpuErrorNotReady = 600,
   gpuErrorLaunchFailure = 719,
   gpuErrorNotSupported = 801,
+  gpuErrorInvalidResourceHandle = 400,
   gpuErrorIllegalState = 401,
 };
 enum { gpuMemcpyHostToDevice = 1, gpuMemcpyDeviceToHost = 2, gpuMemcpyDeviceToDevice = 3 };
@@ -201,7 +202,10 @@ AGEMU_API const char *gpuGetErrorName(gpuError_t e);
 AGEMU_API gpuError_t gpuGetLastError(void);
 AGEMU_API gpuError_t gpuPeekAtLastError(void);
 AGEMU_API gpuError_t gpuGetDeviceCount(int *n);
+/* The current device is per OS thread (0 until set), as in CUDA and HIP: a
+ * program's own calls on the thread see what the module leaves there. */
 AGEMU_API gpuError_t gpuSetDevice(int dev);
+AGEMU_API gpuError_t gpuGetDevice(int *dev);
 AGEMU_API gpuError_t gpuGetDeviceProperties(gpuDeviceProp *p, int dev);
 AGEMU_API gpuError_t gpuMemGetInfo(size_t *free_b, size_t *total_b);
 AGEMU_API gpuError_t gpuMalloc(void **p, size_t bytes);

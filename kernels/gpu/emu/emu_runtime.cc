@@ -2,11 +2,12 @@
  * Two devices: 0 has CUDA's warp (32) and launch limits, 1 HIP's (64).
  * Device memory is aligned host memory filled with 0xff bytes (NaN for
  * floats) so a read of unwritten memory shows; capacity is capped so OOM
- * paths run. Streams execute work at once (immediate mode), or, with
- * AG_GPUEMU_DEFERRED=1, on one worker thread per stream after an optional
- * delay, so host code that touches memory a queued copy still reads is
- * caught. Kernel execution errors are sticky on the device until a
- * synchronizing call returns them, as a CUDA launch failure is. */
+ * paths run. The current device is per thread, as in CUDA. Streams
+ * execute work at once (immediate mode), or, with AG_GPUEMU_DEFERRED=1, on
+ * one worker thread per stream after an optional delay, so host code that
+ * touches memory a queued copy still reads is caught. Kernel execution
+ * errors are sticky on the device until a synchronizing call returns them,
+ * as a CUDA launch failure is. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
@@ -326,6 +327,7 @@ const char *gpuGetErrorName(gpuError_t e) {
     case gpuErrorNotReady: return "gpuemuErrorNotReady";
     case gpuErrorLaunchFailure: return "gpuemuErrorLaunchFailure";
     case gpuErrorNotSupported: return "gpuemuErrorNotSupported";
+    case gpuErrorInvalidResourceHandle: return "gpuemuErrorInvalidResourceHandle";
     case gpuErrorIllegalState: return "gpuemuErrorIllegalState";
   }
   return "gpuemuErrorUnknown";
@@ -341,6 +343,7 @@ const char *gpuGetErrorString(gpuError_t e) {
     case gpuErrorNotReady: return "device not ready";
     case gpuErrorLaunchFailure: return "kernel execution failed";
     case gpuErrorNotSupported: return "operation not supported";
+    case gpuErrorInvalidResourceHandle: return "invalid resource handle";
     case gpuErrorIllegalState: return "illegal state";
   }
   return "unknown error";
@@ -391,6 +394,10 @@ gpuError_t gpuGetDeviceCount(int *n) {
 gpuError_t gpuSetDevice(int dev) {
   if (dev < 0 || dev >= EMU_NDEV) return set_last(gpuErrorInvalidDevice, "gpuSetDevice: no such device");
   tl_dev = dev;
+  return gpuSuccess;
+}
+gpuError_t gpuGetDevice(int *dev) {
+  *dev = tl_dev;
   return gpuSuccess;
 }
 gpuError_t gpuGetDeviceProperties(gpuDeviceProp *p, int dev) {
@@ -571,6 +578,8 @@ gpuError_t gpuEventDestroy(gpuEvent_t e) {
 gpuError_t gpuEventRecord(gpuEvent_t e, gpuStream_t s) {
   if (!e) return set_last(gpuErrorInvalidValue, "gpuEventRecord: NULL event");
   agemu_stream *q = resolve(s);
+  if (q->dev != e->dev) /* CUDA refuses an event and a stream of two devices */
+    return set_last(gpuErrorInvalidResourceHandle, "gpuEventRecord: the event and the stream are of different devices");
   uint64_t gen;
   {
     std::lock_guard<std::mutex> g(e->m);
@@ -639,6 +648,10 @@ gpuError_t agemu::launch(gpuStream_t s, dim3 grid, dim3 block, size_t smem, cons
                          std::function<void()> body) {
   agemu_stream *q = resolve(s);
   emu_dev &d = st()->dev[q->dev];
+  if (q->dev != tl_dev) /* CUDA fails a launch into a stream of another device than the current one */
+    return set_last(gpuErrorInvalidResourceHandle,
+                    "launch of kernel " + kernel_name(kernel) + " into a stream of device " + std::to_string(q->dev) +
+                        " while device " + std::to_string(tl_dev) + " is current");
   unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
   const char *why = NULL;
   char buf[160];
