@@ -1,7 +1,9 @@
 /* The emulator as a checker: one small defective kernel per defect class
  * (shared-memory race, uninitialised shared read, shared out of bounds,
- * global access outside a tensor inside a cached segment, global
- * read-modify-write race between blocks). Compiled like the check module:
+ * global access outside a tensor inside a cached segment, global access
+ * outside every live allocation: past the end of a segment, before an
+ * allocation, into a freed one; global read-modify-write race between
+ * blocks). Compiled like the check module:
  * kernels instrumented, the emulator built with AGEMU_CHECK.
  *   gpuemu_check_test check   (AG_GPUEMU_CHECK=1): each launch fails, and
  *                             the message names the class and the kernel;
@@ -55,6 +57,12 @@ __global__ void k_oob_shared(float *out, int shift) {
 __global__ void k_oob_global(float *y, int n) {
   for (int i = (int)threadIdx.x; i <= n; i += (int)blockDim.x) y[i] = 1.f;
 }
+/* (f) reads the element before x */
+__global__ void k_oob_before(const float *x, float *out) {
+  if (threadIdx.x == 0) out[0] = x[-1];
+}
+/* (g) reads x[i] of an allocation that is gone */
+__global__ void k_use_after_free(const float *x, float *out) { out[threadIdx.x] = x[threadIdx.x]; }
 /* (e) every block adds one to a counter without an atomic */
 __global__ void k_rmw_global(int *counter) {
   if (threadIdx.x == 0) *counter = *counter + 1;
@@ -151,6 +159,67 @@ static void test_oob_global(void **state) {
   assert_int_equal(gpuFree(seg), gpuSuccess);
 }
 
+/* Past the end of a segment: outside every allocation, where the checker
+ * used to see host memory and let the write pass. Without the checker the
+ * write would corrupt the host heap, so these run only in checking mode. */
+static void oob_segment_end(size_t seg_bytes, size_t tensor_off, int n) {
+  char *seg = (char *)dev_alloc(seg_bytes);
+  agemu_check_segment(seg, true);
+  agemu::extent e = {(uintptr_t)(seg + tensor_off), (uintptr_t)(seg + tensor_off + n * sizeof(float)), 0};
+  assert_true(e.hi == (uintptr_t)(seg + seg_bytes)); /* the tensor ends the segment */
+  agemu_check_call(&e, 1, true);
+  agk_launch(k_oob_global, 1, 32, 0, g_s, (float *)(seg + tensor_off), n);
+  agemu_check_call(NULL, 0, false);
+  expect(finish(), "memcheck: invalid global write", "k_oob_global");
+  char want[160];
+  snprintf(want, sizeof want, "0 bytes past the end of the cached allocator segment [%p, %p)", (void *)seg,
+           (void *)(seg + seg_bytes));
+  if (!strstr(g_detail, "outside every live allocation of gpuemu:0") || !strstr(g_detail, want))
+    fail_msg("want \"%s\" in \"%s\"", want, g_detail);
+  agemu_check_segment(seg, false);
+  assert_int_equal(gpuFree(seg), gpuSuccess);
+}
+
+/* A tensor that fills its segment exactly (a large tensor, a segment of its
+ * own): one element past it. */
+static void test_oob_segment_filled(void **state) {
+  (void)state;
+  if (!g_check) return;
+  oob_segment_end(64 * sizeof(float), 0, 64);
+}
+
+/* The last block of a 2 MiB segment: one element past it. */
+static void test_oob_segment_last_block(void **state) {
+  (void)state;
+  if (!g_check) return;
+  oob_segment_end((size_t)2 << 20, ((size_t)2 << 20) - 512, 128);
+}
+
+/* A read one element before an allocation of the runtime's own (scratch). */
+static void test_oob_before(void **state) {
+  (void)state;
+  if (!g_check) return;
+  float *x = (float *)dev_alloc(256), *out = (float *)dev_alloc(256);
+  agk_launch(k_oob_before, 1, 32, 0, g_s, (const float *)x, out);
+  expect(finish(), "memcheck: invalid global read", "k_oob_before");
+  if (!strstr(g_detail, "outside every live allocation") || !strstr(g_detail, "4 bytes before the start of"))
+    fail_msg("want a read 4 bytes before the allocation; got \"%s\"", g_detail);
+  assert_int_equal(gpuFree(x), gpuSuccess);
+  assert_int_equal(gpuFree(out), gpuSuccess);
+}
+
+/* A launch given a pointer to memory freed before it ran. */
+static void test_use_after_free(void **state) {
+  (void)state;
+  if (!g_check) return;
+  float *x = (float *)dev_alloc(256), *out = (float *)dev_alloc(256);
+  assert_int_equal(gpuFree(x), gpuSuccess);
+  agk_launch(k_use_after_free, 1, 32, 0, g_s, (const float *)x, out);
+  expect(finish(), "memcheck: invalid global read", "k_use_after_free");
+  if (!strstr(g_detail, "freed before the launch ran")) fail_msg("want a use after free; got \"%s\"", g_detail);
+  assert_int_equal(gpuFree(out), gpuSuccess);
+}
+
 static void test_rmw_global(void **state) {
   (void)state;
   int *counter = (int *)dev_alloc(sizeof(int));
@@ -239,7 +308,9 @@ int main(int argc, char **argv) {
   if (gpuStreamCreateWithFlags(&g_s, gpuStreamNonBlocking) != gpuSuccess) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_race_shared), cmocka_unit_test(test_uninit_shared), cmocka_unit_test(test_oob_shared),
-      cmocka_unit_test(test_oob_global),  cmocka_unit_test(test_rmw_global),    cmocka_unit_test(test_clean),
+      cmocka_unit_test(test_oob_global),  cmocka_unit_test(test_oob_segment_filled),
+      cmocka_unit_test(test_oob_segment_last_block), cmocka_unit_test(test_oob_before),
+      cmocka_unit_test(test_use_after_free), cmocka_unit_test(test_rmw_global),    cmocka_unit_test(test_clean),
       cmocka_unit_test(test_schedule),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);

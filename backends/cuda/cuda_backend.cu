@@ -24,6 +24,7 @@ static struct {
   CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
   CUresult (*MemUnmap)(CUdeviceptr, size_t);
   CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+  CUresult (*DevicePrimaryCtxGetState)(CUdevice, unsigned int *, int *);
   bool vm;          /* every VM entry point resolved */
   bool own_gemm;    /* AG_GPU_GEMM=own */
   bool allow_tf32;  /* AG_ALLOW_TF32=1 */
@@ -93,6 +94,7 @@ ag_status agv_init(char *reason, size_t reason_len) {
   *(void **)&g.MemMap = entry("cuMemMap");
   *(void **)&g.MemUnmap = entry("cuMemUnmap");
   *(void **)&g.MemSetAccess = entry("cuMemSetAccess");
+  *(void **)&g.DevicePrimaryCtxGetState = entry("cuDevicePrimaryCtxGetState");
   g.vm = g.DeviceGetAttribute && g.MemGetAllocationGranularity && g.MemAddressReserve && g.MemAddressFree &&
          g.MemCreate && g.MemRelease && g.MemMap && g.MemUnmap && g.MemSetAccess;
   const char *gemm = getenv("AG_GPU_GEMM"), *tf32 = getenv("AG_ALLOW_TF32");
@@ -110,6 +112,19 @@ static bool dev_vm(int dev) {
   if (!g.vm || g.DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS)
     return false;
   return v != 0;
+}
+
+/* cudaSetDevice initializes the device's primary context (CUDA 12): a
+ * caller's previous device is made current again only if the process already
+ * has that context, else every process of a one-GPU-per-rank job would get a
+ * context on GPU 0 (PyTorch's MaybeSetDevice makes the same test). Without
+ * the entry point (an old driver) the caller's device is always restored. */
+bool agv_device_restorable(int dev) {
+  unsigned int flags = 0;
+  int active = 0;
+  if (!g.DevicePrimaryCtxGetState) return true;
+  if (g.DevicePrimaryCtxGetState((CUdevice)dev, &flags, &active) != CUDA_SUCCESS) return true;
+  return active != 0;
 }
 
 void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {

@@ -46,6 +46,12 @@ ag_status agv_init(char *reason, size_t reason_len) {
   return AG_OK;
 }
 
+/* The emulator creates no contexts: setting a device costs nothing. */
+bool agv_device_restorable(int dev) {
+  (void)dev;
+  return true;
+}
+
 void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
   snprintf(out->vendor, sizeof out->vendor, "anygrad (emulated on the CPU, for testing)");
   snprintf(out->arch, sizeof out->arch, "emu-warp%d", p->warpSize);
@@ -175,6 +181,10 @@ void entry_init() {
 }
 #else
 char g_check_why[512];
+/* The check module's gpuemuSetDevice/gpuemuGetDevice when it runs the
+ * devices (its emulator is another copy, with its own current device). */
+int (*g_fwd_set)(int);
+int (*g_fwd_get)(int *);
 
 ag_status check_unavailable(int *out_count, char *reason, size_t reason_len) {
   *out_count = 0;
@@ -200,6 +210,8 @@ void entry_init() {
   ag_backend_module_get_fn get = h ? (ag_backend_module_get_fn)dlsym(h, AG_BACKEND_MODULE_SYMBOL) : NULL;
   if (get && get()) {
     g_entry = *get();
+    *(void **)&g_fwd_set = dlsym(h, "gpuemuSetDevice");
+    *(void **)&g_fwd_get = dlsym(h, "gpuemuGetDevice");
     return;
   }
   snprintf(g_check_why, sizeof g_check_why, "AG_GPUEMU_CHECK=1 needs %s: %s", path.c_str(),
@@ -213,4 +225,25 @@ void entry_init() {
 extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) {
   std::call_once(g_entry_once, entry_init);
   return &g_entry;
+}
+
+/* The emulator's cudaSetDevice/cudaGetDevice as a program sees them: the
+ * calling thread's current device of the emulator that runs the devices (the
+ * check module's under AG_GPUEMU_CHECK=1). What a program using CUDA beside
+ * anygrad on one thread (PyTorch, CuPy, DLPack) would call; the module's
+ * entries must leave it as they found it (tests/gpu3_gpuemu_test.c).
+ * Returns 0 or the emulator's error code. */
+extern "C" __attribute__((visibility("default"))) int gpuemuSetDevice(int dev) {
+  std::call_once(g_entry_once, entry_init);
+#ifndef AGEMU_CHECK
+  if (g_fwd_set) return g_fwd_set(dev);
+#endif
+  return gpuSetDevice(dev);
+}
+extern "C" __attribute__((visibility("default"))) int gpuemuGetDevice(int *dev) {
+  std::call_once(g_entry_once, entry_init);
+#ifndef AGEMU_CHECK
+  if (g_fwd_get) return g_fwd_get(dev);
+#endif
+  return gpuGetDevice(dev);
 }

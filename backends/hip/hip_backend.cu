@@ -159,6 +159,13 @@ size_t agv_vm_granularity(int dev) {
   return gran;
 }
 
+/* hipSetDevice selects a device the runtime set up at its initialisation:
+ * it creates nothing. */
+bool agv_device_restorable(int dev) {
+  (void)dev;
+  return true;
+}
+
 void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
   snprintf(out->vendor, sizeof out->vendor, "AMD");
   size_t n = strnlen(p->gcnArchName, sizeof p->gcnArchName);

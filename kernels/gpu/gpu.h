@@ -150,6 +150,9 @@ AGK_HIDDEN ag_status agg_workspace(const ag_kernel_call *c, size_t bytes, void *
  * core trims segments at granule boundaries). */
 AGK_HIDDEN ag_status agg_vm_map(int dev, void *base, size_t offset, size_t bytes);
 AGK_HIDDEN ag_status agg_vm_unmap(int dev, void *base, size_t offset, size_t bytes);
+/* The vtable's vm_reserve and vm_release: agv_* with dev current. */
+AGK_HIDDEN ag_status agg_vm_reserve(int dev, size_t bytes, void **out_base);
+AGK_HIDDEN void agg_vm_release(int dev, void *base, size_t bytes);
 
 /* ---- entries appended after runtime.cu's table (table.cu) ----
  * Each module exports an entry point that returns a copy of runtime.cu's
@@ -178,6 +181,11 @@ AGK_HIDDEN bool agg_env_choice(const char *name, const char *const *ok, int n, c
 /* Vendor set-up after devices were counted (BLAS, driver entry points,
  * environment knobs). Failure makes the backend unavailable with reason. */
 AGK_HIDDEN ag_status agv_init(char *reason, size_t reason_len);
+/* Whether the glue may make dev current again to give a caller's thread its
+ * current device back (runtime.cu's dev_guard): false where that would
+ * create a context the process does not have yet (CUDA: dev's primary
+ * context is not active). */
+AGK_HIDDEN bool agv_device_restorable(int dev);
 /* Vendor-specific device properties (vendor, arch, half support, VM). */
 AGK_HIDDEN void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out);
 /* AG_K_MATMUL on s (vendor BLAS or agk_gemm). */

@@ -22,6 +22,54 @@ static int g_sm_count[AG_MAX_DEVICES];
     if (e_ != gpuSuccess) return agv_status((int)e_, AGV_RUNTIME, AG_GPU_API what); \
   } while (0)
 
+/* The calling thread's current device belongs to the caller: a program that
+ * uses CUDA or HIP beside anygrad on the same thread (PyTorch, CuPy, a
+ * DLPack consumer) allocates and launches on it. Each entry that needs
+ * device dev makes it current only when it is not (cudaGetDevice is a read
+ * of thread state and creates no context) and gives the caller's device
+ * back on every way out, as PyTorch's device guard does. The one exception
+ * is a previous device that agv_device_restorable says the process has not
+ * used yet: making it current again would create a context on it (cudaSetDevice
+ * initializes the primary context since CUDA 12), so the thread stays on dev. */
+namespace {
+class dev_guard {
+ public:
+  explicit dev_guard(int dev) {
+    if (gpuGetDevice(&prev_) != gpuSuccess) {
+      (void)gpuGetLastError();
+      prev_ = -1;
+    }
+    if (prev_ != dev) {
+      err_ = gpuSetDevice(dev);
+      set_ = err_ == gpuSuccess;
+    }
+  }
+  ~dev_guard() {
+    if (set_ && prev_ >= 0 && agv_device_restorable(prev_) && gpuSetDevice(prev_) != gpuSuccess)
+      (void)gpuGetLastError();
+  }
+  dev_guard(const dev_guard &) = delete;
+  dev_guard &operator=(const dev_guard &) = delete;
+  /* gpuSuccess, or why dev could not be made current */
+  gpuError_t error() const { return err_; }
+
+ private:
+  int prev_ = -1;
+  bool set_ = false;
+  gpuError_t err_ = gpuSuccess;
+};
+} // namespace
+
+/* Make dev current for the rest of the enclosing block (dev_guard); a
+ * failure returns the translated status. */
+#define ON_DEVICE(dev)                                                                  \
+  dev_guard guard_(dev);                                                                \
+  if (guard_.error() != gpuSuccess) return agv_status((int)guard_.error(), AGV_RUNTIME, AG_GPU_API "SetDevice")
+/* The same for entries that return nothing: a failure skips the body. */
+#define ON_DEVICE_VOID(dev) \
+  dev_guard guard_(dev);    \
+  if (guard_.error() != gpuSuccess) return
+
 int agg_sm_count(int dev) { return dev >= 0 && dev < AG_MAX_DEVICES ? g_sm_count[dev] : 0; }
 
 bool agg_env_choice(const char *name, const char *const *ok, int n, char *reason, size_t reason_len) {
@@ -99,31 +147,44 @@ ag_status agg_device_props(int dev, ag_device_props *out) {
 }
 
 ag_status agg_mem_info(int dev, size_t *out_free, size_t *out_total) {
-  CHECK(gpuSetDevice(dev), "SetDevice");
+  ON_DEVICE(dev);
   CHECK(gpuMemGetInfo(out_free, out_total), "MemGetInfo");
   return AG_OK;
 }
 
 ag_status agg_segment_alloc(int dev, size_t bytes, void **out_base) {
-  CHECK(gpuSetDevice(dev), "SetDevice");
+  ON_DEVICE(dev);
   CHECK(gpuMalloc(out_base, bytes), "Malloc");
   return AG_OK;
 }
 void agg_segment_free(int dev, void *base) {
-  (void)gpuSetDevice(dev);
+  ON_DEVICE_VOID(dev);
   (void)gpuFree(base);
 }
 
 ag_status agg_pinned_alloc(int dev, size_t bytes, void **out_ptr) {
-  CHECK(gpuSetDevice(dev), "SetDevice");
+  ON_DEVICE(dev);
   CHECK(gpuHostAlloc(out_ptr, bytes, gpuHostAllocPortable), "HostAlloc");
   return AG_OK;
 }
-void agg_pinned_free(int dev, void *ptr) { (void)gpuFreeHost(ptr); }
+void agg_pinned_free(int dev, void *ptr) {
+  ON_DEVICE_VOID(dev);
+  (void)gpuFreeHost(ptr);
+}
 
 /* ---- virtual memory ---- */
 
+ag_status agg_vm_reserve(int dev, size_t bytes, void **out_base) {
+  ON_DEVICE(dev);
+  return agv_vm_reserve(dev, bytes, out_base);
+}
+void agg_vm_release(int dev, void *base, size_t bytes) {
+  ON_DEVICE_VOID(dev);
+  agv_vm_release(dev, base, bytes);
+}
+
 ag_status agg_vm_map(int dev, void *base, size_t offset, size_t bytes) {
+  ON_DEVICE(dev);
   size_t gran = agv_vm_granularity(dev);
   if (!gran) return ag_error_set(AG_ERR_UNSUPPORTED, AG_GPU_BACKEND_NAME ": no virtual memory on device %d", dev);
   if (offset % gran || bytes % gran)
@@ -140,6 +201,7 @@ ag_status agg_vm_map(int dev, void *base, size_t offset, size_t bytes) {
 }
 
 ag_status agg_vm_unmap(int dev, void *base, size_t offset, size_t bytes) {
+  ON_DEVICE(dev);
   size_t gran = agv_vm_granularity(dev);
   if (!gran) return ag_error_set(AG_ERR_UNSUPPORTED, AG_GPU_BACKEND_NAME ": no virtual memory on device %d", dev);
   if (offset % gran || bytes % gran)
@@ -158,7 +220,7 @@ ag_status agg_vm_unmap(int dev, void *base, size_t offset, size_t bytes) {
 
 void agg_stream_destroy(ag_bstream *s) {
   if (!s) return;
-  (void)gpuSetDevice(s->dev);
+  dev_guard guard(s->dev); /* a failure still frees what it can */
   if (s->s) (void)gpuStreamSynchronize(s->s);
   agv_stream_release(s);
   for (int i = 0; i < AGG_TABLE_SLOTS; i++) {
@@ -173,14 +235,13 @@ void agg_stream_destroy(ag_bstream *s) {
 }
 
 ag_status agg_stream_create(int dev, ag_bstream **out) {
+  ON_DEVICE(dev);
   ag_bstream *s = (ag_bstream *)calloc(1, sizeof *s);
   ag_status st = AG_OK;
   gpuError_t e;
-  const char *what = AG_GPU_API "SetDevice";
+  const char *what = AG_GPU_API "StreamCreateWithFlags";
   if (!s) return ag_error_set(AG_ERR_OOM, AG_GPU_BACKEND_NAME ": stream_create: out of host memory");
   s->dev = dev;
-  if ((e = gpuSetDevice(dev)) != gpuSuccess) goto fail;
-  what = AG_GPU_API "StreamCreateWithFlags";
   if ((e = gpuStreamCreateWithFlags(&s->s, gpuStreamNonBlocking)) != gpuSuccess) goto fail;
   what = AG_GPU_API "HostAlloc(error word)";
   if ((e = gpuHostAlloc((void **)&s->err_host, sizeof(ag_kernel_error), gpuHostAllocMapped | gpuHostAllocPortable)) !=
@@ -208,6 +269,7 @@ fail:
 }
 
 ag_status agg_stream_synchronize(ag_bstream *s) {
+  ON_DEVICE(s->dev);
   CHECK(gpuStreamSynchronize(s->s), "StreamSynchronize");
   return AG_OK;
 }
@@ -220,6 +282,7 @@ static void clear_not_ready(void) {
 }
 
 ag_status agg_stream_query(ag_bstream *s, bool *out_done) {
+  ON_DEVICE(s->dev);
   gpuError_t e = gpuStreamQuery(s->s);
   if (e == gpuErrorNotReady) {
     clear_not_ready();
@@ -237,29 +300,38 @@ ag_status agg_event_create(int dev, bool timing, ag_bevent **out) {
   ag_bevent *ev = (ag_bevent *)calloc(1, sizeof *ev);
   if (!ev) return ag_error_set(AG_ERR_OOM, AG_GPU_BACKEND_NAME ": event_create: out of host memory");
   ev->dev = dev;
-  gpuError_t e = gpuSetDevice(dev);
-  if (e == gpuSuccess) e = gpuEventCreateWithFlags(&ev->e, timing ? gpuEventDefault : gpuEventDisableTiming);
+  dev_guard guard(dev);
+  gpuError_t e = guard.error();
+  const char *what = AG_GPU_API "SetDevice";
+  if (e == gpuSuccess) {
+    e = gpuEventCreateWithFlags(&ev->e, timing ? gpuEventDefault : gpuEventDisableTiming);
+    what = AG_GPU_API "EventCreateWithFlags";
+  }
   if (e != gpuSuccess) {
     free(ev);
-    return agv_status((int)e, AGV_RUNTIME, AG_GPU_API "EventCreateWithFlags");
+    return agv_status((int)e, AGV_RUNTIME, what);
   }
   *out = ev;
   return AG_OK;
 }
 void agg_event_destroy(ag_bevent *e) {
   if (!e) return;
+  dev_guard guard(e->dev); /* the event is freed in any case */
   (void)gpuEventDestroy(e->e);
   free(e);
 }
 ag_status agg_event_record(ag_bevent *e, ag_bstream *s) {
+  ON_DEVICE(s->dev);
   CHECK(gpuEventRecord(e->e, s->s), "EventRecord");
   return AG_OK;
 }
 ag_status agg_stream_wait_event(ag_bstream *s, ag_bevent *e) {
+  ON_DEVICE(s->dev);
   CHECK(gpuStreamWaitEvent(s->s, e->e, 0), "StreamWaitEvent");
   return AG_OK;
 }
 ag_status agg_event_query(ag_bevent *e, bool *out_done) {
+  ON_DEVICE(e->dev);
   gpuError_t r = gpuEventQuery(e->e);
   if (r == gpuErrorNotReady) {
     clear_not_ready();
@@ -271,10 +343,12 @@ ag_status agg_event_query(ag_bevent *e, bool *out_done) {
   return AG_OK;
 }
 ag_status agg_event_synchronize(ag_bevent *e) {
+  ON_DEVICE(e->dev);
   CHECK(gpuEventSynchronize(e->e), "EventSynchronize");
   return AG_OK;
 }
 ag_status agg_event_elapsed_ms(ag_bevent *a, ag_bevent *b, float *out_ms) {
+  ON_DEVICE(a->dev);
   CHECK(gpuEventElapsedTime(out_ms, a->e, b->e), "EventElapsedTime");
   return AG_OK;
 }
@@ -284,6 +358,7 @@ ag_status agg_event_elapsed_ms(ag_bevent *a, ag_bevent *b, float *out_ms) {
 ag_status agg_copy_h2d(ag_bstream *s, void *dst_base, size_t dst_off, const void *src, size_t bytes,
                        bool src_pinned) {
   if (!bytes) return AG_OK;
+  ON_DEVICE(s->dev);
   /* From pageable memory the runtime stages the source before returning, so
    * the caller may reuse src at once as the contract requires. */
   CHECK(gpuMemcpyAsync((char *)dst_base + dst_off, src, bytes, gpuMemcpyHostToDevice, s->s), "MemcpyAsync(H2D)");
@@ -294,6 +369,7 @@ ag_status agg_copy_h2d(ag_bstream *s, void *dst_base, size_t dst_off, const void
 }
 ag_status agg_copy_d2h(ag_bstream *s, void *dst, const void *src_base, size_t src_off, size_t bytes) {
   if (!bytes) return AG_OK;
+  ON_DEVICE(s->dev);
   CHECK(gpuMemcpyAsync(dst, (const char *)src_base + src_off, bytes, gpuMemcpyDeviceToHost, s->s),
         "MemcpyAsync(D2H)");
   return AG_OK;
@@ -301,6 +377,7 @@ ag_status agg_copy_d2h(ag_bstream *s, void *dst, const void *src_base, size_t sr
 ag_status agg_copy_d2d(ag_bstream *s, void *dst_base, size_t dst_off, const void *src_base, size_t src_off,
                        size_t bytes) {
   if (!bytes) return AG_OK;
+  ON_DEVICE(s->dev);
   CHECK(gpuMemcpyAsync((char *)dst_base + dst_off, (const char *)src_base + src_off, bytes, gpuMemcpyDeviceToDevice,
                        s->s),
         "MemcpyAsync(D2D)");
@@ -396,8 +473,8 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
   env.scratch = s->scratch;
   env.scratch_bytes = AGK_SCRATCH_BYTES;
   env.sm_count = agg_sm_count(s->dev);
-  gpuError_t e = gpuSetDevice(s->dev);
-  if (e != gpuSuccess) return agv_status((int)e, AGV_RUNTIME, AG_GPU_API "SetDevice");
+  ON_DEVICE(s->dev);
+  gpuError_t e = gpuSuccess;
   switch (c->op) {
     case AG_K_FILL: e = agk_fill(&env, c); break;
     case AG_K_ARANGE: e = agk_arange(&env, c); break;
@@ -499,10 +576,10 @@ static const ag_backend g_backend = {
     .segment_alloc = agg_segment_alloc,
     .segment_free = agg_segment_free,
     .vm_granularity = agv_vm_granularity,
-    .vm_reserve = agv_vm_reserve,
+    .vm_reserve = agg_vm_reserve,
     .vm_map = agg_vm_map,
     .vm_unmap = agg_vm_unmap,
-    .vm_release = agv_vm_release,
+    .vm_release = agg_vm_release,
     .pinned_alloc = agg_pinned_alloc,
     .pinned_free = agg_pinned_free,
     .stream_create = agg_stream_create,

@@ -186,6 +186,7 @@ enum {
   gpuErrorNotReady = 600,
   gpuErrorLaunchFailure = 719,
   gpuErrorNotSupported = 801,
+  gpuErrorInvalidResourceHandle = 400,
   gpuErrorIllegalState = 401,
 };
 enum { gpuMemcpyHostToDevice = 1, gpuMemcpyDeviceToHost = 2, gpuMemcpyDeviceToDevice = 3 };

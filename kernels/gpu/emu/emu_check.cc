@@ -2,9 +2,11 @@
  * module are compiled with ThreadSanitizer's instrumentation, and this file
  * (not instrumented) is the runtime those calls reach. Every load and store
  * of a kernel is classified as shared memory (the __shared__ arrays, found
- * in the module's symbol table), device memory, or anything else (ignored),
- * and checked against shadow memory as compute-sanitizer's racecheck,
- * initcheck and memcheck would. The first finding of a block becomes the
+ * in the module's symbol table), device memory (the address space the
+ * emulator gave the device's allocations, redzones and freed blocks
+ * included), or host memory the kernel may touch (ignored), and checked
+ * against shadow memory as compute-sanitizer's racecheck, initcheck and
+ * memcheck would. The first finding of a block becomes the
  * launch's error. */
 #include <dlfcn.h>
 #include <elf.h>
@@ -167,6 +169,7 @@ struct launch_ctx {
   std::string kernel;
   const check_info *info;
   std::vector<region> regions; /* device allocations, sorted */
+  std::vector<span> spans;     /* their address space, sorted */
   std::vector<area> areas;     /* allowed ranges, sorted, disjoint */
   uintptr_t dev_lo = UINTPTR_MAX, dev_hi = 0;
   int warp;
@@ -350,6 +353,39 @@ area *area_of(launch_ctx *c, uintptr_t a) {
   return a < r->hi ? r : NULL;
 }
 
+const span *span_of(const launch_ctx *c, uintptr_t a) {
+  const std::vector<span> &v = c->spans;
+  size_t lo = 0, hi = v.size();
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (v[mid].lo <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  if (!lo) return NULL;
+  const span *r = &v[lo - 1];
+  return a < r->hi ? r : NULL;
+}
+
+/* An access in the device's address space outside every live allocation:
+ * past the end or before the start of one (a redzone), or in one that was
+ * freed. */
+void outside_live(launch_ctx *c, uintptr_t a, size_t n, int kind, const span *s) {
+  char what[256];
+  const char *alloc = s->core ? "cached allocator segment" : "device allocation";
+  if (s->freed)
+    snprintf(what, sizeof what, "inside the device allocation [%p, %p), freed before the launch ran",
+             (void *)s->user_lo, (void *)s->user_hi);
+  else if (a >= s->user_hi)
+    snprintf(what, sizeof what, "%zu bytes past the end of the %s [%p, %p)", (size_t)(a - s->user_hi), alloc,
+             (void *)s->user_lo, (void *)s->user_hi);
+  else
+    snprintf(what, sizeof what, "%zu bytes before the start of the %s [%p, %p)", (size_t)(s->user_lo - a), alloc,
+             (void *)s->user_lo, (void *)s->user_hi);
+  report("memcheck: invalid global %s of %zu bytes at %p by thread %s: outside every live allocation of gpuemu:%d, "
+         "%s",
+         acc_name(kind), n, (void *)a, tid_str(cur_tid()).c_str(), c->info->dev, what);
+}
+
 void global_oob(launch_ctx *c, uintptr_t a, size_t n, int kind, const region *r) {
   int t = cur_tid();
   /* the operand whose extent is nearest */
@@ -427,6 +463,12 @@ void slow_access(launch_ctx *c, uintptr_t a, size_t n, int kind) {
     global_oob(c, a, n, kind, r);
     return;
   }
+  const span *sp = span_of(c, a);
+  if (!sp) sp = span_of(c, a + n - 1);
+  if (sp) {
+    outside_live(c, a, n, kind, sp);
+    return;
+  }
   /* not device memory: remember its page when no allocation touches it */
   uintptr_t pg = a >> 12;
   if ((a + n - 1) >> 12 != pg) return;
@@ -434,6 +476,9 @@ void slow_access(launch_ctx *c, uintptr_t a, size_t n, int kind) {
   const std::vector<region> &v = c->regions;
   auto it = std::lower_bound(v.begin(), v.end(), hi, [](const region &x, uintptr_t h) { return x.lo < h; });
   if (it != v.begin() && std::prev(it)->hi > lo) return;
+  const std::vector<span> &w = c->spans;
+  auto jt = std::lower_bound(w.begin(), w.end(), hi, [](const span &x, uintptr_t h) { return x.lo < h; });
+  if (jt != w.begin() && std::prev(jt)->hi > lo) return;
   c->clean[c->next_clean++ & 3] = pg;
 }
 
@@ -482,6 +527,12 @@ void *launch_begin(const launch_desc &d) {
     if (!r.core || !d.chk->have_operands) ok.push_back(extent{r.lo, r.hi, -1});
     if (r.lo < c->dev_lo) c->dev_lo = r.lo;
     if (r.hi > c->dev_hi) c->dev_hi = r.hi;
+  }
+  c->spans = d.chk->spans;
+  std::sort(c->spans.begin(), c->spans.end(), [](const span &a, const span &b) { return a.lo < b.lo; });
+  for (const span &s : c->spans) {
+    if (s.lo < c->dev_lo) c->dev_lo = s.lo;
+    if (s.hi > c->dev_hi) c->dev_hi = s.hi;
   }
   for (const extent &e : d.chk->operands) ok.push_back(e);
   std::sort(ok.begin(), ok.end(), [](const extent &a, const extent &b) { return a.lo < b.lo; });

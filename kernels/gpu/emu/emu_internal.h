@@ -22,12 +22,26 @@ struct region {
   uintptr_t lo, hi;
   bool core;
 };
+/* Check mode: the device address space around one gpuMalloc block. Each
+ * block has a mapping of its own, [lo, hi), with redzones before and after
+ * [user_lo, user_hi); a freed block keeps its mapping a while (freed true).
+ * An access inside a span but outside every live allocation is an error:
+ * this is how the checker tells device memory from the host memory a kernel
+ * may touch (its parameters, stack, shared and constant data, pinned
+ * buffers), which lies outside every span. */
+struct span {
+  uintptr_t lo, hi, user_lo, user_hi;
+  bool core;  /* a segment of the core's caching allocator */
+  bool freed;
+};
 /* What the checker knows of one launch (AG_GPUEMU_CHECK=1). */
 struct check_info {
   std::string kernel;
+  int dev;
   std::vector<extent> operands; /* empty: the launch did not come from a kernel call */
   bool have_operands;
   std::vector<region> regions;  /* the device's allocations when the launch ran */
+  std::vector<span> spans;      /* and the address space around its gpuMalloc blocks */
 };
 /* Orders of threads between barriers and of blocks within a grid
  * (AG_GPUEMU_SCHED): a kernel whose result depends on the order has a race. */

@@ -1,12 +1,15 @@
 /* The emulated GPU runtime: the gpu* calls of vendor.h over host memory.
  * Two devices: 0 has CUDA's warp (32) and launch limits, 1 HIP's (64).
  * Device memory is aligned host memory filled with 0xff bytes (NaN for
- * floats) so a read of unwritten memory shows; capacity is capped so OOM
- * paths run. Streams execute work at once (immediate mode), or, with
- * AG_GPUEMU_DEFERRED=1, on one worker thread per stream after an optional
- * delay, so host code that touches memory a queued copy still reads is
- * caught. Kernel execution errors are sticky on the device until a
- * synchronizing call returns them, as a CUDA launch failure is. */
+ * floats) so a read of unwritten memory shows (in checking mode each block
+ * has a mapping of its own with redzones, kept a while after the free, so
+ * the checker knows the device's address space); capacity is capped so OOM
+ * paths run. The current device is per thread, as in CUDA. Streams
+ * execute work at once (immediate mode), or, with AG_GPUEMU_DEFERRED=1, on
+ * one worker thread per stream after an optional delay, so host code that
+ * touches memory a queued copy still reads is caught. Kernel execution
+ * errors are sticky on the device until a synchronizing call returns them,
+ * as a CUDA launch failure is. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
@@ -32,6 +35,11 @@
 
 #define EMU_NDEV 2
 #define EMU_VM_GRAN ((size_t)2 << 20)
+/* Check mode: the redzone before and after each gpuMalloc block, and how
+ * many freed blocks keep their address space (memory released) so that a
+ * late access to one is found. */
+#define EMU_REDZONE ((size_t)64 << 10)
+#define EMU_QUARANTINE 256
 
 struct agemu_stream {
   int dev;
@@ -65,6 +73,8 @@ struct emu_dev {
   std::map<uintptr_t, size_t> reserved; /* VM reservations */
   std::map<uintptr_t, size_t> mapped;   /* VM mappings, one per map call */
   std::set<uintptr_t> segments;         /* allocs that are the core's segments (check mode) */
+  std::map<uintptr_t, agemu::span> spans; /* check mode: each gpuMalloc block's mapping, by user_lo */
+  std::deque<uintptr_t> quarantine;     /* freed spans, oldest first */
   gpuError_t err = gpuSuccess;          /* sticky execution error */
   std::string detail;
   agemu_stream *null_stream = nullptr;
@@ -326,6 +336,7 @@ const char *gpuGetErrorName(gpuError_t e) {
     case gpuErrorNotReady: return "gpuemuErrorNotReady";
     case gpuErrorLaunchFailure: return "gpuemuErrorLaunchFailure";
     case gpuErrorNotSupported: return "gpuemuErrorNotSupported";
+    case gpuErrorInvalidResourceHandle: return "gpuemuErrorInvalidResourceHandle";
     case gpuErrorIllegalState: return "gpuemuErrorIllegalState";
   }
   return "gpuemuErrorUnknown";
@@ -341,6 +352,7 @@ const char *gpuGetErrorString(gpuError_t e) {
     case gpuErrorNotReady: return "device not ready";
     case gpuErrorLaunchFailure: return "kernel execution failed";
     case gpuErrorNotSupported: return "operation not supported";
+    case gpuErrorInvalidResourceHandle: return "invalid resource handle";
     case gpuErrorIllegalState: return "illegal state";
   }
   return "unknown error";
@@ -439,7 +451,20 @@ gpuError_t gpuMalloc(void **p, size_t bytes) {
     d.used += bytes;
   }
   void *m = NULL;
-  if (posix_memalign(&m, 256, bytes) != 0) {
+  agemu::span sp = {0, 0, 0, 0, false, false};
+  if (agemu_checking()) {
+    /* a mapping of its own with redzones around the block (span) */
+    size_t len = (bytes + 4095) / 4096 * 4096 + 2 * EMU_REDZONE;
+    void *r = len > bytes ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                          : MAP_FAILED;
+    if (r != MAP_FAILED) {
+      m = (char *)r + EMU_REDZONE;
+      sp = {(uintptr_t)r, (uintptr_t)r + len, (uintptr_t)m, (uintptr_t)m + bytes, false, false};
+    }
+  } else if (posix_memalign(&m, 256, bytes) != 0) {
+    m = NULL;
+  }
+  if (!m) {
     std::lock_guard<std::mutex> g(d.m);
     d.used -= bytes;
     return set_last(gpuErrorMemoryAllocation, "gpuMalloc: out of host memory");
@@ -447,6 +472,7 @@ gpuError_t gpuMalloc(void **p, size_t bytes) {
   memset(m, 0xff, bytes); /* device memory starts as garbage: NaN */
   std::lock_guard<std::mutex> g(d.m);
   d.allocs[(uintptr_t)m] = bytes;
+  if (sp.lo) d.spans[sp.user_lo] = sp;
   *p = m;
   return gpuSuccess;
 }
@@ -460,7 +486,22 @@ gpuError_t gpuFree(void *p) {
     d.used -= it->second;
     d.allocs.erase(it);
     d.segments.erase((uintptr_t)p);
-    free(p);
+    auto sp = d.spans.find((uintptr_t)p);
+    if (sp == d.spans.end()) {
+      free(p);
+      return gpuSuccess;
+    }
+    /* check mode: the memory goes back, the address space stays a while */
+    sp->second.freed = true;
+    sp->second.core = false;
+    madvise((void *)sp->second.lo, sp->second.hi - sp->second.lo, MADV_DONTNEED);
+    d.quarantine.push_back(sp->first);
+    if (d.quarantine.size() > EMU_QUARANTINE) {
+      auto old = d.spans.find(d.quarantine.front());
+      d.quarantine.pop_front();
+      munmap((void *)old->second.lo, old->second.hi - old->second.lo);
+      d.spans.erase(old);
+    }
     return gpuSuccess;
   }
   return set_last(gpuErrorInvalidValue, "gpuFree: not a pointer from gpuMalloc");
@@ -575,6 +616,8 @@ gpuError_t gpuEventDestroy(gpuEvent_t e) {
 gpuError_t gpuEventRecord(gpuEvent_t e, gpuStream_t s) {
   if (!e) return set_last(gpuErrorInvalidValue, "gpuEventRecord: NULL event");
   agemu_stream *q = resolve(s);
+  if (q->dev != e->dev) /* CUDA refuses an event and a stream of two devices */
+    return set_last(gpuErrorInvalidResourceHandle, "gpuEventRecord: the event and the stream are of different devices");
   uint64_t gen;
   {
     std::lock_guard<std::mutex> g(e->m);
@@ -643,6 +686,10 @@ gpuError_t agemu::launch(gpuStream_t s, dim3 grid, dim3 block, size_t smem, cons
                          std::function<void()> body) {
   agemu_stream *q = resolve(s);
   emu_dev &d = st()->dev[q->dev];
+  if (q->dev != tl_dev) /* CUDA fails a launch into a stream of another device than the current one */
+    return set_last(gpuErrorInvalidResourceHandle,
+                    "launch of kernel " + kernel_name(kernel) + " into a stream of device " + std::to_string(q->dev) +
+                        " while device " + std::to_string(tl_dev) + " is current");
   unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
   const char *why = NULL;
   char buf[160];
@@ -681,6 +728,7 @@ gpuError_t agemu::launch(gpuStream_t s, dim3 grid, dim3 block, size_t smem, cons
   if (agemu_checking()) {
     ld.chk = std::make_shared<agemu::check_info>();
     ld.chk->kernel = kernel_name(kernel);
+    ld.chk->dev = q->dev;
     ld.chk->operands = tl_call;
     ld.chk->have_operands = tl_call_set;
   }
@@ -691,6 +739,11 @@ gpuError_t agemu::launch(gpuStream_t s, dim3 grid, dim3 block, size_t smem, cons
       ld.chk->regions.clear();
       for (auto &a : dv.allocs) ld.chk->regions.push_back({a.first, a.first + a.second, dv.segments.count(a.first) > 0});
       for (auto &a : dv.mapped) ld.chk->regions.push_back({a.first, a.first + a.second, true});
+      ld.chk->spans.clear();
+      for (auto &a : dv.spans) {
+        ld.chk->spans.push_back(a.second);
+        ld.chk->spans.back().core = dv.segments.count(a.first) > 0;
+      }
     }
     std::string e = agemu::run_grid(ld, body);
     if (!e.empty()) dev_error(dev, gpuErrorLaunchFailure, "kernel " + kernel_name(kernel) + ": " + e);
