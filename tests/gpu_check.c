@@ -1381,14 +1381,17 @@ static void cases_multi(void) {
 
 /* Fused attention (AG_K_SDPA, AG_K_SDPA_BWD): grouped-query heads, a
  * broadcast mask, causal, dropout, lengths that are not multiples of the
- * kernels' tiles; the backward from a given out and log-sum-exp. */
-static void cases_sdpa(void) {
+ * kernels' tiles, heads of up to 64 and (wide) of up to 128, which the GPU
+ * kernels build separately; the backward from a given out and log-sum-exp. */
+static void cases_sdpa_shape(bool wide) {
   const ag_dtype dts[3] = {AG_F32, AG_F16, AG_BF16};
-  const int64_t B = 2, H = 4, Hkv = 2, T = 37, S = 45, D = 16, Dv = 8;
+  const int64_t B = wide ? 1 : 2, H = wide ? 2 : 4, Hkv = wide ? 1 : 2, T = wide ? 33 : 37, S = wide ? 40 : 45;
+  const int64_t D = wide ? 128 : 16, Dv = wide ? 96 : 8;
   const int64_t qs[4] = {B, H, T, D}, ks[4] = {B, Hkv, S, D}, vs[4] = {B, Hkv, S, Dv}, os[4] = {B, H, T, Dv};
   const int64_t ls[3] = {B, H, T}, ms[4] = {1, 1, T, S};
   for (int di = 0; di < 3; di++)
     for (int var = 0; var < 3; var++) {
+      if (wide && var == 1) continue; /* the plain causal case: the narrow shape has it */
       const ag_dtype dt = dts[di];
       const bool causal = var != 0, mask = var != 1;
       const double p = var == 2 ? 0.2 : 0;
@@ -1435,6 +1438,10 @@ static void cases_sdpa(void) {
         run(t);
       }
     }
+}
+static void cases_sdpa(void) {
+  cases_sdpa_shape(false);
+  cases_sdpa_shape(true);
 }
 
 int main(int argc, char **argv) {
