@@ -608,8 +608,8 @@ static ag_status cpu_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
 }
 
 /* The description `anygrad info` prints (ag_backend_info.description): the
- * f32 GEMM engine, which only this backend knows. Filled once, when the
- * registry loads the table (under its lock, before it copies the table). */
+ * f32 GEMM engine, which only this backend knows. Filled once, before the
+ * registry first copies the table. */
 static char g_description[96];
 
 static ag_backend cpu_backend = {
@@ -653,7 +653,12 @@ static ag_backend cpu_backend = {
 
 /* The built-in module's getter: the registry's table of built-in modules
  * names it (core/runtime/registry.c). */
+static pthread_once_t g_description_once = PTHREAD_ONCE_INIT;
+static void description_init(void) {
+  snprintf(g_description, sizeof g_description, "f32 matmul: %s", ag_cpu_gemm_engine());
+}
+
 const ag_backend *ag__cpu_backend(void) {
-  if (!g_description[0]) snprintf(g_description, sizeof g_description, "f32 matmul: %s", ag_cpu_gemm_engine());
+  pthread_once(&g_description_once, description_init);
   return &cpu_backend;
 }
