@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test
+# The layers of core/ (core/layers.txt): seconds, so a back-edge fails first.
+python3 scripts/layers.py
 jobs=$(nproc)
 run() { # name, ctest args, cmake args...
   local dir=build-test-$1 ctest_args=$2 t0=$SECONDS; shift 2

@@ -1,4 +1,4 @@
-/* When the NCCL/RCCL module (core/dist/nccl) reports a collective complete,
+/* When the NCCL/RCCL module (comm/nccl) reports a collective complete,
  * against the stub NCCL, RCCL and runtimes of tests/nccl_stub set to do what
  * a non-blocking communicator may do: return ncclInProgress and enqueue the
  * collective later (on a later ncclCommGetAsyncError poll, or from another

@@ -1,4 +1,4 @@
-/* The NCCL module (core/dist/nccl) against a stub NCCL and CUDA runtime
+/* The NCCL module (comm/nccl) against a stub NCCL and CUDA runtime
  * (tests/nccl_stub): a group aborted from another thread while a collective
  * polls must not use the communicator after ncclCommAbort freed it, and the
  * collective must fail rather than report success; joining a communicator

@@ -68,12 +68,11 @@ static void text_report(void) {
       printf("            memory %s total, %s free%s\n", tot, fr, p.unified_memory ? " (host memory)" : "");
       printf("            native f16 %s, native bf16 %s, virtual memory %s\n", p.native_f16 ? "yes" : "no",
              p.native_bf16 ? "yes" : "no", p.virtual_memory ? "yes" : "no");
-      if (k == AG_BACKEND_CPU)
-        printf("            %d threads, f32 matmul: %s\n", ag_get_num_threads(), ag_cpu_gemm_engine());
     }
   }
   char best[32];
-  printf("\nbest device: %s\n", ag_device_str(ag_device_best(), best, sizeof best));
+  printf("\nhost threads: %d\n", ag_get_num_threads());
+  printf("best device: %s\n", ag_device_str(ag_device_best(), best, sizeof best));
   printf("\ncommunication libraries (docs/distributed.md):\n");
   for (int k = 0; k < AG_DIST_KIND_COUNT; k++) {
     char why[512];
@@ -144,9 +143,7 @@ static void json_report(void) {
     printf("%s]}", n ? "\n  " : "");
   }
   char best[32];
-  printf("\n], \"cpu_gemm\": ");
-  ag_cli_json_str(stdout, ag_cpu_gemm_engine());
-  printf(", \"cpu_threads\": %d, \"best_device\": ", ag_get_num_threads());
+  printf("\n], \"cpu_threads\": %d, \"best_device\": ", ag_get_num_threads());
   ag_cli_json_str(stdout, ag_device_str(ag_device_best(), best, sizeof best));
   printf(", \"communication\": [");
   for (int k = 0; k < AG_DIST_KIND_COUNT; k++) {

@@ -607,7 +607,12 @@ static ag_status cpu_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
   return AG_OK;
 }
 
-static const ag_backend cpu_backend = {
+/* The description `anygrad info` prints (ag_backend_info.description): the
+ * f32 GEMM engine, which only this backend knows. Filled once, before the
+ * registry first copies the table. */
+static char g_description[96];
+
+static ag_backend cpu_backend = {
     AG_BACKEND_HEADER,
     .name = "cpu",
     .init = cpu_init,
@@ -643,8 +648,17 @@ static const ag_backend cpu_backend = {
     .flags = AG_BACKEND_F_HOST_MEMORY | AG_BACKEND_F_ADDRESSABLE,
     .dlpack_device = kDLCPU,
     .priority = 0,
+    .description = g_description,
 };
 
 /* The built-in module's getter: the registry's table of built-in modules
  * names it (core/runtime/registry.c). */
-const ag_backend *ag__cpu_backend(void) { return &cpu_backend; }
+static pthread_once_t g_description_once = PTHREAD_ONCE_INIT;
+static void description_init(void) {
+  snprintf(g_description, sizeof g_description, "f32 matmul: %s", ag_cpu_gemm_engine());
+}
+
+const ag_backend *ag__cpu_backend(void) {
+  pthread_once(&g_description_once, description_init);
+  return &cpu_backend;
+}

@@ -1,6 +1,6 @@
 /* Internal interface between the staging pipeline and the diagnostics:
  * the trace recorder (trace.c), sync-site resolution (sync.c), profiler hooks
- * the loader calls (profiler.c) and the pinned pool (pinned.c). Never installed. */
+ * the loader calls (profiler.c). Never installed. */
 #ifndef AG_CORE_DIAG_INTERNAL_H
 #define AG_CORE_DIAG_INTERNAL_H
 
@@ -59,10 +59,5 @@ AG_HIDDEN void ag__prof_data_ready(ag_profiler *p, ag_stream *compute);
 /* A finished copy: the profiler takes ownership of both timing events. */
 AG_HIDDEN void ag__prof_copy(ag_profiler *p, ag_stream *copy, ag_event *start, ag_event *end,
                              size_t bytes);
-
-/* ---- pinned pool (pinned.c) ---- */
-/* True if ptr lies inside a live pinned block of any device (the whole range
- * [ptr, ptr+bytes) must fit). */
-AG_HIDDEN bool ag__pinned_contains(const void *ptr, size_t bytes);
 
 #endif

@@ -69,6 +69,14 @@ struct ag_group {
   char broken_msg[512];
 };
 
+/* The group's tensors are host memory the process addresses (the backend's
+ * flags; the cpu backend's today): collectives use them in place after a
+ * host wait, with no staging copies and no stream events. */
+static bool host_direct(const ag_group *g) {
+  const uint32_t both = AG_BACKEND_F_HOST_MEMORY | AG_BACKEND_F_ADDRESSABLE;
+  return (g->ds->be->flags & both) == both;
+}
+
 static const char *const k_kind_names[AG_DIST_KIND_COUNT] = {"inproc", "mpi", "nccl", "rccl"};
 static const char *const k_coll_fn[] = {"ag_all_reduce", "ag_broadcast", "ag_all_gather",
                                         "ag_reduce_scatter", "ag_group_barrier"};
@@ -262,9 +270,9 @@ static ag_status run_host(ag_group *g, ag_work *w, int64_t deadline) {
   bool separate_out = w->kind == AG_COLL_ALL_GATHER || w->kind == AG_COLL_REDUCE_SCATTER;
   void *hin = NULL, *hout = NULL, *win = NULL, *wout = NULL;
   ag_status st = AG_OK;
-  /* CPU tensors are host memory already: the collective works in place once
-   * the caller's queued work on them is done (no staging copies). */
-  bool direct = g->dev.backend == AG_BACKEND_CPU;
+  /* Host-addressable tensors (the cpu's) need no staging: the collective
+   * works in place once the caller's queued work on them is done. */
+  bool direct = host_direct(g);
   bool need_data = !(w->kind == AG_COLL_BROADCAST && g->rank != w->root) && w->kind != AG_COLL_BARRIER;
   if (direct) {
     /* no start event: run on the caller's thread (submit), which waits for
@@ -456,9 +464,9 @@ static ag_status run_coll(ag_group *g, ag_work *w, char *msg, size_t n) {
     }
   } else if (st == AG_OK) {
     /* (CPU tensors are used in place after a host wait instead) */
-    if (g->dev.backend != AG_BACKEND_CPU) st = ag_stream_wait_event(g->comm, w->start);
+    if (!host_direct(g)) st = ag_stream_wait_event(g->comm, w->start);
     if (st == AG_OK) st = run_host(g, w, deadline);
-    if (st == AG_OK && w->kind != AG_COLL_BARRIER && g->dev.backend != AG_BACKEND_CPU) {
+    if (st == AG_OK && w->kind != AG_COLL_BARRIER && !host_direct(g)) {
       ag_event *e = ag_event_create(g->dev, false);
       if (!e) st = ag_last_status();
       else if ((st = ag_event_record(e, g->comm)) != AG_OK) ag_event_destroy(e);
@@ -592,7 +600,7 @@ static ag_status submit(ag_group *g, ag_coll_kind kind, ag_tensor *in, ag_tensor
    * references to make and free (the caller holds the tensors until this
    * returns, and on a CPU rank nothing of the call runs afterwards). About
    * half of a one-rank in-process all-reduce's time went to those. */
-  if (!msg[0] && !out_work && g->dev.backend == AG_BACKEND_CPU && !g->caps.device_buffers) {
+  if (!msg[0] && !out_work && host_direct(g) && !g->caps.device_buffers) {
     pthread_mutex_lock(&g->mu);
     bool here = !g->head && !g->busy;
     if (here) g->busy = true;

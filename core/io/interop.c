@@ -111,6 +111,13 @@ static bool host_range_mapped(uintptr_t p, size_t n) {
   return mincore((void *)first, (size_t)pg, &v) == 0 && mincore((void *)last, (size_t)pg, &v) == 0;
 }
 
+/* Whether d's memory is host memory the process addresses directly (the
+ * registry's properties; the cpu backend's today). */
+static bool host_addressable(ag_device d) {
+  ag_backend_info bi;
+  return ag_backend_info_get(d.backend, &bi) == AG_OK && bi.host_memory && bi.addressable;
+}
+
 static ag_tensor *wrap(const char *fn, ag_device d, ag_dtype dt, int ndim, const int64_t *shape,
                        const int64_t *strides, void *data, size_t byte_offset, ag_deleter_fn deleter,
                        void *ctx) {
@@ -132,7 +139,7 @@ static ag_tensor *wrap(const char *fn, ag_device d, ag_dtype dt, int ndim, const
   }
   /* Host memory can be checked: the first and last byte the tensor reaches
    * must be mapped (an offset of 2^62 would fault at the first read). */
-  if (d.backend == AG_BACKEND_CPU && span && !host_range_mapped((uintptr_t)data + byte_offset, span)) {
+  if (span && host_addressable(d) && !host_range_mapped((uintptr_t)data + byte_offset, span)) {
     ag_error_set(AG_ERR_INVALID,
                  "%s: byte_offset %zu with a %zu-byte layout reaches memory that is not mapped in this process", fn,
                  byte_offset, span);

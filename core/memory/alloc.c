@@ -22,7 +22,6 @@
 #include "memory/alloc_internal.h"
 #include "runtime/devstate.h"
 #include "memory/block.h"
-#include "tensor/tensor_internal.h"
 
 #define K_MIN_BLOCK ((size_t)512)            /* all sizes are multiples */
 #define K_SMALL_SIZE ((size_t)1 << 20)       /* largest small-pool request */

@@ -1,7 +1,8 @@
 /* The pinned host caching allocator: backend-neutral policy (power-of-two
  * rounding, a free cache with a byte cap, reuse only after the copies that
- * read a block have completed) over each backend's pinned_alloc/free, plus
- * the asynchronous host->device copy that stages pageable sources. */
+ * read a block have completed) over each backend's pinned_alloc/free. The
+ * asynchronous host->device copy that stages through it is a tensor op
+ * (core/tensor/host_copy.c). */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 #include "diag/diag_internal.h"
 #include "runtime/devstate.h"
 #include "memory/block.h"
-#include "tensor/tensor_internal.h"
+#include "memory/pinned.h"
 
 #define MIN_BLOCK 4096u
 
@@ -305,42 +306,10 @@ ag_status ag_pinned_set_cache_cap(ag_device d, size_t bytes) {
   return AG_OK;
 }
 
-ag_status ag_copy_from_host_async(ag_tensor *dst, const void *src, size_t bytes, ag_stream *s) {
-  if (!dst || !src)
-    return ag_error_set(AG_ERR_INVALID, "ag_copy_from_host_async: NULL %s", dst ? "src" : "dst");
-  ag_devstate *ds = ag__ds(dst);
-  size_t need = (size_t)dst->numel * ag_dtype_size(dst->dtype);
-  if (bytes != need)
-    return ag_error_set(AG_ERR_INVALID, "ag_copy_from_host_async: %zu bytes for a tensor of %zu", bytes, need);
-  if (!ag_tensor_is_contiguous(dst))
-    return ag_error_set(AG_ERR_INVALID, "ag_copy_from_host_async: destination is not contiguous");
-  if (!s) s = ag__current_stream(ds);
-  if (s->ds != ds)
-    return ag_error_set(AG_ERR_DEVICE, "ag_copy_from_host_async: tensor on %s, stream on %s", ds->label,
-                        s->ds->label);
-  ag_status ist = ag__inplace_check(dst, "ag_copy_from_host_async");
-  if (ist != AG_OK) return ist;
-  if (bytes == 0) return AG_OK;
-  size_t off = dst->st->offset + (size_t)dst->offset * ag_dtype_size(dst->dtype);
-  ag__block_record_stream(dst->st->block, s);
-  ag__version_bump(dst);
-  if (ag__pinned_contains(src, bytes)) {
-    ag_status st = ds->be->copy_h2d(s->bs, dst->st->base, off, src, bytes, true);
-    return st == AG_OK ? ag_pinned_record_stream((void *)src, s) : st;
-  }
-  /* Pageable: stage through a pinned block so the copy stays asynchronous
-   * and the caller may reuse src at once (one host memcpy). */
-  void *stage;
-  ag_status st = ag_pinned_alloc(ds->dev, bytes, &stage);
-  if (st != AG_OK) return st;
-  memcpy(stage, src, bytes);
-  st = ds->be->copy_h2d(s->bs, dst->st->base, off, stage, bytes, true);
-  if (st == AG_OK) st = ag_pinned_record_stream(stage, s);
-  if (st != AG_OK) ag__sync_stream(s, "ag_copy_from_host_async (error path)");
-  ag_pinned_free(stage);
-  pool *p = pool_get(ds->dev);
+void ag__pinned_staged_copy(ag_device d) {
+  pool *p = pool_get(d);
+  if (!p) return;
   pthread_mutex_lock(&p->mu);
   p->st.num_staged_copies++;
   pthread_mutex_unlock(&p->mu);
-  return st;
 }
