@@ -174,7 +174,6 @@ void checked_segment_free(int dev, void *base) {
 void entry_init() {
   g_glue = agemu_glue_module_get();
   g_entry = *g_glue;
-  agg_table_extend(&g_entry);
   g_entry.launch = checked_launch;
   g_entry.segment_alloc = checked_segment_alloc;
   g_entry.segment_free = checked_segment_free;
@@ -195,7 +194,6 @@ ag_status check_unavailable(int *out_count, char *reason, size_t reason_len) {
 void entry_init() {
   const ag_backend *glue = agemu_glue_module_get();
   g_entry = *glue;
-  agg_table_extend(&g_entry);
   const char *v = getenv("AG_GPUEMU_CHECK");
   if (!v || strcmp(v, "1")) return; /* a value other than 0 or 1 fails agv_init */
   Dl_info info;

@@ -265,18 +265,3 @@ ag_status agv_vm_unmap_one(int dev, void *at, size_t bytes) {
 void agv_vm_release(int dev, void *base, size_t bytes) {
   if (g.vm) (void)g.MemAddressFree(base, bytes);
 }
-
-/* ---- the module's entry point ----
- * runtime.cu's table (its entry point renamed agg_glue_module_get by
- * gpu_module.cmake) completed with the entries appended since (table.cu).
- * A function-local static: initialized once, thread-safely. */
-extern "C" const ag_backend *agg_glue_module_get(void);
-
-extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) {
-  static const ag_backend table = [] {
-    ag_backend t = *agg_glue_module_get();
-    agg_table_extend(&t);
-    return t;
-  }();
-  return &table;
-}

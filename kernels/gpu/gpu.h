@@ -154,14 +154,9 @@ AGK_HIDDEN ag_status agg_vm_unmap(int dev, void *base, size_t offset, size_t byt
 AGK_HIDDEN ag_status agg_vm_reserve(int dev, size_t bytes, void **out_base);
 AGK_HIDDEN void agg_vm_release(int dev, void *base, size_t bytes);
 
-/* ---- entries appended after runtime.cu's table (table.cu) ----
- * Each module exports an entry point that returns a copy of runtime.cu's
- * table (its own entry point renamed at build: agg_glue_module_get for CUDA
- * and HIP, agemu_glue_module_get for gpuemu) completed by agg_table_extend. */
 /* ABI 4.4 thread_device: gpuSetDevice on the calling thread, the previous
- * device from gpuGetDevice. */
+ * device from gpuGetDevice (runtime.cu). */
 AGK_HIDDEN ag_status agg_thread_device(int dev, int *out_prev);
-AGK_HIDDEN void agg_table_extend(ag_backend *t);
 
 /* ---- vendor hooks, one set per backend (backends/<name>/) ---- */
 

@@ -8,28 +8,19 @@ file(GLOB AG_GPU_HEADERS CONFIGURE_DEPENDS ${AG_GPU_DIR}/*.h ${AG_GPU_DIR}/*.cuh
      ${PROJECT_SOURCE_DIR}/include/anygrad/*.h)
 option(AG_GPU_WERROR "Treat warnings as errors in GPU sources" ${AG_WERROR}) # off when embedded
 
-# ag_gpu_objects(<out_var> <tag> <compiler> FLAGS <flags...> SOURCES <files...>
-#                [RUNTIME_FLAGS <flags...>])
+# ag_gpu_objects(<out_var> <tag> <compiler> FLAGS <flags...> SOURCES <files...>)
 # Each object's per-kernel resource report (registers, shared memory, spills:
 # the compiler flags that print it are in FLAGS) is kept next to it as
-# <object>.res for scripts/gpu_resources.py. RUNTIME_FLAGS are added for
-# runtime.cu only.
+# <object>.res for scripts/gpu_resources.py.
 function(ag_gpu_objects out tag compiler)
-  cmake_parse_arguments(A "" "" "FLAGS;SOURCES;RUNTIME_FLAGS" ${ARGN})
+  cmake_parse_arguments(A "" "" "FLAGS;SOURCES" ${ARGN})
   set(_objs)
   foreach(_src ${A_SOURCES})
     get_filename_component(_n ${_src} NAME_WE)
     set(_o ${CMAKE_CURRENT_BINARY_DIR}/${tag}_${_n}.o)
-    # The vendor file exports the entry point: runtime.cu's table completed
-    # with the entries appended since (gpu.h, table.cu); runtime.cu's own
-    # initializer leaves those out (absent), which C++ warns of.
-    set(_defs)
-    if(_src STREQUAL "${AG_GPU_DIR}/runtime.cu")
-      set(_defs -Dag_backend_module_get=agg_glue_module_get ${A_RUNTIME_FLAGS})
-    endif()
     add_custom_command(OUTPUT ${_o}
       BYPRODUCTS ${_o}.res
-      COMMAND sh ${AG_GPU_DIR}/compile_res.sh ${_o}.res ${compiler} ${A_FLAGS} ${_defs} -I${PROJECT_SOURCE_DIR}/include
+      COMMAND sh ${AG_GPU_DIR}/compile_res.sh ${_o}.res ${compiler} ${A_FLAGS} -I${PROJECT_SOURCE_DIR}/include
               -I${AG_GPU_DIR} -c ${_src} -o ${_o}
       DEPENDS ${_src} ${AG_GPU_HEADERS} ${AG_GPU_DIR}/compile_res.sh
       COMMENT "${tag}: ${_n}"

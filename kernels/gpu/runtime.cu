@@ -566,6 +566,23 @@ ag_status agg_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
 
 /* The vtable of the CUDA, HIP and gpuemu modules, written once: what differs
  * is the vendor files' agv_* functions and vendor.h's AG_GPU_* properties. */
+/* ---- the calling thread's device (ABI 4.4) ---- */
+/* cudaSetDevice even when the device is already the current one: on a thread
+ * that never set one, cudaGetDevice answers 0 while no context is current
+ * yet, and a library on the driver API (an MPI's CUDA transport) would find
+ * none. */
+ag_status agg_thread_device(int dev, int *out_prev) {
+  int prev = -1;
+  if (gpuGetDevice(&prev) != gpuSuccess) {
+    (void)gpuGetLastError();
+    prev = -1;
+  }
+  *out_prev = prev;
+  if (dev < 0) return AG_OK;
+  gpuError_t e = gpuSetDevice(dev);
+  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, AG_GPU_API "SetDevice");
+}
+
 static const ag_backend g_backend = {
     AG_BACKEND_HEADER,
     .name = AG_GPU_BACKEND_NAME,
@@ -605,6 +622,7 @@ static const ag_backend g_backend = {
     .device_priority = NULL,
     .collective = AG_GPU_COLLECTIVE,
     .description = AG_GPU_DESCRIPTION,
+    .thread_device = agg_thread_device,
 };
 
 extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }
