@@ -1,6 +1,6 @@
-# Conformance: the op engine of tools/conformance.c run per backend, and the
+# Conformance: the op engine of tools/conformance*.c run per backend, and the
 # `anygrad check` command as CI runs it.
-set(AG_CONF_SRC ${PROJECT_SOURCE_DIR}/tools/conformance.c)
+set(AG_CONF_SRC ${AG_CONF_SOURCES}) # tools/CMakeLists.txt
 
 add_executable(ops_test ${CMAKE_CURRENT_SOURCE_DIR}/ops_test.c ${AG_CONF_SRC})
 target_include_directories(ops_test PRIVATE ${AG_CMOCKA_INCLUDE} ${PROJECT_SOURCE_DIR}/tools)

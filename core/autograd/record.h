@@ -65,7 +65,7 @@ typedef struct ag_gparams {
   int64_t shape[AG_MAX_DIMS];
 } ag_gparams;
 
-/* Saved tensors passed by the forward ops (core/tensor/ops.c, core/tensor/tensor.c):
+/* Saved tensors passed by the forward ops (core/tensor/ops*.c, core/tensor/tensor_view.c):
  *   MUL, DIV, BINARY: the inputs a, b as given;  UNARY: the table's choice
  *   (x, the output, or nothing);  ADD/SUB: none
  *   WHERE: saved cond;  MAX/MIN reductions: saved x, out (keepdim=true

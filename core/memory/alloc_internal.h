@@ -1,5 +1,5 @@
 /* The caching allocator's object-level interface: what the public wrappers in
- * alloc.c call after looking up a device, and what white-box tests call on an
+ * alloc_conf.c call after looking up a device, and what white-box tests call on an
  * allocator built over a fake backend. Never installed. */
 #ifndef AG_CORE_ALLOC_INTERNAL_H
 #define AG_CORE_ALLOC_INTERNAL_H
