@@ -149,14 +149,20 @@ typedef struct vkb_timeline {
   atomic_int refs;
 } vkb_timeline;
 
+#define VKB_WAITS 16
+
 /* Commands recorded between two submits, with the host-visible arena that
- * holds their argument blocks and staged uploads. */
+ * holds their argument blocks and staged uploads. A submitted batch holds a
+ * reference to each timeline it waits on until it has completed, so no
+ * semaphore is destroyed while a pending batch refers to it. */
 typedef struct vkb_batch {
   VkCommandBuffer cb;
   vkb_mem arena;
   size_t used;
   uint64_t value; /* timeline value signalled when it completes; 0 idle */
   int commands;
+  vkb_timeline *wait_tl[VKB_WAITS];
+  int nwait;
 } vkb_batch;
 
 #define VKB_BATCHES 4
@@ -177,8 +183,8 @@ struct ag_bstream {
   int cur;               /* open (recording) batch, or -1 */
   int next;              /* batch to open next */
   /* semaphores the next submit waits on (stream_wait_event) */
-  vkb_timeline *wait_tl[16];
-  uint64_t wait_v[16];
+  vkb_timeline *wait_tl[VKB_WAITS];
+  uint64_t wait_v[VKB_WAITS];
   int nwait;
   vkb_mem err;           /* ag_kernel_error, zeroed */
   bool err_armed;

@@ -4,7 +4,9 @@
  * or when the host needs a result (synchronize, query, event, copy to
  * pageable memory). Every submit signals the next value of the stream's
  * timeline semaphore; events are (semaphore, value) pairs and cross-stream
- * waits are semaphore waits on the next submit. Every command is followed by
+ * waits are semaphore waits on the next submit; a submitted batch keeps the
+ * semaphores it waits on alive until it has completed (another stream, or
+ * the event, may be destroyed first). Every command is followed by
  * a global memory barrier, since shaders address memory directly (buffer
  * device addresses) and any later command may read what it wrote. */
 #include <stdlib.h>
@@ -13,7 +15,17 @@
 #include "vk_internal.h"
 
 static ag_status vkb_stream_synchronize_l(ag_bstream *s);
+static void tl_release(struct vkb_timeline *t);
 
+/* Drops the references a completed batch held on the semaphores it waited on. */
+static void batch_release_waits(vkb_batch *b) {
+  for (int i = 0; i < b->nwait; i++) tl_release(b->wait_tl[i]);
+  b->nwait = 0;
+}
+
+/* The last reference destroys the semaphore: every batch that signals it
+ * (its stream's, waited for at stream destruction) or waits on it (holding a
+ * reference until it completes) is done by then. */
 static void tl_release(vkb_timeline *t) {
   if (t && atomic_fetch_sub(&t->refs, 1) == 1) {
     t->d->f.vkDestroySemaphore(t->d->dev, t->sem, NULL);
@@ -117,7 +129,11 @@ void vkb_stream_destroy(ag_bstream *s) {
     vkb_flush(s);
     tl_wait(s->tl, s->value);
   }
-  for (int i = 0; i < VKB_BATCHES; i++) vkb_mem_free(d, &s->b[i].arena);
+  /* every batch has completed: the semaphores they waited on can go */
+  for (int i = 0; i < VKB_BATCHES; i++) {
+    batch_release_waits(&s->b[i]);
+    vkb_mem_free(d, &s->b[i].arena);
+  }
   vkb_mem_free(d, &s->err);
   vkb_mem_free(d, &s->scratch);
   for (int i = 0; i < s->nwait; i++) tl_release(s->wait_tl[i]);
@@ -154,6 +170,7 @@ ag_status vkb_open(ag_bstream *s, vkb_batch **out) {
   vkb_batch *b = &s->b[s->next];
   ag_status st = AG_OK;
   if (b->value && (st = tl_wait(s->tl, b->value)) != AG_OK) return st;
+  batch_release_waits(b);
   if (!b->arena.buf && (st = vkb_mem_alloc(s->d, VKB_ARENA_BYTES, true, &b->arena)) != AG_OK) return st;
   b->value = 0;
   b->used = 0;
@@ -184,22 +201,24 @@ ag_status vkb_flush(ag_bstream *s) {
   VkResult r = d->f.vkEndCommandBuffer(b->cb);
   if (r != VK_SUCCESS) return vkb_error(r, "vkEndCommandBuffer");
   uint64_t signal = s->value + 1;
-  VkSemaphore waits[16];
-  VkPipelineStageFlags stages[16];
+  VkSemaphore waits[VKB_WAITS];
+  VkPipelineStageFlags stages[VKB_WAITS];
   for (int i = 0; i < s->nwait; i++) {
     waits[i] = s->wait_tl[i]->sem;
     stages[i] = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
   }
+  /* wait arrays only with a non-zero count */
+  bool w = s->nwait > 0;
   VkTimelineSemaphoreSubmitInfo ts = {.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
                                       .waitSemaphoreValueCount = (uint32_t)s->nwait,
-                                      .pWaitSemaphoreValues = s->wait_v,
+                                      .pWaitSemaphoreValues = w ? s->wait_v : NULL,
                                       .signalSemaphoreValueCount = 1,
                                       .pSignalSemaphoreValues = &signal};
   VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
                      .pNext = &ts,
                      .waitSemaphoreCount = (uint32_t)s->nwait,
-                     .pWaitSemaphores = waits,
-                     .pWaitDstStageMask = stages,
+                     .pWaitSemaphores = w ? waits : NULL,
+                     .pWaitDstStageMask = w ? stages : NULL,
                      .commandBufferCount = 1,
                      .pCommandBuffers = &b->cb,
                      .signalSemaphoreCount = 1,
@@ -207,9 +226,15 @@ ag_status vkb_flush(ag_bstream *s) {
   pthread_mutex_lock(&d->qlock);
   r = d->f.vkQueueSubmit(d->queue, 1, &si, VK_NULL_HANDLE);
   pthread_mutex_unlock(&d->qlock);
-  for (int i = 0; i < s->nwait; i++) tl_release(s->wait_tl[i]);
+  /* the batch holds the wait references until it has completed (vkb_open,
+   * stream destruction); a failed submit is not pending and drops them */
+  for (int i = 0; i < s->nwait; i++) b->wait_tl[i] = s->wait_tl[i];
+  b->nwait = s->nwait;
   s->nwait = 0;
-  if (r != VK_SUCCESS) return vkb_error(r, "vkQueueSubmit");
+  if (r != VK_SUCCESS) {
+    batch_release_waits(b);
+    return vkb_error(r, "vkQueueSubmit");
+  }
   s->value = signal;
   b->value = signal;
   return AG_OK;
@@ -365,7 +390,7 @@ static ag_status vkb_stream_wait_event_l(ag_bstream *s, ag_bevent *e) {
       if (e->value > s->wait_v[i]) s->wait_v[i] = e->value;
       return AG_OK;
     }
-  if (s->nwait == 16) {
+  if (s->nwait == VKB_WAITS) {
     /* more distinct streams than slots: wait on the host instead */
     return tl_wait(e->tl, e->value);
   }
