@@ -102,8 +102,9 @@ ag_status vkb_stream_create(int dev, ag_bstream **out) {
     st = vkb_error(r, "vkCreateSemaphore(timeline)");
     goto fail;
   }
-  if ((st = vkb_mem_alloc(d, sizeof(ag_kernel_error), true, &s->err)) != AG_OK) goto fail;
+  if ((st = vkb_mem_alloc(d, sizeof(ag_kernel_error), VKB_MEM_HOST, &s->err)) != AG_OK) goto fail;
   memset(s->err.map, 0, sizeof(ag_kernel_error));
+  if ((st = vkb_mem_flush(d, &s->err, 0, sizeof(ag_kernel_error))) != AG_OK) goto fail;
   pthread_mutex_lock(&d->slock);
   s->next_on_dev = d->streams;
   d->streams = s;
@@ -171,7 +172,7 @@ ag_status vkb_open(ag_bstream *s, vkb_batch **out) {
   ag_status st = AG_OK;
   if (b->value && (st = tl_wait(s->tl, b->value)) != AG_OK) return st;
   batch_release_waits(b);
-  if (!b->arena.buf && (st = vkb_mem_alloc(s->d, VKB_ARENA_BYTES, true, &b->arena)) != AG_OK) return st;
+  if (!b->arena.buf && (st = vkb_mem_alloc(s->d, VKB_ARENA_BYTES, VKB_MEM_HOST, &b->arena)) != AG_OK) return st;
   b->value = 0;
   b->used = 0;
   b->commands = 0;
@@ -200,6 +201,9 @@ ag_status vkb_flush(ag_bstream *s) {
                             VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
   VkResult r = d->f.vkEndCommandBuffer(b->cb);
   if (r != VK_SUCCESS) return vkb_error(r, "vkEndCommandBuffer");
+  /* the argument blocks and staged uploads the host wrote */
+  ag_status st = vkb_mem_flush(d, &b->arena, 0, b->used);
+  if (st != AG_OK) return st;
   uint64_t signal = s->value + 1;
   VkSemaphore waits[VKB_WAITS];
   VkPipelineStageFlags stages[VKB_WAITS];
@@ -301,8 +305,8 @@ ag_status vkb_scratch(ag_bstream *s, size_t bytes, uint64_t *out_addr) {
     if (st != AG_OK) return st;
     vkb_mem_free(s->d, &s->scratch);
     size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes + bytes / 4;
-    if (want > s->d->max_alloc) want = bytes;
-    if ((st = vkb_mem_alloc(s->d, want, false, &s->scratch)) != AG_OK) return st;
+    if (want > s->d->max_alloc || want > s->d->max_buffer) want = bytes;
+    if ((st = vkb_mem_alloc(s->d, want, VKB_MEM_SEGMENT, &s->scratch)) != AG_OK) return st;
   }
   *out_addr = s->scratch.addr;
   return AG_OK;
@@ -479,6 +483,9 @@ static ag_status vkb_copy_d2h_l(ag_bstream *s, void *dst, const void *src, size_
   ag_status st = vkb_stream_synchronize_l(s);
   if (st != AG_OK) return st;
   if (sm->map) {
+    /* mapped segment memory: invalidated first where it is not coherent */
+    vkb_mem *mm = (vkb_mem *)sm;
+    if ((st = vkb_mem_invalidate(s->d, mm, soff, bytes)) != AG_OK) return st;
     memcpy(dst, (const char *)sm->map + soff, bytes);
     return AG_OK;
   }
@@ -492,6 +499,7 @@ static ag_status vkb_copy_d2h_l(ag_bstream *s, void *dst, const void *src, size_
     if ((st = vkb_arena(s, n, &b, &host, NULL, &buf, &off)) != AG_OK) break;
     if ((st = record_copy(s, sm->buf, soff, buf, off, n)) != AG_OK) break;
     if ((st = vkb_stream_synchronize_l(s)) != AG_OK) break;
+    if ((st = vkb_mem_invalidate(s->d, &b->arena, off, n)) != AG_OK) break;
     memcpy(p, host, n);
     p += n;
     soff += n;
@@ -522,10 +530,15 @@ static ag_status vkb_copy_d2d_l(ag_bstream *s, void *dst, size_t doff, const voi
 static ag_status vkb_take_kernel_error_l(ag_bstream *s, ag_kernel_error *out) {
   memset(out, 0, sizeof *out);
   if (!s->err_armed || s->cur >= 0 || tl_value(s->tl) < s->value) return AG_OK;
+  ag_status st = vkb_mem_invalidate(s->d, &s->err, 0, sizeof *out);
+  if (st != AG_OK) return st;
   memcpy(out, s->err.map, sizeof *out);
   s->err_armed = false;
-  if (out->code) memset(s->err.map, 0, sizeof *out);
-  return AG_OK;
+  if (out->code) {
+    memset(s->err.map, 0, sizeof *out);
+    st = vkb_mem_flush(s->d, &s->err, 0, sizeof *out);
+  }
+  return st;
 }
 
 /* ---- the vtable entries: each holds the stream's lock ---- */
