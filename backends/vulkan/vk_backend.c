@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "vk_internal.h"
+#include "vk_spirv.h"
 
 #include "anygrad/checks.h"
 
@@ -43,11 +44,12 @@ static size_t g_pin_n, g_pin_cap;
  * like that lavapipe is not. Read once by init. */
 static struct {
   bool noncoherent;            /* no memory but pinned blocks is HOST_COHERENT */
+  bool no_float_controls;      /* no SignedZeroInfNanPreserve */
   uint64_t max_buffer_size;    /* a smaller maxBufferSize (0: the device's) */
   uint64_t max_workgroup_size; /* a smaller maxComputeWorkGroupSize[0] and invocation count */
 } g_test;
 
-/* Parses AG_VULKAN_TEST: a comma list of noncoherent,
+/* Parses AG_VULKAN_TEST: a comma list of noncoherent, no_float_controls,
  * max_buffer_size:BYTES, max_workgroup_size:N. */
 static bool parse_test_switch(char *why, size_t why_len) {
   const char *v = getenv("AG_VULKAN_TEST");
@@ -65,11 +67,12 @@ static bool parse_test_switch(char *why, size_t why_len) {
     uint64_t n = 0;
     bool num_ok = colon && ag_parse_u64(colon + 1, &n) && n > 0;
     if (!colon && !strcmp(item, "noncoherent")) g_test.noncoherent = true;
+    else if (!colon && !strcmp(item, "no_float_controls")) g_test.no_float_controls = true;
     else if (!strcmp(item, "max_buffer_size") && num_ok) g_test.max_buffer_size = n;
     else if (!strcmp(item, "max_workgroup_size") && num_ok && n <= UINT32_MAX) g_test.max_workgroup_size = n;
     else {
       snprintf(why, why_len,
-               "AG_VULKAN_TEST='%s' is not a comma list of noncoherent, "
+               "AG_VULKAN_TEST='%s' is not a comma list of noncoherent, no_float_controls, "
                "max_buffer_size:BYTES, max_workgroup_size:N",
                ag_escape(v, shown, sizeof shown));
       return false;
@@ -365,18 +368,22 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   d->device_mapped = (df & hv) == hv;
   uint32_t heap = d->mem.memoryTypes[d->mt_device].heapIndex;
   d->total_mem = (size_t)d->mem.memoryHeaps[heap].size;
-  /* Vulkan 1.2 here: maintenance3 is core; maxBufferSize comes with
-   * maintenance4 (core in 1.3) */
+  /* Vulkan 1.2 here: float controls and maintenance3 are core; maxBufferSize
+   * comes with maintenance4 (core in 1.3) */
   bool m4ok = d->props.apiVersion >= VK_API_VERSION_1_3 || dev_has_ext(p, "VK_KHR_maintenance4");
   VkPhysicalDeviceMaintenance4Properties m4 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES};
+  VkPhysicalDeviceFloatControlsProperties fc = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES,
+                                                .pNext = m4ok ? &m4 : NULL};
   VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
-                                               .pNext = m4ok ? &m4 : NULL};
+                                               .pNext = &fc};
   VkPhysicalDeviceProperties2 p3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &m3};
   vkb_f.vkGetPhysicalDeviceProperties2(p, &p3);
   d->max_alloc = (size_t)m3.maxMemoryAllocationSize;
   if (!d->max_alloc || d->max_alloc > d->total_mem) d->max_alloc = d->total_mem;
   d->max_buffer = m4ok && m4.maxBufferSize && m4.maxBufferSize < SIZE_MAX ? (size_t)m4.maxBufferSize : SIZE_MAX;
   if (g_test.max_buffer_size && g_test.max_buffer_size < d->max_buffer) d->max_buffer = (size_t)g_test.max_buffer_size;
+  d->szinp32 = fc.shaderSignedZeroInfNanPreserveFloat32 && !g_test.no_float_controls;
+  d->szinp64 = fc.shaderSignedZeroInfNanPreserveFloat64 && !g_test.no_float_controls;
   d->atom = lim->nonCoherentAtomSize ? lim->nonCoherentAtomSize : 1;
   d->test_noncoherent = g_test.noncoherent;
   d->budget = dev_has_ext(p, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
@@ -525,8 +532,9 @@ static ag_status vk_device_props(int dev, ag_device_props *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->name, sizeof out->name, "%s", d->props.deviceName);
   snprintf(out->vendor, sizeof out->vendor, "%s (vendor 0x%04x)", d->driver, d->props.vendorID);
-  snprintf(out->arch, sizeof out->arch, "Vulkan %u.%u.%u, subgroup %u", VK_API_VERSION_MAJOR(d->props.apiVersion),
-           VK_API_VERSION_MINOR(d->props.apiVersion), VK_API_VERSION_PATCH(d->props.apiVersion), d->subgroup_size);
+  snprintf(out->arch, sizeof out->arch, "Vulkan %u.%u.%u, subgroup %u%s", VK_API_VERSION_MAJOR(d->props.apiVersion),
+           VK_API_VERSION_MINOR(d->props.apiVersion), VK_API_VERSION_PATCH(d->props.apiVersion), d->subgroup_size,
+           d->szinp32 ? "" : ", NaN/inf not preserved");
   out->total_memory = d->total_mem;
   out->compute_units = 1;
   out->native_f16 = false; /* half types are storage; math is f32 */
@@ -787,10 +795,31 @@ ag_status vkb_pipeline(vkb_device *d, vkb_shader sh, int spec, VkPipeline *out) 
     }
   VkResult r;
   if (!d->mod[sh]) {
+    /* every module declares SignedZeroInfNanPreserve for f32 (and f64 where
+     * it has doubles); a device that does not take it gets a copy without */
+    const uint32_t *code = vkb_spirv_table[sh].code;
+    size_t words = vkb_spirv_table[sh].bytes / 4;
+    uint32_t *copy = NULL;
+    if (!d->szinp32 || !d->szinp64) {
+      copy = malloc((words + 10) * sizeof *copy);
+      if (!copy) {
+        st = ag_error_set(AG_ERR_OOM, "vulkan: shader module %s", vkb_spirv_table[sh].name);
+        goto done;
+      }
+      words = vkb_spirv_float_modes(code, words, d->szinp32, d->szinp64, copy);
+      code = copy;
+      if (!words) {
+        free(copy);
+        st = ag_error_set(AG_ERR_INTERNAL, "vulkan: embedded module %s is not valid SPIR-V", vkb_spirv_table[sh].name);
+        goto done;
+      }
+    }
     VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                    .codeSize = vkb_spirv_table[sh].bytes,
-                                    .pCode = vkb_spirv_table[sh].code};
-    if ((r = d->f.vkCreateShaderModule(d->dev, &mci, NULL, &d->mod[sh])) != VK_SUCCESS) {
+                                    .codeSize = words * 4,
+                                    .pCode = code};
+    r = d->f.vkCreateShaderModule(d->dev, &mci, NULL, &d->mod[sh]);
+    free(copy);
+    if (r != VK_SUCCESS) {
       st = vkb_error(r, vkb_spirv_table[sh].name);
       goto done;
     }

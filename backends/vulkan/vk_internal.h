@@ -118,6 +118,9 @@ typedef struct vkb_device {
   size_t total_mem, max_alloc;
   size_t max_buffer;           /* maxBufferSize (maintenance4), else SIZE_MAX */
   VkDeviceSize atom;           /* nonCoherentAtomSize */
+  /* the device takes SignedZeroInfNanPreserve for f32 / f64 (else the
+   * modules' declarations are removed when they are created) */
+  bool szinp32, szinp64;
   /* AG_VULKAN_TEST=noncoherent: memory other than pinned blocks is treated
    * as not HOST_COHERENT (vkb_mem_flush, vkb_mem_invalidate) */
   bool test_noncoherent;
