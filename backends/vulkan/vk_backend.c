@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "vk_internal.h"
+#include "vk_spirv.h"
 
 #include "anygrad/checks.h"
 
@@ -38,6 +39,47 @@ typedef struct vkb_pinned {
 static pthread_mutex_t g_pin_lock = PTHREAD_MUTEX_INITIALIZER;
 static vkb_pinned *g_pin;
 static size_t g_pin_n, g_pin_cap;
+
+/* AG_VULKAN_TEST, a test switch (docs/vulkan.md): what a device could be
+ * like that lavapipe is not. Read once by init. */
+static struct {
+  bool noncoherent;            /* no memory but pinned blocks is HOST_COHERENT */
+  bool no_float_controls;      /* no SignedZeroInfNanPreserve */
+  uint64_t max_buffer_size;    /* a smaller maxBufferSize (0: the device's) */
+  uint64_t max_workgroup_size; /* a smaller maxComputeWorkGroupSize[0] and invocation count */
+} g_test;
+
+/* Parses AG_VULKAN_TEST: a comma list of noncoherent, no_float_controls,
+ * max_buffer_size:BYTES, max_workgroup_size:N. */
+static bool parse_test_switch(char *why, size_t why_len) {
+  const char *v = getenv("AG_VULKAN_TEST");
+  memset(&g_test, 0, sizeof g_test);
+  if (!v || !*v) return true;
+  char buf[256], shown[96];
+  if (strlen(v) >= sizeof buf) {
+    snprintf(why, why_len, "AG_VULKAN_TEST='%s' is too long", ag_escape(v, shown, sizeof shown));
+    return false;
+  }
+  snprintf(buf, sizeof buf, "%s", v);
+  for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    char *colon = strchr(item, ':');
+    if (colon) *colon = '\0';
+    uint64_t n = 0;
+    bool num_ok = colon && ag_parse_u64(colon + 1, &n) && n > 0;
+    if (!colon && !strcmp(item, "noncoherent")) g_test.noncoherent = true;
+    else if (!colon && !strcmp(item, "no_float_controls")) g_test.no_float_controls = true;
+    else if (!strcmp(item, "max_buffer_size") && num_ok) g_test.max_buffer_size = n;
+    else if (!strcmp(item, "max_workgroup_size") && num_ok && n <= UINT32_MAX) g_test.max_workgroup_size = n;
+    else {
+      snprintf(why, why_len,
+               "AG_VULKAN_TEST='%s' is not a comma list of noncoherent, no_float_controls, "
+               "max_buffer_size:BYTES, max_workgroup_size:N",
+               ag_escape(v, shown, sizeof shown));
+      return false;
+    }
+  }
+  return true;
+}
 
 static const char *vk_result_name(VkResult r) {
   switch (r) {
@@ -262,6 +304,12 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
                                           .pNext = &f12};
   VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11};
   vkb_f.vkGetPhysicalDeviceFeatures2(p, &f2);
+  VkPhysicalDeviceLimits *lim = &d->props.limits;
+  if (g_test.max_workgroup_size) {
+    uint32_t t = (uint32_t)g_test.max_workgroup_size;
+    if (lim->maxComputeWorkGroupSize[0] > t) lim->maxComputeWorkGroupSize[0] = t;
+    if (lim->maxComputeWorkGroupInvocations > t) lim->maxComputeWorkGroupInvocations = t;
+  }
   const char *miss = !f12.bufferDeviceAddress          ? "bufferDeviceAddress"
                      : !f12.timelineSemaphore          ? "timelineSemaphore"
                      : !f2.features.shaderInt64        ? "shaderInt64"
@@ -269,11 +317,22 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
                      : !f11.storageBuffer16BitAccess   ? "storageBuffer16BitAccess"
                      : !f12.shaderInt8                 ? "shaderInt8"
                      : !f2.features.shaderInt16        ? "shaderInt16"
-                     : d->props.limits.maxComputeWorkGroupInvocations < VKB_WG ? "256 invocations per work-group"
-                     : d->props.limits.maxComputeSharedMemorySize < 16384 ? "16 KiB of shared memory"
+                     : lim->maxComputeSharedMemorySize < 16384 ? "16 KiB of shared memory"
                      : NULL;
   if (miss) {
     snprintf(why, why_len, "%s lacks %s", name, miss);
+    return AG_ERR_UNAVAILABLE;
+  }
+  /* The shaders' work-groups: 256 x 1 x 1 (the 1-D and row kernels), 16 x
+   * 16 (GEMM), 16 (attention). Vulkan guarantees only 128 x 128 x 64 and
+   * 128 invocations. */
+  if (lim->maxComputeWorkGroupSize[0] < VKB_WG || lim->maxComputeWorkGroupSize[1] < 16 ||
+      lim->maxComputeWorkGroupInvocations < VKB_WG) {
+    snprintf(why, why_len,
+             "%s lacks work-groups of %d invocations (maxComputeWorkGroupSize[0] is %u, [1] is %u, "
+             "maxComputeWorkGroupInvocations %u)",
+             name, VKB_WG, lim->maxComputeWorkGroupSize[0], lim->maxComputeWorkGroupSize[1],
+             lim->maxComputeWorkGroupInvocations);
     return AG_ERR_UNAVAILABLE;
   }
   d->f64 = f2.features.shaderFloat64;
@@ -309,11 +368,24 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   d->device_mapped = (df & hv) == hv;
   uint32_t heap = d->mem.memoryTypes[d->mt_device].heapIndex;
   d->total_mem = (size_t)d->mem.memoryHeaps[heap].size;
-  VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+  /* Vulkan 1.2 here: float controls and maintenance3 are core; maxBufferSize
+   * comes with maintenance4 (core in 1.3) */
+  bool m4ok = d->props.apiVersion >= VK_API_VERSION_1_3 || dev_has_ext(p, "VK_KHR_maintenance4");
+  VkPhysicalDeviceMaintenance4Properties m4 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES};
+  VkPhysicalDeviceFloatControlsProperties fc = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES,
+                                                .pNext = m4ok ? &m4 : NULL};
+  VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
+                                               .pNext = &fc};
   VkPhysicalDeviceProperties2 p3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &m3};
   vkb_f.vkGetPhysicalDeviceProperties2(p, &p3);
   d->max_alloc = (size_t)m3.maxMemoryAllocationSize;
   if (!d->max_alloc || d->max_alloc > d->total_mem) d->max_alloc = d->total_mem;
+  d->max_buffer = m4ok && m4.maxBufferSize && m4.maxBufferSize < SIZE_MAX ? (size_t)m4.maxBufferSize : SIZE_MAX;
+  if (g_test.max_buffer_size && g_test.max_buffer_size < d->max_buffer) d->max_buffer = (size_t)g_test.max_buffer_size;
+  d->szinp32 = fc.shaderSignedZeroInfNanPreserveFloat32 && !g_test.no_float_controls;
+  d->szinp64 = fc.shaderSignedZeroInfNanPreserveFloat64 && !g_test.no_float_controls;
+  d->atom = lim->nonCoherentAtomSize ? lim->nonCoherentAtomSize : 1;
+  d->test_noncoherent = g_test.noncoherent;
   d->budget = dev_has_ext(p, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   d->dev_type = (int)d->props.deviceType;
 
@@ -399,7 +471,7 @@ static ag_status vk_init(int *out_count, char *reason, size_t reason_len) {
 #define VKB_LOAD_G(fn) vkb_f.fn = (PFN_##fn)vkb_f.vkGetInstanceProcAddr(NULL, #fn);
       VKB_GLOBAL_FNS(VKB_LOAD_G)
 #undef VKB_LOAD_G
-      if (create_instance(why, sizeof why) != AG_OK) {
+      if (!parse_test_switch(why, sizeof why) || create_instance(why, sizeof why) != AG_OK) {
         snprintf(g_init_reason, sizeof g_init_reason, "libanygrad-vulkan.so: %s", why);
       } else {
         uint32_t np = 0;
@@ -460,8 +532,9 @@ static ag_status vk_device_props(int dev, ag_device_props *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->name, sizeof out->name, "%s", d->props.deviceName);
   snprintf(out->vendor, sizeof out->vendor, "%s (vendor 0x%04x)", d->driver, d->props.vendorID);
-  snprintf(out->arch, sizeof out->arch, "Vulkan %u.%u.%u, subgroup %u", VK_API_VERSION_MAJOR(d->props.apiVersion),
-           VK_API_VERSION_MINOR(d->props.apiVersion), VK_API_VERSION_PATCH(d->props.apiVersion), d->subgroup_size);
+  snprintf(out->arch, sizeof out->arch, "Vulkan %u.%u.%u, subgroup %u%s", VK_API_VERSION_MAJOR(d->props.apiVersion),
+           VK_API_VERSION_MINOR(d->props.apiVersion), VK_API_VERSION_PATCH(d->props.apiVersion), d->subgroup_size,
+           d->szinp32 ? "" : ", NaN/inf not preserved");
   out->total_memory = d->total_mem;
   out->compute_units = 1;
   out->native_f16 = false; /* half types are storage; math is f32 */
@@ -488,9 +561,12 @@ static ag_status vk_meminfo(int dev, size_t *out_free, size_t *out_total) {
   return AG_OK;
 }
 
-ag_status vkb_mem_alloc(vkb_device *d, size_t bytes, bool host, vkb_mem *out) {
+ag_status vkb_mem_alloc(vkb_device *d, size_t bytes, vkb_mem_kind kind, vkb_mem *out) {
   memset(out, 0, sizeof *out);
   if (!bytes) bytes = 16;
+  if (bytes > d->max_buffer)
+    return ag_error_set(AG_ERR_OOM, "vulkan: a buffer of %zu bytes exceeds the device's maxBufferSize %zu on %s",
+                        bytes, d->max_buffer, d->props.deviceName);
   VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                             .size = bytes,
                             .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
@@ -500,7 +576,7 @@ ag_status vkb_mem_alloc(vkb_device *d, size_t bytes, bool host, vkb_mem *out) {
   if (r != VK_SUCCESS) return vkb_error(r, "vkCreateBuffer");
   VkMemoryRequirements req;
   d->f.vkGetBufferMemoryRequirements(d->dev, out->buf, &req);
-  uint32_t type = host ? d->mt_host : d->mt_device;
+  uint32_t type = kind == VKB_MEM_SEGMENT ? d->mt_device : d->mt_host;
   if (!(req.memoryTypeBits & (1u << type))) {
     /* another type with the same properties that the buffer accepts */
     VkMemoryPropertyFlags want = d->mem.memoryTypes[type].propertyFlags;
@@ -527,16 +603,34 @@ ag_status vkb_mem_alloc(vkb_device *d, size_t bytes, bool host, vkb_mem *out) {
     goto fail;
   }
   VkMemoryPropertyFlags pf = d->mem.memoryTypes[type].propertyFlags;
+  out->alloc_bytes = (size_t)req.size;
+  out->coherent = !(pf & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) || (pf & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
   if ((pf & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
       (r = d->f.vkMapMemory(d->dev, out->mem, 0, VK_WHOLE_SIZE, 0, &out->map)) != VK_SUCCESS) {
+    out->map = NULL;
     st = vkb_error(r, "vkMapMemory");
     goto fail;
+  }
+  if (out->map && d->test_noncoherent && kind != VKB_MEM_PINNED) {
+    /* the test switch: the host works on a copy that meets the device's
+     * memory only in vkb_mem_flush and vkb_mem_invalidate, whole atoms at a
+     * time, as a CPU cache that is not coherent would */
+    void *copy = malloc(out->alloc_bytes);
+    if (!copy) {
+      st = ag_error_set(AG_ERR_OOM, "vulkan: host copy of a mapping (AG_VULKAN_TEST=noncoherent)");
+      goto fail;
+    }
+    memcpy(copy, out->map, out->alloc_bytes);
+    out->dev_map = out->map;
+    out->map = copy;
+    out->coherent = false;
   }
   VkBufferDeviceAddressInfo dai = {.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, .buffer = out->buf};
   out->addr = d->f.vkGetBufferDeviceAddress(d->dev, &dai);
   out->bytes = bytes;
   return AG_OK;
 fail:
+  if (out->map) d->f.vkUnmapMemory(d->dev, out->mem);
   if (out->mem) d->f.vkFreeMemory(d->dev, out->mem, NULL);
   d->f.vkDestroyBuffer(d->dev, out->buf, NULL);
   memset(out, 0, sizeof *out);
@@ -545,15 +639,51 @@ fail:
 
 void vkb_mem_free(vkb_device *d, vkb_mem *m) {
   if (!m->buf) return;
+  if (m->dev_map) free(m->map);
   if (m->map) d->f.vkUnmapMemory(d->dev, m->mem);
   d->f.vkDestroyBuffer(d->dev, m->buf, NULL);
   d->f.vkFreeMemory(d->dev, m->mem, NULL);
   memset(m, 0, sizeof *m);
 }
 
+/* [off, off + bytes) widened to whole nonCoherentAtomSize blocks, the last
+ * one cut at the end of the allocation (VK_WHOLE_SIZE there): what
+ * VkMappedMemoryRange accepts. */
+static VkMappedMemoryRange atom_range(const vkb_device *d, const vkb_mem *m, size_t off, size_t bytes,
+                                      size_t *out_lo, size_t *out_hi) {
+  VkDeviceSize a = d->atom, lo = off / a * a, hi = ((VkDeviceSize)off + bytes + a - 1) / a * a;
+  bool to_end = hi >= m->alloc_bytes;
+  if (to_end) hi = m->alloc_bytes;
+  *out_lo = (size_t)lo;
+  *out_hi = (size_t)hi;
+  return (VkMappedMemoryRange){.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE,
+                               .memory = m->mem,
+                               .offset = lo,
+                               .size = to_end ? VK_WHOLE_SIZE : hi - lo};
+}
+
+ag_status vkb_mem_flush(vkb_device *d, vkb_mem *m, size_t off, size_t bytes) {
+  if (m->coherent || !m->map || !bytes) return AG_OK;
+  size_t lo, hi;
+  VkMappedMemoryRange r = atom_range(d, m, off, bytes, &lo, &hi);
+  if (m->dev_map) memcpy((char *)m->dev_map + lo, (const char *)m->map + lo, hi - lo);
+  VkResult vr = d->f.vkFlushMappedMemoryRanges(d->dev, 1, &r);
+  return vr == VK_SUCCESS ? AG_OK : vkb_error(vr, "vkFlushMappedMemoryRanges");
+}
+
+ag_status vkb_mem_invalidate(vkb_device *d, vkb_mem *m, size_t off, size_t bytes) {
+  if (m->coherent || !m->map || !bytes) return AG_OK;
+  size_t lo, hi;
+  VkMappedMemoryRange r = atom_range(d, m, off, bytes, &lo, &hi);
+  VkResult vr = d->f.vkInvalidateMappedMemoryRanges(d->dev, 1, &r);
+  if (vr != VK_SUCCESS) return vkb_error(vr, "vkInvalidateMappedMemoryRanges");
+  if (m->dev_map) memcpy((char *)m->map + lo, (const char *)m->dev_map + lo, hi - lo);
+  return AG_OK;
+}
+
 /* Segments are read by shaders through device addresses, which the
  * descriptor limit maxStorageBufferRange (128 MiB on lavapipe) does not
- * bound; the limit is the largest allocation. */
+ * bound; the limits are the largest allocation and the largest buffer. */
 static ag_status vk_segment_alloc(int dev, size_t bytes, void **out_base) {
   vkb_device *d = vkb_dev_open(dev);
   if (!d) return ag_last_status();
@@ -562,9 +692,13 @@ static ag_status vk_segment_alloc(int dev, size_t bytes, void **out_base) {
                         "vulkan: segment of %zu bytes exceeds the device's largest allocation "
                         "(maxMemoryAllocationSize %zu) on %s",
                         bytes, d->max_alloc, d->props.deviceName);
+  if (bytes > d->max_buffer)
+    return ag_error_set(AG_ERR_OOM,
+                        "vulkan: segment of %zu bytes exceeds the device's largest buffer (maxBufferSize %zu) on %s",
+                        bytes, d->max_buffer, d->props.deviceName);
   vkb_mem *m = malloc(sizeof *m);
   if (!m) return ag_error_set(AG_ERR_OOM, "vulkan: segment record");
-  ag_status st = vkb_mem_alloc(d, bytes, false, m);
+  ag_status st = vkb_mem_alloc(d, bytes, VKB_MEM_SEGMENT, m);
   if (st != AG_OK) {
     free(m);
     return st;
@@ -594,7 +728,7 @@ static ag_status vk_pinned_alloc(int dev, size_t bytes, void **out_ptr) {
   vkb_device *d = vkb_dev_open(dev);
   if (!d) return ag_last_status();
   vkb_mem m;
-  ag_status st = vkb_mem_alloc(d, bytes, true, &m);
+  ag_status st = vkb_mem_alloc(d, bytes, VKB_MEM_PINNED, &m);
   if (st != AG_OK) return st;
   pthread_mutex_lock(&g_pin_lock);
   if (g_pin_n == g_pin_cap) {
@@ -661,10 +795,31 @@ ag_status vkb_pipeline(vkb_device *d, vkb_shader sh, int spec, VkPipeline *out) 
     }
   VkResult r;
   if (!d->mod[sh]) {
+    /* every module declares SignedZeroInfNanPreserve for f32 (and f64 where
+     * it has doubles); a device that does not take it gets a copy without */
+    const uint32_t *code = vkb_spirv_table[sh].code;
+    size_t words = vkb_spirv_table[sh].bytes / 4;
+    uint32_t *copy = NULL;
+    if (!d->szinp32 || !d->szinp64) {
+      copy = malloc((words + 10) * sizeof *copy);
+      if (!copy) {
+        st = ag_error_set(AG_ERR_OOM, "vulkan: shader module %s", vkb_spirv_table[sh].name);
+        goto done;
+      }
+      words = vkb_spirv_float_modes(code, words, d->szinp32, d->szinp64, copy);
+      code = copy;
+      if (!words) {
+        free(copy);
+        st = ag_error_set(AG_ERR_INTERNAL, "vulkan: embedded module %s is not valid SPIR-V", vkb_spirv_table[sh].name);
+        goto done;
+      }
+    }
     VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                    .codeSize = vkb_spirv_table[sh].bytes,
-                                    .pCode = vkb_spirv_table[sh].code};
-    if ((r = d->f.vkCreateShaderModule(d->dev, &mci, NULL, &d->mod[sh])) != VK_SUCCESS) {
+                                    .codeSize = words * 4,
+                                    .pCode = code};
+    r = d->f.vkCreateShaderModule(d->dev, &mci, NULL, &d->mod[sh]);
+    free(copy);
+    if (r != VK_SUCCESS) {
       st = vkb_error(r, vkb_spirv_table[sh].name);
       goto done;
     }

@@ -38,7 +38,8 @@
   X(vkCreateSemaphore) X(vkDestroySemaphore) X(vkGetSemaphoreCounterValue) X(vkWaitSemaphores)     \
   X(vkCreateShaderModule) X(vkDestroyShaderModule) X(vkCreatePipelineLayout)                       \
   X(vkDestroyPipelineLayout) X(vkCreateComputePipelines) X(vkDestroyPipeline)                      \
-  X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkGetQueryPoolResults)
+  X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkGetQueryPoolResults)                             \
+  X(vkFlushMappedMemoryRanges) X(vkInvalidateMappedMemoryRanges)
 
 #define VKB_DECL(fn) PFN_##fn fn;
 typedef struct vkb_fns {
@@ -115,6 +116,14 @@ typedef struct vkb_device {
   uint32_t mt_device, mt_host; /* memory types: segments, pinned/arenas */
   bool device_mapped;          /* segment memory is host-visible (mapped) */
   size_t total_mem, max_alloc;
+  size_t max_buffer;           /* maxBufferSize (maintenance4), else SIZE_MAX */
+  VkDeviceSize atom;           /* nonCoherentAtomSize */
+  /* the device takes SignedZeroInfNanPreserve for f32 / f64 (else the
+   * modules' declarations are removed when they are created) */
+  bool szinp32, szinp64;
+  /* AG_VULKAN_TEST=noncoherent: memory other than pinned blocks is treated
+   * as not HOST_COHERENT (vkb_mem_flush, vkb_mem_invalidate) */
+  bool test_noncoherent;
   /* The logical device is created on first use (vkb_dev_open), not by init:
    * listing devices or choosing the best one never creates one. `opened`
    * and `open_status` are written under the module's init lock. */
@@ -132,14 +141,25 @@ typedef struct vkb_device {
   int npipes, cap_pipes;
 } vkb_device;
 
-/* Device memory: a buffer with its own allocation and device address. */
+/* Device memory: a buffer with its own allocation and device address.
+ * The host reads what the device wrote to mapped memory only after
+ * vkb_mem_invalidate, and the device sees what the host wrote only after
+ * vkb_mem_flush; both do nothing for HOST_COHERENT memory. */
 typedef struct vkb_mem {
   VkBuffer buf;
   VkDeviceMemory mem;
   uint64_t addr;
-  void *map; /* host mapping when host-visible, else NULL */
+  void *map;     /* host mapping when host-visible, else NULL */
+  void *dev_map; /* the real mapping when map is a host copy (AG_VULKAN_TEST=noncoherent), else NULL */
+  bool coherent; /* HOST_COHERENT (or not mapped) */
   size_t bytes;
+  size_t alloc_bytes; /* the allocation's size (>= bytes) */
 } vkb_mem;
+
+/* What memory is for: segments (device-local), the streams' arenas and
+ * error words (host-visible), pinned blocks (host-visible and coherent:
+ * the program reads and writes them at any time). */
+typedef enum vkb_mem_kind { VKB_MEM_SEGMENT, VKB_MEM_HOST, VKB_MEM_PINNED } vkb_mem_kind;
 
 /* A timeline semaphore shared by a stream and the events recorded on it, so
  * an event outlives its stream. */
@@ -149,14 +169,20 @@ typedef struct vkb_timeline {
   atomic_int refs;
 } vkb_timeline;
 
+#define VKB_WAITS 16
+
 /* Commands recorded between two submits, with the host-visible arena that
- * holds their argument blocks and staged uploads. */
+ * holds their argument blocks and staged uploads. A submitted batch holds a
+ * reference to each timeline it waits on until it has completed, so no
+ * semaphore is destroyed while a pending batch refers to it. */
 typedef struct vkb_batch {
   VkCommandBuffer cb;
   vkb_mem arena;
   size_t used;
   uint64_t value; /* timeline value signalled when it completes; 0 idle */
   int commands;
+  vkb_timeline *wait_tl[VKB_WAITS];
+  int nwait;
 } vkb_batch;
 
 #define VKB_BATCHES 4
@@ -177,8 +203,8 @@ struct ag_bstream {
   int cur;               /* open (recording) batch, or -1 */
   int next;              /* batch to open next */
   /* semaphores the next submit waits on (stream_wait_event) */
-  vkb_timeline *wait_tl[16];
-  uint64_t wait_v[16];
+  vkb_timeline *wait_tl[VKB_WAITS];
+  uint64_t wait_v[VKB_WAITS];
   int nwait;
   vkb_mem err;           /* ag_kernel_error, zeroed */
   bool err_armed;
@@ -210,8 +236,15 @@ VKB_HIDDEN vkb_device *vkb_dev_open(int dev);
  * yet reported (only when validation was requested). */
 VKB_HIDDEN ag_status vkb_validation_status(void);
 
-VKB_HIDDEN ag_status vkb_mem_alloc(vkb_device *d, size_t bytes, bool host, vkb_mem *out);
+VKB_HIDDEN ag_status vkb_mem_alloc(vkb_device *d, size_t bytes, vkb_mem_kind kind, vkb_mem *out);
 VKB_HIDDEN void vkb_mem_free(vkb_device *d, vkb_mem *m);
+/* Makes host writes to [off, off + bytes) of mapped m visible to the device
+ * (vkFlushMappedMemoryRanges over whole nonCoherentAtomSize blocks); a
+ * no-op for coherent memory. */
+VKB_HIDDEN ag_status vkb_mem_flush(vkb_device *d, vkb_mem *m, size_t off, size_t bytes);
+/* Makes device writes to [off, off + bytes) visible to host reads of the
+ * mapping (vkInvalidateMappedMemoryRanges); a no-op for coherent memory. */
+VKB_HIDDEN ag_status vkb_mem_invalidate(vkb_device *d, vkb_mem *m, size_t off, size_t bytes);
 /* The pinned block containing [p, p + bytes) (copied into *out), or false. */
 VKB_HIDDEN bool vkb_pinned_find(const void *p, size_t bytes, vkb_mem *out, size_t *out_off);
 /* Submits every stream's open batch on the device (segment_free). */

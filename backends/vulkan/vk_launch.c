@@ -31,13 +31,15 @@ static uint64_t opt_addr(const ag_kernel_call *c, int i) {
   return i < c->n_operands && c->o[i].base ? oaddr(&c->o[i]) : 0;
 }
 
+/* v in dt's integer range (NaN 0); floating dtypes take the i64 range, so
+ * an infinite or huge scalar never reaches an undefined conversion */
 static int64_t sat_int(double v, ag_dtype dt) {
   if (dt == AG_BOOL) return v != 0;
   if (!(v == v)) return 0;
   double lo = dt == AG_I32 ? -2147483648.0 : dt == AG_U8 ? 0 : -9223372036854775808.0;
   double hi = dt == AG_I32 ? 2147483647.0 : dt == AG_U8 ? 255 : 9223372036854775807.0;
-  if (v <= lo) return dt == AG_I64 ? INT64_MIN : (int64_t)lo;
-  if (v >= hi) return dt == AG_I64 ? INT64_MAX : (int64_t)hi;
+  if (v <= lo) return dt == AG_I32 ? INT32_MIN : dt == AG_U8 ? 0 : INT64_MIN;
+  if (v >= hi) return dt == AG_I32 ? INT32_MAX : dt == AG_U8 ? 255 : INT64_MAX;
   return (int64_t)v;
 }
 
@@ -137,10 +139,10 @@ static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
   a.p[1] = oaddr(&c->o[1]);
   a.p[2] = oaddr(&c->o[2]);
   a.k[0] = c->o[1].dtype;
-  a.k[4] = c->s[0] == (double)(int32_t)c->s[0];
+  a.k[4] = c->s[0] >= INT32_MIN && c->s[0] <= INT32_MAX && c->s[0] == floor(c->s[0]);
   a.f[0] = (float)c->s[0];
   a.f[1] = (float)c->s[1];
-  a.n[42] = (int64_t)c->s[0];
+  a.n[42] = sat_int(c->s[0], AG_I64);
   a.n[46] = dbits(c->s[0]);
   a.n[47] = dbits(c->s[1]);
   return vkb_dispatch1(s, c->o[1].dtype == AG_F64 ? VKS_BINARY_D : VKS_BINARY, c->sub, &a, n);

@@ -4,7 +4,9 @@
  * or when the host needs a result (synchronize, query, event, copy to
  * pageable memory). Every submit signals the next value of the stream's
  * timeline semaphore; events are (semaphore, value) pairs and cross-stream
- * waits are semaphore waits on the next submit. Every command is followed by
+ * waits are semaphore waits on the next submit; a submitted batch keeps the
+ * semaphores it waits on alive until it has completed (another stream, or
+ * the event, may be destroyed first). Every command is followed by
  * a global memory barrier, since shaders address memory directly (buffer
  * device addresses) and any later command may read what it wrote. */
 #include <stdlib.h>
@@ -13,7 +15,17 @@
 #include "vk_internal.h"
 
 static ag_status vkb_stream_synchronize_l(ag_bstream *s);
+static void tl_release(struct vkb_timeline *t);
 
+/* Drops the references a completed batch held on the semaphores it waited on. */
+static void batch_release_waits(vkb_batch *b) {
+  for (int i = 0; i < b->nwait; i++) tl_release(b->wait_tl[i]);
+  b->nwait = 0;
+}
+
+/* The last reference destroys the semaphore: every batch that signals it
+ * (its stream's, waited for at stream destruction) or waits on it (holding a
+ * reference until it completes) is done by then. */
 static void tl_release(vkb_timeline *t) {
   if (t && atomic_fetch_sub(&t->refs, 1) == 1) {
     t->d->f.vkDestroySemaphore(t->d->dev, t->sem, NULL);
@@ -90,8 +102,9 @@ ag_status vkb_stream_create(int dev, ag_bstream **out) {
     st = vkb_error(r, "vkCreateSemaphore(timeline)");
     goto fail;
   }
-  if ((st = vkb_mem_alloc(d, sizeof(ag_kernel_error), true, &s->err)) != AG_OK) goto fail;
+  if ((st = vkb_mem_alloc(d, sizeof(ag_kernel_error), VKB_MEM_HOST, &s->err)) != AG_OK) goto fail;
   memset(s->err.map, 0, sizeof(ag_kernel_error));
+  if ((st = vkb_mem_flush(d, &s->err, 0, sizeof(ag_kernel_error))) != AG_OK) goto fail;
   pthread_mutex_lock(&d->slock);
   s->next_on_dev = d->streams;
   d->streams = s;
@@ -117,7 +130,11 @@ void vkb_stream_destroy(ag_bstream *s) {
     vkb_flush(s);
     tl_wait(s->tl, s->value);
   }
-  for (int i = 0; i < VKB_BATCHES; i++) vkb_mem_free(d, &s->b[i].arena);
+  /* every batch has completed: the semaphores they waited on can go */
+  for (int i = 0; i < VKB_BATCHES; i++) {
+    batch_release_waits(&s->b[i]);
+    vkb_mem_free(d, &s->b[i].arena);
+  }
   vkb_mem_free(d, &s->err);
   vkb_mem_free(d, &s->scratch);
   for (int i = 0; i < s->nwait; i++) tl_release(s->wait_tl[i]);
@@ -154,7 +171,8 @@ ag_status vkb_open(ag_bstream *s, vkb_batch **out) {
   vkb_batch *b = &s->b[s->next];
   ag_status st = AG_OK;
   if (b->value && (st = tl_wait(s->tl, b->value)) != AG_OK) return st;
-  if (!b->arena.buf && (st = vkb_mem_alloc(s->d, VKB_ARENA_BYTES, true, &b->arena)) != AG_OK) return st;
+  batch_release_waits(b);
+  if (!b->arena.buf && (st = vkb_mem_alloc(s->d, VKB_ARENA_BYTES, VKB_MEM_HOST, &b->arena)) != AG_OK) return st;
   b->value = 0;
   b->used = 0;
   b->commands = 0;
@@ -183,23 +201,28 @@ ag_status vkb_flush(ag_bstream *s) {
                             VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
   VkResult r = d->f.vkEndCommandBuffer(b->cb);
   if (r != VK_SUCCESS) return vkb_error(r, "vkEndCommandBuffer");
+  /* the argument blocks and staged uploads the host wrote */
+  ag_status st = vkb_mem_flush(d, &b->arena, 0, b->used);
+  if (st != AG_OK) return st;
   uint64_t signal = s->value + 1;
-  VkSemaphore waits[16];
-  VkPipelineStageFlags stages[16];
+  VkSemaphore waits[VKB_WAITS];
+  VkPipelineStageFlags stages[VKB_WAITS];
   for (int i = 0; i < s->nwait; i++) {
     waits[i] = s->wait_tl[i]->sem;
     stages[i] = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
   }
+  /* wait arrays only with a non-zero count */
+  bool w = s->nwait > 0;
   VkTimelineSemaphoreSubmitInfo ts = {.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
                                       .waitSemaphoreValueCount = (uint32_t)s->nwait,
-                                      .pWaitSemaphoreValues = s->wait_v,
+                                      .pWaitSemaphoreValues = w ? s->wait_v : NULL,
                                       .signalSemaphoreValueCount = 1,
                                       .pSignalSemaphoreValues = &signal};
   VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
                      .pNext = &ts,
                      .waitSemaphoreCount = (uint32_t)s->nwait,
-                     .pWaitSemaphores = waits,
-                     .pWaitDstStageMask = stages,
+                     .pWaitSemaphores = w ? waits : NULL,
+                     .pWaitDstStageMask = w ? stages : NULL,
                      .commandBufferCount = 1,
                      .pCommandBuffers = &b->cb,
                      .signalSemaphoreCount = 1,
@@ -207,9 +230,15 @@ ag_status vkb_flush(ag_bstream *s) {
   pthread_mutex_lock(&d->qlock);
   r = d->f.vkQueueSubmit(d->queue, 1, &si, VK_NULL_HANDLE);
   pthread_mutex_unlock(&d->qlock);
-  for (int i = 0; i < s->nwait; i++) tl_release(s->wait_tl[i]);
+  /* the batch holds the wait references until it has completed (vkb_open,
+   * stream destruction); a failed submit is not pending and drops them */
+  for (int i = 0; i < s->nwait; i++) b->wait_tl[i] = s->wait_tl[i];
+  b->nwait = s->nwait;
   s->nwait = 0;
-  if (r != VK_SUCCESS) return vkb_error(r, "vkQueueSubmit");
+  if (r != VK_SUCCESS) {
+    batch_release_waits(b);
+    return vkb_error(r, "vkQueueSubmit");
+  }
   s->value = signal;
   b->value = signal;
   return AG_OK;
@@ -276,8 +305,8 @@ ag_status vkb_scratch(ag_bstream *s, size_t bytes, uint64_t *out_addr) {
     if (st != AG_OK) return st;
     vkb_mem_free(s->d, &s->scratch);
     size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes + bytes / 4;
-    if (want > s->d->max_alloc) want = bytes;
-    if ((st = vkb_mem_alloc(s->d, want, false, &s->scratch)) != AG_OK) return st;
+    if (want > s->d->max_alloc || want > s->d->max_buffer) want = bytes;
+    if ((st = vkb_mem_alloc(s->d, want, VKB_MEM_SEGMENT, &s->scratch)) != AG_OK) return st;
   }
   *out_addr = s->scratch.addr;
   return AG_OK;
@@ -365,7 +394,7 @@ static ag_status vkb_stream_wait_event_l(ag_bstream *s, ag_bevent *e) {
       if (e->value > s->wait_v[i]) s->wait_v[i] = e->value;
       return AG_OK;
     }
-  if (s->nwait == 16) {
+  if (s->nwait == VKB_WAITS) {
     /* more distinct streams than slots: wait on the host instead */
     return tl_wait(e->tl, e->value);
   }
@@ -454,6 +483,9 @@ static ag_status vkb_copy_d2h_l(ag_bstream *s, void *dst, const void *src, size_
   ag_status st = vkb_stream_synchronize_l(s);
   if (st != AG_OK) return st;
   if (sm->map) {
+    /* mapped segment memory: invalidated first where it is not coherent */
+    vkb_mem *mm = (vkb_mem *)sm;
+    if ((st = vkb_mem_invalidate(s->d, mm, soff, bytes)) != AG_OK) return st;
     memcpy(dst, (const char *)sm->map + soff, bytes);
     return AG_OK;
   }
@@ -467,6 +499,7 @@ static ag_status vkb_copy_d2h_l(ag_bstream *s, void *dst, const void *src, size_
     if ((st = vkb_arena(s, n, &b, &host, NULL, &buf, &off)) != AG_OK) break;
     if ((st = record_copy(s, sm->buf, soff, buf, off, n)) != AG_OK) break;
     if ((st = vkb_stream_synchronize_l(s)) != AG_OK) break;
+    if ((st = vkb_mem_invalidate(s->d, &b->arena, off, n)) != AG_OK) break;
     memcpy(p, host, n);
     p += n;
     soff += n;
@@ -497,10 +530,15 @@ static ag_status vkb_copy_d2d_l(ag_bstream *s, void *dst, size_t doff, const voi
 static ag_status vkb_take_kernel_error_l(ag_bstream *s, ag_kernel_error *out) {
   memset(out, 0, sizeof *out);
   if (!s->err_armed || s->cur >= 0 || tl_value(s->tl) < s->value) return AG_OK;
+  ag_status st = vkb_mem_invalidate(s->d, &s->err, 0, sizeof *out);
+  if (st != AG_OK) return st;
   memcpy(out, s->err.map, sizeof *out);
   s->err_armed = false;
-  if (out->code) memset(s->err.map, 0, sizeof *out);
-  return AG_OK;
+  if (out->code) {
+    memset(s->err.map, 0, sizeof *out);
+    st = vkb_mem_flush(s->d, &s->err, 0, sizeof *out);
+  }
+  return st;
 }
 
 /* ---- the vtable entries: each holds the stream's lock ---- */

@@ -32,7 +32,9 @@ float sd_mult(int64_t idx) {
   return float(bits >> 8) * (1.0 / 16777216.0) >= p ? pc.a.f[2] : 0.0;
 }
 
-/* the mask's and the causal rule's part of score (b, h, i, j) */
+/* the mask's and the causal rule's part of score (b, h, i, j). A key whose
+ * score is -inf (masked, or causal) is skipped: tested on the bits, so no
+ * driver's assumption about infinities changes which keys count. */
 float sd_bias(int64_t b, int64_t h, int64_t i, int64_t j) {
   if (pc.a.k[1] != 0 && j > i) return -F_INF;
   uint64_t m = pc.a.p[4];
@@ -84,10 +86,10 @@ void main() {
     if (live) {
       for (int jj = 0; jj < nk; jj++) {
         float s = sd_bias(b, h, i, j0 + jj);
-        if (s == -F_INF) continue;
+        if (ag_is_neg_inf(s)) continue;
         for (int d = 0; d < int(D); d++) s += qv[d] * ks[jj * MAXD + d];
-        if (s == -F_INF) continue;
-        float mn = max(mx, s), alpha = mx == -F_INF ? 0.0 : exp(mx - mn), pe = exp(s - mn);
+        if (ag_is_neg_inf(s)) continue;
+        float mn = ag_fmax(mx, s), alpha = ag_is_neg_inf(mx) ? 0.0 : exp(mx - mn), pe = exp(s - mn);
         l = l * alpha + pe;
         mx = mn;
         float pd = pe * sd_mult(r * S + j0 + jj);
@@ -95,12 +97,12 @@ void main() {
       }
     }
 #else
-    if (live && ls != -F_INF) {
+    if (live && !ag_is_neg_inf(ls)) {
       for (int jj = 0; jj < nk; jj++) {
         float s = sd_bias(b, h, i, j0 + jj);
-        if (s == -F_INF) continue;
+        if (ag_is_neg_inf(s)) continue;
         for (int d = 0; d < int(D); d++) s += qv[d] * ks[jj * MAXD + d];
-        if (s == -F_INF) continue;
+        if (ag_is_neg_inf(s)) continue;
         float p = exp(s - ls), dp = 0.0;
         for (int e = 0; e < int(Dv); e++) dp += go[e] * vs[jj * MAXD + e];
         float ds = p * (dp * sd_mult(r * S + j0 + jj) - dl);
@@ -166,11 +168,11 @@ void main() {
       if (live) {
         for (int ii = 0; ii < nq; ii++) {
           int64_t i = q0 + ii, r = bh * T + i;
-          if (lss[ii] == -F_INF) continue;
+          if (ag_is_neg_inf(lss[ii])) continue;
           float s = sd_bias(b, h, i, j);
-          if (s == -F_INF) continue;
+          if (ag_is_neg_inf(s)) continue;
           for (int d = 0; d < int(D); d++) s += qs[ii * MAXD + d] * kv[d];
-          if (s == -F_INF) continue;
+          if (ag_is_neg_inf(s)) continue;
           float p = exp(s - lss[ii]), mult = sd_mult(r * S + j), dp = 0.0;
           for (int e = 0; e < int(Dv); e++) {
             dp += gs[ii * MAXD + e] * vv[e];

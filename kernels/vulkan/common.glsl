@@ -11,6 +11,17 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
+#extension GL_EXT_spirv_intrinsics : require
+
+/* NaN, infinities and the sign of zero are data here (NaN propagates
+ * through max, an overflow must be seen by the AMP check, attention masks
+ * with -inf): every module declares SPIR-V's SignedZeroInfNanPreserve
+ * execution mode (capability 4466, mode 4461; Vulkan 1.2 float controls)
+ * for f32, so no driver may assume them away in arithmetic and
+ * comparisons. The host removes the declaration on a device without
+ * shaderSignedZeroInfNanPreserveFloat32, where only the explicit tests
+ * below hold. f64.comp declares it for f64 too. */
+spirv_execution_mode(capabilities = [4466], 4461, 32);
 
 #include "ag_enums.glsl"
 
@@ -60,6 +71,24 @@ bool is_int_dt(int dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_BOOL ||
 
 #define F_INF uintBitsToFloat(0x7f800000u)
 #define F_NAN uintBitsToFloat(0x7fc00000u)
+#define F_NEG_ZERO uintBitsToFloat(0x80000000u)
+
+/* NaN and infinity tests on the bits: integer operations that no
+ * floating-point assumption of a compiler can fold away (GLSL's isnan and
+ * isinf, or x != x, may be folded to false where NaN is not preserved). */
+bool ag_isnan(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }
+bool ag_isinf(float x) { return (floatBitsToUint(x) & 0x7fffffffu) == 0x7f800000u; }
+bool ag_isfinite(float x) { return (floatBitsToUint(x) & 0x7f800000u) != 0x7f800000u; }
+bool ag_is_neg_inf(float x) { return floatBitsToUint(x) == 0xff800000u; }
+bool ag_signbit(float x) { return (floatBitsToUint(x) & 0x80000000u) != 0u; }
+/* |x| with the sign of s */
+float ag_copysign(float x, float s) {
+  return uintBitsToFloat((floatBitsToUint(x) & 0x7fffffffu) | (floatBitsToUint(s) & 0x80000000u));
+}
+/* The larger of a and b, a NaN ignored unless both are (C's fmax; GLSL's
+ * max is undefined for NaN): the row maximum of softmax and attention,
+ * where a NaN reaches the output through the arithmetic, as on the CPU. */
+float ag_fmax(float a, float b) { return ag_isnan(b) ? a : ag_isnan(a) || b > a ? b : a; }
 const int INT_MAX = 2147483647;
 const int INT_MIN = -2147483647 - 1;
 const int64_t LONG_MAX = 9223372036854775807l;
@@ -111,19 +140,19 @@ float f16_to_f(uint h) {
 
 /* Truncating, saturating conversions (NaN 0), as OpenCL's *_sat_rtz. */
 int sat_f2i(float v) {
-  if (isnan(v)) return 0;
+  if (ag_isnan(v)) return 0;
   if (v >= 2147483648.0) return INT_MAX;
   if (v <= -2147483648.0) return INT_MIN;
   return int(v);
 }
 int64_t sat_f2l(float v) {
-  if (isnan(v)) return 0l;
+  if (ag_isnan(v)) return 0l;
   if (v >= 9223372036854775808.0) return LONG_MAX;
   if (v <= -9223372036854775808.0) return LONG_MIN;
   return int64_t(v);
 }
 uint sat_f2u8(float v) {
-  if (isnan(v) || v <= 0.0) return 0u;
+  if (ag_isnan(v) || v <= 0.0) return 0u;
   if (v >= 255.0) return 255u;
   return uint(v);
 }
@@ -219,12 +248,13 @@ float wg_sum(float v) {
   barrier();
   return r;
 }
+/* NaN ignored unless every value is NaN (ag_fmax) */
 float wg_max(float v) {
   uint l = gl_LocalInvocationID.x;
   sh_f[l] = v;
   barrier();
   for (uint s = WG / 2; s > 0u; s >>= 1) {
-    if (l < s) sh_f[l] = max(sh_f[l], sh_f[l + s]);
+    if (l < s) sh_f[l] = ag_fmax(sh_f[l], sh_f[l + s]);
     barrier();
   }
   float r = sh_f[0];

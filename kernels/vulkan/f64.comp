@@ -10,6 +10,11 @@
 #extension GL_ARB_gpu_shader_int64 : require
 #include "common.glsl"
 #include "ops64.glsl"
+/* SignedZeroInfNanPreserve for f64 as well: glslang keeps one
+ * spirv_execution_mode per mode (common.glsl's, for f32), so the build step
+ * after glslc (backends/vulkan/vk_spirv_modes.c) adds it to every module
+ * with Float64; the host removes it where the device lacks
+ * shaderSignedZeroInfNanPreserveFloat64. */
 layout(local_size_x = WG) in;
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer BF64 { double v; };
@@ -30,10 +35,10 @@ double ldd(uint64_t a, int64_t i, int dt) {
 void std_(uint64_t a, int64_t i, int dt, double v) {
   if (dt == AG_F64) PD(a, i) = v;
   else if (dt == AG_BOOL) PB(a, i) = uint8_t(v != 0.0LF ? 1u : 0u);
-  else if (dt == AG_I32) PI(a, i) = isnan(v) ? 0 : v >= 2147483648.0LF ? INT_MAX : v <= -2147483648.0LF ? INT_MIN : int(v);
+  else if (dt == AG_I32) PI(a, i) = ag_isnan(v) ? 0 : v >= 2147483648.0LF ? INT_MAX : v <= -2147483648.0LF ? INT_MIN : int(v);
   else if (dt == AG_I64)
-    PL(a, i) = isnan(v) ? 0l : v >= 9223372036854775808.0LF ? LONG_MAX : v <= -9223372036854775808.0LF ? LONG_MIN : int64_t(v);
-  else if (dt == AG_U8) PB(a, i) = uint8_t(isnan(v) || v <= 0.0LF ? 0u : v >= 255.0LF ? 255u : uint(v));
+    PL(a, i) = ag_isnan(v) ? 0l : v >= 9223372036854775808.0LF ? LONG_MAX : v <= -9223372036854775808.0LF ? LONG_MIN : int64_t(v);
+  else if (dt == AG_U8) PB(a, i) = uint8_t(ag_isnan(v) || v <= 0.0LF ? 0u : v >= 255.0LF ? 255u : uint(v));
   else stf(a, i, dt, float(v));
 }
 
@@ -117,12 +122,12 @@ void main() {
     double v = PD(pc.a.p[1], base + j * inner);
     if (OP == AG_R_SUM) acc += v;
     else if (OP == AG_R_ARGMAX) {
-      if (j == 0 || (!isnan(acc) && (isnan(v) || v > acc))) {
+      if (j == 0 || (!ag_isnan(acc) && (ag_isnan(v) || v > acc))) {
         acc = v;
         idx = j;
       }
-    } else if (OP == AG_R_MIN) acc = (v < acc || isnan(v)) ? v : acc;
-    else acc = (v > acc || isnan(v)) ? v : acc;
+    } else if (OP == AG_R_MIN) acc = (v < acc || ag_isnan(v)) ? v : acc;
+    else acc = (v > acc || ag_isnan(v)) ? v : acc;
   }
   if (OP == AG_R_ARGMAX) stl(pc.a.p[0], t, pc.a.k[0], idx);
   else PD(pc.a.p[0], t) = OP == AG_R_SUM ? acc * S0 : acc;
@@ -172,7 +177,7 @@ void main() {
   double m = -D_INF, s = 0.0LF;
   for (int64_t j = 0; j < C; j++) {
     double v = PD(pc.a.p[1], b + j);
-    m = (v > m || isnan(v)) ? v : m;
+    m = (v > m || ag_isnan(v)) ? v : m;
   }
   for (int64_t j = 0; j < C; j++) s += d_exp(PD(pc.a.p[1], b + j) - m);
   double ls = d_log(s);

@@ -19,7 +19,7 @@ void main() {
   uint64_t y = pc.a.p[0], x = pc.a.p[1];
   int dt = pc.a.k[0];
   float m = -F_INF;
-  for (int64_t j = L; j < cols; j += WG) m = max(m, ldf(x, base + j, dt));
+  for (int64_t j = L; j < cols; j += WG) m = ag_fmax(m, ldf(x, base + j, dt));
   m = wg_max(m);
   float s = 0.0;
   for (int64_t j = L; j < cols; j += WG) s += exp(ldf(x, base + j, dt) - m);
@@ -81,7 +81,7 @@ void main() {
   }
 #endif
   float m = -F_INF;
-  for (int64_t j = L; j < cols; j += WG) m = max(m, ldf(x, base + j, dt));
+  for (int64_t j = L; j < cols; j += WG) m = ag_fmax(m, ldf(x, base + j, dt));
   m = wg_max(m);
   float s = 0.0;
   for (int64_t j = L; j < cols; j += WG) s += exp(ldf(x, base + j, dt) - m);
@@ -326,7 +326,7 @@ void main() {
 #if defined(K_TOPK)
 /* p0 values, p1 x (k0), p2 i64 indices; n0 O, n1 R, n2 I, n3 k; k6 smallest */
 bool topk_before(float a, int64_t ia, float b, int64_t ib, bool smallest) {
-  bool an = isnan(a), bn = isnan(b);
+  bool an = ag_isnan(a), bn = ag_isnan(b);
   if (an != bn) return smallest ? bn : an;
   if (!an && a != b) return smallest ? a < b : a > b;
   return ia < ib;

@@ -11,63 +11,86 @@ float e_expm1(float x) {
   if (u == 1.0) return x;
   precise float um1 = u - 1.0;
   if (um1 == -1.0) return -1.0;
-  if (isinf(u)) return u;
+  if (ag_isinf(u)) return u;
   return um1 * x / log(u);
 }
 float e_log1p(float x) {
   precise float u = 1.0 + x;
   if (u == 1.0) return x;
-  if (isinf(u)) return u;
+  if (ag_isinf(u)) return u > 0.0 ? u : F_NAN; /* log1p(-inf) is NaN */
   precise float d = u - 1.0;
   return log(u) * x / d;
 }
+/* the sign of x kept for -0 (C's tanh(-0) is -0); NaN propagates */
 float e_tanh(float x) {
   float ax = abs(x);
-  if (ax > 15.0) return sign(x);
+  if (ax > 15.0) return ag_copysign(1.0, x);
   float t = e_expm1(2.0 * ax);
-  float r = t / (t + 2.0);
-  return x < 0.0 ? -r : r;
+  return ag_copysign(t / (t + 2.0), x);
 }
 /* erf: the Maclaurin series near 0 and 1 - erfc with erfc from Numerical
  * Recipes' Chebyshev fit (relative error < 1.2e-7) elsewhere. */
 float e_erf(float x) {
   float ax = abs(x);
-  if (isnan(x)) return x;
+  if (ag_isnan(x)) return x;
   if (ax < 0.5) {
     float x2 = x * x;
     return x * (1.1283791670955126 + x2 * (-0.37612638903183754 + x2 * (0.11283791670955126 +
                 x2 * (-0.026866170645131252 + x2 * (0.0052239776254421878 + x2 * -0.00085483270234508521)))));
   }
-  if (ax > 6.0) return sign(x);
+  if (ax > 6.0) return ag_copysign(1.0, x);
   float t = 1.0 / (1.0 + 0.5 * ax);
   float y = t * exp(-ax * ax - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
             t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
             t * (-0.82215223 + t * 0.17087277)))))))));
-  float r = 1.0 - y;
-  return x < 0.0 ? -r : r;
+  return ag_copysign(1.0 - y, x);
 }
-/* C's pow for the cases GLSL leaves undefined: NaN, negative bases with
- * integral exponents, zero */
+/* C's pow (C11 F.10.4.4) for every case GLSL's pow leaves undefined (it is
+ * defined for a finite base > 0 only): NaN, zeros with the sign rules of
+ * odd integer exponents, infinite bases and exponents, negative bases. */
 float e_pow(float a, float b) {
-  if (b == 0.0 || a == 1.0) return 1.0;
-  if (isnan(a) || isnan(b)) return a + b;
-  if (a < 0.0 && b == floor(b)) {
-    float r = pow(-a, b);
-    return mod(b, 2.0) == 1.0 ? -r : r;
+  if (b == 0.0 || a == 1.0) return 1.0; /* even for a NaN operand */
+  if (ag_isnan(a) || ag_isnan(b)) return F_NAN;
+  float aa = abs(a);
+  if (ag_isinf(b)) {
+    if (aa == 1.0) return 1.0;
+    return (aa > 1.0) == (b > 0.0) ? F_INF : 0.0;
   }
-  if (a == 0.0) return b > 0.0 ? 0.0 : F_INF;
+  bool integral = b == floor(b), odd = integral && mod(b, 2.0) == 1.0;
+  if (a == 0.0 || ag_isinf(a)) {
+    /* |a|^b is 0 or inf; the sign of a survives an odd exponent */
+    float r = (a == 0.0) == (b < 0.0) ? F_INF : 0.0;
+    return odd ? ag_copysign(r, a) : r;
+  }
+  if (a < 0.0) {
+    if (!integral) return F_NAN;
+    float r = pow(aa, b);
+    return odd ? -r : r;
+  }
   return pow(a, b);
 }
-float e_atan2(float y, float x) { return isnan(x) || isnan(y) ? x + y : atan(y, x); }
-/* C's fmod: a - trunc(a/b)*b, the sign of a */
+/* C's atan2 (C11 F.10.1.4): GLSL's atan(y, x) is undefined at x = y = 0,
+ * and the zeros, infinities and signs are written out */
+float e_atan2(float y, float x) {
+  if (ag_isnan(x) || ag_isnan(y)) return F_NAN;
+  const float pi = 3.14159265358979323846, pi_2 = 1.57079632679489661923;
+  bool xneg = ag_signbit(x);
+  float r;
+  if (y == 0.0) r = xneg ? pi : 0.0;
+  else if (ag_isinf(x)) r = ag_isinf(y) ? (xneg ? 0.75 * pi : 0.25 * pi) : (xneg ? pi : 0.0);
+  else if (x == 0.0 || ag_isinf(y)) r = pi_2;
+  else r = abs(atan(y, x));
+  return ag_copysign(r, y);
+}
+/* C's fmod: a - trunc(a/b)*b, the sign of a (a zero result too) */
 float e_fmod(float a, float b) {
-  if (b == 0.0 || isinf(a) || isnan(a) || isnan(b)) return F_NAN;
-  if (isinf(b)) return a;
+  if (b == 0.0 || ag_isinf(a) || ag_isnan(a) || ag_isnan(b)) return F_NAN;
+  if (ag_isinf(b)) return a;
   precise float q = trunc(a / b);
   precise float r = a - q * b;
   if (r != 0.0 && (r < 0.0) != (a < 0.0)) r += a < 0.0 ? -abs(b) : abs(b);
   if (abs(r) >= abs(b)) r -= a < 0.0 ? -abs(b) : abs(b);
-  return r;
+  return r == 0.0 ? ag_copysign(0.0, a) : r;
 }
 
 #define E_K(c) float(c)
@@ -113,17 +136,14 @@ float e_fmod(float a, float b) {
 #define VK_CMP_CASE(ID, name, api, fwd, kind, grad, da, db, ints, cost, doma, domb) VK_CMP_##kind(ID)
 
 float unary_f(float x, float s0, float s1) {
+  /* sign on the bits: lavapipe turned the table's select chain into -0 for
+   * +0, -0 and NaN, where the CPU gives +0 */
+  if (OP == AG_U_SIGN) {
+    uint u = floatBitsToUint(x);
+    return (u & 0x7fffffffu) == 0u || ag_isnan(x) ? 0.0 : uintBitsToFloat((u & 0x80000000u) | 0x3f800000u);
+  }
   switch (OP) {
     AG_UNARY_OPS(VK_U_CASE)
-  }
-  return F_NAN;
-}
-
-float binary_f(float a, float b, float s0, float s1) {
-  switch (OP) {
-    AG_BINARY_OPS(VK_B_CASE)
-    AG_UNARY_OPS(VK_BWD_CASE)
-    AG_BINARY_OPS(VK_PART_CASE)
   }
   return F_NAN;
 }
@@ -133,4 +153,19 @@ bool cmp_op() {
     AG_BINARY_OPS(VK_CMP_CASE) return true;
   }
   return false;
+}
+
+float binary_f(float a, float b, float s0, float s1) {
+  /* The table's maximum and minimum test a != a and its comparisons are
+   * IEEE's, which the execution mode guarantees; the NaN cases are tested
+   * on the bits here as well, so they hold on a device without it. */
+  if (OP == AG_B_MAX) return ag_isnan(a) || a > b ? a : b;
+  if (OP == AG_B_MIN) return ag_isnan(a) || a < b ? a : b;
+  if (cmp_op() && (ag_isnan(a) || ag_isnan(b))) return OP == AG_B_NE ? 1.0 : 0.0;
+  switch (OP) {
+    AG_BINARY_OPS(VK_B_CASE)
+    AG_UNARY_OPS(VK_BWD_CASE)
+    AG_BINARY_OPS(VK_PART_CASE)
+  }
+  return F_NAN;
 }

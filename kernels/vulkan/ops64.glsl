@@ -7,20 +7,35 @@
  * (NaN, infinities, zeros). The sub-op is the specialization constant OP. */
 layout(constant_id = 0) const int OP = 0;
 
-#define D_INF (1.0LF / 0.0LF)
-#define D_NAN (0.0LF / 0.0LF)
+#define D_INF packDouble2x32(uvec2(0u, 0x7ff00000u))
+#define D_NAN packDouble2x32(uvec2(0u, 0x7ff80000u))
 const double D_LN2_HI = 6.93147180369123816490e-01LF;
 const double D_LN2_LO = 1.90821492927058770002e-10LF;
 const double D_PI = 3.14159265358979311600e+00LF;
 const double D_PI_2 = 1.57079632679489655800e+00LF;
 
 bool d_signbit(double x) { return (unpackDouble2x32(x).y >> 31) != 0u; }
+/* the bit tests of common.glsl for double */
+bool ag_isnan(double x) {
+  uvec2 u = unpackDouble2x32(x);
+  uint hi = u.y & 0x7fffffffu;
+  return hi > 0x7ff00000u || (hi == 0x7ff00000u && u.x != 0u);
+}
+bool ag_isinf(double x) {
+  uvec2 u = unpackDouble2x32(x);
+  return (u.y & 0x7fffffffu) == 0x7ff00000u && u.x == 0u;
+}
+bool ag_isfinite(double x) { return (unpackDouble2x32(x).y & 0x7ff00000u) != 0x7ff00000u; }
+double ag_copysign(double x, double s) {
+  uvec2 u = unpackDouble2x32(x);
+  return packDouble2x32(uvec2(u.x, (u.y & 0x7fffffffu) | (unpackDouble2x32(s).y & 0x80000000u)));
+}
 
 /* 2^k * p for k in the double range, subnormal results included */
 double d_scale(double p, int k) { return ldexp(ldexp(p, k / 2), k - k / 2); }
 
 double d_exp(double x) {
-  if (isnan(x)) return x;
+  if (ag_isnan(x)) return x;
   if (x > 709.782712893384LF) return D_INF;
   if (x < -745.2LF) return 0.0LF;
   double k = roundEven(x * 1.44269504088896338700e+00LF);
@@ -35,9 +50,9 @@ double d_exp(double x) {
 }
 
 double d_log(double x) {
-  if (isnan(x) || x < 0.0LF) return D_NAN;
+  if (ag_isnan(x) || x < 0.0LF) return D_NAN;
   if (x == 0.0LF) return -D_INF;
-  if (isinf(x)) return x;
+  if (ag_isinf(x)) return x;
   int e;
   double m = frexp(x, e);
   if (m < 0.70710678118654752440LF) {
@@ -56,7 +71,8 @@ double d_log(double x) {
 /* sin (c false) or cos (c true): Cody-Waite reduction by pi/2 in three
  * parts, Taylor series on [-pi/4, pi/4] */
 double d_sincos(double x, bool c) {
-  if (isnan(x) || isinf(x)) return D_NAN;
+  if (ag_isnan(x) || ag_isinf(x)) return D_NAN;
+  if (x == 0.0LF) return c ? 1.0LF : x; /* sin(-0) = -0 */
   const double h1 = 1.57079632673412561417e+00LF, h2 = 6.07710050630396597660e-11LF,
                h3 = 2.02226624879595063154e-21LF;
   double q = roundEven(x * 6.36619772367581382433e-01LF);
@@ -73,7 +89,7 @@ double d_sincos(double x, bool c) {
 }
 
 double d_expm1(double x) {
-  if (isnan(x)) return x;
+  if (ag_isnan(x) || x == 0.0LF) return x; /* expm1(-0) = -0 */
   if (abs(x) < 0.5LF) {
     double s = 0.0LF, t = 1.0LF;
     for (int n = 1; n < 22; n++) {
@@ -87,28 +103,27 @@ double d_expm1(double x) {
 
 double d_log1p(double x) {
   precise double u = 1.0LF + x;
-  if (isnan(x) || u == 1.0LF) return x;
-  if (isinf(u)) return u;
+  if (ag_isnan(x) || u == 1.0LF) return x;
+  if (ag_isinf(u)) return u > 0.0LF ? u : D_NAN; /* log1p(-inf) is NaN */
   if (u == 0.0LF) return -D_INF;
   precise double d = u - 1.0LF;
   return d_log(u) * (x / d);
 }
 
 double d_tanh(double x) {
-  if (isnan(x)) return x;
+  if (ag_isnan(x)) return x;
   double ax = abs(x);
-  if (ax > 20.0LF) return x < 0.0LF ? -1.0LF : 1.0LF;
+  if (ax > 20.0LF) return ag_copysign(1.0LF, x);
   double t = d_expm1(2.0LF * ax);
-  double r = t / (t + 2.0LF);
-  return x < 0.0LF ? -r : r;
+  return ag_copysign(t / (t + 2.0LF), x);
 }
 
 /* erf(x) = 2/sqrt(pi) exp(-x^2) sum 2^n x^(2n+1) / (1*3*...*(2n+1)):
  * positive terms, no cancellation; erf = +-1 in double beyond 6 */
 double d_erf(double x) {
-  if (isnan(x)) return x;
+  if (ag_isnan(x)) return x;
   double ax = abs(x);
-  if (ax >= 6.0LF) return x < 0.0LF ? -1.0LF : 1.0LF;
+  if (ax >= 6.0LF) return ag_copysign(1.0LF, x);
   double x2 = ax * ax, t = ax, s = ax;
   for (int n = 0; n < 400 && t > s * 1e-18LF; n++) {
     t *= 2.0LF * x2 / double(2 * n + 3);
@@ -116,13 +131,13 @@ double d_erf(double x) {
   }
   double r = 1.12837916709551257390LF * d_exp(-x2) * s;
   if (r > 1.0LF) r = 1.0LF;
-  return x < 0.0LF ? -r : r;
+  return ag_copysign(r, x);
 }
 
 double d_atan(double x) {
-  if (isnan(x)) return x;
+  if (ag_isnan(x)) return x;
   double a = abs(x);
-  if (isinf(a)) return x < 0.0LF ? -D_PI_2 : D_PI_2;
+  if (ag_isinf(a)) return x < 0.0LF ? -D_PI_2 : D_PI_2;
   bool inv = a > 1.0LF;
   if (inv) a = 1.0LF / a;
   /* two halvings of the angle: |a| <= tan(pi/16) < 0.2 */
@@ -135,50 +150,54 @@ double d_atan(double x) {
   }
   s *= 4.0LF;
   if (inv) s = (D_PI_2 - s) + 6.12323399573676603587e-17LF;
-  return x < 0.0LF ? -s : s;
+  return ag_copysign(s, x);
 }
 
+/* C's atan2 (C11 F.10.1.4), as e_atan2 in ops.glsl */
 double d_atan2(double y, double x) {
-  if (isnan(x) || isnan(y)) return x + y;
-  bool ny = d_signbit(y);
-  if (isinf(x) && isinf(y)) {
-    double r = x > 0.0LF ? 0.25LF * D_PI : 0.75LF * D_PI;
-    return ny ? -r : r;
+  if (ag_isnan(x) || ag_isnan(y)) return D_NAN;
+  bool xneg = d_signbit(x);
+  double r;
+  if (y == 0.0LF) r = xneg ? D_PI : 0.0LF;
+  else if (ag_isinf(x)) r = ag_isinf(y) ? (xneg ? 0.75LF * D_PI : 0.25LF * D_PI) : (xneg ? D_PI : 0.0LF);
+  else if (x == 0.0LF || ag_isinf(y)) r = D_PI_2;
+  else {
+    r = abs(d_atan(y / x));
+    if (x < 0.0LF) r = D_PI - r;
   }
-  if (x == 0.0LF || isinf(y)) {
-    if (y == 0.0LF) {
-      double r = d_signbit(x) ? D_PI : 0.0LF;
-      return ny ? -r : r;
-    }
-    return ny ? -D_PI_2 : D_PI_2;
-  }
-  double r = d_atan(y / x);
-  if (x < 0.0LF) r = ny ? r - D_PI : r + D_PI;
-  return r;
+  return ag_copysign(r, y);
 }
 
-/* C's pow for the cases the table needs (as e_pow in ops.glsl) */
+/* C's pow (C11 F.10.4.4), as e_pow in ops.glsl */
 double d_pow(double a, double b) {
   if (b == 0.0LF || a == 1.0LF) return 1.0LF;
-  if (isnan(a) || isnan(b)) return a + b;
-  if (a < 0.0LF && b == floor(b)) {
-    double r = d_exp(b * d_log(-a));
-    return mod(b, 2.0LF) == 1.0LF ? -r : r;
+  if (ag_isnan(a) || ag_isnan(b)) return D_NAN;
+  double aa = abs(a);
+  if (ag_isinf(b)) {
+    if (aa == 1.0LF) return 1.0LF;
+    return (aa > 1.0LF) == (b > 0.0LF) ? D_INF : 0.0LF;
   }
-  if (a == 0.0LF) return b > 0.0LF ? 0.0LF : D_INF;
-  return d_exp(b * d_log(a));
+  bool integral = b == floor(b), odd = integral && mod(b, 2.0LF) == 1.0LF;
+  if (a == 0.0LF || ag_isinf(a)) {
+    double r = (a == 0.0LF) == (b < 0.0LF) ? D_INF : 0.0LF;
+    return odd ? ag_copysign(r, a) : r;
+  }
+  if (a < 0.0LF && !integral) return D_NAN;
+  double r = d_exp(b * d_log(aa));
+  return a < 0.0LF && odd ? -r : r;
 }
 
-/* C's fmod: a - trunc(a/b)*b with one rounding (fma), the sign of a */
+/* C's fmod: a - trunc(a/b)*b with one rounding (fma), the sign of a (a
+ * zero result too) */
 double d_fmod(double a, double b) {
-  if (b == 0.0LF || isinf(a) || isnan(a) || isnan(b)) return D_NAN;
-  if (isinf(b)) return a;
+  if (b == 0.0LF || ag_isinf(a) || ag_isnan(a) || ag_isnan(b)) return D_NAN;
+  if (ag_isinf(b)) return a;
   double ab = abs(b);
   precise double q = trunc(a / b);
   precise double r = fma(-q, b, a);
   if (r != 0.0LF && (r < 0.0LF) != (a < 0.0LF)) r += a < 0.0LF ? -ab : ab;
   if (abs(r) >= ab) r -= a < 0.0LF ? -ab : ab;
-  return r;
+  return r == 0.0LF ? ag_copysign(0.0LF, a) : r;
 }
 
 /* glslang folds double(literal) from the literal's full text, so the
@@ -226,17 +245,10 @@ double d_fmod(double a, double b) {
 #define VD_CMP_CASE(ID, name, api, fwd, kind, grad, da, db, ints, cost, doma, domb) VD_CMP_##kind(ID)
 
 double unary_d(double x, double s0, double s1) {
+  /* sign on the bits, as unary_f in ops.glsl */
+  if (OP == AG_U_SIGN) return x == 0.0LF || ag_isnan(x) ? 0.0LF : ag_copysign(1.0LF, x);
   switch (OP) {
     AG_UNARY_OPS(VD_U_CASE)
-  }
-  return D_NAN;
-}
-
-double binary_d(double a, double b, double s0, double s1) {
-  switch (OP) {
-    AG_BINARY_OPS(VD_B_CASE)
-    AG_UNARY_OPS(VD_BWD_CASE)
-    AG_BINARY_OPS(VD_PART_CASE)
   }
   return D_NAN;
 }
@@ -246,4 +258,17 @@ bool cmp_op() {
     AG_BINARY_OPS(VD_CMP_CASE) return true;
   }
   return false;
+}
+
+double binary_d(double a, double b, double s0, double s1) {
+  /* NaN rules on the bits, as binary_f in ops.glsl */
+  if (OP == AG_B_MAX) return ag_isnan(a) || a > b ? a : b;
+  if (OP == AG_B_MIN) return ag_isnan(a) || a < b ? a : b;
+  if (cmp_op() && (ag_isnan(a) || ag_isnan(b))) return OP == AG_B_NE ? 1.0LF : 0.0LF;
+  switch (OP) {
+    AG_BINARY_OPS(VD_B_CASE)
+    AG_UNARY_OPS(VD_BWD_CASE)
+    AG_BINARY_OPS(VD_PART_CASE)
+  }
+  return D_NAN;
 }

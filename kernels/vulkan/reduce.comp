@@ -9,18 +9,20 @@
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const int OP = 0;
 
-bool am_takes(float acc, float v) { return !isnan(acc) && (isnan(v) || v > acc); }
+/* NaN tests on the bits (common.glsl): max and min propagate NaN, argmax
+ * takes the first NaN, as torch.max / torch.argmax */
+bool am_takes(float acc, float v) { return !ag_isnan(acc) && (ag_isnan(v) || v > acc); }
 float red_f(float acc, float v) {
   if (OP == AG_R_SUM) return acc + v;
-  if (OP == AG_R_MIN) return (v < acc || isnan(v)) ? v : acc;
-  return (v > acc || isnan(v)) ? v : acc;
+  if (OP == AG_R_MIN) return (v < acc || ag_isnan(v)) ? v : acc;
+  return (v > acc || ag_isnan(v)) ? v : acc;
 }
 /* Kahan-compensated running sum (dropped at inf/NaN so those propagate) */
 float kahan_add(float acc, float v, inout float c) {
   precise float y = v - c;
   precise float t = acc + y;
   precise float e = (t - acc) - y;
-  c = isinf(t) || isnan(t) ? 0.0 : e;
+  c = ag_isfinite(t) ? e : 0.0;
   return t;
 }
 int64_t red_i(int64_t acc, int64_t v) { return OP == AG_R_SUM ? acc + v : OP == AG_R_MIN ? min(acc, v) : max(acc, v); }
@@ -80,7 +82,7 @@ void main() {
         else if (isint) take_b = si[l + s] > si[l] || (si[l + s] == si[l] && ib < ia);
         else {
           float a = sh_f[l], b = sh_f[l + s];
-          bool same = a == b || (isnan(a) && isnan(b));
+          bool same = a == b || (ag_isnan(a) && ag_isnan(b));
           take_b = same ? ib < ia : am_takes(a, b);
         }
         if (take_b) { sh_f[l] = sh_f[l + s]; si[l] = si[l + s]; sx[l] = ib; }

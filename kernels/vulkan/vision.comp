@@ -156,10 +156,10 @@ void main() {
     for (int64_t i = h0; i < h1 && !done; i++)
       for (int64_t j = w0; j < w1; j++) {
         float v = PF(pc.a.p[1], xb + i * PW_ + j);
-        if (v > best || isnan(v)) {
+        if (v > best || ag_isnan(v)) {
           best = v;
           bi = i * PW_ + j;
-          if (isnan(v)) {
+          if (ag_isnan(v)) {
             done = true;
             break;
           }
