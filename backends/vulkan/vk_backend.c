@@ -47,9 +47,10 @@ static struct {
   bool no_float_controls;      /* no SignedZeroInfNanPreserve */
   uint64_t max_buffer_size;    /* a smaller maxBufferSize (0: the device's) */
   uint64_t max_workgroup_size; /* a smaller maxComputeWorkGroupSize[0] and invocation count */
+  bool slow_f64;               /* f64 taken as slow (a GPU's): f32 dropout and normal fill */
 } g_test;
 
-/* Parses AG_VULKAN_TEST: a comma list of noncoherent, no_float_controls,
+/* Parses AG_VULKAN_TEST: a comma list of noncoherent, no_float_controls, slow_f64,
  * max_buffer_size:BYTES, max_workgroup_size:N. */
 static bool parse_test_switch(char *why, size_t why_len) {
   const char *v = getenv("AG_VULKAN_TEST");
@@ -68,11 +69,12 @@ static bool parse_test_switch(char *why, size_t why_len) {
     bool num_ok = colon && ag_parse_u64(colon + 1, &n) && n > 0;
     if (!colon && !strcmp(item, "noncoherent")) g_test.noncoherent = true;
     else if (!colon && !strcmp(item, "no_float_controls")) g_test.no_float_controls = true;
+    else if (!colon && !strcmp(item, "slow_f64")) g_test.slow_f64 = true;
     else if (!strcmp(item, "max_buffer_size") && num_ok) g_test.max_buffer_size = n;
     else if (!strcmp(item, "max_workgroup_size") && num_ok && n <= UINT32_MAX) g_test.max_workgroup_size = n;
     else {
       snprintf(why, why_len,
-               "AG_VULKAN_TEST='%s' is not a comma list of noncoherent, no_float_controls, "
+               "AG_VULKAN_TEST='%s' is not a comma list of noncoherent, no_float_controls, slow_f64, "
                "max_buffer_size:BYTES, max_workgroup_size:N",
                ag_escape(v, shown, sizeof shown));
       return false;
@@ -388,6 +390,7 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   d->test_noncoherent = g_test.noncoherent;
   d->budget = dev_has_ext(p, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   d->dev_type = (int)d->props.deviceType;
+  d->fast_f64 = d->f64 && d->dev_type == VK_PHYSICAL_DEVICE_TYPE_CPU && !g_test.slow_f64;
 
   pthread_mutex_init(&d->qlock, NULL);
   pthread_mutex_init(&d->plock, NULL);

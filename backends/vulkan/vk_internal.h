@@ -105,6 +105,11 @@ typedef struct vkb_device {
   VkPhysicalDeviceMemoryProperties mem;
   uint32_t subgroup_size;
   bool budget, f64, timestamps;
+  /* f64 runs at about the f32 rate: a CPU device (lavapipe); GPUs run it at
+   * 1/2 to 1/64 of it and Vulkan does not say which. Dropout and the
+   * normal fill compute in f64 (bits equal to the CPU's) only then;
+   * AG_VULKAN_TEST=slow_f64 clears it. */
+  bool fast_f64;
   double ts_period_ns;
   uint64_t ts_mask;
   int dev_type; /* VkPhysicalDeviceType */
@@ -185,6 +190,15 @@ typedef struct vkb_batch {
   int nwait;
 } vkb_batch;
 
+/* A byte range of a buffer that commands recorded since the stream's last
+ * barrier read or wrote (barrier tracking, vk_queue.c). */
+typedef struct vkb_range {
+  VkBuffer buf;
+  size_t lo, hi; /* [lo, hi) */
+} vkb_range;
+#define VKB_TRACK 32
+#define VKB_LAUNCH_RANGES (AG_KMAX_OPERANDS + 1)
+
 #define VKB_BATCHES 4
 #define VKB_ARENA_BYTES ((size_t)4 << 20)
 #define VKB_BATCH_COMMANDS 256
@@ -211,6 +225,20 @@ struct ag_bstream {
   vkb_mem scratch;       /* grow-only workspace, reused in queue order */
   VkQueryPool qpool;     /* timestamps of timing events */
   uint32_t qnext, qcount;
+  /* Barrier tracking: what dispatches recorded since the last barrier read
+   * and wrote (all: unknown writes, e.g. a multi-tensor launch), kept
+   * across batches (a barrier orders everything earlier in submission
+   * order on the queue). */
+  vkb_range rd[VKB_TRACK], wr[VKB_TRACK];
+  int nrd, nwr;
+  bool wr_all;
+  /* The launch being recorded: its operands' ranges (and the scratch
+   * buffer once it asks for it), and how many dispatches it recorded
+   * (-1 outside a launch: every dispatch then gets a barrier first). */
+  vkb_range lrd[VKB_LAUNCH_RANGES], lwr[VKB_LAUNCH_RANGES];
+  int nlrd, nlwr;
+  bool lwr_all;
+  int ldispatches;
 };
 
 struct ag_bevent {
@@ -260,13 +288,20 @@ VKB_HIDDEN ag_status vkb_flush(ag_bstream *s);
 VKB_HIDDEN ag_status vkb_arena(ag_bstream *s, size_t bytes, vkb_batch **out_b, void **out_host,
                                uint64_t *out_addr, VkBuffer *out_buf, size_t *out_off);
 /* Records one dispatch of shader sh (spec constant spec) with args, over
- * gx * gy * gz work-groups, followed by a barrier. */
+ * gx * gy * gz work-groups. A barrier comes first when the dispatch may
+ * depend on a command recorded since the last one: the first dispatch of
+ * a launch when its operands overlap what was written since (or it writes
+ * what was read since), every later dispatch of the same launch (they
+ * depend on each other through the launch's outputs and scratch). */
 VKB_HIDDEN ag_status vkb_dispatch(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *a,
                                   uint32_t gx, uint32_t gy, uint32_t gz);
 /* A 1-D dispatch covering `items` invocations in groups of VKB_WG. */
 VKB_HIDDEN ag_status vkb_dispatch1(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *a,
                                    int64_t items);
 VKB_HIDDEN void vkb_barrier(ag_bstream *s, VkCommandBuffer cb);
+/* Dispatches and barriers recorded by this process (every device and
+ * stream), for the tests (ag_vulkan_debug_counters). */
+VKB_HIDDEN extern atomic_uint_fast64_t vkb_n_dispatches, vkb_n_barriers;
 VKB_HIDDEN ag_status vkb_scratch(ag_bstream *s, size_t bytes, uint64_t *out_addr);
 
 VKB_HIDDEN ag_status vkb_launch(ag_bstream *s, const ag_kernel_call *c);

@@ -202,7 +202,7 @@ static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c) {
   a.n[40] = n;
   a.n[44] = (int64_t)c->seed;
   a.n[45] = (int64_t)c->offset;
-  return vkb_dispatch1(s, s->d->f64 && per == 2 ? VKS_RAND64 : VKS_RAND, 0, &a, (n + per - 1) / per);
+  return vkb_dispatch1(s, s->d->fast_f64 && per == 2 ? VKS_RAND64 : VKS_RAND, 0, &a, (n + per - 1) / per);
 }
 
 static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
@@ -225,9 +225,10 @@ static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
   a.n[40] = n;
   a.n[44] = (int64_t)c->seed;
   a.n[45] = (int64_t)c->offset;
-  /* with f64 the product is the CPU's (x * scale in double, rounded) */
+  /* with f64 the product is the CPU's (x * scale in double, rounded);
+   * only where f64 is fast (vkb_device.fast_f64) */
   memcpy(&a.n[46], &scale, sizeof scale);
-  return vkb_dispatch1(s, s->d->f64 ? VKS_DROPOUT64 : VKS_DROPOUT, 0, &a, (n + 3) / 4);
+  return vkb_dispatch1(s, s->d->fast_f64 ? VKS_DROPOUT64 : VKS_DROPOUT, 0, &a, (n + 3) / 4);
 }
 
 /* ---- reductions and rows ---- */

@@ -6,9 +6,15 @@
  * timeline semaphore; events are (semaphore, value) pairs and cross-stream
  * waits are semaphore waits on the next submit; a submitted batch keeps the
  * semaphores it waits on alive until it has completed (another stream, or
- * the event, may be destroyed first). Every command is followed by
- * a global memory barrier, since shaders address memory directly (buffer
- * device addresses) and any later command may read what it wrote. */
+ * the event, may be destroyed first). Shaders address memory directly
+ * (buffer device addresses), so the barriers are global memory barriers,
+ * placed only where a command depends on one recorded since the last
+ * barrier: the stream tracks the byte ranges read and written since then
+ * (from the launches' operands), a launch's first dispatch waits when it
+ * reads or writes a range written since (RAW, WAW) or writes one read
+ * since (WAR), every further dispatch of one launch waits, and a copy has
+ * a barrier before it (when anything was recorded since the last) and
+ * after it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +55,17 @@ static ag_status tl_wait(vkb_timeline *t, uint64_t v) {
   return r == VK_SUCCESS ? AG_OK : vkb_error(r, "vkWaitSemaphores");
 }
 
+atomic_uint_fast64_t vkb_n_dispatches, vkb_n_barriers;
+
+/* For the tests (tests/gpu3_vulkan_perf_test.c, through dlsym): the
+ * dispatches and barriers this process recorded, on every stream. */
+__attribute__((visibility("default"))) void ag_vulkan_debug_counters(uint64_t *out_dispatches,
+                                                                     uint64_t *out_barriers);
+void ag_vulkan_debug_counters(uint64_t *out_dispatches, uint64_t *out_barriers) {
+  if (out_dispatches) *out_dispatches = (uint64_t)atomic_load(&vkb_n_dispatches);
+  if (out_barriers) *out_barriers = (uint64_t)atomic_load(&vkb_n_barriers);
+}
+
 void vkb_barrier(ag_bstream *s, VkCommandBuffer cb) {
   VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                         .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -56,6 +73,89 @@ void vkb_barrier(ag_bstream *s, VkCommandBuffer cb) {
                                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
   VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
   s->d->f.vkCmdPipelineBarrier(cb, st, st, 0, 1, &mb, 0, NULL, 0, NULL);
+  atomic_fetch_add(&vkb_n_barriers, 1);
+  s->nrd = s->nwr = 0;
+  s->wr_all = false;
+}
+
+/* ---- barrier tracking ---- */
+
+static bool any_overlap(const vkb_range *set, int n, const vkb_range *r) {
+  for (int i = 0; i < n; i++)
+    if (set[i].buf == r->buf && set[i].lo < r->hi && r->lo < set[i].hi) return true;
+  return false;
+}
+
+/* The bytes a strided operand spans; false when it has no element. */
+static bool operand_range(const ag_koperand *o, vkb_range *out) {
+  if (!o->base) return false;
+  int64_t lo = 0, hi = 0;
+  for (int d = 0; d < o->ndim; d++) {
+    if (o->shape[d] <= 0) return false;
+    int64_t e = (o->shape[d] - 1) * o->strides[d];
+    if (e < 0) lo += e;
+    else hi += e;
+  }
+  size_t es = ag_dtype_size(o->dtype);
+  if (!es) es = 8;
+  const vkb_mem *m = o->base;
+  int64_t off = (int64_t)o->offset;
+  out->buf = m->buf;
+  out->lo = (size_t)(off + lo * (int64_t)es < 0 ? 0 : off + lo * (int64_t)es);
+  out->hi = (size_t)(off + (hi + 1) * (int64_t)es);
+  return true;
+}
+
+/* Whether the kernel op writes operand 0 only (kops.h); the others are
+ * taken as writing every operand. */
+static bool writes_o0_only(ag_kop op) {
+  switch (op) {
+    case AG_K_FILL: case AG_K_ARANGE: case AG_K_RAND_UNIFORM: case AG_K_RAND_NORMAL: case AG_K_UNARY:
+    case AG_K_BINARY: case AG_K_WHERE: case AG_K_REDUCE: case AG_K_MATMUL: case AG_K_SOFTMAX:
+    case AG_K_SOFTMAX_BWD: case AG_K_CROSS_ENTROPY: case AG_K_CROSS_ENTROPY_BWD: case AG_K_EMBEDDING:
+    case AG_K_EMBEDDING_BWD: case AG_K_CONV2D: case AG_K_CONV2D_BWD_INPUT: case AG_K_CONV2D_BWD_WEIGHT:
+    case AG_K_POOL2D_BWD: case AG_K_BN_STATS: case AG_K_BN_APPLY: case AG_K_VAR: case AG_K_CUMSUM:
+    case AG_K_GATHER: case AG_K_GATHER_BWD: return true;
+    default: return false;
+  }
+}
+
+/* Sets the ranges of the launch about to be recorded (c NULL: none, and
+ * every dispatch gets a barrier first). */
+static void launch_begin(ag_bstream *s, const ag_kernel_call *c) {
+  s->nlrd = s->nlwr = 0;
+  s->lwr_all = false;
+  s->ldispatches = -1;
+  if (!c) return;
+  s->ldispatches = 0;
+  /* multi-tensor lists may hold up to AG_KMAX_MULTI tensors: unknown writes */
+  s->lwr_all = c->multi != NULL;
+  bool o0 = writes_o0_only(c->op);
+  for (int k = 0; k < c->n_operands && k < AG_KMAX_OPERANDS; k++) {
+    vkb_range r;
+    if (!operand_range(&c->o[k], &r)) continue;
+    if (k == 0 || !o0) s->lwr[s->nlwr++] = r;
+    else s->lrd[s->nlrd++] = r;
+  }
+}
+
+/* Before a dispatch is recorded into cb: a barrier where it may depend on
+ * what was recorded since the last one; then its ranges are tracked. */
+static void before_dispatch(ag_bstream *s, VkCommandBuffer cb) {
+  bool need = s->ldispatches != 0 || s->wr_all || (s->lwr_all && (s->nrd || s->nwr)) ||
+              s->nrd + s->nlrd > VKB_TRACK || s->nwr + s->nlwr > VKB_TRACK;
+  for (int i = 0; i < s->nlrd && !need; i++) need = any_overlap(s->wr, s->nwr, &s->lrd[i]);
+  for (int i = 0; i < s->nlwr && !need; i++)
+    need = any_overlap(s->wr, s->nwr, &s->lwr[i]) || any_overlap(s->rd, s->nrd, &s->lwr[i]);
+  if (need) vkb_barrier(s, cb);
+  atomic_fetch_add(&vkb_n_dispatches, 1);
+  if (s->ldispatches < 0 || s->lwr_all) {
+    s->wr_all = true;
+    return;
+  }
+  s->ldispatches++;
+  for (int i = 0; i < s->nlrd; i++) s->rd[s->nrd++] = s->lrd[i];
+  for (int i = 0; i < s->nlwr; i++) s->wr[s->nwr++] = s->lwr[i];
 }
 
 ag_status vkb_stream_create(int dev, ag_bstream **out) {
@@ -66,6 +166,7 @@ ag_status vkb_stream_create(int dev, ag_bstream **out) {
   s->d = d;
   s->dev = dev;
   s->cur = -1;
+  s->ldispatches = -1;
   pthread_mutex_init(&s->lock, NULL);
   ag_status st = AG_OK;
   VkResult r;
@@ -157,7 +258,9 @@ void vkb_flush_device(vkb_device *d) {
 
 ag_status vkb_launch(ag_bstream *s, const ag_kernel_call *c) {
   pthread_mutex_lock(&s->lock);
+  launch_begin(s, c);
   ag_status st = vkb_launch_locked(s, c);
+  launch_begin(s, NULL);
   pthread_mutex_unlock(&s->lock);
   return st;
 }
@@ -266,7 +369,6 @@ ag_status vkb_arena(ag_bstream *s, size_t bytes, vkb_batch **out_b, void **out_h
 /* A batch is submitted after this many commands, so the device starts
  * while the host records more. */
 static ag_status after_command(ag_bstream *s, vkb_batch *b) {
-  vkb_barrier(s, b->cb);
   return ++b->commands >= VKB_BATCH_COMMANDS ? vkb_flush(s) : AG_OK;
 }
 
@@ -281,6 +383,7 @@ ag_status vkb_dispatch(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *a
   uint64_t addr;
   if ((st = vkb_arena(s, sizeof *a, &b, &host, &addr, NULL, NULL)) != AG_OK) return st;
   memcpy(host, a, sizeof *a);
+  before_dispatch(s, b->cb);
   s->d->f.vkCmdBindPipeline(b->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);
   s->d->f.vkCmdPushConstants(b->cb, s->d->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof addr, &addr);
   s->d->f.vkCmdDispatch(b->cb, gx, gy, gz);
@@ -299,6 +402,8 @@ ag_status vkb_dispatch1(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *
 }
 
 ag_status vkb_scratch(ag_bstream *s, size_t bytes, uint64_t *out_addr) {
+  /* the launch writes the scratch buffer (after it is grown) */
+  bool track = s->ldispatches >= 0;
   if (bytes > s->scratch.bytes) {
     /* the old buffer may be in use by submitted work */
     ag_status st = vkb_stream_synchronize_l(s);
@@ -309,6 +414,8 @@ ag_status vkb_scratch(ag_bstream *s, size_t bytes, uint64_t *out_addr) {
     if ((st = vkb_mem_alloc(s->d, want, VKB_MEM_SEGMENT, &s->scratch)) != AG_OK) return st;
   }
   *out_addr = s->scratch.addr;
+  if (track && s->nlwr < VKB_LAUNCH_RANGES) s->lwr[s->nlwr++] = (vkb_range){s->scratch.buf, 0, s->scratch.bytes};
+  else if (track) s->lwr_all = true;
   return AG_OK;
 }
 
@@ -444,7 +551,11 @@ static ag_status record_copy(ag_bstream *s, VkBuffer src, size_t soff, VkBuffer 
   ag_status st = vkb_open(s, &b);
   if (st != AG_OK) return st;
   VkBufferCopy r = {.srcOffset = soff, .dstOffset = doff, .size = bytes};
+  /* copies wait for everything recorded since the last barrier, and
+   * everything after them waits for them */
+  if (s->nrd || s->nwr || s->wr_all) vkb_barrier(s, b->cb);
   s->d->f.vkCmdCopyBuffer(b->cb, src, dst, 1, &r);
+  vkb_barrier(s, b->cb);
   return after_command(s, b);
 }
 

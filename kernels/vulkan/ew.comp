@@ -203,10 +203,14 @@ void main() {
       precise float ang = 6.2831853071795865 * u2;
       precise float cs = float(d_cos(double(ang)));
 #else
+      /* f32 (GPUs run f64 at a fraction of the f32 rate): u1 is in
+       * [2^-24, 1], never 0, so log is finite; a driver's log may give a
+       * tiny positive value near 1, hence the clamp before sqrt */
       precise float lg = log(u1);
       precise float cs = cos(6.2831853071795865 * u2);
 #endif
-      precise float rad = sqrt(-2.0 * lg);
+      precise float m2 = -2.0 * lg;
+      precise float rad = sqrt(m2 > 0.0 ? m2 : 0.0);
       precise float nv = rad * cs;
       precise float sv = nv * s1;
       v = sv + s0;
@@ -238,13 +242,18 @@ void main() {
     precise float u = float(r[k] >> 8) * 5.9604644775390625e-8;
     bool keep = u >= p;
     float xv = ldf(pc.a.p[1], i, pc.a.k[1]);
-    /* x * (hi + lo) with one rounding: the CPU's f64 product, rounded */
+    /* x * (hi + lo) with one rounding: the CPU's f64 product, rounded. A
+     * dropped x gives x * 0 as on the CPU, written on the bits (-0 for a
+     * negative x, NaN for NaN and inf): lavapipe turned 0.0 * x inside the
+     * select into +0 */
+    float dropped = ag_isfinite(xv) ? uintBitsToFloat(floatBitsToUint(xv) & 0x80000000u)
+                                    : uintBitsToFloat(0x7fc00000u);
 #if defined(K_DROPOUT64)
     precise double pd = double(xv) * int64BitsToDouble(pc.a.n[46]);
-    precise float v = keep ? float(pd) : 0.0 * xv;
+    precise float v = keep ? float(pd) : dropped;
 #else
     precise float xl = xv * lo;
-    precise float v = keep ? fma(xv, hi, xl) : 0.0 * xv;
+    precise float v = keep ? fma(xv, hi, xl) : dropped;
 #endif
     stf(pc.a.p[0], i, pc.a.k[0], v);
     if (pc.a.p[2] != 0ul) stf(pc.a.p[2], i, pc.a.k[2], keep ? hi : 0.0);
