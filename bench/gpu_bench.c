@@ -92,6 +92,7 @@ static void bench_elementwise(int64_t n) {
     ag_kernel_call c;
     char name[64];
     memset(&c, 0, sizeof c);
+    c.struct_size = (uint32_t)sizeof c;
     c.op = AG_K_FILL;
     c.n_operands = 1;
     contig(&c.o[0], x, dt, 1, sh);
@@ -99,6 +100,7 @@ static void bench_elementwise(int64_t n) {
     snprintf(name, sizeof name, "fill_%s", dname(dt));
     emit_bw(name, time_call(&c), n * es);
     memset(&c, 0, sizeof c);
+    c.struct_size = (uint32_t)sizeof c;
     c.op = AG_K_BINARY;
     c.sub = AG_B_ADD;
     c.s[0] = 1;
@@ -117,6 +119,7 @@ static void bench_elementwise(int64_t n) {
     snprintf(name, sizeof name, "bias_add_%s", dname(dt));
     emit_bw(name, time_call(&c), 2.0 * n * es);
     memset(&c, 0, sizeof c);
+    c.struct_size = (uint32_t)sizeof c;
     c.op = AG_K_UNARY;
     c.sub = AG_U_GELU;
     c.n_operands = 2;
@@ -140,6 +143,7 @@ static void bench_elementwise(int64_t n) {
     }
     /* reductions: all, rows of 4096, columns of [n/1024, 1024] */
     memset(&c, 0, sizeof c);
+    c.struct_size = (uint32_t)sizeof c;
     c.op = AG_K_REDUCE;
     c.sub = AG_R_SUM;
     c.s[0] = 1;
@@ -164,6 +168,7 @@ static void bench_elementwise(int64_t n) {
     emit_bw(name, time_call(&c), (double)n * es);
     /* softmax rows of 4096 and 50304 (vocabulary-sized) */
     memset(&c, 0, sizeof c);
+    c.struct_size = (uint32_t)sizeof c;
     c.op = AG_K_SOFTMAX;
     c.n_operands = 2;
     int64_t cw[2] = {4096, 50304};
@@ -177,6 +182,7 @@ static void bench_elementwise(int64_t n) {
     }
     /* layer norm rows of 1024 */
     memset(&c, 0, sizeof c);
+    c.struct_size = (uint32_t)sizeof c;
     c.op = AG_K_LAYERNORM;
     c.n_operands = 6;
     int64_t lsh[2] = {n / 1024, 1024}, lw[1] = {1024}, lr[1] = {n / 1024};
@@ -228,6 +234,7 @@ static void bench_gemm(int quick) {
       void *a = dalloc(n * n * es), *b = dalloc(n * n * es), *o = dalloc(n * n * es);
       ag_kernel_call c;
       memset(&c, 0, sizeof c);
+      c.struct_size = (uint32_t)sizeof c;
       c.op = AG_K_MATMUL;
       c.n_operands = 3;
       c.s[0] = 1;

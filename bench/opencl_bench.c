@@ -78,7 +78,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "opencl_bench: %s\n", ag_last_error());
     return 1;
   }
-  ag_kernel_call fill = {.op = AG_K_FILL, .n_operands = 1, .s = {0.5}};
+  ag_kernel_call fill = {AG_KERNEL_CALL_HEADER, .op = AG_K_FILL, .n_operands = 1, .s = {0.5}};
   fill.o[0] = flat(a, AG_F32, n);
   B->launch(S, &fill);
   fill.o[0] = flat(b, AG_F32, n);
@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
       {"rand uniform f32", AG_K_RAND_UNIFORM, 0, 1, AG_F32, 4},
   };
   for (size_t k = 0; k < sizeof ew / sizeof *ew; k++) {
-    ag_kernel_call c = {.op = ew[k].op, .sub = ew[k].sub, .n_operands = ew[k].nops, .s = {1, 1}};
+    ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = ew[k].op, .sub = ew[k].sub, .n_operands = ew[k].nops, .s = {1, 1}};
     c.o[0] = flat(o, ew[k].dt, n);
     c.o[1] = flat(a, AG_F32, n);
     c.o[2] = flat(b, AG_F32, n);
@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
   {
     int64_t side = 1;
     while ((side * 2) * (side * 2) <= n) side *= 2;
-    ag_kernel_call c = {.op = AG_K_UNARY, .sub = AG_U_COPY, .n_operands = 2};
+    ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_UNARY, .sub = AG_U_COPY, .n_operands = 2};
     c.o[0] = flat(o, AG_F32, side * side);
     c.o[0].ndim = c.o[1].ndim = 2;
     c.o[0].shape[0] = c.o[0].shape[1] = side;
@@ -134,10 +134,10 @@ int main(int argc, char **argv) {
   /* row kernels on [n/1024, 1024] */
   {
     int64_t cols = 1024, rws = n / cols;
-    ag_kernel_call sm = {.op = AG_K_SOFTMAX, .n_operands = 2, .i = {rws, cols}};
+    ag_kernel_call sm = {AG_KERNEL_CALL_HEADER, .op = AG_K_SOFTMAX, .n_operands = 2, .i = {rws, cols}};
     sm.o[0] = flat(o, AG_F32, rws * cols);
     sm.o[1] = flat(a, AG_F32, rws * cols);
-    ag_kernel_call red = {.op = AG_K_REDUCE, .sub = AG_R_SUM, .n_operands = 2, .s = {1},
+    ag_kernel_call red = {AG_KERNEL_CALL_HEADER, .op = AG_K_REDUCE, .sub = AG_R_SUM, .n_operands = 2, .s = {1},
                           .i = {1, n, 1}};
     red.o[0] = flat(o, AG_F32, 1);
     red.o[1] = flat(a, AG_F32, n);
@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
     redr.i[0] = rws;
     redr.i[1] = cols;
     redr.o[0] = flat(o, AG_F32, rws);
-    ag_kernel_call ln = {.op = AG_K_LAYERNORM, .n_operands = 6, .s = {1e-5}, .i = {rws, cols}};
+    ag_kernel_call ln = {AG_KERNEL_CALL_HEADER, .op = AG_K_LAYERNORM, .n_operands = 6, .s = {1e-5}, .i = {rws, cols}};
     ln.o[0] = flat(o, AG_F32, n);
     ln.o[1] = flat(a, AG_F32, n);
     ln.o[4] = flat(b, AG_F32, rws);
@@ -191,12 +191,12 @@ int main(int argc, char **argv) {
     g->n = m;
     for (int half = 0; half < 2; half++) {
       ag_dtype dt = half ? AG_F16 : AG_F32;
-      ag_kernel_call f = {.op = AG_K_FILL, .n_operands = 1, .s = {0.25}};
+      ag_kernel_call f = {AG_KERNEL_CALL_HEADER, .op = AG_K_FILL, .n_operands = 1, .s = {0.25}};
       f.o[0] = flat(x, dt, (int64_t)m * m);
       B->launch(S, &f);
       f.o[0] = flat(y, dt, (int64_t)m * m);
       B->launch(S, &f);
-      ag_kernel_call c = {.op = AG_K_MATMUL, .n_operands = 3, .s = {1, 0}};
+      ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_MATMUL, .n_operands = 3, .s = {1, 0}};
       void *bases[3] = {z, x, y};
       for (int k = 0; k < 3; k++) {
         c.o[k] = (ag_koperand){.base = bases[k], .dtype = dt, .ndim = 3};

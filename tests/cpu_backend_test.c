@@ -214,6 +214,7 @@ static ag_koperand opnd(void *base, ag_dtype dt, int ndim, const int64_t *shape,
 static ag_kernel_call kcall(ag_kop op, int sub) {
   ag_kernel_call c;
   memset(&c, 0, sizeof c);
+  c.struct_size = (uint32_t)sizeof c;
   c.op = op;
   c.sub = sub;
   c.name = "test";

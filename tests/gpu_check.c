@@ -141,6 +141,7 @@ static tcase *newcase(const char *fmt, ...) {
   static tcase t;
   for (int i = 0; i < t.nb; i++) free(t.b[i].host);
   memset(&t, 0, sizeof t);
+  t.c.struct_size = (uint32_t)sizeof t.c;
   for (int k = 0; k < AG_KMAX_OPERANDS; k++) t.ob[k] = -1;
   va_list ap;
   va_start(ap, fmt);

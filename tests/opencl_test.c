@@ -230,7 +230,7 @@ static void test_streams_events(void **state) {
   assert_true(done); /* never recorded */
   void *a = dalloc(N * 4), *b = dalloc(N * 4);
   int64_t shape[1] = {N};
-  ag_kernel_call c = {.op = AG_K_FILL, .n_operands = 1, .s = {3.25}};
+  ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_FILL, .n_operands = 1, .s = {3.25}};
   c.o[0] = opnd(a, 0, AG_F32, 1, shape, NULL);
   /* Warm-up: the first launch builds the program, which would otherwise fall
    * between the timing events (elapsed time includes host gaps, as on CUDA). */
@@ -286,7 +286,7 @@ static void test_unary(void **state) {
       double s0, s1;
       ag_ref_unary_scalars(op, &s0, &s1);
       for (int strided = 0; strided < 2; strided++) {
-        ag_kernel_call c = {.op = AG_K_UNARY, .sub = op, .n_operands = 2, .s = {s0, s1}};
+        ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_UNARY, .sub = op, .n_operands = 2, .s = {s0, s1}};
         c.o[0] = opnd(o, 64, dt, 2, shape, NULL);
         c.o[1] = opnd(x, 0, dt, 2, shape, strided ? tstr : NULL);
         assert_int_equal(launch(&c), AG_OK);
@@ -317,7 +317,7 @@ static void test_unary_i32_and_casts(void **state) {
   int64_t shape[1] = {N};
   const int ops[4] = {AG_U_COPY, AG_U_NEG, AG_U_ABS, AG_U_AFFINE};
   for (int k = 0; k < 4; k++) {
-    ag_kernel_call c = {.op = AG_K_UNARY, .sub = ops[k], .n_operands = 2, .s = {3, -5}, .i = {3, -5}};
+    ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_UNARY, .sub = ops[k], .n_operands = 2, .s = {3, -5}, .i = {3, -5}};
     c.o[0] = opnd(o, 0, AG_I32, 1, shape, NULL);
     c.o[1] = opnd(x, 0, AG_I32, 1, shape, NULL);
     assert_int_equal(launch(&c), AG_OK);
@@ -339,7 +339,7 @@ static void test_unary_i32_and_casts(void **state) {
   assert_int_equal(B->copy_h2d(S, x, 0, xf, sizeof xf, false), AG_OK);
   const ag_dtype to[3] = {AG_I32, AG_F16, AG_BF16};
   for (int k = 0; k < 3; k++) {
-    ag_kernel_call c = {.op = AG_K_UNARY, .sub = AG_U_COPY, .n_operands = 2};
+    ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_UNARY, .sub = AG_U_COPY, .n_operands = 2};
     c.o[0] = opnd(o, 0, to[k], 1, shape, NULL);
     c.o[1] = opnd(x, 0, AG_F32, 1, shape, NULL);
     assert_int_equal(launch(&c), AG_OK);
@@ -394,7 +394,7 @@ static void test_binary(void **state) {
         float hbf[N];
         for (int i = 0; i < N; i++) hbf[i] = hb[i % C];
         upload(b, 0, dt, pass ? hbf : hb, pass ? N : C);
-        ag_kernel_call c = {.op = AG_K_BINARY, .sub = op, .n_operands = 3, .s = {s0, s1}};
+        ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_BINARY, .sub = op, .n_operands = 3, .s = {s0, s1}};
         c.o[0] = opnd(o, 0, odt, 2, shape, NULL);
         c.o[1] = opnd(a, 0, dt, 2, shape, NULL);
         c.o[2] = opnd(b, 0, dt, 2, shape, pass ? NULL : bstr);
@@ -424,7 +424,7 @@ static void test_where_fill_arange(void **state) {
   const int32_t ha[N] = {10, 11, 12, 13, 2147483647, 15, 16, 17, 18, 19, 20, 21};
   assert_int_equal(B->copy_h2d(S, cnd, 0, hc, sizeof hc, false), AG_OK);
   assert_int_equal(B->copy_h2d(S, a, 0, ha, sizeof ha, false), AG_OK);
-  ag_kernel_call c = {.op = AG_K_WHERE, .n_operands = 4};
+  ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_WHERE, .n_operands = 4};
   c.o[0] = opnd(o, 0, AG_I32, 1, shape, NULL);
   c.o[1] = opnd(cnd, 0, AG_I32, 1, shape, NULL);
   c.o[2] = opnd(a, 0, AG_I32, 1, shape, NULL);
@@ -440,14 +440,14 @@ static void test_where_fill_arange(void **state) {
   for (int i = 0; i < N; i++) init[i] = -1;
   upload(o, 0, AG_BF16, init, N);
   int64_t half[1] = {N / 2}, two[1] = {2};
-  ag_kernel_call f = {.op = AG_K_FILL, .n_operands = 1, .s = {1.5}};
+  ag_kernel_call f = {AG_KERNEL_CALL_HEADER, .op = AG_K_FILL, .n_operands = 1, .s = {1.5}};
   f.o[0] = opnd(o, 0, AG_BF16, 1, half, two);
   assert_int_equal(launch(&f), AG_OK);
   double d[N];
   download(o, 0, AG_BF16, d, N);
   for (int i = 0; i < N; i++) assert_true(d[i] == (i % 2 ? -1 : 1.5));
   /* arange in f32 and i32 */
-  ag_kernel_call r = {.op = AG_K_ARANGE, .n_operands = 1, .s = {-3, 0.25}};
+  ag_kernel_call r = {AG_KERNEL_CALL_HEADER, .op = AG_K_ARANGE, .n_operands = 1, .s = {-3, 0.25}};
   r.o[0] = opnd(o, 0, AG_F32, 1, shape, NULL);
   assert_int_equal(launch(&r), AG_OK);
   download(o, 0, AG_F32, d, N);
@@ -489,7 +489,7 @@ static void test_reduce(void **state) {
         double scale = op == AG_R_SUM ? (dt == AG_I32 ? 1 : 0.5) : 1;
         ag_dtype odt = op == AG_R_ARGMAX ? AG_I32 : dt;
         int64_t ishape[1] = {n}, oshape[1] = {OU * inner};
-        ag_kernel_call c = {.op = AG_K_REDUCE, .sub = op, .n_operands = 2, .s = {scale},
+        ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_REDUCE, .sub = op, .n_operands = 2, .s = {scale},
                             .i = {OU, RR, inner}};
         c.o[0] = opnd(o, 0, odt, 1, oshape, NULL);
         c.o[1] = opnd(x, 0, dt, 1, ishape, NULL);
@@ -552,7 +552,7 @@ static void gemm_case(ag_dtype dt, int64_t Bn, int64_t M, int64_t N, int64_t K, 
   sb[1] = b_col ? 1 : N;
   sb[2] = b_col ? K : 1;
   int64_t shA[3] = {Bn, M, K}, shB[3] = {Bn, K, N}, shC[3] = {Bn, M, N};
-  ag_kernel_call c = {.op = AG_K_MATMUL, .n_operands = 3, .s = {alpha, beta}};
+  ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_MATMUL, .n_operands = 3, .s = {alpha, beta}};
   c.o[0] = opnd(o, 0, dt, 3, shC, NULL);
   c.o[1] = opnd(a, 256, dt, 3, shA, sa);
   c.o[2] = opnd(b, 0, dt, 3, shB, sb);
@@ -611,11 +611,11 @@ static void test_softmax(void **state) {
       }
       upload(x, 0, dt, hx, N);
       upload(dy, 0, dt, hg, N);
-      ag_kernel_call c = {.op = AG_K_SOFTMAX, .sub = lg, .n_operands = 2, .i = {R, C}};
+      ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_SOFTMAX, .sub = lg, .n_operands = 2, .i = {R, C}};
       c.o[0] = opnd(y, 0, dt, 2, shape, NULL);
       c.o[1] = opnd(x, 0, dt, 2, shape, NULL);
       assert_int_equal(launch(&c), AG_OK);
-      ag_kernel_call bw = {.op = AG_K_SOFTMAX_BWD, .sub = lg, .n_operands = 3, .i = {R, C}};
+      ag_kernel_call bw = {AG_KERNEL_CALL_HEADER, .op = AG_K_SOFTMAX_BWD, .sub = lg, .n_operands = 3, .i = {R, C}};
       bw.o[0] = opnd(dx, 0, dt, 2, shape, NULL);
       bw.o[1] = opnd(dy, 0, dt, 2, shape, NULL);
       bw.o[2] = opnd(y, 0, dt, 2, shape, NULL);
@@ -660,12 +660,12 @@ static void test_cross_entropy(void **state) {
     ag_dtype dt = FLOATS[di];
     upload(x, 0, dt, hx, N);
     assert_int_equal(B->copy_h2d(S, t, 0, ht, sizeof ht, false), AG_OK);
-    ag_kernel_call c = {.op = AG_K_CROSS_ENTROPY, .n_operands = 3, .i = {R, C, -100}};
+    ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_CROSS_ENTROPY, .n_operands = 3, .i = {R, C, -100}};
     c.o[0] = opnd(l, 0, AG_F32, 1, rows, NULL);
     c.o[1] = opnd(x, 0, dt, 2, shape, NULL);
     c.o[2] = opnd(t, 0, AG_I32, 1, rows, NULL);
     assert_int_equal(launch(&c), AG_OK);
-    ag_kernel_call bw = {.op = AG_K_CROSS_ENTROPY_BWD, .n_operands = 4, .i = {R, C, -100}};
+    ag_kernel_call bw = {AG_KERNEL_CALL_HEADER, .op = AG_K_CROSS_ENTROPY_BWD, .n_operands = 4, .i = {R, C, -100}};
     bw.o[0] = opnd(dl, 0, dt, 2, shape, NULL);
     bw.o[1] = c.o[1];
     bw.o[2] = c.o[2];
@@ -692,7 +692,7 @@ static void test_cross_entropy(void **state) {
   /* an out-of-range target: NaN row, error word set once, then cleared */
   ht[1] = 37;
   assert_int_equal(B->copy_h2d(S, t, 0, ht, sizeof ht, false), AG_OK);
-  ag_kernel_call c = {.op = AG_K_CROSS_ENTROPY, .n_operands = 3, .i = {R, C, -100}};
+  ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_CROSS_ENTROPY, .n_operands = 3, .i = {R, C, -100}};
   c.o[0] = opnd(l, 0, AG_F32, 1, rows, NULL);
   c.o[1] = opnd(x, 0, AG_BF16, 2, shape, NULL);
   c.o[2] = opnd(t, 0, AG_I32, 1, rows, NULL);
@@ -738,7 +738,7 @@ static void test_layernorm(void **state) {
       upload(w, 0, dt, hw, D);
       upload(b, 0, dt, hb, D);
       upload(dy, 0, dt, hg, N);
-      ag_kernel_call c = {.op = AG_K_LAYERNORM, .n_operands = 6, .s = {1e-5}, .i = {R, D}};
+      ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_LAYERNORM, .n_operands = 6, .s = {1e-5}, .i = {R, D}};
       c.o[0] = opnd(y, 0, dt, 2, shape, NULL);
       c.o[1] = opnd(x, 0, dt, 2, shape, NULL);
       c.o[2] = opnd(affine ? w : NULL, 0, dt, 1, dshape, NULL);
@@ -752,7 +752,7 @@ static void test_layernorm(void **state) {
       mt.t[1].base = db;
       mt.t[0].dtype = mt.t[1].dtype = AG_F32;
       mt.t[0].numel = mt.t[1].numel = D;
-      ag_kernel_call bw = {.op = AG_K_LAYERNORM_BWD, .n_operands = 6, .multi = &mt};
+      ag_kernel_call bw = {AG_KERNEL_CALL_HEADER, .op = AG_K_LAYERNORM_BWD, .n_operands = 6, .multi = &mt};
       bw.o[0] = opnd(dx, 0, dt, 2, shape, NULL);
       bw.o[1] = opnd(dy, 0, dt, 2, shape, NULL);
       bw.o[2] = c.o[1];
@@ -835,7 +835,8 @@ static void bn_case(int64_t N, int64_t C, int64_t HW, float centre) {
   upload(cf, off, AG_F32, hc, 4 * C);
   const double tol = 1e-5;
   for (int sub = 0; sub < 2; sub++) {
-    ag_kernel_call c = {.op = AG_K_BN_STATS, .sub = sub, .n_operands = sub ? 4 : 2, .i = {N, C, HW}};
+    ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_BN_STATS, .sub = sub, .n_operands = sub ? 4 : 2,
+                        .i = {N, C, HW}};
     c.o[0] = opnd(st, off, AG_F32, 2, sshape, NULL);
     c.o[1] = opnd(a, off, AG_F32, 3, shape, NULL);
     if (sub) {
@@ -873,7 +874,8 @@ static void bn_case(int64_t N, int64_t C, int64_t HW, float centre) {
       if (got[ch] != gst2[ch] || got[C + ch] != gst2[C + ch])
         fail_msg("bn_stats sub %d channel %lld: rerun differs", sub, (long long)ch);
     }
-    ag_kernel_call ap = {.op = AG_K_BN_APPLY, .sub = sub, .n_operands = sub ? 4 : 3, .i = {N, C, HW}};
+    ag_kernel_call ap = {AG_KERNEL_CALL_HEADER, .op = AG_K_BN_APPLY, .sub = sub, .n_operands = sub ? 4 : 3,
+                         .i = {N, C, HW}};
     ap.o[0] = opnd(y, off, AG_F32, 3, shape, NULL);
     ap.o[1] = opnd(a, off, AG_F32, 3, shape, NULL);
     ap.o[2] = opnd(cf, off, AG_F32, 2, cshape, NULL);
@@ -932,7 +934,7 @@ static void test_embedding(void **state) {
   for (int i = 0; i < V * D; i++) htab[i] = 16777217 + 1000 * i; /* not exact in f32 */
   assert_int_equal(B->copy_h2d(S, tab, 0, htab, sizeof htab, false), AG_OK);
   assert_int_equal(B->copy_h2d(S, ix, 0, hi, sizeof hi, false), AG_OK);
-  ag_kernel_call c = {.op = AG_K_EMBEDDING, .n_operands = 3, .i = {N, D, V}};
+  ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_EMBEDDING, .n_operands = 3, .i = {N, D, V}};
   c.o[0] = opnd(o, 0, AG_I32, 2, oshape, NULL);
   c.o[1] = opnd(tab, 0, AG_I32, 2, tshape, NULL);
   c.o[2] = opnd(ix, 0, AG_I32, 1, ishape, NULL);
@@ -947,7 +949,7 @@ static void test_embedding(void **state) {
   for (int i = 0; i < V * D; i++) zeros[i] = 0.5f;
   upload(o, 0, AG_BF16, hg, N * D);
   upload(dt_, 0, AG_F32, zeros, V * D);
-  ag_kernel_call bw = {.op = AG_K_EMBEDDING_BWD, .n_operands = 3};
+  ag_kernel_call bw = {AG_KERNEL_CALL_HEADER, .op = AG_K_EMBEDDING_BWD, .n_operands = 3};
   bw.o[0] = opnd(dt_, 0, AG_F32, 2, tshape, NULL);
   bw.o[1] = opnd(o, 0, AG_BF16, 2, oshape, NULL);
   bw.o[2] = c.o[2];
@@ -1014,7 +1016,7 @@ static void test_random(void **state) {
   const uint64_t seed = 0x123456789abcdefull, off = 77;
   int64_t shape[1] = {N};
   void *o = dalloc(N * 4), *x = dalloc(N * 4), *m = dalloc(N * 4);
-  ag_kernel_call c = {.op = AG_K_RAND_UNIFORM, .n_operands = 1, .s = {0, 1}, .seed = seed,
+  ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_RAND_UNIFORM, .n_operands = 1, .s = {0, 1}, .seed = seed,
                       .offset = off};
   c.o[0] = opnd(o, 0, AG_F32, 1, shape, NULL);
   assert_int_equal(launch(&c), AG_OK);
@@ -1046,7 +1048,8 @@ static void test_random(void **state) {
   float hx[N];
   for (int i = 0; i < N; i++) hx[i] = frand(-1, 1);
   upload(x, 0, AG_F16, hx, N);
-  ag_kernel_call d = {.op = AG_K_DROPOUT, .n_operands = 3, .s = {0.3}, .seed = seed, .offset = off};
+  ag_kernel_call d = {AG_KERNEL_CALL_HEADER, .op = AG_K_DROPOUT, .n_operands = 3, .s = {0.3}, .seed = seed,
+                      .offset = off};
   d.o[0] = opnd(o, 0, AG_F16, 1, shape, NULL);
   d.o[1] = opnd(x, 0, AG_F16, 1, shape, NULL);
   d.o[2] = opnd(m, 0, AG_F16, 1, shape, NULL);
@@ -1101,7 +1104,7 @@ static void test_optimizers(void **state) {
     mt.t[k].numel = k < 4 ? N0 : N1;
   }
   const double lr = 1e-2, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1, bc1 = 0.19, bc2 = 0.002;
-  ag_kernel_call c = {.op = AG_K_ADAMW, .n_operands = 2, .multi = &mt,
+  ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_ADAMW, .n_operands = 2, .multi = &mt,
                       .s = {lr, b1, b2, eps, wd, bc1, bc2}};
   c.o[0] = opnd(sc, 0, AG_F32, 0, NULL, NULL);
   c.o[1] = opnd(sc, 4, AG_F32, 0, NULL, NULL);
@@ -1131,7 +1134,7 @@ static void test_optimizers(void **state) {
     mt.t[k].offset = 0;
     mt.t[k].numel = N;
   }
-  ag_kernel_call s = {.op = AG_K_SGD, .n_operands = 2, .multi = &mt,
+  ag_kernel_call s = {AG_KERNEL_CALL_HEADER, .op = AG_K_SGD, .n_operands = 2, .multi = &mt,
                       .s = {0.1, 0.9, 0.0, 0.01, 1, 1}};
   s.o[0] = opnd(NULL, 0, AG_F32, 0, NULL, NULL);
   s.o[1] = opnd(NULL, 0, AG_F32, 0, NULL, NULL);
@@ -1176,7 +1179,7 @@ static void test_nonfinite_sumsq(void **state) {
   mt.t[1].base = b;
   mt.t[1].dtype = AG_F32;
   mt.t[1].numel = N;
-  ag_kernel_call c = {.op = AG_K_NONFINITE_CHECK, .n_operands = 2, .multi = &mt};
+  ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_NONFINITE_CHECK, .n_operands = 2, .multi = &mt};
   c.o[0] = opnd(sc, 0, AG_F32, 0, NULL, NULL);
   c.o[1] = opnd(sc, 4, AG_F32, 0, NULL, NULL);
   assert_int_equal(launch(&c), AG_OK);
@@ -1187,7 +1190,7 @@ static void test_nonfinite_sumsq(void **state) {
   for (int i = 0; i < N; i++) wa[i] = rnd(AG_F16, rnd(AG_F16, ha[i]) * 0.25);
   check("unscale", AG_F16, ga, wa, N, 1);
   /* sum of squares over both (after the unscale) */
-  ag_kernel_call q = {.op = AG_K_SUMSQ, .n_operands = 1, .multi = &mt};
+  ag_kernel_call q = {AG_KERNEL_CALL_HEADER, .op = AG_K_SUMSQ, .n_operands = 1, .multi = &mt};
   q.o[0] = opnd(sc, 8, AG_F32, 0, NULL, NULL);
   assert_int_equal(launch(&q), AG_OK);
   double ss[1], want = 0;
@@ -1248,7 +1251,7 @@ static void test_program_cache(void **state) {
   assert_int_equal(B->stream_create(0, &S), AG_OK);
   void *o = dalloc(64);
   int64_t shape[1] = {16};
-  ag_kernel_call c = {.op = AG_K_FILL, .n_operands = 1, .s = {2}};
+  ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_FILL, .n_operands = 1, .s = {2}};
   c.o[0] = opnd(o, 0, AG_F32, 1, shape, NULL);
   assert_int_equal(launch(&c), AG_OK);
   double got[16];
@@ -1275,7 +1278,7 @@ static void test_build_failure(void **state) {
   assert_int_equal(B->stream_create(0, &S), AG_OK);
   void *o = dalloc(64);
   int64_t shape[1] = {16};
-  ag_kernel_call c = {.op = AG_K_FILL, .n_operands = 1, .s = {2}};
+  ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_FILL, .n_operands = 1, .s = {2}};
   c.o[0] = opnd(o, 0, AG_F32, 1, shape, NULL);
   for (int k = 0; k < 2; k++) {
     ag_error_clear();

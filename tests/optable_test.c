@@ -121,6 +121,7 @@ static void one(ag_devstate *ds, ag_kop kop, int sub, ag_dtype dt, tally *t) {
   assert_non_null(o);
   ag_kernel_call c;
   memset(&c, 0, sizeof c);
+  c.struct_size = (uint32_t)sizeof c;
   c.op = kop;
   c.sub = sub;
   c.n_operands = unary ? 2 : 3;
@@ -197,6 +198,7 @@ static void test_out_of_table(void **state) {
   for (int u = 0; u < 2; u++) {
     ag_kernel_call c;
     memset(&c, 0, sizeof c);
+    c.struct_size = (uint32_t)sizeof c;
     c.op = u ? AG_K_UNARY : AG_K_BINARY;
     c.sub = u ? AG_UNARY_COUNT : AG_BINARY_COUNT;
     c.n_operands = u ? 2 : 3;

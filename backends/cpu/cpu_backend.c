@@ -568,6 +568,7 @@ static ag_status cpu_copy_d2d(ag_bstream *s, void *dst_base, size_t dst_off,
 /* ---- kernels ---- */
 
 static ag_status cpu_launch(ag_bstream *s, const ag_kernel_call *c) {
+  if (AG_UNLIKELY(c->struct_size < sizeof *c)) return ag_kernel_call_check(c, sizeof *c, "cpu");
   if (AG_LIKELY(!s->threaded)) {
     ag_kernel_error e;
     e.code = 0;

@@ -136,6 +136,7 @@ bool operand_extent(void *base, size_t offset, ag_dtype dt, int ndim, const int6
 }
 
 ag_status checked_launch(ag_bstream *s, const ag_kernel_call *c) {
+  if (c->struct_size < sizeof *c) return ag_kernel_call_check(c, sizeof *c, "gpuemu");
   std::vector<agemu::extent> ext;
   for (int i = 0; i < c->n_operands && i < AG_KMAX_OPERANDS; i++) {
     const ag_koperand *o = &c->o[i];

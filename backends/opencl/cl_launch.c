@@ -1332,6 +1332,7 @@ static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
  * set, then enqueued), its scratch (staged, then read by the GEMM) and its
  * first-use kernel creation, when threads share the stream. */
 ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
+  if (c->struct_size < sizeof *c) return ag_kernel_call_check(c, sizeof *c, "opencl");
   pthread_mutex_lock(&s->lock);
   ag_status st = launch_locked(s, c);
   pthread_mutex_unlock(&s->lock);

@@ -257,6 +257,7 @@ void vkb_flush_device(vkb_device *d) {
 }
 
 ag_status vkb_launch(ag_bstream *s, const ag_kernel_call *c) {
+  if (c->struct_size < sizeof *c) return ag_kernel_call_check(c, sizeof *c, "vulkan");
   pthread_mutex_lock(&s->lock);
   launch_begin(s, c);
   ag_status st = vkb_launch_locked(s, c);

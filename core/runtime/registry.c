@@ -3,7 +3,7 @@
  * beside libanygrad.so, or in its anygrad/ subfolder); the CPU backend is
  * compiled into the library but registered through the same path, from a
  * table of built-in getters. The registry knows no backend but by its name
- * and what its table reports (include/anygrad/backend.h, ABI 4.x).
+ * and what its table reports (include/anygrad/backend.h, ABI 5.x).
  *
  * Thread safety: g_reg is the registry's only global mutable state (besides
  * each thread's current streams, tl_current). Kinds are appended under
@@ -42,6 +42,40 @@ _Static_assert(sizeof k_builtin / sizeof k_builtin[0] + sizeof k_named / sizeof 
 enum { STAGE_NONE = 0, STAGE_LOADED = 1, STAGE_STARTED = 2 };
 #define NAME_MAX_LEN 31
 
+/* The lists of AG_BACKEND_TABLES bound by name, in the order of their
+ * sections; a kernel op's sub is a code of list k_kop_sub[op] (0: a
+ * variant number, passed as it is). */
+enum { L_KOP, L_UNARY, L_BINARY, L_REDUCE, L_POOL, L_COUNT };
+enum { L_VAR = L_KOP };
+static const char *const k_list_name[L_COUNT] = {"kop", "unary", "binary", "reduce", "pool"};
+static const int k_list_len[L_COUNT] = {AG_KOP_COUNT, AG_UNARY_COUNT, AG_BINARY_COUNT, AG_REDUCE_COUNT,
+                                        AG_POOL_OP_COUNT};
+enum {
+  MAP_SIZE = AG_KOP_COUNT + AG_UNARY_COUNT + AG_BINARY_COUNT + AG_REDUCE_COUNT + AG_POOL_OP_COUNT
+};
+static const int k_list_base[L_COUNT] = {0, AG_KOP_COUNT, AG_KOP_COUNT + AG_UNARY_COUNT,
+                                         AG_KOP_COUNT + AG_UNARY_COUNT + AG_BINARY_COUNT,
+                                         AG_KOP_COUNT + AG_UNARY_COUNT + AG_BINARY_COUNT + AG_REDUCE_COUNT};
+#define KOP_SUB(ID, sub) L_##sub,
+static const unsigned char k_kop_sub[AG_KOP_COUNT] = {AG_KOPS(KOP_SUB)};
+#undef KOP_SUB
+/* The sections a module's tables must hold unchanged, in order. */
+static const char *const k_exact[] = {"anygrad-tables", "layout", "dtype"};
+
+/* The tables are pinned with the ABI version (backend.h): a table edited
+ * without a version bump stops the build here. The two declarations of
+ * each pair then conflict as well, and the compiler's message shows the
+ * values to pin (the second declaration's). */
+extern char ag__tables_entries[AG_BACKEND_TABLES_ENTRIES];
+extern char ag__tables_entries[AG_TABLES_ENTRIES_NOW];
+extern char ag__tables_checksum[AG_BACKEND_TABLES_CHECKSUM];
+extern char ag__tables_checksum[AG_TABLES_CHECKSUM_NOW];
+_Static_assert(AG_TABLES_ENTRIES_NOW == AG_BACKEND_TABLES_ENTRIES &&
+                   AG_TABLES_CHECKSUM_NOW == AG_BACKEND_TABLES_CHECKSUM,
+               "the op tables (kops.h, optable.h) changed: bump AG_BACKEND_ABI_MINOR (entries added) or "
+               "AG_BACKEND_ABI_MAJOR (an entry's meaning changed), log it in backend.h, and set "
+               "AG_BACKEND_TABLES_ENTRIES and AG_BACKEND_TABLES_CHECKSUM to the values reported with this");
+
 typedef struct backend_slot {
   char name[NAME_MAX_LEN + 1];
   ag_backend_module_get_fn builtin; /* NULL for a run-time module */
@@ -50,6 +84,14 @@ typedef struct backend_slot {
   atomic_int started;               /* start() ran (count valid) */
   bool ok;                          /* the table was accepted */
   ag_backend vt;                    /* the module's table, zero beyond its struct_size */
+  /* A module whose op codes differ from the core's (other tables): vt's
+   * supports, launch and take_kernel_error are this slot's trampolines,
+   * which translate through map into the module's own entries. */
+  bool bound;
+  int16_t map[MAP_SIZE]; /* the core's code -> the module's, -1: its tables lack it */
+  bool (*mod_supports)(int dev, ag_kop op, int sub, ag_dtype dtype);
+  ag_status (*mod_launch)(ag_bstream *s, const ag_kernel_call *call);
+  ag_status (*mod_kernel_error)(ag_bstream *s, ag_kernel_error *out);
   void *dl;
   char path[PATH_MAX];
   int count;
@@ -301,7 +343,7 @@ ag_status ag_backend_find(const char *name, ag_backend_kind *out_kind) {
   return AG_OK;
 }
 
-/* ---- loading: the ABI check ---- */
+/* ---- loading: the version ---- */
 
 #define REQUIRED(f) {offsetof(ag_backend, f), #f}
 static const struct {
@@ -317,8 +359,178 @@ static const struct {
 };
 #undef REQUIRED
 
+/* ---- loading: the op tables ---- */
+
+#define TABLES_MAX 65536 /* bytes of a module's tables string */
+#define LIST_MAX 1024    /* entries of one section */
+
+typedef struct tok {
+  const char *p;
+  int n;
+} tok;
+
+static bool tok_eq(tok a, tok b) { return a.n == b.n && memcmp(a.p, b.p, (size_t)a.n) == 0; }
+
+/* The entries of section `name` of a tables string: their count, or -1
+ * when the section is absent or holds more than LIST_MAX. */
+static int section(const char *tables, const char *name, tok *out) {
+  size_t nl = strlen(name);
+  for (const char *s = tables;;) {
+    size_t len = strcspn(s, ";"), head = strcspn(s, " ;");
+    if (head == nl && strncmp(s, name, nl) == 0) {
+      int n = 0;
+      for (size_t i = head; i < len;) {
+        size_t w = strcspn(s + i, " ;");
+        if (w && n == LIST_MAX) return -1;
+        if (w) out[n++] = (tok){s + i, (int)w};
+        i += w ? w : 1;
+      }
+      return n;
+    }
+    if (!s[len]) return -1;
+    s += len + 1;
+  }
+}
+
+/* Compares the module's tables with the core's: the exact sections must be
+ * equal, and every code of the lists bound by name is looked up in the
+ * module's. Fills sl->map and sl->bound; false with sl->reason written. */
+static bool bind_tables(backend_slot *sl, const char *tables, const ag_backend *be, const char *what) {
+  const char *core = AG_BACKEND_TABLES;
+  sl->bound = false;
+  if (!tables) {
+    snprintf(sl->reason, sizeof sl->reason,
+             "%s: backend ABI %u.%u without its op tables (tables is NULL: AG_BACKEND_HEADER fills it)", what,
+             be->abi_major, be->abi_minor);
+    return false;
+  }
+  if (strnlen(tables, TABLES_MAX) == TABLES_MAX) {
+    snprintf(sl->reason, sizeof sl->reason, "%s: op tables of %d bytes or more (malformed)", what, TABLES_MAX);
+    return false;
+  }
+  if (strcmp(tables, core) == 0) return true;
+  char diff[96];
+  snprintf(diff, sizeof diff, "the module's op tables %016llx, anygrad's %016llx",
+           (unsigned long long)ag_tables_hash(tables), (unsigned long long)ag_tables_hash(core));
+  tok *mt = malloc(2 * LIST_MAX * sizeof *mt), *ct = mt + LIST_MAX;
+  if (!mt) {
+    snprintf(sl->reason, sizeof sl->reason, "%s: out of host memory comparing op tables", what);
+    return false;
+  }
+  bool ok = true, moved = false;
+  for (size_t k = 0; ok && k < sizeof k_exact / sizeof k_exact[0]; k++) {
+    int nm = section(tables, k_exact[k], mt), nc = section(core, k_exact[k], ct);
+    if (nm < 0) {
+      snprintf(sl->reason, sizeof sl->reason, "%s: %s: no '%s' section of at most %d entries in the module's", what,
+               diff, k_exact[k], LIST_MAX);
+      ok = false;
+    }
+    for (int i = 0; ok && (i < nm || i < nc); i++) {
+      if (i < nm && i < nc && tok_eq(mt[i], ct[i])) continue;
+      tok m = i < nm ? mt[i] : (tok){"(none)", 6}, c = i < nc ? ct[i] : (tok){"(none)", 6};
+      snprintf(sl->reason, sizeof sl->reason,
+               "%s: %s differ: %s entry %d is '%.*s' in the module, '%.*s' in anygrad (rebuild the module "
+               "against anygrad %u.%u's headers)",
+               what, diff, k_exact[k], i, m.n, m.p, c.n, c.p, AG_BACKEND_ABI_MAJOR, AG_BACKEND_ABI_MINOR);
+      ok = false;
+    }
+  }
+  for (int l = 0; ok && l < L_COUNT; l++) {
+    int nm = section(tables, k_list_name[l], mt), nc = section(core, k_list_name[l], ct);
+    if (nm < 0 || nc != k_list_len[l]) {
+      snprintf(sl->reason, sizeof sl->reason, "%s: %s: no '%s' section of at most %d entries in the module's%s",
+               what, diff, k_list_name[l], LIST_MAX, nc != k_list_len[l] ? " (nor in anygrad's: a bug)" : "");
+      ok = false;
+      break;
+    }
+    /* by name: a code the module's tables lack maps to -1 (unsupported) */
+    for (int i = 0; i < nc; i++) {
+      int j = 0;
+      while (j < nm && !tok_eq(mt[j], ct[i])) j++;
+      sl->map[k_list_base[l] + i] = (int16_t)(j < nm ? j : -1);
+      moved |= j != i;
+    }
+  }
+  free(mt);
+  sl->bound = ok && moved;
+  return ok;
+}
+
+/* The module's kernel op and sub for the core's; false when its tables
+ * lack either. */
+static bool to_module(const backend_slot *sl, int op, int sub, int *out_op, int *out_sub) {
+  if (op < 0 || op >= AG_KOP_COUNT || sl->map[op] < 0) return false;
+  *out_op = sl->map[op];
+  *out_sub = sub;
+  int l = k_kop_sub[op];
+  if (l == L_VAR) return true;
+  if (sub < 0 || sub >= k_list_len[l]) return false;
+  *out_sub = sl->map[k_list_base[l] + sub];
+  return *out_sub >= 0;
+}
+
+static bool bound_supports(const backend_slot *sl, int dev, ag_kop op, int sub, ag_dtype dt) {
+  int mop, msub;
+  return to_module(sl, op, sub, &mop, &msub) && sl->mod_supports(dev, (ag_kop)mop, msub, dt);
+}
+
+static ag_status bound_launch(const backend_slot *sl, ag_bstream *s, const ag_kernel_call *c) {
+  int mop, msub;
+  if (!to_module(sl, c->op, c->sub, &mop, &msub))
+    return ag_error_set(AG_ERR_UNSUPPORTED,
+                        "%s: kernel op %d (sub %d) is not in the op tables backend %s was built against",
+                        c->name ? c->name : "launch", (int)c->op, c->sub, sl->name);
+  ag_kernel_call m = *c;
+  m.op = (ag_kop)mop;
+  m.sub = msub;
+  return sl->mod_launch(s, &m);
+}
+
+/* The error word names the module's kernel op: the core's code for it. */
+static ag_status bound_kernel_error(const backend_slot *sl, ag_bstream *s, ag_kernel_error *out) {
+  ag_status st = sl->mod_kernel_error(s, out);
+  if (st == AG_OK && out->code) {
+    int32_t k = 0;
+    while (k < AG_KOP_COUNT && sl->map[k] != out->kop) k++;
+    out->kop = k < AG_KOP_COUNT ? k : -1;
+  }
+  return st;
+}
+
+/* Entries of the vtable are plain function pointers with no context, so
+ * each slot has its own three trampolines. */
+#define BOUND(k)                                                                                      \
+  static bool bound_supports_##k(int dev, ag_kop op, int sub, ag_dtype dt) {                          \
+    return bound_supports(&g_reg.slot[k], dev, op, sub, dt);                                          \
+  }                                                                                                   \
+  static ag_status bound_launch_##k(ag_bstream *s, const ag_kernel_call *c) {                         \
+    return bound_launch(&g_reg.slot[k], s, c);                                                        \
+  }                                                                                                   \
+  static ag_status bound_kernel_error_##k(ag_bstream *s, ag_kernel_error *out) {                      \
+    return bound_kernel_error(&g_reg.slot[k], s, out);                                                \
+  }
+BOUND(0) BOUND(1) BOUND(2) BOUND(3) BOUND(4) BOUND(5) BOUND(6) BOUND(7)
+BOUND(8) BOUND(9) BOUND(10) BOUND(11) BOUND(12) BOUND(13) BOUND(14) BOUND(15)
+BOUND(16) BOUND(17) BOUND(18) BOUND(19) BOUND(20) BOUND(21) BOUND(22) BOUND(23)
+BOUND(24) BOUND(25) BOUND(26) BOUND(27) BOUND(28) BOUND(29) BOUND(30) BOUND(31)
+#undef BOUND
+#define BOUND(k) {bound_supports_##k, bound_launch_##k, bound_kernel_error_##k},
+static const struct {
+  bool (*supports)(int dev, ag_kop op, int sub, ag_dtype dtype);
+  ag_status (*launch)(ag_bstream *s, const ag_kernel_call *call);
+  ag_status (*kernel_error)(ag_bstream *s, ag_kernel_error *out);
+} k_bound[] = {BOUND(0) BOUND(1) BOUND(2) BOUND(3) BOUND(4) BOUND(5) BOUND(6) BOUND(7)
+               BOUND(8) BOUND(9) BOUND(10) BOUND(11) BOUND(12) BOUND(13) BOUND(14) BOUND(15)
+               BOUND(16) BOUND(17) BOUND(18) BOUND(19) BOUND(20) BOUND(21) BOUND(22) BOUND(23)
+               BOUND(24) BOUND(25) BOUND(26) BOUND(27) BOUND(28) BOUND(29) BOUND(30) BOUND(31)};
+#undef BOUND
+_Static_assert(sizeof k_bound / sizeof k_bound[0] == AG_MAX_BACKENDS, "one set of trampolines per slot");
+
+/* ---- loading: the ABI check ---- */
+
 /* Accepts be for sl (what: the module file, for messages): the version
- * check and the copy into sl->vt; false with sl->reason written. */
+ * check, the op tables and the copy into sl->vt; false with sl->reason
+ * written. */
 static bool accept_table(backend_slot *sl, const ag_backend *be, const char *what) {
   if (!be) {
     snprintf(sl->reason, sizeof sl->reason, "%s: %s returned NULL", what, AG_BACKEND_MODULE_SYMBOL);
@@ -337,11 +549,11 @@ static bool accept_table(backend_slot *sl, const ag_backend *be, const char *wha
              be->abi_major, be->abi_minor, AG_BACKEND_ABI_MAJOR, AG_BACKEND_ABI_MINOR);
     return false;
   }
-  if (be->struct_size < AG_BACKEND_STRUCT_SIZE_4_0) {
+  if (be->struct_size < AG_BACKEND_STRUCT_SIZE_5_0) {
     snprintf(sl->reason, sizeof sl->reason,
              "%s: backend ABI %u.%u with a %u-byte table, anygrad %u.%u needs at least the %zu bytes of %u.0", what,
              be->abi_major, be->abi_minor, be->struct_size, AG_BACKEND_ABI_MAJOR, AG_BACKEND_ABI_MINOR,
-             (size_t)AG_BACKEND_STRUCT_SIZE_4_0, AG_BACKEND_ABI_MAJOR);
+             (size_t)AG_BACKEND_STRUCT_SIZE_5_0, AG_BACKEND_ABI_MAJOR);
     return false;
   }
   /* Entries beyond the module's table read as absent (zero). */
@@ -361,6 +573,16 @@ static bool accept_table(backend_slot *sl, const ag_backend *be, const char *wha
                be->abi_major, be->abi_minor, k_required[i].name);
       return false;
     }
+  }
+  if (!bind_tables(sl, vt.tables, be, what)) return false;
+  if (sl->bound) {
+    const int k = (int)(sl - g_reg.slot);
+    sl->mod_supports = vt.supports;
+    sl->mod_launch = vt.launch;
+    sl->mod_kernel_error = vt.take_kernel_error;
+    vt.supports = k_bound[k].supports;
+    vt.launch = k_bound[k].launch;
+    vt.take_kernel_error = k_bound[k].kernel_error;
   }
   sl->vt = vt;
   return true;

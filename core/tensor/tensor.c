@@ -646,6 +646,7 @@ ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
     ag_status est = elementwise_check(ds, c);
     if (AG_UNLIKELY(est != AG_OK)) return est;
   }
+  c->struct_size = (uint32_t)sizeof *c;
   c->flags = (ag_get_deterministic() ? AG_KF_DETERMINISTIC : 0u) | AG_KF_WORKSPACE;
   launch_ws ws;
   ws.ds = ds;

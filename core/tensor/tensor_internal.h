@@ -154,11 +154,13 @@ static inline uint32_t ag__version(const ag_tensor *t) {
  * 0, dtype f32, ndim 0): an absent optional input, or one the caller lays
  * out itself (a broadcast, a 3-D matmul view). Every scalar, integer, Philox
  * word, flag and the multi list start at zero. `name` is the public call
- * the backend's messages name; it is borrowed (a literal). */
+ * the backend's messages name; it is borrowed (a literal). struct_size is
+ * this build's (ag__launch sets it again for calls made otherwise). */
 static inline void ag__kcall_init(ag_kernel_call *c, ag_kop op, int sub, const char *name, int n,
                                   ag_tensor *const *ts) {
   /* Field by field, inline: the operands' shapes are most of the struct
    * and are read only up to ndim (this runs once per launch). */
+  c->struct_size = (uint32_t)sizeof *c;
   c->op = op;
   c->sub = sub;
   c->n_operands = n;

@@ -57,9 +57,26 @@ extern "C" {
  *        (kops.h); a 4.2 module computed it from s[] through f64 and
  *        saturated; the vtable and the call are 4.2's
  *   4.4  thread_device: the calling thread's current device, for a library
- *        given device memory on a thread of the core's (CUDA-aware MPI) */
-#define AG_BACKEND_ABI_MAJOR 4u
-#define AG_BACKEND_ABI_MINOR 4u
+ *        given device memory on a thread of the core's (CUDA-aware MPI)
+ *   5.0  the op tables are part of the ABI: ag_backend.tables names every
+ *        entry of the lists whose positions are codes (AG_BACKEND_TABLES:
+ *        kernel ops, now the list AG_KOPS, and the elementwise, reduction
+ *        and pooling sub-ops, dtypes, the call's array bounds), and the
+ *        core binds a module's codes by those names (4.1 modules ran
+ *        renumbered sub-ops: ffd11fb moved every _BWD sub-op up by two);
+ *        ag_kernel_call.struct_size comes first, set by the core, checked
+ *        by the module (ag_kernel_call_check); the vtable is 4.4's with
+ *        tables before name. Entries are appended from here (5.x).
+ * A change to a table is an ABI change: a new entry is a minor version (an
+ * older module binds by name and lacks it), a changed meaning a major one;
+ * the core does not compile until AG_BACKEND_TABLES_ENTRIES and
+ * AG_BACKEND_TABLES_CHECKSUM below are set to the new tables' values. */
+#define AG_BACKEND_ABI_MAJOR 5u
+#define AG_BACKEND_ABI_MINOR 0u
+/* The tables of this version (AG_TABLES_ENTRIES_NOW and
+ * AG_TABLES_CHECKSUM_NOW, below); core/runtime/registry.c asserts them. */
+#define AG_BACKEND_TABLES_ENTRIES 170
+#define AG_BACKEND_TABLES_CHECKSUM 234774
 
 /* ---- kernel calls ----
  * The kernel ops (ag_kop) and their operands are described in
@@ -192,6 +209,10 @@ typedef struct ag_kmulti {
 } ag_kmulti;
 
 typedef struct ag_kernel_call {
+  /* sizeof(ag_kernel_call) as the core was built: set by the core for
+   * every launch (AG_KERNEL_CALL_HEADER for calls built elsewhere). A
+   * module reads only fields within it: ag_kernel_call_check. */
+  uint32_t struct_size;
   ag_kop op;
   int sub;                 /* ag_unary_op / ag_binary_op / ag_reduce_op / variant */
   int n_operands;
@@ -203,7 +224,7 @@ typedef struct ag_kernel_call {
                               a backend that runs the call later copies it. */
   const char *name;        /* the public op for messages ("ag_embedding") */
   uint32_t flags;          /* AG_KF_*; set by the core for every launch */
-  /* ---- 4.2; read only when flags has AG_KF_WORKSPACE ----
+  /* ---- read only when flags has AG_KF_WORKSPACE ----
    * Scratch device memory for the work this launch enqueues on its stream
    * (a vendor library's workspace): workspace(workspace_ctx, bytes,
    * &base, &offset) takes `bytes` from the core's caching allocator (shown
@@ -221,13 +242,32 @@ typedef struct ag_kernel_call {
 
 #define AG_KMAX_WORKSPACE 4
 
+/* For a call built outside the core (a test, a module's own sub-launch):
+ *   ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_FILL, ...}; */
+#define AG_KERNEL_CALL_HEADER .struct_size = (uint32_t)sizeof(ag_kernel_call)
+
+/* A module's launch starts with this: AG_OK when the call holds the `need`
+ * bytes the module reads (sizeof(ag_kernel_call) as the module was built),
+ * else AG_ERR_UNSUPPORTED naming both sizes. A call from a newer core is
+ * longer: the module reads its prefix. One from an older core (a module
+ * built against a newer minor) or one whose builder forgot struct_size is
+ * shorter: refused, never read past its end. */
+static inline ag_status ag_kernel_call_check(const ag_kernel_call *c, size_t need, const char *backend) {
+  if (c->struct_size >= need) return AG_OK;
+  return ag_error_set(AG_ERR_UNSUPPORTED,
+                      "%s: %s: a kernel call of %u bytes, the module reads %zu (built against a newer anygrad "
+                      "than the one running it, or a call without struct_size)",
+                      backend, c->name ? c->name : "launch", (unsigned)c->struct_size, need);
+}
+
 /* ag_kernel_call.flags */
 /* Deterministic mode (ag_set_deterministic): ops that would sum floats with
  * atomics in a scheduling-dependent order (EMBEDDING_BWD, LAYERNORM_BWD's
  * dw/db, SUMSQ) use a fixed order, so results repeat bit for bit on one
  * device. A backend whose kernels are always deterministic ignores it. */
 #define AG_KF_DETERMINISTIC 1u
-/* The core (4.2 and later) filled ag_kernel_call.workspace. */
+/* The core filled ag_kernel_call.workspace (ag__launch does; a call built
+ * elsewhere has no workspace service). */
 #define AG_KF_WORKSPACE 2u
 
 /* Index errors found by kernels (embedding index, cross-entropy target) are
@@ -258,6 +298,69 @@ static inline ag_conv_geom ag_conv_geom_of(const ag_kernel_call *c, const ag_kop
   return g;
 }
 
+/* ---- the op tables in the ABI ----
+ * Kernel-op and sub-op codes are positions in lists (kops.h, optable.h), so
+ * a module states the lists it was built against: ag_backend.tables =
+ * AG_BACKEND_TABLES, the names of every entry in order. Sections are
+ * separated by ';', each a name and its entries separated by spaces:
+ *   anygrad-tables 1;layout dims=8 operands=6 multi=512;dtype F32 ... U8;
+ *   kop FILL ... SDPA_BWD;unary COPY ...;binary ADD ... NEG_BWD ...
+ *   MAX_DA MAX_DB ...;reduce SUM ...;pool MAX AVG ADAPTIVE_AVG
+ * The core compares them with its own when it loads the module: the first
+ * three sections must be equal (refused otherwise, naming the first entry
+ * that differs); kernel ops and sub-ops are bound by name, so a module
+ * built against other tables runs each op under its own code for it, and
+ * an op its tables lack is unsupported (docs/design/backends.md). */
+#define AG_TBL_STR_(x) #x
+#define AG_TBL_STR(x) AG_TBL_STR_(x)
+#define AG_TBL_KOP(ID, sub) " " #ID
+#define AG_TBL_U(ID, ...) " " #ID
+#define AG_TBL_B(ID, ...) " " #ID
+#define AG_TBL_BWD(ID, n, api, f, save, ...) AG_OPT_IF(AG_OPT_HAS_BWD_##save)(" " #ID "_BWD")
+#define AG_TBL_PART(ID, n, api, f, kind, grad, ...) AG_OPT_IF(AG_OPT_PART_##grad)(" " #ID "_DA " #ID "_DB")
+#define AG_BACKEND_TABLES                                                                          \
+  "anygrad-tables 1;layout dims=" AG_TBL_STR(AG_MAX_DIMS) " operands=" AG_TBL_STR(AG_KMAX_OPERANDS) \
+  " multi=" AG_TBL_STR(AG_KMAX_MULTI) ";dtype F32 F16 BF16 I32 F64 I64 BOOL U8;kop" AG_KOPS(AG_TBL_KOP) \
+  ";unary" AG_UNARY_OPS(AG_TBL_U) ";binary" AG_BINARY_OPS(AG_TBL_B) AG_UNARY_OPS(AG_TBL_BWD)           \
+  AG_BINARY_OPS(AG_TBL_PART) ";reduce SUM MAX MIN ARGMAX;pool MAX AVG ADAPTIVE_AVG"
+/* The dtype, reduction and pooling lists are short enums with their own
+ * numbers, written out above: pinned to them here. */
+AG_OPT_STATIC_ASSERT(AG_F32 == 0 && AG_F16 == 1 && AG_BF16 == 2 && AG_I32 == 3 && AG_F64 == 4 && AG_I64 == 5 &&
+                         AG_BOOL == 6 && AG_U8 == 7 && AG_DTYPE_COUNT == 8,
+                     "the dtype codes changed: list them in AG_BACKEND_TABLES (backend.h)");
+AG_OPT_STATIC_ASSERT(AG_R_SUM == 0 && AG_R_MAX == 1 && AG_R_MIN == 2 && AG_R_ARGMAX == 3 && AG_REDUCE_COUNT == 4 &&
+                         AG_P_MAX == 0 && AG_P_AVG == 1 && AG_P_ADAPTIVE_AVG == 2 && AG_POOL_OP_COUNT == 3,
+                     "the reduction or pooling codes changed: list them in AG_BACKEND_TABLES (backend.h)");
+
+/* What the core pins (AG_BACKEND_TABLES_ENTRIES, _CHECKSUM above): the
+ * number of entries, and a checksum of the tables' length and of each
+ * name's length weighted by its position, as integer constants (C has no
+ * compile-time string hash). It sees every entry added, removed or moved
+ * past a name of another length; the comparison of the names at load sees
+ * the rest. */
+#define AG_TBL_CK(code, name) +((int)(code) + 1) * (int)sizeof(name)
+#define AG_TBL_CK_KOP(ID, sub) AG_TBL_CK(AG_K_##ID, #ID)
+#define AG_TBL_CK_U(ID, ...) AG_TBL_CK(AG_U_##ID, #ID)
+#define AG_TBL_CK_B(ID, ...) AG_TBL_CK(AG_B_##ID, #ID)
+#define AG_TBL_CK_BWD(ID, n, api, f, save, ...) \
+  AG_OPT_IF(AG_OPT_HAS_BWD_##save)(AG_TBL_CK(AG_B_##ID##_BWD, #ID "_BWD"))
+#define AG_TBL_CK_PART(ID, n, api, f, kind, grad, ...) \
+  AG_OPT_IF(AG_OPT_PART_##grad)(AG_TBL_CK(AG_B_##ID##_DA, #ID "_DA") AG_TBL_CK(AG_B_##ID##_DB, #ID "_DB"))
+enum {
+  AG_TABLES_ENTRIES_NOW = (int)AG_KOP_COUNT + (int)AG_UNARY_COUNT + (int)AG_BINARY_COUNT + (int)AG_REDUCE_COUNT +
+                          (int)AG_POOL_OP_COUNT + (int)AG_DTYPE_COUNT,
+  AG_TABLES_CHECKSUM_NOW = (int)sizeof(AG_BACKEND_TABLES) + 3 * (0 AG_KOPS(AG_TBL_CK_KOP)) +
+                           5 * (0 AG_UNARY_OPS(AG_TBL_CK_U)) +
+                           7 * (0 AG_BINARY_OPS(AG_TBL_CK_B) AG_UNARY_OPS(AG_TBL_CK_BWD) AG_BINARY_OPS(AG_TBL_CK_PART))
+};
+
+/* FNV-1a (64 bits) of a tables string: how messages name a set of tables. */
+static inline uint64_t ag_tables_hash(const char *tables) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char *p = (const unsigned char *)tables; *p; p++) h = (h ^ *p) * 1099511628211ull;
+  return h;
+}
+
 /* Opaque backend objects. */
 typedef struct ag_bstream ag_bstream;
 typedef struct ag_bevent ag_bevent;
@@ -281,10 +384,14 @@ typedef struct ag_bevent ag_bevent;
  * serialised by the core. A module fills the table with designated
  * initializers, so what it does not name is zero (absent). */
 typedef struct ag_backend {
-  /* ---- 4.0 ---- */
+  /* ---- 5.0 ---- */
   uint32_t struct_size;   /* sizeof(ag_backend) as the module was built */
   uint16_t abi_major;     /* AG_BACKEND_ABI_MAJOR */
   uint16_t abi_minor;     /* AG_BACKEND_ABI_MINOR */
+  /* The op tables the module was built against: AG_BACKEND_TABLES (static
+   * storage; AG_BACKEND_HEADER fills it, ahead of name for C++'s designated
+   * initializers, which keep declaration order). */
+  const char *tables;
   /* The registered name: libanygrad-<name>.so, devices "<name>:N". Lower-case
    * letters, digits and '_'. */
   const char *name;
@@ -351,7 +458,7 @@ typedef struct ag_backend {
    * by the core after a stream synchronize; must not block. */
   ag_status (*take_kernel_error)(ag_bstream *s, ag_kernel_error *out);
 
-  /* ---- 4.1: what the core would otherwise decide by backend name ---- */
+  /* ---- what the core would otherwise decide by backend name (4.1) ---- */
   uint32_t flags;         /* AG_BACKEND_F_*; absent: 0 (opaque handles) */
   /* The DLDeviceType (anygrad/dlpack.h) of the device memory, or 0 (absent:
    * no DLPack form; tensors neither export nor import). kDLCPU exports device
@@ -373,7 +480,7 @@ typedef struct ag_backend {
   /* Optional one line for `anygrad info` ("for testing: ..."), or NULL. */
   const char *description;
 
-  /* ---- 4.3 ---- */
+  /* ---- appended in 4.4, one of 5.0's entries ---- */
   /* Optional: make device dev current on the calling thread, as the vendor
    * runtime keeps it per thread (cudaSetDevice, hipSetDevice), so that a
    * library handed this device's memory on this thread (a CUDA-aware MPI)
@@ -384,18 +491,19 @@ typedef struct ag_backend {
   ag_status (*thread_device)(int dev, int *out_prev);
 } ag_backend;
 
-/* The smallest struct_size the core accepts: the end of 4.0's entries. */
-#define AG_BACKEND_STRUCT_SIZE_4_0 offsetof(ag_backend, flags)
+/* The smallest struct_size the core accepts: the end of 5.0's entries. */
+#define AG_BACKEND_STRUCT_SIZE_5_0 (offsetof(ag_backend, description) + sizeof(const char *))
 
 /* The one symbol a backend module exports: its table (static storage, lives
  * as long as the module is loaded; borrowed by the core). */
 #define AG_BACKEND_MODULE_SYMBOL "ag_backend_module_get"
 typedef const ag_backend *(*ag_backend_module_get_fn)(void);
 
-/* Fills the version header of a module's table:
+/* Fills the version header of a module's table, the op tables included:
  *   static const ag_backend g = {AG_BACKEND_HEADER, .name = "mine", ...}; */
-#define AG_BACKEND_HEADER \
-  .struct_size = (uint32_t)sizeof(ag_backend), .abi_major = AG_BACKEND_ABI_MAJOR, .abi_minor = AG_BACKEND_ABI_MINOR
+#define AG_BACKEND_HEADER                                                                                  \
+  .struct_size = (uint32_t)sizeof(ag_backend), .abi_major = AG_BACKEND_ABI_MAJOR, .abi_minor = AG_BACKEND_ABI_MINOR, \
+  .tables = AG_BACKEND_TABLES
 
 /* ---- helpers the core exports for backends ---- */
 

@@ -466,6 +466,7 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
 }
 
 ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
+  if (c->struct_size < sizeof *c) return ag_kernel_call_check(c, sizeof *c, AG_GPU_BACKEND_NAME);
   agk_env env;
   memset(&env, 0, sizeof env);
   env.stream = s->s;

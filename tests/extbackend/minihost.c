@@ -2,13 +2,13 @@
  * against the installed headers and library, to show that adding a backend
  * edits nothing in anygrad. Device memory is host memory; kernels run on the
  * calling thread at launch, so streams and events are trivial. It runs FILL,
- * UNARY COPY (any dtype to any dtype) and NEG, BINARY ADD and MUL, and
- * REDUCE SUM; supports() says no to everything else, and launch refuses it
- * too (AG_ERR_UNSUPPORTED), so `anygrad check --backend minihost` reports
- * those cases "unsup". The steps are docs/design/backends.md's. */
+ * UNARY COPY (any dtype to any dtype), NEG, EXP and SQRT, BINARY ADD, MUL
+ * and the backward of EXP and SQRT, and REDUCE SUM; supports() says no to
+ * everything else, and launch refuses it too (AG_ERR_UNSUPPORTED), so
+ * `anygrad check --backend minihost` reports those cases "unsup". The steps
+ * are docs/design/backends.md's. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <anygrad/backend.h>
-#include <anygrad/dlpack.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +22,9 @@
 #endif
 #ifndef HEADER
 #define HEADER AG_BACKEND_HEADER
+#endif
+#ifndef KCALL_NEED
+#define KCALL_NEED sizeof(ag_kernel_call)
 #endif
 #define MEMORY ((size_t)1 << 30) /* what the device reports; allocations are malloc's */
 
@@ -202,8 +205,10 @@ static bool mh_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
   (void)dev;
   switch (op) {
     case AG_K_FILL: return true;
-    case AG_K_UNARY: return sub == AG_U_COPY || (sub == AG_U_NEG && is_float(dt));
-    case AG_K_BINARY: return (sub == AG_B_ADD || sub == AG_B_MUL) && is_float(dt);
+    case AG_K_UNARY:
+      return sub == AG_U_COPY || ((sub == AG_U_NEG || sub == AG_U_EXP || sub == AG_U_SQRT) && is_float(dt));
+    case AG_K_BINARY:
+      return (sub == AG_B_ADD || sub == AG_B_MUL || sub == AG_B_EXP_BWD || sub == AG_B_SQRT_BWD) && is_float(dt);
     case AG_K_REDUCE: return sub == AG_R_SUM && (dt == AG_F32 || dt == AG_F64);
     default: return false;
   }
@@ -223,10 +228,11 @@ static void elementwise(const ag_kernel_call *c) {
     if (c->op == AG_K_FILL) v = c->s[0];
     else if (c->op == AG_K_UNARY) {
       v = get(c->o[1].dtype, at(&c->o[1], idx));
-      if (c->sub == AG_U_NEG) v = -v;
+      v = c->sub == AG_U_NEG ? -v : c->sub == AG_U_EXP ? exp(v) : c->sub == AG_U_SQRT ? sqrt(v) : v;
     } else {
+      /* the backward ops: a is the upstream gradient, b the saved output */
       double a = get(c->o[1].dtype, at(&c->o[1], idx)), b = get(c->o[2].dtype, at(&c->o[2], idx));
-      v = c->sub == AG_B_ADD ? a + c->s[0] * b : a * b;
+      v = c->sub == AG_B_ADD ? a + c->s[0] * b : c->sub == AG_B_SQRT_BWD ? a * 0.5 / b : a * b;
     }
     put(o->dtype, at(o, idx), v);
   next:
@@ -239,6 +245,12 @@ static void elementwise(const ag_kernel_call *c) {
 
 static ag_status mh_launch(ag_bstream *s, const ag_kernel_call *c) {
   (void)s;
+#if AG_BACKEND_ABI_MAJOR >= 5
+  /* read nothing past the core's call: KCALL_NEED stands for the call of a
+   * newer minor in tests/gpu3_abi.cmake */
+  ag_status cst = ag_kernel_call_check(c, KCALL_NEED, NAME);
+  if (cst != AG_OK) return cst;
+#endif
   ag_dtype dt = c->op == AG_K_UNARY || c->op == AG_K_REDUCE ? c->o[1].dtype : c->o[0].dtype;
   if (!mh_supports(0, c->op, c->sub, dt))
     return ag_error_set(AG_ERR_UNSUPPORTED, NAME ": kernel op %d (%d) for %s is not implemented", (int)c->op, c->sub,

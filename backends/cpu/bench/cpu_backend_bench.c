@@ -30,6 +30,7 @@ static ag_koperand flat(void *p, ag_dtype dt, int64_t n) {
 static ag_kernel_call binop(void *o, void *a, void *b, ag_dtype dt, int64_t n) {
   ag_kernel_call c;
   memset(&c, 0, sizeof c);
+  c.struct_size = (uint32_t)sizeof c;
   c.op = AG_K_BINARY;
   c.sub = AG_B_ADD;
   c.n_operands = 3;
@@ -105,6 +106,7 @@ int main(int argc, char **argv) {
   be->stream_synchronize(s);
   printf("gelu f32[4M]: %.3f ms\n", (now() - t) / 5 * 1e3);
   memset(&c, 0, sizeof c);
+  c.struct_size = (uint32_t)sizeof c;
   c.op = AG_K_REDUCE;
   c.sub = AG_R_SUM;
   c.n_operands = 2;
@@ -123,6 +125,7 @@ int main(int argc, char **argv) {
     const int64_t M = 512;
     ag_dtype dtp = d ? AG_F16 : AG_F32;
     memset(&c, 0, sizeof c);
+    c.struct_size = (uint32_t)sizeof c;
     c.op = AG_K_MATMUL;
     c.n_operands = 3;
     c.s[0] = 1;
