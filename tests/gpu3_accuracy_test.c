@@ -1,0 +1,234 @@
+/* Accuracy of the default numerics mode on one device against references
+ * computed in long double: gelu (tanh form) and mish backward for large
+ * |x| (1 - tanh^2 times a term growing like x^3 was 7.38 for 1 where a
+ * device's tanh stops below 1). Each function runs on the listed inputs
+ * plus a dense sample.
+ *
+ * usage: gpu3_accuracy_test DEVICE (cpu, opencl:0, gpuemu:0, vulkan:0);
+ * skips (77) where the device is absent. A dtype the device does not take
+ * (f64 off the CPU) is skipped with a message. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+
+static ag_device DEV;
+static const char *DEVNAME;
+
+/* ---- values in and out ---- */
+
+/* The value of v as dtype dt holds it (round to nearest even). */
+static double round_to(ag_dtype dt, double v) {
+  if (dt == AG_F64) return v;
+  float f = (float)v;
+  if (dt == AG_F32 || isnan(f) || isinf(f)) return f;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (dt == AG_BF16) {
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  /* f16: 11 significant bits, subnormal below 2^-14, inf at 65520 */
+  double a = fabs(v);
+  if (a >= 65520) return copysign(INFINITY, v);
+  int e;
+  frexp(a, &e);
+  double q = ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+  return copysign(nearbyint(a / q) * q, v);
+}
+
+/* A tensor of dtype dt on the device holding v (rounded to dt); NULL (and
+ * a message) where the device does not take dt. */
+static ag_tensor *up(ag_dtype dt, int64_t n, const double *v) {
+  int64_t s[1] = {n};
+  ag_tensor *t;
+  if (dt == AG_F64) {
+    t = ag_from_host(DEV, AG_F64, 1, s, v);
+  } else {
+    float *f = malloc((size_t)n * sizeof *f);
+    assert_non_null(f);
+    for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
+    ag_tensor *t32 = ag_from_host(DEV, AG_F32, 1, s, f);
+    free(f);
+    assert_non_null(t32);
+    t = dt == AG_F32 ? t32 : ag_cast(t32, dt);
+    if (t != t32) ag_tensor_release(t32);
+  }
+  if (!t) fprintf(stderr, "%s: %s skipped: %s\n", DEVNAME, ag_dtype_name(dt), ag_last_error());
+  return t;
+}
+
+/* t's values as doubles (through f32 for f16 and bf16). */
+static double *down(ag_tensor *t) {
+  assert_non_null(t);
+  int64_t n = ag_tensor_numel(t);
+  ag_dtype dt = ag_tensor_dtype(t);
+  double *o = malloc((size_t)(n ? n : 1) * sizeof *o);
+  assert_non_null(o);
+  if (dt == AG_F64) {
+    assert_int_equal(ag_to_host(t, o, (size_t)n * sizeof *o), AG_OK);
+    return o;
+  }
+  ag_tensor *t32 = dt == AG_F32 ? t : ag_cast(t, AG_F32);
+  assert_non_null(t32);
+  float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+  assert_non_null(f);
+  ag_status st = ag_to_host(t32, f, (size_t)n * sizeof *f);
+  if (st != AG_OK) fail_msg("ag_to_host: %s", ag_last_error());
+  for (int64_t i = 0; i < n; i++) o[i] = f[i];
+  free(f);
+  if (t32 != t) ag_tensor_release(t32);
+  return o;
+}
+
+/* A dense sample: n magnitudes log-uniform in [lo, hi] with alternating
+ * signs (sign > 0: positive only), from a fixed generator. */
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static double urand(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (double)(g_rng >> 11) * 0x1p-53;
+}
+static int sample(double *v, int n, double lo, double hi, int sign) {
+  for (int i = 0; i < n; i++) {
+    double m = exp(log(lo) + urand() * (log(hi) - log(lo)));
+    v[i] = sign > 0 || i % 2 == 0 ? m : -m;
+  }
+  return n;
+}
+
+/* ---- references (long double) ---- */
+
+typedef long double LD;
+static const LD K_GELU = 0.79788456080286535587989211986876373695L;
+
+static double ref_gelu_d(double xd) {
+  LD x = xd;
+  if (isinf(xd)) return xd > 0 ? 1 : 0;
+  LD u = K_GELU * (x + 0.044715L * x * x * x), c = coshl(u);
+  LD sig2u = 1 / (1 + expl(-2 * u)); /* 0.5 (1 + tanh u) */
+  LD sech2 = isinf(c) ? 0 : 1 / (c * c);
+  return (double)(sig2u + 0.5L * x * sech2 * K_GELU * (1 + 3 * 0.044715L * x * x));
+}
+static double ref_mish_d(double xd) {
+  LD x = xd;
+  if (isinf(xd)) return xd > 0 ? 1 : 0;
+  LD sp = x > 20 ? log1pl(expl(x)) : log1pl(expl(x)), c = coshl(sp);
+  LD sech2 = isinf(c) ? 0 : 1 / (c * c);
+  return (double)(tanhl(sp) + x / (1 + expl(-x)) * sech2);
+}
+/* ---- checks ---- */
+
+typedef ag_tensor *(*unary_fn)(ag_tensor *);
+
+/* The gradient of f at v (upstream 1) in dtype dt against ref: within
+ * tol * eps * (1 + |ref|), eps the dtype's; returns the failures. */
+static int check_grad(const char *name, unary_fn f, double (*ref)(double), ag_dtype dt, const double *v, int n,
+                      double tol) {
+  ag_tensor *x = up(dt, n, v);
+  if (!x) return 0;
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  ag_tensor *y = f(x);
+  assert_non_null(y);
+  int64_t s[1] = {n};
+  ag_tensor *ones = ag_full(DEV, dt, 1, s, 1.0);
+  assert_non_null(ones);
+  ag_status st = ag_backward(y, ones, false);
+  if (st != AG_OK) fail_msg("%s backward: %s", name, ag_last_error());
+  double *got = down(ag_tensor_grad(x));
+  const double eps = dt == AG_F64 ? 0x1p-52 : dt == AG_F32 ? 0x1p-23 : dt == AG_F16 ? 0x1p-10 : 0x1p-7;
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    double xi = round_to(dt, v[i]), r = round_to(dt, ref(xi));
+    if (!(fabs(got[i] - r) <= tol * eps * (1 + fabs(r)))) {
+      if (bad++ < 6)
+        fprintf(stderr, "%s: %s backward %s at %.9g: %.9g, reference %.9g\n", DEVNAME, name, ag_dtype_name(dt), xi,
+                got[i], r);
+    }
+  }
+  if (bad) fprintf(stderr, "%s: %s backward %s: %d of %d wrong\n", DEVNAME, name, ag_dtype_name(dt), bad, n);
+  free(got);
+  ag_tensor_release(ones);
+  ag_tensor_release(y);
+  ag_tensor_release(x);
+  return bad;
+}
+
+#define NS 4096
+static const ag_dtype FLOATS[] = {AG_F32, AG_F16, AG_BF16, AG_F64};
+
+/* ---- gelu and mish backward ---- */
+
+static int grad_inputs(double *v, double maxv) {
+  static const double list[] = {1000, -1000, 1e4, -1e4, 100, -100, 50, -50, 20, -20, 10, -10, 5, -5, 3, -3, 1,
+                                -1, 0.5, -0.5, 0.1, -0.1, 0, 1e6, -1e6, 1e7, -1e7, 1e15, -1e15, 1e20, -1e20,
+                                3e38, -3e38, INFINITY, -INFINITY};
+  int n = 0;
+  for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
+    if (!(fabs(list[i]) > maxv) || isinf(list[i])) v[n++] = list[i];
+  for (int i = 0; i < 1024; i++) v[n++] = -30 + 60.0 * i / 1023;
+  double m[NS];
+  int k = sample(m, NS, 1e-3, maxv, 0);
+  for (int i = 0; i < k; i++) v[n++] = m[i];
+  return n;
+}
+
+static void test_gelu_backward(void **state) {
+  (void)state;
+  double *v = malloc((NS + 2048) * sizeof *v);
+  assert_non_null(v);
+  int bad = 0;
+  for (size_t d = 0; d < sizeof FLOATS / sizeof FLOATS[0]; d++) {
+    int n = grad_inputs(v, FLOATS[d] == AG_F16 ? 6e4 : FLOATS[d] == AG_F64 ? 1e300 : 3e38);
+    bad += check_grad("gelu", ag_gelu, ref_gelu_d, FLOATS[d], v, n, 32);
+  }
+  free(v);
+  assert_int_equal(bad, 0);
+}
+
+static void test_mish_backward(void **state) {
+  (void)state;
+  double *v = malloc((NS + 2048) * sizeof *v);
+  assert_non_null(v);
+  int bad = 0;
+  for (size_t d = 0; d < sizeof FLOATS / sizeof FLOATS[0]; d++) {
+    int n = grad_inputs(v, FLOATS[d] == AG_F16 ? 6e4 : FLOATS[d] == AG_F64 ? 1e300 : 3e38);
+    bad += check_grad("mish", ag_mish, ref_mish_d, FLOATS[d], v, n, 32);
+  }
+  free(v);
+  assert_int_equal(bad, 0);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: gpu3_accuracy_test DEVICE\n");
+    return 2;
+  }
+  DEVNAME = argv[1];
+  char kind[32];
+  size_t k = strcspn(argv[1], ":");
+  if (k >= sizeof kind) return 2;
+  memcpy(kind, argv[1], k);
+  kind[k] = 0;
+  ag_backend_kind bk;
+  if (ag_backend_find(kind, &bk) != AG_OK || !ag_backend_available(bk, NULL) ||
+      ag_device_parse(argv[1], &DEV) != AG_OK) {
+    fprintf(stderr, "%s absent: skipped\n", argv[1]);
+    return 77;
+  }
+  const struct CMUnitTest t[] = {
+      cmocka_unit_test(test_gelu_backward),
+      cmocka_unit_test(test_mish_backward),
+  };
+  return cmocka_run_group_tests_name("gpu3_accuracy", t, NULL, NULL);
+}
