@@ -1,8 +1,11 @@
 /* Accuracy of the default numerics mode on one device against references
  * computed in long double: gelu (tanh form) and mish backward for large
  * |x| (1 - tanh^2 times a term growing like x^3 was 7.38 for 1 where a
- * device's tanh stops below 1). Each function runs on the listed inputs
- * plus a dense sample.
+ * device's tanh stops below 1), log1p and expm1 over their whole range
+ * (log1p(3e38) was inf, expm1 inf from 85, expm1(1e-6) 4.6 % off), elu and
+ * mish forward which use them (mish within 64 ulps: GLSL's exp on lavapipe is
+ * off by about |x| ulps, e^-30 by 18). Each function runs on
+ * the listed inputs plus a dense sample.
  *
  * usage: gpu3_accuracy_test DEVICE (cpu, opencl:0, gpuemu:0, vulkan:0);
  * skips (77) where the device is absent. A dtype the device does not take
@@ -90,6 +93,27 @@ static double *down(ag_tensor *t) {
   return o;
 }
 
+/* The distance in ulps between a and b as values of dt (f32 or f64):
+ * places on the ordered line -inf .. -0 = +0 .. +inf. */
+static double ulps(ag_dtype dt, double a, double b) {
+  if (isnan(a) || isnan(b)) return isnan(a) && isnan(b) ? 0 : INFINITY;
+  if (dt == AG_F64) {
+    int64_t ia, ib;
+    memcpy(&ia, &a, 8);
+    memcpy(&ib, &b, 8);
+    if (ia < 0) ia = INT64_MIN - ia;
+    if (ib < 0) ib = INT64_MIN - ib;
+    return (double)fabsl((long double)ia - (long double)ib); /* exact: 64 significant bits */
+  }
+  float fa = (float)a, fb = (float)b;
+  int32_t ia, ib;
+  memcpy(&ia, &fa, 4);
+  memcpy(&ib, &fb, 4);
+  if (ia < 0) ia = INT32_MIN - ia;
+  if (ib < 0) ib = INT32_MIN - ib;
+  return fabs((double)ia - (double)ib);
+}
+
 /* A dense sample: n magnitudes log-uniform in [lo, hi] with alternating
  * signs (sign > 0: positive only), from a fixed generator. */
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -127,9 +151,17 @@ static double ref_mish_d(double xd) {
   LD sech2 = isinf(c) ? 0 : 1 / (c * c);
   return (double)(tanhl(sp) + x / (1 + expl(-x)) * sech2);
 }
+static double ref_mish(double xd) {
+  LD x = xd;
+  return (double)(x * tanhl(log1pl(expl(x))));
+}
+static double ref_log1p(double x) { return (double)log1pl(x); }
+static double ref_expm1(double x) { return (double)expm1l(x); }
+static double ref_elu(double x) { return x > 0 ? x : (double)expm1l(x); }
 /* ---- checks ---- */
 
 typedef ag_tensor *(*unary_fn)(ag_tensor *);
+static ag_tensor *call_elu(ag_tensor *x) { return ag_elu(x, 1.0); }
 
 /* The gradient of f at v (upstream 1) in dtype dt against ref: within
  * tol * eps * (1 + |ref|), eps the dtype's; returns the failures. */
@@ -159,6 +191,31 @@ static int check_grad(const char *name, unary_fn f, double (*ref)(double), ag_dt
   if (bad) fprintf(stderr, "%s: %s backward %s: %d of %d wrong\n", DEVNAME, name, ag_dtype_name(dt), bad, n);
   free(got);
   ag_tensor_release(ones);
+  ag_tensor_release(y);
+  ag_tensor_release(x);
+  return bad;
+}
+
+/* f at v in dtype dt (f32 or f64) within max_ulps of ref rounded to dt. */
+static int check_fwd(const char *name, unary_fn f, double (*ref)(double), ag_dtype dt, const double *v, int n,
+                     double max_ulps) {
+  ag_tensor *x = up(dt, n, v);
+  if (!x) return 0;
+  ag_tensor *y = f(x);
+  if (!y) fail_msg("%s: %s", name, ag_last_error());
+  double *got = down(y);
+  int bad = 0;
+  double worst = 0;
+  for (int i = 0; i < n; i++) {
+    double xi = round_to(dt, v[i]), r = round_to(dt, ref(xi)), d = ulps(dt, got[i], r);
+    if (d > worst) worst = d;
+    if (d > max_ulps && bad++ < 6)
+      fprintf(stderr, "%s: %s %s(%.9g) = %.9g, reference %.9g (%.0f ulps)\n", DEVNAME, name, ag_dtype_name(dt), xi,
+              got[i], r, d);
+  }
+  if (bad) fprintf(stderr, "%s: %s %s: %d of %d beyond %.0f ulps (worst %.3g)\n", DEVNAME, name, ag_dtype_name(dt), bad,
+                   n, max_ulps, worst);
+  free(got);
   ag_tensor_release(y);
   ag_tensor_release(x);
   return bad;
@@ -209,6 +266,66 @@ static void test_mish_backward(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* ---- log1p, expm1, elu, mish forward ---- */
+
+static void test_log1p(void **state) {
+  (void)state;
+  static const double list[] = {3e38, 1e38, 3.4e38, 1e30, 1e10, 16777216, 1e-6, -1e-6, -5e-8, 5e-8, 1e-30, -1e-30,
+                                -0.5, -0.9, -0.99999994, -0.2928, 0.4142, 1, 2, 0.5, 1e-3, -1e-3, 0};
+  double *v = malloc((2 * NS + 64) * sizeof *v);
+  assert_non_null(v);
+  int bad = 0;
+  for (int d = 0; d < 2; d++) {
+    ag_dtype dt = d ? AG_F64 : AG_F32;
+    int n = 0;
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) v[n++] = list[i];
+    n += sample(v + n, NS, 1e-40, dt == AG_F64 ? 1e300 : 3e38, 1);
+    n += sample(v + n, NS, 1e-30, 0.999999, 1);
+    for (int i = n - NS; i < n; i++) v[i] = -v[i]; /* (-1, 0) */
+    bad += check_fwd("log1p", ag_log1p, ref_log1p, dt, v, n, 4);
+  }
+  free(v);
+  assert_int_equal(bad, 0);
+}
+
+static void test_expm1(void **state) {
+  (void)state;
+  static const double list[] = {85, 86, 87, 88, 88.7, 88.72, 88.7228, 80, 50, 20, 1e-6, -1e-6, 1e-8, -5e-8, 1e-30,
+                                0.3465, -0.3465, 0.35, -0.35, 0.7, -0.7, 1, -1, -10, -17, -18, -20, -87, -104, 0,
+                                700, 709.78, -700};
+  double *v = malloc((2 * NS + 64) * sizeof *v);
+  assert_non_null(v);
+  int bad = 0;
+  for (int d = 0; d < 2; d++) {
+    ag_dtype dt = d ? AG_F64 : AG_F32;
+    int n = 0;
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
+      if (dt == AG_F64 || fabs(list[i]) < 100) v[n++] = list[i];
+    n += sample(v + n, NS, 1e-30, dt == AG_F64 ? 709.7 : 88.72, 0);
+    n += sample(v + n, NS, 1e-30, dt == AG_F64 ? 745 : 104, 1);
+    for (int i = n - NS; i < n; i++) v[i] = -v[i];
+    bad += check_fwd("expm1", ag_expm1, ref_expm1, dt, v, n, 4);
+    bad += check_fwd("elu", call_elu, ref_elu, dt, v, n, 4);
+  }
+  free(v);
+  assert_int_equal(bad, 0);
+}
+
+static void test_mish_forward(void **state) {
+  (void)state;
+  double *v = malloc((NS + 1024) * sizeof *v);
+  assert_non_null(v);
+  int bad = 0;
+  for (int d = 0; d < 2; d++) {
+    ag_dtype dt = d ? AG_F64 : AG_F32;
+    int n = sample(v, NS, 1e-6, 80, 0);
+    for (int i = 0; i < 1024; i++) v[n++] = -20 + 40.0 * i / 1023;
+    bad += check_fwd("mish", ag_mish, ref_mish, dt, v, n, 64);
+  }
+  free(v);
+  assert_int_equal(bad, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: gpu3_accuracy_test DEVICE\n");
@@ -227,8 +344,8 @@ int main(int argc, char **argv) {
     return 77;
   }
   const struct CMUnitTest t[] = {
-      cmocka_unit_test(test_gelu_backward),
-      cmocka_unit_test(test_mish_backward),
+      cmocka_unit_test(test_gelu_backward), cmocka_unit_test(test_mish_backward), cmocka_unit_test(test_log1p),
+      cmocka_unit_test(test_expm1),         cmocka_unit_test(test_mish_forward),
   };
   return cmocka_run_group_tests_name("gpu3_accuracy", t, NULL, NULL);
 }
