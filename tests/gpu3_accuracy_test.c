@@ -4,7 +4,8 @@
  * device's tanh stops below 1), log1p and expm1 over their whole range
  * (log1p(3e38) was inf, expm1 inf from 85, expm1(1e-6) 4.6 % off), elu and
  * mish forward which use them (mish within 64 ulps: GLSL's exp on lavapipe is
- * off by about |x| ulps, e^-30 by 18). Each function runs on
+ * off by about |x| ulps, e^-30 by 18), and fmod and remainder with quotients past
+ * 2^24 (f32) and 2^53 (f64), which must be exact. Each function runs on
  * the listed inputs plus a dense sample.
  *
  * usage: gpu3_accuracy_test DEVICE (cpu, opencl:0, gpuemu:0, vulkan:0);
@@ -158,6 +159,13 @@ static double ref_mish(double xd) {
 static double ref_log1p(double x) { return (double)log1pl(x); }
 static double ref_expm1(double x) { return (double)expm1l(x); }
 static double ref_elu(double x) { return x > 0 ? x : (double)expm1l(x); }
+/* PyTorch's remainder: fmod, plus b where the signs differ */
+static double ref_remainder(double a, double b, ag_dtype dt) {
+  double r = fmod(a, b);
+  if (r != 0 && (r < 0) != (b < 0)) r = round_to(dt, r + b);
+  return r;
+}
+
 /* ---- checks ---- */
 
 typedef ag_tensor *(*unary_fn)(ag_tensor *);
@@ -326,6 +334,64 @@ static void test_mish_forward(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* ---- fmod and remainder ---- */
+
+static void test_fmod_remainder(void **state) {
+  (void)state;
+  enum { NL = 16 };
+  static const double la[NL] = {0x1p30, -0x1p30, 0x1p30, -0x1p30, 3e38, -1e30, 1e30, 0x1p25 + 1,
+                                0x1p60, -0x1p60, 0x1p100, 1e300, -1e300, 5.5, -5.5, 7};
+  static const double lb[NL] = {3, 3, -3, -3, 7, 3.3, -0.1, 3, 3, 3, -3, 7, 0.3, 2, 2, -2.5};
+  const int n = NL + NS;
+  double *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+  assert_true(a && b);
+  int bad = 0;
+  for (int d = 0; d < 2; d++) {
+    ag_dtype dt = d ? AG_F64 : AG_F32;
+    /* f32: the literal's f32 value (2^100 becomes inf: left out) */
+    for (int i = 0; i < NL; i++) {
+      a[i] = round_to(dt, la[i]);
+      b[i] = round_to(dt, lb[i]);
+      if (isinf(a[i])) a[i] = 1;
+    }
+    /* operands of 2^-60..2^127 (f64: 2^-300..2^1000): every result is a
+     * multiple of 2^-83 (2^-352), a normal number */
+    for (int i = NL; i < n; i++) {
+      double ea = dt == AG_F64 ? -300 + 1300 * urand() : -60 + 187 * urand();
+      double eb = dt == AG_F64 ? -300 + 600 * urand() : -60 + 120 * urand();
+      a[i] = round_to(dt, (i % 2 ? -1 : 1) * ldexp(1 + urand(), (int)ea));
+      b[i] = round_to(dt, (i % 3 ? 1 : -1) * ldexp(1 + urand(), (int)eb));
+    }
+    ag_tensor *ta = up(dt, n, a), *tb = up(dt, n, b);
+    if (!ta || !tb) {
+      ag_tensor_release(ta);
+      ag_tensor_release(tb);
+      continue;
+    }
+    for (int op = 0; op < 2; op++) {
+      ag_tensor *y = op ? ag_remainder(ta, tb) : ag_fmod(ta, tb);
+      if (!y) fail_msg("%s: %s", op ? "remainder" : "fmod", ag_last_error());
+      double *got = down(y);
+      int nb = 0;
+      for (int i = 0; i < n; i++) {
+        double r = op ? ref_remainder(a[i], b[i], dt) : fmod(a[i], b[i]);
+        if (got[i] != r && nb++ < 6)
+          fprintf(stderr, "%s: %s %s(%a, %a) = %a, exact %a\n", DEVNAME, ag_dtype_name(dt), op ? "remainder" : "fmod",
+                  a[i], b[i], got[i], r);
+      }
+      if (nb) fprintf(stderr, "%s: %s %s: %d of %d wrong\n", DEVNAME, ag_dtype_name(dt), op ? "remainder" : "fmod", nb, n);
+      bad += nb;
+      free(got);
+      ag_tensor_release(y);
+    }
+    ag_tensor_release(ta);
+    ag_tensor_release(tb);
+  }
+  free(a);
+  free(b);
+  assert_int_equal(bad, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: gpu3_accuracy_test DEVICE\n");
@@ -345,7 +411,7 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest t[] = {
       cmocka_unit_test(test_gelu_backward), cmocka_unit_test(test_mish_backward), cmocka_unit_test(test_log1p),
-      cmocka_unit_test(test_expm1),         cmocka_unit_test(test_mish_forward),
+      cmocka_unit_test(test_expm1),         cmocka_unit_test(test_mish_forward),  cmocka_unit_test(test_fmod_remainder),
   };
   return cmocka_run_group_tests_name("gpu3_accuracy", t, NULL, NULL);
 }

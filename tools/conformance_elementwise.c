@@ -92,6 +92,28 @@ void ag__conf_op_table_binary(ctx *c) {
     }
     ag__conf_case_end(c);
   }
+  if ((op == AG_B_REMAINDER || op == AG_B_FMOD) && c->acc && ag_dtype_is_float(c->dt)) {
+    /* quotients past 2^24 and 2^53 (the result is exact: a - trunc(a/b)*b
+     * gave 0 for fmod(2^30, 3)), both signs, the largest values, zeros,
+     * infinities and NaN; each rounded to the dtype */
+    ag__conf_case_begin(c, "adversarial");
+    c->adv = true;
+    static const double av[] = {0x1p30, -0x1p30, 0x1p30, -0x1p30, 0x1p25 + 1, 0x1p60, -0x1p60, 0x1p100, 3e38, -1e30,
+                                1e300, -1e300, 5.5, -5.5, 0.0, -0.0, INFINITY, 3, -3, NAN, 3, 1e-30, -1e-30};
+    static const double bv[] = {3, 3, -3, -3, 3, 3, 3, -3, 7, 3.3, 7, 0.3, 2, -2, 3, 3, 3, INFINITY, INFINITY, 3,
+                                0.0, 3, 3};
+    int64_t s[1] = {(int64_t)(sizeof av / sizeof av[0])};
+    hbuf *ha, *hb;
+    ag_tensor *a = ag__conf_mk_vals(c, c->dt, &ha, 1, s, av), *b = ag__conf_mk_vals(c, c->dt, &hb, 1, s, bv);
+    if (a && b) {
+      ag_tensor *o = ag__conf_call_binary(op, a, b);
+      double ref[sizeof av / sizeof av[0]];
+      for (int64_t i = 0; i < s[0]; i++) ref[i] = ag_conf_round(c->dt, ag_ref_binary(op, ha->v[i], hb->v[i], 1, 0));
+      if (!o) ag__conf_on_null(c, fname);
+      else ag__conf_check(c, o, 1, s, c->dt, ref, DEF);
+    }
+    ag__conf_case_end(c);
+  }
   if (op == AG_B_DIV && !ag_dtype_is_int(c->dt)) {
     ag__conf_case_begin(c, "special x/0 and 0/0");
     static const double av[4] = {1, -1, 0, 2}, bv[4] = {0, 0, 0, 4};

@@ -122,7 +122,7 @@
 #define CREF_B_LE(a, b, s0) ((double)((a) <= (b)))
 #define CREF_B_GE(a, b, s0) ((double)((a) >= (b)))
 #define CREF_B_ATAN2(a, b, s0) atan2(a, b)
-#define CREF_B_REMAINDER(a, b, s0) ((a) - floor((a) / (b)) * (b))
+#define CREF_B_REMAINDER(a, b, s0) cref_remainder(a, b)
 #define CREF_B_HYPOT(a, b, s0) hypot(a, b)
 #define CREF_B_FMOD(a, b, s0) fmod(a, b)
 
@@ -140,6 +140,12 @@
 #define CREF_DA_FMOD(a, b) 1.0
 #define CREF_DB_FMOD(a, b) (-trunc((a) / (b)))
 
+/* PyTorch's remainder from C's exact fmod (a - floor(a/b)*b loses the
+ * quotient past 2^53): plus b where the signs differ */
+static inline double cref_remainder(double a, double b) {
+  double r = fmod(a, b);
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
 /* In long double, 1 - tanh^2 as 1 / cosh^2: exact limits (1 and 0) for
  * large |x|, where 1 - tanh^2 in double is 0 times x^3 (NaN past 1e102) */
 static inline double cref_gelu_d(double xd) {

@@ -129,15 +129,25 @@ float e_atan2(float y, float x) {
   else r = abs(atan(y, x));
   return ag_copysign(r, y);
 }
-/* C's fmod: a - trunc(a/b)*b, the sign of a (a zero result too) */
+/* C's fmod, exact (its result is always representable): |a| reduced by
+ * |b| 2^n, the largest multiple below it, one binade at a time; each step
+ * is an exact subtraction (Sterbenz), at most 277 of them (the exponent
+ * range). a - trunc(a/b)*b lost the quotient past 2^24 (fmod(2^30, 3) was
+ * 0). The sign of a, a zero result too. */
 float e_fmod(float a, float b) {
   if (b == 0.0 || ag_isinf(a) || ag_isnan(a) || ag_isnan(b)) return F_NAN;
   if (ag_isinf(b)) return a;
-  precise float q = trunc(a / b);
-  precise float r = a - q * b;
-  if (r != 0.0 && (r < 0.0) != (a < 0.0)) r += a < 0.0 ? -abs(b) : abs(b);
-  if (abs(r) >= abs(b)) r -= a < 0.0 ? -abs(b) : abs(b);
-  return r == 0.0 ? ag_copysign(0.0, a) : r;
+  precise float r = abs(a), bb = abs(b);
+  if (r < bb) return a;
+  int eb, er;
+  frexp(bb, eb);
+  for (int i = 0; i < 280 && r >= bb; i++) {
+    frexp(r, er);
+    precise float t = ldexp(bb, er - eb);
+    if (t > r) t = ldexp(bb, er - eb - 1);
+    r -= t;
+  }
+  return ag_copysign(r, a);
 }
 
 #define E_K(c) float(c)
