@@ -92,6 +92,28 @@ void ag__conf_op_table_binary(ctx *c) {
     }
     ag__conf_case_end(c);
   }
+  if ((op == AG_B_REMAINDER || op == AG_B_FMOD) && c->acc && ag_dtype_is_float(c->dt)) {
+    /* quotients past 2^24 and 2^53 (the result is exact: a - trunc(a/b)*b
+     * gave 0 for fmod(2^30, 3)), both signs, the largest values, zeros,
+     * infinities and NaN; each rounded to the dtype */
+    ag__conf_case_begin(c, "adversarial");
+    c->adv = true;
+    static const double av[] = {0x1p30, -0x1p30, 0x1p30, -0x1p30, 0x1p25 + 1, 0x1p60, -0x1p60, 0x1p100, 3e38, -1e30,
+                                1e300, -1e300, 5.5, -5.5, 0.0, -0.0, INFINITY, 3, -3, NAN, 3, 1e-30, -1e-30};
+    static const double bv[] = {3, 3, -3, -3, 3, 3, 3, -3, 7, 3.3, 7, 0.3, 2, -2, 3, 3, 3, INFINITY, INFINITY, 3,
+                                0.0, 3, 3};
+    int64_t s[1] = {(int64_t)(sizeof av / sizeof av[0])};
+    hbuf *ha, *hb;
+    ag_tensor *a = ag__conf_mk_vals(c, c->dt, &ha, 1, s, av), *b = ag__conf_mk_vals(c, c->dt, &hb, 1, s, bv);
+    if (a && b) {
+      ag_tensor *o = ag__conf_call_binary(op, a, b);
+      double ref[sizeof av / sizeof av[0]];
+      for (int64_t i = 0; i < s[0]; i++) ref[i] = ag_conf_round(c->dt, ag_ref_binary(op, ha->v[i], hb->v[i], 1, 0));
+      if (!o) ag__conf_on_null(c, fname);
+      else ag__conf_check(c, o, 1, s, c->dt, ref, DEF);
+    }
+    ag__conf_case_end(c);
+  }
   if (op == AG_B_DIV && !ag_dtype_is_int(c->dt)) {
     ag__conf_case_begin(c, "special x/0 and 0/0");
     static const double av[4] = {1, -1, 0, 2}, bv[4] = {0, 0, 0, 4};
@@ -151,8 +173,11 @@ static const ucase UCASES[] = {
  * values, points where a function is ill-conditioned or an implementation
  * cancels (near 1 for log, near -1 for log1p, multiples of pi and large
  * arguments for sin/cos, tiny arguments for expm1/log1p/tanh/erf), the
- * overflow thresholds of exp and the saturation of tanh and sigmoid. */
-static int adv_values(ag_dtype dt, double *v) {
+ * overflow thresholds of exp and the saturation of tanh and sigmoid, the
+ * edges of expm1 and log1p (85 and 88 below expm1's overflow, 3e38, 1e-6,
+ * -5e-8) and +-1000 (gelu and mish backward). Shared with the gradient
+ * rows (conformance_grad.c). */
+int ag__conf_adv_values(ag_dtype dt, double *v) {
   const double tiny = dt == AG_F16 ? 0x1p-24 : dt == AG_BF16 ? 0x1p-133 : dt == AG_F32 ? 0x1p-149 : 0x1p-1074;
   const double minn = dt == AG_F16 ? 0x1p-14 : dt == AG_F64 ? 0x1p-1022 : 0x1p-126;
   const double maxv = dt == AG_F16 ? 65504 : dt == AG_BF16 ? 0x1.fep127 : dt == AG_F32 ? 0x1.fffffep127 : 0x1.fffffffffffffp1023;
@@ -161,12 +186,11 @@ static int adv_values(ag_dtype dt, double *v) {
                          maxv, -maxv, maxv / 3, 1e4, -1e4, 1e6, -1e6, 1e10, 1 + eps, 1 - eps / 2, 1 + 4 * eps,
                          -1 + eps / 2, 1e-3, -1e-3, 1e-5, 1e-8, -1e-8, CREF_PI, 2 * CREF_PI, CREF_PI / 2,
                          100 * CREF_PI, 1e4 * CREF_PI, 88.72, 709.78, 11.09, -87.3, -103.5, 0.5, -0.5, 3, -3,
-                         10, -10, 20, -20};
+                         10, -10, 20, -20, 1000, -1000, 85, 88, 3e38, 1e-6, -5e-8};
   int n = (int)(sizeof list / sizeof list[0]);
   for (int i = 0; i < n; i++) v[i] = list[i];
   return n;
 }
-#define ADV_MAX 64
 
 /* A unary op on every layout case: table op top (>= 0; scalars s0, s1)
  * against op_ref.h, or the scalar form sop of affine (scalar s0). */
@@ -218,7 +242,7 @@ static void run_unary(ctx *c, int top, int sop, const char *fname, double s0, do
     ag__conf_case_begin(c, "adversarial");
     c->adv = true;
     double v[ADV_MAX];
-    int64_t sh[1] = {adv_values(c->dt, v)};
+    int64_t sh[1] = {ag__conf_adv_values(c->dt, v)};
     hbuf *h;
     ag_tensor *a = ag__conf_mk_vals(c, c->dt, &h, 1, sh, v);
     if (a) {

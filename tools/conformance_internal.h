@@ -107,6 +107,10 @@ int64_t ag__conf_bidx(const hbuf *h, int ondim, const int64_t *oidx);
 /* conformance_elementwise.c */
 ag_tensor *ag__conf_call_binary(int op, ag_tensor *a, ag_tensor *b);
 ag_tensor *ag__conf_call_table_unary(int op, ag_tensor *a, double s0, double s1);
+/* The adversarial inputs of an elementwise op in dtype dt into v (at most
+ * ADV_MAX); returns their count. */
+#define ADV_MAX 64
+int ag__conf_adv_values(ag_dtype dt, double *v);
 void ag__conf_op_table_binary(ctx *c);
 void ag__conf_op_table_unary(ctx *c);
 void ag__conf_op_add_scalar(ctx *c);

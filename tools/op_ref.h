@@ -122,7 +122,7 @@
 #define CREF_B_LE(a, b, s0) ((double)((a) <= (b)))
 #define CREF_B_GE(a, b, s0) ((double)((a) >= (b)))
 #define CREF_B_ATAN2(a, b, s0) atan2(a, b)
-#define CREF_B_REMAINDER(a, b, s0) ((a) - floor((a) / (b)) * (b))
+#define CREF_B_REMAINDER(a, b, s0) cref_remainder(a, b)
 #define CREF_B_HYPOT(a, b, s0) hypot(a, b)
 #define CREF_B_FMOD(a, b, s0) fmod(a, b)
 
@@ -140,17 +140,30 @@
 #define CREF_DA_FMOD(a, b) 1.0
 #define CREF_DB_FMOD(a, b) (-trunc((a) / (b)))
 
-static inline double cref_gelu_d(double x) {
-  double k = sqrt(2 / CREF_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
-  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+/* PyTorch's remainder from C's exact fmod (a - floor(a/b)*b loses the
+ * quotient past 2^53): plus b where the signs differ */
+static inline double cref_remainder(double a, double b) {
+  double r = fmod(a, b);
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+/* In long double, 1 - tanh^2 as 1 / cosh^2: exact limits (1 and 0) for
+ * large |x|, where 1 - tanh^2 in double is 0 times x^3 (NaN past 1e102) */
+static inline double cref_gelu_d(double xd) {
+  if (isinf(xd)) return xd > 0 ? 1 : 0;
+  long double x = xd, k = 0.79788456080286535587989211986876373695L, u = k * (x + 0.044715L * x * x * x),
+              c = coshl(u);
+  long double sech2 = isinf(c) ? 0 : 1 / (c * c);
+  return (double)(1 / (1 + expl(-2 * u)) + 0.5L * x * sech2 * k * (1 + 3 * 0.044715L * x * x));
 }
 static inline double cref_silu_d(double x) {
   double s = 1 / (1 + exp(-x));
   return s + x * s * (1 - s);
 }
-static inline double cref_mish_d(double x) {
-  double sp = log1p(exp(x)), t = tanh(sp);
-  return t + x * (1 - t * t) / (1 + exp(-x));
+static inline double cref_mish_d(double xd) {
+  if (isinf(xd)) return xd > 0 ? 1 : 0;
+  long double x = xd, sp = log1pl(expl(x)), c = coshl(sp);
+  long double sech2 = isinf(c) ? 0 : 1 / (c * c);
+  return (double)(tanhl(sp) + x * sech2 / (1 + expl(-x)));
 }
 
 #define CREF_U_CASE(ID, ...) \
@@ -162,6 +175,22 @@ static inline double cref_mish_d(double x) {
 #define CREF_PART_CASE(ID, name, api, f, kind, grad, ...)                                   \
   AG_OPT_IF(AG_OPT_PART_##grad)(case AG_B_##ID##_DA: return CREF_DA_##ID(a, b);            \
                                 case AG_B_##ID##_DB: return CREF_DB_##ID(a, b);)
+
+/* The derivative of unary op op at x (upstream gradient 1), from its
+ * CREF_BWD_ with the value the table saves (x, or the forward's y);
+ * NAN for an op without a gradient. */
+#define CREF_GV_X(ID, x, s0, s1) (x)
+#define CREF_GV_Y(ID, x, s0, s1) CREF_U_##ID(x, s0, s1)
+#define CREF_GV_N(ID, x, s0, s1) 0.0
+#define CREF_GRAD_CASE(ID, name, api, f, save, ...) \
+  AG_OPT_IF(AG_OPT_HAS_BWD_##save)(case AG_U_##ID: return CREF_BWD_##ID(1.0, CREF_GV_##save(ID, x, s0, s1), s0, s1);)
+static inline double ag_ref_unary_grad(int op, double x, double s0, double s1) {
+  (void)s0, (void)s1;
+  switch (op) {
+    AG_UNARY_OPS(CREF_GRAD_CASE)
+  }
+  return NAN;
+}
 
 /* ---- the table's test domains and scalars ---- */
 typedef enum ag_ref_kind { AG_REF_UNI, AG_REF_AWAY, AG_REF_FRAC, AG_REF_NZINT } ag_ref_kind;

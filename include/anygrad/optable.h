@@ -48,6 +48,17 @@
 #ifndef ANYGRAD_OPTABLE_H
 #define ANYGRAD_OPTABLE_H
 
+/* ---- shared subexpressions of the entries (expanded where used, so they
+ * read the entry's x and the kernel language's E_ functions) ---- */
+/* e^(-2|v|): in [0, 1], never overflows */
+#define AG_OPT_E2(v) E_EXP(E_K(-2) * E_ABS(v))
+/* 1 - tanh(v)^2 = sech(v)^2 = 4e / (1 + e)^2 with e = e^(-2|v|): no
+ * cancellation, exactly 0 once e underflows (1 - tanh^2 is 1 - 1 or a
+ * device tanh's shortfall below 1 there) */
+#define AG_OPT_SECH2(v) (E_K(4) * AG_OPT_E2(v) / ((E_K(1) + AG_OPT_E2(v)) * (E_K(1) + AG_OPT_E2(v))))
+/* gelu's tanh argument sqrt(2/pi) (x + 0.044715 x^3) */
+#define AG_OPT_GELU_U(x) (E_K(0.7978845608028654) * ((x) + E_K(0.044715) * (x) * (x) * (x)))
+
 #define AG_UNARY_OPS(AGX)                                                                          \
   /* COPY also casts between dtypes; same-dtype copies move bits */                                 \
   AGX(COPY, copy, AH, x, NG, g, KEEP, INT, 1, (UNI, -3, 3), (UNI, -2, 2), 0, 0)                      \
@@ -65,12 +76,16 @@
   AGX(RELU, relu, A0, x < E_K(0) ? E_K(0) : x, X, x > E_K(0) ? g : E_K(0), KEEP, FLT, 1,           \
       (UNI, -3, 3), (AWAY, 0.1, 2), 0, 0)                                                          \
   /* tanh approximation: 0.5x(1 + tanh(u)) == x * sigmoid(2u) */                                    \
+  /* tanh approximation: 0.5x(1 + tanh(u)) == x * sigmoid(2u); the         \
+   * backward is sigmoid(2u) + 0.5x sech^2(u) u' with both terms from       \
+   * e^(-2|u|) (AG_OPT_SECH2), so it tends to 1 and 0 where 1 - tanh^2 was   \
+   * a device tanh's shortfall below 1 times x^3 (7.38 at x = 1000); 1 and   \
+   * 0 beyond |x| = 1e6, where u' x^2 may overflow */                       \
   AGX(GELU, gelu, A0, x * E_SIGMOID(E_K(1.5957691216057308) * (x + E_K(0.044715) * x * x * x)), X, \
-      g * (E_K(0.5) * (E_K(1) + E_TANH(E_K(0.7978845608028654) * (x + E_K(0.044715) * x * x * x))) + \
-           E_K(0.5) * x *                                                                           \
-               (E_K(1) - E_TANH(E_K(0.7978845608028654) * (x + E_K(0.044715) * x * x * x)) *       \
-                             E_TANH(E_K(0.7978845608028654) * (x + E_K(0.044715) * x * x * x))) *   \
-               E_K(0.7978845608028654) * (E_K(1) + E_K(0.134145) * x * x)),                        \
+      x > E_K(1e6) ? g : x < E_K(-1e6) ? g * E_K(0) :                                              \
+      g * ((x < E_K(0) ? AG_OPT_E2(AG_OPT_GELU_U(x)) : E_K(1)) / (E_K(1) + AG_OPT_E2(AG_OPT_GELU_U(x))) + \
+           E_K(0.5) * x * AG_OPT_SECH2(AG_OPT_GELU_U(x)) * E_K(0.7978845608028654) *               \
+               (E_K(1) + E_K(0.134145) * x * x)),                                                  \
       KEEP, FLT, 8, (UNI, -3, 3), (UNI, -3, 3), 0, 0)                                              \
   AGX(SILU, silu, A0, x * E_SIGMOID(x), X,                                                         \
       g * E_SIGMOID(x) * (E_K(1) + x * (E_K(1) - E_SIGMOID(x))), KEEP, FLT, 8, (UNI, -3, 3),        \
@@ -116,12 +131,13 @@
       x <= E_K(-3) ? E_K(0) : x >= E_K(3) ? E_K(1) : x / E_K(6) + E_K(0.5), X,                 \
       x > E_K(-3) && x < E_K(3) ? g / E_K(6) : E_K(0), KEEP, FLT, 1, (UNI, -4, 4), (FRAC, -3, 3),  \
       0, 0)                                                                                        \
-  /* x tanh(softplus(x)) */                                                                        \
+  /* x tanh(softplus(x)); the backward's 1 - tanh^2 is AG_OPT_SECH2 (it    \
+   * was x times a device tanh's shortfall below 1 for large x); 1 and 0     \
+   * beyond |x| = 1e6, where x * 0 would be NaN at the infinities */          \
   AGX(MISH, mish, A0, x * E_TANH(x > E_K(20) ? x : E_LOG1P(E_EXP(x))), X,                           \
+      x > E_K(1e6) ? g : x < E_K(-1e6) ? g * E_K(0) :                                              \
       g * (E_TANH(x > E_K(20) ? x : E_LOG1P(E_EXP(x))) +                                            \
-           x * E_SIGMOID(x) *                                                                      \
-               (E_K(1) - E_TANH(x > E_K(20) ? x : E_LOG1P(E_EXP(x))) *                             \
-                             E_TANH(x > E_K(20) ? x : E_LOG1P(E_EXP(x))))),                        \
+           x * E_SIGMOID(x) * AG_OPT_SECH2(x > E_K(20) ? x : E_LOG1P(E_EXP(x)))),                   \
       KEEP, FLT, 8, (UNI, -4, 4), (UNI, -3, 3), 0, 0)                                              \
   /* min(max(x, s0), s1) (s1 when s0 > s1); NaN passes; the gradient flows  \
    * where s0 <= x <= s1, as torch.clamp */                    \

@@ -5,21 +5,68 @@
  * specialization constant OP, so each pipeline holds one op's code. */
 layout(constant_id = 0) const int OP = 0;
 
-float e_expm1(float x) {
-  /* Kahan's: exact where exp(x) rounds to 1, accurate near 0 */
-  precise float u = exp(x);
-  if (u == 1.0) return x;
-  precise float um1 = u - 1.0;
-  if (um1 == -1.0) return -1.0;
-  if (ag_isinf(u)) return u;
-  return um1 * x / log(u);
+/* 2^k for k in [-126, 127], from the bits */
+float e_pow2i(int k) { return uintBitsToFloat(uint(k + 127) << 23); }
+/* e^r - 1 on |r| <= ln2/2 + a little: Taylor to r^9 (the next term is
+ * under 2^-32 of the result), r itself for the leading term so tiny
+ * arguments are exact */
+float e_expm1_poly(float r) {
+  return r + r * r * (0.5 + r * (1.6666667e-1 + r * (4.1666668e-2 + r * (8.3333338e-3 +
+             r * (1.3888889e-3 + r * (1.9841270e-4 + r * (2.4801587e-5 + r * 2.7557319e-6)))))));
 }
+/* expm1 within a few ulp everywhere: GLSL's exp and log are accurate only
+ * in absolute terms near 0 and 1 on some drivers (lavapipe: expm1(1e-6)
+ * was 4.6 % off), and u = exp(x) times x overflowed from x = 85. Cody-Waite
+ * reduction x = k ln2 + r, then 2^k (expm1(r) + 1) - 1 in the order that
+ * rounds once (FreeBSD's expm1f); infinity only past ln(FLT_MAX). */
+float e_expm1(float x) {
+  if (ag_isnan(x) || x == 0.0) return x; /* expm1(-0) = -0 */
+  if (x > 88.8) return F_INF;
+  if (x < -30.0) return -1.0;
+  if (abs(x) <= 0.34657359) return e_expm1_poly(x);
+  int k = int(roundEven(x * 1.4426950409));
+  precise float r = (x - float(k) * 6.9313812256e-01) - float(k) * 9.0580006145e-06;
+  precise float p = e_expm1_poly(r);
+  if (k > 24) return (p + 1.0) * e_pow2i(k - 1) * 2.0; /* the -1 is below half an ulp */
+  if (k < -24) return (p + 1.0) * e_pow2i(k) - 1.0;
+  precise float t = e_pow2i(k);
+  return t * p + (t - 1.0); /* t p and t - 1 exact: one rounding */
+}
+/* log1p within a few ulp everywhere (FreeBSD's log1pf): u = 1 + x split
+ * into 2^k (1 + f) with the rounding of 1 + x carried in c; log(1 + f)
+ * from s = f / (2 + f) and a series in s^2. No product of x and log(u)
+ * (log1p(3e38) was inf), no GLSL log near 1 (log1p(-5e-8) was -8.66e-8).
+ * The rules at the edges are C's: log1p(-1) = -inf, log1p(x < -1) and
+ * log1p(-inf) NaN, log1p(-0) = -0. */
 float e_log1p(float x) {
-  precise float u = 1.0 + x;
-  if (u == 1.0) return x;
-  if (ag_isinf(u)) return u > 0.0 ? u : F_NAN; /* log1p(-inf) is NaN */
-  precise float d = u - 1.0;
-  return log(u) * x / d;
+  if (ag_isnan(x) || x == 0.0) return x;
+  if (x == -1.0) return -F_INF;
+  if (x < -1.0) return F_NAN; /* log1p(-inf) is NaN */
+  if (ag_isinf(x)) return x;
+  int k = 0;
+  precise float f = x, c = 0.0;
+  if (x < -0.29289323 || x > 0.41421357) {
+    precise float u = 1.0 + x;
+    uint bits = floatBitsToUint(u);
+    k = int(bits >> 23) - 127;
+    /* the significand in [sqrt(2)/2, sqrt(2)) */
+    uint m = bits & 0x007fffffu;
+    if (m > 0x3504f3u) {
+      k += 1;
+      f = uintBitsToFloat(m | 0x3f000000u) - 1.0;
+    } else {
+      f = uintBitsToFloat(m | 0x3f800000u) - 1.0;
+    }
+    /* the rounding error of 1 + x, relative to u */
+    c = k > 0 ? (1.0 - (u - x)) / u : (x - (u - 1.0)) / u;
+    if (k > 24) c = 1.0 / u; /* u - x is 0 or past f32's precision */
+  }
+  precise float hfsq = 0.5 * f * f, s = f / (2.0 + f), z = s * s;
+  precise float R = z * (6.6666668e-1 + z * (4.0000000e-1 + z * (2.8571429e-1 + z * (2.2222222e-1 +
+                    z * 1.8181818e-1))));
+  precise float lf = f - (hfsq - s * (hfsq + R));
+  if (k == 0) return lf;
+  return float(k) * 6.9313812256e-01 + (lf + (c + float(k) * 9.0580006145e-06));
 }
 /* the sign of x kept for -0 (C's tanh(-0) is -0); NaN propagates */
 float e_tanh(float x) {
@@ -82,15 +129,25 @@ float e_atan2(float y, float x) {
   else r = abs(atan(y, x));
   return ag_copysign(r, y);
 }
-/* C's fmod: a - trunc(a/b)*b, the sign of a (a zero result too) */
+/* C's fmod, exact (its result is always representable): |a| reduced by
+ * |b| 2^n, the largest multiple below it, one binade at a time; each step
+ * is an exact subtraction (Sterbenz), at most 277 of them (the exponent
+ * range). a - trunc(a/b)*b lost the quotient past 2^24 (fmod(2^30, 3) was
+ * 0). The sign of a, a zero result too. */
 float e_fmod(float a, float b) {
   if (b == 0.0 || ag_isinf(a) || ag_isnan(a) || ag_isnan(b)) return F_NAN;
   if (ag_isinf(b)) return a;
-  precise float q = trunc(a / b);
-  precise float r = a - q * b;
-  if (r != 0.0 && (r < 0.0) != (a < 0.0)) r += a < 0.0 ? -abs(b) : abs(b);
-  if (abs(r) >= abs(b)) r -= a < 0.0 ? -abs(b) : abs(b);
-  return r == 0.0 ? ag_copysign(0.0, a) : r;
+  precise float r = abs(a), bb = abs(b);
+  if (r < bb) return a;
+  int eb, er;
+  frexp(bb, eb);
+  for (int i = 0; i < 280 && r >= bb; i++) {
+    frexp(r, er);
+    precise float t = ldexp(bb, er - eb);
+    if (t > r) t = ldexp(bb, er - eb - 1);
+    r -= t;
+  }
+  return ag_copysign(r, a);
 }
 
 #define E_K(c) float(c)

@@ -187,17 +187,22 @@ double d_pow(double a, double b) {
   return a < 0.0LF && odd ? -r : r;
 }
 
-/* C's fmod: a - trunc(a/b)*b with one rounding (fma), the sign of a (a
- * zero result too) */
+/* C's fmod, exact, as e_fmod in ops.glsl: at most 2098 exact steps (the
+ * exponent range); a - trunc(a/b)*b lost the quotient past 2^53 */
 double d_fmod(double a, double b) {
   if (b == 0.0LF || ag_isinf(a) || ag_isnan(a) || ag_isnan(b)) return D_NAN;
   if (ag_isinf(b)) return a;
-  double ab = abs(b);
-  precise double q = trunc(a / b);
-  precise double r = fma(-q, b, a);
-  if (r != 0.0LF && (r < 0.0LF) != (a < 0.0LF)) r += a < 0.0LF ? -ab : ab;
-  if (abs(r) >= ab) r -= a < 0.0LF ? -ab : ab;
-  return r == 0.0LF ? ag_copysign(0.0LF, a) : r;
+  precise double r = abs(a), bb = abs(b);
+  if (r < bb) return a;
+  int eb, er;
+  frexp(bb, eb);
+  for (int i = 0; i < 2100 && r >= bb; i++) {
+    frexp(r, er);
+    precise double t = ldexp(bb, er - eb);
+    if (t > r) t = ldexp(bb, er - eb - 1);
+    r -= t;
+  }
+  return ag_copysign(r, a);
 }
 
 /* glslang folds double(literal) from the literal's full text, so the
