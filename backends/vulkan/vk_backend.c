@@ -48,10 +48,12 @@ static struct {
   uint64_t max_buffer_size;    /* a smaller maxBufferSize (0: the device's) */
   uint64_t max_workgroup_size; /* a smaller maxComputeWorkGroupSize[0] and invocation count */
   bool slow_f64;               /* f64 taken as slow (a GPU's): f32 dropout and normal fill */
+  bool device_local_args;      /* argument blocks copied to device-local memory (a discrete GPU's) */
+  bool mapped_args;            /* argument blocks in device-local host-visible memory (ReBAR) */
 } g_test;
 
 /* Parses AG_VULKAN_TEST: a comma list of noncoherent, no_float_controls, slow_f64,
- * max_buffer_size:BYTES, max_workgroup_size:N. */
+ * device_local_args, mapped_args, max_buffer_size:BYTES, max_workgroup_size:N. */
 static bool parse_test_switch(char *why, size_t why_len) {
   const char *v = getenv("AG_VULKAN_TEST");
   memset(&g_test, 0, sizeof g_test);
@@ -70,12 +72,14 @@ static bool parse_test_switch(char *why, size_t why_len) {
     if (!colon && !strcmp(item, "noncoherent")) g_test.noncoherent = true;
     else if (!colon && !strcmp(item, "no_float_controls")) g_test.no_float_controls = true;
     else if (!colon && !strcmp(item, "slow_f64")) g_test.slow_f64 = true;
+    else if (!colon && !strcmp(item, "device_local_args")) g_test.device_local_args = true;
+    else if (!colon && !strcmp(item, "mapped_args")) g_test.mapped_args = true;
     else if (!strcmp(item, "max_buffer_size") && num_ok) g_test.max_buffer_size = n;
     else if (!strcmp(item, "max_workgroup_size") && num_ok && n <= UINT32_MAX) g_test.max_workgroup_size = n;
     else {
       snprintf(why, why_len,
                "AG_VULKAN_TEST='%s' is not a comma list of noncoherent, no_float_controls, slow_f64, "
-               "max_buffer_size:BYTES, max_workgroup_size:N",
+               "device_local_args, mapped_args, max_buffer_size:BYTES, max_workgroup_size:N",
                ag_escape(v, shown, sizeof shown));
       return false;
     }
@@ -391,6 +395,24 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   d->budget = dev_has_ext(p, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   d->dev_type = (int)d->props.deviceType;
   d->fast_f64 = d->f64 && d->dev_type == VK_PHYSICAL_DEVICE_TYPE_CPU && !g_test.slow_f64;
+  /* Argument blocks: a discrete GPU would read them from system memory
+   * across PCIe on every dispatch; there they go to device-local memory,
+   * mapped where a DEVICE_LOCAL | HOST_VISIBLE type has a heap of 64 MiB or
+   * more (ReBAR, or the 256 MiB BAR window: the streams use a few hundred
+   * KiB), else copied there from a staging buffer once per batch. */
+  d->args_mode = VKB_ARGS_ARENA;
+  d->mt_args = d->mt_device;
+  if (d->dev_type == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU || g_test.device_local_args || g_test.mapped_args) {
+    uint32_t bar = pick_type(&d->mem, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
+                             VK_MEMORY_PROPERTY_LAZILY_ALLOCATED_BIT);
+    bool big = bar != UINT32_MAX && d->mem.memoryHeaps[d->mem.memoryTypes[bar].heapIndex].size >= ((uint64_t)64 << 20);
+    if (big && !g_test.device_local_args) {
+      d->args_mode = VKB_ARGS_MAPPED;
+      d->mt_args = bar;
+    } else {
+      d->args_mode = VKB_ARGS_STAGED;
+    }
+  }
 
   pthread_mutex_init(&d->qlock, NULL);
   pthread_mutex_init(&d->plock, NULL);
@@ -579,7 +601,7 @@ ag_status vkb_mem_alloc(vkb_device *d, size_t bytes, vkb_mem_kind kind, vkb_mem 
   if (r != VK_SUCCESS) return vkb_error(r, "vkCreateBuffer");
   VkMemoryRequirements req;
   d->f.vkGetBufferMemoryRequirements(d->dev, out->buf, &req);
-  uint32_t type = kind == VKB_MEM_SEGMENT ? d->mt_device : d->mt_host;
+  uint32_t type = kind == VKB_MEM_SEGMENT ? d->mt_device : kind == VKB_MEM_ARGS ? d->mt_args : d->mt_host;
   if (!(req.memoryTypeBits & (1u << type))) {
     /* another type with the same properties that the buffer accepts */
     VkMemoryPropertyFlags want = d->mem.memoryTypes[type].propertyFlags;

@@ -119,6 +119,13 @@ typedef struct vkb_device {
    * Kernels with long sequential loops are refused above it. */
   int64_t loop_limit;
   uint32_t mt_device, mt_host; /* memory types: segments, pinned/arenas */
+  /* Where the dispatches' argument blocks live (vkb_args_mode): in the
+   * batch's host-visible arena (CPU and integrated devices: their memory is
+   * the host's), or, on a discrete GPU, in device-local memory, mapped
+   * (ReBAR: a DEVICE_LOCAL | HOST_VISIBLE type, mt_args) or filled by a
+   * copy from a host-visible staging arena at the start of the batch. */
+  int args_mode;
+  uint32_t mt_args;
   bool device_mapped;          /* segment memory is host-visible (mapped) */
   size_t total_mem, max_alloc;
   size_t max_buffer;           /* maxBufferSize (maintenance4), else SIZE_MAX */
@@ -164,7 +171,15 @@ typedef struct vkb_mem {
 /* What memory is for: segments (device-local), the streams' arenas and
  * error words (host-visible), pinned blocks (host-visible and coherent:
  * the program reads and writes them at any time). */
-typedef enum vkb_mem_kind { VKB_MEM_SEGMENT, VKB_MEM_HOST, VKB_MEM_PINNED } vkb_mem_kind;
+typedef enum vkb_mem_kind { VKB_MEM_SEGMENT, VKB_MEM_HOST, VKB_MEM_PINNED, VKB_MEM_ARGS } vkb_mem_kind;
+
+/* d->args_mode. ARENA: argument blocks in the batch's host-visible arena
+ * (read by the shaders where they are). MAPPED: in a device-local
+ * host-visible buffer per batch, written through the mapping. STAGED: written
+ * to a host-visible staging buffer per batch, copied to a device-local one
+ * by a command buffer submitted ahead of the batch's (one copy and two
+ * barriers per batch). */
+enum { VKB_ARGS_ARENA, VKB_ARGS_MAPPED, VKB_ARGS_STAGED };
 
 /* A timeline semaphore shared by a stream and the events recorded on it, so
  * an event outlives its stream. */
@@ -184,6 +199,12 @@ typedef struct vkb_batch {
   VkCommandBuffer cb;
   vkb_mem arena;
   size_t used;
+  /* argument blocks outside the arena (args_mode MAPPED, STAGED): the
+   * device-local buffer the shaders read, the host-visible staging buffer
+   * (STAGED) and the command buffer that copies it, submitted first */
+  vkb_mem args, args_stage;
+  size_t args_used;
+  VkCommandBuffer pre;
   uint64_t value; /* timeline value signalled when it completes; 0 idle */
   int commands;
   vkb_timeline *wait_tl[VKB_WAITS];
@@ -202,6 +223,8 @@ typedef struct vkb_range {
 #define VKB_BATCHES 4
 #define VKB_ARENA_BYTES ((size_t)4 << 20)
 #define VKB_BATCH_COMMANDS 256
+/* argument blocks per batch outside the arena: one per command at most */
+#define VKB_ARGS_BYTES ((size_t)VKB_BATCH_COMMANDS * sizeof(vkb_args))
 
 struct ag_bstream {
   vkb_device *d;

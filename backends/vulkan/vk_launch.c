@@ -557,14 +557,17 @@ static ag_status run_topk(ag_bstream *s, const ag_kernel_call *c) {
   return vkb_dispatch1(s, VKS_TOPK, 0, &a, O * R * I);
 }
 
-/* Attention (AG_K_SDPA*, attention.comp): a work-group of VKB_SDPA_Q
- * query rows (forward, dq) or key rows (dk, dv) per tile. Heads above
+/* Attention (AG_K_SDPA*, attention.comp): a work-group of VKB_SDPA_ROWS
+ * invocations, one query row each (forward, dq) or one key row (dk, dv),
+ * walking key tiles of VKB_SDPA_Q rows (query tiles of VKB_SDPA_KV for
+ * dk, dv) through shared memory. Heads above
  * VKB_SDPA_MAXD (MAXD there: rows live in per-invocation arrays) are
  * declined, and so are shapes whose sequential steps per invocation exceed
  * the driver's loop limit; the core then runs the unfused composition.
  * The forward declines whatever the backward would, so a recorded node
  * always finds its backward. */
-#define VKB_SDPA_Q 16
+#define VKB_SDPA_ROWS 64 /* NR there */
+#define VKB_SDPA_Q 16    /* key rows per tile of the forward and dq kernels */
 #define VKB_SDPA_KV 15 /* query rows per step of the dk/dv kernel */
 #define VKB_SDPA_MAXD 128
 
@@ -591,11 +594,15 @@ static ag_status run_sdpa(ag_bstream *s, const ag_kernel_call *c) {
   /* loop back-edges of one invocation, counted as if every loop ran in
    * full: the forward and dq walk every key once (a tile load, then D + Dv
    * steps per key); dk/dv walk the queries of every head of the group */
-  int64_t tq = (T + VKB_SDPA_Q - 1) / VKB_SDPA_Q, ts = (S + VKB_SDPA_Q - 1) / VKB_SDPA_Q;
+  int64_t tq = (T + VKB_SDPA_ROWS - 1) / VKB_SDPA_ROWS, tk = (S + VKB_SDPA_ROWS - 1) / VKB_SDPA_ROWS;
+  int64_t ts = (S + VKB_SDPA_Q - 1) / VKB_SDPA_Q;
   int64_t per_row = 2 * (D + Dv) + 4;
-  int64_t fwd = 2 * (D + Dv) + ts * (2 * ((VKB_SDPA_Q * (D + Dv)) / VKB_SDPA_Q + 1) + VKB_SDPA_Q * per_row) + Dv;
+  int64_t fwd =
+      2 * (D + Dv) + ts * (2 * ((VKB_SDPA_Q * (D + Dv)) / VKB_SDPA_ROWS + 1) + VKB_SDPA_Q * per_row) + Dv;
   int64_t kvq = (T + VKB_SDPA_KV - 1) / VKB_SDPA_KV;
-  int64_t bwd = 2 * (D + Dv) + (H / Hkv) * (kvq * (2 * (D + Dv) + Dv + 2) + T * per_row) + D + Dv;
+  int64_t bwd = 2 * (D + Dv) +
+                (H / Hkv) * (kvq * (2 * ((VKB_SDPA_KV * (D + Dv)) / VKB_SDPA_ROWS + 1) + Dv + 2) + T * per_row) +
+                D + Dv;
   ag_status st = loop_ok(s, c, fwd > bwd ? fwd : bwd);
   if (st != AG_OK) return st;
   const ag_koperand *m = c->n_operands > 4 && c->o[4].base ? &c->o[4] : NULL;
@@ -628,7 +635,7 @@ static ag_status run_sdpa(ag_bstream *s, const ag_kernel_call *c) {
   a.n[13] = (int64_t)addr(mt->t[1].base, mt->t[1].offset);
   a.n[14] = (int64_t)addr(mt->t[2].base, mt->t[2].offset);
   if ((st = sdpa_groups(s, VKS_SDPA_BWD_DQ, &a, B * H * tq)) != AG_OK) return st;
-  return sdpa_groups(s, VKS_SDPA_BWD_DKV, &a, B * Hkv * ts);
+  return sdpa_groups(s, VKS_SDPA_BWD_DKV, &a, B * Hkv * tk);
 }
 
 static int64_t pick(int64_t v, int64_t dflt) { return v > 0 ? v : dflt; }

@@ -182,7 +182,9 @@ ag_status vkb_stream_create(int dev, ag_bstream **out) {
                                     .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                     .commandBufferCount = 1};
   for (int i = 0; i < VKB_BATCHES; i++)
-    if ((r = d->f.vkAllocateCommandBuffers(d->dev, &ai, &s->b[i].cb)) != VK_SUCCESS) {
+    if ((r = d->f.vkAllocateCommandBuffers(d->dev, &ai, &s->b[i].cb)) != VK_SUCCESS ||
+        (d->args_mode == VKB_ARGS_STAGED &&
+         (r = d->f.vkAllocateCommandBuffers(d->dev, &ai, &s->b[i].pre)) != VK_SUCCESS)) {
       st = vkb_error(r, "vkAllocateCommandBuffers");
       goto fail;
     }
@@ -235,6 +237,8 @@ void vkb_stream_destroy(ag_bstream *s) {
   for (int i = 0; i < VKB_BATCHES; i++) {
     batch_release_waits(&s->b[i]);
     vkb_mem_free(d, &s->b[i].arena);
+    vkb_mem_free(d, &s->b[i].args);
+    vkb_mem_free(d, &s->b[i].args_stage);
   }
   vkb_mem_free(d, &s->err);
   vkb_mem_free(d, &s->scratch);
@@ -277,8 +281,17 @@ ag_status vkb_open(ag_bstream *s, vkb_batch **out) {
   if (b->value && (st = tl_wait(s->tl, b->value)) != AG_OK) return st;
   batch_release_waits(b);
   if (!b->arena.buf && (st = vkb_mem_alloc(s->d, VKB_ARENA_BYTES, VKB_MEM_HOST, &b->arena)) != AG_OK) return st;
+  int am = s->d->args_mode;
+  if (am != VKB_ARGS_ARENA && !b->args.buf &&
+      (st = vkb_mem_alloc(s->d, VKB_ARGS_BYTES, am == VKB_ARGS_MAPPED ? VKB_MEM_ARGS : VKB_MEM_SEGMENT,
+                          &b->args)) != AG_OK)
+    return st;
+  if (am == VKB_ARGS_STAGED && !b->args_stage.buf &&
+      (st = vkb_mem_alloc(s->d, VKB_ARGS_BYTES, VKB_MEM_HOST, &b->args_stage)) != AG_OK)
+    return st;
   b->value = 0;
   b->used = 0;
+  b->args_used = 0;
   b->commands = 0;
   VkResult r = s->d->f.vkResetCommandBuffer(b->cb, 0);
   VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
@@ -289,6 +302,34 @@ ag_status vkb_open(ag_bstream *s, vkb_batch **out) {
   s->next = (s->next + 1) % VKB_BATCHES;
   *out = b;
   return AG_OK;
+}
+
+/* args_mode STAGED: the command buffer submitted ahead of the batch's,
+ * copying its argument blocks from the staging buffer to the device-local
+ * one. The copy waits for the earlier commands (the shaders of the batch
+ * that last used the buffer read it; its last copy wrote it), and the
+ * batch's shaders wait for the copy. */
+static ag_status record_args_copy(ag_bstream *s, vkb_batch *b) {
+  vkb_device *d = s->d;
+  VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                 .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+  VkResult r = d->f.vkResetCommandBuffer(b->pre, 0);
+  if (r == VK_SUCCESS) r = d->f.vkBeginCommandBuffer(b->pre, &bi);
+  if (r != VK_SUCCESS) return vkb_error(r, "vkBeginCommandBuffer");
+  VkMemoryBarrier before = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                            .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                            .dstAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT};
+  d->f.vkCmdPipelineBarrier(b->pre, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                            VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &before, 0, NULL, 0, NULL);
+  VkBufferCopy c = {.srcOffset = 0, .dstOffset = 0, .size = b->args_used};
+  d->f.vkCmdCopyBuffer(b->pre, b->args_stage.buf, b->args.buf, 1, &c);
+  VkMemoryBarrier after = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                           .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT};
+  d->f.vkCmdPipelineBarrier(b->pre, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+                            &after, 0, NULL, 0, NULL);
+  r = d->f.vkEndCommandBuffer(b->pre);
+  return r == VK_SUCCESS ? AG_OK : vkb_error(r, "vkEndCommandBuffer");
 }
 
 /* Submits the open batch (if any) with the pending semaphore waits. */
@@ -307,7 +348,12 @@ ag_status vkb_flush(ag_bstream *s) {
   if (r != VK_SUCCESS) return vkb_error(r, "vkEndCommandBuffer");
   /* the argument blocks and staged uploads the host wrote */
   ag_status st = vkb_mem_flush(d, &b->arena, 0, b->used);
+  if (st == AG_OK && b->args_used)
+    st = vkb_mem_flush(d, d->args_mode == VKB_ARGS_STAGED ? &b->args_stage : &b->args, 0, b->args_used);
   if (st != AG_OK) return st;
+  bool pre = d->args_mode == VKB_ARGS_STAGED && b->args_used;
+  if (pre && (st = record_args_copy(s, b)) != AG_OK) return st;
+  VkCommandBuffer cbs[2] = {b->pre, b->cb};
   uint64_t signal = s->value + 1;
   VkSemaphore waits[VKB_WAITS];
   VkPipelineStageFlags stages[VKB_WAITS];
@@ -327,8 +373,8 @@ ag_status vkb_flush(ag_bstream *s) {
                      .waitSemaphoreCount = (uint32_t)s->nwait,
                      .pWaitSemaphores = w ? waits : NULL,
                      .pWaitDstStageMask = w ? stages : NULL,
-                     .commandBufferCount = 1,
-                     .pCommandBuffers = &b->cb,
+                     .commandBufferCount = pre ? 2 : 1,
+                     .pCommandBuffers = pre ? cbs : &b->cb,
                      .signalSemaphoreCount = 1,
                      .pSignalSemaphores = &s->tl->sem};
   pthread_mutex_lock(&d->qlock);
@@ -373,6 +419,25 @@ static ag_status after_command(ag_bstream *s, vkb_batch *b) {
   return ++b->commands >= VKB_BATCH_COMMANDS ? vkb_flush(s) : AG_OK;
 }
 
+/* Room for one argument block in the open batch (d->args_mode): host
+ * pointer to write it and the device address the shader reads. */
+static ag_status args_block(ag_bstream *s, vkb_batch **out_b, void **out_host, uint64_t *out_addr) {
+  vkb_device *d = s->d;
+  if (d->args_mode == VKB_ARGS_ARENA) return vkb_arena(s, sizeof(vkb_args), out_b, out_host, out_addr, NULL, NULL);
+  vkb_batch *b = NULL;
+  ag_status st = vkb_open(s, &b);
+  if (st != AG_OK) return st;
+  if (b->args_used + sizeof(vkb_args) > b->args.bytes) {
+    if ((st = vkb_flush(s)) != AG_OK || (st = vkb_open(s, &b)) != AG_OK) return st;
+  }
+  size_t at = b->args_used;
+  b->args_used += sizeof(vkb_args);
+  *out_b = b;
+  *out_host = (char *)(d->args_mode == VKB_ARGS_STAGED ? b->args_stage.map : b->args.map) + at;
+  *out_addr = b->args.addr + at;
+  return AG_OK;
+}
+
 ag_status vkb_dispatch(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *a, uint32_t gx, uint32_t gy,
                        uint32_t gz) {
   if (!gx || !gy || !gz) return AG_OK;
@@ -382,7 +447,7 @@ ag_status vkb_dispatch(ag_bstream *s, vkb_shader sh, int spec, const vkb_args *a
   vkb_batch *b = NULL;
   void *host;
   uint64_t addr;
-  if ((st = vkb_arena(s, sizeof *a, &b, &host, &addr, NULL, NULL)) != AG_OK) return st;
+  if ((st = args_block(s, &b, &host, &addr)) != AG_OK) return st;
   memcpy(host, a, sizeof *a);
   before_dispatch(s, b->cb);
   s->d->f.vkCmdBindPipeline(b->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);

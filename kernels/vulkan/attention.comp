@@ -1,14 +1,18 @@
 #version 450
 /* Scaled dot-product attention (AG_K_SDPA, AG_K_SDPA_BWD), flash style, as
- * kernels/gpu/attention.cu: a work-group of SQ invocations holds SQ query
- * rows (one each) and streams the keys and values through shared memory
- * in tiles of SQ rows with an online softmax (f32); only the per-row
- * log-sum-exp is kept. The backward recomputes p = exp(s - lse): dq over
- * query tiles as the forward; dk and dv over key tiles, one invocation per
+ * kernels/gpu/attention.cu: a work-group of NR (64) invocations holds NR
+ * query rows of one (batch, head), one each, and streams the keys and
+ * values through shared memory in tiles of SQ (16) rows, loaded by all NR
+ * invocations, with an online softmax (f32); only the per-row log-sum-exp
+ * is kept. The backward recomputes p = exp(s - lse): dq over query tiles
+ * as the forward; dk and dv over key tiles of NR rows, one invocation per
  * key row summing over the query heads of its group and every query tile
- * (SKV rows at a time) in order. No atomics, results repeat. Heads up to
- * MAXD; the shared tiles fit 16 KiB (the smallest limit the module
- * accepts). Dropout: element ((b*H + h)*T + i)*S + j of the Philox stream.
+ * (SKV rows at a time) in order. Each row's arithmetic and its order do not
+ * depend on NR (a row skips the keys past it under causal), so the results
+ * are those of any tile size. No atomics, no subgroup operations, results
+ * repeat. Heads up to MAXD; the shared tiles fit 16 KiB (the smallest limit
+ * the module accepts). Dropout: element ((b*H + h)*T + i)*S + j of the
+ * Philox stream.
  *
  * Arguments: n0..n6 B, H, Hkv, T, S, D, Dv; n7..n10 mask element strides;
  * n11 seed, n12 offset; f0 scale, f1 p, f2 1/(1-p); k0 dtype, k1 causal.
@@ -17,10 +21,11 @@
  * n13 dk, n14 dv (addresses). */
 #include "common.glsl"
 
-#define SQ 16
-#define SKV 15
+#define NR 64  /* invocations (query or key rows) per work-group */
+#define SQ 16  /* key rows per shared tile (forward, dq) */
+#define SKV 15 /* query rows per shared tile (dk, dv) */
 #define MAXD 128
-layout(local_size_x = SQ) in;
+layout(local_size_x = NR) in;
 
 #define L int(gl_LocalInvocationID.x)
 
@@ -50,10 +55,10 @@ void main() {
   int64_t B = pc.a.n[0], H = pc.a.n[1], Hkv = pc.a.n[2], T = pc.a.n[3], S = pc.a.n[4], D = pc.a.n[5],
           Dv = pc.a.n[6];
   int dt = pc.a.k[0];
-  int64_t tiles = (T + SQ - 1) / SQ, w = group_id();
+  int64_t tiles = (T + NR - 1) / NR, w = group_id();
   if (w >= B * H * tiles) return;
   int64_t qt = w % tiles, bh = w / tiles, h = bh % H, b = bh / H, kh = b * Hkv + h / (H / Hkv);
-  int64_t i = qt * SQ + L, r = bh * T + i;
+  int64_t i = qt * NR + L, r = bh * T + i;
   bool live = i < T;
   float scale = pc.a.f[0];
   float qv[MAXD], acc[MAXD];
@@ -73,13 +78,13 @@ void main() {
   }
   if (live) ls = PF(pc.a.p[5], r);
 #endif
-  int64_t last = min(qt * SQ + SQ, T);
+  int64_t last = min(qt * NR + NR, T);
   int64_t jend = pc.a.k[1] != 0 ? min(last, S) : S;
   for (int64_t j0 = 0; j0 < jend; j0 += SQ) {
     int nk = int(min(jend - j0, int64_t(SQ)));
     barrier(); /* the previous tile is read */
-    for (int t = L; t < nk * int(D); t += SQ) ks[(t / int(D)) * MAXD + t % int(D)] = ldf(pc.a.p[2], (kh * S + j0) * D + t, dt);
-    for (int t = L; t < nk * int(Dv); t += SQ)
+    for (int t = L; t < nk * int(D); t += NR) ks[(t / int(D)) * MAXD + t % int(D)] = ldf(pc.a.p[2], (kh * S + j0) * D + t, dt);
+    for (int t = L; t < nk * int(Dv); t += NR)
       vs[(t / int(Dv)) * MAXD + t % int(Dv)] = ldf(pc.a.p[3], (kh * S + j0) * Dv + t, dt);
     barrier();
 #if defined(K_SDPA)
@@ -131,10 +136,10 @@ void main() {
   int64_t B = pc.a.n[0], H = pc.a.n[1], Hkv = pc.a.n[2], T = pc.a.n[3], S = pc.a.n[4], D = pc.a.n[5],
           Dv = pc.a.n[6];
   int dt = pc.a.k[0];
-  int64_t tiles = (S + SQ - 1) / SQ, w = group_id(), G = H / Hkv;
+  int64_t tiles = (S + NR - 1) / NR, w = group_id(), G = H / Hkv;
   if (w >= B * Hkv * tiles) return;
   int64_t jt = w % tiles, kh = w / tiles, b = kh / Hkv;
-  int64_t j = jt * SQ + L, t = kh * S + j;
+  int64_t j = jt * NR + L, t = kh * S + j;
   bool live = j < S;
   float scale = pc.a.f[0];
   float kv[MAXD], vv[MAXD], gk[MAXD], gv[MAXD];
@@ -147,15 +152,15 @@ void main() {
     gv[e] = 0.0;
   }
   /* under causal, queries before the tile's first key see none of it */
-  int64_t i0 = pc.a.k[1] != 0 ? jt * SQ / SKV * SKV : 0;
+  int64_t i0 = pc.a.k[1] != 0 ? jt * NR / SKV * SKV : 0;
   for (int64_t hh = 0; hh < G; hh++) {
     int64_t h = (kh % Hkv) * G + hh, bh = b * H + h;
     for (int64_t q0 = i0; q0 < T; q0 += SKV) {
       int nq = int(min(T - q0, int64_t(SKV)));
       barrier();
-      for (int x = L; x < nq * int(D); x += SQ)
+      for (int x = L; x < nq * int(D); x += NR)
         qs[(x / int(D)) * MAXD + x % int(D)] = ldf(pc.a.p[1], (bh * T + q0) * D + x, dt) * scale;
-      for (int x = L; x < nq * int(Dv); x += SQ)
+      for (int x = L; x < nq * int(Dv); x += NR)
         gs[(x / int(Dv)) * MAXD + x % int(Dv)] = ldf(pc.a.p[6], (bh * T + q0) * Dv + x, dt);
       if (L < nq) {
         int64_t r = bh * T + q0 + L;
