@@ -59,12 +59,9 @@ HOT = re.compile(r"^void (k_sdpa\w*|k_gemm|k_cv_gemm|k_cv_split_sum|k_unary_vec|
 F64 = re.compile(r"\bdouble\b")
 # Known local memory in hot kernels: (vendor, name pattern, what, at most
 # bytes, why). Within the bound it is a note; above it, a failure.
-KNOWN = [
-    ("cuda", re.compile(r"^void k_(unary|binary)_(vec|strided)<"), "stack", 32,
-     "the 28-byte word window of CUDA's sinf/cosf argument reduction for |x| > 105615 (Payne-Hanek), "
-     "touched only for such arguments; ptxas keeps it in registers in small kernels, not in the "
-     "op-table switch of every unary and binary op"),
-]
+# None at present: the elementwise kernels' 32-byte frame (CUDA's sinf/cosf
+# reduction of |x| > 105615) went with kernels/gpu/trig.cuh.
+KNOWN = []
 NV_REGS, NV_SMEM = 65536, 48 * 1024
 AMD_VGPRS, AMD_LDS = 512, 64 * 1024
 

@@ -5,6 +5,7 @@
  * otherwise one element at a time through strides (32-bit index math when
  * the element count allows). */
 #include "common.cuh"
+#include "trig.cuh"
 
 #define AGK_EW_MAXOPS 4
 #define AGK_EW_THREADS 256
@@ -97,7 +98,9 @@ template <typename T, int V> struct alignas(sizeof(T) * V) agk_pack { T v[V]; };
 
 /* The op table's expression language (include/anygrad/optable.h) in CUDA/HIP
  * C++ for compute type C: single precision (f32, f16, bf16) or double (f64),
- * each function overloaded on the two. */
+ * each function overloaded on the two. Single-precision sin and cos are
+ * trig.cuh's: the vendors' sinf/cosf put a stack frame in every kernel of
+ * the op switch. */
 #define AGK_E1(name, f32, f64)                                 \
   AGK_DEV float name(float v) { return f32; }                  \
   AGK_DEV double name(double v) { return f64; }
@@ -108,8 +111,8 @@ AGK_E1(e_rsqrt, 1.0f / sqrtf(v), 1.0 / sqrt(v))
 AGK_E1(e_tanh, tanhf(v), tanh(v))
 AGK_E1(e_sigmoid, 1.0f / (1.0f + expf(-v)), 1.0 / (1.0 + exp(-v)))
 AGK_E1(e_erf, erff(v), erf(v))
-AGK_E1(e_sin, sinf(v), sin(v))
-AGK_E1(e_cos, cosf(v), cos(v))
+AGK_E1(e_sin, agk_sinf(v), sin(v))
+AGK_E1(e_cos, agk_cosf(v), cos(v))
 AGK_E1(e_log1p, log1pf(v), log1p(v))
 AGK_E1(e_expm1, expm1f(v), expm1(v))
 AGK_E1(e_floor, floorf(v), floor(v))

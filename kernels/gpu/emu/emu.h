@@ -35,6 +35,8 @@
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
+/* constant memory is read-only data; the tables are `static const` */
+#define __constant__
 /* Shared memory is per block: one OS thread runs one block at a time, so a
  * thread-local static is exactly the block's copy. The check build puts a
  * 64-byte redzone in front of each array; the checker finds both in the
