@@ -19,8 +19,10 @@ import subprocess
 import sys
 import time
 
-BIN, WORK, CASE = sys.argv[1:4]
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_case import SKIP, check, expect, fresh, path, read, run, setup, write, main  # noqa: E402
+
+BIN, WORK, CASE = setup(sys.argv)
 
 
 def sanitized():
@@ -41,39 +43,12 @@ def limit():
         resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
 
 
-def run(args, timeout=60):
-    try:
-        p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL, preexec_fn=limit)
-    except subprocess.TimeoutExpired:
-        print(f"FAIL: anygrad {' '.join(args)}: still running after {timeout} s (blocked?)")
-        sys.exit(1)
-    return p.returncode, p.stdout, p.stderr
+def run_lim(args, timeout=60):
+    return run(args, timeout, preexec_fn=limit)
 
 
-def check(cond, what):
-    if not cond:
-        print("FAIL:", what)
-        sys.exit(1)
-
-
-def expect(args, rc, err_part=None, timeout=60):
-    got, out, err = run(args, timeout)
-    shown = " ".join(args)
-    check(got == rc, f"anygrad {shown}: exit {got}, expected {rc}\nstdout: {out[-1500:]}\nstderr: {err[-1500:]}")
-    check("Sanitizer" not in err and "runtime error:" not in err, f"anygrad {shown}: sanitizer report: {err[-3000:]}")
-    if err_part is not None:
-        check(err_part in err, f"anygrad {shown}: stderr lacks {err_part!r}: {err[-1500:]!r}")
-    return out, err
-
-
-def path(name):
-    return os.path.join(WORK, name)
-
-
-def fresh():
-    shutil.rmtree(WORK, ignore_errors=True)
-    os.makedirs(WORK)
+def expect_lim(args, rc, err_part=None, timeout=60):
+    return expect(args, rc, err_part, timeout, preexec_fn=limit)
 
 
 def corpus(name="c.txt"):
@@ -121,7 +96,7 @@ def case_resume_metadata():
     fresh()
     data = corpus()
     ck = path("ck.st")
-    expect(text(data, ck), 0)
+    expect_lim(text(data, ck), 0)
     header, blob = read_st(ck)
     meta = header["__metadata__"]
     bad = [("seed", "99999999999999999999"), ("seed", "18446744073709551616"), ("seed", "0x10"), ("seed", "-1"),
@@ -133,7 +108,7 @@ def case_resume_metadata():
     for key, value in bad:
         h = dict(header, __metadata__=dict(meta, **{key: value}))
         write_st(path("bad.st"), h, blob)
-        expect(text(data, path("o.st"), 4, ["--resume", path("bad.st")]), 1, f"metadata '{key}'")
+        expect_lim(text(data, path("o.st"), 4, ["--resume", path("bad.st")]), 1, f"metadata '{key}'")
         check(not os.path.exists(path("o.st")), f"a refused resume ({key} {value!r}) wrote --out")
 
     # sizes the tensors do not have: refused naming the tensor, before the
@@ -144,7 +119,7 @@ def case_resume_metadata():
         h = dict(header, __metadata__=dict(meta, **{key: value}))
         write_st(path("bad.st"), h, blob)
         t0 = time.monotonic()
-        _, err = expect(text("/nonexistent", path("o.st"), 4, ["--resume", path("bad.st")]), 1, "AG_ERR_CORRUPT")
+        _, err = expect_lim(text("/nonexistent", path("o.st"), 4, ["--resume", path("bad.st")]), 1, "AG_ERR_CORRUPT")
         check(tensor in err and f"{key} {value}" in err, f"{key} {value}: the error does not name {tensor!r}: {err!r}")
         check(time.monotonic() - t0 < 30, f"{key} {value}: the refusal took too long")
     # one layer fewer in the metadata than in the file
@@ -156,7 +131,7 @@ def case_resume_metadata():
                 e["data_offsets"][1] - e["data_offsets"][0])])
             blob += blob[e["data_offsets"][0]:e["data_offsets"][1]]
     write_st(path("bad.st"), h2, blob)
-    expect(text("/nonexistent", path("o.st"), 4, ["--resume", path("bad.st")]), 1, "model.layers.1.")
+    expect_lim(text("/nonexistent", path("o.st"), 4, ["--resume", path("bad.st")]), 1, "model.layers.1.")
     _, blob = read_st(ck)
 
     # the optimizer's step counter: negative (ignored by AdamW, whose bias
@@ -166,16 +141,16 @@ def case_resume_metadata():
         b = bytearray(blob)
         b[off:off + 8] = struct.pack("<q", v)
         write_st(path("bad.st"), header, bytes(b))
-        _, err = expect(text(data, path("o.st"), 4, ["--resume", path("bad.st")]), 1, "optimizer.step")
+        _, err = expect_lim(text(data, path("o.st"), 4, ["--resume", path("bad.st")]), 1, "optimizer.step")
         check("AG_ERR_CORRUPT" in err, f"step counter {v}: not reported as corrupt: {err!r}")
     h = dict(header)
     h["optimizer.step"] = dict(header["optimizer.step"], dtype="F64")
     write_st(path("bad.st"), h, blob)
-    expect(text(data, path("o.st"), 4, ["--resume", path("bad.st")]), 1, "optimizer.step")
+    expect_lim(text(data, path("o.st"), 4, ["--resume", path("bad.st")]), 1, "optimizer.step")
     check(not os.path.exists(path("o.st")), "a refused resume wrote --out")
 
     # the checkpoint as written resumes
-    expect(text(data, path("o.st"), 4, ["--resume", ck]), 0)
+    expect_lim(text(data, path("o.st"), 4, ["--resume", ck]), 0)
 
 
 def case_data_file():
@@ -187,25 +162,25 @@ def case_data_file():
     out = path("o.st")
     fifo = path("fifo")
     os.mkfifo(fifo)
-    expect(text(fifo, out), 1, f"{fifo} is not a regular file (a FIFO)", timeout=30)
-    expect(text("/dev/zero", out), 1, "/dev/zero is not a regular file (a character device)", timeout=30)
-    expect(text(WORK, out), 1, f"{WORK} is not a regular file (a directory)")
+    expect_lim(text(fifo, out), 1, f"{fifo} is not a regular file (a FIFO)", timeout=30)
+    expect_lim(text("/dev/zero", out), 1, "/dev/zero is not a regular file (a character device)", timeout=30)
+    expect_lim(text(WORK, out), 1, f"{WORK} is not a regular file (a directory)")
     sock = path("sock")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(sock)
-    expect(text(sock, out), 1, f"{sock}: No such device or address")
+    expect_lim(text(sock, out), 1, f"{sock}: No such device or address")
     s.close()
     os.symlink("loop", path("loop"))
-    expect(text(path("loop"), out), 1, f"{path('loop')}: Too many levels of symbolic links")
-    expect(text(path("missing.txt"), out), 1, f"{path('missing.txt')}: No such file or directory")
+    expect_lim(text(path("loop"), out), 1, f"{path('loop')}: Too many levels of symbolic links")
+    expect_lim(text(path("missing.txt"), out), 1, f"{path('missing.txt')}: No such file or directory")
     big = path("big.txt")
     with open(big, "wb") as f:
         f.truncate((256 << 20) + 1)  # sparse: refused by its size, never read
-    expect(text(big, out), 1, f"{big} is 268435457 bytes, more than the 268435456")
+    expect_lim(text(big, out), 1, f"{big} is 268435457 bytes, more than the 268435456")
     check(not os.path.exists(out), "a refused run wrote --out")
     left = [n for n in os.listdir(WORK) if ".tmp." in n]
     check(not left, f"temp files left: {left}")
-    expect(text(corpus(), out), 0)
+    expect_lim(text(corpus(), out), 0)
 
 
 def long_path(n):
@@ -230,36 +205,36 @@ def case_outputs():
     data = corpus()
     with open(data, "rb") as f:
         before = f.read()
-    expect(text(data, data), 2, "is the same file as")
+    expect_lim(text(data, data), 2, "is the same file as")
     os.link(data, path("hard.txt"))
-    expect(text(data, path("hard.txt")), 2, "is the same file as")
+    expect_lim(text(data, path("hard.txt")), 2, "is the same file as")
     os.symlink(data, path("sym.txt"))
-    expect(text(data, path("sym.txt")), 2, "is the same file as")
-    expect(text(path("sym.txt"), data), 2, "is the same file as")
+    expect_lim(text(data, path("sym.txt")), 2, "is the same file as")
+    expect_lim(text(path("sym.txt"), data), 2, "is the same file as")
     unchanged(data, before, "the corpus")
     # the tokenizer (OUT.bpe) over the corpus
     shutil.copy(data, path("d.bpe"))
     with open(path("d.bpe"), "rb") as f:
         dbpe = f.read()
-    expect(text(path("d.bpe"), path("d")), 2, "is the same file as")
+    expect_lim(text(path("d.bpe"), path("d")), 2, "is the same file as")
     unchanged(path("d.bpe"), dbpe, "the corpus d.bpe")
     check(not os.path.exists(path("d")), "a refused run wrote --out")
     # the tokenizer over the checkpoint resumed from; the checkpoint itself
     # may be --out (it is read before the first step, replaced atomically)
     ck = path("ck.st")
-    expect(text(data, ck), 0)
+    expect_lim(text(data, ck), 0)
     shutil.copy(ck, path("r.bpe"))
     with open(path("r.bpe"), "rb") as f:
         rb = f.read()
-    expect(text(data, path("r"), 4, ["--resume", path("r.bpe")]), 2, "is the same file as")
+    expect_lim(text(data, path("r"), 4, ["--resume", path("r.bpe")]), 2, "is the same file as")
     unchanged(path("r.bpe"), rb, "the checkpoint r.bpe")
-    expect(text(data, ck, 4, ["--resume", ck]), 0)
+    expect_lim(text(data, ck, 4, ["--resume", ck]), 0)
 
     # the tokenizer's path at full length
     for n in (1096, 1099):
         out = long_path(n)
         check(len(out) == n, f"test: path of {len(out)} characters, not {n}")
-        expect(text(data, out), 0)
+        expect_lim(text(data, out), 0)
         header, _ = read_st(out)
         check(header["__metadata__"]["anygrad"] == "text-1", f"--out of {n} characters is not the checkpoint")
         check(os.path.exists(out + ".bpe"), f"no tokenizer at --out + .bpe for an --out of {n} characters")
@@ -272,18 +247,13 @@ def case_outputs():
     # an unwritable tokenizer path is found before the first step
     out = path("u.st")
     os.mkdir(out + ".bpe")
-    so, _ = expect(text(data, out), 1, f"{out}.bpe exists and is not a regular file")
+    so, _ = expect_lim(text(data, out), 1, f"{out}.bpe exists and is not a regular file")
     check("step 1/" not in so, f"it trained before refusing the tokenizer path: {so!r}")
     check(not os.path.exists(out), "the checkpoint was written though the tokenizer cannot be")
     fifo = path("f.st.bpe")
     os.mkfifo(fifo)
-    expect(text(data, path("f.st")), 1, "not a regular file", timeout=30)
+    expect_lim(text(data, path("f.st")), 1, "not a regular file", timeout=30)
     check(stat.S_ISFIFO(os.stat(fifo).st_mode), "the FIFO was replaced")
 
 
-CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-if CASE not in CASES:
-    print("unknown case", CASE)
-    sys.exit(2)
-CASES[CASE]()
-print("PASS", CASE)
+main(globals())

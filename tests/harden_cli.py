@@ -17,43 +17,11 @@ import subprocess
 import sys
 import time
 
-BIN, WORK, CASE = sys.argv[1:4]
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_case import SKIP, check, expect, fresh, path, read, run, setup, write, main  # noqa: E402
+
+BIN, WORK, CASE = setup(sys.argv)
 DATA = "/usr/share/datasets/fashion-mnist"
-
-
-def run(args, timeout=60, env=None):
-    try:
-        p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout,
-                           env=dict(os.environ, **(env or {})), stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        print(f"FAIL: anygrad {' '.join(args)}: still running after {timeout} s (blocked?)")
-        sys.exit(1)
-    return p.returncode, p.stdout, p.stderr
-
-
-def check(cond, what):
-    if not cond:
-        print("FAIL:", what)
-        sys.exit(1)
-
-
-def expect(args, rc, err_part=None, timeout=60, env=None):
-    got, out, err = run(args, timeout, env)
-    shown = " ".join(args)
-    check(got == rc, f"anygrad {shown}: exit {got}, expected {rc}\nstdout: {out[-1500:]}\nstderr: {err[-1500:]}")
-    if err_part is not None:
-        check(err_part in err, f"anygrad {shown}: stderr lacks {err_part!r}: {err[-1500:]!r}")
-    return out, err
-
-
-def path(name):
-    return os.path.join(WORK, name)
-
-
-def fresh():
-    shutil.rmtree(WORK, ignore_errors=True)
-    os.makedirs(WORK)
 
 
 def write_st(p, meta):
@@ -205,9 +173,4 @@ def case_env_numbers():
     check("memory 0 B total" not in out and "memory 0.0" not in out, "AG_GPUEMU_MEM_MB wrapped to 0")
 
 
-CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-if CASE not in CASES:
-    print("unknown case", CASE)
-    sys.exit(2)
-CASES[CASE]()
-print("PASS", CASE)
+main(globals())
