@@ -615,3 +615,6 @@ ag_optrace *ag_optrace_replay(const ag_optrace *t, int64_t k, ag_device dev) {
   }
   return out;
 }
+
+/* A bad AG_FAULT stops the first device open (runtime/env.c). */
+__attribute__((constructor)) static void fault_env_check_install(void) { ag__env_check_add(ag__fault_init); }

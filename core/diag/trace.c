@@ -1,7 +1,5 @@
-/* The trace recorder behind ag_profiler_write_trace: a process-wide event
- * list (host ranges per thread, stream ranges, counters) guarded by one mutex,
- * recording only while a tracing profiler lives, and its Chrome trace JSON
- * writer, which also replays the allocator's event ring. */
+/* The Chrome trace JSON writer behind ag_profiler_write_trace: the events of
+ * the recorder (runtime/tracerec.c), and the allocator's event ring. */
 #define _GNU_SOURCE
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -14,107 +12,6 @@
 #include "memory/alloc_internal.h"
 #include "diag/diag_internal.h"
 
-uint64_t ag__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-typedef enum { EV_RANGE, EV_COUNTER } ev_kind;
-
-typedef struct tev {
-  uint64_t t0, t1;
-  const char *cat, *name, *arg_name;
-  int64_t arg;
-  uint32_t lane;   /* host thread lane, or stream id for device events */
-  uint8_t kind;
-  uint8_t device;  /* 1: lane is a stream id */
-} tev;
-
-/* A bound on memory: a long run keeps its first events and counts the rest. */
-#define MAX_EVENTS (1u << 20)
-#define MAX_LANES 256
-
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int g_users;
-static tev *g_ev;
-static size_t g_n, g_cap, g_dropped;
-static const char *g_lane_name[MAX_LANES];
-static char g_stream_name[MAX_LANES][48];
-static atomic_uint g_next_lane;
-static _Thread_local uint32_t tl_lane;
-
-void ag__trace_acquire(void) { atomic_fetch_add(&g_users, 1); }
-void ag__trace_release(void) {
-  if (atomic_fetch_sub(&g_users, 1) == 1) {
-    pthread_mutex_lock(&g_mu);
-    if (atomic_load(&g_users) == 0) {
-      free(g_ev);
-      g_ev = NULL;
-      g_n = g_cap = g_dropped = 0;
-    }
-    pthread_mutex_unlock(&g_mu);
-  }
-}
-bool ag__trace_on(void) { return atomic_load_explicit(&g_users, memory_order_relaxed) > 0; }
-
-static uint32_t my_lane(void) {
-  if (!tl_lane) tl_lane = atomic_fetch_add(&g_next_lane, 1) + 1;
-  return tl_lane;
-}
-
-static void push(const tev *e) {
-  pthread_mutex_lock(&g_mu);
-  if (g_n == g_cap) {
-    size_t nc = g_cap ? g_cap * 2 : 4096;
-    tev *nv = nc <= MAX_EVENTS ? realloc(g_ev, nc * sizeof *nv) : NULL;
-    if (!nv) {
-      g_dropped++;
-      pthread_mutex_unlock(&g_mu);
-      return;
-    }
-    g_ev = nv;
-    g_cap = nc;
-  }
-  g_ev[g_n++] = *e;
-  pthread_mutex_unlock(&g_mu);
-}
-
-void ag__trace_host(const char *cat, const char *name, uint64_t t0, uint64_t t1,
-                    const char *arg_name, int64_t arg) {
-  if (!ag__trace_on()) return;
-  tev e = {t0, t1 > t0 ? t1 : t0, cat, name, arg_name, arg, my_lane(), EV_RANGE, 0};
-  push(&e);
-}
-
-void ag__trace_stream(const char *cat, const char *name, const ag_stream *s, uint64_t t0,
-                      uint64_t t1, const char *arg_name, int64_t arg) {
-  if (!ag__trace_on() || !s) return;
-  tev e = {t0, t1 > t0 ? t1 : t0, cat, name, arg_name, arg, s->id, EV_RANGE, 1};
-  push(&e);
-}
-
-void ag__trace_counter(const char *name, uint64_t t, int64_t value) {
-  if (!ag__trace_on()) return;
-  tev e = {t, t, "memory", name, "bytes", value, 0, EV_COUNTER, 0};
-  push(&e);
-}
-
-void ag__trace_thread_name(const char *name) {
-  uint32_t l = my_lane();
-  if (l < MAX_LANES) {
-    pthread_mutex_lock(&g_mu);
-    g_lane_name[l] = name;
-    pthread_mutex_unlock(&g_mu);
-  }
-}
-
-void ag__trace_stream_name(const ag_stream *s, const char *name) {
-  if (!s || s->id >= MAX_LANES) return;
-  pthread_mutex_lock(&g_mu);
-  snprintf(g_stream_name[s->id], sizeof g_stream_name[s->id], "%s", name);
-  pthread_mutex_unlock(&g_mu);
-}
 
 /* ---- user ranges ---- */
 
@@ -210,25 +107,25 @@ ag_status ag__trace_write(const char *path, ag_devstate *ds, uint64_t base, ag_p
   put_str(f, ds ? ds->label : "device");
   fprintf(f, "}},\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":3,\"args\":{\"name\":\"allocator\"}}");
   first = false;
-  pthread_mutex_lock(&g_mu);
-  for (uint32_t l = 1; l < MAX_LANES; l++)
-    if (g_lane_name[l]) {
+  ag_trace_events t = ag__trace_lock();
+  for (uint32_t l = 1; l < AG_TRACE_MAX_LANES; l++)
+    if (t.lane_name[l]) {
       fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%u,\"args\":{\"name\":", l);
-      put_str(f, g_lane_name[l]);
+      put_str(f, t.lane_name[l]);
       fprintf(f, "}}");
     }
-  for (uint32_t l = 0; l < MAX_LANES; l++)
-    if (g_stream_name[l][0]) {
+  for (uint32_t l = 0; l < AG_TRACE_MAX_LANES; l++)
+    if (t.stream_name[l][0]) {
       fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":2,\"tid\":%u,\"args\":{\"name\":", l);
-      put_str(f, g_stream_name[l]);
+      put_str(f, t.stream_name[l]);
       fprintf(f, "}}");
     }
-  for (size_t i = 0; i < g_n; i++) {
-    const tev *e = &g_ev[i];
+  for (size_t i = 0; i < t.n; i++) {
+    const ag_trace_ev *e = &t.ev[i];
     if (e->t0 < base) continue;
     fprintf(f, ",\n{\"name\":");
     put_str(f, e->name);
-    if (e->kind == EV_COUNTER) {
+    if (e->kind == AG_TRACE_EV_COUNTER) {
       fprintf(f, ",\"ph\":\"C\",\"ts\":%.3f,\"pid\":1,\"args\":{\"bytes\":%" PRId64 "}}", us(e->t0, base),
               e->arg);
       continue;
@@ -244,8 +141,8 @@ ag_status ag__trace_write(const char *path, ag_devstate *ds, uint64_t base, ag_p
     }
     fputc('}', f);
   }
-  size_t dropped = g_dropped;
-  pthread_mutex_unlock(&g_mu);
+  size_t dropped = t.dropped;
+  ag__trace_unlock();
   write_alloc_events(f, ds, base, &first);
   fprintf(f, "\n],\"otherData\":{\"dropped_events\":%zu", dropped);
   /* What `anygrad report` turns into the HTML run report. */

@@ -830,6 +830,12 @@ ag_status ag__dist_half_reduce_env_check(void) {
   return half_reduce_env(&f32);
 }
 
+/* Read by group creation, which refuses it too; a typo is also reported at
+ * the first device open (runtime/env.c). */
+__attribute__((constructor)) static void half_reduce_env_check_install(void) {
+  ag__env_check_add(ag__dist_half_reduce_env_check);
+}
+
 /* A group over mod's implementation. host_ok: device_buffers as the module
  * declares it, also on a host-memory device (tests). */
 static ag_status create_group_with(ag_dist_kind kind, const ag_dist_module *mod, ag_device device, int64_t timeout,

@@ -965,3 +965,10 @@ ag_status ag__alloc_inject(ag_allocator *a, int nth, int count) {
   alock_unlock(&a->mu);
   return AG_OK;
 }
+
+/* runtime/ reaches the allocator only through its hooks (devstate.h). */
+__attribute__((constructor)) static void alloc_hooks_install(void) {
+  ag__memory_hooks.allocator_create = ag__allocator_create;
+  ag__memory_hooks.stream_destroyed = ag__alloc_stream_destroyed;
+  ag__env_check_add(ag__alloc_env_check);
+}

@@ -9,7 +9,7 @@
 
 #include "anygrad/checks.h"
 #include "anygrad/loader.h"
-#include "diag/diag_internal.h"
+#include "runtime/tracerec.h"
 #include "runtime/devstate.h"
 #include "memory/block.h"
 #include "memory/pinned.h"

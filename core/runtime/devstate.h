@@ -81,9 +81,33 @@ AG_HIDDEN ag_status ag__sync_event(ag_event *e, const char *what);
  * (AG_ERR_INVALID naming it): checked where a device opens, as a bad
  * AG_ALLOC_CONF is, so a misspelt mode is never silently "off". */
 AG_HIDDEN ag_status ag__sync_debug_env_check(void);
+/* Resolve sync sites while > 0 (profilers hold a count). */
+AG_HIDDEN void ag__sync_sites_track(int delta);
+/* Host time spent blocked in syncs since start, counted while sites are
+ * tracked or sync-debug mode is on. */
+AG_HIDDEN uint64_t ag__sync_wait_ns(void);
 /* Every AG_* variable of the core (runtime/env.c), checked when a device
  * opens: AG_ERR_INVALID naming the first bad one. */
 AG_HIDDEN ag_status ag__env_check(void);
+/* ---- calls up (env.c): the layers above runtime/ reach it only through
+ * these, which they fill from a constructor of the file that implements them
+ * (so only when that file is linked in, and before any device opens). ---- */
+/* An AG_* variable that a higher layer reads, checked with the core's own when
+ * a device opens: AG_OK, or AG_ERR_INVALID with the error set naming it. */
+typedef ag_status (*ag_env_check_fn)(void);
+/* Adds fn to the checks ag__env_check runs, after the core's own, in the
+ * order added. Only from a constructor: not thread-safe. */
+AG_HIDDEN void ag__env_check_add(ag_env_check_fn fn);
+/* What a device state asks of memory/ (alloc.c). Without it (no allocator
+ * linked in) a device opens with no allocator: nothing can then allocate. */
+typedef struct ag_memory_hooks {
+  /* The caching allocator of a new device state; NULL with the error set. */
+  struct ag_allocator *(*allocator_create)(ag_devstate *ds);
+  /* s is being destroyed (after its last sync): retire its cached blocks. */
+  void (*stream_destroyed)(ag_devstate *ds, ag_stream *s);
+} ag_memory_hooks;
+AG_HIDDEN extern ag_memory_hooks ag__memory_hooks;
+
 /* Non-blocking: turn a kernel error word left on s into a status. */
 AG_HIDDEN ag_status ag__kernel_error_check(ag_stream *s);
 

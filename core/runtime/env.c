@@ -8,22 +8,29 @@
 
 #include "anygrad/checks.h"
 #include "anygrad/dist.h"
-#include "memory/block.h"
 #include "runtime/devstate.h"
 #include "runtime/threadpool.h"
-#include "diag/optrace.h"
-#include "dist/dist_internal.h"
 
 /* AG_FAULT (a test switch, docs/design/core.md): parsed by diag/optrace.c. */
 AG_HIDDEN const char *ag__env_fault(void);
 const char *ag__env_fault(void) { return getenv("AG_FAULT"); }
 
+ag_memory_hooks ag__memory_hooks;
+
+/* Checks of the layers above (AG_ALLOC_CONF, AG_FAULT, AG_DIST_HALF_REDUCE):
+ * filled by constructors, read-only once any thread can call in. */
+#define MAX_ENV_CHECKS 8
+static ag_env_check_fn g_checks[MAX_ENV_CHECKS];
+static int g_nchecks;
+
+void ag__env_check_add(ag_env_check_fn fn) {
+  if (fn && g_nchecks < MAX_ENV_CHECKS) g_checks[g_nchecks++] = fn;
+}
+
 ag_status ag_env_check(void) { return ag__env_check(); }
 
 ag_status ag__env_check(void) {
-  ag_status st = ag__alloc_env_check();
-  if (st == AG_OK) st = ag__sync_debug_env_check();
-  if (st == AG_OK) st = ag__fault_init();
+  ag_status st = ag__sync_debug_env_check();
   int64_t i;
   double f;
   if (st == AG_OK) st = ag_env_i64("AG_NUM_THREADS", 1, AG_MAX_THREADS, 1, &i);
@@ -46,7 +53,6 @@ ag_status ag__env_check(void) {
     char b[64];
     st = ag_error_set(AG_ERR_INVALID, "AG_DIST_MPI_ALLREDUCE='%s' is not auto or mpi", ag_escape(ar, b, sizeof b));
   }
-  /* read by group creation, which refuses it too */
-  if (st == AG_OK) st = ag__dist_half_reduce_env_check();
+  for (int k = 0; k < g_nchecks && st == AG_OK; k++) st = g_checks[k]();
   return st;
 }

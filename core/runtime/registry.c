@@ -25,7 +25,6 @@
 
 #include "anygrad/checks.h"
 #include "runtime/devstate.h"
-#include "memory/block.h"
 
 /* Built-in modules: compiled into libanygrad, registered like the others.
  * Their getters are the only backend symbols the core names. */
@@ -764,8 +763,12 @@ ag_devstate *ag__devstate(ag_device d) {
     pthread_mutex_init(&ds->lock, NULL);
     ds->streams = s;
     ds->next_stream_id = 1;
-    ds->alloc = ag__env_check() == AG_OK ? ag__allocator_create(ds) : NULL;
-    if (!ds->alloc) {
+    bool ok = ag__env_check() == AG_OK;
+    if (ok && ag__memory_hooks.allocator_create) {
+      ds->alloc = ag__memory_hooks.allocator_create(ds);
+      ok = ds->alloc != NULL;
+    }
+    if (!ok) {
       sl->vt.stream_destroy(bs);
       free(s);
       free(ds);

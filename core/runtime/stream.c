@@ -3,7 +3,6 @@
  * synchronize reaches every one of them. */
 #include <stdlib.h>
 
-#include "memory/alloc_internal.h"
 #include "runtime/devstate.h"
 
 ag_stream *ag_stream_default(ag_device d) {
@@ -45,7 +44,7 @@ void ag_stream_destroy(ag_stream *s) {
   pthread_mutex_unlock(&ds->lock);
   /* A thread that made s current falls back to the default stream. */
   if (ag__current_stream(ds) == s) ag_stream_set_current(ds->dev, NULL);
-  ag__alloc_stream_destroyed(ds, s);
+  if (ag__memory_hooks.stream_destroyed) ag__memory_hooks.stream_destroyed(ds, s);
   ds->be->stream_destroy(s->bs);
   free(s);
 }

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "anygrad/diag.h"
-#include "diag/diag_internal.h"
+#include "runtime/tracerec.h"
 #include "runtime/devstate.h"
 
 static atomic_int g_mode = -1; /* -1: not read from the environment yet */
