@@ -73,11 +73,12 @@ AGK_DEV float sd_gsum(float v) {
   return v;
 }
 
-/* Rows [0, R) x columns [0, cols) of the tile sh from n contiguous rows of
+/* Rows [0, R) x columns [0, cols) of the tile sh from rows r0 + [0, n) of
  * x (row length cols), times scale; rows past n are zeros, so every
  * element a later loop may read is written. */
 template <int R, int L, typename T>
-AGK_DEV void sd_load(float (*sh)[L], const T *x, int n, int cols, float scale) {
+AGK_DEV void sd_load(float (*sh)[L], const T *x, long long r0, int n, int cols, float scale) {
+  x += r0 * cols;
   for (int t = threadIdx.x; t < R * cols; t += SD_NT) {
     int r = t / cols, c = t - r * cols;
     sh[r][c] = r < n ? agk_tof(x[(long long)r * cols + c]) * scale : 0.0f;
@@ -89,6 +90,103 @@ template <int R, int L>
 AGK_DEV void sd_zero_cols(float (*sh)[L], int cols, int DM) {
   int w = DM - cols;
   for (int t = threadIdx.x; t < R * w; t += SD_NT) sh[t / w][cols + t % w] = 0.0f;
+}
+
+/* The work item w of the kernels that stream key tiles past a tile of bq
+ * queries (of tiles per head): batch b, head h (bh = b*H + h), its
+ * key/value head kh, the tile's first query q0 and its nq rows. */
+struct sd_qtile {
+  long long b, h, bh, kh, q0;
+  int nq;
+};
+AGK_DEV sd_qtile sd_qtile_of(const sd_geom &g, long long w, long long tiles, int bq) {
+  long long qt = w % tiles;
+  sd_qtile t;
+  t.bh = w / tiles;
+  t.h = t.bh % g.H;
+  t.b = t.bh / g.H;
+  t.kh = t.b * g.Hkv + t.h / (g.H / g.Hkv);
+  t.q0 = qt * bq;
+  t.nq = (int)(g.T - t.q0 < bq ? g.T - t.q0 : bq);
+  return t;
+}
+
+/* Register tiles: thread (ty, tx) owns rows ty + SD_TY*i of a tile and
+ * columns tx + SD_TX*c, in arrays indexed only by unrolled constants. */
+
+/* acc[i][jj] = sum over d < n, in order, of a[ty + SD_TY*i][d] *
+ * b[tx + SD_TX*jj][d]: a tile of scores q k^T (or dO v^T) */
+template <int RA, int RB, int L>
+AGK_DEV void sd_tile_dot(float (&acc)[RA][RB], const float (*a)[L], const float (*b)[L], int n) {
+  const int tx = threadIdx.x % SD_TX, ty = threadIdx.x / SD_TX;
+#pragma unroll
+  for (int i = 0; i < RA; i++)
+#pragma unroll
+    for (int jj = 0; jj < RB; jj++) acc[i][jj] = 0.0f;
+  for (int d = 0; d < n; d++) {
+    float bd[RB];
+#pragma unroll
+    for (int jj = 0; jj < RB; jj++) bd[jj] = b[tx + SD_TX * jj][d];
+#pragma unroll
+    for (int i = 0; i < RA; i++) {
+      float ad = a[ty + SD_TY * i][d];
+#pragma unroll
+      for (int jj = 0; jj < RB; jj++) acc[i][jj] += ad * bd[jj];
+    }
+  }
+}
+/* acc[i][c] += p[ty + SD_TY*i][j] * x[j][tx + SD_TX*c], for j = 0, 1, ...
+ * in turn: a tile of weights (p, ds) times the rows of x */
+template <int R, int C, int LP, int LX>
+AGK_DEV void sd_tile_axpy(float (&acc)[R][C], const float (*p)[LP], const float (*x)[LX], int j) {
+  const int tx = threadIdx.x % SD_TX, ty = threadIdx.x / SD_TX;
+  float pj[R];
+#pragma unroll
+  for (int i = 0; i < R; i++) pj[i] = p[ty + SD_TY * i][j];
+#pragma unroll
+  for (int c = 0; c < C; c++) {
+    float xj = x[j][tx + SD_TX * c];
+#pragma unroll
+    for (int i = 0; i < R; i++) acc[i][c] += pj[i] * xj;
+  }
+}
+/* Rows ty + SD_TY*i below n of the register tile, columns below cols,
+ * times mul, to rows r0 + ... of x (row length cols) */
+template <int R, int C, typename T>
+AGK_DEV void sd_tile_store(T *x, const float (&acc)[R][C], long long r0, int n, int cols, float mul) {
+  const int tx = threadIdx.x % SD_TX, ty = threadIdx.x / SD_TX;
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    const int ri = ty + SD_TY * i;
+    if (ri >= n) continue;
+#pragma unroll
+    for (int c = 0; c < C; c++)
+      if (tx + SD_TX * c < cols) x[(r0 + ri) * cols + tx + SD_TX * c] = agk_fromf<T>(acc[i][c] * mul);
+  }
+}
+
+/* Score s of query i and key j with the mask and the causal rule added:
+ * -inf where they rule it out or where live is false (a row or column past
+ * the tile, a query row that sees no key). The forward writes the same two
+ * lines out: through this helper hipcc gives it 5 more VGPRs on gfx1030. */
+template <typename T>
+AGK_DEV float sd_score(const sd_geom &g, const T *m, long long b, long long h, long long i, long long j, bool live,
+                       float s) {
+  if (!live) return -INFINITY;
+  float bias = sd_bias(g, m, b, h, i, j);
+  return bias == -INFINITY ? -INFINITY : s + bias;
+}
+/* Backward, score sc of element idx of the dropout stream: p = exp(sc -
+ * lse), pd = p * mult, ds = p (dp * mult - delta); both 0 where sc = -inf.
+ * delta by reference: dk/dv's shared-memory read stays where it is used. */
+AGK_DEV void sd_grad(const sd_geom &g, long long idx, float sc, float dp, float ls, const float &dl, float &pd,
+                     float &ds) {
+  pd = ds = 0.0f;
+  if (sc != -INFINITY) {
+    float p = expf(sc - ls), mult = sd_mult(g, idx);
+    pd = p * mult;
+    ds = p * (dp * mult - dl);
+  }
 }
 
 /* Forward, a block per (b, h, tile of BQ queries). Thread (ty, tx) owns
@@ -104,11 +202,11 @@ __global__ void SD_BOUNDS k_sdpa(T *o, const T *q, const T *k, const T *v, const
   sd_zero_cols<BK>(vs, Dv, DM);
   long long tiles = (g.T + BQ - 1) / BQ, n = g.B * g.H * tiles;
   for (long long w = blockIdx.x; w < n; w += gridDim.x) {
-    long long qt = w % tiles, bh = w / tiles, h = bh % g.H, b = bh / g.H;
-    long long kh = b * g.Hkv + h / (g.H / g.Hkv), q0 = qt * BQ;
-    int nq = (int)(g.T - q0 < BQ ? g.T - q0 : BQ);
+    const sd_qtile t = sd_qtile_of(g, w, tiles, BQ);
+    const long long b = t.b, h = t.h, bh = t.bh, q0 = t.q0;
+    const int nq = t.nq;
     __syncthreads(); /* the previous item's reads of qs are done */
-    sd_load<BQ>(qs, q + (bh * g.T + q0) * D, nq, D, g.scale);
+    sd_load<BQ>(qs, q, bh * g.T + q0, nq, D, g.scale);
     float acc[RQ][RC], mx[RQ], l[RQ];
 #pragma unroll
     for (int i = 0; i < RQ; i++) {
@@ -121,25 +219,11 @@ __global__ void SD_BOUNDS k_sdpa(T *o, const T *q, const T *k, const T *v, const
     for (long long j0 = 0; j0 < jend; j0 += BK) {
       int nk = (int)(jend - j0 < BK ? jend - j0 : BK);
       __syncthreads(); /* the previous tile's reads of ks, vs, ps are done */
-      sd_load<BK>(ks, k + (kh * g.S + j0) * D, nk, D, 1.0f);
-      sd_load<BK>(vs, v + (kh * g.S + j0) * Dv, nk, Dv, 1.0f);
+      sd_load<BK>(ks, k, t.kh * g.S + j0, nk, D, 1.0f);
+      sd_load<BK>(vs, v, t.kh * g.S + j0, nk, Dv, 1.0f);
       __syncthreads();
       float s[RQ][RK];
-#pragma unroll
-      for (int i = 0; i < RQ; i++)
-#pragma unroll
-        for (int jj = 0; jj < RK; jj++) s[i][jj] = 0.0f;
-      for (int d = 0; d < D; d++) {
-        float kd[RK];
-#pragma unroll
-        for (int jj = 0; jj < RK; jj++) kd[jj] = ks[tx + SD_TX * jj][d];
-#pragma unroll
-        for (int i = 0; i < RQ; i++) {
-          float qd = qs[ty + SD_TY * i][d];
-#pragma unroll
-          for (int jj = 0; jj < RK; jj++) s[i][jj] += qd * kd[jj];
-        }
-      }
+      sd_tile_dot(s, qs, ks, D);
 #pragma unroll
       for (int i = 0; i < RQ; i++) {
         const int ri = ty + SD_TY * i;
@@ -167,30 +251,17 @@ __global__ void SD_BOUNDS k_sdpa(T *o, const T *q, const T *k, const T *v, const
         }
       }
       __syncthreads();
-      for (int j = 0; j < nk; j++) {
-        float pj[RQ];
-#pragma unroll
-        for (int i = 0; i < RQ; i++) pj[i] = ps[ty + SD_TY * i][j];
-#pragma unroll
-        for (int c = 0; c < RC; c++) {
-          float vj = vs[j][tx + SD_TX * c];
-#pragma unroll
-          for (int i = 0; i < RQ; i++) acc[i][c] += pj[i] * vj;
-        }
-      }
+      for (int j = 0; j < nk; j++) sd_tile_axpy(acc, ps, vs, j);
     }
 #pragma unroll
     for (int i = 0; i < RQ; i++) {
       const int ri = ty + SD_TY * i;
-      float sum = sd_gsum(l[i]);
-      if (ri >= nq) continue;
-      long long r = bh * g.T + q0 + ri;
-      float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      float sum = sd_gsum(l[i]), inv = sum > 0.0f ? 1.0f / sum : 0.0f;
 #pragma unroll
-      for (int c = 0; c < RC; c++)
-        if (tx + SD_TX * c < Dv) o[r * Dv + tx + SD_TX * c] = agk_fromf<T>(acc[i][c] * inv);
-      if (tx == 0) lse[r] = sum > 0.0f ? mx[i] + logf(sum) : -INFINITY;
+      for (int c = 0; c < RC; c++) acc[i][c] *= inv;
+      if (tx == 0 && ri < nq) lse[bh * g.T + q0 + ri] = sum > 0.0f ? mx[i] + logf(sum) : -INFINITY;
     }
+    sd_tile_store(o, acc, bh * g.T + q0, nq, Dv, 1.0f);
   }
 }
 
@@ -217,12 +288,12 @@ __global__ void SD_BOUNDS k_sdpa_bwd_dq(T *dq, const T *dO, const T *q, const T 
   sd_zero_cols<BK>(ks, D, DM);
   long long tiles = (g.T + BQ - 1) / BQ, n = g.B * g.H * tiles;
   for (long long w = blockIdx.x; w < n; w += gridDim.x) {
-    long long qt = w % tiles, bh = w / tiles, h = bh % g.H, b = bh / g.H;
-    long long kh = b * g.Hkv + h / (g.H / g.Hkv), q0 = qt * BQ;
-    int nq = (int)(g.T - q0 < BQ ? g.T - q0 : BQ);
+    const sd_qtile t = sd_qtile_of(g, w, tiles, BQ);
+    const long long b = t.b, h = t.h, bh = t.bh, q0 = t.q0;
+    const int nq = t.nq;
     __syncthreads(); /* the previous item's reads of qs, gs are done */
-    sd_load<BQ>(qs, q + (bh * g.T + q0) * D, nq, D, g.scale);
-    sd_load<BQ>(gs, dO + (bh * g.T + q0) * Dv, nq, Dv, 1.0f);
+    sd_load<BQ>(qs, q, bh * g.T + q0, nq, D, g.scale);
+    sd_load<BQ>(gs, dO, bh * g.T + q0, nq, Dv, 1.0f);
     float acc[RQ][RC], ls[RQ], dl[RQ];
 #pragma unroll
     for (int i = 0; i < RQ; i++) {
@@ -237,36 +308,12 @@ __global__ void SD_BOUNDS k_sdpa_bwd_dq(T *dq, const T *dO, const T *q, const T 
     for (long long j0 = 0; j0 < jend; j0 += BK) {
       int nk = (int)(jend - j0 < BK ? jend - j0 : BK);
       __syncthreads(); /* the previous tile's reads of ks, vs, dss are done */
-      sd_load<BK>(ks, k + (kh * g.S + j0) * D, nk, D, 1.0f);
-      sd_load<BK>(vs, v + (kh * g.S + j0) * Dv, nk, Dv, 1.0f);
+      sd_load<BK>(ks, k, t.kh * g.S + j0, nk, D, 1.0f);
+      sd_load<BK>(vs, v, t.kh * g.S + j0, nk, Dv, 1.0f);
       __syncthreads();
       float s[RQ][RK], dp[RQ][RK];
-#pragma unroll
-      for (int i = 0; i < RQ; i++)
-#pragma unroll
-        for (int jj = 0; jj < RK; jj++) s[i][jj] = dp[i][jj] = 0.0f;
-      for (int d = 0; d < D; d++) {
-        float kd[RK];
-#pragma unroll
-        for (int jj = 0; jj < RK; jj++) kd[jj] = ks[tx + SD_TX * jj][d];
-#pragma unroll
-        for (int i = 0; i < RQ; i++) {
-          float qd = qs[ty + SD_TY * i][d];
-#pragma unroll
-          for (int jj = 0; jj < RK; jj++) s[i][jj] += qd * kd[jj];
-        }
-      }
-      for (int e = 0; e < Dv; e++) {
-        float ve[RK];
-#pragma unroll
-        for (int jj = 0; jj < RK; jj++) ve[jj] = vs[tx + SD_TX * jj][e];
-#pragma unroll
-        for (int i = 0; i < RQ; i++) {
-          float ge = gs[ty + SD_TY * i][e];
-#pragma unroll
-          for (int jj = 0; jj < RK; jj++) dp[i][jj] += ge * ve[jj];
-        }
-      }
+      sd_tile_dot(s, qs, ks, D);
+      sd_tile_dot(dp, gs, vs, Dv);
 #pragma unroll
       for (int i = 0; i < RQ; i++) {
         const int ri = ty + SD_TY * i;
@@ -274,37 +321,15 @@ __global__ void SD_BOUNDS k_sdpa_bwd_dq(T *dq, const T *dO, const T *q, const T 
 #pragma unroll
         for (int jj = 0; jj < RK; jj++) {
           const int cj = tx + SD_TX * jj;
-          float bias = ri < nq && cj < nk && ls[i] != -INFINITY ? sd_bias(g, m, b, h, qi, j0 + cj) : -INFINITY;
-          float sc = bias == -INFINITY ? -INFINITY : s[i][jj] + bias, ds = 0.0f;
-          if (sc != -INFINITY) {
-            float p = expf(sc - ls[i]);
-            ds = p * (dp[i][jj] * sd_mult(g, (bh * g.T + qi) * g.S + j0 + cj) - dl[i]);
-          }
+          float sc = sd_score(g, m, b, h, qi, j0 + cj, ri < nq && cj < nk && ls[i] != -INFINITY, s[i][jj]), pd, ds;
+          sd_grad(g, (bh * g.T + qi) * g.S + j0 + cj, sc, dp[i][jj], ls[i], dl[i], pd, ds);
           dss[ri][cj] = ds;
         }
       }
       __syncthreads();
-      for (int j = 0; j < nk; j++) {
-        float dj[RQ];
-#pragma unroll
-        for (int i = 0; i < RQ; i++) dj[i] = dss[ty + SD_TY * i][j];
-#pragma unroll
-        for (int c = 0; c < RC; c++) {
-          float kj = ks[j][tx + SD_TX * c];
-#pragma unroll
-          for (int i = 0; i < RQ; i++) acc[i][c] += dj[i] * kj;
-        }
-      }
+      for (int j = 0; j < nk; j++) sd_tile_axpy(acc, dss, ks, j);
     }
-#pragma unroll
-    for (int i = 0; i < RQ; i++) {
-      const int ri = ty + SD_TY * i;
-      if (ri >= nq) continue;
-      long long r = bh * g.T + q0 + ri;
-#pragma unroll
-      for (int c = 0; c < RC; c++)
-        if (tx + SD_TX * c < D) dq[r * D + tx + SD_TX * c] = agk_fromf<T>(acc[i][c] * g.scale);
-    }
+    sd_tile_store(dq, acc, bh * g.T + q0, nq, D, g.scale);
   }
 }
 
@@ -331,8 +356,8 @@ __global__ void SD_BOUNDS k_sdpa_bwd_dkv(T *dk, T *dv, const T *dO, const T *q, 
     long long jt = w % tiles, kh = w / tiles, b = kh / g.Hkv, j0 = jt * BK;
     int nk = (int)(g.S - j0 < BK ? g.S - j0 : BK);
     __syncthreads(); /* the previous item's reads of ks, vs are done */
-    sd_load<BK>(ks, k + (kh * g.S + j0) * D, nk, D, 1.0f);
-    sd_load<BK>(vs, v + (kh * g.S + j0) * Dv, nk, Dv, 1.0f);
+    sd_load<BK>(ks, k, kh * g.S + j0, nk, D, 1.0f);
+    sd_load<BK>(vs, v, kh * g.S + j0, nk, Dv, 1.0f);
     float gk[RK][RC], gv[RK][RC];
 #pragma unroll
     for (int i = 0; i < RK; i++)
@@ -345,8 +370,8 @@ __global__ void SD_BOUNDS k_sdpa_bwd_dkv(T *dk, T *dv, const T *dO, const T *q, 
       for (long long q0 = i0; q0 < g.T; q0 += BQ) {
         int nq = (int)(g.T - q0 < BQ ? g.T - q0 : BQ);
         __syncthreads(); /* the previous tile's reads of qs, gs, pds, dss, lss, dls are done */
-        sd_load<BQ>(qs, q + (bh * g.T + q0) * D, nq, D, g.scale);
-        sd_load<BQ>(gs, dO + (bh * g.T + q0) * Dv, nq, Dv, 1.0f);
+        sd_load<BQ>(qs, q, bh * g.T + q0, nq, D, g.scale);
+        sd_load<BQ>(gs, dO, bh * g.T + q0, nq, Dv, 1.0f);
         {
           long long r = bh * g.T + q0 + ty; /* row group ty: query row ty of the tile */
           float dl = sd_delta(dO, out, r, ty < nq ? Dv : 0);
@@ -357,32 +382,8 @@ __global__ void SD_BOUNDS k_sdpa_bwd_dkv(T *dk, T *dv, const T *dO, const T *q, 
         }
         __syncthreads();
         float s[RK][RQ], dp[RK][RQ];
-#pragma unroll
-        for (int i = 0; i < RK; i++)
-#pragma unroll
-          for (int ii = 0; ii < RQ; ii++) s[i][ii] = dp[i][ii] = 0.0f;
-        for (int d = 0; d < D; d++) {
-          float qd[RQ];
-#pragma unroll
-          for (int ii = 0; ii < RQ; ii++) qd[ii] = qs[tx + SD_TX * ii][d];
-#pragma unroll
-          for (int i = 0; i < RK; i++) {
-            float kd = ks[ty + SD_TY * i][d];
-#pragma unroll
-            for (int ii = 0; ii < RQ; ii++) s[i][ii] += qd[ii] * kd;
-          }
-        }
-        for (int e = 0; e < Dv; e++) {
-          float ge[RQ];
-#pragma unroll
-          for (int ii = 0; ii < RQ; ii++) ge[ii] = gs[tx + SD_TX * ii][e];
-#pragma unroll
-          for (int i = 0; i < RK; i++) {
-            float ve = vs[ty + SD_TY * i][e];
-#pragma unroll
-            for (int ii = 0; ii < RQ; ii++) dp[i][ii] += ge[ii] * ve;
-          }
-        }
+        sd_tile_dot(s, ks, qs, D);
+        sd_tile_dot(dp, vs, gs, Dv);
 #pragma unroll
         for (int i = 0; i < RK; i++) {
           const int kj = ty + SD_TY * i;
@@ -390,49 +391,22 @@ __global__ void SD_BOUNDS k_sdpa_bwd_dkv(T *dk, T *dv, const T *dO, const T *q, 
           for (int ii = 0; ii < RQ; ii++) {
             const int qi = tx + SD_TX * ii;
             const float ls = lss[qi];
-            float bias = kj < nk && qi < nq && ls != -INFINITY ? sd_bias(g, m, b, h, q0 + qi, j0 + kj) : -INFINITY;
-            float sc = bias == -INFINITY ? -INFINITY : s[i][ii] + bias, pd = 0.0f, ds = 0.0f;
-            if (sc != -INFINITY) {
-              float p = expf(sc - ls), mult = sd_mult(g, (bh * g.T + q0 + qi) * g.S + j0 + kj);
-              pd = p * mult;
-              ds = p * (dp[i][ii] * mult - dls[qi]);
-            }
+            float sc = sd_score(g, m, b, h, q0 + qi, j0 + kj, kj < nk && qi < nq && ls != -INFINITY, s[i][ii]);
+            float pd, ds;
+            sd_grad(g, (bh * g.T + q0 + qi) * g.S + j0 + kj, sc, dp[i][ii], ls, dls[qi], pd, ds);
             pds[kj][qi] = pd;
             dss[kj][qi] = ds;
           }
         }
         __syncthreads();
         for (int ii = 0; ii < nq; ii++) {
-          float a[RK], z[RK];
-#pragma unroll
-          for (int i = 0; i < RK; i++) {
-            a[i] = pds[ty + SD_TY * i][ii];
-            z[i] = dss[ty + SD_TY * i][ii];
-          }
-#pragma unroll
-          for (int c = 0; c < RC; c++) {
-            float ge = gs[ii][tx + SD_TX * c], qe = qs[ii][tx + SD_TX * c];
-#pragma unroll
-            for (int i = 0; i < RK; i++) {
-              gv[i][c] += a[i] * ge;
-              gk[i][c] += z[i] * qe;
-            }
-          }
+          sd_tile_axpy(gv, pds, gs, ii);
+          sd_tile_axpy(gk, dss, qs, ii);
         }
       }
     }
-#pragma unroll
-    for (int i = 0; i < RK; i++) {
-      const int kj = ty + SD_TY * i;
-      if (kj >= nk) continue;
-      long long t = kh * g.S + j0 + kj;
-#pragma unroll
-      for (int c = 0; c < RC; c++) {
-        const int col = tx + SD_TX * c;
-        if (col < D) dk[t * D + col] = agk_fromf<T>(gk[i][c]);
-        if (col < Dv) dv[t * Dv + col] = agk_fromf<T>(gv[i][c]);
-      }
-    }
+    sd_tile_store(dk, gk, kh * g.S + j0, nk, D, 1.0f);
+    sd_tile_store(dv, gv, kh * g.S + j0, nk, Dv, 1.0f);
   }
 }
 
