@@ -9,8 +9,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -484,18 +482,13 @@ static ag_status check_writable(const char *path, const char *what) {
  * allocations that fail report AG_ERR_OOM as usual. */
 #define BLAS_HEADROOM ((size_t)130 << 20)
 static ag_status check_address_space(void) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return AG_OK;
-  void *p = mmap(NULL, BLAS_HEADROOM, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p != MAP_FAILED) {
-    munmap(p, BLAS_HEADROOM);
-    return AG_OK;
-  }
+  unsigned long long limit_kib = 0;
+  if (!ag_address_space_short(BLAS_HEADROOM, &limit_kib)) return AG_OK;
   return ag_error_set(AG_ERR_OOM,
                       "charlm: out of host memory: the address-space limit (ulimit -v %llu KiB) leaves less than "
                       "%zu MiB free, which the CPU BLAS needs for its buffers (it would stall, not fail); raise "
                       "or remove the limit",
-                      (unsigned long long)(rl.rlim_cur / 1024), BLAS_HEADROOM >> 20);
+                      limit_kib, BLAS_HEADROOM >> 20);
 }
 
 /* Whether every parameter is finite (reads them to the host). */

@@ -4,8 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
 
 #include "anygrad/checks.h"
 #include "anygrad/dlpack.h"
@@ -161,17 +159,12 @@ static ag_status add_device(cl_platform_id p, cl_device_id id) {
  * abort. Without a limit there is nothing to probe. */
 #define CL_INIT_HEADROOM ((size_t)256 << 20)
 static bool address_space_short(char *reason, size_t len) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return false;
-  void *p = mmap(NULL, CL_INIT_HEADROOM, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p != MAP_FAILED) {
-    munmap(p, CL_INIT_HEADROOM);
-    return false;
-  }
+  unsigned long long limit_kib = 0;
+  if (!ag_address_space_short(CL_INIT_HEADROOM, &limit_kib)) return false;
   snprintf(reason, len,
            "libanygrad-opencl.so: the address-space limit (ulimit -v %llu KiB) leaves less than %zu MiB free, "
            "which an OpenCL driver's worker threads need (PoCL aborts the process when one cannot start)",
-           (unsigned long long)(rl.rlim_cur / 1024), CL_INIT_HEADROOM >> 20);
+           limit_kib, CL_INIT_HEADROOM >> 20);
   return true;
 }
 

@@ -15,7 +15,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -415,4 +417,14 @@ ag_status ag_output_commit(ag_output *o) {
     ag__dir_fsync(o->path);
   output_free(o);
   return st;
+}
+
+bool ag_address_space_short(size_t bytes, unsigned long long *out_limit_kib) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return false;
+  if (out_limit_kib) *out_limit_kib = (unsigned long long)(rl.rlim_cur / 1024);
+  void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return true;
+  munmap(p, bytes);
+  return false;
 }

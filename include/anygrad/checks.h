@@ -120,6 +120,14 @@ AG_API void ag_output_abort(ag_output *o);
  * every output against their inputs and other outputs before they run. */
 AG_API bool ag_file_same(const char *a, const char *b);
 
+/* Whether an address-space limit (RLIMIT_AS, `ulimit -v`) leaves less than
+ * bytes of address space free, probed with a PROT_NONE mapping of that size
+ * (mapped and unmapped at once). Without a limit: false, nothing probed.
+ * *out_limit_kib (may be NULL) receives the limit in KiB when one is set.
+ * For code that would stall or abort rather than fail under such a limit
+ * (a BLAS retrying its buffer, a driver that cannot start its threads). */
+AG_API bool ag_address_space_short(size_t bytes, unsigned long long *out_limit_kib);
+
 #ifdef __cplusplus
 }
 #endif
