@@ -1322,7 +1322,7 @@ static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_TOPK: return run_topk(s, c);
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return run_sdpa(s, c);
-    case AG_KOP_COUNT: break;
+    default: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
                       c->name ? c->name : "launch", (int)c->op);
@@ -1395,7 +1395,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return fl && sub == 0;
-    case AG_KOP_COUNT: break;
+    default: break;
   }
   return false;
 }

@@ -1,5 +1,5 @@
 /* Build-time generator of ag_enums.glsl: the C enums the shaders select by
- * name (dtypes, kernel ops, every elementwise sub-op of the op table, the
+ * name (dtypes, kernel ops and their variants, every elementwise sub-op of the op table, the
  * reduction and pooling ops, AG_ERR_INDEX) as GLSL constants, since GLSL
  * has neither enums nor the variadic macros that expand optable.h's enum
  * lists. Usage: vk_gen_enums <out.glsl>. */
@@ -14,7 +14,8 @@
 #define PART_CONST(ID, n, api, fw, kind, grad, ...)                                                   \
   AG_OPT_IF(AG_OPT_PART_##grad)(fprintf(f, "const int AG_B_%s_DA = %d;\n", #ID, (int)AG_B_##ID##_DA); \
                                 fprintf(f, "const int AG_B_%s_DB = %d;\n", #ID, (int)AG_B_##ID##_DB);)
-#define K_CONST(ID, sub) fprintf(f, "const int AG_K_%s = %d;\n", #ID, (int)AG_K_##ID);
+#define K_CONST(ID, ...) fprintf(f, "const int AG_K_%s = %d;\n", #ID, (int)AG_K_##ID);
+#define KV_CONST(NM, value) fprintf(f, "const int AG_KV_%s = %d;\n", #NM, (int)(value));
 #define C(name) fprintf(f, "const int %s = %d;\n", #name, (int)(name));
 
 int main(int argc, char **argv) {
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
   C(AG_F32) C(AG_F16) C(AG_BF16) C(AG_I32) C(AG_F64) C(AG_I64) C(AG_BOOL) C(AG_U8)
   C(AG_ERR_INDEX)
   AG_KOPS(K_CONST)
+  AG_KVARIANTS(KV_CONST)
   AG_UNARY_OPS(U_CONST)
   AG_BINARY_OPS(B_CONST)
   AG_UNARY_OPS(BWD_CONST)

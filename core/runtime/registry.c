@@ -55,7 +55,7 @@ enum {
 static const int k_list_base[L_COUNT] = {0, AG_KOP_COUNT, AG_KOP_COUNT + AG_UNARY_COUNT,
                                          AG_KOP_COUNT + AG_UNARY_COUNT + AG_BINARY_COUNT,
                                          AG_KOP_COUNT + AG_UNARY_COUNT + AG_BINARY_COUNT + AG_REDUCE_COUNT};
-#define KOP_SUB(ID, sub) L_##sub,
+#define KOP_SUB(ID, nm, sub, ...) L_##sub,
 static const unsigned char k_kop_sub[AG_KOP_COUNT] = {AG_KOPS(KOP_SUB)};
 #undef KOP_SUB
 /* The sections a module's tables must hold unchanged, in order. */

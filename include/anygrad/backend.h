@@ -67,16 +67,23 @@ extern "C" {
  *        ag_kernel_call.struct_size comes first, set by the core, checked
  *        by the module (ag_kernel_call_check); the vtable is 4.4's with
  *        tables before name. Entries are appended from here (5.x).
+ *   5.1  the kernel-op table is typed (kops.h: each op's operands, scalars
+ *        and variants named, AG_KV_* for the variant numbers; kargs.h: the
+ *        argument structs, decoders and backend generators); the checksum
+ *        covers each op's argument list, so a moved slot or renumbered
+ *        variant stops the build. Codes and slots are 5.0's; appended:
+ *        LOGSUMEXP, NORM, SORT, SCATTER_ADD, GROUP_NORM(_BWD), PAD(_BWD),
+ *        INTERPOLATE(_BWD), ONE_HOT
  * A change to a table is an ABI change: a new entry is a minor version (an
  * older module binds by name and lacks it), a changed meaning a major one;
  * the core does not compile until AG_BACKEND_TABLES_ENTRIES and
  * AG_BACKEND_TABLES_CHECKSUM below are set to the new tables' values. */
 #define AG_BACKEND_ABI_MAJOR 5u
-#define AG_BACKEND_ABI_MINOR 0u
+#define AG_BACKEND_ABI_MINOR 1u
 /* The tables of this version (AG_TABLES_ENTRIES_NOW and
  * AG_TABLES_CHECKSUM_NOW, below); core/runtime/registry.c asserts them. */
-#define AG_BACKEND_TABLES_ENTRIES 170
-#define AG_BACKEND_TABLES_CHECKSUM 234774
+#define AG_BACKEND_TABLES_ENTRIES 181
+#define AG_BACKEND_TABLES_CHECKSUM 319843
 
 /* ---- kernel calls ----
  * The kernel ops (ag_kop) and their operands are described in
@@ -313,7 +320,7 @@ static inline ag_conv_geom ag_conv_geom_of(const ag_kernel_call *c, const ag_kop
  * an op its tables lack is unsupported (docs/design/backends.md). */
 #define AG_TBL_STR_(x) #x
 #define AG_TBL_STR(x) AG_TBL_STR_(x)
-#define AG_TBL_KOP(ID, sub) " " #ID
+#define AG_TBL_KOP(ID, ...) " " #ID
 #define AG_TBL_U(ID, ...) " " #ID
 #define AG_TBL_B(ID, ...) " " #ID
 #define AG_TBL_BWD(ID, n, api, f, save, ...) AG_OPT_IF(AG_OPT_HAS_BWD_##save)(" " #ID "_BWD")
@@ -339,7 +346,15 @@ AG_OPT_STATIC_ASSERT(AG_R_SUM == 0 && AG_R_MAX == 1 && AG_R_MIN == 2 && AG_R_ARG
  * past a name of another length; the comparison of the names at load sees
  * the rest. */
 #define AG_TBL_CK(code, name) +((int)(code) + 1) * (int)sizeof(name)
-#define AG_TBL_CK_KOP(ID, sub) AG_TBL_CK(AG_K_##ID, #ID)
+#define AG_TBL_CK_KOP(ID, ...) AG_TBL_CK(AG_K_##ID, #ID)
+/* Each op's argument list (kops.h): its slots and variant values, weighted
+ * by the length of their names, so a moved operand or scalar, or a
+ * renumbered variant, changes the checksum too. */
+#define AG_TBL_CK_O(slot, nm, role, dt) AG_TBL_CK(slot, #nm #role #dt)
+#define AG_TBL_CK_S(slot, nm) AG_TBL_CK(slot, #nm)
+#define AG_TBL_CK_V(NM) AG_TBL_CK(AG_KV_##NM, #NM)
+#define AG_TBL_CK_ARGS(ID, ...) \
+  AGK_ARGS_##ID(AG_TBL_CK_O, AG_TBL_CK_S, AG_TBL_CK_S, AG_TBL_CK_S, AG_TBL_CK_V, AG_TBL_CK_S)
 #define AG_TBL_CK_U(ID, ...) AG_TBL_CK(AG_U_##ID, #ID)
 #define AG_TBL_CK_B(ID, ...) AG_TBL_CK(AG_B_##ID, #ID)
 #define AG_TBL_CK_BWD(ID, n, api, f, save, ...) \
@@ -350,6 +365,7 @@ enum {
   AG_TABLES_ENTRIES_NOW = (int)AG_KOP_COUNT + (int)AG_UNARY_COUNT + (int)AG_BINARY_COUNT + (int)AG_REDUCE_COUNT +
                           (int)AG_POOL_OP_COUNT + (int)AG_DTYPE_COUNT,
   AG_TABLES_CHECKSUM_NOW = (int)sizeof(AG_BACKEND_TABLES) + 3 * (0 AG_KOPS(AG_TBL_CK_KOP)) +
+                           11 * (0 AG_KOPS(AG_TBL_CK_ARGS)) +
                            5 * (0 AG_UNARY_OPS(AG_TBL_CK_U)) +
                            7 * (0 AG_BINARY_OPS(AG_TBL_CK_B) AG_UNARY_OPS(AG_TBL_CK_BWD) AG_BINARY_OPS(AG_TBL_CK_PART))
 };
@@ -516,6 +532,9 @@ AG_API float ag_bf16_to_f32(uint16_t b);
 /* Philox 4x32-10: fills out[4] for counter (ctr_lo, ctr_hi, 0, 0) and key
  * (seed low, seed high). The reference every backend must match. */
 AG_API void ag_philox4x32(uint64_t counter, uint64_t seed, uint32_t out[4]);
+
+/* The typed arguments of each kernel op, and the backend generators. */
+#include "anygrad/kargs.h"
 
 #ifdef __cplusplus
 }
