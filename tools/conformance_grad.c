@@ -12,6 +12,7 @@ enum {
   GA_ADD, GA_SUB, GA_MUL, GA_DIV, GA_AFFINE, GA_UNARY, GA_BINARY, GA_WHERE, GA_SUM, GA_MEAN, GA_MATMUL,
   GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_RMS, GA_RMS_NOW, GA_VAR, GA_STD, GA_CUMSUM, GA_GATHER, GA_INDEX_SELECT, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
   GA_CONV2D, GA_AVG_POOL2D, GA_ADAPTIVE_AVG_POOL2D, GA_BATCH_NORM,
+  GA_INDEX, /* conformance_index.c's ag__conf_grad_index(arg) */
 };
 
 typedef struct gin {
@@ -79,6 +80,7 @@ static const gdef GRADS[] = {
     {"grad_adaptive_pool", GA_ADAPTIVE_AVG_POOL2D, 1, {{4, {2, 2, 7, 5}, GF(-2, 2)}}, 0},
     {"grad_batch_norm", GA_BATCH_NORM, 3,
      {{4, {4, 3, 3, 2}, GF(-2, 2)}, {1, {3}, GF(0.5, 1.5)}, {1, {3}, GF(-1, 1)}}, 0},
+    {"grad_sort", GA_INDEX, 1, {{2, {4, 3}, GF(-2, 2)}}, CONF_GI_SORT},
 };
 #undef GF
 
@@ -111,6 +113,7 @@ static ag_tensor *gfn(const gdef *g, ag_tensor **x) {
     case GA_STD: return ag_std(x[0], 1, d1, 0, false);
     case GA_CUMSUM: return ag_cumsum(x[0], 1);
     case GA_GATHER: return ag_gather(x[0], 1, x[1]);
+    case GA_INDEX: return ag__conf_grad_index(g->arg, x);
     case GA_INDEX_SELECT: return ag_index_select(x[0], 0, x[1]);
     case GA_EMB: return ag_embedding(x[0], x[1]);
     case GA_CONCAT: return ag_concat(2, x, 0);

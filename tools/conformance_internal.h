@@ -135,6 +135,13 @@ void ag__conf_op_max(ctx *c);
 void ag__conf_op_min(ctx *c);
 void ag__conf_op_argmax(ctx *c);
 
+/* conformance_index.c: sort, argsort; the gradient rows' functions
+ * (GA_INDEX rows of conformance_grad.c, by CONF_GI_*) */
+enum { CONF_GI_SORT };
+void ag__conf_op_sort(ctx *c);
+void ag__conf_op_argsort(ctx *c);
+ag_tensor *ag__conf_grad_index(int fn, ag_tensor **x);
+
 /* conformance_nn.c */
 void ag__conf_op_matmul(ctx *c);
 void ag__conf_lines(const hbuf *h, int dim, void (*fn)(const double *, double *, int64_t, int64_t, void *),

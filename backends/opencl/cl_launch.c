@@ -2,6 +2,7 @@
  * dtypes are kernel arguments), collapses elementwise layouts to the fewest
  * dims, and runs GEMM through CLBlast (half types through f32 scratch). */
 #include "cl_internal.h"
+#include "cl_kops.h"
 
 #include <clblast_c.h>
 #include <math.h>
@@ -30,6 +31,7 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_CUMSUM_D] = "ag_cumsum_d", [CLK_ARANGE_D] = "ag_arange_d", [CLK_SOFTMAX_D] = "ag_softmax_d",
     [CLK_SOFTMAX_BWD_D] = "ag_softmax_bwd_d", [CLK_GATHER_D] = "ag_gather_d",
     [CLK_GATHER_BWD_D] = "ag_gather_bwd_d", [CLK_EMB_BWD_D] = "ag_embedding_bwd_d",
+    [CLK_SORT] = "ag_sort",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -1320,6 +1322,7 @@ static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_GATHER: return run_gather(s, c, false);
     case AG_K_GATHER_BWD: return run_gather(s, c, true);
     case AG_K_TOPK: return run_topk(s, c);
+    case AG_K_SORT: { ag_k_sort a; ag_status st = ag_k_sort_decode(c, &a); return st ? st : clb_k_sort(s, &a); }
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return run_sdpa(s, c);
     default: break;
@@ -1393,6 +1396,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_GATHER: /* i32 index only: the core narrows i64 */
     case AG_K_GATHER_BWD: return (fl || f64) && sub == 0;
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
+    case AG_K_SORT: return fl && (sub == AG_KV_SORT_ASCENDING || sub == AG_KV_SORT_DESCENDING);
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return fl && sub == 0;
     default: break;

@@ -69,6 +69,8 @@ typedef enum vkb_shader {
   VKS_UNARY_D, VKS_BINARY_D, VKS_FILL_D, VKS_ARANGE_D, VKS_REDUCE_D, VKS_VAR_D, VKS_CUMSUM_D,
   VKS_SOFTMAX_D, VKS_SOFTMAX_BWD_D, VKS_GATHER_D, VKS_GATHER_BWD_D, VKS_EMB_BWD_D, VKS_GEMM_D,
   VKS_LN_D, VKS_LN_BWD_D, VKS_LN_BWD_WB_D, VKS_RMS_D, VKS_RMS_BWD_D, VKS_RMS_BWD_W_D,
+  /* the kernel ops of their own files (vk_kops.h) */
+  VKS_SORT,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "vk_internal.h"
+#include "vk_kops.h"
 
 /* ew.comp writes the integer rules of the table's INT entries by hand (the
  * integer paths of K_UNARY and K_BINARY). */
@@ -894,6 +895,7 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_GATHER: return run_gather(s, c, false);
     case AG_K_GATHER_BWD: return run_gather(s, c, true);
     case AG_K_TOPK: return run_topk(s, c);
+    case AG_K_SORT: { ag_k_sort a; ag_status st = ag_k_sort_decode(c, &a); return st ? st : vkb_k_sort(s, &a); }
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return run_sdpa(s, c);
     case AG_K_CONV2D:
@@ -954,6 +956,7 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_GATHER:
     case AG_K_GATHER_BWD: return (fl || f64) && (sub == 0 || sub == 1);
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1);
+    case AG_K_SORT: return fl && (sub == AG_KV_SORT_ASCENDING || sub == AG_KV_SORT_DESCENDING);
     case AG_K_SDPA: /* attention.comp; heads above 128 declined at launch */
     case AG_K_SDPA_BWD: return fl && sub == 0;
     /* vision ops: f32, as on the CPU */

@@ -200,6 +200,23 @@ AG_API ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index);
 AG_API ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tensor **out_values,
                          ag_tensor **out_indices);
 
+/* x sorted along dim (negative counts from the end; a 0-d tensor takes dim
+ * 0 or -1), torch.sort(stable=True): ascending, or descending when
+ * `descending`; equal keys keep their order (-0 equals 0), NaN sorts above
+ * every number (last ascending, first descending). *out_values (x's dtype)
+ * and *out_indices (i64: the position along dim each value came from) have
+ * x's shape; both are new tensors owned by the caller, set only on AG_OK
+ * (else NULL); out_indices may be NULL when only the values are wanted.
+ * Errors: AG_ERR_INVALID (NULL x or out_values), AG_ERR_DTYPE (non-floating
+ * x), AG_ERR_SHAPE (dim out of range), AG_ERR_UNSUPPORTED (no kernel on the
+ * backend). Differentiable in x through the values: the gradient is the
+ * upstream gradient scattered back through the indices.
+ * ag_argsort: the indices alone (a new i64 tensor owned by the caller, or
+ * NULL with the same errors); not differentiable. */
+AG_API ag_status ag_sort(ag_tensor *x, int dim, bool descending, ag_tensor **out_values,
+                         ag_tensor **out_indices);
+AG_API ag_tensor *ag_argsort(ag_tensor *x, int dim, bool descending);
+
 /* Root-mean-square norm over the last dim (size D): x / sqrt(mean(x^2) +
  * eps) * weight. weight is [D] of x's dtype, or NULL (ones). Statistics in
  * f32 (f64 for f64 x). Returns a new tensor owned by the caller, or NULL

