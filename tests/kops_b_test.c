@@ -101,11 +101,117 @@ static void sort_grad(void **state) {
   assert_true(gx[2] == 1 && gx[0] == 10 && gx[3] == 100 && gx[1] == 1000);
 }
 
+/* ---- scatter_add, index_add ---- */
+
+static void scatter_errors(void **state) {
+  (void)state;
+  ag_tensor *x = ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){3, 4});
+  ag_tensor *xh = ag_zeros(AG_CPU, AG_F16, 2, (int64_t[]){3, 4});
+  ag_tensor *xi = ag_zeros(AG_CPU, AG_I32, 2, (int64_t[]){3, 4});
+  ag_tensor *ix = ag_zeros(AG_CPU, AG_I64, 2, (int64_t[]){2, 4});
+  ag_tensor *src = ag_ones(AG_CPU, AG_F32, 2, (int64_t[]){2, 4});
+  assert_null(ag_scatter_add(NULL, 0, ix, src));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_null(ag_scatter_add(xi, 0, ix, ag_ones(AG_CPU, AG_I32, 2, (int64_t[]){2, 4})));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  assert_msg_has("ag_scatter_add");
+  assert_null(ag_scatter_add(xh, 0, ix, src));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  assert_msg_has("one dtype");
+  assert_null(ag_scatter_add(x, 0, src, src));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  assert_msg_has("index");
+  assert_null(ag_scatter_add(x, 2, ix, src));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("dim 2 out of range");
+  assert_null(ag_scatter_add(x, 0, ag_zeros(AG_CPU, AG_I64, 1, (int64_t[]){2}), src));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_null(ag_scatter_add(x, 0, ag_zeros(AG_CPU, AG_I64, 2, (int64_t[]){3, 4}), src));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("larger than src");
+  assert_null(ag_scatter_add(x, 0, ag_zeros(AG_CPU, AG_I64, 2, (int64_t[]){2, 5}), ag_ones(AG_CPU, AG_F32, 2, (int64_t[]){2, 5})));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("larger than self");
+  /* index_add */
+  ag_tensor *i1 = ag_zeros(AG_CPU, AG_I32, 1, (int64_t[]){2});
+  assert_null(ag_index_add(x, 0, ix, src, 1));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("must be 1-d");
+  assert_null(ag_index_add(x, 1, i1, src, 1));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("ag_index_add");
+  assert_null(ag_index_add(x, -3, i1, src, 1));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_non_null(ag_index_add(x, 0, i1, src, 2));
+}
+
+/* The index error comes from the launch (synchronous backends check the
+ * error word right away: NULL) or at the next host sync. */
+static void expect_index_error(ag_device d, ag_tensor *out, const char *value) {
+  float buf[64];
+  if (out) assert_int_equal(ag_to_host(out, buf, (size_t)ag_tensor_numel(out) * sizeof(float)), AG_ERR_INDEX);
+  else assert_int_equal(ag_last_status(), AG_ERR_INDEX);
+  assert_msg_has("ag_scatter_add/ag_index_add");
+  assert_msg_has(value);
+  ag_error_clear();
+  assert_int_equal(ag_device_synchronize(d), AG_OK);
+}
+
+/* On every device present: the kernels report through the error word. */
+static void scatter_index_range(void **state) {
+  (void)state;
+  static const char *const devs[] = {"cpu", "opencl:0", "gpuemu:0", "vulkan:0"};
+  for (size_t k = 0; k < sizeof devs / sizeof devs[0]; k++) {
+    ag_device d;
+    if (ag_device_parse(devs[k], &d) != AG_OK) {
+      ag_error_clear();
+      continue;
+    }
+    ag_tensor *x = ag_zeros(d, AG_F32, 2, (int64_t[]){3, 2});
+    if (!x) { /* absent here */
+      ag_error_clear();
+      continue;
+    }
+    ag_tensor *src = ag_ones(d, AG_F32, 2, (int64_t[]){2, 2});
+    ag_tensor *ix = ag_from_host(d, AG_I64, 2, (int64_t[]){2, 2}, (int64_t[]){0, 3, 1, 2});
+    expect_index_error(d, ag_scatter_add(x, 0, ix, src), "3");
+    ag_tensor *i1 = ag_from_host(d, AG_I32, 1, (int64_t[]){2}, (int32_t[]){-1, 2});
+    expect_index_error(d, ag_index_add(x, 0, i1, src, 1), "-1");
+  }
+}
+
+static void scatter_values_grad(void **state) {
+  (void)state;
+  /* torch: torch.zeros(4).scatter_add(0, tensor([1, 3, 1, 1]), tensor([1., 2., 4., 8.])) = [0, 13, 0, 2] */
+  ag_tensor *x = ag_zeros(AG_CPU, AG_F32, 1, (int64_t[]){4});
+  ag_tensor *src = from(AG_F32, 1, (int64_t[]){4}, (float[]){1, 2, 4, 8});
+  ag_tensor *ix = from(AG_I64, 1, (int64_t[]){4}, (int64_t[]){1, 3, 1, 1});
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  assert_int_equal(ag_tensor_set_requires_grad(src, true), AG_OK);
+  ag_tensor *y = ag_scatter_add(x, 0, ix, src);
+  float v[4];
+  assert_int_equal(ag_to_host(y, v, sizeof v), AG_OK);
+  assert_true(v[0] == 0 && v[1] == 13 && v[2] == 0 && v[3] == 2);
+  ag_tensor *g = from(AG_F32, 1, (int64_t[]){4}, (float[]){10, 20, 30, 40});
+  assert_int_equal(ag_backward(y, g, false), AG_OK);
+  assert_int_equal(ag_to_host(ag_tensor_grad(x), v, sizeof v), AG_OK);
+  assert_true(v[0] == 10 && v[1] == 20 && v[2] == 30 && v[3] == 40);
+  assert_int_equal(ag_to_host(ag_tensor_grad(src), v, sizeof v), AG_OK);
+  assert_true(v[0] == 20 && v[1] == 40 && v[2] == 20 && v[3] == 20);
+  /* index_add with alpha: [0, 13, 0, 2] * -0.5 */
+  ag_tensor *z = ag_index_add(ag_zeros(AG_CPU, AG_F32, 1, (int64_t[]){4}), 0, ix, src, -0.5);
+  assert_int_equal(ag_to_host(z, v, sizeof v), AG_OK);
+  assert_true(v[0] == 0 && v[1] == -6.5f && v[2] == 0 && v[3] == -1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(sort_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(sort_stable_nan, setup, teardown),
       cmocka_unit_test_setup_teardown(sort_grad, setup, teardown),
+      cmocka_unit_test_setup_teardown(scatter_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(scatter_index_range, setup, teardown),
+      cmocka_unit_test_setup_teardown(scatter_values_grad, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,6 +81,10 @@ static const gdef GRADS[] = {
     {"grad_batch_norm", GA_BATCH_NORM, 3,
      {{4, {4, 3, 3, 2}, GF(-2, 2)}, {1, {3}, GF(0.5, 1.5)}, {1, {3}, GF(-1, 1)}}, 0},
     {"grad_sort", GA_INDEX, 1, {{2, {4, 3}, GF(-2, 2)}}, CONF_GI_SORT},
+    {"grad_scatter_add", GA_INDEX, 3, {{2, {3, 4}, GF(-2, 2)}, {2, {2, 4}, G_INT, 0, 2, 2}, {2, {2, 4}, GF(-2, 2)}},
+     CONF_GI_SCATTER_ADD},
+    {"grad_index_add", GA_INDEX, 3, {{2, {4, 3}, GF(-2, 2)}, {1, {5}, G_INT, 0, 3, 2}, {2, {5, 3}, GF(-2, 2)}},
+     CONF_GI_INDEX_ADD},
 };
 #undef GF
 

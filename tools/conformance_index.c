@@ -1,5 +1,5 @@
-/* Conformance of the ops that move elements by index: sort and argsort
- * against references in double written from torch's definitions (not from
+/* Conformance of the ops that move elements by index: sort, argsort,
+ * scatter_add and index_add against references in double written from torch's definitions (not from
  * the kernels). */
 #include "conformance_internal.h"
 
@@ -87,6 +87,83 @@ static void run_sort(ctx *c, bool arg) {
 void ag__conf_op_sort(ctx *c) { run_sort(c, false); }
 void ag__conf_op_argsort(ctx *c) { run_sort(c, true); }
 
+/* ---- scatter_add, index_add ---- */
+
+/* out = self, then for every position p of the index (or k of index_add's
+ * 1-d index): out[p with dim replaced by index[p]] += alpha * src[p]. */
+static void run_scatter(ctx *c, int sel) {
+  static const struct {
+    const char *name;
+    int n;
+    int64_t xs[3];
+    int lx;
+    int ni;
+    int64_t is[3];
+    int li;
+    int64_t ss[3];
+    int dim;
+    bool i64;
+    double alpha;
+  } S[2][5] = {
+      {{"self [5,7] dim 1, i64 index [5,4]", 2, {5, 7}, L_C, 2, {5, 4}, L_C, {5, 4}, 1, true, 1},
+       {"self [4,6,5] dim 0, index [3,6,2] (narrower), src [3,7,3]", 3, {4, 6, 5}, L_C, 3, {3, 6, 2}, L_C,
+        {3, 7, 3}, 0, false, 1},
+       {"transposed self [6,8] dim -1, stepped index [2,3]", 2, {6, 8}, L_T, 2, {2, 3}, L_S, {2, 5}, -1, false, 1},
+       {"repeats: self [3,4] dim 0, index [12,4] of 0..2", 2, {3, 4}, L_C, 2, {12, 4}, L_C, {12, 4}, 0, true, 1},
+       {"scalar self, index and src", 0, {0}, L_C, 0, {0}, L_C, {0}, 0, true, 1}},
+      {{"self [5,7] dim 0, i64 index [4], alpha 1", 2, {5, 7}, L_C, 1, {4}, L_C, {4, 7}, 0, true, 1},
+       {"self [3,6,4] dim 1, index [8] with repeats, alpha -2.5", 3, {3, 6, 4}, L_C, 1, {8}, L_C, {3, 8, 4}, 1,
+        false, -2.5},
+       {"transposed self [6,5] dim -1, stepped index [3], alpha 0.5", 2, {6, 5}, L_T, 1, {3}, L_S, {6, 3}, -1, false,
+        0.5},
+       {"self [4,3] dim 0, index [20] of 0..3", 2, {4, 3}, L_C, 1, {20}, L_C, {20, 3}, 0, false, 1},
+       {"self [4,3] dim 0, empty index", 2, {4, 3}, L_C, 1, {0}, L_C, {0, 3}, 0, false, 1}},
+  };
+  for (int t = 0; t < 5; t++) {
+    const __typeof__(S[0][0]) *q = &S[sel][t];
+    ag__conf_case_begin(c, q->name);
+    hbuf *hx, *hi, *hs;
+    int nd = q->n ? q->n : 1, d = (q->dim + nd) % nd;
+    double top = q->n ? (double)(q->xs[d] - 1) : 0;
+    if (t == 3) top = sel ? 3 : 2;
+    ag_tensor *x = ag__conf_mk(c, &hx, q->lx, q->n, q->xs, G_UNI, -3, 3);
+    ag_tensor *ix = ag__conf_mk_dt(c, q->i64 ? AG_I64 : AG_I32, &hi, q->li, q->ni, q->is, G_INT, 0, top);
+    ag_tensor *src = ag__conf_mk(c, &hs, L_C, q->n, q->ss, G_UNI, -3, 3);
+    if (x && ix && src) {
+      int64_t xst[AG_MAX_DIMS], sst[AG_MAX_DIMS], idx[AG_MAX_DIMS];
+      ag__conf_cstrides(q->n, q->xs, xst);
+      ag__conf_cstrides(q->n, q->ss, sst);
+      double *ref = ag__conf_cx_alloc(c, (size_t)(hx->n ? hx->n : 1) * sizeof(double));
+      /* the positions the op walks: the index's (scatter_add) or the
+       * source's (index_add, whose index is 1-d) */
+      const int64_t *ws = sel ? q->ss : q->is;
+      int64_t wn = ag__conf_prod(q->n, ws);
+      if (sel && q->n == 0) wn = 1;
+      for (int64_t k = 0; ref && k < hx->n; k++) ref[k] = hx->v[k];
+      for (int64_t w = 0; ref && w < wn; w++) {
+        ag__conf_unravel(w, q->n, ws, idx);
+        int64_t j = (int64_t)hi->v[sel ? (q->n ? idx[d] : 0) : w], po = 0, ps = 0;
+        for (int i = 0; i < q->n; i++) {
+          po += (i == d ? j : idx[i]) * xst[i];
+          ps += idx[i] * sst[i];
+        }
+        ref[po] += q->alpha * hs->v[ps];
+      }
+      guard g;
+      ag__conf_guard_begin(c, &g, c->dt, hx->n);
+      ag_tensor *o = sel ? ag_index_add(x, q->dim, ix, src, q->alpha) : ag_scatter_add(x, q->dim, ix, src);
+      if (!o) ag__conf_on_null(c, sel ? "ag_index_add" : "ag_scatter_add");
+      else if (ref) {
+        ag__conf_check(c, o, q->n, q->xs, c->dt, ref, DEF);
+        ag__conf_guard_end(c, &g);
+      }
+    }
+    ag__conf_case_end(c);
+  }
+}
+void ag__conf_op_scatter_add(ctx *c) { run_scatter(c, 0); }
+void ag__conf_op_index_add(ctx *c) { run_scatter(c, 1); }
+
 /* ---- the functions of the gradient rows (conformance_grad.c, GA_INDEX) ---- */
 
 /* Each row's f(x): temporaries belong to the caller's scope. */
@@ -102,6 +179,8 @@ ag_tensor *ag__conf_grad_index(int fn, ag_tensor **x) {
       ag_tensor *v = NULL, *ix = NULL;
       return ag_sort(ag_add(x0, off), 0, true, &v, &ix) == AG_OK ? v : NULL;
     }
+    case CONF_GI_SCATTER_ADD: return ag_scatter_add(x[0], 0, x[1], x[2]);
+    case CONF_GI_INDEX_ADD: return ag_index_add(x[0], 0, x[1], x[2], 1.5);
     default: return NULL;
   }
 }

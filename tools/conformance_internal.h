@@ -135,11 +135,13 @@ void ag__conf_op_max(ctx *c);
 void ag__conf_op_min(ctx *c);
 void ag__conf_op_argmax(ctx *c);
 
-/* conformance_index.c: sort, argsort; the gradient rows' functions
+/* conformance_index.c: sort, argsort, scatter_add, index_add; the gradient rows' functions
  * (GA_INDEX rows of conformance_grad.c, by CONF_GI_*) */
-enum { CONF_GI_SORT };
+enum { CONF_GI_SORT, CONF_GI_SCATTER_ADD, CONF_GI_INDEX_ADD };
 void ag__conf_op_sort(ctx *c);
 void ag__conf_op_argsort(ctx *c);
+void ag__conf_op_scatter_add(ctx *c);
+void ag__conf_op_index_add(ctx *c);
 ag_tensor *ag__conf_grad_index(int fn, ag_tensor **x);
 
 /* conformance_nn.c */

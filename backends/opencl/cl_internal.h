@@ -26,6 +26,7 @@ typedef enum clb_kernel {
   CLK_GATHER, CLK_GATHER_BWD, CLK_TOPK, CLK_SDPA, CLK_SDPA_BWD_DQ, CLK_SDPA_BWD_DKV,
   /* the kernel ops of their own files (cl_kops.h) */
   CLK_SORT,
+  CLK_SCATTER_ADD,
   /* f64.cl: NULL without cl_khr_fp64 */
   CLK_UNARY_D, CLK_BINARY_D, CLK_FILL_D, CLK_REDUCE_D, CLK_VAR_D, CLK_CUMSUM_D, CLK_SOFTMAX_D,
   CLK_SOFTMAX_BWD_D, CLK_GATHER_D, CLK_GATHER_BWD_D, CLK_EMB_BWD_D, CLK_ARANGE_D,

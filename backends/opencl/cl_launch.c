@@ -32,6 +32,7 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_SOFTMAX_BWD_D] = "ag_softmax_bwd_d", [CLK_GATHER_D] = "ag_gather_d",
     [CLK_GATHER_BWD_D] = "ag_gather_bwd_d", [CLK_EMB_BWD_D] = "ag_embedding_bwd_d",
     [CLK_SORT] = "ag_sort",
+    [CLK_SCATTER_ADD] = "ag_scatter_add",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -1323,6 +1324,7 @@ static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_GATHER_BWD: return run_gather(s, c, true);
     case AG_K_TOPK: return run_topk(s, c);
     case AG_K_SORT: { ag_k_sort a; ag_status st = ag_k_sort_decode(c, &a); return st ? st : clb_k_sort(s, &a); }
+    case AG_K_SCATTER_ADD: { ag_k_scatter_add a; ag_status st = ag_k_scatter_add_decode(c, &a); return st ? st : clb_k_scatter_add(s, &a); }
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return run_sdpa(s, c);
     default: break;
@@ -1397,6 +1399,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_GATHER_BWD: return (fl || f64) && sub == 0;
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_K_SORT: return fl && (sub == AG_KV_SORT_ASCENDING || sub == AG_KV_SORT_DESCENDING);
+    case AG_K_SCATTER_ADD: return fl && (sub == AG_KV_IDX32 || sub == AG_KV_IDX64);
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return fl && sub == 0;
     default: break;

@@ -71,6 +71,7 @@ typedef enum vkb_shader {
   VKS_LN_D, VKS_LN_BWD_D, VKS_LN_BWD_WB_D, VKS_RMS_D, VKS_RMS_BWD_D, VKS_RMS_BWD_W_D,
   /* the kernel ops of their own files (vk_kops.h) */
   VKS_SORT,
+  VKS_SCATTER_ADD,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {

@@ -52,6 +52,8 @@ typedef enum ag_gop {
                        k, v, the output, the log-sum-exp [B, H, T] and the
                        mask (or NULL); p->s[0] scale, s[1] dropout p, i[0]
                        causal, i[1], i[2] the Philox seed and offset */
+  AG_G_SCATTER_ADD, /* inputs self, index, src; p->i[0] dim, p->i[1] 1 for
+                       index_add, p->s[0] alpha */
   AG_GOP_COUNT
 } ag_gop;
 

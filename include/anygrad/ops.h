@@ -189,6 +189,25 @@ AG_API ag_tensor *ag_cumsum(ag_tensor *x, int dim);
 AG_API ag_tensor *ag_gather(ag_tensor *x, int dim, ag_tensor *index);
 AG_API ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index);
 
+/* torch.Tensor.scatter_add (out of place): a copy of self with src added
+ * at the positions the index names along dim, out[...][index[...][k][...]]
+ * [...] += src[...][k][...] for every position of index. index is i64 or
+ * i32 with as many dims as self, no larger than src in any dim and than
+ * self in the dims other than dim; src has self's dtype (floating) and
+ * dims. ag_index_add, torch.index_add: out = self with alpha * source[k]
+ * added at index[k] along dim, index 1-d (i64 or i32), source of self's
+ * shape with dim of the index's length. Deterministic: each element sums
+ * its contributions in order of k in f32 (f64 for f64), no float atomics.
+ * An index outside [0, size of dim) is skipped and gives AG_ERR_INDEX at
+ * the next host sync. Both return a new tensor owned by the caller, or
+ * NULL (AG_ERR_INVALID for NULL, AG_ERR_DTYPE for a non-floating self, a
+ * src of another dtype or a non-integer index, AG_ERR_SHAPE for dim out of
+ * range or shapes that do not fit, AG_ERR_DEVICE for mixed devices).
+ * Differentiable in self (the gradient passes through) and src (gather, or
+ * index_select times alpha, of the gradient at the index). */
+AG_API ag_tensor *ag_scatter_add(ag_tensor *self, int dim, ag_tensor *index, ag_tensor *src);
+AG_API ag_tensor *ag_index_add(ag_tensor *self, int dim, ag_tensor *index, ag_tensor *source, double alpha);
+
 /* The k largest (largest = true) or smallest entries of x along dim,
  * torch.topk(sorted=True): sorted, ties by lower index first, NaN above
  * every number. *out_values (x's dtype) and *out_indices (i64) have x's
