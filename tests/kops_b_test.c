@@ -204,6 +204,66 @@ static void scatter_values_grad(void **state) {
   assert_true(v[0] == 0 && v[1] == -6.5f && v[2] == 0 && v[3] == -1);
 }
 
+/* ---- pad ---- */
+
+static void pad_errors(void **state) {
+  (void)state;
+  ag_tensor *x = ag_zeros(AG_CPU, AG_F32, 3, (int64_t[]){2, 3, 4});
+  ag_tensor *xi = ag_zeros(AG_CPU, AG_I32, 2, (int64_t[]){3, 4});
+  const int64_t p2[2] = {1, 1}, p4[4] = {1, 1, 2, 2}, p6[6] = {1, 1, 1, 1, 1, 1}, p8[8] = {0};
+  assert_null(ag_pad(NULL, p2, 2, AG_PAD_CONSTANT, 0));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_null(ag_pad(x, NULL, 2, AG_PAD_CONSTANT, 0));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_msg_has("ag_pad");
+  assert_null(ag_pad(x, p2, 1, AG_PAD_CONSTANT, 0));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_msg_has("pairs");
+  assert_null(ag_pad(x, p2, 2, (ag_pad_mode)7, 0));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_msg_has("mode");
+  assert_null(ag_pad(x, (const int64_t[]){1, -1}, 2, AG_PAD_CONSTANT, 0));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  assert_msg_has("negative");
+  assert_null(ag_pad(xi, p2, 2, AG_PAD_CONSTANT, 0));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+  assert_null(ag_pad(x, p8, 8, AG_PAD_CONSTANT, 0));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("4 pad pairs for a 3-d tensor");
+  /* reflect: the last 1 or 2 dims, each amount below its size */
+  assert_null(ag_pad(x, p6, 6, AG_PAD_REFLECT, 0));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("last 1 or 2 dims");
+  assert_null(ag_pad(x, (const int64_t[]){4, 0}, 2, AG_PAD_REFLECT, 0));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  assert_msg_has("below its size");
+  assert_null(ag_pad(x, (const int64_t[]){0, 0, 0, 3}, 4, AG_PAD_REFLECT, 0));
+  assert_int_equal(ag_last_status(), AG_ERR_SHAPE);
+  ag_tensor *y = ag_pad(x, p4, 4, AG_PAD_REFLECT, 0);
+  assert_non_null(y);
+  assert_int_equal(ag_tensor_shape(y)[1], 7);
+  assert_int_equal(ag_tensor_shape(y)[2], 6);
+  y = ag_pad(x, p6, 6, AG_PAD_CONSTANT, 1);
+  assert_non_null(y);
+  assert_int_equal(ag_tensor_shape(y)[0], 4);
+}
+
+static void pad_reflect_grad(void **state) {
+  (void)state;
+  /* torch: F.pad([a, b, c, d], (2, 1), "reflect") = [c, b, a, b, c, d, c] */
+  ag_tensor *x = from(AG_F32, 2, (int64_t[]){1, 4}, (float[]){1, 2, 3, 4});
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  ag_tensor *y = ag_pad(x, (const int64_t[]){2, 1}, 2, AG_PAD_REFLECT, 0);
+  float v[7];
+  assert_int_equal(ag_to_host(y, v, sizeof v), AG_OK);
+  const float want[7] = {3, 2, 1, 2, 3, 4, 3};
+  for (int i = 0; i < 7; i++) assert_true(v[i] == want[i]);
+  ag_tensor *g = from(AG_F32, 2, (int64_t[]){1, 7}, (float[]){1, 10, 100, 1000, 1e4f, 1e5f, 1e6f});
+  assert_int_equal(ag_backward(y, g, false), AG_OK);
+  assert_int_equal(ag_to_host(ag_tensor_grad(x), v, 4 * sizeof(float)), AG_OK);
+  assert_true(v[0] == 100 && v[1] == 1010 && v[2] == 1010001 && v[3] == 1e5f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(sort_errors, setup, teardown),
@@ -212,6 +272,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(scatter_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(scatter_index_range, setup, teardown),
       cmocka_unit_test_setup_teardown(scatter_values_grad, setup, teardown),
+      cmocka_unit_test_setup_teardown(pad_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(pad_reflect_grad, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

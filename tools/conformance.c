@@ -716,6 +716,7 @@ static const opdef OPS[] = {
     {"argsort", ag__conf_op_argsort, M_F, 0, 0},
     {"scatter_add", ag__conf_op_scatter_add, M_F, 0, 0},
     {"index_add", ag__conf_op_index_add, M_F, 0, 0},
+    {"pad", ag__conf_op_pad, M_F, 0, 0},
     {"embedding", ag__conf_op_embedding, M_F, 0, 0},
     {"concat", ag__conf_op_concat, M_EVERY, 0, 0},
     {"dropout", ag__conf_op_dropout, M_F, 0, 0},
@@ -761,6 +762,8 @@ static const opdef OPS[] = {
     {"grad_sort", ag__conf_op_grad, M_G, 0, 0},
     {"grad_scatter_add", ag__conf_op_grad, M_G, 0, 0},
     {"grad_index_add", ag__conf_op_grad, M_G, 0, 0},
+    {"grad_pad_constant", ag__conf_op_grad, M_G, 0, 0},
+    {"grad_pad_reflect", ag__conf_op_grad, M_G, 0, 0},
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof OPS[0]))

@@ -85,6 +85,8 @@ static const gdef GRADS[] = {
      CONF_GI_SCATTER_ADD},
     {"grad_index_add", GA_INDEX, 3, {{2, {4, 3}, GF(-2, 2)}, {1, {5}, G_INT, 0, 3, 2}, {2, {5, 3}, GF(-2, 2)}},
      CONF_GI_INDEX_ADD},
+    {"grad_pad_constant", GA_INDEX, 1, {{3, {2, 3, 4}, GF(-2, 2)}}, CONF_GI_PAD_CONSTANT},
+    {"grad_pad_reflect", GA_INDEX, 1, {{3, {2, 4, 5}, GF(-2, 2)}}, CONF_GI_PAD_REFLECT},
 };
 #undef GF
 

@@ -1,5 +1,5 @@
 /* Conformance of the ops that move elements by index: sort, argsort,
- * scatter_add and index_add against references in double written from torch's definitions (not from
+ * scatter_add, index_add and pad against references in double written from torch's definitions (not from
  * the kernels). */
 #include "conformance_internal.h"
 
@@ -164,6 +164,79 @@ static void run_scatter(ctx *c, int sel) {
 void ag__conf_op_scatter_add(ctx *c) { run_scatter(c, 0); }
 void ag__conf_op_index_add(ctx *c) { run_scatter(c, 1); }
 
+/* ---- pad ---- */
+
+/* The source of padded position p along a dim of size n with `before`
+ * padded in front: -1 for the constant, the mirror (no edge repeat) for
+ * reflect. */
+static int64_t pad_ref_src(int64_t p, int64_t before, int64_t n, bool reflect) {
+  int64_t r = p - before;
+  if (r >= 0 && r < n) return r;
+  if (!reflect) return -1;
+  return r < 0 ? -r : 2 * (n - 1) - r;
+}
+
+void ag__conf_op_pad(ctx *c) {
+  static const struct {
+    const char *name;
+    int n;
+    int64_t s[4];
+    int l;
+    int np;
+    int64_t pads[6];
+    ag_pad_mode mode;
+    double value;
+  } P[] = {
+      {"constant [2,3,4,5] last dim (1,2) value -1.25", 4, {2, 3, 4, 5}, L_C, 2, {1, 2}, AG_PAD_CONSTANT, -1.25},
+      {"constant [2,3,4,5] last two dims (1,0,2,1)", 4, {2, 3, 4, 5}, L_C, 4, {1, 0, 2, 1}, AG_PAD_CONSTANT, 0},
+      {"constant, transposed [2,3,4] three dims (1,1,0,2,3,1) value 2.5", 3, {2, 3, 4}, L_T, 6, {1, 1, 0, 2, 3, 1},
+       AG_PAD_CONSTANT, 2.5},
+      {"constant [3,4] value NaN (1,1)", 2, {3, 4}, L_C, 2, {1, 1}, AG_PAD_CONSTANT, NAN},
+      {"constant [3,4] zero pads", 2, {3, 4}, L_C, 4, {0, 0, 0, 0}, AG_PAD_CONSTANT, 7},
+      {"reflect [2,3,6] last dim (2,3)", 3, {2, 3, 6}, L_C, 2, {2, 3}, AG_PAD_REFLECT, 0},
+      {"reflect [2,3,5,6] last two dims (1,2,3,4)", 4, {2, 3, 5, 6}, L_C, 4, {1, 2, 3, 4}, AG_PAD_REFLECT, 0},
+      {"reflect, stepped [1,2,4,3] (2,2,3,1)", 4, {1, 2, 4, 3}, L_S, 4, {2, 2, 3, 1}, AG_PAD_REFLECT, 0},
+      {"reflect [7] (6,6)", 1, {7}, L_C, 2, {6, 6}, AG_PAD_REFLECT, 0},
+  };
+  for (size_t t = 0; t < sizeof P / sizeof P[0]; t++) {
+    ag__conf_case_begin(c, P[t].name);
+    hbuf *h;
+    ag_tensor *x = ag__conf_mk(c, &h, P[t].l, P[t].n, P[t].s, G_UNI, -3, 3);
+    if (x) {
+      int nd = P[t].n;
+      int64_t os[4], before[4] = {0}, xst[4], idx[4];
+      for (int i = 0; i < nd; i++) os[i] = P[t].s[i];
+      for (int k = 0; k < P[t].np / 2; k++) {
+        before[nd - 1 - k] = P[t].pads[2 * k];
+        os[nd - 1 - k] += P[t].pads[2 * k] + P[t].pads[2 * k + 1];
+      }
+      ag__conf_cstrides(nd, P[t].s, xst);
+      int64_t n = ag__conf_prod(nd, os);
+      double *ref = ag__conf_cx_alloc(c, (size_t)(n ? n : 1) * sizeof(double));
+      for (int64_t o = 0; ref && o < n; o++) {
+        ag__conf_unravel(o, nd, os, idx);
+        int64_t p = 0;
+        bool in = true;
+        for (int i = 0; i < nd && in; i++) {
+          int64_t r = pad_ref_src(idx[i], before[i], P[t].s[i], P[t].mode == AG_PAD_REFLECT);
+          if (r < 0) in = false;
+          else p += r * xst[i];
+        }
+        ref[o] = in ? h->v[p] : P[t].value;
+      }
+      guard g;
+      ag__conf_guard_begin(c, &g, c->dt, n);
+      ag_tensor *y = ag_pad(x, P[t].pads, P[t].np, P[t].mode, P[t].value);
+      if (!y) ag__conf_on_null(c, "ag_pad");
+      else if (ref) {
+        ag__conf_check(c, y, nd, os, c->dt, ref, EXACT);
+        ag__conf_guard_end(c, &g);
+      }
+    }
+    ag__conf_case_end(c);
+  }
+}
+
 /* ---- the functions of the gradient rows (conformance_grad.c, GA_INDEX) ---- */
 
 /* Each row's f(x): temporaries belong to the caller's scope. */
@@ -181,6 +254,14 @@ ag_tensor *ag__conf_grad_index(int fn, ag_tensor **x) {
     }
     case CONF_GI_SCATTER_ADD: return ag_scatter_add(x[0], 0, x[1], x[2]);
     case CONF_GI_INDEX_ADD: return ag_index_add(x[0], 0, x[1], x[2], 1.5);
+    case CONF_GI_PAD_CONSTANT: {
+      static const int64_t pads[6] = {1, 2, 0, 1, 1, 0};
+      return ag_pad(x[0], pads, 6, AG_PAD_CONSTANT, 0.5);
+    }
+    case CONF_GI_PAD_REFLECT: {
+      static const int64_t pads[4] = {2, 3, 1, 2};
+      return ag_pad(x[0], pads, 4, AG_PAD_REFLECT, 0);
+    }
     default: return NULL;
   }
 }

@@ -48,10 +48,12 @@ AG_HIDDEN ag_status ag__cpu_random(const ag_kernel_call *c);
 AG_HIDDEN ag_status ag__cpu_rows(const ag_kernel_call *c, ag_kernel_error *err);
 
 /* Kernel ops with their own files, each taking its decoded arguments:
- * AG_K_SORT (cpu_sort.c), AG_K_SCATTER_ADD (cpu_scatter.c). Index errors go
- * to err. */
+ * AG_K_SORT (cpu_sort.c), AG_K_SCATTER_ADD (cpu_scatter.c), AG_K_PAD and
+ * AG_K_PAD_BWD (cpu_pad.c). Index errors go to err. */
 AG_HIDDEN ag_status ag__cpu_k_sort(ag_kernel_error *err, const ag_k_sort *a);
 AG_HIDDEN ag_status ag__cpu_k_scatter_add(ag_kernel_error *err, const ag_k_scatter_add *a);
+AG_HIDDEN ag_status ag__cpu_k_pad(ag_kernel_error *err, const ag_k_pad *a);
+AG_HIDDEN ag_status ag__cpu_k_pad_bwd(ag_kernel_error *err, const ag_k_pad_bwd *a);
 
 /* Fused attention (cpu_attention.c): AG_K_SDPA, AG_K_SDPA_BWD for f32,
  * f16, bf16 (f32 compute) and f64. */

@@ -436,6 +436,8 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
     case AG_K_SDPA_BWD: return ag__cpu_attention(c);
     case AG_K_SORT: { ag_k_sort a; ag_status st = ag_k_sort_decode(c, &a); return st ? st : ag__cpu_k_sort(err, &a); }
     case AG_K_SCATTER_ADD: { ag_k_scatter_add a; ag_status st = ag_k_scatter_add_decode(c, &a); return st ? st : ag__cpu_k_scatter_add(err, &a); }
+    case AG_K_PAD: { ag_k_pad a; ag_status st = ag_k_pad_decode(c, &a); return st ? st : ag__cpu_k_pad(err, &a); }
+    case AG_K_PAD_BWD: { ag_k_pad_bwd a; ag_status st = ag_k_pad_bwd_decode(c, &a); return st ? st : ag__cpu_k_pad_bwd(err, &a); }
     default: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "%s: cpu backend has no kernel for op %d",
@@ -467,6 +469,8 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_K_SORT: return fl && (sub == AG_KV_SORT_ASCENDING || sub == AG_KV_SORT_DESCENDING);
     case AG_K_SCATTER_ADD: return fl && (sub == AG_KV_IDX32 || sub == AG_KV_IDX64);
+    case AG_K_PAD:
+    case AG_K_PAD_BWD: return fl && (sub == AG_KV_PAD_CONSTANT || sub == AG_KV_PAD_REFLECT);
     case AG_K_DROPOUT:
     case AG_K_SUMSQ: return fl;
     /* every table entry in every floating dtype; INT entries in every

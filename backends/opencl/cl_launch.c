@@ -33,6 +33,8 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_GATHER_BWD_D] = "ag_gather_bwd_d", [CLK_EMB_BWD_D] = "ag_embedding_bwd_d",
     [CLK_SORT] = "ag_sort",
     [CLK_SCATTER_ADD] = "ag_scatter_add",
+    [CLK_PAD] = "ag_pad",
+    [CLK_PAD_BWD] = "ag_pad_bwd",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -1325,6 +1327,8 @@ static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_TOPK: return run_topk(s, c);
     case AG_K_SORT: { ag_k_sort a; ag_status st = ag_k_sort_decode(c, &a); return st ? st : clb_k_sort(s, &a); }
     case AG_K_SCATTER_ADD: { ag_k_scatter_add a; ag_status st = ag_k_scatter_add_decode(c, &a); return st ? st : clb_k_scatter_add(s, &a); }
+    case AG_K_PAD: { ag_k_pad a; ag_status st = ag_k_pad_decode(c, &a); return st ? st : clb_k_pad(s, &a); }
+    case AG_K_PAD_BWD: { ag_k_pad_bwd a; ag_status st = ag_k_pad_bwd_decode(c, &a); return st ? st : clb_k_pad_bwd(s, &a); }
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return run_sdpa(s, c);
     default: break;
@@ -1400,6 +1404,8 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_K_SORT: return fl && (sub == AG_KV_SORT_ASCENDING || sub == AG_KV_SORT_DESCENDING);
     case AG_K_SCATTER_ADD: return fl && (sub == AG_KV_IDX32 || sub == AG_KV_IDX64);
+    case AG_K_PAD:
+    case AG_K_PAD_BWD: return fl && (sub == AG_KV_PAD_CONSTANT || sub == AG_KV_PAD_REFLECT);
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return fl && sub == 0;
     default: break;

@@ -72,6 +72,8 @@ typedef enum vkb_shader {
   /* the kernel ops of their own files (vk_kops.h) */
   VKS_SORT,
   VKS_SCATTER_ADD,
+  VKS_PAD,
+  VKS_PAD_BWD,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {

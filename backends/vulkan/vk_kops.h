@@ -23,5 +23,7 @@ static inline ag_status vkb_kloop_ok(ag_bstream *s, const char *name, int64_t tr
 
 VKB_HIDDEN ag_status vkb_k_sort(ag_bstream *s, const ag_k_sort *a);
 VKB_HIDDEN ag_status vkb_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a);
+VKB_HIDDEN ag_status vkb_k_pad(ag_bstream *s, const ag_k_pad *a);
+VKB_HIDDEN ag_status vkb_k_pad_bwd(ag_bstream *s, const ag_k_pad_bwd *a);
 
 #endif

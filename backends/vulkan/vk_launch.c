@@ -897,6 +897,8 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_TOPK: return run_topk(s, c);
     case AG_K_SORT: { ag_k_sort a; ag_status st = ag_k_sort_decode(c, &a); return st ? st : vkb_k_sort(s, &a); }
     case AG_K_SCATTER_ADD: { ag_k_scatter_add a; ag_status st = ag_k_scatter_add_decode(c, &a); return st ? st : vkb_k_scatter_add(s, &a); }
+    case AG_K_PAD: { ag_k_pad a; ag_status st = ag_k_pad_decode(c, &a); return st ? st : vkb_k_pad(s, &a); }
+    case AG_K_PAD_BWD: { ag_k_pad_bwd a; ag_status st = ag_k_pad_bwd_decode(c, &a); return st ? st : vkb_k_pad_bwd(s, &a); }
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return run_sdpa(s, c);
     case AG_K_CONV2D:
@@ -959,6 +961,8 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1);
     case AG_K_SORT: return fl && (sub == AG_KV_SORT_ASCENDING || sub == AG_KV_SORT_DESCENDING);
     case AG_K_SCATTER_ADD: return fl && (sub == AG_KV_IDX32 || sub == AG_KV_IDX64);
+    case AG_K_PAD:
+    case AG_K_PAD_BWD: return fl && (sub == AG_KV_PAD_CONSTANT || sub == AG_KV_PAD_REFLECT);
     case AG_K_SDPA: /* attention.comp; heads above 128 declined at launch */
     case AG_K_SDPA_BWD: return fl && sub == 0;
     /* vision ops: f32, as on the CPU */

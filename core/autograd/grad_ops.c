@@ -543,6 +543,14 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
         ag_tensor_release(dx);
       }
       break;
+    case AG_G_PAD:
+      if (NEED(0)) {
+        ag_tensor *dx = ag__pad_backward(g, n->e[0].ndim, n->e[0].shape, (int)n->p.i[0], n->p.i[1], n->p.i[2],
+                                         (int)n->p.i[3]);
+        gin[0] = dx ? reduce_edge(dx, &n->e[0]) : NULL;
+        ag_tensor_release(dx);
+      }
+      break;
     case AG_G_SCATTER_ADD:
       if (NEED(0)) gin[0] = reduce_edge(g, &n->e[0]);
       if (NEED(2)) {

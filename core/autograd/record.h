@@ -54,6 +54,9 @@ typedef enum ag_gop {
                        causal, i[1], i[2] the Philox seed and offset */
   AG_G_SCATTER_ADD, /* inputs self, index, src; p->i[0] dim, p->i[1] 1 for
                        index_add, p->s[0] alpha */
+  AG_G_PAD,         /* one pad step: input x; p->i[0] the padded dim (x as
+                       [B, H, W] around it), i[1] top, i[2] left, i[3]
+                       ag_pad_mode */
   AG_GOP_COUNT
 } ag_gop;
 

@@ -339,6 +339,25 @@ AG_API ag_tensor *ag_avg_pool2d(ag_tensor *x, const ag_pool2d_params *params);
  * ceil((i+1)*H/out_h)). out_h, out_w >= 1 (AG_ERR_INVALID). */
 AG_API ag_tensor *ag_adaptive_avg_pool2d(ag_tensor *x, int64_t out_h, int64_t out_w);
 
+/* How ag_pad fills: a constant, or the mirror image of x without repeating
+ * the edge (torch's "reflect"). */
+typedef enum ag_pad_mode { AG_PAD_CONSTANT, AG_PAD_REFLECT } ag_pad_mode;
+
+/* torch.nn.functional.pad: pads (npads of them, even) hold (before, after)
+ * amounts for the trailing dims of x, the last dim first: (left, right,
+ * top, bottom, front, back, ...). AG_PAD_CONSTANT fills `value` and pads
+ * any number of trailing dims (npads / 2 <= ndim); AG_PAD_REFLECT pads the
+ * last one or two dims (npads 2 or 4), each amount below the size of its
+ * dim, as torch requires. Amounts are >= 0 (no cropping). x of any strides,
+ * floating. Returns a new contiguous tensor owned by the caller, or NULL:
+ * AG_ERR_INVALID (NULL x, NULL pads with npads > 0, odd npads, a negative
+ * amount, an unknown mode), AG_ERR_SHAPE (more pad pairs than dims, reflect
+ * on more than two dims or an amount not below its dim's size), AG_ERR_DTYPE
+ * (non-floating x), AG_ERR_UNSUPPORTED (no kernel on the backend).
+ * Differentiable: the gradient takes the padded region back, summing every
+ * reflected copy into its source element in a fixed order. */
+AG_API ag_tensor *ag_pad(ag_tensor *x, const int64_t *pads, int npads, ag_pad_mode mode, double value);
+
 /* torch.nn.functional.batch_norm over x [N, C, H, W] per channel.
  * running_mean/running_var [C] (both or neither; required when !training),
  * weight/bias [C] or NULL; all x's dtype and device. training: normalise by

@@ -71,9 +71,11 @@ AGK_HIDDEN gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c)
 AGK_HIDDEN gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c);
 /* Kernel ops with their own files, each taking its decoded arguments:
- * sort.cu, scatter.cu */
+ * sort.cu, scatter.cu, pad.cu */
 AGK_HIDDEN gpuError_t agk_k_sort(const agk_env *env, const ag_k_sort *a);
 AGK_HIDDEN gpuError_t agk_k_scatter_add(const agk_env *env, const ag_k_scatter_add *a);
+AGK_HIDDEN gpuError_t agk_k_pad(const agk_env *env, const ag_k_pad *a);
+AGK_HIDDEN gpuError_t agk_k_pad_bwd(const agk_env *env, const ag_k_pad_bwd *a);
 /* conv.cu: AG_K_CONV2D, AG_K_CONV2D_BWD_INPUT, AG_K_CONV2D_BWD_WEIGHT (implicit
  * GEMM; the weight gradient may use env->scratch) and AG_K_POOL2D(_BWD). */
 AGK_HIDDEN gpuError_t agk_conv2d(const agk_env *env, const ag_kernel_call *c);

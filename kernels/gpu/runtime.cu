@@ -433,6 +433,8 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
       return is_real(dt) && (sub == 0 || sub == 1);
     case AG_K_SORT: return is_real(dt) && (sub == AG_KV_SORT_ASCENDING || sub == AG_KV_SORT_DESCENDING);
     case AG_K_SCATTER_ADD: return is_real(dt) && (sub == AG_KV_IDX32 || sub == AG_KV_IDX64);
+    case AG_K_PAD:
+    case AG_K_PAD_BWD: return is_real(dt) && (sub == AG_KV_PAD_CONSTANT || sub == AG_KV_PAD_REFLECT);
     /* the op table's entries: floats always, integers where the entry
      * has an integer rule (elementwise.cu) */
     case AG_K_UNARY: {
@@ -503,6 +505,8 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_TOPK: e = agk_topk(&env, c); break;
     case AG_K_SORT: { ag_k_sort a; ag_status st = ag_k_sort_decode(c, &a); if (st != AG_OK) return st; e = agk_k_sort(&env, &a); break; }
     case AG_K_SCATTER_ADD: { ag_k_scatter_add a; ag_status st = ag_k_scatter_add_decode(c, &a); if (st != AG_OK) return st; e = agk_k_scatter_add(&env, &a); break; }
+    case AG_K_PAD: { ag_k_pad a; ag_status st = ag_k_pad_decode(c, &a); if (st != AG_OK) return st; e = agk_k_pad(&env, &a); break; }
+    case AG_K_PAD_BWD: { ag_k_pad_bwd a; ag_status st = ag_k_pad_bwd_decode(c, &a); if (st != AG_OK) return st; e = agk_k_pad_bwd(&env, &a); break; }
     case AG_K_EMBEDDING: e = agk_embedding(&env, c); break;
     case AG_K_EMBEDDING_BWD: e = agk_embedding_bwd(&env, c); break;
     case AG_K_DROPOUT: e = agk_dropout(&env, c); break;
