@@ -46,9 +46,9 @@ static inline ag_status clb_args_run(clb_args *a, size_t items) {
 }
 
 /* The ops (one file each); s->lock held, kernels created. */
-CLB_HIDDEN ag_status clb_k_sort(ag_bstream *s, const ag_k_sort *a);
-CLB_HIDDEN ag_status clb_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a);
-CLB_HIDDEN ag_status clb_k_pad(ag_bstream *s, const ag_k_pad *a);
-CLB_HIDDEN ag_status clb_k_pad_bwd(ag_bstream *s, const ag_k_pad_bwd *a);
+CLB_HIDDEN ag_status cl_k_sort(ag_bstream *s, const ag_k_sort *a);
+CLB_HIDDEN ag_status cl_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a);
+CLB_HIDDEN ag_status cl_k_pad(ag_bstream *s, const ag_k_pad *a);
+CLB_HIDDEN ag_status cl_k_pad_bwd(ag_bstream *s, const ag_k_pad_bwd *a);
 
 #endif

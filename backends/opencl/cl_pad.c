@@ -2,7 +2,7 @@
  * per output element; f32, f16, bf16. */
 #include "cl_kops.h"
 
-ag_status clb_k_pad(ag_bstream *s, const ag_k_pad *a) {
+ag_status cl_k_pad(ag_bstream *s, const ag_k_pad *a) {
   int64_t B = a->x->shape[0], H = a->x->shape[1], W = a->x->shape[2], Ho = a->out->shape[1], Wo = a->out->shape[2];
   if (B * Ho * Wo == 0) return AG_OK;
   clb_args k = clb_args_begin(s, CLK_PAD, "ag_pad");
@@ -22,7 +22,7 @@ ag_status clb_k_pad(ag_bstream *s, const ag_k_pad *a) {
   return clb_args_run(&k, (size_t)(B * Ho * Wo));
 }
 
-ag_status clb_k_pad_bwd(ag_bstream *s, const ag_k_pad_bwd *a) {
+ag_status cl_k_pad_bwd(ag_bstream *s, const ag_k_pad_bwd *a) {
   int64_t B = a->dx->shape[0], H = a->dx->shape[1], W = a->dx->shape[2], Ho = a->dy->shape[1], Wo = a->dy->shape[2];
   if (B * H * W == 0) return AG_OK;
   clb_args k = clb_args_begin(s, CLK_PAD_BWD, "ag_pad_bwd");

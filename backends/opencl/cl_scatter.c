@@ -2,7 +2,7 @@
  * element of out [o, xlen, in]; f32, f16, bf16; i32 or i64 index. */
 #include "cl_kops.h"
 
-ag_status clb_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a) {
+ag_status cl_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a) {
   int64_t O = a->o, K = a->k, I = a->in, X = a->xlen;
   if (O * X * I == 0 || K == 0) return AG_OK;
   clb_args k = clb_args_begin(s, CLK_SCATTER_ADD, "ag_scatter_add");

@@ -2,7 +2,7 @@
  * x [o, r, in]; f32, f16, bf16. */
 #include "cl_kops.h"
 
-ag_status clb_k_sort(ag_bstream *s, const ag_k_sort *a) {
+ag_status cl_k_sort(ag_bstream *s, const ag_k_sort *a) {
   int64_t O = a->o, R = a->r, I = a->in;
   if (O * R * I == 0) return AG_OK;
   clb_args k = clb_args_begin(s, CLK_SORT, "ag_sort");
