@@ -13,13 +13,14 @@ AGK_DEV long long pad_src(long long p, long long before, long long n, int reflec
   if (r >= n) r = 2 * (n - 1) - r;
   return r;
 }
-/* The padded positions reading source i, ascending; their count. */
-AGK_DEV int pad_pre(long long i, long long before, long long n, long long no, int reflect, long long *out) {
-  int k = 0;
-  if (reflect && i >= 1 && i <= before) out[k++] = before - i;
-  out[k++] = before + i;
-  if (reflect && i <= n - 2 && before + 2 * (n - 1) - i < no) out[k++] = before + 2 * (n - 1) - i;
-  return k;
+/* The q-th (0..2) padded position reading source i, ascending (left
+ * mirror, itself, right mirror), or -1: no arrays, so nothing lives in
+ * local memory. */
+AGK_DEV long long pad_pre(long long i, long long before, long long n, long long no, int reflect, int q) {
+  if (q == 1) return before + i;
+  if (!reflect) return -1;
+  if (q == 0) return i >= 1 && i <= before ? before - i : -1;
+  return i <= n - 2 && before + 2 * (n - 1) - i < no ? before + 2 * (n - 1) - i : -1;
 }
 
 template <typename T>
@@ -39,11 +40,15 @@ __global__ void k_pad_bwd(T *dx, const T *dy, long long B, long long H, long lon
   long long stride = (long long)gridDim.x * blockDim.x;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < B * H * W; t += stride) {
     long long j = t % W, i = (t / W) % H, b = t / (W * H);
-    long long ys[3], xs[3];
-    int ny = pad_pre(i, top, H, Ho, reflect, ys), nx = pad_pre(j, left, W, Wo, reflect, xs);
     agk_c<T> acc = 0;
-    for (int q = 0; q < ny; q++)
-      for (int r = 0; r < nx; r++) acc += agk_tof(dy[(b * Ho + ys[q]) * Wo + xs[r]]);
+    for (int q = 0; q < 3; q++) {
+      long long y = pad_pre(i, top, H, Ho, reflect, q);
+      if (y < 0) continue;
+      for (int r = 0; r < 3; r++) {
+        long long x = pad_pre(j, left, W, Wo, reflect, r);
+        if (x >= 0) acc += agk_tof(dy[(b * Ho + y) * Wo + x]);
+      }
+    }
     dx[t] = agk_fromf<T>(acc);
   }
 }
