@@ -53,24 +53,9 @@ struct ag_optrace {
 
 static _Thread_local ag_optrace *tl_trace;
 static _Thread_local bool tl_replaying;
-static const char *const k_kop_names[AG_KOP_COUNT] = {
-    [AG_K_FILL] = "fill", [AG_K_ARANGE] = "arange", [AG_K_RAND_UNIFORM] = "rand_uniform",
-    [AG_K_RAND_NORMAL] = "rand_normal", [AG_K_UNARY] = "unary", [AG_K_BINARY] = "binary",
-    [AG_K_WHERE] = "where", [AG_K_REDUCE] = "reduce", [AG_K_MATMUL] = "matmul", [AG_K_SOFTMAX] = "softmax",
-    [AG_K_SOFTMAX_BWD] = "softmax_bwd", [AG_K_CROSS_ENTROPY] = "cross_entropy",
-    [AG_K_CROSS_ENTROPY_BWD] = "cross_entropy_bwd", [AG_K_LAYERNORM] = "layernorm",
-    [AG_K_LAYERNORM_BWD] = "layernorm_bwd", [AG_K_EMBEDDING] = "embedding", [AG_K_EMBEDDING_BWD] = "embedding_bwd",
-    [AG_K_DROPOUT] = "dropout", [AG_K_ADAMW] = "adamw", [AG_K_SGD] = "sgd",
-    [AG_K_NONFINITE_CHECK] = "nonfinite_check", [AG_K_SUMSQ] = "sumsq", [AG_K_CONV2D] = "conv2d",
-    [AG_K_CONV2D_BWD_INPUT] = "conv2d_bwd_input", [AG_K_CONV2D_BWD_WEIGHT] = "conv2d_bwd_weight",
-    [AG_K_POOL2D] = "pool2d", [AG_K_POOL2D_BWD] = "pool2d_bwd", [AG_K_BN_STATS] = "bn_stats",
-    [AG_K_BN_APPLY] = "bn_apply", [AG_K_RMSNORM] = "rmsnorm", [AG_K_RMSNORM_BWD] = "rmsnorm_bwd",
-    [AG_K_VAR] = "var", [AG_K_CUMSUM] = "cumsum", [AG_K_GATHER] = "gather", [AG_K_GATHER_BWD] = "gather_bwd",
-    [AG_K_TOPK] = "topk", [AG_K_SDPA] = "sdpa", [AG_K_SDPA_BWD] = "sdpa_bwd",
-};
-
 static void kop_name(const ag_kernel_call *c, char *buf, size_t n) {
-  const char *k = (unsigned)c->op < AG_KOP_COUNT && k_kop_names[c->op] ? k_kop_names[c->op] : "kernel";
+  /* the kernel-op table's name (kargs.h), "?" for a code past it */
+  const char *k = ag_kop_name(c->op);
   const char *sub = NULL;
   if (c->op == AG_K_UNARY) {
     const ag_unary_info *u = ag_unary_info_of(c->sub);
