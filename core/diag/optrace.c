@@ -1,8 +1,8 @@
-/* Op traces (anygrad/optrace.h) and the test-only fault injection of
- * AG_FAULT: both observe ag__launch through the launch hook that this file
- * registers with the ops (tensor/tensor_internal.h); launches pay a single
- * predictable branch while neither is in use. A trace belongs to the
- * thread that began it. */
+/* Op traces and kernel-op tallies (anygrad/optrace.h) and the test-only
+ * fault injection of AG_FAULT: all observe ag__launch through the launch
+ * hook that this file registers with the ops (tensor/tensor_internal.h);
+ * launches pay a single predictable branch while none is in use. A trace
+ * or a tally belongs to the thread that began it. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -53,6 +53,11 @@ struct ag_optrace {
 
 static _Thread_local ag_optrace *tl_trace;
 static _Thread_local bool tl_replaying;
+static _Thread_local struct {
+  int64_t *counts; /* NULL: no tally */
+  int n;
+  ag_device dev;
+} tl_tally;
 static void kop_name(const ag_kernel_call *c, char *buf, size_t n) {
   /* the kernel-op table's name (kargs.h), "?" for a code past it */
   const char *k = ag_kop_name(c->op);
@@ -330,6 +335,8 @@ static rec *trace_push(ag_optrace *t) {
 }
 
 static ag_status launch_hooked(ag_devstate *ds, ag_stream *s, ag_kernel_call *c) {
+  if (tl_tally.counts && !tl_replaying && (int)c->op < tl_tally.n && ag_device_eq(ds->dev, tl_tally.dev))
+    tl_tally.counts[c->op]++;
   ag_optrace *t = tl_replaying ? NULL : tl_trace;
   rec *r = t && t->err == AG_OK ? trace_push(t) : NULL;
   if (t && t->err == AG_OK && !r) t->err = AG_ERR_OOM;
@@ -373,6 +380,23 @@ static ag_status launch_hooked(ag_devstate *ds, ag_stream *s, ag_kernel_call *c)
 }
 
 /* ---------------- the public API ---------------- */
+
+ag_status ag_optrace_tally_begin(ag_device d, int64_t *counts, int n) {
+  if (!counts || n < 0) return ag_error_set(AG_ERR_INVALID, "ag_optrace_tally_begin: %s", counts ? "n < 0" : "counts is NULL");
+  if (tl_tally.counts) return ag_error_set(AG_ERR_STATE, "ag_optrace_tally_begin: this thread already tallies");
+  tl_tally.counts = counts;
+  tl_tally.n = n;
+  tl_tally.dev = d;
+  ag__launch_hook_use(1);
+  return AG_OK;
+}
+
+ag_status ag_optrace_tally_end(void) {
+  if (!tl_tally.counts) return ag_error_set(AG_ERR_STATE, "ag_optrace_tally_end: this thread has no tally");
+  tl_tally.counts = NULL;
+  ag__launch_hook_use(-1);
+  return AG_OK;
+}
 
 ag_optrace *ag_optrace_begin(void) {
   if (tl_trace) {
