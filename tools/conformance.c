@@ -718,10 +718,11 @@ static const opdef OPS[] = {
     {"dropout", ag__conf_op_dropout, M_F, 0, 0},
     {"sdpa", ag__conf_op_sdpa, M_F, 0, 0},
     /* the multi-tensor kernels: optimizers update f32 parameters (optim.h);
-     * clipping takes every float, f32 on every backend */
+     * clipping takes f32 everywhere, f16 and bf16 where the device runs
+     * them */
     {"sgd", ag__conf_op_sgd, 1u << AG_F32, 0, 0},
     {"adamw", ag__conf_op_adamw, 1u << AG_F32, 0, 0},
-    {"clip_grad_norm", ag__conf_op_clip_grad_norm, 1u << AG_F32, M_F & ~(1u << AG_F32), 0},
+    {"clip_grad_norm", ag__conf_op_clip_grad_norm, 1u << AG_F32, (1u << AG_F16) | (1u << AG_BF16), 0},
     {"full", ag__conf_op_full, M_EVERY, 0, 0},
     {"arange", ag__conf_op_arange, M_F | M_IN, 0, 0},
     {"rand", ag__conf_op_rand, M_F, 0, 0},

@@ -628,11 +628,7 @@ void ag__conf_op_clip_grad_norm(ctx *c) {
     for (int i = 0; norm && c->cres == AG_CONF_PASS && i < 2; i++) {
       double *ref = ag__conf_cx_alloc(c, (size_t)o.hg[i]->n * sizeof(double));
       for (int64_t e = 0; ref && e < o.hg[i]->n; e++) ref[e] = o.hg[i]->v[e] * coef;
-      /* the coefficient is an f32 scalar (the norm is f32): f64 gradients
-       * are scaled by its rounding */
-      if (ref)
-        ag__conf_check(c, ag_tensor_grad(o.p[i]), o.hg[i]->ndim, o.hg[i]->shape, c->dt, ref,
-                       c->dt == AG_F64 ? ag_conf_threshold(AG_F32) : DEF);
+      if (ref) ag__conf_check(c, ag_tensor_grad(o.p[i]), o.hg[i]->ndim, o.hg[i]->shape, c->dt, ref, DEF);
     }
   }
   ag_params_free(&o.params);
