@@ -392,105 +392,128 @@ static void k_arange(const ag_kernel_call *c) {
   }
 }
 
-/* ---- dispatch ---- */
+/* ---- dispatch: the ops the CPU runs, with their dtypes and variants ----
+ * One op a line (kargs.h generates the dispatch and supports() data from
+ * it); an op not listed is AG_ERR_UNSUPPORTED. VANY: the sub-op codes of
+ * UNARY, BINARY, REDUCE and POOL2D* are checked by cpu_supports_subop. */
 
-ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
-  switch (c->op) {
-    case AG_K_FILL: ew_run(c, EW_FILL, 1); return AG_OK;
-    case AG_K_ARANGE: k_arange(c); return AG_OK;
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL: return ag__cpu_random(c);
-    case AG_K_UNARY: ew_run(c, EW_UNARY, 2); return AG_OK;
-    case AG_K_BINARY: ew_run(c, EW_BINARY, 3); return AG_OK;
-    case AG_K_WHERE: ew_run(c, EW_WHERE, 4); return AG_OK;
-    case AG_K_REDUCE: return ag__cpu_reduce(c);
-    case AG_K_MATMUL: return ag__cpu_matmul(c);
-    case AG_K_SOFTMAX:
-    case AG_K_SOFTMAX_BWD:
-    case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD:
-    case AG_K_LAYERNORM:
-    case AG_K_LAYERNORM_BWD:
-    case AG_K_RMSNORM:
-    case AG_K_RMSNORM_BWD:
-    case AG_K_VAR:
-    case AG_K_CUMSUM:
-    case AG_K_GATHER:
-    case AG_K_GATHER_BWD:
-    case AG_K_TOPK:
-    case AG_K_EMBEDDING:
-    case AG_K_EMBEDDING_BWD: return ag__cpu_rows(c, err);
-    case AG_K_DROPOUT: return ag__cpu_random(c);
-    case AG_K_ADAMW:
-    case AG_K_SGD:
-    case AG_K_NONFINITE_CHECK:
-    case AG_K_SUMSQ: return ag__cpu_multi(c);
-    case AG_K_CONV2D:
-    case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT:
-    case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD:
-    case AG_K_BN_STATS:
-    case AG_K_BN_APPLY: return ag__cpu_vision(c);
-    case AG_K_SDPA:
-    case AG_K_SDPA_BWD: return ag__cpu_attention(c);
-    default: break;
+#define CPU_F32_F64 (AGK_DT(F32) | AGK_DT(F64))
+#define CPU_VIDX (AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))
+#define CPU_KOPS(X)                                                                                 \
+  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                            \
+  X(ARANGE, arange, AGK_DTS_ALL, AGK_VNONE)                                                        \
+  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT64, AGK_VNONE)                                        \
+  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT64, AGK_VNONE)                                          \
+  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                           \
+  X(BINARY, binary, AGK_DTS_ALL, AGK_VANY)                                                         \
+  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                          \
+  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                         \
+  X(MATMUL, matmul, AGK_DTS_FLOAT64, AGK_VNONE)                                                    \
+  X(SOFTMAX, softmax, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))      \
+  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX)) \
+  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT64, CPU_VIDX)                                       \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT64, CPU_VIDX)                               \
+  X(LAYERNORM, layernorm, AGK_DTS_FLOAT64, AGK_VNONE)                                              \
+  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                      \
+  X(EMBEDDING, embedding, AGK_DTS_ALL, CPU_VIDX)                                                   \
+  X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT64, CPU_VIDX)                                       \
+  X(DROPOUT, dropout, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
+  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                          \
+  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                              \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
+  X(SUMSQ, sumsq, AGK_DTS_FLOAT64, AGK_VNONE)                                                      \
+  X(CONV2D, conv2d, CPU_F32_F64, AGK_VNONE)                                                        \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, CPU_F32_F64, AGK_VNONE)                                    \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, CPU_F32_F64, AGK_VNONE)                                  \
+  X(POOL2D, pool2d, CPU_F32_F64, AGK_VANY)                                                         \
+  X(POOL2D_BWD, pool2d_bwd, CPU_F32_F64, AGK_VANY)                                                 \
+  X(BN_STATS, bn_stats, CPU_F32_F64, AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))         \
+  X(BN_APPLY, bn_apply, CPU_F32_F64, AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))       \
+  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
+  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                          \
+  X(VAR, var, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                          \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX)) \
+  X(GATHER, gather, AGK_DTS_FLOAT64, CPU_VIDX)                                                     \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT64, CPU_VIDX)                                             \
+  X(TOPK, topk, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))     \
+  X(SDPA, sdpa, AGK_DTS_FLOAT64, AGK_VNONE)                                                        \
+  X(SDPA_BWD, sdpa_bwd, AGK_DTS_FLOAT64, AGK_VNONE)
+
+/* The kernel families' entry points, one function per op. */
+#define CPU_FAMILY(nm, expr)                                                   \
+  static ag_status cpu_k_##nm(ag_kernel_error *err, const ag_k_##nm *a) {      \
+    const ag_kernel_call *c = a->call;                                         \
+    (void)err;                                                                 \
+    return expr;                                                               \
   }
-  return ag_error_set(AG_ERR_UNSUPPORTED, "%s: cpu backend has no kernel for op %d",
-                      c->name ? c->name : "launch", (int)c->op);
-}
+CPU_FAMILY(fill, (ew_run(c, EW_FILL, 1), AG_OK))
+CPU_FAMILY(arange, (k_arange(c), AG_OK))
+CPU_FAMILY(rand_uniform, ag__cpu_random(c))
+CPU_FAMILY(rand_normal, ag__cpu_random(c))
+CPU_FAMILY(unary, (ew_run(c, EW_UNARY, 2), AG_OK))
+CPU_FAMILY(binary, (ew_run(c, EW_BINARY, 3), AG_OK))
+CPU_FAMILY(where, (ew_run(c, EW_WHERE, 4), AG_OK))
+CPU_FAMILY(reduce, ag__cpu_reduce(c))
+CPU_FAMILY(matmul, ag__cpu_matmul(c))
+CPU_FAMILY(softmax, ag__cpu_rows(c, err))
+CPU_FAMILY(softmax_bwd, ag__cpu_rows(c, err))
+CPU_FAMILY(cross_entropy, ag__cpu_rows(c, err))
+CPU_FAMILY(cross_entropy_bwd, ag__cpu_rows(c, err))
+CPU_FAMILY(layernorm, ag__cpu_rows(c, err))
+CPU_FAMILY(layernorm_bwd, ag__cpu_rows(c, err))
+CPU_FAMILY(rmsnorm, ag__cpu_rows(c, err))
+CPU_FAMILY(rmsnorm_bwd, ag__cpu_rows(c, err))
+CPU_FAMILY(var, ag__cpu_rows(c, err))
+CPU_FAMILY(cumsum, ag__cpu_rows(c, err))
+CPU_FAMILY(gather, ag__cpu_rows(c, err))
+CPU_FAMILY(gather_bwd, ag__cpu_rows(c, err))
+CPU_FAMILY(topk, ag__cpu_rows(c, err))
+CPU_FAMILY(embedding, ag__cpu_rows(c, err))
+CPU_FAMILY(embedding_bwd, ag__cpu_rows(c, err))
+CPU_FAMILY(dropout, ag__cpu_random(c))
+CPU_FAMILY(adamw, ag__cpu_multi(c))
+CPU_FAMILY(sgd, ag__cpu_multi(c))
+CPU_FAMILY(nonfinite_check, ag__cpu_multi(c))
+CPU_FAMILY(sumsq, ag__cpu_multi(c))
+CPU_FAMILY(conv2d, ag__cpu_vision(c))
+CPU_FAMILY(conv2d_bwd_input, ag__cpu_vision(c))
+CPU_FAMILY(conv2d_bwd_weight, ag__cpu_vision(c))
+CPU_FAMILY(pool2d, ag__cpu_vision(c))
+CPU_FAMILY(pool2d_bwd, ag__cpu_vision(c))
+CPU_FAMILY(bn_stats, ag__cpu_vision(c))
+CPU_FAMILY(bn_apply, ag__cpu_vision(c))
+CPU_FAMILY(sdpa, ag__cpu_attention(c))
+CPU_FAMILY(sdpa_bwd, ag__cpu_attention(c))
 
-bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
-  if ((unsigned)dt >= AG_DTYPE_COUNT) return false;
-  const bool fl = !is_int(dt);
+#define AGK_IMPL(name) cpu_k_##name
+#define AGK_CTX ag_kernel_error *
+AGK_DEFINE_DISPATCH(cpu_dispatch, CPU_KOPS, "cpu")
+AGK_DEFINE_SUPPORTS(cpu_supports_data, CPU_KOPS)
+
+ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) { return cpu_dispatch(err, c); }
+
+/* What the masks cannot say: UNARY and BINARY run every entry of the op
+ * table in the floating dtypes and its INT entries in the integer ones;
+ * REDUCE and POOL2D* run their lists' codes, REDUCE SUM not for bool/u8
+ * (the core sums those in i64). */
+static bool cpu_supports_subop(ag_kop op, int sub, ag_dtype dt) {
   switch (op) {
-    case AG_K_FILL:
-    case AG_K_ARANGE:
-    case AG_K_WHERE: return true;
-    case AG_K_EMBEDDING: return sub == 0 || sub == 1; /* 1: i64 indices */
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL:
-    case AG_K_MATMUL:
-    case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD: return fl && (sub == 0 || sub == 1);
-    case AG_K_LAYERNORM:
-    case AG_K_LAYERNORM_BWD:
-    case AG_K_EMBEDDING_BWD: return fl && (sub == 0 || sub == 1);
-    case AG_K_RMSNORM:
-    case AG_K_RMSNORM_BWD: return fl && sub == 0;
-    case AG_K_VAR:
-    case AG_K_CUMSUM: return fl && (sub == 0 || sub == 1);
-    case AG_K_GATHER: /* sub 1: i64 index */
-    case AG_K_GATHER_BWD: return fl && (sub == 0 || sub == 1);
-    case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
-    case AG_K_DROPOUT:
-    case AG_K_SUMSQ: return fl;
-    /* every table entry in every floating dtype; INT entries in every
-     * integer dtype too */
     case AG_K_UNARY: {
       const ag_unary_info *u = ag_unary_info_of(sub);
-      return u && (fl || u->ints == AG_OPT_INT);
+      return u && (!is_int(dt) || u->ints == AG_OPT_INT);
     }
     case AG_K_BINARY: {
       const ag_binary_info *b = ag_binary_info_of(sub);
-      return b && (fl || b->ints == AG_OPT_INT);
+      return b && (!is_int(dt) || b->ints == AG_OPT_INT);
     }
-    /* sums of bool/u8 are done in i64 by the core */
-    case AG_K_REDUCE: return sub >= 0 && sub < AG_REDUCE_COUNT && !(sub == AG_R_SUM && (dt == AG_BOOL || dt == AG_U8));
-    case AG_K_SOFTMAX:
-    case AG_K_SOFTMAX_BWD: return fl && (sub == 0 || sub == 1);
-    case AG_K_ADAMW:
-    case AG_K_SGD: return dt == AG_F32;
-    case AG_K_NONFINITE_CHECK: return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16;
-    case AG_K_CONV2D:
-    case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT: return dt == AG_F32 || dt == AG_F64;
+    case AG_K_REDUCE:
+      return sub >= 0 && sub < AG_REDUCE_COUNT && !(sub == AG_R_SUM && (dt == AG_BOOL || dt == AG_U8));
     case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD: return (dt == AG_F32 || dt == AG_F64) && sub >= 0 && sub < AG_POOL_OP_COUNT;
-    case AG_K_BN_STATS:
-    case AG_K_BN_APPLY: return (dt == AG_F32 || dt == AG_F64) && (sub == 0 || sub == 1);
-    case AG_K_SDPA:
-    case AG_K_SDPA_BWD: return fl && sub == 0;
-    default: return false;
+    case AG_K_POOL2D_BWD: return sub >= 0 && sub < AG_POOL_OP_COUNT;
+    default: return true;
   }
+}
+
+bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
+  return cpu_supports_data(op, sub, dt) && cpu_supports_subop(op, sub, dt);
 }
