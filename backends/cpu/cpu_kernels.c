@@ -45,7 +45,7 @@ bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, int64_t n) 
 
 /* ---- integer elementwise (i64 compute): wrap-around arithmetic as in two's
  * complement, computed in uint64 (no signed overflow); AFFINE from the
- * call's exact integer scalars i[0], i[1] (kops.h) ---- */
+ * call's exact integer scalars i0, i1 (kops.h) ---- */
 
 static inline int64_t wrap(uint64_t u) { return (int64_t)u; }
 
@@ -54,7 +54,7 @@ static inline int64_t wrap(uint64_t u) { return (int64_t)u; }
 _Static_assert(AG_UNARY_INT_COUNT == 4, "unary_i implements COPY, NEG, ABS, AFFINE");
 _Static_assert(AG_BINARY_INT_COUNT == 11, "binary_i implements ADD..MIN and the comparisons");
 
-static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const int64_t *is) {
+static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, int64_t i0, int64_t i1) {
   switch (sub) {
     case AG_U_COPY:
       if (o != a) memcpy(o, a, (size_t)n * 8);
@@ -64,7 +64,7 @@ static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const int6
       for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? wrap(0u - (uint64_t)a[i]) : a[i];
       break;
     case AG_U_AFFINE: { /* the store keeps the low bits of the output's width */
-      const uint64_t m = (uint64_t)is[0], k = (uint64_t)is[1];
+      const uint64_t m = (uint64_t)i0, k = (uint64_t)i1;
       for (int64_t i = 0; i < n; i++) o[i] = wrap((uint64_t)a[i] * m + k);
       break;
     }
@@ -103,8 +103,14 @@ static void binary_i(int sub, int64_t *o, const int64_t *a, const int64_t *b, in
 enum { DOM_F, DOM_D, DOM_I, DOM_RAW };
 enum { EW_UNARY, EW_BINARY, EW_WHERE, EW_FILL };
 
+/* One elementwise call: its operands (output first), the sub-op code of
+ * UNARY/BINARY, the scalars s0, s1 (FILL: the value in s[0]) and UNARY's
+ * exact integer scalars i0, i1. */
 typedef struct ew {
-  const ag_kernel_call *c;
+  const ag_koperand *const *op;
+  int sub;
+  double s[2];
+  int64_t i0, i1;
   int kind, dom, nops, nd;
   int64_t numel;
   int64_t shape[AG_MAX_DIMS];
@@ -123,30 +129,30 @@ static bool is_compare(int sub) {
 }
 
 static void ew_compute(const ew *e, void *o, void *const *in, int64_t n) {
-  const ag_kernel_call *c = e->c;
+  const double fill = e->s[0];
   switch (e->dom) {
     case DOM_F:
-      if (e->kind == EW_UNARY) (void)FV(unary_f)(c->sub, o, in[0], n, c->s);
-      else if (e->kind == EW_BINARY) (void)FV(binary_f)(c->sub, o, in[0], in[1], n, c->s);
+      if (e->kind == EW_UNARY) (void)FV(unary_f)(e->sub, o, in[0], n, e->s);
+      else if (e->kind == EW_BINARY) (void)FV(binary_f)(e->sub, o, in[0], in[1], n, e->s);
       else if (e->kind == EW_WHERE) FV(where_f)(o, in[0], in[1], in[2], n);
-      else for (int64_t i = 0; i < n; i++) ((float *)o)[i] = (float)c->s[0];
+      else for (int64_t i = 0; i < n; i++) ((float *)o)[i] = (float)fill;
       break;
     case DOM_D:
-      if (e->kind == EW_UNARY) (void)unary_d(c->sub, o, in[0], n, c->s);
-      else if (e->kind == EW_BINARY) (void)binary_d(c->sub, o, in[0], in[1], n, c->s);
+      if (e->kind == EW_UNARY) (void)unary_d(e->sub, o, in[0], n, e->s);
+      else if (e->kind == EW_BINARY) (void)binary_d(e->sub, o, in[0], in[1], n, e->s);
       else if (e->kind == EW_WHERE) where_d(o, in[0], in[1], in[2], n);
-      else for (int64_t i = 0; i < n; i++) ((double *)o)[i] = c->s[0];
+      else for (int64_t i = 0; i < n; i++) ((double *)o)[i] = fill;
       break;
     default:
-      if (e->kind == EW_UNARY) unary_i(c->sub, o, in[0], n, c->i);
-      else if (e->kind == EW_BINARY) binary_i(c->sub, o, in[0], in[1], n, c->s, e->dt[0]);
+      if (e->kind == EW_UNARY) unary_i(e->sub, o, in[0], n, e->i0, e->i1);
+      else if (e->kind == EW_BINARY) binary_i(e->sub, o, in[0], in[1], n, e->s, e->dt[0]);
       else if (e->kind == EW_WHERE) {
         int64_t *r = o;
         const uint8_t *m = in[0];
         const int64_t *a = in[1], *b = in[2];
         for (int64_t i = 0; i < n; i++) r[i] = m[i] ? a[i] : b[i];
       } else {
-        int64_t v = sat_int(c->s[0], e->dt[0]);
+        int64_t v = sat_int(fill, e->dt[0]);
         for (int64_t i = 0; i < n; i++) ((int64_t *)o)[i] = v;
       }
       break;
@@ -301,28 +307,26 @@ static int64_t ew_cost(int kind, int sub) {
   return 1;
 }
 
-static void ew_run(const ag_kernel_call *c, int kind, int nops) {
-  ew e;
-  e.c = c;
-  e.kind = kind;
-  e.nops = nops;
-  const ag_koperand *o0 = &c->o[0];
+/* Runs e (its op, sub, scalars, kind and nops set) over its operands. */
+static void ew_run(ew e) {
+  const int kind = e.kind, nops = e.nops;
+  const ag_koperand *const *ops = e.op, *o0 = ops[0];
   for (int k = 0; k < nops; k++) {
-    e.p[k] = ag__cpu_ptr(&c->o[k]);
-    e.dt[k] = c->o[k].dtype;
+    e.p[k] = ag__cpu_ptr(ops[k]);
+    e.dt[k] = ops[k]->dtype;
     e.sz[k] = ag__cpu_dtsize(e.dt[k]);
   }
   /* Compute type: the output's, except that casts involving f64 go through
    * f64 and same-dtype copies move raw bits (NaN payloads survive). */
   e.dom = dom_of(e.dt[0]);
-  if (kind == EW_UNARY && nops == 2 && c->sub == AG_U_COPY) {
+  if (kind == EW_UNARY && nops == 2 && e.sub == AG_U_COPY) {
     if (e.dt[0] == e.dt[1]) e.dom = DOM_RAW;
     else if (is_int(e.dt[0]) && is_int(e.dt[1])) e.dom = DOM_I;
     else if (e.dt[0] == AG_F64 || e.dt[1] == AG_F64 || e.dt[0] == AG_I64 || e.dt[1] == AG_I64) e.dom = DOM_D;
     else e.dom = DOM_F;
   }
   /* comparisons compute in the inputs' type and store 0/1 as bool */
-  if (kind == EW_BINARY && is_compare(c->sub)) e.dom = dom_of(e.dt[1]);
+  if (kind == EW_BINARY && is_compare(e.sub)) e.dom = dom_of(e.dt[1]);
   const ag_dtype nat = e.dom == DOM_F ? AG_F32 : e.dom == DOM_D ? AG_F64 : AG_I64;
   for (int k = 0; k < nops; k++) e.native[k] = e.dt[k] == nat;
   if (kind == EW_WHERE) e.native[1] = false;
@@ -333,10 +337,10 @@ static void ew_run(const ag_kernel_call *c, int kind, int nops) {
     bool dense = true;
     for (int d = o0->ndim - 1; d >= 0 && dense; d--) {
       if (o0->shape[d] != 1)
-        for (int k = 0; k < nops; k++) dense = dense && c->o[k].strides[d] == s;
+        for (int k = 0; k < nops; k++) dense = dense && ops[k]->strides[d] == s;
       s *= o0->shape[d];
     }
-    if (dense && s * ew_cost(kind, c->sub) < AG_CPU_PAR_MIN) {
+    if (dense && s * ew_cost(kind, e.sub) < AG_CPU_PAR_MIN) {
       static const int64_t ones[4] = {1, 1, 1, 1};
       if (s > 0) ew_segment(&e, e.p, ones, s);
       return;
@@ -351,13 +355,13 @@ static void ew_run(const ag_kernel_call *c, int kind, int nops) {
     numel *= s;
     if (s == 1) continue;
     bool merge = m > 0;
-    for (int k = 0; k < nops && merge; k++) merge = e.st[k][m - 1] == c->o[k].strides[d] * s;
+    for (int k = 0; k < nops && merge; k++) merge = e.st[k][m - 1] == ops[k]->strides[d] * s;
     if (merge) {
       e.shape[m - 1] *= s;
-      for (int k = 0; k < nops; k++) e.st[k][m - 1] = c->o[k].strides[d];
+      for (int k = 0; k < nops; k++) e.st[k][m - 1] = ops[k]->strides[d];
     } else {
       e.shape[m] = s;
-      for (int k = 0; k < nops; k++) e.st[k][m] = c->o[k].strides[d];
+      for (int k = 0; k < nops; k++) e.st[k][m] = ops[k]->strides[d];
       m++;
     }
   }
@@ -375,84 +379,65 @@ static void ew_run(const ag_kernel_call *c, int kind, int nops) {
     par_for(tiles, numel, transpose_range, &e);
     return;
   }
-  par_for(numel, numel * ew_cost(kind, c->sub), ew_range, &e);
+  par_for(numel, numel * ew_cost(kind, e.sub), ew_range, &e);
+}
+
+/* ---- the elementwise ops ---- */
+
+ag_status cpu_k_fill(ag_kernel_error *err, const ag_k_fill *a) {
+  (void)err;
+  ew_run((ew){.op = (const ag_koperand *const[]){a->out}, .s = {a->value, 0}, .kind = EW_FILL, .nops = 1});
+  return AG_OK;
+}
+
+ag_status cpu_k_unary(ag_kernel_error *err, const ag_k_unary *a) {
+  (void)err;
+  ew_run((ew){.op = (const ag_koperand *const[]){a->y, a->x}, .sub = a->variant, .s = {a->s0, a->s1},
+              .i0 = a->i0, .i1 = a->i1, .kind = EW_UNARY, .nops = 2});
+  return AG_OK;
+}
+
+ag_status cpu_k_binary(ag_kernel_error *err, const ag_k_binary *a) {
+  (void)err;
+  ew_run((ew){.op = (const ag_koperand *const[]){a->out, a->a, a->b}, .sub = a->variant, .s = {a->s0, a->s1},
+              .kind = EW_BINARY, .nops = 3});
+  return AG_OK;
+}
+
+ag_status cpu_k_where(ag_kernel_error *err, const ag_k_where *a) {
+  (void)err;
+  ew_run((ew){.op = (const ag_koperand *const[]){a->out, a->cond, a->a, a->b}, .kind = EW_WHERE, .nops = 4});
+  return AG_OK;
 }
 
 /* ---- creation kernels ---- */
 
-static void k_arange(const ag_kernel_call *c) {
-  int64_t n = c->o[0].ndim ? c->o[0].shape[0] : 1;
-  char *p = ag__cpu_ptr(&c->o[0]);
-  size_t sz = ag__cpu_dtsize(c->o[0].dtype);
+ag_status cpu_k_arange(ag_kernel_error *err, const ag_k_arange *a) {
+  (void)err;
+  const ag_koperand *out = a->out;
+  int64_t n = out->ndim ? out->shape[0] : 1;
+  char *p = ag__cpu_ptr(out);
+  size_t sz = ag__cpu_dtsize(out->dtype);
   double buf[TILE];
   for (int64_t i = 0; i < n; i += TILE) {
     int64_t m = n - i < TILE ? n - i : TILE;
-    for (int64_t j = 0; j < m; j++) buf[j] = c->s[0] + (double)(i + j) * c->s[1];
-    store_d(c->o[0].dtype, p + (size_t)i * sz, 1, m, buf);
+    for (int64_t j = 0; j < m; j++) buf[j] = a->start + (double)(i + j) * a->step;
+    store_d(out->dtype, p + (size_t)i * sz, 1, m, buf);
   }
+  return AG_OK;
 }
 
-/* ---- dispatch: the ops the CPU runs, with their dtypes and variants ----
- * One op a line (kargs.h generates the dispatch and supports() data from
- * it); an op not listed is AG_ERR_UNSUPPORTED. VANY: the sub-op codes of
- * UNARY, BINARY, REDUCE and POOL2D* are checked by cpu_supports_subop. */
-
-#define CPU_F32_F64 (AGK_DT(F32) | AGK_DT(F64))
-#define CPU_VIDX (AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))
-#define CPU_KOPS(X)                                                                                 \
-  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                            \
-  X(ARANGE, arange, AGK_DTS_ALL, AGK_VNONE)                                                        \
-  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT64, AGK_VNONE)                                        \
-  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT64, AGK_VNONE)                                          \
-  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                           \
-  X(BINARY, binary, AGK_DTS_ALL, AGK_VANY)                                                         \
-  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                          \
-  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                         \
-  X(MATMUL, matmul, AGK_DTS_FLOAT64, AGK_VNONE)                                                    \
-  X(SOFTMAX, softmax, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))      \
-  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX)) \
-  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT64, CPU_VIDX)                                       \
-  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT64, CPU_VIDX)                               \
-  X(LAYERNORM, layernorm, AGK_DTS_FLOAT64, AGK_VNONE)                                              \
-  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                      \
-  X(EMBEDDING, embedding, AGK_DTS_ALL, CPU_VIDX)                                                   \
-  X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT64, CPU_VIDX)                                       \
-  X(DROPOUT, dropout, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
-  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                          \
-  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                              \
-  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
-  X(SUMSQ, sumsq, AGK_DTS_FLOAT64, AGK_VNONE)                                                      \
-  X(CONV2D, conv2d, CPU_F32_F64, AGK_VNONE)                                                        \
-  X(CONV2D_BWD_INPUT, conv2d_bwd_input, CPU_F32_F64, AGK_VNONE)                                    \
-  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, CPU_F32_F64, AGK_VNONE)                                  \
-  X(POOL2D, pool2d, CPU_F32_F64, AGK_VANY)                                                         \
-  X(POOL2D_BWD, pool2d_bwd, CPU_F32_F64, AGK_VANY)                                                 \
-  X(BN_STATS, bn_stats, CPU_F32_F64, AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))         \
-  X(BN_APPLY, bn_apply, CPU_F32_F64, AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))       \
-  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
-  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                          \
-  X(VAR, var, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                          \
-  X(CUMSUM, cumsum, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX)) \
-  X(GATHER, gather, AGK_DTS_FLOAT64, CPU_VIDX)                                                     \
-  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT64, CPU_VIDX)                                             \
-  X(TOPK, topk, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))     \
-  X(SDPA, sdpa, AGK_DTS_FLOAT64, AGK_VNONE)                                                        \
-  X(SDPA_BWD, sdpa_bwd, AGK_DTS_FLOAT64, AGK_VNONE)
+/* ---- dispatch (the list CPU_KOPS: cpu_backend.h) ---- */
 
 /* The kernel families' entry points, one function per op. */
 #define CPU_FAMILY(nm, expr)                                                   \
-  static ag_status cpu_k_##nm(ag_kernel_error *err, const ag_k_##nm *a) {      \
+  ag_status cpu_k_##nm(ag_kernel_error *err, const ag_k_##nm *a) {             \
     const ag_kernel_call *c = a->call;                                         \
     (void)err;                                                                 \
     return expr;                                                               \
   }
-CPU_FAMILY(fill, (ew_run(c, EW_FILL, 1), AG_OK))
-CPU_FAMILY(arange, (k_arange(c), AG_OK))
 CPU_FAMILY(rand_uniform, ag__cpu_random(c))
 CPU_FAMILY(rand_normal, ag__cpu_random(c))
-CPU_FAMILY(unary, (ew_run(c, EW_UNARY, 2), AG_OK))
-CPU_FAMILY(binary, (ew_run(c, EW_BINARY, 3), AG_OK))
-CPU_FAMILY(where, (ew_run(c, EW_WHERE, 4), AG_OK))
 CPU_FAMILY(reduce, ag__cpu_reduce(c))
 CPU_FAMILY(matmul, ag__cpu_matmul(c))
 CPU_FAMILY(softmax, ag__cpu_rows(c, err))
