@@ -98,21 +98,12 @@ AG_HIDDEN ag_status ag__cpu_vision(const ag_kernel_call *c);
  * AG_K_DROPOUT. */
 AG_HIDDEN ag_status ag__cpu_random(const ag_kernel_call *c);
 
-/* Row kernels (cpu_rows.c): AG_K_SOFTMAX*, AG_K_CROSS_ENTROPY*,
- * AG_K_LAYERNORM*, AG_K_RMSNORM*, AG_K_VAR, AG_K_CUMSUM, AG_K_GATHER*,
- * AG_K_TOPK, AG_K_EMBEDDING*. Index errors go to err. */
-AG_HIDDEN ag_status ag__cpu_rows(const ag_kernel_call *c, ag_kernel_error *err);
-
 /* Fused attention (cpu_attention.c): AG_K_SDPA, AG_K_SDPA_BWD for f32,
  * f16, bf16 (f32 compute) and f64. */
 AG_HIDDEN ag_status ag__cpu_attention(const ag_kernel_call *c);
 
 /* Reductions (cpu_reduce.c): AG_K_REDUCE. */
 AG_HIDDEN ag_status ag__cpu_reduce(const ag_kernel_call *c);
-
-/* Multi-tensor kernels (cpu_optim.c): AG_K_ADAMW, AG_K_SGD,
- * AG_K_NONFINITE_CHECK, AG_K_SUMSQ. */
-AG_HIDDEN ag_status ag__cpu_multi(const ag_kernel_call *c);
 
 /* Work above which kernels split across the pool's threads (the pool's
  * threshold; core/runtime/threadpool.h says why 2^19). */
