@@ -436,11 +436,6 @@ ag_status cpu_k_arange(ag_kernel_error *err, const ag_k_arange *a) {
     (void)err;                                                                 \
     return expr;                                                               \
   }
-CPU_FAMILY(rand_uniform, ag__cpu_random(c))
-CPU_FAMILY(rand_normal, ag__cpu_random(c))
-CPU_FAMILY(reduce, ag__cpu_reduce(c))
-CPU_FAMILY(matmul, ag__cpu_matmul(c))
-CPU_FAMILY(dropout, ag__cpu_random(c))
 CPU_FAMILY(conv2d, ag__cpu_vision(c))
 CPU_FAMILY(conv2d_bwd_input, ag__cpu_vision(c))
 CPU_FAMILY(conv2d_bwd_weight, ag__cpu_vision(c))
