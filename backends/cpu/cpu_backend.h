@@ -88,13 +88,6 @@ AG_HIDDEN bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt);
  * writes nothing, when the AVX2 build is absent or the CPU lacks AVX2/FMA. */
 AG_HIDDEN bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, int64_t n);
 
-/* Vision ops (cpu_conv.c): AG_K_CONV2D*, AG_K_POOL2D* for f32 and f64. */
-AG_HIDDEN ag_status ag__cpu_vision(const ag_kernel_call *c);
-
-/* Fused attention (cpu_attention.c): AG_K_SDPA, AG_K_SDPA_BWD for f32,
- * f16, bf16 (f32 compute) and f64. */
-AG_HIDDEN ag_status ag__cpu_attention(const ag_kernel_call *c);
-
 /* Work above which kernels split across the pool's threads (the pool's
  * threshold; core/runtime/threadpool.h says why 2^19). */
 #define AG_CPU_PAR_MIN AG_POOL_MIN_WORK

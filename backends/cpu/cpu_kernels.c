@@ -429,23 +429,6 @@ ag_status cpu_k_arange(ag_kernel_error *err, const ag_k_arange *a) {
 
 /* ---- dispatch (the list CPU_KOPS: cpu_backend.h) ---- */
 
-/* The kernel families' entry points, one function per op. */
-#define CPU_FAMILY(nm, expr)                                                   \
-  ag_status cpu_k_##nm(ag_kernel_error *err, const ag_k_##nm *a) {             \
-    const ag_kernel_call *c = a->call;                                         \
-    (void)err;                                                                 \
-    return expr;                                                               \
-  }
-CPU_FAMILY(conv2d, ag__cpu_vision(c))
-CPU_FAMILY(conv2d_bwd_input, ag__cpu_vision(c))
-CPU_FAMILY(conv2d_bwd_weight, ag__cpu_vision(c))
-CPU_FAMILY(pool2d, ag__cpu_vision(c))
-CPU_FAMILY(pool2d_bwd, ag__cpu_vision(c))
-CPU_FAMILY(bn_stats, ag__cpu_vision(c))
-CPU_FAMILY(bn_apply, ag__cpu_vision(c))
-CPU_FAMILY(sdpa, ag__cpu_attention(c))
-CPU_FAMILY(sdpa_bwd, ag__cpu_attention(c))
-
 #define AGK_IMPL(name) cpu_k_##name
 #define AGK_CTX ag_kernel_error *
 AGK_DEFINE_DISPATCH(cpu_dispatch, CPU_KOPS, "cpu")
