@@ -104,13 +104,14 @@ enum { DOM_F, DOM_D, DOM_I, DOM_RAW };
 enum { EW_UNARY, EW_BINARY, EW_WHERE, EW_FILL };
 
 /* One elementwise call: its operands (output first), the sub-op code of
- * UNARY/BINARY, the scalars s0, s1 (FILL: the value in s[0]) and UNARY's
- * exact integer scalars i0, i1. */
+ * UNARY/BINARY, their scalars s0, s1 and UNARY's exact integer scalars i0,
+ * i1, FILL's value. */
 typedef struct ew {
   const ag_koperand *const *op;
   int sub;
-  double s[2];
+  double scalars[2];
   int64_t i0, i1;
+  double fill;
   int kind, dom, nops, nd;
   int64_t numel;
   int64_t shape[AG_MAX_DIMS];
@@ -129,23 +130,23 @@ static bool is_compare(int sub) {
 }
 
 static void ew_compute(const ew *e, void *o, void *const *in, int64_t n) {
-  const double fill = e->s[0];
+  const double fill = e->fill;
   switch (e->dom) {
     case DOM_F:
-      if (e->kind == EW_UNARY) (void)FV(unary_f)(e->sub, o, in[0], n, e->s);
-      else if (e->kind == EW_BINARY) (void)FV(binary_f)(e->sub, o, in[0], in[1], n, e->s);
+      if (e->kind == EW_UNARY) (void)FV(unary_f)(e->sub, o, in[0], n, e->scalars);
+      else if (e->kind == EW_BINARY) (void)FV(binary_f)(e->sub, o, in[0], in[1], n, e->scalars);
       else if (e->kind == EW_WHERE) FV(where_f)(o, in[0], in[1], in[2], n);
       else for (int64_t i = 0; i < n; i++) ((float *)o)[i] = (float)fill;
       break;
     case DOM_D:
-      if (e->kind == EW_UNARY) (void)unary_d(e->sub, o, in[0], n, e->s);
-      else if (e->kind == EW_BINARY) (void)binary_d(e->sub, o, in[0], in[1], n, e->s);
+      if (e->kind == EW_UNARY) (void)unary_d(e->sub, o, in[0], n, e->scalars);
+      else if (e->kind == EW_BINARY) (void)binary_d(e->sub, o, in[0], in[1], n, e->scalars);
       else if (e->kind == EW_WHERE) where_d(o, in[0], in[1], in[2], n);
       else for (int64_t i = 0; i < n; i++) ((double *)o)[i] = fill;
       break;
     default:
       if (e->kind == EW_UNARY) unary_i(e->sub, o, in[0], n, e->i0, e->i1);
-      else if (e->kind == EW_BINARY) binary_i(e->sub, o, in[0], in[1], n, e->s, e->dt[0]);
+      else if (e->kind == EW_BINARY) binary_i(e->sub, o, in[0], in[1], n, e->scalars, e->dt[0]);
       else if (e->kind == EW_WHERE) {
         int64_t *r = o;
         const uint8_t *m = in[0];
@@ -386,20 +387,20 @@ static void ew_run(ew e) {
 
 ag_status cpu_k_fill(ag_kernel_error *err, const ag_k_fill *a) {
   (void)err;
-  ew_run((ew){.op = (const ag_koperand *const[]){a->out}, .s = {a->value, 0}, .kind = EW_FILL, .nops = 1});
+  ew_run((ew){.op = (const ag_koperand *const[]){a->out}, .fill = a->value, .kind = EW_FILL, .nops = 1});
   return AG_OK;
 }
 
 ag_status cpu_k_unary(ag_kernel_error *err, const ag_k_unary *a) {
   (void)err;
-  ew_run((ew){.op = (const ag_koperand *const[]){a->y, a->x}, .sub = a->variant, .s = {a->s0, a->s1},
+  ew_run((ew){.op = (const ag_koperand *const[]){a->y, a->x}, .sub = a->variant, .scalars = {a->s0, a->s1},
               .i0 = a->i0, .i1 = a->i1, .kind = EW_UNARY, .nops = 2});
   return AG_OK;
 }
 
 ag_status cpu_k_binary(ag_kernel_error *err, const ag_k_binary *a) {
   (void)err;
-  ew_run((ew){.op = (const ag_koperand *const[]){a->out, a->a, a->b}, .sub = a->variant, .s = {a->s0, a->s1},
+  ew_run((ew){.op = (const ag_koperand *const[]){a->out, a->a, a->b}, .sub = a->variant, .scalars = {a->s0, a->s1},
               .kind = EW_BINARY, .nops = 3});
   return AG_OK;
 }
