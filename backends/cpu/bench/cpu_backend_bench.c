@@ -40,15 +40,19 @@ static int slot_found(int slot, const char *op, const char *nm) {
 }
 #define BENCH_O(slot, nm, role, dt) if (!strcmp(want, #nm)) return slot;
 #define BENCH_X(slot, nm) if (!strcmp(want, #nm)) return slot;
-#define BENCH_SLOTS(ID)                                                                            \
-  __attribute__((unused)) static int O_##ID(const char *want) {                                   \
-    AGK_ARGS_##ID(BENCH_O, AGK__NO, AGK__NO, AGK__NO, AGK__NO, AGK__NO) return slot_found(-1, #ID, want); \
-  }                                                                                                \
-  __attribute__((unused)) static int S_##ID(const char *want) {                                   \
-    AGK_ARGS_##ID(AGK__NO, BENCH_X, AGK__NO, BENCH_X, AGK__NO, AGK__NO) return slot_found(-1, #ID, want); \
-  }                                                                                                \
-  __attribute__((unused)) static int I_##ID(const char *want) {                                   \
-    AGK_ARGS_##ID(AGK__NO, AGK__NO, BENCH_X, AGK__NO, AGK__NO, AGK__NO) return slot_found(-1, #ID, want); \
+#define BENCH_NONE(...)
+#define BENCH_SLOTS(ID)                                                                         \
+  __attribute__((unused)) static int O_##ID(const char *want) {                                \
+    AGK_ARGS_##ID(BENCH_O, BENCH_NONE, BENCH_NONE, BENCH_NONE, BENCH_NONE, BENCH_NONE)          \
+    return slot_found(-1, #ID, want);                                                           \
+  }                                                                                             \
+  __attribute__((unused)) static int S_##ID(const char *want) {                                \
+    AGK_ARGS_##ID(BENCH_NONE, BENCH_X, BENCH_NONE, BENCH_X, BENCH_NONE, BENCH_NONE)             \
+    return slot_found(-1, #ID, want);                                                           \
+  }                                                                                             \
+  __attribute__((unused)) static int I_##ID(const char *want) {                                \
+    AGK_ARGS_##ID(BENCH_NONE, BENCH_NONE, BENCH_X, BENCH_NONE, BENCH_NONE, BENCH_NONE)          \
+    return slot_found(-1, #ID, want);                                                           \
   }
 BENCH_SLOTS(UNARY)
 BENCH_SLOTS(BINARY)
