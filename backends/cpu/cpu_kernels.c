@@ -308,29 +308,40 @@ static int64_t ew_cost(int kind, int sub) {
   return 1;
 }
 
-/* Runs e (its op, sub, scalars, kind and nops set) over its operands. */
-static void ew_run(ew e) {
-  const int kind = e.kind, nops = e.nops;
-  const ag_koperand *const *ops = e.op, *o0 = ops[0];
+/* One elementwise call of `kind` over its nops operands ops (output first):
+ * sub, scalars, i0, i1 and fill as in ew. */
+static void ew_run(int kind, int nops, const ag_koperand *const *ops, int sub, const double *scalars, int64_t i0,
+                   int64_t i1, double fill) {
+  ew e_, *e = &e_; /* not zeroed (small ops launch often): each field is set before it is read */
+  e->op = ops;
+  e->kind = kind;
+  e->nops = nops;
+  e->sub = sub;
+  e->scalars[0] = scalars ? scalars[0] : 0;
+  e->scalars[1] = scalars ? scalars[1] : 0;
+  e->i0 = i0;
+  e->i1 = i1;
+  e->fill = fill;
+  const ag_koperand *o0 = ops[0];
   for (int k = 0; k < nops; k++) {
-    e.p[k] = ag__cpu_ptr(ops[k]);
-    e.dt[k] = ops[k]->dtype;
-    e.sz[k] = ag__cpu_dtsize(e.dt[k]);
+    e->p[k] = ag__cpu_ptr(ops[k]);
+    e->dt[k] = ops[k]->dtype;
+    e->sz[k] = ag__cpu_dtsize(e->dt[k]);
   }
   /* Compute type: the output's, except that casts involving f64 go through
    * f64 and same-dtype copies move raw bits (NaN payloads survive). */
-  e.dom = dom_of(e.dt[0]);
-  if (kind == EW_UNARY && nops == 2 && e.sub == AG_U_COPY) {
-    if (e.dt[0] == e.dt[1]) e.dom = DOM_RAW;
-    else if (is_int(e.dt[0]) && is_int(e.dt[1])) e.dom = DOM_I;
-    else if (e.dt[0] == AG_F64 || e.dt[1] == AG_F64 || e.dt[0] == AG_I64 || e.dt[1] == AG_I64) e.dom = DOM_D;
-    else e.dom = DOM_F;
+  e->dom = dom_of(e->dt[0]);
+  if (kind == EW_UNARY && nops == 2 && e->sub == AG_U_COPY) {
+    if (e->dt[0] == e->dt[1]) e->dom = DOM_RAW;
+    else if (is_int(e->dt[0]) && is_int(e->dt[1])) e->dom = DOM_I;
+    else if (e->dt[0] == AG_F64 || e->dt[1] == AG_F64 || e->dt[0] == AG_I64 || e->dt[1] == AG_I64) e->dom = DOM_D;
+    else e->dom = DOM_F;
   }
   /* comparisons compute in the inputs' type and store 0/1 as bool */
-  if (kind == EW_BINARY && is_compare(e.sub)) e.dom = dom_of(e.dt[1]);
-  const ag_dtype nat = e.dom == DOM_F ? AG_F32 : e.dom == DOM_D ? AG_F64 : AG_I64;
-  for (int k = 0; k < nops; k++) e.native[k] = e.dt[k] == nat;
-  if (kind == EW_WHERE) e.native[1] = false;
+  if (kind == EW_BINARY && is_compare(e->sub)) e->dom = dom_of(e->dt[1]);
+  const ag_dtype nat = e->dom == DOM_F ? AG_F32 : e->dom == DOM_D ? AG_F64 : AG_I64;
+  for (int k = 0; k < nops; k++) e->native[k] = e->dt[k] == nat;
+  if (kind == EW_WHERE) e->native[1] = false;
 
   /* Fast path for small dense operands: one segment, no index arithmetic. */
   {
@@ -341,9 +352,9 @@ static void ew_run(ew e) {
         for (int k = 0; k < nops; k++) dense = dense && ops[k]->strides[d] == s;
       s *= o0->shape[d];
     }
-    if (dense && s * ew_cost(kind, e.sub) < AG_CPU_PAR_MIN) {
+    if (dense && s * ew_cost(kind, e->sub) < AG_CPU_PAR_MIN) {
       static const int64_t ones[4] = {1, 1, 1, 1};
-      if (s > 0) ew_segment(&e, e.p, ones, s);
+      if (s > 0) ew_segment(e, e->p, ones, s);
       return;
     }
   }
@@ -356,58 +367,58 @@ static void ew_run(ew e) {
     numel *= s;
     if (s == 1) continue;
     bool merge = m > 0;
-    for (int k = 0; k < nops && merge; k++) merge = e.st[k][m - 1] == ops[k]->strides[d] * s;
+    for (int k = 0; k < nops && merge; k++) merge = e->st[k][m - 1] == ops[k]->strides[d] * s;
     if (merge) {
-      e.shape[m - 1] *= s;
-      for (int k = 0; k < nops; k++) e.st[k][m - 1] = ops[k]->strides[d];
+      e->shape[m - 1] *= s;
+      for (int k = 0; k < nops; k++) e->st[k][m - 1] = ops[k]->strides[d];
     } else {
-      e.shape[m] = s;
-      for (int k = 0; k < nops; k++) e.st[k][m] = ops[k]->strides[d];
+      e->shape[m] = s;
+      for (int k = 0; k < nops; k++) e->st[k][m] = ops[k]->strides[d];
       m++;
     }
   }
   if (numel <= 0) return;
   if (m == 0) {
     m = 1;
-    e.shape[0] = 1;
-    for (int k = 0; k < nops; k++) e.st[k][0] = 1;
+    e->shape[0] = 1;
+    for (int k = 0; k < nops; k++) e->st[k][0] = 1;
   }
-  e.nd = m;
-  e.numel = numel;
-  if (transpose_like(&e)) {
-    int64_t R = e.shape[m - 2], C = e.shape[m - 1];
+  e->nd = m;
+  e->numel = numel;
+  if (transpose_like(e)) {
+    int64_t R = e->shape[m - 2], C = e->shape[m - 1];
     int64_t tiles = numel / (R * C) * ((R + TT - 1) / TT) * ((C + TT - 1) / TT);
-    par_for(tiles, numel, transpose_range, &e);
+    par_for(tiles, numel, transpose_range, e);
     return;
   }
-  par_for(numel, numel * ew_cost(kind, e.sub), ew_range, &e);
+  par_for(numel, numel * ew_cost(kind, e->sub), ew_range, e);
 }
 
 /* ---- the elementwise ops ---- */
 
 ag_status cpu_k_fill(ag_kernel_error *err, const ag_k_fill *a) {
   (void)err;
-  ew_run((ew){.op = (const ag_koperand *const[]){a->out}, .fill = a->value, .kind = EW_FILL, .nops = 1});
+  ew_run(EW_FILL, 1, (const ag_koperand *const[]){a->out}, 0, NULL, 0, 0, a->value);
   return AG_OK;
 }
 
 ag_status cpu_k_unary(ag_kernel_error *err, const ag_k_unary *a) {
   (void)err;
-  ew_run((ew){.op = (const ag_koperand *const[]){a->y, a->x}, .sub = a->variant, .scalars = {a->s0, a->s1},
-              .i0 = a->i0, .i1 = a->i1, .kind = EW_UNARY, .nops = 2});
+  ew_run(EW_UNARY, 2, (const ag_koperand *const[]){a->y, a->x}, a->variant, (const double[]){a->s0, a->s1}, a->i0,
+         a->i1, 0);
   return AG_OK;
 }
 
 ag_status cpu_k_binary(ag_kernel_error *err, const ag_k_binary *a) {
   (void)err;
-  ew_run((ew){.op = (const ag_koperand *const[]){a->out, a->a, a->b}, .sub = a->variant, .scalars = {a->s0, a->s1},
-              .kind = EW_BINARY, .nops = 3});
+  ew_run(EW_BINARY, 3, (const ag_koperand *const[]){a->out, a->a, a->b}, a->variant, (const double[]){a->s0, a->s1},
+         0, 0, 0);
   return AG_OK;
 }
 
 ag_status cpu_k_where(ag_kernel_error *err, const ag_k_where *a) {
   (void)err;
-  ew_run((ew){.op = (const ag_koperand *const[]){a->out, a->cond, a->a, a->b}, .kind = EW_WHERE, .nops = 4});
+  ew_run(EW_WHERE, 4, (const ag_koperand *const[]){a->out, a->cond, a->a, a->b}, 0, NULL, 0, 0, 0);
   return AG_OK;
 }
 
