@@ -27,7 +27,7 @@ static int pad_pre(int64_t i, int64_t before, int64_t n, int64_t no, bool reflec
   return k;
 }
 
-ag_status ag__cpu_k_pad(ag_kernel_error *err, const ag_k_pad *a) {
+ag_status cpu_k_pad(ag_kernel_error *err, const ag_k_pad *a) {
   (void)err;
   const ag_dtype dt = a->out->dtype;
   const int64_t B = a->x->shape[0], H = a->x->shape[1], W = a->x->shape[2];
@@ -51,7 +51,7 @@ ag_status ag__cpu_k_pad(ag_kernel_error *err, const ag_k_pad *a) {
   return AG_OK;
 }
 
-ag_status ag__cpu_k_pad_bwd(ag_kernel_error *err, const ag_k_pad_bwd *a) {
+ag_status cpu_k_pad_bwd(ag_kernel_error *err, const ag_k_pad_bwd *a) {
   (void)err;
   const ag_dtype dt = a->dx->dtype;
   const int64_t B = a->dx->shape[0], H = a->dx->shape[1], W = a->dx->shape[2];

@@ -13,7 +13,7 @@ static int64_t sidx(const ag_koperand *ix, int64_t o, int64_t k, int64_t i) {
   return idx_at(ix, o * ix->strides[0] + k * ix->strides[1] + i * ix->strides[2]);
 }
 
-ag_status ag__cpu_k_scatter_add(ag_kernel_error *err, const ag_k_scatter_add *a) {
+ag_status cpu_k_scatter_add(ag_kernel_error *err, const ag_k_scatter_add *a) {
   const int64_t O = a->o, K = a->k, In = a->in, X = a->xlen;
   const ag_dtype dt = a->out->dtype;
   const size_t es = ag__cpu_dtsize(dt);

@@ -64,7 +64,7 @@ static void sort_lines(void *p, int64_t lo, int64_t hi) {
   free(v);
 }
 
-ag_status ag__cpu_k_sort(ag_kernel_error *err, const ag_k_sort *a) {
+ag_status cpu_k_sort(ag_kernel_error *err, const ag_k_sort *a) {
   (void)err;
   sort_ctx s = {a, a->r, a->in, false};
   const int64_t lines = a->o * a->in;

@@ -754,7 +754,9 @@ ag_devstate *ag__devstate(ag_device d) {
     ds->dev = d;
     ds->be = &sl->vt;
     ds->ord = d.index;
-    snprintf(ds->label, sizeof ds->label, "%s:%d", sl->name, d.index);
+    /* a name of at most NAME_MAX_LEN and an ordinal: fits */
+    if (snprintf(ds->label, sizeof ds->label, "%s:%d", sl->name, d.index) >= (int)sizeof ds->label)
+      ds->label[sizeof ds->label - 1] = '\0';
     s->ds = ds;
     s->bs = bs;
     s->is_default = true;
@@ -883,6 +885,12 @@ ag_status ag_device_props_get(ag_device d, ag_device_props *out_props) {
   if (!ds) return ag_last_status();
   memset(out_props, 0, sizeof *out_props);
   return ds->be->device_props(ds->ord, out_props);
+}
+
+bool ag_device_supports(ag_device d, int op, int sub, ag_dtype dt) {
+  if (op < 0 || op >= AG_KOP_COUNT || sub < 0 || (int)dt < 0 || (int)dt >= AG_DTYPE_COUNT) return false;
+  ag_devstate *ds = ag__devstate(d);
+  return ds && ds->be->supports(ds->ord, (ag_kop)op, sub, dt);
 }
 
 ag_status ag_device_mem_info(ag_device d, size_t *out_free, size_t *out_total) {
