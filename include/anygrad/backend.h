@@ -204,15 +204,18 @@ typedef struct ag_koperand {
 #define AG_KMAX_OPERANDS 6
 #define AG_KMAX_MULTI 512
 
-/* A list of contiguous tensors for multi-tensor kernels. */
+/* A list of contiguous tensors for multi-tensor kernels. The entry type is
+ * named so that kargs.h's AGK_MULTI is the entry itself, not a cast of it
+ * (a cast to another struct breaks strict aliasing). */
+typedef struct ag_kmulti_entry {
+  void *base;
+  size_t offset;
+  ag_dtype dtype;
+  int64_t numel;
+} ag_kmulti_entry;
 typedef struct ag_kmulti {
   int count;
-  struct {
-    void *base;
-    size_t offset;
-    ag_dtype dtype;
-    int64_t numel;
-  } t[AG_KMAX_MULTI];
+  ag_kmulti_entry t[AG_KMAX_MULTI];
 } ag_kmulti;
 
 typedef struct ag_kernel_call {
