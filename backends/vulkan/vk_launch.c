@@ -960,17 +960,23 @@ static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
 
 /* ---- vision (f32) ---- */
 
-/* The geometry block of vision.comp's convolutions (n0..n15: ag_conv_geom's
- * order) from the operands and the named window of any of the three ops. */
-#define VK_CONV_GEOM(a, X, Y, Wt)                                                                         \
-  conv_geom(X, Y, Wt, (const int64_t[7]){(a)->stride_h, (a)->stride_w, (a)->pad_h, (a)->pad_w, (a)->dilation_h, \
-                                         (a)->dilation_w, (a)->groups})
-static ag_conv_geom conv_geom(const ag_koperand *x, const ag_koperand *y, const ag_koperand *w, const int64_t *win) {
-  ag_conv_geom g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], y->shape[1], y->shape[2],
-                    y->shape[3], w->shape[2], w->shape[3], win[0],      win[1],      win[2],
-                    win[3],      win[4],      win[5],      win[6]};
+/* A window of the vision ops (kops.h's AGK_WINDOW): strides, padding, and
+ * the dilation (convolutions) or the kernel size (pooling). */
+typedef struct vk_window {
+  int64_t stride_h, stride_w, pad_h, pad_w, h, w;
+} vk_window;
+#define VK_WINDOW(a, third) \
+  ((vk_window){(a)->stride_h, (a)->stride_w, (a)->pad_h, (a)->pad_w, (a)->third##_h, (a)->third##_w})
+
+/* The geometry of a convolution from its operands and named window. */
+static ag_conv_geom conv_geom(const ag_koperand *x, const ag_koperand *y, const ag_koperand *w, vk_window win,
+                              int64_t groups) {
+  ag_conv_geom g = {x->shape[0], x->shape[1],  x->shape[2],  x->shape[3], y->shape[1], y->shape[2],
+                    y->shape[3], w->shape[2],  w->shape[3],  win.stride_h, win.stride_w, win.pad_h,
+                    win.pad_w,   win.h,        win.w,        groups};
   return g;
 }
+#define VK_CONV_GEOM(a, X, Y, Wt) conv_geom(X, Y, Wt, VK_WINDOW(a, dilation), (a)->groups)
 
 static void conv_args(vkb_args *args, const ag_conv_geom *g, const ag_koperand *o0, const ag_koperand *o1,
                       const ag_koperand *o2) {
@@ -1011,37 +1017,34 @@ static ag_status vk_k_conv2d_bwd_weight(ag_bstream *s, const ag_k_conv2d_bwd_wei
   return dispatch_rows(s, a->call, VKS_CONV_BWD_W, 0, &args, g.Co * Cg * g.kh * g.kw, g.N * g.Ho * g.Wo);
 }
 
-/* x, y: the forward's input and output (dx and dy for the backward); o0,
+/* X, Y: the forward's input and output (dx and dy for the backward); o0,
  * o1 the operands in the shader's order (y, x or dx, dy) */
-#define VK_POOL(s, a, X, Y, o0, o1, bwd)                                                                   \
-  run_pool(s, (a)->call, X, Y, o0, o1, (a)->argmax, (a)->variant,                                          \
-           (const int64_t[7]){(a)->stride_h, (a)->stride_w, (a)->pad_h, (a)->pad_w, (a)->kernel_h,         \
-                              (a)->kernel_w, (a)->count_pad},                                              \
-           bwd)
 static ag_status run_pool(ag_bstream *s, const ag_kernel_call *c, const ag_koperand *X, const ag_koperand *Y,
                           const ag_koperand *o0, const ag_koperand *o1, const ag_koperand *argmax, int variant,
-                          const int64_t *win, bool bwd) {
+                          vk_window win, int64_t count_pad, bool bwd) {
   vkb_args args = {0};
   const int64_t m[11] = {X->shape[0] * X->shape[1], X->shape[2], X->shape[3], Y->shape[2], Y->shape[3],
-                         win[0], win[1], win[2], win[3], win[4], win[5]};
+                         win.stride_h, win.stride_w, win.pad_h, win.pad_w, win.h, win.w};
   memcpy(args.n, m, sizeof m);
   args.k[6] = variant;
-  args.k[7] = win[6] != 0;
+  args.k[7] = count_pad != 0;
   args.p[0] = oaddr(o0);
   args.p[1] = oaddr(o1);
   args.p[2] = variant == AG_P_MAX ? opt_addr(argmax) : 0;
   /* window loops: at most the input plane for adaptive pooling */
-  ag_status st = loop_ok(s, c, variant == AG_P_ADAPTIVE_AVG ? m[1] * m[2] + m[1] : m[9] * m[10] + m[9]);
+  ag_status st = loop_ok(s, c, variant == AG_P_ADAPTIVE_AVG ? m[1] * m[2] + m[1] : win.h * win.w + win.h);
   if (st != AG_OK) return st;
   return vkb_dispatch1(s, bwd ? VKS_POOL_BWD : VKS_POOL, 0, &args, m[0] * (bwd ? m[1] * m[2] : m[3] * m[4]));
 }
 
 static ag_status vk_k_pool2d(ag_bstream *s, const ag_k_pool2d *a) {
-  return VK_POOL(s, a, a->x, a->y, a->y, a->x, false);
+  return run_pool(s, a->call, a->x, a->y, a->y, a->x, a->argmax, a->variant, VK_WINDOW(a, kernel), a->count_pad,
+                  false);
 }
 
 static ag_status vk_k_pool2d_bwd(ag_bstream *s, const ag_k_pool2d_bwd *a) {
-  return VK_POOL(s, a, a->dx, a->dy, a->dx, a->dy, true);
+  return run_pool(s, a->call, a->dx, a->dy, a->dx, a->dy, a->argmax, a->variant, VK_WINDOW(a, kernel), a->count_pad,
+                  true);
 }
 
 static ag_status vk_k_bn_stats(ag_bstream *s, const ag_k_bn_stats *a) {
