@@ -21,9 +21,9 @@ static inline ag_status vkb_kloop_ok(ag_bstream *s, const char *name, int64_t tr
                       name ? name : "vulkan", (long long)trips, s->d->driver, s->dev, (long long)s->d->loop_limit);
 }
 
-VKB_HIDDEN ag_status vkb_k_sort(ag_bstream *s, const ag_k_sort *a);
-VKB_HIDDEN ag_status vkb_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a);
-VKB_HIDDEN ag_status vkb_k_pad(ag_bstream *s, const ag_k_pad *a);
-VKB_HIDDEN ag_status vkb_k_pad_bwd(ag_bstream *s, const ag_k_pad_bwd *a);
+VKB_HIDDEN ag_status vk_k_sort(ag_bstream *s, const ag_k_sort *a);
+VKB_HIDDEN ag_status vk_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a);
+VKB_HIDDEN ag_status vk_k_pad(ag_bstream *s, const ag_k_pad *a);
+VKB_HIDDEN ag_status vk_k_pad_bwd(ag_bstream *s, const ag_k_pad_bwd *a);
 
 #endif

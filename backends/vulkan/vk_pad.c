@@ -22,7 +22,7 @@ static vkb_args pad_args(const ag_koperand *out, const ag_koperand *in, const ag
   return k;
 }
 
-ag_status vkb_k_pad(ag_bstream *s, const ag_k_pad *a) {
+ag_status vk_k_pad(ag_bstream *s, const ag_k_pad *a) {
   int64_t n = a->out->shape[0] * a->out->shape[1] * a->out->shape[2];
   if (n == 0) return AG_OK;
   vkb_args k = pad_args(a->out, a->x, a->x, a->out, a->top, a->left, a->variant == AG_KV_PAD_REFLECT);
@@ -30,7 +30,7 @@ ag_status vkb_k_pad(ag_bstream *s, const ag_k_pad *a) {
   return vkb_dispatch1(s, VKS_PAD, 0, &k, n);
 }
 
-ag_status vkb_k_pad_bwd(ag_bstream *s, const ag_k_pad_bwd *a) {
+ag_status vk_k_pad_bwd(ag_bstream *s, const ag_k_pad_bwd *a) {
   int64_t n = a->dx->shape[0] * a->dx->shape[1] * a->dx->shape[2];
   if (n == 0) return AG_OK;
   vkb_args k = pad_args(a->dx, a->dy, a->dx, a->dy, a->top, a->left, a->variant == AG_KV_PAD_REFLECT);

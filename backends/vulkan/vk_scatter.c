@@ -2,7 +2,7 @@
  * per element of out [o, xlen, in]; f32, f16, bf16; i32 or i64 index. */
 #include "vk_kops.h"
 
-ag_status vkb_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a) {
+ag_status vk_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a) {
   int64_t O = a->o, K = a->k, I = a->in, X = a->xlen;
   if (O * X * I == 0 || K == 0) return AG_OK;
   ag_status st = vkb_kloop_ok(s, a->call->name, K);

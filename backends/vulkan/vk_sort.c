@@ -2,7 +2,7 @@
  * of x [o, r, in]; f32, f16, bf16. */
 #include "vk_kops.h"
 
-ag_status vkb_k_sort(ag_bstream *s, const ag_k_sort *a) {
+ag_status vk_k_sort(ag_bstream *s, const ag_k_sort *a) {
   int64_t O = a->o, R = a->r, I = a->in;
   if (O * R * I == 0) return AG_OK;
   ag_status st = vkb_kloop_ok(s, a->call->name, R);
