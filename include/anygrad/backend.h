@@ -214,12 +214,6 @@ typedef struct ag_kmulti_entry {
 } ag_kmulti_entry;
 
 /* A list of contiguous tensors for multi-tensor kernels. */
-typedef struct ag_kmulti_entry {
-  void *base;
-  size_t offset;
-  ag_dtype dtype;
-  int64_t numel;
-} ag_kmulti_entry;
 typedef struct ag_kmulti {
   int count;
   ag_kmulti_entry t[AG_KMAX_MULTI];
