@@ -53,7 +53,7 @@ __global__ void k_pad_bwd(T *dx, const T *dy, long long B, long long H, long lon
   }
 }
 
-gpuError_t agk_k_pad(const agk_env *env, const ag_k_pad *a) {
+gpuError_t agk_pad(const agk_env *env, const ag_k_pad *a) {
   long long B = a->x->shape[0], H = a->x->shape[1], W = a->x->shape[2];
   long long Ho = a->out->shape[1], Wo = a->out->shape[2];
   if (B * Ho * Wo == 0) return gpuSuccess;
@@ -66,7 +66,7 @@ gpuError_t agk_k_pad(const agk_env *env, const ag_k_pad *a) {
   return gpuGetLastError();
 }
 
-gpuError_t agk_k_pad_bwd(const agk_env *env, const ag_k_pad_bwd *a) {
+gpuError_t agk_pad_bwd(const agk_env *env, const ag_k_pad_bwd *a) {
   long long B = a->dx->shape[0], H = a->dx->shape[1], W = a->dx->shape[2];
   long long Ho = a->dy->shape[1], Wo = a->dy->shape[2];
   if (B * H * W == 0) return gpuSuccess;

@@ -31,7 +31,7 @@ __global__ void k_scatter_add(T *out, const T *src, sc_ix ix, long long O, long 
   }
 }
 
-gpuError_t agk_k_scatter_add(const agk_env *env, const ag_k_scatter_add *a) {
+gpuError_t agk_scatter_add(const agk_env *env, const ag_k_scatter_add *a) {
   long long O = a->o, K = a->k, I = a->in, X = a->xlen;
   if (O * X * I == 0 || K == 0) return gpuSuccess;
   sc_ix ix;

@@ -29,7 +29,7 @@ __global__ void k_sort(T *val, long long *idx, const T *x, long long O, long lon
   }
 }
 
-gpuError_t agk_k_sort(const agk_env *env, const ag_k_sort *a) {
+gpuError_t agk_sort(const agk_env *env, const ag_k_sort *a) {
   long long O = a->o, R = a->r, I = a->in;
   if (O * R * I == 0) return gpuSuccess;
   int desc = a->variant == AG_KV_SORT_DESCENDING;
