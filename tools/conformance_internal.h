@@ -135,6 +135,9 @@ void ag__conf_op_max(ctx *c);
 void ag__conf_op_min(ctx *c);
 void ag__conf_op_argmax(ctx *c);
 
+/* conformance_reduce2.c */
+void ag__conf_op_logsumexp(ctx *c);
+
 /* conformance_nn.c */
 void ag__conf_op_matmul(ctx *c);
 void ag__conf_lines(const hbuf *h, int dim, void (*fn)(const double *, double *, int64_t, int64_t, void *),

@@ -394,8 +394,17 @@ static void k_arange(const ag_kernel_call *c) {
 
 /* ---- dispatch ---- */
 
+/* A typed kernel op (kargs.h): decode the call, run cpu_k_<name>. */
+#define CPU_KCALL(nm)                                                      \
+  do {                                                                     \
+    ag_k_##nm a_;                                                          \
+    ag_status st_ = ag_k_##nm##_decode(c, &a_);                            \
+    return st_ != AG_OK ? st_ : cpu_k_##nm(err, &a_);                      \
+  } while (0)
+
 ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
   switch (c->op) {
+    case AG_K_LOGSUMEXP: CPU_KCALL(logsumexp);
     case AG_K_FILL: ew_run(c, EW_FILL, 1); return AG_OK;
     case AG_K_ARANGE: k_arange(c); return AG_OK;
     case AG_K_RAND_UNIFORM:
@@ -491,6 +500,7 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_BN_APPLY: return (dt == AG_F32 || dt == AG_F64) && (sub == 0 || sub == 1);
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return fl && sub == 0;
+    case AG_K_LOGSUMEXP: return fl && sub == 0;
     default: return false;
   }
 }

@@ -30,6 +30,7 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_CUMSUM_D] = "ag_cumsum_d", [CLK_ARANGE_D] = "ag_arange_d", [CLK_SOFTMAX_D] = "ag_softmax_d",
     [CLK_SOFTMAX_BWD_D] = "ag_softmax_bwd_d", [CLK_GATHER_D] = "ag_gather_d",
     [CLK_GATHER_BWD_D] = "ag_gather_bwd_d", [CLK_EMB_BWD_D] = "ag_embedding_bwd_d",
+    [CLK_LOGSUMEXP] = "ag_logsumexp",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -1281,7 +1282,15 @@ static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   ag_status st = clb_stream_kernels(s);
   if (st != AG_OK) return st;
   clb_touch(s);
+  /* A typed kernel op (kargs.h): decode the call, run cl_k_<name>. */
+#define CL_KCALL(nm)                                                       \
+  do {                                                                     \
+    ag_k_##nm a_;                                                          \
+    ag_status st_ = ag_k_##nm##_decode(c, &a_);                            \
+    return st_ != AG_OK ? st_ : cl_k_##nm(s, &a_);                         \
+  } while (0)
   switch (c->op) {
+    case AG_K_LOGSUMEXP: CL_KCALL(logsumexp);
     case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
     case AG_K_ARANGE: return run_arange(s, c);
     case AG_K_RAND_UNIFORM:
@@ -1395,6 +1404,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return fl && sub == 0;
+    case AG_K_LOGSUMEXP: return (fl || f64) && sub == 0;
     default: break;
   }
   return false;

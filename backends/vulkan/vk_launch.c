@@ -862,7 +862,15 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     if (c->o[k].base && c->o[k].dtype == AG_F64)
       return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: f64 needs shaderFloat64, which vulkan:%d lacks",
                           c->name ? c->name : "launch", s->dev);
+  /* A typed kernel op (kargs.h): decode the call, run vk_k_<name>. */
+#define VK_KCALL(nm)                                                       \
+  do {                                                                     \
+    ag_k_##nm a_;                                                          \
+    ag_status st_ = ag_k_##nm##_decode(c, &a_);                            \
+    return st_ != AG_OK ? st_ : vk_k_##nm(s, &a_);                         \
+  } while (0)
   switch (c->op) {
+    case AG_K_LOGSUMEXP: VK_KCALL(logsumexp);
     case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
     case AG_K_ARANGE: return run_arange(s, c);
     case AG_K_RAND_UNIFORM:
@@ -964,6 +972,7 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_POOL2D_BWD: return dt == AG_F32 && sub >= 0 && sub < AG_POOL_OP_COUNT;
     case AG_K_BN_STATS:
     case AG_K_BN_APPLY: return dt == AG_F32 && (sub == 0 || sub == 1);
+    case AG_K_LOGSUMEXP: return (fl || f64) && sub == 0;
     default: return false;
   }
 }

@@ -283,6 +283,21 @@ static ag_status var_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   return gin[0] ? AG_OK : fail();
 }
 
+/* logsumexp: g * exp(x - out), out saved in the keepdim shape (torch's
+ * formula: a line of -inf gives NaN there, as in torch). */
+static ag_status logsumexp_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  if (!NEED(0)) return AG_OK;
+  ag_tensor *x = n->e[0].val, *y = n->n_saved >= 1 ? n->saved[0] : NULL;
+  if (!x || !y) return ag_error_set(AG_ERR_INTERNAL, "ag_logsumexp backward: inputs not saved");
+  ag_tensor *gk = ag_reshape(g, n->p.ndim, n->p.shape);
+  ag_tensor *d = ag_sub(x, y), *e = d ? ag_exp(d) : NULL;
+  gin[0] = e && gk ? ag_mul(e, gk) : NULL;
+  ag_tensor_release(gk);
+  ag_tensor_release(d);
+  ag_tensor_release(e);
+  return gin[0] ? AG_OK : fail();
+}
+
 static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   const ag_edge *te = &n->e[0];
   ag_tensor *idx = n->e[1].val;
@@ -535,6 +550,7 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     case AG_G_LAYER_NORM: return layer_norm_bwd(n, g, gin);
     case AG_G_RMS_NORM: return rms_norm_bwd(n, g, gin);
     case AG_G_VAR: return var_bwd(n, g, gin);
+    case AG_G_LOGSUMEXP: return logsumexp_bwd(n, g, gin);
     case AG_G_GATHER:
       if (NEED(0)) {
         ag_tensor *dx = ag__gather_backward(g, n->e[1].val, (int)n->p.i[0], n->p.i[1] != 0, n->e[0].ndim,

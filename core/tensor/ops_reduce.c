@@ -521,3 +521,51 @@ ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tensor **ou
   *out_indices = ix;
   return AG_OK;
 }
+
+/* ---------------- logsumexp, vector norms ---------------- */
+
+/* One launch of a [outer, r, inner] reduction kernel of kind op (sub the
+ * variant) over pl's contiguous source into a new tensor of a's dtype. */
+static ag_tensor *row_reduce_launch(const char *name, ag_kop op, int sub, ag_devstate *ds, ag_tensor *a,
+                                    const reduce_plan *pl) {
+  ag_tensor *out = ag__tensor_new(ds, a->dtype, pl->out_ndim, pl->out_shape);
+  ag_status st = out ? AG_OK : ag_last_status();
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    ag__kcall_init(&c, op, sub, name, 2, (ag_tensor *[]){out, pl->src});
+    c.i[0] = pl->outer;
+    c.i[1] = pl->r;
+    c.i[2] = pl->inner;
+    st = ag__launch(ds, &c);
+  }
+  return ag__op_finish(out, st);
+}
+
+ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim) {
+  static const char name[] = "ag_logsumexp";
+  if (ag__null_args(name, 1, &x)) return NULL;
+  ag_devstate *ds = ag__ds(x);
+  if (!ag_dtype_is_float(x->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(x->dtype));
+    return NULL;
+  }
+  int nd = x->ndim ? x->ndim : 1;
+  if (dim < -nd || dim >= nd) {
+    ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, x->ndim);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_LOGSUMEXP, 0, x->dtype, name)) return NULL;
+  reduce_plan pl;
+  /* a 0-d x reduces over nothing: the plan of no dims */
+  if (!plan_reduce(name, x, x->ndim ? 1 : 0, &dim, keepdim, &pl)) return NULL;
+  ag_tensor *out = row_reduce_launch(name, AG_K_LOGSUMEXP, 0, ds, x, &pl);
+  ag_tensor_release(pl.src);
+  if (!out) return NULL;
+  ag_gparams p;
+  reduce_gparams(&p, x, &pl, x->ndim ? 1 : 0, &dim, keepdim);
+  /* the backward reads x and the result, in the keepdim shape */
+  ag_tensor *kv = ag__raw_view(out, x->ndim, pl.keep_shape);
+  ag_tensor *r = ag__op_record(out, AG_G_LOGSUMEXP, 1, &x, 1, &kv, &p);
+  ag_tensor_release(kv);
+  return r;
+}

@@ -169,6 +169,17 @@ AG_API ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias
 AG_API ag_tensor *ag_var(ag_tensor *x, int n_dims, const int *dims, double correction, bool keepdim);
 AG_API ag_tensor *ag_std(ag_tensor *x, int n_dims, const int *dims, double correction, bool keepdim);
 
+/* torch.logsumexp over one dim (negative counts from the end; a 0-d x
+ * takes 0 or -1): log(sum(exp(x))) computed from the maximum m of each
+ * line, m + log(sum(exp(x - m))), so large entries do not overflow; in f32
+ * (f64 for f64 x; the CPU in double). A line of -inf gives -inf, one holding
+ * +inf gives +inf, NaN propagates, an empty dim gives -inf. Returns a new
+ * tensor owned by the caller (x's dtype, dim dropped unless keepdim), or
+ * NULL: AG_ERR_INVALID (x NULL), AG_ERR_DTYPE (x not floating), AG_ERR_SHAPE
+ * (dim out of range), AG_ERR_UNSUPPORTED (no kernel on x's backend).
+ * Differentiable: the gradient is g * exp(x - result). */
+AG_API ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim);
+
 /* Inclusive prefix sums along dim (negative counts from the end; a 0-d
  * tensor takes dim 0 or -1), torch.cumsum for floating dtypes: summed in
  * order along dim in f32 (f64 for f64), so results repeat bit for bit.

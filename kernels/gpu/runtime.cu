@@ -457,6 +457,8 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_SDPA: /* fused attention (attention.cu) */
     case AG_K_SDPA_BWD:
       return is_float(dt) && sub == 0;
+    case AG_K_LOGSUMEXP:
+      return is_real(dt) && sub == 0;
     case AG_K_BN_STATS: /* f16/bf16: the core composes batch norm */
     case AG_K_BN_APPLY:
       return dt == AG_F32 && (sub == 0 || sub == 1);
@@ -476,7 +478,16 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
   env.sm_count = agg_sm_count(s->dev);
   ON_DEVICE(s->dev);
   gpuError_t e = gpuSuccess;
+  /* A typed kernel op (kargs.h): decode the call, run gpu_k_<name>. */
+#define GPU_KCALL(nm)                                                      \
+  {                                                                        \
+    ag_k_##nm a_;                                                          \
+    ag_status st_ = ag_k_##nm##_decode(c, &a_);                            \
+    if (st_ != AG_OK) return st_;                                          \
+    e = gpu_k_##nm(&env, &a_);                                             \
+  }
   switch (c->op) {
+    case AG_K_LOGSUMEXP: GPU_KCALL(logsumexp); break;
     case AG_K_FILL: e = agk_fill(&env, c); break;
     case AG_K_ARANGE: e = agk_arange(&env, c); break;
     case AG_K_RAND_UNIFORM:

@@ -1,0 +1,38 @@
+/* Vulkan launches of the typed kernel ops of reduce2.comp (logsumexp,
+ * vector norms, one_hot): each reads its decoded arguments (kargs.h) and
+ * fills the argument block by the names the shader gives its fields. */
+#include "vk_internal.h"
+
+/* The device address of an operand (its segment's address + offset). */
+static uint64_t r2_addr(const ag_koperand *o) { return o->base ? ((const vkb_mem *)o->base)->addr + o->offset : 0; }
+
+/* An invocation walks `trips` steps in order: refused past the driver's
+ * loop limit (lavapipe stops a loop after 65535 back-edges). */
+static ag_status r2_loop_ok(ag_bstream *s, const char *name, int64_t trips) {
+  if (trips <= s->d->loop_limit) return AG_OK;
+  return ag_error_set(AG_ERR_UNSUPPORTED,
+                      "%s: a line of %lld sequential steps exceeds the loop limit of the Vulkan driver %s on "
+                      "vulkan:%d (%lld iterations per invocation)",
+                      name ? name : "vulkan", (long long)trips, s->d->driver, s->dev, (long long)s->d->loop_limit);
+}
+
+/* The [outer, r, inner] lines of a reduction: y, x, sizes, dtype. */
+static vkb_args r2_line_args(const ag_koperand *y, const ag_koperand *x, int64_t outer, int64_t r, int64_t inner,
+                             ag_dtype dt) {
+  vkb_args a = {0};
+  a.p[0] = r2_addr(y);  /* Y_ADDR */
+  a.p[1] = r2_addr(x);  /* X_ADDR */
+  a.n[0] = outer;       /* OUTER */
+  a.n[1] = r;           /* RLEN */
+  a.n[2] = inner;       /* INNER */
+  a.k[0] = (int32_t)dt; /* DT */
+  return a;
+}
+
+ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
+  if (!a->outer || !a->inner) return AG_OK;
+  ag_status st = r2_loop_ok(s, a->call->name, 2 * a->r);
+  if (st != AG_OK) return st;
+  vkb_args v = r2_line_args(a->out, a->x, a->outer, a->r, a->inner, a->dtype);
+  return vkb_dispatch1(s, a->dtype == AG_F64 ? VKS_LOGSUMEXP_D : VKS_LOGSUMEXP, 0, &v, a->outer * a->inner);
+}

@@ -1,0 +1,91 @@
+/* Line reductions of the typed kernel-op table (logsumexp, vector norms)
+ * and one_hot. x is [outer, r, inner]: with inner == 1 a group of 32 lanes
+ * takes a line (coalesced along r) and combines its lanes in a fixed
+ * butterfly; otherwise a thread takes a line (coalesced over inner) and
+ * walks r in order. Either way the result repeats bit for bit. Compute in
+ * f32 (f64 for f64). */
+#include "common.cuh"
+
+#define R2_TPR 32 /* lanes per line when inner == 1 */
+
+/* Lines in a grid-stride loop: TPR lanes per line (TPR == 1: a thread). The
+ * loop bound is uniform over a lane group, so its shuffles never diverge. */
+#define R2_LINES(TPR)                                                                              \
+  const int lane = (TPR) > 1 ? (int)(threadIdx.x % (TPR)) : 0;                                     \
+  const long long lpb = blockDim.x / (TPR);                                                        \
+  for (long long t = (long long)blockIdx.x * lpb + threadIdx.x / (TPR); t < outer * inner;        \
+       t += (long long)gridDim.x * lpb)
+
+template <int TPR, typename C> AGK_DEV C r2_sum(C v) {
+  for (int m = TPR / 2; m > 0; m >>= 1) v += AGK_SHFL_XOR(v, m, TPR);
+  return v;
+}
+template <int TPR> AGK_DEV int r2_or(int v) {
+  for (int m = TPR / 2; m > 0; m >>= 1) v |= AGK_SHFL_XOR(v, m, TPR);
+  return v;
+}
+template <int TPR, typename C> AGK_DEV C r2_max(C v) {
+  for (int m = TPR / 2; m > 0; m >>= 1) {
+    C o = AGK_SHFL_XOR(v, m, TPR);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
+/* ---------------- logsumexp ---------------- */
+/* Online (max, sum of exp(x - max)) per lane, combined across lanes; NaN
+ * is carried as a flag, an infinite max is the answer (exp(inf - inf) is
+ * never used). */
+template <typename C> AGK_DEV void lse_comb(C &m, C &s, C m2, C s2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = m2;
+    s = s2;
+    return;
+  }
+  C mm = m > m2 ? m : m2;
+  if (mm != INFINITY) s = s * agk_fexp(m - mm) + s2 * agk_fexp(m2 - mm);
+  m = mm;
+}
+template <int TPR, typename T>
+__global__ void k_logsumexp(T *y, const T *x, long long outer, long long r, long long inner) {
+  typedef agk_c<T> C;
+  R2_LINES(TPR) {
+    long long o = t / inner, i = t - o * inner;
+    const T *p = x + o * r * inner + i;
+    C m = -INFINITY, s = 0;
+    int nan = 0;
+    for (long long k = lane; k < r; k += TPR) {
+      C v = agk_tof(p[k * inner]);
+      if (v != v) nan = 1;
+      else lse_comb(m, s, v, (C)1);
+    }
+    if (TPR > 1) {
+      nan = r2_or<TPR>(nan);
+      for (int w = TPR / 2; w > 0; w >>= 1) {
+        C m2 = AGK_SHFL_XOR(m, w, TPR), s2 = AGK_SHFL_XOR(s, w, TPR);
+        lse_comb(m, s, m2, s2);
+      }
+    }
+    C res = nan ? (C)NAN : (m == INFINITY || m == -INFINITY) ? m : m + agk_log(s);
+    if (lane == 0) y[t] = agk_fromf<T>(res);
+  }
+}
+
+template <typename T> static gpuError_t logsumexp_go(const agk_env *env, const ag_k_logsumexp *a) {
+  long long outer = a->outer, r = a->r, inner = a->inner;
+  if (outer == 0 || inner == 0) return gpuSuccess;
+  T *y = (T *)agk_ptr(a->out);
+  const T *x = (const T *)agk_ptr(a->x);
+  if (inner == 1)
+    agk_launch(k_logsumexp<R2_TPR, T>, agk_blocks(outer, 256 / R2_TPR, 256, agk_wave(env, 256)), 256, 0,
+               env->stream, y, x, outer, r, inner);
+  else
+    agk_launch(k_logsumexp<1, T>, agk_blocks(outer * inner, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y,
+               x, outer, r, inner);
+  return gpuGetLastError();
+}
+gpuError_t gpu_k_logsumexp(const agk_env *env, const ag_k_logsumexp *a) {
+  AGK_DISPATCH_FLOAT(a->dtype, T, return logsumexp_go<T>(env, a));
+  return gpuErrorNotSupported;
+}

@@ -1,0 +1,40 @@
+/* Line reductions of the typed kernel-op table (logsumexp, vector norms)
+ * and one_hot. x is [outer, r, inner]: a work-item per line, walking r in
+ * order (coalesced over inner), so results repeat bit for bit. f32 compute
+ * for f32/f16/bf16; f64 lines (AG_FP64 builds) compute in double. */
+
+/* ---- logsumexp: max + log(sum(exp(x - max))) ---- */
+#define AG_LSE_LINE(REAL, LOAD)                                                  \
+  {                                                                              \
+    REAL m = -INFINITY;                                                          \
+    bool nan_ = false;                                                           \
+    for (long k = 0; k < r; k++) {                                               \
+      REAL v = LOAD(base + k * inner);                                           \
+      if (isnan(v)) nan_ = true;                                                 \
+      else if (v > m) m = v;                                                     \
+    }                                                                            \
+    REAL s = 0;                                                                  \
+    if (!nan_ && !isinf(m))                                                      \
+      for (long k = 0; k < r; k++) s += exp(LOAD(base + k * inner) - m);         \
+    res = nan_ ? (REAL)NAN : isinf(m) ? m : m + log(s);                          \
+  }
+
+#define AG_LDF(i) ldf(x, xo, (i), dt)
+#define AG_LDD(i) ((const __global double *)(x + xo))[i]
+
+__kernel void ag_logsumexp(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r, long inner) {
+  long t = get_global_id(0);
+  if (t >= outer * inner) return;
+  long base = (t / inner) * r * inner + t % inner;
+#ifdef AG_FP64
+  if (dt == DT_F64) {
+    double res;
+    AG_LSE_LINE(double, AG_LDD)
+    ((__global double *)(y + yo))[t] = res;
+    return;
+  }
+#endif
+  float res;
+  AG_LSE_LINE(float, AG_LDF)
+  stf(y, yo, t, dt, res);
+}

@@ -1,0 +1,64 @@
+#version 450
+/* Line reductions of the typed kernel-op table (logsumexp, vector norms)
+ * and one_hot. x is [outer, r, inner]: an invocation per line, walking r in
+ * order (the CPU's order; the host refuses lines past the driver's loop
+ * limit). f32 compute for f32/f16/bf16; the _D builds (devices with
+ * shaderFloat64 only) compute f64 lines in double. One kernel per build
+ * define. */
+#extension GL_ARB_gpu_shader_int64 : require
+#include "common.glsl"
+#if defined(K_LOGSUMEXP_D)
+#include "ops64.glsl"
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer BF64 { double v; };
+#define PD(a, i) BF64((a) + uint64_t(i) * 8ul).v
+#endif
+layout(local_size_x = WG) in;
+
+/* The argument block (vk_reduce2.c fills it) by name. */
+#define Y_ADDR pc.a.p[0]
+#define X_ADDR pc.a.p[1]
+#define OUTER pc.a.n[0]
+#define RLEN pc.a.n[1]
+#define INNER pc.a.n[2]
+#define DT pc.a.k[0]
+
+#if defined(K_LOGSUMEXP) || defined(K_LOGSUMEXP_D)
+#if defined(K_LOGSUMEXP_D)
+#define REAL double
+#define LOADX(i) PD(X_ADDR, i)
+#define EXPF(v) d_exp(v)
+#define LOGF(v) d_log(v)
+#define NANV D_NAN
+#define NEG_INF (-D_INF)
+#else
+#define REAL float
+#define LOADX(i) ldf(X_ADDR, i, DT)
+#define EXPF(v) exp(v)
+#define LOGF(v) log(v)
+#define NANV F_NAN
+#define NEG_INF (-F_INF)
+#endif
+/* max + log(sum(exp(x - max))); an infinite max is the answer, NaN
+ * propagates */
+void main() {
+  int64_t t = gid(), inner = INNER, r = RLEN;
+  if (t >= OUTER * inner) return;
+  int64_t base = (t / inner) * r * inner + t % inner;
+  REAL m = NEG_INF;
+  bool nan_ = false;
+  for (int64_t k = 0; k < r; k++) {
+    REAL v = LOADX(base + k * inner);
+    if (ag_isnan(v)) nan_ = true;
+    else if (v > m) m = v;
+  }
+  REAL s = 0.0;
+  if (!nan_ && !ag_isinf(m))
+    for (int64_t k = 0; k < r; k++) s += EXPF(LOADX(base + k * inner) - m);
+  REAL res = nan_ ? NANV : ag_isinf(m) ? m : m + LOGF(s);
+#if defined(K_LOGSUMEXP_D)
+  PD(Y_ADDR, t) = res;
+#else
+  stf(Y_ADDR, t, DT, res);
+#endif
+}
+#endif

