@@ -114,10 +114,76 @@ static void logsumexp_values(void **state) {
   assert_close(g[4], 1.0 / 3, 1e-12);
 }
 
+/* ---- vector norms ---- */
+
+static void norm_errors(void **state) {
+  (void)state;
+  ag_tensor *x = ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){2, 3});
+  ag_tensor *i = ag_zeros(AG_CPU, AG_I64, 1, (int64_t[]){3});
+  assert_fails(ag_norm(NULL, 2, 0, NULL, false), AG_ERR_INVALID, "ag_norm");
+  assert_fails(ag_norm(i, 2, 0, NULL, false), AG_ERR_DTYPE, "i64");
+  assert_fails(ag_norm(x, 3, 0, NULL, false), AG_ERR_INVALID, "p = 3");
+  assert_fails(ag_norm(x, 0, 0, NULL, false), AG_ERR_INVALID, "1, 2 or inf");
+  assert_fails(ag_norm(x, -INFINITY, 0, NULL, false), AG_ERR_INVALID, "p = -inf");
+  assert_fails(ag_norm(x, NAN, 0, NULL, false), AG_ERR_INVALID, "ag_norm");
+  assert_fails(ag_norm(x, 2, 1, (const int[]){2}, false), AG_ERR_SHAPE, "dim 2 out of range");
+  assert_fails(ag_norm(x, 2, 2, (const int[]){1, -1}, false), AG_ERR_SHAPE, "more than once");
+  ag_tensor *e = ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){2, 0});
+  assert_fails(ag_norm(e, INFINITY, 1, (const int[]){1}, false), AG_ERR_SHAPE, "no identity");
+  ag_tensor *z = ag_norm(e, 2, 1, (const int[]){1}, false); /* empty sums are 0, as torch */
+  assert_non_null(z);
+  double o[2];
+  read_f64(z, o);
+  assert_close(o[0], 0, 0);
+}
+
+static void norm_values(void **state) {
+  (void)state;
+  const double v[6] = {3, -4, 0, 0, 0, 0};
+  ag_tensor *x = from(AG_F64, 2, (int64_t[]){3, 2}, v);
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  ag_tensor *n2 = ag_norm(x, 2, 1, (const int[]){1}, false);
+  assert_non_null(n2);
+  double o[3];
+  read_f64(n2, o);
+  assert_close(o[0], 5, 1e-15);
+  assert_close(o[1], 0, 0);
+  /* p = 2: x / norm, 0 for a zero line (torch) */
+  assert_int_equal(ag_backward(ag_sum(n2, 0, NULL, false), NULL, false), AG_OK);
+  double g[6];
+  read_f64(ag_tensor_grad(x), g);
+  assert_close(g[0], 0.6, 1e-15);
+  assert_close(g[1], -0.8, 1e-15);
+  assert_close(g[2], 0, 0);
+  assert_close(g[3], 0, 0);
+  /* all dims, keepdim: shape [1, 1] */
+  ag_tensor *all = ag_norm(x, 1, 0, NULL, true);
+  assert_non_null(all);
+  assert_int_equal(ag_tensor_ndim(all), 2);
+  assert_close(ag_item(all), 7, 0);
+  /* inf: ties share the gradient evenly, with their sign */
+  const double w[3] = {1, -3, 3};
+  ag_tensor *y = from(AG_F64, 1, (int64_t[]){3}, w);
+  assert_int_equal(ag_tensor_set_requires_grad(y, true), AG_OK);
+  ag_tensor *ni = ag_norm(y, INFINITY, 0, NULL, false);
+  assert_close(ag_item(ni), 3, 0);
+  assert_int_equal(ag_backward(ni, NULL, false), AG_OK);
+  read_f64(ag_tensor_grad(y), g);
+  assert_close(g[0], 0, 0);
+  assert_close(g[1], -0.5, 1e-15);
+  assert_close(g[2], 0.5, 1e-15);
+  /* large f32 entries: the squares would overflow f32 */
+  const double big[2] = {3e30, 4e30};
+  ag_tensor *b = from(AG_F32, 1, (int64_t[]){2}, big);
+  assert_close(ag_item(ag_norm(b, 2, 0, NULL, false)), 5e30, 1e-6);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(logsumexp_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(logsumexp_values, setup, teardown),
+      cmocka_unit_test_setup_teardown(norm_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(norm_values, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,7 @@ enum {
   GA_ADD, GA_SUB, GA_MUL, GA_DIV, GA_AFFINE, GA_UNARY, GA_BINARY, GA_WHERE, GA_SUM, GA_MEAN, GA_MATMUL,
   GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_RMS, GA_RMS_NOW, GA_VAR, GA_STD, GA_CUMSUM, GA_GATHER, GA_INDEX_SELECT, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
   GA_CONV2D, GA_AVG_POOL2D, GA_ADAPTIVE_AVG_POOL2D, GA_BATCH_NORM,
-  GA_LOGSUMEXP,
+  GA_LOGSUMEXP, GA_NORM_L1, GA_NORM_L2, GA_NORM_INF,
 };
 
 typedef struct gin {
@@ -68,6 +68,9 @@ static const gdef GRADS[] = {
     {"grad_std", GA_STD, 1, {{2, {4, 6}, GF(-2, 2)}}, 0},
     {"grad_cumsum", GA_CUMSUM, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
     {"grad_logsumexp", GA_LOGSUMEXP, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
+    {"grad_norm_l1", GA_NORM_L1, 1, {{3, {3, 4, 5}, G_AWAY, 0.5, 2, 0}}, 0},
+    {"grad_norm_l2", GA_NORM_L2, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
+    {"grad_norm_inf", GA_NORM_INF, 1, {{2, {4, 6}, GF(-2, 2)}}, 0},
     {"grad_gather", GA_GATHER, 2, {{2, {4, 5}, GF(-2, 2)}, {2, {4, 3}, G_INT, 0, 4, 2}}, 0},
     {"grad_index_select", GA_INDEX_SELECT, 2, {{2, {5, 3}, GF(-2, 2)}, {1, {6}, G_INT, 0, 4, 2}}, 0},
     {"grad_embedding", GA_EMB, 2, {{2, {6, 3}, GF(-2, 2)}, {1, {5}, G_INT, 0, 5, 2}}, 0},
@@ -113,6 +116,9 @@ static ag_tensor *gfn(const gdef *g, ag_tensor **x) {
     case GA_STD: return ag_std(x[0], 1, d1, 0, false);
     case GA_CUMSUM: return ag_cumsum(x[0], 1);
     case GA_LOGSUMEXP: return ag_logsumexp(x[0], 1, false);
+    case GA_NORM_L1: return ag_norm(x[0], 1, 2, d02, true);
+    case GA_NORM_L2: return ag_norm(x[0], 2, 2, d02, false);
+    case GA_NORM_INF: return ag_norm(x[0], INFINITY, 1, d1, false);
     case GA_GATHER: return ag_gather(x[0], 1, x[1]);
     case GA_INDEX_SELECT: return ag_index_select(x[0], 0, x[1]);
     case GA_EMB: return ag_embedding(x[0], x[1]);

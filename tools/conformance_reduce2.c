@@ -111,3 +111,84 @@ void ag__conf_op_logsumexp(ctx *c) {
   }
   ag__conf_case_end(c);
 }
+
+/* ---- vector norms ---- */
+
+static double ref_norm(const double *v, int64_t r, double p) {
+  double s = 0, m = 0;
+  for (int64_t k = 0; k < r; k++) {
+    double a = fabs(v[k]);
+    if (isnan(a)) return NAN;
+    if (a > m) m = a;
+    s += p == 1 ? a : a * a; /* double has the range for these inputs */
+  }
+  return p == 1 ? s : p == 2 ? sqrt(s) : m;
+}
+
+void ag__conf_op_norm(ctx *c) {
+  /* f16 holds neither 1e20 nor 1e-20: its large and tiny lines stay in range */
+  const bool h = c->dt == AG_F16;
+  const struct {
+    const char *name;
+    int n;
+    int64_t s[3];
+    int l;
+    int nd;
+    int dims[3];
+    bool keep;
+    double p, lo, hi;
+  } S[] = {
+      {"p 2 [6,32] dim -1", 2, {6, 32}, L_C, 1, {-1}, false, 2, -3, 5},
+      {"p 1 [5,7,9] dims 0,2 keepdim", 3, {5, 7, 9}, L_C, 2, {0, 2}, true, 1, -3, 5},
+      {"p inf transposed [9,7] dim 0", 2, {9, 7}, L_T, 1, {0}, false, INFINITY, -3, 5},
+      {"p 2 all of [5,7,9]", 3, {5, 7, 9}, L_C, 0, {0}, false, 2, -3, 5},
+      {"p 1 stepped [6,33] dim 1", 2, {6, 33}, L_S, 1, {1}, false, 1, -3, 5},
+      {"p inf [5,7,9] dims 2,0", 3, {5, 7, 9}, L_C, 2, {2, 0}, false, INFINITY, -3, 5},
+      {"p 2 long rows [3,3000] dim 1", 2, {3, 3000}, L_C, 1, {1}, false, 2, -3, 5},
+      {"p 2 long columns [2000,3] dim 0 keepdim", 2, {2000, 3}, L_C, 1, {0}, true, 2, -3, 5},
+      {"p 2 large entries [4,16] dim 1 (squares overflow f32)", 2, {4, 16}, L_C, 1, {1}, false, 2, h ? 1e3 : 1e20,
+       h ? 6e3 : 3e20},
+      {"p 2 tiny entries [4,16] dim 1 (squares underflow f32)", 2, {4, 16}, L_C, 1, {1}, false, 2, h ? 1e-3 : 1e-25,
+       h ? 3e-3 : 3e-25},
+      {"p 1 scalar", 0, {0}, L_C, 0, {0}, false, 1, -3, 5},
+  };
+  for (size_t k = 0; k < sizeof S / sizeof S[0]; k++) {
+    ag__conf_case_begin(c, S[k].name);
+    hbuf *hb;
+    ag_tensor *a = ag__conf_mk(c, &hb, S[k].l, S[k].n, S[k].s, G_UNI, S[k].lo, S[k].hi);
+    if (a) {
+      int on;
+      int64_t os[AG_MAX_DIMS], rc;
+      double *lines;
+      int64_t n = gather_lines(c, hb, S[k].nd, S[k].dims, S[k].keep, &on, os, &rc, &lines);
+      double *ref = n >= 0 ? ag__conf_cx_alloc(c, (size_t)(n ? n : 1) * sizeof(double)) : NULL;
+      for (int64_t i = 0; ref && i < n; i++) ref[i] = ref_norm(lines + i * rc, rc, S[k].p);
+      guard g;
+      ag__conf_guard_begin(c, &g, c->dt, n);
+      ag_tensor *o = ag_norm(a, S[k].p, S[k].nd, S[k].nd ? S[k].dims : NULL, S[k].keep);
+      if (!o) ag__conf_on_null(c, "ag_norm");
+      else if (ref) ag__conf_check(c, o, on, os, c->dt, ref, DEF);
+      ag__conf_guard_end(c, &g);
+    }
+    ag__conf_case_end(c);
+  }
+  /* a zero line, one with inf, one with NaN, a mixed one: each p */
+  static const double ps[3] = {1, 2, INFINITY};
+  static const char *const pn[3] = {"special rows [4,3] dim 1 p 1", "special rows [4,3] dim 1 p 2",
+                                    "special rows [4,3] dim 1 p inf"};
+  for (int q = 0; q < 3; q++) {
+    ag__conf_case_begin(c, pn[q]);
+    const double v[12] = {0, 0, 0, 1, -INFINITY, -2, 0.5, NAN, 1, -3, 2, 0.25};
+    const int64_t s[2] = {4, 3}, os[1] = {4};
+    hbuf *hb;
+    ag_tensor *a = ag__conf_mk_vals(c, c->dt, &hb, 2, s, v);
+    if (a) {
+      double ref[4];
+      for (int i = 0; i < 4; i++) ref[i] = ref_norm(hb->v + 3 * i, 3, ps[q]);
+      ag_tensor *o = ag_norm(a, ps[q], 1, (const int[]){1}, false);
+      if (!o) ag__conf_on_null(c, "ag_norm");
+      else ag__conf_check(c, o, 1, os, c->dt, ref, DEF);
+    }
+    ag__conf_case_end(c);
+  }
+}

@@ -405,6 +405,7 @@ static void k_arange(const ag_kernel_call *c) {
 ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
   switch (c->op) {
     case AG_K_LOGSUMEXP: CPU_KCALL(logsumexp);
+    case AG_K_NORM: CPU_KCALL(norm);
     case AG_K_FILL: ew_run(c, EW_FILL, 1); return AG_OK;
     case AG_K_ARANGE: k_arange(c); return AG_OK;
     case AG_K_RAND_UNIFORM:
@@ -501,6 +502,7 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return fl && sub == 0;
     case AG_K_LOGSUMEXP: return fl && sub == 0;
+    case AG_K_NORM: return fl && (sub == AG_KV_NORM_L1 || sub == AG_KV_NORM_L2 || sub == AG_KV_NORM_INF);
     default: return false;
   }
 }

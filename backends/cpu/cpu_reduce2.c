@@ -69,3 +69,25 @@ ag_status cpu_k_logsumexp(ag_kernel_error *err, const ag_k_logsumexp *a) {
   (void)err;
   return run_lines(a->call, a->out, a->x, a->outer, a->r, a->inner, a->variant, logsumexp_line);
 }
+
+/* sum |v|, max |v|, or sqrt(sum v^2) as m * sqrt(sum (v/m)^2) with m the
+ * largest |v| (no overflow or underflow); NaN propagates. */
+static double norm_line(const double *v, int64_t r, int variant) {
+  double m = 0, s = 0;
+  for (int64_t k = 0; k < r; k++) {
+    double a = fabs(v[k]);
+    if (isnan(a)) return a;
+    s += a;
+    if (a > m) m = a;
+  }
+  if (variant == AG_KV_NORM_L1) return s;
+  if (variant == AG_KV_NORM_INF || m == 0 || isinf(m)) return m;
+  s = 0;
+  for (int64_t k = 0; k < r; k++) s += (v[k] / m) * (v[k] / m);
+  return m * sqrt(s);
+}
+
+ag_status cpu_k_norm(ag_kernel_error *err, const ag_k_norm *a) {
+  (void)err;
+  return run_lines(a->call, a->out, a->x, a->outer, a->r, a->inner, a->variant, norm_line);
+}

@@ -45,3 +45,16 @@ ag_status cl_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
   r2_long(&k, a->inner);
   return r2_run(&k, "ag_logsumexp", (size_t)(a->outer * a->inner));
 }
+
+ag_status cl_k_norm(ag_bstream *s, const ag_k_norm *a) {
+  if (!a->outer || !a->inner) return AG_OK;
+  r2_args k = {s, CLK_NORM, 0, CL_SUCCESS};
+  r2_buf(&k, a->out);
+  r2_buf(&k, a->x);
+  r2_int(&k, a->dtype);
+  r2_long(&k, a->outer);
+  r2_long(&k, a->r);
+  r2_long(&k, a->inner);
+  r2_int(&k, a->variant);
+  return r2_run(&k, "ag_norm", (size_t)(a->outer * a->inner));
+}

@@ -871,6 +871,7 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   } while (0)
   switch (c->op) {
     case AG_K_LOGSUMEXP: VK_KCALL(logsumexp);
+    case AG_K_NORM: VK_KCALL(norm);
     case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
     case AG_K_ARANGE: return run_arange(s, c);
     case AG_K_RAND_UNIFORM:
@@ -973,6 +974,8 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_BN_STATS:
     case AG_K_BN_APPLY: return dt == AG_F32 && (sub == 0 || sub == 1);
     case AG_K_LOGSUMEXP: return (fl || f64) && sub == 0;
+    case AG_K_NORM:
+      return (fl || f64) && (sub == AG_KV_NORM_L1 || sub == AG_KV_NORM_L2 || sub == AG_KV_NORM_INF);
     default: return false;
   }
 }

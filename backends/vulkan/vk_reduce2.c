@@ -36,3 +36,12 @@ ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
   vkb_args v = r2_line_args(a->out, a->x, a->outer, a->r, a->inner, a->dtype);
   return vkb_dispatch1(s, a->dtype == AG_F64 ? VKS_LOGSUMEXP_D : VKS_LOGSUMEXP, 0, &v, a->outer * a->inner);
 }
+
+ag_status vk_k_norm(ag_bstream *s, const ag_k_norm *a) {
+  if (!a->outer || !a->inner) return AG_OK;
+  ag_status st = r2_loop_ok(s, a->call->name, 2 * a->r);
+  if (st != AG_OK) return st;
+  vkb_args v = r2_line_args(a->out, a->x, a->outer, a->r, a->inner, a->dtype);
+  v.k[6] = a->variant; /* VARIANT */
+  return vkb_dispatch1(s, a->dtype == AG_F64 ? VKS_NORM_D : VKS_NORM, 0, &v, a->outer * a->inner);
+}

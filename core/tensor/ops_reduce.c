@@ -569,3 +569,39 @@ ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim) {
   ag_tensor_release(kv);
   return r;
 }
+
+ag_tensor *ag_norm(ag_tensor *x, double p, int n_dims, const int *dims, bool keepdim) {
+  static const char name[] = "ag_norm";
+  if (ag__null_args(name, 1, &x)) return NULL;
+  ag_devstate *ds = ag__ds(x);
+  if (!ag_dtype_is_float(x->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(x->dtype));
+    return NULL;
+  }
+  int v;
+  if (p == 1) v = AG_KV_NORM_L1;
+  else if (p == 2) v = AG_KV_NORM_L2;
+  else if (isinf(p) && p > 0) v = AG_KV_NORM_INF;
+  else {
+    ag_error_set(AG_ERR_INVALID, "%s: p = %g is not supported (1, 2 or inf)", name, p);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_NORM, v, x->dtype, name)) return NULL;
+  reduce_plan pl;
+  if (!plan_reduce(name, x, n_dims, dims, keepdim, &pl)) return NULL;
+  if (pl.r == 0 && v == AG_KV_NORM_INF) {
+    ag_tensor_release(pl.src);
+    ag_error_set(AG_ERR_SHAPE, "%s: the inf norm of an empty dim has no identity", name);
+    return NULL;
+  }
+  ag_tensor *out = row_reduce_launch(name, AG_K_NORM, v, ds, x, &pl);
+  ag_tensor_release(pl.src);
+  if (!out) return NULL;
+  ag_gparams gp;
+  reduce_gparams(&gp, x, &pl, n_dims, dims, keepdim);
+  gp.i[0] = v;
+  ag_tensor *kv = ag__raw_view(out, x->ndim, pl.keep_shape);
+  ag_tensor *r = ag__op_record(out, AG_G_NORM, 1, &x, 1, &kv, &gp);
+  ag_tensor_release(kv);
+  return r;
+}

@@ -180,6 +180,21 @@ AG_API ag_tensor *ag_std(ag_tensor *x, int n_dims, const int *dims, double corre
  * Differentiable: the gradient is g * exp(x - result). */
 AG_API ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim);
 
+/* torch.linalg.vector_norm for p = 1 (sum of |x|), 2 (sqrt of the sum of
+ * squares, scaled by the line's largest |x| so it neither overflows nor
+ * underflows) and INFINITY (the largest |x|) over dims (n_dims == 0 or dims
+ * NULL: all, x taken as a vector; several dims are made contiguous first).
+ * NaN propagates. In f32 (f64 for f64 x; the CPU in double). Returns a new
+ * tensor owned by the caller (x's dtype), or NULL: AG_ERR_INVALID (x NULL,
+ * p not 1, 2 or +inf), AG_ERR_DTYPE (x not floating), AG_ERR_SHAPE (a dim
+ * out of range or repeated; the inf norm of an empty line, which has no
+ * identity), AG_ERR_UNSUPPORTED (no kernel on x's backend).
+ * Differentiable, with torch's gradients: p = 2 gives g * x / norm (0 where
+ * the norm is 0), p = 1 gives g * sign(x), inf splits g evenly among the
+ * entries whose |x| equals the norm (times their sign; a line holding NaN
+ * gives 0 there, where torch gives NaN at the NaN entries). */
+AG_API ag_tensor *ag_norm(ag_tensor *x, double p, int n_dims, const int *dims, bool keepdim);
+
 /* Inclusive prefix sums along dim (negative counts from the end; a 0-d
  * tensor takes dim 0 or -1), torch.cumsum for floating dtypes: summed in
  * order along dim in f32 (f64 for f64), so results repeat bit for bit.

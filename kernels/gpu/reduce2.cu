@@ -89,3 +89,64 @@ gpuError_t gpu_k_logsumexp(const agk_env *env, const ag_k_logsumexp *a) {
   AGK_DISPATCH_FLOAT(a->dtype, T, return logsumexp_go<T>(env, a));
   return gpuErrorNotSupported;
 }
+
+/* ---------------- vector norms ---------------- */
+/* L1: sum |x|; INF: max |x|; L2: m * sqrt(sum (x/m)^2) with m = max |x|
+ * (a second pass over the line), so squares neither overflow nor
+ * underflow. NaN propagates (a flag across lanes). */
+template <int TPR, typename T>
+__global__ void k_norm(T *y, const T *x, long long outer, long long r, long long inner, int variant) {
+  typedef agk_c<T> C;
+  R2_LINES(TPR) {
+    long long o = t / inner, i = t - o * inner;
+    const T *p = x + o * r * inner + i;
+    C m = 0, s = 0;
+    int nan = 0;
+    for (long long k = lane; k < r; k += TPR) {
+      C a = agk_tof(p[k * inner]);
+      a = a < 0 ? -a : a;
+      if (a != a) nan = 1;
+      else {
+        s += a;
+        m = a > m ? a : m;
+      }
+    }
+    if (TPR > 1) {
+      nan = r2_or<TPR>(nan);
+      m = r2_max<TPR>(m);
+      if (variant == AG_KV_NORM_L1) s = r2_sum<TPR>(s);
+    }
+    C res = variant == AG_KV_NORM_L1 ? s : m;
+    if (variant == AG_KV_NORM_L2 && m != 0 && m != (C)INFINITY) {
+      C q = 0;
+      for (long long k = lane; k < r; k += TPR) {
+        C v = agk_tof(p[k * inner]) / m;
+        q += v * v;
+      }
+      if (TPR > 1) q = r2_sum<TPR>(q);
+      res = m * agk_sqrt(q);
+    }
+    if (nan) res = (C)NAN;
+    if (lane == 0) y[t] = agk_fromf<T>(res);
+  }
+}
+
+template <typename T> static gpuError_t norm_go(const agk_env *env, const ag_k_norm *a) {
+  long long outer = a->outer, r = a->r, inner = a->inner;
+  if (outer == 0 || inner == 0) return gpuSuccess;
+  if (a->variant != AG_KV_NORM_L1 && a->variant != AG_KV_NORM_L2 && a->variant != AG_KV_NORM_INF)
+    return gpuErrorNotSupported;
+  T *y = (T *)agk_ptr(a->out);
+  const T *x = (const T *)agk_ptr(a->x);
+  if (inner == 1)
+    agk_launch(k_norm<R2_TPR, T>, agk_blocks(outer, 256 / R2_TPR, 256, agk_wave(env, 256)), 256, 0, env->stream,
+               y, x, outer, r, inner, a->variant);
+  else
+    agk_launch(k_norm<1, T>, agk_blocks(outer * inner, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y, x,
+               outer, r, inner, a->variant);
+  return gpuGetLastError();
+}
+gpuError_t gpu_k_norm(const agk_env *env, const ag_k_norm *a) {
+  AGK_DISPATCH_FLOAT(a->dtype, T, return norm_go<T>(env, a));
+  return gpuErrorNotSupported;
+}

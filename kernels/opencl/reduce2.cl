@@ -38,3 +38,45 @@ __kernel void ag_logsumexp(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, l
   AG_LSE_LINE(float, AG_LDF)
   stf(y, yo, t, dt, res);
 }
+
+/* ---- vector norms: sum |x|, max |x|, or m * sqrt(sum (x/m)^2) with m =
+ * max |x| (no overflow or underflow of the squares); NaN propagates ---- */
+#define AG_NORM_LINE(REAL, LOAD)                                                 \
+  {                                                                              \
+    REAL m = 0, s = 0;                                                           \
+    bool nan_ = false;                                                           \
+    for (long k = 0; k < r; k++) {                                               \
+      REAL a = fabs(LOAD(base + k * inner));                                     \
+      if (isnan(a)) nan_ = true;                                                 \
+      s += a;                                                                    \
+      m = a > m ? a : m;                                                         \
+    }                                                                            \
+    res = variant == AG_KV_NORM_L1 ? s : m;                                      \
+    if (variant == AG_KV_NORM_L2 && !nan_ && m != 0 && !isinf(m)) {              \
+      REAL q = 0;                                                                \
+      for (long k = 0; k < r; k++) {                                             \
+        REAL v = LOAD(base + k * inner) / m;                                     \
+        q += v * v;                                                              \
+      }                                                                          \
+      res = m * sqrt(q);                                                         \
+    }                                                                            \
+    if (nan_) res = (REAL)NAN;                                                   \
+  }
+
+__kernel void ag_norm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r, long inner,
+                      int variant) {
+  long t = get_global_id(0);
+  if (t >= outer * inner) return;
+  long base = (t / inner) * r * inner + t % inner;
+#ifdef AG_FP64
+  if (dt == DT_F64) {
+    double res;
+    AG_NORM_LINE(double, AG_LDD)
+    ((__global double *)(y + yo))[t] = res;
+    return;
+  }
+#endif
+  float res;
+  AG_NORM_LINE(float, AG_LDF)
+  stf(y, yo, t, dt, res);
+}

@@ -7,7 +7,7 @@
  * define. */
 #extension GL_ARB_gpu_shader_int64 : require
 #include "common.glsl"
-#if defined(K_LOGSUMEXP_D)
+#if defined(K_LOGSUMEXP_D) || defined(K_NORM_D)
 #include "ops64.glsl"
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer BF64 { double v; };
 #define PD(a, i) BF64((a) + uint64_t(i) * 8ul).v
@@ -21,6 +21,7 @@ layout(local_size_x = WG) in;
 #define RLEN pc.a.n[1]
 #define INNER pc.a.n[2]
 #define DT pc.a.k[0]
+#define VARIANT pc.a.k[6]
 
 #if defined(K_LOGSUMEXP) || defined(K_LOGSUMEXP_D)
 #if defined(K_LOGSUMEXP_D)
@@ -56,6 +57,48 @@ void main() {
     for (int64_t k = 0; k < r; k++) s += EXPF(LOADX(base + k * inner) - m);
   REAL res = nan_ ? NANV : ag_isinf(m) ? m : m + LOGF(s);
 #if defined(K_LOGSUMEXP_D)
+  PD(Y_ADDR, t) = res;
+#else
+  stf(Y_ADDR, t, DT, res);
+#endif
+}
+#endif
+
+#if defined(K_NORM) || defined(K_NORM_D)
+#if defined(K_NORM_D)
+#define REAL double
+#define LOADX(i) PD(X_ADDR, i)
+#define NANV D_NAN
+#else
+#define REAL float
+#define LOADX(i) ldf(X_ADDR, i, DT)
+#define NANV F_NAN
+#endif
+/* VARIANT L1: sum |x|; INF: max |x|; L2: m * sqrt(sum (x/m)^2) with m =
+ * max |x| (no overflow or underflow of the squares); NaN propagates */
+void main() {
+  int64_t t = gid(), inner = INNER, r = RLEN;
+  if (t >= OUTER * inner) return;
+  int64_t base = (t / inner) * r * inner + t % inner;
+  REAL m = 0.0, s = 0.0;
+  bool nan_ = false;
+  for (int64_t k = 0; k < r; k++) {
+    REAL a = abs(LOADX(base + k * inner));
+    if (ag_isnan(a)) nan_ = true;
+    s += a;
+    if (a > m) m = a;
+  }
+  REAL res = VARIANT == AG_KV_NORM_L1 ? s : m;
+  if (VARIANT == AG_KV_NORM_L2 && !nan_ && m != 0.0 && !ag_isinf(m)) {
+    REAL q = 0.0;
+    for (int64_t k = 0; k < r; k++) {
+      REAL v = LOADX(base + k * inner) / m;
+      q += v * v;
+    }
+    res = m * sqrt(q);
+  }
+  if (nan_) res = NANV;
+#if defined(K_NORM_D)
   PD(Y_ADDR, t) = res;
 #else
   stf(Y_ADDR, t, DT, res);
