@@ -178,12 +178,76 @@ static void norm_values(void **state) {
   assert_close(ag_item(ag_norm(b, 2, 0, NULL, false)), 5e30, 1e-6);
 }
 
+/* ---- one_hot ---- */
+
+static ag_tensor *index_of(ag_dtype dt, int64_t n, const int64_t *v) {
+  ag_tensor *l = ag_from_host(AG_CPU, AG_I64, 1, &n, v);
+  if (dt == AG_I64 || !l) return l;
+  ag_tensor *c = ag_cast(l, dt);
+  ag_tensor_release(l);
+  return c;
+}
+
+static void one_hot_errors(void **state) {
+  (void)state;
+  ag_tensor *f = ag_zeros(AG_CPU, AG_F32, 1, (int64_t[]){3});
+  assert_fails(ag_one_hot(NULL, 3), AG_ERR_INVALID, "ag_one_hot");
+  assert_fails(ag_one_hot(f, 3), AG_ERR_DTYPE, "i64 or i32");
+  ag_tensor *e = ag_zeros(AG_CPU, AG_I64, 1, (int64_t[]){0});
+  assert_fails(ag_one_hot(e, -1), AG_ERR_SHAPE, "empty");
+  ag_tensor *z = ag_one_hot(e, 4); /* an empty index with a count: [0, 4] */
+  assert_non_null(z);
+  assert_int_equal(ag_tensor_shape(z)[1], 4);
+  int64_t big[AG_MAX_DIMS];
+  for (int i = 0; i < AG_MAX_DIMS; i++) big[i] = 1;
+  ag_tensor *d = ag_zeros(AG_CPU, AG_I64, AG_MAX_DIMS, big);
+  assert_fails(ag_one_hot(d, 2), AG_ERR_SHAPE, "no dim for the classes");
+  /* out of range: AG_ERR_INDEX naming the op (the CPU reports at launch) */
+  const int64_t v[3] = {0, 3, 1};
+  ag_error_clear();
+  ag_tensor *o = ag_one_hot(index_of(AG_I64, 3, v), 3);
+  ag_status st = o ? ag_to_host(o, (int64_t[9]){0}, 9 * sizeof(int64_t)) : ag_last_status();
+  assert_int_equal(st, AG_ERR_INDEX);
+  assert_msg_has("ag_one_hot: index 3 out of range [0, 3)");
+  const int64_t n[2] = {-1, 0};
+  ag_error_clear();
+  o = ag_one_hot(index_of(AG_I32, 2, n), 2);
+  st = o ? ag_to_host(o, (int64_t[4]){0}, 4 * sizeof(int64_t)) : ag_last_status();
+  assert_int_equal(st, AG_ERR_INDEX);
+  assert_msg_has("index -1");
+}
+
+static void one_hot_values(void **state) {
+  (void)state;
+  const int64_t v[4] = {2, 0, 3, 2};
+  for (int k = 0; k < 2; k++) {
+    ag_tensor *o = ag_one_hot(index_of(k ? AG_I32 : AG_I64, 4, v), -1); /* 4 classes from the maximum */
+    assert_non_null(o);
+    assert_int_equal(ag_tensor_dtype(o), AG_I64);
+    assert_int_equal(ag_tensor_ndim(o), 2);
+    assert_int_equal(ag_tensor_shape(o)[1], 4);
+    int64_t h[16];
+    assert_int_equal(ag_to_host(o, h, sizeof h), AG_OK);
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 4; j++) assert_int_equal(h[i * 4 + j], v[i] == j ? 1 : 0);
+  }
+  ag_tensor *s = ag_one_hot(ag_scalar(AG_CPU, AG_I64, 1), 3);
+  assert_non_null(s);
+  assert_int_equal(ag_tensor_ndim(s), 1);
+  int64_t h[3];
+  assert_int_equal(ag_to_host(s, h, sizeof h), AG_OK);
+  assert_int_equal(h[1], 1);
+  assert_int_equal(h[0] + h[2], 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(logsumexp_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(logsumexp_values, setup, teardown),
       cmocka_unit_test_setup_teardown(norm_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(norm_values, setup, teardown),
+      cmocka_unit_test_setup_teardown(one_hot_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(one_hot_values, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

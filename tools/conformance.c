@@ -711,6 +711,7 @@ static const opdef OPS[] = {
     {"cumsum", ag__conf_op_cumsum, M_F, 0, 0},
     {"logsumexp", ag__conf_op_logsumexp, M_F, 0, 0},
     {"norm", ag__conf_op_norm, M_F, 0, 0},
+    {"one_hot", ag__conf_op_one_hot, M_L | M_I, 0, 0},
     {"gather", ag__conf_op_gather, M_F, 0, 0},
     {"index_select", ag__conf_op_index_select, M_F, 0, 0},
     {"topk", ag__conf_op_topk, M_F, 0, 0},

@@ -138,6 +138,7 @@ void ag__conf_op_argmax(ctx *c);
 /* conformance_reduce2.c */
 void ag__conf_op_logsumexp(ctx *c);
 void ag__conf_op_norm(ctx *c);
+void ag__conf_op_one_hot(ctx *c);
 
 /* conformance_nn.c */
 void ag__conf_op_matmul(ctx *c);

@@ -192,3 +192,69 @@ void ag__conf_op_norm(ctx *c) {
     ag__conf_case_end(c);
   }
 }
+
+/* ---- one_hot (rows in the index's dtype: i64 and i32) ---- */
+
+void ag__conf_op_one_hot(ctx *c) {
+  static const struct {
+    const char *name;
+    int n;
+    int64_t s[3];
+    int l;
+    int64_t classes; /* < 0: from the maximum */
+    int64_t hi;      /* indices drawn from [0, hi] */
+  } S[] = {
+      {"[7] 5 classes", 1, {7}, L_C, 5, 4},
+      {"[3,4] 6 classes", 2, {3, 4}, L_C, 6, 5},
+      {"transposed [5,3] 9 classes", 2, {5, 3}, L_T, 9, 8},
+      {"[2,3,4] classes from the maximum", 3, {2, 3, 4}, L_C, -1, 6},
+      {"[300] 1000 classes", 1, {300}, L_C, 1000, 999},
+      {"scalar 3 classes", 0, {0}, L_C, 3, 2},
+  };
+  for (size_t k = 0; k < sizeof S / sizeof S[0]; k++) {
+    ag__conf_case_begin(c, S[k].name);
+    hbuf *h;
+    ag_tensor *ix = ag__conf_mk_dt(c, c->dt, &h, S[k].l, S[k].n, S[k].s, G_INT, 0, (double)S[k].hi);
+    if (ix) {
+      int64_t classes = S[k].classes, os[AG_MAX_DIMS];
+      if (classes < 0) {
+        classes = 0;
+        for (int64_t i = 0; i < h->n; i++)
+          if (h->v[i] + 1 > classes) classes = (int64_t)h->v[i] + 1;
+      }
+      memcpy(os, h->shape, sizeof(int64_t) * (size_t)h->ndim);
+      os[h->ndim] = classes;
+      double *ref = ag__conf_cx_alloc(c, (size_t)(h->n * classes) * sizeof(double));
+      for (int64_t i = 0; ref && i < h->n; i++)
+        for (int64_t j = 0; j < classes; j++) ref[i * classes + j] = h->v[i] == (double)j ? 1 : 0;
+      guard g;
+      ag__conf_guard_begin(c, &g, AG_I64, h->n * classes);
+      ag_tensor *o = ag_one_hot(ix, S[k].classes);
+      if (!o) ag__conf_on_null(c, "ag_one_hot");
+      else if (ref) ag__conf_check(c, o, h->ndim + 1, os, AG_I64, ref, EXACT);
+      ag__conf_guard_end(c, &g);
+    }
+    ag__conf_case_end(c);
+  }
+  /* an index out of range: AG_ERR_INDEX by the next host sync */
+  static const double bad[2][4] = {{0, 5, 1, 2}, {0, -1, 1, 2}};
+  static const char *const bn[2] = {"index 5 of 5 classes: AG_ERR_INDEX", "index -1: AG_ERR_INDEX"};
+  for (int q = 0; q < 2; q++) {
+    ag__conf_case_begin(c, bn[q]);
+    hbuf *h;
+    ag_tensor *ix = ag__conf_mk_vals(c, c->dt, &h, 1, (const int64_t[]){4}, bad[q]);
+    if (ix) {
+      ag_tensor *o = ag_one_hot(ix, 5);
+      ag_status st = o ? AG_OK : ag_last_status();
+      if (o) {
+        int64_t tmp[20];
+        st = ag_to_host(o, tmp, sizeof tmp);
+      }
+      if (st == AG_ERR_UNSUPPORTED) ag__conf_case_unsup(c, "ag_one_hot");
+      else if (st != AG_ERR_INDEX)
+        ag__conf_case_fail(c, "got %s, want AG_ERR_INDEX (%s)", ag_status_name(st), ag_last_error());
+      ag_error_clear();
+    }
+    ag__conf_case_end(c);
+  }
+}

@@ -52,9 +52,10 @@ AG_HIDDEN ag_status ag__cpu_rows(const ag_kernel_call *c, ag_kernel_error *err);
 AG_HIDDEN ag_status ag__cpu_attention(const ag_kernel_call *c);
 
 /* Typed kernel ops (cpu_reduce2.c), each reading its decoded arguments
- * (kargs.h): AG_K_LOGSUMEXP, AG_K_NORM. */
+ * (kargs.h): AG_K_LOGSUMEXP, AG_K_NORM, AG_K_ONE_HOT (index errors go to err). */
 AG_HIDDEN ag_status cpu_k_logsumexp(ag_kernel_error *err, const ag_k_logsumexp *a);
 AG_HIDDEN ag_status cpu_k_norm(ag_kernel_error *err, const ag_k_norm *a);
+AG_HIDDEN ag_status cpu_k_one_hot(ag_kernel_error *err, const ag_k_one_hot *a);
 
 /* Reductions (cpu_reduce.c): AG_K_REDUCE. */
 AG_HIDDEN ag_status ag__cpu_reduce(const ag_kernel_call *c);

@@ -406,6 +406,7 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
   switch (c->op) {
     case AG_K_LOGSUMEXP: CPU_KCALL(logsumexp);
     case AG_K_NORM: CPU_KCALL(norm);
+    case AG_K_ONE_HOT: CPU_KCALL(one_hot);
     case AG_K_FILL: ew_run(c, EW_FILL, 1); return AG_OK;
     case AG_K_ARANGE: k_arange(c); return AG_OK;
     case AG_K_RAND_UNIFORM:
@@ -503,6 +504,7 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_SDPA_BWD: return fl && sub == 0;
     case AG_K_LOGSUMEXP: return fl && sub == 0;
     case AG_K_NORM: return fl && (sub == AG_KV_NORM_L1 || sub == AG_KV_NORM_L2 || sub == AG_KV_NORM_INF);
+    case AG_K_ONE_HOT: return (dt == AG_I32 || dt == AG_I64) && sub == 0; /* dt: the index's */
     default: return false;
   }
 }

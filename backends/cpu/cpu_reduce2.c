@@ -91,3 +91,20 @@ ag_status cpu_k_norm(ag_kernel_error *err, const ag_k_norm *a) {
   (void)err;
   return run_lines(a->call, a->out, a->x, a->outer, a->r, a->inner, a->variant, norm_line);
 }
+
+/* ---- one_hot: out [n, classes] (i64) = 1 at index[i], 0 elsewhere; an
+ * index out of range zeroes its row and sets the error word ---- */
+ag_status cpu_k_one_hot(ag_kernel_error *err, const ag_k_one_hot *a) {
+  if (a->out->dtype != AG_I64)
+    return ag_error_set(AG_ERR_UNSUPPORTED, "%s: one_hot writes i64, not %s", a->call->name ? a->call->name : "cpu",
+                        ag_dtype_name(a->out->dtype));
+  const int64_t n = a->n, classes = a->classes;
+  int64_t *out = (int64_t *)(void *)ag__cpu_ptr(a->out);
+  memset(out, 0, (size_t)(n * classes) * sizeof(int64_t));
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v = idx_at(a->index, i);
+    if (v < 0 || v >= classes) kerr(err, AG_K_ONE_HOT, v, classes);
+    else out[i * classes + v] = 1;
+  }
+  return AG_OK;
+}

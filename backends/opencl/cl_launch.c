@@ -32,6 +32,7 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_GATHER_BWD_D] = "ag_gather_bwd_d", [CLK_EMB_BWD_D] = "ag_embedding_bwd_d",
     [CLK_LOGSUMEXP] = "ag_logsumexp",
     [CLK_NORM] = "ag_norm",
+    [CLK_ONE_HOT] = "ag_one_hot",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -1293,6 +1294,7 @@ static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   switch (c->op) {
     case AG_K_LOGSUMEXP: CL_KCALL(logsumexp);
     case AG_K_NORM: CL_KCALL(norm);
+    case AG_K_ONE_HOT: CL_KCALL(one_hot);
     case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
     case AG_K_ARANGE: return run_arange(s, c);
     case AG_K_RAND_UNIFORM:
@@ -1409,6 +1411,7 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_LOGSUMEXP: return (fl || f64) && sub == 0;
     case AG_K_NORM:
       return (fl || f64) && (sub == AG_KV_NORM_L1 || sub == AG_KV_NORM_L2 || sub == AG_KV_NORM_INF);
+    case AG_K_ONE_HOT: return (dt == AG_I32 || dt == AG_I64) && sub == 0; /* dt: the index's */
     default: break;
   }
   return false;

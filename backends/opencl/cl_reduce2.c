@@ -58,3 +58,18 @@ ag_status cl_k_norm(ag_bstream *s, const ag_k_norm *a) {
   r2_int(&k, a->variant);
   return r2_run(&k, "ag_norm", (size_t)(a->outer * a->inner));
 }
+
+ag_status cl_k_one_hot(ag_bstream *s, const ag_k_one_hot *a) {
+  if (a->out->dtype != AG_I64)
+    return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: one_hot writes i64, not %s", ag_dtype_name(a->out->dtype));
+  if (!a->n || !a->classes) return AG_OK;
+  r2_args k = {s, CLK_ONE_HOT, 0, CL_SUCCESS};
+  r2_buf(&k, a->out);
+  r2_buf(&k, a->index);
+  r2_int(&k, a->index->dtype);
+  r2_long(&k, a->n);
+  r2_long(&k, a->classes);
+  r2_arg(&k, sizeof s->err, &s->err);
+  s->err_armed = true;
+  return r2_run(&k, "ag_one_hot", (size_t)(a->n * a->classes));
+}

@@ -872,6 +872,7 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   switch (c->op) {
     case AG_K_LOGSUMEXP: VK_KCALL(logsumexp);
     case AG_K_NORM: VK_KCALL(norm);
+    case AG_K_ONE_HOT: VK_KCALL(one_hot);
     case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
     case AG_K_ARANGE: return run_arange(s, c);
     case AG_K_RAND_UNIFORM:
@@ -976,6 +977,7 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_LOGSUMEXP: return (fl || f64) && sub == 0;
     case AG_K_NORM:
       return (fl || f64) && (sub == AG_KV_NORM_L1 || sub == AG_KV_NORM_L2 || sub == AG_KV_NORM_INF);
+    case AG_K_ONE_HOT: return (dt == AG_I32 || dt == AG_I64) && sub == 0; /* dt: the index's */
     default: return false;
   }
 }

@@ -45,3 +45,18 @@ ag_status vk_k_norm(ag_bstream *s, const ag_k_norm *a) {
   v.k[6] = a->variant; /* VARIANT */
   return vkb_dispatch1(s, a->dtype == AG_F64 ? VKS_NORM_D : VKS_NORM, 0, &v, a->outer * a->inner);
 }
+
+ag_status vk_k_one_hot(ag_bstream *s, const ag_k_one_hot *a) {
+  if (a->out->dtype != AG_I64)
+    return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: one_hot writes i64, not %s", ag_dtype_name(a->out->dtype));
+  if (!a->n || !a->classes) return AG_OK;
+  vkb_args v = {0};
+  v.p[0] = r2_addr(a->out);        /* Y_ADDR */
+  v.p[1] = r2_addr(a->index);      /* INDEX_ADDR */
+  v.p[7] = s->err.addr;            /* ERR_ADDR */
+  v.n[0] = a->n;                   /* N_ROWS */
+  v.n[1] = a->classes;             /* CLASSES */
+  v.k[3] = (int32_t)a->index->dtype; /* INDEX_DT */
+  s->err_armed = true;
+  return vkb_dispatch1(s, VKS_ONE_HOT, 0, &v, a->n * a->classes);
+}

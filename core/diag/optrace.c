@@ -340,7 +340,7 @@ static ag_status fault_apply(ag_devstate *ds, ag_stream *s, const ag_kernel_call
 static ag_status launch_plain(ag_stream *s, ag_devstate *ds, const ag_kernel_call *c) {
   ag_status st = ds->be->launch(s->bs, c);
   if (st != AG_OK) return st;
-  if (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER)
+  if (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER || c->op == AG_K_ONE_HOT)
     return ag__kernel_error_check(s);
   return AG_OK;
 }

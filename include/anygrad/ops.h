@@ -278,6 +278,18 @@ AG_API ag_tensor *ag_scaled_dot_product_attention_unfused(ag_tensor *q, ag_tenso
  * An index outside [0, V) is AG_ERR_INDEX (see ag_cross_entropy). */
 AG_API ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices);
 
+/* torch.nn.functional.one_hot: index (i64, as torch, or i32) of any shape
+ * -> i64 [..., num_classes], 1 at each index and 0 elsewhere. num_classes
+ * < 0: the largest index + 1, which reads index's maximum to the host (a
+ * synchronization, as in torch; AG_ERR_SHAPE for an empty index then). An
+ * index outside [0, num_classes) is AG_ERR_INDEX at the next host sync
+ * (as ag_embedding; its row reads 0). Returns a new tensor owned by the
+ * caller, or NULL: AG_ERR_INVALID (index NULL), AG_ERR_DTYPE (index not
+ * i64 or i32), AG_ERR_SHAPE (index with AG_MAX_DIMS dims),
+ * AG_ERR_UNSUPPORTED (no kernel on index's backend). Not differentiable
+ * (an integer result). */
+AG_API ag_tensor *ag_one_hot(ag_tensor *index, int64_t num_classes);
+
 /* Concatenate n tensors along dim; all other dims equal, one dtype, one device. */
 AG_API ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim);
 

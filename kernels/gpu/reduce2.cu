@@ -150,3 +150,34 @@ gpuError_t gpu_k_norm(const agk_env *env, const ag_k_norm *a) {
   AGK_DISPATCH_FLOAT(a->dtype, T, return norm_go<T>(env, a));
   return gpuErrorNotSupported;
 }
+
+/* ---------------- one_hot ---------------- */
+/* A thread per output element: 1 where the column is the row's index; an
+ * index out of range zeroes the row and is reported once per row. */
+template <typename I>
+__global__ void k_one_hot(int64_t *y, const I *index, long long n, long long classes, ag_kernel_error *err) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < n * classes; t += stride) {
+    long long row = t / classes, col = t - row * classes, v = (long long)index[row];
+    bool bad = v < 0 || v >= classes;
+    if (bad && col == 0) agk_report(err, AG_K_ONE_HOT, v, classes);
+    y[t] = !bad && v == col ? 1 : 0;
+  }
+}
+
+gpuError_t gpu_k_one_hot(const agk_env *env, const ag_k_one_hot *a) {
+  long long n = a->n, classes = a->classes;
+  if (a->out->dtype != AG_I64) return gpuErrorNotSupported;
+  if (n == 0 || classes == 0) return gpuSuccess;
+  int64_t *y = (int64_t *)agk_ptr(a->out);
+  unsigned blocks = agk_blocks(n * classes, 256, 256, agk_wave(env, 256));
+  if (a->index->dtype == AG_I64)
+    agk_launch(k_one_hot<int64_t>, blocks, 256, 0, env->stream, y, (const int64_t *)agk_ptr(a->index), n, classes,
+               env->err);
+  else if (a->index->dtype == AG_I32)
+    agk_launch(k_one_hot<int32_t>, blocks, 256, 0, env->stream, y, (const int32_t *)agk_ptr(a->index), n, classes,
+               env->err);
+  else
+    return gpuErrorNotSupported;
+  return gpuGetLastError();
+}

@@ -461,6 +461,8 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
       return is_real(dt) && sub == 0;
     case AG_K_NORM:
       return is_real(dt) && (sub == AG_KV_NORM_L1 || sub == AG_KV_NORM_L2 || sub == AG_KV_NORM_INF);
+    case AG_K_ONE_HOT: /* dt: the index's */
+      return (dt == AG_I32 || dt == AG_I64) && sub == 0;
     case AG_K_BN_STATS: /* f16/bf16: the core composes batch norm */
     case AG_K_BN_APPLY:
       return dt == AG_F32 && (sub == 0 || sub == 1);
@@ -491,6 +493,7 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
   switch (c->op) {
     case AG_K_LOGSUMEXP: GPU_KCALL(logsumexp); break;
     case AG_K_NORM: GPU_KCALL(norm); break;
+    case AG_K_ONE_HOT: GPU_KCALL(one_hot); break;
     case AG_K_FILL: e = agk_fill(&env, c); break;
     case AG_K_ARANGE: e = agk_arange(&env, c); break;
     case AG_K_RAND_UNIFORM:

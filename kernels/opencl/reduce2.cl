@@ -80,3 +80,16 @@ __kernel void ag_norm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long o
   AG_NORM_LINE(float, AG_LDF)
   stf(y, yo, t, dt, res);
 }
+
+/* ---- one_hot: a work-item per output element of out [n, classes] (i64);
+ * an index out of range zeroes its row and is reported once per row ---- */
+__kernel void ag_one_hot(gbuf *y, ulong yo, const gbuf *ix, ulong io, int idt, long n, long classes,
+                         __global int *err) {
+  long t = get_global_id(0);
+  if (t >= n * classes) return;
+  long row = t / classes, col = t % classes;
+  long v = ldl(ix, io, row, idt);
+  bool bad = v < 0 || v >= classes;
+  if (bad && col == 0) set_error(err, ERR_INDEX, AG_K_ONE_HOT, v, classes);
+  ((__global long *)(y + yo))[t] = !bad && v == col ? 1 : 0;
+}

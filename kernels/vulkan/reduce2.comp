@@ -105,3 +105,23 @@ void main() {
 #endif
 }
 #endif
+
+#if defined(K_ONE_HOT)
+/* out [n, classes] (i64) = 1 at each row's index: an invocation per
+ * element; an index out of range zeroes its row and is reported once per
+ * row */
+#define INDEX_ADDR pc.a.p[1]
+#define ERR_ADDR pc.a.p[7]
+#define N_ROWS pc.a.n[0]
+#define CLASSES pc.a.n[1]
+#define INDEX_DT pc.a.k[3]
+void main() {
+  int64_t t = gid(), classes = CLASSES;
+  if (t >= N_ROWS * classes) return;
+  int64_t row = t / classes, col = t % classes;
+  int64_t v = ld_index(INDEX_ADDR, row, INDEX_DT);
+  bool bad = v < 0 || v >= classes;
+  if (bad && col == 0) set_error(ERR_ADDR, AG_ERR_INDEX, AG_K_ONE_HOT, v, classes);
+  PL(Y_ADDR, t) = !bad && v == col ? 1l : 0l;
+}
+#endif
