@@ -240,6 +240,66 @@ static void one_hot_values(void **state) {
   assert_int_equal(h[0] + h[2], 0);
 }
 
+/* ---- conv1d ---- */
+
+static void conv1d_errors(void **state) {
+  (void)state;
+  ag_tensor *x = ag_zeros(AG_CPU, AG_F32, 3, (int64_t[]){2, 4, 8});
+  ag_tensor *w = ag_zeros(AG_CPU, AG_F32, 3, (int64_t[]){6, 2, 3});
+  ag_tensor *x2 = ag_zeros(AG_CPU, AG_F32, 2, (int64_t[]){4, 8});
+  ag_tensor *wd = ag_zeros(AG_CPU, AG_F64, 3, (int64_t[]){6, 2, 3});
+  ag_tensor *xi = ag_zeros(AG_CPU, AG_I32, 3, (int64_t[]){2, 4, 8});
+  assert_fails(ag_conv1d(NULL, w, NULL, 1, 0, 1, 2), AG_ERR_INVALID, "ag_conv1d: argument 1");
+  assert_fails(ag_conv1d(x, NULL, NULL, 1, 0, 1, 2), AG_ERR_INVALID, "ag_conv1d: argument 2");
+  assert_fails(ag_conv1d(x2, w, NULL, 1, 0, 1, 2), AG_ERR_SHAPE, "3-D");
+  assert_fails(ag_conv1d(x, w, NULL, 0, 0, 1, 2), AG_ERR_INVALID, "stride");
+  assert_fails(ag_conv1d(x, w, NULL, 1, -1, 1, 2), AG_ERR_INVALID, "padding");
+  assert_fails(ag_conv1d(x, w, NULL, 1, 0, 0, 2), AG_ERR_INVALID, "dilation");
+  assert_fails(ag_conv1d(x, w, NULL, 1, 0, 1, 0), AG_ERR_INVALID, "groups");
+  assert_fails(ag_conv1d(x, w, NULL, 1, 0, 1, 1), AG_ERR_SHAPE, "ag_conv1d");
+  assert_fails(ag_conv1d(x, w, NULL, 1, 0, 5, 2), AG_ERR_SHAPE, "ag_conv1d");
+  assert_fails(ag_conv1d(x, wd, NULL, 1, 0, 1, 2), AG_ERR_DTYPE, "ag_conv1d");
+  assert_fails(ag_conv1d(xi, w, NULL, 1, 0, 1, 2), AG_ERR_DTYPE, "ag_conv1d");
+  ag_tensor *b = ag_zeros(AG_CPU, AG_F32, 1, (int64_t[]){5});
+  assert_fails(ag_conv1d(x, w, b, 1, 0, 1, 2), AG_ERR_SHAPE, "bias");
+}
+
+static void conv1d_values(void **state) {
+  (void)state;
+  const double xv[4] = {1, 2, 3, 4}, wv[2] = {1, -1}, bv[1] = {0.5};
+  ag_tensor *x = from(AG_F64, 3, (int64_t[]){1, 1, 4}, xv);
+  ag_tensor *w = from(AG_F64, 3, (int64_t[]){1, 1, 2}, wv);
+  ag_tensor *b = from(AG_F64, 1, (int64_t[]){1}, bv);
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  assert_int_equal(ag_tensor_set_requires_grad(w, true), AG_OK);
+  assert_int_equal(ag_tensor_set_requires_grad(b, true), AG_OK);
+  ag_tensor *y = ag_conv1d(x, w, b, 1, 0, 1, 1);
+  assert_non_null(y);
+  assert_int_equal(ag_tensor_ndim(y), 3);
+  assert_int_equal(ag_tensor_shape(y)[2], 3);
+  double o[4];
+  read_f64(y, o);
+  for (int i = 0; i < 3; i++) assert_close(o[i], -0.5, 0);
+  assert_int_equal(ag_backward(ag_sum(y, 0, NULL, false), NULL, false), AG_OK);
+  read_f64(ag_tensor_grad(x), o);
+  assert_close(o[0], 1, 0);
+  assert_close(o[1], 0, 0);
+  assert_close(o[3], -1, 0);
+  read_f64(ag_tensor_grad(w), o);
+  assert_close(o[0], 6, 0);
+  assert_close(o[1], 9, 0);
+  read_f64(ag_tensor_grad(b), o);
+  assert_close(o[0], 3, 0);
+  /* stride 2, padding 1: [1, 2, 3, 4] padded to [0, 1, 2, 3, 4, 0] */
+  ag_tensor *z = ag_conv1d(x, w, NULL, 2, 1, 1, 1);
+  assert_non_null(z);
+  assert_int_equal(ag_tensor_shape(z)[2], 3);
+  read_f64(z, o);
+  assert_close(o[0], -1, 0);
+  assert_close(o[1], -1, 0);
+  assert_close(o[2], 4, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(logsumexp_errors, setup, teardown),
@@ -248,6 +308,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(norm_values, setup, teardown),
       cmocka_unit_test_setup_teardown(one_hot_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(one_hot_values, setup, teardown),
+      cmocka_unit_test_setup_teardown(conv1d_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(conv1d_values, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

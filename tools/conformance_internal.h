@@ -139,6 +139,7 @@ void ag__conf_op_argmax(ctx *c);
 void ag__conf_op_logsumexp(ctx *c);
 void ag__conf_op_norm(ctx *c);
 void ag__conf_op_one_hot(ctx *c);
+void ag__conf_op_conv1d(ctx *c);
 
 /* conformance_nn.c */
 void ag__conf_op_matmul(ctx *c);

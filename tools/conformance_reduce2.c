@@ -258,3 +258,53 @@ void ag__conf_op_one_hot(ctx *c) {
     ag__conf_case_end(c);
   }
 }
+
+/* ---- conv1d (composed over conv2d: its dtypes) ---- */
+
+void ag__conf_op_conv1d(ctx *c) {
+  static const struct {
+    const char *name;
+    int64_t n, ci, l, co, k;
+    int stride, pad, dil, groups;
+    bool bias;
+  } S[] = {
+      {"[2,3,10] * [4,3,3]", 2, 3, 10, 4, 3, 1, 0, 1, 1, true},
+      {"stride 2 padding 2 dilation 2", 2, 4, 11, 6, 3, 2, 2, 2, 1, true},
+      {"groups 2 no bias", 3, 4, 9, 6, 2, 1, 1, 1, 2, false},
+      {"depthwise [1,5,16] groups 5", 1, 5, 16, 5, 4, 3, 1, 1, 5, true},
+      {"long [1,2,700] kernel 9", 1, 2, 700, 3, 9, 1, 4, 1, 1, true},
+  };
+  for (size_t k = 0; k < sizeof S / sizeof S[0]; k++) {
+    ag__conf_case_begin(c, S[k].name);
+    hbuf *hx, *hw, *hb = NULL;
+    const int64_t xs[3] = {S[k].n, S[k].ci, S[k].l}, ws[3] = {S[k].co, S[k].ci / S[k].groups, S[k].k};
+    ag_tensor *x = ag__conf_mk(c, &hx, L_C, 3, xs, G_UNI, -1, 1);
+    ag_tensor *w = x ? ag__conf_mk(c, &hw, L_C, 3, ws, G_UNI, -1, 1) : NULL;
+    ag_tensor *b = w && S[k].bias ? ag__conf_mk(c, &hb, L_C, 1, &S[k].co, G_UNI, -1, 1) : NULL;
+    if (w && (b || !S[k].bias)) {
+      const int64_t lo = (S[k].l + 2 * S[k].pad - S[k].dil * (S[k].k - 1) - 1) / S[k].stride + 1;
+      const int64_t os[3] = {S[k].n, S[k].co, lo}, cpg = S[k].ci / S[k].groups, opg = S[k].co / S[k].groups;
+      double *ref = ag__conf_cx_alloc(c, (size_t)(S[k].n * S[k].co * lo) * sizeof(double));
+      for (int64_t n = 0; ref && n < S[k].n; n++)
+        for (int64_t o = 0; o < S[k].co; o++)
+          for (int64_t j = 0; j < lo; j++) {
+            double s = b ? hb->v[o] : 0;
+            int64_t g = o / opg;
+            for (int64_t ci = 0; ci < cpg; ci++)
+              for (int64_t q = 0; q < S[k].k; q++) {
+                int64_t pos = j * S[k].stride - S[k].pad + q * S[k].dil;
+                if (pos < 0 || pos >= S[k].l) continue;
+                s += hx->v[(n * S[k].ci + g * cpg + ci) * S[k].l + pos] * hw->v[(o * cpg + ci) * S[k].k + q];
+              }
+            ref[(n * S[k].co + o) * lo + j] = s;
+          }
+      guard g;
+      ag__conf_guard_begin(c, &g, c->dt, S[k].n * S[k].co * lo);
+      ag_tensor *y = ag_conv1d(x, w, b, S[k].stride, S[k].pad, S[k].dil, S[k].groups);
+      if (!y) ag__conf_on_null(c, "ag_conv1d");
+      else if (ref) ag__conf_check(c, y, 3, os, c->dt, ref, DEF);
+      ag__conf_guard_end(c, &g);
+    }
+    ag__conf_case_end(c);
+  }
+}

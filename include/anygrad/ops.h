@@ -322,6 +322,20 @@ typedef struct ag_conv2d_params {
 AG_API ag_tensor *ag_conv2d(ag_tensor *x, ag_tensor *weight, ag_tensor *bias,
                             const ag_conv2d_params *params);
 
+/* torch.nn.functional.conv1d: x [N, C, L], weight [Co, C/groups, k], bias
+ * [Co] or NULL; result [N, Co, Lo], Lo = (L + 2*padding - dilation*(k-1) -
+ * 1)/stride + 1. Composed in the core over ag_conv2d (x as [N, C, 1, L],
+ * weight as [Co, C/groups, 1, k], through views), so it runs wherever
+ * conv2d does, in its dtypes, and its gradient (x, weight, bias) is
+ * conv2d's through the views. Returns a new tensor owned by the caller, or
+ * NULL: AG_ERR_INVALID (x or weight NULL, stride or dilation < 1, padding
+ * < 0, groups < 1), AG_ERR_SHAPE (x or weight not 3-D; channels, groups,
+ * bias or kernel that do not fit, as ag_conv2d), AG_ERR_DTYPE (not
+ * floating, or dtypes differ), AG_ERR_UNSUPPORTED (no conv2d kernel for the
+ * dtype). Messages from the conv2d checks are prefixed "ag_conv1d". */
+AG_API ag_tensor *ag_conv1d(ag_tensor *x, ag_tensor *weight, ag_tensor *bias, int stride, int padding,
+                            int dilation, int groups);
+
 typedef struct ag_pool2d_params {
   int kernel[2];          /* >= 1 */
   int stride[2];          /* 0: the kernel size (PyTorch's default) */
