@@ -71,6 +71,7 @@ void ag__conf_op_logsumexp(ctx *c) {
       {"stepped [6,33] dim 1", 2, {6, 33}, L_S, 1, false, -3, 5},
       {"long rows [3,3000] dim 1", 2, {3, 3000}, L_C, 1, false, -3, 5},
       {"long columns [2000,3] dim 0", 2, {2000, 3}, L_C, 0, false, -3, 5},
+      {"very long rows [2,70000] dim 1", 2, {2, 70000}, L_C, 1, false, -3, 5},
       {"large entries [4,16] dim 1 (exp overflows)", 2, {4, 16}, L_C, 1, false, 60, 100},
       {"scalar", 0, {0}, L_C, 0, false, -3, 5},
   };
@@ -146,6 +147,8 @@ void ag__conf_op_norm(ctx *c) {
       {"p inf [5,7,9] dims 2,0", 3, {5, 7, 9}, L_C, 2, {2, 0}, false, INFINITY, -3, 5},
       {"p 2 long rows [3,3000] dim 1", 2, {3, 3000}, L_C, 1, {1}, false, 2, -3, 5},
       {"p 2 long columns [2000,3] dim 0 keepdim", 2, {2000, 3}, L_C, 1, {0}, true, 2, -3, 5},
+      {"p 1 very long rows [2,70000] dim 1", 2, {2, 70000}, L_C, 1, {1}, false, 1, -1, 1},
+      {"p inf very long rows [2,70000] dim 1", 2, {2, 70000}, L_C, 1, {1}, false, INFINITY, -1, 1},
       {"p 2 large entries [4,16] dim 1 (squares overflow f32)", 2, {4, 16}, L_C, 1, {1}, false, 2, h ? 1e3 : 1e20,
        h ? 6e3 : 3e20},
       {"p 2 tiny entries [4,16] dim 1 (squares underflow f32)", 2, {4, 16}, L_C, 1, {1}, false, 2, h ? 1e-3 : 1e-25,
