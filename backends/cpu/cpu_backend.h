@@ -50,7 +50,7 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
   X(DROPOUT, dropout, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
   X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                          \
   X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                              \
-  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT64, AGK_VNONE)                                    \
   X(SUMSQ, sumsq, AGK_DTS_FLOAT64, AGK_VNONE)                                                      \
   X(CONV2D, conv2d, CPU_F32_F64, AGK_VNONE)                                                        \
   X(CONV2D_BWD_INPUT, conv2d_bwd_input, CPU_F32_F64, AGK_VNONE)                                    \

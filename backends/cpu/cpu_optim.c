@@ -190,6 +190,13 @@ ag_status cpu_k_nonfinite_check(ag_kernel_error *err, const ag_k_nonfinite_check
         for (int64_t j = 0; j < n; j++) p[j] *= inv;
       continue;
     }
+    if (dt == AG_F64) { /* in place in double: no rounding through f32 */
+      double *p = (double *)base;
+      for (int64_t j = 0; j < e->numel; j++) found |= !isfinite(p[j]);
+      if (inv != 1.0f)
+        for (int64_t j = 0; j < e->numel; j++) p[j] *= (double)inv;
+      continue;
+    }
     for (int64_t i = 0; i < e->numel; i += TILE) {
       int64_t n = e->numel - i < TILE ? e->numel - i : TILE;
       char *p = base + (size_t)i * sz;
