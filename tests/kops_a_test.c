@@ -202,6 +202,9 @@ static void one_hot_errors(void **state) {
   for (int i = 0; i < AG_MAX_DIMS; i++) big[i] = 1;
   ag_tensor *d = ag_zeros(AG_CPU, AG_I64, AG_MAX_DIMS, big);
   assert_fails(ag_one_hot(d, 2), AG_ERR_SHAPE, "no dim for the classes");
+  const int64_t neg[2] = {-3, -1}, one[1] = {0};
+  assert_fails(ag_one_hot(index_of(AG_I64, 2, neg), -1), AG_ERR_INDEX, "non-negative");
+  assert_fails(ag_one_hot(index_of(AG_I64, 1, one), 0), AG_ERR_INDEX, "[0, 0)");
   /* out of range: AG_ERR_INDEX naming the op (the CPU reports at launch) */
   const int64_t v[3] = {0, 3, 1};
   ag_error_clear();

@@ -785,7 +785,18 @@ ag_tensor *ag_one_hot(ag_tensor *index, int64_t num_classes) {
     ag_status st = m ? ag_item_scalar(m, &iv) : ag_last_status();
     ag_tensor_release(m);
     if (st != AG_OK) return NULL;
-    num_classes = iv.i + 1 > 0 ? iv.i + 1 : 0;
+    if (iv.i < 0) {
+      ag_error_set(AG_ERR_INDEX, "%s: index %lld out of range (class values must be non-negative)", name,
+                   (long long)iv.i);
+      return NULL;
+    }
+    num_classes = iv.i + 1;
+  }
+  if (num_classes == 0 && index->numel) {
+    /* no kernel runs for an empty result: every index is out of range */
+    ag_error_set(AG_ERR_INDEX, "%s: %lld indices out of range [0, 0) (num_classes 0)", name,
+                 (long long)index->numel);
+    return NULL;
   }
   int64_t n = index->numel, oshape[AG_MAX_DIMS];
   memcpy(oshape, index->shape, sizeof(int64_t) * (size_t)index->ndim);

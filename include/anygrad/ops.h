@@ -283,7 +283,8 @@ AG_API ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices);
  * < 0: the largest index + 1, which reads index's maximum to the host (a
  * synchronization, as in torch; AG_ERR_SHAPE for an empty index then). An
  * index outside [0, num_classes) is AG_ERR_INDEX at the next host sync
- * (as ag_embedding; its row reads 0). Returns a new tensor owned by the
+ * (as ag_embedding; its row reads 0), at once where no kernel runs
+ * (num_classes 0 with indices, a negative largest index inferred). Returns a new tensor owned by the
  * caller, or NULL: AG_ERR_INVALID (index NULL), AG_ERR_DTYPE (index not
  * i64 or i32), AG_ERR_SHAPE (index with AG_MAX_DIMS dims),
  * AG_ERR_UNSUPPORTED (no kernel on index's backend). Not differentiable
