@@ -303,6 +303,22 @@ static void conv1d_values(void **state) {
   assert_close(o[2], 4, 0);
 }
 
+/* Under f16 autocast logsumexp and norm run in f32 and return f32 (torch's
+ * f32 list). */
+static void autocast_f32(void **state) {
+  (void)state;
+  const double v[4] = {1, 2, 3, 4};
+  ag_tensor *h = from(AG_F16, 2, (int64_t[]){2, 2}, v);
+  assert_int_equal(ag_autocast_begin(AG_F16), AG_OK);
+  ag_tensor *l = ag_logsumexp(h, 1, false), *n = ag_norm(h, 2, 0, NULL, false);
+  assert_int_equal(ag_autocast_end(), AG_OK);
+  assert_non_null(l);
+  assert_non_null(n);
+  assert_int_equal(ag_tensor_dtype(l), AG_F32);
+  assert_int_equal(ag_tensor_dtype(n), AG_F32);
+  assert_close(ag_item(n), sqrt(30.0), 1e-6);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(logsumexp_errors, setup, teardown),
@@ -313,6 +329,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(one_hot_values, setup, teardown),
       cmocka_unit_test_setup_teardown(conv1d_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(conv1d_values, setup, teardown),
+      cmocka_unit_test_setup_teardown(autocast_f32, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

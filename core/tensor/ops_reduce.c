@@ -541,7 +541,7 @@ static ag_tensor *row_reduce_launch(const char *name, ag_kop op, int sub, ag_dev
   return ag__op_finish(out, st);
 }
 
-ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim) {
+static ag_tensor *logsumexp_impl(ag_tensor *x, int dim, bool keepdim) {
   static const char name[] = "ag_logsumexp";
   if (ag__null_args(name, 1, &x)) return NULL;
   ag_devstate *ds = ag__ds(x);
@@ -570,7 +570,7 @@ ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim) {
   return r;
 }
 
-ag_tensor *ag_norm(ag_tensor *x, double p, int n_dims, const int *dims, bool keepdim) {
+static ag_tensor *norm_impl(ag_tensor *x, double p, int n_dims, const int *dims, bool keepdim) {
   static const char name[] = "ag_norm";
   if (ag__null_args(name, 1, &x)) return NULL;
   ag_devstate *ds = ag__ds(x);
@@ -604,4 +604,20 @@ ag_tensor *ag_norm(ag_tensor *x, double p, int n_dims, const int *dims, bool kee
   ag_tensor *r = ag__op_record(out, AG_G_NORM, 1, &x, 1, &kv, &gp);
   ag_tensor_release(kv);
   return r;
+}
+
+/* Under autocast both run in f32, as torch's (logsumexp and the norms are
+ * on its f32 list): a half input is widened and the result is f32. */
+ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim) {
+  if (!AC_ON() || !x) return logsumexp_impl(x, dim, keepdim);
+  ag__ac_args ac;
+  if (!ag__ac_begin(AC_F32, 1, &x, &ac)) return NULL;
+  return ag__ac_end(&ac, logsumexp_impl(x, dim, keepdim));
+}
+
+ag_tensor *ag_norm(ag_tensor *x, double p, int n_dims, const int *dims, bool keepdim) {
+  if (!AC_ON() || !x) return norm_impl(x, p, n_dims, dims, keepdim);
+  ag__ac_args ac;
+  if (!ag__ac_begin(AC_F32, 1, &x, &ac)) return NULL;
+  return ag__ac_end(&ac, norm_impl(x, p, n_dims, dims, keepdim));
 }

@@ -177,7 +177,8 @@ AG_API ag_tensor *ag_std(ag_tensor *x, int n_dims, const int *dims, double corre
  * tensor owned by the caller (x's dtype, dim dropped unless keepdim), or
  * NULL: AG_ERR_INVALID (x NULL), AG_ERR_DTYPE (x not floating), AG_ERR_SHAPE
  * (dim out of range), AG_ERR_UNSUPPORTED (no kernel on x's backend).
- * Differentiable: the gradient is g * exp(x - result). */
+ * Differentiable: the gradient is g * exp(x - result). Under autocast
+ * it runs in f32 (and returns f32), as torch's. */
 AG_API ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim);
 
 /* torch.linalg.vector_norm for p = 1 (sum of |x|), 2 (sqrt of the sum of
@@ -192,7 +193,8 @@ AG_API ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim);
  * Differentiable, with torch's gradients: p = 2 gives g * x / norm (0 where
  * the norm is 0), p = 1 gives g * sign(x), inf splits g evenly among the
  * entries whose |x| equals the norm (times their sign; a line holding NaN
- * gives 0 there, where torch gives NaN at the NaN entries). */
+ * gives 0 there, where torch gives NaN at the NaN entries). Under autocast
+ * it runs in f32 (and returns f32), as torch's. */
 AG_API ag_tensor *ag_norm(ag_tensor *x, double p, int n_dims, const int *dims, bool keepdim);
 
 /* Inclusive prefix sums along dim (negative counts from the end; a 0-d
