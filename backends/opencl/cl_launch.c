@@ -35,6 +35,8 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_LOGSUMEXP] = "ag_logsumexp",
     [CLK_NORM] = "ag_norm",
     [CLK_ONE_HOT] = "ag_one_hot",
+    [CLK_LOGSUMEXP_ROWS] = "ag_logsumexp_rows",
+    [CLK_NORM_ROWS] = "ag_norm_rows",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by

@@ -34,8 +34,33 @@ static ag_status r2_run(r2_args *a, const char *what, size_t items) {
   return err == CL_SUCCESS ? AG_OK : clb_error(err, what);
 }
 
+/* A work-group per line: `lines` groups of a power of two of work-items
+ * covering r, at most the kernel's limit (at least 32 where it allows). */
+static ag_status r2_run_rows(r2_args *a, const char *what, int64_t lines, int64_t r) {
+  if (a->err != CL_SUCCESS) return clb_error(a->err, what);
+  size_t lim = a->s->kwg[a->which], local = 1;
+  while (local < (size_t)r && local < lim) local *= 2;
+  if (local < 32 && lim >= 32) local = 32;
+  size_t global = (size_t)lines * local;
+  if (!global) return AG_OK;
+  cl_int err = clEnqueueNDRangeKernel(a->s->q, a->s->k[a->which], 1, NULL, &global, &local, 0, NULL, NULL);
+  return err == CL_SUCCESS ? AG_OK : clb_error(err, what);
+}
+
+/* Contiguous lines of the half and single types go a work-group each; f64
+ * lines and strided ones a work-item each. */
+static bool r2_rows(ag_dtype dt, int64_t r, int64_t inner) { return dt != AG_F64 && inner == 1 && r > 0; }
+
 ag_status cl_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
   if (!a->outer || !a->inner) return AG_OK;
+  if (r2_rows(a->dtype, a->r, a->inner)) {
+    r2_args k = {s, CLK_LOGSUMEXP_ROWS, 0, CL_SUCCESS};
+    r2_buf(&k, a->out);
+    r2_buf(&k, a->x);
+    r2_int(&k, a->dtype);
+    r2_long(&k, a->r);
+    return r2_run_rows(&k, "ag_logsumexp_rows", a->outer, a->r);
+  }
   r2_args k = {s, CLK_LOGSUMEXP, 0, CL_SUCCESS};
   r2_buf(&k, a->out);
   r2_buf(&k, a->x);
@@ -48,6 +73,15 @@ ag_status cl_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
 
 ag_status cl_k_norm(ag_bstream *s, const ag_k_norm *a) {
   if (!a->outer || !a->inner) return AG_OK;
+  if (r2_rows(a->dtype, a->r, a->inner)) {
+    r2_args k = {s, CLK_NORM_ROWS, 0, CL_SUCCESS};
+    r2_buf(&k, a->out);
+    r2_buf(&k, a->x);
+    r2_int(&k, a->dtype);
+    r2_long(&k, a->r);
+    r2_int(&k, a->variant);
+    return r2_run_rows(&k, "ag_norm_rows", a->outer, a->r);
+  }
   r2_args k = {s, CLK_NORM, 0, CL_SUCCESS};
   r2_buf(&k, a->out);
   r2_buf(&k, a->x);
