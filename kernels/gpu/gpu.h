@@ -84,9 +84,9 @@ AGK_HIDDEN gpuError_t agk_bn_apply(const agk_env *env, const ag_kernel_call *c);
 AGK_HIDDEN gpuError_t agk_sdpa(const agk_env *env, const ag_kernel_call *c);
 /* Typed kernel ops (reduce2.cu), each reading its decoded arguments
  * (kargs.h): AG_K_LOGSUMEXP, AG_K_NORM, AG_K_ONE_HOT. */
-AGK_HIDDEN gpuError_t gpu_k_logsumexp(const agk_env *env, const ag_k_logsumexp *a);
-AGK_HIDDEN gpuError_t gpu_k_norm(const agk_env *env, const ag_k_norm *a);
-AGK_HIDDEN gpuError_t gpu_k_one_hot(const agk_env *env, const ag_k_one_hot *a);
+AGK_HIDDEN gpuError_t agk_logsumexp(const agk_env *env, const ag_k_logsumexp *a);
+AGK_HIDDEN gpuError_t agk_norm(const agk_env *env, const ag_k_norm *a);
+AGK_HIDDEN gpuError_t agk_one_hot(const agk_env *env, const ag_k_one_hot *a);
 /* Our tiled GEMM for AG_K_MATMUL (f32/f16/bf16, f32 accumulation). */
 AGK_HIDDEN gpuError_t agk_gemm(const agk_env *env, const ag_kernel_call *c);
 

@@ -118,7 +118,7 @@ template <typename T> static gpuError_t logsumexp_go(const agk_env *env, const a
                x, outer, r, inner);
   return gpuGetLastError();
 }
-gpuError_t gpu_k_logsumexp(const agk_env *env, const ag_k_logsumexp *a) {
+gpuError_t agk_logsumexp(const agk_env *env, const ag_k_logsumexp *a) {
   AGK_DISPATCH_FLOAT(a->dtype, T, return logsumexp_go<T>(env, a));
   return gpuErrorNotSupported;
 }
@@ -184,7 +184,7 @@ template <typename T> static gpuError_t norm_go(const agk_env *env, const ag_k_n
                outer, r, inner, a->variant);
   return gpuGetLastError();
 }
-gpuError_t gpu_k_norm(const agk_env *env, const ag_k_norm *a) {
+gpuError_t agk_norm(const agk_env *env, const ag_k_norm *a) {
   AGK_DISPATCH_FLOAT(a->dtype, T, return norm_go<T>(env, a));
   return gpuErrorNotSupported;
 }
@@ -203,7 +203,7 @@ __global__ void k_one_hot(int64_t *y, const I *index, long long n, long long cla
   }
 }
 
-gpuError_t gpu_k_one_hot(const agk_env *env, const ag_k_one_hot *a) {
+gpuError_t agk_one_hot(const agk_env *env, const ag_k_one_hot *a) {
   long long n = a->n, classes = a->classes;
   if (a->out->dtype != AG_I64) return gpuErrorNotSupported;
   if (n == 0 || classes == 0) return gpuSuccess;

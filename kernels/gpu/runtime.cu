@@ -482,13 +482,13 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
   env.sm_count = agg_sm_count(s->dev);
   ON_DEVICE(s->dev);
   gpuError_t e = gpuSuccess;
-  /* A typed kernel op (kargs.h): decode the call, run gpu_k_<name>. */
+  /* A typed kernel op (kargs.h): decode the call, run agk_<name>. */
 #define GPU_KCALL(nm)                                                      \
   {                                                                        \
     ag_k_##nm a_;                                                          \
     ag_status st_ = ag_k_##nm##_decode(c, &a_);                            \
     if (st_ != AG_OK) return st_;                                          \
-    e = gpu_k_##nm(&env, &a_);                                             \
+    e = agk_##nm(&env, &a_);                                             \
   }
   switch (c->op) {
     case AG_K_LOGSUMEXP: GPU_KCALL(logsumexp); break;
