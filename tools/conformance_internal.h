@@ -135,6 +135,12 @@ void ag__conf_op_max(ctx *c);
 void ag__conf_op_min(ctx *c);
 void ag__conf_op_argmax(ctx *c);
 
+/* conformance_reduce2.c */
+void ag__conf_op_logsumexp(ctx *c);
+void ag__conf_op_norm(ctx *c);
+void ag__conf_op_one_hot(ctx *c);
+void ag__conf_op_conv1d(ctx *c);
+
 /* conformance_nn.c */
 void ag__conf_op_matmul(ctx *c);
 void ag__conf_lines(const hbuf *h, int dim, void (*fn)(const double *, double *, int64_t, int64_t, void *),

@@ -666,7 +666,8 @@ static inline ag_status launch_backend(ag_devstate *ds, ag_stream *s, const ag_k
   ag_status st = ds->be->launch(s->bs, c);
   /* Ops that validate indices on the device report through the error
    * word; checking it right away is free on synchronous backends. */
-  if (st == AG_OK && (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER))
+  if (st == AG_OK && (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER ||
+                      c->op == AG_K_ONE_HOT))
     st = ag__kernel_error_check(s);
   return st;
 }
