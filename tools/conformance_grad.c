@@ -12,6 +12,7 @@ enum {
   GA_ADD, GA_SUB, GA_MUL, GA_DIV, GA_AFFINE, GA_UNARY, GA_BINARY, GA_WHERE, GA_SUM, GA_MEAN, GA_MATMUL,
   GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_RMS, GA_RMS_NOW, GA_VAR, GA_STD, GA_CUMSUM, GA_GATHER, GA_INDEX_SELECT, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
   GA_CONV2D, GA_AVG_POOL2D, GA_ADAPTIVE_AVG_POOL2D, GA_BATCH_NORM, GA_SDPA,
+  GA_LOGSUMEXP, GA_NORM_L1, GA_NORM_L2, GA_NORM_INF, GA_CONV1D,
   GA_INDEX, /* conformance_index.c's ag__conf_grad_index(arg) */
 };
 
@@ -67,6 +68,10 @@ static const gdef GRADS[] = {
     {"grad_var", GA_VAR, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
     {"grad_std", GA_STD, 1, {{2, {4, 6}, GF(-2, 2)}}, 0},
     {"grad_cumsum", GA_CUMSUM, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
+    {"grad_logsumexp", GA_LOGSUMEXP, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
+    {"grad_norm_l1", GA_NORM_L1, 1, {{3, {3, 4, 5}, G_AWAY, 0.5, 2, 0}}, 0},
+    {"grad_norm_l2", GA_NORM_L2, 1, {{3, {3, 4, 5}, GF(-2, 2)}}, 0},
+    {"grad_norm_inf", GA_NORM_INF, 1, {{2, {4, 6}, GF(-2, 2)}}, 0},
     {"grad_gather", GA_GATHER, 2, {{2, {4, 5}, GF(-2, 2)}, {2, {4, 3}, G_INT, 0, 4, 2}}, 0},
     {"grad_index_select", GA_INDEX_SELECT, 2, {{2, {5, 3}, GF(-2, 2)}, {1, {6}, G_INT, 0, 4, 2}}, 0},
     {"grad_embedding", GA_EMB, 2, {{2, {6, 3}, GF(-2, 2)}, {1, {5}, G_INT, 0, 5, 2}}, 0},
@@ -76,6 +81,7 @@ static const gdef GRADS[] = {
     /* vision ops (max pooling is left out: a step of h can move its argmax) */
     {"grad_conv2d", GA_CONV2D, 3,
      {{4, {2, 4, 5, 4}, GF(-1, 1)}, {4, {6, 2, 3, 2}, GF(-1, 1)}, {1, {6}, GF(-1, 1)}}, 0},
+    {"grad_conv1d", GA_CONV1D, 3, {{3, {2, 4, 9}, GF(-1, 1)}, {3, {6, 2, 3}, GF(-1, 1)}, {1, {6}, GF(-1, 1)}}, 0},
     {"grad_avg_pool2d", GA_AVG_POOL2D, 1, {{4, {2, 3, 5, 6}, GF(-2, 2)}}, 0},
     {"grad_adaptive_pool", GA_ADAPTIVE_AVG_POOL2D, 1, {{4, {2, 2, 7, 5}, GF(-2, 2)}}, 0},
     {"grad_batch_norm", GA_BATCH_NORM, 3,
@@ -122,6 +128,10 @@ static ag_tensor *gfn(const gdef *g, ag_tensor **x) {
     case GA_VAR: return ag_var(x[0], 2, d02, 1, true);
     case GA_STD: return ag_std(x[0], 1, d1, 0, false);
     case GA_CUMSUM: return ag_cumsum(x[0], 1);
+    case GA_LOGSUMEXP: return ag_logsumexp(x[0], 1, false);
+    case GA_NORM_L1: return ag_norm(x[0], 1, 2, d02, true);
+    case GA_NORM_L2: return ag_norm(x[0], 2, 2, d02, false);
+    case GA_NORM_INF: return ag_norm(x[0], INFINITY, 1, d1, false);
     case GA_GATHER: return ag_gather(x[0], 1, x[1]);
     case GA_INDEX: return ag__conf_grad_index(g->arg, x);
     case GA_INDEX_SELECT: return ag_index_select(x[0], 0, x[1]);
@@ -132,6 +142,7 @@ static ag_tensor *gfn(const gdef *g, ag_tensor **x) {
       static const ag_conv2d_params p = {{2, 1}, {1, 1}, {1, 2}, 2};
       return ag_conv2d(x[0], x[1], x[2], &p);
     }
+    case GA_CONV1D: return ag_conv1d(x[0], x[1], x[2], 2, 1, 2, 2); /* stride, padding, dilation, groups */
     case GA_AVG_POOL2D: {
       static const ag_pool2d_params p = {{3, 2}, {2, 2}, {1, 1}, false};
       return ag_avg_pool2d(x[0], &p);

@@ -135,6 +135,12 @@ void ag__conf_op_max(ctx *c);
 void ag__conf_op_min(ctx *c);
 void ag__conf_op_argmax(ctx *c);
 
+/* conformance_reduce2.c */
+void ag__conf_op_logsumexp(ctx *c);
+void ag__conf_op_norm(ctx *c);
+void ag__conf_op_one_hot(ctx *c);
+void ag__conf_op_conv1d(ctx *c);
+
 /* conformance_index.c: sort, argsort, scatter_add, index_add, pad; the gradient rows' functions
  * (GA_INDEX rows of conformance_grad.c, by CONF_GI_*) */
 enum { CONF_GI_SORT, CONF_GI_SCATTER_ADD, CONF_GI_INDEX_ADD, CONF_GI_PAD_CONSTANT, CONF_GI_PAD_REFLECT };

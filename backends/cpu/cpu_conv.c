@@ -19,12 +19,6 @@ typedef ag_conv_geom conv_geom;
 
 /* The geometry of a conv2d call a (any of the three: their windows have
  * the same names) with input x, output y and weight w. */
-#define CONV_GEOM(a, x, y, w)                                                                     \
-  ((conv_geom){.N = (x)->shape[0], .C = (x)->shape[1], .H = (x)->shape[2], .W = (x)->shape[3],   \
-               .Co = (y)->shape[1], .Ho = (y)->shape[2], .Wo = (y)->shape[3], .kh = (w)->shape[2], \
-               .kw = (w)->shape[3], .sh = (a)->stride_h, .sw = (a)->stride_w, .ph = (a)->pad_h,    \
-               .pw = (a)->pad_w, .dh = (a)->dilation_h, .dw = (a)->dilation_w, .G = (a)->groups})
-
 /* C[M, N] = A @ B + beta * C, row-major, A as [M, K] (or stored [K, M] when
  * ta), B as [K, N] (or stored [N, K] when tb). */
 #define GEMM(T)                                                                                     \
@@ -261,18 +255,18 @@ static int64_t chunk_len(const conv_job *j, int64_t ch) {
     return AG_OK;                                                                                 \
   }                                                                                               \
   static ag_status conv_fwd_##T(const ag_k_conv2d *a) {                                           \
-    conv_geom g = CONV_GEOM(a, a->x, a->y, a->w);                                                 \
+    conv_geom g = AG_CONV_GEOM(a, a->x, a->y, a->w);                                                 \
     return conv_run_##T(a->call->name, g, ag__cpu_ptr(a->x), ag__cpu_ptr(a->w),                   \
                         a->bias ? ag__cpu_ptr(a->bias) : NULL, ag__cpu_ptr(a->y), conv_fwd_chunks_##T, \
                         false);                                                                   \
   }                                                                                               \
   static ag_status conv_bwd_input_##T(const ag_k_conv2d_bwd_input *a) {                           \
-    conv_geom g = CONV_GEOM(a, a->dx, a->dy, a->w);                                               \
+    conv_geom g = AG_CONV_GEOM(a, a->dx, a->dy, a->w);                                               \
     return conv_run_##T(a->call->name, g, ag__cpu_ptr(a->dy), ag__cpu_ptr(a->w), NULL,            \
                         ag__cpu_ptr(a->dx), conv_bwd_input_chunks_##T, false);                    \
   }                                                                                               \
   static ag_status conv_bwd_weight_##T(const ag_k_conv2d_bwd_weight *a) {                         \
-    conv_geom g = CONV_GEOM(a, a->x, a->dy, a->dw);                                               \
+    conv_geom g = AG_CONV_GEOM(a, a->x, a->dy, a->dw);                                               \
     return conv_run_##T(a->call->name, g, ag__cpu_ptr(a->dy), ag__cpu_ptr(a->x), NULL,            \
                         ag__cpu_ptr(a->dw), conv_bwd_weight_chunks_##T, true);                    \
   }

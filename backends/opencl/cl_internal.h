@@ -24,6 +24,11 @@ typedef enum clb_kernel {
   CLK_IM2COL, CLK_COL2IM, CLK_CONV_BIAS, CLK_POOL, CLK_POOL_BWD, CLK_BN_STATS, CLK_BN_APPLY,
   CLK_RMS, CLK_RMS_BWD, CLK_RMS_BWD_W, CLK_VAR_ROWS, CLK_VAR_COLS, CLK_CUMSUM,
   CLK_GATHER, CLK_GATHER_BWD, CLK_TOPK, CLK_SDPA, CLK_SDPA_BWD_DQ, CLK_SDPA_BWD_DKV,
+  CLK_LOGSUMEXP,
+  CLK_NORM,
+  CLK_ONE_HOT,
+  CLK_LOGSUMEXP_ROWS,
+  CLK_NORM_ROWS,
   /* the kernel ops of their own files (cl_kops.h) */
   CLK_SORT,
   CLK_SCATTER_ADD,
@@ -114,6 +119,12 @@ CLB_HIDDEN ag_status clb_scratch(ag_bstream *s, size_t bytes, cl_mem *out);
 
 CLB_HIDDEN ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c);
 CLB_HIDDEN bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt);
+
+/* Typed kernel ops (cl_reduce2.c), each reading its decoded arguments
+ * (kargs.h); f64 lines only on devices with fp64. */
+CLB_HIDDEN ag_status cl_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a);
+CLB_HIDDEN ag_status cl_k_norm(ag_bstream *s, const ag_k_norm *a);
+CLB_HIDDEN ag_status cl_k_one_hot(ag_bstream *s, const ag_k_one_hot *a);
 
 /* queue objects (cl_queue.c) */
 CLB_HIDDEN ag_status clb_stream_create(int dev, ag_bstream **out);

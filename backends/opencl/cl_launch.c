@@ -33,6 +33,11 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_CUMSUM_D] = "ag_cumsum_d", [CLK_ARANGE_D] = "ag_arange_d", [CLK_SOFTMAX_D] = "ag_softmax_d",
     [CLK_SOFTMAX_BWD_D] = "ag_softmax_bwd_d", [CLK_GATHER_D] = "ag_gather_d",
     [CLK_GATHER_BWD_D] = "ag_gather_bwd_d", [CLK_EMB_BWD_D] = "ag_embedding_bwd_d",
+    [CLK_LOGSUMEXP] = "ag_logsumexp",
+    [CLK_NORM] = "ag_norm",
+    [CLK_ONE_HOT] = "ag_one_hot",
+    [CLK_LOGSUMEXP_ROWS] = "ag_logsumexp_rows",
+    [CLK_NORM_ROWS] = "ag_norm_rows",
     [CLK_SORT] = "ag_sort",
     [CLK_SCATTER_ADD] = "ag_scatter_add",
     [CLK_PAD] = "ag_pad",
@@ -1436,6 +1441,9 @@ static ag_status cl_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
   X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))         \
   X(SDPA, sdpa, AGK_DTS_FLOAT, AGK_VNONE)                                                            \
   X(SDPA_BWD, sdpa_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
+  X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT64, AGK_VNONE)                                                \
+  X(NORM, norm, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
+  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                          \
   X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))     \
   X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
   X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))             \

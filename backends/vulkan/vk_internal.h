@@ -65,10 +65,12 @@ typedef enum vkb_shader {
   VKS_EMB, VKS_EMB_BWD, VKS_ADAMW, VKS_SGD, VKS_NONFINITE, VKS_GEMM,
   VKS_CONV, VKS_CONV_BWD_IN, VKS_CONV_BWD_W, VKS_POOL, VKS_POOL_BWD, VKS_BN_STATS, VKS_BN_APPLY,
   VKS_SDPA, VKS_SDPA_BWD_DQ, VKS_SDPA_BWD_DKV,
+  VKS_LOGSUMEXP, VKS_NORM, VKS_ONE_HOT, VKS_LOGSUMEXP_ROWS, VKS_NORM_ROWS,
   /* f64.comp: created only on devices with shaderFloat64 */
   VKS_UNARY_D, VKS_BINARY_D, VKS_FILL_D, VKS_ARANGE_D, VKS_REDUCE_D, VKS_VAR_D, VKS_CUMSUM_D,
   VKS_SOFTMAX_D, VKS_SOFTMAX_BWD_D, VKS_GATHER_D, VKS_GATHER_BWD_D, VKS_EMB_BWD_D, VKS_GEMM_D,
   VKS_LN_D, VKS_LN_BWD_D, VKS_LN_BWD_WB_D, VKS_RMS_D, VKS_RMS_BWD_D, VKS_RMS_BWD_W_D,
+  VKS_LOGSUMEXP_D, VKS_NORM_D, VKS_LOGSUMEXP_ROWS_D, VKS_NORM_ROWS_D,
   /* the kernel ops of their own files (vk_kops.h) */
   VKS_SORT,
   VKS_SCATTER_ADD,
@@ -335,6 +337,12 @@ VKB_HIDDEN ag_status vkb_scratch(ag_bstream *s, size_t bytes, uint64_t *out_addr
 VKB_HIDDEN ag_status vkb_launch(ag_bstream *s, const ag_kernel_call *c);
 VKB_HIDDEN ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c);
 VKB_HIDDEN bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt);
+
+/* Typed kernel ops (vk_reduce2.c), each reading its decoded arguments
+ * (kargs.h); f64 only on devices with shaderFloat64. */
+VKB_HIDDEN ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a);
+VKB_HIDDEN ag_status vk_k_norm(ag_bstream *s, const ag_k_norm *a);
+VKB_HIDDEN ag_status vk_k_one_hot(ag_bstream *s, const ag_k_one_hot *a);
 
 VKB_HIDDEN ag_status vkb_stream_create(int dev, ag_bstream **out);
 VKB_HIDDEN void vkb_stream_destroy(ag_bstream *s);

@@ -139,6 +139,9 @@ static int64_t dbits(double v) {
   X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))             \
   X(SDPA, sdpa, AGK_DTS_FLOAT, AGK_VNONE)                                                                \
   X(SDPA_BWD, sdpa_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                                        \
+  X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT64, AGK_VNONE)                                                    \
+  X(NORM, norm, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
+  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                              \
   X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))         \
   X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))              \
   X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))                 \
@@ -973,15 +976,6 @@ typedef struct vk_window {
 #define VK_WINDOW(a, third) \
   ((vk_window){(a)->stride_h, (a)->stride_w, (a)->pad_h, (a)->pad_w, (a)->third##_h, (a)->third##_w})
 
-/* The geometry of a convolution from its operands and named window. */
-static ag_conv_geom conv_geom(const ag_koperand *x, const ag_koperand *y, const ag_koperand *w, vk_window win,
-                              int64_t groups) {
-  ag_conv_geom g = {x->shape[0], x->shape[1],  x->shape[2],  x->shape[3], y->shape[1], y->shape[2],
-                    y->shape[3], w->shape[2],  w->shape[3],  win.stride_h, win.stride_w, win.pad_h,
-                    win.pad_w,   win.h,        win.w,        groups};
-  return g;
-}
-#define VK_CONV_GEOM(a, X, Y, Wt) conv_geom(X, Y, Wt, VK_WINDOW(a, dilation), (a)->groups)
 
 static void conv_args(vkb_args *args, const ag_conv_geom *g, const ag_koperand *o0, const ag_koperand *o1,
                       const ag_koperand *o2) {
@@ -994,7 +988,7 @@ static void conv_args(vkb_args *args, const ag_conv_geom *g, const ag_koperand *
 }
 
 static ag_status vk_k_conv2d(ag_bstream *s, const ag_k_conv2d *a) {
-  ag_conv_geom g = VK_CONV_GEOM(a, a->x, a->y, a->w);
+  ag_conv_geom g = AG_CONV_GEOM(a, a->x, a->y, a->w);
   vkb_args args = {0};
   conv_args(&args, &g, a->y, a->x, a->w);
   args.p[3] = opt_addr(a->bias);
@@ -1005,7 +999,7 @@ static ag_status vk_k_conv2d(ag_bstream *s, const ag_k_conv2d *a) {
 }
 
 static ag_status vk_k_conv2d_bwd_input(ag_bstream *s, const ag_k_conv2d_bwd_input *a) {
-  ag_conv_geom g = VK_CONV_GEOM(a, a->dx, a->dy, a->w);
+  ag_conv_geom g = AG_CONV_GEOM(a, a->dx, a->dy, a->w);
   vkb_args args = {0};
   conv_args(&args, &g, a->dx, a->dy, a->w);
   const int64_t Cog = g.Co / g.G;
@@ -1015,7 +1009,7 @@ static ag_status vk_k_conv2d_bwd_input(ag_bstream *s, const ag_k_conv2d_bwd_inpu
 }
 
 static ag_status vk_k_conv2d_bwd_weight(ag_bstream *s, const ag_k_conv2d_bwd_weight *a) {
-  ag_conv_geom g = VK_CONV_GEOM(a, a->x, a->dy, a->dw);
+  ag_conv_geom g = AG_CONV_GEOM(a, a->x, a->dy, a->dw);
   vkb_args args = {0};
   conv_args(&args, &g, a->dw, a->dy, a->x);
   const int64_t Cg = g.C / g.G;

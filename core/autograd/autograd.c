@@ -111,6 +111,8 @@ static bool needs_input(ag_gop op, const ag_gparams *p, int i) {
     case AG_G_LAYER_NORM: return i <= 1;         /* x and weight */
     case AG_G_RMS_NORM: return i == 1;           /* weight (x is saved contiguous) */
     case AG_G_VAR: return i == 0;                /* x, to centre it */
+    case AG_G_LOGSUMEXP: return i == 0;          /* x, for exp(x - out) */
+    case AG_G_NORM: return i == 0;               /* x, its sign or its share */
     case AG_G_GATHER: return i == 1;             /* the index */
     case AG_G_SCATTER_ADD: return i == 1;        /* the index */
     case AG_G_EMBEDDING: return i == 1;          /* indices */
@@ -154,6 +156,7 @@ static const char *const k_gop_names[AG_GOP_COUNT] = {
     [AG_G_CONV2D] = "conv2d", [AG_G_POOL2D] = "pool2d", [AG_G_BATCH_NORM] = "batch_norm",
     [AG_G_RMS_NORM] = "rms_norm", [AG_G_VAR] = "var/std", [AG_G_CUMSUM] = "cumsum",
     [AG_G_GATHER] = "gather/index_select", [AG_G_SDPA] = "scaled_dot_product_attention",
+    [AG_G_LOGSUMEXP] = "logsumexp", [AG_G_NORM] = "norm",
     [AG_G_SCATTER_ADD] = "scatter_add/index_add",
     [AG_G_PAD] = "pad",
 };

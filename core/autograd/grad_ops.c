@@ -283,6 +283,59 @@ static ag_status var_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   return gin[0] ? AG_OK : fail();
 }
 
+/* logsumexp: g * exp(x - out), out saved in the keepdim shape (torch's
+ * formula: a line of -inf gives NaN there, as in torch). */
+static ag_status logsumexp_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  if (!NEED(0)) return AG_OK;
+  ag_tensor *x = n->e[0].val, *y = n->n_saved >= 1 ? n->saved[0] : NULL;
+  if (!x || !y) return ag_error_set(AG_ERR_INTERNAL, "ag_logsumexp backward: inputs not saved");
+  ag_tensor *gk = ag_reshape(g, n->p.ndim, n->p.shape);
+  ag_tensor *d = ag_sub(x, y), *e = d ? ag_exp(d) : NULL;
+  gin[0] = e && gk ? ag_mul(e, gk) : NULL;
+  ag_tensor_release(gk);
+  ag_tensor_release(d);
+  ag_tensor_release(e);
+  return gin[0] ? AG_OK : fail();
+}
+
+/* Vector norms (torch's formulas): L1 g * sign(x); L2 g * x / norm, 0
+ * where the norm is 0; inf g / count * sign(x) at the entries whose |x|
+ * equals the norm (or is NaN), count their number along the dims. */
+static ag_status norm_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  if (!NEED(0)) return AG_OK;
+  ag_tensor *x = n->e[0].val, *y = n->n_saved >= 1 ? n->saved[0] : NULL;
+  if (!x || !y) return ag_error_set(AG_ERR_INTERNAL, "ag_norm backward: inputs not saved");
+  const ag_gparams *p = &n->p;
+  ag_tensor *gk = ag_reshape(g, p->ndim, p->shape);
+  ag_tensor *t[8] = {0};
+  if (p->i[0] == AG_KV_NORM_L1) {
+    t[0] = ag_sign(x);
+    gin[0] = t[0] && gk ? ag_mul(t[0], gk) : NULL;
+  } else if (p->i[0] == AG_KV_NORM_L2) {
+    t[0] = gk ? ag_div(gk, y) : NULL;
+    t[1] = ag_full(ag_tensor_device(y), y->dtype, 0, NULL, 0);
+    t[2] = t[1] ? ag_eq(y, t[1]) : NULL;
+    t[3] = t[0] && t[2] ? ag_masked_fill(t[0], t[2], 0) : NULL;
+    gin[0] = t[3] ? ag_mul(x, t[3]) : NULL;
+  } else {
+    t[0] = ag_abs(x);
+    t[1] = t[0] ? ag_eq(t[0], y) : NULL;
+    t[2] = t[0] ? ag_ne(t[0], t[0]) : NULL; /* NaN */
+    t[3] = t[1] ? ag_cast(t[1], x->dtype) : NULL;
+    t[4] = t[2] ? ag_cast(t[2], x->dtype) : NULL;
+    t[5] = t[3] && t[4] ? ag_maximum(t[3], t[4]) : NULL;
+    t[6] = t[5] ? ag_sum(t[5], p->n_dims, p->n_dims ? p->dims : NULL, true) : NULL;
+    t[7] = t[6] && gk ? ag_div(gk, t[6]) : NULL;
+    ag_tensor *sg = ag_sign(x), *m = sg && t[5] ? ag_mul(sg, t[5]) : NULL;
+    gin[0] = m && t[7] ? ag_mul(m, t[7]) : NULL;
+    ag_tensor_release(sg);
+    ag_tensor_release(m);
+  }
+  ag_tensor_release(gk);
+  for (int i = 0; i < 8; i++) ag_tensor_release(t[i]);
+  return gin[0] ? AG_OK : fail();
+}
+
 static ag_status embedding_bwd(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   const ag_edge *te = &n->e[0];
   ag_tensor *idx = n->e[1].val;
@@ -535,6 +588,8 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     case AG_G_LAYER_NORM: return layer_norm_bwd(n, g, gin);
     case AG_G_RMS_NORM: return rms_norm_bwd(n, g, gin);
     case AG_G_VAR: return var_bwd(n, g, gin);
+    case AG_G_LOGSUMEXP: return logsumexp_bwd(n, g, gin);
+    case AG_G_NORM: return norm_bwd(n, g, gin);
     case AG_G_GATHER:
       if (NEED(0)) {
         ag_tensor *dx = ag__gather_backward(g, n->e[1].val, (int)n->p.i[0], n->p.i[1] != 0, n->e[0].ndim,

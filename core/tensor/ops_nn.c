@@ -759,3 +759,58 @@ ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim) {
   if (!ag__ac_begin(AC_WIDEST, n, c, &ac)) return NULL;
   return ag__ac_end(&ac, concat_impl(n, c, dim));
 }
+
+ag_tensor *ag_one_hot(ag_tensor *index, int64_t num_classes) {
+  static const char name[] = "ag_one_hot";
+  if (ag__null_args(name, 1, &index)) return NULL;
+  ag_devstate *ds = ag__ds(index);
+  if (index->dtype != AG_I64 && index->dtype != AG_I32) {
+    ag_error_set(AG_ERR_DTYPE, "%s: index must be i64 or i32, got %s", name, ag_dtype_name(index->dtype));
+    return NULL;
+  }
+  if (index->ndim + 1 > AG_MAX_DIMS) {
+    ag_error_set(AG_ERR_SHAPE, "%s: a %d-d index leaves no dim for the classes (at most %d dims)", name,
+                 index->ndim, AG_MAX_DIMS);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_ONE_HOT, 0, index->dtype, name)) return NULL;
+  if (num_classes < 0) {
+    if (index->numel == 0) {
+      ag_error_set(AG_ERR_SHAPE, "%s: cannot infer the number of classes of an empty index", name);
+      return NULL;
+    }
+    /* torch's rule: the largest index + 1, read to the host */
+    ag_tensor *m = ag_max(index, 0, NULL, false);
+    ag_item_value iv;
+    ag_status st = m ? ag_item_scalar(m, &iv) : ag_last_status();
+    ag_tensor_release(m);
+    if (st != AG_OK) return NULL;
+    if (iv.i < 0) {
+      ag_error_set(AG_ERR_INDEX, "%s: index %lld out of range (class values must be non-negative)", name,
+                   (long long)iv.i);
+      return NULL;
+    }
+    num_classes = iv.i + 1;
+  }
+  if (num_classes == 0 && index->numel) {
+    /* no kernel runs for an empty result: every index is out of range */
+    ag_error_set(AG_ERR_INDEX, "%s: %lld indices out of range [0, 0) (num_classes 0)", name,
+                 (long long)index->numel);
+    return NULL;
+  }
+  int64_t n = index->numel, oshape[AG_MAX_DIMS];
+  memcpy(oshape, index->shape, sizeof(int64_t) * (size_t)index->ndim);
+  oshape[index->ndim] = num_classes;
+  ag_tensor *ic = ag__raw_contiguous(index);
+  ag_tensor *out = ic ? ag__tensor_new(ds, AG_I64, index->ndim + 1, oshape) : NULL;
+  ag_status st = out ? AG_OK : ag_last_status();
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    ag__kcall_init(&c, AG_K_ONE_HOT, 0, name, 2, (ag_tensor *[]){out, ic});
+    c.i[0] = n;
+    c.i[1] = num_classes;
+    st = ag__launch(ds, &c);
+  }
+  ag_tensor_release(ic);
+  return ag__op_finish(out, st);
+}

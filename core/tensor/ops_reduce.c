@@ -521,3 +521,103 @@ ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tensor **ou
   *out_indices = ix;
   return AG_OK;
 }
+
+/* ---------------- logsumexp, vector norms ---------------- */
+
+/* One launch of a [outer, r, inner] reduction kernel of kind op (sub the
+ * variant) over pl's contiguous source into a new tensor of a's dtype. */
+static ag_tensor *row_reduce_launch(const char *name, ag_kop op, int sub, ag_devstate *ds, ag_tensor *a,
+                                    const reduce_plan *pl) {
+  ag_tensor *out = ag__tensor_new(ds, a->dtype, pl->out_ndim, pl->out_shape);
+  ag_status st = out ? AG_OK : ag_last_status();
+  if (st == AG_OK && out->numel) {
+    ag_kernel_call c;
+    ag__kcall_init(&c, op, sub, name, 2, (ag_tensor *[]){out, pl->src});
+    c.i[0] = pl->outer;
+    c.i[1] = pl->r;
+    c.i[2] = pl->inner;
+    st = ag__launch(ds, &c);
+  }
+  return ag__op_finish(out, st);
+}
+
+static ag_tensor *logsumexp_impl(ag_tensor *x, int dim, bool keepdim) {
+  static const char name[] = "ag_logsumexp";
+  if (ag__null_args(name, 1, &x)) return NULL;
+  ag_devstate *ds = ag__ds(x);
+  if (!ag_dtype_is_float(x->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(x->dtype));
+    return NULL;
+  }
+  int nd = x->ndim ? x->ndim : 1;
+  if (dim < -nd || dim >= nd) {
+    ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, x->ndim);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_LOGSUMEXP, 0, x->dtype, name)) return NULL;
+  reduce_plan pl;
+  /* a 0-d x reduces over nothing: the plan of no dims */
+  if (!plan_reduce(name, x, x->ndim ? 1 : 0, &dim, keepdim, &pl)) return NULL;
+  ag_tensor *out = row_reduce_launch(name, AG_K_LOGSUMEXP, 0, ds, x, &pl);
+  ag_tensor_release(pl.src);
+  if (!out) return NULL;
+  ag_gparams p;
+  reduce_gparams(&p, x, &pl, x->ndim ? 1 : 0, &dim, keepdim);
+  /* the backward reads x and the result, in the keepdim shape */
+  ag_tensor *kv = ag__raw_view(out, x->ndim, pl.keep_shape);
+  ag_tensor *r = ag__op_record(out, AG_G_LOGSUMEXP, 1, &x, 1, &kv, &p);
+  ag_tensor_release(kv);
+  return r;
+}
+
+static ag_tensor *norm_impl(ag_tensor *x, double p, int n_dims, const int *dims, bool keepdim) {
+  static const char name[] = "ag_norm";
+  if (ag__null_args(name, 1, &x)) return NULL;
+  ag_devstate *ds = ag__ds(x);
+  if (!ag_dtype_is_float(x->dtype)) {
+    ag_error_set(AG_ERR_DTYPE, "%s: dtype %s is not a floating type", name, ag_dtype_name(x->dtype));
+    return NULL;
+  }
+  int v;
+  if (p == 1) v = AG_KV_NORM_L1;
+  else if (p == 2) v = AG_KV_NORM_L2;
+  else if (isinf(p) && p > 0) v = AG_KV_NORM_INF;
+  else {
+    ag_error_set(AG_ERR_INVALID, "%s: p = %g is not supported (1, 2 or inf)", name, p);
+    return NULL;
+  }
+  if (!ag__supported(ds, AG_K_NORM, v, x->dtype, name)) return NULL;
+  reduce_plan pl;
+  if (!plan_reduce(name, x, n_dims, dims, keepdim, &pl)) return NULL;
+  if (pl.r == 0 && v == AG_KV_NORM_INF) {
+    ag_tensor_release(pl.src);
+    ag_error_set(AG_ERR_SHAPE, "%s: the inf norm of an empty dim has no identity", name);
+    return NULL;
+  }
+  ag_tensor *out = row_reduce_launch(name, AG_K_NORM, v, ds, x, &pl);
+  ag_tensor_release(pl.src);
+  if (!out) return NULL;
+  ag_gparams gp;
+  reduce_gparams(&gp, x, &pl, n_dims, dims, keepdim);
+  gp.i[0] = v;
+  ag_tensor *kv = ag__raw_view(out, x->ndim, pl.keep_shape);
+  ag_tensor *r = ag__op_record(out, AG_G_NORM, 1, &x, 1, &kv, &gp);
+  ag_tensor_release(kv);
+  return r;
+}
+
+/* Under autocast both run in f32, as torch's (logsumexp and the norms are
+ * on its f32 list): a half input is widened and the result is f32. */
+ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim) {
+  if (!AC_ON() || !x) return logsumexp_impl(x, dim, keepdim);
+  ag__ac_args ac;
+  if (!ag__ac_begin(AC_F32, 1, &x, &ac)) return NULL;
+  return ag__ac_end(&ac, logsumexp_impl(x, dim, keepdim));
+}
+
+ag_tensor *ag_norm(ag_tensor *x, double p, int n_dims, const int *dims, bool keepdim) {
+  if (!AC_ON() || !x) return norm_impl(x, p, n_dims, dims, keepdim);
+  ag__ac_args ac;
+  if (!ag__ac_begin(AC_F32, 1, &x, &ac)) return NULL;
+  return ag__ac_end(&ac, norm_impl(x, p, n_dims, dims, keepdim));
+}

@@ -54,6 +54,11 @@ typedef enum ag_gop {
                        k, v, the output, the log-sum-exp [B, H, T] and the
                        mask (or NULL); p->s[0] scale, s[1] dropout p, i[0]
                        causal, i[1], i[2] the Philox seed and offset */
+  AG_G_LOGSUMEXP,   /* input x; saved the output (keepdim shape); dims,
+                       keepdim and keepdim shape in p as AG_G_SUM */
+  AG_G_NORM,        /* input x; p->i[0] the variant (AG_KV_NORM_L1, _L2,
+                       _INF); saved the output (keepdim shape); dims as
+                       AG_G_SUM */
   AG_G_SCATTER_ADD, /* inputs self, index, src; p->i[0] dim, p->i[1] 1 for
                        index_add, p->s[0] alpha */
   AG_G_PAD,         /* one pad step: input x; p->i[0] the padded dim (x as

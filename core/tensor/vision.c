@@ -6,6 +6,7 @@
  * backend lacks those kernels for the dtype, composed of generic ops
  * (docs/vision.md). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "anygrad/autograd.h"
@@ -532,4 +533,37 @@ ag_tensor *ag_batch_norm(ag_tensor *x, ag_tensor *running_mean, ag_tensor *runni
   if (bn_fused(ds, x->dtype) && x->numel > 0)
     return bn_fused_forward(ds, x, running_mean, running_var, weight, bias, training, momentum, eps);
   return bn_composed(x, running_mean, running_var, weight, bias, training, momentum, eps);
+}
+
+/* conv1d as conv2d over a height of 1: views in, a view out, so autograd
+ * records the views and conv2d (docs/design/ops.md). */
+ag_tensor *ag_conv1d(ag_tensor *x, ag_tensor *w, ag_tensor *bias, int stride, int padding, int dilation, int groups) {
+  static const char name[] = "ag_conv1d";
+  if (null_arg(name, x, 1) || null_arg(name, w, 2)) return NULL;
+  char b1[96], b2[96];
+  if (x->ndim != 3 || w->ndim != 3) {
+    ag_error_set(AG_ERR_SHAPE, "%s: input %s and weight %s must be 3-D ([N, C, L] and [Co, C/groups, k])", name,
+                 ag_tensor_describe(x, b1, sizeof b1), ag_tensor_describe(w, b2, sizeof b2));
+    return NULL;
+  }
+  if (stride < 1 || dilation < 1 || padding < 0 || groups < 1) {
+    ag_error_set(AG_ERR_INVALID, "%s: stride, dilation and groups must be >= 1 and padding >= 0 (got %d, %d, %d, %d)",
+                 name, stride, dilation, groups, padding);
+    return NULL;
+  }
+  const ag_conv2d_params p = {{1, stride}, {0, padding}, {1, dilation}, groups};
+  ag_tensor *x4 = ag_unsqueeze(x, 2), *w4 = x4 ? ag_unsqueeze(w, 2) : NULL;
+  ag_tensor *y4 = w4 ? ag_conv2d(x4, w4, bias, &p) : NULL;
+  ag_tensor *y = y4 ? ag_squeeze(y4, 2) : NULL;
+  if (!y) {
+    /* conv2d's checks name conv2d: say which op the caller called */
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ag_last_error());
+    if (strncmp(msg, "ag_conv2d: ", 11) == 0)
+      ag_error_set(ag_last_status(), "%s (as conv2d over [N, C, 1, L]): %s", name, msg + 11);
+  }
+  ag_tensor_release(x4);
+  ag_tensor_release(w4);
+  ag_tensor_release(y4);
+  return y;
 }

@@ -292,20 +292,22 @@ typedef struct ag_kernel_error {
   int64_t limit;  /* valid range is [0, limit) */
 } ag_kernel_error;
 
-/* The geometry of a conv2d call (AG_K_CONV2D*) decoded from its operands
- * and s[]: x [N, C, H, W], y [N, Co, Ho, Wo], w [Co, C/G, kh, kw], stride
- * sh/sw, padding ph/pw, dilation dh/dw, G groups. One decoder for every
- * backend, so the encoding above lives in one place. */
+/* The geometry of a conv2d op: x [N, C, H, W], y [N, Co, Ho, Wo], w [Co,
+ * C/G, kh, kw], stride sh/sw, padding ph/pw, dilation dh/dw, G groups.
+ * AG_CONV_GEOM(a, x, y, w) builds it from any of the three decoded conv2d
+ * argument structs (kargs.h), which name the same window. */
 typedef struct ag_conv_geom {
   int64_t N, C, H, W, Co, Ho, Wo, kh, kw, sh, sw, ph, pw, dh, dw, G;
 } ag_conv_geom;
-
-static inline ag_conv_geom ag_conv_geom_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y,
-                                           const ag_koperand *w) {
-  ag_conv_geom g = {x->shape[0],        x->shape[1],        x->shape[2],        x->shape[3],
-                    y->shape[1],        y->shape[2],        y->shape[3],        w->shape[2],
-                    w->shape[3],        (int64_t)c->s[0], (int64_t)c->s[1], (int64_t)c->s[2],
-                    (int64_t)c->s[3], (int64_t)c->s[4], (int64_t)c->s[5], (int64_t)c->s[6]};
+#define AG_CONV_GEOM(a, x, y, w)                                                                    \
+  ag_conv_geom_make((x), (y), (w), (a)->stride_h, (a)->stride_w, (a)->pad_h, (a)->pad_w, (a)->dilation_h, \
+                    (a)->dilation_w, (a)->groups)
+static inline ag_conv_geom ag_conv_geom_make(const ag_koperand *x, const ag_koperand *y, const ag_koperand *w,
+                                             int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                                             int64_t groups) {
+  ag_conv_geom g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], y->shape[1], y->shape[2],
+                    y->shape[3], w->shape[2], w->shape[3], sh,          sw,          ph,
+                    pw,          dh,          dw,          groups};
   return g;
 }
 

@@ -169,6 +169,34 @@ AG_API ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *weight, ag_tensor *bias
 AG_API ag_tensor *ag_var(ag_tensor *x, int n_dims, const int *dims, double correction, bool keepdim);
 AG_API ag_tensor *ag_std(ag_tensor *x, int n_dims, const int *dims, double correction, bool keepdim);
 
+/* torch.logsumexp over one dim (negative counts from the end; a 0-d x
+ * takes 0 or -1): log(sum(exp(x))) computed from the maximum m of each
+ * line, m + log(sum(exp(x - m))), so large entries do not overflow; in f32
+ * (f64 for f64 x; the CPU in double). A line of -inf gives -inf, one holding
+ * +inf gives +inf, NaN propagates, an empty dim gives -inf. Returns a new
+ * tensor owned by the caller (x's dtype, dim dropped unless keepdim), or
+ * NULL: AG_ERR_INVALID (x NULL), AG_ERR_DTYPE (x not floating), AG_ERR_SHAPE
+ * (dim out of range), AG_ERR_UNSUPPORTED (no kernel on x's backend).
+ * Differentiable: the gradient is g * exp(x - result). Under autocast
+ * it runs in f32 (and returns f32), as torch's. */
+AG_API ag_tensor *ag_logsumexp(ag_tensor *x, int dim, bool keepdim);
+
+/* torch.linalg.vector_norm for p = 1 (sum of |x|), 2 (sqrt of the sum of
+ * squares, scaled by the line's largest |x| so it neither overflows nor
+ * underflows) and INFINITY (the largest |x|) over dims (n_dims == 0 or dims
+ * NULL: all, x taken as a vector; several dims are made contiguous first).
+ * NaN propagates. In f32 (f64 for f64 x; the CPU in double). Returns a new
+ * tensor owned by the caller (x's dtype), or NULL: AG_ERR_INVALID (x NULL,
+ * p not 1, 2 or +inf), AG_ERR_DTYPE (x not floating), AG_ERR_SHAPE (a dim
+ * out of range or repeated; the inf norm of an empty line, which has no
+ * identity), AG_ERR_UNSUPPORTED (no kernel on x's backend).
+ * Differentiable, with torch's gradients: p = 2 gives g * x / norm (0 where
+ * the norm is 0), p = 1 gives g * sign(x), inf splits g evenly among the
+ * entries whose |x| equals the norm (times their sign; a line holding NaN
+ * gives 0 there, where torch gives NaN at the NaN entries). Under autocast
+ * it runs in f32 (and returns f32), as torch's. */
+AG_API ag_tensor *ag_norm(ag_tensor *x, double p, int n_dims, const int *dims, bool keepdim);
+
 /* Inclusive prefix sums along dim (negative counts from the end; a 0-d
  * tensor takes dim 0 or -1), torch.cumsum for floating dtypes: summed in
  * order along dim in f32 (f64 for f64), so results repeat bit for bit.
@@ -288,6 +316,19 @@ AG_API ag_tensor *ag_scaled_dot_product_attention_unfused(ag_tensor *q, ag_tenso
  * An index outside [0, V) is AG_ERR_INDEX (see ag_cross_entropy). */
 AG_API ag_tensor *ag_embedding(ag_tensor *table, ag_tensor *indices);
 
+/* torch.nn.functional.one_hot: index (i64, as torch, or i32) of any shape
+ * -> i64 [..., num_classes], 1 at each index and 0 elsewhere. num_classes
+ * < 0: the largest index + 1, which reads index's maximum to the host (a
+ * synchronization, as in torch; AG_ERR_SHAPE for an empty index then). An
+ * index outside [0, num_classes) is AG_ERR_INDEX at the next host sync
+ * (as ag_embedding; its row reads 0), at once where no kernel runs
+ * (num_classes 0 with indices, a negative largest index inferred). Returns a new tensor owned by the
+ * caller, or NULL: AG_ERR_INVALID (index NULL), AG_ERR_DTYPE (index not
+ * i64 or i32), AG_ERR_SHAPE (index with AG_MAX_DIMS dims),
+ * AG_ERR_UNSUPPORTED (no kernel on index's backend). Not differentiable
+ * (an integer result). */
+AG_API ag_tensor *ag_one_hot(ag_tensor *index, int64_t num_classes);
+
 /* Concatenate n tensors along dim; all other dims equal, one dtype, one device. */
 AG_API ag_tensor *ag_concat(int n, ag_tensor *const *ts, int dim);
 
@@ -319,6 +360,20 @@ typedef struct ag_conv2d_params {
  * (stride/dilation < 1, padding < 0). */
 AG_API ag_tensor *ag_conv2d(ag_tensor *x, ag_tensor *weight, ag_tensor *bias,
                             const ag_conv2d_params *params);
+
+/* torch.nn.functional.conv1d: x [N, C, L], weight [Co, C/groups, k], bias
+ * [Co] or NULL; result [N, Co, Lo], Lo = (L + 2*padding - dilation*(k-1) -
+ * 1)/stride + 1. Composed in the core over ag_conv2d (x as [N, C, 1, L],
+ * weight as [Co, C/groups, 1, k], through views), so it runs wherever
+ * conv2d does, in its dtypes, and its gradient (x, weight, bias) is
+ * conv2d's through the views. Returns a new tensor owned by the caller, or
+ * NULL: AG_ERR_INVALID (x or weight NULL, stride or dilation < 1, padding
+ * < 0, groups < 1), AG_ERR_SHAPE (x or weight not 3-D; channels, groups,
+ * bias or kernel that do not fit, as ag_conv2d), AG_ERR_DTYPE (not
+ * floating, or dtypes differ), AG_ERR_UNSUPPORTED (no conv2d kernel for the
+ * dtype). Messages from the conv2d checks are prefixed "ag_conv1d". */
+AG_API ag_tensor *ag_conv1d(ag_tensor *x, ag_tensor *weight, ag_tensor *bias, int stride, int padding,
+                            int dilation, int groups);
 
 typedef struct ag_pool2d_params {
   int kernel[2];          /* >= 1 */
