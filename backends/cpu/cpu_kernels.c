@@ -394,6 +394,11 @@ static void k_arange(const ag_kernel_call *c) {
 
 /* ---- dispatch ---- */
 
+/* Kernel ops that read their named arguments (cpu_gnorm.c). */
+AG_HIDDEN ag_status ag__cpu_k_group_norm(const ag_k_group_norm *a);
+AG_HIDDEN ag_status ag__cpu_k_group_norm_bwd(const ag_k_group_norm_bwd *a);
+#define CPU_KCALL(nm, c) do { ag_k_##nm a_; ag_status st_ = ag_k_##nm##_decode(c, &a_); return st_ != AG_OK ? st_ : ag__cpu_k_##nm(&a_); } while (0)
+
 ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
   switch (c->op) {
     case AG_K_FILL: ew_run(c, EW_FILL, 1); return AG_OK;
@@ -434,6 +439,8 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
     case AG_K_BN_APPLY: return ag__cpu_vision(c);
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return ag__cpu_attention(c);
+    case AG_K_GROUP_NORM: CPU_KCALL(group_norm, c);
+    case AG_K_GROUP_NORM_BWD: CPU_KCALL(group_norm_bwd, c);
     default: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "%s: cpu backend has no kernel for op %d",
@@ -491,6 +498,8 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_BN_APPLY: return (dt == AG_F32 || dt == AG_F64) && (sub == 0 || sub == 1);
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return fl && sub == 0;
+    case AG_K_GROUP_NORM:
+    case AG_K_GROUP_NORM_BWD: return fl && sub == 0;
     default: return false;
   }
 }

