@@ -77,7 +77,7 @@ static const char *k_devs[] = {"opencl:0", "gpuemu:0", "gpuemu:1", "vulkan:0"};
 static void expect_err(ag_tensor *r, ag_status st, const char *name) {
   assert_null(r);
   assert_int_equal(ag_last_status(), st);
-  assert_non_null(strstr(ag_last_error(), name));
+  if (!strstr(ag_last_error(), name)) fail_msg("message \"%s\" lacks \"%s\"", ag_last_error(), name);
   ag_error_clear();
 }
 
@@ -155,10 +155,94 @@ static void test_group_norm_backends(void **state) {
   ag_scope_end();
 }
 
+static void test_interpolate_errors(void **state) {
+  (void)state;
+  ag_device cpu = AG_CPU;
+  ag_scope_begin();
+  const int64_t s4[4] = {1, 2, 3, 4}, s3[3] = {2, 3, 4};
+  ag_tensor *x = rnd(cpu, AG_F32, 4, s4, 1), *x3 = rnd(cpu, AG_F32, 3, s3, 2), *xi = ag_zeros(cpu, AG_I32, 4, s4);
+  const char *nm = "ag_interpolate";
+  expect_err(ag_interpolate(NULL, 2, 2, 0, 0, AG_INTERP_NEAREST, false), AG_ERR_INVALID, nm);
+  expect_err(ag_interpolate(x3, 2, 2, 0, 0, AG_INTERP_NEAREST, false), AG_ERR_SHAPE, nm);
+  expect_err(ag_interpolate(xi, 2, 2, 0, 0, AG_INTERP_NEAREST, false), AG_ERR_DTYPE, nm);
+  expect_err(ag_interpolate(x, 2, 2, 0, 0, (ag_interp_mode)7, false), AG_ERR_INVALID, "mode");
+  expect_err(ag_interpolate(x, 2, 2, 0, 0, AG_INTERP_NEAREST, true), AG_ERR_INVALID, "align_corners");
+  expect_err(ag_interpolate(x, 2, 2, 2.0, 2.0, AG_INTERP_BILINEAR, false), AG_ERR_INVALID, "not both");
+  expect_err(ag_interpolate(x, 0, 0, 0, 0, AG_INTERP_BILINEAR, false), AG_ERR_INVALID, "one of them");
+  expect_err(ag_interpolate(x, 0, 5, 0, 0, AG_INTERP_BILINEAR, false), AG_ERR_INVALID, "out_h");
+  expect_err(ag_interpolate(x, -1, 5, 0, 0, AG_INTERP_BILINEAR, false), AG_ERR_INVALID, "out_h");
+  expect_err(ag_interpolate(x, 3, -2, 0, 0, AG_INTERP_BILINEAR, false), AG_ERR_INVALID, "out_w");
+  expect_err(ag_interpolate(x, 0, 0, 2.0, 0, AG_INTERP_BILINEAR, false), AG_ERR_INVALID, "scale_w");
+  expect_err(ag_interpolate(x, 0, 0, -2.0, 2.0, AG_INTERP_BILINEAR, false), AG_ERR_INVALID, "scale_h");
+  expect_err(ag_interpolate(x, 0, 0, NAN, 2.0, AG_INTERP_BILINEAR, false), AG_ERR_INVALID, "scale_h");
+  expect_err(ag_interpolate(x, 0, 0, INFINITY, 2.0, AG_INTERP_BILINEAR, false), AG_ERR_INVALID, "scale_h");
+  expect_err(ag_interpolate(x, 0, 0, 0.2, 2.0, AG_INTERP_NEAREST, false), AG_ERR_INVALID, "output size"); /* floor(3*0.2) = 0 */
+  ag_error_set(AG_ERR_SHAPE, "upstream");
+  assert_null(ag_interpolate(NULL, 2, 2, 0, 0, AG_INTERP_NEAREST, false));
+  assert_string_equal(ag_last_error(), "upstream");
+  ag_error_clear();
+  /* the size from a scale factor is floor(in * scale), as torch */
+  ag_tensor *y = ag_interpolate(x, 0, 0, 1.5, 0.7, AG_INTERP_NEAREST, false);
+  assert_non_null(y);
+  assert_int_equal(ag_tensor_shape(y)[2], 4);
+  assert_int_equal(ag_tensor_shape(y)[3], 2);
+  /* an empty batch gives an empty result */
+  const int64_t s0[4] = {0, 2, 3, 4};
+  ag_tensor *x0 = ag_zeros(cpu, AG_F32, 4, s0), *y0 = ag_interpolate(x0, 6, 8, 0, 0, AG_INTERP_BILINEAR, true);
+  assert_non_null(y0);
+  assert_int_equal(ag_tensor_numel(y0), 0);
+  ag_scope_end();
+}
+
+/* y and dx of interpolate on dev (f32), x [2, 3, 5, 6]. */
+static void ip_run(ag_device dev, int cfg, ag_tensor **out) {
+  const int64_t s4[4] = {2, 3, 5, 6};
+  ag_tensor *x = rnd(dev, AG_F32, 4, s4, 21);
+  assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+  ag_tensor *y = cfg == 0   ? ag_interpolate(x, 0, 0, 1.5, 2.5, AG_INTERP_NEAREST, false)
+                 : cfg == 1 ? ag_interpolate(x, 11, 4, 0, 0, AG_INTERP_BILINEAR, false)
+                 : cfg == 2 ? ag_interpolate(x, 0, 0, 2.0, 2.0, AG_INTERP_BILINEAR, true)
+                            : ag_interpolate(x, 10, 12, 0, 0, AG_INTERP_NEAREST, false);
+  assert_non_null(y);
+  ag_tensor *gy = rnd(dev, AG_F32, 4, ag_tensor_shape(y), 22);
+  assert_int_equal(ag_backward(y, gy, false), AG_OK);
+  assert_non_null(ag_tensor_grad(x));
+  out[0] = ag_to_device(y, AG_CPU);
+  out[1] = ag_to_device(ag_tensor_grad(x), AG_CPU);
+  assert_non_null(out[0]);
+  assert_non_null(out[1]);
+}
+
+static void test_interpolate_backends(void **state) {
+  (void)state;
+  for (int cfg = 0; cfg < 4; cfg++) {
+    ag_scope_begin();
+    ag_tensor *ref[2], *again[2];
+    ip_run(AG_CPU, cfg, ref);
+    ip_run(AG_CPU, cfg, again);
+    for (int i = 0; i < 2; i++) assert_true(same_bits(ref[i], again[i]));
+    for (size_t d = 0; d < N_DEVS; d++) {
+      ag_device dev;
+      if (!present(k_devs[d], &dev)) continue;
+      ag_tensor *o[2], *o2[2];
+      ip_run(dev, cfg, o);
+      ip_run(dev, cfg, o2);
+      for (int i = 0; i < 2; i++) {
+        double e = rel_err(o[i], ref[i]);
+        if (e > 1e-5) fail_msg("%s: interpolate case %d output %d differs from the CPU by %g", k_devs[d], cfg, i, e);
+        if (!same_bits(o[i], o2[i])) fail_msg("%s: interpolate case %d output %d not deterministic", k_devs[d], cfg, i);
+      }
+    }
+    ag_scope_end();
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_group_norm_errors),
       cmocka_unit_test(test_group_norm_backends),
+      cmocka_unit_test(test_interpolate_errors),
+      cmocka_unit_test(test_interpolate_backends),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -184,4 +184,8 @@ void ag__conf_grad_check(ctx *c, const gdef *g, ag__conf_gfn f);
 void ag__conf_op_group_norm(ctx *c);
 void ag__conf_op_grad_group_norm(ctx *c);
 
+/* conformance_interp.c */
+void ag__conf_op_interpolate(ctx *c);
+void ag__conf_op_grad_interpolate(ctx *c);
+
 #endif

@@ -394,9 +394,11 @@ static void k_arange(const ag_kernel_call *c) {
 
 /* ---- dispatch ---- */
 
-/* Kernel ops that read their named arguments (cpu_gnorm.c). */
+/* Kernel ops that read their named arguments (cpu_gnorm.c, cpu_interp.c). */
 AG_HIDDEN ag_status ag__cpu_k_group_norm(const ag_k_group_norm *a);
 AG_HIDDEN ag_status ag__cpu_k_group_norm_bwd(const ag_k_group_norm_bwd *a);
+AG_HIDDEN ag_status ag__cpu_k_interpolate(const ag_k_interpolate *a);
+AG_HIDDEN ag_status ag__cpu_k_interpolate_bwd(const ag_k_interpolate_bwd *a);
 #define CPU_KCALL(nm, c) do { ag_k_##nm a_; ag_status st_ = ag_k_##nm##_decode(c, &a_); return st_ != AG_OK ? st_ : ag__cpu_k_##nm(&a_); } while (0)
 
 ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
@@ -441,6 +443,8 @@ ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
     case AG_K_SDPA_BWD: return ag__cpu_attention(c);
     case AG_K_GROUP_NORM: CPU_KCALL(group_norm, c);
     case AG_K_GROUP_NORM_BWD: CPU_KCALL(group_norm_bwd, c);
+    case AG_K_INTERPOLATE: CPU_KCALL(interpolate, c);
+    case AG_K_INTERPOLATE_BWD: CPU_KCALL(interpolate_bwd, c);
     default: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "%s: cpu backend has no kernel for op %d",
@@ -500,6 +504,8 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
     case AG_K_SDPA_BWD: return fl && sub == 0;
     case AG_K_GROUP_NORM:
     case AG_K_GROUP_NORM_BWD: return fl && sub == 0;
+    case AG_K_INTERPOLATE:
+    case AG_K_INTERPOLATE_BWD: return fl && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
     default: return false;
   }
 }

@@ -242,6 +242,7 @@ static const char *const k_gop_names[AG_GOP_COUNT] = {
     [AG_G_RMS_NORM] = "rms_norm", [AG_G_VAR] = "var/std", [AG_G_CUMSUM] = "cumsum",
     [AG_G_GATHER] = "gather/index_select", [AG_G_SDPA] = "scaled_dot_product_attention",
     [AG_G_GROUP_NORM] = "group_norm",
+    [AG_G_INTERPOLATE] = "interpolate",
 };
 
 const char *ag__node_name(const ag_node *n) {
