@@ -82,6 +82,11 @@ AGK_HIDDEN gpuError_t agk_bn_apply(const agk_env *env, const ag_kernel_call *c);
  * larger ones gpuErrorNotSupported, which the core answers with the unfused
  * composition). */
 AGK_HIDDEN gpuError_t agk_sdpa(const agk_env *env, const ag_kernel_call *c);
+/* Group norm and interpolate (resample.cu), from their decoded arguments. */
+AGK_HIDDEN gpuError_t agk_group_norm(const agk_env *env, const ag_k_group_norm *a);
+AGK_HIDDEN gpuError_t agk_group_norm_bwd(const agk_env *env, const ag_k_group_norm_bwd *a);
+AGK_HIDDEN gpuError_t agk_interpolate(const agk_env *env, const ag_k_interpolate *a);
+AGK_HIDDEN gpuError_t agk_interpolate_bwd(const agk_env *env, const ag_k_interpolate_bwd *a);
 /* Our tiled GEMM for AG_K_MATMUL (f32/f16/bf16, f32 accumulation). */
 AGK_HIDDEN gpuError_t agk_gemm(const agk_env *env, const ag_kernel_call *c);
 

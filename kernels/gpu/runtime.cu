@@ -457,6 +457,12 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_SDPA: /* fused attention (attention.cu) */
     case AG_K_SDPA_BWD:
       return is_float(dt) && sub == 0;
+    case AG_K_GROUP_NORM: /* resample.cu */
+    case AG_K_GROUP_NORM_BWD:
+      return is_real(dt) && sub == 0;
+    case AG_K_INTERPOLATE:
+    case AG_K_INTERPOLATE_BWD:
+      return is_real(dt) && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
     case AG_K_BN_STATS: /* f16/bf16: the core composes batch norm */
     case AG_K_BN_APPLY:
       return dt == AG_F32 && (sub == 0 || sub == 1);
@@ -511,6 +517,12 @@ ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: e = agk_sdpa(&env, c); break;
     case AG_K_BN_APPLY: e = agk_bn_apply(&env, c); break;
+#define AGG_KCALL(nm) { ag_k_##nm a_; ag_status st_ = ag_k_##nm##_decode(c, &a_); if (st_ != AG_OK) return st_; e = agk_##nm(&env, &a_); break; }
+    case AG_K_GROUP_NORM: AGG_KCALL(group_norm)
+    case AG_K_GROUP_NORM_BWD: AGG_KCALL(group_norm_bwd)
+    case AG_K_INTERPOLATE: AGG_KCALL(interpolate)
+    case AG_K_INTERPOLATE_BWD: AGG_KCALL(interpolate_bwd)
+#undef AGG_KCALL
     case AG_K_ADAMW:
     case AG_K_SGD:
     case AG_K_NONFINITE_CHECK:
