@@ -30,6 +30,8 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_CUMSUM_D] = "ag_cumsum_d", [CLK_ARANGE_D] = "ag_arange_d", [CLK_SOFTMAX_D] = "ag_softmax_d",
     [CLK_SOFTMAX_BWD_D] = "ag_softmax_bwd_d", [CLK_GATHER_D] = "ag_gather_d",
     [CLK_GATHER_BWD_D] = "ag_gather_bwd_d", [CLK_EMB_BWD_D] = "ag_embedding_bwd_d",
+    [CLK_GN] = "ag_group_norm", [CLK_GN_BWD] = "ag_group_norm_bwd", [CLK_GN_BWD_WB] = "ag_group_norm_bwd_wb",
+    [CLK_INTERP] = "ag_interpolate", [CLK_INTERP_BWD] = "ag_interpolate_bwd",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -1277,6 +1279,8 @@ static ag_status run_bn_apply(ag_bstream *s, const ag_kernel_call *c) {
   return ka_run(&k, (size_t)n, 0);
 }
 
+#include "cl_resample.inc"
+
 static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   ag_status st = clb_stream_kernels(s);
   if (st != AG_OK) return st;
@@ -1322,6 +1326,10 @@ static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_TOPK: return run_topk(s, c);
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return run_sdpa(s, c);
+    case AG_K_GROUP_NORM: CL_KCALL(group_norm);
+    case AG_K_GROUP_NORM_BWD: CL_KCALL(group_norm_bwd);
+    case AG_K_INTERPOLATE: CL_KCALL(interpolate);
+    case AG_K_INTERPOLATE_BWD: CL_KCALL(interpolate_bwd);
     default: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
@@ -1395,6 +1403,10 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return fl && sub == 0;
+    case AG_K_GROUP_NORM:
+    case AG_K_GROUP_NORM_BWD: return fl && sub == 0;
+    case AG_K_INTERPOLATE:
+    case AG_K_INTERPOLATE_BWD: return fl && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
     default: break;
   }
   return false;
