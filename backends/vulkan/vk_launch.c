@@ -855,6 +855,8 @@ static ag_status run_bn(ag_bstream *s, const ag_kernel_call *c) {
   return vkb_dispatch1(s, VKS_BN_APPLY, 0, &a, a.n[0]);
 }
 
+#include "vk_resample.inc"
+
 ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   /* f64 runs only where the device has shaderFloat64; a cast into f64 is
    * asked of supports() by its input's dtype, so it is refused here */
@@ -903,6 +905,10 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     case AG_K_POOL2D_BWD: return run_pool(s, c);
     case AG_K_BN_STATS:
     case AG_K_BN_APPLY: return run_bn(s, c);
+    case AG_K_GROUP_NORM: VK_KCALL(group_norm);
+    case AG_K_GROUP_NORM_BWD: VK_KCALL(group_norm_bwd);
+    case AG_K_INTERPOLATE: VK_KCALL(interpolate);
+    case AG_K_INTERPOLATE_BWD: VK_KCALL(interpolate_bwd);
     default: break;
   }
   return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: kernel op %d is not implemented", c->name ? c->name : "launch",
@@ -956,6 +962,10 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_TOPK: return fl && (sub == 0 || sub == 1);
     case AG_K_SDPA: /* attention.comp; heads above 128 declined at launch */
     case AG_K_SDPA_BWD: return fl && sub == 0;
+    case AG_K_GROUP_NORM:
+    case AG_K_GROUP_NORM_BWD: return fl && sub == 0;
+    case AG_K_INTERPOLATE:
+    case AG_K_INTERPOLATE_BWD: return fl && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
     /* vision ops: f32, as on the CPU */
     case AG_K_CONV2D:
     case AG_K_CONV2D_BWD_INPUT:
