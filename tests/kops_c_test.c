@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "anygrad/anygrad.h"
+#include "anygrad/nn.h"
 
 static ag_tensor *rnd(ag_device dev, ag_dtype dt, int ndim, const int64_t *shape, uint64_t seed) {
   ag_generator *g = ag_generator_create(seed);
@@ -237,10 +238,52 @@ static void test_interpolate_backends(void **state) {
   }
 }
 
+/* torch.nn.GroupNorm's module: parameters, forward as the functional. */
+static void test_group_norm_module(void **state) {
+  (void)state;
+  ag_group_norm_layer m;
+  assert_int_equal(ag_group_norm_init(&m, AG_CPU, AG_F32, 4, 6, 1e-5, true), AG_ERR_SHAPE);
+  ag_error_clear();
+  assert_int_equal(ag_group_norm_init(&m, AG_CPU, AG_F32, 0, 6, 1e-5, true), AG_ERR_SHAPE);
+  ag_error_clear();
+  assert_int_equal(ag_group_norm_init(&m, AG_CPU, AG_F32, 3, 6, -1, true), AG_ERR_INVALID);
+  ag_error_clear();
+  assert_int_equal(ag_group_norm_init(NULL, AG_CPU, AG_F32, 3, 6, 1e-5, true), AG_ERR_INVALID);
+  ag_error_clear();
+  assert_null(ag_group_norm_forward(NULL, NULL));
+  ag_error_clear();
+  assert_int_equal(ag_group_norm_init(&m, AG_CPU, AG_F32, 3, 6, 1e-5, true), AG_OK);
+  ag_param_list l = {0};
+  assert_int_equal(ag_group_norm_params(&m, "gn.", &l), AG_OK);
+  assert_int_equal(l.count, 2);
+  assert_non_null(ag_params_find(&l, "gn.weight"));
+  assert_non_null(ag_params_find(&l, "gn.bias"));
+  assert_true(ag_tensor_requires_grad(ag_params_find(&l, "gn.weight")));
+  ag_params_free(&l);
+  ag_scope_begin();
+  const int64_t s4[4] = {2, 6, 3, 2};
+  ag_tensor *x = rnd(AG_CPU, AG_F32, 4, s4, 31);
+  ag_tensor *y = ag_group_norm_forward(&m, x), *r = ag_group_norm(x, 3, NULL, NULL, 1e-5);
+  assert_non_null(y);
+  assert_non_null(r);
+  assert_true(same_bits(y, r)); /* weight ones, bias zeros */
+  ag_scope_end();
+  ag_group_norm_free(&m);
+  ag_group_norm_layer n;
+  assert_int_equal(ag_group_norm_init(&n, AG_CPU, AG_F32, 2, 4, 1e-5, false), AG_OK);
+  assert_null(n.weight);
+  ag_param_list l2 = {0};
+  assert_int_equal(ag_group_norm_params(&n, NULL, &l2), AG_OK);
+  assert_int_equal(l2.count, 0);
+  ag_params_free(&l2);
+  ag_group_norm_free(&n);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_group_norm_errors),
       cmocka_unit_test(test_group_norm_backends),
+      cmocka_unit_test(test_group_norm_module),
       cmocka_unit_test(test_interpolate_errors),
       cmocka_unit_test(test_interpolate_backends),
   };
