@@ -37,7 +37,7 @@ static bool axis_init(axis *x, int64_t in, int64_t out, double scale, bool neare
   x->l1 = x->l0 + out;
   for (int64_t o = 0; o < out; o++) {
     int64_t i0;
-    double l1;
+    double l0, l1;
     if (nearest) {
       if (out == in) i0 = o;
       else if (out == 2 * in) i0 = o >> 1;
@@ -45,30 +45,29 @@ static bool axis_init(axis *x, int64_t in, int64_t out, double scale, bool neare
         const int64_t s = (int64_t)floorf((float)o * (float)scale);
         i0 = s < in - 1 ? s : in - 1;
       }
+      l0 = 1;
       l1 = 0;
     } else if (f64) {
       double s = align ? scale * (double)o : scale * ((double)o + 0.5) - 0.5;
       if (s < 0) s = 0;
       i0 = (int64_t)s;
       if (i0 > in - 1) i0 = in - 1;
-      l1 = s - (double)i0;
-    } else {
+      l1 = fmin(fmax(s - (double)i0, 0), 1);
+      l0 = 1 - l1;
+    } else { /* the weights in f32, as torch's opmath for f32, f16, bf16 */
       const float sc = (float)scale;
       float s = align ? sc * (float)o : sc * ((float)o + 0.5f) - 0.5f;
       if (s < 0) s = 0;
       i0 = (int64_t)s;
       if (i0 > in - 1) i0 = in - 1;
-      float lf = s - (float)i0;
-      lf = lf < 0 ? 0 : lf > 1 ? 1 : lf;
+      const float lf = fminf(fmaxf(s - (float)i0, 0.0f), 1.0f);
       l1 = lf;
-      x->l0[o] = 1.0f - lf;
+      l0 = 1.0f - lf;
     }
-    if (f64 || nearest) l1 = l1 < 0 ? 0 : l1 > 1 ? 1 : l1;
     x->i0[o] = i0;
     x->i1[o] = nearest ? i0 : i0 + (i0 < in - 1);
+    x->l0[o] = l0;
     x->l1[o] = l1;
-    if (nearest) x->l0[o] = 1;
-    else if (f64) x->l0[o] = 1 - l1;
   }
   for (int64_t i = 0, o = 0; i <= in; i++) {
     while (o < out && x->i0[o] < i) o++;
