@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "anygrad/anygrad.h"
+#include "anygrad/amp.h"
 #include "anygrad/nn.h"
 
 static ag_tensor *rnd(ag_device dev, ag_dtype dt, int ndim, const int64_t *shape, uint64_t seed) {
@@ -112,6 +113,13 @@ static void test_group_norm_errors(void **state) {
   assert_non_null(y0);
   assert_int_equal(ag_tensor_numel(y0), 0);
   assert_non_null(ag_group_norm(x, 3, w, w, 0));
+  /* under autocast f16 the statistics and the result are f32, as torch */
+  ag_tensor *xh = ag_cast(x, AG_F16);
+  assert_int_equal(ag_autocast_begin(AG_F16), AG_OK);
+  ag_tensor *ya = ag_group_norm(xh, 3, NULL, NULL, 1e-5);
+  assert_int_equal(ag_autocast_end(), AG_OK);
+  assert_non_null(ya);
+  assert_int_equal(ag_tensor_dtype(ya), AG_F32);
   ag_scope_end();
 }
 

@@ -16,7 +16,7 @@ static ag_status failed(void) {
   return st != AG_OK ? st : ag_error_set(AG_ERR_INTERNAL, "ag_group_norm: a step failed without a message");
 }
 
-ag_tensor *ag_group_norm(ag_tensor *x, int64_t groups, ag_tensor *weight, ag_tensor *bias, double eps) {
+static ag_tensor *group_norm_impl(ag_tensor *x, int64_t groups, ag_tensor *weight, ag_tensor *bias, double eps) {
   static const char name[] = "ag_group_norm";
   if (ag__null_args(name, 1, &x)) return NULL;
   ag_tensor *in[3] = {x, weight, bias};
@@ -87,6 +87,15 @@ ag_tensor *ag_group_norm(ag_tensor *x, int64_t groups, ag_tensor *weight, ag_ten
   ag_tensor_release(mean);
   ag_tensor_release(rstd);
   return y;
+}
+
+/* Under autocast in f32 (as torch autocasts group_norm). */
+ag_tensor *ag_group_norm(ag_tensor *x, int64_t groups, ag_tensor *weight, ag_tensor *bias, double eps) {
+  if (!AC_ON() || !x) return group_norm_impl(x, groups, weight, bias, eps);
+  ag_tensor *ts[3] = {x, weight, bias};
+  ag__ac_args ac;
+  if (!ag__ac_begin(AC_F32, 3, ts, &ac)) return NULL;
+  return ag__ac_end(&ac, group_norm_impl(ts[0], groups, ts[1], ts[2], eps));
 }
 
 /* With xhat = (x - mean) * rstd and g = dy * weight over a group's M
