@@ -32,6 +32,8 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_GATHER_BWD_D] = "ag_gather_bwd_d", [CLK_EMB_BWD_D] = "ag_embedding_bwd_d",
     [CLK_GN] = "ag_group_norm", [CLK_GN_BWD] = "ag_group_norm_bwd", [CLK_GN_BWD_WB] = "ag_group_norm_bwd_wb",
     [CLK_INTERP] = "ag_interpolate", [CLK_INTERP_BWD] = "ag_interpolate_bwd",
+    [CLK_GN_D] = "ag_group_norm_d", [CLK_GN_BWD_D] = "ag_group_norm_bwd_d", [CLK_GN_BWD_WB_D] = "ag_group_norm_bwd_wb_d",
+    [CLK_INTERP_D] = "ag_interpolate_d", [CLK_INTERP_BWD_D] = "ag_interpolate_bwd_d",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -64,7 +66,7 @@ ag_status clb_stream_kernels(ag_bstream *s) {
   for (int i = 0; i < CLK_COUNT; i++) {
     cl_int err;
     const char *name = i >= CLK_UNARY_C0 ? k_fast_names[i - CLK_UNARY_C0] : k_names[i];
-    bool f64_kernel = i >= CLK_UNARY_D && i <= CLK_ARANGE_D;
+    bool f64_kernel = (i >= CLK_UNARY_D && i <= CLK_ARANGE_D) || (i >= CLK_GN_D && i <= CLK_INTERP_BWD_D);
     if (!name || (f64_kernel && !s->d->fp64)) {
       s->k[i] = NULL;
       continue;
@@ -1404,9 +1406,9 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_SDPA:
     case AG_K_SDPA_BWD: return fl && sub == 0;
     case AG_K_GROUP_NORM:
-    case AG_K_GROUP_NORM_BWD: return fl && sub == 0;
+    case AG_K_GROUP_NORM_BWD: return (fl || f64) && sub == 0;
     case AG_K_INTERPOLATE:
-    case AG_K_INTERPOLATE_BWD: return fl && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
+    case AG_K_INTERPOLATE_BWD: return (fl || f64) && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
     default: break;
   }
   return false;
