@@ -963,9 +963,9 @@ bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_SDPA: /* attention.comp; heads above 128 declined at launch */
     case AG_K_SDPA_BWD: return fl && sub == 0;
     case AG_K_GROUP_NORM:
-    case AG_K_GROUP_NORM_BWD: return fl && sub == 0;
+    case AG_K_GROUP_NORM_BWD: return (fl || f64) && sub == 0;
     case AG_K_INTERPOLATE:
-    case AG_K_INTERPOLATE_BWD: return fl && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
+    case AG_K_INTERPOLATE_BWD: return (fl || f64) && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
     /* vision ops: f32, as on the CPU */
     case AG_K_CONV2D:
     case AG_K_CONV2D_BWD_INPUT:
