@@ -109,11 +109,10 @@ static void gn_bwd_channels(void *ctx, int64_t lo, int64_t hi) {
     return;
   }
   double *dy = v, *x = v + HW;
-  /* by the named slots (AGK_MULTI's cast trips GCC's strict-aliasing check in C) */
-  const ag_kmulti *m = a->multi;
-  const ag_dtype tdw = m->t[a->m_dw].dtype, tdb = m->t[a->m_db].dtype;
-  char *pdw = m->t[a->m_dw].base ? (char *)m->t[a->m_dw].base + m->t[a->m_dw].offset : NULL;
-  char *pdb = m->t[a->m_db].base ? (char *)m->t[a->m_db].base + m->t[a->m_db].offset : NULL;
+  const ag_kmulti_entry *dw = &AGK_MULTI(a, 0, dw), *db = &AGK_MULTI(a, 0, db);
+  const ag_dtype tdw = dw->dtype, tdb = db->dtype;
+  char *pdw = dw->base ? (char *)dw->base + dw->offset : NULL;
+  char *pdb = db->base ? (char *)db->base + db->offset : NULL;
   for (int64_t c = lo; c < hi; c++) {
     double sw = 0, sb = 0;
     for (int64_t n = 0; n < a->n; n++) {
@@ -136,6 +135,6 @@ ag_status ag__cpu_k_group_norm_bwd(const ag_k_group_norm_bwd *a) {
   gn_job j = {a, a->c / a->groups, a->hw, a->groups, false};
   const int64_t work = a->n * a->c * a->hw * 6;
   ag__cpu_par_for(a->n * a->groups, work, gn_bwd_blocks, &j);
-  if (!atomic_load(&j.oom) && a->multi && a->multi->count >= a->mgroup) ag__cpu_par_for(a->c, work, gn_bwd_channels, &j);
+  if (!atomic_load(&j.oom) && AGK_MULTI_GROUPS(a) > 0) ag__cpu_par_for(a->c, work, gn_bwd_channels, &j);
   return atomic_load(&j.oom) ? no_memory(a->call->name) : AG_OK;
 }

@@ -1,6 +1,8 @@
-/* Kernel launches: maps each ag_kop to one of the embedded kernels (sub-op and
+/* Kernel launches: one function per kernel op (cl_k_<name>, reading the op's
+ * decoded arguments, kargs.h) maps it to the embedded kernels (sub-op and
  * dtypes are kernel arguments), collapses elementwise layouts to the fewest
- * dims, and runs GEMM through CLBlast (half types through f32 scratch). */
+ * dims, and runs GEMM through CLBlast (half types through f32 scratch). The
+ * dispatch and supports() come from the list CL_KOPS at the end. */
 #include "cl_internal.h"
 
 #include <clblast_c.h>
@@ -197,10 +199,10 @@ static int64_t sat_int(double v, ag_dtype dt) {
 
 /* ---- elementwise ---- */
 
-/* is: the exact integer scalars of AFFINE on an integer dtype (the call's
- * i[]), or NULL. */
+/* has_is: AFFINE on an integer dtype with the exact integer scalars i0, i1
+ * (s0, s1 hold them as doubles). */
 static ag_status run_unary_is(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
-                              double s1, const int64_t *is) {
+                              double s1, bool has_is, int64_t i0, int64_t i1) {
   int64_t n = numel(o);
   if (!n) return AG_OK;
   const ag_koperand *ops[2] = {o, x};
@@ -216,117 +218,122 @@ static ag_status run_unary_is(ag_bstream *s, const ag_koperand *o, const ag_kope
     return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueCopyBuffer");
   }
   if (o->dtype == AG_F64 || x->dtype == AG_F64) { /* f64.cl; supports() needs cl_khr_fp64 */
-    kargs a = ka_begin(s, CLK_UNARY_D);
-    KBUF(&a, o);
-    KA(&a, cl_int, o->dtype);
-    KBUF(&a, x);
-    KA(&a, cl_int, x->dtype);
-    KA(&a, cl_int, sub);
-    KA(&a, cl_double, s0);
-    KA(&a, cl_double, s1);
-    KA(&a, cl_long, n);
-    KA(&a, cl_int, nd);
-    KMETA(&a, m);
-    return ka_run(&a, (size_t)n, 0);
+    kargs ka = ka_begin(s, CLK_UNARY_D);
+    KBUF(&ka, o);
+    KA(&ka, cl_int, o->dtype);
+    KBUF(&ka, x);
+    KA(&ka, cl_int, x->dtype);
+    KA(&ka, cl_int, sub);
+    KA(&ka, cl_double, s0);
+    KA(&ka, cl_double, s1);
+    KA(&ka, cl_long, n);
+    KA(&ka, cl_int, nd);
+    KMETA(&ka, m);
+    return ka_run(&ka, (size_t)n, 0);
   }
   if (nd == 0 && o->dtype == x->dtype && is_float(o->dtype)) {
-    kargs a = ka_begin(s, (clb_kernel)(CLK_UNARY_C0 + sub));
-    KBUF(&a, o);
-    KBUF(&a, x);
-    KA(&a, cl_int, o->dtype);
-    KA(&a, cl_float, s0);
-    KA(&a, cl_float, s1);
-    KA(&a, cl_long, n);
-    return ka_run(&a, (size_t)n, 0);
+    kargs ka = ka_begin(s, (clb_kernel)(CLK_UNARY_C0 + sub));
+    KBUF(&ka, o);
+    KBUF(&ka, x);
+    KA(&ka, cl_int, o->dtype);
+    KA(&ka, cl_float, s0);
+    KA(&ka, cl_float, s1);
+    KA(&ka, cl_long, n);
+    return ka_run(&ka, (size_t)n, 0);
   }
-  kargs a = ka_begin(s, CLK_UNARY);
-  KBUF(&a, o);
-  KA(&a, cl_int, o->dtype);
-  KBUF(&a, x);
-  KA(&a, cl_int, x->dtype);
-  KA(&a, cl_int, sub);
-  KA(&a, cl_float, s0);
-  KA(&a, cl_float, s1);
-  KA(&a, cl_long, is ? is[0] : 0);
-  KA(&a, cl_long, is ? is[1] : 0);
-  KA(&a, cl_int, is != NULL);
-  KA(&a, cl_long, n);
-  KA(&a, cl_int, nd);
-  KMETA(&a, m);
-  return ka_run(&a, (size_t)n, 0);
+  kargs ka = ka_begin(s, CLK_UNARY);
+  KBUF(&ka, o);
+  KA(&ka, cl_int, o->dtype);
+  KBUF(&ka, x);
+  KA(&ka, cl_int, x->dtype);
+  KA(&ka, cl_int, sub);
+  KA(&ka, cl_float, s0);
+  KA(&ka, cl_float, s1);
+  KA(&ka, cl_long, has_is ? i0 : 0);
+  KA(&ka, cl_long, has_is ? i1 : 0);
+  KA(&ka, cl_int, has_is);
+  KA(&ka, cl_long, n);
+  KA(&ka, cl_int, nd);
+  KMETA(&ka, m);
+  return ka_run(&ka, (size_t)n, 0);
 }
 
 static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
                            double s1) {
-  return run_unary_is(s, o, x, sub, s0, s1, NULL);
+  return run_unary_is(s, o, x, sub, s0, s1, false, 0, 0);
 }
 
-static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0];
+static ag_status cl_k_unary(ag_bstream *s, const ag_k_unary *a) {
+  return run_unary_is(s, a->y, a->x, a->variant, a->s0, a->s1, a->variant == AG_U_AFFINE && is_int(a->y->dtype),
+                      a->i0, a->i1);
+}
+
+static ag_status cl_k_binary(ag_bstream *s, const ag_k_binary *a) {
+  const ag_koperand *o = a->out;
   int64_t n = numel(o);
   if (!n) return AG_OK;
-  const ag_koperand *ops[3] = {o, &c->o[1], &c->o[2]};
+  const ag_koperand *ops[3] = {o, a->a, a->b};
   clb_ew_meta m;
   int nd = collapse(o, 3, ops, &m);
-  if (c->o[1].dtype == AG_F64) { /* f64.cl */
-    kargs a = ka_begin(s, CLK_BINARY_D);
-    KBUF(&a, o);
-    KBUF(&a, &c->o[1]);
-    KBUF(&a, &c->o[2]);
-    KA(&a, cl_int, c->sub);
-    KA(&a, cl_double, c->s[0]);
-    KA(&a, cl_double, c->s[1]);
-    KA(&a, cl_long, n);
-    KA(&a, cl_int, nd);
-    KMETA(&a, m);
-    return ka_run(&a, (size_t)n, 0);
+  if (a->a->dtype == AG_F64) { /* f64.cl */
+    kargs ka = ka_begin(s, CLK_BINARY_D);
+    KBUF(&ka, o);
+    KBUF(&ka, a->a);
+    KBUF(&ka, a->b);
+    KA(&ka, cl_int, a->variant);
+    KA(&ka, cl_double, a->s0);
+    KA(&ka, cl_double, a->s1);
+    KA(&ka, cl_long, n);
+    KA(&ka, cl_int, nd);
+    KMETA(&ka, m);
+    return ka_run(&ka, (size_t)n, 0);
   }
   /* fast path: floating ops with their own dtype (comparisons write bool) */
-  if (nd == 0 && is_float(o->dtype) && !is_compare(c->sub)) {
-    kargs a = ka_begin(s, (clb_kernel)(CLK_BINARY_C0 + c->sub));
-    KBUF(&a, o);
-    KBUF(&a, &c->o[1]);
-    KBUF(&a, &c->o[2]);
-    KA(&a, cl_int, o->dtype);
-    KA(&a, cl_float, c->s[0]);
-    KA(&a, cl_float, c->s[1]);
-    KA(&a, cl_long, n);
-    return ka_run(&a, (size_t)n, 0);
+  if (nd == 0 && is_float(o->dtype) && !is_compare(a->variant)) {
+    kargs ka = ka_begin(s, (clb_kernel)(CLK_BINARY_C0 + a->variant));
+    KBUF(&ka, o);
+    KBUF(&ka, a->a);
+    KBUF(&ka, a->b);
+    KA(&ka, cl_int, o->dtype);
+    KA(&ka, cl_float, a->s0);
+    KA(&ka, cl_float, a->s1);
+    KA(&ka, cl_long, n);
+    return ka_run(&ka, (size_t)n, 0);
   }
-  kargs a = ka_begin(s, CLK_BINARY);
-  KBUF(&a, o);
-  KBUF(&a, &c->o[1]);
-  KBUF(&a, &c->o[2]);
-  KA(&a, cl_int, c->o[1].dtype);
-  KA(&a, cl_int, c->sub);
-  KA(&a, cl_float, c->s[0]);
-  KA(&a, cl_float, c->s[1]);
-  KA(&a, cl_long, (int64_t)c->s[0]);
-  KA(&a, cl_int, c->s[0] == (double)(int32_t)c->s[0]);
-  KA(&a, cl_long, n);
-  KA(&a, cl_int, nd);
-  KMETA(&a, m);
-  return ka_run(&a, (size_t)n, 0);
+  kargs ka = ka_begin(s, CLK_BINARY);
+  KBUF(&ka, o);
+  KBUF(&ka, a->a);
+  KBUF(&ka, a->b);
+  KA(&ka, cl_int, a->a->dtype);
+  KA(&ka, cl_int, a->variant);
+  KA(&ka, cl_float, a->s0);
+  KA(&ka, cl_float, a->s1);
+  KA(&ka, cl_long, (int64_t)a->s0);
+  KA(&ka, cl_int, a->s0 == (double)(int32_t)a->s0);
+  KA(&ka, cl_long, n);
+  KA(&ka, cl_int, nd);
+  KMETA(&ka, m);
+  return ka_run(&ka, (size_t)n, 0);
 }
 
-static ag_status run_where(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0];
+static ag_status cl_k_where(ag_bstream *s, const ag_k_where *a) {
+  const ag_koperand *o = a->out;
   int64_t n = numel(o);
   if (!n) return AG_OK;
-  const ag_koperand *ops[4] = {o, &c->o[1], &c->o[2], &c->o[3]};
+  const ag_koperand *ops[4] = {o, a->cond, a->a, a->b};
   clb_ew_meta m;
   int nd = collapse(o, 4, ops, &m);
-  kargs a = ka_begin(s, CLK_WHERE);
-  KBUF(&a, o);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
-  KBUF(&a, &c->o[2]);
-  KBUF(&a, &c->o[3]);
-  KA(&a, cl_int, (int)dsize(o->dtype));
-  KA(&a, cl_long, n);
-  KA(&a, cl_int, nd);
-  KMETA(&a, m);
-  return ka_run(&a, (size_t)n, 0);
+  kargs ka = ka_begin(s, CLK_WHERE);
+  KBUF(&ka, o);
+  KBUF(&ka, a->cond);
+  KA(&ka, cl_int, a->cond->dtype);
+  KBUF(&ka, a->a);
+  KBUF(&ka, a->b);
+  KA(&ka, cl_int, (int)dsize(o->dtype));
+  KA(&ka, cl_long, n);
+  KA(&ka, cl_int, nd);
+  KMETA(&ka, m);
+  return ka_run(&ka, (size_t)n, 0);
 }
 
 static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
@@ -357,211 +364,244 @@ static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
     return err == CL_SUCCESS ? AG_OK : clb_error(err, "clEnqueueFillBuffer");
   }
   if (o->dtype == AG_F64) {
-    kargs a = ka_begin(s, CLK_FILL_D);
-    KBUF(&a, o);
-    KA(&a, cl_double, v);
-    KA(&a, cl_long, n);
-    KA(&a, cl_int, nd);
-    KMETA(&a, m);
-    return ka_run(&a, (size_t)n, 0);
+    kargs ka = ka_begin(s, CLK_FILL_D);
+    KBUF(&ka, o);
+    KA(&ka, cl_double, v);
+    KA(&ka, cl_long, n);
+    KA(&ka, cl_int, nd);
+    KMETA(&ka, m);
+    return ka_run(&ka, (size_t)n, 0);
   }
-  kargs a = ka_begin(s, CLK_FILL);
-  KBUF(&a, o);
-  KA(&a, cl_int, o->dtype);
-  KA(&a, cl_float, v);
-  KA(&a, cl_long, o->dtype == AG_I32 ? (int64_t)(int32_t)v : sat_int(v, o->dtype));
-  KA(&a, cl_long, n);
-  KA(&a, cl_int, nd);
-  KMETA(&a, m);
-  return ka_run(&a, (size_t)n, 0);
+  kargs ka = ka_begin(s, CLK_FILL);
+  KBUF(&ka, o);
+  KA(&ka, cl_int, o->dtype);
+  KA(&ka, cl_float, v);
+  KA(&ka, cl_long, o->dtype == AG_I32 ? (int64_t)(int32_t)v : sat_int(v, o->dtype));
+  KA(&ka, cl_long, n);
+  KA(&ka, cl_int, nd);
+  KMETA(&ka, m);
+  return ka_run(&ka, (size_t)n, 0);
 }
 
-static ag_status run_arange(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0];
+static ag_status cl_k_fill(ag_bstream *s, const ag_k_fill *a) { return run_fill(s, a->out, a->value); }
+
+static ag_status cl_k_arange(ag_bstream *s, const ag_k_arange *a) {
+  const ag_koperand *o = a->out;
   int64_t n = numel(o);
   if (o->dtype == AG_F64) { /* f64.cl */
-    kargs a = ka_begin(s, CLK_ARANGE_D);
-    KBUF(&a, o);
-    KA(&a, cl_double, c->s[0]);
-    KA(&a, cl_double, c->s[1]);
-    KA(&a, cl_long, n);
-    return ka_run(&a, (size_t)n, 0);
+    kargs ka = ka_begin(s, CLK_ARANGE_D);
+    KBUF(&ka, o);
+    KA(&ka, cl_double, a->start);
+    KA(&ka, cl_double, a->step);
+    KA(&ka, cl_long, n);
+    return ka_run(&ka, (size_t)n, 0);
   }
-  kargs a = ka_begin(s, CLK_ARANGE);
-  KBUF(&a, o);
-  KA(&a, cl_int, o->dtype);
-  KA(&a, cl_float, c->s[0]);
-  KA(&a, cl_float, c->s[1]);
-  KA(&a, cl_long, (int64_t)c->s[0]);
-  KA(&a, cl_long, (int64_t)c->s[1]);
-  KA(&a, cl_long, n);
-  return ka_run(&a, (size_t)n, 0);
+  kargs ka = ka_begin(s, CLK_ARANGE);
+  KBUF(&ka, o);
+  KA(&ka, cl_int, o->dtype);
+  KA(&ka, cl_float, a->start);
+  KA(&ka, cl_float, a->step);
+  KA(&ka, cl_long, (int64_t)a->start);
+  KA(&ka, cl_long, (int64_t)a->step);
+  KA(&ka, cl_long, n);
+  return ka_run(&ka, (size_t)n, 0);
 }
 
-static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0];
+/* uniform: u*(p1 - p0) + p0 (p0 lo, p1 hi); normal: n*p1 + p0 (p0 mean,
+ * p1 std), from the call's Philox seed and offset. */
+static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c, const ag_koperand *o, bool normal, double p0,
+                          double p1) {
   int64_t n = numel(o);
-  kargs a = ka_begin(s, CLK_RAND);
-  KBUF(&a, o);
-  KA(&a, cl_int, o->dtype);
-  KA(&a, cl_int, c->op == AG_K_RAND_NORMAL);
-  KA(&a, cl_float, c->s[0]);
-  KA(&a, cl_float, c->s[1]);
-  KA(&a, cl_ulong, c->seed);
-  KA(&a, cl_ulong, c->offset);
-  KA(&a, cl_long, n);
-  int64_t per = c->op == AG_K_RAND_NORMAL ? 2 : 4; /* elements per Philox block */
-  return ka_run(&a, (size_t)((n + per - 1) / per), 0);
+  kargs ka = ka_begin(s, CLK_RAND);
+  KBUF(&ka, o);
+  KA(&ka, cl_int, o->dtype);
+  KA(&ka, cl_int, normal);
+  KA(&ka, cl_float, p0);
+  KA(&ka, cl_float, p1);
+  KA(&ka, cl_ulong, c->seed);
+  KA(&ka, cl_ulong, c->offset);
+  KA(&ka, cl_long, n);
+  int64_t per = normal ? 2 : 4; /* elements per Philox block */
+  return ka_run(&ka, (size_t)((n + per - 1) / per), 0);
 }
 
-static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t n = numel(&c->o[0]);
-  kargs a = ka_begin(s, CLK_DROPOUT);
-  KBUF(&a, &c->o[0]);
-  KA(&a, cl_int, c->o[0].dtype);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
-  bool has_mask = c->n_operands > 2 && c->o[2].base;
-  KA(&a, cl_mem, has_mask ? c->o[2].base : NULL);
-  KA(&a, cl_ulong, has_mask ? c->o[2].offset : 0);
-  KA(&a, cl_int, has_mask ? c->o[2].dtype : AG_F32);
-  KA(&a, cl_float, c->s[0]);
+static ag_status cl_k_rand_uniform(ag_bstream *s, const ag_k_rand_uniform *a) {
+  return run_rand(s, a->call, a->out, false, a->lo, a->hi);
+}
+
+static ag_status cl_k_rand_normal(ag_bstream *s, const ag_k_rand_normal *a) {
+  return run_rand(s, a->call, a->out, true, a->mean, a->std);
+}
+
+static ag_status cl_k_dropout(ag_bstream *s, const ag_k_dropout *a) {
+  int64_t n = numel(a->y);
+  kargs ka = ka_begin(s, CLK_DROPOUT);
+  KBUF(&ka, a->y);
+  KA(&ka, cl_int, a->y->dtype);
+  KBUF(&ka, a->x);
+  KA(&ka, cl_int, a->x->dtype);
+  bool has_mask = a->mask && a->mask->base;
+  KA(&ka, cl_mem, has_mask ? a->mask->base : NULL);
+  KA(&ka, cl_ulong, has_mask ? a->mask->offset : 0);
+  KA(&ka, cl_int, has_mask ? a->mask->dtype : AG_F32);
+  KA(&ka, cl_float, a->p);
   /* 1 / (1 - p) in double as hi + lo floats: the kernel's x * scale then
    * rounds like the CPU's double product (devices need not have fp64) */
-  double scale = c->s[0] < 1 ? 1.0 / (1.0 - c->s[0]) : 0.0;
+  double scale = a->p < 1 ? 1.0 / (1.0 - a->p) : 0.0;
   float hi = (float)scale, lo = (float)(scale - (double)hi);
-  KA(&a, cl_float, hi);
-  KA(&a, cl_float, lo);
-  KA(&a, cl_ulong, c->seed);
-  KA(&a, cl_ulong, c->offset);
-  KA(&a, cl_long, n);
-  return ka_run(&a, (size_t)((n + 3) / 4), 0);
+  KA(&ka, cl_float, hi);
+  KA(&ka, cl_float, lo);
+  KA(&ka, cl_ulong, a->call->seed);
+  KA(&ka, cl_ulong, a->call->offset);
+  KA(&ka, cl_long, n);
+  return ka_run(&ka, (size_t)((n + 3) / 4), 0);
 }
 
 /* ---- reductions ---- */
 
-static ag_status run_reduce(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
+static ag_status cl_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
+  int64_t outer = a->outer, r = a->r, inner = a->inner;
   if (outer * inner == 0) return AG_OK;
-  if (c->o[1].dtype == AG_F64) { /* f64.cl */
-    kargs a = ka_begin(s, CLK_REDUCE_D);
-    KBUF(&a, &c->o[0]);
-    KBUF(&a, &c->o[1]);
-    KA(&a, cl_int, c->sub);
-    KA(&a, cl_double, c->sub == AG_R_SUM ? c->s[0] : 1.0);
-    KA(&a, cl_long, outer);
-    KA(&a, cl_long, r);
-    KA(&a, cl_long, inner);
-    return ka_run(&a, (size_t)(outer * inner), 0);
+  if (a->x->dtype == AG_F64) { /* f64.cl */
+    kargs ka = ka_begin(s, CLK_REDUCE_D);
+    KBUF(&ka, a->out);
+    KBUF(&ka, a->x);
+    KA(&ka, cl_int, a->variant);
+    KA(&ka, cl_double, a->variant == AG_R_SUM ? a->scale : 1.0);
+    KA(&ka, cl_long, outer);
+    KA(&ka, cl_long, r);
+    KA(&ka, cl_long, inner);
+    return ka_run(&ka, (size_t)(outer * inner), 0);
   }
-  float scale = c->sub == AG_R_SUM ? (float)c->s[0] : 1.0f;
+  float scale = a->variant == AG_R_SUM ? (float)a->scale : 1.0f;
   if (inner == 1) {
-    kargs a = ka_begin(s, CLK_REDUCE_ROWS);
-    KBUF(&a, &c->o[0]);
-    KA(&a, cl_int, c->o[0].dtype);
-    KBUF(&a, &c->o[1]);
-    KA(&a, cl_int, c->o[1].dtype);
-    KA(&a, cl_int, c->sub);
-    KA(&a, cl_float, scale);
-    KA(&a, cl_long, r);
+    kargs ka = ka_begin(s, CLK_REDUCE_ROWS);
+    KBUF(&ka, a->out);
+    KA(&ka, cl_int, a->out->dtype);
+    KBUF(&ka, a->x);
+    KA(&ka, cl_int, a->x->dtype);
+    KA(&ka, cl_int, a->variant);
+    KA(&ka, cl_float, scale);
+    KA(&ka, cl_long, r);
     size_t l = row_local(s, CLK_REDUCE_ROWS, r);
-    return ka_run(&a, (size_t)outer * l, l);
+    return ka_run(&ka, (size_t)outer * l, l);
   }
-  kargs a = ka_begin(s, CLK_REDUCE_COLS);
-  KBUF(&a, &c->o[0]);
-  KA(&a, cl_int, c->o[0].dtype);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
-  KA(&a, cl_int, c->sub);
-  KA(&a, cl_float, scale);
-  KA(&a, cl_long, outer);
-  KA(&a, cl_long, r);
-  KA(&a, cl_long, inner);
-  return ka_run(&a, (size_t)(outer * inner), 0);
+  kargs ka = ka_begin(s, CLK_REDUCE_COLS);
+  KBUF(&ka, a->out);
+  KA(&ka, cl_int, a->out->dtype);
+  KBUF(&ka, a->x);
+  KA(&ka, cl_int, a->x->dtype);
+  KA(&ka, cl_int, a->variant);
+  KA(&ka, cl_float, scale);
+  KA(&ka, cl_long, outer);
+  KA(&ka, cl_long, r);
+  KA(&ka, cl_long, inner);
+  return ka_run(&ka, (size_t)(outer * inner), 0);
 }
 
-static ag_status run_sumsq(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_kmulti *mt = c->multi;
-  int count = mt ? mt->count : 0;
+static ag_status cl_k_sumsq(ag_bstream *s, const ag_k_sumsq *a) {
+  const int64_t count = AGK_MULTI_GROUPS(a);
   cl_mem part;
   ag_status st = clb_scratch(s, sizeof(float) * SUMSQ_GROUPS * (size_t)(count ? count : 1), &part);
   if (st != AG_OK) return st;
   int64_t np = 0;
   size_t l = s->kwg[CLK_SUMSQ_PART];
-  for (int k = 0; k < count; k++) {
-    int64_t n = mt->t[k].numel;
+  for (int64_t k = 0; k < count; k++) {
+    const ag_kmulti_entry *x = &AGK_MULTI(a, k, x);
+    int64_t n = x->numel;
     if (!n) continue;
     int64_t groups = (n + (int64_t)l - 1) / (int64_t)l;
     if (groups > SUMSQ_GROUPS) groups = SUMSQ_GROUPS;
-    kargs a = ka_begin(s, CLK_SUMSQ_PART);
-    KA(&a, cl_mem, part);
-    KA(&a, cl_long, np);
-    KA(&a, cl_mem, mt->t[k].base);
-    KA(&a, cl_ulong, mt->t[k].offset);
-    KA(&a, cl_int, mt->t[k].dtype);
-    KA(&a, cl_long, n);
-    if ((st = ka_run(&a, (size_t)groups * l, l)) != AG_OK) return st;
+    kargs ka = ka_begin(s, CLK_SUMSQ_PART);
+    KA(&ka, cl_mem, part);
+    KA(&ka, cl_long, np);
+    KA(&ka, cl_mem, x->base);
+    KA(&ka, cl_ulong, x->offset);
+    KA(&ka, cl_int, x->dtype);
+    KA(&ka, cl_long, n);
+    if ((st = ka_run(&ka, (size_t)groups * l, l)) != AG_OK) return st;
     np += groups;
   }
-  kargs a = ka_begin(s, CLK_SUMSQ_FINAL);
-  KBUF(&a, &c->o[0]);
-  KA(&a, cl_mem, part);
-  KA(&a, cl_long, np);
+  kargs ka = ka_begin(s, CLK_SUMSQ_FINAL);
+  KBUF(&ka, a->out);
+  KA(&ka, cl_mem, part);
+  KA(&ka, cl_long, np);
   size_t lf = s->kwg[CLK_SUMSQ_FINAL];
-  return ka_run(&a, lf, lf);
+  return ka_run(&ka, lf, lf);
 }
 
 /* ---- row kernels ---- */
 
-static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
-  int64_t rows = c->i[0], cols = c->i[1];
+/* Softmax and its backward (dy, y given: bwd), log-softmax where logm. */
+static ag_status run_softmax(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, const ag_koperand *y,
+                             int64_t rows, int64_t cols, bool logm) {
+  const bool bwd = y != NULL;
   if (!rows) return AG_OK;
-  if (c->o[0].dtype == AG_F64) { /* f64.cl: a work-item per row */
-    kargs a = ka_begin(s, bwd ? CLK_SOFTMAX_BWD_D : CLK_SOFTMAX_D);
-    KBUF(&a, &c->o[0]);
-    KBUF(&a, &c->o[1]);
-    if (bwd) KBUF(&a, &c->o[2]);
-    KA(&a, cl_long, rows);
-    KA(&a, cl_long, cols);
-    KA(&a, cl_int, c->sub);
-    return ka_run(&a, (size_t)rows, 0);
+  if (o->dtype == AG_F64) { /* f64.cl: a work-item per row */
+    kargs ka = ka_begin(s, bwd ? CLK_SOFTMAX_BWD_D : CLK_SOFTMAX_D);
+    KBUF(&ka, o);
+    KBUF(&ka, x);
+    if (bwd) KBUF(&ka, y);
+    KA(&ka, cl_long, rows);
+    KA(&ka, cl_long, cols);
+    KA(&ka, cl_int, logm);
+    return ka_run(&ka, (size_t)rows, 0);
   }
   clb_kernel k = bwd ? CLK_SOFTMAX_BWD : CLK_SOFTMAX;
-  kargs a = ka_begin(s, k);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, &c->o[1]);
-  if (bwd) KBUF(&a, &c->o[2]);
-  KA(&a, cl_int, c->o[0].dtype);
-  KA(&a, cl_long, cols);
-  KA(&a, cl_int, c->sub);
+  kargs ka = ka_begin(s, k);
+  KBUF(&ka, o);
+  KBUF(&ka, x);
+  if (bwd) KBUF(&ka, y);
+  KA(&ka, cl_int, o->dtype);
+  KA(&ka, cl_long, cols);
+  KA(&ka, cl_int, logm);
   size_t l = row_local(s, k, cols);
-  return ka_run(&a, (size_t)rows * l, l);
+  return ka_run(&ka, (size_t)rows * l, l);
 }
 
-static ag_status run_ce(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
-  int64_t rows = c->i[0], cols = c->i[1];
+static ag_status cl_k_softmax(ag_bstream *s, const ag_k_softmax *a) {
+  return run_softmax(s, a->y, a->x, NULL, a->rows, a->cols, a->variant == AG_KV_LOG_SOFTMAX);
+}
+
+static ag_status cl_k_softmax_bwd(ag_bstream *s, const ag_k_softmax_bwd *a) {
+  return run_softmax(s, a->dx, a->dy, a->y, a->rows, a->cols, a->variant == AG_KV_LOG_SOFTMAX);
+}
+
+/* Cross entropy (grad given: its backward, out the logits' gradient). */
+static ag_status run_ce(ag_bstream *s, const ag_koperand *out, const ag_koperand *logits, const ag_koperand *targets,
+                        const ag_koperand *grad, int64_t rows, int64_t cols, int64_t ignore_index) {
+  const bool bwd = grad != NULL;
   if (!rows) return AG_OK;
   clb_kernel k = bwd ? CLK_CE_BWD : CLK_CE;
-  kargs a = ka_begin(s, k);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
-  KBUF(&a, &c->o[2]);
+  kargs ka = ka_begin(s, k);
+  KBUF(&ka, out);
+  KBUF(&ka, logits);
+  KA(&ka, cl_int, logits->dtype);
+  KBUF(&ka, targets);
   if (bwd) {
-    KBUF(&a, &c->o[3]);
-    KA(&a, cl_long, c->o[3].ndim ? c->o[3].strides[0] : 0);
+    KBUF(&ka, grad);
+    KA(&ka, cl_long, grad->ndim ? grad->strides[0] : 0);
   }
-  KA(&a, cl_long, cols);
-  KA(&a, cl_int, (int32_t)c->i[2]);
-  KA(&a, cl_mem, s->err);
+  KA(&ka, cl_long, cols);
+  KA(&ka, cl_int, (int32_t)ignore_index);
+  KA(&ka, cl_mem, s->err);
   s->err_armed = true;
   size_t l = row_local(s, k, cols);
-  return ka_run(&a, (size_t)rows * l, l);
+  return ka_run(&ka, (size_t)rows * l, l);
 }
 
-static const ag_koperand *opt_op(const ag_kernel_call *c, int i) {
+static ag_status cl_k_cross_entropy(ag_bstream *s, const ag_k_cross_entropy *a) {
+  return run_ce(s, a->loss, a->logits, a->targets, NULL, a->n, a->c, a->ignore_index);
+}
+
+static ag_status cl_k_cross_entropy_bwd(ag_bstream *s, const ag_k_cross_entropy_bwd *a) {
+  return run_ce(s, a->dlogits, a->logits, a->targets, a->grad, a->n, a->c, a->ignore_index);
+}
+
+/* An absent OPT or SAVED operand as the kernels take it: base NULL. */
+static const ag_koperand *or_absent(const ag_koperand *o) {
   static const ag_koperand absent = {0};
-  return i < c->n_operands && c->o[i].base ? &c->o[i] : &absent;
+  return o ? o : &absent;
 }
 
 /* Attention (AG_K_SDPA*): the geometry as the kernels' sdpa_geom
@@ -575,363 +615,407 @@ typedef struct clb_sdpa_geom {
 } clb_sdpa_geom;
 #define CLB_SDPA_MAXD 128 /* SDPA_MAXD in nn.cl */
 
-static ag_status run_sdpa(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *q = &c->o[1], *k = &c->o[2], *v = &c->o[3], *m = opt_op(c, 4);
-  clb_sdpa_geom g = {q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3], v->shape[3],
+/* The geometry of q, k, v and mask m (base NULL: none); heads larger than
+ * the kernels' private rows are declined (the core then runs the unfused
+ * composition). */
+static ag_status sdpa_geom_of(const ag_kernel_call *c, const ag_koperand *q, const ag_koperand *k,
+                              const ag_koperand *v, const ag_koperand *m, double scale, double p, int64_t causal,
+                              clb_sdpa_geom *g) {
+  clb_sdpa_geom r = {q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3], v->shape[3],
                      m->base ? m->strides[0] : 0, m->base ? m->strides[1] : 0, m->base ? m->strides[2] : 0,
-                     m->base ? m->strides[3] : 0, (cl_float)c->s[0], (cl_float)c->s[1],
-                     (cl_float)(c->s[1] < 1 ? 1.0 / (1.0 - c->s[1]) : 0.0), (cl_int)(c->i[0] != 0), (cl_int)q->dtype,
+                     m->base ? m->strides[3] : 0, (cl_float)scale, (cl_float)p,
+                     (cl_float)(p < 1 ? 1.0 / (1.0 - p) : 0.0), (cl_int)(causal != 0), (cl_int)q->dtype,
                      c->seed, c->offset};
-  /* per-work-item rows live in private arrays: larger heads are declined
-   * (the core then runs the unfused composition) */
-  if (g.D > CLB_SDPA_MAXD || g.Dv > CLB_SDPA_MAXD)
+  *g = r;
+  if (g->D > CLB_SDPA_MAXD || g->Dv > CLB_SDPA_MAXD)
     return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: head size %lld/%lld above %d", c->name ? c->name : "sdpa",
-                        (long long)g.D, (long long)g.Dv, CLB_SDPA_MAXD);
-  if (c->op == AG_K_SDPA) {
-    kargs a = ka_begin(s, CLK_SDPA);
-    KBUF(&a, &c->o[0]);
-    KBUF(&a, q);
-    KBUF(&a, k);
-    KBUF(&a, v);
-    KBUF(&a, m);
-    KBUF(&a, &c->o[5]);
-    KA(&a, clb_sdpa_geom, g);
-    return ka_run(&a, (size_t)(g.B * g.H * g.T), 0);
-  }
-  if (!c->multi || c->multi->count < 4)
-    return ag_error_set(AG_ERR_INTERNAL, "opencl: %s: dq, dk, dv and out not given", c->name ? c->name : "sdpa");
-  const ag_kmulti *mt = c->multi;
-  kargs a = ka_begin(s, CLK_SDPA_BWD_DQ);
-  KA(&a, cl_mem, mt->t[0].base);
-  KA(&a, cl_ulong, mt->t[0].offset);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, q);
-  KBUF(&a, k);
-  KBUF(&a, v);
-  KBUF(&a, m);
-  KBUF(&a, &c->o[5]);
-  KA(&a, cl_mem, mt->t[3].base);
-  KA(&a, cl_ulong, mt->t[3].offset);
-  KA(&a, clb_sdpa_geom, g);
-  ag_status st = ka_run(&a, (size_t)(g.B * g.H * g.T), 0);
+                        (long long)g->D, (long long)g->Dv, CLB_SDPA_MAXD);
+  return AG_OK;
+}
+
+static ag_status cl_k_sdpa(ag_bstream *s, const ag_k_sdpa *a) {
+  const ag_koperand *m = or_absent(a->mask);
+  clb_sdpa_geom g;
+  ag_status st = sdpa_geom_of(a->call, a->q, a->k, a->v, m, a->scale, a->dropout_p, a->causal, &g);
   if (st != AG_OK) return st;
-  a = ka_begin(s, CLK_SDPA_BWD_DKV);
-  KA(&a, cl_mem, mt->t[1].base);
-  KA(&a, cl_ulong, mt->t[1].offset);
-  KA(&a, cl_mem, mt->t[2].base);
-  KA(&a, cl_ulong, mt->t[2].offset);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, q);
-  KBUF(&a, k);
-  KBUF(&a, v);
-  KBUF(&a, m);
-  KBUF(&a, &c->o[5]);
-  KA(&a, cl_mem, mt->t[3].base);
-  KA(&a, cl_ulong, mt->t[3].offset);
-  KA(&a, clb_sdpa_geom, g);
-  return ka_run(&a, (size_t)(g.B * g.Hkv * g.S), 0);
+  kargs ka = ka_begin(s, CLK_SDPA);
+  KBUF(&ka, a->out);
+  KBUF(&ka, a->q);
+  KBUF(&ka, a->k);
+  KBUF(&ka, a->v);
+  KBUF(&ka, m);
+  KBUF(&ka, or_absent(a->lse));
+  KA(&ka, clb_sdpa_geom, g);
+  return ka_run(&ka, (size_t)(g.B * g.H * g.T), 0);
 }
 
-static ag_status run_layernorm(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t rows = c->i[0], cols = c->i[1];
+static ag_status cl_k_sdpa_bwd(ag_bstream *s, const ag_k_sdpa_bwd *a) {
+  const ag_koperand *m = or_absent(a->mask);
+  clb_sdpa_geom g;
+  ag_status st = sdpa_geom_of(a->call, a->q, a->k, a->v, m, a->scale, a->dropout_p, a->causal, &g);
+  if (st != AG_OK) return st;
+  if (AGK_MULTI_GROUPS(a) < 1)
+    return ag_error_set(AG_ERR_INTERNAL, "opencl: %s: dq, dk, dv and out not given",
+                        a->call->name ? a->call->name : "sdpa");
+  const ag_kmulti_entry *dq = &AGK_MULTI(a, 0, dq), *dk = &AGK_MULTI(a, 0, dk), *dv = &AGK_MULTI(a, 0, dv),
+                        *out = &AGK_MULTI(a, 0, out);
+  kargs ka = ka_begin(s, CLK_SDPA_BWD_DQ);
+  KA(&ka, cl_mem, dq->base);
+  KA(&ka, cl_ulong, dq->offset);
+  KBUF(&ka, a->dout);
+  KBUF(&ka, a->q);
+  KBUF(&ka, a->k);
+  KBUF(&ka, a->v);
+  KBUF(&ka, m);
+  KBUF(&ka, a->lse);
+  KA(&ka, cl_mem, out->base);
+  KA(&ka, cl_ulong, out->offset);
+  KA(&ka, clb_sdpa_geom, g);
+  st = ka_run(&ka, (size_t)(g.B * g.H * g.T), 0);
+  if (st != AG_OK) return st;
+  ka = ka_begin(s, CLK_SDPA_BWD_DKV);
+  KA(&ka, cl_mem, dk->base);
+  KA(&ka, cl_ulong, dk->offset);
+  KA(&ka, cl_mem, dv->base);
+  KA(&ka, cl_ulong, dv->offset);
+  KBUF(&ka, a->dout);
+  KBUF(&ka, a->q);
+  KBUF(&ka, a->k);
+  KBUF(&ka, a->v);
+  KBUF(&ka, m);
+  KBUF(&ka, a->lse);
+  KA(&ka, cl_mem, out->base);
+  KA(&ka, cl_ulong, out->offset);
+  KA(&ka, clb_sdpa_geom, g);
+  return ka_run(&ka, (size_t)(g.B * g.Hkv * g.S), 0);
+}
+
+static ag_status cl_k_layernorm(ag_bstream *s, const ag_k_layernorm *a) {
+  int64_t rows = a->n, cols = a->d;
   if (!rows) return AG_OK;
-  kargs a = ka_begin(s, CLK_LN);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
-  KBUF(&a, opt_op(c, 2));
-  KBUF(&a, opt_op(c, 3));
-  KBUF(&a, opt_op(c, 4));
-  KBUF(&a, opt_op(c, 5));
-  KA(&a, cl_long, cols);
-  KA(&a, cl_float, c->s[0]);
+  kargs ka = ka_begin(s, CLK_LN);
+  KBUF(&ka, a->y);
+  KBUF(&ka, a->x);
+  KA(&ka, cl_int, a->x->dtype);
+  KBUF(&ka, or_absent(a->weight));
+  KBUF(&ka, or_absent(a->bias));
+  KBUF(&ka, or_absent(a->mean));
+  KBUF(&ka, or_absent(a->rstd));
+  KA(&ka, cl_long, cols);
+  KA(&ka, cl_float, a->eps);
   size_t l = row_local(s, CLK_LN, cols);
-  return ka_run(&a, (size_t)rows * l, l);
+  return ka_run(&ka, (size_t)rows * l, l);
 }
 
-static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *dx = &c->o[0];
+static ag_status cl_k_layernorm_bwd(ag_bstream *s, const ag_k_layernorm_bwd *a) {
+  const ag_koperand *dx = a->dx;
   int64_t cols = dx->ndim ? dx->shape[dx->ndim - 1] : 1;
   int64_t rows = cols ? numel(dx) / cols : 0;
   if (!rows || !cols) return AG_OK;
-  kargs a = ka_begin(s, CLK_LN_BWD);
-  KBUF(&a, dx);
-  KBUF(&a, &c->o[1]);
-  KBUF(&a, &c->o[2]);
-  KA(&a, cl_int, dx->dtype);
-  KBUF(&a, &c->o[3]);
-  KBUF(&a, &c->o[4]);
-  KBUF(&a, opt_op(c, 5));
-  KA(&a, cl_long, cols);
+  kargs ka = ka_begin(s, CLK_LN_BWD);
+  KBUF(&ka, dx);
+  KBUF(&ka, a->dy);
+  KBUF(&ka, a->x);
+  KA(&ka, cl_int, dx->dtype);
+  KBUF(&ka, a->mean);
+  KBUF(&ka, a->rstd);
+  KBUF(&ka, or_absent(a->weight));
+  KA(&ka, cl_long, cols);
   size_t l = row_local(s, CLK_LN_BWD, cols);
-  ag_status st = ka_run(&a, (size_t)rows * l, l);
-  if (st != AG_OK || !c->multi || c->multi->count < 1) return st;
-  const ag_kmulti *mt = c->multi;
-  a = ka_begin(s, CLK_LN_BWD_WB);
-  KA(&a, cl_mem, mt->t[0].base);
-  KA(&a, cl_ulong, mt->t[0].offset);
-  KA(&a, cl_mem, mt->count > 1 ? mt->t[1].base : NULL);
-  KA(&a, cl_ulong, mt->count > 1 ? mt->t[1].offset : 0);
-  KBUF(&a, &c->o[1]);
-  KBUF(&a, &c->o[2]);
-  KA(&a, cl_int, dx->dtype);
-  KBUF(&a, &c->o[3]);
-  KBUF(&a, &c->o[4]);
-  KA(&a, cl_long, rows);
-  KA(&a, cl_long, cols);
-  return ka_run(&a, (size_t)cols, 0);
+  ag_status st = ka_run(&ka, (size_t)rows * l, l);
+  if (st != AG_OK || AGK_MULTI_GROUPS(a) < 1) return st;
+  const ag_kmulti_entry *dw = &AGK_MULTI(a, 0, dw), *db = &AGK_MULTI(a, 0, db);
+  ka = ka_begin(s, CLK_LN_BWD_WB);
+  KA(&ka, cl_mem, dw->base);
+  KA(&ka, cl_ulong, dw->offset);
+  KA(&ka, cl_mem, db->base);
+  KA(&ka, cl_ulong, db->offset);
+  KBUF(&ka, a->dy);
+  KBUF(&ka, a->x);
+  KA(&ka, cl_int, dx->dtype);
+  KBUF(&ka, a->mean);
+  KBUF(&ka, a->rstd);
+  KA(&ka, cl_long, rows);
+  KA(&ka, cl_long, cols);
+  return ka_run(&ka, (size_t)cols, 0);
 }
 
-static ag_status run_rmsnorm(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t rows = c->i[0], cols = c->i[1];
+static ag_status cl_k_rmsnorm(ag_bstream *s, const ag_k_rmsnorm *a) {
+  int64_t rows = a->n, cols = a->d;
   if (!rows || !cols) return AG_OK;
-  kargs a = ka_begin(s, CLK_RMS);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
-  KBUF(&a, opt_op(c, 2));
-  KBUF(&a, opt_op(c, 3));
-  KA(&a, cl_long, cols);
-  KA(&a, cl_float, c->s[0]);
+  kargs ka = ka_begin(s, CLK_RMS);
+  KBUF(&ka, a->y);
+  KBUF(&ka, a->x);
+  KA(&ka, cl_int, a->x->dtype);
+  KBUF(&ka, or_absent(a->weight));
+  KBUF(&ka, or_absent(a->rstd));
+  KA(&ka, cl_long, cols);
+  KA(&ka, cl_float, a->eps);
   size_t l = row_local(s, CLK_RMS, cols);
-  return ka_run(&a, (size_t)rows * l, l);
+  return ka_run(&ka, (size_t)rows * l, l);
 }
 
-static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t rows = c->i[0], cols = c->i[1];
+static ag_status cl_k_rmsnorm_bwd(ag_bstream *s, const ag_k_rmsnorm_bwd *a) {
+  int64_t rows = a->n, cols = a->d;
   if (!cols) return AG_OK;
-  const ag_koperand *dx = &c->o[0];
+  const ag_koperand *dx = a->dx;
   ag_status st = AG_OK;
   if (rows) {
-    kargs a = ka_begin(s, CLK_RMS_BWD);
-    KBUF(&a, dx);
-    KBUF(&a, &c->o[1]);
-    KBUF(&a, &c->o[2]);
-    KA(&a, cl_int, dx->dtype);
-    KBUF(&a, &c->o[3]);
-    KBUF(&a, opt_op(c, 4));
-    KA(&a, cl_long, cols);
+    kargs ka = ka_begin(s, CLK_RMS_BWD);
+    KBUF(&ka, dx);
+    KBUF(&ka, a->dy);
+    KBUF(&ka, a->x);
+    KA(&ka, cl_int, dx->dtype);
+    KBUF(&ka, a->rstd);
+    KBUF(&ka, or_absent(a->weight));
+    KA(&ka, cl_long, cols);
     size_t l = row_local(s, CLK_RMS_BWD, cols);
-    st = ka_run(&a, (size_t)rows * l, l);
+    st = ka_run(&ka, (size_t)rows * l, l);
   }
-  if (st != AG_OK || !c->multi || c->multi->count < 1 || !c->multi->t[0].base) return st;
-  kargs a = ka_begin(s, CLK_RMS_BWD_W);
-  KA(&a, cl_mem, c->multi->t[0].base);
-  KA(&a, cl_ulong, c->multi->t[0].offset);
-  KBUF(&a, &c->o[1]);
-  KBUF(&a, &c->o[2]);
-  KA(&a, cl_int, dx->dtype);
-  KBUF(&a, &c->o[3]);
-  KA(&a, cl_long, rows);
-  KA(&a, cl_long, cols);
-  return ka_run(&a, (size_t)cols, 0);
+  if (st != AG_OK || AGK_MULTI_GROUPS(a) < 1 || !AGK_MULTI(a, 0, dw).base) return st;
+  const ag_kmulti_entry *dw = &AGK_MULTI(a, 0, dw);
+  kargs ka = ka_begin(s, CLK_RMS_BWD_W);
+  KA(&ka, cl_mem, dw->base);
+  KA(&ka, cl_ulong, dw->offset);
+  KBUF(&ka, a->dy);
+  KBUF(&ka, a->x);
+  KA(&ka, cl_int, dx->dtype);
+  KBUF(&ka, a->rstd);
+  KA(&ka, cl_long, rows);
+  KA(&ka, cl_long, cols);
+  return ka_run(&ka, (size_t)cols, 0);
 }
 
-static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
+static ag_status cl_k_var(ag_bstream *s, const ag_k_var *a) {
+  int64_t outer = a->outer, r = a->r, inner = a->inner;
   if (!outer || !inner) return AG_OK;
-  double d = (double)r - c->s[0];
-  if (c->o[1].dtype == AG_F64) { /* f64.cl */
-    kargs a = ka_begin(s, CLK_VAR_D);
-    KBUF(&a, &c->o[0]);
-    KBUF(&a, &c->o[1]);
-    KA(&a, cl_long, outer);
-    KA(&a, cl_long, r);
-    KA(&a, cl_long, inner);
-    KA(&a, cl_double, d > 0 ? d : 0.0);
-    KA(&a, cl_int, c->sub);
-    return ka_run(&a, (size_t)(outer * inner), 0);
+  const bool sq = a->variant == AG_KV_STD;
+  double d = (double)r - a->correction;
+  if (a->x->dtype == AG_F64) { /* f64.cl */
+    kargs ka = ka_begin(s, CLK_VAR_D);
+    KBUF(&ka, a->out);
+    KBUF(&ka, a->x);
+    KA(&ka, cl_long, outer);
+    KA(&ka, cl_long, r);
+    KA(&ka, cl_long, inner);
+    KA(&ka, cl_double, d > 0 ? d : 0.0);
+    KA(&ka, cl_int, sq);
+    return ka_run(&ka, (size_t)(outer * inner), 0);
   }
   float den = d > 0 ? (float)d : 0.0f;
   bool rows = inner == 1 && r > 0;
-  kargs a = ka_begin(s, rows ? CLK_VAR_ROWS : CLK_VAR_COLS);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
+  kargs ka = ka_begin(s, rows ? CLK_VAR_ROWS : CLK_VAR_COLS);
+  KBUF(&ka, a->out);
+  KBUF(&ka, a->x);
+  KA(&ka, cl_int, a->x->dtype);
   if (rows) {
-    KA(&a, cl_long, r);
+    KA(&ka, cl_long, r);
   } else {
-    KA(&a, cl_long, outer);
-    KA(&a, cl_long, r);
-    KA(&a, cl_long, inner);
+    KA(&ka, cl_long, outer);
+    KA(&ka, cl_long, r);
+    KA(&ka, cl_long, inner);
   }
-  KA(&a, cl_float, den);
-  KA(&a, cl_int, c->sub);
-  if (!rows) return ka_run(&a, (size_t)(outer * inner), 0);
+  KA(&ka, cl_float, den);
+  KA(&ka, cl_int, sq);
+  if (!rows) return ka_run(&ka, (size_t)(outer * inner), 0);
   size_t l = row_local(s, CLK_VAR_ROWS, r);
-  return ka_run(&a, (size_t)outer * l, l);
+  return ka_run(&ka, (size_t)outer * l, l);
 }
 
-static ag_status run_cumsum(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
+static ag_status cl_k_cumsum(ag_bstream *s, const ag_k_cumsum *a) {
+  int64_t outer = a->outer, r = a->r, inner = a->inner;
   if (!outer || !r || !inner) return AG_OK;
-  if (c->o[1].dtype == AG_F64) { /* f64.cl */
-    kargs a = ka_begin(s, CLK_CUMSUM_D);
-    KBUF(&a, &c->o[0]);
-    KBUF(&a, &c->o[1]);
-    KA(&a, cl_long, outer);
-    KA(&a, cl_long, r);
-    KA(&a, cl_long, inner);
-    KA(&a, cl_int, c->sub);
-    return ka_run(&a, (size_t)(outer * inner), 0);
+  const bool rev = a->variant == AG_KV_CUMSUM_SUFFIX;
+  if (a->x->dtype == AG_F64) { /* f64.cl */
+    kargs ka = ka_begin(s, CLK_CUMSUM_D);
+    KBUF(&ka, a->out);
+    KBUF(&ka, a->x);
+    KA(&ka, cl_long, outer);
+    KA(&ka, cl_long, r);
+    KA(&ka, cl_long, inner);
+    KA(&ka, cl_int, rev);
+    return ka_run(&ka, (size_t)(outer * inner), 0);
   }
-  kargs a = ka_begin(s, CLK_CUMSUM);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
-  KA(&a, cl_long, outer);
-  KA(&a, cl_long, r);
-  KA(&a, cl_long, inner);
-  KA(&a, cl_int, c->sub);
-  return ka_run(&a, (size_t)(outer * inner), 0);
+  kargs ka = ka_begin(s, CLK_CUMSUM);
+  KBUF(&ka, a->out);
+  KBUF(&ka, a->x);
+  KA(&ka, cl_int, a->x->dtype);
+  KA(&ka, cl_long, outer);
+  KA(&ka, cl_long, r);
+  KA(&ka, cl_long, inner);
+  KA(&ka, cl_int, rev);
+  return ka_run(&ka, (size_t)(outer * inner), 0);
 }
 
 _Static_assert(AG_ERR_INDEX == 8, "ERR_INDEX in kernels/opencl/common.cl");
 
-static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
-  int64_t O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];
+/* Gather ([O, K, I] from [O, X, I] at ix), or its backward (bwd: out the
+ * [O, X, I] gradient, x the [O, K, I] one). */
+static ag_status run_gather(ag_bstream *s, bool bwd, const ag_koperand *out, const ag_koperand *x,
+                            const ag_koperand *ix, int64_t O, int64_t K, int64_t I, int64_t X) {
   int64_t items = bwd ? O * I : O * K * I;
   if (!items || (bwd && !X)) return AG_OK;
-  const ag_koperand *ix = &c->o[2];
-  bool f64 = c->o[1].dtype == AG_F64; /* f64.cl */
-  kargs a = ka_begin(s, f64 ? (bwd ? CLK_GATHER_BWD_D : CLK_GATHER_D) : bwd ? CLK_GATHER_BWD : CLK_GATHER);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, &c->o[1]);
-  if (!f64) KA(&a, cl_int, c->o[1].dtype);
-  KBUF(&a, ix);
-  KA(&a, cl_long, ix->strides[0]);
-  KA(&a, cl_long, ix->strides[1]);
-  KA(&a, cl_long, ix->strides[2]);
-  KA(&a, cl_long, O);
-  KA(&a, cl_long, K);
-  KA(&a, cl_long, I);
-  KA(&a, cl_long, X);
+  bool f64 = x->dtype == AG_F64; /* f64.cl */
+  kargs ka = ka_begin(s, f64 ? (bwd ? CLK_GATHER_BWD_D : CLK_GATHER_D) : bwd ? CLK_GATHER_BWD : CLK_GATHER);
+  KBUF(&ka, out);
+  KBUF(&ka, x);
+  if (!f64) KA(&ka, cl_int, x->dtype);
+  KBUF(&ka, ix);
+  for (int d = 0; d < 3; d++) KA(&ka, cl_long, ix->strides[d]);
+  KA(&ka, cl_long, O);
+  KA(&ka, cl_long, K);
+  KA(&ka, cl_long, I);
+  KA(&ka, cl_long, X);
   if (!bwd) {
-    KA(&a, cl_mem, s->err);
+    KA(&ka, cl_mem, s->err);
     s->err_armed = true;
   }
-  return ka_run(&a, (size_t)items, 0);
+  return ka_run(&ka, (size_t)items, 0);
 }
 
-static ag_status run_topk(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t O = c->i[0], R = c->i[1], I = c->i[2], K = c->i[3];
+static ag_status cl_k_gather(ag_bstream *s, const ag_k_gather *a) {
+  return run_gather(s, false, a->out, a->x, a->index, a->o, a->k, a->in, a->xlen);
+}
+
+static ag_status cl_k_gather_bwd(ag_bstream *s, const ag_k_gather_bwd *a) {
+  return run_gather(s, true, a->dx, a->dout, a->index, a->o, a->k, a->in, a->xlen);
+}
+
+static ag_status cl_k_topk(ag_bstream *s, const ag_k_topk *a) {
+  int64_t O = a->o, R = a->r, I = a->in, K = a->k;
   if (O * R * I == 0 || K == 0) return AG_OK;
-  kargs a = ka_begin(s, CLK_TOPK);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, &c->o[2]);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
-  KA(&a, cl_long, O);
-  KA(&a, cl_long, R);
-  KA(&a, cl_long, I);
-  KA(&a, cl_long, K);
-  KA(&a, cl_int, c->sub);
-  return ka_run(&a, (size_t)(O * R * I), 0);
+  kargs ka = ka_begin(s, CLK_TOPK);
+  KBUF(&ka, a->values);
+  KBUF(&ka, a->indices);
+  KBUF(&ka, a->x);
+  KA(&ka, cl_int, a->x->dtype);
+  KA(&ka, cl_long, O);
+  KA(&ka, cl_long, R);
+  KA(&ka, cl_long, I);
+  KA(&ka, cl_long, K);
+  KA(&ka, cl_int, a->variant == AG_KV_TOPK_SMALLEST);
+  return ka_run(&ka, (size_t)(O * R * I), 0);
 }
 
 static int64_t pick(int64_t v, int64_t dflt) { return v > 0 ? v : dflt; }
 
-static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *tab = &c->o[1];
-  int64_t n = pick(c->i[0], numel(&c->o[2]));
-  int64_t d = pick(c->i[1], tab->ndim > 1 ? tab->shape[1] : 1);
-  int64_t v = pick(c->i[2], tab->ndim ? tab->shape[0] : 0);
+static ag_status cl_k_embedding(ag_bstream *s, const ag_k_embedding *a) {
+  const ag_koperand *tab = a->table;
+  int64_t n = pick(a->n, numel(a->indices));
+  int64_t d = pick(a->d, tab->ndim > 1 ? tab->shape[1] : 1);
+  int64_t v = pick(a->v, tab->ndim ? tab->shape[0] : 0);
   if (!n || !d) return AG_OK;
-  kargs a = ka_begin(s, CLK_EMB);
-  KBUF(&a, &c->o[0]);
-  KBUF(&a, tab);
-  KA(&a, cl_int, (int)dsize(tab->dtype));
-  KBUF(&a, &c->o[2]);
-  KA(&a, cl_long, n);
-  KA(&a, cl_long, d);
-  KA(&a, cl_long, v);
-  KA(&a, cl_mem, s->err);
+  kargs ka = ka_begin(s, CLK_EMB);
+  KBUF(&ka, a->out);
+  KBUF(&ka, tab);
+  KA(&ka, cl_int, (int)dsize(tab->dtype));
+  KBUF(&ka, a->indices);
+  KA(&ka, cl_long, n);
+  KA(&ka, cl_long, d);
+  KA(&ka, cl_long, v);
+  KA(&ka, cl_mem, s->err);
   s->err_armed = true;
-  return ka_run(&a, (size_t)(n * d), 0);
+  return ka_run(&ka, (size_t)(n * d), 0);
 }
 
-static ag_status run_embedding_bwd(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *t = &c->o[0];
-  int64_t n = pick(c->i[0], numel(&c->o[2]));
-  int64_t d = pick(c->i[1], t->ndim > 1 ? t->shape[1] : 1);
-  int64_t v = pick(c->i[2], t->ndim ? t->shape[0] : 0);
+static ag_status cl_k_embedding_bwd(ag_bstream *s, const ag_k_embedding_bwd *a) {
+  const ag_koperand *t = a->dtable;
+  int64_t n = pick(a->n, numel(a->indices));
+  int64_t d = pick(a->d, t->ndim > 1 ? t->shape[1] : 1);
+  int64_t v = pick(a->v, t->ndim ? t->shape[0] : 0);
   if (!n || !d) return AG_OK;
   if (t->dtype == AG_F64) { /* f64.cl */
-    kargs a = ka_begin(s, CLK_EMB_BWD_D);
-    KBUF(&a, t);
-    KBUF(&a, &c->o[1]);
-    KBUF(&a, &c->o[2]);
-    KA(&a, cl_long, n);
-    KA(&a, cl_long, d);
-    KA(&a, cl_long, v);
-    KA(&a, cl_mem, s->err);
+    kargs ka = ka_begin(s, CLK_EMB_BWD_D);
+    KBUF(&ka, t);
+    KBUF(&ka, a->dout);
+    KBUF(&ka, a->indices);
+    KA(&ka, cl_long, n);
+    KA(&ka, cl_long, d);
+    KA(&ka, cl_long, v);
+    KA(&ka, cl_mem, s->err);
     s->err_armed = true;
-    return ka_run(&a, (size_t)d, 0);
+    return ka_run(&ka, (size_t)d, 0);
   }
-  kargs a = ka_begin(s, CLK_EMB_BWD);
-  KBUF(&a, t);
-  KA(&a, cl_int, t->dtype);
-  KBUF(&a, &c->o[1]);
-  KA(&a, cl_int, c->o[1].dtype);
-  KBUF(&a, &c->o[2]);
-  KA(&a, cl_long, n);
-  KA(&a, cl_long, d);
-  KA(&a, cl_long, v);
-  KA(&a, cl_mem, s->err);
+  kargs ka = ka_begin(s, CLK_EMB_BWD);
+  KBUF(&ka, t);
+  KA(&ka, cl_int, t->dtype);
+  KBUF(&ka, a->dout);
+  KA(&ka, cl_int, a->dout->dtype);
+  KBUF(&ka, a->indices);
+  KA(&ka, cl_long, n);
+  KA(&ka, cl_long, d);
+  KA(&ka, cl_long, v);
+  KA(&ka, cl_mem, s->err);
   s->err_armed = true;
-  return ka_run(&a, (size_t)d, 0);
+  return ka_run(&ka, (size_t)d, 0);
 }
 
 /* ---- optimizers ---- */
 
-static ag_status run_optim(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_kmulti *mt = c->multi;
-  if (!mt) return AG_OK;
-  bool adam = c->op == AG_K_ADAMW;
-  int per = adam ? 4 : 3;
-  const ag_koperand *sc = opt_op(c, 0), *fi = opt_op(c, 1);
-  for (int g = 0; g + per <= mt->count; g += per) {
-    int64_t n = mt->t[g].numel;
+static void ka_entry(kargs *ka, const ag_kmulti_entry *e) {
+  KA(ka, cl_mem, e->base);
+  KA(ka, cl_ulong, e->offset);
+}
+
+static ag_status cl_k_adamw(ag_bstream *s, const ag_k_adamw *a) {
+  for (int64_t k = 0; k < AGK_MULTI_GROUPS(a); k++) {
+    int64_t n = AGK_MULTI(a, k, param).numel;
     if (!n) continue;
-    kargs a = ka_begin(s, adam ? CLK_ADAMW : CLK_SGD);
-    for (int j = 0; j < per; j++) {
-      KA(&a, cl_mem, mt->t[g + j].base);
-      KA(&a, cl_ulong, mt->t[g + j].offset);
-    }
-    KA(&a, cl_long, n);
-    if (adam) {
-      /* Folded in f64 on the host exactly as the CPU backend folds them. */
-      KA(&a, cl_float, c->s[1]);
-      KA(&a, cl_float, c->s[2]);
-      KA(&a, cl_float, c->s[3]);
-      KA(&a, cl_float, 1.0 - c->s[0] * c->s[4]);
-      KA(&a, cl_float, c->s[0] / c->s[5]);
-      KA(&a, cl_float, 1.0 / sqrt(c->s[6]));
-    } else {
-      for (int j = 0; j < 4; j++) KA(&a, cl_float, c->s[j]);
-      KA(&a, cl_int, c->s[4] != 0);
-      KA(&a, cl_int, c->s[5] != 0);
-    }
-    KBUF(&a, sc);
-    KBUF(&a, fi);
-    ag_status st = ka_run(&a, (size_t)n, 0);
+    kargs ka = ka_begin(s, CLK_ADAMW);
+    ka_entry(&ka, &AGK_MULTI(a, k, param));
+    ka_entry(&ka, &AGK_MULTI(a, k, grad));
+    ka_entry(&ka, &AGK_MULTI(a, k, exp_avg));
+    ka_entry(&ka, &AGK_MULTI(a, k, exp_avg_sq));
+    KA(&ka, cl_long, n);
+    /* Folded in f64 on the host exactly as the CPU backend folds them. */
+    KA(&ka, cl_float, a->beta1);
+    KA(&ka, cl_float, a->beta2);
+    KA(&ka, cl_float, a->eps);
+    KA(&ka, cl_float, 1.0 - a->lr * a->weight_decay);
+    KA(&ka, cl_float, a->lr / a->bias_correction1);
+    KA(&ka, cl_float, 1.0 / sqrt(a->bias_correction2));
+    KBUF(&ka, or_absent(a->inv_scale));
+    KBUF(&ka, or_absent(a->found_inf));
+    ag_status st = ka_run(&ka, (size_t)n, 0);
     if (st != AG_OK) return st;
   }
   return AG_OK;
 }
 
-static ag_status run_nonfinite(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_kmulti *mt = c->multi;
-  for (int k = 0; mt && k < mt->count; k++) {
-    if (!mt->t[k].numel) continue;
-    kargs a = ka_begin(s, CLK_NONFINITE);
-    KA(&a, cl_mem, mt->t[k].base);
-    KA(&a, cl_ulong, mt->t[k].offset);
-    KA(&a, cl_int, mt->t[k].dtype);
-    KA(&a, cl_long, mt->t[k].numel);
-    KBUF(&a, opt_op(c, 1));
-    KBUF(&a, &c->o[0]);
-    ag_status st = ka_run(&a, (size_t)mt->t[k].numel, 0);
+static ag_status cl_k_sgd(ag_bstream *s, const ag_k_sgd *a) {
+  for (int64_t k = 0; k < AGK_MULTI_GROUPS(a); k++) {
+    int64_t n = AGK_MULTI(a, k, param).numel;
+    if (!n) continue;
+    kargs ka = ka_begin(s, CLK_SGD);
+    ka_entry(&ka, &AGK_MULTI(a, k, param));
+    ka_entry(&ka, &AGK_MULTI(a, k, grad));
+    ka_entry(&ka, &AGK_MULTI(a, k, momentum_buffer));
+    KA(&ka, cl_long, n);
+    KA(&ka, cl_float, a->lr);
+    KA(&ka, cl_float, a->momentum);
+    KA(&ka, cl_float, a->dampening);
+    KA(&ka, cl_float, a->weight_decay);
+    KA(&ka, cl_int, a->nesterov != 0);
+    KA(&ka, cl_int, a->first_step != 0);
+    KBUF(&ka, or_absent(a->inv_scale));
+    KBUF(&ka, or_absent(a->found_inf));
+    ag_status st = ka_run(&ka, (size_t)n, 0);
+    if (st != AG_OK) return st;
+  }
+  return AG_OK;
+}
+
+static ag_status cl_k_nonfinite_check(ag_bstream *s, const ag_k_nonfinite_check *a) {
+  for (int64_t k = 0; k < AGK_MULTI_GROUPS(a); k++) {
+    const ag_kmulti_entry *x = &AGK_MULTI(a, k, x);
+    if (!x->numel) continue;
+    kargs ka = ka_begin(s, CLK_NONFINITE);
+    ka_entry(&ka, x);
+    KA(&ka, cl_int, x->dtype);
+    KA(&ka, cl_long, x->numel);
+    KBUF(&ka, or_absent(a->inv_scale));
+    KBUF(&ka, a->found_inf);
+    ag_status st = ka_run(&ka, (size_t)x->numel, 0);
     if (st != AG_OK) return st;
   }
   return AG_OK;
@@ -1045,16 +1129,16 @@ static ag_status sgemm(ag_bstream *s, const char *what, bool ta, bool tb, size_t
 
 static size_t align_el(size_t n) { return (n + 63) & ~(size_t)63; }
 
-static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0], *x = &c->o[1], *y = &c->o[2];
+static ag_status cl_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
+  const ag_koperand *o = a->c, *x = a->a, *y = a->b;
   int64_t B, M, K, N, t0, t1, t2;
   mat_dims(x, &B, &M, &K, &t0, &t1, &t2);
   mat_dims(o, &B, &M, &N, &t0, &t1, &t2);
   if (!B || !M || !N) return AG_OK;
   if (!K) {
     /* alpha * (empty product) = 0: C = beta * C. */
-    if (c->s[1] == 0) return run_fill(s, o, 0.0);
-    return run_unary(s, o, o, AG_U_AFFINE, c->s[1], 0.0);
+    if (a->beta == 0) return run_fill(s, o, 0.0);
+    return run_unary(s, o, o, AG_U_AFFINE, a->beta, 0.0);
   }
   gemm_op ga, gb, gc = {o->base, o->offset / dsize(o->dtype), (size_t)N,
                         (size_t)(M * N), false};
@@ -1081,10 +1165,10 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
   if (!db && (st = gemm_stage(s, y, scratch, off_b, &gb)) != AG_OK) return st;
   if (!dc) {
     gc = (gemm_op){scratch, off_c, (size_t)N, (size_t)(M * N), false};
-    if (c->s[1] != 0 && (st = gemm_stage(s, o, scratch, off_c, &gc)) != AG_OK) return st;
+    if (a->beta != 0 && (st = gemm_stage(s, o, scratch, off_c, &gc)) != AG_OK) return st;
   }
-  st = sgemm(s, "", ga.trans, gb.trans, (size_t)M, (size_t)N, (size_t)K, (float)c->s[0], ga.mem, ga.off, ga.ld,
-             ga.stride, gb.mem, gb.off, gb.ld, gb.stride, (float)c->s[1], gc.mem, gc.off, gc.ld, gc.stride,
+  st = sgemm(s, "", ga.trans, gb.trans, (size_t)M, (size_t)N, (size_t)K, (float)a->alpha, ga.mem, ga.off, ga.ld,
+             ga.stride, gb.mem, gb.off, gb.ld, gb.stride, (float)a->beta, gc.mem, gc.off, gc.ld, gc.stride,
              (size_t)B);
   if (st != AG_OK) return st;
   if (!dc) {
@@ -1115,12 +1199,12 @@ typedef struct clb_pool_meta {
   cl_int op, count_pad;
 } clb_pool_meta;
 
-static clb_conv_meta conv_meta_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y,
-                                  const ag_koperand *w) {
-  ag_conv_geom g = ag_conv_geom_of(c, x, y, w);
-  clb_conv_meta m = {g.N, g.C, g.H, g.W, g.Co, g.Ho, g.Wo, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.G};
-  return m;
-}
+/* x [N, C, H, W], y [N, Co, Ho, Wo], w [Co, C/G, kh, kw] and the window
+ * of a (any of the three conv2d argument structs). */
+#define CONV_META(a, x, y, w)                                                                            \
+  {(x)->shape[0], (x)->shape[1], (x)->shape[2], (x)->shape[3], (y)->shape[1], (y)->shape[2], (y)->shape[3], \
+   (w)->shape[2], (w)->shape[3], (a)->stride_h, (a)->stride_w, (a)->pad_h, (a)->pad_w, (a)->dilation_h,    \
+   (a)->dilation_w, (a)->groups}
 
 static ag_status conv_cols(ag_bstream *s, clb_kernel which, cl_mem a, size_t ao, cl_mem b, size_t bo, int64_t n0,
                            int64_t nb, const clb_conv_meta *m, size_t items) {
@@ -1146,22 +1230,22 @@ static int64_t conv_chunk(ag_bstream *s, int64_t per_sample_floats, int64_t N) {
   return nb < N ? nb : N;
 }
 
-static ag_status run_conv(ag_bstream *s, const ag_kernel_call *c) {
-  const bool fwd = c->op == AG_K_CONV2D, bin = c->op == AG_K_CONV2D_BWD_INPUT;
-  const ag_koperand *X = fwd ? &c->o[1] : bin ? &c->o[0] : &c->o[2], *Y = fwd ? &c->o[0] : &c->o[1],
-                    *Wt = fwd || bin ? &c->o[2] : &c->o[0];
-  clb_conv_meta m = conv_meta_of(c, X, Y, Wt);
+/* op: which of the three; X the input (or its gradient), Y the output (or
+ * its gradient), Wt the weight (or its gradient), bias (CONV2D) or NULL. */
+static ag_status run_conv(ag_bstream *s, ag_kop op, const ag_koperand *X, const ag_koperand *Y, const ag_koperand *Wt,
+                          const ag_koperand *bias, clb_conv_meta m) {
+  const bool fwd = op == AG_K_CONV2D, bin = op == AG_K_CONV2D_BWD_INPUT;
   const int64_t G = m.G, Cg = m.C / G, Cog = m.Co / G, K = Cg * m.kh * m.kw, P = m.Ho * m.Wo, N = m.N;
   const size_t xo = X->offset / 4, yo = Y->offset / 4, wo = Wt->offset / 4;
   /* 1x1, stride 1, no padding: x is its own column matrix */
   const bool direct = m.kh == 1 && m.kw == 1 && m.sh == 1 && m.sw == 1 && m.ph == 0 && m.pw == 0 &&
-                      c->op != AG_K_CONV2D_BWD_WEIGHT;
-  const int64_t per = (direct ? 0 : G * K * P) + (c->op == AG_K_CONV2D_BWD_WEIGHT ? m.Co * P : 0);
+                      op != AG_K_CONV2D_BWD_WEIGHT;
+  const int64_t per = (direct ? 0 : G * K * P) + (op == AG_K_CONV2D_BWD_WEIGHT ? m.Co * P : 0);
   const int64_t nbmax = conv_chunk(s, per, N);
   cl_mem scratch = NULL;
   ag_status st = AG_OK;
   const size_t col_el = align_el((size_t)(G * K * nbmax * P));
-  const size_t dyt_el = c->op == AG_K_CONV2D_BWD_WEIGHT ? (size_t)(m.Co * nbmax * P) : 0;
+  const size_t dyt_el = op == AG_K_CONV2D_BWD_WEIGHT ? (size_t)(m.Co * nbmax * P) : 0;
   if (per && (st = clb_scratch(s, ((direct ? 0 : col_el) + dyt_el) * sizeof(float), &scratch)) != AG_OK) return st;
   for (int64_t n0 = 0; n0 < N && st == AG_OK; n0 += nbmax) {
     const int64_t nb = N - n0 < nbmax ? N - n0 : nbmax;
@@ -1216,10 +1300,10 @@ static ag_status run_conv(ag_bstream *s, const ag_kernel_call *c) {
                    (size_t)(Cog * K), (size_t)G);
     }
   }
-  if (st == AG_OK && fwd && c->o[3].base) {
+  if (st == AG_OK && fwd && bias && bias->base) {
     kargs k = ka_begin(s, CLK_CONV_BIAS);
     KBUF(&k, Y);
-    KBUF(&k, &c->o[3]);
+    KBUF(&k, bias);
     KA(&k, cl_long, N * m.Co * P);
     KA(&k, cl_long, m.Co);
     KA(&k, cl_long, P);
@@ -1228,53 +1312,79 @@ static ag_status run_conv(ag_bstream *s, const ag_kernel_call *c) {
   return st;
 }
 
-static ag_status run_pool(ag_bstream *s, const ag_kernel_call *c) {
-  const bool bwd = c->op == AG_K_POOL2D_BWD;
-  const ag_koperand *X = bwd ? &c->o[0] : &c->o[1], *Y = bwd ? &c->o[1] : &c->o[0], *I = &c->o[2];
-  clb_pool_meta g = {X->shape[0] * X->shape[1], X->shape[2], X->shape[3], Y->shape[2], Y->shape[3],
-                     (cl_long)c->s[0], (cl_long)c->s[1], (cl_long)c->s[2], (cl_long)c->s[3],
-                     (cl_long)c->s[4], (cl_long)c->s[5], (cl_int)c->sub, (cl_int)(c->s[6] != 0)};
+static ag_status cl_k_conv2d(ag_bstream *s, const ag_k_conv2d *a) {
+  const clb_conv_meta m = CONV_META(a, a->x, a->y, a->w);
+  return run_conv(s, AG_K_CONV2D, a->x, a->y, a->w, a->bias, m);
+}
+
+static ag_status cl_k_conv2d_bwd_input(ag_bstream *s, const ag_k_conv2d_bwd_input *a) {
+  const clb_conv_meta m = CONV_META(a, a->dx, a->dy, a->w);
+  return run_conv(s, AG_K_CONV2D_BWD_INPUT, a->dx, a->dy, a->w, NULL, m);
+}
+
+static ag_status cl_k_conv2d_bwd_weight(ag_bstream *s, const ag_k_conv2d_bwd_weight *a) {
+  const clb_conv_meta m = CONV_META(a, a->x, a->dy, a->dw);
+  return run_conv(s, AG_K_CONV2D_BWD_WEIGHT, a->x, a->dy, a->dw, NULL, m);
+}
+
+/* Pooling of x [n, c, h, w] into y [n, c, ho, wo], or its backward (bwd: x
+ * and y the gradients); argmax (MAX) or NULL. */
+#define POOL_META(a, x, y)                                                                                 \
+  {(x)->shape[0] * (x)->shape[1], (x)->shape[2], (x)->shape[3], (y)->shape[2], (y)->shape[3], (a)->stride_h, \
+   (a)->stride_w, (a)->pad_h, (a)->pad_w, (a)->kernel_h, (a)->kernel_w, (cl_int)(a)->variant,               \
+   (cl_int)((a)->count_pad != 0)}
+static ag_status run_pool(ag_bstream *s, bool bwd, const ag_koperand *X, const ag_koperand *Y,
+                          const ag_koperand *argmax, clb_pool_meta g) {
+  const bool max = g.op == AG_P_MAX && argmax;
   kargs k = ka_begin(s, bwd ? CLK_POOL_BWD : CLK_POOL);
   KBUF(&k, bwd ? X : Y);
   if (bwd) KBUF(&k, Y);
-  KA(&k, cl_mem, c->sub == AG_P_MAX ? I->base : NULL);
-  KA(&k, cl_ulong, c->sub == AG_P_MAX ? I->offset : 0);
+  KA(&k, cl_mem, max ? argmax->base : NULL);
+  KA(&k, cl_ulong, max ? argmax->offset : 0);
   if (!bwd) KBUF(&k, X);
   KMETA(&k, g);
   return ka_run(&k, (size_t)(g.planes * (bwd ? g.H * g.W : g.Ho * g.Wo)), 0);
 }
 
-/* Batch norm over contiguous f32 [N, C, HW] (i[0..2]): per-channel sums,
- * one work-group per channel, and the per-channel affine map. */
-static ag_status run_bn_stats(ag_bstream *s, const ag_kernel_call *c) {
-  const int64_t N = c->i[0], C = c->i[1], HW = c->i[2];
+static ag_status cl_k_pool2d(ag_bstream *s, const ag_k_pool2d *a) {
+  const clb_pool_meta g = POOL_META(a, a->x, a->y);
+  return run_pool(s, false, a->x, a->y, a->argmax, g);
+}
+
+static ag_status cl_k_pool2d_bwd(ag_bstream *s, const ag_k_pool2d_bwd *a) {
+  const clb_pool_meta g = POOL_META(a, a->dx, a->dy);
+  return run_pool(s, true, a->dx, a->dy, a->argmax, g);
+}
+
+/* Batch norm over contiguous f32 [N, C, HW]: per-channel sums, one
+ * work-group per channel, and the per-channel affine map. */
+static ag_status cl_k_bn_stats(ag_bstream *s, const ag_k_bn_stats *a) {
+  const int64_t N = a->n, C = a->c, HW = a->hw;
   if (C <= 0) return AG_OK;
-  const bool sub1 = c->sub == 1;
+  const bool sums = a->variant == AG_KV_BN_SUMS;
+  const ag_koperand *b = or_absent(sums ? a->b : NULL), *mu = or_absent(sums ? a->mu : NULL);
   kargs k = ka_begin(s, CLK_BN_STATS);
-  KBUF(&k, &c->o[0]);
-  KBUF(&k, &c->o[1]);
-  KA(&k, cl_mem, sub1 ? c->o[2].base : NULL);
-  KA(&k, cl_ulong, sub1 ? c->o[2].offset : 0);
-  KA(&k, cl_mem, sub1 ? c->o[3].base : NULL);
-  KA(&k, cl_ulong, sub1 ? c->o[3].offset : 0);
+  KBUF(&k, a->stats);
+  KBUF(&k, a->a);
+  KBUF(&k, b);
+  KBUF(&k, mu);
   KA(&k, cl_long, N);
   KA(&k, cl_long, C);
   KA(&k, cl_long, HW);
-  KA(&k, cl_int, sub1);
+  KA(&k, cl_int, sums);
   size_t l = row_local(s, CLK_BN_STATS, N * HW);
   return ka_run(&k, (size_t)C * l, l);
 }
 
-static ag_status run_bn_apply(ag_bstream *s, const ag_kernel_call *c) {
-  const int64_t N = c->i[0], C = c->i[1], HW = c->i[2], n = N * C * HW;
+static ag_status cl_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
+  const int64_t N = a->n, C = a->c, HW = a->hw, n = N * C * HW;
   if (n <= 0) return AG_OK;
-  const bool sub1 = c->sub == 1;
+  const ag_koperand *b = or_absent(a->variant == AG_KV_BN_AFFINE_B ? a->b : NULL);
   kargs k = ka_begin(s, CLK_BN_APPLY);
-  KBUF(&k, &c->o[0]);
-  KBUF(&k, &c->o[1]);
-  KBUF(&k, &c->o[2]);
-  KA(&k, cl_mem, sub1 ? c->o[3].base : NULL);
-  KA(&k, cl_ulong, sub1 ? c->o[3].offset : 0);
+  KBUF(&k, a->y);
+  KBUF(&k, a->a);
+  KBUF(&k, a->coef);
+  KBUF(&k, b);
   KA(&k, cl_long, n);
   KA(&k, cl_long, C);
   KA(&k, cl_long, HW);
@@ -1283,59 +1393,65 @@ static ag_status run_bn_apply(ag_bstream *s, const ag_kernel_call *c) {
 
 #include "cl_resample.inc"
 
+/* What this backend runs: the dtypes of its kernels (f64 where the device
+ * has cl_khr_fp64, applied by clb_supports) and the variants. UNARY, BINARY,
+ * REDUCE and POOL take any sub-op code here; clb_supports checks it against
+ * the op table. One op per line. */
+#define CL_DTS_INT_NOBOOL (AGK_DT(I32) | AGK_DT(I64) | AGK_DT(U8))
+#define CL_KOPS(X)                                                                                   \
+  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                              \
+  X(ARANGE, arange, AGK_DTS_FLOAT64 | CL_DTS_INT_NOBOOL, AGK_VNONE)                                  \
+  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                            \
+  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                              \
+  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                             \
+  X(BINARY, binary, AGK_DTS_ALL, AGK_VANY)                                                           \
+  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                            \
+  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                           \
+  X(MATMUL, matmul, AGK_DTS_FLOAT, AGK_VNONE)                                                        \
+  X(SOFTMAX, softmax, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))        \
+  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX)) \
+  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32))                              \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32))                      \
+  X(LAYERNORM, layernorm, AGK_DTS_FLOAT, AGK_VNONE)                                                  \
+  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                          \
+  X(EMBEDDING, embedding, AGK_DTS_FLOAT64 | AGK_DT(I32), AGK_VBIT(AG_KV_IDX32))                      \
+  X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32))                            \
+  X(DROPOUT, dropout, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                            \
+  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                                \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                      \
+  X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                          \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                          \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                      \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                    \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                           \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                   \
+  X(BN_STATS, bn_stats, AGK_DT(F32), AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))          \
+  X(BN_APPLY, bn_apply, AGK_DT(F32), AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))        \
+  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                              \
+  X(VAR, var, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                            \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))  \
+  X(GATHER, gather, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32))                                          \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32))                                  \
+  X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))         \
+  X(SDPA, sdpa, AGK_DTS_FLOAT, AGK_VNONE)                                                            \
+  X(SDPA_BWD, sdpa_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT64, AGK_VNONE)                                              \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                      \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR))
+
+#define AGK_IMPL(name) cl_k_##name
+#define AGK_CTX ag_bstream *
+AGK_DEFINE_DISPATCH(cl_dispatch, CL_KOPS, "opencl")
+AGK_DEFINE_SUPPORTS(cl_supports_data, CL_KOPS)
+
 static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   ag_status st = clb_stream_kernels(s);
   if (st != AG_OK) return st;
   clb_touch(s);
-  switch (c->op) {
-    case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
-    case AG_K_ARANGE: return run_arange(s, c);
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL: return run_rand(s, c);
-    case AG_K_UNARY:
-      return run_unary_is(s, &c->o[0], &c->o[1], c->sub, c->s[0], c->s[1],
-                          c->sub == AG_U_AFFINE && is_int(c->o[0].dtype) ? c->i : NULL);
-    case AG_K_BINARY: return run_binary(s, c);
-    case AG_K_WHERE: return run_where(s, c);
-    case AG_K_REDUCE: return run_reduce(s, c);
-    case AG_K_MATMUL: return run_matmul(s, c);
-    case AG_K_SOFTMAX: return run_softmax(s, c, false);
-    case AG_K_SOFTMAX_BWD: return run_softmax(s, c, true);
-    case AG_K_CROSS_ENTROPY: return run_ce(s, c, false);
-    case AG_K_CROSS_ENTROPY_BWD: return run_ce(s, c, true);
-    case AG_K_LAYERNORM: return run_layernorm(s, c);
-    case AG_K_LAYERNORM_BWD: return run_layernorm_bwd(s, c);
-    case AG_K_EMBEDDING: return run_embedding(s, c);
-    case AG_K_EMBEDDING_BWD: return run_embedding_bwd(s, c);
-    case AG_K_DROPOUT: return run_dropout(s, c);
-    case AG_K_ADAMW:
-    case AG_K_SGD: return run_optim(s, c);
-    case AG_K_NONFINITE_CHECK: return run_nonfinite(s, c);
-    case AG_K_SUMSQ: return run_sumsq(s, c);
-    case AG_K_CONV2D:
-    case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT: return run_conv(s, c);
-    case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD: return run_pool(s, c);
-    case AG_K_BN_STATS: return run_bn_stats(s, c);
-    case AG_K_BN_APPLY: return run_bn_apply(s, c);
-    case AG_K_RMSNORM: return run_rmsnorm(s, c);
-    case AG_K_RMSNORM_BWD: return run_rmsnorm_bwd(s, c);
-    case AG_K_VAR: return run_var(s, c);
-    case AG_K_CUMSUM: return run_cumsum(s, c);
-    case AG_K_GATHER: return run_gather(s, c, false);
-    case AG_K_GATHER_BWD: return run_gather(s, c, true);
-    case AG_K_TOPK: return run_topk(s, c);
-    case AG_K_SDPA:
-    case AG_K_SDPA_BWD: return run_sdpa(s, c);
-    case AG_K_GROUP_NORM: CL_KCALL(group_norm);
-    case AG_K_GROUP_NORM_BWD: CL_KCALL(group_norm_bwd);
-    case AG_K_INTERPOLATE: CL_KCALL(interpolate);
-    case AG_K_INTERPOLATE_BWD: CL_KCALL(interpolate_bwd);
-    default: break;
-  }
-  return ag_error_set(AG_ERR_UNSUPPORTED, "opencl: %s: kernel op %d is not implemented",
-                      c->name ? c->name : "launch", (int)c->op);
+  return cl_dispatch(s, c);
 }
 
 /* The stream's lock covers the whole launch: its kernel objects (arguments
@@ -1349,67 +1465,28 @@ ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c) {
   return st;
 }
 
+/* The list's data, then what depends on the device (f64 needs
+ * cl_khr_fp64; half types are storage, so every device runs them) and on
+ * the sub-op codes of the op table. */
 bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
-  bool fl = is_float(dt), i32 = dt == AG_I32, in = is_int(dt);
-  /* f64: the elementwise kernels of f64.cl, where the device has fp64 */
-  bool f64 = dt == AG_F64 && clb_dev(dev)->fp64;
+  if (!cl_supports_data(op, sub, dt)) return false;
+  if (dt == AG_F64 && !clb_dev(dev)->fp64) return false;
   switch (op) {
-    case AG_K_FILL:
-    case AG_K_WHERE: return fl || in || f64;
-    case AG_K_ARANGE: return fl || f64 || (in && dt != AG_BOOL);
-    /* i32 indices only (sub 0): the core casts i64 ones */
-    case AG_K_EMBEDDING: return sub == 0 && (fl || i32 || f64);
-    /* the op table's entries: floats always, integers where the entry has
-     * an integer rule (elementwise.cl) */
+    /* floats always; integers where the entry has an integer rule
+     * (elementwise.cl) */
     case AG_K_UNARY: {
       const ag_unary_info *u = ag_unary_info_of(sub);
-      return u && (fl || f64 || (in && u->ints == AG_OPT_INT));
+      return u && (!is_int(dt) || u->ints == AG_OPT_INT);
     }
     case AG_K_BINARY: {
       const ag_binary_info *b = ag_binary_info_of(sub);
-      return b && (fl || f64 || (in && b->ints == AG_OPT_INT));
+      return b && (!is_int(dt) || b->ints == AG_OPT_INT);
     }
     /* the core sums bool and u8 as i64 */
     case AG_K_REDUCE:
-      return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in || f64) &&
-             !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
-    case AG_K_SOFTMAX:
-    case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && (fl || f64);
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL:
-    case AG_K_MATMUL:
-    case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD: return fl && sub == 0;
-    case AG_K_EMBEDDING_BWD: return (fl || f64) && sub == 0;
-    case AG_K_LAYERNORM:
-    case AG_K_LAYERNORM_BWD:
-    case AG_K_DROPOUT:
-    case AG_K_NONFINITE_CHECK:
-    case AG_K_SUMSQ: return fl;
-    case AG_K_ADAMW:
-    case AG_K_SGD: return dt == AG_F32;
-    /* vision ops: f32, as on the CPU (the GEMMs are CLBlast's Sgemm) */
-    case AG_K_CONV2D:
-    case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT: return dt == AG_F32;
+      return sub >= 0 && sub < AG_REDUCE_COUNT && !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
     case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD: return dt == AG_F32 && sub >= 0 && sub < AG_POOL_OP_COUNT;
-    case AG_K_BN_STATS:
-    case AG_K_BN_APPLY: return dt == AG_F32 && (sub == 0 || sub == 1);
-    case AG_K_RMSNORM:
-    case AG_K_RMSNORM_BWD: return fl && sub == 0;
-    case AG_K_VAR:
-    case AG_K_CUMSUM: return (fl || f64) && (sub == 0 || sub == 1);
-    case AG_K_GATHER: /* i32 index only: the core narrows i64 */
-    case AG_K_GATHER_BWD: return (fl || f64) && sub == 0;
-    case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
-    case AG_K_SDPA:
-    case AG_K_SDPA_BWD: return fl && sub == 0;
-    case AG_K_GROUP_NORM:
-    case AG_K_GROUP_NORM_BWD: return (fl || f64) && sub == 0;
-    case AG_K_INTERPOLATE:
-    case AG_K_INTERPOLATE_BWD: return (fl || f64) && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
-    default: break;
+    case AG_K_POOL2D_BWD: return sub >= 0 && sub < AG_POOL_OP_COUNT;
+    default: return true;
   }
-  return false;
 }

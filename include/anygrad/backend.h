@@ -205,14 +205,15 @@ typedef struct ag_koperand {
 #define AG_KMAX_MULTI 512
 
 /* A list of contiguous tensors for multi-tensor kernels. */
+typedef struct ag_kmulti_entry {
+  void *base;
+  size_t offset;
+  ag_dtype dtype;
+  int64_t numel;
+} ag_kmulti_entry;
 typedef struct ag_kmulti {
   int count;
-  struct {
-    void *base;
-    size_t offset;
-    ag_dtype dtype;
-    int64_t numel;
-  } t[AG_KMAX_MULTI];
+  ag_kmulti_entry t[AG_KMAX_MULTI];
 } ag_kmulti;
 
 typedef struct ag_kernel_call {

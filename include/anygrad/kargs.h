@@ -30,14 +30,6 @@
 enum { AGK_R_IN, AGK_R_OPT, AGK_R_OUT, AGK_R_INOUT, AGK_R_SAVED };
 enum { AGK_D_T, AGK_D_ACC, AGK_D_IDX, AGK_D_I32, AGK_D_I64, AGK_D_F32, AGK_D_ANY };
 
-/* The element of a multi list, as ag_kmulti holds it. */
-typedef struct ag_kmulti_entry {
-  void *base;
-  size_t offset;
-  ag_dtype dtype;
-  int64_t numel;
-} ag_kmulti_entry;
-
 /* ---- the argument structs ---- */
 #define AGK__SO(slot, nm, role, dt) const ag_koperand *nm;
 #define AGK__SF(slot, nm) double nm;
@@ -54,16 +46,10 @@ typedef struct ag_kmulti_entry {
   } ag_k_##nm;
 AG_KOPS(AGK__STRUCT)
 
-/* Tensor `nm` of group k of a's multi list (an lvalue of ag_kmulti_entry's
- * layout): AGK_MULTI(a, k, param).base. Groups: AGK_MULTI_GROUPS(a). */
-#define AGK_MULTI(a, k, nm) \
-  (*(const ag_kmulti_entry *)(const void *)&(a)->multi->t[(int64_t)(k) * (a)->mgroup + (a)->m_##nm])
+/* Tensor `nm` of group k of a's multi list (an ag_kmulti_entry):
+ * AGK_MULTI(a, k, param).base. Groups: AGK_MULTI_GROUPS(a). */
+#define AGK_MULTI(a, k, nm) ((a)->multi->t[(int64_t)(k) * (a)->mgroup + (a)->m_##nm])
 #define AGK_MULTI_GROUPS(a) ((a)->multi && (a)->mgroup ? (a)->multi->count / (a)->mgroup : 0)
-#ifdef __cplusplus
-static_assert(sizeof(ag_kmulti_entry) == sizeof(((ag_kmulti *)0)->t[0]), "ag_kmulti_entry");
-#else
-_Static_assert(sizeof(ag_kmulti_entry) == sizeof(((ag_kmulti *)0)->t[0]), "ag_kmulti_entry");
-#endif
 
 /* ---- decoding ---- */
 #if !defined(NDEBUG) || defined(AG_KCHECK)

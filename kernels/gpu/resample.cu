@@ -108,10 +108,8 @@ gpuError_t agk_group_norm(const agk_env *env, const ag_k_group_norm *a) {
   return gpuErrorNotSupported;
 }
 
-/* The named multi entry's device pointer (NULL when absent). */
-static char *multi_ptr(const ag_kmulti *m, int slot) {
-  return m && slot < m->count && m->t[slot].base ? (char *)m->t[slot].base + m->t[slot].offset : (char *)0;
-}
+/* Multi entry e's device pointer (NULL when absent). */
+static char *entry_ptr(const ag_kmulti_entry *e) { return e->base ? (char *)e->base + e->offset : (char *)0; }
 
 template <typename T> static gpuError_t gn_bwd_go(const agk_env *env, const ag_k_group_norm_bwd *a) {
   typedef agk_c<T> C;
@@ -122,7 +120,8 @@ template <typename T> static gpuError_t gn_bwd_go(const agk_env *env, const ag_k
   agk_launch(k_gn_bwd<T>, agk_blocks(blocks, 1, RS_THREADS, agk_wave(env, RS_THREADS)), RS_THREADS, 0, env->stream,
              (T *)agk_ptr(a->dx), dy, x, mean, rstd, a->weight ? (const T *)agk_ptr(a->weight) : (const T *)0, blocks,
              (long long)a->groups, (long long)(a->c / a->groups), (long long)a->hw);
-  C *dw = (C *)multi_ptr(a->multi, a->m_dw), *db = (C *)multi_ptr(a->multi, a->m_db);
+  const bool wb = AGK_MULTI_GROUPS(a) > 0; /* dw, db asked for */
+  C *dw = wb ? (C *)entry_ptr(&AGK_MULTI(a, 0, dw)) : (C *)0, *db = wb ? (C *)entry_ptr(&AGK_MULTI(a, 0, db)) : (C *)0;
   if (dw || db)
     agk_launch(k_gn_dwdb<T>, agk_blocks(a->c, 1, RS_THREADS, agk_wave(env, RS_THREADS)), RS_THREADS, 0, env->stream,
                dw, db, dy, x, mean, rstd, (long long)a->n, (long long)a->c, (long long)a->groups, (long long)a->hw);

@@ -175,11 +175,11 @@ __kernel void ag_pool_bwd(gbuf *dxb, ulong dxo, const gbuf *dyb, ulong dyo, cons
  * strided share of the channel's N*HW elements in f32 (consecutive items
  * read consecutive elements of a plane), then wg_sum adds the shares in a
  * fixed tree order. No atomics: the result depends only on the shape and
- * the work-group size. sub 0 (m, o[3] unused): o[0][c] = mean, then a second
- * pass o[1][c] = mean of (a - mean)^2; sub 1: o[0][c] = sum of a, o[1][c] =
- * sum of a * (b - m[c]). */
+ * the work-group size. BN_MEAN_VAR (sums 0; b, m unused): o[c] = mean, then
+ * a second pass o[C + c] = mean of (a - mean)^2; BN_SUMS (sums 1): o[c] =
+ * sum of a, o[C + c] = sum of a * (b - m[c]). */
 __kernel void ag_bn_stats(gbuf *ob, ulong oo, const gbuf *ab, ulong ao, const gbuf *bb, ulong bo, const gbuf *mb,
-                          ulong mo, long N, long C, long HW, int sub) {
+                          ulong mo, long N, long C, long HW, int sums) {
   __local float sh[AG_WG];
   const long ch = get_group_id(0), hw = HW > 0 ? HW : 1, cnt = N * HW;
   const int l = get_local_id(0), L = get_local_size(0);
@@ -187,7 +187,7 @@ __kernel void ag_bn_stats(gbuf *ob, ulong oo, const gbuf *ab, ulong ao, const gb
   const long Lq = L / hw, Lr = L % hw, n0 = l / hw, i0 = l % hw;
   const __global float *a = F32P(ab, ao);
   float s0 = 0.0f, s1 = 0.0f;
-  if (sub == 0) {
+  if (!sums) {
     for (long k = l, n = n0, i = i0; k < cnt; k += L) {
       s0 += a[(n * C + ch) * HW + i];
       n += Lq;

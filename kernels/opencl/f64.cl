@@ -126,7 +126,7 @@ __kernel void ag_reduce_d(gbuf *o, ulong oo, const gbuf *x, ulong xo, int op, do
   else ((__global double *)(o + oo))[i] = op == AG_R_SUM ? acc * scale : acc;
 }
 
-/* VAR (sub 1: the standard deviation) of f64 over [outer, r, inner]: two
+/* VAR (sq: STD, the standard deviation) of f64 over [outer, r, inner]: two
  * passes per output (mean, then centred squares), divided by den = r -
  * correction. */
 __kernel void ag_var_d(gbuf *o, ulong oo, const gbuf *x, ulong xo, long outer, long r, long inner, double den,
@@ -146,7 +146,7 @@ __kernel void ag_var_d(gbuf *o, ulong oo, const gbuf *x, ulong xo, long outer, l
   ((__global double *)(o + oo))[i] = sq ? sqrt(v) : v;
 }
 
-/* CUMSUM of f64 (sub 1: from the end), a work-item per line, in order. */
+/* CUMSUM of f64 (rev: CUMSUM_SUFFIX, from the end), a work-item per line, in order. */
 __kernel void ag_cumsum_d(gbuf *o, ulong oo, const gbuf *x, ulong xo, long outer, long r, long inner, int rev) {
   long i = get_global_id(0);
   if (i >= outer * inner) return;
@@ -167,7 +167,7 @@ __kernel void ag_arange_d(gbuf *o, ulong oo, double start, double step, long n) 
   if (i < n) ((__global double *)(o + oo))[i] = start + (double)i * step;
 }
 
-/* SOFTMAX of f64 rows (sub 1: log-softmax), a work-item per row. */
+/* SOFTMAX of f64 rows (lg: LOG_SOFTMAX), a work-item per row. */
 __kernel void ag_softmax_d(gbuf *y, ulong yo, const gbuf *x, ulong xo, long R, long C, int lg) {
   long row = get_global_id(0);
   if (row >= R) return;

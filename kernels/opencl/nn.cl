@@ -241,7 +241,7 @@ __kernel void ag_var_cols(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, lo
   stf(y, yo, t, dt, sq ? sqrt(v) : v);
 }
 
-/* Prefix (rev 0) or suffix (rev 1) sums along the middle dim of [outer, r,
+/* Prefix or suffix (rev: CUMSUM_SUFFIX) sums along the middle dim of [outer, r,
  * inner]: a work-item per line, in order, f32 accumulation. */
 __kernel void ag_cumsum(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r,
                         long inner, int rev) {
