@@ -9,8 +9,15 @@ add_test(NAME ops_cpu COMMAND ops_test cpu)
 add_test(NAME ops_opencl COMMAND ops_test opencl)
 set_tests_properties(ops_cpu ops_opencl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
 
-add_test(NAME check_cpu COMMAND $<TARGET_FILE:anygrad-cli> check --backend cpu)
+# --coverage: every kernel op the cpu backend runs (kops.h, its supports())
+# must be launched by some row; an op without a row fails the test.
+add_test(NAME check_cpu COMMAND $<TARGET_FILE:anygrad-cli> check --backend cpu --coverage)
 set_tests_properties(check_cpu PROPERTIES TIMEOUT 600)
+# The same walk finds what a subset leaves out: with f16 alone the gradient
+# rows (f32, f64) do not run, so the f16 backward kernels are reported.
+add_test(NAME check_cpu_coverage_gap COMMAND $<TARGET_FILE:anygrad-cli> check --backend cpu --coverage --dtype f16)
+set_tests_properties(check_cpu_coverage_gap PROPERTIES TIMEOUT 600
+                     PASS_REGULAR_EXPRESSION "kernel ops? that no row launched:[^\n]*\n(  [^\n]*\n)*  softmax_bwd \\(f16\\)")
 if("opencl" IN_LIST AG_BUILT_BACKENDS)
   # An absent OpenCL device is listed as skipped and the command exits 0.
   add_test(NAME check_opencl COMMAND $<TARGET_FILE:anygrad-cli> check --backend opencl:0)

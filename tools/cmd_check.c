@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "anygrad/anygrad.h"
+#include "anygrad/optrace.h"
 #include "cli.h"
 #include "conformance.h"
 #include "conformance_html.h"
@@ -16,7 +17,7 @@ static void check_usage(void) {
   printf(
       "usage: anygrad check [--backend B[,B...]] [--ops a,b,...] [--dtype d[,d...]] [--seed S]\n"
       "                     [--forward | --grad] [--verbose] [--json] [--threads N] [--version]\n"
-      "                     [--accuracy] [--report FILE.html] [--dump-inputs DIR]\n\n"
+      "                     [--accuracy] [--report FILE.html] [--dump-inputs DIR] [--coverage]\n\n"
       "Runs every op x dtype x shape case against a double-precision host reference.\n"
       "  --backend  BACKEND[:N], backends: %s (default: every backend;\n"
       "             absent ones are listed as skipped; a named one that is absent is an error)\n"
@@ -40,10 +41,13 @@ static void check_usage(void) {
       "             (implies --accuracy)\n"
       "  --dump-inputs DIR  write input, reference and output of the elementwise, sum, mean and\n"
       "             softmax cases to DIR (an existing directory; implies --accuracy)\n"
+      "  --coverage fail (exit 1) when a device runs a kernel op (anygrad/kops.h) for a checked\n"
+      "             dtype that no row launched; the list is printed after every full run\n"
       "  --version  print the anygrad version and exit\n" AG_CLI_THREADS_HELP
       "Cells: pass, FAIL, unsup (the backend reports AG_ERR_UNSUPPORTED), - (not an op of that\n"
-      "dtype). Exit status: 0 all pass, 1 a cell fails or a requested backend is unavailable,\n"
-      "2 usage error.\n",
+      "dtype). After a full run, the kernel ops (anygrad/kops.h) each device runs that no row\n"
+      "launched are listed. Exit status: 0 all pass, 1 a cell fails, a requested backend is\n"
+      "unavailable or (--coverage) a kernel op has no row, 2 usage error.\n",
       (unsigned long long)AG_CONF_DEFAULT_SEED);
 }
 
@@ -58,11 +62,11 @@ typedef struct col {
 int ag_cmd_check(int argc, char **argv) {
   char *backends = NULL, *ops = NULL, *dtypes = NULL;
   uint64_t seed = AG_CONF_DEFAULT_SEED;
-  bool verbose = false, json = false, accuracy = false;
+  bool verbose = false, json = false, accuracy = false, coverage = false;
   const char *report = NULL, *dump_dir = NULL;
   int mode = 0; /* 0 all, 1 forward only, 2 gradients only */
   enum { O_BACKEND = 256, O_OPS, O_DTYPE, O_SEED, O_VERBOSE, O_FORWARD, O_GRAD, O_JSON, O_VERSION, O_HELP, O_ACCURACY, O_REPORT,
-         O_DUMP };
+         O_DUMP, O_COVERAGE };
   static const struct option opts[] = {
       {"backend", required_argument, NULL, O_BACKEND}, {"ops", required_argument, NULL, O_OPS},
       {"dtype", required_argument, NULL, O_DTYPE},     {"seed", required_argument, NULL, O_SEED},
@@ -70,7 +74,7 @@ int ag_cmd_check(int argc, char **argv) {
       {"grad", no_argument, NULL, O_GRAD},             {"json", no_argument, NULL, O_JSON},
       {"version", no_argument, NULL, O_VERSION},       {"help", no_argument, NULL, O_HELP},
       {"accuracy", no_argument, NULL, O_ACCURACY},     {"report", required_argument, NULL, O_REPORT},
-      {"dump-inputs", required_argument, NULL, O_DUMP},
+      {"dump-inputs", required_argument, NULL, O_DUMP}, {"coverage", no_argument, NULL, O_COVERAGE},
       AG_CLI_THREADS_OPT,                              {NULL, 0, NULL, 0}};
   for (int c = ag_cli_next("check", argc, argv, opts, true); c != -1; c = ag_cli_next("check", argc, argv, opts, false)) {
     const char *v = ag_cli_arg();
@@ -90,6 +94,7 @@ int ag_cmd_check(int argc, char **argv) {
       case O_ACCURACY: accuracy = true; break;
       case O_REPORT: report = v, accuracy = true; break;
       case O_DUMP: dump_dir = v, accuracy = true; break;
+      case O_COVERAGE: coverage = true; break;
       case AG_CLI_THREADS:
         if (!ag_cli_threads("check", v)) return AG_EXIT_USAGE;
         break;
@@ -121,6 +126,12 @@ int ag_cmd_check(int argc, char **argv) {
       return AG_EXIT_RUNTIME;
     }
   }
+  /* Kernel-op coverage needs every row: a subset leaves ops unlaunched. */
+  if (coverage && (ops || mode != 0 || accuracy)) {
+    fprintf(stderr, "anygrad check: --coverage runs every row: not with --ops, --forward, --grad or --accuracy\n");
+    return AG_EXIT_USAGE;
+  }
+  const bool full = !ops && mode == 0 && !accuracy;
   /* the gradient rows compare with finite differences, not the reference */
   if (accuracy && mode == 0) mode = 1;
 
@@ -155,10 +166,19 @@ int ag_cmd_check(int argc, char **argv) {
     if (!cols[i].skipped) ag_device_str(cols[i].dev, cols[i].label, sizeof cols[i].label);
     else if (!backends) snprintf(cols[i].label, sizeof cols[i].label, "%s", ag_backend_name((ag_backend_kind)cols[i].dev.backend));
 
-  int opsel[128], nops = 0;
+  /* every row fits: the table has about 215 (it used to stop at 128, so
+   * the last rows, most of the gradient checks, never ran) */
+  enum { MAX_ROWS = 1024 };
+  static int opsel[MAX_ROWS];
+  int nops = 0;
+  if (ag_conf_op_count() > MAX_ROWS) {
+    fprintf(stderr, "anygrad check: %d rows, more than the %d this command holds\n", ag_conf_op_count(), MAX_ROWS);
+    return AG_EXIT_RUNTIME;
+  }
   if (ops) {
-    char obuf[2048], *ol[128];
-    int n = ag_cli_list("check", "ops", ops, obuf, sizeof obuf, ol, 128);
+    static char obuf[16384];
+    static char *ol[MAX_ROWS];
+    int n = ag_cli_list("check", "ops", ops, obuf, sizeof obuf, ol, MAX_ROWS);
     if (n < 0) return AG_EXIT_USAGE;
     for (int i = 0; i < n; i++) {
       int o = ag_conf_op_find(ol[i]);
@@ -169,7 +189,7 @@ int ag_cmd_check(int argc, char **argv) {
       opsel[nops++] = o;
     }
   } else {
-    for (int i = 0; i < ag_conf_op_count() && nops < 128; i++) {
+    for (int i = 0; i < ag_conf_op_count(); i++) {
       bool grad = !strncmp(ag_conf_op_name(i), "grad_", 5);
       if (mode == 0 || (mode == 2) == grad) opsel[nops++] = i;
     }
@@ -226,6 +246,16 @@ int ag_cmd_check(int argc, char **argv) {
   char *flog = malloc(fcap);
   if (flog) flog[0] = 0;
   ag_conf_acc acc = {.dump_dir = dump_dir};
+  /* launches per kernel op of each column, tallied around every run */
+  const int nk = ag_conf_kop_count();
+  int64_t *kcount = calloc((size_t)(ncol * nk + 1), sizeof *kcount);
+  if (!kcount) {
+    free(cells);
+    free(flog);
+    if (tbl != stdout) fclose(tbl);
+    fprintf(stderr, "anygrad check: out of host memory\n");
+    return AG_EXIT_RUNTIME;
+  }
   for (int oi = 0; oi < nops; oi++) {
     fprintf(tbl, "%-19s", ag_conf_op_name(opsel[oi]));
     fflush(stdout);
@@ -234,11 +264,15 @@ int ag_cmd_check(int argc, char **argv) {
       fprintf(tbl, " |");
       for (int d = 0; d < ndt; d++) {
         char msg[1024];
+        bool tally = ag_optrace_tally_begin(cols[i].dev, kcount + (size_t)i * (size_t)nk, nk) == AG_OK;
         ag_conf_result r = ag_conf_run_acc(opsel[oi], dts[d], cols[i].dev, seed, verbose ? stderr : NULL, msg,
                                            sizeof msg, accuracy ? &acc : NULL);
+        if (tally) ag_optrace_tally_end();
+        ag_error_clear();
         if (acc.dump_error[0]) { /* a file of --dump-inputs could not be written: stop */
           fprintf(stderr, "anygrad check: %s\n", acc.dump_error);
           ag_conf_acc_free(&acc);
+          free(kcount);
           free(cells);
           free(flog);
           if (tbl != stdout) fclose(tbl);
@@ -278,6 +312,41 @@ int ag_cmd_check(int argc, char **argv) {
   if (fails && flog) fprintf(tbl, "\nfailures:\n%s", flog);
   if (accuracy) ag_check_accuracy_table(tbl, cells, ncells);
 
+  /* Kernel ops a device runs in a checked dtype that no row launched. */
+  const char *unc_dev[512], *unc_kop[512];
+  int nunc = 0;
+  for (int i = 0; full && i < ncol; i++) {
+    if (cols[i].skipped) continue;
+    int ndev = 0, nrun = 0;
+    char line[2048];
+    size_t len = 0;
+    line[0] = 0;
+    for (int k = 0; k < nk; k++) {
+      char dl[64];
+      size_t dlen = 0;
+      dl[0] = 0;
+      for (int d = 0; d < ndt; d++)
+        if (ag_conf_kop_supported(cols[i].dev, k, dts[d]))
+          dlen += (size_t)snprintf(dl + dlen, sizeof dl - dlen, "%s%s", dlen ? " " : "", ag_dtype_name(dts[d]));
+      ag_error_clear();
+      if (!dlen) continue;
+      nrun++;
+      if (kcount[(size_t)i * (size_t)nk + (size_t)k]) continue;
+      ndev++;
+      if (nunc < (int)(sizeof unc_kop / sizeof *unc_kop)) {
+        unc_dev[nunc] = cols[i].label;
+        unc_kop[nunc++] = ag_conf_kop_name(k);
+      }
+      if (len < sizeof line)
+        len += (size_t)snprintf(line + len, sizeof line - len, "\n  %s (%s)", ag_conf_kop_name(k), dl);
+    }
+    if (ndev)
+      fprintf(tbl, "\n%s runs %d kernel op%s that no row launched:%s\n", cols[i].label, ndev, ndev == 1 ? "" : "s",
+              line);
+    else
+      fprintf(tbl, "\n%s: every kernel op it runs (%d of %d) was launched by a row\n", cols[i].label, nrun, nk);
+  }
+
   /* the failure lines as a NULL-terminated array for the JSON writer */
   const char *flines[4096];
   int nfl = 0;
@@ -294,9 +363,11 @@ int ag_cmd_check(int argc, char **argv) {
     if (cols[i].skipped) skl[nsk] = cols[i].label, skr[nsk++] = cols[i].reason;
   ag_check_summary sum = {.seed = seed, .threads = ag_get_num_threads(), .accuracy = accuracy, .nskipped = nsk,
                           .skipped = skl, .skipped_reason = skr, .cells = cells, .ncells = ncells,
-                          .pass = passes, .fail = fails, .unsupported = unsup, .failures = flines};
+                          .pass = passes, .fail = fails, .unsupported = unsup, .failures = flines,
+                          .coverage = full, .nuncovered = nunc, .uncovered_device = unc_dev,
+                          .uncovered_kop = unc_kop};
   if (json) ag_check_json(stdout, &sum);
-  int rc = fails ? AG_EXIT_RUNTIME : AG_EXIT_OK;
+  int rc = fails || (coverage && nunc) ? AG_EXIT_RUNTIME : AG_EXIT_OK;
   if (report) {
     char err[256];
     if (ag_check_html_write(report, &sum, err, sizeof err) != 0) {
@@ -306,6 +377,7 @@ int ag_cmd_check(int argc, char **argv) {
       fprintf(json ? stderr : stdout, "anygrad check: wrote %s (open in a browser)\n", report);
     }
   }
+  free(kcount);
   free(cells);
   free(flog);
   if (tbl != stdout) fclose(tbl);

@@ -6,6 +6,7 @@
  * This file holds the shared machinery and the op table; the cases of each op
  * family are in conformance_<family>.c. */
 #include "conformance_internal.h"
+#include "anygrad/backend.h" /* the kernel-op table: AG_KOPS, ag_kop_name (kargs.h) */
 
 /* ---- host numbers ---- */
 
@@ -717,6 +718,13 @@ static const opdef OPS[] = {
     {"embedding", ag__conf_op_embedding, M_F, 0, 0},
     {"concat", ag__conf_op_concat, M_EVERY, 0, 0},
     {"dropout", ag__conf_op_dropout, M_F, 0, 0},
+    {"sdpa", ag__conf_op_sdpa, M_F, 0, 0},
+    /* the multi-tensor kernels: optimizers update f32 parameters (optim.h);
+     * clipping takes f32 everywhere, f16 and bf16 where the device runs
+     * them */
+    {"sgd", ag__conf_op_sgd, 1u << AG_F32, 0, 0},
+    {"adamw", ag__conf_op_adamw, 1u << AG_F32, 0, 0},
+    {"clip_grad_norm", ag__conf_op_clip_grad_norm, 1u << AG_F32, (1u << AG_F16) | (1u << AG_BF16), 0},
     {"full", ag__conf_op_full, M_EVERY, 0, 0},
     {"arange", ag__conf_op_arange, M_F | M_IN, 0, 0},
     {"rand", ag__conf_op_rand, M_F, 0, 0},
@@ -761,9 +769,31 @@ static const opdef OPS[] = {
     {"grad_avg_pool2d", ag__conf_op_grad, M_G, 0, 0},
     {"grad_adaptive_pool", ag__conf_op_grad, M_G, 0, 0},
     {"grad_batch_norm", ag__conf_op_grad, M_G, 0, 0},
+    {"grad_sdpa", ag__conf_op_grad, M_G, 0, 0},
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof OPS[0]))
+
+/* The range of sub codes of a kernel op, by its table's sub column: the
+ * table's sub-op codes, or the variants (AG_KV_*, at most 32: the width of
+ * a backend's variant mask). */
+#define KOP_SUBS_VAR 32
+#define KOP_SUBS_UNARY AG_UNARY_COUNT
+#define KOP_SUBS_BINARY AG_BINARY_COUNT
+#define KOP_SUBS_REDUCE AG_REDUCE_COUNT
+#define KOP_SUBS_POOL AG_POOL_OP_COUNT
+#define KOP_SUBS(ID, nm, sub, det, cost) KOP_SUBS_##sub,
+static const int k_kop_subs[AG_KOP_COUNT] = {AG_KOPS(KOP_SUBS)};
+
+int ag_conf_kop_count(void) { return AG_KOP_COUNT; }
+const char *ag_conf_kop_name(int k) { return ag_kop_name((ag_kop)k); }
+
+bool ag_conf_kop_supported(ag_device d, int k, ag_dtype dt) {
+  if (k < 0 || k >= AG_KOP_COUNT) return false;
+  for (int sub = 0; sub < k_kop_subs[k]; sub++)
+    if (ag_device_supports(d, k, sub, dt)) return true;
+  return false;
+}
 
 int ag_conf_op_count(void) { return N_OPS; }
 const char *ag_conf_op_name(int op) { return op >= 0 && op < N_OPS ? OPS[op].name : "?"; }

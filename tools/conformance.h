@@ -32,6 +32,20 @@ const char *ag_conf_op_name(int op);
 /* Index of an op name, or -1. */
 int ag_conf_op_find(const char *name);
 
+/* ---- kernel-op coverage ----
+ * The rows above are public ops; each launches kernel ops (anygrad/kops.h).
+ * `anygrad check` tallies the launches of every row (ag_optrace_tally_*)
+ * and walks the kernel-op table with these, so a kernel op a device runs
+ * that no row launches is reported, not silently untested. */
+
+/* Number of kernel ops in the table (AG_KOP_COUNT) and the table's name of
+ * op k ("layernorm"; "?" out of range). */
+int ag_conf_kop_count(void);
+const char *ag_conf_kop_name(int k);
+/* Whether device d runs kernel op k in dtype dt for some sub-op or variant
+ * (ag_device_supports over the op's range of sub codes). */
+bool ag_conf_kop_supported(ag_device d, int k, ag_dtype dt);
+
 /* Default seed when none is given (tests, `anygrad check`). */
 #define AG_CONF_DEFAULT_SEED 0x5eedULL
 

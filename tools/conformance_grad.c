@@ -11,7 +11,7 @@
 enum {
   GA_ADD, GA_SUB, GA_MUL, GA_DIV, GA_AFFINE, GA_UNARY, GA_BINARY, GA_WHERE, GA_SUM, GA_MEAN, GA_MATMUL,
   GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_RMS, GA_RMS_NOW, GA_VAR, GA_STD, GA_CUMSUM, GA_GATHER, GA_INDEX_SELECT, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
-  GA_CONV2D, GA_AVG_POOL2D, GA_ADAPTIVE_AVG_POOL2D, GA_BATCH_NORM,
+  GA_CONV2D, GA_AVG_POOL2D, GA_ADAPTIVE_AVG_POOL2D, GA_BATCH_NORM, GA_SDPA,
 };
 
 
@@ -65,6 +65,10 @@ static const gdef GRADS[] = {
     {"grad_adaptive_pool", GA_ADAPTIVE_AVG_POOL2D, 1, {{4, {2, 2, 7, 5}, GF(-2, 2)}}, 0},
     {"grad_batch_norm", GA_BATCH_NORM, 3,
      {{4, {4, 3, 3, 2}, GF(-2, 2)}, {1, {3}, GF(0.5, 1.5)}, {1, {3}, GF(-1, 1)}}, 0},
+    /* fused attention (AG_K_SDPA_BWD where the backend has it): causal,
+     * two query heads per kv head */
+    {"grad_sdpa", GA_SDPA, 3,
+     {{4, {1, 2, 4, 3}, GF(-1, 1)}, {4, {1, 1, 5, 3}, GF(-1, 1)}, {4, {1, 1, 5, 2}, GF(-1, 1)}}, 0},
 };
 #undef GF
 
@@ -111,6 +115,7 @@ static ag_tensor *gfn(const gdef *g, ag_tensor **x) {
     }
     case GA_ADAPTIVE_AVG_POOL2D: return ag_adaptive_avg_pool2d(x[0], 3, 2);
     case GA_BATCH_NORM: return ag_batch_norm(x[0], NULL, NULL, x[1], x[2], true, 0.1, 1e-5);
+    case GA_SDPA: return ag_scaled_dot_product_attention(x[0], x[1], x[2], NULL, true, 0.0, 0.0, NULL);
     case GA_VIEWS: {
       ag_tensor *s = ag_slice(ag_transpose(x[0], 0, 1), 0, 1, 6, 2); /* [3,4] */
       return ag_mul(s, ag_expand(x[1], 2, (const int64_t[]){3, 4}));

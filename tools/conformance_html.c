@@ -67,7 +67,19 @@ void ag_check_json(FILE *f, const ag_check_summary *s) {
     fprintf(f, "%s", k ? ", " : "");
     ag_cli_json_str(f, s->failures[k]);
   }
-  fprintf(f, "]}\n");
+  fprintf(f, "]");
+  if (s->coverage) {
+    fprintf(f, ",\n \"kernel_ops_without_rows\": [");
+    for (int k = 0; k < s->nuncovered; k++) {
+      fprintf(f, "%s{\"device\": ", k ? ", " : "");
+      ag_cli_json_str(f, s->uncovered_device[k]);
+      fprintf(f, ", \"kernel_op\": ");
+      ag_cli_json_str(f, s->uncovered_kop[k]);
+      fprintf(f, "}");
+    }
+    fprintf(f, "]");
+  }
+  fprintf(f, "}\n");
 }
 
 static void ulp_str(char *b, size_t n, int64_t v) {

@@ -31,6 +31,11 @@ typedef struct ag_check_summary {
   int ncells;
   int pass, fail, unsupported;
   const char **failures;
+  /* kernel ops a device runs that no row launched (coverage: computed,
+   * only when every row ran): device label and kernel-op name each */
+  bool coverage;
+  int nuncovered;
+  const char **uncovered_device, **uncovered_kop;
 } ag_check_summary;
 
 /* The `anygrad check --json` document (one object and a newline) on f. */

@@ -148,6 +148,10 @@ void ag__conf_op_rms_norm(ctx *c);
 void ag__conf_op_embedding(ctx *c);
 void ag__conf_op_concat(ctx *c);
 void ag__conf_op_dropout(ctx *c);
+void ag__conf_op_sdpa(ctx *c);
+void ag__conf_op_sgd(ctx *c);
+void ag__conf_op_adamw(ctx *c);
+void ag__conf_op_clip_grad_norm(ctx *c);
 
 /* conformance_tensor.c */
 void ag__conf_op_full(ctx *c);

@@ -1,6 +1,7 @@
 /* Conformance cases of matmul, softmax, the losses, layer/RMS norm,
  * embedding, concat and dropout against host references. */
 #include "conformance_internal.h"
+#include "anygrad/optim.h"
 
 /* ---- matmul ---- */
 
@@ -465,5 +466,171 @@ void ag__conf_op_dropout(ctx *c) {
     if (!o) ag__conf_on_null(c, "ag_dropout");
     else ag__conf_check(c, o, 2, s, c->dt, h->v, EXACT);
   }
+  ag__conf_case_end(c);
+}
+
+/* ---- attention: the fused kernel (AG_K_SDPA) where the backend has it ---- */
+
+/* out[b,h,t,:] = softmax_j(scale * q[b,h,t,:] . k[b,h/g,j,:] (+ causal)) v[b,h/g,j,:] */
+static void sdpa_ref(const hbuf *q, const hbuf *k, const hbuf *v, bool causal, double *out) {
+  const int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+  const int64_t Hkv = k->shape[1], S = k->shape[2], Dv = v->shape[3], grp = H / Hkv;
+  const double scale = 1.0 / sqrt((double)D);
+  double p[64];
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const double *qr = q->v + ((b * H + h) * T + t) * D;
+        const int64_t kh = b * Hkv + h / grp;
+        double mx = -INFINITY, den = 0;
+        for (int64_t j = 0; j < S; j++) {
+          double s = 0;
+          for (int64_t d = 0; d < D; d++) s += qr[d] * k->v[(kh * S + j) * D + d];
+          p[j] = causal && j > t ? -INFINITY : s * scale;
+          if (p[j] > mx) mx = p[j];
+        }
+        for (int64_t j = 0; j < S; j++) den += p[j] = exp(p[j] - mx);
+        double *o = out + ((b * H + h) * T + t) * Dv;
+        for (int64_t e = 0; e < Dv; e++) {
+          double acc = 0;
+          for (int64_t j = 0; j < S; j++) acc += p[j] / den * v->v[(kh * S + j) * Dv + e];
+          o[e] = acc;
+        }
+      }
+}
+
+void ag__conf_op_sdpa(ctx *c) {
+  static const struct {
+    const char *name;
+    int64_t q[4], k[4], v[4];
+    bool causal;
+    int lq;
+  } SD[] = {
+      {"[2,2,5,8] x [2,2,7,8]", {2, 2, 5, 8}, {2, 2, 7, 8}, {2, 2, 7, 4}, false, L_C},
+      {"[1,4,6,4] causal, 2 kv heads", {1, 4, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}, true, L_C},
+  };
+  for (size_t n = 0; n < sizeof SD / sizeof SD[0]; n++) {
+    ag__conf_case_begin(c, SD[n].name);
+    hbuf *hq, *hk, *hv;
+    ag_tensor *q = ag__conf_mk(c, &hq, SD[n].lq, 4, SD[n].q, G_UNI, -1, 1);
+    ag_tensor *k = ag__conf_mk(c, &hk, L_C, 4, SD[n].k, G_UNI, -1, 1);
+    ag_tensor *v = ag__conf_mk(c, &hv, L_C, 4, SD[n].v, G_UNI, -1, 1);
+    const int64_t os[4] = {SD[n].q[0], SD[n].q[1], SD[n].q[2], SD[n].v[3]};
+    double *ref = q && k && v ? ag__conf_cx_alloc(c, (size_t)ag__conf_prod(4, os) * sizeof(double)) : NULL;
+    if (ref) {
+      sdpa_ref(hq, hk, hv, SD[n].causal, ref);
+      ag_tensor *o = ag_scaled_dot_product_attention(q, k, v, NULL, SD[n].causal, 0.0, 0.0, NULL);
+      if (!o) ag__conf_on_null(c, "ag_scaled_dot_product_attention");
+      else ag__conf_check(c, o, 4, os, c->dt, ref, DEF);
+    }
+    ag__conf_case_end(c);
+  }
+}
+
+/* ---- optimizers and clipping: the multi-tensor kernels ---- */
+
+/* Two parameters (a [5,7] matrix and a [13] vector) whose gradients are
+ * set by a backward pass; values and gradients in pv/gv. */
+typedef struct optcase {
+  ag_param_list params;
+  ag_tensor *p[2];
+  hbuf *hp[2], *hg[2];
+} optcase;
+
+static bool opt_setup(ctx *c, optcase *o) {
+  static const int64_t shapes[2][2] = {{5, 7}, {13, 0}};
+  memset(o, 0, sizeof *o);
+  for (int i = 0; i < 2; i++) {
+    const int nd = i == 0 ? 2 : 1;
+    o->p[i] = ag__conf_mk(c, &o->hp[i], L_C, nd, shapes[i], G_UNI, -1, 1);
+    ag_tensor *g = ag__conf_mk(c, &o->hg[i], L_C, nd, shapes[i], G_UNI, -1, 1);
+    if (!o->p[i] || !g) return false;
+    /* p.grad = g exactly: the backward of 1 * p with upstream g */
+    ag_tensor *y = NULL;
+    ag_status st = ag_tensor_set_requires_grad(o->p[i], true);
+    if (st == AG_OK) st = (y = ag_mul_scalar(o->p[i], 1.0)) ? ag_backward(y, g, false) : ag_last_status();
+    if (st == AG_OK) st = ag_params_add(&o->params, i ? "b" : "w", o->p[i]);
+    if (st != AG_OK) {
+      ag__conf_on_null(c, "setting the gradients");
+      return false;
+    }
+  }
+  return true;
+}
+
+static void opt_check_params(ctx *c, optcase *o, double *const ref[2]) {
+  for (int i = 0; i < 2 && c->cres == AG_CONF_PASS; i++)
+    ag__conf_check(c, o->p[i], o->hp[i]->ndim, o->hp[i]->shape, c->dt, ref[i], DEF);
+}
+
+static void run_optimizer(ctx *c, bool adamw) {
+  ag__conf_case_begin(c, adamw ? "[5,7] and [13], two steps, weight decay" : "[5,7] and [13], two steps, momentum");
+  optcase o;
+  if (opt_setup(c, &o)) {
+    const double lr = 0.1, wd = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, mom = 0.9;
+    ag_optimizer *opt = NULL;
+    if (adamw) {
+      ag_adamw_options ao = {lr, b1, b2, eps, wd};
+      opt = ag_adamw_create(&o.params, &ao);
+    } else {
+      ag_sgd_options so = {lr, mom, 0.0, wd, false};
+      opt = ag_sgd_create(&o.params, &so);
+    }
+    if (!opt) ag__conf_on_null(c, adamw ? "ag_adamw_create" : "ag_sgd_create");
+    ag_status st = AG_OK;
+    for (int s = 0; opt && st == AG_OK && s < 2; s++) st = ag_optimizer_step(opt);
+    if (opt && st != AG_OK) ag__conf_on_null(c, "ag_optimizer_step");
+    double *ref[2] = {NULL, NULL};
+    for (int i = 0; opt && st == AG_OK && i < 2; i++) {
+      const int64_t n = o.hp[i]->n;
+      ref[i] = ag__conf_cx_alloc(c, (size_t)n * sizeof(double));
+      for (int64_t e = 0; ref[i] && e < n; e++) {
+        double p = o.hp[i]->v[e], g = o.hg[i]->v[e], m = 0, v = 0;
+        for (int t = 1; t <= 2; t++) {
+          if (adamw) { /* torch.optim.AdamW */
+            p *= 1.0 - lr * wd;
+            m = b1 * m + (1 - b1) * g;
+            v = b2 * v + (1 - b2) * g * g;
+            p -= lr / (1 - pow(b1, t)) * m / (sqrt(v) / sqrt(1 - pow(b2, t)) + eps);
+          } else { /* torch.optim.SGD: the buffer starts as the gradient */
+            double d = g + wd * p;
+            m = t == 1 ? d : mom * m + d;
+            p -= lr * m;
+          }
+        }
+        ref[i][e] = p;
+      }
+    }
+    if (ref[0] && ref[1]) opt_check_params(c, &o, ref);
+    ag_optimizer_free(opt);
+  }
+  ag_params_free(&o.params);
+  ag__conf_case_end(c);
+}
+
+void ag__conf_op_sgd(ctx *c) { run_optimizer(c, false); }
+void ag__conf_op_adamw(ctx *c) { run_optimizer(c, true); }
+
+/* ag_clip_grad_norm: the global norm (AG_K_SUMSQ) and the gradients scaled
+ * in place by min(max_norm / (norm + 1e-6), 1) (AG_K_NONFINITE_CHECK). */
+void ag__conf_op_clip_grad_norm(ctx *c) {
+  ag__conf_case_begin(c, "[5,7] and [13], max_norm 0.5");
+  optcase o;
+  if (opt_setup(c, &o)) {
+    const double max_norm = 0.5;
+    ag_tensor *norm = ag_clip_grad_norm(&o.params, max_norm);
+    if (!norm) ag__conf_on_null(c, "ag_clip_grad_norm");
+    double ss = 0;
+    for (int i = 0; i < 2; i++)
+      for (int64_t e = 0; e < o.hg[i]->n; e++) ss += o.hg[i]->v[e] * o.hg[i]->v[e];
+    const double nr = sqrt(ss), coef = fmin(max_norm / (nr + 1e-6), 1.0);
+    if (norm) ag__conf_check(c, norm, 0, NULL, AG_F32, &nr, ag_conf_threshold(c->dt == AG_F64 ? AG_F32 : c->dt));
+    for (int i = 0; norm && c->cres == AG_CONF_PASS && i < 2; i++) {
+      double *ref = ag__conf_cx_alloc(c, (size_t)o.hg[i]->n * sizeof(double));
+      for (int64_t e = 0; ref && e < o.hg[i]->n; e++) ref[e] = o.hg[i]->v[e] * coef;
+      if (ref) ag__conf_check(c, ag_tensor_grad(o.p[i]), o.hg[i]->ndim, o.hg[i]->shape, c->dt, ref, DEF);
+    }
+  }
+  ag_params_free(&o.params);
   ag__conf_case_end(c);
 }

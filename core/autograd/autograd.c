@@ -1,6 +1,7 @@
 /* The autograd tape: nodes recorded by differentiable ops, the backward
  * engine (reverse topological order by dependency counting), gradient
- * accumulation into leaves, and the thread-local grad modes.
+ * accumulation into leaves. The grad modes the ops read are in
+ * core/tensor/grad_mode.c.
  * Backward formulas live in grad_ops.c; this file owns graph structure. */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -11,9 +12,8 @@
 #include "memory/alloc_internal.h"
 #include "runtime/devstate.h"
 #include "anygrad/amp.h"
-#include "autograd/autocast.h"
 #include "autograd/grad_internal.h"
-#include "diag/optrace.h"
+#include "tensor/autocast.h"
 
 /* What an AG_G_CHECKPOINT node needs to re-run its block. */
 typedef struct ag_ckpt {
@@ -30,83 +30,6 @@ static atomic_llong g_live_nodes;
 
 int64_t ag_live_nodes(void) { return (int64_t)atomic_load(&g_live_nodes); }
 
-/* ---------------- grad modes (thread-local stack) ---------------- */
-
-enum { MODE_NO_GRAD = 1, MODE_INFERENCE = 2, MODE_ENABLE = 3 };
-#define MODE_DEPTH 64
-
-static _Thread_local unsigned char tl_modes[MODE_DEPTH];
-static _Thread_local int tl_depth;    /* entries used in tl_modes */
-static _Thread_local int tl_overflow; /* regions beyond MODE_DEPTH (all no-grad) */
-static _Thread_local int tl_inference;
-/* Where each region was opened, for ag_scope_end's report of a region left
- * open: the caller's file:line when marked (AG_SYNC_SITES), else its
- * return address. */
-static _Thread_local struct {
-  const void *addr;
-  const char *file;
-  int line;
-} tl_site[MODE_DEPTH];
-
-static void mode_push(unsigned char m, const void *addr) {
-  if (m == MODE_INFERENCE) tl_inference++;
-  if (tl_depth < MODE_DEPTH) {
-    tl_site[tl_depth].addr = addr;
-    tl_site[tl_depth].file = ag__site_marked(&tl_site[tl_depth].line);
-    tl_modes[tl_depth++] = m;
-  } else {
-    tl_overflow++;
-  }
-}
-
-void ag_no_grad_begin(void) { mode_push(MODE_NO_GRAD, __builtin_return_address(0)); }
-void ag_inference_mode_begin(void) { mode_push(MODE_INFERENCE, __builtin_return_address(0)); }
-void ag_enable_grad_begin(void) { mode_push(MODE_ENABLE, __builtin_return_address(0)); }
-
-ag_status ag_grad_mode_end(void) {
-  if (tl_overflow) {
-    tl_overflow--;
-    return AG_OK;
-  }
-  if (!tl_depth) return ag_error_set(AG_ERR_STATE, "ag_grad_mode_end: no grad-mode region is open");
-  if (tl_modes[--tl_depth] == MODE_INFERENCE) tl_inference--;
-  return AG_OK;
-}
-
-int ag__grad_mode_depth(void) { return tl_depth + tl_overflow; }
-
-int ag__grad_mode_unwind(int depth, char *what, size_t len) {
-  int closed = 0;
-  if (depth < 0) depth = 0;
-  if (what && len) what[0] = 0;
-  while (tl_depth + tl_overflow > depth) {
-    if (what && len && !tl_overflow) {
-      /* the last one described is the outermost closed */
-      int i = tl_depth - 1;
-      static const char *const names[] = {"", "no-grad", "inference", "enable-grad"};
-      static const char *const calls[] = {"", "ag_no_grad_begin", "ag_inference_mode_begin",
-                                          "ag_enable_grad_begin"};
-      char where[200];
-      if (tl_site[i].file)
-        snprintf(where, sizeof where, "%s:%d", tl_site[i].file, tl_site[i].line);
-      else
-        ag__describe_address(tl_site[i].addr, where, sizeof where);
-      snprintf(what, len, "a %s region (%s called from %s)", names[tl_modes[i]], calls[tl_modes[i]], where);
-    }
-    ag_grad_mode_end();
-    closed++;
-  }
-  return closed;
-}
-
-bool ag_inference_mode(void) { return tl_inference > 0; }
-
-bool ag_grad_enabled(void) {
-  if (tl_inference) return false;
-  if (tl_overflow) return false;
-  return tl_depth == 0 || tl_modes[tl_depth - 1] == MODE_ENABLE;
-}
-
 /* ---------------- tensor-level API ---------------- */
 
 ag_status ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
@@ -121,7 +44,7 @@ ag_status ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
   if (requires_grad && !ag_dtype_is_float(t->dtype))
     return ag_error_set(AG_ERR_DTYPE, "ag_tensor_set_requires_grad: %s tensors cannot require grad "
                         "(only floating-point tensors have gradients)", ag_dtype_name(t->dtype));
-  if (requires_grad && tl_inference)
+  if (requires_grad && ag_inference_mode())
     return ag_error_set(AG_ERR_STATE,
                         "ag_tensor_set_requires_grad: not allowed in inference mode");
   t->requires_grad = requires_grad;
@@ -134,9 +57,6 @@ static bool live(const ag_tensor *t, const char *fn) {
   if (AG_LIKELY(t && t->magic == AG__T_LIVE)) return true;
   if (t) ag__tensor_unusable(t, fn);
   return false;
-}
-bool ag_tensor_requires_grad(const ag_tensor *t) {
-  return live(t, "ag_tensor_requires_grad") && t->requires_grad;
 }
 bool ag_tensor_is_leaf(const ag_tensor *t) { return live(t, "ag_tensor_is_leaf") && !t->grad_fn; }
 ag_tensor *ag_tensor_grad(const ag_tensor *t) { return live(t, "ag_tensor_grad") ? t->grad : NULL; }
@@ -157,13 +77,6 @@ ag_tensor *ag_detach(ag_tensor *t) {
 }
 
 /* ---------------- recording ---------------- */
-
-bool ag__grad_needed(int n, ag_tensor *const *inputs) {
-  if (!ag_grad_enabled()) return false;
-  for (int i = 0; i < n; i++)
-    if (inputs[i] && inputs[i]->requires_grad) return true;
-  return false;
-}
 
 ag_tensor *ag__grad_own(ag_tensor *t) { return ag__scope_detach(t); }
 
@@ -280,9 +193,9 @@ static ag_status check_saved_versions(const ag_node *n) {
   return st;
 }
 
-ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *const *inputs,
-                          int n_saved, ag_tensor *const *saved, const ag_gparams *p) {
-  if (!out) return ag_last_status();
+/* The recorder behind ag__grad_record (tensor/record.h). */
+static ag_status node_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *const *inputs, int n_saved,
+                             ag_tensor *const *saved, const ag_gparams *p) {
   if ((unsigned)op >= AG_GOP_COUNT || n_inputs < 0 || n_saved < 0 || n_saved > AG_NODE_MAX_SAVED)
     return ag_error_set(AG_ERR_INTERNAL, "autograd: bad record (op %d, %d inputs, %d saved)", (int)op,
                         n_inputs, n_saved);
@@ -502,7 +415,8 @@ static ag_status hooks_fire(ag_tensor *leaf) {
 
 static bool has_hooks(const ag_tensor *t) { return t && t->hooks && t->hooks->n; }
 
-void ag__grad_tensor_free(ag_tensor *t) {
+/* Behind ag__grad_tensor_free (tensor/record.h). */
+static void node_tensor_free(ag_tensor *t) {
   if (t->hooks) {
     free(t->hooks->v);
     free(t->hooks);
@@ -783,7 +697,7 @@ static ag_status add_into(ag_tensor **slot, ag_tensor *g) {
 ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
   if (ag__bad_tensor(out, "ag_backward")) return ag_last_status();
   if (grad && ag__bad_tensor(grad, "ag_backward")) return ag_last_status();
-  if (tl_inference) return ag_error_set(AG_ERR_STATE, "ag_backward: not allowed in inference mode");
+  if (ag_inference_mode()) return ag_error_set(AG_ERR_STATE, "ag_backward: not allowed in inference mode");
   if (!ag_dtype_is_float(out->dtype))
     return ag_error_set(AG_ERR_DTYPE, "ag_backward: %s tensors have no gradient", ag_dtype_name(out->dtype));
   if (!out->requires_grad)
@@ -853,9 +767,9 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
       }
       memset(gin, 0, (size_t)n->n_in * sizeof *gin);
       st = g ? check_saved_versions(n) : AG_OK;
-      if (ag__hooks_on()) ag__optrace_node(ag__node_name(n), k); /* op traces name the node */
+      if (ag__launch_hook_active()) ag__launch_node_set(ag__node_name(n), k); /* op traces name the node */
       if (st == AG_OK && g) st = n->op == AG_G_CHECKPOINT ? checkpoint_backward(n, g, gin) : ag__node_backward(n, g, gin);
-      if (ag__hooks_on()) ag__optrace_node(NULL, -1);
+      if (ag__launch_hook_active()) ag__launch_node_set(NULL, -1);
       ag_tensor_release(g);
       /* Without retain_graph a node's saved tensors go as soon as it has
        * run, not when the whole backward ends: the activations of the
@@ -921,3 +835,9 @@ done:
   if (st == AG_OK) st = se;
   return st;
 }
+
+/* The ops (core/tensor/, a layer below) record nodes and free a tensor's
+ * autograd fields through this recorder (tensor/record.h). */
+static const ag_grad_recorder k_recorder = {node_record, node_tensor_free};
+
+__attribute__((constructor)) static void recorder_install(void) { ag__grad_recorder_set(&k_recorder); }

@@ -6,7 +6,7 @@
 #include <stdatomic.h>
 
 #include "anygrad/autograd.h"
-#include "autograd/record.h"
+#include "tensor/record.h"
 #include "tensor/tensor_internal.h"
 
 #define AG_NODE_MAX_SAVED 6
@@ -74,15 +74,14 @@ AG_HIDDEN ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin)
 AG_HIDDEN void ag__node_release(ag_node *n);
 /* The op's name for messages ("gelu", "matmul"); never NULL. */
 AG_HIDDEN const char *ag__node_name(const ag_node *n);
-/* Backward formulas of the vision ops (vision.c). */
+/* Backward formulas of the vision ops (grad_vision.c). */
 AG_HIDDEN ag_status ag__conv2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 AG_HIDDEN ag_status ag__pool2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 AG_HIDDEN ag_status ag__batch_norm_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
-/* Backward of the fused attention node (core/tensor/attention.c). */
+/* Backward of the fused attention node (grad_attention.c). */
 AG_HIDDEN ag_status ag__sdpa_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
-/* Backward of group norm (core/tensor/group_norm.c). */
+/* Backward of group norm and interpolate (grad_resample.c). */
 AG_HIDDEN ag_status ag__group_norm_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
-/* Backward of interpolate (core/tensor/interpolate.c). */
 AG_HIDDEN ag_status ag__interpolate_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 /* Move a scope-owned reference to the caller (returns t). */
 AG_HIDDEN ag_tensor *ag__grad_own(ag_tensor *t);

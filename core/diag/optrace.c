@@ -1,7 +1,8 @@
-/* Op traces (anygrad/optrace.h) and the test-only fault injection of
- * AG_FAULT: both hook ag__launch (core/tensor/tensor.c) through one relaxed
- * atomic counter, so launches pay a single predictable branch while
- * neither is in use. A trace belongs to the thread that began it. */
+/* Op traces and kernel-op tallies (anygrad/optrace.h) and the test-only
+ * fault injection of AG_FAULT: all observe ag__launch through the launch
+ * hook that this file registers with the ops (tensor/tensor_internal.h);
+ * launches pay a single predictable branch while none is in use. A trace
+ * or a tally belongs to the thread that began it. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,11 +11,8 @@
 
 #include "anygrad/checks.h"
 #include "anygrad/optrace.h"
-#include "diag/optrace.h"
 #include "tensor/half.h"
 #include "tensor/tensor_internal.h"
-
-atomic_int ag__launch_hooks;
 
 /* ---------------- records ---------------- */
 
@@ -55,32 +53,14 @@ struct ag_optrace {
 
 static _Thread_local ag_optrace *tl_trace;
 static _Thread_local bool tl_replaying;
-static _Thread_local const char *tl_node;
-static _Thread_local int tl_node_index = -1;
-
-void ag__optrace_node(const char *name, int index) {
-  tl_node = name;
-  tl_node_index = name ? index : -1;
-}
-
-static const char *const k_kop_names[AG_KOP_COUNT] = {
-    [AG_K_FILL] = "fill", [AG_K_ARANGE] = "arange", [AG_K_RAND_UNIFORM] = "rand_uniform",
-    [AG_K_RAND_NORMAL] = "rand_normal", [AG_K_UNARY] = "unary", [AG_K_BINARY] = "binary",
-    [AG_K_WHERE] = "where", [AG_K_REDUCE] = "reduce", [AG_K_MATMUL] = "matmul", [AG_K_SOFTMAX] = "softmax",
-    [AG_K_SOFTMAX_BWD] = "softmax_bwd", [AG_K_CROSS_ENTROPY] = "cross_entropy",
-    [AG_K_CROSS_ENTROPY_BWD] = "cross_entropy_bwd", [AG_K_LAYERNORM] = "layernorm",
-    [AG_K_LAYERNORM_BWD] = "layernorm_bwd", [AG_K_EMBEDDING] = "embedding", [AG_K_EMBEDDING_BWD] = "embedding_bwd",
-    [AG_K_DROPOUT] = "dropout", [AG_K_ADAMW] = "adamw", [AG_K_SGD] = "sgd",
-    [AG_K_NONFINITE_CHECK] = "nonfinite_check", [AG_K_SUMSQ] = "sumsq", [AG_K_CONV2D] = "conv2d",
-    [AG_K_CONV2D_BWD_INPUT] = "conv2d_bwd_input", [AG_K_CONV2D_BWD_WEIGHT] = "conv2d_bwd_weight",
-    [AG_K_POOL2D] = "pool2d", [AG_K_POOL2D_BWD] = "pool2d_bwd", [AG_K_BN_STATS] = "bn_stats",
-    [AG_K_BN_APPLY] = "bn_apply", [AG_K_RMSNORM] = "rmsnorm", [AG_K_RMSNORM_BWD] = "rmsnorm_bwd",
-    [AG_K_VAR] = "var", [AG_K_CUMSUM] = "cumsum", [AG_K_GATHER] = "gather", [AG_K_GATHER_BWD] = "gather_bwd",
-    [AG_K_TOPK] = "topk", [AG_K_SDPA] = "sdpa", [AG_K_SDPA_BWD] = "sdpa_bwd",
-};
-
+static _Thread_local struct {
+  int64_t *counts; /* NULL: no tally */
+  int n;
+  ag_device dev;
+} tl_tally;
 static void kop_name(const ag_kernel_call *c, char *buf, size_t n) {
-  const char *k = (unsigned)c->op < AG_KOP_COUNT && k_kop_names[c->op] ? k_kop_names[c->op] : "kernel";
+  /* the kernel-op table's name (kargs.h), "?" for a code past it */
+  const char *k = ag_kop_name(c->op);
   const char *sub = NULL;
   if (c->op == AG_K_UNARY) {
     const ag_unary_info *u = ag_unary_info_of(c->sub);
@@ -266,13 +246,17 @@ static void fault_parse(void) {
     g_fault_status = AG_ERR_INVALID;
     return;
   }
-  snprintf(g_fault.op, sizeof g_fault.op, "%s", buf);
-  snprintf(g_fault.dev, sizeof g_fault.dev, "%s", a + 1);
+  /* lengths checked above (a Debug build's snprintf warns of truncation) */
+  memcpy(g_fault.op, buf, strlen(buf) + 1);
+  memcpy(g_fault.dev, a + 1, strlen(a + 1) + 1);
   g_fault.kind = kind;
-  atomic_fetch_add(&ag__launch_hooks, 1);
+  ag__launch_hook_use(1);
 }
 
-ag_status ag__fault_init(void) {
+/* Parse AG_FAULT once (runtime/env.c reads it) and count it as a user of
+ * the hook when it is set. AG_ERR_INVALID naming the value when it is not
+ * op:device:kind. */
+static ag_status fault_init(void) {
   pthread_once(&g_fault_once, fault_parse);
   if (g_fault_status != AG_OK) {
     char b[96];
@@ -337,14 +321,6 @@ static ag_status fault_apply(ag_devstate *ds, ag_stream *s, const ag_kernel_call
 
 /* ---------------- the hook ---------------- */
 
-static ag_status launch_plain(ag_stream *s, ag_devstate *ds, const ag_kernel_call *c) {
-  ag_status st = ds->be->launch(s->bs, c);
-  if (st != AG_OK) return st;
-  if (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER)
-    return ag__kernel_error_check(s);
-  return AG_OK;
-}
-
 static rec *trace_push(ag_optrace *t) {
   if (t->n == t->cap) {
     int64_t cap = t->cap ? 2 * t->cap : 256;
@@ -358,7 +334,9 @@ static rec *trace_push(ag_optrace *t) {
   return r;
 }
 
-ag_status ag__launch_hooked(ag_devstate *ds, ag_stream *s, ag_kernel_call *c) {
+static ag_status launch_hooked(ag_devstate *ds, ag_stream *s, ag_kernel_call *c) {
+  if (tl_tally.counts && !tl_replaying && (int)c->op < tl_tally.n && ag_device_eq(ds->dev, tl_tally.dev))
+    tl_tally.counts[c->op]++;
   ag_optrace *t = tl_replaying ? NULL : tl_trace;
   rec *r = t && t->err == AG_OK ? trace_push(t) : NULL;
   if (t && t->err == AG_OK && !r) t->err = AG_ERR_OOM;
@@ -376,7 +354,7 @@ ag_status ag__launch_hooked(ag_devstate *ds, ag_stream *s, ag_kernel_call *c) {
       r = NULL;
     }
   }
-  ag_status st = launch_plain(s, ds, c);
+  ag_status st = ag__launch_backend(ds, s, c);
   if (st == AG_OK && g_fault.kind && !strcmp(ds->label, g_fault.dev) && c->name && !strcmp(c->name, g_fault.op))
     st = fault_apply(ds, s, c);
   if (r && st == AG_OK) {
@@ -392,8 +370,8 @@ ag_status ag__launch_hooked(ag_devstate *ds, ag_stream *s, ag_kernel_call *c) {
     snprintf(r->name, sizeof r->name, "%s", c->name ? c->name : "launch");
     kop_name(c, r->kop, sizeof r->kop);
     snprintf(r->phase, sizeof r->phase, "%s", t->phase);
-    snprintf(r->node, sizeof r->node, "%s", tl_node ? tl_node : "");
-    r->node_index = tl_node ? tl_node_index : -1;
+    const char *node = ag__launch_node(&r->node_index);
+    snprintf(r->node, sizeof r->node, "%s", node ? node : "");
     t->n++;
   } else if (r) {
     rec_free(r);
@@ -402,6 +380,23 @@ ag_status ag__launch_hooked(ag_devstate *ds, ag_stream *s, ag_kernel_call *c) {
 }
 
 /* ---------------- the public API ---------------- */
+
+ag_status ag_optrace_tally_begin(ag_device d, int64_t *counts, int n) {
+  if (!counts || n < 0) return ag_error_set(AG_ERR_INVALID, "ag_optrace_tally_begin: %s", counts ? "n < 0" : "counts is NULL");
+  if (tl_tally.counts) return ag_error_set(AG_ERR_STATE, "ag_optrace_tally_begin: this thread already tallies");
+  tl_tally.counts = counts;
+  tl_tally.n = n;
+  tl_tally.dev = d;
+  ag__launch_hook_use(1);
+  return AG_OK;
+}
+
+ag_status ag_optrace_tally_end(void) {
+  if (!tl_tally.counts) return ag_error_set(AG_ERR_STATE, "ag_optrace_tally_end: this thread has no tally");
+  tl_tally.counts = NULL;
+  ag__launch_hook_use(-1);
+  return AG_OK;
+}
 
 ag_optrace *ag_optrace_begin(void) {
   if (tl_trace) {
@@ -415,7 +410,7 @@ ag_optrace *ag_optrace_begin(void) {
   }
   t->recording = true;
   tl_trace = t;
-  atomic_fetch_add(&ag__launch_hooks, 1);
+  ag__launch_hook_use(1);
   return t;
 }
 
@@ -425,7 +420,7 @@ ag_status ag_optrace_end(ag_optrace *t) {
     return ag_error_set(AG_ERR_STATE, "ag_optrace_end: the trace is not recording on this thread");
   t->recording = false;
   tl_trace = NULL;
-  atomic_fetch_sub(&ag__launch_hooks, 1);
+  ag__launch_hook_use(-1);
   if (t->err != AG_OK) return ag_error_set(t->err, "ag_optrace_end: recording stopped after %lld launches: %s",
                                            (long long)t->n, ag_status_name(t->err));
   return AG_OK;
@@ -439,7 +434,7 @@ void ag_optrace_free(ag_optrace *t) {
   if (!t) return;
   if (t->recording && tl_trace == t) {
     tl_trace = NULL;
-    atomic_fetch_sub(&ag__launch_hooks, 1);
+    ag__launch_hook_use(-1);
   }
   for (int64_t k = 0; k < t->n; k++) rec_free(&t->r[k]);
   free(t->r);
@@ -616,5 +611,9 @@ ag_optrace *ag_optrace_replay(const ag_optrace *t, int64_t k, ag_device dev) {
   return out;
 }
 
-/* A bad AG_FAULT stops the first device open (runtime/env.c). */
-__attribute__((constructor)) static void fault_env_check_install(void) { ag__env_check_add(ag__fault_init); }
+/* The ops launch through launch_hooked while a trace records or AG_FAULT
+ * is set; a bad AG_FAULT stops the first device open (runtime/env.c). */
+__attribute__((constructor)) static void optrace_install(void) {
+  ag__launch_hook_set(launch_hooked);
+  ag__env_check_add(fault_init);
+}

@@ -9,7 +9,7 @@
 #include "anygrad/amp.h"
 #include "anygrad/autograd.h"
 #include "anygrad/nn.h"
-#include "autograd/autocast.h"
+#include "tensor/autocast.h"
 #include "autograd/grad_internal.h"
 
 /* ---------------- parameter lists ---------------- */

@@ -595,6 +595,14 @@ ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm) {
       return NULL;
     }
     ds = ag__ds(g);
+    /* The kernels read each gradient as its dtype only where the device
+     * runs it (an f64 gradient was summed as floats off the CPU). */
+    if (!ag__supported(ds, AG_K_SUMSQ, 0, g->dtype, "ag_clip_grad_norm") ||
+        !ag__supported(ds, AG_K_NONFINITE_CHECK, 0, g->dtype, "ag_clip_grad_norm")) {
+      free(gs);
+      free(m);
+      return NULL;
+    }
     dev = ag_tensor_device(g);
     gs[n++] = g;
   }

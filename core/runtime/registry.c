@@ -885,6 +885,12 @@ ag_status ag_device_props_get(ag_device d, ag_device_props *out_props) {
   return ds->be->device_props(ds->ord, out_props);
 }
 
+bool ag_device_supports(ag_device d, int op, int sub, ag_dtype dt) {
+  if (op < 0 || op >= AG_KOP_COUNT || sub < 0 || (int)dt < 0 || (int)dt >= AG_DTYPE_COUNT) return false;
+  ag_devstate *ds = ag__devstate(d);
+  return ds && ds->be->supports(ds->ord, (ag_kop)op, sub, dt);
+}
+
 ag_status ag_device_mem_info(ag_device d, size_t *out_free, size_t *out_total) {
   ag_devstate *ds = ag__devstate(d);
   if (!ds) return ag_last_status();

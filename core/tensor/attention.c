@@ -2,17 +2,16 @@
  * (AG_K_SDPA, flash style: only a log-sum-exp per query row is kept for
  * backward) and the unfused composition (matmul, mask, softmax, dropout,
  * matmul), which is the reference and runs wherever a backend declines the
- * fused kernel. The backward of the fused node is here too. */
+ * fused kernel. The backward of the fused node is in
+ * core/autograd/grad_attention.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "anygrad/autograd.h"
 #include "anygrad/ops.h"
-#include "autograd/grad_internal.h"
-#include "autograd/record.h"
 #include "runtime/devstate.h"
-#include "tensor/tensor_internal.h"
+#include "tensor/ops_internal.h"
 
 typedef struct sdpa_dims {
   int64_t B, H, Hkv, T, S, D, Dv;
@@ -136,18 +135,14 @@ ag_tensor *ag_scaled_dot_product_attention_unfused(ag_tensor *q, ag_tensor *k, a
   return unfused(&d, q, k, v, mask, causal, dropout_p, g);
 }
 
-static void set_dims(ag_kernel_call *c, const sdpa_dims *d, bool causal, double p, uint64_t seed,
-                     uint64_t offset) {
-  c->s[0] = d->scale;
+void ag__sdpa_call_args(ag_kernel_call *c, ag_tensor *mask, const int64_t bhts[4], double scale, bool causal,
+                        double p, uint64_t seed, uint64_t offset) {
+  if (mask) ag__broadcast_operand(&c->o[4], mask, 4, bhts);
+  c->s[0] = scale;
   c->s[1] = p;
   c->i[0] = causal ? 1 : 0;
   c->seed = seed;
   c->offset = offset;
-}
-
-static bool mask_operand(ag_koperand *o, ag_tensor *mask, const sdpa_dims *d) {
-  const int64_t full[4] = {d->B, d->H, d->T, d->S};
-  return ag__broadcast_operand(o, mask, 4, full);
 }
 
 ag_tensor *ag_scaled_dot_product_attention(ag_tensor *q, ag_tensor *k, ag_tensor *v, ag_tensor *mask, bool causal,
@@ -176,8 +171,7 @@ ag_tensor *ag_scaled_dot_product_attention(ag_tensor *q, ag_tensor *k, ag_tensor
   if (st == AG_OK && d.B * d.H * d.T * d.Dv > 0) {
     ag_kernel_call c;
     ag__kcall_init(&c, AG_K_SDPA, 0, name, 6, (ag_tensor *[]){out, qc, kc, vc, NULL, lse});
-    if (mask) mask_operand(&c.o[4], mask, &d);
-    set_dims(&c, &d, causal, dropout_p, seed, offset);
+    ag__sdpa_call_args(&c, mask, (const int64_t[]){d.B, d.H, d.T, d.S}, d.scale, causal, dropout_p, seed, offset);
     st = ag__launch(ds, &c);
     if (st == AG_ERR_UNSUPPORTED) {
       /* the kernel declined these shapes (a head too large for it): the
@@ -207,48 +201,4 @@ ag_tensor *ag_scaled_dot_product_attention(ag_tensor *q, ag_tensor *k, ag_tensor
     return NULL;
   }
   return out;
-}
-
-/* Backward of the fused node: one kernel call writes dq, dk and dv,
- * recomputing the scores from q, k and the saved log-sum-exp. */
-ag_status ag__sdpa_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
-  ag_tensor *qc = n->saved[0], *kc = n->saved[1], *vc = n->saved[2], *out = n->out_val, *lse = n->saved[4];
-  ag_tensor *mask = n->saved[5];
-  if (!qc || !kc || !vc || !out || !lse)
-    return ag_error_set(AG_ERR_INTERNAL, "ag_scaled_dot_product_attention backward: inputs not saved");
-  sdpa_dims d = {qc->shape[0], qc->shape[1], kc->shape[1], qc->shape[2], kc->shape[2], qc->shape[3], vc->shape[3],
-                 n->p.s[0]};
-  ag_tensor *gc = ag_contiguous(g);
-  ag_tensor *dq = ag_empty_like(qc), *dk = ag_empty_like(kc), *dv = ag_empty_like(vc);
-  ag_status st = gc && dq && dk && dv ? AG_OK : ag_last_status();
-  if (st == AG_OK && gc->dtype != qc->dtype)
-    st = ag_error_set(AG_ERR_DTYPE, "ag_scaled_dot_product_attention backward: gradient is %s, output %s",
-                      ag_dtype_name(gc->dtype), ag_dtype_name(qc->dtype));
-  if (st == AG_OK && (d.T == 0 || d.S == 0 || d.D == 0 || d.Dv == 0)) {
-    /* nothing to recompute: empty sums are zero */
-    st = ag_fill_(dq, 0);
-    if (st == AG_OK) st = ag_fill_(dk, 0);
-    if (st == AG_OK) st = ag_fill_(dv, 0);
-  } else if (st == AG_OK && d.B * d.H > 0) {
-    ag_kmulti m;
-    m.count = 0;
-    ag__kmulti_set(&m, 0, dq);
-    ag__kmulti_set(&m, 1, dk);
-    ag__kmulti_set(&m, 2, dv);
-    ag__kmulti_set(&m, 3, out);
-    ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_SDPA_BWD, 0, "ag_scaled_dot_product_attention backward", 6,
-                   (ag_tensor *[]){gc, qc, kc, vc, NULL, lse});
-    if (mask) mask_operand(&c.o[4], mask, &d);
-    set_dims(&c, &d, n->p.i[0] != 0, n->p.s[1], (uint64_t)n->p.i[1], (uint64_t)n->p.i[2]);
-    c.multi = &m;
-    st = ag__launch(ag__ds(qc), &c);
-  }
-  ag_tensor *gs[3] = {dq, dk, dv};
-  for (int i = 0; i < 3; i++) {
-    if (st == AG_OK && (n->e[i].fn || n->e[i].leaf)) gin[i] = gs[i]; /* the reference moves to gin */
-    else ag_tensor_release(gs[i]);
-  }
-  ag_tensor_release(gc);
-  return st;
 }

@@ -1,13 +1,12 @@
 /* Interpolate (ops.h): validates the size or scale factors as torch does,
  * computes the source step the kernels use (torch's
  * area_pixel_compute_scale with recompute_scale_factor=None), runs
- * AG_K_INTERPOLATE on contiguous NCHW and records one node whose backward
- * runs AG_K_INTERPOLATE_BWD (a gather per input element: no atomics). */
+ * AG_K_INTERPOLATE on contiguous NCHW and records one node, whose backward
+ * (core/autograd/grad_resample.c) runs AG_K_INTERPOLATE_BWD. */
 #include <math.h>
 #include <string.h>
 
 #include "anygrad/autograd.h"
-#include "autograd/grad_internal.h"
 #include "tensor/ops_internal.h"
 
 static ag_status failed(void) {
@@ -107,26 +106,4 @@ ag_tensor *ag_interpolate(ag_tensor *x, int64_t out_h, int64_t out_w, double sca
   p.s[0] = sh;
   p.s[1] = sw;
   return ag__op_record(y, AG_G_INTERPOLATE, 1, &x, 0, NULL, &p);
-}
-
-ag_status ag__interpolate_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
-  if (!(n->e[0].fn || n->e[0].leaf)) return AG_OK;
-  ag_tensor *gc = ag_contiguous(g);
-  ag_tensor *dx = gc ? ag__tensor_new(ag__ds(gc), gc->dtype, 4, n->e[0].shape) : NULL;
-  ag_status st = dx ? AG_OK : failed();
-  if (st == AG_OK && dx->numel) {
-    ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_INTERPOLATE_BWD, (int)n->p.i[0], "ag_interpolate backward", 2, (ag_tensor *[]){dx, gc});
-    c.s[0] = n->p.s[0];
-    c.s[1] = n->p.s[1];
-    c.i[0] = n->p.i[1];
-    st = ag__launch(ag__ds(dx), &c);
-  }
-  if (st == AG_OK) {
-    gin[0] = dx->dtype == n->e[0].dtype ? ag__alias(dx) : ag_cast(dx, n->e[0].dtype);
-    if (!gin[0]) st = failed();
-  }
-  ag_tensor_release(gc);
-  ag_tensor_release(dx);
-  return st;
 }

@@ -9,8 +9,8 @@
 #include "anygrad/autograd.h"
 #include "runtime/devstate.h"
 #include "tensor/ops_internal.h"
-#include "autograd/record.h"
-#include "autograd/autocast.h"
+#include "tensor/record.h"
+#include "tensor/autocast.h"
 
 /* NULL input: keep the first error if there is one, else say which op. */
 /* NULL (error kept, else AG_ERR_INVALID) or released (AG_ERR_STATE)

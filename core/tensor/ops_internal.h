@@ -6,7 +6,7 @@
 
 #include "anygrad/amp.h"
 #include "tensor/tensor_internal.h"
-#include "autograd/record.h"
+#include "tensor/record.h"
 
 /* NULL (error kept, else AG_ERR_INVALID) or released (AG_ERR_STATE)
  * tensor arguments: true with the error set. */
@@ -36,5 +36,24 @@ AG_HIDDEN bool ag__ac_begin(int policy, int n, ag_tensor **ts, ag__ac_args *a);
 AG_HIDDEN ag_tensor *ag__ac_end(ag__ac_args *a, ag_tensor *r);
 
 #define AC_ON() AG_UNLIKELY(ag_autocast_enabled())
+
+/* ---- launch helpers that a backward formula (core/autograd/) shares
+ * with its forward ---- */
+
+/* The fused attention call's scalars (scale, dropout p, causal), Philox
+ * words and optional mask operand (slot 4, broadcast to bhts = [B, H, T,
+ * S]); forward in attention.c, backward in autograd/grad_attention.c. */
+/* Batch norm's kernel passes over a contiguous NCHW a, viewed [N, C, HW]
+ * (vision.c; backward in autograd/grad_vision.c), each a new reference or
+ * NULL: out [2, C] = BN_STATS(a), or with b the sums of b and b*(a - mu);
+ * y = a*p + q (+ (b - mu)*r) per channel with coef rows [p, q(, r, mu)];
+ * row r of a [k, C] tensor as [C] (a view); [k, C] from k vectors [C]. */
+AG_HIDDEN ag_tensor *ag__bn_stats(ag_tensor *a, ag_tensor *b, ag_tensor *mu);
+AG_HIDDEN ag_tensor *ag__bn_apply(ag_tensor *a, ag_tensor *coef, ag_tensor *b);
+AG_HIDDEN ag_tensor *ag__bn_row(ag_tensor *t, int64_t r);
+AG_HIDDEN ag_tensor *ag__bn_coef(int k, ag_tensor *const *rows);
+
+AG_HIDDEN void ag__sdpa_call_args(ag_kernel_call *c, ag_tensor *mask, const int64_t bhts[4], double scale,
+                                  bool causal, double p, uint64_t seed, uint64_t offset);
 
 #endif

@@ -6,8 +6,8 @@
 
 #include "anygrad/autograd.h"
 #include "tensor/ops_internal.h"
-#include "autograd/record.h"
-#include "autograd/autocast.h"
+#include "tensor/record.h"
+#include "tensor/autocast.h"
 
 /* ---------------- matmul ---------------- */
 

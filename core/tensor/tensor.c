@@ -11,9 +11,8 @@
 #include "runtime/devstate.h"
 #include "memory/block.h"
 #include "tensor/tensor_internal.h"
-#include "autograd/autocast.h"
-#include "diag/optrace.h"
-#include "autograd/record.h"
+#include "tensor/autocast.h"
+#include "tensor/record.h"
 
 static atomic_llong g_live;
 
@@ -640,6 +639,42 @@ static ag_status workspace_take(void *ctx, size_t bytes, void **out_base, size_t
   return AG_OK;
 }
 
+/* ---------------- launches ---------------- */
+
+static _Atomic(ag_launch_hook_fn) g_launch_hook;
+static atomic_int g_launch_hook_users;
+static _Thread_local const char *tl_node;
+static _Thread_local int tl_node_index = -1;
+
+void ag__launch_hook_set(ag_launch_hook_fn fn) { atomic_store_explicit(&g_launch_hook, fn, memory_order_release); }
+void ag__launch_hook_use(int delta) { atomic_fetch_add(&g_launch_hook_users, delta); }
+bool ag__launch_hook_active(void) {
+  return atomic_load_explicit(&g_launch_hook_users, memory_order_relaxed) != 0;
+}
+
+void ag__launch_node_set(const char *name, int index) {
+  tl_node = name;
+  tl_node_index = name ? index : -1;
+}
+
+const char *ag__launch_node(int *out_index) {
+  if (out_index) *out_index = tl_node ? tl_node_index : -1;
+  return tl_node;
+}
+
+static inline ag_status launch_backend(ag_devstate *ds, ag_stream *s, const ag_kernel_call *c) {
+  ag_status st = ds->be->launch(s->bs, c);
+  /* Ops that validate indices on the device report through the error
+   * word; checking it right away is free on synchronous backends. */
+  if (st == AG_OK && (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER))
+    st = ag__kernel_error_check(s);
+  return st;
+}
+
+ag_status ag__launch_backend(ag_devstate *ds, ag_stream *s, const ag_kernel_call *c) {
+  return launch_backend(ds, s, c);
+}
+
 ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
   ag_stream *s = ag__current_stream(ds);
   if (c->op == AG_K_UNARY || c->op == AG_K_BINARY) {
@@ -656,15 +691,11 @@ ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
   c->workspace = workspace_take;
   c->workspace_ctx = &ws;
   ag_status st;
-  if (ag__hooks_on()) {
-    st = ag__launch_hooked(ds, s, c); /* op traces, AG_FAULT */
-  } else {
-    st = ds->be->launch(s->bs, c);
-    /* Ops that validate indices on the device report through the error
-     * word; checking it right away is free on synchronous backends. */
-    if (st == AG_OK && (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER))
-      st = ag__kernel_error_check(s);
-  }
+  ag_launch_hook_fn hook = AG_UNLIKELY(ag__launch_hook_active())
+                               ? atomic_load_explicit(&g_launch_hook, memory_order_acquire)
+                               : NULL;
+  if (hook) st = hook(ds, s, c); /* op traces, AG_FAULT */
+  else st = launch_backend(ds, s, c);
   /* in s's order: the work enqueued above runs before any reuse */
   for (int i = 0; i < ws.n; i++) ag__free(ws.b[i]);
   c->workspace = NULL;

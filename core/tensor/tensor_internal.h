@@ -189,6 +189,30 @@ static inline void ag__kcall_init(ag_kernel_call *c, ag_kop op, int sub, const c
 AG_HIDDEN void ag__kmulti_set(ag_kmulti *m, int k, const ag_tensor *t);
 /* Launch on the current stream of ds; checks backend support first. */
 AG_HIDDEN ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c);
+
+/* ---- the launch hook: op traces and AG_FAULT (core/diag/optrace.c) ----
+ * A layer above observes launches through one registered function. While
+ * its users count (ag__launch_hook_use) is nonzero, ag__launch hands the
+ * prepared call to the hook instead of launching it, and the hook launches
+ * it with ag__launch_backend; otherwise a launch pays one relaxed load.
+ * Registration is an atomic store of the pointer (thread-safe; diag does
+ * it from a constructor); with no hook registered, launches go straight to
+ * the backend whatever the count. */
+typedef ag_status (*ag_launch_hook_fn)(ag_devstate *ds, ag_stream *s, ag_kernel_call *c);
+AG_HIDDEN void ag__launch_hook_set(ag_launch_hook_fn fn);
+/* +1 when a user of the hook starts (a trace begins, AG_FAULT is set), -1
+ * when it stops. Thread-safe. */
+AG_HIDDEN void ag__launch_hook_use(int delta);
+/* Whether any user of the hook is counted (one relaxed load). */
+AG_HIDDEN bool ag__launch_hook_active(void);
+/* The backend's launch of c on s, then the device error word of the ops
+ * that validate indices there: what ag__launch does without a hook. */
+AG_HIDDEN ag_status ag__launch_backend(ag_devstate *ds, ag_stream *s, const ag_kernel_call *c);
+/* The autograd node whose backward launches next on this thread (name NULL:
+ * none), set by the tape while a hook is in use and read by the hook. The
+ * name is borrowed (a literal or the table's). */
+AG_HIDDEN void ag__launch_node_set(const char *name, int index);
+AG_HIDDEN const char *ag__launch_node(int *out_index);
 /* Contiguous index operand (embedding indices, cross-entropy targets) for
  * kernel op `op` with data dtype dt: i64 stays i64 where the backend takes
  * it (supports(op, 1, dt)), else it is clamped to the i32 range and cast

@@ -6,7 +6,7 @@
 
 #include "anygrad/autograd.h"
 #include "tensor/tensor_internal.h"
-#include "autograd/record.h"
+#include "tensor/record.h"
 
 /* ---------------- views ---------------- */
 

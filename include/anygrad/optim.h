@@ -135,7 +135,9 @@ AG_API ag_status ag_optimizer_counters(ag_optimizer *o, ag_param_list *l);
  * max_norm, without reading anything to the host: one sum-of-squares
  * launch and one in-place scaling launch per 512 gradients. Returns the norm
  * before clipping as a new f32 scalar tensor on the parameters' device
- * (reading it is the caller's choice), or NULL on error. Parameters without
+ * (reading it is the caller's choice), or NULL on error (AG_ERR_UNSUPPORTED
+ * for a gradient dtype the device's kernels do not take: f32 everywhere,
+ * f16 and bf16 where the backend has them). Parameters without
  * gradients are skipped; with none at all the result is 0. */
 AG_API ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm);
 

@@ -90,6 +90,22 @@ AG_API ag_status ag_optrace_values(const ag_optrace *t, int64_t k, int j, bool a
  * AG_ERR_OOM). */
 AG_API ag_optrace *ag_optrace_replay(const ag_optrace *t, int64_t k, ag_device dev);
 
+/* ---- kernel-op tally ----
+ * Counts, per kernel op (the ag_kop codes of anygrad/kops.h), the launches
+ * the calling thread makes on device d: counts[op] += 1 for each launch of
+ * an op below n. Nothing is synchronized or copied, so a tallied region
+ * runs at its usual speed (`anygrad check` uses it to find kernel ops no
+ * conformance row launches). One tally per thread, independent of a trace;
+ * counts is borrowed by the tally until ag_optrace_tally_end. */
+
+/* Start the calling thread's tally. AG_ERR_INVALID for NULL counts or n <
+ * 0, AG_ERR_STATE when the thread already tallies. */
+AG_API ag_status ag_optrace_tally_begin(ag_device d, int64_t *counts, int n);
+
+/* Stop the calling thread's tally (counts keep their values).
+ * AG_ERR_STATE when none is on. */
+AG_API ag_status ag_optrace_tally_end(void);
+
 #ifdef __cplusplus
 }
 #endif

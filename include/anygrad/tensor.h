@@ -69,6 +69,14 @@ AG_API bool ag_dtype_is_int(ag_dtype dt);
 /* Parse "f32", "f16", "bf16", "i32", "f64", "i64", "bool", "u8". */
 AG_API ag_status ag_dtype_parse(const char *s, ag_dtype *out_dtype);
 
+/* Whether device d runs kernel op `op` (an ag_kop of anygrad/kops.h) with
+ * sub-op or variant `sub` for dtype dt, as its backend declares it (the
+ * supports() data of its kernel-op list): what the conformance check walks
+ * the kernel-op table with. False without an error for an op, sub or dtype
+ * out of range; false with AG_ERR_DEVICE or AG_ERR_UNAVAILABLE for a device
+ * that does not exist or did not start. */
+AG_API bool ag_device_supports(ag_device d, int op, int sub, ag_dtype dt);
+
 /* ---- creation (asynchronous on the device's current stream) ---- */
 
 /* Shapes. Every shape a tensor can have, given by the caller or computed

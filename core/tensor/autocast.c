@@ -1,11 +1,13 @@
 /* Autocast regions: thread-local state, the per-op cast helper used by the
- * ops front end, and the per-region cache of parameter casts. */
+ * ops front end, and the per-region cache of parameter casts. A policy of
+ * the ops (they cast their inputs), independent of the tape: it is here,
+ * below autograd, so ops and scopes apply it without calling up. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "anygrad/amp.h"
 #include "tensor/tensor_internal.h"
-#include "autograd/autocast.h"
+#include "tensor/autocast.h"
 #include "runtime/devstate.h"
 
 #define MAX_DEPTH 16

@@ -1,4 +1,5 @@
-/* Autocast as the ops apply it (core/autograd/amp.c). Never installed. */
+/* Autocast and grad-mode regions as the ops apply them and scopes unwind
+ * them (core/tensor/autocast.c, core/tensor/grad_mode.c). Never installed. */
 #ifndef AG_CORE_AUTOCAST_H
 #define AG_CORE_AUTOCAST_H
 

@@ -1,5 +1,7 @@
-/* What a forward op records for autograd (core/autograd/autograd.c): the
- * node kinds, their parameters and what each saves. Never installed. */
+/* What a forward op records for autograd: the node kinds, their
+ * parameters and what each saves. The ops' side of the contract; the tape
+ * (core/autograd/autograd.c), a layer above, registers the recorder that
+ * builds the node (tensor/grad_mode.c). Never installed. */
 #ifndef AG_CORE_RECORD_H
 #define AG_CORE_RECORD_H
 
@@ -87,12 +89,29 @@ typedef struct ag_gparams {
  * op's tensor arguments in order. */
 /* True when grad mode is on and any non-NULL input requires grad. */
 AG_HIDDEN bool ag__grad_needed(int n, ag_tensor *const *inputs);
-/* Attach a backward node to out. inputs may hold NULLs (absent optional
- * inputs); saved tensors are retained by the node until it is freed. */
+/* Attach a backward node to out through the registered recorder. inputs
+ * may hold NULLs (absent optional inputs); saved tensors are retained by
+ * the node until it is freed. AG_ERR_INTERNAL when no recorder is
+ * registered (only the tape sets requires_grad, so it cannot happen). */
 AG_HIDDEN ag_status ag__grad_record(ag_tensor *out, ag_gop op, int n_inputs,
                                     ag_tensor *const *inputs, int n_saved,
                                     ag_tensor *const *saved, const ag_gparams *p);
-/* Release t's autograd fields when t is destroyed. */
+/* Release t's autograd fields (gradient, node, hooks) when t is destroyed;
+ * nothing to do, and no call, when it has none. */
 AG_HIDDEN void ag__grad_tensor_free(ag_tensor *t);
+
+/* What the tape does for the ops: build the node of a record (the
+ * arguments of ag__grad_record, out non-NULL) and release a dying tensor's
+ * autograd fields. core/autograd/autograd.c registers its recorder from a
+ * constructor, before main; ag__grad_recorder_set is an atomic store of
+ * the pointer (r must stay valid), so it is thread-safe, and the ops read
+ * it with an acquire load. Only the tape sets requires_grad, so a program
+ * without the tape (a static link that leaves it out) records nothing. */
+typedef struct ag_grad_recorder {
+  ag_status (*record)(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor *const *inputs, int n_saved,
+                      ag_tensor *const *saved, const ag_gparams *p);
+  void (*tensor_free)(ag_tensor *t);
+} ag_grad_recorder;
+AG_HIDDEN void ag__grad_recorder_set(const ag_grad_recorder *r);
 
 #endif
