@@ -4,7 +4,8 @@
  * f32, f64 in f64. Threaded by the host pool over (batch, head, query
  * tile); the backward runs dq over the same items and dk/dv over (batch, kv
  * head, key tile), so every output row has one writer (no atomics, results
- * repeat bit for bit). Dispatched from cpu_kernels.c. */
+ * repeat bit for bit). cpu_k_sdpa and cpu_k_sdpa_bwd, dispatched from
+ * cpu_kernels.c. */
 #if defined(__GNUC__) && !defined(__clang__)
 /* As cpu_rows.c: -O3's vectoriser, no trapping math (no kernel reads the
  * floating-point exception flags). */
@@ -26,12 +27,17 @@
 #define BQ 64
 #define BK 128
 
+/* One attention call, forward or backward: its operands (out and lse
+ * written by the forward; dout, and dq, dk, dv and the forward's out from
+ * the multi list, in the backward), the Philox seed and offset of its
+ * dropout. */
 typedef struct sdpa_ctx {
-  const ag_kernel_call *c;
+  const ag_koperand *q, *k, *v, *mask, *out, *lse, *dout; /* mask NULL: none */
+  const ag_kmulti_entry *dq, *dk, *dv, *fwd_out;
+  uint64_t seed, offset;
   int64_t B, H, Hkv, G, T, S, D, Dv;
   double scale, p;
   bool causal;
-  const ag_koperand *mask; /* NULL: none */
   atomic_int oom;
 } sdpa_ctx;
 
@@ -64,35 +70,52 @@ typedef struct sdpa_ctx {
 #undef EXPR
 #undef GEMMOK
 
-ag_status ag__cpu_attention(const ag_kernel_call *c) {
-  const ag_koperand *q = &c->o[1], *k = &c->o[2], *v = &c->o[3];
-  sdpa_ctx x = {.c = c,
-                .B = q->shape[0],
-                .H = q->shape[1],
-                .T = q->shape[2],
-                .D = q->shape[3],
-                .Hkv = k->shape[1],
-                .S = k->shape[2],
-                .Dv = v->shape[3],
-                .scale = c->s[0],
-                .p = c->s[1],
-                .causal = c->i[0] != 0,
-                .mask = c->n_operands > 4 && c->o[4].base ? &c->o[4] : NULL};
-  atomic_init(&x.oom, 0);
-  x.G = x.Hkv ? x.H / x.Hkv : 1;
-  const bool dbl = q->dtype == AG_F64;
-  const int64_t nqt = (x.T + BQ - 1) / BQ, nkt = (x.S + BK - 1) / BK;
-  /* work in multiply-adds, for the pool's split threshold */
-  const int64_t work = x.B * x.H * x.T * x.S * (x.D + x.Dv);
-  if (c->op == AG_K_SDPA) {
-    ag__cpu_par_for(x.B * x.H * nqt, work, dbl ? fwd_range_f64 : fwd_range_f32, &x);
-  } else {
-    if (!c->multi || c->multi->count < 4)
-      return ag_error_set(AG_ERR_INTERNAL, "%s: dq, dk, dv and out not given", c->name ? c->name : "attention");
-    ag__cpu_par_for(x.B * x.H * nqt, 2 * work, dbl ? dq_range_f64 : dq_range_f32, &x);
-    ag__cpu_par_for(x.B * x.Hkv * nkt, 2 * work, dbl ? dkv_range_f64 : dkv_range_f32, &x);
-  }
-  if (atomic_load(&x.oom))
+/* The sizes of q [B, H, T, D], k [B, Hkv, S, D] and v [B, Hkv, S, Dv]
+ * into x. */
+static void sdpa_shapes(sdpa_ctx *x) {
+  x->B = x->q->shape[0];
+  x->H = x->q->shape[1];
+  x->T = x->q->shape[2];
+  x->D = x->q->shape[3];
+  x->Hkv = x->k->shape[1];
+  x->S = x->k->shape[2];
+  x->Dv = x->v->shape[3];
+  x->G = x->Hkv ? x->H / x->Hkv : 1;
+  atomic_init(&x->oom, 0);
+}
+
+/* work in multiply-adds, for the pool's split threshold */
+static int64_t sdpa_work(const sdpa_ctx *x) { return x->B * x->H * x->T * x->S * (x->D + x->Dv); }
+
+static ag_status sdpa_status(sdpa_ctx *x, const ag_kernel_call *c) {
+  if (atomic_load(&x->oom))
     return ag_error_set(AG_ERR_OOM, "%s: no host memory for attention tiles", c->name ? c->name : "attention");
   return AG_OK;
+}
+
+ag_status cpu_k_sdpa(ag_kernel_error *err, const ag_k_sdpa *a) {
+  (void)err;
+  sdpa_ctx x = {.q = a->q, .k = a->k, .v = a->v, .mask = a->mask, .out = a->out, .lse = a->lse,
+                .seed = a->call->seed, .offset = a->call->offset, .scale = a->scale, .p = a->dropout_p,
+                .causal = a->causal != 0};
+  sdpa_shapes(&x);
+  const int64_t nqt = (x.T + BQ - 1) / BQ;
+  ag__cpu_par_for(x.B * x.H * nqt, sdpa_work(&x), x.q->dtype == AG_F64 ? fwd_range_f64 : fwd_range_f32, &x);
+  return sdpa_status(&x, a->call);
+}
+
+ag_status cpu_k_sdpa_bwd(ag_kernel_error *err, const ag_k_sdpa_bwd *a) {
+  (void)err;
+  if (!a->multi || a->multi->count < a->mgroup)
+    return ag_error_set(AG_ERR_INTERNAL, "%s: dq, dk, dv and out not given", a->call->name ? a->call->name : "attention");
+  sdpa_ctx x = {.q = a->q, .k = a->k, .v = a->v, .mask = a->mask, .lse = a->lse, .dout = a->dout,
+                .dq = &AGK_MULTI(a, 0, dq), .dk = &AGK_MULTI(a, 0, dk), .dv = &AGK_MULTI(a, 0, dv),
+                .fwd_out = &AGK_MULTI(a, 0, out), .seed = a->call->seed, .offset = a->call->offset,
+                .scale = a->scale, .p = a->dropout_p, .causal = a->causal != 0};
+  sdpa_shapes(&x);
+  const bool dbl = x.q->dtype == AG_F64;
+  const int64_t nqt = (x.T + BQ - 1) / BQ, nkt = (x.S + BK - 1) / BK, work = sdpa_work(&x);
+  ag__cpu_par_for(x.B * x.H * nqt, 2 * work, dbl ? dq_range_f64 : dq_range_f32, &x);
+  ag__cpu_par_for(x.B * x.Hkv * nkt, 2 * work, dbl ? dkv_range_f64 : dkv_range_f32, &x);
+  return sdpa_status(&x, a->call);
 }

@@ -579,7 +579,7 @@ static ag_status cpu_launch(ag_bstream *s, const ag_kernel_call *c) {
   ag_kmulti *m = NULL;
   if (c->multi) {
     size_t n = (size_t)(c->multi->count > 0 ? c->multi->count : 0);
-    size_t sz = offsetof(ag_kmulti, t) + n * sizeof c->multi->t[0];
+    size_t sz = offsetof(ag_kmulti, t) + n * sizeof(ag_kmulti_entry);
     m = malloc(sz);
     if (!m) return ag_error_set(AG_ERR_OOM, "%s: cannot queue the tensor list", c->name ? c->name : "cpu");
     memcpy(m, c->multi, sz);

@@ -17,6 +17,66 @@
 /* The CPU backend's vtable. Borrowed, static; never NULL. */
 AG_HIDDEN const ag_backend *ag__cpu_backend(void);
 
+/* The kernel ops the CPU runs, with their dtypes and variants, one op a line:
+ * kargs.h generates the dispatch and supports() data from it (cpu_kernels.c)
+ * and the declarations below; an op not listed is AG_ERR_UNSUPPORTED. VANY:
+ * the sub-op codes of UNARY, BINARY, REDUCE and POOL2D* are checked by
+ * cpu_kernels.c (cpu_supports_subop). Each op is one function
+ *   ag_status cpu_k_<name>(ag_kernel_error *err, const ag_k_<name> *a)
+ * reading its named arguments; index errors go to *err (the first wins).
+ * Every line ends in a backslash (the list ends at the blank line), so an
+ * op is added by adding its line. */
+
+#define CPU_F32_F64 (AGK_DT(F32) | AGK_DT(F64))
+#define CPU_VIDX (AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))
+#define CPU_KOPS(X)                                                                                 \
+  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                            \
+  X(ARANGE, arange, AGK_DTS_ALL, AGK_VNONE)                                                        \
+  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT64, AGK_VNONE)                                        \
+  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT64, AGK_VNONE)                                          \
+  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                           \
+  X(BINARY, binary, AGK_DTS_ALL, AGK_VANY)                                                         \
+  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                          \
+  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                         \
+  X(MATMUL, matmul, AGK_DTS_FLOAT64, AGK_VNONE)                                                    \
+  X(SOFTMAX, softmax, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))      \
+  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX)) \
+  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT64, CPU_VIDX)                                       \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT64, CPU_VIDX)                               \
+  X(LAYERNORM, layernorm, AGK_DTS_FLOAT64, AGK_VNONE)                                              \
+  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                      \
+  X(EMBEDDING, embedding, AGK_DTS_ALL, CPU_VIDX)                                                   \
+  X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT64, CPU_VIDX)                                       \
+  X(DROPOUT, dropout, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
+  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                          \
+  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                              \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT64, AGK_VNONE)                                    \
+  X(SUMSQ, sumsq, AGK_DTS_FLOAT64, AGK_VNONE)                                                      \
+  X(CONV2D, conv2d, CPU_F32_F64, AGK_VNONE)                                                        \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, CPU_F32_F64, AGK_VNONE)                                    \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, CPU_F32_F64, AGK_VNONE)                                  \
+  X(POOL2D, pool2d, CPU_F32_F64, AGK_VANY)                                                         \
+  X(POOL2D_BWD, pool2d_bwd, CPU_F32_F64, AGK_VANY)                                                 \
+  X(BN_STATS, bn_stats, CPU_F32_F64, AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))         \
+  X(BN_APPLY, bn_apply, CPU_F32_F64, AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))       \
+  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
+  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                          \
+  X(VAR, var, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                          \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX)) \
+  X(GATHER, gather, AGK_DTS_FLOAT64, CPU_VIDX)                                                     \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT64, CPU_VIDX)                                             \
+  X(TOPK, topk, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))     \
+  X(SDPA, sdpa, AGK_DTS_FLOAT64, AGK_VNONE)                                                        \
+  X(SDPA_BWD, sdpa_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                                \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT64, AGK_VNONE)                                            \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                    \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+
+#define CPU_KOP_DECL(ID, name, dts, vs) AG_HIDDEN ag_status cpu_k_##name(ag_kernel_error *err, const ag_k_##name *a);
+CPU_KOPS(CPU_KOP_DECL)
+#undef CPU_KOP_DECL
+
 /* Run one kernel call to completion on the calling thread. Index errors are
  * recorded into *err unless it already holds one (the first error wins).
  * Returns AG_OK, or AG_ERR_OOM (with ag_error_set) when scratch memory could
@@ -31,32 +91,6 @@ AG_HIDDEN bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt);
  * the same bodies (avx2 = true), so tests can check both. Returns false, and
  * writes nothing, when the AVX2 build is absent or the CPU lacks AVX2/FMA. */
 AG_HIDDEN bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, int64_t n);
-
-/* Matmul (cpu_matmul.c): AG_K_MATMUL for f32, f64, f16, bf16. */
-AG_HIDDEN ag_status ag__cpu_matmul(const ag_kernel_call *c);
-
-/* Vision ops (cpu_conv.c): AG_K_CONV2D*, AG_K_POOL2D* for f32 and f64. */
-AG_HIDDEN ag_status ag__cpu_vision(const ag_kernel_call *c);
-
-/* Random numbers (cpu_random.c): AG_K_RAND_UNIFORM, AG_K_RAND_NORMAL,
- * AG_K_DROPOUT. */
-AG_HIDDEN ag_status ag__cpu_random(const ag_kernel_call *c);
-
-/* Row kernels (cpu_rows.c): AG_K_SOFTMAX*, AG_K_CROSS_ENTROPY*,
- * AG_K_LAYERNORM*, AG_K_RMSNORM*, AG_K_VAR, AG_K_CUMSUM, AG_K_GATHER*,
- * AG_K_TOPK, AG_K_EMBEDDING*. Index errors go to err. */
-AG_HIDDEN ag_status ag__cpu_rows(const ag_kernel_call *c, ag_kernel_error *err);
-
-/* Fused attention (cpu_attention.c): AG_K_SDPA, AG_K_SDPA_BWD for f32,
- * f16, bf16 (f32 compute) and f64. */
-AG_HIDDEN ag_status ag__cpu_attention(const ag_kernel_call *c);
-
-/* Reductions (cpu_reduce.c): AG_K_REDUCE. */
-AG_HIDDEN ag_status ag__cpu_reduce(const ag_kernel_call *c);
-
-/* Multi-tensor kernels (cpu_optim.c): AG_K_ADAMW, AG_K_SGD,
- * AG_K_NONFINITE_CHECK, AG_K_SUMSQ. */
-AG_HIDDEN ag_status ag__cpu_multi(const ag_kernel_call *c);
 
 /* Work above which kernels split across the pool's threads (the pool's
  * threshold; core/runtime/threadpool.h says why 2^19). */

@@ -17,6 +17,14 @@
 
 typedef ag_conv_geom conv_geom;
 
+/* The geometry of a conv2d call a (any of the three: their windows have
+ * the same names) with input x, output y and weight w. */
+#define CONV_GEOM(a, x, y, w)                                                                     \
+  ((conv_geom){.N = (x)->shape[0], .C = (x)->shape[1], .H = (x)->shape[2], .W = (x)->shape[3],   \
+               .Co = (y)->shape[1], .Ho = (y)->shape[2], .Wo = (y)->shape[3], .kh = (w)->shape[2], \
+               .kw = (w)->shape[3], .sh = (a)->stride_h, .sw = (a)->stride_w, .ph = (a)->pad_h,    \
+               .pw = (a)->pad_w, .dh = (a)->dilation_h, .dw = (a)->dilation_w, .G = (a)->groups})
+
 /* C[M, N] = A @ B + beta * C, row-major, A as [M, K] (or stored [K, M] when
  * ta), B as [K, N] (or stored [N, K] when tb). */
 #define GEMM(T)                                                                                     \
@@ -224,7 +232,7 @@ static int64_t chunk_len(const conv_job *j, int64_t ch) {
     }                                                                                             \
     free(col);                                                                                    \
   }                                                                                               \
-  static ag_status conv_run_##T(const ag_kernel_call *c, conv_geom g, const void *in, const void *w, \
+  static ag_status conv_run_##T(const char *name, conv_geom g, const void *in, const void *w,       \
                                 const void *bias, void *out, ag_cpu_range_fn fn, bool weight) {    \
     conv_job j = {.g = g, .in = in, .w = w, .bias = bias, .out = out};                            \
     atomic_init(&j.oom, 0);                                                                       \
@@ -238,7 +246,7 @@ static int64_t chunk_len(const conv_job *j, int64_t ch) {
         return AG_OK;                                                                             \
       }                                                                                           \
       part = malloc(sizeof(T) * (size_t)(nchunks * dwn));                                         \
-      if (!part) return ag_error_set(AG_ERR_OOM, "%s: no memory for the weight gradient's chunks", c->name); \
+      if (!part) return ag_error_set(AG_ERR_OOM, "%s: no memory for the weight gradient's chunks", name); \
       j.out = part;                                                                               \
     }                                                                                             \
     if (g.N > 0) ag__cpu_par_for(nchunks, g.N * g.Co * j.K * j.P, fn, &j);                        \
@@ -249,24 +257,24 @@ static int64_t chunk_len(const conv_job *j, int64_t ch) {
         for (int64_t i = 0; i < dwn; i++) dw[i] += part[ch * dwn + i];                            \
       free(part);                                                                                 \
     }                                                                                             \
-    if (atomic_load(&j.oom)) return ag_error_set(AG_ERR_OOM, "%s: no memory for im2col", c->name); \
+    if (atomic_load(&j.oom)) return ag_error_set(AG_ERR_OOM, "%s: no memory for im2col", name);   \
     return AG_OK;                                                                                 \
   }                                                                                               \
-  static ag_status conv_fwd_##T(const ag_kernel_call *c) {                                        \
-    conv_geom g = ag_conv_geom_of(c, &c->o[1], &c->o[0], &c->o[2]);                               \
-    return conv_run_##T(c, g, ag__cpu_ptr(&c->o[1]), ag__cpu_ptr(&c->o[2]),                        \
-                        c->o[3].base ? ag__cpu_ptr(&c->o[3]) : NULL, ag__cpu_ptr(&c->o[0]),        \
-                        conv_fwd_chunks_##T, false);                                              \
+  static ag_status conv_fwd_##T(const ag_k_conv2d *a) {                                           \
+    conv_geom g = CONV_GEOM(a, a->x, a->y, a->w);                                                 \
+    return conv_run_##T(a->call->name, g, ag__cpu_ptr(a->x), ag__cpu_ptr(a->w),                   \
+                        a->bias ? ag__cpu_ptr(a->bias) : NULL, ag__cpu_ptr(a->y), conv_fwd_chunks_##T, \
+                        false);                                                                   \
   }                                                                                               \
-  static ag_status conv_bwd_input_##T(const ag_kernel_call *c) {                                  \
-    conv_geom g = ag_conv_geom_of(c, &c->o[0], &c->o[1], &c->o[2]);                               \
-    return conv_run_##T(c, g, ag__cpu_ptr(&c->o[1]), ag__cpu_ptr(&c->o[2]), NULL,                  \
-                        ag__cpu_ptr(&c->o[0]), conv_bwd_input_chunks_##T, false);                 \
+  static ag_status conv_bwd_input_##T(const ag_k_conv2d_bwd_input *a) {                           \
+    conv_geom g = CONV_GEOM(a, a->dx, a->dy, a->w);                                               \
+    return conv_run_##T(a->call->name, g, ag__cpu_ptr(a->dy), ag__cpu_ptr(a->w), NULL,            \
+                        ag__cpu_ptr(a->dx), conv_bwd_input_chunks_##T, false);                    \
   }                                                                                               \
-  static ag_status conv_bwd_weight_##T(const ag_kernel_call *c) {                                 \
-    conv_geom g = ag_conv_geom_of(c, &c->o[2], &c->o[1], &c->o[0]);                               \
-    return conv_run_##T(c, g, ag__cpu_ptr(&c->o[1]), ag__cpu_ptr(&c->o[2]), NULL,                  \
-                        ag__cpu_ptr(&c->o[0]), conv_bwd_weight_chunks_##T, true);                 \
+  static ag_status conv_bwd_weight_##T(const ag_k_conv2d_bwd_weight *a) {                         \
+    conv_geom g = CONV_GEOM(a, a->x, a->dy, a->dw);                                               \
+    return conv_run_##T(a->call->name, g, ag__cpu_ptr(a->dy), ag__cpu_ptr(a->x), NULL,            \
+                        ag__cpu_ptr(a->dw), conv_bwd_weight_chunks_##T, true);                    \
   }
 
 /* Pooling over planes (N*C of them, split across the pool's threads). The
@@ -275,7 +283,7 @@ static int64_t chunk_len(const conv_job *j, int64_t ch) {
  * first NaN is kept. A 2x2 window of stride 2 without padding that fits the
  * input (the CNN default) has its own loop. */
 typedef struct pool_job {
-  const ag_kernel_call *c;
+  int op; /* ag_pool_op */
   int64_t H, W, Ho, Wo, sh, sw, ph, pw, kh, kw;
   bool with_pad;
   const void *in;   /* fwd: x; bwd: dy */
@@ -283,18 +291,18 @@ typedef struct pool_job {
   int32_t *idx;     /* MAX: the argmax (written by fwd, read by bwd) */
 } pool_job;
 
-static pool_job pool_job_of(const ag_kernel_call *c, const ag_koperand *X, const ag_koperand *Y) {
-  pool_job j = {.c = c, .H = X->shape[2], .W = X->shape[3], .Ho = Y->shape[2], .Wo = Y->shape[3],
-                .sh = (int64_t)c->s[0], .sw = (int64_t)c->s[1], .ph = (int64_t)c->s[2], .pw = (int64_t)c->s[3],
-                .kh = (int64_t)c->s[4], .kw = (int64_t)c->s[5], .with_pad = c->s[6] != 0};
-  return j;
-}
+/* The job of a pool call a (forward or backward: their windows have the
+ * same names) with input X and output Y. */
+#define POOL_JOB_OF(a, X, Y)                                                                      \
+  ((pool_job){.op = (a)->variant, .H = (X)->shape[2], .W = (X)->shape[3], .Ho = (Y)->shape[2],     \
+              .Wo = (Y)->shape[3], .sh = (a)->stride_h, .sw = (a)->stride_w, .ph = (a)->pad_h,     \
+              .pw = (a)->pad_w, .kh = (a)->kernel_h, .kw = (a)->kernel_w, .with_pad = (a)->count_pad != 0})
 
 /* The window of output (oh, ow) clipped to the input, and its divisor. */
 static void pool_window(const pool_job *j, int64_t oh, int64_t ow, int64_t *h0, int64_t *h1, int64_t *w0,
                         int64_t *w1, int64_t *div) {
   const int64_t H = j->H, W = j->W;
-  if (j->c->sub == AG_P_ADAPTIVE_AVG) {
+  if (j->op == AG_P_ADAPTIVE_AVG) {
     *h0 = oh * H / j->Ho, *h1 = ((oh + 1) * H + j->Ho - 1) / j->Ho;
     *w0 = ow * W / j->Wo, *w1 = ((ow + 1) * W + j->Wo - 1) / j->Wo;
     *div = (*h1 - *h0) * (*w1 - *w0);
@@ -311,7 +319,7 @@ static void pool_window(const pool_job *j, int64_t oh, int64_t ow, int64_t *h0, 
 }
 
 static bool pool_is_2x2(const pool_job *j) {
-  return j->c->sub == AG_P_MAX && j->kh == 2 && j->kw == 2 && j->sh == 2 && j->sw == 2 && j->ph == 0 &&
+  return j->op == AG_P_MAX && j->kh == 2 && j->kw == 2 && j->sh == 2 && j->sw == 2 && j->ph == 0 &&
          j->pw == 0 && 2 * j->Ho <= j->H && 2 * j->Wo <= j->W;
 }
 
@@ -397,16 +405,16 @@ static bool pool_is_2x2(const pool_job *j) {
     }                                                                                             \
   }
 
-/* planes of the pool call, and its work for the pool (window reads) */
-static void pool_run(const ag_kernel_call *c, bool bwd, ag_cpu_range_fn fn) {
-  const ag_koperand *X = &c->o[bwd ? 0 : 1], *Y = &c->o[bwd ? 1 : 0];
-  pool_job j = pool_job_of(c, X, Y);
-  j.in = ag__cpu_ptr(&c->o[1]);
-  j.out = ag__cpu_ptr(&c->o[0]);
-  j.idx = c->sub == AG_P_MAX ? (int32_t *)ag__cpu_ptr(&c->o[2]) : NULL;
+/* j (geometry from the input X) over its planes, with its work for the
+ * pool (window reads); in, out, argmax: the job's operands. */
+static void pool_run(pool_job j, const ag_koperand *X, const ag_koperand *in, const ag_koperand *out,
+                     const ag_koperand *argmax, ag_cpu_range_fn fn) {
+  j.in = ag__cpu_ptr(in);
+  j.out = ag__cpu_ptr(out);
+  j.idx = j.op == AG_P_MAX ? (int32_t *)ag__cpu_ptr(argmax) : NULL;
   const int64_t planes = X->shape[0] * X->shape[1];
-  const int64_t win = c->sub == AG_P_ADAPTIVE_AVG ? (j.H / (j.Ho > 0 ? j.Ho : 1) + 1) * (j.W / (j.Wo > 0 ? j.Wo : 1) + 1)
-                                                  : j.kh * j.kw;
+  const int64_t win = j.op == AG_P_ADAPTIVE_AVG ? (j.H / (j.Ho > 0 ? j.Ho : 1) + 1) * (j.W / (j.Wo > 0 ? j.Wo : 1) + 1)
+                                                : j.kh * j.kw;
   ag__cpu_par_for(planes, planes * (j.H * j.W + j.Ho * j.Wo * win), fn, &j);
 }
 
@@ -417,7 +425,8 @@ static void pool_run(const ag_kernel_call *c, bool bwd, ag_cpu_range_fn fn) {
  * not depend on the thread count and f32 rounding spans at most
  * BN_BLOCK/16 terms. Channels are split across threads. */
 typedef struct bn_job {
-  const ag_kernel_call *c;
+  const void *a, *b, *mu, *coef; /* inputs (b, mu: BN_SUMS, BN_AFFINE_B) */
+  void *y;                       /* stats or y */
   int64_t N, C, HW;
 } bn_job;
 
@@ -469,12 +478,9 @@ typedef struct bn_job {
   }                                                                                               \
   static void bn_stats_chans_##T(void *ctx, int64_t c0, int64_t c1) {                             \
     const bn_job *j = ctx;                                                                        \
-    const ag_kernel_call *c = j->c;                                                               \
     const int64_t C = j->C, cnt = j->N * j->HW;                                                   \
-    const T *a = (const T *)ag__cpu_ptr(&c->o[1]);                                                \
-    const T *b = c->sub == 1 ? (const T *)ag__cpu_ptr(&c->o[2]) : NULL;                           \
-    const T *mu = c->sub == 1 ? (const T *)ag__cpu_ptr(&c->o[3]) : NULL;                          \
-    T *out = (T *)ag__cpu_ptr(&c->o[0]);                                                          \
+    const T *a = j->a, *b = j->b, *mu = j->mu;                                                    \
+    T *out = j->y;                                                                                \
     for (int64_t ch = c0; ch < c1; ch++) {                                                        \
       double s0 = 0, s1 = 0;                                                                      \
       if (!b) { /* the mean, then the second moment about it */                                   \
@@ -492,11 +498,9 @@ typedef struct bn_job {
   }                                                                                               \
   static void bn_apply_planes_##T(void *ctx, int64_t q0, int64_t q1) {                            \
     const bn_job *j = ctx;                                                                        \
-    const ag_kernel_call *c = j->c;                                                               \
     const int64_t C = j->C, HW = j->HW;                                                           \
-    T *y = (T *)ag__cpu_ptr(&c->o[0]);                                                            \
-    const T *a = (const T *)ag__cpu_ptr(&c->o[1]), *coef = (const T *)ag__cpu_ptr(&c->o[2]);     \
-    const T *b = c->sub == 1 ? (const T *)ag__cpu_ptr(&c->o[3]) : NULL;                           \
+    T *y = j->y;                                                                                  \
+    const T *a = j->a, *coef = j->coef, *b = j->b;                                                \
     for (int64_t q = q0; q < q1; q++) {                                                           \
       const int64_t ch = q % C;                                                                   \
       const T p = coef[ch], sh = coef[C + ch];                                                    \
@@ -523,25 +527,51 @@ POOL(double)
 BN(float)
 BN(double)
 
-ag_status ag__cpu_vision(const ag_kernel_call *c) {
-  const bool f64 = c->o[0].dtype == AG_F64;
-  switch (c->op) {
-    case AG_K_CONV2D: return f64 ? conv_fwd_double(c) : conv_fwd_float(c);
-    case AG_K_CONV2D_BWD_INPUT: return f64 ? conv_bwd_input_double(c) : conv_bwd_input_float(c);
-    case AG_K_CONV2D_BWD_WEIGHT: return f64 ? conv_bwd_weight_double(c) : conv_bwd_weight_float(c);
-    case AG_K_POOL2D: pool_run(c, false, f64 ? pool_fwd_planes_double : pool_fwd_planes_float); return AG_OK;
-    case AG_K_POOL2D_BWD: pool_run(c, true, f64 ? pool_bwd_planes_double : pool_bwd_planes_float); return AG_OK;
-    case AG_K_BN_STATS:
-    case AG_K_BN_APPLY: {
-      bn_job j = {.c = c, .N = c->i[0], .C = c->i[1], .HW = c->i[2]};
-      const int64_t total = j.N * j.C * j.HW;
-      if (c->op == AG_K_BN_STATS)
-        ag__cpu_par_for(j.C, 2 * total, f64 ? bn_stats_chans_double : bn_stats_chans_float, &j);
-      else
-        ag__cpu_par_for(j.N * j.C, total, f64 ? bn_apply_planes_double : bn_apply_planes_float, &j);
-      return AG_OK;
-    }
-    default: break;
-  }
-  return ag_error_set(AG_ERR_INTERNAL, "%s: not a vision op (%d)", c->name ? c->name : "launch", (int)c->op);
+ag_status cpu_k_conv2d(ag_kernel_error *err, const ag_k_conv2d *a) {
+  (void)err;
+  return a->y->dtype == AG_F64 ? conv_fwd_double(a) : conv_fwd_float(a);
+}
+
+ag_status cpu_k_conv2d_bwd_input(ag_kernel_error *err, const ag_k_conv2d_bwd_input *a) {
+  (void)err;
+  return a->dx->dtype == AG_F64 ? conv_bwd_input_double(a) : conv_bwd_input_float(a);
+}
+
+ag_status cpu_k_conv2d_bwd_weight(ag_kernel_error *err, const ag_k_conv2d_bwd_weight *a) {
+  (void)err;
+  return a->dw->dtype == AG_F64 ? conv_bwd_weight_double(a) : conv_bwd_weight_float(a);
+}
+
+ag_status cpu_k_pool2d(ag_kernel_error *err, const ag_k_pool2d *a) {
+  (void)err;
+  pool_run(POOL_JOB_OF(a, a->x, a->y), a->x, a->x, a->y, a->argmax,
+           a->y->dtype == AG_F64 ? pool_fwd_planes_double : pool_fwd_planes_float);
+  return AG_OK;
+}
+
+ag_status cpu_k_pool2d_bwd(ag_kernel_error *err, const ag_k_pool2d_bwd *a) {
+  (void)err;
+  pool_run(POOL_JOB_OF(a, a->dx, a->dy), a->dx, a->dy, a->dx, a->argmax,
+           a->dx->dtype == AG_F64 ? pool_bwd_planes_double : pool_bwd_planes_float);
+  return AG_OK;
+}
+
+ag_status cpu_k_bn_stats(ag_kernel_error *err, const ag_k_bn_stats *a) {
+  (void)err;
+  const bool sums = a->variant == AG_KV_BN_SUMS;
+  bn_job j = {.a = ag__cpu_ptr(a->a), .b = sums ? ag__cpu_ptr(a->b) : NULL, .mu = sums ? ag__cpu_ptr(a->mu) : NULL,
+              .y = ag__cpu_ptr(a->stats), .N = a->n, .C = a->c, .HW = a->hw};
+  ag__cpu_par_for(j.C, 2 * j.N * j.C * j.HW, a->stats->dtype == AG_F64 ? bn_stats_chans_double : bn_stats_chans_float,
+                  &j);
+  return AG_OK;
+}
+
+ag_status cpu_k_bn_apply(ag_kernel_error *err, const ag_k_bn_apply *a) {
+  (void)err;
+  const bool with_b = a->variant == AG_KV_BN_AFFINE_B;
+  bn_job j = {.a = ag__cpu_ptr(a->a), .b = with_b ? ag__cpu_ptr(a->b) : NULL, .coef = ag__cpu_ptr(a->coef),
+              .y = ag__cpu_ptr(a->y), .N = a->n, .C = a->c, .HW = a->hw};
+  ag__cpu_par_for(j.N * j.C, j.N * j.C * j.HW, a->y->dtype == AG_F64 ? bn_apply_planes_double : bn_apply_planes_float,
+                  &j);
+  return AG_OK;
 }

@@ -9,8 +9,6 @@
 #include "cpu_backend.h"
 #include "cpu_tile.h"
 
-AG_HIDDEN ag_status ag__cpu_k_group_norm(const ag_k_group_norm *a);
-AG_HIDDEN ag_status ag__cpu_k_group_norm_bwd(const ag_k_group_norm_bwd *a);
 
 static char *at(const ag_koperand *o, int64_t i) { return ag__cpu_ptr(o) + (size_t)i * ag__cpu_dtsize(o->dtype); }
 
@@ -59,7 +57,8 @@ static void gn_fwd_blocks(void *ctx, int64_t lo, int64_t hi) {
   free(v);
 }
 
-ag_status ag__cpu_k_group_norm(const ag_k_group_norm *a) {
+ag_status cpu_k_group_norm(ag_kernel_error *err, const ag_k_group_norm *a) {
+  (void)err; /* no index operands */
   gn_job j = {a, a->c / a->groups, a->hw, a->groups, false};
   ag__cpu_par_for(a->n * a->groups, a->n * a->c * a->hw * 4, gn_fwd_blocks, &j);
   return atomic_load(&j.oom) ? no_memory(a->call->name) : AG_OK;
@@ -131,7 +130,8 @@ static void gn_bwd_channels(void *ctx, int64_t lo, int64_t hi) {
   free(v);
 }
 
-ag_status ag__cpu_k_group_norm_bwd(const ag_k_group_norm_bwd *a) {
+ag_status cpu_k_group_norm_bwd(ag_kernel_error *err, const ag_k_group_norm_bwd *a) {
+  (void)err; /* no index operands */
   gn_job j = {a, a->c / a->groups, a->hw, a->groups, false};
   const int64_t work = a->n * a->c * a->hw * 6;
   ag__cpu_par_for(a->n * a->groups, work, gn_bwd_blocks, &j);

@@ -11,8 +11,6 @@
 #include "cpu_backend.h"
 #include "cpu_tile.h"
 
-AG_HIDDEN ag_status ag__cpu_k_interpolate(const ag_k_interpolate *a);
-AG_HIDDEN ag_status ag__cpu_k_interpolate_bwd(const ag_k_interpolate_bwd *a);
 
 /* One axis: out positions read i0 with weight l0 and i1 with weight l1;
  * start[i] (i in 0..in) is the first output whose i0 >= i. */
@@ -182,10 +180,12 @@ static ag_status ip_run(const ag_kernel_call *call, const ag_koperand *dst, cons
   return AG_OK;
 }
 
-ag_status ag__cpu_k_interpolate(const ag_k_interpolate *a) {
+ag_status cpu_k_interpolate(ag_kernel_error *err, const ag_k_interpolate *a) {
+  (void)err; /* no index operands */
   return ip_run(a->call, a->y, a->x, a->x, a->variant, a->scale_h, a->scale_w, a->align_corners, false);
 }
 
-ag_status ag__cpu_k_interpolate_bwd(const ag_k_interpolate_bwd *a) {
+ag_status cpu_k_interpolate_bwd(ag_kernel_error *err, const ag_k_interpolate_bwd *a) {
+  (void)err; /* no index operands */
   return ip_run(a->call, a->dx, a->dy, a->dx, a->variant, a->scale_h, a->scale_w, a->align_corners, true);
 }

@@ -45,7 +45,7 @@ bool ag__cpu_unary_f32(int sub, bool avx2, float *o, const float *a, int64_t n) 
 
 /* ---- integer elementwise (i64 compute): wrap-around arithmetic as in two's
  * complement, computed in uint64 (no signed overflow); AFFINE from the
- * call's exact integer scalars i[0], i[1] (kops.h) ---- */
+ * call's exact integer scalars i0, i1 (kops.h) ---- */
 
 static inline int64_t wrap(uint64_t u) { return (int64_t)u; }
 
@@ -54,7 +54,7 @@ static inline int64_t wrap(uint64_t u) { return (int64_t)u; }
 _Static_assert(AG_UNARY_INT_COUNT == 4, "unary_i implements COPY, NEG, ABS, AFFINE");
 _Static_assert(AG_BINARY_INT_COUNT == 11, "binary_i implements ADD..MIN and the comparisons");
 
-static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const int64_t *is) {
+static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, int64_t i0, int64_t i1) {
   switch (sub) {
     case AG_U_COPY:
       if (o != a) memcpy(o, a, (size_t)n * 8);
@@ -64,7 +64,7 @@ static void unary_i(int sub, int64_t *o, const int64_t *a, int64_t n, const int6
       for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? wrap(0u - (uint64_t)a[i]) : a[i];
       break;
     case AG_U_AFFINE: { /* the store keeps the low bits of the output's width */
-      const uint64_t m = (uint64_t)is[0], k = (uint64_t)is[1];
+      const uint64_t m = (uint64_t)i0, k = (uint64_t)i1;
       for (int64_t i = 0; i < n; i++) o[i] = wrap((uint64_t)a[i] * m + k);
       break;
     }
@@ -103,8 +103,15 @@ static void binary_i(int sub, int64_t *o, const int64_t *a, const int64_t *b, in
 enum { DOM_F, DOM_D, DOM_I, DOM_RAW };
 enum { EW_UNARY, EW_BINARY, EW_WHERE, EW_FILL };
 
+/* One elementwise call: its operands (output first), the sub-op code of
+ * UNARY/BINARY, their scalars s0, s1 and UNARY's exact integer scalars i0,
+ * i1, FILL's value. */
 typedef struct ew {
-  const ag_kernel_call *c;
+  const ag_koperand *const *op;
+  int sub;
+  double scalars[2];
+  int64_t i0, i1;
+  double fill;
   int kind, dom, nops, nd;
   int64_t numel;
   int64_t shape[AG_MAX_DIMS];
@@ -123,30 +130,30 @@ static bool is_compare(int sub) {
 }
 
 static void ew_compute(const ew *e, void *o, void *const *in, int64_t n) {
-  const ag_kernel_call *c = e->c;
+  const double fill = e->fill;
   switch (e->dom) {
     case DOM_F:
-      if (e->kind == EW_UNARY) (void)FV(unary_f)(c->sub, o, in[0], n, c->s);
-      else if (e->kind == EW_BINARY) (void)FV(binary_f)(c->sub, o, in[0], in[1], n, c->s);
+      if (e->kind == EW_UNARY) (void)FV(unary_f)(e->sub, o, in[0], n, e->scalars);
+      else if (e->kind == EW_BINARY) (void)FV(binary_f)(e->sub, o, in[0], in[1], n, e->scalars);
       else if (e->kind == EW_WHERE) FV(where_f)(o, in[0], in[1], in[2], n);
-      else for (int64_t i = 0; i < n; i++) ((float *)o)[i] = (float)c->s[0];
+      else for (int64_t i = 0; i < n; i++) ((float *)o)[i] = (float)fill;
       break;
     case DOM_D:
-      if (e->kind == EW_UNARY) (void)unary_d(c->sub, o, in[0], n, c->s);
-      else if (e->kind == EW_BINARY) (void)binary_d(c->sub, o, in[0], in[1], n, c->s);
+      if (e->kind == EW_UNARY) (void)unary_d(e->sub, o, in[0], n, e->scalars);
+      else if (e->kind == EW_BINARY) (void)binary_d(e->sub, o, in[0], in[1], n, e->scalars);
       else if (e->kind == EW_WHERE) where_d(o, in[0], in[1], in[2], n);
-      else for (int64_t i = 0; i < n; i++) ((double *)o)[i] = c->s[0];
+      else for (int64_t i = 0; i < n; i++) ((double *)o)[i] = fill;
       break;
     default:
-      if (e->kind == EW_UNARY) unary_i(c->sub, o, in[0], n, c->i);
-      else if (e->kind == EW_BINARY) binary_i(c->sub, o, in[0], in[1], n, c->s, e->dt[0]);
+      if (e->kind == EW_UNARY) unary_i(e->sub, o, in[0], n, e->i0, e->i1);
+      else if (e->kind == EW_BINARY) binary_i(e->sub, o, in[0], in[1], n, e->scalars, e->dt[0]);
       else if (e->kind == EW_WHERE) {
         int64_t *r = o;
         const uint8_t *m = in[0];
         const int64_t *a = in[1], *b = in[2];
         for (int64_t i = 0; i < n; i++) r[i] = m[i] ? a[i] : b[i];
       } else {
-        int64_t v = sat_int(c->s[0], e->dt[0]);
+        int64_t v = sat_int(fill, e->dt[0]);
         for (int64_t i = 0; i < n; i++) ((int64_t *)o)[i] = v;
       }
       break;
@@ -301,31 +308,40 @@ static int64_t ew_cost(int kind, int sub) {
   return 1;
 }
 
-static void ew_run(const ag_kernel_call *c, int kind, int nops) {
-  ew e;
-  e.c = c;
-  e.kind = kind;
-  e.nops = nops;
-  const ag_koperand *o0 = &c->o[0];
+/* One elementwise call of `kind` over its nops operands ops (output first):
+ * sub, scalars, i0, i1 and fill as in ew. */
+static void ew_run(int kind, int nops, const ag_koperand *const *ops, int sub, const double *scalars, int64_t i0,
+                   int64_t i1, double fill) {
+  ew e_, *e = &e_; /* not zeroed (small ops launch often): each field is set before it is read */
+  e->op = ops;
+  e->kind = kind;
+  e->nops = nops;
+  e->sub = sub;
+  e->scalars[0] = scalars ? scalars[0] : 0;
+  e->scalars[1] = scalars ? scalars[1] : 0;
+  e->i0 = i0;
+  e->i1 = i1;
+  e->fill = fill;
+  const ag_koperand *o0 = ops[0];
   for (int k = 0; k < nops; k++) {
-    e.p[k] = ag__cpu_ptr(&c->o[k]);
-    e.dt[k] = c->o[k].dtype;
-    e.sz[k] = ag__cpu_dtsize(e.dt[k]);
+    e->p[k] = ag__cpu_ptr(ops[k]);
+    e->dt[k] = ops[k]->dtype;
+    e->sz[k] = ag__cpu_dtsize(e->dt[k]);
   }
   /* Compute type: the output's, except that casts involving f64 go through
    * f64 and same-dtype copies move raw bits (NaN payloads survive). */
-  e.dom = dom_of(e.dt[0]);
-  if (kind == EW_UNARY && nops == 2 && c->sub == AG_U_COPY) {
-    if (e.dt[0] == e.dt[1]) e.dom = DOM_RAW;
-    else if (is_int(e.dt[0]) && is_int(e.dt[1])) e.dom = DOM_I;
-    else if (e.dt[0] == AG_F64 || e.dt[1] == AG_F64 || e.dt[0] == AG_I64 || e.dt[1] == AG_I64) e.dom = DOM_D;
-    else e.dom = DOM_F;
+  e->dom = dom_of(e->dt[0]);
+  if (kind == EW_UNARY && nops == 2 && e->sub == AG_U_COPY) {
+    if (e->dt[0] == e->dt[1]) e->dom = DOM_RAW;
+    else if (is_int(e->dt[0]) && is_int(e->dt[1])) e->dom = DOM_I;
+    else if (e->dt[0] == AG_F64 || e->dt[1] == AG_F64 || e->dt[0] == AG_I64 || e->dt[1] == AG_I64) e->dom = DOM_D;
+    else e->dom = DOM_F;
   }
   /* comparisons compute in the inputs' type and store 0/1 as bool */
-  if (kind == EW_BINARY && is_compare(c->sub)) e.dom = dom_of(e.dt[1]);
-  const ag_dtype nat = e.dom == DOM_F ? AG_F32 : e.dom == DOM_D ? AG_F64 : AG_I64;
-  for (int k = 0; k < nops; k++) e.native[k] = e.dt[k] == nat;
-  if (kind == EW_WHERE) e.native[1] = false;
+  if (kind == EW_BINARY && is_compare(e->sub)) e->dom = dom_of(e->dt[1]);
+  const ag_dtype nat = e->dom == DOM_F ? AG_F32 : e->dom == DOM_D ? AG_F64 : AG_I64;
+  for (int k = 0; k < nops; k++) e->native[k] = e->dt[k] == nat;
+  if (kind == EW_WHERE) e->native[1] = false;
 
   /* Fast path for small dense operands: one segment, no index arithmetic. */
   {
@@ -333,12 +349,12 @@ static void ew_run(const ag_kernel_call *c, int kind, int nops) {
     bool dense = true;
     for (int d = o0->ndim - 1; d >= 0 && dense; d--) {
       if (o0->shape[d] != 1)
-        for (int k = 0; k < nops; k++) dense = dense && c->o[k].strides[d] == s;
+        for (int k = 0; k < nops; k++) dense = dense && ops[k]->strides[d] == s;
       s *= o0->shape[d];
     }
-    if (dense && s * ew_cost(kind, c->sub) < AG_CPU_PAR_MIN) {
+    if (dense && s * ew_cost(kind, e->sub) < AG_CPU_PAR_MIN) {
       static const int64_t ones[4] = {1, 1, 1, 1};
-      if (s > 0) ew_segment(&e, e.p, ones, s);
+      if (s > 0) ew_segment(e, e->p, ones, s);
       return;
     }
   }
@@ -351,161 +367,109 @@ static void ew_run(const ag_kernel_call *c, int kind, int nops) {
     numel *= s;
     if (s == 1) continue;
     bool merge = m > 0;
-    for (int k = 0; k < nops && merge; k++) merge = e.st[k][m - 1] == c->o[k].strides[d] * s;
+    for (int k = 0; k < nops && merge; k++) merge = e->st[k][m - 1] == ops[k]->strides[d] * s;
     if (merge) {
-      e.shape[m - 1] *= s;
-      for (int k = 0; k < nops; k++) e.st[k][m - 1] = c->o[k].strides[d];
+      e->shape[m - 1] *= s;
+      for (int k = 0; k < nops; k++) e->st[k][m - 1] = ops[k]->strides[d];
     } else {
-      e.shape[m] = s;
-      for (int k = 0; k < nops; k++) e.st[k][m] = c->o[k].strides[d];
+      e->shape[m] = s;
+      for (int k = 0; k < nops; k++) e->st[k][m] = ops[k]->strides[d];
       m++;
     }
   }
   if (numel <= 0) return;
   if (m == 0) {
     m = 1;
-    e.shape[0] = 1;
-    for (int k = 0; k < nops; k++) e.st[k][0] = 1;
+    e->shape[0] = 1;
+    for (int k = 0; k < nops; k++) e->st[k][0] = 1;
   }
-  e.nd = m;
-  e.numel = numel;
-  if (transpose_like(&e)) {
-    int64_t R = e.shape[m - 2], C = e.shape[m - 1];
+  e->nd = m;
+  e->numel = numel;
+  if (transpose_like(e)) {
+    int64_t R = e->shape[m - 2], C = e->shape[m - 1];
     int64_t tiles = numel / (R * C) * ((R + TT - 1) / TT) * ((C + TT - 1) / TT);
-    par_for(tiles, numel, transpose_range, &e);
+    par_for(tiles, numel, transpose_range, e);
     return;
   }
-  par_for(numel, numel * ew_cost(kind, c->sub), ew_range, &e);
+  par_for(numel, numel * ew_cost(kind, e->sub), ew_range, e);
+}
+
+/* ---- the elementwise ops ---- */
+
+ag_status cpu_k_fill(ag_kernel_error *err, const ag_k_fill *a) {
+  (void)err;
+  ew_run(EW_FILL, 1, (const ag_koperand *const[]){a->out}, 0, NULL, 0, 0, a->value);
+  return AG_OK;
+}
+
+ag_status cpu_k_unary(ag_kernel_error *err, const ag_k_unary *a) {
+  (void)err;
+  ew_run(EW_UNARY, 2, (const ag_koperand *const[]){a->y, a->x}, a->variant, (const double[]){a->s0, a->s1}, a->i0,
+         a->i1, 0);
+  return AG_OK;
+}
+
+ag_status cpu_k_binary(ag_kernel_error *err, const ag_k_binary *a) {
+  (void)err;
+  ew_run(EW_BINARY, 3, (const ag_koperand *const[]){a->out, a->a, a->b}, a->variant, (const double[]){a->s0, a->s1},
+         0, 0, 0);
+  return AG_OK;
+}
+
+ag_status cpu_k_where(ag_kernel_error *err, const ag_k_where *a) {
+  (void)err;
+  ew_run(EW_WHERE, 4, (const ag_koperand *const[]){a->out, a->cond, a->a, a->b}, 0, NULL, 0, 0, 0);
+  return AG_OK;
 }
 
 /* ---- creation kernels ---- */
 
-static void k_arange(const ag_kernel_call *c) {
-  int64_t n = c->o[0].ndim ? c->o[0].shape[0] : 1;
-  char *p = ag__cpu_ptr(&c->o[0]);
-  size_t sz = ag__cpu_dtsize(c->o[0].dtype);
+ag_status cpu_k_arange(ag_kernel_error *err, const ag_k_arange *a) {
+  (void)err;
+  const ag_koperand *out = a->out;
+  int64_t n = out->ndim ? out->shape[0] : 1;
+  char *p = ag__cpu_ptr(out);
+  size_t sz = ag__cpu_dtsize(out->dtype);
   double buf[TILE];
   for (int64_t i = 0; i < n; i += TILE) {
     int64_t m = n - i < TILE ? n - i : TILE;
-    for (int64_t j = 0; j < m; j++) buf[j] = c->s[0] + (double)(i + j) * c->s[1];
-    store_d(c->o[0].dtype, p + (size_t)i * sz, 1, m, buf);
+    for (int64_t j = 0; j < m; j++) buf[j] = a->start + (double)(i + j) * a->step;
+    store_d(out->dtype, p + (size_t)i * sz, 1, m, buf);
   }
+  return AG_OK;
 }
 
-/* ---- dispatch ---- */
+/* ---- dispatch (the list CPU_KOPS: cpu_backend.h) ---- */
 
-/* Kernel ops that read their named arguments (cpu_gnorm.c, cpu_interp.c). */
-AG_HIDDEN ag_status ag__cpu_k_group_norm(const ag_k_group_norm *a);
-AG_HIDDEN ag_status ag__cpu_k_group_norm_bwd(const ag_k_group_norm_bwd *a);
-AG_HIDDEN ag_status ag__cpu_k_interpolate(const ag_k_interpolate *a);
-AG_HIDDEN ag_status ag__cpu_k_interpolate_bwd(const ag_k_interpolate_bwd *a);
-#define CPU_KCALL(nm, c) do { ag_k_##nm a_; ag_status st_ = ag_k_##nm##_decode(c, &a_); return st_ != AG_OK ? st_ : ag__cpu_k_##nm(&a_); } while (0)
+#define AGK_IMPL(name) cpu_k_##name
+#define AGK_CTX ag_kernel_error *
+AGK_DEFINE_DISPATCH(cpu_dispatch, CPU_KOPS, "cpu")
+AGK_DEFINE_SUPPORTS(cpu_supports_data, CPU_KOPS)
 
-ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) {
-  switch (c->op) {
-    case AG_K_FILL: ew_run(c, EW_FILL, 1); return AG_OK;
-    case AG_K_ARANGE: k_arange(c); return AG_OK;
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL: return ag__cpu_random(c);
-    case AG_K_UNARY: ew_run(c, EW_UNARY, 2); return AG_OK;
-    case AG_K_BINARY: ew_run(c, EW_BINARY, 3); return AG_OK;
-    case AG_K_WHERE: ew_run(c, EW_WHERE, 4); return AG_OK;
-    case AG_K_REDUCE: return ag__cpu_reduce(c);
-    case AG_K_MATMUL: return ag__cpu_matmul(c);
-    case AG_K_SOFTMAX:
-    case AG_K_SOFTMAX_BWD:
-    case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD:
-    case AG_K_LAYERNORM:
-    case AG_K_LAYERNORM_BWD:
-    case AG_K_RMSNORM:
-    case AG_K_RMSNORM_BWD:
-    case AG_K_VAR:
-    case AG_K_CUMSUM:
-    case AG_K_GATHER:
-    case AG_K_GATHER_BWD:
-    case AG_K_TOPK:
-    case AG_K_EMBEDDING:
-    case AG_K_EMBEDDING_BWD: return ag__cpu_rows(c, err);
-    case AG_K_DROPOUT: return ag__cpu_random(c);
-    case AG_K_ADAMW:
-    case AG_K_SGD:
-    case AG_K_NONFINITE_CHECK:
-    case AG_K_SUMSQ: return ag__cpu_multi(c);
-    case AG_K_CONV2D:
-    case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT:
-    case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD:
-    case AG_K_BN_STATS:
-    case AG_K_BN_APPLY: return ag__cpu_vision(c);
-    case AG_K_SDPA:
-    case AG_K_SDPA_BWD: return ag__cpu_attention(c);
-    case AG_K_GROUP_NORM: CPU_KCALL(group_norm, c);
-    case AG_K_GROUP_NORM_BWD: CPU_KCALL(group_norm_bwd, c);
-    case AG_K_INTERPOLATE: CPU_KCALL(interpolate, c);
-    case AG_K_INTERPOLATE_BWD: CPU_KCALL(interpolate_bwd, c);
-    default: break;
-  }
-  return ag_error_set(AG_ERR_UNSUPPORTED, "%s: cpu backend has no kernel for op %d",
-                      c->name ? c->name : "launch", (int)c->op);
-}
+ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) { return cpu_dispatch(err, c); }
 
-bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
-  if ((unsigned)dt >= AG_DTYPE_COUNT) return false;
-  const bool fl = !is_int(dt);
+/* What the masks cannot say: UNARY and BINARY run every entry of the op
+ * table in the floating dtypes and its INT entries in the integer ones;
+ * REDUCE and POOL2D* run their lists' codes, REDUCE SUM not for bool/u8
+ * (the core sums those in i64). */
+static bool cpu_supports_subop(ag_kop op, int sub, ag_dtype dt) {
   switch (op) {
-    case AG_K_FILL:
-    case AG_K_ARANGE:
-    case AG_K_WHERE: return true;
-    case AG_K_EMBEDDING: return sub == 0 || sub == 1; /* 1: i64 indices */
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL:
-    case AG_K_MATMUL:
-    case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD: return fl && (sub == 0 || sub == 1);
-    case AG_K_LAYERNORM:
-    case AG_K_LAYERNORM_BWD:
-    case AG_K_EMBEDDING_BWD: return fl && (sub == 0 || sub == 1);
-    case AG_K_RMSNORM:
-    case AG_K_RMSNORM_BWD: return fl && sub == 0;
-    case AG_K_VAR:
-    case AG_K_CUMSUM: return fl && (sub == 0 || sub == 1);
-    case AG_K_GATHER: /* sub 1: i64 index */
-    case AG_K_GATHER_BWD: return fl && (sub == 0 || sub == 1);
-    case AG_K_TOPK: return fl && (sub == 0 || sub == 1); /* sub 1: smallest */
-    case AG_K_DROPOUT:
-    case AG_K_SUMSQ: return fl;
-    /* every table entry in every floating dtype; INT entries in every
-     * integer dtype too */
     case AG_K_UNARY: {
       const ag_unary_info *u = ag_unary_info_of(sub);
-      return u && (fl || u->ints == AG_OPT_INT);
+      return u && (!is_int(dt) || u->ints == AG_OPT_INT);
     }
     case AG_K_BINARY: {
       const ag_binary_info *b = ag_binary_info_of(sub);
-      return b && (fl || b->ints == AG_OPT_INT);
+      return b && (!is_int(dt) || b->ints == AG_OPT_INT);
     }
-    /* sums of bool/u8 are done in i64 by the core */
-    case AG_K_REDUCE: return sub >= 0 && sub < AG_REDUCE_COUNT && !(sub == AG_R_SUM && (dt == AG_BOOL || dt == AG_U8));
-    case AG_K_SOFTMAX:
-    case AG_K_SOFTMAX_BWD: return fl && (sub == 0 || sub == 1);
-    case AG_K_ADAMW:
-    case AG_K_SGD: return dt == AG_F32;
-    case AG_K_NONFINITE_CHECK: return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16;
-    case AG_K_CONV2D:
-    case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT: return dt == AG_F32 || dt == AG_F64;
+    case AG_K_REDUCE:
+      return sub >= 0 && sub < AG_REDUCE_COUNT && !(sub == AG_R_SUM && (dt == AG_BOOL || dt == AG_U8));
     case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD: return (dt == AG_F32 || dt == AG_F64) && sub >= 0 && sub < AG_POOL_OP_COUNT;
-    case AG_K_BN_STATS:
-    case AG_K_BN_APPLY: return (dt == AG_F32 || dt == AG_F64) && (sub == 0 || sub == 1);
-    case AG_K_SDPA:
-    case AG_K_SDPA_BWD: return fl && sub == 0;
-    case AG_K_GROUP_NORM:
-    case AG_K_GROUP_NORM_BWD: return fl && sub == 0;
-    case AG_K_INTERPOLATE:
-    case AG_K_INTERPOLATE_BWD: return fl && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
-    default: return false;
+    case AG_K_POOL2D_BWD: return sub >= 0 && sub < AG_POOL_OP_COUNT;
+    default: return true;
   }
+}
+
+bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
+  return cpu_supports_data(op, sub, dt) && cpu_supports_subop(op, sub, dt);
 }

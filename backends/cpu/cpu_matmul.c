@@ -175,8 +175,10 @@ static void widen(ag_dtype dt, const uint16_t *p, int64_t R, int64_t C, int64_t 
   }
 }
 
-ag_status ag__cpu_matmul(const ag_kernel_call *c) {
-  const ag_koperand *O = &c->o[0], *A = &c->o[1], *B = &c->o[2];
+ag_status cpu_k_matmul(ag_kernel_error *err, const ag_k_matmul *mm) {
+  (void)err;
+  const ag_koperand *O = mm->c, *A = mm->a, *B = mm->b;
+  const double alpha = mm->alpha, beta = mm->beta;
   const int na = A->ndim, nb = B->ndim, no = O->ndim;
   const int64_t M = A->shape[na - 2], K = A->shape[na - 1], N = B->shape[nb - 1];
   const int64_t Bn = no >= 3 ? O->shape[0] : 1;
@@ -194,24 +196,25 @@ ag_status ag__cpu_matmul(const ag_kernel_call *c) {
       mview va = {pa + (size_t)(b * abs_) * sz, ars, acs}, vb = {pb + (size_t)(b * bbs) * sz, brs, bcs};
       char *cb = po + (size_t)(b * M * N) * sz;
       if (dt == AG_F32)
-        gemm_any(false, M, N, K, (float)c->s[0], va, vb, (float)c->s[1], cb);
+        gemm_any(false, M, N, K, (float)alpha, va, vb, (float)beta, cb);
       else
-        gemm_any(true, M, N, K, c->s[0], va, vb, c->s[1], cb);
+        gemm_any(true, M, N, K, alpha, va, vb, beta, cb);
     }
     return AG_OK;
   }
 
   /* f16/bf16: widen both operands, accumulate in f32, round once. */
   float *sa = malloc(sizeof(float) * (size_t)(M * K + K * N + M * N));
-  if (!sa) return ag_error_set(AG_ERR_OOM, "%s: no memory for f32 matmul scratch", c->name ? c->name : "ag_matmul");
+  if (!sa)
+    return ag_error_set(AG_ERR_OOM, "%s: no memory for f32 matmul scratch", mm->call->name ? mm->call->name : "ag_matmul");
   float *sb = sa + M * K, *sc = sb + K * N;
   for (int64_t b = 0; b < Bn; b++) {
     const uint16_t *ab = (const uint16_t *)pa + b * abs_, *bb = (const uint16_t *)pb + b * bbs;
     uint16_t *cb = (uint16_t *)po + b * M * N;
     if (b == 0 || abs_ != 0) widen(dt, ab, M, K, ars, acs, sa);
     if (b == 0 || bbs != 0) widen(dt, bb, K, N, brs, bcs, sb);
-    if (c->s[1] != 0) widen(dt, cb, M, N, N, 1, sc);
-    gemm_any(false, M, N, K, (float)c->s[0], (mview){sa, K, 1}, (mview){sb, N, 1}, (float)c->s[1], sc);
+    if (beta != 0) widen(dt, cb, M, N, N, 1, sc);
+    gemm_any(false, M, N, K, (float)alpha, (mview){sa, K, 1}, (mview){sb, N, 1}, (float)beta, sc);
     if (dt == AG_F16) ag__f32_to_f16_n(sc, cb, (size_t)(M * N));
     else ag__f32_to_bf16_n(sc, cb, (size_t)(M * N));
   }

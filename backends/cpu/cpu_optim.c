@@ -16,15 +16,19 @@
 
 /* ---- multi-tensor kernels ---- */
 
-static float opt_scalar(const ag_kernel_call *c, int k, float dflt) {
-  if (!present(c, k)) return dflt;
-  return (float)scalar_at(&c->o[k], 0);
+/* An optional f32 scalar operand (inv_scale, found_inf), dflt when absent. */
+static float opt_scalar(const ag_koperand *o, float dflt) {
+  if (!o) return dflt;
+  return (float)scalar_at(o, 0);
 }
 
-#define MT_PTR(m, k) ((float *)((char *)(m)->t[k].base + (m)->t[k].offset))
+/* Tensor nm of group g of an optimizer call's multi list, as f32. */
+#define MT_PTR(a, g, nm) ((float *)entry_ptr(&AGK_MULTI(a, g, nm)))
 
+/* One group of an optimizer call: adamw or sgd set. */
 typedef struct mctx {
-  const ag_kernel_call *c;
+  const ag_k_adamw *adamw;
+  const ag_k_sgd *sgd;
   int g; /* group */
   float inv;
 } mctx;
@@ -37,10 +41,10 @@ typedef struct adamw_k {
 } adamw_k;
 
 static adamw_k adamw_consts(const mctx *x) {
-  const ag_kernel_call *c = x->c;
-  return (adamw_k){.b1 = (float)c->s[1], .b2 = (float)c->s[2], .eps = (float)c->s[3],
-                   .decay = (float)(1.0 - c->s[0] * c->s[4]), .step = (float)(c->s[0] / c->s[5]),
-                   .rbc2 = (float)(1.0 / sqrt(c->s[6])), .inv = x->inv};
+  const ag_k_adamw *a = x->adamw;
+  return (adamw_k){.b1 = (float)a->beta1, .b2 = (float)a->beta2, .eps = (float)a->eps,
+                   .decay = (float)(1.0 - a->lr * a->weight_decay), .step = (float)(a->lr / a->bias_correction1),
+                   .rbc2 = (float)(1.0 / sqrt(a->bias_correction2)), .inv = x->inv};
 }
 
 static void adamw_scalar(const adamw_k *k, float *p, const float *g, float *ea, float *es, int64_t a, int64_t b) {
@@ -84,9 +88,8 @@ __attribute__((target("avx2,fma"))) static void adamw_avx2(const adamw_k *k, flo
 
 static void adamw_range(void *ctx, int64_t a, int64_t b) {
   const mctx *x = ctx;
-  const ag_kmulti *m = x->c->multi;
-  float *p = MT_PTR(m, 4 * x->g), *g = MT_PTR(m, 4 * x->g + 1);
-  float *ea = MT_PTR(m, 4 * x->g + 2), *es = MT_PTR(m, 4 * x->g + 3);
+  float *p = MT_PTR(x->adamw, x->g, param), *g = MT_PTR(x->adamw, x->g, grad);
+  float *ea = MT_PTR(x->adamw, x->g, exp_avg), *es = MT_PTR(x->adamw, x->g, exp_avg_sq);
   const adamw_k k = adamw_consts(x);
 #if defined(AG_X86)
   if (have_avx2()) {
@@ -101,14 +104,14 @@ static void adamw_range(void *ctx, int64_t a, int64_t b) {
  * twice (baseline and AVX2+FMA) like the elementwise bodies. */
 #define SGD_BODY(name, attr)                                                                     \
   attr static void name(const mctx *x, int64_t a, int64_t b) {                                   \
-    const ag_kernel_call *c = x->c;                                                              \
-    const ag_kmulti *m = c->multi;                                                               \
-    float *restrict p = MT_PTR(m, 3 * x->g);                                                     \
-    const float *restrict g = MT_PTR(m, 3 * x->g + 1);                                           \
-    float *restrict buf = m->t[3 * x->g + 2].base ? MT_PTR(m, 3 * x->g + 2) : NULL;              \
-    const float lr = (float)c->s[0], mom = (float)c->s[1], damp = (float)c->s[2];                \
-    const float wd = (float)c->s[3];                                                             \
-    const bool nesterov = c->s[4] != 0, first = c->s[5] != 0;                                    \
+    const ag_k_sgd *k = x->sgd;                                                                  \
+    float *restrict p = MT_PTR(k, x->g, param);                                                  \
+    const float *restrict g = MT_PTR(k, x->g, grad);                                             \
+    float *restrict buf =                                                                        \
+        AGK_MULTI(k, x->g, momentum_buffer).base ? MT_PTR(k, x->g, momentum_buffer) : NULL;      \
+    const float lr = (float)k->lr, mom = (float)k->momentum, damp = (float)k->dampening;         \
+    const float wd = (float)k->weight_decay;                                                     \
+    const bool nesterov = k->nesterov != 0, first = k->first_step != 0;                          \
     const float inv = x->inv;                                                                    \
     if (!buf || mom == 0) {                                                                      \
       if (wd == 0)                                                                               \
@@ -139,31 +142,43 @@ static void sgd_range(void *ctx, int64_t a, int64_t b) {
   sgd_base(ctx, a, b);
 }
 
-static void k_optimizer(const ag_kernel_call *c) {
-  if (opt_scalar(c, 1, 0.0f) != 0) return; /* found_inf: skip the step */
-  const ag_kmulti *m = c->multi;
-  if (!m) return;
-  const int per = c->op == AG_K_ADAMW ? 4 : 3;
-  mctx x = {.c = c, .inv = opt_scalar(c, 0, 1.0f)};
-  for (x.g = 0; x.g * per + per - 1 < m->count; x.g++) {
-    int64_t n = m->t[x.g * per].numel;
-    ag__cpu_par_for(n, n * 8, c->op == AG_K_ADAMW ? adamw_range : sgd_range, &x);
+/* found_inf != 0 skips the step; each group's update split over its
+ * elements. */
+ag_status cpu_k_adamw(ag_kernel_error *err, const ag_k_adamw *a) {
+  (void)err;
+  if (opt_scalar(a->found_inf, 0.0f) != 0) return AG_OK;
+  mctx x = {.adamw = a, .inv = opt_scalar(a->inv_scale, 1.0f)};
+  for (x.g = 0; x.g < AGK_MULTI_GROUPS(a); x.g++) {
+    int64_t n = AGK_MULTI(a, x.g, param).numel;
+    ag__cpu_par_for(n, n * 8, adamw_range, &x);
   }
+  return AG_OK;
 }
 
-static void k_nonfinite(const ag_kernel_call *c) {
-  const ag_kmulti *m = c->multi;
-  if (!m) return;
-  const float inv = opt_scalar(c, 1, 1.0f);
+ag_status cpu_k_sgd(ag_kernel_error *err, const ag_k_sgd *a) {
+  (void)err;
+  if (opt_scalar(a->found_inf, 0.0f) != 0) return AG_OK;
+  mctx x = {.sgd = a, .inv = opt_scalar(a->inv_scale, 1.0f)};
+  for (x.g = 0; x.g < AGK_MULTI_GROUPS(a); x.g++) {
+    int64_t n = AGK_MULTI(a, x.g, param).numel;
+    ag__cpu_par_for(n, n * 8, sgd_range, &x);
+  }
+  return AG_OK;
+}
+
+ag_status cpu_k_nonfinite_check(ag_kernel_error *err, const ag_k_nonfinite_check *a) {
+  (void)err;
+  const float inv = opt_scalar(a->inv_scale, 1.0f);
   bool found = false;
   float buf[TILE];
-  for (int k = 0; k < m->count; k++) {
-    const ag_dtype dt = m->t[k].dtype;
+  for (int k = 0; k < AGK_MULTI_GROUPS(a); k++) {
+    const ag_kmulti_entry *e = &AGK_MULTI(a, k, x);
+    const ag_dtype dt = e->dtype;
     const size_t sz = ag__cpu_dtsize(dt);
-    char *base = (char *)m->t[k].base + m->t[k].offset;
+    char *base = entry_ptr(e);
     if (dt == AG_F32) { /* in place, in loops the compiler vectorises */
       float *p = (float *)base;
-      const int64_t n = m->t[k].numel;
+      const int64_t n = e->numel;
       uint32_t bad = 0;
       for (int64_t j = 0; j < n; j++) {
         uint32_t u;
@@ -175,8 +190,15 @@ static void k_nonfinite(const ag_kernel_call *c) {
         for (int64_t j = 0; j < n; j++) p[j] *= inv;
       continue;
     }
-    for (int64_t i = 0; i < m->t[k].numel; i += TILE) {
-      int64_t n = m->t[k].numel - i < TILE ? m->t[k].numel - i : TILE;
+    if (dt == AG_F64) { /* in place in double: no rounding through f32 */
+      double *p = (double *)base;
+      for (int64_t j = 0; j < e->numel; j++) found |= !isfinite(p[j]);
+      if (inv != 1.0f)
+        for (int64_t j = 0; j < e->numel; j++) p[j] *= (double)inv;
+      continue;
+    }
+    for (int64_t i = 0; i < e->numel; i += TILE) {
+      int64_t n = e->numel - i < TILE ? e->numel - i : TILE;
       char *p = base + (size_t)i * sz;
       load_f(dt, p, 1, n, buf);
       for (int64_t j = 0; j < n; j++) found |= !isfinite(buf[j]);
@@ -186,10 +208,11 @@ static void k_nonfinite(const ag_kernel_call *c) {
       }
     }
   }
-  if (found && present(c, 0)) {
+  if (found && a->found_inf->base) {
     float one = 1.0f;
-    store_f(c->o[0].dtype, ag__cpu_ptr(&c->o[0]), 1, 1, &one);
+    store_f(a->found_inf->dtype, ag__cpu_ptr(a->found_inf), 1, 1, &one);
   }
+  return AG_OK;
 }
 
 /* Sum of squares in double, in SUMSQ_LANES interleaved partial sums (lane
@@ -197,14 +220,15 @@ static void k_nonfinite(const ag_kernel_call *c) {
  * end): a fixed order, so the same on every run, and no chain of dependent
  * adds, so it runs at memory speed. */
 #define SUMSQ_LANES 8
-static void k_sumsq(const ag_kernel_call *c) {
-  const ag_kmulti *m = c->multi;
+ag_status cpu_k_sumsq(ag_kernel_error *err, const ag_k_sumsq *a) {
+  (void)err;
   double lane[SUMSQ_LANES] = {0}, buf[TILE];
-  for (int k = 0; m && k < m->count; k++) {
-    const ag_dtype dt = m->t[k].dtype;
-    const char *base = (const char *)m->t[k].base + m->t[k].offset;
-    for (int64_t i = 0; i < m->t[k].numel; i += TILE) {
-      int64_t n = m->t[k].numel - i < TILE ? m->t[k].numel - i : TILE;
+  for (int k = 0; k < AGK_MULTI_GROUPS(a); k++) {
+    const ag_kmulti_entry *e = &AGK_MULTI(a, k, x);
+    const ag_dtype dt = e->dtype;
+    const char *base = entry_ptr(e);
+    for (int64_t i = 0; i < e->numel; i += TILE) {
+      int64_t n = e->numel - i < TILE ? e->numel - i : TILE;
       load_d(dt, base + (size_t)i * ag__cpu_dtsize(dt), 1, n, buf);
       int64_t j = 0;
       for (; j + SUMSQ_LANES <= n; j += SUMSQ_LANES)
@@ -214,17 +238,6 @@ static void k_sumsq(const ag_kernel_call *c) {
   }
   double total = 0;
   for (int l = 0; l < SUMSQ_LANES; l++) total += lane[l];
-  store_d(c->o[0].dtype, ag__cpu_ptr(&c->o[0]), 1, 1, &total);
-}
-
-ag_status ag__cpu_multi(const ag_kernel_call *c) {
-  switch (c->op) {
-    case AG_K_ADAMW:
-    case AG_K_SGD: k_optimizer(c); return AG_OK;
-    case AG_K_NONFINITE_CHECK: k_nonfinite(c); return AG_OK;
-    case AG_K_SUMSQ: k_sumsq(c); return AG_OK;
-    default:
-      return ag_error_set(AG_ERR_INTERNAL, "%s: op %d is not a multi-tensor kernel", c->name ? c->name : "launch",
-                          (int)c->op);
-  }
+  store_at(a->out, 0, total);
+  return AG_OK;
 }

@@ -16,14 +16,28 @@
 
 static inline float u24(uint32_t r) { return (float)(r >> 8) * 0x1p-24f; }
 
+/* A fill with random numbers: uniform in [p0, p1), or normal with mean p0
+ * and standard deviation p1, from the call's seed and offset. */
+typedef struct rand_job {
+  const ag_koperand *out;
+  bool normal;
+  double p0, p1;
+  uint64_t seed, offset;
+} rand_job;
+
+static int64_t numel_of(const ag_koperand *o) {
+  int64_t n = 1;
+  for (int d = 0; d < o->ndim; d++) n *= o->shape[d];
+  return n;
+}
+
 /* Tiles of TILE elements (a multiple of 4), so no Philox block straddles two
  * chunks of the parallel loop. */
 static void rand_range(void *ctx, int64_t ta, int64_t tb) {
-  const ag_kernel_call *c = ctx;
-  const ag_koperand *o = &c->o[0];
-  int64_t n = 1;
-  for (int d = 0; d < o->ndim; d++) n *= o->shape[d];
-  const bool normal = c->op == AG_K_RAND_NORMAL, dbl = o->dtype == AG_F64;
+  const rand_job *job = ctx;
+  const ag_koperand *o = job->out;
+  const int64_t n = numel_of(o);
+  const bool normal = job->normal, dbl = o->dtype == AG_F64;
   const size_t sz = ag__cpu_dtsize(o->dtype);
   char *p = ag__cpu_ptr(o);
   float bf[TILE];
@@ -32,26 +46,24 @@ static void rand_range(void *ctx, int64_t ta, int64_t tb) {
     int64_t i0 = t * TILE, m = n - i0 < TILE ? n - i0 : TILE;
     uint32_t r[4];
     if (!normal) {
-      const float lo = (float)c->s[0], scale = (float)(c->s[1] - c->s[0]);
+      const float lo = (float)job->p0, scale = (float)(job->p1 - job->p0);
       for (int64_t j = 0; j < m; j++) {
         int64_t i = i0 + j;
-        if (j == 0 || (i & 3) == 0) ag_philox4x32(c->offset + (uint64_t)(i >> 2), c->seed, r);
+        if (j == 0 || (i & 3) == 0) ag_philox4x32(job->offset + (uint64_t)(i >> 2), job->seed, r);
         float u = u24(r[i & 3]);
-        if (dbl) bd[j] = (double)u * (c->s[1] - c->s[0]) + c->s[0];
+        if (dbl) bd[j] = (double)u * (job->p1 - job->p0) + job->p0;
         else bf[j] = u * scale + lo;
       }
     } else {
       for (int64_t j = 0; j < m; j++) {
         int64_t i = i0 + j;
-        if (j == 0 || (i & 1) == 0) ag_philox4x32(c->offset + (uint64_t)(i >> 1), c->seed, r);
+        if (j == 0 || (i & 1) == 0) ag_philox4x32(job->offset + (uint64_t)(i >> 1), job->seed, r);
         uint32_t a = r[2 * (i & 1)], b = r[2 * (i & 1) + 1];
         float u1 = (float)((a >> 8) + 1) * 0x1p-24f, u2 = u24(b);
         if (dbl)
-          bd[j] = sqrt(-2.0 * log((double)u1)) * cos(6.283185307179586 * (double)u2) * c->s[1] +
-                  c->s[0];
+          bd[j] = sqrt(-2.0 * log((double)u1)) * cos(6.283185307179586 * (double)u2) * job->p1 + job->p0;
         else
-          bf[j] = sqrtf(-2.0f * logf(u1)) * cosf(6.2831855f * u2) * (float)c->s[1] +
-                  (float)c->s[0];
+          bf[j] = sqrtf(-2.0f * logf(u1)) * cosf(6.2831855f * u2) * (float)job->p1 + (float)job->p0;
       }
     }
     if (dbl) store_d(o->dtype, p + (size_t)i0 * sz, 1, m, bd);
@@ -59,24 +71,37 @@ static void rand_range(void *ctx, int64_t ta, int64_t tb) {
   }
 }
 
-static void k_rand(const ag_kernel_call *c) {
-  int64_t n = 1;
-  for (int d = 0; d < c->o[0].ndim; d++) n *= c->o[0].shape[d];
-  ag__cpu_par_for((n + TILE - 1) / TILE, n * 8, rand_range, (void *)c);
+static void k_rand(const rand_job *j) {
+  const int64_t n = numel_of(j->out);
+  ag__cpu_par_for((n + TILE - 1) / TILE, n * 8, rand_range, (void *)j);
+}
+
+ag_status cpu_k_rand_uniform(ag_kernel_error *err, const ag_k_rand_uniform *a) {
+  (void)err;
+  k_rand(&(rand_job){.out = a->out, .normal = false, .p0 = a->lo, .p1 = a->hi, .seed = a->call->seed,
+                     .offset = a->call->offset});
+  return AG_OK;
+}
+
+ag_status cpu_k_rand_normal(ag_kernel_error *err, const ag_k_rand_normal *a) {
+  (void)err;
+  k_rand(&(rand_job){.out = a->out, .normal = true, .p0 = a->mean, .p1 = a->std, .seed = a->call->seed,
+                     .offset = a->call->offset});
+  return AG_OK;
 }
 
 static void dropout_range(void *ctx, int64_t ta, int64_t tb) {
-  const ag_kernel_call *c = ctx;
-  int64_t n = 1;
-  for (int d = 0; d < c->o[1].ndim; d++) n *= c->o[1].shape[d];
-  const double p = c->s[0];
+  const ag_k_dropout *a = ctx;
+  const ag_kernel_call *c = a->call; /* seed, offset */
+  const int64_t n = numel_of(a->x);
+  const double p = a->p;
   const double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
   const float pf = (float)p;
-  const ag_dtype dx = c->o[1].dtype, dy = c->o[0].dtype, dm = c->o[2].dtype;
+  const ag_dtype dx = a->x->dtype, dy = a->y->dtype;
   double x[TILE], y[TILE], mk[TILE];
   for (int64_t t = ta; t < tb; t++) {
     int64_t i0 = t * TILE, m = n - i0 < TILE ? n - i0 : TILE;
-    load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)i0 * ag__cpu_dtsize(dx), 1, m, x);
+    load_d(dx, ag__cpu_ptr(a->x) + (size_t)i0 * ag__cpu_dtsize(dx), 1, m, x);
     uint32_t r[4];
     for (int64_t j = 0; j < m; j++) {
       int64_t i = i0 + j;
@@ -84,25 +109,15 @@ static void dropout_range(void *ctx, int64_t ta, int64_t tb) {
       mk[j] = u24(r[i & 3]) >= pf ? scale : 0.0;
       y[j] = x[j] * mk[j];
     }
-    store_d(dy, ag__cpu_ptr(&c->o[0]) + (size_t)i0 * ag__cpu_dtsize(dy), 1, m, y);
-    if (c->n_operands > 2 && c->o[2].base)
-      store_d(dm, ag__cpu_ptr(&c->o[2]) + (size_t)i0 * ag__cpu_dtsize(dm), 1, m, mk);
+    store_d(dy, ag__cpu_ptr(a->y) + (size_t)i0 * ag__cpu_dtsize(dy), 1, m, y);
+    if (a->mask && a->mask->base)
+      store_d(a->mask->dtype, ag__cpu_ptr(a->mask) + (size_t)i0 * ag__cpu_dtsize(a->mask->dtype), 1, m, mk);
   }
 }
 
-static void k_dropout(const ag_kernel_call *c) {
-  int64_t n = 1;
-  for (int d = 0; d < c->o[1].ndim; d++) n *= c->o[1].shape[d];
-  ag__cpu_par_for((n + TILE - 1) / TILE, n * 4, dropout_range, (void *)c);
-}
-
-ag_status ag__cpu_random(const ag_kernel_call *c) {
-  switch (c->op) {
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL: k_rand(c); return AG_OK;
-    case AG_K_DROPOUT: k_dropout(c); return AG_OK;
-    default:
-      return ag_error_set(AG_ERR_INTERNAL, "%s: op %d is not a random-number kernel", c->name ? c->name : "launch",
-                          (int)c->op);
-  }
+ag_status cpu_k_dropout(ag_kernel_error *err, const ag_k_dropout *a) {
+  (void)err;
+  const int64_t n = numel_of(a->x);
+  ag__cpu_par_for((n + TILE - 1) / TILE, n * 4, dropout_range, (void *)a);
+  return AG_OK;
 }

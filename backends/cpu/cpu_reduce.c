@@ -66,31 +66,32 @@ static void reduce_line(int op, ag_dtype dt, const char *x, int64_t st, int64_t 
 }
 
 typedef struct rctx {
-  const ag_kernel_call *c;
+  const ag_koperand *out, *x;
+  int op;       /* ag_reduce_op */
+  double scale; /* SUM's factor */
   int64_t outer, r, inner;
   racc *part; /* split reductions: per-chunk partials */
   int64_t chunk;
 } rctx;
 
-static void rstore(const ag_kernel_call *c, int64_t pos, int64_t n, const racc *a) {
-  const ag_koperand *o = &c->o[0];
+static void rstore(const rctx *r, int64_t pos, int64_t n, const racc *a) {
+  const ag_koperand *o = r->out;
   size_t sz = ag__cpu_dtsize(o->dtype);
   double v[TILE];
   for (int64_t j = 0; j < n; j++)
-    v[j] = c->sub == AG_R_ARGMAX ? (double)a[j].i : c->sub == AG_R_SUM ? a[j].v * c->s[0] : a[j].v;
+    v[j] = r->op == AG_R_ARGMAX ? (double)a[j].i : r->op == AG_R_SUM ? a[j].v * r->scale : a[j].v;
   store_d(o->dtype, ag__cpu_ptr(o) + (size_t)pos * sz, 1, n, v);
 }
 
 /* inner == 1: one output per contiguous row. */
 static void reduce_rows(void *ctx, int64_t a, int64_t b) {
   const rctx *r = ctx;
-  const ag_kernel_call *c = r->c;
-  const ag_koperand *x = &c->o[1];
+  const ag_koperand *x = r->x;
   size_t sz = ag__cpu_dtsize(x->dtype);
   for (int64_t o = a; o < b; o++) {
-    racc acc = rinit(c->sub);
-    reduce_line(c->sub, x->dtype, ag__cpu_ptr(x) + (size_t)(o * r->r) * sz, 1, 0, r->r, &acc);
-    rstore(c, o, 1, &acc);
+    racc acc = rinit(r->op);
+    reduce_line(r->op, x->dtype, ag__cpu_ptr(x) + (size_t)(o * r->r) * sz, 1, 0, r->r, &acc);
+    rstore(r, o, 1, &acc);
   }
 }
 
@@ -98,8 +99,7 @@ static void reduce_rows(void *ctx, int64_t a, int64_t b) {
  * the loads stay contiguous. Work item w = (outer index, inner tile). */
 static void reduce_cols(void *ctx, int64_t a, int64_t b) {
   const rctx *r = ctx;
-  const ag_kernel_call *c = r->c;
-  const ag_koperand *x = &c->o[1];
+  const ag_koperand *x = r->x;
   size_t sz = ag__cpu_dtsize(x->dtype);
   int64_t tiles = (r->inner + TILE - 1) / TILE;
   racc acc[TILE];
@@ -107,9 +107,9 @@ static void reduce_cols(void *ctx, int64_t a, int64_t b) {
   for (int64_t w = a; w < b; w++) {
     int64_t o = w / tiles, j0 = (w % tiles) * TILE;
     int64_t m = r->inner - j0 < TILE ? r->inner - j0 : TILE;
-    for (int64_t j = 0; j < m; j++) acc[j] = rinit(c->sub);
+    for (int64_t j = 0; j < m; j++) acc[j] = rinit(r->op);
     const char *base = ag__cpu_ptr(x) + (size_t)(o * r->r * r->inner + j0) * sz;
-    if (c->sub == AG_R_SUM && x->dtype == AG_F32) {
+    if (r->op == AG_R_SUM && x->dtype == AG_F32) {
       /* The bias gradient of every Linear (a column sum over the rows):
        * widen and add in place, which vectorises, instead of going
        * through the generic f64 loader per row (same f64 sums). */
@@ -119,17 +119,17 @@ static void reduce_cols(void *ctx, int64_t a, int64_t b) {
         for (int64_t j = 0; j < m; j++) s[j] += (double)p[j];
       }
       for (int64_t j = 0; j < m; j++) acc[j].v = s[j];
-      rstore(c, o * r->inner + j0, m, acc);
+      rstore(r, o * r->inner + j0, m, acc);
       continue;
     }
     for (int64_t k = 0; k < r->r; k++) {
       load_d(x->dtype, base + (size_t)(k * r->inner) * sz, 1, m, buf);
-      if (c->sub == AG_R_SUM)
+      if (r->op == AG_R_SUM)
         for (int64_t j = 0; j < m; j++) acc[j].v += buf[j];
       else
-        for (int64_t j = 0; j < m; j++) rcombine(c->sub, &acc[j], buf[j], k);
+        for (int64_t j = 0; j < m; j++) rcombine(r->op, &acc[j], buf[j], k);
     }
-    rstore(c, o * r->inner + j0, m, acc);
+    rstore(r, o * r->inner + j0, m, acc);
   }
 }
 
@@ -137,21 +137,20 @@ static void reduce_cols(void *ctx, int64_t a, int64_t b) {
  * in order, so the result does not depend on the thread count. */
 static void reduce_chunks(void *ctx, int64_t a, int64_t b) {
   const rctx *r = ctx;
-  const ag_kernel_call *c = r->c;
-  const ag_koperand *x = &c->o[1];
+  const ag_koperand *x = r->x;
   size_t sz = ag__cpu_dtsize(x->dtype);
   int64_t per = (r->r + r->chunk - 1) / r->chunk;
   for (int64_t w = a; w < b; w++) {
     int64_t o = w / per, k0 = (w % per) * r->chunk;
     int64_t k1 = k0 + r->chunk < r->r ? k0 + r->chunk : r->r;
-    racc acc = rinit(c->sub);
-    if (c->sub == AG_R_ARGMAX && k0 < k1) { /* seed with the first element */
+    racc acc = rinit(r->op);
+    if (r->op == AG_R_ARGMAX && k0 < k1) { /* seed with the first element */
       double v0;
       load_d(x->dtype, ag__cpu_ptr(x) + (size_t)(o * r->r + k0) * sz, 1, 1, &v0);
       acc.v = v0;
       acc.i = k0;
     }
-    reduce_line(c->sub, x->dtype, ag__cpu_ptr(x) + (size_t)(o * r->r) * sz, 1, k0, k1, &acc);
+    reduce_line(r->op, x->dtype, ag__cpu_ptr(x) + (size_t)(o * r->r) * sz, 1, k0, k1, &acc);
     r->part[w] = acc;
   }
 }
@@ -160,9 +159,8 @@ static void reduce_chunks(void *ctx, int64_t a, int64_t b) {
  * two's complement. One work item per output, in order along r. */
 static void reduce_i64_range(void *ctx, int64_t a, int64_t b) {
   const rctx *r = ctx;
-  const ag_kernel_call *c = r->c;
-  const int64_t *x = (const int64_t *)ag__cpu_ptr(&c->o[1]);
-  char *out = ag__cpu_ptr(&c->o[0]);
+  const int64_t *x = (const int64_t *)ag__cpu_ptr(r->x);
+  char *out = ag__cpu_ptr(r->out);
   for (int64_t w = a; w < b; w++) {
     const int64_t *p = x + (w / r->inner) * r->r * r->inner + w % r->inner;
     uint64_t sum = 0;
@@ -170,18 +168,20 @@ static void reduce_i64_range(void *ctx, int64_t a, int64_t b) {
     for (int64_t k = 0; k < r->r; k++) {
       int64_t v = p[k * r->inner];
       sum += (uint64_t)v;
-      if (k == 0 || (c->sub == AG_R_MIN ? v < best : v > best)) best = v, bi = k;
+      if (k == 0 || (r->op == AG_R_MIN ? v < best : v > best)) best = v, bi = k;
     }
-    if (c->sub == AG_R_ARGMAX) ((int32_t *)out)[w] = (int32_t)bi;
-    else ((int64_t *)out)[w] = c->sub == AG_R_SUM ? (int64_t)sum : best;
+    if (r->op == AG_R_ARGMAX) ((int32_t *)out)[w] = (int32_t)bi;
+    else ((int64_t *)out)[w] = r->op == AG_R_SUM ? (int64_t)sum : best;
   }
 }
 
-ag_status ag__cpu_reduce(const ag_kernel_call *c) {
-  rctx r = {.c = c, .outer = c->i[0], .r = c->i[1], .inner = c->i[2]};
+ag_status cpu_k_reduce(ag_kernel_error *err, const ag_k_reduce *a) {
+  (void)err;
+  rctx r = {.out = a->out, .x = a->x, .op = a->variant, .scale = a->scale, .outer = a->outer, .r = a->r,
+            .inner = a->inner};
   int64_t total = r.outer * r.r * r.inner;
   if (r.outer * r.inner == 0) return AG_OK;
-  if (c->o[1].dtype == AG_I64) {
+  if (r.x->dtype == AG_I64) {
     ag__cpu_par_for(r.outer * r.inner, total, reduce_i64_range, &r);
     return AG_OK;
   }
@@ -189,16 +189,17 @@ ag_status ag__cpu_reduce(const ag_kernel_call *c) {
     r.chunk = 16384;
     int64_t per = (r.r + r.chunk - 1) / r.chunk;
     r.part = malloc((size_t)(per * r.outer) * sizeof *r.part);
-    if (!r.part) return ag_error_set(AG_ERR_OOM, "%s: no memory for partial sums", c->name ? c->name : "reduce");
+    if (!r.part)
+      return ag_error_set(AG_ERR_OOM, "%s: no memory for partial sums", a->call->name ? a->call->name : "reduce");
     ag__cpu_par_for(per * r.outer, total, reduce_chunks, &r);
     for (int64_t o = 0; o < r.outer; o++) {
-      racc acc = rinit(c->sub);
+      racc acc = rinit(r.op);
       for (int64_t w = 0; w < per; w++) {
         racc p = r.part[o * per + w];
-        if (c->sub == AG_R_SUM) acc.v += p.v;
-        else rcombine(c->sub, &acc, p.v, p.i);
+        if (r.op == AG_R_SUM) acc.v += p.v;
+        else rcombine(r.op, &acc, p.v, p.i);
       }
-      rstore(c, o, 1, &acc);
+      rstore(&r, o, 1, &acc);
     }
     free(r.part);
   } else if (r.inner == 1) {

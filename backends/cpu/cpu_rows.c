@@ -2,8 +2,8 @@
  * RMS norm (forward and backward), variance, cumulative sums, gather,
  * top-k and embedding. Rows are converted to a compute type (f32 for
  * f32/f16/bf16, f64 for f64) and run through the bodies of cpu_rows.inc,
- * threaded over rows by the host pool. Dispatched from cpu_kernels.c
- * (ag__cpu_rows). */
+ * threaded over rows by the host pool. One function per op (cpu_k_<name>,
+ * dispatched from cpu_kernels.c). */
 #if defined(__GNUC__) && !defined(__clang__)
 /* The loops here are written to be vectorised; -O2's "very cheap" cost model
  * refuses any loop that needs an alias check or a remainder loop, and with
@@ -54,8 +54,10 @@ static void rowout_d(ag_dtype dt, char *p, int64_t n, const double *v) {
 
 /* ---- row kernels ---- */
 
+/* A row kernel's call: a the op's argument struct (ag_k_<op> of the range
+ * function's op). */
 typedef struct rowctx {
-  const ag_kernel_call *c;
+  const void *a;
   int64_t rows, cols;
   atomic_bool oom;
   ag_kernel_error err; /* index errors found by the serial pre-scan */
@@ -70,11 +72,12 @@ static void *row_scratch(rowctx *r, int nbuf, size_t esz) {
 
 static void softmax_rows(void *ctx, int64_t a, int64_t b) {
   rowctx *r = ctx;
-  const ag_kernel_call *c = r->c;
+  const ag_k_softmax *k = r->a;
+  const bool logv = k->variant == AG_KV_LOG_SOFTMAX;
   const int64_t n = r->cols;
-  const ag_dtype dy = c->o[0].dtype, dx = c->o[1].dtype;
-  char *yp = ag__cpu_ptr(&c->o[0]);
-  const char *xp = ag__cpu_ptr(&c->o[1]);
+  const ag_dtype dy = k->y->dtype, dx = k->x->dtype;
+  char *yp = ag__cpu_ptr(k->y);
+  const char *xp = ag__cpu_ptr(k->x);
   size_t sy = ag__cpu_dtsize(dy) * (size_t)n, sx = ag__cpu_dtsize(dx) * (size_t)n;
   if (dy == AG_F64) {
     double *buf = row_scratch(r, 2, 8);
@@ -82,7 +85,7 @@ static void softmax_rows(void *ctx, int64_t a, int64_t b) {
     for (int64_t i = a; i < b; i++) {
       const double *x = rowin_d(dx, xp + i * sx, n, buf);
       double *y = rowdst_d(dy, yp + i * sy, buf + n);
-      softmax_row_d(c->sub, y, x, n);
+      softmax_row_d(logv, y, x, n);
       rowout_d(dy, yp + i * sy, n, y);
     }
     free(buf);
@@ -94,7 +97,7 @@ static void softmax_rows(void *ctx, int64_t a, int64_t b) {
         for (size_t k = 0; k < sx; k += 64) __builtin_prefetch(xp + (i + 1) * sx + k);
       const float *x = rowin_f(dx, xp + i * sx, n, buf);
       float *y = rowdst_f(dy, yp + i * sy, buf + n);
-      FV(softmax_row_f)(c->sub, y, x, n);
+      FV(softmax_row_f)(logv, y, x, n);
       rowout_f(dy, yp + i * sy, n, y);
     }
     free(buf);
@@ -103,11 +106,12 @@ static void softmax_rows(void *ctx, int64_t a, int64_t b) {
 
 static void softmax_bwd_rows(void *ctx, int64_t a, int64_t b) {
   rowctx *r = ctx;
-  const ag_kernel_call *c = r->c;
+  const ag_k_softmax_bwd *k = r->a;
+  const bool logv = k->variant == AG_KV_LOG_SOFTMAX;
   const int64_t n = r->cols;
-  const ag_dtype d0 = c->o[0].dtype, d1 = c->o[1].dtype, d2 = c->o[2].dtype;
-  char *p0 = ag__cpu_ptr(&c->o[0]);
-  const char *p1 = ag__cpu_ptr(&c->o[1]), *p2 = ag__cpu_ptr(&c->o[2]);
+  const ag_dtype d0 = k->dx->dtype, d1 = k->dy->dtype, d2 = k->y->dtype;
+  char *p0 = ag__cpu_ptr(k->dx);
+  const char *p1 = ag__cpu_ptr(k->dy), *p2 = ag__cpu_ptr(k->y);
   size_t s0 = ag__cpu_dtsize(d0) * (size_t)n, s1 = ag__cpu_dtsize(d1) * (size_t)n,
          s2 = ag__cpu_dtsize(d2) * (size_t)n;
   if (d0 == AG_F64) {
@@ -117,7 +121,7 @@ static void softmax_bwd_rows(void *ctx, int64_t a, int64_t b) {
       const double *dy = rowin_d(d1, p1 + i * s1, n, buf);
       const double *y = rowin_d(d2, p2 + i * s2, n, buf + n);
       double *dx = rowdst_d(d0, p0 + i * s0, buf + 2 * n);
-      softmax_bwd_row_d(c->sub, dx, dy, y, n);
+      softmax_bwd_row_d(logv, dx, dy, y, n);
       rowout_d(d0, p0 + i * s0, n, dx);
     }
     free(buf);
@@ -128,7 +132,7 @@ static void softmax_bwd_rows(void *ctx, int64_t a, int64_t b) {
       const float *dy = rowin_f(d1, p1 + i * s1, n, buf);
       const float *y = rowin_f(d2, p2 + i * s2, n, buf + n);
       float *dx = rowdst_f(d0, p0 + i * s0, buf + 2 * n);
-      FV(softmax_bwd_row_f)(c->sub, dx, dy, y, n);
+      FV(softmax_bwd_row_f)(logv, dx, dy, y, n);
       rowout_f(d0, p0 + i * s0, n, dx);
     }
     free(buf);
@@ -137,10 +141,10 @@ static void softmax_bwd_rows(void *ctx, int64_t a, int64_t b) {
 
 /* Target of row i, or -1 when ignored or out of range (the pre-scan has
  * recorded the error; such rows get the safe value). */
-static int64_t ce_target(const ag_kernel_call *c, int64_t i, int64_t C, bool *bad) {
-  int64_t t = idx_at(&c->o[2], i);
+static int64_t ce_target(const ag_koperand *targets, int64_t ignore, int64_t i, int64_t C, bool *bad) {
+  int64_t t = idx_at(targets, i);
   *bad = false;
-  if (t == c->i[2]) return -1;
+  if (t == ignore) return -1;
   if (t < 0 || t >= C) {
     *bad = true;
     return -1;
@@ -150,17 +154,17 @@ static int64_t ce_target(const ag_kernel_call *c, int64_t i, int64_t C, bool *ba
 
 static void ce_rows(void *ctx, int64_t a, int64_t b) {
   rowctx *r = ctx;
-  const ag_kernel_call *c = r->c;
+  const ag_k_cross_entropy *k = r->a;
   const int64_t n = r->cols;
-  const ag_dtype dl = c->o[1].dtype, dloss = c->o[0].dtype;
-  const char *lp = ag__cpu_ptr(&c->o[1]);
-  char *op = ag__cpu_ptr(&c->o[0]);
+  const ag_dtype dl = k->logits->dtype, dloss = k->loss->dtype;
+  const char *lp = ag__cpu_ptr(k->logits);
+  char *op = ag__cpu_ptr(k->loss);
   size_t sl = ag__cpu_dtsize(dl) * (size_t)n, so = ag__cpu_dtsize(dloss);
   void *buf = row_scratch(r, 1, dl == AG_F64 ? 8 : 4);
   if (!buf) return;
   for (int64_t i = a; i < b; i++) {
     bool bad;
-    int64_t t = ce_target(c, i, n, &bad);
+    int64_t t = ce_target(k->targets, k->ignore_index, i, n, &bad);
     double loss = 0;
     if (bad) loss = NAN;
     else if (t >= 0) {
@@ -179,12 +183,12 @@ static void ce_rows(void *ctx, int64_t a, int64_t b) {
 
 static void ce_bwd_rows(void *ctx, int64_t a, int64_t b) {
   rowctx *r = ctx;
-  const ag_kernel_call *c = r->c;
+  const ag_k_cross_entropy_bwd *k = r->a;
   const int64_t n = r->cols;
-  const ag_dtype d0 = c->o[0].dtype, dl = c->o[1].dtype, dg = c->o[3].dtype;
-  char *p0 = ag__cpu_ptr(&c->o[0]);
-  const char *lp = ag__cpu_ptr(&c->o[1]), *gp = ag__cpu_ptr(&c->o[3]);
-  const int64_t gst = c->o[3].ndim ? c->o[3].strides[0] : 0;
+  const ag_dtype d0 = k->dlogits->dtype, dl = k->logits->dtype, dg = k->grad->dtype;
+  char *p0 = ag__cpu_ptr(k->dlogits);
+  const char *lp = ag__cpu_ptr(k->logits), *gp = ag__cpu_ptr(k->grad);
+  const int64_t gst = k->grad->ndim ? k->grad->strides[0] : 0;
   size_t s0 = ag__cpu_dtsize(d0) * (size_t)n, sl = ag__cpu_dtsize(dl) * (size_t)n;
   size_t sg = ag__cpu_dtsize(dg);
   const bool dbl = d0 == AG_F64;
@@ -192,7 +196,7 @@ static void ce_bwd_rows(void *ctx, int64_t a, int64_t b) {
   if (!buf) return;
   for (int64_t i = a; i < b; i++) {
     bool bad;
-    int64_t t = ce_target(c, i, n, &bad);
+    int64_t t = ce_target(k->targets, k->ignore_index, i, n, &bad);
     double g;
     load_d(dg, gp + (size_t)(i * gst) * sg, 1, 1, &g);
     bool zero = bad || t < 0;
@@ -211,10 +215,10 @@ static void ce_bwd_rows(void *ctx, int64_t a, int64_t b) {
   free(buf);
 }
 
-static void ce_prescan(rowctx *r, ag_kop op) {
+static void ce_prescan(rowctx *r, ag_kop op, const ag_koperand *targets, int64_t ignore) {
   for (int64_t i = 0; i < r->rows; i++) {
-    int64_t t = idx_at(&r->c->o[2], i);
-    if (t != r->c->i[2] && (t < 0 || t >= r->cols)) {
+    int64_t t = idx_at(targets, i);
+    if (t != ignore && (t < 0 || t >= r->cols)) {
       kerr(&r->err, op, t, r->cols);
       break;
     }
@@ -223,64 +227,66 @@ static void ce_prescan(rowctx *r, ag_kop op) {
 
 static void layernorm_rows(void *ctx, int64_t a, int64_t b) {
   rowctx *r = ctx;
-  const ag_kernel_call *c = r->c;
+  const ag_k_layernorm *k = r->a;
   const int64_t n = r->cols;
-  const ag_dtype dy = c->o[0].dtype, dx = c->o[1].dtype;
-  char *yp = ag__cpu_ptr(&c->o[0]);
-  const char *xp = ag__cpu_ptr(&c->o[1]);
+  const ag_dtype dy = k->y->dtype, dx = k->x->dtype;
+  char *yp = ag__cpu_ptr(k->y);
+  const char *xp = ag__cpu_ptr(k->x);
   size_t sy = ag__cpu_dtsize(dy) * (size_t)n, sx = ag__cpu_dtsize(dx) * (size_t)n;
-  const bool dbl = dy == AG_F64, hw = present(c, 2), hb = present(c, 3);
+  const ag_koperand *wt = k->weight, *bs = k->bias;
+  const bool dbl = dy == AG_F64;
   char *buf = row_scratch(r, 4, dbl ? 8 : 4);
   if (!buf) return;
   const size_t esz = dbl ? 8 : 4;
   const void *w = NULL, *bias = NULL;
   if (dbl) {
-    if (hw) w = rowin_d(c->o[2].dtype, ag__cpu_ptr(&c->o[2]), n, (double *)(buf + 2 * n * esz));
-    if (hb) bias = rowin_d(c->o[3].dtype, ag__cpu_ptr(&c->o[3]), n, (double *)(buf + 3 * n * esz));
+    if (wt) w = rowin_d(wt->dtype, ag__cpu_ptr(wt), n, (double *)(buf + 2 * n * esz));
+    if (bs) bias = rowin_d(bs->dtype, ag__cpu_ptr(bs), n, (double *)(buf + 3 * n * esz));
   } else {
-    if (hw) w = rowin_f(c->o[2].dtype, ag__cpu_ptr(&c->o[2]), n, (float *)(buf + 2 * n * esz));
-    if (hb) bias = rowin_f(c->o[3].dtype, ag__cpu_ptr(&c->o[3]), n, (float *)(buf + 3 * n * esz));
+    if (wt) w = rowin_f(wt->dtype, ag__cpu_ptr(wt), n, (float *)(buf + 2 * n * esz));
+    if (bs) bias = rowin_f(bs->dtype, ag__cpu_ptr(bs), n, (float *)(buf + 3 * n * esz));
   }
   for (int64_t i = a; i < b; i++) {
-    /* Statistics leave the row in double; stored in the dtype of o4/o5 (f64
-     * for f64 x, so the f64 backward reads them unrounded). */
+    /* Statistics leave the row in double; stored in the dtype of mean and
+     * rstd (f64 for f64 x, so the f64 backward reads them unrounded). */
     double mean, rstd;
     if (dbl) {
       const double *x = rowin_d(dx, xp + i * sx, n, (double *)buf);
       double *y = rowdst_d(dy, yp + i * sy, (double *)buf + n);
-      layernorm_row_d(y, x, w, bias, n, c->s[0], &mean, &rstd);
+      layernorm_row_d(y, x, w, bias, n, k->eps, &mean, &rstd);
       rowout_d(dy, yp + i * sy, n, y);
     } else {
       const float *x = rowin_f(dx, xp + i * sx, n, (float *)buf);
       float *y = rowdst_f(dy, yp + i * sy, (float *)buf + n);
-      FV(layernorm_row_f)(y, x, w, bias, n, c->s[0], &mean, &rstd);
+      FV(layernorm_row_f)(y, x, w, bias, n, k->eps, &mean, &rstd);
       rowout_f(dy, yp + i * sy, n, y);
     }
-    if (present(c, 4)) store_d(c->o[4].dtype, ag__cpu_ptr(&c->o[4]) + (size_t)i * ag__cpu_dtsize(c->o[4].dtype), 1, 1, &mean);
-    if (present(c, 5)) store_d(c->o[5].dtype, ag__cpu_ptr(&c->o[5]) + (size_t)i * ag__cpu_dtsize(c->o[5].dtype), 1, 1, &rstd);
+    if (k->mean) store_at(k->mean, i, mean);
+    if (k->rstd) store_at(k->rstd, i, rstd);
   }
   free(buf);
 }
 
 static void layernorm_bwd_rows(void *ctx, int64_t a, int64_t b) {
   rowctx *r = ctx;
-  const ag_kernel_call *c = r->c;
+  const ag_k_layernorm_bwd *k = r->a;
   const int64_t n = r->cols;
-  const ag_dtype d0 = c->o[0].dtype, d1 = c->o[1].dtype, d2 = c->o[2].dtype;
-  char *p0 = ag__cpu_ptr(&c->o[0]);
-  const char *p1 = ag__cpu_ptr(&c->o[1]), *p2 = ag__cpu_ptr(&c->o[2]);
+  const ag_dtype d0 = k->dx->dtype, d1 = k->dy->dtype, d2 = k->x->dtype;
+  char *p0 = ag__cpu_ptr(k->dx);
+  const char *p1 = ag__cpu_ptr(k->dy), *p2 = ag__cpu_ptr(k->x);
   size_t s0 = ag__cpu_dtsize(d0) * (size_t)n, s1 = ag__cpu_dtsize(d1) * (size_t)n,
          s2 = ag__cpu_dtsize(d2) * (size_t)n;
-  const bool dbl = d0 == AG_F64, hw = present(c, 5);
+  const ag_koperand *wt = k->weight;
+  const bool dbl = d0 == AG_F64;
   const size_t esz = dbl ? 8 : 4;
   char *buf = row_scratch(r, 4, esz);
   if (!buf) return;
   const void *w = NULL;
-  if (hw)
-    w = dbl ? (const void *)rowin_d(c->o[5].dtype, ag__cpu_ptr(&c->o[5]), n, (double *)(buf + 3 * n * esz))
-            : (const void *)rowin_f(c->o[5].dtype, ag__cpu_ptr(&c->o[5]), n, (float *)(buf + 3 * n * esz));
+  if (wt)
+    w = dbl ? (const void *)rowin_d(wt->dtype, ag__cpu_ptr(wt), n, (double *)(buf + 3 * n * esz))
+            : (const void *)rowin_f(wt->dtype, ag__cpu_ptr(wt), n, (float *)(buf + 3 * n * esz));
   for (int64_t i = a; i < b; i++) {
-    double mean = scalar_at(&c->o[3], i), rstd = scalar_at(&c->o[4], i);
+    double mean = scalar_at(k->mean, i), rstd = scalar_at(k->rstd, i);
     if (dbl) {
       const double *dy = rowin_d(d1, p1 + i * s1, n, (double *)buf);
       const double *x = rowin_d(d2, p2 + i * s2, n, (double *)buf + n);
@@ -298,25 +304,26 @@ static void layernorm_bwd_rows(void *ctx, int64_t a, int64_t b) {
   free(buf);
 }
 
-/* dw = sum_rows dy * xhat, db = sum_rows dy, in f64, overwriting t[0], t[1]. */
-static ag_status layernorm_bwd_params(const ag_kernel_call *c, int64_t N, int64_t D) {
+/* dw = sum_rows dy * xhat, db = sum_rows dy, in f64, overwriting the multi
+ * list's dw and db (each when given). */
+static ag_status layernorm_bwd_params(const ag_k_layernorm_bwd *k, int64_t N, int64_t D) {
   double *acc = calloc((size_t)(4 * (D > 0 ? D : 1)), sizeof(double));
-  if (!acc) return ag_error_set(AG_ERR_OOM, "%s: no memory for weight gradients", c->name ? c->name : "layer_norm");
+  if (!acc)
+    return ag_error_set(AG_ERR_OOM, "%s: no memory for weight gradients", k->call->name ? k->call->name : "layer_norm");
   double *dw = acc, *db = acc + D, *dy = acc + 2 * D, *x = acc + 3 * D;
-  const ag_dtype d1 = c->o[1].dtype, d2 = c->o[2].dtype;
+  const ag_dtype d1 = k->dy->dtype, d2 = k->x->dtype;
   for (int64_t i = 0; i < N; i++) {
-    double mean = scalar_at(&c->o[3], i), rstd = scalar_at(&c->o[4], i);
-    load_d(d1, ag__cpu_ptr(&c->o[1]) + (size_t)(i * D) * ag__cpu_dtsize(d1), 1, D, dy);
-    load_d(d2, ag__cpu_ptr(&c->o[2]) + (size_t)(i * D) * ag__cpu_dtsize(d2), 1, D, x);
+    double mean = scalar_at(k->mean, i), rstd = scalar_at(k->rstd, i);
+    load_d(d1, ag__cpu_ptr(k->dy) + (size_t)(i * D) * ag__cpu_dtsize(d1), 1, D, dy);
+    load_d(d2, ag__cpu_ptr(k->x) + (size_t)(i * D) * ag__cpu_dtsize(d2), 1, D, x);
     for (int64_t j = 0; j < D; j++) {
       dw[j] += dy[j] * ((x[j] - mean) * rstd);
       db[j] += dy[j];
     }
   }
-  const ag_kmulti *m = c->multi;
-  for (int k = 0; k < 2 && k < m->count; k++)
-    if (m->t[k].base)
-      store_d(m->t[k].dtype, (char *)m->t[k].base + m->t[k].offset, 1, D, k == 0 ? dw : db);
+  const int given = k->multi->count;
+  if (k->m_dw < given) store_entry(&AGK_MULTI(k, 0, dw), D, dw);
+  if (k->m_db < given) store_entry(&AGK_MULTI(k, 0, db), D, db);
   free(acc);
   return AG_OK;
 }
@@ -325,25 +332,25 @@ static ag_status layernorm_bwd_params(const ag_kernel_call *c, int64_t N, int64_
  * rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd * w. */
 static void rmsnorm_rows(void *ctx, int64_t a, int64_t b) {
   rowctx *r = ctx;
-  const ag_kernel_call *c = r->c;
+  const ag_k_rmsnorm *k = r->a;
   const int64_t n = r->cols;
-  const ag_dtype dy = c->o[0].dtype, dx = c->o[1].dtype;
-  char *yp = ag__cpu_ptr(&c->o[0]);
-  const char *xp = ag__cpu_ptr(&c->o[1]);
+  const ag_dtype dy = k->y->dtype, dx = k->x->dtype;
+  char *yp = ag__cpu_ptr(k->y);
+  const char *xp = ag__cpu_ptr(k->x);
   double *buf = row_scratch(r, 2, 8);
   if (!buf) return;
   double *x = buf, *w = buf + n;
-  if (present(c, 2)) load_d(c->o[2].dtype, ag__cpu_ptr(&c->o[2]), 1, n, w);
+  if (k->weight) load_d(k->weight->dtype, ag__cpu_ptr(k->weight), 1, n, w);
   else
     for (int64_t j = 0; j < n; j++) w[j] = 1;
   for (int64_t i = a; i < b; i++) {
     load_d(dx, xp + (size_t)(i * n) * ag__cpu_dtsize(dx), 1, n, x);
     double ss = 0;
     for (int64_t j = 0; j < n; j++) ss += x[j] * x[j];
-    double rstd = 1 / sqrt(ss / (double)n + c->s[0]);
+    double rstd = 1 / sqrt(ss / (double)n + k->eps);
     for (int64_t j = 0; j < n; j++) x[j] = x[j] * rstd * w[j];
     store_d(dy, yp + (size_t)(i * n) * ag__cpu_dtsize(dy), 1, n, x);
-    if (present(c, 3)) store_d(c->o[3].dtype, ag__cpu_ptr(&c->o[3]) + (size_t)i * ag__cpu_dtsize(c->o[3].dtype), 1, 1, &rstd);
+    if (k->rstd) store_at(k->rstd, i, rstd);
   }
   free(buf);
 }
@@ -351,88 +358,91 @@ static void rmsnorm_rows(void *ctx, int64_t a, int64_t b) {
 /* dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * w, in double. */
 static void rmsnorm_bwd_rows(void *ctx, int64_t a, int64_t b) {
   rowctx *r = ctx;
-  const ag_kernel_call *c = r->c;
+  const ag_k_rmsnorm_bwd *k = r->a;
   const int64_t n = r->cols;
-  const ag_dtype d0 = c->o[0].dtype, d1 = c->o[1].dtype, d2 = c->o[2].dtype;
+  const ag_dtype d0 = k->dx->dtype, d1 = k->dy->dtype, d2 = k->x->dtype;
   double *buf = row_scratch(r, 3, 8);
   if (!buf) return;
   double *g = buf, *x = buf + n, *w = buf + 2 * n;
-  if (present(c, 4)) load_d(c->o[4].dtype, ag__cpu_ptr(&c->o[4]), 1, n, w);
+  if (k->weight) load_d(k->weight->dtype, ag__cpu_ptr(k->weight), 1, n, w);
   else
     for (int64_t j = 0; j < n; j++) w[j] = 1;
   for (int64_t i = a; i < b; i++) {
-    double rstd = scalar_at(&c->o[3], i), s = 0;
-    load_d(d1, ag__cpu_ptr(&c->o[1]) + (size_t)(i * n) * ag__cpu_dtsize(d1), 1, n, g);
-    load_d(d2, ag__cpu_ptr(&c->o[2]) + (size_t)(i * n) * ag__cpu_dtsize(d2), 1, n, x);
+    double rstd = scalar_at(k->rstd, i), s = 0;
+    load_d(d1, ag__cpu_ptr(k->dy) + (size_t)(i * n) * ag__cpu_dtsize(d1), 1, n, g);
+    load_d(d2, ag__cpu_ptr(k->x) + (size_t)(i * n) * ag__cpu_dtsize(d2), 1, n, x);
     for (int64_t j = 0; j < n; j++) {
       g[j] *= w[j];
       s += g[j] * x[j];
     }
     s = s / (double)n * rstd * rstd;
     for (int64_t j = 0; j < n; j++) g[j] = rstd * (g[j] - x[j] * s);
-    store_d(d0, ag__cpu_ptr(&c->o[0]) + (size_t)(i * n) * ag__cpu_dtsize(d0), 1, n, g);
+    store_d(d0, ag__cpu_ptr(k->dx) + (size_t)(i * n) * ag__cpu_dtsize(d0), 1, n, g);
   }
   free(buf);
 }
 
-/* dw = sum over rows of dy * x * rstd, in f64 and row order, into t[0]. */
-static ag_status rmsnorm_bwd_weight(const ag_kernel_call *c, int64_t N, int64_t D) {
+/* dw = sum over rows of dy * x * rstd, in f64 and row order, into the
+ * multi list's dw. */
+static ag_status rmsnorm_bwd_weight(const ag_k_rmsnorm_bwd *k, int64_t N, int64_t D) {
   double *acc = calloc((size_t)(3 * (D > 0 ? D : 1)), sizeof(double));
-  if (!acc) return ag_error_set(AG_ERR_OOM, "%s: no memory for weight gradients", c->name ? c->name : "rms_norm");
+  if (!acc)
+    return ag_error_set(AG_ERR_OOM, "%s: no memory for weight gradients", k->call->name ? k->call->name : "rms_norm");
   double *dw = acc, *dy = acc + D, *x = acc + 2 * D;
-  const ag_dtype d1 = c->o[1].dtype, d2 = c->o[2].dtype;
+  const ag_dtype d1 = k->dy->dtype, d2 = k->x->dtype;
   for (int64_t i = 0; i < N; i++) {
-    double rstd = scalar_at(&c->o[3], i);
-    load_d(d1, ag__cpu_ptr(&c->o[1]) + (size_t)(i * D) * ag__cpu_dtsize(d1), 1, D, dy);
-    load_d(d2, ag__cpu_ptr(&c->o[2]) + (size_t)(i * D) * ag__cpu_dtsize(d2), 1, D, x);
+    double rstd = scalar_at(k->rstd, i);
+    load_d(d1, ag__cpu_ptr(k->dy) + (size_t)(i * D) * ag__cpu_dtsize(d1), 1, D, dy);
+    load_d(d2, ag__cpu_ptr(k->x) + (size_t)(i * D) * ag__cpu_dtsize(d2), 1, D, x);
     for (int64_t j = 0; j < D; j++) dw[j] += dy[j] * x[j] * rstd;
   }
-  const ag_kmulti *m = c->multi;
-  if (m->t[0].base) store_d(m->t[0].dtype, (char *)m->t[0].base + m->t[0].offset, 1, D, dw);
+  store_entry(&AGK_MULTI(k, 0, dw), D, dw);
   free(acc);
   return AG_OK;
 }
 
 /* var/std over the middle dim of [outer, r, inner], two passes in double. */
-static ag_status k_var(const ag_kernel_call *c) {
-  const int64_t O = c->i[0], R = c->i[1], In = c->i[2];
-  const ag_dtype dx = c->o[1].dtype, dy = c->o[0].dtype;
+ag_status cpu_k_var(ag_kernel_error *err, const ag_k_var *a) {
+  (void)err;
+  const int64_t O = a->outer, R = a->r, In = a->inner;
+  const ag_dtype dx = a->x->dtype, dy = a->out->dtype;
   const size_t ex = ag__cpu_dtsize(dx), ey = ag__cpu_dtsize(dy);
   double *v = malloc((size_t)(R > 0 ? R : 1) * sizeof(double));
-  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", c->name ? c->name : "var");
-  double den = (double)R - c->s[0];
+  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", a->call->name ? a->call->name : "var");
+  double den = (double)R - a->correction;
   if (den < 0) den = 0;
   for (int64_t o = 0; o < O; o++)
     for (int64_t i = 0; i < In; i++) {
-      load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)(o * R * In + i) * ex, In, R, v);
+      load_d(dx, ag__cpu_ptr(a->x) + (size_t)(o * R * In + i) * ex, In, R, v);
       double m = 0, ss = 0;
       for (int64_t k = 0; k < R; k++) m += v[k];
       m /= (double)R;
       for (int64_t k = 0; k < R; k++) ss += (v[k] - m) * (v[k] - m);
       double r = ss / den;
-      if (c->sub == 1) r = sqrt(r);
-      store_d(dy, ag__cpu_ptr(&c->o[0]) + (size_t)(o * In + i) * ey, 1, 1, &r);
+      if (a->variant == AG_KV_STD) r = sqrt(r);
+      store_d(dy, ag__cpu_ptr(a->out) + (size_t)(o * In + i) * ey, 1, 1, &r);
     }
   free(v);
   return AG_OK;
 }
 
-/* Prefix (sub 0) or suffix (sub 1) sums along the middle dim, in double. */
-static ag_status k_cumsum(const ag_kernel_call *c) {
-  const int64_t O = c->i[0], R = c->i[1], In = c->i[2];
-  const ag_dtype dx = c->o[1].dtype, dy = c->o[0].dtype;
+/* Prefix or suffix sums along the middle dim, in double. */
+ag_status cpu_k_cumsum(ag_kernel_error *err, const ag_k_cumsum *a) {
+  (void)err;
+  const int64_t O = a->outer, R = a->r, In = a->inner;
+  const ag_dtype dx = a->x->dtype, dy = a->out->dtype;
   const size_t ex = ag__cpu_dtsize(dx), ey = ag__cpu_dtsize(dy);
   double *v = malloc((size_t)(R > 0 ? R : 1) * sizeof(double));
-  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", c->name ? c->name : "cumsum");
+  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", a->call->name ? a->call->name : "cumsum");
   for (int64_t o = 0; o < O; o++)
     for (int64_t i = 0; i < In; i++) {
-      load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)(o * R * In + i) * ex, In, R, v);
+      load_d(dx, ag__cpu_ptr(a->x) + (size_t)(o * R * In + i) * ex, In, R, v);
       double s = 0;
-      if (c->sub == 1)
+      if (a->variant == AG_KV_CUMSUM_SUFFIX)
         for (int64_t k = R - 1; k >= 0; k--) v[k] = s += v[k];
       else
         for (int64_t k = 0; k < R; k++) v[k] = s += v[k];
-      store_d(dy, ag__cpu_ptr(&c->o[0]) + (size_t)(o * R * In + i) * ey, In, R, v);
+      store_d(dy, ag__cpu_ptr(a->out) + (size_t)(o * R * In + i) * ey, In, R, v);
     }
   free(v);
   return AG_OK;
@@ -443,15 +453,15 @@ static int64_t gidx(const ag_koperand *ix, int64_t o, int64_t k, int64_t i) {
   return idx_at(ix, o * ix->strides[0] + k * ix->strides[1] + i * ix->strides[2]);
 }
 
-static void k_gather(const ag_kernel_call *c, ag_kernel_error *err) {
-  const int64_t O = c->i[0], K = c->i[1], In = c->i[2], X = c->i[3];
-  const size_t es = ag__cpu_dtsize(c->o[0].dtype);
-  char *out = ag__cpu_ptr(&c->o[0]);
-  const char *x = ag__cpu_ptr(&c->o[1]);
+ag_status cpu_k_gather(ag_kernel_error *err, const ag_k_gather *a) {
+  const int64_t O = a->o, K = a->k, In = a->in, X = a->xlen;
+  const size_t es = ag__cpu_dtsize(a->out->dtype);
+  char *out = ag__cpu_ptr(a->out);
+  const char *x = ag__cpu_ptr(a->x);
   for (int64_t o = 0; o < O; o++)
     for (int64_t k = 0; k < K; k++)
       for (int64_t i = 0; i < In; i++) {
-        int64_t j = gidx(&c->o[2], o, k, i);
+        int64_t j = gidx(a->index, o, k, i);
         char *dst = out + (size_t)((o * K + k) * In + i) * es;
         if (j < 0 || j >= X) {
           kerr(err, AG_K_GATHER, j, X);
@@ -460,26 +470,28 @@ static void k_gather(const ag_kernel_call *c, ag_kernel_error *err) {
           memcpy(dst, x + (size_t)((o * X + j) * In + i) * es, es);
         }
       }
+  return AG_OK;
 }
 
 /* Scatter-add in double, in order of k, into a zeroed dx. */
-static ag_status k_gather_bwd(const ag_kernel_call *c) {
-  const int64_t O = c->i[0], K = c->i[1], In = c->i[2], X = c->i[3];
-  const ag_dtype d0 = c->o[0].dtype, d1 = c->o[1].dtype;
+ag_status cpu_k_gather_bwd(ag_kernel_error *err, const ag_k_gather_bwd *a) {
+  (void)err;
+  const int64_t O = a->o, K = a->k, In = a->in, X = a->xlen;
+  const ag_dtype d0 = a->dx->dtype, d1 = a->dout->dtype;
   double *acc = calloc((size_t)(X * In > 0 ? X * In : 1), sizeof(double));
-  if (!acc) return ag_error_set(AG_ERR_OOM, "%s: no memory for the gradient", c->name ? c->name : "gather");
-  const char *g = ag__cpu_ptr(&c->o[1]);
+  if (!acc) return ag_error_set(AG_ERR_OOM, "%s: no memory for the gradient", a->call->name ? a->call->name : "gather");
+  const char *g = ag__cpu_ptr(a->dout);
   for (int64_t o = 0; o < O; o++) {
     memset(acc, 0, (size_t)(X * In) * sizeof(double));
     for (int64_t k = 0; k < K; k++)
       for (int64_t i = 0; i < In; i++) {
-        int64_t j = gidx(&c->o[2], o, k, i);
+        int64_t j = gidx(a->index, o, k, i);
         if (j < 0 || j >= X) continue;
         double v;
         load_d(d1, g + (size_t)((o * K + k) * In + i) * ag__cpu_dtsize(d1), 1, 1, &v);
         acc[j * In + i] += v;
       }
-    store_d(d0, ag__cpu_ptr(&c->o[0]) + (size_t)(o * X * In) * ag__cpu_dtsize(d0), 1, X * In, acc);
+    store_d(d0, ag__cpu_ptr(a->dx) + (size_t)(o * X * In) * ag__cpu_dtsize(d0), 1, X * In, acc);
   }
   free(acc);
   return AG_OK;
@@ -502,21 +514,22 @@ static int topk_cmp_large(const void *x, const void *y) {
 static int topk_cmp_small(const void *x, const void *y) {
   return topk_before(x, y, false) ? -1 : topk_before(y, x, false) ? 1 : 0;
 }
-static ag_status k_topk(const ag_kernel_call *c) {
-  const int64_t O = c->i[0], R = c->i[1], In = c->i[2], K = c->i[3];
-  const ag_dtype dx = c->o[1].dtype, dv = c->o[0].dtype;
+ag_status cpu_k_topk(ag_kernel_error *err, const ag_k_topk *a) {
+  (void)err;
+  const int64_t O = a->o, R = a->r, In = a->in, K = a->k;
+  const ag_dtype dx = a->x->dtype, dv = a->values->dtype;
   double *v = malloc((size_t)(R > 0 ? R : 1) * (sizeof(double) + sizeof(topk_item)));
-  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a line", c->name ? c->name : "topk");
+  if (!v) return ag_error_set(AG_ERR_OOM, "%s: no memory for a line", a->call->name ? a->call->name : "topk");
   topk_item *it = (topk_item *)(v + (R > 0 ? R : 1));
-  int64_t *ip = (int64_t *)ag__cpu_ptr(&c->o[2]);
+  int64_t *ip = (int64_t *)ag__cpu_ptr(a->indices);
   for (int64_t o = 0; o < O; o++)
     for (int64_t i = 0; i < In; i++) {
-      load_d(dx, ag__cpu_ptr(&c->o[1]) + (size_t)(o * R * In + i) * ag__cpu_dtsize(dx), In, R, v);
+      load_d(dx, ag__cpu_ptr(a->x) + (size_t)(o * R * In + i) * ag__cpu_dtsize(dx), In, R, v);
       for (int64_t j = 0; j < R; j++) it[j] = (topk_item){v[j], j};
-      qsort(it, (size_t)R, sizeof *it, c->sub == 1 ? topk_cmp_small : topk_cmp_large);
+      qsort(it, (size_t)R, sizeof *it, a->variant == AG_KV_TOPK_SMALLEST ? topk_cmp_small : topk_cmp_large);
       for (int64_t k = 0; k < K; k++) {
         int64_t p = (o * K + k) * In + i;
-        store_d(dv, ag__cpu_ptr(&c->o[0]) + (size_t)p * ag__cpu_dtsize(dv), 1, 1, &it[k].v);
+        store_d(dv, ag__cpu_ptr(a->values) + (size_t)p * ag__cpu_dtsize(dv), 1, 1, &it[k].v);
         ip[p] = it[k].i;
       }
     }
@@ -526,11 +539,13 @@ static ag_status k_topk(const ag_kernel_call *c) {
 
 static int64_t pick(int64_t given, int64_t fallback) { return given > 0 ? given : fallback; }
 
-static ag_status run_rows(const ag_kernel_call *c, int64_t rows, int64_t cols, range_fn fn,
-                          ag_kernel_error *err, bool ce) {
-  rowctx r = {.c = c, .rows = rows, .cols = cols};
+/* fn over the rows of call c (a: its argument struct); cross-entropy calls
+ * (targets given) check every target first. */
+static ag_status run_rows(const ag_kernel_call *c, const void *a, int64_t rows, int64_t cols, range_fn fn,
+                          ag_kernel_error *err, const ag_koperand *targets, int64_t ignore) {
+  rowctx r = {.a = a, .rows = rows, .cols = cols};
   atomic_init(&r.oom, false);
-  if (ce) ce_prescan(&r, c->op);
+  if (targets) ce_prescan(&r, c->op, targets, ignore);
   par_for(rows, rows * cols * 4, fn, &r);
   if (r.err.code) kerr(err, (ag_kop)r.err.kop, r.err.index, r.err.limit);
   if (atomic_load(&r.oom))
@@ -540,15 +555,16 @@ static ag_status run_rows(const ag_kernel_call *c, int64_t rows, int64_t cols, r
 
 /* ---- embedding ---- */
 
-static void k_embedding(const ag_kernel_call *c, ag_kernel_error *err) {
-  int64_t N = pick(c->i[0], c->o[2].ndim ? c->o[2].shape[0] : 1);
-  int64_t D = pick(c->i[1], c->o[1].ndim > 1 ? c->o[1].shape[1] : 1);
-  int64_t V = pick(c->i[2], c->o[1].ndim ? c->o[1].shape[0] : 0);
-  size_t row = (size_t)D * ag__cpu_dtsize(c->o[0].dtype);
-  char *out = ag__cpu_ptr(&c->o[0]);
-  const char *tab = ag__cpu_ptr(&c->o[1]);
+ag_status cpu_k_embedding(ag_kernel_error *err, const ag_k_embedding *a) {
+  const ag_koperand *ix = a->indices, *tb = a->table;
+  int64_t N = pick(a->n, ix->ndim ? ix->shape[0] : 1);
+  int64_t D = pick(a->d, tb->ndim > 1 ? tb->shape[1] : 1);
+  int64_t V = pick(a->v, tb->ndim ? tb->shape[0] : 0);
+  size_t row = (size_t)D * ag__cpu_dtsize(a->out->dtype);
+  char *out = ag__cpu_ptr(a->out);
+  const char *tab = ag__cpu_ptr(tb);
   for (int64_t i = 0; i < N; i++) {
-    int64_t v = idx_at(&c->o[2], i);
+    int64_t v = idx_at(ix, i);
     if (v < 0 || v >= V) {
       kerr(err, AG_K_EMBEDDING, v, V);
       memset(out + (size_t)i * row, 0, row);
@@ -556,18 +572,20 @@ static void k_embedding(const ag_kernel_call *c, ag_kernel_error *err) {
       memcpy(out + (size_t)i * row, tab + (size_t)v * row, row);
     }
   }
+  return AG_OK;
 }
 
-static void k_embedding_bwd(const ag_kernel_call *c, ag_kernel_error *err) {
-  int64_t N = pick(c->i[0], c->o[2].ndim ? c->o[2].shape[0] : 1);
-  int64_t D = pick(c->i[1], c->o[0].ndim > 1 ? c->o[0].shape[1] : 1);
-  int64_t V = pick(c->i[2], c->o[0].ndim ? c->o[0].shape[0] : 0);
-  const ag_dtype dt = c->o[0].dtype, dd = c->o[1].dtype;
-  char *tab = ag__cpu_ptr(&c->o[0]);
-  const char *dout = ag__cpu_ptr(&c->o[1]);
+ag_status cpu_k_embedding_bwd(ag_kernel_error *err, const ag_k_embedding_bwd *a) {
+  const ag_koperand *ix = a->indices, *dtab = a->dtable;
+  int64_t N = pick(a->n, ix->ndim ? ix->shape[0] : 1);
+  int64_t D = pick(a->d, dtab->ndim > 1 ? dtab->shape[1] : 1);
+  int64_t V = pick(a->v, dtab->ndim ? dtab->shape[0] : 0);
+  const ag_dtype dt = dtab->dtype, dd = a->dout->dtype;
+  char *tab = ag__cpu_ptr(dtab);
+  const char *dout = ag__cpu_ptr(a->dout);
   double g[TILE];
   for (int64_t i = 0; i < N; i++) {
-    int64_t v = idx_at(&c->o[2], i);
+    int64_t v = idx_at(ix, i);
     if (v < 0 || v >= V) {
       kerr(err, AG_K_EMBEDDING_BWD, v, V);
       continue;
@@ -590,43 +608,46 @@ static void k_embedding_bwd(const ag_kernel_call *c, ag_kernel_error *err) {
       }
     }
   }
+  return AG_OK;
 }
 
-/* ---- entry ---- */
+/* ---- the row ops ---- */
 
-ag_status ag__cpu_rows(const ag_kernel_call *c, ag_kernel_error *err) {
-  switch (c->op) {
-    case AG_K_SOFTMAX: return run_rows(c, c->i[0], c->i[1], softmax_rows, err, false);
-    case AG_K_SOFTMAX_BWD:
-      return run_rows(c, pick(c->i[0], c->o[0].shape[0]), pick(c->i[1], c->o[0].shape[1]),
-                      softmax_bwd_rows, err, false);
-    case AG_K_CROSS_ENTROPY: return run_rows(c, c->i[0], c->i[1], ce_rows, err, true);
-    case AG_K_CROSS_ENTROPY_BWD:
-      return run_rows(c, pick(c->i[0], c->o[1].shape[0]), pick(c->i[1], c->o[1].shape[1]),
-                      ce_bwd_rows, err, true);
-    case AG_K_LAYERNORM: return run_rows(c, c->i[0], c->i[1], layernorm_rows, err, false);
-    case AG_K_LAYERNORM_BWD: {
-      int64_t N = pick(c->i[0], c->o[2].shape[0]), D = pick(c->i[1], c->o[2].shape[1]);
-      ag_status st = run_rows(c, N, D, layernorm_bwd_rows, err, false);
-      if (st == AG_OK && c->multi && c->multi->count > 0) st = layernorm_bwd_params(c, N, D);
-      return st;
-    }
-    case AG_K_RMSNORM: return run_rows(c, c->i[0], c->i[1], rmsnorm_rows, err, false);
-    case AG_K_RMSNORM_BWD: {
-      int64_t N = c->i[0], D = c->i[1];
-      ag_status st = run_rows(c, N, D, rmsnorm_bwd_rows, err, false);
-      if (st == AG_OK && c->multi && c->multi->count > 0) st = rmsnorm_bwd_weight(c, N, D);
-      return st;
-    }
-    case AG_K_VAR: return k_var(c);
-    case AG_K_CUMSUM: return k_cumsum(c);
-    case AG_K_GATHER: k_gather(c, err); return AG_OK;
-    case AG_K_GATHER_BWD: return k_gather_bwd(c);
-    case AG_K_TOPK: return k_topk(c);
-    case AG_K_EMBEDDING: k_embedding(c, err); return AG_OK;
-    case AG_K_EMBEDDING_BWD: k_embedding_bwd(c, err); return AG_OK;
-    default: break;
-  }
-  return ag_error_set(AG_ERR_UNSUPPORTED, "%s: no cpu row kernel for op %d", c->name ? c->name : "launch",
-                      (int)c->op);
+ag_status cpu_k_softmax(ag_kernel_error *err, const ag_k_softmax *a) {
+  return run_rows(a->call, a, a->rows, a->cols, softmax_rows, err, NULL, 0);
+}
+
+ag_status cpu_k_softmax_bwd(ag_kernel_error *err, const ag_k_softmax_bwd *a) {
+  return run_rows(a->call, a, pick(a->rows, a->dx->shape[0]), pick(a->cols, a->dx->shape[1]), softmax_bwd_rows, err,
+                  NULL, 0);
+}
+
+ag_status cpu_k_cross_entropy(ag_kernel_error *err, const ag_k_cross_entropy *a) {
+  return run_rows(a->call, a, a->n, a->c, ce_rows, err, a->targets, a->ignore_index);
+}
+
+ag_status cpu_k_cross_entropy_bwd(ag_kernel_error *err, const ag_k_cross_entropy_bwd *a) {
+  return run_rows(a->call, a, pick(a->n, a->logits->shape[0]), pick(a->c, a->logits->shape[1]), ce_bwd_rows, err,
+                  a->targets, a->ignore_index);
+}
+
+ag_status cpu_k_layernorm(ag_kernel_error *err, const ag_k_layernorm *a) {
+  return run_rows(a->call, a, a->n, a->d, layernorm_rows, err, NULL, 0);
+}
+
+ag_status cpu_k_layernorm_bwd(ag_kernel_error *err, const ag_k_layernorm_bwd *a) {
+  int64_t N = pick(a->n, a->x->shape[0]), D = pick(a->d, a->x->shape[1]);
+  ag_status st = run_rows(a->call, a, N, D, layernorm_bwd_rows, err, NULL, 0);
+  if (st == AG_OK && a->multi && a->multi->count > 0) st = layernorm_bwd_params(a, N, D);
+  return st;
+}
+
+ag_status cpu_k_rmsnorm(ag_kernel_error *err, const ag_k_rmsnorm *a) {
+  return run_rows(a->call, a, a->n, a->d, rmsnorm_rows, err, NULL, 0);
+}
+
+ag_status cpu_k_rmsnorm_bwd(ag_kernel_error *err, const ag_k_rmsnorm_bwd *a) {
+  ag_status st = run_rows(a->call, a, a->n, a->d, rmsnorm_bwd_rows, err, NULL, 0);
+  if (st == AG_OK && a->multi && a->multi->count > 0) st = rmsnorm_bwd_weight(a, a->n, a->d);
+  return st;
 }

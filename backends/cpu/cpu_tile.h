@@ -251,14 +251,25 @@ AG_CPU_SHARED void load_mask(ag_dtype dt, const char *p, int64_t st, int64_t n, 
 
 /* ---- operands ---- */
 
-/* Whether the call has operand k (optional operands have a NULL base). */
-static inline bool present(const ag_kernel_call *c, int k) { return c->n_operands > k && c->o[k].base; }
-
 /* Element i of operand o, as a double. */
 AG_CPU_SHARED double scalar_at(const ag_koperand *o, int64_t i) {
   double v;
   load_d(o->dtype, ag__cpu_ptr(o) + (size_t)i * ag__cpu_dtsize(o->dtype), 1, 1, &v);
   return v;
+}
+
+/* Element i of operand o = v, in o's dtype. */
+AG_CPU_SHARED void store_at(const ag_koperand *o, int64_t i, double v) {
+  store_d(o->dtype, ag__cpu_ptr(o) + (size_t)i * ag__cpu_dtsize(o->dtype), 1, 1, &v);
+}
+
+/* The start of a multi-list tensor (AGK_MULTI). */
+static inline char *entry_ptr(const ag_kmulti_entry *e) { return (char *)e->base + e->offset; }
+
+/* The first n elements of multi-list tensor e = v (nothing when e has no
+ * base: not asked for). */
+AG_CPU_SHARED void store_entry(const ag_kmulti_entry *e, int64_t n, const double *v) {
+  if (e->base) store_d(e->dtype, entry_ptr(e), 1, n, v);
 }
 
 #endif

@@ -1,7 +1,8 @@
 /* Kernel launches: maps each ag_kop to an embedded shader (the elementwise
  * sub-op or the reduction op is the pipeline's specialization constant,
  * dtypes are arguments), collapses elementwise layouts to the fewest dims,
- * and fills the argument block (vkb_args, Args in common.glsl). */
+ * and fills the argument block (vkb_args, Args in common.glsl) from the
+ * op's named arguments (kargs.h); dispatch and supports() come from VK_KOPS. */
 #include <math.h>
 #include <string.h>
 
@@ -21,15 +22,13 @@ static int64_t numel(const ag_koperand *o) {
 static size_t dsize(ag_dtype dt) {
   return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_I64 || dt == AG_F64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 4;
 }
-static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
 static bool is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
 
 /* The device address of an operand, 0 when absent. */
 static uint64_t addr(const void *base, size_t off) { return base ? ((const vkb_mem *)base)->addr + off : 0; }
 static uint64_t oaddr(const ag_koperand *o) { return addr(o->base, o->offset); }
-static uint64_t opt_addr(const ag_kernel_call *c, int i) {
-  return i < c->n_operands && c->o[i].base ? oaddr(&c->o[i]) : 0;
-}
+/* An OPT or SAVED operand: the decoder gives NULL when it is absent. */
+static uint64_t opt_addr(const ag_koperand *o) { return o ? oaddr(o) : 0; }
 
 /* v in dt's integer range (NaN 0); floating dtypes take the i64 range, so
  * an infinite or huge scalar never reaches an undefined conversion */
@@ -92,35 +91,86 @@ static int64_t dbits(double v) {
   return b;
 }
 
+/* ---- the ops Vulkan runs ----
+ * One op a line: X(ID, name, dtypes, variants), implemented by
+ * vk_k_<name>(ag_bstream *, const ag_k_<name> *). The dtypes are what the
+ * shaders take; vkb_supports then drops f64 where the device lacks
+ * shaderFloat64 and applies the sub-op rules of UNARY, BINARY, REDUCE and
+ * POOL (AGK_VANY here). Fills, where and embedding move f64 and the
+ * integer dtypes as words, so they take every dtype. */
+#define VK_DTS_ARANGE (AGK_DTS_FLOAT64 | AGK_DT(I32) | AGK_DT(I64) | AGK_DT(U8))
+#define VK_KOPS(X)                                                                                       \
+  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                                  \
+  X(ARANGE, arange, VK_DTS_ARANGE, AGK_VNONE)                                                            \
+  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                                \
+  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                                  \
+  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                                 \
+  X(BINARY, binary, AGK_DTS_ALL, AGK_VANY)                                                               \
+  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                                \
+  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                               \
+  X(MATMUL, matmul, AGK_DTS_FLOAT64, AGK_VNONE)                                                          \
+  X(SOFTMAX, softmax, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))            \
+  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))    \
+  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))  \
+  X(LAYERNORM, layernorm, AGK_DTS_FLOAT64, AGK_VNONE)                                                    \
+  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                            \
+  X(EMBEDDING, embedding, AGK_DTS_ALL, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                    \
+  X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))        \
+  X(DROPOUT, dropout, AGK_DTS_FLOAT, AGK_VNONE)                                                          \
+  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                                \
+  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                                    \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                          \
+  X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                              \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                              \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                          \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                        \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                               \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                       \
+  X(BN_STATS, bn_stats, AGK_DT(F32), AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))              \
+  X(BN_APPLY, bn_apply, AGK_DT(F32), AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))            \
+  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT64, AGK_VNONE)                                                        \
+  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                                \
+  X(VAR, var, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                                \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))      \
+  X(GATHER, gather, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                      \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))              \
+  X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))             \
+  X(SDPA, sdpa, AGK_DTS_FLOAT, AGK_VNONE)                                                                \
+  X(SDPA_BWD, sdpa_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                                        \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                          \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR))
+
 /* ---- elementwise ---- */
 
-/* is: the exact integer scalars of AFFINE on an integer dtype (the call's
- * i[]), or NULL. */
+/* is: the exact integer scalars of AFFINE on an integer dtype, or NULL. */
 static ag_status run_unary_is(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
                               double s1, const int64_t *is) {
   int64_t n = numel(o);
   if (!n) return AG_OK;
-  vkb_args a = {0};
+  vkb_args args = {0};
   const ag_koperand *ops[2] = {o, x};
-  collapse(o, 2, ops, &a);
+  collapse(o, 2, ops, &args);
   size_t bytes = (size_t)n * dsize(o->dtype);
   bool same_buf = o->base == x->base;
   bool overlap = same_buf && o->offset < x->offset + bytes && x->offset < o->offset + bytes;
-  if (a.n[41] == 0 && sub == AG_U_COPY && o->dtype == x->dtype && overlap && o->offset == x->offset) return AG_OK;
-  a.p[0] = oaddr(o);
-  a.p[1] = oaddr(x);
-  a.k[0] = o->dtype;
-  a.k[1] = x->dtype;
-  a.k[4] = is != NULL;
-  a.f[0] = (float)s0;
-  a.f[1] = (float)s1;
-  a.n[42] = is ? is[0] : 0;
-  a.n[43] = is ? is[1] : 0;
-  a.n[46] = dbits(s0);
-  a.n[47] = dbits(s1);
+  if (args.n[41] == 0 && sub == AG_U_COPY && o->dtype == x->dtype && overlap && o->offset == x->offset) return AG_OK;
+  args.p[0] = oaddr(o);
+  args.p[1] = oaddr(x);
+  args.k[0] = o->dtype;
+  args.k[1] = x->dtype;
+  args.k[4] = is != NULL;
+  args.f[0] = (float)s0;
+  args.f[1] = (float)s1;
+  args.n[42] = is ? is[0] : 0;
+  args.n[43] = is ? is[1] : 0;
+  args.n[46] = dbits(s0);
+  args.n[47] = dbits(s1);
   /* f64 in or out (a cast, or an op on f64): f64.comp */
   bool d = o->dtype == AG_F64 || x->dtype == AG_F64;
-  return vkb_dispatch1(s, d ? VKS_UNARY_D : VKS_UNARY, sub, &a, n);
+  return vkb_dispatch1(s, d ? VKS_UNARY_D : VKS_UNARY, sub, &args, n);
 }
 
 static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
@@ -128,107 +178,124 @@ static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperan
   return run_unary_is(s, o, x, sub, s0, s1, NULL);
 }
 
-static ag_status run_binary(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0];
-  int64_t n = numel(o);
-  if (!n) return AG_OK;
-  vkb_args a = {0};
-  const ag_koperand *ops[3] = {o, &c->o[1], &c->o[2]};
-  collapse(o, 3, ops, &a);
-  a.p[0] = oaddr(o);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = oaddr(&c->o[2]);
-  a.k[0] = c->o[1].dtype;
-  a.k[4] = c->s[0] >= INT32_MIN && c->s[0] <= INT32_MAX && c->s[0] == floor(c->s[0]);
-  a.f[0] = (float)c->s[0];
-  a.f[1] = (float)c->s[1];
-  a.n[42] = sat_int(c->s[0], AG_I64);
-  a.n[46] = dbits(c->s[0]);
-  a.n[47] = dbits(c->s[1]);
-  return vkb_dispatch1(s, c->o[1].dtype == AG_F64 ? VKS_BINARY_D : VKS_BINARY, c->sub, &a, n);
+static ag_status vk_k_unary(ag_bstream *s, const ag_k_unary *a) {
+  const int64_t is[2] = {a->i0, a->i1};
+  return run_unary_is(s, a->y, a->x, a->variant, a->s0, a->s1,
+                      a->variant == AG_U_AFFINE && is_int(a->y->dtype) ? is : NULL);
 }
 
-static ag_status run_where(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0];
+static ag_status vk_k_binary(ag_bstream *s, const ag_k_binary *a) {
+  const ag_koperand *o = a->out;
   int64_t n = numel(o);
   if (!n) return AG_OK;
-  vkb_args a = {0};
-  const ag_koperand *ops[4] = {o, &c->o[1], &c->o[2], &c->o[3]};
-  collapse(o, 4, ops, &a);
-  for (int k = 0; k < 4; k++) a.p[k] = oaddr(&c->o[k]);
-  a.k[1] = c->o[1].dtype;
-  a.k[5] = (int)dsize(o->dtype);
-  return vkb_dispatch1(s, VKS_WHERE, 0, &a, n);
+  vkb_args args = {0};
+  const ag_koperand *ops[3] = {o, a->a, a->b};
+  collapse(o, 3, ops, &args);
+  args.p[0] = oaddr(o);
+  args.p[1] = oaddr(a->a);
+  args.p[2] = oaddr(a->b);
+  args.k[0] = a->a->dtype;
+  args.k[4] = a->s0 >= INT32_MIN && a->s0 <= INT32_MAX && a->s0 == floor(a->s0);
+  args.f[0] = (float)a->s0;
+  args.f[1] = (float)a->s1;
+  args.n[42] = sat_int(a->s0, AG_I64);
+  args.n[46] = dbits(a->s0);
+  args.n[47] = dbits(a->s1);
+  return vkb_dispatch1(s, a->a->dtype == AG_F64 ? VKS_BINARY_D : VKS_BINARY, a->variant, &args, n);
+}
+
+static ag_status vk_k_where(ag_bstream *s, const ag_k_where *a) {
+  const ag_koperand *o = a->out;
+  int64_t n = numel(o);
+  if (!n) return AG_OK;
+  vkb_args args = {0};
+  const ag_koperand *ops[4] = {o, a->cond, a->a, a->b};
+  collapse(o, 4, ops, &args);
+  for (int k = 0; k < 4; k++) args.p[k] = oaddr(ops[k]);
+  args.k[1] = a->cond->dtype;
+  args.k[5] = (int)dsize(o->dtype);
+  return vkb_dispatch1(s, VKS_WHERE, 0, &args, n);
 }
 
 static ag_status run_fill(ag_bstream *s, const ag_koperand *o, double v) {
   int64_t n = numel(o);
   if (!n) return AG_OK;
-  vkb_args a = {0};
+  vkb_args args = {0};
   const ag_koperand *ops[1] = {o};
-  collapse(o, 1, ops, &a);
-  a.p[0] = oaddr(o);
-  a.k[0] = o->dtype;
-  a.f[0] = (float)v;
-  a.n[42] = o->dtype == AG_I32 ? (int64_t)(int32_t)v : sat_int(v, o->dtype);
-  a.n[46] = dbits(v);
-  return vkb_dispatch1(s, o->dtype == AG_F64 ? VKS_FILL_D : VKS_FILL, 0, &a, n);
+  collapse(o, 1, ops, &args);
+  args.p[0] = oaddr(o);
+  args.k[0] = o->dtype;
+  args.f[0] = (float)v;
+  args.n[42] = o->dtype == AG_I32 ? (int64_t)(int32_t)v : sat_int(v, o->dtype);
+  args.n[46] = dbits(v);
+  return vkb_dispatch1(s, o->dtype == AG_F64 ? VKS_FILL_D : VKS_FILL, 0, &args, n);
 }
 
-static ag_status run_arange(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0];
-  vkb_args a = {0};
-  a.p[0] = oaddr(o);
-  a.k[0] = o->dtype;
-  a.f[0] = (float)c->s[0];
-  a.f[1] = (float)c->s[1];
-  a.n[40] = numel(o);
-  a.n[42] = (int64_t)c->s[0];
-  a.n[43] = (int64_t)c->s[1];
-  a.n[46] = dbits(c->s[0]);
-  a.n[47] = dbits(c->s[1]);
-  return vkb_dispatch1(s, o->dtype == AG_F64 ? VKS_ARANGE_D : VKS_ARANGE, 0, &a, a.n[40]);
+static ag_status vk_k_fill(ag_bstream *s, const ag_k_fill *a) { return run_fill(s, a->out, a->value); }
+
+static ag_status vk_k_arange(ag_bstream *s, const ag_k_arange *a) {
+  const ag_koperand *o = a->out;
+  vkb_args args = {0};
+  args.p[0] = oaddr(o);
+  args.k[0] = o->dtype;
+  args.f[0] = (float)a->start;
+  args.f[1] = (float)a->step;
+  args.n[40] = numel(o);
+  args.n[42] = (int64_t)a->start;
+  args.n[43] = (int64_t)a->step;
+  args.n[46] = dbits(a->start);
+  args.n[47] = dbits(a->step);
+  return vkb_dispatch1(s, o->dtype == AG_F64 ? VKS_ARANGE_D : VKS_ARANGE, 0, &args, args.n[40]);
 }
 
-static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0];
-  vkb_args a = {0};
-  int64_t n = numel(o), per = c->op == AG_K_RAND_NORMAL ? 2 : 4;
-  a.p[0] = oaddr(o);
-  a.k[0] = o->dtype;
-  a.k[1] = c->op == AG_K_RAND_NORMAL;
-  a.f[0] = (float)c->s[0];
-  a.f[1] = (float)c->s[1];
-  a.n[40] = n;
-  a.n[44] = (int64_t)c->seed;
-  a.n[45] = (int64_t)c->offset;
-  return vkb_dispatch1(s, s->d->fast_f64 && per == 2 ? VKS_RAND64 : VKS_RAND, 0, &a, (n + per - 1) / per);
+/* p0, p1: lo and hi (uniform), or mean and std (normal) */
+static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c, const ag_koperand *o, bool normal, double p0,
+                          double p1) {
+  vkb_args args = {0};
+  int64_t n = numel(o), per = normal ? 2 : 4;
+  args.p[0] = oaddr(o);
+  args.k[0] = o->dtype;
+  args.k[1] = normal;
+  args.f[0] = (float)p0;
+  args.f[1] = (float)p1;
+  args.n[40] = n;
+  args.n[44] = (int64_t)c->seed;
+  args.n[45] = (int64_t)c->offset;
+  return vkb_dispatch1(s, s->d->fast_f64 && per == 2 ? VKS_RAND64 : VKS_RAND, 0, &args, (n + per - 1) / per);
 }
 
-static ag_status run_dropout(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t n = numel(&c->o[0]);
-  vkb_args a = {0};
-  bool has_mask = c->n_operands > 2 && c->o[2].base;
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = has_mask ? oaddr(&c->o[2]) : 0;
-  a.k[0] = c->o[0].dtype;
-  a.k[1] = c->o[1].dtype;
-  a.k[2] = has_mask ? (int)c->o[2].dtype : AG_F32;
+static ag_status vk_k_rand_uniform(ag_bstream *s, const ag_k_rand_uniform *a) {
+  return run_rand(s, a->call, a->out, false, a->lo, a->hi);
+}
+
+static ag_status vk_k_rand_normal(ag_bstream *s, const ag_k_rand_normal *a) {
+  return run_rand(s, a->call, a->out, true, a->mean, a->std);
+}
+
+static ag_status vk_k_dropout(ag_bstream *s, const ag_k_dropout *a) {
+  int64_t n = numel(a->y);
+  vkb_args args = {0};
+  bool has_mask = a->mask && a->mask->base;
+  args.p[0] = oaddr(a->y);
+  args.p[1] = oaddr(a->x);
+  args.p[2] = has_mask ? oaddr(a->mask) : 0;
+  args.k[0] = a->y->dtype;
+  args.k[1] = a->x->dtype;
+  args.k[2] = has_mask ? (int)a->mask->dtype : AG_F32;
   /* 1 / (1 - p) in double as hi + lo floats: x * hi + x * lo in one fma
    * rounds like the CPU's double product */
-  double scale = c->s[0] < 1 ? 1.0 / (1.0 - c->s[0]) : 0.0;
+  double scale = a->p < 1 ? 1.0 / (1.0 - a->p) : 0.0;
   float hi = (float)scale, lo = (float)(scale - (double)hi);
-  a.f[0] = (float)c->s[0];
-  a.f[1] = hi;
-  a.f[2] = lo;
-  a.n[40] = n;
-  a.n[44] = (int64_t)c->seed;
-  a.n[45] = (int64_t)c->offset;
+  args.f[0] = (float)a->p;
+  args.f[1] = hi;
+  args.f[2] = lo;
+  args.n[40] = n;
+  args.n[44] = (int64_t)a->call->seed;
+  args.n[45] = (int64_t)a->call->offset;
   /* with f64 the product is the CPU's (x * scale in double, rounded);
    * only where f64 is fast (vkb_device.fast_f64) */
-  memcpy(&a.n[46], &scale, sizeof scale);
-  return vkb_dispatch1(s, s->d->fast_f64 ? VKS_DROPOUT64 : VKS_DROPOUT, 0, &a, (n + 3) / 4);
+  memcpy(&args.n[46], &scale, sizeof scale);
+  return vkb_dispatch1(s, s->d->fast_f64 ? VKS_DROPOUT64 : VKS_DROPOUT, 0, &args, (n + 3) / 4);
 }
 
 /* ---- reductions and rows ---- */
@@ -254,137 +321,172 @@ static ag_status rows_d(ag_bstream *s, const ag_kernel_call *c, vkb_shader sh, c
   return st != AG_OK ? st : vkb_dispatch1(s, sh, 0, a, rows);
 }
 
-static ag_status run_reduce(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
+static ag_status vk_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
+  const ag_kernel_call *c = a->call;
+  int64_t outer = a->outer, r = a->r, inner = a->inner;
   if (outer * inner == 0) return AG_OK;
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.k[0] = c->o[0].dtype;
-  a.k[1] = c->o[1].dtype;
-  a.f[0] = c->sub == AG_R_SUM ? (float)c->s[0] : 1.0f;
-  a.n[0] = outer;
-  a.n[1] = r;
-  a.n[2] = inner;
-  if (c->o[1].dtype == AG_F64) { /* f64.comp: an invocation per output, in order */
+  vkb_args args = {0};
+  args.p[0] = oaddr(a->out);
+  args.p[1] = oaddr(a->x);
+  args.k[0] = a->out->dtype;
+  args.k[1] = a->x->dtype;
+  args.f[0] = a->variant == AG_R_SUM ? (float)a->scale : 1.0f;
+  args.n[0] = outer;
+  args.n[1] = r;
+  args.n[2] = inner;
+  if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per output, in order */
     ag_status st = loop_ok(s, c, r);
     if (st != AG_OK) return st;
-    a.n[46] = dbits(c->sub == AG_R_SUM ? c->s[0] : 1.0);
-    return vkb_dispatch1(s, VKS_REDUCE_D, c->sub, &a, outer * inner);
+    args.n[46] = dbits(a->variant == AG_R_SUM ? a->scale : 1.0);
+    return vkb_dispatch1(s, VKS_REDUCE_D, a->variant, &args, outer * inner);
   }
   /* a work-group per output pays off for long rows and is needed for long
    * strided ones (loop limits); short ones take an invocation each */
-  if ((inner == 1 && r > 64) || r > 4096) return dispatch_rows(s, c, VKS_REDUCE_ROWS, c->sub, &a, outer * inner, r);
-  return vkb_dispatch1(s, VKS_REDUCE_COLS, c->sub, &a, outer * inner);
+  if ((inner == 1 && r > 64) || r > 4096)
+    return dispatch_rows(s, c, VKS_REDUCE_ROWS, a->variant, &args, outer * inner, r);
+  return vkb_dispatch1(s, VKS_REDUCE_COLS, a->variant, &args, outer * inner);
 }
 
 #define SUMSQ_GROUPS 64
 
-static ag_status run_sumsq(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_kmulti *mt = c->multi;
-  int count = mt ? mt->count : 0;
+static ag_status vk_k_sumsq(ag_bstream *s, const ag_k_sumsq *a) {
+  int count = AGK_MULTI_GROUPS(a);
   uint64_t part;
   ag_status st = vkb_scratch(s, sizeof(float) * SUMSQ_GROUPS * (size_t)(count ? count : 1), &part);
   if (st != AG_OK) return st;
   int64_t np = 0;
   for (int k = 0; k < count; k++) {
-    int64_t n = mt->t[k].numel;
+    const ag_kmulti_entry *x = &AGK_MULTI(a, k, x);
+    int64_t n = x->numel;
     if (!n) continue;
     int64_t groups = (n + VKB_WG - 1) / VKB_WG;
     if (groups > SUMSQ_GROUPS) groups = SUMSQ_GROUPS;
-    vkb_args a = {0};
-    a.p[0] = part;
-    a.p[1] = addr(mt->t[k].base, mt->t[k].offset);
-    a.k[1] = mt->t[k].dtype;
-    a.n[0] = np;
-    a.n[1] = n;
-    a.n[2] = groups;
-    if ((st = vkb_dispatch(s, VKS_SUMSQ_PART, 0, &a, (uint32_t)groups, 1, 1)) != AG_OK) return st;
+    vkb_args args = {0};
+    args.p[0] = part;
+    args.p[1] = addr(x->base, x->offset);
+    args.k[1] = x->dtype;
+    args.n[0] = np;
+    args.n[1] = n;
+    args.n[2] = groups;
+    if ((st = vkb_dispatch(s, VKS_SUMSQ_PART, 0, &args, (uint32_t)groups, 1, 1)) != AG_OK) return st;
     np += groups;
   }
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = part;
-  a.n[0] = np;
-  return vkb_dispatch(s, VKS_SUMSQ_FINAL, 0, &a, 1, 1, 1);
+  vkb_args args = {0};
+  args.p[0] = oaddr(a->out);
+  args.p[1] = part;
+  args.n[0] = np;
+  return vkb_dispatch(s, VKS_SUMSQ_FINAL, 0, &args, 1, 1, 1);
 }
 
-static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
-  int64_t rows = c->i[0], cols = c->i[1];
+/* y: y (forward) or dx; x: x or dy; yf: the forward's y (backward), or NULL */
+static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, const ag_koperand *y, const ag_koperand *x,
+                             const ag_koperand *yf, int variant, int64_t rows, int64_t cols) {
   if (!rows) return AG_OK;
-  vkb_args a = {0};
-  for (int k = 0; k < (bwd ? 3 : 2); k++) a.p[k] = oaddr(&c->o[k]);
-  a.k[0] = c->o[0].dtype;
-  a.k[6] = c->sub;
-  a.n[0] = rows;
-  a.n[1] = cols;
-  if (c->o[0].dtype == AG_F64) { /* f64.comp: an invocation per row */
+  const bool bwd = yf != NULL;
+  vkb_args args = {0};
+  args.p[0] = oaddr(y);
+  args.p[1] = oaddr(x);
+  if (bwd) args.p[2] = oaddr(yf);
+  args.k[0] = y->dtype;
+  args.k[6] = variant;
+  args.n[0] = rows;
+  args.n[1] = cols;
+  if (y->dtype == AG_F64) { /* f64.comp: an invocation per row */
     ag_status st = loop_ok(s, c, 3 * cols);
     if (st != AG_OK) return st;
-    return vkb_dispatch1(s, bwd ? VKS_SOFTMAX_BWD_D : VKS_SOFTMAX_D, 0, &a, rows);
+    return vkb_dispatch1(s, bwd ? VKS_SOFTMAX_BWD_D : VKS_SOFTMAX_D, 0, &args, rows);
   }
-  return dispatch_rows(s, c, bwd ? VKS_SOFTMAX_BWD : VKS_SOFTMAX, 0, &a, rows, cols);
+  return dispatch_rows(s, c, bwd ? VKS_SOFTMAX_BWD : VKS_SOFTMAX, 0, &args, rows, cols);
 }
 
-static ag_status run_ce(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
-  int64_t rows = c->i[0], cols = c->i[1];
+static ag_status vk_k_softmax(ag_bstream *s, const ag_k_softmax *a) {
+  return run_softmax(s, a->call, a->y, a->x, NULL, a->variant, a->rows, a->cols);
+}
+
+static ag_status vk_k_softmax_bwd(ag_bstream *s, const ag_k_softmax_bwd *a) {
+  return run_softmax(s, a->call, a->dx, a->dy, a->y, a->variant, a->rows, a->cols);
+}
+
+/* out: loss or dlogits; grad: the backward's upstream gradient, or NULL */
+static ag_status run_ce(ag_bstream *s, const ag_kernel_call *c, const ag_koperand *out, const ag_koperand *logits,
+                        const ag_koperand *targets, const ag_koperand *grad, int64_t rows, int64_t cols,
+                        int64_t ignore_index) {
   if (!rows) return AG_OK;
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = oaddr(&c->o[2]);
-  a.k[1] = c->o[1].dtype;
-  a.k[3] = c->o[2].dtype;
+  const bool bwd = grad != NULL;
+  vkb_args args = {0};
+  args.p[0] = oaddr(out);
+  args.p[1] = oaddr(logits);
+  args.p[2] = oaddr(targets);
+  args.k[1] = logits->dtype;
+  args.k[3] = targets->dtype;
   if (bwd) {
-    a.p[3] = oaddr(&c->o[3]);
-    a.n[3] = c->o[3].ndim ? c->o[3].strides[0] : 0;
+    args.p[3] = oaddr(grad);
+    args.n[3] = grad->ndim ? grad->strides[0] : 0;
   }
-  a.n[0] = rows;
-  a.n[1] = cols;
-  a.n[2] = c->i[2];
-  a.p[7] = s->err.addr;
+  args.n[0] = rows;
+  args.n[1] = cols;
+  args.n[2] = ignore_index;
+  args.p[7] = s->err.addr;
   s->err_armed = true;
-  return dispatch_rows(s, c, bwd ? VKS_CE_BWD : VKS_CE, 0, &a, rows, cols);
+  return dispatch_rows(s, c, bwd ? VKS_CE_BWD : VKS_CE, 0, &args, rows, cols);
 }
 
-static ag_status run_layernorm(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t rows = c->i[0], cols = c->i[1];
+static ag_status vk_k_cross_entropy(ag_bstream *s, const ag_k_cross_entropy *a) {
+  return run_ce(s, a->call, a->loss, a->logits, a->targets, NULL, a->n, a->c, a->ignore_index);
+}
+
+static ag_status vk_k_cross_entropy_bwd(ag_bstream *s, const ag_k_cross_entropy_bwd *a) {
+  return run_ce(s, a->call, a->dlogits, a->logits, a->targets, a->grad, a->n, a->c, a->ignore_index);
+}
+
+static ag_status vk_k_layernorm(ag_bstream *s, const ag_k_layernorm *a) {
+  const ag_kernel_call *c = a->call;
+  int64_t rows = a->n, cols = a->d;
   if (!rows) return AG_OK;
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  for (int k = 2; k < 6; k++) a.p[k] = opt_addr(c, k);
-  a.k[0] = c->o[1].dtype;
-  a.n[0] = rows;
-  a.n[1] = cols;
-  a.f[0] = (float)c->s[0];
-  a.n[46] = dbits(c->s[0]);
-  if (c->o[1].dtype == AG_F64) return rows_d(s, c, VKS_LN_D, &a, rows, cols);
-  return dispatch_rows(s, c, VKS_LN, 0, &a, rows, cols);
+  vkb_args args = {0};
+  args.p[0] = oaddr(a->y);
+  args.p[1] = oaddr(a->x);
+  args.p[2] = opt_addr(a->weight);
+  args.p[3] = opt_addr(a->bias);
+  args.p[4] = opt_addr(a->mean);
+  args.p[5] = opt_addr(a->rstd);
+  args.k[0] = a->x->dtype;
+  args.n[0] = rows;
+  args.n[1] = cols;
+  args.f[0] = (float)a->eps;
+  args.n[46] = dbits(a->eps);
+  if (a->x->dtype == AG_F64) return rows_d(s, c, VKS_LN_D, &args, rows, cols);
+  return dispatch_rows(s, c, VKS_LN, 0, &args, rows, cols);
 }
 
-static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *dx = &c->o[0];
+static ag_status vk_k_layernorm_bwd(ag_bstream *s, const ag_k_layernorm_bwd *a) {
+  const ag_kernel_call *c = a->call;
+  const ag_koperand *dx = a->dx;
   int64_t cols = dx->ndim ? dx->shape[dx->ndim - 1] : 1;
   int64_t rows = cols ? numel(dx) / cols : 0;
   if (!rows || !cols) return AG_OK;
-  vkb_args a = {0};
-  for (int k = 0; k < 5; k++) a.p[k] = oaddr(&c->o[k]);
-  a.p[5] = opt_addr(c, 5);
-  a.k[0] = dx->dtype;
-  a.n[0] = rows;
-  a.n[1] = cols;
+  vkb_args args = {0};
+  args.p[0] = oaddr(dx);
+  args.p[1] = oaddr(a->dy);
+  args.p[2] = oaddr(a->x);
+  args.p[3] = oaddr(a->mean);
+  args.p[4] = oaddr(a->rstd);
+  args.p[5] = opt_addr(a->weight);
+  args.k[0] = dx->dtype;
+  args.n[0] = rows;
+  args.n[1] = cols;
   bool d = dx->dtype == AG_F64;
-  ag_status st = d ? rows_d(s, c, VKS_LN_BWD_D, &a, rows, cols) : dispatch_rows(s, c, VKS_LN_BWD, 0, &a, rows, cols);
-  if (st != AG_OK || !c->multi || c->multi->count < 1) return st;
-  const ag_kmulti *mt = c->multi;
+  ag_status st =
+      d ? rows_d(s, c, VKS_LN_BWD_D, &args, rows, cols) : dispatch_rows(s, c, VKS_LN_BWD, 0, &args, rows, cols);
+  if (st != AG_OK || AGK_MULTI_GROUPS(a) < 1) return st;
+  const ag_kmulti_entry *dw = &AGK_MULTI(a, 0, dw), *db = &AGK_MULTI(a, 0, db);
   vkb_args w = {0};
-  w.p[0] = addr(mt->t[0].base, mt->t[0].offset);
-  w.p[1] = mt->count > 1 ? addr(mt->t[1].base, mt->t[1].offset) : 0;
-  w.p[2] = oaddr(&c->o[1]);
-  w.p[3] = oaddr(&c->o[2]);
-  w.p[4] = oaddr(&c->o[3]);
-  w.p[5] = oaddr(&c->o[4]);
+  w.p[0] = addr(dw->base, dw->offset);
+  w.p[1] = addr(db->base, db->offset);
+  w.p[2] = oaddr(a->dy);
+  w.p[3] = oaddr(a->x);
+  w.p[4] = oaddr(a->mean);
+  w.p[5] = oaddr(a->rstd);
   w.k[0] = dx->dtype;
   w.n[0] = rows;
   w.n[1] = cols;
@@ -397,43 +499,50 @@ static ag_status run_layernorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   return st;
 }
 
-static ag_status run_rmsnorm(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t rows = c->i[0], cols = c->i[1];
+static ag_status vk_k_rmsnorm(ag_bstream *s, const ag_k_rmsnorm *a) {
+  const ag_kernel_call *c = a->call;
+  int64_t rows = a->n, cols = a->d;
   if (!rows || !cols) return AG_OK;
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = opt_addr(c, 2);
-  a.p[3] = opt_addr(c, 3);
-  a.k[0] = c->o[1].dtype;
-  a.n[0] = rows;
-  a.n[1] = cols;
-  a.f[0] = (float)c->s[0];
-  a.n[46] = dbits(c->s[0]);
-  if (c->o[1].dtype == AG_F64) return rows_d(s, c, VKS_RMS_D, &a, rows, cols);
-  return dispatch_rows(s, c, VKS_RMS, 0, &a, rows, cols);
+  vkb_args args = {0};
+  args.p[0] = oaddr(a->y);
+  args.p[1] = oaddr(a->x);
+  args.p[2] = opt_addr(a->weight);
+  args.p[3] = opt_addr(a->rstd);
+  args.k[0] = a->x->dtype;
+  args.n[0] = rows;
+  args.n[1] = cols;
+  args.f[0] = (float)a->eps;
+  args.n[46] = dbits(a->eps);
+  if (a->x->dtype == AG_F64) return rows_d(s, c, VKS_RMS_D, &args, rows, cols);
+  return dispatch_rows(s, c, VKS_RMS, 0, &args, rows, cols);
 }
 
-static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t rows = c->i[0], cols = c->i[1];
+static ag_status vk_k_rmsnorm_bwd(ag_bstream *s, const ag_k_rmsnorm_bwd *a) {
+  const ag_kernel_call *c = a->call;
+  int64_t rows = a->n, cols = a->d;
   if (!cols) return AG_OK;
   ag_status st = AG_OK;
-  vkb_args a = {0};
-  for (int k = 0; k < 4; k++) a.p[k] = oaddr(&c->o[k]);
-  a.p[4] = opt_addr(c, 4);
-  a.k[0] = c->o[0].dtype;
-  a.n[0] = rows;
-  a.n[1] = cols;
-  bool d = c->o[0].dtype == AG_F64;
+  vkb_args args = {0};
+  args.p[0] = oaddr(a->dx);
+  args.p[1] = oaddr(a->dy);
+  args.p[2] = oaddr(a->x);
+  args.p[3] = oaddr(a->rstd);
+  args.p[4] = opt_addr(a->weight);
+  args.k[0] = a->dx->dtype;
+  args.n[0] = rows;
+  args.n[1] = cols;
+  bool d = a->dx->dtype == AG_F64;
   vkb_shader wsh = d ? VKS_RMS_BWD_W_D : VKS_RMS_BWD_W;
-  if (rows) st = d ? rows_d(s, c, VKS_RMS_BWD_D, &a, rows, cols) : dispatch_rows(s, c, VKS_RMS_BWD, 0, &a, rows, cols);
-  if (st != AG_OK || !c->multi || c->multi->count < 1 || !c->multi->t[0].base) return st;
+  if (rows)
+    st = d ? rows_d(s, c, VKS_RMS_BWD_D, &args, rows, cols) : dispatch_rows(s, c, VKS_RMS_BWD, 0, &args, rows, cols);
+  if (st != AG_OK || AGK_MULTI_GROUPS(a) < 1 || !AGK_MULTI(a, 0, dw).base) return st;
+  const ag_kmulti_entry *dw = &AGK_MULTI(a, 0, dw);
   vkb_args w = {0};
-  w.p[0] = addr(c->multi->t[0].base, c->multi->t[0].offset);
-  w.p[1] = oaddr(&c->o[1]);
-  w.p[2] = oaddr(&c->o[2]);
-  w.p[3] = oaddr(&c->o[3]);
-  w.k[0] = c->o[0].dtype;
+  w.p[0] = addr(dw->base, dw->offset);
+  w.p[1] = oaddr(a->dy);
+  w.p[2] = oaddr(a->x);
+  w.p[3] = oaddr(a->rstd);
+  w.k[0] = a->dx->dtype;
   w.n[0] = rows;
   w.n[1] = cols;
   if (!rows) {
@@ -449,114 +558,121 @@ static ag_status run_rmsnorm_bwd(ag_bstream *s, const ag_kernel_call *c) {
   return st;
 }
 
-static ag_status run_var(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
+static ag_status vk_k_var(ag_bstream *s, const ag_k_var *a) {
+  const ag_kernel_call *c = a->call;
+  int64_t outer = a->outer, r = a->r, inner = a->inner;
   if (!outer || !inner) return AG_OK;
-  double d = (double)r - c->s[0];
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.k[0] = c->o[1].dtype;
-  a.k[6] = c->sub;
-  a.f[0] = d > 0 ? (float)d : 0.0f;
-  a.n[0] = outer;
-  a.n[1] = r;
-  a.n[2] = inner;
-  if (c->o[1].dtype == AG_F64) { /* f64.comp: an invocation per output */
+  double d = (double)r - a->correction;
+  vkb_args args = {0};
+  args.p[0] = oaddr(a->out);
+  args.p[1] = oaddr(a->x);
+  args.k[0] = a->x->dtype;
+  args.k[6] = a->variant;
+  args.f[0] = d > 0 ? (float)d : 0.0f;
+  args.n[0] = outer;
+  args.n[1] = r;
+  args.n[2] = inner;
+  if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per output */
     ag_status st = loop_ok(s, c, 2 * r);
     if (st != AG_OK) return st;
-    a.n[46] = dbits(d > 0 ? d : 0.0);
-    return vkb_dispatch1(s, VKS_VAR_D, 0, &a, outer * inner);
+    args.n[46] = dbits(d > 0 ? d : 0.0);
+    return vkb_dispatch1(s, VKS_VAR_D, 0, &args, outer * inner);
   }
-  if (r > 0 && (inner == 1 || r > 4096)) return dispatch_rows(s, c, VKS_VAR_ROWS, 0, &a, outer * inner, r);
-  return vkb_dispatch1(s, VKS_VAR_COLS, 0, &a, outer * inner);
+  if (r > 0 && (inner == 1 || r > 4096)) return dispatch_rows(s, c, VKS_VAR_ROWS, 0, &args, outer * inner, r);
+  return vkb_dispatch1(s, VKS_VAR_COLS, 0, &args, outer * inner);
 }
 
 /* Lines longer than the driver's loop limit go in several dispatches of
  * 32768 steps, carrying each line's f32 sum in scratch: the order of the
  * additions is the CPU's either way. */
-static ag_status run_cumsum(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t outer = c->i[0], r = c->i[1], inner = c->i[2];
+static ag_status vk_k_cumsum(ag_bstream *s, const ag_k_cumsum *a) {
+  int64_t outer = a->outer, r = a->r, inner = a->inner;
   if (!outer || !r || !inner) return AG_OK;
-  if (c->o[1].dtype == AG_F64) { /* f64.comp: an invocation per line */
-    ag_status st = loop_ok(s, c, r);
+  if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per line */
+    ag_status st = loop_ok(s, a->call, r);
     if (st != AG_OK) return st;
-    vkb_args a = {0};
-    a.p[0] = oaddr(&c->o[0]);
-    a.p[1] = oaddr(&c->o[1]);
-    a.k[6] = c->sub;
-    a.n[0] = outer;
-    a.n[1] = r;
-    a.n[2] = inner;
-    return vkb_dispatch1(s, VKS_CUMSUM_D, 0, &a, outer * inner);
+    vkb_args args = {0};
+    args.p[0] = oaddr(a->out);
+    args.p[1] = oaddr(a->x);
+    args.k[6] = a->variant;
+    args.n[0] = outer;
+    args.n[1] = r;
+    args.n[2] = inner;
+    return vkb_dispatch1(s, VKS_CUMSUM_D, 0, &args, outer * inner);
   }
   uint64_t carry;
   ag_status st = vkb_scratch(s, (size_t)(outer * inner) * sizeof(float), &carry);
   if (st != AG_OK) return st;
   int64_t chunk = r <= s->d->loop_limit ? r : 32768;
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = carry;
-  a.k[0] = c->o[1].dtype;
-  a.k[6] = c->sub;
-  a.n[0] = outer;
-  a.n[1] = r;
-  a.n[2] = inner;
+  vkb_args args = {0};
+  args.p[0] = oaddr(a->out);
+  args.p[1] = oaddr(a->x);
+  args.p[2] = carry;
+  args.k[0] = a->x->dtype;
+  args.k[6] = a->variant;
+  args.n[0] = outer;
+  args.n[1] = r;
+  args.n[2] = inner;
   for (int64_t k0 = 0; k0 < r && st == AG_OK; k0 += chunk) {
-    a.n[3] = k0;
-    a.n[4] = r - k0 < chunk ? r - k0 : chunk;
-    st = vkb_dispatch1(s, VKS_CUMSUM, 0, &a, outer * inner);
+    args.n[3] = k0;
+    args.n[4] = r - k0 < chunk ? r - k0 : chunk;
+    st = vkb_dispatch1(s, VKS_CUMSUM, 0, &args, outer * inner);
   }
   return st;
 }
 
-static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
-  int64_t O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];
+/* out: out or dx; x: x or dout; bwd: the scatter-add */
+static ag_status run_gather(ag_bstream *s, const ag_kernel_call *c, const ag_koperand *out, const ag_koperand *x,
+                            const ag_koperand *ix, int64_t O, int64_t K, int64_t I, int64_t X, bool bwd) {
   int64_t items = bwd ? O * I : O * K * I;
   if (!items || (bwd && !X)) return AG_OK;
   ag_status st = bwd ? loop_ok(s, c, X + K) : AG_OK;
   if (st != AG_OK) return st;
-  const ag_koperand *ix = &c->o[2];
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = oaddr(ix);
-  a.k[0] = c->o[1].dtype;
-  a.k[3] = ix->dtype;
-  a.n[0] = O;
-  a.n[1] = K;
-  a.n[2] = I;
-  a.n[3] = X;
-  a.n[4] = ix->strides[0];
-  a.n[5] = ix->strides[1];
-  a.n[6] = ix->strides[2];
+  vkb_args args = {0};
+  args.p[0] = oaddr(out);
+  args.p[1] = oaddr(x);
+  args.p[2] = oaddr(ix);
+  args.k[0] = x->dtype;
+  args.k[3] = ix->dtype;
+  args.n[0] = O;
+  args.n[1] = K;
+  args.n[2] = I;
+  args.n[3] = X;
+  /* the index's strides along o, k and in (kops.h: ndim 3) */
+  for (int d = 0; d < 3; d++) args.n[4 + d] = ix->strides[d];
   if (!bwd) {
-    a.p[7] = s->err.addr;
+    args.p[7] = s->err.addr;
     s->err_armed = true;
   }
-  vkb_shader sh = c->o[1].dtype == AG_F64 ? (bwd ? VKS_GATHER_BWD_D : VKS_GATHER_D) : bwd ? VKS_GATHER_BWD : VKS_GATHER;
-  return vkb_dispatch1(s, sh, 0, &a, items);
+  vkb_shader sh = x->dtype == AG_F64 ? (bwd ? VKS_GATHER_BWD_D : VKS_GATHER_D) : bwd ? VKS_GATHER_BWD : VKS_GATHER;
+  return vkb_dispatch1(s, sh, 0, &args, items);
 }
 
-static ag_status run_topk(ag_bstream *s, const ag_kernel_call *c) {
-  int64_t O = c->i[0], R = c->i[1], I = c->i[2], K = c->i[3];
+static ag_status vk_k_gather(ag_bstream *s, const ag_k_gather *a) {
+  return run_gather(s, a->call, a->out, a->x, a->index, a->o, a->k, a->in, a->xlen, false);
+}
+
+static ag_status vk_k_gather_bwd(ag_bstream *s, const ag_k_gather_bwd *a) {
+  return run_gather(s, a->call, a->dx, a->dout, a->index, a->o, a->k, a->in, a->xlen, true);
+}
+
+static ag_status vk_k_topk(ag_bstream *s, const ag_k_topk *a) {
+  int64_t O = a->o, R = a->r, I = a->in, K = a->k;
   if (O * R * I == 0 || K == 0) return AG_OK;
-  ag_status st = loop_ok(s, c, R);
+  ag_status st = loop_ok(s, a->call, R);
   if (st != AG_OK) return st;
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = oaddr(&c->o[2]);
-  a.k[0] = c->o[1].dtype;
-  a.k[6] = c->sub;
-  a.n[0] = O;
-  a.n[1] = R;
-  a.n[2] = I;
-  a.n[3] = K;
-  return vkb_dispatch1(s, VKS_TOPK, 0, &a, O * R * I);
+  vkb_args args = {0};
+  args.p[0] = oaddr(a->values);
+  args.p[1] = oaddr(a->x);
+  args.p[2] = oaddr(a->indices);
+  args.k[0] = a->x->dtype;
+  args.k[6] = a->variant;
+  args.n[0] = O;
+  args.n[1] = R;
+  args.n[2] = I;
+  args.n[3] = K;
+  return vkb_dispatch1(s, VKS_TOPK, 0, &args, O * R * I);
 }
-
 /* Attention (AG_K_SDPA*, attention.comp): a work-group of VKB_SDPA_ROWS
  * invocations, one query row each (forward, dq) or one key row (dk, dv),
  * walking key tiles of VKB_SDPA_Q rows (query tiles of VKB_SDPA_KV for
@@ -581,8 +697,16 @@ static ag_status sdpa_groups(ag_bstream *s, vkb_shader sh, const vkb_args *a, in
   return vkb_dispatch(s, sh, 0, a, (uint32_t)gx, (uint32_t)gy, 1);
 }
 
-static ag_status run_sdpa(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *q = &c->o[1], *k = &c->o[2], *v = &c->o[3];
+
+/* The shapes of an attention call, checked, and its argument block without
+ * the outputs (p0, and for the backward p6, p7, n13, n14). */
+typedef struct sdpa_plan {
+  int64_t B, H, Hkv, tq, tk;
+} sdpa_plan;
+
+static ag_status sdpa_prepare(ag_bstream *s, const ag_kernel_call *c, const ag_koperand *q, const ag_koperand *k,
+                              const ag_koperand *v, const ag_koperand *m, const ag_koperand *lse, double scale,
+                              double dropout_p, int64_t causal, vkb_args *args, sdpa_plan *pl) {
   int64_t B = q->shape[0], H = q->shape[1], Hkv = k->shape[1], T = q->shape[2], S = k->shape[2], D = q->shape[3],
           Dv = v->shape[3];
   if (D > VKB_SDPA_MAXD || Dv > VKB_SDPA_MAXD)
@@ -605,115 +729,165 @@ static ag_status run_sdpa(ag_bstream *s, const ag_kernel_call *c) {
                 D + Dv;
   ag_status st = loop_ok(s, c, fwd > bwd ? fwd : bwd);
   if (st != AG_OK) return st;
-  const ag_koperand *m = c->n_operands > 4 && c->o[4].base ? &c->o[4] : NULL;
-  vkb_args a = {0};
   int64_t dims[7] = {B, H, Hkv, T, S, D, Dv};
-  memcpy(a.n, dims, sizeof dims);
-  for (int d = 0; d < 4 && m; d++) a.n[7 + d] = m->strides[d];
-  a.n[11] = (int64_t)c->seed;
-  a.n[12] = (int64_t)c->offset;
-  a.f[0] = (float)c->s[0];
-  a.f[1] = (float)c->s[1];
-  a.f[2] = (float)(c->s[1] < 1 ? 1.0 / (1.0 - c->s[1]) : 0.0);
-  a.k[0] = q->dtype;
-  a.k[1] = c->i[0] != 0;
-  a.p[1] = oaddr(q);
-  a.p[2] = oaddr(k);
-  a.p[3] = oaddr(v);
-  a.p[4] = m ? oaddr(m) : 0;
-  a.p[5] = oaddr(&c->o[5]);
-  if (c->op == AG_K_SDPA) {
-    a.p[0] = oaddr(&c->o[0]);
-    return sdpa_groups(s, VKS_SDPA, &a, B * H * tq);
-  }
-  if (!c->multi || c->multi->count < 4)
-    return ag_error_set(AG_ERR_INTERNAL, "vulkan: %s: dq, dk, dv and out not given", c->name ? c->name : "sdpa");
-  const ag_kmulti *mt = c->multi;
-  a.p[0] = addr(mt->t[0].base, mt->t[0].offset);
-  a.p[6] = oaddr(&c->o[0]);
-  a.p[7] = addr(mt->t[3].base, mt->t[3].offset);
-  a.n[13] = (int64_t)addr(mt->t[1].base, mt->t[1].offset);
-  a.n[14] = (int64_t)addr(mt->t[2].base, mt->t[2].offset);
-  if ((st = sdpa_groups(s, VKS_SDPA_BWD_DQ, &a, B * H * tq)) != AG_OK) return st;
-  return sdpa_groups(s, VKS_SDPA_BWD_DKV, &a, B * Hkv * tk);
+  memcpy(args->n, dims, sizeof dims);
+  for (int d = 0; d < 4 && m; d++) args->n[7 + d] = m->strides[d];
+  args->n[11] = (int64_t)c->seed;
+  args->n[12] = (int64_t)c->offset;
+  args->f[0] = (float)scale;
+  args->f[1] = (float)dropout_p;
+  args->f[2] = (float)(dropout_p < 1 ? 1.0 / (1.0 - dropout_p) : 0.0);
+  args->k[0] = q->dtype;
+  args->k[1] = causal != 0;
+  args->p[1] = oaddr(q);
+  args->p[2] = oaddr(k);
+  args->p[3] = oaddr(v);
+  args->p[4] = opt_addr(m);
+  args->p[5] = oaddr(lse);
+  pl->B = B;
+  pl->H = H;
+  pl->Hkv = Hkv;
+  pl->tq = tq;
+  pl->tk = tk;
+  return AG_OK;
+}
+
+static ag_status vk_k_sdpa(ag_bstream *s, const ag_k_sdpa *a) {
+  vkb_args args = {0};
+  sdpa_plan pl = {0};
+  ag_status st = sdpa_prepare(s, a->call, a->q, a->k, a->v, a->mask, a->lse, a->scale, a->dropout_p, a->causal,
+                              &args, &pl);
+  if (st != AG_OK) return st;
+  args.p[0] = oaddr(a->out);
+  return sdpa_groups(s, VKS_SDPA, &args, pl.B * pl.H * pl.tq);
+}
+
+static ag_status vk_k_sdpa_bwd(ag_bstream *s, const ag_k_sdpa_bwd *a) {
+  vkb_args args = {0};
+  sdpa_plan pl = {0};
+  ag_status st = sdpa_prepare(s, a->call, a->q, a->k, a->v, a->mask, a->lse, a->scale, a->dropout_p, a->causal,
+                              &args, &pl);
+  if (st != AG_OK) return st;
+  if (AGK_MULTI_GROUPS(a) < 1)
+    return ag_error_set(AG_ERR_INTERNAL, "vulkan: %s: dq, dk, dv and out not given",
+                        a->call->name ? a->call->name : "sdpa");
+  const ag_kmulti_entry *dq = &AGK_MULTI(a, 0, dq), *dk = &AGK_MULTI(a, 0, dk), *dv = &AGK_MULTI(a, 0, dv),
+                        *out = &AGK_MULTI(a, 0, out);
+  args.p[0] = addr(dq->base, dq->offset);
+  args.p[6] = oaddr(a->dout);
+  args.p[7] = addr(out->base, out->offset);
+  args.n[13] = (int64_t)addr(dk->base, dk->offset);
+  args.n[14] = (int64_t)addr(dv->base, dv->offset);
+  if ((st = sdpa_groups(s, VKS_SDPA_BWD_DQ, &args, pl.B * pl.H * pl.tq)) != AG_OK) return st;
+  return sdpa_groups(s, VKS_SDPA_BWD_DKV, &args, pl.B * pl.Hkv * pl.tk);
 }
 
 static int64_t pick(int64_t v, int64_t dflt) { return v > 0 ? v : dflt; }
 
-static ag_status run_embedding(ag_bstream *s, const ag_kernel_call *c, bool bwd) {
-  const ag_koperand *t = bwd ? &c->o[0] : &c->o[1];
-  int64_t n = pick(c->i[0], numel(&c->o[2]));
-  int64_t d = pick(c->i[1], t->ndim > 1 ? t->shape[1] : 1);
-  int64_t v = pick(c->i[2], t->ndim ? t->shape[0] : 0);
+/* t: the table (forward) or dtable; out: out or dtable; src: table or dout */
+static ag_status run_embedding(ag_bstream *s, const ag_koperand *out, const ag_koperand *src,
+                               const ag_koperand *indices, const ag_koperand *t, int64_t n0, int64_t d0, int64_t v0,
+                               bool bwd) {
+  int64_t n = pick(n0, numel(indices));
+  int64_t d = pick(d0, t->ndim > 1 ? t->shape[1] : 1);
+  int64_t v = pick(v0, t->ndim ? t->shape[0] : 0);
   if (!n || !d) return AG_OK;
   ag_status st = AG_OK;
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = oaddr(&c->o[2]);
-  a.p[7] = s->err.addr;
+  vkb_args args = {0};
+  args.p[0] = oaddr(out);
+  args.p[1] = oaddr(src);
+  args.p[2] = oaddr(indices);
+  args.p[7] = s->err.addr;
   s->err_armed = true;
-  a.k[0] = c->o[1].dtype;
-  a.k[3] = c->o[2].dtype;
-  a.k[5] = (int)dsize(t->dtype);
-  a.n[0] = n;
-  a.n[1] = d;
-  a.n[2] = v;
-  if (!bwd) return vkb_dispatch1(s, VKS_EMB, 0, &a, n * d);
+  args.k[0] = src->dtype;
+  args.k[3] = indices->dtype;
+  args.k[5] = (int)dsize(t->dtype);
+  args.n[0] = n;
+  args.n[1] = d;
+  args.n[2] = v;
+  if (!bwd) return vkb_dispatch1(s, VKS_EMB, 0, &args, n * d);
   int64_t ch = chunk_of(s, n);
   for (int64_t r0 = 0; r0 < n && st == AG_OK; r0 += ch) {
-    a.n[3] = r0;
-    a.n[4] = n - r0 < ch ? n - r0 : ch;
-    st = vkb_dispatch1(s, t->dtype == AG_F64 ? VKS_EMB_BWD_D : VKS_EMB_BWD, 0, &a, d);
+    args.n[3] = r0;
+    args.n[4] = n - r0 < ch ? n - r0 : ch;
+    st = vkb_dispatch1(s, t->dtype == AG_F64 ? VKS_EMB_BWD_D : VKS_EMB_BWD, 0, &args, d);
   }
   return st;
 }
 
+static ag_status vk_k_embedding(ag_bstream *s, const ag_k_embedding *a) {
+  return run_embedding(s, a->out, a->table, a->indices, a->table, a->n, a->d, a->v, false);
+}
+
+static ag_status vk_k_embedding_bwd(ag_bstream *s, const ag_k_embedding_bwd *a) {
+  return run_embedding(s, a->dtable, a->dout, a->indices, a->dtable, a->n, a->d, a->v, true);
+}
+
 /* ---- optimizers ---- */
 
-static ag_status run_optim(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_kmulti *mt = c->multi;
-  if (!mt) return AG_OK;
-  bool adam = c->op == AG_K_ADAMW;
-  int per = adam ? 4 : 3;
-  for (int g = 0; g + per <= mt->count; g += per) {
-    int64_t n = mt->t[g].numel;
+static ag_status vk_k_adamw(ag_bstream *s, const ag_k_adamw *a) {
+  for (int g = 0; g < AGK_MULTI_GROUPS(a); g++) {
+    const ag_kmulti_entry *param = &AGK_MULTI(a, g, param), *grad = &AGK_MULTI(a, g, grad),
+                          *m = &AGK_MULTI(a, g, exp_avg), *v = &AGK_MULTI(a, g, exp_avg_sq);
+    int64_t n = param->numel;
     if (!n) continue;
-    vkb_args a = {0};
-    for (int j = 0; j < per; j++) a.p[j] = addr(mt->t[g + j].base, mt->t[g + j].offset);
-    a.p[4] = opt_addr(c, 0);
-    a.p[5] = opt_addr(c, 1);
-    a.n[0] = n;
-    if (adam) {
-      /* folded in f64 on the host exactly as the CPU backend folds them */
-      a.f[0] = (float)c->s[1];
-      a.f[1] = (float)c->s[2];
-      a.f[2] = (float)c->s[3];
-      a.f[3] = (float)(1.0 - c->s[0] * c->s[4]);
-      a.f[4] = (float)(c->s[0] / c->s[5]);
-      a.f[5] = (float)(1.0 / sqrt(c->s[6]));
-    } else {
-      for (int j = 0; j < 4; j++) a.f[j] = (float)c->s[j];
-      a.k[6] = c->s[4] != 0;
-      a.k[7] = c->s[5] != 0;
-    }
-    ag_status st = vkb_dispatch1(s, adam ? VKS_ADAMW : VKS_SGD, 0, &a, n);
+    vkb_args args = {0};
+    args.p[0] = addr(param->base, param->offset);
+    args.p[1] = addr(grad->base, grad->offset);
+    args.p[2] = addr(m->base, m->offset);
+    args.p[3] = addr(v->base, v->offset);
+    args.p[4] = opt_addr(a->inv_scale);
+    args.p[5] = opt_addr(a->found_inf);
+    args.n[0] = n;
+    /* folded in f64 on the host exactly as the CPU backend folds them */
+    args.f[0] = (float)a->beta1;
+    args.f[1] = (float)a->beta2;
+    args.f[2] = (float)a->eps;
+    args.f[3] = (float)(1.0 - a->lr * a->weight_decay);
+    args.f[4] = (float)(a->lr / a->bias_correction1);
+    args.f[5] = (float)(1.0 / sqrt(a->bias_correction2));
+    ag_status st = vkb_dispatch1(s, VKS_ADAMW, 0, &args, n);
     if (st != AG_OK) return st;
   }
   return AG_OK;
 }
 
-static ag_status run_nonfinite(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_kmulti *mt = c->multi;
-  for (int k = 0; mt && k < mt->count; k++) {
-    if (!mt->t[k].numel) continue;
-    vkb_args a = {0};
-    a.p[0] = addr(mt->t[k].base, mt->t[k].offset);
-    a.p[1] = opt_addr(c, 1);
-    a.p[2] = oaddr(&c->o[0]);
-    a.k[0] = mt->t[k].dtype;
-    a.n[0] = mt->t[k].numel;
-    ag_status st = vkb_dispatch1(s, VKS_NONFINITE, 0, &a, mt->t[k].numel);
+static ag_status vk_k_sgd(ag_bstream *s, const ag_k_sgd *a) {
+  for (int g = 0; g < AGK_MULTI_GROUPS(a); g++) {
+    const ag_kmulti_entry *param = &AGK_MULTI(a, g, param), *grad = &AGK_MULTI(a, g, grad),
+                          *buf = &AGK_MULTI(a, g, momentum_buffer);
+    int64_t n = param->numel;
+    if (!n) continue;
+    vkb_args args = {0};
+    args.p[0] = addr(param->base, param->offset);
+    args.p[1] = addr(grad->base, grad->offset);
+    args.p[2] = addr(buf->base, buf->offset);
+    args.p[4] = opt_addr(a->inv_scale);
+    args.p[5] = opt_addr(a->found_inf);
+    args.n[0] = n;
+    args.f[0] = (float)a->lr;
+    args.f[1] = (float)a->momentum;
+    args.f[2] = (float)a->dampening;
+    args.f[3] = (float)a->weight_decay;
+    args.k[6] = a->nesterov != 0;
+    args.k[7] = a->first_step != 0;
+    ag_status st = vkb_dispatch1(s, VKS_SGD, 0, &args, n);
+    if (st != AG_OK) return st;
+  }
+  return AG_OK;
+}
+
+static ag_status vk_k_nonfinite_check(ag_bstream *s, const ag_k_nonfinite_check *a) {
+  for (int k = 0; k < AGK_MULTI_GROUPS(a); k++) {
+    const ag_kmulti_entry *x = &AGK_MULTI(a, k, x);
+    if (!x->numel) continue;
+    vkb_args args = {0};
+    args.p[0] = addr(x->base, x->offset);
+    args.p[1] = opt_addr(a->inv_scale);
+    args.p[2] = oaddr(a->found_inf);
+    args.k[0] = x->dtype;
+    args.n[0] = x->numel;
+    ag_status st = vkb_dispatch1(s, VKS_NONFINITE, 0, &args, x->numel);
     if (st != AG_OK) return st;
   }
   return AG_OK;
@@ -732,8 +906,8 @@ static void mat_dims(const ag_koperand *o, int64_t *b, int64_t *r, int64_t *cc, 
   *sc = o->strides[nd - 1];
 }
 
-static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0], *x = &c->o[1], *y = &c->o[2];
+static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
+  const ag_koperand *o = a->c, *x = a->a, *y = a->b;
   int64_t B, M, K, N, xb, xr, xc, yb, yr, yc, t0, t1, t2;
   mat_dims(x, &B, &M, &K, &xb, &xr, &xc);
   mat_dims(y, &t0, &t1, &N, &yb, &yr, &yc);
@@ -741,34 +915,34 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
   if (!B || !M || !N) return AG_OK;
   if (!K) {
     /* alpha * (empty product) = 0: C = beta * C */
-    if (c->s[1] == 0) return run_fill(s, o, 0.0);
-    return run_unary(s, o, o, AG_U_AFFINE, c->s[1], 0.0);
+    if (a->beta == 0) return run_fill(s, o, 0.0);
+    return run_unary(s, o, o, AG_U_AFFINE, a->beta, 0.0);
   }
-  ag_status lst = loop_ok(s, c, o->dtype == AG_F64 ? K : (K + 15) / 16);
+  ag_status lst = loop_ok(s, a->call, o->dtype == AG_F64 ? K : (K + 15) / 16);
   if (lst != AG_OK) return lst;
-  vkb_args a = {0};
-  a.p[0] = oaddr(o);
-  a.p[1] = oaddr(x);
-  a.p[2] = oaddr(y);
-  a.k[0] = o->dtype;
-  a.k[1] = x->dtype;
-  a.k[2] = y->dtype;
-  a.n[0] = M;
-  a.n[1] = N;
-  a.n[2] = K;
-  a.n[3] = B > 1 ? xb : 0;
-  a.n[4] = xr;
-  a.n[5] = xc;
-  a.n[6] = B > 1 ? yb : 0;
-  a.n[7] = yr;
-  a.n[8] = yc;
-  a.f[0] = (float)c->s[0];
-  a.f[1] = (float)c->s[1];
+  vkb_args args = {0};
+  args.p[0] = oaddr(o);
+  args.p[1] = oaddr(x);
+  args.p[2] = oaddr(y);
+  args.k[0] = o->dtype;
+  args.k[1] = x->dtype;
+  args.k[2] = y->dtype;
+  args.n[0] = M;
+  args.n[1] = N;
+  args.n[2] = K;
+  args.n[3] = B > 1 ? xb : 0;
+  args.n[4] = xr;
+  args.n[5] = xc;
+  args.n[6] = B > 1 ? yb : 0;
+  args.n[7] = yr;
+  args.n[8] = yc;
+  args.f[0] = (float)a->alpha;
+  args.f[1] = (float)a->beta;
   if (o->dtype == AG_F64) { /* f64.comp: an invocation per output */
-    a.n[9] = B;
-    a.n[46] = dbits(c->s[0]);
-    a.n[47] = dbits(c->s[1]);
-    return vkb_dispatch1(s, VKS_GEMM_D, 0, &a, B * M * N);
+    args.n[9] = B;
+    args.n[46] = dbits(a->alpha);
+    args.n[47] = dbits(a->beta);
+    return vkb_dispatch1(s, VKS_GEMM_D, 0, &args, B * M * N);
   }
   /* 64 x 64 tiles; grids beyond the device's limits in y (rows) and z
    * (batches) are split into several dispatches */
@@ -779,10 +953,10 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
   int64_t ymax = lim->maxComputeWorkGroupCount[1], zmax = lim->maxComputeWorkGroupCount[2];
   for (int64_t b0 = 0; b0 < B; b0 += zmax)
     for (int64_t y0 = 0; y0 < ty; y0 += ymax) {
-      a.n[9] = b0;
-      a.n[10] = y0;
+      args.n[9] = b0;
+      args.n[10] = y0;
       int64_t nb = B - b0 < zmax ? B - b0 : zmax, ny = ty - y0 < ymax ? ty - y0 : ymax;
-      ag_status st = vkb_dispatch(s, VKS_GEMM, 0, &a, (uint32_t)tx, (uint32_t)ny, (uint32_t)nb);
+      ag_status st = vkb_dispatch(s, VKS_GEMM, 0, &args, (uint32_t)tx, (uint32_t)ny, (uint32_t)nb);
       if (st != AG_OK) return st;
     }
   return AG_OK;
@@ -790,72 +964,126 @@ static ag_status run_matmul(ag_bstream *s, const ag_kernel_call *c) {
 
 /* ---- vision (f32) ---- */
 
-static ag_status run_conv(ag_bstream *s, const ag_kernel_call *c) {
-  const bool fwd = c->op == AG_K_CONV2D, bin = c->op == AG_K_CONV2D_BWD_INPUT;
-  const ag_koperand *X = fwd ? &c->o[1] : bin ? &c->o[0] : &c->o[2], *Y = fwd ? &c->o[0] : &c->o[1],
-                    *Wt = fwd || bin ? &c->o[2] : &c->o[0];
-  ag_conv_geom g = ag_conv_geom_of(c, X, Y, Wt);
-  const int64_t geo[16] = {g.N, g.C, g.H, g.W, g.Co, g.Ho, g.Wo, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.G};
-  vkb_args a = {0};
-  memcpy(a.n, geo, sizeof geo);
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = oaddr(&c->o[2]);
-  const int64_t Cg = g.C / g.G, Cog = g.Co / g.G;
-  ag_status st;
-  if (fwd) {
-    a.p[3] = opt_addr(c, 3);
-    if ((st = loop_ok(s, c, Cg * g.kh * g.kw + Cg * g.kh + Cg)) != AG_OK) return st;
-    return vkb_dispatch1(s, VKS_CONV, 0, &a, g.N * g.Co * g.Ho * g.Wo);
-  }
-  if (bin) {
-    if ((st = loop_ok(s, c, Cog * g.kh * g.kw + Cog * g.kh + Cog)) != AG_OK) return st;
-    return vkb_dispatch1(s, VKS_CONV_BWD_IN, 0, &a, g.N * g.C * g.H * g.W);
-  }
-  return dispatch_rows(s, c, VKS_CONV_BWD_W, 0, &a, g.Co * Cg * g.kh * g.kw, g.N * g.Ho * g.Wo);
+/* A window of the vision ops (kops.h's AGK_WINDOW): strides, padding, and
+ * the dilation (convolutions) or the kernel size (pooling). */
+typedef struct vk_window {
+  int64_t stride_h, stride_w, pad_h, pad_w, h, w;
+} vk_window;
+#define VK_WINDOW(a, third) \
+  ((vk_window){(a)->stride_h, (a)->stride_w, (a)->pad_h, (a)->pad_w, (a)->third##_h, (a)->third##_w})
+
+/* The geometry of a convolution from its operands and named window. */
+static ag_conv_geom conv_geom(const ag_koperand *x, const ag_koperand *y, const ag_koperand *w, vk_window win,
+                              int64_t groups) {
+  ag_conv_geom g = {x->shape[0], x->shape[1],  x->shape[2],  x->shape[3], y->shape[1], y->shape[2],
+                    y->shape[3], w->shape[2],  w->shape[3],  win.stride_h, win.stride_w, win.pad_h,
+                    win.pad_w,   win.h,        win.w,        groups};
+  return g;
+}
+#define VK_CONV_GEOM(a, X, Y, Wt) conv_geom(X, Y, Wt, VK_WINDOW(a, dilation), (a)->groups)
+
+static void conv_args(vkb_args *args, const ag_conv_geom *g, const ag_koperand *o0, const ag_koperand *o1,
+                      const ag_koperand *o2) {
+  const int64_t geo[16] = {g->N,  g->C,  g->H,  g->W,  g->Co, g->Ho, g->Wo, g->kh,
+                           g->kw, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, g->G};
+  memcpy(args->n, geo, sizeof geo);
+  args->p[0] = oaddr(o0);
+  args->p[1] = oaddr(o1);
+  args->p[2] = oaddr(o2);
 }
 
-static ag_status run_pool(ag_bstream *s, const ag_kernel_call *c) {
-  const bool bwd = c->op == AG_K_POOL2D_BWD;
-  const ag_koperand *X = bwd ? &c->o[0] : &c->o[1], *Y = bwd ? &c->o[1] : &c->o[0];
-  vkb_args a = {0};
-  const int64_t m[11] = {X->shape[0] * X->shape[1], X->shape[2], X->shape[3], Y->shape[2], Y->shape[3],
-                         (int64_t)c->s[0], (int64_t)c->s[1], (int64_t)c->s[2], (int64_t)c->s[3],
-                         (int64_t)c->s[4], (int64_t)c->s[5]};
-  memcpy(a.n, m, sizeof m);
-  a.k[6] = c->sub;
-  a.k[7] = c->s[6] != 0;
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = c->sub == AG_P_MAX ? oaddr(&c->o[2]) : 0;
-  /* window loops: at most the input plane for adaptive pooling */
-  ag_status st = loop_ok(s, c, c->sub == AG_P_ADAPTIVE_AVG ? m[1] * m[2] + m[1] : m[9] * m[10] + m[9]);
+static ag_status vk_k_conv2d(ag_bstream *s, const ag_k_conv2d *a) {
+  ag_conv_geom g = VK_CONV_GEOM(a, a->x, a->y, a->w);
+  vkb_args args = {0};
+  conv_args(&args, &g, a->y, a->x, a->w);
+  args.p[3] = opt_addr(a->bias);
+  const int64_t Cg = g.C / g.G;
+  ag_status st = loop_ok(s, a->call, Cg * g.kh * g.kw + Cg * g.kh + Cg);
   if (st != AG_OK) return st;
-  return vkb_dispatch1(s, bwd ? VKS_POOL_BWD : VKS_POOL, 0, &a, m[0] * (bwd ? m[1] * m[2] : m[3] * m[4]));
+  return vkb_dispatch1(s, VKS_CONV, 0, &args, g.N * g.Co * g.Ho * g.Wo);
 }
 
-static ag_status run_bn(ag_bstream *s, const ag_kernel_call *c) {
-  const int64_t N = c->i[0], C = c->i[1], HW = c->i[2];
-  vkb_args a = {0};
-  a.p[0] = oaddr(&c->o[0]);
-  a.p[1] = oaddr(&c->o[1]);
-  a.p[2] = opt_addr(c, 2);
-  a.p[3] = c->sub == 1 ? opt_addr(c, 3) : 0;
-  a.k[6] = c->sub;
-  if (c->op == AG_K_BN_STATS) {
-    if (C <= 0) return AG_OK;
-    a.n[0] = N;
-    a.n[1] = C;
-    a.n[2] = HW;
-    return dispatch_rows(s, c, VKS_BN_STATS, 0, &a, C, N * HW);
-  }
-  a.n[0] = N * C * HW;
-  a.n[1] = C;
-  a.n[2] = HW > 0 ? HW : 1;
-  return vkb_dispatch1(s, VKS_BN_APPLY, 0, &a, a.n[0]);
+static ag_status vk_k_conv2d_bwd_input(ag_bstream *s, const ag_k_conv2d_bwd_input *a) {
+  ag_conv_geom g = VK_CONV_GEOM(a, a->dx, a->dy, a->w);
+  vkb_args args = {0};
+  conv_args(&args, &g, a->dx, a->dy, a->w);
+  const int64_t Cog = g.Co / g.G;
+  ag_status st = loop_ok(s, a->call, Cog * g.kh * g.kw + Cog * g.kh + Cog);
+  if (st != AG_OK) return st;
+  return vkb_dispatch1(s, VKS_CONV_BWD_IN, 0, &args, g.N * g.C * g.H * g.W);
+}
+
+static ag_status vk_k_conv2d_bwd_weight(ag_bstream *s, const ag_k_conv2d_bwd_weight *a) {
+  ag_conv_geom g = VK_CONV_GEOM(a, a->x, a->dy, a->dw);
+  vkb_args args = {0};
+  conv_args(&args, &g, a->dw, a->dy, a->x);
+  const int64_t Cg = g.C / g.G;
+  return dispatch_rows(s, a->call, VKS_CONV_BWD_W, 0, &args, g.Co * Cg * g.kh * g.kw, g.N * g.Ho * g.Wo);
+}
+
+/* X, Y: the forward's input and output (dx and dy for the backward); o0,
+ * o1 the operands in the shader's order (y, x or dx, dy) */
+static ag_status run_pool(ag_bstream *s, const ag_kernel_call *c, const ag_koperand *X, const ag_koperand *Y,
+                          const ag_koperand *o0, const ag_koperand *o1, const ag_koperand *argmax, int variant,
+                          vk_window win, int64_t count_pad, bool bwd) {
+  vkb_args args = {0};
+  const int64_t m[11] = {X->shape[0] * X->shape[1], X->shape[2], X->shape[3], Y->shape[2], Y->shape[3],
+                         win.stride_h, win.stride_w, win.pad_h, win.pad_w, win.h, win.w};
+  memcpy(args.n, m, sizeof m);
+  args.k[6] = variant;
+  args.k[7] = count_pad != 0;
+  args.p[0] = oaddr(o0);
+  args.p[1] = oaddr(o1);
+  args.p[2] = variant == AG_P_MAX ? opt_addr(argmax) : 0;
+  /* window loops: at most the input plane for adaptive pooling */
+  ag_status st = loop_ok(s, c, variant == AG_P_ADAPTIVE_AVG ? m[1] * m[2] + m[1] : win.h * win.w + win.h);
+  if (st != AG_OK) return st;
+  return vkb_dispatch1(s, bwd ? VKS_POOL_BWD : VKS_POOL, 0, &args, m[0] * (bwd ? m[1] * m[2] : m[3] * m[4]));
+}
+
+static ag_status vk_k_pool2d(ag_bstream *s, const ag_k_pool2d *a) {
+  return run_pool(s, a->call, a->x, a->y, a->y, a->x, a->argmax, a->variant, VK_WINDOW(a, kernel), a->count_pad,
+                  false);
+}
+
+static ag_status vk_k_pool2d_bwd(ag_bstream *s, const ag_k_pool2d_bwd *a) {
+  return run_pool(s, a->call, a->dx, a->dy, a->dx, a->dy, a->argmax, a->variant, VK_WINDOW(a, kernel), a->count_pad,
+                  true);
+}
+
+static ag_status vk_k_bn_stats(ag_bstream *s, const ag_k_bn_stats *a) {
+  if (a->c <= 0) return AG_OK;
+  vkb_args args = {0};
+  args.p[0] = oaddr(a->stats);
+  args.p[1] = oaddr(a->a);
+  args.p[2] = opt_addr(a->b);
+  args.p[3] = a->variant == AG_KV_BN_SUMS ? opt_addr(a->mu) : 0;
+  args.k[6] = a->variant;
+  args.n[0] = a->n;
+  args.n[1] = a->c;
+  args.n[2] = a->hw;
+  return dispatch_rows(s, a->call, VKS_BN_STATS, 0, &args, a->c, a->n * a->hw);
+}
+
+static ag_status vk_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
+  vkb_args args = {0};
+  args.p[0] = oaddr(a->y);
+  args.p[1] = oaddr(a->a);
+  args.p[2] = oaddr(a->coef);
+  args.p[3] = a->variant == AG_KV_BN_AFFINE_B ? opt_addr(a->b) : 0;
+  args.k[6] = a->variant;
+  args.n[0] = a->n * a->c * a->hw;
+  args.n[1] = a->c;
+  args.n[2] = a->hw > 0 ? a->hw : 1;
+  return vkb_dispatch1(s, VKS_BN_APPLY, 0, &args, args.n[0]);
 }
 
 #include "vk_resample.inc"
+
+#define AGK_IMPL(name) vk_k_##name
+#define AGK_CTX ag_bstream *
+AGK_DEFINE_DISPATCH(vk_dispatch, VK_KOPS, "vulkan")
+AGK_DEFINE_SUPPORTS(vk_supports_data, VK_KOPS)
 
 ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   /* f64 runs only where the device has shaderFloat64; a cast into f64 is
@@ -864,116 +1092,27 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     if (c->o[k].base && c->o[k].dtype == AG_F64)
       return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: f64 needs shaderFloat64, which vulkan:%d lacks",
                           c->name ? c->name : "launch", s->dev);
-  switch (c->op) {
-    case AG_K_FILL: return run_fill(s, &c->o[0], c->s[0]);
-    case AG_K_ARANGE: return run_arange(s, c);
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL: return run_rand(s, c);
-    case AG_K_UNARY:
-      return run_unary_is(s, &c->o[0], &c->o[1], c->sub, c->s[0], c->s[1],
-                          c->sub == AG_U_AFFINE && is_int(c->o[0].dtype) ? c->i : NULL);
-    case AG_K_BINARY: return run_binary(s, c);
-    case AG_K_WHERE: return run_where(s, c);
-    case AG_K_REDUCE: return run_reduce(s, c);
-    case AG_K_MATMUL: return run_matmul(s, c);
-    case AG_K_SOFTMAX: return run_softmax(s, c, false);
-    case AG_K_SOFTMAX_BWD: return run_softmax(s, c, true);
-    case AG_K_CROSS_ENTROPY: return run_ce(s, c, false);
-    case AG_K_CROSS_ENTROPY_BWD: return run_ce(s, c, true);
-    case AG_K_LAYERNORM: return run_layernorm(s, c);
-    case AG_K_LAYERNORM_BWD: return run_layernorm_bwd(s, c);
-    case AG_K_EMBEDDING: return run_embedding(s, c, false);
-    case AG_K_EMBEDDING_BWD: return run_embedding(s, c, true);
-    case AG_K_DROPOUT: return run_dropout(s, c);
-    case AG_K_ADAMW:
-    case AG_K_SGD: return run_optim(s, c);
-    case AG_K_NONFINITE_CHECK: return run_nonfinite(s, c);
-    case AG_K_SUMSQ: return run_sumsq(s, c);
-    case AG_K_RMSNORM: return run_rmsnorm(s, c);
-    case AG_K_RMSNORM_BWD: return run_rmsnorm_bwd(s, c);
-    case AG_K_VAR: return run_var(s, c);
-    case AG_K_CUMSUM: return run_cumsum(s, c);
-    case AG_K_GATHER: return run_gather(s, c, false);
-    case AG_K_GATHER_BWD: return run_gather(s, c, true);
-    case AG_K_TOPK: return run_topk(s, c);
-    case AG_K_SDPA:
-    case AG_K_SDPA_BWD: return run_sdpa(s, c);
-    case AG_K_CONV2D:
-    case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT: return run_conv(s, c);
-    case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD: return run_pool(s, c);
-    case AG_K_BN_STATS:
-    case AG_K_BN_APPLY: return run_bn(s, c);
-    case AG_K_GROUP_NORM: VK_KCALL(group_norm);
-    case AG_K_GROUP_NORM_BWD: VK_KCALL(group_norm_bwd);
-    case AG_K_INTERPOLATE: VK_KCALL(interpolate);
-    case AG_K_INTERPOLATE_BWD: VK_KCALL(interpolate_bwd);
-    default: break;
-  }
-  return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: kernel op %d is not implemented", c->name ? c->name : "launch",
-                      (int)c->op);
+  return vk_dispatch(s, c);
 }
 
-/* Exactly what vkb_launch runs; f64 (f64.comp) where the device has
- * shaderFloat64. */
+/* Exactly what vkb_launch runs: VK_KOPS, then what depends on the device
+ * (f64 where it has shaderFloat64) and the sub-op rules. */
 bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
-  bool fl = is_float(dt), in = is_int(dt);
-  bool f64 = dt == AG_F64 && vkb_dev(dev)->f64;
+  if (!vk_supports_data(op, sub, dt)) return false;
+  if (dt == AG_F64 && !vkb_dev(dev)->f64) return false;
   switch (op) {
-    /* fills and where move f64 as 8-byte words */
-    case AG_K_FILL:
-    case AG_K_WHERE: return fl || in || f64;
-    case AG_K_ARANGE: return fl || f64 || (in && dt != AG_BOOL);
-    /* i32 and i64 indices (sub 1 asks for i64); rows are copied as bits */
-    case AG_K_EMBEDDING: return (sub == 0 || sub == 1) && (fl || in || f64);
     case AG_K_UNARY: {
       const ag_unary_info *u = ag_unary_info_of(sub);
-      return u && (fl || f64 || (in && u->ints == AG_OPT_INT));
+      return u && (!is_int(dt) || u->ints == AG_OPT_INT);
     }
     case AG_K_BINARY: {
       const ag_binary_info *b = ag_binary_info_of(sub);
-      return b && (fl || f64 || (in && b->ints == AG_OPT_INT));
+      return b && (!is_int(dt) || b->ints == AG_OPT_INT);
     }
     case AG_K_REDUCE:
-      return sub >= 0 && sub < AG_REDUCE_COUNT && (fl || in || f64) &&
-             !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
-    case AG_K_SOFTMAX:
-    case AG_K_SOFTMAX_BWD: return (sub == 0 || sub == 1) && (fl || f64);
-    case AG_K_EMBEDDING_BWD: return (fl || f64) && (sub == 0 || sub == 1);
-    case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD: return fl && (sub == 0 || sub == 1);
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL: return fl && sub == 0;
-    case AG_K_MATMUL: return (fl || f64) && sub == 0;
-    case AG_K_LAYERNORM:
-    case AG_K_LAYERNORM_BWD: return fl || f64;
-    case AG_K_DROPOUT:
-    case AG_K_NONFINITE_CHECK:
-    case AG_K_SUMSQ: return fl;
-    case AG_K_ADAMW:
-    case AG_K_SGD: return dt == AG_F32;
-    case AG_K_RMSNORM:
-    case AG_K_RMSNORM_BWD: return (fl || f64) && sub == 0;
-    case AG_K_VAR:
-    case AG_K_CUMSUM: return (fl || f64) && (sub == 0 || sub == 1);
-    case AG_K_GATHER:
-    case AG_K_GATHER_BWD: return (fl || f64) && (sub == 0 || sub == 1);
-    case AG_K_TOPK: return fl && (sub == 0 || sub == 1);
-    case AG_K_SDPA: /* attention.comp; heads above 128 declined at launch */
-    case AG_K_SDPA_BWD: return fl && sub == 0;
-    case AG_K_GROUP_NORM:
-    case AG_K_GROUP_NORM_BWD: return (fl || f64) && sub == 0;
-    case AG_K_INTERPOLATE:
-    case AG_K_INTERPOLATE_BWD: return (fl || f64) && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
-    /* vision ops: f32, as on the CPU */
-    case AG_K_CONV2D:
-    case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT: return dt == AG_F32;
+      return sub >= 0 && sub < AG_REDUCE_COUNT && !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
     case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD: return dt == AG_F32 && sub >= 0 && sub < AG_POOL_OP_COUNT;
-    case AG_K_BN_STATS:
-    case AG_K_BN_APPLY: return dt == AG_F32 && (sub == 0 || sub == 1);
-    default: return false;
+    case AG_K_POOL2D_BWD: return sub >= 0 && sub < AG_POOL_OP_COUNT;
+    default: return true;
   }
 }

@@ -106,18 +106,19 @@ static bool operand_range(const ag_koperand *o, vkb_range *out) {
   return true;
 }
 
-/* Whether the kernel op writes operand 0 only (kops.h); the others are
- * taken as writing every operand. */
-static bool writes_o0_only(ag_kop op) {
-  switch (op) {
-    case AG_K_FILL: case AG_K_ARANGE: case AG_K_RAND_UNIFORM: case AG_K_RAND_NORMAL: case AG_K_UNARY:
-    case AG_K_BINARY: case AG_K_WHERE: case AG_K_REDUCE: case AG_K_MATMUL: case AG_K_SOFTMAX:
-    case AG_K_SOFTMAX_BWD: case AG_K_CROSS_ENTROPY: case AG_K_CROSS_ENTROPY_BWD: case AG_K_EMBEDDING:
-    case AG_K_EMBEDDING_BWD: case AG_K_CONV2D: case AG_K_CONV2D_BWD_INPUT: case AG_K_CONV2D_BWD_WEIGHT:
-    case AG_K_POOL2D_BWD: case AG_K_BN_STATS: case AG_K_BN_APPLY: case AG_K_VAR: case AG_K_CUMSUM:
-    case AG_K_GATHER: case AG_K_GATHER_BWD: return true;
-    default: return false;
-  }
+/* The operands an op writes, a bit per slot: those kops.h gives the role
+ * OUT, INOUT or SAVED; every operand for an op past the table. */
+#define VKQ_W_IN 0u
+#define VKQ_W_OPT 0u
+#define VKQ_W_OUT 1u
+#define VKQ_W_INOUT 1u
+#define VKQ_W_SAVED 1u
+#define VKQ_NO(...)
+#define VKQ_WBIT(slot, nm, role, dt) | (VKQ_W_##role << (slot))
+#define VKQ_WRITES(ID, ...) [AG_K_##ID] = 0u AGK_ARGS_##ID(VKQ_WBIT, VKQ_NO, VKQ_NO, VKQ_NO, VKQ_NO, VKQ_NO),
+static uint32_t written_operands(ag_kop op) {
+  static const uint32_t w[AG_KOP_COUNT] = {AG_KOPS(VKQ_WRITES)};
+  return (unsigned)op < (unsigned)AG_KOP_COUNT ? w[op] : ~0u;
 }
 
 /* Sets the ranges of the launch about to be recorded (c NULL: none, and
@@ -130,11 +131,11 @@ static void launch_begin(ag_bstream *s, const ag_kernel_call *c) {
   s->ldispatches = 0;
   /* multi-tensor lists may hold up to AG_KMAX_MULTI tensors: unknown writes */
   s->lwr_all = c->multi != NULL;
-  bool o0 = writes_o0_only(c->op);
+  uint32_t wr = written_operands(c->op);
   for (int k = 0; k < c->n_operands && k < AG_KMAX_OPERANDS; k++) {
     vkb_range r;
     if (!operand_range(&c->o[k], &r)) continue;
-    if (k == 0 || !o0) s->lwr[s->nlwr++] = r;
+    if ((wr >> k) & 1u) s->lwr[s->nlwr++] = r;
     else s->lrd[s->nlrd++] = r;
   }
 }

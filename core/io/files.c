@@ -261,7 +261,11 @@ int ag__temp_create(const char *path, char *tmp, size_t len) {
       clock_gettime(CLOCK_REALTIME, &ts);
       r = (uint32_t)ts.tv_nsec ^ (uint32_t)attempt * 0x9e3779b9u;
     }
-    snprintf(tmp, len, "%s.tmp.%ld.%08x", path, (long)getpid(), (unsigned)r);
+    const int n = snprintf(tmp, len, "%s.tmp.%ld.%08x", path, (long)getpid(), (unsigned)r);
+    if (n < 0 || (size_t)n >= len) {
+      errno = ENAMETOOLONG;
+      return -1;
+    }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd >= 0 || errno != EEXIST) return fd;
   }

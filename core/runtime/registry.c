@@ -754,7 +754,9 @@ ag_devstate *ag__devstate(ag_device d) {
     ds->dev = d;
     ds->be = &sl->vt;
     ds->ord = d.index;
-    snprintf(ds->label, sizeof ds->label, "%s:%d", sl->name, d.index);
+    /* a name of at most NAME_MAX_LEN and an ordinal: fits */
+    if (snprintf(ds->label, sizeof ds->label, "%s:%d", sl->name, d.index) >= (int)sizeof ds->label)
+      ds->label[sizeof ds->label - 1] = '\0';
     s->ds = ds;
     s->bs = bs;
     s->is_default = true;

@@ -135,7 +135,7 @@ void main() {
 #endif
 
 #if defined(K_VAR_D)
-/* variance (k6: the standard deviation) over [outer, r, inner]: the mean,
+/* variance (k6 AG_KV_STD: the standard deviation) over [outer, r, inner]: the mean,
  * then centred squares, divided by S0 = r - correction */
 void main() {
   int64_t t = gid(), outer = pc.a.n[0], r = pc.a.n[1], inner = pc.a.n[2];
@@ -149,19 +149,19 @@ void main() {
     v += d * d;
   }
   v /= S0;
-  PD(pc.a.p[0], t) = pc.a.k[6] != 0 ? sqrt(v) : v;
+  PD(pc.a.p[0], t) = pc.a.k[6] == AG_KV_STD ? sqrt(v) : v;
 }
 #endif
 
 #if defined(K_CUMSUM_D)
-/* an invocation per line, in order; k6 from the end */
+/* an invocation per line, in order; k6 AG_KV_CUMSUM_SUFFIX: from the end */
 void main() {
   int64_t t = gid(), outer = pc.a.n[0], r = pc.a.n[1], inner = pc.a.n[2];
   if (t >= outer * inner) return;
   int64_t base = (t / inner) * r * inner + t % inner;
   double s = 0.0LF;
   for (int64_t k = 0; k < r; k++) {
-    int64_t p = base + (pc.a.k[6] != 0 ? r - 1 - k : k) * inner;
+    int64_t p = base + (pc.a.k[6] == AG_KV_CUMSUM_SUFFIX ? r - 1 - k : k) * inner;
     s += PD(pc.a.p[1], p);
     PD(pc.a.p[0], p) = s;
   }
@@ -169,7 +169,7 @@ void main() {
 #endif
 
 #if defined(K_SOFTMAX_D)
-/* p0 y, p1 x, n0 rows, n1 cols, k6 log-softmax: an invocation per row */
+/* p0 y, p1 x, n0 rows, n1 cols, k6 the variant: an invocation per row */
 void main() {
   int64_t row = gid(), C = pc.a.n[1];
   if (row >= pc.a.n[0]) return;
@@ -183,7 +183,7 @@ void main() {
   double ls = d_log(s);
   for (int64_t j = 0; j < C; j++) {
     double v = PD(pc.a.p[1], b + j) - m;
-    PD(pc.a.p[0], b + j) = pc.a.k[6] != 0 ? v - ls : d_exp(v) / s;
+    PD(pc.a.p[0], b + j) = pc.a.k[6] == AG_KV_LOG_SOFTMAX ? v - ls : d_exp(v) / s;
   }
 }
 #endif
@@ -194,7 +194,7 @@ void main() {
   int64_t row = gid(), C = pc.a.n[1];
   if (row >= pc.a.n[0]) return;
   int64_t b = row * C;
-  bool lg = pc.a.k[6] != 0;
+  bool lg = pc.a.k[6] == AG_KV_LOG_SOFTMAX;
   double s = 0.0LF;
   for (int64_t j = 0; j < C; j++) {
     double g = PD(pc.a.p[1], b + j);

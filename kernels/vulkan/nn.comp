@@ -12,7 +12,7 @@ layout(local_size_x = WG) in;
 #define ROW_GUARD() if (group_id() >= pc.a.n[0]) return;
 
 #if defined(K_SOFTMAX)
-/* p0 y, p1 x, k0 dtype, n1 cols, k6 log */
+/* p0 y, p1 x, k0 dtype, n1 cols, k6 the variant */
 void main() {
   ROW_GUARD()
   int64_t cols = pc.a.n[1], base = group_id() * cols;
@@ -27,7 +27,7 @@ void main() {
   float ls = log(s), inv = 1.0 / s;
   for (int64_t j = L; j < cols; j += WG) {
     float v = ldf(x, base + j, dt) - m;
-    stf(y, base + j, dt, pc.a.k[6] != 0 ? v - ls : exp(v) * inv);
+    stf(y, base + j, dt, pc.a.k[6] == AG_KV_LOG_SOFTMAX ? v - ls : exp(v) * inv);
   }
 }
 #endif
@@ -38,7 +38,7 @@ void main() {
   ROW_GUARD()
   int64_t cols = pc.a.n[1], base = group_id() * cols;
   int dt = pc.a.k[0];
-  bool lg = pc.a.k[6] != 0;
+  bool lg = pc.a.k[6] == AG_KV_LOG_SOFTMAX;
   float s = 0.0;
   for (int64_t j = L; j < cols; j += WG) {
     float g = ldf(pc.a.p[1], base + j, dt);
@@ -227,7 +227,7 @@ void main() {
 
 #if defined(K_VAR_ROWS)
 /* p0 y, p1 x (k0); n0 outer, n1 r, n2 inner (elements inner apart); f0
- * denominator; k6 sqrt */
+ * denominator; k6 the variant */
 void main() {
   int64_t row = group_id(), cols = pc.a.n[1], inner = pc.a.n[2];
   if (row >= pc.a.n[0] * inner) return;
@@ -242,7 +242,7 @@ void main() {
     v += d * d;
   }
   v = wg_sum(v) / pc.a.f[0];
-  if (L == 0) stf(pc.a.p[0], row, dt, pc.a.k[6] != 0 ? sqrt(v) : v);
+  if (L == 0) stf(pc.a.p[0], row, dt, pc.a.k[6] == AG_KV_STD ? sqrt(v) : v);
 }
 #endif
 
@@ -261,12 +261,12 @@ void main() {
     v += d * d;
   }
   v /= pc.a.f[0];
-  stf(pc.a.p[0], t, dt, pc.a.k[6] != 0 ? sqrt(v) : v);
+  stf(pc.a.p[0], t, dt, pc.a.k[6] == AG_KV_STD ? sqrt(v) : v);
 }
 #endif
 
 #if defined(K_CUMSUM)
-/* n0 outer, n1 r, n2 inner; k6 reverse; steps n3 .. n3 + n4 of each line,
+/* n0 outer, n1 r, n2 inner; k6 the variant; steps n3 .. n3 + n4 of each line,
  * continuing from the f32 running sum in p2 (one per line), so a long line
  * takes several dispatches in order and the sums stay sequential */
 void main() {
@@ -277,7 +277,7 @@ void main() {
   float s = k0 == 0 ? 0.0 : PF(pc.a.p[2], t);
   for (int64_t kk = 0; kk < pc.a.n[4]; kk++) {
     int64_t k = k0 + kk;
-    int64_t p = base + (pc.a.k[6] != 0 ? r - 1 - k : k) * inner;
+    int64_t p = base + (pc.a.k[6] == AG_KV_CUMSUM_SUFFIX ? r - 1 - k : k) * inner;
     s += ldf(pc.a.p[1], p, dt);
     stf(pc.a.p[0], p, dt, s);
   }
@@ -324,7 +324,7 @@ void main() {
 #endif
 
 #if defined(K_TOPK)
-/* p0 values, p1 x (k0), p2 i64 indices; n0 O, n1 R, n2 I, n3 k; k6 smallest */
+/* p0 values, p1 x (k0), p2 i64 indices; n0 O, n1 R, n2 I, n3 k; k6 the variant */
 bool topk_before(float a, int64_t ia, float b, int64_t ib, bool smallest) {
   bool an = ag_isnan(a), bn = ag_isnan(b);
   if (an != bn) return smallest ? bn : an;
@@ -335,7 +335,7 @@ void main() {
   int64_t t = gid(), O = pc.a.n[0], R = pc.a.n[1], I = pc.a.n[2], K = pc.a.n[3];
   if (t >= O * R * I) return;
   int dt = pc.a.k[0];
-  bool sm = pc.a.k[6] != 0;
+  bool sm = pc.a.k[6] == AG_KV_TOPK_SMALLEST;
   int64_t i = t % I, oj = t / I, j = oj % R, o = oj / R, base = o * R * I + i;
   float v = ldf(pc.a.p[1], base + j * I, dt);
   int64_t rank = 0;

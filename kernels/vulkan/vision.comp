@@ -217,14 +217,14 @@ void main() {
 #endif
 
 #if defined(K_BN_STATS)
-/* p0 out [2, C], p1 a, p2 b, p3 mu (sub 1); n0 N n1 C n2 HW; k6 sub. A
+/* p0 out [2, C], p1 a, p2 b, p3 mu (BN_SUMS); n0 N n1 C n2 HW; k6 the variant. A
  * work-group per channel, strided shares then the tree: a fixed order. */
 void main() {
   int64_t ch = group_id(), N = pc.a.n[0], C = pc.a.n[1], HW = pc.a.n[2], cnt = N * HW;
   if (ch >= C) return;
   int64_t hw = HW > 0 ? HW : 1;
   float s0 = 0.0, s1 = 0.0;
-  if (pc.a.k[6] == 0) {
+  if (pc.a.k[6] == AG_KV_BN_MEAN_VAR) {
     for (int64_t k = int64_t(gl_LocalInvocationID.x); k < cnt; k += WG)
       s0 += PF(pc.a.p[1], ((k / hw) * C + ch) * HW + k % hw);
     float mean = wg_sum(s0) / float(cnt);

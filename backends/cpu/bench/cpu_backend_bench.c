@@ -27,17 +27,54 @@ static ag_koperand flat(void *p, ag_dtype dt, int64_t n) {
   return o;
 }
 
-static ag_kernel_call binop(void *o, void *a, void *b, ag_dtype dt, int64_t n) {
+/* The bench writes calls as the core does, each argument at the slot the
+ * kernel-op table names (kops.h): O_<ID>("a") is operand a's slot in o[],
+ * S_<ID>("alpha") a double's (or window integer's) in s[], I_<ID>("r") an
+ * int64's in i[]. */
+static int slot_found(int slot, const char *op, const char *nm) {
+  if (slot < 0) {
+    fprintf(stderr, "cpu_backend_bench: kernel op %s has no argument %s\n", op, nm);
+    exit(1);
+  }
+  return slot;
+}
+#define BENCH_O(slot, nm, role, dt) if (!strcmp(want, #nm)) return slot;
+#define BENCH_X(slot, nm) if (!strcmp(want, #nm)) return slot;
+#define BENCH_NONE(...)
+#define BENCH_SLOTS(ID)                                                                         \
+  __attribute__((unused)) static int O_##ID(const char *want) {                                \
+    AGK_ARGS_##ID(BENCH_O, BENCH_NONE, BENCH_NONE, BENCH_NONE, BENCH_NONE, BENCH_NONE)          \
+    return slot_found(-1, #ID, want);                                                           \
+  }                                                                                             \
+  __attribute__((unused)) static int S_##ID(const char *want) {                                \
+    AGK_ARGS_##ID(BENCH_NONE, BENCH_X, BENCH_NONE, BENCH_X, BENCH_NONE, BENCH_NONE)             \
+    return slot_found(-1, #ID, want);                                                           \
+  }                                                                                             \
+  __attribute__((unused)) static int I_##ID(const char *want) {                                \
+    AGK_ARGS_##ID(BENCH_NONE, BENCH_NONE, BENCH_X, BENCH_NONE, BENCH_NONE, BENCH_NONE)          \
+    return slot_found(-1, #ID, want);                                                           \
+  }
+BENCH_SLOTS(UNARY)
+BENCH_SLOTS(BINARY)
+BENCH_SLOTS(REDUCE)
+BENCH_SLOTS(MATMUL)
+
+static ag_kernel_call call_of(ag_kop op, int sub, int n_operands) {
   ag_kernel_call c;
   memset(&c, 0, sizeof c);
   c.struct_size = (uint32_t)sizeof c;
-  c.op = AG_K_BINARY;
-  c.sub = AG_B_ADD;
-  c.n_operands = 3;
-  c.s[0] = 1;
-  c.o[0] = flat(o, dt, n);
-  c.o[1] = flat(a, dt, n);
-  c.o[2] = flat(b, dt, n);
+  c.op = op;
+  c.sub = sub;
+  c.n_operands = n_operands;
+  return c;
+}
+
+static ag_kernel_call binop(void *o, void *a, void *b, ag_dtype dt, int64_t n) {
+  ag_kernel_call c = call_of(AG_K_BINARY, AG_B_ADD, 3);
+  c.s[S_BINARY("s0")] = 1; /* ADD: out = a + s0 * b */
+  c.o[O_BINARY("out")] = flat(o, dt, n);
+  c.o[O_BINARY("a")] = flat(a, dt, n);
+  c.o[O_BINARY("b")] = flat(b, dt, n);
   return c;
 }
 
@@ -98,24 +135,21 @@ int main(int argc, char **argv) {
   be->stream_synchronize(s);
   double dt = (now() - t) / 20;
   printf("add f32[4M]: %.3f ms (%.1f GB/s)\n", dt * 1e3, 12.0 * N / dt / 1e9);
-  c.op = AG_K_UNARY;
-  c.sub = AG_U_GELU;
-  c.n_operands = 2;
+  c = call_of(AG_K_UNARY, AG_U_GELU, 2);
+  c.s[S_UNARY("s0")] = 1;
+  c.o[O_UNARY("y")] = flat(O, AG_F32, N);
+  c.o[O_UNARY("x")] = flat(A, AG_F32, N);
   t = now();
   for (int i = 0; i < 5; i++) be->launch(s, &c);
   be->stream_synchronize(s);
   printf("gelu f32[4M]: %.3f ms\n", (now() - t) / 5 * 1e3);
-  memset(&c, 0, sizeof c);
-  c.struct_size = (uint32_t)sizeof c;
-  c.op = AG_K_REDUCE;
-  c.sub = AG_R_SUM;
-  c.n_operands = 2;
-  c.s[0] = 1;
-  c.i[0] = 1;
-  c.i[1] = N;
-  c.i[2] = 1;
-  c.o[0] = flat(O, AG_F32, 1);
-  c.o[1] = flat(A, AG_F32, N);
+  c = call_of(AG_K_REDUCE, AG_R_SUM, 2);
+  c.s[S_REDUCE("scale")] = 1;
+  c.i[I_REDUCE("outer")] = 1;
+  c.i[I_REDUCE("r")] = N;
+  c.i[I_REDUCE("inner")] = 1;
+  c.o[O_REDUCE("out")] = flat(O, AG_F32, 1);
+  c.o[O_REDUCE("x")] = flat(A, AG_F32, N);
   t = now();
   for (int i = 0; i < 10; i++) be->launch(s, &c);
   be->stream_synchronize(s);
@@ -124,12 +158,9 @@ int main(int argc, char **argv) {
   for (int d = 0; d < 2; d++) {
     const int64_t M = 512;
     ag_dtype dtp = d ? AG_F16 : AG_F32;
-    memset(&c, 0, sizeof c);
-    c.struct_size = (uint32_t)sizeof c;
-    c.op = AG_K_MATMUL;
-    c.n_operands = 3;
-    c.s[0] = 1;
-    ag_koperand *ops[3] = {&c.o[0], &c.o[1], &c.o[2]};
+    c = call_of(AG_K_MATMUL, 0, 3);
+    c.s[S_MATMUL("alpha")] = 1;
+    ag_koperand *ops[3] = {&c.o[O_MATMUL("c")], &c.o[O_MATMUL("a")], &c.o[O_MATMUL("b")]};
     void *ptr[3] = {O, A, B};
     for (int k = 0; k < 3; k++) {
       *ops[k] = flat(ptr[k], dtp, 0);
