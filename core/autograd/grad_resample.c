@@ -33,7 +33,7 @@ ag_status ag__group_norm_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
   if (st == AG_OK && N && C && HW) {
     ag_kmulti m;
     ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_GROUP_NORM_BWD, 0, "ag_group_norm backward", 6, (ag_tensor *[]){dx, g3, x3, mean, rstd, wc});
+    ag__kcall_init(&c, AG_K_GROUP_NORM_BWD, AG_KV_NONE, "ag_group_norm backward", 6, (ag_tensor *[]){dx, g3, x3, mean, rstd, wc});
     c.i[0] = N;
     c.i[1] = C;
     c.i[2] = HW;

@@ -44,7 +44,7 @@ static ag_tensor *group_norm_impl(ag_tensor *x, int64_t groups, ag_tensor *weigh
     ag_error_set(AG_ERR_INVALID, "%s: eps must be finite and >= 0, got %g", name, eps);
     return NULL;
   }
-  if (!ag__supported(ds, AG_K_GROUP_NORM, 0, x->dtype, name)) return NULL;
+  if (!ag__supported(ds, AG_K_GROUP_NORM, AG_KV_NONE, x->dtype, name)) return NULL;
   int64_t s3[3] = {N, C, HW}, s2[2] = {N, groups};
   ag_tensor *xc0 = ag__raw_contiguous(x);
   ag_tensor *xc = xc0 ? ag__raw_view(xc0, 3, s3) : NULL;
@@ -59,7 +59,7 @@ static ag_tensor *group_norm_impl(ag_tensor *x, int64_t groups, ag_tensor *weigh
   ag_status st = (rstd && (!weight || wc) && (!bias || bc)) ? AG_OK : failed();
   if (st == AG_OK && N && C) {
     ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_GROUP_NORM, 0, name, 6, (ag_tensor *[]){y, xc, wc, bc, mean, rstd});
+    ag__kcall_init(&c, AG_K_GROUP_NORM, AG_KV_NONE, name, 6, (ag_tensor *[]){y, xc, wc, bc, mean, rstd});
     c.i[0] = N;
     c.i[1] = C;
     c.i[2] = HW;
