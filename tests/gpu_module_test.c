@@ -72,7 +72,7 @@ static void test_identity(void **state) {
  * modules (and the user's own CUDA code) would bind to each other's copies. */
 static void test_hidden_symbols(void **state) {
   (void)state;
-  static const char *const hidden[] = {"agg_launch", "agg_init", "agk_fill", "agk_gemm", "agv_status",
+  static const char *const hidden[] = {"agg_launch", "agg_init", "agk_fill", "agk_matmul", "agv_status",
                                        "agv_gemm",   "cudaMalloc", "cudaGetDeviceCount", "cudaLaunchKernel",
                                        "__cudaRegisterFatBinary"};
   if (!mods[0].name) skip();

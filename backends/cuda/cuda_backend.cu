@@ -143,8 +143,10 @@ static cudaDataType dtype_of(ag_dtype dt) {
   return dt == AG_F16 ? CUDA_R_16F : dt == AG_BF16 ? CUDA_R_16BF : dt == AG_F64 ? CUDA_R_64F : CUDA_R_32F;
 }
 
-ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0], *a = &c->o[1], *b = &c->o[2];
+ag_status agv_gemm(const agk_env *env, const ag_k_matmul *args) {
+  ag_bstream *s = env->bs;
+  const ag_kernel_call *c = args->call;
+  const ag_koperand *o = args->c, *a = args->a, *b = args->b;
   int nd = o->ndim;
   long long M = o->shape[nd - 2], N = o->shape[nd - 1], K = a->shape[a->ndim - 1], batch = 1;
   for (int i = 0; i < nd - 2; i++) batch *= o->shape[i];
@@ -153,7 +155,7 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   bool fits = M < 0x7fffffff && N < 0x7fffffff && K < 0x7fffffff && batch < 0x7fffffff && am.ld < 0x7fffffff &&
               bm.ld < 0x7fffffff;
   if (g.own_gemm || !fits || K == 0) {
-    gpuError_t e = agk_gemm(env, c);
+    gpuError_t e = agk_matmul(env, args);
     return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "gemm");
   }
   cublasStatus_t r;
@@ -177,8 +179,8 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   /* Row-major C = A B is column-major C^T = B^T A^T: cuBLAS gets B first. A
    * row-major operand is its own transpose in column-major terms (op N). */
   /* alpha and beta in the compute type: f64 for f64, else f32 */
-  float alpha = (float)c->s[0], beta = (float)c->s[1];
-  double alpha_d = c->s[0], beta_d = c->s[1];
+  float alpha = (float)args->alpha, beta = (float)args->beta;
+  double alpha_d = args->alpha, beta_d = args->beta;
   const bool f64 = o->dtype == AG_F64;
   cudaDataType t = dtype_of(o->dtype);
   cublasComputeType_t ct = f64 ? CUBLAS_COMPUTE_64F

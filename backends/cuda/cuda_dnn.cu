@@ -208,10 +208,10 @@ static ag_status dnn_workspace(const ag_kernel_call *c, size_t bytes, void **out
     }                                                                                              \
   } while (0)
 
-static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
-  const bool fwd = c->op == AG_K_CONV2D, bin = c->op == AG_K_CONV2D_BWD_INPUT;
-  const ag_koperand *X = fwd ? &c->o[1] : bin ? &c->o[0] : &c->o[2], *Y = fwd ? &c->o[0] : &c->o[1],
-                    *W = fwd || bin ? &c->o[2] : &c->o[0];
+static ag_status dnn_conv(ag_bstream *s, const agk_conv *cv) {
+  const ag_kernel_call *c = cv->call;
+  const bool fwd = cv->op == AG_K_CONV2D, bin = cv->op == AG_K_CONV2D_BWD_INPUT;
+  const ag_koperand *X = cv->x, *Y = cv->y, *W = cv->w;
   const bool det = (c->flags & AG_KF_DETERMINISTIC) != 0;
   const cudnnDataType_t t = dnn_type(X->dtype);
   cudnnStatus_t r;
@@ -243,10 +243,10 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
                                    (int)Y->shape[3])) != CUDNN_STATUS_SUCCESS ||
       (r = d.SetFilter4dDescriptor(wd, t, CUDNN_TENSOR_NCHW, (int)W->shape[0], (int)W->shape[1], (int)W->shape[2],
                                    (int)W->shape[3])) != CUDNN_STATUS_SUCCESS ||
-      (r = d.SetConvolution2dDescriptor(cd, (int)c->s[2], (int)c->s[3], (int)c->s[0], (int)c->s[1], (int)c->s[4],
-                                        (int)c->s[5], CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) !=
-          CUDNN_STATUS_SUCCESS ||
-      (r = d.SetConvolutionGroupCount(cd, (int)c->s[6])) != CUDNN_STATUS_SUCCESS ||
+      (r = d.SetConvolution2dDescriptor(cd, (int)cv->pad_h, (int)cv->pad_w, (int)cv->stride_h, (int)cv->stride_w,
+                                        (int)cv->dilation_h, (int)cv->dilation_w, CUDNN_CROSS_CORRELATION,
+                                        CUDNN_DATA_FLOAT)) != CUDNN_STATUS_SUCCESS ||
+      (r = d.SetConvolutionGroupCount(cd, (int)cv->groups)) != CUDNN_STATUS_SUCCESS ||
       /* f32 stays f32 unless TF32 is allowed, as for cuBLAS (docs/gpu.md) */
       (r = d.SetConvolutionMathType(cd, X->dtype != AG_F32 ? CUDNN_TENSOR_OP_MATH
                                         : d.tf32 ? CUDNN_DEFAULT_MATH
@@ -266,11 +266,11 @@ static ag_status dnn_conv(ag_bstream *s, const ag_kernel_call *c) {
     if ((r = d.ConvolutionForward(h, &one, xd, agk_ptr(X), wd, agk_ptr(W), cd, algo, wsp, ws, &zero, yd,
                                   agk_ptr(Y))) != CUDNN_STATUS_SUCCESS)
       goto done;
-    if (c->o[3].base) {
+    if (cv->bias && cv->bias->base) {
       what = "cudnnAddTensor(bias)";
       if ((r = d.CreateTensorDescriptor(&bd)) != CUDNN_STATUS_SUCCESS ||
           (r = d.SetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, t, 1, (int)Y->shape[1], 1, 1)) != CUDNN_STATUS_SUCCESS ||
-          (r = d.AddTensor(h, &one, bd, agk_ptr(&c->o[3]), &one, yd, agk_ptr(Y))) != CUDNN_STATUS_SUCCESS)
+          (r = d.AddTensor(h, &one, bd, agk_ptr(cv->bias), &one, yd, agk_ptr(Y))) != CUDNN_STATUS_SUCCESS)
         goto done;
     }
   } else if (bin) {
@@ -312,23 +312,25 @@ done:
   return st;
 }
 
-static bool dnn_fits(const ag_kernel_call *c) {
+static bool dnn_fits(const agk_conv *cv) {
+  const ag_koperand *t[3] = {cv->x, cv->y, cv->w};
   for (int k = 0; k < 3; k++)
     for (int i = 0; i < 4; i++)
-      if (c->o[k].shape[i] > 0x7fffffff) return false;
+      if (t[k]->shape[i] > 0x7fffffff) return false;
   return true;
 }
 
-ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
+ag_status agv_conv(const agk_env *env, const agk_conv *cv) {
+  ag_bstream *s = env->bs;
   (void)pthread_once(&g_once, dnn_load);
-  if (d.lib && dnn_fits(c) && !ag_dnn_fallback_set(fallback_of(s->dev))) {
-    ag_status st = dnn_conv(s, c);
+  if (d.lib && dnn_fits(cv) && !ag_dnn_fallback_set(fallback_of(s->dev))) {
+    ag_status st = dnn_conv(s, cv);
     if (st != AG_ERR_UNSUPPORTED) return st;
     ag_error_clear(); /* cuDNN declined this shape or cannot run here: the own kernels take it */
   }
-  gpuError_t e = agk_conv2d(env, c);
+  gpuError_t e = agk_conv_run(env, cv);
   if (e == gpuSuccess) e = gpuGetLastError();
-  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "conv2d");
+  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, cv->call->name ? cv->call->name : "conv2d");
 }
 
 void agv_dnn_release(ag_bstream *s) {
@@ -343,12 +345,11 @@ static void dnn_load(void) {
   __atomic_store_n(&g_loaded, true, __ATOMIC_RELEASE);
 }
 
-ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
-  (void)s;
+ag_status agv_conv(const agk_env *env, const agk_conv *cv) {
   (void)pthread_once(&g_once, dnn_load);
-  gpuError_t e = agk_conv2d(env, c);
+  gpuError_t e = agk_conv_run(env, cv);
   if (e == gpuSuccess) e = gpuGetLastError();
-  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "conv2d");
+  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, cv->call->name ? cv->call->name : "conv2d");
 }
 
 void agv_dnn_release(ag_bstream *s) { (void)s; }

@@ -61,19 +61,17 @@ void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
   out->unified_memory = false;
 }
 
-ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
-  (void)s;
-  gpuError_t e = agk_gemm(env, c);
+ag_status agv_gemm(const agk_env *env, const ag_k_matmul *a) {
+  gpuError_t e = agk_matmul(env, a);
   if (e == gpuSuccess) e = gpuGetLastError();
-  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "gemm");
+  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, a->call->name ? a->call->name : "gemm");
 }
 
 /* Own kernels (kernels/gpu/conv.cu). */
-ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
-  (void)s;
-  gpuError_t e = agk_conv2d(env, c);
+ag_status agv_conv(const agk_env *env, const agk_conv *cv) {
+  gpuError_t e = agk_conv_run(env, cv);
   if (e == gpuSuccess) e = gpuGetLastError();
-  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "conv2d");
+  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, cv->call->name ? cv->call->name : "conv2d");
 }
 
 void agv_stream_release(ag_bstream *s) { (void)s; }

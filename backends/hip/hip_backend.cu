@@ -181,8 +181,10 @@ void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out) {
   out->unified_memory = false;
 }
 
-ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
-  const ag_koperand *o = &c->o[0], *a = &c->o[1], *b = &c->o[2];
+ag_status agv_gemm(const agk_env *env, const ag_k_matmul *args) {
+  ag_bstream *s = env->bs;
+  const ag_kernel_call *c = args->call;
+  const ag_koperand *o = args->c, *a = args->a, *b = args->b;
   int nd = o->ndim;
   long long M = o->shape[nd - 2], N = o->shape[nd - 1], K = a->shape[a->ndim - 1], batch = 1;
   for (int i = 0; i < nd - 2; i++) batch *= o->shape[i];
@@ -191,7 +193,7 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   bool fits = M < 0x7fffffff && N < 0x7fffffff && K < 0x7fffffff && batch < 0x7fffffff && am.ld < 0x7fffffff &&
               bm.ld < 0x7fffffff;
   if (g.own_gemm || !g.gemm || !fits || K == 0) {
-    hipError_t e = agk_gemm(env, c);
+    hipError_t e = agk_matmul(env, args);
     return e == hipSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "gemm");
   }
   agr_status r;
@@ -203,8 +205,8 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
   if ((r = g.set_stream(s->blas, s->s)) != 0) return agv_status(r, AGV_BLAS, "rocblas_set_stream");
   /* column-major C^T = B^T A^T, as in the CUDA backend */
   /* alpha and beta in the compute type: f64 for f64, else f32 */
-  float alpha = (float)c->s[0], beta = (float)c->s[1];
-  double alpha_d = c->s[0], beta_d = c->s[1];
+  float alpha = (float)args->alpha, beta = (float)args->beta;
+  double alpha_d = args->alpha, beta_d = args->beta;
   const bool f64 = o->dtype == AG_F64;
   int t = o->dtype == AG_F16 ? AGR_F16 : o->dtype == AG_BF16 ? AGR_BF16 : f64 ? AGR_F64 : AGR_F32;
   r = g.gemm(s->blas, bm.row_major ? AGR_OP_N : AGR_OP_T, am.row_major ? AGR_OP_N : AGR_OP_T, (int32_t)N, (int32_t)M,
@@ -217,11 +219,10 @@ ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
 }
 
 /* Own kernels (kernels/gpu/conv.cu); MIOpen is not used. */
-ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c) {
-  (void)s;
-  gpuError_t e = agk_conv2d(env, c);
+ag_status agv_conv(const agk_env *env, const agk_conv *cv) {
+  gpuError_t e = agk_conv_run(env, cv);
   if (e == gpuSuccess) e = gpuGetLastError();
-  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "conv2d");
+  return e == gpuSuccess ? AG_OK : agv_status((int)e, AGV_RUNTIME, cv->call->name ? cv->call->name : "conv2d");
 }
 
 void agv_stream_release(ag_bstream *s) {

@@ -555,8 +555,10 @@ static void vk_shutdown(void) {
 static ag_status vk_device_props(int dev, ag_device_props *out) {
   vkb_device *d = &g_dev[dev];
   memset(out, 0, sizeof *out);
-  snprintf(out->name, sizeof out->name, "%s", d->props.deviceName);
-  snprintf(out->vendor, sizeof out->vendor, "%s (vendor 0x%04x)", d->driver, d->props.vendorID);
+  /* names longer than the API's fields are cut there */
+  if (snprintf(out->name, sizeof out->name, "%s", d->props.deviceName) < 0) out->name[0] = '\0';
+  if (snprintf(out->vendor, sizeof out->vendor, "%s (vendor 0x%04x)", d->driver, d->props.vendorID) < 0)
+    out->vendor[0] = '\0';
   snprintf(out->arch, sizeof out->arch, "Vulkan %u.%u.%u, subgroup %u%s", VK_API_VERSION_MAJOR(d->props.apiVersion),
            VK_API_VERSION_MINOR(d->props.apiVersion), VK_API_VERSION_PATCH(d->props.apiVersion), d->subgroup_size,
            d->szinp32 ? "" : ", NaN/inf not preserved");

@@ -204,13 +204,16 @@ typedef struct ag_koperand {
 #define AG_KMAX_OPERANDS 6
 #define AG_KMAX_MULTI 512
 
-/* A list of contiguous tensors for multi-tensor kernels. */
+/* One tensor of a multi list: a named type, so a decoded op's entries
+ * (kargs.h AGK_MULTI) are the list's own elements, not a cast of them. */
 typedef struct ag_kmulti_entry {
   void *base;
   size_t offset;
   ag_dtype dtype;
   int64_t numel;
 } ag_kmulti_entry;
+
+/* A list of contiguous tensors for multi-tensor kernels. */
 typedef struct ag_kmulti {
   int count;
   ag_kmulti_entry t[AG_KMAX_MULTI];

@@ -410,11 +410,11 @@ __global__ void SD_BOUNDS k_sdpa_bwd_dkv(T *dk, T *dv, const T *dO, const T *q, 
   }
 }
 
-static char *sd_mptr(const ag_kmulti *mt, int i) { return (char *)mt->t[i].base + mt->t[i].offset; }
-
-gpuError_t agk_sdpa(const agk_env *env, const ag_kernel_call *c) {
-  const ag_koperand *q = &c->o[1], *k = &c->o[2], *v = &c->o[3];
-  const ag_koperand *mo = c->n_operands > 4 && c->o[4].base ? &c->o[4] : (const ag_koperand *)0;
+/* The geometry and scalars of a call (SDPA and SDPA_BWD name them alike);
+ * false for heads the kernels lack (gpuErrorNotSupported: the core runs the
+ * unfused composition). */
+template <typename A> static bool sd_geom_of(const A *a, sd_geom *out) {
+  const ag_koperand *q = a->q, *k = a->k, *v = a->v, *mo = a->mask;
   sd_geom g;
   memset(&g, 0, sizeof g);
   g.B = q->shape[0];
@@ -430,48 +430,59 @@ gpuError_t agk_sdpa(const agk_env *env, const ag_kernel_call *c) {
     g.ms2 = mo->strides[2];
     g.ms3 = mo->strides[3];
   }
-  g.scale = (float)c->s[0];
-  g.p = (float)c->s[1];
-  g.keep = (float)(c->s[1] < 1 ? 1.0 / (1.0 - c->s[1]) : 0.0);
-  g.causal = c->i[0] != 0;
-  g.seed = c->seed;
-  g.offset = c->offset;
+  g.scale = (float)a->scale;
+  g.p = (float)a->dropout_p;
+  g.keep = (float)(a->dropout_p < 1 ? 1.0 / (1.0 - a->dropout_p) : 0.0);
+  g.causal = a->causal != 0;
+  g.seed = a->call->seed;
+  g.offset = a->call->offset;
+  *out = g;
   /* tiles and per-thread columns of DM = 64 or 128 */
-  if (g.D > SD_MAXD || g.Dv > SD_MAXD || g.Hkv <= 0 || g.H % g.Hkv != 0) return gpuErrorNotSupported;
+  return !(g.D > SD_MAXD || g.Dv > SD_MAXD || g.Hkv <= 0 || g.H % g.Hkv != 0);
+}
+
+gpuError_t agk_sdpa(const agk_env *env, const ag_k_sdpa *a) {
+  sd_geom g;
+  if (!sd_geom_of(a, &g)) return gpuErrorNotSupported;
   const bool dm64 = g.D <= 64 && g.Dv <= 64;
-  const void *mp = mo ? agk_ptr(mo) : (const void *)0;
+  const void *mp = agk_optr(a->mask);
+  if (g.B * g.H * g.T == 0) return gpuSuccess;
+  unsigned nb = agk_blocks(g.B * g.H * ((g.T + SD_FWD_BQ - 1) / SD_FWD_BQ), 1, SD_NT, agk_wave(env, SD_NT));
+  AGK_DISPATCH_F32ISH(a->q->dtype, T,
+                      agk_launch(dm64 ? k_sdpa<T, 64> : k_sdpa<T, 128>, nb, SD_NT, 0, env->stream,
+                                 (T *)agk_ptr(a->out), (const T *)agk_ptr(a->q), (const T *)agk_ptr(a->k),
+                                 (const T *)agk_ptr(a->v), (const T *)mp, (float *)agk_optr(a->lse), g));
+  return gpuGetLastError();
+}
+
+gpuError_t agk_sdpa_bwd(const agk_env *env, const ag_k_sdpa_bwd *a) {
+  sd_geom g;
+  if (!sd_geom_of(a, &g)) return gpuErrorNotSupported;
+  const bool dm64 = g.D <= 64 && g.Dv <= 64;
+  const void *mp = agk_optr(a->mask);
   const long long wave = agk_wave(env, SD_NT);
-  if (c->op == AG_K_SDPA) {
-    if (g.B * g.H * g.T == 0) return gpuSuccess;
-    unsigned nb = agk_blocks(g.B * g.H * ((g.T + SD_FWD_BQ - 1) / SD_FWD_BQ), 1, SD_NT, wave);
-    AGK_DISPATCH_F32ISH(q->dtype, T,
-                        agk_launch(dm64 ? k_sdpa<T, 64> : k_sdpa<T, 128>, nb, SD_NT, 0, env->stream,
-                                   (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(q), (const T *)agk_ptr(k),
-                                   (const T *)agk_ptr(v), (const T *)mp, (float *)agk_ptr(&c->o[5]), g));
-    return gpuGetLastError();
-  }
-  if (!c->multi || c->multi->count < 4) return gpuErrorNotSupported;
-  const ag_kmulti *mt = c->multi;
+  if (AGK_MULTI_GROUPS(a) < 1) return gpuErrorNotSupported;
+  char *dq = AGK_MULTI_PTR(a, 0, dq), *dk = AGK_MULTI_PTR(a, 0, dk), *dv = AGK_MULTI_PTR(a, 0, dv);
+  const char *out = AGK_MULTI_PTR(a, 0, out);
   if (g.B * g.H * g.T > 0) {
     const long long bq = dm64 ? SD_DQ_BQ(64) : SD_DQ_BQ(128);
     unsigned nb = agk_blocks(g.B * g.H * ((g.T + bq - 1) / bq), 1, SD_NT, wave);
-    AGK_DISPATCH_F32ISH(q->dtype, T,
+    AGK_DISPATCH_F32ISH(a->q->dtype, T,
                         agk_launch(dm64 ? k_sdpa_bwd_dq<T, 64> : k_sdpa_bwd_dq<T, 128>, nb, SD_NT, 0, env->stream,
-                                   (T *)sd_mptr(mt, 0), (const T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(q),
-                                   (const T *)agk_ptr(k), (const T *)agk_ptr(v), (const T *)mp,
-                                   (const float *)agk_ptr(&c->o[5]), (const T *)sd_mptr(mt, 3), g));
+                                   (T *)dq, (const T *)agk_ptr(a->dout), (const T *)agk_ptr(a->q),
+                                   (const T *)agk_ptr(a->k), (const T *)agk_ptr(a->v), (const T *)mp,
+                                   (const float *)agk_ptr(a->lse), (const T *)out, g));
     gpuError_t e = gpuGetLastError();
     if (e != gpuSuccess) return e;
   }
   if (g.B * g.Hkv * g.S > 0) {
     const long long bk = dm64 ? SD_DKV_BK(64) : SD_DKV_BK(128);
     unsigned nb = agk_blocks(g.B * g.Hkv * ((g.S + bk - 1) / bk), 1, SD_NT, wave);
-    AGK_DISPATCH_F32ISH(q->dtype, T,
+    AGK_DISPATCH_F32ISH(a->q->dtype, T,
                         agk_launch(dm64 ? k_sdpa_bwd_dkv<T, 64> : k_sdpa_bwd_dkv<T, 128>, nb, SD_NT, 0,
-                                   env->stream, (T *)sd_mptr(mt, 1), (T *)sd_mptr(mt, 2),
-                                   (const T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(q), (const T *)agk_ptr(k),
-                                   (const T *)agk_ptr(v), (const T *)mp, (const float *)agk_ptr(&c->o[5]),
-                                   (const T *)sd_mptr(mt, 3), g));
+                                   env->stream, (T *)dk, (T *)dv, (const T *)agk_ptr(a->dout),
+                                   (const T *)agk_ptr(a->q), (const T *)agk_ptr(a->k), (const T *)agk_ptr(a->v),
+                                   (const T *)mp, (const float *)agk_ptr(a->lse), (const T *)out, g));
     return gpuGetLastError();
   }
   return gpuSuccess;

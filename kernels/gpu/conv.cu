@@ -19,11 +19,50 @@ typedef struct cv_geom {
   long long Cg, Cog, K, P, khw; /* C/G, Co/G, Cg*kh*kw, Ho*Wo, kh*kw */
 } cv_geom;
 
-static cv_geom cv_geom_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y,
-                          const ag_koperand *w) {
-  ag_conv_geom a = ag_conv_geom_of(c, x, y, w);
-  cv_geom g = {a.N,  a.C,  a.H,  a.W,  a.Co, a.Ho, a.Wo, a.kh, a.kw, a.sh, a.sw,
-               a.ph, a.pw, a.dh, a.dw, a.G,  0,    0,    0,    0,    0};
+/* The three ops by the forward's roles (gpu.h agk_conv). */
+template <typename A> static agk_conv cv_common(const A *a, ag_kop op) {
+  agk_conv cv;
+  memset(&cv, 0, sizeof cv);
+  cv.call = a->call;
+  cv.op = op;
+  cv.dtype = a->dtype;
+  cv.stride_h = a->stride_h;
+  cv.stride_w = a->stride_w;
+  cv.pad_h = a->pad_h;
+  cv.pad_w = a->pad_w;
+  cv.dilation_h = a->dilation_h;
+  cv.dilation_w = a->dilation_w;
+  cv.groups = a->groups;
+  return cv;
+}
+agk_conv agk_conv_of(const ag_k_conv2d *a) {
+  agk_conv cv = cv_common(a, AG_K_CONV2D);
+  cv.x = a->x;
+  cv.y = a->y;
+  cv.w = a->w;
+  cv.bias = a->bias;
+  return cv;
+}
+agk_conv agk_conv_of(const ag_k_conv2d_bwd_input *a) {
+  agk_conv cv = cv_common(a, AG_K_CONV2D_BWD_INPUT);
+  cv.x = a->dx;
+  cv.y = a->dy;
+  cv.w = a->w;
+  return cv;
+}
+agk_conv agk_conv_of(const ag_k_conv2d_bwd_weight *a) {
+  agk_conv cv = cv_common(a, AG_K_CONV2D_BWD_WEIGHT);
+  cv.x = a->x;
+  cv.y = a->dy;
+  cv.w = a->dw;
+  return cv;
+}
+
+static cv_geom cv_geom_of(const agk_conv *cv) {
+  const ag_koperand *x = cv->x, *y = cv->y, *w = cv->w;
+  cv_geom g = {x->shape[0],  x->shape[1],  x->shape[2],   x->shape[3],   y->shape[1],   y->shape[2],
+               y->shape[3],  w->shape[2],  w->shape[3],   cv->stride_h,  cv->stride_w,  cv->pad_h,
+               cv->pad_w,    cv->dilation_h, cv->dilation_w, cv->groups, 0, 0, 0, 0, 0};
   g.Cg = g.C / g.G;
   g.Cog = g.Co / g.G;
   g.khw = g.kh * g.kw;
@@ -207,35 +246,35 @@ template <typename T> __global__ void k_cv_split_sum(T *out, const float *part, 
   }
 }
 
-template <typename T> static gpuError_t conv_fwd_go(const agk_env *env, const ag_kernel_call *c) {
+template <typename T> static gpuError_t conv_fwd_go(const agk_env *env, const agk_conv *cv) {
   cv_fwd<T> p;
-  p.g = cv_geom_of(c, &c->o[1], &c->o[0], &c->o[2]);
-  p.y = (T *)agk_ptr(&c->o[0]);
-  p.x = (const T *)agk_ptr(&c->o[1]);
-  p.w = (const T *)agk_ptr(&c->o[2]);
-  p.bias = (const T *)agk_ptr(&c->o[3]);
+  p.g = cv_geom_of(cv);
+  p.y = (T *)agk_ptr(cv->y);
+  p.x = (const T *)agk_ptr(cv->x);
+  p.w = (const T *)agk_ptr(cv->w);
+  p.bias = (const T *)agk_optr(cv->bias);
   p.M = p.g.Cog;
   p.N = p.g.P;
   return cv_run(env, p, p.g.N * p.g.G);
 }
 
-template <typename T> static gpuError_t conv_bwd_in_go(const agk_env *env, const ag_kernel_call *c) {
+template <typename T> static gpuError_t conv_bwd_in_go(const agk_env *env, const agk_conv *cv) {
   cv_bwd_in<T> p;
-  p.g = cv_geom_of(c, &c->o[0], &c->o[1], &c->o[2]);
-  p.dx = (T *)agk_ptr(&c->o[0]);
-  p.dy = (const T *)agk_ptr(&c->o[1]);
-  p.w = (const T *)agk_ptr(&c->o[2]);
+  p.g = cv_geom_of(cv);
+  p.dx = (T *)agk_ptr(cv->x);
+  p.dy = (const T *)agk_ptr(cv->y);
+  p.w = (const T *)agk_ptr(cv->w);
   p.M = p.g.Cg;
   p.N = p.g.H * p.g.W;
   return cv_run(env, p, p.g.N * p.g.G);
 }
 
-template <typename T> static gpuError_t conv_bwd_w_go(const agk_env *env, const ag_kernel_call *c) {
+template <typename T> static gpuError_t conv_bwd_w_go(const agk_env *env, const agk_conv *cv) {
   cv_bwd_w<T> p;
-  p.g = cv_geom_of(c, &c->o[2], &c->o[1], &c->o[0]);
-  p.dw = (T *)agk_ptr(&c->o[0]);
-  p.dy = (const T *)agk_ptr(&c->o[1]);
-  p.x = (const T *)agk_ptr(&c->o[2]);
+  p.g = cv_geom_of(cv);
+  p.dw = (T *)agk_ptr(cv->w);
+  p.dy = (const T *)agk_ptr(cv->y);
+  p.x = (const T *)agk_ptr(cv->x);
   p.part = (float *)0;
   p.M = p.g.Cog;
   p.N = p.g.K;
@@ -275,21 +314,22 @@ typedef struct pl_geom {
   int op, count_pad;
 } pl_geom;
 
-static pl_geom pl_geom_of(const ag_kernel_call *c, const ag_koperand *x, const ag_koperand *y) {
+/* POOL2D and POOL2D_BWD name the same window */
+template <typename A> static pl_geom pl_geom_of(const A *a, const ag_koperand *x, const ag_koperand *y) {
   pl_geom g;
   g.planes = x->shape[0] * x->shape[1];
   g.H = x->shape[2];
   g.W = x->shape[3];
   g.Ho = y->shape[2];
   g.Wo = y->shape[3];
-  g.sh = (long long)c->s[0];
-  g.sw = (long long)c->s[1];
-  g.ph = (long long)c->s[2];
-  g.pw = (long long)c->s[3];
-  g.kh = (long long)c->s[4];
-  g.kw = (long long)c->s[5];
-  g.count_pad = c->s[6] != 0;
-  g.op = c->sub;
+  g.sh = a->stride_h;
+  g.sw = a->stride_w;
+  g.ph = a->pad_h;
+  g.pw = a->pad_w;
+  g.kh = a->kernel_h;
+  g.kw = a->kernel_w;
+  g.count_pad = a->count_pad != 0;
+  g.op = a->variant;
   return g;
 }
 
@@ -385,31 +425,48 @@ template <typename T> __global__ void k_pool_bwd(T *dx, const T *dy, const int32
   }
 }
 
-gpuError_t agk_conv2d(const agk_env *env, const ag_kernel_call *c) {
-  switch (c->op) {
-    case AG_K_CONV2D: AGK_DISPATCH_F32ISH(c->o[0].dtype, T, return conv_fwd_go<T>(env, c)); break;
-    case AG_K_CONV2D_BWD_INPUT: AGK_DISPATCH_F32ISH(c->o[0].dtype, T, return conv_bwd_in_go<T>(env, c)); break;
-    case AG_K_CONV2D_BWD_WEIGHT: AGK_DISPATCH_F32ISH(c->o[0].dtype, T, return conv_bwd_w_go<T>(env, c)); break;
+/* The three ops of agk_conv (their dtype: the op's T) */
+gpuError_t agk_conv_run(const agk_env *env, const agk_conv *cv) {
+  switch (cv->op) {
+    case AG_K_CONV2D: AGK_DISPATCH_F32ISH(cv->dtype, T, return conv_fwd_go<T>(env, cv)); break;
+    case AG_K_CONV2D_BWD_INPUT: AGK_DISPATCH_F32ISH(cv->dtype, T, return conv_bwd_in_go<T>(env, cv)); break;
+    case AG_K_CONV2D_BWD_WEIGHT: AGK_DISPATCH_F32ISH(cv->dtype, T, return conv_bwd_w_go<T>(env, cv)); break;
     default: break;
   }
   return gpuErrorNotSupported;
 }
+gpuError_t agk_conv2d(const agk_env *env, const ag_k_conv2d *a) {
+  const agk_conv cv = agk_conv_of(a);
+  return agk_conv_run(env, &cv);
+}
+gpuError_t agk_conv2d_bwd_input(const agk_env *env, const ag_k_conv2d_bwd_input *a) {
+  const agk_conv cv = agk_conv_of(a);
+  return agk_conv_run(env, &cv);
+}
+gpuError_t agk_conv2d_bwd_weight(const agk_env *env, const ag_k_conv2d_bwd_weight *a) {
+  const agk_conv cv = agk_conv_of(a);
+  return agk_conv_run(env, &cv);
+}
 
-gpuError_t agk_pool2d(const agk_env *env, const ag_kernel_call *c) {
-  if (c->sub < 0 || c->sub >= AG_POOL_OP_COUNT) return gpuErrorNotSupported;
-  const bool bwd = c->op == AG_K_POOL2D_BWD;
-  pl_geom g = bwd ? pl_geom_of(c, &c->o[0], &c->o[1]) : pl_geom_of(c, &c->o[1], &c->o[0]);
-  const long long n = g.planes * (bwd ? g.H * g.W : g.Ho * g.Wo);
+gpuError_t agk_pool2d(const agk_env *env, const ag_k_pool2d *a) {
+  if (a->variant < 0 || a->variant >= AG_POOL_OP_COUNT) return gpuErrorNotSupported;
+  const pl_geom g = pl_geom_of(a, a->x, a->y);
+  const long long n = g.planes * g.Ho * g.Wo;
   if (n == 0) return gpuSuccess;
-  unsigned blocks = agk_blocks(n, 256, 256, agk_wave(env, 256));
-  if (bwd)
-    AGK_DISPATCH_F32ISH(c->o[0].dtype, T,
-                       agk_launch(k_pool_bwd<T>, blocks, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
-                                  (const T *)agk_ptr(&c->o[1]), (const int32_t *)agk_ptr(&c->o[2]), g))
-  else
-    AGK_DISPATCH_F32ISH(c->o[0].dtype, T,
-                       agk_launch(k_pool<T>, blocks, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
-                                  (int32_t *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[1]), g))
+  AGK_DISPATCH_F32ISH(a->y->dtype, T,
+                      agk_launch(k_pool<T>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream,
+                                 (T *)agk_ptr(a->y), (int32_t *)agk_optr(a->argmax), (const T *)agk_ptr(a->x), g))
+  return gpuGetLastError();
+}
+gpuError_t agk_pool2d_bwd(const agk_env *env, const ag_k_pool2d_bwd *a) {
+  if (a->variant < 0 || a->variant >= AG_POOL_OP_COUNT) return gpuErrorNotSupported;
+  const pl_geom g = pl_geom_of(a, a->dx, a->dy);
+  const long long n = g.planes * g.H * g.W;
+  if (n == 0) return gpuSuccess;
+  AGK_DISPATCH_F32ISH(a->dx->dtype, T,
+                      agk_launch(k_pool_bwd<T>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream,
+                                 (T *)agk_ptr(a->dx), (const T *)agk_ptr(a->dy), (const int32_t *)agk_optr(a->argmax),
+                                 g))
   return gpuGetLastError();
 }
 
@@ -438,12 +495,13 @@ typedef struct bn_dims {
 
 /* Work item w = c*P + p reduces chunk p of channel c with the whole block:
  * each thread adds its strided share in f32, the block adds the threads in
- * a fixed tree. sub 0: the chunk's mean, then its sum of squared deviations
- * from that mean (a second pass over the chunk); sub 1: the chunk's sums of
- * a and a*(b - mu[c]). One chunk per channel (P == 1) stores the result;
- * otherwise the pair goes to part[2w], part[2w + 1] for k_bn_stats_final.
- * No atomics: every run adds in the same order. An empty channel gives
- * NaN mean and variance (0/0) and zero sums, as the CPU. */
+ * a fixed tree. BN_MEAN_VAR: the chunk's mean, then its sum of squared
+ * deviations from that mean (a second pass over the chunk); BN_SUMS (b
+ * given): the chunk's sums of a and a*(b - mu[c]). One chunk per channel
+ * (P == 1) stores the result; otherwise the pair goes to part[2w],
+ * part[2w + 1] for k_bn_stats_final. No atomics: every run adds in the
+ * same order. An empty channel gives NaN mean and variance (0/0) and zero
+ * sums, as the CPU. */
 __global__ void k_bn_stats(float *out, float *part, const float *a, const float *b, const float *mu, bn_dims d) {
   __shared__ float sh[32];
   const long long nhw = d.N * d.HW, step = blockDim.x, jump = (d.C - 1) * d.HW;
@@ -490,17 +548,17 @@ __global__ void k_bn_stats(float *out, float *part, const float *a, const float 
   }
 }
 
-/* Combine channel c's P chunk results in chunk order, in f64. sub 0: (mean,
- * M2) pairs merge by Chan et al.'s formula (counts from the chunking);
- * sub 1: sums add. */
-__global__ void k_bn_stats_final(float *out, const float *part, int sub, bn_dims d) {
+/* Combine channel c's P chunk results in chunk order, in f64. BN_MEAN_VAR:
+ * (mean, M2) pairs merge by Chan et al.'s formula (counts from the
+ * chunking); BN_SUMS (sums != 0): sums add. */
+__global__ void k_bn_stats_final(float *out, const float *part, int sums, bn_dims d) {
   const long long nhw = d.N * d.HW, stride = (long long)gridDim.x * blockDim.x;
   for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < d.C; c += stride) {
     const float *pc = part + 2 * c * d.P;
     double r0 = 0, r1 = 0, n = 0;
     for (int p = 0; p < d.P; p++) {
       const double x0 = pc[2 * p], x1 = pc[2 * p + 1];
-      if (sub == 1) {
+      if (sums) {
         r0 += x0;
         r1 += x1;
         continue;
@@ -512,17 +570,18 @@ __global__ void k_bn_stats_final(float *out, const float *part, int sub, bn_dims
       n = nn;
     }
     out[c] = (float)r0;
-    out[d.C + c] = (float)(sub == 1 ? r1 : r1 / n);
+    out[d.C + c] = (float)(sums ? r1 : r1 / n);
   }
 }
 
-gpuError_t agk_bn_stats(const agk_env *env, const ag_kernel_call *c) {
-  if (c->o[0].dtype != AG_F32 || (c->sub != 0 && c->sub != 1)) return gpuErrorNotSupported;
+gpuError_t agk_bn_stats(const agk_env *env, const ag_k_bn_stats *a) {
+  const bool sums = a->variant == AG_KV_BN_SUMS;
+  if (a->stats->dtype != AG_F32 || (a->variant != AG_KV_BN_MEAN_VAR && !sums)) return gpuErrorNotSupported;
   bn_dims d;
-  d.N = c->i[0];
-  d.C = c->i[1];
-  d.HW = c->i[2] > 0 ? c->i[2] : 1; /* HW == 0: no element is read */
-  const long long nhw = c->i[0] * c->i[2];
+  d.N = a->n;
+  d.C = a->c;
+  d.HW = a->hw > 0 ? a->hw : 1; /* HW == 0: no element is read */
+  const long long nhw = a->n * a->hw;
   if (d.C <= 0) return gpuSuccess;
   /* enough work items to fill the device, each a run of at least 4096
    * values, all partials inside the scratch */
@@ -541,20 +600,21 @@ gpuError_t agk_bn_stats(const agk_env *env, const ag_kernel_call *c) {
   }
   d.P = (int)P;
   const int threads = d.chunk >= 1024 ? 256 : d.chunk > 256 ? 128 : 64;
-  const float *a = (const float *)agk_ptr(&c->o[1]);
-  const float *b = c->sub == 1 ? (const float *)agk_ptr(&c->o[2]) : (const float *)0;
-  const float *mu = c->sub == 1 ? (const float *)agk_ptr(&c->o[3]) : (const float *)0;
-  float *out = (float *)agk_ptr(&c->o[0]), *part = (float *)env->scratch;
+  const float *x = (const float *)agk_ptr(a->a);
+  const float *b = sums ? (const float *)agk_optr(a->b) : (const float *)0;
+  const float *mu = sums ? (const float *)agk_optr(a->mu) : (const float *)0;
+  float *out = (float *)agk_ptr(a->stats), *part = (float *)env->scratch;
   agk_launch(k_bn_stats, agk_blocks(d.C * P, 1, threads, agk_wave(env, threads)), threads, 0, env->stream, out, part,
-             a, b, mu, d);
+             x, b, mu, d);
   if (P > 1)
     agk_launch(k_bn_stats_final, agk_blocks(d.C, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, out,
-               (const float *)part, c->sub, d);
+               (const float *)part, (int)sums, d);
   return gpuGetLastError();
 }
 
-/* y = a*p[c] + q[c], sub 1 plus (b - mu[c])*r[c] (the CPU's order of
- * operations); coef is [4, C]: rows p, q, r, mu. Short planes: one thread
+/* y = a*p[c] + q[c], BN_AFFINE_B (b given) plus (b - mu[c])*r[c] (the
+ * CPU's order of operations); coef is [4, C]: rows p, q, r, mu. Short
+ * planes: one thread
  * per element, the channel from its index (I: 32-bit index arithmetic when
  * the tensor allows it). */
 template <typename I>
@@ -588,22 +648,23 @@ __global__ void k_bn_apply_planes(float *y, const float *a, const float *b, cons
   }
 }
 
-gpuError_t agk_bn_apply(const agk_env *env, const ag_kernel_call *c) {
-  if (c->o[0].dtype != AG_F32 || (c->sub != 0 && c->sub != 1)) return gpuErrorNotSupported;
-  const long long N = c->i[0], C = c->i[1], HW = c->i[2], n = N * C * HW;
+gpuError_t agk_bn_apply(const agk_env *env, const ag_k_bn_apply *a) {
+  const bool with_b = a->variant == AG_KV_BN_AFFINE_B;
+  if (a->y->dtype != AG_F32 || (a->variant != AG_KV_BN_AFFINE && !with_b)) return gpuErrorNotSupported;
+  const long long N = a->n, C = a->c, HW = a->hw, n = N * C * HW;
   if (n <= 0) return gpuSuccess;
-  float *y = (float *)agk_ptr(&c->o[0]);
-  const float *a = (const float *)agk_ptr(&c->o[1]), *coef = (const float *)agk_ptr(&c->o[2]);
-  const float *b = c->sub == 1 ? (const float *)agk_ptr(&c->o[3]) : (const float *)0;
+  float *y = (float *)agk_ptr(a->y);
+  const float *x = (const float *)agk_ptr(a->a), *coef = (const float *)agk_ptr(a->coef);
+  const float *b = with_b ? (const float *)agk_optr(a->b) : (const float *)0;
   if (HW >= 256) {
     const long long tile = 1024, items = N * C * ((HW + tile - 1) / tile);
-    agk_launch(k_bn_apply_planes, agk_blocks(items, 1, 256, agk_wave(env, 256)), 256, 0, env->stream, y, a, b, coef,
+    agk_launch(k_bn_apply_planes, agk_blocks(items, 1, 256, agk_wave(env, 256)), 256, 0, env->stream, y, x, b, coef,
                N * C, C, HW, tile);
   } else if (n <= 0x7fffffffLL) {
-    agk_launch(k_bn_apply_flat<unsigned>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y, a, b,
+    agk_launch(k_bn_apply_flat<unsigned>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y, x, b,
                coef, (unsigned)n, (unsigned)C, (unsigned)HW);
   } else {
-    agk_launch(k_bn_apply_flat<long long>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y, a, b,
+    agk_launch(k_bn_apply_flat<long long>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y, x, b,
                coef, n, C, HW);
   }
   return gpuGetLastError();

@@ -18,13 +18,13 @@ typedef struct agk_ew {
   char *p[AGK_EW_MAXOPS];
 } agk_ew;
 
-/* Collapse the operands o[first .. first+nops) of c into d. Returns true
- * when every operand is contiguous after collapsing. */
-static bool ew_build(const ag_kernel_call *c, int first, int nops, agk_ew *d) {
-  const ag_koperand *o0 = &c->o[first];
+/* Collapse the operands ops[0 .. nops) (the first gives the shape) into d.
+ * Returns true when every operand is contiguous after collapsing. */
+static bool ew_build(const ag_koperand *const *ops, int nops, agk_ew *d) {
+  const ag_koperand *o0 = ops[0];
   int nd = 0;
   long long numel = 1;
-  for (int k = 0; k < nops; k++) d->p[k] = agk_ptr(&c->o[first + k]);
+  for (int k = 0; k < nops; k++) d->p[k] = agk_ptr(ops[k]);
   /* innermost first, then reversed */
   long long sh[AG_MAX_DIMS], st[AGK_EW_MAXOPS][AG_MAX_DIMS];
   for (int i = o0->ndim - 1; i >= 0; i--) {
@@ -33,12 +33,12 @@ static bool ew_build(const ag_kernel_call *c, int first, int nops, agk_ew *d) {
     if (n == 1) continue;
     bool merge = nd > 0;
     for (int k = 0; k < nops && merge; k++)
-      merge = c->o[first + k].strides[i] == st[k][nd - 1] * sh[nd - 1];
+      merge = ops[k]->strides[i] == st[k][nd - 1] * sh[nd - 1];
     if (merge) {
       sh[nd - 1] *= n;
     } else {
       sh[nd] = n;
-      for (int k = 0; k < nops; k++) st[k][nd] = c->o[first + k].strides[i];
+      for (int k = 0; k < nops; k++) st[k][nd] = ops[k]->strides[i];
       nd++;
     }
   }
@@ -321,9 +321,10 @@ __global__ void k_unary_strided(agk_ew d, F f) {
 }
 
 template <typename TO, typename TI, typename F>
-static gpuError_t unary_run(const agk_env *env, const ag_kernel_call *c, F f) {
+static gpuError_t unary_run(const agk_env *env, const ag_k_unary *a, F f) {
+  const ag_koperand *ops[2] = {a->y, a->x};
   agk_ew d;
-  bool contig = ew_build(c, 0, 2, &d);
+  bool contig = ew_build(ops, 2, &d);
   if (d.numel == 0) return gpuSuccess;
   const int V = 16 / (sizeof(TO) > sizeof(TI) ? sizeof(TO) : sizeof(TI));
   if (contig && aligned(&d, 1, sizeof(TO) * V) && (uintptr_t)d.p[1] % (sizeof(TI) * V) == 0) {
@@ -337,56 +338,57 @@ static gpuError_t unary_run(const agk_env *env, const ag_kernel_call *c, F f) {
 /* Casts that involve i64, u8 or bool: the strided kernel only (it covers
  * contiguous operands as one dim). Half the instantiations of the 42 cast
  * pairs; these casts are not on any hot path. */
-template <typename TO, typename TI> static gpuError_t cast_strided(const agk_env *env, const ag_kernel_call *c) {
+template <typename TO, typename TI> static gpuError_t cast_strided(const agk_env *env, const ag_k_unary *a) {
+  const ag_koperand *ops[2] = {a->y, a->x};
   agk_ew d;
-  ew_build(c, 0, 2, &d);
+  ew_build(ops, 2, &d);
   if (d.numel == 0) return gpuSuccess;
   agk_launch(k_unary_strided<TO, TI, CastOp<TO, TI> >, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d,
              CastOp<TO, TI>());
   return gpuGetLastError();
 }
-template <typename T> static gpuError_t unary_l_go(const agk_env *env, const ag_kernel_call *c) {
+template <typename T> static gpuError_t unary_l_go(const agk_env *env, const ag_k_unary *a) {
   UnaryOpL<T> f;
-  f.op = c->sub;
-  f.i0 = c->i[0];
-  f.i1 = c->i[1];
-  return unary_run<T, T>(env, c, f);
+  f.op = a->variant;
+  f.i0 = a->i0;
+  f.i1 = a->i1;
+  return unary_run<T, T>(env, a, f);
 }
-template <typename TO, typename TI> static gpuError_t unary_go(const agk_env *env, const ag_kernel_call *c) {
+template <typename TO, typename TI> static gpuError_t unary_go(const agk_env *env, const ag_k_unary *a) {
   UnaryOp<TO, TI> f;
-  f.op = c->sub;
-  f.s0 = (float)c->s[0];
-  f.s1 = (float)c->s[1];
-  f.d0 = c->s[0];
-  f.d1 = c->s[1];
-  f.i0 = c->i[0];
-  f.i1 = c->i[1];
-  return unary_run<TO, TI>(env, c, f);
+  f.op = a->variant;
+  f.s0 = (float)a->s0;
+  f.s1 = (float)a->s1;
+  f.d0 = a->s0;
+  f.d1 = a->s1;
+  f.i0 = a->i0;
+  f.i1 = a->i1;
+  return unary_run<TO, TI>(env, a, f);
 }
 
-gpuError_t agk_unary(const agk_env *env, const ag_kernel_call *c) {
-  ag_dtype to = c->o[0].dtype, ti = c->o[1].dtype;
-  if (to != ti && c->sub != AG_U_COPY) return gpuErrorNotSupported;
-  if (to == ti && c->sub == AG_U_COPY) {
-    if (to == AG_F32 || to == AG_I32) return unary_run<uint32_t, uint32_t>(env, c, RawCopy<uint32_t>());
-    if (to == AG_F16 || to == AG_BF16) return unary_run<uint16_t, uint16_t>(env, c, RawCopy<uint16_t>());
-    if (to == AG_I64 || to == AG_F64) return unary_run<uint64_t, uint64_t>(env, c, RawCopy<uint64_t>());
-    if (to == AG_U8 || to == AG_BOOL) return unary_run<uint8_t, uint8_t>(env, c, RawCopy<uint8_t>());
+gpuError_t agk_unary(const agk_env *env, const ag_k_unary *a) {
+  ag_dtype to = a->y->dtype, ti = a->x->dtype;
+  if (to != ti && a->variant != AG_U_COPY) return gpuErrorNotSupported;
+  if (to == ti && a->variant == AG_U_COPY) {
+    if (to == AG_F32 || to == AG_I32) return unary_run<uint32_t, uint32_t>(env, a, RawCopy<uint32_t>());
+    if (to == AG_F16 || to == AG_BF16) return unary_run<uint16_t, uint16_t>(env, a, RawCopy<uint16_t>());
+    if (to == AG_I64 || to == AG_F64) return unary_run<uint64_t, uint64_t>(env, a, RawCopy<uint64_t>());
+    if (to == AG_U8 || to == AG_BOOL) return unary_run<uint8_t, uint8_t>(env, a, RawCopy<uint8_t>());
   }
   /* the op switch is instantiated per dtype only; casts get a lean functor */
   if (to == ti && (to == AG_I64 || to == AG_U8 || to == AG_BOOL)) {
-    AGK_DISPATCH_INT64(to, T, return unary_l_go<T>(env, c));
+    AGK_DISPATCH_INT64(to, T, return unary_l_go<T>(env, a));
   }
   if (to == ti) {
-    AGK_DISPATCH_ALL(to, T, return unary_go<T, T>(env, c));
+    AGK_DISPATCH_ALL(to, T, return unary_go<T, T>(env, a));
   }
   if (ti == AG_I64 || ti == AG_U8 || ti == AG_BOOL) {
-    AGK_DISPATCH_EVERY(to, TO, AGK_DISPATCH_INT64(ti, TI, return cast_strided<TO, TI>(env, c)));
+    AGK_DISPATCH_EVERY(to, TO, AGK_DISPATCH_INT64(ti, TI, return cast_strided<TO, TI>(env, a)));
   }
   if (to == AG_I64 || to == AG_U8 || to == AG_BOOL) {
-    AGK_DISPATCH_INT64(to, TO, AGK_DISPATCH_ALL(ti, TI, return cast_strided<TO, TI>(env, c)));
+    AGK_DISPATCH_INT64(to, TO, AGK_DISPATCH_ALL(ti, TI, return cast_strided<TO, TI>(env, a)));
   }
-  AGK_DISPATCH_ALL(to, TO, AGK_DISPATCH_ALL(ti, TI, return unary_run<TO, TI>(env, c, CastOp<TO, TI>())));
+  AGK_DISPATCH_ALL(to, TO, AGK_DISPATCH_ALL(ti, TI, return unary_run<TO, TI>(env, a, CastOp<TO, TI>())));
   return gpuErrorNotSupported;
 }
 
@@ -411,9 +413,10 @@ template <typename T, typename F> __global__ void k_binary_strided(agk_ew d, F f
     ((T *)d.p[0])[off[0]] = f(((const T *)d.p[1])[off[1]], ((const T *)d.p[2])[off[2]]);
   }
 }
-template <typename T, typename F> static gpuError_t binary_run(const agk_env *env, const ag_kernel_call *c, F f) {
+template <typename T, typename F> static gpuError_t binary_run(const agk_env *env, const ag_k_binary *a, F f) {
+  const ag_koperand *ops[3] = {a->out, a->a, a->b};
   agk_ew d;
-  bool contig = ew_build(c, 0, 3, &d);
+  bool contig = ew_build(ops, 3, &d);
   if (d.numel == 0) return gpuSuccess;
   const int V = 16 / sizeof(T);
   if (contig && aligned(&d, 3, 16)) {
@@ -424,20 +427,20 @@ template <typename T, typename F> static gpuError_t binary_run(const agk_env *en
   }
   return gpuGetLastError();
 }
-template <typename T> static gpuError_t binary_go(const agk_env *env, const ag_kernel_call *c) {
+template <typename T> static gpuError_t binary_go(const agk_env *env, const ag_k_binary *a) {
   BinaryOp<T> f;
-  f.op = c->sub;
-  f.s0 = (float)c->s[0];
-  f.s1 = (float)c->s[1];
-  f.d0 = c->s[0];
-  f.d1 = c->s[1];
-  return binary_run<T>(env, c, f);
+  f.op = a->variant;
+  f.s0 = (float)a->s0;
+  f.s1 = (float)a->s1;
+  f.d0 = a->s0;
+  f.d1 = a->s1;
+  return binary_run<T>(env, a, f);
 }
-template <typename T> static gpuError_t binary_l_go(const agk_env *env, const ag_kernel_call *c) {
+template <typename T> static gpuError_t binary_l_go(const agk_env *env, const ag_k_binary *a) {
   BinaryOpL<T> f;
-  f.op = c->sub;
-  f.d0 = c->s[0];
-  return binary_run<T>(env, c, f);
+  f.op = a->variant;
+  f.d0 = a->s0;
+  return binary_run<T>(env, a, f);
 }
 
 /* Comparisons: inputs of any dtype compared in their compute type (f32 for
@@ -467,20 +470,21 @@ static bool is_compare(int op) {
   return b && b->compare;
 }
 
-gpuError_t agk_binary(const agk_env *env, const ag_kernel_call *c) {
-  if (is_compare(c->sub)) {
+gpuError_t agk_binary(const agk_env *env, const ag_k_binary *a) {
+  if (is_compare(a->variant)) {
+    const ag_koperand *ops[3] = {a->out, a->a, a->b};
     agk_ew d;
-    ew_build(c, 0, 3, &d);
+    ew_build(ops, 3, &d);
     if (d.numel == 0) return gpuSuccess;
-    AGK_DISPATCH_EVERY(c->o[1].dtype, T,
-                       agk_launch(k_compare<T>, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d, c->sub));
+    AGK_DISPATCH_EVERY(a->a->dtype, T,
+                       agk_launch(k_compare<T>, ew_grid(env, d.numel), AGK_EW_THREADS, 0, env->stream, d, a->variant));
     return gpuGetLastError();
   }
-  ag_dtype dt = c->o[0].dtype;
+  ag_dtype dt = a->out->dtype;
   if (dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL) {
-    AGK_DISPATCH_INT64(dt, T, return binary_l_go<T>(env, c));
+    AGK_DISPATCH_INT64(dt, T, return binary_l_go<T>(env, a));
   }
-  AGK_DISPATCH_ALL(dt, T, return binary_go<T>(env, c));
+  AGK_DISPATCH_ALL(dt, T, return binary_go<T>(env, a));
   return gpuErrorNotSupported;
 }
 
@@ -494,16 +498,17 @@ template <typename T, typename TC> __global__ void k_where(agk_ew d) {
     ((T *)d.p[0])[off[0]] = cond ? ((const T *)d.p[2])[off[2]] : ((const T *)d.p[3])[off[3]];
   }
 }
-gpuError_t agk_where(const agk_env *env, const ag_kernel_call *c) {
+gpuError_t agk_where(const agk_env *env, const ag_k_where *a) {
+  const ag_koperand *ops[4] = {a->out, a->cond, a->a, a->b};
   agk_ew d;
-  ew_build(c, 0, 4, &d);
+  ew_build(ops, 4, &d);
   if (d.numel == 0) return gpuSuccess;
   /* Only the element size matters when selecting, so storage is moved as
    * same-sized integers; the condition is read in its own dtype. */
   unsigned g = ew_grid(env, d.numel);
-  ag_dtype dt = c->o[0].dtype;
+  ag_dtype dt = a->out->dtype;
   size_t es = dt == AG_F32 || dt == AG_I32 ? 4 : dt == AG_I64 || dt == AG_F64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 2;
-  AGK_DISPATCH_EVERY(c->o[1].dtype, TC,
+  AGK_DISPATCH_EVERY(a->cond->dtype, TC,
                    if (es == 4) agk_launch(k_where<int32_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d);
                    else if (es == 8) agk_launch(k_where<uint64_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d);
                    else if (es == 1) agk_launch(k_where<uint8_t, TC>, g, AGK_EW_THREADS, 0, env->stream, d);
@@ -531,9 +536,9 @@ template <typename T, int V> __global__ void k_fill_vec(T *o, long long n, T v) 
 }
 /* The value's storage bits are computed once on the host, rounding to
  * nearest even like every kernel's stores. */
-template <typename T> static gpuError_t fill_go(const agk_env *env, const ag_kernel_call *c, T v) {
+template <typename T> static gpuError_t fill_go(const agk_env *env, const ag_k_fill *a, T v) {
   agk_ew d;
-  bool contig = ew_build(c, 0, 1, &d);
+  bool contig = ew_build(&a->out, 1, &d);
   if (d.numel == 0) return gpuSuccess;
   const int V = 16 / sizeof(T);
   if (contig && aligned(&d, 1, 16))
@@ -567,32 +572,32 @@ static uint16_t host_f16(float f) {
   if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
   return (uint16_t)(sign | r);
 }
-gpuError_t agk_fill(const agk_env *env, const ag_kernel_call *c) {
-  float f = (float)c->s[0];
-  switch (c->o[0].dtype) {
-    case AG_F32: return fill_go<float>(env, c, f);
-    case AG_F64: return fill_go<double>(env, c, c->s[0]);
-    case AG_I32: return fill_go<int32_t>(env, c, (int32_t)c->s[0]);
+gpuError_t agk_fill(const agk_env *env, const ag_k_fill *a) {
+  float f = (float)a->value;
+  switch (a->out->dtype) {
+    case AG_F32: return fill_go<float>(env, a, f);
+    case AG_F64: return fill_go<double>(env, a, a->value);
+    case AG_I32: return fill_go<int32_t>(env, a, (int32_t)a->value);
     /* saturated as a cast from a floating value (host copies of agk_sat) */
     case AG_I64: {
-      double v = c->s[0];
+      double v = a->value;
       int64_t x = !(v == v) ? 0 : v >= 9223372036854775807.0 ? INT64_MAX : v <= -9223372036854775808.0 ? INT64_MIN : (int64_t)v;
-      return fill_go<int64_t>(env, c, x);
+      return fill_go<int64_t>(env, a, x);
     }
     case AG_U8: {
-      double v = c->s[0];
-      return fill_go<uint8_t>(env, c, (uint8_t)(!(v > 0) ? 0 : v >= 255 ? 255 : (int)v));
+      double v = a->value;
+      return fill_go<uint8_t>(env, a, (uint8_t)(!(v > 0) ? 0 : v >= 255 ? 255 : (int)v));
     }
-    case AG_BOOL: return fill_go<uint8_t>(env, c, (uint8_t)(c->s[0] != 0));
+    case AG_BOOL: return fill_go<uint8_t>(env, a, (uint8_t)(a->value != 0));
     case AG_BF16: {
       agk_bf16 v;
       v.x = host_bf16(f);
-      return fill_go<agk_bf16>(env, c, v);
+      return fill_go<agk_bf16>(env, a, v);
     }
     case AG_F16: {
       agk_f16 v;
       v.x = host_f16(f);
-      return fill_go<agk_f16>(env, c, v);
+      return fill_go<agk_f16>(env, a, v);
     }
     default: return gpuErrorNotSupported;
   }
@@ -617,11 +622,12 @@ template <> __global__ void k_arange<int64_t>(int64_t *o, long long n, double st
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
     o[i] = agk_sat<int64_t>(start + (double)i * step);
 }
-gpuError_t agk_arange(const agk_env *env, const ag_kernel_call *c) {
-  long long n = c->o[0].ndim ? c->o[0].shape[0] : 1;
+gpuError_t agk_arange(const agk_env *env, const ag_k_arange *a) {
+  long long n = a->out->ndim ? a->out->shape[0] : 1;
   if (n == 0) return gpuSuccess;
-  AGK_DISPATCH_EVERY(c->o[0].dtype, T,
-                   agk_launch(k_arange<T>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, (T *)agk_ptr(&c->o[0]), n, c->s[0], c->s[1]));
+  AGK_DISPATCH_EVERY(a->out->dtype, T,
+                     agk_launch(k_arange<T>, agk_blocks(n, 256, 256, agk_wave(env, 256)), 256, 0, env->stream,
+                                (T *)agk_ptr(a->out), n, a->start, a->step));
   return gpuGetLastError();
 }
 
@@ -671,23 +677,28 @@ __global__ void k_rand(T *o, long long n, uint64_t seed, uint64_t offset, int no
     }
   }
 }
-gpuError_t agk_rand(const agk_env *env, const ag_kernel_call *c) {
+/* uniform: u*(hi-lo)+lo, with scale = hi - lo; normal: n*std+mean */
+static gpuError_t rand_go(const agk_env *env, const ag_kernel_call *c, const ag_koperand *out, int normal, double lo,
+                          double scale_d, float scale_f) {
   long long n = 1;
-  for (int i = 0; i < c->o[0].ndim; i++) n *= c->o[0].shape[i];
+  for (int i = 0; i < out->ndim; i++) n *= out->shape[i];
   if (n == 0) return gpuSuccess;
-  int normal = c->op == AG_K_RAND_NORMAL;
   long long blocks = (n + (normal ? 1 : 3)) / (normal ? 2 : 4);
-  if (c->o[0].dtype == AG_F64) {
+  if (out->dtype == AG_F64) {
     agk_launch(k_rand_f64, agk_blocks(blocks, 256, 256, agk_wave(env, 256)), 256, 0, env->stream,
-               (double *)agk_ptr(&c->o[0]), n, c->seed, c->offset, normal, c->s[0],
-               normal ? c->s[1] : c->s[1] - c->s[0]);
+               (double *)agk_ptr(out), n, c->seed, c->offset, normal, lo, scale_d);
     return gpuGetLastError();
   }
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
+  AGK_DISPATCH_FLOAT(out->dtype, T,
                      agk_launch(k_rand<T>, agk_blocks(blocks, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, 
-                         (T *)agk_ptr(&c->o[0]), n, c->seed, c->offset, normal, (float)c->s[0],
-                         normal ? (float)c->s[1] : (float)(c->s[1] - c->s[0])));
+                         (T *)agk_ptr(out), n, c->seed, c->offset, normal, (float)lo, scale_f));
   return gpuGetLastError();
+}
+gpuError_t agk_rand_uniform(const agk_env *env, const ag_k_rand_uniform *a) {
+  return rand_go(env, a->call, a->out, 0, a->lo, a->hi - a->lo, (float)(a->hi - a->lo));
+}
+gpuError_t agk_rand_normal(const agk_env *env, const ag_k_rand_normal *a) {
+  return rand_go(env, a->call, a->out, 1, a->mean, a->std, (float)a->std);
 }
 
 template <typename T>
@@ -704,15 +715,15 @@ __global__ void k_dropout(T *o, const T *x, T *m, long long n, uint64_t seed, ui
     }
   }
 }
-gpuError_t agk_dropout(const agk_env *env, const ag_kernel_call *c) {
+gpuError_t agk_dropout(const agk_env *env, const ag_k_dropout *a) {
   long long n = 1;
-  for (int i = 0; i < c->o[0].ndim; i++) n *= c->o[0].shape[i];
+  for (int i = 0; i < a->y->ndim; i++) n *= a->y->shape[i];
   if (n == 0) return gpuSuccess;
-  float p = (float)c->s[0];
-  double scale = c->s[0] < 1.0 ? 1.0 / (1.0 - c->s[0]) : 0.0;
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
+  float p = (float)a->p;
+  double scale = a->p < 1.0 ? 1.0 / (1.0 - a->p) : 0.0;
+  AGK_DISPATCH_FLOAT(a->dtype, T,
                      agk_launch(k_dropout<T>, agk_blocks((n + 3) / 4, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, 
-                         (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-                         c->n_operands > 2 ? (T *)agk_ptr(&c->o[2]) : (T *)0, n, c->seed, c->offset, p, scale));
+                         (T *)agk_ptr(a->y), (const T *)agk_ptr(a->x), (T *)agk_optr(a->mask), n, a->call->seed,
+                         a->call->offset, p, scale));
   return gpuGetLastError();
 }

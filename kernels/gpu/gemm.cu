@@ -110,8 +110,8 @@ __global__ void __launch_bounds__(256) k_gemm(T *C, const T *A, const T *B, long
   }
 }
 
-template <typename T> static gpuError_t gemm_go(const agk_env *env, const ag_kernel_call *c) {
-  const ag_koperand *a = &c->o[1], *b = &c->o[2], *o = &c->o[0];
+template <typename T> static gpuError_t gemm_go(const agk_env *env, const ag_k_matmul *args) {
+  const ag_koperand *a = args->a, *b = args->b, *o = args->c;
   int nd = o->ndim;
   long long M = o->shape[nd - 2], N = o->shape[nd - 1], K = a->shape[a->ndim - 1];
   long long batch = 1;
@@ -128,15 +128,15 @@ template <typename T> static gpuError_t gemm_go(const agk_env *env, const ag_ker
   if (ntm <= 65535 && batch <= 65535 && ntn < (1LL << 24))
     agk_launch(k_gemm<T, false>, dim3((unsigned)ntn, (unsigned)ntm, (unsigned)batch), 256, 0, env->stream,
                (T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K, sam, sak, sab, sbk, sbn, sbb,
-               (agk_c<T>)c->s[0], (agk_c<T>)c->s[1], ntn, ntiles);
+               (agk_c<T>)args->alpha, (agk_c<T>)args->beta, ntn, ntiles);
   else
     agk_launch(k_gemm<T, true>, agk_blocks(ntiles, 1, 256, agk_wave(env, 256)), 256, 0, env->stream,
                (T *)agk_ptr(o), (const T *)agk_ptr(a), (const T *)agk_ptr(b), M, N, K, sam, sak, sab, sbk, sbn, sbb,
-               (agk_c<T>)c->s[0], (agk_c<T>)c->s[1], ntn, ntiles);
+               (agk_c<T>)args->alpha, (agk_c<T>)args->beta, ntn, ntiles);
   return gpuGetLastError();
 }
 
-gpuError_t agk_gemm(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return gemm_go<T>(env, c));
+gpuError_t agk_matmul(const agk_env *env, const ag_k_matmul *a) {
+  AGK_DISPATCH_FLOAT(a->c->dtype, T, return gemm_go<T>(env, a));
   return gpuErrorNotSupported;
 }

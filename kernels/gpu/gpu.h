@@ -17,6 +17,7 @@
 /* Per-stream resources a launcher may use. All are owned by the stream. */
 typedef struct agk_env {
   gpuStream_t stream;
+  ag_bstream *bs;         /* the stream launched on: vendor handles (agv_*) */
   ag_kernel_error *err;   /* device view of the stream's mapped error word */
   void *scratch;          /* device scratch for reduction partials */
   size_t scratch_bytes;
@@ -42,53 +43,92 @@ typedef struct agk_mt_entry {
 static inline char *agk_ptr(const ag_koperand *o) {
   return o->base ? (char *)o->base + o->offset : (char *)0;
 }
+/* The device address of an operand that may be absent (NULL: absent). */
+static inline char *agk_optr(const ag_koperand *o) { return o ? agk_ptr(o) : (char *)0; }
+/* The device address of tensor `nm` of group k of a's multi list (kargs.h
+ * AGK_MULTI); NULL when the call has no such entry or its base is NULL. */
+#define AGK_MULTI_PTR(a, k, nm)                                                                     \
+  ((a)->multi && (int64_t)(k) * (a)->mgroup + (a)->m_##nm < (a)->multi->count && AGK_MULTI(a, k, nm).base \
+       ? (char *)AGK_MULTI(a, k, nm).base + AGK_MULTI(a, k, nm).offset                              \
+       : (char *)0)
 
-/* Launchers: enqueue the op described by c on env->stream. They return the
- * vendor error of the launch; gpuErrorNotSupported for a combination that
- * supports() rejects. */
-AGK_HIDDEN gpuError_t agk_fill(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_arange(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_rand(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_unary(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_binary(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_where(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_dropout(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_reduce(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_softmax(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_softmax_bwd(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_cross_entropy(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_cross_entropy_bwd(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_layernorm(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_rmsnorm(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_rmsnorm_bwd(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_var(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_cumsum(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_gather(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_gather_bwd(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_topk(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c);
-/* conv.cu: AG_K_CONV2D, AG_K_CONV2D_BWD_INPUT, AG_K_CONV2D_BWD_WEIGHT (implicit
- * GEMM; the weight gradient may use env->scratch) and AG_K_POOL2D(_BWD). */
-AGK_HIDDEN gpuError_t agk_conv2d(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_pool2d(const agk_env *env, const ag_kernel_call *c);
-/* Also conv.cu: AG_K_BN_STATS and AG_K_BN_APPLY, f32 only (sub 0 and 1); a split
- * BN_STATS keeps its per-chunk partials in env->scratch. */
-AGK_HIDDEN gpuError_t agk_bn_stats(const agk_env *env, const ag_kernel_call *c);
-AGK_HIDDEN gpuError_t agk_bn_apply(const agk_env *env, const ag_kernel_call *c);
-/* attention.cu: AG_K_SDPA and AG_K_SDPA_BWD (f32/f16/bf16, heads up to 128;
- * larger ones gpuErrorNotSupported, which the core answers with the unfused
- * composition). */
-AGK_HIDDEN gpuError_t agk_sdpa(const agk_env *env, const ag_kernel_call *c);
-/* Group norm and interpolate (resample.cu), from their decoded arguments. */
-AGK_HIDDEN gpuError_t agk_group_norm(const agk_env *env, const ag_k_group_norm *a);
-AGK_HIDDEN gpuError_t agk_group_norm_bwd(const agk_env *env, const ag_k_group_norm_bwd *a);
-AGK_HIDDEN gpuError_t agk_interpolate(const agk_env *env, const ag_k_interpolate *a);
-AGK_HIDDEN gpuError_t agk_interpolate_bwd(const agk_env *env, const ag_k_interpolate_bwd *a);
-/* Our tiled GEMM for AG_K_MATMUL (f32/f16/bf16, f32 accumulation). */
-AGK_HIDDEN gpuError_t agk_gemm(const agk_env *env, const ag_kernel_call *c);
+/* ---- the kernel ops of the CUDA, HIP and gpuemu modules ----
+ * One op per line: X(ID, name, dtypes, variants) (kargs.h). runtime.cu
+ * expands the list into the launch dispatch (every call decoded into its
+ * ag_k_<name>) and the data of supports(); the sub-op codes of UNARY,
+ * BINARY, REDUCE and POOL2D(_BWD) are checked by agg_supports' rules. The
+ * f32-based kernels (optimizers, conv2d, pooling, batch norm) take no f64. */
+#define GPU_KOPS(X)                                                                                \
+  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                            \
+  X(ARANGE, arange, AGK_DTS_ALL, AGK_VNONE)                                                        \
+  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT64, AGK_VNONE)                                        \
+  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT64, AGK_VNONE)                                          \
+  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                           \
+  X(BINARY, binary, AGK_DTS_ALL, AGK_VANY)                                                         \
+  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                          \
+  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                         \
+  X(MATMUL, matmul, AGK_DTS_FLOAT64, AGK_VNONE)                                                    \
+  X(SOFTMAX, softmax, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))      \
+  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX)) \
+  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))  \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64)) \
+  X(LAYERNORM, layernorm, AGK_DTS_FLOAT64, AGK_VNONE)                                              \
+  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                      \
+  X(EMBEDDING, embedding, AGK_DTS_ALL, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))              \
+  X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))  \
+  X(DROPOUT, dropout, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
+  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                          \
+  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                              \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
+  X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                        \
+  X(CONV2D, conv2d, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DTS_FLOAT, AGK_VNONE)                                  \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DTS_FLOAT, AGK_VNONE)                                \
+  X(POOL2D, pool2d, AGK_DTS_FLOAT, AGK_VANY)                                                       \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DTS_FLOAT, AGK_VANY)                                               \
+  X(BN_STATS, bn_stats, AGK_DT(F32), AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))        \
+  X(BN_APPLY, bn_apply, AGK_DT(F32), AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))      \
+  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
+  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                          \
+  X(VAR, var, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                          \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX)) \
+  X(GATHER, gather, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))        \
+  X(TOPK, topk, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))     \
+  X(SDPA, sdpa, AGK_DTS_FLOAT, AGK_VNONE)                                                          \
+  X(SDPA_BWD, sdpa_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                                  \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT64, AGK_VNONE)                                            \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                    \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR))
+
+/* Launchers (the .cu files here): agk_<name> enqueues the op on
+ * env->stream and returns the vendor error of the launch;
+ * gpuErrorNotSupported for a combination supports() rejects or a shape the
+ * kernels lack (attention: heads over 128, which the core answers with the
+ * unfused composition). runtime.cu translates the error, or routes the op
+ * through a vendor library first (MATMUL, CONV2D*: agv_*). */
+#define AGK_LAUNCHER(ID, nm, dts, vs) AGK_HIDDEN gpuError_t agk_##nm(const agk_env *env, const ag_k_##nm *a);
+GPU_KOPS(AGK_LAUNCHER)
+
+/* A conv2d op by the forward's roles, for the three ops (conv.cu) and a
+ * vendor library (agv_conv): x [N, C, H, W], y [N, Co, Ho, Wo], w [Co,
+ * C/groups, kh, kw]; the op writes y (CONV2D), x (BWD_INPUT) or w
+ * (BWD_WEIGHT); bias (CONV2D only) may be NULL. */
+typedef struct agk_conv {
+  const ag_kernel_call *call; /* name, flags, workspace */
+  ag_kop op;
+  ag_dtype dtype;
+  const ag_koperand *x, *y, *w, *bias;
+  long long stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
+} agk_conv;
+/* The op's description from its decoded arguments (conv.cu). */
+AGK_HIDDEN agk_conv agk_conv_of(const ag_k_conv2d *a);
+AGK_HIDDEN agk_conv agk_conv_of(const ag_k_conv2d_bwd_input *a);
+AGK_HIDDEN agk_conv agk_conv_of(const ag_k_conv2d_bwd_weight *a);
+/* Our implicit-GEMM kernels for any of the three (the weight gradient may
+ * use env->scratch). */
+AGK_HIDDEN gpuError_t agk_conv_run(const agk_env *env, const agk_conv *cv);
 
 /* ---- the shared runtime glue (runtime.cu): vtable entries ---- */
 
@@ -188,11 +228,12 @@ AGK_HIDDEN ag_status agv_init(char *reason, size_t reason_len);
 AGK_HIDDEN bool agv_device_restorable(int dev);
 /* Vendor-specific device properties (vendor, arch, half support, VM). */
 AGK_HIDDEN void agv_props(int dev, const gpuDeviceProp *p, ag_device_props *out);
-/* AG_K_MATMUL on s (vendor BLAS or agk_gemm). */
-AGK_HIDDEN ag_status agv_gemm(ag_bstream *s, const agk_env *env, const ag_kernel_call *c);
-/* AG_K_CONV2D, AG_K_CONV2D_BWD_INPUT, AG_K_CONV2D_BWD_WEIGHT on s: a vendor
- * library (cuDNN, loaded at run time) where present, else agk_conv2d. */
-AGK_HIDDEN ag_status agv_conv(ag_bstream *s, const agk_env *env, const ag_kernel_call *c);
+/* AG_K_MATMUL on env->bs (vendor BLAS or agk_matmul). */
+AGK_HIDDEN ag_status agv_gemm(const agk_env *env, const ag_k_matmul *a);
+/* AG_K_CONV2D, AG_K_CONV2D_BWD_INPUT, AG_K_CONV2D_BWD_WEIGHT on env->bs: a
+ * vendor library (cuDNN, loaded at run time) where present, else
+ * agk_conv_run. */
+AGK_HIDDEN ag_status agv_conv(const agk_env *env, const agk_conv *cv);
 /* Release what the vendor attached to s (BLAS and DNN handles, workspace). */
 AGK_HIDDEN void agv_stream_release(ag_bstream *s);
 /* Virtual memory: granule size (0: unsupported); create one physical

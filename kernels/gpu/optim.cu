@@ -105,58 +105,105 @@ __global__ void k_sumsq_final(float *out, const float *part, long long n) {
   if (threadIdx.x == 0) *out = s;
 }
 
-gpuError_t agk_multi(const agk_env *env, const ag_kernel_call *c) {
-  const ag_kmulti *mt = c->multi;
-  int group = c->op == AG_K_ADAMW ? 4 : c->op == AG_K_SGD ? 3 : 1;
-  if (!mt || mt->count < group) {
-    if (c->op == AG_K_SUMSQ && c->o[0].base) return gpuMemsetAsync(agk_ptr(&c->o[0]), 0, 4, env->stream);
-    return gpuSuccess;
-  }
-  int n = 0;
-  long long chunks = 0;
-  agk_mt_entry *tab = (agk_mt_entry *)env->table_host;
-  for (int k = 0; k + group <= mt->count; k += group) {
-    agk_mt_entry e;
-    memset(&e, 0, sizeof e);
-    for (int j = 0; j < group; j++)
-      e.p[j] = mt->t[k + j].base ? (char *)mt->t[k + j].base + mt->t[k + j].offset : (char *)0;
-    e.numel = mt->t[k].numel;
-    e.dtype = mt->t[k].dtype;
-    if (e.numel <= 0 || !e.p[0]) continue;
-    e.chunk_start = chunks;
-    chunks += (e.numel + AGK_MT_CHUNK - 1) / AGK_MT_CHUNK;
-    tab[n++] = e;
-  }
+/* Group k of a multi list as a table entry: its tensors p0..p3 (NULL:
+ * absent), the numel and dtype of the first. */
+static void mt_add(agk_mt_entry *tab, int *n, long long *chunks, const ag_kmulti_entry &first, char *p0, char *p1,
+                   char *p2, char *p3) {
+  agk_mt_entry e;
+  memset(&e, 0, sizeof e);
+  e.p[0] = p0;
+  e.p[1] = p1;
+  e.p[2] = p2;
+  e.p[3] = p3;
+  e.numel = first.numel;
+  e.dtype = first.dtype;
+  if (e.numel <= 0 || !e.p[0]) return;
+  e.chunk_start = *chunks;
+  *chunks += (e.numel + AGK_MT_CHUNK - 1) / AGK_MT_CHUNK;
+  tab[(*n)++] = e;
+}
+
+/* One launch over the table of n entries (written to env->table_host) for
+ * op: inv the scale of the gradients (NULL: 1), flag the op's f32 scalar
+ * (found_inf; SUMSQ: the sum, zeroed first). */
+static gpuError_t mt_run(const agk_env *env, const ag_kernel_call *c, ag_kop op, int n, long long chunks,
+                         const agk_opt_params &prm, const float *inv, float *flag) {
   gpuError_t err;
-  const float *inv = c->o[0].base && c->op != AG_K_NONFINITE_CHECK && c->op != AG_K_SUMSQ
-                         ? (const float *)agk_ptr(&c->o[0]) : (const float *)0;
-  float *flag = c->op == AG_K_NONFINITE_CHECK || c->op == AG_K_SUMSQ ? (float *)agk_ptr(&c->o[0])
-                : c->n_operands > 1 && c->o[1].base ? (float *)agk_ptr(&c->o[1]) : (float *)0;
-  if (c->op == AG_K_NONFINITE_CHECK)
-    inv = c->n_operands > 1 && c->o[1].base ? (const float *)agk_ptr(&c->o[1]) : (const float *)0;
-  if (c->op == AG_K_SUMSQ && (err = gpuMemsetAsync(flag, 0, 4, env->stream)) != gpuSuccess) return err;
+  if (op == AG_K_SUMSQ && (err = gpuMemsetAsync(flag, 0, 4, env->stream)) != gpuSuccess) return err;
   if (n == 0) return gpuSuccess;
-  if ((err = gpuMemcpyAsync(env->table_dev, tab, n * sizeof(agk_mt_entry), gpuMemcpyHostToDevice, env->stream)) !=
-      gpuSuccess)
+  if ((err = gpuMemcpyAsync(env->table_dev, env->table_host, n * sizeof(agk_mt_entry), gpuMemcpyHostToDevice,
+                            env->stream)) != gpuSuccess)
     return err;
-  agk_opt_params prm;
-  memset(&prm, 0, sizeof prm);
-  if (c->op == AG_K_ADAMW) {
-    prm.lr = (float)c->s[0]; prm.b1 = (float)c->s[1]; prm.b2 = (float)c->s[2]; prm.eps = (float)c->s[3];
-    /* folded in f64 on the host exactly as the CPU reference does */
-    prm.decay = (float)(1.0 - c->s[0] * c->s[4]);
-    prm.step = (float)(c->s[0] / c->s[5]);
-    prm.rbc2 = (float)(1.0 / sqrt(c->s[6]));
-  } else if (c->op == AG_K_SGD) {
-    prm.lr = (float)c->s[0]; prm.momentum = (float)c->s[1]; prm.dampening = (float)c->s[2];
-    prm.wd = (float)c->s[3]; prm.nesterov = c->s[4] != 0; prm.first_step = c->s[5] != 0;
-  }
   unsigned g = agk_blocks(chunks, 1, 256, agk_wave(env, 256));
   /* deterministic SUMSQ: per-block partials in the scratch (g <= agk_wave
    * floats, far below its size) */
-  float *part = c->op == AG_K_SUMSQ && (c->flags & AG_KF_DETERMINISTIC) ? (float *)env->scratch : (float *)0;
-  agk_launch(k_multi, g, 256, 0, env->stream, c->op, (const agk_mt_entry *)env->table_dev, n, chunks, prm, inv, flag,
+  float *part = op == AG_K_SUMSQ && (c->flags & AG_KF_DETERMINISTIC) ? (float *)env->scratch : (float *)0;
+  agk_launch(k_multi, g, 256, 0, env->stream, (int)op, (const agk_mt_entry *)env->table_dev, n, chunks, prm, inv, flag,
              part);
   if (part) agk_launch(k_sumsq_final, 1, 256, 0, env->stream, flag, (const float *)part, (long long)g);
   return gpuGetLastError();
+}
+
+gpuError_t agk_adamw(const agk_env *env, const ag_k_adamw *a) {
+  const int groups = AGK_MULTI_GROUPS(a);
+  if (groups == 0) return gpuSuccess;
+  agk_mt_entry *tab = (agk_mt_entry *)env->table_host;
+  int n = 0;
+  long long chunks = 0;
+  for (int k = 0; k < groups; k++)
+    mt_add(tab, &n, &chunks, AGK_MULTI(a, k, param), AGK_MULTI_PTR(a, k, param), AGK_MULTI_PTR(a, k, grad),
+           AGK_MULTI_PTR(a, k, exp_avg), AGK_MULTI_PTR(a, k, exp_avg_sq));
+  agk_opt_params prm;
+  memset(&prm, 0, sizeof prm);
+  prm.lr = (float)a->lr; prm.b1 = (float)a->beta1; prm.b2 = (float)a->beta2; prm.eps = (float)a->eps;
+  /* folded in f64 on the host exactly as the CPU reference does */
+  prm.decay = (float)(1.0 - a->lr * a->weight_decay);
+  prm.step = (float)(a->lr / a->bias_correction1);
+  prm.rbc2 = (float)(1.0 / sqrt(a->bias_correction2));
+  return mt_run(env, a->call, AG_K_ADAMW, n, chunks, prm, (const float *)agk_optr(a->inv_scale),
+                (float *)agk_optr(a->found_inf));
+}
+
+gpuError_t agk_sgd(const agk_env *env, const ag_k_sgd *a) {
+  const int groups = AGK_MULTI_GROUPS(a);
+  if (groups == 0) return gpuSuccess;
+  agk_mt_entry *tab = (agk_mt_entry *)env->table_host;
+  int n = 0;
+  long long chunks = 0;
+  for (int k = 0; k < groups; k++)
+    mt_add(tab, &n, &chunks, AGK_MULTI(a, k, param), AGK_MULTI_PTR(a, k, param), AGK_MULTI_PTR(a, k, grad),
+           AGK_MULTI_PTR(a, k, momentum_buffer), (char *)0);
+  agk_opt_params prm;
+  memset(&prm, 0, sizeof prm);
+  prm.lr = (float)a->lr; prm.momentum = (float)a->momentum; prm.dampening = (float)a->dampening;
+  prm.wd = (float)a->weight_decay; prm.nesterov = a->nesterov != 0; prm.first_step = a->first_step != 0;
+  return mt_run(env, a->call, AG_K_SGD, n, chunks, prm, (const float *)agk_optr(a->inv_scale),
+                (float *)agk_optr(a->found_inf));
+}
+
+gpuError_t agk_nonfinite_check(const agk_env *env, const ag_k_nonfinite_check *a) {
+  const int groups = AGK_MULTI_GROUPS(a);
+  if (groups == 0) return gpuSuccess;
+  agk_mt_entry *tab = (agk_mt_entry *)env->table_host;
+  int n = 0;
+  long long chunks = 0;
+  for (int k = 0; k < groups; k++)
+    mt_add(tab, &n, &chunks, AGK_MULTI(a, k, x), AGK_MULTI_PTR(a, k, x), (char *)0, (char *)0, (char *)0);
+  agk_opt_params prm;
+  memset(&prm, 0, sizeof prm);
+  return mt_run(env, a->call, AG_K_NONFINITE_CHECK, n, chunks, prm, (const float *)agk_optr(a->inv_scale),
+                (float *)agk_ptr(a->found_inf));
+}
+
+gpuError_t agk_sumsq(const agk_env *env, const ag_k_sumsq *a) {
+  const int groups = AGK_MULTI_GROUPS(a);
+  if (groups == 0) return a->out->base ? gpuMemsetAsync(agk_ptr(a->out), 0, 4, env->stream) : gpuSuccess;
+  agk_mt_entry *tab = (agk_mt_entry *)env->table_host;
+  int n = 0;
+  long long chunks = 0;
+  for (int k = 0; k < groups; k++)
+    mt_add(tab, &n, &chunks, AGK_MULTI(a, k, x), AGK_MULTI_PTR(a, k, x), (char *)0, (char *)0, (char *)0);
+  agk_opt_params prm;
+  memset(&prm, 0, sizeof prm);
+  return mt_run(env, a->call, AG_K_SUMSQ, n, chunks, prm, (const float *)0, (float *)agk_ptr(a->out));
 }

@@ -220,12 +220,12 @@ static long long reduce_split(long long base, long long r, long long min_run, lo
   return P < 1 ? 1 : P;
 }
 
-template <typename T, typename A> static gpuError_t reduce_go(const agk_env *env, const ag_kernel_call *c) {
-  long long outer = c->i[0], r = c->i[1], inner = c->i[2], nout = outer * inner;
-  const T *x = (const T *)agk_ptr(&c->o[1]);
-  void *out = agk_ptr(&c->o[0]);
-  int op = c->sub;
-  double scale = c->s[0];
+template <typename T, typename A> static gpuError_t reduce_go(const agk_env *env, const ag_k_reduce *a) {
+  long long outer = a->outer, r = a->r, inner = a->inner, nout = outer * inner;
+  const T *x = (const T *)agk_ptr(a->x);
+  void *out = agk_ptr(a->out);
+  int op = a->variant;
+  double scale = a->scale;
   if (nout == 0) return gpuSuccess;
   long long want = (long long)(env->sm_count > 0 ? env->sm_count : 80) * 4;
   long long cap = (long long)(env->scratch_bytes / sizeof(agk_pair<A>)) / nout;
@@ -255,16 +255,16 @@ template <typename T, typename A> static gpuError_t reduce_go(const agk_env *env
   return gpuGetLastError();
 }
 
-gpuError_t agk_reduce(const agk_env *env, const ag_kernel_call *c) {
-  switch (c->o[1].dtype) {
-    case AG_F32: return reduce_go<float, float>(env, c);
-    case AG_F64: return reduce_go<double, double>(env, c);
-    case AG_F16: return reduce_go<agk_f16, float>(env, c);
-    case AG_BF16: return reduce_go<agk_bf16, float>(env, c);
-    case AG_I32: return reduce_go<int32_t, double>(env, c);
-    case AG_I64: return reduce_go<int64_t, long long>(env, c);
-    case AG_U8: return reduce_go<uint8_t, long long>(env, c); /* max/min/argmax */
-    case AG_BOOL: return reduce_go<agk_bool, long long>(env, c);
+gpuError_t agk_reduce(const agk_env *env, const ag_k_reduce *a) {
+  switch (a->x->dtype) {
+    case AG_F32: return reduce_go<float, float>(env, a);
+    case AG_F64: return reduce_go<double, double>(env, a);
+    case AG_F16: return reduce_go<agk_f16, float>(env, a);
+    case AG_BF16: return reduce_go<agk_bf16, float>(env, a);
+    case AG_I32: return reduce_go<int32_t, double>(env, a);
+    case AG_I64: return reduce_go<int64_t, long long>(env, a);
+    case AG_U8: return reduce_go<uint8_t, long long>(env, a); /* max/min/argmax */
+    case AG_BOOL: return reduce_go<agk_bool, long long>(env, a);
     default: return gpuErrorNotSupported;
   }
 }
@@ -543,61 +543,61 @@ template <typename F> __global__ void k_chunk_sum(F *out, const F *part, long lo
     }                                                                                                       \
   } while (0)
 
-template <typename T> static gpuError_t softmax_go(const agk_env *env, const ag_kernel_call *c) {
-  long long R = c->i[0], C = c->i[1];
+template <typename T> static gpuError_t softmax_go(const agk_env *env, const ag_k_softmax *a) {
+  long long R = a->rows, C = a->cols;
   if (R == 0 || C == 0) return gpuSuccess;
-  ROW_LAUNCH(k_softmax, T, R, C, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]), R, C, c->sub);
+  ROW_LAUNCH(k_softmax, T, R, C, (T *)agk_ptr(a->y), (const T *)agk_ptr(a->x), R, C,
+             a->variant == AG_KV_LOG_SOFTMAX);
   return gpuGetLastError();
 }
-gpuError_t agk_softmax(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return softmax_go<T>(env, c));
+gpuError_t agk_softmax(const agk_env *env, const ag_k_softmax *a) {
+  AGK_DISPATCH_FLOAT(a->dtype, T, return softmax_go<T>(env, a));
   return gpuErrorNotSupported;
 }
-template <typename T> static gpuError_t softmax_bwd_go(const agk_env *env, const ag_kernel_call *c) {
-  long long R = c->i[0], C = c->i[1];
+template <typename T> static gpuError_t softmax_bwd_go(const agk_env *env, const ag_k_softmax_bwd *a) {
+  long long R = a->rows, C = a->cols;
   if (R == 0 || C == 0) return gpuSuccess;
-  ROW_LAUNCH(k_softmax_bwd, T, R, C, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-             (const T *)agk_ptr(&c->o[2]), R, C, c->sub);
+  ROW_LAUNCH(k_softmax_bwd, T, R, C, (T *)agk_ptr(a->dx), (const T *)agk_ptr(a->dy), (const T *)agk_ptr(a->y), R, C,
+             a->variant == AG_KV_LOG_SOFTMAX);
   return gpuGetLastError();
 }
-gpuError_t agk_softmax_bwd(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return softmax_bwd_go<T>(env, c));
+gpuError_t agk_softmax_bwd(const agk_env *env, const ag_k_softmax_bwd *a) {
+  AGK_DISPATCH_FLOAT(a->dtype, T, return softmax_bwd_go<T>(env, a));
   return gpuErrorNotSupported;
 }
-template <typename T> static gpuError_t xent_go(const agk_env *env, const ag_kernel_call *c) {
-  long long R = c->i[0], C = c->i[1];
+template <typename T> static gpuError_t xent_go(const agk_env *env, const ag_k_cross_entropy *a) {
+  long long R = a->n, C = a->c;
   if (R == 0) return gpuSuccess;
-  ROW_LAUNCH(k_xent, T, R, C, (agk_c<T> *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-             agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, R, C, c->i[2], env->err);
+  ROW_LAUNCH(k_xent, T, R, C, (agk_c<T> *)agk_ptr(a->loss), (const T *)agk_ptr(a->logits), agk_ptr(a->targets),
+             a->targets->dtype == AG_I64, R, C, a->ignore_index, env->err);
   return gpuGetLastError();
 }
-gpuError_t agk_cross_entropy(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[1].dtype, T, return xent_go<T>(env, c));
+gpuError_t agk_cross_entropy(const agk_env *env, const ag_k_cross_entropy *a) {
+  AGK_DISPATCH_FLOAT(a->logits->dtype, T, return xent_go<T>(env, a));
   return gpuErrorNotSupported;
 }
-template <typename T> static gpuError_t xent_bwd_go(const agk_env *env, const ag_kernel_call *c) {
-  long long R = c->i[0], C = c->i[1];
+template <typename T> static gpuError_t xent_bwd_go(const agk_env *env, const ag_k_cross_entropy_bwd *a) {
+  long long R = a->n, C = a->c;
   if (R == 0 || C == 0) return gpuSuccess;
-  long long gs = c->o[3].ndim > 0 ? c->o[3].strides[0] : 0;
-  ROW_LAUNCH(k_xent_bwd, T, R, C, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-             agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, (const agk_c<T> *)agk_ptr(&c->o[3]), gs, R, C, c->i[2]);
+  long long gs = a->grad->ndim > 0 ? a->grad->strides[0] : 0;
+  ROW_LAUNCH(k_xent_bwd, T, R, C, (T *)agk_ptr(a->dlogits), (const T *)agk_ptr(a->logits), agk_ptr(a->targets),
+             a->targets->dtype == AG_I64, (const agk_c<T> *)agk_ptr(a->grad), gs, R, C, a->ignore_index);
   return gpuGetLastError();
 }
-gpuError_t agk_cross_entropy_bwd(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return xent_bwd_go<T>(env, c));
+gpuError_t agk_cross_entropy_bwd(const agk_env *env, const ag_k_cross_entropy_bwd *a) {
+  AGK_DISPATCH_FLOAT(a->dlogits->dtype, T, return xent_bwd_go<T>(env, a));
   return gpuErrorNotSupported;
 }
-template <typename T> static gpuError_t layernorm_go(const agk_env *env, const ag_kernel_call *c) {
-  long long R = c->i[0], D = c->i[1];
+template <typename T> static gpuError_t layernorm_go(const agk_env *env, const ag_k_layernorm *a) {
+  long long R = a->n, D = a->d;
   if (R == 0 || D == 0) return gpuSuccess;
-  ROW_LAUNCH(k_layernorm, T, R, D, (T *)agk_ptr(&c->o[0]),
-             c->n_operands > 4 ? (agk_c<T> *)agk_ptr(&c->o[4]) : (agk_c<T> *)0,
-             c->n_operands > 5 ? (agk_c<T> *)agk_ptr(&c->o[5]) : (agk_c<T> *)0, (const T *)agk_ptr(&c->o[1]),
-             (const T *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[3]), R, D, (agk_c<T>)c->s[0]);
+  ROW_LAUNCH(k_layernorm, T, R, D, (T *)agk_ptr(a->y), (agk_c<T> *)agk_optr(a->mean), (agk_c<T> *)agk_optr(a->rstd),
+             (const T *)agk_ptr(a->x), (const T *)agk_optr(a->weight), (const T *)agk_optr(a->bias), R, D,
+             (agk_c<T>)a->eps);
   return gpuGetLastError();
 }
-gpuError_t agk_layernorm(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return layernorm_go<T>(env, c));
+gpuError_t agk_layernorm(const agk_env *env, const ag_k_layernorm *a) {
+  AGK_DISPATCH_FLOAT(a->y->dtype, T, return layernorm_go<T>(env, a));
   return gpuErrorNotSupported;
 }
 /* dw (and db) over the rows: atomics into zeroed outputs, or chunk
@@ -638,57 +638,52 @@ static gpuError_t dwdb_go(const agk_env *env, const ag_kernel_call *c, agk_c<T> 
   }
   return gpuSuccess;
 }
-template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, const ag_kernel_call *c) {
-  long long R = c->i[0], D = c->i[1];
+template <typename T> static gpuError_t layernorm_bwd_go(const agk_env *env, const ag_k_layernorm_bwd *a) {
+  long long R = a->n, D = a->d;
   if (D == 0) return gpuSuccess;
-  const T *dy = (const T *)agk_ptr(&c->o[1]), *x = (const T *)agk_ptr(&c->o[2]);
-  const agk_c<T> *mean = (const agk_c<T> *)agk_ptr(&c->o[3]), *rstd = (const agk_c<T> *)agk_ptr(&c->o[4]);
+  const T *dy = (const T *)agk_ptr(a->dy), *x = (const T *)agk_ptr(a->x);
+  const agk_c<T> *mean = (const agk_c<T> *)agk_ptr(a->mean), *rstd = (const agk_c<T> *)agk_ptr(a->rstd);
   if (R > 0)
-    ROW_LAUNCH(k_layernorm_bwd, T, R, D, (T *)agk_ptr(&c->o[0]), dy, x, mean, rstd,
-               c->n_operands > 5 ? (const T *)agk_ptr(&c->o[5]) : (const T *)0, R, D);
-  if (c->multi && c->multi->count >= 1) {
-    agk_c<T> *dw = c->multi->t[0].base ? (agk_c<T> *)((char *)c->multi->t[0].base + c->multi->t[0].offset) : (agk_c<T> *)0;
-    agk_c<T> *db = c->multi->count >= 2 && c->multi->t[1].base
-                    ? (agk_c<T> *)((char *)c->multi->t[1].base + c->multi->t[1].offset)
-                    : (agk_c<T> *)0;
-    gpuError_t e = dwdb_go<T>(env, c, dw, db, dy, x, mean, rstd, R, D);
+    ROW_LAUNCH(k_layernorm_bwd, T, R, D, (T *)agk_ptr(a->dx), dy, x, mean, rstd, (const T *)agk_optr(a->weight), R, D);
+  if (a->multi && a->multi->count >= 1) {
+    agk_c<T> *dw = (agk_c<T> *)AGK_MULTI_PTR(a, 0, dw), *db = (agk_c<T> *)AGK_MULTI_PTR(a, 0, db);
+    gpuError_t e = dwdb_go<T>(env, a->call, dw, db, dy, x, mean, rstd, R, D);
     if (e != gpuSuccess) return e;
   }
   return gpuGetLastError();
 }
-gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return layernorm_bwd_go<T>(env, c));
+gpuError_t agk_layernorm_bwd(const agk_env *env, const ag_k_layernorm_bwd *a) {
+  AGK_DISPATCH_FLOAT(a->dx->dtype, T, return layernorm_bwd_go<T>(env, a));
   return gpuErrorNotSupported;
 }
 
-template <typename T> static gpuError_t rmsnorm_go(const agk_env *env, const ag_kernel_call *c) {
-  long long R = c->i[0], D = c->i[1];
+template <typename T> static gpuError_t rmsnorm_go(const agk_env *env, const ag_k_rmsnorm *a) {
+  long long R = a->n, D = a->d;
   if (R == 0 || D == 0) return gpuSuccess;
-  ROW_LAUNCH(k_rmsnorm, T, R, D, (T *)agk_ptr(&c->o[0]), c->n_operands > 3 ? (agk_c<T> *)agk_ptr(&c->o[3]) : (agk_c<T> *)0,
-             (const T *)agk_ptr(&c->o[1]), (const T *)agk_ptr(&c->o[2]), R, D, (agk_c<T>)c->s[0]);
+  ROW_LAUNCH(k_rmsnorm, T, R, D, (T *)agk_ptr(a->y), (agk_c<T> *)agk_optr(a->rstd), (const T *)agk_ptr(a->x),
+             (const T *)agk_optr(a->weight), R, D, (agk_c<T>)a->eps);
   return gpuGetLastError();
 }
-gpuError_t agk_rmsnorm(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return rmsnorm_go<T>(env, c));
+gpuError_t agk_rmsnorm(const agk_env *env, const ag_k_rmsnorm *a) {
+  AGK_DISPATCH_FLOAT(a->y->dtype, T, return rmsnorm_go<T>(env, a));
   return gpuErrorNotSupported;
 }
-template <typename T> static gpuError_t rmsnorm_bwd_go(const agk_env *env, const ag_kernel_call *c) {
-  long long R = c->i[0], D = c->i[1];
+template <typename T> static gpuError_t rmsnorm_bwd_go(const agk_env *env, const ag_k_rmsnorm_bwd *a) {
+  long long R = a->n, D = a->d;
   if (D == 0) return gpuSuccess;
-  const T *dy = (const T *)agk_ptr(&c->o[1]), *x = (const T *)agk_ptr(&c->o[2]);
-  const agk_c<T> *rstd = (const agk_c<T> *)agk_ptr(&c->o[3]);
+  const T *dy = (const T *)agk_ptr(a->dy), *x = (const T *)agk_ptr(a->x);
+  const agk_c<T> *rstd = (const agk_c<T> *)agk_ptr(a->rstd);
   if (R > 0)
-    ROW_LAUNCH(k_rmsnorm_bwd, T, R, D, (T *)agk_ptr(&c->o[0]), dy, x, rstd,
-               c->n_operands > 4 ? (const T *)agk_ptr(&c->o[4]) : (const T *)0, R, D);
-  if (c->multi && c->multi->count >= 1 && c->multi->t[0].base) {
-    agk_c<T> *dw = (agk_c<T> *)((char *)c->multi->t[0].base + c->multi->t[0].offset);
-    gpuError_t e = dwdb_go<T>(env, c, dw, (agk_c<T> *)0, dy, x, (const agk_c<T> *)0, rstd, R, D);
+    ROW_LAUNCH(k_rmsnorm_bwd, T, R, D, (T *)agk_ptr(a->dx), dy, x, rstd, (const T *)agk_optr(a->weight), R, D);
+  agk_c<T> *dw = (agk_c<T> *)AGK_MULTI_PTR(a, 0, dw);
+  if (dw) {
+    gpuError_t e = dwdb_go<T>(env, a->call, dw, (agk_c<T> *)0, dy, x, (const agk_c<T> *)0, rstd, R, D);
     if (e != gpuSuccess) return e;
   }
   return gpuGetLastError();
 }
-gpuError_t agk_rmsnorm_bwd(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return rmsnorm_bwd_go<T>(env, c));
+gpuError_t agk_rmsnorm_bwd(const agk_env *env, const ag_k_rmsnorm_bwd *a) {
+  AGK_DISPATCH_FLOAT(a->dx->dtype, T, return rmsnorm_bwd_go<T>(env, a));
   return gpuErrorNotSupported;
 }
 
@@ -730,23 +725,24 @@ __global__ void k_var_cols(T *y, const T *x, long long O, long long R, long long
     y[t] = agk_fromf<T>(sq ? agk_sqrt(v) : v);
   }
 }
-template <typename T> static gpuError_t var_go(const agk_env *env, const ag_kernel_call *c) {
-  long long O = c->i[0], R = c->i[1], I = c->i[2];
+template <typename T> static gpuError_t var_go(const agk_env *env, const ag_k_var *a) {
+  long long O = a->outer, R = a->r, I = a->inner;
   if (O == 0 || I == 0) return gpuSuccess;
-  double d = (double)R - c->s[0];
+  double d = (double)R - a->correction;
   agk_c<T> den = d > 0 ? (agk_c<T>)d : 0.f;
-  T *y = (T *)agk_ptr(&c->o[0]);
-  const T *x = (const T *)agk_ptr(&c->o[1]);
+  T *y = (T *)agk_ptr(a->out);
+  const T *x = (const T *)agk_ptr(a->x);
+  const int sq = a->variant == AG_KV_STD;
   if (I == 1 && R > 0) {
-    ROW_LAUNCH(k_var_rows, T, O, R, y, x, O, R, den, c->sub);
+    ROW_LAUNCH(k_var_rows, T, O, R, y, x, O, R, den, sq);
   } else {
     agk_launch(k_var_cols<T>, agk_blocks(O * I, 256, 256, agk_wave(env, 256)), 256, 0, env->stream, y, x, O, R, I,
-               den, c->sub);
+               den, sq);
   }
   return gpuGetLastError();
 }
-gpuError_t agk_var(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return var_go<T>(env, c));
+gpuError_t agk_var(const agk_env *env, const ag_k_var *a) {
+  AGK_DISPATCH_FLOAT(a->out->dtype, T, return var_go<T>(env, a));
   return gpuErrorNotSupported;
 }
 
@@ -766,15 +762,15 @@ __global__ void k_cumsum(T *y, const T *x, long long O, long long R, long long I
     }
   }
 }
-template <typename T> static gpuError_t cumsum_go(const agk_env *env, const ag_kernel_call *c) {
-  long long O = c->i[0], R = c->i[1], I = c->i[2];
+template <typename T> static gpuError_t cumsum_go(const agk_env *env, const ag_k_cumsum *a) {
+  long long O = a->outer, R = a->r, I = a->inner;
   if (O == 0 || R == 0 || I == 0) return gpuSuccess;
   agk_launch(k_cumsum<T>, agk_blocks(O * I, 256, 256, agk_wave(env, 256)), 256, 0, env->stream,
-             (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]), O, R, I, c->sub);
+             (T *)agk_ptr(a->out), (const T *)agk_ptr(a->x), O, R, I, a->variant == AG_KV_CUMSUM_SUFFIX);
   return gpuGetLastError();
 }
-gpuError_t agk_cumsum(const agk_env *env, const ag_kernel_call *c) {
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T, return cumsum_go<T>(env, c));
+gpuError_t agk_cumsum(const agk_env *env, const ag_k_cumsum *a) {
+  AGK_DISPATCH_FLOAT(a->out->dtype, T, return cumsum_go<T>(env, a));
   return gpuErrorNotSupported;
 }
 
@@ -825,22 +821,22 @@ static agk_gix gix_of(const ag_koperand *o) {
   ix.s2 = o->strides[2];
   return ix;
 }
-gpuError_t agk_gather(const agk_env *env, const ag_kernel_call *c) {
-  long long O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];
+gpuError_t agk_gather(const agk_env *env, const ag_k_gather *a) {
+  long long O = a->o, K = a->k, I = a->in, X = a->xlen;
   if (O * K * I == 0) return gpuSuccess;
   unsigned g = agk_blocks(O * K * I, 256, 256, agk_wave(env, 256));
-  AGK_DISPATCH_FLOAT(c->o[0].dtype, T,
-                     agk_launch(k_gather<T>, g, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
-                                (const T *)agk_ptr(&c->o[1]), gix_of(&c->o[2]), O, K, I, X, env->err));
+  AGK_DISPATCH_FLOAT(a->out->dtype, T,
+                     agk_launch(k_gather<T>, g, 256, 0, env->stream, (T *)agk_ptr(a->out), (const T *)agk_ptr(a->x),
+                                gix_of(a->index), O, K, I, X, env->err));
   return gpuGetLastError();
 }
-gpuError_t agk_gather_bwd(const agk_env *env, const ag_kernel_call *c) {
-  long long O = c->i[0], K = c->i[1], I = c->i[2], X = c->i[3];
+gpuError_t agk_gather_bwd(const agk_env *env, const ag_k_gather_bwd *a) {
+  long long O = a->o, K = a->k, I = a->in, X = a->xlen;
   if (O * I * X == 0) return gpuSuccess;
   unsigned g = agk_blocks(O * I, 256, 256, agk_wave(env, 256));
-  AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
-                     agk_launch(k_gather_bwd<T>, g, 256, 0, env->stream, (agk_c<T> *)agk_ptr(&c->o[0]),
-                                (const T *)agk_ptr(&c->o[1]), gix_of(&c->o[2]), O, K, I, X));
+  AGK_DISPATCH_FLOAT(a->dout->dtype, T,
+                     agk_launch(k_gather_bwd<T>, g, 256, 0, env->stream, (agk_c<T> *)agk_ptr(a->dx),
+                                (const T *)agk_ptr(a->dout), gix_of(a->index), O, K, I, X));
   return gpuGetLastError();
 }
 
@@ -872,13 +868,14 @@ __global__ void k_topk(T *val, long long *idx, const T *x, long long O, long lon
     }
   }
 }
-gpuError_t agk_topk(const agk_env *env, const ag_kernel_call *c) {
-  long long O = c->i[0], R = c->i[1], I = c->i[2], K = c->i[3];
+gpuError_t agk_topk(const agk_env *env, const ag_k_topk *a) {
+  long long O = a->o, R = a->r, I = a->in, K = a->k;
   if (O * R * I == 0 || K == 0) return gpuSuccess;
   unsigned g = agk_blocks(O * R * I, 256, 256, agk_wave(env, 256));
-  AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
-                     agk_launch(k_topk<T>, g, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]),
-                                (long long *)agk_ptr(&c->o[2]), (const T *)agk_ptr(&c->o[1]), O, R, I, K, c->sub));
+  AGK_DISPATCH_FLOAT(a->x->dtype, T,
+                     agk_launch(k_topk<T>, g, 256, 0, env->stream, (T *)agk_ptr(a->values),
+                                (long long *)agk_ptr(a->indices), (const T *)agk_ptr(a->x), O, R, I, K,
+                                a->variant == AG_KV_TOPK_SMALLEST));
   return gpuGetLastError();
 }
 
@@ -921,37 +918,38 @@ __global__ void k_embedding_bwd_det(agk_c<T> *dt, const T *dout, const void *idx
     }
   }
 }
-gpuError_t agk_embedding(const agk_env *env, const ag_kernel_call *c) {
-  long long N = c->i[0], D = c->i[1], V = c->i[2];
+gpuError_t agk_embedding(const agk_env *env, const ag_k_embedding *a) {
+  long long N = a->n, D = a->d, V = a->v;
   if (N * D == 0) return gpuSuccess;
   unsigned g = agk_blocks(N * D, 256, 256, agk_wave(env, 256));
-  AGK_DISPATCH_EVERY(c->o[0].dtype, T,
-                   agk_launch(k_embedding<T>, g, 256, 0, env->stream, (T *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-                                                             agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, N, D, V, env->err));
+  AGK_DISPATCH_EVERY(a->out->dtype, T,
+                     agk_launch(k_embedding<T>, g, 256, 0, env->stream, (T *)agk_ptr(a->out),
+                                (const T *)agk_ptr(a->table), agk_ptr(a->indices), a->indices->dtype == AG_I64, N, D, V,
+                                env->err));
   return gpuGetLastError();
 }
-gpuError_t agk_embedding_bwd(const agk_env *env, const ag_kernel_call *c) {
-  long long N = c->i[0], D = c->i[1], V = c->i[2];
+gpuError_t agk_embedding_bwd(const agk_env *env, const ag_k_embedding_bwd *a) {
+  long long N = a->n, D = a->d, V = a->v;
   if (N * D == 0) return gpuSuccess;
-  if (V <= 0) V = c->o[0].ndim > 0 ? c->o[0].shape[0] : 0;
+  if (V <= 0) V = a->dtable->ndim > 0 ? a->dtable->shape[0] : 0;
   if (V <= 0) return gpuSuccess;
-  if (c->flags & AG_KF_DETERMINISTIC) {
+  if (a->call->flags & AG_KF_DETERMINISTIC) {
     /* enough (column, slice) threads to fill the device, slices of at
      * least one row */
     long long want = agk_wave(env, 256) * 256, slices = (want + D - 1) / D;
     if (slices > V) slices = V;
     long long slice = (V + slices - 1) / slices;
     slices = (V + slice - 1) / slice;
-    AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
+    AGK_DISPATCH_FLOAT(a->dout->dtype, T,
                        agk_launch(k_embedding_bwd_det<T>, agk_blocks(D * slices, 256, 256, 0), 256, 0, env->stream,
-                                  (agk_c<T> *)agk_ptr(&c->o[0]), (const T *)agk_ptr(&c->o[1]),
-                                  agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, N, D, V, slice, D * slices));
+                                  (agk_c<T> *)agk_ptr(a->dtable), (const T *)agk_ptr(a->dout), agk_ptr(a->indices),
+                                  a->indices->dtype == AG_I64, N, D, V, slice, D * slices));
     return gpuGetLastError();
   }
   unsigned g = agk_blocks(N * D, 256, 256, agk_wave(env, 256));
-  AGK_DISPATCH_FLOAT(c->o[1].dtype, T,
-                     agk_launch(k_embedding_bwd<T>, g, 256, 0, env->stream, (agk_c<T> *)agk_ptr(&c->o[0]),
-                                                                   (const T *)agk_ptr(&c->o[1]),
-                                                                   agk_ptr(&c->o[2]), c->o[2].dtype == AG_I64, N, D, V));
+  AGK_DISPATCH_FLOAT(a->dout->dtype, T,
+                     agk_launch(k_embedding_bwd<T>, g, 256, 0, env->stream, (agk_c<T> *)agk_ptr(a->dtable),
+                                (const T *)agk_ptr(a->dout), agk_ptr(a->indices), a->indices->dtype == AG_I64, N, D,
+                                V));
   return gpuGetLastError();
 }

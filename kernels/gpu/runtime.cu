@@ -386,53 +386,17 @@ ag_status agg_copy_d2d(ag_bstream *s, void *dst_base, size_t dst_off, const void
 
 /* ---- kernels ---- */
 
-static const char *dtype_name(ag_dtype dt) {
-  static const char *const n[] = {"f32", "f16", "bf16", "i32", "f64", "i64", "bool", "u8"};
-  return (unsigned)dt < sizeof n / sizeof n[0] ? n[dt] : "?";
-}
-static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
-/* f64 computes in f64 (agk_c<T>); the optimizers, conv2d, pooling and
- * batch norm kernels are f32-based and do not take it */
-static bool is_real(ag_dtype dt) { return is_float(dt) || dt == AG_F64; }
+static bool is_real(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16 || dt == AG_F64; }
 static bool is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
-static bool is_any(ag_dtype dt) { return is_real(dt) || is_int(dt); }
 
-bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
+/* supports() from GPU_KOPS: the dtypes and variants of each op */
+AGK_DEFINE_SUPPORTS(gpu_supports_data, GPU_KOPS)
+
+/* The sub-op codes GPU_KOPS accepts as a whole (AGK_VANY), checked after
+ * the data: floats always, integers where the op table's entry has an
+ * integer rule (elementwise.cu); the reductions and pools of their lists. */
+static bool gpu_supports_rule(ag_kop op, int sub, ag_dtype dt) {
   switch (op) {
-    case AG_K_FILL:
-    case AG_K_ARANGE:
-    case AG_K_WHERE:
-      return is_any(dt);
-    case AG_K_EMBEDDING: /* sub 1: i64 indices */
-      return is_any(dt) && (sub == 0 || sub == 1);
-    case AG_K_CROSS_ENTROPY:
-    case AG_K_CROSS_ENTROPY_BWD:
-    case AG_K_EMBEDDING_BWD:
-      return is_real(dt) && (sub == 0 || sub == 1);
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL:
-    case AG_K_DROPOUT:
-    case AG_K_MATMUL:
-    case AG_K_SOFTMAX_BWD:
-    case AG_K_LAYERNORM:
-    case AG_K_LAYERNORM_BWD:
-      return is_real(dt);
-    case AG_K_NONFINITE_CHECK:
-    case AG_K_SUMSQ:
-      return is_float(dt);
-    case AG_K_SOFTMAX:
-      return is_real(dt) && (sub == 0 || sub == 1);
-    case AG_K_RMSNORM:
-    case AG_K_RMSNORM_BWD:
-      return is_real(dt) && sub == 0;
-    case AG_K_VAR:
-    case AG_K_CUMSUM:
-    case AG_K_GATHER: /* sub 1: i64 index */
-    case AG_K_GATHER_BWD:
-    case AG_K_TOPK: /* sub 1: smallest */
-      return is_real(dt) && (sub == 0 || sub == 1);
-    /* the op table's entries: floats always, integers where the entry
-     * has an integer rule (elementwise.cu) */
     case AG_K_UNARY: {
       const ag_unary_info *u = ag_unary_info_of(sub);
       return u && (is_real(dt) || (is_int(dt) && u->ints == AG_OPT_INT));
@@ -442,112 +406,116 @@ bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
       return b && (is_real(dt) || (is_int(dt) && b->ints == AG_OPT_INT));
     }
     case AG_K_REDUCE: /* the core sums bool and u8 as i64 */
-      return is_any(dt) && sub >= 0 && sub < AG_REDUCE_COUNT &&
-             !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
-    case AG_K_ADAMW:
-    case AG_K_SGD:
-      return dt == AG_F32;
-    case AG_K_CONV2D:
-    case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT:
-      return is_float(dt);
+      return sub >= 0 && sub < AG_REDUCE_COUNT && !(sub == AG_R_SUM && (dt == AG_U8 || dt == AG_BOOL));
     case AG_K_POOL2D:
     case AG_K_POOL2D_BWD:
-      return is_float(dt) && sub >= 0 && sub < AG_POOL_OP_COUNT;
-    case AG_K_SDPA: /* fused attention (attention.cu) */
-    case AG_K_SDPA_BWD:
-      return is_float(dt) && sub == 0;
-    case AG_K_GROUP_NORM: /* resample.cu */
-    case AG_K_GROUP_NORM_BWD:
-      return is_real(dt) && sub == 0;
-    case AG_K_INTERPOLATE:
-    case AG_K_INTERPOLATE_BWD:
-      return is_real(dt) && (sub == AG_KV_INTERP_NEAREST || sub == AG_KV_INTERP_BILINEAR);
-    case AG_K_BN_STATS: /* f16/bf16: the core composes batch norm */
-    case AG_K_BN_APPLY:
-      return dt == AG_F32 && (sub == 0 || sub == 1);
+      return sub >= 0 && sub < AG_POOL_OP_COUNT;
     default:
-      return false;
+      return true;
   }
 }
+
+bool agg_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
+  (void)dev;
+  return gpu_supports_data(op, sub, dt) && gpu_supports_rule(op, sub, dt);
+}
+
+/* The status of a launcher's vendor error: gpuErrorNotSupported is a
+ * combination the kernels lack (AG_ERR_UNSUPPORTED naming the op). */
+static ag_status agg_status(const ag_kernel_call *c, ag_dtype dt, gpuError_t e) {
+  if (e == gpuErrorNotSupported) {
+    (void)gpuGetLastError();
+    return ag_error_set(AG_ERR_UNSUPPORTED,
+                        "%s: kernel op %s (variant %d) for %s is not supported on " AG_GPU_BACKEND_NAME,
+                        c->name ? c->name : "launch", ag_kop_name(c->op), c->sub, ag_dtype_name(dt));
+  }
+  if (e != gpuSuccess) return agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "kernel launch");
+  return AG_OK;
+}
+
+/* An op of GPU_KOPS: its launcher (the .cu files here), the error translated
+ * here; the overloads below route ops through a vendor library or the
+ * stream's table staging first. */
+template <typename A>
+static ag_status agg_route(const agk_env *env, const A *a, gpuError_t (*launch)(const agk_env *, const A *)) {
+  return agg_status(a->call, a->dtype, launch(env, a));
+}
+static ag_status agg_route(const agk_env *env, const ag_k_matmul *a,
+                           gpuError_t (*)(const agk_env *, const ag_k_matmul *)) {
+  return agv_gemm(env, a);
+}
+template <typename A> static ag_status agg_conv(const agk_env *env, const A *a) {
+  const agk_conv cv = agk_conv_of(a);
+  return agv_conv(env, &cv);
+}
+static ag_status agg_route(const agk_env *env, const ag_k_conv2d *a,
+                           gpuError_t (*)(const agk_env *, const ag_k_conv2d *)) {
+  return agg_conv(env, a);
+}
+static ag_status agg_route(const agk_env *env, const ag_k_conv2d_bwd_input *a,
+                           gpuError_t (*)(const agk_env *, const ag_k_conv2d_bwd_input *)) {
+  return agg_conv(env, a);
+}
+static ag_status agg_route(const agk_env *env, const ag_k_conv2d_bwd_weight *a,
+                           gpuError_t (*)(const agk_env *, const ag_k_conv2d_bwd_weight *)) {
+  return agg_conv(env, a);
+}
+/* The multi-tensor ops write their table into one of the stream's staging
+ * slots, reused AGG_TABLE_SLOTS launches later: waiting for its event only
+ * blocks when the device is that far behind. */
+template <typename A>
+static ag_status agg_multi(const agk_env *env, const A *a, gpuError_t (*launch)(const agk_env *, const A *)) {
+  ag_bstream *s = env->bs;
+  const int k = s->next_slot;
+  s->next_slot = (k + 1) % AGG_TABLE_SLOTS;
+  gpuError_t e = gpuEventSynchronize(s->slot[k].done);
+  if (e == gpuSuccess) {
+    agk_env t = *env;
+    t.table_host = s->slot[k].host;
+    t.table_dev = s->slot[k].dev;
+    t.table_bytes = AGK_TABLE_BYTES;
+    e = launch(&t, a);
+    if (e == gpuSuccess) e = gpuEventRecord(s->slot[k].done, s->s);
+  }
+  return agg_status(a->call, a->dtype, e);
+}
+static ag_status agg_route(const agk_env *env, const ag_k_adamw *a,
+                           gpuError_t (*launch)(const agk_env *, const ag_k_adamw *)) {
+  return agg_multi(env, a, launch);
+}
+static ag_status agg_route(const agk_env *env, const ag_k_sgd *a,
+                           gpuError_t (*launch)(const agk_env *, const ag_k_sgd *)) {
+  return agg_multi(env, a, launch);
+}
+static ag_status agg_route(const agk_env *env, const ag_k_nonfinite_check *a,
+                           gpuError_t (*launch)(const agk_env *, const ag_k_nonfinite_check *)) {
+  return agg_multi(env, a, launch);
+}
+static ag_status agg_route(const agk_env *env, const ag_k_sumsq *a,
+                           gpuError_t (*launch)(const agk_env *, const ag_k_sumsq *)) {
+  return agg_multi(env, a, launch);
+}
+
+/* The dispatch from GPU_KOPS: every call decoded into its ag_k_<name> */
+#define AGG_OP(ID, nm, dts, vs) \
+  static ag_status agg_k_##nm(const agk_env *env, const ag_k_##nm *a) { return agg_route(env, a, agk_##nm); }
+GPU_KOPS(AGG_OP)
+#define AGK_IMPL(name) agg_k_##name
+#define AGK_CTX const agk_env *
+AGK_DEFINE_DISPATCH(gpu_dispatch, GPU_KOPS, AG_GPU_BACKEND_NAME)
 
 ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
   if (c->struct_size < sizeof *c) return ag_kernel_call_check(c, sizeof *c, AG_GPU_BACKEND_NAME);
   agk_env env;
   memset(&env, 0, sizeof env);
   env.stream = s->s;
+  env.bs = s;
   env.err = s->err_dev;
   env.scratch = s->scratch;
   env.scratch_bytes = AGK_SCRATCH_BYTES;
   env.sm_count = agg_sm_count(s->dev);
   ON_DEVICE(s->dev);
-  gpuError_t e = gpuSuccess;
-  switch (c->op) {
-    case AG_K_FILL: e = agk_fill(&env, c); break;
-    case AG_K_ARANGE: e = agk_arange(&env, c); break;
-    case AG_K_RAND_UNIFORM:
-    case AG_K_RAND_NORMAL: e = agk_rand(&env, c); break;
-    case AG_K_UNARY: e = agk_unary(&env, c); break;
-    case AG_K_BINARY: e = agk_binary(&env, c); break;
-    case AG_K_WHERE: e = agk_where(&env, c); break;
-    case AG_K_REDUCE: e = agk_reduce(&env, c); break;
-    case AG_K_MATMUL: return agv_gemm(s, &env, c);
-    case AG_K_SOFTMAX: e = agk_softmax(&env, c); break;
-    case AG_K_SOFTMAX_BWD: e = agk_softmax_bwd(&env, c); break;
-    case AG_K_CROSS_ENTROPY: e = agk_cross_entropy(&env, c); break;
-    case AG_K_CROSS_ENTROPY_BWD: e = agk_cross_entropy_bwd(&env, c); break;
-    case AG_K_LAYERNORM: e = agk_layernorm(&env, c); break;
-    case AG_K_LAYERNORM_BWD: e = agk_layernorm_bwd(&env, c); break;
-    case AG_K_RMSNORM: e = agk_rmsnorm(&env, c); break;
-    case AG_K_RMSNORM_BWD: e = agk_rmsnorm_bwd(&env, c); break;
-    case AG_K_VAR: e = agk_var(&env, c); break;
-    case AG_K_CUMSUM: e = agk_cumsum(&env, c); break;
-    case AG_K_GATHER: e = agk_gather(&env, c); break;
-    case AG_K_GATHER_BWD: e = agk_gather_bwd(&env, c); break;
-    case AG_K_TOPK: e = agk_topk(&env, c); break;
-    case AG_K_EMBEDDING: e = agk_embedding(&env, c); break;
-    case AG_K_EMBEDDING_BWD: e = agk_embedding_bwd(&env, c); break;
-    case AG_K_DROPOUT: e = agk_dropout(&env, c); break;
-    case AG_K_CONV2D:
-    case AG_K_CONV2D_BWD_INPUT:
-    case AG_K_CONV2D_BWD_WEIGHT: return agv_conv(s, &env, c);
-    case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD: e = agk_pool2d(&env, c); break;
-    case AG_K_BN_STATS: e = agk_bn_stats(&env, c); break;
-    case AG_K_SDPA:
-    case AG_K_SDPA_BWD: e = agk_sdpa(&env, c); break;
-    case AG_K_BN_APPLY: e = agk_bn_apply(&env, c); break;
-#define AGG_KCALL(nm) { ag_k_##nm a_; ag_status st_ = ag_k_##nm##_decode(c, &a_); if (st_ != AG_OK) return st_; e = agk_##nm(&env, &a_); break; }
-    case AG_K_GROUP_NORM: AGG_KCALL(group_norm)
-    case AG_K_GROUP_NORM_BWD: AGG_KCALL(group_norm_bwd)
-    case AG_K_INTERPOLATE: AGG_KCALL(interpolate)
-    case AG_K_INTERPOLATE_BWD: AGG_KCALL(interpolate_bwd)
-#undef AGG_KCALL
-    case AG_K_ADAMW:
-    case AG_K_SGD:
-    case AG_K_NONFINITE_CHECK:
-    case AG_K_SUMSQ: {
-      /* The staging slot is reused AGG_TABLE_SLOTS launches later; waiting
-       * for its event only blocks when the device is that far behind. */
-      int k = s->next_slot;
-      s->next_slot = (k + 1) % AGG_TABLE_SLOTS;
-      if ((e = gpuEventSynchronize(s->slot[k].done)) != gpuSuccess) break;
-      env.table_host = s->slot[k].host;
-      env.table_dev = s->slot[k].dev;
-      env.table_bytes = AGK_TABLE_BYTES;
-      e = agk_multi(&env, c);
-      if (e == gpuSuccess) e = gpuEventRecord(s->slot[k].done, s->s);
-      break;
-    }
-    default: e = gpuErrorNotSupported;
-  }
-  if (e == gpuErrorNotSupported) {
-    (void)gpuGetLastError();
-    return ag_error_set(AG_ERR_UNSUPPORTED, "%s: op %d (variant %d) for %s is not supported on " AG_GPU_BACKEND_NAME,
-                        c->name ? c->name : "launch", (int)c->op, c->sub, dtype_name(c->o[0].dtype));
-  }
-  if (e != gpuSuccess) return agv_status((int)e, AGV_RUNTIME, c->name ? c->name : "kernel launch");
-  return AG_OK;
+  return gpu_dispatch(&env, c);
 }
 
 ag_status agg_workspace(const ag_kernel_call *c, size_t bytes, void **out_ptr) {
