@@ -122,7 +122,8 @@ static void test_supports(void **state) {
       for (int op = 0; op < AG_KOP_COUNT; op++) {
         if (op == AG_K_ADAMW || op == AG_K_SGD || op == AG_K_BN_STATS || op == AG_K_BN_APPLY) continue;
         int sub = op == AG_K_UNARY ? AG_U_EXP : 0;
-        assert_true(b->supports(0, (ag_kop)op, sub, (ag_dtype)dt));
+        /* one_hot reads an index (T is the index's dtype) */
+        assert_true(b->supports(0, (ag_kop)op, sub, op == AG_K_ONE_HOT ? AG_I64 : (ag_dtype)dt));
       }
       for (int s = 0; s < AG_UNARY_COUNT; s++) assert_true(b->supports(0, AG_K_UNARY, s, (ag_dtype)dt));
       for (int s = 0; s < AG_BINARY_COUNT; s++) assert_true(b->supports(0, AG_K_BINARY, s, (ag_dtype)dt));

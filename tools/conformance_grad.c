@@ -16,20 +16,6 @@ enum {
   GA_INDEX, /* conformance_index.c's ag__conf_grad_index(arg) */
 };
 
-typedef struct gin {
-  int ndim;
-  int64_t shape[4];
-  int kind;
-  double lo, hi;
-  int constant; /* 0 differentiable; 1 same dtype, not differentiable; 2 i32 */
-} gin;
-
-typedef struct gdef {
-  const char *name;
-  int fn, nin;
-  gin in[3];
-  int arg; /* GA_UNARY, GA_BINARY: the table's sub-op */
-} gdef;
 
 /* One finite-difference row per table op with a gradient and a wrapper:
  * inputs [3, 4] from the table's gradient domains. */
@@ -175,13 +161,13 @@ static bool gupload(ctx *c, const gdef *g, double **vals, bool leaf, ag_tensor *
 }
 
 /* sum(f(x) * W) in double, with grad mode off; NAN after failing the case. */
-static double gloss(ctx *c, const gdef *g, double **vals, const double *w) {
+static double gloss(ctx *c, const gdef *g, ag__conf_gfn f, double **vals, const double *w) {
   ag_tensor *x[3];
   double L = NAN;
   ag_scope_begin();
   ag_no_grad_begin();
   if (gupload(c, g, vals, false, x)) {
-    ag_tensor *y = gfn(g, x);
+    ag_tensor *y = f(g, x);
     double *v = y ? ag__conf_rd(c, y) : NULL;
     if (!y) ag__conf_on_null(c, g->name);
     if (v) {
@@ -195,10 +181,11 @@ static double gloss(ctx *c, const gdef *g, double **vals, const double *w) {
 }
 
 void ag__conf_op_grad(ctx *c) {
-  const gdef *g = NULL;
   for (size_t i = 0; i < sizeof GRADS / sizeof GRADS[0]; i++)
-    if (!strcmp(GRADS[i].name, c->opname)) g = &GRADS[i];
-  if (!g) return;
+    if (!strcmp(GRADS[i].name, c->opname)) ag__conf_grad_check(c, &GRADS[i], gfn);
+}
+
+void ag__conf_grad_check(ctx *c, const gdef *g, ag__conf_gfn f) {
   ag__conf_case_begin(c, "backward vs central differences");
   int64_t nodes = ag_live_nodes();
   double *vals[3];
@@ -210,7 +197,7 @@ void ag__conf_op_grad(ctx *c) {
     for (int64_t i = 0; vals[k] && i < n; i++) vals[k][i] = ag_conf_round(dt, ag__conf_gen(c, dt, in->kind, in->lo, in->hi));
   }
   ag_tensor *x[3];
-  ag_tensor *y = gupload(c, g, vals, true, x) ? gfn(g, x) : NULL;
+  ag_tensor *y = gupload(c, g, vals, true, x) ? f(g, x) : NULL;
   if (!y && c->cres == AG_CONF_PASS) ag__conf_on_null(c, g->name);
   if (y) {
     int64_t ny = ag_tensor_numel(y);
@@ -244,9 +231,9 @@ void ag__conf_op_grad(ctx *c) {
       for (int64_t i = 0; an && i < n && c->cres == AG_CONF_PASS; i++) {
         double x0 = vals[k][i], xp = ag_conf_round(c->dt, x0 + h), xm = ag_conf_round(c->dt, x0 - h);
         vals[k][i] = xp;
-        double lp = gloss(c, g, vals, w);
+        double lp = gloss(c, g, f, vals, w);
         vals[k][i] = xm;
-        double lm = gloss(c, g, vals, w);
+        double lm = gloss(c, g, f, vals, w);
         vals[k][i] = x0;
         double fd = (lp - lm) / (xp - xm), e = (an[i] - fd) * (an[i] - fd);
         err += e;

@@ -180,6 +180,32 @@ void ag__conf_op_copy(ctx *c);
 void ag__conf_op_to_device(ctx *c);
 
 /* conformance_grad.c */
+/* A gradient row: inputs of up to 3 tensors and the op they feed. */
+typedef struct gin {
+  int ndim;
+  int64_t shape[4];
+  int kind;
+  double lo, hi;
+  int constant; /* 0 differentiable; 1 same dtype, not differentiable; 2 i32 */
+} gin;
+
+typedef struct gdef {
+  const char *name;
+  int fn, nin;
+  gin in[3];
+  int arg; /* GA_UNARY, GA_BINARY: the table's sub-op; else the row's own */
+} gdef;
+typedef ag_tensor *(*ag__conf_gfn)(const gdef *g, ag_tensor **x);
 void ag__conf_op_grad(ctx *c);
+/* One "backward vs central differences" case of row g, whose op is f. */
+void ag__conf_grad_check(ctx *c, const gdef *g, ag__conf_gfn f);
+
+/* conformance_groupnorm.c */
+void ag__conf_op_group_norm(ctx *c);
+void ag__conf_op_grad_group_norm(ctx *c);
+
+/* conformance_interp.c */
+void ag__conf_op_interpolate(ctx *c);
+void ag__conf_op_grad_interpolate(ctx *c);
 
 #endif

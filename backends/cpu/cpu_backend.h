@@ -71,6 +71,10 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
   X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT64, AGK_VNONE)                                              \
   X(NORM, norm, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
   X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                        \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT64, AGK_VNONE)                                            \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                    \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
   X(SORT, sort, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING)) \
   X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT64, CPU_VIDX)                                           \
   X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))         \

@@ -29,6 +29,8 @@ typedef enum clb_kernel {
   CLK_ONE_HOT,
   CLK_LOGSUMEXP_ROWS,
   CLK_NORM_ROWS,
+  CLK_GN, CLK_GN_BWD, CLK_GN_BWD_WB, CLK_INTERP, CLK_INTERP_BWD, /* resample.cl */
+  CLK_GN_D, CLK_GN_BWD_D, CLK_GN_BWD_WB_D, CLK_INTERP_D, CLK_INTERP_BWD_D, /* resample.cl, f64: NULL without cl_khr_fp64 */
   /* the kernel ops of their own files (cl_kops.h) */
   CLK_SORT,
   CLK_SCATTER_ADD,

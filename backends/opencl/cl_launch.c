@@ -38,6 +38,10 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_ONE_HOT] = "ag_one_hot",
     [CLK_LOGSUMEXP_ROWS] = "ag_logsumexp_rows",
     [CLK_NORM_ROWS] = "ag_norm_rows",
+    [CLK_GN] = "ag_group_norm", [CLK_GN_BWD] = "ag_group_norm_bwd", [CLK_GN_BWD_WB] = "ag_group_norm_bwd_wb",
+    [CLK_INTERP] = "ag_interpolate", [CLK_INTERP_BWD] = "ag_interpolate_bwd",
+    [CLK_GN_D] = "ag_group_norm_d", [CLK_GN_BWD_D] = "ag_group_norm_bwd_d", [CLK_GN_BWD_WB_D] = "ag_group_norm_bwd_wb_d",
+    [CLK_INTERP_D] = "ag_interpolate_d", [CLK_INTERP_BWD_D] = "ag_interpolate_bwd_d",
     [CLK_SORT] = "ag_sort",
     [CLK_SCATTER_ADD] = "ag_scatter_add",
     [CLK_PAD] = "ag_pad",
@@ -74,7 +78,7 @@ ag_status clb_stream_kernels(ag_bstream *s) {
   for (int i = 0; i < CLK_COUNT; i++) {
     cl_int err;
     const char *name = i >= CLK_UNARY_C0 ? k_fast_names[i - CLK_UNARY_C0] : k_names[i];
-    bool f64_kernel = i >= CLK_UNARY_D && i <= CLK_ARANGE_D;
+    bool f64_kernel = (i >= CLK_UNARY_D && i <= CLK_ARANGE_D) || (i >= CLK_GN_D && i <= CLK_INTERP_BWD_D);
     if (!name || (f64_kernel && !s->d->fp64)) {
       s->k[i] = NULL;
       continue;
@@ -1397,6 +1401,8 @@ static ag_status cl_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
   return ka_run(&k, (size_t)n, 0);
 }
 
+#include "cl_resample.inc"
+
 /* What this backend runs: the dtypes of its kernels (f64 where the device
  * has cl_khr_fp64, applied by clb_supports) and the variants. UNARY, BINARY,
  * REDUCE and POOL take any sub-op code here; clb_supports checks it against
@@ -1443,7 +1449,11 @@ static ag_status cl_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
   X(SDPA_BWD, sdpa_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
   X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT64, AGK_VNONE)                                                \
   X(NORM, norm, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
-  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                          \
+  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                         \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT64, AGK_VNONE)                                              \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                      \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
   X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))     \
   X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
   X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))             \

@@ -141,7 +141,11 @@ static int64_t dbits(double v) {
   X(SDPA_BWD, sdpa_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                                        \
   X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT64, AGK_VNONE)                                                    \
   X(NORM, norm, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
-  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                              \
+  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                         \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT64, AGK_VNONE)                                                  \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                          \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
   X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))         \
   X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))              \
   X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))                 \
@@ -1072,6 +1076,8 @@ static ag_status vk_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
   args.n[2] = a->hw > 0 ? a->hw : 1;
   return vkb_dispatch1(s, VKS_BN_APPLY, 0, &args, args.n[0]);
 }
+
+#include "vk_resample.inc"
 
 #define AGK_IMPL(name) vk_k_##name
 #define AGK_CTX ag_bstream *

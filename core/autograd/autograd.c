@@ -119,6 +119,7 @@ static bool needs_input(ag_gop op, const ag_gparams *p, int i) {
     case AG_G_CHECKPOINT: return true;           /* the block's inputs, to re-run it */
     case AG_G_CONV2D: return i <= 1;             /* x and weight */
     case AG_G_BATCH_NORM: return i <= 1;         /* x and weight */
+    case AG_G_GROUP_NORM: return i == 1;         /* weight (x is saved contiguous) */
     default: return false;
   }
 }
@@ -157,6 +158,8 @@ static const char *const k_gop_names[AG_GOP_COUNT] = {
     [AG_G_RMS_NORM] = "rms_norm", [AG_G_VAR] = "var/std", [AG_G_CUMSUM] = "cumsum",
     [AG_G_GATHER] = "gather/index_select", [AG_G_SDPA] = "scaled_dot_product_attention",
     [AG_G_LOGSUMEXP] = "logsumexp", [AG_G_NORM] = "norm",
+    [AG_G_GROUP_NORM] = "group_norm",
+    [AG_G_INTERPOLATE] = "interpolate",
     [AG_G_SCATTER_ADD] = "scatter_add/index_add",
     [AG_G_PAD] = "pad",
 };

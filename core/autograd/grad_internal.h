@@ -80,6 +80,9 @@ AG_HIDDEN ag_status ag__pool2d_backward(ag_node *n, ag_tensor *g, ag_tensor **gi
 AG_HIDDEN ag_status ag__batch_norm_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 /* Backward of the fused attention node (grad_attention.c). */
 AG_HIDDEN ag_status ag__sdpa_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
+/* Backward of group norm and interpolate (grad_resample.c). */
+AG_HIDDEN ag_status ag__group_norm_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
+AG_HIDDEN ag_status ag__interpolate_backward(ag_node *n, ag_tensor *g, ag_tensor **gin);
 /* Move a scope-owned reference to the caller (returns t). */
 AG_HIDDEN ag_tensor *ag__grad_own(ag_tensor *t);
 AG_HIDDEN void ag__grad_tag(ag_tensor *t, ag_mem_category cat);

@@ -620,6 +620,8 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
     case AG_G_POOL2D: return ag__pool2d_backward(n, g, gin);
     case AG_G_BATCH_NORM: return ag__batch_norm_backward(n, g, gin);
     case AG_G_SDPA: return ag__sdpa_backward(n, g, gin);
+    case AG_G_GROUP_NORM: return ag__group_norm_backward(n, g, gin);
+    case AG_G_INTERPOLATE: return ag__interpolate_backward(n, g, gin);
     case AG_G_EMBEDDING: return NEED(0) ? embedding_bwd(n, g, gin) : AG_OK;
     case AG_G_CONCAT: return concat_bwd(n, g, gin);
     case AG_G_VIEW: gin[0] = ag_reshape(g, n->e[0].ndim, n->e[0].shape); break;

@@ -59,6 +59,12 @@ typedef enum ag_gop {
   AG_G_NORM,        /* input x; p->i[0] the variant (AG_KV_NORM_L1, _L2,
                        _INF); saved the output (keepdim shape); dims as
                        AG_G_SUM */
+  AG_G_GROUP_NORM,  /* inputs x, weight, bias (NULL allowed); saved x as
+                       contiguous [N, C, HW], mean, rstd [N, groups] (f32;
+                       f64 for f64 x); p->i[0] groups */
+  AG_G_INTERPOLATE, /* input x [N, C, H, W]; p->i[0] the AG_KV_INTERP_*
+                       variant, i[1] align_corners; p->s[0], s[1] the
+                       kernel's source steps */
   AG_G_SCATTER_ADD, /* inputs self, index, src; p->i[0] dim, p->i[1] 1 for
                        index_add, p->s[0] alpha */
   AG_G_PAD,         /* one pad step: input x; p->i[0] the padded dim (x as

@@ -1,7 +1,7 @@
 /* Mixed precision: autocast regions.
  * Inside a region (per thread, nestable) float ops follow a per-op policy:
  *   low precision (the region's f16 or bf16): matmul
- *   f32: softmax, log_softmax, layer_norm, sum, mean, cross_entropy,
+ *   f32: softmax, log_softmax, layer_norm, group_norm, sum, mean, cross_entropy,
  *        mse_loss, and the elementwise ops whose op-table entry says F32
  *        (optable.h's amp column: exp, log, pow_scalar, rsqrt, ...)
  *   widest input: the binary elementwise ops (add, sub, mul, div, maximum,

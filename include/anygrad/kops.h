@@ -321,10 +321,13 @@
  * dy elements that read it, in a fixed order */
 #define AGK_ARGS_PAD_BWD(O, F, I, N, V, M) \
   O(0, dx, OUT, T) O(1, dy, IN, T) I(0, left) I(1, top) V(PAD_CONSTANT) V(PAD_REFLECT)
-/* x [n, c, h, w] -> y [n, c, ho, wo]. NEAREST: src = floor(dst * scale)
- * (torch's "nearest"); BILINEAR: align_corners 1 maps corners to corners,
- * 0 maps pixel centres. scale_h, scale_w: the source step per output pixel
- * as torch computes it (h/ho, or 1/scale_factor when one was given) */
+/* x [n, c, h, w] -> y [n, c, ho, wo]. scale_h, scale_w: the source step
+ * per output pixel as torch computes it (h/ho, or 1/scale_factor when one
+ * was given; with align_corners (h-1)/(ho-1), 0 for ho 1). NEAREST (torch's
+ * CPU "nearest"): src = dst where ho == h, dst/2 where ho == 2h, else
+ * min(floor(dst * (float)scale), h - 1) in f32. BILINEAR, in f32 (f64 for
+ * f64): s = scale*dst (align_corners 1) or max(scale*(dst + 0.5) - 0.5, 0);
+ * i0 = (int)s, i1 = i0 + (i0 < h - 1), l1 = s - i0, l0 = 1 - l1 */
 #define AGK_ARGS_INTERPOLATE(O, F, I, N, V, M)                                                         \
   O(0, y, OUT, T) O(1, x, IN, T) F(0, scale_h) F(1, scale_w) I(0, align_corners)                       \
   V(INTERP_NEAREST) V(INTERP_BILINEAR)

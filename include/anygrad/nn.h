@@ -120,6 +120,24 @@ AG_API ag_status ag_layer_norm_params(const ag_layer_norm_layer *m, const char *
                                       ag_param_list *l);
 AG_API void ag_layer_norm_free(ag_layer_norm_layer *m);
 
+typedef struct ag_group_norm_layer {
+  ag_tensor *weight, *bias; /* [channels]: ones, zeros; NULL without affine */
+  int64_t groups, channels;
+  double eps;
+} ag_group_norm_layer;
+
+/* torch.nn.GroupNorm(groups, channels, eps, affine). Module conventions
+ * above; AG_ERR_SHAPE for groups or channels < 1 or groups not dividing
+ * channels, AG_ERR_INVALID for an eps that is negative, NaN or infinite. */
+AG_API ag_status ag_group_norm_init(ag_group_norm_layer *m, ag_device d, ag_dtype dt, int64_t groups,
+                                    int64_t channels, double eps, bool affine);
+/* x [N, channels, *] -> same shape; a new tensor, or NULL (ag_group_norm's
+ * errors). */
+AG_API ag_tensor *ag_group_norm_forward(const ag_group_norm_layer *m, ag_tensor *x);
+/* "<prefix>weight", "<prefix>bias" (nothing without affine). */
+AG_API ag_status ag_group_norm_params(const ag_group_norm_layer *m, const char *prefix, ag_param_list *l);
+AG_API void ag_group_norm_free(ag_group_norm_layer *m);
+
 typedef enum ag_activation {
   AG_ACT_NONE = 0, AG_ACT_RELU, AG_ACT_GELU, AG_ACT_TANH, AG_ACT_SILU, AG_ACT_SIGMOID
 } ag_activation;

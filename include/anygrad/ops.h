@@ -273,6 +273,20 @@ AG_API ag_tensor *ag_argsort(ag_tensor *x, int dim, bool descending);
  * kernel). Differentiable in x and weight. */
 AG_API ag_tensor *ag_rms_norm(ag_tensor *x, ag_tensor *weight, double eps);
 
+/* torch.nn.functional.group_norm: x [N, C, *] split into `groups` groups
+ * of C/groups channels; each (sample, group) is normalised by its own mean
+ * and biased variance over those channels and every position, then scaled
+ * by weight[c] and shifted by bias[c] ([C] of x's dtype, or NULL: ones,
+ * zeros). Statistics in f32 (f64 for f64 x). Returns a new tensor of x's
+ * shape owned by the caller, or NULL: AG_ERR_INVALID for a NULL x, groups
+ * < 1 or not dividing C, an eps that is negative, NaN or infinite;
+ * AG_ERR_DTYPE for a non-floating x or one with fewer than 2 dims;
+ * AG_ERR_SHAPE for a weight or bias of another shape or dtype;
+ * AG_ERR_DEVICE for mixed devices; AG_ERR_UNSUPPORTED where the backend
+ * lacks the kernel. Differentiable in x, weight and bias (the weight and
+ * bias gradients summed in a fixed order: deterministic). */
+AG_API ag_tensor *ag_group_norm(ag_tensor *x, int64_t groups, ag_tensor *weight, ag_tensor *bias, double eps);
+
 /* Scaled dot-product attention, torch's F.scaled_dot_product_attention:
  *   out = dropout(softmax(q k^T * scale + mask + causal)) v
  * q [B, H, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]; result [B, H, T, Dv]
@@ -425,6 +439,33 @@ AG_API ag_tensor *ag_pad(ag_tensor *x, const int64_t *pads, int npads, ag_pad_mo
 AG_API ag_tensor *ag_batch_norm(ag_tensor *x, ag_tensor *running_mean, ag_tensor *running_var,
                                 ag_tensor *weight, ag_tensor *bias, bool training,
                                 double momentum, double eps);
+
+typedef enum ag_interp_mode {
+  AG_INTERP_NEAREST = 0,  /* torch's "nearest" */
+  AG_INTERP_BILINEAR = 1, /* torch's "bilinear" */
+} ag_interp_mode;
+
+/* torch.nn.functional.interpolate of a 4-D x [N, C, H, W] (any strides)
+ * to [N, C, Ho, Wo]. Give either the size (out_h, out_w >= 1, scale_h =
+ * scale_w = 0) or the scale factors (scale_h, scale_w > 0, out_h = out_w =
+ * 0: Ho = floor(H * scale_h)), as torch's size and scale_factor. The source
+ * index is torch's with recompute_scale_factor=None: a given scale factor
+ * steps the source by 1/scale, a given size by H/Ho; nearest reads
+ * min(floor(dst * step), H - 1) (in f32, and dst itself where Ho == H,
+ * dst/2 where Ho == 2H, as torch's CPU kernel); bilinear reads the two
+ * neighbours of (dst + 0.5) * step - 0.5 (clamped at 0) or, with
+ * align_corners, of dst * (H - 1)/(Ho - 1) (corners on corners; the scale
+ * factor then only sets the size). align_corners is an error for nearest,
+ * as torch. Returns a new contiguous tensor owned by the caller, or NULL:
+ * AG_ERR_INVALID for a NULL x, a bad mode, both or neither of size and
+ * scale, a size < 1, a scale not finite or <= 0 or giving a size < 1 or
+ * too large, align_corners with nearest; AG_ERR_SHAPE for a x that is not
+ * 4-D; AG_ERR_DTYPE for a non-floating x; AG_ERR_UNSUPPORTED where the
+ * backend lacks the kernel. Differentiable in x: each input element's
+ * gradient sums the weighted gradients of the outputs that read it, in a
+ * fixed order (deterministic, no atomics). */
+AG_API ag_tensor *ag_interpolate(ag_tensor *x, int64_t out_h, int64_t out_w, double scale_h, double scale_w,
+                                 ag_interp_mode mode, bool align_corners);
 
 #ifdef __cplusplus
 }
