@@ -719,6 +719,11 @@ static const opdef OPS[] = {
     {"gather", ag__conf_op_gather, M_F, 0, 0},
     {"index_select", ag__conf_op_index_select, M_F, 0, 0},
     {"topk", ag__conf_op_topk, M_F, 0, 0},
+    {"sort", ag__conf_op_sort, M_F, 0, 0},
+    {"argsort", ag__conf_op_argsort, M_F, 0, 0},
+    {"scatter_add", ag__conf_op_scatter_add, M_F, 0, 0},
+    {"index_add", ag__conf_op_index_add, M_F, 0, 0},
+    {"pad", ag__conf_op_pad, M_F, 0, 0},
     {"embedding", ag__conf_op_embedding, M_F, 0, 0},
     {"concat", ag__conf_op_concat, M_EVERY, 0, 0},
     {"dropout", ag__conf_op_dropout, M_F, 0, 0},
@@ -778,6 +783,11 @@ static const opdef OPS[] = {
     {"grad_avg_pool2d", ag__conf_op_grad, M_G, 0, 0},
     {"grad_adaptive_pool", ag__conf_op_grad, M_G, 0, 0},
     {"grad_batch_norm", ag__conf_op_grad, M_G, 0, 0},
+    {"grad_sort", ag__conf_op_grad, M_G, 0, 0},
+    {"grad_scatter_add", ag__conf_op_grad, M_G, 0, 0},
+    {"grad_index_add", ag__conf_op_grad, M_G, 0, 0},
+    {"grad_pad_constant", ag__conf_op_grad, M_G, 0, 0},
+    {"grad_pad_reflect", ag__conf_op_grad, M_G, 0, 0},
     {"grad_sdpa", ag__conf_op_grad, M_G, 0, 0},
 };
 

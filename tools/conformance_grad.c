@@ -13,6 +13,7 @@ enum {
   GA_SOFTMAX, GA_LOG_SOFTMAX, GA_CE, GA_MSE, GA_LN, GA_RMS, GA_RMS_NOW, GA_VAR, GA_STD, GA_CUMSUM, GA_GATHER, GA_INDEX_SELECT, GA_EMB, GA_CONCAT, GA_VIEWS, GA_RESHAPE,
   GA_CONV2D, GA_AVG_POOL2D, GA_ADAPTIVE_AVG_POOL2D, GA_BATCH_NORM, GA_SDPA,
   GA_LOGSUMEXP, GA_NORM_L1, GA_NORM_L2, GA_NORM_INF, GA_CONV1D,
+  GA_INDEX, /* conformance_index.c's ag__conf_grad_index(arg) */
 };
 
 
@@ -71,6 +72,13 @@ static const gdef GRADS[] = {
     {"grad_adaptive_pool", GA_ADAPTIVE_AVG_POOL2D, 1, {{4, {2, 2, 7, 5}, GF(-2, 2)}}, 0},
     {"grad_batch_norm", GA_BATCH_NORM, 3,
      {{4, {4, 3, 3, 2}, GF(-2, 2)}, {1, {3}, GF(0.5, 1.5)}, {1, {3}, GF(-1, 1)}}, 0},
+    {"grad_sort", GA_INDEX, 1, {{2, {4, 3}, GF(-2, 2)}}, CONF_GI_SORT},
+    {"grad_scatter_add", GA_INDEX, 3, {{2, {3, 4}, GF(-2, 2)}, {2, {2, 4}, G_INT, 0, 2, 2}, {2, {2, 4}, GF(-2, 2)}},
+     CONF_GI_SCATTER_ADD},
+    {"grad_index_add", GA_INDEX, 3, {{2, {4, 3}, GF(-2, 2)}, {1, {5}, G_INT, 0, 3, 2}, {2, {5, 3}, GF(-2, 2)}},
+     CONF_GI_INDEX_ADD},
+    {"grad_pad_constant", GA_INDEX, 1, {{3, {2, 3, 4}, GF(-2, 2)}}, CONF_GI_PAD_CONSTANT},
+    {"grad_pad_reflect", GA_INDEX, 1, {{3, {2, 4, 5}, GF(-2, 2)}}, CONF_GI_PAD_REFLECT},
     /* fused attention (AG_K_SDPA_BWD where the backend has it): causal,
      * two query heads per kv head */
     {"grad_sdpa", GA_SDPA, 3,
@@ -111,6 +119,7 @@ static ag_tensor *gfn(const gdef *g, ag_tensor **x) {
     case GA_NORM_L2: return ag_norm(x[0], 2, 2, d02, false);
     case GA_NORM_INF: return ag_norm(x[0], INFINITY, 1, d1, false);
     case GA_GATHER: return ag_gather(x[0], 1, x[1]);
+    case GA_INDEX: return ag__conf_grad_index(g->arg, x);
     case GA_INDEX_SELECT: return ag_index_select(x[0], 0, x[1]);
     case GA_EMB: return ag_embedding(x[0], x[1]);
     case GA_CONCAT: return ag_concat(2, x, 0);

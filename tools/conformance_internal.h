@@ -141,6 +141,16 @@ void ag__conf_op_norm(ctx *c);
 void ag__conf_op_one_hot(ctx *c);
 void ag__conf_op_conv1d(ctx *c);
 
+/* conformance_index.c: sort, argsort, scatter_add, index_add, pad; the gradient rows' functions
+ * (GA_INDEX rows of conformance_grad.c, by CONF_GI_*) */
+enum { CONF_GI_SORT, CONF_GI_SCATTER_ADD, CONF_GI_INDEX_ADD, CONF_GI_PAD_CONSTANT, CONF_GI_PAD_REFLECT };
+void ag__conf_op_sort(ctx *c);
+void ag__conf_op_argsort(ctx *c);
+void ag__conf_op_scatter_add(ctx *c);
+void ag__conf_op_index_add(ctx *c);
+void ag__conf_op_pad(ctx *c);
+ag_tensor *ag__conf_grad_index(int fn, ag_tensor **x);
+
 /* conformance_nn.c */
 void ag__conf_op_matmul(ctx *c);
 void ag__conf_lines(const hbuf *h, int dim, void (*fn)(const double *, double *, int64_t, int64_t, void *),

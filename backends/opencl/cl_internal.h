@@ -31,6 +31,11 @@ typedef enum clb_kernel {
   CLK_NORM_ROWS,
   CLK_GN, CLK_GN_BWD, CLK_GN_BWD_WB, CLK_INTERP, CLK_INTERP_BWD, /* resample.cl */
   CLK_GN_D, CLK_GN_BWD_D, CLK_GN_BWD_WB_D, CLK_INTERP_D, CLK_INTERP_BWD_D, /* resample.cl, f64: NULL without cl_khr_fp64 */
+  /* the kernel ops of their own files (cl_kops.h) */
+  CLK_SORT,
+  CLK_SCATTER_ADD,
+  CLK_PAD,
+  CLK_PAD_BWD,
   /* f64.cl: NULL without cl_khr_fp64 */
   CLK_UNARY_D, CLK_BINARY_D, CLK_FILL_D, CLK_REDUCE_D, CLK_VAR_D, CLK_CUMSUM_D, CLK_SOFTMAX_D,
   CLK_SOFTMAX_BWD_D, CLK_GATHER_D, CLK_GATHER_BWD_D, CLK_EMB_BWD_D, CLK_ARANGE_D,

@@ -4,6 +4,7 @@
  * dims, and runs GEMM through CLBlast (half types through f32 scratch). The
  * dispatch and supports() come from the list CL_KOPS at the end. */
 #include "cl_internal.h"
+#include "cl_kops.h"
 
 #include <clblast_c.h>
 #include <math.h>
@@ -41,6 +42,10 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_INTERP] = "ag_interpolate", [CLK_INTERP_BWD] = "ag_interpolate_bwd",
     [CLK_GN_D] = "ag_group_norm_d", [CLK_GN_BWD_D] = "ag_group_norm_bwd_d", [CLK_GN_BWD_WB_D] = "ag_group_norm_bwd_wb_d",
     [CLK_INTERP_D] = "ag_interpolate_d", [CLK_INTERP_BWD_D] = "ag_interpolate_bwd_d",
+    [CLK_SORT] = "ag_sort",
+    [CLK_SCATTER_ADD] = "ag_scatter_add",
+    [CLK_PAD] = "ag_pad",
+    [CLK_PAD_BWD] = "ag_pad_bwd",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -1448,7 +1453,11 @@ static ag_status cl_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
   X(GROUP_NORM, group_norm, AGK_DTS_FLOAT64, AGK_VNONE)                                              \
   X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                      \
   X(INTERPOLATE, interpolate, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
-  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR))
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))     \
+  X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
+  X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))             \
+  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))
 
 #define AGK_IMPL(name) cl_k_##name
 #define AGK_CTX ag_bstream *

@@ -73,6 +73,11 @@ typedef enum vkb_shader {
   VKS_LN_D, VKS_LN_BWD_D, VKS_LN_BWD_WB_D, VKS_RMS_D, VKS_RMS_BWD_D, VKS_RMS_BWD_W_D,
   VKS_LOGSUMEXP_D, VKS_NORM_D, VKS_LOGSUMEXP_ROWS_D, VKS_NORM_ROWS_D,
   VKS_GN_D, VKS_GN_BWD_D, VKS_GN_BWD_WB_D, VKS_INTERP_D, VKS_INTERP_BWD_D, /* resample64.comp */
+  /* the kernel ops of their own files (vk_kops.h) */
+  VKS_SORT,
+  VKS_SCATTER_ADD,
+  VKS_PAD,
+  VKS_PAD_BWD,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {

@@ -114,6 +114,7 @@ static bool needs_input(ag_gop op, const ag_gparams *p, int i) {
     case AG_G_LOGSUMEXP: return i == 0;          /* x, for exp(x - out) */
     case AG_G_NORM: return i == 0;               /* x, its sign or its share */
     case AG_G_GATHER: return i == 1;             /* the index */
+    case AG_G_SCATTER_ADD: return i == 1;        /* the index */
     case AG_G_EMBEDDING: return i == 1;          /* indices */
     case AG_G_CHECKPOINT: return true;           /* the block's inputs, to re-run it */
     case AG_G_CONV2D: return i <= 1;             /* x and weight */
@@ -159,6 +160,8 @@ static const char *const k_gop_names[AG_GOP_COUNT] = {
     [AG_G_LOGSUMEXP] = "logsumexp", [AG_G_NORM] = "norm",
     [AG_G_GROUP_NORM] = "group_norm",
     [AG_G_INTERPOLATE] = "interpolate",
+    [AG_G_SCATTER_ADD] = "scatter_add/index_add",
+    [AG_G_PAD] = "pad",
 };
 
 const char *ag__node_name(const ag_node *n) {

@@ -598,6 +598,23 @@ ag_status ag__node_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
         ag_tensor_release(dx);
       }
       break;
+    case AG_G_PAD:
+      if (NEED(0)) {
+        ag_tensor *dx = ag__pad_backward(g, n->e[0].ndim, n->e[0].shape, (int)n->p.i[0], n->p.i[1], n->p.i[2],
+                                         (int)n->p.i[3]);
+        gin[0] = dx ? reduce_edge(dx, &n->e[0]) : NULL;
+        ag_tensor_release(dx);
+      }
+      break;
+    case AG_G_SCATTER_ADD:
+      if (NEED(0)) gin[0] = reduce_edge(g, &n->e[0]);
+      if (NEED(2)) {
+        ag_tensor *ds = ag__scatter_add_src_grad(g, n->e[1].val, (int)n->p.i[0], n->p.i[1] != 0, n->p.s[0],
+                                                 n->e[2].ndim, n->e[2].shape);
+        gin[2] = ds ? reduce_edge(ds, &n->e[2]) : NULL;
+        ag_tensor_release(ds);
+      }
+      break;
     case AG_G_CUMSUM: gin[0] = ag__cumsum(g, (int)n->p.i[0], n->p.i[1] == 0); break;
     case AG_G_CONV2D: return ag__conv2d_backward(n, g, gin);
     case AG_G_POOL2D: return ag__pool2d_backward(n, g, gin);

@@ -253,6 +253,7 @@ static const char *kop_public_name(int kop) {
     case AG_K_CROSS_ENTROPY_BWD: return "ag_cross_entropy backward: target";
     case AG_K_GATHER: return "ag_gather/ag_index_select: index";
     case AG_K_ONE_HOT: return "ag_one_hot: index";
+    case AG_K_SCATTER_ADD: return "ag_scatter_add/ag_index_add: index";
     default: return "kernel: index";
   }
 }

@@ -65,6 +65,11 @@ typedef enum ag_gop {
   AG_G_INTERPOLATE, /* input x [N, C, H, W]; p->i[0] the AG_KV_INTERP_*
                        variant, i[1] align_corners; p->s[0], s[1] the
                        kernel's source steps */
+  AG_G_SCATTER_ADD, /* inputs self, index, src; p->i[0] dim, p->i[1] 1 for
+                       index_add, p->s[0] alpha */
+  AG_G_PAD,         /* one pad step: input x; p->i[0] the padded dim (x as
+                       [B, H, W] around it), i[1] top, i[2] left, i[3]
+                       ag_pad_mode */
   AG_GOP_COUNT
 } ag_gop;
 

@@ -667,7 +667,7 @@ static inline ag_status launch_backend(ag_devstate *ds, ag_stream *s, const ag_k
   /* Ops that validate indices on the device report through the error
    * word; checking it right away is free on synchronous backends. */
   if (st == AG_OK && (c->op == AG_K_EMBEDDING || c->op == AG_K_CROSS_ENTROPY || c->op == AG_K_GATHER ||
-                      c->op == AG_K_ONE_HOT))
+                      c->op == AG_K_ONE_HOT || c->op == AG_K_SCATTER_ADD))
     st = ag__kernel_error_check(s);
   return st;
 }

@@ -225,6 +225,16 @@ AG_HIDDEN ag_tensor *ag__cumsum(ag_tensor *a, int dim, bool reverse);
  * dim d: g scattered into zeros of x's shape, in f32 (f64 for f64 x). */
 AG_HIDDEN ag_tensor *ag__gather_backward(ag_tensor *g, ag_tensor *index, int d, bool sel, int xndim,
                                          const int64_t *xshape, ag_dtype xdt);
+/* The gradient of ag_scatter_add's src (sel false: g gathered at the
+ * index, in zeros of src's shape where the index is smaller) or of
+ * ag_index_add's source (sel true: index_select of g times alpha). */
+AG_HIDDEN ag_tensor *ag__scatter_add_src_grad(ag_tensor *g, ag_tensor *index, int d, bool sel, double alpha,
+                                              int src_ndim, const int64_t *src_shape);
+/* The gradient of one step of ag_pad (x of xndim/xshape padded at dim dh,
+ * top and left the amounts before; mode an ag_pad_mode): g's padded region
+ * back in x's shape, reflected copies summed in a fixed order. */
+AG_HIDDEN ag_tensor *ag__pad_backward(ag_tensor *g, int xndim, const int64_t *xshape, int dh, int64_t top,
+                                      int64_t left, int mode);
 
 /* ---- operands, devices, random streams ---- */
 /* Reserve `blocks` Philox blocks of generator g (NULL: default). */

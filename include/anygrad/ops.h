@@ -217,6 +217,25 @@ AG_API ag_tensor *ag_cumsum(ag_tensor *x, int dim);
 AG_API ag_tensor *ag_gather(ag_tensor *x, int dim, ag_tensor *index);
 AG_API ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index);
 
+/* torch.Tensor.scatter_add (out of place): a copy of self with src added
+ * at the positions the index names along dim, out[...][index[...][k][...]]
+ * [...] += src[...][k][...] for every position of index. index is i64 or
+ * i32 with as many dims as self, no larger than src in any dim and than
+ * self in the dims other than dim; src has self's dtype (floating) and
+ * dims. ag_index_add, torch.index_add: out = self with alpha * source[k]
+ * added at index[k] along dim, index 1-d (i64 or i32), source of self's
+ * shape with dim of the index's length. Deterministic: each element sums
+ * its contributions in order of k in f32 (f64 for f64), no float atomics.
+ * An index outside [0, size of dim) is skipped and gives AG_ERR_INDEX at
+ * the next host sync. Both return a new tensor owned by the caller, or
+ * NULL (AG_ERR_INVALID for NULL, AG_ERR_DTYPE for a non-floating self, a
+ * src of another dtype or a non-integer index, AG_ERR_SHAPE for dim out of
+ * range or shapes that do not fit, AG_ERR_DEVICE for mixed devices).
+ * Differentiable in self (the gradient passes through) and src (gather, or
+ * index_select times alpha, of the gradient at the index). */
+AG_API ag_tensor *ag_scatter_add(ag_tensor *self, int dim, ag_tensor *index, ag_tensor *src);
+AG_API ag_tensor *ag_index_add(ag_tensor *self, int dim, ag_tensor *index, ag_tensor *source, double alpha);
+
 /* The k largest (largest = true) or smallest entries of x along dim,
  * torch.topk(sorted=True): sorted, ties by lower index first, NaN above
  * every number. *out_values (x's dtype) and *out_indices (i64) have x's
@@ -227,6 +246,23 @@ AG_API ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index);
  * autograd (gather x at the indices for a differentiable selection). */
 AG_API ag_status ag_topk(ag_tensor *x, int64_t k, int dim, bool largest, ag_tensor **out_values,
                          ag_tensor **out_indices);
+
+/* x sorted along dim (negative counts from the end; a 0-d tensor takes dim
+ * 0 or -1), torch.sort(stable=True): ascending, or descending when
+ * `descending`; equal keys keep their order (-0 equals 0), NaN sorts above
+ * every number (last ascending, first descending). *out_values (x's dtype)
+ * and *out_indices (i64: the position along dim each value came from) have
+ * x's shape; both are new tensors owned by the caller, set only on AG_OK
+ * (else NULL); out_indices may be NULL when only the values are wanted.
+ * Errors: AG_ERR_INVALID (NULL x or out_values), AG_ERR_DTYPE (non-floating
+ * x), AG_ERR_SHAPE (dim out of range), AG_ERR_UNSUPPORTED (no kernel on the
+ * backend). Differentiable in x through the values: the gradient is the
+ * upstream gradient scattered back through the indices.
+ * ag_argsort: the indices alone (a new i64 tensor owned by the caller, or
+ * NULL with the same errors); not differentiable. */
+AG_API ag_status ag_sort(ag_tensor *x, int dim, bool descending, ag_tensor **out_values,
+                         ag_tensor **out_indices);
+AG_API ag_tensor *ag_argsort(ag_tensor *x, int dim, bool descending);
 
 /* Root-mean-square norm over the last dim (size D): x / sqrt(mean(x^2) +
  * eps) * weight. weight is [D] of x's dtype, or NULL (ones). Statistics in
@@ -371,6 +407,25 @@ AG_API ag_tensor *ag_avg_pool2d(ag_tensor *x, const ag_pool2d_params *params);
  * torch.nn.AdaptiveAvgPool2d: cell i spans [floor(i*H/out_h),
  * ceil((i+1)*H/out_h)). out_h, out_w >= 1 (AG_ERR_INVALID). */
 AG_API ag_tensor *ag_adaptive_avg_pool2d(ag_tensor *x, int64_t out_h, int64_t out_w);
+
+/* How ag_pad fills: a constant, or the mirror image of x without repeating
+ * the edge (torch's "reflect"). */
+typedef enum ag_pad_mode { AG_PAD_CONSTANT, AG_PAD_REFLECT } ag_pad_mode;
+
+/* torch.nn.functional.pad: pads (npads of them, even) hold (before, after)
+ * amounts for the trailing dims of x, the last dim first: (left, right,
+ * top, bottom, front, back, ...). AG_PAD_CONSTANT fills `value` and pads
+ * any number of trailing dims (npads / 2 <= ndim); AG_PAD_REFLECT pads the
+ * last one or two dims (npads 2 or 4), each amount below the size of its
+ * dim, as torch requires. Amounts are >= 0 (no cropping). x of any strides,
+ * floating. Returns a new contiguous tensor owned by the caller, or NULL:
+ * AG_ERR_INVALID (NULL x, NULL pads with npads > 0, odd npads, a negative
+ * amount, an unknown mode), AG_ERR_SHAPE (more pad pairs than dims, reflect
+ * on more than two dims or an amount not below its dim's size), AG_ERR_DTYPE
+ * (non-floating x), AG_ERR_UNSUPPORTED (no kernel on the backend).
+ * Differentiable: the gradient takes the padded region back, summing every
+ * reflected copy into its source element in a fixed order. */
+AG_API ag_tensor *ag_pad(ag_tensor *x, const int64_t *pads, int npads, ag_pad_mode mode, double value);
 
 /* torch.nn.functional.batch_norm over x [N, C, H, W] per channel.
  * running_mean/running_var [C] (both or neither; required when !training),

@@ -1,0 +1,27 @@
+/* AG_K_SORT: stable sort along r of x [o, r, in], torch's order (NaN above
+ * every number, equal keys by position). A work-item per element counts
+ * the elements ordered before it in its line and writes itself at that
+ * rank: O(r) per element, no scratch, the same result on every device.
+ * Values are copied as bits (esz bytes). */
+bool sort_before(float a, long ia, float b, long ib, int desc) {
+  bool an = isnan(a), bn = isnan(b);
+  if (an != bn) return desc ? an : bn;
+  if (!an && a != b) return desc ? a > b : a < b;
+  return ia < ib;
+}
+__kernel void ag_sort(gbuf *val, ulong vo, __global long *idx, ulong io, const gbuf *x, ulong xo, int dt,
+                      int esz, long O, long R, long I, int desc) {
+  long t = get_global_id(0);
+  if (t >= O * R * I) return;
+  long i = t % I, oj = t / I, j = oj % R, o = oj / R, base = o * R * I + i;
+  float v = ldf(x, xo, base + j * I, dt);
+  long rank = 0;
+  for (long q = 0; q < R; q++)
+    if (sort_before(ldf(x, xo, base + q * I, dt), q, v, j, desc)) rank++;
+  long p = (o * R + rank) * I + i, s = base + j * I;
+  if (esz == 2)
+    ((__global ushort *)(val + vo))[p] = ((const __global ushort *)(x + xo))[s];
+  else
+    ((__global uint *)(val + vo))[p] = ((const __global uint *)(x + xo))[s];
+  ((__global long *)((__global uchar *)idx + io))[p] = j;
+}
