@@ -715,7 +715,7 @@ static const opdef OPS[] = {
     {"logsumexp", ag__conf_op_logsumexp, M_F, 0, 0},
     {"norm", ag__conf_op_norm, M_F, 0, 0},
     {"one_hot", ag__conf_op_one_hot, M_L | M_I, 0, 0},
-    {"conv1d", ag__conf_op_conv1d, 0, M_F, 0},
+    {"conv1d", ag__conf_op_conv1d, M_G, 0, 0}, /* conv2d's dtypes: f32, f64 on the CPU */
     {"gather", ag__conf_op_gather, M_F, 0, 0},
     {"index_select", ag__conf_op_index_select, M_F, 0, 0},
     {"topk", ag__conf_op_topk, M_F, 0, 0},
