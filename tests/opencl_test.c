@@ -1212,8 +1212,8 @@ static void test_supports(void **state) {
   NEED_DEVICE();
   /* f64: the kernels of f64.cl (elementwise, reductions, var, cumsum,
    * arange, softmax, gather, embedding), the f64 lines of reduce2.cl
-   * (logsumexp, norms) and of resample.cl (group norm, interpolate), all
-   * or none (cl_khr_fp64) */
+   * (logsumexp, norms), of resample.cl (group norm, interpolate) and of
+   * sort.cl, scatter.cl and pad.cl, all or none (cl_khr_fp64) */
   bool f64 = B->supports(0, AG_K_FILL, 0, AG_F64);
   for (int op = 0; op < AG_KOP_COUNT; op++) {
     bool elementwise = op == AG_K_FILL || op == AG_K_WHERE || op == AG_K_UNARY || op == AG_K_BINARY ||
@@ -1221,7 +1221,8 @@ static void test_supports(void **state) {
                        op == AG_K_SOFTMAX || op == AG_K_SOFTMAX_BWD || op == AG_K_GATHER || op == AG_K_GATHER_BWD ||
                        op == AG_K_EMBEDDING || op == AG_K_EMBEDDING_BWD || op == AG_K_LOGSUMEXP || op == AG_K_NORM ||
                        op == AG_K_GROUP_NORM || op == AG_K_GROUP_NORM_BWD || op == AG_K_INTERPOLATE ||
-                       op == AG_K_INTERPOLATE_BWD;
+                       op == AG_K_INTERPOLATE_BWD || op == AG_K_SORT || op == AG_K_SCATTER_ADD || op == AG_K_PAD ||
+                       op == AG_K_PAD_BWD;
     assert_int_equal(B->supports(0, op, 0, AG_F64), elementwise && f64);
   }
   assert_true(B->supports(0, AG_K_REDUCE, AG_R_ARGMAX, AG_I32));

@@ -36,6 +36,11 @@ typedef enum clb_kernel {
   CLK_SCATTER_ADD,
   CLK_PAD,
   CLK_PAD_BWD,
+  /* their f64 kernels: NULL without cl_khr_fp64 */
+  CLK_SORT_D,
+  CLK_SCATTER_ADD_D,
+  CLK_PAD_D,
+  CLK_PAD_BWD_D,
   /* f64.cl: NULL without cl_khr_fp64 */
   CLK_UNARY_D, CLK_BINARY_D, CLK_FILL_D, CLK_REDUCE_D, CLK_VAR_D, CLK_CUMSUM_D, CLK_SOFTMAX_D,
   CLK_SOFTMAX_BWD_D, CLK_GATHER_D, CLK_GATHER_BWD_D, CLK_EMB_BWD_D, CLK_ARANGE_D,

@@ -46,6 +46,10 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_SCATTER_ADD] = "ag_scatter_add",
     [CLK_PAD] = "ag_pad",
     [CLK_PAD_BWD] = "ag_pad_bwd",
+    [CLK_SORT_D] = "ag_sort_d",
+    [CLK_SCATTER_ADD_D] = "ag_scatter_add_d",
+    [CLK_PAD_D] = "ag_pad_d",
+    [CLK_PAD_BWD_D] = "ag_pad_bwd_d",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -78,7 +82,8 @@ ag_status clb_stream_kernels(ag_bstream *s) {
   for (int i = 0; i < CLK_COUNT; i++) {
     cl_int err;
     const char *name = i >= CLK_UNARY_C0 ? k_fast_names[i - CLK_UNARY_C0] : k_names[i];
-    bool f64_kernel = (i >= CLK_UNARY_D && i <= CLK_ARANGE_D) || (i >= CLK_GN_D && i <= CLK_INTERP_BWD_D);
+    bool f64_kernel = (i >= CLK_UNARY_D && i <= CLK_ARANGE_D) || (i >= CLK_GN_D && i <= CLK_INTERP_BWD_D) ||
+                      (i >= CLK_SORT_D && i <= CLK_PAD_BWD_D);
     if (!name || (f64_kernel && !s->d->fp64)) {
       s->k[i] = NULL;
       continue;
@@ -1454,10 +1459,10 @@ static ag_status cl_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
   X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT64, AGK_VNONE)                                      \
   X(INTERPOLATE, interpolate, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
   X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
-  X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))     \
-  X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
-  X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))             \
-  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))
+  X(SORT, sort, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING)) \
+  X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))      \
+  X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))         \
+  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))
 
 #define AGK_IMPL(name) cl_k_##name
 #define AGK_CTX ag_bstream *

@@ -78,6 +78,11 @@ typedef enum vkb_shader {
   VKS_SCATTER_ADD,
   VKS_PAD,
   VKS_PAD_BWD,
+  /* their f64 builds: used only on devices with shaderFloat64 */
+  VKS_SORT_D,
+  VKS_SCATTER_ADD_D,
+  VKS_PAD_D,
+  VKS_PAD_BWD_D,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {

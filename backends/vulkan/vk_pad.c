@@ -1,6 +1,9 @@
 /* AG_K_PAD and AG_K_PAD_BWD on Vulkan (kernels/vulkan/pad.comp): an
- * invocation per output element; f32, f16, bf16. */
+ * invocation per output element; f32, f16, bf16, and f64 (pad_d, pad_bwd_d)
+ * on devices with shaderFloat64. */
 #include "vk_kops.h"
+
+#include <string.h>
 
 /* The argument block shared by both: out the written tensor, in the read
  * one, each [B, H, W] or [B, Ho, Wo]. */
@@ -27,12 +30,13 @@ ag_status vk_k_pad(ag_bstream *s, const ag_k_pad *a) {
   if (n == 0) return AG_OK;
   vkb_args k = pad_args(a->out, a->x, a->x, a->out, a->top, a->left, a->variant == AG_KV_PAD_REFLECT);
   k.f[0] = (float)a->value;
-  return vkb_dispatch1(s, VKS_PAD, 0, &k, n);
+  memcpy(&k.n[7], &a->value, sizeof k.n[7]); /* pad_d reads the double's bits */
+  return vkb_dispatch1(s, a->x->dtype == AG_F64 ? VKS_PAD_D : VKS_PAD, 0, &k, n);
 }
 
 ag_status vk_k_pad_bwd(ag_bstream *s, const ag_k_pad_bwd *a) {
   int64_t n = a->dx->shape[0] * a->dx->shape[1] * a->dx->shape[2];
   if (n == 0) return AG_OK;
   vkb_args k = pad_args(a->dx, a->dy, a->dx, a->dy, a->top, a->left, a->variant == AG_KV_PAD_REFLECT);
-  return vkb_dispatch1(s, VKS_PAD_BWD, 0, &k, n);
+  return vkb_dispatch1(s, a->dx->dtype == AG_F64 ? VKS_PAD_BWD_D : VKS_PAD_BWD, 0, &k, n);
 }

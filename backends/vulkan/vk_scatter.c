@@ -1,5 +1,6 @@
 /* AG_K_SCATTER_ADD on Vulkan (kernels/vulkan/scatter.comp): an invocation
- * per element of out [o, xlen, in]; f32, f16, bf16; i32 or i64 index. */
+ * per element of out [o, xlen, in]; f32, f16, bf16, and f64 (scatter_add_d,
+ * summed in double) on devices with shaderFloat64; i32 or i64 index. */
 #include "vk_kops.h"
 
 ag_status vk_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a) {
@@ -22,5 +23,5 @@ ag_status vk_k_scatter_add(ag_bstream *s, const ag_k_scatter_add *a) {
   k.n[4] = a->index->strides[0];
   k.n[5] = a->index->strides[1];
   k.n[6] = a->index->strides[2];
-  return vkb_dispatch1(s, VKS_SCATTER_ADD, 0, &k, O * X * I);
+  return vkb_dispatch1(s, a->out->dtype == AG_F64 ? VKS_SCATTER_ADD_D : VKS_SCATTER_ADD, 0, &k, O * X * I);
 }

@@ -1,5 +1,6 @@
 /* AG_K_SORT on Vulkan (kernels/vulkan/sort.comp): an invocation per element
- * of x [o, r, in]; f32, f16, bf16. */
+ * of x [o, r, in]; f32, f16, bf16, and f64 (sort_d) on devices with
+ * shaderFloat64. */
 #include "vk_kops.h"
 
 ag_status vk_k_sort(ag_bstream *s, const ag_k_sort *a) {
@@ -17,5 +18,5 @@ ag_status vk_k_sort(ag_bstream *s, const ag_k_sort *a) {
   k.n[0] = O;
   k.n[1] = R;
   k.n[2] = I;
-  return vkb_dispatch1(s, VKS_SORT, 0, &k, O * R * I);
+  return vkb_dispatch1(s, a->x->dtype == AG_F64 ? VKS_SORT_D : VKS_SORT, 0, &k, O * R * I);
 }

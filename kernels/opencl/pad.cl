@@ -46,3 +46,31 @@ __kernel void ag_pad_bwd(gbuf *dx, ulong xo, const gbuf *dy, ulong yo, int dt, l
     for (int r = 0; r < nx; r++) acc += ldf(dy, yo, (b * Ho + ys[q]) * Wo + xs[r], dt);
   stf(dx, xo, t, dt, acc);
 }
+#ifdef AG_FP64
+/* f64 (cl_khr_fp64): copies as 8 bytes, the value and the sums in double. */
+__kernel void ag_pad_d(gbuf *y, ulong yo, const gbuf *x, ulong xo, long B, long H, long W, long Ho, long Wo, long top,
+                       long left, int reflect, double value) {
+  long t = get_global_id(0);
+  if (t >= B * Ho * Wo) return;
+  long c = t % Wo, r = (t / Wo) % Ho, b = t / (Wo * Ho);
+  long sy = pad_src(r, top, H, reflect), sx = pad_src(c, left, W, reflect);
+  __global double *yd = (__global double *)(y + yo);
+  if (sy < 0 || sx < 0)
+    yd[t] = value;
+  else
+    ((__global ulong *)yd)[t] = ((const __global ulong *)(x + xo))[(b * H + sy) * W + sx];
+}
+__kernel void ag_pad_bwd_d(gbuf *dx, ulong xo, const gbuf *dy, ulong yo, long B, long H, long W, long Ho, long Wo,
+                           long top, long left, int reflect) {
+  long t = get_global_id(0);
+  if (t >= B * H * W) return;
+  long j = t % W, i = (t / W) % H, b = t / (W * H);
+  long ys[3], xs[3];
+  int ny = pad_pre(i, top, H, Ho, reflect, ys), nx = pad_pre(j, left, W, Wo, reflect, xs);
+  const __global double *g = (const __global double *)(dy + yo);
+  double acc = 0.0;
+  for (int q = 0; q < ny; q++)
+    for (int r = 0; r < nx; r++) acc += g[(b * Ho + ys[q]) * Wo + xs[r]];
+  ((__global double *)(dx + xo))[t] = acc;
+}
+#endif

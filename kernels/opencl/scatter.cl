@@ -21,3 +21,21 @@ __kernel void ag_scatter_add(gbuf *out, ulong oo, const gbuf *src, ulong so, int
   }
   stf(out, oo, t, dt, acc);
 }
+#ifdef AG_FP64
+/* f64 (cl_khr_fp64): the same walk, accumulated in double. */
+__kernel void ag_scatter_add_d(gbuf *out, ulong oo, const gbuf *src, ulong so, const gbuf *ix, ulong xo, int idx64,
+                               long s0, long s1, long s2, long O, long K, long I, long X, __global int *err) {
+  long t = get_global_id(0);
+  if (t >= O * X * I) return;
+  long i = t % I, oj = t / I, j = oj % X, o = oj / X;
+  __global double *od = (__global double *)(out + oo);
+  const __global double *sd = (const __global double *)(src + so);
+  double acc = od[t];
+  for (long k = 0; k < K; k++) {
+    long q = sc_index(ix, xo, idx64, o * s0 + k * s1 + i * s2);
+    if (q == j) acc += sd[(o * K + k) * I + i];
+    else if (j == 0 && (q < 0 || q >= X)) set_error(err, ERR_INDEX, AG_K_SCATTER_ADD, q, X);
+  }
+  od[t] = acc;
+}
+#endif

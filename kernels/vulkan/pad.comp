@@ -6,11 +6,16 @@
  * dy elements that read its dx element, rows then columns ascending, in
  * f32: the CPU's and the other GPU kernels' order. */
 #include "common.glsl"
+#if defined(K_PAD_D) || defined(K_PAD_BWD_D)
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer BF64 { double v; };
+#define PD(a, i) BF64((a) + uint64_t(i) * 8ul).v
+#endif
 layout(local_size_x = WG) in;
 
 /* p0 the output (y or dx), p1 the input (x or dy), k0 dtype, k1 element
  * size, k2 reflect; n0 B, n1 H, n2 W, n3 Ho, n4 Wo, n5 top, n6 left; f0 the
- * value */
+ * value (the _D builds, devices with shaderFloat64: every operand f64, the
+ * value's bits in n7, the sums in double) */
 int64_t pad_src(int64_t p, int64_t before, int64_t n, bool reflect) {
   int64_t r = p - before;
   if (!reflect) return r >= 0 && r < n ? r : -1;
@@ -56,5 +61,32 @@ void main() {
   for (int q = 0; q < ny; q++)
     for (int r = 0; r < nx; r++) acc += ldf(pc.a.p[1], (b * Ho + ys[q]) * Wo + xs[r], dt);
   stf(pc.a.p[0], t, dt, acc);
+}
+#endif
+
+#if defined(K_PAD_D)
+void main() {
+  int64_t t = gid(), B = pc.a.n[0], H = pc.a.n[1], W = pc.a.n[2], Ho = pc.a.n[3], Wo = pc.a.n[4];
+  if (t >= B * Ho * Wo) return;
+  bool refl = pc.a.k[2] != 0;
+  int64_t c = t % Wo, r = (t / Wo) % Ho, b = t / (Wo * Ho);
+  int64_t sy = pad_src(r, pc.a.n[5], H, refl), sx = pad_src(c, pc.a.n[6], W, refl);
+  if (sy < 0 || sx < 0) PL(pc.a.p[0], t) = pc.a.n[7];
+  else PL(pc.a.p[0], t) = PL(pc.a.p[1], (b * H + sy) * W + sx);
+}
+#endif
+
+#if defined(K_PAD_BWD_D)
+void main() {
+  int64_t t = gid(), B = pc.a.n[0], H = pc.a.n[1], W = pc.a.n[2], Ho = pc.a.n[3], Wo = pc.a.n[4];
+  if (t >= B * H * W) return;
+  bool refl = pc.a.k[2] != 0;
+  int64_t j = t % W, i = (t / W) % H, b = t / (W * H);
+  int64_t ys[3], xs[3];
+  int ny = pad_pre(i, pc.a.n[5], H, Ho, refl, ys), nx = pad_pre(j, pc.a.n[6], W, Wo, refl, xs);
+  double acc = 0.0LF;
+  for (int q = 0; q < ny; q++)
+    for (int r = 0; r < nx; r++) acc += PD(pc.a.p[1], (b * Ho + ys[q]) * Wo + xs[r]);
+  PD(pc.a.p[0], t) = acc;
 }
 #endif
