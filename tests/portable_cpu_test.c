@@ -1,0 +1,444 @@
+/* The CPU's portable numerics (docs/numerics.md), the reference of every
+ * other backend: (a) each portable kernel gives the same bits on 1 and 2
+ * threads, on sizes that split unevenly; (b) scalar references written
+ * straight from docs/numerics.md (plain loops, built with
+ * -ffp-contract=off) equal the kernels bit for bit; (c) an op outside the
+ * portable list, and f64, are refused naming the op; (d) the default mode
+ * is unchanged. Kernels are called through ag__cpu_run with
+ * AG_KF_PORTABLE, the public API for the refusal and the mode switch. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+#include "cpu_backend.h"
+#include "cpu_pmath_local.h"
+#include "cpu_portable.h"
+#include "tensor/half.h"
+
+/* ---- helpers ---- */
+
+static uint32_t g_rng = 12345;
+static float frand(float lo, float hi) {
+  g_rng = g_rng * 1664525u + 1013904223u;
+  return lo + (hi - lo) * (float)(g_rng >> 8) * (1.0f / 16777216.0f);
+}
+static float *fvec(int64_t n, float lo, float hi) {
+  float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  assert_non_null(v);
+  for (int64_t i = 0; i < n; i++) v[i] = frand(lo, hi);
+  return v;
+}
+
+static ag_koperand opnd(void *base, ag_dtype dt, int ndim, const int64_t *shape, const int64_t *strides) {
+  ag_koperand o;
+  memset(&o, 0, sizeof o);
+  o.base = base;
+  o.dtype = dt;
+  o.ndim = ndim;
+  int64_t s = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    o.shape[d] = shape[d];
+    o.strides[d] = strides ? strides[d] : s;
+    s *= shape[d];
+  }
+  return o;
+}
+
+static ag_kernel_call pcall(ag_kop op, int sub) {
+  ag_kernel_call c;
+  memset(&c, 0, sizeof c);
+  c.struct_size = (uint32_t)sizeof c;
+  c.op = op;
+  c.sub = sub;
+  c.name = "portable_test";
+  c.flags = AG_KF_PORTABLE;
+  return c;
+}
+
+static void prun(const ag_kernel_call *c) {
+  ag_kernel_error e;
+  memset(&e, 0, sizeof e);
+  ag_status st = ag__cpu_run(c, &e);
+  if (st != AG_OK) fail_msg("%s: %s", ag_kop_name(c->op), ag_last_error());
+  assert_int_equal(e.code, 0);
+}
+
+/* Bit equality, NaN equal to NaN (docs/numerics.md). */
+static void same_bits(const float *a, const float *b, int64_t n, const char *what) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t ua, ub;
+    memcpy(&ua, &a[i], 4);
+    memcpy(&ub, &b[i], 4);
+    if (ua != ub && !(a[i] != a[i] && b[i] != b[i]))
+      fail_msg("%s: element %lld: %.9g (0x%08x) != %.9g (0x%08x)", what, (long long)i, (double)a[i], ua,
+               (double)b[i], ub);
+  }
+}
+
+/* Run the call on 1 and on 2 threads; out (n floats) the same bits. The
+ * caller's refill() restores in-place operands before each run. */
+typedef void (*refill_fn)(void *ctx);
+static void threads_same(const ag_kernel_call *c, float *out, int64_t n, refill_fn refill, void *ctx,
+                         const char *what) {
+  float *first = malloc(sizeof(float) * (size_t)n);
+  assert_non_null(first);
+  assert_int_equal(ag_set_num_threads(1), AG_OK);
+  if (refill) refill(ctx);
+  prun(c);
+  memcpy(first, out, sizeof(float) * (size_t)n);
+  assert_int_equal(ag_set_num_threads(2), AG_OK);
+  if (refill) refill(ctx);
+  prun(c);
+  same_bits(first, out, n, what);
+  free(first);
+}
+
+/* ---- references written from docs/numerics.md ---- */
+
+/* S: blocks of 256, the fixed tree, recursively over the block sums. */
+static float ref_S(const float *v, int64_t n) {
+  if (n == 0) return 0.0f;
+  int64_t nb = (n + 255) / 256;
+  float *bs = malloc(sizeof(float) * (size_t)nb);
+  assert_non_null(bs);
+  for (int64_t b = 0; b < nb; b++) {
+    float t[256];
+    int64_t len = n - b * 256 < 256 ? n - b * 256 : 256;
+    for (int64_t i = 0; i < 256; i++) t[i] = i < len ? v[b * 256 + i] : 0.0f;
+    for (int s = 128; s >= 1; s /= 2)
+      for (int i = 0; i < s; i++) {
+        volatile float r = t[i] + t[i + s];
+        t[i] = r;
+      }
+    bs[b] = t[0];
+  }
+  float r = nb == 1 ? bs[0] : ref_S(bs, nb);
+  free(bs);
+  return r;
+}
+
+/* ---- (a) + (b): REDUCE SUM ---- */
+
+static void reduce_sum_case(int64_t outer, int64_t r, int64_t inner, double scale) {
+  const int64_t n = outer * r * inner;
+  float *x = fvec(n, -2, 2), *out = calloc((size_t)(outer * inner), sizeof(float));
+  assert_non_null(out);
+  /* some exact cancellations and signed zeros */
+  if (n > 3) x[1] = -0.0f, x[2] = 1e30f, x[3] = -1e30f;
+  ag_kernel_call c = pcall(AG_K_REDUCE, AG_R_SUM);
+  c.n_operands = 2;
+  c.o[0] = opnd(out, AG_F32, 2, (int64_t[]){outer, inner}, NULL);
+  c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){outer, r, inner}, NULL);
+  c.i[0] = outer;
+  c.i[1] = r;
+  c.i[2] = inner;
+  c.s[0] = scale;
+  char what[96];
+  snprintf(what, sizeof what, "sum [%lld,%lld,%lld]", (long long)outer, (long long)r, (long long)inner);
+  threads_same(&c, out, outer * inner, NULL, NULL, what);
+  float *col = malloc(sizeof(float) * (size_t)(r > 0 ? r : 1)), *ref = malloc(sizeof(float) * (size_t)(outer * inner));
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      for (int64_t k = 0; k < r; k++) col[k] = x[(o * r + k) * inner + i];
+      float s = ref_S(col, r);
+      ref[o * inner + i] = scale == 1.0 ? s : s * (float)scale;
+    }
+  same_bits(ref, out, outer * inner, what);
+  free(x), free(out), free(col), free(ref);
+}
+
+static void test_reduce_sum(void **state) {
+  (void)state;
+  reduce_sum_case(1, 1, 1, 1);
+  reduce_sum_case(3, 0, 1, 1);
+  reduce_sum_case(5, 255, 1, 1);
+  reduce_sum_case(5, 257, 1, 0.5);
+  reduce_sum_case(1, 1000003, 1, 1);      /* few long rows: parallel blocks */
+  reduce_sum_case(3, 256 * 256 + 7, 1, 1); /* three levels */
+  reduce_sum_case(700, 1501, 1, 1.0 / 1501);
+  reduce_sum_case(2, 70001, 19, 1);       /* columns, lanes */
+  reduce_sum_case(37, 300, 33, 1);
+}
+
+/* f16: loads exact, S in f32, one rounding at the store */
+static void test_reduce_sum_f16(void **state) {
+  (void)state;
+  enum { R = 3001 };
+  uint16_t *x = malloc(2 * R), out;
+  float *xf = malloc(4 * R);
+  for (int i = 0; i < R; i++) {
+    x[i] = ag_f32_to_f16(frand(-1, 1));
+    xf[i] = ag_f16_to_f32(x[i]);
+  }
+  ag_kernel_call c = pcall(AG_K_REDUCE, AG_R_SUM);
+  c.n_operands = 2;
+  c.o[0] = opnd(&out, AG_F16, 1, (int64_t[]){1}, NULL);
+  c.o[1] = opnd(x, AG_F16, 1, (int64_t[]){R}, NULL);
+  c.i[0] = 1, c.i[1] = R, c.i[2] = 1, c.s[0] = 1;
+  prun(&c);
+  assert_int_equal(out, ag_f32_to_f16(ref_S(xf, R)));
+  free(x), free(xf);
+}
+
+/* ---- elementwise ---- */
+
+/* Every unary sub-op on 1 and 2 threads (n above the split threshold). */
+static void test_unary_threads(void **state) {
+  (void)state;
+  const int64_t n = 300007;
+  float *x = fvec(n, -3, 3), *y = malloc(sizeof(float) * (size_t)n);
+  for (int sub = 0; sub < AG_UNARY_COUNT; sub++) {
+    ag_kernel_call c = pcall(AG_K_UNARY, sub);
+    c.n_operands = 2;
+    c.o[0] = opnd(y, AG_F32, 1, &n, NULL);
+    c.o[1] = opnd(x, AG_F32, 1, &n, NULL);
+    c.s[0] = 1.5, c.s[1] = -0.5;
+    char what[64];
+    snprintf(what, sizeof what, "unary %d", sub);
+    threads_same(&c, y, n, NULL, NULL, what);
+  }
+  free(x), free(y);
+}
+
+/* No contraction: AFFINE x*s0 + s1 and the binary add a + s0*b equal a
+ * volatile-stepped evaluation (two roundings) where a fused one differs. */
+static void test_no_contraction(void **state) {
+  (void)state;
+  enum { N = 1024 };
+  float x[N], y[N], b[N], o[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = 1.0f + (float)i * 0x1p-12f;
+    b[i] = frand(-1, 1);
+  }
+  const double s0 = 1.0 + 0x1p-12, s1 = -1.0 - 0x1p-11;
+  ag_kernel_call c = pcall(AG_K_UNARY, AG_U_AFFINE);
+  c.n_operands = 2;
+  c.o[0] = opnd(y, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.o[1] = opnd(x, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.s[0] = s0, c.s[1] = s1;
+  prun(&c);
+  int fused_differs = 0;
+  for (int i = 0; i < N; i++) {
+    volatile float p = x[i] * (float)s0;
+    volatile float r = p + (float)s1;
+    if (fmaf(x[i], (float)s0, (float)s1) != r) fused_differs++;
+    o[i] = r;
+  }
+  assert_true(fused_differs > 0);
+  same_bits(o, y, N, "affine");
+  c = pcall(AG_K_BINARY, AG_B_ADD);
+  c.n_operands = 3;
+  c.o[0] = opnd(y, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.o[1] = opnd(b, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.o[2] = opnd(x, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.s[0] = s0;
+  prun(&c);
+  for (int i = 0; i < N; i++) {
+    volatile float p = (float)s0 * x[i];
+    volatile float r = b[i] + p;
+    o[i] = r;
+  }
+  same_bits(o, y, N, "add");
+}
+
+/* ---- MATMUL ---- */
+
+static void ref_matmul(int64_t M, int64_t N, int64_t K, const float *a, int64_t ars, int64_t acs, const float *b,
+                       int64_t brs, int64_t bcs, double alpha, double beta, const float *c0, float *out) {
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      volatile float acc = 0.0f;
+      for (int64_t k = 0; k < K; k++) {
+        volatile float t = a[m * ars + k * acs] * b[k * brs + n * bcs];
+        acc = acc + t;
+      }
+      float r = acc;
+      if (alpha != 1) {
+        volatile float t = (float)alpha * r;
+        r = t;
+      }
+      if (beta != 0) {
+        volatile float t = (float)beta * c0[m * N + n];
+        volatile float u = r + t;
+        r = u;
+      }
+      out[m * N + n] = r;
+    }
+}
+
+typedef struct mmfill {
+  float *c, *c0;
+  int64_t n;
+} mmfill;
+static void mm_refill(void *ctx) {
+  mmfill *f = ctx;
+  memcpy(f->c, f->c0, sizeof(float) * (size_t)f->n);
+}
+
+static void matmul_case(int64_t Bn, int64_t M, int64_t N, int64_t K, bool ta, bool tb, double alpha, double beta,
+                        bool bcast_b) {
+  float *a = fvec(Bn * M * K, -1, 1), *b = fvec(Bn * K * N, -1, 1), *c0 = fvec(Bn * M * N, -1, 1);
+  float *c = malloc(sizeof(float) * (size_t)(Bn * M * N)), *ref = malloc(sizeof(float) * (size_t)(Bn * M * N));
+  const int64_t ars = ta ? 1 : K, acs = ta ? M : 1, brs = tb ? 1 : N, bcs = tb ? K : 1;
+  ag_kernel_call cl = pcall(AG_K_MATMUL, 0);
+  cl.n_operands = 3;
+  cl.o[0] = opnd(c, AG_F32, 3, (int64_t[]){Bn, M, N}, NULL);
+  cl.o[1] = opnd(a, AG_F32, 3, (int64_t[]){Bn, M, K}, (int64_t[]){M * K, ars, acs});
+  cl.o[2] = opnd(b, AG_F32, 3, (int64_t[]){Bn, K, N}, (int64_t[]){bcast_b ? 0 : K * N, brs, bcs});
+  cl.s[0] = alpha, cl.s[1] = beta;
+  mmfill f = {c, c0, Bn * M * N};
+  char what[128];
+  snprintf(what, sizeof what, "matmul %lldx[%lld,%lld,%lld] ta %d tb %d", (long long)Bn, (long long)M, (long long)N,
+           (long long)K, ta, tb);
+  threads_same(&cl, c, Bn * M * N, mm_refill, &f, what);
+  for (int64_t bi = 0; bi < Bn; bi++)
+    ref_matmul(M, N, K, a + bi * M * K, ars, acs, b + (bcast_b ? 0 : bi * K * N), brs, bcs, alpha, beta,
+               c0 + bi * M * N, ref + bi * M * N);
+  same_bits(ref, c, Bn * M * N, what);
+  free(a), free(b), free(c0), free(c), free(ref);
+}
+
+static void test_matmul(void **state) {
+  (void)state;
+  matmul_case(1, 1, 1, 1, false, false, 1, 0, false);
+  matmul_case(1, 5, 7, 0, false, false, 1, 0, false);
+  matmul_case(1, 3, 5, 7, false, false, 1, 0, false);
+  matmul_case(1, 131, 173, 67, false, false, 1, 0, false);
+  matmul_case(1, 131, 173, 67, true, false, 0.5, 0, false);
+  matmul_case(1, 131, 173, 67, false, true, 1, 1, false);
+  matmul_case(1, 131, 173, 67, true, true, -2, 0.25, false);
+  matmul_case(3, 67, 45, 301, false, false, 1, 0, true);
+  matmul_case(2, 201, 301, 97, false, true, 1, 0, false); /* above the split threshold */
+}
+
+/* f16 operands: exact loads, f32 accumulation, one rounding. */
+static void test_matmul_f16(void **state) {
+  (void)state;
+  enum { M = 9, N = 13, K = 70 };
+  uint16_t a[M * K], b[K * N], c[M * N];
+  float af[M * K], bf[K * N], ref[M * N];
+  for (int i = 0; i < M * K; i++) a[i] = ag_f32_to_f16(frand(-1, 1)), af[i] = ag_f16_to_f32(a[i]);
+  for (int i = 0; i < K * N; i++) b[i] = ag_f32_to_f16(frand(-1, 1)), bf[i] = ag_f16_to_f32(b[i]);
+  ag_kernel_call cl = pcall(AG_K_MATMUL, 0);
+  cl.n_operands = 3;
+  cl.o[0] = opnd(c, AG_F16, 2, (int64_t[]){M, N}, NULL);
+  cl.o[1] = opnd(a, AG_F16, 2, (int64_t[]){M, K}, NULL);
+  cl.o[2] = opnd(b, AG_F16, 2, (int64_t[]){K, N}, NULL);
+  cl.s[0] = 1, cl.s[1] = 0;
+  prun(&cl);
+  ref_matmul(M, N, K, af, K, 1, bf, N, 1, 1, 0, NULL, ref);
+  for (int i = 0; i < M * N; i++) assert_int_equal(c[i], ag_f32_to_f16(ref[i]));
+}
+
+/* ---- (c) refusals, (d) the default mode ---- */
+
+static void test_refusals(void **state) {
+  (void)state;
+  /* an op outside the list, through the dispatch */
+  float x[16] = {0}, w[9] = {0}, y[16];
+  ag_kernel_call c = pcall(AG_K_CONV2D, 0);
+  c.n_operands = 4;
+  c.o[0] = opnd(y, AG_F32, 4, (int64_t[]){1, 1, 4, 4}, NULL);
+  c.o[1] = opnd(x, AG_F32, 4, (int64_t[]){1, 1, 4, 4}, NULL);
+  c.o[2] = opnd(w, AG_F32, 4, (int64_t[]){1, 1, 3, 3}, NULL);
+  c.s[0] = c.s[1] = c.s[2] = c.s[3] = c.s[4] = c.s[5] = c.s[6] = 1;
+  c.s[2] = c.s[3] = 1;
+  ag_kernel_error e;
+  memset(&e, 0, sizeof e);
+  if (!ag__cpu_supports_portable(AG_K_CONV2D, 0, AG_F32)) {
+    assert_int_equal(ag__cpu_run(&c, &e), AG_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ag_last_error(), ag_kop_name(AG_K_CONV2D)));
+  }
+  /* f64 */
+  double xd[4] = {1, 2, 3, 4}, yd[4];
+  c = pcall(AG_K_UNARY, AG_U_EXP);
+  c.n_operands = 2;
+  c.o[0] = opnd(yd, AG_F64, 1, (int64_t[]){4}, NULL);
+  c.o[1] = opnd(xd, AG_F64, 1, (int64_t[]){4}, NULL);
+  assert_false(ag__cpu_supports_portable(AG_K_UNARY, AG_U_EXP, AG_F64));
+  assert_int_equal(ag__cpu_run(&c, &e), AG_ERR_UNSUPPORTED);
+  assert_non_null(strstr(ag_last_error(), ag_kop_name(AG_K_UNARY)));
+  /* a cast into f64 */
+  float xf[4] = {1, 2, 3, 4};
+  c = pcall(AG_K_UNARY, AG_U_COPY);
+  c.n_operands = 2;
+  c.o[0] = opnd(yd, AG_F64, 1, (int64_t[]){4}, NULL);
+  c.o[1] = opnd(xf, AG_F32, 1, (int64_t[]){4}, NULL);
+  assert_int_equal(ag__cpu_run(&c, &e), AG_ERR_UNSUPPORTED);
+
+  /* the public API: f64 refused in portable mode, runs in the default one */
+  ag_scope_begin();
+  ag_device cpu;
+  assert_int_equal(ag_device_parse("cpu", &cpu), AG_OK);
+  assert_int_equal(ag_device_numerics_check(cpu, AG_NUMERICS_PORTABLE), AG_OK);
+  ag_tensor *t = ag_from_host(cpu, AG_F64, 1, (int64_t[]){4}, xd);
+  assert_non_null(t);
+  assert_int_equal(ag_set_numerics(AG_NUMERICS_PORTABLE), AG_OK);
+  ag_error_clear();
+  ag_tensor *r = ag_exp(t);
+  if (r) assert_int_not_equal(ag_device_synchronize(cpu), AG_OK);
+  else assert_int_equal(ag_last_status(), AG_ERR_UNSUPPORTED);
+  assert_int_equal(ag_set_numerics(AG_NUMERICS_DEFAULT), AG_OK);
+  ag_error_clear();
+  r = ag_exp(t);
+  assert_non_null(r);
+  assert_int_equal(ag_device_synchronize(cpu), AG_OK);
+  ag_scope_end();
+}
+
+/* The default mode runs its own kernels: a pow 2 there is x*x, the sum is
+ * in double; the portable flag changes nothing for an integer op. */
+static void test_default_unchanged(void **state) {
+  (void)state;
+  enum { N = 5000 };
+  float *x = fvec(N, -1, 1), out_d, out_p;
+  ag_kernel_call c = pcall(AG_K_REDUCE, AG_R_SUM);
+  c.n_operands = 2;
+  c.o[0] = opnd(&out_p, AG_F32, 1, (int64_t[]){1}, NULL);
+  c.o[1] = opnd(x, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.i[0] = 1, c.i[1] = N, c.i[2] = 1, c.s[0] = 1;
+  prun(&c);
+  c.flags = 0;
+  c.o[0] = opnd(&out_d, AG_F32, 1, (int64_t[]){1}, NULL);
+  prun(&c);
+  double s = 0;
+  for (int i = 0; i < N; i++) s += x[i];
+  assert_true(out_d == (float)s); /* the default sums in double */
+  assert_true(out_p == ref_S(x, N));
+  int32_t xi[5] = {1, -2, 3, 4, 5}, yi[5];
+  c = pcall(AG_K_UNARY, AG_U_NEG);
+  c.n_operands = 2;
+  c.o[0] = opnd(yi, AG_I32, 1, (int64_t[]){5}, NULL);
+  c.o[1] = opnd(xi, AG_I32, 1, (int64_t[]){5}, NULL);
+  prun(&c);
+  for (int i = 0; i < 5; i++) assert_int_equal(yi[i], -xi[i]);
+  free(x);
+}
+
+static void test_probe(void **state) {
+  (void)state;
+  assert_int_equal(ag__cpu_portable_check(), AG_OK);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_probe),
+      cmocka_unit_test(test_reduce_sum),
+      cmocka_unit_test(test_reduce_sum_f16),
+      cmocka_unit_test(test_unary_threads),
+      cmocka_unit_test(test_no_contraction),
+      cmocka_unit_test(test_matmul),
+      cmocka_unit_test(test_matmul_f16),
+      cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_default_unchanged),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
