@@ -338,6 +338,315 @@ static void test_matmul_f16(void **state) {
   for (int i = 0; i < M * N; i++) assert_int_equal(c[i], ag_f32_to_f16(ref[i]));
 }
 
+
+/* ---- row ops ---- */
+
+static void ref_softmax_row(bool logv, const float *x, float *y, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; j++)
+    if (x[j] > mx) mx = x[j];
+  float *e = malloc(sizeof(float) * (size_t)n);
+  for (int64_t j = 0; j < n; j++) e[j] = agp_exp(x[j] - mx);
+  float s = ref_S(e, n);
+  for (int64_t j = 0; j < n; j++) {
+    if (logv) {
+      volatile float d = x[j] - mx;
+      y[j] = d - agp_log(s);
+    } else {
+      y[j] = agp_div(e[j], s);
+    }
+  }
+  free(e);
+}
+
+static void test_softmax(void **state) {
+  (void)state;
+  enum { R = 67, C = 2001 };
+  float *x = fvec(R * C, -8, 8), *y = malloc(sizeof(float) * R * C), *ref = malloc(sizeof(float) * C);
+  float *dy = fvec(R * C, -1, 1), *dx = malloc(sizeof(float) * R * C);
+  x[5] = NAN; /* row 0: the NaN reaches every output through S */
+  x[C + 3] = INFINITY;
+  for (int v = 0; v < 2; v++) {
+    const int variant = v ? AG_KV_LOG_SOFTMAX : AG_KV_SOFTMAX;
+    ag_kernel_call c = pcall(AG_K_SOFTMAX, variant);
+    c.n_operands = 2;
+    c.o[0] = opnd(y, AG_F32, 2, (int64_t[]){R, C}, NULL);
+    c.o[1] = opnd(x, AG_F32, 2, (int64_t[]){R, C}, NULL);
+    c.i[0] = R, c.i[1] = C;
+    threads_same(&c, y, R * C, NULL, NULL, v ? "log_softmax" : "softmax");
+    for (int r = 0; r < R; r++) {
+      ref_softmax_row(v, x + r * C, ref, C);
+      same_bits(ref, y + r * C, C, v ? "log_softmax ref" : "softmax ref");
+    }
+    ag_kernel_call b = pcall(AG_K_SOFTMAX_BWD, variant);
+    b.n_operands = 3;
+    b.o[0] = opnd(dx, AG_F32, 2, (int64_t[]){R, C}, NULL);
+    b.o[1] = opnd(dy, AG_F32, 2, (int64_t[]){R, C}, NULL);
+    b.o[2] = opnd(y, AG_F32, 2, (int64_t[]){R, C}, NULL);
+    b.i[0] = R, b.i[1] = C;
+    threads_same(&b, dx, R * C, NULL, NULL, v ? "log_softmax_bwd" : "softmax_bwd");
+  }
+  free(x), free(y), free(ref), free(dy), free(dx);
+}
+
+static void test_cross_entropy(void **state) {
+  (void)state;
+  enum { R = 301, C = 1001 };
+  float *x = fvec(R * C, -5, 5), *loss = malloc(sizeof(float) * R), *dl = malloc(sizeof(float) * R * C);
+  float *g = fvec(R, 0.5f, 1.5f);
+  int32_t t[R];
+  for (int i = 0; i < R; i++) t[i] = i % 7 == 0 ? -100 : (i * 37) % C;
+  ag_kernel_call c = pcall(AG_K_CROSS_ENTROPY, AG_KV_IDX32);
+  c.n_operands = 3;
+  c.o[0] = opnd(loss, AG_F32, 1, (int64_t[]){R}, NULL);
+  c.o[1] = opnd(x, AG_F32, 2, (int64_t[]){R, C}, NULL);
+  c.o[2] = opnd(t, AG_I32, 1, (int64_t[]){R}, NULL);
+  c.i[0] = R, c.i[1] = C, c.i[2] = -100;
+  threads_same(&c, loss, R, NULL, NULL, "cross_entropy");
+  for (int i = 0; i < R; i++) {
+    float mx = -INFINITY, *row = x + i * C;
+    for (int j = 0; j < C; j++) mx = row[j] > mx ? row[j] : mx;
+    float e[C];
+    for (int j = 0; j < C; j++) e[j] = agp_exp(row[j] - mx);
+    volatile float lse = mx + agp_log(ref_S(e, C));
+    float want = t[i] == -100 ? 0.0f : lse - row[t[i]];
+    same_bits(&want, &loss[i], 1, "cross_entropy ref");
+  }
+  ag_kernel_call b = pcall(AG_K_CROSS_ENTROPY_BWD, AG_KV_IDX32);
+  b.n_operands = 4;
+  b.o[0] = opnd(dl, AG_F32, 2, (int64_t[]){R, C}, NULL);
+  b.o[1] = opnd(x, AG_F32, 2, (int64_t[]){R, C}, NULL);
+  b.o[2] = opnd(t, AG_I32, 1, (int64_t[]){R}, NULL);
+  b.o[3] = opnd(g, AG_F32, 1, (int64_t[]){R}, NULL);
+  b.i[0] = R, b.i[1] = C, b.i[2] = -100;
+  threads_same(&b, dl, R * C, NULL, NULL, "cross_entropy_bwd");
+  free(x), free(loss), free(dl), free(g);
+}
+
+static void test_layernorm(void **state) {
+  (void)state;
+  enum { R = 131, D = 1023 };
+  float *x = fvec(R * D, -3, 3), *w = fvec(D, 0.5f, 1.5f), *bb = fvec(D, -1, 1);
+  float *y = malloc(sizeof(float) * R * D), *mean = malloc(sizeof(float) * R), *rstd = malloc(sizeof(float) * R);
+  const double eps = 1e-5;
+  ag_kernel_call c = pcall(AG_K_LAYERNORM, 0);
+  c.n_operands = 6;
+  c.o[0] = opnd(y, AG_F32, 2, (int64_t[]){R, D}, NULL);
+  c.o[1] = opnd(x, AG_F32, 2, (int64_t[]){R, D}, NULL);
+  c.o[2] = opnd(w, AG_F32, 1, (int64_t[]){D}, NULL);
+  c.o[3] = opnd(bb, AG_F32, 1, (int64_t[]){D}, NULL);
+  c.o[4] = opnd(mean, AG_F32, 1, (int64_t[]){R}, NULL);
+  c.o[5] = opnd(rstd, AG_F32, 1, (int64_t[]){R}, NULL);
+  c.i[0] = R, c.i[1] = D, c.s[0] = eps;
+  threads_same(&c, y, R * D, NULL, NULL, "layernorm");
+  /* the reference, from the table */
+  float t[D], ry[D];
+  for (int r = 0; r < R; r++) {
+    const float *xr = x + r * D, d_f = (float)D;
+    float mu = agp_div(ref_S(xr, D), d_f);
+    for (int j = 0; j < D; j++) {
+      volatile float dd = xr[j] - mu;
+      t[j] = dd * dd;
+    }
+    float var = agp_div(ref_S(t, D), d_f);
+    volatile float ve = var + (float)eps;
+    float rs = agp_div(1.0f, agp_sqrt(ve));
+    for (int j = 0; j < D; j++) {
+      volatile float v = (xr[j] - mu) * rs;
+      v = v * w[j];
+      v = v + bb[j];
+      ry[j] = v;
+    }
+    same_bits(&mu, &mean[r], 1, "layernorm mean");
+    same_bits(&rs, &rstd[r], 1, "layernorm rstd");
+    same_bits(ry, y + r * D, D, "layernorm ref");
+  }
+  /* backward with dw, db */
+  float *dy = fvec(R * D, -1, 1), *dx = malloc(sizeof(float) * R * D), *dw = malloc(sizeof(float) * D),
+        *db = malloc(sizeof(float) * D), *first = malloc(sizeof(float) * 2 * D);
+  ag_kmulti ml;
+  memset(&ml, 0, sizeof ml);
+  ml.count = 2;
+  ml.t[0] = (ag_kmulti_entry){.base = dw, .dtype = AG_F32, .numel = D};
+  ml.t[1] = (ag_kmulti_entry){.base = db, .dtype = AG_F32, .numel = D};
+  ag_kernel_call b = pcall(AG_K_LAYERNORM_BWD, 0);
+  b.n_operands = 6;
+  b.o[0] = opnd(dx, AG_F32, 2, (int64_t[]){R, D}, NULL);
+  b.o[1] = opnd(dy, AG_F32, 2, (int64_t[]){R, D}, NULL);
+  b.o[2] = opnd(x, AG_F32, 2, (int64_t[]){R, D}, NULL);
+  b.o[3] = opnd(mean, AG_F32, 1, (int64_t[]){R}, NULL);
+  b.o[4] = opnd(rstd, AG_F32, 1, (int64_t[]){R}, NULL);
+  b.o[5] = opnd(w, AG_F32, 1, (int64_t[]){D}, NULL);
+  b.i[0] = R, b.i[1] = D;
+  b.multi = &ml;
+  assert_int_equal(ag_set_num_threads(1), AG_OK);
+  prun(&b);
+  memcpy(first, dw, sizeof(float) * D);
+  memcpy(first + D, db, sizeof(float) * D);
+  threads_same(&b, dx, R * D, NULL, NULL, "layernorm_bwd dx");
+  same_bits(first, dw, D, "layernorm_bwd dw");
+  same_bits(first + D, db, D, "layernorm_bwd db");
+  /* dw_j = S over rows of dy * xh */
+  float *col = malloc(sizeof(float) * R);
+  for (int j = 0; j < D; j++) {
+    for (int r = 0; r < R; r++) {
+      volatile float xh = (x[r * D + j] - mean[r]) * rstd[r];
+      col[r] = dy[r * D + j] * xh;
+    }
+    float want = ref_S(col, R);
+    same_bits(&want, &dw[j], 1, "layernorm_bwd dw ref");
+  }
+  free(col);
+  free(x), free(w), free(bb), free(y), free(mean), free(rstd), free(dy), free(dx), free(dw), free(db), free(first);
+}
+
+static void test_rmsnorm(void **state) {
+  (void)state;
+  enum { R = 257, D = 777 };
+  float *x = fvec(R * D, -3, 3), *w = fvec(D, 0.5f, 1.5f), *y = malloc(sizeof(float) * R * D),
+        *rstd = malloc(sizeof(float) * R);
+  ag_kernel_call c = pcall(AG_K_RMSNORM, 0);
+  c.n_operands = 4;
+  c.o[0] = opnd(y, AG_F32, 2, (int64_t[]){R, D}, NULL);
+  c.o[1] = opnd(x, AG_F32, 2, (int64_t[]){R, D}, NULL);
+  c.o[2] = opnd(w, AG_F32, 1, (int64_t[]){D}, NULL);
+  c.o[3] = opnd(rstd, AG_F32, 1, (int64_t[]){R}, NULL);
+  c.i[0] = R, c.i[1] = D, c.s[0] = 1e-6;
+  threads_same(&c, y, R * D, NULL, NULL, "rmsnorm");
+  float *dy = fvec(R * D, -1, 1), *dx = malloc(sizeof(float) * R * D), *dw = malloc(sizeof(float) * D);
+  ag_kmulti ml;
+  memset(&ml, 0, sizeof ml);
+  ml.count = 1;
+  ml.t[0] = (ag_kmulti_entry){.base = dw, .dtype = AG_F32, .numel = D};
+  ag_kernel_call b = pcall(AG_K_RMSNORM_BWD, 0);
+  b.n_operands = 5;
+  b.o[0] = opnd(dx, AG_F32, 2, (int64_t[]){R, D}, NULL);
+  b.o[1] = opnd(dy, AG_F32, 2, (int64_t[]){R, D}, NULL);
+  b.o[2] = opnd(x, AG_F32, 2, (int64_t[]){R, D}, NULL);
+  b.o[3] = opnd(rstd, AG_F32, 1, (int64_t[]){R}, NULL);
+  b.o[4] = opnd(w, AG_F32, 1, (int64_t[]){D}, NULL);
+  b.i[0] = R, b.i[1] = D;
+  b.multi = &ml;
+  threads_same(&b, dx, R * D, NULL, NULL, "rmsnorm_bwd dx");
+  float *dw1 = malloc(sizeof(float) * D);
+  memcpy(dw1, dw, sizeof(float) * D);
+  assert_int_equal(ag_set_num_threads(1), AG_OK);
+  prun(&b);
+  same_bits(dw1, dw, D, "rmsnorm_bwd dw");
+  free(x), free(w), free(y), free(rstd), free(dy), free(dx), free(dw), free(dw1);
+}
+
+static void test_logsumexp(void **state) {
+  (void)state;
+  enum { O = 7, R = 3001, I = 29 };
+  float *x = fvec(O * R * I, -10, 10), *out = malloc(sizeof(float) * O * I);
+  ag_kernel_call c = pcall(AG_K_LOGSUMEXP, 0);
+  c.n_operands = 2;
+  c.o[0] = opnd(out, AG_F32, 2, (int64_t[]){O, I}, NULL);
+  c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+  c.i[0] = O, c.i[1] = R, c.i[2] = I;
+  threads_same(&c, out, O * I, NULL, NULL, "logsumexp");
+  free(x), free(out);
+}
+
+/* ---- optimizers and the sum of squares ---- */
+
+typedef struct optfill {
+  float *dst[4], *src[4];
+  int64_t n;
+} optfill;
+static void opt_refill(void *ctx) {
+  optfill *f = ctx;
+  for (int k = 0; k < 4; k++)
+    if (f->dst[k]) memcpy(f->dst[k], f->src[k], sizeof(float) * (size_t)f->n);
+}
+
+static void test_adamw(void **state) {
+  (void)state;
+  enum { N = 300001 };
+  float *p0 = fvec(N, -1, 1), *g = fvec(N, -1, 1), *m0 = fvec(N, -0.1f, 0.1f), *v0 = fvec(N, 0, 0.01f);
+  float *p = malloc(sizeof(float) * N), *m = malloc(sizeof(float) * N), *v = malloc(sizeof(float) * N);
+  float inv = 0.5f;
+  ag_kmulti ml;
+  memset(&ml, 0, sizeof ml);
+  ml.count = 4;
+  ml.t[0] = (ag_kmulti_entry){.base = p, .dtype = AG_F32, .numel = N};
+  ml.t[1] = (ag_kmulti_entry){.base = g, .dtype = AG_F32, .numel = N};
+  ml.t[2] = (ag_kmulti_entry){.base = m, .dtype = AG_F32, .numel = N};
+  ml.t[3] = (ag_kmulti_entry){.base = v, .dtype = AG_F32, .numel = N};
+  const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01, bc1 = 1 - pow(b1, 3), bc2 = 1 - pow(b2, 3);
+  ag_kernel_call c = pcall(AG_K_ADAMW, 0);
+  c.n_operands = 2;
+  c.o[0] = opnd(&inv, AG_F32, 0, NULL, NULL);
+  c.s[0] = lr, c.s[1] = b1, c.s[2] = b2, c.s[3] = eps, c.s[4] = wd, c.s[5] = bc1, c.s[6] = bc2;
+  c.multi = &ml;
+  optfill f = {{p, m, v, NULL}, {p0, m0, v0, NULL}, N};
+  threads_same(&c, p, N, opt_refill, &f, "adamw");
+  /* the reference */
+  const float b1f = (float)b1, b2f = (float)b2, lrf = (float)lr, wdf = (float)wd, epsf = (float)eps,
+              bc1f = (float)bc1, bc2f = (float)bc2;
+  for (int64_t i = 0; i < N; i++) {
+    volatile float gi = g[i] * inv;
+    volatile float c1 = 1.0f - b1f, c2 = 1.0f - b2f;
+    volatile float t1 = b1f * m0[i], t2 = c1 * gi;
+    volatile float mi = t1 + t2;
+    volatile float gg = gi * gi, t3 = b2f * v0[i], t4 = c2 * gg;
+    volatile float vi = t3 + t4;
+    volatile float lw = lrf * wdf, dec = 1.0f - lw;
+    volatile float pi = p0[i] * dec;
+    float mh = agp_div(mi, bc1f), vh = agp_div(vi, bc2f);
+    volatile float den = agp_sqrt(vh) + epsf;
+    volatile float st = lrf * agp_div(mh, den);
+    volatile float pn = pi - st;
+    float want[3] = {pn, mi, vi}, got[3] = {p[i], m[i], v[i]};
+    same_bits(want, got, 3, "adamw ref");
+  }
+  free(p0), free(g), free(m0), free(v0), free(p), free(m), free(v);
+}
+
+static void test_sgd_sumsq(void **state) {
+  (void)state;
+  enum { N = 300001 };
+  float *p0 = fvec(N, -1, 1), *g = fvec(N, -1, 1), *b0 = fvec(N, -0.1f, 0.1f);
+  float *p = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+  ag_kmulti ml;
+  memset(&ml, 0, sizeof ml);
+  ml.count = 3;
+  ml.t[0] = (ag_kmulti_entry){.base = p, .dtype = AG_F32, .numel = N};
+  ml.t[1] = (ag_kmulti_entry){.base = g, .dtype = AG_F32, .numel = N};
+  ml.t[2] = (ag_kmulti_entry){.base = b, .dtype = AG_F32, .numel = N};
+  ag_kernel_call c = pcall(AG_K_SGD, 0);
+  c.s[0] = 0.1, c.s[1] = 0.9, c.s[2] = 0.1, c.s[3] = 1e-4, c.s[4] = 1, c.s[5] = 0;
+  c.multi = &ml;
+  optfill f = {{p, b, NULL, NULL}, {p0, b0, NULL, NULL}, N};
+  threads_same(&c, p, N, opt_refill, &f, "sgd");
+  /* sum of squares over three tensors, one of them f16 */
+  enum { N2 = 1000, N3 = 70000 };
+  uint16_t *h = malloc(2 * N3);
+  float *hf = malloc(4 * N3), out;
+  for (int i = 0; i < N3; i++) h[i] = ag_f32_to_f16(frand(-1, 1)), hf[i] = ag_f16_to_f32(h[i]);
+  memset(&ml, 0, sizeof ml);
+  ml.count = 3;
+  ml.t[0] = (ag_kmulti_entry){.base = p0, .dtype = AG_F32, .numel = N};
+  ml.t[1] = (ag_kmulti_entry){.base = g, .dtype = AG_F32, .numel = N2};
+  ml.t[2] = (ag_kmulti_entry){.base = h, .dtype = AG_F16, .numel = N3};
+  c = pcall(AG_K_SUMSQ, 0);
+  c.n_operands = 1;
+  c.o[0] = opnd(&out, AG_F32, 0, NULL, NULL);
+  c.multi = &ml;
+  threads_same(&c, &out, 1, NULL, NULL, "sumsq");
+  float *sq = malloc(sizeof(float) * N), s3[3];
+  for (int i = 0; i < N; i++) sq[i] = p0[i] * p0[i];
+  s3[0] = ref_S(sq, N);
+  for (int i = 0; i < N2; i++) sq[i] = g[i] * g[i];
+  s3[1] = ref_S(sq, N2);
+  for (int i = 0; i < N3; i++) sq[i] = hf[i] * hf[i];
+  s3[2] = ref_S(sq, N3);
+  float want = ref_S(s3, 3);
+  same_bits(&want, &out, 1, "sumsq ref");
+  free(p0), free(g), free(b0), free(p), free(b), free(h), free(hf), free(sq);
+}
+
 /* ---- (c) refusals, (d) the default mode ---- */
 
 static void test_refusals(void **state) {
@@ -437,6 +746,13 @@ int main(void) {
       cmocka_unit_test(test_no_contraction),
       cmocka_unit_test(test_matmul),
       cmocka_unit_test(test_matmul_f16),
+      cmocka_unit_test(test_softmax),
+      cmocka_unit_test(test_cross_entropy),
+      cmocka_unit_test(test_layernorm),
+      cmocka_unit_test(test_rmsnorm),
+      cmocka_unit_test(test_logsumexp),
+      cmocka_unit_test(test_adamw),
+      cmocka_unit_test(test_sgd_sumsq),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_default_unchanged),
   };

@@ -94,6 +94,18 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
   X(WHERE, where, CPU_P_DTS, AGK_VNONE)                                                            \
   X(REDUCE, reduce, CPU_P_DTS, AGK_VANY)                                                           \
   X(MATMUL, matmul, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(SOFTMAX, softmax, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))        \
+  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX)) \
+  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT, CPU_VIDX)                                         \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT, CPU_VIDX)                                 \
+  X(LAYERNORM, layernorm, AGK_DTS_FLOAT, AGK_VNONE)                                                \
+  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                        \
+  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
+  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                            \
+  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                          \
+  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                              \
+  X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                        \
+  X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT, AGK_VNONE)                                                \
   X(EMBEDDING, embedding, CPU_P_DTS, CPU_VIDX)                                                     \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
   X(GATHER, gather, CPU_P_DTS, CPU_VIDX)                                                           \

@@ -174,7 +174,7 @@ float ag__cpu_psum(ag_dtype dt, const void *p, int64_t st, int64_t n) {
 
 /* S along r for W adjacent columns at once (lanes): values x[k*rs + j] for
  * k < r, j < w <= PW, rows of w contiguous values of dtype dt. */
-#define PW 16
+#define PW AG_CPU_PLANES
 #define PL_LEVELS 5 /* r < 256^5 */
 typedef struct plsum {
   int64_t len[PL_LEVELS + 1], seen[PL_LEVELS + 1];
@@ -208,11 +208,7 @@ static bool pl_push(plsum *s, int k, const float *v, float *out) {
   }
 }
 
-/* Rows are produced by row(ctx, k, dst): w values of row k into dst. */
-typedef void (*pl_row_fn)(const void *ctx, int64_t k, float *dst);
-
-/* out[0..w) = S over k < r of row(k)[j]. */
-static void pl_sum(int64_t r, int w, pl_row_fn row, const void *ctx, float *out) {
+void ag__cpu_psum_lanes(int64_t r, int w, ag_cpu_prow_fn row, const void *ctx, float *out) {
   plsum *s = malloc(sizeof *s);
   float res[PW] = {0};
   if (!s) { /* one column at a time through the scalar S: the same bits */
@@ -303,7 +299,7 @@ static void pr_cols(void *ctx, int64_t lo, int64_t hi) {
               .rs = a->inner,
               .w = (int)(a->inner - j0 < PW ? a->inner - j0 : PW)};
     float v[PW];
-    pl_sum(a->r, q.w, prow_load, &q, v);
+    ag__cpu_psum_lanes(a->r, q.w, prow_load, &q, v);
     pr_store(a, o * a->inner + j0, q.w, v);
   }
 }

@@ -19,6 +19,14 @@ AG_HIDDEN bool ag__cpu_p_binary(int sub, float *o, const float *a, const float *
 AG_HIDDEN float ag__cpu_psum(ag_dtype dt, const void *p, int64_t st, int64_t n);
 static inline float ag__cpu_psum_f32(const float *v, int64_t n) { return ag__cpu_psum(AG_F32, v, 1, n); }
 
+/* S along rows for up to AG_CPU_PLANES adjacent columns at once:
+ * out[j] = S over k < r of row(ctx, k)[j], j < w, where row(ctx, k, dst)
+ * writes the w values of row k into dst. Same bits as ag__cpu_psum of each
+ * column. */
+#define AG_CPU_PLANES 16
+typedef void (*ag_cpu_prow_fn)(const void *ctx, int64_t k, float *dst);
+AG_HIDDEN void ag__cpu_psum_lanes(int64_t r, int w, ag_cpu_prow_fn row, const void *ctx, float *out);
+
 /* The portable kernels of the other families. */
 AG_HIDDEN ag_status ag__cpu_p_reduce_sum(const ag_k_reduce *a);
 AG_HIDDEN ag_status ag__cpu_p_matmul(const ag_k_matmul *a);
