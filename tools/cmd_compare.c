@@ -74,7 +74,7 @@ static void usage(void) {
       "                   on each device from the reference's inputs, ranking the ops\n"
       "                   (forward and backward) by the error each adds\n"
       "  --bisect-step N  bisect step N whatever the divergence (implies --bisect)\n"
-      "  --bisect-top N   ops listed per device (default 10; 0: all)\n" AG_CLI_THREADS_HELP "\n"
+      "  --bisect-top N   ops listed per device (default 10; 0: all)\n" AG_CLI_THREADS_HELP AG_CLI_NUMERICS_HELP "\n"
       "Exit status: 0 within tolerance, 1 diverged, 2 error or unavailable device.\n");
 }
 
@@ -103,7 +103,7 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
       {"bisect", no_argument, NULL, O_BISECT},           {"bisect-step", required_argument, NULL, O_BISECT_STEP},
       {"bisect-top", required_argument, NULL, O_BISECT_TOP}, {"report", required_argument, NULL, O_REPORT},
       {"data", required_argument, NULL, O_DATA},         AG_CLI_THREADS_OPT,
-      {NULL, 0, NULL, 0}};
+      AG_CLI_NUMERICS_OPT,                               {NULL, 0, NULL, 0}};
   /* The model picks the defaults the other options then override. */
   charlm_model_kind kind = CHARLM_MLP;
   bool cnn = false, llama = false;
@@ -150,6 +150,7 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
     switch (c) {
       case O_DEVICES: devices = v; break;
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
+      case AG_CLI_NUMERICS: ok = ag_cli_numerics(C, v); break;
       case O_MODEL: break;
       case O_STEPS: ok = ag_cli_i64(C, "steps", v, 1, CHARLM_MAX_STEPS, &o->steps); break;
       case O_SEED: ok = ag_cli_u64(C, "seed", v, &o->job.seed); break;
