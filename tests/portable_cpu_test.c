@@ -19,7 +19,7 @@
 
 #include "anygrad/anygrad.h"
 #include "cpu_backend.h"
-#include "cpu_pmath_local.h"
+#include "cpu_pmath.h"
 #include "cpu_portable.h"
 #include "tensor/half.h"
 
