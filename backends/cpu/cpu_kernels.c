@@ -451,6 +451,7 @@ ag_status cpu_k_where(ag_kernel_error *err, const ag_k_where *a) {
 
 ag_status cpu_k_arange(ag_kernel_error *err, const ag_k_arange *a) {
   (void)err;
+  if ((a->call->flags & AG_KF_PORTABLE) && !is_int(a->out->dtype)) return ag__cpu_p_arange(a);
   const ag_koperand *out = a->out;
   int64_t n = out->ndim ? out->shape[0] : 1;
   char *p = ag__cpu_ptr(out);
@@ -501,15 +502,11 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
 
 /* Portable numerics (CPU_KOPS_PORTABLE): UNARY and BINARY run every table
  * entry on f32/f16/bf16 through the portable bodies and the INT entries on
- * the integer dtypes (exact); REDUCE every code (SUM through S);
- * POOL2D MAX (exact), the averages once they have their portable path. */
-static bool cpu_supports_portable_subop(ag_kop op, int sub, ag_dtype dt) {
-  switch (op) {
-    case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD: return sub == AG_P_MAX;
-    default: return cpu_supports_subop(op, sub, dt);
-  }
-}
+ * the integer dtypes (exact); REDUCE every code (SUM through S); POOL2D*
+ * every code: the default f32 kernels are the contract's (MAX selects;
+ * the averages sum the window in order, divide once, and the backward adds
+ * in output order). */
+static bool cpu_supports_portable_subop(ag_kop op, int sub, ag_dtype dt) { return cpu_supports_subop(op, sub, dt); }
 
 bool ag__cpu_supports_portable(ag_kop op, int sub, ag_dtype dt) {
   return cpu_dispatch_portable(op, sub, dt) && cpu_supports_portable_subop(op, sub, dt) &&
