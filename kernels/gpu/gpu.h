@@ -127,7 +127,11 @@ static inline char *agk_optr(const ag_koperand *o) { return o ? agk_ptr(o) : (ch
   X(WHERE, where, AGK_DTS_PORTABLE, AGK_VNONE)                                                     \
   X(EMBEDDING, embedding, AGK_DTS_PORTABLE, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))         \
   X(GATHER, gather, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                  \
-  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)
+  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                         \
+  X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))       \
+  X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))   \
+  X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))           \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)
 
 #define GPU_KOPS_PORTABLE_OWN(X)                                                                   \
   X(UNARY, unary, AGK_DTS_PORTABLE, AGK_VANY)                                                      \

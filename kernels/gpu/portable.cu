@@ -16,7 +16,8 @@
 
 #include "common.cuh"
 
-#include "pmath_local.cuh"
+#define AGP_NATIVE_DIVSQRT 1
+#include "anygrad/pmath.h"
 
 /* The threads of every S block, and the tree's width (the spec's B). */
 #define P_B 256
