@@ -5,7 +5,9 @@
  * three levels of the canonical sum), rows of 1, 257 and 5000 (softmax,
  * log-softmax, log-sum-exp, layer and RMS norm, cross-entropy, each with its
  * backward), matmul shapes around the 16-wide tiles, the elementwise table,
- * random numbers, dropout and arange, in f32, f16 and bf16. A cell the CPU
+ * random numbers and arange, in f32, f16 and bf16; convolution (padding,
+ * stride, dilation, groups; a weight gradient summed over 600 terms) and
+ * max, average and adaptive pooling with their gradients in f32. A cell the CPU
  * refuses (its portable list lacks it) is reported and skipped; one the
  * emulated GPU refuses fails.
  *   portable_gpu_test (AG_BACKEND_PATH names the gpuemu module's folder) */
@@ -81,11 +83,14 @@ typedef enum {
   C_BINARY,
   C_RANDOM,
   C_ARANGE,
+  C_CONV,
+  C_POOL,
   C_COUNT
 } case_kind;
 static const char *const g_case_names[C_COUNT] = {"sum",       "sum_dim0",  "mean_dim1", "softmax", "log_softmax",
                                                   "logsumexp", "layernorm", "rmsnorm",   "xent",    "matmul",
-                                                  "unary",     "binary",    "random",    "arange"};
+                                                  "unary",     "binary",    "random",    "arange",
+                                                  "conv2d",    "pool2d"};
 
 /* Runs case k with size n on d; out[] gets up to MAX_OUT result tensors
  * (f32 after an exact cast). Returns how many, or -1 with the error set. */
@@ -195,6 +200,42 @@ static int run_case(case_kind k, ag_device d, ag_dtype dt, int64_t n, int sub, a
     case C_ARANGE:
       out[m++] = ag_arange(d, dt, -3.25, -3.25 + 0.1 * (double)n, 0.1);
       break;
+    case C_CONV: {
+      /* sub 0: 3x3, padding 1; 1: stride 2, dilation 2, padding 2, 2 groups;
+       * 2: 1x1 over a plane of n (the weight gradient's S over 2n terms) */
+      int64_t side = sub == 2 ? n : 9 + n % 7;
+      int64_t sx[4] = {2, 4, sub == 2 ? 1 : side, side};
+      int64_t sw[4] = {6, sub == 1 ? 2 : 4, sub == 2 ? 1 : 3, sub == 2 ? 1 : 3}, sb = 6;
+      ag_conv2d_params prm = {{1, 1}, {1, 1}, {1, 1}, 1};
+      if (sub == 1) {
+        prm.stride[0] = prm.stride[1] = 2;
+        prm.dilation[0] = prm.dilation[1] = 2;
+        prm.padding[0] = prm.padding[1] = 2;
+        prm.groups = 2;
+      }
+      if (sub == 2) prm.padding[0] = prm.padding[1] = 0;
+      ag_tensor *x = input(d, dt, 4, sx, 20, -2, 2, true);
+      ag_tensor *w = input(d, dt, 4, sw, 21, -1, 1, true);
+      ag_tensor *b = input(d, dt, 1, &sb, 22, -1, 1, true);
+      ag_tensor *y = ag_conv2d(x, w, b, &prm);
+      out[m++] = y;
+      if (ag_backward(weighted(y, 23), NULL, false) != AG_OK) return -1;
+      out[m++] = ag_tensor_grad(x);
+      out[m++] = ag_tensor_grad(w);
+      out[m++] = ag_tensor_grad(b);
+      break;
+    }
+    case C_POOL: {
+      int64_t side = 7 + n % 9, sx[4] = {2, 3, side, side + 1};
+      ag_pool2d_params prm = {{3, 3}, {2, 2}, {1, 1}, sub == 1};
+      ag_tensor *x = input(d, dt, 4, sx, 24, -2, 2, true);
+      ag_tensor *y = sub == 0 ? ag_max_pool2d(x, &prm) : sub == 1 ? ag_avg_pool2d(x, &prm)
+                                                                 : ag_adaptive_avg_pool2d(x, 3, 4);
+      out[m++] = y;
+      if (ag_backward(weighted(y, 25), NULL, false) != AG_OK) return -1;
+      out[m++] = ag_tensor_grad(x);
+      break;
+    }
     default: return -1;
   }
   for (int i = 0; i < m; i++) {
@@ -326,11 +367,23 @@ static void test_elementwise(void **state) {
   print_message("%d cells, %d compared on the two emulated devices only (the cpu refused them)\n", g_cells, g_skipped);
 }
 
+static void test_vision(void **state) {
+  (void)state;
+  /* f32: the dtype the CPU's convolution and pooling have */
+  static const int64_t sizes[] = {1, 5, 300};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+    for (int sub = 0; sub < 3; sub++) {
+      cell(C_CONV, AG_F32, sizes[s], sub);
+      cell(C_POOL, AG_F32, sizes[s], sub);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sums),
       cmocka_unit_test(test_rows),
       cmocka_unit_test(test_matmul),
+      cmocka_unit_test(test_vision),
       cmocka_unit_test(test_elementwise),
   };
   return cmocka_run_group_tests(tests, setup, NULL);

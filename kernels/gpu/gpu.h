@@ -115,7 +115,8 @@ static inline char *agk_optr(const ag_koperand *o) { return o ? agk_ptr(o) : (ch
  * dispatch's refusal (AGK_DEFINE_DISPATCH_PORTABLE). It is two lists, one
  * op per line: GPU_KOPS_EXACT, the ops exact by nature (data movement,
  * comparisons, one rounding) whose default kernels were checked against the
- * spec and run as they are; GPU_KOPS_PORTABLE_OWN, the ops whose portable
+ * spec and run as they are (pooling: its kernels already add in the spec's
+ * order and divide once); GPU_KOPS_PORTABLE_OWN, the ops whose portable
  * call runs agkp_<name> (portable.cu, compiled without contraction, with
  * correctly rounded division and square root, subnormals kept). The integer
  * dtypes are exact by nature in every op that takes them (agkp_* hand them
@@ -131,7 +132,9 @@ static inline char *agk_optr(const ag_koperand *o) { return o ? agk_ptr(o) : (ch
   X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))       \
   X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))   \
   X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))           \
-  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                         \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)
 
 #define GPU_KOPS_PORTABLE_OWN(X)                                                                   \
   X(UNARY, unary, AGK_DTS_PORTABLE, AGK_VANY)                                                      \
@@ -154,7 +157,10 @@ static inline char *agk_optr(const ag_koperand *o) { return o ? agk_ptr(o) : (ch
   X(DROPOUT, dropout, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
   X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                          \
   X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                            \
-  X(ARANGE, arange, AGK_DTS_PORTABLE, AGK_VNONE)
+  X(ARANGE, arange, AGK_DTS_PORTABLE, AGK_VNONE)                                                   \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                        \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                    \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)
 
 #define GPU_KOPS_PORTABLE(X) GPU_KOPS_EXACT(X) GPU_KOPS_PORTABLE_OWN(X)
 

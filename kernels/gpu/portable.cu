@@ -1171,6 +1171,159 @@ gpuError_t agkp_arange(const agk_env *env, const ag_k_arange *a) {
   return gpuGetLastError();
 }
 
+/* ---- CONV2D and its gradients (f32, NCHW contiguous) ---- */
+
+typedef struct p_conv {
+  ll N, Ci, H, W, Co, Ho, Wo, KH, KW, sh, sw, ph, pw, dh, dw, cig, cog;
+} p_conv;
+static p_conv p_conv_of(const agk_conv *cv) {
+  p_conv g;
+  g.N = cv->x->shape[0];
+  g.Ci = cv->x->shape[1];
+  g.H = cv->x->shape[2];
+  g.W = cv->x->shape[3];
+  g.Co = cv->y->shape[1];
+  g.Ho = cv->y->shape[2];
+  g.Wo = cv->y->shape[3];
+  g.KH = cv->w->shape[2];
+  g.KW = cv->w->shape[3];
+  g.sh = cv->stride_h;
+  g.sw = cv->stride_w;
+  g.ph = cv->pad_h;
+  g.pw = cv->pad_w;
+  g.dh = cv->dilation_h;
+  g.dw = cv->dilation_w;
+  const ll G = cv->groups > 0 ? cv->groups : 1;
+  g.cig = g.Ci / G;
+  g.cog = g.Co / G;
+  return g;
+}
+
+/* y[n, co, oh, ow]: sequential over ci of the group, kh, kw; taps in the
+ * padding skipped; then + bias[co] */
+__global__ void k_p_conv_fwd(float *y, const float *x, const float *w, const float *bias, p_conv g) {
+  const ll n_out = g.N * g.Co * g.Ho * g.Wo, stride = (ll)gridDim.x * blockDim.x;
+  for (ll o = (ll)blockIdx.x * blockDim.x + threadIdx.x; o < n_out; o += stride) {
+    const ll ow = o % g.Wo, oh = o / g.Wo % g.Ho, co = o / (g.Wo * g.Ho) % g.Co, n = o / (g.Wo * g.Ho * g.Co);
+    const ll grp = co / g.cog;
+    float acc = 0.f;
+    for (ll c = 0; c < g.cig; c++) {
+      const float *xp = x + (n * g.Ci + grp * g.cig + c) * g.H * g.W;
+      const float *wp = w + (co * g.cig + c) * g.KH * g.KW;
+      for (ll kh = 0; kh < g.KH; kh++) {
+        const ll ih = oh * g.sh - g.ph + kh * g.dh;
+        if (ih < 0 || ih >= g.H) continue;
+        for (ll kw = 0; kw < g.KW; kw++) {
+          const ll iw = ow * g.sw - g.pw + kw * g.dw;
+          if (iw < 0 || iw >= g.W) continue;
+          acc = acc + xp[ih * g.W + iw] * wp[kh * g.KW + kw];
+        }
+      }
+    }
+    y[o] = bias ? acc + bias[co] : acc;
+  }
+}
+
+/* dx[n, ci, h, w]: sequential over co of the group, kh, kw of dy * w at the
+ * taps whose (oh, ow) is an integral, in-range output position */
+__global__ void k_p_conv_bwd_in(float *dx, const float *dy, const float *w, p_conv g) {
+  const ll n_in = g.N * g.Ci * g.H * g.W, stride = (ll)gridDim.x * blockDim.x;
+  for (ll e = (ll)blockIdx.x * blockDim.x + threadIdx.x; e < n_in; e += stride) {
+    const ll iw = e % g.W, ih = e / g.W % g.H, ci = e / (g.W * g.H) % g.Ci, n = e / (g.W * g.H * g.Ci);
+    const ll grp = ci / g.cig, c = ci % g.cig;
+    float acc = 0.f;
+    for (ll k = 0; k < g.cog; k++) {
+      const ll co = grp * g.cog + k;
+      const float *gp = dy + (n * g.Co + co) * g.Ho * g.Wo;
+      const float *wp = w + (co * g.cig + c) * g.KH * g.KW;
+      for (ll kh = 0; kh < g.KH; kh++) {
+        const ll th = ih + g.ph - kh * g.dh;
+        if (th < 0 || th % g.sh) continue;
+        const ll oh = th / g.sh;
+        if (oh >= g.Ho) continue;
+        for (ll kw = 0; kw < g.KW; kw++) {
+          const ll tw = iw + g.pw - kw * g.dw;
+          if (tw < 0 || tw % g.sw) continue;
+          const ll ow = tw / g.sw;
+          if (ow >= g.Wo) continue;
+          acc = acc + gp[oh * g.Wo + ow] * wp[kh * g.KW + kw];
+        }
+      }
+    }
+    dx[e] = acc;
+  }
+}
+
+/* dw[co, c, kh, kw] = S over (n, oh, ow), n outermost, of dy * x (+0 at the
+ * padding taps): one block per weight */
+struct p_conv_wterm {
+  const float *dy, *x;
+  p_conv g;
+  ll co, ci, kh, kw;
+  AGK_DEV float operator()(ll l) const {
+    const ll ow = l % g.Wo, oh = l / g.Wo % g.Ho, n = l / (g.Wo * g.Ho);
+    const ll ih = oh * g.sh - g.ph + kh * g.dh, iw = ow * g.sw - g.pw + kw * g.dw;
+    if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) return 0.f;
+    return dy[((n * g.Co + co) * g.Ho + oh) * g.Wo + ow] * x[((n * g.Ci + ci) * g.H + ih) * g.W + iw];
+  }
+};
+__global__ void k_p_conv_bwd_w(float *dw, const float *dy, const float *x, p_conv g, float *scratch) {
+  __shared__ float t[P_B];
+  __shared__ float sp[P_SPART];
+  const ll L = g.N * g.Ho * g.Wo, nw = g.Co * g.cig * g.KH * g.KW;
+  float *buf = p_buf(sp, scratch, L);
+  for (ll q = blockIdx.x; q < nw; q += gridDim.x) {
+    p_conv_wterm f;
+    f.dy = dy;
+    f.x = x;
+    f.g = g;
+    f.kw = q % g.KW;
+    f.kh = q / g.KW % g.KH;
+    const ll c = q / (g.KW * g.KH) % g.cig;
+    f.co = q / (g.KW * g.KH * g.cig);
+    f.ci = f.co / g.cog * g.cig + c;
+    const float s = p_sum(t, buf, L, f);
+    if (threadIdx.x == 0) dw[q] = s;
+  }
+}
+
+static gpuError_t p_conv_run(const agk_env *env, const agk_conv *cv) {
+  if (cv->dtype != AG_F32) return gpuErrorNotSupported;
+  const p_conv g = p_conv_of(cv);
+  if (g.cig <= 0 || g.cog <= 0 || g.sh <= 0 || g.sw <= 0) return gpuErrorNotSupported;
+  float *x = (float *)agk_ptr(cv->x), *y = (float *)agk_ptr(cv->y), *w = (float *)agk_ptr(cv->w);
+  if (cv->op == AG_K_CONV2D) {
+    const ll n = g.N * g.Co * g.Ho * g.Wo;
+    if (n == 0) return gpuSuccess;
+    agk_launch(k_p_conv_fwd, p_ew_grid(env, n), P_B, 0, env->stream, y, (const float *)x, (const float *)w,
+               (const float *)agk_optr(cv->bias), g);
+  } else if (cv->op == AG_K_CONV2D_BWD_INPUT) {
+    const ll n = g.N * g.Ci * g.H * g.W;
+    if (n == 0) return gpuSuccess;
+    agk_launch(k_p_conv_bwd_in, p_ew_grid(env, n), P_B, 0, env->stream, x, (const float *)y, (const float *)w, g);
+  } else {
+    const ll nw = g.Co * g.cig * g.KH * g.KW;
+    if (nw == 0) return gpuSuccess;
+    const unsigned grid = p_grid(env, nw, g.N * g.Ho * g.Wo);
+    if (!grid) return gpuErrorNotSupported;
+    agk_launch(k_p_conv_bwd_w, grid, P_B, 0, env->stream, w, (const float *)y, (const float *)x, g,
+               (float *)env->scratch);
+  }
+  return gpuGetLastError();
+}
+gpuError_t agkp_conv2d(const agk_env *env, const ag_k_conv2d *a) {
+  const agk_conv cv = agk_conv_of(a);
+  return p_conv_run(env, &cv);
+}
+gpuError_t agkp_conv2d_bwd_input(const agk_env *env, const ag_k_conv2d_bwd_input *a) {
+  const agk_conv cv = agk_conv_of(a);
+  return p_conv_run(env, &cv);
+}
+gpuError_t agkp_conv2d_bwd_weight(const agk_env *env, const ag_k_conv2d_bwd_weight *a) {
+  const agk_conv cv = agk_conv_of(a);
+  return p_conv_run(env, &cv);
+}
+
 /* ---- portable_check's probe ---- */
 
 /* in: 2^-126, 0.5, 2^-149, 2^24, 1 + 2^-12, -(1 + 2^-11), 1, 3, 2 */
