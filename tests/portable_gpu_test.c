@@ -2,7 +2,8 @@
  * on gpuemu:0 (warp 32) and gpuemu:1 (warp 64) against the CPU backend, bit
  * for bit (NaN equals NaN, signed zeros differ), through the public API in
  * portable mode: sums of 1, 255, 256, 257 and 70000 elements (one, two and
- * three levels of the canonical sum), rows of 1, 257 and 5000 (softmax,
+ * three levels of the canonical sum), max and min whose result is a zero
+ * held with both signs, rows of 1, 257 and 5000 (softmax,
  * log-softmax, log-sum-exp, layer and RMS norm, cross-entropy, each with its
  * backward), matmul shapes around the 16-wide tiles, the elementwise table,
  * random numbers and arange, in f32, f16 and bf16; convolution (padding,
@@ -85,12 +86,13 @@ typedef enum {
   C_ARANGE,
   C_CONV,
   C_POOL,
+  C_MAXMIN,
   C_COUNT
 } case_kind;
 static const char *const g_case_names[C_COUNT] = {"sum",       "sum_dim0",  "mean_dim1", "softmax", "log_softmax",
                                                   "logsumexp", "layernorm", "rmsnorm",   "xent",    "matmul",
                                                   "unary",     "binary",    "random",    "arange",
-                                                  "conv2d",    "pool2d"};
+                                                  "conv2d",    "pool2d",    "maxmin"};
 
 /* Runs case k with size n on d; out[] gets up to MAX_OUT result tensors
  * (f32 after an exact cast). Returns how many, or -1 with the error set. */
@@ -236,6 +238,16 @@ static int run_case(case_kind k, ag_device d, ag_dtype dt, int64_t n, int sub, a
       out[m++] = ag_tensor_grad(x);
       break;
     }
+    case C_MAXMIN: {
+      /* rows whose maximum (minimum) is zero, held as +0 and -0: the
+       * first of them is the result, as the CPU's sequential rule gives */
+      int64_t sh[2] = {3, n};
+      int dim = sub == 2 ? 0 : 1;
+      ag_tensor *x = input(d, dt, 2, sh, 26, -3, 0, false);
+      out[m++] = sub == 1 ? ag_min(ag_neg(x), 1, &dim, false) : ag_max(x, 1, &dim, false);
+      out[m++] = ag_max(x, 0, NULL, false);
+      break;
+    }
     default: return -1;
   }
   for (int i = 0; i < m; i++) {
@@ -337,6 +349,14 @@ static void test_sums(void **state) {
     }
 }
 
+static void test_maxmin(void **state) {
+  (void)state;
+  static const int64_t sizes[] = {1, 255, 257, 5000};
+  for (size_t t = 0; t < sizeof g_dtypes / sizeof g_dtypes[0]; t++)
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+      for (int sub = 0; sub < 3; sub++) cell(C_MAXMIN, g_dtypes[t], sizes[s], sub);
+}
+
 static void test_rows(void **state) {
   (void)state;
   static const int64_t sizes[] = {1, 257, 5000};
@@ -381,6 +401,7 @@ static void test_vision(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sums),
+      cmocka_unit_test(test_maxmin),
       cmocka_unit_test(test_rows),
       cmocka_unit_test(test_matmul),
       cmocka_unit_test(test_vision),

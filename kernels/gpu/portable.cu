@@ -349,10 +349,64 @@ template <typename T> static gpuError_t p_reduce_sum(const agk_env *env, const a
   return gpuSuccess;
 }
 
+/* REDUCE MAX, MIN (float): the CPU's sequential rule, so also the sign of a
+ * zero maximum: the first of the row's values that no later one beats (v >
+ * best, or v < best for MIN), a NaN once met stays. Each thread scans its
+ * elements in order; the tree keeps, of two, the NaN, else the better, else
+ * (equal values: -0 and +0) the earlier index. */
+AGK_DEV bool p_mm_wins(int is_max, float v, ll i, float b, ll bi) {
+  if (b != b) return false;
+  if (v != v) return true;
+  if (is_max ? v > b : v < b) return true;
+  return v == b && i < bi;
+}
+template <typename T>
+__global__ void k_p_minmax(const T *x, ll rows, ll r, ll inner, T *out, int is_max) {
+  __shared__ float tv[P_B];
+  __shared__ ll ti[P_B];
+  const unsigned tid = threadIdx.x;
+  for (ll row = blockIdx.x; row < rows; row += gridDim.x) {
+    const ll o = row / inner, i = row - o * inner;
+    const T *xr = x + o * r * inner + i;
+    float best = is_max ? -INFINITY : INFINITY;
+    ll bi = -1;
+    for (ll j = tid; j < r; j += P_B) {
+      const float v = p_ld(xr, j * inner);
+      if (bi < 0 || (best == best && (v != v || (is_max ? v > best : v < best)))) {
+        best = v;
+        bi = j;
+      }
+    }
+    if (bi < 0) bi = 0x7fffffffffffffffLL; /* no element: loses every tie */
+    tv[tid] = best;
+    ti[tid] = bi;
+    __syncthreads();
+    for (unsigned s = P_B / 2; s > 0; s >>= 1) {
+      if (tid < s && p_mm_wins(is_max, tv[tid + s], ti[tid + s], tv[tid], ti[tid])) {
+        tv[tid] = tv[tid + s];
+        ti[tid] = ti[tid + s];
+      }
+      __syncthreads();
+    }
+    if (tid == 0) p_st(out, row, tv[0]);
+    __syncthreads();
+  }
+}
+
 gpuError_t agkp_reduce(const agk_env *env, const ag_k_reduce *a) {
   if (a->x->dtype == AG_F64 || a->out->dtype == AG_F64) return gpuErrorNotSupported;
-  if (a->variant != AG_R_SUM || !p_float(a->x->dtype)) return agk_reduce(env, a); /* exact */
+  if (a->variant == AG_R_ARGMAX || !p_float(a->x->dtype)) return agk_reduce(env, a); /* exact */
   if (a->out->dtype != a->x->dtype) return gpuErrorNotSupported;
+  if (a->variant == AG_R_MAX || a->variant == AG_R_MIN) {
+    const ll rows = a->outer * a->inner;
+    if (rows == 0) return gpuSuccess;
+    P_DISPATCH(a->x->dtype, T,
+               agk_launch(k_p_minmax<T>, agk_blocks(rows, 1, P_B, agk_wave(env, P_B)), P_B, 0, env->stream,
+                          (const T *)agk_ptr(a->x), rows, (ll)a->r, (ll)a->inner, (T *)agk_ptr(a->out),
+                          (int)(a->variant == AG_R_MAX)));
+    return gpuGetLastError();
+  }
+  if (a->variant != AG_R_SUM) return gpuErrorNotSupported;
   P_DISPATCH(a->x->dtype, T, return p_reduce_sum<T>(env, a));
   return gpuErrorNotSupported;
 }

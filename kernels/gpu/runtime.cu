@@ -525,8 +525,9 @@ AGK_DEFINE_DISPATCH_PORTABLE(gpu_dispatch, GPU_KOPS, GPU_KOPS_PORTABLE, AG_GPU_B
 
 /* The sub-op codes GPU_KOPS_PORTABLE takes as a whole (AGK_VANY): the
  * elementwise table's float entries (pmath in portable.cu) and the integer
- * rules; REDUCE SUM (the canonical sum S), and MAX, MIN, ARGMAX (exact: the
- * default kernels). */
+ * rules; REDUCE SUM (the canonical sum S), MAX and MIN (the CPU's
+ * first-of-equals rule, which fixes the sign of a zero result; the default
+ * kernels' trees did not), ARGMAX (exact: the default kernel). */
 static bool agg_portable_rule(ag_kop op, int sub, ag_dtype dt) {
   if (!gpu_supports_rule(op, sub, dt)) return false;
   switch (op) {
