@@ -114,7 +114,7 @@ static ag_status scaled_copy(ag_tensor *view, ag_tensor *g, double w) {
 static ag_status bucket_launch(ag_ddp *d, ddp_bucket *b) {
   ag_status st = AG_OK;
   ag_devstate *ds = ag__ds(b->flat);
-  bool fused = d->weight != 1.0 && ds->be->supports(ds->ord, AG_K_UNARY, AG_U_AFFINE, b->dtype);
+  bool fused = d->weight != 1.0 && ag__supports(ds, AG_K_UNARY, AG_U_AFFINE, b->dtype);
   for (int k = 0; fused && k < b->count; k++) {
     ag_tensor *g = d->params[d->order[b->first + k]].p->grad;
     if (g && (g->dtype != b->dtype || ag__ds(g) != ds || !ag_tensor_is_contiguous(g))) fused = false;

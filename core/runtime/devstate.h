@@ -29,6 +29,10 @@ typedef struct ag_devstate {
   pthread_mutex_t lock;     /* guards the stream list */
   struct ag_stream *streams; /* every stream of the device, default first */
   uint32_t next_stream_id;
+  /* portable numerics on this device (numerics.c): 0 not asked yet, 1
+   * honoured, -1 refused with portable_reason */
+  _Atomic int portable_state;
+  char portable_reason[256];
 } ag_devstate;
 
 struct ag_stream {
@@ -89,6 +93,20 @@ AG_HIDDEN uint64_t ag__sync_wait_ns(void);
 /* Every AG_* variable of the core (runtime/env.c), checked when a device
  * opens: AG_ERR_INVALID naming the first bad one. */
 AG_HIDDEN ag_status ag__env_check(void);
+/* AG_NUMERICS holds default or portable (numerics.c). */
+AG_HIDDEN ag_status ag__env_numerics_check(void);
+/* Portable numerics on ds: AG_OK once its backend's portable_check passed;
+ * AG_ERR_UNSUPPORTED with the reason otherwise (asked once per device). */
+AG_HIDDEN ag_status ag__portable_open(ag_devstate *ds);
+/* supports() in the current numerics mode: the backend's supports_portable
+ * in portable mode (false without one), supports otherwise. The core asks
+ * this, never be->supports directly, so composite fallbacks (attention,
+ * batch norm) are taken where a backend has no portable kernel. */
+static inline bool ag__supports(const ag_devstate *ds, ag_kop op, int sub, ag_dtype dt) {
+  if (ag_get_numerics() == AG_NUMERICS_PORTABLE)
+    return ds->be->supports_portable && ds->be->supports_portable(ds->ord, op, sub, dt);
+  return ds->be->supports(ds->ord, op, sub, dt);
+}
 /* ---- calls up (env.c): the layers above runtime/ reach it only through
  * these, which they fill from a constructor of the file that implements them
  * (so only when that file is linked in, and before any device opens). ---- */

@@ -36,6 +36,7 @@ ag_status ag__env_check(void) {
   if (st == AG_OK) st = ag_env_i64("AG_NUM_THREADS", 1, AG_MAX_THREADS, 1, &i);
   if (st == AG_OK) st = ag_env_f64("AG_PINNED_CACHE_MB", 0, 1 << 30, 0, &f);
   if (st == AG_OK) st = ag_env_i64("AG_DIST_TIMEOUT_MS", 1, AG_DIST_MAX_TIMEOUT_MS, 1, &i);
+  if (st == AG_OK) st = ag__env_numerics_check();
   const char *d = getenv("AG_DETERMINISTIC");
   if (st == AG_OK && d && *d) {
     static const char *const ok[] = {"0", "1", "on", "off", "true", "false"};

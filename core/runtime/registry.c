@@ -582,6 +582,10 @@ static bool accept_table(backend_slot *sl, const ag_backend *be, const char *wha
     vt.supports = k_bound[k].supports;
     vt.launch = k_bound[k].launch;
     vt.take_kernel_error = k_bound[k].kernel_error;
+    /* portable numerics needs the module's own codes for every op it
+     * claims: a module bound by name to other tables refuses the mode */
+    vt.portable_check = NULL;
+    vt.supports_portable = NULL;
   }
   sl->vt = vt;
   return true;
@@ -890,7 +894,7 @@ ag_status ag_device_props_get(ag_device d, ag_device_props *out_props) {
 bool ag_device_supports(ag_device d, int op, int sub, ag_dtype dt) {
   if (op < 0 || op >= AG_KOP_COUNT || sub < 0 || (int)dt < 0 || (int)dt >= AG_DTYPE_COUNT) return false;
   ag_devstate *ds = ag__devstate(d);
-  return ds && ds->be->supports(ds->ord, (ag_kop)op, sub, dt);
+  return ds && ag__supports(ds, (ag_kop)op, sub, dt);
 }
 
 ag_status ag_device_mem_info(ag_device d, size_t *out_free, size_t *out_total) {

@@ -155,8 +155,8 @@ ag_tensor *ag_scaled_dot_product_attention(ag_tensor *q, ag_tensor *k, ag_tensor
   const bool grad = ag__grad_needed(3, in);
   /* The fused path needs the backward kernel too when the op is recorded:
    * a node must never find its backward missing. */
-  if (!ds->be->supports(ds->ord, AG_K_SDPA, 0, q->dtype) ||
-      (grad && !ds->be->supports(ds->ord, AG_K_SDPA_BWD, 0, q->dtype)))
+  if (!ag__supports(ds, AG_K_SDPA, 0, q->dtype) ||
+      (grad && !ag__supports(ds, AG_K_SDPA_BWD, 0, q->dtype)))
     return unfused(&d, q, k, v, mask, causal, dropout_p, g);
   ag_no_grad_begin();
   ag_tensor *qc = ag_contiguous(q), *kc = ag_contiguous(k), *vc = ag_contiguous(v);

@@ -322,7 +322,7 @@ ag_tensor *ag_log_softmax(ag_tensor *a, int dim) {
  * i32 range is still out of range and reported (as the clamped value),
  * never wrapped into range. */
 ag_tensor *ag__index_operand(ag_devstate *ds, ag_kop op, ag_dtype dt, ag_tensor *idx) {
-  if (idx->dtype != AG_I64 || ds->be->supports(ds->ord, op, 1, dt)) return ag__raw_contiguous(idx);
+  if (idx->dtype != AG_I64 || ag__supports(ds, op, 1, dt)) return ag__raw_contiguous(idx);
   ag_no_grad_begin();
   ag_device d = ag_tensor_device(idx);
   ag_tensor *hi = ag_full(d, AG_I64, 0, NULL, 2147483647.0), *lo = ag_full(d, AG_I64, 0, NULL, -2147483648.0);

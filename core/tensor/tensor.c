@@ -589,7 +589,7 @@ ag_devstate *ag__same_device(const char *op, int n, ag_tensor *const *ts) {
 }
 
 bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char *name) {
-  if (AG_LIKELY(ds->be->supports(ds->ord, op, sub, dt))) return true;
+  if (AG_LIKELY(ag__supports(ds, op, sub, dt))) return true;
   ag_error_set(AG_ERR_UNSUPPORTED, "%s for %s is not supported on %s", name, ag_dtype_name(dt),
                ds->label);
   return false;
@@ -602,7 +602,7 @@ bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char 
  * have one dtype). */
 static ag_status elementwise_check(ag_devstate *ds, const ag_kernel_call *c) {
   const ag_dtype dt = c->o[1].dtype;
-  if (AG_LIKELY(ds->be->supports(ds->ord, c->op, c->sub, dt))) return AG_OK;
+  if (AG_LIKELY(ag__supports(ds, c->op, c->sub, dt))) return AG_OK;
   const ag_unary_info *u = c->op == AG_K_UNARY ? ag_unary_info_of(c->sub) : NULL;
   const ag_binary_info *b = c->op == AG_K_BINARY ? ag_binary_info_of(c->sub) : NULL;
   const char *sub = u ? u->name : b ? b->name : "(unknown sub-op)";
@@ -684,6 +684,11 @@ ag_status ag__launch(ag_devstate *ds, ag_kernel_call *c) {
   }
   c->struct_size = (uint32_t)sizeof *c;
   c->flags = (ag_get_deterministic() ? AG_KF_DETERMINISTIC : 0u) | AG_KF_WORKSPACE;
+  if (AG_UNLIKELY(ag_get_numerics() == AG_NUMERICS_PORTABLE)) {
+    ag_status pst = ag__portable_open(ds);
+    if (pst != AG_OK) return pst;
+    c->flags |= AG_KF_PORTABLE;
+  }
   launch_ws ws;
   ws.ds = ds;
   ws.s = s;

@@ -313,8 +313,8 @@ ag_tensor *ag_squeeze(ag_tensor *t, int dim) {
 /* dst[...] = src[...] with a cast; src already has dst's shape (strides may be 0). */
 static ag_status launch_copy(ag_tensor *dst, const ag_koperand *src, const char *name) {
   ag_devstate *ds = ag__ds(dst);
-  if (!ds->be->supports(ds->ord, AG_K_UNARY, AG_U_COPY, dst->dtype) ||
-      !ds->be->supports(ds->ord, AG_K_UNARY, AG_U_COPY, src->dtype))
+  if (!ag__supports(ds, AG_K_UNARY, AG_U_COPY, dst->dtype) ||
+      !ag__supports(ds, AG_K_UNARY, AG_U_COPY, src->dtype))
     return ag_error_set(AG_ERR_UNSUPPORTED, "%s from %s to %s is not supported on %s", name,
                         ag_dtype_name(src->dtype), ag_dtype_name(dst->dtype), ds->label);
   ag_kernel_call c;
@@ -514,7 +514,7 @@ ag_tensor *ag_to_device(ag_tensor *t, ag_device d) {
   if (!dst_ds) return NULL;
   ag_devstate *src_ds = ag__ds(t);
   if (dst_ds == src_ds) return ag__alias(t);
-  if (t->dtype == AG_F64 && !dst_ds->be->supports(dst_ds->ord, AG_K_UNARY, AG_U_COPY, AG_F64)) {
+  if (t->dtype == AG_F64 && !ag__supports(dst_ds, AG_K_UNARY, AG_U_COPY, AG_F64)) {
     ag_error_set(AG_ERR_UNSUPPORTED, "ag_to_device: f64 is not supported on %s", dst_ds->label);
     return NULL;
   }

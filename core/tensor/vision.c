@@ -347,7 +347,7 @@ static ag_tensor *bn_composed(ag_tensor *x, ag_tensor *running_mean, ag_tensor *
 /* Whether ds runs batch norm of dtype dt as kernels (BN_STATS, BN_APPLY). */
 static bool bn_fused(ag_devstate *ds, ag_dtype dt) {
   for (int sub = 0; sub < 2; sub++)
-    if (!ds->be->supports(ds->ord, AG_K_BN_STATS, sub, dt) || !ds->be->supports(ds->ord, AG_K_BN_APPLY, sub, dt))
+    if (!ag__supports(ds, AG_K_BN_STATS, sub, dt) || !ag__supports(ds, AG_K_BN_APPLY, sub, dt))
       return false;
   return true;
 }

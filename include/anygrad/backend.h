@@ -74,12 +74,16 @@ extern "C" {
  *        variant stops the build. Codes and slots are 5.0's; appended:
  *        LOGSUMEXP, NORM, SORT, SCATTER_ADD, GROUP_NORM(_BWD), PAD(_BWD),
  *        INTERPOLATE(_BWD), ONE_HOT
+ *   5.2  portable numerics (docs/numerics.md): the call flag
+ *        AG_KF_PORTABLE and the vtable entries portable_check and
+ *        supports_portable; a module without them (before 5.2, or bound by
+ *        name to other op tables) refuses the mode. Tables are 5.1's
  * A change to a table is an ABI change: a new entry is a minor version (an
  * older module binds by name and lacks it), a changed meaning a major one;
  * the core does not compile until AG_BACKEND_TABLES_ENTRIES and
  * AG_BACKEND_TABLES_CHECKSUM below are set to the new tables' values. */
 #define AG_BACKEND_ABI_MAJOR 5u
-#define AG_BACKEND_ABI_MINOR 1u
+#define AG_BACKEND_ABI_MINOR 2u
 /* The tables of this version (AG_TABLES_ENTRIES_NOW and
  * AG_TABLES_CHECKSUM_NOW, below); core/runtime/registry.c asserts them. */
 #define AG_BACKEND_TABLES_ENTRIES 181
@@ -280,6 +284,11 @@ static inline ag_status ag_kernel_call_check(const ag_kernel_call *c, size_t nee
 /* The core filled ag_kernel_call.workspace (ag__launch does; a call built
  * elsewhere has no workspace service). */
 #define AG_KF_WORKSPACE 2u
+/* Portable numerics (ag_set_numerics, docs/numerics.md): compute the op as
+ * the spec fixes it, bit for bit the same on every backend, or refuse it
+ * (AG_ERR_UNSUPPORTED: ag_k__not_portable) when the backend has no such
+ * kernel for the op, variant or dtype. Never run it the default way. */
+#define AG_KF_PORTABLE 4u
 
 /* Index errors found by kernels (embedding index, cross-entropy target) are
  * not fatal: the kernel writes a safe value and stores the op and the bad
@@ -511,6 +520,20 @@ typedef struct ag_backend {
    * nothing and only reads it. Absent (NULL): the backend keeps no such
    * per-thread state (cpu, opencl, vulkan) and the core calls nothing. */
   ag_status (*thread_device)(int dev, int *out_prev);
+
+  /* ---- appended in 5.2: portable numerics (docs/numerics.md) ---- */
+  /* Optional: AG_OK when device dev computes as the spec requires (IEEE f32
+   * + - * correctly rounded, subnormals preserved, the flags that switch
+   * contraction off honoured: a backend may probe the device), else
+   * AG_ERR_UNSUPPORTED with ag_error_set naming the device and the reason.
+   * Called once per device, the first time the core launches on it in
+   * portable mode (and by ag_device_numerics_check). Absent: the mode is
+   * refused on the backend's devices. */
+  ag_status (*portable_check)(int dev);
+  /* Optional: whether launch, with AG_KF_PORTABLE set, computes op (sub)
+   * for dtype as the spec fixes it. Implies supports(). Must be cheap and
+   * never fail. Absent: nothing is portable. */
+  bool (*supports_portable)(int dev, ag_kop op, int sub, ag_dtype dtype);
 } ag_backend;
 
 /* The smallest struct_size the core accepts: the end of 5.0's entries. */

@@ -229,6 +229,39 @@ AG_API ag_status ag_event_elapsed_ms(ag_event *start, ag_event *end, float *out_
 AG_API void ag_set_deterministic(bool on);
 AG_API bool ag_get_deterministic(void);
 
+/* ---- numerics mode (docs/numerics.md) ----
+ * AG_NUMERICS_DEFAULT: each backend computes as fast as it can within the
+ * accuracy the conformance tool checks (vendor math, vendor BLAS, the
+ * device's reduction trees), so two backends agree closely but not to the
+ * bit. AG_NUMERICS_PORTABLE: every op that runs gives the same bits for the
+ * same inputs on every backend and device, whatever the thread count,
+ * work-group or warp size: elementwise math from one library of correctly
+ * rounded + - * (anygrad/pmath.h), no contraction, subnormals preserved,
+ * reductions with a fixed block size and tree, matmul and conv with a fixed
+ * order of the inner dimension, no vendor library. An op or dtype a backend
+ * has no portable kernel for is refused (AG_ERR_UNSUPPORTED naming it),
+ * never run in the default way; a device that cannot honour the mode at all
+ * refuses every launch with the reason (ag_device_numerics_check).
+ * Process-wide, like deterministic mode: the initial value comes from
+ * AG_NUMERICS=default|portable (read once, at the first launch or query; any
+ * other value stops the first device open); setting it is thread-safe and
+ * affects kernels launched afterwards. Switch it between steps, not while
+ * another thread launches the ops of one computation. */
+typedef enum ag_numerics { AG_NUMERICS_DEFAULT = 0, AG_NUMERICS_PORTABLE = 1 } ag_numerics;
+/* Errors: AG_ERR_INVALID for a value outside the enum (the mode is kept). */
+AG_API ag_status ag_set_numerics(ag_numerics mode);
+AG_API ag_numerics ag_get_numerics(void);
+/* "default", "portable"; "?" for a value outside the enum. Static storage. */
+AG_API const char *ag_numerics_name(ag_numerics mode);
+/* "default" or "portable" into *out. Errors: AG_ERR_INVALID (NULL, or
+ * another word; *out untouched). */
+AG_API ag_status ag_numerics_parse(const char *s, ag_numerics *out);
+/* AG_OK when device d runs kernels in mode (every device runs the default);
+ * AG_ERR_UNSUPPORTED with the reason when it cannot (a backend without the
+ * portable kernels, a device whose arithmetic the mode cannot rely on), or
+ * the open's error. Does not change the mode. */
+AG_API ag_status ag_device_numerics_check(ag_device d, ag_numerics mode);
+
 #ifdef __cplusplus
 }
 #endif

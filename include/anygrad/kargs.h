@@ -192,6 +192,38 @@ static inline ag_status ag_k__unsupported(const ag_kernel_call *c, const char *b
     }                                                                                              \
     return ag_k__unsupported(c, backend);                                                          \
   }
+/* The same with portable numerics: PLIST lists the ops (dtypes, variants)
+ * the backend computes as docs/numerics.md fixes them; a call with
+ * AG_KF_PORTABLE of an op, variant or dtype (the decoded one) outside it is
+ * refused by the dispatch. The op's function runs its portable path when
+ * a->call->flags has AG_KF_PORTABLE (ops exact by nature need none). Also
+ * defines `bool fn##_portable(ag_kop, int sub, ag_dtype)` from PLIST (the
+ * data of supports_portable). */
+static inline ag_status ag_k__not_portable(const ag_kernel_call *c, const char *backend, ag_dtype dt) {
+  return ag_error_set(AG_ERR_UNSUPPORTED,
+                      "%s: %s has no portable-numerics kernel for %s (sub %d) on dtype %d: refused rather than "
+                      "run with the default numerics (docs/numerics.md)",
+                      c->name ? c->name : "launch", backend, ag_kop_name(c->op), c->sub, (int)dt);
+}
+#define AGK__PDCASE(ID, nm, dts, vs)                                                                 \
+  case AG_K_##ID: {                                                                                \
+    ag_k_##nm a_;                                                                                  \
+    ag_status st_ = ag_k_##nm##_decode(c, &a_);                                                    \
+    if (st_ != AG_OK) return st_;                                                                  \
+    if ((c->flags & AG_KF_PORTABLE) && !pfn(c->op, c->sub, a_.dtype))                              \
+      return ag_k__not_portable(c, backend, a_.dtype);                                             \
+    return AGK_IMPL(nm)(ctx, &a_);                                                                 \
+  }
+#define AGK_DEFINE_DISPATCH_PORTABLE(fn, LIST, PLIST, backend)                                      \
+  AGK_DEFINE_SUPPORTS(fn##_portable, PLIST)                                                        \
+  static ag_status fn(AGK_CTX ctx, const ag_kernel_call *c) {                                      \
+    bool (*const pfn)(ag_kop, int, ag_dtype) = fn##_portable;                                      \
+    switch (c->op) {                                                                               \
+      LIST(AGK__PDCASE)                                                                            \
+      default: break;                                                                              \
+    }                                                                                              \
+    return ag_k__unsupported(c, backend);                                                          \
+  }
 #define AGK__SCASE(ID, nm, dts, vs) \
   case AG_K_##ID: return (((uint32_t)(dts) >> (unsigned)dt) & 1u) && ag_k__variant_ok((uint32_t)(vs), sub);
 #define AGK_DEFINE_SUPPORTS(fn, LIST)                                                               \

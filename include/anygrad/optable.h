@@ -19,6 +19,9 @@
  *   E_EXP E_LOG E_SQRT E_RSQRT E_TANH E_SIGMOID E_ERF E_SIN E_COS E_LOG1P
  *   E_EXPM1 E_FLOOR E_CEIL E_RINT (ties to even) E_ABS      one argument
  *   E_POW(a, b) E_ATAN2(a, b) E_FMOD(a, b) (C's fmod: sign of a)
+ *   E_DIV(a, b) a / b: every division is written so (never `/`), since
+ *               GLSL's division is not correctly rounded and the portable
+ *               numerics mode (docs/numerics.md) builds one there
  * Operands: unary fwd reads x, s0, s1 (the call's scalars); unary bwd reads
  * g (the upstream gradient), s0, s1 and the one value the entry saves: x
  * (save X) or y (save Y; the forward's output); save N reads neither, and
@@ -55,7 +58,7 @@
 /* 1 - tanh(v)^2 = sech(v)^2 = 4e / (1 + e)^2 with e = e^(-2|v|): no
  * cancellation, exactly 0 once e underflows (1 - tanh^2 is 1 - 1 or a
  * device tanh's shortfall below 1 there) */
-#define AG_OPT_SECH2(v) (E_K(4) * AG_OPT_E2(v) / ((E_K(1) + AG_OPT_E2(v)) * (E_K(1) + AG_OPT_E2(v))))
+#define AG_OPT_SECH2(v) E_DIV(E_K(4) * AG_OPT_E2(v), (E_K(1) + AG_OPT_E2(v)) * (E_K(1) + AG_OPT_E2(v)))
 /* gelu's tanh argument sqrt(2/pi) (x + 0.044715 x^3) */
 #define AG_OPT_GELU_U(x) (E_K(0.7978845608028654) * ((x) + E_K(0.044715) * (x) * (x) * (x)))
 
@@ -64,8 +67,8 @@
   AGX(COPY, copy, AH, x, NG, g, KEEP, INT, 1, (UNI, -3, 3), (UNI, -2, 2), 0, 0)                      \
   AGX(NEG, neg, A0, -x, N, -g, KEEP, INT, 1, (UNI, -3, 3), (UNI, -2, 2), 0, 0)                       \
   AGX(EXP, exp, A0, E_EXP(x), Y, g * y, F32, FLT, 8, (UNI, -3, 3), (UNI, -2, 2), 0, 0)               \
-  AGX(LOG, log, A0, E_LOG(x), X, g / x, F32, FLT, 8, (UNI, 0.1, 3), (UNI, 0.5, 2), 0, 0)             \
-  AGX(SQRT, sqrt, A0, E_SQRT(x), Y, g * E_K(0.5) / y, KEEP, FLT, 8, (UNI, 0.1, 3), (UNI, 0.5, 2), 0, \
+  AGX(LOG, log, A0, E_LOG(x), X, E_DIV(g, x), F32, FLT, 8, (UNI, 0.1, 3), (UNI, 0.5, 2), 0, 0)             \
+  AGX(SQRT, sqrt, A0, E_SQRT(x), Y, E_DIV(g * E_K(0.5), y), KEEP, FLT, 8, (UNI, 0.1, 3), (UNI, 0.5, 2), 0, \
       0)                                                                                           \
   AGX(RSQRT, rsqrt, A0, E_RSQRT(x), Y, g * E_K(-0.5) * y * y * y, F32, FLT, 8, (UNI, 0.1, 3),       \
       (UNI, 0.5, 2), 0, 0)                                                                         \
@@ -83,7 +86,7 @@
    * 0 beyond |x| = 1e6, where u' x^2 may overflow */                       \
   AGX(GELU, gelu, A0, x * E_SIGMOID(E_K(1.5957691216057308) * (x + E_K(0.044715) * x * x * x)), X, \
       x > E_K(1e6) ? g : x < E_K(-1e6) ? g * E_K(0) :                                              \
-      g * ((x < E_K(0) ? AG_OPT_E2(AG_OPT_GELU_U(x)) : E_K(1)) / (E_K(1) + AG_OPT_E2(AG_OPT_GELU_U(x))) + \
+      g * (E_DIV(x < E_K(0) ? AG_OPT_E2(AG_OPT_GELU_U(x)) : E_K(1), E_K(1) + AG_OPT_E2(AG_OPT_GELU_U(x))) + \
            E_K(0.5) * x * AG_OPT_SECH2(AG_OPT_GELU_U(x)) * E_K(0.7978845608028654) *               \
                (E_K(1) + E_K(0.134145) * x * x)),                                                  \
       KEEP, FLT, 8, (UNI, -3, 3), (UNI, -3, 3), 0, 0)                                              \
@@ -101,7 +104,7 @@
   AGX(AFFINE, affine, AH, x * s0 + s1, N, g * s0, KEEP, INT, 1, (UNI, -3, 3), (UNI, -2, 2), 1.5,     \
       -0.5)                                                                                        \
   /* s0 / x */                                                                                     \
-  AGX(RSUB_DIV, scalar_div, AH, s0 / x, X, -g * s0 / (x * x), KEEP, FLT, 1, (AWAY, 0.5, 2),        \
+  AGX(RSUB_DIV, scalar_div, AH, E_DIV(s0, x), X, E_DIV(-g * s0, x * x), KEEP, FLT, 1, (AWAY, 0.5, 2),        \
       (AWAY, 0.5, 2), 2, 0)                                                                        \
   AGX(SQUARE, square, A0, x * x, X, g * E_K(2) * x, KEEP, FLT, 1, (UNI, -3, 3), (UNI, -2, 2), 0, 0) \
   AGX(SIN, sin, A0, E_SIN(x), X, g * E_COS(x), KEEP, FLT, 8, (UNI, -4, 4), (UNI, -3, 3), 0, 0)      \
@@ -115,7 +118,7 @@
       KEEP, FLT, 8, (UNI, -3, 3), (UNI, -3, 3), 0, 0)                                              \
   /* log(1 + e^(s0 x)) / s0 (s0 = beta), x where s0 x > s1 (threshold), as     \
    * torch.nn.functional.softplus */                                                               \
-  AGX(SOFTPLUS, softplus, A2, x * s0 > s1 ? x : E_LOG1P(E_EXP(x * s0)) / s0, X,                    \
+  AGX(SOFTPLUS, softplus, A2, x * s0 > s1 ? x : E_DIV(E_LOG1P(E_EXP(x * s0)), s0), X,                    \
       x * s0 > s1 ? g : g * E_SIGMOID(x * s0), F32, FLT, 8, (UNI, -4, 4), (UNI, -3, 3), 1, 20)      \
   /* s0: the slope for x < 0 */                                                                    \
   AGX(LEAKY_RELU, leaky_relu, A1, x > E_K(0) ? x : x * s0, X, x > E_K(0) ? g : g * s0, KEEP, FLT, 1, \
@@ -124,12 +127,12 @@
   AGX(ELU, elu, A1, x > E_K(0) ? x : s0 * E_EXPM1(x), X, x > E_K(0) ? g : g * s0 * E_EXP(x), KEEP,   \
       FLT, 8, (UNI, -3, 3), (AWAY, 0.1, 2), 1, 0)                                                  \
   AGX(HARDSWISH, hardswish, A0,                                                                    \
-      x <= E_K(-3) ? E_K(0) : x >= E_K(3) ? x : x * (x + E_K(3)) / E_K(6), X,                  \
-      x < E_K(-3) ? E_K(0) : x <= E_K(3) ? g * (x / E_K(3) + E_K(0.5)) : g, KEEP, FLT, 1,           \
+      x <= E_K(-3) ? E_K(0) : x >= E_K(3) ? x : E_DIV(x * (x + E_K(3)), E_K(6)), X,                  \
+      x < E_K(-3) ? E_K(0) : x <= E_K(3) ? g * (E_DIV(x, E_K(3)) + E_K(0.5)) : g, KEEP, FLT, 1,           \
       (UNI, -4, 4), (FRAC, -3, 3), 0, 0)                                                           \
   AGX(HARDSIGMOID, hardsigmoid, A0,                                                                \
-      x <= E_K(-3) ? E_K(0) : x >= E_K(3) ? E_K(1) : x / E_K(6) + E_K(0.5), X,                 \
-      x > E_K(-3) && x < E_K(3) ? g / E_K(6) : E_K(0), KEEP, FLT, 1, (UNI, -4, 4), (FRAC, -3, 3),  \
+      x <= E_K(-3) ? E_K(0) : x >= E_K(3) ? E_K(1) : E_DIV(x, E_K(6)) + E_K(0.5), X,                 \
+      x > E_K(-3) && x < E_K(3) ? E_DIV(g, E_K(6)) : E_K(0), KEEP, FLT, 1, (UNI, -4, 4), (FRAC, -3, 3),  \
       0, 0)                                                                                        \
   /* x tanh(softplus(x)); the backward's 1 - tanh^2 is AG_OPT_SECH2 (it    \
    * was x times a device tanh's shortfall below 1 for large x); 1 and 0     \
@@ -150,9 +153,9 @@
   /* 1, -1, or 0 (for 0 and NaN, as torch.sign) */                                                 \
   AGX(SIGN, sign, A0, x > E_K(0) ? E_K(1) : x < E_K(0) ? E_K(-1) : E_K(0), N, E_K(0), KEEP, FLT, \
       1, (UNI, -3, 3), (FRAC, -2, 2), 0, 0)                                                        \
-  AGX(RECIPROCAL, reciprocal, A0, E_K(1) / x, Y, -g * y * y, F32, FLT, 1, (AWAY, 0.2, 3),          \
+  AGX(RECIPROCAL, reciprocal, A0, E_DIV(E_K(1), x), Y, -g * y * y, F32, FLT, 1, (AWAY, 0.2, 3),          \
       (AWAY, 0.5, 2), 0, 0)                                                                        \
-  AGX(LOG1P, log1p, A0, E_LOG1P(x), X, g / (E_K(1) + x), F32, FLT, 8, (UNI, -0.9, 3),               \
+  AGX(LOG1P, log1p, A0, E_LOG1P(x), X, E_DIV(g, E_K(1) + x), F32, FLT, 8, (UNI, -0.9, 3),               \
       (UNI, -0.5, 2), 0, 0)                                                                        \
   AGX(EXPM1, expm1, A0, E_EXPM1(x), Y, g * (y + E_K(1)), F32, FLT, 8, (UNI, -3, 3), (UNI, -2, 2), 0, \
       0)                                                                                           \
@@ -163,10 +166,10 @@
                  : g * E_K(1.7580993408473766) * E_EXP(x),                                         \
       KEEP, FLT, 8, (UNI, -3, 3), (AWAY, 0.1, 2), 0, 0)                                           \
   /* s0: alpha; x > 0 ? x : alpha * (e^(x/alpha) - 1) */                                           \
-  AGX(CELU, celu, A1, x > E_K(0) ? x : s0 * E_EXPM1(x / s0), X, x > E_K(0) ? g : g * E_EXP(x / s0), \
+  AGX(CELU, celu, A1, x > E_K(0) ? x : s0 * E_EXPM1(E_DIV(x, s0)), X, x > E_K(0) ? g : g * E_EXP(E_DIV(x, s0)), \
       KEEP, FLT, 8, (UNI, -3, 3), (AWAY, 0.1, 2), 1.5, 0)                                         \
-  AGX(SOFTSIGN, softsign, A0, x / (E_K(1) + E_ABS(x)), X,                                          \
-      g / ((E_K(1) + E_ABS(x)) * (E_K(1) + E_ABS(x))), KEEP, FLT, 1, (UNI, -3, 3), (AWAY, 0.1, 2),  \
+  AGX(SOFTSIGN, softsign, A0, E_DIV(x, E_K(1) + E_ABS(x)), X,                                          \
+      E_DIV(g, (E_K(1) + E_ABS(x)) * (E_K(1) + E_ABS(x))), KEEP, FLT, 1, (UNI, -3, 3), (AWAY, 0.1, 2),  \
       0, 0)                                                                                        \
   AGX(TANHSHRINK, tanhshrink, A0, x - E_TANH(x), X, g * E_TANH(x) * E_TANH(x), KEEP, FLT, 8,       \
       (UNI, -3, 3), (UNI, -2, 2), 0, 0)                                                            \
@@ -205,7 +208,7 @@
   AGX(ADD, add, B, a + s0 * b, ARITH, CORE, E_K(1), s0, INT, 1, (UNI, -2, 2), (UNI, -2, 2))          \
   AGX(SUB, sub, B, a - b, ARITH, CORE, E_K(1), E_K(-1), INT, 1, (UNI, -2, 2), (UNI, -2, 2))          \
   AGX(MUL, mul, B, a * b, ARITH, CORE, b, a, INT, 1, (UNI, -2, 2), (UNI, -2, 2))                     \
-  AGX(DIV, div, B, a / b, ARITH, CORE, E_K(1) / b, -a / (b * b), FLT, 1, (UNI, -2, 2),              \
+  AGX(DIV, div, B, E_DIV(a, b), ARITH, CORE, E_DIV(E_K(1), b), E_DIV(-a, b * b), FLT, 1, (UNI, -2, 2),              \
       (AWAY, 0.5, 2))                                                                              \
   /* NaN in either operand propagates; ties split the gradient evenly      \
    * (torch.maximum/minimum) */                                   \
@@ -228,19 +231,19 @@
   AGX(GE, ge, B, a >= b ? E_K(1) : E_K(0), CMP, NG, E_K(0), E_K(0), INT, 1, (UNI, -2, 2),            \
       (UNI, -2, 2))                                                                                \
   /* atan(a/b) in the quadrant of (b, a), as torch.atan2 */                                        \
-  AGX(ATAN2, atan2, B, E_ATAN2(a, b), ARITH, PART, b / (a * a + b * b), -a / (a * a + b * b), FLT, 8, \
+  AGX(ATAN2, atan2, B, E_ATAN2(a, b), ARITH, PART, E_DIV(b, a * a + b * b), E_DIV(-a, a * a + b * b), FLT, 8, \
       (UNI, -2, 2), (AWAY, 0.3, 2))                                                                \
   /* a - floor(a/b)*b with the sign of b (Python's and torch.remainder's rule) */                  \
   AGX(REMAINDER, remainder, B,                                                                     \
       E_FMOD(a, b) != E_K(0) && (E_FMOD(a, b) < E_K(0)) != (b < E_K(0)) ? E_FMOD(a, b) + b          \
                                                                         : E_FMOD(a, b),            \
-      ARITH, PART, E_K(1), -E_FLOOR(a / b), FLT, 1, (FRAC, -3, 3), (NZINT, 1, 3))                 \
+      ARITH, PART, E_K(1), -E_FLOOR(E_DIV(a, b)), FLT, 1, (FRAC, -3, 3), (NZINT, 1, 3))                 \
   /* sqrt(a^2 + b^2) */                                                                            \
-  AGX(HYPOT, hypot, B, E_SQRT(a * a + b * b), ARITH, PART, a / E_SQRT(a * a + b * b),              \
-      b / E_SQRT(a * a + b * b), FLT, 8, (AWAY, 0.3, 2), (AWAY, 0.3, 2))                           \
+  AGX(HYPOT, hypot, B, E_SQRT(a * a + b * b), ARITH, PART, E_DIV(a, E_SQRT(a * a + b * b)),              \
+      E_DIV(b, E_SQRT(a * a + b * b)), FLT, 8, (AWAY, 0.3, 2), (AWAY, 0.3, 2))                           \
   /* C's fmod: a - trunc(a/b)*b, the sign of a (torch.fmod) */                                     \
   AGX(FMOD, fmod, B, E_FMOD(a, b), ARITH, PART, E_K(1),                                            \
-      a / b < E_K(0) ? -E_CEIL(a / b) : -E_FLOOR(a / b), FLT, 1, (FRAC, -3, 3), (NZINT, 1, 3))
+      E_DIV(a, b) < E_K(0) ? -E_CEIL(E_DIV(a, b)) : -E_FLOOR(E_DIV(a, b)), FLT, 1, (FRAC, -3, 3), (NZINT, 1, 3))
 
 /* ---- list helpers ----
  * AG_OPT_SAVE_IS_<save> / AG_OPT_GRAD_IS_<grad> expand to 0 or 1, so a

@@ -145,6 +145,7 @@ AGK_DEV double e_fmod(double u, double v) { return fmod(u, v); }
 #define E_POW(u, v) e_pow((C)(u), (C)(v))
 #define E_ATAN2(u, v) e_atan2((C)(u), (C)(v))
 #define E_FMOD(u, v) e_fmod((C)(u), (C)(v))
+#define E_DIV(u, v) ((C)(u) / (C)(v))
 #define GPU_SAVE_NG(v)
 #define GPU_SAVE_N(v)
 #define GPU_SAVE_X(v) const C x = v;

@@ -604,6 +604,8 @@ static const ag_backend g_backend = {
     .collective = AG_GPU_COLLECTIVE,
     .description = AG_GPU_DESCRIPTION,
     .thread_device = agg_thread_device,
+    .portable_check = NULL,
+    .supports_portable = NULL,
 };
 
 extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }

@@ -23,6 +23,7 @@
 #define E_POW(u, v) pow(u, v)
 #define E_ATAN2(u, v) atan2(u, v)
 #define E_FMOD(u, v) fmod(u, v)
+#define E_DIV(u, v) ((u) / (v))
 #define CL_SAVE_NG(v)
 #define CL_SAVE_N(v)
 #define CL_SAVE_X(v) const float x = v;

@@ -169,6 +169,7 @@ float e_fmod(float a, float b) {
 #define E_POW(u, v) e_pow(u, v)
 #define E_ATAN2(u, v) e_atan2(u, v)
 #define E_FMOD(u, v) e_fmod(u, v)
+#define E_DIV(u, v) ((u) / (v))
 
 #include "anygrad/optable.h"
 

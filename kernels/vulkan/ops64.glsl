@@ -226,6 +226,7 @@ double d_fmod(double a, double b) {
 #define E_POW(u, v) d_pow(u, v)
 #define E_ATAN2(u, v) d_atan2(u, v)
 #define E_FMOD(u, v) d_fmod(u, v)
+#define E_DIV(u, v) ((u) / (v))
 
 #include "anygrad/optable.h"
 
