@@ -451,28 +451,26 @@ AGP_FN AGP_FT agp_log1p(AGP_FT x) {
 /* tanh: x + x^3 T(x^2) (degree 5) below 0.625, else 1 - 2/(expm1(2|x|) + 2) */
 AGP_FN AGP_FT agp_tanh(AGP_FT x) {
   AGP_F a = agp_abs(x);
-  AGP_F r;
-  if (a < AGP_K(0.625)) {
-    AGP_F z = x * x;
-    AGP_F p = AGP_K(0.00229274482);
-    p = p * z + AGP_K(-0.00834394526);
-    p = p * z + AGP_K(0.0217689183);
-    p = p * z + AGP_K(-0.0539592579);
-    p = p * z + AGP_K(0.133333042);
-    p = p * z + AGP_K(-0.333333343);
-    AGP_F x3 = a * z;
-    AGP_F t = x3 * p;
-    AGP_F u = a + t;
-    r = agp_copysign(u, x);
-  } else {
-    AGP_F ac = a > AGP_K(10.0) ? AGP_K(10.0) : a;
-    AGP_F a2 = ac * AGP_K(2.0);
-    AGP_F em = agp_expm1(a2);
-    AGP_F d = em + AGP_K(2.0);
-    AGP_F q = agp_div(AGP_K(2.0), d);
-    AGP_F t = AGP_K(1.0) - q;
-    r = agp_copysign(t, x);
-  }
+  AGP_F z = a * a;
+  AGP_F p = AGP_K(0.00229274482);
+  p = p * z + AGP_K(-0.00834394526);
+  p = p * z + AGP_K(0.0217689183);
+  p = p * z + AGP_K(-0.0539592579);
+  p = p * z + AGP_K(0.133333042);
+  p = p * z + AGP_K(-0.333333343);
+  AGP_F a3 = a * z;
+  AGP_F t = a3 * p;
+  AGP_F small = a + t;
+  AGP_F ac = a > AGP_K(10.0) ? AGP_K(10.0) : a;
+  ac = agp_i_isnan(x) != 0 ? AGP_K(1.0) : ac;
+  AGP_F a2 = ac * AGP_K(2.0);
+  AGP_F em = agp_expm1(a2);
+  AGP_F d = em + AGP_K(2.0);
+  AGP_F q = agp_div(AGP_K(2.0), d);
+  AGP_F big = AGP_K(1.0) - q;
+  AGP_F u = a < AGP_K(0.625) ? small : big;
+  AGP_F r = agp_copysign(u, x);
+  r = agp_i_isnan(x) != 0 ? x : r;
   return r;
 }
 
@@ -508,34 +506,32 @@ AGP_FN AGP_FT agp_sigmoid(AGP_FT x) {
  * the sum of the same pairs */
 AGP_FN AGP_FT agp_sinh(AGP_FT x) {
   AGP_F a = agp_abs(x);
-  AGP_F r;
-  if (a < AGP_K(1.0)) {
-    AGP_F z = x * x;
-    AGP_F p = AGP_K(2.5456707e-08);
-    p = p * z + AGP_K(2.75537695e-06);
-    p = p * z + AGP_K(0.000198412832);
-    p = p * z + AGP_K(0.00833333377);
-    p = p * z + AGP_K(0.166666672);
-    AGP_F x3 = x * z;
-    AGP_F t = x3 * p;
-    r = x + t;
-  } else {
-    AGP_F ac = a > AGP_K(90.0) ? AGP_K(90.0) : a;
-    ac = agp_i_isnan(x) != 0 ? AGP_K(1.0) : ac;
-    AGP_F nac = -ac;
-    AGP_F ep = agp_i_expk(ac, -1, 0);
-    AGP_F en = agp_i_expk(nac, -1, 0);
-    AGP_F epl = agp_i_expk(ac, -1, 2);
-    AGP_F enl = agp_i_expk(nac, -1, 2);
-    AGP_F dh = ep - en;
-    AGP_F de = agp_i_sum_err(ep, -en, dh);
-    AGP_F dl0 = epl - enl;
-    AGP_F dl = de + dl0;
-    AGP_F d = dh + dl;
-    d = dh == AGP_AS_F(AGP_INF_BITS) ? dh : d;
-    d = agp_i_isnan(x) != 0 ? x : d;
-    r = agp_copysign(d, x);
-  }
+  AGP_F z = a * a;
+  AGP_F p = AGP_K(2.5456707e-08);
+  p = p * z + AGP_K(2.75537695e-06);
+  p = p * z + AGP_K(0.000198412832);
+  p = p * z + AGP_K(0.00833333377);
+  p = p * z + AGP_K(0.166666672);
+  AGP_F a3 = a * z;
+  AGP_F t = a3 * p;
+  AGP_F small = a + t;
+  AGP_F ac = a > AGP_K(90.0) ? AGP_K(90.0) : a;
+  ac = agp_i_isnan(x) != 0 ? AGP_K(1.0) : ac;
+  AGP_F nac = -ac;
+  AGP_F ep = agp_i_expk(ac, -1, 0);
+  AGP_F en = agp_i_expk(nac, -1, 0);
+  AGP_F epl = agp_i_expk(ac, -1, 2);
+  AGP_F enl = agp_i_expk(nac, -1, 2);
+  AGP_F nen = -en;
+  AGP_F dh = ep + nen;
+  AGP_F de = agp_i_sum_err(ep, nen, dh);
+  AGP_F dl0 = epl - enl;
+  AGP_F dl = de + dl0;
+  AGP_F d = dh + dl;
+  d = dh == AGP_AS_F(AGP_INF_BITS) ? dh : d;
+  AGP_F u = a < AGP_K(1.0) ? small : d;
+  AGP_F r = agp_copysign(u, x);
+  r = agp_i_isnan(x) != 0 ? x : r;
   return r;
 }
 
@@ -563,41 +559,38 @@ AGP_FN AGP_FT agp_cosh(AGP_FT x) {
  * x^2 (M degree 10 fits log(erfc(x)) + x^2 on [1, 4]), from expm1 */
 AGP_FN AGP_FT agp_erf(AGP_FT x) {
   AGP_F a = agp_abs(x);
-  AGP_F r;
-  if (a < AGP_K(1.0)) {
-    AGP_F z = x * x;
-    AGP_F p = AGP_K(-9.66704465e-06);
-    p = p * z + AGP_K(0.000112659589);
-    p = p * z + AGP_K(-0.000848408032);
-    p = p * z + AGP_K(0.00522103161);
-    p = p * z + AGP_K(-0.0268654302);
-    p = p * z + AGP_K(0.112837821);
-    p = p * z + AGP_K(-0.376126379);
-    p = p * z + AGP_K(0.128379166);
-    AGP_F t = x * p;
-    r = x + t;
-  } else {
-    AGP_F ac = a > AGP_K(4.0) ? AGP_K(4.0) : a;
-    ac = agp_i_isnan(x) != 0 ? AGP_K(1.0) : ac;
-    AGP_F t = ac - AGP_K(2.5);
-    AGP_F p = AGP_K(-3.83471424e-08);
-    p = p * t + AGP_K(-6.61463702e-08);
-    p = p * t + AGP_K(1.82979272e-06);
-    p = p * t + AGP_K(-1.29745258e-05);
-    p = p * t + AGP_K(7.69696344e-05);
-    p = p * t + AGP_K(-0.000420709635);
-    p = p * t + AGP_K(0.0021655017);
-    p = p * t + AGP_K(-0.0108581642);
-    p = p * t + AGP_K(0.0561062619);
-    p = p * t + AGP_K(-0.352680743);
-    p = p * t + AGP_K(-1.55681527);
-    AGP_F z = ac * ac;
-    AGP_F l = p - z;
-    AGP_F em = agp_expm1(l);
-    AGP_F o = -em;
-    o = agp_i_isnan(x) != 0 ? x : o;
-    r = agp_copysign(o, x);
-  }
+  AGP_F z = a * a;
+  AGP_F p = AGP_K(-9.66704465e-06);
+  p = p * z + AGP_K(0.000112659589);
+  p = p * z + AGP_K(-0.000848408032);
+  p = p * z + AGP_K(0.00522103161);
+  p = p * z + AGP_K(-0.0268654302);
+  p = p * z + AGP_K(0.112837821);
+  p = p * z + AGP_K(-0.376126379);
+  p = p * z + AGP_K(0.128379166);
+  AGP_F ts = a * p;
+  AGP_F small = a + ts;
+  AGP_F ac = a > AGP_K(4.0) ? AGP_K(4.0) : a;
+  ac = a < AGP_K(1.0) || agp_i_isnan(x) != 0 ? AGP_K(1.0) : ac;
+  AGP_F t = ac - AGP_K(2.5);
+  AGP_F q = AGP_K(-3.83471424e-08);
+  q = q * t + AGP_K(-6.61463702e-08);
+  q = q * t + AGP_K(1.82979272e-06);
+  q = q * t + AGP_K(-1.29745258e-05);
+  q = q * t + AGP_K(7.69696344e-05);
+  q = q * t + AGP_K(-0.000420709635);
+  q = q * t + AGP_K(0.0021655017);
+  q = q * t + AGP_K(-0.0108581642);
+  q = q * t + AGP_K(0.0561062619);
+  q = q * t + AGP_K(-0.352680743);
+  q = q * t + AGP_K(-1.55681527);
+  AGP_F zc = ac * ac;
+  AGP_F l = q - zc;
+  AGP_F em = agp_expm1(l);
+  AGP_F big = -em;
+  AGP_F u = a < AGP_K(1.0) ? small : big;
+  AGP_F r = agp_copysign(u, x);
+  r = agp_i_isnan(x) != 0 ? x : r;
   return r;
 }
 
@@ -758,12 +751,16 @@ AGP_FN AGP_FT agp_pow(AGP_FT x, AGP_FT y) {
   AGP_F d = AGP_K(2.0) + f;
   AGP_F dl = agp_i_fast_err(AGP_K(2.0), f, d);
   /* 1/d by Newton from a bit-trick seed, d in [1.7, 2.5] */
-  AGP_F g = AGP_AS_F(0x7ef311c3 - AGP_AS_I(d));
-  for (AGP_I i = 0; i < 3; i++) {
-    AGP_F dg = d * g;
-    AGP_F c = AGP_K(2.0) - dg;
-    g = g * c;
-  }
+  AGP_F g0 = AGP_AS_F(0x7ef311c3 - AGP_AS_I(d));
+  AGP_F dg0 = d * g0;
+  AGP_F c0 = AGP_K(2.0) - dg0;
+  AGP_F g1 = g0 * c0;
+  AGP_F dg1 = d * g1;
+  AGP_F c1 = AGP_K(2.0) - dg1;
+  AGP_F g2 = g1 * c1;
+  AGP_F dg2 = d * g2;
+  AGP_F c2 = AGP_K(2.0) - dg2;
+  AGP_F g = g2 * c2;
   AGP_F sh = f * g;
   AGP_F pp = sh * d;
   AGP_F pe = agp_i_prod_err(sh, d, pp);
