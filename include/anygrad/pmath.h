@@ -160,10 +160,11 @@ AGP_FN AGP_FT agp_i_prod_err(AGP_FT a, AGP_FT b, AGP_FT p) {
 }
 
 /* ---- division and square root, correctly rounded ----
- * Built versions: the exact quotient and root of the integer significands
- * by long division (6 bits a step) and digit-by-digit square root, then
- * round to nearest even from the guard bit and the remainder; subnormal
- * results are rounded once, at their own precision. Bit-identical to
+ * Built versions: the exact quotient of the integer significands by long
+ * division (6 bits a step), the exact integer square root from a float
+ * estimate and the integer remainder, then round to nearest even from the
+ * guard bit and the remainder; subnormal quotients are rounded once, at
+ * their own precision. Bit-identical to
  * IEEE division and square root (tests/pmath_test.c checks it). */
 AGP_FN AGP_FT agp_div_built(AGP_FT a, AGP_FT b) {
   AGP_I ia = AGP_AS_I(a);
@@ -239,16 +240,48 @@ AGP_FN AGP_FT agp_sqrt_built(AGP_FT x) {
   AGP_I odd = ex & 1;
   m = odd != 0 ? m * 2 : m * 4;
   ex = odd != 0 ? ex - 1 : ex - 2;
-  /* root = floor(sqrt(m 2^24)), 25 bits, two radicand bits a step */
-  AGP_I root = 0;
-  AGP_I rem = 0;
-  for (AGP_I i = 0; i < 25; i++) {
-    AGP_I pair = i < 13 ? (m >> (24 - 2 * i)) & 3 : 0;
-    rem = rem * 4 + pair;
-    AGP_I trial = root * 4 + 1;
-    AGP_I take = rem >= trial ? 1 : 0;
-    rem = take != 0 ? rem - trial : rem;
-    root = root * 2 + take;
+  /* root = floor(sqrt(m 2^24)), 25 bits: a float estimate (Newton for
+   * 1/sqrt from a bit-trick seed, one step with the exact residual)
+   * within 2 of it, then the exact integer remainder m 2^24 - root^2 (in
+   * 13-bit limbs) moves it to the floor */
+  AGP_F mf = AGP_ITOF(m);
+  AGP_F y0 = AGP_AS_F(0x5f3759df - AGP_AS_I(mf) / 2);
+  AGP_F hm = AGP_K(0.5) * mf;
+  AGP_F n0 = hm * y0;
+  AGP_F n1 = n0 * y0;
+  AGP_F n2 = AGP_K(1.5) - n1;
+  AGP_F y1 = y0 * n2;
+  AGP_F n3 = hm * y1;
+  AGP_F n4 = n3 * y1;
+  AGP_F n5 = AGP_K(1.5) - n4;
+  AGP_F y2 = y1 * n5;
+  AGP_F n6 = hm * y2;
+  AGP_F n7 = n6 * y2;
+  AGP_F n8 = AGP_K(1.5) - n7;
+  AGP_F y = y2 * n8;
+  AGP_F s0 = mf * y;
+  AGP_F sp = s0 * s0;
+  AGP_F spe = agp_i_prod_err(s0, s0, sp);
+  AGP_F res0 = mf - sp;
+  AGP_F res1 = res0 - spe;
+  AGP_F hy = AGP_K(0.5) * y;
+  AGP_F corr = hy * res1;
+  AGP_F s1 = s0 + corr;
+  AGP_F est = s1 * AGP_K(4096.0);
+  AGP_I root = AGP_FTOI(est);
+  AGP_I la = root >> 13;
+  AGP_I lb = root & 8191;
+  AGP_I hi = (m >> 2) - la * la;
+  AGP_I g = hi * 8192 + (m & 3) * 2048 - 2 * la * lb;
+  g = g > 65536 ? 65536 : (g < -65536 ? -65536 : g);
+  AGP_I rem = g * 8192 - lb * lb;
+  for (AGP_I i = 0; i < 2; i++) {
+    AGP_I dn = rem < 0 ? 1 : 0;
+    root = root - dn;
+    rem = dn != 0 ? rem + 2 * root + 1 : rem;
+    AGP_I upc = rem >= 2 * root + 1 ? 1 : 0;
+    rem = upc != 0 ? rem - 2 * root - 1 : rem;
+    root = root + upc;
   }
   AGP_I mm = root >> 1;
   AGP_I up = ((root & 1) != 0 && (rem != 0 || (mm & 1) != 0)) ? 1 : 0;
