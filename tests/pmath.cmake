@@ -12,7 +12,8 @@ add_test(NAME pmath COMMAND pmath_test)
 set_tests_properties(pmath PROPERTIES TIMEOUT 300 LABELS "pmath;slow")
 
 # The same header text in the other kernel languages: a GLSL compute shader
-# (glslc), OpenCL C 1.2 (clang -fsyntax-only) and CUDA (nvcc, with AG_CUDA).
+# (glslc), OpenCL C 1.2 (clang -fsyntax-only), CUDA (nvcc, with the CUDA
+# backend) and HIP (hipcc, with the HIP backend).
 find_program(AG_GLSLC_PMATH glslc)
 if(AG_GLSLC_PMATH)
   add_test(NAME pmath_glsl COMMAND ${AG_GLSLC_PMATH} -fshader-stage=comp --target-env=vulkan1.1
@@ -30,6 +31,12 @@ if(NOT AG_CUDA STREQUAL "OFF" AND AG_NVCC)
   add_test(NAME pmath_cuda COMMAND ${AG_NVCC} -x cu -c -fmad=false -I${PROJECT_SOURCE_DIR}/include
            ${CMAKE_CURRENT_SOURCE_DIR}/pmath_check.cu -o ${CMAKE_CURRENT_BINARY_DIR}/pmath_check.o)
   set_tests_properties(pmath_cuda PROPERTIES TIMEOUT 300 LABELS "pmath")
+endif()
+if(NOT AG_HIP STREQUAL "OFF" AND AG_HIPCC)
+  add_test(NAME pmath_hip COMMAND ${AG_HIPCC} -x hip -c -ffp-contract=off -Wall -Wextra -Werror
+           -I${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/pmath_check.cu -o
+           ${CMAKE_CURRENT_BINARY_DIR}/pmath_check_hip.o)
+  set_tests_properties(pmath_hip PROPERTIES TIMEOUT 300 LABELS "pmath")
 endif()
 
 # The same functions run on the OpenCL device (PoCL here) with FP_CONTRACT

@@ -55,6 +55,9 @@
 #define AGP_NSQRT_(x) sqrt(x)
 
 #elif (defined(__CUDACC__) || defined(__HIPCC__)) && !defined(AG_GPU_HOST)
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h> /* __float_as_int (nvcc includes its runtime itself) */
+#endif
 #define AGP_FN static __device__ inline
 #define AGP_FT float
 #define AGP_F float
