@@ -848,6 +848,52 @@ static void test_pool(void **state) {
   }
 }
 
+
+/* ---- var, cumsum ---- */
+
+static void test_var_cumsum(void **state) {
+  (void)state;
+  enum { O = 5, R = 2001, I = 67 };
+  float *x = fvec(O * R * I, -2, 2), *out = malloc(sizeof(float) * O * I), *cs = malloc(sizeof(float) * O * R * I);
+  float *col = malloc(sizeof(float) * R), *t = malloc(sizeof(float) * R);
+  for (int v = 0; v < 2; v++) {
+    ag_kernel_call c = pcall(AG_K_VAR, v ? AG_KV_STD : AG_KV_VAR);
+    c.n_operands = 2;
+    c.o[0] = opnd(out, AG_F32, 2, (int64_t[]){O, I}, NULL);
+    c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+    c.i[0] = O, c.i[1] = R, c.i[2] = I, c.s[0] = 1;
+    threads_same(&c, out, O * I, NULL, NULL, v ? "std" : "var");
+    for (int o = 0; o < O; o++)
+      for (int i = 0; i < I; i++) {
+        for (int k = 0; k < R; k++) col[k] = x[(o * R + k) * I + i];
+        float mean = agp_div(ref_S(col, R), (float)R);
+        for (int k = 0; k < R; k++) {
+          volatile float d = col[k] - mean;
+          t[k] = d * d;
+        }
+        float want = agp_div(ref_S(t, R), (float)(R - 1));
+        if (v) want = agp_sqrt(want);
+        same_bits(&want, &out[o * I + i], 1, "var ref");
+      }
+  }
+  ag_kernel_call c = pcall(AG_K_CUMSUM, AG_KV_CUMSUM_SUFFIX);
+  c.n_operands = 2;
+  c.o[0] = opnd(cs, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+  c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+  c.i[0] = O, c.i[1] = R, c.i[2] = I;
+  threads_same(&c, cs, O * R * I, NULL, NULL, "cumsum");
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < I; i += 7) {
+      volatile float acc = 0.0f;
+      for (int k = R - 1; k >= 0; k--) {
+        acc = acc + x[(o * R + k) * I + i];
+        float a = acc;
+        same_bits(&a, &cs[(o * R + k) * I + i], 1, "cumsum ref");
+      }
+    }
+  free(x), free(out), free(cs), free(col), free(t);
+}
+
 /* ---- (c) refusals, (d) the default mode ---- */
 
 static void test_refusals(void **state) {
@@ -958,6 +1004,7 @@ int main(void) {
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_conv2d),
       cmocka_unit_test(test_pool),
+      cmocka_unit_test(test_var_cumsum),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_default_unchanged),
   };
