@@ -297,13 +297,15 @@ AGP_FN AGP_FT agp_i_exp_fin(AGP_FT rh, AGP_FT rl, AGP_I k, AGP_I mode) {
   AGP_F th = rh + s2;
   AGP_F tl = agp_i_fast_err(rh, s2, th);
   AGP_F res;
-  if (mode == 0) {
+  if (mode != 1) {
     AGP_F mh = AGP_K(1.0) + th;
     AGP_F ml = agp_i_fast_err(AGP_K(1.0), th, mh);
     AGP_F mt = ml + tl;
     AGP_F m = mh + mt;
+    /* mode 2: the rounding error of m, scaled alike (a low part) */
+    AGP_F ms = mode == 2 ? agp_i_fast_err(mh, mt, m) : m;
     AGP_I k1 = k / 2;
-    AGP_F m1 = m * agp_i_pow2(k1);
+    AGP_F m1 = ms * agp_i_pow2(k1);
     res = m1 * agp_i_pow2(k - k1);
   } else {
     AGP_F sc = agp_i_pow2(k - 1);
@@ -474,18 +476,36 @@ AGP_FN AGP_FT agp_tanh(AGP_FT x) {
   return r;
 }
 
-/* 1/(1 + e^-x) for x >= 0, e^x/(1 + e^x) below: e^-|x| never overflows */
+/* 1/(1 + e^-x) for x >= 0, e^x/(1 + e^x) below: e = e^-|x| (never
+ * overflows) as a pair eh + el, 1 + e as a pair dh + dl, the quotient q of
+ * the high parts corrected by (el - q dl)/(dh + dl), where 1/dh is q
+ * (x >= 0) or 1 - q (x < 0) */
 AGP_FN AGP_FT agp_sigmoid(AGP_FT x) {
   AGP_F na = -agp_abs(x);
-  AGP_F e = agp_exp(na);
-  AGP_F d = AGP_K(1.0) + e;
-  AGP_F n = x >= AGP_K(0.0) ? AGP_K(1.0) : e;
-  AGP_F r = agp_div(n, d);
+  AGP_F nc = na < AGP_K(-104.0) ? AGP_K(-104.0) : na;
+  nc = agp_i_isnan(x) != 0 ? AGP_K(0.0) : nc;
+  AGP_F eh = agp_i_expk(nc, 0, 0);
+  AGP_F el = agp_i_expk(nc, 0, 2);
+  AGP_F dh = AGP_K(1.0) + eh;
+  AGP_F d1 = agp_i_fast_err(AGP_K(1.0), eh, dh);
+  AGP_F dl = d1 + el;
+  AGP_I pos = x >= AGP_K(0.0) ? 1 : 0;
+  AGP_F n = pos != 0 ? AGP_K(1.0) : eh;
+  AGP_F nl = pos != 0 ? AGP_K(0.0) : el;
+  AGP_F q = agp_div(n, dh);
+  AGP_F inv0 = AGP_K(1.0) - q;
+  AGP_F inv = pos != 0 ? q : inv0;
+  AGP_F qd = q * dl;
+  AGP_F c0 = nl - qd;
+  AGP_F c = inv * c0;
+  AGP_F r = q + c;
+  r = agp_i_isnan(x) != 0 ? x : r;
   return r;
 }
 
 /* sinh: x + x^3 H(x^2) (degree 4) below 1, else e^|x|/2 - e^-|x|/2 with
- * the halving in the exponent (finite up to 89.4) */
+ * the halving in the exponent (finite up to 89.4), each as a pair; cosh
+ * the sum of the same pairs */
 AGP_FN AGP_FT agp_sinh(AGP_FT x) {
   AGP_F a = agp_abs(x);
   AGP_F r;
@@ -505,7 +525,14 @@ AGP_FN AGP_FT agp_sinh(AGP_FT x) {
     AGP_F nac = -ac;
     AGP_F ep = agp_i_expk(ac, -1, 0);
     AGP_F en = agp_i_expk(nac, -1, 0);
-    AGP_F d = ep - en;
+    AGP_F epl = agp_i_expk(ac, -1, 2);
+    AGP_F enl = agp_i_expk(nac, -1, 2);
+    AGP_F dh = ep - en;
+    AGP_F de = agp_i_sum_err(ep, -en, dh);
+    AGP_F dl0 = epl - enl;
+    AGP_F dl = de + dl0;
+    AGP_F d = dh + dl;
+    d = dh == AGP_AS_F(AGP_INF_BITS) ? dh : d;
     d = agp_i_isnan(x) != 0 ? x : d;
     r = agp_copysign(d, x);
   }
@@ -519,7 +546,14 @@ AGP_FN AGP_FT agp_cosh(AGP_FT x) {
   AGP_F nac = -ac;
   AGP_F ep = agp_i_expk(ac, -1, 0);
   AGP_F en = agp_i_expk(nac, -1, 0);
-  AGP_F r = ep + en;
+  AGP_F epl = agp_i_expk(ac, -1, 2);
+  AGP_F enl = agp_i_expk(nac, -1, 2);
+  AGP_F rh = ep + en;
+  AGP_F re = agp_i_fast_err(ep, en, rh);
+  AGP_F rl0 = epl + enl;
+  AGP_F rl = re + rl0;
+  AGP_F r = rh + rl;
+  r = rh == AGP_AS_F(AGP_INF_BITS) ? rh : r;
   r = agp_i_isnan(x) != 0 ? x : r;
   return r;
 }
