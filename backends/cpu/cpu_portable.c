@@ -83,29 +83,45 @@
     }                                                             \
     break;)
 
-/* The table's expression for every sub-op, COPY and the plain add
- * included: no shortcut of the default mode (x*x for pow 2) is taken. */
-bool ag__cpu_p_unary(int sub, float *o, const float *px, int64_t n, const double *s) {
-  const float s0 = (float)s[0], s1 = (float)s[1];
-  (void)s1;
-  switch ((ag_unary_op)sub) {
-    AG_UNARY_OPS(P_UNARY_CASE)
-    case AG_UNARY_COUNT: break;
-  }
-  return sub >= 0 && sub < AG_UNARY_COUNT;
+typedef float pv8 __attribute__((vector_size(32)));
+#define PMR 4
+#define PNR 16
+
+#define PSUF(x) x##_base
+#include "cpu_portable_ew.inc"
+#undef PSUF
+#if defined(AG_X86)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#endif
+#define PSUF(x) x##_avx2
+#include "cpu_portable_ew.inc"
+#undef PSUF
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+/* AVX2 alone: the build never asks for FMA here, and the portable code is
+ * not contracted in any case. */
+static bool p_avx2(void) { return __builtin_cpu_supports("avx2"); }
+#define PV(fn) (p_avx2() ? fn##_avx2 : fn##_base)
+#else
+#define PV(fn) fn##_base
+#endif
+
+bool ag__cpu_p_unary(int sub, float *o, const float *x, int64_t n, const double *s) {
+  return PV(p_unary)(sub, o, x, n, s);
 }
 
-bool ag__cpu_p_binary(int sub, float *o, const float *pa, const float *pb, int64_t n, const double *s) {
-  const float s0 = (float)s[0], s1 = (float)s[1];
-  (void)s1;
-  switch ((ag_binary_op)sub) {
-    AG_BINARY_OPS(P_BINARY_CASE)
-    AG_UNARY_OPS(P_BWD_CASE)
-    AG_BINARY_OPS(P_PART_CASE)
-    case AG_BINARY_COUNT: break;
-  }
-  return sub >= 0 && sub < AG_BINARY_COUNT;
+bool ag__cpu_p_binary(int sub, float *o, const float *a, const float *b, int64_t n, const double *s) {
+  return PV(p_binary)(sub, o, a, b, n, s);
 }
+
+void ag__cpu_p_exp_shift(float *e, const float *x, float mx, int64_t n) { PV(p_exp_shift)(e, x, mx, n); }
 
 /* ---- the canonical sum S ---- */
 
@@ -346,11 +362,10 @@ ag_status ag__cpu_p_reduce_sum(const ag_k_reduce *a) {
  * a time; the micro-kernel keeps an MR x NR block of accumulators in
  * registers and walks k in order, so every c[m,n] is the sequential sum.
  * Partial strips are zero-padded; the padding never reaches a stored
- * element. GCC vector extensions: 4-wide SSE, plain mul and add. */
+ * element. GCC vector extensions, plain mul and add (cpu_portable_ew.inc). */
 
-typedef float pv4 __attribute__((vector_size(16)));
-#define MR 4
-#define NR 8
+#define MR PMR
+#define NR PNR
 
 typedef struct pmm {
   const ag_k_matmul *a;
@@ -369,24 +384,6 @@ static inline float ld1(ag_dtype dt, const char *p, int64_t i) {
   }
 }
 
-static void pmm_kernel(int64_t K, const float *ap, const float *bp, float *c /* MR x NR */) {
-  pv4 acc[MR][NR / 4];
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < NR / 4; j++) acc[i][j] = (pv4){0, 0, 0, 0};
-  for (int64_t k = 0; k < K; k++) {
-    pv4 b0, b1;
-    memcpy(&b0, bp + k * NR, 16);
-    memcpy(&b1, bp + k * NR + 4, 16);
-    for (int i = 0; i < MR; i++) {
-      const float av = ap[k * MR + i];
-      const pv4 a4 = {av, av, av, av};
-      acc[i][0] = acc[i][0] + a4 * b0;
-      acc[i][1] = acc[i][1] + a4 * b1;
-    }
-  }
-  for (int i = 0; i < MR; i++) memcpy(c + i * NR, acc[i], sizeof acc[i]);
-}
-
 static void pmm_range(void *ctx, int64_t lo, int64_t hi) {
   const pmm *g = ctx;
   const ag_k_matmul *mm = g->a;
@@ -400,6 +397,7 @@ static void pmm_range(void *ctx, int64_t lo, int64_t hi) {
     return;
   }
   float *ap = bp + (K > 0 ? K : 1) * (g->NC + NR);
+  void (*const kern)(int64_t, const float *, const float *, float *) = PV(p_gemm_kernel);
   for (int64_t w = lo; w < hi; w++) {
     int64_t b = w / (g->mb * g->nb), rem = w % (g->mb * g->nb);
     int64_t i0 = rem / g->nb * g->MB, j0 = rem % g->nb * g->NC;
@@ -424,7 +422,7 @@ static void pmm_range(void *ctx, int64_t lo, int64_t hi) {
           ap[k * MR + i] = i < mr ? ld1(dt, A, (i0 + ii + i) * g->ars + k * g->acs) : 0.0f;
       for (int64_t s = 0; s < strips; s++) {
         float cb[MR * NR];
-        pmm_kernel(K, ap, bp + s * K * NR, cb);
+        kern(K, ap, bp + s * K * NR, cb);
         const int nr = (int)(nc - s * NR < NR ? nc - s * NR : NR);
         for (int i = 0; i < mr; i++) {
           const int64_t off = (i0 + ii + i) * g->N + j0 + s * NR;

@@ -13,6 +13,8 @@
  * a sub-op outside the table. */
 AG_HIDDEN bool ag__cpu_p_unary(int sub, float *o, const float *x, int64_t n, const double *s);
 AG_HIDDEN bool ag__cpu_p_binary(int sub, float *o, const float *a, const float *b, int64_t n, const double *s);
+/* e[j] = agp_exp(x[j] - mx), j < n. */
+AG_HIDDEN void ag__cpu_p_exp_shift(float *e, const float *x, float mx, int64_t n);
 
 /* The canonical sum S (docs/numerics.md) of n values of dtype dt (f32,
  * f16, bf16) at p with element stride st, on the calling thread. */

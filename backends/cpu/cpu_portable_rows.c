@@ -90,7 +90,7 @@ static void softmax_row(const prows *r, int64_t i, float *buf) {
   float *x = buf, *e = buf + n;
   row_load(k->x, i, n, x);
   const float mx = row_max(x, n);
-  for (int64_t j = 0; j < n; j++) e[j] = agp_exp(x[j] - mx);
+  ag__cpu_p_exp_shift(e, x, mx, n);
   const float s = ag__cpu_psum_f32(e, n);
   if (k->variant == AG_KV_LOG_SOFTMAX) {
     const float ls = agp_log(s);
@@ -138,7 +138,7 @@ static void lse_row(const prows *r, int64_t w, float *buf) {
   if (mx == INFINITY || mx == -INFINITY) {
     out = row_has_nan(x, R) ? NAN : mx;
   } else {
-    for (int64_t j = 0; j < R; j++) e[j] = agp_exp(x[j] - mx);
+    ag__cpu_p_exp_shift(e, x, mx, R);
     out = mx + agp_log(ag__cpu_psum_f32(e, R));
   }
   elem_store(k->out, w, out);
@@ -177,7 +177,7 @@ static void ce_prescan(ag_kernel_error *err, ag_kop op, const ag_koperand *targe
 /* mx and s = S(agp_exp(x_i - mx)) of a row, e the exponentials. */
 static float ce_sum(const float *x, float *e, int64_t n, float *mx_out) {
   const float mx = row_max(x, n);
-  for (int64_t j = 0; j < n; j++) e[j] = agp_exp(x[j] - mx);
+  ag__cpu_p_exp_shift(e, x, mx, n);
   *mx_out = mx;
   return ag__cpu_psum_f32(e, n);
 }
