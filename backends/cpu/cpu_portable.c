@@ -409,17 +409,40 @@ static void pmm_range(void *ctx, int64_t lo, int64_t hi) {
     const int64_t strips = (nc + NR - 1) / NR;
     for (int64_t s = 0; s < strips; s++) {
       float *d = bp + s * K * NR;
-      for (int64_t k = 0; k < K; k++)
+      const int64_t js = j0 + s * NR;
+      const int nr = (int)(nc - s * NR < NR ? nc - s * NR : NR);
+      if (dt == AG_F32 && g->bcs == 1 && nr == NR) {
+        for (int64_t k = 0; k < K; k++) memcpy(d + k * NR, (const float *)B + k * g->brs + js, sizeof(float) * NR);
+      } else if (dt == AG_F32) {
+        const float *b = (const float *)B;
         for (int j = 0; j < NR; j++) {
-          int64_t jj = j0 + s * NR + j;
-          d[k * NR + j] = jj < j0 + nc ? ld1(dt, B, k * g->brs + jj * g->bcs) : 0.0f;
+          if (j < nr)
+            for (int64_t k = 0; k < K; k++) d[k * NR + j] = b[k * g->brs + (js + j) * g->bcs];
+          else
+            for (int64_t k = 0; k < K; k++) d[k * NR + j] = 0.0f;
         }
+      } else {
+        for (int64_t k = 0; k < K; k++)
+          for (int j = 0; j < NR; j++) d[k * NR + j] = j < nr ? ld1(dt, B, k * g->brs + (js + j) * g->bcs) : 0.0f;
+      }
     }
     for (int64_t ii = 0; ii < mc; ii += MR) {
       const int mr = (int)(mc - ii < MR ? mc - ii : MR);
-      for (int64_t k = 0; k < K; k++)
-        for (int i = 0; i < MR; i++)
-          ap[k * MR + i] = i < mr ? ld1(dt, A, (i0 + ii + i) * g->ars + k * g->acs) : 0.0f;
+      if (dt == AG_F32) {
+        const float *a = (const float *)A;
+        for (int i = 0; i < MR; i++) {
+          if (i < mr) {
+            const float *row = a + (i0 + ii + i) * g->ars;
+            for (int64_t k = 0; k < K; k++) ap[k * MR + i] = row[k * g->acs];
+          } else {
+            for (int64_t k = 0; k < K; k++) ap[k * MR + i] = 0.0f;
+          }
+        }
+      } else {
+        for (int64_t k = 0; k < K; k++)
+          for (int i = 0; i < MR; i++)
+            ap[k * MR + i] = i < mr ? ld1(dt, A, (i0 + ii + i) * g->ars + k * g->acs) : 0.0f;
+      }
       for (int64_t s = 0; s < strips; s++) {
         float cb[MR * NR];
         kern(K, ap, bp + s * K * NR, cb);
@@ -459,7 +482,7 @@ ag_status ag__cpu_p_matmul(const ag_k_matmul *mm) {
   /* a B panel of K x NC floats stays within ~256 KiB */
   int64_t nc = (65536 / (g.K > 0 ? g.K : 1)) / NR * NR;
   g.NC = nc < 4 * NR ? 4 * NR : nc > 512 ? 512 : nc;
-  g.MB = 64;
+  g.MB = 256; /* B is packed once per row block */
   g.mb = (g.M + g.MB - 1) / g.MB;
   g.nb = (g.N + g.NC - 1) / g.NC;
   ag__cpu_par_for(g.Bn * g.mb * g.nb, g.Bn * g.M * g.N * (g.K > 0 ? g.K : 1) / 16, pmm_range, &g);
