@@ -106,12 +106,39 @@ typedef float pv8 __attribute__((vector_size(32)));
 #pragma GCC pop_options
 #endif
 /* AVX2 alone: the build never asks for FMA here, and the portable code is
- * not contracted in any case. */
-static bool p_avx2(void) { return __builtin_cpu_supports("avx2"); }
+ * not contracted in any case. ag__cpu_p_isa caps the choice (tests run
+ * every width and compare bits). */
+static bool p_avx2(void) { return ag__cpu_p_isa >= 1 && __builtin_cpu_supports("avx2"); }
+static bool p_avx512(void) { return ag__cpu_p_isa >= 2 && __builtin_cpu_supports("avx512f"); }
 #define PV(fn) (p_avx2() ? fn##_avx2 : fn##_base)
+
+/* The GEMM micro-kernel for AVX-512F (no FMA): 8 x 32, sixteen zmm
+ * accumulators. */
+typedef float pv16 __attribute__((vector_size(64)));
+__attribute__((target("avx512f"))) static void p_gemm_kernel_avx512(int64_t K, const float *ap, const float *bp,
+                                                                    float *c) {
+  pv16 acc[8][2];
+  for (int i = 0; i < 8; i++)
+    for (int j = 0; j < 2; j++) acc[i][j] = (pv16){0};
+  for (int64_t k = 0; k < K; k++) {
+    pv16 b0, b1;
+    memcpy(&b0, bp + k * 32, 64);
+    memcpy(&b1, bp + k * 32 + 16, 64);
+    for (int i = 0; i < 8; i++) {
+      const float av = ap[k * 8 + i];
+      const pv16 a16 = {av, av, av, av, av, av, av, av, av, av, av, av, av, av, av, av};
+      acc[i][0] = acc[i][0] + a16 * b0;
+      acc[i][1] = acc[i][1] + a16 * b1;
+    }
+  }
+  for (int i = 0; i < 8; i++) memcpy(c + i * 32, acc[i], sizeof acc[i]);
+}
 #else
 #define PV(fn) fn##_base
+static bool p_avx512(void) { return false; }
 #endif
+
+int ag__cpu_p_isa = 2;
 
 bool ag__cpu_p_unary(int sub, float *o, const float *x, int64_t n, const double *s) {
   return PV(p_unary)(sub, o, x, n, s);
@@ -364,8 +391,10 @@ ag_status ag__cpu_p_reduce_sum(const ag_k_reduce *a) {
  * Partial strips are zero-padded; the padding never reaches a stored
  * element. GCC vector extensions, plain mul and add (cpu_portable_ew.inc). */
 
-#define MR PMR
-#define NR PNR
+/* the largest micro-tile of any kernel */
+#define MR_MAX 8
+#define NR_MAX 32
+typedef void (*pgemm_kernel)(int64_t K, const float *ap, const float *bp, float *c);
 
 typedef struct pmm {
   const ag_k_matmul *a;
@@ -373,6 +402,8 @@ typedef struct pmm {
   int64_t abs_, bbs, ars, acs, brs, bcs;
   int64_t mb, nb, MB, NC; /* row blocks, column panels and their sizes */
   ag_dtype dt;
+  int mr, nr; /* the micro-tile of kern */
+  pgemm_kernel kern;
   _Atomic int oom;
 } pmm;
 
@@ -391,13 +422,14 @@ static void pmm_range(void *ctx, int64_t lo, int64_t hi) {
   const size_t sz = ag__cpu_dtsize(dt);
   const int64_t K = g->K;
   const float alpha_f = (float)mm->alpha, beta_f = (float)mm->beta;
+  const int MR = g->mr, NR = g->nr;
   float *bp = malloc(sizeof(float) * (size_t)((K > 0 ? K : 1) * (g->NC + NR) + (K > 0 ? K : 1) * MR));
   if (!bp) {
     atomic_store(&((pmm *)ctx)->oom, 1);
     return;
   }
   float *ap = bp + (K > 0 ? K : 1) * (g->NC + NR);
-  void (*const kern)(int64_t, const float *, const float *, float *) = PV(p_gemm_kernel);
+  const pgemm_kernel kern = g->kern;
   for (int64_t w = lo; w < hi; w++) {
     int64_t b = w / (g->mb * g->nb), rem = w % (g->mb * g->nb);
     int64_t i0 = rem / g->nb * g->MB, j0 = rem % g->nb * g->NC;
@@ -412,7 +444,8 @@ static void pmm_range(void *ctx, int64_t lo, int64_t hi) {
       const int64_t js = j0 + s * NR;
       const int nr = (int)(nc - s * NR < NR ? nc - s * NR : NR);
       if (dt == AG_F32 && g->bcs == 1 && nr == NR) {
-        for (int64_t k = 0; k < K; k++) memcpy(d + k * NR, (const float *)B + k * g->brs + js, sizeof(float) * NR);
+        for (int64_t k = 0; k < K; k++)
+          memcpy(d + k * NR, (const float *)B + k * g->brs + js, sizeof(float) * (size_t)NR);
       } else if (dt == AG_F32) {
         const float *b = (const float *)B;
         for (int j = 0; j < NR; j++) {
@@ -444,12 +477,12 @@ static void pmm_range(void *ctx, int64_t lo, int64_t hi) {
             ap[k * MR + i] = i < mr ? ld1(dt, A, (i0 + ii + i) * g->ars + k * g->acs) : 0.0f;
       }
       for (int64_t s = 0; s < strips; s++) {
-        float cb[MR * NR];
+        float cb[MR_MAX * NR_MAX];
         kern(K, ap, bp + s * K * NR, cb);
         const int nr = (int)(nc - s * NR < NR ? nc - s * NR : NR);
         for (int i = 0; i < mr; i++) {
           const int64_t off = (i0 + ii + i) * g->N + j0 + s * NR;
-          float r[NR];
+          float r[NR_MAX];
           for (int j = 0; j < nr; j++) {
             float v = cb[i * NR + j];
             if (mm->alpha != 1.0) v = alpha_f * v;
@@ -479,9 +512,14 @@ ag_status ag__cpu_p_matmul(const ag_k_matmul *mm) {
   g.brs = B->strides[nb - 2];
   g.bcs = B->strides[nb - 1];
   if (g.M == 0 || g.N == 0 || g.Bn == 0) return AG_OK;
+  if (p_avx512()) {
+    g.kern = p_gemm_kernel_avx512, g.mr = 8, g.nr = 32;
+  } else {
+    g.kern = PV(p_gemm_kernel), g.mr = PMR, g.nr = PNR;
+  }
   /* a B panel of K x NC floats stays within ~256 KiB */
-  int64_t nc = (65536 / (g.K > 0 ? g.K : 1)) / NR * NR;
-  g.NC = nc < 4 * NR ? 4 * NR : nc > 512 ? 512 : nc;
+  int64_t nc = (65536 / (g.K > 0 ? g.K : 1)) / g.nr * g.nr;
+  g.NC = nc < 4 * g.nr ? 4 * g.nr : nc > 512 ? 512 : nc;
   g.MB = 256; /* B is packed once per row block */
   g.mb = (g.M + g.MB - 1) / g.MB;
   g.nb = (g.N + g.NC - 1) / g.NC;

@@ -16,6 +16,12 @@ AG_HIDDEN bool ag__cpu_p_binary(int sub, float *o, const float *a, const float *
 /* e[j] = agp_exp(x[j] - mx), j < n. */
 AG_HIDDEN void ag__cpu_p_exp_shift(float *e, const float *x, float mx, int64_t n);
 
+/* The widest vector build the portable kernels may choose at run time:
+ * 0 baseline, 1 AVX2, 2 AVX-512F (none with FMA); the bits are the same
+ * for every value (tests set it). Default 2. Not thread-safe to change
+ * while kernels run. */
+AG_HIDDEN extern int ag__cpu_p_isa;
+
 /* The canonical sum S (docs/numerics.md) of n values of dtype dt (f32,
  * f16, bf16) at p with element stride st, on the calling thread. */
 AG_HIDDEN float ag__cpu_psum(ag_dtype dt, const void *p, int64_t st, int64_t n);
