@@ -848,6 +848,118 @@ static void test_pool(void **state) {
   }
 }
 
+
+/* ---- var, cumsum ---- */
+
+static void test_var_cumsum(void **state) {
+  (void)state;
+  enum { O = 5, R = 2001, I = 67 };
+  float *x = fvec(O * R * I, -2, 2), *out = malloc(sizeof(float) * O * I), *cs = malloc(sizeof(float) * O * R * I);
+  float *col = malloc(sizeof(float) * R), *t = malloc(sizeof(float) * R);
+  for (int v = 0; v < 2; v++) {
+    ag_kernel_call c = pcall(AG_K_VAR, v ? AG_KV_STD : AG_KV_VAR);
+    c.n_operands = 2;
+    c.o[0] = opnd(out, AG_F32, 2, (int64_t[]){O, I}, NULL);
+    c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+    c.i[0] = O, c.i[1] = R, c.i[2] = I, c.s[0] = 1;
+    threads_same(&c, out, O * I, NULL, NULL, v ? "std" : "var");
+    for (int o = 0; o < O; o++)
+      for (int i = 0; i < I; i++) {
+        for (int k = 0; k < R; k++) col[k] = x[(o * R + k) * I + i];
+        float mean = agp_div(ref_S(col, R), (float)R);
+        for (int k = 0; k < R; k++) {
+          volatile float d = col[k] - mean;
+          t[k] = d * d;
+        }
+        float want = agp_div(ref_S(t, R), (float)(R - 1));
+        if (v) want = agp_sqrt(want);
+        same_bits(&want, &out[o * I + i], 1, "var ref");
+      }
+  }
+  ag_kernel_call c = pcall(AG_K_CUMSUM, AG_KV_CUMSUM_SUFFIX);
+  c.n_operands = 2;
+  c.o[0] = opnd(cs, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+  c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+  c.i[0] = O, c.i[1] = R, c.i[2] = I;
+  threads_same(&c, cs, O * R * I, NULL, NULL, "cumsum");
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < I; i += 7) {
+      volatile float acc = 0.0f;
+      for (int k = R - 1; k >= 0; k--) {
+        acc = acc + x[(o * R + k) * I + i];
+        float a = acc;
+        same_bits(&a, &cs[(o * R + k) * I + i], 1, "cumsum ref");
+      }
+    }
+  free(x), free(out), free(cs), free(col), free(t);
+}
+
+
+/* ---- every vector width gives the same bits ---- */
+
+static void isa_same(const ag_kernel_call *c, float *out, int64_t n, refill_fn refill, void *ctx, const char *what) {
+  float *first = malloc(sizeof(float) * (size_t)n);
+  for (int isa = 0; isa <= 2; isa++) {
+    ag__cpu_p_isa = isa;
+    if (refill) refill(ctx);
+    prun(c);
+    if (isa == 0) memcpy(first, out, sizeof(float) * (size_t)n);
+    else same_bits(first, out, n, what);
+  }
+  ag__cpu_p_isa = 2;
+  free(first);
+}
+
+static void test_vector_widths(void **state) {
+  (void)state;
+  const int64_t n = 4099;
+  float *x = fvec(n, -20, 20), *y = malloc(sizeof(float) * (size_t)n);
+  x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = -0.0f, x[4] = 0x1p-140f, x[5] = 100.0f, x[6] = -100.0f;
+  for (int sub = 0; sub < AG_UNARY_COUNT; sub++) {
+    ag_kernel_call c = pcall(AG_K_UNARY, sub);
+    c.n_operands = 2;
+    c.o[0] = opnd(y, AG_F32, 1, &n, NULL);
+    c.o[1] = opnd(x, AG_F32, 1, &n, NULL);
+    c.s[0] = 1.5, c.s[1] = -0.5;
+    char what[64];
+    snprintf(what, sizeof what, "unary %d widths", sub);
+    isa_same(&c, y, n, NULL, NULL, what);
+  }
+  float *b = fvec(n, -3, 3);
+  for (int sub = 0; sub < AG_BINARY_COUNT; sub++) {
+    ag_kernel_call c = pcall(AG_K_BINARY, sub);
+    c.n_operands = 3;
+    c.o[0] = opnd(y, AG_F32, 1, &n, NULL);
+    c.o[1] = opnd(x, AG_F32, 1, &n, NULL);
+    c.o[2] = opnd(b, AG_F32, 1, &n, NULL);
+    c.s[0] = 0.75;
+    const ag_binary_info *bi = ag_binary_info_of(sub);
+    if (bi && bi->compare) continue; /* bool outputs */
+    char what[64];
+    snprintf(what, sizeof what, "binary %d widths", sub);
+    isa_same(&c, y, n, NULL, NULL, what);
+  }
+  enum { M = 37, N = 75, K = 129 };
+  float *a = fvec(M * K, -1, 1), *bm = fvec(K * N, -1, 1), *cm = malloc(sizeof(float) * M * N);
+  ag_kernel_call c = pcall(AG_K_MATMUL, 0);
+  c.n_operands = 3;
+  c.o[0] = opnd(cm, AG_F32, 2, (int64_t[]){M, N}, NULL);
+  c.o[1] = opnd(a, AG_F32, 2, (int64_t[]){M, K}, NULL);
+  c.o[2] = opnd(bm, AG_F32, 2, (int64_t[]){K, N}, (int64_t[]){1, K});
+  c.s[0] = 1;
+  isa_same(&c, cm, M * N, NULL, NULL, "matmul widths");
+  float *ref = malloc(sizeof(float) * M * N);
+  ref_matmul(M, N, K, a, K, 1, bm, 1, K, 1, 0, NULL, ref);
+  same_bits(ref, cm, M * N, "matmul widths ref");
+  c = pcall(AG_K_SOFTMAX, AG_KV_SOFTMAX);
+  c.n_operands = 2;
+  c.o[0] = opnd(y, AG_F32, 2, (int64_t[]){1, n}, NULL);
+  c.o[1] = opnd(b, AG_F32, 2, (int64_t[]){1, n}, NULL);
+  c.i[0] = 1, c.i[1] = n;
+  isa_same(&c, y, n, NULL, NULL, "softmax widths");
+  free(x), free(y), free(b), free(a), free(bm), free(cm), free(ref);
+}
+
 /* ---- (c) refusals, (d) the default mode ---- */
 
 static void test_refusals(void **state) {
@@ -958,6 +1070,8 @@ int main(void) {
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_conv2d),
       cmocka_unit_test(test_pool),
+      cmocka_unit_test(test_var_cumsum),
+      cmocka_unit_test(test_vector_widths),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_default_unchanged),
   };
