@@ -5,6 +5,7 @@
 #include "anygrad/checks.h"
 #include "anygrad/dlpack.h"
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -597,6 +598,18 @@ static bool cpu_supports(int dev, ag_kop op, int sub, ag_dtype dtype) {
   return ag__cpu_supports(op, sub, dtype);
 }
 
+/* Portable numerics (docs/numerics.md): this CPU unless it flushes
+ * subnormals or the build fuses products (a probe, cpu_portable.c). */
+static ag_status cpu_portable_check(int dev) {
+  (void)dev;
+  return ag__cpu_portable_check();
+}
+
+static bool cpu_supports_portable(int dev, ag_kop op, int sub, ag_dtype dtype) {
+  (void)dev;
+  return ag__cpu_supports_portable(op, sub, dtype);
+}
+
 static ag_status cpu_take_kernel_error(ag_bstream *s, ag_kernel_error *out) {
   memset(out, 0, sizeof *out);
   if (!atomic_load_explicit(&s->has_err, memory_order_acquire)) return AG_OK;
@@ -646,6 +659,8 @@ static ag_backend cpu_backend = {
     .launch = cpu_launch,
     .supports = cpu_supports,
     .take_kernel_error = cpu_take_kernel_error,
+    .portable_check = cpu_portable_check,
+    .supports_portable = cpu_supports_portable,
     .flags = AG_BACKEND_F_HOST_MEMORY | AG_BACKEND_F_ADDRESSABLE,
     .dlpack_device = kDLCPU,
     .priority = 0,

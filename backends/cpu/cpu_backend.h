@@ -80,6 +80,59 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
   X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))         \
   X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT)) \
 
+/* The ops the CPU computes with portable numerics (docs/numerics.md), same
+ * format, one op a line: a call with AG_KF_PORTABLE of anything else is
+ * refused by the dispatch. The kernels exact by nature run their default
+ * code; the others branch to cpu_portable*.c on the flag. f64 is never
+ * portable. VANY: cpu_kernels.c (cpu_supports_portable_subop) checks the
+ * sub-op codes. */
+#define CPU_P_DTS (AGK_DTS_FLOAT | AGK_DTS_INT)
+#define CPU_KOPS_PORTABLE(X)                                                                        \
+  X(FILL, fill, CPU_P_DTS, AGK_VNONE)                                                              \
+  X(UNARY, unary, CPU_P_DTS, AGK_VANY)                                                             \
+  X(BINARY, binary, CPU_P_DTS, AGK_VANY)                                                           \
+  X(WHERE, where, CPU_P_DTS, AGK_VNONE)                                                            \
+  X(REDUCE, reduce, CPU_P_DTS, AGK_VANY)                                                           \
+  X(MATMUL, matmul, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(SOFTMAX, softmax, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))        \
+  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX)) \
+  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT, CPU_VIDX)                                         \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT, CPU_VIDX)                                 \
+  X(LAYERNORM, layernorm, AGK_DTS_FLOAT, AGK_VNONE)                                                \
+  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                        \
+  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
+  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                            \
+  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                          \
+  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                              \
+  X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                        \
+  X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT, AGK_VNONE)                                                \
+  X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT, CPU_VIDX)                                         \
+  X(DROPOUT, dropout, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
+  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                          \
+  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                            \
+  X(ARANGE, arange, CPU_P_DTS, AGK_VNONE)                                                          \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                        \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                    \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                  \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                         \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                 \
+  X(VAR, var, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                            \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))   \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, CPU_VIDX)                                               \
+  X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, CPU_VIDX)                                             \
+  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))   \
+  X(EMBEDDING, embedding, CPU_P_DTS, CPU_VIDX)                                                     \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
+  X(GATHER, gather, CPU_P_DTS, CPU_VIDX)                                                           \
+  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                        \
+  X(PAD, pad, CPU_P_DTS, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))               \
+  X(TOPK, topk, CPU_P_DTS, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))           \
+  X(SORT, sort, CPU_P_DTS, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))       \
+
+/* Whether ag__cpu_run computes op/sub for dtype with portable numerics
+ * (ag_backend.supports_portable). */
+AG_HIDDEN bool ag__cpu_supports_portable(ag_kop op, int sub, ag_dtype dt);
+
 #define CPU_KOP_DECL(ID, name, dts, vs) AG_HIDDEN ag_status cpu_k_##name(ag_kernel_error *err, const ag_k_##name *a);
 CPU_KOPS(CPU_KOP_DECL)
 #undef CPU_KOP_DECL

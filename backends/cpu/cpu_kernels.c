@@ -20,6 +20,7 @@
 #include <tgmath.h>
 
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 #include "cpu_tile.h"
 #include "cpu_vmath.h"
 #include "tensor/half.h"
@@ -113,6 +114,7 @@ typedef struct ew {
   int64_t i0, i1;
   double fill;
   int kind, dom, nops, nd;
+  bool portable; /* f32 compute through the portable bodies (cpu_portable.c) */
   int64_t numel;
   int64_t shape[AG_MAX_DIMS];
   int64_t st[4][AG_MAX_DIMS];
@@ -133,7 +135,9 @@ static void ew_compute(const ew *e, void *o, void *const *in, int64_t n) {
   const double fill = e->fill;
   switch (e->dom) {
     case DOM_F:
-      if (e->kind == EW_UNARY) (void)FV(unary_f)(e->sub, o, in[0], n, e->scalars);
+      if (e->portable && e->kind == EW_UNARY) (void)ag__cpu_p_unary(e->sub, o, in[0], n, e->scalars);
+      else if (e->portable && e->kind == EW_BINARY) (void)ag__cpu_p_binary(e->sub, o, in[0], in[1], n, e->scalars);
+      else if (e->kind == EW_UNARY) (void)FV(unary_f)(e->sub, o, in[0], n, e->scalars);
       else if (e->kind == EW_BINARY) (void)FV(binary_f)(e->sub, o, in[0], in[1], n, e->scalars);
       else if (e->kind == EW_WHERE) FV(where_f)(o, in[0], in[1], in[2], n);
       else for (int64_t i = 0; i < n; i++) ((float *)o)[i] = (float)fill;
@@ -311,7 +315,7 @@ static int64_t ew_cost(int kind, int sub) {
 /* One elementwise call of `kind` over its nops operands ops (output first):
  * sub, scalars, i0, i1 and fill as in ew. */
 static void ew_run(int kind, int nops, const ag_koperand *const *ops, int sub, const double *scalars, int64_t i0,
-                   int64_t i1, double fill) {
+                   int64_t i1, double fill, bool portable) {
   ew e_, *e = &e_; /* not zeroed (small ops launch often): each field is set before it is read */
   e->op = ops;
   e->kind = kind;
@@ -322,6 +326,7 @@ static void ew_run(int kind, int nops, const ag_koperand *const *ops, int sub, c
   e->i0 = i0;
   e->i1 = i1;
   e->fill = fill;
+  e->portable = portable;
   const ag_koperand *o0 = ops[0];
   for (int k = 0; k < nops; k++) {
     e->p[k] = ag__cpu_ptr(ops[k]);
@@ -398,27 +403,47 @@ static void ew_run(int kind, int nops, const ag_koperand *const *ops, int sub, c
 
 ag_status cpu_k_fill(ag_kernel_error *err, const ag_k_fill *a) {
   (void)err;
-  ew_run(EW_FILL, 1, (const ag_koperand *const[]){a->out}, 0, NULL, 0, 0, a->value);
+  ew_run(EW_FILL, 1, (const ag_koperand *const[]){a->out}, 0, NULL, 0, 0, a->value, false);
   return AG_OK;
+}
+
+/* Portable numerics: the floating dtypes through the portable bodies, the
+ * integer ones (exact) and casts as by default; f64 on either side is
+ * refused (the list has no f64, but a cast's output may be). */
+static bool ew_portable(const ag_kernel_call *c, int nops, const ag_koperand *const *ops, ag_status *st) {
+  *st = AG_OK;
+  if (!(c->flags & AG_KF_PORTABLE)) return false;
+  for (int k = 0; k < nops; k++)
+    if (ops[k]->dtype == AG_F64) {
+      *st = ag_k__not_portable(c, "cpu", AG_F64);
+      return true;
+    }
+  return true;
 }
 
 ag_status cpu_k_unary(ag_kernel_error *err, const ag_k_unary *a) {
   (void)err;
-  ew_run(EW_UNARY, 2, (const ag_koperand *const[]){a->y, a->x}, a->variant, (const double[]){a->s0, a->s1}, a->i0,
-         a->i1, 0);
+  const ag_koperand *const ops[] = {a->y, a->x};
+  ag_status st;
+  bool p = ew_portable(a->call, 2, ops, &st);
+  if (st != AG_OK) return st;
+  ew_run(EW_UNARY, 2, ops, a->variant, (const double[]){a->s0, a->s1}, a->i0, a->i1, 0, p);
   return AG_OK;
 }
 
 ag_status cpu_k_binary(ag_kernel_error *err, const ag_k_binary *a) {
   (void)err;
-  ew_run(EW_BINARY, 3, (const ag_koperand *const[]){a->out, a->a, a->b}, a->variant, (const double[]){a->s0, a->s1},
-         0, 0, 0);
+  const ag_koperand *const ops[] = {a->out, a->a, a->b};
+  ag_status st;
+  bool p = ew_portable(a->call, 3, ops, &st);
+  if (st != AG_OK) return st;
+  ew_run(EW_BINARY, 3, ops, a->variant, (const double[]){a->s0, a->s1}, 0, 0, 0, p);
   return AG_OK;
 }
 
 ag_status cpu_k_where(ag_kernel_error *err, const ag_k_where *a) {
   (void)err;
-  ew_run(EW_WHERE, 4, (const ag_koperand *const[]){a->out, a->cond, a->a, a->b}, 0, NULL, 0, 0, 0);
+  ew_run(EW_WHERE, 4, (const ag_koperand *const[]){a->out, a->cond, a->a, a->b}, 0, NULL, 0, 0, 0, false);
   return AG_OK;
 }
 
@@ -426,6 +451,7 @@ ag_status cpu_k_where(ag_kernel_error *err, const ag_k_where *a) {
 
 ag_status cpu_k_arange(ag_kernel_error *err, const ag_k_arange *a) {
   (void)err;
+  if ((a->call->flags & AG_KF_PORTABLE) && !is_int(a->out->dtype)) return ag__cpu_p_arange(a);
   const ag_koperand *out = a->out;
   int64_t n = out->ndim ? out->shape[0] : 1;
   char *p = ag__cpu_ptr(out);
@@ -443,7 +469,7 @@ ag_status cpu_k_arange(ag_kernel_error *err, const ag_k_arange *a) {
 
 #define AGK_IMPL(name) cpu_k_##name
 #define AGK_CTX ag_kernel_error *
-AGK_DEFINE_DISPATCH(cpu_dispatch, CPU_KOPS, "cpu")
+AGK_DEFINE_DISPATCH_PORTABLE(cpu_dispatch, CPU_KOPS, CPU_KOPS_PORTABLE, "cpu")
 AGK_DEFINE_SUPPORTS(cpu_supports_data, CPU_KOPS)
 
 ag_status ag__cpu_run(const ag_kernel_call *c, ag_kernel_error *err) { return cpu_dispatch(err, c); }
@@ -472,4 +498,17 @@ static bool cpu_supports_subop(ag_kop op, int sub, ag_dtype dt) {
 
 bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
   return cpu_supports_data(op, sub, dt) && cpu_supports_subop(op, sub, dt);
+}
+
+/* Portable numerics (CPU_KOPS_PORTABLE): UNARY and BINARY run every table
+ * entry on f32/f16/bf16 through the portable bodies and the INT entries on
+ * the integer dtypes (exact); REDUCE every code (SUM through S); POOL2D*
+ * every code: the default f32 kernels are the contract's (MAX selects;
+ * the averages sum the window in order, divide once, and the backward adds
+ * in output order). */
+static bool cpu_supports_portable_subop(ag_kop op, int sub, ag_dtype dt) { return cpu_supports_subop(op, sub, dt); }
+
+bool ag__cpu_supports_portable(ag_kop op, int sub, ag_dtype dt) {
+  return cpu_dispatch_portable(op, sub, dt) && cpu_supports_portable_subop(op, sub, dt) &&
+         ag__cpu_supports(op, sub, dt);
 }

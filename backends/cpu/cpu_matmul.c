@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 #include "tensor/half.h"
 
 #if defined(AG_HAVE_CBLAS)
@@ -177,6 +178,7 @@ static void widen(ag_dtype dt, const uint16_t *p, int64_t R, int64_t C, int64_t 
 
 ag_status cpu_k_matmul(ag_kernel_error *err, const ag_k_matmul *mm) {
   (void)err;
+  if (mm->call->flags & AG_KF_PORTABLE) return ag__cpu_p_matmul(mm);
   const ag_koperand *O = mm->c, *A = mm->a, *B = mm->b;
   const double alpha = mm->alpha, beta = mm->beta;
   const int na = A->ndim, nb = B->ndim, no = O->ndim;

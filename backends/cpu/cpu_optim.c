@@ -12,6 +12,7 @@
 #include <tgmath.h>
 
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 #include "cpu_tile.h"
 
 /* ---- multi-tensor kernels ---- */
@@ -145,6 +146,7 @@ static void sgd_range(void *ctx, int64_t a, int64_t b) {
 /* found_inf != 0 skips the step; each group's update split over its
  * elements. */
 ag_status cpu_k_adamw(ag_kernel_error *err, const ag_k_adamw *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_adamw(a);
   (void)err;
   if (opt_scalar(a->found_inf, 0.0f) != 0) return AG_OK;
   mctx x = {.adamw = a, .inv = opt_scalar(a->inv_scale, 1.0f)};
@@ -156,6 +158,7 @@ ag_status cpu_k_adamw(ag_kernel_error *err, const ag_k_adamw *a) {
 }
 
 ag_status cpu_k_sgd(ag_kernel_error *err, const ag_k_sgd *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_sgd(a);
   (void)err;
   if (opt_scalar(a->found_inf, 0.0f) != 0) return AG_OK;
   mctx x = {.sgd = a, .inv = opt_scalar(a->inv_scale, 1.0f)};
@@ -221,6 +224,7 @@ ag_status cpu_k_nonfinite_check(ag_kernel_error *err, const ag_k_nonfinite_check
  * adds, so it runs at memory speed. */
 #define SUMSQ_LANES 8
 ag_status cpu_k_sumsq(ag_kernel_error *err, const ag_k_sumsq *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_sumsq(a);
   (void)err;
   double lane[SUMSQ_LANES] = {0}, buf[TILE];
   for (int k = 0; k < AGK_MULTI_GROUPS(a); k++) {

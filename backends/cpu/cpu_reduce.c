@@ -12,6 +12,7 @@
 #include <tgmath.h>
 
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 #include "cpu_tile.h"
 
 /* ---- reductions: every dtype is exact in f64, so values are combined in
@@ -177,6 +178,9 @@ static void reduce_i64_range(void *ctx, int64_t a, int64_t b) {
 
 ag_status cpu_k_reduce(ag_kernel_error *err, const ag_k_reduce *a) {
   (void)err;
+  if ((a->call->flags & AG_KF_PORTABLE) && a->variant == AG_R_SUM &&
+      (a->x->dtype == AG_F32 || a->x->dtype == AG_F16 || a->x->dtype == AG_BF16))
+    return ag__cpu_p_reduce_sum(a);
   rctx r = {.out = a->out, .x = a->x, .op = a->variant, .scale = a->scale, .outer = a->outer, .r = a->r,
             .inner = a->inner};
   int64_t total = r.outer * r.r * r.inner;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 #include "cpu_tile.h"
 
 /* ---- [outer, r, inner] -> [outer, inner], one line at a time ---- */
@@ -66,6 +67,7 @@ static double logsumexp_line(const double *v, int64_t r, int variant) {
 }
 
 ag_status cpu_k_logsumexp(ag_kernel_error *err, const ag_k_logsumexp *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_logsumexp(a);
   (void)err;
   return run_lines(a->call, a->out, a->x, a->outer, a->r, a->inner, a->variant, logsumexp_line);
 }

@@ -18,6 +18,7 @@
 #include <tgmath.h>
 
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 #include "cpu_tile.h"
 #include "cpu_vmath.h"
 #include "tensor/half.h"
@@ -404,6 +405,7 @@ static ag_status rmsnorm_bwd_weight(const ag_k_rmsnorm_bwd *k, int64_t N, int64_
 /* var/std over the middle dim of [outer, r, inner], two passes in double. */
 ag_status cpu_k_var(ag_kernel_error *err, const ag_k_var *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_var(a);
   const int64_t O = a->outer, R = a->r, In = a->inner;
   const ag_dtype dx = a->x->dtype, dy = a->out->dtype;
   const size_t ex = ag__cpu_dtsize(dx), ey = ag__cpu_dtsize(dy);
@@ -429,6 +431,7 @@ ag_status cpu_k_var(ag_kernel_error *err, const ag_k_var *a) {
 /* Prefix or suffix sums along the middle dim, in double. */
 ag_status cpu_k_cumsum(ag_kernel_error *err, const ag_k_cumsum *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_cumsum(a);
   const int64_t O = a->outer, R = a->r, In = a->inner;
   const ag_dtype dx = a->x->dtype, dy = a->out->dtype;
   const size_t ex = ag__cpu_dtsize(dx), ey = ag__cpu_dtsize(dy);
@@ -476,6 +479,7 @@ ag_status cpu_k_gather(ag_kernel_error *err, const ag_k_gather *a) {
 /* Scatter-add in double, in order of k, into a zeroed dx. */
 ag_status cpu_k_gather_bwd(ag_kernel_error *err, const ag_k_gather_bwd *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_gather_bwd(a);
   const int64_t O = a->o, K = a->k, In = a->in, X = a->xlen;
   const ag_dtype d0 = a->dx->dtype, d1 = a->dout->dtype;
   double *acc = calloc((size_t)(X * In > 0 ? X * In : 1), sizeof(double));
@@ -576,6 +580,10 @@ ag_status cpu_k_embedding(ag_kernel_error *err, const ag_k_embedding *a) {
 }
 
 ag_status cpu_k_embedding_bwd(ag_kernel_error *err, const ag_k_embedding_bwd *a) {
+  /* portable: the f32 table is the contract's sequential sum in row order
+   * (below); other table dtypes accumulate in double */
+  if ((a->call->flags & AG_KF_PORTABLE) && a->dtable->dtype != AG_F32)
+    return ag_k__not_portable(a->call, "cpu", a->dtable->dtype);
   const ag_koperand *ix = a->indices, *dtab = a->dtable;
   int64_t N = pick(a->n, ix->ndim ? ix->shape[0] : 1);
   int64_t D = pick(a->d, dtab->ndim > 1 ? dtab->shape[1] : 1);
@@ -614,28 +622,34 @@ ag_status cpu_k_embedding_bwd(ag_kernel_error *err, const ag_k_embedding_bwd *a)
 /* ---- the row ops ---- */
 
 ag_status cpu_k_softmax(ag_kernel_error *err, const ag_k_softmax *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_softmax(a);
   return run_rows(a->call, a, a->rows, a->cols, softmax_rows, err, NULL, 0);
 }
 
 ag_status cpu_k_softmax_bwd(ag_kernel_error *err, const ag_k_softmax_bwd *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_softmax_bwd(a);
   return run_rows(a->call, a, pick(a->rows, a->dx->shape[0]), pick(a->cols, a->dx->shape[1]), softmax_bwd_rows, err,
                   NULL, 0);
 }
 
 ag_status cpu_k_cross_entropy(ag_kernel_error *err, const ag_k_cross_entropy *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_cross_entropy(err, a);
   return run_rows(a->call, a, a->n, a->c, ce_rows, err, a->targets, a->ignore_index);
 }
 
 ag_status cpu_k_cross_entropy_bwd(ag_kernel_error *err, const ag_k_cross_entropy_bwd *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_cross_entropy_bwd(a);
   return run_rows(a->call, a, pick(a->n, a->logits->shape[0]), pick(a->c, a->logits->shape[1]), ce_bwd_rows, err,
                   a->targets, a->ignore_index);
 }
 
 ag_status cpu_k_layernorm(ag_kernel_error *err, const ag_k_layernorm *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_layernorm(a);
   return run_rows(a->call, a, a->n, a->d, layernorm_rows, err, NULL, 0);
 }
 
 ag_status cpu_k_layernorm_bwd(ag_kernel_error *err, const ag_k_layernorm_bwd *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_layernorm_bwd(a);
   int64_t N = pick(a->n, a->x->shape[0]), D = pick(a->d, a->x->shape[1]);
   ag_status st = run_rows(a->call, a, N, D, layernorm_bwd_rows, err, NULL, 0);
   if (st == AG_OK && a->multi && a->multi->count > 0) st = layernorm_bwd_params(a, N, D);
@@ -643,10 +657,12 @@ ag_status cpu_k_layernorm_bwd(ag_kernel_error *err, const ag_k_layernorm_bwd *a)
 }
 
 ag_status cpu_k_rmsnorm(ag_kernel_error *err, const ag_k_rmsnorm *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_rmsnorm(a);
   return run_rows(a->call, a, a->n, a->d, rmsnorm_rows, err, NULL, 0);
 }
 
 ag_status cpu_k_rmsnorm_bwd(ag_kernel_error *err, const ag_k_rmsnorm_bwd *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_rmsnorm_bwd(a);
   ag_status st = run_rows(a->call, a, a->n, a->d, rmsnorm_bwd_rows, err, NULL, 0);
   if (st == AG_OK && a->multi && a->multi->count > 0) st = rmsnorm_bwd_weight(a, a->n, a->d);
   return st;

@@ -211,13 +211,14 @@ static inline ag_status ag_k__not_portable(const ag_kernel_call *c, const char *
     ag_status st_ = ag_k_##nm##_decode(c, &a_);                                                    \
     if (st_ != AG_OK) return st_;                                                                  \
     if ((c->flags & AG_KF_PORTABLE) && !pfn(c->op, c->sub, a_.dtype))                              \
-      return ag_k__not_portable(c, backend, a_.dtype);                                             \
+      return ag_k__not_portable(c, pbackend, a_.dtype);                                            \
     return AGK_IMPL(nm)(ctx, &a_);                                                                 \
   }
 #define AGK_DEFINE_DISPATCH_PORTABLE(fn, LIST, PLIST, backend)                                      \
   AGK_DEFINE_SUPPORTS(fn##_portable, PLIST)                                                        \
   static ag_status fn(AGK_CTX ctx, const ag_kernel_call *c) {                                      \
     bool (*const pfn)(ag_kop, int, ag_dtype) = fn##_portable;                                      \
+    const char *const pbackend = backend; /* the cases are expanded after the parameters */         \
     switch (c->op) {                                                                               \
       LIST(AGK__PDCASE)                                                                            \
       default: break;                                                                              \
