@@ -33,7 +33,11 @@ if(NOT AG_CUDA STREQUAL "OFF" AND AG_NVCC)
   set_tests_properties(pmath_cuda PROPERTIES TIMEOUT 300 LABELS "pmath")
 endif()
 if(NOT AG_HIP STREQUAL "OFF" AND AG_HIPCC)
-  add_test(NAME pmath_hip COMMAND ${AG_HIPCC} -x hip -c -ffp-contract=off -Wall -Wextra -Werror
+  set(_pm_hip_arch)
+  foreach(_a ${AG_HIP_ARCHS})
+    list(APPEND _pm_hip_arch --offload-arch=${_a})
+  endforeach()
+  add_test(NAME pmath_hip COMMAND ${AG_HIPCC} -x hip ${_pm_hip_arch} -c -ffp-contract=off -Wall -Wextra -Werror
            -I${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/pmath_check.cu -o
            ${CMAKE_CURRENT_BINARY_DIR}/pmath_check_hip.o)
   set_tests_properties(pmath_hip PROPERTIES TIMEOUT 300 LABELS "pmath")
