@@ -1,14 +1,16 @@
 /* Portable f32 math: one text that compiles as C11, C++17/CUDA/HIP (and
  * gpuemu's host C++), OpenCL C 1.2 and GLSL 450, so every backend computes
  * elementwise math with the same sequence of correctly rounded f32 + - *
- * and gets the same bits (docs/numerics.md, "Elementwise math").
+ * and gets the same bits (docs/numerics.md, "Math functions": algorithms,
+ * domains, measured accuracy).
  *
  * Rules kept by every function below: floats only through + - * (no fma,
  * contraction off in every build: -ffp-contract=off, nvcc -fmad=false,
  * FP_CONTRACT OFF, GLSL precise), every float intermediate in an AGP_F
  * local, integers only as int, constants exactly representable floats,
  * division and square root correctly rounded (native where the includer
- * says it is, AGP_NATIVE_DIVSQRT; built from int arithmetic otherwise),
+ * says it is, AGP_NATIVE_DIVSQRT; otherwise, and always in GLSL, built
+ * from a float estimate and exact int arithmetic),
  * subnormals kept (IEEE), no arrays, pointers, recursion or overloading.
  *
  * Language: OpenCL C when __OPENCL_VERSION__ is defined, GLSL when AG_GLSL
@@ -55,6 +57,9 @@
 #define AGP_NSQRT_(x) sqrt(x)
 
 #elif (defined(__CUDACC__) || defined(__HIPCC__)) && !defined(AG_GPU_HOST)
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h> /* __float_as_int (nvcc includes its runtime itself) */
+#endif
 #define AGP_FN static __device__ inline
 #define AGP_FT float
 #define AGP_F float
@@ -124,6 +129,13 @@ AGP_FN AGP_FT agp_copysign(AGP_FT x, AGP_FT s) {
 }
 /* 2^e for -126 <= e <= 127 */
 AGP_FN AGP_FT agp_i_pow2(AGP_I e) { AGP_F r = AGP_AS_F((e + 127) * 8388608); return r; }
+/* rint for |x| < 2^22 from + - alone (ties to even): vectorises on every
+ * SIMD level, the same bits as agp_rint there */
+AGP_FN AGP_FT agp_i_rint(AGP_FT x) {
+  AGP_F t = x + AGP_K(12582912.0);
+  AGP_F r = t - AGP_K(12582912.0);
+  return r;
+}
 AGP_FN AGP_I agp_i_isnan(AGP_FT x) { return (AGP_AS_I(x) & AGP_ABS_BITS) > AGP_INF_BITS ? 1 : 0; }
 
 /* Error-free transformations. The rounding error of s = a + b (any order
@@ -160,9 +172,9 @@ AGP_FN AGP_FT agp_i_prod_err(AGP_FT a, AGP_FT b, AGP_FT p) {
 }
 
 /* ---- division and square root, correctly rounded ----
- * Built versions: the exact quotient of the integer significands by long
- * division (6 bits a step), the exact integer square root from a float
- * estimate and the integer remainder, then round to nearest even from the
+ * Built versions: the exact integer quotient and square root of the
+ * significands, from a float estimate (Newton) corrected by the exact
+ * integer remainder, then round to nearest even from the
  * guard bit and the remainder; subnormal quotients are rounded once, at
  * their own precision. Bit-identical to
  * IEEE division and square root (tests/pmath_test.c checks it). */
@@ -194,14 +206,46 @@ AGP_FN AGP_FT agp_div_built(AGP_FT a, AGP_FT b) {
     ma = ma * 2;
     e = e - 1;
   }
-  /* quotient in [1, 2): 1 integer bit, then 24 bits in four steps */
-  AGP_I r = ma - mb;
-  AGP_I q = 1;
-  for (AGP_I i = 0; i < 4; i++) {
-    r = r * 64;
-    AGP_I d = r / mb;
-    r = r - d * mb;
-    q = q * 64 + d;
+  /* q = floor(ma 2^24 / mb), 25 bits: a float estimate (Newton
+   * reciprocal, one step with the exact residual) within 2 of it, then the
+   * exact integer remainder r = ma 2^24 - q mb (in 12- and 13-bit limbs)
+   * moves it to the floor */
+  AGP_F fla = AGP_ITOF(ma);
+  AGP_F flb = AGP_ITOF(mb);
+  AGP_F g0 = AGP_AS_F(0x7ef311c3 - AGP_AS_I(flb));
+  AGP_F t0 = flb * g0;
+  AGP_F u0 = AGP_K(2.0) - t0;
+  AGP_F g1 = g0 * u0;
+  AGP_F t1 = flb * g1;
+  AGP_F u1 = AGP_K(2.0) - t1;
+  AGP_F g2 = g1 * u1;
+  AGP_F t2 = flb * g2;
+  AGP_F u2 = AGP_K(2.0) - t2;
+  AGP_F g = g2 * u2;
+  AGP_F q0 = fla * g;
+  AGP_F qp = q0 * flb;
+  AGP_F qpe = agp_i_prod_err(q0, flb, qp);
+  AGP_F rs0 = fla - qp;
+  AGP_F rs1 = rs0 - qpe;
+  AGP_F qc = rs1 * g;
+  AGP_F q1 = q0 + qc;
+  AGP_F est = q1 * AGP_K(16777216.0);
+  AGP_I q = AGP_FTOI(est);
+  AGP_I qa = q >> 13;
+  AGP_I qb = q & 8191;
+  AGP_I bc = mb >> 12;
+  AGP_I bd = mb & 4095;
+  AGP_I hh = (ma >> 1) - qa * bc;
+  AGP_I gg = hh * 8192 + (ma & 1) * 4096 - qa * bd * 2 - qb * bc;
+  gg = gg > 65536 ? 65536 : (gg < -65536 ? -65536 : gg);
+  AGP_I r = gg * 4096 - qb * bd;
+  for (AGP_I i = 0; i < 2; i++) {
+    AGP_I dn = r < 0 ? 1 : 0;
+    q = q - dn;
+    r = dn != 0 ? r + mb : r;
+    AGP_I upc = r >= mb ? 1 : 0;
+    q = q + upc;
+    r = upc != 0 ? r - mb : r;
   }
   AGP_I sticky = r != 0 ? 1 : 0;
   AGP_I bits;
@@ -359,7 +403,7 @@ AGP_FN AGP_FT agp_i_exp_fin(AGP_FT rh, AGP_FT rl, AGP_I k, AGP_I mode) {
  * rounding of x - k ln2hi - k ln2lo kept in rl. Returns e^x 2^adj. */
 AGP_FN AGP_FT agp_i_expk(AGP_FT x, AGP_I adj, AGP_I mode) {
   AGP_F t = x * AGP_K(1.44269502);
-  AGP_F kf = agp_rint(t);
+  AGP_F kf = agp_i_rint(t);
   AGP_F a = kf * AGP_K(0.693145751953125);
   AGP_F hi = x - a;
   AGP_F b = kf * AGP_K(1.42860677e-06);
@@ -396,7 +440,7 @@ AGP_FN AGP_FT agp_exp2(AGP_FT x) {
   AGP_F xc = x > AGP_K(129.0) ? AGP_K(129.0) : x;
   xc = xc < AGP_K(-151.0) ? AGP_K(-151.0) : xc;
   xc = agp_i_isnan(x) != 0 ? AGP_K(0.0) : xc;
-  AGP_F kf = agp_rint(xc);
+  AGP_F kf = agp_i_rint(xc);
   AGP_F d = xc - kf;
   AGP_F rh = d * AGP_K(0.693147182);
   AGP_F e = agp_i_prod_err(d, AGP_K(0.693147182), rh);
@@ -638,7 +682,8 @@ AGP_FN AGP_FT agp_erf(AGP_FT x) {
 AGP_FN AGP_FT agp_i_sincos(AGP_FT ax, AGP_I off) {
   AGP_F xr = ax < AGP_K(1073741824.0) ? ax : AGP_K(0.0);
   AGP_F t = xr * AGP_K(0.636619772);
-  AGP_F kf = agp_rint(t);
+  AGP_F kf0 = agp_i_rint(t);
+  AGP_F kf = t < AGP_K(4194304.0) ? kf0 : agp_trunc(t);
   AGP_I ki = AGP_FTOI(kf);
   AGP_F kl = AGP_ITOF(ki & 1023);
   AGP_F kh = AGP_ITOF(ki - (ki & 1023));
@@ -802,28 +847,54 @@ AGP_FN AGP_FT agp_pow(AGP_FT x, AGP_FT y) {
   AGP_F sd = sh * dl;
   AGP_F r3 = r2 - sd;
   AGP_F sl = r3 * g;
+  /* the tail 2s^3/3 + s^5 W'(s^2) as a pair: s^2 and s^3 exact pairs, 2/3
+   * in two parts, sl's first-order share added */
   AGP_F z = sh * sh;
+  AGP_F zl = agp_i_prod_err(sh, sh, z);
   AGP_F w = AGP_K(0.193626538);
   w = w * z + AGP_K(0.221914008);
   w = w * z + AGP_K(0.285717547);
   w = w * z + AGP_K(0.399999976);
-  w = w * z + AGP_K(0.666666687);
   AGP_F s3 = sh * z;
-  AGP_F tail = s3 * w;
+  AGP_F s3e = agp_i_prod_err(sh, z, s3);
+  AGP_F s3z = sh * zl;
+  AGP_F s3l = s3e + s3z;
+  AGP_F t1 = s3 * AGP_K(0.666666687);
+  AGP_F t1e = agp_i_prod_err(s3, AGP_K(0.666666687), t1);
+  AGP_F zw = z * w;
+  AGP_F wl = zw + AGP_K(-1.98682149e-08);
+  AGP_F t2 = s3 * wl;
+  AGP_F t3 = s3l * AGP_K(0.666666687);
+  /* sl's share of the tail: d(s^3 W)/ds sl = s^2 sl (2 + 3 z W') */
+  AGP_F zw3 = AGP_K(3.0) * zw;
+  AGP_F dw = AGP_K(2.0) + zw3;
+  AGP_F zs = z * sl;
+  AGP_F t5 = zs * dw;
+  AGP_F t6 = t3 + t5;
+  AGP_F t4 = t2 + t6;
+  AGP_F tl0 = t1e + t4;
   AGP_F lh = AGP_K(2.0) * sh;
   AGP_F sl2 = AGP_K(2.0) * sl;
-  AGP_F ll = sl2 + tail;
-  /* (lh + ll) log2(e) + e */
+  AGP_F lm = sl2 + tl0;
+  AGP_F llh = t1 + lm;
+  AGP_F lle = agp_i_sum_err(t1, lm, llh);
+  /* (lh + llh + lle) log2(e) + e as th + tl */
   AGP_F q1 = lh * AGP_K(1.44269502);
   AGP_F q1e = agp_i_prod_err(lh, AGP_K(1.44269502), q1);
+  AGP_F q3 = llh * AGP_K(1.44269502);
+  AGP_F q3e = agp_i_prod_err(llh, AGP_K(1.44269502), q3);
   AGP_F q2 = lh * AGP_K(1.92596303e-08);
-  AGP_F q3 = ll * AGP_K(1.44269502);
-  AGP_F q4 = q2 + q3;
-  AGP_F q5 = q1e + q4;
+  AGP_F q6 = lle * AGP_K(1.44269502);
+  AGP_F q7 = q2 + q6;
+  AGP_F q8 = q3e + q7;
+  AGP_F q4 = q1e + q8;
   AGP_F ef = AGP_ITOF(e);
-  AGP_F th = ef + q1;
-  AGP_F te = agp_i_sum_err(ef, q1, th);
-  AGP_F tl = te + q5;
+  AGP_F th0 = ef + q1;
+  AGP_F te0 = agp_i_sum_err(ef, q1, th0);
+  AGP_F th = th0 + q3;
+  AGP_F te1 = agp_i_sum_err(th0, q3, th);
+  AGP_F te2 = te0 + te1;
+  AGP_F tl = te2 + q4;
   /* y (th + tl); |y| above 2^64 saturates the same way */
   AGP_F yc = ay > AGP_K(1.84467441e+19) ? agp_copysign(AGP_K(1.84467441e+19), y) : y;
   yc = special != 0 ? AGP_K(1.0) : yc;
@@ -838,7 +909,7 @@ AGP_FN AGP_FT agp_pow(AGP_FT x, AGP_FT y) {
   pc = pc < AGP_K(-200.0) ? AGP_K(-200.0) : pc;
   AGP_F plc = sat != 0 ? AGP_K(0.0) : pln;
   /* 2^(pc + plc) */
-  AGP_F kf = agp_rint(pc);
+  AGP_F kf = agp_i_rint(pc);
   AGP_F fr = pc - kf;
   AGP_F fh = fr + plc;
   AGP_F fl = agp_i_sum_err(fr, plc, fh);
