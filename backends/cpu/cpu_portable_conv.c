@@ -12,7 +12,9 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "cpu_pmath.h"
 #include "cpu_portable.h"
+#include "cpu_tile.h"
 
 typedef struct pconv {
   int64_t N, Ci, H, W, Co, Ho, Wo, KH, KW, sh, sw, ph, pw, dh, dw, G, cig, cog;
@@ -195,4 +197,232 @@ ag_status ag__cpu_p_conv2d_bwd_weight(const ag_k_conv2d_bwd_weight *a) {
   const int64_t items = p.Co * p.cig;
   ag__cpu_par_for(items, items * p.N * p.Ho * p.Wo * p.KH * p.KW, pconv_bwd_w_range, &p);
   return pconv_done(&p, a->call);
+}
+
+/* ---- BN_STATS, BN_APPLY over [n, c, hw] (f32): per channel, S over the
+ * flattened (n, hw), n outermost; the affine map left to right ---- */
+
+typedef struct pbn {
+  const ag_k_bn_stats *s;
+  const ag_k_bn_apply *ap;
+  const float *a, *b, *mu, *coef;
+  float *y;
+  int64_t N, C, HW;
+  int64_t ch;      /* the channel being summed */
+  float mean;      /* BN_MEAN_VAR's second pass */
+  int term;        /* 0: a; 1: (a - mean)^2; 2: a * (b - mu) */
+} pbn;
+
+static void pbn_fill(const void *ctx, int64_t k0, int64_t m, float *t) {
+  const pbn *p = ctx;
+  for (int64_t k = 0; k < m; k++) {
+    const int64_t f = k0 + k, n = f / p->HW, i = f % p->HW, at = (n * p->C + p->ch) * p->HW + i;
+    const float av = p->a[at];
+    t[k] = p->term == 0 ? av : p->term == 1 ? (av - p->mean) * (av - p->mean) : av * (p->b[at] - p->mu[p->ch]);
+  }
+}
+
+static void pbn_stats_range(void *ctx, int64_t lo, int64_t hi) {
+  const pbn *p0 = ctx;
+  const int64_t L = p0->N * p0->HW;
+  const float cnt_f = (float)L;
+  for (int64_t c = lo; c < hi; c++) {
+    pbn p = *p0;
+    p.ch = c;
+    if (p.s->variant == AG_KV_BN_SUMS) {
+      p.term = 0;
+      p.y[c] = ag__cpu_psum_gen(L, pbn_fill, &p);
+      p.term = 2;
+      p.y[p.C + c] = ag__cpu_psum_gen(L, pbn_fill, &p);
+    } else {
+      p.term = 0;
+      p.mean = agp_div(ag__cpu_psum_gen(L, pbn_fill, &p), cnt_f);
+      p.term = 1;
+      p.y[c] = p.mean;
+      p.y[p.C + c] = agp_div(ag__cpu_psum_gen(L, pbn_fill, &p), cnt_f);
+    }
+  }
+}
+
+ag_status ag__cpu_p_bn_stats(const ag_k_bn_stats *a) {
+  const bool sums = a->variant == AG_KV_BN_SUMS;
+  pbn p = {.s = a, .a = (const float *)ag__cpu_ptr(a->a), .b = sums ? (const float *)ag__cpu_ptr(a->b) : NULL,
+           .mu = sums ? (const float *)ag__cpu_ptr(a->mu) : NULL, .y = (float *)ag__cpu_ptr(a->stats), .N = a->n,
+           .C = a->c, .HW = a->hw};
+  if (p.C > 0) ag__cpu_par_for(p.C, 2 * p.N * p.C * p.HW, pbn_stats_range, &p);
+  return AG_OK;
+}
+
+static void pbn_apply_range(void *ctx, int64_t lo, int64_t hi) {
+  const pbn *p = ctx;
+  const bool with_b = p->ap->variant == AG_KV_BN_AFFINE_B;
+  for (int64_t q = lo; q < hi; q++) {
+    const int64_t c = q % p->C;
+    const float pc = p->coef[c], qc = p->coef[p->C + c];
+    const float *a = p->a + q * p->HW;
+    float *y = p->y + q * p->HW;
+    if (with_b) {
+      const float rc = p->coef[2 * p->C + c], mc = p->coef[3 * p->C + c];
+      const float *b = p->b + q * p->HW;
+      for (int64_t i = 0; i < p->HW; i++) y[i] = (a[i] * pc + qc) + (b[i] - mc) * rc;
+    } else {
+      for (int64_t i = 0; i < p->HW; i++) y[i] = a[i] * pc + qc;
+    }
+  }
+}
+
+ag_status ag__cpu_p_bn_apply(const ag_k_bn_apply *a) {
+  const bool with_b = a->variant == AG_KV_BN_AFFINE_B;
+  pbn p = {.ap = a, .a = (const float *)ag__cpu_ptr(a->a), .b = with_b ? (const float *)ag__cpu_ptr(a->b) : NULL,
+           .coef = (const float *)ag__cpu_ptr(a->coef), .y = (float *)ag__cpu_ptr(a->y), .N = a->n, .C = a->c,
+           .HW = a->hw};
+  if (p.N * p.C > 0) ag__cpu_par_for(p.N * p.C, p.N * p.C * p.HW, pbn_apply_range, &p);
+  return AG_OK;
+}
+
+/* ---- GROUP_NORM(_BWD) over x [n, c, hw]: LAYERNORM's rules on each
+ * (sample, group) block of c/groups channels of hw (contiguous), the weight
+ * and bias per channel; dw, db per channel as S over the flattened
+ * (n, hw), n outermost ---- */
+
+typedef struct pgn {
+  const ag_k_group_norm *f;
+  const ag_k_group_norm_bwd *b;
+  int64_t cpg, hw, groups, C;
+  int64_t ch;
+  int term; /* 0: dy * xh, 1: dy */
+  atomic_bool oom;
+} pgn;
+
+static float pgn_elem(const ag_koperand *o, int64_t i) {
+  float v;
+  load_f(o->dtype, ag__cpu_ptr(o) + (size_t)i * ag__cpu_dtsize(o->dtype), 1, 1, &v);
+  return v;
+}
+static void pgn_store(const ag_koperand *o, int64_t i, float v) {
+  store_f(o->dtype, ag__cpu_ptr(o) + (size_t)i * ag__cpu_dtsize(o->dtype), 1, 1, &v);
+}
+
+static void pgn_fwd_range(void *ctx, int64_t lo, int64_t hi) {
+  pgn *p = ctx;
+  const ag_k_group_norm *a = p->f;
+  const int64_t M = p->cpg * p->hw;
+  float *x = malloc(sizeof(float) * (size_t)(2 * (M > 0 ? M : 1)));
+  if (!x) {
+    atomic_store(&p->oom, true);
+    return;
+  }
+  float *t = x + M;
+  const float d_f = (float)M, eps_f = (float)a->eps;
+  for (int64_t blk = lo; blk < hi; blk++) {
+    const int64_t c0 = blk % p->groups * p->cpg;
+    load_f(a->x->dtype, ag__cpu_ptr(a->x) + (size_t)(blk * M) * ag__cpu_dtsize(a->x->dtype), 1, M, x);
+    const float mean = agp_div(ag__cpu_psum_f32(x, M), d_f);
+    for (int64_t k = 0; k < M; k++) t[k] = (x[k] - mean) * (x[k] - mean);
+    const float var = agp_div(ag__cpu_psum_f32(t, M), d_f);
+    const float rstd = agp_div(1.0f, agp_sqrt(var + eps_f));
+    for (int64_t k = 0; k < M; k++) t[k] = (x[k] - mean) * rstd;
+    if (a->weight)
+      for (int64_t c = 0; c < p->cpg; c++) {
+        const float w = pgn_elem(a->weight, c0 + c);
+        for (int64_t i = 0; i < p->hw; i++) t[c * p->hw + i] = t[c * p->hw + i] * w;
+      }
+    if (a->bias)
+      for (int64_t c = 0; c < p->cpg; c++) {
+        const float b = pgn_elem(a->bias, c0 + c);
+        for (int64_t i = 0; i < p->hw; i++) t[c * p->hw + i] = t[c * p->hw + i] + b;
+      }
+    store_f(a->y->dtype, ag__cpu_ptr(a->y) + (size_t)(blk * M) * ag__cpu_dtsize(a->y->dtype), 1, M, t);
+    if (a->mean) pgn_store(a->mean, blk, mean);
+    if (a->rstd) pgn_store(a->rstd, blk, rstd);
+  }
+  free(x);
+}
+
+ag_status ag__cpu_p_group_norm(const ag_k_group_norm *a) {
+  pgn p = {.f = a, .cpg = a->c / a->groups, .hw = a->hw, .groups = a->groups, .C = a->c};
+  atomic_init(&p.oom, false);
+  if (a->n * a->groups > 0) ag__cpu_par_for(a->n * a->groups, a->n * a->c * a->hw * 4, pgn_fwd_range, &p);
+  if (atomic_load(&p.oom))
+    return ag_error_set(AG_ERR_OOM, "%s: no memory for group norm scratch", a->call->name ? a->call->name : "group_norm");
+  return AG_OK;
+}
+
+static void pgn_bwd_range(void *ctx, int64_t lo, int64_t hi) {
+  pgn *p = ctx;
+  const ag_k_group_norm_bwd *a = p->b;
+  const int64_t M = p->cpg * p->hw;
+  float *g = malloc(sizeof(float) * (size_t)(3 * (M > 0 ? M : 1)));
+  if (!g) {
+    atomic_store(&p->oom, true);
+    return;
+  }
+  float *xh = g + M, *t = xh + M;
+  const float d_f = (float)M;
+  for (int64_t blk = lo; blk < hi; blk++) {
+    const int64_t c0 = blk % p->groups * p->cpg;
+    const float mean = pgn_elem(a->mean, blk), rstd = pgn_elem(a->rstd, blk);
+    load_f(a->dy->dtype, ag__cpu_ptr(a->dy) + (size_t)(blk * M) * ag__cpu_dtsize(a->dy->dtype), 1, M, g);
+    load_f(a->x->dtype, ag__cpu_ptr(a->x) + (size_t)(blk * M) * ag__cpu_dtsize(a->x->dtype), 1, M, xh);
+    for (int64_t k = 0; k < M; k++) xh[k] = (xh[k] - mean) * rstd;
+    if (a->weight)
+      for (int64_t c = 0; c < p->cpg; c++) {
+        const float w = pgn_elem(a->weight, c0 + c);
+        for (int64_t i = 0; i < p->hw; i++) g[c * p->hw + i] = g[c * p->hw + i] * w;
+      }
+    const float ma = agp_div(ag__cpu_psum_f32(g, M), d_f);
+    for (int64_t k = 0; k < M; k++) t[k] = g[k] * xh[k];
+    const float mb = agp_div(ag__cpu_psum_f32(t, M), d_f);
+    for (int64_t k = 0; k < M; k++) t[k] = ((g[k] - ma) - xh[k] * mb) * rstd;
+    store_f(a->dx->dtype, ag__cpu_ptr(a->dx) + (size_t)(blk * M) * ag__cpu_dtsize(a->dx->dtype), 1, M, t);
+  }
+  free(g);
+}
+
+static void pgn_param_fill(const void *ctx, int64_t k0, int64_t m, float *t) {
+  const pgn *p = ctx;
+  const ag_k_group_norm_bwd *a = p->b;
+  for (int64_t k = 0; k < m; k++) {
+    const int64_t f = k0 + k, n = f / p->hw, i = f % p->hw, at = (n * p->C + p->ch) * p->hw + i;
+    const float dy = pgn_elem(a->dy, at);
+    if (p->term == 1) {
+      t[k] = dy;
+    } else {
+      const int64_t blk = n * p->groups + p->ch / p->cpg;
+      const float xh = (pgn_elem(a->x, at) - pgn_elem(a->mean, blk)) * pgn_elem(a->rstd, blk);
+      t[k] = dy * xh;
+    }
+  }
+}
+
+static void pgn_param_range(void *ctx, int64_t lo, int64_t hi) {
+  const pgn *p0 = ctx;
+  const ag_k_group_norm_bwd *a = p0->b;
+  const ag_kmulti_entry *dw = &AGK_MULTI(a, 0, dw), *db = &AGK_MULTI(a, 0, db);
+  const int64_t L = a->n * p0->hw;
+  for (int64_t c = lo; c < hi; c++) {
+    pgn p = *p0;
+    p.ch = c;
+    if (dw->base) {
+      p.term = 0;
+      float v = ag__cpu_psum_gen(L, pgn_param_fill, &p);
+      store_f(dw->dtype, (char *)dw->base + dw->offset + (size_t)c * ag__cpu_dtsize(dw->dtype), 1, 1, &v);
+    }
+    if (db->base) {
+      p.term = 1;
+      float v = ag__cpu_psum_gen(L, pgn_param_fill, &p);
+      store_f(db->dtype, (char *)db->base + db->offset + (size_t)c * ag__cpu_dtsize(db->dtype), 1, 1, &v);
+    }
+  }
+}
+
+ag_status ag__cpu_p_group_norm_bwd(const ag_k_group_norm_bwd *a) {
+  pgn p = {.b = a, .cpg = a->c / a->groups, .hw = a->hw, .groups = a->groups, .C = a->c};
+  atomic_init(&p.oom, false);
+  const int64_t work = a->n * a->c * a->hw * 6;
+  if (a->n * a->groups > 0) ag__cpu_par_for(a->n * a->groups, work, pgn_bwd_range, &p);
+  if (!atomic_load(&p.oom) && AGK_MULTI_GROUPS(a) > 0 && a->c > 0) ag__cpu_par_for(a->c, work, pgn_param_range, &p);
+  if (atomic_load(&p.oom))
+    return ag_error_set(AG_ERR_OOM, "%s: no memory for group norm scratch", a->call->name ? a->call->name : "group_norm");
+  return AG_OK;
 }
