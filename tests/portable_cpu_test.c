@@ -1050,6 +1050,30 @@ static void test_norms(void **state) {
   free(gx), free(gw), free(gb), free(gy), free(gm), free(gr), free(gdy), free(gdx), free(gdw), free(gdb), free(keep);
 }
 
+
+static void test_interpolate(void **state) {
+  (void)state;
+  enum { P = 37, H = 13, W = 11, HO = 29, WO = 23 };
+  float *x = fvec(P * H * W, -1, 1), *y = malloc(sizeof(float) * P * HO * WO), *dy = fvec(P * HO * WO, -1, 1),
+        *dx = malloc(sizeof(float) * P * H * W);
+  for (int v = 0; v < 2; v++)
+    for (int align = 0; align < 2; align++) {
+      ag_kernel_call c = pcall(AG_K_INTERPOLATE, v ? AG_KV_INTERP_BILINEAR : AG_KV_INTERP_NEAREST);
+      c.n_operands = 2;
+      c.o[0] = opnd(y, AG_F32, 4, (int64_t[]){1, P, HO, WO}, NULL);
+      c.o[1] = opnd(x, AG_F32, 4, (int64_t[]){1, P, H, W}, NULL);
+      c.s[0] = align ? (double)(H - 1) / (HO - 1) : (double)H / HO;
+      c.s[1] = align ? (double)(W - 1) / (WO - 1) : (double)W / WO;
+      c.i[0] = align;
+      threads_same(&c, y, P * HO * WO, NULL, NULL, "interpolate");
+      c.op = AG_K_INTERPOLATE_BWD;
+      c.o[0] = opnd(dx, AG_F32, 4, (int64_t[]){1, P, H, W}, NULL);
+      c.o[1] = opnd(dy, AG_F32, 4, (int64_t[]){1, P, HO, WO}, NULL);
+      threads_same(&c, dx, P * H * W, NULL, NULL, "interpolate_bwd");
+    }
+  free(x), free(y), free(dy), free(dx);
+}
+
 /* ---- (c) refusals, (d) the default mode ---- */
 
 static void test_refusals(void **state) {
@@ -1163,6 +1187,7 @@ int main(void) {
       cmocka_unit_test(test_var_cumsum),
       cmocka_unit_test(test_vector_widths),
       cmocka_unit_test(test_norms),
+      cmocka_unit_test(test_interpolate),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_default_unchanged),
   };

@@ -67,6 +67,8 @@ AG_HIDDEN ag_status ag__cpu_p_bn_stats(const ag_k_bn_stats *a);
 AG_HIDDEN ag_status ag__cpu_p_bn_apply(const ag_k_bn_apply *a);
 AG_HIDDEN ag_status ag__cpu_p_group_norm(const ag_k_group_norm *a);
 AG_HIDDEN ag_status ag__cpu_p_group_norm_bwd(const ag_k_group_norm_bwd *a);
+AG_HIDDEN ag_status ag__cpu_p_interpolate(const ag_k_interpolate *a);
+AG_HIDDEN ag_status ag__cpu_p_interpolate_bwd(const ag_k_interpolate_bwd *a);
 AG_HIDDEN ag_status ag__cpu_p_conv2d(const ag_k_conv2d *a);
 AG_HIDDEN ag_status ag__cpu_p_conv2d_bwd_input(const ag_k_conv2d_bwd_input *a);
 AG_HIDDEN ag_status ag__cpu_p_conv2d_bwd_weight(const ag_k_conv2d_bwd_weight *a);

@@ -426,3 +426,176 @@ ag_status ag__cpu_p_group_norm_bwd(const ag_k_group_norm_bwd *a) {
     return ag_error_set(AG_ERR_OOM, "%s: no memory for group norm scratch", a->call->name ? a->call->name : "group_norm");
   return AG_OK;
 }
+
+/* ---- INTERPOLATE(_BWD), f32 data: the axes' source indices and f32
+ * weights as kops.h gives them (the default's f32 path); bilinear
+ * y = a0 * (b0 * v00 + b1 * v01) + a1 * (b0 * v10 + b1 * v11); the backward
+ * sums, for each dx element, the outputs that read it in row-major order
+ * of (oh, ow), each term (wh * ww) * dy (a weight l0 + l1 where both taps
+ * of an axis fall on the same input) ---- */
+
+typedef struct paxis {
+  int64_t in, out;
+  int64_t *i0, *i1;
+  float *l0, *l1;
+} paxis;
+
+static bool paxis_init(paxis *x, int64_t in, int64_t out, double scale, bool nearest, bool align) {
+  x->in = in;
+  x->out = out;
+  x->i0 = malloc(sizeof(int64_t) * (size_t)(2 * (out > 0 ? out : 1)));
+  x->l0 = malloc(sizeof(float) * (size_t)(2 * (out > 0 ? out : 1)));
+  if (!x->i0 || !x->l0) {
+    free(x->i0);
+    free(x->l0);
+    return false;
+  }
+  x->i1 = x->i0 + out;
+  x->l1 = x->l0 + out;
+  for (int64_t o = 0; o < out; o++) {
+    int64_t i0;
+    float l0 = 1.0f, l1 = 0.0f;
+    if (nearest) {
+      if (out == in) i0 = o;
+      else if (out == 2 * in) i0 = o >> 1;
+      else {
+        const float f = (float)o * (float)scale;
+        const int64_t s = (int64_t)agp_floor(f);
+        i0 = s < in - 1 ? s : in - 1;
+      }
+    } else {
+      const float sc = (float)scale;
+      float s = align ? sc * (float)o : sc * ((float)o + 0.5f) - 0.5f;
+      if (s < 0) s = 0;
+      i0 = (int64_t)s;
+      if (i0 > in - 1) i0 = in - 1;
+      float lf = s - (float)i0;
+      lf = lf < 0.0f ? 0.0f : lf > 1.0f ? 1.0f : lf;
+      l1 = lf;
+      l0 = 1.0f - lf;
+    }
+    x->i0[o] = i0;
+    x->i1[o] = nearest ? i0 : i0 + (i0 < in - 1);
+    x->l0[o] = l0;
+    x->l1[o] = l1;
+  }
+  return true;
+}
+
+static void paxis_free(paxis *x) {
+  free(x->i0);
+  free(x->l0);
+}
+
+/* The weight with which output o reads input i (0 when it does not). */
+static bool paxis_w(const paxis *x, int64_t o, int64_t i, float *w) {
+  const int64_t a = x->i0[o], b = x->i1[o];
+  if (a == b) {
+    if (a != i) return false;
+    *w = x->l0[o] + x->l1[o];
+    return true;
+  }
+  if (a == i) *w = x->l0[o];
+  else if (b == i) *w = x->l1[o];
+  else return false;
+  return true;
+}
+
+typedef struct pip {
+  const ag_koperand *dst, *src;
+  paxis h, w;
+  bool nearest;
+  atomic_bool oom;
+} pip;
+
+static void pip_fwd_rows(void *ctx, int64_t lo, int64_t hi) {
+  pip *j = ctx;
+  const int64_t H = j->h.in, W = j->w.in, Ho = j->h.out, Wo = j->w.out;
+  float *v = malloc(sizeof(float) * (size_t)(2 * W + Wo));
+  if (!v) {
+    atomic_store(&j->oom, true);
+    return;
+  }
+  float *r1 = v + W, *out = r1 + W;
+  const size_t es = ag__cpu_dtsize(j->src->dtype), eo = ag__cpu_dtsize(j->dst->dtype);
+  for (int64_t row = lo; row < hi; row++) {
+    const int64_t p = row / Ho, oh = row % Ho, h0 = j->h.i0[oh], h1 = j->h.i1[oh];
+    const float a0 = j->h.l0[oh], a1 = j->h.l1[oh];
+    load_f(j->src->dtype, ag__cpu_ptr(j->src) + (size_t)((p * H + h0) * W) * es, 1, W, v);
+    if (j->nearest) {
+      for (int64_t ow = 0; ow < Wo; ow++) out[ow] = v[j->w.i0[ow]];
+    } else {
+      load_f(j->src->dtype, ag__cpu_ptr(j->src) + (size_t)((p * H + h1) * W) * es, 1, W, r1);
+      for (int64_t ow = 0; ow < Wo; ow++) {
+        const int64_t w0 = j->w.i0[ow], w1 = j->w.i1[ow];
+        const float b0 = j->w.l0[ow], b1 = j->w.l1[ow];
+        out[ow] = a0 * (b0 * v[w0] + b1 * v[w1]) + a1 * (b0 * r1[w0] + b1 * r1[w1]);
+      }
+    }
+    store_f(j->dst->dtype, ag__cpu_ptr(j->dst) + (size_t)(row * Wo) * eo, 1, Wo, out);
+  }
+  free(v);
+}
+
+static void pip_bwd_rows(void *ctx, int64_t lo, int64_t hi) {
+  pip *j = ctx;
+  const int64_t H = j->h.in, W = j->w.in, Ho = j->h.out, Wo = j->w.out;
+  float *v = malloc(sizeof(float) * (size_t)(Wo + W));
+  if (!v) {
+    atomic_store(&j->oom, true);
+    return;
+  }
+  float *acc = v + Wo;
+  const size_t es = ag__cpu_dtsize(j->src->dtype), eo = ag__cpu_dtsize(j->dst->dtype);
+  for (int64_t row = lo; row < hi; row++) {
+    const int64_t p = row / H, ih = row % H;
+    for (int64_t iw = 0; iw < W; iw++) acc[iw] = 0.0f;
+    for (int64_t oh = 0; oh < Ho; oh++) {
+      float wh;
+      if (!paxis_w(&j->h, oh, ih, &wh)) continue;
+      load_f(j->src->dtype, ag__cpu_ptr(j->src) + (size_t)((p * Ho + oh) * Wo) * es, 1, Wo, v);
+      for (int64_t ow = 0; ow < Wo; ow++) {
+        const int64_t w0 = j->w.i0[ow], w1 = j->w.i1[ow];
+        if (w0 == w1) {
+          const float ww = j->w.l0[ow] + j->w.l1[ow];
+          acc[w0] = acc[w0] + (wh * ww) * v[ow];
+        } else {
+          acc[w0] = acc[w0] + (wh * j->w.l0[ow]) * v[ow];
+          acc[w1] = acc[w1] + (wh * j->w.l1[ow]) * v[ow];
+        }
+      }
+    }
+    store_f(j->dst->dtype, ag__cpu_ptr(j->dst) + (size_t)(row * W) * eo, 1, W, acc);
+  }
+  free(v);
+}
+
+static ag_status pip_run(const ag_kernel_call *call, const ag_koperand *dst, const ag_koperand *src,
+                         const ag_koperand *big, int variant, double sh, double sw, int64_t align, bool bwd) {
+  pip j = {.dst = dst, .src = src, .nearest = variant == AG_KV_INTERP_NEAREST};
+  atomic_init(&j.oom, false);
+  const ag_koperand *small = big == dst ? src : dst;
+  const int64_t P = big->shape[0] * big->shape[1];
+  if (!paxis_init(&j.h, big->shape[2], small->shape[2], sh, j.nearest, align != 0))
+    return ag_error_set(AG_ERR_OOM, "%s: no memory for interpolate indices", call->name ? call->name : "interpolate");
+  if (!paxis_init(&j.w, big->shape[3], small->shape[3], sw, j.nearest, align != 0)) {
+    paxis_free(&j.h);
+    return ag_error_set(AG_ERR_OOM, "%s: no memory for interpolate indices", call->name ? call->name : "interpolate");
+  }
+  const int64_t work = P * small->shape[2] * small->shape[3] * 8;
+  if (bwd) ag__cpu_par_for(P * j.h.in, work, pip_bwd_rows, &j);
+  else ag__cpu_par_for(P * j.h.out, work, pip_fwd_rows, &j);
+  paxis_free(&j.h);
+  paxis_free(&j.w);
+  if (atomic_load(&j.oom))
+    return ag_error_set(AG_ERR_OOM, "%s: no memory for interpolate rows", call->name ? call->name : "interpolate");
+  return AG_OK;
+}
+
+ag_status ag__cpu_p_interpolate(const ag_k_interpolate *a) {
+  return pip_run(a->call, a->y, a->x, a->x, a->variant, a->scale_h, a->scale_w, a->align_corners, false);
+}
+
+ag_status ag__cpu_p_interpolate_bwd(const ag_k_interpolate_bwd *a) {
+  return pip_run(a->call, a->dx, a->dy, a->dx, a->variant, a->scale_h, a->scale_w, a->align_corners, true);
+}
