@@ -366,6 +366,9 @@ static void test_softmax(void **state) {
   float *dy = fvec(R * C, -1, 1), *dx = malloc(sizeof(float) * R * C);
   x[5] = NAN; /* row 0: the NaN reaches every output through S */
   x[C + 3] = INFINITY;
+  /* row 2: a zero maximum, -0 before +0 (the first zero is the max) */
+  for (int j = 0; j < C; j++) x[2 * C + j] = -fabsf(x[2 * C + j]) - 1.0f;
+  x[2 * C + 10] = -0.0f, x[2 * C + 20] = 0.0f;
   for (int v = 0; v < 2; v++) {
     const int variant = v ? AG_KV_LOG_SOFTMAX : AG_KV_SOFTMAX;
     ag_kernel_call c = pcall(AG_K_SOFTMAX, variant);
