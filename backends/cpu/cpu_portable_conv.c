@@ -215,10 +215,21 @@ typedef struct pbn {
 
 static void pbn_fill(const void *ctx, int64_t k0, int64_t m, float *t) {
   const pbn *p = ctx;
-  for (int64_t k = 0; k < m; k++) {
-    const int64_t f = k0 + k, n = f / p->HW, i = f % p->HW, at = (n * p->C + p->ch) * p->HW + i;
-    const float av = p->a[at];
-    t[k] = p->term == 0 ? av : p->term == 1 ? (av - p->mean) * (av - p->mean) : av * (p->b[at] - p->mu[p->ch]);
+  int64_t n = k0 / p->HW, i = k0 % p->HW, k = 0;
+  while (k < m) { /* runs of one sample's hw */
+    const int64_t run = p->HW - i < m - k ? p->HW - i : m - k, at = (n * p->C + p->ch) * p->HW + i;
+    const float *a = p->a + at;
+    if (p->term == 0) {
+      memcpy(t + k, a, sizeof(float) * (size_t)run);
+    } else if (p->term == 1) {
+      for (int64_t r = 0; r < run; r++) t[k + r] = (a[r] - p->mean) * (a[r] - p->mean);
+    } else {
+      const float *b = p->b + at, mu = p->mu[p->ch];
+      for (int64_t r = 0; r < run; r++) t[k + r] = a[r] * (b[r] - mu);
+    }
+    k += run;
+    i = 0;
+    n++;
   }
 }
 
