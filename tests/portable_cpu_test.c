@@ -823,6 +823,12 @@ static void test_conv2d(void **state) {
                     .dh = 2, .dw = 1, .G = 2});
   conv_case((cgeom){.N = 4, .Ci = 16, .H = 32, .W = 30, .Co = 16, .KH = 3, .KW = 3, .sh = 1, .sw = 1, .ph = 1,
                     .pw = 1, .dh = 1, .dw = 1, .G = 1}); /* splits across threads */
+  ag__cpu_p_isa = 0; /* the baseline build against the same references */
+  conv_case((cgeom){.N = 3, .Ci = 4, .H = 17, .W = 15, .Co = 6, .KH = 3, .KW = 2, .sh = 2, .sw = 3, .ph = 2, .pw = 1,
+                    .dh = 2, .dw = 1, .G = 2});
+  conv_case((cgeom){.N = 2, .Ci = 3, .H = 11, .W = 13, .Co = 5, .KH = 3, .KW = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1,
+                    .dh = 1, .dw = 1, .G = 1});
+  ag__cpu_p_isa = 2;
 }
 
 static void test_pool(void **state) {
