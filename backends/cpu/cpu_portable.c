@@ -563,6 +563,10 @@ ag_status ag__cpu_p_matmul(const ag_k_matmul *mm) {
 /* ---- the device probe ---- */
 
 ag_status ag__cpu_portable_check(void) {
+#if defined(__FAST_MATH__)
+  return ag_error_set(AG_ERR_UNSUPPORTED, "cpu: the portable kernels were built with -ffast-math (reassociation, "
+                                          "flushed subnormals); portable numerics needs IEEE arithmetic");
+#endif
   /* through volatiles, so the compiler cannot fold them: a product into
    * the subnormal range, a sum of subnormals and a product out of it, and
    * a multiply-add that must round twice */
