@@ -1112,13 +1112,26 @@ static void test_refusals(void **state) {
   assert_false(ag__cpu_supports_portable(AG_K_UNARY, AG_U_EXP, AG_F64));
   assert_int_equal(ag__cpu_run(&c, &e), AG_ERR_UNSUPPORTED);
   assert_non_null(strstr(ag_last_error(), ag_kop_name(AG_K_UNARY)));
-  /* a cast into f64 */
+  /* f64 where exact by nature: casts, max; a sum rounds: refused */
   float xf[4] = {1, 2, 3, 4};
   c = pcall(AG_K_UNARY, AG_U_COPY);
   c.n_operands = 2;
   c.o[0] = opnd(yd, AG_F64, 1, (int64_t[]){4}, NULL);
   c.o[1] = opnd(xf, AG_F32, 1, (int64_t[]){4}, NULL);
+  assert_true(ag__cpu_supports_portable(AG_K_UNARY, AG_U_COPY, AG_F64));
+  prun(&c);
+  assert_true(yd[3] == 4.0);
+  c = pcall(AG_K_REDUCE, AG_R_MAX);
+  c.n_operands = 2;
+  c.o[0] = opnd(yd, AG_F64, 1, (int64_t[]){1}, NULL);
+  c.o[1] = opnd(xd, AG_F64, 1, (int64_t[]){4}, NULL);
+  c.i[0] = 1, c.i[1] = 4, c.i[2] = 1, c.s[0] = 1;
+  prun(&c);
+  assert_true(yd[0] == 4.0);
+  c.sub = AG_R_SUM;
+  assert_false(ag__cpu_supports_portable(AG_K_REDUCE, AG_R_SUM, AG_F64));
   assert_int_equal(ag__cpu_run(&c, &e), AG_ERR_UNSUPPORTED);
+  assert_non_null(strstr(ag_last_error(), ag_kop_name(AG_K_REDUCE)));
 
   /* the public API: f64 refused in portable mode, runs in the default one */
   ag_scope_begin();
