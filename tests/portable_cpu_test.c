@@ -1172,6 +1172,17 @@ static void test_default_unchanged(void **state) {
   for (int i = 0; i < N; i++) s += x[i];
   assert_true(out_d == (float)s); /* the default sums in double */
   assert_true(out_p == ref_S(x, N));
+  /* i64 to f32: one rounding ((float)v), where through double gives a
+   * second one: 2^60 + 2^36 + 1 is just above a tie of f32 */
+  int64_t big[2] = {(INT64_C(1) << 60) + (INT64_C(1) << 36) + 1, -((INT64_C(1) << 60) + (INT64_C(1) << 36) + 1)};
+  float fb[2];
+  c = pcall(AG_K_UNARY, AG_U_COPY);
+  c.n_operands = 2;
+  c.o[0] = opnd(fb, AG_F32, 1, (int64_t[]){2}, NULL);
+  c.o[1] = opnd(big, AG_I64, 1, (int64_t[]){2}, NULL);
+  prun(&c);
+  assert_true(fb[0] == (float)big[0] && fb[1] == (float)big[1]);
+  assert_true((float)big[0] != (float)(double)big[0]);
   int32_t xi[5] = {1, -2, 3, 4, 5}, yi[5];
   c = pcall(AG_K_UNARY, AG_U_NEG);
   c.n_operands = 2;

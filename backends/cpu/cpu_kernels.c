@@ -341,6 +341,8 @@ static void ew_run(int kind, int nops, const ag_koperand *const *ops, int sub, c
     else if (is_int(e->dt[0]) && is_int(e->dt[1])) e->dom = DOM_I;
     else if (e->dt[0] == AG_F64 || e->dt[1] == AG_F64 || e->dt[0] == AG_I64 || e->dt[1] == AG_I64) e->dom = DOM_D;
     else e->dom = DOM_F;
+    /* portable: i64 to f32 rounds once, (float)v, not through double */
+    if (portable && e->dt[1] == AG_I64 && e->dt[0] != AG_F64 && !is_int(e->dt[0])) e->dom = DOM_F;
   }
   /* comparisons compute in the inputs' type and store 0/1 as bool */
   if (kind == EW_BINARY && is_compare(e->sub)) e->dom = dom_of(e->dt[1]);
