@@ -20,6 +20,14 @@ if(AG_GLSLC_PMATH)
            -I${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/pmath_check.comp -o
            ${CMAKE_CURRENT_BINARY_DIR}/pmath_check.spv)
   set_tests_properties(pmath_glsl PROPERTIES TIMEOUT 120 LABELS "pmath")
+  # and its SPIR-V: every float + - * NoContraction, no OpFDiv, no inexact
+  # GLSL.std.450 instruction
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME pmath_glsl_spirv COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/pmath_spirv_check.py
+             ${AG_GLSLC_PMATH} ${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/pmath_vk.comp)
+    set_tests_properties(pmath_glsl_spirv PROPERTIES TIMEOUT 120 LABELS "pmath")
+  endif()
 endif()
 find_program(AG_CLANG_PMATH NAMES clang clang-14)
 if(AG_CLANG_PMATH)
@@ -33,7 +41,11 @@ if(NOT AG_CUDA STREQUAL "OFF" AND AG_NVCC)
   set_tests_properties(pmath_cuda PROPERTIES TIMEOUT 300 LABELS "pmath")
 endif()
 if(NOT AG_HIP STREQUAL "OFF" AND AG_HIPCC)
-  add_test(NAME pmath_hip COMMAND ${AG_HIPCC} -x hip -c -ffp-contract=off -Wall -Wextra -Werror
+  set(_pm_hip_arch)
+  foreach(_a ${AG_HIP_ARCHS})
+    list(APPEND _pm_hip_arch --offload-arch=${_a})
+  endforeach()
+  add_test(NAME pmath_hip COMMAND ${AG_HIPCC} -x hip ${_pm_hip_arch} -c -ffp-contract=off -Wall -Wextra -Werror
            -I${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/pmath_check.cu -o
            ${CMAKE_CURRENT_BINARY_DIR}/pmath_check_hip.o)
   set_tests_properties(pmath_hip PROPERTIES TIMEOUT 300 LABELS "pmath")

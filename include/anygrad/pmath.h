@@ -1,14 +1,16 @@
 /* Portable f32 math: one text that compiles as C11, C++17/CUDA/HIP (and
  * gpuemu's host C++), OpenCL C 1.2 and GLSL 450, so every backend computes
  * elementwise math with the same sequence of correctly rounded f32 + - *
- * and gets the same bits (docs/numerics.md, "Elementwise math").
+ * and gets the same bits (docs/numerics.md, "Math functions": algorithms,
+ * domains, measured accuracy).
  *
  * Rules kept by every function below: floats only through + - * (no fma,
  * contraction off in every build: -ffp-contract=off, nvcc -fmad=false,
  * FP_CONTRACT OFF, GLSL precise), every float intermediate in an AGP_F
  * local, integers only as int, constants exactly representable floats,
  * division and square root correctly rounded (native where the includer
- * says it is, AGP_NATIVE_DIVSQRT; built from int arithmetic otherwise),
+ * says it is, AGP_NATIVE_DIVSQRT; otherwise, and always in GLSL, built
+ * from a float estimate and exact int arithmetic),
  * subnormals kept (IEEE), no arrays, pointers, recursion or overloading.
  *
  * Language: OpenCL C when __OPENCL_VERSION__ is defined, GLSL when AG_GLSL
