@@ -150,6 +150,18 @@ bool ag__cpu_p_binary(int sub, float *o, const float *a, const float *b, int64_t
 
 void ag__cpu_p_exp_shift(float *e, const float *x, float mx, int64_t n) { PV(p_exp_shift)(e, x, mx, n); }
 
+void ag__cpu_p_div_by(float *e, float s, int64_t n) { PV(p_div_by)(e, s, n); }
+
+float ag__cpu_p_row_max(const float *x, int64_t n) {
+  const float m = PV(p_max_value)(x, n);
+  if (m != 0.0f) return m;
+  /* a zero maximum: the first zero of the row, as the sequential
+   * m = x > m ? x : m from -inf keeps it */
+  for (int64_t j = 0; j < n; j++)
+    if (x[j] == 0.0f) return x[j];
+  return m;
+}
+
 /* ---- the canonical sum S ---- */
 
 #define PB 256
@@ -210,6 +222,24 @@ float ag__cpu_psum(ag_dtype dt, const void *p, int64_t st, int64_t n) {
   for (int64_t i = 0; i < n; i += PB) {
     int64_t m = n - i < PB ? n - i : PB;
     load_f(dt, (const char *)p + (size_t)(i * st) * sz, st, m, t);
+    if (psum_push(&s, 1, p_tree(t, m), &out)) break;
+  }
+  return out;
+}
+
+float ag__cpu_psum_gen(int64_t n, ag_cpu_pfill_fn fill, const void *ctx) {
+  if (n <= 0) return 0.0f;
+  float t[PB];
+  if (n <= PB) {
+    fill(ctx, 0, n, t);
+    return p_tree(t, n);
+  }
+  psum s;
+  psum_init(&s, n);
+  float out = 0.0f;
+  for (int64_t i = 0; i < n; i += PB) {
+    int64_t m = n - i < PB ? n - i : PB;
+    fill(ctx, i, m, t);
     if (psum_push(&s, 1, p_tree(t, m), &out)) break;
   }
   return out;
@@ -533,6 +563,10 @@ ag_status ag__cpu_p_matmul(const ag_k_matmul *mm) {
 /* ---- the device probe ---- */
 
 ag_status ag__cpu_portable_check(void) {
+#if defined(__FAST_MATH__)
+  return ag_error_set(AG_ERR_UNSUPPORTED, "cpu: the portable kernels were built with -ffast-math (reassociation, "
+                                          "flushed subnormals); portable numerics needs IEEE arithmetic");
+#endif
   /* through volatiles, so the compiler cannot fold them: a product into
    * the subnormal range, a sum of subnormals and a product out of it, and
    * a multiply-add that must round twice */
