@@ -542,6 +542,8 @@ ag_status cpu_k_conv2d_bwd_weight(ag_kernel_error *err, const ag_k_conv2d_bwd_we
 
 ag_status cpu_k_pool2d(ag_kernel_error *err, const ag_k_pool2d *a) {
   (void)err;
+  if ((a->call->flags & AG_KF_PORTABLE) && a->y->dtype == AG_F64 && a->variant != AG_P_MAX)
+    return ag_k__not_portable(a->call, "cpu", AG_F64);
   pool_run(POOL_JOB_OF(a, a->x, a->y), a->x, a->x, a->y, a->argmax,
            a->y->dtype == AG_F64 ? pool_fwd_planes_double : pool_fwd_planes_float);
   return AG_OK;
@@ -556,6 +558,7 @@ ag_status cpu_k_pool2d_bwd(ag_kernel_error *err, const ag_k_pool2d_bwd *a) {
 
 ag_status cpu_k_bn_stats(ag_kernel_error *err, const ag_k_bn_stats *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_bn_stats(a);
   const bool sums = a->variant == AG_KV_BN_SUMS;
   bn_job j = {.a = ag__cpu_ptr(a->a), .b = sums ? ag__cpu_ptr(a->b) : NULL, .mu = sums ? ag__cpu_ptr(a->mu) : NULL,
               .y = ag__cpu_ptr(a->stats), .N = a->n, .C = a->c, .HW = a->hw};
@@ -566,6 +569,7 @@ ag_status cpu_k_bn_stats(ag_kernel_error *err, const ag_k_bn_stats *a) {
 
 ag_status cpu_k_bn_apply(ag_kernel_error *err, const ag_k_bn_apply *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_bn_apply(a);
   const bool with_b = a->variant == AG_KV_BN_AFFINE_B;
   bn_job j = {.a = ag__cpu_ptr(a->a), .b = with_b ? ag__cpu_ptr(a->b) : NULL, .coef = ag__cpu_ptr(a->coef),
               .y = ag__cpu_ptr(a->y), .N = a->n, .C = a->c, .HW = a->hw};
