@@ -120,26 +120,27 @@ static inline char *agk_optr(const ag_koperand *o) { return o ? agk_ptr(o) : (ch
  * call runs agkp_<name> (portable.cu, compiled without contraction, with
  * correctly rounded division and square root, subnormals kept). The integer
  * dtypes are exact by nature in every op that takes them (agkp_* hand them
- * to the default kernels); f64 is refused. Sub-op rules (which UNARY,
- * BINARY, REDUCE codes): agg_portable_rule in runtime.cu. */
+ * to the default kernels); f64 only in the ops exact by nature (copies and
+ * casts, indexing, sorting, REDUCE MAX/MIN/ARGMAX). Sub-op rules (which
+ * UNARY, BINARY, REDUCE codes): agg_portable_rule in runtime.cu. */
 #define AGK_DTS_PORTABLE (AGK_DTS_FLOAT | AGK_DTS_INT)
 #define GPU_KOPS_EXACT(X)                                                                          \
-  X(FILL, fill, AGK_DTS_PORTABLE, AGK_VNONE)                                                       \
-  X(WHERE, where, AGK_DTS_PORTABLE, AGK_VNONE)                                                     \
-  X(EMBEDDING, embedding, AGK_DTS_PORTABLE, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))         \
-  X(GATHER, gather, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                  \
+  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                            \
+  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                          \
+  X(EMBEDDING, embedding, AGK_DTS_ALL, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))              \
+  X(GATHER, gather, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                \
   X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                         \
-  X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))       \
-  X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))   \
-  X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))           \
+  X(TOPK, topk, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))     \
+  X(SORT, sort, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING)) \
+  X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))         \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
   X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                         \
   X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)
 
 #define GPU_KOPS_PORTABLE_OWN(X)                                                                   \
-  X(UNARY, unary, AGK_DTS_PORTABLE, AGK_VANY)                                                      \
+  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                           \
   X(BINARY, binary, AGK_DTS_PORTABLE, AGK_VANY)                                                    \
-  X(REDUCE, reduce, AGK_DTS_PORTABLE, AGK_VANY)                                                    \
+  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                         \
   X(MATMUL, matmul, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
   X(SOFTMAX, softmax, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))        \
   X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX)) \

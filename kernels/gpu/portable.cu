@@ -263,9 +263,11 @@ static bool p_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == 
 
 gpuError_t agkp_unary(const agk_env *env, const ag_k_unary *a) {
   const ag_dtype to = a->y->dtype, ti = a->x->dtype;
+  /* copies and casts, f64 included: one rounding (exact by nature) */
+  if (a->variant == AG_U_COPY) return agk_unary(env, a);
   if (to == AG_F64 || ti == AG_F64) return gpuErrorNotSupported;
-  /* copies and casts: one rounding (exact by nature); integer rules exact */
-  if (a->variant == AG_U_COPY || to != ti || !p_float(to)) return agk_unary(env, a);
+  /* the integer rules: exact */
+  if (to != ti || !p_float(to)) return agk_unary(env, a);
   const ag_koperand *ops[2] = {a->y, a->x};
   p_ew d;
   p_ew_build(ops, 2, &d);
@@ -349,29 +351,31 @@ template <typename T> static gpuError_t p_reduce_sum(const agk_env *env, const a
   return gpuSuccess;
 }
 
-/* REDUCE MAX, MIN (float): the CPU's sequential rule, so also the sign of a
+/* REDUCE MAX, MIN (float, f64): the CPU's sequential rule, so also the sign of a
  * zero maximum: the first of the row's values that no later one beats (v >
  * best, or v < best for MIN), a NaN once met stays. Each thread scans its
  * elements in order; the tree keeps, of two, the NaN, else the better, else
  * (equal values: -0 and +0) the earlier index. */
-AGK_DEV bool p_mm_wins(int is_max, float v, ll i, float b, ll bi) {
+template <typename A> AGK_DEV bool p_mm_wins(int is_max, A v, ll i, A b, ll bi) {
   if (b != b) return false;
   if (v != v) return true;
   if (is_max ? v > b : v < b) return true;
   return v == b && i < bi;
 }
+/* f32 compute for f32, f16, bf16; f64 for f64 (exact either way) */
 template <typename T>
 __global__ void k_p_minmax(const T *x, ll rows, ll r, ll inner, T *out, int is_max) {
-  __shared__ float tv[P_B];
+  typedef agk_c<T> A;
+  __shared__ A tv[P_B];
   __shared__ ll ti[P_B];
   const unsigned tid = threadIdx.x;
   for (ll row = blockIdx.x; row < rows; row += gridDim.x) {
     const ll o = row / inner, i = row - o * inner;
     const T *xr = x + o * r * inner + i;
-    float best = is_max ? -INFINITY : INFINITY;
+    A best = is_max ? (A)-INFINITY : (A)INFINITY;
     ll bi = -1;
     for (ll j = tid; j < r; j += P_B) {
-      const float v = p_ld(xr, j * inner);
+      const A v = agk_tof(xr[j * inner]);
       if (bi < 0 || (best == best && (v != v || (is_max ? v > best : v < best)))) {
         best = v;
         bi = j;
@@ -388,26 +392,26 @@ __global__ void k_p_minmax(const T *x, ll rows, ll r, ll inner, T *out, int is_m
       }
       __syncthreads();
     }
-    if (tid == 0) p_st(out, row, tv[0]);
+    if (tid == 0) out[row] = agk_fromf<T>(tv[0]);
     __syncthreads();
   }
 }
 
 gpuError_t agkp_reduce(const agk_env *env, const ag_k_reduce *a) {
-  if (a->x->dtype == AG_F64 || a->out->dtype == AG_F64) return gpuErrorNotSupported;
-  if (a->variant == AG_R_ARGMAX || !p_float(a->x->dtype)) return agk_reduce(env, a); /* exact */
-  if (a->out->dtype != a->x->dtype) return gpuErrorNotSupported;
+  const ag_dtype dt = a->x->dtype;
+  if (a->variant == AG_R_ARGMAX || !(p_float(dt) || dt == AG_F64)) return agk_reduce(env, a); /* exact */
+  if (a->out->dtype != dt) return gpuErrorNotSupported;
   if (a->variant == AG_R_MAX || a->variant == AG_R_MIN) {
     const ll rows = a->outer * a->inner;
     if (rows == 0) return gpuSuccess;
-    P_DISPATCH(a->x->dtype, T,
+    AGK_DISPATCH_FLOAT(dt, T,
                agk_launch(k_p_minmax<T>, agk_blocks(rows, 1, P_B, agk_wave(env, P_B)), P_B, 0, env->stream,
                           (const T *)agk_ptr(a->x), rows, (ll)a->r, (ll)a->inner, (T *)agk_ptr(a->out),
                           (int)(a->variant == AG_R_MAX)));
     return gpuGetLastError();
   }
-  if (a->variant != AG_R_SUM) return gpuErrorNotSupported;
-  P_DISPATCH(a->x->dtype, T, return p_reduce_sum<T>(env, a));
+  if (a->variant != AG_R_SUM || dt == AG_F64) return gpuErrorNotSupported;
+  P_DISPATCH(dt, T, return p_reduce_sum<T>(env, a));
   return gpuErrorNotSupported;
 }
 

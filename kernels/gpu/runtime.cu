@@ -525,13 +525,16 @@ AGK_DEFINE_DISPATCH_PORTABLE(gpu_dispatch, GPU_KOPS, GPU_KOPS_PORTABLE, AG_GPU_B
 
 /* The sub-op codes GPU_KOPS_PORTABLE takes as a whole (AGK_VANY): the
  * elementwise table's float entries (pmath in portable.cu) and the integer
- * rules; REDUCE SUM (the canonical sum S), MAX and MIN (the CPU's
+ * rules, f64 only in copies and casts; REDUCE SUM (the canonical sum S, not
+ * f64), MAX and MIN (the CPU's
  * first-of-equals rule, which fixes the sign of a zero result; the default
  * kernels' trees did not), ARGMAX (exact: the default kernel). */
 static bool agg_portable_rule(ag_kop op, int sub, ag_dtype dt) {
   if (!gpu_supports_rule(op, sub, dt)) return false;
   switch (op) {
-    case AG_K_REDUCE: return sub == AG_R_SUM || sub == AG_R_MAX || sub == AG_R_MIN || sub == AG_R_ARGMAX;
+    case AG_K_UNARY: return dt != AG_F64 || sub == AG_U_COPY; /* f64: copies and casts */
+    case AG_K_REDUCE:
+      return (sub == AG_R_SUM && dt != AG_F64) || sub == AG_R_MAX || sub == AG_R_MIN || sub == AG_R_ARGMAX;
     default: return true;
   }
 }
