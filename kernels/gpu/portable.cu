@@ -1382,6 +1382,89 @@ gpuError_t agkp_conv2d_bwd_weight(const agk_env *env, const ag_k_conv2d_bwd_weig
   return p_conv_run(env, &cv);
 }
 
+/* ---- BN_STATS, BN_APPLY over [n, c, hw] (f32): per channel, S over the
+ * flattened (n, hw), n outermost; the affine map left to right ---- */
+
+struct p_bn_term {
+  const float *a, *b;
+  ll C, HW, ch;
+  float mean, mu;
+  int term; /* 0: a; 1: (a - mean)^2; 2: a * (b - mu) */
+  AGK_DEV float operator()(ll l) const {
+    const ll n = l / HW, at = (n * C + ch) * HW + (l - n * HW);
+    const float v = a[at];
+    if (term == 0) return v;
+    if (term == 1) return (v - mean) * (v - mean);
+    return v * (b[at] - mu);
+  }
+};
+__global__ void k_p_bn_stats(float *stats, const float *a, const float *b, const float *mu, ll N, ll C, ll HW,
+                             int sums, float *scratch) {
+  __shared__ float t[P_B];
+  __shared__ float sp[P_SPART];
+  const ll L = N * HW;
+  const float cnt = (float)L;
+  float *buf = p_buf(sp, scratch, L);
+  for (ll c = blockIdx.x; c < C; c += gridDim.x) {
+    p_bn_term f;
+    f.a = a;
+    f.b = b;
+    f.C = C;
+    f.HW = HW;
+    f.ch = c;
+    f.mean = 0.f;
+    f.mu = sums ? mu[c] : 0.f;
+    f.term = 0;
+    const float s0 = p_sum(t, buf, L, f);
+    float r0, r1;
+    if (sums) {
+      f.term = 2;
+      r0 = s0;
+      r1 = p_sum(t, buf, L, f);
+    } else {
+      f.mean = agp_div(s0, cnt);
+      f.term = 1;
+      r0 = f.mean;
+      r1 = agp_div(p_sum(t, buf, L, f), cnt);
+    }
+    if (threadIdx.x == 0) {
+      stats[c] = r0;
+      stats[C + c] = r1;
+    }
+  }
+}
+gpuError_t agkp_bn_stats(const agk_env *env, const ag_k_bn_stats *a) {
+  if (a->dtype != AG_F32) return gpuErrorNotSupported;
+  const ll N = a->n, C = a->c, HW = a->hw;
+  if (C == 0) return gpuSuccess;
+  const int sums = a->variant == AG_KV_BN_SUMS;
+  const unsigned grid = p_grid(env, C, N * HW);
+  if (!grid) return gpuErrorNotSupported;
+  agk_launch(k_p_bn_stats, grid, P_B, 0, env->stream, (float *)agk_ptr(a->stats), (const float *)agk_ptr(a->a),
+             (const float *)(sums ? agk_optr(a->b) : (char *)0), (const float *)(sums ? agk_optr(a->mu) : (char *)0),
+             N, C, HW, sums, (float *)env->scratch);
+  return gpuGetLastError();
+}
+
+__global__ void k_p_bn_apply(float *y, const float *a, const float *coef, const float *b, ll N, ll C, ll HW) {
+  const ll n_all = N * C * HW, stride = (ll)gridDim.x * blockDim.x;
+  for (ll e = (ll)blockIdx.x * blockDim.x + threadIdx.x; e < n_all; e += stride) {
+    const ll c = e / HW % C;
+    const float v = a[e] * coef[c] + coef[C + c];
+    y[e] = b ? v + (b[e] - coef[3 * C + c]) * coef[2 * C + c] : v;
+  }
+}
+gpuError_t agkp_bn_apply(const agk_env *env, const ag_k_bn_apply *a) {
+  if (a->dtype != AG_F32) return gpuErrorNotSupported;
+  const ll n = a->n * a->c * a->hw;
+  if (n == 0) return gpuSuccess;
+  const bool with_b = a->variant == AG_KV_BN_AFFINE_B;
+  agk_launch(k_p_bn_apply, p_ew_grid(env, n), P_B, 0, env->stream, (float *)agk_ptr(a->y),
+             (const float *)agk_ptr(a->a), (const float *)agk_ptr(a->coef),
+             (const float *)(with_b ? agk_optr(a->b) : (char *)0), (ll)a->n, (ll)a->c, (ll)a->hw);
+  return gpuGetLastError();
+}
+
 /* ---- portable_check's probe ---- */
 
 /* in: 2^-126, 0.5, 2^-149, 2^24, 1 + 2^-12, -(1 + 2^-11), 1, 3, 2 */
