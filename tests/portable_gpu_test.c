@@ -3,14 +3,14 @@
  * for bit (NaN equals NaN, signed zeros differ), through the public API in
  * portable mode: sums of 1, 255, 256, 257 and 70000 elements (one, two and
  * three levels of the canonical sum), max and min whose result is a zero
- * held with both signs, rows of 1, 257 and 5000 (softmax,
- * log-softmax, log-sum-exp, layer and RMS norm, cross-entropy, each with its
- * backward), matmul shapes around the 16-wide tiles, the elementwise table,
- * random numbers and arange, in f32, f16 and bf16; convolution (padding,
- * stride, dilation, groups; a weight gradient summed over 600 terms) and
- * max, average and adaptive pooling with their gradients in f32. A cell the CPU
- * refuses (its portable list lacks it) is reported and skipped; one the
- * emulated GPU refuses fails.
+ * held with both signs, rows of 1, 257 and 5000 (softmax, log-softmax,
+ * log-sum-exp, layer and RMS norm, cross-entropy, var and cumsum along
+ * either dim, each with its backward), matmul shapes around the 16-wide
+ * tiles, the elementwise table, random numbers and arange, in f32, f16 and
+ * bf16; convolution (padding, stride, dilation, groups; a weight gradient
+ * summed over 600 terms) and max, average and adaptive pooling with their
+ * gradients in f32. A cell the CPU refuses (its portable list lacks it) is
+ * reported and skipped; one the emulated GPU refuses fails.
  *   portable_gpu_test (AG_BACKEND_PATH names the gpuemu module's folder) */
 #include <math.h>
 #include <setjmp.h>
@@ -87,12 +87,13 @@ typedef enum {
   C_CONV,
   C_POOL,
   C_MAXMIN,
+  C_VAR,
   C_COUNT
 } case_kind;
 static const char *const g_case_names[C_COUNT] = {"sum",       "sum_dim0",  "mean_dim1", "softmax", "log_softmax",
                                                   "logsumexp", "layernorm", "rmsnorm",   "xent",    "matmul",
                                                   "unary",     "binary",    "random",    "arange",
-                                                  "conv2d",    "pool2d",    "maxmin"};
+                                                  "conv2d",    "pool2d",    "maxmin",    "var_cumsum"};
 
 /* Runs case k with size n on d; out[] gets up to MAX_OUT result tensors
  * (f32 after an exact cast). Returns how many, or -1 with the error set. */
@@ -248,6 +249,18 @@ static int run_case(case_kind k, ag_device d, ag_dtype dt, int64_t n, int sub, a
       out[m++] = ag_max(x, 0, NULL, false);
       break;
     }
+    case C_VAR: {
+      int64_t sh[2] = {3, n};
+      int dim = sub;
+      ag_tensor *x = input(d, dt, 2, sh, 27, -2, 3, true);
+      ag_tensor *v = ag_var(x, 1, &dim, 1.0, false);
+      ag_tensor *c = ag_cumsum(x, sub);
+      out[m++] = v;
+      out[m++] = c;
+      if (ag_backward(ag_add(weighted(v, 28), weighted(c, 29)), NULL, false) != AG_OK) return -1;
+      out[m++] = ag_tensor_grad(x);
+      break;
+    }
     default: return -1;
   }
   for (int i = 0; i < m; i++) {
@@ -357,6 +370,14 @@ static void test_maxmin(void **state) {
       for (int sub = 0; sub < 3; sub++) cell(C_MAXMIN, g_dtypes[t], sizes[s], sub);
 }
 
+static void test_var_cumsum(void **state) {
+  (void)state;
+  static const int64_t sizes[] = {1, 257, 5000};
+  for (size_t t = 0; t < sizeof g_dtypes / sizeof g_dtypes[0]; t++)
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+      for (int sub = 0; sub < 2; sub++) cell(C_VAR, g_dtypes[t], sizes[s], sub);
+}
+
 static void test_rows(void **state) {
   (void)state;
   static const int64_t sizes[] = {1, 257, 5000};
@@ -402,6 +423,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sums),
       cmocka_unit_test(test_maxmin),
+      cmocka_unit_test(test_var_cumsum),
       cmocka_unit_test(test_rows),
       cmocka_unit_test(test_matmul),
       cmocka_unit_test(test_vision),

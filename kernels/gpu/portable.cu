@@ -626,6 +626,85 @@ gpuError_t agkp_logsumexp(const agk_env *env, const ag_k_logsumexp *a) {
   return gpuErrorNotSupported;
 }
 
+/* VAR over [outer, r, inner]: mean = S(x) / r_f; v = S((x - mean)^2) /
+ * (float)max(0, r - correction) (host double); STD: sqrt(v) */
+template <typename T> struct p_line_term {
+  const T *x;
+  ll base, step;
+  float mean;
+  int sq;
+  AGK_DEV float operator()(ll j) const {
+    const float v = p_ld(x, base + j * step);
+    return sq ? (v - mean) * (v - mean) : v;
+  }
+};
+template <typename T>
+__global__ void k_p_var(T *out, const T *x, p_rows g, float r_f, float den_f, int stdev, float *scratch) {
+  __shared__ float t[P_B];
+  __shared__ float sp[P_SPART];
+  float *buf = p_buf(sp, scratch, g.n);
+  for (ll row = blockIdx.x; row < g.rows; row += gridDim.x) {
+    p_line_term<T> f;
+    f.x = x;
+    f.base = p_base(g, row);
+    f.step = g.inner;
+    f.mean = 0.f;
+    f.sq = 0;
+    f.mean = agp_div(p_sum(t, buf, g.n, f), r_f);
+    f.sq = 1;
+    float v = agp_div(p_sum(t, buf, g.n, f), den_f);
+    if (stdev) v = agp_sqrt(v);
+    if (threadIdx.x == 0) p_st(out, row, v);
+  }
+}
+template <typename T> static gpuError_t p_var_go(const agk_env *env, const ag_k_var *a) {
+  p_rows g;
+  g.rows = a->outer * a->inner;
+  g.n = a->r;
+  g.inner = a->inner;
+  if (g.rows == 0) return gpuSuccess;
+  const unsigned grid = p_grid(env, g.rows, g.n);
+  if (!grid) return gpuErrorNotSupported;
+  double den = (double)a->r - a->correction;
+  if (den < 0) den = 0;
+  agk_launch(k_p_var<T>, grid, P_B, 0, env->stream, (T *)agk_ptr(a->out), (const T *)agk_ptr(a->x), g,
+             (float)a->r, (float)den, (int)(a->variant == AG_KV_STD), (float *)env->scratch);
+  return gpuGetLastError();
+}
+gpuError_t agkp_var(const agk_env *env, const ag_k_var *a) {
+  P_DISPATCH(a->dtype, T, return p_var_go<T>(env, a));
+  return gpuErrorNotSupported;
+}
+
+/* CUMSUM over [outer, r, inner]: sequential from +0 along r (PREFIX) or from
+ * the end (SUFFIX), one thread per line */
+template <typename T> __global__ void k_p_cumsum(T *out, const T *x, p_rows g, int suffix) {
+  const ll stride = (ll)gridDim.x * blockDim.x;
+  for (ll row = (ll)blockIdx.x * blockDim.x + threadIdx.x; row < g.rows; row += stride) {
+    const ll base = p_base(g, row);
+    float acc = 0.f;
+    for (ll k = 0; k < g.n; k++) {
+      const ll j = suffix ? g.n - 1 - k : k;
+      acc = acc + p_ld(x, base + j * g.inner);
+      p_st(out, base + j * g.inner, acc);
+    }
+  }
+}
+template <typename T> static gpuError_t p_cumsum_go(const agk_env *env, const ag_k_cumsum *a) {
+  p_rows g;
+  g.rows = a->outer * a->inner;
+  g.n = a->r;
+  g.inner = a->inner;
+  if (g.rows == 0 || g.n == 0) return gpuSuccess;
+  agk_launch(k_p_cumsum<T>, p_ew_grid(env, g.rows), P_B, 0, env->stream, (T *)agk_ptr(a->out),
+             (const T *)agk_ptr(a->x), g, (int)(a->variant == AG_KV_CUMSUM_SUFFIX));
+  return gpuGetLastError();
+}
+gpuError_t agkp_cumsum(const agk_env *env, const ag_k_cumsum *a) {
+  P_DISPATCH(a->dtype, T, return p_cumsum_go<T>(env, a));
+  return gpuErrorNotSupported;
+}
+
 /* CROSS_ENTROPY: loss = (mx + log(s)) - x[target]; ignored rows +0 */
 template <typename T>
 __global__ void k_p_xent(float *loss, const T *x, const void *tg, int t64, p_rows g, ll ignore, ag_kernel_error *err,
