@@ -1064,6 +1064,171 @@ gpuError_t agkp_rmsnorm_bwd(const agk_env *env, const ag_k_rmsnorm_bwd *a) {
   return gpuErrorNotSupported;
 }
 
+/* ---- GROUP_NORM(_BWD) over x [n, c, hw]: LAYERNORM's rules on each
+ * (sample, group) block of M = c/groups * hw contiguous values, weight and
+ * bias per channel; dw, db per channel as S over (n, hw), n outermost ---- */
+
+typedef struct p_gn {
+  ll blocks, M, hw, cpg, groups, C;
+} p_gn;
+template <typename T> struct p_gn_g { /* g_k = dy_k * w[channel] (dy without weight) */
+  const T *dy, *w;
+  ll base, c0, hw;
+  AGK_DEV float operator()(ll k) const { return w ? p_ld(dy, base + k) * p_ld(w, c0 + k / hw) : p_ld(dy, base + k); }
+};
+template <typename T> struct p_gn_gxh {
+  p_gn_g<T> g;
+  const T *x;
+  float mean, rstd;
+  AGK_DEV float operator()(ll k) const { return g(k) * ((p_ld(x, g.base + k) - mean) * rstd); }
+};
+template <typename T>
+__global__ void k_p_group_norm(T *y, const T *x, const T *w, const T *b, float *mean_o, float *rstd_o, p_gn q,
+                               float eps, float df, float *scratch) {
+  __shared__ float t[P_B];
+  __shared__ float sp[P_SPART];
+  float *buf = p_buf(sp, scratch, q.M);
+  for (ll blk = blockIdx.x; blk < q.blocks; blk += gridDim.x) {
+    const ll base = blk * q.M, c0 = blk % q.groups * q.cpg;
+    p_ld_term<T> f;
+    f.a = x;
+    f.base = base;
+    const float mean = agp_div(p_sum(t, buf, q.M, f), df);
+    p_dev_term<T> dv;
+    dv.x = x;
+    dv.base = base;
+    dv.mean = mean;
+    const float var = agp_div(p_sum(t, buf, q.M, dv), df);
+    const float rstd = agp_div(1.f, agp_sqrt(var + eps));
+    for (ll k = threadIdx.x; k < q.M; k += P_B) {
+      float v = (p_ld(x, base + k) - mean) * rstd;
+      if (w) v = v * p_ld(w, c0 + k / q.hw);
+      if (b) v = v + p_ld(b, c0 + k / q.hw);
+      p_st(y, base + k, v);
+    }
+    if (threadIdx.x == 0) {
+      if (mean_o) mean_o[blk] = mean;
+      if (rstd_o) rstd_o[blk] = rstd;
+    }
+  }
+}
+template <typename T>
+__global__ void k_p_group_norm_bwd(T *dx, const T *dy, const T *x, const float *mean_i, const float *rstd_i,
+                                   const T *w, p_gn q, float df, float *scratch) {
+  __shared__ float t[P_B];
+  __shared__ float sp[P_SPART];
+  float *buf = p_buf(sp, scratch, q.M);
+  for (ll blk = blockIdx.x; blk < q.blocks; blk += gridDim.x) {
+    const ll base = blk * q.M;
+    const float mean = mean_i[blk], rstd = rstd_i[blk];
+    p_gn_g<T> gf;
+    gf.dy = dy;
+    gf.w = w;
+    gf.base = base;
+    gf.c0 = blk % q.groups * q.cpg;
+    gf.hw = q.hw;
+    p_gn_gxh<T> gx;
+    gx.g = gf;
+    gx.x = x;
+    gx.mean = mean;
+    gx.rstd = rstd;
+    const float ma = agp_div(p_sum(t, buf, q.M, gf), df);
+    const float mb = agp_div(p_sum(t, buf, q.M, gx), df);
+    for (ll k = threadIdx.x; k < q.M; k += P_B) {
+      const float xh = (p_ld(x, base + k) - mean) * rstd;
+      p_st(dx, base + k, ((gf(k) - ma) - xh * mb) * rstd);
+    }
+  }
+}
+template <typename T> struct p_gn_col {
+  const T *dy, *x;
+  const float *mean, *rstd;
+  p_gn q;
+  ll ch;
+  int db;
+  AGK_DEV float operator()(ll l) const {
+    const ll n = l / q.hw, at = (n * q.C + ch) * q.hw + (l - n * q.hw);
+    const float d = p_ld(dy, at);
+    if (db) return d;
+    const ll blk = n * q.groups + ch / q.cpg;
+    return d * ((p_ld(x, at) - mean[blk]) * rstd[blk]);
+  }
+};
+template <typename T>
+__global__ void k_p_gn_colsum(float *out, const T *dy, const T *x, const float *mean, const float *rstd, p_gn q, ll N,
+                              int db, float *scratch) {
+  __shared__ float t[P_B];
+  __shared__ float sp[P_SPART];
+  const ll L = N * q.hw;
+  float *buf = p_buf(sp, scratch, L);
+  for (ll c = blockIdx.x; c < q.C; c += gridDim.x) {
+    p_gn_col<T> f;
+    f.dy = dy;
+    f.x = x;
+    f.mean = mean;
+    f.rstd = rstd;
+    f.q = q;
+    f.ch = c;
+    f.db = db;
+    const float s = p_sum(t, buf, L, f);
+    if (threadIdx.x == 0) out[c] = s;
+  }
+}
+static p_gn p_gn_of(ll n, ll c, ll hw, ll groups) {
+  p_gn q;
+  q.groups = groups > 0 ? groups : 1;
+  q.cpg = c / q.groups;
+  q.hw = hw;
+  q.C = c;
+  q.M = q.cpg * hw;
+  q.blocks = n * q.groups;
+  return q;
+}
+template <typename T> static gpuError_t p_group_norm_go(const agk_env *env, const ag_k_group_norm *a) {
+  const p_gn q = p_gn_of(a->n, a->c, a->hw, a->groups);
+  if (q.blocks == 0 || q.M == 0) return gpuSuccess;
+  const unsigned grid = p_grid(env, q.blocks, q.M);
+  if (!grid) return gpuErrorNotSupported;
+  agk_launch(k_p_group_norm<T>, grid, P_B, 0, env->stream, (T *)agk_ptr(a->y), (const T *)agk_ptr(a->x),
+             (const T *)agk_optr(a->weight), (const T *)agk_optr(a->bias), (float *)agk_optr(a->mean),
+             (float *)agk_optr(a->rstd), q, (float)a->eps, (float)q.M, (float *)env->scratch);
+  return gpuGetLastError();
+}
+gpuError_t agkp_group_norm(const agk_env *env, const ag_k_group_norm *a) {
+  P_DISPATCH(a->dtype, T, return p_group_norm_go<T>(env, a));
+  return gpuErrorNotSupported;
+}
+template <typename T> static gpuError_t p_group_norm_bwd_go(const agk_env *env, const ag_k_group_norm_bwd *a) {
+  const p_gn q = p_gn_of(a->n, a->c, a->hw, a->groups);
+  if (q.M == 0) return gpuSuccess;
+  const T *dy = (const T *)agk_ptr(a->dy), *x = (const T *)agk_ptr(a->x);
+  const float *mean = (const float *)agk_ptr(a->mean), *rstd = (const float *)agk_ptr(a->rstd);
+  if (q.blocks > 0) {
+    const unsigned grid = p_grid(env, q.blocks, q.M);
+    if (!grid) return gpuErrorNotSupported;
+    agk_launch(k_p_group_norm_bwd<T>, grid, P_B, 0, env->stream, (T *)agk_ptr(a->dx), dy, x, mean, rstd,
+               (const T *)agk_optr(a->weight), q, (float)q.M, (float *)env->scratch);
+    gpuError_t e = gpuGetLastError();
+    if (e != gpuSuccess) return e;
+  }
+  if (!a->multi || q.C == 0) return gpuSuccess;
+  const unsigned grid = p_grid(env, q.C, a->n * q.hw);
+  if (!grid) return gpuErrorNotSupported;
+  for (int db = 0; db < 2; db++) {
+    float *out = (float *)(db ? AGK_MULTI_PTR(a, 0, db) : AGK_MULTI_PTR(a, 0, dw));
+    if (!out) continue;
+    agk_launch(k_p_gn_colsum<T>, grid, P_B, 0, env->stream, out, dy, x, mean, rstd, q, (ll)a->n, db,
+               (float *)env->scratch);
+    gpuError_t e = gpuGetLastError();
+    if (e != gpuSuccess) return e;
+  }
+  return gpuSuccess;
+}
+gpuError_t agkp_group_norm_bwd(const agk_env *env, const ag_k_group_norm_bwd *a) {
+  P_DISPATCH(a->dtype, T, return p_group_norm_bwd_go<T>(env, a));
+  return gpuErrorNotSupported;
+}
+
 /* ---- optimizers: one launch per group of the multi list ---- */
 
 typedef struct p_adamw_prm {
