@@ -705,6 +705,98 @@ gpuError_t agkp_cumsum(const agk_env *env, const ag_k_cumsum *a) {
   return gpuErrorNotSupported;
 }
 
+/* NORM over [outer, r, inner] (the default's formulas with S and pmath): a
+ * NaN gives NaN; L1 S(|x|); INF m = max |x|; L2 m * sqrt(S((x / m)^2)), m
+ * itself when 0 or inf */
+template <typename T> struct p_norm_term {
+  const T *x;
+  ll base, step;
+  float m;
+  int l2;
+  AGK_DEV float operator()(ll j) const {
+    const float v = p_ld(x, base + j * step);
+    if (!l2) return agp_abs(v);
+    const float q = agp_div(v, m);
+    return q * q;
+  }
+};
+template <typename T> __global__ void k_p_norm(T *out, const T *x, p_rows g, int kind, float *scratch) {
+  __shared__ float t[P_B];
+  __shared__ float sp[P_SPART];
+  float *buf = p_buf(sp, scratch, g.n);
+  for (ll row = blockIdx.x; row < g.rows; row += gridDim.x) {
+    const ll base = p_base(g, row);
+    float m = 0.f, nan = 0.f;
+    for (ll j = threadIdx.x; j < g.n; j += P_B) {
+      const float a = agp_abs(p_ld(x, base + j * g.inner));
+      if (a != a) nan = 1.f;
+      else if (a > m) m = a;
+    }
+    m = p_max(t, m);
+    nan = p_max(t, nan);
+    p_norm_term<T> f;
+    f.x = x;
+    f.base = base;
+    f.step = g.inner;
+    f.m = m;
+    f.l2 = 0;
+    float r;
+    if (nan != 0.f) r = NAN;
+    else if (kind == AG_KV_NORM_L1) r = p_sum(t, buf, g.n, f);
+    else if (kind == AG_KV_NORM_INF || m == 0.f || m == INFINITY) r = m;
+    else {
+      f.l2 = 1;
+      r = m * agp_sqrt(p_sum(t, buf, g.n, f));
+    }
+    if (threadIdx.x == 0) p_st(out, row, r);
+  }
+}
+template <typename T> static gpuError_t p_norm_go(const agk_env *env, const ag_k_norm *a) {
+  p_rows g;
+  g.rows = a->outer * a->inner;
+  g.n = a->r;
+  g.inner = a->inner;
+  if (g.rows == 0) return gpuSuccess;
+  const unsigned grid = p_grid(env, g.rows, g.n);
+  if (!grid) return gpuErrorNotSupported;
+  agk_launch(k_p_norm<T>, grid, P_B, 0, env->stream, (T *)agk_ptr(a->out), (const T *)agk_ptr(a->x), g,
+             (int)a->variant, (float *)env->scratch);
+  return gpuGetLastError();
+}
+gpuError_t agkp_norm(const agk_env *env, const ag_k_norm *a) {
+  P_DISPATCH(a->dtype, T, return p_norm_go<T>(env, a));
+  return gpuErrorNotSupported;
+}
+
+/* GATHER_BWD: dx[o, j, i] (f32, overwritten) = sequential over k in order of
+ * dout[o, k, i] where index[o, k, i] == j; out-of-range entries skipped.
+ * One thread per dx element scans k. */
+template <typename T>
+__global__ void k_p_gather_bwd(float *dx, const T *dout, const void *ix, int i64, ll s0, ll s1, ll s2, ll O, ll K,
+                               ll I, ll X) {
+  const ll n = O * X * I, stride = (ll)gridDim.x * blockDim.x;
+  for (ll e = (ll)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const ll i = e % I, j = e / I % X, o = e / (I * X);
+    float acc = 0.f;
+    for (ll k = 0; k < K; k++)
+      if (agk_idx(ix, i64, o * s0 + k * s1 + i * s2) == j) acc = acc + p_ld(dout, (o * K + k) * I + i);
+    dx[e] = acc;
+  }
+}
+template <typename T> static gpuError_t p_gather_bwd_go(const agk_env *env, const ag_k_gather_bwd *a) {
+  const ll O = a->o, K = a->k, I = a->in, X = a->xlen, n = O * X * I;
+  if (n == 0) return gpuSuccess;
+  const ag_koperand *ix = a->index;
+  agk_launch(k_p_gather_bwd<T>, p_ew_grid(env, n), P_B, 0, env->stream, (float *)agk_ptr(a->dx),
+             (const T *)agk_ptr(a->dout), (const void *)agk_ptr(ix), (int)(ix->dtype == AG_I64), (ll)ix->strides[0],
+             (ll)ix->strides[1], (ll)ix->strides[2], O, K, I, X);
+  return gpuGetLastError();
+}
+gpuError_t agkp_gather_bwd(const agk_env *env, const ag_k_gather_bwd *a) {
+  P_DISPATCH(a->dtype, T, return p_gather_bwd_go<T>(env, a));
+  return gpuErrorNotSupported;
+}
+
 /* CROSS_ENTROPY: loss = (mx + log(s)) - x[target]; ignored rows +0 */
 template <typename T>
 __global__ void k_p_xent(float *loss, const T *x, const void *tg, int t64, p_rows g, ll ignore, ag_kernel_error *err,
