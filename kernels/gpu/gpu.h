@@ -115,8 +115,8 @@ static inline char *agk_optr(const ag_koperand *o) { return o ? agk_ptr(o) : (ch
  * dispatch's refusal (AGK_DEFINE_DISPATCH_PORTABLE). It is two lists, one
  * op per line: GPU_KOPS_EXACT, the ops exact by nature (data movement,
  * comparisons, one rounding) whose default kernels were checked against the
- * spec and run as they are (pooling: its kernels already add in the spec's
- * order and divide once); GPU_KOPS_PORTABLE_OWN, the ops whose portable
+ * spec and run as they are (pooling, scatter-add, pad's backward: their
+ * kernels already add in the spec's order, in f32, and divide once); GPU_KOPS_PORTABLE_OWN, the ops whose portable
  * call runs agkp_<name> (portable.cu, compiled without contraction, with
  * correctly rounded division and square root, subnormals kept). The integer
  * dtypes are exact by nature in every op that takes them (agkp_* hand them
@@ -135,7 +135,9 @@ static inline char *agk_optr(const ag_koperand *o) { return o ? agk_ptr(o) : (ch
   X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))         \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
   X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                         \
-  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                 \
+  X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))        \
+  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))
 
 #define GPU_KOPS_PORTABLE_OWN(X)                                                                   \
   X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                           \
