@@ -1,6 +1,9 @@
 /* Row-wise network kernels: softmax, cross-entropy, layer norm (one
  * work-group per row, statistics in f32) and embedding lookups. */
 
+/* The portable program has its own softmax, cross-entropy, layer and RMS
+ * norm kernels (portable.cl). */
+#ifndef AG_PORTABLE
 __kernel void ag_softmax(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long cols, int logm) {
   __local float sh[AG_WG];
   long base = (long)get_group_id(0) * cols;
@@ -204,6 +207,8 @@ __kernel void ag_rmsnorm_bwd_w(gbuf *dw, ulong dwo, const gbuf *dy, ulong dyo, c
     sw += ldf(dy, dyo, r * cols + j, dt) * ldf(x, xo, r * cols + j, dt) * ldf(rstd, ro, r, DT_F32);
   stf(dw, dwo, j, DT_F32, sw);
 }
+
+#endif
 
 /* var/std of rows (inner == 1): one work-group per row, mean then the
  * centred sum of squares, in f32. */

@@ -1,0 +1,351 @@
+/* Portable-numerics kernels (docs/numerics.md), only in the portable
+ * program: the canonical sum S, the sequential-k GEMM, the device probe and
+ * the row kernels that replace the default ones of the same name (nn.cl
+ * leaves those out under AG_PORTABLE, so the host's arguments are the
+ * same). Row kernels run as work-groups of exactly 256 work-items. */
+#ifdef AG_PORTABLE
+
+/* One block of S: t[i] for the 256 work-items, then t[i] += t[i + s] for
+ * s = 128 .. 1; every work-item gets t[0]. sh: 256 floats. */
+float ps_tree(float t, __local float *sh) {
+  int l = get_local_id(0);
+  sh[l] = t;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = 128; s > 0; s >>= 1) {
+    if (l < s) sh[l] = sh[l] + sh[l + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  float r = sh[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+#define PS_LOCAL (5 * 256) /* the tree and four levels of block sums */
+
+/* OUT = S(TERM for ps_i in [0, N)): a full 256-ary tree of fixed binary
+ * trees, +0 for the leaves past N, which is S's recursion (a level of one
+ * node is the result; a node with no leaves is never formed, and +0 is
+ * what the tree pads with). Level k's node sums wait in SH[256 * k ..]
+ * until their parent's 256 are complete. MINTOP > 0 forces that many
+ * levels above the blocks (a chunk's node of a multi-pass sum is a tree
+ * over its block sums even when there is one). N < 2^40. Uniform control
+ * flow: every work-item of the group runs it. */
+#define PS_SUM_TOP(OUT, N, SH, TERM, MINTOP)                                      \
+  do {                                                                           \
+    const long ps_n = (N);                                                       \
+    const int ps_l = get_local_id(0);                                            \
+    long ps_c[5];                                                                \
+    int ps_top = 0;                                                              \
+    ps_c[0] = ps_n > 256 ? (ps_n + 255) / 256 : 1;                               \
+    while (ps_top < 4 && (ps_c[ps_top] > 1 || ps_top < (MINTOP))) {              \
+      ps_c[ps_top + 1] = (ps_c[ps_top] + 255) / 256;                             \
+      ps_top++;                                                                  \
+    }                                                                            \
+    for (long ps_b = 0; ps_b < ps_c[0]; ps_b++) {                                \
+      const long ps_i = ps_b * 256 + ps_l;                                       \
+      float ps_v = ps_tree(ps_i < ps_n ? (TERM) : 0.0f, SH);                     \
+      long ps_idx = ps_b;                                                        \
+      int ps_k = 0;                                                              \
+      while (ps_k < ps_top) {                                                    \
+        const int ps_slot = (int)(ps_idx & 255);                                 \
+        if (ps_l == 0) SH[256 * (ps_k + 1) + ps_slot] = ps_v;                    \
+        if (ps_slot != 255 && ps_idx != ps_c[ps_k] - 1) break;                   \
+        barrier(CLK_LOCAL_MEM_FENCE);                                            \
+        ps_v = ps_tree(ps_l <= ps_slot ? SH[256 * (ps_k + 1) + ps_l] : 0.0f, SH); \
+        ps_idx >>= 8;                                                            \
+        ps_k++;                                                                  \
+      }                                                                          \
+      if (ps_k == ps_top) OUT = ps_v;                                            \
+    }                                                                            \
+  } while (0)
+#define PS_SUM(OUT, N, SH, TERM) PS_SUM_TOP(OUT, N, SH, TERM, 0)
+
+/* Max of the non-NaN values of a row (-inf if none): a strided pass, then
+ * a tree; for equal values the lower work-item's is kept. */
+#define PS_MAX(OUT, N, SH, TERM)                                                 \
+  do {                                                                           \
+    const int pm_l = get_local_id(0);                                            \
+    float pm_m = -INFINITY;                                                      \
+    for (long ps_i = pm_l; ps_i < (N); ps_i += 256) {                            \
+      float pm_v = (TERM);                                                       \
+      pm_m = pm_v > pm_m ? pm_v : pm_m;                                          \
+    }                                                                            \
+    SH[pm_l] = pm_m;                                                             \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                \
+    for (int pm_s = 128; pm_s > 0; pm_s >>= 1) {                                 \
+      if (pm_l < pm_s && SH[pm_l + pm_s] > SH[pm_l]) SH[pm_l] = SH[pm_l + pm_s]; \
+      barrier(CLK_LOCAL_MEM_FENCE);                                              \
+    }                                                                            \
+    OUT = SH[0];                                                                 \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                \
+  } while (0)
+
+/* out[g] = S(x[ou, c*chunk + j, in] for j < the chunk's length) (times
+ * scale when use_scale; squared terms when sq) for group g = (ou * inner +
+ * in) * nchunks + c: a row of the reduction, or one chunk's level-2 node
+ * (mintop 1) of a long row summed in two passes. */
+__kernel void ag_psum(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int xdt, long r, long inner,
+                      long chunk, long nchunks, int mintop, float scale, int use_scale, int sq) {
+  __local float sh[PS_LOCAL];
+  long g = get_group_id(0), t = g / nchunks, c = g % nchunks;
+  long ou = t / inner, in = t % inner;
+  long j0 = c * chunk, len = min(chunk, r - j0);
+  long base = (ou * r + j0) * inner + in;
+  float v = 0.0f;
+  if (sq) {
+    PS_SUM_TOP(v, len, sh, ldf(x, xo, base + ps_i * inner, xdt) * ldf(x, xo, base + ps_i * inner, xdt), mintop);
+  } else {
+    PS_SUM_TOP(v, len, sh, ldf(x, xo, base + ps_i * inner, xdt), mintop);
+  }
+  if (get_local_id(0) == 0) stf(o, oo, g, odt, use_scale ? v * scale : v);
+}
+
+/* c[b] = alpha * (a[b] @ b[b]) + beta * c[b], any strides, 16 x 16 tiles:
+ * each output adds its k terms in order from +0 (docs/numerics.md MATMUL). */
+#define PM_T 16
+__kernel void ag_pmatmul(gbuf *c, ulong co, const gbuf *a, ulong ao, const gbuf *b, ulong bo, int dt,
+                         long M, long N, long K, long sab, long sam, long sak, long sbb, long sbk,
+                         long sbn, long scb, long scm, long scn, float alpha, int use_alpha, float beta,
+                         int use_beta) {
+  __local float ta[PM_T][PM_T + 1], tb[PM_T][PM_T + 1];
+  const int lx = get_local_id(0), ly = get_local_id(1);
+  const long n = (long)get_group_id(0) * PM_T + lx, m = (long)get_group_id(1) * PM_T + ly;
+  const long bt = get_group_id(2);
+  float acc = 0.0f;
+  for (long k0 = 0; k0 < K; k0 += PM_T) {
+    long ka = k0 + lx, kb = k0 + ly;
+    long mr = (long)get_group_id(1) * PM_T + ly, nc = (long)get_group_id(0) * PM_T + lx;
+    ta[ly][lx] = mr < M && ka < K ? ldf(a, ao, bt * sab + mr * sam + ka * sak, dt) : 0.0f;
+    tb[ly][lx] = kb < K && nc < N ? ldf(b, bo, bt * sbb + kb * sbk + nc * sbn, dt) : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int kn = (int)min((long)PM_T, K - k0);
+    for (int kk = 0; kk < kn; kk++) acc = acc + ta[ly][kk] * tb[kk][lx];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (m < M && n < N) {
+    long ci = bt * scb + m * scm + n * scn;
+    float r = acc;
+    if (use_alpha) r = alpha * r;
+    if (use_beta) r = r + beta * ldf(c, co, ci, dt);
+    stf(c, co, ci, dt, r);
+  }
+}
+
+/* portable_check's probe: out[i] for the host to compare with its own
+ * IEEE results (products and sums into and out of the subnormal range,
+ * and pmath's division and square root). */
+__kernel void ag_pprobe(__global float *out, const __global float *in) {
+  if (get_global_id(0) != 0) return;
+  out[0] = in[0] * in[1];          /* normal * normal -> subnormal */
+  out[1] = in[2] + in[3];          /* subnormal + subnormal */
+  out[2] = in[4] - in[5];          /* normal - normal -> subnormal */
+  out[3] = in[2] * in[6];          /* subnormal * 2^k -> normal */
+  out[4] = in[2] * in[7];          /* rounded subnormal product */
+  out[5] = agp_div(in[8], in[9]);
+  out[6] = agp_div(in[2], in[9]);  /* subnormal quotient */
+  out[7] = agp_sqrt(in[8]);
+  out[8] = agp_sqrt(in[2]);        /* square root of a subnormal */
+  out[9] = in[8] * in[8] - in[10]; /* 0: two roundings, not an fma */
+}
+
+/* ---- row kernels (same names and arguments as nn.cl's) ---- */
+
+#define PX(i) ldf(x, xo, base + (i), dt)
+
+__kernel void ag_softmax(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long cols, int logm) {
+  __local float sh[PS_LOCAL];
+  long base = (long)get_group_id(0) * cols;
+  int l = get_local_id(0);
+  float mx, s = 0.0f;
+  PS_MAX(mx, cols, sh, PX(ps_i));
+  PS_SUM(s, cols, sh, agp_exp(PX(ps_i) - mx));
+  float ls = logm ? agp_log(s) : 0.0f;
+  for (long j = l; j < cols; j += 256) {
+    float v = PX(j) - mx;
+    stf(y, yo, base + j, dt, logm ? v - ls : agp_div(agp_exp(v), s));
+  }
+}
+
+__kernel void ag_softmax_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *y, ulong yo, int dt,
+                             long cols, int logm) {
+  __local float sh[PS_LOCAL];
+  long base = (long)get_group_id(0) * cols;
+  int l = get_local_id(0);
+  float s = 0.0f;
+  if (logm) {
+    PS_SUM(s, cols, sh, ldf(dy, dyo, base + ps_i, dt));
+  } else {
+    PS_SUM(s, cols, sh, ldf(dy, dyo, base + ps_i, dt) * ldf(y, yo, base + ps_i, dt));
+  }
+  for (long j = l; j < cols; j += 256) {
+    float g = ldf(dy, dyo, base + j, dt), yv = ldf(y, yo, base + j, dt);
+    stf(dx, dxo, base + j, dt, logm ? g - agp_exp(yv) * s : yv * (g - s));
+  }
+}
+
+__kernel void ag_cross_entropy(gbuf *loss, ulong lo, const gbuf *x, ulong xo, int dt, const gbuf *tg, ulong to,
+                               long cols, int ignore, __global int *err) {
+  __local float sh[PS_LOCAL];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0);
+  int t = ((const __global int *)(tg + to))[row];
+  if (t == ignore) {
+    if (l == 0) stf(loss, lo, row, DT_F32, 0.0f);
+    return;
+  }
+  if (t < 0 || t >= cols) {
+    if (l == 0) {
+      stf(loss, lo, row, DT_F32, NAN);
+      set_error(err, ERR_INDEX, AG_K_CROSS_ENTROPY, t, cols);
+    }
+    return;
+  }
+  float mx, s = 0.0f;
+  PS_MAX(mx, cols, sh, PX(ps_i));
+  PS_SUM(s, cols, sh, agp_exp(PX(ps_i) - mx));
+  if (l == 0) stf(loss, lo, row, DT_F32, (mx + agp_log(s)) - PX(t));
+}
+
+__kernel void ag_cross_entropy_bwd(gbuf *dl, ulong dlo, const gbuf *x, ulong xo, int dt, const gbuf *tg, ulong to,
+                                   const gbuf *g, ulong go, long gstride, long cols, int ignore,
+                                   __global int *err) {
+  __local float sh[PS_LOCAL];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0);
+  int t = ((const __global int *)(tg + to))[row];
+  if (t == ignore || t < 0 || t >= cols) {
+    for (long j = l; j < cols; j += 256) stf(dl, dlo, base + j, dt, 0.0f);
+    if (t != ignore && l == 0) set_error(err, ERR_INDEX, AG_K_CROSS_ENTROPY_BWD, t, cols);
+    return;
+  }
+  float mx, s = 0.0f;
+  PS_MAX(mx, cols, sh, PX(ps_i));
+  PS_SUM(s, cols, sh, agp_exp(PX(ps_i) - mx));
+  float gr = ldf(g, go, row * gstride, DT_F32);
+  for (long j = l; j < cols; j += 256) {
+    float p = agp_div(agp_exp(PX(j) - mx), s);
+    stf(dl, dlo, base + j, dt, (p - (j == t ? 1.0f : 0.0f)) * gr);
+  }
+}
+
+__kernel void ag_layernorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *w, ulong wo,
+                           const gbuf *b, ulong bo, __global float *mean, ulong mo, __global float *rstd,
+                           ulong ro, long cols, float eps) {
+  __local float sh[PS_LOCAL];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0);
+  const float df = (float)cols;
+  float s = 0.0f, v = 0.0f;
+  PS_SUM(s, cols, sh, PX(ps_i));
+  const float mu = agp_div(s, df);
+  PS_SUM(v, cols, sh, (PX(ps_i) - mu) * (PX(ps_i) - mu));
+  const float var = agp_div(v, df);
+  const float rs = agp_div(1.0f, agp_sqrt(var + eps));
+  for (long j = l; j < cols; j += 256) {
+    float o = (PX(j) - mu) * rs;
+    if (w) o = o * ldf(w, wo, j, dt);
+    if (b) o = o + ldf(b, bo, j, dt);
+    stf(y, yo, base + j, dt, o);
+  }
+  if (l == 0) {
+    if (mean) stf((gbuf *)mean, mo, row, DT_F32, mu);
+    if (rstd) stf((gbuf *)rstd, ro, row, DT_F32, rs);
+  }
+}
+
+#define PG(i) (w ? ldf(dy, dyo, base + (i), dt) * ldf(w, wo, (i), dt) : ldf(dy, dyo, base + (i), dt))
+#define PXH(i) ((PX(i) - mu) * rs)
+
+__kernel void ag_layernorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *x, ulong xo, int dt,
+                               const gbuf *mean, ulong mo, const gbuf *rstd, ulong ro, const gbuf *w, ulong wo,
+                               long cols) {
+  __local float sh[PS_LOCAL];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0);
+  const float mu = ldf(mean, mo, row, DT_F32), rs = ldf(rstd, ro, row, DT_F32), df = (float)cols;
+  float s1 = 0.0f, s2 = 0.0f;
+  PS_SUM(s1, cols, sh, PG(ps_i));
+  PS_SUM(s2, cols, sh, PG(ps_i) * PXH(ps_i));
+  const float a = agp_div(s1, df), bb = agp_div(s2, df);
+  for (long j = l; j < cols; j += 256) stf(dx, dxo, base + j, dt, ((PG(j) - a) - PXH(j) * bb) * rs);
+}
+
+/* dw[j] = S over rows of dy * xhat, db[j] = S over rows of dy: a group per
+ * column. */
+__kernel void ag_layernorm_bwd_wb(gbuf *dw, ulong dwo, gbuf *db, ulong dbo, const gbuf *dy, ulong dyo, const gbuf *x,
+                                  ulong xo, int dt, const gbuf *mean, ulong mo, const gbuf *rstd, ulong ro, long rows,
+                                  long cols) {
+  __local float sh[PS_LOCAL];
+  long j = get_group_id(0);
+  float sw = 0.0f, sb = 0.0f;
+#define PWB_DY(r) ldf(dy, dyo, (r) * cols + j, dt)
+#define PWB_XH(r) ((ldf(x, xo, (r) * cols + j, dt) - ldf(mean, mo, (r), DT_F32)) * ldf(rstd, ro, (r), DT_F32))
+  if (dw) PS_SUM(sw, rows, sh, PWB_DY(ps_i) * PWB_XH(ps_i));
+  if (db) PS_SUM(sb, rows, sh, PWB_DY(ps_i));
+  if (get_local_id(0) == 0) {
+    if (dw) stf(dw, dwo, j, DT_F32, sw);
+    if (db) stf(db, dbo, j, DT_F32, sb);
+  }
+}
+
+__kernel void ag_rmsnorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *w, ulong wo,
+                         __global float *rstd, ulong ro, long cols, float eps) {
+  __local float sh[PS_LOCAL];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0);
+  float s = 0.0f;
+  PS_SUM(s, cols, sh, PX(ps_i) * PX(ps_i));
+  const float ms = agp_div(s, (float)cols);
+  const float rs = agp_div(1.0f, agp_sqrt(ms + eps));
+  for (long j = l; j < cols; j += 256) {
+    float o = PX(j) * rs;
+    if (w) o = o * ldf(w, wo, j, dt);
+    stf(y, yo, base + j, dt, o);
+  }
+  if (l == 0 && rstd) stf((gbuf *)rstd, ro, row, DT_F32, rs);
+}
+
+__kernel void ag_rmsnorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *x, ulong xo, int dt,
+                             const gbuf *rstd, ulong ro, const gbuf *w, ulong wo, long cols) {
+  __local float sh[PS_LOCAL];
+  long row = get_group_id(0), base = row * cols;
+  int l = get_local_id(0);
+  const float rs = ldf(rstd, ro, row, DT_F32);
+  float s = 0.0f;
+  PS_SUM(s, cols, sh, PG(ps_i) * PX(ps_i));
+  const float m = agp_div(s, (float)cols);
+  const float c = (rs * rs) * m;
+  for (long j = l; j < cols; j += 256) stf(dx, dxo, base + j, dt, (PG(j) - PX(j) * c) * rs);
+}
+
+/* dw[j] = S over rows of (dy * x) * rstd: a group per column. */
+__kernel void ag_rmsnorm_bwd_w(gbuf *dw, ulong dwo, const gbuf *dy, ulong dyo, const gbuf *x, ulong xo, int dt,
+                               const gbuf *rstd, ulong ro, long rows, long cols) {
+  __local float sh[PS_LOCAL];
+  long j = get_group_id(0);
+  float sw = 0.0f;
+  PS_SUM(sw, rows, sh,
+         (ldf(dy, dyo, ps_i * cols + j, dt) * ldf(x, xo, ps_i * cols + j, dt)) * ldf(rstd, ro, ps_i, DT_F32));
+  if (get_local_id(0) == 0) stf(dw, dwo, j, DT_F32, sw);
+}
+
+/* AdamW as docs/numerics.md writes it; f32 scalars rounded once on the
+ * host. */
+__kernel void ag_padamw(gbuf *pb, ulong po, gbuf *gb, ulong go, gbuf *mb, ulong mo, gbuf *vb, ulong vo, long n,
+                        float b1, float b2, float eps, float lr, float wd, float bc1, float bc2, const gbuf *sc,
+                        ulong sco, const gbuf *fi, ulong fio) {
+  long i = get_global_id(0);
+  if (i >= n || opt_scalar(fi, fio, 0.0f) != 0.0f) return;
+  __global float *p = FP(pb, po), *m = FP(mb, mo), *v = FP(vb, vo);
+  float g = FP(gb, go)[i];
+  if (sc) g = g * opt_scalar(sc, sco, 1.0f);
+  const float mm = b1 * m[i] + (1.0f - b1) * g;
+  const float vv = b2 * v[i] + (1.0f - b2) * (g * g);
+  m[i] = mm;
+  v[i] = vv;
+  float pp = p[i] * (1.0f - lr * wd);
+  const float mh = agp_div(mm, bc1), vh = agp_div(vv, bc2);
+  p[i] = pp - lr * agp_div(mh, agp_sqrt(vh) + eps);
+}
+
+#endif
