@@ -111,6 +111,11 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
   X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                          \
   X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                            \
   X(ARANGE, arange, CPU_P_DTS, AGK_VNONE)                                                          \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                        \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                    \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                  \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                         \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                 \
   X(EMBEDDING, embedding, CPU_P_DTS, CPU_VIDX)                                                     \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
   X(GATHER, gather, CPU_P_DTS, CPU_VIDX)                                                           \

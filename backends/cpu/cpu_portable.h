@@ -46,6 +46,9 @@ AG_HIDDEN ag_status ag__cpu_p_rand_uniform(const ag_k_rand_uniform *a);
 AG_HIDDEN ag_status ag__cpu_p_rand_normal(const ag_k_rand_normal *a);
 AG_HIDDEN ag_status ag__cpu_p_dropout(const ag_k_dropout *a);
 AG_HIDDEN ag_status ag__cpu_p_arange(const ag_k_arange *a);
+AG_HIDDEN ag_status ag__cpu_p_conv2d(const ag_k_conv2d *a);
+AG_HIDDEN ag_status ag__cpu_p_conv2d_bwd_input(const ag_k_conv2d_bwd_input *a);
+AG_HIDDEN ag_status ag__cpu_p_conv2d_bwd_weight(const ag_k_conv2d_bwd_weight *a);
 
 /* Whether this CPU (and build) honours the contract: AG_OK, or
  * AG_ERR_UNSUPPORTED with the reason when subnormals are flushed or a
