@@ -49,6 +49,9 @@ typedef enum clb_kernel {
   CLK_P_MATMUL,
   CLK_P_PROBE,
   CLK_P_ADAMW,
+  CLK_P_CONV,
+  CLK_P_CONV_BWD_IN,
+  CLK_P_CONV_BWD_W,
   /* contiguous fast paths, one per sub-op, named from the op table
    * (ag_u_EXP, ag_b_GELU_BWD); comparisons, which write bool, have none */
   CLK_UNARY_C0,

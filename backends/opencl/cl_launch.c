@@ -54,6 +54,9 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_P_MATMUL] = "ag_pmatmul",
     [CLK_P_PROBE] = "ag_pprobe",
     [CLK_P_ADAMW] = "ag_padamw",
+    [CLK_P_CONV] = "ag_pconv",
+    [CLK_P_CONV_BWD_IN] = "ag_pconv_bwd_in",
+    [CLK_P_CONV_BWD_W] = "ag_pconv_bwd_w",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -95,7 +98,7 @@ ag_status clb_stream_kernels(ag_bstream *s, bool portable) {
                       (i >= CLK_SORT_D && i <= CLK_PAD_BWD_D);
     /* the portable program has no f64 kernels (f64 is refused there) */
     bool skip = f64_kernel && (!s->d->fp64 || portable);
-    if (i >= CLK_P_SUM && i <= CLK_P_ADAMW && !portable) skip = true;
+    if (i >= CLK_P_SUM && i <= CLK_P_CONV_BWD_W && !portable) skip = true;
     if (!name || skip) {
       s->k[i] = NULL;
       continue;
@@ -1410,8 +1413,39 @@ static int64_t conv_chunk(ag_bstream *s, int64_t per_sample_floats, int64_t N) {
 
 /* op: which of the three; X the input (or its gradient), Y the output (or
  * its gradient), Wt the weight (or its gradient), bias (CONV2D) or NULL. */
+/* Portable conv2d (docs/numerics.md): a work-item per output (forward,
+ * input gradient) adding its taps in the contract's order, a group of 256
+ * per weight for the weight gradient (S). */
+static ag_status run_pconv(ag_bstream *s, ag_kop op, const ag_koperand *X, const ag_koperand *Y,
+                           const ag_koperand *Wt, const ag_koperand *bias, clb_conv_meta m) {
+  if (op == AG_K_CONV2D) {
+    kargs k = ka_begin(s, CLK_P_CONV);
+    KBUF(&k, Y);
+    KBUF(&k, X);
+    KBUF(&k, Wt);
+    KBUF(&k, or_absent(bias));
+    KMETA(&k, m);
+    return ka_run(&k, (size_t)(m.N * m.Co * m.Ho * m.Wo), 0);
+  }
+  if (op == AG_K_CONV2D_BWD_INPUT) {
+    kargs k = ka_begin(s, CLK_P_CONV_BWD_IN);
+    KBUF(&k, X);
+    KBUF(&k, Y);
+    KBUF(&k, Wt);
+    KMETA(&k, m);
+    return ka_run(&k, (size_t)(m.N * m.C * m.H * m.W), 0);
+  }
+  kargs k = ka_begin(s, CLK_P_CONV_BWD_W);
+  KBUF(&k, Wt);
+  KBUF(&k, Y);
+  KBUF(&k, X);
+  KMETA(&k, m);
+  return ka_run(&k, (size_t)(m.Co * (m.C / m.G) * m.kh * m.kw) * 256, 256);
+}
+
 static ag_status run_conv(ag_bstream *s, ag_kop op, const ag_koperand *X, const ag_koperand *Y, const ag_koperand *Wt,
                           const ag_koperand *bias, clb_conv_meta m) {
+  if (s->portable) return run_pconv(s, op, X, Y, Wt, bias, m);
   const bool fwd = op == AG_K_CONV2D, bin = op == AG_K_CONV2D_BWD_INPUT;
   const int64_t G = m.G, Cg = m.C / G, Cog = m.Co / G, K = Cg * m.kh * m.kw, P = m.Ho * m.Wo, N = m.N;
   const size_t xo = X->offset / 4, yo = Y->offset / 4, wo = Wt->offset / 4;
@@ -1658,7 +1692,17 @@ static ag_status cl_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
   X(DROPOUT, dropout, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
   X(EMBEDDING, embedding, AGK_DTS_FLOAT | AGK_DT(I32), AGK_VBIT(AG_KV_IDX32))                        \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                      \
-  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)
+  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                         \
+  X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT, AGK_VNONE)                                                  \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                          \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                      \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                    \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                           \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                   \
+  X(GATHER, gather, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32))                                            \
+  X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))             \
+  X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))         \
+  X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))
 
 #define AGK_IMPL(name) cl_k_##name
 #define AGK_CTX ag_bstream *
@@ -1719,7 +1763,7 @@ bool clb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt) {
  * (the GEMM's tiles). */
 static const clb_kernel k_wg256[] = {CLK_P_SUM,     CLK_P_MATMUL, CLK_SOFTMAX, CLK_SOFTMAX_BWD, CLK_CE,
                                      CLK_CE_BWD,    CLK_LN,       CLK_LN_BWD,  CLK_LN_BWD_WB,   CLK_RMS,
-                                     CLK_RMS_BWD,   CLK_RMS_BWD_W};
+                                     CLK_RMS_BWD,   CLK_RMS_BWD_W, CLK_LOGSUMEXP, CLK_P_CONV_BWD_W};
 
 /* The probe's inputs (ag_pprobe in portable.cl) and the host's IEEE
  * results; volatile so the host computes them at run time too. */

@@ -53,6 +53,19 @@ static bool r2_rows(ag_dtype dt, int64_t r, int64_t inner) { return dt != AG_F64
 
 ag_status cl_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
   if (!a->outer || !a->inner) return AG_OK;
+  if (s->portable) { /* portable.cl: a group of 256 per line (S) */
+    r2_args k = {s, CLK_LOGSUMEXP, 0, CL_SUCCESS};
+    r2_buf(&k, a->out);
+    r2_buf(&k, a->x);
+    r2_int(&k, a->dtype);
+    r2_long(&k, a->outer);
+    r2_long(&k, a->r);
+    r2_long(&k, a->inner);
+    if (k.err != CL_SUCCESS) return clb_error(k.err, "ag_logsumexp");
+    size_t local = 256, global = (size_t)(a->outer * a->inner) * 256;
+    cl_int err = clEnqueueNDRangeKernel(s->q, s->k[CLK_LOGSUMEXP], 1, NULL, &global, &local, 0, NULL, NULL);
+    return err == CL_SUCCESS ? AG_OK : clb_error(err, "ag_logsumexp");
+  }
   if (r2_rows(a->dtype, a->r, a->inner)) {
     r2_args k = {s, CLK_LOGSUMEXP_ROWS, 0, CL_SUCCESS};
     r2_buf(&k, a->out);

@@ -126,7 +126,7 @@ __kernel void ag_pool(gbuf *yb, ulong yo, gbuf *ib, ulong io, const gbuf *xb, ul
     float acc = 0.0f;
     for (long i = h0; i < h1; i++)
       for (long j = w0; j < w1; j++) acc += xp[i * g.W + j];
-    F32P(yb, yo)[o] = div > 0 ? acc / (float)div : 0.0f;
+    F32P(yb, yo)[o] = div > 0 ? E_DIV(acc, (float)div) : 0.0f;
   }
 }
 
@@ -165,7 +165,7 @@ __kernel void ag_pool_bwd(gbuf *dxb, ulong dxo, const gbuf *dyb, ulong dyo, cons
       }
       long h0, h1, w0, w1, div;
       pool_window(&g, oh, ow, &h0, &h1, &w0, &w1, &div);
-      if (div > 0 && h >= h0 && h < h1 && w >= w0 && w < w1) acc += dy[o] / (float)div;
+      if (div > 0 && h >= h0 && h < h1 && w >= w0 && w < w1) acc += E_DIV(dy[o], (float)div);
     }
   F32P(dxb, dxo)[e] = acc;
 }

@@ -348,4 +348,112 @@ __kernel void ag_padamw(gbuf *pb, ulong po, gbuf *gb, ulong go, gbuf *mb, ulong 
   p[i] = pp - lr * agp_div(mh, agp_sqrt(vh) + eps);
 }
 
+/* ---- log-sum-exp: a group per line of [outer, r, inner] ---- */
+__kernel void ag_logsumexp(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r, long inner) {
+  __local float sh[PS_LOCAL];
+  long t = get_group_id(0), base = (t / inner) * r * inner + t % inner;
+  int l = get_local_id(0);
+#define PL(i) ldf(x, xo, base + (i) * inner, dt)
+  float mx, nan_, s = 0.0f;
+  PS_MAX(mx, r, sh, PL(ps_i));
+  PS_MAX(nan_, r, sh, isnan(PL(ps_i)) ? 1.0f : 0.0f);
+  if (isinf(mx)) {
+    if (l == 0) stf(y, yo, t, dt, nan_ != 0.0f ? NAN : mx);
+    return;
+  }
+  PS_SUM(s, r, sh, agp_exp(PL(ps_i) - mx));
+  if (l == 0) stf(y, yo, t, dt, mx + agp_log(s));
+#undef PL
+}
+
+/* ---- conv2d, f32 NCHW (conv_meta of conv.cl) ---- */
+
+/* y[n, co, oh, ow] = sequential over ci of the group, kh, kw of x * w
+ * (padding taps skipped), then + bias[co]. */
+__kernel void ag_pconv(gbuf *yb, ulong yo, const gbuf *xb, ulong xo, const gbuf *wb, ulong wo, const gbuf *bb,
+                       ulong bo, conv_meta m) {
+  long e = get_global_id(0);
+  if (e >= m.N * m.Co * m.Ho * m.Wo) return;
+  const long Cg = m.C / m.G, Cog = m.Co / m.G;
+  long ow = e % m.Wo, t = e / m.Wo, oh = t % m.Ho;
+  t /= m.Ho;
+  long co = t % m.Co, n = t / m.Co, g = co / Cog;
+  const __global float *x = F32P(xb, xo), *w = F32P(wb, wo);
+  float acc = 0.0f;
+  for (long c = 0; c < Cg; c++) {
+    const __global float *xp = x + (n * m.C + g * Cg + c) * m.H * m.W;
+    const __global float *wp = w + (co * Cg + c) * m.kh * m.kw;
+    for (long i = 0; i < m.kh; i++) {
+      long ih = oh * m.sh - m.ph + i * m.dh;
+      if (ih < 0 || ih >= m.H) continue;
+      for (long j = 0; j < m.kw; j++) {
+        long iw = ow * m.sw - m.pw + j * m.dw;
+        if (iw < 0 || iw >= m.W) continue;
+        acc = acc + xp[ih * m.W + iw] * wp[i * m.kw + j];
+      }
+    }
+  }
+  if (bb) acc = acc + F32P(bb, bo)[co];
+  F32P(yb, yo)[e] = acc;
+}
+
+/* dx[n, ci, h, w] = sequential over co of the group, kh, kw of dy * w for
+ * the taps whose output position is integral and in range. */
+__kernel void ag_pconv_bwd_in(gbuf *dxb, ulong dxo, const gbuf *dyb, ulong dyo, const gbuf *wb, ulong wo,
+                              conv_meta m) {
+  long e = get_global_id(0);
+  if (e >= m.N * m.C * m.H * m.W) return;
+  const long Cg = m.C / m.G, Cog = m.Co / m.G;
+  long w = e % m.W, t = e / m.W, h = t % m.H;
+  t /= m.H;
+  long ci = t % m.C, n = t / m.C, g = ci / Cg, c = ci % Cg;
+  const __global float *dy = F32P(dyb, dyo), *wt = F32P(wb, wo);
+  float acc = 0.0f;
+  for (long k = 0; k < Cog; k++) {
+    const long co = g * Cog + k;
+    const __global float *gp = dy + (n * m.Co + co) * m.Ho * m.Wo;
+    const __global float *wp = wt + (co * Cg + c) * m.kh * m.kw;
+    for (long i = 0; i < m.kh; i++) {
+      long th = h + m.ph - i * m.dh;
+      if (th < 0 || th % m.sh) continue;
+      long oh = th / m.sh;
+      if (oh >= m.Ho) continue;
+      for (long j = 0; j < m.kw; j++) {
+        long tw = w + m.pw - j * m.dw;
+        if (tw < 0 || tw % m.sw) continue;
+        long ow = tw / m.sw;
+        if (ow >= m.Wo) continue;
+        acc = acc + gp[oh * m.Wo + ow] * wp[i * m.kw + j];
+      }
+    }
+  }
+  F32P(dxb, dxo)[e] = acc;
+}
+
+/* dw[co, c, kh, kw] = S over (n, oh, ow), n outermost, of dy * x (+0 for
+ * padding taps): a group per weight. */
+__kernel void ag_pconv_bwd_w(gbuf *dwb, ulong dwo, const gbuf *dyb, ulong dyo, const gbuf *xb, ulong xo,
+                             conv_meta m) {
+  __local float sh[PS_LOCAL];
+  const long Cg = m.C / m.G, Cog = m.Co / m.G, P = m.Ho * m.Wo;
+  long e = get_group_id(0);
+  long j = e % m.kw, t = e / m.kw, i = t % m.kh;
+  t /= m.kh;
+  long c = t % Cg, co = t / Cg, ci = (co / Cog) * Cg + c;
+  const __global float *dy = F32P(dyb, dyo), *x = F32P(xb, xo);
+#define PCW_IH(q) (((q) % P) / m.Wo * m.sh - m.ph + i * m.dh)
+#define PCW_IW(q) (((q) % P) % m.Wo * m.sw - m.pw + j * m.dw)
+#define PCW_TERM(q)                                                                         \
+  (PCW_IH(q) >= 0 && PCW_IH(q) < m.H && PCW_IW(q) >= 0 && PCW_IW(q) < m.W                   \
+       ? dy[((q) / P * m.Co + co) * P + (q) % P] *                                          \
+             x[(((q) / P * m.C + ci) * m.H + PCW_IH(q)) * m.W + PCW_IW(q)]                  \
+       : 0.0f)
+  float v = 0.0f;
+  PS_SUM(v, m.N * P, sh, PCW_TERM(ps_i));
+  if (get_local_id(0) == 0) F32P(dwb, dwo)[e] = v;
+#undef PCW_TERM
+#undef PCW_IW
+#undef PCW_IH
+}
+
 #endif
