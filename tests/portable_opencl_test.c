@@ -359,6 +359,114 @@ static void test_rows(void **state) {
       }
 }
 
+/* conv2d forward, input and weight gradients (f32), pooling and its
+ * gradient, through autograd: loss = sum(op(x) * r). */
+static void test_vision(void **state) {
+  (void)state;
+  NEED_DEVICE();
+  setup_devices();
+  static const struct {
+    int64_t n, c, h, w, co, k;
+    ag_conv2d_params p;
+  } cs[] = {{1, 1, 1, 1, 1, 1, {{1, 1}, {0, 0}, {1, 1}, 1}},
+            {2, 3, 9, 7, 4, 3, {{2, 1}, {1, 2}, {1, 1}, 1}},
+            {1, 4, 16, 16, 6, 3, {{1, 1}, {2, 2}, {2, 2}, 2}},
+            {3, 2, 33, 5, 2, 5, {{1, 1}, {2, 2}, {1, 1}, 1}}};
+  for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+    int64_t xs[4] = {cs[k].n, cs[k].c, cs[k].h, cs[k].w}, ws[4] = {cs[k].co, cs[k].c / cs[k].p.groups, cs[k].k, cs[k].k};
+    int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
+    float *x = rvec(nx, -1, 1), *w = rvec(nw, -1, 1), *b = rvec(cs[k].co, -1, 1);
+    ag_tensor *y[2], *gx[2], *gw[2], *gb[2], *py[2], *pgx[2];
+    for (int dv = 0; dv < 2; dv++) {
+      ag_device d = dv ? CL : CPU;
+      ag_tensor *xt = mk(d, AG_F32, 4, xs, x), *wt = mk(d, AG_F32, 4, ws, w), *bt = mk(d, AG_F32, 1, &cs[k].co, b);
+      ag_tensor_set_requires_grad(xt, true);
+      ag_tensor_set_requires_grad(wt, true);
+      ag_tensor_set_requires_grad(bt, true);
+      y[dv] = ag_conv2d(xt, wt, bt, &cs[k].p);
+      gx[dv] = gw[dv] = gb[dv] = NULL;
+      if (y[dv]) {
+        ag_tensor *sq = ag_mul(y[dv], y[dv]), *loss = ag_sum(sq, 0, NULL, false);
+        if (loss && ag_backward(loss, NULL, false) == AG_OK) {
+          gx[dv] = ag_tensor_retain(ag_tensor_grad(xt));
+          gw[dv] = ag_tensor_retain(ag_tensor_grad(wt));
+          gb[dv] = ag_tensor_retain(ag_tensor_grad(bt));
+        }
+        ag_tensor_release(loss);
+        ag_tensor_release(sq);
+      }
+      /* average pooling 3x3 stride 2 pad 1 and its gradient */
+      ag_tensor *xp = mk(d, AG_F32, 4, xs, x);
+      ag_tensor_set_requires_grad(xp, true);
+      ag_pool2d_params pp = {{3, 3}, {2, 2}, {1, 1}, false};
+      py[dv] = xs[2] >= 2 && xs[3] >= 2 ? ag_avg_pool2d(xp, &pp) : NULL;
+      pgx[dv] = NULL;
+      if (py[dv]) {
+        ag_tensor *sq = ag_mul(py[dv], py[dv]), *loss = ag_sum(sq, 0, NULL, false);
+        if (loss && ag_backward(loss, NULL, false) == AG_OK) pgx[dv] = ag_tensor_retain(ag_tensor_grad(xp));
+        ag_tensor_release(loss);
+        ag_tensor_release(sq);
+      }
+      ag_error_clear();
+      ag_tensor_release(xp);
+      ag_tensor_release(xt);
+      ag_tensor_release(wt);
+      ag_tensor_release(bt);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "conv2d case %zu", k);
+    expect_same(what, y[0], y[1]);
+    snprintf(what, sizeof what, "conv2d dx case %zu", k);
+    expect_same(what, gx[0], gx[1]);
+    snprintf(what, sizeof what, "conv2d dw case %zu", k);
+    expect_same(what, gw[0], gw[1]);
+    snprintf(what, sizeof what, "conv2d db case %zu", k);
+    expect_same(what, gb[0], gb[1]);
+    if (py[0] || py[1]) {
+      snprintf(what, sizeof what, "avg_pool2d case %zu", k);
+      expect_same(what, py[0], py[1]);
+      snprintf(what, sizeof what, "avg_pool2d dx case %zu", k);
+      expect_same(what, pgx[0], pgx[1]);
+    }
+    free(x);
+    free(w);
+    free(b);
+  }
+}
+
+/* log-sum-exp over rows and columns; random fills and dropout from one
+ * generator state on both devices. */
+static void test_lse_random(void **state) {
+  (void)state;
+  NEED_DEVICE();
+  setup_devices();
+  static const int64_t shapes[][2] = {{1, 1}, {1, 5000}, {5, 257}, {5000, 1}, {3, 70000}};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+    for (int t = 0; t < 3; t++) {
+      int64_t n = shapes[k][0] * shapes[k][1];
+      float *x = rvec(n, -20, 20);
+      ag_tensor *xc = mk(CPU, FDT[t], 2, shapes[k], x), *xo = mk(CL, FDT[t], 2, shapes[k], x);
+      char what[96];
+      for (int d = 0; d < 2; d++) {
+        snprintf(what, sizeof what, "logsumexp dim %d %s [%lld, %lld]", d, FDN[t], (long long)shapes[k][0],
+                 (long long)shapes[k][1]);
+        expect_same(what, ag_logsumexp(xc, d, false), ag_logsumexp(xo, d, false));
+      }
+      ag_generator *g[2] = {ag_generator_create(42 + k), ag_generator_create(42 + k)};
+      snprintf(what, sizeof what, "rand %s [%lld]", FDN[t], (long long)n);
+      expect_same(what, ag_rand(CPU, FDT[t], 2, shapes[k], -0.3, 1.7, g[0]), ag_rand(CL, FDT[t], 2, shapes[k], -0.3, 1.7, g[1]));
+      snprintf(what, sizeof what, "randn %s [%lld]", FDN[t], (long long)n);
+      expect_same(what, ag_randn(CPU, FDT[t], 2, shapes[k], 0.1, 2.3, g[0]), ag_randn(CL, FDT[t], 2, shapes[k], 0.1, 2.3, g[1]));
+      snprintf(what, sizeof what, "dropout %s [%lld]", FDN[t], (long long)n);
+      expect_same(what, ag_dropout(xc, 0.3, true, g[0]), ag_dropout(xo, 0.3, true, g[1]));
+      ag_generator_free(g[0]);
+      ag_generator_free(g[1]);
+      ag_tensor_release(xc);
+      ag_tensor_release(xo);
+      free(x);
+    }
+}
+
 /* The device check itself: the portable program builds and the probe
  * passes on PoCL. */
 static void test_check(void **state) {
@@ -380,7 +488,8 @@ static int report(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_check),  cmocka_unit_test(test_elementwise), cmocka_unit_test(test_sum),
-      cmocka_unit_test(test_matmul), cmocka_unit_test(test_rows),
+      cmocka_unit_test(test_matmul), cmocka_unit_test(test_rows),        cmocka_unit_test(test_vision),
+      cmocka_unit_test(test_lse_random),
   };
   return cmocka_run_group_tests(tests, NULL, report);
 }
