@@ -1269,9 +1269,9 @@ static ag_status sgemm(ag_bstream *s, const char *what, bool ta, bool tb, size_t
   return clb_error((cl_int)e, name);
 }
 
-/* Portable GEMM (docs/numerics.md MATMUL): 16 x 16 tiles of outputs, each
- * adding its k terms in order; operands read in place with their strides
- * and dtype (no CLBlast, no staging). */
+/* Portable GEMM (docs/numerics.md MATMUL): 4 x 4 blocks of outputs, each
+ * output adding its k terms in order; operands read in place with their
+ * strides and dtype (no CLBlast, no staging). */
 static ag_status run_pmatmul(ag_bstream *s, const ag_k_matmul *a) {
   const ag_koperand *o = a->c, *x = a->a, *y = a->b;
   int64_t B, M, K, N, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, t;
@@ -1303,9 +1303,9 @@ static ag_status run_pmatmul(ag_bstream *s, const ag_k_matmul *a) {
   KA(&ka, cl_float, a->beta);
   KA(&ka, cl_int, a->beta != 0.0);
   if (ka.err != CL_SUCCESS) return clb_error(ka.err, "ag_pmatmul");
-  size_t local[3] = {16, 16, 1};
-  size_t global[3] = {(size_t)(N + 15) / 16 * 16, (size_t)(M + 15) / 16 * 16, (size_t)B};
-  cl_int err = clEnqueueNDRangeKernel(s->q, s->k[CLK_P_MATMUL], 3, NULL, global, local, 0, NULL, NULL);
+  /* a work-item per 4 x 4 block of outputs, the local size the runtime's */
+  size_t global[3] = {(size_t)(N + 3) / 4, (size_t)(M + 3) / 4, (size_t)B};
+  cl_int err = clEnqueueNDRangeKernel(s->q, s->k[CLK_P_MATMUL], 3, NULL, global, NULL, 0, NULL, NULL);
   return err == CL_SUCCESS ? AG_OK : clb_error(err, "ag_pmatmul");
 }
 
@@ -1759,9 +1759,8 @@ bool clb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt) {
   return cl_dispatch_portable(op, sub, dt) && clb_supports(dev, op, sub, dt);
 }
 
-/* The kernels that run as work-groups of exactly 256 (S's tree) or 16 x 16
- * (the GEMM's tiles). */
-static const clb_kernel k_wg256[] = {CLK_P_SUM,     CLK_P_MATMUL, CLK_SOFTMAX, CLK_SOFTMAX_BWD, CLK_CE,
+/* The kernels that run as work-groups of exactly 256 (S's tree). */
+static const clb_kernel k_wg256[] = {CLK_P_SUM,     CLK_SOFTMAX, CLK_SOFTMAX_BWD, CLK_CE,
                                      CLK_CE_BWD,    CLK_LN,       CLK_LN_BWD,  CLK_LN_BWD_WB,   CLK_RMS,
                                      CLK_RMS_BWD,   CLK_RMS_BWD_W, CLK_LOGSUMEXP, CLK_P_CONV_BWD_W};
 

@@ -100,35 +100,55 @@ __kernel void ag_psum(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, int x
   if (get_local_id(0) == 0) stf(o, oo, g, odt, use_scale ? v * scale : v);
 }
 
-/* c[b] = alpha * (a[b] @ b[b]) + beta * c[b], any strides, 16 x 16 tiles:
- * each output adds its k terms in order from +0 (docs/numerics.md MATMUL). */
-#define PM_T 16
+/* c[b] = alpha * (a[b] @ b[b]) + beta * c[b], any strides: a work-item per
+ * 4 x 4 block of outputs, each output adding its k terms in order from +0
+ * (docs/numerics.md MATMUL). Edge blocks load clamped rows and columns and
+ * store only theirs. */
+#define PM_B 4
 __kernel void ag_pmatmul(gbuf *c, ulong co, const gbuf *a, ulong ao, const gbuf *b, ulong bo, int dt,
                          long M, long N, long K, long sab, long sam, long sak, long sbb, long sbk,
                          long sbn, long scb, long scm, long scn, float alpha, int use_alpha, float beta,
                          int use_beta) {
-  __local float ta[PM_T][PM_T + 1], tb[PM_T][PM_T + 1];
-  const int lx = get_local_id(0), ly = get_local_id(1);
-  const long n = (long)get_group_id(0) * PM_T + lx, m = (long)get_group_id(1) * PM_T + ly;
-  const long bt = get_group_id(2);
-  float acc = 0.0f;
-  for (long k0 = 0; k0 < K; k0 += PM_T) {
-    long ka = k0 + lx, kb = k0 + ly;
-    long mr = (long)get_group_id(1) * PM_T + ly, nc = (long)get_group_id(0) * PM_T + lx;
-    ta[ly][lx] = mr < M && ka < K ? ldf(a, ao, bt * sab + mr * sam + ka * sak, dt) : 0.0f;
-    tb[ly][lx] = kb < K && nc < N ? ldf(b, bo, bt * sbb + kb * sbk + nc * sbn, dt) : 0.0f;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int kn = (int)min((long)PM_T, K - k0);
-    for (int kk = 0; kk < kn; kk++) acc = acc + ta[ly][kk] * tb[kk][lx];
-    barrier(CLK_LOCAL_MEM_FENCE);
+  const long n0 = (long)get_global_id(0) * PM_B, m0 = (long)get_global_id(1) * PM_B, bt = get_global_id(2);
+  if (n0 >= N || m0 >= M) return;
+  long ra[PM_B], cb[PM_B];
+  for (int i = 0; i < PM_B; i++) {
+    ra[i] = bt * sab + min(m0 + i, M - 1) * sam;
+    cb[i] = bt * sbb + min(n0 + i, N - 1) * sbn;
   }
-  if (m < M && n < N) {
-    long ci = bt * scb + m * scm + n * scn;
-    float r = acc;
-    if (use_alpha) r = alpha * r;
-    if (use_beta) r = r + beta * ldf(c, co, ci, dt);
-    stf(c, co, ci, dt, r);
+  float acc[PM_B][PM_B];
+  for (int i = 0; i < PM_B; i++)
+    for (int j = 0; j < PM_B; j++) acc[i][j] = 0.0f;
+  if (dt == DT_F32) {
+    const __global float *A = (const __global float *)(a + ao), *Bm = (const __global float *)(b + bo);
+    for (long k = 0; k < K; k++) {
+      float av[PM_B], bv[PM_B];
+      for (int i = 0; i < PM_B; i++) {
+        av[i] = A[ra[i] + k * sak];
+        bv[i] = Bm[cb[i] + k * sbk];
+      }
+      for (int i = 0; i < PM_B; i++)
+        for (int j = 0; j < PM_B; j++) acc[i][j] = acc[i][j] + av[i] * bv[j];
+    }
+  } else {
+    for (long k = 0; k < K; k++) {
+      float av[PM_B], bv[PM_B];
+      for (int i = 0; i < PM_B; i++) {
+        av[i] = ldf(a, ao, ra[i] + k * sak, dt);
+        bv[i] = ldf(b, bo, cb[i] + k * sbk, dt);
+      }
+      for (int i = 0; i < PM_B; i++)
+        for (int j = 0; j < PM_B; j++) acc[i][j] = acc[i][j] + av[i] * bv[j];
+    }
   }
+  for (int i = 0; i < PM_B && m0 + i < M; i++)
+    for (int j = 0; j < PM_B && n0 + j < N; j++) {
+      long ci = bt * scb + (m0 + i) * scm + (n0 + j) * scn;
+      float r = acc[i][j];
+      if (use_alpha) r = alpha * r;
+      if (use_beta) r = r + beta * ldf(c, co, ci, dt);
+      stf(c, co, ci, dt, r);
+    }
 }
 
 /* portable_check's probe: out[i] for the host to compare with its own
