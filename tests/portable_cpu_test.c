@@ -848,6 +848,232 @@ static void test_pool(void **state) {
   }
 }
 
+
+/* ---- var, cumsum ---- */
+
+static void test_var_cumsum(void **state) {
+  (void)state;
+  enum { O = 5, R = 2001, I = 67 };
+  float *x = fvec(O * R * I, -2, 2), *out = malloc(sizeof(float) * O * I), *cs = malloc(sizeof(float) * O * R * I);
+  float *col = malloc(sizeof(float) * R), *t = malloc(sizeof(float) * R);
+  for (int v = 0; v < 2; v++) {
+    ag_kernel_call c = pcall(AG_K_VAR, v ? AG_KV_STD : AG_KV_VAR);
+    c.n_operands = 2;
+    c.o[0] = opnd(out, AG_F32, 2, (int64_t[]){O, I}, NULL);
+    c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+    c.i[0] = O, c.i[1] = R, c.i[2] = I, c.s[0] = 1;
+    threads_same(&c, out, O * I, NULL, NULL, v ? "std" : "var");
+    for (int o = 0; o < O; o++)
+      for (int i = 0; i < I; i++) {
+        for (int k = 0; k < R; k++) col[k] = x[(o * R + k) * I + i];
+        float mean = agp_div(ref_S(col, R), (float)R);
+        for (int k = 0; k < R; k++) {
+          volatile float d = col[k] - mean;
+          t[k] = d * d;
+        }
+        float want = agp_div(ref_S(t, R), (float)(R - 1));
+        if (v) want = agp_sqrt(want);
+        same_bits(&want, &out[o * I + i], 1, "var ref");
+      }
+  }
+  ag_kernel_call c = pcall(AG_K_CUMSUM, AG_KV_CUMSUM_SUFFIX);
+  c.n_operands = 2;
+  c.o[0] = opnd(cs, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+  c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+  c.i[0] = O, c.i[1] = R, c.i[2] = I;
+  threads_same(&c, cs, O * R * I, NULL, NULL, "cumsum");
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < I; i += 7) {
+      volatile float acc = 0.0f;
+      for (int k = R - 1; k >= 0; k--) {
+        acc = acc + x[(o * R + k) * I + i];
+        float a = acc;
+        same_bits(&a, &cs[(o * R + k) * I + i], 1, "cumsum ref");
+      }
+    }
+  free(x), free(out), free(cs), free(col), free(t);
+}
+
+
+/* ---- every vector width gives the same bits ---- */
+
+static void isa_same(const ag_kernel_call *c, float *out, int64_t n, refill_fn refill, void *ctx, const char *what) {
+  float *first = malloc(sizeof(float) * (size_t)n);
+  for (int isa = 0; isa <= 2; isa++) {
+    ag__cpu_p_isa = isa;
+    if (refill) refill(ctx);
+    prun(c);
+    if (isa == 0) memcpy(first, out, sizeof(float) * (size_t)n);
+    else same_bits(first, out, n, what);
+  }
+  ag__cpu_p_isa = 2;
+  free(first);
+}
+
+static void test_vector_widths(void **state) {
+  (void)state;
+  const int64_t n = 4099;
+  float *x = fvec(n, -20, 20), *y = malloc(sizeof(float) * (size_t)n);
+  x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = -0.0f, x[4] = 0x1p-140f, x[5] = 100.0f, x[6] = -100.0f;
+  for (int sub = 0; sub < AG_UNARY_COUNT; sub++) {
+    ag_kernel_call c = pcall(AG_K_UNARY, sub);
+    c.n_operands = 2;
+    c.o[0] = opnd(y, AG_F32, 1, &n, NULL);
+    c.o[1] = opnd(x, AG_F32, 1, &n, NULL);
+    c.s[0] = 1.5, c.s[1] = -0.5;
+    char what[64];
+    snprintf(what, sizeof what, "unary %d widths", sub);
+    isa_same(&c, y, n, NULL, NULL, what);
+  }
+  float *b = fvec(n, -3, 3);
+  for (int sub = 0; sub < AG_BINARY_COUNT; sub++) {
+    ag_kernel_call c = pcall(AG_K_BINARY, sub);
+    c.n_operands = 3;
+    c.o[0] = opnd(y, AG_F32, 1, &n, NULL);
+    c.o[1] = opnd(x, AG_F32, 1, &n, NULL);
+    c.o[2] = opnd(b, AG_F32, 1, &n, NULL);
+    c.s[0] = 0.75;
+    const ag_binary_info *bi = ag_binary_info_of(sub);
+    if (bi && bi->compare) continue; /* bool outputs */
+    char what[64];
+    snprintf(what, sizeof what, "binary %d widths", sub);
+    isa_same(&c, y, n, NULL, NULL, what);
+  }
+  enum { M = 37, N = 75, K = 129 };
+  float *a = fvec(M * K, -1, 1), *bm = fvec(K * N, -1, 1), *cm = malloc(sizeof(float) * M * N);
+  ag_kernel_call c = pcall(AG_K_MATMUL, 0);
+  c.n_operands = 3;
+  c.o[0] = opnd(cm, AG_F32, 2, (int64_t[]){M, N}, NULL);
+  c.o[1] = opnd(a, AG_F32, 2, (int64_t[]){M, K}, NULL);
+  c.o[2] = opnd(bm, AG_F32, 2, (int64_t[]){K, N}, (int64_t[]){1, K});
+  c.s[0] = 1;
+  isa_same(&c, cm, M * N, NULL, NULL, "matmul widths");
+  float *ref = malloc(sizeof(float) * M * N);
+  ref_matmul(M, N, K, a, K, 1, bm, 1, K, 1, 0, NULL, ref);
+  same_bits(ref, cm, M * N, "matmul widths ref");
+  c = pcall(AG_K_SOFTMAX, AG_KV_SOFTMAX);
+  c.n_operands = 2;
+  c.o[0] = opnd(y, AG_F32, 2, (int64_t[]){1, n}, NULL);
+  c.o[1] = opnd(b, AG_F32, 2, (int64_t[]){1, n}, NULL);
+  c.i[0] = 1, c.i[1] = n;
+  isa_same(&c, y, n, NULL, NULL, "softmax widths");
+  free(x), free(y), free(b), free(a), free(bm), free(cm), free(ref);
+}
+
+
+/* ---- norm, batch norm, group norm ---- */
+
+static void test_norms(void **state) {
+  (void)state;
+  enum { O = 3, R = 3001, I = 41 };
+  float *x = fvec(O * R * I, -2, 2), *out = malloc(sizeof(float) * O * I);
+  const int vs[3] = {AG_KV_NORM_L1, AG_KV_NORM_L2, AG_KV_NORM_INF};
+  for (int v = 0; v < 3; v++) {
+    ag_kernel_call c = pcall(AG_K_NORM, vs[v]);
+    c.n_operands = 2;
+    c.o[0] = opnd(out, AG_F32, 2, (int64_t[]){O, I}, NULL);
+    c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+    c.i[0] = O, c.i[1] = R, c.i[2] = I;
+    threads_same(&c, out, O * I, NULL, NULL, "norm");
+  }
+  /* batch norm statistics and the affine map */
+  enum { N = 9, C = 13, HW = 4097 };
+  float *a = fvec(N * C * HW, -2, 2), *b = fvec(N * C * HW, -1, 1), *mu = fvec(C, -0.1f, 0.1f),
+        *st = malloc(sizeof(float) * 2 * C), *coef = fvec(4 * C, -1, 1), *y = malloc(sizeof(float) * N * C * HW);
+  for (int v = 0; v < 2; v++) {
+    ag_kernel_call c = pcall(AG_K_BN_STATS, v ? AG_KV_BN_SUMS : AG_KV_BN_MEAN_VAR);
+    c.n_operands = 4;
+    c.o[0] = opnd(st, AG_F32, 2, (int64_t[]){2, C}, NULL);
+    c.o[1] = opnd(a, AG_F32, 3, (int64_t[]){N, C, HW}, NULL);
+    if (v) {
+      c.o[2] = opnd(b, AG_F32, 3, (int64_t[]){N, C, HW}, NULL);
+      c.o[3] = opnd(mu, AG_F32, 1, (int64_t[]){C}, NULL);
+    }
+    c.i[0] = N, c.i[1] = C, c.i[2] = HW;
+    threads_same(&c, st, 2 * C, NULL, NULL, "bn_stats");
+    /* the mean: S over (n, hw) of channel 5 */
+    float *t = malloc(sizeof(float) * N * HW);
+    for (int n = 0; n < N; n++) memcpy(t + n * HW, a + (n * C + 5) * HW, sizeof(float) * HW);
+    float want = ref_S(t, N * HW);
+    if (!v) want = agp_div(want, (float)(N * HW));
+    same_bits(&want, &st[5], 1, "bn_stats ref");
+    free(t);
+    c = pcall(AG_K_BN_APPLY, v ? AG_KV_BN_AFFINE_B : AG_KV_BN_AFFINE);
+    c.n_operands = 4;
+    c.o[0] = opnd(y, AG_F32, 3, (int64_t[]){N, C, HW}, NULL);
+    c.o[1] = opnd(a, AG_F32, 3, (int64_t[]){N, C, HW}, NULL);
+    c.o[2] = opnd(coef, AG_F32, 2, (int64_t[]){v ? 4 : 2, C}, NULL);
+    if (v) c.o[3] = opnd(b, AG_F32, 3, (int64_t[]){N, C, HW}, NULL);
+    c.i[0] = N, c.i[1] = C, c.i[2] = HW;
+    threads_same(&c, y, N * C * HW, NULL, NULL, "bn_apply");
+  }
+  /* group norm and its backward with dw, db */
+  enum { G = 4, GC = 12, GHW = 999, GN = 7 };
+  float *gx = fvec(GN * GC * GHW, -2, 2), *gw = fvec(GC, 0.5f, 1.5f), *gb = fvec(GC, -1, 1),
+        *gy = malloc(sizeof(float) * GN * GC * GHW), *gm = malloc(sizeof(float) * GN * G),
+        *gr = malloc(sizeof(float) * GN * G), *gdy = fvec(GN * GC * GHW, -1, 1),
+        *gdx = malloc(sizeof(float) * GN * GC * GHW), *gdw = malloc(sizeof(float) * GC), *gdb = malloc(sizeof(float) * GC),
+        *keep = malloc(sizeof(float) * 2 * GC);
+  ag_kernel_call c = pcall(AG_K_GROUP_NORM, 0);
+  c.n_operands = 6;
+  c.o[0] = opnd(gy, AG_F32, 3, (int64_t[]){GN, GC, GHW}, NULL);
+  c.o[1] = opnd(gx, AG_F32, 3, (int64_t[]){GN, GC, GHW}, NULL);
+  c.o[2] = opnd(gw, AG_F32, 1, (int64_t[]){GC}, NULL);
+  c.o[3] = opnd(gb, AG_F32, 1, (int64_t[]){GC}, NULL);
+  c.o[4] = opnd(gm, AG_F32, 2, (int64_t[]){GN, G}, NULL);
+  c.o[5] = opnd(gr, AG_F32, 2, (int64_t[]){GN, G}, NULL);
+  c.i[0] = GN, c.i[1] = GC, c.i[2] = GHW, c.i[3] = G, c.s[0] = 1e-5;
+  threads_same(&c, gy, GN * GC * GHW, NULL, NULL, "group_norm");
+  ag_kmulti ml;
+  memset(&ml, 0, sizeof ml);
+  ml.count = 2;
+  ml.t[0] = (ag_kmulti_entry){.base = gdw, .dtype = AG_F32, .numel = GC};
+  ml.t[1] = (ag_kmulti_entry){.base = gdb, .dtype = AG_F32, .numel = GC};
+  c = pcall(AG_K_GROUP_NORM_BWD, 0);
+  c.n_operands = 6;
+  c.o[0] = opnd(gdx, AG_F32, 3, (int64_t[]){GN, GC, GHW}, NULL);
+  c.o[1] = opnd(gdy, AG_F32, 3, (int64_t[]){GN, GC, GHW}, NULL);
+  c.o[2] = opnd(gx, AG_F32, 3, (int64_t[]){GN, GC, GHW}, NULL);
+  c.o[3] = opnd(gm, AG_F32, 2, (int64_t[]){GN, G}, NULL);
+  c.o[4] = opnd(gr, AG_F32, 2, (int64_t[]){GN, G}, NULL);
+  c.o[5] = opnd(gw, AG_F32, 1, (int64_t[]){GC}, NULL);
+  c.i[0] = GN, c.i[1] = GC, c.i[2] = GHW, c.i[3] = G;
+  c.multi = &ml;
+  assert_int_equal(ag_set_num_threads(1), AG_OK);
+  prun(&c);
+  memcpy(keep, gdw, sizeof(float) * GC);
+  memcpy(keep + GC, gdb, sizeof(float) * GC);
+  threads_same(&c, gdx, GN * GC * GHW, NULL, NULL, "group_norm_bwd");
+  same_bits(keep, gdw, GC, "group_norm_bwd dw");
+  same_bits(keep + GC, gdb, GC, "group_norm_bwd db");
+  free(x), free(out), free(a), free(b), free(mu), free(st), free(coef), free(y);
+  free(gx), free(gw), free(gb), free(gy), free(gm), free(gr), free(gdy), free(gdx), free(gdw), free(gdb), free(keep);
+}
+
+
+static void test_interpolate(void **state) {
+  (void)state;
+  enum { P = 37, H = 13, W = 11, HO = 29, WO = 23 };
+  float *x = fvec(P * H * W, -1, 1), *y = malloc(sizeof(float) * P * HO * WO), *dy = fvec(P * HO * WO, -1, 1),
+        *dx = malloc(sizeof(float) * P * H * W);
+  for (int v = 0; v < 2; v++)
+    for (int align = 0; align < 2; align++) {
+      ag_kernel_call c = pcall(AG_K_INTERPOLATE, v ? AG_KV_INTERP_BILINEAR : AG_KV_INTERP_NEAREST);
+      c.n_operands = 2;
+      c.o[0] = opnd(y, AG_F32, 4, (int64_t[]){1, P, HO, WO}, NULL);
+      c.o[1] = opnd(x, AG_F32, 4, (int64_t[]){1, P, H, W}, NULL);
+      c.s[0] = align ? (double)(H - 1) / (HO - 1) : (double)H / HO;
+      c.s[1] = align ? (double)(W - 1) / (WO - 1) : (double)W / WO;
+      c.i[0] = align;
+      threads_same(&c, y, P * HO * WO, NULL, NULL, "interpolate");
+      c.op = AG_K_INTERPOLATE_BWD;
+      c.o[0] = opnd(dx, AG_F32, 4, (int64_t[]){1, P, H, W}, NULL);
+      c.o[1] = opnd(dy, AG_F32, 4, (int64_t[]){1, P, HO, WO}, NULL);
+      threads_same(&c, dx, P * H * W, NULL, NULL, "interpolate_bwd");
+    }
+  free(x), free(y), free(dy), free(dx);
+}
+
 /* ---- (c) refusals, (d) the default mode ---- */
 
 static void test_refusals(void **state) {
@@ -958,6 +1184,10 @@ int main(void) {
       cmocka_unit_test(test_random),
       cmocka_unit_test(test_conv2d),
       cmocka_unit_test(test_pool),
+      cmocka_unit_test(test_var_cumsum),
+      cmocka_unit_test(test_vector_widths),
+      cmocka_unit_test(test_norms),
+      cmocka_unit_test(test_interpolate),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_default_unchanged),
   };

@@ -132,7 +132,8 @@ static void json_notes(FILE *f, const char *key, const notes *ns, bool diff) {
 }
 
 /* "add f32 f16 bf16; exp f32; ..." of the refused cells, and up to three
- * distinct reasons. */
+ * reasons: of cells of distinct dtypes first (f64 is refused for one
+ * reason everywhere), then of distinct rows. */
 static void print_refused(FILE *f, const column *c) {
   const notes *ns = &c->refused;
   if (!ns->n) return;
@@ -141,28 +142,29 @@ static void print_refused(FILE *f, const column *c) {
   for (int i = 0; i < ns->n; i++) {
     const note *e = &ns->v[i];
     char item[64];
-    int len = e->row != last ? snprintf(item, sizeof item, "%s%s %s", last >= 0 ? ";" : "", ag_conf_op_name(e->row),
-                                        ag_dtype_name(e->dt))
+    int len = e->row != last ? snprintf(item, sizeof item, "%s %s", ag_conf_op_name(e->row), ag_dtype_name(e->dt))
                              : snprintf(item, sizeof item, " %s", ag_dtype_name(e->dt));
+    if (e->row != last && last >= 0) fputc(';', f);
     if (e->row != last && col + len > 100) {
       fprintf(f, "\n   ");
       col = 3;
     }
+    if (e->row != last) fputc(' ', f);
     fputs(item, f);
-    col += len;
+    col += len + 2;
     last = e->row;
   }
   fprintf(f, "\n");
-  const char *seen[3];
-  int nseen = 0;
-  for (int i = 0; i < ns->n && nseen < 3; i++) {
-    bool dup = false;
-    /* reasons differ by the op's name in them: compare past it */
-    for (int k = 0; k < nseen; k++) dup = dup || !strcmp(seen[k], ns->v[i].text);
-    if (dup) continue;
-    seen[nseen++] = ns->v[i].text;
-    fprintf(f, "    e.g. %s\n", ns->v[i].text);
-  }
+  int shown[3], nshown = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < ns->n && nshown < 3; i++) {
+      bool dup = false;
+      for (int k = 0; k < nshown; k++)
+        dup = dup || shown[k] == i ||
+              (pass == 0 ? ns->v[shown[k]].dt == ns->v[i].dt : ns->v[shown[k]].row == ns->v[i].row);
+      if (!dup) shown[nshown++] = i;
+    }
+  for (int k = 0; k < nshown; k++) fprintf(f, "    e.g. %s\n", ns->v[shown[k]].text);
 }
 
 int ag_check_bitwise(const ag_bitwise_opts *o) {
