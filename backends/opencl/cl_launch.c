@@ -917,7 +917,8 @@ static ag_status cl_k_var(ag_bstream *s, const ag_k_var *a) {
     return ka_run(&ka, (size_t)(outer * inner), 0);
   }
   float den = d > 0 ? (float)d : 0.0f;
-  bool rows = inner == 1 && r > 0;
+  /* portable: the columns kernel of portable.cl, a group of 256 per line */
+  bool rows = inner == 1 && r > 0 && !s->portable;
   kargs ka = ka_begin(s, rows ? CLK_VAR_ROWS : CLK_VAR_COLS);
   KBUF(&ka, a->out);
   KBUF(&ka, a->x);
@@ -931,6 +932,7 @@ static ag_status cl_k_var(ag_bstream *s, const ag_k_var *a) {
   }
   KA(&ka, cl_float, den);
   KA(&ka, cl_int, sq);
+  if (s->portable) return ka_run(&ka, (size_t)(outer * inner) * 256, 256);
   if (!rows) return ka_run(&ka, (size_t)(outer * inner), 0);
   size_t l = row_local(s, CLK_VAR_ROWS, r);
   return ka_run(&ka, (size_t)outer * l, l);
@@ -1702,7 +1704,15 @@ static ag_status cl_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
   X(GATHER, gather, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32))                                            \
   X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))             \
   X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))         \
-  X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))
+  X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))     \
+  X(BN_STATS, bn_stats, AGK_DT(F32), AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))          \
+  X(BN_APPLY, bn_apply, AGK_DT(F32), AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))        \
+  X(VAR, var, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                              \
+  X(NORM, norm, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))    \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32))                                    \
+  X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
+  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))
 
 #define AGK_IMPL(name) cl_k_##name
 #define AGK_CTX ag_bstream *
@@ -1762,7 +1772,8 @@ bool clb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt) {
 /* The kernels that run as work-groups of exactly 256 (S's tree). */
 static const clb_kernel k_wg256[] = {CLK_P_SUM,     CLK_SOFTMAX, CLK_SOFTMAX_BWD, CLK_CE,
                                      CLK_CE_BWD,    CLK_LN,       CLK_LN_BWD,  CLK_LN_BWD_WB,   CLK_RMS,
-                                     CLK_RMS_BWD,   CLK_RMS_BWD_W, CLK_LOGSUMEXP, CLK_P_CONV_BWD_W};
+                                     CLK_RMS_BWD,   CLK_RMS_BWD_W, CLK_LOGSUMEXP, CLK_P_CONV_BWD_W,
+                                     CLK_BN_STATS,  CLK_VAR_COLS,  CLK_NORM};
 
 /* The probe's inputs (ag_pprobe in portable.cl) and the host's IEEE
  * results; volatile so the host computes them at run time too. */

@@ -229,6 +229,7 @@ __kernel void ag_var_rows(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, lo
   if (l == 0) stf(y, yo, row, dt, sq ? sqrt(v) : v);
 }
 
+#ifndef AG_PORTABLE /* portable.cl has its own */
 /* var/std over the middle dim of [outer, r, inner]: a work-item per output. */
 __kernel void ag_var_cols(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r,
                           long inner, float den, int sq) {
@@ -245,6 +246,7 @@ __kernel void ag_var_cols(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, lo
   v /= den;
   stf(y, yo, t, dt, sq ? sqrt(v) : v);
 }
+#endif
 
 /* Prefix or suffix (rev: CUMSUM_SUFFIX) sums along the middle dim of [outer, r,
  * inner]: a work-item per line, in order, f32 accumulation. */

@@ -476,4 +476,78 @@ __kernel void ag_pconv_bwd_w(gbuf *dwb, ulong dwo, const gbuf *dyb, ulong dyo, c
 #undef PCW_IH
 }
 
+/* ---- batch-norm statistics over [N, C, HW] (f32): a group per channel,
+ * S over the flattened (n, hw), n outermost ---- */
+__kernel void ag_bn_stats(gbuf *ob, ulong oo, const gbuf *ab, ulong ao, const gbuf *bb, ulong bo, const gbuf *mb,
+                          ulong mo, long N, long C, long HW, int sums) {
+  __local float sh[PS_LOCAL];
+  const long ch = get_group_id(0), cnt = N * HW;
+  const __global float *a = F32P(ab, ao);
+#define PBN_E(f) (((f) / HW * C + ch) * HW + (f) % HW)
+  float s0 = 0.0f, s1 = 0.0f;
+  if (!sums) {
+    PS_SUM(s0, cnt, sh, a[PBN_E(ps_i)]);
+    const float mean = agp_div(s0, (float)cnt);
+    PS_SUM(s1, cnt, sh, (a[PBN_E(ps_i)] - mean) * (a[PBN_E(ps_i)] - mean));
+    if (get_local_id(0) == 0) {
+      F32P(ob, oo)[ch] = mean;
+      F32P(ob, oo)[C + ch] = agp_div(s1, (float)cnt);
+    }
+    return;
+  }
+  const __global float *b = F32P(bb, bo);
+  const float m = F32P(mb, mo)[ch];
+  PS_SUM(s0, cnt, sh, a[PBN_E(ps_i)]);
+  PS_SUM(s1, cnt, sh, a[PBN_E(ps_i)] * (b[PBN_E(ps_i)] - m));
+  if (get_local_id(0) == 0) {
+    F32P(ob, oo)[ch] = s0;
+    F32P(ob, oo)[C + ch] = s1;
+  }
+#undef PBN_E
+}
+
+/* ---- var/std over the middle dim of [outer, r, inner]: a group per line;
+ * den = (float)max(0, r - correction) from the host ---- */
+__kernel void ag_var_cols(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r, long inner,
+                          float den, int sq) {
+  __local float sh[PS_LOCAL];
+  long t = get_group_id(0), base = (t / inner) * r * inner + t % inner;
+#define PV(i) ldf(x, xo, base + (i) * inner, dt)
+  float s = 0.0f, v = 0.0f;
+  PS_SUM(s, r, sh, PV(ps_i));
+  const float mean = agp_div(s, (float)r);
+  PS_SUM(v, r, sh, (PV(ps_i) - mean) * (PV(ps_i) - mean));
+  float res = agp_div(v, den);
+  if (sq) res = agp_sqrt(res);
+  if (get_local_id(0) == 0) stf(y, yo, t, dt, res);
+#undef PV
+}
+
+/* ---- vector norms over the middle dim of [outer, r, inner]: a group per
+ * line. NaN propagates; L1 S(|x|); INF max |x|; L2 m * sqrt(S((x/m)^2)),
+ * m = max |x| (m itself when 0 or inf) ---- */
+__kernel void ag_norm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r, long inner,
+                      int variant) {
+  __local float sh[PS_LOCAL];
+  long t = get_group_id(0), base = (t / inner) * r * inner + t % inner;
+#define PN(i) ldf(x, xo, base + (i) * inner, dt)
+  float m, nan_, s = 0.0f, res;
+  PS_MAX(m, r, sh, agp_abs(PN(ps_i)));
+  if (m < 0.0f) m = 0.0f; /* the max of no values (-inf) or of none larger: 0 */
+  PS_MAX(nan_, r, sh, isnan(PN(ps_i)) ? 1.0f : 0.0f);
+  if (nan_ != 0.0f) {
+    res = NAN;
+  } else if (variant == AG_KV_NORM_L1) {
+    PS_SUM(s, r, sh, agp_abs(PN(ps_i)));
+    res = s;
+  } else if (variant == AG_KV_NORM_INF || m == 0.0f || m == INFINITY) {
+    res = m;
+  } else {
+    PS_SUM(s, r, sh, agp_div(PN(ps_i), m) * agp_div(PN(ps_i), m));
+    res = m * agp_sqrt(s);
+  }
+  if (get_local_id(0) == 0) stf(y, yo, t, dt, res);
+#undef PN
+}
+
 #endif
