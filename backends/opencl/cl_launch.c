@@ -1712,7 +1712,11 @@ static ag_status cl_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
   X(CUMSUM, cumsum, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))    \
   X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32))                                    \
   X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
-  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))
+  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))     \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT, AGK_VNONE)                                                \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                        \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR))
 
 #define AGK_IMPL(name) cl_k_##name
 #define AGK_CTX ag_bstream *
@@ -1773,7 +1777,8 @@ bool clb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt) {
 static const clb_kernel k_wg256[] = {CLK_P_SUM,     CLK_SOFTMAX, CLK_SOFTMAX_BWD, CLK_CE,
                                      CLK_CE_BWD,    CLK_LN,       CLK_LN_BWD,  CLK_LN_BWD_WB,   CLK_RMS,
                                      CLK_RMS_BWD,   CLK_RMS_BWD_W, CLK_LOGSUMEXP, CLK_P_CONV_BWD_W,
-                                     CLK_BN_STATS,  CLK_VAR_COLS,  CLK_NORM};
+                                     CLK_BN_STATS,  CLK_VAR_COLS,  CLK_NORM,      CLK_GN,
+                                     CLK_GN_BWD,    CLK_GN_BWD_WB};
 
 /* The probe's inputs (ag_pprobe in portable.cl) and the host's IEEE
  * results; volatile so the host computes them at run time too. */

@@ -550,4 +550,85 @@ __kernel void ag_norm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long o
 #undef PN
 }
 
+/* ---- group norm over x [n, c, hw]: LAYERNORM's rules on each (sample,
+ * group) block of cpg * hw contiguous elements; dw, db per channel as S
+ * over the flattened (n, hw), n outermost (same arguments as
+ * resample.cl's) ---- */
+__kernel void ag_group_norm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *w, ulong wo,
+                            const gbuf *b, ulong bo, gbuf *mean, ulong mo, gbuf *rstd, ulong ro, long groups,
+                            long cpg, long hw, float eps) {
+  __local float sh[PS_LOCAL];
+  const long blk = get_group_id(0), M = cpg * hw, base = blk * M, c0 = blk % groups * cpg;
+  const int l = get_local_id(0);
+  const float df = (float)M;
+  float s = 0.0f, v = 0.0f;
+  PS_SUM(s, M, sh, PX(ps_i));
+  const float mu = agp_div(s, df);
+  PS_SUM(v, M, sh, (PX(ps_i) - mu) * (PX(ps_i) - mu));
+  const float rs = agp_div(1.0f, agp_sqrt(agp_div(v, df) + eps));
+  for (long k = l; k < M; k += 256) {
+    const long ch = c0 + k / hw;
+    float o = (PX(k) - mu) * rs;
+    if (w) o = o * ldf(w, wo, ch, dt);
+    if (b) o = o + ldf(b, bo, ch, dt);
+    stf(y, yo, base + k, dt, o);
+  }
+  if (l == 0 && mean) stf(mean, mo, blk, DT_F32, mu);
+  if (l == 0 && rstd) stf(rstd, ro, blk, DT_F32, rs);
+}
+
+#define PGG(k) (w ? ldf(dy, dyo, base + (k), dt) * ldf(w, wo, c0 + (k) / hw, dt) : ldf(dy, dyo, base + (k), dt))
+__kernel void ag_group_norm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *x, ulong xo, int dt,
+                                const gbuf *mean, ulong mo, const gbuf *rstd, ulong ro, const gbuf *w, ulong wo,
+                                long groups, long cpg, long hw) {
+  __local float sh[PS_LOCAL];
+  const long blk = get_group_id(0), M = cpg * hw, base = blk * M, c0 = blk % groups * cpg;
+  const int l = get_local_id(0);
+  const float mu = ldf(mean, mo, blk, DT_F32), rs = ldf(rstd, ro, blk, DT_F32), df = (float)M;
+  float s1 = 0.0f, s2 = 0.0f;
+  PS_SUM(s1, M, sh, PGG(ps_i));
+  PS_SUM(s2, M, sh, PGG(ps_i) * PXH(ps_i));
+  const float ma = agp_div(s1, df), mb = agp_div(s2, df);
+  for (long k = l; k < M; k += 256) stf(dx, dxo, base + k, dt, ((PGG(k) - ma) - PXH(k) * mb) * rs);
+}
+
+__kernel void ag_group_norm_bwd_wb(gbuf *dw, ulong dwo, gbuf *db, ulong dbo, const gbuf *dy, ulong dyo,
+                                   const gbuf *x, ulong xo, int dt, const gbuf *mean, ulong mo, const gbuf *rstd,
+                                   ulong ro, long n, long c, long groups, long hw) {
+  __local float sh[PS_LOCAL];
+  const long ch = get_group_id(0), cpg = c / groups;
+#define PGW_I(f) (((f) / hw * c + ch) * hw + (f) % hw)
+#define PGW_B(f) ((f) / hw * groups + ch / cpg)
+  float sw = 0.0f, sb = 0.0f;
+  if (dw)
+    PS_SUM(sw, n * hw, sh,
+           ldf(dy, dyo, PGW_I(ps_i), dt) *
+               ((ldf(x, xo, PGW_I(ps_i), dt) - ldf(mean, mo, PGW_B(ps_i), DT_F32)) * ldf(rstd, ro, PGW_B(ps_i), DT_F32)));
+  if (db) PS_SUM(sb, n * hw, sh, ldf(dy, dyo, PGW_I(ps_i), dt));
+  if (get_local_id(0) == 0 && dw) stf(dw, dwo, ch, DT_F32, sw);
+  if (get_local_id(0) == 0 && db) stf(db, dbo, ch, DT_F32, sb);
+#undef PGW_B
+#undef PGW_I
+}
+
+/* ---- interpolate backward: for each dx element, the outputs that read
+ * it in row-major order of (oh, ow), each term (wh * ww) * dy ---- */
+__kernel void ag_interpolate_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, int dt, long planes, long H, long W,
+                                 long Ho, long Wo, float sh, float sw, int nearest, int align) {
+  const long i = get_global_id(0);
+  if (i >= planes * H * W) return;
+  const long iw = i % W, ih = i / W % H, p = i / (W * H), base = p * Ho * Wo;
+  const long oh0 = rs_first(nearest ? ih : ih - 1, H, Ho, sh, nearest, align);
+  const long oh1 = rs_first(ih + 1, H, Ho, sh, nearest, align);
+  const long ow0 = rs_first(nearest ? iw : iw - 1, W, Wo, sw, nearest, align);
+  const long ow1 = rs_first(iw + 1, W, Wo, sw, nearest, align);
+  float acc = 0.0f;
+  for (long oh = oh0; oh < oh1; oh++) {
+    const float wh = rs_w(rs_src_of(oh, H, Ho, sh, nearest, align), ih);
+    for (long ow = ow0; ow < ow1; ow++)
+      acc = acc + (wh * rs_w(rs_src_of(ow, W, Wo, sw, nearest, align), iw)) * ldf(dy, dyo, base + oh * Wo + ow, dt);
+  }
+  stf(dx, dxo, i, dt, acc);
+}
+
 #endif
