@@ -434,8 +434,8 @@ static void test_vision(void **state) {
   }
 }
 
-/* log-sum-exp over rows and columns; random fills and dropout from one
- * generator state on both devices. */
+/* log-sum-exp, var, std, vector norms and cumsum over rows and columns;
+ * random fills and dropout from one generator state on both devices. */
 static void test_lse_random(void **state) {
   (void)state;
   NEED_DEVICE();
@@ -451,6 +451,21 @@ static void test_lse_random(void **state) {
         snprintf(what, sizeof what, "logsumexp dim %d %s [%lld, %lld]", d, FDN[t], (long long)shapes[k][0],
                  (long long)shapes[k][1]);
         expect_same(what, ag_logsumexp(xc, d, false), ag_logsumexp(xo, d, false));
+        snprintf(what, sizeof what, "var dim %d %s [%lld, %lld]", d, FDN[t], (long long)shapes[k][0],
+                 (long long)shapes[k][1]);
+        expect_same(what, ag_var(xc, 1, &d, 1.0, false), ag_var(xo, 1, &d, 1.0, false));
+        snprintf(what, sizeof what, "std dim %d %s [%lld, %lld]", d, FDN[t], (long long)shapes[k][0],
+                 (long long)shapes[k][1]);
+        expect_same(what, ag_std(xc, 1, &d, 0.0, false), ag_std(xo, 1, &d, 0.0, false));
+        static const double ps[3] = {1.0, 2.0, INFINITY};
+        for (int q = 0; q < 3; q++) {
+          snprintf(what, sizeof what, "norm p=%g dim %d %s [%lld, %lld]", ps[q], d, FDN[t], (long long)shapes[k][0],
+                   (long long)shapes[k][1]);
+          expect_same(what, ag_norm(xc, ps[q], 1, &d, false), ag_norm(xo, ps[q], 1, &d, false));
+        }
+        snprintf(what, sizeof what, "cumsum dim %d %s [%lld, %lld]", d, FDN[t], (long long)shapes[k][0],
+                 (long long)shapes[k][1]);
+        expect_same(what, ag_cumsum(xc, d), ag_cumsum(xo, d));
       }
       ag_generator *g[2] = {ag_generator_create(42 + k), ag_generator_create(42 + k)};
       snprintf(what, sizeof what, "rand %s [%lld]", FDN[t], (long long)n);
