@@ -482,6 +482,41 @@ static void test_lse_random(void **state) {
     }
 }
 
+/* Ties of +0 and -0 (equal values, different bits): max, min and the
+ * softmax family keep the first in the row, as the sequential text does. */
+static void test_signed_zero(void **state) {
+  (void)state;
+  NEED_DEVICE();
+  setup_devices();
+  static const int64_t lens[] = {2, 257, 1000, 5000};
+  for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
+    for (int pat = 0; pat < 2; pat++) {
+      int64_t n = lens[k], shape[2] = {1, n};
+      float *v = malloc((size_t)n * sizeof(float));
+      for (int64_t i = 0; i < n; i++) v[i] = -1.0f;
+      v[1] = pat ? -0.0f : 0.0f;
+      v[n - 1] = pat ? 0.0f : -0.0f;
+      if (n > 256) v[256] = pat ? 0.0f : -0.0f;
+      ag_tensor *xc = mk(CPU, AG_F32, 2, shape, v), *xo = mk(CL, AG_F32, 2, shape, v);
+      ag_tensor *nc = ag_neg(xc), *no = ag_neg(xo);
+      int d = 1;
+      char what[64];
+      snprintf(what, sizeof what, "max of zeros [%lld] pattern %d", (long long)n, pat);
+      expect_same(what, ag_max(xc, 1, &d, false), ag_max(xo, 1, &d, false));
+      snprintf(what, sizeof what, "min of zeros [%lld] pattern %d", (long long)n, pat);
+      expect_same(what, ag_min(nc, 1, &d, false), ag_min(no, 1, &d, false));
+      snprintf(what, sizeof what, "log_softmax of zeros [%lld] pattern %d", (long long)n, pat);
+      expect_same(what, ag_log_softmax(xc, 1), ag_log_softmax(xo, 1));
+      snprintf(what, sizeof what, "logsumexp of zeros [%lld] pattern %d", (long long)n, pat);
+      expect_same(what, ag_logsumexp(xc, 1, false), ag_logsumexp(xo, 1, false));
+      ag_tensor_release(nc);
+      ag_tensor_release(no);
+      ag_tensor_release(xc);
+      ag_tensor_release(xo);
+      free(v);
+    }
+}
+
 /* The device check itself: the portable program builds and the probe
  * passes on PoCL. */
 static void test_check(void **state) {
@@ -504,7 +539,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_check),  cmocka_unit_test(test_elementwise), cmocka_unit_test(test_sum),
       cmocka_unit_test(test_matmul), cmocka_unit_test(test_rows),        cmocka_unit_test(test_vision),
-      cmocka_unit_test(test_lse_random),
+      cmocka_unit_test(test_lse_random), cmocka_unit_test(test_signed_zero),
   };
   return cmocka_run_group_tests(tests, NULL, report);
 }

@@ -61,19 +61,32 @@ float ps_tree(float t, __local float *sh) {
 #define PS_SUM(OUT, N, SH, TERM) PS_SUM_TOP(OUT, N, SH, TERM, 0)
 
 /* Max of the non-NaN values of a row (-inf if none): a strided pass, then
- * a tree; for equal values the lower work-item's is kept. */
+ * a tree; of equal values the first in the row is kept (+0 and -0 differ),
+ * as the sequential definition's. SH: 512 floats (values, then indices). */
 #define PS_MAX(OUT, N, SH, TERM)                                                 \
   do {                                                                           \
     const int pm_l = get_local_id(0);                                            \
+    __local int *pm_ix = (__local int *)(SH) + 256;                              \
     float pm_m = -INFINITY;                                                      \
+    int pm_i = INT_MAX;                                                          \
     for (long ps_i = pm_l; ps_i < (N); ps_i += 256) {                            \
       float pm_v = (TERM);                                                       \
-      pm_m = pm_v > pm_m ? pm_v : pm_m;                                          \
+      if (pm_v > pm_m) {                                                         \
+        pm_m = pm_v;                                                             \
+        pm_i = (int)ps_i;                                                        \
+      }                                                                          \
     }                                                                            \
     SH[pm_l] = pm_m;                                                             \
+    pm_ix[pm_l] = pm_i;                                                          \
     barrier(CLK_LOCAL_MEM_FENCE);                                                \
     for (int pm_s = 128; pm_s > 0; pm_s >>= 1) {                                 \
-      if (pm_l < pm_s && SH[pm_l + pm_s] > SH[pm_l]) SH[pm_l] = SH[pm_l + pm_s]; \
+      if (pm_l < pm_s) {                                                         \
+        float pm_a = SH[pm_l], pm_b = SH[pm_l + pm_s];                           \
+        if (pm_b > pm_a || (pm_b == pm_a && pm_ix[pm_l + pm_s] < pm_ix[pm_l])) { \
+          SH[pm_l] = pm_b;                                                       \
+          pm_ix[pm_l] = pm_ix[pm_l + pm_s];                                      \
+        }                                                                        \
+      }                                                                          \
       barrier(CLK_LOCAL_MEM_FENCE);                                              \
     }                                                                            \
     OUT = SH[0];                                                                 \
