@@ -171,7 +171,9 @@ static inline char *agk_optr(const ag_koperand *o) { return o ? agk_ptr(o) : (ch
   X(GROUP_NORM, group_norm, AGK_DTS_FLOAT, AGK_VNONE)                                              \
   X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                      \
   X(NORM, norm, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
-  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR))
 
 #define GPU_KOPS_PORTABLE(X) GPU_KOPS_EXACT(X) GPU_KOPS_PORTABLE_OWN(X)
 

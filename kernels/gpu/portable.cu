@@ -1718,6 +1718,124 @@ gpuError_t agkp_conv2d_bwd_weight(const agk_env *env, const ag_k_conv2d_bwd_weig
   return p_conv_run(env, &cv);
 }
 
+/* ---- INTERPOLATE(_BWD), NCHW: each axis maps output o to taps i0, i1 with
+ * weights l0, l1 (the CPU's rules, in f32); y = a0 * (b0 * v00 + b1 * v01)
+ * + a1 * (b0 * v10 + b1 * v11); the backward sums, for each dx element, the
+ * outputs that read it in row-major order of (oh, ow), each term (wh * ww)
+ * * dy (l0 + l1 where both taps of an axis fall on the same input) ---- */
+
+AGK_DEV void p_axis(ll o, ll in, ll out, float sc, int nearest, int align, ll *pi0, ll *pi1, float *pl0,
+                    float *pl1) {
+  ll i0;
+  float l0 = 1.0f, l1 = 0.0f;
+  if (nearest) {
+    if (out == in) i0 = o;
+    else if (out == 2 * in) i0 = o >> 1;
+    else {
+      const float f = (float)o * sc;
+      const ll s = (ll)agp_floor(f);
+      i0 = s < in - 1 ? s : in - 1;
+    }
+  } else {
+    float s = align ? sc * (float)o : sc * ((float)o + 0.5f) - 0.5f;
+    if (s < 0) s = 0;
+    i0 = (ll)s;
+    if (i0 > in - 1) i0 = in - 1;
+    float lf = s - (float)i0;
+    lf = lf < 0.0f ? 0.0f : lf > 1.0f ? 1.0f : lf;
+    l1 = lf;
+    l0 = 1.0f - lf;
+  }
+  *pi0 = i0;
+  *pi1 = nearest ? i0 : i0 + (i0 < in - 1);
+  *pl0 = l0;
+  *pl1 = l1;
+}
+/* the weight with which output o reads input i (false: it does not) */
+AGK_DEV bool p_axis_w(ll o, ll i, ll in, ll out, float sc, int nearest, int align, float *w) {
+  ll a, b;
+  float l0, l1;
+  p_axis(o, in, out, sc, nearest, align, &a, &b, &l0, &l1);
+  if (a == b) {
+    if (a != i) return false;
+    *w = l0 + l1;
+    return true;
+  }
+  if (a == i) *w = l0;
+  else if (b == i) *w = l1;
+  else return false;
+  return true;
+}
+typedef struct p_interp {
+  ll P, H, W, Ho, Wo;
+  float sh, sw;
+  int nearest, align;
+} p_interp;
+template <typename T> __global__ void k_p_interp(T *y, const T *x, p_interp q) {
+  const ll n = q.P * q.Ho * q.Wo, stride = (ll)gridDim.x * blockDim.x;
+  for (ll e = (ll)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const ll ow = e % q.Wo, oh = e / q.Wo % q.Ho, p = e / (q.Wo * q.Ho);
+    ll h0, h1, w0, w1;
+    float a0, a1, b0, b1;
+    p_axis(oh, q.H, q.Ho, q.sh, q.nearest, q.align, &h0, &h1, &a0, &a1);
+    p_axis(ow, q.W, q.Wo, q.sw, q.nearest, q.align, &w0, &w1, &b0, &b1);
+    const T *r0 = x + (p * q.H + h0) * q.W, *r1 = x + (p * q.H + h1) * q.W;
+    float v;
+    if (q.nearest) v = p_ld(r0, w0);
+    else v = a0 * (b0 * p_ld(r0, w0) + b1 * p_ld(r0, w1)) + a1 * (b0 * p_ld(r1, w0) + b1 * p_ld(r1, w1));
+    p_st(y, e, v);
+  }
+}
+template <typename T> __global__ void k_p_interp_bwd(T *dx, const T *dy, p_interp q) {
+  const ll n = q.P * q.H * q.W, stride = (ll)gridDim.x * blockDim.x;
+  for (ll e = (ll)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const ll iw = e % q.W, ih = e / q.W % q.H, p = e / (q.W * q.H);
+    float acc = 0.0f;
+    for (ll oh = 0; oh < q.Ho; oh++) {
+      float wh;
+      if (!p_axis_w(oh, ih, q.H, q.Ho, q.sh, q.nearest, q.align, &wh)) continue;
+      const T *g = dy + (p * q.Ho + oh) * q.Wo;
+      for (ll ow = 0; ow < q.Wo; ow++) {
+        float ww;
+        if (p_axis_w(ow, iw, q.W, q.Wo, q.sw, q.nearest, q.align, &ww)) acc = acc + (wh * ww) * p_ld(g, ow);
+      }
+    }
+    p_st(dx, e, acc);
+  }
+}
+static p_interp p_interp_of(const ag_koperand *big, const ag_koperand *small, int variant, double sh, double sw,
+                            long long align) {
+  p_interp q;
+  q.P = big->shape[0] * big->shape[1];
+  q.H = big->shape[2];
+  q.W = big->shape[3];
+  q.Ho = small->shape[2];
+  q.Wo = small->shape[3];
+  q.sh = (float)sh;
+  q.sw = (float)sw;
+  q.nearest = variant == AG_KV_INTERP_NEAREST;
+  q.align = align != 0;
+  return q;
+}
+gpuError_t agkp_interpolate(const agk_env *env, const ag_k_interpolate *a) {
+  const p_interp q = p_interp_of(a->x, a->y, a->variant, a->scale_h, a->scale_w, a->align_corners);
+  const ll n = q.P * q.Ho * q.Wo;
+  if (n == 0) return gpuSuccess;
+  P_DISPATCH(a->dtype, T,
+             agk_launch(k_p_interp<T>, p_ew_grid(env, n), P_B, 0, env->stream, (T *)agk_ptr(a->y),
+                        (const T *)agk_ptr(a->x), q));
+  return gpuGetLastError();
+}
+gpuError_t agkp_interpolate_bwd(const agk_env *env, const ag_k_interpolate_bwd *a) {
+  const p_interp q = p_interp_of(a->dx, a->dy, a->variant, a->scale_h, a->scale_w, a->align_corners);
+  const ll n = q.P * q.H * q.W;
+  if (n == 0) return gpuSuccess;
+  P_DISPATCH(a->dtype, T,
+             agk_launch(k_p_interp_bwd<T>, p_ew_grid(env, n), P_B, 0, env->stream, (T *)agk_ptr(a->dx),
+                        (const T *)agk_ptr(a->dy), q));
+  return gpuGetLastError();
+}
+
 /* ---- BN_STATS, BN_APPLY over [n, c, hw] (f32): per channel, S over the
  * flattened (n, hw), n outermost; the affine map left to right ---- */
 
