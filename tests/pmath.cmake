@@ -1,0 +1,33 @@
+# The portable f32 math library, include/anygrad/pmath.h (tests/pmath_test.c):
+# accuracy of every function against libm in double, C99 special values,
+# the built division and square root bit for bit against IEEE, the f16/bf16
+# conversions and the header's constants. The sweep is long under
+# sanitizers: label "pmath" (scripts/test.sh may skip it there).
+add_executable(pmath_test ${CMAKE_CURRENT_SOURCE_DIR}/pmath_test.c)
+target_include_directories(pmath_test PRIVATE ${AG_CMOCKA_INCLUDE})
+target_compile_definitions(pmath_test PRIVATE PMATH_HEADER="${PROJECT_SOURCE_DIR}/include/anygrad/pmath.h")
+target_compile_options(pmath_test PRIVATE -ffp-contract=off)
+target_link_libraries(pmath_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
+add_test(NAME pmath COMMAND pmath_test)
+set_tests_properties(pmath PROPERTIES TIMEOUT 300 LABELS "pmath;slow")
+
+# The same header text in the other kernel languages: a GLSL compute shader
+# (glslc), OpenCL C 1.2 (clang -fsyntax-only) and CUDA (nvcc, with AG_CUDA).
+find_program(AG_GLSLC_PMATH glslc)
+if(AG_GLSLC_PMATH)
+  add_test(NAME pmath_glsl COMMAND ${AG_GLSLC_PMATH} -fshader-stage=comp --target-env=vulkan1.1
+           -I${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/pmath_check.comp -o
+           ${CMAKE_CURRENT_BINARY_DIR}/pmath_check.spv)
+  set_tests_properties(pmath_glsl PROPERTIES TIMEOUT 120 LABELS "pmath")
+endif()
+find_program(AG_CLANG_PMATH NAMES clang clang-14)
+if(AG_CLANG_PMATH)
+  add_test(NAME pmath_opencl_c COMMAND ${AG_CLANG_PMATH} -x cl -cl-std=CL1.2 -fsyntax-only -Werror
+           -I${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/pmath_check.cl)
+  set_tests_properties(pmath_opencl_c PROPERTIES TIMEOUT 120 LABELS "pmath")
+endif()
+if(NOT AG_CUDA STREQUAL "OFF" AND AG_NVCC)
+  add_test(NAME pmath_cuda COMMAND ${AG_NVCC} -x cu -c -fmad=false -I${PROJECT_SOURCE_DIR}/include
+           ${CMAKE_CURRENT_SOURCE_DIR}/pmath_check.cu -o ${CMAKE_CURRENT_BINARY_DIR}/pmath_check.o)
+  set_tests_properties(pmath_cuda PROPERTIES TIMEOUT 300 LABELS "pmath")
+endif()
