@@ -19,7 +19,7 @@
 
 #include "anygrad/anygrad.h"
 #include "cpu_backend.h"
-#include "cpu_pmath_local.h"
+#include "cpu_pmath.h"
 #include "cpu_portable.h"
 #include "tensor/half.h"
 
@@ -647,6 +647,67 @@ static void test_sgd_sumsq(void **state) {
   free(p0), free(g), free(b0), free(p), free(b), free(h), free(hf), free(sq);
 }
 
+
+/* ---- random numbers, dropout, arange ---- */
+
+static void test_random(void **state) {
+  (void)state;
+  enum { N = 300003 };
+  float *u = malloc(sizeof(float) * N), *x = fvec(N, -1, 1), *y = malloc(sizeof(float) * N),
+        *mk = malloc(sizeof(float) * N);
+  ag_kernel_call c = pcall(AG_K_RAND_UNIFORM, 0);
+  c.n_operands = 1;
+  c.o[0] = opnd(u, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.s[0] = -0.3, c.s[1] = 1.7;
+  c.seed = 42, c.offset = 7;
+  threads_same(&c, u, N, NULL, NULL, "rand_uniform");
+  for (int64_t i = 0; i < N; i += 997) {
+    uint32_t r[4];
+    ag_philox4x32(7 + (uint64_t)(i >> 2), 42, r);
+    volatile float uu = (float)(r[i & 3] >> 8) * 0x1p-24f;
+    volatile float t = uu * (float)(1.7 - -0.3);
+    volatile float want = t + (float)-0.3;
+    float w = want;
+    same_bits(&w, &u[i], 1, "rand_uniform ref");
+  }
+  c = pcall(AG_K_RAND_NORMAL, 0);
+  c.n_operands = 1;
+  c.o[0] = opnd(u, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.s[0] = 0.5, c.s[1] = 2;
+  c.seed = 43, c.offset = 9;
+  threads_same(&c, u, N, NULL, NULL, "rand_normal");
+  c = pcall(AG_K_DROPOUT, 0);
+  c.n_operands = 3;
+  c.o[0] = opnd(y, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.o[1] = opnd(x, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.o[2] = opnd(mk, AG_F32, 1, (int64_t[]){N}, NULL);
+  c.s[0] = 0.3;
+  c.seed = 44, c.offset = 11;
+  threads_same(&c, y, N, NULL, NULL, "dropout");
+  const float sc = (float)(1.0 / (1.0 - 0.3));
+  for (int64_t i = 0; i < N; i += 991) {
+    uint32_t r[4];
+    ag_philox4x32(11 + (uint64_t)(i >> 2), 44, r);
+    float uu = (float)(r[i & 3] >> 8) * 0x1p-24f, m = uu >= (float)0.3 ? sc : 0.0f;
+    volatile float want = x[i] * m;
+    float w = want;
+    same_bits(&w, &y[i], 1, "dropout ref");
+    same_bits(&m, &mk[i], 1, "dropout mask ref");
+  }
+  c = pcall(AG_K_ARANGE, 0);
+  c.n_operands = 1;
+  c.o[0] = opnd(u, AG_F32, 1, (int64_t[]){1000}, NULL);
+  c.s[0] = 0.1, c.s[1] = 0.3;
+  prun(&c);
+  for (int i = 0; i < 1000; i++) {
+    volatile float t = (float)i * (float)0.3;
+    volatile float want = (float)0.1 + t;
+    float w = want;
+    same_bits(&w, &u[i], 1, "arange ref");
+  }
+  free(u), free(x), free(y), free(mk);
+}
+
 /* ---- (c) refusals, (d) the default mode ---- */
 
 static void test_refusals(void **state) {
@@ -753,6 +814,7 @@ int main(void) {
       cmocka_unit_test(test_logsumexp),
       cmocka_unit_test(test_adamw),
       cmocka_unit_test(test_sgd_sumsq),
+      cmocka_unit_test(test_random),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_default_unchanged),
   };

@@ -106,6 +106,11 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
   X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                              \
   X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                        \
   X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT, AGK_VNONE)                                                \
+  X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT, CPU_VIDX)                                         \
+  X(DROPOUT, dropout, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
+  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                          \
+  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                            \
+  X(ARANGE, arange, CPU_P_DTS, AGK_VNONE)                                                          \
   X(EMBEDDING, embedding, CPU_P_DTS, CPU_VIDX)                                                     \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
   X(GATHER, gather, CPU_P_DTS, CPU_VIDX)                                                           \

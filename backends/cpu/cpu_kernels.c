@@ -451,6 +451,7 @@ ag_status cpu_k_where(ag_kernel_error *err, const ag_k_where *a) {
 
 ag_status cpu_k_arange(ag_kernel_error *err, const ag_k_arange *a) {
   (void)err;
+  if ((a->call->flags & AG_KF_PORTABLE) && !is_int(a->out->dtype)) return ag__cpu_p_arange(a);
   const ag_koperand *out = a->out;
   int64_t n = out->ndim ? out->shape[0] : 1;
   char *p = ag__cpu_ptr(out);

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
-#include "cpu_pmath_local.h"
+#include "cpu_pmath.h"
 #include "cpu_portable.h"
 #include "cpu_tile.h"
 

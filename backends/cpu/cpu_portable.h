@@ -42,6 +42,10 @@ AG_HIDDEN ag_status ag__cpu_p_logsumexp(const ag_k_logsumexp *a);
 AG_HIDDEN ag_status ag__cpu_p_adamw(const ag_k_adamw *a);
 AG_HIDDEN ag_status ag__cpu_p_sgd(const ag_k_sgd *a);
 AG_HIDDEN ag_status ag__cpu_p_sumsq(const ag_k_sumsq *a);
+AG_HIDDEN ag_status ag__cpu_p_rand_uniform(const ag_k_rand_uniform *a);
+AG_HIDDEN ag_status ag__cpu_p_rand_normal(const ag_k_rand_normal *a);
+AG_HIDDEN ag_status ag__cpu_p_dropout(const ag_k_dropout *a);
+AG_HIDDEN ag_status ag__cpu_p_arange(const ag_k_arange *a);
 
 /* Whether this CPU (and build) honours the contract: AG_OK, or
  * AG_ERR_UNSUPPORTED with the reason when subnormals are flushed or a

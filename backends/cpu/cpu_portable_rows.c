@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
-#include "cpu_pmath_local.h"
+#include "cpu_pmath.h"
 #include "cpu_portable.h"
 #include "cpu_tile.h"
 
@@ -539,5 +539,112 @@ ag_status ag__cpu_p_sumsq(const ag_k_sumsq *a) {
   const float out = ag__cpu_psum_f32(s, T);
   free(s);
   elem_store(a->out, 0, out);
+  return AG_OK;
+}
+
+/* ---- RAND_UNIFORM, RAND_NORMAL, DROPOUT: the default mode's Philox words,
+ * the arithmetic in f32 with the host-rounded scalars ---- */
+
+static inline float pu24(uint32_t r) { return (float)(r >> 8) * 0x1p-24f; }
+
+static int64_t numel_of(const ag_koperand *o) {
+  int64_t n = 1;
+  for (int d = 0; d < o->ndim; d++) n *= o->shape[d];
+  return n;
+}
+
+typedef struct prand {
+  const ag_koperand *out;
+  bool normal;
+  float a_f, b_f; /* uniform: range_f, lo_f; normal: std_f, mean_f */
+  uint64_t seed, offset;
+} prand;
+
+/* Tiles of 256 elements (a multiple of 4: no Philox block straddles two). */
+static void prand_range(void *ctx, int64_t ta, int64_t tb) {
+  const prand *j = ctx;
+  const int64_t n = numel_of(j->out);
+  const size_t sz = ag__cpu_dtsize(j->out->dtype);
+  float v[256];
+  for (int64_t t = ta; t < tb; t++) {
+    const int64_t i0 = t * 256, m = n - i0 < 256 ? n - i0 : 256;
+    uint32_t r[4];
+    for (int64_t k = 0; k < m; k++) {
+      const int64_t i = i0 + k;
+      if (!j->normal) {
+        if (k == 0 || (i & 3) == 0) ag_philox4x32(j->offset + (uint64_t)(i >> 2), j->seed, r);
+        v[k] = pu24(r[i & 3]) * j->a_f + j->b_f;
+      } else {
+        if (k == 0 || (i & 1) == 0) ag_philox4x32(j->offset + (uint64_t)(i >> 1), j->seed, r);
+        const uint32_t a = r[2 * (i & 1)], b = r[2 * (i & 1) + 1];
+        const float u1 = (float)((a >> 8) + 1) * 0x1p-24f, u2 = pu24(b);
+        const float nv = agp_sqrt(-2.0f * agp_log(u1)) * agp_cos(6.2831855f * u2);
+        v[k] = nv * j->a_f + j->b_f;
+      }
+    }
+    store_f(j->out->dtype, ag__cpu_ptr(j->out) + (size_t)i0 * sz, 1, m, v);
+  }
+}
+
+static void prand_run(const prand *j) {
+  const int64_t n = numel_of(j->out);
+  ag__cpu_par_for((n + 255) / 256, n * 8, prand_range, (void *)j);
+}
+
+ag_status ag__cpu_p_rand_uniform(const ag_k_rand_uniform *a) {
+  prand j = {.out = a->out, .a_f = (float)(a->hi - a->lo), .b_f = (float)a->lo, .seed = a->call->seed,
+             .offset = a->call->offset};
+  prand_run(&j);
+  return AG_OK;
+}
+
+ag_status ag__cpu_p_rand_normal(const ag_k_rand_normal *a) {
+  prand j = {.out = a->out, .normal = true, .a_f = (float)a->std, .b_f = (float)a->mean, .seed = a->call->seed,
+             .offset = a->call->offset};
+  prand_run(&j);
+  return AG_OK;
+}
+
+static void pdropout_range(void *ctx, int64_t ta, int64_t tb) {
+  const ag_k_dropout *a = ctx;
+  const ag_kernel_call *c = a->call;
+  const int64_t n = numel_of(a->x);
+  const float p_f = (float)a->p, scale_f = a->p < 1 ? (float)(1.0 / (1.0 - a->p)) : 0.0f;
+  float x[256], mk[256];
+  for (int64_t t = ta; t < tb; t++) {
+    const int64_t i0 = t * 256, m = n - i0 < 256 ? n - i0 : 256;
+    load_f(a->x->dtype, ag__cpu_ptr(a->x) + (size_t)i0 * ag__cpu_dtsize(a->x->dtype), 1, m, x);
+    uint32_t r[4];
+    for (int64_t k = 0; k < m; k++) {
+      const int64_t i = i0 + k;
+      if (k == 0 || (i & 3) == 0) ag_philox4x32(c->offset + (uint64_t)(i >> 2), c->seed, r);
+      mk[k] = pu24(r[i & 3]) >= p_f ? scale_f : 0.0f;
+      x[k] = x[k] * mk[k];
+    }
+    store_f(a->y->dtype, ag__cpu_ptr(a->y) + (size_t)i0 * ag__cpu_dtsize(a->y->dtype), 1, m, x);
+    if (a->mask && a->mask->base)
+      store_f(a->mask->dtype, ag__cpu_ptr(a->mask) + (size_t)i0 * ag__cpu_dtsize(a->mask->dtype), 1, m, mk);
+  }
+}
+
+ag_status ag__cpu_p_dropout(const ag_k_dropout *a) {
+  const int64_t n = numel_of(a->x);
+  ag__cpu_par_for((n + 255) / 256, n * 4, pdropout_range, (void *)a);
+  return AG_OK;
+}
+
+/* ---- ARANGE (floating): out[i] = start_f + (float)i * step_f ---- */
+
+ag_status ag__cpu_p_arange(const ag_k_arange *a) {
+  const ag_koperand *out = a->out;
+  const int64_t n = out->ndim ? out->shape[0] : 1;
+  const float start_f = (float)a->start, step_f = (float)a->step;
+  const size_t sz = ag__cpu_dtsize(out->dtype);
+  float v[256];
+  for (int64_t i = 0; i < n; i += 256) {
+    const int64_t m = n - i < 256 ? n - i : 256;
+    for (int64_t k = 0; k < m; k++) v[k] = start_f + (float)(i + k) * step_f;
+    store_f(out->dtype, ag__cpu_ptr(out) + (size_t)i * sz, 1, m, v);
+  }
   return AG_OK;
 }

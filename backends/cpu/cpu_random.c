@@ -12,6 +12,7 @@
 #include <tgmath.h>
 
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 #include "cpu_tile.h"
 
 static inline float u24(uint32_t r) { return (float)(r >> 8) * 0x1p-24f; }
@@ -77,6 +78,7 @@ static void k_rand(const rand_job *j) {
 }
 
 ag_status cpu_k_rand_uniform(ag_kernel_error *err, const ag_k_rand_uniform *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_rand_uniform(a);
   (void)err;
   k_rand(&(rand_job){.out = a->out, .normal = false, .p0 = a->lo, .p1 = a->hi, .seed = a->call->seed,
                      .offset = a->call->offset});
@@ -84,6 +86,7 @@ ag_status cpu_k_rand_uniform(ag_kernel_error *err, const ag_k_rand_uniform *a) {
 }
 
 ag_status cpu_k_rand_normal(ag_kernel_error *err, const ag_k_rand_normal *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_rand_normal(a);
   (void)err;
   k_rand(&(rand_job){.out = a->out, .normal = true, .p0 = a->mean, .p1 = a->std, .seed = a->call->seed,
                      .offset = a->call->offset});
@@ -116,6 +119,7 @@ static void dropout_range(void *ctx, int64_t ta, int64_t tb) {
 }
 
 ag_status cpu_k_dropout(ag_kernel_error *err, const ag_k_dropout *a) {
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_dropout(a);
   (void)err;
   const int64_t n = numel_of(a->x);
   ag__cpu_par_for((n + TILE - 1) / TILE, n * 4, dropout_range, (void *)a);

@@ -577,6 +577,10 @@ ag_status cpu_k_embedding(ag_kernel_error *err, const ag_k_embedding *a) {
 }
 
 ag_status cpu_k_embedding_bwd(ag_kernel_error *err, const ag_k_embedding_bwd *a) {
+  /* portable: the f32 table is the contract's sequential sum in row order
+   * (below); other table dtypes accumulate in double */
+  if ((a->call->flags & AG_KF_PORTABLE) && a->dtable->dtype != AG_F32)
+    return ag_k__not_portable(a->call, "cpu", a->dtable->dtype);
   const ag_koperand *ix = a->indices, *dtab = a->dtable;
   int64_t N = pick(a->n, ix->ndim ? ix->shape[0] : 1);
   int64_t D = pick(a->d, dtab->ndim > 1 ? dtab->shape[1] : 1);
