@@ -452,6 +452,35 @@ def case_threads():
         check("--threads N" in out, f"anygrad {cmd[0]} --help lacks --threads")
 
 
+def case_numerics():
+    """--numerics MODE on every command that runs kernels (the three tasks of
+    train, bench, compare, check, memory): a word that is no mode is a usage
+    error naming the flag; check --bitwise needs the mode named and takes
+    devices after the options; compare ends with the weights' verdict."""
+    for cmd in (["train"], ["train", "--task", "text"], ["train", "--task", "fashion-mnist"], ["bench"],
+                ["compare", "--devices", "cpu,cpu"], ["check"], ["memory"]):
+        expect(cmd + ["--numerics", "fast"], 2, "--numerics expects default or portable, got 'fast'")
+        out, _ = expect([cmd[0], "--help"], 0)
+        check("--numerics MODE" in out, f"anygrad {cmd[0]} --help lacks --numerics")
+    expect(["check", "--bitwise", "cpu"], 2, "--bitwise needs the mode named")
+    expect(["check", "--numerics", "portable", "--bitwise", "--accuracy", "cpu"], 2, "not with --accuracy")
+    out, _ = expect(["check", "--numerics", "portable", "--bitwise", "cpu", "--ops", "add,grad_exp", "--dtype",
+                     "f32,i32", "--json"], 0)
+    j = json.loads(out)
+    check(j["numerics"] == "portable" and j["devices"][0]["device"] == "cpu:0", "check --bitwise JSON: " + out[:300])
+    check(len(j["cells"]) == 3, "add f32, add i32, grad_exp f32 are the cells: " + out[:600])
+    check(j["differ"] == 0 and j["failed"] == 0, "the CPU differs from itself: " + out[:600])
+    check(j["identical"] + j["refused"] == 3, "every cell is identical or refused: " + out[:600])
+    # the default mode is measured the same way; the CPU agrees with itself
+    out, _ = expect(["check", "--numerics", "default", "--bitwise", "cpu", "--ops", "add,sum", "--dtype", "f32"], 0)
+    check("cpu:0 against cpu:0 with" in out and ": 2 identical, 0 differ, 0 refused, 0 failed" in out,
+          "check --numerics default --bitwise cpu: " + out[-600:])
+    out, _ = expect(["check", "cpu", "--ops", "add", "--dtype", "f32"], 0)  # a device after the options
+    check("cpu:0" in out, "check cpu: " + out[:300])
+    out, _ = expect(["compare", "--devices", "cpu,cpu", "--steps", "2", "--tol", "0", "--numerics", "default"], 0)
+    check("weights identical on 2 devices" in out and "bit for bit identical" in out, "compare --tol 0: " + out[-600:])
+
+
 def case_profiler_output():
     """Item 18: on a terminal the progress line ends before the report; runs
     of equal verdicts are one line; no empty sampled word; sync sites are

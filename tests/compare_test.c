@@ -92,6 +92,10 @@ static void cpu_against_cpu_is_identical(void **state) {
   assert_true(first > 2.5 && first < 4.5);
   assert_true(last < first);
   assert_true(device_field(j, 0, "final_loss") == device_field(j, 1, "final_loss"));
+  /* --tol 0 is bit for bit; the weights' hashes at the end agree (five
+   * tensors of the MLP, one hash per device each) */
+  assert_non_null(strstr(j, "\"weights_identical\": true"));
+  assert_int_equal(count(j, "{\"name\": "), 5);
   free(j);
 }
 
@@ -241,6 +245,9 @@ static void bad_requests_exit_2(void **state) {
   assert_int_equal(run(4, tol), 2);
   const char *ltol[] = {"--devices", "cpu,cpu", "--loss-tol", "-1e-3"};
   assert_int_equal(run(4, ltol), 2);
+  const char *numerics[] = {"--devices", "cpu,cpu", "--numerics", "fast"};
+  assert_int_equal(run(4, numerics), 2);
+  assert_int_equal(ag_get_numerics(), AG_NUMERICS_DEFAULT);
   const char *model[] = {"--devices", "cpu,cpu", "--model", "rnn"};
   assert_int_equal(run(4, model), 2);
   const char *opt[] = {"--devices", "cpu,cpu", "--frobnicate", "1"};

@@ -9,7 +9,8 @@ static const char *g_arg;
 
 const char *ag_cli_arg(void) { return g_arg; }
 
-int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opts, bool restart) {
+static int next_opt(const char *cmd, int argc, char **argv, const struct option *opts, bool restart,
+                    const char *optstring) {
   if (restart) {
     optind = 0; /* glibc: 0 re-initialises the scan */
     opterr = 0;
@@ -18,7 +19,11 @@ int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opt
   /* '+': stop at the first positional argument (reported below);
    * ':': a missing value is ':' rather than '?'. */
   int idx = -1;
-  int c = getopt_long(argc, argv, "+:h", opts, &idx);
+  int c = getopt_long(argc, argv, optstring, opts, &idx);
+  if (c == 1) { /* '-': a positional argument, in order */
+    g_arg = optarg;
+    return AG_CLI_POSITIONAL;
+  }
   if (c == 'h') /* -h is --help everywhere */
     for (const struct option *o = opts; o->name; o++)
       if (!strcmp(o->name, "help")) return o->val;
@@ -54,6 +59,14 @@ int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opt
   return c;
 }
 
+int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opts, bool restart) {
+  return next_opt(cmd, argc, argv, opts, restart, "+:h");
+}
+
+int ag_cli_next_pos(const char *cmd, int argc, char **argv, const struct option *opts, bool restart) {
+  return next_opt(cmd, argc, argv, opts, restart, "-:h");
+}
+
 static bool bad(const char *cmd, const char *opt, const char *what, const char *v) {
   fprintf(stderr, "anygrad %s: --%s expects %s, got '%s'\n", cmd, opt, what, v ? v : "");
   return false;
@@ -72,6 +85,19 @@ bool ag_cli_threads(const char *cmd, const char *v) {
   int n;
   if (!ag_cli_int(cmd, "threads", v, 1, 256, &n)) return false;
   if (ag_set_num_threads(n) != AG_OK) {
+    fprintf(stderr, "anygrad %s: %s\n", cmd, ag_last_error());
+    return false;
+  }
+  return true;
+}
+
+bool ag_cli_numerics(const char *cmd, const char *v) {
+  ag_numerics m;
+  if (ag_numerics_parse(v, &m) != AG_OK) {
+    ag_error_clear();
+    return bad(cmd, "numerics", "default or portable", v);
+  }
+  if (ag_set_numerics(m) != AG_OK) {
     fprintf(stderr, "anygrad %s: %s\n", cmd, ag_last_error());
     return false;
   }

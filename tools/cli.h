@@ -24,6 +24,12 @@ enum { AG_EXIT_OK = 0, AG_EXIT_RUNTIME = 1, AG_EXIT_USAGE = 2 };
  * called with a new argv (the first call of a parse must pass restart). */
 int ag_cli_next(const char *cmd, int argc, char **argv, const struct option *opts, bool restart);
 
+/* ag_cli_next for a command that also takes positional arguments, in any
+ * place: each one is returned as AG_CLI_POSITIONAL with the word in
+ * ag_cli_arg(). */
+#define AG_CLI_POSITIONAL 1
+int ag_cli_next_pos(const char *cmd, int argc, char **argv, const struct option *opts, bool restart);
+
 /* The argument of the option ag_cli_next just returned, or NULL. */
 const char *ag_cli_arg(void);
 
@@ -78,6 +84,18 @@ const char *ag_cli_backend_list(char *buf, size_t len);
 #define AG_CLI_THREADS_HELP \
   "  --threads N          CPU threads (default: AG_NUM_THREADS, else the CPUs this process may use)\n"
 bool ag_cli_threads(const char *cmd, const char *v);
+
+/* --numerics MODE, shared by the same subcommands: the option's table
+ * entry, its --help line and its handler (ag_numerics_parse, then
+ * ag_set_numerics; prints "anygrad <cmd>: --numerics expects default or
+ * portable, got 'x'" and returns false otherwise, a usage error). */
+#define AG_CLI_NUMERICS 0x7f01
+#define AG_CLI_NUMERICS_OPT {"numerics", required_argument, NULL, AG_CLI_NUMERICS}
+#define AG_CLI_NUMERICS_HELP                                                                 \
+  "  --numerics MODE      default | portable: the same bits on every backend and device,\n" \
+  "                       ops without a portable kernel refused (default: AG_NUMERICS, else\n" \
+  "                       default; docs/numerics.md)\n"
+bool ag_cli_numerics(const char *cmd, const char *v);
 
 /* `s` as a JSON string literal (quotes, escapes) to f. */
 #include <stdio.h>

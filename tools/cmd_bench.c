@@ -168,7 +168,7 @@ static void bench_usage(void) {
       "matmul.\n"
       "  --backend B[,B...]  BACKEND[:N] (default: every available backend); a named backend that is\n"
       "                      unavailable is an error\n"
-      "  --json | --csv      machine-readable output\n" AG_CLI_THREADS_HELP AG_CLI_EXIT_HELP,
+      "  --json | --csv      machine-readable output\n" AG_CLI_THREADS_HELP AG_CLI_NUMERICS_HELP AG_CLI_EXIT_HELP,
       16);
 }
 
@@ -182,7 +182,7 @@ int ag_cmd_bench(int argc, char **argv) {
       {"numel", required_argument, NULL, O_NUMEL},     {"matmul", required_argument, NULL, O_MATMUL},
       {"reps", required_argument, NULL, O_REPS},       {"csv", no_argument, NULL, O_CSV},
       {"json", no_argument, NULL, O_JSON},             {"help", no_argument, NULL, O_HELP}, AG_CLI_THREADS_OPT,
-      {NULL, 0, NULL, 0}};
+      AG_CLI_NUMERICS_OPT, {NULL, 0, NULL, 0}};
   bool ok = true;
   for (int c = ag_cli_next("bench", argc, argv, opts, true); ok && c != -1;
        c = ag_cli_next("bench", argc, argv, opts, false)) {
@@ -190,6 +190,7 @@ int ag_cmd_bench(int argc, char **argv) {
     switch (c) {
       case O_HELP: bench_usage(); return AG_EXIT_OK;
       case AG_CLI_THREADS: ok = ag_cli_threads("bench", ag_cli_arg()); break;
+      case AG_CLI_NUMERICS: ok = ag_cli_numerics("bench", v); break;
       case O_BACKEND: backends = v; break;
       case O_OPS: o.ops = v; break;
       case O_NUMEL: ok = ag_cli_i64("bench", "numel", v, 1, INT64_C(1) << 34, &o.large_numel); break;

@@ -8,6 +8,7 @@
 
 #include "anygrad/anygrad.h"
 #include "anygrad/optrace.h"
+#include "check_bitwise.h"
 #include "cli.h"
 #include "conformance.h"
 #include "conformance_html.h"
@@ -17,10 +18,12 @@ static void check_usage(void) {
   printf(
       "usage: anygrad check [--backend B[,B...]] [--ops a,b,...] [--dtype d[,d...]] [--seed S]\n"
       "                     [--forward | --grad] [--verbose] [--json] [--threads N] [--version]\n"
-      "                     [--accuracy] [--report FILE.html] [--dump-inputs DIR] [--coverage]\n\n"
+      "                     [--accuracy] [--report FILE.html] [--dump-inputs DIR] [--coverage]\n"
+      "                     [--numerics MODE] [--bitwise] [DEVICE...]\n\n"
       "Runs every op x dtype x shape case against a double-precision host reference.\n"
       "  --backend  BACKEND[:N], backends: %s (default: every backend;\n"
-      "             absent ones are listed as skipped; a named one that is absent is an error)\n"
+      "             absent ones are listed as skipped; a named one that is absent is an error);\n"
+      "             devices may also be named after the options (DEVICE...)\n"
       "  --ops      op names (default: all): %s",
       ag_cli_backend_list(bl, sizeof bl), ag_conf_op_name(0));
   for (int i = 1; i < ag_conf_op_count(); i++) printf("%s%s", i % 10 ? "," : ",\n             ", ag_conf_op_name(i));
@@ -43,7 +46,13 @@ static void check_usage(void) {
       "             softmax cases to DIR (an existing directory; implies --accuracy)\n"
       "  --coverage fail (exit 1) when a device runs a kernel op (anygrad/kops.h) for a checked\n"
       "             dtype that no row launched; the list is printed after every full run\n"
-      "  --version  print the anygrad version and exit\n" AG_CLI_THREADS_HELP
+      "  --version  print the anygrad version and exit\n"
+      "  --bitwise  with --numerics portable: run every row on each device (default: every device\n"
+      "             present) and on the CPU, and compare every output and gradient bit for bit\n"
+      "             with the CPU's (NaN equals NaN; signed zeros differ); the CPU is compared with\n"
+      "             itself at another thread count. Cells: same, DIFF, unsup (refused in portable\n"
+      "             mode: never a pass or a failure), FAIL. Exit 1 when a cell differs or fails\n"
+      "             (docs/numerics.md, \"Proving it\")\n" AG_CLI_THREADS_HELP AG_CLI_NUMERICS_HELP
       "Cells: pass, FAIL, unsup (the backend reports AG_ERR_UNSUPPORTED), - (not an op of that\n"
       "dtype). After a full run, the kernel ops (anygrad/kops.h) each device runs that no row\n"
       "launched are listed. Exit status: 0 all pass, 1 a cell fails, a requested backend is\n"
@@ -65,8 +74,11 @@ int ag_cmd_check(int argc, char **argv) {
   bool verbose = false, json = false, accuracy = false, coverage = false;
   const char *report = NULL, *dump_dir = NULL;
   int mode = 0; /* 0 all, 1 forward only, 2 gradients only */
+  bool bitwise = false, numerics_given = false;
+  char *posdev[16];
+  int nposdev = 0;
   enum { O_BACKEND = 256, O_OPS, O_DTYPE, O_SEED, O_VERBOSE, O_FORWARD, O_GRAD, O_JSON, O_VERSION, O_HELP, O_ACCURACY, O_REPORT,
-         O_DUMP, O_COVERAGE };
+         O_DUMP, O_COVERAGE, O_BITWISE };
   static const struct option opts[] = {
       {"backend", required_argument, NULL, O_BACKEND}, {"ops", required_argument, NULL, O_OPS},
       {"dtype", required_argument, NULL, O_DTYPE},     {"seed", required_argument, NULL, O_SEED},
@@ -75,8 +87,10 @@ int ag_cmd_check(int argc, char **argv) {
       {"version", no_argument, NULL, O_VERSION},       {"help", no_argument, NULL, O_HELP},
       {"accuracy", no_argument, NULL, O_ACCURACY},     {"report", required_argument, NULL, O_REPORT},
       {"dump-inputs", required_argument, NULL, O_DUMP}, {"coverage", no_argument, NULL, O_COVERAGE},
+      {"bitwise", no_argument, NULL, O_BITWISE},       AG_CLI_NUMERICS_OPT,
       AG_CLI_THREADS_OPT,                              {NULL, 0, NULL, 0}};
-  for (int c = ag_cli_next("check", argc, argv, opts, true); c != -1; c = ag_cli_next("check", argc, argv, opts, false)) {
+  for (int c = ag_cli_next_pos("check", argc, argv, opts, true); c != -1;
+       c = ag_cli_next_pos("check", argc, argv, opts, false)) {
     const char *v = ag_cli_arg();
     switch (c) {
       case O_HELP: check_usage(); return AG_EXIT_OK;
@@ -95,8 +109,20 @@ int ag_cmd_check(int argc, char **argv) {
       case O_REPORT: report = v, accuracy = true; break;
       case O_DUMP: dump_dir = v, accuracy = true; break;
       case O_COVERAGE: coverage = true; break;
+      case O_BITWISE: bitwise = true; break;
+      case AG_CLI_POSITIONAL:
+        if (nposdev == 16) {
+          fprintf(stderr, "anygrad check: at most 16 devices\n");
+          return AG_EXIT_USAGE;
+        }
+        posdev[nposdev++] = (char *)v;
+        break;
       case AG_CLI_THREADS:
         if (!ag_cli_threads("check", v)) return AG_EXIT_USAGE;
+        break;
+      case AG_CLI_NUMERICS:
+        if (!ag_cli_numerics("check", v)) return AG_EXIT_USAGE;
+        numerics_given = true;
         break;
       default: return AG_EXIT_USAGE;
     }
@@ -131,6 +157,18 @@ int ag_cmd_check(int argc, char **argv) {
     fprintf(stderr, "anygrad check: --coverage runs every row: not with --ops, --forward, --grad or --accuracy\n");
     return AG_EXIT_USAGE;
   }
+  if (bitwise && (accuracy || coverage)) {
+    fprintf(stderr, "anygrad check: --bitwise compares bits: not with --accuracy, --report, --dump-inputs or --coverage\n");
+    return AG_EXIT_USAGE;
+  }
+  /* The mode is named, never taken by default: the portable one is proven,
+   * the default one only measured (it promises accuracy, not bits). */
+  const char *env_mode = getenv("AG_NUMERICS");
+  if (bitwise && !numerics_given && !(env_mode && *env_mode)) {
+    fprintf(stderr, "anygrad check: --bitwise needs the mode named: --numerics portable (or AG_NUMERICS=portable); "
+                    "--numerics default measures how far the default mode is from bitwise\n");
+    return AG_EXIT_USAGE;
+  }
   const bool full = !ops && mode == 0 && !accuracy;
   /* the gradient rows compare with finite differences, not the reference */
   if (accuracy && mode == 0) mode = 1;
@@ -138,13 +176,18 @@ int ag_cmd_check(int argc, char **argv) {
   /* columns: requested or every backend kind (device 0) */
   col cols[16];
   int ncol = 0;
-  char bbuf[256], *bl[16];
-  if (backends) {
-    int n = ag_cli_list("check", "backend", backends, bbuf, sizeof bbuf, bl, 16);
-    if (n < 0) return AG_EXIT_USAGE;
+  char bbuf[256], *bl[32];
+  int ndevs = backends ? ag_cli_list("check", "backend", backends, bbuf, sizeof bbuf, bl, 16) : 0;
+  if (ndevs < 0) return AG_EXIT_USAGE;
+  for (int i = 0; i < nposdev; i++) bl[ndevs++] = posdev[i];
+  if (ndevs > 16) {
+    fprintf(stderr, "anygrad check: at most 16 devices, got %d\n", ndevs);
+    return AG_EXIT_USAGE;
+  }
+  if (ndevs) {
     /* A backend asked for by name must run: absent is an error, not an
      * empty table. */
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < ndevs; i++) {
       col *c = &cols[ncol++];
       memset(c, 0, sizeof *c);
       snprintf(c->label, sizeof c->label, "%s", bl[i]);
@@ -208,6 +251,14 @@ int ag_cmd_check(int argc, char **argv) {
       }
   } else {
     for (int i = 0; i < AG_DTYPE_COUNT; i++) dts[ndt++] = (ag_dtype)i;
+  }
+
+  if (bitwise) {
+    ag_device devs[16];
+    for (int i = 0; i < ncol; i++) devs[i] = cols[i].dev;
+    ag_bitwise_opts bo = {.devices = devs, .ndevices = ncol, .all_devices = ndevs == 0, .rows = opsel, .nrows = nops,
+                          .dts = dts, .ndt = ndt, .seed = seed, .json = json, .verbose = verbose, .max_diffs = 10};
+    return ag_check_bitwise(&bo);
   }
 
   /* With --json the JSON object is the only thing on stdout. */

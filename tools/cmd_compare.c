@@ -58,7 +58,9 @@ static void usage(void) {
       "                   decoder on the gpt model's words)\n"
       "  --seed S         seed of initial parameters and batches (default 1337)\n"
       "  --tol T          relative tolerance of parameters and loss (default:\n"
-      "                   1e-2 for parameters, 1e-5 for the loss; see docs/compare.md)\n"
+      "                   1e-2 for parameters, 1e-5 for the loss; see docs/compare.md);\n"
+      "                   0: bit for bit (NaN equals NaN, +0 and -0 differ), as the\n"
+      "                   portable numerics promise (--numerics portable)\n"
       "  --loss-tol T     relative tolerance of the loss alone (after --tol)\n"
       "  --batch N        examples (mlp), words (gpt, llama) or images (cnn) per step\n"
       "                   (default as train)\n"
@@ -74,7 +76,7 @@ static void usage(void) {
       "                   on each device from the reference's inputs, ranking the ops\n"
       "                   (forward and backward) by the error each adds\n"
       "  --bisect-step N  bisect step N whatever the divergence (implies --bisect)\n"
-      "  --bisect-top N   ops listed per device (default 10; 0: all)\n" AG_CLI_THREADS_HELP "\n"
+      "  --bisect-top N   ops listed per device (default 10; 0: all)\n" AG_CLI_THREADS_HELP AG_CLI_NUMERICS_HELP "\n"
       "Exit status: 0 within tolerance, 1 diverged, 2 error or unavailable device.\n");
 }
 
@@ -103,7 +105,7 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
       {"bisect", no_argument, NULL, O_BISECT},           {"bisect-step", required_argument, NULL, O_BISECT_STEP},
       {"bisect-top", required_argument, NULL, O_BISECT_TOP}, {"report", required_argument, NULL, O_REPORT},
       {"data", required_argument, NULL, O_DATA},         AG_CLI_THREADS_OPT,
-      {NULL, 0, NULL, 0}};
+      AG_CLI_NUMERICS_OPT,                               {NULL, 0, NULL, 0}};
   /* The model picks the defaults the other options then override. */
   charlm_model_kind kind = CHARLM_MLP;
   bool cnn = false, llama = false;
@@ -150,6 +152,7 @@ static int parse_args(int argc, char **argv, cmp_options *o) {
     switch (c) {
       case O_DEVICES: devices = v; break;
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
+      case AG_CLI_NUMERICS: ok = ag_cli_numerics(C, v); break;
       case O_MODEL: break;
       case O_STEPS: ok = ag_cli_i64(C, "steps", v, 1, CHARLM_MAX_STEPS, &o->steps); break;
       case O_SEED: ok = ag_cli_u64(C, "seed", v, &o->job.seed); break;
@@ -445,14 +448,25 @@ static double worst(double a, double b) { return isnan(a) || isnan(b) ? NAN : (a
 
 static bool exceeds(double div, double tol) { return !(div <= tol); }
 
-static double loss_divergence(double ref, double other) {
+/* A tolerance of 0 is bit for bit (docs/numerics.md): NaN equals NaN, every
+ * other value by its bits. Values that differ only in the sign of a zero
+ * have a relative distance of 0, so they get the smallest double instead. */
+#define SIGNED_ZERO_DIV 0x1p-1074
+
+static bool same_f32(float a, float b) { return isnan(a) ? isnan(b) : !memcmp(&a, &b, sizeof a); }
+
+static double loss_divergence(double ref, double other, bool bitwise) {
+  if (bitwise) {
+    if (isnan(ref) ? isnan(other) : !memcmp(&ref, &other, sizeof ref)) return 0;
+    if (ref == other) return SIGNED_ZERO_DIV;
+  }
   if (ref == other) return 0; /* also two equal infinities */
   double d = fabs(ref - other), s = fabs(ref);
   return s > 0 ? d / s : (d > 0 ? INFINITY : NAN);
 }
 
 /* max over parameters of ||p_ref - p|| / ||p_ref||, accumulated in double. */
-static ag_status param_divergence(const ag_param_list *ref, const ag_param_list *other, float **buf,
+static ag_status param_divergence(const ag_param_list *ref, const ag_param_list *other, bool bitwise, float **buf,
                                   size_t *cap, double *out, int *out_worst) {
   double div = 0;
   int at = 0;
@@ -469,13 +483,16 @@ static ag_status param_divergence(const ag_param_list *ref, const ag_param_list 
     if (st == AG_OK) st = ag_to_host(other->tensors[i], b, n * sizeof *b);
     if (st != AG_OK) return st;
     double na = 0, nd = 0;
+    size_t nbits = 0; /* elements that differ bit for bit */
     for (size_t k = 0; k < n; k++) {
       double d = (double)a[k] - (double)b[k];
       na += (double)a[k] * a[k];
       nd += d * d;
+      nbits += !same_f32(a[k], b[k]);
     }
     double r = nd == 0 ? (isnan(na) ? NAN : 0) : (na > 0 ? sqrt(nd) / sqrt(na) : INFINITY);
     if (isnan(nd)) r = NAN;
+    if (bitwise) r = !nbits ? 0 : isnan(r) || r > 0 ? r : SIGNED_ZERO_DIV;
     if (!isnan(div) && (isnan(r) || r > div)) at = i;
     div = worst(div, r);
   }
@@ -494,6 +511,34 @@ static ag_status copy_params(replica *r, const ag_param_list *master) {
   return st;
 }
 
+/* FNV-1a 64 of every parameter tensor's bytes on every device, read once
+ * the run ends. A NaN is hashed as the canonical quiet NaN 0x7fc00000 (f32):
+ * its payload is no part of the result (docs/numerics.md), as in the bitwise
+ * comparison. */
+static ag_status weights_hash(replica *reps, int n_dev, uint64_t *out) {
+  int nt = reps[0].params->count;
+  ag_status st = AG_OK;
+  for (int d = 0; d < n_dev && st == AG_OK; d++)
+    for (int i = 0; i < nt && st == AG_OK; i++) {
+      const ag_tensor *t = reps[d].params->tensors[i];
+      size_t es = ag_dtype_size(ag_tensor_dtype(t)), nb = (size_t)ag_tensor_numel(t) * es;
+      unsigned char *b = malloc(nb ? nb : 1);
+      if (!b) return ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+      st = ag_to_host(t, b, nb);
+      if (st == AG_OK && ag_tensor_dtype(t) == AG_F32)
+        for (size_t k = 0; k < nb; k += 4) {
+          float f;
+          memcpy(&f, b + k, 4);
+          if (isnan(f)) memcpy(b + k, &(uint32_t){0x7fc00000u}, 4);
+        }
+      uint64_t h = 0xcbf29ce484222325ull;
+      for (size_t k = 0; k < nb; k++) h = (h ^ b[k]) * 0x100000001b3ull;
+      out[(size_t)d * (size_t)nt + (size_t)i] = h;
+      free(b);
+    }
+  return st;
+}
+
 /* ---------------- report ---------------- */
 
 typedef struct report {
@@ -506,6 +551,10 @@ typedef struct report {
   double max_param[CMP_MAX_DEV];     /* with the parameter that reached it */
   char worst_name[CMP_MAX_DEV][64];
   char exceed_name[CMP_MAX_DEV][64]; /* the worst parameter at the first step over tolerance */
+  /* at the end: FNV-1a 64 of every parameter tensor, [device][tensor] */
+  uint64_t *whash;
+  int nweights;
+  const ag_param_list *wlist; /* the reference's, for the names */
 } report;
 
 /* Parameters are compared every --check-every steps; other steps hold this. */
@@ -921,6 +970,64 @@ static void json_bisect(FILE *f, const cmp_options *o, const bisect_result *b) {
   fprintf(f, "  ]},\n");
 }
 
+/* Tensor i's hash on device d. */
+#define WH(rep, d, i) ((rep)->whash[(size_t)(d) * (size_t)(rep)->nweights + (size_t)(i)])
+
+static bool weights_same(const report *rep, int d, int i) { return WH(rep, d, i) == WH(rep, 0, i); }
+
+/* The hash of every parameter tensor per device and the verdict line. */
+static void print_weights(const cmp_options *o, const report *rep) {
+  if (!rep->whash) return;
+  int w = 9;
+  for (int i = 0; i < rep->nweights; i++) {
+    int l = (int)strlen(rep->wlist->names[i]);
+    w = l > w ? l : w;
+  }
+  fprintf(o->out, "\nweights: FNV-1a 64 of each parameter tensor's bytes at the end (a NaN as 0x7fc00000)\n%-*s", w,
+          "parameter");
+  for (int d = 0; d < o->n_dev; d++) fprintf(o->out, " %-16.16s", o->name[d]);
+  fprintf(o->out, "\n");
+  for (int i = 0; i < rep->nweights; i++) {
+    fprintf(o->out, "%-*s", w, rep->wlist->names[i]);
+    for (int d = 0; d < o->n_dev; d++)
+      fprintf(o->out, " %016llx%s", (unsigned long long)WH(rep, d, i), weights_same(rep, d, i) ? "" : "*");
+    fprintf(o->out, "\n");
+  }
+  bool all = true;
+  for (int d = 1; d < o->n_dev; d++) {
+    int nd = 0;
+    char list[512];
+    size_t len = 0;
+    list[0] = 0;
+    for (int i = 0; i < rep->nweights; i++)
+      if (!weights_same(rep, d, i)) {
+        if (nd++ < 6 && len < sizeof list)
+          len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", nd > 1 ? ", " : "", rep->wlist->names[i]);
+      }
+    if (!nd) continue;
+    all = false;
+    fprintf(o->out, "weights differ on %s from %s: %d of %d tensors (%s%s)\n", o->name[d], o->name[0], nd,
+            rep->nweights, list, nd > 6 ? ", ..." : "");
+  }
+  if (all) fprintf(o->out, "weights identical on %d devices\n", o->n_dev);
+}
+
+static void json_weights(FILE *f, const cmp_options *o, const report *rep) {
+  if (!rep->whash) return;
+  bool all = true;
+  for (int d = 1; d < o->n_dev; d++)
+    for (int i = 0; i < rep->nweights; i++) all = all && weights_same(rep, d, i);
+  fprintf(f, "  \"weights_identical\": %s, \"weights_fnv1a64\": [\n", all ? "true" : "false");
+  for (int i = 0; i < rep->nweights; i++) {
+    fprintf(f, "    {\"name\": ");
+    json_str(f, rep->wlist->names[i]);
+    fprintf(f, ", \"hash\": [");
+    for (int d = 0; d < o->n_dev; d++) fprintf(f, "%s\"%016llx\"", d ? ", " : "", (unsigned long long)WH(rep, d, i));
+    fprintf(f, "]}%s\n", i + 1 < rep->nweights ? "," : "");
+  }
+  fprintf(f, "  ],\n");
+}
+
 /* f was opened before training, so a bad path fails before the run. */
 static ag_status write_json(FILE *f, const char *path, const cmp_options *o, const report *rep, bool diverged,
                             const bisect_result *br) {
@@ -963,6 +1070,7 @@ static ag_status write_json(FILE *f, const char *path, const cmp_options *o, con
   else fprintf(f, "null");
   fprintf(f, ",\n");
   if (o->bisect) json_bisect(f, o, br);
+  json_weights(f, o, rep);
   fprintf(f, "  \"per_step\": [\n");
   for (int64_t s = 0; s < rep->steps; s++) {
     fprintf(f, "    {\"step\": %lld", (long long)s + 1);
@@ -1032,8 +1140,11 @@ static void print_summary(const cmp_options *o, const report *rep, bool diverged
            AT(rep->loss, rep->steps - 1, d), a, c, e, mean_ms(rep, d), b);
   }
   if (!diverged) {
-    fprintf(o->out, "result: within tolerance (parameters %g, loss %g) for all %lld steps\n", o->tol, o->loss_tol,
-            (long long)rep->steps);
+    if (o->tol == 0 && o->loss_tol == 0)
+      fprintf(o->out, "result: bit for bit identical (tolerance 0) for all %lld steps\n", (long long)rep->steps);
+    else
+      fprintf(o->out, "result: within tolerance (parameters %g, loss %g) for all %lld steps\n", o->tol, o->loss_tol,
+              (long long)rep->steps);
     return;
   }
   for (int d = 1; d < o->n_dev; d++) {
@@ -1110,7 +1221,7 @@ int ag_cmd_compare(int argc, char **argv) {
     st = replica_init(&reps[d], &o, o.dev[d], g);
     if (st != AG_OK) break;
     n_ready++;
-    st = param_divergence(master.params, reps[d].params, &buf, &cap, &rep->init_div[d], NULL);
+    st = param_divergence(master.params, reps[d].params, false, &buf, &cap, &rep->init_div[d], NULL);
     if (st == AG_OK) st = copy_params(&reps[d], master.params);
   }
   ag_generator_free(g);
@@ -1151,10 +1262,11 @@ int ag_cmd_compare(int argc, char **argv) {
     }
     bool check = (s + 1) % o.check_every == 0 || s + 1 == o.steps, fresh = false;
     for (int d = 1; st == AG_OK && d < o.n_dev; d++) {
-      AT(rep->dloss, s, d) = loss_divergence(AT(rep->loss, s, 0), AT(rep->loss, s, d));
+      AT(rep->dloss, s, d) = loss_divergence(AT(rep->loss, s, 0), AT(rep->loss, s, d), o.loss_tol == 0);
       AT(rep->dparam, s, d) = NOT_CHECKED;
       int w = 0;
-      if (check) st = param_divergence(reps[0].params, reps[d].params, &buf, &cap, &AT(rep->dparam, s, d), &w);
+      if (check)
+        st = param_divergence(reps[0].params, reps[d].params, o.tol == 0, &buf, &cap, &AT(rep->dparam, s, d), &w);
       double v = check ? AT(rep->dparam, s, d) : 0;
       if (check && (isnan(v) ? !isnan(rep->max_param[d]) : v > rep->max_param[d])) {
         rep->max_param[d] = v;
@@ -1191,12 +1303,20 @@ int ag_cmd_compare(int argc, char **argv) {
     }
   }
 
+  /* what every device holds at the end, hashed */
+  if (st == AG_OK && n_ready == o.n_dev && reps[0].params->count > 0) {
+    rep->nweights = reps[0].params->count;
+    rep->wlist = reps[0].params;
+    rep->whash = calloc((size_t)o.n_dev * (size_t)rep->nweights, sizeof *rep->whash);
+    st = rep->whash ? weights_hash(reps, o.n_dev, rep->whash) : ag_error_set(AG_ERR_OOM, "compare: out of host memory");
+  }
   bool diverged = false;
   for (int d = 1; d < o.n_dev; d++) diverged = diverged || rep->first_exceed[d] != 0;
   if (st == AG_OK) print_summary(&o, rep, diverged);
   if (st == AG_OK && o.bisect && br.step) print_bisect(&o, &br);
   else if (st == AG_OK && o.bisect)
     fprintf(o.out, "\nbisect: no step went over tolerance, nothing to bisect (--bisect-step N names a step)\n");
+  if (st == AG_OK) print_weights(&o, rep);
   if (st == AG_OK && json) st = write_json(json, o.json, &o, rep, diverged, &br);
   if (st == AG_OK && report_out) st = write_report(report_out, o.report, &o, rep, diverged, &br);
   if (json_out && st == AG_OK) st = ag_output_commit(json_out);
@@ -1219,5 +1339,6 @@ int ag_cmd_compare(int argc, char **argv) {
   free(rep->ms);
   free(rep->dloss);
   free(rep->dparam);
+  free(rep->whash);
   return st != AG_OK ? 2 : diverged ? 1 : 0;
 }

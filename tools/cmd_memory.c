@@ -18,7 +18,7 @@ static void usage(void) {
          "  --exercise   first run a short workload of tensors whose sizes change\n"
          "               step to step, keeping some alive, so the summary shows\n"
          "               caching, splitting and per-category bytes\n"
-         "  --json PATH  also write a JSON snapshot (segments, blocks, event trace)\n" AG_CLI_THREADS_HELP
+         "  --json PATH  also write a JSON snapshot (segments, blocks, event trace)\n" AG_CLI_THREADS_HELP AG_CLI_NUMERICS_HELP
              AG_CLI_EXIT_HELP,
          ag_cli_backend_list(bl, sizeof bl));
 }
@@ -59,6 +59,7 @@ int ag_cmd_memory(int argc, char **argv) {
                                        {"exercise", no_argument, NULL, O_EXERCISE},
                                        {"help", no_argument, NULL, O_HELP},
                                        AG_CLI_THREADS_OPT,
+                                       AG_CLI_NUMERICS_OPT,
                                        {NULL, 0, NULL, 0}};
   for (int c = ag_cli_next("memory", argc, argv, opts, true); c != -1;
        c = ag_cli_next("memory", argc, argv, opts, false)) {
@@ -70,6 +71,9 @@ int ag_cmd_memory(int argc, char **argv) {
       case O_EXERCISE: ex = true; break;
       case AG_CLI_THREADS:
         if (!ag_cli_threads("memory", ag_cli_arg())) return AG_EXIT_USAGE;
+        break;
+      case AG_CLI_NUMERICS:
+        if (!ag_cli_numerics("memory", ag_cli_arg())) return AG_EXIT_USAGE;
         break;
       default: return AG_EXIT_USAGE;
     }

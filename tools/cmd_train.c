@@ -52,7 +52,7 @@ static void usage(void) {
       "  --report PATH        write a self-contained HTML run report (loss and held-out curves,\n"
       "                       step time, memory by category, allocator segments, sync sites);\n"
       "                       the held-out loss is then evaluated at each progress update\n"
-      AG_CLI_THREADS_HELP "\n"
+      AG_CLI_THREADS_HELP AG_CLI_NUMERICS_HELP "\n"
       "Data parallelism (docs/distributed.md): one replica per device, the --batch shared among\n"
       "them, gradients averaged so training equals one device on the whole batch:\n"
       "  --devices D1,D2,...  in-process: one thread per device (e.g. cpu,opencl:0)\n"
@@ -120,7 +120,7 @@ static const struct option k_opts[] = {
     {"trace", required_argument, NULL, O_TRACE},       {"profile", required_argument, NULL, O_PROFILE},
     {"report", required_argument, NULL, O_REPORT},     {"checkpoint-activations", no_argument, NULL, O_CKPT_ACT},
     {"estimate-memory", no_argument, NULL, O_ESTIMATE},     {"help", no_argument, NULL, O_HELP},
-    AG_CLI_THREADS_OPT,
+    AG_CLI_THREADS_OPT, AG_CLI_NUMERICS_OPT,
     {"task", required_argument, NULL, O_TASK},
     {"epochs", required_argument, NULL, O_EPOCHS},     {"channels", required_argument, NULL, O_CHANNELS},
     {"data", required_argument, NULL, O_DATA},         {"train-limit", required_argument, NULL, O_TRAIN_LIMIT},
@@ -216,6 +216,7 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
       case O_RESUME: o->resume = v; break;
       case O_PROFILE: ok = ag_cli_bool(C, "profile", v, &o->profile); break;
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
+      case AG_CLI_NUMERICS: ok = ag_cli_numerics(C, v); break;
       case '?': ok = false; break;
       case O_SAVE_EVERY:
         fprintf(stderr, "anygrad train: --save-every applies to --task text, not fashion-mnist\n");
@@ -297,6 +298,7 @@ static int parse_text(int argc, char **argv, text_options *o) {
       case O_DATA: o->data = v; break;
       case O_OUT: o->out = v; break;
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
+      case AG_CLI_NUMERICS: ok = ag_cli_numerics(C, v); break;
       case '?': ok = false; break;
       default: {
         const char *name = "?";
@@ -416,6 +418,7 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
         }
         break;
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
+      case AG_CLI_NUMERICS: ok = ag_cli_numerics(C, v); break;
       case O_DEVICES: devices = v; break;
       case O_DIST:
         if (strcmp(v, "mpi")) {

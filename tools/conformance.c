@@ -214,6 +214,7 @@ void ag__conf_case_begin(ctx *c, const char *name) {
   c->din = NULL;
   c->dinfo[0] = 0;
   c->ncase++;
+  c->nread = 0;
   c->cres = AG_CONF_PASS;
   c->cmsg[0] = 0;
   uint64_t h = fnv(name, fnv(c->opname, 0xCBF29CE484222325ull ^ c->seed));
@@ -411,6 +412,7 @@ double *ag__conf_rd(ctx *c, const ag_tensor *t) {
     ag__conf_case_fail(c, "ag_to_host: %s (%s)", ag_status_name(st), ag_last_error());
     return NULL;
   }
+  if (c->cap) ag__conf_capture_push(c, t, bytes);
   for (int64_t i = 0; i < n; i++) v[i] = get(dt, bytes, i);
   return v;
 }
@@ -437,7 +439,10 @@ void ag__conf_guard_end(ctx *c, guard *g) {
   for (int k = 0; k < 2; k++) {
     ag_tensor *t = k ? g->b : g->a;
     if (!t) continue;
+    ag_conf_capture *cap = c->cap; /* the sentinels are not results */
+    c->cap = NULL;
     double *v = ag__conf_rd(c, t);
+    c->cap = cap;
     if (!v) return;
     for (int64_t i = 0; i < ag_tensor_numel(t); i++)
       if (v[i] != ag__conf_sentinel(ag_tensor_dtype(t))) {
@@ -592,6 +597,7 @@ void ag__conf_check(ctx *c, ag_tensor *t, int ndim, const int64_t *shape, ag_dty
   int64_t n = ag_tensor_numel(t);
   if (c->acc) record(c, dt, ref, o, ndim, shape, n);
   if (c->adv) return; /* adversarial inputs are measured, not judged */
+  if (c->cap) return; /* bitwise: recorded by ag__conf_rd, compared with another device */
   if (tol == DEF) tol = ag_conf_threshold(dt);
   double err = 0, den = 0, worst = -1;
   int64_t wi = -1;
@@ -854,8 +860,21 @@ void ag_conf_acc_free(ag_conf_acc *acc) {
   acc->dump_dir = dir;
 }
 
+static ag_conf_result run_row(int op, ag_dtype dt, ag_device d, uint64_t seed, FILE *log, char *msg,
+                              size_t msg_len, ag_conf_acc *acc, ag_conf_capture *cap);
+
 ag_conf_result ag_conf_run_acc(int op, ag_dtype dt, ag_device d, uint64_t seed, FILE *log, char *msg,
                                size_t msg_len, ag_conf_acc *acc) {
+  return run_row(op, dt, d, seed, log, msg, msg_len, acc, NULL);
+}
+
+ag_conf_result ag_conf_run_capture(int op, ag_dtype dt, ag_device d, uint64_t seed, FILE *log, char *msg,
+                                   size_t msg_len, ag_conf_capture *cap) {
+  return run_row(op, dt, d, seed, log, msg, msg_len, NULL, cap);
+}
+
+static ag_conf_result run_row(int op, ag_dtype dt, ag_device d, uint64_t seed, FILE *log, char *msg,
+                              size_t msg_len, ag_conf_acc *acc, ag_conf_capture *cap) {
   if (msg && msg_len) msg[0] = 0;
   if (op < 0 || op >= N_OPS || (unsigned)dt >= AG_DTYPE_COUNT) {
     if (msg) snprintf(msg, msg_len, "unknown op or dtype");
@@ -865,7 +884,7 @@ ag_conf_result ag_conf_run_acc(int op, ag_dtype dt, ag_device d, uint64_t seed, 
   unsigned bit = 1u << dt;
   if (!((od->required | od->optional) & bit)) return AG_CONF_NA;
   ctx c = {.dev = d, .dt = dt, .seed = seed, .opname = od->name, .optional = (od->optional & bit) != 0, .arg = od->arg,
-           .log = log, .res = AG_CONF_PASS, .acc = acc};
+           .log = log, .res = AG_CONF_PASS, .acc = acc, .cap = cap};
   int64_t live = ag_live_tensors();
   ag_scope_begin();
   od->fn(&c);

@@ -116,6 +116,67 @@ ag_conf_stats ag_conf_dist_stats(ag_conf_dist *d);
 /* Free the arrays of acc and zero it (keeps dump_dir). NULL is a no-op. */
 void ag_conf_acc_free(ag_conf_acc *acc);
 
+/* ---- bit for bit (`anygrad check --numerics portable --bitwise`) ----
+ * A row run with a capture records every tensor the engine reads back from
+ * the device (outputs, and for grad_ rows the forward output and each
+ * gradient), as raw bytes, in the order read; the reference comparisons are
+ * not judged and the finite differences not run (bits, not accuracy, are
+ * the question). Inputs are generated on the host from the seed and
+ * copied, so two devices see the same bits; two captures of one row are
+ * compared buffer by buffer. */
+
+typedef struct ag_conf_buf {
+  char what[160]; /* "case 'rows of 7' read 2" */
+  ag_dtype dt;
+  int ndim;
+  int64_t shape[AG_MAX_DIMS];
+  int64_t n;
+  void *bytes; /* n * ag_dtype_size(dt); owned */
+} ag_conf_buf;
+
+typedef struct ag_conf_capture {
+  ag_conf_buf *b; /* owned */
+  int n, cap;
+  bool oom; /* a buffer could not be kept: the capture is incomplete */
+} ag_conf_capture;
+
+/* ag_conf_run with every read-back recorded in cap (zero-initialised;
+ * release with ag_conf_capture_free). */
+ag_conf_result ag_conf_run_capture(int op, ag_dtype dt, ag_device d, uint64_t seed, FILE *log, char *msg,
+                                   size_t msg_len, ag_conf_capture *cap);
+void ag_conf_capture_free(ag_conf_capture *cap);
+
+/* One element that differs: its index, both values' bits and values, and
+ * their distance (ULPs of dt for floating dtypes, |a - b| for integers;
+ * 0 for +0 against -0, INT64_MAX for NaN against a number). */
+typedef struct ag_conf_bitdiff {
+  ag_dtype dt;
+  int buffer; /* ag_conf_capture_compare: which buffer of the captures */
+  int64_t index;
+  uint64_t a_bits, b_bits;
+  double a, b;
+  int64_t ulps;
+} ag_conf_bitdiff;
+
+/* Whether elements i of a and b (dtype dt) are the same: NaN equals NaN
+ * whatever its sign and payload, every other value by its bits (+0 and -0
+ * differ). */
+bool ag_conf_bits_same(ag_dtype dt, const void *a, const void *b, int64_t i);
+/* Compare n elements; returns how many differ and the first in *first
+ * (may be NULL). */
+int64_t ag_conf_bits_compare(ag_dtype dt, const void *a, const void *b, int64_t n, ag_conf_bitdiff *first);
+/* "element 5: 0x3f800001 (1.00000012) vs 0x3f800000 (1), 1 ULP" into buf. */
+const char *ag_conf_bitdiff_str(ag_dtype dt, const ag_conf_bitdiff *d, char *buf, size_t len);
+
+/* The verdict on two captures of one row (a: the device, b: the
+ * reference): 0 when every buffer is the same bit for bit, else the number
+ * of differing elements (a buffer whose dtype, shape or count differs, or
+ * one present in only one capture, counts as 1), with the first difference
+ * described in why (where, shape, ag_conf_bitdiff_str) and returned in
+ * *first (index -1 for a structural difference; may be NULL). */
+int64_t ag_conf_capture_compare(const ag_conf_capture *a, const ag_conf_capture *b, char *why, size_t len,
+                                ag_conf_bitdiff *first);
+
 /* ---- measurements (tools/cmd_bench.c) ---- */
 
 typedef struct ag_bench_row {

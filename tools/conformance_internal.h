@@ -51,6 +51,10 @@ typedef struct ctx {
   const hbuf *din;
   char dinfo[160];
   int ncase;
+  /* bitwise mode (ag_conf_run_capture): every read-back recorded here;
+   * nread numbers the reads of a case */
+  ag_conf_capture *cap;
+  int nread;
 } ctx;
 
 typedef struct guard {
@@ -103,6 +107,9 @@ void ag__conf_check(ctx *c, ag_tensor *t, int ndim, const int64_t *shape, ag_dty
                     double tol);
 int ag__conf_bshape(int na, const int64_t *a, int nb, const int64_t *b, int64_t *out);
 int64_t ag__conf_bidx(const hbuf *h, int ondim, const int64_t *oidx);
+
+/* conformance_bitwise.c: record the bytes of a read-back (c->cap set) */
+void ag__conf_capture_push(ctx *c, const ag_tensor *t, const void *bytes);
 
 /* conformance_elementwise.c */
 ag_tensor *ag__conf_call_binary(int op, ag_tensor *a, ag_tensor *b);

@@ -588,10 +588,19 @@ ag_devstate *ag__same_device(const char *op, int n, ag_tensor *const *ts) {
   return ds;
 }
 
+/* In portable numerics a device that refuses the mode says so (its cached
+ * reason, docs/numerics.md), and an op without a portable kernel is named
+ * as such: "not supported" alone would hide that the default mode runs it. */
+static const char *portable_refusal(ag_devstate *ds) {
+  if (AG_LIKELY(ag_get_numerics() != AG_NUMERICS_PORTABLE)) return "";
+  return ag__portable_open(ds) == AG_OK ? " in portable numerics (no portable kernel: docs/numerics.md)" : NULL;
+}
+
 bool ag__supported(ag_devstate *ds, ag_kop op, int sub, ag_dtype dt, const char *name) {
   if (AG_LIKELY(ag__supports(ds, op, sub, dt))) return true;
-  ag_error_set(AG_ERR_UNSUPPORTED, "%s for %s is not supported on %s", name, ag_dtype_name(dt),
-               ds->label);
+  const char *why = portable_refusal(ds);
+  if (why)
+    ag_error_set(AG_ERR_UNSUPPORTED, "%s for %s is not supported on %s%s", name, ag_dtype_name(dt), ds->label, why);
   return false;
 }
 
@@ -606,8 +615,10 @@ static ag_status elementwise_check(ag_devstate *ds, const ag_kernel_call *c) {
   const ag_unary_info *u = c->op == AG_K_UNARY ? ag_unary_info_of(c->sub) : NULL;
   const ag_binary_info *b = c->op == AG_K_BINARY ? ag_binary_info_of(c->sub) : NULL;
   const char *sub = u ? u->name : b ? b->name : "(unknown sub-op)";
-  return ag_error_set(AG_ERR_UNSUPPORTED, "%s for %s is not supported on %s (elementwise %s, %s sub-op %d)",
-                      c->name ? c->name : "launch", ag_dtype_name(dt), ds->label, sub,
+  const char *why = portable_refusal(ds);
+  if (!why) return AG_ERR_UNSUPPORTED; /* the device's refusal, set */
+  return ag_error_set(AG_ERR_UNSUPPORTED, "%s for %s is not supported on %s%s (elementwise %s, %s sub-op %d)",
+                      c->name ? c->name : "launch", ag_dtype_name(dt), ds->label, why, sub,
                       c->op == AG_K_UNARY ? "unary" : "binary", c->sub);
 }
 

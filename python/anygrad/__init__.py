@@ -46,6 +46,26 @@ def synchronize(dev="cpu"):
     check(lib.ag_device_synchronize(_as_dev(dev)._d))
 
 
+def set_numerics(mode):
+    """The process-wide numerics mode (docs/numerics.md), as AG_NUMERICS and
+    ag_set_numerics: "portable" makes every op that runs give the same bits
+    on every backend and device, and refuses (UnsupportedError) an op or
+    device without a portable kernel; "default" is each backend's fastest
+    path. Affects the ops launched afterwards. Another word: ValueError."""
+    if not isinstance(mode, str):
+        raise TypeError("set_numerics(): argument 'mode' must be str, not %s" % type(mode).__name__)
+    if "\0" in mode:
+        raise ValueError("set_numerics(): numerics %r is not default or portable" % mode)
+    m = ctypes.c_int()
+    check(lib.ag_numerics_parse(mode.encode(), byref(m)))
+    check(lib.ag_set_numerics(m.value))
+
+
+def get_numerics():
+    """The numerics mode now: "default" or "portable"."""
+    return lib.ag_numerics_name(lib.ag_get_numerics()).decode()
+
+
 def _as_dev(d):
     from ._tensor import as_device
     return as_device(d)

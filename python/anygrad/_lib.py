@@ -222,6 +222,8 @@ _DECLS = {
     "ag_device_props_get": (c_int, [Device, POINTER(DeviceProps)]),
     "ag_device_mem_info": (c_int, [Device, POINTER(c_size_t), POINTER(c_size_t)]),
     "ag_set_deterministic": (None, [c_bool]),
+    "ag_set_numerics": (c_int, [c_int]), "ag_get_numerics": (c_int, []),
+    "ag_numerics_name": (c_char_p, [c_int]), "ag_numerics_parse": (c_int, [c_char_p, POINTER(c_int)]),
     # creation
     "ag_empty": (T, [Device, c_int, c_int, POINTER(c_int64)]),
     "ag_zeros": (T, [Device, c_int, c_int, POINTER(c_int64)]),
