@@ -922,6 +922,8 @@ static const ag_backend g_backend = {
     .priority = 100,
     .device_priority = vk_device_priority,
     .description = "Vulkan compute (GLSL shaders as SPIR-V, buffer device addresses)",
+    .portable_check = vkb_portable_check,
+    .supports_portable = vkb_supports_portable,
 };
 
 __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }

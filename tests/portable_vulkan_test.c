@@ -1,0 +1,352 @@
+/* Portable numerics on vulkan:0 (docs/numerics.md): every result bit for
+ * bit the CPU's, on awkward sizes (1, 255, 256, 257, 70000 elements; rows
+ * of 1 and 5000; sums over two and three levels of blocks), for f32, f16
+ * and bf16. Where the CPU refuses an op in portable mode the canonical sum
+ * and the sequential matmul are checked against a reference written here.
+ * Run under the validation layers (tests/portable_vulkan.cmake). Skips (77)
+ * without vulkan:0. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "anygrad/anygrad.h"
+
+static ag_device VK;
+
+static bool have_vulkan(void) {
+  ag_backend_kind k;
+  if (ag_backend_find("vulkan", &k) != AG_OK) return false;
+  return ag_backend_available(k, NULL) && ag_device_parse("vulkan:0", &VK) == AG_OK;
+}
+
+/* deterministic inputs in [-3, 3), with a few zeros, tiny and huge values */
+static float *inputs(int64_t n, uint32_t seed) {
+  float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+  assert_non_null(v);
+  uint32_t s = seed * 2654435761u + 12345u;
+  for (int64_t i = 0; i < n; i++) {
+    s = s * 1664525u + 1013904223u;
+    float u = (float)(s >> 8) * 0x1p-24f;
+    v[i] = 6.0f * u - 3.0f;
+    if (i % 97 == 13) v[i] = 0.0f;
+    if (i % 89 == 7) v[i] = ldexpf(v[i], -140); /* subnormal */
+  }
+  return v;
+}
+
+/* The bits of t (f32, f16, bf16 or integer) as bytes; *out_es the element size. */
+static void *bits_of(ag_tensor *t, int64_t *out_n, size_t *out_es) {
+  int64_t n = ag_tensor_numel(t);
+  size_t es = ag_dtype_size(ag_tensor_dtype(t));
+  void *h = malloc((size_t)(n ? n : 1) * es);
+  assert_non_null(h);
+  if (ag_to_host(t, h, (size_t)n * es) != AG_OK) fail_msg("ag_to_host: %s", ag_last_error());
+  *out_n = n;
+  *out_es = es;
+  return h;
+}
+
+static bool is_nan_bits(const uint8_t *p, size_t es, ag_dtype dt) {
+  if (dt == AG_F32) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return (u & 0x7fffffffu) > 0x7f800000u;
+  }
+  if (dt == AG_F16 || dt == AG_BF16) {
+    uint16_t u;
+    memcpy(&u, p, 2);
+    return dt == AG_F16 ? (u & 0x7fffu) > 0x7c00u : (u & 0x7fffu) > 0x7f80u;
+  }
+  (void)es;
+  return false;
+}
+
+/* Differing elements of a and b (NaN equals NaN, every other value by its bits). */
+static int64_t differ(const char *what, ag_tensor *a, ag_tensor *b) {
+  assert_non_null(a);
+  assert_non_null(b);
+  ag_dtype dt = ag_tensor_dtype(a);
+  assert_int_equal(dt, ag_tensor_dtype(b));
+  int64_t n, m;
+  size_t es, es2;
+  uint8_t *x = bits_of(a, &n, &es), *y = bits_of(b, &m, &es2);
+  assert_int_equal(n, m);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const uint8_t *p = x + (size_t)i * es, *q = y + (size_t)i * es;
+    if (memcmp(p, q, es) == 0 || (is_nan_bits(p, es, dt) && is_nan_bits(q, es, dt))) continue;
+    if (bad++ < 4) {
+      uint32_t u = 0, v = 0;
+      memcpy(&u, p, es < 4 ? es : 4);
+      memcpy(&v, q, es < 4 ? es : 4);
+      fprintf(stderr, "%s %s: element %lld: vulkan 0x%x, reference 0x%x\n", what, ag_dtype_name(dt), (long long)i,
+              (unsigned)u, (unsigned)v);
+    }
+  }
+  free(x);
+  free(y);
+  return bad;
+}
+
+/* x of shape on d in dtype dt (from the f32 values v: one rounding) */
+static ag_tensor *make(ag_device d, ag_dtype dt, int nd, const int64_t *shape, const float *v) {
+  ag_tensor *f = ag_from_host(d, AG_F32, nd, shape, v);
+  assert_non_null(f);
+  if (dt == AG_F32) return f;
+  ag_tensor *t = ag_cast(f, dt);
+  ag_tensor_release(f);
+  if (!t) fail_msg("cast: %s", ag_last_error());
+  return t;
+}
+
+typedef ag_tensor *(*op_fn)(ag_tensor *const *x, int arg);
+
+/* Runs op on vulkan:0 and the cpu (portable numerics) with the same inputs
+ * and asserts the same bits; `ref` (may be NULL) gives the reference when
+ * the cpu refuses. Returns whether a comparison ran. */
+static bool same_as_cpu(const char *what, op_fn op, int arg, ag_dtype dt, int nin, const int *nd,
+                        const int64_t (*shape)[4], ag_tensor *(*ref)(ag_tensor *const *x, int arg)) {
+  ag_tensor *xv[4] = {0}, *xc[4] = {0};
+  float *v[4] = {0};
+  for (int k = 0; k < nin; k++) {
+    int64_t n = 1;
+    for (int i = 0; i < nd[k]; i++) n *= shape[k][i];
+    v[k] = inputs(n, (uint32_t)(k + 1));
+    xv[k] = make(VK, dt, nd[k], shape[k], v[k]);
+    xc[k] = make(AG_CPU, dt, nd[k], shape[k], v[k]);
+  }
+  /* only the op runs in portable mode: the inputs' casts and the
+   * references are made in the default one */
+  assert_int_equal(ag_set_numerics(AG_NUMERICS_PORTABLE), AG_OK);
+  ag_tensor *yv = op(xv, arg);
+  if (!yv) fail_msg("%s %s on vulkan:0: %s", what, ag_dtype_name(dt), ag_last_error());
+  ag_tensor *yc = op(xc, arg);
+  assert_int_equal(ag_set_numerics(AG_NUMERICS_DEFAULT), AG_OK);
+  bool ran = true;
+  if (!yc && ref) {
+    yc = ref(xc, arg);
+    if (!yc) fail_msg("%s reference: %s", what, ag_last_error());
+  }
+  if (yc) {
+    assert_int_equal(differ(what, yv, yc), 0);
+    ag_tensor_release(yc);
+  } else {
+    fprintf(stderr, "note: %s %s: the cpu refuses (%s): not compared\n", what, ag_dtype_name(dt), ag_last_error());
+    ran = false;
+  }
+  ag_tensor_release(yv);
+  for (int k = 0; k < nin; k++) {
+    ag_tensor_release(xv[k]);
+    ag_tensor_release(xc[k]);
+    free(v[k]);
+  }
+  return ran;
+}
+
+static const ag_dtype DTS[3] = {AG_F32, AG_F16, AG_BF16};
+static const int64_t SIZES[5] = {1, 255, 256, 257, 70000};
+
+/* ---- references (default numerics on the cpu, host arithmetic) ---- */
+
+static float as_f32(ag_tensor *t, float **out) {
+  ag_tensor *f = ag_tensor_dtype(t) == AG_F32 ? t : ag_cast(t, AG_F32);
+  int64_t n = ag_tensor_numel(f);
+  *out = malloc((size_t)(n ? n : 1) * sizeof(float));
+  assert_non_null(*out);
+  assert_int_equal(ag_to_host(f, *out, (size_t)n * sizeof(float)), AG_OK);
+  if (f != t) ag_tensor_release(f);
+  return 0;
+}
+
+/* S of docs/numerics.md */
+static float canon_sum(const float *v, int64_t n, int64_t stride) {
+  if (n <= 1) return n ? v[0] + 0.0f : 0.0f;
+  int64_t nb = (n + 255) / 256;
+  float *bs = malloc((size_t)nb * sizeof *bs);
+  assert_non_null(bs);
+  for (int64_t b = 0; b < nb; b++) {
+    float t[256];
+    for (int i = 0; i < 256; i++) t[i] = b * 256 + i < n ? v[(b * 256 + i) * stride] : 0.0f;
+    for (int s = 128; s > 0; s >>= 1)
+      for (int i = 0; i < s; i++) t[i] = t[i] + t[i + s];
+    bs[b] = t[0];
+  }
+  float r = nb == 1 ? bs[0] : canon_sum(bs, nb, 1);
+  free(bs);
+  return r;
+}
+
+static ag_tensor *from_f32(ag_tensor *like, int nd, const int64_t *shape, const float *v) {
+  return make(AG_CPU, ag_tensor_dtype(like), nd, shape, v);
+}
+
+/* arg: the dim (-1 all) */
+static ag_tensor *ref_sum(ag_tensor *const *x, int dim) {
+  float *v;
+  as_f32(x[0], &v);
+  int nd = ag_tensor_ndim(x[0]);
+  int64_t shape[8], outer = 1, r = 1, inner = 1;
+  for (int i = 0; i < nd; i++) {
+    shape[i] = ag_tensor_shape(x[0])[i];
+    if (dim < 0 || i == dim) r *= shape[i];
+    else if (i < dim) outer *= shape[i];
+    else inner *= shape[i];
+  }
+  float *o = malloc((size_t)(outer * inner) * sizeof *o);
+  assert_non_null(o);
+  for (int64_t a = 0; a < outer; a++)
+    for (int64_t i = 0; i < inner; i++) o[a * inner + i] = canon_sum(v + a * r * inner + i, r, inner);
+  int64_t oshape[8];
+  int ond = 0;
+  for (int i = 0; i < nd && dim >= 0; i++)
+    if (i != dim) oshape[ond++] = shape[i];
+  ag_tensor *t = from_f32(x[0], ond, oshape, o);
+  free(v);
+  free(o);
+  return t;
+}
+
+static ag_tensor *ref_matmul(ag_tensor *const *x, int arg) {
+  (void)arg;
+  float *a, *b;
+  as_f32(x[0], &a);
+  as_f32(x[1], &b);
+  int64_t M = ag_tensor_shape(x[0])[0], K = ag_tensor_shape(x[0])[1], N = ag_tensor_shape(x[1])[1];
+  float *c = malloc((size_t)(M * N) * sizeof *c);
+  assert_non_null(c);
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; k++) {
+        volatile float p = a[m * K + k] * b[k * N + n];
+        acc = acc + p;
+      }
+      c[m * N + n] = acc;
+    }
+  const int64_t shape[2] = {M, N};
+  ag_tensor *t = from_f32(x[0], 2, shape, c);
+  free(a);
+  free(b);
+  free(c);
+  return t;
+}
+
+/* ---- the ops ---- */
+
+typedef ag_tensor *(*un_fn)(ag_tensor *);
+static const struct {
+  const char *name;
+  un_fn f;
+} UNARY[] = {{"exp", ag_exp},       {"log", ag_log},     {"sqrt", ag_sqrt},   {"rsqrt", ag_rsqrt},
+             {"tanh", ag_tanh},     {"sigmoid", ag_sigmoid}, {"gelu", ag_gelu}, {"silu", ag_silu},
+             {"sin", ag_sin},       {"cos", ag_cos},     {"erf", ag_erf},     {"log1p", ag_log1p},
+             {"expm1", ag_expm1},   {"reciprocal", ag_reciprocal}, {"softsign", ag_softsign}, {"mish", ag_mish}};
+static ag_tensor *op_unary(ag_tensor *const *x, int k) { return UNARY[k].f(x[0]); }
+
+typedef ag_tensor *(*bin_fn)(ag_tensor *, ag_tensor *);
+static const struct {
+  const char *name;
+  bin_fn f;
+} BINARY[] = {{"add", ag_add}, {"mul", ag_mul}, {"div", ag_div}, {"atan2", ag_atan2}, {"hypot", ag_hypot},
+              {"fmod", ag_fmod}, {"remainder", ag_remainder}};
+static ag_tensor *op_binary(ag_tensor *const *x, int k) { return BINARY[k].f(x[0], x[1]); }
+
+static ag_tensor *op_sum(ag_tensor *const *x, int dim) {
+  return dim < 0 ? ag_sum(x[0], 0, NULL, false) : ag_sum(x[0], 1, &dim, false);
+}
+static ag_tensor *op_matmul(ag_tensor *const *x, int arg) {
+  (void)arg;
+  return ag_matmul(x[0], x[1]);
+}
+static ag_tensor *op_softmax(ag_tensor *const *x, int logv) { return logv ? ag_log_softmax(x[0], 1) : ag_softmax(x[0], 1); }
+
+static void test_unary(void **state) {
+  (void)state;
+  for (size_t k = 0; k < sizeof UNARY / sizeof UNARY[0]; k++)
+    for (int d = 0; d < 3; d++)
+      for (int s = 0; s < 5; s++) {
+        const int nd[1] = {1};
+        const int64_t shape[1][4] = {{SIZES[s]}};
+        same_as_cpu(UNARY[k].name, op_unary, (int)k, DTS[d], 1, nd, shape, NULL);
+      }
+}
+
+static void test_binary(void **state) {
+  (void)state;
+  for (size_t k = 0; k < sizeof BINARY / sizeof BINARY[0]; k++)
+    for (int d = 0; d < 3; d++)
+      for (int s = 0; s < 5; s++) {
+        const int nd[2] = {1, 1};
+        const int64_t shape[2][4] = {{SIZES[s]}, {SIZES[s]}};
+        same_as_cpu(BINARY[k].name, op_binary, (int)k, DTS[d], 2, nd, shape, NULL);
+      }
+}
+
+static void test_sum(void **state) {
+  (void)state;
+  for (int d = 0; d < 3; d++) {
+    for (int s = 0; s < 5; s++) {
+      const int nd[1] = {1};
+      const int64_t shape[1][4] = {{SIZES[s]}};
+      same_as_cpu("sum", op_sum, -1, DTS[d], 1, nd, shape, ref_sum);
+    }
+    /* three levels of blocks (more than 65536 block sums' worth) */
+    const int nd1[1] = {1};
+    const int64_t big[1][4] = {{256 * 256 + 300}};
+    same_as_cpu("sum", op_sum, -1, DTS[d], 1, nd1, big, ref_sum);
+    /* rows of 1 and 5000, along the last dim and along a strided one */
+    const int nd2[1] = {2};
+    const int64_t rows1[1][4] = {{37, 1}}, rows5k[1][4] = {{3, 5000}};
+    same_as_cpu("sum rows", op_sum, 1, DTS[d], 1, nd2, rows1, ref_sum);
+    same_as_cpu("sum rows", op_sum, 1, DTS[d], 1, nd2, rows5k, ref_sum);
+    same_as_cpu("sum cols", op_sum, 0, DTS[d], 1, nd2, rows5k, ref_sum);
+  }
+}
+
+static void test_matmul(void **state) {
+  (void)state;
+  static const int64_t mkn[][3] = {{1, 1, 1}, {1, 5000, 1}, {257, 255, 70}, {64, 256, 65}, {3, 70000 / 64, 5}};
+  for (int d = 0; d < 3; d++)
+    for (size_t k = 0; k < sizeof mkn / sizeof mkn[0]; k++) {
+      const int nd[2] = {2, 2};
+      const int64_t shape[2][4] = {{mkn[k][0], mkn[k][1]}, {mkn[k][1], mkn[k][2]}};
+      same_as_cpu("matmul", op_matmul, 0, DTS[d], 2, nd, shape, ref_matmul);
+    }
+}
+
+static void test_softmax(void **state) {
+  (void)state;
+  static const int64_t rc[][2] = {{7, 1}, {3, 255}, {2, 256}, {2, 257}, {3, 5000}, {1, 70000}};
+  for (int logv = 0; logv < 2; logv++)
+    for (int d = 0; d < 3; d++)
+      for (size_t k = 0; k < sizeof rc / sizeof rc[0]; k++) {
+        const int nd[1] = {2};
+        const int64_t shape[1][4] = {{rc[k][0], rc[k][1]}};
+        same_as_cpu(logv ? "log_softmax" : "softmax", op_softmax, logv, DTS[d], 1, nd, shape, NULL);
+      }
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  if (!have_vulkan()) {
+    fprintf(stderr, "portable_vulkan_test: no vulkan:0, skipped\n");
+    return 77;
+  }
+  if (ag_device_numerics_check(VK, AG_NUMERICS_PORTABLE) != AG_OK) {
+    fprintf(stderr, "vulkan:0 refuses portable numerics: %s\n", ag_last_error());
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sum),    cmocka_unit_test(test_matmul), cmocka_unit_test(test_softmax),
+      cmocka_unit_test(test_unary),  cmocka_unit_test(test_binary),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
