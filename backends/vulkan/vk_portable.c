@@ -114,7 +114,7 @@ static ag_status sum_levels(ag_bstream *s, uint64_t out, ag_dtype odt, uint64_t 
     a.n[1] = len;
     a.n[2] = inn;
     a.n[3] = nb;
-    ag_status st = vkb_dispatch1(s, VKS_P_SUM, 0, &a, Q * nb * VKB_WG);
+    ag_status st = vkb_dispatch1(s, VKS_P_SUM, 0, &a, Q * ((nb + 15) / 16) * VKB_WG);
     if (st != AG_OK || last) return st;
     src = buf[lvl & 1];
     sdt = AG_F32;

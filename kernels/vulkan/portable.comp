@@ -35,40 +35,40 @@ void main() {
 #endif
 
 #if defined(K_P_SUM)
-/* One level of S: a work-group per (output q, block b) sums the 256 terms
- * src[o, b*256 .. b*256+255, i] (q = o * inner + i; zeros past len) by the
- * fixed tree. p0 dst, p1 src (k1 its dtype); n0 outputs, n1 len, n2 inner
- * (1 for a level of block sums: src[q * len + j]), n3 blocks. k2: the last
- * level (one block): dst is the output (k0 its dtype), times f0 when k3;
- * else dst is f32 [q][blocks]. k4: the terms are the squares of src's
- * values (SUMSQ, level 0). */
-shared float t[WG];
+/* One level of S: a work-group per (output q, group of 16 blocks) sums
+ * the 256 terms src[o, b*256 .. b*256+255, i] of each block b (q = o *
+ * inner + i; zeros past len) by the fixed tree (psum.glsl's ps_tree16).
+ * p0 dst, p1 src (k1 its dtype); n0 outputs, n1 len, n2 inner (1 for a
+ * level of block sums: src[q * len + j]), n3 blocks. k2: the last level
+ * (one block): dst is the output (k0 its dtype), times f0 when k3; else dst
+ * is f32 [q][blocks]. k4: the terms are the squares of src's values
+ * (SUMSQ, level 0). */
+int64_t g_base, g_st;
+float pterm(int which, int64_t j) {
+  precise float v = ldf(pc.a.p[1], g_base + j * g_st, pc.a.k[1]);
+  if (pc.a.k[4] != 0) v = v * v;
+  return v;
+}
+#include "psum.glsl"
 void main() {
   int64_t g = group_id(), Q = pc.a.n[0], len = pc.a.n[1], inner = pc.a.n[2], nb = pc.a.n[3];
-  if (g >= Q * nb) return;
-  int64_t q = g / nb, b = g % nb;
+  int64_t ng = (nb + 15) / 16;
+  if (g >= Q * ng) return;
+  int64_t q = g / ng, b0 = (g % ng) * 16;
   int64_t o = q / inner, i = q % inner;
+  g_base = o * len * inner + i;
+  g_st = inner;
+  ps_tree16(0, len, b0, nb);
   uint l = gl_LocalInvocationID.x;
-  int64_t j = b * WG + int64_t(l);
-  precise float v0 = j < len ? ldf(pc.a.p[1], (o * len + j) * inner + i, pc.a.k[1]) : 0.0;
-  if (pc.a.k[4] != 0) v0 = v0 * v0; /* SUMSQ's terms x_i * x_i */
-  t[l] = v0;
-  barrier();
-  for (uint s = WG / 2; s > 0u; s >>= 1) {
-    if (l < s) {
-      precise float v = t[l] + t[l + s];
-      t[l] = v;
-    }
-    barrier();
-  }
-  if (l != 0u) return;
+  if (l >= 16u || b0 + int64_t(l) >= nb) return;
+  float r = ps_t[16u * l];
   if (pc.a.k[2] == 0) {
-    PF(pc.a.p[0], q * nb + b) = t[0];
+    PF(pc.a.p[0], q * nb + b0 + int64_t(l)) = r;
     return;
   }
-  precise float r = t[0];
-  if (pc.a.k[3] != 0) r = r * pc.a.f[0];
-  stf(pc.a.p[0], q, pc.a.k[0], r);
+  precise float rs = r;
+  if (pc.a.k[3] != 0) rs = rs * pc.a.f[0];
+  stf(pc.a.p[0], q, pc.a.k[0], rs);
 }
 #endif
 

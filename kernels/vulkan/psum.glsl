@@ -28,23 +28,53 @@ float ps_tree(float v) {
   return r;
 }
 
+/* The trees of 16 blocks at once, without a barrier per step: invocation
+ * l = 16 g + u sums the leaves u + 16 m (m < 16) of block b0 + g, which
+ * the steps s = 128 .. 16 of the block's tree pair among themselves (step
+ * s = 16 s' pairs leaf u + 16 m with u + 16 (m + s')), then the steps 8 .. 1
+ * run over the 16 partial trees of each block in shared memory. Block
+ * b0 + g's sum is left in ps_t[16 g]. */
+void ps_tree16(int which, int64_t n, int64_t b0, int64_t n1) {
+  uint l = gl_LocalInvocationID.x, u = l & 15u;
+  int64_t blk = b0 + int64_t(l >> 4);
+  precise float v[16];
+  for (int m = 0; m < 16; m++) {
+    int64_t j = blk * WG + int64_t(u) + 16 * m;
+    v[m] = blk < n1 && j < n ? pterm(which, j) : 0.0;
+  }
+  for (int s = 8; s > 0; s >>= 1)
+    for (int m = 0; m < s; m++) v[m] = v[m] + v[m + s];
+  ps_t[l] = v[0];
+  barrier();
+  for (uint s = 8u; s > 0u; s >>= 1) {
+    if (u < s) {
+      precise float t = ps_t[l] + ps_t[l + s];
+      ps_t[l] = t;
+    }
+    barrier();
+  }
+}
+
 /* S(pterm(which, 0 .. n)) for n <= 2^24 */
 float psum(int which, int64_t n) {
   uint l = gl_LocalInvocationID.x;
   int64_t n1 = n <= 0l ? 1l : (n + WG - 1) / WG;
   float r = 0.0;
-  for (int64_t b = 0; b < n1; b++) {
-    int64_t j = b * WG + int64_t(l);
-    r = ps_tree(j < n ? pterm(which, j) : 0.0);
-    if (n1 == 1l) return r;
-    if (l == 0u) ps_l1[uint(b % WG)] = r;
+  for (int64_t b0 = 0; b0 < n1; b0 += 16) {
+    ps_tree16(which, n, b0, n1);
+    if (n1 == 1l) {
+      r = ps_t[0];
+      barrier();
+      return r;
+    }
+    if (l < 16u && b0 + int64_t(l) < n1) ps_l1[uint((b0 + int64_t(l)) % WG)] = ps_t[16u * l];
     barrier();
-    if (b % WG == WG - 1 || b == n1 - 1l) {
+    int64_t last = min(b0 + 16, n1) - 1l;
+    if (last % WG == WG - 1 || last == n1 - 1l) {
       /* a level-2 block is complete: its tree over the level-1 sums */
-      int64_t cnt = b % WG + 1;
-      float v = int64_t(l) < cnt ? ps_l1[l] : 0.0;
-      r = ps_tree(v);
-      if (l == 0u) ps_l2[uint(b / WG)] = r;
+      int64_t cnt = last % WG + 1;
+      r = ps_tree(int64_t(l) < cnt ? ps_l1[l] : 0.0);
+      if (l == 0u) ps_l2[uint(last / WG)] = r;
       barrier();
     }
   }
