@@ -333,12 +333,32 @@ static void test_softmax(void **state) {
       }
 }
 
+/* AG_VULKAN_TEST=no_float_controls: without SignedZeroInfNanPreserve the
+ * device refuses the mode, with its reason, and every launch repeats it. */
+static void test_refused(void **state) {
+  (void)state;
+  assert_int_not_equal(ag_device_numerics_check(VK, AG_NUMERICS_PORTABLE), AG_OK);
+  assert_non_null(strstr(ag_last_error(), "refuses portable numerics"));
+  const int64_t n = 4;
+  const float v[4] = {1, 2, 3, 4};
+  ag_tensor *x = ag_from_host(VK, AG_F32, 1, &n, v);
+  assert_non_null(x);
+  assert_int_equal(ag_set_numerics(AG_NUMERICS_PORTABLE), AG_OK);
+  ag_tensor *y = ag_exp(x);
+  assert_int_equal(ag_set_numerics(AG_NUMERICS_DEFAULT), AG_OK);
+  assert_null(y);
+  assert_non_null(strstr(ag_last_error(), "refuses portable numerics"));
+  ag_tensor_release(x);
+}
+
 int main(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
   if (!have_vulkan()) {
     fprintf(stderr, "portable_vulkan_test: no vulkan:0, skipped\n");
     return 77;
+  }
+  if (argc > 1 && !strcmp(argv[1], "refused")) {
+    const struct CMUnitTest t[] = {cmocka_unit_test(test_refused)};
+    return cmocka_run_group_tests_name("portable_vulkan_refused", t, NULL, NULL);
   }
   if (ag_device_numerics_check(VK, AG_NUMERICS_PORTABLE) != AG_OK) {
     fprintf(stderr, "vulkan:0 refuses portable numerics: %s\n", ag_last_error());

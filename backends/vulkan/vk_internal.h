@@ -169,6 +169,10 @@ typedef struct vkb_device {
   /* the device takes SignedZeroInfNanPreserve for f32 / f64 (else the
    * modules' declarations are removed when they are created) */
   bool szinp32, szinp64;
+  /* shaderDenormPreserveFloat32: the portable modules (VKS_P_*) declare
+   * DenormPreserve for f32 (elsewhere subnormals are probed, not promised:
+   * vkb_portable_check) */
+  bool denorm32;
   /* AG_VULKAN_TEST=noncoherent: memory other than pinned blocks is treated
    * as not HOST_COHERENT (vkb_mem_flush, vkb_mem_invalidate) */
   bool test_noncoherent;

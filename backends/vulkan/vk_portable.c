@@ -29,6 +29,14 @@ static void probe_expect(const float *in, float *out) {
 ag_status vkb_portable_check(int dev) {
   vkb_device *d = vkb_dev_open(dev);
   if (!d) return ag_last_status();
+  /* without SignedZeroInfNanPreserve a driver may fold x + 0 to x or x * 0
+   * to 0, which moves the sign of zeros and loses NaN: no probe can show
+   * it never does */
+  if (!d->szinp32)
+    return ag_error_set(AG_ERR_UNSUPPORTED,
+                        "vulkan:%d refuses portable numerics: %s lacks shaderSignedZeroInfNanPreserveFloat32, so "
+                        "signed zeros, infinities and NaN may be optimized away",
+                        dev, d->props.deviceName);
   /* a = 1.5 * 2^-126, b = 0.5, c = 3 * 2^-149, d = 2^20, e = 2^-126,
    * g = 1 + 2^-12, h = g * g rounded (1 + 2^-11) */
   const float in[VKP_PROBE_N] = {ldexpf(1.5f, -126), 0.5f, ldexpf(3.0f, -149), ldexpf(1.0f, 20), ldexpf(1.0f, -126),
