@@ -333,6 +333,210 @@ static void test_softmax(void **state) {
       }
 }
 
+/* ---- convolution and pooling: the sequential orders of the contract,
+ * forward and backward (through autograd), against references here (the
+ * cpu has no portable kernel for them) ---- */
+
+typedef struct cgeo {
+  int64_t N, C, H, W, Co, kh, kw;
+  int sh, sw, ph, pw, dh, dw, G;
+} cgeo;
+
+static int64_t c_out(int64_t in, int k, int st, int pad, int dil) { return (in + 2 * pad - dil * (k - 1) - 1) / st + 1; }
+
+/* y, dx, dw of the contract for x, w, bias b, upstream g */
+static void conv_ref(const cgeo *q, const float *x, const float *w, const float *b, const float *g, float *y,
+                     float *dx, float *dw) {
+  int64_t Ho = c_out(q->H, (int)q->kh, q->sh, q->ph, q->dh), Wo = c_out(q->W, (int)q->kw, q->sw, q->pw, q->dw);
+  int64_t Cg = q->C / q->G, Cog = q->Co / q->G;
+  for (int64_t n = 0; n < q->N; n++)
+    for (int64_t co = 0; co < q->Co; co++)
+      for (int64_t oh = 0; oh < Ho; oh++)
+        for (int64_t ow = 0; ow < Wo; ow++) {
+          float acc = 0.0f;
+          for (int64_t ci = 0; ci < Cg; ci++)
+            for (int64_t i = 0; i < q->kh; i++)
+              for (int64_t j = 0; j < q->kw; j++) {
+                int64_t h = oh * q->sh - q->ph + i * q->dh, ww = ow * q->sw - q->pw + j * q->dw;
+                if (h < 0 || h >= q->H || ww < 0 || ww >= q->W) continue;
+                volatile float p = x[((n * q->C + (co / Cog) * Cg + ci) * q->H + h) * q->W + ww] *
+                                   w[((co * Cg + ci) * q->kh + i) * q->kw + j];
+                acc = acc + p;
+              }
+          if (b) acc = acc + b[co];
+          y[((n * q->Co + co) * Ho + oh) * Wo + ow] = acc;
+        }
+  for (int64_t n = 0; n < q->N; n++)
+    for (int64_t c = 0; c < q->C; c++)
+      for (int64_t h = 0; h < q->H; h++)
+        for (int64_t ww = 0; ww < q->W; ww++) {
+          float acc = 0.0f;
+          int64_t gi = c / Cg, ci = c % Cg;
+          for (int64_t k = 0; k < Cog; k++)
+            for (int64_t i = 0; i < q->kh; i++)
+              for (int64_t j = 0; j < q->kw; j++) {
+                int64_t th = h + q->ph - i * q->dh, tw = ww + q->pw - j * q->dw;
+                if (th < 0 || th % q->sh || tw < 0 || tw % q->sw || th / q->sh >= Ho || tw / q->sw >= Wo) continue;
+                int64_t co = gi * Cog + k;
+                volatile float p = g[((n * q->Co + co) * Ho + th / q->sh) * Wo + tw / q->sw] *
+                                   w[((co * Cg + ci) * q->kh + i) * q->kw + j];
+                acc = acc + p;
+              }
+          dx[((n * q->C + c) * q->H + h) * q->W + ww] = acc;
+        }
+  int64_t cnt = q->N * Ho * Wo;
+  float *t = malloc((size_t)cnt * sizeof *t);
+  assert_non_null(t);
+  for (int64_t co = 0; co < q->Co; co++)
+    for (int64_t ci = 0; ci < Cg; ci++)
+      for (int64_t i = 0; i < q->kh; i++)
+        for (int64_t j = 0; j < q->kw; j++) {
+          for (int64_t k = 0; k < cnt; k++) {
+            int64_t n = k / (Ho * Wo), r = k % (Ho * Wo), oh = r / Wo, ow = r % Wo;
+            int64_t h = oh * q->sh - q->ph + i * q->dh, ww = ow * q->sw - q->pw + j * q->dw;
+            t[k] = h < 0 || h >= q->H || ww < 0 || ww >= q->W
+                       ? 0.0f
+                       : g[((n * q->Co + co) * Ho + oh) * Wo + ow] *
+                             x[((n * q->C + (co / Cog) * Cg + ci) * q->H + h) * q->W + ww];
+          }
+          dw[((co * Cg + ci) * q->kh + i) * q->kw + j] = canon_sum(t, cnt, 1);
+        }
+  free(t);
+}
+
+static void assert_same_f32(const char *what, ag_tensor *t, const float *want) {
+  int64_t n = ag_tensor_numel(t);
+  float *got = malloc((size_t)n * sizeof *got);
+  assert_non_null(got);
+  assert_int_equal(ag_to_host(t, got, (size_t)n * sizeof *got), AG_OK);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (memcmp(&got[i], &want[i], 4) && !(isnan(got[i]) && isnan(want[i])) && bad++ < 4)
+      fprintf(stderr, "%s: element %lld: vulkan %a, reference %a\n", what, (long long)i, got[i], want[i]);
+  free(got);
+  assert_int_equal(bad, 0);
+}
+
+static void test_conv2d(void **state) {
+  (void)state;
+  static const cgeo geos[] = {{2, 4, 9, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 2}, {1, 3, 8, 8, 5, 3, 2, 1, 1, 2, 1, 2, 1, 1},
+                              {3, 2, 5, 6, 2, 1, 1, 2, 1, 0, 0, 1, 1, 1}};
+  for (size_t k = 0; k < sizeof geos / sizeof geos[0]; k++) {
+    const cgeo *q = &geos[k];
+    int64_t Ho = c_out(q->H, (int)q->kh, q->sh, q->ph, q->dh), Wo = c_out(q->W, (int)q->kw, q->sw, q->pw, q->dw);
+    int64_t xs[4] = {q->N, q->C, q->H, q->W}, ws[4] = {q->Co, q->C / q->G, q->kh, q->kw}, bs[1] = {q->Co},
+            ys[4] = {q->N, q->Co, Ho, Wo};
+    int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3], ny = ys[0] * ys[1] * Ho * Wo;
+    float *x = inputs(nx, 11), *w = inputs(nw, 12), *b = inputs(q->Co, 13), *g = inputs(ny, 14);
+    float *y = malloc((size_t)ny * 4), *dx = malloc((size_t)nx * 4), *dw = malloc((size_t)nw * 4);
+    assert_true(y && dx && dw);
+    conv_ref(q, x, w, b, g, y, dx, dw);
+    ag_tensor *tx = ag_from_host(VK, AG_F32, 4, xs, x), *tw = ag_from_host(VK, AG_F32, 4, ws, w),
+              *tb = ag_from_host(VK, AG_F32, 1, bs, b), *tg = ag_from_host(VK, AG_F32, 4, ys, g);
+    assert_true(tx && tw && tb && tg);
+    assert_int_equal(ag_tensor_set_requires_grad(tx, true), AG_OK);
+    assert_int_equal(ag_tensor_set_requires_grad(tw, true), AG_OK);
+    const ag_conv2d_params pr = {{q->sh, q->sw}, {q->ph, q->pw}, {q->dh, q->dw}, q->G};
+    assert_int_equal(ag_set_numerics(AG_NUMERICS_PORTABLE), AG_OK);
+    ag_tensor *ty = ag_conv2d(tx, tw, tb, &pr);
+    if (!ty) fail_msg("conv2d: %s", ag_last_error());
+    ag_status st = ag_backward(ty, tg, false);
+    assert_int_equal(ag_set_numerics(AG_NUMERICS_DEFAULT), AG_OK);
+    if (st != AG_OK) fail_msg("conv2d backward: %s", ag_last_error());
+    assert_same_f32("conv2d", ty, y);
+    assert_same_f32("conv2d dx", ag_tensor_grad(tx), dx);
+    assert_same_f32("conv2d dw", ag_tensor_grad(tw), dw);
+    ag_tensor_release(ty);
+    ag_tensor_release(tx);
+    ag_tensor_release(tw);
+    ag_tensor_release(tb);
+    ag_tensor_release(tg);
+    free(x), free(w), free(b), free(g), free(y), free(dx), free(dw);
+  }
+}
+
+/* avg (count_pad or not), max and adaptive avg pooling, forward and backward */
+static void test_pool2d(void **state) {
+  (void)state;
+  const int64_t N = 2, C = 3, H = 9, W = 8;
+  const int64_t xs[4] = {N, C, H, W};
+  float *x = inputs(N * C * H * W, 21);
+  for (int kind = 0; kind < 4; kind++) {
+    const ag_pool2d_params pp = {{3, 2}, {2, 2}, {1, 1}, kind == 0};
+    int64_t Ho = kind == 3 ? 4 : (H + 2 - 3) / 2 + 1, Wo = kind == 3 ? 3 : (W + 2 - 2) / 2 + 1;
+    int64_t ny = N * C * Ho * Wo, ys[4] = {N, C, Ho, Wo};
+    float *g = inputs(ny, 22), *y = malloc((size_t)ny * 4), *dx = calloc((size_t)(N * C * H * W), 4);
+    int64_t *am = malloc((size_t)ny * sizeof *am);
+    assert_true(y && dx && am);
+    for (int64_t pl = 0; pl < N * C; pl++)
+      for (int64_t oh = 0; oh < Ho; oh++)
+        for (int64_t ow = 0; ow < Wo; ow++) {
+          int64_t h0, h1, w0, w1, cnt;
+          if (kind == 3) {
+            h0 = oh * H / Ho, h1 = ((oh + 1) * H + Ho - 1) / Ho, w0 = ow * W / Wo, w1 = ((ow + 1) * W + Wo - 1) / Wo;
+            cnt = (h1 - h0) * (w1 - w0);
+          } else {
+            h0 = oh * 2 - 1, h1 = h0 + 3, w0 = ow * 2 - 1, w1 = w0 + 2;
+            int64_t hp = h1 < H + 1 ? h1 : H + 1, wp = w1 < W + 1 ? w1 : W + 1;
+            cnt = (hp - h0) * (wp - w0);
+            h0 = h0 < 0 ? 0 : h0, w0 = w0 < 0 ? 0 : w0, h1 = h1 > H ? H : h1, w1 = w1 > W ? W : w1;
+            if (kind != 0) cnt = (h1 - h0) * (w1 - w0);
+          }
+          float acc = 0.0f, best = -INFINITY;
+          int64_t bi = h0 * W + w0;
+          for (int64_t i = h0; i < h1; i++)
+            for (int64_t j = w0; j < w1; j++) {
+              float v = x[pl * H * W + i * W + j];
+              acc = acc + v;
+              if (v > best) best = v, bi = i * W + j;
+            }
+          int64_t o = (pl * Ho + oh) * Wo + ow;
+          y[o] = kind == 2 ? best : acc / (float)cnt;
+          am[o] = bi;
+        }
+    /* dx: sequential over the outputs (oh outer, ow inner) that hold it */
+    for (int64_t pl = 0; pl < N * C; pl++)
+      for (int64_t oh = 0; oh < Ho; oh++)
+        for (int64_t ow = 0; ow < Wo; ow++) {
+          int64_t o = (pl * Ho + oh) * Wo + ow;
+          if (kind == 2) {
+            dx[pl * H * W + am[o]] = dx[pl * H * W + am[o]] + g[o];
+            continue;
+          }
+          int64_t h0, h1, w0, w1, cnt;
+          if (kind == 3) {
+            h0 = oh * H / Ho, h1 = ((oh + 1) * H + Ho - 1) / Ho, w0 = ow * W / Wo, w1 = ((ow + 1) * W + Wo - 1) / Wo;
+            cnt = (h1 - h0) * (w1 - w0);
+          } else {
+            h0 = oh * 2 - 1, h1 = h0 + 3, w0 = ow * 2 - 1, w1 = w0 + 2;
+            int64_t hp = h1 < H + 1 ? h1 : H + 1, wp = w1 < W + 1 ? w1 : W + 1;
+            cnt = (hp - h0) * (wp - w0);
+            h0 = h0 < 0 ? 0 : h0, w0 = w0 < 0 ? 0 : w0, h1 = h1 > H ? H : h1, w1 = w1 > W ? W : w1;
+            if (kind != 0) cnt = (h1 - h0) * (w1 - w0);
+          }
+          for (int64_t i = h0; i < h1; i++)
+            for (int64_t j = w0; j < w1; j++) dx[pl * H * W + i * W + j] = dx[pl * H * W + i * W + j] + g[o] / (float)cnt;
+        }
+    ag_tensor *tx = ag_from_host(VK, AG_F32, 4, xs, x), *tg = ag_from_host(VK, AG_F32, 4, ys, g);
+    assert_true(tx && tg);
+    assert_int_equal(ag_tensor_set_requires_grad(tx, true), AG_OK);
+    assert_int_equal(ag_set_numerics(AG_NUMERICS_PORTABLE), AG_OK);
+    ag_tensor *ty = kind == 3 ? ag_adaptive_avg_pool2d(tx, Ho, Wo) : kind == 2 ? ag_max_pool2d(tx, &pp)
+                                                                              : ag_avg_pool2d(tx, &pp);
+    if (!ty) fail_msg("pool2d %d: %s", kind, ag_last_error());
+    ag_status st = ag_backward(ty, tg, false);
+    assert_int_equal(ag_set_numerics(AG_NUMERICS_DEFAULT), AG_OK);
+    if (st != AG_OK) fail_msg("pool2d %d backward: %s", kind, ag_last_error());
+    assert_same_f32("pool2d", ty, y);
+    assert_same_f32("pool2d dx", ag_tensor_grad(tx), dx);
+    ag_tensor_release(ty);
+    ag_tensor_release(tx);
+    ag_tensor_release(tg);
+    free(g), free(y), free(dx), free(am);
+  }
+  free(x);
+}
+
 /* AG_VULKAN_TEST=no_float_controls: without SignedZeroInfNanPreserve the
  * device refuses the mode, with its reason, and every launch repeats it. */
 static void test_refused(void **state) {
@@ -366,7 +570,8 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sum),    cmocka_unit_test(test_matmul), cmocka_unit_test(test_softmax),
-      cmocka_unit_test(test_unary),  cmocka_unit_test(test_binary),
+      cmocka_unit_test(test_unary),  cmocka_unit_test(test_binary), cmocka_unit_test(test_conv2d),
+      cmocka_unit_test(test_pool2d),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

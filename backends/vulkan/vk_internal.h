@@ -105,6 +105,11 @@ typedef enum vkb_shader {
   VKS_P_LSE,
   VKS_P_ADAMW,
   VKS_P_SGD,
+  VKS_P_CONV,
+  VKS_P_CONV_BWD_IN,
+  VKS_P_CONV_BWD_W,
+  VKS_P_POOL,
+  VKS_P_POOL_BWD,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {

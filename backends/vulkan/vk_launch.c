@@ -159,8 +159,8 @@ static int64_t dbits(double v) {
  * One op a line, as VK_KOPS: what each op's function computes as
  * docs/numerics.md fixes it when the call has AG_KF_PORTABLE (a portable
  * module, VKS_P_*, or the default one for the ops exact by nature). f64 is
- * refused; vkb_supports_portable applies the sub-op rules (REDUCE: every
- * reduction; POOL2D: MAX only). */
+ * refused; vkb_supports applies the sub-op rules (REDUCE, POOL2D: every
+ * reduction and pooling op). */
 #define VK_DTS_PORTABLE (AGK_DTS_FLOAT | AGK_DTS_INT)
 #define VK_KOPS_PORTABLE(X)                                                                              \
   X(FILL, fill, VK_DTS_PORTABLE, AGK_VNONE)                                                              \
@@ -187,6 +187,11 @@ static int64_t dbits(double v) {
   X(EMBEDDING, embedding, VK_DTS_PORTABLE, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                \
   X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                          \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                              \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                          \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                        \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                               \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                       \
   X(GATHER, gather, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                        \
   X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                              \
   X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))             \
@@ -1120,7 +1125,7 @@ static ag_status vk_k_conv2d(ag_bstream *s, const ag_k_conv2d *a) {
   const int64_t Cg = g.C / g.G;
   ag_status st = loop_ok(s, a->call, Cg * g.kh * g.kw + Cg * g.kh + Cg);
   if (st != AG_OK) return st;
-  return vkb_dispatch1(s, VKS_CONV, 0, &args, g.N * g.Co * g.Ho * g.Wo);
+  return vkb_dispatch1(s, pmode(a->call) ? VKS_P_CONV : VKS_CONV, 0, &args, g.N * g.Co * g.Ho * g.Wo);
 }
 
 static ag_status vk_k_conv2d_bwd_input(ag_bstream *s, const ag_k_conv2d_bwd_input *a) {
@@ -1130,7 +1135,7 @@ static ag_status vk_k_conv2d_bwd_input(ag_bstream *s, const ag_k_conv2d_bwd_inpu
   const int64_t Cog = g.Co / g.G;
   ag_status st = loop_ok(s, a->call, Cog * g.kh * g.kw + Cog * g.kh + Cog);
   if (st != AG_OK) return st;
-  return vkb_dispatch1(s, VKS_CONV_BWD_IN, 0, &args, g.N * g.C * g.H * g.W);
+  return vkb_dispatch1(s, pmode(a->call) ? VKS_P_CONV_BWD_IN : VKS_CONV_BWD_IN, 0, &args, g.N * g.C * g.H * g.W);
 }
 
 static ag_status vk_k_conv2d_bwd_weight(ag_bstream *s, const ag_k_conv2d_bwd_weight *a) {
@@ -1138,6 +1143,7 @@ static ag_status vk_k_conv2d_bwd_weight(ag_bstream *s, const ag_k_conv2d_bwd_wei
   vkb_args args = {0};
   conv_args(&args, &g, a->dw, a->dy, a->x);
   const int64_t Cg = g.C / g.G;
+  if (pmode(a->call)) return prows(s, a->call, VKS_P_CONV_BWD_W, &args, g.Co * Cg * g.kh * g.kw, g.N * g.Ho * g.Wo);
   return dispatch_rows(s, a->call, VKS_CONV_BWD_W, 0, &args, g.Co * Cg * g.kh * g.kw, g.N * g.Ho * g.Wo);
 }
 
@@ -1158,7 +1164,8 @@ static ag_status run_pool(ag_bstream *s, const ag_kernel_call *c, const ag_koper
   /* window loops: at most the input plane for adaptive pooling */
   ag_status st = loop_ok(s, c, variant == AG_P_ADAPTIVE_AVG ? m[1] * m[2] + m[1] : win.h * win.w + win.h);
   if (st != AG_OK) return st;
-  return vkb_dispatch1(s, bwd ? VKS_POOL_BWD : VKS_POOL, 0, &args, m[0] * (bwd ? m[1] * m[2] : m[3] * m[4]));
+  vkb_shader sh = pmode(c) ? (bwd ? VKS_P_POOL_BWD : VKS_P_POOL) : bwd ? VKS_POOL_BWD : VKS_POOL;
+  return vkb_dispatch1(s, sh, 0, &args, m[0] * (bwd ? m[1] * m[2] : m[3] * m[4]));
 }
 
 static ag_status vk_k_pool2d(ag_bstream *s, const ag_k_pool2d *a) {
@@ -1213,12 +1220,9 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
       return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: f64 needs shaderFloat64, which vulkan:%d lacks",
                           c->name ? c->name : "launch", s->dev);
   if (pmode(c)) {
-    /* f64 anywhere (a cast into it too) and the sub-ops outside the
-     * portable list are refused before the dispatch */
+    /* f64 anywhere (a cast into it too) is refused before the dispatch */
     for (int k = 0; k < c->n_operands && k < AG_KMAX_OPERANDS; k++)
       if (c->o[k].base && c->o[k].dtype == AG_F64) return ag_k__not_portable(c, "vulkan", AG_F64);
-    if ((c->op == AG_K_POOL2D || c->op == AG_K_POOL2D_BWD) && c->sub != AG_P_MAX)
-      return ag_k__not_portable(c, "vulkan", AG_F32);
   }
   return vk_dispatch(s, c);
 }
@@ -1226,9 +1230,7 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
 /* What vkb_launch runs with AG_KF_PORTABLE: VK_KOPS_PORTABLE, within
  * what it runs at all. */
 bool vkb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt) {
-  if (!vk_dispatch_portable(op, sub, dt) || !vkb_supports(dev, op, sub, dt)) return false;
-  if (op == AG_K_POOL2D || op == AG_K_POOL2D_BWD) return sub == AG_P_MAX;
-  return true;
+  return vk_dispatch_portable(op, sub, dt) && vkb_supports(dev, op, sub, dt);
 }
 
 /* Exactly what vkb_launch runs: VK_KOPS, then what depends on the device
