@@ -31,3 +31,18 @@ if(NOT AG_CUDA STREQUAL "OFF" AND AG_NVCC)
            ${CMAKE_CURRENT_SOURCE_DIR}/pmath_check.cu -o ${CMAKE_CURRENT_BINARY_DIR}/pmath_check.o)
   set_tests_properties(pmath_cuda PROPERTIES TIMEOUT 300 LABELS "pmath")
 endif()
+
+# The same functions run on the OpenCL device (PoCL here) with FP_CONTRACT
+# OFF and correctly rounded division and square root: the same bits as the
+# C build on 10^6 inputs per function (skips without a device).
+if(NOT AG_OPENCL STREQUAL "OFF")
+  find_package(OpenCL QUIET)
+  if(OpenCL_FOUND)
+    add_executable(pmath_opencl_test ${CMAKE_CURRENT_SOURCE_DIR}/pmath_opencl_test.c)
+    target_compile_definitions(pmath_opencl_test PRIVATE PMATH_INCLUDE="${PROJECT_SOURCE_DIR}/include")
+    target_compile_options(pmath_opencl_test PRIVATE -ffp-contract=off)
+    target_link_libraries(pmath_opencl_test PRIVATE OpenCL::OpenCL m)
+    add_test(NAME pmath_opencl COMMAND pmath_opencl_test)
+    set_tests_properties(pmath_opencl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "pmath;opencl")
+  endif()
+endif()

@@ -708,25 +708,278 @@ static void test_random(void **state) {
   free(u), free(x), free(y), free(mk);
 }
 
+
+/* ---- convolution and pooling ---- */
+
+typedef struct cgeom {
+  int64_t N, Ci, H, W, Co, KH, KW, sh, sw, ph, pw, dh, dw, G, Ho, Wo;
+} cgeom;
+
+static void conv_call(ag_kernel_call *c, const cgeom *g) {
+  c->s[0] = (double)g->sh, c->s[1] = (double)g->sw, c->s[2] = (double)g->ph, c->s[3] = (double)g->pw;
+  c->s[4] = (double)g->dh, c->s[5] = (double)g->dw, c->s[6] = (double)g->G;
+}
+
+static void conv_case(cgeom g) {
+  g.Ho = (g.H + 2 * g.ph - g.dh * (g.KH - 1) - 1) / g.sh + 1;
+  g.Wo = (g.W + 2 * g.pw - g.dw * (g.KW - 1) - 1) / g.sw + 1;
+  const int64_t cig = g.Ci / g.G, cog = g.Co / g.G;
+  const int64_t nx = g.N * g.Ci * g.H * g.W, nw = g.Co * cig * g.KH * g.KW, ny = g.N * g.Co * g.Ho * g.Wo;
+  float *x = fvec(nx, -1, 1), *w = fvec(nw, -1, 1), *bias = fvec(g.Co, -1, 1), *y = malloc(4 * (size_t)ny),
+        *ref = malloc(4 * (size_t)ny), *dy = fvec(ny, -1, 1), *dx = malloc(4 * (size_t)nx),
+        *rdx = malloc(4 * (size_t)nx), *dw = malloc(4 * (size_t)nw), *rdw = malloc(4 * (size_t)nw);
+  const int64_t xs[4] = {g.N, g.Ci, g.H, g.W}, ws[4] = {g.Co, cig, g.KH, g.KW}, ys[4] = {g.N, g.Co, g.Ho, g.Wo};
+  ag_kernel_call c = pcall(AG_K_CONV2D, 0);
+  c.n_operands = 4;
+  c.o[0] = opnd(y, AG_F32, 4, ys, NULL);
+  c.o[1] = opnd(x, AG_F32, 4, xs, NULL);
+  c.o[2] = opnd(w, AG_F32, 4, ws, NULL);
+  c.o[3] = opnd(bias, AG_F32, 1, (int64_t[]){g.Co}, NULL);
+  conv_call(&c, &g);
+  threads_same(&c, y, ny, NULL, NULL, "conv2d");
+  c = pcall(AG_K_CONV2D_BWD_INPUT, 0);
+  c.n_operands = 3;
+  c.o[0] = opnd(dx, AG_F32, 4, xs, NULL);
+  c.o[1] = opnd(dy, AG_F32, 4, ys, NULL);
+  c.o[2] = opnd(w, AG_F32, 4, ws, NULL);
+  conv_call(&c, &g);
+  threads_same(&c, dx, nx, NULL, NULL, "conv2d_bwd_input");
+  c = pcall(AG_K_CONV2D_BWD_WEIGHT, 0);
+  c.n_operands = 3;
+  c.o[0] = opnd(dw, AG_F32, 4, ws, NULL);
+  c.o[1] = opnd(dy, AG_F32, 4, ys, NULL);
+  c.o[2] = opnd(x, AG_F32, 4, xs, NULL);
+  conv_call(&c, &g);
+  threads_same(&c, dw, nw, NULL, NULL, "conv2d_bwd_weight");
+  /* references from the table */
+  for (int64_t n = 0; n < g.N; n++)
+    for (int64_t co = 0; co < g.Co; co++)
+      for (int64_t oh = 0; oh < g.Ho; oh++)
+        for (int64_t ow = 0; ow < g.Wo; ow++) {
+          volatile float acc = 0.0f;
+          const int64_t gr = co / cog;
+          for (int64_t ci = 0; ci < cig; ci++)
+            for (int64_t kh = 0; kh < g.KH; kh++)
+              for (int64_t kw = 0; kw < g.KW; kw++) {
+                int64_t ih = oh * g.sh - g.ph + kh * g.dh, iw = ow * g.sw - g.pw + kw * g.dw;
+                if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+                volatile float t = x[((n * g.Ci + gr * cig + ci) * g.H + ih) * g.W + iw] *
+                                   w[((co * cig + ci) * g.KH + kh) * g.KW + kw];
+                acc = acc + t;
+              }
+          ref[((n * g.Co + co) * g.Ho + oh) * g.Wo + ow] = acc + bias[co];
+        }
+  same_bits(ref, y, ny, "conv2d ref");
+  for (int64_t n = 0; n < g.N; n++)
+    for (int64_t ci = 0; ci < g.Ci; ci++)
+      for (int64_t h = 0; h < g.H; h++)
+        for (int64_t wq = 0; wq < g.W; wq++) {
+          volatile float acc = 0.0f;
+          const int64_t gr = ci / cig;
+          for (int64_t k = 0; k < cog; k++)
+            for (int64_t kh = 0; kh < g.KH; kh++)
+              for (int64_t kw = 0; kw < g.KW; kw++) {
+                int64_t th = h + g.ph - kh * g.dh, tw = wq + g.pw - kw * g.dw;
+                if (th < 0 || tw < 0 || th % g.sh || tw % g.sw || th / g.sh >= g.Ho || tw / g.sw >= g.Wo) continue;
+                const int64_t co = gr * cog + k;
+                volatile float t = dy[((n * g.Co + co) * g.Ho + th / g.sh) * g.Wo + tw / g.sw] *
+                                   w[((co * cig + ci % cig) * g.KH + kh) * g.KW + kw];
+                acc = acc + t;
+              }
+          rdx[((n * g.Ci + ci) * g.H + h) * g.W + wq] = acc;
+        }
+  same_bits(rdx, dx, nx, "conv2d_bwd_input ref");
+  const int64_t L = g.N * g.Ho * g.Wo;
+  float *terms = malloc(4 * (size_t)L);
+  for (int64_t co = 0; co < g.Co; co++)
+    for (int64_t ci = 0; ci < cig; ci++)
+      for (int64_t kh = 0; kh < g.KH; kh++)
+        for (int64_t kw = 0; kw < g.KW; kw++) {
+          const int64_t gr = co / cog;
+          for (int64_t n = 0; n < g.N; n++)
+            for (int64_t oh = 0; oh < g.Ho; oh++)
+              for (int64_t ow = 0; ow < g.Wo; ow++) {
+                int64_t ih = oh * g.sh - g.ph + kh * g.dh, iw = ow * g.sw - g.pw + kw * g.dw;
+                float t = 0.0f;
+                if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W)
+                  t = dy[((n * g.Co + co) * g.Ho + oh) * g.Wo + ow] * x[((n * g.Ci + gr * cig + ci) * g.H + ih) * g.W + iw];
+                terms[(n * g.Ho + oh) * g.Wo + ow] = t;
+              }
+          rdw[((co * cig + ci) * g.KH + kh) * g.KW + kw] = ref_S(terms, L);
+        }
+  same_bits(rdw, dw, nw, "conv2d_bwd_weight ref");
+  free(terms);
+  free(x), free(w), free(bias), free(y), free(ref), free(dy), free(dx), free(rdx), free(dw), free(rdw);
+}
+
+static void test_conv2d(void **state) {
+  (void)state;
+  conv_case((cgeom){.N = 2, .Ci = 3, .H = 11, .W = 13, .Co = 5, .KH = 3, .KW = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1,
+                    .dh = 1, .dw = 1, .G = 1});
+  conv_case((cgeom){.N = 3, .Ci = 4, .H = 17, .W = 15, .Co = 6, .KH = 3, .KW = 2, .sh = 2, .sw = 3, .ph = 2, .pw = 1,
+                    .dh = 2, .dw = 1, .G = 2});
+  conv_case((cgeom){.N = 4, .Ci = 16, .H = 32, .W = 30, .Co = 16, .KH = 3, .KW = 3, .sh = 1, .sw = 1, .ph = 1,
+                    .pw = 1, .dh = 1, .dw = 1, .G = 1}); /* splits across threads */
+}
+
+static void test_pool(void **state) {
+  (void)state;
+  enum { N = 4, C = 33, H = 37, W = 29 };
+  for (int op = 0; op < AG_POOL_OP_COUNT; op++) {
+    const int64_t kh = 3, kw = 2, sh = 2, sw = 2, ph = 1, pw = 1;
+    const int64_t Ho = op == AG_P_ADAPTIVE_AVG ? 7 : (H + 2 * ph - kh) / sh + 1;
+    const int64_t Wo = op == AG_P_ADAPTIVE_AVG ? 5 : (W + 2 * pw - kw) / sw + 1;
+    float *x = fvec(N * C * H * W, -1, 1), *y = malloc(4 * (size_t)(N * C * Ho * Wo)),
+          *dy = fvec(N * C * Ho * Wo, -1, 1), *dx = malloc(4 * (size_t)(N * C * H * W));
+    int32_t *am = malloc(4 * (size_t)(N * C * Ho * Wo));
+    ag_kernel_call c = pcall(AG_K_POOL2D, op);
+    c.n_operands = 3;
+    c.o[0] = opnd(y, AG_F32, 4, (int64_t[]){N, C, Ho, Wo}, NULL);
+    c.o[1] = opnd(x, AG_F32, 4, (int64_t[]){N, C, H, W}, NULL);
+    c.o[2] = opnd(am, AG_I32, 4, (int64_t[]){N, C, Ho, Wo}, NULL);
+    c.s[0] = (double)sh, c.s[1] = (double)sw, c.s[2] = (double)ph, c.s[3] = (double)pw, c.s[4] = (double)kh;
+    c.s[5] = (double)kw, c.s[6] = 0;
+    threads_same(&c, y, N * C * Ho * Wo, NULL, NULL, "pool2d");
+    c.op = AG_K_POOL2D_BWD;
+    c.o[0] = opnd(dx, AG_F32, 4, (int64_t[]){N, C, H, W}, NULL);
+    c.o[1] = opnd(dy, AG_F32, 4, (int64_t[]){N, C, Ho, Wo}, NULL);
+    threads_same(&c, dx, N * C * H * W, NULL, NULL, "pool2d_bwd");
+    free(x), free(y), free(dy), free(dx), free(am);
+  }
+}
+
+
+/* ---- var, cumsum ---- */
+
+static void test_var_cumsum(void **state) {
+  (void)state;
+  enum { O = 5, R = 2001, I = 67 };
+  float *x = fvec(O * R * I, -2, 2), *out = malloc(sizeof(float) * O * I), *cs = malloc(sizeof(float) * O * R * I);
+  float *col = malloc(sizeof(float) * R), *t = malloc(sizeof(float) * R);
+  for (int v = 0; v < 2; v++) {
+    ag_kernel_call c = pcall(AG_K_VAR, v ? AG_KV_STD : AG_KV_VAR);
+    c.n_operands = 2;
+    c.o[0] = opnd(out, AG_F32, 2, (int64_t[]){O, I}, NULL);
+    c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+    c.i[0] = O, c.i[1] = R, c.i[2] = I, c.s[0] = 1;
+    threads_same(&c, out, O * I, NULL, NULL, v ? "std" : "var");
+    for (int o = 0; o < O; o++)
+      for (int i = 0; i < I; i++) {
+        for (int k = 0; k < R; k++) col[k] = x[(o * R + k) * I + i];
+        float mean = agp_div(ref_S(col, R), (float)R);
+        for (int k = 0; k < R; k++) {
+          volatile float d = col[k] - mean;
+          t[k] = d * d;
+        }
+        float want = agp_div(ref_S(t, R), (float)(R - 1));
+        if (v) want = agp_sqrt(want);
+        same_bits(&want, &out[o * I + i], 1, "var ref");
+      }
+  }
+  ag_kernel_call c = pcall(AG_K_CUMSUM, AG_KV_CUMSUM_SUFFIX);
+  c.n_operands = 2;
+  c.o[0] = opnd(cs, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+  c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+  c.i[0] = O, c.i[1] = R, c.i[2] = I;
+  threads_same(&c, cs, O * R * I, NULL, NULL, "cumsum");
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < I; i += 7) {
+      volatile float acc = 0.0f;
+      for (int k = R - 1; k >= 0; k--) {
+        acc = acc + x[(o * R + k) * I + i];
+        float a = acc;
+        same_bits(&a, &cs[(o * R + k) * I + i], 1, "cumsum ref");
+      }
+    }
+  free(x), free(out), free(cs), free(col), free(t);
+}
+
+
+/* ---- every vector width gives the same bits ---- */
+
+static void isa_same(const ag_kernel_call *c, float *out, int64_t n, refill_fn refill, void *ctx, const char *what) {
+  float *first = malloc(sizeof(float) * (size_t)n);
+  for (int isa = 0; isa <= 2; isa++) {
+    ag__cpu_p_isa = isa;
+    if (refill) refill(ctx);
+    prun(c);
+    if (isa == 0) memcpy(first, out, sizeof(float) * (size_t)n);
+    else same_bits(first, out, n, what);
+  }
+  ag__cpu_p_isa = 2;
+  free(first);
+}
+
+static void test_vector_widths(void **state) {
+  (void)state;
+  const int64_t n = 4099;
+  float *x = fvec(n, -20, 20), *y = malloc(sizeof(float) * (size_t)n);
+  x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = -0.0f, x[4] = 0x1p-140f, x[5] = 100.0f, x[6] = -100.0f;
+  for (int sub = 0; sub < AG_UNARY_COUNT; sub++) {
+    ag_kernel_call c = pcall(AG_K_UNARY, sub);
+    c.n_operands = 2;
+    c.o[0] = opnd(y, AG_F32, 1, &n, NULL);
+    c.o[1] = opnd(x, AG_F32, 1, &n, NULL);
+    c.s[0] = 1.5, c.s[1] = -0.5;
+    char what[64];
+    snprintf(what, sizeof what, "unary %d widths", sub);
+    isa_same(&c, y, n, NULL, NULL, what);
+  }
+  float *b = fvec(n, -3, 3);
+  for (int sub = 0; sub < AG_BINARY_COUNT; sub++) {
+    ag_kernel_call c = pcall(AG_K_BINARY, sub);
+    c.n_operands = 3;
+    c.o[0] = opnd(y, AG_F32, 1, &n, NULL);
+    c.o[1] = opnd(x, AG_F32, 1, &n, NULL);
+    c.o[2] = opnd(b, AG_F32, 1, &n, NULL);
+    c.s[0] = 0.75;
+    const ag_binary_info *bi = ag_binary_info_of(sub);
+    if (bi && bi->compare) continue; /* bool outputs */
+    char what[64];
+    snprintf(what, sizeof what, "binary %d widths", sub);
+    isa_same(&c, y, n, NULL, NULL, what);
+  }
+  enum { M = 37, N = 75, K = 129 };
+  float *a = fvec(M * K, -1, 1), *bm = fvec(K * N, -1, 1), *cm = malloc(sizeof(float) * M * N);
+  ag_kernel_call c = pcall(AG_K_MATMUL, 0);
+  c.n_operands = 3;
+  c.o[0] = opnd(cm, AG_F32, 2, (int64_t[]){M, N}, NULL);
+  c.o[1] = opnd(a, AG_F32, 2, (int64_t[]){M, K}, NULL);
+  c.o[2] = opnd(bm, AG_F32, 2, (int64_t[]){K, N}, (int64_t[]){1, K});
+  c.s[0] = 1;
+  isa_same(&c, cm, M * N, NULL, NULL, "matmul widths");
+  float *ref = malloc(sizeof(float) * M * N);
+  ref_matmul(M, N, K, a, K, 1, bm, 1, K, 1, 0, NULL, ref);
+  same_bits(ref, cm, M * N, "matmul widths ref");
+  c = pcall(AG_K_SOFTMAX, AG_KV_SOFTMAX);
+  c.n_operands = 2;
+  c.o[0] = opnd(y, AG_F32, 2, (int64_t[]){1, n}, NULL);
+  c.o[1] = opnd(b, AG_F32, 2, (int64_t[]){1, n}, NULL);
+  c.i[0] = 1, c.i[1] = n;
+  isa_same(&c, y, n, NULL, NULL, "softmax widths");
+  free(x), free(y), free(b), free(a), free(bm), free(cm), free(ref);
+}
+
 /* ---- (c) refusals, (d) the default mode ---- */
 
 static void test_refusals(void **state) {
   (void)state;
-  /* an op outside the list, through the dispatch */
-  float x[16] = {0}, w[9] = {0}, y[16];
-  ag_kernel_call c = pcall(AG_K_CONV2D, 0);
+  /* an op outside the list, through the dispatch: SDPA (the core composes
+   * attention from the portable ops) */
+  float q[2 * 4 * 8] = {0}, o[2 * 4 * 8];
+  const int64_t qs[4] = {1, 2, 4, 8};
+  ag_kernel_call c = pcall(AG_K_SDPA, 0);
   c.n_operands = 4;
-  c.o[0] = opnd(y, AG_F32, 4, (int64_t[]){1, 1, 4, 4}, NULL);
-  c.o[1] = opnd(x, AG_F32, 4, (int64_t[]){1, 1, 4, 4}, NULL);
-  c.o[2] = opnd(w, AG_F32, 4, (int64_t[]){1, 1, 3, 3}, NULL);
-  c.s[0] = c.s[1] = c.s[2] = c.s[3] = c.s[4] = c.s[5] = c.s[6] = 1;
-  c.s[2] = c.s[3] = 1;
+  c.o[0] = opnd(o, AG_F32, 4, qs, NULL);
+  c.o[1] = opnd(q, AG_F32, 4, qs, NULL);
+  c.o[2] = opnd(q, AG_F32, 4, qs, NULL);
+  c.o[3] = opnd(q, AG_F32, 4, qs, NULL);
   ag_kernel_error e;
   memset(&e, 0, sizeof e);
-  if (!ag__cpu_supports_portable(AG_K_CONV2D, 0, AG_F32)) {
-    assert_int_equal(ag__cpu_run(&c, &e), AG_ERR_UNSUPPORTED);
-    assert_non_null(strstr(ag_last_error(), ag_kop_name(AG_K_CONV2D)));
-  }
+  assert_false(ag__cpu_supports_portable(AG_K_SDPA, 0, AG_F32));
+  assert_true(ag__cpu_supports(AG_K_SDPA, 0, AG_F32));
+  assert_int_equal(ag__cpu_run(&c, &e), AG_ERR_UNSUPPORTED);
+  assert_non_null(strstr(ag_last_error(), ag_kop_name(AG_K_SDPA)));
   /* f64 */
   double xd[4] = {1, 2, 3, 4}, yd[4];
   c = pcall(AG_K_UNARY, AG_U_EXP);
@@ -815,6 +1068,10 @@ int main(void) {
       cmocka_unit_test(test_adamw),
       cmocka_unit_test(test_sgd_sumsq),
       cmocka_unit_test(test_random),
+      cmocka_unit_test(test_conv2d),
+      cmocka_unit_test(test_pool),
+      cmocka_unit_test(test_var_cumsum),
+      cmocka_unit_test(test_vector_widths),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_default_unchanged),
   };

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "anygrad/anygrad.h"
+#include "anygrad/optrace.h"
 #include "cli.h"
 #include "conformance.h"
 
@@ -45,6 +46,9 @@ typedef struct column {
   char reason[512];
   int64_t count[C_NA];
   notes diffs, refused, failed;
+  int64_t *kcount; /* launches per kernel op (ag_conf_kop_*) of this column's runs */
+  char unproven[2048]; /* kernel ops in its portable list that no row launched */
+  int nunproven, nportable;
 } column;
 
 static void note_add(notes *ns, int row, ag_dtype dt, const char *text, const ag_conf_bitdiff *d, ag_dtype bdt,
@@ -128,7 +132,8 @@ static void json_notes(FILE *f, const char *key, const notes *ns, bool diff) {
 }
 
 /* "add f32 f16 bf16; exp f32; ..." of the refused cells, and up to three
- * distinct reasons. */
+ * reasons: of cells of distinct dtypes first (f64 is refused for one
+ * reason everywhere), then of distinct rows. */
 static void print_refused(FILE *f, const column *c) {
   const notes *ns = &c->refused;
   if (!ns->n) return;
@@ -137,28 +142,29 @@ static void print_refused(FILE *f, const column *c) {
   for (int i = 0; i < ns->n; i++) {
     const note *e = &ns->v[i];
     char item[64];
-    int len = e->row != last ? snprintf(item, sizeof item, "%s%s %s", last >= 0 ? ";" : "", ag_conf_op_name(e->row),
-                                        ag_dtype_name(e->dt))
+    int len = e->row != last ? snprintf(item, sizeof item, "%s %s", ag_conf_op_name(e->row), ag_dtype_name(e->dt))
                              : snprintf(item, sizeof item, " %s", ag_dtype_name(e->dt));
+    if (e->row != last && last >= 0) fputc(';', f);
     if (e->row != last && col + len > 100) {
       fprintf(f, "\n   ");
       col = 3;
     }
+    if (e->row != last) fputc(' ', f);
     fputs(item, f);
-    col += len;
+    col += len + 2;
     last = e->row;
   }
   fprintf(f, "\n");
-  const char *seen[3];
-  int nseen = 0;
-  for (int i = 0; i < ns->n && nseen < 3; i++) {
-    bool dup = false;
-    /* reasons differ by the op's name in them: compare past it */
-    for (int k = 0; k < nseen; k++) dup = dup || !strcmp(seen[k], ns->v[i].text);
-    if (dup) continue;
-    seen[nseen++] = ns->v[i].text;
-    fprintf(f, "    e.g. %s\n", ns->v[i].text);
-  }
+  int shown[3], nshown = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < ns->n && nshown < 3; i++) {
+      bool dup = false;
+      for (int k = 0; k < nshown; k++)
+        dup = dup || shown[k] == i ||
+              (pass == 0 ? ns->v[shown[k]].dt == ns->v[i].dt : ns->v[shown[k]].row == ns->v[i].row);
+      if (!dup) shown[nshown++] = i;
+    }
+  for (int k = 0; k < nshown; k++) fprintf(f, "    e.g. %s\n", ns->v[shown[k]].text);
 }
 
 int ag_check_bitwise(const ag_bitwise_opts *o) {
@@ -233,6 +239,12 @@ int ag_check_bitwise(const ag_bitwise_opts *o) {
     if (cols[i].skipped) fprintf(tbl, "  %s: skipped (%s)\n", cols[i].label, cols[i].reason);
     else if (cols[i].refuses) fprintf(tbl, "  %s: every cell refused (%s)\n", cols[i].label, cols[i].reason);
   }
+  /* a column is as wide as its dtypes' cells or its label */
+  int pad[64];
+  for (int i = 0; i < ncol; i++) {
+    int l = (int)strlen(cols[i].label) - (o->ndt * 6 - 1);
+    pad[i] = l > 0 ? l : 0;
+  }
   fprintf(tbl, "\n%-19s", "op");
   for (int i = 0; i < ncol; i++)
     if (!cols[i].skipped) fprintf(tbl, " | %-*s", o->ndt * 6 - 1, cols[i].label);
@@ -241,9 +253,19 @@ int ag_check_bitwise(const ag_bitwise_opts *o) {
     if (!cols[i].skipped) {
       fprintf(tbl, " |");
       for (int d = 0; d < o->ndt; d++) fprintf(tbl, " %-5s", ag_dtype_name(o->dts[d]));
+      fprintf(tbl, "%*s", pad[i], "");
     }
   fprintf(tbl, "\n");
 
+  const int nk = ag_conf_kop_count();
+  for (int i = 0; i < ncol; i++)
+    if (!(cols[i].kcount = calloc((size_t)nk, sizeof *cols[i].kcount))) {
+      for (int k = 0; k < i; k++) free(cols[k].kcount);
+      free(cells);
+      if (tbl != stdout) fclose(tbl);
+      fprintf(stderr, "anygrad check: out of host memory\n");
+      return AG_EXIT_RUNTIME;
+    }
   FILE *log = o->verbose ? stderr : NULL;
   for (int r = 0; r < o->nrows; r++) {
     const int row = o->rows[r];
@@ -252,7 +274,9 @@ int ag_check_bitwise(const ag_bitwise_opts *o) {
       const ag_dtype dt = o->dts[d];
       char mr[1024], mx[1024];
       ag_conf_capture ref = {0}, x = {0};
+      bool tally = ag_optrace_tally_begin(AG_CPU, cols[0].kcount, nk) == AG_OK;
       ag_conf_result rr = ag_conf_run_capture(row, dt, AG_CPU, o->seed, log, mr, sizeof mr, &ref);
+      if (tally) ag_optrace_tally_end();
       for (int i = 0; i < ncol; i++) {
         column *c = &cols[i];
         int cell = C_NA;
@@ -279,7 +303,9 @@ int ag_check_bitwise(const ag_bitwise_opts *o) {
             cell = classify(rx, mx, &x, rr, mr, &ref, c, row, dt);
           }
         } else {
+          tally = ag_optrace_tally_begin(c->dev, c->kcount, nk) == AG_OK;
           ag_conf_result rx = ag_conf_run_capture(row, dt, c->dev, o->seed, log, mx, sizeof mx, &x);
+          if (tally) ag_optrace_tally_end();
           cell = classify(rx, mx, &x, rr, mr, &ref, c, row, dt);
         }
         ag_conf_capture_free(&x);
@@ -295,14 +321,39 @@ int ag_check_bitwise(const ag_bitwise_opts *o) {
       fprintf(tbl, " |");
       for (int d = 0; d < o->ndt; d++)
         fprintf(tbl, " %-5s", k_cell[cells[((size_t)r * (size_t)o->ndt + (size_t)d) * (size_t)ncol + (size_t)i]]);
+      fprintf(tbl, "%*s", pad[i], "");
     }
     fprintf(tbl, "\n");
     fflush(tbl);
   }
 
+  /* After every row: the kernel ops each device lists as portable (in a
+   * checked dtype) that no row launched, so unproven. */
+  for (int i = 0; o->full && i < ncol; i++) {
+    column *c = &cols[i];
+    if (c->skipped || c->refuses) continue;
+    size_t len = 0;
+    for (int k = 0; k < nk; k++) {
+      char dl[64];
+      size_t dlen = 0;
+      dl[0] = 0;
+      for (int d = 0; d < o->ndt; d++)
+        if (ag_conf_kop_supported(c->dev, k, o->dts[d]))
+          dlen += (size_t)snprintf(dl + dlen, sizeof dl - dlen, "%s%s", dlen ? " " : "", ag_dtype_name(o->dts[d]));
+      ag_error_clear();
+      if (!dlen) continue;
+      c->nportable++;
+      if (c->kcount[k]) continue;
+      c->nunproven++;
+      if (len < sizeof c->unproven)
+        len += (size_t)snprintf(c->unproven + len, sizeof c->unproven - len, "%s%s (%s)", len ? ", " : "",
+                                ag_conf_kop_name(k), dl);
+    }
+  }
+
   /* per device: the counts, the first differences, the refused cells */
   int64_t tot[C_NA] = {0};
-  bool bad = false;
+  bool bad = false, uncovered = false;
   fprintf(tbl, "\n");
   for (int i = 0; i < ncol; i++) {
     column *c = &cols[i];
@@ -330,6 +381,14 @@ int ag_check_bitwise(const ag_bitwise_opts *o) {
     }
     if (c->refuses) fprintf(tbl, "  refused: every cell (%s)\n", c->reason);
     else print_refused(tbl, c);
+    if (c->nunproven) {
+      uncovered = true;
+      fprintf(tbl, "  %d kernel op%s it runs in %s numerics that no row launched (unproven): %s\n", c->nunproven,
+              c->nunproven == 1 ? "" : "s", ag_numerics_name(ag_get_numerics()), c->unproven);
+    } else if (o->full && c->nportable) {
+      fprintf(tbl, "  every kernel op it runs in %s numerics (%d of %d) was launched by a row\n",
+              ag_numerics_name(ag_get_numerics()), c->nportable, nk);
+    }
   }
   fprintf(tbl, "\n%" PRId64 " identical, %" PRId64 " differ, %" PRId64 " refused, %" PRId64 " failed: %s\n", tot[C_SAME],
           tot[C_DIFF], tot[C_REFUSED], tot[C_FAILED],
@@ -368,6 +427,10 @@ int ag_check_bitwise(const ag_bitwise_opts *o) {
       json_notes(f, "differences", &c->diffs, true);
       json_notes(f, "refused_cells", &c->refused, false);
       json_notes(f, "failures", &c->failed, false);
+      if (o->full) {
+        fprintf(f, ", \"portable_kernel_ops\": %d, \"unproven\": ", c->nportable);
+        ag_cli_json_str(f, c->unproven);
+      }
       fprintf(f, "}");
     }
     fprintf(f, "], \"cells\": [");
@@ -389,11 +452,12 @@ int ag_check_bitwise(const ag_bitwise_opts *o) {
     fprintf(f, "]}\n");
   }
   for (int i = 0; i < ncol; i++) {
+    free(cols[i].kcount);
     free(cols[i].diffs.v);
     free(cols[i].refused.v);
     free(cols[i].failed.v);
   }
   free(cells);
   if (tbl != stdout) fclose(tbl);
-  return bad ? AG_EXIT_RUNTIME : AG_EXIT_OK;
+  return bad || (o->coverage && uncovered) ? AG_EXIT_RUNTIME : AG_EXIT_OK;
 }

@@ -21,11 +21,14 @@ typedef struct ag_bitwise_opts {
   bool json;                /* one JSON object on stdout instead of the table */
   bool verbose;             /* every case on stderr */
   int max_diffs;            /* differing cells described per device */
+  bool full;                /* every row ran: list the portable kernel ops no row launched */
+  bool coverage;            /* and fail when a device has one (--coverage) */
 } ag_bitwise_opts;
 
 /* Runs the comparison and prints it; returns the exit status (0: nothing
- * differs and no device that accepted the mode failed; 1 otherwise or on a
- * runtime error). */
+ * differs, no device that accepted the mode failed and, with coverage, every
+ * kernel op a device lists as portable was launched by a row; 1 otherwise
+ * or on a runtime error). */
 int ag_check_bitwise(const ag_bitwise_opts *o);
 
 #endif

@@ -157,8 +157,8 @@ int ag_cmd_check(int argc, char **argv) {
     fprintf(stderr, "anygrad check: --coverage runs every row: not with --ops, --forward, --grad or --accuracy\n");
     return AG_EXIT_USAGE;
   }
-  if (bitwise && (accuracy || coverage)) {
-    fprintf(stderr, "anygrad check: --bitwise compares bits: not with --accuracy, --report, --dump-inputs or --coverage\n");
+  if (bitwise && accuracy) {
+    fprintf(stderr, "anygrad check: --bitwise compares bits: not with --accuracy, --report or --dump-inputs\n");
     return AG_EXIT_USAGE;
   }
   /* The mode is named, never taken by default: the portable one is proven,
@@ -257,7 +257,8 @@ int ag_cmd_check(int argc, char **argv) {
     ag_device devs[16];
     for (int i = 0; i < ncol; i++) devs[i] = cols[i].dev;
     ag_bitwise_opts bo = {.devices = devs, .ndevices = ncol, .all_devices = ndevs == 0, .rows = opsel, .nrows = nops,
-                          .dts = dts, .ndt = ndt, .seed = seed, .json = json, .verbose = verbose, .max_diffs = 10};
+                          .dts = dts, .ndt = ndt, .seed = seed, .json = json, .verbose = verbose, .max_diffs = 10,
+                          .full = full, .coverage = coverage};
     return ag_check_bitwise(&bo);
   }
 

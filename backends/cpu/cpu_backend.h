@@ -111,6 +111,16 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
   X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                          \
   X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                            \
   X(ARANGE, arange, CPU_P_DTS, AGK_VNONE)                                                          \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                        \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                    \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                  \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                         \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                 \
+  X(VAR, var, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                            \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))   \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, CPU_VIDX)                                               \
+  X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, CPU_VIDX)                                             \
+  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))   \
   X(EMBEDDING, embedding, CPU_P_DTS, CPU_VIDX)                                                     \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
   X(GATHER, gather, CPU_P_DTS, CPU_VIDX)                                                           \

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 
 #if defined(AG_HAVE_CBLAS)
 #include <cblas.h>
@@ -523,16 +524,19 @@ BN(double)
 
 ag_status cpu_k_conv2d(ag_kernel_error *err, const ag_k_conv2d *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_conv2d(a);
   return a->y->dtype == AG_F64 ? conv_fwd_double(a) : conv_fwd_float(a);
 }
 
 ag_status cpu_k_conv2d_bwd_input(ag_kernel_error *err, const ag_k_conv2d_bwd_input *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_conv2d_bwd_input(a);
   return a->dx->dtype == AG_F64 ? conv_bwd_input_double(a) : conv_bwd_input_float(a);
 }
 
 ag_status cpu_k_conv2d_bwd_weight(ag_kernel_error *err, const ag_k_conv2d_bwd_weight *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_conv2d_bwd_weight(a);
   return a->dw->dtype == AG_F64 ? conv_bwd_weight_double(a) : conv_bwd_weight_float(a);
 }
 

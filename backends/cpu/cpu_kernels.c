@@ -502,15 +502,11 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
 
 /* Portable numerics (CPU_KOPS_PORTABLE): UNARY and BINARY run every table
  * entry on f32/f16/bf16 through the portable bodies and the INT entries on
- * the integer dtypes (exact); REDUCE every code (SUM through S);
- * POOL2D MAX (exact), the averages once they have their portable path. */
-static bool cpu_supports_portable_subop(ag_kop op, int sub, ag_dtype dt) {
-  switch (op) {
-    case AG_K_POOL2D:
-    case AG_K_POOL2D_BWD: return sub == AG_P_MAX;
-    default: return cpu_supports_subop(op, sub, dt);
-  }
-}
+ * the integer dtypes (exact); REDUCE every code (SUM through S); POOL2D*
+ * every code: the default f32 kernels are the contract's (MAX selects;
+ * the averages sum the window in order, divide once, and the backward adds
+ * in output order). */
+static bool cpu_supports_portable_subop(ag_kop op, int sub, ag_dtype dt) { return cpu_supports_subop(op, sub, dt); }
 
 bool ag__cpu_supports_portable(ag_kop op, int sub, ag_dtype dt) {
   return cpu_dispatch_portable(op, sub, dt) && cpu_supports_portable_subop(op, sub, dt) &&

@@ -83,29 +83,72 @@
     }                                                             \
     break;)
 
-/* The table's expression for every sub-op, COPY and the plain add
- * included: no shortcut of the default mode (x*x for pow 2) is taken. */
-bool ag__cpu_p_unary(int sub, float *o, const float *px, int64_t n, const double *s) {
-  const float s0 = (float)s[0], s1 = (float)s[1];
-  (void)s1;
-  switch ((ag_unary_op)sub) {
-    AG_UNARY_OPS(P_UNARY_CASE)
-    case AG_UNARY_COUNT: break;
+typedef float pv8 __attribute__((vector_size(32)));
+#define PMR 4
+#define PNR 16
+
+#define PSUF(x) x##_base
+#include "cpu_portable_ew.inc"
+#undef PSUF
+#if defined(AG_X86)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#endif
+#define PSUF(x) x##_avx2
+#include "cpu_portable_ew.inc"
+#undef PSUF
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+/* AVX2 alone: the build never asks for FMA here, and the portable code is
+ * not contracted in any case. ag__cpu_p_isa caps the choice (tests run
+ * every width and compare bits). */
+static bool p_avx2(void) { return ag__cpu_p_isa >= 1 && __builtin_cpu_supports("avx2"); }
+static bool p_avx512(void) { return ag__cpu_p_isa >= 2 && __builtin_cpu_supports("avx512f"); }
+#define PV(fn) (p_avx2() ? fn##_avx2 : fn##_base)
+
+/* The GEMM micro-kernel for AVX-512F (no FMA): 8 x 32, sixteen zmm
+ * accumulators. */
+typedef float pv16 __attribute__((vector_size(64)));
+__attribute__((target("avx512f"))) static void p_gemm_kernel_avx512(int64_t K, const float *ap, const float *bp,
+                                                                    float *c) {
+  pv16 acc[8][2];
+  for (int i = 0; i < 8; i++)
+    for (int j = 0; j < 2; j++) acc[i][j] = (pv16){0};
+  for (int64_t k = 0; k < K; k++) {
+    pv16 b0, b1;
+    memcpy(&b0, bp + k * 32, 64);
+    memcpy(&b1, bp + k * 32 + 16, 64);
+    for (int i = 0; i < 8; i++) {
+      const float av = ap[k * 8 + i];
+      const pv16 a16 = {av, av, av, av, av, av, av, av, av, av, av, av, av, av, av, av};
+      acc[i][0] = acc[i][0] + a16 * b0;
+      acc[i][1] = acc[i][1] + a16 * b1;
+    }
   }
-  return sub >= 0 && sub < AG_UNARY_COUNT;
+  for (int i = 0; i < 8; i++) memcpy(c + i * 32, acc[i], sizeof acc[i]);
+}
+#else
+#define PV(fn) fn##_base
+static bool p_avx512(void) { return false; }
+#endif
+
+int ag__cpu_p_isa = 2;
+
+bool ag__cpu_p_unary(int sub, float *o, const float *x, int64_t n, const double *s) {
+  return PV(p_unary)(sub, o, x, n, s);
 }
 
-bool ag__cpu_p_binary(int sub, float *o, const float *pa, const float *pb, int64_t n, const double *s) {
-  const float s0 = (float)s[0], s1 = (float)s[1];
-  (void)s1;
-  switch ((ag_binary_op)sub) {
-    AG_BINARY_OPS(P_BINARY_CASE)
-    AG_UNARY_OPS(P_BWD_CASE)
-    AG_BINARY_OPS(P_PART_CASE)
-    case AG_BINARY_COUNT: break;
-  }
-  return sub >= 0 && sub < AG_BINARY_COUNT;
+bool ag__cpu_p_binary(int sub, float *o, const float *a, const float *b, int64_t n, const double *s) {
+  return PV(p_binary)(sub, o, a, b, n, s);
 }
+
+void ag__cpu_p_exp_shift(float *e, const float *x, float mx, int64_t n) { PV(p_exp_shift)(e, x, mx, n); }
 
 /* ---- the canonical sum S ---- */
 
@@ -346,11 +389,12 @@ ag_status ag__cpu_p_reduce_sum(const ag_k_reduce *a) {
  * a time; the micro-kernel keeps an MR x NR block of accumulators in
  * registers and walks k in order, so every c[m,n] is the sequential sum.
  * Partial strips are zero-padded; the padding never reaches a stored
- * element. GCC vector extensions: 4-wide SSE, plain mul and add. */
+ * element. GCC vector extensions, plain mul and add (cpu_portable_ew.inc). */
 
-typedef float pv4 __attribute__((vector_size(16)));
-#define MR 4
-#define NR 8
+/* the largest micro-tile of any kernel */
+#define MR_MAX 8
+#define NR_MAX 32
+typedef void (*pgemm_kernel)(int64_t K, const float *ap, const float *bp, float *c);
 
 typedef struct pmm {
   const ag_k_matmul *a;
@@ -358,6 +402,8 @@ typedef struct pmm {
   int64_t abs_, bbs, ars, acs, brs, bcs;
   int64_t mb, nb, MB, NC; /* row blocks, column panels and their sizes */
   ag_dtype dt;
+  int mr, nr; /* the micro-tile of kern */
+  pgemm_kernel kern;
   _Atomic int oom;
 } pmm;
 
@@ -369,24 +415,6 @@ static inline float ld1(ag_dtype dt, const char *p, int64_t i) {
   }
 }
 
-static void pmm_kernel(int64_t K, const float *ap, const float *bp, float *c /* MR x NR */) {
-  pv4 acc[MR][NR / 4];
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < NR / 4; j++) acc[i][j] = (pv4){0, 0, 0, 0};
-  for (int64_t k = 0; k < K; k++) {
-    pv4 b0, b1;
-    memcpy(&b0, bp + k * NR, 16);
-    memcpy(&b1, bp + k * NR + 4, 16);
-    for (int i = 0; i < MR; i++) {
-      const float av = ap[k * MR + i];
-      const pv4 a4 = {av, av, av, av};
-      acc[i][0] = acc[i][0] + a4 * b0;
-      acc[i][1] = acc[i][1] + a4 * b1;
-    }
-  }
-  for (int i = 0; i < MR; i++) memcpy(c + i * NR, acc[i], sizeof acc[i]);
-}
-
 static void pmm_range(void *ctx, int64_t lo, int64_t hi) {
   const pmm *g = ctx;
   const ag_k_matmul *mm = g->a;
@@ -394,12 +422,14 @@ static void pmm_range(void *ctx, int64_t lo, int64_t hi) {
   const size_t sz = ag__cpu_dtsize(dt);
   const int64_t K = g->K;
   const float alpha_f = (float)mm->alpha, beta_f = (float)mm->beta;
+  const int MR = g->mr, NR = g->nr;
   float *bp = malloc(sizeof(float) * (size_t)((K > 0 ? K : 1) * (g->NC + NR) + (K > 0 ? K : 1) * MR));
   if (!bp) {
     atomic_store(&((pmm *)ctx)->oom, 1);
     return;
   }
   float *ap = bp + (K > 0 ? K : 1) * (g->NC + NR);
+  const pgemm_kernel kern = g->kern;
   for (int64_t w = lo; w < hi; w++) {
     int64_t b = w / (g->mb * g->nb), rem = w % (g->mb * g->nb);
     int64_t i0 = rem / g->nb * g->MB, j0 = rem % g->nb * g->NC;
@@ -411,24 +441,48 @@ static void pmm_range(void *ctx, int64_t lo, int64_t hi) {
     const int64_t strips = (nc + NR - 1) / NR;
     for (int64_t s = 0; s < strips; s++) {
       float *d = bp + s * K * NR;
-      for (int64_t k = 0; k < K; k++)
+      const int64_t js = j0 + s * NR;
+      const int nr = (int)(nc - s * NR < NR ? nc - s * NR : NR);
+      if (dt == AG_F32 && g->bcs == 1 && nr == NR) {
+        for (int64_t k = 0; k < K; k++)
+          memcpy(d + k * NR, (const float *)B + k * g->brs + js, sizeof(float) * (size_t)NR);
+      } else if (dt == AG_F32) {
+        const float *b = (const float *)B;
         for (int j = 0; j < NR; j++) {
-          int64_t jj = j0 + s * NR + j;
-          d[k * NR + j] = jj < j0 + nc ? ld1(dt, B, k * g->brs + jj * g->bcs) : 0.0f;
+          if (j < nr)
+            for (int64_t k = 0; k < K; k++) d[k * NR + j] = b[k * g->brs + (js + j) * g->bcs];
+          else
+            for (int64_t k = 0; k < K; k++) d[k * NR + j] = 0.0f;
         }
+      } else {
+        for (int64_t k = 0; k < K; k++)
+          for (int j = 0; j < NR; j++) d[k * NR + j] = j < nr ? ld1(dt, B, k * g->brs + (js + j) * g->bcs) : 0.0f;
+      }
     }
     for (int64_t ii = 0; ii < mc; ii += MR) {
       const int mr = (int)(mc - ii < MR ? mc - ii : MR);
-      for (int64_t k = 0; k < K; k++)
-        for (int i = 0; i < MR; i++)
-          ap[k * MR + i] = i < mr ? ld1(dt, A, (i0 + ii + i) * g->ars + k * g->acs) : 0.0f;
+      if (dt == AG_F32) {
+        const float *a = (const float *)A;
+        for (int i = 0; i < MR; i++) {
+          if (i < mr) {
+            const float *row = a + (i0 + ii + i) * g->ars;
+            for (int64_t k = 0; k < K; k++) ap[k * MR + i] = row[k * g->acs];
+          } else {
+            for (int64_t k = 0; k < K; k++) ap[k * MR + i] = 0.0f;
+          }
+        }
+      } else {
+        for (int64_t k = 0; k < K; k++)
+          for (int i = 0; i < MR; i++)
+            ap[k * MR + i] = i < mr ? ld1(dt, A, (i0 + ii + i) * g->ars + k * g->acs) : 0.0f;
+      }
       for (int64_t s = 0; s < strips; s++) {
-        float cb[MR * NR];
-        pmm_kernel(K, ap, bp + s * K * NR, cb);
+        float cb[MR_MAX * NR_MAX];
+        kern(K, ap, bp + s * K * NR, cb);
         const int nr = (int)(nc - s * NR < NR ? nc - s * NR : NR);
         for (int i = 0; i < mr; i++) {
           const int64_t off = (i0 + ii + i) * g->N + j0 + s * NR;
-          float r[NR];
+          float r[NR_MAX];
           for (int j = 0; j < nr; j++) {
             float v = cb[i * NR + j];
             if (mm->alpha != 1.0) v = alpha_f * v;
@@ -458,10 +512,15 @@ ag_status ag__cpu_p_matmul(const ag_k_matmul *mm) {
   g.brs = B->strides[nb - 2];
   g.bcs = B->strides[nb - 1];
   if (g.M == 0 || g.N == 0 || g.Bn == 0) return AG_OK;
+  if (p_avx512()) {
+    g.kern = p_gemm_kernel_avx512, g.mr = 8, g.nr = 32;
+  } else {
+    g.kern = PV(p_gemm_kernel), g.mr = PMR, g.nr = PNR;
+  }
   /* a B panel of K x NC floats stays within ~256 KiB */
-  int64_t nc = (65536 / (g.K > 0 ? g.K : 1)) / NR * NR;
-  g.NC = nc < 4 * NR ? 4 * NR : nc > 512 ? 512 : nc;
-  g.MB = 64;
+  int64_t nc = (65536 / (g.K > 0 ? g.K : 1)) / g.nr * g.nr;
+  g.NC = nc < 4 * g.nr ? 4 * g.nr : nc > 512 ? 512 : nc;
+  g.MB = 256; /* B is packed once per row block */
   g.mb = (g.M + g.MB - 1) / g.MB;
   g.nb = (g.N + g.NC - 1) / g.NC;
   ag__cpu_par_for(g.Bn * g.mb * g.nb, g.Bn * g.M * g.N * (g.K > 0 ? g.K : 1) / 16, pmm_range, &g);

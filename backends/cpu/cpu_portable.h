@@ -13,6 +13,14 @@
  * a sub-op outside the table. */
 AG_HIDDEN bool ag__cpu_p_unary(int sub, float *o, const float *x, int64_t n, const double *s);
 AG_HIDDEN bool ag__cpu_p_binary(int sub, float *o, const float *a, const float *b, int64_t n, const double *s);
+/* e[j] = agp_exp(x[j] - mx), j < n. */
+AG_HIDDEN void ag__cpu_p_exp_shift(float *e, const float *x, float mx, int64_t n);
+
+/* The widest vector build the portable kernels may choose at run time:
+ * 0 baseline, 1 AVX2, 2 AVX-512F (none with FMA); the bits are the same
+ * for every value (tests set it). Default 2. Not thread-safe to change
+ * while kernels run. */
+AG_HIDDEN extern int ag__cpu_p_isa;
 
 /* The canonical sum S (docs/numerics.md) of n values of dtype dt (f32,
  * f16, bf16) at p with element stride st, on the calling thread. */
@@ -46,6 +54,12 @@ AG_HIDDEN ag_status ag__cpu_p_rand_uniform(const ag_k_rand_uniform *a);
 AG_HIDDEN ag_status ag__cpu_p_rand_normal(const ag_k_rand_normal *a);
 AG_HIDDEN ag_status ag__cpu_p_dropout(const ag_k_dropout *a);
 AG_HIDDEN ag_status ag__cpu_p_arange(const ag_k_arange *a);
+AG_HIDDEN ag_status ag__cpu_p_var(const ag_k_var *a);
+AG_HIDDEN ag_status ag__cpu_p_cumsum(const ag_k_cumsum *a);
+AG_HIDDEN ag_status ag__cpu_p_gather_bwd(const ag_k_gather_bwd *a);
+AG_HIDDEN ag_status ag__cpu_p_conv2d(const ag_k_conv2d *a);
+AG_HIDDEN ag_status ag__cpu_p_conv2d_bwd_input(const ag_k_conv2d_bwd_input *a);
+AG_HIDDEN ag_status ag__cpu_p_conv2d_bwd_weight(const ag_k_conv2d_bwd_weight *a);
 
 /* Whether this CPU (and build) honours the contract: AG_OK, or
  * AG_ERR_UNSUPPORTED with the reason when subnormals are flushed or a

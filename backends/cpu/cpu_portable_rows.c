@@ -90,7 +90,7 @@ static void softmax_row(const prows *r, int64_t i, float *buf) {
   float *x = buf, *e = buf + n;
   row_load(k->x, i, n, x);
   const float mx = row_max(x, n);
-  for (int64_t j = 0; j < n; j++) e[j] = agp_exp(x[j] - mx);
+  ag__cpu_p_exp_shift(e, x, mx, n);
   const float s = ag__cpu_psum_f32(e, n);
   if (k->variant == AG_KV_LOG_SOFTMAX) {
     const float ls = agp_log(s);
@@ -138,7 +138,7 @@ static void lse_row(const prows *r, int64_t w, float *buf) {
   if (mx == INFINITY || mx == -INFINITY) {
     out = row_has_nan(x, R) ? NAN : mx;
   } else {
-    for (int64_t j = 0; j < R; j++) e[j] = agp_exp(x[j] - mx);
+    ag__cpu_p_exp_shift(e, x, mx, R);
     out = mx + agp_log(ag__cpu_psum_f32(e, R));
   }
   elem_store(k->out, w, out);
@@ -177,7 +177,7 @@ static void ce_prescan(ag_kernel_error *err, ag_kop op, const ag_koperand *targe
 /* mx and s = S(agp_exp(x_i - mx)) of a row, e the exponentials. */
 static float ce_sum(const float *x, float *e, int64_t n, float *mx_out) {
   const float mx = row_max(x, n);
-  for (int64_t j = 0; j < n; j++) e[j] = agp_exp(x[j] - mx);
+  ag__cpu_p_exp_shift(e, x, mx, n);
   *mx_out = mx;
   return ag__cpu_psum_f32(e, n);
 }
@@ -646,5 +646,109 @@ ag_status ag__cpu_p_arange(const ag_k_arange *a) {
     for (int64_t k = 0; k < m; k++) v[k] = start_f + (float)(i + k) * step_f;
     store_f(out->dtype, ag__cpu_ptr(out) + (size_t)i * sz, 1, m, v);
   }
+  return AG_OK;
+}
+
+/* ---- VAR, CUMSUM over x [outer, r, inner]: one line per work item ---- */
+
+typedef struct plines {
+  const void *a;
+  const ag_koperand *x, *out;
+  int64_t outer, r, inner;
+  atomic_bool oom;
+} plines;
+
+static void var_range(void *ctx, int64_t lo, int64_t hi) {
+  plines *L = ctx;
+  const ag_k_var *k = L->a;
+  const int64_t R = L->r, In = L->inner;
+  float *v = malloc(sizeof(float) * (size_t)(2 * (R > 0 ? R : 1)));
+  if (!v) {
+    atomic_store(&L->oom, true);
+    return;
+  }
+  float *t = v + R;
+  double den = (double)R - k->correction;
+  if (den < 0) den = 0;
+  const float r_f = (float)R, den_f = (float)den;
+  for (int64_t w = lo; w < hi; w++) {
+    const int64_t o = w / In, i = w % In;
+    load_f(L->x->dtype, ag__cpu_ptr(L->x) + (size_t)(o * R * In + i) * ag__cpu_dtsize(L->x->dtype), In, R, v);
+    const float mean = agp_div(ag__cpu_psum_f32(v, R), r_f);
+    for (int64_t j = 0; j < R; j++) t[j] = (v[j] - mean) * (v[j] - mean);
+    float r = agp_div(ag__cpu_psum_f32(t, R), den_f);
+    if (k->variant == AG_KV_STD) r = agp_sqrt(r);
+    elem_store(L->out, w, r);
+  }
+  free(v);
+}
+
+ag_status ag__cpu_p_var(const ag_k_var *a) {
+  plines L = {.a = a, .x = a->x, .out = a->out, .outer = a->outer, .r = a->r, .inner = a->inner};
+  atomic_init(&L.oom, false);
+  const int64_t n = a->outer * a->inner;
+  if (n > 0) ag__cpu_par_for(n, n * (a->r > 0 ? a->r : 1) * 3, var_range, &L);
+  if (atomic_load(&L.oom)) return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", a->call->name ? a->call->name : "var");
+  return AG_OK;
+}
+
+static void cumsum_range(void *ctx, int64_t lo, int64_t hi) {
+  plines *L = ctx;
+  const ag_k_cumsum *k = L->a;
+  const int64_t R = L->r, In = L->inner;
+  float *v = malloc(sizeof(float) * (size_t)(R > 0 ? R : 1));
+  if (!v) {
+    atomic_store(&L->oom, true);
+    return;
+  }
+  const size_t ex = ag__cpu_dtsize(L->x->dtype), ey = ag__cpu_dtsize(L->out->dtype);
+  for (int64_t w = lo; w < hi; w++) {
+    const int64_t o = w / In, i = w % In;
+    load_f(L->x->dtype, ag__cpu_ptr(L->x) + (size_t)(o * R * In + i) * ex, In, R, v);
+    float acc = 0.0f;
+    if (k->variant == AG_KV_CUMSUM_SUFFIX)
+      for (int64_t j = R - 1; j >= 0; j--) v[j] = acc = acc + v[j];
+    else
+      for (int64_t j = 0; j < R; j++) v[j] = acc = acc + v[j];
+    store_f(L->out->dtype, ag__cpu_ptr(L->out) + (size_t)(o * R * In + i) * ey, In, R, v);
+  }
+  free(v);
+}
+
+ag_status ag__cpu_p_cumsum(const ag_k_cumsum *a) {
+  plines L = {.a = a, .x = a->x, .out = a->out, .outer = a->outer, .r = a->r, .inner = a->inner};
+  atomic_init(&L.oom, false);
+  const int64_t n = a->outer * a->inner;
+  if (n > 0) ag__cpu_par_for(n, n * (a->r > 0 ? a->r : 1), cumsum_range, &L);
+  if (atomic_load(&L.oom))
+    return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", a->call->name ? a->call->name : "cumsum");
+  return AG_OK;
+}
+
+/* ---- GATHER_BWD: sequential in order of k into a zeroed dx, in f32 ---- */
+
+static int64_t gidx(const ag_koperand *ix, int64_t o, int64_t k, int64_t i) {
+  return idx_at(ix, o * ix->strides[0] + k * ix->strides[1] + i * ix->strides[2]);
+}
+
+ag_status ag__cpu_p_gather_bwd(const ag_k_gather_bwd *a) {
+  const int64_t O = a->o, K = a->k, In = a->in, X = a->xlen;
+  const ag_dtype d0 = a->dx->dtype, d1 = a->dout->dtype;
+  float *acc = malloc(sizeof(float) * (size_t)(X * In > 0 ? X * In : 1));
+  if (!acc) return ag_error_set(AG_ERR_OOM, "%s: no memory for the gradient", a->call->name ? a->call->name : "gather");
+  const char *g = ag__cpu_ptr(a->dout);
+  for (int64_t o = 0; o < O; o++) {
+    for (int64_t j = 0; j < X * In; j++) acc[j] = 0.0f;
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t i = 0; i < In; i++) {
+        const int64_t j = gidx(a->index, o, k, i);
+        if (j < 0 || j >= X) continue;
+        float v;
+        load_f(d1, g + (size_t)((o * K + k) * In + i) * ag__cpu_dtsize(d1), 1, 1, &v);
+        acc[j * In + i] = acc[j * In + i] + v;
+      }
+    store_f(d0, ag__cpu_ptr(a->dx) + (size_t)(o * X * In) * ag__cpu_dtsize(d0), 1, X * In, acc);
+  }
+  free(acc);
   return AG_OK;
 }

@@ -405,6 +405,7 @@ static ag_status rmsnorm_bwd_weight(const ag_k_rmsnorm_bwd *k, int64_t N, int64_
 /* var/std over the middle dim of [outer, r, inner], two passes in double. */
 ag_status cpu_k_var(ag_kernel_error *err, const ag_k_var *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_var(a);
   const int64_t O = a->outer, R = a->r, In = a->inner;
   const ag_dtype dx = a->x->dtype, dy = a->out->dtype;
   const size_t ex = ag__cpu_dtsize(dx), ey = ag__cpu_dtsize(dy);
@@ -430,6 +431,7 @@ ag_status cpu_k_var(ag_kernel_error *err, const ag_k_var *a) {
 /* Prefix or suffix sums along the middle dim, in double. */
 ag_status cpu_k_cumsum(ag_kernel_error *err, const ag_k_cumsum *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_cumsum(a);
   const int64_t O = a->outer, R = a->r, In = a->inner;
   const ag_dtype dx = a->x->dtype, dy = a->out->dtype;
   const size_t ex = ag__cpu_dtsize(dx), ey = ag__cpu_dtsize(dy);
@@ -477,6 +479,7 @@ ag_status cpu_k_gather(ag_kernel_error *err, const ag_k_gather *a) {
 /* Scatter-add in double, in order of k, into a zeroed dx. */
 ag_status cpu_k_gather_bwd(ag_kernel_error *err, const ag_k_gather_bwd *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_gather_bwd(a);
   const int64_t O = a->o, K = a->k, In = a->in, X = a->xlen;
   const ag_dtype d0 = a->dx->dtype, d1 = a->dout->dtype;
   double *acc = calloc((size_t)(X * In > 0 ? X * In : 1), sizeof(double));

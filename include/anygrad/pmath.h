@@ -160,10 +160,11 @@ AGP_FN AGP_FT agp_i_prod_err(AGP_FT a, AGP_FT b, AGP_FT p) {
 }
 
 /* ---- division and square root, correctly rounded ----
- * Built versions: the exact quotient and root of the integer significands
- * by long division (6 bits a step) and digit-by-digit square root, then
- * round to nearest even from the guard bit and the remainder; subnormal
- * results are rounded once, at their own precision. Bit-identical to
+ * Built versions: the exact quotient of the integer significands by long
+ * division (6 bits a step), the exact integer square root from a float
+ * estimate and the integer remainder, then round to nearest even from the
+ * guard bit and the remainder; subnormal quotients are rounded once, at
+ * their own precision. Bit-identical to
  * IEEE division and square root (tests/pmath_test.c checks it). */
 AGP_FN AGP_FT agp_div_built(AGP_FT a, AGP_FT b) {
   AGP_I ia = AGP_AS_I(a);
@@ -239,16 +240,48 @@ AGP_FN AGP_FT agp_sqrt_built(AGP_FT x) {
   AGP_I odd = ex & 1;
   m = odd != 0 ? m * 2 : m * 4;
   ex = odd != 0 ? ex - 1 : ex - 2;
-  /* root = floor(sqrt(m 2^24)), 25 bits, two radicand bits a step */
-  AGP_I root = 0;
-  AGP_I rem = 0;
-  for (AGP_I i = 0; i < 25; i++) {
-    AGP_I pair = i < 13 ? (m >> (24 - 2 * i)) & 3 : 0;
-    rem = rem * 4 + pair;
-    AGP_I trial = root * 4 + 1;
-    AGP_I take = rem >= trial ? 1 : 0;
-    rem = take != 0 ? rem - trial : rem;
-    root = root * 2 + take;
+  /* root = floor(sqrt(m 2^24)), 25 bits: a float estimate (Newton for
+   * 1/sqrt from a bit-trick seed, one step with the exact residual)
+   * within 2 of it, then the exact integer remainder m 2^24 - root^2 (in
+   * 13-bit limbs) moves it to the floor */
+  AGP_F mf = AGP_ITOF(m);
+  AGP_F y0 = AGP_AS_F(0x5f3759df - AGP_AS_I(mf) / 2);
+  AGP_F hm = AGP_K(0.5) * mf;
+  AGP_F n0 = hm * y0;
+  AGP_F n1 = n0 * y0;
+  AGP_F n2 = AGP_K(1.5) - n1;
+  AGP_F y1 = y0 * n2;
+  AGP_F n3 = hm * y1;
+  AGP_F n4 = n3 * y1;
+  AGP_F n5 = AGP_K(1.5) - n4;
+  AGP_F y2 = y1 * n5;
+  AGP_F n6 = hm * y2;
+  AGP_F n7 = n6 * y2;
+  AGP_F n8 = AGP_K(1.5) - n7;
+  AGP_F y = y2 * n8;
+  AGP_F s0 = mf * y;
+  AGP_F sp = s0 * s0;
+  AGP_F spe = agp_i_prod_err(s0, s0, sp);
+  AGP_F res0 = mf - sp;
+  AGP_F res1 = res0 - spe;
+  AGP_F hy = AGP_K(0.5) * y;
+  AGP_F corr = hy * res1;
+  AGP_F s1 = s0 + corr;
+  AGP_F est = s1 * AGP_K(4096.0);
+  AGP_I root = AGP_FTOI(est);
+  AGP_I la = root >> 13;
+  AGP_I lb = root & 8191;
+  AGP_I hi = (m >> 2) - la * la;
+  AGP_I g = hi * 8192 + (m & 3) * 2048 - 2 * la * lb;
+  g = g > 65536 ? 65536 : (g < -65536 ? -65536 : g);
+  AGP_I rem = g * 8192 - lb * lb;
+  for (AGP_I i = 0; i < 2; i++) {
+    AGP_I dn = rem < 0 ? 1 : 0;
+    root = root - dn;
+    rem = dn != 0 ? rem + 2 * root + 1 : rem;
+    AGP_I upc = rem >= 2 * root + 1 ? 1 : 0;
+    rem = upc != 0 ? rem - 2 * root - 1 : rem;
+    root = root + upc;
   }
   AGP_I mm = root >> 1;
   AGP_I up = ((root & 1) != 0 && (rem != 0 || (mm & 1) != 0)) ? 1 : 0;
@@ -297,13 +330,15 @@ AGP_FN AGP_FT agp_i_exp_fin(AGP_FT rh, AGP_FT rl, AGP_I k, AGP_I mode) {
   AGP_F th = rh + s2;
   AGP_F tl = agp_i_fast_err(rh, s2, th);
   AGP_F res;
-  if (mode == 0) {
+  if (mode != 1) {
     AGP_F mh = AGP_K(1.0) + th;
     AGP_F ml = agp_i_fast_err(AGP_K(1.0), th, mh);
     AGP_F mt = ml + tl;
     AGP_F m = mh + mt;
+    /* mode 2: the rounding error of m, scaled alike (a low part) */
+    AGP_F ms = mode == 2 ? agp_i_fast_err(mh, mt, m) : m;
     AGP_I k1 = k / 2;
-    AGP_F m1 = m * agp_i_pow2(k1);
+    AGP_F m1 = ms * agp_i_pow2(k1);
     res = m1 * agp_i_pow2(k - k1);
   } else {
     AGP_F sc = agp_i_pow2(k - 1);
@@ -449,66 +484,87 @@ AGP_FN AGP_FT agp_log1p(AGP_FT x) {
 /* tanh: x + x^3 T(x^2) (degree 5) below 0.625, else 1 - 2/(expm1(2|x|) + 2) */
 AGP_FN AGP_FT agp_tanh(AGP_FT x) {
   AGP_F a = agp_abs(x);
-  AGP_F r;
-  if (a < AGP_K(0.625)) {
-    AGP_F z = x * x;
-    AGP_F p = AGP_K(0.00229274482);
-    p = p * z + AGP_K(-0.00834394526);
-    p = p * z + AGP_K(0.0217689183);
-    p = p * z + AGP_K(-0.0539592579);
-    p = p * z + AGP_K(0.133333042);
-    p = p * z + AGP_K(-0.333333343);
-    AGP_F x3 = a * z;
-    AGP_F t = x3 * p;
-    AGP_F u = a + t;
-    r = agp_copysign(u, x);
-  } else {
-    AGP_F ac = a > AGP_K(10.0) ? AGP_K(10.0) : a;
-    AGP_F a2 = ac * AGP_K(2.0);
-    AGP_F em = agp_expm1(a2);
-    AGP_F d = em + AGP_K(2.0);
-    AGP_F q = agp_div(AGP_K(2.0), d);
-    AGP_F t = AGP_K(1.0) - q;
-    r = agp_copysign(t, x);
-  }
+  AGP_F z = a * a;
+  AGP_F p = AGP_K(0.00229274482);
+  p = p * z + AGP_K(-0.00834394526);
+  p = p * z + AGP_K(0.0217689183);
+  p = p * z + AGP_K(-0.0539592579);
+  p = p * z + AGP_K(0.133333042);
+  p = p * z + AGP_K(-0.333333343);
+  AGP_F a3 = a * z;
+  AGP_F t = a3 * p;
+  AGP_F small = a + t;
+  AGP_F ac = a > AGP_K(10.0) ? AGP_K(10.0) : a;
+  ac = agp_i_isnan(x) != 0 ? AGP_K(1.0) : ac;
+  AGP_F a2 = ac * AGP_K(2.0);
+  AGP_F em = agp_expm1(a2);
+  AGP_F d = em + AGP_K(2.0);
+  AGP_F q = agp_div(AGP_K(2.0), d);
+  AGP_F big = AGP_K(1.0) - q;
+  AGP_F u = a < AGP_K(0.625) ? small : big;
+  AGP_F r = agp_copysign(u, x);
+  r = agp_i_isnan(x) != 0 ? x : r;
   return r;
 }
 
-/* 1/(1 + e^-x) for x >= 0, e^x/(1 + e^x) below: e^-|x| never overflows */
+/* 1/(1 + e^-x) for x >= 0, e^x/(1 + e^x) below: e = e^-|x| (never
+ * overflows) as a pair eh + el, 1 + e as a pair dh + dl, the quotient q of
+ * the high parts corrected by (el - q dl)/(dh + dl), where 1/dh is q
+ * (x >= 0) or 1 - q (x < 0) */
 AGP_FN AGP_FT agp_sigmoid(AGP_FT x) {
   AGP_F na = -agp_abs(x);
-  AGP_F e = agp_exp(na);
-  AGP_F d = AGP_K(1.0) + e;
-  AGP_F n = x >= AGP_K(0.0) ? AGP_K(1.0) : e;
-  AGP_F r = agp_div(n, d);
+  AGP_F nc = na < AGP_K(-104.0) ? AGP_K(-104.0) : na;
+  nc = agp_i_isnan(x) != 0 ? AGP_K(0.0) : nc;
+  AGP_F eh = agp_i_expk(nc, 0, 0);
+  AGP_F el = agp_i_expk(nc, 0, 2);
+  AGP_F dh = AGP_K(1.0) + eh;
+  AGP_F d1 = agp_i_fast_err(AGP_K(1.0), eh, dh);
+  AGP_F dl = d1 + el;
+  AGP_I pos = x >= AGP_K(0.0) ? 1 : 0;
+  AGP_F n = pos != 0 ? AGP_K(1.0) : eh;
+  AGP_F nl = pos != 0 ? AGP_K(0.0) : el;
+  AGP_F q = agp_div(n, dh);
+  AGP_F inv0 = AGP_K(1.0) - q;
+  AGP_F inv = pos != 0 ? q : inv0;
+  AGP_F qd = q * dl;
+  AGP_F c0 = nl - qd;
+  AGP_F c = inv * c0;
+  AGP_F r = q + c;
+  r = agp_i_isnan(x) != 0 ? x : r;
   return r;
 }
 
 /* sinh: x + x^3 H(x^2) (degree 4) below 1, else e^|x|/2 - e^-|x|/2 with
- * the halving in the exponent (finite up to 89.4) */
+ * the halving in the exponent (finite up to 89.4), each as a pair; cosh
+ * the sum of the same pairs */
 AGP_FN AGP_FT agp_sinh(AGP_FT x) {
   AGP_F a = agp_abs(x);
-  AGP_F r;
-  if (a < AGP_K(1.0)) {
-    AGP_F z = x * x;
-    AGP_F p = AGP_K(2.5456707e-08);
-    p = p * z + AGP_K(2.75537695e-06);
-    p = p * z + AGP_K(0.000198412832);
-    p = p * z + AGP_K(0.00833333377);
-    p = p * z + AGP_K(0.166666672);
-    AGP_F x3 = x * z;
-    AGP_F t = x3 * p;
-    r = x + t;
-  } else {
-    AGP_F ac = a > AGP_K(90.0) ? AGP_K(90.0) : a;
-    ac = agp_i_isnan(x) != 0 ? AGP_K(1.0) : ac;
-    AGP_F nac = -ac;
-    AGP_F ep = agp_i_expk(ac, -1, 0);
-    AGP_F en = agp_i_expk(nac, -1, 0);
-    AGP_F d = ep - en;
-    d = agp_i_isnan(x) != 0 ? x : d;
-    r = agp_copysign(d, x);
-  }
+  AGP_F z = a * a;
+  AGP_F p = AGP_K(2.5456707e-08);
+  p = p * z + AGP_K(2.75537695e-06);
+  p = p * z + AGP_K(0.000198412832);
+  p = p * z + AGP_K(0.00833333377);
+  p = p * z + AGP_K(0.166666672);
+  AGP_F a3 = a * z;
+  AGP_F t = a3 * p;
+  AGP_F small = a + t;
+  AGP_F ac = a > AGP_K(90.0) ? AGP_K(90.0) : a;
+  ac = agp_i_isnan(x) != 0 ? AGP_K(1.0) : ac;
+  AGP_F nac = -ac;
+  AGP_F ep = agp_i_expk(ac, -1, 0);
+  AGP_F en = agp_i_expk(nac, -1, 0);
+  AGP_F epl = agp_i_expk(ac, -1, 2);
+  AGP_F enl = agp_i_expk(nac, -1, 2);
+  AGP_F nen = -en;
+  AGP_F dh = ep + nen;
+  AGP_F de = agp_i_sum_err(ep, nen, dh);
+  AGP_F dl0 = epl - enl;
+  AGP_F dl = de + dl0;
+  AGP_F d = dh + dl;
+  d = dh == AGP_AS_F(AGP_INF_BITS) ? dh : d;
+  AGP_F u = a < AGP_K(1.0) ? small : d;
+  AGP_F r = agp_copysign(u, x);
+  r = agp_i_isnan(x) != 0 ? x : r;
   return r;
 }
 
@@ -519,7 +575,14 @@ AGP_FN AGP_FT agp_cosh(AGP_FT x) {
   AGP_F nac = -ac;
   AGP_F ep = agp_i_expk(ac, -1, 0);
   AGP_F en = agp_i_expk(nac, -1, 0);
-  AGP_F r = ep + en;
+  AGP_F epl = agp_i_expk(ac, -1, 2);
+  AGP_F enl = agp_i_expk(nac, -1, 2);
+  AGP_F rh = ep + en;
+  AGP_F re = agp_i_fast_err(ep, en, rh);
+  AGP_F rl0 = epl + enl;
+  AGP_F rl = re + rl0;
+  AGP_F r = rh + rl;
+  r = rh == AGP_AS_F(AGP_INF_BITS) ? rh : r;
   r = agp_i_isnan(x) != 0 ? x : r;
   return r;
 }
@@ -529,41 +592,38 @@ AGP_FN AGP_FT agp_cosh(AGP_FT x) {
  * x^2 (M degree 10 fits log(erfc(x)) + x^2 on [1, 4]), from expm1 */
 AGP_FN AGP_FT agp_erf(AGP_FT x) {
   AGP_F a = agp_abs(x);
-  AGP_F r;
-  if (a < AGP_K(1.0)) {
-    AGP_F z = x * x;
-    AGP_F p = AGP_K(-9.66704465e-06);
-    p = p * z + AGP_K(0.000112659589);
-    p = p * z + AGP_K(-0.000848408032);
-    p = p * z + AGP_K(0.00522103161);
-    p = p * z + AGP_K(-0.0268654302);
-    p = p * z + AGP_K(0.112837821);
-    p = p * z + AGP_K(-0.376126379);
-    p = p * z + AGP_K(0.128379166);
-    AGP_F t = x * p;
-    r = x + t;
-  } else {
-    AGP_F ac = a > AGP_K(4.0) ? AGP_K(4.0) : a;
-    ac = agp_i_isnan(x) != 0 ? AGP_K(1.0) : ac;
-    AGP_F t = ac - AGP_K(2.5);
-    AGP_F p = AGP_K(-3.83471424e-08);
-    p = p * t + AGP_K(-6.61463702e-08);
-    p = p * t + AGP_K(1.82979272e-06);
-    p = p * t + AGP_K(-1.29745258e-05);
-    p = p * t + AGP_K(7.69696344e-05);
-    p = p * t + AGP_K(-0.000420709635);
-    p = p * t + AGP_K(0.0021655017);
-    p = p * t + AGP_K(-0.0108581642);
-    p = p * t + AGP_K(0.0561062619);
-    p = p * t + AGP_K(-0.352680743);
-    p = p * t + AGP_K(-1.55681527);
-    AGP_F z = ac * ac;
-    AGP_F l = p - z;
-    AGP_F em = agp_expm1(l);
-    AGP_F o = -em;
-    o = agp_i_isnan(x) != 0 ? x : o;
-    r = agp_copysign(o, x);
-  }
+  AGP_F z = a * a;
+  AGP_F p = AGP_K(-9.66704465e-06);
+  p = p * z + AGP_K(0.000112659589);
+  p = p * z + AGP_K(-0.000848408032);
+  p = p * z + AGP_K(0.00522103161);
+  p = p * z + AGP_K(-0.0268654302);
+  p = p * z + AGP_K(0.112837821);
+  p = p * z + AGP_K(-0.376126379);
+  p = p * z + AGP_K(0.128379166);
+  AGP_F ts = a * p;
+  AGP_F small = a + ts;
+  AGP_F ac = a > AGP_K(4.0) ? AGP_K(4.0) : a;
+  ac = a < AGP_K(1.0) || agp_i_isnan(x) != 0 ? AGP_K(1.0) : ac;
+  AGP_F t = ac - AGP_K(2.5);
+  AGP_F q = AGP_K(-3.83471424e-08);
+  q = q * t + AGP_K(-6.61463702e-08);
+  q = q * t + AGP_K(1.82979272e-06);
+  q = q * t + AGP_K(-1.29745258e-05);
+  q = q * t + AGP_K(7.69696344e-05);
+  q = q * t + AGP_K(-0.000420709635);
+  q = q * t + AGP_K(0.0021655017);
+  q = q * t + AGP_K(-0.0108581642);
+  q = q * t + AGP_K(0.0561062619);
+  q = q * t + AGP_K(-0.352680743);
+  q = q * t + AGP_K(-1.55681527);
+  AGP_F zc = ac * ac;
+  AGP_F l = q - zc;
+  AGP_F em = agp_expm1(l);
+  AGP_F big = -em;
+  AGP_F u = a < AGP_K(1.0) ? small : big;
+  AGP_F r = agp_copysign(u, x);
+  r = agp_i_isnan(x) != 0 ? x : r;
   return r;
 }
 
@@ -724,12 +784,16 @@ AGP_FN AGP_FT agp_pow(AGP_FT x, AGP_FT y) {
   AGP_F d = AGP_K(2.0) + f;
   AGP_F dl = agp_i_fast_err(AGP_K(2.0), f, d);
   /* 1/d by Newton from a bit-trick seed, d in [1.7, 2.5] */
-  AGP_F g = AGP_AS_F(0x7ef311c3 - AGP_AS_I(d));
-  for (AGP_I i = 0; i < 3; i++) {
-    AGP_F dg = d * g;
-    AGP_F c = AGP_K(2.0) - dg;
-    g = g * c;
-  }
+  AGP_F g0 = AGP_AS_F(0x7ef311c3 - AGP_AS_I(d));
+  AGP_F dg0 = d * g0;
+  AGP_F c0 = AGP_K(2.0) - dg0;
+  AGP_F g1 = g0 * c0;
+  AGP_F dg1 = d * g1;
+  AGP_F c1 = AGP_K(2.0) - dg1;
+  AGP_F g2 = g1 * c1;
+  AGP_F dg2 = d * g2;
+  AGP_F c2 = AGP_K(2.0) - dg2;
+  AGP_F g = g2 * c2;
   AGP_F sh = f * g;
   AGP_F pp = sh * d;
   AGP_F pe = agp_i_prod_err(sh, d, pp);
