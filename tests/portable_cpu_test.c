@@ -960,6 +960,120 @@ static void test_vector_widths(void **state) {
   free(x), free(y), free(b), free(a), free(bm), free(cm), free(ref);
 }
 
+
+/* ---- norm, batch norm, group norm ---- */
+
+static void test_norms(void **state) {
+  (void)state;
+  enum { O = 3, R = 3001, I = 41 };
+  float *x = fvec(O * R * I, -2, 2), *out = malloc(sizeof(float) * O * I);
+  const int vs[3] = {AG_KV_NORM_L1, AG_KV_NORM_L2, AG_KV_NORM_INF};
+  for (int v = 0; v < 3; v++) {
+    ag_kernel_call c = pcall(AG_K_NORM, vs[v]);
+    c.n_operands = 2;
+    c.o[0] = opnd(out, AG_F32, 2, (int64_t[]){O, I}, NULL);
+    c.o[1] = opnd(x, AG_F32, 3, (int64_t[]){O, R, I}, NULL);
+    c.i[0] = O, c.i[1] = R, c.i[2] = I;
+    threads_same(&c, out, O * I, NULL, NULL, "norm");
+  }
+  /* batch norm statistics and the affine map */
+  enum { N = 9, C = 13, HW = 4097 };
+  float *a = fvec(N * C * HW, -2, 2), *b = fvec(N * C * HW, -1, 1), *mu = fvec(C, -0.1f, 0.1f),
+        *st = malloc(sizeof(float) * 2 * C), *coef = fvec(4 * C, -1, 1), *y = malloc(sizeof(float) * N * C * HW);
+  for (int v = 0; v < 2; v++) {
+    ag_kernel_call c = pcall(AG_K_BN_STATS, v ? AG_KV_BN_SUMS : AG_KV_BN_MEAN_VAR);
+    c.n_operands = 4;
+    c.o[0] = opnd(st, AG_F32, 2, (int64_t[]){2, C}, NULL);
+    c.o[1] = opnd(a, AG_F32, 3, (int64_t[]){N, C, HW}, NULL);
+    if (v) {
+      c.o[2] = opnd(b, AG_F32, 3, (int64_t[]){N, C, HW}, NULL);
+      c.o[3] = opnd(mu, AG_F32, 1, (int64_t[]){C}, NULL);
+    }
+    c.i[0] = N, c.i[1] = C, c.i[2] = HW;
+    threads_same(&c, st, 2 * C, NULL, NULL, "bn_stats");
+    /* the mean: S over (n, hw) of channel 5 */
+    float *t = malloc(sizeof(float) * N * HW);
+    for (int n = 0; n < N; n++) memcpy(t + n * HW, a + (n * C + 5) * HW, sizeof(float) * HW);
+    float want = ref_S(t, N * HW);
+    if (!v) want = agp_div(want, (float)(N * HW));
+    same_bits(&want, &st[5], 1, "bn_stats ref");
+    free(t);
+    c = pcall(AG_K_BN_APPLY, v ? AG_KV_BN_AFFINE_B : AG_KV_BN_AFFINE);
+    c.n_operands = 4;
+    c.o[0] = opnd(y, AG_F32, 3, (int64_t[]){N, C, HW}, NULL);
+    c.o[1] = opnd(a, AG_F32, 3, (int64_t[]){N, C, HW}, NULL);
+    c.o[2] = opnd(coef, AG_F32, 2, (int64_t[]){v ? 4 : 2, C}, NULL);
+    if (v) c.o[3] = opnd(b, AG_F32, 3, (int64_t[]){N, C, HW}, NULL);
+    c.i[0] = N, c.i[1] = C, c.i[2] = HW;
+    threads_same(&c, y, N * C * HW, NULL, NULL, "bn_apply");
+  }
+  /* group norm and its backward with dw, db */
+  enum { G = 4, GC = 12, GHW = 999, GN = 7 };
+  float *gx = fvec(GN * GC * GHW, -2, 2), *gw = fvec(GC, 0.5f, 1.5f), *gb = fvec(GC, -1, 1),
+        *gy = malloc(sizeof(float) * GN * GC * GHW), *gm = malloc(sizeof(float) * GN * G),
+        *gr = malloc(sizeof(float) * GN * G), *gdy = fvec(GN * GC * GHW, -1, 1),
+        *gdx = malloc(sizeof(float) * GN * GC * GHW), *gdw = malloc(sizeof(float) * GC), *gdb = malloc(sizeof(float) * GC),
+        *keep = malloc(sizeof(float) * 2 * GC);
+  ag_kernel_call c = pcall(AG_K_GROUP_NORM, 0);
+  c.n_operands = 6;
+  c.o[0] = opnd(gy, AG_F32, 3, (int64_t[]){GN, GC, GHW}, NULL);
+  c.o[1] = opnd(gx, AG_F32, 3, (int64_t[]){GN, GC, GHW}, NULL);
+  c.o[2] = opnd(gw, AG_F32, 1, (int64_t[]){GC}, NULL);
+  c.o[3] = opnd(gb, AG_F32, 1, (int64_t[]){GC}, NULL);
+  c.o[4] = opnd(gm, AG_F32, 2, (int64_t[]){GN, G}, NULL);
+  c.o[5] = opnd(gr, AG_F32, 2, (int64_t[]){GN, G}, NULL);
+  c.i[0] = GN, c.i[1] = GC, c.i[2] = GHW, c.i[3] = G, c.s[0] = 1e-5;
+  threads_same(&c, gy, GN * GC * GHW, NULL, NULL, "group_norm");
+  ag_kmulti ml;
+  memset(&ml, 0, sizeof ml);
+  ml.count = 2;
+  ml.t[0] = (ag_kmulti_entry){.base = gdw, .dtype = AG_F32, .numel = GC};
+  ml.t[1] = (ag_kmulti_entry){.base = gdb, .dtype = AG_F32, .numel = GC};
+  c = pcall(AG_K_GROUP_NORM_BWD, 0);
+  c.n_operands = 6;
+  c.o[0] = opnd(gdx, AG_F32, 3, (int64_t[]){GN, GC, GHW}, NULL);
+  c.o[1] = opnd(gdy, AG_F32, 3, (int64_t[]){GN, GC, GHW}, NULL);
+  c.o[2] = opnd(gx, AG_F32, 3, (int64_t[]){GN, GC, GHW}, NULL);
+  c.o[3] = opnd(gm, AG_F32, 2, (int64_t[]){GN, G}, NULL);
+  c.o[4] = opnd(gr, AG_F32, 2, (int64_t[]){GN, G}, NULL);
+  c.o[5] = opnd(gw, AG_F32, 1, (int64_t[]){GC}, NULL);
+  c.i[0] = GN, c.i[1] = GC, c.i[2] = GHW, c.i[3] = G;
+  c.multi = &ml;
+  assert_int_equal(ag_set_num_threads(1), AG_OK);
+  prun(&c);
+  memcpy(keep, gdw, sizeof(float) * GC);
+  memcpy(keep + GC, gdb, sizeof(float) * GC);
+  threads_same(&c, gdx, GN * GC * GHW, NULL, NULL, "group_norm_bwd");
+  same_bits(keep, gdw, GC, "group_norm_bwd dw");
+  same_bits(keep + GC, gdb, GC, "group_norm_bwd db");
+  free(x), free(out), free(a), free(b), free(mu), free(st), free(coef), free(y);
+  free(gx), free(gw), free(gb), free(gy), free(gm), free(gr), free(gdy), free(gdx), free(gdw), free(gdb), free(keep);
+}
+
+
+static void test_interpolate(void **state) {
+  (void)state;
+  enum { P = 37, H = 13, W = 11, HO = 29, WO = 23 };
+  float *x = fvec(P * H * W, -1, 1), *y = malloc(sizeof(float) * P * HO * WO), *dy = fvec(P * HO * WO, -1, 1),
+        *dx = malloc(sizeof(float) * P * H * W);
+  for (int v = 0; v < 2; v++)
+    for (int align = 0; align < 2; align++) {
+      ag_kernel_call c = pcall(AG_K_INTERPOLATE, v ? AG_KV_INTERP_BILINEAR : AG_KV_INTERP_NEAREST);
+      c.n_operands = 2;
+      c.o[0] = opnd(y, AG_F32, 4, (int64_t[]){1, P, HO, WO}, NULL);
+      c.o[1] = opnd(x, AG_F32, 4, (int64_t[]){1, P, H, W}, NULL);
+      c.s[0] = align ? (double)(H - 1) / (HO - 1) : (double)H / HO;
+      c.s[1] = align ? (double)(W - 1) / (WO - 1) : (double)W / WO;
+      c.i[0] = align;
+      threads_same(&c, y, P * HO * WO, NULL, NULL, "interpolate");
+      c.op = AG_K_INTERPOLATE_BWD;
+      c.o[0] = opnd(dx, AG_F32, 4, (int64_t[]){1, P, H, W}, NULL);
+      c.o[1] = opnd(dy, AG_F32, 4, (int64_t[]){1, P, HO, WO}, NULL);
+      threads_same(&c, dx, P * H * W, NULL, NULL, "interpolate_bwd");
+    }
+  free(x), free(y), free(dy), free(dx);
+}
+
 /* ---- (c) refusals, (d) the default mode ---- */
 
 static void test_refusals(void **state) {
@@ -1072,6 +1186,8 @@ int main(void) {
       cmocka_unit_test(test_pool),
       cmocka_unit_test(test_var_cumsum),
       cmocka_unit_test(test_vector_widths),
+      cmocka_unit_test(test_norms),
+      cmocka_unit_test(test_interpolate),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_default_unchanged),
   };

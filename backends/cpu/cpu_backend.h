@@ -121,6 +121,13 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
   X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, CPU_VIDX)                                               \
   X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, CPU_VIDX)                                             \
   X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))   \
+  X(NORM, norm, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
+  X(BN_STATS, bn_stats, AGK_DT(F32), AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))        \
+  X(BN_APPLY, bn_apply, AGK_DT(F32), AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))      \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT, AGK_VNONE)                                              \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                      \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
   X(EMBEDDING, embedding, CPU_P_DTS, CPU_VIDX)                                                     \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
   X(GATHER, gather, CPU_P_DTS, CPU_VIDX)                                                           \

@@ -556,6 +556,7 @@ ag_status cpu_k_pool2d_bwd(ag_kernel_error *err, const ag_k_pool2d_bwd *a) {
 
 ag_status cpu_k_bn_stats(ag_kernel_error *err, const ag_k_bn_stats *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_bn_stats(a);
   const bool sums = a->variant == AG_KV_BN_SUMS;
   bn_job j = {.a = ag__cpu_ptr(a->a), .b = sums ? ag__cpu_ptr(a->b) : NULL, .mu = sums ? ag__cpu_ptr(a->mu) : NULL,
               .y = ag__cpu_ptr(a->stats), .N = a->n, .C = a->c, .HW = a->hw};
@@ -566,6 +567,7 @@ ag_status cpu_k_bn_stats(ag_kernel_error *err, const ag_k_bn_stats *a) {
 
 ag_status cpu_k_bn_apply(ag_kernel_error *err, const ag_k_bn_apply *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_bn_apply(a);
   const bool with_b = a->variant == AG_KV_BN_AFFINE_B;
   bn_job j = {.a = ag__cpu_ptr(a->a), .b = with_b ? ag__cpu_ptr(a->b) : NULL, .coef = ag__cpu_ptr(a->coef),
               .y = ag__cpu_ptr(a->y), .N = a->n, .C = a->c, .HW = a->hw};

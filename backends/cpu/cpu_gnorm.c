@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 #include "cpu_tile.h"
 
 
@@ -59,6 +60,7 @@ static void gn_fwd_blocks(void *ctx, int64_t lo, int64_t hi) {
 
 ag_status cpu_k_group_norm(ag_kernel_error *err, const ag_k_group_norm *a) {
   (void)err; /* no index operands */
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_group_norm(a);
   gn_job j = {a, a->c / a->groups, a->hw, a->groups, false};
   ag__cpu_par_for(a->n * a->groups, a->n * a->c * a->hw * 4, gn_fwd_blocks, &j);
   return atomic_load(&j.oom) ? no_memory(a->call->name) : AG_OK;
@@ -132,6 +134,7 @@ static void gn_bwd_channels(void *ctx, int64_t lo, int64_t hi) {
 
 ag_status cpu_k_group_norm_bwd(ag_kernel_error *err, const ag_k_group_norm_bwd *a) {
   (void)err; /* no index operands */
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_group_norm_bwd(a);
   gn_job j = {a, a->c / a->groups, a->hw, a->groups, false};
   const int64_t work = a->n * a->c * a->hw * 6;
   ag__cpu_par_for(a->n * a->groups, work, gn_bwd_blocks, &j);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "cpu_backend.h"
+#include "cpu_portable.h"
 #include "cpu_tile.h"
 
 
@@ -182,10 +183,12 @@ static ag_status ip_run(const ag_kernel_call *call, const ag_koperand *dst, cons
 
 ag_status cpu_k_interpolate(ag_kernel_error *err, const ag_k_interpolate *a) {
   (void)err; /* no index operands */
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_interpolate(a);
   return ip_run(a->call, a->y, a->x, a->x, a->variant, a->scale_h, a->scale_w, a->align_corners, false);
 }
 
 ag_status cpu_k_interpolate_bwd(ag_kernel_error *err, const ag_k_interpolate_bwd *a) {
   (void)err; /* no index operands */
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_interpolate_bwd(a);
   return ip_run(a->call, a->dx, a->dy, a->dx, a->variant, a->scale_h, a->scale_w, a->align_corners, true);
 }

@@ -215,6 +215,24 @@ float ag__cpu_psum(ag_dtype dt, const void *p, int64_t st, int64_t n) {
   return out;
 }
 
+float ag__cpu_psum_gen(int64_t n, ag_cpu_pfill_fn fill, const void *ctx) {
+  if (n <= 0) return 0.0f;
+  float t[PB];
+  if (n <= PB) {
+    fill(ctx, 0, n, t);
+    return p_tree(t, n);
+  }
+  psum s;
+  psum_init(&s, n);
+  float out = 0.0f;
+  for (int64_t i = 0; i < n; i += PB) {
+    int64_t m = n - i < PB ? n - i : PB;
+    fill(ctx, i, m, t);
+    if (psum_push(&s, 1, p_tree(t, m), &out)) break;
+  }
+  return out;
+}
+
 /* S along r for W adjacent columns at once (lanes): values x[k*rs + j] for
  * k < r, j < w <= PW, rows of w contiguous values of dtype dt. */
 #define PW AG_CPU_PLANES

@@ -27,6 +27,11 @@ AG_HIDDEN extern int ag__cpu_p_isa;
 AG_HIDDEN float ag__cpu_psum(ag_dtype dt, const void *p, int64_t st, int64_t n);
 static inline float ag__cpu_psum_f32(const float *v, int64_t n) { return ag__cpu_psum(AG_F32, v, 1, n); }
 
+/* S of n terms that fill(ctx, k0, m, t) writes into t[0..m) (terms k0 ..
+ * k0 + m - 1, m <= 256), in order. */
+typedef void (*ag_cpu_pfill_fn)(const void *ctx, int64_t k0, int64_t m, float *t);
+AG_HIDDEN float ag__cpu_psum_gen(int64_t n, ag_cpu_pfill_fn fill, const void *ctx);
+
 /* S along rows for up to AG_CPU_PLANES adjacent columns at once:
  * out[j] = S over k < r of row(ctx, k)[j], j < w, where row(ctx, k, dst)
  * writes the w values of row k into dst. Same bits as ag__cpu_psum of each
@@ -57,6 +62,13 @@ AG_HIDDEN ag_status ag__cpu_p_arange(const ag_k_arange *a);
 AG_HIDDEN ag_status ag__cpu_p_var(const ag_k_var *a);
 AG_HIDDEN ag_status ag__cpu_p_cumsum(const ag_k_cumsum *a);
 AG_HIDDEN ag_status ag__cpu_p_gather_bwd(const ag_k_gather_bwd *a);
+AG_HIDDEN ag_status ag__cpu_p_norm(const ag_k_norm *a);
+AG_HIDDEN ag_status ag__cpu_p_bn_stats(const ag_k_bn_stats *a);
+AG_HIDDEN ag_status ag__cpu_p_bn_apply(const ag_k_bn_apply *a);
+AG_HIDDEN ag_status ag__cpu_p_group_norm(const ag_k_group_norm *a);
+AG_HIDDEN ag_status ag__cpu_p_group_norm_bwd(const ag_k_group_norm_bwd *a);
+AG_HIDDEN ag_status ag__cpu_p_interpolate(const ag_k_interpolate *a);
+AG_HIDDEN ag_status ag__cpu_p_interpolate_bwd(const ag_k_interpolate_bwd *a);
 AG_HIDDEN ag_status ag__cpu_p_conv2d(const ag_k_conv2d *a);
 AG_HIDDEN ag_status ag__cpu_p_conv2d_bwd_input(const ag_k_conv2d_bwd_input *a);
 AG_HIDDEN ag_status ag__cpu_p_conv2d_bwd_weight(const ag_k_conv2d_bwd_weight *a);

@@ -752,3 +752,52 @@ ag_status ag__cpu_p_gather_bwd(const ag_k_gather_bwd *a) {
   free(acc);
   return AG_OK;
 }
+
+/* ---- NORM over x [outer, r, inner]: the default's formulas with S and
+ * pmath. NaN propagates; L1 S(|x|); INF max |x|; L2 m * sqrt(S((x/m)^2))
+ * with m = max |x| (m itself when 0 or inf) ---- */
+
+static void norm_range(void *ctx, int64_t lo, int64_t hi) {
+  plines *L = ctx;
+  const ag_k_norm *k = L->a;
+  const int64_t R = L->r, In = L->inner;
+  float *v = malloc(sizeof(float) * (size_t)(2 * (R > 0 ? R : 1)));
+  if (!v) {
+    atomic_store(&L->oom, true);
+    return;
+  }
+  float *t = v + R;
+  for (int64_t w = lo; w < hi; w++) {
+    const int64_t o = w / In, i = w % In;
+    load_f(L->x->dtype, ag__cpu_ptr(L->x) + (size_t)(o * R * In + i) * ag__cpu_dtsize(L->x->dtype), In, R, v);
+    float m = 0.0f;
+    bool nan = false;
+    for (int64_t j = 0; j < R; j++) {
+      t[j] = agp_abs(v[j]);
+      nan |= t[j] != t[j];
+      m = t[j] > m ? t[j] : m;
+    }
+    float r;
+    if (nan) r = NAN;
+    else if (k->variant == AG_KV_NORM_L1) r = ag__cpu_psum_f32(t, R);
+    else if (k->variant == AG_KV_NORM_INF || m == 0.0f || m == INFINITY) r = m;
+    else {
+      for (int64_t j = 0; j < R; j++) {
+        const float q = agp_div(v[j], m);
+        t[j] = q * q;
+      }
+      r = m * agp_sqrt(ag__cpu_psum_f32(t, R));
+    }
+    elem_store(L->out, w, r);
+  }
+  free(v);
+}
+
+ag_status ag__cpu_p_norm(const ag_k_norm *a) {
+  plines L = {.a = a, .x = a->x, .out = a->out, .outer = a->outer, .r = a->r, .inner = a->inner};
+  atomic_init(&L.oom, false);
+  const int64_t n = a->outer * a->inner;
+  if (n > 0) ag__cpu_par_for(n, n * (a->r > 0 ? a->r : 1) * 3, norm_range, &L);
+  if (atomic_load(&L.oom)) return ag_error_set(AG_ERR_OOM, "%s: no memory for a row", a->call->name ? a->call->name : "norm");
+  return AG_OK;
+}

@@ -91,6 +91,7 @@ static double norm_line(const double *v, int64_t r, int variant) {
 
 ag_status cpu_k_norm(ag_kernel_error *err, const ag_k_norm *a) {
   (void)err;
+  if (a->call->flags & AG_KF_PORTABLE) return ag__cpu_p_norm(a);
   return run_lines(a->call, a->out, a->x, a->outer, a->r, a->inner, a->variant, norm_line);
 }
 

@@ -124,6 +124,13 @@ AGP_FN AGP_FT agp_copysign(AGP_FT x, AGP_FT s) {
 }
 /* 2^e for -126 <= e <= 127 */
 AGP_FN AGP_FT agp_i_pow2(AGP_I e) { AGP_F r = AGP_AS_F((e + 127) * 8388608); return r; }
+/* rint for |x| < 2^22 from + - alone (ties to even): vectorises on every
+ * SIMD level, the same bits as agp_rint there */
+AGP_FN AGP_FT agp_i_rint(AGP_FT x) {
+  AGP_F t = x + AGP_K(12582912.0);
+  AGP_F r = t - AGP_K(12582912.0);
+  return r;
+}
 AGP_FN AGP_I agp_i_isnan(AGP_FT x) { return (AGP_AS_I(x) & AGP_ABS_BITS) > AGP_INF_BITS ? 1 : 0; }
 
 /* Error-free transformations. The rounding error of s = a + b (any order
@@ -160,9 +167,9 @@ AGP_FN AGP_FT agp_i_prod_err(AGP_FT a, AGP_FT b, AGP_FT p) {
 }
 
 /* ---- division and square root, correctly rounded ----
- * Built versions: the exact quotient of the integer significands by long
- * division (6 bits a step), the exact integer square root from a float
- * estimate and the integer remainder, then round to nearest even from the
+ * Built versions: the exact integer quotient and square root of the
+ * significands, from a float estimate (Newton) corrected by the exact
+ * integer remainder, then round to nearest even from the
  * guard bit and the remainder; subnormal quotients are rounded once, at
  * their own precision. Bit-identical to
  * IEEE division and square root (tests/pmath_test.c checks it). */
@@ -194,14 +201,46 @@ AGP_FN AGP_FT agp_div_built(AGP_FT a, AGP_FT b) {
     ma = ma * 2;
     e = e - 1;
   }
-  /* quotient in [1, 2): 1 integer bit, then 24 bits in four steps */
-  AGP_I r = ma - mb;
-  AGP_I q = 1;
-  for (AGP_I i = 0; i < 4; i++) {
-    r = r * 64;
-    AGP_I d = r / mb;
-    r = r - d * mb;
-    q = q * 64 + d;
+  /* q = floor(ma 2^24 / mb), 25 bits: a float estimate (Newton
+   * reciprocal, one step with the exact residual) within 2 of it, then the
+   * exact integer remainder r = ma 2^24 - q mb (in 12- and 13-bit limbs)
+   * moves it to the floor */
+  AGP_F fla = AGP_ITOF(ma);
+  AGP_F flb = AGP_ITOF(mb);
+  AGP_F g0 = AGP_AS_F(0x7ef311c3 - AGP_AS_I(flb));
+  AGP_F t0 = flb * g0;
+  AGP_F u0 = AGP_K(2.0) - t0;
+  AGP_F g1 = g0 * u0;
+  AGP_F t1 = flb * g1;
+  AGP_F u1 = AGP_K(2.0) - t1;
+  AGP_F g2 = g1 * u1;
+  AGP_F t2 = flb * g2;
+  AGP_F u2 = AGP_K(2.0) - t2;
+  AGP_F g = g2 * u2;
+  AGP_F q0 = fla * g;
+  AGP_F qp = q0 * flb;
+  AGP_F qpe = agp_i_prod_err(q0, flb, qp);
+  AGP_F rs0 = fla - qp;
+  AGP_F rs1 = rs0 - qpe;
+  AGP_F qc = rs1 * g;
+  AGP_F q1 = q0 + qc;
+  AGP_F est = q1 * AGP_K(16777216.0);
+  AGP_I q = AGP_FTOI(est);
+  AGP_I qa = q >> 13;
+  AGP_I qb = q & 8191;
+  AGP_I bc = mb >> 12;
+  AGP_I bd = mb & 4095;
+  AGP_I hh = (ma >> 1) - qa * bc;
+  AGP_I gg = hh * 8192 + (ma & 1) * 4096 - qa * bd * 2 - qb * bc;
+  gg = gg > 65536 ? 65536 : (gg < -65536 ? -65536 : gg);
+  AGP_I r = gg * 4096 - qb * bd;
+  for (AGP_I i = 0; i < 2; i++) {
+    AGP_I dn = r < 0 ? 1 : 0;
+    q = q - dn;
+    r = dn != 0 ? r + mb : r;
+    AGP_I upc = r >= mb ? 1 : 0;
+    q = q + upc;
+    r = upc != 0 ? r - mb : r;
   }
   AGP_I sticky = r != 0 ? 1 : 0;
   AGP_I bits;
@@ -359,7 +398,7 @@ AGP_FN AGP_FT agp_i_exp_fin(AGP_FT rh, AGP_FT rl, AGP_I k, AGP_I mode) {
  * rounding of x - k ln2hi - k ln2lo kept in rl. Returns e^x 2^adj. */
 AGP_FN AGP_FT agp_i_expk(AGP_FT x, AGP_I adj, AGP_I mode) {
   AGP_F t = x * AGP_K(1.44269502);
-  AGP_F kf = agp_rint(t);
+  AGP_F kf = agp_i_rint(t);
   AGP_F a = kf * AGP_K(0.693145751953125);
   AGP_F hi = x - a;
   AGP_F b = kf * AGP_K(1.42860677e-06);
@@ -396,7 +435,7 @@ AGP_FN AGP_FT agp_exp2(AGP_FT x) {
   AGP_F xc = x > AGP_K(129.0) ? AGP_K(129.0) : x;
   xc = xc < AGP_K(-151.0) ? AGP_K(-151.0) : xc;
   xc = agp_i_isnan(x) != 0 ? AGP_K(0.0) : xc;
-  AGP_F kf = agp_rint(xc);
+  AGP_F kf = agp_i_rint(xc);
   AGP_F d = xc - kf;
   AGP_F rh = d * AGP_K(0.693147182);
   AGP_F e = agp_i_prod_err(d, AGP_K(0.693147182), rh);
@@ -638,7 +677,8 @@ AGP_FN AGP_FT agp_erf(AGP_FT x) {
 AGP_FN AGP_FT agp_i_sincos(AGP_FT ax, AGP_I off) {
   AGP_F xr = ax < AGP_K(1073741824.0) ? ax : AGP_K(0.0);
   AGP_F t = xr * AGP_K(0.636619772);
-  AGP_F kf = agp_rint(t);
+  AGP_F kf0 = agp_i_rint(t);
+  AGP_F kf = t < AGP_K(4194304.0) ? kf0 : agp_trunc(t);
   AGP_I ki = AGP_FTOI(kf);
   AGP_F kl = AGP_ITOF(ki & 1023);
   AGP_F kh = AGP_ITOF(ki - (ki & 1023));
@@ -838,7 +878,7 @@ AGP_FN AGP_FT agp_pow(AGP_FT x, AGP_FT y) {
   pc = pc < AGP_K(-200.0) ? AGP_K(-200.0) : pc;
   AGP_F plc = sat != 0 ? AGP_K(0.0) : pln;
   /* 2^(pc + plc) */
-  AGP_F kf = agp_rint(pc);
+  AGP_F kf = agp_i_rint(pc);
   AGP_F fr = pc - kf;
   AGP_F fh = fr + plc;
   AGP_F fl = agp_i_sum_err(fr, plc, fh);
