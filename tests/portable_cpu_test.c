@@ -366,6 +366,9 @@ static void test_softmax(void **state) {
   float *dy = fvec(R * C, -1, 1), *dx = malloc(sizeof(float) * R * C);
   x[5] = NAN; /* row 0: the NaN reaches every output through S */
   x[C + 3] = INFINITY;
+  /* row 2: a zero maximum, -0 before +0 (the first zero is the max) */
+  for (int j = 0; j < C; j++) x[2 * C + j] = -fabsf(x[2 * C + j]) - 1.0f;
+  x[2 * C + 10] = -0.0f, x[2 * C + 20] = 0.0f;
   for (int v = 0; v < 2; v++) {
     const int variant = v ? AG_KV_LOG_SOFTMAX : AG_KV_SOFTMAX;
     ag_kernel_call c = pcall(AG_K_SOFTMAX, variant);
@@ -820,6 +823,12 @@ static void test_conv2d(void **state) {
                     .dh = 2, .dw = 1, .G = 2});
   conv_case((cgeom){.N = 4, .Ci = 16, .H = 32, .W = 30, .Co = 16, .KH = 3, .KW = 3, .sh = 1, .sw = 1, .ph = 1,
                     .pw = 1, .dh = 1, .dw = 1, .G = 1}); /* splits across threads */
+  ag__cpu_p_isa = 0; /* the baseline build against the same references */
+  conv_case((cgeom){.N = 3, .Ci = 4, .H = 17, .W = 15, .Co = 6, .KH = 3, .KW = 2, .sh = 2, .sw = 3, .ph = 2, .pw = 1,
+                    .dh = 2, .dw = 1, .G = 2});
+  conv_case((cgeom){.N = 2, .Ci = 3, .H = 11, .W = 13, .Co = 5, .KH = 3, .KW = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1,
+                    .dh = 1, .dw = 1, .G = 1});
+  ag__cpu_p_isa = 2;
 }
 
 static void test_pool(void **state) {
@@ -1103,13 +1112,26 @@ static void test_refusals(void **state) {
   assert_false(ag__cpu_supports_portable(AG_K_UNARY, AG_U_EXP, AG_F64));
   assert_int_equal(ag__cpu_run(&c, &e), AG_ERR_UNSUPPORTED);
   assert_non_null(strstr(ag_last_error(), ag_kop_name(AG_K_UNARY)));
-  /* a cast into f64 */
+  /* f64 where exact by nature: casts, max; a sum rounds: refused */
   float xf[4] = {1, 2, 3, 4};
   c = pcall(AG_K_UNARY, AG_U_COPY);
   c.n_operands = 2;
   c.o[0] = opnd(yd, AG_F64, 1, (int64_t[]){4}, NULL);
   c.o[1] = opnd(xf, AG_F32, 1, (int64_t[]){4}, NULL);
+  assert_true(ag__cpu_supports_portable(AG_K_UNARY, AG_U_COPY, AG_F64));
+  prun(&c);
+  assert_true(yd[3] == 4.0);
+  c = pcall(AG_K_REDUCE, AG_R_MAX);
+  c.n_operands = 2;
+  c.o[0] = opnd(yd, AG_F64, 1, (int64_t[]){1}, NULL);
+  c.o[1] = opnd(xd, AG_F64, 1, (int64_t[]){4}, NULL);
+  c.i[0] = 1, c.i[1] = 4, c.i[2] = 1, c.s[0] = 1;
+  prun(&c);
+  assert_true(yd[0] == 4.0);
+  c.sub = AG_R_SUM;
+  assert_false(ag__cpu_supports_portable(AG_K_REDUCE, AG_R_SUM, AG_F64));
   assert_int_equal(ag__cpu_run(&c, &e), AG_ERR_UNSUPPORTED);
+  assert_non_null(strstr(ag_last_error(), ag_kop_name(AG_K_REDUCE)));
 
   /* the public API: f64 refused in portable mode, runs in the default one */
   ag_scope_begin();
@@ -1150,6 +1172,17 @@ static void test_default_unchanged(void **state) {
   for (int i = 0; i < N; i++) s += x[i];
   assert_true(out_d == (float)s); /* the default sums in double */
   assert_true(out_p == ref_S(x, N));
+  /* i64 to f32: one rounding ((float)v), where through double gives a
+   * second one: 2^60 + 2^36 + 1 is just above a tie of f32 */
+  int64_t big[2] = {(INT64_C(1) << 60) + (INT64_C(1) << 36) + 1, -((INT64_C(1) << 60) + (INT64_C(1) << 36) + 1)};
+  float fb[2];
+  c = pcall(AG_K_UNARY, AG_U_COPY);
+  c.n_operands = 2;
+  c.o[0] = opnd(fb, AG_F32, 1, (int64_t[]){2}, NULL);
+  c.o[1] = opnd(big, AG_I64, 1, (int64_t[]){2}, NULL);
+  prun(&c);
+  assert_true(fb[0] == (float)big[0] && fb[1] == (float)big[1]);
+  assert_true((float)big[0] != (float)(double)big[0]);
   int32_t xi[5] = {1, -2, 3, 4, 5}, yi[5];
   c = pcall(AG_K_UNARY, AG_U_NEG);
   c.n_operands = 2;

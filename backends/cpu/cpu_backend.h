@@ -83,16 +83,18 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
 /* The ops the CPU computes with portable numerics (docs/numerics.md), same
  * format, one op a line: a call with AG_KF_PORTABLE of anything else is
  * refused by the dispatch. The kernels exact by nature run their default
- * code; the others branch to cpu_portable*.c on the flag. f64 is never
- * portable. VANY: cpu_kernels.c (cpu_supports_portable_subop) checks the
- * sub-op codes. */
+ * code, on every dtype (f64 included: fills, copies and casts, indexing,
+ * sorting, max/min); the others branch to cpu_portable*.c on the flag and
+ * refuse f64. VANY: cpu_kernels.c (cpu_supports_portable_subop) checks the
+ * sub-op codes, and on f64 the kernels refuse a sub-op that rounds
+ * (UNARY other than COPY, REDUCE SUM, POOL2D averages). */
 #define CPU_P_DTS (AGK_DTS_FLOAT | AGK_DTS_INT)
 #define CPU_KOPS_PORTABLE(X)                                                                        \
-  X(FILL, fill, CPU_P_DTS, AGK_VNONE)                                                              \
-  X(UNARY, unary, CPU_P_DTS, AGK_VANY)                                                             \
+  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                            \
+  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                           \
   X(BINARY, binary, CPU_P_DTS, AGK_VANY)                                                           \
-  X(WHERE, where, CPU_P_DTS, AGK_VNONE)                                                            \
-  X(REDUCE, reduce, CPU_P_DTS, AGK_VANY)                                                           \
+  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                          \
+  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                         \
   X(MATMUL, matmul, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
   X(SOFTMAX, softmax, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))        \
   X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX)) \
@@ -114,7 +116,7 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
   X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                        \
   X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                    \
   X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                  \
-  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                         \
+  X(POOL2D, pool2d, CPU_F32_F64, AGK_VANY)                                                         \
   X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                 \
   X(VAR, var, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                            \
   X(CUMSUM, cumsum, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))   \
@@ -128,13 +130,13 @@ AG_HIDDEN const ag_backend *ag__cpu_backend(void);
   X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                      \
   X(INTERPOLATE, interpolate, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
   X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
-  X(EMBEDDING, embedding, CPU_P_DTS, CPU_VIDX)                                                     \
-  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
-  X(GATHER, gather, CPU_P_DTS, CPU_VIDX)                                                           \
+  X(EMBEDDING, embedding, AGK_DTS_ALL, CPU_VIDX)                                                   \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT64, AGK_VNONE)                                  \
+  X(GATHER, gather, AGK_DTS_ALL, CPU_VIDX)                                                         \
   X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                        \
-  X(PAD, pad, CPU_P_DTS, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))               \
-  X(TOPK, topk, CPU_P_DTS, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))           \
-  X(SORT, sort, CPU_P_DTS, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))       \
+  X(PAD, pad, AGK_DTS_ALL, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))             \
+  X(TOPK, topk, AGK_DTS_ALL, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))         \
+  X(SORT, sort, AGK_DTS_ALL, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))     \
 
 /* Whether ag__cpu_run computes op/sub for dtype with portable numerics
  * (ag_backend.supports_portable). */

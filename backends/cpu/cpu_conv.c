@@ -542,6 +542,8 @@ ag_status cpu_k_conv2d_bwd_weight(ag_kernel_error *err, const ag_k_conv2d_bwd_we
 
 ag_status cpu_k_pool2d(ag_kernel_error *err, const ag_k_pool2d *a) {
   (void)err;
+  if ((a->call->flags & AG_KF_PORTABLE) && a->y->dtype == AG_F64 && a->variant != AG_P_MAX)
+    return ag_k__not_portable(a->call, "cpu", AG_F64);
   pool_run(POOL_JOB_OF(a, a->x, a->y), a->x, a->x, a->y, a->argmax,
            a->y->dtype == AG_F64 ? pool_fwd_planes_double : pool_fwd_planes_float);
   return AG_OK;

@@ -341,6 +341,8 @@ static void ew_run(int kind, int nops, const ag_koperand *const *ops, int sub, c
     else if (is_int(e->dt[0]) && is_int(e->dt[1])) e->dom = DOM_I;
     else if (e->dt[0] == AG_F64 || e->dt[1] == AG_F64 || e->dt[0] == AG_I64 || e->dt[1] == AG_I64) e->dom = DOM_D;
     else e->dom = DOM_F;
+    /* portable: i64 to f32 rounds once, (float)v, not through double */
+    if (portable && e->dt[1] == AG_I64 && e->dt[0] != AG_F64 && !is_int(e->dt[0])) e->dom = DOM_F;
   }
   /* comparisons compute in the inputs' type and store 0/1 as bool */
   if (kind == EW_BINARY && is_compare(e->sub)) e->dom = dom_of(e->dt[1]);
@@ -408,11 +410,12 @@ ag_status cpu_k_fill(ag_kernel_error *err, const ag_k_fill *a) {
 }
 
 /* Portable numerics: the floating dtypes through the portable bodies, the
- * integer ones (exact) and casts as by default; f64 on either side is
- * refused (the list has no f64, but a cast's output may be). */
+ * integer ones (exact) and casts as by default; f64 on either side only in
+ * a COPY (a cast or a copy: exact, or one rounding), refused otherwise. */
 static bool ew_portable(const ag_kernel_call *c, int nops, const ag_koperand *const *ops, ag_status *st) {
   *st = AG_OK;
   if (!(c->flags & AG_KF_PORTABLE)) return false;
+  if (c->op == AG_K_UNARY && c->sub == AG_U_COPY) return true;
   for (int k = 0; k < nops; k++)
     if (ops[k]->dtype == AG_F64) {
       *st = ag_k__not_portable(c, "cpu", AG_F64);
@@ -502,11 +505,22 @@ bool ag__cpu_supports(ag_kop op, int sub, ag_dtype dt) {
 
 /* Portable numerics (CPU_KOPS_PORTABLE): UNARY and BINARY run every table
  * entry on f32/f16/bf16 through the portable bodies and the INT entries on
- * the integer dtypes (exact); REDUCE every code (SUM through S); POOL2D*
- * every code: the default f32 kernels are the contract's (MAX selects;
- * the averages sum the window in order, divide once, and the backward adds
- * in output order). */
-static bool cpu_supports_portable_subop(ag_kop op, int sub, ag_dtype dt) { return cpu_supports_subop(op, sub, dt); }
+ * the integer dtypes (exact), f64 only COPY (casts); REDUCE every code
+ * (SUM through S; on f64 only MAX, MIN, ARGMAX); POOL2D* every code on f32:
+ * the default kernels are the contract's (MAX selects; the averages sum the
+ * window in order, divide once, and the backward adds in output order), on
+ * f64 only the MAX forward. */
+static bool cpu_supports_portable_subop(ag_kop op, int sub, ag_dtype dt) {
+  if (dt == AG_F64) {
+    switch (op) {
+      case AG_K_UNARY: return sub == AG_U_COPY;
+      case AG_K_REDUCE: return sub != AG_R_SUM && cpu_supports_subop(op, sub, dt);
+      case AG_K_POOL2D: return sub == AG_P_MAX;
+      default: break;
+    }
+  }
+  return cpu_supports_subop(op, sub, dt);
+}
 
 bool ag__cpu_supports_portable(ag_kop op, int sub, ag_dtype dt) {
   return cpu_dispatch_portable(op, sub, dt) && cpu_supports_portable_subop(op, sub, dt) &&

@@ -150,6 +150,18 @@ bool ag__cpu_p_binary(int sub, float *o, const float *a, const float *b, int64_t
 
 void ag__cpu_p_exp_shift(float *e, const float *x, float mx, int64_t n) { PV(p_exp_shift)(e, x, mx, n); }
 
+void ag__cpu_p_div_by(float *e, float s, int64_t n) { PV(p_div_by)(e, s, n); }
+
+float ag__cpu_p_row_max(const float *x, int64_t n) {
+  const float m = PV(p_max_value)(x, n);
+  if (m != 0.0f) return m;
+  /* a zero maximum: the first zero of the row, as the sequential
+   * m = x > m ? x : m from -inf keeps it */
+  for (int64_t j = 0; j < n; j++)
+    if (x[j] == 0.0f) return x[j];
+  return m;
+}
+
 /* ---- the canonical sum S ---- */
 
 #define PB 256
@@ -551,6 +563,10 @@ ag_status ag__cpu_p_matmul(const ag_k_matmul *mm) {
 /* ---- the device probe ---- */
 
 ag_status ag__cpu_portable_check(void) {
+#if defined(__FAST_MATH__)
+  return ag_error_set(AG_ERR_UNSUPPORTED, "cpu: the portable kernels were built with -ffast-math (reassociation, "
+                                          "flushed subnormals); portable numerics needs IEEE arithmetic");
+#endif
   /* through volatiles, so the compiler cannot fold them: a product into
    * the subnormal range, a sum of subnormals and a product out of it, and
    * a multiply-add that must round twice */

@@ -15,6 +15,12 @@ AG_HIDDEN bool ag__cpu_p_unary(int sub, float *o, const float *x, int64_t n, con
 AG_HIDDEN bool ag__cpu_p_binary(int sub, float *o, const float *a, const float *b, int64_t n, const double *s);
 /* e[j] = agp_exp(x[j] - mx), j < n. */
 AG_HIDDEN void ag__cpu_p_exp_shift(float *e, const float *x, float mx, int64_t n);
+/* e[j] = agp_div(e[j], s), j < n. */
+AG_HIDDEN void ag__cpu_p_div_by(float *e, float s, int64_t n);
+/* The maximum of the non-NaN values of x (-inf when none), as the
+ * sequential m = x[j] > m ? x[j] : m from m = -inf gives it (a zero
+ * maximum is the row's first zero, with its sign). */
+AG_HIDDEN float ag__cpu_p_row_max(const float *x, int64_t n);
 
 /* The widest vector build the portable kernels may choose at run time:
  * 0 baseline, 1 AVX2, 2 AVX-512F (none with FMA); the bits are the same

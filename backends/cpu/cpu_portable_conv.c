@@ -45,116 +45,28 @@ static void ow_range(const pconv *p, int64_t off, int64_t *lo, int64_t *hi) {
   *hi = b > a ? b : a;
 }
 
-/* ---- forward: one (n, co) plane per work item ---- */
-static void pconv_fwd_range(void *ctx, int64_t lo, int64_t hi) {
-  pconv *p = ctx;
-  float *acc = malloc(sizeof(float) * (size_t)(p->Ho * p->Wo > 0 ? p->Ho * p->Wo : 1));
-  if (!acc) {
-    atomic_store(&p->oom, true);
-    return;
-  }
-  for (int64_t q = lo; q < hi; q++) {
-    const int64_t n = q / p->Co, co = q % p->Co, g = co / p->cog;
-    for (int64_t i = 0; i < p->Ho * p->Wo; i++) acc[i] = 0.0f;
-    for (int64_t c = 0; c < p->cig; c++) {
-      const float *xp = p->x + (n * p->Ci + g * p->cig + c) * p->H * p->W;
-      const float *wp = p->w + (co * p->cig + c) * p->KH * p->KW;
-      for (int64_t kh = 0; kh < p->KH; kh++)
-        for (int64_t kw = 0; kw < p->KW; kw++) {
-          const float wv = wp[kh * p->KW + kw];
-          const int64_t offw = kw * p->dw - p->pw;
-          int64_t o0, o1;
-          ow_range(p, offw, &o0, &o1);
-          for (int64_t oh = 0; oh < p->Ho; oh++) {
-            const int64_t ih = oh * p->sh - p->ph + kh * p->dh;
-            if (ih < 0 || ih >= p->H) continue;
-            const float *xr = xp + ih * p->W + offw;
-            float *ar = acc + oh * p->Wo;
-            if (p->sw == 1)
-              for (int64_t ow = o0; ow < o1; ow++) ar[ow] = ar[ow] + xr[ow] * wv;
-            else
-              for (int64_t ow = o0; ow < o1; ow++) ar[ow] = ar[ow] + xr[ow * p->sw] * wv;
-          }
-        }
-    }
-    float *yp = p->out + q * p->Ho * p->Wo;
-    if (p->bias) {
-      const float b = p->bias[co];
-      for (int64_t i = 0; i < p->Ho * p->Wo; i++) yp[i] = acc[i] + b;
-    } else {
-      memcpy(yp, acc, sizeof(float) * (size_t)(p->Ho * p->Wo));
-    }
-  }
-  free(acc);
-}
-
-/* ---- input gradient: one (n, ci) plane per work item ---- */
-static void pconv_bwd_in_range(void *ctx, int64_t lo, int64_t hi) {
-  pconv *p = ctx;
-  for (int64_t q = lo; q < hi; q++) {
-    const int64_t n = q / p->Ci, ci = q % p->Ci, g = ci / p->cig, c = ci % p->cig;
-    float *dx = p->out + q * p->H * p->W;
-    for (int64_t i = 0; i < p->H * p->W; i++) dx[i] = 0.0f;
-    for (int64_t k = 0; k < p->cog; k++) {
-      const int64_t co = g * p->cog + k;
-      const float *gp = p->dy + (n * p->Co + co) * p->Ho * p->Wo;
-      const float *wp = p->w + (co * p->cig + c) * p->KH * p->KW;
-      for (int64_t kh = 0; kh < p->KH; kh++)
-        for (int64_t kw = 0; kw < p->KW; kw++) {
-          const float wv = wp[kh * p->KW + kw];
-          const int64_t offw = kw * p->dw - p->pw;
-          int64_t o0, o1;
-          ow_range(p, offw, &o0, &o1);
-          for (int64_t oh = 0; oh < p->Ho; oh++) {
-            const int64_t ih = oh * p->sh - p->ph + kh * p->dh;
-            if (ih < 0 || ih >= p->H) continue;
-            /* each (h, w) is reached by at most one (oh, ow) per tap */
-            float *dr = dx + ih * p->W + offw;
-            const float *gr = gp + oh * p->Wo;
-            if (p->sw == 1)
-              for (int64_t ow = o0; ow < o1; ow++) dr[ow] = dr[ow] + gr[ow] * wv;
-            else
-              for (int64_t ow = o0; ow < o1; ow++) dr[ow * p->sw] = dr[ow * p->sw] + gr[ow] * wv;
-          }
-        }
-    }
-  }
-}
-
-/* ---- weight gradient: one (co, c) pair per work item, all taps ---- */
-static void pconv_bwd_w_range(void *ctx, int64_t lo, int64_t hi) {
-  pconv *p = ctx;
-  const int64_t L = p->N * p->Ho * p->Wo;
-  float *t = malloc(sizeof(float) * (size_t)(L > 0 ? L : 1));
-  if (!t) {
-    atomic_store(&p->oom, true);
-    return;
-  }
-  for (int64_t q = lo; q < hi; q++) {
-    const int64_t co = q / p->cig, c = q % p->cig, g = co / p->cog, ci = g * p->cig + c;
-    for (int64_t kh = 0; kh < p->KH; kh++)
-      for (int64_t kw = 0; kw < p->KW; kw++) {
-        const int64_t offw = kw * p->dw - p->pw;
-        int64_t o0, o1;
-        ow_range(p, offw, &o0, &o1);
-        for (int64_t n = 0; n < p->N; n++) {
-          const float *gp = p->dy + (n * p->Co + co) * p->Ho * p->Wo;
-          const float *xp = p->x + (n * p->Ci + ci) * p->H * p->W;
-          for (int64_t oh = 0; oh < p->Ho; oh++) {
-            float *tr = t + (n * p->Ho + oh) * p->Wo;
-            const int64_t ih = oh * p->sh - p->ph + kh * p->dh;
-            for (int64_t ow = 0; ow < p->Wo; ow++) tr[ow] = 0.0f; /* padding taps: +0 */
-            if (ih < 0 || ih >= p->H) continue;
-            const float *xr = xp + ih * p->W + offw;
-            const float *gr = gp + oh * p->Wo;
-            for (int64_t ow = o0; ow < o1; ow++) tr[ow] = gr[ow] * xr[ow * p->sw];
-          }
-        }
-        p->out[(q * p->KH + kh) * p->KW + kw] = ag__cpu_psum_f32(t, L);
-      }
-  }
-  free(t);
-}
+#define PSUF(x) x##_base
+#include "cpu_portable_conv.inc"
+#undef PSUF
+#if defined(AG_X86)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#endif
+#define PSUF(x) x##_avx2
+#include "cpu_portable_conv.inc"
+#undef PSUF
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#define PCV(fn) (ag__cpu_p_isa >= 1 && __builtin_cpu_supports("avx2") ? fn##_avx2 : fn##_base)
+#else
+#define PCV(fn) fn##_base
+#endif
 
 static ag_status pconv_done(pconv *p, const ag_kernel_call *c) {
   if (atomic_load(&p->oom))
@@ -171,7 +83,7 @@ ag_status ag__cpu_p_conv2d(const ag_k_conv2d *a) {
   p.bias = a->bias && a->bias->base ? (const float *)ag__cpu_ptr(a->bias) : NULL;
   p.out = (float *)ag__cpu_ptr(a->y);
   const int64_t planes = p.N * p.Co;
-  ag__cpu_par_for(planes, planes * p.Ho * p.Wo * p.cig * p.KH * p.KW, pconv_fwd_range, &p);
+  ag__cpu_par_for(planes, planes * p.Ho * p.Wo * p.cig * p.KH * p.KW, PCV(pconv_fwd_range), &p);
   return pconv_done(&p, a->call);
 }
 
@@ -183,7 +95,7 @@ ag_status ag__cpu_p_conv2d_bwd_input(const ag_k_conv2d_bwd_input *a) {
   p.w = (const float *)ag__cpu_ptr(a->w);
   p.out = (float *)ag__cpu_ptr(a->dx);
   const int64_t planes = p.N * p.Ci;
-  ag__cpu_par_for(planes, planes * p.Ho * p.Wo * p.cog * p.KH * p.KW, pconv_bwd_in_range, &p);
+  ag__cpu_par_for(planes, planes * p.Ho * p.Wo * p.cog * p.KH * p.KW, PCV(pconv_bwd_in_range), &p);
   return pconv_done(&p, a->call);
 }
 
@@ -195,7 +107,7 @@ ag_status ag__cpu_p_conv2d_bwd_weight(const ag_k_conv2d_bwd_weight *a) {
   p.x = (const float *)ag__cpu_ptr(a->x);
   p.out = (float *)ag__cpu_ptr(a->dw);
   const int64_t items = p.Co * p.cig;
-  ag__cpu_par_for(items, items * p.N * p.Ho * p.Wo * p.KH * p.KW, pconv_bwd_w_range, &p);
+  ag__cpu_par_for(items, items * p.N * p.Ho * p.Wo * p.KH * p.KW, PCV(pconv_bwd_w_range), &p);
   return pconv_done(&p, a->call);
 }
 
@@ -215,10 +127,21 @@ typedef struct pbn {
 
 static void pbn_fill(const void *ctx, int64_t k0, int64_t m, float *t) {
   const pbn *p = ctx;
-  for (int64_t k = 0; k < m; k++) {
-    const int64_t f = k0 + k, n = f / p->HW, i = f % p->HW, at = (n * p->C + p->ch) * p->HW + i;
-    const float av = p->a[at];
-    t[k] = p->term == 0 ? av : p->term == 1 ? (av - p->mean) * (av - p->mean) : av * (p->b[at] - p->mu[p->ch]);
+  int64_t n = k0 / p->HW, i = k0 % p->HW, k = 0;
+  while (k < m) { /* runs of one sample's hw */
+    const int64_t run = p->HW - i < m - k ? p->HW - i : m - k, at = (n * p->C + p->ch) * p->HW + i;
+    const float *a = p->a + at;
+    if (p->term == 0) {
+      memcpy(t + k, a, sizeof(float) * (size_t)run);
+    } else if (p->term == 1) {
+      for (int64_t r = 0; r < run; r++) t[k + r] = (a[r] - p->mean) * (a[r] - p->mean);
+    } else {
+      const float *b = p->b + at, mu = p->mu[p->ch];
+      for (int64_t r = 0; r < run; r++) t[k + r] = a[r] * (b[r] - mu);
+    }
+    k += run;
+    i = 0;
+    n++;
   }
 }
 

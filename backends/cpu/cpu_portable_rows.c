@@ -70,11 +70,7 @@ static void elem_store(const ag_koperand *o, int64_t i, float v) {
 }
 
 /* The maximum of the non-NaN values (-inf when there are none). */
-static float row_max(const float *x, int64_t n) {
-  float m = -INFINITY;
-  for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
-  return m;
-}
+static float row_max(const float *x, int64_t n) { return ag__cpu_p_row_max(x, n); }
 
 static bool row_has_nan(const float *x, int64_t n) {
   bool r = false;
@@ -96,7 +92,7 @@ static void softmax_row(const prows *r, int64_t i, float *buf) {
     const float ls = agp_log(s);
     for (int64_t j = 0; j < n; j++) e[j] = (x[j] - mx) - ls;
   } else {
-    for (int64_t j = 0; j < n; j++) e[j] = agp_div(e[j], s);
+    ag__cpu_p_div_by(e, s, n);
   }
   row_store(k->y, i, n, e);
 }

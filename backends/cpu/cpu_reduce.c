@@ -181,6 +181,8 @@ ag_status cpu_k_reduce(ag_kernel_error *err, const ag_k_reduce *a) {
   if ((a->call->flags & AG_KF_PORTABLE) && a->variant == AG_R_SUM &&
       (a->x->dtype == AG_F32 || a->x->dtype == AG_F16 || a->x->dtype == AG_BF16))
     return ag__cpu_p_reduce_sum(a);
+  if ((a->call->flags & AG_KF_PORTABLE) && a->variant == AG_R_SUM && a->x->dtype == AG_F64)
+    return ag_k__not_portable(a->call, "cpu", AG_F64);
   rctx r = {.out = a->out, .x = a->x, .op = a->variant, .scale = a->scale, .outer = a->outer, .r = a->r,
             .inner = a->inner};
   int64_t total = r.outer * r.r * r.inner;

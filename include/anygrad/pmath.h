@@ -1,14 +1,16 @@
 /* Portable f32 math: one text that compiles as C11, C++17/CUDA/HIP (and
  * gpuemu's host C++), OpenCL C 1.2 and GLSL 450, so every backend computes
  * elementwise math with the same sequence of correctly rounded f32 + - *
- * and gets the same bits (docs/numerics.md, "Elementwise math").
+ * and gets the same bits (docs/numerics.md, "Math functions": algorithms,
+ * domains, measured accuracy).
  *
  * Rules kept by every function below: floats only through + - * (no fma,
  * contraction off in every build: -ffp-contract=off, nvcc -fmad=false,
  * FP_CONTRACT OFF, GLSL precise), every float intermediate in an AGP_F
  * local, integers only as int, constants exactly representable floats,
  * division and square root correctly rounded (native where the includer
- * says it is, AGP_NATIVE_DIVSQRT; built from int arithmetic otherwise),
+ * says it is, AGP_NATIVE_DIVSQRT; otherwise, and always in GLSL, built
+ * from a float estimate and exact int arithmetic),
  * subnormals kept (IEEE), no arrays, pointers, recursion or overloading.
  *
  * Language: OpenCL C when __OPENCL_VERSION__ is defined, GLSL when AG_GLSL
@@ -55,6 +57,9 @@
 #define AGP_NSQRT_(x) sqrt(x)
 
 #elif (defined(__CUDACC__) || defined(__HIPCC__)) && !defined(AG_GPU_HOST)
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h> /* __float_as_int (nvcc includes its runtime itself) */
+#endif
 #define AGP_FN static __device__ inline
 #define AGP_FT float
 #define AGP_F float
@@ -842,28 +847,54 @@ AGP_FN AGP_FT agp_pow(AGP_FT x, AGP_FT y) {
   AGP_F sd = sh * dl;
   AGP_F r3 = r2 - sd;
   AGP_F sl = r3 * g;
+  /* the tail 2s^3/3 + s^5 W'(s^2) as a pair: s^2 and s^3 exact pairs, 2/3
+   * in two parts, sl's first-order share added */
   AGP_F z = sh * sh;
+  AGP_F zl = agp_i_prod_err(sh, sh, z);
   AGP_F w = AGP_K(0.193626538);
   w = w * z + AGP_K(0.221914008);
   w = w * z + AGP_K(0.285717547);
   w = w * z + AGP_K(0.399999976);
-  w = w * z + AGP_K(0.666666687);
   AGP_F s3 = sh * z;
-  AGP_F tail = s3 * w;
+  AGP_F s3e = agp_i_prod_err(sh, z, s3);
+  AGP_F s3z = sh * zl;
+  AGP_F s3l = s3e + s3z;
+  AGP_F t1 = s3 * AGP_K(0.666666687);
+  AGP_F t1e = agp_i_prod_err(s3, AGP_K(0.666666687), t1);
+  AGP_F zw = z * w;
+  AGP_F wl = zw + AGP_K(-1.98682149e-08);
+  AGP_F t2 = s3 * wl;
+  AGP_F t3 = s3l * AGP_K(0.666666687);
+  /* sl's share of the tail: d(s^3 W)/ds sl = s^2 sl (2 + 3 z W') */
+  AGP_F zw3 = AGP_K(3.0) * zw;
+  AGP_F dw = AGP_K(2.0) + zw3;
+  AGP_F zs = z * sl;
+  AGP_F t5 = zs * dw;
+  AGP_F t6 = t3 + t5;
+  AGP_F t4 = t2 + t6;
+  AGP_F tl0 = t1e + t4;
   AGP_F lh = AGP_K(2.0) * sh;
   AGP_F sl2 = AGP_K(2.0) * sl;
-  AGP_F ll = sl2 + tail;
-  /* (lh + ll) log2(e) + e */
+  AGP_F lm = sl2 + tl0;
+  AGP_F llh = t1 + lm;
+  AGP_F lle = agp_i_sum_err(t1, lm, llh);
+  /* (lh + llh + lle) log2(e) + e as th + tl */
   AGP_F q1 = lh * AGP_K(1.44269502);
   AGP_F q1e = agp_i_prod_err(lh, AGP_K(1.44269502), q1);
+  AGP_F q3 = llh * AGP_K(1.44269502);
+  AGP_F q3e = agp_i_prod_err(llh, AGP_K(1.44269502), q3);
   AGP_F q2 = lh * AGP_K(1.92596303e-08);
-  AGP_F q3 = ll * AGP_K(1.44269502);
-  AGP_F q4 = q2 + q3;
-  AGP_F q5 = q1e + q4;
+  AGP_F q6 = lle * AGP_K(1.44269502);
+  AGP_F q7 = q2 + q6;
+  AGP_F q8 = q3e + q7;
+  AGP_F q4 = q1e + q8;
   AGP_F ef = AGP_ITOF(e);
-  AGP_F th = ef + q1;
-  AGP_F te = agp_i_sum_err(ef, q1, th);
-  AGP_F tl = te + q5;
+  AGP_F th0 = ef + q1;
+  AGP_F te0 = agp_i_sum_err(ef, q1, th0);
+  AGP_F th = th0 + q3;
+  AGP_F te1 = agp_i_sum_err(th0, q3, th);
+  AGP_F te2 = te0 + te1;
+  AGP_F tl = te2 + q4;
   /* y (th + tl); |y| above 2^64 saturates the same way */
   AGP_F yc = ay > AGP_K(1.84467441e+19) ? agp_copysign(AGP_K(1.84467441e+19), y) : y;
   yc = special != 0 ? AGP_K(1.0) : yc;
