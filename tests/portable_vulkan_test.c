@@ -238,6 +238,70 @@ static ag_tensor *ref_matmul(ag_tensor *const *x, int arg) {
   return t;
 }
 
+/* arg: dim * 4 + (std ? 2 : 0) + correction (0 or 1); VAR and STD */
+static ag_tensor *ref_var(ag_tensor *const *x, int arg) {
+  int dim = arg / 4, std = (arg & 2) != 0, corr = arg & 1;
+  float *v;
+  as_f32(x[0], &v);
+  int nd = ag_tensor_ndim(x[0]);
+  int64_t shape[8], outer = 1, r = 1, inner = 1, oshape[8];
+  int ond = 0;
+  for (int i = 0; i < nd; i++) {
+    shape[i] = ag_tensor_shape(x[0])[i];
+    if (i == dim) r = shape[i];
+    else {
+      oshape[ond++] = shape[i];
+      if (i < dim) outer *= shape[i];
+      else inner *= shape[i];
+    }
+  }
+  float *o = malloc((size_t)(outer * inner) * sizeof *o), *t = malloc((size_t)r * sizeof *t);
+  assert_true(o && t);
+  double den = (double)r - corr;
+  for (int64_t a = 0; a < outer; a++)
+    for (int64_t i = 0; i < inner; i++) {
+      const float *line = v + a * r * inner + i;
+      float mean = canon_sum(line, r, inner) / (float)r;
+      for (int64_t j = 0; j < r; j++) t[j] = (line[j * inner] - mean) * (line[j * inner] - mean);
+      float var = canon_sum(t, r, 1) / (den > 0 ? (float)den : 0.0f);
+      o[a * inner + i] = std ? sqrtf(var) : var;
+    }
+  ag_tensor *res = from_f32(x[0], ond, oshape, o);
+  free(v);
+  free(o);
+  free(t);
+  return res;
+}
+
+static ag_tensor *ref_cumsum(ag_tensor *const *x, int dim) {
+  float *v;
+  as_f32(x[0], &v);
+  int nd = ag_tensor_ndim(x[0]);
+  int64_t shape[8], outer = 1, r = 1, inner = 1, n = 1;
+  for (int i = 0; i < nd; i++) {
+    shape[i] = ag_tensor_shape(x[0])[i];
+    n *= shape[i];
+    if (i == dim) r = shape[i];
+    else if (i < dim) outer *= shape[i];
+    else inner *= shape[i];
+  }
+  float *o = malloc((size_t)n * sizeof *o);
+  assert_non_null(o);
+  for (int64_t a = 0; a < outer; a++)
+    for (int64_t i = 0; i < inner; i++) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < r; j++) {
+        int64_t p = (a * r + j) * inner + i;
+        acc = acc + v[p];
+        o[p] = acc;
+      }
+    }
+  ag_tensor *res = from_f32(x[0], nd, shape, o);
+  free(v);
+  free(o);
+  return res;
+}
+
 /* ---- the ops ---- */
 
 typedef ag_tensor *(*un_fn)(ag_tensor *);
@@ -266,6 +330,26 @@ static ag_tensor *op_matmul(ag_tensor *const *x, int arg) {
   return ag_matmul(x[0], x[1]);
 }
 static ag_tensor *op_softmax(ag_tensor *const *x, int logv) { return logv ? ag_log_softmax(x[0], 1) : ag_softmax(x[0], 1); }
+
+static ag_tensor *op_var(ag_tensor *const *x, int arg) {
+  int dim = arg / 4;
+  return (arg & 2) ? ag_std(x[0], 1, &dim, arg & 1, false) : ag_var(x[0], 1, &dim, arg & 1, false);
+}
+static ag_tensor *op_cumsum(ag_tensor *const *x, int dim) { return ag_cumsum(x[0], dim); }
+
+static void test_var_cumsum(void **state) {
+  (void)state;
+  static const int64_t sh[][2] = {{7, 1}, {3, 5000}, {2, 257}, {1, 70000}};
+  for (int d = 0; d < 3; d++)
+    for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
+      const int nd[1] = {2};
+      const int64_t shape[1][4] = {{sh[k][0], sh[k][1]}};
+      for (int dim = 0; dim < 2; dim++) {
+        for (int v = 0; v < 4; v++) same_as_cpu("var/std", op_var, dim * 4 + v, DTS[d], 1, nd, shape, ref_var);
+        same_as_cpu("cumsum", op_cumsum, dim, DTS[d], 1, nd, shape, ref_cumsum);
+      }
+    }
+}
 
 static void test_unary(void **state) {
   (void)state;
@@ -420,7 +504,7 @@ static void assert_same_f32(const char *what, ag_tensor *t, const float *want) {
 static void test_conv2d(void **state) {
   (void)state;
   static const cgeo geos[] = {{2, 4, 9, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 2}, {1, 3, 8, 8, 5, 3, 2, 1, 1, 2, 1, 2, 1, 1},
-                              {3, 2, 5, 6, 2, 1, 1, 2, 1, 0, 0, 1, 1, 1}};
+                              {3, 2, 5, 6, 2, 1, 1, 2, 1, 0, 0, 1, 1, 1}, {4, 2, 12, 12, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1}};
   for (size_t k = 0; k < sizeof geos / sizeof geos[0]; k++) {
     const cgeo *q = &geos[k];
     int64_t Ho = c_out(q->H, (int)q->kh, q->sh, q->ph, q->dh), Wo = c_out(q->W, (int)q->kw, q->sw, q->pw, q->dw);
@@ -571,7 +655,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sum),    cmocka_unit_test(test_matmul), cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_unary),  cmocka_unit_test(test_binary), cmocka_unit_test(test_conv2d),
-      cmocka_unit_test(test_pool2d),
+      cmocka_unit_test(test_pool2d), cmocka_unit_test(test_var_cumsum),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

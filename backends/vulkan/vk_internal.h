@@ -110,6 +110,8 @@ typedef enum vkb_shader {
   VKS_P_CONV_BWD_W,
   VKS_P_POOL,
   VKS_P_POOL_BWD,
+  VKS_P_VAR,
+  VKS_P_BN_STATS,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {

@@ -192,6 +192,10 @@ static int64_t dbits(double v) {
   X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                        \
   X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                               \
   X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                       \
+  X(BN_STATS, bn_stats, AGK_DT(F32), AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))              \
+  X(BN_APPLY, bn_apply, AGK_DT(F32), AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))            \
+  X(VAR, var, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                                  \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))        \
   X(GATHER, gather, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                        \
   X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                              \
   X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))             \
@@ -381,12 +385,19 @@ static ag_status dispatch_rows(ag_bstream *s, const ag_kernel_call *c, vkb_shade
 }
 
 /* A portable row kernel (portable.comp): a work-group per row whose sums
- * are S (psum.glsl: rows up to 2^24, a tree of 8 steps per block of 256). */
+ * are S (psum.glsl: rows up to 2^24, a tree of 8 steps per block of 256),
+ * or an invocation per row for rows of one block (k5: psum1, no
+ * barriers). */
 static ag_status prows(ag_bstream *s, const ag_kernel_call *c, vkb_shader sh, const vkb_args *a, int64_t rows,
                        int64_t cols) {
   if (cols > ((int64_t)1 << 24))
     return ag_error_set(AG_ERR_UNSUPPORTED, "%s: rows of %lld elements exceed the portable row sums' 2^24 on vulkan",
                         c->name ? c->name : "vulkan", (long long)cols);
+  if (cols <= VKB_WG) {
+    vkb_args one = *a;
+    one.k[5] = 1;
+    return vkb_dispatch1(s, sh, 0, &one, rows);
+  }
   ag_status st = loop_ok(s, c, 16 * ((cols + VKB_WG - 1) / VKB_WG) + 64);
   return st != AG_OK ? st : dispatch_rows(s, c, sh, 0, a, rows, cols);
 }
@@ -698,6 +709,7 @@ static ag_status vk_k_var(ag_bstream *s, const ag_k_var *a) {
     args.n[46] = dbits(d > 0 ? d : 0.0);
     return vkb_dispatch1(s, VKS_VAR_D, 0, &args, outer * inner);
   }
+  if (pmode(c)) return prows(s, c, VKS_P_VAR, &args, outer * inner, r);
   if (r > 0 && (inner == 1 || r > 4096)) return dispatch_rows(s, c, VKS_VAR_ROWS, 0, &args, outer * inner, r);
   return vkb_dispatch1(s, VKS_VAR_COLS, 0, &args, outer * inner);
 }
@@ -1189,6 +1201,7 @@ static ag_status vk_k_bn_stats(ag_bstream *s, const ag_k_bn_stats *a) {
   args.n[0] = a->n;
   args.n[1] = a->c;
   args.n[2] = a->hw;
+  if (pmode(a->call)) return prows(s, a->call, VKS_P_BN_STATS, &args, a->c, a->n * a->hw);
   return dispatch_rows(s, a->call, VKS_BN_STATS, 0, &args, a->c, a->n * a->hw);
 }
 

@@ -122,7 +122,9 @@ static ag_status sum_levels(ag_bstream *s, uint64_t out, ag_dtype odt, uint64_t 
     a.n[1] = len;
     a.n[2] = inn;
     a.n[3] = nb;
-    ag_status st = vkb_dispatch1(s, VKS_P_SUM, 0, &a, Q * ((nb + 15) / 16) * VKB_WG);
+    /* the last level: an invocation per output (psum1) */
+    a.k[5] = last;
+    ag_status st = vkb_dispatch1(s, VKS_P_SUM, 0, &a, last ? Q : Q * ((nb + 15) / 16) * VKB_WG);
     if (st != AG_OK || last) return st;
     src = buf[lvl & 1];
     sdt = AG_F32;
@@ -180,5 +182,6 @@ ag_status vkb_portable_lse(ag_bstream *s, const ag_k_logsumexp *a) {
   v.n[0] = a->outer;
   v.n[1] = a->r;
   v.n[2] = a->inner;
-  return vkb_dispatch1(s, VKS_P_LSE, 0, &v, Q * VKB_WG);
+  v.k[5] = a->r <= VKB_WG; /* lines of one block: an invocation each */
+  return vkb_dispatch1(s, VKS_P_LSE, 0, &v, v.k[5] ? Q : Q * VKB_WG);
 }

@@ -7,6 +7,7 @@
  * square root is pmath's. One kernel per build define (K_P_...). */
 #include "common.glsl"
 #include "ops.glsl"
+#include "pline.glsl"
 layout(local_size_x = WG) in;
 
 #if defined(K_P_PROBE)
@@ -52,6 +53,17 @@ float pterm(int which, int64_t j) {
 #include "psum.glsl"
 void main() {
   int64_t g = group_id(), Q = pc.a.n[0], len = pc.a.n[1], inner = pc.a.n[2], nb = pc.a.n[3];
+  if (P_SINGLE) {
+    /* one block per output (the last level): an invocation per output */
+    int64_t q = gid();
+    if (q >= Q) return;
+    g_base = (q / inner) * len * inner + q % inner;
+    g_st = inner;
+    precise float rs = psum1(0, len);
+    if (pc.a.k[3] != 0) rs = rs * pc.a.f[0];
+    stf(pc.a.p[0], q, pc.a.k[0], rs);
+    return;
+  }
   int64_t ng = (nb + 15) / 16;
   if (g >= Q * ng) return;
   int64_t q = g / ng, b0 = (g % ng) * 16;
@@ -80,6 +92,13 @@ shared int64_t pm_i[WG];
 float prow_max(uint64_t x, int64_t base, int64_t st, int64_t n, int dt) {
   uint l = gl_LocalInvocationID.x;
   float m = -F_INF;
+  if (P_SINGLE) {
+    for (int64_t j = 0; j < n; j++) {
+      float v = ldf(x, base + j * st, dt);
+      m = v > m ? v : m;
+    }
+    return m;
+  }
   for (int64_t j = int64_t(l); j < n; j += WG) m = ag_fmax(m, ldf(x, base + j * st, dt));
   m = wg_max(m);
   if (m != 0.0) return m;
@@ -121,7 +140,7 @@ float pterm(int which, int64_t j) {
 #include "psum.glsl"
 
 void main() {
-  int64_t row = group_id(), cols = pc.a.n[1];
+  int64_t row = P_LINE(), cols = pc.a.n[1];
   if (row >= pc.a.n[0]) return;
   int dt = pc.a.k[0];
   bool logv = pc.a.k[6] == AG_KV_LOG_SOFTMAX;
@@ -129,9 +148,9 @@ void main() {
   uint64_t o = pc.a.p[0], x = pc.a.p[1];
 #if defined(K_P_SOFTMAX)
   g_mx = prow_max(x, g_base, 1, cols, dt);
-  precise float s = psum(0, cols);
+  precise float s = psum_any(0, cols);
   precise float ls = logv ? agp_log(s) : 0.0;
-  for (int64_t j = int64_t(gl_LocalInvocationID.x); j < cols; j += WG) {
+  for (int64_t j = P_LANE; j < cols; j += P_STEP) {
     precise float d = ldf(x, g_base + j, dt) - g_mx;
     precise float v;
     if (logv) v = d - ls;
@@ -139,8 +158,8 @@ void main() {
     stf(o, g_base + j, dt, v);
   }
 #else
-  precise float s = psum(logv ? 1 : 0, cols);
-  for (int64_t j = int64_t(gl_LocalInvocationID.x); j < cols; j += WG) {
+  precise float s = psum_any(logv ? 1 : 0, cols);
+  for (int64_t j = P_LANE; j < cols; j += P_STEP) {
     precise float dy = ldf(x, g_base + j, dt), y = ldf(pc.a.p[2], g_base + j, dt);
     precise float v;
     if (logv) v = dy - agp_exp(y) * s;
@@ -163,7 +182,7 @@ float pterm(int which, int64_t j) {
 }
 #include "psum.glsl"
 void main() {
-  int64_t row = group_id(), cols = pc.a.n[1];
+  int64_t row = P_LINE(), cols = pc.a.n[1];
   if (row >= pc.a.n[0]) return;
   uint l = gl_LocalInvocationID.x;
   int dt = pc.a.k[1];
@@ -172,31 +191,31 @@ void main() {
   int64_t t = ld_index(pc.a.p[2], row, pc.a.k[3]);
 #if defined(K_P_CE)
   if (t == pc.a.n[2]) {
-    if (l == 0u) PF(pc.a.p[0], row) = 0.0;
+    if (P_LEAD) PF(pc.a.p[0], row) = 0.0;
     return;
   }
   if (t < 0 || t >= cols) {
-    if (l == 0u) {
+    if (P_LEAD) {
       PF(pc.a.p[0], row) = F_NAN;
       set_error(pc.a.p[7], AG_ERR_INDEX, AG_K_CROSS_ENTROPY, t, cols);
     }
     return;
   }
   g_mx = prow_max(x, g_base, 1, cols, dt);
-  precise float s = psum(0, cols);
+  precise float s = psum_any(0, cols);
   precise float lse = g_mx + agp_log(s);
   precise float loss = lse - ldf(x, g_base + t, dt);
-  if (l == 0u) PF(pc.a.p[0], row) = loss;
+  if (P_LEAD) PF(pc.a.p[0], row) = loss;
 #else
   if (t == pc.a.n[2] || t < 0 || t >= cols) {
-    for (int64_t j = int64_t(l); j < cols; j += WG) stf(pc.a.p[0], g_base + j, dt, 0.0);
-    if (t != pc.a.n[2] && l == 0u) set_error(pc.a.p[7], AG_ERR_INDEX, AG_K_CROSS_ENTROPY_BWD, t, cols);
+    for (int64_t j = P_LANE; j < cols; j += P_STEP) stf(pc.a.p[0], g_base + j, dt, 0.0);
+    if (t != pc.a.n[2] && P_LEAD) set_error(pc.a.p[7], AG_ERR_INDEX, AG_K_CROSS_ENTROPY_BWD, t, cols);
     return;
   }
   g_mx = prow_max(x, g_base, 1, cols, dt);
-  precise float s = psum(0, cols);
+  precise float s = psum_any(0, cols);
   float gr = PF(pc.a.p[3], row * pc.a.n[3]);
-  for (int64_t j = int64_t(l); j < cols; j += WG) {
+  for (int64_t j = P_LANE; j < cols; j += P_STEP) {
     precise float p = agp_div(agp_exp(ldf(x, g_base + j, dt) - g_mx), s);
     precise float v = (p - (j == t ? 1.0 : 0.0)) * gr;
     stf(pc.a.p[0], g_base + j, dt, v);
@@ -217,7 +236,7 @@ float pterm(int which, int64_t j) {
 }
 #include "psum.glsl"
 void main() {
-  int64_t q = group_id(), R = pc.a.n[1], inner = pc.a.n[2];
+  int64_t q = P_LINE(), R = pc.a.n[1], inner = pc.a.n[2];
   if (q >= pc.a.n[0] * inner) return;
   uint l = gl_LocalInvocationID.x;
   int64_t o = q / inner, i = q % inner;
@@ -227,14 +246,14 @@ void main() {
   g_mx = prow_max(pc.a.p[1], g_base, g_st, R, dt);
   if (ag_isinf(g_mx)) {
     bool nan = false;
-    for (int64_t j = int64_t(l); j < R; j += WG) nan = nan || ag_isnan(ldf(pc.a.p[1], g_base + j * g_st, dt));
-    float any = wg_max(nan ? 1.0 : 0.0);
-    if (l == 0u) stf(pc.a.p[0], q, pc.a.k[0], any != 0.0 ? F_NAN : g_mx);
+    for (int64_t j = P_LANE; j < R; j += P_STEP) nan = nan || ag_isnan(ldf(pc.a.p[1], g_base + j * g_st, dt));
+    float any = P_SINGLE ? (nan ? 1.0 : 0.0) : wg_max(nan ? 1.0 : 0.0);
+    if (P_LEAD) stf(pc.a.p[0], q, pc.a.k[0], any != 0.0 ? F_NAN : g_mx);
     return;
   }
-  precise float s = psum(0, R);
+  precise float s = psum_any(0, R);
   precise float r = g_mx + agp_log(s);
-  if (l == 0u) stf(pc.a.p[0], q, pc.a.k[0], r);
+  if (P_LEAD) stf(pc.a.p[0], q, pc.a.k[0], r);
 }
 #endif
 
@@ -284,49 +303,49 @@ float pterm(int which, int64_t j) {
 }
 #include "psum.glsl"
 void main() {
-  int64_t row = group_id(), cols = pc.a.n[1];
+  int64_t row = P_LINE(), cols = pc.a.n[1];
   if (row >= pc.a.n[0]) return;
   uint l = gl_LocalInvocationID.x;
   g_base = row * cols;
   float d_f = float(cols);
 #if defined(K_P_LN)
-  g_mean = agp_div(psum(0, cols), d_f);
-  precise float var = agp_div(psum(1, cols), d_f);
+  g_mean = agp_div(psum_any(0, cols), d_f);
+  precise float var = agp_div(psum_any(1, cols), d_f);
   precise float rstd = agp_div(1.0, agp_sqrt(var + pc.a.f[0]));
-  for (int64_t j = int64_t(l); j < cols; j += WG) {
+  for (int64_t j = P_LANE; j < cols; j += P_STEP) {
     precise float y = (ldf(pc.a.p[1], g_base + j, DT) - g_mean) * rstd;
     if (pc.a.p[2] != 0ul) y = y * ldf(pc.a.p[2], j, DT);
     if (pc.a.p[3] != 0ul) y = y + ldf(pc.a.p[3], j, DT);
     stf(pc.a.p[0], g_base + j, DT, y);
   }
-  if (l == 0u) {
+  if (P_LEAD) {
     if (pc.a.p[4] != 0ul) PF(pc.a.p[4], row) = g_mean;
     if (pc.a.p[5] != 0ul) PF(pc.a.p[5], row) = rstd;
   }
 #elif defined(K_P_RMS)
-  precise float ms = agp_div(psum(0, cols), d_f);
+  precise float ms = agp_div(psum_any(0, cols), d_f);
   precise float rstd = agp_div(1.0, agp_sqrt(ms + pc.a.f[0]));
-  for (int64_t j = int64_t(l); j < cols; j += WG) {
+  for (int64_t j = P_LANE; j < cols; j += P_STEP) {
     precise float y = ldf(pc.a.p[1], g_base + j, DT) * rstd;
     if (pc.a.p[2] != 0ul) y = y * ldf(pc.a.p[2], j, DT);
     stf(pc.a.p[0], g_base + j, DT, y);
   }
-  if (l == 0u && pc.a.p[3] != 0ul) PF(pc.a.p[3], row) = rstd;
+  if (P_LEAD && pc.a.p[3] != 0ul) PF(pc.a.p[3], row) = rstd;
 #elif defined(K_P_LN_BWD)
   g_mean = PF(pc.a.p[3], row);
   g_rstd = PF(pc.a.p[4], row);
-  precise float ma = agp_div(psum(0, cols), d_f);
-  precise float mb = agp_div(psum(1, cols), d_f);
-  for (int64_t j = int64_t(l); j < cols; j += WG) {
+  precise float ma = agp_div(psum_any(0, cols), d_f);
+  precise float mb = agp_div(psum_any(1, cols), d_f);
+  for (int64_t j = P_LANE; j < cols; j += P_STEP) {
     precise float xh = (ldf(pc.a.p[2], g_base + j, DT) - g_mean) * g_rstd;
     precise float dx = ((bwd_g(j) - ma) - xh * mb) * g_rstd;
     stf(pc.a.p[0], g_base + j, DT, dx);
   }
 #else
   float rstd = PF(pc.a.p[3], row);
-  precise float m = agp_div(psum(0, cols), d_f);
+  precise float m = agp_div(psum_any(0, cols), d_f);
   precise float c = (rstd * rstd) * m;
-  for (int64_t j = int64_t(l); j < cols; j += WG) {
+  for (int64_t j = P_LANE; j < cols; j += P_STEP) {
     precise float dx = (bwd_g(j) - ldf(pc.a.p[2], g_base + j, DT) * c) * rstd;
     stf(pc.a.p[0], g_base + j, DT, dx);
   }
@@ -354,16 +373,16 @@ float pterm(int which, int64_t r) {
 }
 #include "psum.glsl"
 void main() {
-  g_col = group_id();
+  g_col = P_LINE();
   if (g_col >= pc.a.n[1]) return;
   int64_t rows = pc.a.n[0];
   if (pc.a.p[0] != 0ul) {
-    float w = psum(0, rows);
-    if (gl_LocalInvocationID.x == 0u) stf(pc.a.p[0], g_col, pc.a.k[1], w);
+    float w = psum_any(0, rows);
+    if (P_LEAD) stf(pc.a.p[0], g_col, pc.a.k[1], w);
   }
   if (pc.a.p[1] != 0ul) {
-    float b = psum(1, rows);
-    if (gl_LocalInvocationID.x == 0u) stf(pc.a.p[1], g_col, pc.a.k[2], b);
+    float b = psum_any(1, rows);
+    if (P_LEAD) stf(pc.a.p[1], g_col, pc.a.k[2], b);
   }
 }
 #endif
@@ -406,5 +425,73 @@ void main() {
   p = p - lr * g;
   PF(pc.a.p[0], i) = p;
 #endif
+}
+#endif
+
+#if defined(K_P_VAR)
+/* VAR, STD over x [outer, r, inner], a work-group per output: mean =
+ * S(x) / r_f, v = S((x - mean)^2) / f0 (f0 = max(0, r - correction),
+ * rounded once on the host), STD its square root. p0 out, p1 x, k0 dtype,
+ * k6 variant; n0 outer, n1 r, n2 inner. */
+int64_t g_base, g_st;
+float g_mean;
+float pterm(int which, int64_t j) {
+  precise float x = ldf(pc.a.p[1], g_base + j * g_st, pc.a.k[0]);
+  if (which == 0) return x;
+  precise float d = (x - g_mean) * (x - g_mean);
+  return d;
+}
+#include "psum.glsl"
+void main() {
+  int64_t q = P_LINE(), R = pc.a.n[1], inner = pc.a.n[2];
+  if (q >= pc.a.n[0] * inner) return;
+  g_base = (q / inner) * R * inner + q % inner;
+  g_st = inner;
+  g_mean = agp_div(psum_any(0, R), float(R));
+  precise float v = agp_div(psum_any(1, R), pc.a.f[0]);
+  if (pc.a.k[6] == AG_KV_STD) v = agp_sqrt(v);
+  if (P_LEAD) stf(pc.a.p[0], q, pc.a.k[0], v);
+}
+#endif
+
+#if defined(K_P_BN_STATS)
+/* Batch-norm statistics per channel c (a line), its terms over the
+ * flattened (n, hw), n outermost: BN_MEAN_VAR: mean = S(a) / cnt_f, then
+ * S((a - mean)^2) / cnt_f; BN_SUMS: S(a), S(a * (b - mu[c])). The default
+ * kernel's arguments: p0 stats [2, C], p1 a, p2 b, p3 mu (BN_SUMS); n0 N,
+ * n1 C, n2 HW; k6 the variant. */
+int64_t g_ch;
+float g_mean;
+float pterm(int which, int64_t k) {
+  int64_t C = pc.a.n[1], HW = pc.a.n[2];
+  int64_t at = ((k / HW) * C + g_ch) * HW + k % HW;
+  precise float a = PF(pc.a.p[1], at);
+  if (which == 0) return a;
+  if (which == 1) {
+    precise float d = (a - g_mean) * (a - g_mean);
+    return d;
+  }
+  precise float t = a * (PF(pc.a.p[2], at) - PF(pc.a.p[3], g_ch));
+  return t;
+}
+#include "psum.glsl"
+void main() {
+  g_ch = P_LINE();
+  int64_t C = pc.a.n[1], L = pc.a.n[0] * pc.a.n[2];
+  if (g_ch >= C) return;
+  float cnt_f = float(L);
+  float s0, s1;
+  if (pc.a.k[6] == AG_KV_BN_SUMS) {
+    s0 = psum_any(0, L);
+    s1 = psum_any(2, L);
+  } else {
+    g_mean = agp_div(psum_any(0, L), cnt_f);
+    s0 = g_mean;
+    s1 = agp_div(psum_any(1, L), cnt_f);
+  }
+  if (P_LEAD) {
+    PF(pc.a.p[0], g_ch) = s0;
+    PF(pc.a.p[0], C + g_ch) = s1;
+  }
 }
 #endif

@@ -6,7 +6,14 @@
  * bits do not depend on the device's subgroup width. The kernel defines
  * `float pterm(int which, int64_t j)`, the j-th term of the sum `which`,
  * before including this file; every invocation of the group calls psum
- * (barriers). Portable builds only (AG_PORTABLE). */
+ * (barriers). Portable builds only (AG_PORTABLE).
+ *
+ * Lines of at most 256 terms (one block) may instead take an invocation
+ * each (k5 set by the host: psum1, the same tree evaluated in registers,
+ * no barrier): a work-group per line of a few terms would spend its time
+ * in barriers. The kernels write their loops with P_LINE, P_LANE, P_STEP
+ * and P_LEAD, and their sums with psum_any, to run either way. */
+#include "pline.glsl"
 shared float ps_t[WG];
 shared float ps_l1[WG];
 shared float ps_l2[WG];
@@ -82,3 +89,34 @@ float psum(int which, int64_t n) {
   if (n2 == 1l) return r;
   return ps_tree(int64_t(l) < n2 ? ps_l2[l] : 0.0);
 }
+
+/* S(pterm(which, 0 .. n)) for n <= 256 in one invocation: with m the
+ * power of two >= n, the steps s >= m of the block's tree only add +0 to
+ * each term (v + 0: -0 becomes +0) and the rest is the tree over m leaves,
+ * evaluated leaf by leaf in bit-reversed order with a stack of partial
+ * sums (each pair merged as soon as it is complete, left + right). */
+float psum1(int which, int64_t n) {
+  if (n <= 0l) return 0.0;
+  int m = 1, bits = 0;
+  while (int64_t(m) < n) {
+    m <<= 1;
+    bits++;
+  }
+  precise float stk[9];
+  int sp = 0;
+  for (int k = 0; k < m; k++) {
+    int i = bits == 0 ? 0 : int(bitfieldReverse(uint(k)) >> uint(32 - bits));
+    precise float v = int64_t(i) < n ? pterm(which, int64_t(i)) : 0.0;
+    if (m < WG) v = v + 0.0;
+    for (int kk = k; (kk & 1) == 1; kk >>= 1) {
+      sp--;
+      v = stk[sp] + v;
+    }
+    stk[sp] = v;
+    sp++;
+  }
+  return stk[0];
+}
+
+/* S either way (psum: the work-group's, barriers; psum1: one invocation's) */
+float psum_any(int which, int64_t n) { return P_SINGLE ? psum1(which, n) : psum(which, n); }

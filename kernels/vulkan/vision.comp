@@ -107,7 +107,7 @@ float pterm(int which, int64_t k) {
 #include "psum.glsl"
 void main() {
   int64_t Cg = GC / GG, Cog = GCO / GG;
-  int64_t idx = group_id();
+  int64_t idx = P_LINE();
   if (idx >= GCO * Cg * GKH * GKW) return;
   g_j = idx % GKW;
   int64_t t = idx / GKW;
@@ -116,8 +116,8 @@ void main() {
   int64_t ci = t % Cg;
   g_co = t / Cg;
   g_c = (g_co / Cog) * Cg + ci;
-  float acc = psum(0, GN * GHO * GWO);
-  if (gl_LocalInvocationID.x == 0u) PF(pc.a.p[0], idx) = acc;
+  float acc = psum_any(0, GN * GHO * GWO);
+  if (P_LEAD) PF(pc.a.p[0], idx) = acc;
 }
 #elif defined(K_CONV_BWD_W)
 /* p0 dw, p1 dy, p2 x: a work-group per weight element, its N*Ho*Wo terms
