@@ -112,6 +112,9 @@ typedef enum vkb_shader {
   VKS_P_POOL_BWD,
   VKS_P_VAR,
   VKS_P_BN_STATS,
+  VKS_P_GN,
+  VKS_P_GN_BWD,
+  VKS_P_GN_BWD_WB,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {

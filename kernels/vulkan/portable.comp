@@ -495,3 +495,94 @@ void main() {
   }
 }
 #endif
+
+#if defined(K_P_GN) || defined(K_P_GN_BWD) || defined(K_P_GN_BWD_WB)
+/* Group norm: LAYERNORM's rules on each (sample, group) block of cpg
+ * channels of hw (contiguous, M = cpg * hw terms), the weight and bias per
+ * channel; dw, db per channel as S over the flattened (n, hw), n
+ * outermost. The default kernels' arguments (resample.comp): k0 dtype;
+ * GN: p0 y, p1 x, p2 w or 0, p3 b or 0, p4 mean or 0, p5 rstd or 0, f0 eps;
+ * GN_BWD: p0 dx, p1 dy, p2 x, p3 mean, p4 rstd, p5 w or 0; both n0 blocks,
+ * n1 groups, n2 cpg, n3 hw. GN_BWD_WB: p0 dw or 0 (k1), p1 db or 0 (k2),
+ * p2 dy, p3 x, p4 mean, p5 rstd; n0 C, n1 groups, n2 N, n3 hw. */
+int64_t g_base, g_c0, g_ch;
+float g_mean, g_rstd;
+#define DT pc.a.k[0]
+#define HW pc.a.n[3]
+#if defined(K_P_GN_BWD)
+float bwd_g(int64_t k) {
+  precise float g = ldf(pc.a.p[1], g_base + k, DT);
+  if (pc.a.p[5] != 0ul) g = g * ldf(pc.a.p[5], g_c0 + k / HW, DT);
+  return g;
+}
+#endif
+float pterm(int which, int64_t k) {
+#if defined(K_P_GN)
+  precise float x = ldf(pc.a.p[1], g_base + k, DT);
+  if (which == 0) return x;
+  precise float d = (x - g_mean) * (x - g_mean);
+  return d;
+#elif defined(K_P_GN_BWD)
+  precise float g = bwd_g(k);
+  if (which == 0) return g;
+  precise float xh = (ldf(pc.a.p[2], g_base + k, DT) - g_mean) * g_rstd;
+  precise float gx = g * xh;
+  return gx;
+#else
+  int64_t C = pc.a.n[0], n = k / HW, at = (n * C + g_ch) * HW + k % HW;
+  precise float dy = ldf(pc.a.p[2], at, DT);
+  if (which == 1) return dy;
+  int64_t blk = n * pc.a.n[1] + g_ch / (C / pc.a.n[1]);
+  precise float xh = (ldf(pc.a.p[3], at, DT) - PF(pc.a.p[4], blk)) * PF(pc.a.p[5], blk);
+  precise float t = dy * xh;
+  return t;
+#endif
+}
+#include "psum.glsl"
+void main() {
+#if defined(K_P_GN_BWD_WB)
+  g_ch = P_LINE();
+  if (g_ch >= pc.a.n[0]) return;
+  int64_t L = pc.a.n[2] * HW;
+  if (pc.a.p[0] != 0ul) {
+    float w = psum_any(0, L);
+    if (P_LEAD) stf(pc.a.p[0], g_ch, pc.a.k[1], w);
+  }
+  if (pc.a.p[1] != 0ul) {
+    float b = psum_any(1, L);
+    if (P_LEAD) stf(pc.a.p[1], g_ch, pc.a.k[2], b);
+  }
+#else
+  int64_t blk = P_LINE(), M = pc.a.n[2] * HW;
+  if (blk >= pc.a.n[0]) return;
+  g_base = blk * M;
+  g_c0 = (blk % pc.a.n[1]) * pc.a.n[2];
+  float d_f = float(M);
+#if defined(K_P_GN)
+  g_mean = agp_div(psum_any(0, M), d_f);
+  precise float var = agp_div(psum_any(1, M), d_f);
+  precise float rstd = agp_div(1.0, agp_sqrt(var + pc.a.f[0]));
+  for (int64_t k = P_LANE; k < M; k += P_STEP) {
+    precise float y = (ldf(pc.a.p[1], g_base + k, DT) - g_mean) * rstd;
+    if (pc.a.p[2] != 0ul) y = y * ldf(pc.a.p[2], g_c0 + k / HW, DT);
+    if (pc.a.p[3] != 0ul) y = y + ldf(pc.a.p[3], g_c0 + k / HW, DT);
+    stf(pc.a.p[0], g_base + k, DT, y);
+  }
+  if (P_LEAD) {
+    if (pc.a.p[4] != 0ul) PF(pc.a.p[4], blk) = g_mean;
+    if (pc.a.p[5] != 0ul) PF(pc.a.p[5], blk) = rstd;
+  }
+#else
+  g_mean = PF(pc.a.p[3], blk);
+  g_rstd = PF(pc.a.p[4], blk);
+  precise float ma = agp_div(psum_any(0, M), d_f);
+  precise float mb = agp_div(psum_any(1, M), d_f);
+  for (int64_t k = P_LANE; k < M; k += P_STEP) {
+    precise float xh = (ldf(pc.a.p[2], g_base + k, DT) - g_mean) * g_rstd;
+    precise float dx = ((bwd_g(k) - ma) - xh * mb) * g_rstd;
+    stf(pc.a.p[0], g_base + k, DT, dx);
+  }
+#endif
+#endif
+}
+#endif
