@@ -115,6 +115,7 @@ typedef enum vkb_shader {
   VKS_P_GN,
   VKS_P_GN_BWD,
   VKS_P_GN_BWD_WB,
+  VKS_P_NORM,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {
@@ -395,9 +396,10 @@ VKB_HIDDEN ag_status vkb_portable_check(int dev);
 VKB_HIDDEN bool vkb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt);
 VKB_HIDDEN ag_status vkb_portable_sum(ag_bstream *s, uint64_t out, ag_dtype odt, uint64_t x, ag_dtype xdt,
                                       int64_t outer, int64_t r, int64_t inner, double scale);
-/* SUMSQ and LOGSUMEXP with portable numerics (vk_portable.c). */
+/* SUMSQ, LOGSUMEXP and NORM with portable numerics (vk_portable.c). */
 VKB_HIDDEN ag_status vkb_portable_sumsq(ag_bstream *s, const ag_k_sumsq *a);
 VKB_HIDDEN ag_status vkb_portable_lse(ag_bstream *s, const ag_k_logsumexp *a);
+VKB_HIDDEN ag_status vkb_portable_norm(ag_bstream *s, const ag_k_norm *a);
 
 VKB_HIDDEN ag_status vkb_stream_create(int dev, ag_bstream **out);
 VKB_HIDDEN void vkb_stream_destroy(ag_bstream *s);

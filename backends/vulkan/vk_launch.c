@@ -184,6 +184,7 @@ static int64_t dbits(double v) {
   X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                                    \
   X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                              \
   X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(NORM, norm, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
   X(EMBEDDING, embedding, VK_DTS_PORTABLE, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                \
   X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                          \

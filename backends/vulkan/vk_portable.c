@@ -167,21 +167,32 @@ ag_status vkb_portable_sumsq(ag_bstream *s, const ag_k_sumsq *a) {
   return sum_levels(s, ((const vkb_mem *)o->base)->addr + o->offset, o->dtype, scr, AG_F32, 1, T, 1, 1.0, false, lv);
 }
 
-/* A work-group per output of [outer, r, inner] (portable.comp, K_P_LSE). */
-ag_status vkb_portable_lse(ag_bstream *s, const ag_k_logsumexp *a) {
-  int64_t Q = a->outer * a->inner;
+/* A work-group (an invocation for lines of one block) per output of
+ * [outer, r, inner] (portable.comp: K_P_LSE, K_P_NORM). */
+static ag_status lines(ag_bstream *s, const ag_kernel_call *c, vkb_shader sh, const ag_koperand *out,
+                       const ag_koperand *x, int64_t outer, int64_t r, int64_t inner, int variant) {
+  int64_t Q = outer * inner;
   if (Q <= 0) return AG_OK;
-  if (a->r > ((int64_t)1 << 24) || 16 * ((a->r + VKB_WG - 1) / VKB_WG) + 64 > s->d->loop_limit)
+  if (r > ((int64_t)1 << 24) || 16 * ((r + VKB_WG - 1) / VKB_WG) + 64 > s->d->loop_limit)
     return ag_error_set(AG_ERR_UNSUPPORTED, "%s: lines of %lld elements are too long for the portable sums on vulkan:%d",
-                        a->call->name ? a->call->name : "logsumexp", (long long)a->r, s->dev);
+                        c->name ? c->name : "vulkan", (long long)r, s->dev);
   vkb_args v = {0};
-  v.p[0] = ((const vkb_mem *)a->out->base)->addr + a->out->offset;
-  v.p[1] = ((const vkb_mem *)a->x->base)->addr + a->x->offset;
-  v.k[0] = a->out->dtype;
-  v.k[1] = a->x->dtype;
-  v.n[0] = a->outer;
-  v.n[1] = a->r;
-  v.n[2] = a->inner;
-  v.k[5] = a->r <= VKB_WG; /* lines of one block: an invocation each */
-  return vkb_dispatch1(s, VKS_P_LSE, 0, &v, v.k[5] ? Q : Q * VKB_WG);
+  v.p[0] = ((const vkb_mem *)out->base)->addr + out->offset;
+  v.p[1] = ((const vkb_mem *)x->base)->addr + x->offset;
+  v.k[0] = out->dtype;
+  v.k[1] = x->dtype;
+  v.k[6] = variant;
+  v.n[0] = outer;
+  v.n[1] = r;
+  v.n[2] = inner;
+  v.k[5] = r <= VKB_WG; /* lines of one block: an invocation each */
+  return vkb_dispatch1(s, sh, 0, &v, v.k[5] ? Q : Q * VKB_WG);
+}
+
+ag_status vkb_portable_lse(ag_bstream *s, const ag_k_logsumexp *a) {
+  return lines(s, a->call, VKS_P_LSE, a->out, a->x, a->outer, a->r, a->inner, 0);
+}
+
+ag_status vkb_portable_norm(ag_bstream *s, const ag_k_norm *a) {
+  return lines(s, a->call, VKS_P_NORM, a->out, a->x, a->outer, a->r, a->inner, a->variant);
 }

@@ -586,3 +586,44 @@ void main() {
 #endif
 }
 #endif
+
+#if defined(K_P_NORM)
+/* NORM over x [outer, r, inner], a line per output (the cpu's rules): NaN
+ * if the line holds one; L1 S(|x|); INF m = max |x|; L2 m * sqrt(S((x /
+ * m)^2)), m itself when 0 or infinite. p0 out (k0), p1 x (k1); n0 outer,
+ * n1 r, n2 inner; k6 the variant. */
+int64_t g_base, g_st;
+float g_m;
+float pterm(int which, int64_t j) {
+  float x = ldf(pc.a.p[1], g_base + j * g_st, pc.a.k[1]);
+  if (which == 0) return agp_abs(x);
+  precise float q = agp_div(x, g_m);
+  precise float q2 = q * q;
+  return q2;
+}
+#include "psum.glsl"
+void main() {
+  int64_t q = P_LINE(), R = pc.a.n[1], inner = pc.a.n[2];
+  if (q >= pc.a.n[0] * inner) return;
+  g_base = (q / inner) * R * inner + q % inner;
+  g_st = inner;
+  float m = 0.0, nan = 0.0;
+  for (int64_t j = P_LANE; j < R; j += P_STEP) {
+    float t = agp_abs(ldf(pc.a.p[1], g_base + j * g_st, pc.a.k[1]));
+    if (ag_isnan(t)) nan = 1.0;
+    else m = t > m ? t : m;
+  }
+  if (!P_SINGLE) {
+    m = wg_max(m);
+    nan = wg_max(nan);
+  }
+  g_m = m;
+  int v = pc.a.k[6];
+  precise float r;
+  if (nan != 0.0) r = F_NAN;
+  else if (v == AG_KV_NORM_L1) r = psum_any(0, R);
+  else if (v == AG_KV_NORM_INF || m == 0.0 || ag_isinf(m)) r = m;
+  else r = m * agp_sqrt(psum_any(1, R));
+  if (P_LEAD) stf(pc.a.p[0], q, pc.a.k[0], r);
+}
+#endif
