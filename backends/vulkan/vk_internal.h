@@ -116,6 +116,8 @@ typedef enum vkb_shader {
   VKS_P_GN_BWD,
   VKS_P_GN_BWD_WB,
   VKS_P_NORM,
+  VKS_P_INTERP,
+  VKS_P_INTERP_BWD,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {
