@@ -201,9 +201,9 @@ static inline ag_status ag_k__unsupported(const ag_kernel_call *c, const char *b
  * data of supports_portable). */
 static inline ag_status ag_k__not_portable(const ag_kernel_call *c, const char *backend, ag_dtype dt) {
   return ag_error_set(AG_ERR_UNSUPPORTED,
-                      "%s: %s has no portable-numerics kernel for %s (sub %d) on dtype %d: refused rather than "
+                      "%s: %s has no portable-numerics kernel for %s (sub %d) on %s: refused rather than "
                       "run with the default numerics (docs/numerics.md)",
-                      c->name ? c->name : "launch", backend, ag_kop_name(c->op), c->sub, (int)dt);
+                      c->name ? c->name : "launch", backend, ag_kop_name(c->op), c->sub, ag_dtype_name(dt));
 }
 #define AGK__PDCASE(ID, nm, dts, vs)                                                                 \
   case AG_K_##ID: {                                                                                \
