@@ -19,3 +19,13 @@ if(TARGET anygrad-opencl AND TARGET anygrad_models)
   add_test(NAME opencl_api COMMAND opencl_api_test)
   set_tests_properties(opencl_api PROPERTIES TIMEOUT 600 LABELS opencl)
 endif()
+
+# Portable numerics: opencl:0 bit for bit equal to the CPU (docs/numerics.md).
+if(TARGET anygrad-opencl)
+  add_executable(portable_opencl_test ${CMAKE_CURRENT_SOURCE_DIR}/portable_opencl_test.c)
+  target_include_directories(portable_opencl_test PRIVATE ${AG_CMOCKA_INCLUDE})
+  target_link_libraries(portable_opencl_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
+  add_dependencies(portable_opencl_test anygrad-opencl)
+  add_test(NAME portable_opencl COMMAND portable_opencl_test)
+  set_tests_properties(portable_opencl PROPERTIES TIMEOUT 900 LABELS opencl)
+endif()

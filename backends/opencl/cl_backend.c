@@ -142,6 +142,12 @@ static ag_status add_device(cl_platform_id p, cl_device_id id) {
   d->unified = unified || (type & CL_DEVICE_TYPE_CPU);
   d->fp16 = has_ext(id, "cl_khr_fp16");
   d->fp64 = has_ext(id, "cl_khr_fp64");
+  /* the portable program asks for IEEE / and sqrt only where the device
+   * says it honours -cl-fp32-correctly-rounded-divide-sqrt (pmath builds
+   * them from + - * otherwise) */
+  cl_device_fp_config fpc = 0;
+  d->native_divsqrt = clGetDeviceInfo(id, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fpc, &fpc, NULL) == CL_SUCCESS &&
+                      (fpc & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT);
   d->amd_free_mem = has_ext(id, "cl_amd_device_attribute_query");
   cl_int err;
   d->ctx = clCreateContext(NULL, 1, &id, NULL, NULL, &err);
@@ -234,6 +240,7 @@ static void cl_shutdown(void) {
   pthread_mutex_lock(&g_init_lock);
   for (int i = 0; i < g_count; i++) {
     if (g_dev[i].prog) clReleaseProgram(g_dev[i].prog);
+    if (g_dev[i].pprog) clReleaseProgram(g_dev[i].pprog);
     if (g_dev[i].ctx) clReleaseContext(g_dev[i].ctx);
     pthread_mutex_destroy(&g_dev[i].lock);
   }
@@ -390,6 +397,8 @@ static const ag_backend g_backend = {
     .launch = clb_launch,
     .supports = clb_supports,
     .take_kernel_error = clb_take_kernel_error,
+    .portable_check = clb_portable_check,
+    .supports_portable = clb_supports_portable,
     .flags = 0, /* a cl_mem is a handle, not an address */
     .dlpack_device = kDLOpenCL,
     .priority = 100,

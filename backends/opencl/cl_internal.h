@@ -44,6 +44,14 @@ typedef enum clb_kernel {
   /* f64.cl: NULL without cl_khr_fp64 */
   CLK_UNARY_D, CLK_BINARY_D, CLK_FILL_D, CLK_REDUCE_D, CLK_VAR_D, CLK_CUMSUM_D, CLK_SOFTMAX_D,
   CLK_SOFTMAX_BWD_D, CLK_GATHER_D, CLK_GATHER_BWD_D, CLK_EMB_BWD_D, CLK_ARANGE_D,
+  /* portable.cl: only in the portable program (NULL in the default one) */
+  CLK_P_SUM,
+  CLK_P_MATMUL,
+  CLK_P_PROBE,
+  CLK_P_ADAMW,
+  CLK_P_CONV,
+  CLK_P_CONV_BWD_IN,
+  CLK_P_CONV_BWD_W,
   /* contiguous fast paths, one per sub-op, named from the op table
    * (ag_u_EXP, ag_b_GELU_BWD); comparisons, which write bool, have none */
   CLK_UNARY_C0,
@@ -72,6 +80,13 @@ typedef struct clb_device {
   cl_program prog;
   ag_status prog_status;
   char prog_error[1024];
+  /* The portable-numerics program (docs/numerics.md), built on the first
+   * portable launch; native_divsqrt: the device honours
+   * -cl-fp32-correctly-rounded-divide-sqrt, so pmath uses its / and sqrt. */
+  bool pprog_tried, native_divsqrt;
+  cl_program pprog;
+  ag_status pprog_status;
+  char pprog_error[1024];
 } clb_device;
 
 struct ag_bstream {
@@ -89,9 +104,14 @@ struct ag_bstream {
   bool since_probe;  /* work enqueued after `probe` */
   unsigned long enqueued; /* enqueues so far: a synchronize clears busy only if none came meanwhile */
   cl_event probe;    /* marker used by stream_query */
-  bool have_kernels;
-  cl_kernel k[CLK_COUNT];
-  size_t kwg[CLK_COUNT]; /* work-group limit per kernel */
+  /* Kernel sets of the default [0] and portable [1] programs, created on
+   * first use; k and kwg point at the set of the launch in progress. */
+  bool have_set[2];
+  cl_kernel kset[2][CLK_COUNT];
+  size_t kwgset[2][CLK_COUNT];
+  cl_kernel *k;
+  size_t *kwg;       /* work-group limit per kernel */
+  bool portable;     /* the launch in progress has AG_KF_PORTABLE */
   cl_mem scratch;    /* grow-only workspace, reused in queue order */
   size_t scratch_bytes;
 };
@@ -107,11 +127,16 @@ struct ag_bevent {
 CLB_HIDDEN ag_status clb_error(cl_int err, const char *what);
 CLB_HIDDEN clb_device *clb_dev(int dev);
 
-/* Builds (or loads from the on-disk cache) the device's program once. */
-CLB_HIDDEN ag_status clb_program(clb_device *d, cl_program *out);
+/* Builds (or loads from the on-disk cache) the device's program once;
+ * portable: the portable-numerics build of the same sources. */
+CLB_HIDDEN ag_status clb_program(clb_device *d, bool portable, cl_program *out);
 /* The embedded kernel source (generated at build time). */
 CLB_HIDDEN extern const char clb_kernel_source[];
 CLB_HIDDEN extern const size_t clb_kernel_source_len;
+/* The portable program's prelude (portable_prelude.cl and pmath.h), put
+ * in front of clb_kernel_source. */
+CLB_HIDDEN extern const char clb_portable_source[];
+CLB_HIDDEN extern const size_t clb_portable_source_len;
 
 /* Every enqueue calls this, with s->lock held, so stream_query can answer
  * without a marker when nothing was queued since the queue was last idle. */
@@ -121,7 +146,10 @@ static inline void clb_touch(ag_bstream *s) {
   s->enqueued++;
 }
 
-CLB_HIDDEN ag_status clb_stream_kernels(ag_bstream *s);
+CLB_HIDDEN ag_status clb_stream_kernels(ag_bstream *s, bool portable);
+/* portable_check and supports_portable (cl_launch.c). */
+CLB_HIDDEN ag_status clb_portable_check(int dev);
+CLB_HIDDEN bool clb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt);
 CLB_HIDDEN ag_status clb_scratch(ag_bstream *s, size_t bytes, cl_mem *out);
 
 CLB_HIDDEN ag_status clb_launch(ag_bstream *s, const ag_kernel_call *c);

@@ -50,6 +50,13 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_SCATTER_ADD_D] = "ag_scatter_add_d",
     [CLK_PAD_D] = "ag_pad_d",
     [CLK_PAD_BWD_D] = "ag_pad_bwd_d",
+    [CLK_P_SUM] = "ag_psum",
+    [CLK_P_MATMUL] = "ag_pmatmul",
+    [CLK_P_PROBE] = "ag_pprobe",
+    [CLK_P_ADAMW] = "ag_padamw",
+    [CLK_P_CONV] = "ag_pconv",
+    [CLK_P_CONV_BWD_IN] = "ag_pconv_bwd_in",
+    [CLK_P_CONV_BWD_W] = "ag_pconv_bwd_w",
 };
 
 /* elementwise.cl writes the integer rules of the table's INT entries by
@@ -74,17 +81,25 @@ static const char *const k_fast_names[AG_UNARY_COUNT + AG_BINARY_COUNT] = {
 
 /* cl_kernel objects are not safe for concurrent clSetKernelArg, so each
  * stream (serialised by the core) has its own set. */
-ag_status clb_stream_kernels(ag_bstream *s) {
-  if (s->have_kernels) return AG_OK;
+/* portable: the portable program's set (docs/numerics.md: the same
+ * sources built with -DAG_PORTABLE), made current either way. */
+ag_status clb_stream_kernels(ag_bstream *s, bool portable) {
+  s->k = s->kset[portable];
+  s->kwg = s->kwgset[portable];
+  s->portable = portable;
+  if (s->have_set[portable]) return AG_OK;
   cl_program prog;
-  ag_status st = clb_program(s->d, &prog);
+  ag_status st = clb_program(s->d, portable, &prog);
   if (st != AG_OK) return st;
   for (int i = 0; i < CLK_COUNT; i++) {
     cl_int err;
     const char *name = i >= CLK_UNARY_C0 ? k_fast_names[i - CLK_UNARY_C0] : k_names[i];
     bool f64_kernel = (i >= CLK_UNARY_D && i <= CLK_ARANGE_D) || (i >= CLK_GN_D && i <= CLK_INTERP_BWD_D) ||
                       (i >= CLK_SORT_D && i <= CLK_PAD_BWD_D);
-    if (!name || (f64_kernel && !s->d->fp64)) {
+    /* the portable program has no f64 kernels (f64 is refused there) */
+    bool skip = f64_kernel && (!s->d->fp64 || portable);
+    if (i >= CLK_P_SUM && i <= CLK_P_CONV_BWD_W && !portable) skip = true;
+    if (!name || skip) {
       s->k[i] = NULL;
       continue;
     }
@@ -102,7 +117,7 @@ ag_status clb_stream_kernels(ag_bstream *s) {
     while (p * 2 <= wg && p * 2 <= CLB_WG && p * 2 <= s->d->max_wg) p *= 2;
     s->kwg[i] = p;
   }
-  s->have_kernels = true;
+  s->have_set[portable] = true;
   return AG_OK;
 }
 
@@ -152,6 +167,7 @@ static ag_status ka_run(kargs *a, size_t items, size_t local) {
 /* Work-group size for a row kernel: a power of two covering cols, at most
  * the kernel's limit. */
 static size_t row_local(ag_bstream *s, clb_kernel k, int64_t cols) {
+  if (s->portable) return 256; /* S's tree (portable.cl); portable_check saw kwg >= 256 */
   size_t l = 1;
   while (l < (size_t)cols && l < s->kwg[k]) l *= 2;
   return l < 32 && s->kwg[k] >= 32 ? 32 : l;
@@ -192,6 +208,8 @@ static int collapse(const ag_koperand *o0, int nop, const ag_koperand *const *op
 static size_t dsize(ag_dtype dt) {
   return dt == AG_F16 || dt == AG_BF16 ? 2 : dt == AG_I64 || dt == AG_F64 ? 8 : dt == AG_U8 || dt == AG_BOOL ? 1 : 4;
 }
+
+static size_t align_el(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F16 || dt == AG_BF16; }
 static bool is_int(ag_dtype dt) { return dt == AG_I32 || dt == AG_I64 || dt == AG_U8 || dt == AG_BOOL; }
@@ -432,7 +450,8 @@ static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c, const ag_koper
   KA(&ka, cl_int, o->dtype);
   KA(&ka, cl_int, normal);
   KA(&ka, cl_float, p0);
-  KA(&ka, cl_float, p1);
+  /* portable uniform: range_f = (float)(hi - lo), from doubles */
+  KA(&ka, cl_float, s->portable && !normal ? p1 - p0 : p1);
   KA(&ka, cl_ulong, c->seed);
   KA(&ka, cl_ulong, c->offset);
   KA(&ka, cl_long, n);
@@ -474,9 +493,64 @@ static ag_status cl_k_dropout(ag_bstream *s, const ag_k_dropout *a) {
 
 /* ---- reductions ---- */
 
+/* Rows of fewer outputs than this are summed in passes (S's recursion:
+ * the block sums of 256, then S of those), so a long row is not one
+ * work-group's serial walk. */
+#define PSUM_PASS_OUTPUTS 64
+
+/* Floats of scratch run_psum takes for outs outputs of rows of r. */
+static size_t psum_scratch(int64_t outs, int64_t r) {
+  size_t need = 0;
+  while (outs < PSUM_PASS_OUTPUTS && r > 256) {
+    r = (r + 255) / 256;
+    need += align_el((size_t)(outs * r));
+  }
+  return need;
+}
+
+/* The canonical sum S (docs/numerics.md) over the middle dim of x viewed as
+ * [outer, r, inner] (squared terms where sq) into o's elements t = ou *
+ * inner + in (o, oo: buffer and byte offset), times scale_f where use_scale;
+ * part: psum_scratch floats from float offset poff for the passes. */
+static ag_status run_psum(ag_bstream *s, cl_mem o, size_t oo, ag_dtype odt, cl_mem x, size_t xo, ag_dtype xdt,
+                          int64_t outer, int64_t r, int64_t inner, float scale, bool use_scale, bool sq, cl_mem part,
+                          size_t poff) {
+  const int64_t outs = outer * inner;
+  const bool pass = outs < PSUM_PASS_OUTPUTS && r > 256;
+  const int64_t nb = pass ? (r + 255) / 256 : 1;
+  kargs ka = ka_begin(s, CLK_P_SUM);
+  KA(&ka, cl_mem, pass ? part : o);
+  KA(&ka, cl_ulong, pass ? poff * sizeof(float) : oo);
+  KA(&ka, cl_int, pass ? AG_F32 : odt);
+  KA(&ka, cl_mem, x);
+  KA(&ka, cl_ulong, xo);
+  KA(&ka, cl_int, xdt);
+  KA(&ka, cl_long, r);
+  KA(&ka, cl_long, inner);
+  KA(&ka, cl_long, pass ? 256 : r);
+  KA(&ka, cl_long, nb);
+  KA(&ka, cl_int, 0);
+  KA(&ka, cl_float, pass ? 1.0f : scale);
+  KA(&ka, cl_int, !pass && use_scale);
+  KA(&ka, cl_int, sq);
+  ag_status st = ka_run(&ka, (size_t)(outs * nb) * 256, 256);
+  if (st != AG_OK || !pass) return st;
+  /* the block sums, [outs, nb] */
+  return run_psum(s, o, oo, odt, part, poff * sizeof(float), AG_F32, outs, nb, 1, scale, use_scale, false, part,
+                  poff + align_el((size_t)(outs * nb)));
+}
+
 static ag_status cl_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
   int64_t outer = a->outer, r = a->r, inner = a->inner;
   if (outer * inner == 0) return AG_OK;
+  if (s->portable && a->variant == AG_R_SUM && is_float(a->x->dtype)) {
+    size_t need = psum_scratch(outer * inner, r);
+    cl_mem part = NULL;
+    ag_status st = need ? clb_scratch(s, need * sizeof(float), &part) : AG_OK;
+    if (st != AG_OK) return st;
+    return run_psum(s, a->out->base, a->out->offset, a->out->dtype, a->x->base, a->x->offset, a->x->dtype, outer, r,
+                    inner, (float)a->scale, a->scale != 1.0, false, part, 0);
+  }
   if (a->x->dtype == AG_F64) { /* f64.cl */
     kargs ka = ka_begin(s, CLK_REDUCE_D);
     KBUF(&ka, a->out);
@@ -514,7 +588,31 @@ static ag_status cl_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
   return ka_run(&ka, (size_t)(outer * inner), 0);
 }
 
+/* SUMSQ portable: s_t = S(x_i * x_i) per tensor into scratch slot t, then
+ * S of the slots. */
+static ag_status run_psumsq(ag_bstream *s, const ag_k_sumsq *a) {
+  const int64_t count = AGK_MULTI_GROUPS(a);
+  size_t slots = align_el((size_t)(count ? count : 1)), need = 0;
+  for (int64_t k = 0; k < count; k++) {
+    size_t n = psum_scratch(1, AGK_MULTI(a, k, x).numel);
+    if (n > need) need = n;
+  }
+  size_t fin = psum_scratch(1, count);
+  if (fin > need) need = fin;
+  cl_mem part;
+  ag_status st = clb_scratch(s, (slots + need) * sizeof(float), &part);
+  for (int64_t k = 0; k < count && st == AG_OK; k++) {
+    const ag_kmulti_entry *x = &AGK_MULTI(a, k, x);
+    st = run_psum(s, part, (size_t)k * sizeof(float), AG_F32, x->base, x->offset, x->dtype, 1, x->numel, 1, 1.0f,
+                  false, true, part, slots);
+  }
+  if (st != AG_OK) return st;
+  return run_psum(s, a->out->base, a->out->offset, AG_F32, part, 0, AG_F32, 1, count, 1, 1.0f, false, false, part,
+                  slots);
+}
+
 static ag_status cl_k_sumsq(ag_bstream *s, const ag_k_sumsq *a) {
+  if (s->portable) return run_psumsq(s, a);
   const int64_t count = AGK_MULTI_GROUPS(a);
   cl_mem part;
   ag_status st = clb_scratch(s, sizeof(float) * SUMSQ_GROUPS * (size_t)(count ? count : 1), &part);
@@ -752,7 +850,8 @@ static ag_status cl_k_layernorm_bwd(ag_bstream *s, const ag_k_layernorm_bwd *a) 
   KBUF(&ka, a->rstd);
   KA(&ka, cl_long, rows);
   KA(&ka, cl_long, cols);
-  return ka_run(&ka, (size_t)cols, 0);
+  /* portable: a work-group per column (S over the rows) */
+  return s->portable ? ka_run(&ka, (size_t)cols * 256, 256) : ka_run(&ka, (size_t)cols, 0);
 }
 
 static ag_status cl_k_rmsnorm(ag_bstream *s, const ag_k_rmsnorm *a) {
@@ -798,7 +897,7 @@ static ag_status cl_k_rmsnorm_bwd(ag_bstream *s, const ag_k_rmsnorm_bwd *a) {
   KBUF(&ka, a->rstd);
   KA(&ka, cl_long, rows);
   KA(&ka, cl_long, cols);
-  return ka_run(&ka, (size_t)cols, 0);
+  return s->portable ? ka_run(&ka, (size_t)cols * 256, 256) : ka_run(&ka, (size_t)cols, 0);
 }
 
 static ag_status cl_k_var(ag_bstream *s, const ag_k_var *a) {
@@ -818,7 +917,8 @@ static ag_status cl_k_var(ag_bstream *s, const ag_k_var *a) {
     return ka_run(&ka, (size_t)(outer * inner), 0);
   }
   float den = d > 0 ? (float)d : 0.0f;
-  bool rows = inner == 1 && r > 0;
+  /* portable: the columns kernel of portable.cl, a group of 256 per line */
+  bool rows = inner == 1 && r > 0 && !s->portable;
   kargs ka = ka_begin(s, rows ? CLK_VAR_ROWS : CLK_VAR_COLS);
   KBUF(&ka, a->out);
   KBUF(&ka, a->x);
@@ -832,6 +932,7 @@ static ag_status cl_k_var(ag_bstream *s, const ag_k_var *a) {
   }
   KA(&ka, cl_float, den);
   KA(&ka, cl_int, sq);
+  if (s->portable) return ka_run(&ka, (size_t)(outer * inner) * 256, 256);
   if (!rows) return ka_run(&ka, (size_t)(outer * inner), 0);
   size_t l = row_local(s, CLK_VAR_ROWS, r);
   return ka_run(&ka, (size_t)outer * l, l);
@@ -972,7 +1073,35 @@ static void ka_entry(kargs *ka, const ag_kmulti_entry *e) {
   KA(ka, cl_ulong, e->offset);
 }
 
+/* AdamW as docs/numerics.md writes it: every scalar (float)s of the call's
+ * double. */
+static ag_status run_padamw(ag_bstream *s, const ag_k_adamw *a) {
+  for (int64_t k = 0; k < AGK_MULTI_GROUPS(a); k++) {
+    int64_t n = AGK_MULTI(a, k, param).numel;
+    if (!n) continue;
+    kargs ka = ka_begin(s, CLK_P_ADAMW);
+    ka_entry(&ka, &AGK_MULTI(a, k, param));
+    ka_entry(&ka, &AGK_MULTI(a, k, grad));
+    ka_entry(&ka, &AGK_MULTI(a, k, exp_avg));
+    ka_entry(&ka, &AGK_MULTI(a, k, exp_avg_sq));
+    KA(&ka, cl_long, n);
+    KA(&ka, cl_float, a->beta1);
+    KA(&ka, cl_float, a->beta2);
+    KA(&ka, cl_float, a->eps);
+    KA(&ka, cl_float, a->lr);
+    KA(&ka, cl_float, a->weight_decay);
+    KA(&ka, cl_float, a->bias_correction1);
+    KA(&ka, cl_float, a->bias_correction2);
+    KBUF(&ka, or_absent(a->inv_scale));
+    KBUF(&ka, or_absent(a->found_inf));
+    ag_status st = ka_run(&ka, (size_t)n, 0);
+    if (st != AG_OK) return st;
+  }
+  return AG_OK;
+}
+
 static ag_status cl_k_adamw(ag_bstream *s, const ag_k_adamw *a) {
+  if (s->portable) return run_padamw(s, a);
   for (int64_t k = 0; k < AGK_MULTI_GROUPS(a); k++) {
     int64_t n = AGK_MULTI(a, k, param).numel;
     if (!n) continue;
@@ -1142,9 +1271,48 @@ static ag_status sgemm(ag_bstream *s, const char *what, bool ta, bool tb, size_t
   return clb_error((cl_int)e, name);
 }
 
-static size_t align_el(size_t n) { return (n + 63) & ~(size_t)63; }
+/* Portable GEMM (docs/numerics.md MATMUL): 4 x 4 blocks of outputs, each
+ * output adding its k terms in order; operands read in place with their
+ * strides and dtype (no CLBlast, no staging). */
+static ag_status run_pmatmul(ag_bstream *s, const ag_k_matmul *a) {
+  const ag_koperand *o = a->c, *x = a->a, *y = a->b;
+  int64_t B, M, K, N, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, t;
+  mat_dims(x, &t, &M, &K, &sab, &sam, &sak);
+  mat_dims(y, &t, &K, &N, &sbb, &sbk, &sbn);
+  mat_dims(o, &B, &M, &N, &scb, &scm, &scn);
+  if (!B || !M || !N) return AG_OK;
+  if (x->ndim < 3 || x->shape[x->ndim - 3] == 1) sab = 0;
+  if (y->ndim < 3 || y->shape[y->ndim - 3] == 1) sbb = 0;
+  kargs ka = ka_begin(s, CLK_P_MATMUL);
+  KBUF(&ka, o);
+  KBUF(&ka, x);
+  KBUF(&ka, y);
+  KA(&ka, cl_int, o->dtype);
+  KA(&ka, cl_long, M);
+  KA(&ka, cl_long, N);
+  KA(&ka, cl_long, K);
+  KA(&ka, cl_long, sab);
+  KA(&ka, cl_long, sam);
+  KA(&ka, cl_long, sak);
+  KA(&ka, cl_long, sbb);
+  KA(&ka, cl_long, sbk);
+  KA(&ka, cl_long, sbn);
+  KA(&ka, cl_long, scb);
+  KA(&ka, cl_long, scm);
+  KA(&ka, cl_long, scn);
+  KA(&ka, cl_float, a->alpha);
+  KA(&ka, cl_int, a->alpha != 1.0);
+  KA(&ka, cl_float, a->beta);
+  KA(&ka, cl_int, a->beta != 0.0);
+  if (ka.err != CL_SUCCESS) return clb_error(ka.err, "ag_pmatmul");
+  /* a work-item per 4 x 4 block of outputs, the local size the runtime's */
+  size_t global[3] = {(size_t)(N + 3) / 4, (size_t)(M + 3) / 4, (size_t)B};
+  cl_int err = clEnqueueNDRangeKernel(s->q, s->k[CLK_P_MATMUL], 3, NULL, global, NULL, 0, NULL, NULL);
+  return err == CL_SUCCESS ? AG_OK : clb_error(err, "ag_pmatmul");
+}
 
 static ag_status cl_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
+  if (s->portable) return run_pmatmul(s, a);
   const ag_koperand *o = a->c, *x = a->a, *y = a->b;
   int64_t B, M, K, N, t0, t1, t2;
   mat_dims(x, &B, &M, &K, &t0, &t1, &t2);
@@ -1247,8 +1415,39 @@ static int64_t conv_chunk(ag_bstream *s, int64_t per_sample_floats, int64_t N) {
 
 /* op: which of the three; X the input (or its gradient), Y the output (or
  * its gradient), Wt the weight (or its gradient), bias (CONV2D) or NULL. */
+/* Portable conv2d (docs/numerics.md): a work-item per output (forward,
+ * input gradient) adding its taps in the contract's order, a group of 256
+ * per weight for the weight gradient (S). */
+static ag_status run_pconv(ag_bstream *s, ag_kop op, const ag_koperand *X, const ag_koperand *Y,
+                           const ag_koperand *Wt, const ag_koperand *bias, clb_conv_meta m) {
+  if (op == AG_K_CONV2D) {
+    kargs k = ka_begin(s, CLK_P_CONV);
+    KBUF(&k, Y);
+    KBUF(&k, X);
+    KBUF(&k, Wt);
+    KBUF(&k, or_absent(bias));
+    KMETA(&k, m);
+    return ka_run(&k, (size_t)(m.N * m.Co * m.Ho * m.Wo), 0);
+  }
+  if (op == AG_K_CONV2D_BWD_INPUT) {
+    kargs k = ka_begin(s, CLK_P_CONV_BWD_IN);
+    KBUF(&k, X);
+    KBUF(&k, Y);
+    KBUF(&k, Wt);
+    KMETA(&k, m);
+    return ka_run(&k, (size_t)(m.N * m.C * m.H * m.W), 0);
+  }
+  kargs k = ka_begin(s, CLK_P_CONV_BWD_W);
+  KBUF(&k, Wt);
+  KBUF(&k, Y);
+  KBUF(&k, X);
+  KMETA(&k, m);
+  return ka_run(&k, (size_t)(m.Co * (m.C / m.G) * m.kh * m.kw) * 256, 256);
+}
+
 static ag_status run_conv(ag_bstream *s, ag_kop op, const ag_koperand *X, const ag_koperand *Y, const ag_koperand *Wt,
                           const ag_koperand *bias, clb_conv_meta m) {
+  if (s->portable) return run_pconv(s, op, X, Y, Wt, bias, m);
   const bool fwd = op == AG_K_CONV2D, bin = op == AG_K_CONV2D_BWD_INPUT;
   const int64_t G = m.G, Cg = m.C / G, Cog = m.Co / G, K = Cg * m.kh * m.kw, P = m.Ho * m.Wo, N = m.N;
   const size_t xo = X->offset / 4, yo = Y->offset / 4, wo = Wt->offset / 4;
@@ -1464,13 +1663,68 @@ static ag_status cl_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
   X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))         \
   X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))
 
+/* What this backend computes as docs/numerics.md fixes it, through the
+ * portable program (AG_KF_PORTABLE): its own kernels for S, GEMM and the
+ * row ops (portable.cl), the elementwise table with pmath, and the default
+ * kernels that are exact by nature (copies, comparisons, one rounding,
+ * integer arithmetic). No f64. One op per line. */
+#define CL_PDTS_ALL (AGK_DTS_FLOAT | AGK_DTS_INT)
+#define CL_KOPS_PORTABLE(X)                                                                          \
+  X(FILL, fill, CL_PDTS_ALL, AGK_VNONE)                                                              \
+  X(ARANGE, arange, AGK_DTS_FLOAT | CL_DTS_INT_NOBOOL, AGK_VNONE)                                    \
+  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                            \
+  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                              \
+  X(UNARY, unary, CL_PDTS_ALL, AGK_VANY)                                                             \
+  X(BINARY, binary, CL_PDTS_ALL, AGK_VANY)                                                           \
+  X(WHERE, where, CL_PDTS_ALL, AGK_VNONE)                                                            \
+  X(REDUCE, reduce, CL_PDTS_ALL, AGK_VANY)                                                           \
+  X(MATMUL, matmul, AGK_DTS_FLOAT, AGK_VNONE)                                                        \
+  X(SOFTMAX, softmax, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))          \
+  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))   \
+  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32))                              \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32))                      \
+  X(LAYERNORM, layernorm, AGK_DTS_FLOAT, AGK_VNONE)                                                  \
+  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                          \
+  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                              \
+  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                            \
+  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                                \
+  X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                          \
+  X(EMBEDDING_BWD, embedding_bwd, AGK_DT(F32), AGK_VBIT(AG_KV_IDX32))                                \
+  X(DROPOUT, dropout, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(EMBEDDING, embedding, AGK_DTS_FLOAT | AGK_DT(I32), AGK_VBIT(AG_KV_IDX32))                        \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                      \
+  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                         \
+  X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT, AGK_VNONE)                                                  \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                          \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                      \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                    \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                           \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                   \
+  X(GATHER, gather, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32))                                            \
+  X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))             \
+  X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))         \
+  X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))     \
+  X(BN_STATS, bn_stats, AGK_DT(F32), AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))          \
+  X(BN_APPLY, bn_apply, AGK_DT(F32), AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))        \
+  X(VAR, var, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                              \
+  X(NORM, norm, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))    \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32))                                    \
+  X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
+  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))     \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT, AGK_VNONE)                                                \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                        \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR))
+
 #define AGK_IMPL(name) cl_k_##name
 #define AGK_CTX ag_bstream *
-AGK_DEFINE_DISPATCH(cl_dispatch, CL_KOPS, "opencl")
+AGK_DEFINE_DISPATCH_PORTABLE(cl_dispatch, CL_KOPS, CL_KOPS_PORTABLE, "opencl")
 AGK_DEFINE_SUPPORTS(cl_supports_data, CL_KOPS)
 
 static ag_status launch_locked(ag_bstream *s, const ag_kernel_call *c) {
-  ag_status st = clb_stream_kernels(s);
+  ag_status st = clb_stream_kernels(s, (c->flags & AG_KF_PORTABLE) != 0);
   if (st != AG_OK) return st;
   clb_touch(s);
   return cl_dispatch(s, c);
@@ -1511,4 +1765,97 @@ bool clb_supports(int dev, ag_kop op, int sub, ag_dtype dt) {
     case AG_K_POOL2D_BWD: return sub >= 0 && sub < AG_POOL_OP_COUNT;
     default: return true;
   }
+}
+
+/* The portable list's data, within what the device runs. REDUCE: every
+ * float sum goes through S; MAX, MIN, ARGMAX and integer sums are exact. */
+bool clb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt) {
+  return cl_dispatch_portable(op, sub, dt) && clb_supports(dev, op, sub, dt);
+}
+
+/* The kernels that run as work-groups of exactly 256 (S's tree). */
+static const clb_kernel k_wg256[] = {CLK_P_SUM,     CLK_SOFTMAX, CLK_SOFTMAX_BWD, CLK_CE,
+                                     CLK_CE_BWD,    CLK_LN,       CLK_LN_BWD,  CLK_LN_BWD_WB,   CLK_RMS,
+                                     CLK_RMS_BWD,   CLK_RMS_BWD_W, CLK_LOGSUMEXP, CLK_P_CONV_BWD_W,
+                                     CLK_BN_STATS,  CLK_VAR_COLS,  CLK_NORM,      CLK_GN,
+                                     CLK_GN_BWD,    CLK_GN_BWD_WB};
+
+/* The probe's inputs (ag_pprobe in portable.cl) and the host's IEEE
+ * results; volatile so the host computes them at run time too. */
+static void probe_expect(const float *in, float *out) {
+  volatile float v[10];
+  v[0] = in[0] * in[1];
+  v[1] = in[2] + in[3];
+  v[2] = in[4] - in[5];
+  v[3] = in[2] * in[6];
+  v[4] = in[2] * in[7];
+  v[5] = in[8] / in[9];
+  v[6] = in[2] / in[9];
+  v[7] = sqrtf(in[8]);
+  v[8] = sqrtf(in[2]);
+  v[9] = 0.0f; /* in[8] * in[8] - in[10], in[10] the rounded square */
+  for (int i = 0; i < 10; i++) out[i] = v[i];
+}
+
+/* portable_check: the portable program builds, its row kernels take
+ * work-groups of 256, and a probe shows IEEE products and sums in and out
+ * of the subnormal range and correctly rounded division and square root
+ * (pmath's or the device's, by CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT). */
+ag_status clb_portable_check(int dev) {
+  clb_device *d = clb_dev(dev);
+  ag_bstream *s = NULL;
+  ag_status st = clb_stream_create(dev, &s);
+  if (st != AG_OK) return st;
+  pthread_mutex_lock(&s->lock);
+  st = clb_stream_kernels(s, true);
+  for (size_t i = 0; st == AG_OK && i < sizeof k_wg256 / sizeof k_wg256[0]; i++)
+    if (s->kwg[k_wg256[i]] < 256)
+      st = ag_error_set(AG_ERR_UNSUPPORTED,
+                        "opencl:%d (%s) refuses portable numerics: kernel %s takes work-groups of %zu, "
+                        "the canonical sum needs 256",
+                        dev, d->name, k_names[k_wg256[i]], s->kwg[k_wg256[i]]);
+  float in[11] = {0x1.8p-70f, 0x1.4p-60f, 0x1.8p-140f, 0x1.2p-145f, 0x1.8p-126f, 0x1.0p-126f,
+                  0x1.0p30f,  0x1.5555p-3f, 0x1.5555p+3f, 3.0f, 0};
+  volatile float sq = in[8] * in[8];
+  in[10] = sq;
+  float got[10] = {0}, want[10];
+  cl_int err = CL_SUCCESS;
+  cl_mem bin = NULL, bout = NULL;
+  if (st == AG_OK) {
+    bin = clCreateBuffer(d->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof in, (void *)in, &err);
+    if (bin) bout = clCreateBuffer(d->ctx, CL_MEM_WRITE_ONLY, sizeof got, NULL, &err);
+    if (!bin || !bout) st = clb_error(err, "portable probe buffers");
+  }
+  if (st == AG_OK) {
+    cl_kernel k = s->k[CLK_P_PROBE];
+    size_t one = 1;
+    err = clSetKernelArg(k, 0, sizeof bout, &bout);
+    if (err == CL_SUCCESS) err = clSetKernelArg(k, 1, sizeof bin, &bin);
+    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(s->q, k, 1, NULL, &one, &one, 0, NULL, NULL);
+    if (err == CL_SUCCESS) err = clEnqueueReadBuffer(s->q, bout, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL);
+    if (err != CL_SUCCESS) st = clb_error(err, "portable probe");
+  }
+  if (st == AG_OK) {
+    static const char *const what[10] = {"a product into the subnormal range", "a sum of subnormals",
+                                         "a difference into the subnormal range", "a product out of the subnormal range",
+                                         "a rounded subnormal product", "a division", "a subnormal quotient",
+                                         "a square root", "the square root of a subnormal",
+                                         "a*b + c without contraction"};
+    probe_expect(in, want);
+    for (int i = 0; i < 10 && st == AG_OK; i++) {
+      uint32_t gb, wb;
+      memcpy(&gb, &got[i], 4);
+      memcpy(&wb, &want[i], 4);
+      if (gb != wb)
+        st = ag_error_set(AG_ERR_UNSUPPORTED,
+                          "opencl:%d (%s) refuses portable numerics: %s gives %a, IEEE binary32 %a "
+                          "(subnormals flushed or arithmetic not correctly rounded)",
+                          dev, d->name, what[i], (double)got[i], (double)want[i]);
+    }
+  }
+  if (bin) clReleaseMemObject(bin);
+  if (bout) clReleaseMemObject(bout);
+  pthread_mutex_unlock(&s->lock);
+  clb_stream_destroy(s);
+  return st;
 }

@@ -14,6 +14,10 @@
 #include "cl_internal.h"
 
 #define CLB_BUILD_OPTIONS "-cl-std=CL1.2 -DAG_WG=256"
+/* The portable program (docs/numerics.md): the same sources behind the
+ * portable prelude; never a fast-math option. AG_OPENCL_OPTIONS is not
+ * appended to it, so no option can relax its arithmetic. */
+#define CLB_PORTABLE_OPTIONS "-cl-std=CL1.2 -DAG_WG=256 -DAG_PORTABLE=1"
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
@@ -105,13 +109,18 @@ static ag_status build_log_error(clb_device *d, cl_program prog, cl_int err) {
   return st;
 }
 
-static ag_status build(clb_device *d, cl_program *out) {
+static ag_status build(clb_device *d, bool portable, cl_program *out) {
   /* AG_OPENCL_OPTIONS appends compiler options (e.g. -cl-mad-enable). */
   char opts[512];
   const char *extra = getenv("AG_OPENCL_OPTIONS");
   /* -DAG_FP64: f64.cl's kernels, for devices with cl_khr_fp64 */
-  snprintf(opts, sizeof opts, "%s%s %s", CLB_BUILD_OPTIONS, d->fp64 ? " -DAG_FP64=1" : "", extra ? extra : "");
+  if (portable)
+    snprintf(opts, sizeof opts, "%s%s", CLB_PORTABLE_OPTIONS,
+             d->native_divsqrt ? " -cl-fp32-correctly-rounded-divide-sqrt -DAGP_NATIVE_DIVSQRT=1" : "");
+  else
+    snprintf(opts, sizeof opts, "%s%s %s", CLB_BUILD_OPTIONS, d->fp64 ? " -DAG_FP64=1" : "", extra ? extra : "");
   uint64_t h = 0xcbf29ce484222325ull;
+  if (portable) h = fnv1a(h, clb_portable_source, clb_portable_source_len);
   h = fnv1a(h, clb_kernel_source, clb_kernel_source_len);
   h = fnv1a(h, opts, strlen(opts));
   h = fnv1a(h, d->name, strlen(d->name));
@@ -141,9 +150,10 @@ static ag_status build(clb_device *d, cl_program *out) {
       if (prog) clReleaseProgram(prog);
     }
   }
-  const char *src = clb_kernel_source;
-  size_t len = clb_kernel_source_len;
-  cl_program prog = clCreateProgramWithSource(d->ctx, 1, &src, &len, &err);
+  const char *src[2] = {clb_portable_source, clb_kernel_source};
+  size_t len[2] = {clb_portable_source_len, clb_kernel_source_len};
+  cl_program prog = portable ? clCreateProgramWithSource(d->ctx, 2, src, len, &err)
+                             : clCreateProgramWithSource(d->ctx, 1, src + 1, len + 1, &err);
   if (!prog) return clb_error(err, "clCreateProgramWithSource");
   err = clBuildProgram(prog, 1, &d->id, opts, NULL, NULL);
   if (err != CL_SUCCESS) {
@@ -157,17 +167,21 @@ static ag_status build(clb_device *d, cl_program *out) {
   return AG_OK;
 }
 
-ag_status clb_program(clb_device *d, cl_program *out) {
+ag_status clb_program(clb_device *d, bool portable, cl_program *out) {
+  bool *tried = portable ? &d->pprog_tried : &d->prog_tried;
+  cl_program *prog = portable ? &d->pprog : &d->prog;
+  ag_status *status = portable ? &d->pprog_status : &d->prog_status;
+  char *error = portable ? d->pprog_error : d->prog_error;
   pthread_mutex_lock(&d->lock);
-  if (!d->prog_tried) {
-    d->prog_tried = true;
-    d->prog_status = build(d, &d->prog);
-    if (d->prog_status != AG_OK) snprintf(d->prog_error, sizeof d->prog_error, "%s", ag_last_error());
+  if (!*tried) {
+    *tried = true;
+    *status = build(d, portable, prog);
+    if (*status != AG_OK) snprintf(error, sizeof d->prog_error, "%s", ag_last_error());
   }
-  ag_status st = d->prog_status;
-  *out = d->prog;
+  ag_status st = *status;
+  *out = *prog;
   pthread_mutex_unlock(&d->lock);
   /* Later launches report the same failure without rebuilding. */
-  if (st != AG_OK) ag_error_set(st, "%s", d->prog_error);
+  if (st != AG_OK) ag_error_set(st, "%s", error);
   return st;
 }

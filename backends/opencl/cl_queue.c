@@ -13,6 +13,8 @@ ag_status clb_stream_create(int dev, ag_bstream **out) {
   if (!s) return ag_error_set(AG_ERR_OOM, "opencl: stream");
   s->d = d;
   s->dev = dev;
+  s->k = s->kset[0];
+  s->kwg = s->kwgset[0];
   pthread_mutex_init(&s->lock, NULL);
   cl_int err;
   s->q = clCreateCommandQueue(d->ctx, d->id, CL_QUEUE_PROFILING_ENABLE, &err);
@@ -38,8 +40,9 @@ void clb_stream_destroy(ag_bstream *s) {
   if (!s) return;
   clFinish(s->q);
   if (s->probe) clReleaseEvent(s->probe);
-  for (int i = 0; i < CLK_COUNT; i++)
-    if (s->k[i]) clReleaseKernel(s->k[i]);
+  for (int p = 0; p < 2; p++)
+    for (int i = 0; i < CLK_COUNT; i++)
+      if (s->kset[p][i]) clReleaseKernel(s->kset[p][i]);
   if (s->scratch) clReleaseMemObject(s->scratch);
   clReleaseMemObject(s->err);
   clReleaseCommandQueue(s->q);

@@ -47,12 +47,31 @@ static ag_status r2_run_rows(r2_args *a, const char *what, int64_t lines, int64_
   return err == CL_SUCCESS ? AG_OK : clb_error(err, what);
 }
 
+/* A work-group of 256 per line (the portable kernels' S). */
+static ag_status r2_run_groups256(r2_args *a, const char *what, int64_t lines) {
+  if (a->err != CL_SUCCESS) return clb_error(a->err, what);
+  size_t local = 256, global = (size_t)lines * 256;
+  if (!global) return AG_OK;
+  cl_int err = clEnqueueNDRangeKernel(a->s->q, a->s->k[a->which], 1, NULL, &global, &local, 0, NULL, NULL);
+  return err == CL_SUCCESS ? AG_OK : clb_error(err, what);
+}
+
 /* Contiguous lines of the half and single types go a work-group each; f64
  * lines and strided ones a work-item each. */
 static bool r2_rows(ag_dtype dt, int64_t r, int64_t inner) { return dt != AG_F64 && inner == 1 && r > 0; }
 
 ag_status cl_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
   if (!a->outer || !a->inner) return AG_OK;
+  if (s->portable) { /* portable.cl: a group of 256 per line (S) */
+    r2_args k = {s, CLK_LOGSUMEXP, 0, CL_SUCCESS};
+    r2_buf(&k, a->out);
+    r2_buf(&k, a->x);
+    r2_int(&k, a->dtype);
+    r2_long(&k, a->outer);
+    r2_long(&k, a->r);
+    r2_long(&k, a->inner);
+    return r2_run_groups256(&k, "ag_logsumexp", a->outer * a->inner);
+  }
   if (r2_rows(a->dtype, a->r, a->inner)) {
     r2_args k = {s, CLK_LOGSUMEXP_ROWS, 0, CL_SUCCESS};
     r2_buf(&k, a->out);
@@ -73,6 +92,17 @@ ag_status cl_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
 
 ag_status cl_k_norm(ag_bstream *s, const ag_k_norm *a) {
   if (!a->outer || !a->inner) return AG_OK;
+  if (s->portable) { /* portable.cl: a group of 256 per line (S) */
+    r2_args k = {s, CLK_NORM, 0, CL_SUCCESS};
+    r2_buf(&k, a->out);
+    r2_buf(&k, a->x);
+    r2_int(&k, a->dtype);
+    r2_long(&k, a->outer);
+    r2_long(&k, a->r);
+    r2_long(&k, a->inner);
+    r2_int(&k, a->variant);
+    return r2_run_groups256(&k, "ag_norm", a->outer * a->inner);
+  }
   if (r2_rows(a->dtype, a->r, a->inner)) {
     r2_args k = {s, CLK_NORM_ROWS, 0, CL_SUCCESS};
     r2_buf(&k, a->out);

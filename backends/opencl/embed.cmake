@@ -1,6 +1,10 @@
 # Joins the OpenCL kernel sources (in the given order) into a C source file
-# defining clb_kernel_source. Run at build time: cmake -DOUT=.. -DSOURCES=a|b -P
+# defining clb_kernel_source (or NAME). Run at build time:
+# cmake -DOUT=.. -DSOURCES=a|b [-DNAME=..] -P
 string(REPLACE "|" ";" SOURCES "${SOURCES}")
+if(NOT NAME)
+  set(NAME clb_kernel_source)
+endif()
 set(_hex "")
 foreach(_f ${SOURCES})
   file(READ ${_f} _h HEX)
@@ -13,7 +17,7 @@ string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x
 file(WRITE ${OUT}.tmp
   "/* Generated from the kernels/opencl sources by embed.cmake; do not edit. */\n"
   "#include <stddef.h>\n"
-  "__attribute__((visibility(\"hidden\"))) const char clb_kernel_source[] = {\n${_bytes}0};\n"
-  "__attribute__((visibility(\"hidden\"))) const size_t clb_kernel_source_len = ${_n};\n")
+  "__attribute__((visibility(\"hidden\"))) const char ${NAME}[] = {\n${_bytes}0};\n"
+  "__attribute__((visibility(\"hidden\"))) const size_t ${NAME}_len = ${_n};\n")
 file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)
 file(REMOVE ${OUT}.tmp)

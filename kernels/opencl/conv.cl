@@ -126,7 +126,7 @@ __kernel void ag_pool(gbuf *yb, ulong yo, gbuf *ib, ulong io, const gbuf *xb, ul
     float acc = 0.0f;
     for (long i = h0; i < h1; i++)
       for (long j = w0; j < w1; j++) acc += xp[i * g.W + j];
-    F32P(yb, yo)[o] = div > 0 ? acc / (float)div : 0.0f;
+    F32P(yb, yo)[o] = div > 0 ? E_DIV(acc, (float)div) : 0.0f;
   }
 }
 
@@ -165,7 +165,7 @@ __kernel void ag_pool_bwd(gbuf *dxb, ulong dxo, const gbuf *dyb, ulong dyo, cons
       }
       long h0, h1, w0, w1, div;
       pool_window(&g, oh, ow, &h0, &h1, &w0, &w1, &div);
-      if (div > 0 && h >= h0 && h < h1 && w >= w0 && w < w1) acc += dy[o] / (float)div;
+      if (div > 0 && h >= h0 && h < h1 && w >= w0 && w < w1) acc += E_DIV(dy[o], (float)div);
     }
   F32P(dxb, dxo)[e] = acc;
 }
@@ -178,6 +178,7 @@ __kernel void ag_pool_bwd(gbuf *dxb, ulong dxo, const gbuf *dyb, ulong dyo, cons
  * the work-group size. BN_MEAN_VAR (sums 0; b, m unused): o[c] = mean, then
  * a second pass o[C + c] = mean of (a - mean)^2; BN_SUMS (sums 1): o[c] =
  * sum of a, o[C + c] = sum of a * (b - m[c]). */
+#ifndef AG_PORTABLE /* portable.cl has its own */
 __kernel void ag_bn_stats(gbuf *ob, ulong oo, const gbuf *ab, ulong ao, const gbuf *bb, ulong bo, const gbuf *mb,
                           ulong mo, long N, long C, long HW, int sums) {
   __local float sh[AG_WG];
@@ -227,6 +228,7 @@ __kernel void ag_bn_stats(gbuf *ob, ulong oo, const gbuf *ab, ulong ao, const gb
     F32P(ob, oo)[C + ch] = s1;
   }
 }
+#endif
 
 /* y = a*p[c] + q[c] (+ (b - mu[c])*r[c] when b is given), coef rows p, q, r,
  * mu; the CPU's evaluation order, so results equal its bit for bit. */

@@ -3,7 +3,9 @@
  * argument so one compiled kernel serves every sub-op and dtype. */
 
 /* The op table's expression language (include/anygrad/optable.h, embedded
- * in front of these sources) in OpenCL C, single precision. */
+ * in front of these sources) in OpenCL C, single precision; the portable
+ * program maps it to pmath.h instead (portable_vocab.cl). */
+#ifndef AG_PORTABLE
 #define E_K(c) ((float)(c))
 #define E_EXP(v) exp(v)
 #define E_LOG(v) log(v)
@@ -24,6 +26,7 @@
 #define E_ATAN2(u, v) atan2(u, v)
 #define E_FMOD(u, v) fmod(u, v)
 #define E_DIV(u, v) ((u) / (v))
+#endif
 #define CL_SAVE_NG(v)
 #define CL_SAVE_N(v)
 #define CL_SAVE_X(v) const float x = v;
@@ -227,9 +230,18 @@ __kernel void ag_rand(gbuf *o, ulong oo, int dt, int normal, float s0, float s1,
     if (normal) {
       float u1 = ((float)(lane4(r, 2 * k) >> 8) + 1.0f) * 0x1.0p-24f;
       float u2 = (float)(lane4(r, 2 * k + 1) >> 8) * 0x1.0p-24f;
+#ifdef AG_PORTABLE
+      v = agp_sqrt(-2.0f * agp_log(u1)) * agp_cos(6.2831855f * u2) * s1 + s0;
+#else
       v = sqrt(-2.0f * log(u1)) * cos(6.2831853071795865f * u2) * s1 + s0;
+#endif
     } else {
+#ifdef AG_PORTABLE
+      /* s1: range_f = (float)(hi - lo), from the host's double */
+      v = (float)(lane4(r, k) >> 8) * 0x1.0p-24f * s1 + s0;
+#else
       v = (float)(lane4(r, k) >> 8) * 0x1.0p-24f * (s1 - s0) + s0;
+#endif
     }
     stf(o, oo, w * per + k, dt, v);
   }
@@ -245,9 +257,16 @@ __kernel void ag_dropout(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, in
     long i = w * 4 + k;
     bool keep = (float)(lane4(r, k) >> 8) * 0x1.0p-24f >= p;
     float xv = ldf(x, xo, i, xdt);
+#ifdef AG_PORTABLE
+    /* m = keep ? scale_f : 0; y = x * m (docs/numerics.md) */
+    float mv = keep ? scale_hi : 0.0f;
+    stf(o, oo, i, odt, xv * mv);
+    if (mk) stf(mk, mo, i, mdt, mv);
+#else
     /* x * (hi + lo) with one rounding: the CPU's f64 product, rounded */
     stf(o, oo, i, odt, keep ? fma(xv, scale_hi, xv * scale_lo) : 0.0f * xv);
     if (mk) stf(mk, mo, i, mdt, keep ? scale_hi : 0.0f);
+#endif
   }
 }
 

@@ -1,6 +1,9 @@
 /* Row-wise network kernels: softmax, cross-entropy, layer norm (one
  * work-group per row, statistics in f32) and embedding lookups. */
 
+/* The portable program has its own softmax, cross-entropy, layer and RMS
+ * norm kernels (portable.cl). */
+#ifndef AG_PORTABLE
 __kernel void ag_softmax(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long cols, int logm) {
   __local float sh[AG_WG];
   long base = (long)get_group_id(0) * cols;
@@ -205,6 +208,8 @@ __kernel void ag_rmsnorm_bwd_w(gbuf *dw, ulong dwo, const gbuf *dy, ulong dyo, c
   stf(dw, dwo, j, DT_F32, sw);
 }
 
+#endif
+
 /* var/std of rows (inner == 1): one work-group per row, mean then the
  * centred sum of squares, in f32. */
 __kernel void ag_var_rows(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long cols, float den,
@@ -224,6 +229,7 @@ __kernel void ag_var_rows(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, lo
   if (l == 0) stf(y, yo, row, dt, sq ? sqrt(v) : v);
 }
 
+#ifndef AG_PORTABLE /* portable.cl has its own */
 /* var/std over the middle dim of [outer, r, inner]: a work-item per output. */
 __kernel void ag_var_cols(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r,
                           long inner, float den, int sq) {
@@ -240,6 +246,7 @@ __kernel void ag_var_cols(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, lo
   v /= den;
   stf(y, yo, t, dt, sq ? sqrt(v) : v);
 }
+#endif
 
 /* Prefix or suffix (rev: CUMSUM_SUFFIX) sums along the middle dim of [outer, r,
  * inner]: a work-item per line, in order, f32 accumulation. */

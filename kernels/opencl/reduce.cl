@@ -13,6 +13,11 @@ float red_f(int op, float acc, float v) {
   return (v > acc || isnan(v)) ? v : acc;
 }
 
+/* MAX/MIN: does v, met after acc, replace it? (NaN wins and stays) */
+bool red_takes(int op, float acc, float v) {
+  return op == AG_R_MIN ? (v < acc || isnan(v)) && !isnan(acc) : (v > acc || isnan(v)) && !isnan(acc);
+}
+
 /* acc + v with Kahan's compensation c: a work-item's running f32 sum keeps
  * an error near one rounding however many elements it adds (a plain sum of
  * 70000 elements was off by 1e-3). The compensation is dropped at inf or NaN
@@ -65,7 +70,13 @@ __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
       } else if (op == AG_R_SUM) {
         acc = kahan_add(acc, v, &comp);
       } else {
+#ifdef AG_PORTABLE
+        /* MAX/MIN keep the first of equal values (+0 and -0 differ in
+         * bits): the index goes along, as the sequential definition's */
+        if (red_takes(op, acc, v)) { acc = v; idx = (int)j; }
+#else
         acc = red_f(op, acc, v);
+#endif
       }
     }
   }
@@ -90,7 +101,12 @@ __kernel void ag_reduce_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo
       } else if (isint) {
         si[l] = red_i(op, si[l], si[l + s]);
       } else {
+#ifdef AG_PORTABLE
+        float a = sf[l], b = sf[l + s];
+        if (red_takes(op, a, b) || (a == b && sx[l + s] < sx[l])) { sf[l] = b; sx[l] = sx[l + s]; }
+#else
         sf[l] = red_f(op, sf[l], sf[l + s]);
+#endif
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -23,6 +23,7 @@
 #define AG_LDF(i) ldf(x, xo, (i), dt)
 #define AG_LDD(i) ((const __global double *)(x + xo))[i]
 
+#ifndef AG_PORTABLE /* portable.cl has its own */
 __kernel void ag_logsumexp(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r, long inner) {
   long t = get_global_id(0);
   if (t >= outer * inner) return;
@@ -39,6 +40,7 @@ __kernel void ag_logsumexp(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, l
   AG_LSE_LINE(float, AG_LDF)
   stf(y, yo, t, dt, res);
 }
+#endif
 
 /* ---- vector norms: sum |x|, max |x|, or m * sqrt(sum (x/m)^2) with m =
  * max |x| (no overflow or underflow of the squares); NaN propagates ---- */
@@ -64,6 +66,7 @@ __kernel void ag_logsumexp(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, l
     if (nan_) res = (REAL)NAN;                                                   \
   }
 
+#ifndef AG_PORTABLE /* portable.cl has its own */
 __kernel void ag_norm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long outer, long r, long inner,
                       int variant) {
   long t = get_global_id(0);
@@ -81,6 +84,7 @@ __kernel void ag_norm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long o
   AG_NORM_LINE(float, AG_LDF)
   stf(y, yo, t, dt, res);
 }
+#endif
 
 /* ---- one_hot: a work-item per output element of out [n, classes] (i64);
  * an index out of range zeroes its row and is reported once per row ---- */

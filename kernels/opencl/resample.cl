@@ -3,6 +3,7 @@
  * atomics, the same bits on every run. The host passes the decoded
  * arguments of AG_K_GROUP_NORM(_BWD), AG_K_INTERPOLATE(_BWD). */
 
+#ifndef AG_PORTABLE /* portable.cl has its own */
 /* One work-group per (sample, group) block of cpg * hw contiguous
  * elements: the mean, the centred sum of squares, then y. */
 __kernel void ag_group_norm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *w, ulong wo,
@@ -74,6 +75,7 @@ __kernel void ag_group_norm_bwd_wb(gbuf *dw, ulong dwo, gbuf *db, ulong dbo, con
   if (l == 0 && dw) stf(dw, dwo, ch, DT_F32, sw);
   if (l == 0 && db) stf(db, dbo, ch, DT_F32, sb);
 }
+#endif
 
 /* Output o of an axis (in -> out) reads i0 with weight l0 and i1 with l1
  * (kops.h: nearest with torch's CPU copies for 1x and 2x). */
@@ -131,6 +133,7 @@ __kernel void ag_interpolate(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt,
   stf(y, yo, i, dt, v);
 }
 
+#ifndef AG_PORTABLE /* portable.cl has its own */
 /* One work-item per dx element: the outputs reading input row ih have i0
  * == ih (nearest) or i0 in {ih - 1, ih} (bilinear), a range found by
  * bisection; summed rows then columns in order. */
@@ -153,6 +156,7 @@ __kernel void ag_interpolate_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo,
   }
   stf(dx, dxo, i, dt, acc);
 }
+#endif
 
 #ifdef AG_FP64
 /* f64 (every operand f64, statistics too), where the device has

@@ -1,0 +1,23 @@
+/* The op table's expression language mapped to the portable math library
+ * (pmath.h, just above): the portable program's E_ vocabulary. elementwise.cl
+ * defines the default mapping only without AG_PORTABLE. */
+#define E_K(c) ((float)(c))
+#define E_EXP(v) agp_exp(v)
+#define E_LOG(v) agp_log(v)
+#define E_SQRT(v) agp_sqrt(v)
+#define E_RSQRT(v) agp_rsqrt(v)
+#define E_TANH(v) agp_tanh(v)
+#define E_SIGMOID(v) agp_sigmoid(v)
+#define E_ERF(v) agp_erf(v)
+#define E_SIN(v) agp_sin(v)
+#define E_COS(v) agp_cos(v)
+#define E_LOG1P(v) agp_log1p(v)
+#define E_EXPM1(v) agp_expm1(v)
+#define E_FLOOR(v) agp_floor(v)
+#define E_CEIL(v) agp_ceil(v)
+#define E_RINT(v) agp_rint(v)
+#define E_ABS(v) agp_abs(v)
+#define E_POW(u, v) agp_pow(u, v)
+#define E_ATAN2(u, v) agp_atan2(u, v)
+#define E_FMOD(u, v) agp_fmod(u, v)
+#define E_DIV(u, v) agp_div(u, v)
