@@ -621,6 +621,35 @@ static void test_pool2d(void **state) {
   free(x);
 }
 
+/* MAX and MIN keep the first of equal values: a zero result has the sign
+ * of the line's first zero, also where a work-group shares the line
+ * (r > 64) and the first zero is not in the first invocation's share. */
+static void test_max_zero_sign(void **state) {
+  (void)state;
+  const int64_t n = 1000;
+  float *v = malloc((size_t)n * sizeof *v);
+  assert_non_null(v);
+  for (int sgn = 0; sgn < 2; sgn++)
+    for (int op = 0; op < 2; op++) {
+      for (int64_t i = 0; i < n; i++) v[i] = op ? 1.0f + (float)i : -1.0f - (float)i;
+      v[5] = sgn ? -0.0f : 0.0f;
+      v[256] = sgn ? 0.0f : -0.0f;
+      ag_tensor *x = ag_from_host(VK, AG_F32, 1, &n, v);
+      assert_non_null(x);
+      assert_int_equal(ag_set_numerics(AG_NUMERICS_PORTABLE), AG_OK);
+      ag_tensor *y = op ? ag_min(x, 0, NULL, false) : ag_max(x, 0, NULL, false);
+      assert_int_equal(ag_set_numerics(AG_NUMERICS_DEFAULT), AG_OK);
+      if (!y) fail_msg("max/min: %s", ag_last_error());
+      float r = 1.0f;
+      assert_int_equal(ag_to_host(y, &r, sizeof r), AG_OK);
+      assert_true(r == 0.0f);
+      assert_int_equal(signbit(r) != 0, sgn);
+      ag_tensor_release(y);
+      ag_tensor_release(x);
+    }
+  free(v);
+}
+
 /* AG_VULKAN_TEST=no_float_controls: without SignedZeroInfNanPreserve the
  * device refuses the mode, with its reason, and every launch repeats it. */
 static void test_refused(void **state) {
@@ -655,7 +684,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sum),    cmocka_unit_test(test_matmul), cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_unary),  cmocka_unit_test(test_binary), cmocka_unit_test(test_conv2d),
-      cmocka_unit_test(test_pool2d), cmocka_unit_test(test_var_cumsum),
+      cmocka_unit_test(test_pool2d), cmocka_unit_test(test_var_cumsum), cmocka_unit_test(test_max_zero_sign),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -118,6 +118,7 @@ typedef enum vkb_shader {
   VKS_P_NORM,
   VKS_P_INTERP,
   VKS_P_INTERP_BWD,
+  VKS_P_REDUCE_ROWS,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {

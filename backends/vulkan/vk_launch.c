@@ -162,15 +162,18 @@ static int64_t dbits(double v) {
  * refused; vkb_supports applies the sub-op rules (REDUCE, POOL2D: every
  * reduction and pooling op). */
 #define VK_DTS_PORTABLE (AGK_DTS_FLOAT | AGK_DTS_INT)
+/* exact by nature: every dtype, f64 included (where the device has
+ * shaderFloat64); vkb_launch_locked refuses f64 in the other ops and in
+ * the sums of REDUCE and the arithmetic of UNARY */
 #define VK_KOPS_PORTABLE(X)                                                                              \
-  X(FILL, fill, VK_DTS_PORTABLE, AGK_VNONE)                                                              \
+  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                                  \
   X(ARANGE, arange, AGK_DTS_FLOAT | AGK_DT(I32) | AGK_DT(I64) | AGK_DT(U8), AGK_VNONE)                   \
   X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                                \
   X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                                  \
-  X(UNARY, unary, VK_DTS_PORTABLE, AGK_VANY)                                                             \
+  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                                 \
   X(BINARY, binary, VK_DTS_PORTABLE, AGK_VANY)                                                           \
-  X(WHERE, where, VK_DTS_PORTABLE, AGK_VNONE)                                                            \
-  X(REDUCE, reduce, VK_DTS_PORTABLE, AGK_VANY)                                                           \
+  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                                \
+  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                               \
   X(MATMUL, matmul, AGK_DTS_FLOAT, AGK_VNONE)                                                            \
   X(SOFTMAX, softmax, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))               \
   X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))       \
@@ -185,7 +188,7 @@ static int64_t dbits(double v) {
   X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                              \
   X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
   X(NORM, norm, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
-  X(EMBEDDING, embedding, VK_DTS_PORTABLE, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                \
+  X(EMBEDDING, embedding, AGK_DTS_ALL, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                    \
   X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
   X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                          \
   X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                              \
@@ -201,11 +204,11 @@ static int64_t dbits(double v) {
   X(INTERPOLATE, interpolate, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
   X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
   X(CUMSUM, cumsum, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))        \
-  X(GATHER, gather, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                        \
+  X(GATHER, gather, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                      \
   X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                              \
   X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))             \
-  X(SORT, sort, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))         \
-  X(PAD, pad, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))                 \
+  X(SORT, sort, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))       \
+  X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))               \
   X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                \
   X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))              \
   X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))         \
@@ -443,7 +446,7 @@ static ag_status vk_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
   /* a work-group per output pays off for long rows and is needed for long
    * strided ones (loop limits); short ones take an invocation each */
   if ((inner == 1 && r > 64) || r > 4096)
-    return dispatch_rows(s, c, VKS_REDUCE_ROWS, a->variant, &args, outer * inner, r);
+    return dispatch_rows(s, c, pmode(c) ? VKS_P_REDUCE_ROWS : VKS_REDUCE_ROWS, a->variant, &args, outer * inner, r);
   return vkb_dispatch1(s, VKS_REDUCE_COLS, a->variant, &args, outer * inner);
 }
 
@@ -1233,6 +1236,22 @@ static ag_status vk_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
 AGK_DEFINE_DISPATCH_PORTABLE(vk_dispatch, VK_KOPS, VK_KOPS_PORTABLE, "vulkan")
 AGK_DEFINE_SUPPORTS(vk_supports_data, VK_KOPS)
 
+/* The ops exact by nature run f64 in portable mode (docs/numerics.md):
+ * data movement, comparisons, copies and casts (one rounding). */
+static bool exact_f64(const ag_kernel_call *c) {
+  switch (c->op) {
+    case AG_K_FILL:
+    case AG_K_WHERE:
+    case AG_K_EMBEDDING:
+    case AG_K_GATHER:
+    case AG_K_SORT:
+    case AG_K_PAD: return true;
+    case AG_K_REDUCE: return c->sub != AG_R_SUM;
+    case AG_K_UNARY: return c->sub == AG_U_COPY;
+    default: return false;
+  }
+}
+
 ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   /* f64 runs only where the device has shaderFloat64; a cast into f64 is
    * asked of supports() by its input's dtype, so it is refused here */
@@ -1240,8 +1259,9 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     if (c->o[k].base && c->o[k].dtype == AG_F64)
       return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: f64 needs shaderFloat64, which vulkan:%d lacks",
                           c->name ? c->name : "launch", s->dev);
-  if (pmode(c)) {
-    /* f64 anywhere (a cast into it too) is refused before the dispatch */
+  if (pmode(c) && !exact_f64(c)) {
+    /* f64 anywhere (a cast into it too) is refused before the dispatch,
+     * but in the ops exact by nature */
     for (int k = 0; k < c->n_operands && k < AG_KMAX_OPERANDS; k++)
       if (c->o[k].base && c->o[k].dtype == AG_F64) return ag_k__not_portable(c, "vulkan", AG_F64);
   }
@@ -1251,7 +1271,10 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
 /* What vkb_launch runs with AG_KF_PORTABLE: VK_KOPS_PORTABLE, within
  * what it runs at all. */
 bool vkb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt) {
-  return vk_dispatch_portable(op, sub, dt) && vkb_supports(dev, op, sub, dt);
+  if (!vk_dispatch_portable(op, sub, dt) || !vkb_supports(dev, op, sub, dt)) return false;
+  if (dt != AG_F64) return true;
+  ag_kernel_call c = {.op = op, .sub = sub};
+  return exact_f64(&c);
 }
 
 /* Exactly what vkb_launch runs: VK_KOPS, then what depends on the device
