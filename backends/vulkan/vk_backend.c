@@ -390,6 +390,7 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   if (g_test.max_buffer_size && g_test.max_buffer_size < d->max_buffer) d->max_buffer = (size_t)g_test.max_buffer_size;
   d->szinp32 = fc.shaderSignedZeroInfNanPreserveFloat32 && !g_test.no_float_controls;
   d->szinp64 = fc.shaderSignedZeroInfNanPreserveFloat64 && !g_test.no_float_controls;
+  d->denorm32 = fc.shaderDenormPreserveFloat32 && !g_test.no_float_controls;
   d->atom = lim->nonCoherentAtomSize ? lim->nonCoherentAtomSize : 1;
   d->test_noncoherent = g_test.noncoherent;
   d->budget = dev_has_ext(p, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
@@ -841,6 +842,22 @@ ag_status vkb_pipeline(vkb_device *d, vkb_shader sh, int spec, VkPipeline *out) 
         goto done;
       }
     }
+    if (sh >= VKS_P_PROBE && d->denorm32) {
+      /* portable numerics: ask for gradual underflow where the device
+       * offers the promise (docs/numerics.md) */
+      uint32_t *dp = malloc((words + 6) * sizeof *dp);
+      size_t dw = dp ? vkb_spirv_add_mode(code, words, VKB_SPV_CAP_DENORM_PRESERVE, VKB_SPV_MODE_DENORM_PRESERVE, 32, dp) : 0;
+      free(copy);
+      copy = dp;
+      if (!dw) {
+        free(copy);
+        st = ag_error_set(dp ? AG_ERR_INTERNAL : AG_ERR_OOM, "vulkan: shader module %s (DenormPreserve)",
+                          vkb_spirv_table[sh].name);
+        goto done;
+      }
+      code = copy;
+      words = dw;
+    }
     VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                     .codeSize = words * 4,
                                     .pCode = code};
@@ -922,6 +939,8 @@ static const ag_backend g_backend = {
     .priority = 100,
     .device_priority = vk_device_priority,
     .description = "Vulkan compute (GLSL shaders as SPIR-V, buffer device addresses)",
+    .portable_check = vkb_portable_check,
+    .supports_portable = vkb_supports_portable,
 };
 
 __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }

@@ -83,6 +83,42 @@ typedef enum vkb_shader {
   VKS_SCATTER_ADD_D,
   VKS_PAD_D,
   VKS_PAD_BWD_D,
+  /* the portable-numerics modules (vk_portable.c), in the order of
+   * CMakeLists.txt's p_ entries */
+  VKS_P_PROBE,
+  VKS_P_UNARY,
+  VKS_P_BINARY,
+  VKS_P_RAND,
+  VKS_P_DROPOUT,
+  VKS_P_SUM,
+  VKS_P_GEMM,
+  VKS_P_SOFTMAX,
+  VKS_P_SOFTMAX_BWD,
+  VKS_P_CE,
+  VKS_P_CE_BWD,
+  VKS_P_LN,
+  VKS_P_LN_BWD,
+  VKS_P_LN_BWD_WB,
+  VKS_P_RMS,
+  VKS_P_RMS_BWD,
+  VKS_P_RMS_BWD_W,
+  VKS_P_LSE,
+  VKS_P_ADAMW,
+  VKS_P_SGD,
+  VKS_P_CONV,
+  VKS_P_CONV_BWD_IN,
+  VKS_P_CONV_BWD_W,
+  VKS_P_POOL,
+  VKS_P_POOL_BWD,
+  VKS_P_VAR,
+  VKS_P_BN_STATS,
+  VKS_P_GN,
+  VKS_P_GN_BWD,
+  VKS_P_GN_BWD_WB,
+  VKS_P_NORM,
+  VKS_P_INTERP,
+  VKS_P_INTERP_BWD,
+  VKS_P_REDUCE_ROWS,
   VKS_COUNT
 } vkb_shader;
 typedef struct vkb_spirv {
@@ -147,6 +183,10 @@ typedef struct vkb_device {
   /* the device takes SignedZeroInfNanPreserve for f32 / f64 (else the
    * modules' declarations are removed when they are created) */
   bool szinp32, szinp64;
+  /* shaderDenormPreserveFloat32: the portable modules (VKS_P_*) declare
+   * DenormPreserve for f32 (elsewhere subnormals are probed, not promised:
+   * vkb_portable_check) */
+  bool denorm32;
   /* AG_VULKAN_TEST=noncoherent: memory other than pinned blocks is treated
    * as not HOST_COHERENT (vkb_mem_flush, vkb_mem_invalidate) */
   bool test_noncoherent;
@@ -350,6 +390,19 @@ VKB_HIDDEN bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt);
 VKB_HIDDEN ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a);
 VKB_HIDDEN ag_status vk_k_norm(ag_bstream *s, const ag_k_norm *a);
 VKB_HIDDEN ag_status vk_k_one_hot(ag_bstream *s, const ag_k_one_hot *a);
+
+/* Portable numerics (vk_portable.c): the device probe (the vtable's
+ * portable_check), whether a launch computes (op, sub, dtype) as
+ * docs/numerics.md fixes it (supports_portable, vk_launch.c), and S over
+ * [outer, r, inner] into out (REDUCE SUM). */
+VKB_HIDDEN ag_status vkb_portable_check(int dev);
+VKB_HIDDEN bool vkb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt);
+VKB_HIDDEN ag_status vkb_portable_sum(ag_bstream *s, uint64_t out, ag_dtype odt, uint64_t x, ag_dtype xdt,
+                                      int64_t outer, int64_t r, int64_t inner, double scale);
+/* SUMSQ, LOGSUMEXP and NORM with portable numerics (vk_portable.c). */
+VKB_HIDDEN ag_status vkb_portable_sumsq(ag_bstream *s, const ag_k_sumsq *a);
+VKB_HIDDEN ag_status vkb_portable_lse(ag_bstream *s, const ag_k_logsumexp *a);
+VKB_HIDDEN ag_status vkb_portable_norm(ag_bstream *s, const ag_k_norm *a);
 
 VKB_HIDDEN ag_status vkb_stream_create(int dev, ag_bstream **out);
 VKB_HIDDEN void vkb_stream_destroy(ag_bstream *s);

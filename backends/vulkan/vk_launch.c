@@ -85,6 +85,10 @@ static ag_status loop_ok(ag_bstream *s, const ag_kernel_call *c, int64_t trips) 
  * (the chunks run in order, so the sums are the same). */
 static int64_t chunk_of(ag_bstream *s, int64_t trips) { return trips <= s->d->loop_limit ? trips : 32768; }
 
+/* The call asks for portable numerics (docs/numerics.md): the op runs
+ * its portable module (VKS_P_*) or, exact by nature, its default one. */
+static bool pmode(const ag_kernel_call *c) { return (c->flags & AG_KF_PORTABLE) != 0; }
+
 /* A double scalar as f64.comp reads it (the bits, in an integer slot). */
 static int64_t dbits(double v) {
   int64_t b;
@@ -151,11 +155,70 @@ static int64_t dbits(double v) {
   X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))               \
   X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))
 
+/* ---- the ops Vulkan runs with portable numerics ----
+ * One op a line, as VK_KOPS: what each op's function computes as
+ * docs/numerics.md fixes it when the call has AG_KF_PORTABLE (a portable
+ * module, VKS_P_*, or the default one for the ops exact by nature). f64 is
+ * refused; vkb_supports applies the sub-op rules (REDUCE, POOL2D: every
+ * reduction and pooling op). */
+#define VK_DTS_PORTABLE (AGK_DTS_FLOAT | AGK_DTS_INT)
+/* exact by nature: every dtype, f64 included (where the device has
+ * shaderFloat64); vkb_launch_locked refuses f64 in the other ops and in
+ * the sums of REDUCE and the arithmetic of UNARY */
+#define VK_KOPS_PORTABLE(X)                                                                              \
+  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                                  \
+  X(ARANGE, arange, AGK_DTS_FLOAT | AGK_DT(I32) | AGK_DT(I64) | AGK_DT(U8), AGK_VNONE)                   \
+  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                                \
+  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                                  \
+  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                                 \
+  X(BINARY, binary, VK_DTS_PORTABLE, AGK_VANY)                                                           \
+  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                                \
+  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                               \
+  X(MATMUL, matmul, AGK_DTS_FLOAT, AGK_VNONE)                                                            \
+  X(SOFTMAX, softmax, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))               \
+  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))       \
+  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))  \
+  X(LAYERNORM, layernorm, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                              \
+  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT, AGK_VNONE)                                                          \
+  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                                  \
+  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                                \
+  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                                    \
+  X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                              \
+  X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(NORM, norm, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
+  X(EMBEDDING, embedding, AGK_DTS_ALL, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                    \
+  X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                          \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                              \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                          \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                        \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                               \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                       \
+  X(BN_STATS, bn_stats, AGK_DT(F32), AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))              \
+  X(BN_APPLY, bn_apply, AGK_DT(F32), AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))            \
+  X(VAR, var, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                                  \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                            \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))        \
+  X(GATHER, gather, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                      \
+  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                              \
+  X(TOPK, topk, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))             \
+  X(SORT, sort, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING))       \
+  X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))               \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                \
+  X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))              \
+  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))         \
+  X(DROPOUT, dropout, AGK_DTS_FLOAT, AGK_VNONE)
+
 /* ---- elementwise ---- */
 
 /* is: the exact integer scalars of AFFINE on an integer dtype, or NULL. */
 static ag_status run_unary_is(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
-                              double s1, const int64_t *is) {
+                              double s1, const int64_t *is, bool portable) {
   int64_t n = numel(o);
   if (!n) return AG_OK;
   vkb_args args = {0};
@@ -178,18 +241,18 @@ static ag_status run_unary_is(ag_bstream *s, const ag_koperand *o, const ag_kope
   args.n[47] = dbits(s1);
   /* f64 in or out (a cast, or an op on f64): f64.comp */
   bool d = o->dtype == AG_F64 || x->dtype == AG_F64;
-  return vkb_dispatch1(s, d ? VKS_UNARY_D : VKS_UNARY, sub, &args, n);
+  return vkb_dispatch1(s, d ? VKS_UNARY_D : portable ? VKS_P_UNARY : VKS_UNARY, sub, &args, n);
 }
 
 static ag_status run_unary(ag_bstream *s, const ag_koperand *o, const ag_koperand *x, int sub, double s0,
                            double s1) {
-  return run_unary_is(s, o, x, sub, s0, s1, NULL);
+  return run_unary_is(s, o, x, sub, s0, s1, NULL, false);
 }
 
 static ag_status vk_k_unary(ag_bstream *s, const ag_k_unary *a) {
   const int64_t is[2] = {a->i0, a->i1};
   return run_unary_is(s, a->y, a->x, a->variant, a->s0, a->s1,
-                      a->variant == AG_U_AFFINE && is_int(a->y->dtype) ? is : NULL);
+                      a->variant == AG_U_AFFINE && is_int(a->y->dtype) ? is : NULL, pmode(a->call));
 }
 
 static ag_status vk_k_binary(ag_bstream *s, const ag_k_binary *a) {
@@ -209,7 +272,8 @@ static ag_status vk_k_binary(ag_bstream *s, const ag_k_binary *a) {
   args.n[42] = sat_int(a->s0, AG_I64);
   args.n[46] = dbits(a->s0);
   args.n[47] = dbits(a->s1);
-  return vkb_dispatch1(s, a->a->dtype == AG_F64 ? VKS_BINARY_D : VKS_BINARY, a->variant, &args, n);
+  vkb_shader sh = a->a->dtype == AG_F64 ? VKS_BINARY_D : pmode(a->call) ? VKS_P_BINARY : VKS_BINARY;
+  return vkb_dispatch1(s, sh, a->variant, &args, n);
 }
 
 static ag_status vk_k_where(ag_bstream *s, const ag_k_where *a) {
@@ -269,6 +333,11 @@ static ag_status run_rand(ag_bstream *s, const ag_kernel_call *c, const ag_koper
   args.n[40] = n;
   args.n[44] = (int64_t)c->seed;
   args.n[45] = (int64_t)c->offset;
+  if (pmode(c)) {
+    /* uniform: u * range_f + lo_f with range_f = (float)(hi - lo) */
+    if (!normal) args.f[1] = (float)(p1 - p0);
+    return vkb_dispatch1(s, VKS_P_RAND, 0, &args, (n + per - 1) / per);
+  }
   return vkb_dispatch1(s, s->d->fast_f64 && per == 2 ? VKS_RAND64 : VKS_RAND, 0, &args, (n + per - 1) / per);
 }
 
@@ -303,6 +372,10 @@ static ag_status vk_k_dropout(ag_bstream *s, const ag_k_dropout *a) {
   /* with f64 the product is the CPU's (x * scale in double, rounded);
    * only where f64 is fast (vkb_device.fast_f64) */
   memcpy(&args.n[46], &scale, sizeof scale);
+  if (pmode(a->call)) { /* y = x * scale_f, scale_f = (float)(1 / (1 - p)) */
+    args.f[1] = (float)scale;
+    return vkb_dispatch1(s, VKS_P_DROPOUT, 0, &args, (n + 3) / 4);
+  }
   return vkb_dispatch1(s, s->d->fast_f64 ? VKS_DROPOUT64 : VKS_DROPOUT, 0, &args, (n + 3) / 4);
 }
 
@@ -320,6 +393,24 @@ static ag_status dispatch_rows(ag_bstream *s, const ag_kernel_call *c, vkb_shade
   if (gy > s->d->props.limits.maxComputeWorkGroupCount[1])
     return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %lld rows exceed the device's dispatch limits", (long long)groups);
   return vkb_dispatch(s, sh, spec, a, (uint32_t)gx, (uint32_t)gy, 1);
+}
+
+/* A portable row kernel (portable.comp): a work-group per row whose sums
+ * are S (psum.glsl: rows up to 2^24, a tree of 8 steps per block of 256),
+ * or an invocation per row for rows of one block (k5: psum1, no
+ * barriers). */
+static ag_status prows(ag_bstream *s, const ag_kernel_call *c, vkb_shader sh, const vkb_args *a, int64_t rows,
+                       int64_t cols) {
+  if (cols > ((int64_t)1 << 24))
+    return ag_error_set(AG_ERR_UNSUPPORTED, "%s: rows of %lld elements exceed the portable row sums' 2^24 on vulkan",
+                        c->name ? c->name : "vulkan", (long long)cols);
+  if (cols <= VKB_WG) {
+    vkb_args one = *a;
+    one.k[5] = 1;
+    return vkb_dispatch1(s, sh, 0, &one, rows);
+  }
+  ag_status st = loop_ok(s, c, 16 * ((cols + VKB_WG - 1) / VKB_WG) + 64);
+  return st != AG_OK ? st : dispatch_rows(s, c, sh, 0, a, rows, cols);
 }
 
 /* An f64 row kernel (f64.comp): an invocation per row, three passes. */
@@ -342,6 +433,10 @@ static ag_status vk_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
   args.n[0] = outer;
   args.n[1] = r;
   args.n[2] = inner;
+  /* portable: the float sums are S; the other reductions (and integer
+   * sums) are exact by nature */
+  if (pmode(c) && a->variant == AG_R_SUM && !is_int(a->x->dtype))
+    return vkb_portable_sum(s, oaddr(a->out), a->out->dtype, oaddr(a->x), a->x->dtype, outer, r, inner, a->scale);
   if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per output, in order */
     ag_status st = loop_ok(s, c, r);
     if (st != AG_OK) return st;
@@ -351,13 +446,14 @@ static ag_status vk_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
   /* a work-group per output pays off for long rows and is needed for long
    * strided ones (loop limits); short ones take an invocation each */
   if ((inner == 1 && r > 64) || r > 4096)
-    return dispatch_rows(s, c, VKS_REDUCE_ROWS, a->variant, &args, outer * inner, r);
+    return dispatch_rows(s, c, pmode(c) ? VKS_P_REDUCE_ROWS : VKS_REDUCE_ROWS, a->variant, &args, outer * inner, r);
   return vkb_dispatch1(s, VKS_REDUCE_COLS, a->variant, &args, outer * inner);
 }
 
 #define SUMSQ_GROUPS 64
 
 static ag_status vk_k_sumsq(ag_bstream *s, const ag_k_sumsq *a) {
+  if (pmode(a->call)) return vkb_portable_sumsq(s, a);
   int count = AGK_MULTI_GROUPS(a);
   uint64_t part;
   ag_status st = vkb_scratch(s, sizeof(float) * SUMSQ_GROUPS * (size_t)(count ? count : 1), &part);
@@ -404,6 +500,7 @@ static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, const ag_ko
     if (st != AG_OK) return st;
     return vkb_dispatch1(s, bwd ? VKS_SOFTMAX_BWD_D : VKS_SOFTMAX_D, 0, &args, rows);
   }
+  if (pmode(c)) return prows(s, c, bwd ? VKS_P_SOFTMAX_BWD : VKS_P_SOFTMAX, &args, rows, cols);
   return dispatch_rows(s, c, bwd ? VKS_SOFTMAX_BWD : VKS_SOFTMAX, 0, &args, rows, cols);
 }
 
@@ -436,6 +533,7 @@ static ag_status run_ce(ag_bstream *s, const ag_kernel_call *c, const ag_koperan
   args.n[2] = ignore_index;
   args.p[7] = s->err.addr;
   s->err_armed = true;
+  if (pmode(c)) return prows(s, c, bwd ? VKS_P_CE_BWD : VKS_P_CE, &args, rows, cols);
   return dispatch_rows(s, c, bwd ? VKS_CE_BWD : VKS_CE, 0, &args, rows, cols);
 }
 
@@ -464,6 +562,7 @@ static ag_status vk_k_layernorm(ag_bstream *s, const ag_k_layernorm *a) {
   args.f[0] = (float)a->eps;
   args.n[46] = dbits(a->eps);
   if (a->x->dtype == AG_F64) return rows_d(s, c, VKS_LN_D, &args, rows, cols);
+  if (pmode(c)) return prows(s, c, VKS_P_LN, &args, rows, cols);
   return dispatch_rows(s, c, VKS_LN, 0, &args, rows, cols);
 }
 
@@ -484,6 +583,25 @@ static ag_status vk_k_layernorm_bwd(ag_bstream *s, const ag_k_layernorm_bwd *a) 
   args.n[0] = rows;
   args.n[1] = cols;
   bool d = dx->dtype == AG_F64;
+  if (pmode(c)) {
+    /* dx by rows; dw_j, db_j: S over the rows, a work-group per column */
+    ag_status st = prows(s, c, VKS_P_LN_BWD, &args, rows, cols);
+    if (st != AG_OK || AGK_MULTI_GROUPS(a) < 1) return st;
+    const ag_kmulti_entry *dw = &AGK_MULTI(a, 0, dw), *db = &AGK_MULTI(a, 0, db);
+    vkb_args w = {0};
+    w.p[0] = addr(dw->base, dw->offset);
+    w.p[1] = addr(db->base, db->offset);
+    w.p[2] = oaddr(a->dy);
+    w.p[3] = oaddr(a->x);
+    w.p[4] = oaddr(a->mean);
+    w.p[5] = oaddr(a->rstd);
+    w.k[0] = dx->dtype;
+    w.k[1] = dw->dtype;
+    w.k[2] = db->dtype;
+    w.n[0] = rows;
+    w.n[1] = cols;
+    return prows(s, c, VKS_P_LN_BWD_WB, &w, cols, rows);
+  }
   ag_status st =
       d ? rows_d(s, c, VKS_LN_BWD_D, &args, rows, cols) : dispatch_rows(s, c, VKS_LN_BWD, 0, &args, rows, cols);
   if (st != AG_OK || AGK_MULTI_GROUPS(a) < 1) return st;
@@ -522,6 +640,7 @@ static ag_status vk_k_rmsnorm(ag_bstream *s, const ag_k_rmsnorm *a) {
   args.f[0] = (float)a->eps;
   args.n[46] = dbits(a->eps);
   if (a->x->dtype == AG_F64) return rows_d(s, c, VKS_RMS_D, &args, rows, cols);
+  if (pmode(c)) return prows(s, c, VKS_P_RMS, &args, rows, cols);
   return dispatch_rows(s, c, VKS_RMS, 0, &args, rows, cols);
 }
 
@@ -540,6 +659,21 @@ static ag_status vk_k_rmsnorm_bwd(ag_bstream *s, const ag_k_rmsnorm_bwd *a) {
   args.n[0] = rows;
   args.n[1] = cols;
   bool d = a->dx->dtype == AG_F64;
+  if (pmode(c)) {
+    if (rows && (st = prows(s, c, VKS_P_RMS_BWD, &args, rows, cols)) != AG_OK) return st;
+    if (AGK_MULTI_GROUPS(a) < 1 || !AGK_MULTI(a, 0, dw).base) return AG_OK;
+    const ag_kmulti_entry *dw = &AGK_MULTI(a, 0, dw);
+    vkb_args w = {0};
+    w.p[0] = addr(dw->base, dw->offset);
+    w.p[2] = oaddr(a->dy);
+    w.p[3] = oaddr(a->x);
+    w.p[5] = oaddr(a->rstd);
+    w.k[0] = a->dx->dtype;
+    w.k[1] = dw->dtype;
+    w.n[0] = rows;
+    w.n[1] = cols;
+    return prows(s, c, VKS_P_RMS_BWD_W, &w, cols, rows);
+  }
   vkb_shader wsh = d ? VKS_RMS_BWD_W_D : VKS_RMS_BWD_W;
   if (rows)
     st = d ? rows_d(s, c, VKS_RMS_BWD_D, &args, rows, cols) : dispatch_rows(s, c, VKS_RMS_BWD, 0, &args, rows, cols);
@@ -586,6 +720,7 @@ static ag_status vk_k_var(ag_bstream *s, const ag_k_var *a) {
     args.n[46] = dbits(d > 0 ? d : 0.0);
     return vkb_dispatch1(s, VKS_VAR_D, 0, &args, outer * inner);
   }
+  if (pmode(c)) return prows(s, c, VKS_P_VAR, &args, outer * inner, r);
   if (r > 0 && (inner == 1 || r > 4096)) return dispatch_rows(s, c, VKS_VAR_ROWS, 0, &args, outer * inner, r);
   return vkb_dispatch1(s, VKS_VAR_COLS, 0, &args, outer * inner);
 }
@@ -834,6 +969,7 @@ static ag_status vk_k_embedding_bwd(ag_bstream *s, const ag_k_embedding_bwd *a) 
 /* ---- optimizers ---- */
 
 static ag_status vk_k_adamw(ag_bstream *s, const ag_k_adamw *a) {
+  const bool p = pmode(a->call);
   for (int g = 0; g < AGK_MULTI_GROUPS(a); g++) {
     const ag_kmulti_entry *param = &AGK_MULTI(a, g, param), *grad = &AGK_MULTI(a, g, grad),
                           *m = &AGK_MULTI(a, g, exp_avg), *v = &AGK_MULTI(a, g, exp_avg_sq);
@@ -854,13 +990,19 @@ static ag_status vk_k_adamw(ag_bstream *s, const ag_k_adamw *a) {
     args.f[3] = (float)(1.0 - a->lr * a->weight_decay);
     args.f[4] = (float)(a->lr / a->bias_correction1);
     args.f[5] = (float)(1.0 / sqrt(a->bias_correction2));
-    ag_status st = vkb_dispatch1(s, VKS_ADAMW, 0, &args, n);
+    if (p) { /* docs/numerics.md: each scalar rounded once, the rest in f32 */
+      const double f[7] = {a->beta1, a->beta2, a->lr, a->weight_decay, a->eps, a->bias_correction1,
+                           a->bias_correction2};
+      for (int k = 0; k < 7; k++) args.f[k] = (float)f[k];
+    }
+    ag_status st = vkb_dispatch1(s, p ? VKS_P_ADAMW : VKS_ADAMW, 0, &args, n);
     if (st != AG_OK) return st;
   }
   return AG_OK;
 }
 
 static ag_status vk_k_sgd(ag_bstream *s, const ag_k_sgd *a) {
+  const bool p = pmode(a->call);
   for (int g = 0; g < AGK_MULTI_GROUPS(a); g++) {
     const ag_kmulti_entry *param = &AGK_MULTI(a, g, param), *grad = &AGK_MULTI(a, g, grad),
                           *buf = &AGK_MULTI(a, g, momentum_buffer);
@@ -879,7 +1021,10 @@ static ag_status vk_k_sgd(ag_bstream *s, const ag_k_sgd *a) {
     args.f[3] = (float)a->weight_decay;
     args.k[6] = a->nesterov != 0;
     args.k[7] = a->first_step != 0;
-    ag_status st = vkb_dispatch1(s, VKS_SGD, 0, &args, n);
+    /* portable: the tests of the contract on the call's doubles */
+    args.k[4] = a->weight_decay != 0;
+    args.k[5] = a->momentum != 0 && args.p[2] != 0;
+    ag_status st = vkb_dispatch1(s, p ? VKS_P_SGD : VKS_SGD, 0, &args, n);
     if (st != AG_OK) return st;
   }
   return AG_OK;
@@ -921,8 +1066,9 @@ static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
   mat_dims(y, &t0, &t1, &N, &yb, &yr, &yc);
   mat_dims(o, &B, &M, &N, &t0, &t1, &t2);
   if (!B || !M || !N) return AG_OK;
-  if (!K) {
-    /* alpha * (empty product) = 0: C = beta * C */
+  if (!K && !pmode(a->call)) {
+    /* alpha * (empty product) = 0: C = beta * C (portable: the module's
+     * own alpha * +0 + beta * C) */
     if (a->beta == 0) return run_fill(s, o, 0.0);
     return run_unary(s, o, o, AG_U_AFFINE, a->beta, 0.0);
   }
@@ -946,6 +1092,9 @@ static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
   args.n[8] = yc;
   args.f[0] = (float)a->alpha;
   args.f[1] = (float)a->beta;
+  args.k[3] = a->alpha != 1.0;
+  args.k[4] = a->beta != 0.0;
+  vkb_shader gsh = pmode(a->call) ? VKS_P_GEMM : VKS_GEMM;
   if (o->dtype == AG_F64) { /* f64.comp: an invocation per output */
     args.n[9] = B;
     args.n[46] = dbits(a->alpha);
@@ -964,7 +1113,7 @@ static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
       args.n[9] = b0;
       args.n[10] = y0;
       int64_t nb = B - b0 < zmax ? B - b0 : zmax, ny = ty - y0 < ymax ? ty - y0 : ymax;
-      ag_status st = vkb_dispatch(s, VKS_GEMM, 0, &args, (uint32_t)tx, (uint32_t)ny, (uint32_t)nb);
+      ag_status st = vkb_dispatch(s, gsh, 0, &args, (uint32_t)tx, (uint32_t)ny, (uint32_t)nb);
       if (st != AG_OK) return st;
     }
   return AG_OK;
@@ -999,7 +1148,7 @@ static ag_status vk_k_conv2d(ag_bstream *s, const ag_k_conv2d *a) {
   const int64_t Cg = g.C / g.G;
   ag_status st = loop_ok(s, a->call, Cg * g.kh * g.kw + Cg * g.kh + Cg);
   if (st != AG_OK) return st;
-  return vkb_dispatch1(s, VKS_CONV, 0, &args, g.N * g.Co * g.Ho * g.Wo);
+  return vkb_dispatch1(s, pmode(a->call) ? VKS_P_CONV : VKS_CONV, 0, &args, g.N * g.Co * g.Ho * g.Wo);
 }
 
 static ag_status vk_k_conv2d_bwd_input(ag_bstream *s, const ag_k_conv2d_bwd_input *a) {
@@ -1009,7 +1158,7 @@ static ag_status vk_k_conv2d_bwd_input(ag_bstream *s, const ag_k_conv2d_bwd_inpu
   const int64_t Cog = g.Co / g.G;
   ag_status st = loop_ok(s, a->call, Cog * g.kh * g.kw + Cog * g.kh + Cog);
   if (st != AG_OK) return st;
-  return vkb_dispatch1(s, VKS_CONV_BWD_IN, 0, &args, g.N * g.C * g.H * g.W);
+  return vkb_dispatch1(s, pmode(a->call) ? VKS_P_CONV_BWD_IN : VKS_CONV_BWD_IN, 0, &args, g.N * g.C * g.H * g.W);
 }
 
 static ag_status vk_k_conv2d_bwd_weight(ag_bstream *s, const ag_k_conv2d_bwd_weight *a) {
@@ -1017,6 +1166,7 @@ static ag_status vk_k_conv2d_bwd_weight(ag_bstream *s, const ag_k_conv2d_bwd_wei
   vkb_args args = {0};
   conv_args(&args, &g, a->dw, a->dy, a->x);
   const int64_t Cg = g.C / g.G;
+  if (pmode(a->call)) return prows(s, a->call, VKS_P_CONV_BWD_W, &args, g.Co * Cg * g.kh * g.kw, g.N * g.Ho * g.Wo);
   return dispatch_rows(s, a->call, VKS_CONV_BWD_W, 0, &args, g.Co * Cg * g.kh * g.kw, g.N * g.Ho * g.Wo);
 }
 
@@ -1037,7 +1187,8 @@ static ag_status run_pool(ag_bstream *s, const ag_kernel_call *c, const ag_koper
   /* window loops: at most the input plane for adaptive pooling */
   ag_status st = loop_ok(s, c, variant == AG_P_ADAPTIVE_AVG ? m[1] * m[2] + m[1] : win.h * win.w + win.h);
   if (st != AG_OK) return st;
-  return vkb_dispatch1(s, bwd ? VKS_POOL_BWD : VKS_POOL, 0, &args, m[0] * (bwd ? m[1] * m[2] : m[3] * m[4]));
+  vkb_shader sh = pmode(c) ? (bwd ? VKS_P_POOL_BWD : VKS_P_POOL) : bwd ? VKS_POOL_BWD : VKS_POOL;
+  return vkb_dispatch1(s, sh, 0, &args, m[0] * (bwd ? m[1] * m[2] : m[3] * m[4]));
 }
 
 static ag_status vk_k_pool2d(ag_bstream *s, const ag_k_pool2d *a) {
@@ -1061,6 +1212,7 @@ static ag_status vk_k_bn_stats(ag_bstream *s, const ag_k_bn_stats *a) {
   args.n[0] = a->n;
   args.n[1] = a->c;
   args.n[2] = a->hw;
+  if (pmode(a->call)) return prows(s, a->call, VKS_P_BN_STATS, &args, a->c, a->n * a->hw);
   return dispatch_rows(s, a->call, VKS_BN_STATS, 0, &args, a->c, a->n * a->hw);
 }
 
@@ -1081,8 +1233,24 @@ static ag_status vk_k_bn_apply(ag_bstream *s, const ag_k_bn_apply *a) {
 
 #define AGK_IMPL(name) vk_k_##name
 #define AGK_CTX ag_bstream *
-AGK_DEFINE_DISPATCH(vk_dispatch, VK_KOPS, "vulkan")
+AGK_DEFINE_DISPATCH_PORTABLE(vk_dispatch, VK_KOPS, VK_KOPS_PORTABLE, "vulkan")
 AGK_DEFINE_SUPPORTS(vk_supports_data, VK_KOPS)
+
+/* The ops exact by nature run f64 in portable mode (docs/numerics.md):
+ * data movement, comparisons, copies and casts (one rounding). */
+static bool exact_f64(const ag_kernel_call *c) {
+  switch (c->op) {
+    case AG_K_FILL:
+    case AG_K_WHERE:
+    case AG_K_EMBEDDING:
+    case AG_K_GATHER:
+    case AG_K_SORT:
+    case AG_K_PAD: return true;
+    case AG_K_REDUCE: return c->sub != AG_R_SUM;
+    case AG_K_UNARY: return c->sub == AG_U_COPY;
+    default: return false;
+  }
+}
 
 ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
   /* f64 runs only where the device has shaderFloat64; a cast into f64 is
@@ -1091,7 +1259,22 @@ ag_status vkb_launch_locked(ag_bstream *s, const ag_kernel_call *c) {
     if (c->o[k].base && c->o[k].dtype == AG_F64)
       return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: %s: f64 needs shaderFloat64, which vulkan:%d lacks",
                           c->name ? c->name : "launch", s->dev);
+  if (pmode(c) && !exact_f64(c)) {
+    /* f64 anywhere (a cast into it too) is refused before the dispatch,
+     * but in the ops exact by nature */
+    for (int k = 0; k < c->n_operands && k < AG_KMAX_OPERANDS; k++)
+      if (c->o[k].base && c->o[k].dtype == AG_F64) return ag_k__not_portable(c, "vulkan", AG_F64);
+  }
   return vk_dispatch(s, c);
+}
+
+/* What vkb_launch runs with AG_KF_PORTABLE: VK_KOPS_PORTABLE, within
+ * what it runs at all. */
+bool vkb_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt) {
+  if (!vk_dispatch_portable(op, sub, dt) || !vkb_supports(dev, op, sub, dt)) return false;
+  if (dt != AG_F64) return true;
+  ag_kernel_call c = {.op = op, .sub = sub};
+  return exact_f64(&c);
 }
 
 /* Exactly what vkb_launch runs: VK_KOPS, then what depends on the device

@@ -48,6 +48,7 @@ static vkb_args r2_line_args(const ag_koperand *y, const ag_koperand *x, int64_t
 
 ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
   if (!a->outer || !a->inner) return AG_OK;
+  if (a->call->flags & AG_KF_PORTABLE) return vkb_portable_lse(s, a);
   vkb_args v = r2_line_args(a->out, a->x, a->outer, a->r, a->inner, a->dtype);
   if (r2_use_rows(a->r, a->inner))
     return r2_rows(s, a->call->name, a->dtype == AG_F64 ? VKS_LOGSUMEXP_ROWS_D : VKS_LOGSUMEXP_ROWS, &v, a->outer * a->inner, a->r, 2);
@@ -58,6 +59,7 @@ ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
 
 ag_status vk_k_norm(ag_bstream *s, const ag_k_norm *a) {
   if (!a->outer || !a->inner) return AG_OK;
+  if (a->call->flags & AG_KF_PORTABLE) return vkb_portable_norm(s, a);
   vkb_args v = r2_line_args(a->out, a->x, a->outer, a->r, a->inner, a->dtype);
   v.k[6] = a->variant; /* VARIANT */
   if (r2_use_rows(a->r, a->inner))

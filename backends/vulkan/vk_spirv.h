@@ -20,6 +20,8 @@ enum {
   VKB_SPV_CAP_FLOAT64 = 10,
   VKB_SPV_CAP_SZINP = 4466,  /* SignedZeroInfNanPreserve */
   VKB_SPV_MODE_SZINP = 4461, /* SignedZeroInfNanPreserve <bit width> */
+  VKB_SPV_CAP_DENORM_PRESERVE = 4464,
+  VKB_SPV_MODE_DENORM_PRESERVE = 4459, /* DenormPreserve <bit width> */
 };
 
 /* Whether `in` (n words) is a module whose instructions tile it exactly;
@@ -76,6 +78,41 @@ static inline size_t vkb_spirv_float_modes(const uint32_t *in, size_t n, bool wa
     if (op == VKB_SPV_OP_CAPABILITY && !cap_done) {
       out[o++] = (2u << 16) | VKB_SPV_OP_CAPABILITY;
       out[o++] = VKB_SPV_CAP_SZINP;
+      cap_done = true;
+    }
+    if (op == VKB_SPV_OP_ENTRY_POINT && len >= 3 && !entry) entry = in[i + 2];
+    i += len;
+  }
+  return mode_done ? o : 0;
+}
+
+/* Copies module `in` (n words, vkb_spirv_valid) to `out` (room for n + 6
+ * words) with capability `cap` declared after the module's first capability
+ * and the execution mode `mode <width>` for its first entry point where
+ * the execution modes begin (DenormPreserve 32 for the portable modules on
+ * a device with shaderDenormPreserveFloat32). Returns the output's word
+ * count, 0 for a module without an entry point. */
+static inline size_t vkb_spirv_add_mode(const uint32_t *in, size_t n, uint32_t cap, uint32_t mode, uint32_t width,
+                                        uint32_t *out) {
+  if (!vkb_spirv_valid(in, n, NULL)) return 0;
+  size_t o = 0;
+  for (; o < 5; o++) out[o] = in[o];
+  bool cap_done = false, mode_done = false;
+  uint32_t entry = 0;
+  for (size_t i = 5; i < n;) {
+    uint32_t len = in[i] >> 16, op = in[i] & 0xffffu;
+    bool head = op == VKB_SPV_OP_CAPABILITY || op == 10 || op == 11 || op == 14 || op == VKB_SPV_OP_ENTRY_POINT;
+    if (!head && !mode_done && entry) {
+      out[o++] = (4u << 16) | VKB_SPV_OP_EXECUTION_MODE;
+      out[o++] = entry;
+      out[o++] = mode;
+      out[o++] = width;
+      mode_done = true;
+    }
+    for (uint32_t k = 0; k < len; k++) out[o++] = in[i + k];
+    if (op == VKB_SPV_OP_CAPABILITY && !cap_done) {
+      out[o++] = (2u << 16) | VKB_SPV_OP_CAPABILITY;
+      out[o++] = cap;
       cap_done = true;
     }
     if (op == VKB_SPV_OP_ENTRY_POINT && len >= 3 && !entry) entry = in[i + 2];

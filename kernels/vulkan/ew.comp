@@ -45,7 +45,8 @@ void main() {
     else if (OP == AG_U_ABS) v = v < 0l ? -v : v;
     else if (OP == AG_U_AFFINE && pc.a.k[4] != 0) v = v * pc.a.n[42] + pc.a.n[43];
     else if (OP == AG_U_AFFINE) {
-      stf(o, off[0], odt, float(v) * pc.a.f[0] + pc.a.f[1]);
+      PFLOAT t = float(v) * pc.a.f[0] + pc.a.f[1];
+      stf(o, off[0], odt, t);
       return;
     }
     stl(o, off[0], odt, v);
@@ -88,7 +89,7 @@ void main() {
     PB(o, off[0]) = uint8_t(r ? 1u : 0u);
   } else if (is_int_dt(dt)) {
     if (OP == AG_B_ADD && pc.a.k[4] == 0) {
-      float v = float(ldl(a, off[1], dt)) + s0 * float(ldl(b, off[2], dt));
+      PFLOAT v = float(ldl(a, off[1], dt)) + s0 * float(ldl(b, off[2], dt));
       stf(o, off[0], dt, v);
     } else {
       stl(o, off[0], dt, binary_l(ldl(a, off[1], dt), ldl(b, off[2], dt), pc.a.n[42]));
@@ -198,7 +199,13 @@ void main() {
     if (normal) {
       precise float u1 = (float(r[2 * k] >> 8) + 1.0) * 5.9604644775390625e-8;
       precise float u2 = float(r[2 * k + 1] >> 8) * 5.9604644775390625e-8;
-#if defined(K_RAND64)
+#if defined(AG_PORTABLE)
+      /* docs/numerics.md: sqrt(-2 log u1) cos(2 pi u2) with pmath */
+      precise float lg = agp_log(u1);
+      precise float m2 = -2.0 * lg;
+      precise float rad = agp_sqrt(m2);
+      precise float cs = agp_cos(6.2831855 * u2);
+#elif defined(K_RAND64)
       precise float lg = float(d_log(double(u1)));
       precise float ang = 6.2831853071795865 * u2;
       precise float cs = float(d_cos(double(ang)));
@@ -209,15 +216,22 @@ void main() {
       precise float lg = log(u1);
       precise float cs = cos(6.2831853071795865 * u2);
 #endif
+#if !defined(AG_PORTABLE)
       precise float m2 = -2.0 * lg;
       precise float rad = sqrt(m2 > 0.0 ? m2 : 0.0);
+#endif
       precise float nv = rad * cs;
       precise float sv = nv * s1;
       v = sv + s0;
     } else {
       precise float u = float(r[k] >> 8) * 5.9604644775390625e-8;
+#if defined(AG_PORTABLE)
+      /* f1 is hi - lo, computed in double on the host */
+      precise float t = u * s1;
+#else
       precise float d = s1 - s0;
       precise float t = u * d;
+#endif
       v = t + s0;
     }
     stf(pc.a.p[0], w * per + k, pc.a.k[0], v);
@@ -248,7 +262,12 @@ void main() {
      * select into +0 */
     float dropped = ag_isfinite(xv) ? uintBitsToFloat(floatBitsToUint(xv) & 0x80000000u)
                                     : uintBitsToFloat(0x7fc00000u);
-#if defined(K_DROPOUT64)
+#if defined(AG_PORTABLE)
+    /* y = x * m, m = keep ? scale_f : 0 (f1: (float)(1 / (1 - p)) from
+     * the host's double); x * 0 written on the bits as above */
+    precise float xs = xv * hi;
+    precise float v = keep ? xs : dropped;
+#elif defined(K_DROPOUT64)
     precise double pd = double(xv) * int64BitsToDouble(pc.a.n[46]);
     precise float v = keep ? float(pd) : dropped;
 #else

@@ -8,6 +8,16 @@
  * col strides; n6..n8 B's; n9 first batch; n10 first row tile; f0 alpha, f1 beta (0: C not
  * read). No subgroup operations, so any subgroup size works. */
 #include "common.glsl"
+/* The portable build (docs/numerics.md): the same tiles, each output's sum
+ * sequential in k (the tile loop and the loop inside a tile both walk k
+ * upwards; the zeros past K add nothing to an accumulator that starts at
+ * +0), every product rounded before its sum (precise), alpha applied when
+ * k3 (alpha != 1 on the host), beta when k4 (beta != 0). */
+#if defined(AG_PORTABLE)
+#define PFLOAT precise float
+#else
+#define PFLOAT float
+#endif
 layout(local_size_x = 16, local_size_y = 16) in;
 
 #define TM 64
@@ -26,7 +36,7 @@ void main() {
   int adt = pc.a.k[1], bdt = pc.a.k[2];
   int64_t aoff = b * pc.a.n[3], sam = pc.a.n[4], sak = pc.a.n[5];
   int64_t boff = b * pc.a.n[6], sbk = pc.a.n[7], sbn = pc.a.n[8];
-  float acc[4][4];
+  PFLOAT acc[4][4];
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 4; j++) acc[i][j] = 0.0;
   for (int64_t k0 = 0; k0 < K; k0 += TK) {
@@ -61,8 +71,14 @@ void main() {
       int64_t gn = n0 + tx * 4 + j;
       if (gn >= N) continue;
       int64_t ci = (b * M + gm) * N + gn;
+#if defined(AG_PORTABLE)
+      PFLOAT v = acc[i][j];
+      if (pc.a.k[3] != 0) v = alpha * v;
+      if (pc.a.k[4] != 0) v = v + beta * ldf(C, ci, cdt);
+#else
       float v = alpha * acc[i][j];
       if (beta != 0.0) v += beta * ldf(C, ci, cdt);
+#endif
       stf(C, ci, cdt, v);
     }
   }

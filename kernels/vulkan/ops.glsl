@@ -5,6 +5,36 @@
  * specialization constant OP, so each pipeline holds one op's code. */
 layout(constant_id = 0) const int OP = 0;
 
+#if defined(AG_PORTABLE)
+/* The portable prelude (docs/numerics.md): the vocabulary is pmath's, one
+ * text with every other backend's; GLSL's `/`, sqrt, exp ... are never used
+ * on floats. PFLOAT: a precise float, so every expression stored in one is
+ * NoContraction. */
+#include "anygrad/pmath.h"
+#define PFLOAT precise float
+#define E_K(c) float(c)
+#define E_EXP(v) agp_exp(v)
+#define E_LOG(v) agp_log(v)
+#define E_SQRT(v) agp_sqrt(v)
+#define E_RSQRT(v) agp_rsqrt(v)
+#define E_TANH(v) agp_tanh(v)
+#define E_SIGMOID(v) agp_sigmoid(v)
+#define E_ERF(v) agp_erf(v)
+#define E_SIN(v) agp_sin(v)
+#define E_COS(v) agp_cos(v)
+#define E_LOG1P(v) agp_log1p(v)
+#define E_EXPM1(v) agp_expm1(v)
+#define E_FLOOR(v) agp_floor(v)
+#define E_CEIL(v) agp_ceil(v)
+#define E_RINT(v) agp_rint(v)
+#define E_ABS(v) agp_abs(v)
+#define E_POW(u, v) agp_pow(u, v)
+#define E_ATAN2(u, v) agp_atan2(u, v)
+#define E_FMOD(u, v) agp_fmod(u, v)
+#define E_DIV(u, v) agp_div(u, v)
+#else
+#define PFLOAT float
+
 /* 2^k for k in [-126, 127], from the bits */
 float e_pow2i(int k) { return uintBitsToFloat(uint(k + 127) << 23); }
 /* e^r - 1 on |r| <= ln2/2 + a little: Taylor to r^9 (the next term is
@@ -170,6 +200,7 @@ float e_fmod(float a, float b) {
 #define E_ATAN2(u, v) e_atan2(u, v)
 #define E_FMOD(u, v) e_fmod(u, v)
 #define E_DIV(u, v) ((u) / (v))
+#endif
 
 #include "anygrad/optable.h"
 
@@ -193,7 +224,7 @@ float e_fmod(float a, float b) {
 #define VK_CMP_CMP(ID) case AG_B_##ID:
 #define VK_CMP_CASE(ID, name, api, fwd, kind, grad, da, db, ints, cost, doma, domb) VK_CMP_##kind(ID)
 
-float unary_f(float x, float s0, float s1) {
+PFLOAT unary_f(float x, float s0, float s1) {
   /* sign on the bits: lavapipe turned the table's select chain into -0 for
    * +0, -0 and NaN, where the CPU gives +0 */
   if (OP == AG_U_SIGN) {
@@ -213,7 +244,7 @@ bool cmp_op() {
   return false;
 }
 
-float binary_f(float a, float b, float s0, float s1) {
+PFLOAT binary_f(float a, float b, float s0, float s1) {
   /* The table's maximum and minimum test a != a and its comparisons are
    * IEEE's, which the execution mode guarantees; the NaN cases are tested
    * on the bits here as well, so they hold on a device without it. */

@@ -91,6 +91,31 @@ void main() {
     }
     barrier();
   }
+#if defined(AG_PORTABLE)
+  /* docs/numerics.md: MAX and MIN keep the first of equal values, so a zero
+   * result has the sign of the line's first zero (the tree keeps the first
+   * of each pair, not of the line) */
+  if ((OP == AG_R_MAX || OP == AG_R_MIN) && !isint) {
+    float m = sh_f[0];
+    barrier();
+    if (m == 0.0) {
+      int64_t first = LONG_MAX;
+      for (int64_t j = l; j < r; j += WG)
+        if (ldf(x, base + j * inner, xdt) == 0.0) {
+          first = j;
+          break;
+        }
+      si[l] = first;
+      barrier();
+      for (int s = WG / 2; s > 0; s >>= 1) {
+        if (l < s) si[l] = min(si[l], si[l + s]);
+        barrier();
+      }
+      if (l == 0) store_red(row, ldf(x, base + si[0] * inner, xdt), 0l, 0, false);
+      return;
+    }
+  }
+#endif
   if (l == 0) store_red(row, sh_f[0], si[0], sx[0] == INT_MAX ? 0 : sx[0], isint);
 }
 #endif

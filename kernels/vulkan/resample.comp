@@ -6,6 +6,15 @@
  * AG_K_GROUP_NORM(_BWD), AG_K_INTERPOLATE(_BWD). */
 #include "common.glsl"
 layout(local_size_x = WG) in;
+/* The portable builds of K_INTERP, K_INTERP_BWD (-DAG_PORTABLE,
+ * docs/numerics.md): products rounded before their sums (precise); the
+ * backward adds (wh * ww) * dy of each output that has the element as a
+ * tap, in row-major order of (oh, ow), as the cpu does. */
+#if defined(AG_PORTABLE)
+#define PFLOAT precise float
+#else
+#define PFLOAT float
+#endif
 
 #define L int(gl_LocalInvocationID.x)
 #define ROW_GUARD() if (group_id() >= pc.a.n[0]) return;
@@ -102,7 +111,7 @@ void rs_src_of(int64_t o, int64_t n_in, int64_t n_out, float sc, bool nearest, b
     l1 = 0.0;
     return;
   }
-  float s = align ? sc * float(o) : sc * (float(o) + 0.5) - 0.5;
+  PFLOAT s = align ? sc * float(o) : sc * (float(o) + 0.5) - 0.5;
   if (s < 0.0) s = 0.0;
   i0 = int64_t(s);
   if (i0 > n_in - 1l) i0 = n_in - 1l;
@@ -127,7 +136,7 @@ void main() {
   float a0, a1, b0, b1;
   rs_src_of(oh, H, Ho, pc.a.f[0], nearest, align, h0, h1, a0, a1);
   rs_src_of(ow, W, Wo, pc.a.f[1], nearest, align, w0, w1, b0, b1);
-  float v;
+  PFLOAT v;
   if (nearest) v = ldf(x, base + h0 * W + w0, dt);
   else
     v = a0 * (b0 * ldf(x, base + h0 * W + w0, dt) + b1 * ldf(x, base + h0 * W + w1, dt)) +
@@ -143,6 +152,24 @@ float rs_w(int64_t o, int64_t i, int64_t n_in, int64_t n_out, float sc, bool nea
   float l0, l1;
   rs_src_of(o, n_in, n_out, sc, nearest, align, i0, i1, l0, l1);
   return (i0 == i ? l0 : 0.0) + (i1 == i ? l1 : 0.0);
+}
+/* Whether output o has input i as a tap, and its weight there (l0 + l1
+ * when both taps are i). */
+bool rs_tap(int64_t o, int64_t i, int64_t n_in, int64_t n_out, float sc, bool nearest, bool align, out float w) {
+  int64_t i0, i1;
+  float l0, l1;
+  rs_src_of(o, n_in, n_out, sc, nearest, align, i0, i1, l0, l1);
+  w = 0.0;
+  if (i0 == i1) {
+    if (i0 != i) return false;
+    PFLOAT t = l0 + l1;
+    w = t;
+    return true;
+  }
+  if (i0 == i) w = l0;
+  else if (i1 == i) w = l1;
+  else return false;
+  return true;
 }
 /* The first output in [0, n_out) whose i0 >= v (n_out if none). */
 int64_t rs_first(int64_t v, int64_t n_in, int64_t n_out, float sc, bool nearest, bool align) {
@@ -172,6 +199,21 @@ void main() {
   int64_t oh1 = rs_first(ih + 1l, H, Ho, sh, nearest, align);
   int64_t ow0 = rs_first(nearest ? iw : iw - 1l, W, Wo, sw, nearest, align);
   int64_t ow1 = rs_first(iw + 1l, W, Wo, sw, nearest, align);
+#if defined(AG_PORTABLE)
+  precise float acc = 0.0;
+  for (int64_t oh = oh0; oh < oh1; oh++) {
+    float wh;
+    if (!rs_tap(oh, ih, H, Ho, sh, nearest, align, wh)) continue;
+    for (int64_t ow = ow0; ow < ow1; ow++) {
+      float ww;
+      if (!rs_tap(ow, iw, W, Wo, sw, nearest, align, ww)) continue;
+      precise float t = (wh * ww) * ldf(pc.a.p[1], base + oh * Wo + ow, dt);
+      acc = acc + t;
+    }
+  }
+  stf(pc.a.p[0], i, dt, acc);
+}
+#else
   float acc = 0.0;
   for (int64_t oh = oh0; oh < oh1; oh++) {
     float wh = rs_w(oh, ih, H, Ho, sh, nearest, align);
@@ -181,4 +223,5 @@ void main() {
   }
   stf(pc.a.p[0], i, dt, acc);
 }
+#endif
 #endif

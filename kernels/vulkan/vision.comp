@@ -6,6 +6,18 @@
  * weight gradient): simple and exact in indexing; not tuned for speed. */
 #include "common.glsl"
 layout(local_size_x = WG) in;
+/* The portable builds (-DAG_PORTABLE, docs/numerics.md): the same order of
+ * terms (the convolutions and pooling sums are sequential as the contract
+ * states them), each product rounded before its sum (precise), pmath's
+ * division, and the weight gradient as S (psum.glsl). */
+#if defined(AG_PORTABLE)
+#include "anygrad/pmath.h"
+#define PFLOAT precise float
+#define P_DIV(a, b) agp_div(a, b)
+#else
+#define PFLOAT float
+#define P_DIV(a, b) ((a) / (b))
+#endif
 
 #define GN pc.a.n[0]
 #define GC pc.a.n[1]
@@ -33,7 +45,7 @@ void main() {
   t /= GHO;
   int64_t co = t % GCO, n = t / GCO;
   int64_t Cg = GC / GG, Cog = GCO / GG, g = co / Cog;
-  float acc = 0.0;
+  PFLOAT acc = 0.0;
   for (int64_t ci = 0; ci < Cg; ci++) {
     int64_t c = g * Cg + ci;
     for (int64_t i = 0; i < GKH; i++) {
@@ -60,7 +72,7 @@ void main() {
   t /= GH;
   int64_t c = t % GC, n = t / GC;
   int64_t Cg = GC / GG, Cog = GCO / GG, g = c / Cg, ci = c % Cg;
-  float acc = 0.0;
+  PFLOAT acc = 0.0;
   for (int64_t k = 0; k < Cog; k++) {
     int64_t co = g * Cog + k;
     for (int64_t i = 0; i < GKH; i++) {
@@ -81,7 +93,33 @@ void main() {
 }
 #endif
 
-#if defined(K_CONV_BWD_W)
+#if defined(K_CONV_BWD_W) && defined(AG_PORTABLE)
+/* p0 dw, p1 dy, p2 x: a work-group per weight element, S over the
+ * flattened (n, oh, ow) of dy * x, +0 for a tap in the padding */
+int64_t g_co, g_c, g_i, g_j;
+float pterm(int which, int64_t k) {
+  int64_t P = GHO * GWO, n = k / P, r = k % P, oh = r / GWO, ow = r % GWO;
+  int64_t h = oh * GSH - GPH + g_i * GDH, w = ow * GSW - GPW + g_j * GDW;
+  if (h < 0 || h >= GH || w < 0 || w >= GW) return 0.0;
+  precise float t = PF(pc.a.p[1], (n * GCO + g_co) * P + r) * PF(pc.a.p[2], ((n * GC + g_c) * GH + h) * GW + w);
+  return t;
+}
+#include "psum.glsl"
+void main() {
+  int64_t Cg = GC / GG, Cog = GCO / GG;
+  int64_t idx = P_LINE();
+  if (idx >= GCO * Cg * GKH * GKW) return;
+  g_j = idx % GKW;
+  int64_t t = idx / GKW;
+  g_i = t % GKH;
+  t /= GKH;
+  int64_t ci = t % Cg;
+  g_co = t / Cg;
+  g_c = (g_co / Cog) * Cg + ci;
+  float acc = psum_any(0, GN * GHO * GWO);
+  if (P_LEAD) PF(pc.a.p[0], idx) = acc;
+}
+#elif defined(K_CONV_BWD_W)
 /* p0 dw, p1 dy, p2 x: a work-group per weight element, its N*Ho*Wo terms
  * in a fixed order (strided shares, then the tree) */
 void main() {
@@ -168,10 +206,11 @@ void main() {
     PF(pc.a.p[0], o) = best;
     PI(pc.a.p[2], o) = int(bi);
   } else {
-    float acc = 0.0;
+    PFLOAT acc = 0.0;
     for (int64_t i = h0; i < h1; i++)
       for (int64_t j = w0; j < w1; j++) acc += PF(pc.a.p[1], xb + i * PW_ + j);
-    PF(pc.a.p[0], o) = dv > 0 ? acc / float(dv) : 0.0;
+    PFLOAT y = dv > 0 ? P_DIV(acc, float(dv)) : 0.0;
+    PF(pc.a.p[0], o) = y;
   }
 }
 #endif
@@ -200,7 +239,7 @@ void main() {
   if (oh1 > PHO) oh1 = PHO;
   if (ow1 > PWO) ow1 = PWO;
   int64_t ob = q * PHO * PWO;
-  float acc = 0.0;
+  PFLOAT acc = 0.0;
   for (int64_t oh = oh0; oh < oh1; oh++)
     for (int64_t ow = ow0; ow < ow1; ow++) {
       int64_t o = ob + oh * PWO + ow;
@@ -210,7 +249,7 @@ void main() {
       }
       int64_t h0, h1, w0, w1, dv;
       pool_window(oh, ow, h0, h1, w0, w1, dv);
-      if (dv > 0 && h >= h0 && h < h1 && w >= w0 && w < w1) acc += PF(pc.a.p[1], o) / float(dv);
+      if (dv > 0 && h >= h0 && h < h1 && w >= w0 && w < w1) acc += P_DIV(PF(pc.a.p[1], o), float(dv));
     }
   PF(pc.a.p[0], e) = acc;
 }
