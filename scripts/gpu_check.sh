@@ -6,8 +6,9 @@
 # "Checking on a GPU machine", says what each settles): build the CUDA
 # backend; the caller's current device around anygrad's calls; the fused
 # attention kernels against the CPU, under compute-sanitizer memcheck, and
-# timed against PyTorch's SDPA; two NCCL communicators on one GPU; the
-# placement of MPI ranks on several GPUs; shared-memory races in the
+# timed against PyTorch's SDPA; two NCCL communicators on one GPU; portable
+# numerics (the probe, the conformance rows in portable mode, every case bit
+# for bit against the CPU and the emulated GPU); the placement of MPI ranks on several GPUs; shared-memory races in the
 # attention kernels (racecheck); then every kernel against the CPU backend,
 # the conformance suite on cuda:0, a 1-rank NCCL all-reduce, benchmarks of
 # ops and GEMM against the copy bandwidth, cuBLAS and PyTorch, training
@@ -99,7 +100,29 @@ stage nccl_two 120 env LD_LIBRARY_PATH="$NCCL_LD" "$BUILD/bin/gpu3_nccl_two" --m
 # The rest of the programs (~30 s); the MPI module where MPI was found.
 REST="gpu_bench anygrad-cli amp_bench train_bench allreduce_bench"
 if cmake --build "$BUILD" --target help 2>/dev/null | grep -q ' anygrad-mpi$'; then REST="$REST anygrad-mpi"; fi
+# the emulated GPU (gpuemu:0), the third side of the portable comparison
+if cmake --build "$BUILD" --target help 2>/dev/null | grep -q ' anygrad-gpuemu$'; then REST="$REST anygrad-gpuemu"; fi
 stage build_rest 200 cmake --build "$BUILD" -j "$JOBS" --target $REST
+
+# Portable numerics (docs/numerics.md): portable_check's probe on the GPU
+# (subnormals, contraction, division, sqrt) and the conformance rows in
+# portable mode (refused cells show as unsupported, with the reason under
+# --verbose), ~60 s; then every op x dtype x shape case of cuda:0 (and
+# gpuemu:0 where built) against the CPU bit for bit, outputs and gradients
+# (0 differing cells is the target), ~60 s.
+if [ -x "$CLI" ]; then
+  stage portable_conformance 120 env AG_NUMERICS=portable "$CLI" check --backend cuda:0
+  PDEVS="cuda:0"
+  [ -e "$BUILD/lib/libanygrad-gpuemu.so" ] && PDEVS="$PDEVS gpuemu:0"
+  if "$CLI" check --help 2>&1 | grep -q -- '--bitwise'; then
+    stage portable_bitwise 150 "$CLI" check --numerics portable --bitwise $PDEVS
+  else
+    skip portable_bitwise "this anygrad check has no --bitwise"
+  fi
+else
+  skip portable_conformance "no anygrad CLI"
+  skip portable_bitwise "no anygrad CLI"
+fi
 
 # Placement of MPI ranks (anygrad train --dist mpi --device cuda): local
 # rank r on cuda:r. ~30 s
@@ -269,7 +292,7 @@ for k in ("memcheck_sdpa", "racecheck_sdpa"):
 summary["checks"]["attention_torch"] = tail_line("attention_torch", r"^\| \d+ \||rror")
 summary["checks"]["nccl_two"] = tail_line("nccl_two", r"gpu3_nccl_two|unavailable")
 summary["checks"]["placement_mpi"] = tail_line("placement_mpi", r"placement")
-for k in ("kernels", "kernels_own_gemm", "conformance"):
+for k in ("kernels", "kernels_own_gemm", "conformance", "portable_conformance", "portable_bitwise"):
     summary["checks"][k] = tail_line(k, r"passed|PASS|FAIL|fail|unavailable|ok")
 summary["checks"]["nccl"] = tail_line("nccl", r"check|unavailable|GB/s|allreduce_bench")
 copy = ours.get("copy_d2d", {}).get("gbps", 0)

@@ -109,6 +109,84 @@ static inline char *agk_optr(const ag_koperand *o) { return o ? agk_ptr(o) : (ch
   X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))         \
   X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))
 
+/* ---- portable numerics (docs/numerics.md) ----
+ * GPU_KOPS_PORTABLE: the ops (dtypes, variants) computed as docs/numerics.md
+ * fixes them; runtime.cu expands it into supports_portable and the
+ * dispatch's refusal (AGK_DEFINE_DISPATCH_PORTABLE). It is two lists, one
+ * op per line: GPU_KOPS_EXACT, the ops exact by nature (data movement,
+ * comparisons, one rounding) whose default kernels were checked against the
+ * spec and run as they are (pooling, scatter-add, pad's backward: their
+ * kernels already add in the spec's order, in f32, and divide once); GPU_KOPS_PORTABLE_OWN, the ops whose portable
+ * call runs agkp_<name> (portable.cu, compiled without contraction, with
+ * correctly rounded division and square root, subnormals kept). The integer
+ * dtypes are exact by nature in every op that takes them (agkp_* hand them
+ * to the default kernels); f64 only in the ops exact by nature (copies and
+ * casts, indexing, sorting, REDUCE MAX/MIN/ARGMAX). Sub-op rules (which
+ * UNARY, BINARY, REDUCE codes): agg_portable_rule in runtime.cu. */
+#define AGK_DTS_PORTABLE (AGK_DTS_FLOAT | AGK_DTS_INT)
+#define GPU_KOPS_EXACT(X)                                                                          \
+  X(FILL, fill, AGK_DTS_ALL, AGK_VNONE)                                                            \
+  X(WHERE, where, AGK_DTS_ALL, AGK_VNONE)                                                          \
+  X(EMBEDDING, embedding, AGK_DTS_ALL, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))              \
+  X(GATHER, gather, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))                \
+  X(ONE_HOT, one_hot, AGK_DT(I32) | AGK_DT(I64), AGK_VNONE)                                         \
+  X(TOPK, topk, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_TOPK_LARGEST) | AGK_VBIT(AG_KV_TOPK_SMALLEST))     \
+  X(SORT, sort, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_SORT_ASCENDING) | AGK_VBIT(AG_KV_SORT_DESCENDING)) \
+  X(PAD, pad, AGK_DTS_FLOAT64, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))         \
+  X(NONFINITE_CHECK, nonfinite_check, AGK_DTS_FLOAT, AGK_VNONE)                                    \
+  X(POOL2D, pool2d, AGK_DT(F32), AGK_VANY)                                                         \
+  X(POOL2D_BWD, pool2d_bwd, AGK_DT(F32), AGK_VANY)                                                 \
+  X(SCATTER_ADD, scatter_add, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))        \
+  X(PAD_BWD, pad_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_PAD_CONSTANT) | AGK_VBIT(AG_KV_PAD_REFLECT))
+
+#define GPU_KOPS_PORTABLE_OWN(X)                                                                   \
+  X(UNARY, unary, AGK_DTS_ALL, AGK_VANY)                                                           \
+  X(BINARY, binary, AGK_DTS_PORTABLE, AGK_VANY)                                                    \
+  X(REDUCE, reduce, AGK_DTS_ALL, AGK_VANY)                                                         \
+  X(MATMUL, matmul, AGK_DTS_FLOAT, AGK_VNONE)                                                      \
+  X(SOFTMAX, softmax, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX))        \
+  X(SOFTMAX_BWD, softmax_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_SOFTMAX) | AGK_VBIT(AG_KV_LOG_SOFTMAX)) \
+  X(CROSS_ENTROPY, cross_entropy, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))    \
+  X(CROSS_ENTROPY_BWD, cross_entropy_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64)) \
+  X(LAYERNORM, layernorm, AGK_DTS_FLOAT, AGK_VNONE)                                                \
+  X(LAYERNORM_BWD, layernorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                        \
+  X(RMSNORM, rmsnorm, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
+  X(RMSNORM_BWD, rmsnorm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                            \
+  X(LOGSUMEXP, logsumexp, AGK_DTS_FLOAT, AGK_VNONE)                                                \
+  X(ADAMW, adamw, AGK_DT(F32), AGK_VNONE)                                                          \
+  X(SGD, sgd, AGK_DT(F32), AGK_VNONE)                                                              \
+  X(SUMSQ, sumsq, AGK_DTS_FLOAT, AGK_VNONE)                                                        \
+  X(EMBEDDING_BWD, embedding_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))    \
+  X(DROPOUT, dropout, AGK_DTS_FLOAT, AGK_VNONE)                                                    \
+  X(RAND_UNIFORM, rand_uniform, AGK_DTS_FLOAT, AGK_VNONE)                                          \
+  X(RAND_NORMAL, rand_normal, AGK_DTS_FLOAT, AGK_VNONE)                                            \
+  X(ARANGE, arange, AGK_DTS_PORTABLE, AGK_VNONE)                                                   \
+  X(CONV2D, conv2d, AGK_DT(F32), AGK_VNONE)                                                        \
+  X(CONV2D_BWD_INPUT, conv2d_bwd_input, AGK_DT(F32), AGK_VNONE)                                    \
+  X(CONV2D_BWD_WEIGHT, conv2d_bwd_weight, AGK_DT(F32), AGK_VNONE)                                  \
+  X(BN_STATS, bn_stats, AGK_DT(F32), AGK_VBIT(AG_KV_BN_MEAN_VAR) | AGK_VBIT(AG_KV_BN_SUMS))        \
+  X(BN_APPLY, bn_apply, AGK_DT(F32), AGK_VBIT(AG_KV_BN_AFFINE) | AGK_VBIT(AG_KV_BN_AFFINE_B))      \
+  X(VAR, var, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_VAR) | AGK_VBIT(AG_KV_STD))                            \
+  X(CUMSUM, cumsum, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_CUMSUM_PREFIX) | AGK_VBIT(AG_KV_CUMSUM_SUFFIX))   \
+  X(GROUP_NORM, group_norm, AGK_DTS_FLOAT, AGK_VNONE)                                              \
+  X(GROUP_NORM_BWD, group_norm_bwd, AGK_DTS_FLOAT, AGK_VNONE)                                      \
+  X(NORM, norm, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_NORM_L1) | AGK_VBIT(AG_KV_NORM_L2) | AGK_VBIT(AG_KV_NORM_INF)) \
+  X(GATHER_BWD, gather_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_IDX32) | AGK_VBIT(AG_KV_IDX64))          \
+  X(INTERPOLATE, interpolate, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR)) \
+  X(INTERPOLATE_BWD, interpolate_bwd, AGK_DTS_FLOAT, AGK_VBIT(AG_KV_INTERP_NEAREST) | AGK_VBIT(AG_KV_INTERP_BILINEAR))
+
+#define GPU_KOPS_PORTABLE(X) GPU_KOPS_EXACT(X) GPU_KOPS_PORTABLE_OWN(X)
+
+/* The portable launchers (portable.cu), as agk_<name>; the multi-tensor
+ * ops launch per tensor and need no staged table. */
+#define AGKP_LAUNCHER(ID, nm, dts, vs) AGK_HIDDEN gpuError_t agkp_##nm(const agk_env *env, const ag_k_##nm *a);
+GPU_KOPS_PORTABLE_OWN(AGKP_LAUNCHER)
+/* The portable_check probe (portable.cu), on the calling thread's current
+ * device: gpuSuccess with *ok false and why in reason when the device
+ * flushes subnormals, contracts a*b + c or rounds / and sqrt otherwise than
+ * IEEE's nearest even. */
+AGK_HIDDEN gpuError_t agkp_probe(bool *ok, char *reason, size_t reason_len);
+
 /* Launchers (the .cu files here): agk_<name> enqueues the op on
  * env->stream and returns the vendor error of the launch;
  * gpuErrorNotSupported for a combination supports() rejects or a shape the

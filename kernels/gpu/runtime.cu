@@ -496,13 +496,65 @@ static ag_status agg_route(const agk_env *env, const ag_k_sumsq *a,
   return agg_multi(env, a, launch);
 }
 
-/* The dispatch from GPU_KOPS: every call decoded into its ag_k_<name> */
-#define AGG_OP(ID, nm, dts, vs) \
-  static ag_status agg_k_##nm(const agk_env *env, const ag_k_##nm *a) { return agg_route(env, a, agk_##nm); }
+/* Portable numerics (docs/numerics.md): a call with AG_KF_PORTABLE of an op
+ * of GPU_KOPS_PORTABLE_OWN runs its agkp_<name> (portable.cu); one of
+ * GPU_KOPS_EXACT runs the default route (its kernel is exact by nature).
+ * Anything else never gets here: the dispatch refuses it first. */
+template <typename A> static ag_status agg_portable(const agk_env *, const A *a) {
+  return ag_k__not_portable(a->call, AG_GPU_BACKEND_NAME, a->dtype);
+}
+#define AGG_PEXACT(ID, nm, dts, vs) \
+  static ag_status agg_portable(const agk_env *env, const ag_k_##nm *a) { return agg_route(env, a, agk_##nm); }
+GPU_KOPS_EXACT(AGG_PEXACT)
+#define AGG_POWN(ID, nm, dts, vs)                                        \
+  static ag_status agg_portable(const agk_env *env, const ag_k_##nm *a) { \
+    return agg_status(a->call, a->dtype, agkp_##nm(env, a));             \
+  }
+GPU_KOPS_PORTABLE_OWN(AGG_POWN)
+
+/* The dispatch from GPU_KOPS: every call decoded into its ag_k_<name>; a
+ * portable call of an op outside GPU_KOPS_PORTABLE is refused */
+#define AGG_OP(ID, nm, dts, vs)                                                                \
+  static ag_status agg_k_##nm(const agk_env *env, const ag_k_##nm *a) {                        \
+    return (a->call->flags & AG_KF_PORTABLE) ? agg_portable(env, a) : agg_route(env, a, agk_##nm); \
+  }
 GPU_KOPS(AGG_OP)
 #define AGK_IMPL(name) agg_k_##name
 #define AGK_CTX const agk_env *
-AGK_DEFINE_DISPATCH(gpu_dispatch, GPU_KOPS, AG_GPU_BACKEND_NAME)
+AGK_DEFINE_DISPATCH_PORTABLE(gpu_dispatch, GPU_KOPS, GPU_KOPS_PORTABLE, AG_GPU_BACKEND_NAME)
+
+/* The sub-op codes GPU_KOPS_PORTABLE takes as a whole (AGK_VANY): the
+ * elementwise table's float entries (pmath in portable.cu) and the integer
+ * rules, f64 only in copies and casts; REDUCE SUM (the canonical sum S, not
+ * f64), MAX and MIN (the CPU's
+ * first-of-equals rule, which fixes the sign of a zero result; the default
+ * kernels' trees did not), ARGMAX (exact: the default kernel). */
+static bool agg_portable_rule(ag_kop op, int sub, ag_dtype dt) {
+  if (!gpu_supports_rule(op, sub, dt)) return false;
+  switch (op) {
+    case AG_K_UNARY: return dt != AG_F64 || sub == AG_U_COPY; /* f64: copies and casts */
+    case AG_K_REDUCE:
+      return (sub == AG_R_SUM && dt != AG_F64) || sub == AG_R_MAX || sub == AG_R_MIN || sub == AG_R_ARGMAX;
+    default: return true;
+  }
+}
+
+static bool agg_supports_portable(int dev, ag_kop op, int sub, ag_dtype dt) {
+  return agg_supports(dev, op, sub, dt) && gpu_dispatch_portable(op, sub, dt) && agg_portable_rule(op, sub, dt);
+}
+
+/* portable_check: the probe kernel (portable.cu) on dev, once per device
+ * (the core caches the answer) */
+static ag_status agg_portable_check(int dev) {
+  ON_DEVICE(dev);
+  bool ok = false;
+  char why[160] = "";
+  gpuError_t e = agkp_probe(&ok, why, sizeof why);
+  if (e != gpuSuccess) return agv_status((int)e, AGV_RUNTIME, "portable numerics probe");
+  if (!ok)
+    return ag_error_set(AG_ERR_UNSUPPORTED, AG_GPU_BACKEND_NAME ":%d refuses portable numerics: %s", dev, why);
+  return AG_OK;
+}
 
 ag_status agg_launch(ag_bstream *s, const ag_kernel_call *c) {
   if (c->struct_size < sizeof *c) return ag_kernel_call_check(c, sizeof *c, AG_GPU_BACKEND_NAME);
@@ -604,8 +656,8 @@ static const ag_backend g_backend = {
     .collective = AG_GPU_COLLECTIVE,
     .description = AG_GPU_DESCRIPTION,
     .thread_device = agg_thread_device,
-    .portable_check = NULL,
-    .supports_portable = NULL,
+    .portable_check = agg_portable_check,
+    .supports_portable = agg_supports_portable,
 };
 
 extern "C" __attribute__((visibility("default"))) const ag_backend *ag_backend_module_get(void) { return &g_backend; }
