@@ -54,6 +54,7 @@ struct ctx {
   int64_t skipped[MAXR];
   charlm_options co[MAXR];
   charlm_result cr[MAXR];
+  uint64_t phash[MAXR][8]; /* per step: FNV-1a of the parameters' bytes */
 };
 
 typedef struct targ {
@@ -698,6 +699,78 @@ static void test_balance(void **state) {
   check_equiv("balanced cpu+cpu (one 3x slower)", &c, &ref);
 }
 
+/* ---- portable numerics: replicas on different vendors stay identical ----
+ * With AG_NUMERICS_PORTABLE every replica computes its share's gradients,
+ * receives the same reduced sum and takes the same AdamW step with the same
+ * bits (docs/numerics.md), so the parameters are identical on every device
+ * after every step, with no broadcast after the one at creation. */
+
+static uint64_t fnv(const void *p, size_t n, uint64_t h) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static void rank_portable(ctx *c, int r) {
+  ag_mlp m;
+  CHECK_OK(c, r, mlp_make(&m, c->dev[r], 100));
+  ag_ddp *d = NULL;
+  CHECK_OK(c, r, ag_ddp_create(c->g[r], &m.params, NULL, &d));
+  ag_adamw_options ao = ag_adamw_defaults();
+  ao.lr = 1e-2;
+  ag_optimizer *opt = ag_adamw_create(&m.params, &ao);
+  CHECK(c, r, opt != NULL, "adamw: %s", ag_last_error());
+  batch b;
+  make_global_batch(&b, 8 * (int64_t)c->size, 5);
+  for (int step = 0; step < c->steps; step++) {
+    CHECK_OK(c, r, ag_ddp_step_begin(d));
+    ag_scope_begin();
+    ag_tensor *loss = mlp_loss(&m, c->dev[r], &b, r * 8, 8);
+    ag_status st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
+    if (st == AG_OK) st = ag_ddp_finish(d);
+    if (st == AG_OK) st = ag_optimizer_step(opt);
+    ag_optimizer_zero_grad(opt);
+    ag_scope_end();
+    CHECK_OK(c, r, st);
+    float *h = params_host(&m);
+    CHECK(c, r, h != NULL, "params: %s", ag_last_error());
+    c->phash[r][step] = fnv(h, (size_t)grads_numel(&m) * sizeof *h, 14695981039346656037ull);
+    free(h);
+  }
+  ag_optimizer_free(opt);
+  ag_ddp_destroy(d);
+  ag_mlp_free(&m);
+}
+
+static void test_portable_cross_vendor(void **state) {
+  (void)state;
+  ctx c = {.size = 0, .steps = 6};
+  const char *names[] = {"cpu", "opencl:0", "vulkan:0", "gpuemu:0"};
+  char list[96] = "";
+  for (size_t i = 0; i < sizeof names / sizeof *names && c.size < MAXR; i++) {
+    ag_device dv;
+    ag_device_props pr;
+    if (ag_device_parse(names[i], &dv) != AG_OK || ag_device_props_get(dv, &pr) != AG_OK) {
+      ag_error_clear(); /* not present on this machine */
+      continue;
+    }
+    /* a device present must honour the mode: a refusal fails the test */
+    assert_int_equal(ag_device_numerics_check(dv, AG_NUMERICS_PORTABLE), AG_OK);
+    c.dev[c.size++] = dv;
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", c.size > 1 ? "," : "", names[i]);
+  }
+  if (c.size == 1) c.dev[c.size++] = AG_CPU; /* two CPU replicas at least */
+  assert_int_equal(ag_set_numerics(AG_NUMERICS_PORTABLE), AG_OK);
+  run_ranks(&c, rank_portable);
+  ag_set_numerics(AG_NUMERICS_DEFAULT);
+  for (int s = 0; s < c.steps; s++)
+    for (int r = 1; r < c.size; r++) {
+      if (c.phash[r][s] != c.phash[0][s])
+        fail_msg("portable replicas %s: step %d: rank %d's parameters differ from rank 0's", list, s, r);
+    }
+  printf("# portable: %d replicas (%s), parameters identical after each of %d steps\n", c.size, list, c.steps);
+}
+
 int main(void) {
   ag_set_num_threads(1); /* ranks are threads already; 2 cores in CI */
   make_word_list();
@@ -708,6 +781,7 @@ int main(void) {
       cmocka_unit_test(test_equivalence),     cmocka_unit_test(test_equivalence_opencl),
       cmocka_unit_test(test_equivalence_gpt), cmocka_unit_test(test_resume_n_to_m),
       cmocka_unit_test(test_balance),         cmocka_unit_test(test_replica_failure),
+      cmocka_unit_test(test_portable_cross_vendor),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   if (strcmp(g_words, "/usr/share/dict/words")) unlink(g_words);

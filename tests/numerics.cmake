@@ -16,27 +16,51 @@ add_test(NAME numerics_env_reject COMMAND numerics_test env-reject)
 set_tests_properties(numerics_env_reject PROPERTIES TIMEOUT 60 ENVIRONMENT "AG_NUMERICS=fast;AG_BACKENDS=cpu")
 
 if(TARGET anygrad-cli)
-  # The proof: every row on each device and on the CPU, bit for bit, the CPU
-  # also against itself with another thread count. A refused cell is neither
-  # a pass nor a failure, so it passes while the backends list no portable
-  # kernels; a differing or failing cell fails it. The CPU at once; a backend
-  # is added when its portable kernels are complete, by naming it here (or
-  # with -DAG_PORTABLE_BITWISE_BACKENDS="gpuemu;opencl;vulkan"): one test per
-  # backend, check_portable_bitwise_<backend>, run where the module is built
-  # (an absent device then fails: CI has them).
-  set(AG_PORTABLE_BITWISE_BACKENDS "" CACHE STRING
-      "backends whose devices check_portable_bitwise_<backend> proves bit for bit against the CPU")
-  add_test(NAME check_portable_bitwise_cpu
-           COMMAND $<TARGET_FILE:anygrad-cli> check --numerics portable --bitwise cpu)
-  set_tests_properties(check_portable_bitwise_cpu PROPERTIES TIMEOUT 600 LABELS "numerics")
-  foreach(_b ${AG_PORTABLE_BITWISE_BACKENDS})
-    if(_b IN_LIST AG_BUILT_BACKENDS)
-      add_test(NAME check_portable_bitwise_${_b}
-               COMMAND $<TARGET_FILE:anygrad-cli> check --numerics portable --bitwise ${_b}:0)
-      set_tests_properties(check_portable_bitwise_${_b} PROPERTIES TIMEOUT 600 LABELS "numerics;${_b}"
-                           ENVIRONMENT "AG_BACKEND_PATH=${CMAKE_BINARY_DIR}/lib")
-    endif()
-  endforeach()
+  # The proof (docs/numerics.md, "Proving it"): every conformance row on each
+  # device of every built backend and on the CPU, bit for bit, the CPU also
+  # against itself with another thread count, and --coverage: a kernel op a
+  # device lists as portable that no row launched fails it. A refused cell
+  # is neither a pass nor a failure; a differing or failing cell fails it,
+  # and so does a device present that refuses the mode. CI has every device
+  # (PoCL, lavapipe, gpuemu:0 and gpuemu:1).
+  # OpenCL in a test of its own: the sanitizer stage runs the OpenCL tests
+  # (by name) without LeakSanitizer, which PoCL's threads crash at exit.
+  set(_ag_bitwise_devs cpu)
+  if("gpuemu" IN_LIST AG_BUILT_BACKENDS)
+    list(APPEND _ag_bitwise_devs gpuemu:0 gpuemu:1)
+  endif()
+  if("vulkan" IN_LIST AG_BUILT_BACKENDS)
+    list(APPEND _ag_bitwise_devs vulkan:0)
+  endif()
+  add_test(NAME check_portable_bitwise
+           COMMAND $<TARGET_FILE:anygrad-cli> check --numerics portable --bitwise --coverage ${_ag_bitwise_devs})
+  set_tests_properties(check_portable_bitwise PROPERTIES TIMEOUT 900 LABELS "numerics"
+                       ENVIRONMENT "AG_BACKEND_PATH=${CMAKE_BINARY_DIR}/lib")
+  if("opencl" IN_LIST AG_BUILT_BACKENDS)
+    add_test(NAME check_portable_bitwise_opencl
+             COMMAND $<TARGET_FILE:anygrad-cli> check --numerics portable --bitwise --coverage cpu opencl:0)
+    set_tests_properties(check_portable_bitwise_opencl PROPERTIES TIMEOUT 900 LABELS "numerics;opencl"
+                         ENVIRONMENT "AG_BACKEND_PATH=${CMAKE_BINARY_DIR}/lib")
+    list(INSERT _ag_bitwise_devs 1 opencl:0)
+  endif()
+  # Training on every device at once: the GPT, the Fashion-MNIST CNN and the
+  # Llama text model, losses and parameters identical after every step
+  # (--tol 0) and a hash of every weight per device at the end. Short runs
+  # (the 100-step runs are in docs/numerics.md), in the Release stage only.
+  string(REPLACE ";" "," _ag_compare_devs "${_ag_bitwise_devs}")
+  string(REPLACE ",gpuemu:1" "" _ag_compare_devs "${_ag_compare_devs}")
+  list(LENGTH _ag_bitwise_devs _ag_ndevs)
+  if(NOT AG_SANITIZE AND _ag_ndevs GREATER 2)
+    add_test(NAME portable_compare_gpt COMMAND $<TARGET_FILE:anygrad-cli> compare --numerics portable --tol 0
+             --devices ${_ag_compare_devs} --model gpt --steps 5 --batch 8)
+    add_test(NAME portable_compare_llama COMMAND $<TARGET_FILE:anygrad-cli> compare --numerics portable --tol 0
+             --devices ${_ag_compare_devs} --model llama --steps 5 --batch 8)
+    add_test(NAME portable_compare_cnn COMMAND $<TARGET_FILE:anygrad-cli> compare --numerics portable --tol 0
+             --devices ${_ag_compare_devs} --model cnn --data synthetic --steps 3 --batch 16)
+    set_tests_properties(portable_compare_gpt portable_compare_llama portable_compare_cnn PROPERTIES
+                         TIMEOUT 900 LABELS "numerics" PASS_REGULAR_EXPRESSION "weights identical on"
+                         ENVIRONMENT "AG_BACKEND_PATH=${CMAKE_BINARY_DIR}/lib")
+  endif()
   # The path of a difference, end to end: a defect planted into the emulated
   # GPU's additions (AG_FAULT, docs/compare.md) must show as a differing cell
   # with both values and their distance, and exit 1. In the default mode, as

@@ -10,17 +10,15 @@ if(TARGET anygrad-gpuemu)
   add_test(NAME portable_gpu COMMAND portable_gpu_test)
   set_tests_properties(portable_gpu PROPERTIES ENVIRONMENT "AG_BACKEND_PATH=$<TARGET_FILE_DIR:anygrad-gpuemu>"
                        TIMEOUT 600 LABELS gpuemu)
-  # every conformance row bit for bit against the CPU on both flavours, and
-  # training: the MLP and the GPT, weights identical after the steps
-  add_test(NAME portable_gpu_bitwise COMMAND $<TARGET_FILE:anygrad-cli> check --numerics portable --bitwise gpuemu:0
-           gpuemu:1)
+  # training: the MLP and the GPT, weights identical after the steps (every
+  # conformance row bit for bit: check_portable_bitwise, tests/numerics.cmake)
   add_test(NAME portable_gpu_compare_mlp COMMAND $<TARGET_FILE:anygrad-cli> compare --numerics portable --tol 0
            --devices cpu,gpuemu:0,gpuemu:1 --steps 20)
   add_test(NAME portable_gpu_compare_gpt COMMAND $<TARGET_FILE:anygrad-cli> compare --numerics portable --tol 0
            --devices cpu,gpuemu:0 --model gpt --steps 4 --batch 8)
   set_tests_properties(portable_gpu_compare_mlp portable_gpu_compare_gpt PROPERTIES PASS_REGULAR_EXPRESSION
                        "weights identical on")
-  set_tests_properties(portable_gpu_bitwise portable_gpu_compare_mlp portable_gpu_compare_gpt PROPERTIES
+  set_tests_properties(portable_gpu_compare_mlp portable_gpu_compare_gpt PROPERTIES
                        TIMEOUT 600 LABELS gpuemu)
   if(TARGET anygrad-gpuemu-check)
     add_test(NAME portable_gpu_checked COMMAND portable_gpu_test)
