@@ -256,7 +256,7 @@ static void test_one_arg(void **state) {
       0x1.a0f9dp+109f, 0x1.484dd6p+110f, 0x1.b08c4ap+111f, 0x1.b08c4ap+112f, 0x1.b08c4ap+113f,
       0x1.517106p+114f, 0x1.80fea8p+115f, 0x1.80fea8p+116f, 0x1.20befep+117f, 0x1.f99756p+118f,
       0x1.2ceb8p+119f, 0x1.2ceb8p+120f, 0x1.d8660ap+121f, 0x1.fe037ap+122f, 0x1.fe037ap+123f,
-      0x1.fe037ap+124f};
+      0x1.fe037ap+124f, 0x1.fe037ap+125f, 0x1.7b9b4p+126f, 0x1.7b9b4p+127f};
   {
     const dom1 big = {0x49800001u, 0x7f7fffffu, 1};
     stat *s = new_stat("sin");
