@@ -234,8 +234,38 @@ static void test_one_arg(void **state) {
   RUN1("tanh", f_tanh, tanh, ALL_FINITE, sw_tanh);
   RUN1("sigmoid", f_sigmoid, r_sigmoid, ALL_FINITE, sw_sig);
   RUN1("erf", f_erf, erf, ALL_FINITE, sw_erf);
-  RUN1("sin", f_sin, sin, trig, trig_extra);
-  RUN1("cos", f_cos, cos, trig, trig_extra);
+  /* sin, cos: densely up to 2^20 (Cody-Waite), then over every float
+   * (Payne-Hanek above 2^20) with each binade's float nearest a multiple of
+   * pi/2 (found by a scan of every float) */
+  static const float hard_big[] = {
+      0x1.4ac55cp+21f, 0x1.4ac55cp+22f, 0x1.4ac55cp+23f, 0x1.e768f6p+24f, 0x1.4665d2p+25f, 0x1.4665d2p+26f,
+      0x1.4665d2p+27f, 0x1.08ecc2p+28f, 0x1.27a94ap+29f, 0x1.27a94ap+30f, 0x1.1ffa28p+31f, 0x1.b7a65ep+32f,
+      0x1.ffa4e8p+33f, 0x1.47d0fep+34f, 0x1.47d0fep+35f, 0x1.47d0fep+36f, 0x1.47d0fep+37f, 0x1.47d0fep+38f,
+      0x1.47d0fep+39f, 0x1.628d4cp+40f, 0x1.628d4cp+41f, 0x1.628d4cp+42f, 0x1.628d4cp+43f, 0x1.628d4cp+44f,
+      0x1.f0eaeep+45f, 0x1.f0eaeep+46f, 0x1.f0eaeep+47f, 0x1.705312p+48f, 0x1.705312p+49f, 0x1.b86d92p+50f,
+      0x1.dc7ad2p+51f, 0x1.ee8172p+52f, 0x1.f784c2p+53f, 0x1.fc066ap+54f, 0x1.fe473ep+55f, 0x1.ff67a8p+56f,
+      0x1.0f79ap+57f, 0x1.0f79ap+58f, 0x1.0f79ap+59f, 0x1.0f79ap+60f, 0x1.0f79ap+61f, 0x1.0f79ap+62f,
+      0x1.0f79ap+63f, 0x1.c82258p+64f, 0x1.c82258p+65f, 0x1.5619c2p+66f, 0x1.f8aad6p+67f, 0x1.a7624cp+68f,
+      0x1.a7624cp+69f, 0x1.d83694p+70f, 0x1.d83694p+71f, 0x1.cc0182p+72f, 0x1.5c0e66p+73f, 0x1.5c0e66p+74f,
+      0x1.5c0e66p+75f, 0x1.13093p+76f, 0x1.13093p+77f, 0x1.13093p+78f, 0x1.13093p+79f, 0x1.13093p+80f,
+      0x1.13093p+81f, 0x1.13093p+82f, 0x1.8dc776p+83f, 0x1.8dc776p+84f, 0x1.32ede2p+85f, 0x1.32ede2p+86f,
+      0x1.32ede2p+87f, 0x1.32ede2p+88f, 0x1.abb4bp+89f, 0x1.abb4bp+90f, 0x1.40c784p+91f, 0x1.0b50eep+92f,
+      0x1.0b50eep+93f, 0x1.0b50eep+94f, 0x1.f37c8ap+95f, 0x1.f37c8ap+96f, 0x1.f37c8ap+97f, 0x1.f37c8ap+98f,
+      0x1.f37c8ap+99f, 0x1.f37c8ap+100f, 0x1.7f4134p+101f, 0x1.7f4134p+102f, 0x1.7f4134p+103f,
+      0x1.cc383p+104f, 0x1.a5bcb2p+105f, 0x1.a5bcb2p+106f, 0x1.df43b8p+107f, 0x1.2928e2p+108f,
+      0x1.a0f9dp+109f, 0x1.484dd6p+110f, 0x1.b08c4ap+111f, 0x1.b08c4ap+112f, 0x1.b08c4ap+113f,
+      0x1.517106p+114f, 0x1.80fea8p+115f, 0x1.80fea8p+116f, 0x1.20befep+117f, 0x1.f99756p+118f,
+      0x1.2ceb8p+119f, 0x1.2ceb8p+120f, 0x1.d8660ap+121f, 0x1.fe037ap+122f, 0x1.fe037ap+123f,
+      0x1.fe037ap+124f, 0x1.fe037ap+125f, 0x1.7b9b4p+126f, 0x1.7b9b4p+127f};
+  {
+    const dom1 big = {0x49800001u, 0x7f7fffffu, 1};
+    stat *s = new_stat("sin");
+    sweep1(s, f_sin, sin, trig, n, trig_extra, nt);
+    sweep1(s, f_sin, sin, big, n / 2, hard_big, (int)(sizeof hard_big / sizeof *hard_big));
+    s = new_stat("cos");
+    sweep1(s, f_cos, cos, trig, n, trig_extra, nt);
+    sweep1(s, f_cos, cos, big, n / 2, hard_big, (int)(sizeof hard_big / sizeof *hard_big));
+  }
   RUN1("sinh", f_sinh, sinh, ALL_FINITE, sw_hyp);
   RUN1("cosh", f_cosh, cosh, ALL_FINITE, sw_hyp);
   RUN1("sqrt", f_sqrt, sqrt, POS_FINITE, sw_sqrt);

@@ -675,10 +675,21 @@ AGP_FN AGP_FT agp_erf(AGP_FT x) {
  * |x| = k pi/2 + r: k = rint(|x| 2/pi) split into kh (multiple of 1024) and
  * kl < 1024, pi/2 in five parts (four of 14 bits), so every product with
  * kh and kl is exact; the running sum is kept exactly (TwoSum) until the
- * remaining terms are below 2^-38. Accurate for |x| <= 2^20 (k < 2^20);
- * beyond, the products round and the result loses accuracy (still the
- * same bits everywhere); |x| >= 2^30 is reduced as 0 (documented). Then
- * sin r = r + r^3 S(r^2), cos r = 1 - r^2/2 + r^4 C(r^2) (degree 4 each). */
+ * remaining terms are below 2^-38. That is exact enough for |x| <= 2^20
+ * (k < 2^20). Above 2^20 (behind a branch) Payne-Hanek in int arithmetic:
+ * x = M 2^E (M of 24 bits in two 12-bit halves) times the 108 bits of 2/pi
+ * that matter for this E (nine 12-bit words from agp_i_2opi), products of
+ * 12 x 12 bits summed with carries in 12-bit limbs, the bits above 4 never
+ * formed; the 2 bits of the quadrant and 70 bits of the fraction, rounded
+ * to the nearest quadrant, then r = f pi/2 as a pair (exact products).
+ * Then sin r = r + r^3 S(r^2), cos r = 1 - r^2/2 + r^4 C(r^2) (degree 4
+ * each). */
+/* 2/pi = sum over q >= 0 of agp_i_2opi(q) 2^(-12 q - 12); 0 for q < 0 */
+AGP_FN AGP_I agp_i_2opi(AGP_I q) {
+  return q == 0 ? 2607 : q == 1 ? 2435 : q == 2 ? 1764 : q == 3 ? 3652 : q == 4 ? 338 : q == 5 ? 2556 :
+         q == 6 ? 629 : q == 7 ? 2001 : q == 8 ? 3923 : q == 9 ? 1245 : q == 10 ? 3085 : q == 11 ? 2914 :
+         q == 12 ? 2393 : q == 13 ? 2364 : q == 14 ? 1081 : q == 15 ? 65 : q == 16 ? 4069 : 0;
+}
 AGP_FN AGP_FT agp_i_sincos(AGP_FT ax, AGP_I off) {
   AGP_F xr = ax < AGP_K(1073741824.0) ? ax : AGP_K(0.0);
   AGP_F t = xr * AGP_K(0.636619772);
@@ -714,6 +725,91 @@ AGP_FN AGP_FT agp_i_sincos(AGP_FT ax, AGP_I off) {
   AGP_F l5 = l4 + t6;
   AGP_F rh = s4 + l5;
   AGP_F rl = agp_i_fast_err(s4, l5, rh);
+  if (ax > AGP_K(1048576.0)) {
+    /* |x| = M 2^E, E in [-3, 104]; 2/pi's word q carries 2^(E - 12 - 12 q),
+     * q0 the first with a weight below 4, F = that weight's exponent in
+     * [-10, 1]; S = sum over n of (mh c(q0+n+1) + ml c(q0+n)) 2^(-12 n)
+     * mod 2^12, then |x| 2/pi = S 2^F mod 4. */
+    AGP_I bx = AGP_AS_I(ax);
+    AGP_I mm = (bx & 0x7fffff) | 0x800000;
+    AGP_I ex = (bx >> 23) - 150;
+    AGP_I q0 = (ex + 10) / 12 - 1;
+    AGP_I sh = ex - 12 - 12 * q0 + 10;
+    AGP_I mh = mm >> 12;
+    AGP_I ml = mm & 4095;
+    AGP_I c0 = agp_i_2opi(q0);
+    AGP_I c1 = agp_i_2opi(q0 + 1);
+    AGP_I c2 = agp_i_2opi(q0 + 2);
+    AGP_I c3 = agp_i_2opi(q0 + 3);
+    AGP_I c4 = agp_i_2opi(q0 + 4);
+    AGP_I c5 = agp_i_2opi(q0 + 5);
+    AGP_I c6 = agp_i_2opi(q0 + 6);
+    AGP_I c7 = agp_i_2opi(q0 + 7);
+    AGP_I c8 = agp_i_2opi(q0 + 8);
+    AGP_I d = mh * c8 + ml * c7;
+    AGP_I g7 = d & 4095;
+    d = (d >> 12) + mh * c7 + ml * c6;
+    AGP_I g6 = d & 4095;
+    d = (d >> 12) + mh * c6 + ml * c5;
+    AGP_I g5 = d & 4095;
+    d = (d >> 12) + mh * c5 + ml * c4;
+    AGP_I g4 = d & 4095;
+    d = (d >> 12) + mh * c4 + ml * c3;
+    AGP_I g3 = d & 4095;
+    d = (d >> 12) + mh * c3 + ml * c2;
+    AGP_I g2 = d & 4095;
+    d = (d >> 12) + mh * c2 + ml * c1;
+    AGP_I g1 = d & 4095;
+    d = (d >> 12) + mh * c1 + ml * c0;
+    AGP_I g0 = d & 4095;
+    /* S 2^sh: 2 bits of quadrant, 10 + 60 bits of fraction */
+    AGP_I rs = 12 - sh;
+    AGP_I h0 = ((g0 << sh) | (g1 >> rs)) & 4095;
+    AGP_I h1 = ((g1 << sh) | (g2 >> rs)) & 4095;
+    AGP_I h2 = ((g2 << sh) | (g3 >> rs)) & 4095;
+    AGP_I h3 = ((g3 << sh) | (g4 >> rs)) & 4095;
+    AGP_I h4 = ((g4 << sh) | (g5 >> rs)) & 4095;
+    AGP_I h5 = ((g5 << sh) | (g6 >> rs)) & 4095;
+    AGP_I h6 = ((g6 << sh) | (g7 >> rs)) & 4095;
+    AGP_I up = (h0 >> 9) & 1;
+    AGP_I w0 = ((h0 & 1023) << 12) | h1;
+    AGP_I w1 = (h2 << 12) | h3;
+    AGP_I w2 = (h4 << 12) | h5;
+    AGP_I w3 = h6;
+    /* f >= 1/2: r = -(1 - f), the digits complemented with the carry */
+    AGP_I v3 = up != 0 ? 4096 - w3 : w3;
+    AGP_I cy = v3 >> 12;
+    v3 = v3 & 4095;
+    AGP_I v2 = up != 0 ? 16777215 - w2 + cy : w2;
+    cy = up != 0 ? v2 >> 24 : 0;
+    v2 = v2 & 16777215;
+    AGP_I v1 = up != 0 ? 16777215 - w1 + cy : w1;
+    cy = up != 0 ? v1 >> 24 : 0;
+    v1 = v1 & 16777215;
+    AGP_I v0 = up != 0 ? 4194303 - w0 + cy : w0;
+    AGP_F f0 = AGP_ITOF(v0) * AGP_K(2.38418579e-07);
+    AGP_F f1 = AGP_ITOF(v1) * AGP_K(1.42108547e-14);
+    AGP_F f2 = AGP_ITOF(v2) * AGP_K(8.47032947e-22);
+    AGP_F f3 = AGP_ITOF(v3) * AGP_K(2.06795153e-25);
+    AGP_F fh = f0 + f1;
+    AGP_F fe = agp_i_sum_err(f0, f1, fh);
+    AGP_F f23 = f2 + f3;
+    AGP_F fl = fe + f23;
+    AGP_F gh = fh + fl;
+    AGP_F gl = agp_i_fast_err(fh, fl, gh);
+    /* (gh + gl) (pi/2 in two parts) */
+    AGP_F ph = gh * AGP_K(1.57079637);
+    AGP_F pe = agp_i_prod_err(gh, AGP_K(1.57079637), ph);
+    AGP_F pl1 = gh * AGP_K(-4.37113883e-08);
+    AGP_F pl2 = gl * AGP_K(1.57079637);
+    AGP_F pl3 = pl1 + pl2;
+    AGP_F pl = pe + pl3;
+    AGP_F bh = ph + pl;
+    AGP_F bl = agp_i_fast_err(ph, pl, bh);
+    rh = up != 0 ? -bh : bh;
+    rl = up != 0 ? -bl : bl;
+    ki = (h0 >> 10) + up;
+  }
   AGP_F z = rh * rh;
   /* sin r */
   AGP_F ps = AGP_K(-2.47636578e-08);
