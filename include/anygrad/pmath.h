@@ -138,6 +138,23 @@ AGP_FN AGP_FT agp_i_rint(AGP_FT x) {
 }
 AGP_FN AGP_I agp_i_isnan(AGP_FT x) { return (AGP_AS_I(x) & AGP_ABS_BITS) > AGP_INF_BITS ? 1 : 0; }
 
+/* 1/d to about 2^-22 relative for d normal and positive: a bit-trick
+ * seed and three Newton steps g = g * (2 - d*g), each product rounded (the
+ * estimate the built division and pow's log2 refine exactly). */
+AGP_FN AGP_FT agp_i_recip(AGP_FT d) {
+  AGP_F g0 = AGP_AS_F(0x7ef311c3 - AGP_AS_I(d));
+  AGP_F dg0 = d * g0;
+  AGP_F c0 = AGP_K(2.0) - dg0;
+  AGP_F g1 = g0 * c0;
+  AGP_F dg1 = d * g1;
+  AGP_F c1 = AGP_K(2.0) - dg1;
+  AGP_F g2 = g1 * c1;
+  AGP_F dg2 = d * g2;
+  AGP_F c2 = AGP_K(2.0) - dg2;
+  AGP_F g = g2 * c2;
+  return g;
+}
+
 /* Error-free transformations. The rounding error of s = a + b (any order
  * of magnitude, Knuth's TwoSum), of s = a + b when |a| >= |b| or a == 0
  * (Dekker's Fast2Sum), and of p = a * b (Dekker's product with Veltkamp's
@@ -212,16 +229,7 @@ AGP_FN AGP_FT agp_div_built(AGP_FT a, AGP_FT b) {
    * moves it to the floor */
   AGP_F fla = AGP_ITOF(ma);
   AGP_F flb = AGP_ITOF(mb);
-  AGP_F g0 = AGP_AS_F(0x7ef311c3 - AGP_AS_I(flb));
-  AGP_F t0 = flb * g0;
-  AGP_F u0 = AGP_K(2.0) - t0;
-  AGP_F g1 = g0 * u0;
-  AGP_F t1 = flb * g1;
-  AGP_F u1 = AGP_K(2.0) - t1;
-  AGP_F g2 = g1 * u1;
-  AGP_F t2 = flb * g2;
-  AGP_F u2 = AGP_K(2.0) - t2;
-  AGP_F g = g2 * u2;
+  AGP_F g = agp_i_recip(flb);
   AGP_F q0 = fla * g;
   AGP_F qp = q0 * flb;
   AGP_F qpe = agp_i_prod_err(q0, flb, qp);
@@ -925,16 +933,7 @@ AGP_FN AGP_FT agp_pow(AGP_FT x, AGP_FT y) {
   AGP_F d = AGP_K(2.0) + f;
   AGP_F dl = agp_i_fast_err(AGP_K(2.0), f, d);
   /* 1/d by Newton from a bit-trick seed, d in [1.7, 2.5] */
-  AGP_F g0 = AGP_AS_F(0x7ef311c3 - AGP_AS_I(d));
-  AGP_F dg0 = d * g0;
-  AGP_F c0 = AGP_K(2.0) - dg0;
-  AGP_F g1 = g0 * c0;
-  AGP_F dg1 = d * g1;
-  AGP_F c1 = AGP_K(2.0) - dg1;
-  AGP_F g2 = g1 * c1;
-  AGP_F dg2 = d * g2;
-  AGP_F c2 = AGP_K(2.0) - dg2;
-  AGP_F g = g2 * c2;
+  AGP_F g = agp_i_recip(d);
   AGP_F sh = f * g;
   AGP_F pp = sh * d;
   AGP_F pe = agp_i_prod_err(sh, d, pp);
