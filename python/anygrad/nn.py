@@ -549,3 +549,10 @@ class Llama(Module):
         m = self.__dict__.pop("_m", None)
         if m is not None:
             _free(_byref(m))
+
+
+# anygrad.nn.init and anygrad.nn.utils (also importable by those names)
+from . import init, nn_utils as utils  # noqa: E402
+import sys as _sys  # noqa: E402
+_sys.modules[__name__ + ".init"] = init
+_sys.modules[__name__ + ".utils"] = utils
