@@ -10,7 +10,7 @@ import numbers
 import weakref
 from ctypes import byref, pointer
 
-from ._lib import lib, check, raise_last, ParamList, SgdOptions, AdamwOptions, ParamGroup
+from ._lib import lib, check, raise_last, ParamList, SgdOptions, AdamwOptions, ParamGroup, RmspropOptions
 from ._tensor import Tensor, _finite, _wrap, no_grad, zeros_like, tensor, float32
 from . import lr_scheduler  # noqa: F401  (anygrad.optim.lr_scheduler)
 
@@ -94,9 +94,9 @@ class Optimizer:
         if isinstance(ps, Tensor):
             ps = [ps]
         elif isinstance(ps, set):
-            raise TypeError("%s(): optimizer parameters need to be organized in ordered collections, but the "
-                            "ordering of tensors in sets will change between runs. Please use a list instead."
-                            % fn)
+            raise TypeError("%s(): optimizer parameters need to be organized in ordered collections, but "
+                            "the ordering of tensors in sets will change between runs. Please use a list "
+                            "instead." % fn)
         elif ps is None or not hasattr(ps, "__iter__"):
             raise TypeError("%s(): a param group needs 'params', an iterable of Tensors" % fn)
         ps = list(ps)
@@ -336,8 +336,8 @@ class Optimizer:
             raise ValueError("loaded state dict has a different number of parameter groups")
         for g, s in zip(self.param_groups, groups):
             if len(g["params"]) != len(s["params"]):
-                raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
-                                 "optimizer's group")
+                raise ValueError("loaded state dict contains a parameter group that doesn't match the size "
+                                 "of optimizer's group")
         state = {}
         for k, v in state_dict["state"].items():
             state[int(k)] = v
@@ -615,7 +615,10 @@ class Adam(_AdamBase):
 # ---------------------------------------------------------------- RMSprop
 
 class RMSprop(Optimizer):
-    """torch.optim.RMSprop (torch's single-tensor update over tensor ops)."""
+    """torch.optim.RMSprop: the C library's ag_rmsprop_create_groups where
+    the groups share alpha, eps, momentum and centered, else torch's
+    single-tensor update in Python; both compose elementwise tensor ops."""
+    _c_kind = "rmsprop"
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False,
                  foreach=None, maximize=False, differentiable=False):
@@ -631,6 +634,40 @@ class RMSprop(Optimizer):
         _hyper(g["momentum"], "momentum value", "RMSprop")
         _hyper(g["weight_decay"], "weight_decay value", "RMSprop")
         _hyper(g["alpha"], "alpha value", "RMSprop")
+
+    def _c_signature(self):
+        one, dts = _one_device_dtypes(self._params)
+        shared = {(float(g["alpha"]), float(g["eps"]), float(g["momentum"]), bool(g["centered"]),
+                   bool(g["maximize"])) for g in self.param_groups}
+        if not one or len(shared) != 1 or any(not dt.is_floating_point for dt in dts):
+            return None
+        alpha, eps, mom, centered, mx = shared.pop()
+        if mx:
+            return None
+        wds = tuple(float(g["weight_decay"]) for g in self.param_groups)
+        return ("rmsprop", alpha, eps, mom, centered, wds)
+
+    def _c_options(self, sig):
+        _, alpha, eps, mom, centered, _ = sig
+        return (RmspropOptions(self.param_groups[0]["lr"], alpha, eps, 0.0, mom, centered),
+                lib.ag_rmsprop_create_groups)
+
+    def _state_from_c(self, i, c, steps):
+        st = {"step": steps, "square_avg": c["%d.square_avg" % i].clone()}
+        for k in ("momentum_buffer", "grad_avg"):
+            t = c.get("%d.%s" % (i, k))
+            if t is not None:
+                st[k] = t.clone()
+        return st
+
+    def _state_to_c(self, i, st, c):
+        for k in ("square_avg", "momentum_buffer", "grad_avg"):
+            t = c.get("%d.%s" % (i, k))
+            if t is not None:
+                if st.get(k) is None:
+                    t.zero_()
+                else:
+                    t.copy_(st[k])
 
     def _py_update(self, g, p, grad, st):
         if not st:
