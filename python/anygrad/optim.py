@@ -66,6 +66,7 @@ class Optimizer:
         self._o = None      # the C optimizer when it runs this one
         self._sig = None    # what the C optimizer was built with
         self._want = None   # the signature the last _setup decided on
+        self._pinfo = None  # (one device, dtypes) of the parameters, from the last _setup
         self._clr = []      # the lr each C group has now
         groups = list(params)
         if not groups:
@@ -141,8 +142,15 @@ class Optimizer:
             lib.ag_optimizer_free(self._o)
         self._o, self._sig, self._clr = None, None, []
 
+    def _param_info(self):
+        if self._pinfo is None:
+            ps = self._params
+            self._pinfo = (len({str(p.device) for p in ps}) == 1, {p.dtype for p in ps})
+        return self._pinfo
+
     def _setup(self):
         """Pick the C optimizer when it can run the groups as they are now."""
+        self._pinfo = None
         sig = self._c_signature()
         self._want = sig
         if sig is None:
@@ -173,8 +181,8 @@ class Optimizer:
                     check(lib.ag_params_add(byref(pl), str(k).encode(), handles[k]))
                     k += 1
                 groups[gi].params = pointer(pl)
-                groups[gi].lr = g["lr"]
-                groups[gi].weight_decay = self._c_decay(g)
+                groups[gi].lr = float(g["lr"])
+                groups[gi].weight_decay = float(g["weight_decay"])
             o = create(groups, len(self.param_groups), byref(opts))
         finally:
             for pl in lists:
@@ -182,9 +190,6 @@ class Optimizer:
         if not o:
             raise_last(type(self).__name__)
         return o
-
-    def _c_decay(self, g):
-        return g["weight_decay"]
 
     def _holds(self, tensors):
         return any(id(p) in tensors for p in self._params)
@@ -212,6 +217,7 @@ class Optimizer:
             lib.ag_optimizer_free(o)
             raise
         self._o = o
+        self._pinfo = None
         lib.ag_optimizer_free(old)
 
     def __del__(self):
@@ -234,7 +240,7 @@ class Optimizer:
         if self._o:
             for i, g in enumerate(self.param_groups):
                 if g["lr"] != self._clr[i]:
-                    check(lib.ag_optimizer_set_group_lr(self._o, i, g["lr"]))
+                    check(lib.ag_optimizer_set_group_lr(self._o, i, float(g["lr"])))
                     self._clr[i] = g["lr"]
 
     def step(self, closure=None):
@@ -245,7 +251,6 @@ class Optimizer:
                 loss = closure()
         self._sync()
         if self._o:
-            self._pre_c_step()
             check(lib.ag_optimizer_step(self._o))
         else:
             with no_grad():
@@ -257,9 +262,6 @@ class Optimizer:
                         st = self._pstate.setdefault(id(p), {})
                         self._py_update(g, p, grad, st)
         return loss
-
-    def _pre_c_step(self):
-        pass
 
     def zero_grad(self, set_to_none=True):
         if set_to_none:
@@ -429,11 +431,6 @@ def _copy_c_state(src_o, dst_o):
         lib.ag_params_free(byref(dst))
 
 
-def _one_device_dtypes(params):
-    devs = {str(p.device) for p in params}
-    return len(devs) == 1, {p.dtype for p in params}
-
-
 # ---------------------------------------------------------------- SGD
 
 class SGD(Optimizer):
@@ -453,7 +450,6 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, g):
-        g["lr"] = g["lr"] if isinstance(g["lr"], Tensor) else g["lr"]
         _hyper(g["lr"], "learning rate", "SGD")
         _hyper(g["momentum"], "momentum", "SGD")
         _hyper(g["weight_decay"], "weight_decay", "SGD")
@@ -461,7 +457,7 @@ class SGD(Optimizer):
             raise ValueError("SGD(): Nesterov momentum requires a momentum and zero dampening")
 
     def _c_signature(self):
-        one, dts = _one_device_dtypes(self._params)
+        one, dts = self._param_info()
         shared = {(float(g["momentum"]), float(g["dampening"]), bool(g["nesterov"]), bool(g["maximize"]))
                   for g in self.param_groups}
         if not one or len(shared) != 1 or any(not dt.is_floating_point for dt in dts):
@@ -544,7 +540,7 @@ class _AdamBase(Optimizer):
             raise NotImplementedError("%s(): amsgrad=True is not implemented in anygrad" % fn)
 
     def _c_signature(self):
-        one, dts = _one_device_dtypes(self._params)
+        one, dts = self._param_info()
         shared = {(float(g["betas"][0]), float(g["betas"][1]), float(g["eps"]), bool(g["maximize"]))
                   for g in self.param_groups}
         if not one or len(shared) != 1 or dts != {float32}:
@@ -636,7 +632,7 @@ class RMSprop(Optimizer):
         _hyper(g["alpha"], "alpha value", "RMSprop")
 
     def _c_signature(self):
-        one, dts = _one_device_dtypes(self._params)
+        one, dts = self._param_info()
         shared = {(float(g["alpha"]), float(g["eps"]), float(g["momentum"]), bool(g["centered"]),
                    bool(g["maximize"])) for g in self.param_groups}
         if not one or len(shared) != 1 or any(not dt.is_floating_point for dt in dts):
