@@ -7,6 +7,7 @@ import collections.abc
 import math
 import numbers
 import os
+import sys
 from ctypes import byref
 
 from ._lib import lib, check, raise_last
@@ -573,3 +574,6 @@ class Llama(Module):
 
 # containers, activations, convolutions, norms, pools, dropout, embedding, losses
 from ._nn_extra import *  # noqa: F401,F403,E402
+
+# `import anygrad.nn.functional as F`, as torch's habit (nn is a module, not a package)
+sys.modules.setdefault(__name__ + ".functional", functional)
