@@ -8,6 +8,7 @@ import math
 import numbers
 import os
 import sys
+import weakref
 from ctypes import byref
 
 from ._lib import lib, check, raise_last
@@ -46,13 +47,24 @@ def _last_dim_size(normalized_shape, fn):
 
 
 class Parameter(Tensor):
-    """Marker only: anygrad.nn.Parameter(t) returns t as a leaf that requires grad."""
+    """anygrad.nn.Parameter(t) returns t detached, as a leaf that requires
+    grad (requires_grad=False: a frozen one). A Module takes it as a
+    parameter either way, as torch does."""
 
-    def __new__(cls, t, requires_grad=True):
-        t = t.detach()
+    def __new__(cls, data=None, requires_grad=True):
+        t = (zeros(0) if data is None else data).detach()
         if requires_grad:
             t.requires_grad = True
+        _PARAMS[id(t)] = t
         return t
+
+
+# the tensors made by Parameter(): a frozen one (requires_grad=False) is still a parameter
+_PARAMS = weakref.WeakValueDictionary()
+
+
+def _is_param(v):
+    return (v.requires_grad and v.is_leaf) or _PARAMS.get(id(v)) is v
 
 
 def _uniform(shape, bound, dtype, device):
@@ -86,7 +98,7 @@ class Module:
             self._parameters.pop(name, None)
             self._buffers.pop(name, None)
             self._modules[name] = value
-        elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf and name not in self._buffers:
+        elif isinstance(value, Tensor) and name not in self._buffers and _is_param(value):
             self._modules.pop(name, None)
             self._parameters[name] = value
         elif name in self._buffers and (value is None or isinstance(value, Tensor)):
@@ -349,7 +361,7 @@ class Module:
             with no_grad():
                 for t, dv, dt, is_param in moves:
                     n = t.to(device=dv, dtype=dt).contiguous().detach()
-                    if is_param or t.requires_grad:
+                    if t.requires_grad:  # a frozen parameter stays frozen, as torch
                         n.requires_grad = True
                     new[id(t)] = n
             handles = {k: n._h for k, n in new.items()}

@@ -397,3 +397,21 @@ def test_constructor_errors(th):
         except Exception as e:  # noqa: BLE001
             ea = type(e)
         assert et is not None and ea is not None and issubclass(ea, et), (expr, et, ea)
+
+
+def test_frozen_parameter_is_a_parameter(th):
+    def make(n, mk):
+        class M(n.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = n.Parameter(mk.ones(2), requires_grad=False)
+                self.v = n.Parameter(mk.ones(3))
+        return M()
+
+    a, t = make(nn, ag), make(th.nn, th)
+    assert list(a.state_dict()) == list(t.state_dict()) == ["w", "v"]
+    assert [n for n, _ in a.named_parameters()] == ["w", "v"]
+    a.to(ag.float64)
+    assert not a.w.requires_grad and a.v.requires_grad and a.w.dtype is ag.float64
+    e = nn.Embedding.from_pretrained(ag.ones(3, 2)).to(ag.float64)
+    assert not e.weight.requires_grad
