@@ -388,6 +388,24 @@ class Module:
             o._follow(c)
         return self
 
+    def cpu(self):
+        return self.to("cpu")
+
+    def float(self):
+        return self.to(float32)
+
+    def double(self):
+        from ._tensor import float64
+        return self.to(float64)
+
+    def half(self):
+        from ._tensor import float16
+        return self.to(float16)
+
+    def bfloat16(self):
+        from ._tensor import bfloat16
+        return self.to(bfloat16)
+
     def __call__(self, *a, **k):
         return self.forward(*a, **k)
 

@@ -415,3 +415,10 @@ def test_frozen_parameter_is_a_parameter(th):
     assert not a.w.requires_grad and a.v.requires_grad and a.w.dtype is ag.float64
     e = nn.Embedding.from_pretrained(ag.ones(3, 2)).to(ag.float64)
     assert not e.weight.requires_grad
+
+
+def test_module_dtype_shortcuts():
+    m = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    assert m.double()[0].weight.dtype is ag.float64 and m[1].num_batches_tracked.dtype is ag.int64
+    assert m.float()[1].running_mean.dtype is ag.float32
+    assert m.cpu()[0].weight.device == ag.ones(1).device
