@@ -119,8 +119,8 @@ def _reduction(size_average, reduce, reduction, fn):
         size_average = True if size_average is None else size_average
         reduce = True if reduce is None else reduce
         r = "mean" if size_average and reduce else "sum" if reduce else "none"
-        warnings.warn("size_average and reduce args will be deprecated, please use reduction='%s' instead." % r,
-                      UserWarning, stacklevel=3)
+        warnings.warn("size_average and reduce args will be deprecated, please use reduction='%s' "
+                      "instead." % r, UserWarning, stacklevel=3)
         return r
     if reduction not in _REDUCTIONS:
         raise ValueError("%s(): %r is not a valid value for reduction" % (fn, reduction))
@@ -153,8 +153,9 @@ def _index_target(target, fn):
 def _same_size(input, target, fn, deprecated):
     if tuple(input.shape) != tuple(target.shape):
         if deprecated:
-            raise ValueError("Using a target size (%s) that is different to the input size (%s) is deprecated. "
-                             "Please ensure they have the same size." % (target.shape, input.shape))
+            raise ValueError("Using a target size (%s) that is different to the input size (%s) is "
+                             "deprecated. Please ensure they have the same size."
+                             % (target.shape, input.shape))
         raise ValueError("Target size (%s) must be the same as input size (%s)" % (target.shape, input.shape))
 
 
@@ -165,8 +166,8 @@ def _class_weight(weight, input, cd, fn):
     _t(weight, fn, "weight", 3)
     c = input.shape[cd]
     if weight.ndim != 1 or weight.shape[0] != c:
-        raise RuntimeError("%s(): weight tensor should be defined either for all %d classes or no classes but "
-                           "got weight tensor of shape: %s" % (fn, c, list(weight.shape)))
+        raise RuntimeError("%s(): weight tensor should be defined either for all %d classes or no classes "
+                           "but got weight tensor of shape: %s" % (fn, c, list(weight.shape)))
     return weight.to(device=input.device, dtype=input.dtype)
 
 
@@ -498,8 +499,8 @@ def _interp_sizes(v, n, what, fn, conv):
         return None
     if isinstance(v, (list, tuple)):
         if len(v) != n:
-            raise ValueError("Input and %s must have the same number of spatial dimensions, but got input with "
-                             "spatial dimensions of %s and %s of %s" % (what, n, what, list(v)))
+            raise ValueError("Input and %s must have the same number of spatial dimensions, but got input "
+                             "with spatial dimensions of %s and %s of %s" % (what, n, what, list(v)))
         return [conv(a) for a in v]
     return [conv(v)] * n
 
@@ -600,8 +601,8 @@ def _scalar_p(p, fn):
 def _one(v, name, fn):
     if isinstance(v, (tuple, list)):
         if len(v) != 1:
-            raise RuntimeError("%s(): expected %s to be a single integer value or a list of 1 values to match "
-                               "the convolution dimensions, but got %s=%s" % (fn, name, name, list(v)))
+            raise RuntimeError("%s(): expected %s to be a single integer value or a list of 1 values to "
+                               "match the convolution dimensions, but got %s=%s" % (fn, name, name, list(v)))
         v = v[0]
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError("%s(): argument '%s' must be tuple of ints, not %s" % (fn, name, type(v).__name__))
@@ -671,8 +672,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     h = _t(input, fn)
     g = _int_arg(num_groups, fn, "num_groups", 2)
     if input.ndim >= 2 and (g <= 0 or input.shape[1] % g):
-        raise RuntimeError("Expected number of channels in input to be divisible by num_groups, but got input of "
-                           "shape %s and num_groups=%d" % (list(input.shape), g))
+        raise RuntimeError("Expected number of channels in input to be divisible by num_groups, but got "
+                           "input of shape %s and num_groups=%d" % (list(input.shape), g))
     hw = None if weight is None else _t(weight, fn, "weight", 3)
     hb = None if bias is None else _t(bias, fn, "bias", 4)
     return _wrap(lib.ag_group_norm(h, g, hw, hb, _finite(eps, "eps", fn)), fn)

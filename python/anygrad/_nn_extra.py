@@ -514,7 +514,8 @@ class Hardtanh(Module):
         return F.hardtanh(input, self.min_val, self.max_val, self.inplace)
 
     def extra_repr(self):
-        return "min_val=%s, max_val=%s%s" % (self.min_val, self.max_val, ", inplace=True" if self.inplace else "")
+        return "min_val=%s, max_val=%s%s" % (self.min_val, self.max_val,
+                                             ", inplace=True" if self.inplace else "")
 
 
 class Softmax(Module):
@@ -550,7 +551,8 @@ def _ntuple(v, n, name, fn):
         t = (v,) * n
     for x in t:
         if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-            raise TypeError("%s(): argument '%s' must be tuple of ints, not %s" % (fn, name, type(x).__name__))
+            raise TypeError("%s(): argument '%s' must be tuple of ints, not %s"
+                            % (fn, name, type(x).__name__))
         _c_int_arg(x, fn, name)
     return tuple(int(x) for x in t)
 
@@ -772,7 +774,8 @@ class GroupNorm(Module):
 # ---- pooling, upsampling -----------------------------------------------------------------
 
 class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
         super().__init__()
         if dilation != 1 and dilation != (1, 1):
             raise NotImplementedError("MaxPool2d(): dilation other than 1 is not supported")
@@ -879,7 +882,8 @@ class Embedding(Module):
         num_embeddings = _size(num_embeddings, "Embedding", "num_embeddings")
         embedding_dim = _size(embedding_dim, "Embedding", "embedding_dim")
         if max_norm is not None or scale_grad_by_freq or sparse:
-            raise NotImplementedError("Embedding(): max_norm, scale_grad_by_freq and sparse are not supported")
+            raise NotImplementedError("Embedding(): max_norm, scale_grad_by_freq and sparse are not "
+                                      "supported")
         if padding_idx is not None:
             if padding_idx > 0:
                 if padding_idx >= num_embeddings:

@@ -15,7 +15,7 @@ from ._lib import lib, check, raise_last
 
 from . import functional
 from . import functional as F  # noqa: F401
-from ._tensor import (Tensor, rand, ones, zeros, randn, no_grad, as_dtype, float32, as_device, _int_arg,
+from ._tensor import (Tensor, rand, ones, zeros, no_grad, as_dtype, float32, as_device, _int_arg,
                       _c_int_arg, _tensor_in, _gen, _I64_MAX)
 
 
@@ -143,7 +143,8 @@ class Module:
         if not isinstance(name, str):
             raise TypeError("buffer name should be a string. Got %s" % type(name).__name__)
         if "." in name or name == "":
-            raise KeyError("buffer name can't contain \".\"" if name else "buffer name can't be empty string \"\"")
+            raise KeyError("buffer name can't contain \".\"" if name else
+                           "buffer name can't be empty string \"\"")
         if hasattr(self, name) and name not in self._buffers:
             raise KeyError("attribute '%s' already exists" % name)
         if tensor is not None and not isinstance(tensor, Tensor):
@@ -166,8 +167,8 @@ class Module:
         if hasattr(self, name) and name not in self._parameters:
             raise KeyError("attribute '%s' already exists" % name)
         if param is not None and not isinstance(param, Tensor):
-            raise TypeError("cannot assign '%s' object to parameter '%s' (torch.nn.Parameter or None required)"
-                            % (type(param).__name__, name))
+            raise TypeError("cannot assign '%s' object to parameter '%s' (torch.nn.Parameter or None "
+                            "required)" % (type(param).__name__, name))
         if param is not None and not param.is_leaf:
             raise ValueError("Cannot assign non-leaf Tensor to parameter '%s'" % name)
         self._parameters[name] = param
@@ -196,7 +197,8 @@ class Module:
 
     def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
         memo = set()
-        for mp, m in (self.named_modules(prefix=prefix.rstrip(".")) if recurse else [(prefix.rstrip("."), self)]):
+        pre = prefix.rstrip(".")
+        for mp, m in (self.named_modules(prefix=pre) if recurse else [(pre, self)]):
             for n, p in m._parameters.items():
                 if p is None or (remove_duplicate and id(p) in memo):
                     continue
@@ -208,7 +210,8 @@ class Module:
 
     def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
         memo = set()
-        for mp, m in (self.named_modules(prefix=prefix.rstrip(".")) if recurse else [(prefix.rstrip("."), self)]):
+        pre = prefix.rstrip(".")
+        for mp, m in (self.named_modules(prefix=pre) if recurse else [(pre, self)]):
             for n, b in m._buffers.items():
                 if b is None or (remove_duplicate and id(b) in memo):
                     continue
@@ -299,8 +302,8 @@ class Module:
                 errors.append("Missing key(s) in state_dict: %s. " % ", ".join('"%s"' % k for k in missing))
         for k, t in own.items():
             if k in sd and tuple(sd[k].shape) != tuple(t.shape):
-                errors.append("size mismatch for %s: copying a param with shape %s from checkpoint, the shape "
-                              "in current model is %s." % (k, sd[k].shape, t.shape))
+                errors.append("size mismatch for %s: copying a param with shape %s from checkpoint, the "
+                              "shape in current model is %s." % (k, sd[k].shape, t.shape))
         if errors:
             raise RuntimeError("Error(s) in loading state_dict for %s:\n\t%s"
                                % (type(self).__name__, "\n\t".join(errors)))
@@ -410,7 +413,8 @@ class Module:
         return self.forward(*a, **k)
 
     def forward(self, *a, **k):
-        raise NotImplementedError('Module [%s] is missing the required "forward" function' % type(self).__name__)
+        raise NotImplementedError('Module [%s] is missing the required "forward" function'
+                                  % type(self).__name__)
 
     def _get_name(self):
         return type(self).__name__
@@ -469,7 +473,8 @@ class LayerNorm(Module):
         return functional.layer_norm(x, None, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
-        return "%s, eps=%s, elementwise_affine=%s" % (self.normalized_shape, self.eps, self.elementwise_affine)
+        return "%s, eps=%s, elementwise_affine=%s" % (self.normalized_shape, self.eps,
+                                                      self.elementwise_affine)
 
 
 class RMSNorm(Module):
@@ -483,7 +488,8 @@ class RMSNorm(Module):
         return functional.rms_norm(x, None, self.weight, self.eps)
 
     def extra_repr(self):
-        return "%s, eps=%s, elementwise_affine=%s" % (self.normalized_shape, self.eps, self.elementwise_affine)
+        return "%s, eps=%s, elementwise_affine=%s" % (self.normalized_shape, self.eps,
+                                                      self.elementwise_affine)
 
 
 class GPT(Module):
