@@ -19,7 +19,8 @@ __all__ = ["relu", "relu6", "gelu", "silu", "leaky_relu", "elu", "celu", "selu",
            "softmax", "log_softmax", "softmin", "nll_loss", "cross_entropy", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
            "one_hot", "pad", "interpolate", "upsample", "normalize", "conv1d", "conv2d", "group_norm",
-           "dropout1d", "dropout2d", "embedding"]
+           "dropout1d", "dropout2d", "embedding", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "prelu",
+           "cosine_similarity", "kl_div"]
 
 _conv2d_c = None  # functional.conv2d (set by functional at import: the 'same' form wraps it)
 _embedding_c = None
@@ -739,3 +740,108 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
 
 def _grad_on():
     return bool(lib.ag_grad_enabled())
+
+
+# ---- 1-d pooling, prelu, cosine_similarity, kl_div ----------------------------------------
+
+def _as_2d_pool(input, fn):
+    _t(input, fn)
+    if input.ndim not in (2, 3):
+        raise RuntimeError("%s(): Expected 2D or 3D (batch mode) tensor for input, got %dD"
+                           % (fn, input.ndim))
+    return input.unsqueeze(-2)  # [.., C, 1, L]: the 2-d pool over a height of 1
+
+
+def _unbatched_4d(x):
+    return x.unsqueeze(0) if x.ndim == 3 else x
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    fn = "max_pool1d"
+    if ceil_mode or return_indices or _one(dilation, "dilation", fn) != 1:
+        raise NotImplementedError("max_pool1d(): dilation, ceil_mode and return_indices are not supported")
+    x = _as_2d_pool(input, fn)
+    k = _one(kernel_size, "kernel_size", fn)
+    s = k if stride is None or stride == [] else _one(stride, "stride", fn)
+    from .functional import max_pool2d
+    y = max_pool2d(_unbatched_4d(x), (1, k), (1, s), (0, _one(padding, "padding", fn)))
+    return y.reshape(*(list(input.shape[:-1]) + [y.shape[-1]]))
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    fn = "avg_pool1d"
+    if ceil_mode:
+        raise NotImplementedError("avg_pool1d(): ceil_mode is not supported")
+    x = _as_2d_pool(input, fn)
+    k = _one(kernel_size, "kernel_size", fn)
+    s = k if stride is None or stride == [] else _one(stride, "stride", fn)
+    from .functional import avg_pool2d
+    y = avg_pool2d(_unbatched_4d(x), (1, k), (1, s), (0, _one(padding, "padding", fn)), count_include_pad)
+    return y.reshape(*(list(input.shape[:-1]) + [y.shape[-1]]))
+
+
+def adaptive_avg_pool1d(input, output_size):
+    fn = "adaptive_avg_pool1d"
+    x = _as_2d_pool(input, fn)
+    n = _one(output_size, "output_size", fn)
+    y = _ops_adaptive_avg_pool2d(_unbatched_4d(x), [1, n])
+    return y.reshape(*(list(input.shape[:-1]) + [n]))
+
+
+def prelu(input, weight):
+    """x where x > 0, weight * x elsewhere; weight [C] along dim 1 (or one value)."""
+    fn = "prelu"
+    _t(input, fn)
+    _t(weight, fn, "weight", 2)
+    w = weight
+    n = weight.numel()
+    if n != 1:
+        if input.ndim < 2 and not (input.ndim == 1 and input.shape[0] == n) or \
+                (input.ndim >= 2 and input.shape[1] != n):
+            c = input.shape[1] if input.ndim >= 2 else input.shape[0] if input.ndim else 1
+            raise RuntimeError("Mismatch of parameter numbers and input channel size. Found parameter "
+                               "numbers = %d and channel size = %s." % (n, c))
+        if input.ndim >= 2:
+            w = weight.reshape(*([n] + [1] * (input.ndim - 2)))
+    else:
+        w = weight.reshape(())
+    return _ops.where(input > 0, input, input * w)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum(x1 * x2) / (max(|x1|, eps) max(|x2|, eps)) along dim."""
+    fn = "cosine_similarity"
+    _floating(x1, fn, "x1", 1)
+    _floating(x2, fn, "x2", 2)
+    dim = _dim_arg(dim, fn, "dim", 3)
+    eps = _finite(eps, "eps", fn)
+    n1 = _ops.clamp(_vector_norm(x1, 2.0, dim, True, fn), eps)
+    n2 = _ops.clamp(_vector_norm(x2, 2.0, dim, True, fn), eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """target * (log(target) - input) (0 where target is 0), or with
+    log_target exp(target) * (target - input); 'batchmean' divides the sum
+    by the batch size."""
+    fn = "kl_div"
+    if reduction == "batchmean" and size_average is None and reduce is None:
+        red = "batchmean"
+    else:
+        red = _reduction(size_average, reduce, reduction, fn)
+        if red == "mean" and size_average is None and reduce is None:
+            warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support "
+                          "size.'batchmean' divides only by the batch size, and aligns with the KL div math "
+                          "definition.'mean' will be changed to behave the same as 'batchmean' in the next "
+                          "major release.", UserWarning, stacklevel=2)
+    _floating(input, fn, "input", 1)
+    _floating(target, fn, "target", 2)
+    if log_target:
+        loss = _ops.exp(target) * (target - input)
+    else:
+        safe = _ops.where(target > 0, target, 1.0)
+        loss = target * _ops.log(safe) - target * input
+    if red == "batchmean":
+        return loss.sum() / input.shape[0] if input.ndim else loss.sum()
+    return _reduce(loss, red)

@@ -18,7 +18,8 @@ __all__ = ["Identity", "Flatten", "Unflatten", "Sequential", "ModuleList", "Modu
            "LogSigmoid", "Softmax", "LogSoftmax", "Softmin", "Conv1d", "Conv2d", "BatchNorm1d", "BatchNorm2d",
            "GroupNorm", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Upsample", "Dropout", "Dropout1d",
            "Dropout2d", "Embedding", "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss",
-           "HuberLoss", "BCELoss", "BCEWithLogitsLoss"]
+           "HuberLoss", "BCELoss", "BCEWithLogitsLoss", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d",
+           "PReLU", "CosineSimilarity", "KLDivLoss"]
 
 
 class Identity(Module):
@@ -1004,3 +1005,94 @@ class HuberLoss(_Loss):
 
     def forward(self, input, target):
         return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+# ---- 1-d pooling, PReLU, CosineSimilarity, KLDivLoss --------------------------------------
+
+class MaxPool1d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        super().__init__()
+        if dilation != 1 or return_indices or ceil_mode:
+            raise NotImplementedError("MaxPool1d(): dilation, return_indices and ceil_mode are not supported")
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding, self.dilation = padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, input):
+        return F.max_pool1d(input, self.kernel_size, self.stride, self.padding)
+
+    def extra_repr(self):
+        return "kernel_size=%s, stride=%s, padding=%s, dilation=%s, ceil_mode=%s" % (
+            self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+
+def _single(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+
+class AvgPool1d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        super().__init__()
+        if ceil_mode:
+            raise NotImplementedError("AvgPool1d(): ceil_mode is not supported")
+        self.kernel_size = _single(kernel_size)
+        self.stride = _single(stride if stride is not None else kernel_size)
+        self.padding, self.ceil_mode, self.count_include_pad = _single(padding), ceil_mode, count_include_pad
+
+    def forward(self, input):
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
+
+    def extra_repr(self):
+        return "kernel_size=%s, stride=%s, padding=%s" % (self.kernel_size, self.stride, self.padding)
+
+
+class AdaptiveAvgPool1d(Module):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input):
+        return F.adaptive_avg_pool1d(input, self.output_size)
+
+    def extra_repr(self):
+        return "output_size=%s" % (self.output_size,)
+
+
+class PReLU(Module):
+    def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
+        super().__init__()
+        self.num_parameters = _size(num_parameters, "PReLU", "num_parameters")
+        self.init = init
+        w = ones(self.num_parameters, dtype=as_dtype(dtype) or float32, device=device) * float(init)
+        self.weight = Parameter(w)
+
+    def forward(self, input):
+        return F.prelu(input, self.weight)
+
+    def extra_repr(self):
+        return "num_parameters=%d" % self.num_parameters
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim=1, eps=1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class KLDivLoss(_Loss):
+    def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
+        if reduction == "batchmean" and size_average is None and reduce is None:
+            Module.__init__(self)
+            self.reduction = reduction
+        else:
+            super().__init__(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def forward(self, input, target):
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)

@@ -36,6 +36,8 @@ REPRS = [
     "nn.Sequential(collections.OrderedDict([('fc', nn.Linear(2, 3)), ('act', nn.GELU())]))",
     "nn.ModuleList([nn.ReLU(), nn.Linear(2, 2)])", "nn.ModuleDict({'a': nn.ReLU(), 'b': nn.Tanh()})",
     "nn.Sequential(nn.Conv2d(1, 2, 3), nn.Sequential(nn.BatchNorm2d(2), nn.ReLU()), nn.Flatten())",
+    "nn.MaxPool1d(3, 1, 1)", "nn.AvgPool1d(2)", "nn.AdaptiveAvgPool1d(4)", "nn.PReLU(3)", "nn.CosineSimilarity()",
+    "nn.KLDivLoss(reduction='batchmean')",
 ]
 
 
