@@ -77,6 +77,32 @@ def _uniform(shape, bound, dtype, device):
     return t
 
 
+class _RemovableHandle:
+    """What register_forward_(pre_)hook returns: remove() drops the hook
+    (also as a context manager's exit), as torch's RemovableHandle."""
+    _next = 0
+
+    def __init__(self, module, store):
+        self.id = _RemovableHandle._next
+        _RemovableHandle._next += 1
+        self._ref, self._store = weakref.ref(module), store
+
+    def remove(self):
+        m = self._ref()
+        if m is not None:
+            hooks = m.__dict__.get(self._store)
+            if hooks is not None:
+                hooks.pop(self.id, None)
+                if not hooks:
+                    del m.__dict__[self._store]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
 _IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
@@ -410,7 +436,43 @@ class Module:
         return self.to(bfloat16)
 
     def __call__(self, *a, **k):
+        d = self.__dict__
+        if "_forward_pre_hooks" in d or "_forward_hooks" in d:
+            return self._call_hooked(a, k)
         return self.forward(*a, **k)
+
+    def _call_hooked(self, a, k):
+        for h in list(self.__dict__.get("_forward_pre_hooks", {}).values()):
+            r = h(self, a)
+            if r is not None:
+                a = r if isinstance(r, tuple) else (r,)
+        out = self.forward(*a, **k)
+        for h in list(self.__dict__.get("_forward_hooks", {}).values()):
+            r = h(self, a, out)
+            if r is not None:
+                out = r
+        return out
+
+    def _add_hook(self, store, hook):
+        if not callable(hook):
+            raise TypeError("%s(): hook must be callable, not %s" % (store.strip("_"), type(hook).__name__))
+        hooks = self.__dict__.get(store)
+        if hooks is None:
+            hooks = collections.OrderedDict()
+            object.__setattr__(self, store, hooks)
+        h = _RemovableHandle(self, store)
+        hooks[h.id] = hook
+        return h
+
+    def register_forward_pre_hook(self, hook):
+        """hook(module, args) runs before forward; a result other than None
+        replaces the positional arguments (a tuple, or one value)."""
+        return self._add_hook("_forward_pre_hooks", hook)
+
+    def register_forward_hook(self, hook):
+        """hook(module, args, output) runs after forward; a result other
+        than None replaces the output."""
+        return self._add_hook("_forward_hooks", hook)
 
     def forward(self, *a, **k):
         raise NotImplementedError('Module [%s] is missing the required "forward" function'
