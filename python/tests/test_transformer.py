@@ -219,6 +219,13 @@ def test_mha_cross_attention(qkv, avg):
     _mha_case("cpu", "float64", False, "kpm", False, avg=avg, qkv=qkv, L=4, S=7)
 
 
+@pytest.mark.parametrize("need_weights", [True, False], ids=["weights", "fused"])
+def test_mha_past_the_tiles(need_weights):
+    """Sequences longer than the fused kernel's query and key tiles (32, 64)."""
+    _mha_case("cpu", "float64", True, "kpm_causal", need_weights, L=70, N=2, E=16, H=2)
+    _mha_case("cpu", "float64", False, "kpm", need_weights, qkv="kv", L=33, S=130, N=1, E=16, H=4)
+
+
 def test_mha_cross_attention_dev(dev):
     _mha_case(dev, "float32", True, "kpm", False, qkv="qkv", L=3, S=5)
     _mha_case(dev, "float32", False, "kpm", True, qkv="kv", L=3, S=5, avg=False)
