@@ -675,3 +675,4 @@ from ._nn_extra import *  # noqa: F401,F403,E402
 
 # `import anygrad.nn.functional as F`, as torch's habit (nn is a module, not a package)
 sys.modules.setdefault(__name__ + ".functional", functional)
+from ._transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder  # noqa: E402,F401
