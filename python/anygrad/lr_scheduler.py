@@ -21,7 +21,7 @@ class _Schedule(Structure):  # include/anygrad/optim.h: ag_schedule
                 ("milestones", c_int64 * 16), ("warmup", c_int64), ("warmup_start_factor", c_double)]
 
 
-_STEP, _MULTISTEP, _LINEAR, _ONE_CYCLE = 1, 2, 3, 6
+_STEP, _MULTISTEP, _LINEAR, _COSINE_RESTARTS, _ONE_CYCLE = 1, 2, 3, 5, 6
 
 
 def _c_lr(step, kind, **fields):
@@ -45,6 +45,12 @@ def _int(v, name, fn, low=None):
     v = int(v)
     if low is not None and v < low:
         raise ValueError("%s(): %s must be >= %d, got %d" % (fn, name, low, v))
+    return v
+
+
+def _num(v, name, fn):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError("%s(): %s must be a number, not %s" % (fn, name, type(v).__name__))
     return v
 
 
@@ -193,6 +199,78 @@ class CosineAnnealingLR(_LRScheduler):
 
     def lr_at(self, e, base):
         return self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * e / self.T_max)) / 2
+
+
+class CosineAnnealingWarmRestarts(_LRScheduler):
+    """Cosine annealing restarted every T_0, T_0 * T_mult, ... epochs
+    (ag_schedule_cosine_restarts); step(epoch) takes a whole epoch only."""
+
+    def __init__(self, optimizer, T_0, T_mult=1, eta_min=0, last_epoch=-1, verbose=False):
+        fn = "CosineAnnealingWarmRestarts"
+        if isinstance(T_0, bool) or not isinstance(T_0, int) or T_0 <= 0:
+            raise ValueError("Expected positive integer T_0, but got {}".format(T_0))
+        if isinstance(T_mult, bool) or not isinstance(T_mult, int) or T_mult < 1:
+            raise ValueError("Expected integer T_mult >= 1, but got {}".format(T_mult))
+        self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, float(_num(eta_min, "eta_min", fn))
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def lr_at(self, e, base):
+        if e < 0:
+            return base
+        return _c_lr(e, _COSINE_RESTARTS, lr=base, lr_min=self.eta_min, period=self.T_0,
+                     period_mult=self.T_mult)
+
+    @property
+    def T_cur(self):
+        e, t = max(self.last_epoch, 0), self.T_0
+        while e >= t:
+            e, t = e - t, t * self.T_mult
+        return e
+
+
+class ConstantLR(_LRScheduler):
+    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1, verbose=False):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor, self.total_iters = float(factor), _int(total_iters, "total_iters", "ConstantLR", 0)
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def lr_at(self, e, base):
+        return base * (self.factor if e < self.total_iters else 1.0)
+
+
+class PolynomialLR(_LRScheduler):
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1, verbose=False):
+        self.total_iters = _int(total_iters, "total_iters", "PolynomialLR", 1)
+        self.power = float(power)
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def lr_at(self, e, base):
+        return base * (1.0 - min(self.total_iters, e) / self.total_iters) ** self.power
+
+
+class MultiplicativeLR(_LRScheduler):
+    """lr times lr_lambda(epoch) at every step after the first (chained from
+    the group's current lr, as torch)."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1, verbose=False):
+        n = len(optimizer.param_groups)
+        if isinstance(lr_lambda, (list, tuple)):
+            if len(lr_lambda) != n:
+                raise ValueError("Expected %d lr_lambdas, but got %d" % (n, len(lr_lambda)))
+            self.lr_lambdas = list(lr_lambda)
+        else:
+            self.lr_lambdas = [lr_lambda] * n
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def get_lr(self):
+        gs = self.optimizer.param_groups
+        if self.last_epoch > 0:
+            return [g["lr"] * f(self.last_epoch) for f, g in zip(self.lr_lambdas, gs)]
+        return [g["lr"] for g in gs]
+
+    state_dict = LambdaLR.state_dict
+    load_state_dict = LambdaLR.load_state_dict
 
 
 class OneCycleLR(_LRScheduler):

@@ -278,6 +278,12 @@ SCHEDULERS = {
     "exponential": lambda m, o: m.optim.lr_scheduler.ExponentialLR(o, 0.93),
     "cosine": lambda m, o: m.optim.lr_scheduler.CosineAnnealingLR(o, T_max=12, eta_min=0.001),
     "lambda": lambda m, o: m.optim.lr_scheduler.LambdaLR(o, [lambda e: 1 / (e + 1), lambda e: 0.9 ** e]),
+    "multiplicative": lambda m, o: m.optim.lr_scheduler.MultiplicativeLR(o, lambda e: 0.95 + 0.01 * (e % 3)),
+    "warm_restarts": lambda m, o: m.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2,
+                                                                                  eta_min=0.01),
+    "warm_restarts_1": lambda m, o: m.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=7),
+    "constant": lambda m, o: m.optim.lr_scheduler.ConstantLR(o, factor=0.25, total_iters=6),
+    "polynomial": lambda m, o: m.optim.lr_scheduler.PolynomialLR(o, total_iters=17, power=2.5),
     "onecycle": lambda m, o: m.optim.lr_scheduler.OneCycleLR(o, max_lr=[0.5, 1.0], total_steps=40,
                                                              cycle_momentum=False),
     "onecycle_3phase_linear": lambda m, o: m.optim.lr_scheduler.OneCycleLR(
