@@ -341,8 +341,16 @@ class Optimizer:
                 raise ValueError("loaded state dict contains a parameter group that doesn't match the size "
                                  "of optimizer's group")
         state = {}
+        params = self._params
         for k, v in state_dict["state"].items():
             state[int(k)] = v
+            if not isinstance(v, dict) or not 0 <= int(k) < len(params):
+                raise ValueError("%s(): state of parameter %r is not a dict of a parameter this optimizer "
+                                 "holds" % (fn, k))
+            for key, t in v.items():
+                if isinstance(t, Tensor) and key != "step" and tuple(t.shape) != tuple(params[int(k)].shape):
+                    raise ValueError("%s(): state '%s' of parameter %d has shape %s, the parameter %s"
+                                     % (fn, key, int(k), list(t.shape), list(params[int(k)].shape)))
         old = [dict(g) for g in self.param_groups]
         remap = {}
         k = 0

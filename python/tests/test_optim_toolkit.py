@@ -258,6 +258,15 @@ def test_optimizer_errors(th):
     bad = {"state": {}, "param_groups": [dict(sd["param_groups"][0], params=[0]), sd["param_groups"][1]]}
     with pytest.raises(ValueError, match="doesn't match the size"):
         o.load_state_dict(bad)
+    _loss(a, 0).backward()
+    o.step()
+    sd, before = o.state_dict(), o.state_dict()
+    sd["state"][1]["exp_avg"] = ag.zeros(5)
+    sd["param_groups"][0]["lr"] = 0.5
+    with pytest.raises(ValueError, match="exp_avg' of parameter 1 has shape"):
+        o.load_state_dict(sd)
+    assert o.param_groups[0]["lr"] == before["param_groups"][0]["lr"]  # nothing changed
+    assert np.array_equal(_np(o.state_dict()["state"][1]["exp_avg"]), _np(before["state"][1]["exp_avg"]))
 
 
 # ---------------------------------------------------------------- schedulers
