@@ -957,11 +957,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
             k = arr.dtype.kind
             if k not in "biuf":
                 raise TypeError("anygrad: cannot make a tensor from %s data" % arr.dtype)
-            if isinstance(data, np.ndarray):  # keep the array's dtype, as torch does
-                try:
-                    dt = as_dtype(arr.dtype)
-                except TypeError:
-                    raise TypeError("anygrad: no anygrad dtype for NumPy %s" % arr.dtype) from None
+            if isinstance(data, np.ndarray):  # the array's dtype, or the nearest wider (int16: int32)
+                from ._dtype_rules import numpy_dtype
+                dt = numpy_dtype(arr)
             else:  # Python numbers: bool, int64 or float32, as torch
                 dt = bool_ if k == "b" else int64 if k in "iu" else float32
         if dt is bfloat16:  # NumPy has no bfloat16: through float32
@@ -1058,15 +1056,6 @@ def _check_data_range(data, dt):
             if not math.isfinite(v) or not lo <= math.trunc(v) <= hi:
                 raise RuntimeError("tensor(): value %r cannot be converted to type %s without overflow"
                                    % (v, name))
-
-
-as_tensor = tensor
-
-
-def from_numpy(a):
-    if not isinstance(a, np.ndarray):
-        raise TypeError("from_numpy(): expected np.ndarray (got %s)" % type(a).__name__)
-    return tensor(a, dtype=as_dtype(a.dtype))
 
 
 def _creator(fn, name):
@@ -1228,3 +1217,4 @@ def index_select(x, dim, index):
 
 
 from . import _index  # noqa: E402 - advanced indexing, over Tensor
+from ._dtype_rules import from_numpy, as_tensor  # noqa: E402,F401 - over Tensor and tensor()
