@@ -31,6 +31,20 @@ class _Adv:
         self.k = (data.ndim if mask else 1) if not new else 0
 
 
+def as_tuple(idx):
+    """idx as a tuple of indices, by torch's rule: a list or an array of
+    fewer than 32 entries holding a sequence, tensor, slice, None or ...
+    is a tuple of indices (x[[[0, 1], [1, 0]]] is x[[0, 1], [1, 0]], and so
+    is x[np.array([[0, 1], [1, 0]])]), any other index a single one."""
+    if isinstance(idx, tuple):
+        return idx
+    if isinstance(idx, (list, np.ndarray)) and getattr(idx, "ndim", 1) and len(idx) < 32:
+        for i in idx:
+            if isinstance(i, (list, tuple, np.ndarray, Tensor, slice)) or i is None or i is Ellipsis:
+                return tuple(idx)
+    return (idx,)
+
+
 def is_advanced(idx):
     """True when idx (a tuple) holds an index only this module reads."""
     for i in idx:
@@ -351,8 +365,13 @@ def setitem(x, idx, value):
         raise RuntimeError("__setitem__(): a leaf Variable that requires grad is being used in an in-place "
                            "operation (write it under anygrad.no_grad())")
     entries = _parse(x, idx)
-    v = _value(x, value)
     m = _single_mask(entries)
+    if (isinstance(value, Tensor) and value._h and value.dtype is not x.dtype and is_advanced(idx) and
+            not (m is not None and value.ndim == 0)):
+        from ._dtype_rules import torch_name
+        raise RuntimeError("Index put requires the source and destination dtypes match, got %s for the "
+                           "destination and %s for the source." % (torch_name(x.dtype), torch_name(value.dtype)))
+    v = _value(x, value)
     if m is not None and v.ndim == 0:  # x[mask] = scalar: one where, no sync
         _basic(x, entries)  # checks the mask's shape
         mt = m.data if isinstance(m.data, Tensor) else _t.tensor(m.data, device=x.device)

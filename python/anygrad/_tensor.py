@@ -789,7 +789,7 @@ class Tensor:
 
     def __getitem__(self, idx):
         if not isinstance(idx, tuple):
-            idx = (idx,)
+            idx = _index.as_tuple(idx) if idx.__class__ is list or isinstance(idx, np.ndarray) else (idx,)
         ndim = lib.ag_tensor_ndim(self._handle)
         if any(i.__class__ not in _PLAIN_INDEX for i in idx):
             if _index.is_advanced(idx):  # lists, arrays, integer tensors, masks
@@ -861,7 +861,7 @@ class Tensor:
         return t
 
     def __setitem__(self, idx, value):
-        tup = idx if isinstance(idx, tuple) else (idx,)
+        tup = _index.as_tuple(idx)
         if _index.is_advanced(tup) or _index.plain_setitem_needs_graph(self, value):
             return _index.setitem(self, tup, value)
         dst = self[idx]

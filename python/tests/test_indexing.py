@@ -81,6 +81,11 @@ READS = [
     ("mask_list", lambda m, d, x: x[[True, False, True]]),
     ("true_and_list", lambda m, d, x: x[True, [0, 1]]),
     ("int0d_and_list", lambda m, d, x: x[_ix(m, d, 1), [0, 1]]),
+    # torch's rule: a short list (or array) holding sequences, slices or None is a tuple of indices
+    ("list_of_lists", lambda m, d, x: x[[[0, 1], [1, 0]]]),
+    ("list_with_slice", lambda m, d, x: x[[0, slice(None), [1, 2]]]),
+    ("list_of_tensors", lambda m, d, x: x[[_ix(m, d, [0, 2]), _ix(m, d, [3, 3])]]),
+    ("ndarray_2d", lambda m, d, x: x[np.array([[0, 1], [1, 0]])]),
 ]
 
 
@@ -216,6 +221,14 @@ def test_write_as_torch(th, dev, case):
     _same(fn(ag, dev), fn(th, None))
 
 
+def test_mask_write_casts_a_0d_value(th, dev):
+    """x[mask] = 0-d tensor of another dtype is torch's masked_fill_: cast."""
+    for m in (th, ag):
+        y = _mk(m, dev if m is ag else None, [1, 2, 3], ag.int64)
+        y[_mask(m, dev if m is ag else None, [True, False, True])] = _mk(m, dev if m is ag else None, 7.5)
+        assert y.tolist() == [7, 2, 7]
+
+
 def test_write_reaches_views(dev):
     x = ag.zeros(3, 4, device=dev)
     row = x[1]
@@ -239,6 +252,9 @@ ERRORS = [
     ("value_shape_mask", lambda m, d: _x(m, d).__setitem__(_mask(m, d, [True, False, True]),
                                                            _mk(m, d, [1.0, 2.0, 3.0]))),
     ("write_out_of_range", lambda m, d: _x(m, d).__setitem__([7], 1.0)),
+    ("value_dtype", lambda m, d: _x(m, d).__setitem__([0], _mk(m, d, [1], ag.int64))),
+    ("value_dtype_mask", lambda m, d: _x(m, d).__setitem__(_mask(m, d, [True, False, True]),
+                                                           _mk(m, d, [1, 2], ag.int64))),
     ("leaf_write", lambda m, d: _mk(m, d, [1.0, 2.0]).requires_grad_().__setitem__([0], 5.0)),
 ]
 
