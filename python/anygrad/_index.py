@@ -370,7 +370,8 @@ def setitem(x, idx, value):
             not (m is not None and value.ndim == 0)):
         from ._dtype_rules import torch_name
         raise RuntimeError("Index put requires the source and destination dtypes match, got %s for the "
-                           "destination and %s for the source." % (torch_name(x.dtype), torch_name(value.dtype)))
+                           "destination and %s for the source."
+                           % (torch_name(x.dtype), torch_name(value.dtype)))
     v = _value(x, value)
     if m is not None and v.ndim == 0:  # x[mask] = scalar: one where, no sync
         _basic(x, entries)  # checks the mask's shape
