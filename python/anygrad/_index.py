@@ -419,9 +419,13 @@ def setitem(x, idx, value):
     _store(x, new, graph)
 
 
-def plain_setitem_needs_graph(x, value):
-    """A basic-index write that must be differentiated (goes through setitem)."""
-    return bool(lib.ag_grad_enabled()) and not (lib.ag_tensor_requires_grad(x._handle) and
-                                                lib.ag_tensor_is_leaf(x._handle)) and (
-        bool(lib.ag_tensor_requires_grad(x._handle)) or (isinstance(value, Tensor) and value.requires_grad))
-
+def plain_setitem_needs_graph(x, value, _enabled=lib.ag_grad_enabled, _rg=lib.ag_tensor_requires_grad):
+    """A basic-index write that must be differentiated (goes through setitem):
+    grad mode on and x a non-leaf that requires grad, or value requires grad
+    (a leaf x that requires grad is refused by the plain path)."""
+    if not _enabled():
+        return False
+    h = x._handle
+    if _rg(h):
+        return not lib.ag_tensor_is_leaf(h)
+    return isinstance(value, Tensor) and bool(value._h) and bool(_rg(value._h))

@@ -861,8 +861,9 @@ class Tensor:
         return t
 
     def __setitem__(self, idx, value):
-        tup = _index.as_tuple(idx)
-        if _index.is_advanced(tup) or _index.plain_setitem_needs_graph(self, value):
+        tup = idx if idx.__class__ is tuple else _index.as_tuple(idx)
+        if ((not all(i.__class__ in _PLAIN_INDEX for i in tup) and _index.is_advanced(tup)) or
+                _index.plain_setitem_needs_graph(self, value)):
             return _index.setitem(self, tup, value)
         dst = self[idx]
         if isinstance(value, Tensor):
