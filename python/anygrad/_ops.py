@@ -584,6 +584,8 @@ Tensor.__iadd__ = _iop(add, "__iadd__")
 Tensor.__isub__ = _iop(sub, "__isub__")
 Tensor.__imul__ = _iop(mul, "__imul__")
 Tensor.__itruediv__ = _iop(div, "__itruediv__")
+Tensor.__ifloordiv__ = _iop(floor_divide, "__ifloordiv__")
+Tensor.__imod__ = _iop(remainder, "__imod__")
 
 
 def _unary_inplace(name, f):

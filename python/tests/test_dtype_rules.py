@@ -105,6 +105,18 @@ def test_refused_as_torch(th, case):
     assert ag._lib.lib.ag_last_status() == 0
 
 
+def test_inplace_floordiv_and_mod(th, dev):
+    """//= and %= write in place (a view sees it), integers staying integers."""
+    res = []
+    for m in (th, ag):
+        x = _v(m, dev, [-7, 7, -8, 5], "int64")
+        v = x[1:3]
+        x //= 2
+        x %= 3
+        res.append((x.tolist(), v.tolist(), str(x.dtype).split(".")[-1]))
+    assert res[0] == res[1], res
+
+
 def test_integer_matmul_refused():
     """torch's CPU multiplies integer matrices (its CUDA refuses them); the
     library's matmul takes floating dtypes: a RuntimeError naming the dtype."""
