@@ -16,6 +16,7 @@ from ._tensor import Tensor, _wrap, bool_, uint8, int32, int64, float32, float64
 
 _LONG_BYTE_BOOL = "tensors used as indices must be long, byte or bool tensors"
 _TWO32 = 4294967296.0
+_DEVICE_WRITE_WORK = 1 << 22  # numel * values above which a device write reads its positions back
 
 
 # ---- parsing ---------------------------------------------------------------------------
@@ -179,15 +180,44 @@ def _basic(x, entries):
     return t, advs
 
 
+def _running_count(f, line=4096):
+    """cumsum of the 1-d f64 f in lines of `line` entries plus the running
+    total of the lines before (a device's loop limit caps one line: Vulkan's
+    llvmpipe at 65000 steps)."""
+    from ._ops import cumsum, cat
+    n = f.numel()
+    if n <= line:
+        return cumsum(f, 0) if n else f
+    b = -(-n // line)
+    if b * line != n:
+        f = cat([f, _t.zeros(b * line - n, dtype=f.dtype, device=f.device)])
+    rows = cumsum(f.reshape(b, line), 1)
+    tot = rows[:, line - 1]
+    before = _running_count(tot, line) - tot
+    return (rows + before.reshape(b, 1)).reshape(-1)[:n]
+
+
 def _nonzero_flat(m):
-    """The flat positions of a device mask's true elements, in order (i64):
-    a stable argsort of (mask == 0) puts them first; their count is a host
-    sync, as torch's nonzero is."""
+    """The flat positions of a device mask's true elements, in order (i64),
+    in O(count log n) work: the running count of true elements (cumsum,
+    exact in f64) and, for each r, a bisection for the first position
+    where it reaches r (the library's sort and scatter kernels are O(n^2)
+    on the devices). The count is one host sync, as torch's nonzero."""
     f = m.reshape(-1)
-    count = int(f.sum().item())
-    key = (f == 0).to(float32)
-    order = _wrap(lib.ag_argsort(key._handle, 0, False), "index")
-    return _wrap(lib.ag_slice(order._handle, 0, 0, count, 1), "index")
+    n = f.numel()
+    dev = m.device
+    c = _running_count(f.to(float64))
+    count = int(c[n - 1].item()) if n else 0
+    if count == 0:
+        return _t.zeros(0, dtype=int64, device=dev)
+    want = _t.arange(1, count + 1, dtype=float64, device=dev)
+    lo = _t.zeros(count, dtype=float64, device=dev)
+    hi = _t.full((count,), n - 1, dtype=float64, device=dev)
+    for _ in range(max(1, (n - 1).bit_length())):
+        mid = ((lo + hi) * 0.5).floor()
+        ge = _take(c, 0, mid.to(int64)) >= want
+        lo, hi = _t_where(ge, lo, mid + 1.0), _t_where(ge, mid, hi)
+    return lo.to(int64)
 
 
 def _broadcast(shapes):
@@ -397,9 +427,11 @@ def setitem(x, idx, value):
                            "of shape %s" % (list(v.shape), list(shape)))
     if pos.numel() == 0:
         return
-    if x.device.type == "cpu":
+    if x.device.type == "cpu" or numel * pos.numel() > _DEVICE_WRITE_WORK:
+        # the library's sort and index_add kernels do numel * count work on
+        # the devices: past a bound, the positions are read back (a sync)
         src, dup = _src_host(pos, numel)
-        src = _t.tensor(src, dtype=int64)
+        src = _t.tensor(src, dtype=int64, device=x.device)
     else:
         src, dup = _src_device(pos, numel, x.device), True
     vf = v.expand(*shape).reshape(-1) if tuple(v.shape) != shape else v.reshape(-1)

@@ -351,3 +351,44 @@ def test_duplicate_writes_last_wins_on_every_device(dev):
     idx = ag.tensor([3, 0, 3, 3, 0, 1], device=dev)
     y[idx] = ag.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], device=dev)
     assert y.tolist() == [5.0, 6.0, 0.0, 4.0]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 300])
+def test_mask_reads_every_pattern(th, dev, n):
+    """A device mask's true positions come from a bisection over the running
+    count: every count, first and last elements included."""
+    r = np.random.RandomState(n)
+    v = r.randn(n).astype(np.float32)
+    for mask in (r.rand(n) < 0.3, np.ones(n, bool), np.zeros(n, bool), np.arange(n) == n - 1):
+        a = ag.tensor(v, device=dev)[ag.tensor(mask, device=dev)]
+        _same(a, th.tensor(v)[th.tensor(mask)])
+
+
+@pytest.mark.parametrize("path", ["device", "host"])
+def test_write_paths(th, dev, path, monkeypatch):
+    """Small writes on a device find each element's last write there; larger
+    ones read the positions back (the library's scatter kernels do
+    numel * count work on the devices): both give torch's values."""
+    if path == "host":
+        monkeypatch.setattr(ag._index, "_DEVICE_WRITE_WORK", 0)
+    r = np.random.RandomState(3)
+    idx = r.randint(-6, 6, size=40)
+    vals = r.randn(40).astype(np.float32)
+    res = []
+    for m in (th, ag):
+        y = _mk(m, dev if m is ag else None, np.zeros((6, 2), np.float32))
+        y[_ix(m, dev if m is ag else None, idx.tolist())] = _mk(m, dev if m is ag else None,
+                                                                 np.stack([vals, -vals], 1))
+        y[_mask(m, dev if m is ag else None, [True, False, True, False, False, True])] = \
+            _mk(m, dev if m is ag else None, [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        res.append(_np(y))
+    assert np.array_equal(res[0], res[1]), res
+
+
+def test_running_count_across_lines(dev):
+    """The count behind device masks runs in lines (a device's loop limit):
+    the lines' totals carry over, for a length that does not fill the last."""
+    v = (np.random.RandomState(5).rand(103) < 0.5).astype(np.float64)
+    for line in (4, 7, 200):
+        c = ag._index._running_count(ag.tensor(v, device=dev), line)
+        assert c.tolist() == np.cumsum(v).tolist(), line
