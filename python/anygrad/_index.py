@@ -271,21 +271,22 @@ def _t_where(c, a, b):
     return _wrap(lib.ag_where(c._handle, a._handle, b._handle), "index")
 
 
-def _take(t, dim, idx):
-    """ag_index_select for every dtype: the library's reads floating values,
-    so bool and uint8 go through f32, int32 through f64, and int64 as two
-    exact f64 halves (hi * 2^32 + lo)."""
+def _take(t, dim, idx, op=lib.ag_index_select):
+    """ag_index_select (or ag_gather) for every dtype: the library's read
+    floating values, so bool and uint8 go through f32, int32 through f64,
+    and int64 as two exact f64 halves (hi * 2^32 + lo)."""
     if t.dtype.is_floating_point:
-        return _wrap(lib.ag_index_select(t._handle, dim, idx._handle), "index")
+        return _wrap(op(t._handle, dim, idx._handle), "index")
     dt = t.dtype
     if dt is not int64:
         via = float32 if dt in (bool_, uint8) else float64
-        return _take(t.to(via), dim, idx).to(dt)
+        return _take(t.to(via), dim, idx, op).to(dt)
     q = t.to(float64).div(_TWO32).floor().to(int64)
     lo = t - q * _TWO32
     adj = (lo < 0).long() - (lo >= _TWO32).long()
     q, lo = q - adj, lo + adj * _TWO32
-    return _take(q.to(float64), dim, idx).to(int64) * _TWO32 + _take(lo.to(float64), dim, idx).to(int64)
+    hi = _take(q.to(float64), dim, idx, op).to(int64)
+    return hi * _TWO32 + _take(lo.to(float64), dim, idx, op).to(int64)
 
 
 def _gather_adv(t, advs):

@@ -399,8 +399,13 @@ def log_softmax(x, dim=-1):
 
 
 def gather(x, dim, index):
-    return _wrap(lib.ag_gather(_t(x, "gather"), _dim_arg(dim, "gather", "dim", 2),
-                               _t(index, "gather", "index", 3)), "gather")
+    d = _dim_arg(dim, "gather", "dim", 2)
+    h = lib.ag_gather(_t(x, "gather"), d, _t(index, "gather", "index", 3))
+    if not h and lib.ag_tensor_dtype(x._h) not in _FLOAT_CODES and index.dtype in (int32, int64):
+        from ._index import _take  # integer and bool values: through floating types
+        lib.ag_error_clear()
+        return _take(x, d, index, lib.ag_gather)
+    return _wrap(h, "gather")
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002

@@ -1213,8 +1213,12 @@ def _dim_index(dim, n, fn):
 
 
 def index_select(x, dim, index):
-    return _wrap(lib.ag_index_select(_t(x, "index_select"), _dim_arg(dim, "index_select", "dim", 2),
-                                     _t(index, "index_select", "index", 3)), "index_select")
+    d = _dim_arg(dim, "index_select", "dim", 2)
+    h = lib.ag_index_select(_t(x, "index_select"), d, _t(index, "index_select", "index", 3))
+    if not h and lib.ag_tensor_dtype(x._h) not in _FLOAT_CODES and index.dtype in (int32, int64):
+        lib.ag_error_clear()  # integer and bool values: through floating types (anygrad/_index.py)
+        return _index._take(x, d, index)
+    return _wrap(h, "index_select")
 
 
 from . import _index  # noqa: E402 - advanced indexing, over Tensor

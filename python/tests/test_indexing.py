@@ -392,3 +392,16 @@ def test_running_count_across_lines(dev):
     for line in (4, 7, 200):
         c = ag._index._running_count(ag.tensor(v, device=dev), line)
         assert c.tolist() == np.cumsum(v).tolist(), line
+
+
+@pytest.mark.parametrize("dt", ["int64", "int32", "uint8", "bool"])
+def test_index_select_and_gather_of_integers(th, dev, dt):
+    v = {"int64": [[2 ** 62 + 5, -7, 1], [3, -(2 ** 63), 2 ** 53 + 1]],
+         "int32": [[2 ** 31 - 1, -7, 0], [3, 4, 5]], "uint8": [[255, 0, 1], [3, 7, 128]],
+         "bool": [[True, False, True], [False, False, True]]}[dt]
+    a = ag.tensor(v, dtype=getattr(ag, dt if dt != "bool" else "bool_"), device=dev)
+    t = th.tensor(v, dtype=getattr(th, dt))
+    _same(ag.index_select(a, 1, ag.tensor([2, 0, 2], device=dev)),
+          th.index_select(t, 1, th.tensor([2, 0, 2])))
+    gi = [[0, 0], [1, 0]]
+    _same(a.gather(0, ag.tensor(gi, device=dev)), t.gather(0, th.tensor(gi)))
