@@ -411,8 +411,6 @@ def setitem(x, idx, value):
         _store(x, _t_where(mt, v, x), graph)
         return
     numel = x.numel()
-    if numel == 0:
-        return
     iota = _t.arange(1, numel + 1, dtype=float64, device=x.device).reshape(*x.shape)
     t, advs = _basic(iota, entries)
     pos = _gather_adv(t, advs) if advs else t

@@ -255,6 +255,9 @@ ERRORS = [
     ("value_dtype", lambda m, d: _x(m, d).__setitem__([0], _mk(m, d, [1], ag.int64))),
     ("value_dtype_mask", lambda m, d: _x(m, d).__setitem__(_mask(m, d, [True, False, True]),
                                                            _mk(m, d, [1, 2], ag.int64))),
+    ("empty_write_out_of_range", lambda m, d: _mk(m, d, np.zeros((0, 3))).__setitem__([0], 1.0)),
+    ("empty_mask_value", lambda m, d: _mk(m, d, np.zeros((0, 3))).__setitem__(
+        _mask(m, d, np.zeros((0, 3), bool)), _mk(m, d, [1.0, 2.0]))),
     ("leaf_write", lambda m, d: _mk(m, d, [1.0, 2.0]).requires_grad_().__setitem__([0], 5.0)),
 ]
 
