@@ -44,6 +44,14 @@ def _operands(a, b, fn):
             pass
         elif not isinstance(v, numbers.Integral):
             return None  # the caller's own checks raise
+    from ._tensor import tensor
+    for t, o in ((a, b), (b, a)):  # bool tensor with a Python int: int64, as torch
+        if isinstance(t, Tensor) and t.dtype is bool_ and isinstance(o, numbers.Integral) and not isinstance(
+                o, (bool, np.bool_)):
+            if o is b:
+                b = tensor(int(o), dtype=int64, device=t.device)
+            else:
+                a = tensor(int(o), dtype=int64, device=t.device)
     a, b = _pair(a, b, fn)
     dt = _DTYPES[lib.ag_result_type(a._handle, b._handle)]
     if dt is bool_:

@@ -68,6 +68,8 @@ ARITH = [
     ("div_trunc", lambda m, d: m.div(_v(m, d, [-7, 7, -8, 5], "int64"), _v(m, d, [2, -2, 3, -3], "int64"),
                                      rounding_mode="trunc")),
     ("div_trunc_float", lambda m, d: m.div(_v(m, d, [-7.5, 7.5], "float32"), 2, rounding_mode="trunc")),
+    ("bool_floordiv_int", lambda m, d: _v(m, d, [True, False], "bool") // 2),
+    ("bool_mod_int", lambda m, d: _v(m, d, [True, False], "bool") % 2),
     ("div_method_floor", lambda m, d: _v(m, d, [-7, 7], "int64").div(2, rounding_mode="floor")),
 ]
 
