@@ -26,12 +26,6 @@ def _opt(t, fn, what, pos=None):
 
 def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
     fn = "cross_entropy"
-    from ._dtype_rules import ce_target, ce_probabilities  # torch's target dtypes
-    tgt = ce_target(logits, target)
-    if tgt is None:
-        _red(reduction)
-        return ce_probabilities(logits, target, reduction)
-    target = tgt
     return _wrap(lib.ag_cross_entropy(_t(logits, fn), _t(target, fn, "target", 2), _red(reduction),
                                       _c_int_arg(ignore_index, fn, "ignore_index")), fn)
 
@@ -176,3 +170,9 @@ def linear(x, weight, bias=None):
 
 def gelu_exact(x):
     return gelu_erf(x)
+
+
+# torch's signatures, the losses, one_hot, pad, interpolate, normalize, conv1d, group_norm
+from . import _functional_extra as _fx  # noqa: E402
+_fx._conv2d_c, _fx._embedding_c = conv2d, embedding
+from ._functional_extra import *  # noqa: F401,F403,E402
