@@ -208,7 +208,8 @@ def index_target(target, fn):
     if dt is uint8:
         return target.long()
     raise RuntimeError("expected scalar type Long but found %s (%s(): class-index targets are int64 or "
-                       "uint8; class probabilities a floating tensor of the input's shape)" % (torch_name(dt), fn))
+                       "uint8; class probabilities a floating tensor of the input's shape)"
+                       % (torch_name(dt), fn))
 
 
 # ---- NumPy -----------------------------------------------------------------------------
