@@ -133,9 +133,19 @@ def register_hook(self, hook):
 # ---- grad_fn ---------------------------------------------------------------------------
 
 
+# the library's op names where torch 1.13 names the node otherwise
+_TORCH_NAMES = {"matmul": "MmBackward0", "concat": "CatBackward0", "cast": "ToCopyBackward0",
+                "to_device": "ToCopyBackward0", "cross_entropy": "NllLossBackward0", "mse_loss": "MseLossBackward0",
+                "layer_norm": "NativeLayerNormBackward0", "batch_norm": "NativeBatchNormBackward0",
+                "dropout": "NativeDropoutBackward0", "gather/index_select": "IndexSelectBackward0",
+                "conv2d": "ConvolutionBackward0", "scaled_dot_product_attention": "ScaledDotProductAttentionBackward0"}
+
+
 def _torch_name(name):
     if name.endswith("Backward"):  # a custom Function's node
         return name
+    if name in _TORCH_NAMES:
+        return _TORCH_NAMES[name]
     base = name.split("/")[0]
     return "".join(w[:1].upper() + w[1:] for w in base.split("_")) + "Backward0"
 

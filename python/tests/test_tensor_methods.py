@@ -617,3 +617,23 @@ def test_function_errors(dev):
         Raises.apply(x).sum().backward()
     with pytest.raises(NotImplementedError):
         ag.autograd.Function.apply(x)
+
+
+def test_hooks_and_functions_do_not_leak():
+    from anygrad import autograd
+    Cube, _ = _functions(ag)
+    w = ag.ones(3, requires_grad=True)
+    w.register_hook(lambda g: g)
+    base_reg, base_live = len(autograd._registry), ag.live_tensors()
+    for step in range(50):
+        h = w * 2
+        h.register_hook(lambda g: g * 1)
+        c = Cube.apply(h, 1.0)
+        if step % 2:
+            c.sum().backward()  # the graph goes with the backward
+        h = c = None  # ... or with its tensors
+    import gc
+    gc.collect()
+    assert len(autograd._registry) == base_reg
+    w.grad = None
+    assert ag.live_tensors() == base_live
