@@ -107,6 +107,13 @@ def test_einsum(dev, eq, shapes):
         same(a.grad, t.grad, 1e-4)
 
 
+def test_einsum_integers(dev):
+    a, t = A(rng.integers(-5, 5, (2, 3)), dev)
+    b, u = A(rng.integers(-5, 5, (3, 4)), dev)
+    same(ag.einsum("ij,jk->ik", a, b), torch.einsum("ij,jk->ik", t, u))
+    same(ag.einsum("ij->j", a), torch.einsum("ij->j", t))
+
+
 def test_einsum_list_and_errors():
     a, b = ag.ones(2, 3), ag.ones(3, 4)
     ta, tb = torch.ones(2, 3), torch.ones(3, 4)
