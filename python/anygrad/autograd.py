@@ -135,10 +135,11 @@ def register_hook(self, hook):
 
 # the library's op names where torch 1.13 names the node otherwise
 _TORCH_NAMES = {"matmul": "MmBackward0", "concat": "CatBackward0", "cast": "ToCopyBackward0",
-                "to_device": "ToCopyBackward0", "cross_entropy": "NllLossBackward0", "mse_loss": "MseLossBackward0",
-                "layer_norm": "NativeLayerNormBackward0", "batch_norm": "NativeBatchNormBackward0",
-                "dropout": "NativeDropoutBackward0", "gather/index_select": "IndexSelectBackward0",
-                "conv2d": "ConvolutionBackward0", "scaled_dot_product_attention": "ScaledDotProductAttentionBackward0"}
+                "to_device": "ToCopyBackward0", "cross_entropy": "NllLossBackward0",
+                "mse_loss": "MseLossBackward0", "layer_norm": "NativeLayerNormBackward0",
+                "batch_norm": "NativeBatchNormBackward0", "dropout": "NativeDropoutBackward0",
+                "gather/index_select": "IndexSelectBackward0", "conv2d": "ConvolutionBackward0",
+                "scaled_dot_product_attention": "ScaledDotProductAttentionBackward0"}
 
 
 def _torch_name(name):
@@ -250,15 +251,18 @@ def _grad_outputs(grad_outputs, outs, fn):
             if o.requires_grad and o.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
         elif not isinstance(g, Tensor):
-            raise TypeError("%s(): grad_outputs[%d] must be a Tensor or None, not %s" % (fn, k, type(g).__name__))
+            raise TypeError("%s(): grad_outputs[%d] must be a Tensor or None, not %s"
+                            % (fn, k, type(g).__name__))
         elif tuple(g.shape) != tuple(o.shape):
-            raise RuntimeError("Mismatch in shape: grad_output[%d] has a shape of %s and output[%d] has a shape "
+            raise RuntimeError("Mismatch in shape: grad_output[%d] has a shape of %s and output[%d] "
+                               "has a shape "
                                "of %s." % (k, g.shape, k, o.shape))
     return gos
 
 
 def _no_create_graph(fn):
-    raise NotImplementedError("%s(): create_graph=True (gradients of gradients) is not supported: the library's "
+    raise NotImplementedError("%s(): create_graph=True (gradients of gradients) is not supported: "
+                              "the library's "
                               "backward records no graph" % fn)
 
 
@@ -300,7 +304,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if not allow_unused:
         for k, r in enumerate(out):
             if r is None:
-                raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
+                raise RuntimeError("One of the differentiated Tensors appears to not have been used "
+                                   "in the graph. "
                                    "Set allow_unused=True if this is the desired behavior. (input %d)" % k)
     return out
 
@@ -390,10 +395,12 @@ def _custom_backward(user, g_h, n, grads):
             if r is None:
                 continue
             if not isinstance(r, Tensor):
-                raise TypeError("function %s returned a gradient of type %s at index %d (expected Tensor or None)"
+                raise TypeError("function %s returned a gradient of type %s at index %d (expected "
+                                "Tensor or None)"
                                 % (name, type(r).__name__, pos))
             if tuple(r.shape) != meta[0]:
-                raise RuntimeError("Function %s returned an invalid gradient at index %d - got %s but expected "
+                raise RuntimeError("Function %s returned an invalid gradient at index %d - got %s "
+                                   "but expected "
                                    "shape compatible with %s" % (name, pos, list(r.shape), list(meta[0])))
             grads[i] = lib.ag_tensor_retain(r._handle)
         return 0
@@ -444,8 +451,9 @@ class Function:
             a = outs[j].detach()  # a header without graph over the output's storage
             key = next(_keys)
             _registry[key] = (st, j)
-            check(lib.ag_custom_record(a._handle, (cls.__name__ + "Backward").encode(), len(st.tensor_pos), ins,
-                                       _custom_bw_cb, _free_cb, key))  # the library frees key on error too
+            name = (cls.__name__ + "Backward").encode()
+            check(lib.ag_custom_record(a._handle, name, len(st.tensor_pos), ins, _custom_bw_cb, _free_cb,
+                                       key))  # the library frees key on error too
             new[j] = a
         return tuple(new) if is_tuple else new[0]
 
