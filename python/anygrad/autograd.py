@@ -16,9 +16,11 @@ from ctypes import CFUNCTYPE, POINTER, byref, c_int, c_uint64, c_void_p
 
 from . import _lib
 from ._lib import lib, check
-from ._tensor import Tensor, _wrap, no_grad, is_grad_enabled, zeros
+from ._tensor import (Tensor, _wrap, no_grad, enable_grad, inference_mode,  # noqa: F401
+                      is_grad_enabled, zeros)
 
-__all__ = ["grad", "backward", "Function", "FunctionCtx", "Node", "RemovableHandle"]
+__all__ = ["grad", "backward", "Function", "FunctionCtx", "Node", "RemovableHandle", "no_grad",
+           "enable_grad", "inference_mode"]
 
 _AG_ERR_INTERNAL = 14
 _keys = itertools.count(1)
@@ -128,6 +130,43 @@ def register_hook(self, hook):
         _registry.pop(key, None)
         check(st)
     return RemovableHandle(self, hid.value)
+
+
+_retained = {}  # C handle of a non-leaf that retains its gradient -> [gradient or None]
+
+
+def retain_grad(self):
+    """Tensor.retain_grad: a non-leaf keeps the gradient of each backward
+    in .grad (summed over passes, as a leaf's), through a gradient hook."""
+    if not self.requires_grad:
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    h = self._handle
+    if self.is_leaf or h in _retained:
+        return
+    box = [None]
+
+    def keep(g):
+        box[0] = g.detach().clone() if box[0] is None else box[0] + g
+    keep.__name__ = "retain_grad"
+    register_hook(self, keep)
+    _retained[h] = box
+    weakref.finalize(self, _retained.pop, h, None)
+
+
+_tensor_grad = Tensor.grad
+
+
+def _get_grad(self):
+    box = _retained.get(self._h) if self._h else None
+    return box[0] if box is not None else _tensor_grad.fget(self)
+
+
+def _set_grad(self, v):
+    box = _retained.get(self._h) if self._h else None
+    if box is not None and v is None:
+        box[0] = None
+        return
+    _tensor_grad.fset(self, v)
 
 
 # ---- grad_fn ---------------------------------------------------------------------------
@@ -460,4 +499,7 @@ class Function:
 
 Tensor.backward = _backward
 Tensor.register_hook = register_hook
+Tensor.retain_grad = retain_grad
+Tensor.retains_grad = property(lambda self: bool(self._h) and self._h in _retained)
+Tensor.grad = property(_get_grad, _set_grad)
 Tensor.grad_fn = property(_grad_fn)

@@ -655,3 +655,22 @@ def test_hooks_and_functions_do_not_leak():
     assert len(autograd._registry) == base_reg
     w.grad = None
     assert ag.live_tensors() == base_live
+
+
+def test_retain_grad(dev):
+    x, tx = A(rnd(3), dev, grad=True)
+    y, ty = x * 2, tx * 2
+    y.retain_grad()
+    ty.retain_grad()
+    assert y.retains_grad and not x.retains_grad
+    for _ in range(2):
+        (y * y).sum().backward(retain_graph=True)
+        (ty * ty).sum().backward(retain_graph=True)
+        same(y.grad, ty.grad)
+        same(x.grad, tx.grad)
+    y.grad = None
+    assert y.grad is None
+    assert (x * 3).grad is None
+    raises_like(RuntimeError, lambda: x.detach().retain_grad(), lambda: tx.detach().retain_grad())
+    with ag.autograd.no_grad():
+        assert not (x * 2).requires_grad
