@@ -400,7 +400,7 @@ def default_convert(data):
     if elem_type.__module__ == "numpy" and elem_type.__name__ not in ("str_", "string_", "bytes_"):
         if elem_type.__name__ == "ndarray" and _np_str_obj.search(data.dtype.str) is not None:
             return data
-        return tensor(data)
+        return tensor(np.asarray(data))  # a NumPy scalar keeps its dtype
     if isinstance(data, collections.abc.Mapping):
         try:
             return elem_type({key: default_convert(data[key]) for key in data})
@@ -579,6 +579,10 @@ class DataLoader:
 class _BaseIter:
     def __init__(self, loader):
         self._loader = loader
+        # as torch, every iterator draws its workers' base seed first, then
+        # the sampler draws its order: the same generator gives the same
+        # batches with and without workers
+        self._seed = int(_rng(loader.generator).integers(0, 2 ** 63))
         self._collate = loader.collate_fn
         self._auto = loader._auto_collation
 
@@ -657,10 +661,6 @@ class _TensorIter(_BaseIter):
         return self._rows.gather(np.asarray(next(self._index_iter), dtype=np.int64))
 
 
-def _base_seed(loader):
-    return int(_rng(loader.generator).integers(0, 2 ** 63))
-
-
 class _CLoaderIter(_BaseIter):
     """num_workers > 0 on a TensorDataset of CPU tensors: ag_loader's worker
     threads gather the rows of each batch into pinned buffers (through a
@@ -699,7 +699,6 @@ class _CLoaderIter(_BaseIter):
         self._fill_fn = _lib.LOADER_FILL_FN(self._fill)  # referenced as long as the loader lives
         cfg.fill = self._fill_fn
         self._n = len(ts)
-        self._seed = _base_seed(loader)
         self._init_done = set()
         self._init_lock = threading.Lock()
         h = lib.ag_loader_create(byref(cfg))
@@ -771,7 +770,7 @@ class _ThreadIter(_BaseIter):
         self._results = {}
         self._sent = self._rcvd = 0
         self._exhausted = False
-        seed = _base_seed(loader)
+        seed = self._seed
         self._threads = []
         for w in range(loader.num_workers):
             th = threading.Thread(target=self._work, args=(w, seed), daemon=True,
@@ -858,7 +857,7 @@ class _IterableThreadIter(_BaseIter):
         self._active = list(range(n))
         self._turn = 0
         self._stop = threading.Event()
-        seed = _base_seed(loader)
+        seed = self._seed
         for w in range(n):
             threading.Thread(target=self._work, args=(w, seed), daemon=True,
                              name="anygrad DataLoader worker %d" % w).start()
