@@ -7,7 +7,7 @@
 # Release build, not the sanitizer or clang builds.
 find_program(AG_PYTHON3_EXE NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
 if(NOT AG_SANITIZE AND CMAKE_BUILD_TYPE STREQUAL "Release" AND AG_PYTHON3_EXE)
-  execute_process(COMMAND ${AG_PYTHON3_EXE} -c "import numpy, pip, setuptools"
+  execute_process(COMMAND ${AG_PYTHON3_EXE} -c "import numpy, setuptools"
                   RESULT_VARIABLE _ag_pip2_ok OUTPUT_QUIET ERROR_QUIET)
   find_program(AG_GIT_EXE git)
   if(_ag_pip2_ok EQUAL 0 AND AG_GIT_EXE)
