@@ -22,7 +22,7 @@ fail() { echo "python_install2: $*"; exit 1; }
 pip_install() { # <log> <args...>: offline, no build isolation; the log kept for failures
   local log=$1
   shift
-  "$py" -m pip install --no-build-isolation --no-deps --no-index --disable-pip-version-check "$@" >"$log" 2>&1
+  "$py" -m pip install -v --no-build-isolation --no-deps --no-index --disable-pip-version-check "$@" >"$log" 2>&1
 }
 # imports the package at PYTHONPATH=$1 from $work; prints the library, the
 # devices, a value; checks every module copied or installed (in $2) was found
