@@ -54,7 +54,7 @@ PY
 git clone -q "$src" clone
 [ ! -e clone/build ] || fail "the clone has a build/ already"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
-export ANYGRAD_CMAKE_ARGS="-DAG_CUDA=OFF -DAG_HIP=OFF"
+export ANYGRAD_CMAKE_ARGS="-DAG_CUDA=OFF -DAG_HIP=OFF -DAG_MPI=OFF"
 t0=$(date +%s)
 (cd clone && pip_install "$work/b.log" --target "$work/site_b" ./python) || { tail -40 b.log; fail "(b) pip failed"; }
 grep -o "anygrad setup.py: built .*" b.log || { tail -20 b.log; fail "(b) setup.py did not build the library"; }
@@ -65,7 +65,9 @@ test -f "$pkg/lib/libanygrad.so.0" || fail "(b) the library was not copied into 
 check_import "$work/site_b" "$pkg/lib" "$pkg/lib/libanygrad.so.0" || fail "(b) the installed package"
 
 # (a1) pip with ANYGRAD_PREFIX: the prefix's library, although the clone now
-# has build/lib/libanygrad.so and a build tree lies beside the package
+# has build/lib/libanygrad.so and a build tree lies beside the package (the
+# runtime component has the command-line tool too: built here, nothing else)
+cmake --build clone/build --target anygrad-cli >/dev/null
 cmake --install clone/build --prefix "$work/prefix1" --component runtime >/dev/null
 mkdir -p a1/build/lib
 ln -s "$work/clone/build/lib/libanygrad.so" a1/build/lib/libanygrad.so
