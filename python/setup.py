@@ -100,6 +100,9 @@ class BuildPy(build_py):
             text = f.read()
         with open(os.path.join(dst, "optable.h"), "w") as f:
             f.write(text)
+        # a library copied in by an earlier run of this build folder goes
+        pkglib = os.path.join(dst, "lib")
+        shutil.rmtree(pkglib, ignore_errors=True)
         if os.environ.get("ANYGRAD_LIBRARY"):
             paths = [os.path.abspath(os.environ["ANYGRAD_LIBRARY"])]
         elif os.environ.get("ANYGRAD_PREFIX"):
@@ -108,8 +111,7 @@ class BuildPy(build_py):
             paths = tree_libraries()
             if not paths:
                 libdir = cmake_build()
-                pkglib = os.path.join(dst, "lib")
-                os.makedirs(pkglib, exist_ok=True)
+                os.makedirs(pkglib)
                 # the real file under the soname; the modules beside it, where
                 # the library looks for them
                 shutil.copy(os.path.join(libdir, "libanygrad.so.0"), os.path.join(pkglib, "libanygrad.so.0"))

@@ -66,8 +66,9 @@ check_import "$work/site_b" "$pkg/lib" "$pkg/lib/libanygrad.so.0" || fail "(b) t
 
 # (a1) pip with ANYGRAD_PREFIX: the prefix's library, although the clone now
 # has build/lib/libanygrad.so and a build tree lies beside the package (the
-# runtime component has the command-line tool too: built here, nothing else)
-cmake --build clone/build --target anygrad-cli >/dev/null
+# runtime component has the command-line tool and the NCCL module too: built
+# here, nothing else)
+cmake --build clone/build --target anygrad-cli anygrad-nccl >/dev/null
 cmake --install clone/build --prefix "$work/prefix1" --component runtime >/dev/null
 mkdir -p a1/build/lib
 ln -s "$work/clone/build/lib/libanygrad.so" a1/build/lib/libanygrad.so
