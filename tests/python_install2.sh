@@ -99,7 +99,7 @@ ln -s "$(command -v "$py")" bin/python3
 ln -s "$(command -v git)" bin/git
 for missing in cmake compiler; do
   [ $missing = compiler ] && ln -sf "$(command -v cmake)" bin/cmake
-  if (cd clone2 && env -u CC PATH="$work/bin" pip_install "$work/no_$missing.log" --target "$work/site_x" ./python); then
+  if (cd clone2 && unset CC && PATH="$work/bin" && pip_install "$work/no_$missing.log" --target "$work/site_x" ./python); then
     fail "pip succeeded without $missing"
   fi
   case $missing in
