@@ -537,3 +537,11 @@ def test_reachable_from_anygrad():
     import anygrad.utils.data as m
     assert ag.utils.data is m
     from anygrad.utils.data import DataLoader as D, Dataset as S, TensorDataset as T  # noqa: F401
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_empty_and_zero_width_as_torch(th, workers):
+    _same(th.utils.data.DataLoader(th.utils.data.TensorDataset(th.zeros(0, 3), th.zeros(0)), batch_size=2),
+          DataLoader(TensorDataset(ag.zeros(0, 3), ag.zeros(0)), batch_size=2, num_workers=workers))
+    _same(th.utils.data.DataLoader(th.utils.data.TensorDataset(th.zeros(5, 0), th.arange(5)), batch_size=2),
+          DataLoader(TensorDataset(ag.zeros(5, 0), ag.arange(5)), batch_size=2, num_workers=workers))

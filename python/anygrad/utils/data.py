@@ -561,7 +561,8 @@ class DataLoader:
                 or self.sampler.data_source is not ds or self.batch_sampler.sampler is not self.sampler):
             return None
         ts = ds.tensors
-        if not ts or any(t.device.type != "cpu" or t.requires_grad or t.ndim < 1 for t in ts):
+        if not ts or any(t.device.type != "cpu" or t.requires_grad or t.ndim < 1 or t.numel() == 0
+                         for t in ts):
             return None
         return ts
 
