@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -126,7 +126,7 @@ setup(
     name="anygrad",
     version="0.2.0",
     description="anygrad from Python: tensors, autograd, nn and optim over libanygrad",
-    packages=["anygrad", "anygrad.utils"],
+    packages=find_packages(include=["anygrad", "anygrad.*"]),
     python_requires=">=3.9",
     install_requires=[],  # numpy is needed at run time (Debian: python3-numpy)
     cmdclass={"build_py": BuildPy},
