@@ -18,6 +18,7 @@ from ._dlpack import from_dlpack
 from ._tensor_extra import *  # noqa: F401,F403,A004
 from . import linalg, autograd  # noqa: F401
 from . import functional, nn, optim  # noqa: F401
+from . import utils  # noqa: F401  (anygrad.utils.data)
 
 float = float32  # noqa: A001
 half = float16
