@@ -402,11 +402,13 @@ void agj_put_str(FILE *f, const char *s, size_t n) {
 
 void agj_put_num(FILE *f, double v) {
   char buf[40];
+  if (v == floor(v) && fabs(v) < 1e15) {
+    fprintf(f, "%.1f", v);
+    return;
+  }
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(buf, sizeof buf, "%.*g", prec, v);
     if (strtod(buf, NULL) == v) break;
   }
-  /* A whole number keeps a ".0" so that readers see a float. */
-  if (!strpbrk(buf, ".eEni")) strcat(buf, ".0");
   fputs(buf, f);
 }

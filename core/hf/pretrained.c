@@ -503,10 +503,12 @@ static ag_status cfg_refuse(const jfile *j, const char *key, const char *why) {
 /* rope_scaling / rope_parameters: absent, null, or rope_type "default". */
 static ag_status cfg_rope(const jfile *j, const char *key, double *theta) {
   int x, t;
+  char ctx[32];
+  snprintf(ctx, sizeof ctx, "%s.", key);
   ag_status st = jget(j, 0, "", key, AGJ_OBJ, &x);
   if (st != AG_OK || x < 0) return st;
-  if ((st = jget(j, x, key, ".rope_type", AGJ_STR, &t)) != AG_OK) return st;
-  if (t < 0 && (st = jget(j, x, key, ".type", AGJ_STR, &t)) != AG_OK) return st;
+  if ((st = jget(j, x, ctx, "rope_type", AGJ_STR, &t)) != AG_OK) return st;
+  if (t < 0 && (st = jget(j, x, ctx, "type", AGJ_STR, &t)) != AG_OK) return st;
   if (t >= 0 && !jstr_is(j, t, "default")) {
     char why[96];
     snprintf(why, sizeof why, "has rope_type \"%.40s\" (only \"default\")", agj_str(j->doc, t, NULL));
@@ -514,7 +516,7 @@ static ag_status cfg_rope(const jfile *j, const char *key, double *theta) {
   }
   if (t < 0 && agj_count(j->doc, x) > 0 && strcmp(key, "rope_scaling") == 0)
     return cfg_refuse(j, key, "is set without rope_type \"default\"");
-  if ((st = jget(j, x, key, ".rope_theta", AGJ_NUM, &t)) != AG_OK) return st;
+  if ((st = jget(j, x, ctx, "rope_theta", AGJ_NUM, &t)) != AG_OK) return st;
   if (t >= 0) *theta = agj_num(j->doc, t);
   return AG_OK;
 }

@@ -501,3 +501,20 @@ for _name, _res, _args in (
         MISSING.append(_name)
     else:
         _f.restype, _f.argtypes = _res, _args
+
+
+# ---- the Hugging Face layout (include/anygrad/pretrained.h, docs/export.md) ----
+for _name, _res, _args in (
+        ("ag_llama_save_pretrained", c_int, [POINTER(Llama), c_void_p, c_char_p]),
+        ("ag_llama_load_pretrained", c_int, [c_char_p, Device, POINTER(Llama), POINTER(c_void_p)]),
+        ("ag_llama_read_config", c_int, [c_char_p, POINTER(LlamaConfig)]),
+        ("ag_llama_hidden_dim", c_int64, [POINTER(LlamaConfig)]),
+        ("ag_bpe_load", c_int, [c_char_p, POINTER(c_void_p)]),
+        ("ag_bpe_load_hf", c_int, [c_char_p, POINTER(c_void_p)]),
+        ("ag_bpe_save_hf", c_int, [c_void_p, c_char_p]),
+        ("ag_bpe_free", None, [c_void_p])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
