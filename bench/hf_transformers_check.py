@@ -38,8 +38,9 @@ def greedy_anygrad(ag, model, prompt, n):
 
 def greedy_transformers(torch, model, prompt, n):
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                             num_beams=1, pad_token_id=0, eos_token_id=None)
+        ids = torch.tensor([prompt])  # attention_mask given: a token equal to pad_token_id is no padding
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                             do_sample=False, num_beams=1, pad_token_id=0, eos_token_id=None)
     return out[0, len(prompt):].tolist()
 
 
@@ -54,6 +55,14 @@ def compare(name, ag, torch, ag_model, hf_model, vocab, tol, n_new, rng):
     same = ga == gh
     ok = diff <= tol and same
     first = next((i for i, (x, y) in enumerate(zip(ga, gh)) if x != y), None)
+    if first is not None:  # a near tie, or a real difference: the two best logits there
+        seq = prompt + ga[:first]
+        la = ag_model(ag.tensor([seq], dtype=ag.int64)).numpy()[0, -1]
+        with torch.no_grad():
+            lh = hf_model(torch.tensor([seq])).logits[0, -1].float().numpy()
+        for who, lg in (("anygrad", la), ("transformers", lh)):
+            top = np.argsort(lg)[::-1][:2]
+            print("  step %d, %s: best %s logits %s" % (first, who, top.tolist(), lg[top].tolist()))
     print("%-44s logits max |diff| %.2e (tol %.0e, |logit| max %.2f), greedy %d tokens %s%s"
           % (name, diff, tol, float(np.max(np.abs(h))), n_new, "same" if same else "DIFFER",
              "" if same else " from token %d" % first))
@@ -119,7 +128,7 @@ def main():
         for tied in (True, False):
             cfg = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                              rms_norm_eps=1e-5, tie_word_embeddings=tied, initializer_range=0.2,
+                              rms_norm_eps=1e-5, tie_word_embeddings=tied, initializer_range=0.1,
                               bos_token_id=None, eos_token_id=None, pad_token_id=None)
             hf = LlamaForCausalLM(cfg).eval()
             d = os.path.join(tmp, "hf_%s" % ("tied" if tied else "untied"))
