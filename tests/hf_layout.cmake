@@ -16,3 +16,11 @@ if(NOT AG_SANITIZE)
                    512 4096)
   set_tests_properties(hf_tokenizer PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS data)
 endif()
+# anygrad train --task text --hf DIR (tests/cli_test.py, case text_hf).
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(TARGET anygrad-cli AND Python3_Interpreter_FOUND)
+  add_test(NAME cli_text_hf
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cli_test.py $<TARGET_FILE:anygrad-cli>
+                   ${CMAKE_CURRENT_BINARY_DIR}/cli_text_hf ${PROJECT_SOURCE_DIR} $<TARGET_FILE_DIR:anygrad> text_hf)
+  set_tests_properties(cli_text_hf PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "cli")
+endif()
