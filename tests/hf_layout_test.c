@@ -270,6 +270,11 @@ static void test_config(void **state) {
                  "\"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
                  "\"max_position_embeddings\": 16, \"vocab_size\": 300, \"tie_word_embeddings\": true}",
                  AG_ERR_CORRUPT, "model.layers.2");
+  /* Sizes the weights do not have are refused before anything is allocated. */
+  expect_refused("{\"model_type\": \"llama\", \"hidden_size\": 1048576, \"intermediate_size\": 48, "
+                 "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"max_position_embeddings\": 16, "
+                 "\"vocab_size\": 1048576, \"tie_word_embeddings\": true}",
+                 AG_ERR_SHAPE, "is not [1048576, 1048576] as config.json says");
   /* Nesting deeper than the reader's bound. */
   char deep[400];
   size_t k = 0;

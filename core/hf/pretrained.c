@@ -547,7 +547,7 @@ static ag_status parse_config(const jfile *j, ag_llama_config *c) {
   kv = heads;
   if ((st = cfg_int(j, "num_key_value_heads", false, 1, 1 << 20, &kv)) != AG_OK) return st;
   if ((st = cfg_int(j, "vocab_size", true, 1, big, &vocab)) != AG_OK) return st;
-  if ((st = cfg_int(j, "max_position_embeddings", true, 1, 1 << 24, &seq)) != AG_OK) return st;
+  if ((st = cfg_int(j, "max_position_embeddings", true, 1, 1 << 20, &seq)) != AG_OK) return st;
   head_dim = dim / heads;
   if ((st = cfg_int(j, "head_dim", false, 0, big, &head_dim)) != AG_OK) return st;
   if (dim % heads || head_dim != dim / heads)
@@ -681,17 +681,38 @@ ag_status ag_llama_save_pretrained(const ag_llama *m, const ag_bpe *tok, const c
   return st;
 }
 
-static ag_status file_dtype(const char *path, ag_dtype *dt) {
+/* The dtype of the weights, and a check that the file's embedding and last
+ * layer have the config's shapes, made before the model is allocated (a
+ * config that lies about its sizes is refused without allocating them). */
+static ag_status file_dtype(const char *path, const ag_llama_config *c, ag_dtype *dt) {
   ag_safetensors *f = NULL;
   ag_status st = ag_safetensors_open(path, &f);
   if (st != AG_OK) return st;
+  char last[96];
+  snprintf(last, sizeof last, "model.layers.%" PRId64 ".mlp.down_proj.weight", c->n_layers - 1);
+  struct {
+    const char *name;
+    int64_t d0, d1;
+  } want[] = {{"model.embed_tokens.weight", c->vocab_size, c->dim}, {last, c->dim, c->hidden_dim}};
+  for (int k = 0; k < 2 && st == AG_OK; k++) {
+    int64_t shape[AG_MAX_DIMS];
+    int i = ag_safetensors_find(f, want[k].name);
+    int nd = i >= 0 ? ag_safetensors_shape(f, i, shape) : -1;
+    if (nd < 0)
+      st = ag_error_set(AG_ERR_CORRUPT, "%s: no tensor \"%s\" (config.json's sizes)", path, want[k].name);
+    else if (nd != 2 || shape[0] != want[k].d0 || shape[1] != want[k].d1)
+      st = ag_error_set(AG_ERR_SHAPE, "%s: \"%s\" is not [%" PRId64 ", %" PRId64 "] as config.json says", path,
+                        want[k].name, want[k].d0, want[k].d1);
+  }
   int i = ag_safetensors_find(f, "model.embed_tokens.weight");
   const char *s = i >= 0 ? ag_safetensors_dtype(f, i) : NULL;
-  if (!s) st = ag_error_set(AG_ERR_CORRUPT, "%s: no tensor \"model.embed_tokens.weight\"", path);
-  else if (!strcmp(s, "F32")) *dt = AG_F32;
-  else if (!strcmp(s, "F16")) *dt = AG_F16;
-  else if (!strcmp(s, "BF16")) *dt = AG_BF16;
-  else st = ag_error_set(AG_ERR_DTYPE, "%s: weights in %s (F32, F16 or BF16 only)", path, s);
+  if (st == AG_OK) {
+    if (!s) st = ag_error_set(AG_ERR_CORRUPT, "%s: no tensor \"model.embed_tokens.weight\"", path);
+    else if (!strcmp(s, "F32")) *dt = AG_F32;
+    else if (!strcmp(s, "F16")) *dt = AG_F16;
+    else if (!strcmp(s, "BF16")) *dt = AG_BF16;
+    else st = ag_error_set(AG_ERR_DTYPE, "%s: weights in %s (F32, F16 or BF16 only)", path, s);
+  }
   ag_safetensors_close(f);
   return st;
 }
@@ -710,7 +731,7 @@ ag_status ag_llama_load_pretrained(const char *dir, ag_device d, ag_llama *m, ag
     st = ag_error_set(AG_ERR_UNSUPPORTED, "%s: sharded weights (model.safetensors.index.json); anygrad reads one "
                       "model.safetensors", dir);
   ag_dtype dt = AG_F32;
-  if (st == AG_OK) st = file_dtype(w, &dt);
+  if (st == AG_OK) st = file_dtype(w, &cfg, &dt);
   ag_bpe *b = NULL;
   if (st == AG_OK && tok && access(tj, F_OK) == 0) st = ag_bpe_load_hf(tj, &b);
   if (st == AG_OK && b && ag_bpe_vocab_size(b) > cfg.vocab_size)
