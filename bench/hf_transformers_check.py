@@ -71,7 +71,8 @@ def compare(name, ag, torch, ag_model, hf_model, vocab, tol, n_new, rng):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--folder", help="an anygrad-saved Hugging Face folder to check (default: a random model)")
+    ap.add_argument("--folder", help="an anygrad-saved Hugging Face folder to check "
+                                     "(default: a random model)")
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--new-tokens", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
@@ -110,7 +111,8 @@ def main():
                         p.mul_(8.0 if p.dim() == 2 else 1.0)
                 d = os.path.join(tmp, "anygrad_%s" % ("tied" if tied else "untied"))
                 m.save_pretrained(d)
-                cases.append(("anygrad -> transformers (%s head, GQA 4/2)" % ("tied" if tied else "untied"), m, d))
+                kind = "tied" if tied else "untied"
+                cases.append(("anygrad -> transformers (%s head, GQA 4/2)" % kind, m, d))
         for name, m, d in cases:
             hf = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
             ok &= compare(name, ag, torch, m, hf, m.config["vocab_size"], args.tol, args.new_tokens, rng)

@@ -245,11 +245,14 @@ static void test_config(void **state) {
   expect_refused(CFG_HEAD ", /* c */ \"a\": 1}", AG_ERR_CORRUPT, "not valid JSON");
   expect_refused(CFG_HEAD ", \"a\": 01}", AG_ERR_CORRUPT, "not valid JSON");
   expect_refused(CFG_HEAD ", \"hidden_size\": 32}", AG_ERR_CORRUPT, "\"hidden_size\" occurs twice");
-  expect_refused("{\"model_type\": \"llama\", \"hidden_size\": 32}", AG_ERR_CORRUPT, "\"intermediate_size\" is missing");
+  expect_refused("{\"model_type\": \"llama\", \"hidden_size\": 32}", AG_ERR_CORRUPT,
+                 "\"intermediate_size\" is missing");
   expect_refused("{\"hidden_size\": 32}", AG_ERR_CORRUPT, "\"model_type\" is missing");
   expect_refused(CFG_HEAD ", \"num_hidden_layers\": 2.5}", AG_ERR_CORRUPT, "occurs twice");
-  expect_refused("{\"model_type\": \"llama\", \"hidden_size\": 32.5}", AG_ERR_CORRUPT, "\"hidden_size\" must be an integer");
-  expect_refused("{\"model_type\": \"llama\", \"hidden_size\": \"32\"}", AG_ERR_CORRUPT, "\"hidden_size\" must be a number");
+  expect_refused("{\"model_type\": \"llama\", \"hidden_size\": 32.5}", AG_ERR_CORRUPT,
+                 "\"hidden_size\" must be an integer");
+  expect_refused("{\"model_type\": \"llama\", \"hidden_size\": \"32\"}", AG_ERR_CORRUPT,
+                 "\"hidden_size\" must be a number");
   expect_refused("{\"model_type\": \"mistral\"}", AG_ERR_UNSUPPORTED, "\"model_type\"");
   expect_refused(CFG_HEAD ", \"hidden_act\": \"gelu\"}", AG_ERR_UNSUPPORTED, "\"hidden_act\"");
   expect_refused(CFG_HEAD ", \"attention_bias\": true}", AG_ERR_UNSUPPORTED, "\"attention_bias\"");

@@ -75,7 +75,8 @@ def main():
             theirs = hf.encode(text).ids
             same = ours == theirs
             if not same:
-                k = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+                k = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+                         min(len(ours), len(theirs)))
                 print("vocab %d: ids differ at %d (anygrad %s, tokenizers %s)"
                       % (vocab, k, ours[k:k + 8], theirs[k:k + 8]))
             # The chunk rules at their edges: runs at and past 256 bytes, the
