@@ -510,6 +510,7 @@ for _name, _res, _args in (
     else:
         _f.restype, _f.argtypes = _res, _args
 
+
 # ---- nn modules and functional (anygrad.nn, anygrad.nn.functional) ----
 for _name, _res, _args in (
         ("ag_group_norm", T, [T, c_int64, T, T, c_double]),
@@ -597,6 +598,22 @@ for _name, _res, _args in (
         ("ag_loader_destroy", None, [c_void_p]),
         ("ag_loader_batch_data", c_void_p, [c_void_p, c_int]),
         ("ag_loader_batch_shape", POINTER(c_int64), [c_void_p, c_int])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+
+# ---- the Hugging Face layout (include/anygrad/pretrained.h, docs/export.md) ----
+for _name, _res, _args in (
+        ("ag_llama_save_pretrained", c_int, [POINTER(Llama), c_void_p, c_char_p]),
+        ("ag_llama_load_pretrained", c_int, [c_char_p, Device, POINTER(Llama), POINTER(c_void_p)]),
+        ("ag_llama_read_config", c_int, [c_char_p, POINTER(LlamaConfig)]),
+        ("ag_llama_hidden_dim", c_int64, [POINTER(LlamaConfig)]),
+        ("ag_bpe_load", c_int, [c_char_p, POINTER(c_void_p)]),
+        ("ag_bpe_load_hf", c_int, [c_char_p, POINTER(c_void_p)]),
+        ("ag_bpe_save_hf", c_int, [c_void_p, c_char_p]),
+        ("ag_bpe_free", None, [c_void_p])):
     _f = getattr(lib, _name, None)
     if _f is None:
         MISSING.append(_name)
