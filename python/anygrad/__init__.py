@@ -15,10 +15,13 @@ from ._tensor import (Tensor, Size, dtype, device, tensor, as_tensor, from_numpy
 from ._ops import *  # noqa: F401,F403
 from ._ops import ELEMENTWISE_OPS, sum, max, min, pow, abs  # noqa: F401,A004
 from ._dlpack import from_dlpack
+from ._tensor_extra import *  # noqa: F401,F403,A004
+from . import linalg, autograd  # noqa: F401
 from . import functional, nn, optim  # noqa: F401
 from ._tensor import default_generator  # noqa: F401
 from ._rng import (get_rng_state, set_rng_state, initial_seed, seed, set_num_threads,  # noqa: F401
                    get_num_threads)
+from . import utils  # noqa: F401  (anygrad.utils.data)
 
 float = float32  # noqa: A001
 half = float16

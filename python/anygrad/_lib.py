@@ -12,23 +12,31 @@ from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_in
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def _recorded():
+    """The libraries recorded when this copy was installed (_libpaths.txt:
+    pip, or cmake --install with AG_INSTALL_PYTHON); a relative path is
+    relative to the package (a library that pip built and copied in)."""
+    cfg = os.path.join(_HERE, "_libpaths.txt")
+    if not os.path.exists(cfg):
+        return []
+    with open(cfg) as f:
+        return [os.path.join(_HERE, p) if not os.path.isabs(p) else p
+                for p in (line.strip() for line in f) if p]
+
+
 def _candidates():
     env = os.environ.get("ANYGRAD_LIBRARY")
     if env:
         yield env
         return
-    # package inside the source tree: python/anygrad -> <repo>/build/lib
+    # an installed copy loads what it was installed against: the prefix's
+    # library, not a build tree that happens to lie near it
+    yield from _recorded()
+    # the package inside the source tree: python/anygrad -> <repo>/build/lib
     repo = os.path.dirname(os.path.dirname(_HERE))
-    for b in ("build", "build-release", "build-debug"):
-        yield os.path.join(repo, b, "lib", "libanygrad.so")
-    # an installed package lists where the library was when it was installed
-    # (pip from a build tree, or cmake --install with AG_INSTALL_PYTHON)
-    cfg = os.path.join(_HERE, "_libpaths.txt")
-    if os.path.exists(cfg):
-        with open(cfg) as f:
-            for line in f:
-                if line.strip():
-                    yield line.strip()
+    if os.path.exists(os.path.join(repo, "include", "anygrad", "optable.h")):
+        for b in ("build", "build-release", "build-debug"):
+            yield os.path.join(repo, b, "lib", "libanygrad.so")
     for prefix in (os.path.expanduser("~/.local"), "/usr/local", "/usr"):
         for d in ("lib", "lib64", "lib/x86_64-linux-gnu"):
             yield os.path.join(prefix, d, "libanygrad.so.0")
@@ -544,6 +552,7 @@ for _name, _res, _args in (
     else:
         _f.restype, _f.argtypes = _res, _args
 
+
 # ---- nn modules and functional (anygrad.nn, anygrad.nn.functional) ----
 for _name, _res, _args in (
         ("ag_group_norm", T, [T, c_int64, T, T, c_double]),
@@ -552,6 +561,101 @@ for _name, _res, _args in (
         ("ag_interpolate", T, [T, c_int64, c_int64, c_double, c_double, c_int, c_bool]),
         ("ag_one_hot", T, [T, c_int64]),
         ("ag_norm", T, [T, c_double, c_int, POINTER(c_int), c_bool])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+
+# ---- tensor methods, autograd.grad, gradient hooks, grad_fn (_tensor_extra.py, autograd.py) ----
+for _name, _res, _args in (
+        ("ag_sort", c_int, [T, c_int, c_bool, POINTER(c_void_p), POINTER(c_void_p)]),
+        ("ag_argsort", T, [T, c_int, c_bool])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+for _name, _res, _args in (
+        ("ag_autograd_grad", c_int, [c_int, POINTER(c_void_p), POINTER(c_void_p), c_int, POINTER(c_void_p),
+                                     c_bool, c_bool, POINTER(c_void_p)]),
+        ("ag_tensor_add_grad_pre_hook", c_int, [T, c_void_p, c_void_p, c_void_p, POINTER(c_uint64)]),
+        ("ag_tensor_remove_grad_hook", c_int, [T, c_uint64]),
+        ("ag_tensor_grad_fn", c_void_p, [T]),
+        ("ag_grad_node_retain", c_void_p, [c_void_p]), ("ag_grad_node_release", None, [c_void_p]),
+        ("ag_grad_node_name", c_char_p, [c_void_p]), ("ag_grad_node_input_count", c_int, [c_void_p]),
+        ("ag_grad_node_next", c_void_p, [c_void_p, c_int, POINTER(c_void_p)]),
+        ("ag_custom_record", c_int, [T, c_char_p, c_int, POINTER(c_void_p), c_void_p, c_void_p, c_void_p])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+lib.ag_error_set.restype = c_int  # variadic: (status, b"%s", message)
+
+# ---- indexing and NumPy sharing (anygrad/_index.py, from_numpy) ----
+DELETER = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)  # ag_deleter_fn
+for _name, _res, _args in (
+        ("ag_index_add", c_void_p, [c_void_p, c_int, c_void_p, c_void_p, c_double]),
+        ("ag_from_blob", c_void_p, [Device, c_int, c_int, POINTER(c_int64), POINTER(c_int64), c_void_p,
+                                    DELETER, c_void_p])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+
+# ---- the host-staging loader (include/anygrad/loader.h), for anygrad.utils.data ----
+LOADER_MAX_FIELDS = 8
+MAX_DIMS = 8
+
+
+class LoaderField(Structure):
+    _fields_ = [("dtype", c_int), ("ndim", c_int), ("shape", c_int64 * MAX_DIMS), ("var_dim", c_int),
+                ("n_buckets", c_int), ("buckets", c_int64 * 16), ("pad_value", c_double)]
+
+
+# ag_status fill(void *user, int64_t epoch, int64_t batch_index, const int64_t *samples,
+#                int64_t rows, ag_loader_batch *batch)
+LOADER_FILL_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int64, c_int64, POINTER(c_int64), c_int64, c_void_p)
+
+
+class LoaderConfig(Structure):
+    _fields_ = [("device", Device), ("num_samples", c_int64), ("batch_size", c_int64),
+                ("shuffle", c_bool), ("seed", c_uint64), ("drop_last", c_bool), ("epochs", c_int64),
+                ("num_workers", c_int), ("fill_on_caller", c_bool), ("prefetch", c_int),
+                ("copy_ahead", c_int), ("n_fields", c_int), ("fields", LoaderField * LOADER_MAX_FIELDS),
+                ("fill", LOADER_FILL_FN), ("user", c_void_p), ("profiler", c_void_p)]
+
+
+class LoaderBatchInfo(Structure):
+    _fields_ = [("end", c_bool), ("epoch", c_int64), ("index", c_int64), ("rows", c_int64),
+                ("bucket", c_int64 * LOADER_MAX_FIELDS)]
+
+
+for _name, _res, _args in (
+        ("ag_loader_create", c_void_p, [POINTER(LoaderConfig)]),
+        ("ag_loader_next", c_int, [c_void_p, POINTER(c_void_p), POINTER(LoaderBatchInfo)]),
+        ("ag_loader_batches_per_epoch", c_int64, [c_void_p]),
+        ("ag_loader_destroy", None, [c_void_p]),
+        ("ag_loader_batch_data", c_void_p, [c_void_p, c_int]),
+        ("ag_loader_batch_shape", POINTER(c_int64), [c_void_p, c_int])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+
+# ---- the Hugging Face layout (include/anygrad/pretrained.h, docs/export.md) ----
+for _name, _res, _args in (
+        ("ag_llama_save_pretrained", c_int, [POINTER(Llama), c_void_p, c_char_p]),
+        ("ag_llama_load_pretrained", c_int, [c_char_p, Device, POINTER(Llama), POINTER(c_void_p)]),
+        ("ag_llama_read_config", c_int, [c_char_p, POINTER(LlamaConfig)]),
+        ("ag_llama_hidden_dim", c_int64, [POINTER(LlamaConfig)]),
+        ("ag_bpe_load", c_int, [c_char_p, POINTER(c_void_p)]),
+        ("ag_bpe_load_hf", c_int, [c_char_p, POINTER(c_void_p)]),
+        ("ag_bpe_save_hf", c_int, [c_void_p, c_char_p]),
+        ("ag_bpe_free", None, [c_void_p])):
     _f = getattr(lib, _name, None)
     if _f is None:
         MISSING.append(_name)

@@ -790,18 +790,15 @@ class Tensor:
 
     def __getitem__(self, idx):
         if not isinstance(idx, tuple):
-            idx = (idx,)
+            idx = _index.as_tuple(idx) if idx.__class__ is list or isinstance(idx, np.ndarray) else (idx,)
         ndim = lib.ag_tensor_ndim(self._handle)
         if any(i.__class__ not in _PLAIN_INDEX for i in idx):
+            if _index.is_advanced(idx):  # lists, arrays, integer tensors, masks
+                return _index.getitem(self, idx)
             # A bool (Python's, NumPy's or a 0-d bool tensor) indexes as in
             # torch: a new dim of size 1 (True) or 0 (False) that consumes
             # none; several merge into one. Never the int 1 or 0.
             idx = tuple(_bool_index(i) for i in idx)
-            n_adv = sum(1 for i in idx if (isinstance(i, Tensor) and i.ndim != 0) or i is True or i is False)
-            if n_adv > 1 and any(isinstance(i, Tensor) for i in idx):
-                raise IndexError("anygrad: only one tensor index, and no bool index beside it, per indexing "
-                                 "(torch broadcasts several together; anygrad does not): index one after "
-                                 "the other")
         n_real = sum(1 for i in idx if not (i is None or i is Ellipsis or i is True or i is False))
         if any(i is Ellipsis for i in idx):
             if sum(1 for i in idx if i is Ellipsis) > 1:
@@ -822,7 +819,7 @@ class Tensor:
             elif isinstance(i, slice):
                 step = 1 if i.step is None else operator.index(i.step)
                 if step <= 0:
-                    raise ValueError("anygrad: slice step must be positive, got %d" % step)
+                    raise ValueError("step must be greater than zero")
                 n = lib.ag_tensor_shape(t._h)[d]
                 # Python's clamping of any int bound (2**64 + 2 is past the end,
                 # not 2): the library gets 0 <= start <= stop <= n
@@ -844,19 +841,9 @@ class Tensor:
                 k %= n
                 t = _wrap(lib.ag_slice(t._handle, d, k, k + 1, 1), "index")
                 t = _wrap(lib.ag_squeeze(t._handle, d), "index")
-            elif isinstance(i, Tensor):
-                if i.dtype.is_floating_point:
-                    raise IndexError("anygrad: tensors used as indices must be integer or bool tensors, "
-                                     "got %s" % i.dtype.name)
-                if i.dtype is bool_:
-                    raise TypeError("anygrad: boolean mask indexing is not supported (use where)")
-                if i.dtype is uint8:  # torch reads it as a mask
-                    raise TypeError("anygrad: uint8 tensor indices are not supported (torch reads them "
-                                    "as masks): use int64")
-                if i.ndim != 1:
-                    raise IndexError("anygrad: tensor indices must be 1-d")
-                t = index_select(t, d, i)
-                d += 1
+            elif isinstance(i, Tensor):  # a 0-d tensor of another dtype
+                raise IndexError("tensors used as indices must be long, byte or bool tensors (got %s)"
+                                 % i.dtype.name)
             elif isinstance(i, (numbers.Number, np.generic)):
                 raise IndexError("anygrad: only integers, slices (`:`), ellipsis (`...`), None, bools and "
                                  "integer tensors are valid indices (got %s)" % type(i).__name__)
@@ -875,6 +862,10 @@ class Tensor:
         return t
 
     def __setitem__(self, idx, value):
+        tup = idx if idx.__class__ is tuple else _index.as_tuple(idx)
+        if ((not all(i.__class__ in _PLAIN_INDEX for i in tup) and _index.is_advanced(tup)) or
+                _index.plain_setitem_needs_graph(self, value)):
+            return _index.setitem(self, tup, value)
         dst = self[idx]
         if isinstance(value, Tensor):
             _copy_into(dst, value, "__setitem__")
@@ -968,11 +959,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
             k = arr.dtype.kind
             if k not in "biuf":
                 raise TypeError("anygrad: cannot make a tensor from %s data" % arr.dtype)
-            if isinstance(data, np.ndarray):  # keep the array's dtype, as torch does
-                try:
-                    dt = as_dtype(arr.dtype)
-                except TypeError:
-                    raise TypeError("anygrad: no anygrad dtype for NumPy %s" % arr.dtype) from None
+            if isinstance(data, np.ndarray):  # the array's dtype, or the nearest wider (int16: int32)
+                from ._dtype_rules import numpy_dtype
+                dt = numpy_dtype(arr)
             else:  # Python numbers: bool, int64 or float32, as torch
                 dt = bool_ if k == "b" else int64 if k in "iu" else float32
         if dt is bfloat16:  # NumPy has no bfloat16: through float32
@@ -1069,15 +1058,6 @@ def _check_data_range(data, dt):
             if not math.isfinite(v) or not lo <= math.trunc(v) <= hi:
                 raise RuntimeError("tensor(): value %r cannot be converted to type %s without overflow"
                                    % (v, name))
-
-
-as_tensor = tensor
-
-
-def from_numpy(a):
-    if not isinstance(a, np.ndarray):
-        raise TypeError("from_numpy(): expected np.ndarray (got %s)" % type(a).__name__)
-    return tensor(a, dtype=as_dtype(a.dtype))
 
 
 def _creator(fn, name):
@@ -1274,5 +1254,13 @@ def _dim_index(dim, n, fn):
 
 
 def index_select(x, dim, index):
-    return _wrap(lib.ag_index_select(_t(x, "index_select"), _dim_arg(dim, "index_select", "dim", 2),
-                                     _t(index, "index_select", "index", 3)), "index_select")
+    d = _dim_arg(dim, "index_select", "dim", 2)
+    h = lib.ag_index_select(_t(x, "index_select"), d, _t(index, "index_select", "index", 3))
+    if not h and lib.ag_tensor_dtype(x._h) not in _FLOAT_CODES and index.dtype in (int32, int64):
+        lib.ag_error_clear()  # integer and bool values: through floating types (anygrad/_index.py)
+        return _index._take(x, d, index)
+    return _wrap(h, "index_select")
+
+
+from . import _index  # noqa: E402 - advanced indexing, over Tensor
+from ._dtype_rules import from_numpy, as_tensor  # noqa: E402,F401 - over Tensor and tensor()
