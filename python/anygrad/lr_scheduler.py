@@ -274,9 +274,9 @@ class MultiplicativeLR(_LRScheduler):
 
 
 class OneCycleLR(_LRScheduler):
-    """torch's OneCycleLR with anneal_strategy 'cos' or 'linear' and
-    three_phase; the momentum (betas[0]) is not cycled: cycle_momentum is
-    accepted and ignored."""
+    """torch's OneCycleLR: anneal_strategy 'cos' or 'linear', three_phase,
+    and cycle_momentum (betas[0] or momentum of every group, between
+    max_momentum and base_momentum, as torch)."""
 
     def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
                  anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95,
@@ -305,15 +305,21 @@ class OneCycleLR(_LRScheduler):
         self.three_phase = three_phase
         self.div_factor, self.final_div_factor = float(div_factor), float(final_div_factor)
         ts = self.total_steps
+        mx, base = "max_momentum", "base_momentum"
         if three_phase:
             self._schedule_phases = [
-                {"end_step": float(pct_start * ts) - 1, "start_lr": "initial_lr", "end_lr": "max_lr"},
-                {"end_step": float(2 * pct_start * ts) - 2, "start_lr": "max_lr", "end_lr": "initial_lr"},
-                {"end_step": ts - 1, "start_lr": "initial_lr", "end_lr": "min_lr"}]
+                {"end_step": float(pct_start * ts) - 1, "start_lr": "initial_lr", "end_lr": "max_lr",
+                 "start_momentum": mx, "end_momentum": base},
+                {"end_step": float(2 * pct_start * ts) - 2, "start_lr": "max_lr", "end_lr": "initial_lr",
+                 "start_momentum": base, "end_momentum": mx},
+                {"end_step": ts - 1, "start_lr": "initial_lr", "end_lr": "min_lr",
+                 "start_momentum": mx, "end_momentum": mx}]
         else:
             self._schedule_phases = [
-                {"end_step": float(pct_start * ts) - 1, "start_lr": "initial_lr", "end_lr": "max_lr"},
-                {"end_step": ts - 1, "start_lr": "max_lr", "end_lr": "min_lr"}]
+                {"end_step": float(pct_start * ts) - 1, "start_lr": "initial_lr", "end_lr": "max_lr",
+                 "start_momentum": mx, "end_momentum": base},
+                {"end_step": ts - 1, "start_lr": "max_lr", "end_lr": "min_lr",
+                 "start_momentum": base, "end_momentum": mx}]
         max_lrs = _per_group(max_lr, optimizer.param_groups, "max_lr", fn)
         if last_epoch == -1:
             for lr, g in zip(max_lrs, optimizer.param_groups):
@@ -321,7 +327,24 @@ class OneCycleLR(_LRScheduler):
                 g["max_lr"] = lr
                 g["min_lr"] = g["initial_lr"] / final_div_factor
         self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            defaults = getattr(optimizer, "defaults", {})
+            if "momentum" not in defaults and "betas" not in defaults:
+                raise ValueError("optimizer must support momentum with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in defaults
+            max_ms = _per_group(max_momentum, optimizer.param_groups, "max_momentum", fn)
+            base_ms = _per_group(base_momentum, optimizer.param_groups, "base_momentum", fn)
+            if last_epoch == -1:
+                for m, b, g in zip(max_ms, base_ms, optimizer.param_groups):
+                    self._set_momentum(g, m)
+                    g["max_momentum"], g["base_momentum"] = m, b
         super().__init__(optimizer, last_epoch, verbose)
+
+    def _set_momentum(self, g, m):
+        if self.use_beta1:
+            g["betas"] = (m,) + tuple(g["betas"][1:])
+        else:
+            g["momentum"] = m
 
     @staticmethod
     def _anneal(strategy, start, end, pct):
@@ -338,20 +361,23 @@ class OneCycleLR(_LRScheduler):
         c_ok = (not self.three_phase and self.anneal_strategy == "cos" and 0 < self.pct_start < 1
                 and self.pct_start * self.total_steps >= 2 and step < self.total_steps)
         for g in self.optimizer.param_groups:
-            if c_ok and g["initial_lr"] == g["max_lr"] / self.div_factor \
-                    and g["min_lr"] == g["initial_lr"] / self.final_div_factor:
-                out.append(_c_lr(step, _ONE_CYCLE, lr=g["max_lr"], total=self.total_steps,
-                                 pct_start=self.pct_start, div_factor=self.div_factor,
-                                 final_div_factor=self.final_div_factor))
-                continue
             start = 0
             for i, ph in enumerate(self._schedule_phases):
                 end = ph["end_step"]
                 if step <= end or i == len(self._schedule_phases) - 1:
                     pct = (step - start) / (end - start)
-                    out.append(self._anneal(self.anneal_strategy, g[ph["start_lr"]], g[ph["end_lr"]], pct))
+                    lr = self._anneal(self.anneal_strategy, g[ph["start_lr"]], g[ph["end_lr"]], pct)
+                    if self.cycle_momentum:
+                        self._set_momentum(g, self._anneal(self.anneal_strategy, g[ph["start_momentum"]],
+                                                           g[ph["end_momentum"]], pct))
                     break
                 start = ph["end_step"]
+            if c_ok and g["initial_lr"] == g["max_lr"] / self.div_factor \
+                    and g["min_lr"] == g["initial_lr"] / self.final_div_factor:
+                lr = _c_lr(step, _ONE_CYCLE, lr=g["max_lr"], total=self.total_steps,
+                           pct_start=self.pct_start, div_factor=self.div_factor,
+                           final_div_factor=self.final_div_factor)
+            out.append(lr)
         return out
 
 
