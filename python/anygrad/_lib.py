@@ -599,6 +599,7 @@ lib.ag_error_set.restype = c_int  # variadic: (status, b"%s", message)
 DELETER = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)  # ag_deleter_fn
 for _name, _res, _args in (
         ("ag_index_add", c_void_p, [c_void_p, c_int, c_void_p, c_void_p, c_double]),
+        ("ag_result_type", c_int, [T, T]),
         ("ag_from_blob", c_void_p, [Device, c_int, c_int, POINTER(c_int64), POINTER(c_int64), c_void_p,
                                     DELETER, c_void_p])):
     _f = getattr(lib, _name, None)
