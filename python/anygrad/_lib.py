@@ -381,8 +381,6 @@ _TRAIN_DECLS = {
     "ag_generator_get_state": (None, [P, POINTER(c_uint64), POINTER(c_uint64)]),
     "ag_generator_set_state": (None, [P, c_uint64, c_uint64]),
     "ag_safetensors_meta": (c_char_p, [P, c_char_p]),
-    # _dtype_rules.py calls these: unbound, ctypes passed the handles as 32-bit ints
-    "ag_result_type": (c_int, [T, T]), "ag_result_type_scalar": (c_int, [T, c_double]),
 }
 for _name, (_res, _args) in _TRAIN_DECLS.items():
     try:
