@@ -83,6 +83,16 @@ typedef enum vkb_shader {
   VKS_SCATTER_ADD_D,
   VKS_PAD_D,
   VKS_PAD_BWD_D,
+  /* tree.comp: reductions and softmax of any length (vk_tree.c); the _D
+   * builds only on devices with shaderFloat64 */
+  VKS_TREE,
+  VKS_SMX_PART,
+  VKS_SMX_ROW,
+  VKS_SMX_OUT,
+  VKS_TREE_D,
+  VKS_SMX_PART_D,
+  VKS_SMX_ROW_D,
+  VKS_SMX_OUT_D,
   /* the portable-numerics modules (vk_portable.c), in the order of
    * CMakeLists.txt's p_ entries */
   VKS_P_PROBE,
@@ -390,6 +400,39 @@ VKB_HIDDEN bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt);
 VKB_HIDDEN ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a);
 VKB_HIDDEN ag_status vk_k_norm(ag_bstream *s, const ag_k_norm *a);
 VKB_HIDDEN ag_status vk_k_one_hot(ag_bstream *s, const ag_k_one_hot *a);
+
+/* Reductions and softmax of any length (vk_tree.c, tree.comp): passes of
+ * work-groups over chunks of VKB_TREE_CHUNK elements (tree.comp's
+ * TREE_CHUNK), partials in the stream's scratch buffer. */
+#define VKB_TREE_CHUNK ((int64_t)VKB_WG * 64)
+/* One reduction over [outer, r, inner] of x (dtype xdt) into out (odt):
+ * op an ag_reduce_op (ARGMAX: out an integer dtype), the sum times scale,
+ * plus beta times out where beta != 0; f64: the double build (xdt and odt
+ * f64, or odt an integer for ARGMAX). */
+typedef struct vkb_tree_red {
+  uint64_t out, x;
+  ag_dtype odt, xdt;
+  int op;
+  int64_t outer, r, inner;
+  double scale, beta;
+  bool f64;
+  /* dot: r = K, rows outer = B * M * N of a matmul, x = A (strides xs:
+   * batch, row, k), y = B (dtype ydt, strides ys: batch, k, col) */
+  bool dot;
+  uint64_t y;
+  ag_dtype ydt;
+  int64_t M, N, xs[3], ys[3];
+} vkb_tree_red;
+/* Scratch bytes the passes need for `rows` rows of `r` (0: one pass). */
+VKB_HIDDEN size_t vkb_tree_scratch(int64_t rows, int64_t r);
+/* Records the passes; `scratch` a device address of vkb_tree_scratch()
+ * bytes the launch owns. Errors: AG_ERR_UNSUPPORTED past the grid limits. */
+VKB_HIDDEN ag_status vkb_tree_reduce(ag_bstream *s, uint64_t scratch, const vkb_tree_red *t);
+/* Softmax (variant AG_KV_SOFTMAX or AG_KV_LOG_SOFTMAX) of contiguous rows
+ * of any length: partial (max, sum) per chunk, a merge per row, then y. */
+VKB_HIDDEN size_t vkb_tree_softmax_scratch(int64_t rows, int64_t cols);
+VKB_HIDDEN ag_status vkb_tree_softmax(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t x, ag_dtype dt,
+                                      int variant, int64_t rows, int64_t cols);
 
 /* Portable numerics (vk_portable.c): the device probe (the vtable's
  * portable_check), whether a launch computes (op, sub, dtype) as
