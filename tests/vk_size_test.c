@@ -76,6 +76,21 @@ static void test_sum_max_argmax(void **state) {
   float mh[4];
   assert_int_equal(ag_to_host(m, mh, sizeof mh), AG_OK);
   assert_true(mh[0] == big_at(999) && mh[1] == big_at(999) && mh[2] == 7.0f && mh[3] == 7.0f);
+  /* columns of 16M over dim 0 (elements 4 apart) */
+  int64_t s3[2] = {BIG / 4, 4};
+  int d0 = 0;
+  ag_tensor *cs = ag_sum(ag_reshape(x, 2, s3), 1, &d0, false);
+  assert_int_equal(ag_to_host(cs, mh, sizeof mh), AG_OK);
+  for (int c = 0; c < 4; c++) {
+    double rc = 0.0;
+    for (int64_t i = c; i < BIG; i += 4) rc += big_at(i);
+    assert_true(fabs(mh[c] - rc) <= 1e-6 * (double)BIG);
+  }
+  /* variance and standard deviation of the whole tensor */
+  double mu = ref / (double)BIG, q = 0.0;
+  for (int64_t i = 0; i < BIG; i++) q += ((double)big_at(i) - mu) * ((double)big_at(i) - mu);
+  double var = ag_item(ag_var(x, 0, NULL, 1.0, false));
+  assert_true(fabs(var - q / (double)(BIG - 1)) <= 1e-5 * var);
   check_ok();
 }
 
@@ -146,6 +161,30 @@ static void test_matmul_long_k(void **state) {
     }
   free(a);
   free(b);
+  /* [2 x 16 x 200000] @ [200000 x 16]: split K over GEMM tiles, then summed */
+  const int64_t K2 = 200000, M2 = 16;
+  a = malloc((size_t)(2 * M2 * K2) * sizeof *a);
+  b = malloc((size_t)(K2 * M2) * sizeof *b);
+  assert_true(a && b);
+  for (int64_t i = 0; i < 2 * M2 * K2; i++) a[i] = (float)(i % 11) * 0.125f - 0.625f;
+  for (int64_t i = 0; i < K2 * M2; i++) b[i] = (float)(i % 13) * 0.25f - 1.5f;
+  int64_t s3[3] = {2, M2, K2}, s4[2] = {K2, M2};
+  c = ag_matmul(ag_from_host(VK, AG_F32, 3, s3, a), ag_from_host(VK, AG_F32, 2, s4, b));
+  float c2[2 * 16 * 16];
+  assert_int_equal(ag_to_host(c, c2, sizeof c2), AG_OK);
+  for (int64_t bb = 0; bb < 2; bb++)
+    for (int64_t i = 0; i < M2; i++)
+      for (int64_t j = 0; j < M2; j++) {
+        double ref = 0.0, mag = 0.0;
+        for (int64_t k = 0; k < K2; k++) {
+          double p = (double)a[(bb * M2 + i) * K2 + k] * b[k * M2 + j];
+          ref += p;
+          mag += fabs(p);
+        }
+        assert_true(fabs(c2[(bb * M2 + i) * M2 + j] - ref) <= 1e-5 * mag);
+      }
+  free(a);
+  free(b);
   check_ok();
 }
 
@@ -176,6 +215,25 @@ static void test_f64_rows(void **state) {
   double z = 0.0, m = (double)(C - 1) * 0.5e-5;
   for (int64_t j = 0; j < C; j++) z += exp(h[j] * 1e-5 - m);
   for (int64_t j = 0; j < C; j += 4099) assert_true(fabs(y[j] - exp(h[j] * 1e-5 - m) / z) <= 1e-12 * y[j]);
+  /* cumsum along the rows, and their variance */
+  assert_int_equal(ag_to_host(ag_cumsum(x, 1), y, (size_t)(R * C) * sizeof *y), AG_OK);
+  for (int r = 0; r < R; r++)
+    for (int64_t j = 0; j < C; j += 7919) {
+      double ref = 0.25 * (double)j * (double)(j + 1) - (double)r * (double)(j + 1);
+      assert_exact(y[r * C + j], ref);
+    }
+  assert_exact(y[C - 1], 0.25 * (double)C * (double)(C - 1));
+  assert_int_equal(ag_to_host(ag_var(x, 1, &d1, 0.0, false), out, sizeof out), AG_OK);
+  double vref = 0.25 * ((double)C * (double)C - 1.0) / 12.0;
+  for (int r = 0; r < R; r++) assert_true(fabs(out[r] - vref) <= 1e-12 * vref);
+  /* matmul [1 x 1M] @ [1M x 1] of row 0 and 1 */
+  int64_t sa[2] = {1, C}, sb[2] = {C, 1};
+  ag_tensor *x0 = ag_from_host(VK, AG_F64, 2, sa, h), *x1 = ag_from_host(VK, AG_F64, 2, sb, h + C);
+  /* sum of (j / 2) (j / 2 - 1), j < C: (S2 - 2 S1) / 4 in integers */
+  int64_t s1 = C * (C - 1) / 2, s2 = (C - 1) * C * (2 * C - 1) / 6;
+  double dref = (double)(s2 - 2 * s1) / 4.0;
+  double got = ag_item(ag_matmul(x0, x1));
+  if (!(fabs(got - dref) <= 1e-14 * fabs(dref))) fail_msg("f64 matmul %.17g, expected %.17g", got, dref);
   free(y);
   free(h);
   check_ok();

@@ -89,10 +89,16 @@ typedef enum vkb_shader {
   VKS_SMX_PART,
   VKS_SMX_ROW,
   VKS_SMX_OUT,
+  VKS_SCAN_PART,
+  VKS_SCAN_MID,
+  VKS_SCAN_OUT,
   VKS_TREE_D,
   VKS_SMX_PART_D,
   VKS_SMX_ROW_D,
   VKS_SMX_OUT_D,
+  VKS_SCAN_PART_D,
+  VKS_SCAN_MID_D,
+  VKS_SCAN_OUT_D,
   /* the portable-numerics modules (vk_portable.c), in the order of
    * CMakeLists.txt's p_ entries */
   VKS_P_PROBE,
@@ -422,6 +428,10 @@ typedef struct vkb_tree_red {
   uint64_t y;
   ag_dtype ydt;
   int64_t M, N, xs[3], ys[3];
+  /* the variance: squares about mean (a device address of one value per
+   * row, f32, or f64 with f64); sqrt: its square root */
+  uint64_t mean;
+  bool sqrt;
 } vkb_tree_red;
 /* Scratch bytes the passes need for `rows` rows of `r` (0: one pass). */
 VKB_HIDDEN size_t vkb_tree_scratch(int64_t rows, int64_t r);
@@ -430,6 +440,11 @@ VKB_HIDDEN size_t vkb_tree_scratch(int64_t rows, int64_t r);
 VKB_HIDDEN ag_status vkb_tree_reduce(ag_bstream *s, uint64_t scratch, const vkb_tree_red *t);
 /* Softmax (variant AG_KV_SOFTMAX or AG_KV_LOG_SOFTMAX) of contiguous rows
  * of any length: partial (max, sum) per chunk, a merge per row, then y. */
+/* cumsum (variant AG_KV_CUMSUM_PREFIX or _SUFFIX) of [outer, r, inner]
+ * lines of any length: block sums, their scan per line, block scans. */
+VKB_HIDDEN size_t vkb_tree_cumsum_scratch(int64_t lines, int64_t r);
+VKB_HIDDEN ag_status vkb_tree_cumsum(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t x, ag_dtype dt,
+                                     int variant, int64_t outer, int64_t r, int64_t inner);
 VKB_HIDDEN size_t vkb_tree_softmax_scratch(int64_t rows, int64_t cols);
 VKB_HIDDEN ag_status vkb_tree_softmax(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t x, ag_dtype dt,
                                       int variant, int64_t rows, int64_t cols);

@@ -733,6 +733,24 @@ static ag_status vk_k_var(ag_bstream *s, const ag_k_var *a) {
   args.n[0] = outer;
   args.n[1] = r;
   args.n[2] = inner;
+  if (!pmode(c) && r > (a->x->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) {
+    /* long lines: the mean, then the squares about it, each by tree passes */
+    bool f64 = a->x->dtype == AG_F64;
+    int64_t rows = outer * inner;
+    size_t mbytes = ((size_t)rows * 8u + 255u) / 256u * 256u;
+    uint64_t scratch;
+    ag_status st = vkb_scratch(s, mbytes + vkb_tree_scratch(rows, r), &scratch);
+    if (st != AG_OK) return st;
+    vkb_tree_red t = {.out = scratch, .x = oaddr(a->x), .odt = f64 ? AG_F64 : AG_F32, .xdt = a->x->dtype,
+                      .op = AG_R_SUM, .outer = outer, .r = r, .inner = inner, .scale = 1.0 / (double)r, .f64 = f64};
+    if ((st = vkb_tree_reduce(s, scratch + mbytes, &t)) != AG_OK) return st;
+    t.mean = scratch;
+    t.out = oaddr(a->out);
+    t.odt = a->out->dtype;
+    t.scale = d > 0 ? 1.0 / d : INFINITY;
+    t.sqrt = a->variant == AG_KV_STD;
+    return vkb_tree_reduce(s, scratch + mbytes, &t);
+  }
   if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per output */
     ag_status st = loop_ok(s, c, 2 * r);
     if (st != AG_OK) return st;
@@ -750,6 +768,13 @@ static ag_status vk_k_var(ag_bstream *s, const ag_k_var *a) {
 static ag_status vk_k_cumsum(ag_bstream *s, const ag_k_cumsum *a) {
   int64_t outer = a->outer, r = a->r, inner = a->inner;
   if (!outer || !r || !inner) return AG_OK;
+  if (!pmode(a->call) && r > (a->x->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) { /* a multi-pass scan */
+    uint64_t scratch;
+    ag_status st = vkb_scratch(s, vkb_tree_cumsum_scratch(outer * inner, r), &scratch);
+    return st != AG_OK ? st
+                       : vkb_tree_cumsum(s, scratch, oaddr(a->out), oaddr(a->x), a->x->dtype, a->variant, outer, r,
+                                         inner);
+  }
   if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per line */
     ag_status st = loop_ok(s, a->call, r);
     if (st != AG_OK) return st;

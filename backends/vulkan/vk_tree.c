@@ -63,6 +63,11 @@ ag_status vkb_tree_reduce(ag_bstream *s, uint64_t scratch, const vkb_tree_red *t
       a.n[11 + i] = t->ys[i];
     }
   }
+  if (t->mean) {
+    a.k[4] = 1;
+    a.p[7] = t->mean;
+  }
+  a.k[7] = t->sqrt;
   ag_status st = AG_OK;
   for (int lvl = 0; st == AG_OK; lvl++) {
     int64_t g = chunks(a.n[1]);
@@ -77,6 +82,7 @@ ag_status vkb_tree_reduce(ag_bstream *s, uint64_t scratch, const vkb_tree_red *t
     if (g == 1) break;
     /* the next pass reads these partials as rows of g */
     a.k[2] = 1;
+    a.k[4] = 0;
     a.p[2] = a.p[4];
     a.p[3] = a.p[5];
     a.n[0] = rows;
@@ -107,3 +113,25 @@ ag_status vkb_tree_softmax(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t
 }
 
 size_t vkb_tree_softmax_scratch(int64_t rows, int64_t cols) { return (size_t)(rows * chunks(cols) + rows) * 16u; }
+
+size_t vkb_tree_cumsum_scratch(int64_t lines, int64_t r) { return (size_t)(lines * chunks(r)) * 8u; }
+
+ag_status vkb_tree_cumsum(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t x, ag_dtype dt, int variant,
+                          int64_t outer, int64_t r, int64_t inner) {
+  bool d = dt == AG_F64;
+  int64_t g = chunks(r), lines = outer * inner;
+  vkb_args a = {0};
+  a.p[0] = y;
+  a.p[1] = x;
+  a.p[4] = scratch; /* per (line, chunk): its sum, then its prefix */
+  a.k[0] = dt;
+  a.k[6] = variant;
+  a.n[0] = outer;
+  a.n[1] = r;
+  a.n[2] = inner;
+  a.n[4] = g;
+  ag_status st = tree_grid(s, d ? VKS_SCAN_PART_D : VKS_SCAN_PART, 0, &a, lines * g);
+  if (st == AG_OK) st = tree_grid(s, d ? VKS_SCAN_MID_D : VKS_SCAN_MID, 0, &a, lines);
+  if (st == AG_OK) st = tree_grid(s, d ? VKS_SCAN_OUT_D : VKS_SCAN_OUT, 0, &a, lines * g);
+  return st;
+}

@@ -7,7 +7,8 @@
  * No invocation walks a row, and the trees have a fixed shape for a given
  * size (deterministic). Built for f32 math (K_TREE, K_SMX_*) and, with
  * TREE_D, for f64 (f64 devices only). */
-#if defined(K_TREE_D) || defined(K_SMX_PART_D) || defined(K_SMX_ROW_D) || defined(K_SMX_OUT_D)
+#if defined(K_TREE_D) || defined(K_SMX_PART_D) || defined(K_SMX_ROW_D) || defined(K_SMX_OUT_D) || \
+    defined(K_SCAN_PART_D) || defined(K_SCAN_MID_D) || defined(K_SCAN_OUT_D) || defined(K_VAR_T_D)
 #define TREE_D
 #extension GL_ARB_gpu_shader_int64 : require
 #endif
@@ -73,7 +74,8 @@ bool am_b(T va, int64_t ia, T vb, int64_t ib) {
  * k2 == 1 the previous pass's partials [rows, n1] (values p2,
  * argmax indices p3). n4 chunks per row: > 1 writes partials (p4 values,
  * p5 indices) [rows, n4]; 1 writes the output p0 (dtype k0): the sum times
- * SCALE (plus BETA times the output where k5, split-K's last pass), the
+ * SCALE (plus BETA times the output where k5, split-K's last pass; its
+ * square root where k7, the standard deviation), the
  * max or min, the argmax index (k0 an integer dtype). */
 void main() {
   int64_t r = pc.a.n[1], inner = pc.a.n[2], G = pc.a.n[4];
@@ -83,7 +85,8 @@ void main() {
   int64_t base = part ? row * r : (row / inner) * r * inner + row % inner, step = part ? 1 : inner;
   /* dot: row = (b, m, n) of a matmul [n14 M, n15 N]; x the A operand
    * (strides n8 batch, n9 row, n10 k), p6 the B operand (dtype k3, strides
-   * n11 batch, n12 k, n13 col) */
+   * n11 batch, n12 k, n13 col); k4: the squares of x less the row's mean
+ * (p7, f32 or f64), for the variance */
   int64_t ya = 0, ys = 0;
   if (dot) {
     int64_t M = pc.a.n[14], N = pc.a.n[15], n = row % N, m = (row / N) % M, b = row / (M * N);
@@ -99,6 +102,10 @@ void main() {
   for (int64_t j = chunk * TREE_CHUNK + LID; j < j1; j += WG) {
     T v = part ? PT(pc.a.p[2], base + j) : LD(pc.a.p[1], base + j * step, pc.a.k[1]);
     if (dot) v *= LD(pc.a.p[6], ya + j * ys, pc.a.k[3]);
+    if (pc.a.k[4] != 0 && !part) { /* variance: squares about the row's mean */
+      v -= PT(pc.a.p[7], row);
+      v *= v;
+    }
     if (OP == AG_R_ARGMAX) {
       int64_t iv = part ? PL(pc.a.p[3], base + j) : j;
       if (am_b(acc, idx, v, iv)) { acc = v; idx = iv; }
@@ -130,6 +137,7 @@ void main() {
   else if (OP == AG_R_SUM) {
     T v = sv[0] * SCALE;
     if (pc.a.k[5] != 0) v += BETA * LD(pc.a.p[0], row, pc.a.k[0]);
+    if (pc.a.k[7] != 0) v = sqrt(v);
     ST(pc.a.p[0], row, pc.a.k[0], v);
   } else ST(pc.a.p[0], row, pc.a.k[0], sv[0]);
 }
@@ -233,6 +241,89 @@ void main() {
   for (int64_t j = chunk * TREE_CHUNK + LID; j < j1; j += WG) {
     T v = LD(pc.a.p[1], base + j, dt) - m;
     ST(pc.a.p[0], base + j, dt, lg ? v - ls : T_EXP(v) * inv);
+  }
+}
+#endif
+
+/* cumsum of long lines as a multi-pass scan: SCAN_PART the sum of each
+ * (line, chunk) into p4 [lines, n4]; SCAN_MID a work-group per line turns
+ * them into exclusive prefixes in place; SCAN_OUT scans each chunk (64
+ * consecutive elements an invocation, a scan of their sums over the
+ * work-group) from its prefix. x p1, y p0 (dtype k0) over [n0 outer, n1 r,
+ * n2 inner]; k6 the variant (suffix sums walk the line backwards). */
+#if defined(K_SCAN_PART) || defined(K_SCAN_PART_D) || defined(K_SCAN_OUT) || defined(K_SCAN_OUT_D)
+int64_t scan_pos(int64_t line, int64_t k) {
+  int64_t r = pc.a.n[1], inner = pc.a.n[2];
+  int64_t base = (line / inner) * r * inner + line % inner;
+  return base + (pc.a.k[6] == AG_KV_CUMSUM_SUFFIX ? r - 1 - k : k) * inner;
+}
+#endif
+
+#if defined(K_SCAN_PART) || defined(K_SCAN_PART_D)
+void main() {
+  int64_t r = pc.a.n[1], G = pc.a.n[4];
+  int64_t g = group_id(), line = g / G, chunk = g % G;
+  if (line >= pc.a.n[0] * pc.a.n[2]) return;
+  int64_t j1 = min(r, (chunk + 1) * TREE_CHUNK);
+  T s = T_ZERO;
+  for (int64_t j = chunk * TREE_CHUNK + LID; j < j1; j += WG) s += LD(pc.a.p[1], scan_pos(line, j), pc.a.k[0]);
+  sv[LID] = s;
+  barrier();
+  for (int k = WG / 2; k > 0; k >>= 1) {
+    if (LID < k) sv[LID] += sv[LID + k];
+    barrier();
+  }
+  if (LID == 0) PT(pc.a.p[4], g) = sv[0];
+}
+#endif
+
+/* exclusive scan over the work-group of v (Hillis-Steele, fixed shape) */
+#if defined(K_SCAN_MID) || defined(K_SCAN_MID_D) || defined(K_SCAN_OUT) || defined(K_SCAN_OUT_D)
+T wg_exclusive(T v) {
+  sv[LID] = v;
+  barrier();
+  for (int k = 1; k < WG; k <<= 1) {
+    T add = LID >= k ? sv[LID - k] : T_ZERO;
+    barrier();
+    sv[LID] += add;
+    barrier();
+  }
+  T incl = sv[LID];
+  barrier();
+  return incl - v;
+}
+#endif
+
+#if defined(K_SCAN_MID) || defined(K_SCAN_MID_D)
+void main() {
+  int64_t G = pc.a.n[4], line = group_id();
+  if (line >= pc.a.n[0] * pc.a.n[2]) return;
+  int64_t seg = (G + WG - 1) / WG, c0 = min(G, LID * seg), c1 = min(G, c0 + seg), at = line * G;
+  T s = T_ZERO;
+  for (int64_t c = c0; c < c1; c++) s += PT(pc.a.p[4], at + c);
+  T run = wg_exclusive(s);
+  for (int64_t c = c0; c < c1; c++) {
+    T v = PT(pc.a.p[4], at + c);
+    PT(pc.a.p[4], at + c) = run;
+    run += v;
+  }
+}
+#endif
+
+#if defined(K_SCAN_OUT) || defined(K_SCAN_OUT_D)
+void main() {
+  int64_t r = pc.a.n[1], G = pc.a.n[4];
+  int64_t g = group_id(), line = g / G, chunk = g % G;
+  if (line >= pc.a.n[0] * pc.a.n[2]) return;
+  int64_t j0 = min(r, chunk * TREE_CHUNK + LID * TREE_TRIPS), j1 = min(r, j0 + TREE_TRIPS);
+  int dt = pc.a.k[0];
+  T s = T_ZERO;
+  for (int64_t j = j0; j < j1; j++) s += LD(pc.a.p[1], scan_pos(line, j), dt);
+  T run = PT(pc.a.p[4], g) + wg_exclusive(s);
+  for (int64_t j = j0; j < j1; j++) {
+    int64_t p = scan_pos(line, j);
+    run += LD(pc.a.p[1], p, dt);
+    ST(pc.a.p[0], p, dt, run);
   }
 }
 #endif
