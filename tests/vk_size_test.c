@@ -1,7 +1,8 @@
 /* Vulkan ops of sizes past one work-group's loop (vulkan:0, under the
  * validation layers: tests/vk_size.cmake): sum, mean, max, argmax, cumsum
- * and softmax of 64M f32 elements, a matmul with an inner dimension of 4M,
- * and f64 rows of 1M, against results known exactly or a host double
+ * softmax, logsumexp and variance of 64M f32 elements, matmuls with inner
+ * dimensions of 4M and 200K, and f64 rows of 1M (sum, max, argmax, softmax
+ * and its gradient, logsumexp, cumsum, variance, a dot product), against results known exactly or a host double
  * reference on a sample. Skips (77) without vulkan:0. */
 #include <math.h>
 #include <setjmp.h>
@@ -126,6 +127,8 @@ static void test_softmax(void **state) {
     assert_true(fabs(h[i] - ref) <= 1e-4 * ref);
   }
   assert_true(fabs(h[PEAK1] - 1.0 / z) <= 1e-4 / z);
+  double lse = ag_item(ag_logsumexp(x, 0, false));
+  assert_true(fabs(lse - (7.0 + log(z))) <= 1e-5 * (7.0 + log(z)));
   assert_int_equal(ag_to_host(ag_log_softmax(x, 0), h, (size_t)BIG * sizeof *h), AG_OK);
   for (int64_t i = 0; i < BIG; i += 999983) {
     double ref = (double)big_at(i) - 7.0 - log(z);
@@ -215,6 +218,22 @@ static void test_f64_rows(void **state) {
   double z = 0.0, m = (double)(C - 1) * 0.5e-5;
   for (int64_t j = 0; j < C; j++) z += exp(h[j] * 1e-5 - m);
   for (int64_t j = 0; j < C; j += 4099) assert_true(fabs(y[j] - exp(h[j] * 1e-5 - m) / z) <= 1e-12 * y[j]);
+  assert_int_equal(ag_to_host(ag_logsumexp(ag_mul_scalar(x, 1e-5), 1, false), out, sizeof out), AG_OK);
+  assert_true(fabs(out[0] - (m + log(z))) <= 1e-12 * fabs(m + log(z)));
+  /* the softmax gradient of the rows: d sum(softmax(x) w) = y (w - sum(w y)) */
+  for (int64_t i = 0; i < R * C; i++) y[i] = h[i] * 1e-5;
+  ag_tensor *xs = ag_from_host(VK, AG_F64, 2, shape, y);
+  assert_int_equal(ag_tensor_set_requires_grad(xs, true), AG_OK);
+  for (int64_t i = 0; i < R * C; i++) y[i] = (double)(i % 3) - 1.0;
+  ag_tensor *w = ag_from_host(VK, AG_F64, 2, shape, y);
+  assert_int_equal(ag_backward(ag_sum(ag_mul(ag_softmax(xs, 1), w), 0, NULL, false), NULL, false), AG_OK);
+  assert_int_equal(ag_to_host(ag_tensor_grad(xs), y, (size_t)(R * C) * sizeof *y), AG_OK);
+  double sw = 0.0;
+  for (int64_t j = 0; j < C; j++) sw += (double)(j % 3 - 1) * exp(h[j] * 1e-5 - m) / z;
+  for (int64_t j = 0; j < C; j += 4099) {
+    double yj = exp(h[j] * 1e-5 - m) / z, ref = yj * ((double)(j % 3 - 1) - sw);
+    assert_true(fabs(y[j] - ref) <= 1e-9 * yj);
+  }
   /* cumsum along the rows, and their variance */
   assert_int_equal(ag_to_host(ag_cumsum(x, 1), y, (size_t)(R * C) * sizeof *y), AG_OK);
   for (int r = 0; r < R; r++)

@@ -92,6 +92,8 @@ typedef enum vkb_shader {
   VKS_SCAN_PART,
   VKS_SCAN_MID,
   VKS_SCAN_OUT,
+  VKS_SMXB_OUT,
+  VKS_LSE_FIN,
   VKS_TREE_D,
   VKS_SMX_PART_D,
   VKS_SMX_ROW_D,
@@ -99,6 +101,8 @@ typedef enum vkb_shader {
   VKS_SCAN_PART_D,
   VKS_SCAN_MID_D,
   VKS_SCAN_OUT_D,
+  VKS_SMXB_OUT_D,
+  VKS_LSE_FIN_D,
   /* the portable-numerics modules (vk_portable.c), in the order of
    * CMakeLists.txt's p_ entries */
   VKS_P_PROBE,
@@ -445,6 +449,16 @@ VKB_HIDDEN ag_status vkb_tree_reduce(ag_bstream *s, uint64_t scratch, const vkb_
 VKB_HIDDEN size_t vkb_tree_cumsum_scratch(int64_t lines, int64_t r);
 VKB_HIDDEN ag_status vkb_tree_cumsum(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t x, ag_dtype dt,
                                      int variant, int64_t outer, int64_t r, int64_t inner);
+/* The softmax gradient (dx, dy, y) of long rows: the row sums by tree
+ * passes, then dx. */
+VKB_HIDDEN size_t vkb_tree_softmax_bwd_scratch(int64_t rows, int64_t cols);
+VKB_HIDDEN ag_status vkb_tree_softmax_bwd(ag_bstream *s, uint64_t scratch, uint64_t dx, uint64_t dy, uint64_t y,
+                                          ag_dtype dt, int variant, int64_t rows, int64_t cols);
+/* logsumexp over [outer, r, inner] of any r: the softmax pairs, a max,
+ * then out per line. */
+VKB_HIDDEN size_t vkb_tree_lse_scratch(int64_t lines, int64_t r);
+VKB_HIDDEN ag_status vkb_tree_lse(ag_bstream *s, uint64_t scratch, uint64_t out, uint64_t x, ag_dtype dt,
+                                  int64_t outer, int64_t r, int64_t inner);
 VKB_HIDDEN size_t vkb_tree_softmax_scratch(int64_t rows, int64_t cols);
 VKB_HIDDEN ag_status vkb_tree_softmax(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t x, ag_dtype dt,
                                       int variant, int64_t rows, int64_t cols);

@@ -509,6 +509,12 @@ static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, const ag_ko
   args.n[1] = cols;
   /* long rows: split over work-groups, a (max, sum) merge per row
    * (vk_tree.c) */
+  if (bwd && !pmode(c) && cols > (y->dtype == AG_F64 ? 4096 : 4 * VKB_TREE_CHUNK)) {
+    uint64_t scratch;
+    ag_status st = vkb_scratch(s, vkb_tree_softmax_bwd_scratch(rows, cols), &scratch);
+    return st != AG_OK ? st
+                       : vkb_tree_softmax_bwd(s, scratch, oaddr(y), oaddr(x), oaddr(yf), y->dtype, variant, rows, cols);
+  }
   if (!bwd && !pmode(c) && cols > (y->dtype == AG_F64 ? 4096 : 4 * VKB_TREE_CHUNK)) {
     uint64_t scratch;
     ag_status st = vkb_scratch(s, vkb_tree_softmax_scratch(rows, cols), &scratch);

@@ -105,6 +105,7 @@ ag_status vkb_tree_softmax(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t
   a.k[6] = variant;
   a.n[0] = rows;
   a.n[1] = cols;
+  a.n[2] = 1;
   a.n[4] = g;
   ag_status st = tree_grid(s, d ? VKS_SMX_PART_D : VKS_SMX_PART, 0, &a, rows * g);
   if (st == AG_OK) st = tree_grid(s, d ? VKS_SMX_ROW_D : VKS_SMX_ROW, 0, &a, rows);
@@ -134,4 +135,72 @@ ag_status vkb_tree_cumsum(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t 
   if (st == AG_OK) st = tree_grid(s, d ? VKS_SCAN_MID_D : VKS_SCAN_MID, 0, &a, lines);
   if (st == AG_OK) st = tree_grid(s, d ? VKS_SCAN_OUT_D : VKS_SCAN_OUT, 0, &a, lines * g);
   return st;
+}
+
+static size_t align256(size_t b) { return (b + 255u) / 256u * 256u; }
+
+size_t vkb_tree_softmax_bwd_scratch(int64_t rows, int64_t cols) {
+  return align256((size_t)rows * 8u) + vkb_tree_scratch(rows, cols);
+}
+
+ag_status vkb_tree_softmax_bwd(ag_bstream *s, uint64_t scratch, uint64_t dx, uint64_t dy, uint64_t y, ag_dtype dt,
+                               int variant, int64_t rows, int64_t cols) {
+  bool d = dt == AG_F64;
+  /* row sums: of dy (log_softmax), or of dy y as a batch of [1 x cols] @
+   * [cols x 1] products */
+  vkb_tree_red t = {.out = scratch, .x = dy, .odt = d ? AG_F64 : AG_F32, .xdt = dt, .op = AG_R_SUM,
+                    .outer = rows, .r = cols, .inner = 1, .scale = 1.0, .f64 = d};
+  if (variant != AG_KV_LOG_SOFTMAX) {
+    t.dot = true;
+    t.y = y;
+    t.ydt = dt;
+    t.M = t.N = 1;
+    t.xs[0] = t.ys[0] = cols;
+    t.xs[2] = t.ys[1] = 1;
+  }
+  ag_status st = vkb_tree_reduce(s, scratch + align256((size_t)rows * 8u), &t);
+  if (st != AG_OK) return st;
+  vkb_args a = {0};
+  a.p[0] = dx;
+  a.p[1] = dy;
+  a.p[2] = y;
+  a.p[5] = scratch;
+  a.k[0] = dt;
+  a.k[6] = variant;
+  a.n[0] = rows;
+  a.n[1] = cols;
+  a.n[4] = chunks(cols);
+  return tree_grid(s, d ? VKS_SMXB_OUT_D : VKS_SMXB_OUT, 0, &a, rows * a.n[4]);
+}
+
+size_t vkb_tree_lse_scratch(int64_t lines, int64_t r) {
+  size_t pairs = align256((size_t)(lines * chunks(r) + lines) * 16u);
+  size_t red = vkb_tree_scratch(lines, r);
+  return pairs + align256((size_t)lines * 8u) + red;
+}
+
+ag_status vkb_tree_lse(ag_bstream *s, uint64_t scratch, uint64_t out, uint64_t x, ag_dtype dt, int64_t outer,
+                       int64_t r, int64_t inner) {
+  bool d = dt == AG_F64;
+  int64_t lines = outer * inner, g = chunks(r);
+  size_t pairs = align256((size_t)(lines * g + lines) * 16u);
+  uint64_t mx = scratch + pairs;
+  vkb_tree_red t = {.out = mx, .x = x, .odt = d ? AG_F64 : AG_F32, .xdt = dt, .op = AG_R_MAX,
+                    .outer = outer, .r = r, .inner = inner, .scale = 1.0, .f64 = d};
+  ag_status st = vkb_tree_reduce(s, mx + align256((size_t)lines * 8u), &t);
+  if (st != AG_OK) return st;
+  vkb_args a = {0};
+  a.p[0] = out;
+  a.p[1] = x;
+  a.p[4] = scratch;
+  a.p[5] = scratch + (uint64_t)(lines * g) * 16u;
+  a.p[6] = mx;
+  a.k[0] = dt;
+  a.n[0] = lines;
+  a.n[1] = r;
+  a.n[2] = inner;
+  a.n[4] = g;
+  if ((st = tree_grid(s, d ? VKS_SMX_PART_D : VKS_SMX_PART, 0, &a, lines * g)) != AG_OK) return st;
+  if ((st = tree_grid(s, d ? VKS_SMX_ROW_D : VKS_SMX_ROW, 0, &a, lines)) != AG_OK) return st;
+  return vkb_dispatch1(s, d ? VKS_LSE_FIN_D : VKS_LSE_FIN, 0, &a, lines);
 }

@@ -8,7 +8,8 @@
  * size (deterministic). Built for f32 math (K_TREE, K_SMX_*) and, with
  * TREE_D, for f64 (f64 devices only). */
 #if defined(K_TREE_D) || defined(K_SMX_PART_D) || defined(K_SMX_ROW_D) || defined(K_SMX_OUT_D) || \
-    defined(K_SCAN_PART_D) || defined(K_SCAN_MID_D) || defined(K_SCAN_OUT_D) || defined(K_VAR_T_D)
+    defined(K_SCAN_PART_D) || defined(K_SCAN_MID_D) || defined(K_SCAN_OUT_D) || defined(K_SMXB_OUT_D) || \
+    defined(K_LSE_FIN_D)
 #define TREE_D
 #extension GL_ARB_gpu_shader_int64 : require
 #endif
@@ -187,10 +188,12 @@ void main() {
   int64_t cols = pc.a.n[1], G = pc.a.n[4];
   int64_t g = group_id(), row = g / G, chunk = g % G;
   if (row >= pc.a.n[0]) return;
-  int64_t base = row * cols, j0 = chunk * TREE_CHUNK + LID, j1 = min(cols, (chunk + 1) * TREE_CHUNK);
+  /* n2 > 1: elements n2 apart (logsumexp over [n0 / n2, cols, n2]) */
+  int64_t inner = max(pc.a.n[2], 1l), base = (row / inner) * cols * inner + row % inner;
+  int64_t j0 = chunk * TREE_CHUNK + LID, j1 = min(cols, (chunk + 1) * TREE_CHUNK);
   int dt = pc.a.k[0];
   T m = -T_INF, s = T_ZERO;
-  for (int64_t j = j0; j < j1; j += WG) m = smax(m, LD(pc.a.p[1], base + j, dt));
+  for (int64_t j = j0; j < j1; j += WG) m = smax(m, LD(pc.a.p[1], base + j * inner, dt));
   sv[LID] = m;
   barrier();
   for (int k = WG / 2; k > 0; k >>= 1) {
@@ -200,7 +203,7 @@ void main() {
   m = sv[0];
   barrier();
   if (!ag_is_neg_inf(m))
-    for (int64_t j = j0; j < j1; j += WG) s += T_EXP(LD(pc.a.p[1], base + j, dt) - m);
+    for (int64_t j = j0; j < j1; j += WG) s += T_EXP(LD(pc.a.p[1], base + j * inner, dt) - m);
   sv[LID] = s;
   barrier();
   for (int k = WG / 2; k > 0; k >>= 1) {
@@ -325,5 +328,35 @@ void main() {
     run += LD(pc.a.p[1], p, dt);
     ST(pc.a.p[0], p, dt, run);
   }
+}
+#endif
+
+/* The softmax gradient of long rows: p5 the row sums (sum of dy y, or of
+ * dy for log_softmax) from tree passes; dx p0, dy p1, y p2 per (row, chunk). */
+#if defined(K_SMXB_OUT) || defined(K_SMXB_OUT_D)
+void main() {
+  int64_t cols = pc.a.n[1], G = pc.a.n[4];
+  int64_t g = group_id(), row = g / G, chunk = g % G;
+  if (row >= pc.a.n[0]) return;
+  int64_t base = row * cols, j1 = min(cols, (chunk + 1) * TREE_CHUNK);
+  int dt = pc.a.k[0];
+  T s = PT(pc.a.p[5], row);
+  bool lg = pc.a.k[6] == AG_KV_LOG_SOFTMAX;
+  for (int64_t j = chunk * TREE_CHUNK + LID; j < j1; j += WG) {
+    T gv = LD(pc.a.p[1], base + j, dt), yv = LD(pc.a.p[2], base + j, dt);
+    ST(pc.a.p[0], base + j, dt, lg ? gv - T_EXP(yv) * s : yv * (gv - s));
+  }
+}
+#endif
+
+/* logsumexp of long lines: the row's (max, sum) pair p5 and its
+ * NaN-propagating max p6; an invocation per row writes p0 (dtype k0): NaN
+ * with a NaN, the max where it is infinite, else max + log(sum). */
+#if defined(K_LSE_FIN) || defined(K_LSE_FIN_D)
+void main() {
+  int64_t row = gid();
+  if (row >= pc.a.n[0]) return;
+  T mx = PT(pc.a.p[6], row), m = PT(pc.a.p[5], 2 * row), s = PT(pc.a.p[5], 2 * row + 1);
+  ST(pc.a.p[0], row, pc.a.k[0], ag_isnan(mx) || ag_isinf(mx) ? mx : m + T_LOG(s));
 }
 #endif
