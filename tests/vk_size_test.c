@@ -1,9 +1,9 @@
 /* Vulkan ops of sizes past one work-group's loop (vulkan:0, under the
- * validation layers: tests/vk_size.cmake): sum, mean, max, argmax, cumsum
+ * validation layers: tests/vk_size.cmake): sum, mean, max, argmax, cumsum,
  * softmax, logsumexp and variance of 64M f32 elements, matmuls with inner
  * dimensions of 4M and 200K, and f64 rows of 1M (sum, max, argmax, softmax
- * and its gradient, logsumexp, cumsum, variance, a dot product), against results known exactly or a host double
- * reference on a sample. Skips (77) without vulkan:0. */
+ * and its gradient, logsumexp, cumsum, variance, a dot product), against
+ * results known exactly or a host double reference on a sample. Skips (77) without vulkan:0. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

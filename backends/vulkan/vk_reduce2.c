@@ -52,7 +52,8 @@ ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
   if (a->r > (a->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) { /* long lines: tree passes (vk_tree.c) */
     uint64_t scratch;
     ag_status st = vkb_scratch(s, vkb_tree_lse_scratch(a->outer * a->inner, a->r), &scratch);
-    return st != AG_OK ? st : vkb_tree_lse(s, scratch, r2_addr(a->out), r2_addr(a->x), a->dtype, a->outer, a->r, a->inner);
+    if (st != AG_OK) return st;
+    return vkb_tree_lse(s, scratch, r2_addr(a->out), r2_addr(a->x), a->dtype, a->outer, a->r, a->inner);
   }
   vkb_args v = r2_line_args(a->out, a->x, a->outer, a->r, a->inner, a->dtype);
   if (r2_use_rows(a->r, a->inner))

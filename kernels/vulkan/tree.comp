@@ -222,7 +222,8 @@ void main() {
   int64_t G = pc.a.n[4], row = group_id();
   if (row >= pc.a.n[0]) return;
   T m = -T_INF, s = T_ZERO;
-  for (int64_t c = LID; c < G; c += WG) pair_merge(m, s, PT(pc.a.p[4], 2 * (row * G + c)), PT(pc.a.p[4], 2 * (row * G + c) + 1));
+  for (int64_t c = LID; c < G; c += WG)
+    pair_merge(m, s, PT(pc.a.p[4], 2 * (row * G + c)), PT(pc.a.p[4], 2 * (row * G + c) + 1));
   wg_pair(m, s);
   if (LID == 0) {
     PT(pc.a.p[5], 2 * row) = m;
