@@ -19,6 +19,7 @@
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer BF64 { double v; };
 #define PD(a, i) BF64((a) + uint64_t(i) * 8ul).v
 #define T double
+#define T_DT AG_F64
 #define T_INF D_INF
 #define T_ZERO 0.0LF
 #define LD(a, i, dt) PD(a, i)
@@ -30,6 +31,7 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer BF64 { doubl
 #define BETA int64BitsToDouble(pc.a.n[47])
 #else
 #define T float
+#define T_DT AG_F32
 #define T_INF F_INF
 #define T_ZERO 0.0
 #define LD(a, i, dt) ldf(a, i, dt)
@@ -100,24 +102,39 @@ void main() {
   int64_t idx = -1;
   T comp = T_ZERO;
   int64_t j1 = min(r, (chunk + 1) * TREE_CHUNK);
-  for (int64_t j = chunk * TREE_CHUNK + LID; j < j1; j += WG) {
-    T v = part ? PT(pc.a.p[2], base + j) : LD(pc.a.p[1], base + j * step, pc.a.k[1]);
-    if (dot) v *= LD(pc.a.p[6], ya + j * ys, pc.a.k[3]);
-    if (pc.a.k[4] != 0 && !part) { /* variance: squares about the row's mean */
-      v -= PT(pc.a.p[7], row);
-      v *= v;
+#define TREE_ACC(v, iv)                                       \
+  if (OP == AG_R_ARGMAX) {                                    \
+    if (am_b(acc, idx, v, iv)) {                              \
+      acc = v;                                                \
+      idx = iv;                                               \
+    }                                                         \
+  } else if (OP == AG_R_SUM) { /* Kahan-compensated (dropped  \
+    at inf/NaN so those propagate) */                         \
+    precise T y_ = v - comp;                                  \
+    precise T t_ = acc + y_;                                  \
+    precise T e_ = (t_ - acc) - y_;                           \
+    comp = ag_isfinite(t_) ? e_ : T_ZERO;                     \
+    acc = t_;                                                 \
+  } else acc = red(acc, v);
+  int64_t j0 = chunk * TREE_CHUNK + LID;
+  if (!part && !dot && pc.a.k[4] == 0 && step == 1 && pc.a.k[1] == T_DT) {
+    /* the common case (contiguous x of the math's dtype) without the
+     * per-element tests of the modes */
+    for (int64_t j = j0; j < j1; j += WG) {
+      T v = PT(pc.a.p[1], base + j);
+      TREE_ACC(v, j)
     }
-    if (OP == AG_R_ARGMAX) {
-      int64_t iv = part ? PL(pc.a.p[3], base + j) : j;
-      if (am_b(acc, idx, v, iv)) { acc = v; idx = iv; }
-    } else if (OP == AG_R_SUM) {
-      /* Kahan-compensated (dropped at inf/NaN so those propagate) */
-      precise T y = v - comp;
-      precise T t = acc + y;
-      precise T e = (t - acc) - y;
-      comp = ag_isfinite(t) ? e : T_ZERO;
-      acc = t;
-    } else acc = red(acc, v);
+  } else {
+    for (int64_t j = j0; j < j1; j += WG) {
+      T v = part ? PT(pc.a.p[2], base + j) : LD(pc.a.p[1], base + j * step, pc.a.k[1]);
+      if (dot) v *= LD(pc.a.p[6], ya + j * ys, pc.a.k[3]);
+      if (pc.a.k[4] != 0 && !part) { /* variance: squares about the row's mean */
+        v -= PT(pc.a.p[7], row);
+        v *= v;
+      }
+      int64_t iv = part && OP == AG_R_ARGMAX ? PL(pc.a.p[3], base + j) : j;
+      TREE_ACC(v, iv)
+    }
   }
   sv[LID] = acc;
   sx[LID] = idx;
