@@ -29,7 +29,8 @@ rng = np.random.default_rng(2)
 model = CharLM(len(chars), 16)
 with torch.no_grad():
     model.emb.weight.copy_(torch.from_numpy(rng.standard_normal((len(chars), 16)).astype(np.float32)))
-    model.head.weight.copy_(torch.from_numpy((rng.standard_normal((len(chars), 16)) * 0.1).astype(np.float32)))
+    w = rng.standard_normal((len(chars), 16)) * 0.1
+    model.head.weight.copy_(torch.from_numpy(w.astype(np.float32)))
     model.head.bias.zero_()
 opt = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.01)
 xs, ys = data[:-1], data[1:]

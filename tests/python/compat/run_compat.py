@@ -104,7 +104,8 @@ def run_driver(python, lib, progs, timeout):
 def compare(a, b, rtol, atol, where=""):
     """(max |a - b| over the numbers, first mismatch or None); a is torch's."""
     if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or a is None:
-        return 0.0, (None if a == b and type(a) is type(b) else "%s: %r vs %r" % (where or "value", a, b))
+        same = a == b and type(a) is type(b)
+        return 0.0, (None if same else "%s: %r vs %r" % (where or "value", a, b))
     if isinstance(a, (int, float)):
         if not isinstance(b, (int, float)):
             return 0.0, "%s: %r vs %r" % (where or "value", a, b)
@@ -113,8 +114,9 @@ def compare(a, b, rtol, atol, where=""):
         if math.isinf(a) or math.isinf(b):
             return 0.0, None if a == b else "%s: %r vs %r" % (where, a, b)
         d = abs(a - b)
-        return d, (None if d <= atol + rtol * abs(a) else
-                   "%s: %.7g vs %.7g (|diff| %.3g > %.3g)" % (where or "value", a, b, d, atol + rtol * abs(a)))
+        tol = atol + rtol * abs(a)
+        return d, (None if d <= tol else
+                   "%s: %.7g vs %.7g (|diff| %.3g > %.3g)" % (where or "value", a, b, d, tol))
     if isinstance(a, list):
         if not isinstance(b, list) or len(a) != len(b):
             return 0.0, "%s: %s vs %s" % (where or "value", _short(a), _short(b))
