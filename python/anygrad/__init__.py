@@ -16,6 +16,7 @@ from ._ops import *  # noqa: F401,F403
 from ._ops import ELEMENTWISE_OPS, sum, max, min, pow, abs  # noqa: F401,A004
 from ._dlpack import from_dlpack
 from . import functional, nn, optim  # noqa: F401
+from . import utils  # noqa: F401  (anygrad.utils.data)
 
 float = float32  # noqa: A001
 half = float16

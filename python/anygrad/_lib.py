@@ -501,3 +501,44 @@ for _name, _res, _args in (
         MISSING.append(_name)
     else:
         _f.restype, _f.argtypes = _res, _args
+
+# ---- the host-staging loader (include/anygrad/loader.h), for anygrad.utils.data ----
+LOADER_MAX_FIELDS = 8
+MAX_DIMS = 8
+
+
+class LoaderField(Structure):
+    _fields_ = [("dtype", c_int), ("ndim", c_int), ("shape", c_int64 * MAX_DIMS), ("var_dim", c_int),
+                ("n_buckets", c_int), ("buckets", c_int64 * 16), ("pad_value", c_double)]
+
+
+# ag_status fill(void *user, int64_t epoch, int64_t batch_index, const int64_t *samples,
+#                int64_t rows, ag_loader_batch *batch)
+LOADER_FILL_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int64, c_int64, POINTER(c_int64), c_int64, c_void_p)
+
+
+class LoaderConfig(Structure):
+    _fields_ = [("device", Device), ("num_samples", c_int64), ("batch_size", c_int64),
+                ("shuffle", c_bool), ("seed", c_uint64), ("drop_last", c_bool), ("epochs", c_int64),
+                ("num_workers", c_int), ("fill_on_caller", c_bool), ("prefetch", c_int),
+                ("copy_ahead", c_int), ("n_fields", c_int), ("fields", LoaderField * LOADER_MAX_FIELDS),
+                ("fill", LOADER_FILL_FN), ("user", c_void_p), ("profiler", c_void_p)]
+
+
+class LoaderBatchInfo(Structure):
+    _fields_ = [("end", c_bool), ("epoch", c_int64), ("index", c_int64), ("rows", c_int64),
+                ("bucket", c_int64 * LOADER_MAX_FIELDS)]
+
+
+for _name, _res, _args in (
+        ("ag_loader_create", c_void_p, [POINTER(LoaderConfig)]),
+        ("ag_loader_next", c_int, [c_void_p, POINTER(c_void_p), POINTER(LoaderBatchInfo)]),
+        ("ag_loader_batches_per_epoch", c_int64, [c_void_p]),
+        ("ag_loader_destroy", None, [c_void_p]),
+        ("ag_loader_batch_data", c_void_p, [c_void_p, c_int]),
+        ("ag_loader_batch_shape", POINTER(c_int64), [c_void_p, c_int])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args

@@ -549,3 +549,6 @@ class Llama(Module):
         m = self.__dict__.pop("_m", None)
         if m is not None:
             _free(_byref(m))
+
+
+from ._transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder  # noqa: E402,F401
