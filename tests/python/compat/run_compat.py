@@ -22,7 +22,7 @@ Environment: ANYGRAD_LIBRARY and AG_BACKEND_PATH as for the package;
 OMP_NUM_THREADS=1 and AG_NUM_THREADS=1 unless set.
 
 Usage: run_compat.py [--min N] [--json FILE] [--only a,b] [--isolated]
-                     [--timeout S] [--python /usr/bin/python3]"""
+                     [--timeout S] [--python /usr/bin/python3] [--dir DIR]"""
 import argparse
 import glob
 import json
@@ -41,8 +41,8 @@ SHIM_DIR = os.path.join(HERE, "shim")
 DEFAULT_TOL = (1e-4, 1e-5)
 
 
-def programs():
-    return sorted(p for p in glob.glob(os.path.join(HERE, "*.py"))
+def programs(where=HERE):
+    return sorted(p for p in glob.glob(os.path.join(where, "*.py"))
                   if not os.path.basename(p).startswith(("_", "run_")))
 
 
@@ -151,8 +151,9 @@ def main():
     p.add_argument("--isolated", action="store_true", help="one process per program")
     p.add_argument("--timeout", type=float, default=300, help="seconds per driver process")
     p.add_argument("--python", default=sys.executable)
+    p.add_argument("--dir", default=HERE, help="the programs' directory (default: this one)")
     o = p.parse_args()
-    progs = programs()
+    progs = programs(o.dir)
     if o.only:
         want = set(o.only.split(","))
         progs = [q for q in progs if os.path.basename(q)[:-3] in want]

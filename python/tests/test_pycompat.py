@@ -1,0 +1,154 @@
+"""The PyTorch-compatibility harness (tests/python/compat): the import hook
+that loads anygrad for `import torch`, the runner's comparison, its table,
+exit status and crash recovery; and F.linear's dtype under autocast, as
+torch's."""
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import anygrad as ag
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMPAT = os.path.join(ROOT, "tests", "python", "compat")
+sys.path.insert(0, COMPAT)
+import run_compat  # noqa: E402
+
+
+def _shim_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(COMPAT, "shim") + os.pathsep + os.path.join(ROOT, "python")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _run_shimmed(code):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=_shim_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_shim_maps_torch_to_anygrad_modules():
+    p = _run_shimmed("""
+        import sys, json
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        import torch.optim.lr_scheduler as sched
+        from torch.utils.data import DataLoader, TensorDataset
+        import anygrad, anygrad.utils.data
+        out = {
+            "tensor": torch.Tensor is anygrad.Tensor,
+            "nn": nn.Linear is anygrad.nn.Linear,
+            "F": F.relu is anygrad.functional.relu,
+            "sched": sched.StepLR is anygrad.lr_scheduler.StepLR,
+            "optim": torch.optim.SGD is anygrad.optim.SGD,
+            "loader": DataLoader is anygrad.utils.data.DataLoader,
+            "anygrad_untouched": type(anygrad.nn).__name__ == "module"
+                                 and anygrad.nn.__name__ == "anygrad.nn",
+            "no_real_torch": "torch._C" not in sys.modules,
+            "value": torch.ones(2, 3).sum().item(),
+        }
+        print(json.dumps(out))
+    """)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out.pop("value") == 6.0
+    assert all(out.values()), out
+
+
+def test_shim_refuses_a_torch_module_anygrad_lacks():
+    p = _run_shimmed("""
+        try:
+            import torch.no_such_module
+        except ModuleNotFoundError as e:
+            print("refused", e.name)
+    """)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "refused torch.no_such_module"
+
+
+def test_shim_off_leaves_torch_alone(th):
+    env = _shim_env()
+    env["ANYGRAD_SHIM_OFF"] = "1"
+    p = subprocess.run([sys.executable, "-c", "import torch; print(torch.__name__, hasattr(torch, '_C'))"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["torch", "True"]
+
+
+@pytest.mark.parametrize("a,b,ok", [
+    ({"x": [1.0, 2.0]}, {"x": [1.0, 2.00001]}, True),
+    ({"x": [1.0, 2.0]}, {"x": [1.0, 2.1]}, False),
+    ({"x": [1.0, 2.0]}, {"x": [1.0]}, False),
+    ({"x": 1.0}, {"y": 1.0}, False),
+    ({"x": True}, {"x": 1}, False),
+    ({"x": 3}, {"x": 3.0}, True),
+    ({"x": "abc"}, {"x": "abd"}, False),
+    ({"x": float("nan")}, {"x": float("nan")}, True),
+    ({"x": float("nan")}, {"x": 0.0}, False),
+    ({"x": float("inf")}, {"x": 1e30}, False),
+    ({"x": [[1.0], [2.0]]}, {"x": [[1.0], 2.0]}, False),
+])
+def test_compare(a, b, ok):
+    d, why = run_compat.compare(a, b, 1e-4, 1e-5)
+    assert (why is None) == ok, why
+
+
+def test_compare_reports_max_diff_and_where():
+    d, why = run_compat.compare({"l": [1.0, 2.0, 3.0]}, {"l": [1.0, 2.5, 3.25]}, 1e-4, 1e-5)
+    assert d == pytest.approx(0.5)
+    assert why.startswith("l[1]: 2 vs 2.5")
+
+
+def test_runner_table_exit_status_and_crash_recovery(tmp_path, th):
+    progs = {
+        "a_match.py": "import json, torch\nprint(json.dumps({'s': torch.ones(3).sum().item()}))\n",
+        "b_raises.py": "import torch\ntorch.this_does_not_exist(1)\n",
+        "c_crash.py": "import os, torch\nos._exit(3)\n",
+        "d_differs.py": ("# compat: rtol=0 atol=0\nimport json, torch\n"
+                         "print(json.dumps({'n': len(str(torch.float32))}))\n"),
+        "e_after_crash.py": "import json, torch\nprint(json.dumps({'v': torch.zeros(2).tolist()}))\n",
+    }
+    for k, v in progs.items():
+        (tmp_path / k).write_text(v)
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, os.path.join(COMPAT, "run_compat.py"), "--dir", str(tmp_path), "--json", str(out)]
+    p = subprocess.run(cmd + ["--min", "2"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stdout + p.stderr  # torch itself fails b_raises and c_crash
+    r = json.loads(out.read_text())
+    rows = {x["program"]: x for x in r["programs"]}
+    assert r["passed"] == 2 and r["total"] == 5
+    assert rows["a_match"]["ok"] and rows["e_after_crash"]["ok"]
+    assert rows["b_raises"]["why"].startswith("torch run failed: AttributeError")
+    assert "b_raises.py:2" in rows["b_raises"]["why"]
+    assert "process died: exit status 3" in rows["c_crash"]["why"]
+    assert rows["d_differs"]["why"] == "n: 13 vs 15 (|diff| 2 > 0)"  # torch.float32, anygrad.float32
+    assert re.search(r"^a_match +yes +0 *$", p.stdout, re.M), p.stdout
+    assert re.search(r"^c_crash +no +- +torch run failed: process died", p.stdout, re.M), p.stdout
+    p = subprocess.run(cmd + ["--min", "3", "--only", "a_match,d_differs,e_after_crash"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout + p.stderr
+    p = subprocess.run(cmd + ["--min", "2", "--only", "a_match,d_differs,e_after_crash", "--isolated"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_linear_under_autocast_gives_the_autocast_dtype(dev, th):
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in [(4, 8), (3, 8), (3,)])
+    with th.autocast("cpu", dtype=th.bfloat16):
+        ref = th.nn.functional.linear(th.tensor(x), th.tensor(w), th.tensor(b))
+    wa = ag.tensor(w, device=dev, requires_grad=True)
+    ba = ag.tensor(b, device=dev, requires_grad=True)
+    with ag.autocast(dtype=ag.bfloat16):
+        got = ag.functional.linear(ag.tensor(x, device=dev), wa, ba)
+    assert ref.dtype == th.bfloat16 and got.dtype == ag.bfloat16
+    np.testing.assert_allclose(got.float().cpu().numpy(), ref.float().numpy(), rtol=2e-2, atol=2e-2)
+    got.float().sum().backward()
+    assert ba.grad.dtype == ag.float32 and wa.grad.dtype == ag.float32
+    np.testing.assert_allclose(ba.grad.cpu().numpy(), np.full(3, 4.0), rtol=1e-2)
