@@ -542,3 +542,14 @@ for _name, _res, _args in (
         MISSING.append(_name)
     else:
         _f.restype, _f.argtypes = _res, _args
+
+# ---- tensor methods, autograd.grad, gradient hooks, grad_fn (_tensor_extra.py, autograd.py) ----
+for _name, _res, _args in (
+        ("ag_norm", T, [T, c_double, c_int, POINTER(c_int), c_bool]),
+        ("ag_sort", c_int, [T, c_int, c_bool, POINTER(c_void_p), POINTER(c_void_p)]),
+        ("ag_argsort", T, [T, c_int, c_bool])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
