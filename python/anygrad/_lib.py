@@ -553,3 +553,16 @@ for _name, _res, _args in (
         MISSING.append(_name)
     else:
         _f.restype, _f.argtypes = _res, _args
+
+# ---- indexing and NumPy sharing (anygrad/_index.py, from_numpy) ----
+DELETER = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)  # ag_deleter_fn
+for _name, _res, _args in (
+        ("ag_argsort", c_void_p, [c_void_p, c_int, c_bool]),
+        ("ag_index_add", c_void_p, [c_void_p, c_int, c_void_p, c_void_p, c_double]),
+        ("ag_from_blob", c_void_p, [Device, c_int, c_int, POINTER(c_int64), POINTER(c_int64), c_void_p,
+                                    DELETER, c_void_p])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args

@@ -792,15 +792,12 @@ class Tensor:
             idx = (idx,)
         ndim = lib.ag_tensor_ndim(self._handle)
         if any(i.__class__ not in _PLAIN_INDEX for i in idx):
+            if _index.is_advanced(idx):  # lists, arrays, integer tensors, masks
+                return _index.getitem(self, idx)
             # A bool (Python's, NumPy's or a 0-d bool tensor) indexes as in
             # torch: a new dim of size 1 (True) or 0 (False) that consumes
             # none; several merge into one. Never the int 1 or 0.
             idx = tuple(_bool_index(i) for i in idx)
-            n_adv = sum(1 for i in idx if (isinstance(i, Tensor) and i.ndim != 0) or i is True or i is False)
-            if n_adv > 1 and any(isinstance(i, Tensor) for i in idx):
-                raise IndexError("anygrad: only one tensor index, and no bool index beside it, per indexing "
-                                 "(torch broadcasts several together; anygrad does not): index one after "
-                                 "the other")
         n_real = sum(1 for i in idx if not (i is None or i is Ellipsis or i is True or i is False))
         if any(i is Ellipsis for i in idx):
             if sum(1 for i in idx if i is Ellipsis) > 1:
@@ -821,7 +818,7 @@ class Tensor:
             elif isinstance(i, slice):
                 step = 1 if i.step is None else operator.index(i.step)
                 if step <= 0:
-                    raise ValueError("anygrad: slice step must be positive, got %d" % step)
+                    raise ValueError("step must be greater than zero")
                 n = lib.ag_tensor_shape(t._h)[d]
                 # Python's clamping of any int bound (2**64 + 2 is past the end,
                 # not 2): the library gets 0 <= start <= stop <= n
@@ -843,19 +840,9 @@ class Tensor:
                 k %= n
                 t = _wrap(lib.ag_slice(t._handle, d, k, k + 1, 1), "index")
                 t = _wrap(lib.ag_squeeze(t._handle, d), "index")
-            elif isinstance(i, Tensor):
-                if i.dtype.is_floating_point:
-                    raise IndexError("anygrad: tensors used as indices must be integer or bool tensors, "
-                                     "got %s" % i.dtype.name)
-                if i.dtype is bool_:
-                    raise TypeError("anygrad: boolean mask indexing is not supported (use where)")
-                if i.dtype is uint8:  # torch reads it as a mask
-                    raise TypeError("anygrad: uint8 tensor indices are not supported (torch reads them "
-                                    "as masks): use int64")
-                if i.ndim != 1:
-                    raise IndexError("anygrad: tensor indices must be 1-d")
-                t = index_select(t, d, i)
-                d += 1
+            elif isinstance(i, Tensor):  # a 0-d tensor of another dtype
+                raise IndexError("tensors used as indices must be long, byte or bool tensors (got %s)"
+                                 % i.dtype.name)
             elif isinstance(i, (numbers.Number, np.generic)):
                 raise IndexError("anygrad: only integers, slices (`:`), ellipsis (`...`), None, bools and "
                                  "integer tensors are valid indices (got %s)" % type(i).__name__)
@@ -874,6 +861,9 @@ class Tensor:
         return t
 
     def __setitem__(self, idx, value):
+        tup = idx if isinstance(idx, tuple) else (idx,)
+        if _index.is_advanced(tup) or _index.plain_setitem_needs_graph(self, value):
+            return _index.setitem(self, tup, value)
         dst = self[idx]
         if isinstance(value, Tensor):
             _copy_into(dst, value, "__setitem__")
@@ -1235,3 +1225,6 @@ def _dim_index(dim, n, fn):
 def index_select(x, dim, index):
     return _wrap(lib.ag_index_select(_t(x, "index_select"), _dim_arg(dim, "index_select", "dim", 2),
                                      _t(index, "index_select", "index", 3)), "index_select")
+
+
+from . import _index  # noqa: E402 - advanced indexing, over Tensor
