@@ -566,3 +566,17 @@ for _name, _res, _args in (
         MISSING.append(_name)
     else:
         _f.restype, _f.argtypes = _res, _args
+
+# ---- nn modules and functional (anygrad.nn, anygrad.nn.functional) ----
+for _name, _res, _args in (
+        ("ag_group_norm", T, [T, c_int64, T, T, c_double]),
+        ("ag_conv1d", T, [T, T, T, c_int, c_int, c_int, c_int]),
+        ("ag_pad", T, [T, POINTER(c_int64), c_int, c_int, c_double]),
+        ("ag_interpolate", T, [T, c_int64, c_int64, c_double, c_double, c_int, c_bool]),
+        ("ag_one_hot", T, [T, c_int64]),
+        ("ag_norm", T, [T, c_double, c_int, POINTER(c_int), c_bool])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args

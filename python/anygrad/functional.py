@@ -172,3 +172,9 @@ def linear(x, weight, bias=None):
 
 def gelu_exact(x):
     return gelu_erf(x)
+
+
+# torch's signatures, the losses, one_hot, pad, interpolate, normalize, conv1d, group_norm
+from . import _functional_extra as _fx  # noqa: E402
+_fx._conv2d_c, _fx._embedding_c = conv2d, embedding
+from ._functional_extra import *  # noqa: F401,F403,E402

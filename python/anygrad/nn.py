@@ -63,6 +63,9 @@ def _uniform(shape, bound, dtype, device):
     return t
 
 
+_IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
 class Module:
     def __init__(self):
         object.__setattr__(self, "_parameters", collections.OrderedDict())
@@ -71,17 +74,28 @@ class Module:
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name, value):
+        """torch's rules: a Module is a child, a leaf that requires grad a
+        Parameter (anygrad's Parameter is such a tensor), a tensor (or None)
+        assigned to a registered buffer's name updates the buffer; any
+        other tensor is a plain attribute, in no state_dict."""
         if "_parameters" not in self.__dict__:
             raise RuntimeError("anygrad.nn: call super().__init__() first")
-        for d in (self._parameters, self._buffers, self._modules):
-            d.pop(name, None)
         if isinstance(value, Module):
+            self._parameters.pop(name, None)
+            self._buffers.pop(name, None)
             self._modules[name] = value
-        elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf:
+        elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf and name not in self._buffers:
+            self._modules.pop(name, None)
             self._parameters[name] = value
-        elif isinstance(value, Tensor):
+        elif name in self._buffers and (value is None or isinstance(value, Tensor)):
             self._buffers[name] = value
+        elif name in self._parameters and value is None:
+            self._parameters[name] = None
+        elif name in self._modules and value is None:
+            self._modules[name] = None
         else:
+            for d in (self._parameters, self._buffers, self._modules):
+                d.pop(name, None)
             object.__setattr__(self, name, value)
             return
         self.__dict__.pop(name, None)
@@ -91,40 +105,167 @@ class Module:
             dd = self.__dict__.get(d)
             if dd is not None and name in dd:
                 return dd[name]
-        raise AttributeError("%s has no attribute %r" % (type(self).__name__, name))
+        raise AttributeError("'%s' object has no attribute '%s'" % (type(self).__name__, name))
 
-    def register_buffer(self, name, t):
-        self._buffers[name] = t
+    def __delattr__(self, name):
+        for d in (self._parameters, self._buffers, self._modules):
+            if name in d:
+                del d[name]
+                self._non_persistent.discard(name)
+                return
+        object.__delattr__(self, name)
 
-    def named_parameters(self, prefix=""):
-        for n, p in self._parameters.items():
-            yield prefix + n, p
-        for mn, m in self._modules.items():
-            yield from m.named_parameters(prefix + mn + ".")
+    @property
+    def _non_persistent(self):
+        s = self.__dict__.get("_non_persistent_set")
+        if s is None:
+            s = set()
+            object.__setattr__(self, "_non_persistent_set", s)
+        return s
 
-    def parameters(self):
-        return [p for _, p in self.named_parameters()]
+    def register_buffer(self, name, tensor, persistent=True):
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot assign buffer before Module.__init__() call")
+        if not isinstance(name, str):
+            raise TypeError("buffer name should be a string. Got %s" % type(name).__name__)
+        if "." in name or name == "":
+            raise KeyError("buffer name can't contain \".\"" if name else "buffer name can't be empty string \"\"")
+        if hasattr(self, name) and name not in self._buffers:
+            raise KeyError("attribute '%s' already exists" % name)
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError("cannot assign '%s' object to buffer '%s' (torch Tensor or None required)"
+                            % (type(tensor).__name__, name))
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
+            self._non_persistent.add(name)
 
-    def named_buffers(self, prefix=""):
-        for n, b in self._buffers.items():
-            yield prefix + n, b
-        for mn, m in self._modules.items():
-            yield from m.named_buffers(prefix + mn + ".")
+    def register_parameter(self, name, param):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign parameter before Module.__init__() call")
+        if not isinstance(name, str):
+            raise TypeError("parameter name should be a string. Got %s" % type(name).__name__)
+        if "." in name or name == "":
+            raise KeyError("parameter name can't contain \".\"" if name else
+                           "parameter name can't be empty string \"\"")
+        if hasattr(self, name) and name not in self._parameters:
+            raise KeyError("attribute '%s' already exists" % name)
+        if param is not None and not isinstance(param, Tensor):
+            raise TypeError("cannot assign '%s' object to parameter '%s' (torch.nn.Parameter or None required)"
+                            % (type(param).__name__, name))
+        if param is not None and not param.is_leaf:
+            raise ValueError("Cannot assign non-leaf Tensor to parameter '%s'" % name)
+        self._parameters[name] = param
+
+    def add_module(self, name, module):
+        if module is not None and not isinstance(module, Module):
+            raise TypeError("%s is not a Module subclass" % type(module).__name__)
+        if not isinstance(name, str):
+            raise TypeError("module name should be a string. Got %s" % type(name).__name__)
+        if hasattr(self, name) and name not in self._modules:
+            raise KeyError("attribute '%s' already exists" % name)
+        if "." in name or name == "":
+            raise KeyError("module name can't contain \".\", got: %s" % name if name else
+                           "module name can't be empty string \"\"")
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def get_submodule(self, target):
+        m = self
+        for item in target.split(".") if target else []:
+            if item not in m._modules:
+                raise AttributeError(type(m).__name__ + " has no attribute `" + item + "`")
+            m = m._modules[item]
+        return m
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        memo = set()
+        for mp, m in (self.named_modules(prefix=prefix.rstrip(".")) if recurse else [(prefix.rstrip("."), self)]):
+            for n, p in m._parameters.items():
+                if p is None or (remove_duplicate and id(p) in memo):
+                    continue
+                memo.add(id(p))
+                yield (mp + "." if mp else "") + n, p
+
+    def parameters(self, recurse=True):
+        return [p for _, p in self.named_parameters(recurse=recurse)]
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        memo = set()
+        for mp, m in (self.named_modules(prefix=prefix.rstrip(".")) if recurse else [(prefix.rstrip("."), self)]):
+            for n, b in m._buffers.items():
+                if b is None or (remove_duplicate and id(b) in memo):
+                    continue
+                memo.add(id(b))
+                yield (mp + "." if mp else "") + n, b
+
+    def buffers(self, recurse=True):
+        return [b for _, b in self.named_buffers(recurse=recurse)]
+
+    def named_children(self):
+        memo = set()
+        for n, m in self._modules.items():
+            if m is not None and id(m) not in memo:
+                memo.add(id(m))
+                yield n, m
 
     def children(self):
-        return list(self._modules.values())
+        return [m for _, m in self.named_children()]
+
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        if memo is None:
+            memo = set()
+        if remove_duplicate and id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for n, m in self._modules.items():
+            if m is None:
+                continue
+            yield from m.named_modules(memo, prefix + ("." if prefix else "") + n, remove_duplicate)
 
     def modules(self):
-        yield self
-        for m in self._modules.values():
-            yield from m.modules()
+        for _, m in self.named_modules():
+            yield m
 
-    def state_dict(self):
-        d = collections.OrderedDict(self.named_parameters())
-        d.update(self.named_buffers())
+    def apply(self, fn):
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
+        """torch's keys and order: each module's parameters, then its
+        persistent buffers, then its children's; values detached from the
+        graph, sharing the storage (keep_vars=True: the tensors themselves)."""
+        if args:  # torch's old positional form (destination, prefix, keep_vars)
+            destination = args[0]
+            prefix = args[1] if len(args) > 1 else prefix
+            keep_vars = args[2] if len(args) > 2 else keep_vars
+        d = collections.OrderedDict() if destination is None else destination
+        for n, p in self._parameters.items():
+            if p is not None:
+                d[prefix + n] = p if keep_vars else p.detach()
+        for n, b in self._buffers.items():
+            if b is not None and n not in self._non_persistent:
+                d[prefix + n] = b if keep_vars else b.detach()
+        for n, m in self._modules.items():
+            if m is not None:
+                m.state_dict(destination=d, prefix=prefix + n + ".", keep_vars=keep_vars)
         return d
 
-    def load_state_dict(self, sd, strict=True):
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies the values into the module's tensors in place. A missing or
+        unexpected key (strict) or a shape that differs is torch's
+        RuntimeError, listing every problem; nothing is copied then."""
+        sd = state_dict
         if not isinstance(sd, collections.abc.Mapping):
             raise TypeError("load_state_dict(): argument 'state_dict' must be a dict, not %s"
                             % type(sd).__name__)
@@ -132,21 +273,28 @@ class Module:
             if not isinstance(v, Tensor):
                 raise TypeError("load_state_dict(): state_dict[%r] must be Tensor, not %s"
                                 % (k, type(v).__name__))
-        own = self.state_dict()
+        own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in sd]
         unexpected = [k for k in sd if k not in own]
-        if strict and (missing or unexpected):
-            raise KeyError("anygrad.nn: state_dict mismatch: missing %s, unexpected %s"
-                           % (missing, unexpected))
+        errors = []
+        if strict:
+            if unexpected:
+                errors.append("Unexpected key(s) in state_dict: %s. "
+                              % ", ".join('"%s"' % k for k in unexpected))
+            if missing:
+                errors.append("Missing key(s) in state_dict: %s. " % ", ".join('"%s"' % k for k in missing))
+        for k, t in own.items():
+            if k in sd and tuple(sd[k].shape) != tuple(t.shape):
+                errors.append("size mismatch for %s: copying a param with shape %s from checkpoint, the shape "
+                              "in current model is %s." % (k, sd[k].shape, t.shape))
+        if errors:
+            raise RuntimeError("Error(s) in loading state_dict for %s:\n\t%s"
+                               % (type(self).__name__, "\n\t".join(errors)))
         with no_grad():
             for k, t in own.items():
                 if k in sd:
-                    src = sd[k]
-                    if tuple(src.shape) != tuple(t.shape):
-                        raise ValueError("anygrad.nn: %s has shape %s, the state_dict %s"
-                                         % (k, tuple(t.shape), tuple(src.shape)))
-                    t.copy_(src.to(device=t.device, dtype=t.dtype))
-        return missing, unexpected
+                    t.copy_(sd[k].to(device=t.device, dtype=t.dtype))
+        return _IncompatibleKeys(missing, unexpected)
 
     def train(self, mode=True):
         for m in self.modules():
@@ -229,13 +377,31 @@ class Module:
     def __call__(self, *a, **k):
         return self.forward(*a, **k)
 
+    def forward(self, *a, **k):
+        raise NotImplementedError('Module [%s] is missing the required "forward" function' % type(self).__name__)
+
+    def _get_name(self):
+        return type(self).__name__
+
     def __repr__(self):
-        inner = "".join("\n  (%s): %s" % (k, repr(m).replace("\n", "\n  "))
-                        for k, m in self._modules.items())
-        return "%s(%s%s)" % (type(self).__name__, self.extra_repr(), inner + "\n" if inner else "")
+        """torch's layout: extra_repr, then each child indented by two."""
+        extra = self.extra_repr()
+        lines = extra.split("\n") if extra else []
+        children = ["(%s): %s" % (k, repr(m).replace("\n", "\n  ")) for k, m in self._modules.items()]
+        s = self._get_name() + "("
+        if lines or children:
+            if len(lines) == 1 and not children:
+                s += lines[0]
+            else:
+                s += "\n  " + "\n  ".join(lines + children) + "\n"
+        return s + ")"
 
     def extra_repr(self):
         return ""
+
+    def __dir__(self):
+        return sorted(set(object.__dir__(self)) | set(self._parameters) | set(self._buffers)
+                      | set(self._modules))
 
 
 class Linear(Module):
@@ -253,20 +419,8 @@ class Linear(Module):
         return functional.linear(x, self.weight, self.bias)
 
     def extra_repr(self):
-        return "in_features=%d, out_features=%d" % (self.in_features, self.out_features)
-
-
-class Embedding(Module):
-    def __init__(self, num_embeddings, embedding_dim, device=None, dtype=None):
-        super().__init__()
-        num_embeddings = _size(num_embeddings, "Embedding", "num_embeddings")
-        embedding_dim = _size(embedding_dim, "Embedding", "embedding_dim")
-        w = randn(num_embeddings, embedding_dim, dtype=as_dtype(dtype) or float32, device=device)
-        w.requires_grad = True
-        self.weight = w
-
-    def forward(self, idx):
-        return functional.embedding(idx, self.weight)
+        return "in_features=%d, out_features=%d, bias=%s" % (self.in_features, self.out_features,
+                                                             self.bias is not None)
 
 
 class LayerNorm(Module):
@@ -275,156 +429,29 @@ class LayerNorm(Module):
         super().__init__()
         n = _last_dim_size(normalized_shape, "LayerNorm")
         dt = as_dtype(dtype) or float32
-        self.eps = eps
+        self.normalized_shape, self.eps, self.elementwise_affine = (n,), eps, bool(elementwise_affine)
         self.weight = ones(n, dtype=dt, device=device, requires_grad=True) if elementwise_affine else None
         self.bias = zeros(n, dtype=dt, device=device, requires_grad=True) if elementwise_affine else None
 
     def forward(self, x):
         return functional.layer_norm(x, None, self.weight, self.bias, self.eps)
 
+    def extra_repr(self):
+        return "%s, eps=%s, elementwise_affine=%s" % (self.normalized_shape, self.eps, self.elementwise_affine)
+
 
 class RMSNorm(Module):
     def __init__(self, dim, eps=1e-6, device=None, dtype=None):
         super().__init__()
         dim = _last_dim_size(dim, "RMSNorm")
-        self.eps = eps
+        self.normalized_shape, self.eps, self.elementwise_affine = (dim,), eps, True
         self.weight = ones(dim, dtype=as_dtype(dtype) or float32, device=device, requires_grad=True)
 
     def forward(self, x):
         return functional.rms_norm(x, None, self.weight, self.eps)
 
-
-class Conv2d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, device=None, dtype=None):
-        super().__init__()
-        in_channels = _size(in_channels, "Conv2d", "in_channels")
-        out_channels = _size(out_channels, "Conv2d", "out_channels")
-        kh, kw = functional._two(kernel_size, "kernel_size", "Conv2d")
-        for v, n in ((stride, "stride"), (padding, "padding"), (dilation, "dilation")):
-            functional._two(v, n, "Conv2d")  # refused here, not at the first forward
-        groups = _c_int_arg(groups, "Conv2d", "groups")
-        if groups <= 0:
-            raise ValueError("Conv2d(): groups must be a positive integer, got %d" % groups)
-        if in_channels % groups or out_channels % groups:
-            raise ValueError("Conv2d(): in_channels (%d) and out_channels (%d) must be divisible by groups "
-                             "(%d)" % (in_channels, out_channels, groups))
-        dt = as_dtype(dtype) or float32
-        fan_in = in_channels // groups * kh * kw
-        b = 1.0 / math.sqrt(fan_in)
-        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        self.weight = _uniform((out_channels, in_channels // groups, kh, kw), b, dt, device)
-        self.bias = _uniform((out_channels,), b, dt, device) if bias else None
-
-    def forward(self, x):
-        return functional.conv2d(x, self.weight, self.bias, self.stride, self.padding,
-                                 self.dilation, self.groups)
-
-
-class BatchNorm2d(Module):
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, device=None, dtype=None):
-        super().__init__()
-        num_features = _size(num_features, "BatchNorm2d", "num_features")
-        dt = as_dtype(dtype) or float32
-        self.eps, self.momentum = eps, momentum
-        self.weight = ones(num_features, dtype=dt, device=device, requires_grad=True)
-        self.bias = zeros(num_features, dtype=dt, device=device, requires_grad=True)
-        self.running_mean = zeros(num_features, dtype=dt, device=device)
-        self.running_var = ones(num_features, dtype=dt, device=device)
-
-    def forward(self, x):
-        return functional.batch_norm(x, self.running_mean, self.running_var, self.weight,
-                                     self.bias, self.training, self.momentum, self.eps)
-
-
-class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__()
-        self.k, self.s, self.p = kernel_size, stride, padding
-
-    def forward(self, x):
-        return functional.max_pool2d(x, self.k, self.s, self.p)
-
-
-class AvgPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, count_include_pad=True):
-        super().__init__()
-        self.k, self.s, self.p, self.c = kernel_size, stride, padding, count_include_pad
-
-    def forward(self, x):
-        return functional.avg_pool2d(x, self.k, self.s, self.p, self.c)
-
-
-class AdaptiveAvgPool2d(Module):
-    def __init__(self, output_size):
-        super().__init__()
-        self.output_size = output_size
-
-    def forward(self, x):
-        return functional.adaptive_avg_pool2d(x, self.output_size)
-
-
-class Dropout(Module):
-    def __init__(self, p=0.5):
-        super().__init__()
-        self.p = p
-
-    def forward(self, x):
-        return functional.dropout(x, self.p, self.training)
-
-
-class Flatten(Module):
-    def forward(self, x):
-        return x.reshape(x.shape[0], -1)
-
-
-def _act(name, fn):
-    cls = type(name, (Module,), {"forward": lambda self, x: fn(x),
-                                 "__init__": lambda self, *a, **k: Module.__init__(self)})
-    return cls
-
-
-ReLU = _act("ReLU", functional.relu)
-GELU = _act("GELU", functional.gelu_erf)
-SiLU = _act("SiLU", functional.silu)
-Tanh = _act("Tanh", functional.tanh)
-Sigmoid = _act("Sigmoid", functional.sigmoid)
-
-
-class Sequential(Module):
-    def __init__(self, *mods):
-        super().__init__()
-        for i, m in enumerate(mods):
-            setattr(self, str(i), m)
-
-    def forward(self, x):
-        for m in self._modules.values():
-            x = m(x)
-        return x
-
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
-
-    def __len__(self):
-        return len(self._modules)
-
-
-class CrossEntropyLoss(Module):
-    def __init__(self, reduction="mean", ignore_index=-100):
-        super().__init__()
-        self.reduction, self.ignore_index = reduction, ignore_index
-
-    def forward(self, logits, target):
-        return functional.cross_entropy(logits, target, self.reduction, self.ignore_index)
-
-
-class MSELoss(Module):
-    def __init__(self, reduction="mean"):
-        super().__init__()
-        self.reduction = reduction
-
-    def forward(self, a, b):
-        return functional.mse_loss(a, b, self.reduction)
+    def extra_repr(self):
+        return "%s, eps=%s, elementwise_affine=%s" % (self.normalized_shape, self.eps, self.elementwise_affine)
 
 
 class GPT(Module):
@@ -457,10 +484,6 @@ class GPT(Module):
             # a new reference for Python; the C model keeps its own
             t = _wrap(lib.ag_tensor_retain(pl.tensors[i]))
             self._parameters[pl.names[i].decode()] = t
-
-    def named_parameters(self, prefix=""):
-        for n, p in self._parameters.items():
-            yield prefix + n, p
 
     def forward(self, idx, generator=None):
         from ctypes import byref
@@ -522,10 +545,6 @@ class Llama(Module):
         c = self._m.cfg
         return {f: getattr(c, f) for f, _ in c._fields_}
 
-    def named_parameters(self, prefix=""):
-        for n, p in self._parameters.items():
-            yield prefix + n, p
-
     def forward(self, idx, generator=None):
         if not isinstance(idx, Tensor):
             raise TypeError("anygrad.nn.Llama: idx must be a tensor of token ids, got %s"
@@ -551,4 +570,6 @@ class Llama(Module):
             _free(_byref(m))
 
 
+# containers, activations, convolutions, norms, pools, dropout, embedding, losses
+from ._nn_extra import *  # noqa: F401,F403,E402
 from ._transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder  # noqa: E402,F401
