@@ -152,3 +152,47 @@ def test_linear_under_autocast_gives_the_autocast_dtype(dev, th):
     got.float().sum().backward()
     assert ba.grad.dtype == ag.float32 and wa.grad.dtype == ag.float32
     np.testing.assert_allclose(ba.grad.cpu().numpy(), np.full(3, 4.0), rtol=1e-2)
+
+
+@pytest.mark.parametrize("fn", ["triu", "tril"])
+@pytest.mark.parametrize("diagonal", [0, 1, -1, 3, -5])
+def test_triu_tril_against_torch(dev, th, fn, diagonal):
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    ref = getattr(th, fn)(th.tensor(x), diagonal).numpy()
+    got = getattr(ag, fn)(ag.tensor(x, device=dev), diagonal)
+    assert got.shape == tuple(ref.shape) and got.dtype == ag.float32
+    np.testing.assert_array_equal(got.cpu().numpy(), ref)
+    np.testing.assert_array_equal(getattr(ag.tensor(x[0], device=dev), fn)(diagonal=diagonal).cpu().numpy(),
+                                  getattr(th.tensor(x[0]), fn)(diagonal=diagonal).numpy())
+
+
+@pytest.mark.parametrize("fn", ["triu", "tril"])
+def test_triu_tril_dtypes_infinities_and_gradient(dev, th, fn):
+    inf = np.full((4, 4), -np.inf, dtype=np.float32)  # the causal mask idiom: no NaN below
+    np.testing.assert_array_equal(getattr(ag, fn)(ag.tensor(inf, device=dev), 1).cpu().numpy(),
+                                  getattr(th, fn)(th.tensor(inf), 1).numpy())
+    for a, t in ((ag.int64, th.int64), (ag.bool_, th.bool)):
+        ref = getattr(th, fn)(th.ones(3, 5, dtype=t), -1)
+        got = getattr(ag, fn)(ag.ones(3, 5, dtype=a, device=dev), -1)
+        assert got.dtype == a
+        assert got.cpu().tolist() == ref.tolist()
+    w = ag.ones(3, 3, device=dev, requires_grad=True)
+    (getattr(w, fn)() * 2).sum().backward()
+    wt = th.ones(3, 3, requires_grad=True)
+    (getattr(wt, fn)() * 2).sum().backward()
+    assert w.grad.cpu().tolist() == wt.grad.tolist()
+
+
+def test_triu_tril_errors(th):
+    for fn in ("triu", "tril"):
+        for shape in ((3,), ()):
+            with pytest.raises(IndexError, match="Dimension"):
+                getattr(th, fn)(th.ones(shape))
+            with pytest.raises(IndexError, match=r"%s\(\): Dimension out of range .*at least 2" % fn):
+                getattr(ag, fn)(ag.ones(shape))
+        with pytest.raises(TypeError):
+            getattr(th, fn)(th.ones(2, 2), 1.5)
+        with pytest.raises(TypeError, match="diagonal"):
+            getattr(ag, fn)(ag.ones(2, 2), 1.5)
+        with pytest.raises(TypeError):
+            getattr(ag, fn)([[1.0]])
