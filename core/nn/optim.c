@@ -267,8 +267,12 @@ static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *fou
     c.s[1] = o->adam.beta1;
     c.s[2] = o->adam.beta2;
     c.s[3] = o->adam.eps;
-    c.s[5] = 1.0 - pow(o->adam.beta1, (double)t);
-    c.s[6] = 1.0 - pow(o->adam.beta2, (double)t);
+    /* Every kernel keeps beta in f32 and forms 1 - beta in f32 (exact), so
+     * the bias corrections use that same rounded beta: with the double
+     * 0.999 the first step moved a weight by lr * (1 + 6.4e-6), not lr
+     * (1 - 0.999f is 0.00099998713), 1e-6 off torch after 5 steps at lr 0.03. */
+    c.s[5] = 1.0 - pow((double)(float)o->adam.beta1, (double)t);
+    c.s[6] = 1.0 - pow((double)(float)o->adam.beta2, (double)t);
   } else {
     c.s[1] = o->sgd.momentum;
     c.s[2] = o->sgd.dampening;
