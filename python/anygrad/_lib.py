@@ -12,23 +12,31 @@ from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_in
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def _recorded():
+    """The libraries recorded when this copy was installed (_libpaths.txt:
+    pip, or cmake --install with AG_INSTALL_PYTHON); a relative path is
+    relative to the package (a library that pip built and copied in)."""
+    cfg = os.path.join(_HERE, "_libpaths.txt")
+    if not os.path.exists(cfg):
+        return []
+    with open(cfg) as f:
+        return [os.path.join(_HERE, p) if not os.path.isabs(p) else p
+                for p in (line.strip() for line in f) if p]
+
+
 def _candidates():
     env = os.environ.get("ANYGRAD_LIBRARY")
     if env:
         yield env
         return
-    # package inside the source tree: python/anygrad -> <repo>/build/lib
+    # an installed copy loads what it was installed against: the prefix's
+    # library, not a build tree that happens to lie near it
+    yield from _recorded()
+    # the package inside the source tree: python/anygrad -> <repo>/build/lib
     repo = os.path.dirname(os.path.dirname(_HERE))
-    for b in ("build", "build-release", "build-debug"):
-        yield os.path.join(repo, b, "lib", "libanygrad.so")
-    # an installed package lists where the library was when it was installed
-    # (pip from a build tree, or cmake --install with AG_INSTALL_PYTHON)
-    cfg = os.path.join(_HERE, "_libpaths.txt")
-    if os.path.exists(cfg):
-        with open(cfg) as f:
-            for line in f:
-                if line.strip():
-                    yield line.strip()
+    if os.path.exists(os.path.join(repo, "include", "anygrad", "optable.h")):
+        for b in ("build", "build-release", "build-debug"):
+            yield os.path.join(repo, b, "lib", "libanygrad.so")
     for prefix in (os.path.expanduser("~/.local"), "/usr/local", "/usr"):
         for d in ("lib", "lib64", "lib/x86_64-linux-gnu"):
             yield os.path.join(prefix, d, "libanygrad.so.0")
