@@ -157,8 +157,8 @@ def _basic(x, entries):
             if e.mask and tuple(e.data.shape) != shp:
                 ms = list(e.data.shape)
                 j = next((j for j in range(len(ms)) if j >= len(shp) or ms[j] != shp[j]), 0)
-                raise IndexError("The shape of the mask %s at index %d does not match the shape of the indexed "
-                                 "tensor %s at index %d" % (ms, j, list(t.shape), d + j))
+                raise IndexError("The shape of the mask %s at index %d does not match the shape of the "
+                                 "indexed tensor %s at index %d" % (ms, j, list(t.shape), d + j))
             e.span = int(np.prod(shp, dtype=np.int64)) if shp else 1
             advs.append(e)
             d += e.k
@@ -373,8 +373,8 @@ def setitem(x, idx, value):
     except ValueError:
         vshape = None
     if vshape != shape:
-        raise RuntimeError("shape mismatch: value tensor of shape %s cannot be broadcast to indexing result of "
-                           "shape %s" % (list(v.shape), list(shape)))
+        raise RuntimeError("shape mismatch: value tensor of shape %s cannot be broadcast to indexing result "
+                           "of shape %s" % (list(v.shape), list(shape)))
     if pos.numel() == 0:
         return
     if x.device.type == "cpu":

@@ -279,10 +279,6 @@ OWN = [
     ("randn_generator_int", lambda: ag.randn(2, generator=3), TypeError, r"randn\(\): argument 'generator'"),
     ("dropout_generator_str", lambda: ag.functional.dropout(ag.ones(2), 0.5, generator="g"), TypeError,
      r"dropout\(\): argument 'generator'"),
-    ("several_tensor_indices", lambda: ag.ones(3, 3)[ag.tensor([0, 1]), ag.tensor([0, 1])], IndexError,
-     "one tensor index"),
-    ("bool_and_tensor_index", lambda: ag.ones(3, 3)[True, ag.tensor([0, 1])], IndexError,
-     "one tensor index"),
 ]
 
 
