@@ -118,7 +118,10 @@ def _reduction(size_average, reduce, reduction, fn):
     if size_average is not None or reduce is not None:  # torch's legacy arguments
         size_average = True if size_average is None else size_average
         reduce = True if reduce is None else reduce
-        return "mean" if size_average and reduce else "sum" if reduce else "none"
+        r = "mean" if size_average and reduce else "sum" if reduce else "none"
+        warnings.warn("size_average and reduce args will be deprecated, please use reduction='%s' instead." % r,
+                      UserWarning, stacklevel=3)
+        return r
     if reduction not in _REDUCTIONS:
         raise ValueError("%s(): %r is not a valid value for reduction" % (fn, reduction))
     return reduction
@@ -252,7 +255,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         smooth = -logp.sum(cd)
     smooth = smooth * keep.to(smooth.dtype)
     if reduction == "mean":
-        smooth = smooth.sum() / w.sum() if weight is not None else smooth.mean()
+        smooth = smooth.sum() / w.sum()  # over the non-ignored targets' weights (or count), as torch
     else:
         smooth = _reduce(smooth, reduction)
     return nll * (1.0 - ls) + smooth * (ls / c)
@@ -261,7 +264,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 def _cross_entropy_probs(input, target, weight, reduction, ls):
     fn = "cross_entropy"
     _floating(input, fn, "input", 1)
-    _same_size(input, target, fn, False)
+    if tuple(input.shape) != tuple(target.shape):
+        raise RuntimeError("cross_entropy(): a floating target holds class probabilities and must have the "
+                           "input's shape %s, got %s" % (list(input.shape), list(target.shape)))
     cd = 0 if input.ndim == 1 else 1
     c = input.shape[cd]
     weight = _class_weight(weight, input, cd, fn)
@@ -609,15 +614,15 @@ def _one(v, name, fn):
 
 def _same_amounts(k, dilation, stride, fn):
     """torch's 'same': total dilation*(k-1), the odd one on the right."""
-    if any(s != 1 for s in stride):
-        raise ValueError("padding='same' is not supported for strided convolutions")
+    if any(s != 1 for s in stride):  # torch's F raises RuntimeError here (the modules ValueError)
+        raise RuntimeError("padding='same' is not supported for strided convolutions")
     tot = [d * (kk - 1) for d, kk in zip(dilation, k)]
     return [t // 2 for t in tot], [t - t // 2 for t in tot]
 
 
 def _padding_string(padding, fn):
-    if padding not in ("same", "valid"):
-        raise ValueError("Invalid padding string '%s', should be one of ['valid', 'same']" % padding)
+    if padding not in ("same", "valid"):  # torch's F: RuntimeError (the modules: ValueError)
+        raise RuntimeError("Invalid padding string '%s', should be one of ['valid', 'same']" % padding)
     return padding
 
 

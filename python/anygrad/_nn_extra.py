@@ -838,7 +838,7 @@ class Upsample(Module):
             info = "scale_factor=%r" % (self.scale_factor,)
         else:
             info = "size=%r" % (self.size,)
-        return info + ", mode=%r" % (self.mode,)
+        return info + ", mode=%s" % (self.mode,)
 
 
 # ---- dropout, embedding ------------------------------------------------------------------

@@ -7,6 +7,7 @@ import collections.abc
 import math
 import numbers
 import os
+import sys
 from ctypes import byref
 
 from ._lib import lib, check, raise_last
@@ -19,14 +20,15 @@ from ._tensor import (Tensor, rand, ones, zeros, randn, no_grad, as_dtype, float
 
 def _size(v, fn, arg):
     """A layer size: an int >= 0 (a bool, a float or an int outside int64 is
-    a TypeError, as torch's size tuples; a negative one a ValueError)."""
+    a TypeError, as torch's size tuples; a negative one a RuntimeError, as torch)."""
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError("%s(): argument '%s' must be int, not %s" % (fn, arg, type(v).__name__))
     v = int(v)
     if v > _I64_MAX:
         raise TypeError("%s(): argument '%s' is %d, outside int64" % (fn, arg, v))
-    if v < 0:
-        raise ValueError("%s(): argument '%s' must be >= 0, got %d" % (fn, arg, v))
+    if v < 0:  # torch's RuntimeError ("Trying to create tensor with negative dimension")
+        raise RuntimeError("%s(): argument '%s' must be >= 0, got %d (Trying to create tensor with negative "
+                           "dimension)" % (fn, arg, v))
     return v
 
 
@@ -578,3 +580,6 @@ from . import init, nn_utils as utils  # noqa: E402
 import sys as _sys  # noqa: E402
 _sys.modules[__name__ + ".init"] = init
 _sys.modules[__name__ + ".utils"] = utils
+
+# `import anygrad.nn.functional as F`, as torch's habit (nn is a module, not a package)
+sys.modules.setdefault(__name__ + ".functional", functional)
