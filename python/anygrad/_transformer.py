@@ -88,7 +88,8 @@ class MultiheadAttention(Module):
             raise TypeError("%s(): argument 'dropout' must be float, not %s" % (_FN, type(dropout).__name__))
         dropout = float(dropout)
         if not 0.0 <= dropout <= 1.0:
-            raise ValueError("%s(): dropout probability has to be between 0 and 1, but got %r" % (_FN, dropout))
+            raise ValueError("%s(): dropout probability has to be between 0 and 1, but got %r"
+                             % (_FN, dropout))
         if num_heads == 0:
             raise ZeroDivisionError("%s(): num_heads must be positive, got 0" % _FN)
         self.embed_dim, self.kdim, self.vdim = embed_dim, kdim, vdim
@@ -133,8 +134,9 @@ class MultiheadAttention(Module):
             _check(kpm.dtype is bool_ or kpm.dtype.is_floating_point,
                    "only bool and floating types of key_padding_mask are supported")
         if is_causal and attn_mask is None:
-            raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the Transformer "
-                               "module method `generate_square_subsequent_mask` to create this mask.")
+            raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
+                               "Transformer module method `generate_square_subsequent_mask` to create "
+                               "this mask.")
         batched = _shape_check(query, key, value, kpm, attn_mask, self.num_heads)
         self_attn, kv_same = query is key and key is value, key is value
         if not batched:  # [L, E] as a batch of one, batch first
@@ -146,7 +148,8 @@ class MultiheadAttention(Module):
         B, L, E = query.shape[bdim], query.shape[sdim], query.shape[2]
         S = key.shape[sdim]
         H, D = self.num_heads, self.head_dim
-        _check(E == self.embed_dim, "was expecting embedding dimension of %d, but got %d" % (self.embed_dim, E))
+        _check(E == self.embed_dim,
+               "was expecting embedding dimension of %d, but got %d" % (self.embed_dim, E))
         if self._qkv_same_embed_dim:
             _check(tuple(key.shape) == tuple(value.shape),
                    "key shape %s does not match value shape %s" % (tuple(key.shape), tuple(value.shape)))
@@ -257,8 +260,8 @@ def _shape_check(query, key, value, kpm, attn_mask, num_heads):
                "For batched (3-D) `query`, expected `key` and `value` to be 3-D but found %d-D and %d-D "
                "tensors respectively" % (key.ndim, value.ndim))
         if kpm is not None:
-            _check(kpm.ndim == 2, "For batched (3-D) `query`, expected `key_padding_mask` to be `None` or 2-D "
-                   "but found %d-D tensor instead" % kpm.ndim)
+            _check(kpm.ndim == 2, "For batched (3-D) `query`, expected `key_padding_mask` to be `None` "
+                   "or 2-D but found %d-D tensor instead" % kpm.ndim)
         if attn_mask is not None:
             _check(attn_mask.ndim in (2, 3), "For batched (3-D) `query`, expected `attn_mask` to be `None`, "
                    "2-D or 3-D but found %d-D tensor instead" % attn_mask.ndim)
@@ -271,8 +274,8 @@ def _shape_check(query, key, value, kpm, attn_mask, num_heads):
             _check(kpm.ndim == 1, "For unbatched (2-D) `query`, expected `key_padding_mask` to be `None` or "
                    "1-D but found %d-D tensor instead" % kpm.ndim)
         if attn_mask is not None:
-            _check(attn_mask.ndim in (2, 3), "For unbatched (2-D) `query`, expected `attn_mask` to be `None`, "
-                   "2-D or 3-D but found %d-D tensor instead" % attn_mask.ndim)
+            _check(attn_mask.ndim in (2, 3), "For unbatched (2-D) `query`, expected `attn_mask` to be "
+                   "`None`, 2-D or 3-D but found %d-D tensor instead" % attn_mask.ndim)
             if attn_mask.ndim == 3:
                 want = (num_heads, query.shape[0], key.shape[0])
                 _check(tuple(attn_mask.shape) == want, "Expected `attn_mask` shape to be %s but got %s"
@@ -377,7 +380,8 @@ def _clone(obj, memo):
     memo[id(obj)] = new
     for k, val in obj.__dict__.items():
         if k in ("_parameters", "_buffers", "_modules"):
-            val = collections.OrderedDict((n, None if t is None else _clone(t, memo)) for n, t in val.items())
+            val = collections.OrderedDict((n, None if t is None else _clone(t, memo))
+                                          for n, t in val.items())
         object.__setattr__(new, k, val)
     return new
 
@@ -418,7 +422,8 @@ class TransformerEncoder(Module):
             raise TypeError("%s(): argument 'encoder_layer' must be Module, not %s"
                             % (fn, type(encoder_layer).__name__))
         if norm is not None and not isinstance(norm, Module) and not callable(norm):
-            raise TypeError("%s(): argument 'norm' must be Module or None, not %s" % (fn, type(norm).__name__))
+            raise TypeError("%s(): argument 'norm' must be Module or None, not %s"
+                            % (fn, type(norm).__name__))
         num_layers = _size(num_layers, fn, "num_layers")
         self.layers = _layer_list([_clone(encoder_layer, {}) for _ in range(num_layers)])
         self.num_layers = num_layers
