@@ -1,11 +1,11 @@
 """Small pieces PyTorch programs use that nothing else in the package
 provides: triu and tril (functions and Tensor methods), as torch 1.13's,
 built from arange, a comparison and where, so they run on every device
-and differentiate (the gradient is masked the same way)."""
+and differentiate (the gradient is masked the same way); is_tensor."""
 from . import _ops
 from ._tensor import Tensor, _tensor_in, _int_arg, arange, zeros_like
 
-__all__ = ["triu", "tril"]
+__all__ = ["triu", "tril", "is_tensor"]
 
 
 def _band(x, diagonal, fn, upper):
@@ -28,6 +28,11 @@ def triu(input, diagonal=0):  # noqa: A002
 def tril(input, diagonal=0):  # noqa: A002
     """The lower triangle of the last two dims (j - i <= diagonal), zeros elsewhere."""
     return _band(input, diagonal, "tril", False)
+
+
+def is_tensor(obj):
+    """Whether obj is an anygrad Tensor (a Parameter is one)."""
+    return isinstance(obj, Tensor)
 
 
 Tensor.triu = triu

@@ -196,3 +196,27 @@ def test_triu_tril_errors(th):
             getattr(ag, fn)(ag.ones(2, 2), 1.5)
         with pytest.raises(TypeError):
             getattr(ag, fn)([[1.0]])
+
+
+def test_cuda_module_answers_from_the_devices_present():
+    has = [d for d in ag.devices() if d.startswith("cuda:")]
+    assert ag.cuda.device_count() == len(has)
+    assert ag.cuda.is_available() == bool(has)
+    if not has:
+        with pytest.raises(RuntimeError, match="no CUDA device"):
+            ag.cuda.current_device()
+        with pytest.raises(RuntimeError, match="cuda"):
+            ag.cuda.synchronize()
+    ag.cuda.manual_seed_all(7)
+    a = ag.randn(5).tolist()
+    ag.manual_seed(7)
+    assert ag.randn(5).tolist() == a  # one generator serves every device
+    ag.cuda.manual_seed(8)
+    assert ag.randn(5).tolist() != a
+
+
+def test_is_tensor(th):
+    for obj in (ag.ones(2), ag.nn.Parameter(ag.ones(2)), ag.tensor(3)):
+        assert ag.is_tensor(obj)
+    for obj, tobj in (([1.0], [1.0]), (np.ones(2), np.ones(2)), (3.0, 3.0), (None, None)):
+        assert ag.is_tensor(obj) == th.is_tensor(tobj) == False  # noqa: E712
