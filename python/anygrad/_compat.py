@@ -1,11 +1,15 @@
 """Small pieces PyTorch programs use that nothing else in the package
 provides: triu and tril (functions and Tensor methods), as torch 1.13's,
 built from arange, a comparison and where, so they run on every device
-and differentiate (the gradient is masked the same way); is_tensor."""
-from . import _ops
-from ._tensor import Tensor, _tensor_in, _int_arg, arange, zeros_like
+and differentiate (the gradient is masked the same way); is_tensor, numel,
+get_default_dtype, the backends.cudnn flags; the Tensor methods view_as,
+expand_as, type_as and the properties is_cuda and data."""
+import types
 
-__all__ = ["triu", "tril", "is_tensor"]
+from . import _ops
+from ._tensor import Tensor, _tensor_in, _int_arg, arange, zeros_like, float32
+
+__all__ = ["triu", "tril", "is_tensor", "numel", "get_default_dtype", "backends"]
 
 
 def _band(x, diagonal, fn, upper):
@@ -35,5 +39,36 @@ def is_tensor(obj):
     return isinstance(obj, Tensor)
 
 
+def numel(input):  # noqa: A002
+    """The number of elements of a tensor."""
+    return _tensor_in(input, "numel").numel()
+
+
+def get_default_dtype():
+    """float32: the dtype of floating tensors made without one (not settable)."""
+    return float32
+
+
+# torch.backends.cudnn.deterministic / .benchmark, set by seeding helpers:
+# anygrad has no cuDNN, and its flags change nothing (docs/python.md).
+backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(enabled=True, deterministic=False,
+                                                             benchmark=False, allow_tf32=True,
+                                                             is_available=lambda: False))
+
+
+def _other(other, fn):
+    if not isinstance(other, Tensor):
+        raise TypeError("%s(): argument 'other' (position 1) must be Tensor, not %s"
+                        % (fn, type(other).__name__))
+    return other
+
+
 Tensor.triu = triu
 Tensor.tril = tril
+Tensor.view_as = lambda self, other: self.view(*_other(other, "view_as").shape)
+Tensor.expand_as = lambda self, other: self.expand(*_other(other, "expand_as").shape)
+Tensor.type_as = lambda self, other: self.to(_other(other, "type_as").dtype)
+Tensor.is_cuda = property(lambda self: self.device.type == "cuda")
+# x.data: the values without the graph, sharing x's storage (as x.detach());
+# assigning x.data is not supported
+Tensor.data = property(lambda self: self.detach())

@@ -220,3 +220,38 @@ def test_is_tensor(th):
         assert ag.is_tensor(obj)
     for obj, tobj in (([1.0], [1.0]), (np.ones(2), np.ones(2)), (3.0, 3.0), (None, None)):
         assert ag.is_tensor(obj) == th.is_tensor(tobj) == False  # noqa: E712
+
+
+def test_view_as_expand_as_type_as_numel(dev, th):
+    a = np.arange(6, dtype=np.float32)
+    x, t = ag.tensor(a, device=dev), th.tensor(a)
+    other, tother = ag.zeros(2, 3, dtype=ag.int64, device=dev), th.zeros(2, 3, dtype=th.int64)
+    v = x.view_as(other)
+    assert v.shape == (2, 3) and v.tolist() == t.view_as(tother).tolist()
+    x[0] = 9.0  # a view: shares x's storage
+    assert v[0, 0].item() == 9.0
+    e = ag.ones(1, 3, device=dev).expand_as(other)
+    assert e.shape == tuple(th.ones(1, 3).expand_as(tother).shape)
+    ty = x.type_as(other)
+    assert ty.dtype == ag.int64 and ty.tolist() == [9, 1, 2, 3, 4, 5]
+    assert ag.numel(other) == th.numel(tother) == 6
+    with pytest.raises(TypeError, match="view_as"):
+        x.view_as((2, 3))
+    with pytest.raises(TypeError, match="numel"):
+        ag.numel([1, 2])
+    w = ag.ones(2, 3, device=dev, requires_grad=True)
+    (w.view_as(ag.zeros(6)) * ag.arange(6.0, device=dev)).sum().backward()
+    assert w.grad.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+
+
+def test_data_is_cuda_default_dtype_backends(dev, th):
+    p = ag.nn.Parameter(ag.ones(3, device=dev))
+    d = p.data
+    assert not d.requires_grad and p.requires_grad and d.shape == p.shape
+    p.data.copy_(ag.tensor([1.0, 2.0, 3.0], device=dev))  # writes p, as torch's p.data.copy_
+    assert p.tolist() == [1.0, 2.0, 3.0] and p.requires_grad and p.is_leaf
+    assert p.is_cuda == dev.startswith("cuda") and th.ones(1).is_cuda is False
+    assert ag.get_default_dtype() == ag.float32 and th.get_default_dtype() == th.float32
+    ag.backends.cudnn.deterministic = True
+    ag.backends.cudnn.benchmark = False
+    assert ag.backends.cudnn.is_available() is False
