@@ -19,7 +19,8 @@ __all__ = ["relu", "relu6", "gelu", "silu", "leaky_relu", "elu", "celu", "selu",
            "softmax", "log_softmax", "softmin", "nll_loss", "cross_entropy", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
            "one_hot", "pad", "interpolate", "upsample", "normalize", "conv1d", "conv2d", "group_norm",
-           "dropout1d", "dropout2d", "embedding"]
+           "dropout1d", "dropout2d", "embedding", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "prelu",
+           "cosine_similarity", "kl_div"]
 
 _conv2d_c = None  # functional.conv2d (set by functional at import: the 'same' form wraps it)
 _embedding_c = None
@@ -119,8 +120,8 @@ def _reduction(size_average, reduce, reduction, fn):
         size_average = True if size_average is None else size_average
         reduce = True if reduce is None else reduce
         r = "mean" if size_average and reduce else "sum" if reduce else "none"
-        warnings.warn("size_average and reduce args will be deprecated, please use reduction='%s' instead." % r,
-                      UserWarning, stacklevel=3)
+        warnings.warn("size_average and reduce args will be deprecated, please use reduction='%s' "
+                      "instead." % r, UserWarning, stacklevel=3)
         return r
     if reduction not in _REDUCTIONS:
         raise ValueError("%s(): %r is not a valid value for reduction" % (fn, reduction))
@@ -153,8 +154,9 @@ def _index_target(target, fn):
 def _same_size(input, target, fn, deprecated):
     if tuple(input.shape) != tuple(target.shape):
         if deprecated:
-            raise ValueError("Using a target size (%s) that is different to the input size (%s) is deprecated. "
-                             "Please ensure they have the same size." % (target.shape, input.shape))
+            raise ValueError("Using a target size (%s) that is different to the input size (%s) is "
+                             "deprecated. Please ensure they have the same size."
+                             % (target.shape, input.shape))
         raise ValueError("Target size (%s) must be the same as input size (%s)" % (target.shape, input.shape))
 
 
@@ -165,8 +167,8 @@ def _class_weight(weight, input, cd, fn):
     _t(weight, fn, "weight", 3)
     c = input.shape[cd]
     if weight.ndim != 1 or weight.shape[0] != c:
-        raise RuntimeError("%s(): weight tensor should be defined either for all %d classes or no classes but "
-                           "got weight tensor of shape: %s" % (fn, c, list(weight.shape)))
+        raise RuntimeError("%s(): weight tensor should be defined either for all %d classes or no classes "
+                           "but got weight tensor of shape: %s" % (fn, c, list(weight.shape)))
     return weight.to(device=input.device, dtype=input.dtype)
 
 
@@ -498,8 +500,8 @@ def _interp_sizes(v, n, what, fn, conv):
         return None
     if isinstance(v, (list, tuple)):
         if len(v) != n:
-            raise ValueError("Input and %s must have the same number of spatial dimensions, but got input with "
-                             "spatial dimensions of %s and %s of %s" % (what, n, what, list(v)))
+            raise ValueError("Input and %s must have the same number of spatial dimensions, but got input "
+                             "with spatial dimensions of %s and %s of %s" % (what, n, what, list(v)))
         return [conv(a) for a in v]
     return [conv(v)] * n
 
@@ -600,8 +602,8 @@ def _scalar_p(p, fn):
 def _one(v, name, fn):
     if isinstance(v, (tuple, list)):
         if len(v) != 1:
-            raise RuntimeError("%s(): expected %s to be a single integer value or a list of 1 values to match "
-                               "the convolution dimensions, but got %s=%s" % (fn, name, name, list(v)))
+            raise RuntimeError("%s(): expected %s to be a single integer value or a list of 1 values to "
+                               "match the convolution dimensions, but got %s=%s" % (fn, name, name, list(v)))
         v = v[0]
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError("%s(): argument '%s' must be tuple of ints, not %s" % (fn, name, type(v).__name__))
@@ -671,8 +673,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     h = _t(input, fn)
     g = _int_arg(num_groups, fn, "num_groups", 2)
     if input.ndim >= 2 and (g <= 0 or input.shape[1] % g):
-        raise RuntimeError("Expected number of channels in input to be divisible by num_groups, but got input of "
-                           "shape %s and num_groups=%d" % (list(input.shape), g))
+        raise RuntimeError("Expected number of channels in input to be divisible by num_groups, but got "
+                           "input of shape %s and num_groups=%d" % (list(input.shape), g))
     hw = None if weight is None else _t(weight, fn, "weight", 3)
     hb = None if bias is None else _t(bias, fn, "bias", 4)
     return _wrap(lib.ag_group_norm(h, g, hw, hb, _finite(eps, "eps", fn)), fn)
@@ -738,3 +740,108 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
 
 def _grad_on():
     return bool(lib.ag_grad_enabled())
+
+
+# ---- 1-d pooling, prelu, cosine_similarity, kl_div ----------------------------------------
+
+def _as_2d_pool(input, fn):
+    _t(input, fn)
+    if input.ndim not in (2, 3):
+        raise RuntimeError("%s(): Expected 2D or 3D (batch mode) tensor for input, got %dD"
+                           % (fn, input.ndim))
+    return input.unsqueeze(-2)  # [.., C, 1, L]: the 2-d pool over a height of 1
+
+
+def _unbatched_4d(x):
+    return x.unsqueeze(0) if x.ndim == 3 else x
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    fn = "max_pool1d"
+    if ceil_mode or return_indices or _one(dilation, "dilation", fn) != 1:
+        raise NotImplementedError("max_pool1d(): dilation, ceil_mode and return_indices are not supported")
+    x = _as_2d_pool(input, fn)
+    k = _one(kernel_size, "kernel_size", fn)
+    s = k if stride is None or stride == [] else _one(stride, "stride", fn)
+    from .functional import max_pool2d
+    y = max_pool2d(_unbatched_4d(x), (1, k), (1, s), (0, _one(padding, "padding", fn)))
+    return y.reshape(*(list(input.shape[:-1]) + [y.shape[-1]]))
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    fn = "avg_pool1d"
+    if ceil_mode:
+        raise NotImplementedError("avg_pool1d(): ceil_mode is not supported")
+    x = _as_2d_pool(input, fn)
+    k = _one(kernel_size, "kernel_size", fn)
+    s = k if stride is None or stride == [] else _one(stride, "stride", fn)
+    from .functional import avg_pool2d
+    y = avg_pool2d(_unbatched_4d(x), (1, k), (1, s), (0, _one(padding, "padding", fn)), count_include_pad)
+    return y.reshape(*(list(input.shape[:-1]) + [y.shape[-1]]))
+
+
+def adaptive_avg_pool1d(input, output_size):
+    fn = "adaptive_avg_pool1d"
+    x = _as_2d_pool(input, fn)
+    n = _one(output_size, "output_size", fn)
+    y = _ops_adaptive_avg_pool2d(_unbatched_4d(x), [1, n])
+    return y.reshape(*(list(input.shape[:-1]) + [n]))
+
+
+def prelu(input, weight):
+    """x where x > 0, weight * x elsewhere; weight [C] along dim 1 (or one value)."""
+    fn = "prelu"
+    _t(input, fn)
+    _t(weight, fn, "weight", 2)
+    w = weight
+    n = weight.numel()
+    if n != 1:
+        if input.ndim < 2 and not (input.ndim == 1 and input.shape[0] == n) or \
+                (input.ndim >= 2 and input.shape[1] != n):
+            c = input.shape[1] if input.ndim >= 2 else input.shape[0] if input.ndim else 1
+            raise RuntimeError("Mismatch of parameter numbers and input channel size. Found parameter "
+                               "numbers = %d and channel size = %s." % (n, c))
+        if input.ndim >= 2:
+            w = weight.reshape(*([n] + [1] * (input.ndim - 2)))
+    else:
+        w = weight.reshape(())
+    return _ops.where(input > 0, input, input * w)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum(x1 * x2) / (max(|x1|, eps) max(|x2|, eps)) along dim."""
+    fn = "cosine_similarity"
+    _floating(x1, fn, "x1", 1)
+    _floating(x2, fn, "x2", 2)
+    dim = _dim_arg(dim, fn, "dim", 3)
+    eps = _finite(eps, "eps", fn)
+    n1 = _ops.clamp(_vector_norm(x1, 2.0, dim, True, fn), eps)
+    n2 = _ops.clamp(_vector_norm(x2, 2.0, dim, True, fn), eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """target * (log(target) - input) (0 where target is 0), or with
+    log_target exp(target) * (target - input); 'batchmean' divides the sum
+    by the batch size."""
+    fn = "kl_div"
+    if reduction == "batchmean" and size_average is None and reduce is None:
+        red = "batchmean"
+    else:
+        red = _reduction(size_average, reduce, reduction, fn)
+        if red == "mean" and size_average is None and reduce is None:
+            warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support "
+                          "size.'batchmean' divides only by the batch size, and aligns with the KL div math "
+                          "definition.'mean' will be changed to behave the same as 'batchmean' in the next "
+                          "major release.", UserWarning, stacklevel=2)
+    _floating(input, fn, "input", 1)
+    _floating(target, fn, "target", 2)
+    if log_target:
+        loss = _ops.exp(target) * (target - input)
+    else:
+        safe = _ops.where(target > 0, target, 1.0)
+        loss = target * _ops.log(safe) - target * input
+    if red == "batchmean":
+        return loss.sum() / input.shape[0] if input.ndim else loss.sum()
+    return _reduce(loss, red)

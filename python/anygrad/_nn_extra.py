@@ -18,7 +18,8 @@ __all__ = ["Identity", "Flatten", "Unflatten", "Sequential", "ModuleList", "Modu
            "LogSigmoid", "Softmax", "LogSoftmax", "Softmin", "Conv1d", "Conv2d", "BatchNorm1d", "BatchNorm2d",
            "GroupNorm", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Upsample", "Dropout", "Dropout1d",
            "Dropout2d", "Embedding", "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss",
-           "HuberLoss", "BCELoss", "BCEWithLogitsLoss"]
+           "HuberLoss", "BCELoss", "BCEWithLogitsLoss", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d",
+           "PReLU", "CosineSimilarity", "KLDivLoss"]
 
 
 class Identity(Module):
@@ -514,7 +515,8 @@ class Hardtanh(Module):
         return F.hardtanh(input, self.min_val, self.max_val, self.inplace)
 
     def extra_repr(self):
-        return "min_val=%s, max_val=%s%s" % (self.min_val, self.max_val, ", inplace=True" if self.inplace else "")
+        return "min_val=%s, max_val=%s%s" % (self.min_val, self.max_val,
+                                             ", inplace=True" if self.inplace else "")
 
 
 class Softmax(Module):
@@ -550,7 +552,8 @@ def _ntuple(v, n, name, fn):
         t = (v,) * n
     for x in t:
         if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-            raise TypeError("%s(): argument '%s' must be tuple of ints, not %s" % (fn, name, type(x).__name__))
+            raise TypeError("%s(): argument '%s' must be tuple of ints, not %s"
+                            % (fn, name, type(x).__name__))
         _c_int_arg(x, fn, name)
     return tuple(int(x) for x in t)
 
@@ -772,7 +775,8 @@ class GroupNorm(Module):
 # ---- pooling, upsampling -----------------------------------------------------------------
 
 class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
         super().__init__()
         if dilation != 1 and dilation != (1, 1):
             raise NotImplementedError("MaxPool2d(): dilation other than 1 is not supported")
@@ -879,7 +883,8 @@ class Embedding(Module):
         num_embeddings = _size(num_embeddings, "Embedding", "num_embeddings")
         embedding_dim = _size(embedding_dim, "Embedding", "embedding_dim")
         if max_norm is not None or scale_grad_by_freq or sparse:
-            raise NotImplementedError("Embedding(): max_norm, scale_grad_by_freq and sparse are not supported")
+            raise NotImplementedError("Embedding(): max_norm, scale_grad_by_freq and sparse are not "
+                                      "supported")
         if padding_idx is not None:
             if padding_idx > 0:
                 if padding_idx >= num_embeddings:
@@ -1000,3 +1005,94 @@ class HuberLoss(_Loss):
 
     def forward(self, input, target):
         return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+# ---- 1-d pooling, PReLU, CosineSimilarity, KLDivLoss --------------------------------------
+
+class MaxPool1d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        super().__init__()
+        if dilation != 1 or return_indices or ceil_mode:
+            raise NotImplementedError("MaxPool1d(): dilation, return_indices and ceil_mode are not supported")
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding, self.dilation = padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, input):
+        return F.max_pool1d(input, self.kernel_size, self.stride, self.padding)
+
+    def extra_repr(self):
+        return "kernel_size=%s, stride=%s, padding=%s, dilation=%s, ceil_mode=%s" % (
+            self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+
+def _single(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+
+class AvgPool1d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        super().__init__()
+        if ceil_mode:
+            raise NotImplementedError("AvgPool1d(): ceil_mode is not supported")
+        self.kernel_size = _single(kernel_size)
+        self.stride = _single(stride if stride is not None else kernel_size)
+        self.padding, self.ceil_mode, self.count_include_pad = _single(padding), ceil_mode, count_include_pad
+
+    def forward(self, input):
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
+
+    def extra_repr(self):
+        return "kernel_size=%s, stride=%s, padding=%s" % (self.kernel_size, self.stride, self.padding)
+
+
+class AdaptiveAvgPool1d(Module):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input):
+        return F.adaptive_avg_pool1d(input, self.output_size)
+
+    def extra_repr(self):
+        return "output_size=%s" % (self.output_size,)
+
+
+class PReLU(Module):
+    def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
+        super().__init__()
+        self.num_parameters = _size(num_parameters, "PReLU", "num_parameters")
+        self.init = init
+        w = ones(self.num_parameters, dtype=as_dtype(dtype) or float32, device=device) * float(init)
+        self.weight = Parameter(w)
+
+    def forward(self, input):
+        return F.prelu(input, self.weight)
+
+    def extra_repr(self):
+        return "num_parameters=%d" % self.num_parameters
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim=1, eps=1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class KLDivLoss(_Loss):
+    def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
+        if reduction == "batchmean" and size_average is None and reduce is None:
+            Module.__init__(self)
+            self.reduction = reduction
+        else:
+            super().__init__(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def forward(self, input, target):
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)

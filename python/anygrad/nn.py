@@ -8,13 +8,14 @@ import math
 import numbers
 import os
 import sys
+import weakref
 from ctypes import byref
 
 from ._lib import lib, check, raise_last
 
 from . import functional
 from . import functional as F  # noqa: F401
-from ._tensor import (Tensor, rand, ones, zeros, randn, no_grad, as_dtype, float32, as_device, _int_arg,
+from ._tensor import (Tensor, rand, ones, zeros, no_grad, as_dtype, float32, as_device, _int_arg,
                       _c_int_arg, _tensor_in, _gen, _I64_MAX)
 
 
@@ -46,13 +47,24 @@ def _last_dim_size(normalized_shape, fn):
 
 
 class Parameter(Tensor):
-    """Marker only: anygrad.nn.Parameter(t) returns t as a leaf that requires grad."""
+    """anygrad.nn.Parameter(t) returns t detached, as a leaf that requires
+    grad (requires_grad=False: a frozen one). A Module takes it as a
+    parameter either way, as torch does."""
 
-    def __new__(cls, t, requires_grad=True):
-        t = t.detach()
+    def __new__(cls, data=None, requires_grad=True):
+        t = (zeros(0) if data is None else data).detach()
         if requires_grad:
             t.requires_grad = True
+        _PARAMS[id(t)] = t
         return t
+
+
+# the tensors made by Parameter(): a frozen one (requires_grad=False) is still a parameter
+_PARAMS = weakref.WeakValueDictionary()
+
+
+def _is_param(v):
+    return (v.requires_grad and v.is_leaf) or _PARAMS.get(id(v)) is v
 
 
 def _uniform(shape, bound, dtype, device):
@@ -63,6 +75,32 @@ def _uniform(shape, bound, dtype, device):
         t = t.contiguous().detach()
     t.requires_grad = True
     return t
+
+
+class _RemovableHandle:
+    """What register_forward_(pre_)hook returns: remove() drops the hook
+    (also as a context manager's exit), as torch's RemovableHandle."""
+    _next = 0
+
+    def __init__(self, module, store):
+        self.id = _RemovableHandle._next
+        _RemovableHandle._next += 1
+        self._ref, self._store = weakref.ref(module), store
+
+    def remove(self):
+        m = self._ref()
+        if m is not None:
+            hooks = m.__dict__.get(self._store)
+            if hooks is not None:
+                hooks.pop(self.id, None)
+                if not hooks:
+                    del m.__dict__[self._store]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
 
 
 _IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -86,7 +124,7 @@ class Module:
             self._parameters.pop(name, None)
             self._buffers.pop(name, None)
             self._modules[name] = value
-        elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf and name not in self._buffers:
+        elif isinstance(value, Tensor) and name not in self._buffers and _is_param(value):
             self._modules.pop(name, None)
             self._parameters[name] = value
         elif name in self._buffers and (value is None or isinstance(value, Tensor)):
@@ -131,7 +169,8 @@ class Module:
         if not isinstance(name, str):
             raise TypeError("buffer name should be a string. Got %s" % type(name).__name__)
         if "." in name or name == "":
-            raise KeyError("buffer name can't contain \".\"" if name else "buffer name can't be empty string \"\"")
+            raise KeyError("buffer name can't contain \".\"" if name else
+                           "buffer name can't be empty string \"\"")
         if hasattr(self, name) and name not in self._buffers:
             raise KeyError("attribute '%s' already exists" % name)
         if tensor is not None and not isinstance(tensor, Tensor):
@@ -154,8 +193,8 @@ class Module:
         if hasattr(self, name) and name not in self._parameters:
             raise KeyError("attribute '%s' already exists" % name)
         if param is not None and not isinstance(param, Tensor):
-            raise TypeError("cannot assign '%s' object to parameter '%s' (torch.nn.Parameter or None required)"
-                            % (type(param).__name__, name))
+            raise TypeError("cannot assign '%s' object to parameter '%s' (torch.nn.Parameter or None "
+                            "required)" % (type(param).__name__, name))
         if param is not None and not param.is_leaf:
             raise ValueError("Cannot assign non-leaf Tensor to parameter '%s'" % name)
         self._parameters[name] = param
@@ -184,7 +223,8 @@ class Module:
 
     def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
         memo = set()
-        for mp, m in (self.named_modules(prefix=prefix.rstrip(".")) if recurse else [(prefix.rstrip("."), self)]):
+        pre = prefix.rstrip(".")
+        for mp, m in (self.named_modules(prefix=pre) if recurse else [(pre, self)]):
             for n, p in m._parameters.items():
                 if p is None or (remove_duplicate and id(p) in memo):
                     continue
@@ -196,7 +236,8 @@ class Module:
 
     def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
         memo = set()
-        for mp, m in (self.named_modules(prefix=prefix.rstrip(".")) if recurse else [(prefix.rstrip("."), self)]):
+        pre = prefix.rstrip(".")
+        for mp, m in (self.named_modules(prefix=pre) if recurse else [(pre, self)]):
             for n, b in m._buffers.items():
                 if b is None or (remove_duplicate and id(b) in memo):
                     continue
@@ -287,8 +328,8 @@ class Module:
                 errors.append("Missing key(s) in state_dict: %s. " % ", ".join('"%s"' % k for k in missing))
         for k, t in own.items():
             if k in sd and tuple(sd[k].shape) != tuple(t.shape):
-                errors.append("size mismatch for %s: copying a param with shape %s from checkpoint, the shape "
-                              "in current model is %s." % (k, sd[k].shape, t.shape))
+                errors.append("size mismatch for %s: copying a param with shape %s from checkpoint, the "
+                              "shape in current model is %s." % (k, sd[k].shape, t.shape))
         if errors:
             raise RuntimeError("Error(s) in loading state_dict for %s:\n\t%s"
                                % (type(self).__name__, "\n\t".join(errors)))
@@ -349,7 +390,7 @@ class Module:
             with no_grad():
                 for t, dv, dt, is_param in moves:
                     n = t.to(device=dv, dtype=dt).contiguous().detach()
-                    if is_param or t.requires_grad:
+                    if t.requires_grad:  # a frozen parameter stays frozen, as torch
                         n.requires_grad = True
                     new[id(t)] = n
             handles = {k: n._h for k, n in new.items()}
@@ -376,11 +417,66 @@ class Module:
             o._follow(c)
         return self
 
+    def cpu(self):
+        return self.to("cpu")
+
+    def float(self):
+        return self.to(float32)
+
+    def double(self):
+        from ._tensor import float64
+        return self.to(float64)
+
+    def half(self):
+        from ._tensor import float16
+        return self.to(float16)
+
+    def bfloat16(self):
+        from ._tensor import bfloat16
+        return self.to(bfloat16)
+
     def __call__(self, *a, **k):
+        d = self.__dict__
+        if "_forward_pre_hooks" in d or "_forward_hooks" in d:
+            return self._call_hooked(a, k)
         return self.forward(*a, **k)
 
+    def _call_hooked(self, a, k):
+        for h in list(self.__dict__.get("_forward_pre_hooks", {}).values()):
+            r = h(self, a)
+            if r is not None:
+                a = r if isinstance(r, tuple) else (r,)
+        out = self.forward(*a, **k)
+        for h in list(self.__dict__.get("_forward_hooks", {}).values()):
+            r = h(self, a, out)
+            if r is not None:
+                out = r
+        return out
+
+    def _add_hook(self, store, hook):
+        if not callable(hook):
+            raise TypeError("%s(): hook must be callable, not %s" % (store.strip("_"), type(hook).__name__))
+        hooks = self.__dict__.get(store)
+        if hooks is None:
+            hooks = collections.OrderedDict()
+            object.__setattr__(self, store, hooks)
+        h = _RemovableHandle(self, store)
+        hooks[h.id] = hook
+        return h
+
+    def register_forward_pre_hook(self, hook):
+        """hook(module, args) runs before forward; a result other than None
+        replaces the positional arguments (a tuple, or one value)."""
+        return self._add_hook("_forward_pre_hooks", hook)
+
+    def register_forward_hook(self, hook):
+        """hook(module, args, output) runs after forward; a result other
+        than None replaces the output."""
+        return self._add_hook("_forward_hooks", hook)
+
     def forward(self, *a, **k):
-        raise NotImplementedError('Module [%s] is missing the required "forward" function' % type(self).__name__)
+        raise NotImplementedError('Module [%s] is missing the required "forward" function'
+                                  % type(self).__name__)
 
     def _get_name(self):
         return type(self).__name__
@@ -439,7 +535,8 @@ class LayerNorm(Module):
         return functional.layer_norm(x, None, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
-        return "%s, eps=%s, elementwise_affine=%s" % (self.normalized_shape, self.eps, self.elementwise_affine)
+        return "%s, eps=%s, elementwise_affine=%s" % (self.normalized_shape, self.eps,
+                                                      self.elementwise_affine)
 
 
 class RMSNorm(Module):
@@ -453,7 +550,8 @@ class RMSNorm(Module):
         return functional.rms_norm(x, None, self.weight, self.eps)
 
     def extra_repr(self):
-        return "%s, eps=%s, elementwise_affine=%s" % (self.normalized_shape, self.eps, self.elementwise_affine)
+        return "%s, eps=%s, elementwise_affine=%s" % (self.normalized_shape, self.eps,
+                                                      self.elementwise_affine)
 
 
 class GPT(Module):
@@ -574,7 +672,6 @@ class Llama(Module):
 
 # containers, activations, convolutions, norms, pools, dropout, embedding, losses
 from ._nn_extra import *  # noqa: F401,F403,E402
-from ._transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder  # noqa: E402,F401
 # anygrad.nn.init and anygrad.nn.utils (also importable by those names)
 from . import init, nn_utils as utils  # noqa: E402
 import sys as _sys  # noqa: E402
@@ -583,3 +680,4 @@ _sys.modules[__name__ + ".utils"] = utils
 
 # `import anygrad.nn.functional as F`, as torch's habit (nn is a module, not a package)
 sys.modules.setdefault(__name__ + ".functional", functional)
+from ._transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder  # noqa: E402,F401

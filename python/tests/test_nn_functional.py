@@ -90,7 +90,8 @@ def test_cross_entropy_label_smoothing_and_weight(dev, th, ls):
                      lambda x, t: th.nn.functional.cross_entropy(x, t, reduction=red, label_smoothing=ls),
                      [_f((6, 4), f64), t], f64)
                 _cmp(th, dev, lambda x, t, w: F.cross_entropy(x, t, w, reduction=red, label_smoothing=ls),
-                     lambda x, t, w: th.nn.functional.cross_entropy(x, t, w, reduction=red, label_smoothing=ls),
+                     lambda x, t, w: th.nn.functional.cross_entropy(x, t, w, reduction=red,
+                                                                    label_smoothing=ls),
                      [_f((6, 4), f64), t, w], f64, grad=[0])
             # [N, C, d] with weight, and class probabilities
             _cmp(th, dev, lambda x, t, w: F.cross_entropy(x, t, w, reduction=red, label_smoothing=ls),
@@ -198,11 +199,13 @@ def test_loss_errors(th):
     ax, at, tx, tt = ag.tensor(x), ag.tensor(t), th.tensor(x), th.tensor(t)
     _err(lambda: F.nll_loss(ax, ag.tensor([0, 1])), lambda: tf.nll_loss(tx, th.tensor([0, 1])))
     _err(lambda: F.nll_loss(ax, at, reduction="avg"), lambda: tf.nll_loss(tx, tt, reduction="avg"))
-    _err(lambda: F.cross_entropy(ax, at, weight=ag.ones(3)), lambda: tf.cross_entropy(tx, tt, weight=th.ones(3)))
+    _err(lambda: F.cross_entropy(ax, at, weight=ag.ones(3)),
+         lambda: tf.cross_entropy(tx, tt, weight=th.ones(3)))
     _err(lambda: F.cross_entropy(ax, at, label_smoothing=1.5), lambda: tf.cross_entropy(tx, tt,
                                                                                       label_smoothing=1.5))
     _err(lambda: F.cross_entropy(ax, ag.ones(3, 3)), lambda: tf.cross_entropy(tx, th.ones(3, 3)))
-    _err(lambda: F.nll_loss(ax, ag.tensor([0.0, 1.0, 2.0])), lambda: tf.nll_loss(tx, th.tensor([0.0, 1.0, 2.0])))
+    _err(lambda: F.nll_loss(ax, ag.tensor([0.0, 1.0, 2.0])),
+         lambda: tf.nll_loss(tx, th.tensor([0.0, 1.0, 2.0])))
     p = ag.tensor(_f((3,), lo=0.1, hi=0.9))
     _err(lambda: F.binary_cross_entropy(p, ag.ones(3, 1)),
          lambda: tf.binary_cross_entropy(th.tensor(p.numpy()), th.ones(3, 1)))
@@ -324,8 +327,8 @@ def test_normalize(dev, th, p):
 def test_softmax_dims(dev, th):
     for f64 in _cases(dev):
         for shape in ((5,), (2, 3), (2, 3, 4), (2, 2, 3, 2)):
-            for fa, ft in ((F.softmax, th.nn.functional.softmax), (F.log_softmax, th.nn.functional.log_softmax),
-                           (F.softmin, th.nn.functional.softmin)):
+            tf = th.nn.functional
+            for fa, ft in ((F.softmax, tf.softmax), (F.log_softmax, tf.log_softmax), (F.softmin, tf.softmin)):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     _cmp(th, dev, lambda x: fa(x), lambda x: ft(x), [_f(shape, f64)], f64)
@@ -342,7 +345,8 @@ def test_activation_defaults(dev, th):
     for fa, ft in ((F.relu, tf.relu), (F.gelu, tf.gelu), (lambda x: F.gelu(x, approximate="tanh"),
                                                           lambda x: tf.gelu(x, approximate="tanh")),
                    (F.silu, tf.silu), (F.leaky_relu, tf.leaky_relu), (F.elu, tf.elu), (F.celu, tf.celu),
-                   (F.selu, tf.selu), (F.softplus, tf.softplus), (F.hardtanh, tf.hardtanh), (F.relu6, tf.relu6),
+                   (F.selu, tf.selu), (F.softplus, tf.softplus), (F.hardtanh, tf.hardtanh),
+                   (F.relu6, tf.relu6),
                    (F.mish, tf.mish), (F.hardswish, tf.hardswish)):
         _cmp(th, dev, fa, ft, [x])
     _err(lambda: F.gelu(ag.ones(2), approximate="fast"), lambda: tf.gelu(th.ones(2), approximate="fast"))
@@ -379,7 +383,8 @@ def test_conv_errors(th):
     tf = th.nn.functional
     x, w = _f((1, 2, 7)), _f((3, 2, 3))
     for kw in (dict(padding="same", stride=2), dict(padding="full")):
-        _err(lambda: F.conv1d(ag.tensor(x), ag.tensor(w), **kw), lambda: tf.conv1d(th.tensor(x), th.tensor(w), **kw))
+        _err(lambda: F.conv1d(ag.tensor(x), ag.tensor(w), **kw),
+             lambda: tf.conv1d(th.tensor(x), th.tensor(w), **kw))
     with pytest.raises(ValueError):
         F.conv1d(ag.tensor(x), ag.tensor(_f((3, 2, 3, 1))))
 
@@ -423,3 +428,59 @@ def test_import_nn_functional_as_torch_does():
     assert G is ag.functional and G is ag.nn.functional
     with pytest.warns(UserWarning, match="size_average and reduce args will be deprecated"):
         F.l1_loss(ag.ones(2), ag.ones(2), size_average=False)
+
+
+POOL1D = [
+    ("max_pool1d", (2, 3, 8), dict(kernel_size=2)),
+    ("max_pool1d", (3, 7), dict(kernel_size=3, stride=1, padding=1)),
+    ("avg_pool1d", (2, 3, 8), dict(kernel_size=3, stride=2, padding=1)),
+    ("avg_pool1d", (2, 3, 8), dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+    ("adaptive_avg_pool1d", (2, 3, 7), dict(output_size=3)),
+    ("adaptive_avg_pool1d", (3, 5), dict(output_size=2)),
+]
+
+
+@pytest.mark.parametrize("name,shape,kw", POOL1D, ids=["%s-%s" % (p[0], p[2]) for p in POOL1D])
+def test_pool1d(dev, th, name, shape, kw):
+    for f64 in _cases(dev):
+        _cmp(th, dev, lambda x: getattr(F, name)(x, **kw), lambda x: getattr(th.nn.functional, name)(x, **kw),
+             [_f(shape, f64)], f64)
+
+
+def test_prelu_cosine_similarity_kl_div(dev, th):
+    tf = th.nn.functional
+    for f64 in _cases(dev):
+        for xs, ws in (((2, 3, 4), (3,)), ((4, 3), (1,)), ((5,), (1,))):
+            _cmp(th, dev, F.prelu, tf.prelu, [_f(xs, f64), _f(ws, f64, 0.1, 0.5)], f64)
+        for dim in (1, 0, -1):
+            _cmp(th, dev, lambda a, b: F.cosine_similarity(a, b, dim=dim),
+                 lambda a, b: tf.cosine_similarity(a, b, dim=dim), [_f((3, 4), f64), _f((3, 4), f64)], f64)
+        p = _f((3, 5), f64, 0.05, 1.0)
+        p[0, 1] = 0.0  # a zero target contributes 0
+        lq = np.log(np.abs(_f((3, 5), f64, 0.1, 1.0)))
+        for red in ("batchmean", "sum", "none"):
+            _cmp(th, dev, lambda x, t: F.kl_div(x, t, reduction=red),
+                 lambda x, t: tf.kl_div(x, t, reduction=red), [lq, p], f64, grad=[0])
+            _cmp(th, dev, lambda x, t: F.kl_div(x, t, reduction=red, log_target=True),
+                 lambda x, t: tf.kl_div(x, t, reduction=red, log_target=True), [lq, np.log(p + 0.1)], f64)
+
+
+def test_pool1d_prelu_modules(dev, th):
+    import collections
+    for expr, shape in (("nn.MaxPool1d(2)", (2, 3, 6)), ("nn.AvgPool1d(3, 2, 1)", (2, 3, 7)),
+                        ("nn.AdaptiveAvgPool1d(4)", (2, 3, 9)), ("nn.PReLU(3, 0.1)", (2, 3, 4)),
+                        ("nn.PReLU()", (4, 5))):
+        a, t = eval(expr, {"nn": ag.nn}), eval(expr, {"nn": th.nn})
+        assert repr(a) == repr(t) and list(a.state_dict()) == list(t.state_dict())
+        a.load_state_dict(collections.OrderedDict((k, ag.tensor(v.detach().numpy(), device=dev))
+                                                  for k, v in t.state_dict().items()))
+        a.to(dev)
+        _cmp(th, dev, a, t, [_f(shape)])
+        if isinstance(a, ag.nn.PReLU):
+            np.testing.assert_allclose(a.weight.grad.numpy(), t.weight.grad.numpy(), rtol=2e-4, atol=2e-5)
+    a, t = ag.nn.CosineSimilarity(0), th.nn.CosineSimilarity(0)
+    assert repr(a) == repr(t)
+    _cmp(th, dev, a, t, [_f((4, 2)), _f((4, 2))])
+    a, t = ag.nn.KLDivLoss(reduction="batchmean"), th.nn.KLDivLoss(reduction="batchmean")
+    assert repr(a) == repr(t)
+    _cmp(th, dev, a, t, [np.log(_f((2, 3), False, 0.1, 1)), _f((2, 3), False, 0.1, 1)], grad=[0])

@@ -36,6 +36,9 @@ REPRS = [
     "nn.Sequential(collections.OrderedDict([('fc', nn.Linear(2, 3)), ('act', nn.GELU())]))",
     "nn.ModuleList([nn.ReLU(), nn.Linear(2, 2)])", "nn.ModuleDict({'a': nn.ReLU(), 'b': nn.Tanh()})",
     "nn.Sequential(nn.Conv2d(1, 2, 3), nn.Sequential(nn.BatchNorm2d(2), nn.ReLU()), nn.Flatten())",
+    "nn.MaxPool1d(3, 1, 1)", "nn.AvgPool1d(2)", "nn.AdaptiveAvgPool1d(4)", "nn.PReLU(3)",
+    "nn.CosineSimilarity()",
+    "nn.KLDivLoss(reduction='batchmean')",
 ]
 
 
@@ -397,3 +400,49 @@ def test_constructor_errors(th):
         except Exception as e:  # noqa: BLE001
             ea = type(e)
         assert et is not None and ea is not None and issubclass(ea, et), (expr, et, ea)
+
+
+def test_frozen_parameter_is_a_parameter(th):
+    def make(n, mk):
+        class M(n.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = n.Parameter(mk.ones(2), requires_grad=False)
+                self.v = n.Parameter(mk.ones(3))
+        return M()
+
+    a, t = make(nn, ag), make(th.nn, th)
+    assert list(a.state_dict()) == list(t.state_dict()) == ["w", "v"]
+    assert [n for n, _ in a.named_parameters()] == ["w", "v"]
+    a.to(ag.float64)
+    assert not a.w.requires_grad and a.v.requires_grad and a.w.dtype is ag.float64
+    e = nn.Embedding.from_pretrained(ag.ones(3, 2)).to(ag.float64)
+    assert not e.weight.requires_grad
+
+
+def test_module_dtype_shortcuts():
+    m = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    assert m.double()[0].weight.dtype is ag.float64 and m[1].num_batches_tracked.dtype is ag.int64
+    assert m.float()[1].running_mean.dtype is ag.float32
+    assert m.cpu()[0].weight.device == ag.ones(1).device
+
+
+def test_forward_hooks(th):
+    m = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+    seen = []
+    h1 = m[0].register_forward_hook(lambda mod, args, out: seen.append((type(mod).__name__,
+                                                                        tuple(out.shape))))
+    h2 = m[1].register_forward_pre_hook(lambda mod, args: (args[0] * 0.0,))
+    h3 = m.register_forward_hook(lambda mod, args, out: out + 1.0)
+    y = m(ag.ones(4, 2))
+    assert seen == [("Linear", (4, 3))] and y.tolist() == [[1.0] * 3] * 4
+    for h in (h1, h2, h3):
+        h.remove()
+    h1.remove()  # twice is harmless
+    y = m(ag.ones(4, 2))
+    assert len(seen) == 1 and y.shape == (4, 3)
+    with m.register_forward_hook(lambda mod, args, out: out * 0.0):
+        assert m(ag.ones(1, 2)).tolist() == [[0.0] * 3]
+    assert "_forward_hooks" not in m.__dict__
+    with pytest.raises(TypeError):
+        m.register_forward_hook(3)
