@@ -25,6 +25,16 @@ typedef struct ag_ckpt {
   _Alignas(max_align_t) unsigned char copy[AG_CHECKPOINT_MAX_CTX];
 } ag_ckpt;
 
+/* What an AG_G_CUSTOM node calls in backward (ag_custom_record). */
+typedef struct ag_custom {
+  ag_custom_backward_fn backward;
+  void (*free_user)(void *user);
+  void *user;
+  char name[64];
+} ag_custom;
+
+static void hooks_free(ag_grad_hooks *h);
+
 /* Live node count for leak tests: an atomic counter, safe from any thread. */
 static atomic_llong g_live_nodes;
 
@@ -162,9 +172,11 @@ static const char *const k_gop_names[AG_GOP_COUNT] = {
     [AG_G_INTERPOLATE] = "interpolate",
     [AG_G_SCATTER_ADD] = "scatter_add/index_add",
     [AG_G_PAD] = "pad",
+    [AG_G_CUSTOM] = "custom",
 };
 
 const char *ag__node_name(const ag_node *n) {
+  if (n->op == AG_G_CUSTOM) return n->custom ? n->custom->name : "custom";
   if (n->op == AG_G_UNARY) {
     const ag_unary_info *u = ag_unary_info_of((int)n->p.i[0]);
     return u ? u->name : "an op";
@@ -270,6 +282,14 @@ static ag_status node_record(ag_tensor *out, ag_gop op, int n_inputs, ag_tensor 
   return AG_OK;
 }
 
+static void custom_free(ag_node *n) {
+  ag_custom *c = n->custom;
+  if (!c) return;
+  n->custom = NULL;
+  if (c->free_user) c->free_user(c->user);
+  free(c);
+}
+
 /* Release the tensors a node saved for its backward (inputs, saved
  * tensors, output), keeping its edges. */
 static void node_drop_values(ag_node *n) {
@@ -319,6 +339,7 @@ static void node_clear(ag_node *n, ag_node ***stack, int *sn, int *scap) {
   n->out_val = NULL;
   free(n->ckpt);
   n->ckpt = NULL;
+  custom_free(n);
 }
 
 void ag__node_release(ag_node *first) {
@@ -328,6 +349,7 @@ void ag__node_release(ag_node *first) {
   for (;;) {
     if (n && atomic_fetch_sub(&n->refcount, 1) == 1) {
       node_clear(n, &stack, &sn, &scap);
+      hooks_free(n->hooks);
       if (n->counted) atomic_fetch_sub(&g_live_nodes, 1);
       free(n);
     }
@@ -341,7 +363,9 @@ void ag__node_release(ag_node *first) {
 
 typedef struct ag_grad_hook_entry {
   uint64_t id;
-  ag_grad_hook_fn fn;
+  ag_grad_hook_fn fn;      /* a gradient-ready hook, or NULL */
+  ag_grad_pre_hook_fn pre; /* a pre-hook (may replace the gradient), or NULL */
+  void (*free_user)(void *user);
   void *user;
 } ag_grad_hook_entry;
 
@@ -351,6 +375,42 @@ struct ag_grad_hooks {
   bool firing; /* inside one of the hooks: the list must not change */
   ag_grad_hook_entry *v;
 };
+
+/* Append an entry to *list (created on first use). */
+static ag_status hook_add(ag_grad_hooks **list, ag_grad_hook_fn fn, ag_grad_pre_hook_fn pre, void *user,
+                          void (*free_user)(void *), uint64_t *out_id, const char *where) {
+  ag_grad_hooks *h = *list;
+  if (h && h->firing)
+    return ag_error_set(AG_ERR_STATE, "%s: called from inside one of the tensor's hooks", where);
+  if (!h) {
+    h = calloc(1, sizeof *h);
+    if (!h) return ag_error_set(AG_ERR_OOM, "%s: out of host memory", where);
+    h->next_id = 1;
+    *list = h;
+  }
+  if (h->n == h->cap) {
+    int nc = h->cap ? h->cap * 2 : 4;
+    ag_grad_hook_entry *nv = realloc(h->v, (size_t)nc * sizeof *nv);
+    if (!nv) return ag_error_set(AG_ERR_OOM, "%s: out of host memory", where);
+    h->v = nv;
+    h->cap = nc;
+  }
+  h->v[h->n].id = h->next_id++;
+  h->v[h->n].fn = fn;
+  h->v[h->n].pre = pre;
+  h->v[h->n].free_user = free_user;
+  h->v[h->n].user = user;
+  *out_id = h->v[h->n++].id;
+  return AG_OK;
+}
+
+static void hooks_free(ag_grad_hooks *h) {
+  if (!h) return;
+  for (int i = 0; i < h->n; i++)
+    if (h->v[i].free_user) h->v[i].free_user(h->v[i].user);
+  free(h->v);
+  free(h);
+}
 
 ag_status ag_tensor_add_grad_hook(ag_tensor *t, ag_grad_hook_fn fn, void *user, uint64_t *out_id) {
   if (!t || !fn || !out_id)
@@ -362,39 +422,34 @@ ag_status ag_tensor_add_grad_hook(ag_tensor *t, ag_grad_hook_fn fn, void *user, 
   if (!t->requires_grad)
     return ag_error_set(AG_ERR_STATE, "ag_tensor_add_grad_hook: tensor does not require grad, so no "
                         "gradient is ever accumulated into it");
-  ag_grad_hooks *h = t->hooks;
-  if (h && h->firing)
-    return ag_error_set(AG_ERR_STATE, "ag_tensor_add_grad_hook: called from inside one of the tensor's hooks");
-  if (!h) {
-    h = calloc(1, sizeof *h);
-    if (!h) return ag_error_set(AG_ERR_OOM, "ag_tensor_add_grad_hook: out of host memory");
-    h->next_id = 1;
-    t->hooks = h;
-  }
-  if (h->n == h->cap) {
-    int nc = h->cap ? h->cap * 2 : 4;
-    ag_grad_hook_entry *nv = realloc(h->v, (size_t)nc * sizeof *nv);
-    if (!nv) return ag_error_set(AG_ERR_OOM, "ag_tensor_add_grad_hook: out of host memory");
-    h->v = nv;
-    h->cap = nc;
-  }
-  h->v[h->n].id = h->next_id++;
-  h->v[h->n].fn = fn;
-  h->v[h->n].user = user;
-  *out_id = h->v[h->n++].id;
-  return AG_OK;
+  return hook_add(&t->hooks, fn, NULL, user, NULL, out_id, "ag_tensor_add_grad_hook");
+}
+
+ag_status ag_tensor_add_grad_pre_hook(ag_tensor *t, ag_grad_pre_hook_fn fn, void *user,
+                                      void (*free_user)(void *user), uint64_t *out_id) {
+  if (!t || !fn || !out_id)
+    return ag_error_set(AG_ERR_INVALID, "ag_tensor_add_grad_pre_hook: NULL tensor, fn or out_id");
+  if (ag__bad_tensor(t, "ag_tensor_add_grad_pre_hook")) return ag_last_status();
+  if (!t->requires_grad)
+    return ag_error_set(AG_ERR_STATE, "ag_tensor_add_grad_pre_hook: cannot register a hook on a tensor that "
+                        "does not require grad");
+  return hook_add(t->grad_fn ? &t->grad_fn->hooks : &t->hooks, NULL, fn, user, free_user, out_id,
+                  "ag_tensor_add_grad_pre_hook");
 }
 
 ag_status ag_tensor_remove_grad_hook(ag_tensor *t, uint64_t id) {
   if (!t) return ag_error_set(AG_ERR_INVALID, "ag_tensor_remove_grad_hook: NULL tensor");
   if (ag__bad_tensor(t, "ag_tensor_remove_grad_hook")) return ag_last_status();
-  ag_grad_hooks *h = t->hooks;
+  ag_grad_hooks *h = t->grad_fn ? t->grad_fn->hooks : t->hooks;
   if (h && h->firing)
     return ag_error_set(AG_ERR_STATE, "ag_tensor_remove_grad_hook: called from inside one of the tensor's hooks");
   for (int i = 0; h && i < h->n; i++)
     if (h->v[i].id == id) {
+      void (*free_user)(void *) = h->v[i].free_user;
+      void *user = h->v[i].user;
       memmove(&h->v[i], &h->v[i + 1], (size_t)(h->n - i - 1) * sizeof *h->v);
       h->n--;
+      if (free_user) free_user(user);
       return AG_OK;
     }
   return ag_error_set(AG_ERR_INVALID, "ag_tensor_remove_grad_hook: no hook %llu on this tensor",
@@ -402,7 +457,9 @@ ag_status ag_tensor_remove_grad_hook(ag_tensor *t, uint64_t id) {
 }
 
 int ag_tensor_grad_hook_count(const ag_tensor *t) {
-  return live(t, "ag_tensor_grad_hook_count") && t->hooks ? t->hooks->n : 0;
+  if (!live(t, "ag_tensor_grad_hook_count")) return 0;
+  const ag_grad_hooks *h = t->grad_fn ? t->grad_fn->hooks : t->hooks;
+  return h ? h->n : 0;
 }
 
 static ag_status hooks_fire(ag_tensor *leaf) {
@@ -411,6 +468,7 @@ static ag_status hooks_fire(ag_tensor *leaf) {
   if (!h) return AG_OK;
   h->firing = true;
   for (int i = 0; st == AG_OK && i < h->n; i++) {
+    if (!h->v[i].fn) continue;
     st = h->v[i].fn(leaf, h->v[i].user);
     if (st != AG_OK && ag_last_status() == AG_OK)
       ag_error_set(st, "ag_backward: a gradient-ready hook failed without a message");
@@ -421,12 +479,69 @@ static ag_status hooks_fire(ag_tensor *leaf) {
 
 static bool has_hooks(const ag_tensor *t) { return t && t->hooks && t->hooks->n; }
 
+static bool has_pre(const ag_grad_hooks *h) {
+  for (int i = 0; h && i < h->n; i++)
+    if (h->v[i].pre) return true;
+  return false;
+}
+
+/* Run the pre-hooks of h on *g (a reference the engine owns), which each
+ * may replace. The hooks run with no scope open (autograd.h). */
+static ag_status pre_hooks_run(ag_grad_hooks *h, ag_tensor **g) {
+  ag_status st = AG_OK;
+  if (!h) return AG_OK;
+  h->firing = true;
+  for (int i = 0; st == AG_OK && i < h->n; i++) {
+    if (!h->v[i].pre) continue;
+    ag_tensor *r = NULL;
+    void *scope = ag__scope_suspend();
+    st = h->v[i].pre(*g, h->v[i].user, &r);
+    ag__scope_resume(scope);
+    if (st != AG_OK) {
+      if (ag_last_status() == AG_OK) ag_error_set(st, "ag_backward: a gradient hook failed without a message");
+      ag_tensor_release(r);
+      break;
+    }
+    if (!r) continue;
+    if (ag__bad_tensor(r, "ag_backward")) {
+      st = ag_last_status();
+      break;
+    }
+    char a[96], b[96];
+    if (r->ndim != (*g)->ndim || memcmp(r->shape, (*g)->shape, (size_t)r->ndim * sizeof(int64_t)))
+      st = ag_error_set(AG_ERR_SHAPE, "ag_backward: a gradient hook returned %s for a gradient %s (hooks must "
+                        "keep the gradient's shape)", ag_tensor_describe(r, a, sizeof a),
+                        ag_tensor_describe(*g, b, sizeof b));
+    else if (ag__ds(r) != ag__ds(*g))
+      st = ag_error_set(AG_ERR_DEVICE, "ag_backward: a gradient hook returned a tensor on %s for a gradient on %s",
+                        ag__devlabel(r), ag__devlabel(*g));
+    else if (!ag_dtype_is_float(r->dtype))
+      st = ag_error_set(AG_ERR_DTYPE, "ag_backward: a gradient hook returned a %s tensor (gradients are floating)",
+                        ag_dtype_name(r->dtype));
+    if (st == AG_OK) {
+      ag_tensor *c = ag_cast(r, (*g)->dtype);
+      if (!c) st = ag_last_status();
+      else {
+        ag_tensor_release(*g);
+        *g = c;
+      }
+    }
+    ag_tensor_release(r);
+  }
+  h->firing = false;
+  return st;
+}
+
 /* Behind ag__grad_tensor_free (tensor/record.h). */
 static void node_tensor_free(ag_tensor *t) {
   if (t->hooks) {
-    free(t->hooks->v);
-    free(t->hooks);
+    hooks_free(t->hooks);
     t->hooks = NULL;
+  }
+  if (t->bw_buf) {
+    ag_tensor *b = t->bw_buf;
+    t->bw_buf = NULL;
+    ag_tensor_release(b);
   }
   if (t->grad) {
     ag_tensor *g = t->grad;
@@ -619,6 +734,41 @@ typedef struct topo {
   int nl;
 } topo;
 
+/* What ag_autograd_grad gathers instead of accumulating: per input, the
+ * gradient so far (a reference the engine owns, out of any scope). */
+typedef struct capture {
+  int n;
+  ag_tensor *const *inputs;
+  ag_tensor **g;
+} capture;
+
+/* g (a reference the caller hands over) added into *slot, which stays out
+ * of any scope so that a nested pass's scope cannot free it. */
+static ag_status hold_into(ag_tensor **slot, ag_tensor *g) {
+  if (!*slot) {
+    *slot = ag__scope_detach(g);
+    return AG_OK;
+  }
+  ag_tensor *s = ag_add(*slot, g);
+  ag_tensor_release(*slot);
+  ag_tensor_release(g);
+  *slot = ag__scope_detach(s);
+  return s ? AG_OK : ag_last_status();
+}
+
+/* Gather g (borrowed) for every input produced by node n (fn) or being the
+ * leaf `leaf`. */
+static ag_status capture_add(capture *cap, const ag_node *fn, const ag_tensor *leaf, ag_tensor *g) {
+  ag_status st = AG_OK;
+  for (int j = 0; st == AG_OK && j < cap->n; j++) {
+    const ag_tensor *in = cap->inputs[j];
+    if (!(fn ? in->grad_fn == fn : in == leaf)) continue;
+    ag_tensor *a = ag__alias(g);
+    st = a ? hold_into(&cap->g[j], a) : ag_last_status();
+  }
+  return st;
+}
+
 /* Count, on every hooked leaf, the edges of this pass that lead to it: the
  * leaf is finished when the last of them has been processed. Counts add up
  * across nested passes (a checkpoint's re-run) on the same thread. */
@@ -647,13 +797,22 @@ static ag_status count_leaf_edges(topo *t) {
 }
 
 /* One edge into a hooked leaf is done (got: it carried a gradient that is
- * now accumulated); the last one fires the leaf's hooks. */
+ * now accumulated, or held back in bw_buf for the pre-hooks); the last one
+ * runs the pre-hooks on the pass's gradient, accumulates it and fires the
+ * gradient-ready hooks. */
 static ag_status leaf_edge_done(ag_tensor *l, bool got, ag_status st) {
   if (l->bw_pending <= 0) return st; /* hooked after this pass counted */
   if (got) l->bw_got = true;
   if (--l->bw_pending) return st;
   bool fire = l->bw_got;
   l->bw_got = false;
+  ag_tensor *b = l->bw_buf;
+  l->bw_buf = NULL;
+  if (st == AG_OK && b) {
+    st = pre_hooks_run(l->hooks, &b);
+    if (st == AG_OK) st = accumulate(l, b);
+  }
+  ag_tensor_release(b);
   return st == AG_OK && fire ? hooks_fire(l) : st;
 }
 
@@ -671,9 +830,9 @@ static ag_status topo_add(topo *t, ag_node *n) {
   return AG_OK;
 }
 
-/* Collect every node reachable from root (iterative DFS). */
-static ag_status collect(topo *t, ag_node *root) {
-  ag_status st = topo_add(t, root);
+/* Collect every node reachable from the roots already added (iterative). */
+static ag_status collect(topo *t) {
+  ag_status st = AG_OK;
   for (int k = 0; st == AG_OK && k < t->n; k++) {
     ag_node *n = t->nodes[k];
     if (n->released)
@@ -700,65 +859,86 @@ static ag_status add_into(ag_tensor **slot, ag_tensor *g) {
   return s ? AG_OK : ag_last_status();
 }
 
-ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
-  if (ag__bad_tensor(out, "ag_backward")) return ag_last_status();
-  if (grad && ag__bad_tensor(grad, "ag_backward")) return ag_last_status();
-  if (ag_inference_mode()) return ag_error_set(AG_ERR_STATE, "ag_backward: not allowed in inference mode");
-  if (!ag_dtype_is_float(out->dtype))
-    return ag_error_set(AG_ERR_DTYPE, "ag_backward: %s tensors have no gradient", ag_dtype_name(out->dtype));
-  if (!out->requires_grad)
-    return ag_error_set(AG_ERR_STATE, "ag_backward: tensor does not require grad and has no graph "
-                        "(was it computed under no-grad, or from tensors without requires_grad?)");
-  if (!grad && out->numel != 1)
-    return ag_error_set(AG_ERR_SHAPE, "ag_backward: a gradient is needed for a non-scalar output "
-                        "(%lld elements)", (long long)out->numel);
-  if (grad && (grad->ndim != out->ndim ||
-               memcmp(grad->shape, out->shape, (size_t)out->ndim * sizeof(int64_t)))) {
-    char a[96], b[96];
-    return ag_error_set(AG_ERR_SHAPE, "ag_backward: gradient %s does not match output %s",
-                        ag_tensor_describe(grad, a, sizeof a), ag_tensor_describe(out, b, sizeof b));
+/* The caller's backward of an AG_G_CUSTOM node, with no scope open; its
+ * gradients checked against the inputs and cast to their dtypes. */
+static ag_status custom_backward(ag_node *n, ag_tensor *g, ag_tensor **gin) {
+  ag_custom *c = n->custom;
+  if (!c) return ag_error_set(AG_ERR_INTERNAL, "ag_backward: custom node without its function");
+  void *scope = ag__scope_suspend();
+  ag_status st = c->backward(c->user, g, n->n_in, gin);
+  ag__scope_resume(scope);
+  if (st != AG_OK && ag_last_status() == AG_OK)
+    ag_error_set(st, "ag_backward: the backward of %s failed without a message", c->name);
+  for (int i = 0; st == AG_OK && i < n->n_in; i++) {
+    ag_edge *e = &n->e[i];
+    if (!gin[i]) continue;
+    if (!(e->fn || e->leaf) || ag__bad_tensor(gin[i], "ag_backward")) {
+      if (ag_last_status() != AG_OK) st = ag_last_status();
+      ag_tensor_release(gin[i]);
+      gin[i] = NULL;
+      continue;
+    }
+    char a[96];
+    if (gin[i]->ndim != e->ndim || memcmp(gin[i]->shape, e->shape, (size_t)e->ndim * sizeof(int64_t)))
+      st = ag_error_set(AG_ERR_SHAPE, "ag_backward: the backward of %s returned %s as the gradient of input %d, "
+                        "which has %d dims of another shape", c->name, ag_tensor_describe(gin[i], a, sizeof a), i,
+                        e->ndim);
+    else if (ag_tensor_device(gin[i]).backend != e->dev.backend || ag_tensor_device(gin[i]).index != e->dev.index)
+      st = ag_error_set(AG_ERR_DEVICE, "ag_backward: the backward of %s returned the gradient of input %d on %s, "
+                        "another device than the input's", c->name, i, ag__devlabel(gin[i]));
+    else if (!ag_dtype_is_float(gin[i]->dtype))
+      st = ag_error_set(AG_ERR_DTYPE, "ag_backward: the backward of %s returned a %s gradient for input %d",
+                        c->name, ag_dtype_name(gin[i]->dtype), i);
+    else if (gin[i]->dtype != e->dtype) {
+      ag_tensor *cc = ag_cast(gin[i], e->dtype);
+      if (!cc) st = ag_last_status();
+      ag_tensor_release(gin[i]);
+      gin[i] = cc;
+    }
   }
-  if (grad && ag__ds(grad) != ag__ds(out))
-    return ag_error_set(AG_ERR_DEVICE, "ag_backward: gradient on %s, output on %s", ag__devlabel(grad),
-                        ag__devlabel(out));
-  if (grad && !ag_dtype_is_float(grad->dtype))
-    return ag_error_set(AG_ERR_DTYPE, "ag_backward: gradient must be floating point");
+  if (st != AG_OK)
+    for (int i = 0; i < n->n_in; i++) {
+      ag_tensor_release(gin[i]);
+      gin[i] = NULL;
+    }
+  return st;
+}
 
+/* The engine: propagate seeds[r] (references it takes) from the graphs of
+ * outs[r] (non-leaves). Without cap, gradients accumulate into the leaves
+ * and leaf hooks run; with cap, the gradients of cap's inputs are gathered
+ * and no leaf is written. Runs inside the caller's scope and no-grad. */
+static ag_status run_graph(int n_out, ag_tensor *const *outs, ag_tensor **seeds, bool retain_graph,
+                           capture *cap) {
   ag_status st = AG_OK;
   topo t = {0};
-  ag_scope_begin();
-  ag_no_grad_begin();
-  /* Backward runs in the dtypes the forward recorded, never re-cast by an
-   * autocast region the caller left open. */
-  ag__autocast_suspend();
-  ag_tensor *seed = grad ? ag_cast(grad, out->dtype)
-                         : ag_full(ag_tensor_device(out), out->dtype, out->ndim, out->shape, 1.0);
-  if (!seed) st = ag_last_status();
-  if (st == AG_OK && !out->grad_fn) {
-    st = accumulate(out, seed);
-    if (st == AG_OK && has_hooks(out) && out->bw_pending == 0) st = hooks_fire(out);
-    goto done;
-  }
-  if (st == AG_OK) st = collect(&t, out->grad_fn);
-  if (st == AG_OK) st = count_leaf_edges(&t);
+  for (int r = 0; st == AG_OK && r < n_out; r++)
+    if (!outs[r]->grad_fn->tmp_mark) st = topo_add(&t, outs[r]->grad_fn);
+  if (st == AG_OK) st = collect(&t);
+  if (st == AG_OK && !cap) st = count_leaf_edges(&t);
   if (st == AG_OK) {
     size_t nn = t.n > 0 ? (size_t)t.n : 1;
     t.deps = calloc(nn, sizeof *t.deps);
     t.gbuf = calloc(nn, sizeof *t.gbuf);
     if (!t.deps || !t.gbuf) st = ag_error_set(AG_ERR_OOM, "ag_backward: out of host memory");
   }
+  for (int r = 0; r < n_out; r++) {
+    if (st == AG_OK) st = add_into(&t.gbuf[outs[r]->grad_fn->tmp_idx], seeds[r]);
+    else ag_tensor_release(seeds[r]);
+    seeds[r] = NULL;
+  }
   if (st == AG_OK) {
     for (int k = 0; k < t.n; k++)
       for (int i = 0; i < t.nodes[k]->n_in; i++)
         if (t.nodes[k]->e[i].fn) t.deps[t.nodes[k]->e[i].fn->tmp_idx]++;
-    t.gbuf[0] = seed;
-    seed = NULL;
     /* Kahn's algorithm: a node runs once every consumer has sent its
-     * gradient. The ready list reuses a stack of indices. */
+     * gradient; the roots nobody consumes start. */
     int *ready = malloc((size_t)t.n * sizeof *ready);
     int nr = 0;
     if (!ready) st = ag_error_set(AG_ERR_OOM, "ag_backward: out of host memory");
-    else ready[nr++] = 0;
+    else
+      for (int k = t.n - 1; k >= 0; k--)
+        if (!t.deps[k]) ready[nr++] = k;
     ag_tensor *gi[AG_NODE_MAX_INPUTS_STACK];
     while (st == AG_OK && nr) {
       int k = ready[--nr];
@@ -772,9 +952,14 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
         break;
       }
       memset(gin, 0, (size_t)n->n_in * sizeof *gin);
-      st = g ? check_saved_versions(n) : AG_OK;
+      if (g && cap) st = capture_add(cap, n, NULL, g); /* before its hooks, as torch */
+      if (st == AG_OK && g && has_pre(n->hooks)) st = pre_hooks_run(n->hooks, &g);
+      if (st == AG_OK && g) st = check_saved_versions(n);
       if (ag__launch_hook_active()) ag__launch_node_set(ag__node_name(n), k); /* op traces name the node */
-      if (st == AG_OK && g) st = n->op == AG_G_CHECKPOINT ? checkpoint_backward(n, g, gin) : ag__node_backward(n, g, gin);
+      if (st == AG_OK && g)
+        st = n->op == AG_G_CHECKPOINT ? checkpoint_backward(n, g, gin)
+             : n->op == AG_G_CUSTOM   ? custom_backward(n, g, gin)
+                                      : ag__node_backward(n, g, gin);
       if (ag__launch_hook_active()) ag__launch_node_set(NULL, -1);
       ag_tensor_release(g);
       /* Without retain_graph a node's saved tensors go as soon as it has
@@ -789,8 +974,14 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
       }
       for (int i = 0; i < n->n_in; i++) {
         ag_edge *e = &n->e[i];
+        bool got = gin[i] != NULL;
         if (st == AG_OK && gin[i]) {
-          if (e->leaf) {
+          if (e->leaf && cap) {
+            st = capture_add(cap, NULL, e->leaf, gin[i]);
+            ag_tensor_release(gin[i]);
+          } else if (e->leaf && e->leaf->bw_pending > 0 && has_pre(e->leaf->hooks)) {
+            st = hold_into(&e->leaf->bw_buf, gin[i]); /* the pre-hooks see the pass's sum */
+          } else if (e->leaf) {
             st = accumulate(e->leaf, gin[i]);
             ag_tensor_release(gin[i]);
           } else if (e->fn) {
@@ -801,18 +992,23 @@ ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
         } else if (gin[i]) {
           ag_tensor_release(gin[i]);
         }
-        if (e->leaf && e->leaf->bw_pending > 0) st = leaf_edge_done(e->leaf, st == AG_OK && gin[i], st);
+        if (!cap && e->leaf && e->leaf->bw_pending > 0) st = leaf_edge_done(e->leaf, st == AG_OK && got, st);
         if (e->fn && --t.deps[e->fn->tmp_idx] == 0) ready[nr++] = e->fn->tmp_idx;
       }
       if (gin != gi) free(gin);
     }
     free(ready);
   }
-done:
-  if (st != AG_OK) /* a failed pass leaves no counts behind */
+  if (st != AG_OK) /* a failed pass leaves no counts or held gradients behind */
     for (int k = 0; k < t.nl; k++) {
-      t.leaves[k]->bw_pending = 0;
-      t.leaves[k]->bw_got = false;
+      ag_tensor *l = t.leaves[k];
+      l->bw_pending = 0;
+      l->bw_got = false;
+      if (l->bw_buf) {
+        ag_tensor *b = l->bw_buf;
+        l->bw_buf = NULL;
+        ag_tensor_release(b);
+      }
     }
   free(t.leaves);
   for (int k = 0; k < t.n; k++) {
@@ -831,16 +1027,241 @@ done:
     for (int k = 0; k < sn; k++) ag__node_release(stack[k]);
     free(stack);
   }
-  if (seed) ag_tensor_release(seed);
   free(t.nodes);
   free(t.deps);
   free(t.gbuf);
+  return st;
+}
+
+/* Whether grad fits out as its gradient (shape, device, floating);
+ * `what` names the caller and argument in the message. */
+static ag_status check_seed(const ag_tensor *out, const ag_tensor *grad, const char *what) {
+  if (!grad && out->numel != 1)
+    return ag_error_set(AG_ERR_SHAPE, "%s: a gradient is needed for a non-scalar output "
+                        "(%lld elements)", what, (long long)out->numel);
+  if (!grad) return AG_OK;
+  if (grad->ndim != out->ndim || memcmp(grad->shape, out->shape, (size_t)out->ndim * sizeof(int64_t))) {
+    char a[96], b[96];
+    return ag_error_set(AG_ERR_SHAPE, "%s: gradient %s does not match output %s", what,
+                        ag_tensor_describe(grad, a, sizeof a), ag_tensor_describe(out, b, sizeof b));
+  }
+  if (ag__ds(grad) != ag__ds(out))
+    return ag_error_set(AG_ERR_DEVICE, "%s: gradient on %s, output on %s", what, ag__devlabel(grad),
+                        ag__devlabel(out));
+  if (!ag_dtype_is_float(grad->dtype))
+    return ag_error_set(AG_ERR_DTYPE, "%s: gradient must be floating point", what);
+  return AG_OK;
+}
+
+static ag_tensor *make_seed(ag_tensor *out, ag_tensor *grad) {
+  return grad ? ag_cast(grad, out->dtype) : ag_full(ag_tensor_device(out), out->dtype, out->ndim, out->shape, 1.0);
+}
+
+ag_status ag_backward(ag_tensor *out, ag_tensor *grad, bool retain_graph) {
+  if (ag__bad_tensor(out, "ag_backward")) return ag_last_status();
+  if (grad && ag__bad_tensor(grad, "ag_backward")) return ag_last_status();
+  if (ag_inference_mode()) return ag_error_set(AG_ERR_STATE, "ag_backward: not allowed in inference mode");
+  if (!ag_dtype_is_float(out->dtype))
+    return ag_error_set(AG_ERR_DTYPE, "ag_backward: %s tensors have no gradient", ag_dtype_name(out->dtype));
+  if (!out->requires_grad)
+    return ag_error_set(AG_ERR_STATE, "ag_backward: tensor does not require grad and has no graph "
+                        "(was it computed under no-grad, or from tensors without requires_grad?)");
+  ag_status st = check_seed(out, grad, "ag_backward");
+  if (st != AG_OK) return st;
+
+  ag_scope_begin();
+  ag_no_grad_begin();
+  /* Backward runs in the dtypes the forward recorded, never re-cast by an
+   * autocast region the caller left open. */
+  ag__autocast_suspend();
+  ag_tensor *seed = make_seed(out, grad);
+  if (!seed) st = ag_last_status();
+  if (st == AG_OK && !out->grad_fn) {
+    if (has_pre(out->hooks)) st = pre_hooks_run(out->hooks, &seed);
+    if (st == AG_OK) st = accumulate(out, seed);
+    if (st == AG_OK && has_hooks(out) && out->bw_pending == 0) st = hooks_fire(out);
+  } else if (st == AG_OK) {
+    st = run_graph(1, &out, &seed, retain_graph, NULL);
+    seed = NULL;
+  }
+  if (seed) ag_tensor_release(seed);
   ag__autocast_resume();
   ag_grad_mode_end();
   ag_status se = ag_scope_end();
   if (st == AG_OK) st = se;
   return st;
 }
+
+ag_status ag_autograd_grad(int n_outputs, ag_tensor *const *outputs, ag_tensor *const *grad_outputs,
+                           int n_inputs, ag_tensor *const *inputs, bool retain_graph, bool allow_unused,
+                           ag_tensor **out_grads) {
+  static const char *const W = "ag_autograd_grad";
+  if (!out_grads || n_inputs < 1)
+    return ag_error_set(AG_ERR_INVALID, "%s: NULL out_grads or no inputs", W);
+  for (int j = 0; j < n_inputs; j++) out_grads[j] = NULL;
+  if (!outputs || !inputs || n_outputs < 1)
+    return ag_error_set(AG_ERR_INVALID, "%s: NULL outputs or inputs, or no outputs", W);
+  for (int r = 0; r < n_outputs; r++) {
+    ag_tensor *o = outputs[r], *g = grad_outputs ? grad_outputs[r] : NULL;
+    if (!o) return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "%s: output %d is NULL", W, r);
+    if (ag__bad_tensor(o, W) || (g && ag__bad_tensor(g, W))) return ag_last_status();
+    if (!ag_dtype_is_float(o->dtype) || !o->requires_grad)
+      return ag_error_set(AG_ERR_STATE, "%s: element %d of the outputs does not require grad and does not have "
+                          "a grad_fn", W, r);
+    ag_status st = check_seed(o, g, W);
+    if (st != AG_OK) return st;
+  }
+  for (int j = 0; j < n_inputs; j++) {
+    ag_tensor *x = inputs[j];
+    if (!x) return ag_last_status() != AG_OK ? ag_last_status() : ag_error_set(AG_ERR_INVALID, "%s: input %d is NULL", W, j);
+    if (ag__bad_tensor(x, W)) return ag_last_status();
+    if (!x->requires_grad)
+      return ag_error_set(AG_ERR_STATE, "%s: input %d does not require grad (one of the differentiated tensors "
+                          "does not require grad)", W, j);
+  }
+  if (ag_inference_mode()) return ag_error_set(AG_ERR_STATE, "%s: not allowed in inference mode", W);
+
+  ag_status st = AG_OK;
+  ag_tensor **g = calloc((size_t)n_inputs, sizeof *g);
+  ag_tensor **seeds = calloc((size_t)n_outputs, sizeof *seeds);
+  ag_tensor **roots = calloc((size_t)n_outputs, sizeof *roots);
+  if (!g || !seeds || !roots) {
+    free(g);
+    free(seeds);
+    free(roots);
+    return ag_error_set(AG_ERR_OOM, "%s: out of host memory", W);
+  }
+  capture cap = {n_inputs, inputs, g};
+  ag_scope_begin();
+  ag_no_grad_begin();
+  ag__autocast_suspend();
+  int nroots = 0;
+  for (int r = 0; st == AG_OK && r < n_outputs; r++) {
+    ag_tensor *s = make_seed(outputs[r], grad_outputs ? grad_outputs[r] : NULL);
+    if (!s) {
+      st = ag_last_status();
+    } else if (!outputs[r]->grad_fn) { /* a leaf output: its own gradient is the seed */
+      st = capture_add(&cap, NULL, outputs[r], s);
+      ag_tensor_release(s);
+    } else {
+      roots[nroots] = outputs[r];
+      seeds[nroots++] = s;
+    }
+  }
+  if (st == AG_OK && nroots) {
+    st = run_graph(nroots, roots, seeds, retain_graph, &cap);
+  } else {
+    for (int r = 0; r < nroots; r++) ag_tensor_release(seeds[r]);
+  }
+  for (int j = 0; st == AG_OK && j < n_inputs; j++)
+    if (!g[j] && !allow_unused)
+      st = ag_error_set(AG_ERR_STATE, "%s: input %d was not used in the graph (pass allow_unused to get no "
+                        "gradient for it)", W, j);
+  for (int j = 0; st == AG_OK && j < n_inputs; j++) {
+    if (!g[j]) continue;
+    ag_tensor *c = ag_cast(g[j], inputs[j]->dtype);
+    if (!c) st = ag_last_status();
+    else out_grads[j] = ag__grad_own(c);
+  }
+  for (int j = 0; j < n_inputs; j++) ag_tensor_release(g[j]);
+  if (st != AG_OK)
+    for (int j = 0; j < n_inputs; j++) {
+      ag_tensor_release(out_grads[j]);
+      out_grads[j] = NULL;
+    }
+  free(g);
+  free(seeds);
+  free(roots);
+  ag__autocast_resume();
+  ag_grad_mode_end();
+  ag_status se = ag_scope_end();
+  if (st == AG_OK && se != AG_OK) {
+    st = se;
+    for (int j = 0; j < n_inputs; j++) {
+      ag_tensor_release(out_grads[j]);
+      out_grads[j] = NULL;
+    }
+  }
+  return st;
+}
+
+/* ---------------- custom functions ---------------- */
+
+ag_status ag_custom_record(ag_tensor *out, const char *name, int n_inputs, ag_tensor *const *inputs,
+                           ag_custom_backward_fn backward, void (*free_user)(void *user), void *user) {
+  ag_status st = AG_OK;
+  bool any = false;
+  if (!out || !backward || n_inputs < 0 || (n_inputs > 0 && !inputs)) {
+    st = ag_last_status() != AG_OK && !out ? ag_last_status()
+         : ag_error_set(AG_ERR_INVALID, "ag_custom_record: NULL out, backward or inputs, or n_inputs < 0");
+    goto fail;
+  }
+  if (ag__bad_tensor(out, "ag_custom_record")) {
+    st = ag_last_status();
+    goto fail;
+  }
+  if (out->grad_fn || out->requires_grad) {
+    st = ag_error_set(AG_ERR_STATE, "ag_custom_record: the output already has a graph or requires grad (compute "
+                      "it under no-grad, or record on a detached alias)");
+    goto fail;
+  }
+  if (!ag_dtype_is_float(out->dtype)) {
+    st = ag_error_set(AG_ERR_DTYPE, "ag_custom_record: %s outputs have no gradient", ag_dtype_name(out->dtype));
+    goto fail;
+  }
+  for (int i = 0; i < n_inputs; i++) {
+    if (inputs[i] && ag__bad_tensor(inputs[i], "ag_custom_record")) {
+      st = ag_last_status();
+      goto fail;
+    }
+    if (inputs[i] && inputs[i]->requires_grad) any = true;
+  }
+  if (!any || !ag_grad_enabled()) goto fail; /* nothing to record: AG_OK */
+  ag_custom *c = calloc(1, sizeof *c);
+  if (!c) {
+    st = ag_error_set(AG_ERR_OOM, "ag_custom_record: out of host memory");
+    goto fail;
+  }
+  c->backward = backward;
+  c->free_user = free_user;
+  c->user = user;
+  snprintf(c->name, sizeof c->name, "%s", name && *name ? name : "custom");
+  st = ag__grad_record(out, AG_G_CUSTOM, n_inputs, inputs, 0, NULL, NULL);
+  if (st != AG_OK) {
+    free(c);
+    goto fail;
+  }
+  out->grad_fn->custom = c;
+  return AG_OK;
+fail:
+  if (free_user) free_user(user);
+  return st;
+}
+
+/* ---------------- the recorded graph ---------------- */
+
+ag_grad_node *ag_tensor_grad_fn(const ag_tensor *t) { return live(t, "ag_tensor_grad_fn") ? t->grad_fn : NULL; }
+
+ag_grad_node *ag_grad_node_retain(ag_grad_node *n) {
+  if (n) atomic_fetch_add(&n->refcount, 1);
+  return n;
+}
+
+void ag_grad_node_release(ag_grad_node *n) {
+  if (n) ag__node_release(n);
+}
+
+const char *ag_grad_node_name(const ag_grad_node *n) { return n ? ag__node_name(n) : NULL; }
+
+int ag_grad_node_input_count(const ag_grad_node *n) { return n ? n->n_in : 0; }
+
+ag_grad_node *ag_grad_node_next(const ag_grad_node *n, int i, ag_tensor **out_leaf) {
+  if (out_leaf) *out_leaf = NULL;
+  if (!n || i < 0 || i >= n->n_in) return NULL;
+  if (out_leaf) *out_leaf = n->e[i].leaf;
+  return n->e[i].fn;
+}
+
 
 /* The ops (core/tensor/, a layer below) record nodes and free a tensor's
  * autograd fields through this recorder (tensor/record.h). */

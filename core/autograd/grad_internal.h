@@ -44,6 +44,8 @@ typedef struct ag_node {
   int n_saved;
   ag_tensor *saved[AG_NODE_MAX_SAVED];
   struct ag_ckpt *ckpt; /* AG_G_CHECKPOINT: the block to re-run (owned) */
+  struct ag_custom *custom;     /* AG_G_CUSTOM: the caller's backward (owned) */
+  struct ag_grad_hooks *hooks;  /* pre-hooks of the node's output tensor (owned) */
   int n_in;
   ag_edge e[];
 } ag_node;

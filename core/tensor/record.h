@@ -70,6 +70,8 @@ typedef enum ag_gop {
   AG_G_PAD,         /* one pad step: input x; p->i[0] the padded dim (x as
                        [B, H, W] around it), i[1] top, i[2] left, i[3]
                        ag_pad_mode */
+  AG_G_CUSTOM,      /* ag_custom_record: n inputs, the caller's backward
+                       (autograd.c) */
   AG_GOP_COUNT
 } ag_gop;
 

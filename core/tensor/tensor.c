@@ -362,6 +362,7 @@ static ag_tensor *header_new(ag_dtype dt, int ndim, const int64_t *shape) {
   t->hooks = NULL;
   t->bw_pending = 0;
   t->bw_got = false;
+  t->bw_buf = NULL;
   t->scope = NULL;
   t->scope_slot = -1;
   atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);
@@ -499,6 +500,14 @@ ag_tensor *ag__scope_detach(ag_tensor *t) {
   if (t && t->scope) scope_remove(t);
   return t;
 }
+
+void *ag__scope_suspend(void) {
+  ag_scope *s = tl_scope;
+  tl_scope = NULL;
+  return s;
+}
+
+void ag__scope_resume(void *scope) { tl_scope = scope; }
 
 ag_status ag_tensor_record_stream(ag_tensor *t, ag_stream *s) {
   if (!t || !s) return ag_error_set(AG_ERR_INVALID, "ag_tensor_record_stream: NULL argument");

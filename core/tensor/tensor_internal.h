@@ -70,6 +70,9 @@ struct ag_tensor {
    * still to be processed, and whether a gradient arrived */
   int32_t bw_pending;
   bool bw_got;
+  /* the pass's gradient held back for the leaf's pre-hooks until its last
+   * edge is done (owned, out of any scope; autograd.c) */
+  ag_tensor *bw_buf;
   /* scope ownership */
   struct ag_scope *scope;
   int32_t scope_slot;
@@ -114,6 +117,10 @@ AG_HIDDEN ag_tensor *ag__tensor_view(ag_tensor *t, int ndim, const int64_t *shap
 AG_HIDDEN ag_tensor *ag__private_ref(ag_tensor *t);
 /* Take t out of its scope: the scope's reference becomes the caller's. */
 AG_HIDDEN ag_tensor *ag__scope_detach(ag_tensor *t);
+/* Run code with no scope open (callbacks into code that owns every tensor
+ * it creates): returns the thread's current scope, which resume restores. */
+AG_HIDDEN void *ag__scope_suspend(void);
+AG_HIDDEN void ag__scope_resume(void *scope);
 /* New reference viewing all of t (identity view on the tape). */
 AG_HIDDEN ag_tensor *ag__alias(ag_tensor *t);
 /* x @ wt + bias (a Linear forward; wt the transposed weight, bias 1-D or

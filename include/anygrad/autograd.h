@@ -101,6 +101,108 @@ AG_API ag_status ag_tensor_remove_grad_hook(ag_tensor *t, uint64_t id);
 /* Number of hooks registered on t (0 for NULL). */
 AG_API int ag_tensor_grad_hook_count(const ag_tensor *t);
 
+/* ---- gradient hooks that may replace the gradient ----
+ * PyTorch's Tensor.register_hook: fn(grad, user, &replacement) sees the
+ * gradient flowing into t during a backward pass, before it is used: for
+ * an op output (a non-leaf), the sum of every contribution, before t's op
+ * passes it on; for a leaf, the sum of the pass's contributions, before it
+ * is added into ag_tensor_grad(t) (then the gradient-ready hooks above
+ * run); for the tensor ag_backward starts from, its seed. fn leaves
+ * *out_grad NULL to keep grad, or sets it to a tensor of grad's shape and
+ * device that is used instead (a new reference, which the engine takes;
+ * cast to grad's dtype). grad is borrowed for the call. Several hooks run
+ * in registration order, each seeing the previous one's result.
+ *
+ * When it runs: on the thread of the backward, with grad mode off and no
+ * scope open (tensors fn creates are its own, to release or return), so
+ * code that never uses scopes (a language binding) may create tensors
+ * freely. fn returns AG_OK, or an error status that stops the backward
+ * (ag_backward returns it). Hooks on a non-leaf live on its recorded node
+ * and go with it; ag_autograd_grad runs those, not a leaf's. Thread-safety
+ * as the gradient-ready hooks.
+ *
+ * ag_tensor_add_grad_pre_hook: *out_id (not NULL) receives a handle for
+ * ag_tensor_remove_grad_hook (which removes either kind). free_user (may
+ * be NULL) runs once with user when the hook goes: removed, or dropped
+ * with its tensor (a leaf) or its node (an op output); a binding keeps its
+ * callable alive until then. Errors: AG_ERR_INVALID (NULL t, fn or
+ * out_id), AG_ERR_STATE when t does not require grad ("... does not
+ * require grad") or inside one of its hooks, AG_ERR_OOM. On error nothing
+ * is registered and free_user is not called. */
+typedef ag_status (*ag_grad_pre_hook_fn)(ag_tensor *grad, void *user, ag_tensor **out_grad);
+AG_API ag_status ag_tensor_add_grad_pre_hook(ag_tensor *t, ag_grad_pre_hook_fn fn, void *user,
+                                             void (*free_user)(void *user), uint64_t *out_id);
+
+/* ---- gradients without accumulation (torch.autograd.grad) ----
+ * The gradients of the outputs with respect to the inputs: out_grads[i]
+ * receives d(sum_k outputs[k] * grad_outputs[k]) / d inputs[i], a new
+ * tensor owned by the caller with inputs[i]'s shape, dtype and device,
+ * or NULL when the input is not reached from the outputs and allow_unused.
+ * Nothing is accumulated into any tensor's .grad. As torch 1.13: no hook of
+ * a leaf runs, the pre-hooks of op outputs do (they change what flows on),
+ * and an op output's gradient is gathered before its own pre-hooks run.
+ * grad_outputs may be NULL, and any
+ * entry of it NULL, for one-element outputs (a gradient of 1). Inputs may
+ * be leaves or op outputs (their gradient is the total flowing into them).
+ * Unless retain_graph, the graph behind the outputs is freed as by
+ * ag_backward. The backward runs under no-grad: the results have no graph
+ * (no create_graph). A checkpointed block (ag_checkpoint) on the way
+ * re-runs with ag_backward, so the parameters read inside it do get .grad.
+ * On error every out_grads[i] is NULL.
+ * Errors: AG_ERR_INVALID (NULL arrays or entries, counts below 1),
+ * AG_ERR_STATE (an output that does not require grad, an input that does
+ * not require grad, an unused input without allow_unused: "input 1 was not
+ * used in the graph (pass allow_unused)", a freed graph, inference mode),
+ * AG_ERR_SHAPE / AG_ERR_DEVICE / AG_ERR_DTYPE for a grad_outputs entry
+ * that does not match its output (or is missing for a non-scalar), and
+ * the errors of the backward ops. */
+AG_API ag_status ag_autograd_grad(int n_outputs, ag_tensor *const *outputs, ag_tensor *const *grad_outputs,
+                                  int n_inputs, ag_tensor *const *inputs, bool retain_graph, bool allow_unused,
+                                  ag_tensor **out_grads);
+
+/* ---- the recorded graph (grad_fn) ----
+ * The node that produced t (PyTorch's grad_fn), or NULL for a leaf or a
+ * result made with recording off. Borrowed: valid while t (or a reference
+ * taken with ag_grad_node_retain) lives. A node's name is its op's
+ * ("add", "matmul", "sum", a custom function's name); its inputs are the
+ * tensors the op recorded, each leading to the node that produced it
+ * (ag_grad_node_next returns it, borrowed) or to a leaf that requires grad
+ * (*out_leaf, borrowed; may be NULL) or to nothing (an input without grad,
+ * or an edge already freed by a backward without retain_graph).
+ * ag_grad_node_retain returns n with one more reference, which
+ * ag_grad_node_release drops. NULL in, NULL or 0 out, with no error. */
+typedef struct ag_node ag_grad_node;
+AG_API ag_grad_node *ag_tensor_grad_fn(const ag_tensor *t);
+AG_API ag_grad_node *ag_grad_node_retain(ag_grad_node *n);
+AG_API void ag_grad_node_release(ag_grad_node *n);
+AG_API const char *ag_grad_node_name(const ag_grad_node *n);
+AG_API int ag_grad_node_input_count(const ag_grad_node *n);
+AG_API ag_grad_node *ag_grad_node_next(const ag_grad_node *n, int i, ag_tensor **out_leaf);
+
+/* ---- custom functions (torch.autograd.Function) ----
+ * Make out the result of a function whose gradient the caller computes:
+ * records a node on out (a tensor with no graph, computed from the inputs
+ * under no-grad, that does not require grad itself) with an edge to each
+ * input. In backward, backward(user, grad_output, n_inputs, grads) runs
+ * (grad mode off, no scope open, as the pre-hooks above) and sets grads[i]
+ * to the gradient of input i (a new reference the engine takes; input i's
+ * shape and device, cast to its dtype) or leaves it NULL (no gradient);
+ * grad_output is borrowed. It returns AG_OK or an error status, which
+ * stops the backward. name (copied, at most 63 bytes kept) names the node
+ * for ag_grad_node_name. The library owns user from the call on:
+ * free_user(user) (may be NULL) runs exactly once, at once when nothing is
+ * recorded (grad mode off, no input requires grad) or on error, else when
+ * the node's graph is freed (after a backward without retain_graph, or
+ * when the last tensor holding the node goes).
+ * Errors: AG_ERR_INVALID (NULL out, backward, or inputs with n_inputs > 0,
+ * n_inputs < 0), AG_ERR_STATE (out already has a graph or requires grad),
+ * AG_ERR_DTYPE (an integer out), AG_ERR_OOM. A gradient of the wrong shape
+ * or device makes the backward fail with AG_ERR_SHAPE / AG_ERR_DEVICE
+ * naming the function and the input. */
+typedef ag_status (*ag_custom_backward_fn)(void *user, ag_tensor *grad_output, int n_inputs, ag_tensor **grads);
+AG_API ag_status ag_custom_record(ag_tensor *out, const char *name, int n_inputs, ag_tensor *const *inputs,
+                                  ag_custom_backward_fn backward, void (*free_user)(void *user), void *user);
+
 /* ---- grad modes (per thread, nestable up to depth 64) ----
  * No-grad: ops record nothing. Inference mode: ops record nothing, and
  * requires_grad cannot be set and backward cannot run (AG_ERR_STATE), so a

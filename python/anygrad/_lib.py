@@ -587,17 +587,6 @@ for _name, _res, _args in (
     else:
         _f.restype, _f.argtypes = _res, _args
 
-# ---- tensor methods, autograd.grad, gradient hooks, grad_fn (_tensor_extra.py, autograd.py) ----
-for _name, _res, _args in (
-        ("ag_norm", T, [T, c_double, c_int, POINTER(c_int), c_bool]),
-        ("ag_sort", c_int, [T, c_int, c_bool, POINTER(c_void_p), POINTER(c_void_p)]),
-        ("ag_argsort", T, [T, c_int, c_bool])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
-
 # ---- indexing and NumPy sharing (anygrad/_index.py, from_numpy) ----
 DELETER = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)  # ag_deleter_fn
 for _name, _res, _args in (
@@ -624,3 +613,29 @@ for _name, _res, _args in (
         MISSING.append(_name)
     else:
         _f.restype, _f.argtypes = _res, _args
+
+# ---- tensor methods, autograd.grad, gradient hooks, grad_fn (_tensor_extra.py, autograd.py) ----
+for _name, _res, _args in (
+        ("ag_sort", c_int, [T, c_int, c_bool, POINTER(c_void_p), POINTER(c_void_p)]),
+        ("ag_argsort", T, [T, c_int, c_bool])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+for _name, _res, _args in (
+        ("ag_autograd_grad", c_int, [c_int, POINTER(c_void_p), POINTER(c_void_p), c_int, POINTER(c_void_p),
+                                     c_bool, c_bool, POINTER(c_void_p)]),
+        ("ag_tensor_add_grad_pre_hook", c_int, [T, c_void_p, c_void_p, c_void_p, POINTER(c_uint64)]),
+        ("ag_tensor_remove_grad_hook", c_int, [T, c_uint64]),
+        ("ag_tensor_grad_fn", c_void_p, [T]),
+        ("ag_grad_node_retain", c_void_p, [c_void_p]), ("ag_grad_node_release", None, [c_void_p]),
+        ("ag_grad_node_name", c_char_p, [c_void_p]), ("ag_grad_node_input_count", c_int, [c_void_p]),
+        ("ag_grad_node_next", c_void_p, [c_void_p, c_int, POINTER(c_void_p)]),
+        ("ag_custom_record", c_int, [T, c_char_p, c_int, POINTER(c_void_p), c_void_p, c_void_p, c_void_p])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+lib.ag_error_set.restype = c_int  # variadic: (status, b"%s", message)

@@ -716,6 +716,12 @@ def einsum(equation, *operands):
                             % (k, type(x).__name__))
     if not operands:
         raise RuntimeError("einsum(): must provide at least one operand")
+    dts = set(x.dtype for x in operands)
+    if len(dts) == 1 and not operands[0].dtype.is_floating_point and len(operands) > 1:
+        # the library's matmul is floating: integers through float64 (exact to 2**53) on the
+        # CPU (not every device multiplies f64)
+        r = einsum(equation, *[x.cpu().to(float64) for x in operands])
+        return r.to(operands[0].dtype).to(operands[0].device)
     labels, out = _einsum_parse(equation, operands)
     size = {}
     xs = []

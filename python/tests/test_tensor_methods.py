@@ -107,6 +107,13 @@ def test_einsum(dev, eq, shapes):
         same(a.grad, t.grad, 1e-4)
 
 
+def test_einsum_integers(dev):
+    a, t = A(rng.integers(-5, 5, (2, 3)), dev)
+    b, u = A(rng.integers(-5, 5, (3, 4)), dev)
+    same(ag.einsum("ij,jk->ik", a, b), torch.einsum("ij,jk->ik", t, u))
+    same(ag.einsum("ij->j", a), torch.einsum("ij->j", t))
+
+
 def test_einsum_list_and_errors():
     a, b = ag.ones(2, 3), ag.ones(3, 4)
     ta, tb = torch.ones(2, 3), torch.ones(3, 4)
@@ -393,3 +400,248 @@ def test_sizes():
         assert a.element_size() == t.element_size()
         assert a.itemsize == t.element_size() and a.nbytes == 6 * t.element_size()
     assert ag.zeros(2, dtype=ag.bool_).element_size() == torch.zeros(2, dtype=torch.bool).element_size()
+
+
+# ---- autograd.grad -------------------------------------------------------------------
+
+
+def _net(lib, x, w, b):
+    h = lib.matmul(x, w) + b
+    return h, (h.relu() * h).sum()
+
+
+def test_autograd_grad(dev):
+    x, tx = A(rnd(3, 4), dev, grad=True)
+    w, tw = A(rnd(4, 2), dev, grad=True)
+    b, tb = A(rnd(2), dev, grad=True)
+    h, y = _net(ag, x, w, b)
+    th, ty = _net(torch, tx, tw, tb)
+    ga = ag.autograd.grad(y, [w, x, h, b], retain_graph=True)
+    gt = torch.autograd.grad(ty, [tw, tx, th, tb], retain_graph=True)
+    assert isinstance(ga, tuple) and len(ga) == 4
+    for a, t in zip(ga, gt):
+        same(a, t, 1e-5)
+    assert w.grad is None and x.grad is None and b.grad is None  # nothing accumulated
+    # a non-scalar output with its gradient, a single tensor as inputs
+    go = rnd(3, 2)
+    same(ag.autograd.grad(h, x, ag.tensor(go, device=dev), retain_graph=True)[0],
+         torch.autograd.grad(th, tx, torch.tensor(go), retain_graph=True)[0], 1e-5)
+    # two outputs at once, then the graph is freed
+    ga = ag.autograd.grad([y, h.sum()], [b])
+    gt = torch.autograd.grad([ty, th.sum()], [tb])
+    same(ga[0], gt[0], 1e-5)
+    raises_like(RuntimeError, lambda: ag.autograd.grad(y, [b]), lambda: torch.autograd.grad(ty, [tb]))
+    assert b.grad is None
+
+
+def test_autograd_grad_unused_and_errors(dev):
+    x, tx = A(rnd(3), dev, grad=True)
+    z, tz = A(rnd(3), dev, grad=True)
+    c, tc = A(rnd(3), dev)
+    y, ty = (x * x).sum(), (tx * tx).sum()
+    r = ag.autograd.grad(y, [x, z], allow_unused=True, retain_graph=True)
+    rt = torch.autograd.grad(ty, [tx, tz], allow_unused=True, retain_graph=True)
+    same(r[0], rt[0])
+    assert r[1] is None and rt[1] is None
+    raises_like(RuntimeError, lambda: ag.autograd.grad(y, [x, z], retain_graph=True),
+                lambda: torch.autograd.grad(ty, [tx, tz], retain_graph=True))
+    raises_like(RuntimeError, lambda: ag.autograd.grad(y, [c], retain_graph=True),
+                lambda: torch.autograd.grad(ty, [tc], retain_graph=True))
+    raises_like(RuntimeError, lambda: ag.autograd.grad(c.sum(), [x]), lambda: torch.autograd.grad(tc.sum(), [tx]))
+    raises_like(RuntimeError, lambda: ag.autograd.grad(x * 2, [x]), lambda: torch.autograd.grad(tx * 2, [tx]))
+    raises_like(RuntimeError, lambda: ag.autograd.grad(x * 2, [x], ag.ones(2, device=dev)),
+                lambda: torch.autograd.grad(tx * 2, [tx], torch.ones(2)))
+    raises_like(RuntimeError, lambda: ag.autograd.grad(y, [1.0]), lambda: torch.autograd.grad(ty, [1.0]))
+    raises_like(TypeError, lambda: ag.autograd.grad(y, 1.0), lambda: torch.autograd.grad(ty, 1.0))
+    with pytest.raises(NotImplementedError):  # torch supports it; anygrad's backward records no graph
+        ag.autograd.grad(y, [x], create_graph=True)
+    # a leaf output that is its own input
+    same(ag.autograd.grad(x, x, ag.ones(3, device=dev))[0], torch.autograd.grad(tx, tx, torch.ones(3))[0])
+
+
+# ---- register_hook ---------------------------------------------------------------------
+
+
+def _hooked(lib, x, w, log):
+    h = x * w
+    h.register_hook(lambda g: g * 3)
+    h.register_hook(lambda g: log.append(g.sum().item()))  # observes the replaced gradient
+    return (h * x).sum()
+
+
+def test_register_hook(dev):
+    x, tx = A(rnd(4), dev, grad=True)
+    w, tw = A(rnd(4), dev, grad=True)
+    la, lt = [], []
+    ha = x.register_hook(lambda g: g * 2)
+    ht = tx.register_hook(lambda g: g * 2)
+    _hooked(ag, x, w, la).backward()
+    _hooked(torch, tx, tw, lt).backward()
+    same(x.grad, tx.grad, 1e-5)
+    same(w.grad, tw.grad, 1e-5)
+    np.testing.assert_allclose(la, lt, rtol=1e-5)
+    ha.remove()
+    ht.remove()
+    ha.remove()  # twice: nothing
+    _hooked(ag, x, w, la).backward()
+    _hooked(torch, tx, tw, lt).backward()
+    same(x.grad, tx.grad, 1e-5)
+
+
+def test_register_hook_errors(dev):
+    c, tc = A(rnd(3), dev)
+    raises_like(RuntimeError, lambda: c.register_hook(lambda g: g), lambda: tc.register_hook(lambda g: g))
+    x, tx = A(rnd(3), dev, grad=True)
+    x.register_hook(lambda g: g[:2])
+    tx.register_hook(lambda g: g[:2])
+    raises_like(RuntimeError, lambda: (x * x).sum().backward(), lambda: (tx * tx).sum().backward())
+    y = ag.ones(3, device=dev, requires_grad=True)
+
+    def boom(g):
+        raise KeyError("from the hook")
+    y.register_hook(boom)
+    with pytest.raises(KeyError, match="from the hook"):  # the hook's own exception
+        (y * 2).sum().backward()
+    assert y.grad is None
+
+
+# ---- grad_fn ----------------------------------------------------------------------------
+
+
+def test_grad_fn(dev):
+    x, tx = A(rnd(3), dev, grad=True)
+    y, ty = A(rnd(3), dev, grad=True)
+    assert x.grad_fn is None and tx.grad_fn is None
+    for f in (lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a / b,
+              lambda a, b: (a * b).sum(), lambda a, b: a.exp(), lambda a, b: a.relu(), lambda a, b: a.mean()):
+        ra, rt = f(x, y), f(tx, ty)
+        assert ra.grad_fn.name() == rt.grad_fn.name()
+        assert rt.grad_fn.name() in repr(ra.grad_fn)
+        assert len(ra.grad_fn.next_functions) == len(rt.grad_fn.next_functions)
+    s = x * y
+    leaf = s.grad_fn.next_functions[0][0]
+    assert leaf.name() == s.grad_fn.next_functions[1][0].name() == "torch::autograd::AccumulateGrad"
+    assert leaf.variable.tolist() == x.tolist()
+    assert (s.sum()).grad_fn.next_functions[0][0] == s.grad_fn
+    with ag.no_grad():
+        assert (x * y).grad_fn is None
+    assert (x.detach() * 2).grad_fn is None
+    assert c_free(x)
+
+
+def c_free(x):
+    """grad_fn objects hold their node: the graph outlives the tensor."""
+    n = (x * x).sum().grad_fn
+    import gc
+    gc.collect()
+    return n.name() == "SumBackward0" and n.next_functions[0][0].name() == "MulBackward0"
+
+
+# ---- autograd.Function --------------------------------------------------------------------
+
+
+def _functions(lib):
+    class Cube(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            ctx.save_for_backward(x)
+            ctx.k = k
+            return x * x * x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            x, = ctx.saved_tensors
+            return g * 3 * x * x * ctx.k, None
+
+    class MulAdd(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return a * b, a + b
+
+        @staticmethod
+        def backward(ctx, ga, gs):
+            a, b = ctx.saved_tensors
+            return ga * b + gs, ga * a + gs
+    return Cube, MulAdd
+
+
+def test_function(dev):
+    ACube, AMulAdd = _functions(ag)
+    TCube, TMulAdd = _functions(torch)
+    x, tx = A(rnd(4), dev, grad=True)
+    y, ty = A(rnd(4), dev, grad=True)
+    c, tc = ACube.apply(x, 2.0), TCube.apply(tx, 2.0)
+    same(c, tc, 1e-5)
+    assert c.requires_grad and c.grad_fn.name() == "CubeBackward"
+    p, s = AMulAdd.apply(c, y)
+    tp, ts = TMulAdd.apply(tc, ty)
+    same(p, tp, 1e-5)
+    same(s, ts, 1e-5)
+    w = rnd(4)
+    ((p * ag.tensor(w, device=dev)).sum() + s.sum() * 2).backward()
+    ((tp * torch.tensor(w)).sum() + ts.sum() * 2).backward()
+    same(x.grad, tx.grad, 1e-4)
+    same(y.grad, ty.grad, 1e-4)
+    with ag.no_grad():  # nothing recorded
+        assert ACube.apply(x, 1.0).grad_fn is None
+    assert ACube.apply(x.detach(), 1.0).grad_fn is None
+
+
+def test_function_errors(dev):
+    class Few(ag.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class WrongShape(ag.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.sum()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.reshape(1)
+
+    class Raises(ag.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            raise ZeroDivisionError("inside backward")
+    x = ag.ones(3, device=dev, requires_grad=True)
+    with pytest.raises(RuntimeError, match="incorrect number of gradients"):
+        Few.apply(x, x).sum().backward()
+    with pytest.raises(RuntimeError, match="invalid gradient"):
+        WrongShape.apply(x).backward()
+    with pytest.raises(ZeroDivisionError):
+        Raises.apply(x).sum().backward()
+    with pytest.raises(NotImplementedError):
+        ag.autograd.Function.apply(x)
+
+
+def test_hooks_and_functions_do_not_leak():
+    from anygrad import autograd
+    Cube, _ = _functions(ag)
+    w = ag.ones(3, requires_grad=True)
+    w.register_hook(lambda g: g)
+    import gc
+    gc.collect()  # what earlier tests left for the collector
+    base_reg, base_live = len(autograd._registry), ag.live_tensors()
+    for step in range(50):
+        h = w * 2
+        h.register_hook(lambda g: g * 1)
+        c = Cube.apply(h, 1.0)
+        if step % 2:
+            c.sum().backward()  # the graph goes with the backward
+        h = c = None  # ... or with its tensors
+    gc.collect()
+    assert len(autograd._registry) == base_reg
+    w.grad = None
+    assert ag.live_tensors() == base_live
