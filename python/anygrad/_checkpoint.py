@@ -43,8 +43,8 @@ def _encode(obj, path, tensors):
     if isinstance(obj, (list, tuple)):
         v = [_encode(x, path + [str(i)], tensors) for i, x in enumerate(obj)]
         return {"__tuple__": v} if isinstance(obj, tuple) else v
-    raise TypeError("anygrad.save: cannot save a %s (tensors, numbers, strings, None, lists, tuples and dicts "
-                    "only)" % type(obj).__name__)
+    raise TypeError("anygrad.save: cannot save a %s (tensors, numbers, strings, None, lists, tuples "
+                    "and dicts only)" % type(obj).__name__)
 
 
 def save(obj, path):

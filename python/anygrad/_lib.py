@@ -173,6 +173,11 @@ class ParamGroup(Structure):  # include/anygrad/optim.h: ag_param_group
     _fields_ = [("params", POINTER(ParamList)), ("lr", c_double), ("weight_decay", c_double)]
 
 
+class RmspropOptions(Structure):  # include/anygrad/optim.h: ag_rmsprop_options
+    _fields_ = [("lr", c_double), ("alpha", c_double), ("eps", c_double), ("weight_decay", c_double),
+                ("momentum", c_double), ("centered", c_bool)]
+
+
 class Conv2dParams(Structure):
     _fields_ = [("stride", c_int * 2), ("padding", c_int * 2), ("dilation", c_int * 2),
                 ("groups", c_int)]
@@ -357,6 +362,7 @@ for _name, (_res, _args) in _DECLS.items():
 _TRAIN_DECLS = {
     "ag_sgd_create_groups": (P, [POINTER(ParamGroup), c_int, POINTER(SgdOptions)]),
     "ag_adamw_create_groups": (P, [POINTER(ParamGroup), c_int, POINTER(AdamwOptions)]),
+    "ag_rmsprop_create_groups": (P, [POINTER(ParamGroup), c_int, POINTER(RmspropOptions)]),
     "ag_optimizer_set_group_lr": (c_int, [P, c_int, c_double]),
     "ag_optimizer_group_lr": (c_double, [P, c_int]),
     "ag_optimizer_group_count": (c_int, [P]),

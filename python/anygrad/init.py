@@ -2,7 +2,6 @@
 library's ag_init_* (Philox draws on the tensor's own device, so a seed
 gives the same uniform values on every backend). Each writes the tensor in
 place without recording autograd and returns it."""
-import math
 import numbers
 from ctypes import c_int64, byref
 
@@ -125,7 +124,8 @@ def _kaiming(tensor, a, mode, nonlinearity, generator, fn, f):
 
 
 def kaiming_uniform_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
-    return _kaiming(tensor, a, mode, nonlinearity, generator, "kaiming_uniform_", lib.ag_init_kaiming_uniform_)
+    return _kaiming(tensor, a, mode, nonlinearity, generator, "kaiming_uniform_",
+                    lib.ag_init_kaiming_uniform_)
 
 
 def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", generator=None):

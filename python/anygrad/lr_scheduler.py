@@ -73,8 +73,8 @@ class _LRScheduler:
         else:
             for i, g in enumerate(optimizer.param_groups):
                 if "initial_lr" not in g:
-                    raise KeyError("param 'initial_lr' is not specified in param_groups[%d] when resuming an "
-                                   "optimizer" % i)
+                    raise KeyError("param 'initial_lr' is not specified in param_groups[%d] when "
+                                   "resuming an optimizer" % i)
         self.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
         self.last_epoch = last_epoch
         self.verbose = verbose
@@ -137,8 +137,8 @@ class LinearLR(_LRScheduler):
     def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5, last_epoch=-1,
                  verbose=False):
         if start_factor > 1.0 or start_factor <= 0:
-            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal "
-                             "to 1.")
+            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or "
+                             "equal to 1.")
         if end_factor > 1.0 or end_factor < 0:
             raise ValueError("Ending multiplicative factor expected to be between 0 and 1.")
         self.start_factor, self.end_factor = float(start_factor), float(end_factor)
@@ -214,15 +214,17 @@ class OneCycleLR(_LRScheduler):
         else:
             if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= 0:
                 raise ValueError("Expected positive integer epochs, but got {}".format(epochs))
-            if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
-                raise ValueError("Expected positive integer steps_per_epoch, but got {}".format(steps_per_epoch))
+            spe = steps_per_epoch
+            if isinstance(spe, bool) or not isinstance(spe, int) or spe <= 0:
+                raise ValueError("Expected positive integer steps_per_epoch, but got {}".format(spe))
             self.total_steps = epochs * steps_per_epoch
         if not isinstance(pct_start, numbers.Real) or pct_start < 0 or pct_start > 1:
             raise ValueError("Expected float between 0 and 1 pct_start, but got {}".format(pct_start))
         if anneal_strategy not in ("cos", "linear"):
             raise ValueError("anneal_strategy must by one of 'cos' or 'linear', instead got "
                              "{}".format(anneal_strategy))
-        self.pct_start, self.anneal_strategy, self.three_phase = float(pct_start), anneal_strategy, three_phase
+        self.pct_start, self.anneal_strategy = float(pct_start), anneal_strategy
+        self.three_phase = three_phase
         self.div_factor, self.final_div_factor = float(div_factor), float(final_div_factor)
         ts = self.total_steps
         if three_phase:
@@ -280,13 +282,14 @@ class SequentialLR(_LRScheduler):
         _check_optimizer(optimizer, "SequentialLR")
         for i, s in enumerate(schedulers):
             if getattr(s, "optimizer", None) is not optimizer:
-                raise ValueError("Sequential Schedulers expects all schedulers to belong to the same optimizer, "
-                                 "but got schedulers at index %d to be different than the optimizer passed in."
-                                 % i)
+                raise ValueError("Sequential Schedulers expects all schedulers to belong to the same "
+                                 "optimizer, but got schedulers at index %d to be different than the "
+                                 "optimizer passed in." % i)
         if len(milestones) != len(schedulers) - 1:
-            raise ValueError("Sequential Schedulers expects number of schedulers provided to be one more than "
-                             "the number of milestone points, but got number of schedulers {} and the number of "
-                             "milestones to be equal to {}".format(len(schedulers), len(milestones)))
+            raise ValueError("Sequential Schedulers expects number of schedulers provided to be one more "
+                             "than the number of milestone points, but got number of schedulers {} and the "
+                             "number of milestones to be equal to {}".format(len(schedulers),
+                                                                            len(milestones)))
         self._schedulers = list(schedulers)
         self._milestones = list(milestones)
         self.last_epoch = last_epoch + 1
@@ -334,7 +337,8 @@ class ReduceLROnPlateau:
         self.optimizer = optimizer
         if isinstance(min_lr, (list, tuple)):
             if len(min_lr) != len(optimizer.param_groups):
-                raise ValueError("expected {} min_lrs, got {}".format(len(optimizer.param_groups), len(min_lr)))
+                raise ValueError("expected {} min_lrs, got {}".format(len(optimizer.param_groups),
+                                                                       len(min_lr)))
             self.min_lrs = list(min_lr)
         else:
             self.min_lrs = [min_lr] * len(optimizer.param_groups)

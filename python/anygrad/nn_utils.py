@@ -65,9 +65,9 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             st = _ops.stack(norms)
             total = (st.abs() ** norm_type).sum() ** (1.0 / norm_type) if norm_type != 0 else st.sum()
         if error_if_nonfinite and not math.isfinite(float(total.item())):
-            raise RuntimeError("The total norm of order %s for gradients from `parameters` is non-finite, so it "
-                               "cannot be clipped. To disable this error and scale the gradients by the "
-                               "non-finite norm anyway, set `error_if_nonfinite=False`" % norm_type)
+            raise RuntimeError("The total norm of order %s for gradients from `parameters` is non-finite, "
+                               "so it cannot be clipped. To disable this error and scale the gradients by "
+                               "the non-finite norm anyway, set `error_if_nonfinite=False`" % norm_type)
         coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
         for g in grads:
             g.mul_(coef.to(device=g.device, dtype=g.dtype))

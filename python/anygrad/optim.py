@@ -10,7 +10,7 @@ import numbers
 import weakref
 from ctypes import byref, pointer
 
-from ._lib import lib, check, raise_last, ParamList, SgdOptions, AdamwOptions, ParamGroup
+from ._lib import lib, check, raise_last, ParamList, SgdOptions, AdamwOptions, ParamGroup, RmspropOptions
 from ._tensor import Tensor, _finite, _wrap, no_grad, zeros_like, tensor, float32
 from . import lr_scheduler  # noqa: F401  (anygrad.optim.lr_scheduler)
 
@@ -66,6 +66,7 @@ class Optimizer:
         self._o = None      # the C optimizer when it runs this one
         self._sig = None    # what the C optimizer was built with
         self._want = None   # the signature the last _setup decided on
+        self._pinfo = None  # (one device, dtypes) of the parameters, from the last _setup
         self._clr = []      # the lr each C group has now
         groups = list(params)
         if not groups:
@@ -94,9 +95,9 @@ class Optimizer:
         if isinstance(ps, Tensor):
             ps = [ps]
         elif isinstance(ps, set):
-            raise TypeError("%s(): optimizer parameters need to be organized in ordered collections, but the "
-                            "ordering of tensors in sets will change between runs. Please use a list instead."
-                            % fn)
+            raise TypeError("%s(): optimizer parameters need to be organized in ordered collections, but "
+                            "the ordering of tensors in sets will change between runs. Please use a list "
+                            "instead." % fn)
         elif ps is None or not hasattr(ps, "__iter__"):
             raise TypeError("%s(): a param group needs 'params', an iterable of Tensors" % fn)
         ps = list(ps)
@@ -141,8 +142,15 @@ class Optimizer:
             lib.ag_optimizer_free(self._o)
         self._o, self._sig, self._clr = None, None, []
 
+    def _param_info(self):
+        if self._pinfo is None:
+            ps = self._params
+            self._pinfo = (len({str(p.device) for p in ps}) == 1, {p.dtype for p in ps})
+        return self._pinfo
+
     def _setup(self):
         """Pick the C optimizer when it can run the groups as they are now."""
+        self._pinfo = None
         sig = self._c_signature()
         self._want = sig
         if sig is None:
@@ -173,8 +181,8 @@ class Optimizer:
                     check(lib.ag_params_add(byref(pl), str(k).encode(), handles[k]))
                     k += 1
                 groups[gi].params = pointer(pl)
-                groups[gi].lr = g["lr"]
-                groups[gi].weight_decay = self._c_decay(g)
+                groups[gi].lr = float(g["lr"])
+                groups[gi].weight_decay = float(g["weight_decay"])
             o = create(groups, len(self.param_groups), byref(opts))
         finally:
             for pl in lists:
@@ -182,9 +190,6 @@ class Optimizer:
         if not o:
             raise_last(type(self).__name__)
         return o
-
-    def _c_decay(self, g):
-        return g["weight_decay"]
 
     def _holds(self, tensors):
         return any(id(p) in tensors for p in self._params)
@@ -212,6 +217,7 @@ class Optimizer:
             lib.ag_optimizer_free(o)
             raise
         self._o = o
+        self._pinfo = None
         lib.ag_optimizer_free(old)
 
     def __del__(self):
@@ -234,7 +240,7 @@ class Optimizer:
         if self._o:
             for i, g in enumerate(self.param_groups):
                 if g["lr"] != self._clr[i]:
-                    check(lib.ag_optimizer_set_group_lr(self._o, i, g["lr"]))
+                    check(lib.ag_optimizer_set_group_lr(self._o, i, float(g["lr"])))
                     self._clr[i] = g["lr"]
 
     def step(self, closure=None):
@@ -245,7 +251,6 @@ class Optimizer:
                 loss = closure()
         self._sync()
         if self._o:
-            self._pre_c_step()
             check(lib.ag_optimizer_step(self._o))
         else:
             with no_grad():
@@ -257,9 +262,6 @@ class Optimizer:
                         st = self._pstate.setdefault(id(p), {})
                         self._py_update(g, p, grad, st)
         return loss
-
-    def _pre_c_step(self):
-        pass
 
     def zero_grad(self, set_to_none=True):
         if set_to_none:
@@ -336,8 +338,8 @@ class Optimizer:
             raise ValueError("loaded state dict has a different number of parameter groups")
         for g, s in zip(self.param_groups, groups):
             if len(g["params"]) != len(s["params"]):
-                raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
-                                 "optimizer's group")
+                raise ValueError("loaded state dict contains a parameter group that doesn't match the size "
+                                 "of optimizer's group")
         state = {}
         for k, v in state_dict["state"].items():
             state[int(k)] = v
@@ -429,11 +431,6 @@ def _copy_c_state(src_o, dst_o):
         lib.ag_params_free(byref(dst))
 
 
-def _one_device_dtypes(params):
-    devs = {str(p.device) for p in params}
-    return len(devs) == 1, {p.dtype for p in params}
-
-
 # ---------------------------------------------------------------- SGD
 
 class SGD(Optimizer):
@@ -453,7 +450,6 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, g):
-        g["lr"] = g["lr"] if isinstance(g["lr"], Tensor) else g["lr"]
         _hyper(g["lr"], "learning rate", "SGD")
         _hyper(g["momentum"], "momentum", "SGD")
         _hyper(g["weight_decay"], "weight_decay", "SGD")
@@ -461,7 +457,7 @@ class SGD(Optimizer):
             raise ValueError("SGD(): Nesterov momentum requires a momentum and zero dampening")
 
     def _c_signature(self):
-        one, dts = _one_device_dtypes(self._params)
+        one, dts = self._param_info()
         shared = {(float(g["momentum"]), float(g["dampening"]), bool(g["nesterov"]), bool(g["maximize"]))
                   for g in self.param_groups}
         if not one or len(shared) != 1 or any(not dt.is_floating_point for dt in dts):
@@ -544,7 +540,7 @@ class _AdamBase(Optimizer):
             raise NotImplementedError("%s(): amsgrad=True is not implemented in anygrad" % fn)
 
     def _c_signature(self):
-        one, dts = _one_device_dtypes(self._params)
+        one, dts = self._param_info()
         shared = {(float(g["betas"][0]), float(g["betas"][1]), float(g["eps"]), bool(g["maximize"]))
                   for g in self.param_groups}
         if not one or len(shared) != 1 or dts != {float32}:
@@ -615,7 +611,10 @@ class Adam(_AdamBase):
 # ---------------------------------------------------------------- RMSprop
 
 class RMSprop(Optimizer):
-    """torch.optim.RMSprop (torch's single-tensor update over tensor ops)."""
+    """torch.optim.RMSprop: the C library's ag_rmsprop_create_groups where
+    the groups share alpha, eps, momentum and centered, else torch's
+    single-tensor update in Python; both compose elementwise tensor ops."""
+    _c_kind = "rmsprop"
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False,
                  foreach=None, maximize=False, differentiable=False):
@@ -631,6 +630,40 @@ class RMSprop(Optimizer):
         _hyper(g["momentum"], "momentum value", "RMSprop")
         _hyper(g["weight_decay"], "weight_decay value", "RMSprop")
         _hyper(g["alpha"], "alpha value", "RMSprop")
+
+    def _c_signature(self):
+        one, dts = self._param_info()
+        shared = {(float(g["alpha"]), float(g["eps"]), float(g["momentum"]), bool(g["centered"]),
+                   bool(g["maximize"])) for g in self.param_groups}
+        if not one or len(shared) != 1 or any(not dt.is_floating_point for dt in dts):
+            return None
+        alpha, eps, mom, centered, mx = shared.pop()
+        if mx:
+            return None
+        wds = tuple(float(g["weight_decay"]) for g in self.param_groups)
+        return ("rmsprop", alpha, eps, mom, centered, wds)
+
+    def _c_options(self, sig):
+        _, alpha, eps, mom, centered, _ = sig
+        return (RmspropOptions(self.param_groups[0]["lr"], alpha, eps, 0.0, mom, centered),
+                lib.ag_rmsprop_create_groups)
+
+    def _state_from_c(self, i, c, steps):
+        st = {"step": steps, "square_avg": c["%d.square_avg" % i].clone()}
+        for k in ("momentum_buffer", "grad_avg"):
+            t = c.get("%d.%s" % (i, k))
+            if t is not None:
+                st[k] = t.clone()
+        return st
+
+    def _state_to_c(self, i, st, c):
+        for k in ("square_avg", "momentum_buffer", "grad_avg"):
+            t = c.get("%d.%s" % (i, k))
+            if t is not None:
+                if st.get(k) is None:
+                    t.zero_()
+                else:
+                    t.copy_(st[k])
 
     def _py_update(self, g, p, grad, st):
         if not st:
