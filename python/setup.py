@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -100,6 +100,9 @@ class BuildPy(build_py):
             text = f.read()
         with open(os.path.join(dst, "optable.h"), "w") as f:
             f.write(text)
+        # a library copied in by an earlier run of this build folder goes
+        pkglib = os.path.join(dst, "lib")
+        shutil.rmtree(pkglib, ignore_errors=True)
         if os.environ.get("ANYGRAD_LIBRARY"):
             paths = [os.path.abspath(os.environ["ANYGRAD_LIBRARY"])]
         elif os.environ.get("ANYGRAD_PREFIX"):
@@ -108,8 +111,7 @@ class BuildPy(build_py):
             paths = tree_libraries()
             if not paths:
                 libdir = cmake_build()
-                pkglib = os.path.join(dst, "lib")
-                os.makedirs(pkglib, exist_ok=True)
+                os.makedirs(pkglib)
                 # the real file under the soname; the modules beside it, where
                 # the library looks for them
                 shutil.copy(os.path.join(libdir, "libanygrad.so.0"), os.path.join(pkglib, "libanygrad.so.0"))
@@ -124,7 +126,7 @@ setup(
     name="anygrad",
     version="0.2.0",
     description="anygrad from Python: tensors, autograd, nn and optim over libanygrad",
-    packages=["anygrad", "anygrad.utils"],
+    packages=find_packages(include=["anygrad", "anygrad.*"]),
     python_requires=">=3.9",
     install_requires=[],  # numpy is needed at run time (Debian: python3-numpy)
     cmdclass={"build_py": BuildPy},

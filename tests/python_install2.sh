@@ -66,8 +66,9 @@ check_import "$work/site_b" "$pkg/lib" "$pkg/lib/libanygrad.so.0" || fail "(b) t
 
 # (a1) pip with ANYGRAD_PREFIX: the prefix's library, although the clone now
 # has build/lib/libanygrad.so and a build tree lies beside the package (the
-# runtime component has the command-line tool too: built here, nothing else)
-cmake --build clone/build --target anygrad-cli >/dev/null
+# runtime component has the command-line tool and the NCCL module too: built
+# here, nothing else)
+cmake --build clone/build --target anygrad-cli anygrad-nccl >/dev/null
 cmake --install clone/build --prefix "$work/prefix1" --component runtime >/dev/null
 mkdir -p a1/build/lib
 ln -s "$work/clone/build/lib/libanygrad.so" a1/build/lib/libanygrad.so
@@ -98,7 +99,7 @@ ln -s "$(command -v "$py")" bin/python3
 ln -s "$(command -v git)" bin/git
 for missing in cmake compiler; do
   [ $missing = compiler ] && ln -sf "$(command -v cmake)" bin/cmake
-  if (cd clone2 && env -u CC PATH="$work/bin" pip_install "$work/no_$missing.log" --target "$work/site_x" ./python); then
+  if (cd clone2 && unset CC && PATH="$work/bin" && pip_install "$work/no_$missing.log" --target "$work/site_x" ./python); then
     fail "pip succeeded without $missing"
   fi
   case $missing in

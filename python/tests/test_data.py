@@ -12,10 +12,8 @@ import anygrad as ag
 import anygrad.utils.data as agd
 from anygrad.utils.data import DataLoader, Dataset, TensorDataset
 
-# torch warns of np.bool_ as an index inside its collate, and of more worker
-# processes than cores
-pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore:This DataLoader will create")]
+# torch warns of np.bool_ as an index inside its collate
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 N = 10
 
 
@@ -354,6 +352,21 @@ def test_abandoned_iterators_do_not_hang():
                 if k == 2:
                     break
             assert len(list(loader)) == len(loader)
+    # an abandoned iterator stops its worker threads at once (no reference
+    # cycle through them keeps it alive)
+    import gc
+    gc.collect()
+    before = threading.active_count()
+    for loader in (DataLoader(Squares(), batch_size=3, num_workers=3),
+                   DataLoader(ds, batch_size=3, num_workers=3)):
+        it = iter(loader)
+        next(it)
+        del it
+    for _ in range(200):
+        if threading.active_count() <= before:
+            break
+        threading.Event().wait(0.01)
+    assert threading.active_count() <= before
 
 
 def test_worker_info_and_init_fn():
@@ -390,20 +403,61 @@ class Stream(agd.IterableDataset):
         return iter(range(info.id * per, min(self.n, (info.id + 1) * per)))
 
 
-class TorchStream(Stream):
-    pass
+ITER_CASES = [(w, bs, drop) for w in (0, 2, 3) for bs, drop in ((4, False), (4, True), (None, False))]
+_TORCH_ITER = r"""
+import json, sys
+import torch
+import torch.utils.data as d
+class Stream(d.IterableDataset):
+    def __init__(self, n):
+        self.n = n
+    def __iter__(self):
+        info = d.get_worker_info()
+        if info is None:
+            return iter(range(self.n))
+        per = -(-self.n // info.num_workers)
+        return iter(range(info.id * per, min(self.n, (info.id + 1) * per)))
+out = []
+for w, bs, drop in json.loads(sys.argv[1]):
+    out.append([b.tolist() if hasattr(b, "tolist") else b
+                for b in d.DataLoader(Stream(17), batch_size=bs, drop_last=drop, num_workers=w)])
+print(json.dumps(out))
+"""
 
 
-@pytest.mark.parametrize("workers", [0, 2, 3])
-@pytest.mark.parametrize("bs,drop", [(4, False), (4, True), (None, False)])
-def test_iterable_dataset_as_torch(th, workers, bs, drop):
+@pytest.fixture(scope="module")
+def torch_iterable_batches():
+    """torch's batches with its own worker processes, made in a fresh
+    interpreter: forking this one (OpenMP, OpenCL and loader threads
+    running) can crash torch's workers."""
+    import json
+    import subprocess
+    import sys
+    if torch_missing():
+        pytest.skip("torch is not installed")
+    r = subprocess.run([sys.executable, "-c", _TORCH_ITER, json.dumps(ITER_CASES)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return dict(zip(ITER_CASES, json.loads(r.stdout.strip().splitlines()[-1])))
+
+
+def torch_missing():
+    try:
+        import torch  # noqa: F401
+        return False
+    except ImportError:
+        return True
+
+
+@pytest.mark.parametrize("workers,bs,drop", ITER_CASES)
+def test_iterable_dataset_as_torch(torch_iterable_batches, workers, bs, drop):
     # torch's own worker processes, interleaved batch by batch
-    tds = type("TS", (th.utils.data.IterableDataset,), dict(Stream.__dict__))(17, th.utils.data)
     ads = type("AS", (agd.IterableDataset,), dict(Stream.__dict__))(17, agd)
-    want = [_plain(b) for b in th.utils.data.DataLoader(tds, batch_size=bs, drop_last=drop,
-                                                        num_workers=workers)]
-    got = [_plain(b) for b in DataLoader(ads, batch_size=bs, drop_last=drop, num_workers=workers)]
-    assert got == want
+    got = [b.tolist() if hasattr(b, "tolist") else b
+           for b in DataLoader(ads, batch_size=bs, drop_last=drop, num_workers=workers)]
+    assert got == torch_iterable_batches[(workers, bs, drop)]
+    if workers:
+        assert got != torch_iterable_batches[(0, bs, drop)]  # interleaved, not in order
 
 
 def test_iterable_dataset_len(th):
@@ -483,3 +537,11 @@ def test_reachable_from_anygrad():
     import anygrad.utils.data as m
     assert ag.utils.data is m
     from anygrad.utils.data import DataLoader as D, Dataset as S, TensorDataset as T  # noqa: F401
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_empty_and_zero_width_as_torch(th, workers):
+    _same(th.utils.data.DataLoader(th.utils.data.TensorDataset(th.zeros(0, 3), th.zeros(0)), batch_size=2),
+          DataLoader(TensorDataset(ag.zeros(0, 3), ag.zeros(0)), batch_size=2, num_workers=workers))
+    _same(th.utils.data.DataLoader(th.utils.data.TensorDataset(th.zeros(5, 0), th.arange(5)), batch_size=2),
+          DataLoader(TensorDataset(ag.zeros(5, 0), ag.arange(5)), batch_size=2, num_workers=workers))

@@ -5,6 +5,7 @@ Workers are threads, not processes (docs/python.md, "Data loading"): a
 TensorDataset of CPU tensors is loaded by the C host-staging loader
 (ag_loader: worker threads fill pinned batches, copies on a copy stream),
 any other dataset by Python threads; batches come in sampler order either way."""
+import atexit
 import bisect
 import collections.abc
 import ctypes
@@ -14,6 +15,7 @@ import queue
 import re
 import threading
 import warnings
+import weakref
 from ctypes import byref, c_void_p
 
 import numpy as np
@@ -559,7 +561,8 @@ class DataLoader:
                 or self.sampler.data_source is not ds or self.batch_sampler.sampler is not self.sampler):
             return None
         ts = ds.tensors
-        if not ts or any(t.device.type != "cpu" or t.requires_grad or t.ndim < 1 for t in ts):
+        if not ts or any(t.device.type != "cpu" or t.requires_grad or t.ndim < 1 or t.numel() == 0
+                         for t in ts):
             return None
         return ts
 
@@ -661,11 +664,59 @@ class _TensorIter(_BaseIter):
         return self._rows.gather(np.asarray(next(self._index_iter), dtype=np.int64))
 
 
+class _Fill:
+    """What ag_loader's workers run (a ctypes callback): gather the rows of
+    batch positions `samples` of the epoch's order into the pinned buffers.
+    It holds no reference to the iterator, so an abandoned iterator is freed
+    (and its loader destroyed) at once."""
+
+    def __init__(self, src, order, loader, seed):
+        self.src, self.order = src, order
+        self.num_workers, self.init_fn = loader.num_workers, loader.worker_init_fn
+        self.dataset = loader.dataset
+        self.seed = seed
+        self.error = None
+        self.started = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, user, epoch, batch_index, samples, rows, batch):
+        try:
+            tid = threading.get_ident()
+            if tid not in self.started:  # this worker's first batch
+                with self.lock:
+                    wid = len(self.started)
+                    self.started.add(tid)
+                _worker_local.info = WorkerInfo(wid, self.num_workers, self.seed + wid, self.dataset)
+                if self.init_fn is not None:
+                    self.init_fn(wid)
+            rows_idx = self.order[np.ctypeslib.as_array(samples, (rows,))]
+            for k, src in enumerate(self.src):
+                ptr = lib.ag_loader_batch_data(batch, k)
+                dst = np.frombuffer((ctypes.c_char * (rows * src.shape[1])).from_address(ptr),
+                                    dtype=np.uint8).reshape(rows, src.shape[1])
+                np.take(src, rows_idx, axis=0, out=dst)
+            return 0
+        except BaseException as e:  # noqa: B902 (raised again by __next__ on the caller's thread)
+            self.error = e
+            return 1  # AG_ERR_INVALID: ag_loader_next reports this batch as failed
+
+
+_live_loaders = weakref.WeakSet()
+
+
+@atexit.register
+def _close_loaders():
+    """Stop the C loaders' workers before the interpreter goes (they call
+    into Python)."""
+    for it in list(_live_loaders):
+        it._close()
+
+
 class _CLoaderIter(_BaseIter):
     """num_workers > 0 on a TensorDataset of CPU tensors: ag_loader's worker
-    threads gather the rows of each batch into pinned buffers (through a
-    ctypes callback, NumPy's take doing the copy) and ag_loader_next hands
-    them out in order, copied on the loader's copy stream."""
+    threads gather the rows of each batch into pinned buffers (_Fill, NumPy's
+    take doing the copy) and ag_loader_next hands them out in order, copied
+    on the loader's copy stream."""
 
     @staticmethod
     def fits(loader, ts):
@@ -675,12 +726,9 @@ class _CLoaderIter(_BaseIter):
     def __init__(self, loader, ts):
         super().__init__(loader)
         self._l = None
-        self._error = None
         order = np.asarray(list(loader.sampler), dtype=np.int64)
         bs = loader.batch_sampler
-        self._rows = _HostRows(ts)
-        self._src = self._rows.src
-        self._order = order
+        self._rows = _HostRows(ts)  # the sources, alive as long as the loader
         cfg = _lib.LoaderConfig()
         cfg.device = ts[0].device._d
         cfg.num_samples = len(order)
@@ -694,40 +742,17 @@ class _CLoaderIter(_BaseIter):
             f = cfg.fields[k]
             f.dtype = t.dtype.code
             f.ndim = t.ndim
-            for d, s in enumerate(t.shape):
-                f.shape[d] = s
-        self._fill_fn = _lib.LOADER_FILL_FN(self._fill)  # referenced as long as the loader lives
+            for d, size in enumerate(t.shape):
+                f.shape[d] = size
+        self._state = _Fill(self._rows.src, order, loader, self._seed)
+        self._fill_fn = _lib.LOADER_FILL_FN(self._state)  # referenced as long as the loader lives
         cfg.fill = self._fill_fn
         self._n = len(ts)
-        self._init_done = set()
-        self._init_lock = threading.Lock()
         h = lib.ag_loader_create(byref(cfg))
         if not h:
             raise_last("DataLoader")
         self._l = h
-
-    def _fill(self, user, epoch, batch_index, samples, rows, batch):
-        try:
-            ld = self._loader
-            tid = threading.get_ident()
-            if tid not in self._init_done:  # this worker's first batch
-                with self._init_lock:
-                    wid = len(self._init_done)
-                    self._init_done.add(tid)
-                _worker_local.info = WorkerInfo(wid, ld.num_workers, self._seed + wid, ld.dataset)
-                if ld.worker_init_fn is not None:
-                    ld.worker_init_fn(wid)
-            pos = np.ctypeslib.as_array(samples, (rows,))
-            rows_idx = self._order[pos]
-            for k, src in enumerate(self._src):
-                ptr = lib.ag_loader_batch_data(batch, k)
-                dst = np.frombuffer((ctypes.c_char * (rows * src.shape[1])).from_address(ptr),
-                                    dtype=np.uint8).reshape(rows, src.shape[1])
-                np.take(src, rows_idx, axis=0, out=dst)
-            return 0
-        except BaseException as e:  # noqa: B902 (raised again by __next__ on the main thread)
-            self._error = e
-            return 1  # AG_ERR_INVALID: ag_loader_next reports this batch as failed
+        _live_loaders.add(self)
 
     def __next__(self):
         if self._l is None:
@@ -736,7 +761,7 @@ class _CLoaderIter(_BaseIter):
         info = _lib.LoaderBatchInfo()
         st = lib.ag_loader_next(self._l, out, byref(info))
         if st != 0:
-            err, self._error = self._error, None
+            err, self._state.error = self._state.error, None
             self._close()
             if err is not None:
                 lib.ag_error_clear()
@@ -756,6 +781,57 @@ class _CLoaderIter(_BaseIter):
         self._close()
 
 
+class _Pool:
+    """The Python worker threads of one epoch over a map-style dataset: they
+    take (batch number, indices) tasks and post (ok, batch or exception)
+    results. Holds no reference to the iterator: an abandoned iterator is
+    freed and stops its threads."""
+
+    def __init__(self, loader, auto, seed):
+        self.ds, self.collate, self.auto = loader.dataset, loader.collate_fn, auto
+        self.tasks = queue.Queue()
+        self.cv = threading.Condition()
+        self.results = {}
+        self.threads = []
+        for w in range(loader.num_workers):
+            args = (w, loader.num_workers, seed + w, loader.worker_init_fn)
+            th = threading.Thread(target=self.work, args=args, daemon=True,
+                                  name="anygrad DataLoader worker %d" % w)
+            th.start()
+            self.threads.append(th)
+
+    def work(self, wid, n, seed, init_fn):
+        _worker_local.info = WorkerInfo(wid, n, seed, self.ds)
+        init_error = None
+        if init_fn is not None:
+            try:
+                init_fn(wid)
+            except BaseException as e:  # noqa: B902
+                init_error = e
+        while True:
+            task = self.tasks.get()
+            if task is None:
+                return
+            k, idx = task
+            try:
+                if init_error is not None:
+                    raise init_error
+                if self.auto:
+                    res = (True, self.collate([self.ds[i] for i in idx]))
+                else:
+                    res = (True, self.collate(self.ds[idx]))
+            except BaseException as e:  # noqa: B902
+                res = (False, e)
+            with self.cv:
+                self.results[k] = res
+                self.cv.notify_all()
+
+    def shutdown(self):
+        threads, self.threads = self.threads, []
+        for _ in threads:
+            self.tasks.put(None)
+
+
 class _ThreadIter(_BaseIter):
     """num_workers > 0 on a map-style dataset: Python threads fetch and
     collate whole batches; at most prefetch_factor * num_workers batches are
@@ -763,20 +839,10 @@ class _ThreadIter(_BaseIter):
 
     def __init__(self, loader):
         super().__init__(loader)
-        self._ds = loader.dataset
         self._index_iter = iter(loader._index_sampler)
-        self._tasks = queue.Queue()
-        self._cv = threading.Condition()
-        self._results = {}
         self._sent = self._rcvd = 0
         self._exhausted = False
-        seed = self._seed
-        self._threads = []
-        for w in range(loader.num_workers):
-            th = threading.Thread(target=self._work, args=(w, seed), daemon=True,
-                                  name="anygrad DataLoader worker %d" % w)
-            th.start()
-            self._threads.append(th)
+        self._pool = _Pool(loader, self._auto, self._seed)
         for _ in range(loader.prefetch_factor * loader.num_workers):
             self._send()
 
@@ -788,45 +854,18 @@ class _ThreadIter(_BaseIter):
         except StopIteration:
             self._exhausted = True
             return
-        self._tasks.put((self._sent, idx))
+        self._pool.tasks.put((self._sent, idx))
         self._sent += 1
-
-    def _work(self, wid, seed):
-        ld = self._loader
-        _worker_local.info = WorkerInfo(wid, ld.num_workers, seed + wid, self._ds)
-        init_error = None
-        if ld.worker_init_fn is not None:
-            try:
-                ld.worker_init_fn(wid)
-            except BaseException as e:  # noqa: B902
-                init_error = e
-        while True:
-            task = self._tasks.get()
-            if task is None:
-                return
-            k, idx = task
-            try:
-                if init_error is not None:
-                    raise init_error
-                if self._auto:
-                    res = (True, self._collate([self._ds[i] for i in idx]))
-                else:
-                    res = (True, self._collate(self._ds[idx]))
-            except BaseException as e:  # noqa: B902
-                res = (False, e)
-            with self._cv:
-                self._results[k] = res
-                self._cv.notify_all()
 
     def __next__(self):
         if self._rcvd >= self._sent:
             self._shutdown()
             raise StopIteration
-        k = self._rcvd
-        with self._cv:
-            while k not in self._results:
-                self._cv.wait()
-            ok, val = self._results.pop(k)
+        k, pool = self._rcvd, self._pool
+        with pool.cv:
+            while k not in pool.results:
+                pool.cv.wait()
+            ok, val = pool.results.pop(k)
         self._rcvd += 1
         if not ok:
             self._shutdown()
@@ -835,13 +874,60 @@ class _ThreadIter(_BaseIter):
         return val
 
     def _shutdown(self):
-        threads, self._threads = getattr(self, "_threads", []), []
         self._exhausted = True
-        for _ in threads:
-            self._tasks.put(None)
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown()
 
     def __del__(self):
         self._shutdown()
+
+
+class _Streams:
+    """The worker threads of one epoch over an IterableDataset: worker w
+    iterates the dataset and puts (ok, batch or exception) into queue w, then
+    None. Holds no reference to the iterator."""
+
+    def __init__(self, loader, auto, seed):
+        n = loader.num_workers
+        self.queues = [queue.Queue(maxsize=loader.prefetch_factor) for _ in range(n)]
+        self.stop = threading.Event()
+        for w in range(n):
+            threading.Thread(target=self.work, args=(loader, auto, w, seed + w), daemon=True,
+                             name="anygrad DataLoader worker %d" % w).start()
+
+    def put(self, q, item):
+        while not self.stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work(self, ld, auto, wid, seed):
+        q, collate = self.queues[wid], ld.collate_fn
+        _worker_local.info = WorkerInfo(wid, ld.num_workers, seed, ld.dataset)
+        try:
+            if ld.worker_init_fn is not None:
+                ld.worker_init_fn(wid)
+            it = iter(ld.dataset)
+            while not self.stop.is_set():
+                if auto:
+                    data = list(itertools.islice(it, ld.batch_size))
+                    if not data or (ld.drop_last and len(data) < ld.batch_size):
+                        break
+                else:
+                    try:
+                        data = next(it)
+                    except StopIteration:
+                        break
+                if not self.put(q, (True, collate(data))):
+                    return
+        except BaseException as e:  # noqa: B902
+            self.put(q, (False, e))
+            return
+        self.put(q, None)
 
 
 class _IterableThreadIter(_BaseIter):
@@ -852,67 +938,29 @@ class _IterableThreadIter(_BaseIter):
 
     def __init__(self, loader):
         super().__init__(loader)
-        n = loader.num_workers
-        self._queues = [queue.Queue(maxsize=loader.prefetch_factor) for _ in range(n)]
-        self._active = list(range(n))
+        self._streams = _Streams(loader, self._auto, self._seed)
+        self._active = list(range(loader.num_workers))
         self._turn = 0
-        self._stop = threading.Event()
-        seed = self._seed
-        for w in range(n):
-            threading.Thread(target=self._work, args=(w, seed), daemon=True,
-                             name="anygrad DataLoader worker %d" % w).start()
-
-    def _put(self, q, item):
-        while not self._stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _work(self, wid, seed):
-        ld = self._loader
-        q = self._queues[wid]
-        _worker_local.info = WorkerInfo(wid, ld.num_workers, seed + wid, ld.dataset)
-        try:
-            if ld.worker_init_fn is not None:
-                ld.worker_init_fn(wid)
-            it = iter(ld.dataset)
-            while not self._stop.is_set():
-                if self._auto:
-                    data = list(itertools.islice(it, ld.batch_size))
-                    if not data or (ld.drop_last and len(data) < ld.batch_size):
-                        break
-                else:
-                    try:
-                        data = next(it)
-                    except StopIteration:
-                        break
-                if not self._put(q, (True, self._collate(data))):
-                    return
-        except BaseException as e:  # noqa: B902
-            self._put(q, (False, e))
-            return
-        self._put(q, None)
 
     def __next__(self):
         while self._active:
             self._turn %= len(self._active)
             w = self._active[self._turn]
-            item = self._queues[w].get()
+            item = self._streams.queues[w].get()
             if item is None:
                 self._active.pop(self._turn)
                 continue
             self._turn += 1
             ok, val = item
             if not ok:
-                self._stop.set()
+                self._streams.stop.set()
+                self._active = []
                 raise val
             return val
-        self._stop.set()
+        self._streams.stop.set()
         raise StopIteration
 
     def __del__(self):
-        self._stop.set()
-
+        streams = getattr(self, "_streams", None)
+        if streams is not None:
+            streams.stop.set()
