@@ -16,6 +16,7 @@ from ._tensor import Tensor, _wrap, bool_, uint8, int32, int64, float32, float64
 
 _LONG_BYTE_BOOL = "tensors used as indices must be long, byte or bool tensors"
 _TWO32 = 4294967296.0
+_DEVICE_WRITE_WORK = 1 << 22  # numel * values above which a device write reads its positions back
 
 
 # ---- parsing ---------------------------------------------------------------------------
@@ -29,6 +30,20 @@ class _Adv:
     def __init__(self, data, mask, new=False):
         self.data, self.mask, self.new = data, mask, new
         self.k = (data.ndim if mask else 1) if not new else 0
+
+
+def as_tuple(idx):
+    """idx as a tuple of indices, by torch's rule: a list or an array of
+    fewer than 32 entries holding a sequence, tensor, slice, None or ...
+    is a tuple of indices (x[[[0, 1], [1, 0]]] is x[[0, 1], [1, 0]], and so
+    is x[np.array([[0, 1], [1, 0]])]), any other index a single one."""
+    if isinstance(idx, tuple):
+        return idx
+    if isinstance(idx, (list, np.ndarray)) and getattr(idx, "ndim", 1) and len(idx) < 32:
+        for i in idx:
+            if isinstance(i, (list, tuple, np.ndarray, Tensor, slice)) or i is None or i is Ellipsis:
+                return tuple(idx)
+    return (idx,)
 
 
 def is_advanced(idx):
@@ -165,15 +180,44 @@ def _basic(x, entries):
     return t, advs
 
 
+def _running_count(f, line=4096):
+    """cumsum of the 1-d f64 f in lines of `line` entries plus the running
+    total of the lines before (a device's loop limit caps one line: Vulkan's
+    llvmpipe at 65000 steps)."""
+    from ._ops import cumsum, cat
+    n = f.numel()
+    if n <= line:
+        return cumsum(f, 0) if n else f
+    b = -(-n // line)
+    if b * line != n:
+        f = cat([f, _t.zeros(b * line - n, dtype=f.dtype, device=f.device)])
+    rows = cumsum(f.reshape(b, line), 1)
+    tot = rows[:, line - 1]
+    before = _running_count(tot, line) - tot
+    return (rows + before.reshape(b, 1)).reshape(-1)[:n]
+
+
 def _nonzero_flat(m):
-    """The flat positions of a device mask's true elements, in order (i64):
-    a stable argsort of (mask == 0) puts them first; their count is a host
-    sync, as torch's nonzero is."""
+    """The flat positions of a device mask's true elements, in order (i64),
+    in O(count log n) work: the running count of true elements (cumsum,
+    exact in f64) and, for each r, a bisection for the first position
+    where it reaches r (the library's sort and scatter kernels are O(n^2)
+    on the devices). The count is one host sync, as torch's nonzero."""
     f = m.reshape(-1)
-    count = int(f.sum().item())
-    key = (f == 0).to(float32)
-    order = _wrap(lib.ag_argsort(key._handle, 0, False), "index")
-    return _wrap(lib.ag_slice(order._handle, 0, 0, count, 1), "index")
+    n = f.numel()
+    dev = m.device
+    c = _running_count(f.to(float64))
+    count = int(c[n - 1].item()) if n else 0
+    if count == 0:
+        return _t.zeros(0, dtype=int64, device=dev)
+    want = _t.arange(1, count + 1, dtype=float64, device=dev)
+    lo = _t.zeros(count, dtype=float64, device=dev)
+    hi = _t.full((count,), n - 1, dtype=float64, device=dev)
+    for _ in range(max(1, (n - 1).bit_length())):
+        mid = ((lo + hi) * 0.5).floor()
+        ge = _take(c, 0, mid.to(int64)) >= want
+        lo, hi = _t_where(ge, lo, mid + 1.0), _t_where(ge, mid, hi)
+    return lo.to(int64)
 
 
 def _broadcast(shapes):
@@ -227,21 +271,22 @@ def _t_where(c, a, b):
     return _wrap(lib.ag_where(c._handle, a._handle, b._handle), "index")
 
 
-def _take(t, dim, idx):
-    """ag_index_select for every dtype: the library's reads floating values,
-    so bool and uint8 go through f32, int32 through f64, and int64 as two
-    exact f64 halves (hi * 2^32 + lo)."""
+def _take(t, dim, idx, op=lib.ag_index_select):
+    """ag_index_select (or ag_gather) for every dtype: the library's read
+    floating values, so bool and uint8 go through f32, int32 through f64,
+    and int64 as two exact f64 halves (hi * 2^32 + lo)."""
     if t.dtype.is_floating_point:
-        return _wrap(lib.ag_index_select(t._handle, dim, idx._handle), "index")
+        return _wrap(op(t._handle, dim, idx._handle), "index")
     dt = t.dtype
     if dt is not int64:
         via = float32 if dt in (bool_, uint8) else float64
-        return _take(t.to(via), dim, idx).to(dt)
+        return _take(t.to(via), dim, idx, op).to(dt)
     q = t.to(float64).div(_TWO32).floor().to(int64)
     lo = t - q * _TWO32
     adj = (lo < 0).long() - (lo >= _TWO32).long()
     q, lo = q - adj, lo + adj * _TWO32
-    return _take(q.to(float64), dim, idx).to(int64) * _TWO32 + _take(lo.to(float64), dim, idx).to(int64)
+    hi = _take(q.to(float64), dim, idx, op).to(int64)
+    return hi * _TWO32 + _take(lo.to(float64), dim, idx, op).to(int64)
 
 
 def _gather_adv(t, advs):
@@ -351,8 +396,14 @@ def setitem(x, idx, value):
         raise RuntimeError("__setitem__(): a leaf Variable that requires grad is being used in an in-place "
                            "operation (write it under anygrad.no_grad())")
     entries = _parse(x, idx)
-    v = _value(x, value)
     m = _single_mask(entries)
+    if (isinstance(value, Tensor) and value._h and value.dtype is not x.dtype and is_advanced(idx) and
+            not (m is not None and value.ndim == 0)):
+        from ._dtype_rules import torch_name
+        raise RuntimeError("Index put requires the source and destination dtypes match, got %s for the "
+                           "destination and %s for the source."
+                           % (torch_name(x.dtype), torch_name(value.dtype)))
+    v = _value(x, value)
     if m is not None and v.ndim == 0:  # x[mask] = scalar: one where, no sync
         _basic(x, entries)  # checks the mask's shape
         mt = m.data if isinstance(m.data, Tensor) else _t.tensor(m.data, device=x.device)
@@ -360,8 +411,6 @@ def setitem(x, idx, value):
         _store(x, _t_where(mt, v, x), graph)
         return
     numel = x.numel()
-    if numel == 0:
-        return
     iota = _t.arange(1, numel + 1, dtype=float64, device=x.device).reshape(*x.shape)
     t, advs = _basic(iota, entries)
     pos = _gather_adv(t, advs) if advs else t
@@ -377,9 +426,11 @@ def setitem(x, idx, value):
                            "of shape %s" % (list(v.shape), list(shape)))
     if pos.numel() == 0:
         return
-    if x.device.type == "cpu":
+    if x.device.type == "cpu" or numel * pos.numel() > _DEVICE_WRITE_WORK:
+        # the library's sort and index_add kernels do numel * count work on
+        # the devices: past a bound, the positions are read back (a sync)
         src, dup = _src_host(pos, numel)
-        src = _t.tensor(src, dtype=int64)
+        src = _t.tensor(src, dtype=int64, device=x.device)
     else:
         src, dup = _src_device(pos, numel, x.device), True
     vf = v.expand(*shape).reshape(-1) if tuple(v.shape) != shape else v.reshape(-1)
@@ -399,9 +450,13 @@ def setitem(x, idx, value):
     _store(x, new, graph)
 
 
-def plain_setitem_needs_graph(x, value):
-    """A basic-index write that must be differentiated (goes through setitem)."""
-    return bool(lib.ag_grad_enabled()) and not (lib.ag_tensor_requires_grad(x._handle) and
-                                                lib.ag_tensor_is_leaf(x._handle)) and (
-        bool(lib.ag_tensor_requires_grad(x._handle)) or (isinstance(value, Tensor) and value.requires_grad))
-
+def plain_setitem_needs_graph(x, value, _enabled=lib.ag_grad_enabled, _rg=lib.ag_tensor_requires_grad):
+    """A basic-index write that must be differentiated (goes through setitem):
+    grad mode on and x a non-leaf that requires grad, or value requires grad
+    (a leaf x that requires grad is refused by the plain path)."""
+    if not _enabled():
+        return False
+    h = x._handle
+    if _rg(h):
+        return not lib.ag_tensor_is_leaf(h)
+    return isinstance(value, Tensor) and bool(value._h) and bool(_rg(value._h))

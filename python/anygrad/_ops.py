@@ -12,6 +12,7 @@ from ._lib import lib, check, raise_last
 from ._tensor import (Tensor, _wrap, _fail, _new, _t, _scalar, _finite, _dims_arg, _dim_arg, _int_arg,
                       _fill_value, _argname, _I64_MIN, _I64_MAX, full, tensor, as_dtype, bool_, float32,
                       int32, int64, index_select)
+from . import _dtype_rules
 
 __all__ = []
 
@@ -139,6 +140,11 @@ def _arith(name, f_tt, f_ts, f_st, dunder):
             t = _new(_T)
             t._h = h
             return t
+        if name == "div":  # two integer tensors: as float32, as torch
+            ab = _dtype_rules.true_divide_operands(a, b)
+            if ab is not None:
+                lib.ag_error_clear()
+                return op(*ab)
         _fail(name, a, b)
     return op
 
@@ -153,7 +159,22 @@ _ARITH = {"add": (lib.ag_add, lib.ag_add_scalar, lib.ag_add_scalar),
           "mul": (lib.ag_mul, lib.ag_mul_scalar, lib.ag_mul_scalar),
           "div": (lib.ag_div, lib.ag_div_scalar, lib.ag_rdiv_scalar)}
 _add, _sub, _mul, _div = (_arith(n, *_ARITH[n], dunder=True) for n in ("add", "sub", "mul", "div"))
-add, sub, mul, div = (_arith(n, *_ARITH[n], dunder=False) for n in ("add", "sub", "mul", "div"))
+add, sub, mul, _div_fn = (_arith(n, *_ARITH[n], dunder=False) for n in ("add", "sub", "mul", "div"))
+
+
+def div(a, b, rounding_mode=None):
+    """torch.div: true division (integers give float32), or rounding_mode
+    'floor' (floor_divide) or 'trunc' (toward zero; integers stay integers)."""
+    if rounding_mode is None:
+        return _div_fn(a, b)
+    if rounding_mode == "floor":
+        return floor_divide(a, b)
+    if rounding_mode == "trunc":
+        return _dtype_rules.trunc_divide(a, b)
+    raise RuntimeError("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '%s'"
+                       % (rounding_mode,))
+
+
 for _n, _f in (("add", add), ("sub", sub), ("mul", mul), ("div", div)):
     setattr(Tensor, _n, _f)
 true_divide = divide = div
@@ -190,9 +211,15 @@ Tensor.__rtruediv__ = _rev(_div)
 Tensor.__neg__ = lambda self: neg(self)
 Tensor.__pos__ = lambda self: self
 Tensor.__abs__ = lambda self: globals()["abs"](self)
-Tensor.__mod__ = _fwd(lambda a, b: remainder(a, b))
-Tensor.__rmod__ = _rev(lambda a, b: remainder(a, b))
-Tensor.__floordiv__ = _fwd(lambda a, b: floor(_div(a, b)))
+remainder = _dtype_rules.remainder  # integers exact, Python's sign rule
+floor_divide = _dtype_rules.floor_divide  # integers stay integers, rounded toward -inf
+Tensor.remainder = remainder
+Tensor.floor_divide = floor_divide
+Tensor.__mod__ = _fwd(remainder)
+Tensor.__rmod__ = _rev(remainder)
+Tensor.__floordiv__ = _fwd(floor_divide)
+Tensor.__rfloordiv__ = _rev(floor_divide)
+__all__.append("floor_divide")
 
 
 def pow(a, b):  # noqa: A001 - torch.pow
@@ -233,6 +260,7 @@ Tensor.__invert__ = lambda self: eq(self.bool(), _like(self.bool(), 0))
 def matmul(a, b):
     h = lib.ag_matmul(_t(a, "matmul"), _t(b, "matmul", "other", 2))
     if not h:
+        _dtype_rules.check_matmul(a, b)  # torch's RuntimeError for two dtypes or integers
         raise_last("matmul")
     return _wrap(h)
 
@@ -262,6 +290,8 @@ def _reducer(name, f):
             t = _new(_T)
             t._h = h
             return t
+        if name == "mean":
+            _dtype_rules.check_mean(x, dtype)  # torch's RuntimeError for integers
         _fail(name, x)
     return op
 
@@ -369,8 +399,13 @@ def log_softmax(x, dim=-1):
 
 
 def gather(x, dim, index):
-    return _wrap(lib.ag_gather(_t(x, "gather"), _dim_arg(dim, "gather", "dim", 2),
-                               _t(index, "gather", "index", 3)), "gather")
+    d = _dim_arg(dim, "gather", "dim", 2)
+    h = lib.ag_gather(_t(x, "gather"), d, _t(index, "gather", "index", 3))
+    if not h and lib.ag_tensor_dtype(x._h) not in _FLOAT_CODES and index.dtype in (int32, int64):
+        from ._index import _take  # integer and bool values: through floating types
+        lib.ag_error_clear()
+        return _take(x, d, index, lib.ag_gather)
+    return _wrap(h, "gather")
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
@@ -554,6 +589,8 @@ Tensor.__iadd__ = _iop(add, "__iadd__")
 Tensor.__isub__ = _iop(sub, "__isub__")
 Tensor.__imul__ = _iop(mul, "__imul__")
 Tensor.__itruediv__ = _iop(div, "__itruediv__")
+Tensor.__ifloordiv__ = _iop(floor_divide, "__ifloordiv__")
+Tensor.__imod__ = _iop(remainder, "__imod__")
 
 
 def _unary_inplace(name, f):

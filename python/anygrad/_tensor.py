@@ -790,7 +790,7 @@ class Tensor:
 
     def __getitem__(self, idx):
         if not isinstance(idx, tuple):
-            idx = (idx,)
+            idx = _index.as_tuple(idx) if idx.__class__ is list or isinstance(idx, np.ndarray) else (idx,)
         ndim = lib.ag_tensor_ndim(self._handle)
         if any(i.__class__ not in _PLAIN_INDEX for i in idx):
             if _index.is_advanced(idx):  # lists, arrays, integer tensors, masks
@@ -862,8 +862,9 @@ class Tensor:
         return t
 
     def __setitem__(self, idx, value):
-        tup = idx if isinstance(idx, tuple) else (idx,)
-        if _index.is_advanced(tup) or _index.plain_setitem_needs_graph(self, value):
+        tup = idx if idx.__class__ is tuple else _index.as_tuple(idx)
+        if ((not all(i.__class__ in _PLAIN_INDEX for i in tup) and _index.is_advanced(tup)) or
+                _index.plain_setitem_needs_graph(self, value)):
             return _index.setitem(self, tup, value)
         dst = self[idx]
         if isinstance(value, Tensor):
@@ -958,11 +959,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
             k = arr.dtype.kind
             if k not in "biuf":
                 raise TypeError("anygrad: cannot make a tensor from %s data" % arr.dtype)
-            if isinstance(data, np.ndarray):  # keep the array's dtype, as torch does
-                try:
-                    dt = as_dtype(arr.dtype)
-                except TypeError:
-                    raise TypeError("anygrad: no anygrad dtype for NumPy %s" % arr.dtype) from None
+            if isinstance(data, np.ndarray):  # the array's dtype, or the nearest wider (int16: int32)
+                from ._dtype_rules import numpy_dtype
+                dt = numpy_dtype(arr)
             else:  # Python numbers: bool, int64 or float32, as torch
                 dt = bool_ if k == "b" else int64 if k in "iu" else float32
         if dt is bfloat16:  # NumPy has no bfloat16: through float32
@@ -1059,15 +1058,6 @@ def _check_data_range(data, dt):
             if not math.isfinite(v) or not lo <= math.trunc(v) <= hi:
                 raise RuntimeError("tensor(): value %r cannot be converted to type %s without overflow"
                                    % (v, name))
-
-
-as_tensor = tensor
-
-
-def from_numpy(a):
-    if not isinstance(a, np.ndarray):
-        raise TypeError("from_numpy(): expected np.ndarray (got %s)" % type(a).__name__)
-    return tensor(a, dtype=as_dtype(a.dtype))
 
 
 def _creator(fn, name):
@@ -1264,8 +1254,13 @@ def _dim_index(dim, n, fn):
 
 
 def index_select(x, dim, index):
-    return _wrap(lib.ag_index_select(_t(x, "index_select"), _dim_arg(dim, "index_select", "dim", 2),
-                                     _t(index, "index_select", "index", 3)), "index_select")
+    d = _dim_arg(dim, "index_select", "dim", 2)
+    h = lib.ag_index_select(_t(x, "index_select"), d, _t(index, "index_select", "index", 3))
+    if not h and lib.ag_tensor_dtype(x._h) not in _FLOAT_CODES and index.dtype in (int32, int64):
+        lib.ag_error_clear()  # integer and bool values: through floating types (anygrad/_index.py)
+        return _index._take(x, d, index)
+    return _wrap(h, "index_select")
 
 
 from . import _index  # noqa: E402 - advanced indexing, over Tensor
+from ._dtype_rules import from_numpy, as_tensor  # noqa: E402,F401 - over Tensor and tensor()
