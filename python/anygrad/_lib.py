@@ -645,3 +645,15 @@ for _name, _res, _args in (
     else:
         _f.restype, _f.argtypes = _res, _args
 lib.ag_error_set.restype = c_int  # variadic: (status, b"%s", message)
+
+# ---- PyTorch-program glue (_compat.py, cuda.py) and bindings the package used unbound ----
+# (without argtypes ctypes passes a tensor handle as a C int: the pointer is cut
+# to 32 bits and the call crashes once the heap lies above 4 GiB)
+for _name, _res, _args in (
+        ("ag_result_type", c_int, [T, T]),
+        ("ag_result_type_scalar", c_int, [T, c_double])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args

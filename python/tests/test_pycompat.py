@@ -255,3 +255,21 @@ def test_data_is_cuda_default_dtype_backends(dev, th):
     ag.backends.cudnn.deterministic = True
     ag.backends.cudnn.benchmark = False
     assert ag.backends.cudnn.is_available() is False
+
+
+def test_every_library_function_the_package_calls_has_argtypes():
+    """Without argtypes ctypes passes a tensor handle as a C int: the pointer
+    is cut to 32 bits, and the call crashes once the heap lies above 4 GiB
+    (ag_result_type did, after the DataLoader tests)."""
+    import glob
+    import re
+    from anygrad._lib import lib
+    pkg = os.path.dirname(ag.__file__)
+    names = set()
+    for f in glob.glob(os.path.join(pkg, "**", "*.py"), recursive=True):
+        with open(f) as fh:
+            names |= set(re.findall(r"\blib\.(ag_[a-z0-9_]+)", fh.read()))
+    assert len(names) > 100
+    unbound = sorted(n for n in names - {"ag_error_set"}  # variadic: called with bytes only
+                     if getattr(lib, n).argtypes is None)
+    assert unbound == []
