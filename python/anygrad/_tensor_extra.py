@@ -102,7 +102,8 @@ def split(x, split_size_or_sections, dim=0):
     if isinstance(split_size_or_sections, (list, tuple)):
         secs = [_int_arg(v, "split", "split_size", 2) for v in split_size_or_sections]
         if builtins.sum(secs) != n or builtins.any(v < 0 for v in secs):
-            raise RuntimeError("split_with_sizes expects split_sizes to sum exactly to %d (input tensor's size "
+            raise RuntimeError("split_with_sizes expects split_sizes to sum exactly to %d (input "
+                               "tensor's size "
                                "at dimension %d), but got split_sizes=%s" % (n, d, secs))
     else:
         k = _int_arg(split_size_or_sections, "split", "split_size", 2)
@@ -454,7 +455,8 @@ def linalg_norm(x, ord=None, dim=None, keepdim=False, dtype=None):  # noqa: A002
         return vector_norm(x, 2, dim, keepdim, dtype)
     if dim is None:
         if x.ndim not in (1, 2):
-            raise RuntimeError("linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. "
+            raise RuntimeError("linalg.norm: If dim is not specified but ord is, the input must be "
+                               "1D or 2D. "
                                "Got %dD." % x.ndim)
         dim = tuple(range(x.ndim))
     if len(dim) == 2:
@@ -489,7 +491,9 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     half = n // 2 if n > 1 else 1  # one step: start, as torch
     wide, st = np.longdouble, np.longdouble(step)  # one rounding, as torch's fused multiply-add
     with np.errstate(all="ignore"):
-        vals = np.where(i < half, wide(a) + st * i.astype(wide), wide(b) - st * (n - i - 1).astype(wide)).astype(ft)
+        up = wide(a) + st * i.astype(wide)
+        down = wide(b) - st * (n - i - 1).astype(wide)
+        vals = np.where(i < half, up, down).astype(ft)
     if not dt.is_floating_point:
         vals = np.trunc(vals)
     t = tensor(vals, dtype=dt, device=d)
@@ -601,13 +605,16 @@ def _einsum_parse(eq, ops):
             pre, post = term.split("...")
             e = x.ndim - len(pre) - len(post)
             if e < 0:
-                raise RuntimeError("einsum(): the number of subscripts in the equation (%d) is more than the "
-                                   "number of dimensions (%d) for operand %d" % (len(pre) + len(post), x.ndim, k))
+                raise RuntimeError("einsum(): the number of subscripts in the equation (%d) is more "
+                                   "than the "
+                                   "number of dimensions (%d) for operand %d"
+                                   % (len(pre) + len(post), x.ndim, k))
             ell_n = builtins.max(ell_n, e)
             parsed.append((list(pre), e, list(post)))
         else:
             if len(term) != x.ndim:
-                raise RuntimeError("einsum(): the number of subscripts in the equation (%d) does not match the "
+                raise RuntimeError("einsum(): the number of subscripts in the equation (%d) does "
+                                   "not match the "
                                    "number of dimensions (%d) for operand %d and no ellipsis was given"
                                    % (len(term), x.ndim, k))
             parsed.append((list(term), None, []))
@@ -626,7 +633,8 @@ def _einsum_parse(eq, ops):
             pre, post = rhs, ""
         for c in pre + post:
             if c not in _LETTERS:
-                raise RuntimeError("einsum(): invalid subscript %r in the output, subscripts must be in [a-zA-Z]"
+                raise RuntimeError("einsum(): invalid subscript %r in the output, subscripts must "
+                                   "be in [a-zA-Z]"
                                    % c)
         if "..." not in rhs and ell_n and builtins.any(e for _, e, _ in parsed):
             pass  # ellipsis dims are summed away, as torch
@@ -637,7 +645,8 @@ def _einsum_parse(eq, ops):
                 raise RuntimeError("einsum(): output subscript %s appears more than once in the output" % c)
             seen.add(c)
             if not builtins.any(c in ls for ls in labels):
-                raise RuntimeError("einsum(): output subscript %s does not appear in the equation for any input "
+                raise RuntimeError("einsum(): output subscript %s does not appear in the equation "
+                                   "for any input "
                                    "operand" % c)
     return labels, out
 
@@ -653,7 +662,8 @@ def _diagonal(x, ls):
         b = ls.index(dup, a + 1)
         n = x.shape[a]
         if x.shape[b] != n:
-            raise RuntimeError("einsum(): subscript %s is repeated for operand but the sizes don't match, %d != %d"
+            raise RuntimeError("einsum(): subscript %s is repeated for operand but the sizes don't "
+                               "match, %d != %d"
                                % (dup, x.shape[b], n))
         shape = [1] * x.ndim
         shape[a] = shape[b] = n
@@ -707,7 +717,8 @@ def einsum(equation, *operands):
     of operands (contracted left to right, each pair as one batched matmul).
     Differentiable: built from permute, reshape, expand, mul, sum and matmul."""
     if not isinstance(equation, str):
-        raise TypeError("einsum(): argument 'equation' (position 1) must be str, not %s" % type(equation).__name__)
+        raise TypeError("einsum(): argument 'equation' (position 1) must be str, not %s"
+                        % type(equation).__name__)
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     for k, x in enumerate(operands):
@@ -735,9 +746,11 @@ def einsum(equation, *operands):
             elif s != size[c] and s != 1:
                 if c.startswith("."):
                     raise RuntimeError("einsum(): operands do not broadcast with remapped shapes "
-                                       "(original->remapped): operand %d has size %d for an ellipsis dim where "
+                                       "(original->remapped): operand %d has size %d for an "
+                                       "ellipsis dim where "
                                        "an earlier operand has %d" % (k, s, size[c]))
-                raise RuntimeError("einsum(): subscript %s has size %d for operand %d which does not broadcast "
+                raise RuntimeError("einsum(): subscript %s has size %d for operand %d which does "
+                                   "not broadcast "
                                    "with previously seen size %d" % (c, s, k, size[c]))
         xs.append((x, ls))
     keep_out = set(out)

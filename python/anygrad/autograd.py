@@ -16,9 +16,11 @@ from ctypes import CFUNCTYPE, POINTER, byref, c_int, c_uint64, c_void_p
 
 from . import _lib
 from ._lib import lib, check
-from ._tensor import Tensor, _wrap, no_grad, is_grad_enabled, zeros
+from ._tensor import (Tensor, _wrap, no_grad, enable_grad, inference_mode,  # noqa: F401
+                      is_grad_enabled, zeros)
 
-__all__ = ["grad", "backward", "Function", "FunctionCtx", "Node", "RemovableHandle"]
+__all__ = ["grad", "backward", "Function", "FunctionCtx", "Node", "RemovableHandle", "no_grad",
+           "enable_grad", "inference_mode"]
 
 _AG_ERR_INTERNAL = 14
 _keys = itertools.count(1)
@@ -130,15 +132,53 @@ def register_hook(self, hook):
     return RemovableHandle(self, hid.value)
 
 
+_retained = {}  # C handle of a non-leaf that retains its gradient -> [gradient or None]
+
+
+def retain_grad(self):
+    """Tensor.retain_grad: a non-leaf keeps the gradient of each backward
+    in .grad (summed over passes, as a leaf's), through a gradient hook."""
+    if not self.requires_grad:
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    h = self._handle
+    if self.is_leaf or h in _retained:
+        return
+    box = [None]
+
+    def keep(g):
+        box[0] = g.detach().clone() if box[0] is None else box[0] + g
+    keep.__name__ = "retain_grad"
+    register_hook(self, keep)
+    _retained[h] = box
+    weakref.finalize(self, _retained.pop, h, None)
+
+
+_tensor_grad = Tensor.grad
+
+
+def _get_grad(self):
+    box = _retained.get(self._h) if self._h else None
+    return box[0] if box is not None else _tensor_grad.fget(self)
+
+
+def _set_grad(self, v):
+    box = _retained.get(self._h) if self._h else None
+    if box is not None and v is None:
+        box[0] = None
+        return
+    _tensor_grad.fset(self, v)
+
+
 # ---- grad_fn ---------------------------------------------------------------------------
 
 
 # the library's op names where torch 1.13 names the node otherwise
 _TORCH_NAMES = {"matmul": "MmBackward0", "concat": "CatBackward0", "cast": "ToCopyBackward0",
-                "to_device": "ToCopyBackward0", "cross_entropy": "NllLossBackward0", "mse_loss": "MseLossBackward0",
-                "layer_norm": "NativeLayerNormBackward0", "batch_norm": "NativeBatchNormBackward0",
-                "dropout": "NativeDropoutBackward0", "gather/index_select": "IndexSelectBackward0",
-                "conv2d": "ConvolutionBackward0", "scaled_dot_product_attention": "ScaledDotProductAttentionBackward0"}
+                "to_device": "ToCopyBackward0", "cross_entropy": "NllLossBackward0",
+                "mse_loss": "MseLossBackward0", "layer_norm": "NativeLayerNormBackward0",
+                "batch_norm": "NativeBatchNormBackward0", "dropout": "NativeDropoutBackward0",
+                "gather/index_select": "IndexSelectBackward0", "conv2d": "ConvolutionBackward0",
+                "scaled_dot_product_attention": "ScaledDotProductAttentionBackward0"}
 
 
 def _torch_name(name):
@@ -250,15 +290,18 @@ def _grad_outputs(grad_outputs, outs, fn):
             if o.requires_grad and o.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
         elif not isinstance(g, Tensor):
-            raise TypeError("%s(): grad_outputs[%d] must be a Tensor or None, not %s" % (fn, k, type(g).__name__))
+            raise TypeError("%s(): grad_outputs[%d] must be a Tensor or None, not %s"
+                            % (fn, k, type(g).__name__))
         elif tuple(g.shape) != tuple(o.shape):
-            raise RuntimeError("Mismatch in shape: grad_output[%d] has a shape of %s and output[%d] has a shape "
+            raise RuntimeError("Mismatch in shape: grad_output[%d] has a shape of %s and output[%d] "
+                               "has a shape "
                                "of %s." % (k, g.shape, k, o.shape))
     return gos
 
 
 def _no_create_graph(fn):
-    raise NotImplementedError("%s(): create_graph=True (gradients of gradients) is not supported: the library's "
+    raise NotImplementedError("%s(): create_graph=True (gradients of gradients) is not supported: "
+                              "the library's "
                               "backward records no graph" % fn)
 
 
@@ -300,7 +343,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if not allow_unused:
         for k, r in enumerate(out):
             if r is None:
-                raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
+                raise RuntimeError("One of the differentiated Tensors appears to not have been used "
+                                   "in the graph. "
                                    "Set allow_unused=True if this is the desired behavior. (input %d)" % k)
     return out
 
@@ -390,10 +434,12 @@ def _custom_backward(user, g_h, n, grads):
             if r is None:
                 continue
             if not isinstance(r, Tensor):
-                raise TypeError("function %s returned a gradient of type %s at index %d (expected Tensor or None)"
+                raise TypeError("function %s returned a gradient of type %s at index %d (expected "
+                                "Tensor or None)"
                                 % (name, type(r).__name__, pos))
             if tuple(r.shape) != meta[0]:
-                raise RuntimeError("Function %s returned an invalid gradient at index %d - got %s but expected "
+                raise RuntimeError("Function %s returned an invalid gradient at index %d - got %s "
+                                   "but expected "
                                    "shape compatible with %s" % (name, pos, list(r.shape), list(meta[0])))
             grads[i] = lib.ag_tensor_retain(r._handle)
         return 0
@@ -444,12 +490,16 @@ class Function:
             a = outs[j].detach()  # a header without graph over the output's storage
             key = next(_keys)
             _registry[key] = (st, j)
-            check(lib.ag_custom_record(a._handle, (cls.__name__ + "Backward").encode(), len(st.tensor_pos), ins,
-                                       _custom_bw_cb, _free_cb, key))  # the library frees key on error too
+            name = (cls.__name__ + "Backward").encode()
+            check(lib.ag_custom_record(a._handle, name, len(st.tensor_pos), ins, _custom_bw_cb, _free_cb,
+                                       key))  # the library frees key on error too
             new[j] = a
         return tuple(new) if is_tuple else new[0]
 
 
 Tensor.backward = _backward
 Tensor.register_hook = register_hook
+Tensor.retain_grad = retain_grad
+Tensor.retains_grad = property(lambda self: bool(self._h) and self._h in _retained)
+Tensor.grad = property(_get_grad, _set_grad)
 Tensor.grad_fn = property(_grad_fn)

@@ -186,7 +186,8 @@ def test_any_all_edges():
         for x in ([], [math.nan], [0.0, -0.0]):
             a, t = A(np.array(x, dtype=np.float32))
             same(getattr(a, fn)(), getattr(t, fn)())
-        raises_like(IndexError, lambda: getattr(ag.zeros(2, 3), fn)(2), lambda: getattr(torch.zeros(2, 3), fn)(2))
+        raises_like(IndexError, lambda: getattr(ag.zeros(2, 3), fn)(2),
+                    lambda: getattr(torch.zeros(2, 3), fn)(2))
         raises_like(TypeError, lambda: getattr(ag.zeros(2, 3), fn)((0, 1)),
                     lambda: getattr(torch.zeros(2, 3), fn)((0, 1)))
 
@@ -194,7 +195,8 @@ def test_any_all_edges():
 # ---- repeat / split / chunk ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape,reps", [((3,), (2,)), ((2, 3), (2, 1)), ((2, 3), (1, 2, 3)), ((2,), (3, 1, 2)),
+@pytest.mark.parametrize("shape,reps", [((3,), (2,)), ((2, 3), (2, 1)), ((2, 3), (1, 2, 3)),
+                                        ((2,), (3, 1, 2)),
                                         ((), (2, 2)), ((2, 3), (0, 2)), ((2, 1, 3), (1, 4, 1))])
 def test_repeat(dev, shape, reps):
     a, t = A(rnd(*shape), dev, grad=True)
@@ -322,7 +324,8 @@ def test_linalg_norms(dev):
     same(ag.linalg.norm(v), torch.linalg.norm(tv), 1e-5)
     for o in (1, -1, float("inf"), -float("inf"), "fro"):
         same(ag.linalg.norm(a, ord=o), torch.linalg.norm(t, ord=o), 1e-5)
-        same(ag.linalg.matrix_norm(a, ord=o, keepdim=True), torch.linalg.matrix_norm(t, ord=o, keepdim=True), 1e-5)
+        same(ag.linalg.matrix_norm(a, ord=o, keepdim=True),
+             torch.linalg.matrix_norm(t, ord=o, keepdim=True), 1e-5)
     for o in (1, 2, 3, float("inf"), 0):
         same(ag.linalg.vector_norm(a, o), torch.linalg.vector_norm(t, o), 1e-5)
         same(ag.linalg.vector_norm(a, o, dim=1, keepdim=True), torch.linalg.vector_norm(t, o, 1, True), 1e-5)
@@ -334,7 +337,8 @@ def test_norm_errors():
     raises_like(IndexError, lambda: x.norm(dim=5), lambda: t.norm(dim=5))
     raises_like(RuntimeError, lambda: ag.linalg.vector_norm(ag.ones(2, dtype=ag.int64)),
                 lambda: torch.linalg.vector_norm(torch.ones(2, dtype=torch.int64)))
-    raises_like(RuntimeError, lambda: ag.linalg.matrix_norm(ag.ones(3)), lambda: torch.linalg.matrix_norm(torch.ones(3)))
+    raises_like(RuntimeError, lambda: ag.linalg.matrix_norm(ag.ones(3)),
+                lambda: torch.linalg.matrix_norm(torch.ones(3)))
     with pytest.raises(NotImplementedError):
         ag.linalg.matrix_norm(x, 2)
 
@@ -346,9 +350,11 @@ def test_norm_errors():
                                              (2, 3, 0), (-1000, 0.001, 101)])
 def test_linspace(dev, start, end, steps):
     same(ag.linspace(start, end, steps, device=dev), torch.linspace(start, end, steps), 1e-6)
-    same(ag.linspace(start, end, steps, dtype=ag.float64), torch.linspace(start, end, steps, dtype=torch.float64),
+    same(ag.linspace(start, end, steps, dtype=ag.float64),
+         torch.linspace(start, end, steps, dtype=torch.float64),
          1e-12)
-    same(ag.linspace(start, end, steps, dtype=ag.int64), torch.linspace(start, end, steps, dtype=torch.int64))
+    same(ag.linspace(start, end, steps, dtype=ag.int64),
+         torch.linspace(start, end, steps, dtype=torch.int64))
     r = ag.linspace(start, end, steps, device=dev)
     assert r.device == ag.device(dev)
     if steps:  # bit-equal at the ends
@@ -361,7 +367,8 @@ def test_linspace_errors():
     raises_like(TypeError, lambda: ag.linspace(0, 1, 2.0), lambda: torch.linspace(0, 1, 2.0))
 
 
-@pytest.mark.parametrize("n,m,dtype", [(3, None, "float32"), (2, 4, "int32"), (4, 2, "float64"), (0, 3, "bool"),
+@pytest.mark.parametrize("n,m,dtype", [(3, None, "float32"), (2, 4, "int32"), (4, 2, "float64"),
+                                       (0, 3, "bool"),
                                        (1, None, "int64")])
 def test_eye(dev, n, m, dtype):
     ra = ag.eye(n, m, dtype=getattr(ag, dtype if dtype != "bool" else "bool_"), device=dev)
@@ -447,8 +454,10 @@ def test_autograd_grad_unused_and_errors(dev):
                 lambda: torch.autograd.grad(ty, [tx, tz], retain_graph=True))
     raises_like(RuntimeError, lambda: ag.autograd.grad(y, [c], retain_graph=True),
                 lambda: torch.autograd.grad(ty, [tc], retain_graph=True))
-    raises_like(RuntimeError, lambda: ag.autograd.grad(c.sum(), [x]), lambda: torch.autograd.grad(tc.sum(), [tx]))
-    raises_like(RuntimeError, lambda: ag.autograd.grad(x * 2, [x]), lambda: torch.autograd.grad(tx * 2, [tx]))
+    raises_like(RuntimeError, lambda: ag.autograd.grad(c.sum(), [x]),
+                lambda: torch.autograd.grad(tc.sum(), [tx]))
+    raises_like(RuntimeError, lambda: ag.autograd.grad(x * 2, [x]),
+                lambda: torch.autograd.grad(tx * 2, [tx]))
     raises_like(RuntimeError, lambda: ag.autograd.grad(x * 2, [x], ag.ones(2, device=dev)),
                 lambda: torch.autograd.grad(tx * 2, [tx], torch.ones(2)))
     raises_like(RuntimeError, lambda: ag.autograd.grad(y, [1.0]), lambda: torch.autograd.grad(ty, [1.0]))
@@ -513,7 +522,8 @@ def test_grad_fn(dev):
     y, ty = A(rnd(3), dev, grad=True)
     assert x.grad_fn is None and tx.grad_fn is None
     for f in (lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a / b,
-              lambda a, b: (a * b).sum(), lambda a, b: a.exp(), lambda a, b: a.relu(), lambda a, b: a.mean()):
+              lambda a, b: (a * b).sum(), lambda a, b: a.exp(), lambda a, b: a.relu(),
+              lambda a, b: a.mean()):
         ra, rt = f(x, y), f(tx, ty)
         assert ra.grad_fn.name() == rt.grad_fn.name()
         assert rt.grad_fn.name() in repr(ra.grad_fn)
@@ -645,3 +655,22 @@ def test_hooks_and_functions_do_not_leak():
     assert len(autograd._registry) == base_reg
     w.grad = None
     assert ag.live_tensors() == base_live
+
+
+def test_retain_grad(dev):
+    x, tx = A(rnd(3), dev, grad=True)
+    y, ty = x * 2, tx * 2
+    y.retain_grad()
+    ty.retain_grad()
+    assert y.retains_grad and not x.retains_grad
+    for _ in range(2):
+        (y * y).sum().backward(retain_graph=True)
+        (ty * ty).sum().backward(retain_graph=True)
+        same(y.grad, ty.grad)
+        same(x.grad, tx.grad)
+    y.grad = None
+    assert y.grad is None
+    assert (x * 3).grad is None
+    raises_like(RuntimeError, lambda: x.detach().retain_grad(), lambda: tx.detach().retain_grad())
+    with ag.autograd.no_grad():
+        assert not (x * 2).requires_grad

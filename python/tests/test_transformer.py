@@ -152,8 +152,9 @@ def test_mha_parameters_as_torch(kw):
     want = [(k, tuple(v.shape)) for k, v in tm.state_dict().items()]
     assert [(k, tuple(v.shape)) for k, v in am.state_dict().items()] == want
     assert [k for k, _ in am.named_parameters()] == [k for k, _ in tm.named_parameters()]
+    ap = dict(am.named_parameters())
     for k, _ in tm.named_parameters():
-        assert am.state_dict()[k].requires_grad and am.state_dict()[k].is_leaf, k
+        assert ap[k].requires_grad and ap[k].is_leaf, k
     for a in ("embed_dim", "kdim", "vdim", "num_heads", "head_dim", "dropout", "batch_first",
               "_qkv_same_embed_dim", "add_zero_attn"):
         assert getattr(am, a) == getattr(tm, a), a
