@@ -273,3 +273,21 @@ def test_every_library_function_the_package_calls_has_argtypes():
     unbound = sorted(n for n in names - {"ag_error_set"}  # variadic: called with bytes only
                      if getattr(lib, n).argtypes is None)
     assert unbound == []
+
+
+def test_driver_refuses_a_run_that_loaded_the_wrong_torch(tmp_path, th):
+    prog = tmp_path / "p.py"
+    prog.write_text("import json, torch\nprint(json.dumps({'x': 1}))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for lib, env_ in (("anygrad", env), ("torch", _shim_env())):  # each with the other's torch
+        out = tmp_path / ("%s.jsonl" % lib)
+        subprocess.run([sys.executable, os.path.join(COMPAT, "_driver.py"), lib, str(out), str(prog)],
+                       env=env_, check=True, timeout=120)
+        rec = [json.loads(ln) for ln in out.read_text().splitlines()][-1]
+        assert not rec["ok"], rec
+        assert rec["error"].startswith("`import torch`"), rec
+    out = tmp_path / "right.jsonl"
+    subprocess.run([sys.executable, os.path.join(COMPAT, "_driver.py"), "anygrad", str(out), str(prog)],
+                   env=_shim_env(), check=True, timeout=120)
+    rec = [json.loads(ln) for ln in out.read_text().splitlines()][-1]
+    assert rec["ok"] and rec["output"] == {"x": 1}, rec

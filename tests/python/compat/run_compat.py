@@ -69,7 +69,7 @@ def run_driver(python, lib, progs, timeout):
     with tempfile.TemporaryDirectory() as tmp:
         while left:
             results = os.path.join(tmp, "%s_%d.jsonl" % (lib, len(out)))
-            cmd = [python, os.path.join(HERE, "_driver.py"), results] + left
+            cmd = [python, os.path.join(HERE, "_driver.py"), lib, results] + left
             t0 = time.perf_counter()
             try:
                 p = subprocess.run(cmd, env=env_for(lib), stdout=subprocess.PIPE,
