@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "anygrad/llama.h"
+#include "anygrad/pretrained.h"
 #include "anygrad/tokenizer.h"
 #include "text_ckpt.h"
 
@@ -357,6 +358,9 @@ ag_status text_train(const text_options *opt, text_result *r) {
   FILE *out = o.log ? o.log : stdout;
   ag_status st = check_options(&o);
   if (st == AG_OK) st = text_check_outputs(&o);
+  struct stat hs;
+  if (st == AG_OK && o.hf && stat(o.hf, &hs) == 0 && !S_ISDIR(hs.st_mode))
+    st = ag_error_set(AG_ERR_IO, "text: --hf '%s' exists and is not a folder", o.hf);
   char *bp = NULL;
   if (st == AG_OK && o.out && !(bp = bpe_path(o.out))) st = ag_error_set(AG_ERR_OOM, "text: out of host memory");
   ag_safetensors *ck = NULL;
@@ -529,6 +533,10 @@ ag_status text_train(const text_options *opt, text_result *r) {
     if (st == AG_OK)
       fprintf(out, "text: wrote %s (step %lld; continue with --resume %s) and %s\n", o.out,
               (long long)r->steps_done, o.out, bp);
+  }
+  if (st == AG_OK && o.hf) {
+    st = ag_llama_save_pretrained(&m, bpe, o.hf);
+    if (st == AG_OK) fprintf(out, "text: wrote the Hugging Face folder %s (docs/export.md)\n", o.hf);
   }
   if (st == AG_OK && o.sample_tokens > 0) st = sample(&m, bpe, &o, out);
   ag_safetensors_close(ck);

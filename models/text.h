@@ -41,6 +41,10 @@ typedef struct text_options {
                          architecture, vocabulary and seed (unless seed_set)
                          are used; the corpus and the tokenizer learned from
                          it must be the ones it was trained on */
+  const char *hf;     /* a folder to write at the end in the Hugging Face
+                         layout (ag_llama_save_pretrained: the model and the
+                         tokenizer), or NULL; when it exists it must be a
+                         folder (checked before the first step) */
   int64_t save_every; /* > 0: also write out every save_every steps */
   int64_t stop_at;    /* > 0: stop after this step as an interrupted run
                          would (out written there), the schedule still that

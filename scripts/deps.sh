@@ -2,18 +2,31 @@
 # Install what anygrad needs to build and test on Debian 12, only if missing.
 # libdnnl2 (oneDNN) is the CPU's f32 GEMM engine, opened at run time
 # (backends/cpu/cpu_gemm.c); without it OpenBLAS runs the products.
-# Usage: scripts/deps.sh [--test]   (--test adds the sanitizer runtimes, HIP and chromium,
+# Usage: scripts/deps.sh [--test] [--bench-hf]   (--test adds the sanitizer runtimes, HIP and chromium,
 # the headless browser the run-report test renders in, clang 14's libFuzzer runtime
 # (libclang-rt-14-dev) for the fuzzers of tests/fuzz/, the Python test packages,
 # Vulkan: lavapipe, the validation layers, glslc and the headers). fortunes is
 # the English text the text job (anygrad train --task text), the BPE
-# tokenizer's test and its bench train on.
+# tokenizer's test and its bench train on. --test also makes the virtual
+# environment .venv (Debian's python3 with --system-site-packages) holding the
+# pinned `tokenizers` wheel from PyPI that the tokenizer.json test checks
+# against (docs/export.md); --bench-hf adds pinned transformers and torch 2.x
+# to it for bench/hf_transformers_check.py (several GB with torch's CUDA
+# libraries: not for CI). Each is installed only when missing.
 set -euo pipefail
+test_deps=0 bench_hf=0
+for a in "$@"; do
+  case "$a" in
+    --test) test_deps=1 ;;
+    --bench-hf) test_deps=1 bench_hf=1 ;;
+    *) echo "usage: scripts/deps.sh [--test] [--bench-hf]" >&2; exit 2 ;;
+  esac
+done
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
       zlib1g-dev dataset-fashion-mnist libdnnl2 fortunes)
-if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium
+if ((test_deps)); then
+  pkgs+=(python3-venv libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium
         python3-numpy python3-pytest python3-hypothesis python3-setuptools python3-pip python3-dev
         libopenmpi-dev openmpi-bin libclang-rt-14-dev
         mesa-vulkan-drivers vulkan-validationlayers glslc libvulkan-dev)
@@ -27,4 +40,21 @@ if ((${#missing[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# ---- the Python packages of the Hugging Face checks, pinned, in .venv ----
+TOKENIZERS_VERSION=0.23.3
+TRANSFORMERS_VERSION=5.23.0
+TORCH_VERSION=2.15.0
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+has() { "$venv/bin/python3" -c "import $1, sys; sys.exit($1.__version__.split('+')[0] != '$2')" 2>/dev/null; }
+if ((test_deps)); then
+  [[ -x "$venv/bin/python3" ]] || /usr/bin/python3 -m venv --system-site-packages "$venv"
+  has tokenizers "$TOKENIZERS_VERSION" ||
+    "$venv/bin/pip" install -q --disable-pip-version-check "tokenizers==$TOKENIZERS_VERSION"
+fi
+if ((bench_hf)); then
+  has transformers "$TRANSFORMERS_VERSION" && has torch "$TORCH_VERSION" ||
+    "$venv/bin/pip" install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" \
+      "torch==$TORCH_VERSION"
 fi

@@ -664,6 +664,44 @@ def case_text_task():
     expect(["train", "--seq", "8"], 2, "apply to --task text")
 
 
+def case_text_hf():
+    """--task text --hf DIR: the trained model and its tokenizer as a Hugging
+    Face folder (docs/export.md) that transformers' LlamaConfig keys
+    describe; --hf naming a file is refused before training, and --hf
+    applies to --task text only."""
+    import json
+    d = os.path.join(WORK, "text_hf")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "corpus.txt")
+    words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "its", "bed"]
+    with open(path, "w") as f:
+        for i in range(3000):
+            f.write(" ".join(words[(i * 7 + j * 5) % len(words)] for j in range(8)) + ".\n")
+    hf = os.path.join(d, "hf")
+    tiny = ["train", "--task", "text", "--device", "cpu", "--steps", "4", "--layers", "1", "--embd", "32",
+            "--heads", "4", "--kv-heads", "2", "--seq", "32", "--vocab", "300", "--eval-batches", "1",
+            "--samples", "0", "--data", path]
+    out, _ = expect(tiny + ["--hf", hf], 0)
+    check("wrote the Hugging Face folder" in out, "no line for the folder:\n" + out[-2000:])
+    names = sorted(os.listdir(hf))
+    check(names == ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                    "tokenizer_config.json"], f"files: {names}")
+    with open(os.path.join(hf, "config.json")) as f:
+        cfg = json.load(f)
+    want = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 32,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 32, "hidden_act": "silu", "torch_dtype": "float32"}
+    for k, v in want.items():
+        check(cfg.get(k) == v, f"config.json {k}: {cfg.get(k)!r}, want {v!r}")
+    with open(os.path.join(hf, "tokenizer.json")) as f:
+        tok = json.load(f)
+    check(tok["model"]["type"] == "BPE" and len(tok["model"]["vocab"]) == cfg["vocab_size"],
+          "tokenizer.json: not a BPE of the model's vocabulary")
+    check(len(tok["model"]["merges"]) == cfg["vocab_size"] - 256, "tokenizer.json: merges")
+    expect(tiny + ["--hf", path], 1, "is not a folder")
+    expect(["train", "--hf", hf], 2, "apply to --task text")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":

@@ -60,5 +60,22 @@ if(AG_FUZZ)
                      -max_len=65536 -print_final_stats=1 -artifact_prefix=${_work}/crashes/
                      ${_work}/new ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/textckpt)
     set_tests_properties(fuzz_textckpt PROPERTIES TIMEOUT 120 LABELS "fuzz")
+    # The Hugging Face layout's JSON (core/hf/): each input as a
+    # tokenizer.json and as a config.json. Its seeds (tokenizer.json of a
+    # small BPE, anygrad's and transformers' config.json) need max_len 16 KiB.
+    add_executable(fuzz_hfjson ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_hfjson.c)
+    target_compile_options(fuzz_hfjson PRIVATE -fsanitize=fuzzer ${_ag_fz})
+    target_link_options(fuzz_hfjson PRIVATE -fsanitize=fuzzer ${_ag_fz})
+    target_compile_definitions(fuzz_hfjson PRIVATE _GNU_SOURCE) # memfd_create
+    target_link_libraries(fuzz_hfjson PRIVATE anygrad_fuzz)
+    set(_work ${CMAKE_CURRENT_BINARY_DIR}/fuzz_hfjson)
+    add_test(NAME fuzz_hfjson
+             COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+                     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+                     sh -c "mkdir -p '${_work}/new' '${_work}/crashes' && exec \"$0\" \"$@\""
+                     $<TARGET_FILE:fuzz_hfjson> -max_total_time=5 -runs=2000000 -timeout=10 -rss_limit_mb=2048
+                     -max_len=16384 -print_final_stats=1 -artifact_prefix=${_work}/crashes/
+                     ${_work}/new ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/hfjson)
+    set_tests_properties(fuzz_hfjson PROPERTIES TIMEOUT 120 LABELS "fuzz")
   endif()
 endif()

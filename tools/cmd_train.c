@@ -91,6 +91,8 @@ static void usage(void) {
       "  --vocab N            BPE vocabulary size (default 512; 256: raw bytes)\n"
       "  --eval-batches N     held-out batches per evaluation (default 8)\n"
       "  --save-every N       also write --out every N steps (default 0: at the end only)\n"
+      "  --hf DIR             also write the model and tokenizer at the end as a Hugging Face folder\n"
+      "                       (config.json, model.safetensors, tokenizer.json, ...: docs/export.md)\n"
       "  --prompt S --temperature X --top-k N   the sample (default \"\\n\", 0.8, 40)\n\n"
       "A loss or parameter that becomes NaN/Inf stops the run; the checkpoint at --out is\n"
       "then left as it was.\n" AG_CLI_EXIT_HELP,
@@ -102,7 +104,7 @@ enum {
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
   O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_ESTIMATE, O_HELP, O_TASK, O_EPOCHS, O_CHANNELS, O_DATA, O_TRAIN_LIMIT,
   O_TEST_LIMIT, O_WORKERS, O_AUGMENT, O_DEVICES, O_DIST, O_BUCKET_MB, O_BALANCE, O_KV_HEADS, O_SEQ, O_VOCAB,
-  O_EVAL_BATCHES, O_PROMPT, O_TEMPERATURE, O_TOP_K, O_SAVE_EVERY
+  O_EVAL_BATCHES, O_PROMPT, O_TEMPERATURE, O_TOP_K, O_SAVE_EVERY, O_HF
 };
 
 static const struct option k_opts[] = {
@@ -131,7 +133,7 @@ static const struct option k_opts[] = {
     {"seq", required_argument, NULL, O_SEQ},           {"vocab", required_argument, NULL, O_VOCAB},
     {"eval-batches", required_argument, NULL, O_EVAL_BATCHES}, {"prompt", required_argument, NULL, O_PROMPT},
     {"temperature", required_argument, NULL, O_TEMPERATURE}, {"top-k", required_argument, NULL, O_TOP_K},
-    {"save-every", required_argument, NULL, O_SAVE_EVERY},
+    {"save-every", required_argument, NULL, O_SAVE_EVERY},     {"hf", required_argument, NULL, O_HF},
     {NULL, 0, NULL, 0}};
 
 #define MAX_REPLICAS 64
@@ -218,8 +220,8 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
       case AG_CLI_NUMERICS: ok = ag_cli_numerics(C, v); break;
       case '?': ok = false; break;
-      case O_SAVE_EVERY:
-        fprintf(stderr, "anygrad train: --save-every applies to --task text, not fashion-mnist\n");
+      case O_SAVE_EVERY: case O_HF:
+        fprintf(stderr, "anygrad train: --save-every and --hf apply to --task text, not fashion-mnist\n");
         ok = false;
         break;
       default: {
@@ -278,6 +280,7 @@ static int parse_text(int argc, char **argv, text_options *o) {
       case O_LOG_EVERY: ok = ag_cli_int(C, "log-every", v, 1, 1 << 30, &o->log_every); break;
       case O_RESUME: o->resume = v; break;
       case O_SAVE_EVERY: ok = ag_cli_i64(C, "save-every", v, 0, TEXT_MAX_STEPS, &o->save_every); break;
+      case O_HF: o->hf = v; break;
       case O_LAYERS: ok = ag_cli_int(C, "layers", v, 1, TEXT_MAX_LAYERS, &o->layers); break;
       case O_HEADS: ok = ag_cli_int(C, "heads", v, 1, TEXT_MAX_WIDTH, &o->heads); break;
       case O_KV_HEADS: ok = ag_cli_int(C, "kv-heads", v, 1, TEXT_MAX_WIDTH, &o->kv_heads); break;
@@ -447,9 +450,9 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
         ok = false;
         break;
       case O_KV_HEADS: case O_SEQ: case O_VOCAB: case O_EVAL_BATCHES: case O_PROMPT: case O_TEMPERATURE: case O_TOP_K:
-      case O_SAVE_EVERY:
+      case O_SAVE_EVERY: case O_HF:
         fprintf(stderr, "anygrad train: --kv-heads, --seq, --vocab, --eval-batches, --prompt, --temperature, "
-                        "--top-k and --save-every apply to --task text\n");
+                        "--top-k, --save-every and --hf apply to --task text\n");
         ok = false;
         break;
       default: ok = false; break; /* '?': reported by the first pass */

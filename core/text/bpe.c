@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "anygrad/checks.h"
+#include "bpe_internal.h"
 
 #define BPE_MAGIC "anygrad-bpe"
 #define BPE_VERSION 1
@@ -785,4 +786,19 @@ corrupt:
   free(buf);
   free(merges);
   return ag_error_set(AG_ERR_CORRUPT, "ag_bpe_load: %s: line %" PRId64 ": %s", esc, lineno, why);
+}
+
+ag_status ag__bpe_from_merges(const int32_t *merges, int nm, const char *where, ag_bpe **out) {
+  if (out) *out = NULL;
+  if (!out || !where || (nm > 0 && !merges) || nm < 0 || nm > AG_BPE_MAX_VOCAB - 256)
+    return ag_error_set(AG_ERR_INVALID, "ag_bpe: bad merges (%d) from %s", nm, where ? where : "(null)");
+  int32_t *m = malloc(sizeof(int32_t) * 2 * (size_t)(nm > 0 ? nm : 1));
+  if (!m) return ag_error_set(AG_ERR_OOM, "ag_bpe: out of memory for %d merges", nm);
+  if (nm > 0) memcpy(m, merges, sizeof(int32_t) * 2 * (size_t)nm);
+  return bpe_build(m, nm, where, out);
+}
+
+void ag__bpe_merge(const ag_bpe *b, int i, int32_t *x, int32_t *y) {
+  *x = b->merges[2 * i];
+  *y = b->merges[2 * i + 1];
 }

@@ -42,6 +42,8 @@
 #include "anygrad/autograd.h"
 #include "anygrad/nn.h"
 #include "anygrad/llama.h"
+#include "anygrad/tokenizer.h"
+#include "anygrad/pretrained.h"
 #include "anygrad/optim.h"
 #include "anygrad/serialize.h"
 #include "anygrad/checks.h"

@@ -1,7 +1,7 @@
 """torch 1.13's dtype rules where the library's ops stop short: integer
 floor division and remainder (exact in int64, rounding toward -inf),
 true division of integers (float32), mean() of an integer tensor, matmul of
-two dtypes, cross_entropy's target dtypes, NumPy dtypes anygrad lacks and
+two dtypes, the target dtypes of cross_entropy and nll_loss, NumPy dtypes anygrad lacks and
 from_numpy() sharing the array's memory (docs/python.md, "dtype rules")."""
 import ctypes
 import itertools
@@ -196,42 +196,20 @@ def check_matmul(a, b):
                            "torch's CPU multiplies integers, its CUDA refuses them)" % torch_name(da))
 
 
-# ---- cross_entropy targets -------------------------------------------------------------
+# ---- loss targets ----------------------------------------------------------------------
 
-def ce_target(logits, target):
-    """The target cross_entropy passes to the library: int64 as given, uint8
-    widened (torch 1.13 accepts both); other integer dtypes and bool are
-    torch's RuntimeError. A floating target (class probabilities) returns
-    None: the caller computes that loss."""
-    if not (isinstance(target, Tensor) and target._h and isinstance(logits, Tensor) and logits._h):
-        return target
+def index_target(target, fn):
+    """A class-index target (cross_entropy, nll_loss) as the library takes
+    it: int64 as given, uint8 widened (torch 1.13 accepts both); any other
+    dtype is torch's RuntimeError ("expected scalar type Long but found Int")."""
     dt = target.dtype
     if dt is int64:
         return target
     if dt is uint8:
         return target.long()
-    if dt.is_floating_point and tuple(target.shape) == tuple(logits.shape):
-        if dt is not logits.dtype:
-            raise RuntimeError("expected scalar type %s but found %s" % (torch_name(logits.dtype),
-                                                                         torch_name(dt)))
-        return None
-    raise RuntimeError("expected scalar type Long but found %s (cross_entropy's target: class indices are "
-                       "int64 (or uint8), class probabilities a floating tensor of the input's shape)"
-                       % torch_name(dt))
-
-
-def ce_probabilities(logits, target, reduction):
-    """cross_entropy with class-probability targets (torch >= 1.10): the sum
-    over the class dim (1) of -target * log_softmax(input), reduced over the
-    rest (mean: over the batch elements)."""
-    from ._ops import log_softmax
-    dim = 1 if logits.ndim > 1 else 0
-    loss = -(target * log_softmax(logits, dim)).sum(dim)
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    return loss
+    raise RuntimeError("expected scalar type Long but found %s (%s(): class-index targets are int64 or "
+                       "uint8; class probabilities a floating tensor of the input's shape)"
+                       % (torch_name(dt), fn))
 
 
 # ---- NumPy -----------------------------------------------------------------------------

@@ -145,10 +145,8 @@ def _floating(x, fn, arg, pos):
 
 def _index_target(target, fn):
     _t(target, fn, "target", 2)
-    if target.dtype not in (int64, int32):
-        raise RuntimeError("%s(): expected scalar type Long but found %s for target"
-                           % (fn, target.dtype))
-    return target
+    from ._dtype_rules import index_target  # torch's: int64, or uint8 widened
+    return index_target(target, fn)
 
 
 def _same_size(input, target, fn, deprecated):
@@ -208,7 +206,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     fn = "nll_loss"
     reduction = _reduction(size_average, reduce, reduction, fn)
     _floating(input, fn, "input", 1)
-    _index_target(target, fn)
+    target = _index_target(target, fn)
     ignore_index = _int_arg(ignore_index, fn, "ignore_index")
     cd = _nll_shapes(input, target, fn)
     weight = _class_weight(weight, input, cd, fn)
@@ -221,7 +219,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                   reduction="mean", label_smoothing=0.0):
-    """torch's F.cross_entropy: class-index targets (i64 or i32) or class
+    """torch's F.cross_entropy: class-index targets (i64 or u8) or class
     probabilities (a floating target of input's shape). The plain form (no
     weight, no smoothing, index targets) is the C op; the others are
     log_softmax composed with the nll terms, as torch composes them."""
@@ -235,11 +233,11 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if target.dtype.is_floating_point:
         return _cross_entropy_probs(input, target, weight, reduction, ls)
     ii = _c_int_arg(ignore_index, fn, "ignore_index")
+    target = _index_target(target, fn)
     if weight is None and ls == 0.0:
         red = {"mean": 0, "sum": 1, "none": 2}[reduction]
         return _wrap(lib.ag_cross_entropy(h, target._handle, red, ii), fn)
     _floating(input, fn, "input", 1)
-    _index_target(target, fn)
     cd = _nll_shapes(input, target, fn)
     weight = _class_weight(weight, input, cd, fn)
     logp = _ops.log_softmax(input, cd)

@@ -169,15 +169,6 @@ class AdamwOptions(Structure):
                 ("weight_decay", c_double)]
 
 
-class ParamGroup(Structure):  # include/anygrad/optim.h: ag_param_group
-    _fields_ = [("params", POINTER(ParamList)), ("lr", c_double), ("weight_decay", c_double)]
-
-
-class RmspropOptions(Structure):  # include/anygrad/optim.h: ag_rmsprop_options
-    _fields_ = [("lr", c_double), ("alpha", c_double), ("eps", c_double), ("weight_decay", c_double),
-                ("momentum", c_double), ("centered", c_bool)]
-
-
 class Conv2dParams(Structure):
     _fields_ = [("stride", c_int * 2), ("padding", c_int * 2), ("dilation", c_int * 2),
                 ("groups", c_int)]
@@ -358,39 +349,6 @@ for _name, (_res, _args) in _DECLS.items():
     _f.restype = _res
     _f.argtypes = _args
 
-# training toolkit: parameter groups, schedules, initialisers, threads, generator state
-_TRAIN_DECLS = {
-    "ag_sgd_create_groups": (P, [POINTER(ParamGroup), c_int, POINTER(SgdOptions)]),
-    "ag_adamw_create_groups": (P, [POINTER(ParamGroup), c_int, POINTER(AdamwOptions)]),
-    "ag_rmsprop_create_groups": (P, [POINTER(ParamGroup), c_int, POINTER(RmspropOptions)]),
-    "ag_optimizer_set_group_lr": (c_int, [P, c_int, c_double]),
-    "ag_optimizer_group_lr": (c_double, [P, c_int]),
-    "ag_optimizer_group_count": (c_int, [P]),
-    "ag_schedule_lr": (c_double, [P, c_int64]),
-    "ag_init_gain": (c_double, [c_int, c_double]),
-    "ag_init_fans": (c_int, [T, POINTER(c_int64), POINTER(c_int64)]),
-    "ag_init_uniform_": (c_int, [T, c_double, c_double, P]),
-    "ag_init_normal_": (c_int, [T, c_double, c_double, P]),
-    "ag_init_xavier_uniform_": (c_int, [T, c_double, P]),
-    "ag_init_xavier_normal_": (c_int, [T, c_double, P]),
-    "ag_init_kaiming_uniform_": (c_int, [T, c_double, c_int, P]),
-    "ag_init_kaiming_normal_": (c_int, [T, c_double, c_int, P]),
-    "ag_init_trunc_normal_": (c_int, [T, c_double, c_double, c_double, c_double, P]),
-    "ag_set_num_threads": (c_int, [c_int]), "ag_get_num_threads": (c_int, []),
-    "ag_default_generator": (P, []),
-    "ag_generator_get_state": (None, [P, POINTER(c_uint64), POINTER(c_uint64)]),
-    "ag_generator_set_state": (None, [P, c_uint64, c_uint64]),
-    "ag_safetensors_meta": (c_char_p, [P, c_char_p]),
-}
-for _name, (_res, _args) in _TRAIN_DECLS.items():
-    try:
-        _f = getattr(lib, _name)
-    except AttributeError:
-        MISSING.append(_name)
-        continue
-    _f.restype = _res
-    _f.argtypes = _args
-
 # The category array's length comes from the library (AG_MEM_CATEGORY_COUNT).
 _n_cat = 0
 while _n_cat < 64 and lib.ag_mem_category_name(_n_cat) not in (None, b"?", b""):
@@ -552,6 +510,59 @@ for _name, _res, _args in (
     else:
         _f.restype, _f.argtypes = _res, _args
 
+
+# ---- nn modules and functional (anygrad.nn, anygrad.nn.functional) ----
+for _name, _res, _args in (
+        ("ag_group_norm", T, [T, c_int64, T, T, c_double]),
+        ("ag_conv1d", T, [T, T, T, c_int, c_int, c_int, c_int]),
+        ("ag_pad", T, [T, POINTER(c_int64), c_int, c_int, c_double]),
+        ("ag_interpolate", T, [T, c_int64, c_int64, c_double, c_double, c_int, c_bool]),
+        ("ag_one_hot", T, [T, c_int64]),
+        ("ag_norm", T, [T, c_double, c_int, POINTER(c_int), c_bool])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+
+# ---- tensor methods, autograd.grad, gradient hooks, grad_fn (_tensor_extra.py, autograd.py) ----
+for _name, _res, _args in (
+        ("ag_sort", c_int, [T, c_int, c_bool, POINTER(c_void_p), POINTER(c_void_p)]),
+        ("ag_argsort", T, [T, c_int, c_bool])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+for _name, _res, _args in (
+        ("ag_autograd_grad", c_int, [c_int, POINTER(c_void_p), POINTER(c_void_p), c_int, POINTER(c_void_p),
+                                     c_bool, c_bool, POINTER(c_void_p)]),
+        ("ag_tensor_add_grad_pre_hook", c_int, [T, c_void_p, c_void_p, c_void_p, POINTER(c_uint64)]),
+        ("ag_tensor_remove_grad_hook", c_int, [T, c_uint64]),
+        ("ag_tensor_grad_fn", c_void_p, [T]),
+        ("ag_grad_node_retain", c_void_p, [c_void_p]), ("ag_grad_node_release", None, [c_void_p]),
+        ("ag_grad_node_name", c_char_p, [c_void_p]), ("ag_grad_node_input_count", c_int, [c_void_p]),
+        ("ag_grad_node_next", c_void_p, [c_void_p, c_int, POINTER(c_void_p)]),
+        ("ag_custom_record", c_int, [T, c_char_p, c_int, POINTER(c_void_p), c_void_p, c_void_p, c_void_p])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+lib.ag_error_set.restype = c_int  # variadic: (status, b"%s", message)
+
+# ---- indexing and NumPy sharing (anygrad/_index.py, from_numpy) ----
+DELETER = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)  # ag_deleter_fn
+for _name, _res, _args in (
+        ("ag_index_add", c_void_p, [c_void_p, c_int, c_void_p, c_void_p, c_double]),
+        ("ag_from_blob", c_void_p, [Device, c_int, c_int, POINTER(c_int64), POINTER(c_int64), c_void_p,
+                                    DELETER, c_void_p])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args
+
 # ---- the host-staging loader (include/anygrad/loader.h), for anygrad.utils.data ----
 LOADER_MAX_FIELDS = 8
 MAX_DIMS = 8
@@ -593,58 +604,21 @@ for _name, _res, _args in (
     else:
         _f.restype, _f.argtypes = _res, _args
 
-# ---- indexing and NumPy sharing (anygrad/_index.py, from_numpy) ----
-DELETER = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)  # ag_deleter_fn
+# ---- the Hugging Face layout (include/anygrad/pretrained.h, docs/export.md) ----
 for _name, _res, _args in (
-        ("ag_argsort", c_void_p, [c_void_p, c_int, c_bool]),
-        ("ag_index_add", c_void_p, [c_void_p, c_int, c_void_p, c_void_p, c_double]),
-        ("ag_from_blob", c_void_p, [Device, c_int, c_int, POINTER(c_int64), POINTER(c_int64), c_void_p,
-                                    DELETER, c_void_p])):
+        ("ag_llama_save_pretrained", c_int, [POINTER(Llama), c_void_p, c_char_p]),
+        ("ag_llama_load_pretrained", c_int, [c_char_p, Device, POINTER(Llama), POINTER(c_void_p)]),
+        ("ag_llama_read_config", c_int, [c_char_p, POINTER(LlamaConfig)]),
+        ("ag_llama_hidden_dim", c_int64, [POINTER(LlamaConfig)]),
+        ("ag_bpe_load", c_int, [c_char_p, POINTER(c_void_p)]),
+        ("ag_bpe_load_hf", c_int, [c_char_p, POINTER(c_void_p)]),
+        ("ag_bpe_save_hf", c_int, [c_void_p, c_char_p]),
+        ("ag_bpe_free", None, [c_void_p])):
     _f = getattr(lib, _name, None)
     if _f is None:
         MISSING.append(_name)
     else:
         _f.restype, _f.argtypes = _res, _args
-
-# ---- nn modules and functional (anygrad.nn, anygrad.nn.functional) ----
-for _name, _res, _args in (
-        ("ag_group_norm", T, [T, c_int64, T, T, c_double]),
-        ("ag_conv1d", T, [T, T, T, c_int, c_int, c_int, c_int]),
-        ("ag_pad", T, [T, POINTER(c_int64), c_int, c_int, c_double]),
-        ("ag_interpolate", T, [T, c_int64, c_int64, c_double, c_double, c_int, c_bool]),
-        ("ag_one_hot", T, [T, c_int64]),
-        ("ag_norm", T, [T, c_double, c_int, POINTER(c_int), c_bool])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
-
-# ---- tensor methods, autograd.grad, gradient hooks, grad_fn (_tensor_extra.py, autograd.py) ----
-for _name, _res, _args in (
-        ("ag_sort", c_int, [T, c_int, c_bool, POINTER(c_void_p), POINTER(c_void_p)]),
-        ("ag_argsort", T, [T, c_int, c_bool])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
-for _name, _res, _args in (
-        ("ag_autograd_grad", c_int, [c_int, POINTER(c_void_p), POINTER(c_void_p), c_int, POINTER(c_void_p),
-                                     c_bool, c_bool, POINTER(c_void_p)]),
-        ("ag_tensor_add_grad_pre_hook", c_int, [T, c_void_p, c_void_p, c_void_p, POINTER(c_uint64)]),
-        ("ag_tensor_remove_grad_hook", c_int, [T, c_uint64]),
-        ("ag_tensor_grad_fn", c_void_p, [T]),
-        ("ag_grad_node_retain", c_void_p, [c_void_p]), ("ag_grad_node_release", None, [c_void_p]),
-        ("ag_grad_node_name", c_char_p, [c_void_p]), ("ag_grad_node_input_count", c_int, [c_void_p]),
-        ("ag_grad_node_next", c_void_p, [c_void_p, c_int, POINTER(c_void_p)]),
-        ("ag_custom_record", c_int, [T, c_char_p, c_int, POINTER(c_void_p), c_void_p, c_void_p, c_void_p])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
-lib.ag_error_set.restype = c_int  # variadic: (status, b"%s", message)
 
 # ---- PyTorch-program glue (_compat.py, cuda.py) and bindings the package used unbound ----
 # (without argtypes ctypes passes a tensor handle as a C int: the pointer is cut

@@ -26,12 +26,6 @@ def _opt(t, fn, what, pos=None):
 
 def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
     fn = "cross_entropy"
-    from ._dtype_rules import ce_target, ce_probabilities  # torch's target dtypes
-    tgt = ce_target(logits, target)
-    if tgt is None:
-        _red(reduction)
-        return ce_probabilities(logits, target, reduction)
-    target = tgt
     return _wrap(lib.ag_cross_entropy(_t(logits, fn), _t(target, fn, "target", 2), _red(reduction),
                                       _c_int_arg(ignore_index, fn, "ignore_index")), fn)
 

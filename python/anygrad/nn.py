@@ -619,7 +619,7 @@ class Llama(Module):
                  hidden_dim=0, multiple_of=0, rope_theta=0.0, norm_eps=0.0, untied_head=False,
                  checkpoint=False, device=None, dtype=None, generator=None):
         from ._lib import LlamaConfig, Llama as _CLlama
-        from ._tensor import as_device, _wrap
+        from ._tensor import as_device
         super().__init__()
         i64, i32 = _int_arg, _c_int_arg
         cfg = LlamaConfig(i64(vocab_size, "Llama", "vocab_size"), i64(dim, "Llama", "dim"),
@@ -631,12 +631,16 @@ class Llama(Module):
         check(lib.ag_llama_init(byref(m), byref(cfg), as_device(device)._d,
                                 (as_dtype(dtype) or float32).code,
                                 _gen(generator, "Llama")))
+        self._adopt(m, 2 + 9 * int(n_layers) + (1 if untied_head else 0))
+
+    def _adopt(self, m, want):
+        from ._tensor import _wrap
         object.__setattr__(self, "_m", m)
         pl = m.params
-        want = 2 + 9 * int(n_layers) + (1 if untied_head else 0)
         if pl.count != want or pl.names[0] != b"model.embed_tokens.weight":
             lib.ag_llama_free(byref(m))  # the mirrored struct layout is checked here
-            raise RuntimeError("anygrad.nn.Llama: unexpected parameter list from ag_llama_init")
+            object.__setattr__(self, "_m", None)
+            raise RuntimeError("anygrad.nn.Llama: unexpected parameter list from the C library")
         for i in range(pl.count):
             self._parameters[pl.names[i].decode()] = _wrap(lib.ag_tensor_retain(pl.tensors[i]))
 
@@ -657,12 +661,29 @@ class Llama(Module):
         t._h = h
         return t
 
-    def save_pretrained(self, path):
-        check(lib.ag_llama_save(byref(self._m), os.fsencode(path)))
+    def save_pretrained(self, path, tokenizer=None):
+        """A folder in the Hugging Face layout (config.json, model.safetensors,
+        generation_config.json; with tokenizer, a path to an anygrad .bpe file
+        or a tokenizer.json, also tokenizer.json and tokenizer_config.json):
+        transformers' AutoModelForCausalLM.from_pretrained reads it. A path
+        ending in .safetensors writes that one weights file instead."""
+        from ._hf import save_pretrained
+        save_pretrained(self, path, tokenizer)
 
     def load_pretrained(self, path):
-        check(lib.ag_llama_load(byref(self._m), os.fsencode(path)))
+        """Load the weights of a folder written by save_pretrained or by
+        transformers (its config must be this model's), or of one
+        .safetensors file, into this model."""
+        from ._hf import load_pretrained
+        load_pretrained(self, path)
         return self
+
+    @classmethod
+    def from_pretrained(cls, path, device=None):
+        """A new model from a Hugging Face folder, in the dtype of its
+        weights (f32, f16 or bf16), on device."""
+        from ._hf import from_pretrained
+        return from_pretrained(cls, path, device)
 
     def __del__(self, _free=lib.ag_llama_free, _byref=byref):
         m = self.__dict__.pop("_m", None)
