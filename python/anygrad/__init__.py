@@ -20,10 +20,10 @@ from . import linalg, autograd  # noqa: F401
 from ._compat import triu, tril, is_tensor, numel, get_default_dtype, backends  # noqa: F401
 from . import cuda  # noqa: F401  (torch.cuda.is_available() and the seeding calls)
 from . import functional, nn, optim  # noqa: F401
-from . import utils  # noqa: F401  (anygrad.utils.data)
 from ._tensor import default_generator  # noqa: F401
 from ._rng import (get_rng_state, set_rng_state, initial_seed, seed, set_num_threads,  # noqa: F401
                    get_num_threads)
+from . import utils  # noqa: F401  (anygrad.utils.data)
 
 float = float32  # noqa: A001
 half = float16

@@ -597,6 +597,7 @@ lib.ag_error_set.restype = c_int  # variadic: (status, b"%s", message)
 DELETER = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)  # ag_deleter_fn
 for _name, _res, _args in (
         ("ag_index_add", c_void_p, [c_void_p, c_int, c_void_p, c_void_p, c_double]),
+        ("ag_result_type", c_int, [T, T]),
         ("ag_from_blob", c_void_p, [Device, c_int, c_int, POINTER(c_int64), POINTER(c_int64), c_void_p,
                                     DELETER, c_void_p])):
     _f = getattr(lib, _name, None)
@@ -656,18 +657,6 @@ for _name, _res, _args in (
         ("ag_bpe_load_hf", c_int, [c_char_p, POINTER(c_void_p)]),
         ("ag_bpe_save_hf", c_int, [c_void_p, c_char_p]),
         ("ag_bpe_free", None, [c_void_p])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
-
-# ---- PyTorch-program glue (_compat.py, cuda.py) and bindings the package used unbound ----
-# (without argtypes ctypes passes a tensor handle as a C int: the pointer is cut
-# to 32 bits and the call crashes once the heap lies above 4 GiB)
-for _name, _res, _args in (
-        ("ag_result_type", c_int, [T, T]),
-        ("ag_result_type_scalar", c_int, [T, c_double])):
     _f = getattr(lib, _name, None)
     if _f is None:
         MISSING.append(_name)

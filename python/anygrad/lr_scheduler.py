@@ -21,7 +21,7 @@ class _Schedule(Structure):  # include/anygrad/optim.h: ag_schedule
                 ("milestones", c_int64 * 16), ("warmup", c_int64), ("warmup_start_factor", c_double)]
 
 
-_STEP, _MULTISTEP, _LINEAR, _ONE_CYCLE = 1, 2, 3, 6
+_STEP, _MULTISTEP, _LINEAR, _COSINE_RESTARTS, _ONE_CYCLE = 1, 2, 3, 5, 6
 
 
 def _c_lr(step, kind, **fields):
@@ -45,6 +45,12 @@ def _int(v, name, fn, low=None):
     v = int(v)
     if low is not None and v < low:
         raise ValueError("%s(): %s must be >= %d, got %d" % (fn, name, low, v))
+    return v
+
+
+def _num(v, name, fn):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError("%s(): %s must be a number, not %s" % (fn, name, type(v).__name__))
     return v
 
 
@@ -195,10 +201,82 @@ class CosineAnnealingLR(_LRScheduler):
         return self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * e / self.T_max)) / 2
 
 
+class CosineAnnealingWarmRestarts(_LRScheduler):
+    """Cosine annealing restarted every T_0, T_0 * T_mult, ... epochs
+    (ag_schedule_cosine_restarts); step(epoch) takes a whole epoch only."""
+
+    def __init__(self, optimizer, T_0, T_mult=1, eta_min=0, last_epoch=-1, verbose=False):
+        fn = "CosineAnnealingWarmRestarts"
+        if isinstance(T_0, bool) or not isinstance(T_0, int) or T_0 <= 0:
+            raise ValueError("Expected positive integer T_0, but got {}".format(T_0))
+        if isinstance(T_mult, bool) or not isinstance(T_mult, int) or T_mult < 1:
+            raise ValueError("Expected integer T_mult >= 1, but got {}".format(T_mult))
+        self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, float(_num(eta_min, "eta_min", fn))
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def lr_at(self, e, base):
+        if e < 0:
+            return base
+        return _c_lr(e, _COSINE_RESTARTS, lr=base, lr_min=self.eta_min, period=self.T_0,
+                     period_mult=self.T_mult)
+
+    @property
+    def T_cur(self):
+        e, t = max(self.last_epoch, 0), self.T_0
+        while e >= t:
+            e, t = e - t, t * self.T_mult
+        return e
+
+
+class ConstantLR(_LRScheduler):
+    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1, verbose=False):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor, self.total_iters = float(factor), _int(total_iters, "total_iters", "ConstantLR", 0)
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def lr_at(self, e, base):
+        return base * (self.factor if e < self.total_iters else 1.0)
+
+
+class PolynomialLR(_LRScheduler):
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1, verbose=False):
+        self.total_iters = _int(total_iters, "total_iters", "PolynomialLR", 1)
+        self.power = float(power)
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def lr_at(self, e, base):
+        return base * (1.0 - min(self.total_iters, e) / self.total_iters) ** self.power
+
+
+class MultiplicativeLR(_LRScheduler):
+    """lr times lr_lambda(epoch) at every step after the first (chained from
+    the group's current lr, as torch)."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1, verbose=False):
+        n = len(optimizer.param_groups)
+        if isinstance(lr_lambda, (list, tuple)):
+            if len(lr_lambda) != n:
+                raise ValueError("Expected %d lr_lambdas, but got %d" % (n, len(lr_lambda)))
+            self.lr_lambdas = list(lr_lambda)
+        else:
+            self.lr_lambdas = [lr_lambda] * n
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def get_lr(self):
+        gs = self.optimizer.param_groups
+        if self.last_epoch > 0:
+            return [g["lr"] * f(self.last_epoch) for f, g in zip(self.lr_lambdas, gs)]
+        return [g["lr"] for g in gs]
+
+    state_dict = LambdaLR.state_dict
+    load_state_dict = LambdaLR.load_state_dict
+
+
 class OneCycleLR(_LRScheduler):
-    """torch's OneCycleLR with anneal_strategy 'cos' or 'linear' and
-    three_phase; the momentum (betas[0]) is not cycled: cycle_momentum is
-    accepted and ignored."""
+    """torch's OneCycleLR: anneal_strategy 'cos' or 'linear', three_phase,
+    and cycle_momentum (betas[0] or momentum of every group, between
+    max_momentum and base_momentum, as torch)."""
 
     def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
                  anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95,
@@ -227,15 +305,21 @@ class OneCycleLR(_LRScheduler):
         self.three_phase = three_phase
         self.div_factor, self.final_div_factor = float(div_factor), float(final_div_factor)
         ts = self.total_steps
+        mx, base = "max_momentum", "base_momentum"
         if three_phase:
             self._schedule_phases = [
-                {"end_step": float(pct_start * ts) - 1, "start_lr": "initial_lr", "end_lr": "max_lr"},
-                {"end_step": float(2 * pct_start * ts) - 2, "start_lr": "max_lr", "end_lr": "initial_lr"},
-                {"end_step": ts - 1, "start_lr": "initial_lr", "end_lr": "min_lr"}]
+                {"end_step": float(pct_start * ts) - 1, "start_lr": "initial_lr", "end_lr": "max_lr",
+                 "start_momentum": mx, "end_momentum": base},
+                {"end_step": float(2 * pct_start * ts) - 2, "start_lr": "max_lr", "end_lr": "initial_lr",
+                 "start_momentum": base, "end_momentum": mx},
+                {"end_step": ts - 1, "start_lr": "initial_lr", "end_lr": "min_lr",
+                 "start_momentum": mx, "end_momentum": mx}]
         else:
             self._schedule_phases = [
-                {"end_step": float(pct_start * ts) - 1, "start_lr": "initial_lr", "end_lr": "max_lr"},
-                {"end_step": ts - 1, "start_lr": "max_lr", "end_lr": "min_lr"}]
+                {"end_step": float(pct_start * ts) - 1, "start_lr": "initial_lr", "end_lr": "max_lr",
+                 "start_momentum": mx, "end_momentum": base},
+                {"end_step": ts - 1, "start_lr": "max_lr", "end_lr": "min_lr",
+                 "start_momentum": base, "end_momentum": mx}]
         max_lrs = _per_group(max_lr, optimizer.param_groups, "max_lr", fn)
         if last_epoch == -1:
             for lr, g in zip(max_lrs, optimizer.param_groups):
@@ -243,7 +327,24 @@ class OneCycleLR(_LRScheduler):
                 g["max_lr"] = lr
                 g["min_lr"] = g["initial_lr"] / final_div_factor
         self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            defaults = getattr(optimizer, "defaults", {})
+            if "momentum" not in defaults and "betas" not in defaults:
+                raise ValueError("optimizer must support momentum with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in defaults
+            max_ms = _per_group(max_momentum, optimizer.param_groups, "max_momentum", fn)
+            base_ms = _per_group(base_momentum, optimizer.param_groups, "base_momentum", fn)
+            if last_epoch == -1:
+                for m, b, g in zip(max_ms, base_ms, optimizer.param_groups):
+                    self._set_momentum(g, m)
+                    g["max_momentum"], g["base_momentum"] = m, b
         super().__init__(optimizer, last_epoch, verbose)
+
+    def _set_momentum(self, g, m):
+        if self.use_beta1:
+            g["betas"] = (m,) + tuple(g["betas"][1:])
+        else:
+            g["momentum"] = m
 
     @staticmethod
     def _anneal(strategy, start, end, pct):
@@ -260,20 +361,23 @@ class OneCycleLR(_LRScheduler):
         c_ok = (not self.three_phase and self.anneal_strategy == "cos" and 0 < self.pct_start < 1
                 and self.pct_start * self.total_steps >= 2 and step < self.total_steps)
         for g in self.optimizer.param_groups:
-            if c_ok and g["initial_lr"] == g["max_lr"] / self.div_factor \
-                    and g["min_lr"] == g["initial_lr"] / self.final_div_factor:
-                out.append(_c_lr(step, _ONE_CYCLE, lr=g["max_lr"], total=self.total_steps,
-                                 pct_start=self.pct_start, div_factor=self.div_factor,
-                                 final_div_factor=self.final_div_factor))
-                continue
             start = 0
             for i, ph in enumerate(self._schedule_phases):
                 end = ph["end_step"]
                 if step <= end or i == len(self._schedule_phases) - 1:
                     pct = (step - start) / (end - start)
-                    out.append(self._anneal(self.anneal_strategy, g[ph["start_lr"]], g[ph["end_lr"]], pct))
+                    lr = self._anneal(self.anneal_strategy, g[ph["start_lr"]], g[ph["end_lr"]], pct)
+                    if self.cycle_momentum:
+                        self._set_momentum(g, self._anneal(self.anneal_strategy, g[ph["start_momentum"]],
+                                                           g[ph["end_momentum"]], pct))
                     break
                 start = ph["end_step"]
+            if c_ok and g["initial_lr"] == g["max_lr"] / self.div_factor \
+                    and g["min_lr"] == g["initial_lr"] / self.final_div_factor:
+                lr = _c_lr(step, _ONE_CYCLE, lr=g["max_lr"], total=self.total_steps,
+                           pct_start=self.pct_start, div_factor=self.div_factor,
+                           final_div_factor=self.final_div_factor)
+            out.append(lr)
         return out
 
 

@@ -12,6 +12,7 @@ from ctypes import byref, pointer
 
 from ._lib import lib, check, raise_last, ParamList, SgdOptions, AdamwOptions, ParamGroup, RmspropOptions
 from ._tensor import Tensor, _finite, _wrap, no_grad, zeros_like, tensor, float32
+from . import _ops
 from . import lr_scheduler  # noqa: F401  (anygrad.optim.lr_scheduler)
 
 
@@ -231,7 +232,10 @@ class Optimizer:
         """Make the C optimizer (or its absence) match param_groups now."""
         for g in self.param_groups:
             self._check_group(g)
-        if self._c_signature() != self._want:
+        sig = self._c_signature()
+        if sig != self._want and self._o and sig is not None and self._rebuild_c(sig):
+            pass
+        elif sig != self._want:
             state = self.state_dict()["state"]
             self._drop_c()
             self._pstate = {}
@@ -242,6 +246,27 @@ class Optimizer:
                 if g["lr"] != self._clr[i]:
                     check(lib.ag_optimizer_set_group_lr(self._o, i, float(g["lr"])))
                     self._clr[i] = g["lr"]
+
+    def _rebuild_c(self, sig):
+        """C to C for options changed between steps (OneCycleLR cycling the
+        momentum every step): a new C optimizer takes the state tensors that
+        both have, copied on the device; False when it cannot be built."""
+        try:
+            o = self._build([p._handle for p in self._params], sig)
+        except Exception:  # noqa: BLE001 - the state_dict route reports it
+            lib.ag_error_clear()
+            return False
+        try:
+            _copy_c_state(self._o, o)
+            steps = lib.ag_optimizer_steps(self._o)
+            lib.ag_optimizer_set_steps(o, steps)
+        except BaseException:
+            lib.ag_optimizer_free(o)
+            raise
+        lib.ag_optimizer_free(self._o)
+        self._o, self._sig, self._want = o, sig, sig
+        self._clr = [g["lr"] for g in self.param_groups]
+        return True
 
     def step(self, closure=None):
         loss = None
@@ -341,8 +366,16 @@ class Optimizer:
                 raise ValueError("loaded state dict contains a parameter group that doesn't match the size "
                                  "of optimizer's group")
         state = {}
+        params = self._params
         for k, v in state_dict["state"].items():
             state[int(k)] = v
+            if not isinstance(v, dict) or not 0 <= int(k) < len(params):
+                raise ValueError("%s(): state of parameter %r is not a dict of a parameter this optimizer "
+                                 "holds" % (fn, k))
+            for key, t in v.items():
+                if isinstance(t, Tensor) and key != "step" and tuple(t.shape) != tuple(params[int(k)].shape):
+                    raise ValueError("%s(): state '%s' of parameter %d has shape %s, the parameter %s"
+                                     % (fn, key, int(k), list(t.shape), list(params[int(k)].shape)))
         old = [dict(g) for g in self.param_groups]
         remap = {}
         k = 0
@@ -518,8 +551,6 @@ class _AdamBase(Optimizer):
         _hyper(betas[0], "beta parameter at index 0", fn, high=1.0, open_high=True)
         _hyper(betas[1], "beta parameter at index 1", fn, high=1.0, open_high=True)
         _hyper(weight_decay, "weight_decay", fn)
-        if amsgrad:
-            raise NotImplementedError("%s(): amsgrad=True is not implemented in anygrad" % fn)
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                         maximize=maximize, foreach=foreach, capturable=capturable)
         if not self._decoupled:  # torch 1.13's AdamW has neither
@@ -536,13 +567,11 @@ class _AdamBase(Optimizer):
         _hyper(b[0], "beta parameter at index 0", fn, high=1.0, open_high=True)
         _hyper(b[1], "beta parameter at index 1", fn, high=1.0, open_high=True)
         _hyper(g["weight_decay"], "weight_decay", fn)
-        if g.get("amsgrad"):
-            raise NotImplementedError("%s(): amsgrad=True is not implemented in anygrad" % fn)
 
     def _c_signature(self):
         one, dts = self._param_info()
-        shared = {(float(g["betas"][0]), float(g["betas"][1]), float(g["eps"]), bool(g["maximize"]))
-                  for g in self.param_groups}
+        shared = {(float(g["betas"][0]), float(g["betas"][1]), float(g["eps"]),
+                   bool(g["maximize"]) or bool(g["amsgrad"])) for g in self.param_groups}
         if not one or len(shared) != 1 or dts != {float32}:
             return None
         b1, b2, eps, mx = shared.pop()
@@ -567,8 +596,10 @@ class _AdamBase(Optimizer):
             st["step"] = tensor(0.0)
             st["exp_avg"] = zeros_like(p)
             st["exp_avg_sq"] = zeros_like(p)
-        for k in ("exp_avg", "exp_avg_sq"):  # Module.to() moved the parameter
-            if st[k].device != p.device or st[k].dtype != p.dtype:
+        if g["amsgrad"] and st.get("max_exp_avg_sq") is None:
+            st["max_exp_avg_sq"] = zeros_like(p)
+        for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):  # Module.to() moved the parameter
+            if k in st and (st[k].device != p.device or st[k].dtype != p.dtype):
                 st[k] = st[k].to(device=p.device, dtype=p.dtype)
         if g["maximize"]:
             grad = -grad
@@ -586,6 +617,10 @@ class _AdamBase(Optimizer):
         v.copy_(v * b2 + grad * grad * (1 - b2))
         bc1 = 1 - b1 ** step
         bc2 = 1 - b2 ** step
+        if g["amsgrad"]:
+            mx = st["max_exp_avg_sq"]
+            mx.copy_(_ops.maximum(mx, v))
+            v = mx
         denom = v.sqrt() / math.sqrt(bc2) + eps
         p.copy_(p + (m / denom) * (-(lr / bc1)))
 

@@ -67,6 +67,8 @@ CASES = {
     "adam_l2": lambda m, ps: m.optim.Adam(_groups(ps, lr=0.03), lr=0.01, weight_decay=0.05),
     "adam_no_decay": lambda m, ps: m.optim.Adam(_groups(ps, lr=0.03), lr=0.01, betas=(0.8, 0.99)),
     "adam_group_betas": lambda m, ps: m.optim.Adam(_groups(ps, betas=(0.5, 0.9)), lr=0.01),
+    "adamw_amsgrad": lambda m, ps: m.optim.AdamW(_groups(ps, lr=0.05), lr=0.01, betas=(0.9, 0.5),
+                                                 amsgrad=True),
     "rmsprop": lambda m, ps: m.optim.RMSprop(_groups(ps, lr=0.002), lr=0.01),
     "rmsprop_c_groups": lambda m, ps: m.optim.RMSprop(_groups(ps, lr=0.003, weight_decay=0.1), lr=0.01,
                                                       momentum=0.9, centered=True),
@@ -258,6 +260,15 @@ def test_optimizer_errors(th):
     bad = {"state": {}, "param_groups": [dict(sd["param_groups"][0], params=[0]), sd["param_groups"][1]]}
     with pytest.raises(ValueError, match="doesn't match the size"):
         o.load_state_dict(bad)
+    _loss(a, 0).backward()
+    o.step()
+    sd, before = o.state_dict(), o.state_dict()
+    sd["state"][1]["exp_avg"] = ag.zeros(5)
+    sd["param_groups"][0]["lr"] = 0.5
+    with pytest.raises(ValueError, match="exp_avg' of parameter 1 has shape"):
+        o.load_state_dict(sd)
+    assert o.param_groups[0]["lr"] == before["param_groups"][0]["lr"]  # nothing changed
+    assert np.array_equal(_np(o.state_dict()["state"][1]["exp_avg"]), _np(before["state"][1]["exp_avg"]))
 
 
 # ---------------------------------------------------------------- schedulers
@@ -278,8 +289,18 @@ SCHEDULERS = {
     "exponential": lambda m, o: m.optim.lr_scheduler.ExponentialLR(o, 0.93),
     "cosine": lambda m, o: m.optim.lr_scheduler.CosineAnnealingLR(o, T_max=12, eta_min=0.001),
     "lambda": lambda m, o: m.optim.lr_scheduler.LambdaLR(o, [lambda e: 1 / (e + 1), lambda e: 0.9 ** e]),
+    "multiplicative": lambda m, o: m.optim.lr_scheduler.MultiplicativeLR(o, lambda e: 0.95 + 0.01 * (e % 3)),
+    "warm_restarts": lambda m, o: m.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2,
+                                                                                  eta_min=0.01),
+    "warm_restarts_1": lambda m, o: m.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=7),
+    "constant": lambda m, o: m.optim.lr_scheduler.ConstantLR(o, factor=0.25, total_iters=6),
+    "polynomial": lambda m, o: m.optim.lr_scheduler.PolynomialLR(o, total_iters=17, power=2.5),
     "onecycle": lambda m, o: m.optim.lr_scheduler.OneCycleLR(o, max_lr=[0.5, 1.0], total_steps=40,
                                                              cycle_momentum=False),
+    "onecycle_momentum": lambda m, o: m.optim.lr_scheduler.OneCycleLR(o, max_lr=[0.5, 1.0], total_steps=40,
+                                                                      max_momentum=[0.95, 0.9]),
+    "onecycle_3phase_momentum": lambda m, o: m.optim.lr_scheduler.OneCycleLR(
+        o, max_lr=0.5, total_steps=40, three_phase=True, base_momentum=0.8),
     "onecycle_3phase_linear": lambda m, o: m.optim.lr_scheduler.OneCycleLR(
         o, max_lr=0.5, epochs=4, steps_per_epoch=10, three_phase=True, anneal_strategy="linear",
         cycle_momentum=False),
@@ -302,6 +323,8 @@ def test_scheduler_lrs_match_torch(th, name):
         for x, y in zip(la, lt):
             assert abs(x - y) <= 1e-12, (k, la, lt)
         assert [g["lr"] for g in oa.param_groups] == la
+        for ga, gt in zip(oa.param_groups, ot.param_groups):
+            assert ga["momentum"] == pytest.approx(gt["momentum"], abs=1e-12), k  # OneCycleLR cycles it
         oa.step()
         ot.step()
         sa.step()
@@ -320,6 +343,30 @@ def test_onecycle_defaults_and_past_the_end(th):
         sa.step()
     with pytest.raises(ValueError):
         ag.optim.lr_scheduler.OneCycleLR(oa, max_lr=0.3)
+
+
+def test_onecycle_cycles_adamw_betas_as_torch(th, dev):
+    a, t = _pair(th, dev)
+    oa, ot = ag.optim.AdamW(_groups(a), lr=0.05), th.optim.AdamW(_groups(t), lr=0.05)
+    sa = ag.optim.lr_scheduler.OneCycleLR(oa, max_lr=0.05, total_steps=8)
+    st = th.optim.lr_scheduler.OneCycleLR(ot, max_lr=0.05, total_steps=8)
+    for k in range(6):
+        for o, ps in ((oa, a), (ot, t)):
+            o.zero_grad()
+            _loss(ps, k).backward()
+            o.step()
+        sa.step()
+        st.step()
+        assert oa.param_groups[0]["betas"] == pytest.approx(ot.param_groups[0]["betas"], abs=1e-12)
+        assert oa._o  # the fused update, rebuilt with the new beta1
+    _close(a, t, F32_TOL)
+    with pytest.raises(ValueError, match="momentum"):
+        ag.optim.lr_scheduler.OneCycleLR(_FakeOpt(), max_lr=0.1, total_steps=5)
+
+
+class _FakeOpt:
+    defaults = {}
+    param_groups = [{"lr": 0.1}]
 
 
 def test_scheduler_state_dict_resume(th):
