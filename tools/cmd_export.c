@@ -17,27 +17,33 @@
 #define MAX_SAMPLES 8
 
 static void usage(void) {
+  char bl[128];
   printf("usage: anygrad export --onnx OUT.onnx --model mlp|cnn|llama [options]\n\n"
          "Write a model's forward pass (evaluation mode) as an ONNX model, opset %d: weights as f32\n"
-         "initializers, the batch dimension dynamic (and the sequence length for llama).\n\n"
+         "initializers, the batch dimension dynamic (and the sequence length for llama).\n"
+         "  --onnx PATH          the ONNX file to write (replaced only when complete)\n"
          "  --model mlp          the character MLP of `anygrad train` (tokens [batch, context] int64 ->\n"
          "                       logits [batch, 27])\n"
          "  --model cnn          the Fashion-MNIST CNN (images [batch, 1, 28, 28] f32 -> logits [batch, 10])\n"
          "  --model llama        a Llama (input_ids [batch, seq] int64 -> logits [batch, seq, vocab])\n"
-         "  --checkpoint PATH    weights: a checkpoint of `anygrad train` (mlp, --task fashion-mnist for\n"
-         "                       cnn) or a Hugging Face folder (llama: config.json, model.safetensors);\n"
-         "                       without it the model is initialised from --seed\n"
+         "  --checkpoint PATH    weights: a checkpoint of `anygrad train` (mlp; cnn: --task\n"
+         "                       fashion-mnist) or a Hugging Face folder (llama: config.json,\n"
+         "                       model.safetensors); without it the model is initialised from --seed\n"
          "  --seed N             initial weights without --checkpoint (default 1)\n"
-         "  --context N --emb N --hidden N                  mlp sizes (default 6, 24, 256)\n"
-         "  --channels C1,C2                                cnn sizes (default 16,32)\n"
+         "  --context N --emb N --hidden N      mlp sizes (default 6, 24, 256)\n"
+         "  --channels C1,C2     cnn sizes (default 16,32)\n"
          "  --vocab N --dim N --layers N --heads N --kv-heads N --hidden N --max-seq N\n"
          "                       llama sizes (default 64, 32, 2, 4, 2, 64, 32)\n"
-         "  --samples LIST       also run anygrad on random inputs of these batch sizes (\"2,5\"; llama:\n"
-         "                       BATCHxSEQ, \"2x3,5x7\") and write inputs and outputs to --samples-out\n"
-         "  --samples-out PATH   safetensors file of input.<i> and output.<i> (i64 ids or f32 images,\n"
-         "                       f32 logits)\n"
-         "  --device DEV         where anygrad runs the model (default cpu)\n",
-         AG_ONNX_OPSET);
+         "  --samples LIST       also run anygrad on random inputs of these batch sizes (\"2,5\";\n"
+         "                       llama: BATCHxSEQ, \"2x3,5x7\") and write inputs and outputs to\n"
+         "                       --samples-out\n"
+         "  --samples-out PATH   safetensors file of input.<i> (i64 ids or f32 images) and output.<i>\n"
+         "                       (f32 logits)\n"
+         "  --device D           BACKEND[:N] that runs anygrad's side (default cpu), backends: %s\n"
+         AG_CLI_THREADS_HELP
+         "An anygrad built without ONNX (protobuf-c absent at configure time, AG_ONNX) says so and\n"
+         "exits 1.\n" AG_CLI_EXIT_HELP,
+         AG_ONNX_OPSET, ag_cli_backend_list(bl, sizeof bl));
 }
 
 enum { M_MLP, M_CNN, M_LLAMA };
@@ -333,9 +339,9 @@ int ag_cmd_export(int argc, char **argv) {
   }
   (void)v;
   if (!ag_onnx_available()) {
-    fprintf(stderr, "anygrad export: this anygrad was built without ONNX export (protobuf-c was not found at "
-                    "configure time: install libprotobuf-c-dev and protobuf-c-compiler, configure with "
-                    "-DAG_ONNX=ON)\n");
+    fprintf(stderr, "anygrad export: this anygrad was built without ONNX export (AG_ONNX=OFF, or protobuf-c "
+                    "not found at configure time: install libprotobuf-c-dev and protobuf-c-compiler, configure "
+                    "with -DAG_ONNX=ON)\n");
     return AG_EXIT_RUNTIME;
   }
   if (o.samples_out && ag_file_same(o.out, o.samples_out)) {

@@ -19,8 +19,9 @@ bool ag_onnx_available(void) { return false; }
 
 static ag_status no_onnx(void) {
   return ag_error_set(AG_ERR_UNSUPPORTED,
-                      "ag_onnx: anygrad was built without ONNX export (protobuf-c was not found at configure "
-                      "time; install libprotobuf-c-dev and protobuf-c-compiler and configure with -DAG_ONNX=ON)");
+                      "ag_onnx: anygrad was built without ONNX export (AG_ONNX=OFF, or protobuf-c not found at "
+                      "configure time: install libprotobuf-c-dev and protobuf-c-compiler, configure with "
+                      "-DAG_ONNX=ON)");
 }
 
 ag_onnx *ag_onnx_create(const char *name) {
