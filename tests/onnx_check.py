@@ -2,6 +2,7 @@
 
 usage: onnx_check.py ANYGRAD_CLI WORKDIR mlp|cnn|llama   (train a little, export, check)
        onnx_check.py MODEL.onnx SAMPLES.safetensors       (check files written before)
+       onnx_check.py ANYGRAD_CLI WORKDIR refusals         (the command's refusals; no onnx needed)
 
 The first form trains the model a few steps with `anygrad train` (cnn:
 when the Fashion-MNIST files are installed, else freshly initialised), so
@@ -25,11 +26,9 @@ try:
     import numpy as np
     import onnx
     import onnxruntime as ort
+    MISSING = None
 except ImportError as e:  # the venv lacks the checkers
-    print(f"skip: {e}")
-    sys.exit(77)
-
-DTYPES = {"F32": np.float32, "I64": np.int64, "I32": np.int32, "F16": np.float16}
+    MISSING = e
 
 
 def read_safetensors(path):
@@ -37,13 +36,14 @@ def read_safetensors(path):
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])
+    dtypes = {"F32": np.float32, "I64": np.int64, "I32": np.int32, "F16": np.float16}
     base = 8 + n
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         lo, hi = info["data_offsets"]
-        arr = np.frombuffer(data[base + lo:base + hi], dtype=DTYPES[info["dtype"]])
+        arr = np.frombuffer(data[base + lo:base + hi], dtype=dtypes[info["dtype"]])
         out[name] = arr.reshape(info["shape"])
     return out
 
@@ -56,7 +56,7 @@ def run(cmd):
 def export(cli, work, model):
     """Train a little, export with samples of two batch sizes; return the paths."""
     os.makedirs(work, exist_ok=True)
-    onnx_path, samples = os.path.join(work, f"{model}.onnx"), os.path.join(work, f"{model}.safetensors")
+    onnx_path, samples = os.path.join(work, f"{model}.onnx"), os.path.join(work, f"{model}_samples.safetensors")
     for p in (onnx_path, samples):
         if os.path.exists(p):
             os.remove(p)
@@ -88,7 +88,46 @@ def export(cli, work, model):
     return onnx_path, samples
 
 
+def refusals(cli, work):
+    """Usage and runtime errors of `anygrad export`: exit status, message, no file left."""
+    os.makedirs(work, exist_ok=True)
+    out = os.path.join(work, "r.onnx")
+    ck = os.path.join(work, "gpt.safetensors")
+    run([cli, "train", "--model", "gpt", "--steps", "1", "--layers", "1", "--embd", "16", "--heads", "2",
+         "--out", ck, "--threads", "1"])
+    cases = [
+        ([], 2, "--onnx OUT.onnx and --model"),
+        (["--onnx", out, "--model", "rnn"], 2, "--model must be mlp, cnn or llama"),
+        (["--onnx", out, "--model", "mlp", "--samples", "2"], 2, "go together"),
+        (["--onnx", out, "--model", "mlp", "--samples", "0", "--samples-out", out + ".st"], 2, "--samples expects"),
+        (["--onnx", ck, "--model", "mlp", "--checkpoint", ck], 2, "refusing to overwrite"),
+        (["--onnx", out, "--model", "mlp", "--samples", "2", "--samples-out", out], 2, "refusing to overwrite"),
+        (["--onnx", os.path.join(work, "no", "such", "dir.onnx"), "--model", "cnn"], 1, "cannot write"),
+        (["--onnx", work, "--model", "mlp"], 1, "not a regular file"),
+        (["--onnx", out, "--model", "mlp", "--checkpoint", ck], 1, "only the MLP is exported"),
+        (["--onnx", out, "--model", "llama", "--checkpoint", work], 1, "config.json"),
+        (["--onnx", out, "--model", "llama", "--heads", "3"], 1, "n_heads"),
+    ]
+    bad = 0
+    for args, rc, msg in cases:
+        p = subprocess.run([cli, "export"] + args, capture_output=True, text=True, timeout=60)
+        ok = p.returncode == rc and msg in p.stderr and not os.path.exists(out)
+        leftovers = [f for f in os.listdir(work) if ".tmp." in f]
+        if not ok or leftovers:
+            bad += 1
+            print(f"FAIL export {' '.join(args)}: rc {p.returncode} (want {rc}), stderr {p.stderr.strip()!r}, "
+                  f"left {leftovers}, wrote {os.path.exists(out)}")
+        else:
+            print(f"ok: export {' '.join(args)} -> {rc}: {p.stderr.strip()}")
+    sys.exit(1 if bad else 0)
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[3] == "refusals":
+        refusals(sys.argv[1], sys.argv[2])
+    if MISSING is not None:
+        print(f"skip: {MISSING}")
+        sys.exit(77)
     if len(sys.argv) == 4:
         model_path, samples_path = export(*sys.argv[1:4])
     else:

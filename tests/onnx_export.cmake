@@ -6,7 +6,9 @@
 # file with onnx.checker (full_check) and ONNX Runtime (CPU) against
 # anygrad's outputs on two batch sizes; it runs with the virtual environment
 # of scripts/deps.sh --test (.venv, or AG_TEST_VENV) and skips (77) without
-# onnx and onnxruntime.
+# onnx and onnxruntime. onnx_export_cli: the command's refusals (usage
+# errors, an output that is an input or a folder, a GPT checkpoint), each
+# with its exit status and message and no file left behind.
 add_executable(onnx_export_test ${CMAKE_CURRENT_SOURCE_DIR}/onnx_export_test.c)
 target_link_libraries(onnx_export_test PRIVATE anygrad ${AG_CMOCKA_LIB})
 add_test(NAME onnx_export COMMAND onnx_export_test)
@@ -20,4 +22,11 @@ if(TARGET anygrad-cli AND AG_HAVE_ONNX)
                      ${CMAKE_CURRENT_BINARY_DIR}/onnx_export_${_m} ${_m})
     set_tests_properties(onnx_export_${_m} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "cli")
   endforeach()
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME onnx_export_cli
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/onnx_check.py $<TARGET_FILE:anygrad-cli>
+                     ${CMAKE_CURRENT_BINARY_DIR}/onnx_export_cli refusals)
+    set_tests_properties(onnx_export_cli PROPERTIES TIMEOUT 60 LABELS "cli")
+  endif()
 endif()

@@ -91,7 +91,10 @@ static ag_status load_mlp(opts *o, models *m, ag_generator *gen) {
   if (o->checkpoint) {
     st = ag_safetensors_open(o->checkpoint, &f);
     const char *kind = f ? ag_safetensors_meta(f, "model") : NULL;
-    if (st == AG_OK && (!kind || strcmp(kind, "mlp")))
+    if (st == AG_OK && kind && !strcmp(kind, "gpt"))
+      st = ag_error_set(AG_ERR_UNSUPPORTED, "%s: a checkpoint of the charlm GPT; only the MLP is exported",
+                        o->checkpoint);
+    else if (st == AG_OK && (!kind || strcmp(kind, "mlp")))
       st = ag_error_set(AG_ERR_CORRUPT, "%s: not a checkpoint of the charlm MLP (metadata model=mlp)",
                         o->checkpoint);
     const char *keys[3] = {"context", "emb", "hidden"};
@@ -209,6 +212,7 @@ static ag_status write_samples(const opts *o, models *m) {
       y = !x ? NULL : o->model == M_MLP ? charlm_model_logits(&m->mlp, x) : ag_llama_forward(&m->llama, x, false, NULL);
     }
     char name[32];
+    if (y && ag_tensor_dtype(y) != AG_F32) y = ag_cast(y, AG_F32); /* a bf16 or f16 Llama's logits */
     if (!y) st = ag_last_status() != AG_OK ? ag_last_status() : AG_ERR_OOM;
     snprintf(name, sizeof name, "input.%d", i);
     if (st == AG_OK) st = ag_params_add(&l, name, x);
@@ -227,14 +231,14 @@ static ag_status write_samples(const opts *o, models *m) {
 
 static bool parse_samples(const char *v, opts *o) {
   char buf[256], *items[MAX_SAMPLES];
-  int n = ag_cli_list("export", "--samples", v, buf, sizeof buf, items, MAX_SAMPLES);
+  int n = ag_cli_list("export", "samples", v, buf, sizeof buf, items, MAX_SAMPLES);
   if (n < 1) return false;
   for (int i = 0; i < n; i++) {
     char *x = strchr(items[i], 'x');
     if (x) *x = 0;
-    if (!ag_cli_i64("export", "--samples", items[i], 1, 4096, &o->sb[i])) return false;
+    if (!ag_cli_i64("export", "samples", items[i], 1, 4096, &o->sb[i])) return false;
     o->st[i] = 8;
-    if (x && !ag_cli_i64("export", "--samples", x + 1, 1, 1 << 16, &o->st[i])) return false;
+    if (x && !ag_cli_i64("export", "samples", x + 1, 1, 1 << 16, &o->st[i])) return false;
   }
   o->n_samples = n;
   return true;
@@ -264,7 +268,6 @@ int ag_cmd_export(int argc, char **argv) {
   o.llama = (ag_llama_config){.vocab_size = 64, .dim = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
                               .hidden_dim = 64, .max_seq_len = 32};
   const char *dev_s = NULL, *hidden = NULL;
-  int64_t v;
   for (int c = ag_cli_next("export", argc, argv, lo, true); c != -1; c = ag_cli_next("export", argc, argv, lo, false)) {
     const char *a = ag_cli_arg();
     switch (c) {
@@ -279,39 +282,39 @@ int ag_cmd_export(int argc, char **argv) {
         break;
       case O_CKPT: o.checkpoint = a; break;
       case O_SEED:
-        if (!ag_cli_u64("export", "--seed", a, &o.seed)) return AG_EXIT_USAGE;
+        if (!ag_cli_u64("export", "seed", a, &o.seed)) return AG_EXIT_USAGE;
         break;
       case O_CONTEXT:
-        if (!ag_cli_int("export", "--context", a, 1, 64, &o.mlp.context)) return AG_EXIT_USAGE;
+        if (!ag_cli_int("export", "context", a, 1, 64, &o.mlp.context)) return AG_EXIT_USAGE;
         break;
       case O_EMB:
-        if (!ag_cli_int("export", "--emb", a, 1, 4096, &o.mlp.emb)) return AG_EXIT_USAGE;
+        if (!ag_cli_int("export", "emb", a, 1, 4096, &o.mlp.emb)) return AG_EXIT_USAGE;
         break;
       case O_HIDDEN: hidden = a; break;
       case O_CHANNELS: {
         int ch[2];
-        if (!ag_cli_int_list("export", "--channels", a, 2, 1, CNN_MAX_WIDTH, ch)) return AG_EXIT_USAGE;
+        if (!ag_cli_int_list("export", "channels", a, 2, 1, CNN_MAX_WIDTH, ch)) return AG_EXIT_USAGE;
         o.cnn.c1 = ch[0];
         o.cnn.c2 = ch[1];
         break;
       }
       case O_VOCAB:
-        if (!ag_cli_i64("export", "--vocab", a, 1, 1 << 20, &o.llama.vocab_size)) return AG_EXIT_USAGE;
+        if (!ag_cli_i64("export", "vocab", a, 1, 1 << 20, &o.llama.vocab_size)) return AG_EXIT_USAGE;
         break;
       case O_DIM:
-        if (!ag_cli_i64("export", "--dim", a, 2, 1 << 16, &o.llama.dim)) return AG_EXIT_USAGE;
+        if (!ag_cli_i64("export", "dim", a, 2, 1 << 16, &o.llama.dim)) return AG_EXIT_USAGE;
         break;
       case O_LAYERS:
-        if (!ag_cli_i64("export", "--layers", a, 1, 256, &o.llama.n_layers)) return AG_EXIT_USAGE;
+        if (!ag_cli_i64("export", "layers", a, 1, 256, &o.llama.n_layers)) return AG_EXIT_USAGE;
         break;
       case O_HEADS:
-        if (!ag_cli_int("export", "--heads", a, 1, 1024, &o.llama.n_heads)) return AG_EXIT_USAGE;
+        if (!ag_cli_int("export", "heads", a, 1, 1024, &o.llama.n_heads)) return AG_EXIT_USAGE;
         break;
       case O_KV:
-        if (!ag_cli_int("export", "--kv-heads", a, 1, 1024, &o.llama.n_kv_heads)) return AG_EXIT_USAGE;
+        if (!ag_cli_int("export", "kv-heads", a, 1, 1024, &o.llama.n_kv_heads)) return AG_EXIT_USAGE;
         break;
       case O_MAXSEQ:
-        if (!ag_cli_i64("export", "--max-seq", a, 1, 1 << 14, &o.llama.max_seq_len)) return AG_EXIT_USAGE;
+        if (!ag_cli_i64("export", "max-seq", a, 1, 1 << 14, &o.llama.max_seq_len)) return AG_EXIT_USAGE;
         break;
       case O_SAMPLES:
         if (!parse_samples(a, &o)) return AG_EXIT_USAGE;
@@ -333,25 +336,29 @@ int ag_cmd_export(int argc, char **argv) {
     return AG_EXIT_USAGE;
   }
   if (hidden) {
-    bool ok = o.model == M_LLAMA ? ag_cli_i64("export", "--hidden", hidden, 1, 1 << 20, &o.llama.hidden_dim)
-                                 : ag_cli_int("export", "--hidden", hidden, 1, 1 << 16, &o.mlp.hidden);
+    bool ok = o.model == M_LLAMA ? ag_cli_i64("export", "hidden", hidden, 1, 1 << 20, &o.llama.hidden_dim)
+                                 : ag_cli_int("export", "hidden", hidden, 1, 1 << 16, &o.mlp.hidden);
     if (!ok) return AG_EXIT_USAGE;
   }
-  (void)v;
   if (!ag_onnx_available()) {
     fprintf(stderr, "anygrad export: this anygrad was built without ONNX export (AG_ONNX=OFF, or protobuf-c "
                     "not found at configure time: install libprotobuf-c-dev and protobuf-c-compiler, configure "
                     "with -DAG_ONNX=ON)\n");
     return AG_EXIT_RUNTIME;
   }
-  if (o.samples_out && ag_file_same(o.out, o.samples_out)) {
-    fprintf(stderr, "anygrad export: --onnx and --samples-out name the same file\n");
-    return AG_EXIT_USAGE;
-  }
+  const ag_cli_file in[1] = {{"--checkpoint", o.checkpoint}};
+  const ag_cli_file outs[2] = {{"--onnx", o.out}, {"--samples-out", o.samples_out}};
+  if (!ag_cli_outputs_distinct("export", in, 1, outs, 2)) return AG_EXIT_USAGE;
   o.dev = AG_CPU;
   if (dev_s) {
     int rc = ag_cli_device("export", dev_s, &o.dev);
     if (rc != AG_EXIT_OK) return rc;
+  }
+  /* an unwritable output is refused before any model is built */
+  if (ag_output_check(o.out, "ONNX model") != AG_OK ||
+      (o.samples_out && ag_output_check(o.samples_out, "samples file") != AG_OK)) {
+    fprintf(stderr, "anygrad export: %s\n", ag_last_error());
+    return AG_EXIT_RUNTIME;
   }
   ag_generator *gen = ag_generator_create(o.seed);
   models m = {0};

@@ -144,7 +144,7 @@ static bool ready(ag_onnx *g, int n, const int *v) {
 /* A new value named after what makes it. */
 static int new_value(ag_onnx *g, const char *hint) {
   char buf[160];
-  snprintf(buf, sizeof buf, "%s_%d", hint, g->counter++);
+  snprintf(buf, sizeof buf, "_%d_%s", g->counter++, hint); /* "_12_MatMul": no parameter is named so */
   char *s = ar_str(g, buf);
   if (!s || !ptrs_push(&g->names, s)) {
     if (s) fail(g, AG_ERR_OOM, "ag_onnx: out of host memory%s%s", "", "");
@@ -206,6 +206,27 @@ static Onnx__AttributeProto *attr_ints(ag_onnx *g, const char *name, int n, cons
   if (!a->ints) return NULL;
   memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
   a->n_ints = (size_t)n;
+  return a;
+}
+
+/* A one-element f32 tensor attribute (ConstantOfShape's value). */
+static Onnx__AttributeProto *attr_f32_tensor(ag_onnx *g, const char *name, float v) {
+  Onnx__AttributeProto *a = attr_new(g, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+  Onnx__TensorProto *t = a ? ar_alloc(g, sizeof *t) : NULL;
+  int64_t *d = t ? ar_alloc(g, sizeof *d) : NULL;
+  uint8_t *raw = d ? ar_alloc(g, sizeof v) : NULL;
+  if (!raw) return NULL;
+  onnx__tensor_proto__init(t);
+  d[0] = 1;
+  memcpy(raw, &v, sizeof v);
+  t->n_dims = 1;
+  t->dims = d;
+  t->has_data_type = 1;
+  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  t->has_raw_data = 1;
+  t->raw_data.len = sizeof v;
+  t->raw_data.data = raw;
+  a->t = t;
   return a;
 }
 
@@ -690,9 +711,8 @@ static int llama_layer(ag_onnx *g, const ag_llama *m, int64_t i, int x, int cos_
 int ag_onnx_llama(ag_onnx *g, const ag_llama *m, int ids) {
   if (!ready(g, 1, &ids)) return -1;
   if (!m || !m->layers) return fail(g, AG_ERR_INVALID, "ag_onnx_llama: NULL or freed model%s%s", "", ""), -1;
-  const int64_t L = m->cfg.max_seq_len, D = m->head_dim;
   /* T = shape(ids)[1], as a 1-element tensor for the slices */
-  int64_t one = 1, zero = 0, zz[2] = {0, 0}, ax01[2] = {0, 1};
+  int64_t one = 1, zero = 0;
   int gi[2] = {node1(g, "Shape", ids), const_i64(g, 1, &one)};
   Onnx__AttributeProto *a0[1] = {attr_i(g, "axis", 0)};
   int T = node(g, "Gather", 2, gi, 1, a0);
@@ -700,19 +720,17 @@ int ag_onnx_llama(ag_onnx *g, const ag_llama *m, int ids) {
   int cos_t = node(g, "Slice", 4, s_cos, 0, NULL);
   int s_sin[4] = {init_tensor(g, m->rope_sin, "rope.", "sin"), s_cos[1], T, s_cos[3]};
   int sin_t = node(g, "Slice", 4, s_sin, 0, NULL);
-  /* causal mask [L, L]: -inf above the diagonal, sliced to [T, T] */
-  float *mk = malloc(sizeof(float) * (size_t)(L * L));
-  if (!mk) return fail(g, AG_ERR_OOM, "ag_onnx_llama: out of host memory%s%s", "", ""), -1;
-  for (int64_t r = 0; r < L; r++)
-    for (int64_t c = 0; c < L; c++) mk[r * L + c] = c > r ? -INFINITY : 0.0f;
-  int64_t md[2] = {L, L};
-  int mask_full = const_f32(g, 2, md, mk);
-  free(mk);
+  /* causal mask [T, T]: -inf strictly above the diagonal, 0 elsewhere
+   * (ConstantOfShape of -inf, Trilu keeping k >= 1), built for the input's
+   * T rather than stored for max_seq_len (which can be 100k positions). */
   Onnx__AttributeProto *a1[1] = {attr_i(g, "axis", 0)};
   int tt[2] = {T, T};
-  int s_mask[4] = {mask_full, const_i64(g, 2, zz), node(g, "Concat", 2, tt, 1, a1), const_i64(g, 2, ax01)};
-  int mask = node(g, "Slice", 4, s_mask, 0, NULL);
-  (void)D;
+  int tt2 = node(g, "Concat", 2, tt, 1, a1);
+  Onnx__AttributeProto *a2[1] = {attr_f32_tensor(g, "value", -INFINITY)};
+  int ninf = node(g, "ConstantOfShape", 1, &tt2, 1, a2);
+  int tr[2] = {ninf, init_raw(g, NULL, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, &one, &one, sizeof one)};
+  Onnx__AttributeProto *a3[1] = {attr_i(g, "upper", 1)};
+  int mask = node(g, "Trilu", 2, tr, 1, a3);
   int x = ag_onnx_embedding(g, &m->embed_tokens, "model.embed_tokens.", ids);
   for (int64_t i = 0; i < m->cfg.n_layers && x >= 0; i++) x = llama_layer(g, m, i, x, cos_t, sin_t, mask);
   x = ag_onnx_rms_norm(g, m->norm, "model.norm.weight", m->cfg.norm_eps, x);
