@@ -1,7 +1,7 @@
 """Check an ONNX file written by `anygrad export --onnx` against anygrad itself.
 
 usage: onnx_check.py ANYGRAD_CLI WORKDIR mlp|cnn|llama   (train a little, export, check)
-       onnx_check.py MODEL.onnx SAMPLES.safetensors       (check files written before)
+       onnx_check.py MODEL.onnx SAMPLES.safetensors ...   (check files written before; pairs)
        onnx_check.py ANYGRAD_CLI WORKDIR refusals         (the command's refusals; no onnx needed)
 
 The first form trains the model a few steps with `anygrad train` (cnn:
@@ -11,7 +11,8 @@ then runs `anygrad export --onnx --checkpoint ... --samples ...`.
 
 The model must pass onnx.checker.check_model(full_check=True), and ONNX
 Runtime (CPU execution provider) must give, for every input.<i> of the
-samples file, outputs within 1e-5 of anygrad's output.<i>. The samples hold
+samples file, outputs within 1e-5 of anygrad's output.<i> (a model of several
+outputs: <output name>.<i>). The samples hold
 at least two batch sizes, so the dynamic batch dimension is exercised.
 Exits 77 (skip) when onnx or onnxruntime is not installed (scripts/deps.sh
 --test installs them into .venv).
@@ -122,16 +123,7 @@ def refusals(cli, work):
     sys.exit(1 if bad else 0)
 
 
-def main():
-    if len(sys.argv) == 4 and sys.argv[3] == "refusals":
-        refusals(sys.argv[1], sys.argv[2])
-    if MISSING is not None:
-        print(f"skip: {MISSING}")
-        sys.exit(77)
-    if len(sys.argv) == 4:
-        model_path, samples_path = export(*sys.argv[1:4])
-    else:
-        model_path, samples_path = sys.argv[1], sys.argv[2]
+def check(model_path, samples_path):
     model = onnx.load(model_path)
     onnx.checker.check_model(model, full_check=True)
     assert model.opset_import[0].version >= 17, model.opset_import
@@ -147,19 +139,39 @@ def main():
     n = sum(1 for k in samples if k.startswith("input."))
     batches = {samples[f"input.{i}"].shape[0] for i in range(n)}
     assert len(batches) >= 2, f"samples need two batch sizes, got {sorted(batches)}"
-    assert n == sum(1 for k in samples if k.startswith("output.")), "samples: inputs and outputs differ"
+    # one output: output.<i>; several: <output name>.<i>
+    names = [o.name for o in sess.get_outputs()]
+    keys = ["output"] if len(names) == 1 else names
     worst = 0.0
     for i in range(n):
         x = samples[f"input.{i}"]
-        want = samples[f"output.{i}"]
-        got = sess.run(None, {inp.name: x})[0]
-        assert got.shape == want.shape, f"sample {i}: shape {got.shape} != anygrad's {want.shape}"
-        err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
-        worst = max(worst, err)
-        assert np.allclose(got, want, rtol=1e-5, atol=1e-5), f"sample {i} {x.shape}: max |diff| {err:.3g}"
-        print(f"{model_path}: input {list(x.shape)} -> {list(got.shape)}, max |onnxruntime - anygrad| {err:.3g}")
+        got_all = sess.run(None, {inp.name: x})
+        for key, got in zip(keys, got_all):
+            want = samples[f"{key}.{i}"]
+            assert got.shape == want.shape, f"{key} {i}: shape {got.shape} != anygrad's {want.shape}"
+            err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+            worst = max(worst, err)
+            assert np.allclose(got, want, rtol=1e-5, atol=1e-5), f"{key} {i} {x.shape}: max |diff| {err:.3g}"
+            print(f"{model_path}: {key} {list(x.shape)} -> {list(got.shape)}, "
+                  f"max |onnxruntime - anygrad| {err:.3g}")
     print(f"ok: {model_path} ({len(model.graph.node)} nodes, opset {model.opset_import[0].version}, "
           f"onnx {onnx.__version__}, onnxruntime {ort.__version__}), worst {worst:.3g}")
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[3] == "refusals":
+        refusals(sys.argv[1], sys.argv[2])
+    if MISSING is not None:
+        print(f"skip: {MISSING}")
+        sys.exit(77)
+    if len(sys.argv) == 4 and sys.argv[3] in ("mlp", "cnn", "llama"):
+        check(*export(*sys.argv[1:4]))
+        return
+    args = sys.argv[1:]
+    if not args or len(args) % 2:
+        sys.exit(__doc__)
+    for k in range(0, len(args), 2):
+        check(args[k], args[k + 1])
 
 
 if __name__ == "__main__":

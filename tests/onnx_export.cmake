@@ -11,8 +11,8 @@
 # with its exit status and message and no file left behind.
 add_executable(onnx_export_test ${CMAKE_CURRENT_SOURCE_DIR}/onnx_export_test.c)
 target_link_libraries(onnx_export_test PRIVATE anygrad ${AG_CMOCKA_LIB})
-add_test(NAME onnx_export COMMAND onnx_export_test)
-set_tests_properties(onnx_export PROPERTIES TIMEOUT 60)
+add_test(NAME onnx_export COMMAND onnx_export_test ${CMAKE_CURRENT_BINARY_DIR}/onnx_export_sequential)
+set_tests_properties(onnx_export PROPERTIES TIMEOUT 60 FIXTURES_SETUP onnx_sequential)
 set(AG_TEST_VENV "${PROJECT_SOURCE_DIR}/.venv" CACHE PATH "virtual environment with the Python test packages")
 if(TARGET anygrad-cli AND AG_HAVE_ONNX)
   foreach(_m mlp cnn llama)
@@ -22,6 +22,18 @@ if(TARGET anygrad-cli AND AG_HAVE_ONNX)
                      ${CMAKE_CURRENT_BINARY_DIR}/onnx_export_${_m} ${_m})
     set_tests_properties(onnx_export_${_m} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "cli")
   endforeach()
+  # every ag_sequential layer kind and every mapped elementwise op, written by onnx_export_test
+  add_test(NAME onnx_export_sequential
+           COMMAND sh -c "p=\"$0/bin/python3\"; [ -x \"$p\" ] || p=/usr/bin/python3; exec \"$p\" \"$@\""
+                   ${AG_TEST_VENV} ${CMAKE_CURRENT_SOURCE_DIR}/onnx_check.py
+                   ${CMAKE_CURRENT_BINARY_DIR}/onnx_export_sequential/sequential.onnx
+                   ${CMAKE_CURRENT_BINARY_DIR}/onnx_export_sequential/sequential_samples.safetensors
+                   ${CMAKE_CURRENT_BINARY_DIR}/onnx_export_sequential/unary.onnx
+                   ${CMAKE_CURRENT_BINARY_DIR}/onnx_export_sequential/unary_samples.safetensors
+                   ${CMAKE_CURRENT_BINARY_DIR}/onnx_export_sequential/unary_pos.onnx
+                   ${CMAKE_CURRENT_BINARY_DIR}/onnx_export_sequential/unary_pos_samples.safetensors)
+  set_tests_properties(onnx_export_sequential PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77
+                       FIXTURES_REQUIRED onnx_sequential)
   find_package(Python3 COMPONENTS Interpreter QUIET)
   if(Python3_Interpreter_FOUND)
     add_test(NAME onnx_export_cli

@@ -19,6 +19,7 @@
 #include "anygrad/anygrad.h"
 
 static char g_dir[] = "/tmp/ag_onnx_test_XXXXXX";
+static const char *g_samples_dir; /* argv[1]: where test_sequential_samples writes */
 
 static void path_of(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", g_dir, name); }
 
@@ -208,6 +209,129 @@ static void test_sequential(void **state) {
   unlink(p);
 }
 
+/* Every ag_sequential layer kind and activation, with weights, norm
+ * parameters and running statistics drawn away from their initial values,
+ * exported with anygrad's outputs for batches of 2 and 5: the CTest
+ * onnx_export_sequential checks them with ONNX Runtime (tests/onnx_check.py). */
+static void test_sequential_samples(void **state) {
+  (void)state;
+  if (!ag_onnx_available() || !g_samples_dir) skip();
+  ag_layer_spec specs[] = {
+      {.kind = AG_LAYER_CONV2D, .in = 2, .out = 4, .kernel = 3, .bias = true, .conv = {{1, 1}, {1, 1}, {1, 1}, 1}},
+      {.kind = AG_LAYER_BATCH_NORM2D, .in = 4},
+      {.kind = AG_LAYER_ACTIVATION, .act = AG_ACT_RELU},
+      {.kind = AG_LAYER_CONV2D, .in = 4, .out = 4, .kernel = 3, .bias = false, .conv = {{2, 2}, {0, 0}, {1, 1}, 2}},
+      {.kind = AG_LAYER_FLATTEN},
+      {.kind = AG_LAYER_LINEAR, .in = 16, .out = 12, .bias = true},
+      {.kind = AG_LAYER_LAYER_NORM, .in = 12, .eps = 1e-3},
+      {.kind = AG_LAYER_ACTIVATION, .act = AG_ACT_GELU},
+      {.kind = AG_LAYER_DROPOUT, .p = 0.3},
+      {.kind = AG_LAYER_LINEAR, .in = 12, .out = 8, .bias = true},
+      {.kind = AG_LAYER_ACTIVATION, .act = AG_ACT_SILU},
+      {.kind = AG_LAYER_LINEAR, .in = 8, .out = 8, .bias = false},
+      {.kind = AG_LAYER_ACTIVATION, .act = AG_ACT_TANH},
+      {.kind = AG_LAYER_LINEAR, .in = 8, .out = 5, .bias = true},
+      {.kind = AG_LAYER_ACTIVATION, .act = AG_ACT_SIGMOID},
+  };
+  const int n = (int)(sizeof specs / sizeof specs[0]);
+  ag_generator *gen = ag_generator_create(11);
+  ag_sequential m;
+  assert_int_equal(ag_sequential_init(&m, AG_CPU, AG_F32, n, specs, gen), AG_OK);
+  for (int i = 0; i < m.params.count; i++)
+    assert_int_equal(ag_init_uniform_(m.params.tensors[i], -0.8, 0.8, gen), AG_OK);
+  for (int i = 0; i < m.buffers.count; i++) /* running mean in [-0.5, 0.5), variance in [0.5, 1.5) */
+    assert_int_equal(ag_init_uniform_(m.buffers.tensors[i], (i % 2) ? 0.5 : -0.5, (i % 2) ? 1.5 : 0.5, gen),
+                     AG_OK);
+  ag_sequential_set_train(&m, false);
+  ag_onnx *g = ag_onnx_create("sequential");
+  const char *const dyn[4] = {"batch", NULL, NULL, NULL};
+  int x = ag_onnx_input(g, "x", AG_F32, 4, (const int64_t[]){-1, 2, 5, 5}, dyn);
+  assert_int_equal(ag_onnx_output(g, ag_onnx_sequential(g, &m, x), "y", AG_F32, 2, (const int64_t[]){-1, 5}, dyn),
+                   AG_OK);
+  char p[600];
+  snprintf(p, sizeof p, "%s/sequential.onnx", g_samples_dir);
+  assert_int_equal(ag_onnx_save(g, p), AG_OK);
+  ag_onnx_free(g);
+  ag_param_list l = {0};
+  const int64_t batches[2] = {2, 5};
+  for (int i = 0; i < 2; i++) {
+    ag_tensor *in = ag_randn(AG_CPU, AG_F32, 4, (const int64_t[]){batches[i], 2, 5, 5}, 0.0, 1.0, gen);
+    ag_tensor *out = ag_sequential_forward(&m, in);
+    assert_non_null(out);
+    char name[32];
+    snprintf(name, sizeof name, "input.%d", i);
+    assert_int_equal(ag_params_add(&l, name, in), AG_OK);
+    snprintf(name, sizeof name, "output.%d", i);
+    assert_int_equal(ag_params_add(&l, name, out), AG_OK);
+    ag_tensor_release(in);
+    ag_tensor_release(out);
+  }
+  snprintf(p, sizeof p, "%s/sequential_samples.safetensors", g_samples_dir);
+  assert_int_equal(ag_safetensors_save(p, &l, 0, NULL, NULL), AG_OK);
+  ag_params_free(&l);
+  ag_sequential_free(&m);
+  ag_generator_free(gen);
+}
+
+/* Every elementwise op the exporter maps, one graph output per op, with
+ * anygrad's results for batches of 3 and 6: onnx_export_sequential checks
+ * them too. Ops defined for positive inputs only get their own graph. */
+typedef struct unary_case {
+  const char *name;
+  ag_tensor *(*fn)(ag_tensor *);
+} unary_case;
+
+static void write_unary(const char *file, const unary_case *ops, int n, double lo, double hi, ag_generator *gen) {
+  ag_onnx *g = ag_onnx_create("unary");
+  const char *const dyn[2] = {"batch", NULL};
+  int x = ag_onnx_input(g, "x", AG_F32, 2, (const int64_t[]){-1, 7}, dyn);
+  for (int k = 0; k < n; k++)
+    assert_int_equal(ag_onnx_output(g, ag_onnx_unary(g, ops[k].name, x), ops[k].name, AG_F32, 2,
+                                    (const int64_t[]){-1, 7}, dyn),
+                     AG_OK);
+  char p[600];
+  snprintf(p, sizeof p, "%s/%s.onnx", g_samples_dir, file);
+  assert_int_equal(ag_onnx_save(g, p), AG_OK);
+  ag_onnx_free(g);
+  ag_param_list l = {0};
+  for (int i = 0; i < 2; i++) {
+    ag_tensor *in = ag_rand(AG_CPU, AG_F32, 2, (const int64_t[]){3 + 3 * i, 7}, lo, hi, gen);
+    char name[64];
+    snprintf(name, sizeof name, "input.%d", i);
+    assert_int_equal(ag_params_add(&l, name, in), AG_OK);
+    for (int k = 0; k < n; k++) {
+      ag_tensor *y = ops[k].fn(in);
+      assert_non_null(y);
+      snprintf(name, sizeof name, "%s.%d", ops[k].name, i);
+      assert_int_equal(ag_params_add(&l, name, y), AG_OK);
+      ag_tensor_release(y);
+    }
+    ag_tensor_release(in);
+  }
+  snprintf(p, sizeof p, "%s/%s_samples.safetensors", g_samples_dir, file);
+  assert_int_equal(ag_safetensors_save(p, &l, 0, NULL, NULL), AG_OK);
+  ag_params_free(&l);
+}
+
+static void test_unary_samples(void **state) {
+  (void)state;
+  if (!ag_onnx_available() || !g_samples_dir) skip();
+  static const unary_case all[] = {
+      {"neg", ag_neg},     {"exp", ag_exp},         {"abs", ag_abs},         {"relu", ag_relu},
+      {"sigmoid", ag_sigmoid}, {"tanh", ag_tanh},   {"sin", ag_sin},         {"cos", ag_cos},
+      {"erf", ag_erf},     {"floor", ag_floor},     {"ceil", ag_ceil},       {"round", ag_round},
+      {"sign", ag_sign},   {"selu", ag_selu},       {"softsign", ag_softsign}, {"sinh", ag_sinh},
+      {"cosh", ag_cosh},   {"hardswish", ag_hardswish}, {"silu", ag_silu},   {"square", ag_square},
+      {"gelu", ag_gelu},   {"gelu_erf", ag_gelu_erf},
+  };
+  static const unary_case pos[] = {
+      {"log", ag_log}, {"sqrt", ag_sqrt}, {"rsqrt", ag_rsqrt}, {"reciprocal", ag_reciprocal}};
+  ag_generator *gen = ag_generator_create(12);
+  write_unary("unary", all, (int)(sizeof all / sizeof all[0]), -3.0, 3.0, gen);
+  write_unary("unary_pos", pos, (int)(sizeof pos / sizeof pos[0]), 0.25, 2.5, gen);
+  ag_generator_free(gen);
+}
+
 static int setup(void **state) {
   (void)state;
   return mkdtemp(g_dir) ? 0 : -1;
@@ -221,11 +345,16 @@ static int teardown(void **state) {
   return rmdir(g_dir);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1) {
+    g_samples_dir = argv[1];
+    mkdir(g_samples_dir, 0777);
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_without_onnx), cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_unsupported_op), cmocka_unit_test(test_paths),
-      cmocka_unit_test(test_sequential),
+      cmocka_unit_test(test_sequential),  cmocka_unit_test(test_sequential_samples),
+      cmocka_unit_test(test_unary_samples),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
