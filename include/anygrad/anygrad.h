@@ -46,6 +46,7 @@
 #include "anygrad/pretrained.h"
 #include "anygrad/optim.h"
 #include "anygrad/serialize.h"
+#include "anygrad/onnx.h"
 #include "anygrad/checks.h"
 #include "anygrad/interop.h"
 #include "anygrad/dist.h"
