@@ -545,19 +545,69 @@ def _t_self(x, name):
     return x
 
 
+def _fast_write(f_tt, f_ts):
+    """The common case of an in-place op as five C calls and no Python
+    object: a floating self, a Tensor or float operand, no graph. The
+    op, ag_copy_ into self's storage (which moves the version counter and
+    refuses a tensor that requires grad) and the temporary's release.
+    Returns self, or None for the general path (which raises its errors)."""
+    def fast(self, other, _T=Tensor, _dt=_DT, _rg=lib.ag_tensor_requires_grad, _copy=lib.ag_copy_,
+             _rel=lib.ag_tensor_release, _fl=_FLOAT_CODES):
+        sh = self._h
+        if self.__class__ is not _T or not sh or _dt(sh) not in _fl:
+            return None
+        oc = other.__class__
+        if oc is _T:
+            oh = other._h
+            if not oh:
+                return None
+            rh = f_tt(sh, oh)
+        elif oc is float:
+            rh = f_ts(sh, other)
+        else:
+            return None
+        if not rh:
+            lib.ag_error_clear()
+            return None
+        if _rg(rh):  # a graph: the general path rebinds or raises
+            _rel(rh)
+            return None
+        st = _copy(sh, rh)
+        _rel(rh)
+        if st:  # nothing was written: the general path says why
+            lib.ag_error_clear()
+            return None
+        return self
+    return fast
+
+
+_add_fast = _fast_write(lib.ag_add, lib.ag_add_scalar)
+_sub_fast = _fast_write(lib.ag_sub, lib.ag_sub_scalar)
+_mul_fast = _fast_write(lib.ag_mul, lib.ag_mul_scalar)
+_div_fast = _fast_write(lib.ag_div, lib.ag_div_scalar)
+
+
 def add_(self, other, alpha=1):
+    if alpha.__class__ is int and alpha == 1 and _add_fast(self, other) is not None:
+        return self
     return _write(_t_self(self, "add_"), add(self, _scaled(other, alpha, "add_")), "add_")
 
 
 def sub_(self, other, alpha=1):
+    if alpha.__class__ is int and alpha == 1 and _sub_fast(self, other) is not None:
+        return self
     return _write(_t_self(self, "sub_"), sub(self, _scaled(other, alpha, "sub_")), "sub_")
 
 
 def mul_(self, other):
+    if _mul_fast(self, other) is not None:
+        return self
     return _write(_t_self(self, "mul_"), mul(self, other), "mul_")
 
 
 def div_(self, other):
+    if _div_fast(self, other) is not None:
+        return self
     return _write(_t_self(self, "div_"), div(self, other), "div_")
 
 
