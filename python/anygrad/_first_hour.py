@@ -17,7 +17,7 @@ from ._tensor_extra import eye
 
 __all__ = ["set_grad_enabled", "set_default_dtype", "get_default_dtype", "use_deterministic_algorithms",
            "are_deterministic_algorithms_enabled", "randperm", "randint", "normal", "multinomial",
-           "outer", "ger", "diag", "diagonal", "scatter", "cumprod", "nonzero", "where"]
+           "outer", "ger", "diag", "diagonal", "scatter", "cumprod", "nonzero", "where", "clamp", "clip"]
 
 
 # ---- modes -----------------------------------------------------------------------------
@@ -405,8 +405,25 @@ _where3 = _ops.where
 def where(condition, input=None, other=None):  # noqa: A002
     """where(cond, x, y), or where(cond): nonzero(cond, as_tuple=True)."""
     if input is None and other is None:
-        return nonzero(condition, as_tuple=True)
+        return nonzero(_tensor_in(condition, "where", "condition"), as_tuple=True)
     return _where3(condition, input, other)
+
+
+_clamp_numbers = _ops.clamp
+
+
+def clamp(input, min=None, max=None):  # noqa: A002
+    """clamp with number bounds (the library's ag_clamp), or with tensor
+    bounds (broadcast; maximum then minimum, differentiable in all three).
+    A number and a tensor together: TypeError, as torch 1.13."""
+    mt, xt = isinstance(min, Tensor), isinstance(max, Tensor)
+    if not mt and not xt:
+        return _clamp_numbers(input, min, max)
+    if (min is not None and not mt) or (max is not None and not xt):
+        raise TypeError("clamp(): min and max must both be Tensors (or None) or both numbers")
+    x = _tensor_in(input, "clamp")
+    r = x if min is None else _ops.maximum(x, min)
+    return r if max is None else _ops.minimum(r, max)
 
 
 # ---- Tensor.data, parameter vectors ----------------------------------------------------------
@@ -533,4 +550,7 @@ for _n, _f in (("outer", outer), ("ger", ger), ("diag", diag), ("diagonal", diag
                ("multinomial", multinomial), ("nonzero", nonzero)):
     if not hasattr(Tensor, _n):
         setattr(Tensor, _n, _f)
+clip = clamp
+_ops.clamp = clamp  # clamp_ and the operators read it there
+Tensor.clamp = Tensor.clip = clamp
 Tensor.data = property(lambda self: self.detach(), _set_data)

@@ -371,3 +371,27 @@ def test_init_eye_dirac_orthogonal(dev, th):
     for f in (lambda m: m.nn.init.eye_(m.zeros(2, 2, 2)), lambda m: m.nn.init.dirac_(m.zeros(2, 2)),
               lambda m: m.nn.init.orthogonal_(m.zeros(2))):
         _raises_like(th, f, f)
+
+
+def test_clamp_tensor_bounds(dev, th):
+    v = np.array([0.0, 5.0, -3.0], dtype=np.float32)
+    lo, hi = np.array([1.0, 1.0, -5.0], dtype=np.float32), np.array([2.0, 2.0, 2.0], dtype=np.float32)
+    x, xt = ag.tensor(v, device=dev), th.tensor(v)
+    L, Lt, H, Ht = ag.tensor(lo, device=dev), th.tensor(lo), ag.tensor(hi, device=dev), th.tensor(hi)
+    _same(ag.clamp(x, min=L), th.clamp(xt, min=Lt))
+    _same(x.clamp(L, H), xt.clamp(Lt, Ht))
+    _same(ag.clamp(x, max=ag.tensor(2.0, device=dev)), th.clamp(xt, max=th.tensor(2.0)))
+    _same(x.clamp(min=0.5), xt.clamp(min=0.5))
+    _same(ag.clamp(ag.tensor([1, 2], device=dev), min=ag.tensor([1.5, 1.5], device=dev)),
+          th.clamp(th.tensor([1, 2]), min=th.tensor([1.5, 1.5])))
+    y, yt = x.clone(), xt.clone()
+    y.clamp_(L, H)
+    yt.clamp_(Lt, Ht)
+    _same(y, yt)
+    w = ag.tensor(v, device=dev, requires_grad=True)
+    wt = th.tensor(v, requires_grad=True)
+    ag.clamp(w, min=L).sum().backward()
+    th.clamp(wt, min=Lt).sum().backward()
+    _same(w.grad, wt.grad)
+    _raises_like(th, lambda t: t.clamp(t.zeros(3), min=t.ones(3), max=1.0),
+                 lambda t: t.clamp(t.zeros(3), min=t.ones(3), max=1.0))
