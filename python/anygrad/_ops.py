@@ -545,18 +545,26 @@ def _t_self(x, name):
     return x
 
 
-def _fast_write(f_tt, f_ts):
-    """The common case of an in-place op as five C calls and no Python
-    object: a floating self, a Tensor or float operand, no graph. The
-    op, ag_copy_ into self's storage (which moves the version counter and
-    refuses a tensor that requires grad) and the temporary's release.
-    Returns self, or None for the general path (which raises its errors)."""
+def _fast_write(f_tt, f_ts, f_inplace):
+    """The common case of an in-place op without Python objects: a Tensor
+    operand through the library's one in-place call (ag_add_, ...), a float
+    operand as the op, ag_copy_ into self's storage and the temporary's
+    release (a floating self, no graph). The library's calls move the
+    version counter and refuse what needs a graph. Returns self, or None
+    for the general path (which rebinds, or raises the error)."""
     def fast(self, other, _T=Tensor, _dt=_DT, _rg=lib.ag_tensor_requires_grad, _copy=lib.ag_copy_,
-             _rel=lib.ag_tensor_release, _fl=_FLOAT_CODES):
-        sh = self._h
-        if self.__class__ is not _T or not sh or _dt(sh) not in _fl:
+             _rel=lib.ag_tensor_release, _fl=_FLOAT_CODES, _clear=lib.ag_error_clear):
+        if self.__class__ is not _T:
             return None
         oc = other.__class__
+        if oc is _T and f_inplace is not None:
+            if f_inplace(self._h, other._h) == 0:
+                return self
+            _clear()
+            return None
+        sh = self._h
+        if not sh or _dt(sh) not in _fl:
+            return None
         if oc is _T:
             oh = other._h
             if not oh:
@@ -567,7 +575,7 @@ def _fast_write(f_tt, f_ts):
         else:
             return None
         if not rh:
-            lib.ag_error_clear()
+            _clear()
             return None
         if _rg(rh):  # a graph: the general path rebinds or raises
             _rel(rh)
@@ -575,16 +583,16 @@ def _fast_write(f_tt, f_ts):
         st = _copy(sh, rh)
         _rel(rh)
         if st:  # nothing was written: the general path says why
-            lib.ag_error_clear()
+            _clear()
             return None
         return self
     return fast
 
 
-_add_fast = _fast_write(lib.ag_add, lib.ag_add_scalar)
-_sub_fast = _fast_write(lib.ag_sub, lib.ag_sub_scalar)
-_mul_fast = _fast_write(lib.ag_mul, lib.ag_mul_scalar)
-_div_fast = _fast_write(lib.ag_div, lib.ag_div_scalar)
+_add_fast = _fast_write(lib.ag_add, lib.ag_add_scalar, getattr(lib, "ag_add_", None))
+_sub_fast = _fast_write(lib.ag_sub, lib.ag_sub_scalar, getattr(lib, "ag_sub_", None))
+_mul_fast = _fast_write(lib.ag_mul, lib.ag_mul_scalar, getattr(lib, "ag_mul_", None))
+_div_fast = _fast_write(lib.ag_div, lib.ag_div_scalar, getattr(lib, "ag_div_", None))
 
 
 def add_(self, other, alpha=1):
