@@ -154,7 +154,8 @@ def randint(*args, size=None, generator=None, dtype=int64, device=None, requires
     low, high = _int_arg(low, "randint", "low"), _int_arg(high, "randint", "high")
     s = _size(size, "randint")
     if low >= high:
-        raise RuntimeError("random_ expects 'from' to be less than 'to', but got from=%d >= to=%d" % (low, high))
+        raise RuntimeError("random_ expects 'from' to be less than 'to', but got from=%d >= to=%d"
+                           % (low, high))
     u = _host_uniform(s, generator)
     v = np.minimum(np.floor(u * (high - low)).astype(np.int64), high - low - 1) + low
     return _t.tensor(v, dtype=dtype, device=device, requires_grad=requires_grad)
@@ -250,7 +251,8 @@ def diagonal(input, offset=0, dim1=0, dim2=1):  # noqa: A002
     x = _tensor_in(input, "diagonal")
     nd = x.ndim
     off = _int_arg(offset, "diagonal", "offset", 2)
-    d1, d2 = (_t._dim_arg(d, "diagonal", n, 3 + i) for i, (d, n) in enumerate(((dim1, "dim1"), (dim2, "dim2"))))
+    d1 = _t._dim_arg(dim1, "diagonal", "dim1", 3)
+    d2 = _t._dim_arg(dim2, "diagonal", "dim2", 4)
     if nd < 2:
         raise RuntimeError("diagonal(): the input needs at least 2 dimensions, got %d" % nd)
     d1, d2 = d1 % nd, d2 % nd
@@ -359,7 +361,8 @@ def scatter(input, dim, index, src=None, value=None, reduce=None):  # noqa: A002
 
 
 def scatter_(self, dim, index, src=None, value=None, reduce=None):
-    return _ops._write(_tensor_in(self, "scatter_"), scatter(self, dim, index, src, value, reduce), "scatter_")
+    x = _tensor_in(self, "scatter_")
+    return _ops._write(x, scatter(x, dim, index, src, value, reduce), "scatter_")
 
 
 # ---- scans and where(cond) -----------------------------------------------------------------

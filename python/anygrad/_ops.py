@@ -470,7 +470,7 @@ clip = clamp
 
 
 # ---- in-place ops ---------------------------------------------------------------------
-# The library writes in place through ag_copy_ and ag_fill_ only, with its
+# The library writes in place through ag_copy_ and ag_fill_ (ag_add_ and friends end in ag_copy_), with its
 # version counters (a backward that needs a tensor written since it was
 # saved fails) and its refusal to write a tensor that requires grad while
 # grad mode is on. So add_(x) computes self + x and copies it into self's
