@@ -22,15 +22,16 @@
 #define MAXO 32
 
 /* Milliseconds per training step, synchronizing only at the end; -1 on an
- * error (printed). */
+ * error, -2 when the device refused an op of the step (printed). */
 static double step_ms(ag_device d, const char *name, int steps) {
   const int64_t sizes[4] = {256, 512, 512, 10}, batch = 64;
   ag_generator *g = ag_generator_create(1);
   ag_mlp m;
-  if (!g || ag_mlp_init(&m, d, AG_F32, 4, sizes, AG_ACT_RELU, g) != AG_OK) {
-    fprintf(stderr, "backends_bench: %s\n", ag_last_error());
+  ag_status ist = g ? ag_mlp_init(&m, d, AG_F32, 4, sizes, AG_ACT_RELU, g) : ag_last_status();
+  if (ist != AG_OK) {
+    fprintf(stderr, "backends_bench: step on %s: %s\n", name, ag_last_error());
     ag_generator_free(g);
-    return -1;
+    return ist == AG_ERR_UNSUPPORTED ? -2 : -1;
   }
   ag_adamw_options ao = ag_adamw_defaults();
   ag_optimizer *opt = ag_adamw_create(&m.params, &ao);
@@ -58,7 +59,7 @@ static double step_ms(ag_device d, const char *name, int steps) {
   double ms = (ag_bench_now_ns() - t0) * 1e-6 / steps;
   if (st != AG_OK) {
     fprintf(stderr, "backends_bench: step on %s: %s\n", name, ag_last_error());
-    ms = -1;
+    ms = st == AG_ERR_UNSUPPORTED ? -2 : -1;
   }
   ag_tensor_release(x);
   ag_tensor_release(y);
@@ -163,6 +164,7 @@ int main(int argc, char **argv) {
   static double ms[MAXD][MAXO], lo[MAXD][MAXO], hi[MAXD][MAXO];
   static ag_bench_status cst[MAXD][MAXO];
   bool s_ok[MAXD];
+  ag_bench_status s_st[MAXD];
   int rc = 0;
   double col[MAXR], s_med[MAXD], s_lo[MAXD], s_hi[MAXD];
   for (int k = 0; k < nd; k++) {
@@ -183,13 +185,15 @@ int main(int argc, char **argv) {
       ms[k][i] = cst[k][i] == AG_BENCH_OK ? med(col, rounds, &lo[k][i], &hi[k][i]) : -1;
       if (cst[k][i] == AG_BENCH_ERROR) rc = 1;
     }
-    s_ok[k] = true;
+    s_st[k] = AG_BENCH_OK; /* step_ms printed what went wrong */
     for (int r = 0; r < rounds; r++) {
       col[r] = sm[k][r];
-      if (sm[k][r] < 0) s_ok[k] = false; /* step_ms printed the error */
+      if (sm[k][r] == -1) s_st[k] = AG_BENCH_ERROR;
+      else if (sm[k][r] < 0 && s_st[k] == AG_BENCH_OK) s_st[k] = AG_BENCH_UNSUPPORTED;
     }
+    s_ok[k] = s_st[k] == AG_BENCH_OK;
     s_med[k] = s_ok[k] ? med(col, rounds, &s_lo[k], &s_hi[k]) : -1;
-    if (!s_ok[k]) rc = 1;
+    if (s_st[k] == AG_BENCH_ERROR) rc = 1;
   }
 
   int threads = ag_get_num_threads();
@@ -212,7 +216,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < nd; k++) {
       double m = step ? s_med[k] : ms[k][i], l = step ? s_lo[k] : lo[k][i], h = step ? s_hi[k] : hi[k][i];
       if (step ? !s_ok[k] : cst[k][i] != AG_BENCH_OK)
-        printf(" %26s", step ? "error" : ag_bench_status_name(cst[k][i]));
+        printf(" %26s", ag_bench_status_name(step ? s_st[k] : cst[k][i]));
       else printf(" %9.3f [%6.3f-%7.3f]", m, l, h);
     }
     for (int k = 1; k < nd; k++) {
@@ -239,7 +243,7 @@ int main(int argc, char **argv) {
       for (int k = 0; k < nd; k++) {
         double m = step ? s_med[k] : ms[k][i], l = step ? s_lo[k] : lo[k][i], h = step ? s_hi[k] : hi[k][i];
         double b = step ? s_med[0] : ms[0][i];
-        ag_bench_status cs = step ? (s_ok[k] ? AG_BENCH_OK : AG_BENCH_ERROR) : cst[k][i];
+        ag_bench_status cs = step ? s_st[k] : cst[k][i];
         if (cs != AG_BENCH_OK)
           fprintf(jf, "%s{\"device\": \"%s\", \"status\": \"%s\", \"ms\": null}", k ? ", " : "", dname[k],
                   ag_bench_status_name(cs));
