@@ -129,7 +129,7 @@ def main():
     corpus = fortunes()[:2000]
     for typ in ("f32", "f16", "q8_0"):
         path = os.path.join(work, "m_%s.gguf" % typ)
-        subprocess.run([cli, "export", "--from", folder, "--gguf", path, "--type", typ], check=True,
+        subprocess.run([cli, "export", "--checkpoint", folder, "--gguf", path, "--type", typ], check=True,
                        stdout=subprocess.DEVNULL)
         t0 = time.time()
         # logits_all: llama-cpp-python fills .scores only so; the key/value

@@ -2,6 +2,8 @@
 # Install what anygrad needs to build and test on Debian 12, only if missing.
 # libdnnl2 (oneDNN) is the CPU's f32 GEMM engine, opened at run time
 # (backends/cpu/cpu_gemm.c); without it OpenBLAS runs the products.
+# libprotobuf-c-dev and protobuf-c-compiler build the ONNX export
+# (AG_ONNX, docs/export.md); without them it is left out.
 # Usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf]   (--test adds the sanitizer runtimes, HIP and chromium,
 # the headless browser the run-report test renders in, clang 14's libFuzzer runtime
 # (libclang-rt-14-dev) for the fuzzers of tests/fuzz/, the Python test packages,
@@ -10,13 +12,15 @@
 # tokenizer's test and its bench train on. --test also makes the virtual
 # environment .venv (Debian's python3 with --system-site-packages) holding the
 # pinned `tokenizers` wheel from PyPI that the tokenizer.json test checks
-# against (docs/export.md); --bench-hf adds pinned transformers and torch 2.x
+# against (docs/export.md), the pinned `onnx` (8.9 MB wheel) and
+# `onnxruntime` (27.8 MB, CPU only) that check the ONNX export (with Debian's
+# NumPy) and the pinned `gguf` reader that tests/gguf_check.py reads
+# anygrad's GGUF files with; --bench-hf adds pinned transformers and torch 2.x
 # to it for bench/hf_transformers_check.py (several GB with torch's CUDA
-# libraries: not for CI). --test also installs the pinned `gguf` reader that
-# tests/gguf_check.py reads anygrad's GGUF files with; --bench-gguf adds
-# llama-cpp-python, built from source for the CPU only (it compiles llama.cpp:
-# many minutes on two cores, not for CI), for bench/gguf_llamacpp_check.py.
-# Each is installed only when missing.
+# libraries: not for CI); --bench-gguf adds llama-cpp-python, built from
+# source for the CPU only (it compiles llama.cpp: about 7 minutes on two
+# cores, not for CI), for bench/gguf_llamacpp_check.py. Each is installed
+# only when missing.
 set -euo pipefail
 test_deps=0 bench_hf=0 bench_gguf=0
 for a in "$@"; do
@@ -29,7 +33,7 @@ for a in "$@"; do
 done
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
-      zlib1g-dev dataset-fashion-mnist libdnnl2 fortunes)
+      zlib1g-dev dataset-fashion-mnist libdnnl2 fortunes libprotobuf-c-dev protobuf-c-compiler)
 if ((test_deps)); then
   pkgs+=(python3-venv libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium
         python3-numpy python3-pytest python3-hypothesis python3-setuptools python3-pip python3-dev
@@ -49,6 +53,9 @@ fi
 
 # ---- the Python packages of the Hugging Face checks, pinned, in .venv ----
 TOKENIZERS_VERSION=0.23.3
+ONNX_VERSION=1.23.2
+ONNXRUNTIME_VERSION=1.32.0
+ML_DTYPES_VERSION=0.5.4 # onnx's; newer ones need NumPy 2, which would hide Debian's NumPy 1.24
 TRANSFORMERS_VERSION=5.23.0
 TORCH_VERSION=2.15.0
 GGUF_VERSION=0.19.0
@@ -59,6 +66,9 @@ if ((test_deps)); then
   [[ -x "$venv/bin/python3" ]] || /usr/bin/python3 -m venv --system-site-packages "$venv"
   has tokenizers "$TOKENIZERS_VERSION" ||
     "$venv/bin/pip" install -q --disable-pip-version-check "tokenizers==$TOKENIZERS_VERSION"
+  has onnx "$ONNX_VERSION" && has onnxruntime "$ONNXRUNTIME_VERSION" ||
+    "$venv/bin/pip" install -q --disable-pip-version-check "onnx==$ONNX_VERSION" \
+      "onnxruntime==$ONNXRUNTIME_VERSION" "ml_dtypes==$ML_DTYPES_VERSION"
   # gguf's own NumPy requirement is met by Debian's; --no-deps keeps pip from
   # replacing it inside .venv.
   "$venv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('gguf') != '$GGUF_VERSION')" \

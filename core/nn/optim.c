@@ -1,6 +1,7 @@
 /* SGD and AdamW through the fused multi-tensor kernels (AG_K_SGD,
- * AG_K_ADAMW), and global-norm clipping with AG_K_SUMSQ and an in-place
- * device scale (no host sync). */
+ * AG_K_ADAMW), RMSprop composed from elementwise tensor ops, and
+ * global-norm clipping with AG_K_SUMSQ and an in-place device scale (no
+ * host sync). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,16 +10,18 @@
 #include "anygrad/optim.h"
 #include "autograd/grad_internal.h"
 
-enum { OPT_SGD = 1, OPT_ADAMW = 2 };
+enum { OPT_SGD = 1, OPT_ADAMW = 2, OPT_RMSPROP = 3 };
 
 struct ag_optimizer {
   int kind;
   ag_sgd_options sgd;
   ag_adamw_options adam;
+  ag_rmsprop_options rms;
   int n;
   ag_tensor **params;
   char **names;
-  ag_tensor **s0, **s1; /* SGD: momentum, -; AdamW: exp_avg, exp_avg_sq */
+  ag_tensor **s0, **s1; /* SGD: momentum, -; AdamW: exp_avg, exp_avg_sq; RMSprop: square_avg, momentum_buffer */
+  ag_tensor **s2;       /* RMSprop: grad_avg (centered) */
   int64_t steps;
   int n_groups;
   int *group;         /* per parameter: its group */
@@ -39,12 +42,14 @@ void ag_optimizer_free(ag_optimizer *o) {
     ag__unhold(o->params[i]);
     if (o->s0) ag_tensor_release(o->s0[i]);
     if (o->s1) ag_tensor_release(o->s1[i]);
+    if (o->s2) ag_tensor_release(o->s2[i]);
     if (o->names) free(o->names[i]);
   }
   free(o->params);
   free(o->names);
   free(o->s0);
   free(o->s1);
+  free(o->s2);
   free(o->multi);
   free(o->group);
   free(o->glr);
@@ -96,7 +101,7 @@ static bool find_repeat(ag_tensor *const *ts, int n, int *out_first, int *out_du
 }
 
 static ag_optimizer *create(const ag_param_list *params, int kind, const char *fn, bool need_s0,
-                            bool need_s1) {
+                            bool need_s1, bool need_s2) {
   if (!params) {
     ag_error_set(AG_ERR_INVALID, "%s: NULL parameter list", fn);
     return NULL;
@@ -121,11 +126,13 @@ static ag_optimizer *create(const ag_param_list *params, int kind, const char *f
   o->names = calloc((size_t)params->count + 1, sizeof *o->names);
   o->s0 = calloc((size_t)params->count + 1, sizeof *o->s0);
   o->s1 = calloc((size_t)params->count + 1, sizeof *o->s1);
+  o->s2 = calloc((size_t)params->count + 1, sizeof *o->s2);
   o->group = calloc((size_t)params->count + 1, sizeof *o->group);
   o->glr = calloc(1, sizeof *o->glr);
   o->gwd = calloc(1, sizeof *o->gwd);
   o->n_groups = 1;
-  if (!o->multi || !o->params || !o->names || !o->s0 || !o->s1 || !o->group || !o->glr || !o->gwd) goto oom;
+  if (!o->multi || !o->params || !o->names || !o->s0 || !o->s1 || !o->s2 || !o->group || !o->glr || !o->gwd)
+    goto oom;
   for (int i = 0; i < params->count; i++) {
     ag_tensor *p = params->tensors[i];
     char b[96];
@@ -147,13 +154,15 @@ static ag_optimizer *create(const ag_param_list *params, int kind, const char *f
     }
     /* The fused update kernels read f32 (an f64 parameter would be updated
      * as if it held floats): refuse what the device cannot update. */
-    if (!ag__supported(o->ds, kind == OPT_ADAMW ? AG_K_ADAMW : AG_K_SGD, 0, p->dtype, fn)) goto fail;
+    if (kind != OPT_RMSPROP && !ag__supported(o->ds, kind == OPT_ADAMW ? AG_K_ADAMW : AG_K_SGD, 0, p->dtype, fn))
+      goto fail;
     o->params[i] = ag__hold(p);
     o->names[i] = strdup(params->names[i]);
     o->n = i + 1;
     if (!o->names[i]) goto oom;
     if (need_s0 && !(o->s0[i] = state_zeros(p))) goto fail;
     if (need_s1 && !(o->s1[i] = state_zeros(p))) goto fail;
+    if (need_s2 && !(o->s2[i] = state_zeros(p))) goto fail;
   }
   return o;
 oom:
@@ -180,7 +189,7 @@ ag_optimizer *ag_sgd_create(const ag_param_list *params, const ag_sgd_options *o
                  opts->nesterov ? "; nesterov needs momentum > 0 and dampening 0" : "");
     return NULL;
   }
-  ag_optimizer *o = create(params, OPT_SGD, "ag_sgd_create", opts->momentum != 0, false);
+  ag_optimizer *o = create(params, OPT_SGD, "ag_sgd_create", opts->momentum != 0, false, false);
   if (o) {
     o->sgd = *opts;
     o->glr[0] = opts->lr;
@@ -199,9 +208,33 @@ ag_optimizer *ag_adamw_create(const ag_param_list *params, const ag_adamw_option
                  d.lr, d.eps, d.weight_decay, d.beta1, d.beta2);
     return NULL;
   }
-  ag_optimizer *o = create(params, OPT_ADAMW, "ag_adamw_create", true, true);
+  ag_optimizer *o = create(params, OPT_ADAMW, "ag_adamw_create", true, true, false);
   if (o) {
     o->adam = d;
+    o->glr[0] = d.lr;
+    o->gwd[0] = d.weight_decay;
+  }
+  return o;
+}
+
+ag_rmsprop_options ag_rmsprop_defaults(void) {
+  return (ag_rmsprop_options){.lr = 1e-2, .alpha = 0.99, .eps = 1e-8, .weight_decay = 0, .momentum = 0,
+                              .centered = false};
+}
+
+ag_optimizer *ag_rmsprop_create(const ag_param_list *params, const ag_rmsprop_options *opts) {
+  ag_rmsprop_options d = opts ? *opts : ag_rmsprop_defaults();
+  if (!fin_nonneg(d.lr) || !fin_nonneg(d.eps) || !fin_nonneg(d.weight_decay) || !fin_nonneg(d.momentum) ||
+      !fin_nonneg(d.alpha)) {
+    ag_error_set(AG_ERR_INVALID,
+                 "ag_rmsprop_create: invalid options (lr %g, alpha %g, eps %g, weight_decay %g, momentum %g: "
+                 "finite and >= 0)",
+                 d.lr, d.alpha, d.eps, d.weight_decay, d.momentum);
+    return NULL;
+  }
+  ag_optimizer *o = create(params, OPT_RMSPROP, "ag_rmsprop_create", true, d.momentum > 0, d.centered);
+  if (o) {
+    o->rms = d;
     o->glr[0] = d.lr;
     o->gwd[0] = d.weight_decay;
   }
@@ -248,8 +281,73 @@ ag_status ag_optimizer_params(const ag_optimizer *o, ag_param_list *l) {
 static void counters_in(ag_optimizer *o);
 static void counters_out(ag_optimizer *o);
 
+/* torch.optim.RMSprop's single-tensor update, one elementwise op at a
+ * time in torch's order (a few launches per parameter, no fused kernel):
+ *   g += wd * p;  sq = sq * alpha + (1 - alpha) * g * g
+ *   centered: ga = ga * alpha + (1 - alpha) * g;  avg = sqrt(sq - ga * ga) + eps
+ *   else avg = sqrt(sq) + eps
+ *   momentum: buf = buf * momentum + g / avg;  p += -lr * buf
+ *   else p += (-lr * g) / avg
+ * Every new value of a parameter is computed before any is written, so an
+ * error leaves that parameter and its state as they were. */
+static ag_status rmsprop_param(ag_optimizer *o, int i) {
+  const ag_rmsprop_options *r = &o->rms;
+  ag_tensor *p = o->params[i], *g = p->grad;
+  const double lr = o->glr[o->group[i]], wd = o->gwd[o->group[i]];
+  if (wd != 0) g = ag_add(g, ag_mul_scalar(p, wd));
+  ag_tensor *sq = ag_add(ag_mul_scalar(o->s0[i], r->alpha), ag_mul(ag_mul_scalar(g, 1 - r->alpha), g));
+  ag_tensor *ga = NULL, *avg;
+  if (r->centered) {
+    ga = ag_add(ag_mul_scalar(o->s2[i], r->alpha), ag_mul_scalar(g, 1 - r->alpha));
+    avg = ag_sqrt(ag_sub(sq, ag_mul(ga, ga)));
+  } else {
+    avg = ag_sqrt(sq);
+  }
+  avg = ag_add_scalar(avg, r->eps);
+  ag_tensor *buf = NULL, *np;
+  if (r->momentum > 0) {
+    buf = ag_add(ag_mul_scalar(o->s1[i], r->momentum), ag_div(g, avg));
+    np = ag_add(p, ag_mul_scalar(buf, -lr));
+  } else {
+    np = ag_add(p, ag_div(ag_mul_scalar(g, -lr), avg));
+  }
+  if (!np || (r->centered && !ga) || (r->momentum > 0 && !buf)) return ag_last_status();
+  ag_status st = ag_copy_(o->s0[i], sq);
+  if (st == AG_OK && ga) st = ag_copy_(o->s2[i], ga);
+  if (st == AG_OK && buf) st = ag_copy_(o->s1[i], buf);
+  if (st == AG_OK) st = ag_copy_(p, np);
+  return st;
+}
+
+static ag_status rmsprop_step(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *found_inf) {
+  if (inv_scale || found_inf)
+    return ag_error_set(AG_ERR_UNSUPPORTED, "ag_optimizer_step_amp: RMSprop has no fused update to unscale "
+                        "gradients in or to skip on the device; unscale first (ag_grad_scaler_unscale) and step "
+                        "with ag_optimizer_step when no gradient is infinite");
+  ag_status st = AG_OK;
+  ag_no_grad_begin();
+  for (int i = 0; i < o->n && st == AG_OK; i++) {
+    if (!o->params[i]->grad || !o->params[i]->numel) continue;
+    ag_scope_begin();
+    st = rmsprop_param(o, i);
+    ag_status se = ag_scope_end();
+    if (st == AG_OK) st = se;
+  }
+  ag_grad_mode_end();
+  if (st != AG_OK) return st;
+  o->steps++;
+  counters_out(o);
+  return AG_OK;
+}
+
 static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *found_inf) {
   counters_in(o);
+  if (o->kind == OPT_RMSPROP) {
+    if (o->steps == INT64_MAX)
+      return ag_error_set(AG_ERR_STATE, "ag_optimizer_step: the step counter is at its maximum (%lld)",
+                          (long long)o->steps);
+    return rmsprop_step(o, inv_scale, found_inf);
+  }
   int per = o->kind == OPT_ADAMW ? 4 : 3;
   int cap = AG_KMAX_MULTI / per;
   if (o->steps == INT64_MAX) /* reachable only through ag_optimizer_set_steps */
@@ -267,8 +365,12 @@ static ag_status step_impl(ag_optimizer *o, ag_tensor *inv_scale, ag_tensor *fou
     c.s[1] = o->adam.beta1;
     c.s[2] = o->adam.beta2;
     c.s[3] = o->adam.eps;
-    c.s[5] = 1.0 - pow(o->adam.beta1, (double)t);
-    c.s[6] = 1.0 - pow(o->adam.beta2, (double)t);
+    /* Every kernel keeps beta in f32 and forms 1 - beta in f32 (exact), so
+     * the bias corrections use that same rounded beta: with the double
+     * 0.999 the first step moved a weight by lr * (1 + 6.4e-6), not lr
+     * (1 - 0.999f is 0.00099998713), 1e-6 off torch after 5 steps at lr 0.03. */
+    c.s[5] = 1.0 - pow((double)(float)o->adam.beta1, (double)t);
+    c.s[6] = 1.0 - pow((double)(float)o->adam.beta2, (double)t);
   } else {
     c.s[1] = o->sgd.momentum;
     c.s[2] = o->sgd.dampening;
@@ -320,6 +422,7 @@ ag_status ag_optimizer_set_lr(ag_optimizer *o, double lr) {
     return ag_error_set(AG_ERR_INVALID, "ag_optimizer_set_lr: lr must be finite and >= 0, got %g", lr);
   counters_in(o);
   if (o->kind == OPT_ADAMW) o->adam.lr = lr;
+  else if (o->kind == OPT_RMSPROP) o->rms.lr = lr;
   else o->sgd.lr = lr;
   for (int g = 0; g < o->n_groups; g++) o->glr[g] = lr;
   counters_out(o);
@@ -445,6 +548,13 @@ static ag_optimizer *create_groups(const ag_param_group *groups, int n_groups, c
 
 static ag_optimizer *make_adamw(const ag_param_list *l, const void *opts) { return ag_adamw_create(l, opts); }
 static ag_optimizer *make_sgd(const ag_param_list *l, const void *opts) { return ag_sgd_create(l, opts); }
+static ag_optimizer *make_rmsprop(const ag_param_list *l, const void *opts) { return ag_rmsprop_create(l, opts); }
+
+ag_optimizer *ag_rmsprop_create_groups(const ag_param_group *groups, int n_groups,
+                                       const ag_rmsprop_options *opts) {
+  ag_rmsprop_options d = opts ? *opts : ag_rmsprop_defaults();
+  return create_groups(groups, n_groups, "ag_rmsprop_create_groups", d.lr, d.weight_decay, make_rmsprop, &d);
+}
 
 ag_optimizer *ag_adamw_create_groups(const ag_param_group *groups, int n_groups, const ag_adamw_options *opts) {
   ag_adamw_options d = opts ? *opts : ag_adamw_defaults();
@@ -486,6 +596,7 @@ static void counters_in(ag_optimizer *o) {
     if (ag_to_host(o->lr_t[g], &lr, sizeof lr) == AG_OK && lr >= 0 && !isinf(lr)) o->glr[g] = lr;
   }
   if (o->kind == OPT_ADAMW) o->adam.lr = o->glr[0];
+  else if (o->kind == OPT_RMSPROP) o->rms.lr = o->glr[0];
   else o->sgd.lr = o->glr[0];
 }
 
@@ -538,15 +649,22 @@ fail:
 ag_status ag_optimizer_state(const ag_optimizer *o, ag_param_list *l) {
   if (!o || !l) return ag_error_set(AG_ERR_INVALID, "ag_optimizer_state: NULL argument");
   char buf[256];
+  const bool rms = o->kind == OPT_RMSPROP;
+  const char *n0 = o->kind == OPT_ADAMW ? "exp_avg" : rms ? "square_avg" : "momentum";
+  const char *n1 = rms ? "momentum_buffer" : "exp_avg_sq";
   for (int i = 0; i < o->n; i++) {
     ag_status st = AG_OK;
     if (o->s0[i]) {
-      snprintf(buf, sizeof buf, "%s.%s", o->names[i], o->kind == OPT_ADAMW ? "exp_avg" : "momentum");
+      snprintf(buf, sizeof buf, "%s.%s", o->names[i], n0);
       st = ag_params_add(l, buf, o->s0[i]);
     }
     if (st == AG_OK && o->s1[i]) {
-      snprintf(buf, sizeof buf, "%s.exp_avg_sq", o->names[i]);
+      snprintf(buf, sizeof buf, "%s.%s", o->names[i], n1);
       st = ag_params_add(l, buf, o->s1[i]);
+    }
+    if (st == AG_OK && o->s2[i]) {
+      snprintf(buf, sizeof buf, "%s.grad_avg", o->names[i]);
+      st = ag_params_add(l, buf, o->s2[i]);
     }
     if (st != AG_OK) return st;
   }

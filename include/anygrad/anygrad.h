@@ -47,6 +47,7 @@
 #include "anygrad/gguf.h"
 #include "anygrad/optim.h"
 #include "anygrad/serialize.h"
+#include "anygrad/onnx.h"
 #include "anygrad/checks.h"
 #include "anygrad/interop.h"
 #include "anygrad/dist.h"

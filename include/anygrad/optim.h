@@ -1,6 +1,6 @@
-/* Optimizers (SGD with momentum, AdamW) with fused multi-tensor updates: one
- * kernel launch per group of up to 128 parameters of one device, never one
- * per parameter. Gradient clipping by global norm and learning-rate
+/* Optimizers: SGD with momentum and AdamW with fused multi-tensor updates
+ * (one kernel launch per group of up to 128 parameters of one device, never
+ * one per parameter), and RMSprop composed from elementwise ops. Gradient clipping by global norm and learning-rate
  * schedules, all without host synchronisation. */
 #ifndef ANYGRAD_OPTIM_H
 #define ANYGRAD_OPTIM_H
@@ -30,6 +30,14 @@ typedef struct ag_adamw_options {
 /* AdamW defaults as torch.optim.AdamW. */
 AG_API ag_adamw_options ag_adamw_defaults(void);
 
+typedef struct ag_rmsprop_options {
+  double lr, alpha, eps, weight_decay, momentum; /* torch defaults: 1e-2, 0.99, 1e-8, 0, 0 */
+  bool centered;                                 /* torch default: false */
+} ag_rmsprop_options;
+
+/* RMSprop defaults as torch.optim.RMSprop. */
+AG_API ag_rmsprop_options ag_rmsprop_defaults(void);
+
 /* Optimizers over the tensors of `params` (retained; the list itself is not
  * kept). State tensors (momentum, exp_avg, exp_avg_sq) are allocated now,
  * zero, as AG_MEM_OPTIMIZER. Owned by the caller: ag_optimizer_free.
@@ -42,6 +50,20 @@ AG_API ag_adamw_options ag_adamw_defaults(void);
  * devices. */
 AG_API ag_optimizer *ag_sgd_create(const ag_param_list *params, const ag_sgd_options *opts);
 AG_API ag_optimizer *ag_adamw_create(const ag_param_list *params, const ag_adamw_options *opts);
+/* torch.optim.RMSprop (L2 weight decay, optional momentum and centering)
+ * over the tensors of `params` (retained), composed from elementwise tensor
+ * ops in torch's order (a few launches per parameter and step, no fused
+ * kernel), so it runs on every device and floating dtype those ops take
+ * (f64 included) and equals torch's update up to their rounding. State:
+ * square_avg, momentum_buffer (momentum > 0), grad_avg (centered), zero,
+ * as AG_MEM_OPTIMIZER; ag_optimizer_state names them so. opts NULL: the
+ * defaults. Owned by the caller: ag_optimizer_free. Errors (NULL
+ * returned): AG_ERR_INVALID for an lr, alpha, eps, weight decay or momentum
+ * that is negative, NaN or infinite, one tensor listed twice;
+ * AG_ERR_DTYPE, AG_ERR_STATE, AG_ERR_DEVICE as ag_sgd_create. Its
+ * ag_optimizer_step_amp with a scale or found_inf is AG_ERR_UNSUPPORTED
+ * (no fused update to unscale in). */
+AG_API ag_optimizer *ag_rmsprop_create(const ag_param_list *params, const ag_rmsprop_options *opts);
 AG_API void ag_optimizer_free(ag_optimizer *o);
 
 /* One update of every parameter that has a gradient (others are skipped).
@@ -70,7 +92,8 @@ AG_API double ag_optimizer_lr(const ag_optimizer *o);
 AG_API int64_t ag_optimizer_steps(const ag_optimizer *o);
 AG_API void ag_optimizer_set_steps(ag_optimizer *o, int64_t steps);
 /* Append the optimizer's state tensors (borrowed references retained by l)
- * named "<param name>.<state>" (exp_avg, exp_avg_sq, momentum), for
+ * named "<param name>.<state>" (exp_avg, exp_avg_sq, momentum; RMSprop:
+ * square_avg, momentum_buffer, grad_avg), for
  * checkpoints: loading into them restores the state. State not created yet
  * (before the first step) is not listed. Errors: AG_ERR_INVALID (NULL o or
  * l), AG_ERR_OOM; entries added before an error stay in l. */
@@ -101,6 +124,12 @@ AG_API ag_optimizer *ag_adamw_create_groups(const ag_param_group *groups, int n_
                                             const ag_adamw_options *opts);
 AG_API ag_optimizer *ag_sgd_create_groups(const ag_param_group *groups, int n_groups,
                                           const ag_sgd_options *opts);
+/* ag_rmsprop_create over groups, as ag_adamw_create_groups (opts NULL:
+ * the defaults); each group's lr and weight decay, the other options
+ * shared. Owned by the caller: ag_optimizer_free. Errors (NULL returned):
+ * those of ag_adamw_create_groups, then those of ag_rmsprop_create. */
+AG_API ag_optimizer *ag_rmsprop_create_groups(const ag_param_group *groups, int n_groups,
+                                              const ag_rmsprop_options *opts);
 /* The usual no-decay rule: append every entry of `all` of rank >= 2
  * (weight matrices, embeddings, convolution kernels) to `decay`, and every
  * entry of rank 0 or 1 (biases, LayerNorm/BatchNorm weights) to

@@ -18,6 +18,9 @@ from ._dlpack import from_dlpack
 from ._tensor_extra import *  # noqa: F401,F403,A004
 from . import linalg, autograd  # noqa: F401
 from . import functional, nn, optim  # noqa: F401
+from ._tensor import default_generator  # noqa: F401
+from ._rng import (get_rng_state, set_rng_state, initial_seed, seed, set_num_threads,  # noqa: F401
+                   get_num_threads)
 from . import utils  # noqa: F401  (anygrad.utils.data)
 
 float = float32  # noqa: A001
@@ -149,9 +152,11 @@ def live_tensors():
 
 def save(obj, path):
     """Write a dict of name -> Tensor (or a Module's state_dict) as safetensors."""
-    from .optim import _param_list
+    from . import _checkpoint
     if hasattr(obj, "state_dict"):
         obj = obj.state_dict()
+    if not _checkpoint.is_flat(obj):  # an optimizer's state_dict, nested dicts, lists, numbers
+        return _checkpoint.save(obj, path)
     if not isinstance(obj, dict):
         raise TypeError("anygrad.save: expected a dict of tensors or a Module")
     pl = _lib.ParamList()
@@ -175,7 +180,9 @@ def load(path, map_location="cpu"):
         for i in range(lib.ag_safetensors_count(f)):
             name = lib.ag_safetensors_name(f, i)
             out[name.decode()] = _wrap(lib.ag_safetensors_get(f, name, d._d), "load")
-        return out
+        from . import _checkpoint
+        t = _checkpoint.tree(f)
+        return out if t is None else _checkpoint.rebuild(t, out)
     finally:
         lib.ag_safetensors_close(f)
 

@@ -169,6 +169,15 @@ class AdamwOptions(Structure):
                 ("weight_decay", c_double)]
 
 
+class ParamGroup(Structure):  # include/anygrad/optim.h: ag_param_group
+    _fields_ = [("params", POINTER(ParamList)), ("lr", c_double), ("weight_decay", c_double)]
+
+
+class RmspropOptions(Structure):  # include/anygrad/optim.h: ag_rmsprop_options
+    _fields_ = [("lr", c_double), ("alpha", c_double), ("eps", c_double), ("weight_decay", c_double),
+                ("momentum", c_double), ("centered", c_bool)]
+
+
 class Conv2dParams(Structure):
     _fields_ = [("stride", c_int * 2), ("padding", c_int * 2), ("dilation", c_int * 2),
                 ("groups", c_int)]
@@ -341,6 +350,39 @@ _DECLS = {
 
 MISSING = []
 for _name, (_res, _args) in _DECLS.items():
+    try:
+        _f = getattr(lib, _name)
+    except AttributeError:
+        MISSING.append(_name)
+        continue
+    _f.restype = _res
+    _f.argtypes = _args
+
+# training toolkit: parameter groups, schedules, initialisers, threads, generator state
+_TRAIN_DECLS = {
+    "ag_sgd_create_groups": (P, [POINTER(ParamGroup), c_int, POINTER(SgdOptions)]),
+    "ag_adamw_create_groups": (P, [POINTER(ParamGroup), c_int, POINTER(AdamwOptions)]),
+    "ag_rmsprop_create_groups": (P, [POINTER(ParamGroup), c_int, POINTER(RmspropOptions)]),
+    "ag_optimizer_set_group_lr": (c_int, [P, c_int, c_double]),
+    "ag_optimizer_group_lr": (c_double, [P, c_int]),
+    "ag_optimizer_group_count": (c_int, [P]),
+    "ag_schedule_lr": (c_double, [P, c_int64]),
+    "ag_init_gain": (c_double, [c_int, c_double]),
+    "ag_init_fans": (c_int, [T, POINTER(c_int64), POINTER(c_int64)]),
+    "ag_init_uniform_": (c_int, [T, c_double, c_double, P]),
+    "ag_init_normal_": (c_int, [T, c_double, c_double, P]),
+    "ag_init_xavier_uniform_": (c_int, [T, c_double, P]),
+    "ag_init_xavier_normal_": (c_int, [T, c_double, P]),
+    "ag_init_kaiming_uniform_": (c_int, [T, c_double, c_int, P]),
+    "ag_init_kaiming_normal_": (c_int, [T, c_double, c_int, P]),
+    "ag_init_trunc_normal_": (c_int, [T, c_double, c_double, c_double, c_double, P]),
+    "ag_set_num_threads": (c_int, [c_int]), "ag_get_num_threads": (c_int, []),
+    "ag_default_generator": (P, []),
+    "ag_generator_get_state": (None, [P, POINTER(c_uint64), POINTER(c_uint64)]),
+    "ag_generator_set_state": (None, [P, c_uint64, c_uint64]),
+    "ag_safetensors_meta": (c_char_p, [P, c_char_p]),
+}
+for _name, (_res, _args) in _TRAIN_DECLS.items():
     try:
         _f = getattr(lib, _name)
     except AttributeError:
@@ -555,6 +597,7 @@ lib.ag_error_set.restype = c_int  # variadic: (status, b"%s", message)
 DELETER = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)  # ag_deleter_fn
 for _name, _res, _args in (
         ("ag_index_add", c_void_p, [c_void_p, c_int, c_void_p, c_void_p, c_double]),
+        ("ag_result_type", c_int, [T, T]),
         ("ag_from_blob", c_void_p, [Device, c_int, c_int, POINTER(c_int64), POINTER(c_int64), c_void_p,
                                     DELETER, c_void_p])):
     _f = getattr(lib, _name, None)

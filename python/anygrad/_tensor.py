@@ -8,6 +8,7 @@ import ctypes
 import math
 import numbers
 import operator
+import struct
 from ctypes import POINTER, byref, c_int, c_int64, c_void_p
 
 import numpy as np
@@ -1157,17 +1158,57 @@ def _seed(seed, fn):
 
 
 def manual_seed(seed):
+    """Seed the default generator (offset 0); returns it, as torch does."""
     lib.ag_manual_seed(_seed(seed, "manual_seed"))
+    return default_generator
 
 
 class Generator:
-    def __init__(self, seed=0):
-        self._g = lib.ag_generator_create(_seed(seed, "Generator"))
+    """A Philox generator: state = (seed, offset). get_state() is a 16-byte
+    uint8 tensor (seed then offset, little endian), like torch.cuda's."""
+
+    def __init__(self, device="cpu", seed=0, _handle=None):
+        if not isinstance(device, (str, globals()["device"])):  # anygrad's Generator(seed)
+            device, seed = "cpu", device
+        self._own = _handle is None
+        self._g = lib.ag_generator_create(_seed(seed, "Generator")) if self._own else _handle
+        self.device = as_device(device)
 
     def __del__(self):
-        if getattr(self, "_g", None):
+        if getattr(self, "_g", None) and getattr(self, "_own", False):
             lib.ag_generator_free(self._g)
-            self._g = None
+        self._g = None
+
+    def _state(self):
+        a, b = ctypes.c_uint64(), ctypes.c_uint64()
+        lib.ag_generator_get_state(self._g, ctypes.byref(a), ctypes.byref(b))
+        return a.value, b.value
+
+    def get_state(self):
+        seed, off = self._state()
+        return from_numpy(np.frombuffer(struct.pack("<QQ", seed, off), dtype=np.uint8).copy())
+
+    def set_state(self, new_state):
+        if not isinstance(new_state, Tensor):
+            raise TypeError("expected a anygrad.ByteTensor, but got %s" % type(new_state).__name__)
+        if new_state.dtype is not uint8:
+            raise TypeError("RNG state must be a anygrad.ByteTensor (uint8), got %s" % new_state.dtype)
+        if tuple(new_state.shape) != (16,):
+            raise RuntimeError("Expected an RNG state of 16 bytes (seed and offset), but found the input RNG "
+                               "state size to be %d" % new_state.numel())
+        seed, off = struct.unpack("<QQ", bytes(np.asarray(new_state.cpu().numpy(), dtype=np.uint8)))
+        lib.ag_generator_set_state(self._g, seed, off)
+        return self
+
+    def manual_seed(self, seed):
+        lib.ag_generator_set_state(self._g, _seed(seed, "manual_seed"), 0)
+        return self
+
+    def initial_seed(self):
+        return self._state()[0]
+
+
+default_generator = Generator(_handle=lib.ag_default_generator())
 
 
 def _gen(g, fn):

@@ -697,3 +697,8 @@ from ._nn_extra import *  # noqa: F401,F403,E402
 # `import anygrad.nn.functional as F`, as torch's habit (nn is a module, not a package)
 sys.modules.setdefault(__name__ + ".functional", functional)
 from ._transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder  # noqa: E402,F401
+
+# anygrad.nn.init and anygrad.nn.utils (also importable by those names)
+from . import init, nn_utils as utils  # noqa: E402
+sys.modules[__name__ + ".init"] = init
+sys.modules[__name__ + ".utils"] = utils
