@@ -58,7 +58,8 @@ class Tok:
         cap = len(b) + 1
         ids = (ctypes.c_int32 * cap)()
         n = ctypes.c_size_t()
-        if self.lib.ag_bpe_encode(self.h, b, ctypes.c_size_t(len(b)), ids, ctypes.c_size_t(cap), ctypes.byref(n)):
+        if self.lib.ag_bpe_encode(self.h, b, ctypes.c_size_t(len(b)), ids, ctypes.c_size_t(cap),
+                                  ctypes.byref(n)):
             raise SystemExit("ag_bpe_encode: " + self.lib.ag_last_error().decode())
         return list(ids[:n.value])
 
@@ -108,9 +109,11 @@ def main():
     if not folder:
         folder = os.path.join(work, "hf")
         t0 = time.time()
-        subprocess.run([cli, "train", "--task", "text", "--device", "cpu", "--steps", str(a.steps), "--layers", "2",
+        subprocess.run([cli, "train", "--task", "text", "--device", "cpu", "--steps", str(a.steps),
+                        "--layers", "2",
                         "--embd", "64", "--heads", "4", "--kv-heads", "2", "--samples", "0", "--out",
-                        os.path.join(work, "t.safetensors"), "--hf", folder], check=True, stdout=subprocess.DEVNULL)
+                        os.path.join(work, "t.safetensors"), "--hf", folder], check=True,
+                       stdout=subprocess.DEVNULL)
         print("trained: anygrad train --task text --steps %d --layers 2 --embd 64 --heads 4 --kv-heads 2 "
               "(vocabulary 512, context 128) in %.1f s" % (a.steps, time.time() - t0))
     cfg = json.load(open(os.path.join(folder, "config.json")))
@@ -150,8 +153,8 @@ def main():
             # before a word; llama.cpp's gpt-2 rule also splits the last
             # blank off when it is \n or \t ("\n\n" + "word" is "\n", "\n").
             ws = [i for i in diff if re.search(rb"[\t-\r ][\t-\r](?=[^\t-\r ])", corpus[i])]
-            print("  of the %d that differ, %d hold a run of blanks ending in \\n, \\t, ... before a non-blank"
-                  % (len(diff), len(ws)))
+            print("  of the %d that differ, %d hold a run of blanks ending in \\n, \\t, ... "
+                  "before a non-blank" % (len(diff), len(ws)))
             for i in [i for i in diff if i not in set(ws)][:5]:
                 print("  differs otherwise: %r" % corpus[i][:70])
         for text, prompt, ref in refs:
@@ -165,10 +168,11 @@ def main():
             d = max(float(np.abs(np.array(ref["logits"][i]) - logits[i]).max()) for i in range(max(same, 1)))
             forced = llama_forced(llm, prompt, ref["ids"])
             agree = sum(int(x == y) for x, y in zip(forced, ref["ids"])) / n_new
-            print("%-4s load %.2f s, %d tokens in %.2f s from %r: greedy %s (%d of %d identical before the first "
-                  "difference), teacher-forced top-1 agreement %.1f%%, logits max |diff| %.2e over the common "
-                  "prefix" % (typ, load_s, n_new, gen_s, text[:12], "SAME" if same == n_new else "DIFFERS", same,
-                              n_new, 100 * agree, d))
+            print("%-4s load %.2f s, %d tokens in %.2f s from %r: greedy %s (%d of %d identical before "
+                  "the first difference), teacher-forced top-1 agreement %.1f%%, logits max |diff| %.2e "
+                  "over the common prefix" % (typ, load_s, n_new, gen_s, text[:12],
+                                              "SAME" if same == n_new else "DIFFERS", same, n_new,
+                                              100 * agree, d))
             if typ in ("f32", "f16"):
                 ok &= same == n_new
             else:

@@ -65,7 +65,8 @@ def permute(w, n_head, n_head_kv=None):
 def expected_tensors(folder, cfg):
     st = read_safetensors(os.path.join(folder, "model.safetensors"))
     h, hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    out = {"token_embd.weight": st["model.embed_tokens.weight"], "output_norm.weight": st["model.norm.weight"]}
+    out = {"token_embd.weight": st["model.embed_tokens.weight"],
+           "output_norm.weight": st["model.norm.weight"]}
     if "lm_head.weight" in st:
         out["output.weight"] = st["lm_head.weight"]
     names = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
@@ -159,7 +160,8 @@ def check_file(path, folder, typ):
             continue
         if want_t == Q.F32:
             d = np.asarray(t.data).reshape(w.shape)
-            check(np.array_equal(d.view(np.uint32), w.view(np.uint32)), "%s: %s not bit for bit" % (path, t.name))
+            check(np.array_equal(d.view(np.uint32), w.view(np.uint32)),
+                  "%s: %s not bit for bit" % (path, t.name))
         elif want_t == Q.F16:
             d = np.asarray(t.data).reshape(w.shape)
             check(np.array_equal(d.view(np.uint16), w.astype(np.float16).view(np.uint16)),
@@ -182,14 +184,15 @@ def check_file(path, folder, typ):
 
 def main():
     try:
-        import gguf  # noqa: F401
+        __import__("gguf")
     except ImportError:
         print("skipped: the gguf package is missing (scripts/deps.sh --test puts it in .venv)")
         return 77
     cli, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
     corpus = os.path.join(work, "corpus.txt")
-    words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "its", "bed", "42", "it's", "(x)"]
+    words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "its", "bed", "42", "it's",
+             "(x)"]
     with open(corpus, "w") as f:
         for i in range(3000):
             f.write(" ".join(words[(i * 7 + j * 5) % len(words)] for j in range(8)) + ".\n")
@@ -197,7 +200,8 @@ def main():
     for width, heads in ((64, 4), (48, 4)):
         folder = os.path.join(work, "hf%d" % width)
         run(cli, ["train", "--task", "text", "--device", "cpu", "--steps", "3", "--layers", "2",
-                  "--embd", str(width), "--heads", str(heads), "--kv-heads", "2", "--seq", "32", "--vocab", "300",
+                  "--embd", str(width), "--heads", str(heads), "--kv-heads", "2", "--seq", "32",
+                  "--vocab", "300",
                   "--eval-batches", "1", "--samples", "0", "--data", corpus, "--out",
                   os.path.join(work, "t%d.safetensors" % width), "--hf", folder], 0)
         for typ in ("f32", "f16", "q8_0"):
@@ -231,6 +235,9 @@ def main():
     out = run(cli, ["export", "--checkpoint", notok, "--gguf", bad], 1)
     check("has no tokenizer.json" in out, "no tokenizer message: " + out)
     out = run(cli, ["export", "--checkpoint", folder, "--gguf", work], 1)
+    onnx = os.path.join(work, "both.onnx")
+    run(cli, ["export", "--onnx", onnx, "--model", "llama", "--checkpoint", folder, "--gguf", work], 1)
+    check(not os.path.exists(onnx), "an unwritable --gguf did not stop --onnx before it wrote")
     check(not os.path.exists(bad), "a refused export left a file")
     check(not [n for n in os.listdir(work) if ".tmp." in n], "a refused export left a temp file")
     print("%d passed, %d failed" % (n_files, len(FAILS)) if not FAILS else "")

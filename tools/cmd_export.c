@@ -433,7 +433,8 @@ int ag_cmd_export(int argc, char **argv) {
   }
   /* an unwritable output is refused before any model is built */
   if (ag_output_check(o.out, "ONNX model") != AG_OK ||
-      (o.samples_out && ag_output_check(o.samples_out, "samples file") != AG_OK)) {
+      (o.samples_out && ag_output_check(o.samples_out, "samples file") != AG_OK) ||
+      (gguf && ag_output_check(gguf, "GGUF file") != AG_OK)) {
     fprintf(stderr, "anygrad export: %s\n", ag_last_error());
     return AG_EXIT_RUNTIME;
   }
