@@ -69,10 +69,10 @@ if ((test_deps)); then
   has onnx "$ONNX_VERSION" && has onnxruntime "$ONNXRUNTIME_VERSION" ||
     "$venv/bin/pip" install -q --disable-pip-version-check "onnx==$ONNX_VERSION" \
       "onnxruntime==$ONNXRUNTIME_VERSION" "ml_dtypes==$ML_DTYPES_VERSION"
-  # gguf's own NumPy requirement is met by Debian's; --no-deps keeps pip from
-  # replacing it inside .venv.
+  # gguf asks for numpy>=1.17, which Debian's NumPy meets (pip keeps it), and
+  # pyyaml, requests, tqdm (pip adds those that are missing).
   "$venv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('gguf') != '$GGUF_VERSION')" \
-    2>/dev/null || "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "gguf==$GGUF_VERSION"
+    2>/dev/null || "$venv/bin/pip" install -q --disable-pip-version-check "gguf==$GGUF_VERSION"
 fi
 if ((bench_hf)); then
   has transformers "$TRANSFORMERS_VERSION" && has torch "$TORCH_VERSION" ||
