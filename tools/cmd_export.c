@@ -3,7 +3,9 @@
  * as an ONNX model with a dynamic batch (and sequence) dimension, from a
  * checkpoint or freshly initialised; optionally with sample inputs and
  * anygrad's outputs for them, for checking an ONNX runtime against anygrad
- * (docs/export.md "ONNX"). */
+ * (docs/export.md "ONNX"). `anygrad export --gguf OUT.gguf --checkpoint DIR`:
+ * the Llama and tokenizer of a Hugging Face folder as a GGUF file for
+ * llama.cpp (docs/export.md "GGUF"), alone or beside --onnx. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,8 @@
 
 static void usage(void) {
   char bl[128];
-  printf("usage: anygrad export --onnx OUT.onnx --model mlp|cnn|llama [options]\n\n"
+  printf("usage: anygrad export --onnx OUT.onnx --model mlp|cnn|llama [options]\n"
+         "       anygrad export --gguf OUT.gguf --checkpoint DIR [--type f32|f16|q8_0]\n\n"
          "Write a model's forward pass (evaluation mode) as an ONNX model, opset %d: weights as f32\n"
          "initializers, the batch dimension dynamic (and the sequence length for llama).\n"
          "  --onnx PATH          the ONNX file to write (replaced only when complete)\n"
@@ -40,6 +43,10 @@ static void usage(void) {
          "  --samples-out PATH   safetensors file of input.<i> (i64 ids or f32 images) and output.<i>\n"
          "                       (f32 logits)\n"
          "  --device D           BACKEND[:N] that runs anygrad's side (default cpu), backends: %s\n"
+         "GGUF, for llama.cpp (a Llama and its tokenizer; the model is read on the cpu):\n"
+         "  --gguf PATH          the GGUF file to write (replaced only when complete); needs --checkpoint,\n"
+         "                       a Hugging Face folder with tokenizer.json (--model llama, if given)\n"
+         "  --type T             its weight type: f32 (default), f16 or q8_0 (norms stay f32)\n"
          AG_CLI_THREADS_HELP
          "An anygrad built without ONNX (protobuf-c absent at configure time, AG_ONNX) says so and\n"
          "exits 1.\n" AG_CLI_EXIT_HELP,
@@ -229,6 +236,66 @@ static ag_status write_samples(const opts *o, models *m) {
   return st;
 }
 
+/* ---- GGUF ---- */
+
+/* --gguf and --type checked: --type needs --gguf, --gguf needs --checkpoint
+ * (a Hugging Face folder) and a Llama. */
+static int gguf_options(const char *gguf, const char *type_s, const char *checkpoint, bool llama,
+                        ag_gguf_type *type) {
+  if (!gguf) {
+    fprintf(stderr, "anygrad export: --type applies to --gguf\n");
+    return AG_EXIT_USAGE;
+  }
+  if (type_s && ag_gguf_type_parse(type_s, type) != AG_OK) {
+    char b[64];
+    fprintf(stderr, "anygrad export: --type expects f32, f16 or q8_0, got '%s'\n", ag_escape(type_s, b, sizeof b));
+    return AG_EXIT_USAGE;
+  }
+  if (!checkpoint || !llama) {
+    fprintf(stderr, "anygrad export: --gguf writes a Llama: it needs --checkpoint DIR, a Hugging Face folder "
+                    "with tokenizer.json (and --model llama, if --model is given)\n");
+    return AG_EXIT_USAGE;
+  }
+  return AG_EXIT_OK;
+}
+
+/* The Llama and tokenizer of folder dir, read on the cpu, as a GGUF file:
+ * the output kept apart from the folder's files and checked writable
+ * before the model is read. */
+static int export_gguf(const char *dir, const char *out, ag_gguf_type type) {
+  static const char *const names[3] = {"config.json", "model.safetensors", "tokenizer.json"};
+  char paths[3][4096];
+  ag_cli_file in[3], outs[1] = {{"--gguf", out}};
+  for (int i = 0; i < 3; i++) {
+    snprintf(paths[i], sizeof paths[i], "%s/%s", dir, names[i]);
+    in[i] = (ag_cli_file){"--checkpoint", paths[i]};
+  }
+  if (!ag_cli_outputs_distinct("export", in, 3, outs, 1)) return AG_EXIT_USAGE;
+  if (ag_output_check(out, "GGUF file") != AG_OK) {
+    fprintf(stderr, "anygrad export: %s\n", ag_last_error());
+    return AG_EXIT_RUNTIME;
+  }
+  ag_llama m;
+  ag_bpe *tok = NULL;
+  ag_status st = ag_llama_load_pretrained(dir, AG_CPU, &m, &tok);
+  if (st != AG_OK) {
+    fprintf(stderr, "anygrad export: %s\n", ag_last_error());
+    return AG_EXIT_RUNTIME;
+  }
+  if (!tok)
+    st = ag_error_set(AG_ERR_INVALID, "--gguf needs a tokenizer, and %s has no tokenizer.json", dir);
+  else
+    st = ag_llama_save_gguf(&m, tok, out, type);
+  ag_bpe_free(tok);
+  ag_llama_free(&m);
+  if (st != AG_OK) {
+    fprintf(stderr, "anygrad export: %s\n", ag_last_error());
+    return AG_EXIT_RUNTIME;
+  }
+  printf("wrote %s (GGUF, %s)\n", out, type == AG_GGUF_F32 ? "f32" : type == AG_GGUF_F16 ? "f16" : "q8_0");
+  return AG_EXIT_OK;
+}
+
 static bool parse_samples(const char *v, opts *o) {
   char buf[256], *items[MAX_SAMPLES];
   int n = ag_cli_list("export", "samples", v, buf, sizeof buf, items, MAX_SAMPLES);
@@ -247,7 +314,7 @@ static bool parse_samples(const char *v, opts *o) {
 int ag_cmd_export(int argc, char **argv) {
   enum {
     O_ONNX = 256, O_MODEL, O_CKPT, O_SEED, O_CONTEXT, O_EMB, O_HIDDEN, O_CHANNELS, O_VOCAB, O_DIM, O_LAYERS,
-    O_HEADS, O_KV, O_MAXSEQ, O_SAMPLES, O_SAMPLES_OUT, O_DEVICE, O_HELP
+    O_HEADS, O_KV, O_MAXSEQ, O_SAMPLES, O_SAMPLES_OUT, O_DEVICE, O_HELP, O_GGUF, O_TYPE
   };
   static const struct option lo[] = {
       {"onnx", required_argument, NULL, O_ONNX},       {"model", required_argument, NULL, O_MODEL},
@@ -259,6 +326,7 @@ int ag_cmd_export(int argc, char **argv) {
       {"kv-heads", required_argument, NULL, O_KV},     {"max-seq", required_argument, NULL, O_MAXSEQ},
       {"samples", required_argument, NULL, O_SAMPLES}, {"samples-out", required_argument, NULL, O_SAMPLES_OUT},
       {"device", required_argument, NULL, O_DEVICE},   {"help", no_argument, NULL, O_HELP},
+      {"gguf", required_argument, NULL, O_GGUF},       {"type", required_argument, NULL, O_TYPE},
       AG_CLI_THREADS_OPT,                              {NULL, 0, NULL, 0}};
   opts o = {0};
   o.model = -1;
@@ -267,7 +335,7 @@ int ag_cmd_export(int argc, char **argv) {
   o.cnn = cnn_defaults();
   o.llama = (ag_llama_config){.vocab_size = 64, .dim = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
                               .hidden_dim = 64, .max_seq_len = 32};
-  const char *dev_s = NULL, *hidden = NULL;
+  const char *dev_s = NULL, *hidden = NULL, *gguf = NULL, *type_s = NULL;
   for (int c = ag_cli_next("export", argc, argv, lo, true); c != -1; c = ag_cli_next("export", argc, argv, lo, false)) {
     const char *a = ag_cli_arg();
     switch (c) {
@@ -321,14 +389,23 @@ int ag_cmd_export(int argc, char **argv) {
         break;
       case O_SAMPLES_OUT: o.samples_out = a; break;
       case O_DEVICE: dev_s = a; break;
+      case O_GGUF: gguf = a; break;
+      case O_TYPE: type_s = a; break;
       case AG_CLI_THREADS:
         if (!ag_cli_threads("export", a)) return AG_EXIT_USAGE;
         break;
       default: return AG_EXIT_USAGE;
     }
   }
+  ag_gguf_type gguf_type = AG_GGUF_F32;
+  if (gguf || type_s) {
+    int rc = gguf_options(gguf, type_s, o.checkpoint, o.model == M_LLAMA || o.model < 0, &gguf_type);
+    if (rc != AG_EXIT_OK) return rc;
+    if (!o.out) return export_gguf(o.checkpoint, gguf, gguf_type);
+  }
   if (!o.out || o.model < 0) {
-    fprintf(stderr, "anygrad export: --onnx OUT.onnx and --model mlp|cnn|llama are required (--help)\n");
+    fprintf(stderr, "anygrad export: --onnx OUT.onnx and --model mlp|cnn|llama, or --gguf OUT.gguf and "
+                    "--checkpoint DIR, are required (--help)\n");
     return AG_EXIT_USAGE;
   }
   if (!o.n_samples != !o.samples_out) {
@@ -347,8 +424,8 @@ int ag_cmd_export(int argc, char **argv) {
     return AG_EXIT_RUNTIME;
   }
   const ag_cli_file in[1] = {{"--checkpoint", o.checkpoint}};
-  const ag_cli_file outs[2] = {{"--onnx", o.out}, {"--samples-out", o.samples_out}};
-  if (!ag_cli_outputs_distinct("export", in, 1, outs, 2)) return AG_EXIT_USAGE;
+  const ag_cli_file outs[3] = {{"--onnx", o.out}, {"--samples-out", o.samples_out}, {"--gguf", gguf}};
+  if (!ag_cli_outputs_distinct("export", in, 1, outs, 3)) return AG_EXIT_USAGE;
   o.dev = AG_CPU;
   if (dev_s) {
     int rc = ag_cli_device("export", dev_s, &o.dev);
@@ -356,7 +433,8 @@ int ag_cmd_export(int argc, char **argv) {
   }
   /* an unwritable output is refused before any model is built */
   if (ag_output_check(o.out, "ONNX model") != AG_OK ||
-      (o.samples_out && ag_output_check(o.samples_out, "samples file") != AG_OK)) {
+      (o.samples_out && ag_output_check(o.samples_out, "samples file") != AG_OK) ||
+      (gguf && ag_output_check(gguf, "GGUF file") != AG_OK)) {
     fprintf(stderr, "anygrad export: %s\n", ag_last_error());
     return AG_EXIT_RUNTIME;
   }
@@ -376,5 +454,5 @@ int ag_cmd_export(int argc, char **argv) {
   }
   printf("wrote %s (ONNX opset %d)%s%s\n", o.out, AG_ONNX_OPSET, o.samples_out ? " and " : "",
          o.samples_out ? o.samples_out : "");
-  return AG_EXIT_OK;
+  return gguf ? export_gguf(o.checkpoint, gguf, gguf_type) : AG_EXIT_OK;
 }

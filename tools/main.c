@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
       {"compare", ag_cmd_compare, "run one training job on several devices in lockstep"},
       {"memory", ag_cmd_memory, "caching allocator statistics of a device"},
       {"report", ag_cmd_report, "the HTML run report from a saved trace"},
-      {"export", ag_cmd_export, "write a model's forward pass as an ONNX file"},
+      {"export", ag_cmd_export, "write a model as an ONNX file, or a Llama as GGUF for llama.cpp"},
   };
   int n = (int)(sizeof cmds / sizeof cmds[0]);
   if (argc >= 2 && !strcmp(argv[1], "--version")) {

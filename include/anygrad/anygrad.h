@@ -44,6 +44,7 @@
 #include "anygrad/llama.h"
 #include "anygrad/tokenizer.h"
 #include "anygrad/pretrained.h"
+#include "anygrad/gguf.h"
 #include "anygrad/optim.h"
 #include "anygrad/serialize.h"
 #include "anygrad/onnx.h"
