@@ -83,8 +83,8 @@ typedef enum vkb_shader {
   VKS_SCATTER_ADD_D,
   VKS_PAD_D,
   VKS_PAD_BWD_D,
-  /* tree.comp: reductions and softmax of any length (vk_tree.c); the _D
-   * builds only on devices with shaderFloat64 */
+  /* tree.comp: reductions, scans and softmax of any length (vk_tree.c);
+   * the _D builds only on devices with shaderFloat64 */
   VKS_TREE,
   VKS_SMX_PART,
   VKS_SMX_ROW,
@@ -411,9 +411,14 @@ VKB_HIDDEN ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a);
 VKB_HIDDEN ag_status vk_k_norm(ag_bstream *s, const ag_k_norm *a);
 VKB_HIDDEN ag_status vk_k_one_hot(ag_bstream *s, const ag_k_one_hot *a);
 
-/* Reductions and softmax of any length (vk_tree.c, tree.comp): passes of
- * work-groups over chunks of VKB_TREE_CHUNK elements (tree.comp's
- * TREE_CHUNK), partials in the stream's scratch buffer. */
+/* Reductions, variance, cumsum, softmax, logsumexp and long-K matmuls of
+ * any length (vk_tree.c, tree.comp): passes of work-groups over chunks of
+ * VKB_TREE_CHUNK elements (tree.comp's TREE_CHUNK), partials in the
+ * stream's scratch buffer. Each function records its passes into the
+ * launch being recorded; `scratch` is a device address of the matching
+ * *_scratch() bytes that the launch owns (vkb_scratch). Errors:
+ * AG_ERR_UNSUPPORTED past the device's grid limits, AG_ERR_OOM from the
+ * argument arena. */
 #define VKB_TREE_CHUNK ((int64_t)VKB_WG * 64)
 /* One reduction over [outer, r, inner] of x (dtype xdt) into out (odt):
  * op an ag_reduce_op (ARGMAX: out an integer dtype), the sum times scale,
@@ -439,11 +444,7 @@ typedef struct vkb_tree_red {
 } vkb_tree_red;
 /* Scratch bytes the passes need for `rows` rows of `r` (0: one pass). */
 VKB_HIDDEN size_t vkb_tree_scratch(int64_t rows, int64_t r);
-/* Records the passes; `scratch` a device address of vkb_tree_scratch()
- * bytes the launch owns. Errors: AG_ERR_UNSUPPORTED past the grid limits. */
 VKB_HIDDEN ag_status vkb_tree_reduce(ag_bstream *s, uint64_t scratch, const vkb_tree_red *t);
-/* Softmax (variant AG_KV_SOFTMAX or AG_KV_LOG_SOFTMAX) of contiguous rows
- * of any length: partial (max, sum) per chunk, a merge per row, then y. */
 /* cumsum (variant AG_KV_CUMSUM_PREFIX or _SUFFIX) of [outer, r, inner]
  * lines of any length: block sums, their scan per line, block scans. */
 VKB_HIDDEN size_t vkb_tree_cumsum_scratch(int64_t lines, int64_t r);
@@ -459,6 +460,8 @@ VKB_HIDDEN ag_status vkb_tree_softmax_bwd(ag_bstream *s, uint64_t scratch, uint6
 VKB_HIDDEN size_t vkb_tree_lse_scratch(int64_t lines, int64_t r);
 VKB_HIDDEN ag_status vkb_tree_lse(ag_bstream *s, uint64_t scratch, uint64_t out, uint64_t x, ag_dtype dt,
                                   int64_t outer, int64_t r, int64_t inner);
+/* Softmax (variant AG_KV_SOFTMAX or AG_KV_LOG_SOFTMAX) of contiguous rows
+ * of any length: partial (max, sum) per chunk, a merge per row, then y. */
 VKB_HIDDEN size_t vkb_tree_softmax_scratch(int64_t rows, int64_t cols);
 VKB_HIDDEN ag_status vkb_tree_softmax(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t x, ag_dtype dt,
                                       int variant, int64_t rows, int64_t cols);

@@ -1,7 +1,9 @@
-/* Reductions and softmax of any length (tree.comp): each pass gives a
+/* Reductions, variance, logsumexp, softmax and its gradient, cumsum and
+ * long-K dot products of any length (tree.comp): each pass gives a
  * work-group a chunk of VKB_TREE_CHUNK elements of a row and writes a
  * partial per (row, chunk) to the stream's scratch buffer; the next pass
- * reduces the partials, until one chunk covers a row. An invocation takes
+ * reduces the partials, until one chunk covers a row (cumsum: block sums,
+ * their scan, block scans). An invocation takes
  * at most VKB_TREE_CHUNK / VKB_WG steps in a loop, so no row is too long
  * for a driver's loop limit or watchdog, and the trees depend only on the
  * sizes (deterministic). Passes depend on each other, so each waits on a

@@ -1,12 +1,12 @@
 #version 450
-/* Reductions and softmax of any length as work-group trees over a
- * multi-pass grid: a pass gives each work-group a chunk of at most
- * TREE_CHUNK elements of a row (TREE_TRIPS steps per invocation, then a
- * shared-memory tree) and writes one partial per (row, chunk); the next
- * pass reduces the partials the same way, until one chunk covers the row.
- * No invocation walks a row, and the trees have a fixed shape for a given
- * size (deterministic). Built for f32 math (K_TREE, K_SMX_*) and, with
- * TREE_D, for f64 (f64 devices only). */
+/* Reductions, softmax, logsumexp and cumsum of any length as work-group
+ * trees over a multi-pass grid (vk_tree.c): a pass gives each work-group
+ * a chunk of at most TREE_CHUNK elements of a row (TREE_TRIPS steps per
+ * invocation, then a shared-memory tree) and writes one partial per (row,
+ * chunk); the next pass reduces the partials the same way, until one
+ * chunk covers the row. No invocation walks a row, and the trees have a
+ * fixed shape for a given size (deterministic). Built for f32 math and,
+ * as the K_*_D modules, for f64 (devices with shaderFloat64 only). */
 #if defined(K_TREE_D) || defined(K_SMX_PART_D) || defined(K_SMX_ROW_D) || defined(K_SMX_OUT_D) || \
     defined(K_SCAN_PART_D) || defined(K_SCAN_MID_D) || defined(K_SCAN_OUT_D) || defined(K_SMXB_OUT_D) || \
     defined(K_LSE_FIN_D)
