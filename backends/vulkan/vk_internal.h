@@ -94,6 +94,7 @@ typedef enum vkb_shader {
   VKS_SCAN_OUT,
   VKS_SMXB_OUT,
   VKS_LSE_FIN,
+  VKS_TREE_SG,
   VKS_TREE_D,
   VKS_SMX_PART_D,
   VKS_SMX_ROW_D,
@@ -174,6 +175,7 @@ typedef struct vkb_device {
   VkPhysicalDeviceProperties props;
   VkPhysicalDeviceMemoryProperties mem;
   uint32_t subgroup_size;
+  bool subgroup_arith; /* compute shaders have subgroup basic, vote and arithmetic operations */
   bool budget, f64, timestamps;
   /* f64 runs at about the f32 rate: a CPU device (lavapipe); GPUs run it at
    * 1/2 to 1/64 of it and Vulkan does not say which. Dropout and the

@@ -13,6 +13,14 @@
 #define TREE_D
 #extension GL_ARB_gpu_shader_int64 : require
 #endif
+#if defined(K_TREE_SG)
+/* K_TREE with the work-group's sum, max or min by subgroup operations
+ * (any subgroup size), on devices that report them for compute shaders */
+#define K_TREE
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_vote : require
+#endif
 #include "common.glsl"
 #if defined(TREE_D)
 #include "ops64.glsl"
@@ -136,6 +144,23 @@ void main() {
       TREE_ACC(v, iv)
     }
   }
+#if defined(K_TREE_SG)
+  if (OP != AG_R_ARGMAX) {
+    /* NaN propagates by a vote (subgroupMax/Min leave it undefined); the
+     * subgroups' results combine in subgroup order */
+    bool nan_ = subgroupAny(ag_isnan(acc));
+    T v = OP == AG_R_SUM ? subgroupAdd(acc) : OP == AG_R_MIN ? subgroupMin(acc) : subgroupMax(acc);
+    if (nan_) v = F_NAN;
+    if (subgroupElect()) sv[gl_SubgroupID] = v;
+    barrier();
+    if (LID == 0) {
+      for (uint k = 1u; k < gl_NumSubgroups; k++) sv[0] = red(sv[0], sv[k]);
+      sx[0] = -1;
+    }
+    barrier();
+  } else
+#endif
+  {
   sv[LID] = acc;
   sx[LID] = idx;
   barrier();
@@ -146,6 +171,7 @@ void main() {
       } else sv[LID] = red(sv[LID], sv[LID + s]);
     }
     barrier();
+  }
   }
   if (LID != 0) return;
   if (G > 1) {
