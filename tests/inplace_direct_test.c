@@ -161,6 +161,21 @@ static void index_select_host(void **state) {
   assert_null(ag_index_select_host(t, 1, ib)); /* dim 1 of size 2 */
   if (!strstr(ag_last_error(), "index 4 is out of bounds for dimension 1 with size 2")) fail_msg("%s", ag_last_error());
   ag_error_clear();
+  assert_null(ag_index_select_host(NULL, 0, i64));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  ag_error_clear();
+  enum { M = 200 }; /* more values than the stack buffer holds */
+  int64_t many[M];
+  for (int k = 0; k < M; k++) many[k] = (k * 7) % 8 - 4;
+  int64_t mm = M;
+  ag_tensor *im = ag_from_host(AG_CPU, AG_I64, 1, &mm, many), *rm = ag_index_select_host(t, 0, im);
+  assert_non_null(rm);
+  float gm[2 * M];
+  host(rm, gm, 2 * M);
+  for (int k = 0; k < M; k++)
+    if (gm[2 * k] != x[2 * ((many[k] + 4) % 4)]) fail_msg("row %d: %g", k, gm[2 * k]);
+  ag_tensor_release(im);
+  ag_tensor_release(rm);
   ag_device d;
   if (dev_of(3, &d)) {
     ag_tensor *di = ag_to_device(i64, d);
