@@ -16,7 +16,8 @@ OPS = ("add", "sub", "mul", "div")
 
 def _vals(shape, seed):
     n = int(np.prod(shape)) if shape else 1
-    return (seed + 0.37 * np.arange(n) - 0.11 * (np.arange(n) ** 2 % 5) + 0.5).astype(np.float32).reshape(shape)
+    v = seed + 0.37 * np.arange(n) - 0.11 * (np.arange(n) ** 2 % 5) + 0.5
+    return v.astype(np.float32).reshape(shape)
 
 
 @pytest.mark.parametrize("case", ["same", "row", "zero_d", "self", "alias", "view_self", "overlap",
