@@ -20,11 +20,36 @@ ag_bench_opts ag_bench_default_opts(void) {
   return (ag_bench_opts){.large_numel = 4 << 20, .small_numel = 16, .matmul_n = 512, .reps = 7, .ops = NULL};
 }
 
-enum { K_ADD, K_MUL, K_EXP, K_GELU, K_RELU, K_SUM, K_SOFTMAX, K_CAST, K_CONTIG, K_MATMUL, K_COUNT };
-static const char *const BNAMES[K_COUNT] = {"add", "mul", "exp", "gelu", "relu",
-                                            "sum", "softmax", "cast_f16", "transpose_copy", "matmul"};
+/* The row ops (sum_rows, sum_cols, log_softmax, layer_norm, rms_norm) take
+ * [n/1024, 1024] like softmax; sum_rows sums the last dim, sum_cols the first. */
+enum {
+  K_ADD,
+  K_MUL,
+  K_EXP,
+  K_GELU,
+  K_RELU,
+  K_SUM,
+  K_MEAN,
+  K_MAX,
+  K_ARGMAX,
+  K_SUM_ROWS,
+  K_SUM_COLS,
+  K_SOFTMAX,
+  K_LOG_SOFTMAX,
+  K_LAYER_NORM,
+  K_RMS_NORM,
+  K_CAST,
+  K_CONTIG,
+  K_MATMUL,
+  K_COUNT
+};
+static const char *const BNAMES[K_COUNT] = {
+    "add",      "mul",     "exp",         "gelu",       "relu",     "sum",      "mean",           "max",    "argmax",
+    "sum_rows", "sum_cols", "softmax", "log_softmax", "layer_norm", "rms_norm", "cast_f16", "transpose_copy", "matmul"};
 /* bytes moved per element of the large case, f32 operands */
-static const double BYTES_PER_ELEM[K_COUNT] = {12, 12, 8, 8, 8, 4, 8, 6, 8, 0};
+static const double BYTES_PER_ELEM[K_COUNT] = {12, 12, 8, 8, 8, 4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 6, 8, 0};
+
+static bool row_op(int k) { return k >= K_SUM_ROWS && k <= K_RMS_NORM; }
 
 static ag_tensor *bench_call(int k, ag_tensor *a, ag_tensor *b) {
   switch (k) {
@@ -34,7 +59,15 @@ static ag_tensor *bench_call(int k, ag_tensor *a, ag_tensor *b) {
     case K_GELU: return ag_gelu(a);
     case K_RELU: return ag_relu(a);
     case K_SUM: return ag_sum(a, 0, NULL, false);
+    case K_MEAN: return ag_mean(a, 0, NULL, false);
+    case K_MAX: return ag_max(a, 0, NULL, false);
+    case K_ARGMAX: return ag_argmax(a, 0, false);
+    case K_SUM_ROWS: return ag_sum(a, 1, (const int[]){1}, false);
+    case K_SUM_COLS: return ag_sum(a, 1, (const int[]){0}, false);
     case K_SOFTMAX: return ag_softmax(a, -1);
+    case K_LOG_SOFTMAX: return ag_log_softmax(a, -1);
+    case K_LAYER_NORM: return ag_layer_norm(a, NULL, NULL, 1e-5);
+    case K_RMS_NORM: return ag_rms_norm(a, NULL, 1e-6);
     case K_CAST: return ag_cast(a, AG_F16);
     case K_CONTIG: return ag_contiguous(a);
     default: return ag_matmul(a, b);
@@ -59,14 +92,14 @@ static bool selected(const char *list, const char *name) {
   return false;
 }
 
-/* Operands for op k: [n] (softmax: [n/1024, 1024]; transpose copy: a
+/* Operands for op k: [n] (softmax and the row ops: [n/1024, 1024]; transpose copy: a
  * transposed [rows, 1024] view; matmul: [m, m]). */
 static ag_status operands(ag_device d, int k, int64_t n, int m, ag_tensor **a, ag_tensor **b) {
   int64_t s1[1] = {n}, s2[2] = {n >= 1024 ? n / 1024 : 1, n >= 1024 ? 1024 : n}, sm[2] = {m, m};
   if (k == K_MATMUL) {
     *a = ag_rand(d, AG_F32, 2, sm, -1, 1, NULL);
     *b = ag_rand(d, AG_F32, 2, sm, -1, 1, NULL);
-  } else if (k == K_SOFTMAX) {
+  } else if (row_op(k) || k == K_SOFTMAX) {
     *a = ag_rand(d, AG_F32, 2, s2, -1, 1, NULL);
     *b = NULL;
   } else if (k == K_CONTIG) {
@@ -164,8 +197,9 @@ static void bench_usage(void) {
       "Per op and backend: host time per launch of a %d-element op (median of R batches of\n"
       "2000 launches, result released each time) and the synchronized time of one op on N\n"
       "elements (default 4M f32) as GB/s (bytes read + written), or GFLOP/s for an N x N\n"
-      "matmul (default 512). Ops: add,mul,exp,gelu,relu,sum,softmax,cast_f16,transpose_copy,\n"
-      "matmul.\n"
+      "matmul (default 512). Ops: add,mul,exp,gelu,relu,sum,mean,max,argmax,sum_rows,sum_cols,\n"
+      "softmax,log_softmax,layer_norm,rms_norm,cast_f16,transpose_copy,matmul (the row ops on\n"
+      "[N/1024, 1024]; sum_rows sums the last dim, sum_cols the first).\n"
       "  --backend B[,B...]  BACKEND[:N] (default: every available backend); a named backend that is\n"
       "                      unavailable is an error\n"
       "  --json | --csv      machine-readable output\n" AG_CLI_THREADS_HELP AG_CLI_NUMERICS_HELP AG_CLI_EXIT_HELP,
@@ -222,10 +256,10 @@ int ag_cmd_bench(int argc, char **argv) {
       else fprintf(stderr, "anygrad bench: %s: skipped (%s)\n", ag_backend_name((ag_backend_kind)k), why ? why : "unavailable");
     }
   }
-  ag_bench_row rows[16 * 16];
+  ag_bench_row rows[16 * K_COUNT];
   int n = 0, rc = 0;
   for (int i = 0; i < nd; i++) {
-    int got = ag_bench_device(devs[i], &o, rows + n, 16);
+    int got = ag_bench_device(devs[i], &o, rows + n, K_COUNT);
     if (got < 0) {
       fprintf(stderr, "anygrad bench: %s\n", ag_last_error());
       rc = 1;
