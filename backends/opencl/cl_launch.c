@@ -175,7 +175,7 @@ static size_t row_local(ag_bstream *s, clb_kernel k, int64_t cols) {
 }
 
 /* Work-group size for a default-mode row kernel (rowred.cl, the softmax and
- * norm kernels of nn.cl) over len elements: about 16 elements a work-item,
+ * norm kernels of nn.cl) over len elements: about 32 elements a work-item,
  * since a tree over mostly idle work-items costs more than it saves (on
  * PoCL, which runs a group's work-items in loops, each level of the tree is
  * a loop over the whole group); a power of two, at most the kernel's limit.
@@ -183,7 +183,7 @@ static size_t row_local(ag_bstream *s, clb_kernel k, int64_t cols) {
 static size_t row_wg(ag_bstream *s, clb_kernel k, int64_t len) {
   if (s->portable) return 256;
   size_t l = 1;
-  while (l * 2 <= s->kwg[k] && (int64_t)(l * 2) * 16 <= len) l *= 2;
+  while (l * 2 <= s->kwg[k] && (int64_t)(l * 2) * 32 <= len) l *= 2;
   return l;
 }
 
@@ -776,7 +776,7 @@ static ag_status run_softmax(ag_bstream *s, const ag_koperand *o, const ag_koper
   KA(&ka, cl_int, o->dtype);
   KA(&ka, cl_long, cols);
   KA(&ka, cl_int, logm);
-  size_t l = row_local(s, k, cols);
+  size_t l = row_wg(s, k, cols);
   return ka_run(&ka, (size_t)rows * l, l);
 }
 
@@ -924,7 +924,7 @@ static ag_status cl_k_layernorm(ag_bstream *s, const ag_k_layernorm *a) {
   KBUF(&ka, or_absent(a->rstd));
   KA(&ka, cl_long, cols);
   KA(&ka, cl_float, a->eps);
-  size_t l = row_local(s, CLK_LN, cols);
+  size_t l = row_wg(s, CLK_LN, cols);
   return ka_run(&ka, (size_t)rows * l, l);
 }
 
@@ -942,7 +942,7 @@ static ag_status cl_k_layernorm_bwd(ag_bstream *s, const ag_k_layernorm_bwd *a) 
   KBUF(&ka, a->rstd);
   KBUF(&ka, or_absent(a->weight));
   KA(&ka, cl_long, cols);
-  size_t l = row_local(s, CLK_LN_BWD, cols);
+  size_t l = row_wg(s, CLK_LN_BWD, cols);
   ag_status st = ka_run(&ka, (size_t)rows * l, l);
   if (st != AG_OK || AGK_MULTI_GROUPS(a) < 1) return st;
   const ag_kmulti_entry *dw = &AGK_MULTI(a, 0, dw), *db = &AGK_MULTI(a, 0, db);
@@ -973,7 +973,7 @@ static ag_status cl_k_rmsnorm(ag_bstream *s, const ag_k_rmsnorm *a) {
   KBUF(&ka, or_absent(a->rstd));
   KA(&ka, cl_long, cols);
   KA(&ka, cl_float, a->eps);
-  size_t l = row_local(s, CLK_RMS, cols);
+  size_t l = row_wg(s, CLK_RMS, cols);
   return ka_run(&ka, (size_t)rows * l, l);
 }
 
@@ -991,7 +991,7 @@ static ag_status cl_k_rmsnorm_bwd(ag_bstream *s, const ag_k_rmsnorm_bwd *a) {
     KBUF(&ka, a->rstd);
     KBUF(&ka, or_absent(a->weight));
     KA(&ka, cl_long, cols);
-    size_t l = row_local(s, CLK_RMS_BWD, cols);
+    size_t l = row_wg(s, CLK_RMS_BWD, cols);
     st = ka_run(&ka, (size_t)rows * l, l);
   }
   if (st != AG_OK || AGK_MULTI_GROUPS(a) < 1 || !AGK_MULTI(a, 0, dw).base) return st;

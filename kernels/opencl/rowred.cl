@@ -61,8 +61,20 @@ float chunk_red(int op, const gbuf *x, ulong xo, int dt, long start, long len) {
   int l = get_local_id(0), L = get_local_size(0);
   float4 acc = (float4)(red_id(op));
   long n4 = len / 4;
-  for (long q = l; q < n4; q += L) acc = red_f4(op, acc, ld4(x, xo, start + 4 * q, dt));
-  float a = fold4(op, acc);
+  float a;
+  if (op == AG_R_SUM) {
+    for (long q = l; q < n4; q += L) acc += ld4(x, xo, start + 4 * q, dt);
+    a = (acc.x + acc.y) + (acc.z + acc.w);
+  } else {
+    /* fmax/fmin and a NaN flag: plain vector min/max, NaN still wins */
+    int4 nan = (int4)(0);
+    for (long q = l; q < n4; q += L) {
+      float4 v = ld4(x, xo, start + 4 * q, dt);
+      nan |= isnan(v);
+      acc = op == AG_R_MIN ? fmin(acc, v) : fmax(acc, v);
+    }
+    a = any(nan) ? NAN : fold4(op, acc);
+  }
   for (long j = n4 * 4 + l; j < len; j += L) a = red_f(op, a, ldf(x, xo, start + j, dt));
   return a;
 }
