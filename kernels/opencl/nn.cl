@@ -17,7 +17,10 @@ __kernel void ag_softmax(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, lon
   int l = get_local_id(0), L = get_local_size(0);
   const bool keep = !logm && dt == DT_F32;
   float4 m4 = (float4)(-INFINITY);
-  ROW_QUADS(q) m4 = fmax(m4, ld4(x, xo, base + 4 * q, dt));
+  ROW_QUADS(q) { /* fmax, as a compare and select (m4 is never NaN) */
+    float4 v = ld4(x, xo, base + 4 * q, dt);
+    m4 = select(m4, v, v > m4);
+  }
   float m = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
   ROW_TAIL(j) m = fmax(m, ldf(x, xo, base + j, dt));
   m = wg_max(m, sh);

@@ -66,12 +66,13 @@ float chunk_red(int op, const gbuf *x, ulong xo, int dt, long start, long len) {
     for (long q = l; q < n4; q += L) acc += ld4(x, xo, start + 4 * q, dt);
     a = (acc.x + acc.y) + (acc.z + acc.w);
   } else {
-    /* fmax/fmin and a NaN flag: plain vector min/max, NaN still wins */
+    /* compare-and-select and a NaN flag: plain vector min/max (fmax on
+     * PoCL is a call per element), NaN still wins */
     int4 nan = (int4)(0);
     for (long q = l; q < n4; q += L) {
       float4 v = ld4(x, xo, start + 4 * q, dt);
-      nan |= isnan(v);
-      acc = op == AG_R_MIN ? fmin(acc, v) : fmax(acc, v);
+      nan |= v != v; /* isnan(v) */
+      acc = select(acc, v, op == AG_R_MIN ? v < acc : v > acc);
     }
     a = any(nan) ? NAN : fold4(op, acc);
   }
