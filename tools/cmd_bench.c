@@ -20,7 +20,7 @@ ag_bench_opts ag_bench_default_opts(void) {
   return (ag_bench_opts){.large_numel = 4 << 20, .small_numel = 16, .matmul_n = 512, .reps = 7, .ops = NULL};
 }
 
-/* The row ops (sum_rows, sum_cols, log_softmax, layer_norm, rms_norm) take
+/* The row ops (sum_rows .. rms_norm_grad) take
  * [n/1024, 1024] like softmax; sum_rows sums the last dim, sum_cols the first. */
 enum {
   K_ADD,
@@ -38,6 +38,8 @@ enum {
   K_LOG_SOFTMAX,
   K_LAYER_NORM,
   K_RMS_NORM,
+  K_LAYER_NORM_GRAD,
+  K_RMS_NORM_GRAD,
   K_CAST,
   K_CONTIG,
   K_MATMUL,
@@ -45,11 +47,25 @@ enum {
 };
 static const char *const BNAMES[K_COUNT] = {
     "add",      "mul",     "exp",         "gelu",       "relu",     "sum",      "mean",           "max",    "argmax",
-    "sum_rows", "sum_cols", "softmax", "log_softmax", "layer_norm", "rms_norm", "cast_f16", "transpose_copy", "matmul"};
+    "sum_rows", "sum_cols", "softmax", "log_softmax", "layer_norm", "rms_norm",
+    "layer_norm_grad", "rms_norm_grad", "cast_f16", "transpose_copy", "matmul"};
 /* bytes moved per element of the large case, f32 operands */
-static const double BYTES_PER_ELEM[K_COUNT] = {12, 12, 8, 8, 8, 4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 6, 8, 0};
+static const double BYTES_PER_ELEM[K_COUNT] = {12, 12, 8, 8, 8, 4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 20, 20, 6, 8, 0};
 
-static bool row_op(int k) { return k >= K_SUM_ROWS && k <= K_RMS_NORM; }
+static bool row_op(int k) { return k >= K_SUM_ROWS && k <= K_RMS_NORM_GRAD; }
+
+/* A norm's forward and backward (x's gradient for the upstream gradient g;
+ * bytes: x read and y written, then dy and x read and dx written). Returns
+ * x's gradient, retained; x's gradient is dropped first so nothing
+ * accumulates. */
+static ag_tensor *norm_grad(bool rms, ag_tensor *x, ag_tensor *g) {
+  ag_tensor_zero_grad(x);
+  ag_tensor *y = rms ? ag_rms_norm(x, NULL, 1e-6) : ag_layer_norm(x, NULL, NULL, 1e-5);
+  if (!y) return NULL;
+  ag_status st = ag_backward(y, g, false);
+  ag_tensor_release(y);
+  return st == AG_OK ? ag_tensor_retain(ag_tensor_grad(x)) : NULL;
+}
 
 static ag_tensor *bench_call(int k, ag_tensor *a, ag_tensor *b) {
   switch (k) {
@@ -68,6 +84,8 @@ static ag_tensor *bench_call(int k, ag_tensor *a, ag_tensor *b) {
     case K_LOG_SOFTMAX: return ag_log_softmax(a, -1);
     case K_LAYER_NORM: return ag_layer_norm(a, NULL, NULL, 1e-5);
     case K_RMS_NORM: return ag_rms_norm(a, NULL, 1e-6);
+    case K_LAYER_NORM_GRAD: return norm_grad(false, a, b);
+    case K_RMS_NORM_GRAD: return norm_grad(true, a, b);
     case K_CAST: return ag_cast(a, AG_F16);
     case K_CONTIG: return ag_contiguous(a);
     default: return ag_matmul(a, b);
@@ -102,6 +120,10 @@ static ag_status operands(ag_device d, int k, int64_t n, int m, ag_tensor **a, a
   } else if (row_op(k) || k == K_SOFTMAX) {
     *a = ag_rand(d, AG_F32, 2, s2, -1, 1, NULL);
     *b = NULL;
+    if (k == K_LAYER_NORM_GRAD || k == K_RMS_NORM_GRAD) {
+      *b = ag_rand(d, AG_F32, 2, s2, -1, 1, NULL);
+      if (!*b || ag_tensor_set_requires_grad(*a, true) != AG_OK) return ag_last_status();
+    }
   } else if (k == K_CONTIG) {
     /* a square-ish small case, so the view really is non-contiguous */
     int64_t st[2] = {n >= 1024 ? 1024 : 4, n >= 1024 ? n / 1024 : (n + 3) / 4};
@@ -198,8 +220,9 @@ static void bench_usage(void) {
       "2000 launches, result released each time) and the synchronized time of one op on N\n"
       "elements (default 4M f32) as GB/s (bytes read + written), or GFLOP/s for an N x N\n"
       "matmul (default 512). Ops: add,mul,exp,gelu,relu,sum,mean,max,argmax,sum_rows,sum_cols,\n"
-      "softmax,log_softmax,layer_norm,rms_norm,cast_f16,transpose_copy,matmul (the row ops on\n"
-      "[N/1024, 1024]; sum_rows sums the last dim, sum_cols the first).\n"
+      "softmax,log_softmax,layer_norm,rms_norm,layer_norm_grad,rms_norm_grad,cast_f16,\n"
+      "transpose_copy,matmul (the row ops on [N/1024, 1024]; sum_rows sums the last dim,\n"
+      "sum_cols the first; *_grad: forward and x's gradient).\n"
       "  --backend B[,B...]  BACKEND[:N] (default: every available backend); a named backend that is\n"
       "                      unavailable is an error\n"
       "  --json | --csv      machine-readable output\n" AG_CLI_THREADS_HELP AG_CLI_NUMERICS_HELP AG_CLI_EXIT_HELP,
