@@ -9,6 +9,10 @@ Cases (cpu, f32):
   add        a + b on two 4-element tensors (the result dropped each time)
   add_mul    (a + b) * c, two ops and one intermediate
   sum_item   a.sum().item(): an op and a host read
+  add_       a.add_(b) on two 4-element tensors: in place, no result object
+  index      x[idx]: 3 rows of a 16x4 tensor picked by an int64 tensor
+  fwd_bwd    forward, MSE and backward of an MLP 8 -> 16 -> 1 (batch 4), no
+             optimizer (the gradients accumulate)
   train_step one step of an MLP 8 -> 16 -> 1 (batch 4): forward, MSE, backward,
              AdamW step, zero_grad, no host read
 
@@ -71,7 +75,31 @@ def setup_sum_item(lib):
     return f
 
 
-def setup_train_step(lib):
+def setup_inplace_add(lib):
+    a, b = lib.ones(4), lib.ones(4)
+
+    def f(n):
+        for _ in range(n):
+            a.add_(b)
+    return f
+
+
+def setup_index(lib):
+    x = lib.ones(16, 4)
+    idx = lib.tensor([0, 3, 5])
+
+    def f(n):
+        for _ in range(n):
+            x[idx]
+    return f
+
+
+def setup_fwd_bwd(lib):
+    step = setup_train_step(lib, optimizer=False)
+    return step
+
+
+def setup_train_step(lib, optimizer=True):
     if lib is torch:
         lib.manual_seed(0)
         x, y = torch.randn(4, 8), torch.randn(4, 1)
@@ -94,12 +122,14 @@ def setup_train_step(lib):
         for _ in range(n):
             loss = mse((x @ w1 + b1).relu() @ w2 + b2, y)
             loss.backward()
-            opt.step()
-            opt.zero_grad()
+            if optimizer:
+                opt.step()
+                opt.zero_grad()
     return f
 
 
 CASES = {"add": (setup_add, 1), "add_mul": (setup_add_mul, 1), "sum_item": (setup_sum_item, 1),
+         "add_": (setup_inplace_add, 1), "index": (setup_index, 1), "fwd_bwd": (setup_fwd_bwd, 20),
          "train_step": (setup_train_step, 20)}
 
 

@@ -1112,3 +1112,14 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
   if (res) *res = r;
   return st;
 }
+
+int charlm_model_onnx(const charlm_model *m, ag_onnx *g, int x) {
+  if (!m || m->kind != CHARLM_MLP) {
+    ag_error_set(m ? AG_ERR_UNSUPPORTED : AG_ERR_INVALID, "charlm_model_onnx: %s",
+                 m ? "only the MLP model is exported (not the GPT)" : "NULL model");
+    return -1;
+  }
+  int e = ag_onnx_flatten(g, ag_onnx_embedding(g, &m->emb, "emb.", x));
+  int h = ag_onnx_unary(g, "tanh", ag_onnx_linear(g, &m->l1, "fc1.", e));
+  return ag_onnx_linear(g, &m->l2, "fc2.", h);
+}

@@ -133,6 +133,12 @@ ag_tensor *charlm_model_logits(const charlm_model *m, ag_tensor *x);
 /* Release the model's layers and parameter list. */
 void charlm_model_free(charlm_model *m);
 
+/* ONNX export (anygrad/onnx.h) of charlm_model_logits for the MLP: tokens
+ * x [B, context] (integers) -> logits [B, CHARLM_VOCAB], weights under the
+ * checkpoint's names. Returns the logits value, or -1 with the error set
+ * (AG_ERR_UNSUPPORTED for the GPT model, whose export is not written). */
+int charlm_model_onnx(const charlm_model *m, ag_onnx *g, int x);
+
 /* Defaults for a model kind (about a minute on one CPU core for the MLP). */
 charlm_options charlm_defaults(charlm_model_kind kind);
 

@@ -480,3 +480,19 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
   if (res) *res = r;
   return st;
 }
+
+int cnn_model_onnx(const cnn_model *m, ag_onnx *g, int x) {
+  if (!m) {
+    ag_error_set(AG_ERR_INVALID, "cnn_model_onnx: NULL model");
+    return -1;
+  }
+  static const ag_pool2d_params pool = {{2, 2}, {2, 2}, {0, 0}, false};
+  const ag_conv2d_layer *conv[2] = {&m->conv1, &m->conv2};
+  const ag_batch_norm2d *bn[2] = {&m->bn1, &m->bn2};
+  const char *names[2][2] = {{"conv1.", "bn1."}, {"conv2.", "bn2."}};
+  for (int i = 0; i < 2; i++) {
+    x = ag_onnx_batch_norm2d(g, bn[i], names[i][1], ag_onnx_conv2d(g, conv[i], names[i][0], x));
+    x = ag_onnx_max_pool2d(g, &pool, ag_onnx_unary(g, "relu", x));
+  }
+  return ag_onnx_linear(g, &m->fc, "fc.", ag_onnx_flatten(g, x));
+}

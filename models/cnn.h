@@ -79,6 +79,12 @@ void cnn_model_free(cnn_model *m);
  * owned by the caller; NULL with the op's error. */
 ag_tensor *cnn_model_logits(cnn_model *m, ag_tensor *x, bool train);
 
+/* ONNX export (anygrad/onnx.h) of cnn_model_logits in evaluation mode
+ * (batch norm on the running statistics): x [B, 1, 28, 28] -> logits
+ * [B, 10], weights under the checkpoint's names. Returns the logits value,
+ * or -1 with the error set. */
+int cnn_model_onnx(const cnn_model *m, ag_onnx *g, int x);
+
 /* Train as configured. Errors: AG_ERR_INVALID (options outside their
  * limits), the idx reader's errors for the data (AG_ERR_IO, AG_ERR_CORRUPT),
  * AG_ERR_CORRUPT for a checkpoint that is not a cnn checkpoint, AG_ERR_IO

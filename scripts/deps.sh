@@ -2,7 +2,9 @@
 # Install what anygrad needs to build and test on Debian 12, only if missing.
 # libdnnl2 (oneDNN) is the CPU's f32 GEMM engine, opened at run time
 # (backends/cpu/cpu_gemm.c); without it OpenBLAS runs the products.
-# Usage: scripts/deps.sh [--test] [--bench-hf]   (--test adds the sanitizer runtimes, HIP and chromium,
+# libprotobuf-c-dev and protobuf-c-compiler build the ONNX export
+# (AG_ONNX, docs/export.md); without them it is left out.
+# Usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf]   (--test adds the sanitizer runtimes, HIP and chromium,
 # the headless browser the run-report test renders in, clang 14's libFuzzer runtime
 # (libclang-rt-14-dev) for the fuzzers of tests/fuzz/, the Python test packages,
 # Vulkan: lavapipe, the validation layers, glslc and the headers). fortunes is
@@ -10,21 +12,28 @@
 # tokenizer's test and its bench train on. --test also makes the virtual
 # environment .venv (Debian's python3 with --system-site-packages) holding the
 # pinned `tokenizers` wheel from PyPI that the tokenizer.json test checks
-# against (docs/export.md); --bench-hf adds pinned transformers and torch 2.x
+# against (docs/export.md), the pinned `onnx` (8.9 MB wheel) and
+# `onnxruntime` (27.8 MB, CPU only) that check the ONNX export (with Debian's
+# NumPy) and the pinned `gguf` reader that tests/gguf_check.py reads
+# anygrad's GGUF files with; --bench-hf adds pinned transformers and torch 2.x
 # to it for bench/hf_transformers_check.py (several GB with torch's CUDA
-# libraries: not for CI). Each is installed only when missing.
+# libraries: not for CI); --bench-gguf adds llama-cpp-python, built from
+# source for the CPU only (it compiles llama.cpp: about 7 minutes on two
+# cores, not for CI), for bench/gguf_llamacpp_check.py. Each is installed
+# only when missing.
 set -euo pipefail
-test_deps=0 bench_hf=0
+test_deps=0 bench_hf=0 bench_gguf=0
 for a in "$@"; do
   case "$a" in
     --test) test_deps=1 ;;
     --bench-hf) test_deps=1 bench_hf=1 ;;
-    *) echo "usage: scripts/deps.sh [--test] [--bench-hf]" >&2; exit 2 ;;
+    --bench-gguf) test_deps=1 bench_gguf=1 ;;
+    *) echo "usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf]" >&2; exit 2 ;;
   esac
 done
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
-      zlib1g-dev dataset-fashion-mnist libdnnl2 fortunes)
+      zlib1g-dev dataset-fashion-mnist libdnnl2 fortunes libprotobuf-c-dev protobuf-c-compiler)
 if ((test_deps)); then
   pkgs+=(python3-venv libcmocka-dev hipcc libamdhip64-dev python3 python3-torch clang-14 clang-15 chromium
         python3-numpy python3-pytest python3-hypothesis python3-setuptools python3-pip python3-dev
@@ -44,17 +53,37 @@ fi
 
 # ---- the Python packages of the Hugging Face checks, pinned, in .venv ----
 TOKENIZERS_VERSION=0.23.3
+ONNX_VERSION=1.23.2
+ONNXRUNTIME_VERSION=1.32.0
+ML_DTYPES_VERSION=0.5.4 # onnx's; newer ones need NumPy 2, which would hide Debian's NumPy 1.24
 TRANSFORMERS_VERSION=5.23.0
 TORCH_VERSION=2.15.0
+GGUF_VERSION=0.19.0
+LLAMA_CPP_PYTHON_VERSION=0.3.36
 venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
 has() { "$venv/bin/python3" -c "import $1, sys; sys.exit($1.__version__.split('+')[0] != '$2')" 2>/dev/null; }
 if ((test_deps)); then
   [[ -x "$venv/bin/python3" ]] || /usr/bin/python3 -m venv --system-site-packages "$venv"
   has tokenizers "$TOKENIZERS_VERSION" ||
     "$venv/bin/pip" install -q --disable-pip-version-check "tokenizers==$TOKENIZERS_VERSION"
+  has onnx "$ONNX_VERSION" && has onnxruntime "$ONNXRUNTIME_VERSION" ||
+    "$venv/bin/pip" install -q --disable-pip-version-check "onnx==$ONNX_VERSION" \
+      "onnxruntime==$ONNXRUNTIME_VERSION" "ml_dtypes==$ML_DTYPES_VERSION"
+  # gguf asks for numpy>=1.17, which Debian's NumPy meets (pip keeps it), and
+  # pyyaml, requests, tqdm (pip adds those that are missing).
+  "$venv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('gguf') != '$GGUF_VERSION')" \
+    2>/dev/null || "$venv/bin/pip" install -q --disable-pip-version-check "gguf==$GGUF_VERSION"
 fi
 if ((bench_hf)); then
   has transformers "$TRANSFORMERS_VERSION" && has torch "$TORCH_VERSION" ||
     "$venv/bin/pip" install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" \
       "torch==$TORCH_VERSION"
+fi
+if ((bench_gguf)); then
+  # From source (PyPI has no CPU wheel of it): CPU only, no BLAS, no GPU backend.
+  has llama_cpp "$LLAMA_CPP_PYTHON_VERSION" ||
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF \
+-DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF -DMTMD_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+      "$venv/bin/pip" install -v --disable-pip-version-check --no-binary llama-cpp-python \
+      "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
 fi

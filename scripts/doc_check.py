@@ -251,7 +251,7 @@ def check_cmake(src):
 
 # ---- help: options of each command in the docs, and the reverse ----
 
-COMMANDS = ("info", "check", "bench", "train", "compare", "memory", "report")
+COMMANDS = ("info", "check", "bench", "train", "compare", "memory", "report", "export")
 OPT = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
 
 

@@ -1,5 +1,6 @@
 # The Python package (python/anygrad) under pytest, once per device: cpu runs
-# every test, opencl:0 and gpuemu:0 the device-parametrised ones (pytest -k).
+# every test, opencl:0, gpuemu:0 and vulkan:0 the device-parametrised ones
+# (pytest -k).
 # Absent devices skip inside pytest. Needs Debian's python3-pytest and
 # python3-numpy (python3-torch and python3-hypothesis for part of the suite).
 # Not in sanitizer builds: an instrumented libanygrad cannot be loaded into
@@ -21,7 +22,8 @@ elseif(AG_PYTHON3_EXE AND _ag_py_ok EQUAL 0)
       "ANYGRAD_MLP_REF=$<TARGET_FILE:python_mlp_ref>"
       "OMP_NUM_THREADS=1" "AG_NUM_THREADS=1"
       "PYTHONDONTWRITEBYTECODE=1")
-  foreach(_case "cpu;cpu;" "opencl;opencl:0;-k;opencl" "gpuemu;gpuemu:0;-k;gpuemu")
+  foreach(_case "cpu;cpu;" "opencl;opencl:0;-k;opencl" "gpuemu;gpuemu:0;-k;gpuemu"
+                "vulkan;vulkan:0;-k;vulkan")
     list(GET _case 0 _name)
     list(GET _case 1 _dev)
     list(SUBLIST _case 2 -1 _sel)

@@ -14,6 +14,7 @@
 #include "anygrad/checks.h"
 #include "anygrad/serialize.h"
 #include "../text/bpe_internal.h"
+#include "hf_internal.h"
 #include "json.h"
 
 #define CONFIG_MAX_BYTES ((uint64_t)1 << 20)
@@ -36,7 +37,7 @@ static const char k_split_regex[] = " [" L "]{1,255}|[" L "]{1,256}| [0-9]{1,255
 
 /* ---- GPT-2's byte <-> unicode map ---- */
 
-static void byte_map(uint16_t to_cp[256]) {
+void ag__hf_byte_map(uint16_t to_cp[256]) {
   int n = 0;
   for (int b = 0; b < 256; b++) {
     bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
@@ -45,7 +46,7 @@ static void byte_map(uint16_t to_cp[256]) {
 }
 
 /* The UTF-8 of token bytes p[0..n) through the map; out has 2n bytes. */
-static size_t map_token(const uint16_t to_cp[256], const uint8_t *p, size_t n, char *out) {
+size_t ag__hf_map_token(const uint16_t to_cp[256], const uint8_t *p, size_t n, char *out) {
   size_t o = 0;
   for (size_t i = 0; i < n; i++) {
     unsigned cp = to_cp[p[i]];
@@ -82,7 +83,7 @@ static long unmap_token(const int16_t from_cp[512], const char *s, size_t n, uin
 
 static void byte_unmap(int16_t from_cp[512]) {
   uint16_t to[256];
-  byte_map(to);
+  ag__hf_byte_map(to);
   for (int i = 0; i < 512; i++) from_cp[i] = -1;
   for (int b = 0; b < 256; b++) from_cp[to[b]] = (int16_t)b;
 }
@@ -129,14 +130,14 @@ static int32_t tokmap_find(tokmap *t, const uint8_t *p, size_t n, int32_t add) {
 /* ---- tokenizer.json ---- */
 
 /* The bytes of every id of bpe; AG_ERR_UNSUPPORTED when two are equal. */
-static ag_status token_table(const ag_bpe *bpe, const uint8_t ***out_b, size_t **out_l) {
+ag_status ag__hf_token_table(const ag_bpe *bpe, const char *fn, const uint8_t ***out_b, size_t **out_l) {
   int n = ag_bpe_vocab_size(bpe);
   const uint8_t **b = malloc(sizeof *b * (size_t)n);
   size_t *l = malloc(sizeof *l * (size_t)n);
   tokmap t = {0};
   if (!b || !l || !tokmap_init(&t, n, b, l)) {
     free(b), free(l), free(t.slot);
-    return ag_error_set(AG_ERR_OOM, "ag_bpe_save_hf: out of memory for %d tokens", n);
+    return ag_error_set(AG_ERR_OOM, "%s: out of memory for %d tokens", fn, n);
   }
   for (int i = 0; i < n; i++) {
     b[i] = ag_bpe_token_bytes(bpe, i, &l[i]);
@@ -144,9 +145,8 @@ static ag_status token_table(const ag_bpe *bpe, const uint8_t ***out_b, size_t *
     if (dup >= 0) {
       free(b), free(l), free(t.slot);
       return ag_error_set(AG_ERR_UNSUPPORTED,
-                          "ag_bpe_save_hf: tokens %" PRId32 " and %d have the same bytes; tokenizer.json "
-                          "maps each string to one id",
-                          dup, i);
+                          "%s: tokens %" PRId32 " and %d have the same bytes; %s maps each string to one id",
+                          fn, dup, i, strcmp(fn, "ag_llama_save_gguf") ? "tokenizer.json" : "a GGUF vocabulary");
     }
   }
   free(t.slot);
@@ -157,7 +157,7 @@ static ag_status token_table(const ag_bpe *bpe, const uint8_t ***out_b, size_t *
 
 static void write_tokenizer_json(FILE *f, const ag_bpe *bpe, const uint8_t *const *b, const size_t *l) {
   uint16_t to[256];
-  byte_map(to);
+  ag__hf_byte_map(to);
   char buf[4 * AG_BPE_MAX_TOKEN_BYTES + 2];
   int n = ag_bpe_vocab_size(bpe);
   fputs("{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [],\n"
@@ -176,16 +176,16 @@ static void write_tokenizer_json(FILE *f, const ag_bpe *bpe, const uint8_t *cons
         f);
   for (int i = 0; i < n; i++) {
     fputs(i ? ",\n      " : "\n      ", f);
-    agj_put_str(f, buf, map_token(to, b[i], l[i], buf));
+    agj_put_str(f, buf, ag__hf_map_token(to, b[i], l[i], buf));
     fprintf(f, ": %d", i);
   }
   fputs("\n    },\n    \"merges\": [", f);
   for (int i = 256; i < n; i++) {
     int32_t x = 0, y = 0;
     ag__bpe_merge(bpe, i - 256, &x, &y);
-    size_t o = map_token(to, b[x], l[x], buf);
+    size_t o = ag__hf_map_token(to, b[x], l[x], buf);
     buf[o++] = ' ';
-    o += map_token(to, b[y], l[y], buf + o);
+    o += ag__hf_map_token(to, b[y], l[y], buf + o);
     fputs(i > 256 ? ",\n      " : "\n      ", f);
     agj_put_str(f, buf, o);
   }
@@ -196,7 +196,7 @@ ag_status ag_bpe_save_hf(const ag_bpe *bpe, const char *path) {
   if (!bpe || !path || !*path) return ag_error_set(AG_ERR_INVALID, "ag_bpe_save_hf: NULL or empty argument");
   const uint8_t **b = NULL;
   size_t *l = NULL;
-  ag_status st = token_table(bpe, &b, &l);
+  ag_status st = ag__hf_token_table(bpe, "ag_bpe_save_hf", &b, &l);
   if (st != AG_OK) return st;
   ag_output *o = NULL;
   st = ag_output_open(path, "tokenizer.json", &o);
@@ -637,7 +637,7 @@ ag_status ag_llama_save_pretrained(const ag_llama *m, const ag_bpe *tok, const c
                         ag_bpe_vocab_size(tok), m->cfg.vocab_size);
   const uint8_t **tb = NULL;
   size_t *tl = NULL;
-  ag_status st = tok ? token_table(tok, &tb, &tl) : AG_OK;
+  ag_status st = tok ? ag__hf_token_table(tok, "ag_llama_save_pretrained", &tb, &tl) : AG_OK;
   if (st == AG_OK) st = make_dir(dir);
   char *paths[F_N + 1] = {0};
   ag_output *o[F_N] = {0};

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/onnx.h"
 #include "anygrad/sequential.h"
 
 struct ag__seq_layer {
@@ -161,4 +162,36 @@ void ag_sequential_free(ag_sequential *m) {
   ag_params_free(&m->params);
   ag_params_free(&m->buffers);
   memset(m, 0, sizeof *m);
+}
+
+/* ONNX export (anygrad/onnx.h): the evaluation forward, layer by layer,
+ * through the graph builder (which refuses when anygrad has no ONNX). */
+int ag_onnx_sequential(ag_onnx *g, const ag_sequential *m, int x) {
+  if (!m) {
+    ag_error_set(AG_ERR_INVALID, "ag_onnx_sequential: NULL module");
+    return -1;
+  }
+  if (m->train) {
+    ag_error_set(AG_ERR_STATE, "ag_onnx_sequential: the model is in training mode (dropout draws, batch norm "
+                               "uses batch statistics): call ag_sequential_set_train(m, false) first");
+    return -1;
+  }
+  for (int i = 0; i < m->n_layers && x >= 0; i++) {
+    const struct ag__seq_layer *l = &m->layers[i];
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "%d.", i);
+    switch (l->spec.kind) {
+    case AG_LAYER_LINEAR: x = ag_onnx_linear(g, &l->lin, prefix, x); break;
+    case AG_LAYER_CONV2D: x = ag_onnx_conv2d(g, &l->conv, prefix, x); break;
+    case AG_LAYER_BATCH_NORM2D: x = ag_onnx_batch_norm2d(g, &l->bn, prefix, x); break;
+    case AG_LAYER_LAYER_NORM: x = ag_onnx_layer_norm(g, &l->ln, prefix, x); break;
+    case AG_LAYER_ACTIVATION: x = ag_onnx_activation(g, l->spec.act, x); break;
+    case AG_LAYER_DROPOUT: break; /* the identity in evaluation mode */
+    case AG_LAYER_FLATTEN: x = ag_onnx_flatten(g, x); break;
+    default:
+      ag_error_set(AG_ERR_UNSUPPORTED, "ag_onnx_sequential: layer %d has no ONNX form", i);
+      return -1;
+    }
+  }
+  return x;
 }

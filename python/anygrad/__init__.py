@@ -17,6 +17,8 @@ from ._ops import ELEMENTWISE_OPS, sum, max, min, pow, abs  # noqa: F401,A004
 from ._dlpack import from_dlpack
 from ._tensor_extra import *  # noqa: F401,F403,A004
 from . import linalg, autograd  # noqa: F401
+from ._compat import triu, tril, is_tensor, numel, get_default_dtype, backends  # noqa: F401
+from . import cuda  # noqa: F401  (torch.cuda.is_available() and the seeding calls)
 from . import functional, nn, optim  # noqa: F401
 from ._tensor import default_generator  # noqa: F401
 from ._rng import (get_rng_state, set_rng_state, initial_seed, seed, set_num_threads,  # noqa: F401

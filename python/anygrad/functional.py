@@ -165,6 +165,8 @@ def linear(x, weight, bias=None):
     _t(weight, "linear", "weight", 2)
     _opt(bias, "linear", "bias", 3)
     y = _ops.matmul(x, weight.transpose(0, 1))
+    if bias is not None and bias.dtype != y.dtype and lib.ag_autocast_enabled():
+        bias = bias.to(y.dtype)  # one op in torch: autocast's dtype, not promoted back to f32
     return y if bias is None else y + bias
 
 

@@ -1,5 +1,5 @@
-"""Shared fixtures: the devices present (cpu, opencl:0, gpuemu:0; absent ones
-skip) and a torch reference with fixed thread counts."""
+"""Shared fixtures: the devices present (cpu, opencl:0, gpuemu:0, vulkan:0;
+absent ones skip) and a torch reference with fixed thread counts."""
 import os
 import sys
 
@@ -9,7 +9,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import anygrad as ag  # noqa: E402
 
-WANTED = [d for d in os.environ.get("ANYGRAD_TEST_DEVICES", "cpu,opencl:0,gpuemu:0").split(",") if d]
+DEFAULT_DEVICES = "cpu,opencl:0,gpuemu:0,vulkan:0"
+WANTED = [d for d in os.environ.get("ANYGRAD_TEST_DEVICES", DEFAULT_DEVICES).split(",") if d]
 PRESENT = set(ag.devices())
 
 try:
