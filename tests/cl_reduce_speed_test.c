@@ -99,6 +99,15 @@ static void check_all(int64_t n, ag_dtype dt) {
     r = down(ag_min(x, 0, NULL, false));
     near("min", n, r[0], mn, 0, 0);
     free(r);
+    int64_t first = 0;
+    for (int64_t i = 0; i < n; i++)
+      if (v[i] == mx) {
+        first = i;
+        break;
+      }
+    r = down(ag_argmax(x, 0, false));
+    near("argmax", n, r[0], (double)first, 0, 0);
+    free(r);
   }
   if (x != x32) ag_tensor_release(x);
   ag_tensor_release(x32);
@@ -129,7 +138,33 @@ static void test_all_2p24(void **st) {
   free(v);
 }
 
-/* max and min propagate a NaN anywhere in the tensor. */
+/* argmax takes the first of equal maxima, across chunks and passes. */
+static void test_argmax_ties(void **st) {
+  (void)st;
+  const int64_t ns[] = {16, 1023, 65537, 1000003};
+  for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+    int64_t n = ns[k];
+    float *v = sample(n, 9);
+    v[n - 1] = 5;
+    v[n / 2] = 5;
+    v[n / 3 + 1] = 5;
+    ag_tensor *x = up(1, &n, v);
+    float *r = down(ag_argmax(x, 0, false));
+    near("argmax ties", n, r[0], (double)(n / 3 + 1), 0, 0);
+    free(r);
+    ag_tensor_release(x);
+    for (int64_t i = 0; i < n; i++) v[i] = -INFINITY;
+    x = up(1, &n, v);
+    r = down(ag_argmax(x, 0, false));
+    near("argmax -inf", n, r[0], 0, 0, 0);
+    free(r);
+    ag_tensor_release(x);
+    free(v);
+  }
+}
+
+/* max and min propagate a NaN anywhere in the tensor; argmax takes the
+ * first NaN. */
 static void test_nan(void **st) {
   (void)st;
   const int64_t ns[] = {1, 5, 1023, 65537};
@@ -138,7 +173,11 @@ static void test_nan(void **st) {
     for (int64_t at = 0; at < n; at += n / 3 + 1) {
       float *v = sample(n, 3);
       v[at] = NAN;
+      v[n - 1] = NAN;
       ag_tensor *x = up(1, &n, v);
+      float *am = down(ag_argmax(x, 0, false));
+      near("argmax nan", n, am[0], (double)at, 0, 0);
+      free(am);
       float *r = down(ag_max(x, 0, NULL, false));
       assert_true(isnan(r[0]));
       free(r);
@@ -157,16 +196,23 @@ static void check_rows(int64_t rows, int64_t cols) {
   float *v = sample(n, (uint64_t)(rows * 31 + cols));
   ag_tensor *x = up(2, sh, v);
   float *s = down(ag_sum(x, 1, (const int[]){1}, false)), *m = down(ag_max(x, 1, (const int[]){1}, false));
+  float *am = down(ag_argmax(x, 1, false));
   for (int64_t i = 0; i < rows; i++) {
     double want = 0, a = 0, mx = -INFINITY;
+    int64_t at = 0;
     for (int64_t j = 0; j < cols; j++) {
       want += v[i * cols + j];
       a += fabs(v[i * cols + j]);
-      if (v[i * cols + j] > mx) mx = v[i * cols + j];
+      if (v[i * cols + j] > mx) {
+        mx = v[i * cols + j];
+        at = j;
+      }
     }
     near("sum rows", i, s[i], want, 1e-6, a + 1);
     near("max rows", i, m[i], mx, 0, 0);
+    near("argmax rows", i, am[i], (double)at, 0, 0);
   }
+  free(am);
   free(s);
   free(m);
   s = down(ag_mean(x, 1, (const int[]){0}, false));
@@ -303,7 +349,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   const struct CMUnitTest t[] = {
-      cmocka_unit_test(test_all_sizes), cmocka_unit_test(test_all_2p24), cmocka_unit_test(test_nan),
+      cmocka_unit_test(test_all_sizes), cmocka_unit_test(test_all_2p24), cmocka_unit_test(test_nan), cmocka_unit_test(test_argmax_ties),
       cmocka_unit_test(test_rows),      cmocka_unit_test(test_softmax),  cmocka_unit_test(test_norms),
   };
   return cmocka_run_group_tests_name("cl_reduce_speed", t, NULL, NULL);

@@ -15,7 +15,8 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_UNARY] = "ag_unary", [CLK_BINARY] = "ag_binary", [CLK_WHERE] = "ag_where",
     [CLK_FILL] = "ag_fill", [CLK_ARANGE] = "ag_arange", [CLK_RAND] = "ag_rand",
     [CLK_DROPOUT] = "ag_dropout", [CLK_REDUCE_ROWS] = "ag_reduce_rows",
-    [CLK_REDUCE_COLS] = "ag_reduce_cols", [CLK_RED_ROWS] = "ag_red_rows", [CLK_RED_COLS4] = "ag_red_cols4", [CLK_SUMSQ_PART] = "ag_sumsq_part",
+    [CLK_REDUCE_COLS] = "ag_reduce_cols", [CLK_RED_ROWS] = "ag_red_rows", [CLK_RED_COLS4] = "ag_red_cols4",
+    [CLK_ARGMAX_ROWS] = "ag_argmax_rows", [CLK_SUMSQ_PART] = "ag_sumsq_part",
     [CLK_SUMSQ_FINAL] = "ag_sumsq_final", [CLK_SOFTMAX] = "ag_softmax",
     [CLK_SOFTMAX_BWD] = "ag_softmax_bwd", [CLK_CE] = "ag_cross_entropy",
     [CLK_CE_BWD] = "ag_cross_entropy_bwd", [CLK_LN] = "ag_layernorm",
@@ -99,7 +100,7 @@ ag_status clb_stream_kernels(ag_bstream *s, bool portable) {
     /* the portable program has no f64 kernels (f64 is refused there) */
     bool skip = f64_kernel && (!s->d->fp64 || portable);
     if (i >= CLK_P_SUM && i <= CLK_P_CONV_BWD_W && !portable) skip = true;
-    if ((i == CLK_RED_ROWS || i == CLK_RED_COLS4) && portable) skip = true;
+    if (i >= CLK_RED_ROWS && i <= CLK_ARGMAX_ROWS && portable) skip = true;
     if (!name || skip) {
       s->k[i] = NULL;
       continue;
@@ -605,6 +606,35 @@ static ag_status run_red_rows(ag_bstream *s, cl_mem o, size_t oo, ag_dtype odt, 
                       poff + align_el((size_t)(outer * nb)));
 }
 
+/* ARGMAX of float x viewed as [outer, r] into o's i32 indices, chunked as
+ * run_red_rows; the passes carry each chunk's winning value (f32) and index
+ * (i32), 2 x red_scratch floats from float offset poff of part. */
+static ag_status run_argmax_rows(ag_bstream *s, const ag_koperand *o, cl_mem x, size_t xo, ag_dtype xdt, cl_mem xi,
+                                 size_t xio, int64_t outer, int64_t r, cl_mem part, size_t poff) {
+  const int64_t cmax = red_rows_chunk(s);
+  const bool pass = r > cmax;
+  const int64_t nb = pass ? (r + cmax - 1) / cmax : 1, chunk = pass ? cmax : r;
+  const size_t np = align_el((size_t)(outer * nb)); /* values at poff, indices after them */
+  kargs ka = ka_begin(s, CLK_ARGMAX_ROWS);
+  KA(&ka, cl_mem, pass ? part : o->base);
+  KA(&ka, cl_ulong, pass ? (poff + np) * sizeof(float) : o->offset);
+  KA(&ka, cl_mem, pass ? part : NULL);
+  KA(&ka, cl_ulong, poff * sizeof(float));
+  KA(&ka, cl_mem, x);
+  KA(&ka, cl_ulong, xo);
+  KA(&ka, cl_int, xdt);
+  KA(&ka, cl_mem, xi);
+  KA(&ka, cl_ulong, xio);
+  KA(&ka, cl_long, r);
+  KA(&ka, cl_long, chunk);
+  KA(&ka, cl_long, nb);
+  size_t l = row_wg(s, CLK_ARGMAX_ROWS, chunk);
+  ag_status st = ka_run(&ka, (size_t)(outer * nb) * l, l);
+  if (st != AG_OK || !pass) return st;
+  return run_argmax_rows(s, o, part, poff * sizeof(float), AG_F32, part, (poff + np) * sizeof(float), outer, nb,
+                         part, poff + 2 * np);
+}
+
 /* The same over the middle dim of [outer, r, inner], inner % 4 == 0: a
  * work-item per 4 outputs; few columns of long r go in chunks of rows
  * (partials [nb, outer * inner]) and passes over the chunks. */
@@ -656,7 +686,14 @@ static ag_status cl_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
     return ka_run(&ka, (size_t)(outer * inner), 0);
   }
   float scale = a->variant == AG_R_SUM ? (float)a->scale : 1.0f;
-  /* default mode, float SUM/MAX/MIN: rowred.cl's trees */
+  /* default mode, float rows: rowred.cl's trees */
+  if (!s->portable && is_float(a->x->dtype) && a->variant == AG_R_ARGMAX && inner == 1 && r >= 16) {
+    size_t need = 2 * red_scratch(s, outer, r, false);
+    cl_mem part = NULL;
+    ag_status st = need ? clb_scratch(s, need * sizeof(float), &part) : AG_OK;
+    if (st != AG_OK) return st;
+    return run_argmax_rows(s, a->out, a->x->base, a->x->offset, a->x->dtype, NULL, 0, outer, r, part, 0);
+  }
   const bool fast = !s->portable && is_float(a->x->dtype) && a->variant != AG_R_ARGMAX;
   const bool rows = inner == 1 && r >= 16, cols = inner % 4 == 0;
   if (fast && (rows || cols)) {

@@ -92,6 +92,66 @@ __kernel void ag_red_rows(gbuf *o, ulong oo, int odt, const gbuf *x, ulong xo, i
   if (get_local_id(0) == 0) stf(o, oo, g, odt, op == AG_R_SUM ? a * scale : a);
 }
 
+/* argmax: (b, ib) into (a, ia), the winner of the two: the first NaN, else
+ * the larger, the lower index on ties; INT_MAX is no element. */
+void am_merge(float *a, int *ia, float b, int ib) {
+  if (ib == INT_MAX) return;
+  bool same = *a == b || (isnan(*a) && isnan(b));
+  if (*ia == INT_MAX || (same ? ib < *ia : am_takes(*a, b))) {
+    *a = b;
+    *ia = ib;
+  }
+}
+
+/* argmax of float rows (the first NaN, else the first maximum; 0 for an
+ * empty row), chunked as ag_red_rows: group g writes the value and row index
+ * of its chunk's winner to pv[g] and o[g] (i32) where pv is given, else the
+ * index alone. A second pass reads the partials' values with their indices
+ * xi. Each lane of a work-item scans its elements in row order, keeping the
+ * first of equal values; lanes and the tree merge with am_merge. */
+__kernel void ag_argmax_rows(gbuf *o, ulong oo, gbuf *pv, ulong pvo, const gbuf *x, ulong xo, int dt,
+                             const gbuf *xi, ulong xio, long r, long chunk, long nb) {
+  __local float sf[AG_WG];
+  __local int sx[AG_WG];
+  long g = get_group_id(0), row = g / nb, start = (g % nb) * chunk, base = row * r + start;
+  long len = min(chunk, r - start), n4 = len / 4;
+  int l = get_local_id(0), L = get_local_size(0);
+  const __global int *ix = xi ? (const __global int *)(xi + xio) : NULL;
+  float4 a4 = (float4)(-INFINITY);
+  int4 i4 = (int4)(INT_MAX);
+  for (long q = l; q < n4; q += L) {
+    float4 v = ld4(x, xo, base + 4 * q, dt);
+    int4 at = ix ? vload4(0, ix + base + 4 * q) : (int4)((int)(start + 4 * q)) + (int4)(0, 1, 2, 3);
+    int4 take = ((v > a4) | (v != v) | (i4 == INT_MAX)) & ~(a4 != a4); /* am_takes, or the first */
+    a4 = select(a4, v, take);
+    i4 = select(i4, at, take);
+  }
+  float a = a4.x;
+  int ia = i4.x;
+  am_merge(&a, &ia, a4.y, i4.y);
+  am_merge(&a, &ia, a4.z, i4.z);
+  am_merge(&a, &ia, a4.w, i4.w);
+  for (long j = n4 * 4 + l; j < len; j += L) /* after every quad of this item's */
+    am_merge(&a, &ia, ldf(x, xo, base + j, dt), ix ? ix[base + j] : (int)(start + j));
+  sf[l] = a;
+  sx[l] = ia;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = L / 2; s > 0; s >>= 1) {
+    if (l < s) {
+      float t = sf[l];
+      int it = sx[l];
+      am_merge(&t, &it, sf[l + s], sx[l + s]);
+      sf[l] = t;
+      sx[l] = it;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (l == 0) {
+    if (pv) ((__global float *)(pv + pvo))[g] = sf[0];
+    sti(o, oo, g, pv || sx[0] != INT_MAX ? sx[0] : 0);
+  }
+}
+
 /* The same over the middle dim of [outer, r, inner] with inner % 4 == 0:
  * a work-item per 4 neighbouring outputs walks rows [b * chunk, + chunk) of
  * its column block; nb > 1 writes f32 partials [nb, outer * inner] that a
