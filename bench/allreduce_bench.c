@@ -162,12 +162,12 @@ static int run_nccl(FILE *json) {
   int64_t sh[1] = {(int64_t)(bytes / 4)};
   ag_tensor *t = ag_ones(dev, AG_F32, 1, sh);
   if (ag_all_reduce(g, t, AG_DIST_SUM, NULL) != AG_OK) die("warm-up");
-  ag_device_synchronize(dev);
+  if (ag_device_synchronize(dev) != AG_OK) die("synchronize");
   int iters = 20;
   double t0 = now();
   for (int i = 0; i < iters; i++)
     if (ag_all_reduce(g, t, AG_DIST_SUM, NULL) != AG_OK) die("nccl all_reduce");
-  ag_device_synchronize(dev);
+  if (ag_device_synchronize(dev) != AG_OK) die("synchronize");
   double secs = (now() - t0) / iters;
   printf("nccl 1-rank all_reduce 64 MiB: %.3f ms, %.1f GB/s (algorithm bandwidth)\n", secs * 1e3,
          bytes / secs / 1e9);

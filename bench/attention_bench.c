@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "anygrad/anygrad.h"
+#include "bench_util.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -45,7 +46,7 @@ static double step(const setup *s, int64_t T, bool fused, int64_t *kept, int64_t
   ag_tensor_set_requires_grad(q, true);
   ag_tensor_set_requires_grad(k, true);
   ag_tensor_set_requires_grad(v, true);
-  ag_device_synchronize(s->dev);
+  bench_sync("attention_bench", s->dev, "synchronize");
   ag_memory_stats st;
   ag_memory_reset_peak(s->dev);
   ag_memory_stats_get(s->dev, &st);
@@ -59,7 +60,7 @@ static double step(const setup *s, int64_t T, bool fused, int64_t *kept, int64_t
     fprintf(stderr, "attention_bench: %s\n", ag_last_error());
     exit(1);
   }
-  ag_device_synchronize(s->dev);
+  bench_sync("attention_bench", s->dev, "synchronize");
   ag_memory_stats_get(s->dev, &st);
   /* what the graph holds for backward, beyond the inputs (the loss and
    * the output count: both paths keep them) */
@@ -68,7 +69,7 @@ static double step(const setup *s, int64_t T, bool fused, int64_t *kept, int64_t
     fprintf(stderr, "attention_bench: %s\n", ag_last_error());
     exit(1);
   }
-  ag_device_synchronize(s->dev);
+  bench_sync("attention_bench", s->dev, "synchronize");
   double t = now_s() - t0;
   ag_memory_stats_get(s->dev, &st);
   if (peak) *peak = st.allocated_bytes[AG_POOL_ALL].peak - base;

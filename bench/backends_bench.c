@@ -22,15 +22,16 @@
 #define MAXO 32
 
 /* Milliseconds per training step, synchronizing only at the end; -1 on an
- * error (printed). */
+ * error, -2 when the device refused an op of the step (printed). */
 static double step_ms(ag_device d, const char *name, int steps) {
   const int64_t sizes[4] = {256, 512, 512, 10}, batch = 64;
   ag_generator *g = ag_generator_create(1);
   ag_mlp m;
-  if (!g || ag_mlp_init(&m, d, AG_F32, 4, sizes, AG_ACT_RELU, g) != AG_OK) {
-    fprintf(stderr, "backends_bench: %s\n", ag_last_error());
+  ag_status ist = g ? ag_mlp_init(&m, d, AG_F32, 4, sizes, AG_ACT_RELU, g) : ag_last_status();
+  if (ist != AG_OK) {
+    fprintf(stderr, "backends_bench: step on %s: %s\n", name, ag_last_error());
     ag_generator_free(g);
-    return -1;
+    return ist == AG_ERR_UNSUPPORTED ? -2 : -1;
   }
   ag_adamw_options ao = ag_adamw_defaults();
   ag_optimizer *opt = ag_adamw_create(&m.params, &ao);
@@ -58,7 +59,7 @@ static double step_ms(ag_device d, const char *name, int steps) {
   double ms = (ag_bench_now_ns() - t0) * 1e-6 / steps;
   if (st != AG_OK) {
     fprintf(stderr, "backends_bench: step on %s: %s\n", name, ag_last_error());
-    ms = -1;
+    ms = st == AG_ERR_UNSUPPORTED ? -2 : -1;
   }
   ag_tensor_release(x);
   ag_tensor_release(y);
@@ -161,18 +162,38 @@ int main(int argc, char **argv) {
 
   /* medians; rows matched by op name to the first device's */
   static double ms[MAXD][MAXO], lo[MAXD][MAXO], hi[MAXD][MAXO];
+  static ag_bench_status cst[MAXD][MAXO];
+  bool s_ok[MAXD];
+  ag_bench_status s_st[MAXD];
+  int rc = 0;
   double col[MAXR], s_med[MAXD], s_lo[MAXD], s_hi[MAXD];
   for (int k = 0; k < nd; k++) {
     for (int i = 0; i < nrow[0]; i++) {
       int j = -1;
       for (int q = 0; q < nrow[k] && j < 0; q++)
         if (!strcmp(rr[0][k][q].op, rr[0][0][i].op)) j = q;
-      for (int r = 0; r < rounds; r++)
-        col[r] = j < 0 || rr[r][k][j].unsupported ? -1 : rr[r][k][j].large_ms;
-      ms[k][i] = med(col, rounds, &lo[k][i], &hi[k][i]);
+      /* timed only when every round timed it (ag_bench_device checked each
+       * result and status); otherwise the first round's verdict */
+      cst[k][i] = j < 0 ? AG_BENCH_UNSUPPORTED : AG_BENCH_OK;
+      for (int r = 0; r < rounds && cst[k][i] == AG_BENCH_OK; r++)
+        if (rr[r][k][j].status != AG_BENCH_OK) {
+          cst[k][i] = rr[r][k][j].status;
+          fprintf(stderr, "backends_bench: %s on %s: %s: %s\n", rr[r][k][j].op, dname[k],
+                  ag_bench_status_name(rr[r][k][j].status), rr[r][k][j].error);
+        }
+      for (int r = 0; r < rounds; r++) col[r] = j < 0 ? -1 : rr[r][k][j].large_ms;
+      ms[k][i] = cst[k][i] == AG_BENCH_OK ? med(col, rounds, &lo[k][i], &hi[k][i]) : -1;
+      if (cst[k][i] == AG_BENCH_ERROR) rc = 1;
     }
-    for (int r = 0; r < rounds; r++) col[r] = sm[k][r];
-    s_med[k] = med(col, rounds, &s_lo[k], &s_hi[k]);
+    s_st[k] = AG_BENCH_OK; /* step_ms printed what went wrong */
+    for (int r = 0; r < rounds; r++) {
+      col[r] = sm[k][r];
+      if (sm[k][r] == -1) s_st[k] = AG_BENCH_ERROR;
+      else if (sm[k][r] < 0 && s_st[k] == AG_BENCH_OK) s_st[k] = AG_BENCH_UNSUPPORTED;
+    }
+    s_ok[k] = s_st[k] == AG_BENCH_OK;
+    s_med[k] = s_ok[k] ? med(col, rounds, &s_lo[k], &s_hi[k]) : -1;
+    if (s_st[k] == AG_BENCH_ERROR) rc = 1;
   }
 
   int threads = ag_get_num_threads();
@@ -194,7 +215,8 @@ int main(int argc, char **argv) {
     printf("%-12s", step ? "train step" : rr[0][0][i].op);
     for (int k = 0; k < nd; k++) {
       double m = step ? s_med[k] : ms[k][i], l = step ? s_lo[k] : lo[k][i], h = step ? s_hi[k] : hi[k][i];
-      if (m < 0) printf(" %26s", "unsupported");
+      if (step ? !s_ok[k] : cst[k][i] != AG_BENCH_OK)
+        printf(" %26s", ag_bench_status_name(step ? s_st[k] : cst[k][i]));
       else printf(" %9.3f [%6.3f-%7.3f]", m, l, h);
     }
     for (int k = 1; k < nd; k++) {
@@ -221,13 +243,20 @@ int main(int argc, char **argv) {
       for (int k = 0; k < nd; k++) {
         double m = step ? s_med[k] : ms[k][i], l = step ? s_lo[k] : lo[k][i], h = step ? s_hi[k] : hi[k][i];
         double b = step ? s_med[0] : ms[0][i];
-        fprintf(jf, "%s{\"device\": \"%s\", \"ms\": %.6g, \"min\": %.6g, \"max\": %.6g, \"ratio\": %.6g}",
-                k ? ", " : "", dname[k], m, l, h, m > 0 && b > 0 ? m / b : -1.0);
+        ag_bench_status cs = step ? s_st[k] : cst[k][i];
+        if (cs != AG_BENCH_OK)
+          fprintf(jf, "%s{\"device\": \"%s\", \"status\": \"%s\", \"ms\": null}", k ? ", " : "", dname[k],
+                  ag_bench_status_name(cs));
+        else
+          fprintf(jf,
+                  "%s{\"device\": \"%s\", \"status\": \"ok\", \"ms\": %.6g, \"min\": %.6g, \"max\": %.6g, "
+                  "\"ratio\": %.6g}",
+                  k ? ", " : "", dname[k], m, l, h, m > 0 && b > 0 ? m / b : -1.0);
       }
       fprintf(jf, "]}%s\n", i < nrow[0] ? "," : "");
     }
     fprintf(jf, "]}\n");
     if (jf != stdout) fclose(jf);
   }
-  return 0;
+  return rc;
 }

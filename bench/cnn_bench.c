@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "anygrad/anygrad.h"
+#include "bench_util.h"
 
 #define MAXR 32
 
@@ -118,7 +119,7 @@ static double bench_step(ag_device d, int64_t B, int steps) {
     const int warm = 3;
     for (int s = 0; s < warm + steps && st == AG_OK; s++) {
       if (s == warm) {
-        ag_device_synchronize(d);
+        st = ag_device_synchronize(d);
         t0 = now_ms();
       }
       ag_scope_begin();
@@ -128,14 +129,15 @@ static double bench_step(ag_device d, int64_t B, int steps) {
       ag_optimizer_zero_grad(opt);
       ag_scope_end();
     }
-    ag_device_synchronize(d);
-    if (st == AG_OK) ms = (now_ms() - t0) / steps;
-    else fprintf(stderr, "cnn_bench: training step: %s\n", ag_last_error());
+    ag_status ss = ag_device_synchronize(d); /* what ran asynchronously reports here */
+    if (st == AG_OK) st = ss;
+    bench_check("cnn_bench", st, "training step"); /* no time for a step that failed */
+    ms = (now_ms() - t0) / steps;
     ag_tensor_release(bt.x);
     ag_tensor_release(bt.y);
     ag_optimizer_free(opt);
   } else {
-    fprintf(stderr, "cnn_bench: model: %s\n", ag_last_error());
+    bench_check("cnn_bench", ag_last_status(), "model");
   }
   cnn_free(&m);
   ag_generator_free(g);
@@ -177,7 +179,7 @@ static double bench_conv(ag_device d, const cshape *s, bool bwd, int iters) {
   double t0 = 0;
   for (int it = 0; it < iters + 1 && st == AG_OK; it++) {
     if (it == 1) {
-      ag_device_synchronize(d);
+      st = ag_device_synchronize(d);
       t0 = now_ms();
     }
     ag_scope_begin();
@@ -188,9 +190,10 @@ static double bench_conv(ag_device d, const cshape *s, bool bwd, int iters) {
     else if (bwd) st = ag_backward(y, gy, false);
     ag_scope_end();
   }
-  ag_device_synchronize(d);
-  if (st == AG_OK) ms = (now_ms() - t0) / iters;
-  else fprintf(stderr, "cnn_bench: conv2d on device: %s\n", ag_last_error());
+  ag_status ss = ag_device_synchronize(d);
+  if (st == AG_OK) st = ss;
+  bench_check("cnn_bench", st, "conv2d"); /* no time for a convolution that failed */
+  ms = (now_ms() - t0) / iters;
   ag_tensor_release(x);
   ag_tensor_release(w);
   ag_tensor_release(gy);

@@ -101,14 +101,27 @@ static double cpu_ms(void) {
 /* ms per step; *cpus: this process's CPU time over the wall time (all its
  * threads): what the scheduler gave it, so a 2-thread run near 1.0 (or an
  * "idle" run well below 1.0) says the machine was not idle. */
+/* A step that failed: its message was printed, and no time is (main
+ * returns 1 once the spinning children are stopped). */
+static bool g_failed;
+
+static double step_failed(ag_status st) {
+  fprintf(stderr, "contention_bench: training step: %s (%s); no time reported\n", ag_status_name(st),
+          ag_last_error());
+  g_failed = true;
+  return -1;
+}
+
 static double time_steps(model *m, int threads, int n, double *cpus) {
+  ag_status st;
+  if (g_failed) return -1;
   ag_set_num_threads(threads);
-  if (step(m) != AG_OK) return -1; /* warm at this thread count */
-  ag_device_synchronize(AG_CPU);
+  if ((st = step(m)) != AG_OK) return step_failed(st); /* warm at this thread count */
+  if ((st = ag_device_synchronize(AG_CPU)) != AG_OK) return step_failed(st);
   double t0 = now_ms(), c0 = cpu_ms();
   for (int i = 0; i < n; i++)
-    if (step(m) != AG_OK) return -1;
-  ag_device_synchronize(AG_CPU);
+    if ((st = step(m)) != AG_OK) return step_failed(st);
+  if ((st = ag_device_synchronize(AG_CPU)) != AG_OK) return step_failed(st);
   double wall = now_ms() - t0;
   *cpus = wall > 0 ? (cpu_ms() - c0) / wall : 0;
   return wall / n;
@@ -231,6 +244,7 @@ int main(int argc, char **argv) {
   ag_set_num_threads(0);
   if (g_to) fclose(g_to);
   if (g_torch > 0) waitpid(g_torch, NULL, 0);
+  if (g_failed) return 1;
 
   printf("contention_bench: %d interleaved rounds; ms per step, median [min-max]; AdamW, f32\n", rounds);
   printf("anygrad: ag_set_num_threads(1%s) (default here %d; one blocking pool, GEMM 1 thread/call: %s)\n",

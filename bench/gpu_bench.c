@@ -19,8 +19,11 @@ static ag_bevent *E0, *E1;
 static double copy_gbps;
 static int reps = 20;
 
+/* The run ends with an error record instead of a time (the backend's
+ * message on stderr). */
 static void die(const char *what) {
   printf("{\"bench\":\"error\",\"what\":\"%s\"}\n", what);
+  fprintf(stderr, "gpu_bench: %s: %s; no time reported\n", what, ag_last_error());
   exit(1);
 }
 
@@ -50,12 +53,15 @@ static void contig(ag_koperand *o, void *base, ag_dtype dt, int nd, const int64_
 static double time_call(const ag_kernel_call *c) {
   for (int i = 0; i < 3; i++)
     if (B->launch(S, c) != AG_OK) die(c->name ? c->name : "launch");
-  B->event_record(E0, S);
-  for (int i = 0; i < reps; i++) B->launch(S, c);
-  B->event_record(E1, S);
+  /* every launch's status is checked (no synchronization added): a refused
+   * or failed launch ends the run instead of timing nothing */
+  if (B->event_record(E0, S) != AG_OK) die("event_record");
+  for (int i = 0; i < reps; i++)
+    if (B->launch(S, c) != AG_OK) die(c->name ? c->name : "launch");
+  if (B->event_record(E1, S) != AG_OK) die("event_record");
   if (B->event_synchronize(E1) != AG_OK) die("event_synchronize");
   float ms = 0;
-  B->event_elapsed_ms(E0, E1, &ms);
+  if (B->event_elapsed_ms(E0, E1, &ms) != AG_OK) die("event_elapsed_ms");
   return ms / reps;
 }
 
@@ -68,13 +74,15 @@ static void emit_bw(const char *name, double ms, double bytes) {
 
 static void bench_copy(size_t bytes) {
   void *a = dalloc(bytes), *b = dalloc(bytes);
-  for (int i = 0; i < 3; i++) B->copy_d2d(S, b, 0, a, 0, bytes);
-  B->event_record(E0, S);
-  for (int i = 0; i < reps; i++) B->copy_d2d(S, b, 0, a, 0, bytes);
-  B->event_record(E1, S);
-  B->event_synchronize(E1);
+  for (int i = 0; i < 3; i++)
+    if (B->copy_d2d(S, b, 0, a, 0, bytes) != AG_OK) die("copy_d2d");
+  if (B->event_record(E0, S) != AG_OK) die("event_record");
+  for (int i = 0; i < reps; i++)
+    if (B->copy_d2d(S, b, 0, a, 0, bytes) != AG_OK) die("copy_d2d");
+  if (B->event_record(E1, S) != AG_OK) die("event_record");
+  if (B->event_synchronize(E1) != AG_OK) die("event_synchronize");
   float ms = 0;
-  B->event_elapsed_ms(E0, E1, &ms);
+  if (B->event_elapsed_ms(E0, E1, &ms) != AG_OK) die("event_elapsed_ms");
   ms /= reps;
   copy_gbps = 2.0 * bytes / (ms * 1e-3) / 1e9; /* read + write */
   printf("{\"bench\":\"copy_d2d\",\"ms\":%.5f,\"gbps\":%.1f,\"frac_copy\":1.0}\n", ms, copy_gbps);
@@ -253,16 +261,18 @@ static void bench_gemm(int quick) {
         cublasSetStream_fn ss = (cublasSetStream_fn)dlsym(lib, "cublasSetStream_v2");
         if (ss) ss(h, ((const bstream_head *)S)->stream);
         for (int i = 0; i < 3; i++)
-          gemm(h, 0, 0, (int)n, (int)n, (int)n, &alpha, b, t, (int)n, a, t, (int)n, &beta, o, t, (int)n,
-               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        B->event_record(E0, S);
+          if (gemm(h, 0, 0, (int)n, (int)n, (int)n, &alpha, b, t, (int)n, a, t, (int)n, &beta, o, t, (int)n,
+                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != 0)
+            die("cublasGemmEx");
+        if (B->event_record(E0, S) != AG_OK) die("event_record");
         for (int i = 0; i < reps; i++)
-          gemm(h, 0, 0, (int)n, (int)n, (int)n, &alpha, b, t, (int)n, a, t, (int)n, &beta, o, t, (int)n,
-               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        B->event_record(E1, S);
-        B->event_synchronize(E1);
+          if (gemm(h, 0, 0, (int)n, (int)n, (int)n, &alpha, b, t, (int)n, a, t, (int)n, &beta, o, t, (int)n,
+                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != 0)
+            die("cublasGemmEx");
+        if (B->event_record(E1, S) != AG_OK) die("event_record");
+        if (B->event_synchronize(E1) != AG_OK) die("event_synchronize");
         float fms = 0;
-        B->event_elapsed_ms(E0, E1, &fms);
+        if (B->event_elapsed_ms(E0, E1, &fms) != AG_OK) die("event_elapsed_ms");
         ref_ms = fms / reps;
       }
       printf("{\"bench\":\"gemm_%s_%lld\",\"ms\":%.5f,\"tflops\":%.2f,\"cublas_ms\":%.5f,\"vs_cublas\":%.3f}\n",

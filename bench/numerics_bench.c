@@ -133,18 +133,23 @@ static ag_status step(model *m) {
   return st;
 }
 
-/* ms per step in mode at threads, or -1 with err filled. */
-static double time_steps(model *m, ag_numerics mode, int threads, int n, char *err, size_t errlen) {
+/* ms per step in mode at threads, or -1 with err filled and *refused set
+ * when the mode was refused (AG_ERR_UNSUPPORTED: a fact about the device,
+ * not a failure of the run). */
+static double time_steps(model *m, ag_numerics mode, int threads, int n, char *err, size_t errlen, bool *refused) {
   ag_set_num_threads(threads);
   ag_set_numerics(mode);
   double ms = -1;
-  if (step(m) == AG_OK) { /* warm in this mode and thread count */
+  ag_status st = step(m); /* warm in this mode and thread count */
+  if (st == AG_OK) {
     double t0 = now_ms();
-    ag_status st = AG_OK;
     for (int i = 0; i < n && st == AG_OK; i++) st = step(m);
     if (st == AG_OK) ms = (now_ms() - t0) / n;
   }
-  if (ms < 0) snprintf(err, errlen, "%s", ag_last_error());
+  if (ms < 0) {
+    snprintf(err, errlen, "%s", ag_last_error());
+    *refused = st == AG_ERR_UNSUPPORTED;
+  }
   ag_set_numerics(AG_NUMERICS_DEFAULT);
   return ms;
 }
@@ -197,6 +202,8 @@ int main(int argc, char **argv) {
   }
   static double t[NCASE][2][2][MAXR]; /* case, threads-1, mode */
   static char err[NCASE][2][2][256];
+  static bool refused[NCASE][2][2];
+  int rc = 0;
   model m[NCASE];
   bool ok[NCASE] = {false};
   for (int c = 0; c < NCASE; c++)
@@ -212,7 +219,7 @@ int main(int argc, char **argv) {
           double ms = err[c][th - 1][mode][0] ? -1
                                              : time_steps(&m[c], mode ? AG_NUMERICS_PORTABLE : AG_NUMERICS_DEFAULT,
                                                           th, k_steps[c], err[c][th - 1][mode],
-                                                          sizeof err[c][th - 1][mode]);
+                                                          sizeof err[c][th - 1][mode], &refused[c][th - 1][mode]);
           t[c][th - 1][mode][r] = ms;
         }
     }
@@ -229,11 +236,12 @@ int main(int argc, char **argv) {
       bool fail[2];
       for (int mode = 0; mode < 2; mode++) {
         fail[mode] = err[c][th - 1][mode][0] != 0;
+        if (fail[mode] && !refused[c][th - 1][mode]) rc = 1; /* a failed step: no time, and the run fails */
         if (!fail[mode]) stats(t[c][th - 1][mode], rounds, s[mode]);
       }
       char a[2][64];
       for (int mode = 0; mode < 2; mode++)
-        if (fail[mode]) snprintf(a[mode], sizeof a[mode], "refused");
+        if (fail[mode]) snprintf(a[mode], sizeof a[mode], "%s", refused[c][th - 1][mode] ? "refused" : "error");
         else snprintf(a[mode], sizeof a[mode], "%.1f (%.1f-%.1f)", s[mode][0], s[mode][1], s[mode][2]);
       double ratio = !fail[0] && !fail[1] ? s[1][0] / s[0][0] : -1;
       printf("%-11s %3d %22s %22s ", k_case[c], th, a[0], a[1]);
@@ -266,5 +274,5 @@ int main(int argc, char **argv) {
     fprintf(jf, "\n]}\n");
     fclose(jf);
   }
-  return 0;
+  return rc;
 }

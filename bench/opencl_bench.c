@@ -29,18 +29,30 @@ static ag_koperand flat(void *base, ag_dtype dt, int64_t n) {
 
 /* Median-free but warm: one untimed launch, then reps launches timed
  * between two synchronizations (host time includes the enqueue cost). */
+/* A failed launch or synchronization gives -1 and its status here: the
+ * row is reported as the status, never as a time. */
+static ag_status g_status;
 static double time_call(ag_kernel_call *c, int reps) {
-  if (B->launch(S, c) != AG_OK || B->stream_synchronize(S) != AG_OK) return -1;
+  if ((g_status = B->launch(S, c)) != AG_OK || (g_status = B->stream_synchronize(S)) != AG_OK) return -1;
   double t0 = now_s();
   for (int r = 0; r < reps; r++)
-    if (B->launch(S, c) != AG_OK) return -1;
-  if (B->stream_synchronize(S) != AG_OK) return -1;
+    if ((g_status = B->launch(S, c)) != AG_OK) return -1;
+  if ((g_status = B->stream_synchronize(S)) != AG_OK) return -1;
   return (now_s() - t0) / reps;
+}
+
+/* "unsupported" for a refused kernel (a fact about the device), "error"
+ * for any other failure (the run exits 1). */
+static int g_rc;
+static const char *failed(ag_status st) {
+  if (st != AG_ERR_UNSUPPORTED) g_rc = 1;
+  return st == AG_ERR_UNSUPPORTED ? "unsupported" : "error";
 }
 
 typedef struct row {
   char name[48];
-  double seconds, gbs, gflops;
+  double seconds, gbs, gflops; /* seconds < 0: not timed, st says why */
+  ag_status st;
 } row;
 
 int main(int argc, char **argv) {
@@ -108,6 +120,7 @@ int main(int argc, char **argv) {
     row *r = &rows[nr++];
     snprintf(r->name, sizeof r->name, "%s", ew[k].name);
     r->seconds = t;
+    r->st = t < 0 ? g_status : AG_OK;
     r->gbs = t > 0 ? ew[k].bytes_per_elem * (double)n / t * 1e-9 : 0;
     r->gflops = 0;
   }
@@ -129,6 +142,7 @@ int main(int argc, char **argv) {
     row *r = &rows[nr++];
     snprintf(r->name, sizeof r->name, "transpose copy f32");
     r->seconds = t;
+    r->st = t < 0 ? g_status : AG_OK;
     r->gbs = t > 0 ? 8.0 * (double)(side * side) / t * 1e-9 : 0;
   }
   /* row kernels on [n/1024, 1024] */
@@ -164,6 +178,7 @@ int main(int argc, char **argv) {
       row *r = &rows[nr++];
       snprintf(r->name, sizeof r->name, "%s", rk[k].name);
       r->seconds = t;
+      r->st = t < 0 ? g_status : AG_OK;
       r->gbs = t > 0 ? rk[k].bytes / t * 1e-9 : 0;
     }
   }
@@ -174,7 +189,8 @@ int main(int argc, char **argv) {
   /* GEMM: CLBlast through the backend vs OpenBLAS on the host */
   typedef struct grow {
     int n;
-    double clblast, clblast_f16, openblas;
+    double clblast, clblast_f16, openblas; /* GFLOP/s; -1: not timed, st says why */
+    ag_status st[2];
   } grow;
   grow gr[8];
   int ng = 0;
@@ -193,9 +209,9 @@ int main(int argc, char **argv) {
       ag_dtype dt = half ? AG_F16 : AG_F32;
       ag_kernel_call f = {AG_KERNEL_CALL_HEADER, .op = AG_K_FILL, .n_operands = 1, .s = {0.25}};
       f.o[0] = flat(x, dt, (int64_t)m * m);
-      B->launch(S, &f);
+      ag_status fs = B->launch(S, &f);
       f.o[0] = flat(y, dt, (int64_t)m * m);
-      B->launch(S, &f);
+      if (fs == AG_OK) fs = B->launch(S, &f);
       ag_kernel_call c = {AG_KERNEL_CALL_HEADER, .op = AG_K_MATMUL, .n_operands = 3, .s = {1, 0}};
       void *bases[3] = {z, x, y};
       for (int k = 0; k < 3; k++) {
@@ -207,8 +223,9 @@ int main(int argc, char **argv) {
         c.o[k].strides[2] = 1;
       }
       int r = m >= 1024 ? 2 : 5;
-      double t = time_call(&c, r);
-      *(half ? &g->clblast_f16 : &g->clblast) = t > 0 ? flops / t * 1e-9 : 0;
+      double t = fs == AG_OK ? time_call(&c, r) : -1;
+      g->st[half] = fs != AG_OK ? fs : t < 0 ? g_status : AG_OK;
+      *(half ? &g->clblast_f16 : &g->clblast) = t > 0 ? flops / t * 1e-9 : -1;
     }
     float *ha = malloc(bytes), *hb = malloc(bytes), *hc = malloc(bytes);
     for (size_t i = 0; i < (size_t)m * m; i++) ha[i] = hb[i] = 0.25f;
@@ -229,25 +246,43 @@ int main(int argc, char **argv) {
   if (json) {
     printf("{\"device\": \"%s\", \"numel\": %lld, \"ops\": [", props.name, (long long)n);
     for (int i = 0; i < nr; i++)
-      printf("%s{\"op\": \"%s\", \"ms\": %.4f, \"gb_per_s\": %.3f}", i ? ", " : "", rows[i].name,
-             rows[i].seconds * 1e3, rows[i].gbs);
+      if (rows[i].st != AG_OK)
+        printf("%s{\"op\": \"%s\", \"status\": \"%s\", \"error\": \"%s\", \"ms\": null, \"gb_per_s\": null}",
+               i ? ", " : "", rows[i].name, failed(rows[i].st), ag_status_name(rows[i].st));
+      else
+        printf("%s{\"op\": \"%s\", \"status\": \"ok\", \"ms\": %.4f, \"gb_per_s\": %.3f}", i ? ", " : "",
+               rows[i].name, rows[i].seconds * 1e3, rows[i].gbs);
     printf("], \"gemm\": [");
-    for (int i = 0; i < ng; i++)
-      printf("%s{\"n\": %d, \"clblast_f32_gflops\": %.2f, \"clblast_f16_gflops\": %.2f, "
-             "\"openblas_f32_gflops\": %.2f}",
-             i ? ", " : "", gr[i].n, gr[i].clblast, gr[i].clblast_f16, gr[i].openblas);
+    for (int i = 0; i < ng; i++) {
+      printf("%s{\"n\": %d", i ? ", " : "", gr[i].n);
+      for (int h = 0; h < 2; h++) {
+        double v = h ? gr[i].clblast_f16 : gr[i].clblast;
+        if (gr[i].st[h] != AG_OK) printf(", \"clblast_%s_gflops\": null, \"clblast_%s_status\": \"%s\"",
+                                         h ? "f16" : "f32", h ? "f16" : "f32", failed(gr[i].st[h]));
+        else printf(", \"clblast_%s_gflops\": %.2f", h ? "f16" : "f32", v);
+      }
+      printf(", \"openblas_f32_gflops\": %.2f}", gr[i].openblas);
+    }
     printf("]}\n");
   } else {
     printf("OpenCL device: %s (%s), %lld elements per op\n\n", props.name, props.arch, (long long)n);
     printf("%-24s %10s %10s\n", "op", "ms", "GB/s");
     for (int i = 0; i < nr; i++)
-      printf("%-24s %10.3f %10.2f\n", rows[i].name, rows[i].seconds * 1e3, rows[i].gbs);
+      if (rows[i].st != AG_OK)
+        printf("%-24s %10s  %s\n", rows[i].name, failed(rows[i].st), ag_status_name(rows[i].st));
+      else
+        printf("%-24s %10.3f %10.2f\n", rows[i].name, rows[i].seconds * 1e3, rows[i].gbs);
     printf("\n%-8s %18s %18s %18s\n", "GEMM n", "CLBlast f32 GF/s", "CLBlast f16* GF/s", "OpenBLAS f32 GF/s");
-    for (int i = 0; i < ng; i++)
-      printf("%-8d %18.2f %18.2f %18.2f\n", gr[i].n, gr[i].clblast, gr[i].clblast_f16, gr[i].openblas);
+    for (int i = 0; i < ng; i++) {
+      printf("%-8d", gr[i].n);
+      for (int h = 0; h < 2; h++)
+        if (gr[i].st[h] != AG_OK) printf(" %18s", failed(gr[i].st[h]));
+        else printf(" %18.2f", h ? gr[i].clblast_f16 : gr[i].clblast);
+      printf(" %18.2f\n", gr[i].openblas);
+    }
     printf("* f16 is converted to f32 scratch by our kernels, multiplied by CLBlast Sgemm, converted back.\n");
   }
   B->stream_destroy(S);
   B->shutdown();
-  return 0;
+  return g_rc;
 }

@@ -141,8 +141,15 @@ int main(int argc, char **argv) {
     }
   }
   double ov_lo[32], ov_hi[32], t_lo[32], t_hi[32], col[MAXR];
+  int rc = 0;
   for (int i = 0; i < n; i++) {
     rows[i] = rr[0][i];
+    /* a row is timed only when every round timed it: the first round that
+     * refused or failed it gives its status and message */
+    for (int r = 0; r < rounds && rows[i].status == AG_BENCH_OK; r++)
+      if (rr[r][i].status != AG_BENCH_OK) rows[i] = rr[r][i];
+    if (rows[i].status == AG_BENCH_ERROR) rc = 1;
+    if (rows[i].status != AG_BENCH_OK) continue;
     for (int r = 0; r < rounds; r++) col[r] = rr[r][i].overhead_ns;
     rows[i].overhead_ns = med(col, rounds, &ov_lo[i], &ov_hi[i]);
     for (int r = 0; r < rounds; r++) col[r] = rr[r][i].large_ms;
@@ -173,8 +180,8 @@ int main(int argc, char **argv) {
   printf("\n");
   for (int i = 0; i < n; i++) {
     ag_bench_row *r = &rows[i];
-    if (r->unsupported) {
-      printf("%-15s unsupported\n", r->op);
+    if (r->status != AG_BENCH_OK) {
+      printf("%-15s %s: %s\n", r->op, ag_bench_status_name(r->status), r->error);
       continue;
     }
     double rate = r->gflops > 0 ? r->gflops : r->gbps;
@@ -200,8 +207,18 @@ int main(int argc, char **argv) {
             dev_s, (long long)o.large_numel, threads, rounds, bw);
     for (int i = 0; i < n; i++) {
       ag_bench_row *r = &rows[i];
-      fprintf(jf, "  {\"op\": \"%s\", \"unsupported\": %s, \"overhead_ns\": %.1f, \"overhead_ns_range\": [%.1f, %.1f], \"large_ms\": %.4f, \"gbps\": %.3f, \"gflops\": %.3f",
-              r->op, r->unsupported ? "true" : "false", r->overhead_ns, ov_lo[i], ov_hi[i], r->large_ms, r->gbps, r->gflops);
+      if (r->status != AG_BENCH_OK) {
+        /* no times for a row that was not timed; the message without quotes or backslashes */
+        char msg[sizeof r->error];
+        snprintf(msg, sizeof msg, "%s", r->error);
+        for (char *c = msg; *c; c++)
+          if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
+        fprintf(jf, "  {\"op\": \"%s\", \"status\": \"%s\", \"error\": \"%s\"}%s\n", r->op,
+                ag_bench_status_name(r->status), msg, i + 1 < n ? "," : "");
+        continue;
+      }
+      fprintf(jf, "  {\"op\": \"%s\", \"status\": \"ok\", \"overhead_ns\": %.1f, \"overhead_ns_range\": [%.1f, %.1f], \"large_ms\": %.4f, \"gbps\": %.3f, \"gflops\": %.3f",
+              r->op, r->overhead_ns, ov_lo[i], ov_hi[i], r->large_ms, r->gbps, r->gflops);
       for (int j = 0; j < (nt > 0 ? nt : 0); j++)
         if (!strcmp(tr[j].op, r->op))
           fprintf(jf, ", \"torch_overhead_ns\": %.1f, \"torch_large_ms\": %.4f, \"torch_rate\": %.3f", tr[j].overhead_ns,
@@ -211,5 +228,7 @@ int main(int argc, char **argv) {
     fprintf(jf, "]}\n");
     if (jf != stdout) fclose(jf);
   }
-  return 0;
+  for (int i = 0; i < n; i++)
+    if (rows[i].status == AG_BENCH_ERROR) fprintf(stderr, "ops_bench: %s: %s\n", rows[i].op, rows[i].error);
+  return rc;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "anygrad/anygrad.h"
+#include "bench_util.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -61,8 +62,9 @@ int main(int argc, char **argv) {
   }
   memset(src, 1, (size_t)n * 4);
   memset(dst, 0, (size_t)n * 4);
-  for (int k = 0; k < 2; k++) ag_optimizer_step(opt[k]); /* state allocated and touched */
-  ag_device_synchronize(AG_CPU);
+  for (int k = 0; k < 2; k++) /* state allocated and touched */
+    bench_check("optim_bench", ag_optimizer_step(opt[k]), "ag_optimizer_step");
+  bench_sync("optim_bench", AG_CPU, "synchronize");
   double t[3][100];
   for (int r = 0; r < rounds; r++) {
     double t0 = now_s();
@@ -70,9 +72,10 @@ int main(int argc, char **argv) {
     t[0][r] = now_s() - t0;
     for (int k = 0; k < 2; k++) {
       t0 = now_s();
-      ag_optimizer_step(opt[k]);
-      ag_device_synchronize(AG_CPU);
+      ag_status st = ag_optimizer_step(opt[k]);
+      ag_status ss = ag_device_synchronize(AG_CPU);
       t[1 + k][r] = now_s() - t0;
+      bench_check("optim_bench", st != AG_OK ? st : ss, "ag_optimizer_step"); /* no time for a failed step */
     }
     src[r] += dst[r]; /* keep the copy observable */
   }

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "anygrad/anygrad.h"
+#include "bench_util.h"
 #include "anygrad/cpu.h"
 #include "anygrad/loader.h"
 
@@ -57,14 +58,15 @@ static void step(ag_tensor *x) {
   ag_tensor *h = x;
   for (int k = 0; k < g_chain; k++) h = ag_matmul(h, g_w);
   ag_tensor *loss = ag_mean(h, 0, NULL, false);
-  double v = ag_item(loss);
-  if (isnan(v)) fprintf(stderr, "overlap_bench: %s\n", ag_last_error());
+  bench_result("overlap_bench", loss, "step");
+  double v = ag_item(loss); /* NaN with a status on a failed read: no time for that run */
+  if (isnan(v)) bench_check("overlap_bench", ag_last_status(), "step");
   ag_scope_end();
 }
 
 /* Mean device time per step measured by the profiler during the run. */
 static double profiled_device_ms(ag_profiler *p, int steps) {
-  ag_device_synchronize(AG_CPU);
+  bench_sync("overlap_bench", AG_CPU, "synchronize");
   double sum = 0;
   int n = 0;
   for (int i = 0; i < steps; i++) {
@@ -101,7 +103,7 @@ static double run_pipeline(double L, int workers, int steps, double *out_dev) {
   /* Warm-up: let the workers fill the prefetch queue, as they do during a
    * long run, and touch the allocator. */
   for (int i = 0; i < 4; i++) {
-    ag_loader_next(l, t, &info);
+    bench_check("overlap_bench", ag_loader_next(l, t, &info), "ag_loader_next");
     step(t[0]);
     ag_tensor_release(t[0]);
   }
@@ -116,7 +118,7 @@ static double run_pipeline(double L, int workers, int steps, double *out_dev) {
     ag_tensor_release(t[0]);
     ag_profiler_step_end(p);
   }
-  ag_device_synchronize(AG_CPU);
+  bench_sync("overlap_bench", AG_CPU, "synchronize");
   double dt = (now_ms() - t0) / steps;
   *out_dev = profiled_device_ms(p, steps);
   ag_loader_destroy(l);
@@ -144,7 +146,7 @@ static double run_serial(double L, int steps, double *out_dev) {
     ag_tensor_release(b);
     if (p) ag_profiler_step_end(p);
   }
-  ag_device_synchronize(AG_CPU);
+  bench_sync("overlap_bench", AG_CPU, "synchronize");
   double dt = (now_ms() - t0) / steps;
   *out_dev = profiled_device_ms(p, steps);
   ag_profiler_destroy(p);

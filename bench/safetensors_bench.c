@@ -219,8 +219,12 @@ static int child(const char *mode, const char *path) {
       if (!strcmp(mode, "load_keep")) kept[i] = t;
       else ag_tensor_release(t);
     }
-  ag_device_synchronize(AG_CPU);
+  ag_status ss = ag_device_synchronize(AG_CPU);
   double ms = now_ms() - t0;
+  if (ss != AG_OK) { /* a copy that failed: no time */
+    fprintf(stderr, "synchronize: %s (%s)\n", ag_status_name(ss), ag_last_error());
+    return 1;
+  }
   rss_kb(&peak, &cur);
   for (int i = 0; i < n; i++) ag_tensor_release(kept[i]);
   free(kept);

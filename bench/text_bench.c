@@ -8,6 +8,7 @@
  * steps each are timed; prints ms per step for each round and one JSON line
  * (bench/text_torch.py interleaves it with the same model in PyTorch).
  *   text_bench [--threads 2] [--steps 10] [--warmup 3] [--rounds 1] */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,7 @@ int main(int argc, char **argv) {
     if (ag_optimizer_step(opt) != AG_OK) die("ag_optimizer_step");
     ag_optimizer_zero_grad(opt);
     last = ag_item(loss);
+    if (isnan(last) && ag_last_status() != AG_OK) die("ag_item"); /* a failed step has no time */
     ag_scope_end();
     if (step >= warmup && (step - warmup + 1) % steps == 0) {
       int r = (int)((step - warmup) / steps);

@@ -43,7 +43,7 @@ static double bench(ag_device d, int n, const int64_t *sizes, int64_t batch, boo
   ag_status st = AG_OK;
   for (int s = 0; s < warm + steps && st == AG_OK; s++) {
     if (s == warm) {
-      ag_device_synchronize(d);
+      st = ag_device_synchronize(d);
       t0 = now_ms();
     }
     ag_scope_begin();
@@ -53,8 +53,9 @@ static double bench(ag_device d, int n, const int64_t *sizes, int64_t batch, boo
     ag_optimizer_zero_grad(opt);
     ag_scope_end();
   }
-  ag_device_synchronize(d);
+  ag_status ss = ag_device_synchronize(d); /* what ran asynchronously reports here */
   double ms = (now_ms() - t0) / steps;
+  if (st == AG_OK) st = ss;
   if (st != AG_OK) {
     fprintf(stderr, "train_bench: %s\n", ag_last_error());
     ms = -1;
@@ -137,6 +138,10 @@ int main(int argc, char **argv) {
       rta[nt] = ta;
       rtb[nt++] = tb;
     }
+  }
+  if (failed) { /* bench() printed why; a round that failed has no time, so none is printed */
+    fprintf(stderr, "train_bench: a training step failed: no time reported\n");
+    return 1;
   }
   double a[3], b[3], ta[3] = {-1, -1, -1}, tb[3] = {-1, -1, -1};
   mmm(ra, rounds, a);

@@ -13,12 +13,12 @@ import statistics
 
 
 def medians(paths):
-    """{op: median gbps} over the runs in paths (a refused op is dropped)."""
+    """{op: median gbps} over the runs in paths (a refused or failed op is dropped)."""
     by_op = {}
     for p in paths:
         with open(p) as f:
             for row in json.load(f):
-                if not row.get("unsupported"):
+                if not row.get("unsupported") and row.get("status", "ok") == "ok":
                     by_op.setdefault(row["op"], []).append(row["gbps"])
     return {op: statistics.median(v) for op, v in by_op.items()}
 

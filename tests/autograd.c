@@ -272,6 +272,59 @@ static void test_inplace_versions(void **state) {
   assert_int_equal(ag_live_nodes(), 0);
 }
 
+/* ag_add_ and friends: one call writes self op other into self's storage
+ * (through a view too), moves the version, and refuses, writing nothing,
+ * what would lose a gradient, a cast torch forbids and a larger shape. */
+static void test_inplace_arith(void **state) {
+  (void)state;
+  int64_t s = 4, s2[2] = {2, 4};
+  double v[4] = {1, 2, 3, 4}, o[4] = {0.5, 0.5, 2, -1};
+  ag_tensor *a = ag_from_host(AG_CPU, AG_F64, 1, &s, v);
+  ag_tensor *b = ag_from_host(AG_CPU, AG_F64, 1, &s, o);
+  double got[4];
+  assert_int_equal(ag_add_(a, b), AG_OK);
+  assert_int_equal(ag_mul_(a, b), AG_OK);
+  assert_int_equal(ag_sub_(a, b), AG_OK);
+  assert_int_equal(ag_div_(a, b), AG_OK);
+  assert_int_equal(ag_to_host(a, got, sizeof got), AG_OK);
+  for (int i = 0; i < 4; i++) {
+    double want = (((v[i] + o[i]) * o[i]) - o[i]) / o[i];
+    if (fabs(got[i] - want) > 1e-12) fail_msg("a[%d] = %g, want %g", i, got[i], want);
+  }
+  ag_tensor *view = ag_slice(a, 0, 1, 3, 1); /* through a view: a sees it */
+  ag_tensor *one = ag_full(AG_CPU, AG_F64, 0, NULL, 1.0);
+  assert_int_equal(ag_add_(view, one), AG_OK);
+  double before[4];
+  assert_int_equal(ag_to_host(a, before, sizeof before), AG_OK);
+  assert_true(fabs(before[1] - got[1] - 1) < 1e-12 && before[0] == got[0] && before[3] == got[3]);
+  /* refusals: nothing written */
+  ag_tensor *w = leaf(1, &s, v); /* requires grad, grad mode on */
+  assert_int_equal(ag_add_(a, w), AG_ERR_INVALID);
+  assert_int_equal(ag_add_(w, b), AG_ERR_INVALID);
+  ag_tensor *big = ag_full(AG_CPU, AG_F64, 2, s2, 1.0);
+  assert_int_equal(ag_add_(a, big), AG_ERR_SHAPE);
+  int64_t iv[4] = {1, 2, 3, 4};
+  ag_tensor *ai = ag_from_host(AG_CPU, AG_I64, 1, &s, iv);
+  assert_int_equal(ag_add_(ai, b), AG_ERR_DTYPE);
+  assert_int_equal(ag_to_host(a, got, sizeof got), AG_OK);
+  assert_memory_equal(got, before, sizeof got);
+  int64_t igot[4];
+  assert_int_equal(ag_to_host(ai, igot, sizeof igot), AG_OK);
+  assert_memory_equal(igot, iv, sizeof iv);
+  /* a saved tensor written in place: its backward says so */
+  ag_tensor *y = ag_sum(ag_mul(w, a), 0, NULL, false); /* saves a */
+  assert_int_equal(ag_mul_(a, b), AG_OK);
+  expect_version_error(ag_backward(y, NULL, false), 6, 5); /* five writes before, one after */
+  ag_error_clear();
+  /* under no-grad, a leaf that requires grad may be written */
+  ag_no_grad_begin();
+  assert_int_equal(ag_add_(w, b), AG_OK);
+  ag_grad_mode_end();
+  ag_tensor *ts[] = {a, b, view, one, w, big, ai, y};
+  for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) ag_tensor_release(ts[i]);
+  ag_error_clear();
+}
+
 /* An optimizer step writes its parameters in place: a retained graph that
  * saved them cannot be backwarded again afterwards. Steps themselves run
  * (they write under no-grad semantics on leaves). */
@@ -464,7 +517,7 @@ int main(void) {
       cmocka_unit_test(test_memory_categories),        cmocka_unit_test(test_reduce_size1_dim),
       cmocka_unit_test(test_inplace_versions),         cmocka_unit_test(test_optimizer_step_bumps_version),
       cmocka_unit_test(test_modes_close_with_scope),   cmocka_unit_test(test_cross_entropy_kdim),
-      cmocka_unit_test(test_linear_autocast_dtype),
+      cmocka_unit_test(test_linear_autocast_dtype),   cmocka_unit_test(test_inplace_arith),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

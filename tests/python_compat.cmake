@@ -6,7 +6,7 @@
 # python3 with numpy and torch (python3-torch). Release builds only, and not
 # in sanitizer builds (an instrumented libanygrad cannot be loaded into an
 # uninstrumented python3).
-set(AG_COMPAT_MIN 16 CACHE STRING "python_compat: programs that must run unchanged and match torch")
+set(AG_COMPAT_MIN 17 CACHE STRING "python_compat: programs that must run unchanged and match torch")
 find_program(AG_PYTHON3_EXE NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
 if(AG_PYTHON3_EXE AND NOT AG_SANITIZE AND CMAKE_BUILD_TYPE STREQUAL "Release")
   execute_process(COMMAND ${AG_PYTHON3_EXE} -c "import numpy, torch"

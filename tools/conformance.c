@@ -571,6 +571,46 @@ static void record(ctx *c, ag_dtype dt, const double *ref, const double *o, int 
   if (c->acc->dump_dir && c->din && fl && n > 0) dump_case(c, ref, o, ndim, shape, n);
 }
 
+bool ag_conf_compare(ag_dtype dt, const double *got, const double *ref, const int64_t *index, int64_t n, double tol,
+                     char *why, size_t why_len) {
+  double err = 0, den = 0, worst = -1;
+  int64_t wi = -1;
+  for (int64_t i = 0; i < n; i++) {
+    double r = ref[i], rr = ag_conf_round(dt, r), g = got[i];
+    long long at = (long long)(index ? index[i] : i);
+    if (isnan(rr) || isnan(g)) {
+      if (isnan(rr) && isnan(g)) continue;
+      snprintf(why, why_len, "element %lld: got %g, want %g", at, g, rr);
+      return false;
+    }
+    if (isinf(rr) || isinf(g)) {
+      if (g == rr) continue;
+      snprintf(why, why_len, "element %lld: got %g, want %g (infinities must match)", at, g, rr);
+      return false;
+    }
+    if (tol == EXACT && g != rr) {
+      snprintf(why, why_len, "element %lld: got %.9g, want exactly %.9g", at, g, rr);
+      return false;
+    }
+    double e = (g - r) * (g - r);
+    err += e;
+    den += r * r;
+    if (e > worst) {
+      worst = e;
+      wi = i;
+    }
+  }
+  double nmse = err / (den > 1e-300 ? den : 1e-300);
+  if (tol != EXACT && nmse > tol && err > 0) {
+    snprintf(why, why_len, "nmse %.3g > %.3g; worst element %lld: got %.9g, want %.9g", nmse, tol,
+             (long long)(index ? index[wi] : wi), got[wi], ref[wi]);
+    return false;
+  }
+  return true;
+}
+
+double ag_conf_value(ag_dtype dt, const void *buf, int64_t i) { return get(dt, buf, i); }
+
 /* Compare the device result with a reference in doubles. tol: DEF (the
  * dtype's NMSE threshold), EXACT, or an explicit NMSE threshold. */
 void ag__conf_check(ctx *c, ag_tensor *t, int ndim, const int64_t *shape, ag_dtype want_dt,
@@ -599,36 +639,9 @@ void ag__conf_check(ctx *c, ag_tensor *t, int ndim, const int64_t *shape, ag_dty
   if (c->adv) return; /* adversarial inputs are measured, not judged */
   if (c->cap) return; /* bitwise: recorded by ag__conf_rd, compared with another device */
   if (tol == DEF) tol = ag_conf_threshold(dt);
-  double err = 0, den = 0, worst = -1;
-  int64_t wi = -1;
-  for (int64_t i = 0; i < n; i++) {
-    double r = ref[i], rr = ag_conf_round(dt, r), g = o[i];
-    if (isnan(rr) || isnan(g)) {
-      if (isnan(rr) && isnan(g)) continue;
-      ag__conf_case_fail(c, "element %lld: got %g, want %g", (long long)i, g, rr);
-      return;
-    }
-    if (isinf(rr) || isinf(g)) {
-      if (g == rr) continue;
-      ag__conf_case_fail(c, "element %lld: got %g, want %g (infinities must match)", (long long)i, g, rr);
-      return;
-    }
-    if (tol == EXACT && g != rr) {
-      ag__conf_case_fail(c, "element %lld: got %.9g, want exactly %.9g", (long long)i, g, rr);
-      return;
-    }
-    double e = (g - r) * (g - r);
-    err += e;
-    den += r * r;
-    if (e > worst) {
-      worst = e;
-      wi = i;
-    }
-  }
-  double nmse = err / (den > 1e-300 ? den : 1e-300);
-  if (tol != EXACT && nmse > tol && err > 0) {
-    ag__conf_case_fail(c, "nmse %.3g > %.3g; worst element %lld: got %.9g, want %.9g", nmse, tol,
-              (long long)wi, o[wi], ref[wi]);
+  char why[256];
+  if (!ag_conf_compare(dt, o, ref, NULL, n, tol, why, sizeof why)) {
+    ag__conf_case_fail(c, "%s", why);
     return;
   }
   strided_guard(c, t, o);

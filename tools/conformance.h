@@ -68,6 +68,23 @@ double ag_conf_threshold(ag_dtype dt);
  * conversion, independent of the core's. */
 double ag_conf_round(ag_dtype dt, double v);
 uint16_t ag_conf_f16_bits(double v);
+/* Element i of a host buffer of dtype dt as a double, by the engine's own
+ * conversion. */
+double ag_conf_value(ag_dtype dt, const void *buf, int64_t i);
+
+/* The engine's verdict on n result values against a reference (both as
+ * doubles; the reference is rounded to dt before the NaN, infinity and
+ * exact tests): NaN must meet NaN and an infinity the same infinity; tol 0
+ * is an exact comparison, else the normalized mean squared error must stay
+ * within tol (ag_conf_threshold(dt) for an op compared within its dtype's
+ * rounding, the class of every DEF row). index (may be NULL) gives the
+ * element number each value stands for when the values are a sample.
+ * Returns true when within; else false with why (why_len bytes) naming
+ * the element, both values and the metric ("nmse 3e-08 > 1e-10; worst
+ * element 0: got 2.5, want 1.5"). */
+bool ag_conf_compare(ag_dtype dt, const double *got, const double *ref, const int64_t *index, int64_t n, double tol,
+                     char *why, size_t why_len);
+
 uint16_t ag_conf_bf16_bits(double v);
 
 /* Philox 4x32-10 written from the Random123 description, independent of the
@@ -179,6 +196,15 @@ int64_t ag_conf_capture_compare(const ag_conf_capture *a, const ag_conf_capture 
 
 /* ---- measurements (tools/cmd_bench.c) ---- */
 
+/* What became of one op: timed, refused by the device (AG_ERR_UNSUPPORTED:
+ * a fact about the device), or failed (a launch or a synchronization
+ * returned an error, or the result differed from the CPU's beyond the
+ * conformance tolerance). Only ok rows carry times. */
+typedef enum ag_bench_status { AG_BENCH_OK = 0, AG_BENCH_UNSUPPORTED, AG_BENCH_ERROR } ag_bench_status;
+
+/* "ok", "unsupported", "error". */
+const char *ag_bench_status_name(ag_bench_status s);
+
 typedef struct ag_bench_row {
   char op[24];
   char device[24];
@@ -188,7 +214,8 @@ typedef struct ag_bench_row {
   double large_ms;      /* time per op of the large case, median, synchronized */
   double gbps;          /* bytes read + written / large_ms; 0 where not meaningful */
   double gflops;        /* matmul only */
-  bool unsupported;
+  ag_bench_status status; /* the timing fields hold numbers only when AG_BENCH_OK */
+  char error[512];        /* what was refused or went wrong ("" when ok) */
 } ag_bench_row;
 
 typedef struct ag_bench_opts {
@@ -203,9 +230,25 @@ typedef struct ag_bench_opts {
 ag_bench_opts ag_bench_default_opts(void);
 
 /* Measure every benchmark op on device d, appending up to max_rows rows.
- * Returns the number of rows written, or -1 with the error set when the
- * device cannot be used. */
+ * Before timing, each case (small and large) runs once on d and once on
+ * the CPU from the same inputs and the results are compared
+ * (ag_bench_compare; on the cpu backend, its own reference, only the
+ * statuses are checked); every launch and synchronization of the timed loops
+ * is checked. A row that is not AG_BENCH_OK says why in its error and has
+ * no times. Returns the number of rows written, or -1 with the error set
+ * when the device cannot be used. */
 int ag_bench_device(ag_device d, const ag_bench_opts *o, ag_bench_row *rows, int max_rows);
+
+/* The check of a result against the CPU's: dt the output's dtype,
+ * got and want host buffers of n elements of dt (the device's and the
+ * CPU's), exact for an op the conformance rows compare exactly (copies,
+ * casts), else ag_conf_threshold(dt). Up to 65536 elements are compared,
+ * evenly spaced and always including the first and the last, so a large
+ * output costs no second full-size double buffer. Returns AG_BENCH_OK, or
+ * AG_BENCH_ERROR with why (why_len bytes) naming the element and both
+ * values. */
+ag_bench_status ag_bench_compare(ag_dtype dt, const void *got, const void *want, int64_t n, bool exact, char *why,
+                                 size_t why_len);
 
 /* Monotonic clock in nanoseconds. */
 double ag_bench_now_ns(void);

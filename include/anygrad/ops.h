@@ -467,6 +467,22 @@ typedef enum ag_interp_mode {
 AG_API ag_tensor *ag_interpolate(ag_tensor *x, int64_t out_h, int64_t out_w, double scale_h, double scale_w,
                                  ag_interp_mode mode, bool align_corners);
 
+/* In-place arithmetic, torch's a.add_(b) (sub_, mul_, div_): self = self
+ * op other, other broadcast to self's shape, the result cast to self's
+ * dtype; one call doing ag_add (...) into a temporary and ag_copy_ into
+ * self (self may be a view; the storage's version moves). Returns AG_OK,
+ * or an error with nothing written: AG_ERR_INVALID while grad mode is on
+ * and self or other requires grad (no in-place op is recorded: compute it
+ * out of place, or write under ag_no_grad_begin()) and for ag_copy_'s
+ * refusals, AG_ERR_DTYPE when the result's dtype cannot be cast to self's
+ * (floating into integer, integer into bool), AG_ERR_SHAPE when the
+ * broadcast shape is larger than self's, and the op's own errors. Both
+ * tensors are borrowed. */
+AG_API ag_status ag_add_(ag_tensor *self, ag_tensor *other);
+AG_API ag_status ag_sub_(ag_tensor *self, ag_tensor *other);
+AG_API ag_status ag_mul_(ag_tensor *self, ag_tensor *other);
+AG_API ag_status ag_div_(ag_tensor *self, ag_tensor *other);
+
 #ifdef __cplusplus
 }
 #endif

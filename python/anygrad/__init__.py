@@ -18,6 +18,7 @@ from ._dlpack import from_dlpack
 from ._tensor_extra import *  # noqa: F401,F403,A004
 from . import linalg, autograd  # noqa: F401
 from ._compat import triu, tril, is_tensor, numel, get_default_dtype, backends  # noqa: F401
+from ._first_hour import *  # noqa: F401,F403  (set_grad_enabled, randint, multinomial, ...)
 from . import cuda  # noqa: F401  (torch.cuda.is_available() and the seeding calls)
 from . import functional, nn, optim  # noqa: F401
 from ._tensor import default_generator  # noqa: F401

@@ -5,6 +5,7 @@ writes through all of them. Reads are ag_index_select over the indexed dims
 merged into one (differentiable); writes build the new values out of place
 (ag_where, ag_argsort, ag_index_add) and copy them in, or, when the write
 must be differentiated, rebind the tensor to the result as += does."""
+import ctypes
 import numbers
 import warnings
 
@@ -460,3 +461,94 @@ def plain_setitem_needs_graph(x, value, _enabled=lib.ag_grad_enabled, _rg=lib.ag
     if _rg(h):
         return not lib.ag_tensor_is_leaf(h)
     return isinstance(value, Tensor) and bool(value._h) and bool(_rg(value._h))
+
+
+# ---- fast reads -------------------------------------------------------------------------
+# x[i] with one 1-d integer tensor or list of ints, or one boolean mask read
+# on the host, with trailing basic indices: one index_select on dim 0 of the
+# basic view, without the general path's parsing and linear index (about
+# 100 us of Python against a few). Anything else returns None.
+
+_REST = (slice, type(Ellipsis), type(None), int)
+_I32, _I64, _BOOL = 3, 5, 6
+_ctypes_int = {_I32: ctypes.c_int32, _I64: ctypes.c_int64}
+
+
+def _bounds(vals, n):
+    """vals (a list of ints) checked against a dim of size n as torch does;
+    the values with negatives wrapped, or None when none is negative."""
+    lo, hi = min(vals), max(vals)
+    if lo < -n or hi >= n:
+        bad = next(v for v in vals if v < -n or v >= n)
+        raise IndexError("index %d is out of bounds for dimension 0 with size %d" % (bad, n))
+    return [v % n for v in vals] if lo < 0 else None
+
+
+def fast_getitem(x, i, rest):
+    """x[(i,) + rest] by the fast path, or None."""
+    xh = x._h
+    if not xh or lib.ag_tensor_ndim(xh) == 0:
+        return None
+    for r in rest:
+        if r.__class__ not in _REST:
+            return None
+    c = i.__class__
+    if c is list:
+        m = len(i)
+        if m == 0:
+            return None
+        for v in i:
+            if v.__class__ is not int:
+                return None
+        base = x[(slice(None),) + rest] if rest else x
+        n = lib.ag_tensor_shape(base._h)[0]
+        w = _bounds(i, n)
+        idx = _t.tensor(i if w is None else w, dtype=int64, device=base.device)
+        return _take(base, 0, idx)
+    ih = i._h
+    if not ih or lib.ag_tensor_ndim(ih) == 0:
+        return None
+    dt = lib.ag_tensor_dtype(ih)
+    idev = lib.ag_tensor_device(ih)
+    if dt == _BOOL:
+        if idev.backend != 0:
+            return None
+        k = lib.ag_tensor_ndim(ih)
+        base = x[(slice(None),) * k + rest] if rest else x
+        bh = base._h
+        if lib.ag_tensor_ndim(bh) < k:
+            return None
+        bs, ms = lib.ag_tensor_shape(bh), lib.ag_tensor_shape(ih)
+        if any(bs[j] != ms[j] for j in range(k)):
+            return None  # the general path's error
+        host = np.empty(tuple(ms[j] for j in range(k)), dtype=np.bool_)
+        _t.check(lib.ag_to_host(ih, host.ctypes.data, host.nbytes))
+        flat = np.flatnonzero(host)
+        shp = list(base.shape)
+        merged = base.reshape(int(host.size), *shp[k:]) if k != 1 else base
+        return _take(merged, 0, _t.tensor(flat, dtype=int64, device=base.device))
+    if (dt != _I64 and dt != _I32) or lib.ag_tensor_ndim(ih) != 1:
+        return None
+    base = x[(slice(None),) + rest] if rest else x
+    bh = base._h
+    n = lib.ag_tensor_shape(bh)[0]
+    if idev.backend != 0:
+        xdev = lib.ag_tensor_device(bh)
+        if xdev.backend != idev.backend or xdev.index != idev.index:
+            return None
+        idx = i.long() if dt == _I32 else i
+        idx = _t_where(idx < 0, idx + n, idx)  # out of range: AG_ERR_INDEX at the next sync
+        return _take(base, 0, idx)
+    m = lib.ag_tensor_numel(ih)
+    if m == 0:
+        return None
+    buf = (_ctypes_int[dt] * m)()
+    _t.check(lib.ag_to_host(ih, buf, ctypes.sizeof(buf)))
+    w = _bounds(list(buf), n)
+    if w is not None:
+        idx = _t.tensor(w, dtype=int64, device=base.device)
+    elif lib.ag_tensor_device(bh).backend != 0:
+        idx = i.to(base.device)
+    else:
+        idx = i
+    return _take(base, 0, idx)

@@ -662,3 +662,15 @@ for _name, _res, _args in (
         MISSING.append(_name)
     else:
         _f.restype, _f.argtypes = _res, _args
+
+# ---- scatter, deterministic mode (_first_hour.py), in-place arithmetic (_ops.py) ----
+for _name, _res, _args in (
+        ("ag_scatter_add", c_void_p, [c_void_p, c_int, c_void_p, c_void_p]),
+        ("ag_get_deterministic", c_bool, []),
+        ("ag_add_", c_int, [c_void_p, c_void_p]), ("ag_sub_", c_int, [c_void_p, c_void_p]),
+        ("ag_mul_", c_int, [c_void_p, c_void_p]), ("ag_div_", c_int, [c_void_p, c_void_p])):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args

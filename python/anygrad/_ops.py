@@ -470,7 +470,7 @@ clip = clamp
 
 
 # ---- in-place ops ---------------------------------------------------------------------
-# The library writes in place through ag_copy_ and ag_fill_ only, with its
+# The library writes in place through ag_copy_ and ag_fill_ (ag_add_ and friends end in ag_copy_), with its
 # version counters (a backward that needs a tensor written since it was
 # saved fails) and its refusal to write a tensor that requires grad while
 # grad mode is on. So add_(x) computes self + x and copies it into self's
@@ -545,19 +545,77 @@ def _t_self(x, name):
     return x
 
 
+def _fast_write(f_tt, f_ts, f_inplace):
+    """The common case of an in-place op without Python objects: a Tensor
+    operand through the library's one in-place call (ag_add_, ...), a float
+    operand as the op, ag_copy_ into self's storage and the temporary's
+    release (a floating self, no graph). The library's calls move the
+    version counter and refuse what needs a graph. Returns self, or None
+    for the general path (which rebinds, or raises the error)."""
+    def fast(self, other, _T=Tensor, _dt=_DT, _rg=lib.ag_tensor_requires_grad, _copy=lib.ag_copy_,
+             _rel=lib.ag_tensor_release, _fl=_FLOAT_CODES, _clear=lib.ag_error_clear):
+        if self.__class__ is not _T:
+            return None
+        oc = other.__class__
+        if oc is _T and f_inplace is not None:
+            if f_inplace(self._h, other._h) == 0:
+                return self
+            _clear()
+            return None
+        sh = self._h
+        if not sh or _dt(sh) not in _fl:
+            return None
+        if oc is _T:
+            oh = other._h
+            if not oh:
+                return None
+            rh = f_tt(sh, oh)
+        elif oc is float:
+            rh = f_ts(sh, other)
+        else:
+            return None
+        if not rh:
+            _clear()
+            return None
+        if _rg(rh):  # a graph: the general path rebinds or raises
+            _rel(rh)
+            return None
+        st = _copy(sh, rh)
+        _rel(rh)
+        if st:  # nothing was written: the general path says why
+            _clear()
+            return None
+        return self
+    return fast
+
+
+_add_fast = _fast_write(lib.ag_add, lib.ag_add_scalar, getattr(lib, "ag_add_", None))
+_sub_fast = _fast_write(lib.ag_sub, lib.ag_sub_scalar, getattr(lib, "ag_sub_", None))
+_mul_fast = _fast_write(lib.ag_mul, lib.ag_mul_scalar, getattr(lib, "ag_mul_", None))
+_div_fast = _fast_write(lib.ag_div, lib.ag_div_scalar, getattr(lib, "ag_div_", None))
+
+
 def add_(self, other, alpha=1):
+    if alpha.__class__ is int and alpha == 1 and _add_fast(self, other) is not None:
+        return self
     return _write(_t_self(self, "add_"), add(self, _scaled(other, alpha, "add_")), "add_")
 
 
 def sub_(self, other, alpha=1):
+    if alpha.__class__ is int and alpha == 1 and _sub_fast(self, other) is not None:
+        return self
     return _write(_t_self(self, "sub_"), sub(self, _scaled(other, alpha, "sub_")), "sub_")
 
 
 def mul_(self, other):
+    if _mul_fast(self, other) is not None:
+        return self
     return _write(_t_self(self, "mul_"), mul(self, other), "mul_")
 
 
 def div_(self, other):
+    if _div_fast(self, other) is not None:
+        return self
     return _write(_t_self(self, "div_"), div(self, other), "div_")
 
 

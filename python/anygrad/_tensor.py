@@ -789,6 +789,15 @@ class Tensor:
         return _wrap(lib.ag_squeeze(self._handle, _dim_arg(dim, "squeeze", "dim", 1)), "squeeze")
 
     def __getitem__(self, idx):
+        c = idx.__class__
+        if c is Tensor or c is list:  # one integer tensor, list or mask: index_select (anygrad/_index.py)
+            r = _index.fast_getitem(self, idx, ())
+            if r is not None:
+                return r
+        elif c is tuple and idx and idx[0].__class__ in (Tensor, list):
+            r = _index.fast_getitem(self, idx[0], idx[1:])
+            if r is not None:
+                return r
         if not isinstance(idx, tuple):
             idx = _index.as_tuple(idx) if idx.__class__ is list or isinstance(idx, np.ndarray) else (idx,)
         ndim = lib.ag_tensor_ndim(self._handle)
@@ -932,8 +941,12 @@ def _as_to_args(args, dev, dt):
     return (None if dev is None else as_device(dev)), as_dtype(dt)
 
 
+# torch.set_default_dtype (anygrad/_first_hour.py): float32 or float64
+_DEFAULT_DTYPE = [float32]
+
+
 def _defaults(dtype_, device_):
-    dt = as_dtype(dtype_) or float32
+    dt = as_dtype(dtype_) or _DEFAULT_DTYPE[0]
     return dt, as_device(device_)
 
 
@@ -963,7 +976,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
                 from ._dtype_rules import numpy_dtype
                 dt = numpy_dtype(arr)
             else:  # Python numbers: bool, int64 or float32, as torch
-                dt = bool_ if k == "b" else int64 if k in "iu" else float32
+                dt = bool_ if k == "b" else int64 if k in "iu" else _DEFAULT_DTYPE[0]
         if dt is bfloat16:  # NumPy has no bfloat16: through float32
             t = tensor(arr, dtype=float32, device=device).to(bfloat16)
             if requires_grad:
@@ -1122,7 +1135,8 @@ def arange(start, end=None, step=1, dtype=None, device=None):
     for v, n in ((start, "start"), (end, "end"), (step, "step")):
         _finite(v, n, "arange")
     if dtype is None:
-        dtype = int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) else float32
+        dtype = (int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step))
+                 else _DEFAULT_DTYPE[0])
     dt, d = _defaults(dtype, device)
     return _wrap(lib.ag_arange(d._d, dt.code, float(start), float(end), float(step)), "arange")
 

@@ -140,3 +140,4 @@ def _calculate_fan_in_and_fan_out(tensor):
 uniform, normal, constant = uniform_, normal_, constant_
 xavier_uniform, xavier_normal = xavier_uniform_, xavier_normal_
 kaiming_uniform, kaiming_normal = kaiming_uniform_, kaiming_normal_
+from ._first_hour import eye_, dirac_, orthogonal_  # noqa: E402,F401

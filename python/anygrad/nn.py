@@ -15,6 +15,7 @@ from ._lib import lib, check, raise_last
 
 from . import functional
 from . import functional as F  # noqa: F401
+from . import _tensor as _t
 from ._tensor import (Tensor, rand, ones, zeros, no_grad, as_dtype, float32, as_device, _int_arg,
                       _c_int_arg, _tensor_in, _gen, _I64_MAX)
 
@@ -507,7 +508,7 @@ class Linear(Module):
         super().__init__()
         in_features = _size(in_features, "Linear", "in_features")
         out_features = _size(out_features, "Linear", "out_features")
-        dt = as_dtype(dtype) or float32
+        dt = as_dtype(dtype) or _t._DEFAULT_DTYPE[0]
         b = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
         self.in_features, self.out_features = in_features, out_features
         self.weight = _uniform((out_features, in_features), b, dt, device)
@@ -526,7 +527,7 @@ class LayerNorm(Module):
                  dtype=None):
         super().__init__()
         n = _last_dim_size(normalized_shape, "LayerNorm")
-        dt = as_dtype(dtype) or float32
+        dt = as_dtype(dtype) or _t._DEFAULT_DTYPE[0]
         self.normalized_shape, self.eps, self.elementwise_affine = (n,), eps, bool(elementwise_affine)
         self.weight = ones(n, dtype=dt, device=device, requires_grad=True) if elementwise_affine else None
         self.bias = zeros(n, dtype=dt, device=device, requires_grad=True) if elementwise_affine else None

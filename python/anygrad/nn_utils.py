@@ -84,3 +84,4 @@ def clip_grad_value_(parameters, clip_value):
             g = p.grad
             if g is not None:
                 g.clamp_(min=-v, max=v)
+from ._first_hour import parameters_to_vector, vector_to_parameters  # noqa: E402,F401
