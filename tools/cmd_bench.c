@@ -21,15 +21,58 @@ ag_bench_opts ag_bench_default_opts(void) {
   return (ag_bench_opts){.large_numel = 4 << 20, .small_numel = 16, .matmul_n = 512, .reps = 7, .ops = NULL};
 }
 
-enum { K_ADD, K_MUL, K_EXP, K_GELU, K_RELU, K_SUM, K_SOFTMAX, K_CAST, K_CONTIG, K_MATMUL, K_COUNT };
-static const char *const BNAMES[K_COUNT] = {"add", "mul", "exp", "gelu", "relu",
-                                            "sum", "softmax", "cast_f16", "transpose_copy", "matmul"};
+/* The row ops (sum_rows .. rms_norm_grad) take
+ * [n/1024, 1024] like softmax; sum_rows sums the last dim, sum_cols the first. */
+enum {
+  K_ADD,
+  K_MUL,
+  K_EXP,
+  K_GELU,
+  K_RELU,
+  K_SUM,
+  K_MEAN,
+  K_MAX,
+  K_ARGMAX,
+  K_SUM_ROWS,
+  K_SUM_COLS,
+  K_SOFTMAX,
+  K_LOG_SOFTMAX,
+  K_LAYER_NORM,
+  K_RMS_NORM,
+  K_LAYER_NORM_GRAD,
+  K_RMS_NORM_GRAD,
+  K_CAST,
+  K_CONTIG,
+  K_MATMUL,
+  K_COUNT
+};
+static const char *const BNAMES[K_COUNT] = {
+    "add",      "mul",     "exp",         "gelu",       "relu",     "sum",      "mean",           "max",    "argmax",
+    "sum_rows", "sum_cols", "softmax", "log_softmax", "layer_norm", "rms_norm",
+    "layer_norm_grad", "rms_norm_grad", "cast_f16", "transpose_copy", "matmul"};
 /* bytes moved per element of the large case, f32 operands */
-static const double BYTES_PER_ELEM[K_COUNT] = {12, 12, 8, 8, 8, 4, 8, 6, 8, 0};
+static const double BYTES_PER_ELEM[K_COUNT] = {12, 12, 8, 8, 8, 4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 20, 20, 6, 8, 0};
 /* compared exactly with the CPU's result, as their conformance rows compare
  * with the reference (cast, contiguous: EXACT); the others within the
  * dtype's NMSE threshold (DEF) */
 static const bool EXACT_RESULT[K_COUNT] = {[K_CAST] = true, [K_CONTIG] = true};
+
+static bool row_op(int k) { return k >= K_SUM_ROWS && k <= K_RMS_NORM_GRAD; }
+
+/* A norm's forward and backward (x's gradient for the upstream gradient g;
+ * bytes: x read and y written, then dy and x read and dx written), on a
+ * fresh leaf sharing x's storage, so nothing accumulates and any x will
+ * do. Returns the gradient, retained. */
+static ag_tensor *norm_grad(bool rms, ag_tensor *x, ag_tensor *g) {
+  ag_tensor *xl = ag_detach(x), *dx = NULL;
+  if (xl && ag_tensor_set_requires_grad(xl, true) == AG_OK) {
+    ag_tensor *y = rms ? ag_rms_norm(xl, NULL, 1e-6) : ag_layer_norm(xl, NULL, NULL, 1e-5);
+    if (y && ag_backward(y, g, false) == AG_OK) dx = ag_tensor_retain(ag_tensor_grad(xl));
+    ag_tensor_release(y);
+  }
+  ag_tensor_release(xl);
+  return dx;
+}
 
 static ag_tensor *bench_call(int k, ag_tensor *a, ag_tensor *b) {
   switch (k) {
@@ -39,7 +82,17 @@ static ag_tensor *bench_call(int k, ag_tensor *a, ag_tensor *b) {
     case K_GELU: return ag_gelu(a);
     case K_RELU: return ag_relu(a);
     case K_SUM: return ag_sum(a, 0, NULL, false);
+    case K_MEAN: return ag_mean(a, 0, NULL, false);
+    case K_MAX: return ag_max(a, 0, NULL, false);
+    case K_ARGMAX: return ag_argmax(a, 0, false);
+    case K_SUM_ROWS: return ag_sum(a, 1, (const int[]){1}, false);
+    case K_SUM_COLS: return ag_sum(a, 1, (const int[]){0}, false);
     case K_SOFTMAX: return ag_softmax(a, -1);
+    case K_LOG_SOFTMAX: return ag_log_softmax(a, -1);
+    case K_LAYER_NORM: return ag_layer_norm(a, NULL, NULL, 1e-5);
+    case K_RMS_NORM: return ag_rms_norm(a, NULL, 1e-6);
+    case K_LAYER_NORM_GRAD: return norm_grad(false, a, b);
+    case K_RMS_NORM_GRAD: return norm_grad(true, a, b);
     case K_CAST: return ag_cast(a, AG_F16);
     case K_CONTIG: return ag_contiguous(a);
     default: return ag_matmul(a, b);
@@ -75,16 +128,17 @@ static ag_tensor *operand(ag_device d, int ndim, const int64_t *shape, double lo
   return t;
 }
 
-/* Operands for op k: [n] (softmax: [n/1024, 1024]; transpose copy: a
+/* Operands for op k: [n] (softmax and the row ops: [n/1024, 1024]; transpose copy: a
  * transposed [rows, 1024] view; matmul: [m, m]). */
 static ag_status operands(ag_device d, int k, int64_t n, int m, ag_tensor **a, ag_tensor **b) {
   int64_t s1[1] = {n}, s2[2] = {n >= 1024 ? n / 1024 : 1, n >= 1024 ? 1024 : n}, sm[2] = {m, m};
   if (k == K_MATMUL) {
     *a = operand(d, 2, sm, -1, 1);
     *b = *a ? operand(d, 2, sm, -1, 1) : NULL;
-  } else if (k == K_SOFTMAX) {
+  } else if (row_op(k) || k == K_SOFTMAX) {
     *a = operand(d, 2, s2, -1, 1);
     *b = NULL;
+    if (*a && (k == K_LAYER_NORM_GRAD || k == K_RMS_NORM_GRAD)) *b = operand(d, 2, s2, -1, 1);
   } else if (k == K_CONTIG) {
     /* a square-ish small case, so the view really is non-contiguous */
     int64_t st[2] = {n >= 1024 ? 1024 : 4, n >= 1024 ? n / 1024 : (n + 3) / 4};
@@ -96,7 +150,8 @@ static ag_status operands(ag_device d, int k, int64_t n, int m, ag_tensor **a, a
     *a = operand(d, 1, s1, 0.5, 1.5);
     *b = *a && k < K_EXP ? operand(d, 1, s1, 0.5, 1.5) : NULL;
   }
-  return *a && (*b || k >= K_EXP) && (k != K_MATMUL || *b) ? AG_OK : ag_last_status();
+  bool need_b = k < K_EXP || k == K_MATMUL || k == K_LAYER_NORM_GRAD || k == K_RMS_NORM_GRAD;
+  return *a && (*b || !need_b) ? AG_OK : ag_last_status();
 }
 
 const char *ag_bench_status_name(ag_bench_status s) {
@@ -357,8 +412,10 @@ static void bench_usage(void) {
       "Per op and backend: host time per launch of a %d-element op (median of R batches of\n"
       "2000 launches, result released each time) and the synchronized time of one op on N\n"
       "elements (default 4M f32) as GB/s (bytes read + written), or GFLOP/s for an N x N\n"
-      "matmul (default 512). Ops: add,mul,exp,gelu,relu,sum,softmax,cast_f16,transpose_copy,\n"
-      "matmul.\n"
+      "matmul (default 512). Ops: add,mul,exp,gelu,relu,sum,mean,max,argmax,sum_rows,sum_cols,\n"
+      "softmax,log_softmax,layer_norm,rms_norm,layer_norm_grad,rms_norm_grad,cast_f16,\n"
+      "transpose_copy,matmul (the row ops on [N/1024, 1024]; sum_rows sums the last dim,\n"
+      "sum_cols the first; *_grad: forward and x's gradient).\n"
       "Before timing, each case runs once on the device and once on the CPU from the same\n"
       "inputs; a result outside the op's conformance tolerance, a failed launch or\n"
       "synchronization is an error row and an op the device refuses an unsupported row, each\n"
@@ -422,10 +479,10 @@ int ag_cmd_bench(int argc, char **argv) {
       else fprintf(stderr, "anygrad bench: %s: skipped (%s)\n", ag_backend_name((ag_backend_kind)k), why ? why : "unavailable");
     }
   }
-  ag_bench_row rows[16 * 16];
+  ag_bench_row rows[16 * K_COUNT];
   int n = 0, rc = 0;
   for (int i = 0; i < nd; i++) {
-    int got = ag_bench_device(devs[i], &o, rows + n, 16);
+    int got = ag_bench_device(devs[i], &o, rows + n, K_COUNT);
     if (got < 0) {
       fprintf(stderr, "anygrad bench: %s\n", ag_last_error());
       rc = 1;

@@ -52,6 +52,10 @@ typedef enum clb_kernel {
   CLK_P_CONV,
   CLK_P_CONV_BWD_IN,
   CLK_P_CONV_BWD_W,
+  /* rowred.cl: only in the default program (NULL in the portable one) */
+  CLK_RED_ROWS,
+  CLK_RED_COLS4,
+  CLK_ARGMAX_ROWS,
   /* contiguous fast paths, one per sub-op, named from the op table
    * (ag_u_EXP, ag_b_GELU_BWD); comparisons, which write bool, have none */
   CLK_UNARY_C0,

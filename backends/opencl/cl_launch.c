@@ -15,7 +15,8 @@ static const char *const k_names[CLK_COUNT] = {
     [CLK_UNARY] = "ag_unary", [CLK_BINARY] = "ag_binary", [CLK_WHERE] = "ag_where",
     [CLK_FILL] = "ag_fill", [CLK_ARANGE] = "ag_arange", [CLK_RAND] = "ag_rand",
     [CLK_DROPOUT] = "ag_dropout", [CLK_REDUCE_ROWS] = "ag_reduce_rows",
-    [CLK_REDUCE_COLS] = "ag_reduce_cols", [CLK_SUMSQ_PART] = "ag_sumsq_part",
+    [CLK_REDUCE_COLS] = "ag_reduce_cols", [CLK_RED_ROWS] = "ag_red_rows", [CLK_RED_COLS4] = "ag_red_cols4",
+    [CLK_ARGMAX_ROWS] = "ag_argmax_rows", [CLK_SUMSQ_PART] = "ag_sumsq_part",
     [CLK_SUMSQ_FINAL] = "ag_sumsq_final", [CLK_SOFTMAX] = "ag_softmax",
     [CLK_SOFTMAX_BWD] = "ag_softmax_bwd", [CLK_CE] = "ag_cross_entropy",
     [CLK_CE_BWD] = "ag_cross_entropy_bwd", [CLK_LN] = "ag_layernorm",
@@ -99,6 +100,7 @@ ag_status clb_stream_kernels(ag_bstream *s, bool portable) {
     /* the portable program has no f64 kernels (f64 is refused there) */
     bool skip = f64_kernel && (!s->d->fp64 || portable);
     if (i >= CLK_P_SUM && i <= CLK_P_CONV_BWD_W && !portable) skip = true;
+    if (i >= CLK_RED_ROWS && i <= CLK_ARGMAX_ROWS && portable) skip = true;
     if (!name || skip) {
       s->k[i] = NULL;
       continue;
@@ -171,6 +173,19 @@ static size_t row_local(ag_bstream *s, clb_kernel k, int64_t cols) {
   size_t l = 1;
   while (l < (size_t)cols && l < s->kwg[k]) l *= 2;
   return l < 32 && s->kwg[k] >= 32 ? 32 : l;
+}
+
+/* Work-group size for a default-mode row kernel (rowred.cl, the softmax and
+ * norm kernels of nn.cl) over len elements: about 32 elements a work-item,
+ * since a tree over mostly idle work-items costs more than it saves (on
+ * PoCL, which runs a group's work-items in loops, each level of the tree is
+ * a loop over the whole group); a power of two, at most the kernel's limit.
+ * The portable kernels run groups of 256. */
+static size_t row_wg(ag_bstream *s, clb_kernel k, int64_t len) {
+  if (s->portable) return 256;
+  size_t l = 1;
+  while (l * 2 <= s->kwg[k] && (int64_t)(l * 2) * 32 <= len) l *= 2;
+  return l;
 }
 
 static int64_t numel(const ag_koperand *o) {
@@ -540,6 +555,114 @@ static ag_status run_psum(ag_bstream *s, cl_mem o, size_t oo, ag_dtype odt, cl_m
                   poff + align_el((size_t)(outs * nb)));
 }
 
+/* Elements a work-item of ag_red_rows reduces in one group's chunk of a
+ * long row: a row longer than a group's chunk is split across groups. */
+#define RED_PER_ITEM 64
+/* ag_red_cols4 splits r into chunks of this many rows (a second pass sums
+ * the chunks) when there are fewer than RED_COLS_SPLIT 4-wide columns. */
+#define RED_COLS_CHUNK 256
+#define RED_COLS_SPLIT 4096
+
+static int64_t red_rows_chunk(ag_bstream *s) { return (int64_t)s->kwg[CLK_RED_ROWS] * RED_PER_ITEM; }
+
+static bool red_cols_pass(int64_t outs, int64_t r) { return outs / 4 < RED_COLS_SPLIT && r > 2 * RED_COLS_CHUNK; }
+
+/* Floats of scratch the passes of run_red_rows / run_red_cols take. */
+static size_t red_scratch(ag_bstream *s, int64_t outs, int64_t r, bool cols) {
+  size_t need = 0;
+  for (;;) {
+    int64_t c = cols ? RED_COLS_CHUNK : red_rows_chunk(s);
+    if (cols ? !red_cols_pass(outs, r) : r <= c) return need;
+    r = (r + c - 1) / c;
+    need += align_el((size_t)(outs * r));
+  }
+}
+
+/* SUM (times scale), MAX or MIN of float x viewed as [outer, r] into o
+ * (o, oo: buffer and byte offset): a work-group per chunk of a row, passes
+ * over the f32 partials while a row is longer than one chunk; part: the
+ * red_scratch floats from float offset poff. */
+static ag_status run_red_rows(ag_bstream *s, cl_mem o, size_t oo, ag_dtype odt, cl_mem x, size_t xo, ag_dtype xdt,
+                              int op, float scale, int64_t outer, int64_t r, cl_mem part, size_t poff) {
+  const int64_t cmax = red_rows_chunk(s);
+  const bool pass = r > cmax;
+  const int64_t nb = pass ? (r + cmax - 1) / cmax : 1, chunk = pass ? cmax : r;
+  kargs ka = ka_begin(s, CLK_RED_ROWS);
+  KA(&ka, cl_mem, pass ? part : o);
+  KA(&ka, cl_ulong, pass ? poff * sizeof(float) : oo);
+  KA(&ka, cl_int, pass ? AG_F32 : odt);
+  KA(&ka, cl_mem, x);
+  KA(&ka, cl_ulong, xo);
+  KA(&ka, cl_int, xdt);
+  KA(&ka, cl_int, op);
+  KA(&ka, cl_float, pass ? 1.0f : scale);
+  KA(&ka, cl_long, r);
+  KA(&ka, cl_long, chunk);
+  KA(&ka, cl_long, nb);
+  size_t l = row_wg(s, CLK_RED_ROWS, chunk);
+  ag_status st = ka_run(&ka, (size_t)(outer * nb) * l, l);
+  if (st != AG_OK || !pass) return st;
+  return run_red_rows(s, o, oo, odt, part, poff * sizeof(float), AG_F32, op, scale, outer, nb, part,
+                      poff + align_el((size_t)(outer * nb)));
+}
+
+/* ARGMAX of float x viewed as [outer, r] into o's i32 indices, chunked as
+ * run_red_rows; the passes carry each chunk's winning value (f32) and index
+ * (i32), 2 x red_scratch floats from float offset poff of part. */
+static ag_status run_argmax_rows(ag_bstream *s, const ag_koperand *o, cl_mem x, size_t xo, ag_dtype xdt, cl_mem xi,
+                                 size_t xio, int64_t outer, int64_t r, cl_mem part, size_t poff) {
+  const int64_t cmax = red_rows_chunk(s);
+  const bool pass = r > cmax;
+  const int64_t nb = pass ? (r + cmax - 1) / cmax : 1, chunk = pass ? cmax : r;
+  const size_t np = align_el((size_t)(outer * nb)); /* values at poff, indices after them */
+  kargs ka = ka_begin(s, CLK_ARGMAX_ROWS);
+  KA(&ka, cl_mem, pass ? part : o->base);
+  KA(&ka, cl_ulong, pass ? (poff + np) * sizeof(float) : o->offset);
+  KA(&ka, cl_mem, pass ? part : NULL);
+  KA(&ka, cl_ulong, poff * sizeof(float));
+  KA(&ka, cl_mem, x);
+  KA(&ka, cl_ulong, xo);
+  KA(&ka, cl_int, xdt);
+  KA(&ka, cl_mem, xi);
+  KA(&ka, cl_ulong, xio);
+  KA(&ka, cl_long, r);
+  KA(&ka, cl_long, chunk);
+  KA(&ka, cl_long, nb);
+  size_t l = row_wg(s, CLK_ARGMAX_ROWS, chunk);
+  ag_status st = ka_run(&ka, (size_t)(outer * nb) * l, l);
+  if (st != AG_OK || !pass) return st;
+  return run_argmax_rows(s, o, part, poff * sizeof(float), AG_F32, part, (poff + np) * sizeof(float), outer, nb,
+                         part, poff + 2 * np);
+}
+
+/* The same over the middle dim of [outer, r, inner], inner % 4 == 0: a
+ * work-item per 4 outputs; few columns of long r go in chunks of rows
+ * (partials [nb, outer * inner]) and passes over the chunks. */
+static ag_status run_red_cols(ag_bstream *s, cl_mem o, size_t oo, ag_dtype odt, cl_mem x, size_t xo, ag_dtype xdt,
+                              int op, float scale, int64_t outer, int64_t r, int64_t inner, cl_mem part, size_t poff) {
+  const int64_t outs = outer * inner;
+  const bool pass = red_cols_pass(outs, r);
+  const int64_t nb = pass ? (r + RED_COLS_CHUNK - 1) / RED_COLS_CHUNK : 1, chunk = pass ? RED_COLS_CHUNK : r;
+  kargs ka = ka_begin(s, CLK_RED_COLS4);
+  KA(&ka, cl_mem, pass ? part : o);
+  KA(&ka, cl_ulong, pass ? poff * sizeof(float) : oo);
+  KA(&ka, cl_int, pass ? AG_F32 : odt);
+  KA(&ka, cl_mem, x);
+  KA(&ka, cl_ulong, xo);
+  KA(&ka, cl_int, xdt);
+  KA(&ka, cl_int, op);
+  KA(&ka, cl_float, pass ? 1.0f : scale);
+  KA(&ka, cl_long, outer);
+  KA(&ka, cl_long, r);
+  KA(&ka, cl_long, inner);
+  KA(&ka, cl_long, chunk);
+  KA(&ka, cl_long, nb);
+  ag_status st = ka_run(&ka, (size_t)(outs / 4 * nb), 0);
+  if (st != AG_OK || !pass) return st;
+  return run_red_cols(s, o, oo, odt, part, poff * sizeof(float), AG_F32, op, scale, 1, nb, outs, part,
+                      poff + align_el((size_t)(outs * nb)));
+}
+
 static ag_status cl_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
   int64_t outer = a->outer, r = a->r, inner = a->inner;
   if (outer * inner == 0) return AG_OK;
@@ -563,7 +686,29 @@ static ag_status cl_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
     return ka_run(&ka, (size_t)(outer * inner), 0);
   }
   float scale = a->variant == AG_R_SUM ? (float)a->scale : 1.0f;
-  if (inner == 1) {
+  /* default mode, float rows: rowred.cl's trees */
+  if (!s->portable && is_float(a->x->dtype) && a->variant == AG_R_ARGMAX && inner == 1 && r >= 16) {
+    size_t need = 2 * red_scratch(s, outer, r, false);
+    cl_mem part = NULL;
+    ag_status st = need ? clb_scratch(s, need * sizeof(float), &part) : AG_OK;
+    if (st != AG_OK) return st;
+    return run_argmax_rows(s, a->out, a->x->base, a->x->offset, a->x->dtype, NULL, 0, outer, r, part, 0);
+  }
+  const bool fast = !s->portable && is_float(a->x->dtype) && a->variant != AG_R_ARGMAX;
+  const bool rows = inner == 1 && r >= 16, cols = inner % 4 == 0;
+  if (fast && (rows || cols)) {
+    size_t need = red_scratch(s, outer * inner, r, !rows);
+    cl_mem part = NULL;
+    ag_status st = need ? clb_scratch(s, need * sizeof(float), &part) : AG_OK;
+    if (st != AG_OK) return st;
+    if (rows)
+      return run_red_rows(s, a->out->base, a->out->offset, a->out->dtype, a->x->base, a->x->offset, a->x->dtype,
+                          a->variant, scale, outer, r, part, 0);
+    return run_red_cols(s, a->out->base, a->out->offset, a->out->dtype, a->x->base, a->x->offset, a->x->dtype,
+                        a->variant, scale, outer, r, inner, part, 0);
+  }
+  /* short rows: a work-item per output (ag_reduce_cols) beats a group per row */
+  if (inner == 1 && (s->portable || r >= 16)) {
     kargs ka = ka_begin(s, CLK_REDUCE_ROWS);
     KBUF(&ka, a->out);
     KA(&ka, cl_int, a->out->dtype);
@@ -668,7 +813,7 @@ static ag_status run_softmax(ag_bstream *s, const ag_koperand *o, const ag_koper
   KA(&ka, cl_int, o->dtype);
   KA(&ka, cl_long, cols);
   KA(&ka, cl_int, logm);
-  size_t l = row_local(s, k, cols);
+  size_t l = row_wg(s, k, cols);
   return ka_run(&ka, (size_t)rows * l, l);
 }
 
@@ -816,7 +961,7 @@ static ag_status cl_k_layernorm(ag_bstream *s, const ag_k_layernorm *a) {
   KBUF(&ka, or_absent(a->rstd));
   KA(&ka, cl_long, cols);
   KA(&ka, cl_float, a->eps);
-  size_t l = row_local(s, CLK_LN, cols);
+  size_t l = row_wg(s, CLK_LN, cols);
   return ka_run(&ka, (size_t)rows * l, l);
 }
 
@@ -834,7 +979,7 @@ static ag_status cl_k_layernorm_bwd(ag_bstream *s, const ag_k_layernorm_bwd *a) 
   KBUF(&ka, a->rstd);
   KBUF(&ka, or_absent(a->weight));
   KA(&ka, cl_long, cols);
-  size_t l = row_local(s, CLK_LN_BWD, cols);
+  size_t l = row_wg(s, CLK_LN_BWD, cols);
   ag_status st = ka_run(&ka, (size_t)rows * l, l);
   if (st != AG_OK || AGK_MULTI_GROUPS(a) < 1) return st;
   const ag_kmulti_entry *dw = &AGK_MULTI(a, 0, dw), *db = &AGK_MULTI(a, 0, db);
@@ -865,7 +1010,7 @@ static ag_status cl_k_rmsnorm(ag_bstream *s, const ag_k_rmsnorm *a) {
   KBUF(&ka, or_absent(a->rstd));
   KA(&ka, cl_long, cols);
   KA(&ka, cl_float, a->eps);
-  size_t l = row_local(s, CLK_RMS, cols);
+  size_t l = row_wg(s, CLK_RMS, cols);
   return ka_run(&ka, (size_t)rows * l, l);
 }
 
@@ -883,7 +1028,7 @@ static ag_status cl_k_rmsnorm_bwd(ag_bstream *s, const ag_k_rmsnorm_bwd *a) {
     KBUF(&ka, a->rstd);
     KBUF(&ka, or_absent(a->weight));
     KA(&ka, cl_long, cols);
-    size_t l = row_local(s, CLK_RMS_BWD, cols);
+    size_t l = row_wg(s, CLK_RMS_BWD, cols);
     st = ka_run(&ka, (size_t)rows * l, l);
   }
   if (st != AG_OK || AGK_MULTI_GROUPS(a) < 1 || !AGK_MULTI(a, 0, dw).base) return st;

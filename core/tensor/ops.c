@@ -200,6 +200,16 @@ static bool same_dtype(const char *op, const ag_tensor *a, const ag_tensor *b) {
 
 /* ---------------- elementwise ---------------- */
 
+ag_status ag__binary_into(const char *name, ag_binary_op bop, ag_tensor *out, ag_tensor *a, ag_tensor *b) {
+  ag_kernel_call c;
+  ag__kcall_init(&c, AG_K_BINARY, bop, name, 3, (ag_tensor *[]){out, NULL, NULL});
+  ag__broadcast_operand(&c.o[1], a, out->ndim, out->shape);
+  ag__broadcast_operand(&c.o[2], b, out->ndim, out->shape);
+  c.s[0] = 1.0;
+  c.s[1] = 0.0;
+  return ag__launch(ag__ds(out), &c);
+}
+
 static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag_tensor *a, ag_tensor *b) {
   ag_tensor *in[2] = {a, b};
   if (ag__null_args(name, 2, in)) return NULL;
@@ -220,15 +230,7 @@ static ag_tensor *binary_impl(const char *name, ag_binary_op bop, ag_gop gop, ag
   /* comparisons give bool (PyTorch); the kernel sees the inputs' dtype */
   ag_tensor *out = ag__tensor_new(ds, bi->compare ? AG_BOOL : a->dtype, nd, shape);
   if (!out) return NULL;
-  if (out->numel) {
-    ag_kernel_call c;
-    ag__kcall_init(&c, AG_K_BINARY, bop, name, 3, (ag_tensor *[]){out, NULL, NULL});
-    ag__broadcast_operand(&c.o[1], a, nd, shape);
-    ag__broadcast_operand(&c.o[2], b, nd, shape);
-    c.s[0] = 1.0;
-    c.s[1] = 0.0;
-    if (ag__launch(ds, &c) != AG_OK) return ag__op_finish(out, AG_ERR_BACKEND);
-  }
+  if (out->numel && ag__binary_into(name, bop, out, a, b) != AG_OK) return ag__op_finish(out, AG_ERR_BACKEND);
   if ((int)gop < 0) return out;
   ag_gparams p;
   memset(&p, 0, sizeof p);

@@ -37,6 +37,13 @@ AG_HIDDEN ag_tensor *ag__ac_end(ag__ac_args *a, ag_tensor *r);
 
 #define AC_ON() AG_UNLIKELY(ag_autocast_enabled())
 
+/* The binary kernel bop of a and b (both broadcastable to out's shape, of
+ * the kernel's input dtype, on out's device) written into out (of the
+ * op's result dtype): no checks, no recording. out may be a when the
+ * kernel reads each element before writing it (the elementwise kernels
+ * do); AG_OK or the launch's error. */
+AG_HIDDEN ag_status ag__binary_into(const char *name, ag_binary_op bop, ag_tensor *out, ag_tensor *a, ag_tensor *b);
+
 /* ---- launch helpers that a backward formula (core/autograd/) shares
  * with its forward ---- */
 

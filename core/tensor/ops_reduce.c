@@ -2,6 +2,7 @@
  * cumsum) and indexing (gather, index_select, topk): plan the reduced
  * shape, launch one kernel call, record the autograd node. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "anygrad/autograd.h"
@@ -432,6 +433,52 @@ ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index) {
   ag_tensor *out = xs ? gather_run(name, ds, xs, index, true, x->ndim, oshape, O, K, In, X) : NULL;
   ag_tensor_release(xs);
   return gather_record(out, x, index, d, true);
+}
+
+ag_tensor *ag_index_select_host(ag_tensor *x, int dim, ag_tensor *index) {
+  static const char name[] = "ag_index_select_host";
+  ag_tensor *in[2] = {x, index};
+  if (ag__null_args(name, 2, in)) return NULL;
+  if (ag_tensor_device(index).backend != AG_BACKEND_CPU) {
+    ag_error_set(AG_ERR_DEVICE, "%s: the index must be on the cpu", name);
+    return NULL;
+  }
+  if ((index->dtype != AG_I32 && index->dtype != AG_I64) || index->ndim != 1 || x->ndim == 0) {
+    ag_error_set(AG_ERR_INVALID, "%s: expected a 1-d i64 or i32 index and a tensor with dims", name);
+    return NULL;
+  }
+  int d = dim < 0 ? dim + x->ndim : dim;
+  if (d < 0 || d >= x->ndim) {
+    ag_error_set(AG_ERR_SHAPE, "%s: dim %d out of range for a %d-d tensor", name, dim, x->ndim);
+    return NULL;
+  }
+  const int64_t n = x->shape[d], m = index->numel;
+  int64_t stackbuf[64], *v = m <= 64 ? stackbuf : malloc((size_t)m * sizeof *v);
+  if (!v) {
+    ag_error_set(AG_ERR_OOM, "%s: no host memory for %lld indices", name, (long long)m);
+    return NULL;
+  }
+  ag_tensor *wide = index->dtype == AG_I64 ? NULL : ag_cast(index, AG_I64), *src = wide ? wide : index;
+  ag_status st = (wide || index->dtype == AG_I64) ? ag_to_host(src, v, (size_t)m * sizeof *v) : ag_last_status();
+  bool neg = false;
+  for (int64_t k = 0; st == AG_OK && k < m; k++) {
+    if (v[k] < -n || v[k] >= n)
+      st = ag_error_set(AG_ERR_INDEX, "%s: index %lld is out of bounds for dimension %d with size %lld", name,
+                        (long long)v[k], d, (long long)n);
+    else if (v[k] < 0) {
+      v[k] += n;
+      neg = true;
+    }
+  }
+  ag_tensor *out = NULL;
+  if (st == AG_OK) {
+    ag_tensor *wrapped = neg ? ag_from_host(ag_tensor_device(index), AG_I64, 1, &m, v) : NULL;
+    if (!neg || wrapped) out = ag_index_select(x, d, wrapped ? wrapped : index);
+    ag_tensor_release(wrapped);
+  }
+  ag_tensor_release(wide);
+  if (v != stackbuf) free(v);
+  return out;
 }
 
 /* The gradient of gather / index_select (grad_ops.c): scatter-add of g into

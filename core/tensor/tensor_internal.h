@@ -142,6 +142,12 @@ static inline ag_devstate *ag__ds(const ag_tensor *t) { return t->st->ds; }
  * requires grad: the write would not be on the tape) and bumps the storage
  * version after it is enqueued. fn names the public call. */
 AG_HIDDEN ag_status ag__inplace_check(const ag_tensor *dst, const char *fn);
+/* How src (broadcast to dst's shape) meets dst's memory, by ag_copy_'s
+ * rule: 0 apart, 1 every element of src is the dst element at its position
+ * (src is dst, or a view of the same elements), 2 otherwise (a partial
+ * overlap, or src does not broadcast to dst's shape). Both live, on one
+ * device. */
+AG_HIDDEN int ag__write_overlap(const ag_tensor *dst, const ag_tensor *src);
 static inline void ag__version_bump(ag_tensor *t) {
   if (t && t->st) atomic_fetch_add_explicit(&t->st->version, 1, memory_order_relaxed);
 }

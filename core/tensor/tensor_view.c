@@ -463,6 +463,12 @@ static int copy_overlap(const ag_tensor *dst, const ag_tensor *src, const ag_kop
   return OV_PARTIAL;
 }
 
+int ag__write_overlap(const ag_tensor *dst, const ag_tensor *src) {
+  ag_koperand o;
+  if (!ag__broadcast_operand(&o, src, dst->ndim, dst->shape)) return 2;
+  return copy_overlap(dst, src, &o);
+}
+
 ag_status ag_copy_(ag_tensor *dst, ag_tensor *src) {
   if (ag__bad_tensor(dst, "ag_copy_") || ag__bad_tensor(src, "ag_copy_")) return ag_last_status();
   ag_status ist = ag__inplace_check(dst, "ag_copy_");

@@ -216,6 +216,17 @@ AG_API ag_tensor *ag_cumsum(ag_tensor *x, int dim);
  * gradient is a scatter-add, summed in a fixed order on every backend. */
 AG_API ag_tensor *ag_gather(ag_tensor *x, int dim, ag_tensor *index);
 AG_API ag_tensor *ag_index_select(ag_tensor *x, int dim, ag_tensor *index);
+/* torch's x[index] along dim with an index on the cpu, checked before
+ * anything runs: index is a 1-d i64 or i32 tensor on the cpu (x on any
+ * device is then refused by ag_index_select as AG_ERR_DEVICE), every value
+ * in [-n, n) where n is x's size in dim, a negative one counting from the
+ * end. AG_ERR_INDEX ("index 7 is out of bounds for dimension 0 with size
+ * 4", the first value outside, in order) leaves nothing launched. Returns
+ * ag_index_select's result (a new tensor owned by the caller, differentiable
+ * in x), or NULL: AG_ERR_DEVICE for an index not on the cpu, AG_ERR_INVALID
+ * for an index of another dtype or rank or a 0-d x, AG_ERR_SHAPE for a dim
+ * out of range, and ag_index_select's errors. */
+AG_API ag_tensor *ag_index_select_host(ag_tensor *x, int dim, ag_tensor *index);
 
 /* torch.Tensor.scatter_add (out of place): a copy of self with src added
  * at the positions the index names along dim, out[...][index[...][k][...]]

@@ -4,35 +4,71 @@
 /* The portable program has its own softmax, cross-entropy, layer and RMS
  * norm kernels (portable.cl). */
 #ifndef AG_PORTABLE
+/* The row kernels below read 4 elements at a time (ld4, rowred.cl: item l
+ * takes quads l, l + L, ...; the last cols % 4 elements one by one). */
+#define ROW_QUADS(q) for (long q = l; q < n4; q += L)
+#define ROW_TAIL(j) for (long j = 4 * n4 + l; j < cols; j += L)
+
+/* f32 rows store exp(x - m) in the sum's pass and scale it in place: one
+ * exp per element. Half types recompute it (a stored half would round twice). */
 __kernel void ag_softmax(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, long cols, int logm) {
   __local float sh[AG_WG];
-  long base = (long)get_group_id(0) * cols;
+  long base = (long)get_group_id(0) * cols, n4 = cols / 4;
   int l = get_local_id(0), L = get_local_size(0);
-  float m = -INFINITY;
-  for (long j = l; j < cols; j += L) m = fmax(m, ldf(x, xo, base + j, dt));
+  const bool keep = !logm && dt == DT_F32;
+  float4 m4 = (float4)(-INFINITY);
+  ROW_QUADS(q) { /* fmax, as a compare and select (m4 is never NaN) */
+    float4 v = ld4(x, xo, base + 4 * q, dt);
+    m4 = select(m4, v, v > m4);
+  }
+  float m = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
+  ROW_TAIL(j) m = fmax(m, ldf(x, xo, base + j, dt));
   m = wg_max(m, sh);
-  float s = 0.0f;
-  for (long j = l; j < cols; j += L) s += exp(ldf(x, xo, base + j, dt) - m);
+  float4 s4 = (float4)(0.0f);
+  ROW_QUADS(q) {
+    float4 e = exp(ld4(x, xo, base + 4 * q, dt) - m);
+    if (keep) st4(y, yo, base + 4 * q, dt, e);
+    s4 += e;
+  }
+  float s = (s4.x + s4.y) + (s4.z + s4.w);
+  ROW_TAIL(j) {
+    float e = exp(ldf(x, xo, base + j, dt) - m);
+    if (keep) stf(y, yo, base + j, dt, e);
+    s += e;
+  }
   s = wg_sum(s, sh);
   float ls = log(s), inv = 1.0f / s;
-  for (long j = l; j < cols; j += L) {
-    float v = ldf(x, xo, base + j, dt) - m;
-    stf(y, yo, base + j, dt, logm ? v - ls : exp(v) * inv);
+  ROW_QUADS(q) {
+    float4 v = keep ? ld4(y, yo, base + 4 * q, dt) : ld4(x, xo, base + 4 * q, dt) - m;
+    st4(y, yo, base + 4 * q, dt, keep ? v * inv : logm ? v - ls : exp(v) * inv);
+  }
+  ROW_TAIL(j) {
+    float v = keep ? ldf(y, yo, base + j, dt) : ldf(x, xo, base + j, dt) - m;
+    stf(y, yo, base + j, dt, keep ? v * inv : logm ? v - ls : exp(v) * inv);
   }
 }
 
 __kernel void ag_softmax_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *y,
                              ulong yo, int dt, long cols, int logm) {
   __local float sh[AG_WG];
-  long base = (long)get_group_id(0) * cols;
+  long base = (long)get_group_id(0) * cols, n4 = cols / 4;
   int l = get_local_id(0), L = get_local_size(0);
-  float s = 0.0f;
-  for (long j = l; j < cols; j += L) {
+  float4 s4 = (float4)(0.0f);
+  ROW_QUADS(q) {
+    float4 g = ld4(dy, dyo, base + 4 * q, dt);
+    s4 += logm ? g : g * ld4(y, yo, base + 4 * q, dt);
+  }
+  float s = (s4.x + s4.y) + (s4.z + s4.w);
+  ROW_TAIL(j) {
     float g = ldf(dy, dyo, base + j, dt);
     s += logm ? g : g * ldf(y, yo, base + j, dt);
   }
   s = wg_sum(s, sh);
-  for (long j = l; j < cols; j += L) {
+  ROW_QUADS(q) {
+    float4 g = ld4(dy, dyo, base + 4 * q, dt), yv = ld4(y, yo, base + 4 * q, dt);
+    st4(dx, dxo, base + 4 * q, dt, logm ? g - exp(yv) * s : yv * (g - s));
+  }
+  ROW_TAIL(j) {
     float g = ldf(dy, dyo, base + j, dt), yv = ldf(y, yo, base + j, dt);
     stf(dx, dxo, base + j, dt, logm ? g - exp(yv) * s : yv * (g - s));
   }
@@ -96,18 +132,31 @@ __kernel void ag_layernorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, c
                            ulong wo, const gbuf *b, ulong bo, __global float *mean, ulong mo,
                            __global float *rstd, ulong ro, long cols, float eps) {
   __local float sh[AG_WG];
-  long row = get_group_id(0), base = row * cols;
+  long row = get_group_id(0), base = row * cols, n4 = cols / 4;
   int l = get_local_id(0), L = get_local_size(0);
-  float s = 0.0f;
-  for (long j = l; j < cols; j += L) s += ldf(x, xo, base + j, dt);
+  float4 s4 = (float4)(0.0f);
+  ROW_QUADS(q) s4 += ld4(x, xo, base + 4 * q, dt);
+  float s = (s4.x + s4.y) + (s4.z + s4.w);
+  ROW_TAIL(j) s += ldf(x, xo, base + j, dt);
   float mu = wg_sum(s, sh) / (float)cols;
-  float v = 0.0f;
-  for (long j = l; j < cols; j += L) {
+  float4 v4 = (float4)(0.0f);
+  ROW_QUADS(q) {
+    float4 d = ld4(x, xo, base + 4 * q, dt) - mu;
+    v4 += d * d;
+  }
+  float v = (v4.x + v4.y) + (v4.z + v4.w);
+  ROW_TAIL(j) {
     float d = ldf(x, xo, base + j, dt) - mu;
     v += d * d;
   }
   float rs = rsqrt(wg_sum(v, sh) / (float)cols + eps);
-  for (long j = l; j < cols; j += L) {
+  ROW_QUADS(q) {
+    float4 o = (ld4(x, xo, base + 4 * q, dt) - mu) * rs;
+    if (w) o *= ld4(w, wo, 4 * q, dt);
+    if (b) o += ld4(b, bo, 4 * q, dt);
+    st4(y, yo, base + 4 * q, dt, o);
+  }
+  ROW_TAIL(j) {
     float o = (ldf(x, xo, base + j, dt) - mu) * rs;
     if (w) o *= ldf(w, wo, j, dt);
     if (b) o += ldf(b, bo, j, dt);
@@ -124,18 +173,31 @@ __kernel void ag_layernorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, c
                                ulong xo, int dt, const gbuf *mean, ulong mo, const gbuf *rstd,
                                ulong ro, const gbuf *w, ulong wo, long cols) {
   __local float sh[AG_WG];
-  long row = get_group_id(0), base = row * cols;
+  long row = get_group_id(0), base = row * cols, n4 = cols / 4;
   int l = get_local_id(0), L = get_local_size(0);
   float mu = ldf(mean, mo, row, DT_F32), rs = ldf(rstd, ro, row, DT_F32);
-  float s1 = 0.0f, s2 = 0.0f;
-  for (long j = l; j < cols; j += L) {
+  float4 a4 = (float4)(0.0f), b4 = (float4)(0.0f);
+  ROW_QUADS(q) {
+    float4 g = ld4(dy, dyo, base + 4 * q, dt);
+    if (w) g *= ld4(w, wo, 4 * q, dt);
+    a4 += g;
+    b4 += g * (ld4(x, xo, base + 4 * q, dt) - mu) * rs;
+  }
+  float s1 = (a4.x + a4.y) + (a4.z + a4.w), s2 = (b4.x + b4.y) + (b4.z + b4.w);
+  ROW_TAIL(j) {
     float g = ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f);
     s1 += g;
     s2 += g * (ldf(x, xo, base + j, dt) - mu) * rs;
   }
   s1 = wg_sum(s1, sh) / (float)cols;
   s2 = wg_sum(s2, sh) / (float)cols;
-  for (long j = l; j < cols; j += L) {
+  ROW_QUADS(q) {
+    float4 g = ld4(dy, dyo, base + 4 * q, dt);
+    if (w) g *= ld4(w, wo, 4 * q, dt);
+    float4 xh = (ld4(x, xo, base + 4 * q, dt) - mu) * rs;
+    st4(dx, dxo, base + 4 * q, dt, rs * (g - s1 - xh * s2));
+  }
+  ROW_TAIL(j) {
     float g = ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f);
     float xh = (ldf(x, xo, base + j, dt) - mu) * rs;
     stf(dx, dxo, base + j, dt, rs * (g - s1 - xh * s2));
@@ -163,15 +225,25 @@ __kernel void ag_layernorm_bwd_wb(gbuf *dw, ulong dwo, gbuf *db, ulong dbo, cons
 __kernel void ag_rmsnorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *w,
                          ulong wo, __global float *rstd, ulong ro, long cols, float eps) {
   __local float sh[AG_WG];
-  long row = get_group_id(0), base = row * cols;
+  long row = get_group_id(0), base = row * cols, n4 = cols / 4;
   int l = get_local_id(0), L = get_local_size(0);
-  float s = 0.0f;
-  for (long j = l; j < cols; j += L) {
+  float4 s4 = (float4)(0.0f);
+  ROW_QUADS(q) {
+    float4 v = ld4(x, xo, base + 4 * q, dt);
+    s4 += v * v;
+  }
+  float s = (s4.x + s4.y) + (s4.z + s4.w);
+  ROW_TAIL(j) {
     float v = ldf(x, xo, base + j, dt);
     s += v * v;
   }
   float rs = rsqrt(wg_sum(s, sh) / (float)cols + eps);
-  for (long j = l; j < cols; j += L) {
+  ROW_QUADS(q) {
+    float4 o = ld4(x, xo, base + 4 * q, dt) * rs;
+    if (w) o *= ld4(w, wo, 4 * q, dt);
+    st4(y, yo, base + 4 * q, dt, o);
+  }
+  ROW_TAIL(j) {
     float o = ldf(x, xo, base + j, dt) * rs;
     if (w) o *= ldf(w, wo, j, dt);
     stf(y, yo, base + j, dt, o);
@@ -184,14 +256,24 @@ __kernel void ag_rmsnorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, con
                              ulong xo, int dt, const gbuf *rstd, ulong ro, const gbuf *w, ulong wo,
                              long cols) {
   __local float sh[AG_WG];
-  long row = get_group_id(0), base = row * cols;
+  long row = get_group_id(0), base = row * cols, n4 = cols / 4;
   int l = get_local_id(0), L = get_local_size(0);
   float rs = ldf(rstd, ro, row, DT_F32);
-  float s = 0.0f;
-  for (long j = l; j < cols; j += L)
-    s += ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f) * ldf(x, xo, base + j, dt);
+  float4 s4 = (float4)(0.0f);
+  ROW_QUADS(q) {
+    float4 g = ld4(dy, dyo, base + 4 * q, dt);
+    if (w) g *= ld4(w, wo, 4 * q, dt);
+    s4 += g * ld4(x, xo, base + 4 * q, dt);
+  }
+  float s = (s4.x + s4.y) + (s4.z + s4.w);
+  ROW_TAIL(j) s += ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f) * ldf(x, xo, base + j, dt);
   s = wg_sum(s, sh) / (float)cols * rs * rs;
-  for (long j = l; j < cols; j += L) {
+  ROW_QUADS(q) {
+    float4 g = ld4(dy, dyo, base + 4 * q, dt);
+    if (w) g *= ld4(w, wo, 4 * q, dt);
+    st4(dx, dxo, base + 4 * q, dt, rs * (g - ld4(x, xo, base + 4 * q, dt) * s));
+  }
+  ROW_TAIL(j) {
     float g = ldf(dy, dyo, base + j, dt) * (w ? ldf(w, wo, j, dt) : 1.0f);
     stf(dx, dxo, base + j, dt, rs * (g - ldf(x, xo, base + j, dt) * s));
   }

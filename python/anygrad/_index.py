@@ -484,9 +484,21 @@ def _bounds(vals, n):
     return [v % n for v in vals] if lo < 0 else None
 
 
-def fast_getitem(x, i, rest):
+def fast_getitem(x, i, rest, _T=Tensor, _sel=lib.ag_index_select_host, _st=lib.ag_last_status,
+                 _clear=lib.ag_error_clear, _new=_t._new):
     """x[(i,) + rest] by the fast path, or None."""
     xh = x._h
+    if not rest and i.__class__ is _T and xh and i._h:
+        # a 1-d integer index on the cpu and a floating x: the bounds check
+        # (negatives wrapped) and index_select in one call
+        h = _sel(xh, 0, i._h)
+        if h:
+            t = _new(_T)
+            t._h = h
+            return t
+        if _st() == 8:  # AG_ERR_INDEX: torch's IndexError
+            _t.raise_last("index")
+        _clear()  # another case: the paths below
     if not xh or lib.ag_tensor_ndim(xh) == 0:
         return None
     for r in rest:

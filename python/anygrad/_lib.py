@@ -674,3 +674,12 @@ for _name, _res, _args in (
         MISSING.append(_name)
     else:
         _f.restype, _f.argtypes = _res, _args
+
+# ---- x[idx] with a host index in one call (_index.py) ----
+for _name, _res, _args in (
+        ("ag_index_select_host", c_void_p, [c_void_p, c_int, c_void_p]),):
+    _f = getattr(lib, _name, None)
+    if _f is None:
+        MISSING.append(_name)
+    else:
+        _f.restype, _f.argtypes = _res, _args

@@ -595,8 +595,13 @@ _mul_fast = _fast_write(lib.ag_mul, lib.ag_mul_scalar, getattr(lib, "ag_mul_", N
 _div_fast = _fast_write(lib.ag_div, lib.ag_div_scalar, getattr(lib, "ag_div_", None))
 
 
-def add_(self, other, alpha=1):
-    if alpha.__class__ is int and alpha == 1 and _add_fast(self, other) is not None:
+def add_(self, other, alpha=1, _T=Tensor, _f=getattr(lib, "ag_add_", None), _clear=lib.ag_error_clear):
+    # two tensors: one C call (ag_add_ writes self, or says why not)
+    if other.__class__ is _T and self.__class__ is _T and alpha.__class__ is int and alpha == 1 and _f:
+        if _f(self._h, other._h) == 0:
+            return self
+        _clear()
+    elif alpha.__class__ is int and alpha == 1 and _add_fast(self, other) is not None:
         return self
     return _write(_t_self(self, "add_"), add(self, _scaled(other, alpha, "add_")), "add_")
 
