@@ -50,10 +50,11 @@ static struct {
   bool slow_f64;               /* f64 taken as slow (a GPU's): f32 dropout and normal fill */
   bool device_local_args;      /* argument blocks copied to device-local memory (a discrete GPU's) */
   bool mapped_args;            /* argument blocks in device-local host-visible memory (ReBAR) */
+  bool no_subgroup;            /* no subgroup arithmetic: the tree passes' shared-memory trees */
 } g_test;
 
 /* Parses AG_VULKAN_TEST: a comma list of noncoherent, no_float_controls, slow_f64,
- * device_local_args, mapped_args, max_buffer_size:BYTES, max_workgroup_size:N. */
+ * device_local_args, mapped_args, no_subgroup, max_buffer_size:BYTES, max_workgroup_size:N. */
 static bool parse_test_switch(char *why, size_t why_len) {
   const char *v = getenv("AG_VULKAN_TEST");
   memset(&g_test, 0, sizeof g_test);
@@ -74,12 +75,13 @@ static bool parse_test_switch(char *why, size_t why_len) {
     else if (!colon && !strcmp(item, "slow_f64")) g_test.slow_f64 = true;
     else if (!colon && !strcmp(item, "device_local_args")) g_test.device_local_args = true;
     else if (!colon && !strcmp(item, "mapped_args")) g_test.mapped_args = true;
+    else if (!colon && !strcmp(item, "no_subgroup")) g_test.no_subgroup = true;
     else if (!strcmp(item, "max_buffer_size") && num_ok) g_test.max_buffer_size = n;
     else if (!strcmp(item, "max_workgroup_size") && num_ok && n <= UINT32_MAX) g_test.max_workgroup_size = n;
     else {
       snprintf(why, why_len,
                "AG_VULKAN_TEST='%s' is not a comma list of noncoherent, no_float_controls, slow_f64, "
-               "device_local_args, mapped_args, max_buffer_size:BYTES, max_workgroup_size:N",
+               "device_local_args, mapped_args, no_subgroup, max_buffer_size:BYTES, max_workgroup_size:N",
                ag_escape(v, shown, sizeof shown));
       return false;
     }
@@ -298,6 +300,12 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   vkb_f.vkGetPhysicalDeviceProperties2(p, &p2);
   d->props = p2.properties;
   d->subgroup_size = sg.subgroupSize;
+  /* the tree passes' subgroup build (tree.comp K_TREE_SG) where compute
+   * shaders have subgroup arithmetic */
+  d->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                      (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
+                      (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
+                      (sg.supportedOperations & VK_SUBGROUP_FEATURE_VOTE_BIT) && !g_test.no_subgroup;
   snprintf(d->driver, sizeof d->driver, "%.63s", drv.driverName[0] ? drv.driverName : "unknown driver");
   d->loop_limit = drv.driverID == VK_DRIVER_ID_MESA_LLVMPIPE ? 65000 : INT64_MAX;
   const char *name = d->props.deviceName;

@@ -83,6 +83,27 @@ typedef enum vkb_shader {
   VKS_SCATTER_ADD_D,
   VKS_PAD_D,
   VKS_PAD_BWD_D,
+  /* tree.comp: reductions, scans and softmax of any length (vk_tree.c);
+   * the _D builds only on devices with shaderFloat64 */
+  VKS_TREE,
+  VKS_SMX_PART,
+  VKS_SMX_ROW,
+  VKS_SMX_OUT,
+  VKS_SCAN_PART,
+  VKS_SCAN_MID,
+  VKS_SCAN_OUT,
+  VKS_SMXB_OUT,
+  VKS_LSE_FIN,
+  VKS_TREE_SG,
+  VKS_TREE_D,
+  VKS_SMX_PART_D,
+  VKS_SMX_ROW_D,
+  VKS_SMX_OUT_D,
+  VKS_SCAN_PART_D,
+  VKS_SCAN_MID_D,
+  VKS_SCAN_OUT_D,
+  VKS_SMXB_OUT_D,
+  VKS_LSE_FIN_D,
   /* the portable-numerics modules (vk_portable.c), in the order of
    * CMakeLists.txt's p_ entries */
   VKS_P_PROBE,
@@ -154,6 +175,7 @@ typedef struct vkb_device {
   VkPhysicalDeviceProperties props;
   VkPhysicalDeviceMemoryProperties mem;
   uint32_t subgroup_size;
+  bool subgroup_arith; /* compute shaders have subgroup basic, vote and arithmetic operations */
   bool budget, f64, timestamps;
   /* f64 runs at about the f32 rate: a CPU device (lavapipe); GPUs run it at
    * 1/2 to 1/64 of it and Vulkan does not say which. Dropout and the
@@ -390,6 +412,61 @@ VKB_HIDDEN bool vkb_supports(int dev, ag_kop op, int sub, ag_dtype dt);
 VKB_HIDDEN ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a);
 VKB_HIDDEN ag_status vk_k_norm(ag_bstream *s, const ag_k_norm *a);
 VKB_HIDDEN ag_status vk_k_one_hot(ag_bstream *s, const ag_k_one_hot *a);
+
+/* Reductions, variance, cumsum, softmax, logsumexp and long-K matmuls of
+ * any length (vk_tree.c, tree.comp): passes of work-groups over chunks of
+ * VKB_TREE_CHUNK elements (tree.comp's TREE_CHUNK), partials in the
+ * stream's scratch buffer. Each function records its passes into the
+ * launch being recorded; `scratch` is a device address of the matching
+ * *_scratch() bytes that the launch owns (vkb_scratch). Errors:
+ * AG_ERR_UNSUPPORTED past the device's grid limits, AG_ERR_OOM from the
+ * argument arena. */
+#define VKB_TREE_CHUNK ((int64_t)VKB_WG * 64)
+/* One reduction over [outer, r, inner] of x (dtype xdt) into out (odt):
+ * op an ag_reduce_op (ARGMAX: out an integer dtype), the sum times scale,
+ * plus beta times out where beta != 0; f64: the double build (xdt and odt
+ * f64, or odt an integer for ARGMAX). */
+typedef struct vkb_tree_red {
+  uint64_t out, x;
+  ag_dtype odt, xdt;
+  int op;
+  int64_t outer, r, inner;
+  double scale, beta;
+  bool f64;
+  /* dot: r = K, rows outer = B * M * N of a matmul, x = A (strides xs:
+   * batch, row, k), y = B (dtype ydt, strides ys: batch, k, col) */
+  bool dot;
+  uint64_t y;
+  ag_dtype ydt;
+  int64_t M, N, xs[3], ys[3];
+  /* the variance: squares about mean (a device address of one value per
+   * row, f32, or f64 with f64); sqrt: its square root */
+  uint64_t mean;
+  bool sqrt;
+} vkb_tree_red;
+/* Scratch bytes the passes need for `rows` rows of `r` (0: one pass). */
+VKB_HIDDEN size_t vkb_tree_scratch(int64_t rows, int64_t r);
+VKB_HIDDEN ag_status vkb_tree_reduce(ag_bstream *s, uint64_t scratch, const vkb_tree_red *t);
+/* cumsum (variant AG_KV_CUMSUM_PREFIX or _SUFFIX) of [outer, r, inner]
+ * lines of any length: block sums, their scan per line, block scans. */
+VKB_HIDDEN size_t vkb_tree_cumsum_scratch(int64_t lines, int64_t r);
+VKB_HIDDEN ag_status vkb_tree_cumsum(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t x, ag_dtype dt,
+                                     int variant, int64_t outer, int64_t r, int64_t inner);
+/* The softmax gradient (dx, dy, y) of long rows: the row sums by tree
+ * passes, then dx. */
+VKB_HIDDEN size_t vkb_tree_softmax_bwd_scratch(int64_t rows, int64_t cols);
+VKB_HIDDEN ag_status vkb_tree_softmax_bwd(ag_bstream *s, uint64_t scratch, uint64_t dx, uint64_t dy, uint64_t y,
+                                          ag_dtype dt, int variant, int64_t rows, int64_t cols);
+/* logsumexp over [outer, r, inner] of any r: the softmax pairs, a max,
+ * then out per line. */
+VKB_HIDDEN size_t vkb_tree_lse_scratch(int64_t lines, int64_t r);
+VKB_HIDDEN ag_status vkb_tree_lse(ag_bstream *s, uint64_t scratch, uint64_t out, uint64_t x, ag_dtype dt,
+                                  int64_t outer, int64_t r, int64_t inner);
+/* Softmax (variant AG_KV_SOFTMAX or AG_KV_LOG_SOFTMAX) of contiguous rows
+ * of any length: partial (max, sum) per chunk, a merge per row, then y. */
+VKB_HIDDEN size_t vkb_tree_softmax_scratch(int64_t rows, int64_t cols);
+VKB_HIDDEN ag_status vkb_tree_softmax(ag_bstream *s, uint64_t scratch, uint64_t y, uint64_t x, ag_dtype dt,
+                                      int variant, int64_t rows, int64_t cols);
 
 /* Portable numerics (vk_portable.c): the device probe (the vtable's
  * portable_check), whether a launch computes (op, sub, dtype) as

@@ -437,6 +437,18 @@ static ag_status vk_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
    * sums) are exact by nature */
   if (pmode(c) && a->variant == AG_R_SUM && !is_int(a->x->dtype))
     return vkb_portable_sum(s, oaddr(a->out), a->out->dtype, oaddr(a->x), a->x->dtype, outer, r, inner, a->scale);
+  /* long float lines: passes of work-group trees (vk_tree.c); the portable
+   * mode keeps its own kernels and their order */
+  if (!pmode(c) && !is_int(a->x->dtype) && r > (a->x->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) {
+    uint64_t scratch = 0;
+    size_t need = vkb_tree_scratch(outer * inner, r);
+    ag_status st = need ? vkb_scratch(s, need, &scratch) : AG_OK;
+    if (st != AG_OK) return st;
+    vkb_tree_red t = {.out = oaddr(a->out), .x = oaddr(a->x), .odt = a->out->dtype, .xdt = a->x->dtype,
+                      .op = a->variant, .outer = outer, .r = r, .inner = inner,
+                      .scale = a->variant == AG_R_SUM ? a->scale : 1.0, .f64 = a->x->dtype == AG_F64};
+    return vkb_tree_reduce(s, scratch, &t);
+  }
   if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per output, in order */
     ag_status st = loop_ok(s, c, r);
     if (st != AG_OK) return st;
@@ -495,6 +507,19 @@ static ag_status run_softmax(ag_bstream *s, const ag_kernel_call *c, const ag_ko
   args.k[6] = variant;
   args.n[0] = rows;
   args.n[1] = cols;
+  /* long rows: split over work-groups, a (max, sum) merge per row
+   * (vk_tree.c) */
+  if (bwd && !pmode(c) && cols > (y->dtype == AG_F64 ? 4096 : 4 * VKB_TREE_CHUNK)) {
+    uint64_t scratch;
+    ag_status st = vkb_scratch(s, vkb_tree_softmax_bwd_scratch(rows, cols), &scratch);
+    return st != AG_OK ? st
+                       : vkb_tree_softmax_bwd(s, scratch, oaddr(y), oaddr(x), oaddr(yf), y->dtype, variant, rows, cols);
+  }
+  if (!bwd && !pmode(c) && cols > (y->dtype == AG_F64 ? 4096 : 4 * VKB_TREE_CHUNK)) {
+    uint64_t scratch;
+    ag_status st = vkb_scratch(s, vkb_tree_softmax_scratch(rows, cols), &scratch);
+    return st != AG_OK ? st : vkb_tree_softmax(s, scratch, oaddr(y), oaddr(x), y->dtype, variant, rows, cols);
+  }
   if (y->dtype == AG_F64) { /* f64.comp: an invocation per row */
     ag_status st = loop_ok(s, c, 3 * cols);
     if (st != AG_OK) return st;
@@ -714,6 +739,24 @@ static ag_status vk_k_var(ag_bstream *s, const ag_k_var *a) {
   args.n[0] = outer;
   args.n[1] = r;
   args.n[2] = inner;
+  if (!pmode(c) && r > (a->x->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) {
+    /* long lines: the mean, then the squares about it, each by tree passes */
+    bool f64 = a->x->dtype == AG_F64;
+    int64_t rows = outer * inner;
+    size_t mbytes = ((size_t)rows * 8u + 255u) / 256u * 256u;
+    uint64_t scratch;
+    ag_status st = vkb_scratch(s, mbytes + vkb_tree_scratch(rows, r), &scratch);
+    if (st != AG_OK) return st;
+    vkb_tree_red t = {.out = scratch, .x = oaddr(a->x), .odt = f64 ? AG_F64 : AG_F32, .xdt = a->x->dtype,
+                      .op = AG_R_SUM, .outer = outer, .r = r, .inner = inner, .scale = 1.0 / (double)r, .f64 = f64};
+    if ((st = vkb_tree_reduce(s, scratch + mbytes, &t)) != AG_OK) return st;
+    t.mean = scratch;
+    t.out = oaddr(a->out);
+    t.odt = a->out->dtype;
+    t.scale = d > 0 ? 1.0 / d : INFINITY;
+    t.sqrt = a->variant == AG_KV_STD;
+    return vkb_tree_reduce(s, scratch + mbytes, &t);
+  }
   if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per output */
     ag_status st = loop_ok(s, c, 2 * r);
     if (st != AG_OK) return st;
@@ -731,6 +774,13 @@ static ag_status vk_k_var(ag_bstream *s, const ag_k_var *a) {
 static ag_status vk_k_cumsum(ag_bstream *s, const ag_k_cumsum *a) {
   int64_t outer = a->outer, r = a->r, inner = a->inner;
   if (!outer || !r || !inner) return AG_OK;
+  if (!pmode(a->call) && r > (a->x->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) { /* a multi-pass scan */
+    uint64_t scratch;
+    ag_status st = vkb_scratch(s, vkb_tree_cumsum_scratch(outer * inner, r), &scratch);
+    return st != AG_OK ? st
+                       : vkb_tree_cumsum(s, scratch, oaddr(a->out), oaddr(a->x), a->x->dtype, a->variant, outer, r,
+                                         inner);
+  }
   if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per line */
     ag_status st = loop_ok(s, a->call, r);
     if (st != AG_OK) return st;
@@ -1059,6 +1109,79 @@ static void mat_dims(const ag_koperand *o, int64_t *b, int64_t *r, int64_t *cc, 
   *sc = o->strides[nd - 1];
 }
 
+/* Inner dimensions past VKB_SPLIT_K are split: the K chunks of each
+ * batch's product go to the scratch buffer as the batches of one GEMM
+ * dispatch ([S, M, N] partials in f32, f64 for f64), then a tree pass sums
+ * them in a fixed order into C with alpha and beta. No invocation walks
+ * more than `kc` steps of K. */
+#define VKB_SPLIT_K ((int64_t)1 << 17)
+static ag_status matmul_split_k(ag_bstream *s, const ag_k_matmul *a, int64_t B, int64_t M, int64_t K, int64_t N,
+                                int64_t xb, int64_t xr, int64_t xc, int64_t yb, int64_t yr, int64_t yc) {
+  const ag_koperand *o = a->c, *x = a->a, *y = a->b;
+  bool d = o->dtype == AG_F64;
+  size_t es = d ? 8 : 4;
+  /* chunks of 64K, longer where the partials would pass 256 MiB */
+  int64_t kc = (int64_t)1 << 16, mn = M * N;
+  int64_t smax = (int64_t)((((size_t)256 << 20) / es) / (size_t)mn);
+  if (smax < 2) smax = 2;
+  if ((K + kc - 1) / kc > smax) kc = ((K + smax - 1) / smax + 15) / 16 * 16;
+  int64_t S = (K + kc - 1) / kc, last = K - (S - 1) * kc;
+  size_t part_bytes = (size_t)(S * mn) * es;
+  size_t need = part_bytes + vkb_tree_scratch(1, S);
+  uint64_t scratch;
+  ag_status st = vkb_scratch(s, need, &scratch);
+  for (int64_t b = 0; b < B && st == AG_OK; b++) {
+    /* chunk q of K is batch q: A advanced by kc columns, B by kc rows */
+    vkb_args g = {0};
+    g.p[0] = scratch;
+    g.p[1] = oaddr(x) + (uint64_t)(b * xb) * dsize(x->dtype);
+    g.p[2] = oaddr(y) + (uint64_t)(b * yb) * dsize(y->dtype);
+    g.k[0] = d ? AG_F64 : AG_F32;
+    g.k[1] = x->dtype;
+    g.k[2] = y->dtype;
+    g.n[0] = M;
+    g.n[1] = N;
+    g.n[3] = kc * xc;
+    g.n[4] = xr;
+    g.n[5] = xc;
+    g.n[6] = kc * yr;
+    g.n[7] = yr;
+    g.n[8] = yc;
+    g.f[0] = 1.0f;
+    g.k[3] = 0;
+    g.k[4] = 0;
+    memcpy(&g.n[46], &(double){1.0}, 8);
+    for (int pass = 0; pass < 2 && st == AG_OK; pass++) {
+      /* the S - 1 full chunks, then the last (shorter) one */
+      int64_t nb = pass == 0 ? S - 1 : 1, q0 = pass == 0 ? 0 : S - 1;
+      if (!nb) continue;
+      vkb_args h = g;
+      h.n[2] = pass == 0 ? kc : last;
+      h.p[0] += (uint64_t)(q0 * mn) * es;
+      h.p[1] += (uint64_t)(q0 * kc * xc) * dsize(x->dtype);
+      h.p[2] += (uint64_t)(q0 * kc * yr) * dsize(y->dtype);
+      if (d) {
+        h.n[9] = nb;
+        st = vkb_dispatch1(s, VKS_GEMM_D, 0, &h, nb * mn);
+        continue;
+      }
+      int64_t tx = (N + 63) / 64, ty = (M + 63) / 64;
+      const VkPhysicalDeviceLimits *lim = &s->d->props.limits;
+      if (tx > (int64_t)lim->maxComputeWorkGroupCount[0] || ty > (int64_t)lim->maxComputeWorkGroupCount[1] ||
+          nb > (int64_t)lim->maxComputeWorkGroupCount[2])
+        return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: a split matmul of [%lld x %lld] exceeds the dispatch limits",
+                            (long long)M, (long long)N);
+      st = vkb_dispatch(s, VKS_GEMM, 0, &h, (uint32_t)tx, (uint32_t)ty, (uint32_t)nb);
+    }
+    if (st != AG_OK) break;
+    vkb_tree_red t = {.out = oaddr(o) + (uint64_t)(b * mn) * dsize(o->dtype), .x = scratch, .odt = o->dtype,
+                      .xdt = d ? AG_F64 : AG_F32, .op = AG_R_SUM, .outer = 1, .r = S, .inner = mn,
+                      .scale = a->alpha, .beta = a->beta, .f64 = d};
+    st = vkb_tree_reduce(s, scratch + part_bytes, &t);
+  }
+  return st;
+}
+
 static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
   const ag_koperand *o = a->c, *x = a->a, *y = a->b;
   int64_t B, M, K, N, xb, xr, xc, yb, yr, yc, t0, t1, t2;
@@ -1072,6 +1195,18 @@ static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
     if (a->beta == 0) return run_fill(s, o, 0.0);
     return run_unary(s, o, o, AG_U_AFFINE, a->beta, 0.0);
   }
+  if (!pmode(a->call) && K > VKB_SPLIT_K && M * N <= 64) { /* a dot product per output, tree passes */
+    uint64_t scratch = 0;
+    size_t need = vkb_tree_scratch(B * M * N, K);
+    ag_status st = need ? vkb_scratch(s, need, &scratch) : AG_OK;
+    if (st != AG_OK) return st;
+    vkb_tree_red t = {.out = oaddr(o), .x = oaddr(x), .odt = o->dtype, .xdt = x->dtype, .op = AG_R_SUM,
+                      .outer = B * M * N, .r = K, .inner = 1, .scale = a->alpha, .beta = a->beta,
+                      .f64 = o->dtype == AG_F64, .dot = true, .y = oaddr(y), .ydt = y->dtype, .M = M, .N = N,
+                      .xs = {B > 1 ? xb : 0, xr, xc}, .ys = {B > 1 ? yb : 0, yr, yc}};
+    return vkb_tree_reduce(s, scratch, &t);
+  }
+  if (!pmode(a->call) && K > VKB_SPLIT_K) return matmul_split_k(s, a, B, M, K, N, xb, xr, xc, yb, yr, yc);
   ag_status lst = loop_ok(s, a->call, o->dtype == AG_F64 ? K : (K + 15) / 16);
   if (lst != AG_OK) return lst;
   vkb_args args = {0};

@@ -49,6 +49,12 @@ static vkb_args r2_line_args(const ag_koperand *y, const ag_koperand *x, int64_t
 ag_status vk_k_logsumexp(ag_bstream *s, const ag_k_logsumexp *a) {
   if (!a->outer || !a->inner) return AG_OK;
   if (a->call->flags & AG_KF_PORTABLE) return vkb_portable_lse(s, a);
+  if (a->r > (a->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) { /* long lines: tree passes (vk_tree.c) */
+    uint64_t scratch;
+    ag_status st = vkb_scratch(s, vkb_tree_lse_scratch(a->outer * a->inner, a->r), &scratch);
+    if (st != AG_OK) return st;
+    return vkb_tree_lse(s, scratch, r2_addr(a->out), r2_addr(a->x), a->dtype, a->outer, a->r, a->inner);
+  }
   vkb_args v = r2_line_args(a->out, a->x, a->outer, a->r, a->inner, a->dtype);
   if (r2_use_rows(a->r, a->inner))
     return r2_rows(s, a->call->name, a->dtype == AG_F64 ? VKS_LOGSUMEXP_ROWS_D : VKS_LOGSUMEXP_ROWS, &v, a->outer * a->inner, a->r, 2);
