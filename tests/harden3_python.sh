@@ -13,7 +13,7 @@ if ! "$py" -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path
   exit 77
 fi
 rm -rf "$work" && mkdir -p "$work/pkg/anygrad"
-cp "$src"/python/anygrad/*.py "$src"/python/anygrad/_fast.c "$src"/include/anygrad/optable.h "$work/pkg/anygrad/"
+cp -r "$src"/python/anygrad/. "$work/pkg/anygrad/" && rm -rf "$work/pkg/anygrad/__pycache__" "$work"/pkg/anygrad/*.so && cp "$src"/include/anygrad/optable.h "$work/pkg/anygrad/"
 cp "$src/python/tests/test_harden3.py" "$work/"
 (cd "$work/pkg" && "$py" -c 'from setuptools import Extension, setup
 setup(name="anygrad-fast", ext_modules=[Extension("anygrad._fast", ["anygrad/_fast.c"])],

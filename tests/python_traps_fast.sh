@@ -13,7 +13,7 @@ if ! "$py" -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path
   exit 77
 fi
 rm -rf "$work" && mkdir -p "$work/anygrad" "$work/tests"
-cp "$src"/python/anygrad/*.py "$src"/python/anygrad/_fast.c "$src"/include/anygrad/optable.h "$work/anygrad/"
+cp -r "$src"/python/anygrad/. "$work/anygrad/" && rm -rf "$work/anygrad/__pycache__" "$work"/anygrad/*.so && cp "$src"/include/anygrad/optable.h "$work/anygrad/"
 cp "$src/python/tests/conftest.py" "$src/python/tests/test_traps.py" "$work/tests/"
 (cd "$work" && "$py" -c 'from setuptools import Extension, setup
 setup(name="anygrad-fast", ext_modules=[Extension("anygrad._fast", ["anygrad/_fast.c"])],

@@ -439,8 +439,9 @@ ag_tensor *ag_index_select_host(ag_tensor *x, int dim, ag_tensor *index) {
   static const char name[] = "ag_index_select_host";
   ag_tensor *in[2] = {x, index};
   if (ag__null_args(name, 2, in)) return NULL;
-  if (ag_tensor_device(index).backend != AG_BACKEND_CPU) {
-    ag_error_set(AG_ERR_DEVICE, "%s: the index must be on the cpu", name);
+  ag_backend_info bi; /* the index is read where it lies: host memory this process addresses (the cpu's) */
+  if (ag_backend_info_get(ag_tensor_device(index).backend, &bi) != AG_OK || !bi.host_memory || !bi.addressable) {
+    ag_error_set(AG_ERR_DEVICE, "%s: the index must be on the cpu (host memory)", name);
     return NULL;
   }
   if ((index->dtype != AG_I32 && index->dtype != AG_I64) || index->ndim != 1 || x->ndim == 0) {
