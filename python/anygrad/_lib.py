@@ -349,14 +349,20 @@ _DECLS = {
 }
 
 MISSING = []
-for _name, (_res, _args) in _DECLS.items():
-    try:
-        _f = getattr(lib, _name)
-    except AttributeError:
-        MISSING.append(_name)
-        continue
-    _f.restype = _res
-    _f.argtypes = _args
+
+
+def _bind(entries):
+    """Declares each (name, restype, argtypes) of the library; a name the
+    library lacks (an older libanygrad) goes to MISSING."""
+    for name, res, args in entries:
+        f = getattr(lib, name, None)
+        if f is None:
+            MISSING.append(name)
+        else:
+            f.restype, f.argtypes = res, args
+
+
+_bind((n, r, a) for n, (r, a) in _DECLS.items())
 
 # training toolkit: parameter groups, schedules, initialisers, threads, generator state
 _TRAIN_DECLS = {
@@ -382,14 +388,7 @@ _TRAIN_DECLS = {
     "ag_generator_set_state": (None, [P, c_uint64, c_uint64]),
     "ag_safetensors_meta": (c_char_p, [P, c_char_p]),
 }
-for _name, (_res, _args) in _TRAIN_DECLS.items():
-    try:
-        _f = getattr(lib, _name)
-    except AttributeError:
-        MISSING.append(_name)
-        continue
-    _f.restype = _res
-    _f.argtypes = _args
+_bind((n, r, a) for n, (r, a) in _TRAIN_DECLS.items())
 
 # The category array's length comes from the library (AG_MEM_CATEGORY_COUNT).
 _n_cat = 0
@@ -537,7 +536,7 @@ class Llama(Structure):  # include/anygrad/llama.h: ag_llama
                 ("rope_cos", c_void_p), ("rope_sin", c_void_p), ("params", ParamList)]
 
 
-for _name, _res, _args in (
+_bind((
         ("ag_gpt_init", c_int, [POINTER(Gpt), POINTER(GptConfig), Device, c_int, c_void_p]),
         ("ag_gpt_forward", c_void_p, [POINTER(Gpt), c_void_p, c_bool, c_void_p]),
         ("ag_gpt_free", None, [POINTER(Gpt)]),
@@ -545,38 +544,23 @@ for _name, _res, _args in (
         ("ag_llama_forward", c_void_p, [POINTER(Llama), c_void_p, c_bool, c_void_p]),
         ("ag_llama_save", c_int, [POINTER(Llama), c_char_p]),
         ("ag_llama_load", c_int, [POINTER(Llama), c_char_p]),
-        ("ag_llama_free", None, [POINTER(Llama)])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
+        ("ag_llama_free", None, [POINTER(Llama)])))
 
 
 # ---- nn modules and functional (anygrad.nn, anygrad.nn.functional) ----
-for _name, _res, _args in (
+_bind((
         ("ag_group_norm", T, [T, c_int64, T, T, c_double]),
         ("ag_conv1d", T, [T, T, T, c_int, c_int, c_int, c_int]),
         ("ag_pad", T, [T, POINTER(c_int64), c_int, c_int, c_double]),
         ("ag_interpolate", T, [T, c_int64, c_int64, c_double, c_double, c_int, c_bool]),
         ("ag_one_hot", T, [T, c_int64]),
-        ("ag_norm", T, [T, c_double, c_int, POINTER(c_int), c_bool])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
+        ("ag_norm", T, [T, c_double, c_int, POINTER(c_int), c_bool])))
 
 # ---- tensor methods, autograd.grad, gradient hooks, grad_fn (_tensor_extra.py, autograd.py) ----
-for _name, _res, _args in (
+_bind((
         ("ag_sort", c_int, [T, c_int, c_bool, POINTER(c_void_p), POINTER(c_void_p)]),
-        ("ag_argsort", T, [T, c_int, c_bool])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
-for _name, _res, _args in (
+        ("ag_argsort", T, [T, c_int, c_bool])))
+_bind((
         ("ag_autograd_grad", c_int, [c_int, POINTER(c_void_p), POINTER(c_void_p), c_int, POINTER(c_void_p),
                                      c_bool, c_bool, POINTER(c_void_p)]),
         ("ag_tensor_add_grad_pre_hook", c_int, [T, c_void_p, c_void_p, c_void_p, POINTER(c_uint64)]),
@@ -585,26 +569,16 @@ for _name, _res, _args in (
         ("ag_grad_node_retain", c_void_p, [c_void_p]), ("ag_grad_node_release", None, [c_void_p]),
         ("ag_grad_node_name", c_char_p, [c_void_p]), ("ag_grad_node_input_count", c_int, [c_void_p]),
         ("ag_grad_node_next", c_void_p, [c_void_p, c_int, POINTER(c_void_p)]),
-        ("ag_custom_record", c_int, [T, c_char_p, c_int, POINTER(c_void_p), c_void_p, c_void_p, c_void_p])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
+        ("ag_custom_record", c_int, [T, c_char_p, c_int, POINTER(c_void_p), c_void_p, c_void_p, c_void_p])))
 lib.ag_error_set.restype = c_int  # variadic: (status, b"%s", message)
 
 # ---- indexing and NumPy sharing (anygrad/_index.py, from_numpy) ----
 DELETER = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)  # ag_deleter_fn
-for _name, _res, _args in (
+_bind((
         ("ag_index_add", c_void_p, [c_void_p, c_int, c_void_p, c_void_p, c_double]),
         ("ag_result_type", c_int, [T, T]),
         ("ag_from_blob", c_void_p, [Device, c_int, c_int, POINTER(c_int64), POINTER(c_int64), c_void_p,
-                                    DELETER, c_void_p])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
+                                    DELETER, c_void_p])))
 
 # ---- the host-staging loader (include/anygrad/loader.h), for anygrad.utils.data ----
 LOADER_MAX_FIELDS = 8
@@ -634,21 +608,16 @@ class LoaderBatchInfo(Structure):
                 ("bucket", c_int64 * LOADER_MAX_FIELDS)]
 
 
-for _name, _res, _args in (
+_bind((
         ("ag_loader_create", c_void_p, [POINTER(LoaderConfig)]),
         ("ag_loader_next", c_int, [c_void_p, POINTER(c_void_p), POINTER(LoaderBatchInfo)]),
         ("ag_loader_batches_per_epoch", c_int64, [c_void_p]),
         ("ag_loader_destroy", None, [c_void_p]),
         ("ag_loader_batch_data", c_void_p, [c_void_p, c_int]),
-        ("ag_loader_batch_shape", POINTER(c_int64), [c_void_p, c_int])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
+        ("ag_loader_batch_shape", POINTER(c_int64), [c_void_p, c_int])))
 
 # ---- the Hugging Face layout (include/anygrad/pretrained.h, docs/export.md) ----
-for _name, _res, _args in (
+_bind((
         ("ag_llama_save_pretrained", c_int, [POINTER(Llama), c_void_p, c_char_p]),
         ("ag_llama_load_pretrained", c_int, [c_char_p, Device, POINTER(Llama), POINTER(c_void_p)]),
         ("ag_llama_read_config", c_int, [c_char_p, POINTER(LlamaConfig)]),
@@ -656,30 +625,15 @@ for _name, _res, _args in (
         ("ag_bpe_load", c_int, [c_char_p, POINTER(c_void_p)]),
         ("ag_bpe_load_hf", c_int, [c_char_p, POINTER(c_void_p)]),
         ("ag_bpe_save_hf", c_int, [c_void_p, c_char_p]),
-        ("ag_bpe_free", None, [c_void_p])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
+        ("ag_bpe_free", None, [c_void_p])))
 
 # ---- scatter, deterministic mode (_first_hour.py), in-place arithmetic (_ops.py) ----
-for _name, _res, _args in (
+_bind((
         ("ag_scatter_add", c_void_p, [c_void_p, c_int, c_void_p, c_void_p]),
         ("ag_get_deterministic", c_bool, []),
         ("ag_add_", c_int, [c_void_p, c_void_p]), ("ag_sub_", c_int, [c_void_p, c_void_p]),
-        ("ag_mul_", c_int, [c_void_p, c_void_p]), ("ag_div_", c_int, [c_void_p, c_void_p])):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
+        ("ag_mul_", c_int, [c_void_p, c_void_p]), ("ag_div_", c_int, [c_void_p, c_void_p])))
 
 # ---- x[idx] with a host index in one call (_index.py) ----
-for _name, _res, _args in (
-        ("ag_index_select_host", c_void_p, [c_void_p, c_int, c_void_p]),):
-    _f = getattr(lib, _name, None)
-    if _f is None:
-        MISSING.append(_name)
-    else:
-        _f.restype, _f.argtypes = _res, _args
+_bind((
+        ("ag_index_select_host", c_void_p, [c_void_p, c_int, c_void_p]),))
