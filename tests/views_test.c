@@ -84,6 +84,42 @@ static void views_share_storage(void **state) {
   ag_tensor_release(col);
 }
 
+/* ag_clone: never a view (a write to the copy leaves the source), the
+ * dtype and every bit kept (-0.0, NaN payload), a NULL refused. */
+static void clone_copies(void **state) {
+  const float src[4] = {-0.0f, 1.5f, 0, 3};
+  float in[4];
+  memcpy(in, src, sizeof in);
+  const uint32_t payload = 0x7fc01234u; /* a quiet NaN with a payload */
+  memcpy(&in[2], &payload, sizeof payload);
+  ag_tensor *a = ag_from_host(AG_CPU, AG_F32, 1, (int64_t[]){4}, in);
+  assert_non_null(a);
+  ag_tensor *c = ag_clone(a);
+  assert_non_null(c);
+  assert_int_equal(ag_tensor_dtype(c), AG_F32);
+  assert_int_equal(ag_fill_(a, 7), AG_OK); /* the source changes, the clone does not */
+  float out[4];
+  assert_int_equal(ag_to_host(c, out, sizeof out), AG_OK);
+  assert_memory_equal(out, in, sizeof out);
+  ag_tensor_release(c);
+  /* a transposed view: the clone is contiguous, row-major in the view's order */
+  ag_tensor *m = iota(2, (int64_t[]){2, 3});
+  ag_tensor *t = ag_transpose(m, 0, 1);
+  ag_tensor *tc = ag_clone(t);
+  assert_true(ag_tensor_is_contiguous(tc));
+  float tv[6];
+  assert_int_equal(ag_to_host(tc, tv, sizeof tv), AG_OK);
+  const float want[6] = {0, 3, 1, 4, 2, 5};
+  assert_memory_equal(tv, want, sizeof tv);
+  ag_tensor_release(tc);
+  ag_tensor_release(t);
+  ag_tensor_release(m);
+  ag_tensor_release(a);
+  assert_null(ag_clone(NULL));
+  assert_int_equal(ag_last_status(), AG_ERR_INVALID);
+  ag_error_clear();
+}
+
 static void refcount(void **state) {
   int64_t live = ag_live_tensors();
   ag_tensor *a = ag_ones(AG_CPU, AG_F32, 1, (int64_t[]){8});
@@ -271,6 +307,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(view_metadata),
       cmocka_unit_test(views_share_storage),
+      cmocka_unit_test(clone_copies),
       cmocka_unit_test(refcount),
       cmocka_unit_test(scopes),
       cmocka_unit_test(scopes_with_identity_results),

@@ -333,20 +333,30 @@ ag_tensor *ag__alias(ag_tensor *t) {
   return record_view(r, t, AG_G_VIEW, &p);
 }
 
-ag_tensor *ag_contiguous(ag_tensor *t) {
-  if (ag__bad_tensor(t, "ag_contiguous")) return NULL;
-  if (ag_tensor_is_contiguous(t)) return ag__alias(t);
+/* A new contiguous tensor holding t's values bit for bit; identity for
+ * autograd (a view-shaped node with the same shape). */
+static ag_tensor *copy_of(ag_tensor *t, const char *fn) {
   ag_tensor *r = ag__tensor_new(ag__ds(t), t->dtype, t->ndim, t->shape);
   if (!r) return NULL;
   ag_koperand src;
   ag__operand(&src, t);
-  if (t->numel && launch_copy(r, &src, "ag_contiguous") != AG_OK) {
+  if (t->numel && launch_copy(r, &src, fn) != AG_OK) {
     ag_tensor_release(r);
     return NULL;
   }
-  /* Identity for autograd: a view-shaped node with the same shape. */
   ag_gparams p = shape_params(t);
   return record_view(r, t, AG_G_VIEW, &p);
+}
+
+ag_tensor *ag_contiguous(ag_tensor *t) {
+  if (ag__bad_tensor(t, "ag_contiguous")) return NULL;
+  if (ag_tensor_is_contiguous(t)) return ag__alias(t);
+  return copy_of(t, "ag_contiguous");
+}
+
+ag_tensor *ag_clone(ag_tensor *t) {
+  if (ag__bad_tensor(t, "ag_clone")) return NULL;
+  return copy_of(t, "ag_clone");
 }
 
 ag_tensor *ag_cast(ag_tensor *t, ag_dtype dt) {

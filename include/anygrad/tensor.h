@@ -282,6 +282,12 @@ AG_API ag_tensor *ag_squeeze(ag_tensor *t, int dim);
 /* A contiguous tensor with t's values: a view of t when t is already
  * contiguous, else a copy. Always a new reference. */
 AG_API ag_tensor *ag_contiguous(ag_tensor *t);
+/* A new contiguous tensor on t's device with t's dtype and values, bit for
+ * bit (-0.0 and NaN payloads kept), never a view; autograd passes the
+ * gradient through unchanged. Returns a new reference owned by the caller,
+ * or NULL with AG_ERR_INVALID for a NULL or released t, AG_ERR_OOM when the
+ * device memory is exhausted (t is unchanged either way). */
+AG_API ag_tensor *ag_clone(ag_tensor *t);
 
 /* ---- copies ---- */
 

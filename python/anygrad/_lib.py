@@ -269,7 +269,7 @@ _DECLS = {
     "ag_permute": (T, [T, POINTER(c_int)]),
     "ag_slice": (T, [T, c_int, c_int64, c_int64, c_int64]),
     "ag_expand": (T, [T, c_int, POINTER(c_int64)]), "ag_unsqueeze": (T, [T, c_int]),
-    "ag_squeeze": (T, [T, c_int]), "ag_contiguous": (T, [T]),
+    "ag_squeeze": (T, [T, c_int]), "ag_contiguous": (T, [T]), "ag_clone": (T, [T]),
     "ag_cast": (T, [T, c_int]), "ag_to_device": (T, [T, Device]),
     "ag_copy_": (c_int, [T, T]), "ag_fill_": (c_int, [T, c_double]),
     # ops beyond the table

@@ -660,8 +660,35 @@ class Tensor:
         return _wrap(lib.ag_contiguous(self._handle), "contiguous")
 
     def clone(self):
-        # x + 0 is a copy that keeps the autograd graph (as torch.clone)
-        return _wrap(lib.ag_add_scalar(self._handle, 0.0), "clone")
+        """A copy with this tensor's dtype and values bit for bit, on its
+        device, that keeps the autograd graph (as torch.clone)."""
+        return _wrap(lib.ag_clone(self._handle), "clone")
+
+    # -- copy and pickle: copy.copy aliases the storage (a new reference, as
+    # torch); copy.deepcopy and pickle copy the values. A module's shared
+    # parameters stay shared in its deep copy (deepcopy's memo).
+    def __copy__(self):
+        return _wrap(lib.ag_tensor_retain(self._handle), "copy.copy")
+
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol; detach() it first")
+        d = self.detach()
+        y = _wrap(lib.ag_clone(d._handle), "copy.deepcopy")
+        if self.requires_grad:
+            y.requires_grad = True
+        from . import nn as _nn  # a frozen Parameter stays a parameter in the copy
+        if _nn._PARAMS.get(id(self)) is self:
+            _nn._PARAMS[id(y)] = y
+        return y
+
+    def __reduce_ex__(self, protocol):
+        if self.dtype is bfloat16:  # exact through float32 both ways
+            arr = self.float().numpy()
+        else:
+            arr = self.numpy()
+        return (_rebuild, (arr, self.dtype.name, str(self.device), self.requires_grad))
 
     def detach(self):
         return _wrap(lib.ag_detach(self._handle), "detach")
@@ -904,6 +931,15 @@ class Tensor:
 
 
 _new = object.__new__
+
+
+def _rebuild(arr, dtype_name, device, requires_grad):
+    """Tensor.__reduce_ex__'s inverse (pickle): the values on the device
+    they were saved from (an error naming it when it is absent here)."""
+    t = tensor(arr, dtype=_dtype_by_name(dtype_name), device=device)
+    if requires_grad:
+        t.requires_grad = True
+    return t
 
 
 class Size(tuple):
