@@ -5,7 +5,7 @@
 # release only, one at a time.
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(NOT AG_SANITIZE AND TARGET anygrad-cli AND AG_HAVE_MPI AND AG_MPIEXEC AND Python3_Interpreter_FOUND)
-  foreach(_case kill min_hosts rejoin restarts usage)
+  foreach(_case kill min_hosts rejoin stall restarts usage)
     add_test(NAME elastic_${_case}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/elastic_cli.py $<TARGET_FILE:anygrad-cli>
                      ${AG_MPIEXEC} ${CMAKE_CURRENT_BINARY_DIR}/elastic_${_case} ${_case})

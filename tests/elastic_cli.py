@@ -16,6 +16,9 @@ unreachable host does; mpirun starts its daemons through the same agent.
              --min-hosts"; and a start with a host already dead likewise.
   rejoin     h3 dead at the start (2 ranks); at step KILL_AT h3 comes back and
              rank 1 is killed with its host alive: the restart runs 3 ranks.
+  stall      rank 1 stopped (SIGSTOP, as a host whose link is down) and h2
+             marked dead: --stall-timeout 3 ends the attempt, the restart runs
+             with h1 and h3.
   restarts   a command that always fails: --max-restarts 1 stops after two
              attempts, exit 1.
   usage      --help, usage errors (exit 2), an mpirun that does not exist.
@@ -68,10 +71,10 @@ def beat(path):
     return int(w[2]), int(w[6])
 
 
-def launch(anygrad, mpirun, work, hosts, extra=(), kill=None, revive=None, timeout=180):
+def launch(anygrad, mpirun, work, hosts, extra=(), kill=None, revive=None, timeout=180, sig=signal.SIGKILL):
     """Run the launcher; kill=(rank, host to mark dead or None) at step
-    KILL_AT; revive: a host to unmark at that moment. Returns (rc, output,
-    json or None, kill time)."""
+    KILL_AT with sig; revive: a host to unmark at that moment. Returns (rc,
+    output, json or None, kill time)."""
     agent, dead = make_agent(work)
     ck = os.path.join(work, "ck.safetensors")
     run_dir = os.path.join(work, "run")
@@ -94,7 +97,7 @@ def launch(anygrad, mpirun, work, hosts, extra=(), kill=None, revive=None, timeo
                     os.unlink(os.path.join(dead, revive))
                 if kill[1]:
                     open(os.path.join(dead, kill[1]), "w").close()
-                os.kill(b[0], signal.SIGKILL)
+                os.kill(b[0], sig)
                 t_kill = time.time()
                 print("# killed rank %d (pid %d) after its step %d" % (kill[0], b[0], b[1]))
         time.sleep(0.005)
@@ -178,6 +181,20 @@ def case_rejoin(anygrad, mpirun, work):
     print("# h3 dead at the start: 2 ranks; back when rank 1 was killed: the restart ran 3")
 
 
+def case_stall(anygrad, mpirun, work):
+    """A rank that stops (SIGSTOP: its host's link down) is not an exit:
+    the group waits at its next collective. --stall-timeout ends the attempt."""
+    rc, out, d, t_kill = launch(anygrad, mpirun, work, "h1,h2,h3", extra=["--stall-timeout", "3"], kill=(1, "h2"),
+                                sig=signal.SIGSTOP)
+    if t_kill is None or rc != 0 or "no heartbeat for 3.0 s" not in out:
+        fail("exit %d" % rc, out)
+    at = d["attempts"]
+    if not at[0]["stalled"] or [a["hosts"] for a in at] != [["h1", "h2", "h3"], ["h1", "h3"]]:
+        fail("attempts on %s, stalled %s" % ([a["hosts"] for a in at], at[0]["stalled"]), out)
+    print("# stopped rank: the attempt ended %.3f s after the stop, training again after %.3f s" %
+          (d["restarts"][0]["detected"] - t_kill, d["restarts"][0]["training_again"] - t_kill))
+
+
 def case_restarts(anygrad, mpirun, work):
     agent, _ = make_agent(work)
     js = os.path.join(work, "r.json")
@@ -220,7 +237,8 @@ def main():
         sys.exit(77)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    {"kill": kill_run, "min_hosts": case_min_hosts, "rejoin": case_rejoin, "restarts": case_restarts,
+    {"kill": kill_run, "min_hosts": case_min_hosts, "rejoin": case_rejoin, "stall": case_stall,
+     "restarts": case_restarts,
      "usage": case_usage}[case](anygrad, mpirun, work)
     print("ok: %s" % case)
 
