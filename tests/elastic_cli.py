@@ -71,7 +71,8 @@ def beat(path):
     return int(w[2]), int(w[6])
 
 
-def launch(anygrad, mpirun, work, hosts, extra=(), kill=None, revive=None, timeout=180, sig=signal.SIGKILL):
+def launch(anygrad, mpirun, work, hosts, extra=(), kill=None, revive=None, timeout=180, sig=signal.SIGKILL,
+           kill_at=KILL_AT):
     """Run the launcher; kill=(rank, host to mark dead or None) at step
     KILL_AT with sig; revive: a host to unmark at that moment. Returns (rc,
     output, json or None, kill time)."""
@@ -92,7 +93,7 @@ def launch(anygrad, mpirun, work, hosts, extra=(), kill=None, revive=None, timeo
     while p.poll() is None and time.time() < t_end:
         if kill and t_kill is None:
             b = beat(os.path.join(run_dir, "heartbeat.%d" % kill[0]))
-            if b and b[1] >= KILL_AT:
+            if b and b[1] >= kill_at:
                 if revive:
                     os.unlink(os.path.join(dead, revive))
                 if kill[1]:
@@ -117,11 +118,11 @@ def fail(msg, out=""):
     sys.exit("FAIL: %s\n---- output:\n%s" % (msg, out))
 
 
-def kill_run(anygrad, mpirun, work):
+def kill_run(anygrad, mpirun, work, kill_at=KILL_AT):
     """The kill case; returns its measurements (also for bench/elastic_bench.py)."""
-    rc, out, d, t_kill = launch(anygrad, mpirun, work, "h1,h2,h3", kill=(1, "h2"))
+    rc, out, d, t_kill = launch(anygrad, mpirun, work, "h1,h2,h3", kill=(1, "h2"), kill_at=kill_at)
     if t_kill is None:
-        fail("rank 1 never reached step %d" % KILL_AT, out)
+        fail("rank 1 never reached step %d" % kill_at, out)
     if rc != 0 or not d or d["result"] != "ok":
         fail("the launcher did not finish (exit %d)" % rc, out)
     at = d["attempts"]
@@ -149,6 +150,8 @@ def kill_run(anygrad, mpirun, work):
              (len(a), len(b)), out)
     m = {"kill_to_detected_s": r["detected"] - t_kill, "kill_to_training_s": r["training_again"] - t_kill,
          "progress_to_training_s": r["seconds_to_training"], "steps_lost": r["steps_lost"],
+         "detected_to_restart_s": at[1]["start"] - r["detected"],
+         "restart_to_training_s": r["training_again"] - at[1]["start"],
          "from_step": r["from_step"], "last_step": r["last_step"], "bitwise_equal": a == b}
     print("# kill -> failure detected %.3f s, kill -> training again %.3f s (last progress -> training %.3f s); "
           "resumed at step %d of %d reached: %d steps lost; final checkpoint equal to the fresh 2-rank run" %

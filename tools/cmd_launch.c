@@ -45,7 +45,10 @@ static void usage(void) {
       "                       resumes from it, or from the start if there is none yet\n"
       "  --run-dir DIR        heartbeat files and the checkpoints restarts resumed from\n"
       "                       (DIR/restartK.safetensors); default PATH.launch\n"
-      "  --mpirun PATH        the MPI launcher (default mpirun)\n"
+      "  --mpirun PATH        the MPI launcher, Open MPI's (default mpirun); it is given\n"
+      "                       --mca odls_base_sigkill_timeout 0, so the ranks of a failed job are\n"
+      "                       killed at once rather than after a second's grace\n"
+      "  --mpirun-arg ARG     one more argument for mpirun, before the command (repeatable)\n"
       "  --probe-timeout S    seconds a probe may take before its host counts as lost (default 10)\n"
       "  --stall-timeout S    end an attempt whose heartbeats stopped for S seconds before the\n"
       "                       run's end (a host whose link is down; default 0: wait for mpirun)\n"
@@ -61,7 +64,7 @@ static void usage(void) {
 }
 
 enum { O_HOSTS = 256, O_AGENT, O_MIN_HOSTS, O_MAX_RESTARTS, O_CHECKPOINT, O_RUN_DIR, O_MPIRUN, O_PROBE_TIMEOUT,
-       O_STALL_TIMEOUT, O_JSON, O_HELP };
+       O_STALL_TIMEOUT, O_JSON, O_MPIRUN_ARG, O_HELP };
 
 static const struct option k_opts[] = {
     {"hosts", required_argument, NULL, O_HOSTS},
@@ -71,6 +74,7 @@ static const struct option k_opts[] = {
     {"checkpoint", required_argument, NULL, O_CHECKPOINT},
     {"run-dir", required_argument, NULL, O_RUN_DIR},
     {"mpirun", required_argument, NULL, O_MPIRUN},
+    {"mpirun-arg", required_argument, NULL, O_MPIRUN_ARG},
     {"probe-timeout", required_argument, NULL, O_PROBE_TIMEOUT},
     {"stall-timeout", required_argument, NULL, O_STALL_TIMEOUT},
     {"json", required_argument, NULL, O_JSON},
@@ -87,6 +91,8 @@ typedef struct launch_opts {
   int min_hosts, max_restarts;
   const char *checkpoint, *run_dir_opt, *mpirun, *json;
   double probe_timeout, stall_timeout;
+  char *mpirun_args[64]; /* --mpirun-arg, in order */
+  int n_mpirun_args;
   char **cmd; /* the command, argv-style */
   int n_cmd;
   char run_dir[4096];
@@ -163,6 +169,14 @@ static int parse(int argc, char **argv, launch_opts *o) {
       case O_CHECKPOINT: o->checkpoint = v; break;
       case O_RUN_DIR: o->run_dir_opt = v; break;
       case O_MPIRUN: o->mpirun = v; break;
+      case O_MPIRUN_ARG:
+        if (o->n_mpirun_args == 64) {
+          fprintf(stderr, "anygrad launch: at most 64 --mpirun-arg\n");
+          ok = false;
+        } else {
+          o->mpirun_args[o->n_mpirun_args++] = (char *)v;
+        }
+        break;
       case O_PROBE_TIMEOUT: ok = ag_cli_f64(C, "probe-timeout", v, 0.01, 3600, &o->probe_timeout); break;
       case O_STALL_TIMEOUT: ok = ag_cli_f64(C, "stall-timeout", v, 0, 1e6, &o->stall_timeout); break;
       case O_JSON: o->json = v; break;
@@ -188,8 +202,8 @@ static int parse(int argc, char **argv, launch_opts *o) {
   }
   o->cmd = argv + dd + 1;
   o->n_cmd = argc - dd - 1;
-  if (o->n_cmd > MAX_ARGS - 64) {
-    fprintf(stderr, "anygrad launch: the command has more than %d words\n", MAX_ARGS - 64);
+  if (o->n_cmd > MAX_ARGS - 96) {
+    fprintf(stderr, "anygrad launch: the command has more than %d words\n", MAX_ARGS - 96);
     return AG_EXIT_USAGE;
   }
   if (o->agent_str) {
@@ -416,6 +430,12 @@ static bool run_attempt(const launch_opts *o, attempt *a, int number) {
     argv[n++] = "plm_rsh_agent";
     argv[n++] = (char *)o->agent_str;
   }
+  /* A failed job's ranks go at once: nothing of theirs needs a grace
+   * period (checkpoints are replaced atomically). */
+  argv[n++] = "--mca";
+  argv[n++] = "odls_base_sigkill_timeout";
+  argv[n++] = "0";
+  for (int i = 0; i < o->n_mpirun_args; i++) argv[n++] = o->mpirun_args[i];
   for (int i = 0; i < o->n_cmd; i++) argv[n++] = o->cmd[i];
   argv[n++] = "--heartbeat";
   argv[n++] = hb;
