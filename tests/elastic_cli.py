@@ -229,6 +229,15 @@ def case_usage(anygrad, mpirun, work):
     run(["--hosts", "h1", "--max-restarts", "-1", *cmd], 2, "--max-restarts expects")
     run(["--hosts", "h1", "--bogus", *cmd], 2, "unknown option")
     run(["--hosts", "h1", "--", anygrad, "train", "--dist", "mpi"], 2, "no checkpoint to restart from")
+    # the options of anygrad train the launcher relies on
+    p = subprocess.run([anygrad, "train", "--heartbeat", "", "--steps", "1"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, env=env(), timeout=60, text=True)
+    if p.returncode != 2 or "--heartbeat must not be empty" not in p.stdout:
+        fail("train --heartbeat '': exit %d" % p.returncode, p.stdout)
+    p = subprocess.run([anygrad, "train", "--save-every", "-1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       env=env(), timeout=60, text=True)
+    if p.returncode != 2 or "--save-every expects" not in p.stdout:
+        fail("train --save-every -1: exit %d" % p.returncode, p.stdout)
     run(["--hosts", "h1", "--agent", agent, "--mpirun", os.path.join(work, "no-such-mpirun"),
          "--run-dir", os.path.join(work, "ur"), *cmd], 1, "cannot run")
 
