@@ -51,13 +51,15 @@ static void usage(void) {
       "  --mpirun-arg ARG     one more argument for mpirun, before the command (repeatable)\n"
       "  --probe-timeout S    seconds a probe may take before its host counts as lost (default 10)\n"
       "  --stall-timeout S    end an attempt whose heartbeats stopped for S seconds before the\n"
-      "                       run's end (a host whose link is down; default 0: wait for mpirun)\n"
+      "                       run's end, once the first has come (a host whose link is down;\n"
+      "                       default 0: wait for mpirun)\n"
       "  --json PATH          write the attempts, restarts and their timings as JSON\n\n"
       "To each attempt's command the launcher appends `--heartbeat DIR/heartbeat` (each rank\n"
       "rewrites DIR/heartbeat.RANK after every step) and, when restarting from a checkpoint,\n"
       "`--resume DIR/restartK.safetensors` (a hard link to the checkpoint as it was then). Each\n"
-      "event is printed with its time; at the end, for every restart: the time from the last\n"
-      "progress before the loss to its detection and to training again, and the steps lost.\n"
+      "event is printed with its time; at the end, for every restart: the time from the failed\n"
+      "attempt's last heartbeat to the failure's detection and to training again, and the steps\n"
+      "lost.\n"
       "The heartbeat and checkpoint paths must be on storage every host sees.\n"
       "Exit status: 0 the job finished, 1 it could not (fewer than --min-hosts hosts, more than\n"
       "--max-restarts failures, a usage error of the command), 2 usage error.\n");
@@ -445,7 +447,10 @@ static bool run_attempt(const launch_opts *o, attempt *a, int number) {
   }
   argv[n] = NULL;
   a->start = wall_s();
-  a->last_step = a->resume_step;
+  a->last_step = a->resume_step < 0 ? 0 : a->resume_step;
+  /* The stall clock is this host's: when a newer heartbeat was first seen
+   * (the heartbeats' own times come from the ranks' hosts' clocks). */
+  double newest = 0, newest_seen = 0;
   if (a->resume[0])
     event("attempt %d: %d host%s (%s), resuming from step %lld (%s)", number, a->n_hosts, a->n_hosts == 1 ? "" : "s",
           hostlist, a->resume_step, a->resume);
@@ -457,7 +462,6 @@ static bool run_attempt(const launch_opts *o, attempt *a, int number) {
     return false;
   }
   int status = 0;
-  bool ended = false;
   for (;;) {
     pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) break;
@@ -474,6 +478,10 @@ static bool run_attempt(const launch_opts *o, attempt *a, int number) {
       any = true;
       if (strcmp(b.state, "end")) all_end = false;
       if (b.time > a->last_beat) a->last_beat = b.time;
+      if (b.time > newest) {
+        newest = b.time;
+        newest_seen = wall_s();
+      }
       if (b.step > a->last_step) a->last_step = b.step;
       if (!a->training && b.step > (a->resume_step < 0 ? 0 : a->resume_step)) {
         a->training = b.time;
@@ -483,20 +491,17 @@ static bool run_attempt(const launch_opts *o, attempt *a, int number) {
     if (g_stop) {
       event("attempt %d: signal %d: ending mpirun", number, (int)g_stop);
       status = end_group(pid);
-      ended = true;
       break;
     }
-    if (o->stall_timeout > 0 && any && !all_end && wall_s() - a->last_beat > o->stall_timeout) {
+    if (o->stall_timeout > 0 && any && !all_end && wall_s() - newest_seen > o->stall_timeout) {
       event("attempt %d: no heartbeat for %.1f s (step %lld): ending mpirun", number, o->stall_timeout, a->last_step);
       a->stalled = 1;
       a->detected = wall_s();
       status = end_group(pid);
-      ended = true;
       break;
     }
     sleep_ms(20);
   }
-  (void)ended;
   a->end = wall_s();
   if (!a->detected) a->detected = a->end;
   a->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -597,7 +602,7 @@ static void summary(const launch_opts *o, const attempt *at, int n) {
     printf("  restart %d: hosts lost %s; %d -> %d hosts; resumed at step %lld, the last step reached was %lld "
            "(%lld steps lost)\n", i + 1, lost, a->n_hosts, b->n_hosts, from, a->last_step, a->last_step - from);
     if (a->last_beat > 0)
-      printf("             from the last progress: failure detected after %.3f s, training again after %s%.3f s\n",
+      printf("             from the last heartbeat: failure detected after %.3f s, training again after %s%.3f s\n",
              a->detected - a->last_beat, b->training > 0 ? "" : "(never) ",
              b->training > 0 ? b->training - a->last_beat : 0.0);
   }
