@@ -20,7 +20,8 @@ unreachable host does; mpirun starts its daemons through the same agent.
              marked dead: --stall-timeout 3 ends the attempt, the restart runs
              with h1 and h3.
   restarts   a command that always fails: --max-restarts 1 stops after two
-             attempts, exit 1.
+             attempts, exit 1; the file already at the checkpoint path (an
+             earlier run's) is not resumed from.
   usage      --help, usage errors (exit 2), an mpirun that does not exist.
 Exit 77 (skip) when the MPI module is not built."""
 import json
@@ -201,13 +202,17 @@ def case_stall(anygrad, mpirun, work):
 def case_restarts(anygrad, mpirun, work):
     agent, _ = make_agent(work)
     js = os.path.join(work, "r.json")
+    # a file already at the checkpoint path is an earlier run's: not resumed
+    stale = os.path.join(work, "stale.safetensors")
+    open(stale, "w").write("an earlier run's checkpoint")
     cmd = [anygrad, "launch", "--hosts", "h1", "--agent", agent, "--mpirun", mpirun, "--max-restarts", "1",
-           "--checkpoint", os.path.join(work, "none.safetensors"), "--run-dir", os.path.join(work, "rr"),
-           "--json", js, "--", "false"]
+           "--checkpoint", stale, "--run-dir", os.path.join(work, "rr"), "--json", js, "--", "false"]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env(), timeout=120, text=True)
     d = json.load(open(js))
     if p.returncode != 1 or "more than --max-restarts 1" not in p.stdout or len(d["attempts"]) != 2:
         fail("exit %d, %d attempts" % (p.returncode, len(d["attempts"])), p.stdout)
+    if d["attempts"][1]["resume"] is not None or "runs the command as given" not in p.stdout:
+        fail("the restart resumed from a checkpoint this job did not write", p.stdout)
 
 
 def case_usage(anygrad, mpirun, work):

@@ -42,7 +42,8 @@ static void usage(void) {
       "  --min-hosts K        fewest hosts to (re)start with (default 1)\n"
       "  --max-restarts R     restarts before giving up (default 3; 0..1024)\n"
       "  --checkpoint PATH    the checkpoint the command writes (default: its --out); a restart\n"
-      "                       resumes from it, or from the start if there is none yet\n"
+      "                       resumes from it once this job has written it (a file there from\n"
+      "                       before is not used), else runs the command as given\n"
       "  --run-dir DIR        heartbeat files and the checkpoints restarts resumed from\n"
       "                       (DIR/restartK.safetensors); default PATH.launch\n"
       "  --mpirun PATH        the MPI launcher, Open MPI's (default mpirun); it is given\n"
@@ -160,7 +161,8 @@ static int parse(int argc, char **argv, launch_opts *o) {
   int n_opt = dd < 0 ? argc : dd;
   const char *hosts = NULL;
   bool ok = true;
-  for (int c = ag_cli_next(C, n_opt, argv, k_opts, true); ok && c != -1; c = ag_cli_next(C, n_opt, argv, k_opts, false)) {
+  for (int c = ag_cli_next(C, n_opt, argv, k_opts, true); ok && c != -1;
+       c = ag_cli_next(C, n_opt, argv, k_opts, false)) {
     const char *v = ag_cli_arg();
     switch (c) {
       case O_HELP: usage(); return AG_EXIT_OK;
@@ -402,7 +404,8 @@ static bool snapshot(const char *src, const char *dst) {
 static void hosts_str(const launch_opts *o, const int *idx, int n, char *buf, size_t len) {
   size_t k = 0;
   buf[0] = 0;
-  for (int i = 0; i < n && k < len; i++) k += (size_t)snprintf(buf + k, len - k, "%s%s", i ? "," : "", o->hosts[idx[i]]);
+  for (int i = 0; i < n && k < len; i++)
+    k += (size_t)snprintf(buf + k, len - k, "%s%s", i ? "," : "", o->hosts[idx[i]]);
 }
 
 /* ---- one attempt ---- */
@@ -642,6 +645,11 @@ int ag_cmd_launch(int argc, char **argv) {
   bool ok = probe(o, alive);
   for (int i = 0; ok && i < o->n_hosts; i++)
     if (!alive[i]) event("host %s does not answer the probe", o->hosts[i]);
+  /* A file already at the checkpoint path belongs to an earlier run: a
+   * restart resumes only from one this job wrote (each save renames a new
+   * file over the path, so its inode or time changes). */
+  struct stat st0;
+  bool had_ckpt = stat(o->checkpoint, &st0) == 0;
   long long resume_step = -1;
   char resume[4200] = "";
   while (ok) {
@@ -689,8 +697,10 @@ int ag_cmd_launch(int argc, char **argv) {
     event("probe: hosts lost: %s; rejoining: %s", lost, back);
     /* Every host answers and the command said its arguments are wrong: a
      * restart would fail the same way. */
-    if (!a->n_lost && !a->stalled && a->exit_code == AG_EXIT_USAGE && a->last_step <= (resume_step < 0 ? 0 : resume_step)) {
-      snprintf(message, sizeof message, "the command failed with a usage error (exit 2) on live hosts: not restarting");
+    if (!a->n_lost && !a->stalled && a->exit_code == AG_EXIT_USAGE &&
+        a->last_step <= (resume_step < 0 ? 0 : resume_step)) {
+      snprintf(message, sizeof message,
+               "the command failed with a usage error (exit 2) on live hosts: not restarting");
       break;
     }
     if (n > o->max_restarts) {
@@ -699,7 +709,11 @@ int ag_cmd_launch(int argc, char **argv) {
     }
     char snap[4200];
     snprintf(snap, sizeof snap, "%s/restart%d.safetensors", o->run_dir, n);
-    if (access(o->checkpoint, F_OK) == 0) {
+    struct stat st1;
+    bool fresh = stat(o->checkpoint, &st1) == 0 &&
+                 (!had_ckpt || st1.st_ino != st0.st_ino || st1.st_dev != st0.st_dev ||
+                  st1.st_mtim.tv_sec != st0.st_mtim.tv_sec || st1.st_mtim.tv_nsec != st0.st_mtim.tv_nsec);
+    if (fresh) {
       if (!snapshot(o->checkpoint, snap)) {
         snprintf(message, sizeof message, "cannot keep the checkpoint %.200s as %.200s: %s", o->checkpoint, snap,
                  strerror(errno));
@@ -713,7 +727,7 @@ int ag_cmd_launch(int argc, char **argv) {
       }
       snprintf(resume, sizeof resume, "%s", snap);
     } else {
-      event("no checkpoint at %s yet: the restart begins from the start", o->checkpoint);
+      event("no checkpoint at %s from this job yet: the restart runs the command as given", o->checkpoint);
       resume_step = -1;
       resume[0] = 0;
     }
