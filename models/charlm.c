@@ -27,6 +27,29 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The heartbeat file (charlm_options.heartbeat): one line, written to a
+ * temporary file beside it and renamed over it, so a reader sees a whole
+ * line or the previous one. */
+static ag_status heartbeat_write(const char *path, int rank, int64_t step, const char *state) {
+  char tmp[4096], line[192];
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int n = snprintf(line, sizeof line, "anygrad-heartbeat pid %ld rank %d step %lld state %s time %.6f\n",
+                   (long)getpid(), rank, (long long)step, state, (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+    return ag_error_set(AG_ERR_INVALID, "charlm: heartbeat path too long");
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && write(fd, line, (size_t)n) == n;
+  if (fd >= 0 && close(fd) != 0) ok = false;
+  if (ok && rename(tmp, path) != 0) ok = false;
+  if (!ok) {
+    int e = errno;
+    unlink(tmp);
+    return ag_error_set(AG_ERR_IO, "charlm: cannot write the heartbeat %s: %s", path, strerror(e));
+  }
+  return AG_OK;
+}
+
 /* ---------------- data ---------------- */
 
 typedef struct dataset {
@@ -457,6 +480,8 @@ static ag_status validate_options(const charlm_options *o) {
   else if (o->eval_batches < 0 || o->samples < 0 || o->log_every < 1) bad = "eval_batches, samples (>= 0), log_every (>= 1)";
   else if (o->precision != AG_F32 && o->precision != AG_F16 && o->precision != AG_BF16) bad = "precision (f32, f16, bf16)";
   else if (o->out && !*o->out) bad = "out (empty path)";
+  else if (o->save_every < 0 || o->save_every > CHARLM_MAX_STEPS) bad = "save_every (0..2^40)";
+  else if (o->heartbeat && !*o->heartbeat) bad = "heartbeat (empty path)";
   if (bad) return ag_error_set(AG_ERR_INVALID, "charlm: invalid option %s", bad);
   return AG_OK;
 }
@@ -765,6 +790,7 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
   if (st == AG_OK && o.out) st = check_writable(o.out, "checkpoint");
   if (st == AG_OK && o.trace) st = check_writable(o.trace, "trace");
   if (st == AG_OK && o.report) st = check_writable(o.report, "report");
+  if (st == AG_OK && o.heartbeat) st = check_writable(o.heartbeat, "heartbeat");
   if (st != AG_OK) {
     ag_safetensors_close(ck);
     return st;
@@ -1020,6 +1046,19 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
     ag_scope_end();
     if (prof) ag_profiler_step_end(prof);
     if (st == AG_OK) r.steps_done = step + 1;
+    /* --save-every: the checkpoint of this step (rank 0 alone has an out),
+     * before the heartbeat says the step is done. */
+    if (st == AG_OK && o.out && o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < o.steps) {
+      const char *bad = NULL;
+      st = params_finite(&m.params, &bad);
+      if (st == AG_OK && bad)
+        st = ag_error_set(AG_ERR_STATE,
+                          "charlm: parameter '%s' is NaN/Inf after step %lld; the checkpoint %s is not written "
+                          "(an existing one is kept)",
+                          bad, (long long)step + 1, o.out);
+      if (st == AG_OK) st = save_ckpt(o.out, &m, opt, &o, step + 1);
+    }
+    if (st == AG_OK && o.heartbeat) st = heartbeat_write(o.heartbeat, grp ? ag_group_rank(grp) : 0, step + 1, "train");
     /* The report's held-out curve: a short evaluation outside the step. */
     if (st == AG_OK && o.report && log_now && o.eval_batches > 0 && step + 1 < o.steps) {
       double v = evaluate(&m, &val, o.eval_batches < 4 ? o.eval_batches : 4, o.model == CHARLM_MLP ? 1024 : 64,
@@ -1095,6 +1134,7 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
   }
   if (st == AG_OK && trace_st != AG_OK)
     st = ag_error_set(trace_st, "charlm: the trace was not written: %s", trace_err);
+  if (st == AG_OK && o.heartbeat) st = heartbeat_write(o.heartbeat, grp ? ag_group_rank(grp) : 0, r.steps_done, "end");
   if (ddp) {
     ag_ddp_stats ds;
     int64_t off = 0;

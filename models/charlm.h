@@ -58,6 +58,15 @@ typedef struct charlm_options {
   const char *report; /* write the HTML run report here (ag_report_write), or NULL;
                          the held-out loss is then also evaluated at each progress update */
   FILE *log;    /* progress output; stdout when NULL */
+  int64_t save_every; /* > 0: also write out every save_every steps (each save
+                         atomic: a temporary file, fsync, rename), so a run
+                         killed at any moment leaves the last one whole */
+  const char *heartbeat; /* a file rewritten (atomically) after every step and
+                            at the end, one line "anygrad-heartbeat pid P rank R
+                            step S state train|end time T" (T: CLOCK_REALTIME
+                            seconds), for a launcher watching the run
+                            (`anygrad launch`); NULL: none. Every rank writes
+                            its own: the caller gives each a distinct path */
   /* Data parallelism (include/anygrad/ddp.h, docs/distributed.md): this
    * replica's handle on the group, or NULL for one device. Every rank calls
    * charlm_train with the same options except device and group; batch is

@@ -42,6 +42,10 @@ static void usage(void) {
       "  --words PATH         word list (default /usr/share/dict/words)\n"
       "  --out PATH           checkpoint to write at the end (default charlm.safetensors);\n"
       "                       checked writable before the first step\n"
+      "  --save-every N       also write --out every N steps (default 0: at the end only); each\n"
+      "                       write is atomic (temporary file, fsync, rename)\n"
+      "  --heartbeat PATH     rewrite PATH after every step with one line: pid, rank, step, time\n"
+      "                       (with --dist mpi each rank writes PATH.RANK); anygrad launch watches it\n"
       "  --resume PATH        continue from a checkpoint (its architecture and seed are used)\n"
       "  --samples N          words to sample at the end (default 8)\n"
       "  --log-every N        steps between progress updates (default 50)\n"
@@ -104,7 +108,7 @@ enum {
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
   O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_ESTIMATE, O_HELP, O_TASK, O_EPOCHS, O_CHANNELS, O_DATA, O_TRAIN_LIMIT,
   O_TEST_LIMIT, O_WORKERS, O_AUGMENT, O_DEVICES, O_DIST, O_BUCKET_MB, O_BALANCE, O_KV_HEADS, O_SEQ, O_VOCAB,
-  O_EVAL_BATCHES, O_PROMPT, O_TEMPERATURE, O_TOP_K, O_SAVE_EVERY, O_HF
+  O_EVAL_BATCHES, O_PROMPT, O_TEMPERATURE, O_TOP_K, O_SAVE_EVERY, O_HF, O_HEARTBEAT
 };
 
 static const struct option k_opts[] = {
@@ -134,6 +138,7 @@ static const struct option k_opts[] = {
     {"eval-batches", required_argument, NULL, O_EVAL_BATCHES}, {"prompt", required_argument, NULL, O_PROMPT},
     {"temperature", required_argument, NULL, O_TEMPERATURE}, {"top-k", required_argument, NULL, O_TOP_K},
     {"save-every", required_argument, NULL, O_SAVE_EVERY},     {"hf", required_argument, NULL, O_HF},
+    {"heartbeat", required_argument, NULL, O_HEARTBEAT},
     {NULL, 0, NULL, 0}};
 
 #define MAX_REPLICAS 64
@@ -221,7 +226,7 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
       case AG_CLI_NUMERICS: ok = ag_cli_numerics(C, v); break;
       case '?': ok = false; break;
       case O_SAVE_EVERY: case O_HF:
-        fprintf(stderr, "anygrad train: --save-every and --hf apply to --task text, not fashion-mnist\n");
+        fprintf(stderr, "anygrad train: --save-every and --hf apply to --task text and words, not fashion-mnist\n");
         ok = false;
         break;
       default: {
@@ -442,6 +447,14 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
         break;
       }
       case O_BALANCE: ok = ag_cli_bool(C, "balance", v, &o->balance); break;
+      case O_SAVE_EVERY: ok = ag_cli_i64(C, "save-every", v, 0, CHARLM_MAX_STEPS, &o->save_every); break;
+      case O_HEARTBEAT:
+        o->heartbeat = v;
+        if (!*v) {
+          fprintf(stderr, "anygrad train: --heartbeat must not be empty\n");
+          ok = false;
+        }
+        break;
       case O_TASK: break;
       case O_EPOCHS: case O_CHANNELS: case O_DATA: case O_TRAIN_LIMIT: case O_TEST_LIMIT: case O_WORKERS:
       case O_AUGMENT:
@@ -450,9 +463,9 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
         ok = false;
         break;
       case O_KV_HEADS: case O_SEQ: case O_VOCAB: case O_EVAL_BATCHES: case O_PROMPT: case O_TEMPERATURE: case O_TOP_K:
-      case O_SAVE_EVERY: case O_HF:
+      case O_HF:
         fprintf(stderr, "anygrad train: --kv-heads, --seq, --vocab, --eval-batches, --prompt, --temperature, "
-                        "--top-k, --save-every and --hf apply to --task text\n");
+                        "--top-k and --hf apply to --task text\n");
         ok = false;
         break;
       default: ok = false; break; /* '?': reported by the first pass */
@@ -464,8 +477,9 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
     return AG_EXIT_USAGE;
   }
   ag_cli_file words = {"--words", o->words_path},
-              outs[3] = {{"--out", o->out}, {"--trace", o->trace}, {"--report", o->report}};
-  if (!outputs_distinct(&words, 1, o->resume, outs, 3)) return AG_EXIT_USAGE;
+              outs[4] = {{"--out", o->out}, {"--trace", o->trace}, {"--report", o->report},
+                         {"--heartbeat", o->heartbeat}};
+  if (!outputs_distinct(&words, 1, o->resume, outs, 4)) return AG_EXIT_USAGE;
   if (device) {
     int rc = ag_cli_device(C, device, &o->device);
     if (rc != AG_EXIT_OK) return rc;
@@ -551,6 +565,7 @@ static int train_inproc(const charlm_options *o, const dp_opts *dp) {
     rs[i].o = *o;
     rs[i].o.device = dp->devices[i];
     rs[i].o.group = g[i];
+    if (i > 0) rs[i].o.heartbeat = NULL; /* one process: replica 0's heartbeat */
     if (pthread_create(&th[i], NULL, replica_main, &rs[i]) == 0) {
       started[i] = true;
     } else {
@@ -615,6 +630,15 @@ static int train_mpi(const charlm_options *o, const dp_opts *dp) {
   ro.device = dev;
   ro.group = g;
   int rank = ag_group_rank(g);
+  char hb[4096];
+  if (o->heartbeat) { /* one file per rank */
+    if (snprintf(hb, sizeof hb, "%s.%d", o->heartbeat, rank) >= (int)sizeof hb) {
+      fprintf(stderr, "anygrad train: --heartbeat path too long\n");
+      ag_group_destroy(g);
+      return AG_EXIT_USAGE;
+    }
+    ro.heartbeat = hb;
+  }
   if (!o->quiet) { /* every rank: where it runs */
     char label[32];
     printf("anygrad train: rank %d of %d on %s (%s)\n", rank, ag_group_size(g), ag_device_str(dev, label, sizeof label),

@@ -16,6 +16,7 @@ int ag_cmd_compare(int argc, char **argv) __attribute__((weak));
 int ag_cmd_memory(int argc, char **argv) __attribute__((weak));
 int ag_cmd_report(int argc, char **argv) __attribute__((weak));
 int ag_cmd_export(int argc, char **argv) __attribute__((weak));
+int ag_cmd_launch(int argc, char **argv) __attribute__((weak));
 
 typedef struct command {
   const char *name;
@@ -70,6 +71,7 @@ int main(int argc, char **argv) {
       {"memory", ag_cmd_memory, "caching allocator statistics of a device"},
       {"report", ag_cmd_report, "the HTML run report from a saved trace"},
       {"export", ag_cmd_export, "write a model as an ONNX file, or a Llama as GGUF for llama.cpp"},
+      {"launch", ag_cmd_launch, "run mpirun training elastically: restart from the checkpoint when hosts fail"},
   };
   int n = (int)(sizeof cmds / sizeof cmds[0]);
   if (argc >= 2 && !strcmp(argv[1], "--version")) {
