@@ -70,6 +70,12 @@ typedef struct charlm_options {
   int64_t bucket_bytes; /* 0: AG_DDP_DEFAULT_BUCKET_BYTES */
   bool balance;         /* share the batch by measured throughput (else equal shares) */
   double slowdown;      /* > 1: this replica acts like a device that much slower (tests) */
+  /* Sharded optimizer state (ag_ddp_options.zero_stage: 0 off, 1, 2; with a
+   * group only; not with f16 precision). The checkpoint at out then holds
+   * the model and configuration, and each rank writes its optimizer shard
+   * to "<out>.rank<r>.safetensors" (ag_ddp_zero_save); resume reads such a
+   * checkpoint with any number of ranks, sharded or not. */
+  int zero_stage;
 } charlm_options;
 
 /* A memory estimate (charlm_options.estimate_memory): allocated bytes by
