@@ -750,6 +750,11 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   return st;
 }
 
+static int64_t optimizer_category(ag_device d) {
+  ag_memory_stats s;
+  return ag_memory_stats_get(d, &s) == AG_OK ? s.category_bytes[AG_MEM_OPTIMIZER].current : 0;
+}
+
 static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *res) {
   charlm_options o = *opts;
   charlm_result r = {0};
@@ -821,9 +826,11 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
   ag_adamw_options ao = ag_adamw_defaults();
   ao.lr = o.lr;
   ao.weight_decay = o.weight_decay;
+  int64_t opt_before = optimizer_category(o.device);
   if (st == AG_OK && !o.zero_stage) { /* sharded: over this rank's shard, below */
     opt = ag_adamw_create(&m.params, &ao);
     if (!opt) st = ag_last_status();
+    r.optimizer_bytes = optimizer_category(o.device) - opt_before;
   }
   /* Loss scaling only for f16: bf16 has f32's exponent range. */
   ag_grad_scaler *scaler = NULL;
@@ -860,7 +867,9 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
     if (st == AG_OK && o.zero_stage) {
       ag_param_list shard = {0};
       st = ag_ddp_zero_params(ddp, NULL, &shard);
+      opt_before = optimizer_category(o.device);
       if (st == AG_OK && !(opt = ag_adamw_create(&shard, &ao))) st = ag_last_status();
+      r.optimizer_bytes = optimizer_category(o.device) - opt_before;
       ag_params_free(&shard);
       if (st == AG_OK) ag_optimizer_set_steps(opt, start);
       if (st == AG_OK && resumed) st = ag_ddp_zero_load(ddp, opt, o.resume);

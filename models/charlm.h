@@ -111,6 +111,10 @@ typedef struct charlm_result {
    * ag_ddp_stats (rebalances, buckets launched from hooks) */
   int64_t ddp_rows;
   ag_ddp_stats ddp;
+  /* growth of the device allocator's "optimizer" category while this rank
+   * built its optimizer: its state bytes where the rank is alone on its
+   * device's allocator (one device, one process per rank) */
+  int64_t optimizer_bytes;
 } charlm_result;
 
 /* The model alone, on one device: an MLP over a fixed context (embedding,

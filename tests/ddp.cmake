@@ -21,7 +21,9 @@ if(TARGET anygrad_models AND AG_HAVE_MPI)
   add_test(NAME ddp_mpi_np2 COMMAND ${AG_MPIEXEC} -np 2 $<TARGET_FILE:ddp_mpi_test>)
   add_test(NAME ddp_mpi_np4 COMMAND ${AG_MPIEXEC} -np 4 --oversubscribe $<TARGET_FILE:ddp_mpi_test>)
   add_test(NAME ddp_mpi_np2_balance COMMAND ${AG_MPIEXEC} -np 2 $<TARGET_FILE:ddp_mpi_test> balance)
-  set_tests_properties(ddp_mpi_np2 ddp_mpi_np4 ddp_mpi_np2_balance PROPERTIES
+  add_test(NAME ddp_mpi_np2_zero1 COMMAND ${AG_MPIEXEC} -np 2 $<TARGET_FILE:ddp_mpi_test> zero1)
+  add_test(NAME ddp_mpi_np2_zero2 COMMAND ${AG_MPIEXEC} -np 2 $<TARGET_FILE:ddp_mpi_test> zero2)
+  set_tests_properties(ddp_mpi_np2 ddp_mpi_np4 ddp_mpi_np2_balance ddp_mpi_np2_zero1 ddp_mpi_np2_zero2 PROPERTIES
                        TIMEOUT 120 LABELS dist ENVIRONMENT "${_ag_ddp_mpi_env}" RUN_SERIAL ON)
 endif()
 
