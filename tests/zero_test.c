@@ -4,7 +4,8 @@
  * clipping; stage 2 with clipping within 1e-6: the norm's shard sums of
  * squares are added in another order; also with unequal shares of the
  * batch, as the balance sets them), the optimizer's memory per rank
- * (allocator category "optimizer") is 1/N of the unsharded one, and a
+ * (allocator category "optimizer") is 1/N of the unsharded one (and with
+ * stage 2 the gradients kept between steps too), and a
  * checkpoint written by 2 ranks loads into 2 ranks (bitwise the
  * uninterrupted run), 3 ranks and one device without sharding (within
  * f32 summation order of the uninterrupted run: 1e-5 relative). */
@@ -51,6 +52,7 @@ struct ctx {
   int64_t n_params;
   int64_t opt_bytes[MAXR]; /* optimizer category growth while this rank built its optimizer */
   float norm0[MAXR];       /* the first step's gradient norm (with clip) */
+  int64_t grad_bytes;      /* the "gradients" category of all ranks between steps */
 };
 
 typedef struct targ {
@@ -218,6 +220,14 @@ static void rank_train(ctx *c, int r) {
     if (c->stage) CHECK_OK(c, r, ag_ddp_gather_params(d));
     else ag_optimizer_zero_grad(opt);
   }
+  /* between steps, every rank alive: what the ranks keep for gradients */
+  CHECK_OK(c, r, ag_group_barrier(c->g[r], NULL));
+  if (r == 0) {
+    ag_memory_stats ms;
+    CHECK_OK(c, r, ag_memory_stats_get(AG_CPU, &ms));
+    c->grad_bytes = ms.category_bytes[AG_MEM_GRADIENTS].current;
+  }
+  CHECK_OK(c, r, ag_group_barrier(c->g[r], NULL));
   if (c->save) CHECK_OK(c, r, ag_ddp_zero_save(d, opt, c->save));
   c->params[r] = params_host(&m.params, &c->n_params);
   if (!c->params[r]) failf(c, r, "parameters to host: %s", ag_last_error());
@@ -309,6 +319,16 @@ static void memory_case(int size, int stage) {
     sum += z.opt_bytes[r];
   }
   assert_true(full > 500000); /* two f32 states of 70k parameters */
+  /* stage 2 keeps only the gradient shard between steps (the ranks share
+   * the allocator: all ranks' gradients together, 1/N of unsharded DDP's) */
+  printf("# %d ranks, stage %d: gradient bytes between steps %lld, unsharded %lld\n", size, stage,
+         (long long)z.grad_bytes, (long long)base.grad_bytes);
+  if (stage == 2 && !((double)z.grad_bytes <= 1.05 * (double)base.grad_bytes / size + 16384))
+    fail_msg("stage 2 keeps %lld bytes of gradients between steps, unsharded %lld (expected 1/%d)",
+             (long long)z.grad_bytes, (long long)base.grad_bytes, size);
+  if (stage == 1 && z.grad_bytes < base.grad_bytes)
+    fail_msg("stage 1 keeps less gradient memory than unsharded DDP: %lld < %lld", (long long)z.grad_bytes,
+             (long long)base.grad_bytes);
   done(&base);
   done(&z);
   (void)sum;

@@ -37,6 +37,7 @@ typedef struct ddp_bucket {
   int pending;      /* members not ready yet */
   bool launched;
   ag_work *work;
+  int64_t flat_n;   /* elements of flat: numel, or size * chunk with ZeRO */
   int64_t chunk;    /* ZeRO: elements per rank (flat holds size * chunk) */
   int64_t shard_off; /* ZeRO stage 2: offset of this bucket's chunk in gshard */
   ag_tensor *gchunk; /* ZeRO stage 2: view of gshard receiving the reduce-scatter (owned) */
@@ -109,6 +110,43 @@ static ag_tensor *persistent_new(ag_devstate *ds, ag_dtype dt, int64_t n) {
   return t;
 }
 
+/* The bucket's flat buffer (padding zero) and its members' views of it.
+ * Without ZeRO stage 2 they live as long as d; stage 2 holds them only
+ * while a collective needs them (bucket_release after queueing it: the
+ * group keeps its own reference), so between steps a rank keeps only its
+ * gradient shard. */
+static ag_status bucket_alloc(ag_ddp *d, ddp_bucket *b) {
+  if (b->flat) return AG_OK;
+  ag_status st = AG_OK;
+  b->flat = persistent_new(ag__ds(d->params[0].p), b->dtype, b->flat_n);
+  if (!b->flat) return ag_last_status();
+  if (b->flat_n > b->numel) { /* the padding of the last chunk stays zero */
+    int64_t one = 1, pad = b->flat_n - b->numel;
+    ag_tensor *v = ag__tensor_view(b->flat, 1, &pad, &one, b->flat->offset + b->numel);
+    st = v ? ag_fill_(v, 0.0) : ag_last_status();
+    ag_tensor_release(v);
+  }
+  for (int k = 0; st == AG_OK && k < b->count; k++) {
+    ddp_param *pp = &d->params[d->order[b->first + k]];
+    int64_t strides[AG_MAX_DIMS];
+    ag__contiguous_strides(pp->p->ndim, pp->p->shape, strides);
+    pp->view = ag__tensor_view(b->flat, pp->p->ndim, pp->p->shape, strides, b->flat->offset + pp->boff);
+    if (!pp->view) st = ag_last_status();
+    else ag__scope_detach(pp->view);
+  }
+  return st;
+}
+
+static void bucket_release(ag_ddp *d, ddp_bucket *b) {
+  for (int k = 0; k < b->count; k++) {
+    ddp_param *pp = &d->params[d->order[b->first + k]];
+    ag_tensor_release(pp->view);
+    pp->view = NULL;
+  }
+  ag_tensor_release(b->flat);
+  b->flat = NULL;
+}
+
 /* ---------------- launching buckets ---------------- */
 
 /* view = g * w in one pass (the kernel's affine map). */
@@ -128,7 +166,11 @@ static ag_status scaled_copy(ag_tensor *view, ag_tensor *g, double w) {
  * has the affine map for the dtype and every gradient has the bucket's
  * dtype and device, else as a second pass), and queue the all-reduce. */
 static ag_status bucket_launch(ag_ddp *d, ddp_bucket *b) {
-  ag_status st = AG_OK;
+  ag_status st = bucket_alloc(d, b);
+  if (st != AG_OK) {
+    b->launched = true;
+    return st;
+  }
   ag_devstate *ds = ag__ds(b->flat);
   bool fused = d->weight != 1.0 && ag__supports(ds, AG_K_UNARY, AG_U_AFFINE, b->dtype);
   for (int k = 0; fused && k < b->count; k++) {
@@ -152,6 +194,10 @@ static ag_status bucket_launch(ag_ddp *d, ddp_bucket *b) {
     st = d->zero == 2 ? ag_reduce_scatter(d->g, b->flat, b->gchunk, AG_DIST_SUM, &b->work)
                       : ag_all_reduce(d->g, b->flat, AG_DIST_SUM, &b->work);
   b->launched = true; /* even on failure: the group is broken, never retried */
+  if (d->zero == 2) { /* the shard receives the sum: the members' gradients and the buffer go */
+    for (int k = 0; k < b->count; k++) ag_tensor_zero_grad(d->params[d->order[b->first + k]].p);
+    bucket_release(d, b);
+  }
   return st;
 }
 
@@ -387,23 +433,19 @@ ag_status ag_ddp_create(ag_group *g, const ag_param_list *params, const ag_ddp_o
       b->chunk = ((b->numel + d->size - 1) / d->size + ZERO_ALIGN - 1) / ZERO_ALIGN * ZERO_ALIGN;
       flat_n = b->chunk * d->size;
     }
-    b->flat = persistent_new(ds, b->dtype, flat_n);
-    if (!b->flat) st = ag_last_status();
-    if (st == AG_OK && d->zero) st = ag_fill_(b->flat, 0.0); /* the padding stays zero */
+    b->flat_n = flat_n;
     int64_t off = 0;
-    for (int k = 0; st == AG_OK && k < b->count; k++) {
+    for (int k = 0; k < b->count; k++) {
       ddp_param *pp = &d->params[d->order[b->first + k]];
       pp->boff = off;
-      int64_t strides[AG_MAX_DIMS];
-      ag__contiguous_strides(pp->p->ndim, pp->p->shape, strides);
-      pp->view = ag__tensor_view(b->flat, pp->p->ndim, pp->p->shape, strides, off);
-      if (!pp->view) st = ag_last_status();
-      else ag__scope_detach(pp->view);
       off += pp->p->numel;
     }
+    st = bucket_alloc(d, b);
   }
+  (void)ds;
   if (st == AG_OK && d->zero) st = zero_layout(d);
   if (st == AG_OK && !o.no_broadcast) st = broadcast_params(d, 0);
+  for (int bi = 0; st == AG_OK && d->zero == 2 && bi < nb; bi++) bucket_release(d, &d->buckets[bi]);
   for (int i = 0; st == AG_OK && i < d->np; i++) {
     st = ag_tensor_add_grad_hook(d->params[i].p, ddp_hook, &d->params[i], &d->params[i].hook_id);
     d->params[i].hooked = st == AG_OK;
@@ -776,6 +818,7 @@ ag_status ag_ddp_gather_params(ag_ddp *d) {
       st = v ? ag_copy_(v, pp->piece) : ag_last_status();
       ag_tensor_release(v);
     }
+    if (st == AG_OK) st = bucket_alloc(d, b);
     if (st == AG_OK) st = ag_all_gather(d->g, in, b->flat, &b->work);
   }
   ag_stream *cs = ag_stream_current(d->dev);
@@ -790,6 +833,7 @@ ag_status ag_ddp_gather_params(ag_ddp *d) {
     }
     ag_work_release(b->work);
     b->work = NULL;
+    if (d->zero == 2) bucket_release(d, b);
   }
   ag_status se = ag_scope_end();
   ag_grad_mode_end();

@@ -188,10 +188,12 @@ AG_API ag_status ag_ddp_set_slowdown(ag_ddp *d, double factor);
  *   ag_ddp_gather_params(d)                 all-gather the updated shards
  * Stage 1: ag_ddp_finish all-reduces the buckets and writes the reduced
  * gradients to every parameter's .grad as without sharding; the shard's
- * gradients view this rank's chunks. Stage 2: the buckets are
+ * gradients view this rank's chunks. Stage 2: each bucket is
  * reduce-scattered (half the traffic of an all-reduce) into a gradient
- * shard; the parameters' .grad are released at ag_ddp_finish (read the
- * shard's instead). Equality: the update is elementwise, so with the same
+ * shard as soon as it is complete, and its members' .grad and its flat
+ * buffer are released right after (a gradient-ready hook registered after
+ * ag_ddp_create's sees no .grad): between steps a rank keeps only its
+ * gradient shard; read the shard's gradients (ag_ddp_zero_params). Equality: the update is elementwise, so with the same
  * reduced gradients the parameters after ag_ddp_gather_params are bitwise
  * those of the unsharded run (the in-process group gives the same sums to
  * all-reduce and reduce-scatter). Clipping: stage 1 takes the norm over
