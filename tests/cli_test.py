@@ -614,6 +614,7 @@ def case_zero():
     two unsharded replicas with the same losses."""
     expect(["train", "--zero", "1"], 2, "--zero")
     expect(["train", "--zero", "3", "--devices", "cpu,cpu"], 2, "--zero")
+    expect(["train", "--zero", "2", "--devices", "cpu,cpu", "--precision", "f16"], 2, "--precision f16")
     d = fresh_dir("zero")
     job = ["--batch", "24", "--hidden", "32", "--log-every", "6", "--samples", "0", "--profile", "off",
            "--threads", "1", "--balance", "off"]

@@ -494,6 +494,11 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
     fprintf(stderr, "anygrad train: --zero shards the optimizer across replicas: it needs --devices or --dist mpi\n");
     return AG_EXIT_USAGE;
   }
+  if (o->zero_stage && o->precision == AG_F16) {
+    fprintf(stderr, "anygrad train: --zero with --precision f16 is not supported (the loss scaler's inf check would "
+                    "see one shard); use bf16 or f32\n");
+    return AG_EXIT_USAGE;
+  }
   if ((devices || dp->mpi) && (o->batch_auto || o->estimate_memory)) {
     fprintf(stderr, "anygrad train: --batch auto and --estimate-memory measure one device; not with --devices "
                     "or --dist\n");
