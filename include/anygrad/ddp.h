@@ -113,7 +113,8 @@ AG_API ag_status ag_ddp_no_sync_end(ag_ddp *d);
  * receive the reduced gradient), wait for all (the wait is ordered on the
  * current stream of the group's device; in-process and MPI groups wait on
  * the host for their host phase), and write the reduced gradients back into
- * every parameter's .grad. Then the next step may begin. With balance, also
+ * every parameter's .grad (ZeRO stage 2: into the shard's, see below; the
+ * parameters' .grad are released). Then the next step may begin. With balance, also
  * measures this rank's compute time (one host sync of the device) and every
  * `interval` steps exchanges the measurements (a small all-gather).
  * Errors: AG_ERR_STATE inside no_sync; the group's errors (AG_ERR_TIMEOUT,
