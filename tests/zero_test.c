@@ -229,7 +229,9 @@ static void rank_train(ctx *c, int r) {
   }
   CHECK_OK(c, r, ag_group_barrier(c->g[r], NULL));
   if (c->save) CHECK_OK(c, r, ag_ddp_zero_save(d, opt, c->save));
-  c->params[r] = params_host(&m.params, &c->n_params);
+  int64_t n = 0;
+  c->params[r] = params_host(&m.params, &n);
+  if (r == 0) c->n_params = n; /* the same on every rank */
   if (!c->params[r]) failf(c, r, "parameters to host: %s", ag_last_error());
 out:
   ag_optimizer_free(opt);
