@@ -4,3 +4,9 @@ if(TARGET anygrad_models)
   add_executable(ddp_bench ${CMAKE_CURRENT_SOURCE_DIR}/ddp_bench.c)
   target_link_libraries(ddp_bench PRIVATE anygrad_models anygrad Threads::Threads m)
 endif()
+# Sharded optimizer state (ZeRO stages 1 and 2): optimizer memory per
+# replica and step time against unsharded DDP (docs/distributed.md).
+if(TARGET anygrad_models)
+  add_executable(zero_bench ${CMAKE_CURRENT_SOURCE_DIR}/zero_bench.c)
+  target_link_libraries(zero_bench PRIVATE anygrad_models anygrad Threads::Threads m)
+endif()

@@ -306,11 +306,20 @@ static ag_status sample_word(const model *m, ag_device dev, uint64_t *rng, char 
 
 /* ---------------- checkpoints ---------------- */
 
+/* Metadata "optimizer" of a checkpoint whose optimizer state is in shard
+ * files "<path>.rank<r>.safetensors" (ag_ddp_zero_save). */
+#define ZERO_SHARDED "zero-shards"
+
+static bool ckpt_sharded(const ag_safetensors *f) {
+  const char *v = f ? ag_safetensors_meta(f, "optimizer") : NULL;
+  return v && !strcmp(v, ZERO_SHARDED);
+}
+
 static ag_status save_ckpt(const char *path, const model *m, ag_optimizer *opt, const charlm_options *o,
-                           int64_t step) {
+                           int64_t step, bool sharded) {
   ag_param_list all = {0}, st_list = {0};
   ag_status st = ag_params_extend(&all, "model.", &m->params);
-  if (st == AG_OK) st = ag_optimizer_state(opt, &st_list);
+  if (st == AG_OK && !sharded) st = ag_optimizer_state(opt, &st_list);
   if (st == AG_OK) st = ag_params_extend(&all, "optim.", &st_list);
   char v[8][32];
   snprintf(v[0], 32, "%lld", (long long)step);
@@ -321,9 +330,11 @@ static ag_status save_ckpt(const char *path, const model *m, ag_optimizer *opt, 
   snprintf(v[5], 32, "%d", o->n_head);
   snprintf(v[6], 32, "%d", o->n_embd);
   snprintf(v[7], 32, "%llu", (unsigned long long)o->seed);
-  const char *keys[] = {"format", "model", "step", "context", "emb", "hidden", "n_layer", "n_head", "n_embd", "seed"};
-  const char *vals[] = {"anygrad-charlm-1", o->model == CHARLM_MLP ? "mlp" : "gpt", v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
-  if (st == AG_OK) st = ag_safetensors_save(path, &all, 10, keys, vals);
+  const char *keys[] = {"format", "model", "step", "context", "emb", "hidden", "n_layer", "n_head", "n_embd", "seed",
+                        "optimizer"};
+  const char *vals[] = {"anygrad-charlm-1", o->model == CHARLM_MLP ? "mlp" : "gpt", v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7],
+                        ZERO_SHARDED};
+  if (st == AG_OK) st = ag_safetensors_save(path, &all, sharded ? 11 : 10, keys, vals);
   ag_params_free(&all);
   ag_params_free(&st_list);
   return st;
@@ -402,10 +413,11 @@ static ag_status ckpt_config(const char *path, charlm_options *o, ag_safetensors
   return AG_OK;
 }
 
-static ag_status load_ckpt(ag_safetensors *f, const model *m, ag_optimizer *opt, int64_t *step) {
+static ag_status load_ckpt(ag_safetensors *f, const char *path, const model *m, ag_optimizer *opt, int64_t *step) {
   ag_param_list all = {0}, st_list = {0};
+  bool sharded = ckpt_sharded(f);
   ag_status st = ag_params_extend(&all, "model.", &m->params);
-  if (st == AG_OK) st = ag_optimizer_state(opt, &st_list);
+  if (st == AG_OK && !sharded) st = ag_optimizer_state(opt, &st_list);
   if (st == AG_OK) st = ag_params_extend(&all, "optim.", &st_list);
   if (st == AG_OK && m->kind == CHARLM_GPT) { /* ckpt_config matched the tying; a guard all the same */
     int n = ag_safetensors_count(f);
@@ -416,6 +428,8 @@ static ag_status load_ckpt(ag_safetensors *f, const model *m, ag_optimizer *opt,
     free(names);
   }
   if (st == AG_OK) st = ag_safetensors_load_into(f, &all);
+  /* the optimizer state (and the parameters again) from every shard */
+  if (st == AG_OK && sharded) st = ag_zero_load_unsharded(path, &m->params, opt);
   uint64_t s = 0; /* validated by ckpt_config */
   strict_u64(ag_safetensors_meta(f, "step"), (uint64_t)CHARLM_MAX_STEPS, &s);
   *step = (int64_t)s;
@@ -761,6 +775,11 @@ ag_status charlm_train(const charlm_options *opts, charlm_result *res) {
   return st;
 }
 
+static int64_t optimizer_category(ag_device d) {
+  ag_memory_stats s;
+  return ag_memory_stats_get(d, &s) == AG_OK ? s.category_bytes[AG_MEM_OPTIMIZER].current : 0;
+}
+
 static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *res) {
   charlm_options o = *opts;
   charlm_result r = {0};
@@ -771,6 +790,15 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
                         "data parallelism");
   if (grp && !(isfinite(o.slowdown) && (o.slowdown == 0 || o.slowdown >= 1)))
     return ag_error_set(AG_ERR_INVALID, "charlm: invalid option slowdown (0 or >= 1)");
+  if (o.zero_stage < 0 || o.zero_stage > 2)
+    return ag_error_set(AG_ERR_INVALID, "charlm: invalid option zero_stage %d (0, 1 or 2)", o.zero_stage);
+  if (o.zero_stage && !grp)
+    return ag_error_set(AG_ERR_INVALID, "charlm: a sharded optimizer (zero stage %d) needs data parallelism "
+                        "(--devices or --dist mpi)", o.zero_stage);
+  if (o.zero_stage && o.precision == AG_F16)
+    return ag_error_set(AG_ERR_UNSUPPORTED, "charlm: f16 precision's loss scaling is not supported with a sharded "
+                        "optimizer (its inf check would see one shard); use bf16 or f32");
+  const char *zero_out = o.zero_stage ? o.out : NULL; /* every rank writes its shard */
   if (!lead) { /* only rank 0 prints, evaluates, samples and writes */
     o.quiet = true;
     o.out = NULL;
@@ -821,12 +849,14 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
     st = charlm_model_init(&m, &o, o.device, gen);
     have_model = st == AG_OK;
   }
-  if (st == AG_OK) {
-    ag_adamw_options ao = ag_adamw_defaults();
-    ao.lr = o.lr;
-    ao.weight_decay = o.weight_decay;
+  ag_adamw_options ao = ag_adamw_defaults();
+  ao.lr = o.lr;
+  ao.weight_decay = o.weight_decay;
+  int64_t opt_before = optimizer_category(o.device);
+  if (st == AG_OK && !o.zero_stage) { /* sharded: over this rank's shard, below */
     opt = ag_adamw_create(&m.params, &ao);
     if (!opt) st = ag_last_status();
+    r.optimizer_bytes = optimizer_category(o.device) - opt_before;
   }
   /* Loss scaling only for f16: bf16 has f32's exponent range. */
   ag_grad_scaler *scaler = NULL;
@@ -839,12 +869,16 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
   }
   int64_t start = 0;
   bool resumed = ck != NULL;
-  if (st == AG_OK && ck && lead) st = load_ckpt(ck, &m, opt, &start);
-  if (st == AG_OK && ck && !lead) { /* the tensors come from rank 0 below */
+  if (st == AG_OK && ck && o.zero_stage && !ckpt_sharded(ck))
+    st = ag_error_set(AG_ERR_UNSUPPORTED, "charlm: %s holds the whole optimizer state: resume it without --zero "
+                      "(a sharded run resumes from a checkpoint written with --zero, by any number of ranks)",
+                      o.resume);
+  if (st == AG_OK && ck && lead && !o.zero_stage) st = load_ckpt(ck, o.resume, &m, opt, &start);
+  if (st == AG_OK && ck && (!lead || o.zero_stage)) { /* the tensors come from rank 0 or the shards below */
     uint64_t s = 0; /* validated by ckpt_config */
     strict_u64(ag_safetensors_meta(ck, "step"), (uint64_t)CHARLM_MAX_STEPS, &s);
     start = (int64_t)s;
-    ag_optimizer_set_steps(opt, start);
+    if (opt) ag_optimizer_set_steps(opt, start);
   }
   ag_safetensors_close(ck);
   /* Data parallelism: parameters (and a resumed optimizer state) from
@@ -854,8 +888,18 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
     ag_ddp_options dopt;
     ag_ddp_options_default(&dopt);
     if (o.bucket_bytes > 0) dopt.bucket_bytes = o.bucket_bytes;
+    dopt.zero_stage = o.zero_stage;
     st = ag_ddp_create(grp, &m.params, &dopt, &ddp);
-    if (st == AG_OK && resumed) {
+    if (st == AG_OK && o.zero_stage) {
+      ag_param_list shard = {0};
+      st = ag_ddp_zero_params(ddp, NULL, &shard);
+      opt_before = optimizer_category(o.device);
+      if (st == AG_OK && !(opt = ag_adamw_create(&shard, &ao))) st = ag_last_status();
+      r.optimizer_bytes = optimizer_category(o.device) - opt_before;
+      ag_params_free(&shard);
+      if (st == AG_OK) ag_optimizer_set_steps(opt, start);
+      if (st == AG_OK && resumed) st = ag_ddp_zero_load(ddp, opt, o.resume);
+    } else if (st == AG_OK && resumed) {
       ag_param_list sl = {0};
       st = ag_optimizer_state(opt, &sl);
       if (st == AG_OK) st = ag_ddp_broadcast(ddp, &sl, 0);
@@ -987,8 +1031,13 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
     if (st == AG_OK && ddp) st = ag_ddp_finish(ddp);
     /* Clipping reads gradient values: unscale them first. */
     if (st == AG_OK && o.clip > 0) st = ag_grad_scaler_unscale_(scaler, opt);
-    if (st == AG_OK && o.clip > 0 && !ag_clip_grad_norm(&m.params, o.clip)) st = ag_last_status();
+    if (st == AG_OK && o.clip > 0) {
+      ag_tensor *norm = o.zero_stage ? ag_ddp_clip_grad_norm(ddp, o.clip) : ag_clip_grad_norm(&m.params, o.clip);
+      if (!norm) st = ag_last_status();
+      ag_tensor_release(norm);
+    }
     if (st == AG_OK) st = ag_grad_scaler_step(scaler, opt);
+    if (st == AG_OK && o.zero_stage) st = ag_ddp_gather_params(ddp); /* every rank's updated shard */
     if (st == AG_OK) st = ag_grad_scaler_update(scaler);
     /* With replicas, each adds its loss weighted by its share: the sum over
      * ranks (read at the progress lines) is the global batch's loss. */
@@ -1117,21 +1166,22 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
   }
   /* Only parameters of a run that trained, and only finite ones, replace
    * the file at out. */
-  if (st == AG_OK && o.out && !nothing && r.steps_done > start) {
+  if (st == AG_OK && (o.out || zero_out) && !nothing && r.steps_done > start) { /* the same verdict on every rank */
     const char *bad = NULL;
     st = params_finite(&m.params, &bad);
     if (st == AG_OK && bad)
       st = ag_error_set(AG_ERR_STATE,
                         "charlm: parameter '%s' is NaN/Inf after step %lld; the checkpoint %s is not written "
                         "(an existing one is kept)",
-                        bad, (long long)r.steps_done, o.out);
+                        bad, (long long)r.steps_done, o.out ? o.out : zero_out);
   }
   if (st == AG_OK && o.out && !nothing && r.steps_done > start) {
-    st = save_ckpt(o.out, &m, opt, &o, r.steps_done);
+    st = save_ckpt(o.out, &m, opt, &o, r.steps_done, o.zero_stage != 0);
     if (st == AG_OK && !o.quiet)
       fprintf(out, "charlm: checkpoint %s (step %lld; continue with --resume %s --steps N)\n", o.out,
               (long long)r.steps_done, o.out);
   }
+  if (st == AG_OK && zero_out && !nothing && r.steps_done > start) st = ag_ddp_zero_save(ddp, opt, zero_out);
   if (st == AG_OK && trace_st != AG_OK)
     st = ag_error_set(trace_st, "charlm: the trace was not written: %s", trace_err);
   if (st == AG_OK && o.heartbeat) st = heartbeat_write(o.heartbeat, grp ? ag_group_rank(grp) : 0, r.steps_done, "end");

@@ -79,6 +79,12 @@ typedef struct charlm_options {
   int64_t bucket_bytes; /* 0: AG_DDP_DEFAULT_BUCKET_BYTES */
   bool balance;         /* share the batch by measured throughput (else equal shares) */
   double slowdown;      /* > 1: this replica acts like a device that much slower (tests) */
+  /* Sharded optimizer state (ag_ddp_options.zero_stage: 0 off, 1, 2; with a
+   * group only; not with f16 precision). The checkpoint at out then holds
+   * the model and configuration, and each rank writes its optimizer shard
+   * to "<out>.rank<r>.safetensors" (ag_ddp_zero_save); resume reads such a
+   * checkpoint with any number of ranks, sharded or not. */
+  int zero_stage;
 } charlm_options;
 
 /* A memory estimate (charlm_options.estimate_memory): allocated bytes by
@@ -114,6 +120,10 @@ typedef struct charlm_result {
    * ag_ddp_stats (rebalances, buckets launched from hooks) */
   int64_t ddp_rows;
   ag_ddp_stats ddp;
+  /* growth of the device allocator's "optimizer" category while this rank
+   * built its optimizer: its state bytes where the rank is alone on its
+   * device's allocator (one device, one process per rank) */
+  int64_t optimizer_bytes;
 } charlm_result;
 
 /* The model alone, on one device: an MLP over a fixed context (embedding,

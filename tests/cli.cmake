@@ -4,7 +4,7 @@ find_package(Python3 COMPONENTS Interpreter QUIET)
 if(TARGET anygrad-cli AND Python3_Interpreter_FOUND)
   foreach(_case usage_errors unavailable_backend json_version resume_no_rewrite nonfinite out_unwritable
                 resume_seed metadata temp_files fifo ulimit ulimit_exit profiler_output docs cuda_reason data_parallel threads
-                text_task numerics)
+                text_task numerics zero)
     add_test(NAME cli_${_case}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cli_test.py $<TARGET_FILE:anygrad-cli>
                      ${CMAKE_CURRENT_BINARY_DIR}/cli_${_case} ${PROJECT_SOURCE_DIR} $<TARGET_FILE_DIR:anygrad> ${_case})

@@ -606,6 +606,39 @@ def case_data_parallel():
     check(losses(p.stdout) == losses(one), f"mpi losses differ:\n{p.stdout}\n{one}")
 
 
+def case_zero():
+    """--zero 1|2 (docs/distributed.md, "Sharded optimizer state"): usage
+    errors; two in-process replicas with a sharded optimizer train as one
+    device does (the same printed losses), write a shard per replica, and
+    the checkpoint resumes on three sharded replicas, on one device and on
+    two unsharded replicas with the same losses."""
+    expect(["train", "--zero", "1"], 2, "--zero")
+    expect(["train", "--zero", "3", "--devices", "cpu,cpu"], 2, "--zero")
+    expect(["train", "--zero", "2", "--devices", "cpu,cpu", "--precision", "f16"], 2, "--precision f16")
+    d = fresh_dir("zero")
+    job = ["--batch", "24", "--hidden", "32", "--log-every", "6", "--samples", "0", "--profile", "off",
+           "--threads", "1", "--balance", "off"]
+
+    def losses(text):
+        return [l.split("train loss")[1] for l in text.splitlines() if "train loss" in l]
+
+    one, _ = expect(["train", "--device", "cpu", "--steps", "12", "--out", os.path.join(d, "one.st")] + job, 0)
+    z = os.path.join(d, "z.st")
+    two, _ = expect(["train", "--devices", "cpu,cpu", "--zero", "2", "--steps", "12", "--out", z] + job, 0)
+    check(losses(one) and losses(one) == losses(two), f"losses differ:\n{one}\n{two}")
+    for r in range(2):
+        check(os.path.exists(f"{z}.rank{r}.safetensors"), f"no optimizer shard of rank {r}")
+    resumed = []
+    for extra in (["--devices", "cpu,cpu,cpu", "--zero", "1"], ["--device", "cpu"], ["--devices", "cpu,cpu"]):
+        out, _ = expect(["train", "--resume", z, "--steps", "18", "--out", os.path.join(d, "r.st")] + extra + job, 0,
+                        out_part="resuming at step 12")
+        resumed.append(losses(out))
+    check(resumed[0] and resumed[0] == resumed[1] == resumed[2], f"resumed losses differ: {resumed}")
+    # a checkpoint with the whole optimizer state does not resume sharded
+    expect(["train", "--resume", os.path.join(d, "one.st"), "--steps", "14", "--devices", "cpu,cpu", "--zero", "1",
+            "--out", os.path.join(d, "r2.st")] + job, 1, "without --zero")
+
+
 def case_text_task():
     """--task text: a tiny Llama-style model trains (exit 0), prints the
     held-out bits per byte, its loss goes down, it writes the weights and

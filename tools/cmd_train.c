@@ -68,7 +68,10 @@ static void usage(void) {
       "                       OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID,\n"
       "                       LOCAL_RANK, ...); --device cuda:1 is that device on every rank\n"
       "  --bucket-mb X        gradient bucket size in MiB (default 25)\n"
-      "  --balance on|off     share the batch by measured throughput (default on)\n\n"
+      "  --balance on|off     share the batch by measured throughput (default on)\n"
+      "  --zero 0|1|2         shard the optimizer state across the replicas (ZeRO stage 1;\n"
+      "                       2: gradients too); --out then also writes OUT.rank<r>.safetensors\n"
+      "                       per replica, and --resume takes them with any replica count\n\n"
       "--task fashion-mnist takes --device, --batch (default 128), --lr (3e-3), --weight-decay\n"
       "(1e-4), --warmup, --seed, --out (default cnn.safetensors, written after every epoch),\n"
       "--resume, --profile, and:\n"
@@ -108,7 +111,8 @@ enum {
   O_CONTEXT, O_EMB, O_HIDDEN, O_LAYERS, O_HEADS, O_EMBD, O_WORDS, O_OUT, O_RESUME, O_SAMPLES, O_LOG_EVERY,
   O_TRACE, O_PROFILE, O_REPORT, O_CKPT_ACT, O_ESTIMATE, O_HELP, O_TASK, O_EPOCHS, O_CHANNELS, O_DATA, O_TRAIN_LIMIT,
   O_TEST_LIMIT, O_WORKERS, O_AUGMENT, O_DEVICES, O_DIST, O_BUCKET_MB, O_BALANCE, O_KV_HEADS, O_SEQ, O_VOCAB,
-  O_EVAL_BATCHES, O_PROMPT, O_TEMPERATURE, O_TOP_K, O_SAVE_EVERY, O_HF, O_HEARTBEAT
+  O_EVAL_BATCHES, O_PROMPT, O_TEMPERATURE, O_TOP_K, O_SAVE_EVERY, O_HF, O_HEARTBEAT,
+  O_ZERO
 };
 
 static const struct option k_opts[] = {
@@ -133,6 +137,7 @@ static const struct option k_opts[] = {
     {"test-limit", required_argument, NULL, O_TEST_LIMIT}, {"workers", required_argument, NULL, O_WORKERS},
     {"augment", required_argument, NULL, O_AUGMENT},   {"devices", required_argument, NULL, O_DEVICES},
     {"dist", required_argument, NULL, O_DIST},         {"bucket-mb", required_argument, NULL, O_BUCKET_MB},
+    {"zero", required_argument, NULL, O_ZERO},
     {"balance", required_argument, NULL, O_BALANCE},   {"kv-heads", required_argument, NULL, O_KV_HEADS},
     {"seq", required_argument, NULL, O_SEQ},           {"vocab", required_argument, NULL, O_VOCAB},
     {"eval-batches", required_argument, NULL, O_EVAL_BATCHES}, {"prompt", required_argument, NULL, O_PROMPT},
@@ -455,6 +460,7 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
           ok = false;
         }
         break;
+      case O_ZERO: ok = ag_cli_int(C, "zero", v, 0, 2, &o->zero_stage); break;
       case O_TASK: break;
       case O_EPOCHS: case O_CHANNELS: case O_DATA: case O_TRAIN_LIMIT: case O_TEST_LIMIT: case O_WORKERS:
       case O_AUGMENT:
@@ -496,6 +502,15 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
   if (devices && o->batch < dp->n_devices) {
     fprintf(stderr, "anygrad train: --batch %lld is smaller than the %d replicas of --devices: each replica needs "
                     "at least one example (--batch >= %d)\n", (long long)o->batch, dp->n_devices, dp->n_devices);
+    return AG_EXIT_USAGE;
+  }
+  if (o->zero_stage && !devices && !dp->mpi) {
+    fprintf(stderr, "anygrad train: --zero shards the optimizer across replicas: it needs --devices or --dist mpi\n");
+    return AG_EXIT_USAGE;
+  }
+  if (o->zero_stage && o->precision == AG_F16) {
+    fprintf(stderr, "anygrad train: --zero with --precision f16 is not supported (the loss scaler's inf check would "
+                    "see one shard); use bf16 or f32\n");
     return AG_EXIT_USAGE;
   }
   if ((devices || dp->mpi) && (o->batch_auto || o->estimate_memory)) {

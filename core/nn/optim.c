@@ -9,6 +9,7 @@
 
 #include "anygrad/optim.h"
 #include "autograd/grad_internal.h"
+#include "nn/optim_internal.h"
 
 enum { OPT_SGD = 1, OPT_ADAMW = 2, OPT_RMSPROP = 3 };
 
@@ -684,7 +685,13 @@ static ag_status multi_launch(ag_devstate *ds, ag_kop op, ag_tensor *o0, ag_tens
 }
 
 ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm) {
-  if (!params) {
+  return ag__clip_grad_norm_ex(params, params, max_norm, NULL, NULL, NULL);
+}
+
+ag_tensor *ag__clip_grad_norm_ex(const ag_param_list *norm_params, const ag_param_list *params, double max_norm,
+                                 ag_status (*reduce)(ag_tensor *sumsq, void *ctx), void *ctx,
+                                 const ag_device *dev_hint) {
+  if (!params || !norm_params) {
     ag_error_set(AG_ERR_INVALID, "ag_clip_grad_norm: NULL parameter list");
     return NULL;
   }
@@ -700,9 +707,23 @@ ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm) {
     ag_error_set(AG_ERR_OOM, "ag_clip_grad_norm: out of host memory");
     return NULL;
   }
-  int n = 0;
+  int n = 0, nn = 0;
   ag_devstate *ds = NULL;
   ag_device dev = AG_CPU;
+  ag_tensor **ns = gs; /* gradients the norm is taken over: gs unless they differ */
+  if (norm_params != params) {
+    ns = calloc((size_t)norm_params->count + 1, sizeof *ns);
+    if (!ns) {
+      free(gs);
+      free(m);
+      ag_error_set(AG_ERR_OOM, "ag_clip_grad_norm: out of host memory");
+      return NULL;
+    }
+    for (int i = 0; i < norm_params->count; i++) {
+      ag_tensor *g = norm_params->tensors[i]->grad;
+      if (g && g->numel) ns[nn++] = g;
+    }
+  }
   for (int i = 0; i < params->count; i++) {
     ag_tensor *g = params->tensors[i]->grad;
     if (!g || !g->numel) continue;
@@ -717,6 +738,7 @@ ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm) {
      * runs it (an f64 gradient was summed as floats off the CPU). */
     if (!ag__supported(ds, AG_K_SUMSQ, 0, g->dtype, "ag_clip_grad_norm") ||
         !ag__supported(ds, AG_K_NONFINITE_CHECK, 0, g->dtype, "ag_clip_grad_norm")) {
+      if (ns != gs) free(ns);
       free(gs);
       free(m);
       return NULL;
@@ -724,21 +746,25 @@ ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm) {
     dev = ag_tensor_device(g);
     gs[n++] = g;
   }
+  if (ns == gs) nn = n;
   if (!ds && params->count) dev = ag_tensor_device(params->tensors[0]);
+  else if (!ds && dev_hint) dev = *dev_hint;
+  if (!ds && nn) ds = ag__ds(ns[0]);
   ag_no_grad_begin();
   ag_status st = AG_OK;
   ag_tensor *total = ag_zeros(dev, AG_F32, 0, NULL);
   if (!total) st = ag_last_status();
-  for (int k = 0; st == AG_OK && k < n; k += AG_KMAX_MULTI) {
-    int cnt = n - k < AG_KMAX_MULTI ? n - k : AG_KMAX_MULTI;
+  for (int k = 0; st == AG_OK && k < nn; k += AG_KMAX_MULTI) {
+    int cnt = nn - k < AG_KMAX_MULTI ? nn - k : AG_KMAX_MULTI;
     ag_tensor *part = ag_empty(dev, AG_F32, 0, NULL);
-    st = part ? multi_launch(ds, AG_K_SUMSQ, part, NULL, gs + k, cnt, m, "ag_clip_grad_norm") : ag_last_status();
+    st = part ? multi_launch(ds, AG_K_SUMSQ, part, NULL, ns + k, cnt, m, "ag_clip_grad_norm") : ag_last_status();
     ag_tensor *sum = st == AG_OK ? ag_add(total, part) : NULL;
     if (st == AG_OK && !sum) st = ag_last_status();
     ag_tensor_release(part);
     ag_tensor_release(total);
     total = sum;
   }
+  if (st == AG_OK && reduce) st = reduce(total, ctx);
   ag_tensor *norm = st == AG_OK ? ag_sqrt(total) : NULL;
   ag_tensor_release(total);
   if (st == AG_OK && !norm) st = ag_last_status();
@@ -761,6 +787,7 @@ ag_tensor *ag_clip_grad_norm(const ag_param_list *params, double max_norm) {
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
   }
   ag_grad_mode_end();
+  if (ns != gs) free(ns);
   free(gs);
   free(m);
   if (st != AG_OK) {

@@ -38,6 +38,7 @@
 
 #include "anygrad/dist.h"
 #include "anygrad/nn.h"
+#include "anygrad/optim.h"
 #include "anygrad/tensor.h"
 
 #ifdef __cplusplus
@@ -58,6 +59,11 @@ typedef struct ag_ddp_options {
   /* Skip the broadcast from rank 0 at creation (the caller guarantees equal
    * parameters, or broadcasts later with ag_ddp_broadcast). */
   bool no_broadcast;
+  /* Sharded optimizer state (DeepSpeed ZeRO; see "Sharded optimizer state"
+   * below): 0 off (every rank steps every parameter), 1 optimizer state
+   * sharded (gradients all-reduced), 2 optimizer state and gradients
+   * sharded (gradients reduce-scattered per bucket). */
+  int zero_stage;
 } ag_ddp_options;
 
 /* Defaults: 25 MiB buckets, broadcast at creation. */
@@ -107,7 +113,8 @@ AG_API ag_status ag_ddp_no_sync_end(ag_ddp *d);
  * receive the reduced gradient), wait for all (the wait is ordered on the
  * current stream of the group's device; in-process and MPI groups wait on
  * the host for their host phase), and write the reduced gradients back into
- * every parameter's .grad. Then the next step may begin. With balance, also
+ * every parameter's .grad (ZeRO stage 2: into the shard's, see below; the
+ * parameters' .grad are released). Then the next step may begin. With balance, also
  * measures this rank's compute time (one host sync of the device) and every
  * `interval` steps exchanges the measurements (a small all-gather).
  * Errors: AG_ERR_STATE inside no_sync; the group's errors (AG_ERR_TIMEOUT,
@@ -168,6 +175,97 @@ AG_API ag_status ag_ddp_shares(const ag_ddp *d, int64_t *out_rows);
  * rank behaves like a device `factor` times slower. 1 (default) is off.
  * Errors: AG_ERR_INVALID for factor < 1 or non-finite. */
 AG_API ag_status ag_ddp_set_slowdown(ag_ddp *d, double factor);
+
+/* ---- sharded optimizer state (ZeRO stages 1 and 2) ----
+ * With zero_stage 1 or 2 every bucket's flat buffer is padded to size x
+ * chunk elements (chunk = ceil(numel / size) rounded up to 16 elements, 64
+ * bytes of f32) and rank r owns chunk r of every bucket: a contiguous,
+ * balanced 1/size of the flattened parameters. The optimizer is created
+ * over this rank's shard only (ag_ddp_zero_params), so its state is 1/size
+ * of the unsharded one (allocator category "optimizer"). A step:
+ *   ag_ddp_step_begin / forward / ag_backward / ag_ddp_finish   as before
+ *   ag_ddp_clip_grad_norm(d, max_norm)      optional, instead of ag_clip_grad_norm
+ *   ag_optimizer_step(shard_optimizer)      steps this rank's shard only
+ *   ag_ddp_gather_params(d)                 all-gather the updated shards
+ * Stage 1: ag_ddp_finish all-reduces the buckets and writes the reduced
+ * gradients to every parameter's .grad as without sharding; the shard's
+ * gradients view this rank's chunks. Stage 2: each bucket is
+ * reduce-scattered (half the traffic of an all-reduce) into a gradient
+ * shard as soon as it is complete, and its members' .grad and its flat
+ * buffer are released right after (a gradient-ready hook registered after
+ * ag_ddp_create's sees no .grad): between steps a rank keeps only its
+ * gradient shard; read the shard's gradients (ag_ddp_zero_params). Equality: the update is elementwise, so with the same
+ * reduced gradients the parameters after ag_ddp_gather_params are bitwise
+ * those of the unsharded run (the in-process group gives the same sums to
+ * all-reduce and reduce-scatter). Clipping: stage 1 takes the norm over
+ * the full reduced gradients (bitwise the unsharded norm); stage 2 sums
+ * the shards' sums of squares over the group (f32 summation order: the
+ * norm agrees to about 1e-6 relative). Mixed precision's grad scaler is
+ * not supported with sharding (its inf check would see one shard). */
+
+/* Append this rank's shard of the parameters to out: for each parameter of
+ * `subset` (NULL: every parameter given to ag_ddp_create; else entries of
+ * that list, by tensor) that overlaps this rank's chunks, one 1-D leaf
+ * tensor viewing the overlapping elements of the parameter, under the
+ * parameter's name (so ag_optimizer_state names "<name>.exp_avg" as
+ * without sharding). Pass the result (or several, for parameter groups:
+ * one subset per group) to the optimizer's constructor. Their .grad is
+ * set by ag_ddp_finish to the reduced gradient's shard. out retains what
+ * it gets; the tensors live while d does. Errors: AG_ERR_INVALID (NULL d
+ * or out, an entry of subset that d does not hold), AG_ERR_STATE (d was
+ * created with zero_stage 0), AG_ERR_OOM; entries added before an error
+ * stay in out. */
+AG_API ag_status ag_ddp_zero_params(const ag_ddp *d, const ag_param_list *subset, ag_param_list *out);
+
+/* The stage (0, 1, 2) d was created with; -1 for NULL. */
+AG_API int ag_ddp_zero_stage(const ag_ddp *d);
+
+/* Clip the reduced gradients of the shard (after ag_ddp_finish) so that the
+ * global norm over all parameters is at most max_norm, as ag_clip_grad_norm
+ * over the unsharded model (stage 1: bitwise; stage 2: the shards' sums of
+ * squares all-reduced, a collective). Returns the norm before clipping, a
+ * new f32 scalar on the group's device (owned by the caller), or NULL:
+ * AG_ERR_INVALID (NULL d, max_norm not > 0), AG_ERR_STATE (zero_stage 0),
+ * the group's errors. */
+AG_API ag_tensor *ag_ddp_clip_grad_norm(ag_ddp *d, double max_norm);
+
+/* After the shard's optimizer step: all-gather every bucket's updated
+ * chunks (one all-gather per bucket, all queued before the first wait) and
+ * copy them into the parameters, so every rank holds the whole updated
+ * model; the parameters' gradients (stage 1) are released. A collective.
+ * Errors: AG_ERR_INVALID (NULL), AG_ERR_STATE (zero_stage 0, or a step's
+ * reduction started and not finished), the group's errors. */
+AG_API ag_status ag_ddp_gather_params(ag_ddp *d);
+
+/* Write this rank's shard checkpoint "<prefix>.rank<r>.safetensors": the
+ * shard's parameter elements (under the parameters' names), opt's state
+ * (ag_optimizer_state names) and counters (ag_optimizer_counters), and
+ * metadata "zero.rank", "zero.world_size", "zero.stage" and, per
+ * parameter, "zero.offset.<name>": the flat offset of the shard's first
+ * element in that parameter. Every rank calls it (each writes its own
+ * file; no communication). opt must be built over ag_ddp_zero_params's
+ * tensors. Errors: AG_ERR_INVALID (NULL argument, an optimizer tensor that
+ * is not one of d's shard tensors), AG_ERR_STATE (zero_stage 0), AG_ERR_IO,
+ * AG_ERR_OOM. */
+AG_API ag_status ag_ddp_zero_save(ag_ddp *d, ag_optimizer *opt, const char *prefix);
+
+/* Load a sharded checkpoint written by ag_ddp_zero_save with any number of
+ * ranks (the world size is read from "<prefix>.rank0.safetensors") into
+ * this rank: the whole parameters (all shards) and this rank's shard of
+ * opt's state and its counters. Every rank reads the files it needs; no
+ * communication. Errors: AG_ERR_INVALID (NULL argument, optimizer tensors
+ * not d's shard), AG_ERR_STATE (zero_stage 0), AG_ERR_IO (a shard file
+ * missing), AG_ERR_CORRUPT (bad or inconsistent metadata, elements of a
+ * tensor no shard holds), AG_ERR_SHAPE (a parameter larger than the
+ * checkpoint's), the reader's errors. On failure the parameters or state
+ * may be partly loaded. */
+AG_API ag_status ag_ddp_zero_load(ag_ddp *d, ag_optimizer *opt, const char *prefix);
+
+/* The same for a run without sharding (one device, or DDP with
+ * zero_stage 0): the whole parameters `params` and the whole state of opt
+ * (built over params) from a sharded checkpoint of any world size. Errors
+ * as ag_ddp_zero_load (AG_ERR_INVALID for NULL). */
+AG_API ag_status ag_zero_load_unsharded(const char *prefix, const ag_param_list *params, ag_optimizer *opt);
 
 /* ---- introspection ---- */
 
