@@ -1097,15 +1097,17 @@ static ag_status charlm_train_rank(const charlm_options *opts, charlm_result *re
     if (st == AG_OK) r.steps_done = step + 1;
     /* --save-every: the checkpoint of this step (rank 0 alone has an out),
      * before the heartbeat says the step is done. */
-    if (st == AG_OK && o.out && o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < o.steps) {
+    if (st == AG_OK && (o.out || zero_out) && o.save_every > 0 && (step + 1) % o.save_every == 0 &&
+        step + 1 < o.steps) { /* with --zero every rank also writes its shard */
       const char *bad = NULL;
       st = params_finite(&m.params, &bad);
       if (st == AG_OK && bad)
         st = ag_error_set(AG_ERR_STATE,
                           "charlm: parameter '%s' is NaN/Inf after step %lld; the checkpoint %s is not written "
                           "(an existing one is kept)",
-                          bad, (long long)step + 1, o.out);
-      if (st == AG_OK) st = save_ckpt(o.out, &m, opt, &o, step + 1);
+                          bad, (long long)step + 1, o.out ? o.out : zero_out);
+      if (st == AG_OK && o.out) st = save_ckpt(o.out, &m, opt, &o, step + 1, o.zero_stage != 0);
+      if (st == AG_OK && zero_out) st = ag_ddp_zero_save(ddp, opt, zero_out);
     }
     if (st == AG_OK && o.heartbeat) st = heartbeat_write(o.heartbeat, grp ? ag_group_rank(grp) : 0, step + 1, "train");
     /* The report's held-out curve: a short evaluation outside the step. */

@@ -234,6 +234,7 @@ def case_usage(anygrad, mpirun, work):
     run(["--hosts", "h1", "--max-restarts", "-1", *cmd], 2, "--max-restarts expects")
     run(["--hosts", "h1", "--bogus", *cmd], 2, "unknown option")
     run(["--hosts", "h1", "--", anygrad, "train", "--dist", "mpi"], 2, "no checkpoint to restart from")
+    run(["--hosts", "h1,h2", *cmd, "--zero", "1"], 2, "sharded optimizer (--zero) is not restartable")
     # the options of anygrad train the launcher relies on
     p = subprocess.run([anygrad, "train", "--heartbeat", "", "--steps", "1"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, env=env(), timeout=60, text=True)
