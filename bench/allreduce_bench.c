@@ -1,7 +1,8 @@
 /* All-reduce bus bandwidth of anygrad's groups.
  *   mpirun -np N allreduce_bench [--json F]   anygrad's MPI group against raw
  *       MPI_Allreduce on the same buffers, interleaved rounds (A B A B ...),
- *       median and range per size, 4 KiB to 64 MiB of f32.
+ *       median and range per size, 4 KiB to 64 MiB of f32 (--max-bytes),
+ *       about --traffic bytes (64 MiB) per timed round, --rounds (7).
  *   allreduce_bench --inproc N [--device D]   the in-process group, N threads.
  *   allreduce_bench --nccl                    a 1-rank NCCL group on cuda:0:
  *       correctness of the result and the bandwidth line (scripts/gpu_check.sh).
@@ -20,8 +21,10 @@
 #include <mpi.h>
 #endif
 
-#define ROUNDS 7
-static size_t g_max_bytes = (size_t)64 << 20; /* --max-bytes */
+#define MAX_ROUNDS 7
+static int g_rounds = MAX_ROUNDS;                 /* --rounds */
+static size_t g_max_bytes = (size_t)64 << 20;     /* --max-bytes */
+static size_t g_traffic = (size_t)64 << 20;       /* --traffic: bytes per timed round */
 #define MAX_SIZES 16
 
 static double now(void) {
@@ -36,7 +39,7 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 static double median(double *v, int n) {
-  double s[ROUNDS];
+  double s[MAX_ROUNDS];
   memcpy(s, v, sizeof(double) * (size_t)n);
   qsort(s, (size_t)n, sizeof(double), cmp_d);
   return s[n / 2];
@@ -53,9 +56,9 @@ static double maxv(const double *v, int n) {
   return m;
 }
 
-/* iterations per timed round: about 64 MiB of traffic, at least 3 */
+/* iterations per timed round: about --traffic bytes (64 MiB), at least 3 */
 static int iters_for(size_t bytes) {
-  size_t it = ((size_t)64 << 20) / bytes;
+  size_t it = g_traffic / bytes;
   return it < 3 ? 3 : it > 200 ? 200 : (int)it;
 }
 
@@ -101,12 +104,12 @@ static int run_inproc(int n, ag_device dev, FILE *json) {
   if (ag_group_create_inproc(n, devs, NULL, g) != AG_OK) die("ag_group_create_inproc");
   char dl[32];
   ag_device_str(dev, dl, sizeof dl);
-  printf("in-process group: %d ranks on %s, f32 AVG all-reduce, %d rounds\n", n, dl, ROUNDS);
+  printf("in-process group: %d ranks on %s, f32 AVG all-reduce, %d rounds\n", n, dl, g_rounds);
   printf("%10s %8s %14s %20s\n", "bytes", "iters", "busbw GB/s", "range");
   for (size_t bytes = 4096; bytes <= g_max_bytes; bytes *= 4) {
-    double bw[ROUNDS];
+    double bw[MAX_ROUNDS] = {0};
     int iters = iters_for(bytes);
-    for (int r = 0; r < ROUNDS; r++) {
+    for (int r = 0; r < g_rounds; r++) {
       pthread_t th[16];
       ip_arg a[16];
       for (int i = 0; i < n; i++) {
@@ -121,13 +124,13 @@ static int run_inproc(int n, ag_device dev, FILE *json) {
       }
       bw[r] = busbw(bytes, n, worst);
     }
-    printf("%10zu %8d %14.2f %9.2f - %-9.2f\n", bytes, iters, median(bw, ROUNDS), minv(bw, ROUNDS),
-           maxv(bw, ROUNDS));
+    printf("%10zu %8d %14.2f %9.2f - %-9.2f\n", bytes, iters, median(bw, g_rounds), minv(bw, g_rounds),
+           maxv(bw, g_rounds));
     if (json)
       fprintf(json,
               "{\"bench\": \"allreduce_inproc\", \"ranks\": %d, \"device\": \"%s\", \"bytes\": %zu, "
               "\"busbw_gbps\": %.4f, \"min\": %.4f, \"max\": %.4f}\n",
-              n, dl, bytes, median(bw, ROUNDS), minv(bw, ROUNDS), maxv(bw, ROUNDS));
+              n, dl, bytes, median(bw, g_rounds), minv(bw, g_rounds), maxv(bw, g_rounds));
   }
   for (int i = 0; i < n; i++) ag_group_destroy(g[i]);
   return 0;
@@ -190,7 +193,7 @@ static int run_mpi(FILE *json) {
     char why[512];
     ag_dist_available(AG_DIST_MPI, why, sizeof why);
     printf("MPI group vs MPI_Allreduce: %d ranks, f32 SUM, same buffers, %d interleaved rounds (A B A B)\n%s\n",
-           n, ROUNDS, why);
+           n, g_rounds, why);
     printf("(C: raw MPI_Iallreduce + MPI_Test loop, the non-blocking call anygrad polls to honour its timeout)\n");
     printf("%10s %6s %14s %20s %14s %20s %7s %9s\n", "bytes", "iters", "anygrad GB/s", "range", "MPI GB/s", "range",
            "ratio", "C GB/s");
@@ -201,11 +204,11 @@ static int run_mpi(FILE *json) {
     ag_tensor *t = ag_ones(AG_CPU, AG_F32, 1, shape);
     float *buf = ag_tensor_data_ptr(t); /* the same memory for both */
     int iters = iters_for(bytes);
-    double a[ROUNDS], b[ROUNDS], c[ROUNDS];
+    double a[MAX_ROUNDS] = {0}, b[MAX_ROUNDS] = {0}, c[MAX_ROUNDS] = {0};
     /* warm both paths */
     if (ag_all_reduce(g, t, AG_DIST_SUM, NULL) != AG_OK) die("all_reduce");
     MPI_Allreduce(MPI_IN_PLACE, buf, (int)cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    for (int r = 0; r < ROUNDS; r++) {
+    for (int r = 0; r < g_rounds; r++) {
       for (int which = 0; which < 3; which++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
@@ -229,16 +232,17 @@ static int run_mpi(FILE *json) {
     /* values stay finite: sums of ones grow, reset between sizes */
     ag_tensor_release(t);
     if (rank == 0) {
-      double ma = median(a, ROUNDS), mb = median(b, ROUNDS);
+      double ma = median(a, g_rounds), mb = median(b, g_rounds);
       printf("%10zu %6d %14.2f %9.2f - %-9.2f %14.2f %9.2f - %-9.2f %7.2f %9.2f\n", bytes, iters, ma,
-             minv(a, ROUNDS), maxv(a, ROUNDS), mb, minv(b, ROUNDS), maxv(b, ROUNDS), ma / mb, median(c, ROUNDS));
+             minv(a, g_rounds), maxv(a, g_rounds), mb, minv(b, g_rounds), maxv(b, g_rounds), ma / mb, median(c, g_rounds));
       if (json)
         fprintf(json,
                 "{\"bench\": \"allreduce_mpi\", \"ranks\": %d, \"bytes\": %zu, \"anygrad_busbw_gbps\": %.4f, "
                 "\"anygrad_min\": %.4f, \"anygrad_max\": %.4f, \"mpi_busbw_gbps\": %.4f, \"mpi_min\": %.4f, "
-                "\"mpi_max\": %.4f, \"ratio\": %.4f, \"mpi_iallreduce_busbw_gbps\": %.4f}\n",
-                n, bytes, ma, minv(a, ROUNDS), maxv(a, ROUNDS), mb, minv(b, ROUNDS), maxv(b, ROUNDS), ma / mb,
-                median(c, ROUNDS));
+                "\"mpi_max\": %.4f, \"ratio\": %.4f, \"mpi_iallreduce_busbw_gbps\": %.4f, "
+                "\"mpi_iallreduce_min\": %.4f, \"mpi_iallreduce_max\": %.4f, \"rounds\": %d}\n",
+                n, bytes, ma, minv(a, g_rounds), maxv(a, g_rounds), mb, minv(b, g_rounds), maxv(b, g_rounds), ma / mb,
+                median(c, g_rounds), minv(c, g_rounds), maxv(c, g_rounds), g_rounds);
     }
   }
   ag_group_destroy(g);
@@ -259,12 +263,19 @@ int main(int argc, char **argv) {
       if (ag_device_parse(argv[++i], &dev) != AG_OK) die("--device");
     } else if (!strcmp(argv[i], "--nccl")) nccl = true;
     else if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) max_bytes = (size_t)atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--traffic") && i + 1 < argc) g_traffic = (size_t)atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) g_rounds = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: allreduce_bench [--inproc N [--device D] | --nccl] [--max-bytes B] [--json FILE]\n");
+      fprintf(stderr, "usage: allreduce_bench [--inproc N [--device D] | --nccl] [--max-bytes B] [--traffic B] "
+                      "[--rounds 1..%d] [--json FILE]\n", MAX_ROUNDS);
       return 2;
     }
   }
   g_max_bytes = max_bytes;
+  if (g_rounds < 1 || g_rounds > MAX_ROUNDS || g_traffic < 4096) {
+    fprintf(stderr, "allreduce_bench: --rounds must be 1..%d and --traffic >= 4096\n", MAX_ROUNDS);
+    return 2;
+  }
   FILE *json = json_path ? fopen(json_path, "a") : NULL;
   int rc;
   if (nccl) rc = run_nccl(json);

@@ -295,17 +295,66 @@ static ag_status validate(const cnn_options *o) {
   if (o->epochs < 0 || o->epochs > CNN_MAX_EPOCHS || o->batch < 1 || o->batch > CNN_MAX_BATCH || o->c1 < 1 ||
       o->c1 > CNN_MAX_WIDTH || o->c2 < 1 || o->c2 > CNN_MAX_WIDTH || !(o->lr > 0 && o->lr <= 10) ||
       !(o->weight_decay >= 0 && o->weight_decay <= 1) || o->warmup < 0 || o->train_limit < 0 || o->test_limit < 0 ||
-      o->workers < 0 || o->workers > 64 || o->augment_delay_us < 0 || o->augment_delay_us > 1000000)
+      o->workers < 0 || o->workers > 64 || o->augment_delay_us < 0 || o->augment_delay_us > 1000000 ||
+      o->bucket_bytes < 0 || o->bn_shards < 0 || o->bn_shards > CNN_MAX_BATCH || (o->group && o->bn_shards > 1))
     return ag_error_set(AG_ERR_INVALID, "cnn: an option is outside its limits (epochs 0..%d, batch 1..%d, "
-                        "widths 1..%d, 0 < lr <= 10, 0 <= weight decay <= 1, workers 0..64)", CNN_MAX_EPOCHS, CNN_MAX_BATCH,
-                        CNN_MAX_WIDTH);
+                        "widths 1..%d, 0 < lr <= 10, 0 <= weight decay <= 1, workers 0..64, bucket bytes >= 0, "
+                        "bn shards 0..%d and not with a group)", CNN_MAX_EPOCHS, CNN_MAX_BATCH, CNN_MAX_WIDTH,
+                        CNN_MAX_BATCH);
   return AG_OK;
+}
+
+/* Logits of rows [lo, hi) of x, or with shards > 1 the concatenation of
+ * each shard's logits (batch statistics per shard). */
+static ag_tensor *shard_logits(cnn_model *m, ag_tensor *x, int64_t lo, int64_t hi, int shards) {
+  if (shards <= 1) {
+    if (lo == 0 && hi == ag_tensor_shape(x)[0]) return cnn_model_logits(m, x, true);
+    ag_tensor *xs = ag_slice(x, 0, lo, hi, 1);
+    ag_tensor *l = xs ? cnn_model_logits(m, xs, true) : NULL;
+    ag_tensor_release(xs);
+    return l;
+  }
+  ag_tensor *parts[64];
+  ag_tensor **ps = shards <= 64 ? parts : malloc(sizeof(ag_tensor *) * (size_t)shards);
+  if (!ps) {
+    ag_error_set(AG_ERR_OOM, "cnn: out of host memory");
+    return NULL;
+  }
+  int k = 0;
+  bool ok = true;
+  for (int i = 0; ok && i < shards; i++) {
+    int64_t a = lo + (hi - lo) * i / shards, b = lo + (hi - lo) * (i + 1) / shards;
+    if (b == a) continue;
+    ps[k] = shard_logits(m, x, a, b, 1);
+    ok = ps[k++] != NULL;
+  }
+  ag_tensor *l = ok ? ag_concat(k, ps, 0) : NULL;
+  for (int i = 0; i < k; i++) ag_tensor_release(ps[i]);
+  if (ps != parts) free(ps);
+  return l;
+}
+
+/* Running statistics: the mean over the replicas (each updated them with
+ * its own rows). */
+static ag_status average_buffers(ag_group *g, const ag_param_list *buffers) {
+  ag_status st = AG_OK;
+  for (int i = 0; st == AG_OK && i < buffers->count; i++)
+    if (ag_tensor_dtype(buffers->tensors[i]) == AG_F32)
+      st = ag_all_reduce(g, buffers->tensors[i], AG_DIST_AVG, NULL);
+  return st;
 }
 
 ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
   cnn_options o = *opts;
   cnn_result r;
   memset(&r, 0, sizeof r);
+  /* Replicas: rank 0 alone prints, evaluates and writes the checkpoint. */
+  const int rank = o.group ? ag_group_rank(o.group) : 0, nrank = o.group ? ag_group_size(o.group) : 1;
+  const bool lead = rank == 0;
+  if (!lead) {
+    o.quiet = true;
+    o.out = NULL;
+  }
   FILE *out = o.log ? o.log : stdout;
   ag_safetensors *ck = NULL;
   int start_epoch = 0;
@@ -364,6 +413,22 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
     ag_params_free(&all);
   }
   ag_safetensors_close(ck);
+  /* Data parallelism: parameters, running statistics and a resumed
+   * optimizer state from rank 0. */
+  ag_ddp *ddp = NULL;
+  if (st == AG_OK && o.group) {
+    ag_ddp_options dopt;
+    ag_ddp_options_default(&dopt);
+    if (o.bucket_bytes > 0) dopt.bucket_bytes = o.bucket_bytes;
+    st = ag_ddp_create(o.group, &m.params, &dopt, &ddp);
+    if (st == AG_OK) st = ag_ddp_broadcast(ddp, &m.buffers, 0);
+    if (st == AG_OK && o.resume) {
+      ag_param_list sl = {0};
+      st = ag_optimizer_state(opt, &sl);
+      if (st == AG_OK) st = ag_ddp_broadcast(ddp, &sl, 0);
+      ag_params_free(&sl);
+    }
+  }
   char dname[32];
   ag_device_str(o.device, dname, sizeof dname);
   if (st == AG_OK && !o.quiet)
@@ -415,13 +480,35 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
       ag_loader_batch_info info;
       st = ag_loader_next(ld, xy, &info);
       if (st == AG_OK && info.end) st = ag_error_set(AG_ERR_INTERNAL, "cnn: the loader ended early");
-      ag_tensor *logits = st == AG_OK ? cnn_model_logits(&m, xy[0], true) : NULL;
-      ag_tensor *loss = logits ? ag_cross_entropy(logits, xy[1], AG_REDUCTION_MEAN, -100) : NULL;
-      if (st == AG_OK) st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
+      /* This rank's rows of the batch (all of them on one device). */
+      const int64_t b = st == AG_OK ? info.rows : 0, lo = b * rank / nrank, hi = b * (rank + 1) / nrank;
+      if (st == AG_OK && ddp) st = ag_ddp_step_begin(ddp);
+      if (st == AG_OK && ddp) st = ag_ddp_set_weight(ddp, b ? (double)(hi - lo) / (double)b : 0);
+      ag_tensor *loss = NULL;
+      if (st == AG_OK && hi > lo) { /* a replica without rows only joins the reduction */
+        ag_tensor *ys = ddp ? ag_slice(xy[1], 0, lo, hi, 1) : xy[1];
+        ag_tensor *logits = ys ? shard_logits(&m, xy[0], lo, hi, o.bn_shards) : NULL;
+        loss = logits ? ag_cross_entropy(logits, ys, AG_REDUCTION_MEAN, -100) : NULL;
+        st = loss ? ag_backward(loss, NULL, false) : ag_last_status();
+      }
+      if (st == AG_OK && ddp) st = ag_ddp_finish(ddp);
       if (st == AG_OK) st = ag_optimizer_step(opt);
       ag_optimizer_zero_grad(opt);
-      if (st == AG_OK && (s % 50 == 0 || s + 1 == steps_per_epoch)) {
+      const bool first = r.steps == 0, last = s + 1 == steps_per_epoch && epoch + 1 == o.epochs;
+      /* With replicas, the whole batch's loss is the sum over ranks of each
+       * one's loss times its weight (read at the progress lines). */
+      if (st == AG_OK && ddp && (s % 50 == 0 || s + 1 == steps_per_epoch || first)) {
+        int64_t one[1] = {1};
+        ag_tensor *dl = loss ? ag_detach(loss) : NULL;
+        ag_tensor *lw = dl ? ag_mul_scalar(dl, (double)(hi - lo) / (double)b) : ag_zeros(o.device, AG_F32, 0, one);
+        st = lw ? ag_all_reduce(o.group, lw, AG_DIST_SUM, NULL) : ag_last_status();
+        loss = lw;
+      }
+      r.steps++;
+      if (st == AG_OK && (s % 50 == 0 || s + 1 == steps_per_epoch || first)) {
         double l = ag_item(loss);
+        if (first) r.first_loss = l;
+        if (last) r.last_loss = l;
         if (!isfinite(l))
           st = ag_error_set(AG_ERR_STATE, "cnn: training diverged: the loss became %g at step %lld", l,
                             (long long)step + 1);
@@ -437,7 +524,8 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
     ag_loader_destroy(ld);
     if (st != AG_OK) break;
     double t_train = now_s() - te;
-    st = evaluate(&m, &test, o.test_limit, o.device, &r.test_accuracy, r.confusion);
+    if (ddp) st = average_buffers(o.group, &m.buffers);
+    if (st == AG_OK && lead) st = evaluate(&m, &test, o.test_limit, o.device, &r.test_accuracy, r.confusion);
     if (st != AG_OK) break;
     r.epochs_done = epoch + 1;
     if (!o.quiet) {
@@ -456,7 +544,7 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
     }
   }
   r.seconds = now_s() - t0;
-  if (st == AG_OK && r.epochs_done == start_epoch && start_epoch > 0)
+  if (st == AG_OK && r.epochs_done == start_epoch && start_epoch > 0 && lead)
     st = evaluate(&m, &test, o.test_limit, o.device, &r.test_accuracy, r.confusion);
   if (st == AG_OK && !o.quiet && r.epochs_done > 0) {
     fprintf(out, "cnn: test accuracy %.2f%% after %d epochs (%.1f s)\n", 100 * r.test_accuracy, r.epochs_done,
@@ -472,6 +560,8 @@ ag_status cnn_train(const cnn_options *opts, cnn_result *res) {
     if (st == AG_OK && !o.quiet) ag_profiler_report(prof, out);
     ag_profiler_destroy(prof);
   }
+  if (st != AG_OK && o.group) ag_group_abort(o.group, ag_last_error()); /* the others stop at once */
+  ag_ddp_destroy(ddp);
   ag_optimizer_free(opt);
   if (have_model) cnn_model_free(&m);
   ag_generator_free(gen);

@@ -42,6 +42,23 @@ typedef struct cnn_options {
   int profile_window;   /* steps per profiler verdict (0: 100) */
   bool profile, quiet;
   FILE *log;            /* stdout when NULL */
+  /* Data parallelism (anygrad/ddp.h): this replica's handle on a group, or
+   * NULL for one device. Every rank calls cnn_train with the same options
+   * except device and group; batch is the global batch, rank r of n takes
+   * rows [b*r/n, b*(r+1)/n) of each batch of b rows (all ranks read the
+   * same shuffled order) and the gradients are averaged with weights
+   * rows/b, so the update is the one of the whole batch. Batch norm uses
+   * each replica's own rows (as PyTorch's DDP without SyncBatchNorm): the
+   * one-device run this equals is the one with bn_shards = n. Only rank 0
+   * prints, evaluates and writes out; the running statistics are averaged
+   * over the ranks before each evaluation. */
+  ag_group *group;
+  int64_t bucket_bytes; /* gradient buckets (0: AG_DDP_DEFAULT_BUCKET_BYTES) */
+  /* One device: batch norm statistics over bn_shards equal row shards of
+   * each batch, [b*k/s, b*(k+1)/s), each its own forward (ghost batch
+   * norm); the loss is still the mean over the whole batch. 0 or 1: the
+   * whole batch (the default). Must be 0 or 1 with a group. */
+  int bn_shards;
 } cnn_options;
 
 typedef struct cnn_result {
@@ -51,6 +68,10 @@ typedef struct cnn_result {
   int64_t confusion[CNN_CLASSES][CNN_CLASSES]; /* [true][predicted] */
   bool input_bound;     /* the profiler's verdict over the last window */
   char verdict[1024];   /* its text (empty without the profiler) */
+  int64_t steps;        /* optimizer steps taken by this call */
+  double first_loss, last_loss; /* the whole batch's mean loss at the first and
+                                   last step of this call (with a group: summed
+                                   over the ranks, the same on every rank) */
 } cnn_result;
 
 cnn_options cnn_defaults(void);

@@ -572,6 +572,8 @@ def case_data_parallel():
         (["train", "--balance", "sometimes"], "--balance"),
         (["train", "--devices", "cpu,cpu", "--batch", "auto"], "--batch auto"),
         (["train", "--task", "fashion-mnist", "--devices", "cpu,cpu"], "--devices"),
+        (["train", "--task", "fashion-mnist", "--dist", "nccl"], "--dist"),
+        (["train", "--task", "fashion-mnist", "--bucket-mb", "0"], "--bucket-mb"),
     ]:
         expect(args, 2, part)
     d = fresh_dir("dp")

@@ -3,6 +3,7 @@
  * stopped, and reports bad data paths; plus the vision layers' errors.
  * Skipped when dataset-fashion-mnist is not installed. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -132,11 +133,75 @@ static void test_bad_inputs(void **state) {
   ag_batch_norm2d_free(&bn);
 }
 
+/* Data parallelism: 2 in-process replicas (cnn_options.group) against one
+ * device with batch norm over the same 2 row shards (bn_shards), on batches
+ * of 60 rows and a last one of 10; 1e-4 relative on the losses (the order
+ * of f32 additions differs, docs/distributed.md). */
+typedef struct replica_arg {
+  cnn_options o;
+  cnn_result r;
+  ag_status st;
+} replica_arg;
+
+static void *replica_main(void *p) {
+  replica_arg *a = p;
+  a->st = cnn_train(&a->o, &a->r);
+  return NULL;
+}
+
+static void test_replicas(void **state) {
+  if (!have_data()) skip();
+  cnn_options o = small(NULL);
+  o.train_limit = 250;
+  o.test_limit = 100;
+  o.batch = 60;
+  o.workers = 0;
+  o.bucket_bytes = 4096;
+  ag_device devs[2] = {AG_CPU, AG_CPU};
+  ag_group *g[2];
+  assert_int_equal(ag_group_create_inproc(2, devs, NULL, g), AG_OK);
+  replica_arg a[2];
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) {
+    memset(&a[i], 0, sizeof a[i]);
+    a[i].o = o;
+    a[i].o.group = g[i];
+    assert_int_equal(pthread_create(&th[i], NULL, replica_main, &a[i]), 0);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 2; i++) ag_group_destroy(g[i]);
+  assert_int_equal(a[0].st, AG_OK);
+  assert_int_equal(a[1].st, AG_OK);
+  assert_int_equal(a[0].r.steps, 5);
+  /* every rank holds the whole batch's loss */
+  assert_true(a[0].r.last_loss == a[1].r.last_loss);
+  cnn_options one = o;
+  one.bn_shards = 2;
+  cnn_result r;
+  assert_int_equal(cnn_train(&one, &r), AG_OK);
+  if (!(fabs(a[0].r.first_loss - r.first_loss) <= 1e-4 * fabs(r.first_loss) &&
+        fabs(a[0].r.last_loss - r.last_loss) <= 1e-4 * fabs(r.last_loss)))
+    fail_msg("replicas: losses %.7f .. %.7f, one device with 2 batch-norm shards %.7f .. %.7f", a[0].r.first_loss,
+             a[0].r.last_loss, r.first_loss, r.last_loss);
+  /* without the shards the batch statistics differ: so does the loss */
+  one.bn_shards = 0;
+  cnn_result whole;
+  assert_int_equal(cnn_train(&one, &whole), AG_OK);
+  assert_true(fabs(whole.last_loss - r.last_loss) > 1e-6);
+  /* bn_shards is a one-device setting */
+  assert_int_equal(ag_group_create_inproc(1, devs, NULL, g), AG_OK);
+  one.group = g[0];
+  one.bn_shards = 2;
+  assert_int_equal(cnn_train(&one, &whole), AG_ERR_INVALID);
+  ag_group_destroy(g[0]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_learns_and_resumes),
       cmocka_unit_test(test_input_bound_verdict),
       cmocka_unit_test(test_bad_inputs),
+      cmocka_unit_test(test_replicas),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,7 +74,8 @@ static void usage(void) {
       "                       per replica, and --resume takes them with any replica count\n\n"
       "--task fashion-mnist takes --device, --batch (default 128), --lr (3e-3), --weight-decay\n"
       "(1e-4), --warmup, --seed, --out (default cnn.safetensors, written after every epoch),\n"
-      "--resume, --profile, and:\n"
+      "--resume, --profile, --dist mpi and --bucket-mb (equal shares; batch norm over each\n"
+      "replica's rows), and:\n"
       "  --epochs N           total epochs (default 5; with --resume the run continues to N)\n"
       "  --channels A,B       channels of the two conv blocks (default 16,32)\n"
       "  --data DIR           the idx files (default " CNN_DATA_DIR ")\n"
@@ -190,7 +191,7 @@ static bool outputs_distinct(const ag_cli_file *inputs, int n_inputs, const char
 
 /* --task fashion-mnist: the options that apply to it; the words-only ones
  * are a usage error rather than silently ignored. */
-static int parse_cnn(int argc, char **argv, cnn_options *o) {
+static int parse_cnn(int argc, char **argv, cnn_options *o, dp_opts *dp) {
   const char *C = "train";
   *o = cnn_defaults();
   o->out = "cnn.safetensors";
@@ -229,6 +230,24 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
       case O_PROFILE: ok = ag_cli_bool(C, "profile", v, &o->profile); break;
       case AG_CLI_THREADS: ok = ag_cli_threads(C, v); break;
       case AG_CLI_NUMERICS: ok = ag_cli_numerics(C, v); break;
+      case O_DIST:
+        if (strcmp(v, "mpi")) {
+          fprintf(stderr, "anygrad train: --dist must be mpi, got '%s'\n", v);
+          ok = false;
+        }
+        dp->mpi = true;
+        break;
+      case O_BUCKET_MB: {
+        double mb = 0;
+        ok = ag_cli_f64(C, "bucket-mb", v, 0, 1 << 20, &mb);
+        if (ok && !(mb > 0)) {
+          fprintf(stderr, "anygrad train: --bucket-mb must be > 0, got '%s'\n", v);
+          ok = false;
+        }
+        o->bucket_bytes = (int64_t)(mb * 1048576.0);
+        if (o->bucket_bytes < 1) o->bucket_bytes = 1;
+        break;
+      }
       case '?': ok = false; break;
       case O_SAVE_EVERY: case O_HF:
         fprintf(stderr, "anygrad train: --save-every and --hf apply to --task text and words, not fashion-mnist\n");
@@ -261,6 +280,7 @@ static int parse_cnn(int argc, char **argv, cnn_options *o) {
   if (device) {
     int rc = ag_cli_device(C, device, &o->device);
     if (rc != AG_EXIT_OK) return rc;
+    dp->device_indexed = strchr(device, ':') != NULL;
   }
   return -1;
 }
@@ -605,14 +625,14 @@ static int train_inproc(const charlm_options *o, const dp_opts *dp) {
 /* This rank's device: --device BACKEND:N as given; a backend alone (or the
  * best one) is the local rank's device, index local % count, as torchrun's
  * LOCAL_RANK convention has it. `how` says which, for the rank's line. */
-static int mpi_device(const charlm_options *o, const dp_opts *dp, ag_device *out, char *how, size_t n) {
-  *out = o->device;
-  const char *name = ag_backend_name((ag_backend_kind)o->device.backend);
+static int mpi_device(ag_device want, const dp_opts *dp, ag_device *out, char *how, size_t n) {
+  *out = want;
+  const char *name = ag_backend_name((ag_backend_kind)want.backend);
   if (dp->device_indexed) {
-    snprintf(how, n, "--device %s:%d", name, o->device.index);
+    snprintf(how, n, "--device %s:%d", name, want.index);
     return AG_EXIT_OK;
   }
-  int count = ag_backend_device_count((ag_backend_kind)o->device.backend);
+  int count = ag_backend_device_count((ag_backend_kind)want.backend);
   if (count <= 1) {
     out->index = 0;
     snprintf(how, n, "the only %s device", name);
@@ -634,7 +654,7 @@ static int train_mpi(const charlm_options *o, const dp_opts *dp) {
   ag_group *g = NULL;
   ag_device dev;
   char how[160];
-  int rc = mpi_device(o, dp, &dev, how, sizeof how);
+  int rc = mpi_device(o->device, dp, &dev, how, sizeof how);
   if (rc != AG_EXIT_OK) return rc;
   ag_status st = ag_group_create_mpi(dev, NULL, &g);
   if (st != AG_OK) {
@@ -682,6 +702,45 @@ static int train_mpi(const charlm_options *o, const dp_opts *dp) {
   return rc;
 }
 
+/* --task fashion-mnist --dist mpi: one CNN replica per process, the --batch
+ * shared equally (cnn.h: batch norm over each replica's rows). */
+static int train_cnn_mpi(const cnn_options *o, const dp_opts *dp) {
+  ag_group *g = NULL;
+  ag_device dev;
+  char how[160];
+  int rc = mpi_device(o->device, dp, &dev, how, sizeof how);
+  if (rc != AG_EXIT_OK) return rc;
+  ag_status st = ag_group_create_mpi(dev, NULL, &g);
+  if (st != AG_OK) {
+    fprintf(stderr, "anygrad train: --dist mpi: %s: %s\n", ag_status_name(st), ag_last_error());
+    return AG_EXIT_RUNTIME;
+  }
+  int rank = ag_group_rank(g), size = ag_group_size(g);
+  if (!o->quiet) {
+    char label[32];
+    printf("anygrad train: rank %d of %d on %s (%s)\n", rank, size, ag_device_str(dev, label, sizeof label), how);
+    fflush(stdout);
+  }
+  if (o->batch < size) {
+    if (rank == 0)
+      fprintf(stderr, "anygrad train: --batch %lld is smaller than the %d MPI ranks (--batch >= %d)\n",
+              (long long)o->batch, size, size);
+    ag_group_destroy(g);
+    return AG_EXIT_USAGE;
+  }
+  if (rank == 0 && !o->quiet)
+    printf("anygrad train: %d MPI ranks (global batch %lld, equal shares)\n", size, (long long)o->batch);
+  cnn_options ro = *o;
+  ro.device = dev;
+  ro.group = g;
+  cnn_result r;
+  st = cnn_train(&ro, &r);
+  if (st != AG_OK && (st != AG_ERR_ABORTED || rank == 0))
+    fprintf(stderr, "anygrad train: rank %d: %s: %s\n", rank, ag_status_name(st), ag_last_error());
+  ag_group_destroy(g);
+  return st == AG_OK ? AG_EXIT_OK : AG_EXIT_RUNTIME;
+}
+
 int ag_cmd_train(int argc, char **argv) {
   charlm_options o;
   bool task_cnn = false, task_text = false;
@@ -702,8 +761,9 @@ int ag_cmd_train(int argc, char **argv) {
   }
   if (task_cnn) {
     cnn_options co;
-    rc = parse_cnn(argc, argv, &co);
+    rc = parse_cnn(argc, argv, &co, &dp);
     if (rc >= 0) return rc;
+    if (dp.mpi) return train_cnn_mpi(&co, &dp);
     cnn_result cr;
     ag_status cst = cnn_train(&co, &cr);
     if (cst != AG_OK) {
