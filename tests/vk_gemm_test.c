@@ -3,8 +3,8 @@
  * (transposed views, vec4 loads along k, m or n), shapes with partial
  * tiles on every edge (the scalar bounds-checked path), a view whose
  * offset and strides are not multiples of 4 elements (scalar loads),
- * batched products with B shared across the batch, and an inner
- * dimension of several K slices. The inputs are multiples of 1/8 in
+ * batched products with B shared across the batch, and inner
+ * dimensions of several K slices up to 70000. The inputs are multiples of 1/8 in
  * [-1, 1], so every sum is exact in f32 whatever its order: the result
  * must equal the CPU's bit for bit. tests/vk_gemm.cmake runs it with the
  * default tile and with other tiles (AG_VULKAN_TEST=gemm_tile:CFG, the
@@ -71,7 +71,7 @@ static void expect_cpu(ag_tensor *a, ag_tensor *b, const char *what) {
 /* (M, K, N): whole tiles, partial tiles on each edge, a row, a column,
  * K of several slices and not a multiple of 4 */
 static const int64_t k_shapes[][3] = {{64, 64, 64}, {128, 48, 192}, {130, 70, 67}, {1, 300, 5},
-                                      {67, 1, 129}, {5, 257, 1},    {96, 33, 100}};
+                                      {67, 1, 129}, {5, 257, 1},    {96, 33, 100}, {16, 70000, 20}};
 
 static void layouts(ag_dtype dt) {
   char what[96];
@@ -131,6 +131,17 @@ static void test_batched(void **state) {
   }
 }
 
+/* K = 70000: more K slices than lavapipe's 65535 back-edges would allow
+ * with a loop inside each slice */
+static void test_long_k(void **state) {
+  (void)state;
+  ag_scope_begin();
+  int64_t sa[2] = {16, 70000}, sb[2] = {70000, 20}, sbt[2] = {20, 70000};
+  expect_cpu(input(VK, AG_F32, 2, sa, 8), input(VK, AG_F32, 2, sb, 9), "f32 K 70000");
+  expect_cpu(input(VK, AG_F16, 2, sa, 10), ag_transpose(input(VK, AG_F16, 2, sbt, 11), 0, 1), "f16 K 70000 nt");
+  assert_int_equal(ag_scope_end(), AG_OK);
+}
+
 int main(void) {
   ag_backend_kind k;
   if (ag_backend_find("vulkan", &k) != AG_OK || !ag_backend_available(k, NULL) ||
@@ -144,6 +155,7 @@ int main(void) {
       cmocka_unit_test(test_f16_layouts),
       cmocka_unit_test(test_unaligned_views),
       cmocka_unit_test(test_batched),
+      cmocka_unit_test(test_long_k),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,7 @@
  * BK << 8, a work-group of 8 x 8 invocations computing (8 TM) x (8 TN)
  * outputs, each a TM x TN block, K in slices of BK. Chosen by measurement
  * on lavapipe (docs/vulkan.md); AG_VULKAN_TEST=gemm_tile:CFG tries others. */
-#define VKB_GEMM_CFG (8 | 8 << 4 | 16 << 8)
+#define VKB_GEMM_CFG (12 | 8 << 4 | 16 << 8)
 static inline bool vkb_gemm_cfg_ok(uint64_t c) {
   uint64_t tm = c & 15, tn = (c >> 4) & 15, bk = (c >> 8) & 63;
   return c >> 14 == 0 && tm && tm % 4 == 0 && tn && tn % 4 == 0 && bk && bk % 4 == 0;
@@ -121,6 +121,8 @@ typedef enum vkb_shader {
   /* gemm_tiled.comp: register-blocked GEMM, f32 and f16 inputs */
   VKS_GEMM_T32,
   VKS_GEMM_T16,
+  /* tree.comp's reductions of the integer dtypes in i64 */
+  VKS_TREE_I,
   /* the portable-numerics modules (vk_portable.c), in the order of
    * CMakeLists.txt's p_ entries */
   VKS_P_PROBE,
@@ -451,6 +453,7 @@ typedef struct vkb_tree_red {
   int64_t outer, r, inner;
   double scale, beta;
   bool f64;
+  bool i64; /* an integer x: sum (wrapping), max, min, argmax in i64 */
   /* dot: r = K, rows outer = B * M * N of a matmul, x = A (strides xs:
    * batch, row, k), y = B (dtype ydt, strides ys: batch, k, col) */
   bool dot;

@@ -437,16 +437,19 @@ static ag_status vk_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
    * sums) are exact by nature */
   if (pmode(c) && a->variant == AG_R_SUM && !is_int(a->x->dtype))
     return vkb_portable_sum(s, oaddr(a->out), a->out->dtype, oaddr(a->x), a->x->dtype, outer, r, inner, a->scale);
-  /* long float lines: passes of work-group trees (vk_tree.c); the portable
-   * mode keeps its own kernels and their order */
-  if (!pmode(c) && !is_int(a->x->dtype) && r > (a->x->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) {
+  /* long lines: passes of work-group trees (vk_tree.c); the portable mode
+   * keeps its own kernels and their order for floats (integer results are
+   * exact in any order) */
+  bool tint = is_int(a->x->dtype);
+  if ((!pmode(c) || tint) && r > (a->x->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) {
     uint64_t scratch = 0;
     size_t need = vkb_tree_scratch(outer * inner, r);
     ag_status st = need ? vkb_scratch(s, need, &scratch) : AG_OK;
     if (st != AG_OK) return st;
     vkb_tree_red t = {.out = oaddr(a->out), .x = oaddr(a->x), .odt = a->out->dtype, .xdt = a->x->dtype,
                       .op = a->variant, .outer = outer, .r = r, .inner = inner,
-                      .scale = a->variant == AG_R_SUM ? a->scale : 1.0, .f64 = a->x->dtype == AG_F64};
+                      .scale = a->variant == AG_R_SUM ? a->scale : 1.0, .f64 = a->x->dtype == AG_F64,
+                      .i64 = tint};
     return vkb_tree_reduce(s, scratch, &t);
   }
   if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per output, in order */
@@ -1250,7 +1253,11 @@ static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
     return vkb_tree_reduce(s, scratch, &t);
   }
   if (!pmode(a->call) && K > VKB_SPLIT_K) return matmul_split_k(s, a, B, M, K, N, xb, xr, xc, yb, yr, yc);
-  ag_status lst = loop_ok(s, a->call, o->dtype == AG_F64 ? K : (K + 15) / 16);
+  /* the back-edges an invocation takes: one per K slice (gemm_tiled.comp
+   * unrolls every other loop; gemm.comp's slices are 16 deep) */
+  vkb_shader tsh = gemm_tiled(s, x, y, a->call);
+  int64_t bk = tsh == VKS_GEMM ? 16 : (s->d->gemm_cfg >> 8) & 63;
+  ag_status lst = loop_ok(s, a->call, o->dtype == AG_F64 ? K : (K + bk - 1) / bk);
   if (lst != AG_OK) return lst;
   vkb_args args = {0};
   args.p[0] = oaddr(o);
@@ -1272,7 +1279,7 @@ static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
   args.f[1] = (float)a->beta;
   args.k[3] = a->alpha != 1.0;
   args.k[4] = a->beta != 0.0;
-  vkb_shader gsh = pmode(a->call) ? VKS_P_GEMM : gemm_tiled(s, x, y, a->call);
+  vkb_shader gsh = pmode(a->call) ? VKS_P_GEMM : tsh;
   if (o->dtype == AG_F64) { /* f64.comp: an invocation per output */
     args.n[9] = B;
     args.n[46] = dbits(a->alpha);

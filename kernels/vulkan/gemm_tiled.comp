@@ -17,7 +17,10 @@
  * (8..13); TM and TN multiples of 4, BK of 4. Tiles inside the matrix
  * load with vec4 where the mode allows, tiles on an edge with the scalar
  * bounds-checked path. Each output's sum walks k upwards; no subgroup
- * operations. */
+ * operations. Every loop but the one over K has a constant trip count
+ * and is unrolled ([[unroll]]): lavapipe counts the back-edges an
+ * invocation takes against a limit of 65535 (the host's loop_ok). */
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 layout(constant_id = 0) const int CFG = 0x1088;
@@ -27,6 +30,9 @@ const int BK = (CFG >> 8) & 63;
 const int BM = 8 * TM;
 const int BN = 8 * TN;
 layout(local_size_x = 64) in;
+
+/* vec4 loads of a BK x B tile by 64 invocations */
+#define VEC_TRIPS(B) ((B * BK / 4 + 63) / 64)
 
 shared vec4 As[BK * BM / 4];
 shared vec4 Bs[BK * BN / 4];
@@ -57,24 +63,31 @@ void main() {
   int64_t boff = b * pc.a.n[6], sbk = pc.a.n[7], sbn = pc.a.n[8];
   bool arows = m0 + BM <= M, bcols = n0 + BN <= N;
   float acc[TM][TN];
-  for (int i = 0; i < TM; i++)
-    for (int j = 0; j < TN; j++) acc[i][j] = 0.0;
+  [[unroll]] for (int i = 0; i < TM; i++)
+    [[unroll]] for (int j = 0; j < TN; j++) acc[i][j] = 0.0;
   for (int64_t k0 = 0; k0 < K; k0 += BK) {
     bool kin = k0 + BK <= K;
     /* A's tile, BM x BK */
     if (kin && arows && amode == 1) {
-      for (int e = tid; e < BM * BK / 4; e += 64) {
-        int m = e / (BK / 4), kq = (e % (BK / 4)) * 4;
-        vec4 v = ldv(A, aoff + (m0 + m) * sam + (k0 + kq));
-        for (int c = 0; c < 4; c++) As[(kq + c) * (BM / 4) + (m >> 2)][m & 3] = v[c];
+      [[unroll]] for (int q = 0; q < VEC_TRIPS(BM); q++) {
+        int e = tid + q * 64;
+        if (e < BM * BK / 4) {
+          int m = e / (BK / 4), kq = (e % (BK / 4)) * 4;
+          vec4 v = ldv(A, aoff + (m0 + m) * sam + (k0 + kq));
+          [[unroll]] for (int c = 0; c < 4; c++) As[(kq + c) * (BM / 4) + (m >> 2)][m & 3] = v[c];
+        }
       }
     } else if (kin && arows && amode == 2) {
-      for (int e = tid; e < BM * BK / 4; e += 64) {
-        int k = e / (BM / 4), mq = e % (BM / 4);
-        As[k * (BM / 4) + mq] = ldv(A, aoff + (m0 + mq * 4) + (k0 + k) * sak);
+      [[unroll]] for (int q = 0; q < VEC_TRIPS(BM); q++) {
+        int e = tid + q * 64;
+        if (e < BM * BK / 4) {
+          int k = e / (BM / 4), mq = e % (BM / 4);
+          As[k * (BM / 4) + mq] = ldv(A, aoff + (m0 + mq * 4) + (k0 + k) * sak);
+        }
       }
     } else {
-      for (int e = tid; e < BM * BK; e += 64) {
+      [[unroll]] for (int q = 0; q < BM * BK / 64; q++) {
+        int e = tid + q * 64;
         int m = e / BK, k = e % BK;
         int64_t gm = m0 + m, gk = k0 + k;
         As[k * (BM / 4) + (m >> 2)][m & 3] = gm < M && gk < K ? lds(A, aoff + gm * sam + gk * sak) : 0.0;
@@ -82,40 +95,47 @@ void main() {
     }
     /* B's tile, BK x BN */
     if (kin && bcols && bmode == 1) {
-      for (int e = tid; e < BK * BN / 4; e += 64) {
-        int k = e / (BN / 4), nq = e % (BN / 4);
-        Bs[k * (BN / 4) + nq] = ldv(B, boff + (k0 + k) * sbk + (n0 + nq * 4));
+      [[unroll]] for (int q = 0; q < VEC_TRIPS(BN); q++) {
+        int e = tid + q * 64;
+        if (e < BK * BN / 4) {
+          int k = e / (BN / 4), nq = e % (BN / 4);
+          Bs[k * (BN / 4) + nq] = ldv(B, boff + (k0 + k) * sbk + (n0 + nq * 4));
+        }
       }
     } else if (kin && bcols && bmode == 2) {
-      for (int e = tid; e < BK * BN / 4; e += 64) {
-        int n = e / (BK / 4), kq = (e % (BK / 4)) * 4;
-        vec4 v = ldv(B, boff + (k0 + kq) + (n0 + n) * sbn);
-        for (int c = 0; c < 4; c++) Bs[(kq + c) * (BN / 4) + (n >> 2)][n & 3] = v[c];
+      [[unroll]] for (int q = 0; q < VEC_TRIPS(BN); q++) {
+        int e = tid + q * 64;
+        if (e < BK * BN / 4) {
+          int n = e / (BK / 4), kq = (e % (BK / 4)) * 4;
+          vec4 v = ldv(B, boff + (k0 + kq) + (n0 + n) * sbn);
+          [[unroll]] for (int c = 0; c < 4; c++) Bs[(kq + c) * (BN / 4) + (n >> 2)][n & 3] = v[c];
+        }
       }
     } else {
-      for (int e = tid; e < BK * BN; e += 64) {
+      [[unroll]] for (int q = 0; q < BK * BN / 64; q++) {
+        int e = tid + q * 64;
         int k = e / BN, n = e % BN;
         int64_t gk = k0 + k, gn = n0 + n;
         Bs[k * (BN / 4) + (n >> 2)][n & 3] = gk < K && gn < N ? lds(B, boff + gk * sbk + gn * sbn) : 0.0;
       }
     }
     barrier();
-    for (int k = 0; k < BK; k++) {
+    [[unroll]] for (int k = 0; k < BK; k++) {
       vec4 av[TM / 4], bv[TN / 4];
-      for (int i = 0; i < TM / 4; i++) av[i] = As[k * (BM / 4) + ty * (TM / 4) + i];
-      for (int j = 0; j < TN / 4; j++) bv[j] = Bs[k * (BN / 4) + tx * (TN / 4) + j];
-      for (int i = 0; i < TM; i++)
-        for (int j = 0; j < TN; j++) acc[i][j] += av[i >> 2][i & 3] * bv[j >> 2][j & 3];
+      [[unroll]] for (int i = 0; i < TM / 4; i++) av[i] = As[k * (BM / 4) + ty * (TM / 4) + i];
+      [[unroll]] for (int j = 0; j < TN / 4; j++) bv[j] = Bs[k * (BN / 4) + tx * (TN / 4) + j];
+      [[unroll]] for (int i = 0; i < TM; i++)
+        [[unroll]] for (int j = 0; j < TN; j++) acc[i][j] += av[i >> 2][i & 3] * bv[j >> 2][j & 3];
     }
     barrier();
   }
   uint64_t C = pc.a.p[0];
   int cdt = pc.a.k[0];
   float alpha = pc.a.f[0], beta = pc.a.f[1];
-  for (int i = 0; i < TM; i++) {
+  [[unroll]] for (int i = 0; i < TM; i++) {
     int64_t gm = m0 + ty * TM + i;
     if (gm >= M) continue;
-    for (int j = 0; j < TN; j++) {
+    [[unroll]] for (int j = 0; j < TN; j++) {
       int64_t gn = n0 + tx * TN + j;
       if (gn >= N) continue;
       int64_t ci = (b * M + gm) * N + gn;
