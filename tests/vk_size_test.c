@@ -1,6 +1,7 @@
 /* Vulkan ops of sizes past one work-group's loop (vulkan:0, under the
  * validation layers: tests/vk_size.cmake): sum, mean, max, argmax, cumsum,
- * softmax, logsumexp and variance of 64M f32 elements, matmuls with inner
+ * softmax, logsumexp and variance of 64M f32 elements, sum, max, min and
+ * argmax of 64M i32 elements (whole, rows of 4M, columns), matmuls with inner
  * dimensions of 4M and 200K, and f64 rows of 1M (sum, max, argmax, softmax
  * and its gradient, logsumexp, cumsum, variance, a dot product), against
  * results known exactly or a host double reference on a sample. Skips (77) without vulkan:0. */
@@ -92,6 +93,63 @@ static void test_sum_max_argmax(void **state) {
   for (int64_t i = 0; i < BIG; i++) q += ((double)big_at(i) - mu) * ((double)big_at(i) - mu);
   double var = ag_item(ag_var(x, 0, NULL, 1.0, false));
   assert_true(fabs(var - q / (double)(BIG - 1)) <= 1e-5 * var);
+  check_ok();
+}
+
+/* i32 data: small values, two maxima (the first is argmax's), one minimum */
+#define TROUGH 33333331
+static int32_t big_i32_at(int64_t i) {
+  if (i == PEAK1 || i == PEAK2) return 2000000000;
+  if (i == TROUGH) return -2000000000;
+  return (int32_t)(i % 1000) * 3 - 1500;
+}
+
+/* integer sums (exact, in i64), max, min and argmax of 64M elements, rows
+ * of 4M and columns of 16M */
+static void test_int_reductions(void **state) {
+  (void)state;
+  ag_scope_begin();
+  int32_t *h = malloc((size_t)BIG * sizeof *h);
+  assert_non_null(h);
+  int64_t ref = 0;
+  for (int64_t i = 0; i < BIG; i++) ref += h[i] = big_i32_at(i);
+  int64_t shape[1] = {BIG};
+  ag_tensor *x = ag_from_host(VK, AG_I32, 1, shape, h);
+  free(h);
+  assert_non_null(x);
+  assert_exact(ag_item(ag_sum(x, 0, NULL, false)), (double)ref);
+  assert_exact(ag_item(ag_max(x, 0, NULL, false)), 2000000000.0);
+  assert_exact(ag_item(ag_min(x, 0, NULL, false)), -2000000000.0);
+  assert_exact(ag_item(ag_argmax(x, 0, false)), (double)PEAK1);
+  /* 16 rows of 4M over dim 1 */
+  int64_t s2[2] = {16, BIG / 16};
+  int d1 = 1;
+  ag_tensor *rs = ag_cast(ag_sum(ag_reshape(x, 2, s2), 1, &d1, false), AG_I64);
+  ag_tensor *rm = ag_cast(ag_argmax(ag_reshape(x, 2, s2), 1, false), AG_I64);
+  int64_t got[16], am[16];
+  assert_int_equal(ag_to_host(rs, got, sizeof got), AG_OK);
+  assert_int_equal(ag_to_host(rm, am, sizeof am), AG_OK);
+  for (int r = 0; r < 16; r++) {
+    int64_t want = 0, wi = 0;
+    int32_t best = INT32_MIN;
+    for (int64_t j = 0; j < BIG / 16; j++) {
+      int32_t v = big_i32_at(r * (BIG / 16) + j);
+      want += v;
+      if (v > best) best = v, wi = j;
+    }
+    assert_exact((double)got[r], (double)want);
+    assert_exact((double)am[r], (double)wi);
+  }
+  /* columns of 16M over dim 0 (elements 4 apart) */
+  int64_t s3[2] = {BIG / 4, 4};
+  int d0 = 0;
+  ag_tensor *cs = ag_cast(ag_sum(ag_reshape(x, 2, s3), 1, &d0, false), AG_I64);
+  assert_int_equal(ag_to_host(cs, got, 4 * sizeof *got), AG_OK);
+  for (int c = 0; c < 4; c++) {
+    int64_t want = 0;
+    for (int64_t i = c; i < BIG; i += 4) want += big_i32_at(i);
+    assert_exact((double)got[c], (double)want);
+  }
   check_ok();
 }
 
@@ -267,6 +325,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sum_mean_ones), cmocka_unit_test(test_sum_max_argmax),
+      cmocka_unit_test(test_int_reductions),
       cmocka_unit_test(test_cumsum),        cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_matmul_long_k), cmocka_unit_test(test_f64_rows),
   };

@@ -51,10 +51,13 @@ static struct {
   bool device_local_args;      /* argument blocks copied to device-local memory (a discrete GPU's) */
   bool mapped_args;            /* argument blocks in device-local host-visible memory (ReBAR) */
   bool no_subgroup;            /* no subgroup arithmetic: the tree passes' shared-memory trees */
+  bool gemm_generic;           /* gemm.comp for every matmul (no register-blocked gemm_tiled.comp) */
+  uint64_t gemm_tile;          /* gemm_tiled.comp's tile (its CFG; 0: VKB_GEMM_CFG) */
 } g_test;
 
 /* Parses AG_VULKAN_TEST: a comma list of noncoherent, no_float_controls, slow_f64,
- * device_local_args, mapped_args, no_subgroup, max_buffer_size:BYTES, max_workgroup_size:N. */
+ * device_local_args, mapped_args, no_subgroup, gemm_generic, max_buffer_size:BYTES,
+ * max_workgroup_size:N, gemm_tile:CFG. */
 static bool parse_test_switch(char *why, size_t why_len) {
   const char *v = getenv("AG_VULKAN_TEST");
   memset(&g_test, 0, sizeof g_test);
@@ -76,12 +79,16 @@ static bool parse_test_switch(char *why, size_t why_len) {
     else if (!colon && !strcmp(item, "device_local_args")) g_test.device_local_args = true;
     else if (!colon && !strcmp(item, "mapped_args")) g_test.mapped_args = true;
     else if (!colon && !strcmp(item, "no_subgroup")) g_test.no_subgroup = true;
+    else if (!colon && !strcmp(item, "gemm_generic")) g_test.gemm_generic = true;
+    else if (!strcmp(item, "gemm_tile") && num_ok && vkb_gemm_cfg_ok(n)) g_test.gemm_tile = n;
     else if (!strcmp(item, "max_buffer_size") && num_ok) g_test.max_buffer_size = n;
     else if (!strcmp(item, "max_workgroup_size") && num_ok && n <= UINT32_MAX) g_test.max_workgroup_size = n;
     else {
       snprintf(why, why_len,
                "AG_VULKAN_TEST='%s' is not a comma list of noncoherent, no_float_controls, slow_f64, "
-               "device_local_args, mapped_args, no_subgroup, max_buffer_size:BYTES, max_workgroup_size:N",
+               "device_local_args, mapped_args, no_subgroup, gemm_generic, max_buffer_size:BYTES, "
+               "max_workgroup_size:N, gemm_tile:CFG (TM | TN << 4 | BK << 8; TM, TN 4, 8 or 12, BK 4 to 60 "
+               "in steps of 4)",
                ag_escape(v, shown, sizeof shown));
       return false;
     }
@@ -404,6 +411,10 @@ static ag_status add_device(VkPhysicalDevice p, char *why, size_t why_len) {
   d->budget = dev_has_ext(p, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   d->dev_type = (int)d->props.deviceType;
   d->fast_f64 = d->f64 && d->dev_type == VK_PHYSICAL_DEVICE_TYPE_CPU && !g_test.slow_f64;
+  /* gemm_tiled.comp's tile, where its shared memory fits (gemm.comp
+   * otherwise) */
+  d->gemm_cfg = g_test.gemm_generic ? 0 : g_test.gemm_tile ? (int)g_test.gemm_tile : VKB_GEMM_CFG;
+  if (d->gemm_cfg && vkb_gemm_shared_bytes(d->gemm_cfg) > lim->maxComputeSharedMemorySize) d->gemm_cfg = 0;
   /* Argument blocks: a discrete GPU would read them from system memory
    * across PCIe on every dispatch; there they go to device-local memory,
    * mapped where a DEVICE_LOCAL | HOST_VISIBLE type has a heap of 64 MiB or

@@ -18,6 +18,20 @@
 /* Work-group size of the 1-D and row shaders (WG in common.glsl). */
 #define VKB_WG 256
 
+/* gemm_tiled.comp's tile, its specialization constant 0: TM | TN << 4 |
+ * BK << 8, a work-group of 8 x 8 invocations computing (8 TM) x (8 TN)
+ * outputs, each a TM x TN block, K in slices of BK. Chosen by measurement
+ * on lavapipe (docs/vulkan.md); AG_VULKAN_TEST=gemm_tile:CFG tries others. */
+#define VKB_GEMM_CFG (12 | 8 << 4 | 16 << 8)
+static inline bool vkb_gemm_cfg_ok(uint64_t c) {
+  uint64_t tm = c & 15, tn = (c >> 4) & 15, bk = (c >> 8) & 63;
+  return c >> 14 == 0 && tm && tm % 4 == 0 && tn && tn % 4 == 0 && bk && bk % 4 == 0;
+}
+/* its shared memory: A's BK x 8 TM and B's BK x 8 TN slices in f32 */
+static inline uint32_t vkb_gemm_shared_bytes(int c) {
+  return (uint32_t)(((c >> 8) & 63) * 8 * ((c & 15) + ((c >> 4) & 15)) * 4);
+}
+
 /* Entry points, loaded through vkGetInstanceProcAddr / vkGetDeviceProcAddr. */
 #define VKB_GLOBAL_FNS(X) \
   X(vkCreateInstance) X(vkEnumerateInstanceExtensionProperties) X(vkEnumerateInstanceLayerProperties)
@@ -104,6 +118,11 @@ typedef enum vkb_shader {
   VKS_SCAN_OUT_D,
   VKS_SMXB_OUT_D,
   VKS_LSE_FIN_D,
+  /* gemm_tiled.comp: register-blocked GEMM, f32 and f16 inputs */
+  VKS_GEMM_T32,
+  VKS_GEMM_T16,
+  /* tree.comp's reductions of the integer dtypes in i64 */
+  VKS_TREE_I,
   /* the portable-numerics modules (vk_portable.c), in the order of
    * CMakeLists.txt's p_ entries */
   VKS_P_PROBE,
@@ -176,6 +195,7 @@ typedef struct vkb_device {
   VkPhysicalDeviceMemoryProperties mem;
   uint32_t subgroup_size;
   bool subgroup_arith; /* compute shaders have subgroup basic, vote and arithmetic operations */
+  int gemm_cfg;        /* gemm_tiled.comp's tile (VKB_GEMM_CFG), 0: gemm.comp for every matmul */
   bool budget, f64, timestamps;
   /* f64 runs at about the f32 rate: a CPU device (lavapipe); GPUs run it at
    * 1/2 to 1/64 of it and Vulkan does not say which. Dropout and the
@@ -433,6 +453,7 @@ typedef struct vkb_tree_red {
   int64_t outer, r, inner;
   double scale, beta;
   bool f64;
+  bool i64; /* an integer x: sum (wrapping), max, min, argmax in i64 */
   /* dot: r = K, rows outer = B * M * N of a matmul, x = A (strides xs:
    * batch, row, k), y = B (dtype ydt, strides ys: batch, k, col) */
   bool dot;

@@ -437,16 +437,19 @@ static ag_status vk_k_reduce(ag_bstream *s, const ag_k_reduce *a) {
    * sums) are exact by nature */
   if (pmode(c) && a->variant == AG_R_SUM && !is_int(a->x->dtype))
     return vkb_portable_sum(s, oaddr(a->out), a->out->dtype, oaddr(a->x), a->x->dtype, outer, r, inner, a->scale);
-  /* long float lines: passes of work-group trees (vk_tree.c); the portable
-   * mode keeps its own kernels and their order */
-  if (!pmode(c) && !is_int(a->x->dtype) && r > (a->x->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) {
+  /* long lines: passes of work-group trees (vk_tree.c); the portable mode
+   * keeps its own kernels and their order for floats (integer results are
+   * exact in any order) */
+  bool tint = is_int(a->x->dtype);
+  if ((!pmode(c) || tint) && r > (a->x->dtype == AG_F64 ? 4096 : 2 * VKB_TREE_CHUNK)) {
     uint64_t scratch = 0;
     size_t need = vkb_tree_scratch(outer * inner, r);
     ag_status st = need ? vkb_scratch(s, need, &scratch) : AG_OK;
     if (st != AG_OK) return st;
     vkb_tree_red t = {.out = oaddr(a->out), .x = oaddr(a->x), .odt = a->out->dtype, .xdt = a->x->dtype,
                       .op = a->variant, .outer = outer, .r = r, .inner = inner,
-                      .scale = a->variant == AG_R_SUM ? a->scale : 1.0, .f64 = a->x->dtype == AG_F64};
+                      .scale = a->variant == AG_R_SUM ? a->scale : 1.0, .f64 = a->x->dtype == AG_F64,
+                      .i64 = tint};
     return vkb_tree_reduce(s, scratch, &t);
   }
   if (a->x->dtype == AG_F64) { /* f64.comp: an invocation per output, in order */
@@ -1109,6 +1112,54 @@ static void mat_dims(const ag_koperand *o, int64_t *b, int64_t *r, int64_t *cc, 
   *sc = o->strides[nd - 1];
 }
 
+/* The register-blocked GEMM (gemm_tiled.comp) takes f32 or f16 inputs
+ * (both the same) outside the portable mode; other dtypes, the portable
+ * mode and a device without its shared memory keep gemm.comp. */
+static vkb_shader gemm_tiled(const ag_bstream *s, const ag_koperand *x, const ag_koperand *y,
+                             const ag_kernel_call *c) {
+  if (pmode(c) || x->dtype != y->dtype || !s->d->gemm_cfg) return VKS_GEMM;
+  return x->dtype == AG_F32 ? VKS_GEMM_T32 : x->dtype == AG_F16 ? VKS_GEMM_T16 : VKS_GEMM;
+}
+
+/* The vec4 load mode of one operand (gemm_tiled.comp's k5, k6): 1 when the
+ * second stride is 1, 2 when the first is; the address and the batch and
+ * other stride multiples of 4 elements. */
+static int gemm_vec_mode(uint64_t addr, size_t es, int64_t sb, int64_t s0, int64_t s1) {
+  if (addr % (4 * es) != 0 || sb % 4 != 0) return 0;
+  if (s1 == 1 && s0 % 4 == 0) return 1;
+  if (s0 == 1 && s1 % 4 == 0) return 2;
+  return 0;
+}
+
+/* One GEMM dispatch (or several, past the device's grid limits) of
+ * `nb` batches from args->n[9]. */
+static ag_status gemm_run(ag_bstream *s, vkb_shader sh, vkb_args *args, int64_t M, int64_t N, int64_t nb) {
+  int spec = 0, bm = 64, bn = 64;
+  if (sh == VKS_GEMM_T32 || sh == VKS_GEMM_T16) {
+    size_t es = sh == VKS_GEMM_T32 ? 4 : 2;
+    spec = s->d->gemm_cfg;
+    bm = 8 * (spec & 15);
+    bn = 8 * ((spec >> 4) & 15);
+    args->k[5] = gemm_vec_mode(args->p[1], es, args->n[3], args->n[4], args->n[5]);
+    args->k[6] = gemm_vec_mode(args->p[2], es, args->n[6], args->n[7], args->n[8]);
+  }
+  int64_t tx = (N + bn - 1) / bn, ty = (M + bm - 1) / bm;
+  const VkPhysicalDeviceLimits *lim = &s->d->props.limits;
+  if (tx > (int64_t)lim->maxComputeWorkGroupCount[0])
+    return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: matmul with %lld columns exceeds the dispatch limits", (long long)N);
+  int64_t ymax = lim->maxComputeWorkGroupCount[1], zmax = lim->maxComputeWorkGroupCount[2];
+  int64_t bfirst = args->n[9];
+  for (int64_t b0 = 0; b0 < nb; b0 += zmax)
+    for (int64_t y0 = 0; y0 < ty; y0 += ymax) {
+      args->n[9] = bfirst + b0;
+      args->n[10] = y0;
+      int64_t nz = nb - b0 < zmax ? nb - b0 : zmax, ny = ty - y0 < ymax ? ty - y0 : ymax;
+      ag_status st = vkb_dispatch(s, sh, spec, args, (uint32_t)tx, (uint32_t)ny, (uint32_t)nz);
+      if (st != AG_OK) return st;
+    }
+  return AG_OK;
+}
+
 /* Inner dimensions past VKB_SPLIT_K are split: the K chunks of each
  * batch's product go to the scratch buffer as the batches of one GEMM
  * dispatch ([S, M, N] partials in f32, f64 for f64), then a tree pass sums
@@ -1165,13 +1216,8 @@ static ag_status matmul_split_k(ag_bstream *s, const ag_k_matmul *a, int64_t B, 
         st = vkb_dispatch1(s, VKS_GEMM_D, 0, &h, nb * mn);
         continue;
       }
-      int64_t tx = (N + 63) / 64, ty = (M + 63) / 64;
-      const VkPhysicalDeviceLimits *lim = &s->d->props.limits;
-      if (tx > (int64_t)lim->maxComputeWorkGroupCount[0] || ty > (int64_t)lim->maxComputeWorkGroupCount[1] ||
-          nb > (int64_t)lim->maxComputeWorkGroupCount[2])
-        return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: a split matmul of [%lld x %lld] exceeds the dispatch limits",
-                            (long long)M, (long long)N);
-      st = vkb_dispatch(s, VKS_GEMM, 0, &h, (uint32_t)tx, (uint32_t)ty, (uint32_t)nb);
+      h.n[9] = 0;
+      st = gemm_run(s, gemm_tiled(s, x, y, a->call), &h, M, N, nb);
     }
     if (st != AG_OK) break;
     vkb_tree_red t = {.out = oaddr(o) + (uint64_t)(b * mn) * dsize(o->dtype), .x = scratch, .odt = o->dtype,
@@ -1207,7 +1253,11 @@ static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
     return vkb_tree_reduce(s, scratch, &t);
   }
   if (!pmode(a->call) && K > VKB_SPLIT_K) return matmul_split_k(s, a, B, M, K, N, xb, xr, xc, yb, yr, yc);
-  ag_status lst = loop_ok(s, a->call, o->dtype == AG_F64 ? K : (K + 15) / 16);
+  /* the back-edges an invocation takes: one per K slice (gemm_tiled.comp
+   * unrolls every other loop; gemm.comp's slices are 16 deep) */
+  vkb_shader tsh = gemm_tiled(s, x, y, a->call);
+  int64_t bk = tsh == VKS_GEMM ? 16 : (s->d->gemm_cfg >> 8) & 63;
+  ag_status lst = loop_ok(s, a->call, o->dtype == AG_F64 ? K : (K + bk - 1) / bk);
   if (lst != AG_OK) return lst;
   vkb_args args = {0};
   args.p[0] = oaddr(o);
@@ -1229,29 +1279,17 @@ static ag_status vk_k_matmul(ag_bstream *s, const ag_k_matmul *a) {
   args.f[1] = (float)a->beta;
   args.k[3] = a->alpha != 1.0;
   args.k[4] = a->beta != 0.0;
-  vkb_shader gsh = pmode(a->call) ? VKS_P_GEMM : VKS_GEMM;
+  vkb_shader gsh = pmode(a->call) ? VKS_P_GEMM : tsh;
   if (o->dtype == AG_F64) { /* f64.comp: an invocation per output */
     args.n[9] = B;
     args.n[46] = dbits(a->alpha);
     args.n[47] = dbits(a->beta);
     return vkb_dispatch1(s, VKS_GEMM_D, 0, &args, B * M * N);
   }
-  /* 64 x 64 tiles; grids beyond the device's limits in y (rows) and z
-   * (batches) are split into several dispatches */
-  int64_t tx = (N + 63) / 64, ty = (M + 63) / 64;
-  const VkPhysicalDeviceLimits *lim = &s->d->props.limits;
-  if (tx > (int64_t)lim->maxComputeWorkGroupCount[0])
-    return ag_error_set(AG_ERR_UNSUPPORTED, "vulkan: matmul with %lld columns exceeds the dispatch limits", (long long)N);
-  int64_t ymax = lim->maxComputeWorkGroupCount[1], zmax = lim->maxComputeWorkGroupCount[2];
-  for (int64_t b0 = 0; b0 < B; b0 += zmax)
-    for (int64_t y0 = 0; y0 < ty; y0 += ymax) {
-      args.n[9] = b0;
-      args.n[10] = y0;
-      int64_t nb = B - b0 < zmax ? B - b0 : zmax, ny = ty - y0 < ymax ? ty - y0 : ymax;
-      ag_status st = vkb_dispatch(s, gsh, 0, &args, (uint32_t)tx, (uint32_t)ny, (uint32_t)nb);
-      if (st != AG_OK) return st;
-    }
-  return AG_OK;
+  /* grids beyond the device's limits in y (rows) and z (batches) are
+   * split into several dispatches */
+  args.n[9] = 0;
+  return gemm_run(s, gsh, &args, M, N, B);
 }
 
 /* ---- vision (f32) ---- */

@@ -40,7 +40,10 @@ ag_status vkb_tree_reduce(ag_bstream *s, uint64_t scratch, const vkb_tree_red *t
   int64_t g0 = chunks(r);
   uint64_t lv[2] = {scratch, scratch + (uint64_t)(rows * g0) * 16u};
   size_t cap[2] = {(size_t)(rows * g0), (size_t)(rows * chunks(g0))};
-  vkb_shader sh = t->f64 ? VKS_TREE_D : s->d->subgroup_arith && t->op != AG_R_ARGMAX ? VKS_TREE_SG : VKS_TREE;
+  vkb_shader sh = t->f64   ? VKS_TREE_D
+                  : t->i64 ? VKS_TREE_I
+                  : s->d->subgroup_arith && t->op != AG_R_ARGMAX ? VKS_TREE_SG
+                                                                 : VKS_TREE;
   vkb_args a = {0};
   a.p[0] = t->out;
   a.p[1] = t->x;

@@ -5,8 +5,10 @@
  * invocation, then a shared-memory tree) and writes one partial per (row,
  * chunk); the next pass reduces the partials the same way, until one
  * chunk covers the row. No invocation walks a row, and the trees have a
- * fixed shape for a given size (deterministic). Built for f32 math and,
- * as the K_*_D modules, for f64 (devices with shaderFloat64 only). */
+ * fixed shape for a given size (deterministic). Built for f32 math, as
+ * the K_*_D modules for f64 (devices with shaderFloat64 only), and as
+ * K_TREE_I for the integer dtypes' sum, max, min and argmax in i64 (sums
+ * wrap, as the CPU's). */
 #if defined(K_TREE_D) || defined(K_SMX_PART_D) || defined(K_SMX_ROW_D) || defined(K_SMX_OUT_D) || \
     defined(K_SCAN_PART_D) || defined(K_SCAN_MID_D) || defined(K_SCAN_OUT_D) || defined(K_SMXB_OUT_D) || \
     defined(K_LSE_FIN_D)
@@ -21,8 +23,24 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_vote : require
 #endif
+#if defined(K_TREE_I)
+#define K_TREE
+#define TREE_I
+#endif
 #include "common.glsl"
-#if defined(TREE_D)
+#if defined(TREE_I)
+#define T int64_t
+#define T_DT AG_I64
+#define T_INF LONG_MAX
+#define T_NEG_INF LONG_MIN
+#define T_ZERO 0l
+#define LD(a, i, dt) ldl(a, i, dt)
+#define PT(a, i) PL(a, i)
+#define SCALE pc.a.f[0]
+/* no NaN or infinity among integers */
+bool ag_isnan(int64_t x) { return false; }
+bool ag_isfinite(int64_t x) { return true; }
+#elif defined(TREE_D)
 #include "ops64.glsl"
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer BF64 { double v; };
 #define PD(a, i) BF64((a) + uint64_t(i) * 8ul).v
@@ -49,6 +67,9 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer BF64 { doubl
 #define T_LOG log
 #define SCALE pc.a.f[0]
 #define BETA pc.a.f[1]
+#endif
+#if !defined(TREE_I)
+#define T_NEG_INF (-T_INF)
 #endif
 layout(local_size_x = WG) in;
 #if !defined(TREE_D) /* ops64.glsl declares OP */
@@ -106,7 +127,7 @@ void main() {
     ya = b * pc.a.n[11] + n * pc.a.n[13];
     ys = pc.a.n[12];
   }
-  T acc = OP == AG_R_SUM ? T_ZERO : OP == AG_R_MIN ? T_INF : -T_INF;
+  T acc = OP == AG_R_SUM ? T_ZERO : OP == AG_R_MIN ? T_INF : T_NEG_INF;
   int64_t idx = -1;
   T comp = T_ZERO;
   int64_t j1 = min(r, (chunk + 1) * TREE_CHUNK);
@@ -178,14 +199,23 @@ void main() {
     PT(pc.a.p[4], g) = sv[0];
     PL(pc.a.p[5], g) = sx[0];
   } else if (OP == AG_R_ARGMAX) stl(pc.a.p[0], row, pc.a.k[0], sx[0] < 0 ? 0l : sx[0]);
+#if defined(TREE_I)
+  /* reduce.comp's store: a scaled sum (the mean) in float, else saturated
+   * to an i32 output */
+  else if (OP == AG_R_SUM && SCALE != 1.0) stf(pc.a.p[0], row, pc.a.k[0], float(sv[0]) * SCALE);
+  else stl(pc.a.p[0], row, pc.a.k[0], pc.a.k[0] == AG_I32 ? sat_dt(sv[0], AG_I32) : sv[0]);
+#else
   else if (OP == AG_R_SUM) {
     T v = sv[0] * SCALE;
     if (pc.a.k[5] != 0) v += BETA * LD(pc.a.p[0], row, pc.a.k[0]);
     if (pc.a.k[7] != 0) v = sqrt(v);
     ST(pc.a.p[0], row, pc.a.k[0], v);
   } else ST(pc.a.p[0], row, pc.a.k[0], sv[0]);
+#endif
 }
 #endif
+
+#if !defined(TREE_I)
 
 /* Softmax of long rows (p1 x, p0 y, dtype k0, n0 rows, n1 cols, n4 chunks
  * per row, k6 the variant): SMX_PART a (max, sum of exp(x - max)) per
@@ -225,6 +255,7 @@ void wg_pair(inout T m, inout T s) {
   m = sv[0];
   s = ss[0];
 }
+#endif
 
 #if defined(K_SMX_PART) || defined(K_SMX_PART_D)
 void main() {
