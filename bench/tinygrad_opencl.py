@@ -23,6 +23,7 @@ Usage (from the repository root, after a build and scripts/deps.sh --bench):
       --json docs/numbers/tinygrad_opencl.json
 """
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -35,7 +36,6 @@ import numpy as np
 os.environ.setdefault("DEV", "CL")
 import anygrad as ag  # noqa: E402
 import anygrad.nn.functional as AF  # noqa: E402
-import tinygrad  # noqa: E402
 from tinygrad import Tensor, Device, TinyJit, dtypes  # noqa: E402
 from tinygrad import nn as tnn  # noqa: E402
 from tinygrad.helpers import Context  # noqa: E402
@@ -226,11 +226,11 @@ def main():
               "gpt_step": lambda: gpt_case(rng)}
     names = {"gemm": f"f32 GEMM {a.gemm}^3", "softmax": f"softmax [{sr}, {sc}]",
              "gpt_step": f"GPT small step (B {B}, T {T}, {L} layers, width {C}, AdamW)"}
-    out = {"meta": {"device": DEV, "tinygrad": tinygrad.__version__ if hasattr(tinygrad, "__version__") else "",
+    out = {"meta": {"device": DEV, "tinygrad": importlib.metadata.version("tinygrad"),
                     "tinygrad_device": Device.DEFAULT, "rounds": a.rounds,
                     "threads": {k: os.environ.get(k, "") for k in
                                 ("AG_NUM_THREADS", "OMP_NUM_THREADS", "POCL_MAX_PTHREAD_COUNT")},
-                    "host": platform.node(), "load": os.getloadavg(),
+                    "host": platform.node(), "load_start": os.getloadavg(),
                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
            "cases": {}}
     ok = True
@@ -269,6 +269,7 @@ def main():
               f"{res['tinygrad']['median_ms']:.2f} ms ({res['tinygrad']['min_ms']:.2f}-{res['tinygrad']['max_ms']:.2f}), "
               f"ratio {res['ratio']:.2f}; first call {w_ag * 1e3:.0f} / {w_tg * 1e3:.0f} ms; "
               f"error vs NumPy {e_ag:.1e} / {e_tg:.1e}{'' if good else '  FAILED'}", flush=True)
+    out["meta"]["load_end"] = os.getloadavg()
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1, sort_keys=True)
