@@ -4,7 +4,7 @@
 # (backends/cpu/cpu_gemm.c); without it OpenBLAS runs the products.
 # libprotobuf-c-dev and protobuf-c-compiler build the ONNX export
 # (AG_ONNX, docs/export.md); without them it is left out.
-# Usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf]   (--test adds the sanitizer runtimes, HIP and chromium,
+# Usage: scripts/deps.sh [--test] [--bench] [--bench-hf] [--bench-gguf]   (--test adds the sanitizer runtimes, HIP and chromium,
 # the headless browser the run-report test renders in, clang 14's libFuzzer runtime
 # (libclang-rt-14-dev) for the fuzzers of tests/fuzz/, the Python test packages,
 # Vulkan: lavapipe, the validation layers, glslc and the headers). fortunes is
@@ -19,16 +19,18 @@
 # to it for bench/hf_transformers_check.py (several GB with torch's CUDA
 # libraries: not for CI); --bench-gguf adds llama-cpp-python, built from
 # source for the CPU only (it compiles llama.cpp: about 7 minutes on two
-# cores, not for CI), for bench/gguf_llamacpp_check.py. Each is installed
-# only when missing.
+# cores, not for CI), for bench/gguf_llamacpp_check.py. --bench makes
+# .venv-bench (the same kind of venv) holding pinned tinygrad for
+# bench/tinygrad_opencl.py. Each is installed only when missing.
 set -euo pipefail
-test_deps=0 bench_hf=0 bench_gguf=0
+test_deps=0 bench_hf=0 bench_gguf=0 bench=0
 for a in "$@"; do
   case "$a" in
     --test) test_deps=1 ;;
     --bench-hf) test_deps=1 bench_hf=1 ;;
     --bench-gguf) test_deps=1 bench_gguf=1 ;;
-    *) echo "usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf]" >&2; exit 2 ;;
+    --bench) bench=1 ;;
+    *) echo "usage: scripts/deps.sh [--test] [--bench] [--bench-hf] [--bench-gguf]" >&2; exit 2 ;;
   esac
 done
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
@@ -60,6 +62,7 @@ TRANSFORMERS_VERSION=5.23.0
 TORCH_VERSION=2.15.0
 GGUF_VERSION=0.19.0
 LLAMA_CPP_PYTHON_VERSION=0.3.36
+TINYGRAD_VERSION=0.14.0 # pure Python; opens libOpenCL through ctypes (bench/tinygrad_opencl.py)
 venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
 has() { "$venv/bin/python3" -c "import $1, sys; sys.exit($1.__version__.split('+')[0] != '$2')" 2>/dev/null; }
 if ((test_deps)); then
@@ -86,4 +89,11 @@ if ((bench_gguf)); then
 -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF -DMTMD_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
       "$venv/bin/pip" install -v --disable-pip-version-check --no-binary llama-cpp-python \
       "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+fi
+if ((bench)); then
+  # .venv-bench: the peer frameworks of bench/, apart from the test venv
+  bvenv="$(cd "$(dirname "$0")/.." && pwd)/.venv-bench"
+  [[ -x "$bvenv/bin/python3" ]] || /usr/bin/python3 -m venv --system-site-packages "$bvenv"
+  "$bvenv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('tinygrad') != '$TINYGRAD_VERSION')" \
+    2>/dev/null || "$bvenv/bin/pip" install -q --disable-pip-version-check "tinygrad==$TINYGRAD_VERSION"
 fi

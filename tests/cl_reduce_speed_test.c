@@ -2,7 +2,8 @@
  * trees over multi-pass grids, the 4-wide row kernels of nn.cl) at the sizes
  * where their grids change shape: 0, 1 and odd element counts, 2^24 + 1
  * elements (several passes), rows of 1 and of 1M, columns split into
- * chunks; each against a host reference in double, and repeated runs bit
+ * chunks; each against a host reference in double (group norm against the
+ * CPU backend's), and repeated runs bit
  * for bit (the tree is fixed for a size and device). No timing here: the
  * speed is measured by `anygrad bench` (docs/opencl.md).
  *
@@ -332,6 +333,55 @@ static void test_norms(void **st) {
   }
 }
 
+/* group norm of [n, c, hw] in `groups` groups with weight and bias: y, and
+ * the gradients of x, weight and bias for an upstream gradient g, against
+ * the CPU backend's kernels from the same values (hw % 4 == 0 takes the
+ * 4-wide path, other sizes the scalar one). */
+static void check_group_norm(int64_t n, int64_t c, int64_t hw, int64_t groups) {
+  int64_t sh[3] = {n, c, hw}, m = n * c * hw;
+  float *v = sample(m, (uint64_t)(m + groups)), *g = sample(m, 13), *w = sample(c, 3), *b = sample(c, 4);
+  for (int64_t i = 0; i < m; i++) v[i] = v[i] * 2 + 0.25f;
+  float *out[2][4];
+  for (int side = 0; side < 2; side++) {
+    ag_device d = side ? DEV : AG_CPU;
+    ag_tensor *x = ag_from_host(d, AG_F32, 3, sh, v), *gt = ag_from_host(d, AG_F32, 3, sh, g);
+    ag_tensor *wt = ag_from_host(d, AG_F32, 1, &c, w), *bt = ag_from_host(d, AG_F32, 1, &c, b);
+    assert_true(x && gt && wt && bt);
+    assert_int_equal(ag_tensor_set_requires_grad(x, true), AG_OK);
+    assert_int_equal(ag_tensor_set_requires_grad(wt, true), AG_OK);
+    assert_int_equal(ag_tensor_set_requires_grad(bt, true), AG_OK);
+    ag_tensor *y = ag_group_norm(x, groups, wt, bt, 1e-5);
+    out[side][0] = down(y);
+    assert_int_equal(ag_backward(y, gt, false), AG_OK);
+    out[side][1] = down(ag_tensor_grad(x));
+    out[side][2] = down(ag_tensor_grad(wt));
+    out[side][3] = down(ag_tensor_grad(bt));
+    ag_tensor *rel[] = {y, x, gt, wt, bt};
+    for (size_t k = 0; k < sizeof rel / sizeof *rel; k++) ag_tensor_release(rel[k]);
+  }
+  const char *name[4] = {"group_norm", "group_norm dx", "group_norm dw", "group_norm db"};
+  const int64_t len[4] = {m, m, c, c};
+  for (int k = 0; k < 4; k++) {
+    double scale = 0;
+    for (int64_t i = 0; i < len[k]; i++) scale = fmax(scale, fabs(out[0][k][i]));
+    /* at least 1: dx of a 2-element group is 0 up to rounding */
+    for (int64_t i = 0; i < len[k]; i++) near(name[k], i, out[1][k][i], out[0][k][i], 2e-5, fmax(scale, 1.0));
+    free(out[0][k]);
+    free(out[1][k]);
+  }
+  free(v);
+  free(g);
+  free(w);
+  free(b);
+}
+
+static void test_group_norm(void **st) {
+  (void)st;
+  const int64_t shapes[][4] = {{2, 6, 64, 3}, {2, 4, 15, 2}, {1, 4, 1024, 2}, {3, 8, 4, 4}, {2, 2, 1, 1}, {1, 3, 4100, 3}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    check_group_norm(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: cl_reduce_speed_test DEVICE\n");
@@ -351,6 +401,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(test_all_sizes), cmocka_unit_test(test_all_2p24), cmocka_unit_test(test_nan), cmocka_unit_test(test_argmax_ties),
       cmocka_unit_test(test_rows),      cmocka_unit_test(test_softmax),  cmocka_unit_test(test_norms),
+      cmocka_unit_test(test_group_norm),
   };
   return cmocka_run_group_tests_name("cl_reduce_speed", t, NULL, NULL);
 }

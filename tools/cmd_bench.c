@@ -21,7 +21,7 @@ ag_bench_opts ag_bench_default_opts(void) {
   return (ag_bench_opts){.large_numel = 4 << 20, .small_numel = 16, .matmul_n = 512, .reps = 7, .ops = NULL};
 }
 
-/* The row ops (sum_rows .. rms_norm_grad) take
+/* The row ops (sum_rows .. softmax_grad) take
  * [n/1024, 1024] like softmax; sum_rows sums the last dim, sum_cols the first. */
 enum {
   K_ADD,
@@ -33,6 +33,7 @@ enum {
   K_MEAN,
   K_MAX,
   K_ARGMAX,
+  K_MIN,
   K_SUM_ROWS,
   K_SUM_COLS,
   K_SOFTMAX,
@@ -41,6 +42,9 @@ enum {
   K_RMS_NORM,
   K_LAYER_NORM_GRAD,
   K_RMS_NORM_GRAD,
+  K_SOFTMAX_GRAD,
+  K_GROUP_NORM,
+  K_GROUP_NORM_GRAD,
   K_CAST,
   K_CONTIG,
   K_MATMUL,
@@ -48,25 +52,34 @@ enum {
 };
 static const char *const BNAMES[K_COUNT] = {
     "add",      "mul",     "exp",         "gelu",       "relu",     "sum",      "mean",           "max",    "argmax",
-    "sum_rows", "sum_cols", "softmax", "log_softmax", "layer_norm", "rms_norm",
-    "layer_norm_grad", "rms_norm_grad", "cast_f16", "transpose_copy", "matmul"};
+    "min",      "sum_rows", "sum_cols", "softmax", "log_softmax", "layer_norm", "rms_norm",
+    "layer_norm_grad", "rms_norm_grad", "softmax_grad", "group_norm", "group_norm_grad",
+    "cast_f16", "transpose_copy", "matmul"};
 /* bytes moved per element of the large case, f32 operands */
-static const double BYTES_PER_ELEM[K_COUNT] = {12, 12, 8, 8, 8, 4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 20, 20, 6, 8, 0};
+static const double BYTES_PER_ELEM[K_COUNT] = {12, 12, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 20, 20, 20, 8, 20, 6, 8, 0};
 /* compared exactly with the CPU's result, as their conformance rows compare
  * with the reference (cast, contiguous: EXACT); the others within the
  * dtype's NMSE threshold (DEF) */
 static const bool EXACT_RESULT[K_COUNT] = {[K_CAST] = true, [K_CONTIG] = true};
 
-static bool row_op(int k) { return k >= K_SUM_ROWS && k <= K_RMS_NORM_GRAD; }
+static bool row_op(int k) { return k >= K_SUM_ROWS && k <= K_SOFTMAX_GRAD; }
+
+/* forward and x's gradient, given the upstream gradient */
+static bool grad_op(int k) {
+  return k == K_LAYER_NORM_GRAD || k == K_RMS_NORM_GRAD || k == K_SOFTMAX_GRAD || k == K_GROUP_NORM_GRAD;
+}
 
 /* A norm's forward and backward (x's gradient for the upstream gradient g;
  * bytes: x read and y written, then dy and x read and dx written), on a
  * fresh leaf sharing x's storage, so nothing accumulates and any x will
  * do. Returns the gradient, retained. */
-static ag_tensor *norm_grad(bool rms, ag_tensor *x, ag_tensor *g) {
+static ag_tensor *norm_grad(int k, ag_tensor *x, ag_tensor *g) {
   ag_tensor *xl = ag_detach(x), *dx = NULL;
   if (xl && ag_tensor_set_requires_grad(xl, true) == AG_OK) {
-    ag_tensor *y = rms ? ag_rms_norm(xl, NULL, 1e-6) : ag_layer_norm(xl, NULL, NULL, 1e-5);
+    ag_tensor *y = k == K_RMS_NORM_GRAD     ? ag_rms_norm(xl, NULL, 1e-6)
+                   : k == K_SOFTMAX_GRAD    ? ag_softmax(xl, -1)
+                   : k == K_GROUP_NORM_GRAD ? ag_group_norm(xl, 2, NULL, NULL, 1e-5)
+                                            : ag_layer_norm(xl, NULL, NULL, 1e-5);
     if (y && ag_backward(y, g, false) == AG_OK) dx = ag_tensor_retain(ag_tensor_grad(xl));
     ag_tensor_release(y);
   }
@@ -91,8 +104,12 @@ static ag_tensor *bench_call(int k, ag_tensor *a, ag_tensor *b) {
     case K_LOG_SOFTMAX: return ag_log_softmax(a, -1);
     case K_LAYER_NORM: return ag_layer_norm(a, NULL, NULL, 1e-5);
     case K_RMS_NORM: return ag_rms_norm(a, NULL, 1e-6);
-    case K_LAYER_NORM_GRAD: return norm_grad(false, a, b);
-    case K_RMS_NORM_GRAD: return norm_grad(true, a, b);
+    case K_MIN: return ag_min(a, 0, NULL, false);
+    case K_LAYER_NORM_GRAD:
+    case K_RMS_NORM_GRAD:
+    case K_SOFTMAX_GRAD:
+    case K_GROUP_NORM_GRAD: return norm_grad(k, a, b);
+    case K_GROUP_NORM: return ag_group_norm(a, 2, NULL, NULL, 1e-5);
     case K_CAST: return ag_cast(a, AG_F16);
     case K_CONTIG: return ag_contiguous(a);
     default: return ag_matmul(a, b);
@@ -138,7 +155,12 @@ static ag_status operands(ag_device d, int k, int64_t n, int m, ag_tensor **a, a
   } else if (row_op(k) || k == K_SOFTMAX) {
     *a = operand(d, 2, s2, -1, 1);
     *b = NULL;
-    if (*a && (k == K_LAYER_NORM_GRAD || k == K_RMS_NORM_GRAD)) *b = operand(d, 2, s2, -1, 1);
+    if (*a && grad_op(k)) *b = operand(d, 2, s2, -1, 1);
+  } else if (k == K_GROUP_NORM || k == K_GROUP_NORM_GRAD) {
+    /* [N, 4, 1024] (16 elements: [1, 4, 4]) in 2 groups */
+    int64_t sg[3] = {n >= 4096 ? n / 4096 : 1, 4, n >= 4096 ? 1024 : (n + 3) / 4};
+    *a = operand(d, 3, sg, -1, 1);
+    *b = *a && grad_op(k) ? operand(d, 3, sg, -1, 1) : NULL;
   } else if (k == K_CONTIG) {
     /* a square-ish small case, so the view really is non-contiguous */
     int64_t st[2] = {n >= 1024 ? 1024 : 4, n >= 1024 ? n / 1024 : (n + 3) / 4};
@@ -150,7 +172,7 @@ static ag_status operands(ag_device d, int k, int64_t n, int m, ag_tensor **a, a
     *a = operand(d, 1, s1, 0.5, 1.5);
     *b = *a && k < K_EXP ? operand(d, 1, s1, 0.5, 1.5) : NULL;
   }
-  bool need_b = k < K_EXP || k == K_MATMUL || k == K_LAYER_NORM_GRAD || k == K_RMS_NORM_GRAD;
+  bool need_b = k < K_EXP || k == K_MATMUL || grad_op(k);
   return *a && (*b || !need_b) ? AG_OK : ag_last_status();
 }
 
@@ -412,10 +434,11 @@ static void bench_usage(void) {
       "Per op and backend: host time per launch of a %d-element op (median of R batches of\n"
       "2000 launches, result released each time) and the synchronized time of one op on N\n"
       "elements (default 4M f32) as GB/s (bytes read + written), or GFLOP/s for an N x N\n"
-      "matmul (default 512). Ops: add,mul,exp,gelu,relu,sum,mean,max,argmax,sum_rows,sum_cols,\n"
-      "softmax,log_softmax,layer_norm,rms_norm,layer_norm_grad,rms_norm_grad,cast_f16,\n"
-      "transpose_copy,matmul (the row ops on [N/1024, 1024]; sum_rows sums the last dim,\n"
-      "sum_cols the first; *_grad: forward and x's gradient).\n"
+      "matmul (default 512). Ops: add,mul,exp,gelu,relu,sum,mean,max,argmax,min,sum_rows,\n"
+      "sum_cols,softmax,log_softmax,layer_norm,rms_norm,layer_norm_grad,rms_norm_grad,\n"
+      "softmax_grad,group_norm,group_norm_grad,cast_f16,transpose_copy,matmul (the row ops on\n"
+      "[N/1024, 1024], group norm on [N/4096, 4, 1024] in 2 groups; sum_rows sums the last\n"
+      "dim, sum_cols the first; *_grad: forward and x's gradient).\n"
       "Before timing, each case runs once on the device and once on the CPU from the same\n"
       "inputs; a result outside the op's conformance tolerance, a failed launch or\n"
       "synchronization is an error row and an op the device refuses an unsupported row, each\n"

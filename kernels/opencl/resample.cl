@@ -5,28 +5,50 @@
 
 #ifndef AG_PORTABLE /* portable.cl has its own */
 /* One work-group per (sample, group) block of cpg * hw contiguous
- * elements: the mean, the centred sum of squares, then y. */
+ * elements: the mean, the centred sum of squares, then y; 4-wide loads
+ * (ld4/st4 of rowred.cl) when hw is a multiple of 4. */
 __kernel void ag_group_norm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *w, ulong wo,
                             const gbuf *b, ulong bo, gbuf *mean, ulong mo, gbuf *rstd, ulong ro, long groups,
                             long cpg, long hw, float eps) {
   __local float sh[AG_WG];
   const long blk = get_group_id(0), M = cpg * hw, base = blk * M, c0 = blk % groups * cpg;
   const int l = get_local_id(0), L = get_local_size(0);
-  float s = 0.0f;
-  for (long k = l; k < M; k += L) s += ldf(x, xo, base + k, dt);
-  const float mu = wg_sum(s, sh) / (float)M;
-  float v = 0.0f;
-  for (long k = l; k < M; k += L) {
-    const float d = ldf(x, xo, base + k, dt) - mu;
-    v += d * d;
-  }
-  const float rs = 1.0f / sqrt(wg_sum(v, sh) / (float)M + eps);
-  for (long k = l; k < M; k += L) {
-    const long ch = c0 + k / hw;
-    float o = (ldf(x, xo, base + k, dt) - mu) * rs;
-    if (w) o *= ldf(w, wo, ch, dt);
-    if (b) o += ldf(b, bo, ch, dt);
-    stf(y, yo, base + k, dt, o);
+  float mu, rs;
+  if (hw % 4 == 0) { /* 4-wide loads; a quad never straddles two channels */
+    const long n4 = M / 4;
+    float4 s4 = (float4)(0.0f);
+    for (long q = l; q < n4; q += L) s4 += ld4(x, xo, base + 4 * q, dt);
+    mu = wg_sum((s4.x + s4.y) + (s4.z + s4.w), sh) / (float)M;
+    float4 v4 = (float4)(0.0f);
+    for (long q = l; q < n4; q += L) {
+      const float4 d = ld4(x, xo, base + 4 * q, dt) - mu;
+      v4 += d * d;
+    }
+    rs = 1.0f / sqrt(wg_sum((v4.x + v4.y) + (v4.z + v4.w), sh) / (float)M + eps);
+    for (long q = l; q < n4; q += L) {
+      const long ch = c0 + 4 * q / hw;
+      float4 o = (ld4(x, xo, base + 4 * q, dt) - mu) * rs;
+      if (w) o *= ldf(w, wo, ch, dt);
+      if (b) o += ldf(b, bo, ch, dt);
+      st4(y, yo, base + 4 * q, dt, o);
+    }
+  } else {
+    float s = 0.0f;
+    for (long k = l; k < M; k += L) s += ldf(x, xo, base + k, dt);
+    mu = wg_sum(s, sh) / (float)M;
+    float v = 0.0f;
+    for (long k = l; k < M; k += L) {
+      const float d = ldf(x, xo, base + k, dt) - mu;
+      v += d * d;
+    }
+    rs = 1.0f / sqrt(wg_sum(v, sh) / (float)M + eps);
+    for (long k = l; k < M; k += L) {
+      const long ch = c0 + k / hw;
+      float o = (ldf(x, xo, base + k, dt) - mu) * rs;
+      if (w) o *= ldf(w, wo, ch, dt);
+      if (b) o += ldf(b, bo, ch, dt);
+      stf(y, yo, base + k, dt, o);
+    }
   }
   if (l == 0 && mean) stf(mean, mo, blk, DT_F32, mu);
   if (l == 0 && rstd) stf(rstd, ro, blk, DT_F32, rs);
@@ -42,6 +64,22 @@ __kernel void ag_group_norm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, 
   const int l = get_local_id(0), L = get_local_size(0);
   const float mu = ldf(mean, mo, blk, DT_F32), rs = ldf(rstd, ro, blk, DT_F32);
   float sg = 0.0f, sgx = 0.0f;
+  if (hw % 4 == 0) { /* 4-wide, as the forward */
+    const long n4 = M / 4;
+    float4 g4 = (float4)(0.0f), gx4 = (float4)(0.0f);
+    for (long q = l; q < n4; q += L) {
+      const float4 g = ld4(dy, dyo, base + 4 * q, dt) * (w ? ldf(w, wo, c0 + 4 * q / hw, dt) : 1.0f);
+      g4 += g;
+      gx4 += g * (ld4(x, xo, base + 4 * q, dt) - mu) * rs;
+    }
+    sg = wg_sum((g4.x + g4.y) + (g4.z + g4.w), sh) / (float)M;
+    sgx = wg_sum((gx4.x + gx4.y) + (gx4.z + gx4.w), sh) / (float)M;
+    for (long q = l; q < n4; q += L) {
+      const float4 g = ld4(dy, dyo, base + 4 * q, dt) * (w ? ldf(w, wo, c0 + 4 * q / hw, dt) : 1.0f);
+      st4(dx, dxo, base + 4 * q, dt, rs * (g - sg - (ld4(x, xo, base + 4 * q, dt) - mu) * rs * sgx));
+    }
+    return;
+  }
   for (long k = l; k < M; k += L) {
     const float g = ldf(dy, dyo, base + k, dt) * (w ? ldf(w, wo, c0 + k / hw, dt) : 1.0f);
     sg += g;

@@ -117,14 +117,41 @@ __kernel void ag_argmax_rows(gbuf *o, ulong oo, gbuf *pv, ulong pvo, const gbuf 
   long len = min(chunk, r - start), n4 = len / 4;
   int l = get_local_id(0), L = get_local_size(0);
   const __global int *ix = xi ? (const __global int *)(xi + xio) : NULL;
+  /* per lane the first maximum and the quad it came from (a lane that
+   * saw only -inf keeps its first quad, below); NaN only raises a flag
+   * here and a rescan of this item's quads, taken by rows holding a NaN
+   * alone, finds the first */
   float4 a4 = (float4)(-INFINITY);
-  int4 i4 = (int4)(INT_MAX);
+  int4 q4 = (int4)(INT_MAX), nan = (int4)(0);
   for (long q = l; q < n4; q += L) {
     float4 v = ld4(x, xo, base + 4 * q, dt);
-    int4 at = ix ? vload4(0, ix + base + 4 * q) : (int4)((int)(start + 4 * q)) + (int4)(0, 1, 2, 3);
-    int4 take = ((v > a4) | (v != v) | (i4 == INT_MAX)) & ~(a4 != a4); /* am_takes, or the first */
+    int4 take = v > a4;
+    nan |= v != v;
     a4 = select(a4, v, take);
-    i4 = select(i4, at, take);
+    q4 = select(q4, (int4)((int)q), take);
+  }
+  if (l < n4) q4 = select(q4, (int4)(l), q4 == (int4)(INT_MAX));
+  int4 i4 = (int4)(INT_MAX);
+  for (int k = 0; k < 4; k++) {
+    int qk = k == 0 ? q4.x : k == 1 ? q4.y : k == 2 ? q4.z : q4.w;
+    if (qk == INT_MAX) continue;
+    int at = ix ? ix[base + 4 * qk + k] : (int)(start + 4 * qk + k);
+    if (k == 0) i4.x = at;
+    else if (k == 1) i4.y = at;
+    else if (k == 2) i4.z = at;
+    else i4.w = at;
+  }
+  if (any(nan)) {
+    a4 = (float4)(-INFINITY);
+    i4 = (int4)(INT_MAX);
+    for (long q = l; q < n4 && a4.x == -INFINITY; q += L) {
+      float4 v = ld4(x, xo, base + 4 * q, dt);
+      int4 isn = v != v;
+      if (!any(isn)) continue;
+      int k = isn.x ? 0 : isn.y ? 1 : isn.z ? 2 : 3;
+      a4.x = NAN;
+      i4.x = ix ? ix[base + 4 * q + k] : (int)(start + 4 * q + k);
+    }
   }
   float a = a4.x;
   int ia = i4.x;
