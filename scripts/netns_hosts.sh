@@ -171,6 +171,7 @@ agent() {
   ns=$(ns_host "$tag" $i)
   if [ "$(ip netns identify $$ 2>/dev/null)" = "$(ns_hub "$tag")" ]; then
     local err
+    # shellcheck disable=SC2016
     err=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/$0/1"' "$host" 2>&1) || [[ $err == *refused* ]] || {
       echo "netns_hosts agent: $host does not answer (its link is down?)" >&2
       exit 255
