@@ -15,7 +15,8 @@ the job of tests/elastic_cli.py (charlm MLP, --save-every 20, --balance off).
           restart runs with the 2 survivors to the end. The final checkpoint
           must equal, byte for byte, a fresh 2-rank run from the checkpoint
           the restart resumed from (mpirun in one machine's processes: the
-          same ranks, the same reduction order).
+          same ranks, the same reduction order); the survivors' links must
+          have carried the gradients (over 1 MB sent each).
   rejoin  the same, then, once the 2-rank restart has trained, the link
           comes back up and rank 1 of the restart is killed (SIGKILL): the
           next restart runs on all 3 hosts again, and the final checkpoint
@@ -115,6 +116,14 @@ def link_run(hosts, anygrad, mpirun, work, tag, rejoin=False, down_at=DOWN_AT):
         fail("resumed at step %d with %d steps lost" % (r["from_step"], r["steps_lost"]), out)
     if at[-1]["last_step"] != STEPS or not all(x["training_again"] for x in d["restarts"]):
         fail("the last attempt did not train to step %d" % STEPS, out)
+    # the gradients went over the links (TCP between namespaces), not shared memory
+    for h in (0, 2):
+        tx = int(subprocess.run(["ip", "netns", "exec", "ag%sh%d" % (tag, h), "cat",
+                                 "/sys/class/net/eth0/statistics/tx_bytes"], stdout=subprocess.PIPE,
+                                text=True).stdout or 0)
+        print("# host %s sent %d bytes on its link" % (HOSTS[h], tx))
+        if tx < 1000000:
+            fail("host %s sent only %d bytes on its link" % (HOSTS[h], tx), out)
     a = open(ck, "rb").read()
     b = reference(mpirun, anygrad, len(at[-1]["hosts"]), at[-1]["resume"], os.path.join(work, "ref.safetensors"))
     if a != b:
