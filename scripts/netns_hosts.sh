@@ -10,7 +10,17 @@
 #       the same hosts kept between commands (benchmarks); `down` removes them.
 #   netns_hosts.sh agent HOST COMMAND...
 #       Open MPI's launch agent (plm_rsh_agent): called like ssh, it runs the
-#       command in HOST's namespace with a UTS namespace of its own.
+#       command in HOST's namespace with a UTS namespace of its own. Called
+#       from the hub (mpirun, `anygrad launch`), it first checks, like ssh's
+#       connect, that HOST answers over the bridge (a TCP connection to it is
+#       refused or accepted within 2 s): a host whose link is down fails
+#       (exit 255, as ssh does).
+#   netns_hosts.sh launch TAG [--] COMMAND...
+#       run COMMAND (`anygrad launch ...`) in the hub of the hosts `up` made,
+#       with the environment of `mpi` below: Open MPI over TCP only
+#       (OMPI_MCA_* variables), AG_NETNS_TAG, and AG_NETNS_AGENT (this
+#       script's agent form, for --agent) and AG_NETNS_HOSTS (the hosts'
+#       addresses, comma-separated, for --hosts) exported.
 #   netns_hosts.sh check
 #       exit 0 when hosts can be created here, else 77 with the reason.
 #
@@ -141,9 +151,11 @@ up() { # N PROFILE TAG
   die "the bridge ports of $hub do not reach the forwarding state"
 }
 
-down() { # TAG: remove every namespace of the tag (the veths and bridge go with them)
+down() { # TAG: end what still runs in the tag's namespaces, remove them (the veths and bridge go with them)
   local tag=$1
   for ns in $(ip netns list | awk '{print $1}' | grep -E "^ag${tag}(hub|h[0-9]+)$" || true); do
+    # shellcheck disable=SC2046
+    kill -9 $(ip netns pids "$ns" 2>/dev/null) 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done
   rm -f "/run/ag${tag}.shaped"
@@ -157,6 +169,14 @@ agent() {
   [[ $host =~ ^$SUBNET\.([0-9]+)$ ]] || die "agent: unknown host '$host'"
   local i=$((BASH_REMATCH[1] - 11)) ns
   ns=$(ns_host "$tag" $i)
+  if [ "$(ip netns identify $$ 2>/dev/null)" = "$(ns_hub "$tag")" ]; then
+    local err
+    # shellcheck disable=SC2016
+    err=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/$0/1"' "$host" 2>&1) || [[ $err == *refused* ]] || {
+      echo "netns_hosts agent: $host does not answer (its link is down?)" >&2
+      exit 255
+    }
+  fi
   exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$ns" "$*"
 }
 
@@ -188,8 +208,25 @@ mpi() { # TAG N PROGRAM ARGS...
   return $rc
 }
 
+# COMMAND in the hub with mpi's transport settings as OMPI_MCA_* variables.
+launch() { # TAG COMMAND...
+  local tag=$1; shift
+  [ "${1:-}" = "--" ] && shift
+  [ $# -ge 1 ] || die "usage: launch TAG [--] COMMAND..."
+  local hub n hosts=""
+  hub=$(ns_hub "$tag")
+  ip netns pids "$hub" >/dev/null 2>&1 || die "launch: no hosts of tag '$tag' (run 'up' first)"
+  n=$(ip netns list | awk '{print $1}' | grep -cE "^ag${tag}h[0-9]+$" || true)
+  for ((i = 0; i < n; i++)); do hosts="$hosts${hosts:+,}$SUBNET.$((11 + i))"; done
+  AG_NETNS_TAG=$tag AG_NETNS_SHAPED="$(cat "/run/ag${tag}.shaped")" AG_NETNS_AGENT="$SELF agent" \
+    AG_NETNS_HOSTS=$hosts OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    OMPI_MCA_plm_rsh_no_tree_spawn=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self \
+    OMPI_MCA_btl_tcp_if_include="$SUBNET.0/24" OMPI_MCA_oob_tcp_if_include="$SUBNET.0/24" \
+    exec ip netns exec "$hub" "$@"
+}
+
 cmd=${1:-}
-[ -n "$cmd" ] || die "usage: netns_hosts.sh run N PROFILE [--] PROGRAM ARGS... | up N PROFILE TAG | down TAG | mpi TAG N PROGRAM ARGS... | agent HOST CMD... | check"
+[ -n "$cmd" ] || die "usage: netns_hosts.sh run N PROFILE [--] PROGRAM ARGS... | up N PROFILE TAG | down TAG | mpi TAG N PROGRAM ARGS... | launch TAG [--] COMMAND... | agent HOST CMD... | check"
 shift
 case $cmd in
   check) check ;;
@@ -198,6 +235,7 @@ case $cmd in
   down) [ $# = 1 ] || die "usage: down TAG"; down "$1" ;;
   traffic) traffic "$@" ;;
   mpi) mpi "$@" ;;
+  launch) [ $# -ge 2 ] || die "usage: launch TAG [--] COMMAND..."; launch "$@" ;;
   run)
     [ $# -ge 3 ] || die "usage: run N PROFILE [--] PROGRAM ARGS..."
     n=$1 prof=$2; shift 2
