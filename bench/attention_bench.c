@@ -186,7 +186,8 @@ int main(int argc, char **argv) {
     printf("T=%-5lld fused/unfused time %.3f\n", (long long)T[i], med[1] / med[0]);
   }
   if (json) { /* the times are sorted by now: each path's rounds in rising order */
-    printf("{\"bench\": \"attention\", \"threads\": %d, \"H\": %lld, \"D\": %lld, \"rounds\": %d, \"clock\": \"%s\", \"runs\": [",
+    printf("{\"bench\": \"attention\", \"threads\": %d, \"H\": %lld, \"D\": %lld, \"rounds\": %d, "
+           "\"clock\": \"%s\", \"runs\": [",
            ag_get_num_threads(), (long long)s.H, (long long)s.D, rounds, g_cpu_time ? "cpu" : "wall");
     for (int i = 0; i < nT; i++)
       for (int f = 0; f < 2; f++) {
