@@ -43,7 +43,7 @@ typedef struct sdpa_ctx {
 #define STORER store_f
 #define EXPR vexpf
 #define GEMMOK(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc) \
-  ag__cpu_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (acc) ? 1.0f : 0.0f, C, ldc)
+  ag__cpu_sgemm_small(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (acc) ? 1.0f : 0.0f, C, ldc)
 #include "cpu_attention.inc"
 #undef R
 #undef FN
@@ -67,12 +67,13 @@ typedef struct sdpa_ctx {
 #undef GEMMOK
 
 /* Query and key tile sizes, chosen by the query length: the score tiles
- * (bq x bk, 32 KiB in f32) and the tiles of q, k and v stay in L2 for head
- * sizes up to 128. Measured at 1 thread (B1 H8 D64 causal, process CPU
- * time, bench/attention_bench --cpu-time): up to T = 256 square 64 tiles
- * were fastest (a causal 128 computes 3 of 4 tiles; 128 x 128 tiles took
- * 15% longer there), from T = 512 64 queries against 128 keys (64 x 64
- * took 8% longer at T = 1024: the GEMM engine's call overhead shows). */
+ * (bq x bk, at most 32 KiB in f32) and the tiles of q, k and v stay in L2
+ * for head sizes up to 128. Measured at 1 thread (B1 H8 D64 causal,
+ * process CPU time, bench/attention_bench --cpu-time): up to T = 256
+ * square 64 tiles were fastest (a causal 128 computes 3 of 4 tiles;
+ * 128 x 128 tiles took 15-35% longer there, 32 x 32 no less), from T = 512
+ * 64 queries against 128 keys (64 x 64 took 8% longer at T = 1024). The
+ * tile products go through ag__cpu_sgemm_small. */
 static void sdpa_tiles(sdpa_ctx *x) {
   x->bq = 64;
   x->bk = x->T <= 256 ? 64 : 128;
