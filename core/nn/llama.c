@@ -1,7 +1,7 @@
 /* A Llama-style decoder (anygrad/llama.h) built from public ops: RMSNorm,
  * rotary embeddings in Hugging Face's rotate_half form, grouped-query
  * attention through the fused scaled-dot-product op (which takes fewer
- * key/value heads as they are), a SwiGLU MLP (the fused ag_swiglu). */
+ * key/value heads as they are), a SwiGLU MLP. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,9 +215,10 @@ static ag_tensor *mlp_fn(void *ctx, int n_inputs, ag_tensor *const *inputs) {
   (void)n_inputs;
   ag_tensor *h = ag_rms_norm(inputs[0], c->l->post_attention_layernorm, c->m->cfg.norm_eps);
   ag_tensor *gt = ag_linear_forward(&c->l->gate_proj, h), *up = ag_linear_forward(&c->l->up_proj, h);
-  ag_tensor *pr = ag_swiglu(gt, up); /* silu(gt) * up in one pass */
+  ag_tensor *sg = ag_silu(gt);
+  ag_tensor *pr = ag_mul(sg, up);
   ag_tensor *out = ag_linear_forward(&c->l->down_proj, pr);
-  ag_tensor *rel[] = {h, gt, up, pr};
+  ag_tensor *rel[] = {h, gt, up, sg, pr};
   for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) ag_tensor_release(rel[i]);
   return out;
 }
