@@ -7,7 +7,9 @@
  * depend on them). After --warmup untimed steps, --rounds rounds of --steps
  * steps each are timed; prints ms per step for each round and one JSON line
  * (bench/text_torch.py interleaves it with the same model in PyTorch).
- *   text_bench [--threads 2] [--steps 10] [--warmup 3] [--rounds 1] */
+ * --clock cpu times the process's CPU time (all threads) instead of the
+ * wall clock: on a shared machine it leaves out the waits for a core.
+ *   text_bench [--threads 2] [--steps 10] [--warmup 3] [--rounds 1] [--clock wall|cpu] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +19,11 @@
 #include "anygrad/anygrad.h"
 #include "text.h"
 
+static bool g_cpu_time; /* --clock cpu: set once by main before any timing */
+
 static double now_s(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(g_cpu_time ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -42,6 +46,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--steps")) steps = v;
     else if (!strcmp(a, "--warmup")) warmup = v;
     else if (!strcmp(a, "--rounds")) rounds = v;
+    else if (!strcmp(a, "--clock") && (!strcmp(argv[i + 1], "cpu") || !strcmp(argv[i + 1], "wall")))
+      g_cpu_time = !strcmp(argv[i + 1], "cpu");
     else {
       fprintf(stderr, "text_bench: unknown option %s\n", a);
       return 2;
@@ -73,9 +79,10 @@ int main(int argc, char **argv) {
   uint64_t rng = o.seed;
   double ms[1000], last = 0;
   printf("text_bench: cpu f32, llama dim %d, %d layers, %d heads (%d key/value), vocabulary %d, sequence %lld, "
-         "batch %lld, %lld parameters, %d threads, %d warm-up steps, %d rounds of %d steps\n",
+         "batch %lld, %lld parameters, %d threads, %d warm-up steps, %d rounds of %d steps, %s time\n",
          o.dim, o.layers, o.heads, o.kv_heads, o.vocab, (long long)T, (long long)B,
-         (long long)ag_params_numel(&m.params), ag_get_num_threads(), warmup, rounds, steps);
+         (long long)ag_params_numel(&m.params), ag_get_num_threads(), warmup, rounds, steps,
+         g_cpu_time ? "process CPU" : "wall");
   double t0 = 0;
   for (int64_t step = 0; step < total; step++) {
     if (step >= warmup && (step - warmup) % steps == 0) t0 = now_s();
@@ -105,8 +112,8 @@ int main(int argc, char **argv) {
     }
   }
   printf("{\"bench\": \"text\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"params\": %lld, \"last_loss\": %.6f, "
-         "\"ms_per_step\": [",
-         ag_get_num_threads(), steps, warmup, (long long)ag_params_numel(&m.params), last);
+         "\"clock\": \"%s\", \"ms_per_step\": [",
+         ag_get_num_threads(), steps, warmup, (long long)ag_params_numel(&m.params), last, g_cpu_time ? "cpu" : "wall");
   for (int r = 0; r < rounds; r++) printf("%s%.4f", r ? ", " : "", ms[r]);
   printf("]}\n");
   free(hx);

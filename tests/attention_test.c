@@ -144,13 +144,20 @@ static const cfg k_cfgs[] = {
     {2, 4, 4, 37, 37, 16, 16, true, false, 0},  {2, 4, 2, 33, 70, 8, 12, false, true, 0},
     {1, 6, 2, 70, 65, 16, 16, true, true, 0},   {1, 8, 1, 100, 100, 32, 32, true, false, 0},
     {2, 2, 1, 45, 29, 8, 8, true, false, 0},    {1, 2, 2, 129, 130, 4, 4, false, false, 0},
+    {1, 4, 2, 300, 300, 16, 16, true, false, 0}, /* several 64 x 128 tiles on and off the diagonal */
 };
 
-/* fused f32 vs unfused f32, and both vs each other in f64 */
+/* fused f32 vs unfused f32, and both vs each other in f64; at 1 thread
+ * the CPU backward runs in one pass over (batch, kv head), at 4 threads the
+ * configurations with 1 or 2 of those (fewer than the threads) run dq and
+ * dk, dv in two passes, so both backward paths are checked */
 static void test_fused_vs_unfused(void **state) {
   (void)state;
-  for (size_t i = 0; i < sizeof k_cfgs / sizeof *k_cfgs; i++) {
-    const cfg *c = &k_cfgs[i];
+  const int threads = ag_get_num_threads();
+  for (size_t i = 0; i < 2 * (sizeof k_cfgs / sizeof *k_cfgs); i++) {
+    const cfg *c = &k_cfgs[i % (sizeof k_cfgs / sizeof *k_cfgs)];
+    if (i % (sizeof k_cfgs / sizeof *k_cfgs) == 0)
+      assert_int_equal(ag_set_num_threads(i ? 4 : 1), AG_OK);
     for (int dbl = 0; dbl < 2; dbl++) {
       inputs in = make(c, AG_CPU, dbl ? AG_F64 : AG_F32, 100 + i);
       result a = run(c, &in, true, 1), b = run(c, &in, false, 1);
@@ -160,6 +167,7 @@ static void test_fused_vs_unfused(void **state) {
       drop(&in);
     }
   }
+  assert_int_equal(ag_set_num_threads(threads), AG_OK);
 }
 
 /* the forward against loops in double written from the definition */

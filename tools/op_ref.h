@@ -125,6 +125,7 @@
 #define CREF_B_REMAINDER(a, b, s0) cref_remainder(a, b)
 #define CREF_B_HYPOT(a, b, s0) hypot(a, b)
 #define CREF_B_FMOD(a, b, s0) fmod(a, b)
+#define CREF_B_SWIGLU(a, b, s0) ((a) / (1 + exp(-(a))) * (b))
 
 /* ---- binary partial derivatives: CREF_DA_<ID>(a, b), CREF_DB_<ID>(a, b) ---- */
 #define CREF_DA_MAX(a, b) ((a) > (b) ? 1 : (a) == (b) ? 0.5 : 0)
@@ -139,6 +140,8 @@
 #define CREF_DB_HYPOT(a, b) ((b) / hypot(a, b))
 #define CREF_DA_FMOD(a, b) 1.0
 #define CREF_DB_FMOD(a, b) (-trunc((a) / (b)))
+#define CREF_DA_SWIGLU(a, b) ((b) * cref_silu_d(a))
+#define CREF_DB_SWIGLU(a, b) ((a) / (1 + exp(-(a))))
 
 /* PyTorch's remainder from C's exact fmod (a - floor(a/b)*b loses the
  * quotient past 2^53): plus b where the signs differ */

@@ -16,16 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anygrad/threads.h"
 #include "cpu_backend.h"
 #include "cpu_tile.h"
 #include "cpu_vmath.h"
 
-/* Query and key tile sizes: a 64 x 128 score tile (32 KiB in f32) and
- * the tiles of q, k and v stay in L2 for head sizes up to 128, and the
- * tile products are large enough for the GEMM engine to run near its
- * peak (at 32 x 64 its call overhead showed). */
-#define BQ 64
-#define BK 128
 
 /* One attention call, forward or backward: its operands (out and lse
  * written by the forward; dout, and dq, dk, dv and the forward's out from
@@ -36,6 +31,7 @@ typedef struct sdpa_ctx {
   const ag_kmulti_entry *dq, *dk, *dv, *fwd_out;
   uint64_t seed, offset;
   int64_t B, H, Hkv, G, T, S, D, Dv;
+  int64_t bq, bk; /* query and key tile sizes (sdpa_tiles) */
   double scale, p;
   bool causal;
   atomic_int oom;
@@ -47,7 +43,7 @@ typedef struct sdpa_ctx {
 #define STORER store_f
 #define EXPR vexpf
 #define GEMMOK(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc) \
-  ag__cpu_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (acc) ? 1.0f : 0.0f, C, ldc)
+  ag__cpu_sgemm_small(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (acc) ? 1.0f : 0.0f, C, ldc)
 #include "cpu_attention.inc"
 #undef R
 #undef FN
@@ -70,6 +66,19 @@ typedef struct sdpa_ctx {
 #undef EXPR
 #undef GEMMOK
 
+/* Query and key tile sizes, chosen by the query length: the score tiles
+ * (bq x bk, at most 32 KiB in f32) and the tiles of q, k and v stay in L2
+ * for head sizes up to 128. Measured at 1 thread (B1 H8 D64 causal,
+ * process CPU time, bench/attention_bench --cpu-time): up to T = 256
+ * square 64 tiles were fastest (a causal 128 computes 3 of 4 tiles;
+ * 128 x 128 tiles took 15-35% longer there, 32 x 32 no less), from T = 512
+ * 64 queries against 128 keys (64 x 64 took 8% longer at T = 1024). The
+ * tile products go through ag__cpu_sgemm_small. */
+static void sdpa_tiles(sdpa_ctx *x) {
+  x->bq = 64;
+  x->bk = x->T <= 256 ? 64 : 128;
+}
+
 /* The sizes of q [B, H, T, D], k [B, Hkv, S, D] and v [B, Hkv, S, Dv]
  * into x. */
 static void sdpa_shapes(sdpa_ctx *x) {
@@ -82,6 +91,7 @@ static void sdpa_shapes(sdpa_ctx *x) {
   x->Dv = x->v->shape[3];
   x->G = x->Hkv ? x->H / x->Hkv : 1;
   atomic_init(&x->oom, 0);
+  sdpa_tiles(x);
 }
 
 /* work in multiply-adds, for the pool's split threshold */
@@ -99,7 +109,7 @@ ag_status cpu_k_sdpa(ag_kernel_error *err, const ag_k_sdpa *a) {
                 .seed = a->call->seed, .offset = a->call->offset, .scale = a->scale, .p = a->dropout_p,
                 .causal = a->causal != 0};
   sdpa_shapes(&x);
-  const int64_t nqt = (x.T + BQ - 1) / BQ;
+  const int64_t nqt = (x.T + x.bq - 1) / x.bq;
   ag__cpu_par_for(x.B * x.H * nqt, sdpa_work(&x), x.q->dtype == AG_F64 ? fwd_range_f64 : fwd_range_f32, &x);
   return sdpa_status(&x, a->call);
 }
@@ -114,7 +124,15 @@ ag_status cpu_k_sdpa_bwd(ag_kernel_error *err, const ag_k_sdpa_bwd *a) {
                 .scale = a->scale, .p = a->dropout_p, .causal = a->causal != 0};
   sdpa_shapes(&x);
   const bool dbl = x.q->dtype == AG_F64;
-  const int64_t nqt = (x.T + BQ - 1) / BQ, nkt = (x.S + BK - 1) / BK, work = sdpa_work(&x);
+  const int64_t nqt = (x.T + x.bq - 1) / x.bq, nkt = (x.S + x.bk - 1) / x.bk, work = sdpa_work(&x);
+  /* One pass over (b, kv head) items where they keep every thread busy
+   * (recomputing the scores once instead of twice), else dq over query
+   * tiles and dk, dv over key tiles, which split finer. */
+  const int64_t items = x.B * x.Hkv, nt = ag_get_num_threads();
+  if (nt <= 1 || items >= 2 * nt || items % nt == 0) {
+    ag__cpu_par_for(items, 2 * work, dbl ? bwd1_range_f64 : bwd1_range_f32, &x);
+    return sdpa_status(&x, a->call);
+  }
   ag__cpu_par_for(x.B * x.H * nqt, 2 * work, dbl ? dq_range_f64 : dq_range_f32, &x);
   ag__cpu_par_for(x.B * x.Hkv * nkt, 2 * work, dbl ? dkv_range_f64 : dkv_range_f32, &x);
   return sdpa_status(&x, a->call);

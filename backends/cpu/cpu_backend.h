@@ -186,6 +186,15 @@ AG_HIDDEN void ag__cpu_blas_init(void);
 AG_HIDDEN bool ag__cpu_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                              int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* ag__cpu_sgemm for the small tile products of the fused kernels (every
+ * size <= 256): CBLAS first where the build has it, whatever the engine,
+ * since oneDNN's per-call overhead showed at these sizes (the fused
+ * attention's 64 x 64 x 64 tiles ran 10-15% slower through it than through
+ * OpenBLAS at T = 128 and 256, bench/attention_bench --cpu-time); larger
+ * sizes, and builds without CBLAS, go to ag__cpu_sgemm. Thread-safe. */
+AG_HIDDEN bool ag__cpu_sgemm_small(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                                   int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
 static inline size_t ag__cpu_dtsize(ag_dtype dt) {
   return (dt == AG_F64 || dt == AG_I64)   ? 8
          : (dt == AG_F16 || dt == AG_BF16) ? 2

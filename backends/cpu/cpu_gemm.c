@@ -149,3 +149,16 @@ bool ag__cpu_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
 #endif
   return false;
 }
+
+bool ag__cpu_sgemm_small(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                         int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+#if defined(AG_HAVE_CBLAS)
+  if (M <= 256 && N <= 256 && K <= 256 && lda < (1LL << 31) && ldb < (1LL << 31) && ldc < (1LL << 31)) {
+    ag__cpu_blas_init();
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return true;
+  }
+#endif
+  return ag__cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}

@@ -78,16 +78,19 @@ extern "C" {
  *        AG_KF_PORTABLE and the vtable entries portable_check and
  *        supports_portable; a module without them (before 5.2, or bound by
  *        name to other op tables) refuses the mode. Tables are 5.1's
+ *   5.3  the binary op SWIGLU (silu(a) * b) and its partials SWIGLU_DA,
+ *        SWIGLU_DB appended to the elementwise table (every _BWD code moves
+ *        up by one; older modules bind by name and lack it)
  * A change to a table is an ABI change: a new entry is a minor version (an
  * older module binds by name and lacks it), a changed meaning a major one;
  * the core does not compile until AG_BACKEND_TABLES_ENTRIES and
  * AG_BACKEND_TABLES_CHECKSUM below are set to the new tables' values. */
 #define AG_BACKEND_ABI_MAJOR 5u
-#define AG_BACKEND_ABI_MINOR 2u
+#define AG_BACKEND_ABI_MINOR 3u
 /* The tables of this version (AG_TABLES_ENTRIES_NOW and
  * AG_TABLES_CHECKSUM_NOW, below); core/runtime/registry.c asserts them. */
-#define AG_BACKEND_TABLES_ENTRIES 181
-#define AG_BACKEND_TABLES_CHECKSUM 319843
+#define AG_BACKEND_TABLES_ENTRIES 184
+#define AG_BACKEND_TABLES_CHECKSUM 335053
 
 /* ---- kernel calls ----
  * The kernel ops (ag_kop) and their operands are described in

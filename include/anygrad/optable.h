@@ -243,7 +243,12 @@
       E_DIV(b, E_SQRT(a * a + b * b)), FLT, 8, (AWAY, 0.3, 2), (AWAY, 0.3, 2))                           \
   /* C's fmod: a - trunc(a/b)*b, the sign of a (torch.fmod) */                                     \
   AGX(FMOD, fmod, B, E_FMOD(a, b), ARITH, PART, E_K(1),                                            \
-      E_DIV(a, b) < E_K(0) ? -E_CEIL(E_DIV(a, b)) : -E_FLOOR(E_DIV(a, b)), FLT, 1, (FRAC, -3, 3), (NZINT, 1, 3))
+      E_DIV(a, b) < E_K(0) ? -E_CEIL(E_DIV(a, b)) : -E_FLOOR(E_DIV(a, b)), FLT, 1, (FRAC, -3, 3), (NZINT, 1, 3)) \
+  /* silu(a) * b, the gated unit of a SwiGLU MLP in one pass (and its        \
+   * backward in two, without the silu(a) tensor) */                        \
+  AGX(SWIGLU, swiglu, B, a * E_SIGMOID(a) * b, ARITH, PART,                                        \
+      b * E_SIGMOID(a) * (E_K(1) + a * (E_K(1) - E_SIGMOID(a))), a * E_SIGMOID(a), FLT, 8,          \
+      (UNI, -3, 3), (UNI, -2, 2))
 
 /* ---- list helpers ----
  * AG_OPT_SAVE_IS_<save> / AG_OPT_GRAD_IS_<grad> expand to 0 or 1, so a
