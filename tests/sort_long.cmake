@@ -1,6 +1,6 @@
 # Sort of long lines (100003 elements, ties and NaNs, both directions, along
 # a middle dim) on each GPU-style backend against the CPU, bit for bit
-# (tests/sort_long_test.c; the merge-sort passes of docs/kernels.md); the
+# (tests/sort_long_test.c; the merge-sort passes: docs/vulkan.md, docs/opencl.md); the
 # Vulkan run under the validation layers, where any message fails it.
 add_executable(sort_long_test ${CMAKE_CURRENT_SOURCE_DIR}/sort_long_test.c)
 target_include_directories(sort_long_test PRIVATE ${AG_CMOCKA_INCLUDE} ${CMAKE_CURRENT_SOURCE_DIR})
