@@ -61,11 +61,13 @@ int main(int argc, char **argv) {
   ag_device d;
   bench_check(PROG, ag_device_parse(dev_s, &d), dev_s);
   FILE *jf = NULL;
-  if (json && !(jf = !strcmp(json, "-") ? stdout : fopen(json, "w"))) {
+  if (json && !(jf = fopen(json, "w"))) {
     fprintf(stderr, "%s: cannot write %s\n", PROG, json);
     return 1;
   }
-  if (jf) fprintf(jf, "{\"device\": \"%s\", \"descending\": %s, \"reps\": %d, \"cases\": [", dev_s, desc ? "true" : "false", reps);
+  if (jf)
+    fprintf(jf, "{\"device\": \"%s\", \"descending\": %s, \"reps\": %d, \"cases\": [", dev_s,
+            desc ? "true" : "false", reps);
   printf("%-10s %-16s %12s %12s %12s\n", "device", "shape", "median_ms", "min_ms", "max_ms");
   double *t = malloc((size_t)reps * sizeof *t);
   if (!t) return 1;
@@ -101,7 +103,7 @@ int main(int argc, char **argv) {
   }
   if (jf) {
     fprintf(jf, "]}\n");
-    if (jf != stdout) fclose(jf);
+    fclose(jf);
   }
   free(t);
   return 0;
