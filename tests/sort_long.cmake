@@ -5,7 +5,7 @@
 add_executable(sort_long_test ${CMAKE_CURRENT_SOURCE_DIR}/sort_long_test.c)
 target_include_directories(sort_long_test PRIVATE ${AG_CMOCKA_INCLUDE} ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(sort_long_test PRIVATE anygrad ${AG_CMOCKA_LIB} m)
-foreach(_be opencl vulkan)
+foreach(_be opencl vulkan gpuemu)
   if(TARGET anygrad-${_be})
     set(_env "AG_TEST_DEVICE=${_be}:0" "AG_BACKEND_PATH=$<TARGET_FILE_DIR:anygrad-${_be}>")
     if(_be STREQUAL "vulkan")
