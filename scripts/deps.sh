@@ -4,7 +4,7 @@
 # (backends/cpu/cpu_gemm.c); without it OpenBLAS runs the products.
 # libprotobuf-c-dev and protobuf-c-compiler build the ONNX export
 # (AG_ONNX, docs/export.md); without them it is left out.
-# Usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf]   (--test adds the sanitizer runtimes, HIP and chromium,
+# Usage: scripts/deps.sh [--test] [--bench] [--bench-hf] [--bench-gguf]   (--test adds the sanitizer runtimes, HIP and chromium,
 # the headless browser the run-report test renders in, clang 14's libFuzzer runtime
 # (libclang-rt-14-dev) for the fuzzers of tests/fuzz/, the Python test packages,
 # Vulkan: lavapipe, the validation layers, glslc and the headers). fortunes is
@@ -19,16 +19,24 @@
 # to it for bench/hf_transformers_check.py (several GB with torch's CUDA
 # libraries: not for CI); --bench-gguf adds llama-cpp-python, built from
 # source for the CPU only (it compiles llama.cpp: about 7 minutes on two
-# cores, not for CI), for bench/gguf_llamacpp_check.py. Each is installed
-# only when missing.
+# cores, not for CI), for bench/gguf_llamacpp_check.py. --bench makes a
+# second virtual environment, .venv-bench (Debian's python3 with
+# --system-site-packages), holding the pinned PyTorch 2.x that the CPU
+# benchmarks compare against (scripts/bench_torch2.sh, docs/performance.md):
+# PyPI's Linux x86_64 wheel with its CUDA libraries (about 4.5 GB on disk; the
+# benchmarks use only the CPU); torch.compile's inductor compiles with g++
+# and python3-dev, which --bench installs. The tests keep Debian's torch 1.13
+# (/usr/bin/python3) as their numeric reference. Each is installed only when
+# missing.
 set -euo pipefail
-test_deps=0 bench_hf=0 bench_gguf=0
+test_deps=0 bench=0 bench_hf=0 bench_gguf=0
 for a in "$@"; do
   case "$a" in
     --test) test_deps=1 ;;
+    --bench) bench=1 ;;
     --bench-hf) test_deps=1 bench_hf=1 ;;
     --bench-gguf) test_deps=1 bench_gguf=1 ;;
-    *) echo "usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf]" >&2; exit 2 ;;
+    *) echo "usage: scripts/deps.sh [--test] [--bench] [--bench-hf] [--bench-gguf]" >&2; exit 2 ;;
   esac
 done
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
@@ -39,6 +47,9 @@ if ((test_deps)); then
         python3-numpy python3-pytest python3-hypothesis python3-setuptools python3-pip python3-dev
         libopenmpi-dev openmpi-bin libclang-rt-14-dev
         mesa-vulkan-drivers vulkan-validationlayers glslc libvulkan-dev)
+fi
+if ((bench)); then
+  pkgs+=(python3-venv python3-pip python3-dev g++ python3-torch)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
@@ -78,6 +89,19 @@ if ((bench_hf)); then
   has transformers "$TRANSFORMERS_VERSION" && has torch "$TORCH_VERSION" ||
     "$venv/bin/pip" install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" \
       "torch==$TORCH_VERSION"
+fi
+# ---- the CPU benchmarks' references, pinned, in .venv-bench ----
+# One line per package in bench_pins: "import-name version pip-spec".
+BENCH_TORCH_VERSION=2.15.0
+bench_pins=("torch $BENCH_TORCH_VERSION torch==$BENCH_TORCH_VERSION")
+if ((bench)); then
+  bvenv="$(cd "$(dirname "$0")/.." && pwd)/.venv-bench"
+  [[ -x "$bvenv/bin/python3" ]] || /usr/bin/python3 -m venv --system-site-packages "$bvenv"
+  for pin in "${bench_pins[@]}"; do
+    read -r mod ver spec <<<"$pin"
+    "$bvenv/bin/python3" -c "import $mod, sys; sys.exit($mod.__version__.split('+')[0] != '$ver')" 2>/dev/null ||
+      "$bvenv/bin/pip" install -q --disable-pip-version-check "$spec"
+  done
 fi
 if ((bench_gguf)); then
   # From source (PyPI has no CPU wheel of it): CPU only, no BLAS, no GPU backend.
