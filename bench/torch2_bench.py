@@ -35,9 +35,14 @@ thread, times the thread count.
 
 Usage:
   bench/torch2_bench.py [--jobs gpt,gpt-medium,cnn,text,attention] [--threads 1,2]
-                        [--rounds 5] [--python .venv-bench/bin/python3] [--build build]
+                        [--rounds 3] [--python .venv-bench/bin/python3] [--build build]
                         [--out docs/numbers]
-Writes OUT/torch2_JOB.json per job (and prints a table per job)."""
+Writes OUT/torch2_JOB.json per job (and prints a table per job).
+
+  bench/torch2_bench.py --profile JOB MODE THREADS [STEPS]
+prints torch.profiler's table (self CPU time per op) over STEPS warm steps
+of one PyTorch form (MODE eager, compile or sdpa), for a missed goal's
+profile beside anygrad's (perf, --profile; docs/diagnostics.md)."""
 import argparse
 import json
 import os
@@ -98,6 +103,11 @@ def worker(job, mode, threads):
     for _ in range(WARMUP[job]):
         timed(1)
     steady_s = sum_ms(timed(1)) / 1e3
+    if os.environ.get("TORCH2_PROFILE"):  # --profile: torch.profiler over a few warm steps, to stderr
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            timed(int(os.environ["TORCH2_PROFILE"]))
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25), file=sys.stderr)
+        return
     print(json.dumps({"ready": True, "torch": torch.__version__, "threads": torch.get_num_threads(), "how": how,
                       "first_steps_s": first_s, "compile_s": max(0.0, first_s - (built + 1) * steady_s),
                       "rss_import_kb": rss_import}), flush=True)
@@ -294,10 +304,14 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--profile":  # --profile JOB MODE THREADS [STEPS]
+        os.environ["TORCH2_PROFILE"] = sys.argv[5] if len(sys.argv) > 5 else "3"
+        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", default="gpt,gpt-medium,cnn,text,attention")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--python", default=os.path.join(ROOT, ".venv-bench", "bin", "python3"))
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "numbers"))
@@ -307,9 +321,10 @@ def main():
         sys.exit("torch2_bench.py: no %s: run scripts/deps.sh --bench (PyTorch 2.x in .venv-bench)" % o.python)
     os.makedirs(o.out, exist_ok=True)
     for job in o.jobs.split(","):
-        t0 = time.time()
+        t0, load0 = time.time(), os.getloadavg()[0]
         runs = [bench_job(o, job, int(n)) for n in o.threads.split(",")]
-        doc = {"job": job, "torch": runs[0]["torch"], "load_before": os.getloadavg()[0],
+        doc = {"job": job, "torch": runs[0]["torch"], "load_start": load0, "load_end": os.getloadavg()[0],
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
                "seconds": round(time.time() - t0, 1), "by_threads": {str(r["threads"]): r for r in runs}}
         if job == "text":
             peak = gemm_peak(o)

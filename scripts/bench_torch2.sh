@@ -7,9 +7,9 @@
 # (torch2_meta_end.json) and rewrites the generated figures of README.md and
 # docs/ (scripts/doc_numbers.py).
 # Usage: scripts/bench_torch2.sh [BUILD_DIR] [-- torch2_bench.py options]
-#   e.g. scripts/bench_torch2.sh build -- --rounds 3 --jobs gpt,text
-# Takes about 25 minutes on 2 idle cores with warm compile caches (5 rounds; the
-# first torch.compile of each job and thread count adds minutes).
+#   e.g. scripts/bench_torch2.sh build -- --rounds 5 --jobs gpt,text
+# Took 37 minutes on the 2 shared cores at load average 11-25 (3 rounds, compile
+# caches cold for 2 threads and the medium GPT; each cold torch.compile adds minutes).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$root/build"

@@ -23,7 +23,7 @@
 # second virtual environment, .venv-bench (Debian's python3 with
 # --system-site-packages), holding the pinned PyTorch 2.x that the CPU
 # benchmarks compare against (scripts/bench_torch2.sh, docs/performance.md):
-# PyPI's Linux x86_64 wheel with its CUDA libraries (about 4.5 GB on disk; the
+# PyPI's Linux x86_64 wheel with its CUDA libraries (5.3 GB on disk, about 4 minutes to install; the
 # benchmarks use only the CPU); torch.compile's inductor compiles with g++
 # and python3-dev, which --bench installs. The tests keep Debian's torch 1.13
 # (/usr/bin/python3) as their numeric reference. Each is installed only when
