@@ -166,7 +166,7 @@ class Worker:
 def run_anygrad(cmd):
     """(stdout, ru_maxrss in KiB) of one process."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, cwd=ROOT,
-                         env=dict(os.environ, AG_BACKEND_PATH=os.path.dirname(cmd[0]).replace("bin", "lib")))
+                         env=dict(os.environ, AG_BACKEND_PATH=os.path.join(os.path.dirname(os.path.dirname(cmd[0])), "lib")))
     out = p.stdout.read()
     _, status, ru = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
