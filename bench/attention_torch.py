@@ -55,6 +55,38 @@ def torch_step(B, H, T, D, device="cpu", dtype="f32"):
     return (time.perf_counter() - t0) * 1e3
 
 
+def math_attention(q, k, v, mask, scale):
+    """The unfused math: softmax(q k^T * scale + causal mask) v."""
+    s = (q @ k.transpose(-1, -2)) * scale
+    return torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1) @ v
+
+
+def make_cpu_step(B, H, T, D, mode):
+    """A timed CPU step (returns ms) on tensors made once: mode "eager" (the
+    math above), "compile" (it under torch.compile) or "sdpa"
+    (F.scaled_dot_product_attention, is_causal=True; PyTorch 2.x)."""
+    g = torch.Generator().manual_seed(T)
+    q, k, v, w = (torch.randn(B, H, T, D, generator=g) for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    scale = 1.0 / math.sqrt(D)
+    if mode == "sdpa":
+        fn = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        f = torch.compile(math_attention, dynamic=False) if mode == "compile" else math_attention
+        fn = lambda: f(q, k, v, mask, scale)
+
+    def step():
+        for t in (q, k, v):
+            t.grad = None
+        t0 = time.perf_counter()
+        (fn() * w).sum().backward()
+        return (time.perf_counter() - t0) * 1e3
+
+    return step
+
+
 def torch_sdpa_step(B, H, T, D, device, dt):
     q, k, v, w = (torch.randn(B, H, T, D, device=device, dtype=dt) for _ in range(4))
     for t in (q, k, v):

@@ -10,7 +10,8 @@
  *     a register-blocked direct kernel written here.
  * Rounds interleave anygrad and PyTorch (A B A B); median [min-max].
  * Usage: cnn_bench [--threads N] [--rounds R] [--steps N] [--devices a,b]
- *                  [--torch bench/cnn_torch.py] [--json PATH] */
+ *                  [--torch bench/cnn_torch.py] [--json PATH] [--step-only]
+ * --step-only: (a) alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,13 +346,18 @@ static int run_torch(const char *torch, const char *args, double *vals, int max)
 int main(int argc, char **argv) {
   int threads = 0, rounds = 5, steps = 20;
   const char *json = NULL, *torch = NULL, *devices = "cpu,opencl:0,gpuemu:0";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--json")) json = argv[i + 1];
-    else if (!strcmp(argv[i], "--torch")) torch = argv[i + 1];
-    else if (!strcmp(argv[i], "--devices")) devices = argv[i + 1];
+  bool step_only = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--step-only")) step_only = true;
+    else if (i + 1 >= argc) {
+      fprintf(stderr, "cnn_bench: option %s needs a value\n", argv[i]);
+      return 2;
+    } else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--json")) json = argv[++i];
+    else if (!strcmp(argv[i], "--torch")) torch = argv[++i];
+    else if (!strcmp(argv[i], "--devices")) devices = argv[++i];
     else {
       fprintf(stderr, "cnn_bench: unknown option %s\n", argv[i]);
       return 2;
@@ -391,6 +397,13 @@ int main(int argc, char **argv) {
             "\"step\": {\"batch\": 128, \"anygrad_ms\": [%.3f, %.3f, %.3f], \"torch_ms\": [%.3f, %.3f, %.3f], "
             "\"ratio\": %.4f, \"goal\": 0.8},\n",
             a[0], a[1], a[2], t[0], t[1], t[2], t[0] > 0 ? a[0] / t[0] : -1);
+  if (step_only) { /* (a) alone: bench/torch2_bench.py times the step in a process of its own */
+    if (js) {
+      fprintf(js, "\"step_only\": true}\n");
+      fclose(js);
+    }
+    return 0;
+  }
 
   /* (b) */
   printf("(b) conv2d 3x3 pad 1 throughput, GFLOP/s (fwd+bwd counts 3x the forward FLOPs), median over rounds\n");

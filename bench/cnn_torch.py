@@ -16,7 +16,8 @@ torch_setup.keep_memory()
 import torch.nn as nn
 
 
-def step_bench(steps, batch):
+def make_step(batch, compiled=False):
+    """One training step of the CNN (a closure); compiled: the model under torch.compile."""
     torch.manual_seed(1)
     model = nn.Sequential(
         nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
@@ -25,14 +26,20 @@ def step_bench(steps, batch):
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
     x = torch.randn(batch, 1, 28, 28)
     y = torch.arange(batch) * 7 % 10
+    fwd = torch.compile(model) if compiled else model
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x), y)
+        loss = nn.functional.cross_entropy(fwd(x), y)
         loss.backward()
         opt.step()
         return loss
 
+    return step
+
+
+def step_bench(steps, batch):
+    step = make_step(batch)
     for _ in range(3):
         step()
     t0 = time.perf_counter()
@@ -63,10 +70,11 @@ def conv_bench(n, c, h, w, co, k, iters):
     return fwd, (time.perf_counter() - t0) * 1000.0 / iters
 
 
-mode = sys.argv[1]
-torch_setup.set_threads(int(sys.argv[2]))
-if mode == "step":
-    print("%.4f" % step_bench(int(sys.argv[3]), int(sys.argv[4])))
-else:
-    a = [int(v) for v in sys.argv[3:10]]
-    print("%.4f %.4f" % conv_bench(*a))
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    torch_setup.set_threads(int(sys.argv[2]))
+    if mode == "step":
+        print("%.4f" % step_bench(int(sys.argv[3]), int(sys.argv[4])))
+    else:
+        a = [int(v) for v in sys.argv[3:10]]
+        print("%.4f %.4f" % conv_bench(*a))

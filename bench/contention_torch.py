@@ -3,7 +3,8 @@
 rounds interleave: reads "CASE THREADS STEPS" lines on stdin (CASE gpt,
 gpt-medium or mlp), answers one line with milliseconds per step. Same shapes,
 AdamW, f32; the GPT head is tied to the token embedding (GPT-2, as anygrad's
-default)."""
+default). make(case, compiled=True) wraps the model in torch.compile
+(bench/torch2_bench.py, PyTorch 2.x)."""
 import sys
 import time
 
@@ -58,7 +59,7 @@ class GPT(torch.nn.Module):
         return self.head(self.ln_f(x))
 
 
-def make(case):
+def make(case, compiled=False):
     if case in ("gpt", "gpt-medium"):
         V, T, L, H, C, B = (8192, 64, 4, 4, 256, 4) if case == "gpt" else (8192, 128, 6, 8, 512, 4)
         m = GPT(V, T, L, H, C)
@@ -72,6 +73,12 @@ def make(case):
         y = torch.randint(0, 10, (128,))
         loss = lambda: torch.nn.functional.cross_entropy(m(x), y)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    if compiled:
+        cm = torch.compile(m)  # the parameters stay m's: the optimizer steps them
+        if case in ("gpt", "gpt-medium"):
+            loss = lambda: torch.nn.functional.cross_entropy(cm(x).view(B * T, V), y)
+        else:
+            loss = lambda: torch.nn.functional.cross_entropy(cm(x), y)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -83,14 +90,19 @@ def make(case):
     return step
 
 
-cases = {}
-for line in sys.stdin:
-    case, threads, steps = line.split()
-    torch_setup.set_threads(int(threads))
-    if case not in cases:
-        cases[case] = make(case)
-    cases[case]()  # one warm step at this thread count
-    t0 = time.perf_counter()
-    for _ in range(int(steps)):
-        cases[case]()
-    print("%.4f" % ((time.perf_counter() - t0) * 1000.0 / int(steps)), flush=True)
+def main():
+    cases = {}
+    for line in sys.stdin:
+        case, threads, steps = line.split()
+        torch_setup.set_threads(int(threads))
+        if case not in cases:
+            cases[case] = make(case)
+        cases[case]()  # one warm step at this thread count
+        t0 = time.perf_counter()
+        for _ in range(int(steps)):
+            cases[case]()
+        print("%.4f" % ((time.perf_counter() - t0) * 1000.0 / int(steps)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -70,7 +70,9 @@ def lr_cosine(step):  # ag_lr_cosine(step, 30, 1000, 3e-3, 3e-4)
 
 
 class TorchSide:
-    def __init__(self):
+    """compiled: ref.forward under torch.compile (bench/torch2_bench.py, PyTorch 2.x)."""
+
+    def __init__(self, compiled=False):
         g = torch.Generator().manual_seed(1337)
         self.g = g
         self.p = make_params(g)
@@ -78,6 +80,7 @@ class TorchSide:
         self.cos, self.sin = ref.rope_tables(DIM // HEADS, seq=SEQ)
         self.step_no = 0
         self.params = sum(t.numel() for t in self.p.values())
+        self.forward = torch.compile(ref.forward) if compiled else ref.forward
 
     def steps(self, n):
         t0 = time.perf_counter()
@@ -86,7 +89,7 @@ class TorchSide:
                 group["lr"] = lr_cosine(self.step_no)
             x = torch.randint(0, VOCAB, (BATCH, SEQ), generator=self.g)
             y = torch.randint(0, VOCAB, (BATCH * SEQ,), generator=self.g)
-            logits = ref.forward(self.p, x, True, self.cos, self.sin, dim=DIM, layers=LAYERS, heads=HEADS,
+            logits = self.forward(self.p, x, True, self.cos, self.sin, dim=DIM, layers=LAYERS, heads=HEADS,
                                  kv_heads=KV_HEADS)
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y)
             loss.backward()

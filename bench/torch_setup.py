@@ -5,7 +5,8 @@ with like:
   BLAS behind torch (Debian: libblas.so.3 -> OpenBLAS, pthreads build) keeps
   one thread per core unless told. set_threads() tells it too, so "1 thread"
   is one thread for the GEMMs as well (anygrad's ag_set_num_threads covers
-  its BLAS calls the same way).
+  its BLAS calls the same way). PyPI's torch 2.x wheels carry MKL inside
+  libtorch_cpu, which torch.set_num_threads sizes itself.
 - host memory: glibc returns freed blocks above its mmap threshold to the
   system, so each training step of a PyTorch model faults its activations
   in again (about 12k page faults per GPT step here, 2-3x the step time, and
@@ -49,6 +50,8 @@ _BLAS = _openblas()
 def set_threads(n):
     """PyTorch's pool and its BLAS to n threads; returns a description."""
     torch.set_num_threads(n)
+    if torch.backends.mkl.is_available():  # PyPI's wheels: MKL inside libtorch_cpu, sized by set_num_threads
+        return "torch.set_num_threads(%d) (BLAS: MKL in torch, same count)" % n
     if _BLAS is not None:
         _BLAS.openblas_set_num_threads(n)
         return "torch.set_num_threads(%d), openblas_set_num_threads(%d)" % (n, n)

@@ -19,17 +19,24 @@
 # to it for bench/hf_transformers_check.py (several GB with torch's CUDA
 # libraries: not for CI); --bench-gguf adds llama-cpp-python, built from
 # source for the CPU only (it compiles llama.cpp: about 7 minutes on two
-# cores, not for CI), for bench/gguf_llamacpp_check.py. --bench makes
-# .venv-bench (the same kind of venv) holding pinned tinygrad for
-# bench/tinygrad_opencl.py. Each is installed only when missing.
+# cores, not for CI), for bench/gguf_llamacpp_check.py. --bench makes a
+# second virtual environment, .venv-bench (Debian's python3 with
+# --system-site-packages), holding the pinned PyTorch 2.x that the CPU
+# benchmarks compare against and the pinned tinygrad of
+# bench/tinygrad_opencl.py (scripts/bench_torch2.sh, docs/performance.md):
+# PyPI's Linux x86_64 wheel with its CUDA libraries (5.3 GB on disk, about 4 minutes to install; the
+# benchmarks use only the CPU); torch.compile's inductor compiles with g++
+# and python3-dev, which --bench installs. The tests keep Debian's torch 1.13
+# (/usr/bin/python3) as their numeric reference. Each is installed only when
+# missing.
 set -euo pipefail
-test_deps=0 bench_hf=0 bench_gguf=0 bench=0
+test_deps=0 bench=0 bench_hf=0 bench_gguf=0
 for a in "$@"; do
   case "$a" in
     --test) test_deps=1 ;;
+    --bench) bench=1 ;;
     --bench-hf) test_deps=1 bench_hf=1 ;;
     --bench-gguf) test_deps=1 bench_gguf=1 ;;
-    --bench) bench=1 ;;
     *) echo "usage: scripts/deps.sh [--test] [--bench] [--bench-hf] [--bench-gguf]" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +48,9 @@ if ((test_deps)); then
         python3-numpy python3-pytest python3-hypothesis python3-setuptools python3-pip python3-dev
         libopenmpi-dev openmpi-bin libclang-rt-14-dev
         mesa-vulkan-drivers vulkan-validationlayers glslc libvulkan-dev)
+fi
+if ((bench)); then
+  pkgs+=(python3-venv python3-pip python3-dev g++ python3-torch)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
@@ -82,6 +92,21 @@ if ((bench_hf)); then
     "$venv/bin/pip" install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" \
       "torch==$TORCH_VERSION"
 fi
+# ---- the CPU benchmarks' references, pinned, in .venv-bench ----
+# One line per package in bench_pins: "distribution version pip-spec".
+BENCH_TORCH_VERSION=2.15.0
+bench_pins=("torch $BENCH_TORCH_VERSION torch==$BENCH_TORCH_VERSION"
+            "tinygrad $TINYGRAD_VERSION tinygrad==$TINYGRAD_VERSION")
+if ((bench)); then
+  bvenv="$(cd "$(dirname "$0")/.." && pwd)/.venv-bench"
+  [[ -x "$bvenv/bin/python3" ]] || /usr/bin/python3 -m venv --system-site-packages "$bvenv"
+  for pin in "${bench_pins[@]}"; do
+    read -r mod ver spec <<<"$pin"
+    "$bvenv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('$mod').split('+')[0] != '$ver')" \
+      2>/dev/null ||
+      "$bvenv/bin/pip" install -q --disable-pip-version-check "$spec"
+  done
+fi
 if ((bench_gguf)); then
   # From source (PyPI has no CPU wheel of it): CPU only, no BLAS, no GPU backend.
   has llama_cpp "$LLAMA_CPP_PYTHON_VERSION" ||
@@ -89,11 +114,4 @@ if ((bench_gguf)); then
 -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF -DMTMD_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
       "$venv/bin/pip" install -v --disable-pip-version-check --no-binary llama-cpp-python \
       "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
-fi
-if ((bench)); then
-  # .venv-bench: the peer frameworks of bench/, apart from the test venv
-  bvenv="$(cd "$(dirname "$0")/.." && pwd)/.venv-bench"
-  [[ -x "$bvenv/bin/python3" ]] || /usr/bin/python3 -m venv --system-site-packages "$bvenv"
-  "$bvenv/bin/python3" -c "import importlib.metadata as m, sys; sys.exit(m.version('tinygrad') != '$TINYGRAD_VERSION')" \
-    2>/dev/null || "$bvenv/bin/pip" install -q --disable-pip-version-check "tinygrad==$TINYGRAD_VERSION"
 fi

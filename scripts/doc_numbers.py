@@ -14,6 +14,9 @@ says where and when its numbers were made:
 
     <!-- gen meta.json:date %s -->...<!-- /gen -->
 
+`--meta NAME.json` records it under another name (scripts/bench_torch2.sh
+writes torch2_meta.json, so its run leaves meta.json to the other benches).
+
 A verdict is generated the same way: the format `goal<=X` (or `>=`, `<`,
 `>`) writes `met` when the figure satisfies it and `**not met**` when it
 does not, so a doc never says "met" for a figure its JSON does not give:
@@ -23,7 +26,7 @@ does not, so a doc never says "met" for a figure its JSON does not give:
 A bench that writes several JSON objects one per line (JSON lines) is read
 as a list. Usage:
 
-    scripts/doc_numbers.py --json DIR --record-meta
+    scripts/doc_numbers.py --json DIR --record-meta [--meta NAME.json]
     scripts/doc_numbers.py --json DIR [--check] [FILE.md ...]
 
 With --check nothing is written and the exit status is 1 when a span would
@@ -76,16 +79,16 @@ def machine():
     return f"{model}, {os.cpu_count()} CPUs"
 
 
-def record_meta(jsondir):
+def record_meta(jsondir, name="meta.json"):
     """meta.json: where and when the benchmarks run (before they start)."""
     os.makedirs(jsondir, exist_ok=True)
     meta = {"machine": machine(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "load": round(os.getloadavg()[0], 1)}
-    with open(os.path.join(jsondir, "meta.json"), "w") as f:
+    with open(os.path.join(jsondir, name), "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")
-    print(f"{jsondir}/meta.json: {meta}")
+    print(f"{jsondir}/{name}: {meta}")
 
 
 def value(key, jsondir, cache):
@@ -132,7 +135,7 @@ def process(doc, jsondir, check, cache):
 
 
 def main(argv):
-    args, jsondir, check, record = [], None, False, False
+    args, jsondir, check, record, meta = [], None, False, False, "meta.json"
     it = iter(argv[1:])
     for a in it:
         if a == "--json":
@@ -141,13 +144,15 @@ def main(argv):
             check = True
         elif a == "--record-meta":
             record = True
+        elif a == "--meta":
+            meta = next(it, meta)
         else:
             args.append(a)
     if not jsondir:
         print(__doc__)
         return 2
     if record:
-        record_meta(jsondir)
+        record_meta(jsondir, meta)
         return 0
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not args:
