@@ -4,7 +4,7 @@
 # (backends/cpu/cpu_gemm.c); without it OpenBLAS runs the products.
 # libprotobuf-c-dev and protobuf-c-compiler build the ONNX export
 # (AG_ONNX, docs/export.md); without them it is left out.
-# Usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf]   (--test adds the sanitizer runtimes, HIP and chromium,
+# Usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf] [--bench-ggml]   (--test adds the sanitizer runtimes, HIP and chromium,
 # the headless browser the run-report test renders in, clang 14's libFuzzer runtime
 # (libclang-rt-14-dev) for the fuzzers of tests/fuzz/, the Python test packages,
 # Vulkan: lavapipe, the validation layers, glslc and the headers). fortunes is
@@ -19,16 +19,19 @@
 # to it for bench/hf_transformers_check.py (several GB with torch's CUDA
 # libraries: not for CI); --bench-gguf adds llama-cpp-python, built from
 # source for the CPU only (it compiles llama.cpp: about 7 minutes on two
-# cores, not for CI), for bench/gguf_llamacpp_check.py. Each is installed
-# only when missing.
+# cores, not for CI), for bench/gguf_llamacpp_check.py; --bench-ggml adds
+# glslang-tools and spirv-headers, which bench/ggml_vulkan_build.sh needs to
+# build ggml's Vulkan test-backend-ops for bench/ggml_vulkan.py. Each is
+# installed only when missing.
 set -euo pipefail
-test_deps=0 bench_hf=0 bench_gguf=0
+test_deps=0 bench_hf=0 bench_gguf=0 bench_ggml=0
 for a in "$@"; do
   case "$a" in
     --test) test_deps=1 ;;
     --bench-hf) test_deps=1 bench_hf=1 ;;
     --bench-gguf) test_deps=1 bench_gguf=1 ;;
-    *) echo "usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf]" >&2; exit 2 ;;
+    --bench-ggml) test_deps=1 bench_ggml=1 ;;
+    *) echo "usage: scripts/deps.sh [--test] [--bench-hf] [--bench-gguf] [--bench-ggml]" >&2; exit 2 ;;
   esac
 done
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
@@ -40,6 +43,7 @@ if ((test_deps)); then
         libopenmpi-dev openmpi-bin libclang-rt-14-dev
         mesa-vulkan-drivers vulkan-validationlayers glslc libvulkan-dev)
 fi
+((bench_ggml)) && pkgs+=(glslang-tools spirv-headers)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
