@@ -22,7 +22,8 @@ records the kernels one call launches.
 
 Usage:
   bench/ggml_vulkan.py [--build build] [--ggml-build build-ggml-vulkan]
-      [--rounds 3] [--time 0.4] [--lp-threads 1] [--cases a,b | --big]
+      [--rounds 3] [--time 0.4] [--lp-threads 1] [--set quick|full]
+      [--cases a,b | --big]
       [--json docs/numbers/ggml_vulkan.json] [--docs]
   bench/ggml_vulkan.py --doc-table docs/numbers/ggml_vulkan.json
 
@@ -79,6 +80,13 @@ ATTN = [
     ("16x24x4x32", "GPT job: B 32, H 4, T 24, D 16"),
     ("64x1024x8x1", "long: B 1, H 8, T 1024, D 64"),
 ]
+
+
+QUICK = ["matmul:f32:192x768x64", "matmul:f32:512x1024x128", "matmul:f32:32x25088x144",
+         "matmul:f32:1024x1024x1024", "matmul:f16:192x768x64", "matmul:f16:512x1024x128",
+         "matmul:f16:32x25088x144", "matmul:f16:1024x1024x1024", "add:f32:4096x512", "mul:f32:4096x512",
+         "exp:f32:4096x512", "gelu:f32:4096x512", "silu:f32:4096x512", "softmax:f32:1024x2048",
+         "rms_norm:f32:4096x512", "layer_norm:f32:4096x512", "attn:f32:32x128x4x8", "attn:f16:32x128x4x8"]
 
 
 def default_cases(big):
@@ -165,6 +173,8 @@ def main():
     ap.add_argument("--lp-threads", type=int, default=1, help="LP_NUM_THREADS for both sides")
     ap.add_argument("--cases", help="comma-separated OP:DTYPE:SIZES (default: the table's)")
     ap.add_argument("--big", action="store_true", help="add matmul 4096x512x14336")
+    ap.add_argument("--set", choices=("quick", "full"), default="full",
+                    help="quick: 18 cases (one or two GEMM shapes per job, one size per op)")
     ap.add_argument("--json", default=os.path.join(ROOT, "docs", "numbers", "ggml_vulkan.json"))
     ap.add_argument("--docs", action="store_true", help="rewrite docs/vulkan.md's spans afterwards")
     a = ap.parse_args()
@@ -177,7 +187,13 @@ def main():
         print(f"ggml_vulkan.py: building ggml into {a.ggml_build} (bench/ggml_vulkan_build.sh)", flush=True)
         build = [os.path.join(ROOT, "bench", "ggml_vulkan_build.sh"), a.ggml_src, a.ggml_build]
         subprocess.run(build, check=True)
-    cases = ([(c, "") for c in a.cases.split(",")] if a.cases else default_cases(a.big))
+    known = dict(default_cases(True))
+    if a.cases:
+        cases = [(c, known.get(c, "")) for c in a.cases.split(",")]
+    elif a.set == "quick":
+        cases = [(c, known[c]) for c in QUICK]
+    else:
+        cases = default_cases(a.big)
     names = [c for c, _ in cases]
     env = dict(os.environ, LP_NUM_THREADS=str(a.lp_threads), AG_NUM_THREADS="1", OMP_NUM_THREADS="1",
                GGML_VK_VISIBLE_DEVICES=os.environ.get("GGML_VK_VISIBLE_DEVICES", "0"))
@@ -189,6 +205,72 @@ def main():
     checks, errors = {}, {}
     load = [os.getloadavg()[0]]
     t_start = time.time()
+    def report(rounds_done):
+        table = {}
+        for c, what in cases:
+            op, dt, sz = c.split(":")
+            flop_op = op in ("matmul", "attn")
+            unit = "GFLOP/s" if flop_op else "GB/s"
+            row = {"case": c, "op": op, "dtype": dt, "sizes": sz, "what": what, "unit": unit}
+            m = "gflops" if flop_op else "gbs"
+            for s in sides:
+                recs = res[s][c]
+                row[s] = summary([x[m] for x in recs])
+                if row[s]:
+                    row[s]["us_median"] = statistics.median(x["us"] for x in recs)
+                    for t in ("cpu", "dev"):
+                        row[s][t] = summary([x[m + "_" + t] for x in recs])
+                        row[s][t + "_us_median"] = statistics.median(x[t + "_us"] for x in recs)
+                    row[s]["bytes"] = recs[0]["bytes"]
+                else:
+                    zero = {"median": 0.0, "min": 0.0, "max": 0.0, "rounds": []}
+                    row[s] = dict(zero, us_median=0.0, cpu=dict(zero), cpu_us_median=0.0, dev=dict(zero),
+                                  dev_us_median=0.0, error=errors.get(s, {}).get(c, "no result"))
+            row["check"] = checks.get(c, "not run")
+            g = row["ggml"]["median"]
+            row["ratio"] = row["anygrad"]["median"] / g if g > 0 else 0.0
+            for t in ("cpu", "dev"):
+                gt = row["ggml"][t]["median"]
+                row["ratio_" + t] = row["anygrad"][t]["median"] / gt if gt > 0 else 0.0
+            row["kernels"] = res["anygrad"][c][0].get("kernels", "") if res["anygrad"][c] else ""
+            table[key(c)] = row
+        met = sum(1 for r in table.values() if r["ratio"] >= 1)
+        met_cpu = sum(1 for r in table.values() if r["ratio_cpu"] >= 1)
+        met_dev = sum(1 for r in table.values() if r["ratio_dev"] >= 1)
+        doc = {
+            "bench": "bench/ggml_vulkan.py",
+            "device": "vulkan:0 (lavapipe) on both sides",
+            "ggml_commit": GGML_COMMIT,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "rounds": rounds_done,
+            "lp_threads": a.lp_threads,
+            "load_1min": {"min": min(load), "max": max(load)},
+            "wall_s": round(time.time() - t_start),
+            "cases_total": len(table),
+            "cases_met": met,
+            "cases_met_cpu": met_cpu,
+            "cases_met_dev": met_dev,
+            "cases": table,
+        }
+        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+        with open(a.json, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+
+        print(f"\nanygrad vulkan:0 beside ggml {GGML_COMMIT} Vulkan0, lavapipe, LP_NUM_THREADS={a.lp_threads}, "
+              f"{rounds_done} rounds, median [min-max], load {min(load):.1f}-{max(load):.1f}")
+        print(f"{'case':30} {'unit':7} {'anygrad (device time)':>24} {'ggml (device time)':>24} "
+              f"{'device':>6} {'CPU':>6} {'wall':>6}  check")
+        for r in table.values():
+            cells = []
+            for s in sides:
+                x = r[s]["dev"]
+                cells.append(f"{x['median']:7.3f} [{x['min']:.3f}-{x['max']:.3f}]" if x["rounds"] else "   " + r[s]["error"][:20])
+            print(f"{r['case']:30} {r['unit']:7} {cells[0]:>24} {cells[1]:>24} {r['ratio_dev']:6.2f} {r['ratio_cpu']:6.2f} "
+                  f"{r['ratio']:6.2f}  {r['check']} {r['kernels']}")
+        print(f"anygrad at or above ggml: {met_dev} of {len(table)} by device time, {met_cpu} by the process's CPU time, "
+              f"{met} by the wall clock; JSON: {a.json}")
+
     for r in range(a.rounds):
         order = ["ggml", "anygrad"] if r % 2 == 0 else ["anygrad", "ggml"]
         for s in order:
@@ -204,71 +286,10 @@ def main():
                     errors.setdefault(s, {})[c] = f"{g['status']}: {g.get('error', '')}"
             print(f"round {r + 1}/{a.rounds} {s}: done ({time.time() - t_start:.0f} s)", flush=True)
         load.append(os.getloadavg()[0])
+        if r + 1 < a.rounds:
+            report(r + 1)  # the JSON after every round: a cut run leaves its rounds
 
-    table = {}
-    for c, what in cases:
-        op, dt, sz = c.split(":")
-        flop_op = op in ("matmul", "attn")
-        unit = "GFLOP/s" if flop_op else "GB/s"
-        row = {"case": c, "op": op, "dtype": dt, "sizes": sz, "what": what, "unit": unit}
-        m = "gflops" if flop_op else "gbs"
-        for s in sides:
-            recs = res[s][c]
-            row[s] = summary([x[m] for x in recs])
-            if row[s]:
-                row[s]["us_median"] = statistics.median(x["us"] for x in recs)
-                for t in ("cpu", "dev"):
-                    row[s][t] = summary([x[m + "_" + t] for x in recs])
-                    row[s][t + "_us_median"] = statistics.median(x[t + "_us"] for x in recs)
-                row[s]["bytes"] = recs[0]["bytes"]
-            else:
-                zero = {"median": 0.0, "min": 0.0, "max": 0.0, "rounds": []}
-                row[s] = dict(zero, us_median=0.0, cpu=dict(zero), cpu_us_median=0.0, dev=dict(zero),
-                              dev_us_median=0.0, error=errors.get(s, {}).get(c, "no result"))
-        row["check"] = checks.get(c, "not run")
-        g = row["ggml"]["median"]
-        row["ratio"] = row["anygrad"]["median"] / g if g > 0 else 0.0
-        for t in ("cpu", "dev"):
-            gt = row["ggml"][t]["median"]
-            row["ratio_" + t] = row["anygrad"][t]["median"] / gt if gt > 0 else 0.0
-        row["kernels"] = res["anygrad"][c][0].get("kernels", "") if res["anygrad"][c] else ""
-        table[key(c)] = row
-    met = sum(1 for r in table.values() if r["ratio"] >= 1)
-    met_cpu = sum(1 for r in table.values() if r["ratio_cpu"] >= 1)
-    met_dev = sum(1 for r in table.values() if r["ratio_dev"] >= 1)
-    doc = {
-        "bench": "bench/ggml_vulkan.py",
-        "device": "vulkan:0 (lavapipe) on both sides",
-        "ggml_commit": GGML_COMMIT,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "rounds": a.rounds,
-        "lp_threads": a.lp_threads,
-        "load_1min": {"min": min(load), "max": max(load)},
-        "wall_s": round(time.time() - t_start),
-        "cases_total": len(table),
-        "cases_met": met,
-        "cases_met_cpu": met_cpu,
-        "cases_met_dev": met_dev,
-        "cases": table,
-    }
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-
-    print(f"\nanygrad vulkan:0 beside ggml {GGML_COMMIT} Vulkan0, lavapipe, LP_NUM_THREADS={a.lp_threads}, "
-          f"{a.rounds} rounds, median [min-max], load {min(load):.1f}-{max(load):.1f}")
-    print(f"{'case':30} {'unit':7} {'anygrad (device time)':>24} {'ggml (device time)':>24} "
-          f"{'device':>6} {'CPU':>6} {'wall':>6}  check")
-    for r in table.values():
-        cells = []
-        for s in sides:
-            x = r[s]["dev"]
-            cells.append(f"{x['median']:7.3f} [{x['min']:.3f}-{x['max']:.3f}]" if x["rounds"] else "   " + r[s]["error"][:20])
-        print(f"{r['case']:30} {r['unit']:7} {cells[0]:>24} {cells[1]:>24} {r['ratio_dev']:6.2f} {r['ratio_cpu']:6.2f} "
-              f"{r['ratio']:6.2f}  {r['check']} {r['kernels']}")
-    print(f"anygrad at or above ggml: {met_dev} of {len(table)} by device time, {met_cpu} by the process's CPU time, "
-          f"{met} by the wall clock; JSON: {a.json}")
+    report(a.rounds)
     if a.docs:
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "doc_numbers.py"), "--json",
                         os.path.dirname(os.path.abspath(a.json)), os.path.join(ROOT, "docs", "vulkan.md")], check=True)

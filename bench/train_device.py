@@ -12,6 +12,8 @@ in both runs, cancel. Wall time is the job's own (the CNN's epoch time, the
 text job's "done: N steps in X s"); CPU time is the process's (every thread:
 lavapipe's and PoCL's workers included), which a loaded machine does not
 inflate. Rounds alternate the order of the two runs; median and range.
+A job left out of --jobs keeps its entry in an existing JSON file of the
+same device.
 
 Usage:
   bench/train_device.py [--device vulkan:0] [--build build] [--rounds 3]
@@ -58,7 +60,7 @@ def job_cmd(exe, job, device, steps, tmp):
                 "--profile", "off", "--out", os.path.join(tmp, "cnn.safetensors")], \
             r"epoch 1/1: .*?, ([0-9.]+) s \("
     return [exe, "train", "--task", "text", "--device", device, "--steps", str(steps), "--warmup", "1",
-            "--log-every", "100000", "--eval-batches", "1", "--samples", "0", "--profile", "off",
+            "--log-every", "100000", "--eval-batches", "1", "--samples", "0",
             "--out", os.path.join(tmp, "text.safetensors")], r"done: \d+ steps in ([0-9.]+) s"
 
 
@@ -118,6 +120,14 @@ def main():
         doc["jobs"][j] = {"what": what[j], "steps": steps[j], "ms_per_step": w, "cpu_ms_per_step": c}
         if j == "cnn":
             doc["jobs"][j]["images_per_s"] = CNN_BATCH * 1e3 / w["median"] if w["median"] > 0 else 0.0
+    try:  # jobs not run this time keep their entries (--jobs cnn, then --jobs text)
+        with open(out_json) as f:
+            old = json.load(f)
+        if old.get("device") == a.device:
+            for j, v in old.get("jobs", {}).items():
+                doc["jobs"].setdefault(j, v)
+    except (OSError, ValueError):
+        pass
     os.makedirs(os.path.dirname(os.path.abspath(out_json)), exist_ok=True)
     with open(out_json, "w") as f:
         json.dump(doc, f, indent=1)
