@@ -54,11 +54,15 @@ cmake --build "$build/obj" -j"$jobs" --target test-backend-ops
 exe="$(find "$build/obj" -name test-backend-ops -type f -perm -u+x | head -n1)"
 [[ -x "$exe" ]] || { echo "ggml_vulkan_build: test-backend-ops not built" >&2; exit 1; }
 ln -sf "$exe" "$build/test-backend-ops"
-libs=()
+libs=() rpath=""
 for l in ggml ggml-base ggml-vulkan ggml-cpu; do
   f="$(find "$build/obj" \( -name "lib$l.so" -o -name "lib$l.a" \) | head -n1)"
-  [[ -n "$f" ]] && libs+=("$f")
+  [[ -n "$f" ]] || continue
+  libs+=("$f")
+  rpath="$rpath${rpath:+:}$(dirname "$f")"
 done
-cc -O2 -std=c11 -Wall -Wextra -I"$tree/include" "$root/bench/ggml_vulkan_ops.c" -o "$build/ggml_vulkan_ops" \
-  "${libs[@]}" "${libs[@]}" -Wl,-rpath,"$(dirname "${libs[0]}")" -lvulkan -lstdc++ -lm -lpthread
+# the C program is built to a new file and moved, so a run in progress keeps its copy
+cc -O2 -std=c11 -Wall -Wextra -I"$tree/include" "$root/bench/ggml_vulkan_ops.c" -o "$build/ggml_vulkan_ops.new" \
+  "${libs[@]}" "${libs[@]}" -Wl,-rpath,"$rpath" -lvulkan -lstdc++ -lm -lpthread
+mv -f "$build/ggml_vulkan_ops.new" "$build/ggml_vulkan_ops"
 echo "$build"
