@@ -24,7 +24,7 @@ Usage:
   bench/ggml_vulkan.py [--build build] [--ggml-build build-ggml-vulkan]
       [--rounds 3] [--time 0.4] [--lp-threads 1] [--set quick|full]
       [--cases a,b | --big]
-      [--json docs/numbers/ggml_vulkan.json] [--docs]
+      [--json docs/numbers/ggml_vulkan.json] [--docs] [--update]
   bench/ggml_vulkan.py --doc-table docs/numbers/ggml_vulkan.json
 
 --big adds ggml's own perf shape, matmul 4096 x 512 x 14336 (60 GFLOP a
@@ -108,8 +108,10 @@ def key(case):
 
 def run_side(cmd, cases, env, timeout):
     """{case: record} from one process per run of cases; a case that kills
-    the process is recorded as an error and the rest run in a new one."""
-    out, todo = {}, list(cases)
+    the process is run once more alone (a crash may come from an earlier
+    case of the same process), then recorded as an error, and the rest run
+    in a new process."""
+    out, todo, retried = {}, list(cases), set()
     while todo:
         try:
             p = subprocess.run(cmd + todo, capture_output=True, text=True, env=env, timeout=timeout)
@@ -123,7 +125,12 @@ def run_side(cmd, cases, env, timeout):
                 r = json.loads(line)
                 out[r["case"]] = r
         left = [c for c in todo if c not in out]
-        if left and rc not in (0, 1):
+        if left and rc not in (0, 1) and left[0] not in retried and len(todo) > 1:
+            retried.add(left[0])
+            got = run_side(cmd, [left[0]], env, timeout)
+            out[left[0]] = dict(got[left[0]], retried_alone=f"exit {rc} among other cases")
+            left = left[1:]
+        elif left and rc not in (0, 1):
             out[left[0]] = {"case": left[0], "status": "error", "error": f"exit {rc}: {err.strip()[-300:]}"}
             left = left[1:]
         elif left:
@@ -177,6 +184,8 @@ def main():
                     help="quick: 18 cases (one or two GEMM shapes per job, one size per op)")
     ap.add_argument("--json", default=os.path.join(ROOT, "docs", "numbers", "ggml_vulkan.json"))
     ap.add_argument("--docs", action="store_true", help="rewrite docs/vulkan.md's spans afterwards")
+    ap.add_argument("--update", action="store_true",
+                    help="merge the cases run into the existing --json (their rows replaced, the others kept)")
     a = ap.parse_args()
 
     ours = os.path.join(a.build, "bin", "opcase_bench")
@@ -233,7 +242,19 @@ def main():
                 gt = row["ggml"][t]["median"]
                 row["ratio_" + t] = row["anygrad"][t]["median"] / gt if gt > 0 else 0.0
             row["kernels"] = res["anygrad"][c][0].get("kernels", "") if res["anygrad"][c] else ""
+            row["retried_alone"] = sorted({x["side"] for s in sides for x in res[s][c] if "retried_alone" in x})
             table[key(c)] = row
+        updated = []
+        if a.update:  # the cases run now replace theirs in the existing JSON; the others stay
+            with open(a.json) as f:
+                old = json.load(f)
+            merged = dict(old["cases"])
+            merged.update(table)
+            table = merged
+            updated = old.get("updated", []) + [{
+                "cases": [c for c, _ in cases], "rounds": rounds_done,
+                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                "load_1min": {"min": min(load), "max": max(load)}}]
         met = sum(1 for r in table.values() if r["ratio"] >= 1)
         met_cpu = sum(1 for r in table.values() if r["ratio_cpu"] >= 1)
         met_dev = sum(1 for r in table.values() if r["ratio_dev"] >= 1)
@@ -252,6 +273,9 @@ def main():
             "cases_met_dev": met_dev,
             "cases": table,
         }
+        if a.update:
+            doc = dict(old, cases=table, cases_total=len(table), cases_met=met, cases_met_cpu=met_cpu,
+                       cases_met_dev=met_dev, updated=updated)
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=1)
