@@ -4,7 +4,7 @@
 # (backends/cpu/cpu_gemm.c); without it OpenBLAS runs the products.
 # libprotobuf-c-dev and protobuf-c-compiler build the ONNX export
 # (AG_ONNX, docs/export.md); without them it is left out.
-# Usage: scripts/deps.sh [--test] [--bench] [--bench-hf] [--bench-gguf]   (--test adds the sanitizer runtimes, HIP and chromium,
+# Usage: scripts/deps.sh [--test] [--bench] [--bench-hf] [--bench-gguf] [--bench-ggml]   (--test adds the sanitizer runtimes, HIP and chromium,
 # the headless browser the run-report test renders in, clang 14's libFuzzer runtime
 # (libclang-rt-14-dev) for the fuzzers of tests/fuzz/, the Python test packages,
 # Vulkan: lavapipe, the validation layers, glslc and the headers). fortunes is
@@ -27,17 +27,20 @@
 # PyPI's Linux x86_64 wheel with its CUDA libraries (5.3 GB on disk, about 4 minutes to install; the
 # benchmarks use only the CPU); torch.compile's inductor compiles with g++
 # and python3-dev, which --bench installs. The tests keep Debian's torch 1.13
-# (/usr/bin/python3) as their numeric reference. Each is installed only when
-# missing.
+# (/usr/bin/python3) as their numeric reference. --bench-ggml adds
+# glslang-tools and spirv-headers, which bench/ggml_vulkan_build.sh needs to
+# build ggml's Vulkan test-backend-ops for bench/ggml_vulkan.py. Each is
+# installed only when missing.
 set -euo pipefail
-test_deps=0 bench=0 bench_hf=0 bench_gguf=0
+test_deps=0 bench=0 bench_hf=0 bench_gguf=0 bench_ggml=0
 for a in "$@"; do
   case "$a" in
     --test) test_deps=1 ;;
     --bench) bench=1 ;;
     --bench-hf) test_deps=1 bench_hf=1 ;;
     --bench-gguf) test_deps=1 bench_gguf=1 ;;
-    *) echo "usage: scripts/deps.sh [--test] [--bench] [--bench-hf] [--bench-gguf]" >&2; exit 2 ;;
+    --bench-ggml) test_deps=1 bench_ggml=1 ;;
+    *) echo "usage: scripts/deps.sh [--test] [--bench] [--bench-hf] [--bench-gguf] [--bench-ggml]" >&2; exit 2 ;;
   esac
 done
 pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev wamerican
@@ -52,6 +55,7 @@ fi
 if ((bench)); then
   pkgs+=(python3-venv python3-pip python3-dev g++ python3-torch)
 fi
+((bench_ggml)) && pkgs+=(glslang-tools spirv-headers)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
