@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """The ops of bench/ops_bench.c timed in PyTorch (CPU) with the same sizes and
 thread count, one line per op: `name overhead_ns large_ms gbps`.
-Run with Debian's /usr/bin/python3 (python3-torch)."""
+Run with Debian's /usr/bin/python3 (python3-torch), or PyTorch 2.x's
+(.venv-bench/bin/python3, scripts/deps.sh --bench) with --compile: each op
+under torch.compile (inductor), compiled in the untimed first repetition of
+each size."""
 import argparse
 import statistics
 import time
@@ -20,6 +23,7 @@ def main():
     ap.add_argument("--matmul", type=int, default=512)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--compile", action="store_true", help="each op under torch.compile (PyTorch 2.x)")
     a = ap.parse_args()
     if a.threads > 0:
         torch_setup.set_threads(a.threads)
@@ -50,6 +54,8 @@ def main():
     }
     bytes_per = {"add": 12, "mul": 12, "exp": 8, "gelu": 8, "relu": 8, "sum": 4,
                  "softmax": 8, "cast_f16": 6, "transpose_copy": 8}
+    if a.compile:
+        ops = {k: torch.compile(f, dynamic=False) for k, f in ops.items()}
     with torch.no_grad():
         for name, f in ops.items():
             x, y = operands(name, a.small, 4)
