@@ -179,7 +179,7 @@ __kernel void ag_layernorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, c
 __kernel void ag_layernorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *x,
                                ulong xo, int dt, const gbuf *mean, ulong mo, const gbuf *rstd,
                                ulong ro, const gbuf *w, ulong wo, long cols) {
-  __local float sh[AG_WG];
+  __local float2 sh[AG_WG];
   long row = get_group_id(0), base = row * cols, n4 = cols / 4;
   int l = get_local_id(0), L = get_local_size(0);
   float mu = ldf(mean, mo, row, DT_F32), rs = ldf(rstd, ro, row, DT_F32);
@@ -196,8 +196,14 @@ __kernel void ag_layernorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, c
     s1 += g;
     s2 += g * (ldf(x, xo, base + j, dt) - mu) * rs;
   }
-  s1 = wg_sum(s1, sh) / (float)cols;
-  s2 = wg_sum(s2, sh) / (float)cols;
+  sh[l] = (float2)(s1, s2); /* both sums in one tree */
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int h = L / 2; h > 0; h >>= 1) {
+    if (l < h) sh[l] += sh[l + h];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  s1 = sh[0].x / (float)cols;
+  s2 = sh[0].y / (float)cols;
   ROW_QUADS(q) {
     float4 g = ld4(dy, dyo, base + 4 * q, dt);
     if (w) g *= ld4(w, wo, 4 * q, dt);
