@@ -135,9 +135,9 @@ __kernel void ag_layernorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, c
   long row = get_group_id(0), base = row * cols, n4 = cols / 4;
   int l = get_local_id(0), L = get_local_size(0);
   /* one statistics pass: sums of d = x - c and of d * d, c the row's first
-   * element (a shift near the mean keeps the variance's cancellation small),
-   * both in one tree */
-  float c = ldf(x, xo, base, dt);
+   * element (a shift near the mean keeps the variance's cancellation small;
+   * 0 for an empty row), both in one tree */
+  float c = cols ? ldf(x, xo, base, dt) : 0.0f;
   float4 a4 = (float4)(0.0f), b4 = (float4)(0.0f);
   ROW_QUADS(q) {
     float4 d = ld4(x, xo, base + 4 * q, dt) - c;
