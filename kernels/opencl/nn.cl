@@ -131,25 +131,32 @@ __kernel void ag_cross_entropy_bwd(gbuf *dl, ulong dlo, const gbuf *x, ulong xo,
 __kernel void ag_layernorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, const gbuf *w,
                            ulong wo, const gbuf *b, ulong bo, __global float *mean, ulong mo,
                            __global float *rstd, ulong ro, long cols, float eps) {
-  __local float sh[AG_WG];
+  __local float2 sh[AG_WG];
   long row = get_group_id(0), base = row * cols, n4 = cols / 4;
   int l = get_local_id(0), L = get_local_size(0);
-  float4 s4 = (float4)(0.0f);
-  ROW_QUADS(q) s4 += ld4(x, xo, base + 4 * q, dt);
-  float s = (s4.x + s4.y) + (s4.z + s4.w);
-  ROW_TAIL(j) s += ldf(x, xo, base + j, dt);
-  float mu = wg_sum(s, sh) / (float)cols;
-  float4 v4 = (float4)(0.0f);
+  /* one statistics pass: sums of d = x - c and of d * d, c the row's first
+   * element (a shift near the mean keeps the variance's cancellation small;
+   * 0 for an empty row), both in one tree */
+  float c = cols ? ldf(x, xo, base, dt) : 0.0f;
+  float4 a4 = (float4)(0.0f), b4 = (float4)(0.0f);
   ROW_QUADS(q) {
-    float4 d = ld4(x, xo, base + 4 * q, dt) - mu;
-    v4 += d * d;
+    float4 d = ld4(x, xo, base + 4 * q, dt) - c;
+    a4 += d;
+    b4 += d * d;
   }
-  float v = (v4.x + v4.y) + (v4.z + v4.w);
+  float2 s = (float2)((a4.x + a4.y) + (a4.z + a4.w), (b4.x + b4.y) + (b4.z + b4.w));
   ROW_TAIL(j) {
-    float d = ldf(x, xo, base + j, dt) - mu;
-    v += d * d;
+    float d = ldf(x, xo, base + j, dt) - c;
+    s += (float2)(d, d * d);
   }
-  float rs = rsqrt(wg_sum(v, sh) / (float)cols + eps);
+  sh[l] = s;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int h = L / 2; h > 0; h >>= 1) {
+    if (l < h) sh[l] += sh[l + h];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  float dm = sh[0].x / (float)cols, mu = c + dm;
+  float rs = rsqrt(fmax(sh[0].y / (float)cols - dm * dm, 0.0f) + eps);
   ROW_QUADS(q) {
     float4 o = (ld4(x, xo, base + 4 * q, dt) - mu) * rs;
     if (w) o *= ld4(w, wo, 4 * q, dt);
@@ -172,7 +179,7 @@ __kernel void ag_layernorm(gbuf *y, ulong yo, const gbuf *x, ulong xo, int dt, c
 __kernel void ag_layernorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, const gbuf *x,
                                ulong xo, int dt, const gbuf *mean, ulong mo, const gbuf *rstd,
                                ulong ro, const gbuf *w, ulong wo, long cols) {
-  __local float sh[AG_WG];
+  __local float2 sh[AG_WG];
   long row = get_group_id(0), base = row * cols, n4 = cols / 4;
   int l = get_local_id(0), L = get_local_size(0);
   float mu = ldf(mean, mo, row, DT_F32), rs = ldf(rstd, ro, row, DT_F32);
@@ -189,8 +196,14 @@ __kernel void ag_layernorm_bwd(gbuf *dx, ulong dxo, const gbuf *dy, ulong dyo, c
     s1 += g;
     s2 += g * (ldf(x, xo, base + j, dt) - mu) * rs;
   }
-  s1 = wg_sum(s1, sh) / (float)cols;
-  s2 = wg_sum(s2, sh) / (float)cols;
+  sh[l] = (float2)(s1, s2); /* both sums in one tree */
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int h = L / 2; h > 0; h >>= 1) {
+    if (l < h) sh[l] += sh[l + h];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  s1 = sh[0].x / (float)cols;
+  s2 = sh[0].y / (float)cols;
   ROW_QUADS(q) {
     float4 g = ld4(dy, dyo, base + 4 * q, dt);
     if (w) g *= ld4(w, wo, 4 * q, dt);
