@@ -85,5 +85,13 @@ if(NOT AG_VULKAN STREQUAL "OFF" AND AG_GLSLC_PMATH)
     target_link_libraries(pmath_vulkan_test PRIVATE Vulkan::Vulkan m)
     add_test(NAME pmath_vulkan COMMAND pmath_vulkan_test ${_pm_spv})
     set_tests_properties(pmath_vulkan PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "pmath;vulkan")
+    if("address" IN_LIST AG_SANITIZE)
+      # The program drives Vulkan alone (no anygrad code) and destroys its
+      # instance, so the loader unloads lavapipe before exit: Mesa
+      # 22.3.6's 128-byte block left from the driver then has no module to
+      # match tests/lsan_vulkan.supp against ("<unknown module>"). ASan
+      # and UBSan still check the program; only the exit-time leak scan is off.
+      set_tests_properties(pmath_vulkan PROPERTIES ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+    endif()
   endif()
 endif()
