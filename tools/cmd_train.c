@@ -189,6 +189,19 @@ static bool outputs_distinct(const ag_cli_file *inputs, int n_inputs, const char
          ag_cli_outputs_distinct("train", &r, 1, outs + 1, n_outs - 1);
 }
 
+/* --bucket-mb X (MiB, > 0) as bytes (at least 1), for both tasks' parsers. */
+static bool parse_bucket_mb(const char *C, const char *v, int64_t *bytes) {
+  double mb = 0;
+  bool ok = ag_cli_f64(C, "bucket-mb", v, 0, 1 << 20, &mb);
+  if (ok && !(mb > 0)) {
+    fprintf(stderr, "anygrad train: --bucket-mb must be > 0, got '%s'\n", v);
+    ok = false;
+  }
+  *bytes = (int64_t)(mb * 1048576.0);
+  if (*bytes < 1) *bytes = 1;
+  return ok;
+}
+
 /* --task fashion-mnist: the options that apply to it; the words-only ones
  * are a usage error rather than silently ignored. */
 static int parse_cnn(int argc, char **argv, cnn_options *o, dp_opts *dp) {
@@ -237,17 +250,7 @@ static int parse_cnn(int argc, char **argv, cnn_options *o, dp_opts *dp) {
         }
         dp->mpi = true;
         break;
-      case O_BUCKET_MB: {
-        double mb = 0;
-        ok = ag_cli_f64(C, "bucket-mb", v, 0, 1 << 20, &mb);
-        if (ok && !(mb > 0)) {
-          fprintf(stderr, "anygrad train: --bucket-mb must be > 0, got '%s'\n", v);
-          ok = false;
-        }
-        o->bucket_bytes = (int64_t)(mb * 1048576.0);
-        if (o->bucket_bytes < 1) o->bucket_bytes = 1;
-        break;
-      }
+      case O_BUCKET_MB: ok = parse_bucket_mb(C, v, &o->bucket_bytes); break;
       case '?': ok = false; break;
       case O_SAVE_EVERY: case O_HF:
         fprintf(stderr, "anygrad train: --save-every and --hf apply to --task text and words, not fashion-mnist\n");
@@ -460,17 +463,7 @@ static int parse(int argc, char **argv, charlm_options *o, bool *task_cnn, bool 
         }
         dp->mpi = true;
         break;
-      case O_BUCKET_MB: {
-        double mb = 0;
-        ok = ag_cli_f64(C, "bucket-mb", v, 0, 1 << 20, &mb);
-        if (ok && !(mb > 0)) {
-          fprintf(stderr, "anygrad train: --bucket-mb must be > 0, got '%s'\n", v);
-          ok = false;
-        }
-        o->bucket_bytes = (int64_t)(mb * 1048576.0);
-        if (o->bucket_bytes < 1) o->bucket_bytes = 1;
-        break;
-      }
+      case O_BUCKET_MB: ok = parse_bucket_mb(C, v, &o->bucket_bytes); break;
       case O_BALANCE: ok = ag_cli_bool(C, "balance", v, &o->balance); break;
       case O_SAVE_EVERY: ok = ag_cli_i64(C, "save-every", v, 0, CHARLM_MAX_STEPS, &o->save_every); break;
       case O_HEARTBEAT:
